@@ -1,0 +1,425 @@
+"""One instrumented Transformer for the GPT-2, BERT and LLaMA families (chosen by ModelConfig).
+
+Read top to bottom: norms, positions, attention, MLP, block, the model. Recording is opt-in: pass
+`trace=Trace(...)` to forward and every name it asks for is stored (see trace.py for the names);
+without a trace, softmax attention runs through PyTorch's fused scaled_dot_product_attention.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import ModelConfig
+from .trace import Trace
+
+# -- norms -----------------------------------------------------------------------------------
+
+
+class RMSNorm(nn.Module):
+    """g * z / sqrt(mean(z^2) + eps), computed in float32 like the LLaMA reference."""
+
+    def __init__(self, d: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(dtype)
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    if cfg.norm == "rmsnorm":
+        return RMSNorm(cfg.d_model, cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+
+
+# -- positions -------------------------------------------------------------------------------
+
+
+def sinusoidal_table(n: int, d: int) -> torch.Tensor:
+    """PE(t, 2i) = sin(t / 10000^(2i/d)), PE(t, 2i+1) = cos(same) (Vaswani et al.)."""
+    t = torch.arange(n, dtype=torch.float32)[:, None]
+    freq = torch.pow(10000.0, -torch.arange(0, d, 2, dtype=torch.float32) / d)
+    pe = torch.zeros(n, d)
+    pe[:, 0::2] = torch.sin(t * freq)
+    pe[:, 1::2] = torch.cos(t * freq)[:, : d // 2]
+    return pe
+
+
+def rotary_cos_sin(positions: torch.Tensor, d_head: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d_head, 2, dtype=torch.float32, device=positions.device) / d_head))
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate [B, H, T, dh] by position (the non-interleaved 'rotate half' convention of LLaMA)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+
+
+# -- attention -------------------------------------------------------------------------------
+
+
+def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
+                    mask: torch.Tensor | None = None, sinkhorn_iters: int = 3) -> torch.Tensor:
+    """Attention weights [..., T_q, T_k] from queries and keys [..., T, dh].
+
+    softmax:  softmax_j(q_i . k_j / sqrt(dh))
+    l2:       softmax_j(-|q_i - k_j|^2 / sqrt(dh))            (Kim et al. 2021)
+    sinkhorn: exp(-|q_i - k_j|^2 / sqrt(dh)) made doubly stochastic by alternate row and column
+              normalisation, `sinkhorn_iters` rounds, ending on rows (Sander et al. 2022)
+    mask: boolean, True where query i may attend key j.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    if kind == "softmax":
+        scores = (q @ k.transpose(-1, -2)) * scale
+    elif kind in ("l2", "sinkhorn"):
+        sq = (q * q).sum(-1, keepdim=True) - 2.0 * (q @ k.transpose(-1, -2)) + (k * k).sum(-1)[..., None, :]
+        scores = -sq * scale
+    else:
+        raise ValueError(f"unknown attention kind {kind!r}")
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    if kind == "sinkhorn":
+        log_p = scores.float()
+        for _ in range(sinkhorn_iters):
+            log_p = log_p - torch.logsumexp(log_p, dim=-1, keepdim=True)
+            log_p = log_p - torch.logsumexp(log_p, dim=-2, keepdim=True)
+        return torch.softmax(log_p, dim=-1).to(q.dtype)
+    return torch.softmax(scores.float(), dim=-1).to(q.dtype)
+
+
+def causal_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
+    """[T_q, T_k] boolean, query i (at absolute position t_k - t_q + i) sees keys up to itself."""
+    offset = t_k - t_q
+    i = torch.arange(t_q, device=device)[:, None]
+    j = torch.arange(t_k, device=device)[None, :]
+    return j <= i + offset
+
+
+@dataclass
+class LayerCache:
+    k: torch.Tensor | None = None  # [B, H_kv, T, dh], after rotary
+    v: torch.Tensor | None = None
+
+
+class KVCache:
+    """Keys and values of every layer for the tokens seen so far (for step-by-step generation)."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.layers = [LayerCache() for _ in range(n_layers)]
+
+    @property
+    def length(self) -> int:
+        k = self.layers[0].k
+        return 0 if k is None else k.shape[2]
+
+    def truncate(self, n: int) -> None:
+        for lc in self.layers:
+            if lc.k is not None:
+                lc.k, lc.v = lc.k[:, :, :n], lc.v[:, :, :n]
+
+    def clone(self) -> "KVCache":
+        c = KVCache(len(self.layers))
+        for src, dst in zip(self.layers, c.layers):
+            dst.k, dst.v = src.k, src.v  # tensors are never written in place: sharing is safe
+        return c
+
+    def select(self, index: torch.Tensor) -> "KVCache":
+        """Reorder / repeat the batch (beam search)."""
+        c = KVCache(len(self.layers))
+        for src, dst in zip(self.layers, c.layers):
+            if src.k is not None:
+                dst.k, dst.v = src.k[index], src.v[index]
+        return c
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d, dh = cfg.d_model, cfg.d_head
+        self.q = nn.Linear(d, cfg.n_heads * dh, bias=cfg.attention_bias)
+        self.k = nn.Linear(d, cfg.n_kv_heads * dh, bias=cfg.attention_bias)
+        self.v = nn.Linear(d, cfg.n_kv_heads * dh, bias=cfg.attention_bias)
+        self.o = nn.Linear(cfg.n_heads * dh, d, bias=cfg.attention_bias)
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, rotary: tuple | None = None,
+                cache: LayerCache | None = None, trace: Trace | None = None, prefix: str = "",
+                is_causal_full: bool = False) -> torch.Tensor:
+        cfg = self.cfg
+        B, T, _ = x.shape
+        H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+        q = self.q(x).view(B, T, H, dh).transpose(1, 2)
+        k = self.k(x).view(B, T, Hkv, dh).transpose(1, 2)
+        v = self.v(x).view(B, T, Hkv, dh).transpose(1, 2)
+        if rotary is not None:
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        if cache is not None:
+            if cache.k is not None:
+                k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
+            cache.k, cache.v = k, v
+        if Hkv != H:
+            k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
+
+        recording = trace is not None and (trace.wants(prefix + "pattern") or trace.wants(prefix + "head_out"))
+        drop = self.dropout if self.training else 0.0
+        if cfg.attention_kind == "softmax" and not recording:
+            if is_causal_full:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+        else:
+            p = attention_probs(q, k, cfg.attention_kind, mask, cfg.sinkhorn_iters)
+            if trace is not None:
+                trace.record(prefix + "pattern", p)
+            y = F.dropout(p, drop, self.training) @ v
+        if trace is not None and trace.wants(prefix + "head_out"):
+            w_o = self.o.weight.view(cfg.d_model, H, dh)
+            trace.record(prefix + "head_out", torch.einsum("bhtk,dhk->bhtd", y, w_o))
+        return self.o(y.transpose(1, 2).reshape(B, T, H * dh))
+
+
+# -- MLP -------------------------------------------------------------------------------------
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.activation = cfg.activation
+        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.mlp_bias)
+        if cfg.activation == "swiglu":
+            self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.mlp_bias)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.mlp_bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.activation == "swiglu":
+            h = F.silu(self.gate(x)) * self.up(x)
+        elif self.activation == "gelu_tanh":
+            h = F.gelu(self.up(x), approximate="tanh")
+        elif self.activation == "gelu":
+            h = F.gelu(self.up(x))
+        else:
+            h = F.relu(self.up(x))
+        return self.dropout(self.down(h))
+
+
+# -- block -----------------------------------------------------------------------------------
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.pre = cfg.norm_placement == "pre"
+        self.norm1 = make_norm(cfg)
+        self.attn = Attention(cfg)
+        self.norm2 = make_norm(cfg)
+        self.mlp = MLP(cfg)
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, mask, rotary, cache, trace: Trace | None, prefix: str, is_causal_full: bool):
+        rec = trace.record if trace is not None else None
+        a_in = self.norm1(x) if self.pre else x
+        a = self.resid_dropout(self.attn(a_in, mask, rotary, cache, trace, prefix + "attn.", is_causal_full))
+        x = x + a if self.pre else self.norm1(x + a)
+        m_in = self.norm2(x) if self.pre else x
+        m = self.mlp(m_in)
+        out = x + m if self.pre else self.norm2(x + m)
+        if rec:
+            rec(prefix + "attn.input", a_in)
+            rec(prefix + "attn.out", a)
+            rec(prefix + "resid_mid", x)
+            rec(prefix + "mlp.out", m)
+            rec(prefix + "resid_post", out)
+        return out
+
+
+# -- the model -------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor | None  # [B, T, vocab] when the model has an LM head
+    hidden: torch.Tensor  # last block's output [B, T, d]
+    cache: KVCache | None
+
+
+@dataclass
+class HeadMatrices:
+    """One head's analysis matrices (model space d, head width dh).
+
+    A = W_K^T W_Q / sqrt(dh) so that x_i^T A^T x_j = q_i . k_j / sqrt(dh) (biases and rotary
+    positions left out); V = W_O W_V is the head's value map into model space, f(X)_i = V sum_j P_ij x_j.
+    """
+    W_Q: torch.Tensor  # [dh, d]
+    W_K: torch.Tensor  # [dh, d]
+    W_V: torch.Tensor  # [dh, d]
+    W_O: torch.Tensor  # [d, dh]
+    b_Q: torch.Tensor | None
+    b_K: torch.Tensor | None
+    b_V: torch.Tensor | None
+    A: torch.Tensor  # [d, d]
+    V: torch.Tensor  # [d, d]
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        if cfg.positions == "learned":
+            self.pos_embed = nn.Embedding(cfg.context_length, cfg.d_model)
+        elif cfg.positions == "sinusoidal":
+            self.register_buffer("pos_table", sinusoidal_table(cfg.context_length, cfg.d_model), persistent=False)
+        if cfg.type_vocab_size:
+            self.type_embed = nn.Embedding(cfg.type_vocab_size, cfg.d_model)
+        if cfg.embed_norm:
+            self.embed_norm = make_norm(cfg)
+        self.embed_dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        if cfg.final_norm:
+            self.final_norm = make_norm(cfg)
+        if cfg.lm_head:
+            if cfg.family == "bert":  # BERT's MLM head: dense -> GELU -> LayerNorm -> decoder + bias
+                self.mlm_dense = nn.Linear(cfg.d_model, cfg.d_model)
+                self.mlm_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+                self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            if cfg.tie_embeddings:
+                self.lm_head.weight = self.tok_embed.weight
+        self.reset_parameters()
+
+    # -- initialisation ------------------------------------------------------------------
+    def reset_parameters(self) -> None:
+        cfg = self.cfg
+        for name, mod in self.named_modules():
+            if isinstance(mod, nn.Linear):
+                if cfg.init == "glorot":
+                    nn.init.xavier_normal_(mod.weight)
+                elif cfg.init == "he":
+                    nn.init.kaiming_normal_(mod.weight, nonlinearity="relu")
+                else:
+                    std = cfg.init_std
+                    if name.endswith("attn.o") or name.endswith("mlp.down"):
+                        std = std / math.sqrt(2 * cfg.n_layers)  # GPT-2's scaled residual projections
+                    nn.init.normal_(mod.weight, 0.0, std)
+                if mod.bias is not None:
+                    nn.init.zeros_(mod.bias)
+            elif isinstance(mod, nn.Embedding):
+                nn.init.normal_(mod.weight, 0.0, cfg.init_std)
+            elif isinstance(mod, (nn.LayerNorm, RMSNorm)):
+                nn.init.ones_(mod.weight)
+                if getattr(mod, "bias", None) is not None:
+                    nn.init.zeros_(mod.bias)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # tied weights are counted once
+
+    @property
+    def device(self) -> torch.device:
+        return self.tok_embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.tok_embed.weight.dtype
+
+    # -- pieces --------------------------------------------------------------------------
+    def embed(self, input_ids: torch.Tensor, positions: torch.Tensor,
+              token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.tok_embed(input_ids)
+        if self.cfg.positions == "learned":
+            x = x + self.pos_embed(positions)
+        elif self.cfg.positions == "sinusoidal":
+            x = x + self.pos_table[positions].to(x.dtype)
+        if self.cfg.type_vocab_size:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(input_ids)
+            x = x + self.type_embed(token_type_ids)
+        if self.cfg.embed_norm:
+            x = self.embed_norm(x)
+        return self.embed_dropout(x)
+
+    def unembed(self, h: torch.Tensor) -> torch.Tensor:
+        """Final norm + unembedding (or BERT's MLM head): logits from any residual stream."""
+        if not self.cfg.lm_head:
+            raise ValueError("this model has no language-model head")
+        if self.cfg.final_norm:
+            h = self.final_norm(h)
+        if self.cfg.family == "bert":
+            h = self.mlm_norm(F.gelu(self.mlm_dense(h)))
+            return self.lm_head(h) + self.lm_bias
+        return self.lm_head(h)
+
+    def head_matrices(self, layer: int, head: int) -> HeadMatrices:
+        cfg = self.cfg
+        attn = self.blocks[layer].attn
+        dh = cfg.d_head
+        kv = head // (cfg.n_heads // cfg.n_kv_heads)
+        rows = slice(head * dh, (head + 1) * dh)
+        kv_rows = slice(kv * dh, (kv + 1) * dh)
+        W_Q = attn.q.weight[rows].detach().float()
+        W_K = attn.k.weight[kv_rows].detach().float()
+        W_V = attn.v.weight[kv_rows].detach().float()
+        W_O = attn.o.weight[:, rows].detach().float()
+        bias = lambda lin, r: None if lin.bias is None else lin.bias[r].detach().float()  # noqa: E731
+        return HeadMatrices(W_Q, W_K, W_V, W_O, bias(attn.q, rows), bias(attn.k, kv_rows), bias(attn.v, kv_rows),
+                            A=W_K.T @ W_Q / math.sqrt(dh), V=W_O @ W_V)
+
+    # -- forward -------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, *, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, trace: Trace | None = None,
+                cache: KVCache | None = None, compute_logits: bool = True) -> ModelOutput:
+        """input_ids [B, T] (or [T]); attention_mask [B, T_total] with 1 for real tokens.
+
+        With a cache, input_ids are the new tokens only and positions continue after the cache.
+        """
+        cfg = self.cfg
+        if input_ids.dim() == 1:
+            input_ids = input_ids[None]
+        B, T = input_ids.shape
+        past = cache.length if cache is not None else 0
+        total = past + T
+        if cfg.positions != "rotary" and cfg.positions != "none" and total > cfg.context_length:
+            raise ValueError(f"sequence of {total} tokens exceeds the context length {cfg.context_length}")
+        positions = torch.arange(past, total, device=input_ids.device)
+
+        mask = None
+        is_causal_full = cfg.causal and past == 0 and attention_mask is None
+        if cfg.causal and T > 1:
+            mask = causal_mask(T, total, input_ids.device)[None, None]
+        if attention_mask is not None:
+            pad = attention_mask.to(torch.bool)[:, None, None, :]
+            mask = pad if mask is None else (mask & pad)
+        rotary = rotary_cos_sin(positions, cfg.d_head, cfg.rope_theta) if cfg.positions == "rotary" else None
+
+        x = self.embed(input_ids, positions, token_type_ids)
+        if trace is not None:
+            trace.record("embed", x)
+        for l, block in enumerate(self.blocks):
+            lc = cache.layers[l] if cache is not None else None
+            x = block(x, mask, rotary, lc, trace, f"blocks.{l}.", is_causal_full)
+            if trace is not None and cfg.lm_head and trace.wants(f"blocks.{l}.logit_lens"):
+                trace.record(f"blocks.{l}.logit_lens", self.unembed(x))
+        logits = self.unembed(x) if (cfg.lm_head and compute_logits) else None
+        if trace is not None and logits is not None:
+            trace.record("logits", logits)
+        return ModelOutput(logits=logits, hidden=x, cache=cache)
+
+    def run_with_trace(self, input_ids: torch.Tensor, names=("*",), **kw) -> tuple[ModelOutput, Trace]:
+        """Forward pass that hands back a Trace of everything matching `names`."""
+        trace = Trace(names)
+        with torch.no_grad():
+            out = self.forward(input_ids, trace=trace, **kw)
+        return out, trace

@@ -412,6 +412,8 @@ class Transformer(nn.Module):
             x = block(x, mask, rotary, lc, trace, f"blocks.{l}.", is_causal_full)
             if trace is not None and cfg.lm_head and trace.wants(f"blocks.{l}.logit_lens"):
                 trace.record(f"blocks.{l}.logit_lens", self.unembed(x))
+        if trace is not None and cfg.final_norm and trace.wants("final_norm.out"):
+            trace.record("final_norm.out", self.final_norm(x))
         logits = self.unembed(x) if (cfg.lm_head and compute_logits) else None
         if trace is not None and logits is not None:
             trace.record("logits", logits)

@@ -10,6 +10,7 @@ Names (l = layer index, 0-based):
     blocks.l.mlp.out            MLP output, before the residual add                   [B, T, d]
     blocks.l.resid_post         output of block l (Hugging Face hidden_states[l + 1]) [B, T, d]
     blocks.l.logit_lens         final norm + unembedding applied to resid_post        [B, T, vocab]
+    final_norm.out              last block's output after the final norm (GPT-2, LLaMA) [B, T, d]
     logits                      the model's logits                                    [B, T, vocab]
 
 A Trace is created with glob patterns (fnmatch) of the names to keep; the model asks `wants(name)`
@@ -70,5 +71,11 @@ class Trace:
         return self[f"blocks.{layer}.attn.pattern"]
 
     def hidden_states(self) -> list[torch.Tensor]:
-        """Hugging Face's hidden_states: [embed, block 0 output, ..., block L-1 output]."""
-        return [self["embed"]] + [self[f"blocks.{l}.resid_post"] for l in range(self.n_layers)]
+        """Hugging Face's hidden_states: [embed, block 0 output, ..., block L-1 output].
+
+        As in Hugging Face, the last entry is taken after the final norm when the model has one.
+        """
+        hs = [self["embed"]] + [self[f"blocks.{l}.resid_post"] for l in range(self.n_layers)]
+        if "final_norm.out" in self.tensors:
+            hs[-1] = self["final_norm.out"]
+        return hs

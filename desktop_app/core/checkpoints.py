@@ -1,0 +1,521 @@
+"""Model folders in the Hugging Face layout: config.json + *.safetensors (+ index) + tokenizer.json.
+
+Reads GPT2Model/GPT2LMHeadModel, BertModel/BertForMaskedLM and LlamaForCausalLM checkpoints by
+mapping their weight names onto ours; writes the same names back so `transformers` loads what we
+save. Weights are read only through safetensors (never pickle) and memory-mapped where possible.
+Every problem is one ModelLoadError naming the file and what is wrong with it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from .config import ConfigError, ModelConfig
+from .model import Transformer, sinusoidal_table
+from .tokenizer import Tokenizer, TokenizerError
+
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+TOKENIZER = "tokenizer.json"
+NATIVE_KEY = "transformer_explorer"  # our full ModelConfig, kept beside the Hugging Face fields
+
+
+class ModelLoadError(Exception):
+    """A model folder (or one file in it) that cannot be used, and why."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = Path(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+@dataclass
+class LoadedModel:
+    model: Transformer
+    config: ModelConfig
+    tokenizer: Tokenizer | None
+    path: Path | None
+    name: str
+
+
+# -- atomic writes ---------------------------------------------------------------------------
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write a file so that readers see the old content or the new, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
+    """Build a folder in a temporary sibling, then swap it in place of `path`.
+
+    The old folder is renamed aside before the new one moves in, so an interruption leaves
+    either `path` or `path.old` complete; load_model_folder falls back to `path.old`.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        fill(tmp)
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        old = path.with_name(path.name + ".old")
+        if old.exists():
+            shutil.rmtree(old)
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# -- configs ---------------------------------------------------------------------------------
+
+_HF_ACT = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
+           "gelu": "gelu", "relu": "relu", "silu": "swiglu"}
+_TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def config_from_hf(d: dict, path: Path) -> ModelConfig:
+    """ModelConfig from a config.json dictionary (ours or a Hugging Face one)."""
+    def need(key: str):
+        if key not in d:
+            raise ModelLoadError(path, f"missing field {key!r}")
+        return d[key]
+
+    try:
+        if NATIVE_KEY in d:
+            return ModelConfig.from_dict(d[NATIVE_KEY])
+        mt = d.get("model_type")
+        dtype = _TORCH_DTYPES.get(str(d.get("dtype") or d.get("torch_dtype") or "float32"), "float32")
+        if mt == "gpt2":
+            act = _HF_ACT.get(d.get("activation_function", "gelu_new"))
+            if act is None:
+                raise ModelLoadError(path, f"unsupported activation_function {d['activation_function']!r}")
+            n_embd = need("n_embd")
+            return ModelConfig.gpt2(
+                vocab_size=need("vocab_size"), d_model=n_embd, n_layers=need("n_layer"), n_heads=need("n_head"),
+                d_ff=d.get("n_inner") or 4 * n_embd, context_length=need("n_positions"), activation=act,
+                norm_eps=d.get("layer_norm_epsilon", 1e-5), tie_embeddings=d.get("tie_word_embeddings", True),
+                lm_head=_has_lm_head(d, "GPT2Model"), dtype=dtype,
+                bos_token_id=d.get("bos_token_id"), eos_token_id=d.get("eos_token_id"))
+        if mt == "bert":
+            if d.get("position_embedding_type", "absolute") != "absolute":
+                raise ModelLoadError(path, f"unsupported position_embedding_type {d['position_embedding_type']!r}")
+            if d.get("is_decoder"):
+                raise ModelLoadError(path, "BERT as a decoder (is_decoder=true) is not supported")
+            act = _HF_ACT.get(d.get("hidden_act", "gelu"))
+            if act not in ("gelu", "gelu_tanh", "relu"):
+                raise ModelLoadError(path, f"unsupported hidden_act {d.get('hidden_act')!r}")
+            return ModelConfig.bert(
+                vocab_size=need("vocab_size"), d_model=need("hidden_size"), n_layers=need("num_hidden_layers"),
+                n_heads=need("num_attention_heads"), d_ff=need("intermediate_size"),
+                context_length=need("max_position_embeddings"), activation=act,
+                type_vocab_size=d.get("type_vocab_size", 2), norm_eps=d.get("layer_norm_eps", 1e-12),
+                lm_head=_has_lm_head(d, "BertModel"), tie_embeddings=d.get("tie_word_embeddings", True),
+                dtype=dtype, pad_token_id=d.get("pad_token_id"))
+        if mt == "llama":
+            if d.get("hidden_act", "silu") != "silu":
+                raise ModelLoadError(path, f"unsupported hidden_act {d.get('hidden_act')!r}")
+            rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+            if rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
+                raise ModelLoadError(path, f"unsupported rope scaling {rope!r}")
+            hidden, heads = need("hidden_size"), need("num_attention_heads")
+            if d.get("head_dim") not in (None, hidden // heads):
+                raise ModelLoadError(path, "head_dim different from hidden_size / num_attention_heads is not supported")
+            eos = d.get("eos_token_id")
+            return ModelConfig.llama(
+                vocab_size=need("vocab_size"), d_model=hidden, n_layers=need("num_hidden_layers"), n_heads=heads,
+                n_kv_heads=d.get("num_key_value_heads") or heads, d_ff=need("intermediate_size"),
+                context_length=d.get("max_position_embeddings", 2048), norm_eps=d.get("rms_norm_eps", 1e-6),
+                rope_theta=float(rope.get("rope_theta", d.get("rope_theta", 10000.0))),
+                attention_bias=bool(d.get("attention_bias", False)), mlp_bias=bool(d.get("mlp_bias", False)),
+                tie_embeddings=bool(d.get("tie_word_embeddings", False)), dtype=dtype,
+                bos_token_id=d.get("bos_token_id"), eos_token_id=eos[0] if isinstance(eos, list) else eos)
+        if mt is None:
+            raise ModelLoadError(path, "no 'model_type' field: cannot tell which architecture this is")
+        raise ModelLoadError(path, f"unknown model_type {mt!r} (supported: gpt2, bert, llama)")
+    except ConfigError as exc:
+        raise ModelLoadError(path, f"invalid configuration: {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise ModelLoadError(path, f"invalid value: {exc}") from exc
+
+
+def _has_lm_head(d: dict, base_arch: str) -> bool:
+    archs = d.get("architectures") or []
+    return not (archs and all(a == base_arch for a in archs))
+
+
+def config_to_hf(cfg: ModelConfig) -> dict:
+    """A config.json that `transformers` understands, with our full config alongside."""
+    common = {"vocab_size": cfg.vocab_size, "tie_word_embeddings": cfg.tie_embeddings, "dtype": cfg.dtype}
+    if cfg.family == "gpt2":
+        d = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel" if cfg.lm_head else "GPT2Model"],
+             "n_embd": cfg.d_model, "n_layer": cfg.n_layers, "n_head": cfg.n_heads, "n_inner": cfg.d_ff,
+             "n_positions": cfg.context_length, "activation_function": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
+             "layer_norm_epsilon": cfg.norm_eps, "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout,
+             "attn_pdrop": cfg.dropout, "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id}
+    elif cfg.family == "bert":
+        d = {"model_type": "bert", "architectures": ["BertForMaskedLM" if cfg.lm_head else "BertModel"],
+             "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+             "intermediate_size": cfg.d_ff, "max_position_embeddings": cfg.context_length,
+             "hidden_act": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
+             "type_vocab_size": cfg.type_vocab_size, "layer_norm_eps": cfg.norm_eps,
+             "hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.dropout,
+             "pad_token_id": cfg.pad_token_id if cfg.pad_token_id is not None else 0}
+    else:
+        d = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": cfg.d_model,
+             "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+             "num_key_value_heads": cfg.n_kv_heads, "intermediate_size": cfg.d_ff,
+             "max_position_embeddings": cfg.context_length, "rms_norm_eps": cfg.norm_eps,
+             "rope_theta": cfg.rope_theta, "hidden_act": "silu", "attention_bias": cfg.attention_bias,
+             "mlp_bias": cfg.mlp_bias, "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id}
+    return {**common, **d, NATIVE_KEY: cfg.to_dict()}
+
+
+# -- weight names ----------------------------------------------------------------------------
+# Each family maps our state-dict names to Hugging Face's. GPT-2 stores Conv1D weights transposed
+# and q, k, v fused, so its mapping is written as functions in both directions.
+
+
+def _hf_prefix(cfg: ModelConfig) -> str:
+    if cfg.family == "gpt2":
+        return "transformer." if cfg.lm_head else ""
+    if cfg.family == "bert":
+        return "bert." if cfg.lm_head else ""
+    return "model."
+
+
+def to_hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    cfg, sd = model.cfg, model.state_dict()
+    p = _hf_prefix(cfg)
+    out: dict[str, torch.Tensor] = {}
+
+    def put(name: str, t: torch.Tensor) -> None:
+        out[name] = t.detach().contiguous()
+
+    if cfg.family == "gpt2":
+        put(p + "wte.weight", sd["tok_embed.weight"])
+        put(p + "wpe.weight", sd["pos_embed.weight"])
+        for i in range(cfg.n_layers):
+            b, h = f"blocks.{i}.", f"{p}h.{i}."
+            for ours, theirs in (("norm1", "ln_1"), ("norm2", "ln_2")):
+                put(h + theirs + ".weight", sd[b + ours + ".weight"])
+                put(h + theirs + ".bias", sd[b + ours + ".bias"])
+            put(h + "attn.c_attn.weight", torch.cat([sd[b + f"attn.{x}.weight"] for x in "qkv"], 0).T)
+            put(h + "attn.c_attn.bias", torch.cat([sd[b + f"attn.{x}.bias"] for x in "qkv"], 0))
+            put(h + "attn.c_proj.weight", sd[b + "attn.o.weight"].T)
+            put(h + "attn.c_proj.bias", sd[b + "attn.o.bias"])
+            put(h + "mlp.c_fc.weight", sd[b + "mlp.up.weight"].T)
+            put(h + "mlp.c_fc.bias", sd[b + "mlp.up.bias"])
+            put(h + "mlp.c_proj.weight", sd[b + "mlp.down.weight"].T)
+            put(h + "mlp.c_proj.bias", sd[b + "mlp.down.bias"])
+        put(p + "ln_f.weight", sd["final_norm.weight"])
+        put(p + "ln_f.bias", sd["final_norm.bias"])
+        if cfg.lm_head and not cfg.tie_embeddings:
+            put("lm_head.weight", sd["lm_head.weight"])
+        return out
+    for ours, theirs in _simple_names(cfg).items():
+        if ours in sd:
+            put(theirs, sd[ours])
+    return out
+
+
+def _simple_names(cfg: ModelConfig) -> dict[str, str]:
+    """ours -> theirs for the families whose tensors map one to one (BERT, LLaMA)."""
+    p = _hf_prefix(cfg)
+    m: dict[str, str] = {}
+    if cfg.family == "bert":
+        e = p + "embeddings."
+        m.update({"tok_embed.weight": e + "word_embeddings.weight", "pos_embed.weight": e + "position_embeddings.weight",
+                  "type_embed.weight": e + "token_type_embeddings.weight",
+                  "embed_norm.weight": e + "LayerNorm.weight", "embed_norm.bias": e + "LayerNorm.bias"})
+        for i in range(cfg.n_layers):
+            b, h = f"blocks.{i}.", f"{p}encoder.layer.{i}."
+            for ours, theirs in (("attn.q", "attention.self.query"), ("attn.k", "attention.self.key"),
+                                 ("attn.v", "attention.self.value"), ("attn.o", "attention.output.dense"),
+                                 ("norm1", "attention.output.LayerNorm"), ("mlp.up", "intermediate.dense"),
+                                 ("mlp.down", "output.dense"), ("norm2", "output.LayerNorm")):
+                m[b + ours + ".weight"] = h + theirs + ".weight"
+                m[b + ours + ".bias"] = h + theirs + ".bias"
+        if cfg.lm_head:
+            c = "cls.predictions."
+            m.update({"mlm_dense.weight": c + "transform.dense.weight", "mlm_dense.bias": c + "transform.dense.bias",
+                      "mlm_norm.weight": c + "transform.LayerNorm.weight", "mlm_norm.bias": c + "transform.LayerNorm.bias",
+                      "lm_bias": c + "bias"})
+            if not cfg.tie_embeddings:
+                m["lm_head.weight"] = c + "decoder.weight"
+        return m
+    # llama
+    m["tok_embed.weight"] = p + "embed_tokens.weight"
+    for i in range(cfg.n_layers):
+        b, h = f"blocks.{i}.", f"{p}layers.{i}."
+        for ours, theirs in (("attn.q", "self_attn.q_proj"), ("attn.k", "self_attn.k_proj"),
+                             ("attn.v", "self_attn.v_proj"), ("attn.o", "self_attn.o_proj"),
+                             ("mlp.gate", "mlp.gate_proj"), ("mlp.up", "mlp.up_proj"), ("mlp.down", "mlp.down_proj")):
+            m[b + ours + ".weight"] = h + theirs + ".weight"
+            m[b + ours + ".bias"] = h + theirs + ".bias"
+        m[b + "norm1.weight"] = h + "input_layernorm.weight"
+        m[b + "norm2.weight"] = h + "post_attention_layernorm.weight"
+    m["final_norm.weight"] = p + "norm.weight"
+    if cfg.lm_head and not cfg.tie_embeddings:
+        m["lm_head.weight"] = "lm_head.weight"
+    return m
+
+
+def _from_hf(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: set[str],
+             file_of: Callable[[str], Path]) -> dict[str, torch.Tensor]:
+    """Our state dict from a reader of Hugging Face tensors (names = what the files hold)."""
+    prefix = _detect_prefix(cfg, names)
+
+    def take(name: str) -> torch.Tensor:
+        full = prefix + name
+        if full not in names:
+            raise ModelLoadError(file_of(full), f"missing tensor {full!r}")
+        return get(full)
+
+    sd: dict[str, torch.Tensor] = {}
+    if cfg.family == "gpt2":
+        d = cfg.d_model
+        sd["tok_embed.weight"] = take("wte.weight")
+        sd["pos_embed.weight"] = take("wpe.weight")
+        for i in range(cfg.n_layers):
+            b, h = f"blocks.{i}.", f"h.{i}."
+            for ours, theirs in (("norm1", "ln_1"), ("norm2", "ln_2")):
+                sd[b + ours + ".weight"] = take(h + theirs + ".weight")
+                sd[b + ours + ".bias"] = take(h + theirs + ".bias")
+            w, bias = take(h + "attn.c_attn.weight"), take(h + "attn.c_attn.bias")
+            _check_shape(file_of(prefix + h + "attn.c_attn.weight"), prefix + h + "attn.c_attn.weight", w, (d, 3 * d))
+            for j, x in enumerate("qkv"):
+                sd[b + f"attn.{x}.weight"] = w[:, j * d:(j + 1) * d].T
+                sd[b + f"attn.{x}.bias"] = bias[j * d:(j + 1) * d]
+            sd[b + "attn.o.weight"] = take(h + "attn.c_proj.weight").T
+            sd[b + "attn.o.bias"] = take(h + "attn.c_proj.bias")
+            sd[b + "mlp.up.weight"] = take(h + "mlp.c_fc.weight").T
+            sd[b + "mlp.up.bias"] = take(h + "mlp.c_fc.bias")
+            sd[b + "mlp.down.weight"] = take(h + "mlp.c_proj.weight").T
+            sd[b + "mlp.down.bias"] = take(h + "mlp.c_proj.bias")
+        sd["final_norm.weight"] = take("ln_f.weight")
+        sd["final_norm.bias"] = take("ln_f.bias")
+        if cfg.lm_head and not cfg.tie_embeddings:
+            prefix = ""
+            sd["lm_head.weight"] = take("lm_head.weight")
+        return sd
+    full_prefix = _hf_prefix(cfg)
+    for ours, theirs in _simple_names(cfg).items():
+        local = theirs[len(full_prefix):] if theirs.startswith(full_prefix) else theirs
+        candidate = (prefix + local) if theirs.startswith(full_prefix) else theirs
+        if candidate not in names:
+            alt = candidate.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+            if alt in names:
+                candidate = alt
+            elif ours.endswith(".bias") and not _bias_expected(cfg, ours):
+                continue
+            elif ours == "lm_head.weight" and cfg.family == "bert":
+                continue
+            else:
+                raise ModelLoadError(file_of(candidate), f"missing tensor {candidate!r}")
+        sd[ours] = get(candidate)
+    return sd
+
+
+def _bias_expected(cfg: ModelConfig, ours: str) -> bool:
+    if cfg.family == "llama":
+        return cfg.attention_bias if ".attn." in ours else cfg.mlp_bias
+    return True
+
+
+def _detect_prefix(cfg: ModelConfig, names: set[str]) -> str:
+    """GPT2Model vs GPT2LMHeadModel (and BertModel vs BertForMaskedLM) differ only by a prefix."""
+    probe = {"gpt2": "wte.weight", "bert": "embeddings.word_embeddings.weight", "llama": "embed_tokens.weight"}[cfg.family]
+    for prefix in ("", "transformer.", "bert.", "model."):
+        if prefix + probe in names:
+            return prefix
+    return _hf_prefix(cfg)
+
+
+def _check_shape(path: Path, name: str, t: torch.Tensor, expected: tuple[int, ...]) -> None:
+    if tuple(t.shape) != tuple(expected):
+        raise ModelLoadError(path, f"tensor {name!r} has shape {list(t.shape)} but the config implies {list(expected)}")
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def read_config(folder: Path) -> ModelConfig:
+    path = folder / CONFIG
+    if not path.is_file():
+        raise ModelLoadError(folder, f"not a model folder: no {CONFIG}")
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ModelLoadError(path, f"not UTF-8 text ({exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(path, f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+    if not isinstance(d, dict):
+        raise ModelLoadError(path, "malformed config: expected a JSON object")
+    return config_from_hf(d, path)
+
+
+def _weight_files(folder: Path) -> dict[str, Path]:
+    """tensor name -> file holding it, from model.safetensors or the sharded index."""
+    single, index = folder / WEIGHTS, folder / INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            raise ModelLoadError(index, f"malformed index ({exc})") from exc
+        files = {}
+        for name, fname in weight_map.items():
+            f = folder / fname
+            if not f.is_file():
+                raise ModelLoadError(f, f"shard listed in {INDEX} is missing")
+            files[name] = f
+        return files
+    if single.is_file():
+        return {name: single for name in _safetensors_names(single)}
+    others = sorted(p.name for p in folder.glob("*.safetensors"))
+    if len(others) == 1:
+        f = folder / others[0]
+        return {name: f for name in _safetensors_names(f)}
+    if any((folder / n).exists() for n in ("pytorch_model.bin", "model.pt", "model.ckpt")):
+        raise ModelLoadError(folder, f"only pickle weights found (e.g. pytorch_model.bin); this app loads "
+                                     f"{WEIGHTS} only and never unpickles. Convert the checkpoint to safetensors.")
+    raise ModelLoadError(folder, f"no weights: expected {WEIGHTS} or {INDEX}")
+
+
+def _safetensors_names(f: Path) -> list[str]:
+    try:
+        with safe_open(str(f), framework="pt") as st:
+            return list(st.keys())
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ModelLoadError(f, f"corrupt or truncated safetensors file ({exc})") from exc
+
+
+def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
+                      dtype: str | torch.dtype | None = None) -> LoadedModel:
+    """Load a model folder; raises ModelLoadError naming the file and the problem."""
+    from .devices import resolve_dtype
+
+    folder = Path(path)
+    if not folder.exists() and folder.with_name(folder.name + ".old").is_dir():
+        folder = folder.with_name(folder.name + ".old")  # an interrupted atomic_write_dir
+    if not folder.exists():
+        raise ModelLoadError(folder, "no such folder")
+    if not folder.is_dir():
+        raise ModelLoadError(folder, "not a folder (open the folder that holds config.json)")
+    cfg = read_config(folder)
+    files = _weight_files(folder)
+    handles: dict[Path, object] = {}
+
+    def get(name: str) -> torch.Tensor:
+        f = files[name]
+        try:
+            if f not in handles:
+                handles[f] = safe_open(str(f), framework="pt")
+            return handles[f].get_tensor(name)
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise ModelLoadError(f, f"cannot read tensor {name!r}: corrupt or truncated ({exc})") from exc
+
+    sd = _from_hf(cfg, get, set(files), lambda n: files.get(n, folder / WEIGHTS))
+    target_dtype = resolve_dtype(dtype) if dtype is not None else resolve_dtype(cfg.dtype)
+    if dtype is not None:
+        cfg = cfg.replace(dtype={v: k for k, v in _dtype_names().items()}[target_dtype])
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    expected = {k: v for k, v in model.state_dict().items()}
+    for name, t in sd.items():
+        want = expected.get(name)
+        if want is None:
+            continue
+        if tuple(t.shape) != tuple(want.shape):
+            hf = _hf_name_for(cfg, name)
+            raise ModelLoadError(files.get(hf, folder / WEIGHTS),
+                                 f"tensor {hf!r} has shape {list(t.shape)} but the config implies {list(want.shape)}")
+    if cfg.lm_head and cfg.tie_embeddings:
+        sd.pop("lm_head.weight", None)
+    missing = set(expected) - set(sd) - ({"lm_head.weight"} if cfg.lm_head and cfg.tie_embeddings else set())
+    if missing:
+        raise ModelLoadError(folder / WEIGHTS, f"missing tensors for: {', '.join(sorted(missing)[:5])}")
+    sd = {k: v.to(device=device, dtype=target_dtype) for k, v in sd.items()}
+    model.load_state_dict(sd, strict=False, assign=True)
+    if cfg.lm_head and cfg.tie_embeddings:
+        model.lm_head.weight = model.tok_embed.weight
+    if cfg.positions == "sinusoidal":
+        model.pos_table = sinusoidal_table(cfg.context_length, cfg.d_model).to(device)
+    model.eval()
+
+    tokenizer = None
+    tok_path = folder / TOKENIZER
+    if tok_path.is_file():
+        try:
+            tokenizer = Tokenizer.from_file(tok_path)
+        except TokenizerError as exc:
+            raise ModelLoadError(tok_path, f"broken tokenizer: {exc.args[0].split(': ', 1)[-1]}") from exc
+    return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=Path(path), name=Path(path).name)
+
+
+def _dtype_names() -> dict[str, torch.dtype]:
+    from .devices import DTYPES
+    return DTYPES
+
+
+def _hf_name_for(cfg: ModelConfig, ours: str) -> str:
+    if cfg.family == "gpt2":
+        return ours
+    return _simple_names(cfg).get(ours, ours)
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def save_model_folder(model: Transformer, path: str | Path, tokenizer: Tokenizer | None = None,
+                      extra_files: dict[str, bytes] | None = None) -> None:
+    """Write config.json + model.safetensors (+ tokenizer.json, + extra files) atomically."""
+    cfg = model.cfg
+
+    def fill(tmp: Path) -> None:
+        cfg_dict = config_to_hf(cfg.replace(dtype={v: k for k, v in _dtype_names().items()}.get(model.dtype, "float32")))
+        (tmp / CONFIG).write_text(json.dumps(cfg_dict, indent=2), encoding="utf-8")
+        tensors = {k: v.to("cpu") for k, v in to_hf_state_dict(model).items()}
+        save_file(tensors, str(tmp / WEIGHTS), metadata={"format": "pt"})
+        if tokenizer is not None:
+            (tmp / TOKENIZER).write_text(tokenizer.to_str(), encoding="utf-8")
+        for name, data in (extra_files or {}).items():
+            (tmp / name).write_bytes(data)
+
+    atomic_write_dir(Path(path), fill)
+
+
+def new_model(cfg: ModelConfig, seed: int | None = None) -> Transformer:
+    if seed is not None:
+        torch.manual_seed(seed)
+    return Transformer(cfg).to(dtype=_dtype_names()[cfg.dtype])

@@ -1,0 +1,42 @@
+"""How long core functions report progress and learn they should stop, without knowing about Qt.
+
+A long core function takes `job: JobControl | None = None`, calls `job.progress(done, total, msg)`
+as it goes and `job.check()` at safe points; check() raises Cancelled once cancel() was called.
+The UI's workers wire progress to a signal and Cancel to cancel(); the CLI prints or ignores it.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+
+class Cancelled(Exception):
+    """The user asked the job to stop."""
+
+
+class JobControl:
+    def __init__(self, on_progress: Callable[[int, int, str], None] | None = None) -> None:
+        self._cancel = threading.Event()
+        self._on_progress = on_progress
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def check(self) -> None:
+        if self._cancel.is_set():
+            raise Cancelled()
+
+    def progress(self, done: int, total: int, message: str = "") -> None:
+        if self._on_progress is not None:
+            self._on_progress(done, total, message)
+        self.check()
+
+
+def report(job: JobControl | None, done: int, total: int, message: str = "") -> None:
+    """progress() that accepts job=None, so core code needs no if around every call."""
+    if job is not None:
+        job.progress(done, total, message)

@@ -1,0 +1,26 @@
+"""`python -m desktop_app bench NAME [args]`: benchmarks that print ratios against a reference.
+
+Each benchmark is desktop_app/benchmarks/<name>.py with `main(argv) -> dict`; the dict is
+printed as one JSON line (keys name, ours_s, reference_s, speedup or ratio, ...).
+"""
+from __future__ import annotations
+
+import argparse
+
+BENCHMARKS = ("load", "generation", "lipschitz", "training", "render", "startup")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(BENCHMARKS))
+    p.add_argument("name", choices=BENCHMARKS)
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of that benchmark")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import importlib
+    import json
+
+    module = importlib.import_module(f"desktop_app.benchmarks.{args.name}")
+    print(json.dumps(module.main(args.rest)))
+    return 0

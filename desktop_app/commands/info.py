@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import json
+
+
+def model_info(loaded) -> dict:
+    cfg = loaded.config
+    return {"family": cfg.family, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "d_model": cfg.d_model,
+            "vocab_size": cfg.vocab_size, "context_length": cfg.context_length,
+            "parameters": loaded.model.num_parameters()}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("info", help="print a model folder's architecture as JSON")
+    p.add_argument("model_dir")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..core.checkpoints import load_model_folder
+    print(json.dumps(model_info(load_model_folder(args.model_dir))))
+    return 0

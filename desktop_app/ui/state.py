@@ -1,0 +1,138 @@
+"""AppState: the single source of truth shared by every panel (napari-style: views subscribe).
+
+Holds the current model (a core LoadedModel), the device, the current text and its token ids, and
+the last Trace of that text. Panels read these attributes and connect to the signals; they never
+keep their own copy of the model. Model work is done by workers, never on the UI thread.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from ..core.checkpoints import LoadedModel
+from ..core.trace import Trace
+from .workers import run_job
+
+
+def _load(path: str, device: str, dtype: str | None) -> LoadedModel:
+    from ..core.checkpoints import load_model_folder
+    return load_model_folder(path, device=device, dtype=dtype)
+
+
+def _tokenize_and_trace(loaded: LoadedModel, text: str, ids: list[int] | None) -> tuple[list[int], Trace | None]:
+    import torch
+
+    if ids is None:
+        ids = loaded.tokenizer.encode(text) if loaded.tokenizer is not None else _parse_ids(text)
+    ids = ids[: loaded.config.context_length]
+    if not ids:
+        return ids, None
+    names = ["*"]
+    if loaded.config.vocab_size * len(ids) * loaded.config.n_layers > 50_000_000:
+        names = ["embed", "final_norm.out", "logits", "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out"]
+    _, trace = loaded.model.run_with_trace(torch.tensor(ids, device=loaded.model.device)[None], names=names)
+    return ids, trace
+
+
+def _parse_ids(text: str) -> list[int]:
+    """Without a tokenizer the text box takes token ids: '1, 2, 3' or '1 2 3'."""
+    parts = text.replace(",", " ").split()
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        raise ValueError("this model has no tokenizer.json: type token ids separated by spaces or commas") from None
+
+
+class AppState(QObject):
+    model_changed = Signal(object)  # LoadedModel
+    model_load_failed = Signal(str)  # message naming the file and the problem
+    device_changed = Signal(str)
+    text_changed = Signal(str)
+    tokens_changed = Signal(list)  # token ids of the current text
+    trace_changed = Signal(object)  # Trace of the current text (or a generation step)
+    busy_changed = Signal(bool, str)
+    error = Signal(str)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.loaded: LoadedModel | None = None
+        self.device = "cpu"
+        self.dtype: str | None = None
+        self.text = ""
+        self.token_ids: list[int] = []
+        self.trace: Trace | None = None
+        self._trace_job = None
+        self._pending_text: tuple[str, list[int] | None] | None = None
+
+    # -- model -----------------------------------------------------------------------------
+    def open_model(self, path: str | Path) -> None:
+        """Load a model folder in a worker; on failure the previous model stays."""
+        self.busy_changed.emit(True, f"Loading {path}…")
+
+        def done(loaded: LoadedModel) -> None:
+            self.busy_changed.emit(False, "")
+            self.set_model(loaded)
+
+        def failed(exc: BaseException, tb: str) -> None:
+            self.busy_changed.emit(False, "")
+            self.model_load_failed.emit(str(exc))
+
+        return run_job(_load, str(path), self.device, self.dtype, on_result=done, on_error=failed)
+
+    def set_model(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+        self.model_changed.emit(loaded)
+        self.set_text(self.text)
+
+    def set_device(self, device: str) -> None:
+        if device == self.device:
+            return
+        self.device = device
+        if self.loaded is not None:
+            self.loaded.model.to(device)
+        self.device_changed.emit(device)
+        self.set_text(self.text)
+
+    # -- text ------------------------------------------------------------------------------
+    def set_text(self, text: str, ids: list[int] | None = None) -> None:
+        """Tokenize and trace `text` (or the given ids) with the current model, in a worker."""
+        self.text = text
+        self.text_changed.emit(text)
+        if self.loaded is None:
+            return
+        if self._trace_job is not None and not self._trace_job.done:
+            self._pending_text = (text, ids)  # coalesce fast typing: run the latest text next
+            return
+        loaded = self.loaded
+
+        def done(result) -> None:
+            self._trace_job = None
+            if loaded is self.loaded:
+                self.token_ids, self.trace = result
+                self.tokens_changed.emit(self.token_ids)
+                self.trace_changed.emit(self.trace)
+            if self._pending_text is not None:
+                pending, self._pending_text = self._pending_text, None
+                self.set_text(*pending)
+
+        def failed(exc: BaseException, tb: str) -> None:
+            self._trace_job = None
+            self.error.emit(str(exc))
+            if self._pending_text is not None:
+                pending, self._pending_text = self._pending_text, None
+                self.set_text(*pending)
+
+        self._trace_job = run_job(_tokenize_and_trace, loaded, text, ids, on_result=done, on_error=failed)
+
+    def show_trace(self, trace: Trace, token_ids: list[int]) -> None:
+        """Hand a trace made elsewhere (e.g. a generation step) to every inspecting panel."""
+        self.token_ids, self.trace = list(token_ids), trace
+        self.tokens_changed.emit(self.token_ids)
+        self.trace_changed.emit(trace)
+
+    def token_strings(self, ids: list[int] | None = None) -> list[str]:
+        ids = self.token_ids if ids is None else ids
+        if self.loaded is not None and self.loaded.tokenizer is not None:
+            return self.loaded.tokenizer.token_strings(ids)
+        return [str(i) for i in ids]

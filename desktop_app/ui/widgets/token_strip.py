@@ -1,0 +1,220 @@
+"""TokenStrip: tokens as coloured chips (text + id) that wrap like text, one selectable.
+
+Painted in one paintEvent (no widget per token), so thousands of tokens stay fluid.
+API kept small because several panels use it:
+    strip.set_tokens(strings, ids, values=None)   # values colour the chips (e.g. probability)
+    strip.token_selected  -> Signal(int)           # index of the clicked chip
+    strip.set_selected(index | None), strip.selected_index
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from PySide6.QtCore import QPoint, QRect, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
+from PySide6.QtWidgets import QScrollArea, QSizePolicy, QToolTip, QVBoxLayout, QWidget
+
+
+def value_colour(value: float, vmin: float, vmax: float) -> QColor:
+    """Light (low) to saturated blue (high); NaN is grey."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return QColor(225, 225, 225)
+    t = 0.0 if vmax <= vmin else min(1.0, max(0.0, (value - vmin) / (vmax - vmin)))
+    lo, hi = (247, 251, 255), (33, 113, 181)
+    return QColor(*(int(round(a + (b - a) * t)) for a, b in zip(lo, hi)))
+
+
+def _visible(s: str) -> str:
+    """Show whitespace so chips of spaces and newlines are not invisible."""
+    return s.replace("\n", "\u21b5").replace("\t", "\u2192").replace(" ", "\u00b7") or "\u2205"
+
+
+class _StripCanvas(QWidget):
+    clicked = Signal(int)
+
+    PAD_X, PAD_Y, GAP, LINE_GAP = 4, 2, 3, 4
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.strings: list[str] = []
+        self.ids: list[int] = []
+        self.values: list[float] | None = None
+        self.vmin, self.vmax = 0.0, 1.0
+        self.selected: int | None = None
+        self.show_ids = True
+        self._rects: list[QRect] = []
+        self._layout_width = -1
+        self.setMouseTracking(True)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        f = QFont(self.font())
+        f.setStyleHint(QFont.StyleHint.Monospace)
+        self._id_font = QFont(f)
+        self._id_font.setPointSizeF(max(6.0, f.pointSizeF() * 0.7))
+
+    # -- layout ----------------------------------------------------------------------------
+    def _chip_size(self, i: int, fm: QFontMetrics, fm_id: QFontMetrics) -> QSize:
+        w = fm.horizontalAdvance(_visible(self.strings[i]))
+        h = fm.height()
+        if self.show_ids:
+            w = max(w, fm_id.horizontalAdvance(str(self.ids[i])))
+            h += fm_id.height()
+        return QSize(w + 2 * self.PAD_X, h + 2 * self.PAD_Y)
+
+    def _relayout(self, width: int) -> int:
+        fm, fm_id = QFontMetrics(self.font()), QFontMetrics(self._id_font)
+        x = y = 0
+        line_h = 0
+        self._rects = []
+        width = max(width, 40)
+        for i in range(len(self.strings)):
+            s = self._chip_size(i, fm, fm_id)
+            if x > 0 and x + s.width() > width:
+                x, y = 0, y + line_h + self.LINE_GAP
+                line_h = 0
+            self._rects.append(QRect(x, y, s.width(), s.height()))
+            x += s.width() + self.GAP
+            line_h = max(line_h, s.height())
+        self._layout_width = width
+        return y + line_h
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        return self._relayout(width) + 2
+
+    def sizeHint(self) -> QSize:
+        return QSize(400, max(24, self.heightForWidth(self.width() or 400)))
+
+    def relayout(self) -> None:
+        h = self._relayout(self.width())
+        self.setMinimumHeight(h + 2)
+        self.updateGeometry()
+        self.update()
+
+    def resizeEvent(self, event) -> None:
+        if event.size().width() != self._layout_width:
+            self.relayout()
+        super().resizeEvent(event)
+
+    # -- painting --------------------------------------------------------------------------
+    def paintEvent(self, event) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        fm = QFontMetrics(self.font())
+        exposed = event.rect()
+        for i, r in enumerate(self._rects):
+            if not r.intersects(exposed):
+                continue
+            v = None if self.values is None else self.values[i]
+            bg = value_colour(v, self.vmin, self.vmax) if self.values is not None else QColor(240, 240, 240)
+            p.setBrush(bg)
+            sel = i == self.selected
+            p.setPen(QPen(QColor(220, 60, 20), 2) if sel else QPen(QColor(180, 180, 180), 1))
+            p.drawRoundedRect(QRectF(r).adjusted(0.5, 0.5, -0.5, -0.5), 3, 3)
+            dark = bg.lightness() < 150
+            p.setPen(QColor(255, 255, 255) if dark else QColor(20, 20, 20))
+            p.setFont(self.font())
+            p.drawText(QRect(r.x(), r.y() + self.PAD_Y, r.width(), fm.height()),
+                       Qt.AlignmentFlag.AlignHCenter, _visible(self.strings[i]))
+            if self.show_ids:
+                p.setFont(self._id_font)
+                p.setPen(QColor(230, 230, 230) if dark else QColor(110, 110, 110))
+                p.drawText(QRect(r.x(), r.y() + self.PAD_Y + fm.height(), r.width(), r.height() - fm.height()),
+                           Qt.AlignmentFlag.AlignHCenter, str(self.ids[i]))
+        p.end()
+
+    # -- interaction -----------------------------------------------------------------------
+    def index_at(self, pos: QPoint) -> int | None:
+        for i, r in enumerate(self._rects):
+            if r.contains(pos):
+                return i
+        return None
+
+    def chip_rect(self, index: int) -> QRect:
+        return self._rects[index]
+
+    def mousePressEvent(self, event) -> None:
+        i = self.index_at(event.position().toPoint())
+        if i is not None:
+            self.clicked.emit(i)
+        super().mousePressEvent(event)
+
+    def mouseMoveEvent(self, event) -> None:
+        i = self.index_at(event.position().toPoint())
+        if i is not None:
+            tip = f"#{i}  id {self.ids[i]}  {self.strings[i]!r}"
+            if self.values is not None and self.values[i] is not None:
+                tip += f"  value {self.values[i]:.4g}"
+            QToolTip.showText(event.globalPosition().toPoint(), tip, self)
+        super().mouseMoveEvent(event)
+
+
+class TokenStrip(QWidget):
+    """Scrollable strip of token chips; emits token_selected(index) when one is clicked."""
+
+    token_selected = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None, show_ids: bool = True) -> None:
+        super().__init__(parent)
+        self._canvas = _StripCanvas()
+        self._canvas.show_ids = show_ids
+        self._canvas.clicked.connect(self._on_clicked)
+        self._scroll = QScrollArea()
+        self._scroll.setWidgetResizable(True)
+        self._scroll.setWidget(self._canvas)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self._scroll)
+
+    def set_tokens(self, strings: Sequence[str], ids: Sequence[int], values: Sequence[float] | None = None,
+                   vmin: float | None = None, vmax: float | None = None) -> None:
+        """Show tokens; `values` (same length) colour the chips, scaled to [vmin, vmax]
+        (default: 0..1 when all values lie there, e.g. probabilities, else their min..max)."""
+        strings, ids = list(strings), [int(i) for i in ids]
+        if len(strings) != len(ids):
+            raise ValueError(f"token strip: {len(strings)} strings but {len(ids)} ids")
+        c = self._canvas
+        c.strings, c.ids = strings, ids
+        if values is not None:
+            values = [float("nan") if v is None else float(v) for v in values]
+            if len(values) != len(ids):
+                raise ValueError(f"token strip: {len(values)} values for {len(ids)} tokens")
+            finite = [v for v in values if not math.isnan(v)]
+            lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
+            if lo >= 0.0 and hi <= 1.0:
+                lo, hi = 0.0, 1.0
+            c.vmin = lo if vmin is None else vmin
+            c.vmax = hi if vmax is None else vmax
+        c.values = values
+        if c.selected is not None and c.selected >= len(ids):
+            c.selected = None
+        c.relayout()
+
+    def set_selected(self, index: int | None) -> None:
+        """Highlight a chip without emitting token_selected (programmatic selection)."""
+        c = self._canvas
+        c.selected = index if index is not None and 0 <= index < len(c.ids) else None
+        if c.selected is not None:
+            self._scroll.ensureVisible(c.chip_rect(c.selected).center().x(), c.chip_rect(c.selected).center().y())
+        c.update()
+
+    @property
+    def selected_index(self) -> int | None:
+        return self._canvas.selected
+
+    def count(self) -> int:
+        return len(self._canvas.ids)
+
+    def chip_center(self, index: int) -> QPoint:
+        """Centre of a chip in the canvas' coordinates (for tests and tooltips)."""
+        return self._canvas.chip_rect(index).center()
+
+    @property
+    def canvas(self) -> QWidget:
+        return self._canvas
+
+    def _on_clicked(self, index: int) -> None:
+        self.set_selected(index)
+        self.token_selected.emit(index)

@@ -445,6 +445,7 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
             raise ModelLoadError(f, f"cannot read tensor {name!r}: corrupt or truncated ({exc})") from exc
 
+    _check_shapes(cfg, files, folder)
     sd = _from_hf(cfg, get, set(files), lambda n: files.get(n, folder / WEIGHTS))
     target_dtype = resolve_dtype(dtype) if dtype is not None else resolve_dtype(cfg.dtype)
     if dtype is not None:
@@ -481,6 +482,28 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         except TokenizerError as exc:
             raise ModelLoadError(tok_path, f"broken tokenizer: {exc.args[0].split(': ', 1)[-1]}") from exc
     return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=Path(path), name=Path(path).name)
+
+
+def _check_shapes(cfg: ModelConfig, files: dict[str, Path], folder: Path) -> None:
+    """Compare every tensor's stored shape (header only, no data read) with what the config implies."""
+    with torch.device("meta"):
+        expected = to_hf_state_dict(Transformer(cfg))
+    ours_prefix = _hf_prefix(cfg)
+    theirs_prefix = _detect_prefix(cfg, set(files))
+    by_file: dict[Path, list[tuple[str, list[int]]]] = {}
+    for name, want in expected.items():
+        stored = theirs_prefix + name[len(ours_prefix):] if name.startswith(ours_prefix) else name
+        if stored in files:  # missing tensors are reported by _from_hf with their name
+            by_file.setdefault(files[stored], []).append((stored, list(want.shape)))
+    for f, wanted in by_file.items():
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                shapes = [(stored, list(st.get_slice(stored).get_shape()), want) for stored, want in wanted]
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise ModelLoadError(f, f"corrupt or truncated safetensors file ({exc})") from exc
+        for stored, shape, want in shapes:
+            if shape != want:
+                raise ModelLoadError(f, f"tensor {stored!r} has shape {shape} but the config implies {want}")
 
 
 def _dtype_names() -> dict[str, torch.dtype]:

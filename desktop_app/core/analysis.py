@@ -1,0 +1,245 @@
+"""What the attention and layers inspectors show, computed from a Trace (no Qt).
+
+Every function reads one sequence of a Trace (batch index `batch`, no padding) and returns numpy
+arrays. Attention patterns are [heads, T_q, T_k]; when a trace comes from a cached generation step
+T_q may be smaller than T_k, and query i then sits at absolute position T_k - T_q + i.
+
+Definitions (natural logarithms, distances in tokens):
+    mean over heads      Abar = (1/H) sum_h P_h
+    rollout              R_l = Ahat_l ... Ahat_0 with Ahat = row-normalised (Abar + I)  (Abnar & Zuidema 2020)
+    entropy              H_i = -sum_j P_ij log P_ij, averaged over queries i
+    mean distance        D_i = sum_j P_ij |pos(i) - j|, averaged over queries i (ViT head analysis)
+    first-token          P_i0, averaged over queries i
+    residual norm        ||x_t||_2 of the residual stream at each depth (embed, after block 0, ...)
+    logit lens           softmax(unembed(resid_post_l))_t: top token and its probability
+    PCA                  principal axes of all depths' token vectors pooled together, so depths share axes
+    cosine similarity    C_ij = <x_i, x_j> / (|x_i| |x_j|) at one depth; its mean over i != j measures
+                         how tokens cluster with depth (Geshkovski et al. 2023)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .trace import Trace
+
+
+def _seq(t: torch.Tensor, batch: int) -> np.ndarray:
+    return t[batch].detach().float().cpu().numpy()
+
+
+def _need(trace: Trace, name: str, why: str) -> torch.Tensor:
+    if name not in trace:
+        raise ValueError(f"the trace has no {name!r}, needed for {why}; record it with names=('*',)")
+    return trace[name]
+
+
+def n_layers(trace: Trace) -> int:
+    return trace.n_layers
+
+
+# -- attention -------------------------------------------------------------------------------
+
+
+def attention_pattern(trace: Trace, layer: int, batch: int = 0) -> np.ndarray:
+    """[H, T_q, T_k] float32 attention probabilities of one layer."""
+    return _seq(_need(trace, f"blocks.{layer}.attn.pattern", "attention views"), batch)
+
+
+def attention_patterns(trace: Trace, batch: int = 0) -> list[np.ndarray]:
+    return [attention_pattern(trace, l, batch) for l in range(trace.n_layers)]
+
+
+def query_positions(t_q: int, t_k: int) -> np.ndarray:
+    """Absolute position of each query (the last t_q of t_k positions)."""
+    return np.arange(t_k - t_q, t_k)
+
+
+def allowed_mask(t_q: int, t_k: int, causal: bool) -> np.ndarray:
+    """[T_q, T_k] boolean, True where a query may attend a key (False = masked by causality)."""
+    if not causal:
+        return np.ones((t_q, t_k), dtype=bool)
+    return np.arange(t_k)[None, :] <= query_positions(t_q, t_k)[:, None]
+
+
+def mean_over_heads(trace: Trace, layer: int, batch: int = 0) -> np.ndarray:
+    """[T_q, T_k] attention averaged over heads."""
+    return attention_pattern(trace, layer, batch).astype(np.float64).mean(axis=0)
+
+
+def attention_rollout(trace: Trace, batch: int = 0) -> np.ndarray:
+    """[L, T, T]: entry l is the rollout through layers 0..l.
+
+    Each layer's attention is averaged over heads, the residual identity is added and rows are
+    renormalised (Ahat = (Abar + I) / row sums), and layers are multiplied back: R_l = Ahat_l R_{l-1}.
+    Row t of R_l says how much each input token flows into token t after block l. Needs square
+    patterns (a full forward pass, not a cached step).
+    """
+    out = []
+    rollout = None
+    for l in range(trace.n_layers):
+        a = mean_over_heads(trace, l, batch)
+        if a.shape[0] != a.shape[1]:
+            raise ValueError("attention rollout needs the full sequence's attention (T_q == T_k), "
+                             f"got {a.shape[0]} queries for {a.shape[1]} keys")
+        a = a + np.eye(a.shape[0])
+        a = a / a.sum(axis=-1, keepdims=True)
+        rollout = a if rollout is None else a @ rollout
+        out.append(rollout)
+    return np.stack(out) if out else np.zeros((0, 0, 0))
+
+
+@dataclass
+class HeadStats:
+    """Per-head statistics, each [layers, heads], averaged over queries."""
+    entropy: np.ndarray  # nats
+    mean_distance: np.ndarray  # tokens
+    first_token: np.ndarray  # attention weight on the first token
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return {"entropy": self.entropy, "mean_distance": self.mean_distance, "first_token": self.first_token}
+
+
+STAT_NAMES = {"entropy": "attention entropy (nats)", "mean_distance": "mean attention distance (tokens)",
+              "first_token": "attention to the first token"}
+
+
+def head_stats(trace: Trace, batch: int = 0) -> HeadStats:
+    ent, dist, first = [], [], []
+    for l in range(trace.n_layers):
+        p = attention_pattern(trace, l, batch).astype(np.float64)  # [H, Tq, Tk]
+        _, t_q, t_k = p.shape
+        plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
+        ent.append(-plogp.sum(-1).mean(-1))
+        d = np.abs(query_positions(t_q, t_k)[:, None] - np.arange(t_k)[None, :])
+        dist.append((p * d).sum(-1).mean(-1))
+        first.append(p[:, :, 0].mean(-1))
+    return HeadStats(np.array(ent), np.array(dist), np.array(first))
+
+
+# -- residual stream and components ----------------------------------------------------------
+
+
+def depth_labels(n_layers: int) -> list[str]:
+    """Names of the residual-stream depths: the embedding, then each block's output."""
+    return ["embed"] + [f"L{l}" for l in range(n_layers)]
+
+
+def residual_stream(trace: Trace, batch: int = 0) -> np.ndarray:
+    """[L + 1, T, d]: the embedding output then every block's output (raw, before any final norm)."""
+    hs = [_need(trace, "embed", "the residual stream")]
+    hs += [_need(trace, f"blocks.{l}.resid_post", "the residual stream") for l in range(trace.n_layers)]
+    return np.stack([_seq(h, batch) for h in hs])
+
+
+def residual_norms(trace: Trace, batch: int = 0) -> np.ndarray:
+    """[L + 1, T]: ||x_t|| at each depth."""
+    return np.linalg.norm(residual_stream(trace, batch).astype(np.float64), axis=-1)
+
+
+def head_output_norms(trace: Trace, batch: int = 0) -> np.ndarray:
+    """[L, H, T]: norm of what each head writes into the residual stream (after W_O, no bias)."""
+    return np.stack([np.linalg.norm(_seq(_need(trace, f"blocks.{l}.attn.head_out", "head-output norms"), batch)
+                                    .astype(np.float64), axis=-1) for l in range(trace.n_layers)])
+
+
+def mlp_output_norms(trace: Trace, batch: int = 0) -> np.ndarray:
+    """[L, T]: norm of each MLP's output, before the residual add."""
+    return np.stack([np.linalg.norm(_seq(_need(trace, f"blocks.{l}.mlp.out", "MLP-output norms"), batch)
+                                    .astype(np.float64), axis=-1) for l in range(trace.n_layers)])
+
+
+# -- logit lens ------------------------------------------------------------------------------
+
+
+@dataclass
+class LogitLens:
+    top_ids: np.ndarray  # [L, T] int64: the most probable next token read at each layer
+    top_probs: np.ndarray  # [L, T] its probability
+
+
+def logit_lens(trace: Trace, model=None, batch: int = 0) -> LogitLens:
+    """Top prediction and probability of every layer's residual stream read through the LM head.
+
+    Uses blocks.l.logit_lens when the trace has it; otherwise applies model.unembed (final norm +
+    unembedding) to blocks.l.resid_post one layer at a time, so the full [L, T, vocab] is never held.
+    """
+    ids, probs = [], []
+    for l in range(trace.n_layers):
+        name = f"blocks.{l}.logit_lens"
+        if name in trace:
+            logits = trace[name][batch]
+        else:
+            if model is None:
+                raise ValueError(f"the trace has no {name!r}: pass the model to compute the logit lens")
+            if not model.cfg.lm_head:
+                raise ValueError("this model has no language-model head, so it has no logit lens")
+            h = _need(trace, f"blocks.{l}.resid_post", "the logit lens")[batch]
+            with torch.no_grad():
+                logits = model.unembed(h.to(device=model.device, dtype=model.dtype))
+        p = torch.softmax(logits.float(), dim=-1)
+        top_p, top_i = p.max(dim=-1)
+        ids.append(top_i.cpu().numpy().astype(np.int64))
+        probs.append(top_p.cpu().numpy().astype(np.float64))
+    return LogitLens(np.stack(ids), np.stack(probs))
+
+
+# -- geometry of token representations -------------------------------------------------------
+
+
+@dataclass
+class PCAResult:
+    coords: np.ndarray  # [L + 1, T, 2]
+    components: np.ndarray  # [2, d] unit principal axes
+    explained_variance_ratio: np.ndarray  # [2]
+    mean: np.ndarray  # [d]
+
+
+def pca_over_depth(trace: Trace, batch: int = 0, n_components: int = 2) -> PCAResult:
+    """PCA fitted on the token vectors of all depths pooled, so every depth is drawn in the same axes.
+
+    Each axis's sign is fixed so that its largest-magnitude loading is positive (deterministic output).
+    """
+    x = residual_stream(trace, batch).astype(np.float64)  # [D, T, d]
+    depth, t, d = x.shape
+    flat = x.reshape(depth * t, d)
+    mean = flat.mean(axis=0)
+    centred = flat - mean
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)
+    comps = vt[:n_components]
+    if comps.shape[0] < n_components:  # fewer points than components: pad with zero axes
+        comps = np.vstack([comps, np.zeros((n_components - comps.shape[0], d))])
+    signs = np.sign(comps[np.arange(n_components), np.abs(comps).argmax(axis=1)])
+    comps = comps * np.where(signs == 0, 1.0, signs)[:, None]
+    total = (s ** 2).sum()
+    var = np.zeros(n_components)
+    var[: min(n_components, len(s))] = (s[:n_components] ** 2) / total if total > 0 else 0.0
+    coords = (centred @ comps.T).reshape(depth, t, n_components)
+    return PCAResult(coords, comps, var, mean)
+
+
+def cosine_similarity(trace: Trace, depth: int, batch: int = 0) -> np.ndarray:
+    """[T, T] cosine similarity between tokens at one depth (0 = embedding, l + 1 = after block l)."""
+    x = residual_stream(trace, batch)[depth].astype(np.float64)
+    return cosine_matrix(x)
+
+
+def cosine_matrix(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    xn = x / np.where(norms > 0, norms, 1.0)
+    return xn @ xn.T
+
+
+def mean_off_diagonal(c: np.ndarray) -> float:
+    t = c.shape[0]
+    if t < 2:
+        return float("nan")
+    return float((c.sum() - np.trace(c)) / (t * (t - 1)))
+
+
+def mean_cosine_by_depth(trace: Trace, batch: int = 0) -> np.ndarray:
+    """[L + 1]: mean off-diagonal cosine similarity at each depth (rises as tokens cluster)."""
+    x = residual_stream(trace, batch).astype(np.float64)
+    return np.array([mean_off_diagonal(cosine_matrix(h)) for h in x])

@@ -445,13 +445,13 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
             raise ModelLoadError(f, f"cannot read tensor {name!r}: corrupt or truncated ({exc})") from exc
 
-    _check_shapes(cfg, files, folder)
+    with torch.device("meta"):
+        model = Transformer(cfg, init_weights=False)
+    _check_shapes(model, files)
     sd = _from_hf(cfg, get, set(files), lambda n: files.get(n, folder / WEIGHTS))
     target_dtype = resolve_dtype(dtype) if dtype is not None else resolve_dtype(cfg.dtype)
-    if dtype is not None:
-        cfg = cfg.replace(dtype={v: k for k, v in _dtype_names().items()}[target_dtype])
-    with torch.device("meta"):
-        model = Transformer(cfg)
+    if dtype is not None:  # only the recorded dtype changes; the modules need nothing else
+        cfg = model.cfg = cfg.replace(dtype={v: k for k, v in _dtype_names().items()}[target_dtype])
     expected = {k: v for k, v in model.state_dict().items()}
     for name, t in sd.items():
         want = expected.get(name)
@@ -484,10 +484,10 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=Path(path), name=Path(path).name)
 
 
-def _check_shapes(cfg: ModelConfig, files: dict[str, Path], folder: Path) -> None:
+def _check_shapes(meta_model: Transformer, files: dict[str, Path]) -> None:
     """Compare every tensor's stored shape (header only, no data read) with what the config implies."""
-    with torch.device("meta"):
-        expected = to_hf_state_dict(Transformer(cfg))
+    cfg = meta_model.cfg
+    expected = to_hf_state_dict(meta_model)
     ours_prefix = _hf_prefix(cfg)
     theirs_prefix = _detect_prefix(cfg, set(files))
     by_file: dict[Path, list[tuple[str, list[int]]]] = {}

@@ -275,7 +275,7 @@ class HeadMatrices:
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, init_weights: bool = True) -> None:
         super().__init__()
         self.cfg = cfg
         self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
@@ -299,7 +299,8 @@ class Transformer(nn.Module):
             self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
             if cfg.tie_embeddings:
                 self.lm_head.weight = self.tok_embed.weight
-        self.reset_parameters()
+        if init_weights:  # skipped when weights are about to be loaded (saves time on big models)
+            self.reset_parameters()
 
     # -- initialisation ------------------------------------------------------------------
     def reset_parameters(self) -> None:

@@ -61,3 +61,92 @@ def ask_save_path(parent: QWidget, title: str, default_name: str, filters: str) 
     """File dialog for exports; returns None when the user cancels."""
     path, _ = QFileDialog.getSaveFileName(parent, title, default_name, filters)
     return path or None
+
+
+# -- views: one export path for every panel view (added for the attention and layers panels) --
+
+
+def save_widget_svg(widget: QWidget, path: str | Path) -> None:
+    """Vector SVG of any Qt widget (tables, labels): QSvgGenerator records its paint calls."""
+    from PySide6.QtCore import QRect, QSize
+    from PySide6.QtGui import QPainter
+    from PySide6.QtSvg import QSvgGenerator
+
+    buf = QBuffer()
+    buf.open(QIODevice.OpenModeFlag.WriteOnly)
+    gen = QSvgGenerator()
+    gen.setOutputDevice(buf)
+    size = widget.size() if widget.width() > 0 else QSize(800, 600)
+    gen.setSize(size)
+    gen.setViewBox(QRect(0, 0, size.width(), size.height()))
+    painter = QPainter(gen)
+    widget.render(painter)
+    painter.end()
+    atomic_write_bytes(Path(path), bytes(buf.data()))
+
+
+EXPORT_SUFFIXES = (".png", ".svg", ".csv", ".npz")
+
+
+def export_view(view, path: str | Path) -> None:
+    """Write what `view` shows to `path`, by suffix: .png, .svg (vector), .csv or .npz (the numbers).
+
+    A view provides export_widget() (the QWidget drawn in PNG and SVG), optionally svg_item() (a
+    pyqtgraph item for pyqtgraph's SVG exporter), export_arrays() -> {name: array} and optionally
+    csv_table() -> (header, rows).
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".png":
+        save_widget_png(view.export_widget(), path)
+    elif suffix == ".svg":
+        item = view.svg_item() if hasattr(view, "svg_item") else None
+        if item is not None:
+            save_plot_svg(item, path)
+        else:
+            save_widget_svg(view.export_widget(), path)
+    elif suffix == ".csv":
+        table = view.csv_table() if hasattr(view, "csv_table") else None
+        if table is None:
+            raise ValueError(f"{path}: this view has no table; export its numbers as .npz")
+        save_csv(path, *table)
+    elif suffix == ".npz":
+        save_npz(path, **view.export_arrays())
+    else:
+        raise ValueError(f"{path}: unknown export format {suffix!r} (use {', '.join(EXPORT_SUFFIXES)})")
+
+
+class ExportBar(QWidget):
+    """PNG / SVG / Data / Copy buttons acting on whatever view `current_view()` returns."""
+
+    def __init__(self, current_view, default_name, parent: QWidget | None = None) -> None:
+        from PySide6.QtWidgets import QHBoxLayout, QMessageBox, QToolButton
+
+        super().__init__(parent)
+        self._current_view = current_view
+        self._default_name = default_name
+        self._message_box = QMessageBox
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        for text, tip, slot in (("PNG", "Save the view as a PNG image", lambda: self._save("PNG image (*.png)", ".png")),
+                                ("SVG", "Save the view as a vector SVG figure", lambda: self._save("SVG (*.svg)", ".svg")),
+                                ("Data", "Save the numbers behind the view (CSV or NPZ)",
+                                 lambda: self._save("CSV table (*.csv);;NumPy arrays (*.npz)", ".csv")),
+                                ("Copy", "Copy the view's image to the clipboard", self.copy)):
+            b = QToolButton(self)
+            b.setText(text)
+            b.setToolTip(tip)
+            b.clicked.connect(slot)
+            lay.addWidget(b)
+
+    def copy(self) -> None:
+        copy_widget_image(self._current_view().export_widget())
+
+    def _save(self, filters: str, suffix: str) -> None:
+        path = ask_save_path(self, "Export", self._default_name() + suffix, filters)
+        if not path:
+            return
+        try:
+            export_view(self._current_view(), path)
+        except Exception as exc:  # a failed export must not take the app down
+            self._message_box.warning(self, "Export failed", str(exc))

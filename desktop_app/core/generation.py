@@ -1,0 +1,716 @@
+"""Step-by-step generation: a history tree of choices, a KV cache, strategies, recording.
+
+GenerationSession(model, prompt_ids, settings, seed, stop_tokens) runs the prompt once, then:
+    step()           pick the next token with the strategy and move there (one token's forward)
+    choose(token)    force a token (starts a branch when another child exists)
+    back()           go to the parent (the cache is truncated, nothing is recomputed)
+    goto(node)       jump to any node of the tree (the cache keeps the shared prefix)
+    run(n, job)      iterator of step() results; stops at stop tokens, the context length or cancel
+    reset()          forget the tree, keep the prompt's forward
+
+Every node holds the token, its probability, the logits of the next-token distribution (so views
+can re-process them with other temperature/top-k/top-p without running the model) and what the
+forward that consumed the token recorded: each layer's attention row of the new query
+[H, 1, T] and the new token's residual streams. `step_trace(node)` assembles a Trace of the whole
+path for the attention panel; `logit_lens(node)` gives the top prediction at every layer.
+
+Decoding facts (SOURCES.md): p_i ~ exp(logit_i / T); top-k keeps the k most probable tokens; top-p
+keeps the smallest set whose mass reaches p. Temperature never changes top-k's set (ranking is
+preserved) but can change top-p's. Ties at a boundary are all kept, so a set depends only on the
+probabilities, never on token order.
+
+Encoder (BERT-family) models cannot continue a text; MaskedFillSession fills [MASK] positions
+instead, most confident first or left to right, with the same distribution processing.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import torch
+
+from .jobs import JobControl
+from .model import KVCache, Transformer
+from .trace import Trace
+
+STRATEGIES = ("greedy", "sample", "top-k", "top-p", "beam")
+
+# What a one-token forward records: everything per position, cheap for one new token. Not the
+# per-layer logit lens (a vocab-sized matmul per layer): logit_lens() computes it on demand.
+RECORD_NAMES = ("embed", "blocks.*.attn.input", "blocks.*.attn.pattern", "blocks.*.attn.out",
+                "blocks.*.resid_mid", "blocks.*.mlp.out", "blocks.*.resid_post", "final_norm.out")
+_PER_POSITION = ("embed", "attn.input", "attn.out", "resid_mid", "mlp.out", "resid_post", "final_norm.out")
+
+
+class GenerationError(ValueError):
+    """Generation cannot go on (bad settings, wrong kind of model); the message says why."""
+
+
+class ContextLengthReached(GenerationError):
+    """The sequence fills the model's context: no further token can be appended."""
+
+
+# -- the distribution ------------------------------------------------------------------------
+
+
+@dataclass
+class Distribution:
+    """One next-token distribution before and after processing (all [V], float64, CPU)."""
+    logits: torch.Tensor  # raw model logits
+    model_probs: torch.Tensor  # softmax(logits): what the model itself says (T = 1, no filter)
+    tempered_probs: torch.Tensor  # softmax(logits / T)
+    probs: torch.Tensor  # after top-k and top-p, renormalised: what sampling draws from
+    kept: torch.Tensor  # bool [V]: tokens that survived top-k and top-p
+    temperature: float
+    top_k: int
+    top_p: float
+
+    @property
+    def entropy(self) -> float:
+        """Entropy (nats) of the processed distribution."""
+        p = self.probs[self.probs > 0]
+        return float(-(p * p.log()).sum())
+
+    @property
+    def model_entropy(self) -> float:
+        p = self.model_probs[self.model_probs > 0]
+        return float(-(p * p.log()).sum())
+
+    def top(self, k: int, by: str = "probs") -> list[tuple[int, float]]:
+        """The k largest (token, probability) under `by` (probs, tempered_probs or model_probs)."""
+        values = getattr(self, by)
+        k = min(k, values.numel())
+        v, i = torch.topk(values, k)
+        return [(int(a), float(b)) for a, b in zip(i, v)]
+
+
+def top_k_mask(probs: torch.Tensor, k: int) -> torch.Tensor:
+    """Tokens among the k most probable: every token with probability >= the k-th largest
+    (ties with the k-th are kept). k <= 0 or k >= V keeps everything."""
+    if k <= 0 or k >= probs.numel():
+        return torch.ones_like(probs, dtype=torch.bool)
+    kth = torch.topk(probs, k).values[-1]
+    return probs >= kth
+
+
+def top_p_mask(probs: torch.Tensor, p: float) -> torch.Tensor:
+    """Smallest set of most probable tokens whose mass reaches p (ties at the edge kept).
+
+    A token is in when the mass of the strictly more probable tokens is still below p; p >= 1
+    keeps everything (even tokens of probability 0)."""
+    if not 0.0 < p <= 1.0:
+        raise GenerationError(f"top-p must be in (0, 1], got {p}")
+    if p >= 1.0:
+        return torch.ones_like(probs, dtype=torch.bool)
+    sorted_p, order = torch.sort(probs.double(), descending=True)
+    before = torch.cumsum(sorted_p, 0) - sorted_p
+    keep_sorted = before < p * (1 - 1e-12)  # 1e-12: a sum that equals p up to rounding has reached it
+    threshold = sorted_p[keep_sorted].min()
+    return probs >= threshold.to(probs.dtype)
+
+
+def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
+                   top_p: float = 1.0) -> Distribution:
+    """Pure: raw logits [V] -> the distribution a sampler draws from.
+
+    Order as in Hugging Face: temperature, then top-k, then top-p on the tempered probabilities.
+    temperature == 0 means greedy: all mass on the most probable token(s)."""
+    if temperature < 0 or math.isnan(temperature):
+        raise GenerationError(f"temperature must be >= 0, got {temperature}")
+    if top_k < 0:
+        raise GenerationError(f"top-k must be >= 0 (0 = off), got {top_k}")
+    logits = logits.detach().reshape(-1).to("cpu", torch.float64)
+    model_probs = torch.softmax(logits, 0)
+    if temperature == 0:
+        tempered = (logits == logits.max()).double()
+        tempered = tempered / tempered.sum()
+    else:
+        tempered = torch.softmax(logits / temperature, 0)
+    kept = top_k_mask(tempered, top_k) & top_p_mask(tempered, top_p)
+    probs = torch.where(kept, tempered, torch.zeros_like(tempered))
+    probs = probs / probs.sum()
+    return Distribution(logits, model_probs, tempered, probs, kept, temperature, top_k, top_p)
+
+
+# -- settings and the tree -------------------------------------------------------------------
+
+
+@dataclass
+class GenerationSettings:
+    strategy: str = "greedy"  # greedy | sample | top-k | top-p | beam
+    temperature: float = 1.0
+    top_k: int = 0  # 0: off ("top-k" strategy defaults to 40)
+    top_p: float = 1.0  # 1: off ("top-p" strategy defaults to 0.9)
+    beams: int = 4
+
+    def validated(self) -> "GenerationSettings":
+        if self.strategy not in STRATEGIES:
+            raise GenerationError(f"unknown strategy {self.strategy!r} (known: {', '.join(STRATEGIES)})")
+        s = GenerationSettings(**self.__dict__)
+        if s.strategy == "top-k" and s.top_k <= 0:
+            s.top_k = 40
+        if s.strategy == "top-p" and s.top_p >= 1.0:
+            s.top_p = 0.9
+        if s.strategy == "beam" and s.beams < 1:
+            raise GenerationError(f"beam search needs at least 1 beam, got {s.beams}")
+        process_logits(torch.zeros(2), s.temperature, s.top_k, s.top_p)  # validates the numbers
+        return s
+
+
+@dataclass(eq=False)
+class Node:
+    """One token of the history tree (the root is the prompt)."""
+    token: int | None  # None for the root
+    parent: "Node | None"
+    position: int  # index of this token in the sequence (root: prompt length - 1)
+    prob: float = 1.0  # probability it had in the distribution it was picked from (as processed)
+    model_prob: float = 1.0  # probability the model gave it (T = 1, no filtering)
+    score: float = 0.0  # cumulative log model-probability of the generated tokens (beam score)
+    how: str = ""  # greedy, sampled, chosen, beam
+    next_logits: torch.Tensor | None = None  # [V] float32 CPU: the distribution after this token
+    record: dict[str, torch.Tensor] = field(default_factory=dict)  # this token's forward, batch dim dropped
+    stop: bool = False  # a stop token: nothing follows
+    children: list["Node"] = field(default_factory=list)
+
+    def path(self) -> list["Node"]:
+        out, n = [], self
+        while n is not None:
+            out.append(n)
+            n = n.parent
+        return out[::-1]
+
+    def child(self, token: int) -> "Node | None":
+        for c in self.children:
+            if c.token == token:
+                return c
+        return None
+
+    @property
+    def depth(self) -> int:
+        """Generated tokens from the root to here."""
+        d, n = 0, self
+        while n.parent is not None:
+            d, n = d + 1, n.parent
+        return d
+
+
+@dataclass
+class LensRow:
+    layer: int  # -1 is the embedding
+    top_token: int
+    top_prob: float
+    chosen_prob: float | None  # probability of the token actually picked at this step
+
+
+def _model_of(loaded_or_model) -> tuple[Transformer, object | None]:
+    if isinstance(loaded_or_model, Transformer):
+        return loaded_or_model, None
+    return loaded_or_model.model, getattr(loaded_or_model, "tokenizer", None)
+
+
+def _default_stops(model: Transformer, tokenizer) -> list[int]:
+    if model.cfg.eos_token_id is not None:
+        return [int(model.cfg.eos_token_id)]
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        return [int(tokenizer.eos_token_id)]
+    return []
+
+
+class GenerationSession:
+    def __init__(self, loaded_or_model, prompt_ids: Sequence[int], settings: GenerationSettings | None = None,
+                 seed: int | None = 0, stop_tokens: Sequence[int] | None = None, record: bool = True,
+                 use_cache: bool | None = None) -> None:
+        self.model, self.tokenizer = _model_of(loaded_or_model)
+        cfg = self.model.cfg
+        if not cfg.causal:
+            raise GenerationError("this is an encoder (bidirectional) model: it fills masked positions "
+                                  "(MaskedFillSession) instead of continuing a text")
+        if not cfg.lm_head:
+            raise GenerationError("this model has no language-model head: it cannot predict tokens")
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise GenerationError("the prompt is empty: give at least one token")
+        bad = [t for t in prompt if not 0 <= t < cfg.vocab_size]
+        if bad:
+            raise GenerationError(f"token ids out of range for a vocabulary of {cfg.vocab_size}: {bad[:5]}")
+        if len(prompt) > cfg.context_length:
+            raise ContextLengthReached(f"the prompt has {len(prompt)} tokens but the model's context length "
+                                       f"is {cfg.context_length}")
+        self.prompt = prompt
+        self.settings = (settings or GenerationSettings()).validated()
+        self.seed = seed
+        self.stop_tokens = set(_default_stops(self.model, self.tokenizer) if stop_tokens is None else stop_tokens)
+        self.record = record
+        # Sinkhorn's column normalisation mixes all queries: an old row changes when a token is
+        # added, so those models are recomputed in full each step instead of extending a cache.
+        self.incremental = cfg.attention_kind != "sinkhorn" if use_cache is None else use_cache
+        self.stop_reason: str | None = None
+        self._generator = torch.Generator(device="cpu")
+        self._cache: KVCache | None = None  # K/V of the path to self._cache_nodes (rows: a batch)
+        self._cache_nodes: list[Node] = []
+        self.root = self._make_root()
+        self.reset()
+
+    # -- public API ------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> None:
+        """Forget every generated token (the prompt's forward is kept) and reseed."""
+        if seed is not None:
+            self.seed = seed
+        self.root.children.clear()
+        self.current = self.root
+        self.beams: list[Node] = [self.root]
+        self._beam_history: list[list[Node]] = []
+        self.stop_reason = None
+        self._generator.manual_seed(0 if self.seed is None else int(self.seed))
+        if self._cache_nodes != [self.root]:
+            self._cache, self._cache_nodes = None, []
+
+    def set_settings(self, settings: GenerationSettings) -> None:
+        new = settings.validated()
+        if new.strategy == "beam" and self.settings.strategy != "beam":
+            self.beams, self._beam_history = [self.current], []
+        self.settings = new
+
+    def distribution(self, node: Node | None = None, settings: GenerationSettings | None = None) -> Distribution:
+        """The next-token distribution after `node` (default: the current one), processed."""
+        node = self.current if node is None else node
+        s = (settings or self.settings).validated()
+        if node.next_logits is None:
+            raise GenerationError("nothing follows a stop token")
+        return process_logits(node.next_logits, s.temperature, s.top_k, s.top_p)
+
+    def ids(self, node: Node | None = None) -> list[int]:
+        """Prompt + generated ids up to `node` (default: the current node)."""
+        node = self.current if node is None else node
+        return self.prompt + [n.token for n in node.path()[1:]]
+
+    def generated(self, node: Node | None = None) -> list[Node]:
+        return (self.current if node is None else node).path()[1:]
+
+    @property
+    def finished(self) -> bool:
+        if self.settings.strategy == "beam":
+            return all(b.stop or len(self.ids(b)) >= self.model.cfg.context_length for b in self.beams)
+        return self.current.stop
+
+    def step(self) -> Node:
+        """Advance one token with the current strategy; returns the new current node."""
+        if self.settings.strategy == "beam":
+            return self._beam_step()
+        node = self.current
+        self._check_can_extend(node)
+        dist = self.distribution(node)
+        if self.settings.strategy == "greedy":
+            token, how = int(torch.argmax(dist.logits)), "greedy"
+        else:
+            token, how = int(torch.multinomial(dist.probs, 1, generator=self._generator)), "sampled"
+        return self._extend(node, token, dist, how)
+
+    def choose(self, token_id: int) -> Node:
+        """Force `token_id` after the current node (a new branch if that child is not there yet)."""
+        token_id = int(token_id)
+        if not 0 <= token_id < self.model.cfg.vocab_size:
+            raise GenerationError(f"token id {token_id} is outside the vocabulary (0..{self.model.cfg.vocab_size - 1})")
+        node = self.current
+        self._check_can_extend(node)
+        self._leave_beam_mode()
+        return self._extend(node, token_id, self.distribution(node), "chosen")
+
+    def back(self) -> Node:
+        """Go to the previous token (beam search: the previous set of beams)."""
+        if self.settings.strategy == "beam" and self._beam_history:
+            self.beams = self._beam_history.pop()
+            self.current = max(self.beams, key=lambda b: b.score)
+        elif self.current.parent is not None:
+            self.current = self.current.parent
+        self.stop_reason = None
+        return self.current
+
+    def goto(self, node: Node) -> Node:
+        """Make any node of this tree current (e.g. another branch)."""
+        if node.path()[0] is not self.root:
+            raise GenerationError("that node belongs to another generation")
+        self.current = node
+        self.beams, self._beam_history = [node], []
+        self.stop_reason = None
+        return node
+
+    def run(self, n: int, job: JobControl | None = None) -> Iterator[Node]:
+        """Up to n steps, yielding each new current node; stops early (setting stop_reason) at a
+        stop token or the context length; job.check() between tokens makes Stop prompt."""
+        for i in range(n):
+            if job is not None:
+                job.progress(i, n, f"token {i + 1}/{n}")
+            if self.finished:
+                self.stop_reason = "a stop token was generated"
+                return
+            try:
+                node = self.step()
+            except ContextLengthReached as exc:
+                self.stop_reason = str(exc)
+                return
+            yield node
+        if job is not None:
+            job.progress(n, n, "done")
+
+    def branches(self) -> list[Node]:
+        """Leaves of the tree (each is the end of one branch), oldest first."""
+        out: list[Node] = []
+
+        def walk(n: Node) -> None:
+            if not n.children:
+                out.append(n)
+            for c in n.children:
+                walk(c)
+        walk(self.root)
+        return out
+
+    # -- inspection ------------------------------------------------------------------------
+    def step_trace(self, node: Node | None = None) -> tuple[Trace, list[int]]:
+        """A Trace of the whole path up to `node`, assembled from what each step recorded.
+
+        Attention patterns are [1, H, T, T]: the prompt's block, then each generated token's
+        query row (zero-padded on the right: a causal query never sees later keys).
+        """
+        node = self.current if node is None else node
+        path = node.path()
+        ids = self.ids(node)
+        T = len(ids)
+        trace = Trace(RECORD_NAMES)
+        if not self.record:
+            raise GenerationError("this session was started without recording")
+        for name in self.root.record:
+            if name.endswith("attn.pattern"):
+                rows = []
+                for n in path:
+                    p = n.record[name]  # [H, t_q, t_k]
+                    rows.append(torch.nn.functional.pad(p, (0, T - p.shape[-1])))
+                trace.tensors[name] = torch.cat(rows, dim=1)[None]
+            else:
+                trace.tensors[name] = torch.cat([n.record[name] for n in path], dim=0)[None]
+        return trace, ids
+
+    def logit_lens(self, node: Node) -> list[LensRow]:
+        """For the step that picked `node`'s token: top prediction at the embedding and after
+        every layer (final norm + unembedding of that layer's residual), and the probability
+        the picked token had there. The last row is the model's own distribution."""
+        parent = node.parent
+        if parent is None:
+            raise GenerationError("the prompt was not picked by a step: select a generated token")
+        rec = parent.record
+        if not rec:
+            raise GenerationError("this session was started without recording")
+        L = self.model.cfg.n_layers
+        hs = torch.stack([rec["embed"][-1]] + [rec[f"blocks.{l}.resid_post"][-1] for l in range(L)])
+        with torch.no_grad():
+            probs = torch.softmax(self.model.unembed(hs.to(self.model.device, self.model.dtype)).float(), -1).cpu()
+        top_p, top_i = probs.max(-1)
+        return [LensRow(l - 1, int(top_i[l]), float(top_p[l]), float(probs[l, node.token]))
+                for l in range(L + 1)]
+
+    # -- internals -------------------------------------------------------------------------
+    def _make_root(self) -> Node:
+        root = Node(token=None, parent=None, position=len(self.prompt) - 1)
+        ids = torch.tensor([self.prompt], device=self.model.device)
+        logits, records = self._forward(ids, None)
+        root.next_logits, root.record = logits[0], records[0]
+        self._cache_nodes = [root] if self.incremental else []
+        return root
+
+    def _check_can_extend(self, node: Node) -> None:
+        if node.stop:
+            raise GenerationError("a stop token ends this branch: go back or choose another token")
+        if len(self.ids(node)) >= self.model.cfg.context_length:
+            raise ContextLengthReached(f"the context length ({self.model.cfg.context_length} tokens) is reached: "
+                                       "go back, or reset with a shorter prompt")
+
+    def _leave_beam_mode(self) -> None:
+        if self.settings.strategy == "beam":
+            self.beams, self._beam_history = [self.current], []
+
+    def _new_child(self, parent: Node, token: int, dist: Distribution, how: str) -> tuple[Node, bool]:
+        existing = parent.child(token)
+        if existing is not None:
+            return existing, False
+        lp = math.log(max(float(dist.model_probs[token]), 1e-300))
+        node = Node(token=token, parent=parent, position=parent.position + 1, prob=float(dist.probs[token]),
+                    model_prob=float(dist.model_probs[token]), score=parent.score + lp, how=how,
+                    stop=token in self.stop_tokens)
+        parent.children.append(node)
+        return node, True
+
+    def _extend(self, parent: Node, token: int, dist: Distribution, how: str) -> Node:
+        node, new = self._new_child(parent, token, dist, how)
+        if new:  # stop tokens too: their step is inspectable like any other
+            self._sync_cache([parent])
+            logits, records = self._forward(torch.tensor([[token]], device=self.model.device), [parent])
+            node.next_logits, node.record = logits[0], records[0]
+            if self.incremental:
+                self._cache_nodes = [node]
+        self.current = node
+        return node
+
+    def _beam_step(self) -> Node:
+        width = self.settings.beams
+        live = [b for b in self.beams if not b.stop and len(self.ids(b)) < self.model.cfg.context_length]
+        if not live:
+            if any(not b.stop for b in self.beams):
+                raise ContextLengthReached(f"the context length ({self.model.cfg.context_length} tokens) is reached")
+            raise GenerationError("every beam has ended with a stop token")
+        cand_scores, cand_src = [], []
+        for b in self.beams:  # ended beams compete with their fixed score
+            if b not in live:
+                cand_scores.append(torch.tensor([b.score], dtype=torch.float64))
+                cand_src.append((b, None))
+        for b in live:
+            logp = torch.log_softmax(b.next_logits.double(), 0)
+            cand_scores.append(b.score + logp)
+            cand_src.append((b, "all"))
+        flat = torch.cat(cand_scores)
+        k = min(width, flat.numel())
+        top = torch.topk(flat, k).indices.tolist()
+        offsets, o = [], 0
+        for s in cand_scores:
+            offsets.append(o)
+            o += s.numel()
+        chosen: list[Node] = []
+        to_forward: list[tuple[Node, Node]] = []  # (parent, child)
+        for idx in top:
+            g = max(i for i, off in enumerate(offsets) if off <= idx)
+            b, kind = cand_src[g]
+            if kind is None:
+                chosen.append(b)
+                continue
+            token = idx - offsets[g]
+            dist = process_logits(b.next_logits)
+            child, new = self._new_child(b, token, dist, "beam")
+            chosen.append(child)
+            to_forward.append((b, child))
+        if to_forward:
+            parents = [p for p, _ in to_forward]
+            self._sync_cache_batch(parents)
+            tokens = torch.tensor([[c.token] for _, c in to_forward], device=self.model.device)
+            logits, records = self._forward(tokens, parents)
+            for i, (_, c) in enumerate(to_forward):
+                if c.next_logits is None:
+                    c.next_logits, c.record = logits[i], records[i]
+            if self.incremental:
+                self._cache_nodes = [c for _, c in to_forward]
+        self._beam_history.append(self.beams)
+        self.beams = chosen
+        self.current = max(chosen, key=lambda n: n.score)
+        return self.current
+
+    def _sync_cache(self, nodes: list[Node]) -> None:
+        """Make self._cache hold the K/V of the path to `nodes` (one row per node)."""
+        if not self.incremental or self._cache_nodes == nodes:
+            return
+        if len(nodes) == 1 and len(self._cache_nodes) == 1 and self._cache is not None:
+            # keep the shared prefix: truncate to the common ancestor, feed the rest in one forward
+            target, have = nodes[0].path(), self._cache_nodes[0].path()
+            common = 0
+            while common < min(len(target), len(have)) and target[common] is have[common]:
+                common += 1
+            if common > 0:
+                keep = len(self.prompt) + common - 1  # tokens up to target[common - 1]
+                self._cache.truncate(keep)
+                rest = [n.token for n in target[common:]]
+                if rest:
+                    self._model_forward(torch.tensor([rest], device=self.model.device), self._cache, None)
+                self._cache_nodes = nodes
+                return
+        ids = torch.tensor([self.ids(n) for n in nodes], device=self.model.device)
+        self._cache = KVCache(self.model.cfg.n_layers)
+        self._model_forward(ids, self._cache, None)
+        self._cache_nodes = list(nodes)
+
+    def _sync_cache_batch(self, parents: list[Node]) -> None:
+        """Rows of the cache for these parents: select rows when they are all cached already."""
+        if not self.incremental:
+            return
+        rows = []
+        for p in parents:
+            hit = next((i for i, c in enumerate(self._cache_nodes) if c is p), None)
+            if hit is None or self._cache is None:
+                self._cache_nodes = []
+                self._sync_cache(parents)
+                return
+            rows.append(hit)
+        if rows != list(range(len(self._cache_nodes))):
+            self._cache = self._cache.select(torch.tensor(rows, device=self.model.device))
+        self._cache_nodes = list(parents)
+
+    def _model_forward(self, ids: torch.Tensor, cache: KVCache | None, trace: Trace | None):
+        with torch.no_grad():
+            out = self.model(ids, cache=cache, trace=trace, compute_logits=False)
+            return self.model.unembed(out.hidden[:, -1])
+
+    def _forward(self, ids: torch.Tensor, parents: list[Node] | None) -> tuple[torch.Tensor, list[dict]]:
+        """Logits [B, V] of the last position and per-row records. With parents, `ids` [B, 1]
+        are new tokens after them (one forward with the cache, or a full recompute)."""
+        trace = Trace(RECORD_NAMES) if self.record else None
+        if parents is None:
+            if self.incremental:
+                self._cache = KVCache(self.model.cfg.n_layers)
+            logits = self._model_forward(ids, self._cache if self.incremental else None, trace)
+            new_rows = ids.shape[1]
+        elif self.incremental:
+            logits = self._model_forward(ids, self._cache, trace)
+            new_rows = 1
+        else:
+            full = torch.tensor([self.ids(p) + [int(t)] for p, t in zip(parents, ids[:, 0].tolist())],
+                                device=self.model.device)
+            logits = self._model_forward(full, None, trace)
+            new_rows = 1
+        logits = logits.float().cpu()
+        records: list[dict] = [{} for _ in range(ids.shape[0])]
+        if trace is not None:
+            for name, t in trace.items():
+                t = t.detach().float().cpu()
+                for b in range(t.shape[0]):
+                    if name.endswith("attn.pattern"):
+                        records[b][name] = t[b, :, -new_rows:].clone()  # [H, new, T]
+                    else:
+                        records[b][name] = t[b, -new_rows:].clone()  # [new, d]
+        return logits, records
+
+
+def generate(loaded_or_model, prompt_ids: Sequence[int], max_new: int, settings: GenerationSettings | None = None,
+             seed: int | None = 0, stop_tokens: Sequence[int] | None = None, record: bool = False,
+             job: JobControl | None = None) -> tuple[list[int], GenerationSession]:
+    """Generate up to max_new tokens; returns prompt + generated ids (beam: the best beam)."""
+    session = GenerationSession(loaded_or_model, prompt_ids, settings, seed, stop_tokens, record=record)
+    for _ in session.run(max_new, job):
+        pass
+    return session.ids(), session
+
+
+# -- encoder models: fill masked positions ---------------------------------------------------
+
+
+@dataclass
+class FillStep:
+    position: int
+    token: int
+    prob: float  # processed probability when picked
+    model_prob: float
+    logits: torch.Tensor  # [V] float32 CPU at that position when it was picked
+    how: str
+
+
+class MaskedFillSession:
+    """Masked-token prediction for encoder (BERT-family) models.
+
+    The positions in `masked` start as the mask token; each step runs the whole sequence
+    (attention is bidirectional: no cache), then fills one masked position: the one whose
+    processed distribution has the highest top probability ("confident") or the leftmost
+    ("left-to-right"), with the token the strategy picks (greedy or sampling; beam is not offered).
+    """
+
+    ORDERS = ("confident", "left-to-right")
+
+    def __init__(self, loaded_or_model, ids: Sequence[int], masked: Sequence[int], mask_token_id: int | None = None,
+                 settings: GenerationSettings | None = None, order: str = "confident", seed: int | None = 0) -> None:
+        self.model, self.tokenizer = _model_of(loaded_or_model)
+        cfg = self.model.cfg
+        if not cfg.lm_head:
+            raise GenerationError("this model has no masked-language-model head: it cannot predict tokens")
+        if mask_token_id is None and self.tokenizer is not None:
+            mask_token_id = self.tokenizer.mask_token_id
+        if mask_token_id is None:
+            raise GenerationError("no mask token: the tokenizer has no [MASK] and none was given")
+        if order not in self.ORDERS:
+            raise GenerationError(f"unknown fill order {order!r} (known: {', '.join(self.ORDERS)})")
+        self.ids0 = [int(t) for t in ids]
+        if len(self.ids0) > cfg.context_length:
+            raise ContextLengthReached(f"{len(self.ids0)} tokens exceed the context length {cfg.context_length}")
+        bad = sorted(set(int(p) for p in masked) - set(range(len(self.ids0))))
+        if bad:
+            raise GenerationError(f"mask positions outside the text of {len(self.ids0)} tokens: {bad[:5]}")
+        self.masked = sorted(set(int(p) for p in masked))
+        self.mask_token_id = int(mask_token_id)
+        self.settings = (settings or GenerationSettings()).validated()
+        if self.settings.strategy == "beam":
+            raise GenerationError("beam search is for decoders; fill masks greedily or by sampling")
+        self.order = order
+        self.seed = seed
+        self._generator = torch.Generator(device="cpu")
+        self.reset()
+
+    def reset(self) -> None:
+        self.history: list[FillStep] = []
+        self._generator.manual_seed(0 if self.seed is None else int(self.seed))
+        self._logits_cache: tuple[tuple[int, ...], torch.Tensor] | None = None
+
+    def ids(self) -> list[int]:
+        out = list(self.ids0)
+        for p in self.masked:
+            out[p] = self.mask_token_id
+        for s in self.history:
+            out[s.position] = s.token
+        return out
+
+    @property
+    def remaining(self) -> list[int]:
+        filled = {s.position for s in self.history}
+        return [p for p in self.masked if p not in filled]
+
+    @property
+    def finished(self) -> bool:
+        return not self.remaining
+
+    def all_logits(self) -> torch.Tensor:
+        """Logits [T, V] (float32, CPU) of the current partially filled sequence."""
+        key = tuple(self.ids())
+        if self._logits_cache is None or self._logits_cache[0] != key:
+            with torch.no_grad():
+                out = self.model(torch.tensor([key], device=self.model.device))
+            self._logits_cache = (key, out.logits[0].float().cpu())
+        return self._logits_cache[1]
+
+    def distribution(self, position: int, settings: GenerationSettings | None = None) -> Distribution:
+        s = (settings or self.settings).validated()
+        return process_logits(self.all_logits()[position], s.temperature, s.top_k, s.top_p)
+
+    def next_position(self) -> int:
+        rem = self.remaining
+        if not rem:
+            raise GenerationError("every masked position is filled")
+        if self.order == "left-to-right":
+            return rem[0]
+        conf = [float(self.distribution(p).probs.max()) for p in rem]
+        return rem[max(range(len(rem)), key=lambda i: conf[i])]  # ties: leftmost
+
+    def step(self) -> FillStep:
+        pos = self.next_position()
+        dist = self.distribution(pos)
+        if self.settings.strategy == "greedy":
+            token, how = int(torch.argmax(dist.logits)), "greedy"
+        else:
+            token, how = int(torch.multinomial(dist.probs, 1, generator=self._generator)), "sampled"
+        return self._fill(pos, token, dist, how)
+
+    def choose(self, token_id: int, position: int | None = None) -> FillStep:
+        pos = self.next_position() if position is None else int(position)
+        if pos not in self.remaining:
+            raise GenerationError(f"position {pos} is not a masked position still to fill")
+        return self._fill(pos, int(token_id), self.distribution(pos), "chosen")
+
+    def back(self) -> None:
+        if self.history:
+            self.history.pop()
+
+    def run(self, n: int, job: JobControl | None = None) -> Iterator[FillStep]:
+        for i in range(n):
+            if job is not None:
+                job.progress(i, n, f"mask {i + 1}/{n}")
+            if self.finished:
+                return
+            yield self.step()
+
+    def _fill(self, pos: int, token: int, dist: Distribution, how: str) -> FillStep:
+        s = FillStep(pos, token, float(dist.probs[token]), float(dist.model_probs[token]),
+                     self.all_logits()[pos].clone(), how)
+        self.history.append(s)
+        return s

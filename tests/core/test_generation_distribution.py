@@ -1,0 +1,92 @@
+"""process_logits: temperature, top-k and top-p keep exactly the tokens their definitions say."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from desktop_app.core.generation import GenerationError, process_logits
+
+
+def _logits(probs):
+    return torch.tensor(probs, dtype=torch.float64).log()
+
+
+def _kept(d):
+    return set(torch.nonzero(d.kept).flatten().tolist())
+
+
+def test_temperature_one_is_softmax_and_high_temperature_tends_to_uniform():
+    logits = torch.tensor([2.0, 1.0, -1.0, 0.5])
+    d = process_logits(logits)
+    assert torch.allclose(d.probs, torch.softmax(logits.double(), 0))
+    d = process_logits(logits, temperature=0.5)
+    assert torch.allclose(d.probs, torch.softmax(logits.double() * 2, 0))
+    hot = process_logits(logits, temperature=1e6)
+    assert (hot.probs - 0.25).abs().max() < 1e-5
+    cold = process_logits(logits, temperature=0)
+    assert cold.probs.tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert math.isclose(d.entropy, float(-(d.probs * d.probs.log()).sum()))
+
+
+def test_top_k_keeps_the_k_most_probable_and_ties_at_the_edge():
+    d = process_logits(_logits([0.1, 0.4, 0.2, 0.3]), top_k=2)
+    assert _kept(d) == {1, 3}
+    assert torch.allclose(d.probs, torch.tensor([0, 0.4, 0, 0.3], dtype=torch.float64) / 0.7)
+    tie = process_logits(_logits([0.3, 0.2, 0.2, 0.3]), top_k=3)  # 3rd place is shared by 1 and 2
+    assert _kept(tie) == {0, 1, 2, 3}
+    assert _kept(process_logits(_logits([0.25] * 4), top_k=1)) == {0, 1, 2, 3}
+    assert _kept(process_logits(_logits([0.1, 0.9]), top_k=0)) == {0, 1}  # 0 = off
+    assert _kept(process_logits(_logits([0.1, 0.9]), top_k=5)) == {0, 1}
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    probs = [0.5, 0.25, 0.125, 0.125]
+    assert _kept(process_logits(_logits(probs), top_p=0.5)) == {0}  # 0.5 reaches 0.5 exactly
+    assert _kept(process_logits(_logits(probs), top_p=0.51)) == {0, 1}
+    assert _kept(process_logits(_logits(probs), top_p=0.75)) == {0, 1}
+    assert _kept(process_logits(_logits(probs), top_p=0.76)) == {0, 1, 2, 3}  # tie at the edge: both
+    assert _kept(process_logits(_logits(probs), top_p=0.01)) == {0}  # the top token always stays
+    # p = 1 keeps everything, even a token whose probability underflows to 0
+    d = process_logits(torch.tensor([0.0, 0.0, -1e4]), top_p=1.0)
+    assert _kept(d) == {0, 1, 2}
+    with pytest.raises(GenerationError):
+        process_logits(_logits(probs), top_p=0.0)
+    with pytest.raises(GenerationError):
+        process_logits(_logits(probs), temperature=-1)
+
+
+def test_temperature_keeps_top_k_set_but_can_change_top_p_set():
+    logits = _logits([0.6, 0.2, 0.1, 0.06, 0.04])
+    for T in (0.3, 1.0, 3.0):
+        assert _kept(process_logits(logits, temperature=T, top_k=2)) == {0, 1}
+    assert _kept(process_logits(logits, temperature=1.0, top_p=0.75)) == {0, 1}
+    assert _kept(process_logits(logits, temperature=0.3, top_p=0.75)) == {0}  # sharper: 0.6 -> ~0.97
+    assert len(_kept(process_logits(logits, temperature=3.0, top_p=0.75))) >= 3  # flatter
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-8, 8), min_size=2, max_size=30), st.integers(1, 30), st.floats(0.01, 1.0),
+       st.floats(0.2, 5.0))
+def test_sets_match_the_definitions_by_brute_force(values, k, p, T):
+    logits = torch.tensor(values, dtype=torch.float64)
+    d = process_logits(logits, temperature=T, top_k=k, top_p=p)
+    probs = torch.softmax(logits / T, 0).tolist()
+    n = len(probs)
+    # top-k: tokens with fewer than k tokens strictly more probable
+    want_k = {i for i in range(n) if sum(q > probs[i] for q in probs) < k}
+    # top-p: tokens whose strictly-more-probable mass is below p (ties with the last one kept)
+    want_p = {i for i in range(n) if sum(q for q in probs if q > probs[i]) < p * (1 - 1e-9)} if p < 1 else set(range(n))
+    kept = _kept(d)
+    assert kept == want_k & want_p or _near_boundary(probs, p)
+    assert math.isclose(float(d.probs.sum()), 1.0, rel_tol=1e-9)
+    assert all(d.probs[i] == 0 for i in range(n) if i not in kept)
+    # temperature never changes the top-k set
+    assert _kept(process_logits(logits, top_k=k)) == _kept(process_logits(logits, temperature=T, top_k=k))
+
+
+def _near_boundary(probs, p):
+    """Rounding can decide a token whose preceding mass equals p to ~1e-9."""
+    return any(abs(sum(q for q in probs if q > x) - p) < 1e-9 for x in probs)

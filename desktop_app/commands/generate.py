@@ -1,0 +1,75 @@
+"""`python -m desktop_app generate MODEL_DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-new N ...`
+
+The same GenerationSession the Generate panel drives. Encoder (BERT-family) models fill the
+prompt's mask tokens instead of continuing it.
+"""
+from __future__ import annotations
+
+from ..core.generation import STRATEGIES
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("generate", help="generate tokens (or fill [MASK] tokens for encoder models)")
+    p.add_argument("model_dir")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--prompt", help="prompt text (needs the model's tokenizer.json)")
+    g.add_argument("--prompt-ids", help="comma-separated prompt token ids")
+    p.add_argument("--max-new", type=int, default=20, help="tokens to generate (default 20)")
+    p.add_argument("--strategy", choices=STRATEGIES, default="greedy")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="0: off (strategy top-k defaults to 40)")
+    p.add_argument("--top-p", type=float, default=1.0, help="1: off (strategy top-p defaults to 0.9)")
+    p.add_argument("--beams", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stop-ids", help="comma-separated stop token ids (default: the model's end token)")
+    p.add_argument("--order", choices=("confident", "left-to-right"), default="confident",
+                   help="encoder models: which mask to fill first")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import json
+
+    from ..core.checkpoints import load_model_folder
+    from ..core.devices import resolve_device
+    from ..core.generation import GenerationSettings, MaskedFillSession, generate
+    from . import input_ids, parse_ids
+
+    if args.max_new < 0:
+        raise ValueError(f"--max-new must be >= 0, got {args.max_new}")
+    loaded = load_model_folder(args.model_dir, device=resolve_device(args.device))
+    if args.prompt is not None and loaded.tokenizer is None:
+        raise ValueError(f"{loaded.path}: this model has no tokenizer.json; pass --prompt-ids instead of --prompt")
+    prompt = input_ids(loaded, args.prompt, args.prompt_ids)
+    settings = GenerationSettings(args.strategy, args.temperature, args.top_k, args.top_p, args.beams)
+    result: dict = {"model": str(loaded.path), "strategy": args.strategy, "seed": args.seed}
+    if loaded.config.causal:
+        stops = parse_ids(args.stop_ids) if args.stop_ids is not None else None
+        ids, session = generate(loaded, prompt, args.max_new, settings, seed=args.seed, stop_tokens=stops)
+        gen = session.generated()
+        result.update(prompt_length=len(prompt), ids=ids,
+                      probs=[round(n.model_prob, 6) for n in gen],
+                      score=session.current.score, stop_reason=session.stop_reason)
+    else:
+        mask_id = loaded.tokenizer.mask_token_id if loaded.tokenizer is not None else None
+        if mask_id is None:
+            raise ValueError(f"{loaded.path}: an encoder model fills [MASK] tokens, but its tokenizer has none")
+        masked = [i for i, t in enumerate(prompt) if t == mask_id]
+        if not masked:
+            raise ValueError("an encoder model fills [MASK] tokens: put at least one in the prompt")
+        session = MaskedFillSession(loaded, prompt, masked, mask_id, settings, args.order, args.seed)
+        steps = list(session.run(min(args.max_new, len(masked))))
+        ids = session.ids()
+        result.update(prompt_length=len(prompt), ids=ids,
+                      filled=[{"position": s.position, "token": s.token, "prob": round(s.model_prob, 6)} for s in steps])
+    if loaded.tokenizer is not None:
+        result["text"] = loaded.tokenizer.decode(ids)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(result.get("text", " ".join(map(str, ids))))
+        if result.get("stop_reason"):
+            print(f"(stopped: {result['stop_reason']})")
+    return 0

@@ -1,0 +1,93 @@
+"""`python -m desktop_app generate`: ids and text as one JSON object, same results as the core."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from desktop_app.cli import main
+from desktop_app.core.checkpoints import new_model, save_model_folder
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.tokenizer import char_tokenizer
+
+transformers = pytest.importorskip("transformers")
+
+TEXT = "the cat sat on the mat. "
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpt2")
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=50, n_positions=32, n_embd=32,
+                                                              n_layer=2, n_head=4, eos_token_id=None,
+                                                              bos_token_id=None))
+    hf.save_pretrained(folder)
+    return folder, hf.eval()
+
+
+@pytest.fixture(scope="module")
+def char_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("charlm")
+    tok = char_tokenizer(TEXT, specials=["<|endoftext|>"])
+    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=32)
+    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=tok)
+    return folder, tok
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bert")
+    tok = char_tokenizer(TEXT, specials=["[PAD]", "[MASK]", "[UNK]"])
+    cfg = ModelConfig.bert(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=32)
+    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=tok)
+    return folder, tok
+
+
+def _json(capsys, *args) -> dict:
+    assert main(["generate", *map(str, args), "--json"]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_greedy_ids_equal_transformers_generate(gpt2_dir, capsys):
+    folder, hf = gpt2_dir
+    out = _json(capsys, folder, "--prompt-ids", "1,2,3", "--max-new", 10, "--strategy", "greedy")
+    with torch.no_grad():
+        ref = hf.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=10, do_sample=False, pad_token_id=0)[0].tolist()
+    assert out["ids"] == ref and out["prompt_length"] == 3 and "text" not in out
+
+
+def test_text_prompt_decodes_and_seeded_sampling_repeats(char_dir, capsys):
+    folder, tok = char_dir
+    args = (folder, "--prompt", "the ", "--max-new", 8, "--strategy", "top-p", "--top-p", "0.9",
+            "--temperature", "1.5", "--seed", 3)
+    a, b = _json(capsys, *args), _json(capsys, *args)
+    assert a["ids"] == b["ids"] and a["ids"][:4] == tok.encode("the ")
+    assert a["text"] == tok.decode(a["ids"]) and a["text"].startswith("the ")
+    beam = _json(capsys, folder, "--prompt", "the ", "--max-new", 4, "--strategy", "beam", "--beams", 3)
+    assert len(beam["ids"]) <= 8
+
+
+def test_encoder_fills_masks(bert_dir, capsys):
+    folder, tok = bert_dir
+    out = _json(capsys, folder, "--prompt", "the [MASK]at", "--max-new", 5)
+    assert len(out["filled"]) == 1 and tok.mask_token_id not in out["ids"]
+
+
+def test_bad_input_gives_a_message(gpt2_dir, char_dir, capsys):
+    folder, _ = gpt2_dir
+    assert main(["generate", str(folder), "--prompt", "hi", "--max-new", "3"]) == 2
+    assert "no tokenizer.json" in capsys.readouterr().err
+    assert main(["generate", str(folder), "--prompt-ids", ",".join(["1"] * 40), "--max-new", "3"]) == 2
+    assert "context length" in capsys.readouterr().err
+
+
+def test_subprocess_entry_point(char_dir):
+    folder, _ = char_dir
+    out = subprocess.run([sys.executable, "-m", "desktop_app", "generate", str(folder), "--prompt-ids", "3,4",
+                          "--max-new", "3", "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["ids"]) == 5

@@ -5,4 +5,6 @@ A panel is a QWidget constructed as Panel(state: AppState, parent=None). It may 
 """
 PANELS = [
     ("Model", "desktop_app.ui.panels.model", "ModelPanel"),
+    ("Attention", "desktop_app.ui.panels.attention", "AttentionPanel"),
+    ("Layers", "desktop_app.ui.panels.layers", "LayersPanel"),
 ]

@@ -1,0 +1,471 @@
+"""Layers panel: what the residual stream does with depth.
+
+Views (tabs): residual-stream norms (tokens x depths), component norms (each head's output and
+each MLP's output, layers x components), the logit lens (tokens x layers: top prediction and its
+probability), PCA of token vectors over depth (depth slider, trajectories), and the token-token
+cosine-similarity matrix at a depth with its mean, plus the mean-cosine-vs-depth curve.
+Everything is computed by core.analysis in a worker (the logit lens runs the unembedding).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QSlider, QSplitter, QTableView, QTabWidget,
+                               QVBoxLayout, QWidget)
+
+from ...core import analysis
+from ..widgets.export import ExportBar
+from ..widgets.heatmap import Heatmap, short_label
+from ..widgets.token_strip import TokenStrip, _visible, value_colour
+
+
+@dataclass
+class LayersResult:
+    depth_labels: list[str]
+    resid_norms: np.ndarray  # [D, T]
+    head_norms: np.ndarray | None  # [L, H, T]
+    mlp_norms: np.ndarray | None  # [L, T]
+    lens_ids: np.ndarray | None  # [L, T]
+    lens_probs: np.ndarray | None
+    lens_strings: list[list[str]] | None
+    lens_problem: str
+    pca: analysis.PCAResult
+    cosine: np.ndarray  # [D, T, T]
+    mean_cosine: np.ndarray  # [D]
+
+
+def compute_layers(trace, model=None, tokenizer=None) -> LayersResult:
+    """Every number the layers panel shows (worker thread)."""
+    n_layers = trace.n_layers
+    x = analysis.residual_stream(trace).astype(np.float64)
+    cos = np.stack([analysis.cosine_matrix(h) for h in x]).astype(np.float32)
+    head = analysis.head_output_norms(trace) if "blocks.0.attn.head_out" in trace else None
+    mlp = analysis.mlp_output_norms(trace) if "blocks.0.mlp.out" in trace else None
+    ids = probs = strings = None
+    problem = ""
+    try:
+        lens = analysis.logit_lens(trace, model)
+        ids, probs = lens.top_ids, lens.top_probs
+        if tokenizer is not None:
+            strings = [tokenizer.token_strings(row.tolist()) for row in ids]
+        else:
+            strings = [[str(i) for i in row] for row in ids]
+    except ValueError as exc:
+        problem = str(exc)
+    return LayersResult(analysis.depth_labels(n_layers), np.linalg.norm(x, axis=-1), head, mlp, ids, probs, strings,
+                        problem, analysis.pca_over_depth(trace), cos,
+                        np.array([analysis.mean_off_diagonal(c) for c in cos.astype(np.float64)]))
+
+
+# -- logit lens table ------------------------------------------------------------------------
+
+
+class LogitLensModel(QAbstractTableModel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens: list[str] = []
+        self.next_tokens: list[str] | None = None
+        self.strings: list[list[str]] = []
+        self.probs = np.zeros((0, 0))
+        self.ids = np.zeros((0, 0), dtype=np.int64)
+        self.selected: int | None = None
+
+    def set_data(self, tokens, next_tokens, strings, ids, probs) -> None:
+        self.beginResetModel()
+        self.tokens, self.next_tokens, self.strings, self.ids, self.probs = tokens, next_tokens, strings, ids, probs
+        self.endResetModel()
+
+    def _extra(self) -> int:
+        return 1 if self.next_tokens is not None else 0
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+        return len(self.tokens)
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+        return self._extra() + (self.probs.shape[0] if self.probs.size else 0)
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        r, c = index.row(), index.column() - self._extra()
+        if c < 0:
+            if role == Qt.ItemDataRole.DisplayRole:
+                return _visible(self.next_tokens[r])
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return "the token that actually comes next"
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
+            return f"{short_label(self.strings[c][r], 8)}  {self.probs[c, r]:.2f}"
+        if role == Qt.ItemDataRole.BackgroundRole:
+            return value_colour(float(self.probs[c, r]), 0.0, 1.0)
+        if role == Qt.ItemDataRole.ForegroundRole:
+            return QColor("white") if self.probs[c, r] > 0.6 else QColor("black")
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return (f"after layer {c}, token {r} {_visible(self.tokens[r])!r}: top prediction "
+                    f"{_visible(self.strings[c][r])!r} (id {int(self.ids[c, r])}), p = {self.probs[c, r]:.4f}")
+        return None
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if role != Qt.ItemDataRole.DisplayRole:
+            return None
+        if orientation == Qt.Orientation.Horizontal:
+            return "next" if section < self._extra() else f"L{section - self._extra()}"
+        return f"{section} {short_label(self.tokens[section], 8)}"
+
+
+class LogitLensView(QTableView):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.lens = LogitLensModel()
+        self.setModel(self.lens)
+        self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.horizontalHeader().setMinimumSectionSize(40)
+        self.verticalHeader().setDefaultSectionSize(20)
+        self.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
+
+    def set_selected_row(self, row: int | None) -> None:
+        if row is None:
+            self.clearSelection()
+        elif 0 <= row < self.lens.rowCount():
+            self.selectRow(row)
+            self.scrollTo(self.lens.index(row, 0))
+
+    def export_widget(self):
+        return self
+
+    def export_arrays(self) -> dict[str, np.ndarray]:
+        return {"top_ids": self.lens.ids, "top_probs": self.lens.probs, "tokens": np.array(self.lens.tokens)}
+
+    def csv_table(self):
+        header = ["position", "token"] + [f"L{l} top" for l in range(len(self.lens.strings))] + \
+                 [f"L{l} p" for l in range(len(self.lens.strings))]
+        rows = []
+        for t, tok in enumerate(self.lens.tokens):
+            rows.append([t, tok] + [self.lens.strings[l][t] for l in range(len(self.lens.strings))]
+                        + [f"{self.lens.probs[l, t]:.6g}" for l in range(len(self.lens.strings))])
+        return header, rows
+
+
+# -- PCA -------------------------------------------------------------------------------------
+
+
+class PCAView(pg.GraphicsLayoutWidget):
+    """Tokens at one depth as points in the first two principal axes (fitted over all depths);
+    faint lines trace each token's path through depth."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setBackground("w")
+        self.plot = self.addPlot()
+        self.plot.showGrid(x=True, y=True, alpha=0.2)
+        for name in ("left", "bottom"):
+            self.plot.getAxis(name).setPen(pg.mkPen("k"))
+            self.plot.getAxis(name).setTextPen(pg.mkPen("k"))
+        self.trajectories = pg.PlotCurveItem(pen=pg.mkPen(QColor(120, 120, 120, 60), width=1))
+        self.path_of_selected = pg.PlotCurveItem(pen=pg.mkPen(QColor(220, 30, 30), width=2))
+        self.points = pg.ScatterPlotItem(size=7, pen=pg.mkPen(None))
+        self.selected_point = pg.ScatterPlotItem(size=14, pen=pg.mkPen(QColor(220, 30, 30), width=2),
+                                                 brush=pg.mkBrush(None))
+        for item in (self.trajectories, self.path_of_selected, self.points, self.selected_point):
+            self.plot.addItem(item)
+        self.cmap = pg.colormap.get("plasma")
+        self.pca: analysis.PCAResult | None = None
+        self.labels: list[str] = []
+        self.depth_names: list[str] = []
+        self.depth = 0
+        self.selected: int | None = None
+        self.points.sigHovered.connect(self._on_hover)
+
+    def set_data(self, pca: analysis.PCAResult, labels: list[str], depth_names: list[str]) -> None:
+        self.pca, self.labels, self.depth_names = pca, labels, depth_names
+        c = pca.coords  # [D, T, 2]
+        depth, t, _ = c.shape
+        xs = c[:, :, 0].T.reshape(-1)  # token-major: each token's path through depth
+        ys = c[:, :, 1].T.reshape(-1)
+        connect = np.ones(depth * t, dtype=bool)
+        connect[depth - 1::depth] = False
+        self.trajectories.setData(xs, ys, connect=connect)
+        ev = pca.explained_variance_ratio
+        self.plot.setLabel("bottom", f"PC 1 ({100 * ev[0]:.1f}% of variance)", color="k")
+        self.plot.setLabel("left", f"PC 2 ({100 * ev[1]:.1f}%)", color="k")
+        self.plot.autoRange()
+        self.set_depth(min(self.depth, depth - 1))
+
+    def set_depth(self, depth: int) -> None:
+        self.depth = depth
+        if self.pca is None:
+            return
+        pts = self.pca.coords[depth]
+        t = pts.shape[0]
+        colours = self.cmap.map(np.linspace(0, 1, t) if t > 1 else np.zeros(1), mode="qcolor")
+        self.points.setData(pts[:, 0], pts[:, 1], brush=colours, data=np.arange(t))
+        self.plot.setTitle(f"Token vectors at depth {self.depth_names[depth]} (colour = position)", color="k")
+        self.set_selected(self.selected)
+
+    def set_selected(self, index: int | None) -> None:
+        self.selected = index
+        if self.pca is None or index is None or not 0 <= index < self.pca.coords.shape[1]:
+            self.selected_point.setData([], [])
+            self.path_of_selected.setData([], [])
+            return
+        p = self.pca.coords[:, index]
+        self.path_of_selected.setData(p[: self.depth + 1, 0], p[: self.depth + 1, 1])
+        self.selected_point.setData([p[self.depth, 0]], [p[self.depth, 1]])
+
+    def _on_hover(self, _item, points, _ev) -> None:
+        if len(points):
+            i = int(points[0].data())
+            self.setToolTip(f"token {i} {_visible(self.labels[i])!r} at depth {self.depth_names[self.depth]}")
+
+    def export_widget(self):
+        return self
+
+    def svg_item(self):
+        return self.ci
+
+    def export_arrays(self) -> dict[str, np.ndarray]:
+        if self.pca is None:
+            return {}
+        return {"coords": self.pca.coords, "components": self.pca.components,
+                "explained_variance_ratio": self.pca.explained_variance_ratio, "mean": self.pca.mean,
+                "tokens": np.array(self.labels), "depths": np.array(self.depth_names)}
+
+    def csv_table(self):
+        if self.pca is None:
+            return None
+        rows = [[self.depth_names[d], t, self.labels[t], f"{x:.6g}", f"{y:.6g}"]
+                for d in range(self.pca.coords.shape[0]) for t, (x, y) in enumerate(self.pca.coords[d])]
+        return ["depth", "position", "token", "pc1", "pc2"], rows
+
+
+# -- cosine similarity -----------------------------------------------------------------------
+
+
+class CosineView(QWidget):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.heatmap = Heatmap(row_name="token", col_name="token", value_name="cosine", colormap="CET-D1",
+                               highlight="#00b050")
+        self.curve_widget = pg.PlotWidget(background="w")
+        self.curve_plot = self.curve_widget.getPlotItem()
+        for name in ("left", "bottom"):
+            self.curve_plot.getAxis(name).setPen(pg.mkPen("k"))
+            self.curve_plot.getAxis(name).setTextPen(pg.mkPen("k"))
+        self.curve_plot.getAxis("left").enableAutoSIPrefix(False)
+        self.curve_plot.setLabel("left", "mean cosine (i \u2260 j)", color="k")
+        self.curve_plot.setLabel("bottom", "depth (0 = embedding)", color="k")
+        self.curve_plot.showGrid(x=True, y=True, alpha=0.2)
+        self.curve = self.curve_plot.plot(pen=pg.mkPen("#0072B2", width=2), symbol="o", symbolSize=6,
+                                          symbolBrush="#0072B2")
+        self.marker = pg.ScatterPlotItem(size=14, pen=pg.mkPen("#D55E00", width=2), brush=pg.mkBrush(None))
+        self.curve_plot.addItem(self.marker)
+        split = QSplitter()
+        split.addWidget(self.heatmap)
+        split.addWidget(self.curve_widget)
+        split.setSizes([650, 350])
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(split)
+        self.cosine = np.zeros((0, 0, 0))
+        self.means = np.zeros(0)
+        self.labels: list[str] = []
+        self.depth_names: list[str] = []
+        self.depth = 0
+
+    def set_data(self, cosine, means, labels, depth_names) -> None:
+        self.cosine, self.means, self.labels, self.depth_names = cosine, means, labels, depth_names
+        self.curve.setData(np.arange(len(means)), means)
+        ticks = [(i, n) for i, n in enumerate(depth_names)]
+        self.curve_plot.getAxis("bottom").setTicks([ticks])
+        self.set_depth(min(self.depth, len(means) - 1), relabel=True)
+
+    def set_depth(self, depth: int, relabel: bool = False) -> None:
+        self.depth = depth
+        if self.cosine.size == 0:
+            return
+        title = f"Cosine similarity at {self.depth_names[depth]}: mean {self.means[depth]:.3f}"
+        if relabel or self.heatmap.values.shape != self.cosine[depth].shape:
+            self.heatmap.set_matrix(self.cosine[depth], self.labels, self.labels, levels=(-1.0, 1.0), title=title)
+        else:
+            self.heatmap.set_values(self.cosine[depth])
+            self.heatmap.set_title(title)
+        self.marker.setData([depth], [self.means[depth]])
+
+    def export_widget(self):
+        return self
+
+    def export_arrays(self) -> dict[str, np.ndarray]:
+        return {"cosine": self.cosine, "mean_cosine": self.means, "tokens": np.array(self.labels),
+                "depths": np.array(self.depth_names)}
+
+    def csv_table(self):
+        header, rows = self.heatmap.csv_table()
+        return header, rows + [[], ["depth", "mean cosine"]] + [[n, f"{m:.6g}"] for n, m in
+                                                                zip(self.depth_names, self.means)]
+
+
+# -- the panel -------------------------------------------------------------------------------
+
+
+class LayersPanel(QWidget):
+    title = "Layers"
+    help_text = (
+        "<b>What am I looking at?</b> The residual stream x<sub>t</sub><sup>(l)</sup>: token t's vector after the "
+        "embedding (depth 0) and after each block l. <b>Residual norms</b>: ||x<sub>t</sub><sup>(l)</sup>||. "
+        "<b>Component norms</b>: mean over tokens of ||what each head writes|| (after W<sub>O</sub>) and "
+        "||MLP output||, i.e. which components write most. <b>Logit lens</b>: softmax(unembed(x<sup>(l)</sup>)) "
+        "read after every layer (final norm + unembedding): the top token and its probability. "
+        "<b>PCA</b>: the 2 principal axes of all depths' vectors pooled, so depths are comparable; lines are "
+        "each token's path. <b>Cosine</b>: C<sub>ij</sub> = &lt;x<sub>i</sub>, x<sub>j</sub>&gt;/(|x<sub>i</sub>||x<sub>j</sub>|); "
+        "its mean over i &ne; j rising with depth shows tokens clustering (Geshkovski et al. 2023).")
+
+    VIEWS = ("residual-norms", "component-norms", "logit-lens", "pca", "cosine")
+    VIEW_TITLES = ("Residual norms", "Component norms", "Logit lens", "PCA", "Cosine similarity")
+
+    def __init__(self, state, parent=None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.trace = None
+        self.result: LayersResult | None = None
+        self.labels: list[str] = []
+        self.selected_token: int | None = None
+        self._generation = 0
+        self._job = None
+
+        self.status = QLabel("Open a model and enter a text to see its layers.")
+        self.depth_slider = QSlider(Qt.Orientation.Horizontal)
+        self.depth_slider.setRange(0, 0)
+        self.depth_slider.setMinimumWidth(160)
+        self.depth_label = QLabel("depth: -")
+        self.tokens = TokenStrip(show_ids=False)
+        self.tokens.setMaximumHeight(90)
+        self.resid_map = Heatmap(row_name="token", col_name="depth", value_name="\u2016x\u2016", colormap="inferno")
+        self.component_map = Heatmap(row_name="layer", col_name="component", value_name="mean output norm",
+                                     colormap="inferno", annotate_max_cells=400)
+        self.lens_view = LogitLensView()
+        self.pca_view = PCAView()
+        self.cosine_view = CosineView()
+        self.tabs = QTabWidget()
+        for w, title in zip(self.views(), self.VIEW_TITLES):
+            self.tabs.addTab(w, title)
+        self.export_bar = ExportBar(self.current_view, lambda: self.VIEWS[self.tabs.currentIndex()]
+                                    + (f"-{self._depth_name()}" if self.tabs.currentIndex() >= 3 else ""))
+        controls = QHBoxLayout()
+        controls.addWidget(QLabel("Depth"))
+        controls.addWidget(self.depth_slider)
+        controls.addWidget(self.depth_label)
+        controls.addWidget(self.status, 1)
+        controls.addWidget(self.export_bar)
+        lay = QVBoxLayout(self)
+        lay.addLayout(controls)
+        lay.addWidget(self.tokens)
+        lay.addWidget(self.tabs, 1)
+
+        self.depth_slider.valueChanged.connect(self.set_depth)
+        self.tokens.token_selected.connect(self.select_token)
+        self.resid_map.cell_clicked.connect(lambda r, _c: self.select_token(r))
+        self.cosine_view.heatmap.cell_clicked.connect(lambda r, _c: self.select_token(r))
+        self.lens_view.clicked.connect(lambda index: self.select_token(index.row()))
+        state.trace_changed.connect(self._on_trace_changed)
+        if getattr(state, "trace", None) is not None:
+            self._on_trace_changed(state.trace)
+
+    def views(self) -> list:
+        return [self.resid_map, self.component_map, self.lens_view, self.pca_view, self.cosine_view]
+
+    def current_view(self):
+        return self.views()[self.tabs.currentIndex()]
+
+    def show_view(self, name: str) -> None:
+        self.tabs.setCurrentIndex(self.VIEWS.index(name))
+
+    def _depth_name(self) -> str:
+        names = self.result.depth_labels if self.result else []
+        d = self.depth_slider.value()
+        return names[d] if d < len(names) else "-"
+
+    # -- data ------------------------------------------------------------------------------
+    def _on_trace_changed(self, trace) -> None:
+        self.set_trace(trace, list(getattr(self.state, "token_ids", []) or []))
+
+    def set_trace(self, trace, token_ids: list[int] | None = None, sync: bool = False) -> None:
+        self.trace = trace
+        self._generation += 1
+        if trace is None or trace.n_layers == 0 or "embed" not in trace:
+            self.status.setText("This trace has no residual stream.")
+            return
+        t = trace["embed"].shape[1]
+        ids = list(token_ids or [])
+        self.labels = self.state.token_strings(ids[-t:]) if len(ids) >= t else [str(i) for i in range(t)]
+        self.tokens.set_tokens(self.labels, ids[-t:] if len(ids) >= t else list(range(t)))
+        self.status.setText("computing\u2026")
+        loaded = getattr(self.state, "loaded", None)
+        model = loaded.model if loaded is not None else None
+        tokenizer = loaded.tokenizer if loaded is not None else None
+        generation = self._generation
+        if sync:
+            self._on_result((generation, compute_layers(trace, model, tokenizer)))
+        else:
+            from ..workers import run_job
+
+            self._job = run_job(lambda: (generation, compute_layers(trace, model, tokenizer)),
+                                on_result=self._on_result,
+                                on_error=lambda exc, tb: self.status.setText(f"layer analysis failed: {exc}"))
+
+    def _on_result(self, payload) -> None:
+        generation, res = payload
+        if generation != self._generation:
+            return
+        self.result = res
+        depth = len(res.depth_labels)
+        t = res.resid_norms.shape[1]
+        self.status.setText(f"{t} tokens, {depth - 1} layers")
+        self.resid_map.set_matrix(res.resid_norms.T, self.labels, res.depth_labels,
+                                  title="Residual stream norm \u2016x\u2016 per token and depth")
+        if res.head_norms is not None and res.mlp_norms is not None:
+            n_layers, n_heads, _ = res.head_norms.shape
+            comp = np.concatenate([res.head_norms.mean(-1), res.mlp_norms.mean(-1)[:, None]], axis=1)
+            self.component_map.set_matrix(comp, [f"L{l}" for l in range(n_layers)],
+                                          [f"head {h}" for h in range(n_heads)] + ["MLP"],
+                                          title="Output norm of each component (mean over tokens)")
+        if res.lens_ids is not None:
+            causal = self.state.loaded.config.causal if getattr(self.state, "loaded", None) else True
+            next_tokens = (self.labels[1:] + [""]) if causal else None
+            self.lens_view.lens.set_data(self.labels, next_tokens, res.lens_strings, res.lens_ids, res.lens_probs)
+            if next_tokens is not None:
+                self.lens_view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        else:
+            self.lens_view.lens.set_data([], None, [], np.zeros((0, 0), np.int64), np.zeros((0, 0)))
+            self.status.setText(self.status.text() + f"; no logit lens: {res.lens_problem}")
+        self.pca_view.set_data(res.pca, self.labels, res.depth_labels)
+        self.cosine_view.set_data(res.cosine, res.mean_cosine, self.labels, res.depth_labels)
+        self.depth_slider.blockSignals(True)
+        self.depth_slider.setRange(0, depth - 1)
+        self.depth_slider.blockSignals(False)
+        self.set_depth(min(self.depth_slider.value(), depth - 1))
+        self._apply_selection()
+
+    # -- interaction -----------------------------------------------------------------------
+    def set_depth(self, depth: int) -> None:
+        if self.depth_slider.value() != depth:
+            self.depth_slider.setValue(depth)  # comes back here through valueChanged
+            return
+        if self.result is None:
+            return
+        self.depth_label.setText(f"depth: {self.result.depth_labels[depth]}")
+        self.pca_view.set_depth(depth)
+        self.cosine_view.set_depth(depth)
+
+    def select_token(self, index: int | None) -> None:
+        self.selected_token = index
+        self.tokens.set_selected(index)
+        self._apply_selection()
+
+    def _apply_selection(self) -> None:
+        i = self.selected_token
+        self.resid_map.set_selected_row(i)
+        self.cosine_view.heatmap.set_selected_row(i)
+        self.pca_view.set_selected(i)
+        self.lens_view.set_selected_row(i)

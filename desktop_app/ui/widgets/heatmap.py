@@ -1,0 +1,289 @@
+"""Heatmap: a matrix drawn as ONE pyqtgraph ImageItem (one texture, not a widget per cell).
+
+Token labels on both axes (thinned to what fits), hover tooltip "query -> key: weight", a
+highlighted row for the selected query, masked cells (e.g. causal) drawn grey by a static overlay,
+and a colour bar. Switching to another matrix of the same shape (another head) only re-uploads
+the values: `set_values(values)`.
+
+    hm = Heatmap(row_name="query", col_name="key", value_name="weight")
+    hm.set_matrix(values, row_labels, col_labels, mask=allowed, levels=(0, 1))
+    hm.set_values(other_head)             # fast path
+    hm.set_selected_row(i)                # outline row i
+    hm.hovered -> (row, col, value), hm.cell_clicked -> (row, col)
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QCursor, QFontMetrics, QPen
+from PySide6.QtWidgets import QGraphicsRectItem, QToolTip
+
+from .token_strip import _visible
+
+MASK_GREY = (150, 150, 150, 255)
+
+
+def short_label(s: str, width: int = 10) -> str:
+    s = _visible(s)
+    return s if len(s) <= width else s[: width - 1] + "\u2026"
+
+
+class LabelAxis(pg.AxisItem):
+    """Axis whose ticks are cell centres (i + 0.5) labelled by strings, thinned to fit the pixels."""
+
+    def __init__(self, orientation: str, **kw) -> None:
+        super().__init__(orientation, **kw)
+        self.labels: list[str] = []
+        self.enableAutoSIPrefix(False)
+
+    def set_labels(self, labels: Sequence[str]) -> None:
+        self.labels = [short_label(s) for s in labels]
+        self.picture = None
+        self.update()
+
+    def _label_pixels(self) -> float:
+        fm = QFontMetrics(self.style.get("tickFont") or self.font())
+        if self.orientation in ("left", "right"):
+            return fm.height() + 1.0
+        longest = max((fm.horizontalAdvance(s) for s in self.labels), default=10)
+        return longest + 8.0
+
+    def tickValues(self, minVal, maxVal, size):  # noqa: N802 (pyqtgraph API)
+        n = len(self.labels)
+        if n == 0 or size <= 0:
+            return []
+        lo = max(0, int(math.floor(min(minVal, maxVal))))
+        hi = min(n - 1, int(math.ceil(max(minVal, maxVal))))
+        if hi < lo:
+            return []
+        visible = hi - lo + 1
+        cells_per_label = self._label_pixels() * visible / size
+        step = 1
+        for s in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000):
+            step = s
+            if s >= cells_per_label:
+                break
+        first = (lo + step - 1) // step * step
+        return [(float(step), [i + 0.5 for i in range(first, hi + 1, step)])]
+
+    def tickStrings(self, values, scale, spacing):  # noqa: N802
+        out = []
+        for v in values:
+            i = int(math.floor(v))
+            out.append(self.labels[i] if 0 <= i < len(self.labels) else "")
+        return out
+
+
+class Heatmap(pg.GraphicsLayoutWidget):
+    hovered = Signal(int, int, float)
+    cell_clicked = Signal(int, int)
+
+    def __init__(self, parent=None, colormap: str = "viridis", row_name: str = "query", col_name: str = "key",
+                 value_name: str = "weight", colorbar: bool = True, annotate_max_cells: int = 0,
+                 highlight: str = "#ff2828") -> None:
+        super().__init__(parent)
+        self.annotate_max_cells = annotate_max_cells  # write each value in its cell when this few cells
+        self.annotations: list[pg.TextItem] = []
+        self.setBackground("w")
+        self.row_name, self.col_name, self.value_name = row_name, col_name, value_name
+        self.left_axis = LabelAxis("left")
+        self.bottom_axis = LabelAxis("bottom")
+        for ax in (self.left_axis, self.bottom_axis):
+            ax.setPen(pg.mkPen("k"))
+            ax.setTextPen(pg.mkPen("k"))
+        self.plot = self.addPlot(row=0, col=0, axisItems={"left": self.left_axis, "bottom": self.bottom_axis})
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.vb = self.plot.getViewBox()
+        self.vb.invertY(True)
+        self.vb.setAspectLocked(False)
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.mask_image = pg.ImageItem(axisOrder="row-major")
+        self.mask_image.setZValue(1)
+        self.plot.addItem(self.image)
+        self.plot.addItem(self.mask_image)
+        self.row_box = QGraphicsRectItem()
+        pen = QPen(QColor(highlight))
+        pen.setCosmetic(True)
+        pen.setWidthF(2.0)
+        self.row_box.setPen(pen)
+        self.row_box.setBrush(QBrush(Qt.BrushStyle.NoBrush))
+        self.row_box.setZValue(2)
+        self.row_box.setVisible(False)
+        self.plot.addItem(self.row_box)
+        self.cmap = pg.colormap.get(colormap)
+        self.colorbar = None
+        if colorbar:
+            self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=self.cmap, interactive=False, width=14,
+                                            pen="k", colorMapMenu=False)
+            self.colorbar.setImageItem(self.image)
+            self.colorbar.axis.setTextPen(pg.mkPen("k"))
+            self.colorbar.axis.setPen(pg.mkPen("k"))
+            self.addItem(self.colorbar, row=0, col=1)
+        else:
+            self.image.setLookupTable(self.cmap.getLookupTable(nPts=256))
+        self.values = np.zeros((0, 0), dtype=np.float32)
+        self.mask: np.ndarray | None = None
+        self.row_labels: list[str] = []
+        self.col_labels: list[str] = []
+        self.levels = (0.0, 1.0)
+        self.selected_row: int | None = None
+        self.hover_text = ""
+        self.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.scene().sigMouseClicked.connect(self._on_mouse_clicked)
+
+    # -- data ------------------------------------------------------------------------------
+    def set_matrix(self, values: np.ndarray, row_labels: Sequence[str] | None = None,
+                   col_labels: Sequence[str] | None = None, mask: np.ndarray | None = None,
+                   levels: tuple[float, float] | None = None, title: str | None = None) -> None:
+        """Show a new matrix. mask: boolean, True where a cell exists (False cells are drawn grey)."""
+        values = np.asarray(values, dtype=np.float32)
+        if values.ndim != 2:
+            raise ValueError(f"a heatmap needs a 2-D matrix, got shape {values.shape}")
+        rows, cols = values.shape
+        self.row_labels = [str(i) for i in range(rows)] if row_labels is None else list(row_labels)
+        self.col_labels = [str(i) for i in range(cols)] if col_labels is None else list(col_labels)
+        self.left_axis.set_labels(self.row_labels)
+        self.bottom_axis.set_labels(self.col_labels)
+        self.mask = None if mask is None or np.all(mask) else np.asarray(mask, dtype=bool)
+        if self.mask is not None:
+            overlay = np.zeros((rows, cols, 4), dtype=np.uint8)
+            overlay[~self.mask] = MASK_GREY
+            self.mask_image.setImage(overlay, levels=(0, 255))
+            self.mask_image.setRect(QRectF(0, 0, cols, rows))
+            self.mask_image.setVisible(True)
+        else:
+            self.mask_image.setVisible(False)
+        if levels is None:
+            shown = values if self.mask is None else values[self.mask]
+            finite = shown[np.isfinite(shown)]
+            levels = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+            if levels[1] <= levels[0]:
+                levels = (levels[0], levels[0] + 1.0)
+        self.set_values(values, levels)
+        self.image.setRect(QRectF(0, 0, cols, rows))
+        self.vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
+        self.vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
+        if title is not None:
+            self.plot.setTitle(title, color="k")
+        if self.selected_row is not None and self.selected_row >= rows:
+            self.set_selected_row(None)
+        else:
+            self.set_selected_row(self.selected_row)
+
+    def set_values(self, values: np.ndarray, levels: tuple[float, float] | None = None) -> None:
+        """Replace the values of a matrix of the same shape (labels and mask kept): one texture upload."""
+        values = np.asarray(values, dtype=np.float32)
+        if levels is not None:
+            self.levels = (float(levels[0]), float(levels[1]))
+            if self.colorbar is not None:
+                self.colorbar.setLevels(self.levels)
+        self.values = values
+        self.image.setImage(values, levels=self.levels, autoLevels=False)
+        self._annotate()
+
+    def _annotate(self) -> None:
+        for t in self.annotations:
+            self.plot.removeItem(t)
+        self.annotations = []
+        if not self.annotate_max_cells or self.values.size > self.annotate_max_cells:
+            return
+        lo, hi = self.levels
+        for (r, c), v in np.ndenumerate(self.values):
+            if self.mask is not None and not self.mask[r, c]:
+                continue
+            bright = (float(v) - lo) / (hi - lo) > 0.6 if hi > lo else False
+            t = pg.TextItem(f"{float(v):.3g}", color="k" if bright else "w", anchor=(0.5, 0.5))
+            t.setPos(c + 0.5, r + 0.5)
+            t.setZValue(3)
+            self.plot.addItem(t)
+            self.annotations.append(t)
+
+    def set_title(self, title: str) -> None:
+        self.plot.setTitle(title, color="k")
+
+    def set_axis_names(self, row_name: str, col_name: str, value_name: str | None = None) -> None:
+        self.row_name, self.col_name = row_name, col_name
+        if value_name is not None:
+            self.value_name = value_name
+
+    # -- selection and hover ---------------------------------------------------------------
+    def set_selected_row(self, row: int | None) -> None:
+        self.selected_row = row
+        if row is None or not (0 <= row < self.values.shape[0]):
+            self.row_box.setVisible(False)
+            return
+        self.row_box.setRect(QRectF(0, row, self.values.shape[1], 1))
+        self.row_box.setVisible(True)
+
+    def cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
+        if not self.plot.sceneBoundingRect().contains(scene_pos) or self.values.size == 0:
+            return None
+        p = self.vb.mapSceneToView(scene_pos)
+        col, row = int(math.floor(p.x())), int(math.floor(p.y()))
+        if 0 <= row < self.values.shape[0] and 0 <= col < self.values.shape[1]:
+            return row, col
+        return None
+
+    def cell_scene_pos(self, row: int, col: int) -> QPointF:
+        """Scene position of a cell's centre (for tests and for pointing at cells)."""
+        return self.vb.mapViewToScene(QPointF(col + 0.5, row + 0.5))
+
+    def describe_cell(self, row: int, col: int) -> str:
+        r = self.row_labels[row] if row < len(self.row_labels) else str(row)
+        c = self.col_labels[col] if col < len(self.col_labels) else str(col)
+        if self.mask is not None and not self.mask[row, col]:
+            value = "masked"
+        else:
+            value = f"{float(self.values[row, col]):.4g}"
+        return (f"{self.row_name} {row} {_visible(r)!r} \u2192 {self.col_name} {col} {_visible(c)!r}\n"
+                f"{self.value_name}: {value}")
+
+    def _on_mouse_moved(self, scene_pos: QPointF) -> None:
+        cell = self.cell_at(scene_pos)
+        if cell is None:
+            if self.hover_text:
+                self.hover_text = ""
+                self.setToolTip("")
+                QToolTip.hideText()
+            return
+        row, col = cell
+        self.hover_text = self.describe_cell(row, col)
+        self.setToolTip(self.hover_text)
+        QToolTip.showText(QCursor.pos(), self.hover_text, self)
+        self.hovered.emit(row, col, float(self.values[row, col]))
+
+    def _on_mouse_clicked(self, ev) -> None:
+        if ev.button() != Qt.MouseButton.LeftButton:
+            return
+        cell = self.cell_at(ev.scenePos())
+        if cell is not None:
+            self.cell_clicked.emit(*cell)
+
+    # -- export ----------------------------------------------------------------------------
+    def export_widget(self):
+        return self
+
+    def svg_item(self):
+        """What an SVG export draws: the plot with its axes and the colour bar."""
+        return self.ci
+
+    def export_arrays(self) -> dict[str, np.ndarray]:
+        out = {"values": self.values, "row_labels": np.array(self.row_labels), "col_labels": np.array(self.col_labels)}
+        if self.mask is not None:
+            out["mask"] = self.mask
+        return out
+
+    def csv_table(self) -> tuple[list[str], list[list]]:
+        header = [f"{self.row_name} \\ {self.col_name}"] + list(self.col_labels)
+        rows = []
+        for i, label in enumerate(self.row_labels):
+            vals = self.values[i].astype(float)
+            if self.mask is not None:
+                vals = np.where(self.mask[i], vals, np.nan)
+            rows.append([label] + ["" if math.isnan(v) else f"{v:.6g}" for v in vals])
+        return header, rows

@@ -1,0 +1,253 @@
+"""Start the GUI: `transformer-explorer [MODEL_DIR] [--screenshot FILE.png] [--panel NAME]`.
+
+With no model folder it reopens the last session (if any) or the embedded demo model. With
+--screenshot it renders the main window offscreen once the model is loaded and the text traced,
+saves the PNG (atomically) and exits: 0 on success, non-zero with a message otherwise.
+Only PySide6 is imported at module level; torch and the panels come in when needed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog. Attention is all you need."
+SCREENSHOT_SIZE = (1280, 800)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="transformer-explorer",
+                                description="Transformer Explorer: explore small transformer models offline.")
+    p.add_argument("model_dir", nargs="?", metavar="MODEL_DIR",
+                   help="model folder to open (config.json + model.safetensors [+ tokenizer.json]); "
+                        "default: the last session's model, else the demo model")
+    p.add_argument("--screenshot", metavar="FILE.png",
+                   help="render the main window offscreen, save it as PNG and exit")
+    p.add_argument("--panel", metavar="NAME", help="panel to show first (e.g. model, attention, layers)")
+    p.add_argument("--text", help="text to tokenize and trace (default: the demo text)")
+    p.add_argument("--size", default=f"{SCREENSHOT_SIZE[0]}x{SCREENSHOT_SIZE[1]}", metavar="WxH",
+                   help="window size for --screenshot (default %(default)s)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds --screenshot waits for the model (default 30)")
+    p.add_argument("--settle-ms", type=int, default=400, help=argparse.SUPPRESS)  # time for panels to repaint
+    p.add_argument("--quit-when-ready", action="store_true", help=argparse.SUPPRESS)  # startup benchmark
+    return p
+
+
+def demo_text(max_chars: int = 160) -> str:
+    """The first real paragraph of resources/demo-text.txt (not a title), cut at a word boundary."""
+    from ..paths import demo_text_path
+
+    try:
+        text = demo_text_path().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return DEFAULT_TEXT
+    paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
+    para = next((p for p in paragraphs if len(p) >= 80), "")
+    if len(para) > max_chars:
+        para = para[: para.rfind(" ", 0, max_chars + 1)].rstrip(" ,;:")
+    return para or DEFAULT_TEXT
+
+
+def _needs_offscreen() -> bool:
+    return sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+        if w < 200 or h < 150:
+            raise ValueError
+        return w, h
+    except ValueError:
+        raise SystemExit(f"transformer-explorer: error: --size must look like 1280x800, got {text!r}") from None
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"transformer-explorer: error: {message}", file=sys.stderr)
+    return code
+
+
+def app_icon():
+    from PySide6.QtGui import QIcon
+
+    from ..paths import resources_dir
+
+    icons = resources_dir() / "icons"
+    icon = QIcon()
+    svg = icons / "transformer-explorer.svg"
+    if svg.is_file():
+        icon.addFile(str(svg))
+    for png in sorted(icons.glob("transformer-explorer-*.png")):
+        icon.addFile(str(png))
+    return icon
+
+
+class StartupWatcher:
+    """Knows when the window shows its model: loaded, and the text tokenized and traced."""
+
+    def __init__(self, state, expect_model: bool) -> None:
+        self.expect_model = expect_model
+        self.model_loaded = False
+        self.traced = False
+        self.failed: str | None = None
+        self.on_change = lambda: None
+        state.model_changed.connect(self._loaded)
+        state.model_load_failed.connect(self._failed)
+        state.trace_changed.connect(self._traced)
+        state.error.connect(self._traced)  # text that cannot be traced: the window shows the message
+
+    @property
+    def ready(self) -> bool:
+        return self.failed is not None or not self.expect_model or (self.model_loaded and self.traced)
+
+    def _loaded(self, _loaded) -> None:
+        self.model_loaded = True
+        self.on_change()
+
+    def _failed(self, message: str) -> None:
+        self.failed = message
+        self.on_change()
+
+    def _traced(self, *_args) -> None:
+        if self.model_loaded:
+            self.traced = True
+        self.on_change()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Run the event loop until ready or the timeout; True when ready."""
+        from PySide6.QtCore import QEventLoop, QTimer
+
+        if self.ready:
+            return True
+        loop = QEventLoop()
+        self.on_change = lambda: loop.quit() if self.ready else None
+        QTimer.singleShot(int(timeout_s * 1000), loop.quit)
+        loop.exec()
+        self.on_change = lambda: None
+        return self.ready
+
+
+def _settle(ms: int) -> None:
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    QTimer.singleShot(ms, loop.quit)
+    loop.exec()
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.time()
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    headless = bool(args.screenshot or args.quit_when_ready)
+    if args.screenshot and not args.screenshot.lower().endswith(".png"):
+        return _fail(f"--screenshot needs a .png file name, got {args.screenshot!r}", 2)
+    if args.screenshot and not Path(args.screenshot).resolve().parent.is_dir():
+        return _fail(f"{args.screenshot}: the folder {Path(args.screenshot).resolve().parent} does not exist", 2)
+    if headless and _needs_offscreen():
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    from PySide6.QtWidgets import QApplication
+
+    from . import settings as app_settings
+
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app.setOrganizationName(app_settings.ORGANIZATION)
+    app.setApplicationName(app_settings.APPLICATION)
+    app.setDesktopFileName("transformer-explorer")
+    app.setWindowIcon(app_icon())
+
+    from .errors import ExceptionHandler
+    from .main_window import MainWindow
+    from .state import AppState
+
+    state = AppState()
+    window = MainWindow(state)
+    window.interactive = not headless
+    handler = ExceptionHandler(window, show_dialog=not headless).install()
+    try:
+        return _run(app, args, state, window, started)
+    finally:
+        handler.uninstall()
+
+
+def _run(app, args, state, window, started: float) -> int:
+    import logging
+
+    from ..paths import demo_model_dir
+    from . import settings as app_settings
+    from .workspace import WorkspaceError, last_session_path, load_workspace
+
+    log = logging.getLogger("desktop_app")
+    headless = bool(args.screenshot or args.quit_when_ready)
+    workspace = None
+    if not headless:
+        prefs = app_settings.Preferences.load()
+        window.apply_preferences(prefs)
+        window.restore_window_settings()
+        window.session_path = last_session_path()
+        if args.model_dir is None and prefs.restore_session and window.session_path.is_file():
+            try:
+                workspace = load_workspace(window.session_path)
+            except WorkspaceError as exc:
+                log.warning("last session not restored: %s", exc)
+    else:
+        window.resize(*_parse_size(args.size))
+
+    model_path: str | None = args.model_dir
+    if model_path is None and workspace is not None and workspace.model_path and Path(workspace.model_path).is_dir():
+        model_path = workspace.model_path
+    if model_path is None and demo_model_dir().is_dir():
+        model_path = str(demo_model_dir())
+    if workspace is not None:
+        window.apply_workspace(workspace, open_model=False)
+    text = args.text if args.text is not None else (workspace.text if workspace is not None and workspace.text
+                                                    else demo_text())
+    state.set_text(text)
+    if args.panel:
+        try:
+            window.show_panel(args.panel)
+        except KeyError as exc:
+            return _fail(exc.args[0], 2)
+
+    watcher = StartupWatcher(state, expect_model=model_path is not None)
+    window.show()
+    if model_path is not None:
+        state.open_model(model_path)
+    else:
+        message = (f"No model open: the demo model is not installed ({demo_model_dir()}). "
+                   "Open a model folder with File > Open Model Folder… (Ctrl+O) or drop one on the window.")
+        window.statusBar().showMessage(message)
+        if headless:
+            print(f"transformer-explorer: warning: {message}", file=sys.stderr)
+
+    if not headless:
+        from PySide6.QtCore import QTimer
+
+        QTimer.singleShot(1000, window.build_remaining_panels)  # warm the other tabs while the user reads
+        return app.exec()
+
+    if not watcher.wait(args.timeout):
+        return _fail(f"the model did not finish loading within {args.timeout:g} s ({model_path})")
+    if watcher.failed is not None:
+        return _fail(f"cannot open the model: {watcher.failed}")
+    if args.quit_when_ready:
+        print(f'{{"ready_at": {time.time():.6f}, "started_at": {started:.6f}}}', flush=True)
+        return 0
+    _settle(args.settle_ms)
+    from .widgets.export import save_widget_png
+
+    try:
+        save_widget_png(window, args.screenshot)
+    except OSError as exc:
+        return _fail(f"{args.screenshot}: cannot write the screenshot ({exc})")
+    size = Path(args.screenshot).stat().st_size
+    if size == 0:
+        return _fail(f"{args.screenshot}: the screenshot is empty")
+    print(f"saved {args.screenshot} ({size:,} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,489 @@
+"""The main window: one tab per panel, menus, status bar, drag and drop of model folders.
+
+Panels are imported and built lazily (the current tab at once, the others when first shown), so
+the window appears fast; a panel whose import or construction fails shows the error in its tab
+and the rest keep working. All model work goes through AppState (workers), never this thread.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import traceback
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QMimeData, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import (QApplication, QFileDialog, QLabel, QMainWindow, QMessageBox, QPlainTextEdit,
+                               QProgressBar, QTabWidget, QVBoxLayout, QWidget)
+
+from . import settings as app_settings
+from .panels import PANELS
+from .state import AppState
+from .workspace import Workspace, WorkspaceError, load_workspace, save_workspace
+
+log = logging.getLogger("desktop_app")
+
+
+def model_folder_from_mime(mime: QMimeData) -> str | None:
+    """The model folder a drag carries: a dropped folder, or the folder of a dropped file in it."""
+    if not mime.hasUrls():
+        return None
+    for url in mime.urls():
+        if not url.isLocalFile():
+            continue
+        path = Path(url.toLocalFile())
+        if path.is_dir():
+            return str(path)
+        if path.is_file() and path.suffix in (".json", ".safetensors"):
+            return str(path.parent)  # e.g. config.json or model.safetensors dropped
+    return None
+
+
+class PanelSlot(QWidget):
+    """The page of one tab: holds its panel once built, or the error that prevented it."""
+
+    def __init__(self, title: str, module: str, class_name: str) -> None:
+        super().__init__()
+        self.title, self.module, self.class_name = title, module, class_name
+        self.panel: QWidget | None = None
+        self.error: str | None = None
+        self.layout_ = QVBoxLayout(self)
+        self.layout_.setContentsMargins(0, 0, 0, 0)
+
+    @property
+    def built(self) -> bool:
+        return self.panel is not None or self.error is not None
+
+    def build(self, state: AppState) -> None:
+        if self.built:
+            return
+        try:
+            cls = getattr(importlib.import_module(self.module), self.class_name)
+            self.panel = cls(state)
+        except Exception:  # one broken panel must not take the window down
+            self.error = traceback.format_exc()
+            log.error("panel %s failed to load\n%s", self.title, self.error)
+            label = QLabel(f"<b>The {self.title} panel could not be loaded.</b> The other panels still work. "
+                           "Details (also in the log file):")
+            label.setWordWrap(True)
+            details = QPlainTextEdit(self.error)
+            details.setReadOnly(True)
+            self.layout_.addWidget(label)
+            self.layout_.addWidget(details, 1)
+            return
+        self.layout_.addWidget(self.panel)
+
+
+class MainWindow(QMainWindow):
+    panel_built = Signal(str)  # title
+    interactive = True  # False for --screenshot and benchmarks: report to the status bar, never block in a dialog
+
+    def __init__(self, state: AppState, parent: QWidget | None = None, panels: list | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.setWindowTitle("Transformer Explorer")
+        self.setAcceptDrops(True)
+        self.resize(1280, 800)
+
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.slots: list[PanelSlot] = []
+        for title, module, class_name in (PANELS if panels is None else panels):
+            slot = PanelSlot(title, module, class_name)
+            self.slots.append(slot)
+            self.tabs.addTab(slot, title)
+        self.tabs.currentChanged.connect(self._on_tab_changed)
+        self.setCentralWidget(self.tabs)
+
+        self._build_status_bar()
+        self._build_menus()
+
+        state.model_changed.connect(self._on_model_changed)
+        state.model_load_failed.connect(self._on_model_load_failed)
+        state.device_changed.connect(self._on_device_changed)
+        state.busy_changed.connect(self._on_busy)
+        state.error.connect(self._on_state_error)
+        self._on_device_changed(state.device)
+        if self.slots:
+            self.slots[0].build(state)
+
+    # -- panels ----------------------------------------------------------------------------
+    def slot(self, title: str) -> PanelSlot:
+        for s in self.slots:
+            if s.title.lower() == title.lower() or s.module.rsplit(".", 1)[-1] == title.lower():
+                return s
+        raise KeyError(f"no panel named {title!r} (panels: {', '.join(s.title for s in self.slots)})")
+
+    def panel(self, title: str) -> QWidget | None:
+        s = self.slot(title)
+        s.build(self.state)
+        return s.panel
+
+    def show_panel(self, title: str) -> None:
+        s = self.slot(title)
+        self.tabs.setCurrentWidget(s)
+        s.build(self.state)
+
+    def current_slot(self) -> PanelSlot | None:
+        w = self.tabs.currentWidget()
+        return w if isinstance(w, PanelSlot) else None
+
+    def build_remaining_panels(self) -> None:
+        """Build the panels not shown yet, one per event-loop turn, so the UI stays responsive."""
+        pending = [s for s in self.slots if not s.built]
+        if pending:
+            pending[0].build(self.state)
+            self.panel_built.emit(pending[0].title)
+            QTimer.singleShot(0, self.build_remaining_panels)
+
+    def _on_tab_changed(self, index: int) -> None:
+        w = self.tabs.widget(index)
+        if isinstance(w, PanelSlot) and not w.built:
+            QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
+            try:
+                w.build(self.state)
+            finally:
+                QApplication.restoreOverrideCursor()
+            self.panel_built.emit(w.title)
+
+    # -- menus -----------------------------------------------------------------------------
+    def _action(self, text: str, slot, shortcut=None, tip: str = "") -> QAction:
+        a = QAction(text, self)
+        if shortcut is not None:
+            a.setShortcut(QKeySequence(shortcut))
+        if tip:
+            a.setStatusTip(tip)
+        a.triggered.connect(slot)
+        self.addAction(a)  # shortcuts work even when the menu bar is hidden
+        return a
+
+    def _build_menus(self) -> None:
+        mb = self.menuBar()
+        f = mb.addMenu("&File")
+        self.open_action = self._action("&Open Model Folder…", self.open_model_dialog, QKeySequence.StandardKey.Open,
+                                        "Open a model folder (config.json + model.safetensors [+ tokenizer.json])")
+        f.addAction(self.open_action)
+        self.recent_menu = f.addMenu("Open &Recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        self.demo_action = self._action("Open &Demo Model", self.open_demo_model)
+        f.addAction(self.demo_action)
+        f.addSeparator()
+        self.open_workspace_action = self._action("Open &Workspace…", self.open_workspace_dialog, "Ctrl+Shift+O")
+        self.save_workspace_action = self._action("&Save Workspace…", self.save_workspace_dialog, QKeySequence.StandardKey.Save)
+        f.addAction(self.open_workspace_action)
+        f.addAction(self.save_workspace_action)
+        f.addSeparator()
+        self.export_action = self._action("&Export Current View…", self.export_current_view, "Ctrl+E",
+                                          "Save what the current panel shows")
+        f.addAction(self.export_action)
+        f.addSeparator()
+        self.preferences_action = self._action("&Preferences…", self.open_preferences, QKeySequence.StandardKey.Preferences)
+        if self.preferences_action.shortcut().isEmpty():
+            self.preferences_action.setShortcut(QKeySequence("Ctrl+,"))
+        f.addAction(self.preferences_action)
+        f.addSeparator()
+        self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
+        if self.quit_action.shortcut().isEmpty():
+            self.quit_action.setShortcut(QKeySequence("Ctrl+Q"))
+        f.addAction(self.quit_action)
+
+        v = mb.addMenu("&View")
+        self.panel_actions: list[QAction] = []
+        for i, s in enumerate(self.slots):
+            a = self._action(s.title, lambda _=False, t=s.title: self.show_panel(t),
+                             f"Ctrl+{i + 1}" if i < 9 else None)
+            v.addAction(a)
+            self.panel_actions.append(a)
+        v.addSeparator()
+        self.fullscreen_action = self._action("&Full Screen", self._toggle_fullscreen, QKeySequence.StandardKey.FullScreen)
+        self.fullscreen_action.setCheckable(True)
+        v.addAction(self.fullscreen_action)
+
+        self.device_menu = mb.addMenu("&Device")
+        self.device_group = QActionGroup(self)
+        self.device_group.setExclusive(True)
+        self.device_actions: dict[str, QAction] = {}
+        self._fill_device_menu()
+
+        h = mb.addMenu("&Help")
+        self.help_action = self._action("&What am I looking at?", self.show_panel_help, QKeySequence.StandardKey.HelpContents)
+        if self.help_action.shortcut().isEmpty():
+            self.help_action.setShortcut(QKeySequence("F1"))
+        h.addAction(self.help_action)
+        self.shortcuts_action = self._action("&Keyboard Shortcuts", self.show_shortcuts, "Ctrl+/")
+        h.addAction(self.shortcuts_action)
+        h.addSeparator()
+        self.about_action = self._action("&About Transformer Explorer", self.show_about)
+        h.addAction(self.about_action)
+
+    def _fill_device_menu(self) -> None:
+        from ..core.devices import available_devices
+
+        for name in available_devices():
+            label = {"cpu": "CPU", "mps": "MPS (Apple)"}.get(name, name.upper())
+            a = QAction(label, self, checkable=True)
+            a.setData(name)
+            a.triggered.connect(lambda _=False, d=name: self.set_device(d))
+            self.device_group.addAction(a)
+            self.device_menu.addAction(a)
+            self.device_actions[name] = a
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        items = app_settings.recent_models()
+        for path in items:
+            a = self.recent_menu.addAction(path)
+            a.setEnabled(Path(path).is_dir())
+            a.triggered.connect(lambda _=False, p=path: self.open_model(p))
+        if not items:
+            self.recent_menu.addAction("(none)").setEnabled(False)
+        else:
+            self.recent_menu.addSeparator()
+            self.recent_menu.addAction("Clear Recent", app_settings.clear_recent_models)
+
+    # -- status bar ------------------------------------------------------------------------
+    def _build_status_bar(self) -> None:
+        sb = self.statusBar()
+        self.model_label = QLabel("No model")
+        self.device_label = QLabel("")
+        self.memory_label = QLabel("")
+        self.busy_bar = QProgressBar()
+        self.busy_bar.setRange(0, 0)  # indeterminate
+        self.busy_bar.setMaximumWidth(120)
+        self.busy_bar.setVisible(False)
+        self.busy_label = QLabel("")
+        sb.addWidget(self.busy_bar)
+        sb.addWidget(self.busy_label)
+        sb.addPermanentWidget(self.model_label)
+        sb.addPermanentWidget(self.device_label)
+        sb.addPermanentWidget(self.memory_label)
+        self._memory_timer = QTimer(self, interval=3000)
+        self._memory_timer.timeout.connect(self.update_memory)
+        self._memory_timer.start()
+
+    def update_memory(self) -> None:
+        from ..core.devices import memory_summary
+
+        try:
+            self.memory_label.setText(memory_summary(self.state.device))
+        except Exception as exc:  # a device that went away must not spam errors every 3 s
+            self.memory_label.setText(f"memory: n/a ({exc.__class__.__name__})")
+
+    # -- state -> window -------------------------------------------------------------------
+    def _on_model_changed(self, loaded) -> None:
+        cfg = loaded.config
+        self.model_label.setText(f"{loaded.name} · {cfg.family} · {loaded.model.num_parameters():,} params")
+        self.setWindowTitle(f"{loaded.name} — Transformer Explorer")
+        self.statusBar().showMessage(f"Opened {loaded.path or loaded.name}", 5000)
+        if loaded.path is not None:
+            app_settings.add_recent_model(loaded.path)
+        self.update_memory()
+
+    def _on_model_load_failed(self, message: str) -> None:
+        log.warning("model failed to load: %s", message)
+        previous = self.state.loaded.name if self.state.loaded is not None else "no model"
+        if not self.interactive:
+            self.statusBar().showMessage(f"Cannot open model: {message}")
+            return
+        QMessageBox.critical(self, "Cannot open model",
+                             f"{message}\n\nThe current model ({previous}) stays open.")
+
+    def _on_device_changed(self, device: str) -> None:
+        self.device_label.setText(f"device: {device}")
+        a = self.device_actions.get(device) if hasattr(self, "device_actions") else None
+        if a is not None:
+            a.setChecked(True)
+        self.update_memory()
+
+    def _on_busy(self, busy: bool, message: str) -> None:
+        self.busy_bar.setVisible(busy)
+        self.busy_label.setText(message if busy else "")
+
+    def _on_state_error(self, message: str) -> None:
+        self.statusBar().showMessage(message, 8000)
+
+    # -- actions ---------------------------------------------------------------------------
+    def open_model(self, path: str | Path) -> None:
+        self.state.open_model(str(path))
+
+    def open_demo_model(self) -> None:
+        from ..paths import demo_model_dir
+
+        if not demo_model_dir().is_dir():
+            QMessageBox.information(self, "No demo model", f"The demo model is not installed ({demo_model_dir()}).")
+            return
+        self.open_model(demo_model_dir())
+
+    def open_model_dialog(self) -> None:
+        start = str(self.state.loaded.path.parent) if self.state.loaded is not None and self.state.loaded.path else ""
+        path = QFileDialog.getExistingDirectory(self, "Open model folder (config.json + model.safetensors)", start)
+        if path:
+            self.open_model(path)
+
+    def set_device(self, device: str) -> None:
+        try:
+            self.state.set_device(device)
+        except Exception as exc:  # e.g. out of memory moving the model: say so, keep the old device
+            QMessageBox.warning(self, "Cannot switch device", f"Cannot move the model to {device}: {exc}")
+            self._on_device_changed(self.state.device)
+
+    def export_current_view(self) -> None:
+        """The panel's own export (export_view()) when it has one, else a PNG of the panel."""
+        slot = self.current_slot()
+        if slot is None or slot.panel is None:
+            return
+        export = getattr(slot.panel, "export_view", None)
+        if callable(export):
+            export()
+            return
+        from .widgets.export import ask_save_path, save_widget_png
+
+        path = ask_save_path(self, f"Export {slot.title} view", f"{slot.title.lower()}.png", "PNG image (*.png)")
+        if path:
+            save_widget_png(slot.panel, path)
+            self.statusBar().showMessage(f"Saved {path}", 5000)
+
+    def show_panel_help(self) -> None:
+        from .dialogs import HelpDialog
+
+        slot = self.current_slot()
+        if slot is None:
+            return
+        text = getattr(slot.panel, "help_text", None) or f"The {slot.title} panel has no help text yet."
+        HelpDialog(slot.title, text, self).exec()
+
+    def shortcut_actions(self) -> list[QAction]:
+        return [a for a in self.actions() if not a.shortcut().isEmpty()]
+
+    def show_shortcuts(self) -> None:
+        from .dialogs import ShortcutsDialog
+
+        ShortcutsDialog(self.shortcut_actions(), self).exec()
+
+    def show_about(self) -> None:
+        from .dialogs import about_html
+
+        QMessageBox.about(self, "About Transformer Explorer", about_html(self.state.device))
+
+    def open_preferences(self) -> None:
+        from ..core.devices import available_devices
+        from .dialogs import PreferencesDialog
+
+        dlg = PreferencesDialog(app_settings.Preferences.load(), available_devices(), self)
+        if dlg.exec():
+            self.apply_preferences(dlg.preferences(), save=True)
+
+    def apply_preferences(self, prefs: app_settings.Preferences, save: bool = False) -> None:
+        from ..core.devices import default_device
+
+        if save:
+            prefs.save()
+        app = QApplication.instance()
+        if app is not None:
+            app_settings.apply_appearance(app, prefs.theme, prefs.font_size)
+        self.state.dtype = None if prefs.dtype == "auto" else prefs.dtype
+        device = default_device() if prefs.device == "auto" else prefs.device
+        if device in self.device_actions:
+            self.set_device(device)
+
+    def _toggle_fullscreen(self, checked: bool) -> None:
+        self.showFullScreen() if checked else self.showNormal()
+
+    # -- workspace -------------------------------------------------------------------------
+    def capture_workspace(self) -> Workspace:
+        slot = self.current_slot()
+        loaded = self.state.loaded
+        return Workspace(
+            model_path=str(loaded.path) if loaded is not None and loaded.path is not None else None,
+            text=self.state.text,
+            panel=slot.title if slot is not None else "",
+            device=self.state.device,
+            geometry=bytes(self.saveGeometry().toBase64()).decode("ascii"),
+            window_state=bytes(self.saveState().toBase64()).decode("ascii"),
+        )
+
+    def apply_workspace(self, ws: Workspace, open_model: bool = True) -> None:
+        if ws.geometry:
+            self.restoreGeometry(QByteArray.fromBase64(ws.geometry.encode("ascii")))
+        if ws.window_state:
+            self.restoreState(QByteArray.fromBase64(ws.window_state.encode("ascii")))
+        if ws.device and ws.device in self.device_actions:
+            self.set_device(ws.device)
+        if ws.panel:
+            try:
+                self.show_panel(ws.panel)
+            except KeyError:
+                pass  # a panel from another version
+        self.state.set_text(ws.text)  # kept for the model below: set_model re-traces state.text
+        loaded = self.state.loaded
+        same = loaded is not None and loaded.path is not None and ws.model_path is not None and \
+            Path(loaded.path).resolve() == Path(ws.model_path).resolve()
+        if open_model and ws.model_path and not same:
+            self.open_model(ws.model_path)
+
+    def save_workspace_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save workspace", "workspace.json", "Workspace (*.json)")
+        if path:
+            try:
+                save_workspace(path, self.capture_workspace())
+            except OSError as exc:
+                QMessageBox.critical(self, "Cannot save workspace", f"{path}: {exc}")
+                return
+            self.statusBar().showMessage(f"Saved workspace {path}", 5000)
+
+    def open_workspace_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open workspace", "", "Workspace (*.json);;All files (*)")
+        if path:
+            self.open_workspace(path)
+
+    def open_workspace(self, path: str | Path) -> bool:
+        try:
+            ws = load_workspace(path)
+        except WorkspaceError as exc:
+            QMessageBox.critical(self, "Cannot open workspace", str(exc))
+            return False
+        if ws.model_path and not Path(ws.model_path).is_dir():
+            QMessageBox.warning(self, "Model folder missing",
+                                f"{path}: the workspace's model folder {ws.model_path} does not exist; "
+                                "keeping the current model.")
+            ws.model_path = None
+        self.apply_workspace(ws)
+        return True
+
+    # -- window settings -------------------------------------------------------------------
+    def restore_window_settings(self) -> None:
+        geometry = app_settings.settings().value("window/geometry")
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.restoreGeometry(geometry)
+
+    def save_window_settings(self) -> None:
+        s = app_settings.settings()
+        s.setValue("window/geometry", self.saveGeometry())
+        s.sync()
+
+    # -- drag and drop ---------------------------------------------------------------------
+    def dragEnterEvent(self, event) -> None:
+        if model_folder_from_mime(event.mimeData()) is not None:
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event) -> None:
+        path = model_folder_from_mime(event.mimeData())
+        if path is None:
+            event.ignore()
+            return
+        event.acceptProposedAction()
+        self.open_model(path)
+
+    # -- closing ---------------------------------------------------------------------------
+    session_path: Path | None = None  # where closeEvent saves the session (set by app.main)
+
+    def closeEvent(self, event) -> None:
+        if self.session_path is not None:
+            try:
+                self.save_window_settings()
+                save_workspace(self.session_path, self.capture_workspace())
+            except OSError as exc:
+                log.warning("could not save the session to %s: %s", self.session_path, exc)
+        super().closeEvent(event)

@@ -1,0 +1,177 @@
+"""Model panel: the architecture of the open model, and how a text splits into its tokens."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy,
+                               QSplitter, QVBoxLayout, QWidget)
+
+from ..state import AppState
+from ..widgets.token_strip import TokenStrip
+
+TYPING_DEBOUNCE_MS = 250
+
+
+def format_count(n: int) -> str:
+    """12,345,678 (12.3 M)."""
+    for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= div:
+            return f"{n:,} ({n / div:.1f} {unit})"
+    return f"{n:,}"
+
+
+FAMILY_NAMES = {"gpt2": "GPT-2 (decoder, learned positions, pre-LN)",
+                "bert": "BERT (encoder, post-LN, token types)",
+                "llama": "LLaMA (decoder, RoPE, RMSNorm, SwiGLU)"}
+
+
+def architecture_rows(loaded, device: str) -> list[tuple[str, str]]:
+    """(label, value) pairs of the summary; the test compares them with the config."""
+    cfg = loaded.config
+    kv = cfg.n_kv_heads if cfg.n_kv_heads is not None else cfg.n_heads
+    kv_text = f"{kv}" + (" (grouped-query)" if kv != cfg.n_heads else "")
+    attention = cfg.attention_kind + (", causal" if cfg.causal else ", bidirectional")
+    return [
+        ("Family", FAMILY_NAMES.get(cfg.family, cfg.family)),
+        ("Layers", str(cfg.n_layers)),
+        ("Heads", f"{cfg.n_heads} (head width {cfg.d_head})"),
+        ("KV heads", kv_text),
+        ("d_model", str(cfg.d_model)),
+        ("d_ff", str(cfg.d_ff)),
+        ("Vocabulary", f"{cfg.vocab_size:,}" + ("" if loaded.tokenizer is not None else " (no tokenizer: type ids)")),
+        ("Context length", f"{cfg.context_length:,}"),
+        ("Parameters", format_count(loaded.model.num_parameters())),
+        ("Attention", attention),
+        ("Positions / norm", f"{cfg.positions} / {cfg.norm} ({cfg.norm_placement})"),
+        ("dtype", str(loaded.model.dtype).replace("torch.", "")),
+        ("Device", str(loaded.model.device) if loaded.model is not None else device),
+        ("Path", str(loaded.path) if loaded.path is not None else "(in memory)"),
+    ]
+
+
+class ModelPanel(QWidget):
+    title = "Model"
+    help_text = (
+        "<p><b>Architecture</b>: the open model's configuration. A transformer maps token ids "
+        "t<sub>1..T</sub> to vectors x<sub>i</sub> = E[t<sub>i</sub>] (+ position), then applies "
+        "<i>Layers</i> blocks, each x &larr; x + Attn(Norm(x)); x &larr; x + MLP(Norm(x)) (pre-LN; "
+        "BERT normalises after each sum). <i>Heads</i> split d_model into parallel attention heads of width "
+        "d_model / heads; <i>KV heads</i> &lt; heads means grouped-query attention (heads share keys and "
+        "values). <i>d_ff</i> is the MLP's hidden width; <i>parameters</i> counts tied weights once.</p>"
+        "<p><b>Tokens</b>: the text box is split by the model's tokenizer; each chip is one token with its "
+        "id below (spaces show as &middot;, newlines as &crarr;). A model folder without tokenizer.json "
+        "takes token ids typed as numbers. Every other panel looks at these tokens.</p>")
+
+    def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self._summary_labels: dict[str, QLabel] = {}
+
+        self.summary_box = QGroupBox("Architecture")
+        self.summary_form = QFormLayout(self.summary_box)
+        self.summary_form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
+        self.empty_label = QLabel("No model open. Use File > Open Model Folder… (Ctrl+O) or drop a folder here.")
+        self.empty_label.setWordWrap(True)
+        self.summary_form.addRow(self.empty_label)
+
+        self.text_edit = QPlainTextEdit()
+        self.text_edit.setPlaceholderText("Type text here; its tokens appear below.")
+        self.text_edit.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self._debounce = QTimer(self, singleShot=True, interval=TYPING_DEBOUNCE_MS)
+        self._debounce.timeout.connect(self._send_text)
+        self.text_edit.textChanged.connect(self._debounce.start)
+
+        self.token_strip = TokenStrip()
+        self.token_strip.token_selected.connect(self._show_token)
+        self.count_label = QLabel("0 tokens")
+        self.token_info = QLabel("")
+        self.message_label = QLabel("")
+        self.message_label.setStyleSheet("color: #b00020")
+        self.message_label.setWordWrap(True)
+
+        tokens_box = QGroupBox("Text and tokens")
+        tv = QVBoxLayout(tokens_box)
+        tv.addWidget(self.text_edit, 1)
+        row = QHBoxLayout()
+        row.addWidget(self.count_label)
+        row.addStretch(1)
+        row.addWidget(self.token_info)
+        tv.addLayout(row)
+        tv.addWidget(self.token_strip, 4)
+        tv.addWidget(self.message_label)
+
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self.summary_box)
+        splitter.addWidget(tokens_box)
+        splitter.setStretchFactor(0, 0)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([380, 900])
+        layout = QVBoxLayout(self)
+        layout.addWidget(splitter)
+
+        state.model_changed.connect(self._on_model)
+        state.device_changed.connect(lambda _d: self._on_model(self.state.loaded))
+        state.text_changed.connect(self._on_state_text)
+        state.tokens_changed.connect(self._on_tokens)
+        state.error.connect(self._on_error)
+        # Built after the model may already be loaded (panels are created lazily): render the state now.
+        self._on_state_text(state.text)
+        if state.loaded is not None:
+            self._on_model(state.loaded)
+            self._on_tokens(state.token_ids)
+
+    # -- state -> view ---------------------------------------------------------------------
+    def _on_model(self, loaded) -> None:
+        while self.summary_form.rowCount():
+            self.summary_form.removeRow(0)
+        self._summary_labels.clear()
+        if loaded is None:
+            self.empty_label = QLabel("No model open.")
+            self.summary_form.addRow(self.empty_label)
+            return
+        self.summary_box.setTitle(f"Architecture — {loaded.name}")
+        for label, value in architecture_rows(loaded, self.state.device):
+            v = QLabel(value)
+            v.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            v.setWordWrap(label == "Path")
+            self._summary_labels[label] = v
+            self.summary_form.addRow(label, v)
+        placeholder = ("Type text here; its tokens appear below." if loaded.tokenizer is not None
+                       else "This model has no tokenizer.json: type token ids, e.g. 1 2 3")
+        self.text_edit.setPlaceholderText(placeholder)
+
+    def _on_state_text(self, text: str) -> None:
+        if text != self.text_edit.toPlainText():
+            self.text_edit.blockSignals(True)
+            self.text_edit.setPlainText(text)
+            self.text_edit.blockSignals(False)
+
+    def _on_tokens(self, ids: list) -> None:
+        self.message_label.setText("")
+        strings = self.state.token_strings(ids)
+        self.token_strip.set_tokens(strings, ids)
+        n = len(ids)
+        limit = self.state.loaded.config.context_length if self.state.loaded is not None else None
+        text = f"{n} token{'s' if n != 1 else ''}"
+        if limit is not None and n >= limit:
+            text += f" (the context length, {limit}: longer text is cut)"
+        self.count_label.setText(text)
+        self.token_info.setText("")
+
+    def _on_error(self, message: str) -> None:
+        self.message_label.setText(message)
+
+    def _show_token(self, index: int) -> None:
+        ids = self.state.token_ids
+        if 0 <= index < len(ids):
+            s = self.state.token_strings([ids[index]])[0]
+            self.token_info.setText(f"token #{index}: id {ids[index]}, {s!r}")
+
+    # -- view -> state ---------------------------------------------------------------------
+    def _send_text(self) -> None:
+        text = self.text_edit.toPlainText()
+        if text != self.state.text:
+            self.state.set_text(text)
+
+    def summary_value(self, label: str) -> str:
+        """The text shown for one summary row (tests, screenshots)."""
+        return self._summary_labels[label].text()

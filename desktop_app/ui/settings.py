@@ -1,0 +1,150 @@
+"""Persistent settings (QSettings, INI format): preferences, recent models, window geometry.
+
+INI everywhere so the file is readable and tests can redirect it with
+QSettings.setPath(IniFormat, UserScope, folder). Application and organisation names are set
+by app.main() before the first use.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+from PySide6.QtGui import QFont, QPalette, QColor
+from PySide6.QtWidgets import QApplication
+
+ORGANIZATION = "transformer-explorer"
+APPLICATION = "Transformer Explorer"
+RECENT_KEY = "recent_models"
+MAX_RECENT = 10
+THEMES = ("system", "light", "dark")
+DEFAULT_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def settings() -> QSettings:
+    return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, ORGANIZATION, APPLICATION)
+
+
+# -- recent models ---------------------------------------------------------------------------
+
+
+def recent_models() -> list[str]:
+    value = settings().value(RECENT_KEY, [])
+    if isinstance(value, str):  # QSettings gives a bare string for a one-element list
+        value = [value]
+    return [str(v) for v in (value or []) if v]
+
+
+def add_recent_model(path: str | Path) -> list[str]:
+    path = str(Path(path).resolve())
+    items = [path] + [p for p in recent_models() if p != path]
+    items = items[:MAX_RECENT]
+    settings().setValue(RECENT_KEY, items)
+    return items
+
+
+def clear_recent_models() -> None:
+    settings().setValue(RECENT_KEY, [])
+
+
+# -- preferences -----------------------------------------------------------------------------
+
+
+@dataclass
+class Preferences:
+    device: str = "auto"  # "auto": CUDA/MPS when present, else CPU
+    dtype: str = "auto"  # "auto": the dtype stored in the model's config
+    theme: str = "system"
+    font_size: int = 0  # 0: the platform's default
+    restore_session: bool = True
+
+    @classmethod
+    def load(cls) -> "Preferences":
+        s = settings()
+        d = cls()
+        prefs = cls(
+            device=str(s.value("prefs/device", d.device)),
+            dtype=str(s.value("prefs/dtype", d.dtype)),
+            theme=str(s.value("prefs/theme", d.theme)),
+            font_size=_int(s.value("prefs/font_size", d.font_size), d.font_size),
+            restore_session=_bool(s.value("prefs/restore_session", d.restore_session)),
+        )
+        if prefs.theme not in THEMES:
+            prefs.theme = d.theme
+        if prefs.dtype not in DEFAULT_DTYPES:
+            prefs.dtype = d.dtype
+        return prefs
+
+    def save(self) -> None:
+        s = settings()
+        for key, value in asdict(self).items():
+            s.setValue(f"prefs/{key}", value)
+        s.sync()
+
+
+def _int(value, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _bool(value) -> bool:
+    if isinstance(value, str):
+        return value.lower() in ("1", "true", "yes")
+    return bool(value)
+
+
+# -- appearance ------------------------------------------------------------------------------
+
+_default_font: QFont | None = None
+_default_palette: QPalette | None = None
+
+
+def apply_appearance(app: QApplication, theme: str, font_size: int) -> None:
+    """Theme (light/dark, or follow the system) and base font size for the whole application."""
+    global _default_font, _default_palette
+    from PySide6.QtCore import Qt
+
+    if _default_font is None:
+        _default_font, _default_palette = QFont(app.font()), QPalette(app.palette())
+    font = QFont(_default_font)
+    if font_size and font_size > 0:
+        font.setPointSize(int(font_size))
+    app.setFont(font)
+    hints = app.styleHints()
+    scheme = {"light": Qt.ColorScheme.Light, "dark": Qt.ColorScheme.Dark}.get(theme, Qt.ColorScheme.Unknown)
+    if hasattr(hints, "setColorScheme"):  # Qt >= 6.8
+        hints.setColorScheme(scheme)
+    # Platforms without a native dark style (offscreen, some Linux desktops) need an explicit palette.
+    if theme == "dark":
+        app.setStyle("Fusion")
+        app.setPalette(dark_palette())
+    elif theme == "light":
+        app.setStyle("Fusion")
+        app.setPalette(app.style().standardPalette())
+    else:
+        app.setPalette(_default_palette)
+
+
+def dark_palette() -> QPalette:
+    p = QPalette()
+    base, window, text = QColor(30, 30, 30), QColor(45, 45, 48), QColor(230, 230, 230)
+    role = QPalette.ColorRole
+    p.setColor(role.Window, window)
+    p.setColor(role.WindowText, text)
+    p.setColor(role.Base, base)
+    p.setColor(role.AlternateBase, window)
+    p.setColor(role.ToolTipBase, window)
+    p.setColor(role.ToolTipText, text)
+    p.setColor(role.Text, text)
+    p.setColor(role.Button, window)
+    p.setColor(role.ButtonText, text)
+    p.setColor(role.BrightText, QColor(255, 80, 80))
+    p.setColor(role.Link, QColor(90, 160, 255))
+    p.setColor(role.Highlight, QColor(60, 120, 200))
+    p.setColor(role.HighlightedText, QColor(255, 255, 255))
+    p.setColor(role.PlaceholderText, QColor(140, 140, 140))
+    for r in (role.WindowText, role.Text, role.ButtonText):
+        p.setColor(QPalette.ColorGroup.Disabled, r, QColor(120, 120, 120))
+    return p

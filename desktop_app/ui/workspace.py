@@ -1,0 +1,76 @@
+"""Workspace files: what to bring back next time (model folder, text, panel, window layout).
+
+A workspace is a small JSON file written atomically. The last session is saved the same way to
+the user's data folder when the window closes and restored at the next start.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from ..core.checkpoints import atomic_write_text
+from ..paths import user_data_dir
+
+FORMAT = "transformer-explorer-workspace"
+VERSION = 1
+
+
+class WorkspaceError(ValueError):
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path, self.problem = Path(path), problem
+        super().__init__(f"{path}: {problem}")
+
+
+@dataclass
+class Workspace:
+    model_path: str | None = None
+    text: str = ""
+    panel: str = ""
+    device: str = ""
+    geometry: str = ""  # QMainWindow.saveGeometry(), base64
+    window_state: str = ""  # QMainWindow.saveState() (toolbars, docks), base64
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, "version": VERSION, **asdict(self)}, indent=2, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str, path: str | Path = "<workspace>") -> "Workspace":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise WorkspaceError(path, f"not valid JSON ({exc})") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise WorkspaceError(path, f"not a Transformer Explorer workspace (no \"format\": \"{FORMAT}\")")
+        if not isinstance(data.get("version"), int) or data["version"] > VERSION:
+            raise WorkspaceError(path, f"workspace version {data.get('version')!r} is newer than this app understands")
+        kw = {}
+        for f in fields(cls):
+            if f.name not in data or data[f.name] is None:
+                continue
+            value = data[f.name]
+            if not isinstance(value, str):
+                raise WorkspaceError(path, f"field {f.name!r} should be a string, got {type(value).__name__}")
+            kw[f.name] = value
+        return cls(**kw)
+
+
+def save_workspace(path: str | Path, ws: Workspace) -> None:
+    atomic_write_text(Path(path), ws.to_json())
+
+
+def load_workspace(path: str | Path) -> Workspace:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise WorkspaceError(path, f"cannot read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise WorkspaceError(path, "not UTF-8 text") from None
+    return Workspace.from_json(text, path)
+
+
+def last_session_path() -> Path:
+    return user_data_dir() / "last-session.json"

@@ -1,0 +1,250 @@
+"""The application shell: main window, Model panel, menus, errors on load, drag and drop, --screenshot."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl
+from PySide6.QtGui import QDropEvent, QImage
+from PySide6.QtWidgets import QMessageBox
+from safetensors import safe_open
+from tokenizers import Tokenizer as HFTokenizer
+
+from desktop_app.core.checkpoints import new_model, save_model_folder
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.devices import available_devices
+from desktop_app.core.tokenizer import char_tokenizer
+from desktop_app.ui import settings as app_settings
+from desktop_app.ui.main_window import MainWindow, model_folder_from_mime
+from desktop_app.ui.state import AppState
+
+REPO = Path(__file__).resolve().parents[2]
+CHARS = "abcdefghijklmnopqrstuvwxyz .,!?'"
+
+
+@pytest.fixture(autouse=True)
+def isolated_settings(tmp_path, monkeypatch):
+    """QSettings and the user's data folder under tmp_path: tests never touch the real ones."""
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    yield
+
+
+def make_model(path: Path, family: str = "llama", **kw) -> Path:
+    tok = char_tokenizer(CHARS, specials=["<|endoftext|>"])
+    preset = getattr(ModelConfig, family)
+    cfg = preset(**{**dict(vocab_size=tok.vocab_size, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2,
+                           d_ff=48, context_length=64), **kw})
+    save_model_folder(new_model(cfg, seed=0), path, tokenizer=tok)
+    return path
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {"llama": make_model(root / "tiny-llama"),
+            "gpt2": make_model(root / "tiny-gpt2", family="gpt2", n_kv_heads=None, n_layers=2, d_ff=64)}
+
+
+def open_and_wait(qtbot, window: MainWindow, path: Path) -> None:
+    state = window.state
+    with qtbot.waitSignal(state.trace_changed, timeout=15000):
+        window.open_model(path)
+    assert state.loaded is not None and Path(state.loaded.path) == path
+
+
+@pytest.fixture
+def window(qtbot):
+    state = AppState()
+    w = MainWindow(state)
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def test_summary_shows_the_numbers_of_the_checkpoint(qtbot, window, models):
+    path = models["llama"]
+    window.state.set_text("hello")
+    open_and_wait(qtbot, window, path)
+    panel = window.panel("Model")
+    config = json.loads((path / "config.json").read_text())  # the Hugging Face fields, read independently
+    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+        n_params = sum(_prod(f.get_slice(k).get_shape()) for k in f.keys())
+    assert panel.summary_value("Layers") == str(config["num_hidden_layers"])
+    assert panel.summary_value("Heads").startswith(str(config["num_attention_heads"]) + " ")
+    assert panel.summary_value("KV heads") == f"{config['num_key_value_heads']} (grouped-query)"
+    assert panel.summary_value("d_model") == str(config["hidden_size"])
+    assert panel.summary_value("d_ff") == str(config["intermediate_size"])
+    assert panel.summary_value("Vocabulary") == str(config["vocab_size"])
+    assert panel.summary_value("Context length") == str(config["max_position_embeddings"])
+    assert panel.summary_value("Parameters").startswith(f"{n_params:,}")  # untied LLaMA: every tensor counts
+    assert panel.summary_value("Family").startswith("LLaMA")
+    assert panel.summary_value("dtype") == "float32"
+    assert panel.summary_value("Device") == "cpu"
+    assert panel.summary_value("Path") == str(path)
+    assert window.model_label.text().startswith("tiny-llama")
+    assert "cpu" in window.device_label.text()
+
+
+def _prod(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def test_typing_updates_the_token_strip(qtbot, window, models):
+    path = models["gpt2"]
+    open_and_wait(qtbot, window, path)
+    panel = window.panel("Model")
+    panel.text_edit.clear()
+    with qtbot.waitSignal(window.state.trace_changed, timeout=10000):
+        qtbot.keyClicks(panel.text_edit, "the cat sat.")
+    reference = HFTokenizer.from_file(str(path / "tokenizer.json")).encode("the cat sat.").ids
+    qtbot.waitUntil(lambda: panel.token_strip.canvas.ids == reference, timeout=5000)
+    assert panel.token_strip.count() == len(reference) == 12
+    assert panel.token_strip.canvas.strings[:3] == ["t", "h", "e"]
+    assert panel.count_label.text() == "12 tokens"
+    assert window.state.trace is not None
+    # clicking a chip names the token
+    panel.token_strip.token_selected.emit(4)
+    assert "id %d" % reference[4] in panel.token_info.text()
+
+
+def test_model_without_tokenizer_takes_ids(qtbot, window, tmp_path):
+    cfg = ModelConfig.gpt2(vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32)
+    save_model_folder(new_model(cfg, seed=1), tmp_path / "no-tok")
+    window.state.set_text("3 1 4 1 5")
+    open_and_wait(qtbot, window, tmp_path / "no-tok")
+    panel = window.panel("Model")
+    assert panel.token_strip.canvas.ids == [3, 1, 4, 1, 5]
+    assert "no tokenizer" in panel.summary_value("Vocabulary")
+
+
+def test_broken_folder_shows_the_error_and_keeps_the_model(qtbot, window, models, tmp_path, monkeypatch):
+    open_and_wait(qtbot, window, models["gpt2"])
+    previous = window.state.loaded
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{ not json", encoding="utf-8")
+    shown = []
+    monkeypatch.setattr(QMessageBox, "critical", lambda parent, title, text, *a, **k: shown.append((title, text)))
+    window.open_model(broken)
+    qtbot.waitUntil(lambda: bool(shown), timeout=10000)
+    title, text = shown[0]
+    assert "config.json" in text and str(broken) in text
+    assert "tiny-gpt2" in text  # says which model stays open
+    assert window.state.loaded is previous
+    assert window.panel("Model").summary_value("Path") == str(models["gpt2"])
+
+
+def test_device_menu_lists_the_available_devices_and_switches(qtbot, window, models):
+    open_and_wait(qtbot, window, models["gpt2"])
+    assert list(window.device_actions) == available_devices()
+    assert window.device_actions[window.state.device].isChecked()
+    target = available_devices()[-1]  # CUDA or MPS when present, else CPU
+    if target == window.state.device:
+        window.state.device = "none"  # make the CPU action a real switch on CPU-only machines
+    with qtbot.waitSignal(window.state.device_changed, timeout=5000) as sig:
+        window.device_actions[target].trigger()
+    assert sig.args == [target]
+    assert window.device_label.text() == f"device: {target}"
+    assert window.state.loaded.model.device.type == target.split(":")[0]
+    assert window.device_actions[target].isChecked()
+
+
+def test_drop_a_folder_opens_it(qtbot, window, models):
+    open_and_wait(qtbot, window, models["gpt2"])
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(models["llama"]))])
+    assert model_folder_from_mime(mime) == str(models["llama"])
+    file_mime = QMimeData()
+    file_mime.setUrls([QUrl.fromLocalFile(str(models["llama"] / "config.json"))])
+    assert model_folder_from_mime(file_mime) == str(models["llama"])
+    web = QMimeData()
+    web.setUrls([QUrl("https://example.com/model")])
+    assert model_folder_from_mime(web) is None
+    event = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                       Qt.KeyboardModifier.NoModifier)
+    with qtbot.waitSignal(window.state.model_changed, timeout=10000) as sig:
+        window.dropEvent(event)
+    assert Path(sig.args[0].path) == models["llama"]
+    assert event.isAccepted()
+
+
+def test_recent_models_are_remembered(qtbot, window, models):
+    open_and_wait(qtbot, window, models["gpt2"])
+    open_and_wait(qtbot, window, models["llama"])
+    assert app_settings.recent_models()[:2] == [str(models["llama"].resolve()), str(models["gpt2"].resolve())]
+    window._fill_recent_menu()
+    texts = [a.text() for a in window.recent_menu.actions()]
+    assert texts[:2] == [str(models["llama"].resolve()), str(models["gpt2"].resolve())]
+
+
+def test_a_panel_that_fails_to_import_shows_its_error_and_the_rest_works(qtbot, models):
+    state = AppState()
+    w = MainWindow(state, panels=[("Model", "desktop_app.ui.panels.model", "ModelPanel"),
+                                  ("Broken", "desktop_app.ui.panels.no_such_panel", "Nope")])
+    qtbot.addWidget(w)
+    w.show_panel("Broken")
+    assert w.slot("Broken").panel is None
+    assert "no_such_panel" in w.slot("Broken").error
+    w.show_panel("Model")
+    open_and_wait(qtbot, w, models["gpt2"])
+    assert w.panel("Model").summary_value("Layers") == "2"
+
+
+def test_help_shows_the_current_panel_text(qtbot, window, monkeypatch):
+    from desktop_app.ui import dialogs
+
+    seen = []
+    monkeypatch.setattr(dialogs.HelpDialog, "exec", lambda self: seen.append(self.browser.toPlainText()))
+    window.show_panel("Model")
+    window.help_action.trigger()
+    assert seen and "grouped-query" in seen[0]
+    shortcuts = [a.shortcut().toString() for a in window.shortcut_actions()]
+    assert "Ctrl+O" in shortcuts and "F1" in shortcuts
+
+
+def test_about_names_the_versions(qtbot, window, monkeypatch):
+    import torch
+    from PySide6.QtCore import qVersion
+
+    seen = []
+    monkeypatch.setattr(QMessageBox, "about", lambda parent, title, text: seen.append(text))
+    window.about_action.trigger()
+    assert torch.__version__ in seen[0] and qVersion() in seen[0] and "Device: cpu" in seen[0]
+
+
+def _env(tmp_path: Path) -> dict:
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_DATA_HOME=str(tmp_path / "data"),
+               XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(REPO))
+    return env
+
+
+def test_screenshot_writes_a_png_of_the_window(models, tmp_path):
+    out = tmp_path / "shot.png"
+    r = subprocess.run([sys.executable, "-m", "desktop_app", str(models["gpt2"]), "--screenshot", str(out),
+                        "--size", "900x600", "--text", "abc"],
+                       cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 1000
+    image = QImage(str(out))
+    assert (image.width(), image.height()) == (900, 600)
+    # not a blank image: the window has text and chips, so many distinct colours
+    colours = {image.pixel(x, y) for x in range(0, 900, 7) for y in range(0, 600, 7)}
+    assert len(colours) > 5
+
+
+def test_screenshot_of_a_broken_model_fails_with_a_message(tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    r = subprocess.run([sys.executable, "-m", "desktop_app", str(broken), "--screenshot", str(tmp_path / "x.png")],
+                       cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert str(broken) in r.stderr and "config.json" in r.stderr
+    assert not (tmp_path / "x.png").exists()

@@ -129,7 +129,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         return self
 
     def svg_item(self):
-        return self.ci
+        return None  # pyqtgraph's SVG exporter trips on the grid of view boxes: QSvgGenerator draws it
 
     def export_arrays(self) -> dict[str, np.ndarray]:
         return {f"layer{l}": p for l, p in enumerate(self.patterns)}

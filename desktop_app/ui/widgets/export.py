@@ -32,9 +32,35 @@ def save_plot_svg(item, path: str | Path) -> None:
     import pyqtgraph.exporters as pge
 
     plot_item = item.getPlotItem() if hasattr(item, "getPlotItem") else item
-    exporter = pge.SVGExporter(plot_item)
-    data = exporter.export(toBytes=True)
+    try:
+        exporter = pge.SVGExporter(plot_item)
+        data = exporter.export(toBytes=True)
+    except ValueError:
+        # pyqtgraph 0.14's exporter cannot parse the path syntax of recent Qt SVG output
+        # ("not enough values to unpack"): draw the item's scene region through QSvgGenerator instead.
+        save_scene_item_svg(plot_item, path)
+        return
     atomic_write_bytes(Path(path), data if isinstance(data, bytes) else bytes(data))
+
+
+def save_scene_item_svg(item, path: str | Path) -> None:
+    """Vector SVG of a graphics item's region of its scene (QSvgGenerator, no pyqtgraph exporter)."""
+    from PySide6.QtCore import QRect, QRectF
+    from PySide6.QtGui import QPainter
+    from PySide6.QtSvg import QSvgGenerator
+
+    source = item.sceneBoundingRect()
+    buf = QBuffer()
+    buf.open(QIODevice.OpenModeFlag.WriteOnly)
+    gen = QSvgGenerator()
+    gen.setOutputDevice(buf)
+    w, h = max(1, int(source.width())), max(1, int(source.height()))
+    gen.setSize(QRect(0, 0, w, h).size())
+    gen.setViewBox(QRect(0, 0, w, h))
+    painter = QPainter(gen)
+    item.scene().render(painter, QRectF(0, 0, w, h), source)
+    painter.end()
+    atomic_write_bytes(Path(path), bytes(buf.data()))
 
 
 def save_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence]) -> None:

@@ -1,0 +1,161 @@
+"""AttentionPanel with pytest-qt: thumbnails, hover, token selection, head toggles, exports."""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+import torch
+from PySide6.QtCore import QPoint, Qt
+
+from desktop_app.core import analysis
+from desktop_app.core.checkpoints import LoadedModel, new_model
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.model import KVCache
+from desktop_app.core.tokenizer import char_tokenizer
+from desktop_app.ui.panels.attention import AttentionPanel
+from desktop_app.ui.state import AppState
+from desktop_app.ui.widgets.export import export_view
+
+TEXT = "the cat sat on a mat"
+
+
+def _loaded(family="gpt2"):
+    tok = char_tokenizer(TEXT)
+    cfg = getattr(ModelConfig, family)(vocab_size=tok.vocab_size, d_model=36, n_layers=2, n_heads=3, d_ff=64,
+                                       context_length=64, init_std=0.3)
+    return LoadedModel(new_model(cfg, seed=0).eval(), cfg, tok, None, "test")
+
+
+def _panel(qtbot, family="gpt2"):
+    state = AppState()
+    state.loaded = _loaded(family)
+    panel = AttentionPanel(state)
+    qtbot.addWidget(panel)
+    panel.resize(1000, 800)
+    panel.show()
+    ids = state.loaded.tokenizer.encode(TEXT)
+    _, trace = state.loaded.model.run_with_trace(torch.tensor([ids]))
+    state.show_trace(trace, ids)
+    qtbot.waitUntil(lambda: panel.stats is not None, timeout=10_000)
+    return panel, trace, ids
+
+
+def _view_point(view, scene_pos) -> QPoint:
+    return view.mapFromScene(scene_pos)
+
+
+def test_thumbnail_click_opens_that_head(qtbot):
+    panel, trace, _ = _panel(qtbot)
+    mv = panel.model_view
+    assert len(mv.boxes) == 2 * 3
+    qtbot.mouseClick(mv.viewport(), Qt.MouseButton.LeftButton, pos=_view_point(mv, mv.thumb_scene_center(1, 2)))
+    assert (panel.layer, panel.head) == (1, 2)
+    assert panel.current_view() is panel.heatmap
+    np.testing.assert_array_equal(panel.heatmap.values, trace["blocks.1.attn.pattern"][0, 2].numpy())
+    qtbot.mouseClick(mv.viewport(), Qt.MouseButton.LeftButton, pos=_view_point(mv, mv.thumb_scene_center(0, 1)))
+    assert (panel.layer, panel.head) == (0, 1)
+
+
+def test_hover_gives_query_key_and_weight(qtbot):
+    panel, trace, ids = _panel(qtbot)
+    panel.open_head(1, 0)
+    hm = panel.heatmap
+    strings = panel.state.token_strings(ids)
+    row, col = 5, 2
+    qtbot.waitExposed(hm)
+    qtbot.mouseMove(hm.viewport(), QPoint(1, 1))  # start outside the cells (the cursor may be anywhere)
+    qtbot.wait(100)  # pyqtgraph's scene drops mouse moves closer than its rate limit
+    qtbot.mouseMove(hm.viewport(), _view_point(hm, hm.cell_scene_pos(row, col)))
+    qtbot.waitUntil(lambda: hm.hover_text != "", timeout=3000)
+    weight = float(trace["blocks.1.attn.pattern"][0, 0, row, col])
+    assert f"query {row} {strings[row]!r}" in hm.hover_text.replace("\u00b7", " ")
+    assert f"key {col} {strings[col]!r}" in hm.hover_text.replace("\u00b7", " ")
+    assert f"{weight:.4g}" in hm.hover_text
+    assert hm.toolTip() == hm.hover_text
+    # a cell the causal mask hides says so
+    qtbot.wait(100)
+    qtbot.mouseMove(hm.viewport(), _view_point(hm, hm.cell_scene_pos(2, 7)))
+    qtbot.waitUntil(lambda: "masked" in hm.hover_text, timeout=3000)
+
+
+def test_causal_cells_are_grey_and_encoders_have_none(qtbot):
+    panel, _, ids = _panel(qtbot)
+    hm = panel.heatmap
+    assert hm.mask_image.isVisible()
+    overlay = hm.mask_image.image
+    assert tuple(overlay[0, 1]) == (150, 150, 150, 255) and overlay[1, 0, 3] == 0
+    enc, _, _ = _panel(qtbot, "bert")
+    assert enc.mask is None and not enc.heatmap.mask_image.isVisible()
+    assert enc.rollout is not None and np.all(enc.rollout[-1] > 0)
+
+
+def test_token_selection_highlights_rows_everywhere(qtbot):
+    panel, trace, _ = _panel(qtbot)
+    qtbot.mouseClick(panel.tokens.canvas, Qt.MouseButton.LeftButton, pos=panel.tokens.chip_center(6))
+    assert panel.selected_token == 6
+    for hm in (panel.heatmap, panel.mean_map, panel.rollout_map):
+        assert hm.row_box.isVisible() and hm.row_box.rect().top() == 6
+    assert all(b.isVisible() and b.rect().top() == 6 for b in panel.model_view.row_boxes)
+    # the head view draws only the selected query's lines above the threshold, one per head weight
+    p = trace[f"blocks.{panel.layer}.attn.pattern"][0].numpy()
+    hv = panel.head_view
+    assert hv.n_lines == int((p[:, 6] >= hv.threshold).sum())
+    hv.checks[0].setChecked(False)
+    assert hv.n_lines == int((p[1:, 6] >= hv.threshold).sum())
+    # clicking a heatmap row selects that query too
+    hm = panel.heatmap
+    panel.show_view("attention")
+    qtbot.mouseClick(hm.viewport(), Qt.MouseButton.LeftButton, pos=_view_point(hm, hm.cell_scene_pos(3, 1)))
+    assert panel.selected_token == 3 and hm.row_box.rect().top() == 3
+
+
+def test_aggregate_views_show_core_numbers(qtbot):
+    panel, trace, _ = _panel(qtbot)
+    panel.layer_spin.setValue(1)
+    np.testing.assert_allclose(panel.mean_map.values, analysis.mean_over_heads(trace, 1), rtol=1e-5)
+    np.testing.assert_allclose(panel.rollout_map.values, analysis.attention_rollout(trace)[1], rtol=1e-5)
+    stats = analysis.head_stats(trace)
+    for i, key in enumerate(("entropy", "mean_distance", "first_token")):
+        panel.stat_combo.setCurrentIndex(i)
+        np.testing.assert_allclose(panel.stats_map.values, stats.as_dict()[key], rtol=1e-5)
+        assert len(panel.stats_map.annotations) == 2 * 3
+
+
+def test_every_view_exports_png_svg_and_numbers(qtbot, tmp_path):
+    panel, _, _ = _panel(qtbot)
+    for name in panel.VIEWS:
+        panel.show_view(name)
+        view = panel.current_view()
+        for suffix in (".png", ".svg", ".npz") + ((".csv",) if hasattr(view, "csv_table") else ()):
+            out = tmp_path / f"{name}{suffix}"
+            export_view(view, out)
+            assert out.stat().st_size > (20 if suffix == ".csv" else 100), out
+        svg = ET.parse(tmp_path / f"{name}.svg").getroot()  # well-formed XML
+        tags = {el.tag.split("}")[-1] for el in svg.iter()}
+        assert tags & {"path", "polyline", "text"}, tags  # vector drawing, not only an embedded bitmap
+        assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        with np.load(tmp_path / f"{name}.npz") as z:
+            assert len(z.files) > 0
+    panel.export_bar.copy()
+    from PySide6.QtWidgets import QApplication
+    assert not QApplication.clipboard().pixmap().isNull()
+
+
+def test_a_cached_generation_step_is_shown(qtbot):
+    panel, _, ids = _panel(qtbot)
+    model = panel.state.loaded.model
+    cache = KVCache(model.cfg.n_layers)
+    model(torch.tensor([ids[:-1]]), cache=cache)
+    _, step = model.run_with_trace(torch.tensor([ids[-1:]]), cache=cache)
+    panel.state.show_trace(step, ids)
+    qtbot.waitUntil(lambda: panel.stats is not None, timeout=10_000)
+    assert panel.heatmap.values.shape == (1, len(ids))
+    assert panel.rollout is None
+    panel.select_token(len(ids) - 1)
+    assert panel.heatmap.row_box.isVisible() and panel.heatmap.row_box.rect().top() == 0
+
+
+def test_help_text_defines_the_quantities():
+    for word in ("softmax", "Rollout", "entropy", "distance", "first token"):
+        assert word in AttentionPanel.help_text

@@ -121,15 +121,23 @@ def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 
     if top_k < 0:
         raise GenerationError(f"top-k must be >= 0 (0 = off), got {top_k}")
     logits = logits.detach().reshape(-1).to("cpu", torch.float64)
+    V = logits.numel()
     model_probs = torch.softmax(logits, 0)
     if temperature == 0:
         tempered = (logits == logits.max()).double()
         tempered = tempered / tempered.sum()
+    elif temperature == 1:
+        tempered = model_probs
     else:
         tempered = torch.softmax(logits / temperature, 0)
-    kept = top_k_mask(tempered, top_k) & top_p_mask(tempered, top_p)
-    probs = torch.where(kept, tempered, torch.zeros_like(tempered))
-    probs = probs / probs.sum()
+    filter_k, filter_p = 0 < top_k < V, top_p < 1.0
+    if not (filter_k or filter_p):  # nothing to filter: no extra tensor work on the decoding path
+        kept = torch.ones(V, dtype=torch.bool)
+        probs = tempered
+    else:
+        kept = top_k_mask(tempered, top_k) & top_p_mask(tempered, top_p)
+        probs = torch.where(kept, tempered, torch.zeros_like(tempered))
+        probs = probs / probs.sum()
     return Distribution(logits, model_probs, tempered, probs, kept, temperature, top_k, top_p)
 
 
@@ -275,7 +283,7 @@ class GenerationSession:
     def distribution(self, node: Node | None = None, settings: GenerationSettings | None = None) -> Distribution:
         """The next-token distribution after `node` (default: the current one), processed."""
         node = self.current if node is None else node
-        s = (settings or self.settings).validated()
+        s = self.settings if settings is None else settings.validated()
         if node.next_logits is None:
             raise GenerationError("nothing follows a stop token")
         return process_logits(node.next_logits, s.temperature, s.top_k, s.top_p)
@@ -568,11 +576,13 @@ class GenerationSession:
         if trace is not None:
             for name, t in trace.items():
                 t = t.detach().float().cpu()
+                batched = t.shape[0] > 1  # a view of a batch row would keep the whole batch alive
                 for b in range(t.shape[0]):
                     if name.endswith("attn.pattern"):
-                        records[b][name] = t[b, :, -new_rows:].clone()  # [H, new, T]
+                        row = t[b, :, -new_rows:]  # [H, new, T]
                     else:
-                        records[b][name] = t[b, -new_rows:].clone()  # [new, d]
+                        row = t[b, -new_rows:]  # [new, d]
+                    records[b][name] = row.clone() if batched else row
         return logits, records
 
 

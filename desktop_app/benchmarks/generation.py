@@ -1,0 +1,140 @@
+"""Per-token latency of greedy generation with full recording vs transformers' generate.
+
+    python -m desktop_app bench generation [--new 64] [--prompt 8] [--repeat 2] [--dtype float32|bfloat16]
+                                           [--device cpu] [--no-record] [--threads N]
+
+Both sides run the same randomly initialised GPT-2-small-sized model (124M parameters, written by
+transformers and loaded here), greedy, with a KV cache, batch 1. Ours records every step (each
+layer's attention row and the new token's residuals) so that each step can be inspected later.
+Both timings include the prompt's forward; per-token = total / new tokens; fastest of `repeat`.
+
+Batch-1 decoding reads every weight once per token, so weight bytes / memory bandwidth is a lower
+bound on the time per token; the bandwidth is measured here with a large tensor copy and the
+fraction of that bound reached is printed (1.0 would be perfect). bfloat16 halves the bytes.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+
+def measure_bandwidth(n_bytes: int = 512 << 20, repeat: int = 5) -> float:
+    """Bytes per second of a large copy (each byte read once and written once)."""
+    import torch
+
+    src = torch.ones(n_bytes // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # touch the pages first
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n_bytes / best
+
+
+def weight_bytes_per_token(model) -> int:
+    """Bytes one decoding step must read: every weight matrix once; of the token and position
+    tables only one row each (a tied unembedding still reads the whole table once)."""
+    total = 0
+    seen = set()
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        total += p.numel() * p.element_size()
+    cfg = model.cfg
+    if not (cfg.lm_head and cfg.tie_embeddings):
+        total -= model.tok_embed.weight.numel() * model.tok_embed.weight.element_size()
+    if cfg.positions == "learned":
+        total -= model.pos_embed.weight.numel() * model.pos_embed.weight.element_size()
+    return total
+
+
+def main(argv: list[str]) -> dict:
+    import torch
+    import transformers
+
+    from ..core.checkpoints import load_model_folder
+    from ..core.devices import resolve_device, resolve_dtype
+    from ..core.generation import GenerationSession, GenerationSettings
+
+    ap = argparse.ArgumentParser(prog="bench generation")
+    ap.add_argument("--new", type=int, default=64, help="tokens to generate (default 64)")
+    ap.add_argument("--prompt", type=int, default=8, help="prompt length (default 8)")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--no-record", action="store_true", help="ours without recording")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch CPU threads for both sides (0: torch's default). On a loaded machine every "
+                         "op that enters a parallel region waits for a free core; 1 thread avoids that")
+    args = ap.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype)
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "gpt2-small-random"
+        torch.manual_seed(0)
+        hf_cfg = transformers.GPT2Config(bos_token_id=None, eos_token_id=None)
+        transformers.GPT2LMHeadModel(hf_cfg).save_pretrained(folder)
+        ours = load_model_folder(folder, device=device, dtype=args.dtype)
+        ref = transformers.GPT2LMHeadModel.from_pretrained(folder, dtype=dtype).to(device).eval()
+    prompt = torch.randint(0, hf_cfg.vocab_size, (args.prompt,), generator=torch.Generator().manual_seed(1)).tolist()
+
+    def run_ours() -> list[int]:
+        s = GenerationSession(ours, prompt, GenerationSettings("greedy"), stop_tokens=[], record=not args.no_record)
+        for _ in s.run(args.new):
+            pass
+        sync()
+        return s.ids()
+
+    def run_ref() -> list[int]:
+        with torch.no_grad():
+            out = ref.generate(torch.tensor([prompt], device=device), max_new_tokens=args.new,
+                               min_new_tokens=args.new, do_sample=False, num_beams=1, use_cache=True,
+                               pad_token_id=0)
+        sync()
+        return out[0].tolist()
+
+    def best(fn) -> tuple[float, list[int]]:
+        result = fn()  # warm-up: allocator, kernels, imports
+        t = float("inf")
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            result = fn()
+            t = min(t, time.perf_counter() - t0)
+        return t, result
+
+    # interleave so that both sides see the same machine load
+    ours_total, ours_ids = best(run_ours)
+    ref_total, ref_ids = best(run_ref)
+    ours_total2, _ = best(run_ours)
+    ours_total = min(ours_total, ours_total2)
+
+    ours_s, reference_s = ours_total / args.new, ref_total / args.new
+    bw = measure_bandwidth()
+    wbytes = weight_bytes_per_token(ours.model)
+    bound_s = wbytes / bw
+    return {
+        "name": "generation",
+        "ours_s": round(ours_s, 5),
+        "reference_s": round(reference_s, 5),
+        "speedup": round(reference_s / ours_s, 3),
+        "unit": "seconds per token (prompt forward included, total / new tokens)",
+        "model": "gpt2-small-random (124M), greedy, KV cache, batch 1",
+        "new_tokens": args.new, "prompt_tokens": args.prompt, "dtype": args.dtype, "device": str(device),
+        "recording": not args.no_record,
+        "same_ids_as_reference": ours_ids == ref_ids,
+        "memory_bandwidth_GBps": round(bw / 1e9, 2),
+        "weight_bytes_per_token": wbytes,
+        "bandwidth_bound_s": round(bound_s, 5),
+        "fraction_of_bandwidth_bound": round(bound_s / ours_s, 3),
+        "reference_fraction_of_bandwidth_bound": round(bound_s / reference_s, 3),
+        "torch_threads": torch.get_num_threads(),
+    }

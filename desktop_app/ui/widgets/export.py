@@ -94,7 +94,7 @@ def ask_save_path(parent: QWidget, title: str, default_name: str, filters: str) 
 
 def save_widget_svg(widget: QWidget, path: str | Path) -> None:
     """Vector SVG of any Qt widget (tables, labels): QSvgGenerator records its paint calls."""
-    from PySide6.QtCore import QRect, QSize
+    from PySide6.QtCore import QPoint, QRect, QSize
     from PySide6.QtGui import QPainter
     from PySide6.QtSvg import QSvgGenerator
 
@@ -106,7 +106,7 @@ def save_widget_svg(widget: QWidget, path: str | Path) -> None:
     gen.setSize(size)
     gen.setViewBox(QRect(0, 0, size.width(), size.height()))
     painter = QPainter(gen)
-    widget.render(painter)
+    QWidget.render(widget, painter, QPoint())  # QWidget's overload, also for QGraphicsViews
     painter.end()
     atomic_write_bytes(Path(path), bytes(buf.data()))
 

@@ -1,0 +1,120 @@
+"""LayersPanel with pytest-qt: the views show core.analysis numbers; depth slider, selection, exports."""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import torch
+from PySide6.QtCore import Qt
+
+from desktop_app.core import analysis
+from desktop_app.core.checkpoints import LoadedModel, new_model
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.tokenizer import char_tokenizer
+from desktop_app.ui.panels.layers import LayersPanel
+from desktop_app.ui.state import AppState
+from desktop_app.ui.widgets.export import export_view
+
+TEXT = "a rose is a rose is a rose"
+
+
+def _panel(qtbot, **cfg_kw):
+    tok = char_tokenizer(TEXT)
+    family = cfg_kw.pop("family", "gpt2")
+    cfg = getattr(ModelConfig, family)(vocab_size=tok.vocab_size, d_model=32, n_layers=3, n_heads=4, d_ff=64,
+                                       context_length=64, init_std=0.3, **cfg_kw)
+    state = AppState()
+    state.loaded = LoadedModel(new_model(cfg, seed=1).eval(), cfg, tok, None, "test")
+    panel = LayersPanel(state)
+    qtbot.addWidget(panel)
+    panel.resize(1000, 800)
+    panel.show()
+    ids = tok.encode(TEXT)
+    # record what the app records for big vocabularies (no logit_lens): the panel computes it lazily
+    _, trace = state.loaded.model.run_with_trace(torch.tensor([ids]), names=(
+        "embed", "final_norm.out", "logits", "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out"))
+    state.show_trace(trace, ids)
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=10_000)
+    return panel, trace, ids
+
+
+def test_norm_views_show_core_numbers(qtbot):
+    panel, trace, ids = _panel(qtbot)
+    np.testing.assert_allclose(panel.resid_map.values, analysis.residual_norms(trace).T, rtol=1e-5)
+    assert panel.resid_map.col_labels == ["embed", "L0", "L1", "L2"]
+    heads = analysis.head_output_norms(trace).mean(-1)
+    mlp = analysis.mlp_output_norms(trace).mean(-1)
+    np.testing.assert_allclose(panel.component_map.values[:, :4], heads, rtol=1e-5)
+    np.testing.assert_allclose(panel.component_map.values[:, 4], mlp, rtol=1e-5)
+    assert panel.component_map.col_labels[-1] == "MLP"
+
+
+def test_logit_lens_table(qtbot):
+    panel, trace, ids = _panel(qtbot)
+    model, tok = panel.state.loaded.model, panel.state.loaded.tokenizer
+    lens = panel.lens_view.lens
+    assert lens.rowCount() == len(ids) and lens.columnCount() == 1 + 3  # "next" + one column per layer
+    # the last layer's lens is the model's own prediction
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0]
+    probs = torch.softmax(logits, -1)
+    for t in (0, 5, len(ids) - 1):
+        top = int(probs[t].argmax())
+        text = lens.data(lens.index(t, 3))
+        assert text.endswith(f"{float(probs[t, top]):.2f}")
+        assert lens.strings[2][t] == tok.token_strings([top])[0]
+    assert lens.data(lens.index(0, 0)) == TEXT[1].replace(" ", "\u00b7")  # next-token column
+    header, rows = panel.lens_view.csv_table()
+    assert header[:3] == ["position", "token", "L0 top"] and len(rows) == len(ids)
+
+
+def test_depth_slider_moves_pca_and_cosine(qtbot):
+    panel, trace, ids = _panel(qtbot)
+    pca = analysis.pca_over_depth(trace)
+    curve = analysis.mean_cosine_by_depth(trace)
+    for depth in (0, 2, 3):
+        panel.depth_slider.setValue(depth)
+        np.testing.assert_allclose(panel.cosine_view.heatmap.values, analysis.cosine_similarity(trace, depth),
+                                   atol=1e-5)
+        assert f"mean {curve[depth]:.3f}" in panel.cosine_view.heatmap.plot.titleLabel.text
+        x, y = panel.pca_view.points.getData()
+        np.testing.assert_allclose(np.c_[x, y], pca.coords[depth], atol=1e-5)
+    np.testing.assert_allclose(panel.cosine_view.curve.getData()[1], curve, atol=1e-6)
+
+
+def test_token_selection_highlights_every_view(qtbot):
+    panel, _, ids = _panel(qtbot)
+    qtbot.mouseClick(panel.tokens.canvas, Qt.MouseButton.LeftButton, pos=panel.tokens.chip_center(4))
+    assert panel.selected_token == 4
+    assert panel.resid_map.row_box.isVisible() and panel.resid_map.row_box.rect().top() == 4
+    assert panel.cosine_view.heatmap.row_box.rect().top() == 4
+    assert [i.row() for i in panel.lens_view.selectionModel().selectedRows()] == [4]
+    x, y = panel.pca_view.selected_point.getData()
+    np.testing.assert_allclose([x[0], y[0]], panel.result.pca.coords[panel.depth_slider.value(), 4], atol=1e-6)
+
+
+def test_every_view_exports(qtbot, tmp_path):
+    panel, _, _ = _panel(qtbot)
+    for name in panel.VIEWS:
+        panel.show_view(name)
+        view = panel.current_view()
+        for suffix in (".png", ".svg", ".csv", ".npz"):
+            out = tmp_path / f"{name}{suffix}"
+            export_view(view, out)
+            assert out.stat().st_size > 20, out
+        svg = ET.parse(tmp_path / f"{name}.svg").getroot()
+        assert {el.tag.split("}")[-1] for el in svg.iter()} & {"path", "polyline", "text"}
+        with np.load(tmp_path / f"{name}.npz") as z:
+            assert len(z.files) > 0
+
+
+def test_a_model_without_lm_head_still_shows_the_other_views(qtbot):
+    panel, trace, _ = _panel(qtbot, family="bert", lm_head=False)
+    assert "no language-model head" in panel.status.text()
+    assert panel.lens_view.lens.rowCount() == 0
+    np.testing.assert_allclose(panel.resid_map.values, analysis.residual_norms(trace).T, rtol=1e-5)
+
+
+def test_help_text_defines_the_quantities():
+    for word in ("Residual", "logit lens", "PCA", "Cosine", "Geshkovski"):
+        assert word.lower() in LayersPanel.help_text.lower()

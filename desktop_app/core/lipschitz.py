@@ -455,7 +455,7 @@ def exact_jacobian_norm(fn, X: torch.Tensor) -> torch.Tensor:
         jac = torch.func.jacrev(lambda y: fn(y[None])[0])(x)
         n, d = x.shape
         out.append(torch.linalg.matrix_norm(jac.reshape(-1, n * d), ord=2))
-    return torch.stack(out)
+    return torch.stack(out).detach()
 
 
 # -- Theorem 3.1 --------------------------------------------------------------------------------

@@ -1,0 +1,111 @@
+"""`python -m desktop_app lipschitz`: local Lipschitz constants of attention against sequence length.
+
+    lipschitz MODEL_DIR --layer L [--head H] [--masked|--no-masked] --data real|adversarial|search
+              [--text-file F] [--radius R] --lengths 8,16,32 --samples K --csv OUT.csv
+    lipschitz --synthetic --d D --attention softmax|l2|sinkhorn [--norm-a a] [--norm-v v] [--radius R]
+              [--adversarial] [--masked] --lengths ... --samples K --csv OUT.csv
+
+One CSV row per input (columns core.lipschitz.CSV_COLUMNS), written atomically; one summary line
+per n; the last line printed is a JSON object with the fitted exponent and its 95% CI.
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("lipschitz", help="local Lipschitz constant of attention against sequence length (CSV + JSON)")
+    p.add_argument("model_dir", nargs="?", help="model folder (omit with --synthetic)")
+    p.add_argument("--synthetic", action="store_true", help="a standalone random attention head instead of a model")
+    p.add_argument("--layer", type=int, default=0)
+    p.add_argument("--head", type=int, default=None, help="one head (default: the whole attention sublayer)")
+    p.add_argument("--masked", action=argparse.BooleanOptionalAction, default=None,
+                   help="causal mask (default: as the model applies it; unmasked for --synthetic)")
+    p.add_argument("--data", choices=("real", "adversarial", "search"), default="real")
+    p.add_argument("--text-file", help="UTF-8 text for real data (default: the bundled demo text)")
+    p.add_argument("--radius", type=float, default=None,
+                   help="R for adversarial/search/synthetic inputs (default: observed on real data; 1 for synthetic)")
+    p.add_argument("--search-steps", type=int, default=30)
+    p.add_argument("--search-start", choices=("random", "real"), default="random")
+    p.add_argument("--d", type=int, default=16, help="synthetic: token dimension")
+    p.add_argument("--attention", choices=("softmax", "l2", "sinkhorn"), default="softmax")
+    p.add_argument("--norm-a", type=float, default=1.0, help="synthetic: ||A||_2")
+    p.add_argument("--norm-v", type=float, default=1.0, help="synthetic: ||V||_2")
+    p.add_argument("--adversarial", action="store_true", help="synthetic: the lower-bound construction")
+    p.add_argument("--lengths", default="8,16,32,64", help="comma-separated, or geom:LO:HI:COUNT")
+    p.add_argument("--samples", type=int, default=5)
+    p.add_argument("--tol", type=float, default=1e-4, help="relative tolerance of the estimator")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--csv", required=True, help="output CSV")
+    p.set_defaults(func=run)
+
+
+def read_text_ids(loaded, text_file: str | None) -> list[int]:
+    """Token ids of a UTF-8 text file (default: the bundled demo text) with the model's tokenizer."""
+    from pathlib import Path
+
+    from ..paths import demo_text_path
+
+    path = Path(text_file) if text_file else demo_text_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such text file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if loaded.tokenizer is None:
+        raise ValueError(f"{loaded.path}: this model has no tokenizer.json, so real text cannot be tokenized")
+    try:
+        ids = loaded.tokenizer.encode(text)
+    except Exception as exc:  # noqa: BLE001 - the tokenizers library raises bare Exceptions
+        raise ValueError(f"{path}: the model's tokenizer cannot encode this text ({exc})") from None
+    if not ids:
+        raise ValueError(f"{path}: the text is empty")
+    return ids
+
+
+def run(args) -> int:
+    import json
+    import sys
+
+    from ..core import lipschitz as lip
+
+    lengths = lip.parse_lengths(args.lengths)
+    if args.samples < 1:
+        raise ValueError("--samples must be at least 1")
+    if args.synthetic:
+        spec = lip.SweepSpec(data="synthetic", d=args.d, norm_A=args.norm_a, norm_V=args.norm_v,
+                             attention=args.attention, masked=bool(args.masked), synthetic_adversarial=args.adversarial,
+                             radius=args.radius, lengths=lengths, samples=args.samples, tol=args.tol, seed=args.seed)
+    else:
+        if not args.model_dir:
+            raise ValueError("give a MODEL_DIR, or --synthetic")
+        from ..core.checkpoints import load_model_folder
+
+        loaded = load_model_folder(args.model_dir)
+        model = loaded.model.float().eval()
+        ids = None
+        if args.data == "real" or args.text_file or (args.data == "search" and args.search_start == "real"):
+            ids = read_text_ids(loaded, args.text_file)
+        elif loaded.tokenizer is not None:
+            try:
+                ids = read_text_ids(loaded, None)  # the demo text sets the default radius
+            except (OSError, ValueError):
+                ids = None
+        spec = lip.SweepSpec(data=args.data, model=model, layer=args.layer, head=args.head, masked=args.masked,
+                             token_ids=ids, radius=args.radius, search_steps=args.search_steps,
+                             search_start=args.search_start, lengths=lengths, samples=args.samples,
+                             tol=args.tol, seed=args.seed)
+
+    def show(res, _result) -> None:
+        import numpy as np
+        print(f"n={res.n}: median {np.median(res.lipschitz):.6g} over {len(res.lipschitz)} inputs, "
+              f"radius {np.max(res.radius):.4g}, iterations {int(np.max(res.iterations))}", flush=True)
+
+    result = lip.run_sweep(spec, on_length=show)
+    lip.save_csv(args.csv, result)
+    sys.stdout.flush()
+    print(json.dumps({"exponent": result.exponent, "exponent_ci": list(result.exponent_ci),
+                      "prefactor": result.prefactor, "function": result.function, "label": result.label,
+                      "csv": args.csv, "rows": len(result.rows())}))
+    return 0

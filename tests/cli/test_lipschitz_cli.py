@@ -1,0 +1,109 @@
+"""`python -m desktop_app lipschitz`: both forms, CSV contents, the final JSON line, bad input."""
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from desktop_app.cli import main
+from desktop_app.core import lipschitz as lip
+from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.tokenizer import char_tokenizer
+
+TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. " * 4
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    tok = char_tokenizer(TEXT)
+    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
+                           context_length=64, init_std=0.3)
+    path = tmp_path_factory.mktemp("m") / "model"
+    save_model_folder(new_model(cfg, seed=1), path, tokenizer=tok)
+    (path.parent / "text.txt").write_text(TEXT, encoding="utf-8")
+    return path
+
+
+def _read(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_model_real_data(model_dir, tmp_path, capsys):
+    out = tmp_path / "real.csv"
+    rc = main(["lipschitz", str(model_dir), "--layer", "1", "--data", "real", "--text-file",
+               str(model_dir.parent / "text.txt"), "--lengths", "4,8,16", "--samples", "3", "--csv", str(out)])
+    assert rc == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    summary = json.loads(lines[-1])
+    rows = _read(out)
+    assert list(rows[0]) == list(lip.CSV_COLUMNS) and len(rows) == 9
+    assert [int(r["n"]) for r in rows] == [4] * 3 + [8] * 3 + [16] * 3
+    # the values are the local constants of the model's layer-1 sublayer at those windows (exact Jacobian)
+    loaded = load_model_folder(model_dir)
+    ids = loaded.tokenizer.encode(TEXT)
+    starts = lip.window_starts(len(ids), 16, 3)
+    X = lip.real_inputs(loaded.model, ids, 1, 8, 3, starts)
+    exact = lip.exact_jacobian_norm(lip.module_function(loaded.model, 1), X).numpy()
+    got = np.array([float(r["lipschitz"]) for r in rows if r["n"] == "8"])
+    np.testing.assert_allclose(got, exact, rtol=2e-4)
+    np.testing.assert_allclose([float(r["radius"]) for r in rows if r["n"] == "8"],
+                               X.norm(dim=-1).amax(-1).numpy(), rtol=1e-6)
+    a, ci, _ = lip.fit_exponent([int(r["n"]) for r in rows], [float(r["lipschitz"]) for r in rows])
+    assert summary["exponent"] == pytest.approx(a) and summary["exponent_ci"] == pytest.approx(list(ci))
+    assert len(summary["exponent_ci"]) == 2
+
+
+def test_model_adversarial_head(model_dir, tmp_path, capsys):
+    out = tmp_path / "adv.csv"
+    rc = main(["lipschitz", str(model_dir), "--layer", "0", "--head", "1", "--no-masked", "--data", "adversarial",
+               "--radius", "2.5", "--lengths", "4,8", "--samples", "2", "--csv", str(out)])
+    assert rc == 0
+    rows = _read(out)
+    assert len(rows) == 2 and all(float(r["radius"]) == pytest.approx(2.5) for r in rows)
+    model = load_model_folder(model_dir).model
+    f = lip.layer_map(model, 0, head=1, masked=False)
+    X = lip.adversarial_input(f.A[0], 8, 2.5)[None].float()
+    assert float(rows[1]["lipschitz"]) == pytest.approx(float(lip.exact_jacobian_norm(f, X)[0]), rel=2e-4)
+    assert "exponent" in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_synthetic(tmp_path, capsys):
+    out = tmp_path / "syn.csv"
+    rc = main(["lipschitz", "--synthetic", "--d", "5", "--attention", "l2", "--norm-a", "2", "--norm-v", "0.5",
+               "--radius", "1.5", "--lengths", "3,6", "--samples", "2", "--csv", str(out)])
+    assert rc == 0
+    rows = _read(out)
+    f = lip.random_single_head(5, 2.0, 0.5, "l2", False, seed=0)
+    X = lip.ball_inputs(2, 6, 5, 1.5, seed=0 + 6)
+    np.testing.assert_allclose([float(r["lipschitz"]) for r in rows if r["n"] == "6"],
+                               lip.exact_jacobian_norm(f, X).numpy(), rtol=2e-4)
+    assert all(r["upper_bound"] == "nan" for r in rows)  # Theorem 3.1 is about softmax attention
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["exponent_ci"]
+
+
+def test_synthetic_softmax_has_bounds(tmp_path, capsys):
+    out = tmp_path / "s.csv"
+    assert main(["lipschitz", "--synthetic", "--d", "4", "--adversarial", "--radius", "2", "--lengths", "4,8",
+                 "--samples", "1", "--csv", str(out)]) == 0
+    for r in _read(out):
+        assert float(r["lower_bound"]) <= float(r["lipschitz"]) <= float(r["upper_bound"])
+        assert int(r["iterations"]) >= 1
+
+
+def test_bad_input(model_dir, tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"\xff\xfe\x00bad")
+    assert main(["lipschitz", str(model_dir), "--text-file", str(bad), "--lengths", "4", "--csv",
+                 str(tmp_path / "x.csv")]) == 2
+    assert "bad.txt" in capsys.readouterr().err
+    assert main(["lipschitz", str(model_dir), "--lengths", "4,x", "--csv", str(tmp_path / "x.csv")]) == 2
+    assert main(["lipschitz", str(model_dir), "--layer", "7", "--lengths", "4", "--text-file",
+                 str(model_dir.parent / "text.txt"), "--csv", str(tmp_path / "x.csv")]) == 2
+    assert "layer 7" in capsys.readouterr().err
+    assert main(["lipschitz", str(tmp_path / "nope"), "--lengths", "4", "--csv", str(tmp_path / "x.csv")]) == 2
+    assert not (tmp_path / "x.csv").exists()

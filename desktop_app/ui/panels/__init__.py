@@ -7,4 +7,5 @@ PANELS = [
     ("Model", "desktop_app.ui.panels.model", "ModelPanel"),
     ("Attention", "desktop_app.ui.panels.attention", "AttentionPanel"),
     ("Layers", "desktop_app.ui.panels.layers", "LayersPanel"),
+    ("Train", "desktop_app.ui.panels.training", "TrainingPanel"),
 ]

@@ -1,0 +1,162 @@
+"""`python -m desktop_app train`: the training loop of core/training, headless.
+
+Prints one line per evaluation (or every event as a JSON line with --jsonl, which the Train panel
+reads), and always ends with one JSON line {step, train_loss, val_loss, val_accuracy, ...}.
+With --control-stdin it obeys the lines "pause", "resume" and "stop" on standard input.
+Runs data-parallel under torchrun (gloo on CPU, nccl on GPUs) with the same arguments.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("train", help="train a small transformer on a task (checkpoints, resume, metrics)")
+    t = p.add_argument_group("task")
+    t.add_argument("--task", required=True, choices=("motif", "copy", "reverse", "sort", "modadd", "induction", "text"))
+    t.add_argument("--text-file", help="UTF-8 text for --task text")
+    t.add_argument("--tokenizer", choices=("char", "bpe"), default="char", help="text task tokenizer")
+    t.add_argument("--vocab-size", type=int, default=512, help="BPE vocabulary size (text task)")
+    t.add_argument("--length", type=int, help="sequence length (motif, copy, reverse, sort, induction)")
+    t.add_argument("--symbols", type=int, help="alphabet size (copy, reverse, sort, induction)")
+    t.add_argument("--p", type=int, help="modulus (modadd)")
+    t.add_argument("--train-fraction", type=float, help="share of the p^2 pairs used for training (modadd)")
+    m = p.add_argument_group("model")
+    m.add_argument("--family", choices=("gpt2", "bert", "llama"), default="gpt2")
+    m.add_argument("--layers", type=int, default=2)
+    m.add_argument("--heads", type=int, default=4)
+    m.add_argument("--d-model", type=int, default=64)
+    m.add_argument("--d-ff", type=int, help="MLP width (default 4 x d_model)")
+    m.add_argument("--context", type=int, default=128, help="context length (text task window)")
+    m.add_argument("--norm", choices=("layernorm", "rmsnorm"))
+    m.add_argument("--norm-placement", choices=("pre", "post"))
+    m.add_argument("--activation", choices=("gelu", "gelu_tanh", "relu", "swiglu"))
+    m.add_argument("--positions", choices=("learned", "sinusoidal", "rotary", "none"))
+    m.add_argument("--attention", choices=("softmax", "l2", "sinkhorn"))
+    m.add_argument("--init", choices=("default", "glorot", "he"))
+    m.add_argument("--dropout", type=float)
+    o = p.add_argument_group("optimisation")
+    o.add_argument("--optimizer", choices=("adamw", "adam", "sgd", "lion"), default="adamw")
+    o.add_argument("--lr", type=float, default=1e-3)
+    o.add_argument("--weight-decay", type=float, default=0.01)
+    o.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    o.add_argument("--schedule", choices=("cosine", "noam", "constant"), default="cosine")
+    o.add_argument("--warmup", type=int, default=50)
+    o.add_argument("--batch-size", type=int, default=32)
+    o.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
+    o.add_argument("--steps", type=int, required=True)
+    o.add_argument("--eval-every", type=int, default=100)
+    o.add_argument("--checkpoint-every", type=int, default=500)
+    o.add_argument("--log-every", type=int, default=10)
+    o.add_argument("--seed", type=int, default=0)
+    o.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
+    o.add_argument("--precision", choices=("float32", "bfloat16", "float16"), default="float32")
+    r = p.add_argument_group("output")
+    r.add_argument("--out", required=True, help="checkpoint folder (a model folder plus optimiser state)")
+    r.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    r.add_argument("--export", help="also write a clean model folder (no optimiser state) here at the end")
+    r.add_argument("--jsonl", action="store_true", help="print every event as a JSON line")
+    r.add_argument("--control-stdin", action="store_true", help="obey pause / resume / stop lines on stdin")
+    p.set_defaults(func=run)
+
+
+def config_from_args(args):
+    from ..core.training import TrainConfig
+
+    task_options = {}
+    for key in ("length", "symbols", "p", "train_fraction"):
+        value = getattr(args, key)
+        if value is not None:
+            task_options[key] = value
+    if args.task == "text":
+        if not args.text_file:
+            raise ValueError("--task text needs --text-file")
+        task_options.update(text_file=args.text_file, tokenizer=args.tokenizer, vocab_size=args.vocab_size)
+    model = {"n_layers": args.layers, "n_heads": args.heads, "d_model": args.d_model,
+             "d_ff": args.d_ff or 4 * args.d_model, "context_length": args.context}
+    for arg, key in (("norm", "norm"), ("norm_placement", "norm_placement"), ("activation", "activation"),
+                     ("positions", "positions"), ("attention", "attention_kind"), ("init", "init"),
+                     ("dropout", "dropout")):
+        value = getattr(args, arg)
+        if value is not None:
+            model[key] = value
+    return TrainConfig(task=args.task, task_options=task_options, family=args.family, model=model,
+                       optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
+                       momentum=args.momentum, schedule=args.schedule, warmup_steps=args.warmup,
+                       batch_size=args.batch_size, steps=args.steps, eval_every=args.eval_every,
+                       checkpoint_every=args.checkpoint_every, log_every=args.log_every,
+                       grad_clip=args.grad_clip or None, seed=args.seed, device=args.device,
+                       precision=args.precision)
+
+
+def _human(ev: dict) -> str | None:
+    kind = ev["event"]
+    if kind == "start":
+        return f"training {ev['parameters']:,} parameters on {ev['task']['task']} ({ev['device']}), to {ev['out']}"
+    if kind == "eval":
+        return f"step {ev['step']}: val_loss {ev['val_loss']:.4f} val_accuracy {ev['val_accuracy']:.4f}"
+    if kind == "step" and ev["step"] % 100 == 0:
+        return (f"step {ev['step']}/{ev['steps']}: train_loss {ev['train_loss']:.4f} lr {ev['lr']:.2e} "
+                f"{ev['tokens_per_s']:.0f} tok/s eta {ev['eta']:.0f}s")
+    if kind in ("error", "stopped"):
+        return ev.get("message") or f"stopped at step {ev['step']}"
+    return None
+
+
+def run(args) -> int:
+    from ..core.training import TrainControl, TrainingDiverged, train
+    from ..core.training.trainer import export_model, read_run_config
+
+    cfg = config_from_args(args)
+    if args.resume:
+        try:
+            saved = read_run_config(args.out)
+        except Exception:
+            saved = None
+        if saved is not None:  # the checkpoint's settings win, except how long and where to run
+            cfg = saved.__class__(**{**saved.to_dict(), "steps": args.steps, "device": args.device})
+    control = TrainControl()
+    lock = threading.Lock()
+
+    def on_event(ev: dict) -> None:
+        with lock:
+            if args.jsonl:
+                print(json.dumps(ev), flush=True)
+            else:
+                line = _human(ev)
+                if line:
+                    print(line, flush=True)
+
+    if args.control_stdin:
+        def read_commands() -> None:
+            for line in sys.stdin:
+                cmd = line.strip().lower()
+                if cmd == "pause":
+                    control.pause()
+                elif cmd == "resume":
+                    control.resume()
+                elif cmd == "stop":
+                    control.resume()
+                    control.cancel()
+        threading.Thread(target=read_commands, daemon=True).start()
+    try:
+        signal.signal(signal.SIGTERM, lambda *_: control.cancel())  # stop cleanly, with a checkpoint
+    except ValueError:  # not the main thread (tests calling run() from a worker)
+        pass
+    try:
+        summary = train(cfg, args.out, resume=args.resume, on_event=on_event, control=control)
+    except TrainingDiverged as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        print(json.dumps({"step": None, "train_loss": None, "val_loss": None, "val_accuracy": None,
+                          "error": str(exc)}), flush=True)
+        return 3
+    import os
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
+    if args.export:
+        export_model(args.out, args.export)
+    print(json.dumps({k: summary.get(k) for k in ("step", "train_loss", "val_loss", "val_accuracy")}), flush=True)
+    return 0

@@ -1,0 +1,328 @@
+"""Training tasks, generated on the fly, each with a held-out validation split.
+
+A task turns a random generator into batches (inputs [B, T], targets [B, T]); targets hold -100
+where nothing is predicted. Positions are aligned: the model's output at position t is scored
+against targets[:, t]. Sequence tasks for decoders (copy, reverse, sort, modadd, induction) use
+the usual shift (inputs = seq[:-1], targets = seq[1:]) and score only the answer part.
+
+Held-out split: a problem instance belongs to the validation split when the CRC-32 of its tokens
+falls in the first fifth of the hash range (`heldout()`); training batches reject those, so the
+validation accuracy is measured on instances the model never saw. modadd splits its p^2 pairs by a
+seeded permutation instead (the grokking setup), text splits the token stream (last 10% held out).
+
+Motif (lectures): 20 letters from A, B, C, D; the label is the letter right after the last A.
+A sequence whose last A is the final letter, or that has no A, has no label: such sequences are
+never generated (rejection sampling), so every sample has a label. The label is then never A
+(an A after the last A would be a later A), so in practice only B, C, D occur.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models, pre_tokenizers
+
+from ..tokenizer import Tokenizer, char_tokenizer, train_bpe
+
+IGNORE = -100
+TASKS = ("motif", "copy", "reverse", "sort", "modadd", "induction", "text")
+
+
+class TaskError(ValueError):
+    """A task that cannot be built from its options or its data."""
+
+
+def word_tokenizer(words: list[str]) -> Tokenizer:
+    """Whole-word vocabulary (one token per listed word, split on spaces): decodes with spaces."""
+    vocab = {w: i for i, w in enumerate(words)}
+    tok = HFTokenizer(models.WordLevel(vocab, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return Tokenizer(tok)
+
+
+def heldout(row: torch.Tensor, fraction: float = 0.2) -> bool:
+    """Whether a problem instance belongs to the validation split (a fixed rule of its tokens)."""
+    h = zlib.crc32(row.to(torch.int32).numpy().tobytes())
+    return h < fraction * 2**32
+
+
+@dataclass
+class Batch:
+    inputs: torch.Tensor  # [B, T] long
+    targets: torch.Tensor  # [B, T] long, IGNORE where nothing is scored
+
+    def to(self, device) -> "Batch":
+        return Batch(self.inputs.to(device), self.targets.to(device))
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+
+@dataclass
+class Task:
+    """Base: subclasses set tokenizer and seq_len and implement `_instances`/`_encode`."""
+    name: str = ""
+    tokenizer: Tokenizer | None = None
+    seq_len: int = 0  # model input length
+    options: dict[str, Any] = field(default_factory=dict)
+    val_size: int = 512
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    # Synthetic tasks: instances [n, k] -> Batch; split by heldout().
+    def _instances(self, n: int, gen: torch.Generator) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _encode(self, inst: torch.Tensor) -> Batch:
+        raise NotImplementedError
+
+    def _sample(self, n: int, gen: torch.Generator, want_heldout: bool) -> Batch:
+        rows: list[torch.Tensor] = []
+        tries = 0
+        while len(rows) < n:
+            cand = self._instances(max(2 * (n - len(rows)), 16), gen)
+            rows.extend(r for r in cand if heldout(r) == want_heldout)
+            tries += 1
+            if tries > 1000:
+                raise TaskError(f"task {self.name}: cannot draw {n} instances for this split")
+        return self._encode(torch.stack(rows[:n]))
+
+    def train_batch(self, batch_size: int, gen: torch.Generator) -> Batch:
+        n_train = self.options.get("n_train")
+        if n_train:  # a fixed training set (the lectures' 1,500 samples), drawn with replacement
+            if getattr(self, "_pool", None) is None:
+                self._pool = self._sample(int(n_train), torch.Generator().manual_seed(20_000), want_heldout=False)
+            idx = torch.randint(0, len(self._pool), (batch_size,), generator=gen)
+            return Batch(self._pool.inputs[idx], self._pool.targets[idx])
+        return self._sample(batch_size, gen, want_heldout=False)
+
+    def val_set(self, seed: int = 0) -> Batch:
+        """The fixed held-out set (the same for a given seed, across runs and resumes)."""
+        gen = torch.Generator().manual_seed(10_000 + seed)
+        return self._sample(self.val_size, gen, want_heldout=True)
+
+    def describe(self) -> dict[str, Any]:
+        return {"task": self.name, **self.options, "seq_len": self.seq_len, "vocab_size": self.vocab_size}
+
+
+# -- motif (lectures) ------------------------------------------------------------------------
+
+
+def motif_label(seq: list[int], a: int = 0) -> int | None:
+    """The token right after the last `a`, or None when there is no `a` or it is the last token."""
+    last = max((i for i, t in enumerate(seq) if t == a), default=None)
+    if last is None or last == len(seq) - 1:
+        return None
+    return seq[last + 1]
+
+
+class MotifTask(Task):
+    LETTERS = ("A", "B", "C", "D")
+
+    def __init__(self, length: int = 20, n_train: int | None = None, **_: Any) -> None:
+        super().__init__(name="motif", tokenizer=word_tokenizer(list(self.LETTERS)), seq_len=length,
+                         options={"length": length, "n_train": n_train})
+        self.length = length
+
+    def _instances(self, n: int, gen: torch.Generator) -> torch.Tensor:
+        x = torch.randint(0, 4, (n, self.length), generator=gen)
+        keep = [motif_label(r.tolist()) is not None for r in x]
+        return x[torch.tensor(keep, dtype=torch.bool)]
+
+    def _encode(self, inst: torch.Tensor) -> Batch:
+        targets = torch.full_like(inst, IGNORE)
+        targets[:, -1] = torch.tensor([motif_label(r.tolist()) for r in inst])
+        return Batch(inst, targets)  # classification read at the last position
+
+
+# -- copy / reverse / sort -------------------------------------------------------------------
+
+
+class SequenceTask(Task):
+    """seq | answer, where answer = f(seq); decoders predict the answer after the separator."""
+
+    def __init__(self, name: str, length: int = 8, symbols: int = 10, **_: Any) -> None:
+        if length < 1 or symbols < 2:
+            raise TaskError(f"task {name}: need length >= 1 and symbols >= 2")
+        words = [str(i) for i in range(symbols)] + ["|"]
+        super().__init__(name=name, tokenizer=word_tokenizer(words), seq_len=2 * length,
+                         options={"length": length, "symbols": symbols})
+        self.length, self.symbols, self.sep = length, symbols, symbols
+
+    def answer(self, inst: torch.Tensor) -> torch.Tensor:
+        if self.name == "copy":
+            return inst
+        if self.name == "reverse":
+            return inst.flip(-1)
+        return inst.sort(-1).values
+
+    def _instances(self, n: int, gen: torch.Generator) -> torch.Tensor:
+        return torch.randint(0, self.symbols, (n, self.length), generator=gen)
+
+    def _encode(self, inst: torch.Tensor) -> Batch:
+        n, k = inst.shape
+        seq = torch.cat([inst, torch.full((n, 1), self.sep), self.answer(inst)], dim=1)  # [n, 2k+1]
+        inputs, targets = seq[:, :-1], seq[:, 1:].clone()
+        targets[:, : k] = IGNORE  # score only the answer tokens
+        return Batch(inputs, targets)
+
+
+# -- modular addition ------------------------------------------------------------------------
+
+
+class ModAddTask(Task):
+    """'a + b =' -> (a + b) mod p; pairs split once by a seeded permutation (train_fraction)."""
+
+    def __init__(self, p: int = 97, train_fraction: float = 0.5, split_seed: int = 0, **_: Any) -> None:
+        if p < 2 or not 0.0 < train_fraction < 1.0:
+            raise TaskError("modadd needs p >= 2 and 0 < train_fraction < 1")
+        words = [str(i) for i in range(p)] + ["+", "="]
+        super().__init__(name="modadd", tokenizer=word_tokenizer(words), seq_len=4,
+                         options={"p": p, "train_fraction": train_fraction})
+        self.p = p
+        pairs = torch.cartesian_prod(torch.arange(p), torch.arange(p))
+        perm = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(split_seed))
+        n_train = max(1, int(round(train_fraction * len(pairs))))
+        self.train_pairs, self.val_pairs = pairs[perm[:n_train]], pairs[perm[n_train:]]
+
+    def _encode(self, pairs: torch.Tensor) -> Batch:
+        a, b = pairs[:, 0], pairs[:, 1]
+        plus, eq = torch.full_like(a, self.p), torch.full_like(a, self.p + 1)
+        inputs = torch.stack([a, plus, b, eq], dim=1)
+        targets = torch.full_like(inputs, IGNORE)
+        targets[:, -1] = (a + b) % self.p
+        return Batch(inputs, targets)
+
+    def train_batch(self, batch_size: int, gen: torch.Generator) -> Batch:
+        idx = torch.randint(0, len(self.train_pairs), (batch_size,), generator=gen)
+        return self._encode(self.train_pairs[idx])
+
+    def val_set(self, seed: int = 0) -> Batch:
+        return self._encode(self.val_pairs)
+
+
+# -- induction (repeated random sequences) ---------------------------------------------------
+
+
+class InductionTask(Task):
+    """A random sequence repeated twice; the second copy is predictable only by looking back."""
+
+    def __init__(self, length: int = 16, symbols: int = 32, **_: Any) -> None:
+        words = [str(i) for i in range(symbols)]
+        super().__init__(name="induction", tokenizer=word_tokenizer(words), seq_len=2 * length - 1,
+                         options={"length": length, "symbols": symbols})
+        self.length, self.symbols = length, symbols
+
+    def _instances(self, n: int, gen: torch.Generator) -> torch.Tensor:
+        return torch.randint(0, self.symbols, (n, self.length), generator=gen)
+
+    def _encode(self, inst: torch.Tensor) -> Batch:
+        seq = torch.cat([inst, inst], dim=1)
+        inputs, targets = seq[:, :-1], seq[:, 1:].clone()
+        targets[:, : self.length - 1] = IGNORE  # the first copy is noise; score the repeat
+        return Batch(inputs, targets)
+
+
+# -- text: causal LM or masked LM ------------------------------------------------------------
+
+MASK = "[MASK]"
+
+
+def read_text_file(path: str | Path) -> str:
+    path = Path(path)
+    if not path.is_file():
+        raise TaskError(f"{path}: no such text file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
+    if not text.strip():
+        raise TaskError(f"{path}: the file is empty")
+    return text
+
+
+class TextTask(Task):
+    """Language modelling on a text: next token (causal models) or masked tokens (encoders)."""
+
+    def __init__(self, text: str, tokenizer: str = "char", vocab_size: int = 512, seq_len: int = 128,
+                 objective: str = "clm", val_fraction: float = 0.1, mask_prob: float = 0.15,
+                 source: str = "<text>", tokenizer_obj: Tokenizer | None = None, **_: Any) -> None:
+        if objective not in ("clm", "mlm"):
+            raise TaskError(f"unknown text objective {objective!r}")
+        if tokenizer_obj is None:
+            specials = (MASK,) if objective == "mlm" else ()
+            if tokenizer == "char":
+                tokenizer_obj = char_tokenizer(text, specials=specials)
+            elif tokenizer == "bpe":
+                tokenizer_obj = train_bpe([text], vocab_size, specials=("<|endoftext|>",) + specials)
+            else:
+                raise TaskError(f"unknown tokenizer kind {tokenizer!r} (char or bpe)")
+        super().__init__(name="text", tokenizer=tokenizer_obj, seq_len=seq_len,
+                         options={"tokenizer": tokenizer, "vocab_size": vocab_size, "objective": objective,
+                                  "source": source})
+        ids = torch.tensor(tokenizer_obj.encode(text), dtype=torch.long)
+        n_val = max(int(len(ids) * val_fraction), seq_len + 1)
+        if len(ids) - n_val < seq_len + 1:
+            raise TaskError(f"{source}: {len(ids)} tokens are too few for a context of {seq_len} "
+                            f"(need about {2 * (seq_len + 1) / 1} with the held-out part); use a longer "
+                            f"text or a shorter context")
+        self.train_ids, self.val_ids = ids[:-n_val], ids[-n_val:]
+        self.objective, self.mask_prob = objective, mask_prob
+        self.mask_id = tokenizer_obj.special_id("mask") if objective == "mlm" else None
+
+    def _windows(self, ids: torch.Tensor, starts: torch.Tensor, width: int) -> torch.Tensor:
+        return torch.stack([ids[s: s + width] for s in starts.tolist()])
+
+    def _make(self, windows: torch.Tensor, gen: torch.Generator) -> Batch:
+        if self.objective == "clm":
+            return Batch(windows[:, :-1], windows[:, 1:].clone())
+        x = windows[:, :-1].clone()
+        chosen = torch.rand(x.shape, generator=gen) < self.mask_prob
+        targets = torch.where(chosen, x, torch.full_like(x, IGNORE))
+        r = torch.rand(x.shape, generator=gen)
+        random_ids = torch.randint(0, self.vocab_size, x.shape, generator=gen)
+        x = torch.where(chosen & (r < 0.8), torch.full_like(x, self.mask_id), x)  # BERT's 80/10/10
+        x = torch.where(chosen & (r >= 0.8) & (r < 0.9), random_ids, x)
+        return Batch(x, targets)
+
+    def train_batch(self, batch_size: int, gen: torch.Generator) -> Batch:
+        starts = torch.randint(0, len(self.train_ids) - self.seq_len, (batch_size,), generator=gen)
+        return self._make(self._windows(self.train_ids, starts, self.seq_len + 1), gen)
+
+    def val_set(self, seed: int = 0) -> Batch:
+        n = len(self.val_ids)
+        step = max(1, (n - self.seq_len - 1) // max(1, self.val_size - 1)) if n > self.seq_len + 1 else 1
+        starts = torch.arange(0, n - self.seq_len, max(step, self.seq_len // 2 or 1))[: self.val_size]
+        return self._make(self._windows(self.val_ids, starts, self.seq_len + 1),
+                          torch.Generator().manual_seed(10_000 + seed))
+
+
+# -- factory ---------------------------------------------------------------------------------
+
+
+def make_task(name: str, options: dict[str, Any] | None = None, causal: bool = True,
+              tokenizer: Tokenizer | None = None) -> Task:
+    """Build a task by name. `causal` says whether the model is a decoder (text: CLM vs MLM);
+    `tokenizer` reuses a saved tokenizer (resume) instead of training a new one."""
+    opts = dict(options or {})
+    if name == "motif":
+        return MotifTask(**opts)
+    if name in ("copy", "reverse", "sort"):
+        return SequenceTask(name, **opts)
+    if name == "modadd":
+        return ModAddTask(**opts)
+    if name == "induction":
+        return InductionTask(**opts)
+    if name == "text":
+        path = opts.pop("text_file", None)
+        if path is None:
+            raise TaskError("the text task needs a text file (--text-file)")
+        opts.setdefault("objective", "clm" if causal else "mlm")
+        return TextTask(read_text_file(path), source=str(path), tokenizer_obj=tokenizer, **opts)
+    raise TaskError(f"unknown task {name!r} (known: {', '.join(TASKS)})")

@@ -1,0 +1,508 @@
+"""The training loop: batches from a task, the model's fused path, metric events, checkpoints.
+
+`train(cfg, out_dir, resume=..., on_event=..., control=...)` runs one training run. It emits plain
+dict events through `on_event` (see EVENT KINDS below), writes checkpoints into `out_dir` in the
+model-folder format with everything needed to resume beside the weights, and returns the last
+summary {step, train_loss, val_loss, val_accuracy, ...}.
+
+Checkpoint folder (written with save_model_folder: atomic, so kill -9 leaves the previous one):
+    config.json, model.safetensors, tokenizer.json     the model (loads in this app and transformers)
+    optimizer.safetensors                              optimiser tensors (never pickle)
+    trainer_state.json                                 step, optimiser hyper-parameters, RNG states
+    run_config.json                                    the TrainConfig of the run
+    metrics.json, metrics.csv                          the metric history
+
+Event kinds: "start", "step" (every log_every steps), "eval", "checkpoint", "paused", "resumed",
+"done", "stopped", "error" (message). A non-finite loss or gradient stops the run with an "error"
+event and a TrainingDiverged exception; the last good checkpoint stays as it was.
+
+Under torchrun (WORLD_SIZE > 1) the run is data-parallel: every rank draws the same global batch and
+takes its slice, DistributedDataParallel averages gradients, rank 0 alone writes and reports.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from ..checkpoints import ModelLoadError, load_model_folder, new_model, save_model_folder
+from ..config import ModelConfig
+from ..devices import resolve_device
+from ..jobs import Cancelled, JobControl
+from ..model import Transformer
+from .optim import make_optimizer, optimizer_state_from_tensors, optimizer_state_to_tensors
+from .schedules import lr_at
+from .tasks import IGNORE, Batch, Task, make_task
+
+STATE_FILE = "trainer_state.json"
+OPTIM_FILE = "optimizer.safetensors"
+RUN_FILE = "run_config.json"
+METRICS_JSON = "metrics.json"
+METRICS_CSV = "metrics.csv"
+FORMAT = 1
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the gradient became NaN or infinite."""
+
+
+@dataclass
+class TrainConfig:
+    task: str = "motif"
+    task_options: dict[str, Any] = field(default_factory=dict)
+    family: str = "gpt2"
+    model: dict[str, Any] = field(default_factory=dict)  # ModelConfig overrides over the family preset
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple[float, float] | None = None
+    momentum: float = 0.9
+    schedule: str = "cosine"
+    warmup_steps: int = 50
+    batch_size: int = 32
+    steps: int = 1000
+    eval_every: int = 100
+    checkpoint_every: int = 500
+    log_every: int = 10
+    grad_clip: float | None = 1.0
+    seed: int = 0
+    device: str = "cpu"
+    precision: str = "float32"  # float32 | bfloat16 | float16 (autocast; float16 only on CUDA)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown training settings: {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+
+class TrainControl(JobControl):
+    """JobControl plus pause/resume; the loop waits (without counting time) while paused."""
+
+    def __init__(self, on_progress=None) -> None:
+        super().__init__(on_progress)
+        self._running = threading.Event()
+        self._running.set()
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def wait_while_paused(self) -> float:
+        """Block while paused (cancel still works); returns the seconds spent waiting."""
+        t0 = time.perf_counter()
+        while not self._running.wait(0.1):
+            self.check()
+        return time.perf_counter() - t0
+
+
+# -- model ------------------------------------------------------------------------------------
+
+
+def model_config_for(cfg: TrainConfig, task: Task | None = None, vocab_size: int | None = None) -> ModelConfig:
+    """The family preset with the builder's overrides; vocabulary and context fitted to the task."""
+    preset = {"gpt2": ModelConfig.gpt2, "bert": ModelConfig.bert, "llama": ModelConfig.llama}.get(cfg.family)
+    if preset is None:
+        raise ValueError(f"unknown family {cfg.family!r} (gpt2, bert, llama)")
+    over = dict(cfg.model)
+    if task is not None:
+        over["vocab_size"] = task.vocab_size
+        over["context_length"] = max(int(over.get("context_length", 0) or 0), task.seq_len)
+    elif vocab_size is not None:
+        over["vocab_size"] = vocab_size
+    over.setdefault("lm_head", True)
+    return preset(**over)
+
+
+def task_for(cfg: TrainConfig, causal: bool, tokenizer=None) -> Task:
+    opts = dict(cfg.task_options)
+    if cfg.task == "text":
+        opts.setdefault("seq_len", int(cfg.model.get("context_length", 128)))
+    return make_task(cfg.task, opts, causal=causal, tokenizer=tokenizer)
+
+
+class LossModel(nn.Module):
+    """Wraps the Transformer so one forward returns (loss, correct, count): the unit DDP wraps.
+
+    Logits are computed only where targets are scored (the last position for classification).
+    """
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor):
+        hidden = self.model(inputs, compute_logits=False).hidden
+        scored = targets != IGNORE
+        logits = self.model.unembed(hidden[scored])
+        y = targets[scored]
+        loss = F.cross_entropy(logits.float(), y)
+        correct = (logits.argmax(-1) == y).sum()
+        return loss, correct, y.numel()
+
+
+def layer_groups(model: Transformer) -> dict[str, list[torch.nn.Parameter]]:
+    """Parameters grouped as the plots show them: embed, blocks.0 .. blocks.L-1, head."""
+    groups: dict[str, list] = {}
+    seen: set[int] = set()
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        if name.startswith("blocks."):
+            key = ".".join(name.split(".")[:2])
+        elif name.split(".")[0] in ("tok_embed", "pos_embed", "type_embed", "embed_norm"):
+            key = "embed"
+        else:
+            key = "head"
+        groups.setdefault(key, []).append(p)
+    return groups
+
+
+def grad_norms(groups: dict[str, list[torch.nn.Parameter]]) -> dict[str, float]:
+    out = {}
+    for key, params in groups.items():
+        sq = [p.grad.detach().float().pow(2).sum() for p in params if p.grad is not None]
+        out[key] = math.sqrt(float(torch.stack(sq).sum())) if sq else 0.0
+    return out
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, batch: Batch, batch_size: int, device, autocast) -> tuple[float, float]:
+    """Mean loss per scored token and token accuracy over a held-out set."""
+    was_training = model.training
+    model.eval()
+    wrapper = LossModel(model)
+    total_loss, total_correct, total = 0.0, 0, 0
+    for i in range(0, len(batch), batch_size):
+        x = batch.inputs[i: i + batch_size].to(device)
+        y = batch.targets[i: i + batch_size].to(device)
+        with autocast():
+            loss, correct, n = wrapper(x, y)
+        total_loss += float(loss) * n
+        total_correct += int(correct)
+        total += n
+    model.train(was_training)
+    return total_loss / max(total, 1), total_correct / max(total, 1)
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+
+def _rng_tensors(gen: torch.Generator) -> dict[str, torch.Tensor]:
+    out = {"rng.batches": gen.get_state(), "rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            out[f"rng.cuda.{i}"] = s
+    return out
+
+
+def _metrics_csv(history: list[dict]) -> str:
+    cols: list[str] = []
+    for ev in history:
+        for k, v in ev.items():
+            if k not in cols and not isinstance(v, (dict, list)):
+                cols.append(k)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    for ev in history:
+        w.writerow(ev)
+    return buf.getvalue()
+
+
+def save_checkpoint(out_dir: Path, model: Transformer, task: Task, opt: torch.optim.Optimizer,
+                    cfg: TrainConfig, step: int, gen: torch.Generator, history: list[dict],
+                    elapsed: float) -> None:
+    tensors, rest = optimizer_state_to_tensors(opt)
+    tensors.update(_rng_tensors(gen))
+    state = {"format": FORMAT, "step": step, "elapsed": elapsed, "optimizer": rest}
+    save_model_folder(model, out_dir, tokenizer=task.tokenizer, extra_files={
+        OPTIM_FILE: st_save(tensors),
+        STATE_FILE: json.dumps(state, indent=1).encode(),
+        RUN_FILE: json.dumps(cfg.to_dict(), indent=1).encode(),
+        METRICS_JSON: json.dumps(history).encode(),
+        METRICS_CSV: _metrics_csv(history).encode(),
+    })
+
+
+def checkpoint_step(out_dir: str | Path) -> int | None:
+    """The step of the checkpoint in out_dir (or its .old twin), None when there is none."""
+    for d in (Path(out_dir), Path(str(out_dir) + ".old")):
+        f = d / STATE_FILE
+        if f.is_file():
+            try:
+                return int(json.loads(f.read_text())["step"])
+            except (ValueError, KeyError, json.JSONDecodeError):
+                return None
+    return None
+
+
+def read_run_config(out_dir: str | Path) -> TrainConfig:
+    d = Path(out_dir)
+    if not (d / RUN_FILE).is_file() and Path(str(d) + ".old").is_dir():
+        d = Path(str(d) + ".old")
+    f = d / RUN_FILE
+    if not f.is_file():
+        raise ModelLoadError(d, f"no {RUN_FILE}: not a training checkpoint, cannot resume")
+    d = json.loads(f.read_text(encoding="utf-8"))
+    if d.get("betas") is not None:
+        d["betas"] = tuple(d["betas"])
+    return TrainConfig.from_dict(d)
+
+
+# -- the loop ---------------------------------------------------------------------------------
+
+
+def _dist_info() -> tuple[int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    return rank, world
+
+
+def _autocast_factory(device: torch.device, precision: str):
+    if precision == "float32":
+        return lambda: torch.autocast(device.type, enabled=False)
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(precision)
+    if dtype is None:
+        raise ValueError(f"unknown precision {precision!r} (float32, bfloat16, float16)")
+    if dtype == torch.float16 and device.type != "cuda":
+        raise ValueError("float16 mixed precision needs CUDA; use bfloat16 on CPU")
+    return lambda: torch.autocast(device.type, dtype=dtype)
+
+
+def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
+          on_event: Callable[[dict], None] | None = None, control: JobControl | None = None) -> dict:
+    out_dir = Path(out_dir)
+    rank, world = _dist_info()
+    is_main = rank == 0
+    emit = (on_event if (on_event is not None and is_main) else (lambda ev: None))
+    device = resolve_device(cfg.device)
+    if world > 1:
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        if cfg.batch_size % world:
+            raise ValueError(f"batch size {cfg.batch_size} is not divisible by {world} processes")
+
+    history: list[dict] = []
+    start_step, elapsed_before = 0, 0.0
+    state: dict | None = None
+    if resume and checkpoint_step(out_dir) is not None:
+        loaded = load_model_folder(out_dir, device=device)
+        ckpt_dir = loaded.path if (loaded.path / STATE_FILE).is_file() else Path(str(out_dir) + ".old")
+        saved = read_run_config(ckpt_dir)
+        for key in ("task", "task_options", "family", "model", "optimizer", "seed"):
+            if getattr(saved, key) != getattr(cfg, key) and key != "model":
+                raise ValueError(f"{out_dir}: the checkpoint was trained with {key}={getattr(saved, key)!r}, "
+                                 f"not {getattr(cfg, key)!r}; resume with the same settings")
+        model = loaded.model
+        model_cfg = loaded.config
+        task = task_for(cfg, model_cfg.causal, tokenizer=loaded.tokenizer)
+        state = json.loads((ckpt_dir / STATE_FILE).read_text())
+        opt_tensors = st_load((ckpt_dir / OPTIM_FILE).read_bytes())
+        history = json.loads((ckpt_dir / METRICS_JSON).read_text())
+        start_step, elapsed_before = int(state["step"]), float(state.get("elapsed", 0.0))
+    else:
+        torch.manual_seed(cfg.seed)
+        family_causal = cfg.model.get("causal", cfg.family != "bert")
+        task = task_for(cfg, family_causal)
+        model_cfg = model_config_for(cfg, task)
+        model = new_model(model_cfg, seed=cfg.seed).to(device)
+        opt_tensors = None
+
+    model.train()
+    wrapped: nn.Module = LossModel(model)
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        wrapped = DDP(wrapped, device_ids=[device.index] if device.type == "cuda" else None)
+    decay, no_decay = [], []
+    seen: set[int] = set()
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        (decay if p.dim() >= 2 else no_decay).append(p)  # no decay on biases and norm gains
+    opt = make_optimizer(cfg.optimizer, [{"params": decay, "weight_decay": cfg.weight_decay},
+                                         {"params": no_decay, "weight_decay": 0.0}],
+                         lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas, momentum=cfg.momentum)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    if state is not None:
+        rng = {k: v for k, v in opt_tensors.items() if k.startswith("rng.")}
+        opt.load_state_dict(optimizer_state_from_tensors(
+            {k: v.to(device) for k, v in opt_tensors.items() if not k.startswith("rng.")}, state["optimizer"]))
+        gen.set_state(rng["rng.batches"])
+        torch.set_rng_state(rng["rng.torch"])
+    groups = layer_groups(model)
+    autocast = _autocast_factory(device, cfg.precision)
+    scaler = torch.amp.GradScaler("cuda") if cfg.precision == "float16" else None
+    val = task.val_set(cfg.seed)
+
+    summary: dict[str, Any] = {"step": start_step, "train_loss": None, "val_loss": None, "val_accuracy": None}
+    if history:
+        for ev in history:
+            summary.update({k: ev[k] for k in ("train_loss", "val_loss", "val_accuracy") if k in ev})
+    n_params = model.num_parameters()
+    emit({"event": "start", "step": start_step, "steps": cfg.steps, "parameters": n_params,
+          "task": task.describe(), "model": model_cfg.to_dict(), "out": str(out_dir), "world_size": world,
+          "device": str(device)})
+
+    def checkpoint(step: int, elapsed: float) -> None:
+        bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+        if bad:  # never overwrite a good checkpoint with broken weights
+            raise TrainingDiverged(f"parameters became non-finite by step {step} ({bad[0]})")
+        if is_main:
+            save_checkpoint(out_dir, model, task, opt, cfg, step, gen, history, elapsed)
+            emit({"event": "checkpoint", "step": step, "path": str(out_dir)})
+
+    last_ckpt = start_step if state is not None else None
+    active = 0.0  # seconds spent training in this session (pauses excluded)
+    window_tokens, window_time, window_loss, window_n = 0, 0.0, 0.0, 0
+    step = start_step
+    try:
+        while step < cfg.steps:
+            if control is not None:
+                if isinstance(control, TrainControl) and control.paused:
+                    emit({"event": "paused", "step": step})
+                    control.wait_while_paused()
+                    emit({"event": "resumed", "step": step})
+                control.check()
+            t0 = time.perf_counter()
+            lr = lr_at(step, cfg.schedule, cfg.lr, cfg.steps, cfg.warmup_steps, model_cfg.d_model)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            batch = task.train_batch(cfg.batch_size, gen)
+            if world > 1:
+                batch = Batch(batch.inputs[rank::world], batch.targets[rank::world])
+            x, y = batch.inputs.to(device), batch.targets.to(device)
+            with autocast():
+                loss, _, _ = wrapped(x, y)
+            loss_value = float(loss.detach())
+            if world > 1:  # report the global batch's loss, as one process would
+                import torch.distributed as dist
+                t = loss.detach().clone()
+                dist.all_reduce(t)
+                loss_value = float(t) / world
+            if not math.isfinite(loss_value):
+                raise TrainingDiverged(f"the loss became {loss_value} at step {step + 1}")
+            opt.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+            else:
+                loss.backward()
+            log_now = (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps
+            per_layer = grad_norms(groups) if log_now else None
+            clip = cfg.grad_clip if cfg.grad_clip and cfg.grad_clip > 0 else float("inf")
+            total_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
+            if not math.isfinite(total_norm) and scaler is None:
+                raise TrainingDiverged(f"the gradient norm became {total_norm} at step {step + 1}")
+            if scaler is not None:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
+            step += 1
+            dt = time.perf_counter() - t0
+            active += dt
+            window_tokens += x.numel() * world
+            window_time += dt
+            window_loss += loss_value
+            window_n += 1
+            elapsed = elapsed_before + active
+            eta = active / (step - start_step) * (cfg.steps - step)
+            if log_now:
+                ev = {"event": "step", "step": step, "steps": cfg.steps, "train_loss": window_loss / window_n,
+                      "lr": lr, "grad_norm": total_norm, "grad_norms": per_layer,
+                      "tokens_per_s": window_tokens / max(window_time, 1e-9), "elapsed": elapsed, "eta": eta}
+                history.append({k: v for k, v in ev.items() if k != "grad_norms"} |
+                               {f"grad_norm.{k}": v for k, v in per_layer.items()})
+                summary["train_loss"] = ev["train_loss"]
+                emit(ev)
+                if control is not None:
+                    control.progress(step, cfg.steps, f"step {step}/{cfg.steps}")
+                window_tokens, window_time, window_loss, window_n = 0, 0.0, 0.0, 0
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                val_loss, val_acc = evaluate(model, val, cfg.batch_size * 4, device, autocast)
+                if not math.isfinite(val_loss):
+                    raise TrainingDiverged(f"the validation loss became {val_loss} at step {step}")
+                ev = {"event": "eval", "step": step, "val_loss": val_loss, "val_accuracy": val_acc,
+                      "elapsed": elapsed}
+                history.append(ev)
+                summary.update(step=step, val_loss=val_loss, val_accuracy=val_acc)
+                emit(ev)
+            summary["step"] = step
+            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                checkpoint(step, elapsed)
+                last_ckpt = step
+    except Cancelled:
+        if step != last_ckpt:
+            checkpoint(step, elapsed_before + active)
+        summary["step"] = step
+        emit({"event": "stopped", "step": step, **{k: summary[k] for k in ("train_loss", "val_loss", "val_accuracy")}})
+        return summary
+    except TrainingDiverged as exc:
+        where = (f"the last good checkpoint (step {last_ckpt}) in {out_dir} is kept"
+                 if last_ckpt is not None else "no checkpoint had been written yet")
+        msg = f"{exc}; training stopped, {where}. Try a lower learning rate or gradient clipping."
+        emit({"event": "error", "step": step, "message": msg})
+        raise TrainingDiverged(msg) from None
+    finally:
+        if world > 1:
+            import torch.distributed as dist
+            if dist.is_initialized():
+                dist.destroy_process_group()
+    emit({"event": "done", **summary, "elapsed": elapsed_before + active})
+    return summary
+
+
+def export_model(checkpoint_dir: str | Path, export_dir: str | Path) -> None:
+    """Write a clean model folder (no optimiser state or RNG) from a checkpoint, with its run notes."""
+    checkpoint_dir = Path(checkpoint_dir)
+    loaded = load_model_folder(checkpoint_dir)
+    src = checkpoint_dir if (checkpoint_dir / RUN_FILE).is_file() else Path(str(checkpoint_dir) + ".old")
+    extra = {name: (src / name).read_bytes() for name in (RUN_FILE, METRICS_JSON, METRICS_CSV)
+             if (src / name).is_file()}
+    save_model_folder(loaded.model, export_dir, tokenizer=loaded.tokenizer, extra_files=extra)
+
+
+def parameter_count(model_cfg: ModelConfig) -> int:
+    """Parameters of a configuration without allocating it (built on the meta device)."""
+    with torch.device("meta"):
+        return Transformer(model_cfg).num_parameters()
+
+
+def task_vocab_size(cfg: TrainConfig) -> int | None:
+    """The vocabulary a run will have, cheaply (None when it needs the text read and tokenized)."""
+    if cfg.task != "text":
+        causal = cfg.model.get("causal", cfg.family != "bert")
+        return task_for(cfg, causal).vocab_size
+    opts = cfg.task_options
+    return int(opts.get("vocab_size", 512)) if opts.get("tokenizer") == "bpe" else None

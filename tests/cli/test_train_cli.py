@@ -1,0 +1,85 @@
+"""`python -m desktop_app train` as a user runs it: output contract, bad input, kill -9 and resume."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from desktop_app.core.checkpoints import load_model_folder
+from desktop_app.core.training import checkpoint_step
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--layers", "1", "--heads", "2", "--d-model", "32"]
+
+
+def cli(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "desktop_app", "train", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, **kw)
+
+
+def test_last_line_is_the_json_summary(tmp_path):
+    r = cli("--task", "sort", *TINY, "--steps", "12", "--eval-every", "6", "--out", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stderr
+    last = json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(last) == {"step", "train_loss", "val_loss", "val_accuracy"}
+    assert last["step"] == 12 and 0.0 <= last["val_accuracy"] <= 1.0 and last["train_loss"] > 0
+    loaded = load_model_folder(tmp_path / "run")
+    assert loaded.tokenizer is not None and loaded.config.n_layers == 1
+
+
+def test_jsonl_events_and_export(tmp_path):
+    r = cli("--task", "modadd", "--p", "11", *TINY, "--steps", "4", "--log-every", "2", "--eval-every", "4",
+            "--jsonl", "--out", str(tmp_path / "run"), "--export", str(tmp_path / "clean"))
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [e["event"] for e in events[:-1]] == ["start", "step", "step", "eval", "checkpoint", "done"]
+    assert not (tmp_path / "clean" / "optimizer.safetensors").exists()
+    assert (tmp_path / "clean" / "metrics.csv").is_file()
+    assert load_model_folder(tmp_path / "clean").tokenizer.decode([3, 11, 4, 12]) == "3 + 4 ="
+
+
+def test_bad_text_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "notes.txt"
+    bad.write_bytes(b"\xff\xfe\x00bad")
+    r = cli("--task", "text", "--text-file", str(bad), "--steps", "5", "--out", str(tmp_path / "run"))
+    assert r.returncode == 2
+    assert "notes.txt" in r.stderr and "UTF-8" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_kill_9_mid_run_then_resume_continues_from_the_last_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    args = ["--task", "copy", *TINY, "--steps", "100000", "--checkpoint-every", "3", "--log-every", "1",
+            "--eval-every", "100000", "--jsonl", "--out", str(out)]
+    for round_ in range(3):  # kill at different moments, including possibly mid-checkpoint
+        proc = subprocess.Popen([sys.executable, "-m", "desktop_app", "train", *args] + (["--resume"] if round_ else []),
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        checkpoints = 0
+        deadline = time.time() + 90
+        for line in proc.stdout:
+            if json.loads(line)["event"] == "checkpoint":
+                checkpoints += 1
+                if checkpoints == 2 + round_:
+                    break
+            assert time.time() < deadline
+        time.sleep(0.01 * round_)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        proc.stdout.close()
+        step = checkpoint_step(out)
+        assert step is not None and step % 3 == 0
+        loaded = load_model_folder(out)  # intact (or its .old twin): never a half-written folder
+        assert loaded.config.n_layers == 1
+    final = step + 2
+    r = cli(*[a if a != "100000" or i != args.index("--steps") + 1 else str(final) for i, a in enumerate(args)],
+            "--resume")
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    assert events[0]["event"] == "start" and events[0]["step"] == step
+    assert [e["step"] for e in events if e["event"] == "step"] == [step + 1, step + 2]
+    assert checkpoint_step(out) == final

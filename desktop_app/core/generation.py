@@ -679,8 +679,21 @@ class MaskedFillSession:
             self._logits_cache = (key, out.logits[0].float().cpu())
         return self._logits_cache[1]
 
+    def set_settings(self, settings: GenerationSettings) -> None:
+        s = settings.validated()
+        if s.strategy == "beam":
+            raise GenerationError("beam search is for decoders; fill masks greedily or by sampling")
+        self.settings = s
+
+    def cached_logits(self) -> torch.Tensor | None:
+        """all_logits() if they are already computed for the current sequence, else None
+        (for views that must not run the model themselves)."""
+        if self._logits_cache is not None and self._logits_cache[0] == tuple(self.ids()):
+            return self._logits_cache[1]
+        return None
+
     def distribution(self, position: int, settings: GenerationSettings | None = None) -> Distribution:
-        s = (settings or self.settings).validated()
+        s = self.settings if settings is None else settings.validated()
         return process_logits(self.all_logits()[position], s.temperature, s.top_k, s.top_p)
 
     def next_position(self) -> int:

@@ -5,6 +5,7 @@ A panel is a QWidget constructed as Panel(state: AppState, parent=None). It may 
 """
 PANELS = [
     ("Model", "desktop_app.ui.panels.model", "ModelPanel"),
+    ("Generate", "desktop_app.ui.panels.generation", "GenerationPanel"),
     ("Attention", "desktop_app.ui.panels.attention", "AttentionPanel"),
     ("Layers", "desktop_app.ui.panels.layers", "LayersPanel"),
     ("Train", "desktop_app.ui.panels.training", "TrainingPanel"),

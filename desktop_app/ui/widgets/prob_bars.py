@@ -1,0 +1,99 @@
+"""ProbBars: the top candidates of a next-token distribution as horizontal bars; click to pick one.
+
+    bars.set_distribution(token_ids, labels, probs, model_probs=None, chosen=None)
+    bars.token_clicked -> Signal(int)   # the token id of the clicked bar
+
+Filled bars are the processed probabilities (after temperature / top-k / top-p); the outlined bars
+behind them are the model's own probabilities, so a slider drag shows how the processing reshapes
+the distribution. The chosen token's bar is orange. One BarGraphItem per series (no widget per bar).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Signal
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+BAR_BRUSH = (66, 133, 244)
+CHOSEN_BRUSH = (240, 120, 20)
+FILTERED_BRUSH = (200, 200, 200)
+
+
+class ProbBars(QWidget):
+    token_clicked = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.plot = pg.PlotWidget(background="w")
+        self.plot.setMenuEnabled(False)
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.hideButtons()
+        item = self.plot.getPlotItem()
+        item.invertY(True)
+        item.setLabel("bottom", "probability")
+        item.getAxis("bottom").enableAutoSIPrefix(False)
+        item.showGrid(x=True, y=False, alpha=0.3)
+        self._model_bars = pg.BarGraphItem(x0=[], y=[], width=[], height=0.8, brush=None,
+                                           pen=pg.mkPen((90, 90, 90), width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
+        self._bars = pg.BarGraphItem(x0=[], y=[], width=[], height=0.6, brushes=[], pen=None)
+        item.addItem(self._model_bars)
+        item.addItem(self._bars)
+        self._value_texts: list[pg.TextItem] = []
+        self.token_ids: list[int] = []
+        self.probs: list[float] = []
+        self.chosen: int | None = None
+        self.plot.scene().sigMouseClicked.connect(self._on_click)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.plot)
+
+    def set_distribution(self, token_ids: Sequence[int], labels: Sequence[str], probs: Sequence[float],
+                         model_probs: Sequence[float] | None = None, chosen: int | None = None) -> None:
+        """Bars from the top down in the given order (most probable first)."""
+        self.token_ids = [int(t) for t in token_ids]
+        self.probs = [float(p) for p in probs]
+        self.chosen = chosen
+        n = len(self.token_ids)
+        ys = list(range(n))
+        brushes = [pg.mkBrush(CHOSEN_BRUSH if t == chosen else (BAR_BRUSH if p > 0 else FILTERED_BRUSH))
+                   for t, p in zip(self.token_ids, self.probs)]
+        self._bars.setOpts(x0=[0.0] * n, y=ys, width=self.probs, brushes=brushes, height=0.6)
+        if model_probs is not None:
+            self._model_bars.setOpts(x0=[0.0] * n, y=ys, width=[float(p) for p in model_probs], height=0.8)
+        else:
+            self._model_bars.setOpts(x0=[], y=[], width=[])
+        ticks = [(i, f"{lab}  ({t})") for i, (lab, t) in enumerate(zip(labels, self.token_ids))]
+        item = self.plot.getPlotItem()
+        item.getAxis("left").setTicks([ticks])
+        for t in self._value_texts:
+            item.removeItem(t)
+        self._value_texts = []
+        for i, p in enumerate(self.probs):
+            txt = pg.TextItem(f"{p:.3f}" if p > 0 else "cut", color=(40, 40, 40) if p > 0 else (150, 150, 150),
+                              anchor=(0, 0.5))
+            txt.setPos(p, i)
+            item.addItem(txt)
+            self._value_texts.append(txt)
+        top = max(self.probs + [float(p) for p in (model_probs or [])] + [1e-3])
+        item.setXRange(0, min(1.0, top * 1.25), padding=0)
+        item.setYRange(-0.6, max(n, 1) - 0.4, padding=0)
+
+    def bar_scene_pos(self, index: int) -> QPointF:
+        """Scene position of the middle of a bar (for tests and tooltips)."""
+        vb = self.plot.getPlotItem().getViewBox()
+        x = max(self.probs[index] / 2, 1e-4)
+        return vb.mapViewToScene(QPointF(x, index))
+
+    def index_at_scene(self, pos: QPointF) -> int | None:
+        vb = self.plot.getPlotItem().getViewBox()
+        if not vb.sceneBoundingRect().contains(pos):
+            return None
+        y = vb.mapSceneToView(pos).y()
+        i = int(round(y))
+        return i if 0 <= i < len(self.token_ids) and abs(y - i) <= 0.45 else None
+
+    def _on_click(self, event) -> None:
+        i = self.index_at_scene(event.scenePos())
+        if i is not None:
+            self.token_clicked.emit(self.token_ids[i])

@@ -710,6 +710,11 @@ class SweepResult:
                             float(r.lower_bound[s]), int(r.iterations[s])))
         return out
 
+    def snapshot(self) -> "SweepResult":
+        """A copy that later lengths will not change (to hand to another thread)."""
+        return SweepResult(self.label, list(self.lengths), self.exponent, tuple(self.exponent_ci), self.prefactor,
+                           self.function)
+
     def refit(self) -> None:
         ns = np.concatenate([np.full(len(r.lipschitz), r.n) for r in self.lengths]) if self.lengths else []
         vals = np.concatenate([r.lipschitz for r in self.lengths]) if self.lengths else []
@@ -809,14 +814,15 @@ def run_sweep(spec: SweepSpec, job: JobControl | None = None,
                 g = torch.Generator().manual_seed(spec.seed + n)
                 X0 = torch.randn(spec.samples, n, fmap.d, generator=g)
             X = None
-        X = X.to(fmap.W_Q.dtype) if X is not None else None
+        X = X.to(device=fmap.W_Q.device, dtype=fmap.W_Q.dtype) if X is not None else None
         if spec.data == "search":
-            X, est = search_adversarial(fn, X0.to(fmap.W_Q.dtype), radius, spec.search_steps, tol=spec.tol, job=job)
+            X0 = X0.to(device=fmap.W_Q.device, dtype=fmap.W_Q.dtype)
+            X, est = search_adversarial(fn, X0, radius, spec.search_steps, tol=spec.tol, job=job)
         else:
             start = None
             if spec.data == "real" and prev_right is not None and prev_right.shape[0] == X.shape[0]:
                 # warm start: the windows of length n extend those of the previous length
-                pad = 1e-3 * torch.randn(X.shape[0], n - prev_right.shape[1], X.shape[2], dtype=X.dtype)
+                pad = 1e-3 * torch.randn(X.shape[0], n - prev_right.shape[1], X.shape[2], dtype=X.dtype, device=X.device)
                 start = torch.cat([prev_right, pad], dim=1)
             est = spectral_norm(fn, X, tol=spec.tol, start=start, seed=spec.seed + n, job=job)
             prev_right = est.right

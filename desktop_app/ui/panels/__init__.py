@@ -8,5 +8,6 @@ PANELS = [
     ("Generate", "desktop_app.ui.panels.generation", "GenerationPanel"),
     ("Attention", "desktop_app.ui.panels.attention", "AttentionPanel"),
     ("Layers", "desktop_app.ui.panels.layers", "LayersPanel"),
+    ("Lipschitz", "desktop_app.ui.panels.lipschitz", "LipschitzPanel"),
     ("Train", "desktop_app.ui.panels.training", "TrainingPanel"),
 ]

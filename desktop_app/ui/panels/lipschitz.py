@@ -1,0 +1,420 @@
+"""Lipschitz panel: the local Lipschitz constant of attention against sequence length.
+
+Controls pick the function (a model layer's attention sublayer or one head, masked or not, or a
+synthetic head with chosen d, ||A||, ||V||, R and attention kind) and the data (real windows,
+the adversarial construction, a gradient-ascent search); Run calls core.lipschitz.run_sweep in a
+worker, whose per-n results stream back through a queued signal. Each run is drawn on one
+log-log plot (points, median per n, fitted exponent with its 95% CI in the legend, Theorem 3.1
+bounds when they apply) with reference slopes C n^(1/4) and C n^(1/2); runs overlay until cleared.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QHBoxLayout,
+                               QHeaderView, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox, QSplitter,
+                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+
+from ...core import lipschitz as lip
+from ..widgets.export import ExportBar, export_view
+
+RUN_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
+
+
+class _Stream(QObject):
+    """Carries per-n results from the worker thread to the UI thread (queued connection)."""
+    length_done = Signal(object, object)  # (LengthResult, SweepResult)
+
+
+class _Run:
+    def __init__(self, label: str, colour: str) -> None:
+        self.label, self.colour = label, colour
+        self.result: lip.SweepResult | None = None
+        self.items: list = []
+        self.finished = False
+
+
+class LipschitzPanel(QWidget):
+    title = "Lipschitz"
+    help_text = (
+        "<b>What am I looking at?</b> How smooth self-attention is (Castin, Ablin, Peyré, ICML 2024). "
+        "One head: f(X)<sub>i</sub> = V &Sigma;<sub>j</sub> P<sub>ij</sub> x<sub>j</sub>, "
+        "P<sub>ij</sub> = softmax<sub>j</sub>(x<sub>i</sub><sup>T</sup>A<sup>T</sup>x<sub>j</sub>), "
+        "A = W<sub>K</sub><sup>T</sup>W<sub>Q</sub>/&radic;d<sub>k</sub>; masked: f<sup>m</sup>(X)<sub>i</sub> = "
+        "f(x<sub>1</sub>..x<sub>i</sub>)<sub>i</sub>. A model layer is measured as it is applied (input after "
+        "the pre-attention norm, output before the residual add, biases, mask and rotary included). "
+        "Each point is the <b>local Lipschitz constant</b> ||D<sub>X</sub>f||<sub>2</sub> at one input X of n "
+        "tokens: the largest singular value of the Jacobian (Frobenius norm on (R<sup>d</sup>)<sup>n</sup>), "
+        "estimated by Lanczos to a relative tolerance of 10<sup>-4</sup>.<br>"
+        "<b>Theorem 3.1</b> on B<sub>R</sub><sup>n</sup> (tokens of norm &le; R): "
+        "Lip(f) &le; &radic;3 ||V||<sub>2</sub> (||A||<sub>2</sub><sup>2</sup>R<sup>4</sup>(4n+1) + n)<sup>1/2</sup> "
+        "and Lip(f) &ge; &radic;(n&minus;1) / (1 + (n&minus;1) e<sup>&minus;2R<sup>2</sup>&gamma;</sup>), "
+        "&gamma; = max(&minus;&gamma;<sub>min</sub>, &gamma;<sub>max</sub>/8) over the real eigenvalues of A "
+        "(V = I; drawn only where the theorem covers the function: softmax, no rotary, no query bias). "
+        "<b>Real</b> text grows roughly like n<sup>1/4</sup>; the <b>adversarial</b> construction "
+        "(x<sub>1</sub> = Ru, x<sub>2..n</sub> = Ru/2, u the extreme real eigenvector of A) like n<sup>1/2</sup>. "
+        "The legend gives each run's fitted exponent (least squares on log L vs log n) with its 95% CI; "
+        "dashed grey lines are C n<sup>1/4</sup> and C n<sup>1/2</sup>.")
+
+    def __init__(self, state, parent=None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.runs: list[_Run] = []
+        self._job = None
+        self._current: _Run | None = None
+        self._stream = _Stream()
+        self._stream.length_done.connect(self._on_length)
+        self._text_file: str | None = None
+
+        # -- controls -----------------------------------------------------------------------
+        self.source = QComboBox()
+        self.source.addItems(["Model layer", "Synthetic head"])
+        self.layer = QSpinBox()
+        self.head = QComboBox()
+        self.masked = QCheckBox("masked (causal)")
+        self.data = QComboBox()
+        self.data.addItems(["real", "adversarial", "search"])
+        self.search_start = QComboBox()
+        self.search_start.addItems(["random", "real"])
+        self.text_button = QPushButton("Current text")
+        self.text_button.setToolTip("Real windows come from the current text; click to choose a text file")
+        self.d = QSpinBox()
+        self.d.setRange(2, 1024)
+        self.d.setValue(16)
+        self.norm_A = self._double(1.0, 0.0, 1e3)
+        self.norm_V = self._double(1.0, 0.0, 1e3)
+        self.radius = self._double(0.0, 0.0, 1e4)
+        self.radius.setSpecialValueText("auto")
+        self.radius.setToolTip("R; auto = 1 for synthetic, the radius observed on real data for a model")
+        self.attention = QComboBox()
+        self.attention.addItems(list(lip.ATTENTION_KINDS))
+        self.synthetic_data = QComboBox()
+        self.synthetic_data.addItems(["random in B_R", "adversarial"])
+        self.lengths = QLineEdit("4,8,16,32,64,128")
+        self.lengths.setToolTip("comma-separated, or geom:LO:HI:COUNT (e.g. geom:2:512:10)")
+        self.samples = QSpinBox()
+        self.samples.setRange(1, 256)
+        self.samples.setValue(5)
+        self.run_button = QPushButton("Run")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.clear_button = QPushButton("Clear runs")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.status = QLabel("Pick a function and lengths, then Run.")
+        self.status.setWordWrap(True)
+        self.status.setMinimumHeight(48)
+        self.status.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+
+        self.form = form = QFormLayout()
+        form.addRow("Function", self.source)
+        self.model_rows = [("Layer", self.layer), ("Head", self.head), ("Data", self.data),
+                           ("Search start", self.search_start), ("Text", self.text_button)]
+        self.synthetic_rows = [("d", self.d), ("||A||\u2082", self.norm_A), ("||V||\u2082", self.norm_V),
+                               ("Attention", self.attention), ("Inputs", self.synthetic_data)]
+        for label, w in self.model_rows + self.synthetic_rows:
+            form.addRow(label, w)
+        form.addRow("", self.masked)
+        form.addRow("Radius R", self.radius)
+        form.addRow("Lengths n", self.lengths)
+        form.addRow("Samples K", self.samples)
+        buttons = QHBoxLayout()
+        for b in (self.run_button, self.cancel_button, self.clear_button):
+            buttons.addWidget(b)
+        left = QVBoxLayout()
+        left.addLayout(form)
+        left.addLayout(buttons)
+        left.addWidget(self.progress)
+        left.addWidget(self.status)
+        left.addStretch(1)
+        left_w = QWidget()
+        left_w.setLayout(left)
+        left_w.setMaximumWidth(340)
+
+        # -- plot and table ---------------------------------------------------------------------
+        self.plot = pg.PlotWidget(background="w")
+        self.plot.setLogMode(True, True)
+        self.plot.showGrid(x=True, y=True, alpha=0.25)
+        self.plot.setLabel("bottom", "sequence length n")
+        self.plot.setLabel("left", "local Lipschitz constant \u2016D\u2093f\u2016\u2082")
+        self.legend = self.plot.addLegend(offset=(10, 10))
+        self.table = QTableWidget(0, 8)
+        self.table.setHorizontalHeaderLabels(["run"] + list(lip.CSV_COLUMNS))
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.export_bar = ExportBar(lambda: self, lambda: "lipschitz")
+        right = QSplitter(Qt.Orientation.Vertical)
+        right.addWidget(self.plot)
+        right.addWidget(self.table)
+        right.setStretchFactor(0, 3)
+        right.setStretchFactor(1, 1)
+        right_w = QWidget()
+        rl = QVBoxLayout(right_w)
+        rl.setContentsMargins(0, 0, 0, 0)
+        top = QHBoxLayout()
+        self.summary = QLabel("")
+        top.addWidget(self.summary, 1)
+        top.addWidget(self.export_bar)
+        rl.addLayout(top)
+        rl.addWidget(right, 1)
+        lay = QHBoxLayout(self)
+        lay.addWidget(left_w)
+        lay.addWidget(right_w, 1)
+
+        self.source.currentIndexChanged.connect(self._update_visibility)
+        self.data.currentIndexChanged.connect(self._update_visibility)
+        self.run_button.clicked.connect(self.run)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.clear_button.clicked.connect(self.clear_runs)
+        self.text_button.clicked.connect(self._choose_text_file)
+        state.model_changed.connect(self._on_model_changed)
+        self._on_model_changed(getattr(state, "loaded", None))
+
+    @staticmethod
+    def _double(value: float, lo: float, hi: float) -> QDoubleSpinBox:
+        w = QDoubleSpinBox()
+        w.setRange(lo, hi)
+        w.setDecimals(3)
+        w.setValue(value)
+        return w
+
+    # -- controls ---------------------------------------------------------------------------
+    def _on_model_changed(self, loaded) -> None:
+        self.head.clear()
+        self.head.addItem("whole sublayer")
+        if loaded is None:
+            self.layer.setRange(0, 0)
+            self.source.setCurrentIndex(1)
+        else:
+            cfg = loaded.config
+            self.layer.setRange(0, cfg.n_layers - 1)
+            self.head.addItems([f"head {h}" for h in range(cfg.n_heads)])
+            self.masked.setChecked(cfg.causal)
+            self.source.setCurrentIndex(0)
+        self._update_visibility()
+
+    def _update_visibility(self) -> None:
+        synthetic = self.source.currentIndex() == 1
+        form = self.form
+        for _label, w in self.model_rows:
+            form.setRowVisible(w, not synthetic)
+        for _label, w in self.synthetic_rows:
+            form.setRowVisible(w, synthetic)
+        if not synthetic:
+            form.setRowVisible(self.search_start, self.data.currentText() == "search")
+
+    def _choose_text_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Text for real windows", "", "Text (*.txt);;All files (*)")
+        self.set_text_file(path or None)
+
+    def set_text_file(self, path: str | None) -> None:
+        self._text_file = path
+        self.text_button.setText(Path(path).name if path else "Current text")
+
+    def _token_ids(self) -> list[int] | None:
+        loaded = self.state.loaded
+        if loaded is None or loaded.tokenizer is None:
+            return list(self.state.token_ids) or None
+        if self._text_file:
+            try:
+                text = Path(self._text_file).read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{self._text_file}: not UTF-8 text") from None
+        else:
+            text = self.state.text
+            if not text.strip():
+                from ...paths import demo_text_path
+                text = demo_text_path().read_text(encoding="utf-8") if demo_text_path().is_file() else ""
+        return loaded.tokenizer.encode(text) if text else None
+
+    def spec(self) -> lip.SweepSpec:
+        """The sweep the controls describe (raises ValueError with a readable message)."""
+        lengths = lip.parse_lengths(self.lengths.text())
+        radius = self.radius.value() or None
+        if self.source.currentIndex() == 1:
+            return lip.SweepSpec(data="synthetic", d=self.d.value(), norm_A=self.norm_A.value(),
+                                 norm_V=self.norm_V.value(), attention=self.attention.currentText(),
+                                 masked=self.masked.isChecked(),
+                                 synthetic_adversarial=self.synthetic_data.currentIndex() == 1,
+                                 radius=radius, lengths=lengths, samples=self.samples.value())
+        loaded = self.state.loaded
+        if loaded is None:
+            raise ValueError("open a model first, or choose a synthetic head")
+        data = self.data.currentText()
+        needs_text = data == "real" or (data == "search" and self.search_start.currentText() == "real")
+        ids = self._token_ids() if (needs_text or radius is None) else None
+        if needs_text and not ids:
+            raise ValueError("real windows need a text: type one, or choose a text file")
+        head = self.head.currentIndex() - 1
+        return lip.SweepSpec(data=data, model=loaded.model, layer=self.layer.value(),
+                             head=None if head < 0 else head, masked=self.masked.isChecked(), token_ids=ids,
+                             radius=radius, search_start=self.search_start.currentText(), lengths=lengths,
+                             samples=self.samples.value())
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self) -> None:
+        if self._job is not None and not self._job.done:
+            return
+        try:
+            spec = self.spec()
+        except (ValueError, OSError) as exc:
+            self.status.setText(f"<span style='color:#b00'>{exc}</span>")
+            return
+        from ..workers import run_job
+
+        colour = RUN_COLOURS[len(self.runs) % len(RUN_COLOURS)]
+        spec.label = self._label(spec)
+        run = _Run(spec.label, colour)
+        self.runs.append(run)
+        self._current = run
+        self.progress.setRange(0, len(spec.lengths))
+        self.progress.setValue(0)
+        self.status.setText(f"running {spec.label}\u2026")
+        self.run_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        stream = self._stream
+        self._job = run_job(lip.run_sweep, spec,
+                            on_length=lambda res, result: stream.length_done.emit(res, result.snapshot()),
+                            on_result=lambda result: self._on_finished_run(run, result),
+                            on_error=lambda exc, tb: self._on_failed(run, exc),
+                            on_progress=self._on_progress, on_cancelled=lambda: self._on_cancelled(run))
+
+    def _label(self, spec: lip.SweepSpec) -> str:
+        if spec.data == "synthetic":
+            kind = "adversarial" if spec.synthetic_adversarial else "random"
+            return f"synthetic {spec.attention} d={spec.d} {kind}" + (" masked" if spec.masked else "")
+        what = f"L{spec.layer}" + (f" H{spec.head}" if spec.head is not None else "")
+        return f"{what} {spec.data}" + (" masked" if spec.masked else "")
+
+    def cancel(self) -> None:
+        if self._job is not None:
+            self._job.cancel()
+            self.status.setText("cancelling\u2026")
+
+    def _on_progress(self, done: int, total: int, message: str) -> None:
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(done)
+
+    def _on_length(self, res: lip.LengthResult, result: lip.SweepResult) -> None:
+        run = self._current
+        if run is None:
+            return
+        run.result = result
+        self._append_rows(run, res)
+        self.redraw()
+
+    def _on_finished_run(self, run: _Run, result: lip.SweepResult) -> None:
+        run.result, run.finished = result, True
+        self._done(f"{run.label}: exponent {result.exponent:.3f} "
+                   f"[{result.exponent_ci[0]:.3f}, {result.exponent_ci[1]:.3f}] (95% CI)")
+        self.redraw()
+
+    def _on_failed(self, run: _Run, exc: BaseException) -> None:
+        if run.result is None:
+            self.runs.remove(run)
+        self._done(f"<span style='color:#b00'>failed: {exc}</span>")
+        self.redraw()
+
+    def _on_cancelled(self, run: _Run) -> None:
+        if run.result is None:
+            self.runs.remove(run)
+        self._done(f"cancelled {run.label}" + (" (partial results kept)" if run.result is not None else ""))
+        self.redraw()
+
+    def _done(self, message: str) -> None:
+        self.status.setText(message)
+        self.run_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        self._current = None
+
+    def is_running(self) -> bool:
+        return self._job is not None and not self._job.done
+
+    def clear_runs(self) -> None:
+        if self.is_running():
+            return
+        self.runs.clear()
+        self.table.setRowCount(0)
+        self.redraw()
+
+    # -- drawing ------------------------------------------------------------------------------
+    def _append_rows(self, run: _Run, res: lip.LengthResult) -> None:
+        for s in range(len(res.lipschitz)):
+            r = self.table.rowCount()
+            self.table.insertRow(r)
+            values = [run.label, res.n, s, res.lipschitz[s], res.radius[s], res.upper_bound[s], res.lower_bound[s],
+                      int(res.iterations[s])]
+            for c, v in enumerate(values):
+                text = f"{v:.6g}" if isinstance(v, (float, np.floating)) else str(v)
+                self.table.setItem(r, c, QTableWidgetItem(text))
+
+    def redraw(self) -> None:
+        self.plot.clear()
+        self.legend.clear()
+        anchor = None
+        for run in self.runs:
+            res = run.result
+            if res is None or not res.lengths:
+                continue
+            ns = np.array([r.n for r in res.lengths], dtype=float)
+            pts_n = np.concatenate([np.full(len(r.lipschitz), r.n, dtype=float) for r in res.lengths])
+            pts_L = np.concatenate([r.lipschitz for r in res.lengths])
+            med = np.array([np.median(r.lipschitz) for r in res.lengths])
+            ok = pts_L > 0
+            self.plot.plot(pts_n[ok], pts_L[ok], pen=None, symbol="o", symbolSize=5,
+                           symbolBrush=pg.mkColor(run.colour + "80"), symbolPen=None)
+            e, (lo, hi) = res.exponent, res.exponent_ci
+            fit = f"{e:.2f} [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else (f"{e:.2f}" if np.isfinite(e) else "-")
+            self.plot.plot(ns, med, pen=pg.mkPen(run.colour, width=2), symbol="s", symbolSize=7,
+                           symbolBrush=run.colour, name=f"{run.label}: exponent {fit}")
+            if np.isfinite(res.prefactor) and len(ns) > 1:
+                self.plot.plot(ns, res.prefactor * ns ** e, pen=pg.mkPen(run.colour, width=1, style=Qt.PenStyle.DotLine))
+            R = float(np.median(np.concatenate([r.radius for r in res.lengths])))
+            up = np.array([np.median(r.upper_bound) for r in res.lengths])
+            if np.isfinite(up).all():  # Theorem 3.1 at the radius observed for each n
+                self.plot.plot(ns, up, pen=pg.mkPen(run.colour, width=1, style=Qt.PenStyle.DashDotLine),
+                               name=f"{run.label}: Thm 3.1 upper (R≈{R:.3g})")
+            low = np.array([np.median(r.lower_bound) for r in res.lengths])
+            if np.isfinite(low).all() and (low > 0).all():
+                self.plot.plot(ns, low, pen=pg.mkPen(run.colour, width=1, style=Qt.PenStyle.DashDotDotLine),
+                               name=f"{run.label}: Thm 3.1 lower")
+            if anchor is None:
+                anchor = (ns, med)
+        if anchor is not None and len(anchor[0]) > 1:
+            ns, med = anchor
+            grid = np.geomspace(ns.min(), ns.max(), 20)
+            for power, style in ((0.25, Qt.PenStyle.DashLine), (0.5, Qt.PenStyle.DashLine)):
+                C = med[0] / ns[0] ** power
+                self.plot.plot(grid, C * grid ** power, pen=pg.mkPen("#888888", width=1, style=style),
+                               name=f"C n^{'1/4' if power == 0.25 else '1/2'}")
+        done = [r for r in self.runs if r.result is not None]
+        self.summary.setText("; ".join(f"<span style='color:{r.colour}'>{r.label}: n^{r.result.exponent:.2f}</span>"
+                                       for r in done if np.isfinite(r.result.exponent)))
+
+    # -- export (ExportBar view protocol) -------------------------------------------------------
+    def export_widget(self) -> QWidget:
+        return self.plot
+
+    def svg_item(self):
+        return self.plot.getPlotItem()
+
+    def csv_table(self):
+        header = ["run"] + list(lip.CSV_COLUMNS)
+        rows = [[run.label, *row] for run in self.runs if run.result is not None for row in run.result.rows()]
+        return header, rows
+
+    def export_arrays(self) -> dict:
+        out = {}
+        for i, run in enumerate(self.runs):
+            if run.result is not None:
+                out[f"run{i}"] = np.array(run.result.rows(), dtype=float)
+                out[f"run{i}_exponent"] = np.array([run.result.exponent, *run.result.exponent_ci])
+        return out
+
+    def export(self, path: str | Path) -> None:
+        """Write the plot (.png/.svg) or the results (.csv/.npz) to path."""
+        export_view(self, path)

@@ -1,0 +1,109 @@
+"""LipschitzPanel with pytest-qt: a tiny sweep fills the plot and the table with the core's numbers,
+a longer one is cancelled, runs overlay, and the exports write real files."""
+from __future__ import annotations
+
+import csv
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from desktop_app.core import lipschitz as lip
+from desktop_app.core.checkpoints import LoadedModel, new_model
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.tokenizer import char_tokenizer
+from desktop_app.ui.panels.lipschitz import LipschitzPanel
+from desktop_app.ui.state import AppState
+
+TEXT = "a rose is a rose is a rose, said the gardener to the queen of hearts. " * 3
+
+
+@pytest.fixture
+def panel(qtbot):
+    tok = char_tokenizer(TEXT)
+    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
+                           context_length=128, init_std=0.3)
+    state = AppState()
+    state.loaded = LoadedModel(new_model(cfg, seed=1).eval(), cfg, tok, None, "test")
+    state.text = TEXT
+    p = LipschitzPanel(state)
+    qtbot.addWidget(p)
+    p._on_model_changed(state.loaded)
+    p.resize(1100, 700)
+    p.show()
+    return p
+
+
+def _curves(p):
+    return [item for item in p.plot.getPlotItem().listDataItems()]
+
+
+def test_tiny_sweep_fills_plot_and_table(panel, qtbot):
+    assert "Theorem 3.1" in panel.help_text and "D<sub>X</sub>f" in panel.help_text
+    panel.data.setCurrentText("real")
+    panel.layer.setValue(1)
+    panel.lengths.setText("4,8")
+    panel.samples.setValue(2)
+    panel.run_button.click()
+    qtbot.waitUntil(lambda: not panel.is_running() and panel.run_button.isEnabled(), timeout=30_000)
+    assert panel.table.rowCount() == 4
+    assert "exponent" in panel.status.text()
+    run = panel.runs[0]
+    # the table shows the core's numbers for the same windows
+    ids = panel.state.loaded.tokenizer.encode(TEXT)
+    X = lip.real_inputs(panel.state.loaded.model, ids, 1, 8, 2, lip.window_starts(len(ids), 8, 2))
+    exact = lip.exact_jacobian_norm(lip.module_function(panel.state.loaded.model, 1), X).numpy()
+    shown = [float(panel.table.item(r, 3).text()) for r in range(2, 4)]
+    np.testing.assert_allclose(shown, exact, rtol=1e-4)
+    assert run.result.exponent == pytest.approx(lip.fit_exponent(
+        [r[0] for r in run.result.rows()], [r[2] for r in run.result.rows()])[0])
+    names = [item.name() for item in _curves(panel) if item.name()]
+    assert any("exponent" in n for n in names) and "C n^1/4" in names and "C n^1/2" in names
+
+    # a second run (synthetic, adversarial: Theorem 3.1 bounds apply) overlays the first
+    panel.source.setCurrentIndex(1)
+    panel.synthetic_data.setCurrentIndex(1)
+    panel.masked.setChecked(False)  # Theorem 3.1's lower bound is stated for unmasked attention
+    panel.radius.setValue(2.0)
+    panel.lengths.setText("4,8,16")
+    panel.samples.setValue(1)
+    panel.run_button.click()
+    qtbot.waitUntil(lambda: not panel.is_running() and panel.run_button.isEnabled(), timeout=30_000)
+    assert len(panel.runs) == 2 and panel.table.rowCount() == 7
+    names = [item.name() for item in _curves(panel) if item.name()]
+    assert sum("exponent" in n for n in names) == 2
+    assert any("Thm 3.1 upper" in n for n in names) and any("Thm 3.1 lower" in n for n in names)
+    for n, _s, L, _R, up, lo, _it in panel.runs[1].result.rows():
+        assert lo <= L <= up
+
+
+def test_cancel_and_export(panel, qtbot, tmp_path):
+    panel.source.setCurrentIndex(1)
+    panel.d.setValue(32)
+    panel.attention.setCurrentText("sinkhorn")
+    panel.lengths.setText("4,256,512,1024,2048")
+    panel.samples.setValue(8)
+    panel.run_button.click()
+    assert panel.cancel_button.isEnabled()
+    qtbot.waitUntil(lambda: panel.table.rowCount() >= 8, timeout=30_000)  # n = 4 streamed in
+    panel.cancel_button.click()
+    qtbot.waitUntil(lambda: not panel.is_running() and panel.run_button.isEnabled(), timeout=60_000)
+    assert "cancelled" in panel.status.text()
+    assert panel.runs and panel.runs[0].result.lengths[-1].n < 2048  # stopped early, partial results kept
+
+    panel.export(tmp_path / "l.csv")
+    panel.export(tmp_path / "l.png")
+    panel.export(tmp_path / "l.svg")
+    with open(tmp_path / "l.csv", newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == ["run", *lip.CSV_COLUMNS] and len(rows) - 1 == panel.table.rowCount()
+    assert (tmp_path / "l.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ET.parse(tmp_path / "l.svg")  # well-formed vector file
+    panel.clear_button.click()
+    assert panel.runs == [] and panel.table.rowCount() == 0
+
+
+def test_bad_lengths_message(panel):
+    panel.lengths.setText("4,abc")
+    panel.run_button.click()
+    assert "lengths" in panel.status.text() and not panel.is_running()

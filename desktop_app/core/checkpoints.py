@@ -420,6 +420,27 @@ def _safetensors_names(f: Path) -> list[str]:
         raise ModelLoadError(f, f"corrupt or truncated safetensors file ({exc})") from exc
 
 
+class _MetaSkeleton(torch.overrides.TorchFunctionMode):
+    """Build and reshape the meta skeleton without Python meta kernels: meta tensors hold no
+    values, and those kernels (random init in nn.Embedding/nn.Linear constructors, torch.cat)
+    import torch._dynamo on first use, seconds at start-up. Skips the init, computes cat's shape.
+    Modes are per thread, so models built elsewhere meanwhile are not affected."""
+
+    SKIP = {torch.nn.init.normal_, torch.nn.init.uniform_, torch.nn.init.kaiming_uniform_,
+            torch.nn.init.trunc_normal_, torch.Tensor.normal_, torch.Tensor.uniform_}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.SKIP:
+            return args[0] if args else kwargs["tensor"]
+        if func is torch.cat and args and all(t.is_meta for t in args[0]):
+            parts, dim = args[0], (args[1] if len(args) > 1 else kwargs.get("dim", 0))
+            shape = list(parts[0].shape)
+            shape[dim] = sum(t.shape[dim] for t in parts)
+            return torch.empty(shape, dtype=parts[0].dtype, device="meta")
+        return func(*args, **kwargs)
+
+
 def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
                       dtype: str | torch.dtype | None = None) -> LoadedModel:
     """Load a model folder; raises ModelLoadError naming the file and the problem."""
@@ -445,7 +466,7 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
             raise ModelLoadError(f, f"cannot read tensor {name!r}: corrupt or truncated ({exc})") from exc
 
-    with torch.device("meta"):
+    with torch.device("meta"), _MetaSkeleton():
         model = Transformer(cfg, init_weights=False)
     _check_shapes(model, files)
     sd = _from_hf(cfg, get, set(files), lambda n: files.get(n, folder / WEIGHTS))
@@ -487,7 +508,8 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
 def _check_shapes(meta_model: Transformer, files: dict[str, Path]) -> None:
     """Compare every tensor's stored shape (header only, no data read) with what the config implies."""
     cfg = meta_model.cfg
-    expected = to_hf_state_dict(meta_model)
+    with _MetaSkeleton():
+        expected = to_hf_state_dict(meta_model)
     ours_prefix = _hf_prefix(cfg)
     theirs_prefix = _detect_prefix(cfg, set(files))
     by_file: dict[Path, list[tuple[str, list[int]]]] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QSpinBox,
                                QTabWidget, QVBoxLayout, QWidget)
@@ -142,15 +142,16 @@ class HeadView(QWidget):
     """BertViz-style: queries on the left, keys on the right, a line per weight above a threshold.
 
     One colour per head; opacity grows with the weight (4 opacity buckets, each one curve item of
-    line pairs, so thousands of lines are a handful of items). With a query selected only its lines
-    are drawn, thicker.
+    line pairs, so thousands of lines are a handful of items). Without a selected query the lines of
+    the queries in view are drawn (scroll to move the window); with one, only its lines, thicker.
     """
 
     BUCKETS = ((0.1, 45), (0.3, 100), (0.6, 170), (1.01, 235))  # (upper weight bound, alpha)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.threshold = 0.02
+        self.threshold = 0.02  # lines of a selected query
+        self.overview_threshold = 0.05  # lines of every query in view (no selection): fewer, the strong ones
         self.pattern = np.zeros((0, 0, 0), dtype=np.float32)
         self.enabled: list[bool] = []
         self.selected_row: int | None = None
@@ -171,6 +172,11 @@ class HeadView(QWidget):
         self.plot.getViewBox().setMouseEnabled(x=False, y=True)
         self.plot.setXRange(0, 1, padding=0.02)
         self.curves: list[pg.PlotCurveItem] = []
+        self._redraw_timer = QTimer(self)
+        self._redraw_timer.setSingleShot(True)
+        self._redraw_timer.setInterval(30)
+        self._redraw_timer.timeout.connect(self.redraw)
+        self.plot.getViewBox().sigYRangeChanged.connect(self._on_scrolled)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         row = QHBoxLayout()
@@ -202,7 +208,7 @@ class HeadView(QWidget):
         self.right_axis.set_labels(col_labels)
         vb = self.plot.getViewBox()
         vb.setLimits(yMin=-0.5, yMax=t_k + 0.5)
-        shown = min(t_k, 60)
+        shown = min(t_k, 32)
         centre = (self.offset + (self.selected_row or 0)) if self.selected_row is not None else 0
         top = max(0, min(t_k - shown, centre - shown // 2))
         self.plot.setYRange(top, top + shown, padding=0.01)
@@ -222,6 +228,10 @@ class HeadView(QWidget):
         self.selected_row = row
         self.redraw()
 
+    def _on_scrolled(self, *_):
+        if self.selected_row is None:
+            self._redraw_timer.start()  # lines follow the window of queries in view
+
     def _on_toggle(self, _checked: bool) -> None:
         self.redraw()
 
@@ -234,17 +244,24 @@ class HeadView(QWidget):
             return
         _, t_q, _ = self.pattern.shape
         sel = self.selected_row if self.selected_row is not None and 0 <= self.selected_row < t_q else None
-        rows = np.arange(t_q) if sel is None else np.array([sel])
+        if sel is None:  # every query in the visible window (all of them at once is a thicket beyond ~50)
+            lo, hi = self.plot.getViewBox().viewRange()[1]
+            first = max(0, int(np.floor(lo)) - self.offset)
+            last = min(t_q, int(np.ceil(hi)) - self.offset)
+            rows = np.arange(first, max(first, last))
+        else:
+            rows = np.array([sel])
         width = 1.0 if sel is None else 2.5
         for h, on in enumerate(self.heads_enabled()):
             if not on:
                 continue
             w = self.pattern[h][rows]
-            qi, kj = np.nonzero(w >= self.threshold)
+            threshold = self.threshold if sel is not None else self.overview_threshold
+            qi, kj = np.nonzero(w >= threshold)
             weights = w[qi, kj]
             q_pos = rows[qi] + self.offset + 0.5
             k_pos = kj + 0.5
-            lower = self.threshold
+            lower = threshold
             for upper, alpha in self.BUCKETS:
                 sel_b = (weights >= lower) & (weights < upper)
                 lower = upper
@@ -283,7 +300,7 @@ class AttentionPanel(QWidget):
         "how much query token i (row) reads from key token j (column). Grey cells are masked "
         "(a causal model cannot look ahead).<br>"
         "<b>Model view</b>: every layer x head; click one to open it. <b>Head view</b>: a line from each "
-        "token to the tokens it attends, one colour per head, opacity = weight (weights below 0.02 hidden). "
+        "token to the tokens it attends, one colour per head, opacity = weight (for a selected token weights below 0.02 are hidden, below 0.05 otherwise). "
         "<b>Mean</b>: (1/H) &Sigma;<sub>h</sub> P<sub>h</sub>. <b>Rollout</b> (Abnar &amp; Zuidema): "
         "R<sub>l</sub> = &Acirc;<sub>l</sub>&hellip;&Acirc;<sub>0</sub>, &Acirc; = rows of (mean + I) renormalised, "
         "how much each input token flows into each position after layer l. <b>Head statistics</b>, averaged "

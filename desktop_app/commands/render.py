@@ -1,0 +1,137 @@
+"""`python -m desktop_app render MODEL_DIR (--text T | --ids ...) --view V --out FILE.png|.svg`
+
+Headless figures: the very views of the Attention and Layers panels, drawn offscreen and written
+with the same export code as their buttons (.png, vector .svg, or the numbers as .csv / .npz).
+"""
+from __future__ import annotations
+
+import os
+
+ATTENTION_VIEWS = {"attention": "attention", "model-view": "model-view", "head-view": "head-view",
+                   "mean": "mean", "rollout": "rollout", "head-stats": "head-stats"}
+LAYERS_VIEWS = {"residual-norms": "residual-norms", "component-norms": "component-norms",
+                "logit-lens": "logit-lens", "pca": "pca", "cosine": "cosine"}
+VIEWS = tuple(ATTENTION_VIEWS) + tuple(LAYERS_VIEWS)
+STATS = ("entropy", "mean_distance", "first_token")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("render", help="draw an attention or layers view of a text to PNG / SVG (headless)")
+    p.add_argument("model_dir")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--text")
+    g.add_argument("--ids", help="comma-separated token ids")
+    p.add_argument("--view", required=True, choices=VIEWS)
+    p.add_argument("--layer", type=int, default=None,
+                   help="layer (attention views; default 0); for pca/cosine the block whose output is shown "
+                        "(default: the last)")
+    p.add_argument("--head", type=int, default=0, help="head for --view attention")
+    p.add_argument("--depth", type=int, default=None, help="pca/cosine: residual depth, 0 = embedding (overrides --layer)")
+    p.add_argument("--token", type=int, default=None, help="highlight this query token (position)")
+    p.add_argument("--stat", choices=STATS, default="entropy", help="statistic for --view head-stats")
+    p.add_argument("--size", default="1200x900", help="figure size in pixels, WxH")
+    p.add_argument("--out", required=True, help="output file: .png, .svg (also .csv or .npz for the numbers)")
+    p.set_defaults(func=run)
+
+
+def _ensure_qt_platform() -> None:
+    """Offscreen rendering when there is no display (servers, CI)."""
+    if "QT_QPA_PLATFORM" not in os.environ and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"--size must look like 1200x900, got {text!r}") from None
+    if not (100 <= w <= 10000 and 100 <= h <= 10000):
+        raise ValueError(f"--size {text}: each side must be between 100 and 10000 pixels")
+    return w, h
+
+
+def _check(value: int | None, n: int, what: str) -> None:
+    if value is not None and not 0 <= value < n:
+        raise ValueError(f"--{what} {value} is out of range: this model has {n} ({what} 0..{n - 1})")
+
+
+def render_view(loaded, ids: list[int], view: str, out: str, layer: int | None = None, head: int = 0,
+                depth: int | None = None, token: int | None = None, stat: str = "entropy",
+                size: tuple[int, int] = (1200, 900)):
+    """Draw one view of `ids` through `loaded` and write it to `out`; returns the panel (for tests)."""
+    import torch
+    from PySide6.QtWidgets import QApplication
+
+    from ..ui.state import AppState
+    from ..ui.widgets.export import EXPORT_SUFFIXES, export_view
+
+    suffix = os.path.splitext(out)[1].lower()
+    if suffix not in EXPORT_SUFFIXES:
+        raise ValueError(f"{out}: the output must end in {', '.join(EXPORT_SUFFIXES)}")
+    cfg = loaded.config
+    _check(layer, cfg.n_layers, "layer")
+    _check(head, cfg.n_heads, "head")
+    _check(depth, cfg.n_layers + 1, "depth")
+    _check(token, len(ids), "token")
+    app = QApplication.instance() or QApplication(["transformer-explorer-render"])
+    names = ["*"]
+    if cfg.vocab_size * len(ids) * cfg.n_layers > 50_000_000:  # the logit lens is then computed lazily
+        names = ["embed", "final_norm.out", "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out"]
+    _, trace = loaded.model.run_with_trace(torch.tensor([ids], device=loaded.model.device), names=names)
+    state = AppState()
+    state.loaded = loaded
+    state.token_ids, state.trace = list(ids), trace
+    if view in ATTENTION_VIEWS:
+        from ..ui.panels.attention import AttentionPanel
+
+        panel = AttentionPanel(state)
+        panel.set_trace(trace, ids, sync=True)
+        panel.layer_spin.setValue(layer or 0)
+        panel.head_spin.setValue(head)
+        panel.stat_combo.setCurrentIndex(STATS.index(stat))
+    else:
+        from ..ui.panels.layers import LayersPanel
+
+        panel = LayersPanel(state)
+        panel.set_trace(trace, ids, sync=True)
+        if depth is None:
+            depth = cfg.n_layers if layer is None else layer + 1
+        panel.set_depth(depth)
+    panel.show_view(view)
+    if token is not None:
+        panel.select_token(token)
+    panel.resize(*size)
+    panel.show()
+    app.processEvents()
+    export_view(panel.current_view(), out)
+    return panel
+
+
+def run(args) -> int:
+    _ensure_qt_platform()
+    from ..core.checkpoints import load_model_folder
+    from . import input_ids
+
+    size = _parse_size(args.size)
+    loaded = load_model_folder(args.model_dir)
+    ids = input_ids(loaded, args.text, args.ids)
+    panel = render_view(loaded, ids, args.view, args.out, layer=args.layer, head=args.head, depth=args.depth,
+                        token=args.token, stat=args.stat, size=size)
+    print(f"wrote {args.out} ({args.view}, {len(ids)} tokens)")
+    dispose(panel)
+    return 0
+
+
+def dispose(panel) -> None:
+    """Delete the widgets while the QApplication still exists: left to interpreter shutdown, PySide6
+    and pyqtgraph may tear them down in an order that crashes the process after the file is written."""
+    import gc
+
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    panel.close()
+    panel.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    QCoreApplication.processEvents()
+    del panel
+    gc.collect()

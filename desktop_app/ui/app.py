@@ -223,10 +223,7 @@ def _run(app, args, state, window, started: float) -> int:
             print(f"transformer-explorer: warning: {message}", file=sys.stderr)
 
     if not headless:
-        from PySide6.QtCore import QTimer
-
-        QTimer.singleShot(1000, window.build_remaining_panels)  # warm the other tabs while the user reads
-        return app.exec()
+        return app.exec()  # the other panels are built when their tab is first shown
 
     if not watcher.wait(args.timeout):
         return _fail(f"the model did not finish loading within {args.timeout:g} s ({model_path})")

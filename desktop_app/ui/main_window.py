@@ -128,14 +128,6 @@ class MainWindow(QMainWindow):
         w = self.tabs.currentWidget()
         return w if isinstance(w, PanelSlot) else None
 
-    def build_remaining_panels(self) -> None:
-        """Build the panels not shown yet, one per event-loop turn, so the UI stays responsive."""
-        pending = [s for s in self.slots if not s.built]
-        if pending:
-            pending[0].build(self.state)
-            self.panel_built.emit(pending[0].title)
-            QTimer.singleShot(0, self.build_remaining_panels)
-
     def _on_tab_changed(self, index: int) -> None:
         w = self.tabs.widget(index)
         if isinstance(w, PanelSlot) and not w.built:

@@ -1,0 +1,168 @@
+"""Workspaces: save/open round trip, automatic restore of the last session, preferences."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from desktop_app.core.checkpoints import new_model, save_model_folder
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.tokenizer import char_tokenizer
+from desktop_app.ui import settings as app_settings
+from desktop_app.ui.main_window import MainWindow
+from desktop_app.ui.state import AppState
+from desktop_app.ui.workspace import Workspace, WorkspaceError, last_session_path, load_workspace, save_workspace
+
+TWO_PANELS = [("Model", "desktop_app.ui.panels.model", "ModelPanel"),
+              ("Second", "desktop_app.ui.panels.model", "ModelPanel")]  # light panels: the test is about the shell
+
+
+@pytest.fixture(autouse=True)
+def isolated_settings(tmp_path, monkeypatch):
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ws-models")
+    tok = char_tokenizer("abcdefghijklmnopqrstuvwxyz ")
+    out = []
+    for i, layers in enumerate((1, 2)):
+        cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=layers, n_heads=2, d_ff=32,
+                               context_length=64)
+        save_model_folder(new_model(cfg, seed=i), root / f"m{i}", tokenizer=tok)
+        out.append(root / f"m{i}")
+    return out
+
+
+def make_window(qtbot) -> MainWindow:
+    w = MainWindow(AppState(), panels=TWO_PANELS)
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def test_workspace_json_round_trip_and_bad_files(tmp_path):
+    ws = Workspace(model_path="/models/a", text="héllo\nwörld", panel="Attention", device="cpu",
+                   geometry="AdnQywAD", window_state="")
+    path = tmp_path / "w.json"
+    save_workspace(path, ws)
+    assert load_workspace(path) == ws
+    assert json.loads(path.read_text(encoding="utf-8"))["format"] == "transformer-explorer-workspace"
+    assert [p.name for p in tmp_path.iterdir()] == ["w.json"]  # no temporary file left behind
+
+    cases = {
+        "{ nope": "not valid JSON",
+        json.dumps({"model_path": "/x"}): "not a Transformer Explorer workspace",
+        json.dumps({"format": "transformer-explorer-workspace", "version": 99}): "newer",
+        json.dumps({"format": "transformer-explorer-workspace", "version": 1, "text": 3}): "'text' should be a string",
+    }
+    for i, (content, problem) in enumerate(cases.items()):
+        bad = tmp_path / f"bad{i}.json"
+        bad.write_text(content, encoding="utf-8")
+        with pytest.raises(WorkspaceError) as err:
+            load_workspace(bad)
+        assert str(bad) in str(err.value) and problem in str(err.value)
+    (tmp_path / "latin1.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(WorkspaceError, match="not UTF-8"):
+        load_workspace(tmp_path / "latin1.json")
+
+
+def test_save_and_open_workspace_restores_model_text_panel_and_geometry(qtbot, model_dirs, tmp_path, monkeypatch):
+    w1 = make_window(qtbot)
+    w1.resize(700, 520)
+    w1.state.set_text("abc de")
+    with qtbot.waitSignal(w1.state.trace_changed, timeout=15000):
+        w1.open_model(model_dirs[1])
+    w1.show_panel("Second")
+    path = tmp_path / "session.json"
+    save_workspace(path, w1.capture_workspace())
+
+    w2 = make_window(qtbot)
+    w2.resize(500, 400)
+    with qtbot.waitSignal(w2.state.trace_changed, timeout=15000):
+        assert w2.open_workspace(path)
+    assert Path(w2.state.loaded.path) == model_dirs[1]
+    assert w2.state.text == "abc de"
+    assert w2.panel("Model").text_edit.toPlainText() == "abc de"
+    assert w2.current_slot().title == "Second"
+    assert (w2.width(), w2.height()) == (700, 520)
+    assert w2.state.token_ids == char_tokenizer("abcdefghijklmnopqrstuvwxyz ").encode("abc de")
+
+    # a workspace whose model folder is gone: say so, keep the current model, restore the rest
+    ws = load_workspace(path)
+    ws.model_path, ws.text = str(tmp_path / "gone"), "xyz"
+    save_workspace(path, ws)
+    warned = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text: warned.append(text))
+    assert w2.open_workspace(path)
+    assert warned and "gone" in warned[0]
+    assert Path(w2.state.loaded.path) == model_dirs[1] and w2.state.text == "xyz"
+
+
+def test_the_last_session_comes_back_at_the_next_start(qtbot, model_dirs, monkeypatch):
+    """Runs app.main() twice in this process: the first run's state is restored by the second."""
+    from desktop_app.ui import app as app_module
+    from desktop_app.ui import main_window
+
+    monkeypatch.setattr(main_window, "PANELS", TWO_PANELS)
+    save_workspace(last_session_path(), Workspace(model_path=str(model_dirs[0]), text="first text", panel="Second"))
+    seen: dict = {}
+
+    def drive(run: int, new_text: str | None) -> None:
+        windows = [w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()
+                   and w.session_path is not None]
+        state = windows[0].state if windows else None
+        if state is None or state.loaded is None or state.trace is None:
+            QTimer.singleShot(50, lambda: drive(run, new_text))
+            return
+        window = windows[0]
+        seen[run] = (Path(state.loaded.path), state.text, window.current_slot().title)
+        if new_text is not None:
+            state.set_text(new_text)
+            window.open_model(model_dirs[1])
+            qtbot.waitUntil(lambda: Path(state.loaded.path) == model_dirs[1], timeout=10000)
+            window.show_panel("Model")
+        window.close()  # saves the session, and the event loop ends with the last window
+
+    QTimer.singleShot(0, lambda: drive(1, "second text"))
+    assert app_module.main([]) == 0
+    assert seen[1] == (model_dirs[0], "first text", "Second")
+
+    QTimer.singleShot(0, lambda: drive(2, None))
+    assert app_module.main([]) == 0
+    assert seen[2] == (model_dirs[1], "second text", "Model")
+    saved = load_workspace(last_session_path())
+    assert saved.model_path == str(model_dirs[1]) and saved.geometry
+
+
+def test_preferences_are_saved_and_applied(qtbot):
+    from desktop_app.ui.dialogs import PreferencesDialog
+
+    app = QApplication.instance()
+    base_size = app.font().pointSize()
+    w = make_window(qtbot)
+    dialog = PreferencesDialog(app_settings.Preferences.load(), ["cpu"])
+    assert dialog.preferences() == app_settings.Preferences()  # defaults on a fresh profile
+    dialog.theme.setCurrentText("dark")
+    dialog.font_size.setValue(base_size + 3)
+    dialog.dtype.setCurrentText("bfloat16")
+    dialog.restore_session.setChecked(False)
+    prefs = dialog.preferences()
+    try:
+        w.apply_preferences(prefs, save=True)
+        assert app_settings.Preferences.load() == prefs
+        assert app.palette().color(QPalette.ColorRole.Window).lightness() < 80
+        assert app.font().pointSize() == base_size + 3
+        assert w.state.dtype == "bfloat16"
+        w.apply_preferences(app_settings.Preferences(theme="light"))
+        assert app.palette().color(QPalette.ColorRole.Window).lightness() > 180
+        assert w.state.dtype is None  # auto: the model's own dtype
+    finally:
+        w.apply_preferences(app_settings.Preferences())
+    assert app.font().pointSize() == base_size

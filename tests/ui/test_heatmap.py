@@ -1,0 +1,75 @@
+"""Heatmap widget: one image item, thinned token labels, hover text, masks, row highlight, CSV."""
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QPoint
+
+from desktop_app.ui.widgets.heatmap import Heatmap, LabelAxis
+
+
+def _heatmap(qtbot, n=6, mask=True):
+    hm = Heatmap(row_name="query", col_name="key", value_name="weight")
+    qtbot.addWidget(hm)
+    hm.resize(600, 500)
+    hm.show()
+    values = np.arange(n * n, dtype=np.float32).reshape(n, n) / (n * n)
+    labels = [f"t{i}" for i in range(n)]
+    hm.set_matrix(values, labels, labels, mask=np.tril(np.ones((n, n), bool)) if mask else None)
+    return hm, values
+
+
+def test_one_image_item_holds_every_cell(qtbot):
+    hm, values = _heatmap(qtbot, n=300)
+    np.testing.assert_array_equal(hm.image.image, values)
+    images = [i for i in hm.plot.items if i.__class__.__name__ == "ImageItem"]
+    assert len(images) == 2  # the values and the static mask overlay, whatever the size
+    assert hm.image.boundingRect().width() == 300
+
+
+def test_labels_are_thinned_to_fit_and_follow_zoom():
+    ax = LabelAxis("left")
+    ax.set_labels([f"tok{i}" for i in range(1024)])
+    (step, ticks), = ax.tickValues(0, 1024, 500)
+    assert len(ticks) * ax._label_pixels() <= 500 + step * ax._label_pixels()
+    assert step > 1 and ticks[0] == 0.5
+    assert ax.tickStrings(ticks[:2], 1, step) == ["tok0", f"tok{int(step)}"]
+    (step_zoomed, ticks_zoomed), = ax.tickValues(100, 110, 500)  # zoomed in: every label
+    assert step_zoomed == 1 and ticks_zoomed[0] == 100.5 and len(ticks_zoomed) == 11
+
+
+def test_describe_cell_and_mask(qtbot):
+    hm, values = _heatmap(qtbot)
+    assert hm.describe_cell(4, 1) == f"query 4 't4' \u2192 key 1 't1'\nweight: {values[4, 1]:.4g}"
+    assert hm.describe_cell(1, 4).endswith("weight: masked")
+    assert hm.mask_image.isVisible() and hm.mask_image.image[1, 4, 3] == 255 and hm.mask_image.image[4, 1, 3] == 0
+    header, rows = hm.csv_table()
+    assert header == ["query \\ key", "t0", "t1", "t2", "t3", "t4", "t5"]
+    assert rows[1][0] == "t1" and rows[1][3] == "" and abs(float(rows[1][1]) - values[1, 0]) < 1e-6
+
+
+def test_set_values_keeps_labels_and_levels_reach_the_colour_bar(qtbot):
+    hm, values = _heatmap(qtbot)
+    hm.set_values(values[::-1].copy(), levels=(0.0, 2.0))
+    assert hm.row_labels[0] == "t0" and hm.levels == (0.0, 2.0)
+    assert tuple(hm.colorbar.levels()) == (0.0, 2.0)
+    np.testing.assert_array_equal(hm.image.image, values[::-1])
+
+
+def test_cell_mapping_round_trip_and_row_highlight(qtbot):
+    hm, _ = _heatmap(qtbot, n=50, mask=False)
+    for r, c in ((0, 0), (10, 37), (49, 49)):
+        assert hm.cell_at(hm.cell_scene_pos(r, c)) == (r, c)
+    assert hm.cell_at(hm.mapToScene(QPoint(1, 1))) is None
+    hm.set_selected_row(12)
+    assert hm.row_box.isVisible() and hm.row_box.rect().top() == 12 and hm.row_box.rect().width() == 50
+    hm.set_selected_row(None)
+    assert not hm.row_box.isVisible()
+
+
+def test_annotations_only_for_small_matrices(qtbot):
+    hm = Heatmap(annotate_max_cells=20)
+    qtbot.addWidget(hm)
+    hm.set_matrix(np.eye(4))
+    assert [a.toPlainText() for a in hm.annotations[:2]] == ["1", "0"]
+    hm.set_matrix(np.eye(5))
+    assert hm.annotations == []

@@ -108,8 +108,22 @@ def test_typing_updates_the_token_strip(qtbot, window, models):
     qtbot.waitUntil(lambda: panel.token_strip.canvas.ids == reference, timeout=5000)
     assert panel.token_strip.count() == len(reference) == 12
     assert panel.token_strip.canvas.strings[:3] == ["t", "h", "e"]
-    assert panel.count_label.text() == "12 tokens"
+    assert panel.count_label.text().startswith("12 tokens")
     assert window.state.trace is not None
+    # chip colours: p(token | tokens before) from an independent forward pass without tracing
+    import math
+
+    import torch
+
+    qtbot.waitUntil(lambda: panel.probabilities is not None, timeout=5000)
+    with torch.no_grad():
+        logits = window.state.loaded.model(torch.tensor([reference])).logits[0]
+    expected = torch.softmax(logits.double(), -1)[torch.arange(len(reference) - 1), reference[1:]]
+    assert math.isnan(panel.probabilities[0])
+    assert torch.allclose(torch.tensor(panel.probabilities[1:], dtype=torch.float64), expected, atol=1e-5)
+    assert panel.token_strip.canvas.values[1:] == panel.probabilities[1:]
+    ppl = math.exp(-float(expected.log().mean()))
+    assert f"perplexity {ppl:.1f}" in panel.count_label.text()
     # clicking a chip names the token
     panel.token_strip.token_selected.emit(4)
     assert "id %d" % reference[4] in panel.token_info.text()
@@ -248,3 +262,19 @@ def test_screenshot_of_a_broken_model_fails_with_a_message(tmp_path):
     assert r.returncode != 0
     assert str(broken) in r.stderr and "config.json" in r.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+def test_the_demo_model_opens_with_its_numbers(qtbot, window):
+    from desktop_app.paths import demo_model_dir
+
+    demo = demo_model_dir()
+    if not (demo / "config.json").is_file():
+        pytest.skip(f"the demo model is not built yet ({demo})")
+    config = json.loads((demo / "config.json").read_text())
+    window.state.set_text("Alice was beginning")
+    open_and_wait(qtbot, window, demo)
+    panel = window.panel("Model")
+    assert panel.summary_value("Layers") == str(config["n_layer"])
+    assert panel.summary_value("d_model") == str(config["n_embd"])
+    assert panel.summary_value("Context length") == str(config["n_positions"])
+    assert panel.token_strip.count() == len(window.state.token_ids) > 0

@@ -1,6 +1,8 @@
 """Model panel: the architecture of the open model, and how a text splits into its tokens."""
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy,
                                QSplitter, QVBoxLayout, QWidget)
@@ -48,6 +50,22 @@ def architecture_rows(loaded, device: str) -> list[tuple[str, str]]:
     ]
 
 
+def token_probabilities(logits, ids: list[int]) -> list[float]:
+    """p(token_t | tokens before it) from a causal model's logits [T, vocab]; NaN for the first token."""
+    import torch
+
+    if len(ids) < 2:
+        return [float("nan")] * len(ids)
+    logp = torch.log_softmax(logits[:-1].float(), dim=-1)
+    picked = logp.gather(1, torch.tensor(ids[1:], device=logp.device)[:, None])[:, 0]
+    return [float("nan")] + picked.exp().tolist()
+
+
+def perplexity(probs: list[float]) -> float | None:
+    logs = [math.log(p) for p in probs if not math.isnan(p) and p > 0]
+    return math.exp(-sum(logs) / len(logs)) if logs else None
+
+
 class ModelPanel(QWidget):
     title = "Model"
     help_text = (
@@ -59,12 +77,16 @@ class ModelPanel(QWidget):
         "values). <i>d_ff</i> is the MLP's hidden width; <i>parameters</i> counts tied weights once.</p>"
         "<p><b>Tokens</b>: the text box is split by the model's tokenizer; each chip is one token with its "
         "id below (spaces show as &middot;, newlines as &crarr;). A model folder without tokenizer.json "
-        "takes token ids typed as numbers. Every other panel looks at these tokens.</p>")
+        "takes token ids typed as numbers. Every other panel looks at these tokens.</p>"
+        "<p><b>Colour</b> (decoders): the probability the model gave each token after the ones before it, "
+        "p(t<sub>i</sub> | t<sub>&lt;i</sub>) = softmax(logits<sub>i-1</sub>)[t<sub>i</sub>] (dark = likely; the "
+        "first token has no prediction, grey). Perplexity = exp(&minus;mean log p).</p>")
 
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
         self._summary_labels: dict[str, QLabel] = {}
+        self.probabilities: list[float] | None = None
 
         self.summary_box = QGroupBox("Architecture")
         self.summary_form = QFormLayout(self.summary_box)
@@ -112,12 +134,14 @@ class ModelPanel(QWidget):
         state.device_changed.connect(lambda _d: self._on_model(self.state.loaded))
         state.text_changed.connect(self._on_state_text)
         state.tokens_changed.connect(self._on_tokens)
+        state.trace_changed.connect(self._on_trace)
         state.error.connect(self._on_error)
         # Built after the model may already be loaded (panels are created lazily): render the state now.
         self._on_state_text(state.text)
         if state.loaded is not None:
             self._on_model(state.loaded)
             self._on_tokens(state.token_ids)
+            self._on_trace(state.trace)
 
     # -- state -> view ---------------------------------------------------------------------
     def _on_model(self, loaded) -> None:
@@ -156,6 +180,22 @@ class ModelPanel(QWidget):
             text += f" (the context length, {limit}: longer text is cut)"
         self.count_label.setText(text)
         self.token_info.setText("")
+        self.probabilities = None
+
+    def _on_trace(self, trace) -> None:
+        """Colour the chips by how likely the model found each token (causal models with logits)."""
+        loaded, ids = self.state.loaded, self.state.token_ids
+        if trace is None or loaded is None or not loaded.config.causal or "logits" not in trace:
+            return
+        logits = trace["logits"][0]
+        if logits.shape[0] != len(ids):
+            return
+        self.probabilities = token_probabilities(logits, ids)
+        self.token_strip.set_tokens(self.state.token_strings(ids), ids, self.probabilities, vmin=0.0, vmax=1.0)
+        ppl = perplexity(self.probabilities)
+        if ppl is not None:
+            self.count_label.setText(f"{self.count_label.text()} · colour: p(token | tokens before) · "
+                                     f"perplexity {ppl:.1f}")
 
     def _on_error(self, message: str) -> None:
         self.message_label.setText(message)
@@ -164,7 +204,10 @@ class ModelPanel(QWidget):
         ids = self.state.token_ids
         if 0 <= index < len(ids):
             s = self.state.token_strings([ids[index]])[0]
-            self.token_info.setText(f"token #{index}: id {ids[index]}, {s!r}")
+            text = f"token #{index}: id {ids[index]}, {s!r}"
+            if self.probabilities is not None and index < len(self.probabilities) and index > 0:
+                text += f", p = {self.probabilities[index]:.3g}"
+            self.token_info.setText(text)
 
     # -- view -> state ---------------------------------------------------------------------
     def _send_text(self) -> None:

@@ -81,11 +81,13 @@ def test_hover_gives_query_key_and_weight(qtbot):
 
 def test_causal_cells_are_grey_and_encoders_have_none(qtbot):
     panel, _, ids = _panel(qtbot)
+    panel.show_view("attention")
     hm = panel.heatmap
     assert hm.mask_image.isVisible()
     overlay = hm.mask_image.image
     assert tuple(overlay[0, 1]) == (150, 150, 150, 255) and overlay[1, 0, 3] == 0
     enc, _, _ = _panel(qtbot, "bert")
+    enc.show_view("attention")
     assert enc.mask is None and not enc.heatmap.mask_image.isVisible()
     assert enc.rollout is not None and np.all(enc.rollout[-1] > 0)
 
@@ -94,11 +96,13 @@ def test_token_selection_highlights_rows_everywhere(qtbot):
     panel, trace, _ = _panel(qtbot)
     qtbot.mouseClick(panel.tokens.canvas, Qt.MouseButton.LeftButton, pos=panel.tokens.chip_center(6))
     assert panel.selected_token == 6
-    for hm in (panel.heatmap, panel.mean_map, panel.rollout_map):
-        assert hm.row_box.isVisible() and hm.row_box.rect().top() == 6
     assert all(b.isVisible() and b.rect().top() == 6 for b in panel.model_view.row_boxes)
+    for view, hm in (("attention", panel.heatmap), ("mean", panel.mean_map), ("rollout", panel.rollout_map)):
+        panel.show_view(view)  # hidden views are drawn when shown, with the selection
+        assert hm.row_box.isVisible() and hm.row_box.rect().top() == 6
     # the head view draws only the selected query's lines above the threshold, one per head weight
     p = trace[f"blocks.{panel.layer}.attn.pattern"][0].numpy()
+    panel.show_view("head-view")
     hv = panel.head_view
     assert hv.n_lines == int((p[:, 6] >= hv.threshold).sum())
     hv.checks[0].setChecked(False)
@@ -112,10 +116,15 @@ def test_token_selection_highlights_rows_everywhere(qtbot):
 
 def test_aggregate_views_show_core_numbers(qtbot):
     panel, trace, _ = _panel(qtbot)
+    panel.show_view("mean")
     panel.layer_spin.setValue(1)
     np.testing.assert_allclose(panel.mean_map.values, analysis.mean_over_heads(trace, 1), rtol=1e-5)
+    panel.show_view("rollout")
     np.testing.assert_allclose(panel.rollout_map.values, analysis.attention_rollout(trace)[1], rtol=1e-5)
+    panel.layer_spin.setValue(0)  # the visible view follows the layer at once
+    np.testing.assert_allclose(panel.rollout_map.values, analysis.attention_rollout(trace)[0], rtol=1e-5)
     stats = analysis.head_stats(trace)
+    panel.show_view("head-stats")
     for i, key in enumerate(("entropy", "mean_distance", "first_token")):
         panel.stat_combo.setCurrentIndex(i)
         np.testing.assert_allclose(panel.stats_map.values, stats.as_dict()[key], rtol=1e-5)
@@ -150,6 +159,7 @@ def test_a_cached_generation_step_is_shown(qtbot):
     _, step = model.run_with_trace(torch.tensor([ids[-1:]]), cache=cache)
     panel.state.show_trace(step, ids)
     qtbot.waitUntil(lambda: panel.stats is not None, timeout=10_000)
+    panel.show_view("attention")
     assert panel.heatmap.values.shape == (1, len(ids))
     assert panel.rollout is None
     panel.select_token(len(ids) - 1)

@@ -30,13 +30,24 @@ def head_colour(h: int) -> QColor:
     return pg.intColor(h, hues=17)
 
 
+def display_levels(m: np.ndarray, mask: np.ndarray | None = None, q: float = 0.995) -> tuple[float, float]:
+    """Colour range 0..(99.5th percentile of the visible weights): a causal model's first rows hold
+    weights near 1 by construction and would leave every other cell dark; the few cells above the
+    range saturate, the colour bar shows the range and hovering gives the exact value."""
+    step = max(1, m.shape[0] // 128)  # every step-th row: a percentile needs no more, and stays fast
+    shown = m[::step] if mask is None else m[::step][mask[::step]]
+    top = float(np.quantile(shown, q)) if shown.size else 1.0
+    return 0.0, max(top, 1e-6)
+
+
 def max_pool(m: np.ndarray, size: int) -> np.ndarray:
     """Shrink a [R, C] matrix to at most size x size by block maxima (sharp patterns stay visible)."""
     r, c = m.shape
     fr, fc = -(-r // size), -(-c // size)
     if fr == 1 and fc == 1:
         return m
-    padded = np.zeros((-(-r // fr) * fr, -(-c // fc) * fc), dtype=m.dtype)
+    # pad with the smallest value so padding never shows (a block always holds one real cell)
+    padded = np.full((-(-r // fr) * fr, -(-c // fc) * fc), m.min() if m.size else 0, dtype=m.dtype)
     padded[:r, :c] = m
     return padded.reshape(padded.shape[0] // fr, fr, padded.shape[1] // fc, fc).max(axis=(1, 3))
 
@@ -80,7 +91,7 @@ class ModelView(pg.GraphicsLayoutWidget):
                 vb.setBorder(pg.mkPen("#bbbbbb"))
                 m = p[h] if mask is None else np.where(mask, p[h], np.nan)
                 small = max_pool(np.nan_to_num(m, nan=-1.0), self.THUMB)
-                top = float(small.max()) if small.size else 1.0
+                top = display_levels(small, small >= 0)[1]
                 rgba = self.lut[np.clip((small / max(top, 1e-12) * 255), 0, 255).astype(np.uint8)]
                 rgba = np.concatenate([rgba, np.full(rgba.shape[:2] + (1,), 255, np.uint8)], axis=-1)
                 rgba[small < 0] = (190, 190, 190, 255)  # masked cells (pooled entirely from masked ones)
@@ -323,6 +334,8 @@ class AttentionPanel(QWidget):
         self.selected_token: int | None = None
         self._generation = 0
         self._job = None
+        self._stale: set[str] = set()  # views whose data changed while hidden
+        self._relabel = False  # the big heatmap needs new labels / mask (new trace)
 
         self.layer_spin = QSpinBox()
         self.head_spin = QSpinBox()
@@ -357,8 +370,9 @@ class AttentionPanel(QWidget):
 
         self.layer_spin.valueChanged.connect(self._on_layer)
         self.head_spin.valueChanged.connect(self._on_head)
-        self.stat_combo.currentIndexChanged.connect(self._show_stats)
+        self.stat_combo.currentIndexChanged.connect(lambda _i: self._invalidate("head-stats"))
         self.tabs.currentChanged.connect(self._update_controls)
+        self.tabs.currentChanged.connect(lambda _i: self._refresh())
         self.model_view.head_clicked.connect(self.open_head)
         self.tokens.token_selected.connect(self.select_token)
         for hm in (self.heatmap, self.mean_map, self.rollout_map):
@@ -440,7 +454,8 @@ class AttentionPanel(QWidget):
         if self.selected_token is not None and self.selected_token >= t_k:
             self.selected_token = None
         self.model_view.set_patterns(self.patterns, self.mask)
-        self._show_layer(new_shape=True)
+        self._relabel = True
+        self._invalidate("attention", "head-view", "mean", "rollout", "head-stats")
         self._apply_selection()
         self.status.setText(f"{t_k} tokens, {n_layers} layers x {n_heads} heads"
                             + (" (causal)" if causal else " (bidirectional)"))
@@ -460,27 +475,34 @@ class AttentionPanel(QWidget):
         self.rollout, self.stats = rollout, stats
         if rollout is None:
             self.rollout_map.set_matrix(np.zeros((1, 1)), [""], [""], title=rollout_problem)
-        self._show_rollout()
-        self._show_stats()
+        self._invalidate("rollout", "head-stats")
 
-    # -- rendering -------------------------------------------------------------------------
-    def _show_layer(self, new_shape: bool = False) -> None:
-        if not self.patterns:
+    # -- rendering: only the visible view is drawn; the others are marked stale and drawn when shown
+    def _invalidate(self, *views: str) -> None:
+        self._stale.update(views)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        view = self.VIEWS[self.tabs.currentIndex()]
+        if view not in self._stale or not self.patterns:
             return
-        l = self.layer
-        p = self.patterns[l]
-        self._show_head(relabel=True)
-        self.head_view.set_layer(p, self.row_labels, self.col_labels)
-        mean = p.astype(np.float64).mean(axis=0)
+        self._stale.discard(view)
+        {"attention": self._show_head, "head-view": self._show_head_view, "mean": self._show_mean,
+         "rollout": self._show_rollout, "head-stats": self._show_stats}[view]()
+
+    def _show_head_view(self) -> None:
+        self.head_view.set_layer(self.patterns[self.layer], self.row_labels, self.col_labels)
+
+    def _show_mean(self) -> None:
+        mean = self.patterns[self.layer].astype(np.float64).mean(axis=0)
         self.mean_map.set_matrix(mean, self.row_labels, self.col_labels, mask=self.mask,
-                                 levels=(0.0, max(float(mean.max()), 1e-6)), title=f"Layer {l}, mean over heads")
-        self._show_rollout()
+                                 levels=display_levels(mean, self.mask),
+                                 title=f"Layer {self.layer}, mean over heads")
 
-    def _show_head(self, relabel: bool = False) -> None:
-        if not self.patterns:
-            return
+    def _show_head(self) -> None:
         m = self.patterns[self.layer][self.head]
-        levels = (0.0, max(float(m.max()), 1e-6))
+        levels = display_levels(m, self.mask)
+        relabel, self._relabel = self._relabel, False
         if relabel or self.heatmap.values.shape != m.shape:
             self.heatmap.set_matrix(m, self.row_labels, self.col_labels, mask=self.mask, levels=levels)
         else:
@@ -489,15 +511,17 @@ class AttentionPanel(QWidget):
 
     def _show_rollout(self) -> None:
         if self.rollout is None:
+            self._stale.add("rollout")  # not computed yet: draw it when it arrives
             return
         r = self.rollout[self.layer]
         self.rollout_map.set_matrix(r, self.col_labels, self.col_labels, mask=self.mask,
-                                    levels=(0.0, max(float(r.max()), 1e-6)),
+                                    levels=display_levels(r, self.mask),
                                     title=f"Attention rollout through layers 0..{self.layer}")
         self.rollout_map.set_selected_row(self.selected_token)
 
-    def _show_stats(self, *_):
+    def _show_stats(self) -> None:
         if self.stats is None:
+            self._stale.add("head-stats")
             return
         key = self.stat_combo.currentData()
         values = self.stats.as_dict()[key]
@@ -507,11 +531,10 @@ class AttentionPanel(QWidget):
                                   title=analysis.STAT_NAMES[key])
 
     def _on_layer(self, _value: int) -> None:
-        self._show_layer()
-        self._apply_selection()
+        self._invalidate("attention", "head-view", "mean", "rollout")
 
     def _on_head(self, _value: int) -> None:
-        self._show_head()
+        self._invalidate("attention")
 
     # -- interaction -----------------------------------------------------------------------
     def open_head(self, layer: int, head: int) -> None:

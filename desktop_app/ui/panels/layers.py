@@ -279,6 +279,8 @@ class CosineView(QWidget):
         self.curve.setData(np.arange(len(means)), means)
         ticks = [(i, n) for i, n in enumerate(depth_names)]
         self.curve_plot.getAxis("bottom").setTicks([ticks])
+        self.curve_plot.setXRange(-0.4, len(means) - 0.6, padding=0)
+        self.curve_plot.setTitle("Mean cosine similarity vs depth", color="k")
         self.set_depth(min(self.depth, len(means) - 1), relabel=True)
 
     def set_depth(self, depth: int, relabel: bool = False) -> None:

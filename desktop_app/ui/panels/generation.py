@@ -85,8 +85,12 @@ class GenerationPanel(QWidget):
         super().__init__(parent)
         self.state = state
         self.session: GenerationSession | MaskedFillSession | None = None
+        # Busy flags live on the UI thread and drop when a job's result (or cancel/error) has been
+        # handled there, not when the worker returns: no action can slip in between.
         self._job = None  # the one job touching the session
         self._run_job = None
+        self._job_active = False
+        self._running = False
         self.selected_node = None  # decoder: a generated node picked in the strip
         self.selected_position: int | None = None  # encoder: a position picked in the strip
         self.lens_rows = []
@@ -167,15 +171,17 @@ class GenerationPanel(QWidget):
         for col in (1, 2):
             self.tree.header().setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         self.tree.itemClicked.connect(self._tree_clicked)
-        self.beam_table = self._table(["beam", "log p", "ended"])
-        self.lens_table = self._table(["layer", "top prediction", "p(top)", "p(picked)"])
+        self.beam_table = self._table(["beam", "log p", "ended"], stretch=0)
+        self.lens_table = self._table(["layer", "top prediction", "p(top)", "p(picked)"], stretch=1)
         self.tabs = QTabWidget()
-        self.tabs.addTab(self.tree, "Branches")
-        self.tabs.addTab(self.beam_table, "Beams")
         self.tabs.addTab(self.lens_table, "Logit lens")
+        self.tabs.addTab(self.beam_table, "Beams")
+        right = QSplitter(Qt.Orientation.Vertical)
+        right.addWidget(self.tree)
+        right.addWidget(self.tabs)
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(left)
-        split.addWidget(self.tabs)
+        split.addWidget(right)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
 
@@ -209,13 +215,13 @@ class GenerationPanel(QWidget):
         return s
 
     @staticmethod
-    def _table(headers: list[str]) -> QTableWidget:
+    def _table(headers: list[str], stretch: int) -> QTableWidget:
         t = QTableWidget(0, len(headers))
         t.setHorizontalHeaderLabels(headers)
         t.horizontalHeader().setStretchLastSection(False)
-        t.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col in range(1, len(headers)):
-            t.horizontalHeader().setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        for col in range(len(headers)):
+            t.horizontalHeader().setSectionResizeMode(
+                col, QHeaderView.ResizeMode.Stretch if col == stretch else QHeaderView.ResizeMode.ResizeToContents)
         t.verticalHeader().setVisible(False)
         t.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         return t
@@ -233,10 +239,10 @@ class GenerationPanel(QWidget):
 
     @property
     def busy(self) -> bool:
-        return (self._job is not None and not self._job.done) or (self._run_job is not None and not self._run_job.done)
+        return self._job_active or self._running
 
     def _on_model(self, loaded) -> None:
-        if self._run_job is not None:
+        if self._running:
             self._run_job.cancel()
         self.session = None
         self.selected_node, self.selected_position = None, None
@@ -268,7 +274,7 @@ class GenerationPanel(QWidget):
         self.refresh()  # the bars are re-processed from stored logits: no model run
 
     def _update_enabled(self) -> None:
-        running = self._run_job is not None and not self._run_job.done
+        running = self._running
         busy = self.busy
         for w in (self.step_button, self.back_button, self.reset_button, self.start_button, self.mask_button):
             w.setEnabled(not busy and self.state.loaded is not None)
@@ -364,7 +370,7 @@ class GenerationPanel(QWidget):
         self._submit(_mutate, s, "choose", int(token_id))
 
     def run_or_stop(self) -> None:
-        if self._run_job is not None and not self._run_job.done:
+        if self._running:
             self._run_job.cancel()  # the worker checks between tokens
             return
         if self.busy or self.state.loaded is None:
@@ -375,13 +381,21 @@ class GenerationPanel(QWidget):
         self.selected_node, self.selected_position = None, None
         n = self.run_n.value()
 
+        def ended(message_fn):
+            def handler(*args) -> None:
+                self._running = False
+                message_fn(*args)
+                self.refresh()
+            return handler
+
         def finished() -> None:
-            self._update_enabled()
+            self._running = False
             self.refresh()
 
-        self._run_job = run_job(_run, self.session, n, on_result=self._run_done, on_error=self._job_failed,
+        self._running = True
+        self._run_job = run_job(_run, self.session, n, on_result=ended(self._run_done), on_error=ended(self._job_failed),
                                 on_progress=lambda d, t, m: self._refresh_timer.start(),
-                                on_cancelled=lambda: self.status.setText("Stopped."), on_finished=finished)
+                                on_cancelled=ended(lambda: self.status.setText("Stopped.")), on_finished=finished)
         self._update_enabled()
 
     def _run_done(self, reason) -> None:
@@ -398,15 +412,22 @@ class GenerationPanel(QWidget):
 
     def _submit(self, fn, *args, on_result=None) -> None:
         def done(result) -> None:
+            self._job_active = False
             if on_result is not None:
                 on_result(result)
             else:
                 self.refresh()
 
+        def failed(exc, tb) -> None:
+            self._job_active = False
+            self._job_failed(exc, tb)
+
         def finished() -> None:
+            self._job_active = False
             self._update_enabled()
 
-        self._job = run_job(fn, *args, on_result=done, on_error=self._job_failed, on_finished=finished)
+        self._job_active = True
+        self._job = run_job(fn, *args, on_result=done, on_error=failed, on_finished=finished)
         self._update_enabled()
 
     def _job_failed(self, exc: BaseException, tb: str) -> None:
@@ -434,9 +455,7 @@ class GenerationPanel(QWidget):
         self.selected_node = path[index - n_prompt + 1]
         self.refresh()
         if not self.busy:
-            self._job = run_job(_inspect, s, self.selected_node, on_result=self._inspected,
-                                on_error=self._job_failed, on_finished=self._update_enabled)
-            self._update_enabled()
+            self._submit(_inspect, s, self.selected_node, on_result=self._inspected)
 
     def _inspected(self, result) -> None:
         node, lens, trace, ids = result
@@ -444,7 +463,7 @@ class GenerationPanel(QWidget):
         names = self.state.token_strings([r.top_token for r in lens])
         self.lens_table.setRowCount(len(lens))
         for i, (r, name) in enumerate(zip(lens, names)):
-            cells = ["embedding" if r.layer < 0 else f"after block {r.layer}", f"{name!r} ({r.top_token})",
+            cells = ["embed" if r.layer < 0 else f"block {r.layer}", f"{name!r} ({r.top_token})",
                      f"{r.top_prob:.3f}", f"{r.chosen_prob:.3f}"]
             for j, c in enumerate(cells):
                 self.lens_table.setItem(i, j, QTableWidgetItem(c))
@@ -509,7 +528,7 @@ class GenerationPanel(QWidget):
         except GenerationError as exc:
             self.dist_label.setText(str(exc))
             return
-        self._show_distribution(dist, chosen, s.current.depth, base is s.current and s.current.stop)
+        self._show_distribution(dist, chosen, base.depth + 1, base is s.current and s.current.stop)
         self._refresh_tree(s)
         self._refresh_beams(s)
 
@@ -531,7 +550,8 @@ class GenerationPanel(QWidget):
                 f"{kept} of {dist.kept.numel()} tokens kept; step {depth}")
         if chosen is not None:
             name = self.state.token_strings([chosen])[0]
-            text += f"; picked {name!r} ({chosen}) p = {float(dist.probs[chosen]):.3f}"
+            text += (f"; picked {name!r} ({chosen}): p = {float(dist.probs[chosen]):.3f} "
+                     f"(model {float(dist.model_probs[chosen]):.3f})")
         if ended:
             text += " - a stop token ended this branch"
         self.dist_label.setText(text)
@@ -590,7 +610,7 @@ class GenerationPanel(QWidget):
         chosen = filled[pos].token if pos in filled else None
         if pos in filled:  # show the distribution it was filled from
             dist = process_logits(filled[pos].logits, *self._processing())
-        self._show_distribution(dist, chosen, len(s.history), False)
+        self._show_distribution(dist, chosen, len(s.history) + (pos not in filled), False)
         self.dist_label.setText(f"position {pos}: " + self.dist_label.text())
         self.tree.clear()
         for st in s.history:

@@ -192,3 +192,16 @@ def test_encoder_mode_fills_masks(qtbot):
     p.choose(target)
     qtbot.waitUntil(lambda: p.session.finished, timeout=10_000)
     assert p.session.history[-1].token == target
+
+
+def test_editing_the_prompt_starts_a_new_tree_on_the_next_step(qtbot, panel):
+    tok = panel.state.loaded.tokenizer
+    panel.prompt.setText("the ")
+    panel.step()
+    qtbot.waitUntil(lambda: panel.session is not None and panel.session.current.depth == 1, timeout=10_000)
+    _idle(qtbot, panel)
+    first = panel.session
+    panel.prompt.setText("a dog ")
+    panel.step()
+    qtbot.waitUntil(lambda: panel.session is not first and panel.session.current.depth == 1, timeout=10_000)
+    assert panel.session.prompt == tok.encode("a dog ")

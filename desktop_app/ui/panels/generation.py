@@ -94,11 +94,13 @@ class GenerationPanel(QWidget):
         self.selected_node = None  # decoder: a generated node picked in the strip
         self.selected_position: int | None = None  # encoder: a position picked in the strip
         self.lens_rows = []
+        self._session_prompt = self._started_prompt = ""
         self._extra_masks: set[int] = set()
         self._refresh_timer = QTimer(self, singleShot=True, interval=40)
         self._refresh_timer.timeout.connect(self.refresh)
         self._build()
         state.model_changed.connect(self._on_model)
+        state.device_changed.connect(lambda _: self._drop_session("device changed: press Step to start again"))
         if state.loaded is not None:
             self._on_model(state.loaded)
 
@@ -257,6 +259,18 @@ class GenerationPanel(QWidget):
                                                   "type a prompt and press Step (Right arrow)."))
         self.refresh()
 
+    def _drop_session(self, message: str) -> None:
+        if self._running:
+            self._run_job.cancel()
+        self.session = None
+        self.selected_node, self.selected_position = None, None
+        self.status.setText(message)
+        self.refresh()
+
+    def _stale(self) -> bool:
+        """The prompt box no longer holds the prompt the session was started from."""
+        return self.session is not None and self.prompt.text() != self._session_prompt
+
     def _update_slider_labels(self) -> None:
         self.temperature_label.setText(f"temperature {self.temperature.value() / 100:.2f}")
         k = self.top_k.value()
@@ -305,6 +319,7 @@ class GenerationPanel(QWidget):
             self.status.setText(str(exc))
             return
         self.selected_node, self.selected_position = None, None
+        self._started_prompt = self.prompt.text()
         if self._is_encoder():
             mask_id = loaded.tokenizer.mask_token_id if loaded.tokenizer is not None else None
             if mask_id is None:
@@ -323,6 +338,7 @@ class GenerationPanel(QWidget):
 
     def _session_ready(self, session, then) -> None:
         self.session = session
+        self._session_prompt = self._started_prompt
         self.session_changed.emit()
         self.status.setText("Ready: Step (Right arrow), Back (Left arrow), click a bar to force a token.")
         self.refresh()
@@ -332,7 +348,7 @@ class GenerationPanel(QWidget):
     def step(self) -> None:
         if self.busy or self.state.loaded is None:
             return
-        if self.session is None:
+        if self.session is None or self._stale():
             self.start(then=self.step)
             return
         self.selected_node, self.selected_position = None, None
@@ -375,7 +391,7 @@ class GenerationPanel(QWidget):
             return
         if self.busy or self.state.loaded is None:
             return
-        if self.session is None:
+        if self.session is None or self._stale():
             self.start(then=self.run_or_stop)
             return
         self.selected_node, self.selected_position = None, None

@@ -50,6 +50,18 @@ def demo_text(max_chars: int = 160) -> str:
     return para or DEFAULT_TEXT
 
 
+def leave_a_core_for_the_ui() -> None:
+    """Run torch's intra-op threads on all cores but one, so the UI thread stays responsive while a
+    model job runs (on a busy 2-core machine two spinning torch threads made every op ~50x slower).
+    An explicit OMP_NUM_THREADS wins."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    import torch
+
+    cores = os.cpu_count() or 1
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), cores - 1)))
+
+
 def _needs_offscreen() -> bool:
     return sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
 
@@ -162,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     from .main_window import MainWindow
     from .state import AppState
 
+    leave_a_core_for_the_ui()
     state = AppState()
     window = MainWindow(state)
     window.interactive = not headless

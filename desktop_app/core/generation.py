@@ -25,6 +25,7 @@ instead, most confident first or left to right, with the same distribution proce
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -346,7 +347,24 @@ class GenerationSession:
 
     def run(self, n: int, job: JobControl | None = None) -> Iterator[Node]:
         """Up to n steps, yielding each new current node; stops early (setting stop_reason) at a
-        stop token or the context length; job.check() between tokens makes Stop prompt."""
+        stop token or the context length. With a job, cancel() is seen between tokens and also
+        between layers of a forward (a slow model still stops within about one layer's time);
+        an interrupted step leaves the tree as it was."""
+        hooks = []
+        if job is not None:
+            owner = threading.get_ident()
+
+            def check(module, args) -> None:
+                if threading.get_ident() == owner:  # other threads may share this model
+                    job.check()
+            hooks = [b.register_forward_pre_hook(check) for b in self.model.blocks]
+        try:
+            yield from self._run(n, job)
+        finally:
+            for h in hooks:
+                h.remove()
+
+    def _run(self, n: int, job: JobControl | None) -> Iterator[Node]:
         for i in range(n):
             if job is not None:
                 job.progress(i, n, f"token {i + 1}/{n}")
@@ -451,8 +469,12 @@ class GenerationSession:
     def _extend(self, parent: Node, token: int, dist: Distribution, how: str) -> Node:
         node, new = self._new_child(parent, token, dist, how)
         if new:  # stop tokens too: their step is inspectable like any other
-            self._sync_cache([parent])
-            logits, records = self._forward(torch.tensor([[token]], device=self.model.device), [parent])
+            try:
+                self._sync_cache([parent])
+                logits, records = self._forward(torch.tensor([[token]], device=self.model.device), [parent])
+            except BaseException:  # e.g. Cancelled mid-forward: leave the tree as it was
+                self._undo([node])
+                raise
             node.next_logits, node.record = logits[0], records[0]
             if self.incremental:
                 self._cache_nodes = [node]
@@ -483,6 +505,7 @@ class GenerationSession:
             offsets.append(o)
             o += s.numel()
         chosen: list[Node] = []
+        created: list[Node] = []
         to_forward: list[tuple[Node, Node]] = []  # (parent, child)
         for idx in top:
             g = max(i for i, off in enumerate(offsets) if off <= idx)
@@ -493,13 +516,19 @@ class GenerationSession:
             token = idx - offsets[g]
             dist = process_logits(b.next_logits)
             child, new = self._new_child(b, token, dist, "beam")
+            if new:
+                created.append(child)
             chosen.append(child)
             to_forward.append((b, child))
         if to_forward:
             parents = [p for p, _ in to_forward]
-            self._sync_cache_batch(parents)
-            tokens = torch.tensor([[c.token] for _, c in to_forward], device=self.model.device)
-            logits, records = self._forward(tokens, parents)
+            try:
+                self._sync_cache_batch(parents)
+                tokens = torch.tensor([[c.token] for _, c in to_forward], device=self.model.device)
+                logits, records = self._forward(tokens, parents)
+            except BaseException:
+                self._undo(created)
+                raise
             for i, (_, c) in enumerate(to_forward):
                 if c.next_logits is None:
                     c.next_logits, c.record = logits[i], records[i]
@@ -509,6 +538,13 @@ class GenerationSession:
         self.beams = chosen
         self.current = max(chosen, key=lambda n: n.score)
         return self.current
+
+    def _undo(self, created: list[Node]) -> None:
+        """Forget nodes whose forward did not finish; the cache may be half-updated: drop it."""
+        for n in created:
+            if n in n.parent.children:
+                n.parent.children.remove(n)
+        self._cache, self._cache_nodes = None, []
 
     def _sync_cache(self, nodes: list[Node]) -> None:
         """Make self._cache hold the K/V of the path to `nodes` (one row per node)."""

@@ -278,3 +278,29 @@ def test_bert_masked_fill(tmp_path):
     assert s.ids()[s.history[-1].position] == 7
     l2r = MaskedFillSession(model, ids, masked=[5, 2], mask_token_id=1, order="left-to-right")
     assert [st.position for st in l2r.run(5)] == [2, 5]
+
+
+def test_cancel_inside_a_forward_leaves_the_tree_and_cache_consistent():
+    model = _gpt2()
+    s = GenerationSession(model, [1, 2], stop_tokens=[])
+    list(s.run(3))
+    job = JobControl()
+    seen = []
+
+    def cancel_in_layer_1(module, args):  # cancel while layer 1 is about to run
+        seen.append(1)
+        if len(seen) == 2:
+            job.cancel()
+    h = model.blocks[1].register_forward_pre_hook(cancel_in_layer_1)
+    try:
+        with pytest.raises(Cancelled):
+            list(s.run(5, job))
+    finally:
+        h.remove()
+    assert len(seen) == 2 and s.current.depth == 4  # one more step finished, the second was interrupted
+    assert len(s.current.children) == 0  # no half-made node
+    assert not model.blocks[0]._forward_pre_hooks  # the cancel hooks are gone
+    list(s.run(2))  # carries on with a rebuilt cache
+    full = _full_logits(model, s.ids())
+    for node in s.current.path():
+        assert (node.next_logits - full[node.position]).abs().max().item() < 1e-5

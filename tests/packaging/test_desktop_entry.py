@@ -1,0 +1,80 @@
+"""Launchers: the icon set, and the desktop entry the install script writes (validated)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from PySide6.QtGui import QImage
+from PySide6.QtSvg import QSvgRenderer
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "packaging" / "install_desktop_entry.sh"
+ICONS = REPO / "resources" / "icons"
+SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
+
+
+def test_icon_set_has_every_size(qapp):
+    assert QSvgRenderer(str(ICONS / "transformer-explorer.svg")).isValid()
+    for size in SIZES:
+        image = QImage(str(ICONS / f"transformer-explorer-{size}.png"))
+        assert (image.width(), image.height()) == (size, size)
+        assert image.hasAlphaChannel()
+        # opaque in the middle of the tile, transparent in the rounded-off corner
+        assert image.pixelColor(size // 2, size // 2).alpha() == 255
+        assert image.pixelColor(0, 0).alpha() == 0
+
+
+def run_install(prefix: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, XDG_DATA_HOME=str(prefix / "unused"))
+    return subprocess.run(["sh", str(SCRIPT), "--prefix", str(prefix), *args], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def entry_fields(path: Path) -> dict[str, str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "[Desktop Entry]"
+    return dict(line.split("=", 1) for line in lines[1:] if "=" in line)
+
+
+def test_install_script_writes_entry_and_icons_and_uninstalls(tmp_path):
+    program = tmp_path / "my apps" / "transformer-explorer"  # a space: Exec= must quote it
+    r = run_install(tmp_path / "share", "--exec", str(program))
+    assert r.returncode == 0, r.stderr
+    entry = tmp_path / "share" / "applications" / "transformer-explorer.desktop"
+    fields = entry_fields(entry)
+    assert fields["Exec"] == f'"{program}" %f'
+    assert fields["TryExec"] == str(program)
+    assert fields["Icon"] == "transformer-explorer" and fields["Type"] == "Application"
+    for size in SIZES:
+        assert (tmp_path / "share" / "icons" / "hicolor" / f"{size}x{size}" / "apps" / "transformer-explorer.png").is_file()
+    assert (tmp_path / "share" / "icons" / "hicolor" / "scalable" / "apps" / "transformer-explorer.svg").is_file()
+    assert not list((tmp_path / "share" / "applications").glob(".*tmp"))
+
+    r = run_install(tmp_path / "share", "--uninstall")
+    assert r.returncode == 0, r.stderr
+    assert not entry.exists()
+    assert not list((tmp_path / "share" / "icons").rglob("transformer-explorer.*"))
+
+
+def test_installed_entry_passes_desktop_file_validate(tmp_path):
+    validator = shutil.which("desktop-file-validate")
+    if validator is None:
+        pytest.skip("desktop-file-validate not installed (apt-get install desktop-file-utils)")
+    r = run_install(tmp_path / "share", "--exec", "/usr/bin/transformer-explorer")
+    assert r.returncode == 0, r.stderr
+    entry = tmp_path / "share" / "applications" / "transformer-explorer.desktop"
+    v = subprocess.run([validator, str(entry)], capture_output=True, text=True)
+    assert v.returncode == 0 and "error" not in v.stdout + v.stderr, v.stdout + v.stderr
+
+
+def test_validator_would_catch_a_broken_entry(tmp_path):
+    """The validation test can fail: a broken entry (no Name, bad Type) is rejected."""
+    validator = shutil.which("desktop-file-validate")
+    if validator is None:
+        pytest.skip("desktop-file-validate not installed")
+    bad = tmp_path / "bad.desktop"
+    bad.write_text("[Desktop Entry]\nType=Program\nExec=x\n", encoding="utf-8")
+    assert subprocess.run([validator, str(bad)], capture_output=True).returncode != 0

@@ -169,3 +169,18 @@ def test_a_cached_generation_step_is_shown(qtbot):
 def test_help_text_defines_the_quantities():
     for word in ("softmax", "Rollout", "entropy", "distance", "first token"):
         assert word in AttentionPanel.help_text
+
+
+def test_a_generation_path_trace_is_shown(qtbot):
+    from desktop_app.core.generation import GenerationSession
+
+    panel, _, ids = _panel(qtbot)
+    session = GenerationSession(panel.state.loaded, ids[:6], seed=0)
+    for _ in range(3):
+        session.step()
+    trace, path_ids = session.step_trace()
+    panel.state.show_trace(trace, path_ids)
+    qtbot.waitUntil(lambda: panel.rollout is not None and panel.rollout.shape[-1] == 9, timeout=10_000)
+    panel.show_view("attention")
+    np.testing.assert_allclose(panel.heatmap.values, trace["blocks.0.attn.pattern"][0, 0].numpy())
+    np.testing.assert_allclose(panel.rollout, analysis.attention_rollout(trace), rtol=1e-6)

@@ -118,3 +118,20 @@ def test_a_model_without_lm_head_still_shows_the_other_views(qtbot):
 def test_help_text_defines_the_quantities():
     for word in ("Residual", "logit lens", "PCA", "Cosine", "Geshkovski"):
         assert word.lower() in LayersPanel.help_text.lower()
+
+
+def test_a_generation_step_trace_is_shown(qtbot):
+    """What the generation panel hands over: a path trace without head outputs or logit lens."""
+    from desktop_app.core.generation import GenerationSession
+
+    panel, _, ids = _panel(qtbot)
+    session = GenerationSession(panel.state.loaded, ids[:8], seed=0)
+    for _ in range(4):
+        session.step()
+    trace, path_ids = session.step_trace()
+    panel.state.show_trace(trace, path_ids)
+    qtbot.waitUntil(lambda: panel.result is not None and panel.result.resid_norms.shape[1] == 12, timeout=10_000)
+    np.testing.assert_allclose(panel.resid_map.values, analysis.residual_norms(trace).T, rtol=1e-5)
+    assert panel.component_map.col_labels == ["MLP"]
+    np.testing.assert_allclose(panel.component_map.values[:, 0], analysis.mlp_output_norms(trace).mean(-1), rtol=1e-5)
+    assert panel.lens_view.lens.rowCount() == 12  # computed lazily through the model's unembedding

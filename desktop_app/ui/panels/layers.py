@@ -426,12 +426,17 @@ class LayersPanel(QWidget):
         self.status.setText(f"{t} tokens, {depth - 1} layers")
         self.resid_map.set_matrix(res.resid_norms.T, self.labels, res.depth_labels,
                                   title="Residual stream norm \u2016x\u2016 per token and depth")
+        layer_names = [f"L{l}" for l in range(depth - 1)]
         if res.head_norms is not None and res.mlp_norms is not None:
-            n_layers, n_heads, _ = res.head_norms.shape
+            n_heads = res.head_norms.shape[1]
             comp = np.concatenate([res.head_norms.mean(-1), res.mlp_norms.mean(-1)[:, None]], axis=1)
-            self.component_map.set_matrix(comp, [f"L{l}" for l in range(n_layers)],
-                                          [f"head {h}" for h in range(n_heads)] + ["MLP"],
+            self.component_map.set_matrix(comp, layer_names, [f"head {h}" for h in range(n_heads)] + ["MLP"],
                                           title="Output norm of each component (mean over tokens)")
+        elif res.mlp_norms is not None:  # e.g. a generation step: heads' outputs are not recorded there
+            self.component_map.set_matrix(res.mlp_norms.mean(-1)[:, None], layer_names, ["MLP"],
+                                          title="MLP output norm (mean over tokens); head outputs were not recorded")
+        else:
+            self.component_map.set_matrix(np.zeros((1, 1)), [""], [""], title="component outputs were not recorded")
         if res.lens_ids is not None:
             causal = self.state.loaded.config.causal if getattr(self.state, "loaded", None) else True
             next_tokens = (self.labels[1:] + [""]) if causal else None

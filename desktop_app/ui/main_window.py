@@ -320,7 +320,8 @@ class MainWindow(QMainWindow):
             self._on_device_changed(self.state.device)
 
     def export_current_view(self) -> None:
-        """The panel's own export (export_view()) when it has one, else a PNG of the panel."""
+        """The panel's own export (export_view()) when it has one, else a PNG of its main view
+        (export_widget()) or of the whole panel."""
         slot = self.current_slot()
         if slot is None or slot.panel is None:
             return
@@ -330,9 +331,10 @@ class MainWindow(QMainWindow):
             return
         from .widgets.export import ask_save_path, save_widget_png
 
+        view = slot.panel.export_widget() if callable(getattr(slot.panel, "export_widget", None)) else slot.panel
         path = ask_save_path(self, f"Export {slot.title} view", f"{slot.title.lower()}.png", "PNG image (*.png)")
         if path:
-            save_widget_png(slot.panel, path)
+            save_widget_png(view or slot.panel, path)
             self.statusBar().showMessage(f"Saved {path}", 5000)
 
     def show_panel_help(self) -> None:

@@ -278,3 +278,16 @@ def test_the_demo_model_opens_with_its_numbers(qtbot, window):
     assert panel.summary_value("d_model") == str(config["n_embd"])
     assert panel.summary_value("Context length") == str(config["n_positions"])
     assert panel.token_strip.count() == len(window.state.token_ids) > 0
+
+
+def test_export_current_view_saves_a_png_of_the_panel(qtbot, window, models, tmp_path, monkeypatch):
+    from desktop_app.ui.widgets import export
+
+    open_and_wait(qtbot, window, models["gpt2"])
+    out = tmp_path / "view.png"
+    monkeypatch.setattr(export, "ask_save_path", lambda *a, **k: str(out))
+    window.show_panel("Model")
+    window.export_action.trigger()
+    image = QImage(str(out))
+    panel = window.panel("Model")
+    assert (image.width(), image.height()) == (panel.width(), panel.height())

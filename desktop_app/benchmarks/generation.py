@@ -6,7 +6,8 @@
 Both sides run the same randomly initialised GPT-2-small-sized model (124M parameters, written by
 transformers and loaded here), greedy, with a KV cache, batch 1. Ours records every step (each
 layer's attention row and the new token's residuals) so that each step can be inspected later.
-Both timings include the prompt's forward; per-token = total / new tokens; fastest of `repeat`.
+Both timings include the prompt's forward; per-token = total / new tokens; fastest of `repeat`
+alternating runs (and the median of the paired ratios).
 
 Batch-1 decoding reads every weight once per token, so weight bytes / memory bandwidth is a lower
 bound on the time per token; the bandwidth is measured here with a large tensor copy and the
@@ -64,7 +65,7 @@ def main(argv: list[str]) -> dict:
     ap = argparse.ArgumentParser(prog="bench generation")
     ap.add_argument("--new", type=int, default=64, help="tokens to generate (default 64)")
     ap.add_argument("--prompt", type=int, default=8, help="prompt length (default 8)")
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3, help="alternating timed runs of each side (default 3)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--no-record", action="store_true", help="ours without recording")
@@ -102,20 +103,18 @@ def main(argv: list[str]) -> dict:
         sync()
         return out[0].tolist()
 
-    def best(fn) -> tuple[float, list[int]]:
-        result = fn()  # warm-up: allocator, kernels, imports
-        t = float("inf")
-        for _ in range(args.repeat):
+    # Warm up both, then alternate them so that both see the same machine load; keep the fastest
+    # run of each and also the median of the paired ratios (robust on a shared machine).
+    ours_ids, ref_ids = run_ours(), run_ref()
+    ours_times, ref_times = [], []
+    for _ in range(args.repeat):
+        for fn, times in ((run_ours, ours_times), (run_ref, ref_times)):
             t0 = time.perf_counter()
-            result = fn()
-            t = min(t, time.perf_counter() - t0)
-        return t, result
-
-    # interleave so that both sides see the same machine load
-    ours_total, ours_ids = best(run_ours)
-    ref_total, ref_ids = best(run_ref)
-    ours_total2, _ = best(run_ours)
-    ours_total = min(ours_total, ours_total2)
+            fn()
+            times.append(time.perf_counter() - t0)
+    ours_total, ref_total = min(ours_times), min(ref_times)
+    ratios = sorted(r / o for o, r in zip(ours_times, ref_times))
+    paired = ratios[len(ratios) // 2] if len(ratios) % 2 else 0.5 * (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2])
 
     ours_s, reference_s = ours_total / args.new, ref_total / args.new
     bw = measure_bandwidth()
@@ -126,6 +125,8 @@ def main(argv: list[str]) -> dict:
         "ours_s": round(ours_s, 5),
         "reference_s": round(reference_s, 5),
         "speedup": round(reference_s / ours_s, 3),
+        "speedup_median_of_pairs": round(paired, 3),
+        "repeats": args.repeat,
         "unit": "seconds per token (prompt forward included, total / new tokens)",
         "model": "gpt2-small-random (124M), greedy, KV cache, batch 1",
         "new_tokens": args.new, "prompt_tokens": args.prompt, "dtype": args.dtype, "device": str(device),

@@ -44,6 +44,16 @@ RECORD_NAMES = ("embed", "blocks.*.attn.input", "blocks.*.attn.pattern", "blocks
 _PER_POSITION = ("embed", "attn.input", "attn.out", "resid_mid", "mlp.out", "resid_post", "final_norm.out")
 
 
+class _StepTrace(Trace):
+    """Trace of RECORD_NAMES whose name matching is shared by every step (a step makes a new
+    Trace; matching ~150 names against the patterns each time is wasted work)."""
+    _shared_wants: dict[str, bool] = {}
+
+    def __init__(self) -> None:
+        super().__init__(RECORD_NAMES)
+        self._wants = _StepTrace._shared_wants
+
+
 class GenerationError(ValueError):
     """Generation cannot go on (bad settings, wrong kind of model); the message says why."""
 
@@ -593,7 +603,7 @@ class GenerationSession:
     def _forward(self, ids: torch.Tensor, parents: list[Node] | None) -> tuple[torch.Tensor, list[dict]]:
         """Logits [B, V] of the last position and per-row records. With parents, `ids` [B, 1]
         are new tokens after them (one forward with the cache, or a full recompute)."""
-        trace = Trace(RECORD_NAMES) if self.record else None
+        trace = _StepTrace() if self.record else None
         if parents is None:
             if self.incremental:
                 self._cache = KVCache(self.model.cfg.n_layers)

@@ -282,8 +282,7 @@ class GenerationSession:
         self._beam_history: list[list[Node]] = []
         self.stop_reason = None
         self._generator.manual_seed(0 if self.seed is None else int(self.seed))
-        if self._cache_nodes != [self.root]:
-            self._cache, self._cache_nodes = None, []
+        # the cache is kept: the next step truncates it to the prompt (the shared prefix)
 
     def set_settings(self, settings: GenerationSettings) -> None:
         new = settings.validated()

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 import torch
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QPoint, QPointF, Qt
 
 from desktop_app.core import analysis
 from desktop_app.core.checkpoints import LoadedModel, new_model
@@ -184,3 +184,19 @@ def test_a_generation_path_trace_is_shown(qtbot):
     panel.show_view("attention")
     np.testing.assert_allclose(panel.heatmap.values, trace["blocks.0.attn.pattern"][0, 0].numpy())
     np.testing.assert_allclose(panel.rollout, analysis.attention_rollout(trace), rtol=1e-6)
+
+
+def test_clicking_a_token_in_the_head_view_selects_it_and_a_second_click_clears(qtbot):
+    panel, trace, _ = _panel(qtbot)
+    panel.show_view("head-view")
+    hv = panel.head_view
+    qtbot.waitExposed(hv)
+    vb = hv.plot.getViewBox()
+    pos = hv.graphics.mapFromScene(vb.mapViewToScene(QPointF(0.02, 4.5)))
+    qtbot.mouseClick(hv.graphics.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    assert panel.selected_token == 4
+    p = trace["blocks.0.attn.pattern"][0].numpy()
+    assert hv.n_lines == int((p[:, 4] >= hv.threshold).sum())
+    qtbot.wait(600)  # not a double click
+    qtbot.mouseClick(hv.graphics.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    assert panel.selected_token is None

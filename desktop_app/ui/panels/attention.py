@@ -52,6 +52,25 @@ def max_pool(m: np.ndarray, size: int) -> np.ndarray:
     return padded.reshape(padded.shape[0] // fr, fr, padded.shape[1] // fc, fc).max(axis=(1, 3))
 
 
+def thumbnails(patterns: list[np.ndarray], mask: np.ndarray | None, lut: np.ndarray, size: int) -> list[list[np.ndarray]]:
+    """RGBA thumbnails [layer][head] of at most size x size pixels (plain numpy: runs in a worker)."""
+    out = []
+    for p in patterns:
+        row = []
+        for m in p:
+            if mask is not None:
+                m = np.where(mask, m, -1.0)  # masked cells: below every weight, drawn grey
+            small = max_pool(m, size)
+            top = display_levels(small, small >= 0)[1]
+            rgba = np.empty(small.shape + (4,), np.uint8)
+            rgba[..., :3] = lut[np.clip(small / max(top, 1e-12) * 255, 0, 255).astype(np.uint8)]
+            rgba[..., 3] = 255
+            rgba[small < 0] = (190, 190, 190, 255)  # pooled entirely from masked cells
+            row.append(rgba)
+        out.append(row)
+    return out
+
+
 # -- model view ------------------------------------------------------------------------------
 
 
@@ -71,7 +90,11 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.lut = pg.colormap.get("viridis").getLookupTable(nPts=256)
         self.scene().sigMouseClicked.connect(self._on_click)
 
-    def set_patterns(self, patterns: list[np.ndarray], mask: np.ndarray | None) -> None:
+    def set_patterns(self, patterns: list[np.ndarray], mask: np.ndarray | None,
+                     thumbs: list[list[np.ndarray]] | None = None) -> None:
+        """Build the grid; `thumbs` (from thumbnails(), e.g. made in a worker) saves the pooling here."""
+        if thumbs is None and patterns:
+            thumbs = thumbnails(patterns, mask, self.lut, self.THUMB)
         self.clear()
         self.boxes.clear()
         self.images.clear()
@@ -89,13 +112,7 @@ class ModelView(pg.GraphicsLayoutWidget):
                 vb = self.addViewBox(row=l + 1, col=h + 1, lockAspect=True, enableMouse=False, enableMenu=False,
                                      invertY=True)
                 vb.setBorder(pg.mkPen("#bbbbbb"))
-                m = p[h] if mask is None else np.where(mask, p[h], np.nan)
-                small = max_pool(np.nan_to_num(m, nan=-1.0), self.THUMB)
-                top = display_levels(small, small >= 0)[1]
-                rgba = self.lut[np.clip((small / max(top, 1e-12) * 255), 0, 255).astype(np.uint8)]
-                rgba = np.concatenate([rgba, np.full(rgba.shape[:2] + (1,), 255, np.uint8)], axis=-1)
-                rgba[small < 0] = (190, 190, 190, 255)  # masked cells (pooled entirely from masked ones)
-                img = pg.ImageItem(rgba, axisOrder="row-major")
+                img = pg.ImageItem(thumbs[l][h], axisOrder="row-major")
                 img.setRect(QRectF(0, 0, t_k, t_q))
                 vb.addItem(img)
                 box = QGraphicsRectItem()
@@ -158,6 +175,7 @@ class HeadView(QWidget):
     """
 
     BUCKETS = ((0.1, 45), (0.3, 100), (0.6, 170), (1.01, 235))  # (upper weight bound, alpha)
+    token_clicked = Signal(int)  # position of the token clicked (either column)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -188,6 +206,7 @@ class HeadView(QWidget):
         self._redraw_timer.setInterval(30)
         self._redraw_timer.timeout.connect(self.redraw)
         self.plot.getViewBox().sigYRangeChanged.connect(self._on_scrolled)
+        self.graphics.scene().sigMouseClicked.connect(self._on_click)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         row = QHBoxLayout()
@@ -238,6 +257,17 @@ class HeadView(QWidget):
     def set_selected_row(self, row: int | None) -> None:
         self.selected_row = row
         self.redraw()
+
+    def _on_click(self, ev) -> None:
+        if ev.button() != Qt.MouseButton.LeftButton or self.pattern.size == 0:
+            return
+        vb = self.plot.getViewBox()
+        if not vb.sceneBoundingRect().contains(ev.scenePos()):
+            return
+        y = vb.mapSceneToView(ev.scenePos()).y()
+        token = int(np.floor(y))
+        if 0 <= token < self.pattern.shape[2]:
+            self.token_clicked.emit(token)
 
     def _on_scrolled(self, *_):
         if self.selected_row is None:
@@ -311,7 +341,7 @@ class AttentionPanel(QWidget):
         "how much query token i (row) reads from key token j (column). Grey cells are masked "
         "(a causal model cannot look ahead).<br>"
         "<b>Model view</b>: every layer x head; click one to open it. <b>Head view</b>: a line from each "
-        "token to the tokens it attends, one colour per head, opacity = weight (for a selected token weights below 0.02 are hidden, below 0.05 otherwise). "
+        "token to the tokens it attends (click a token to see only its lines), one colour per head, opacity = weight (for a selected token weights below 0.02 are hidden, below 0.05 otherwise). "
         "<b>Mean</b>: (1/H) &Sigma;<sub>h</sub> P<sub>h</sub>. <b>Rollout</b> (Abnar &amp; Zuidema): "
         "R<sub>l</sub> = &Acirc;<sub>l</sub>&hellip;&Acirc;<sub>0</sub>, &Acirc; = rows of (mean + I) renormalised, "
         "how much each input token flows into each position after layer l. <b>Head statistics</b>, averaged "
@@ -374,6 +404,8 @@ class AttentionPanel(QWidget):
         self.tabs.currentChanged.connect(self._update_controls)
         self.tabs.currentChanged.connect(lambda _i: self._refresh())
         self.model_view.head_clicked.connect(self.open_head)
+        self.head_view.token_clicked.connect(
+            lambda t: self.select_token(None if t == self.selected_token else t))  # a second click clears
         self.tokens.token_selected.connect(self.select_token)
         for hm in (self.heatmap, self.mean_map, self.rollout_map):
             hm.cell_clicked.connect(lambda row, _col, hm=hm: self._on_row_clicked(hm, row))
@@ -453,25 +485,29 @@ class AttentionPanel(QWidget):
             spin.blockSignals(False)
         if self.selected_token is not None and self.selected_token >= t_k:
             self.selected_token = None
-        self.model_view.set_patterns(self.patterns, self.mask)
+        self.model_view.set_patterns([], None)  # its thumbnails come from the worker
         self._relabel = True
         self._invalidate("attention", "head-view", "mean", "rollout", "head-stats")
         self._apply_selection()
         self.status.setText(f"{t_k} tokens, {n_layers} layers x {n_heads} heads"
                             + (" (causal)" if causal else " (bidirectional)"))
         generation = self._generation
+        patterns, mask, lut, size = self.patterns, self.mask, self.model_view.lut, self.model_view.THUMB
+        work = lambda: (generation, *_aggregates(trace), thumbnails(patterns, mask, lut, size))  # noqa: E731
         if sync:
-            self._on_aggregates((generation, *_aggregates(trace)))
+            self._on_aggregates(work())
         else:
             from ..workers import run_job
 
-            self._job = run_job(lambda: (generation, *_aggregates(trace)), on_result=self._on_aggregates,
+            self._job = run_job(work, on_result=self._on_aggregates,
                                 on_error=lambda exc, tb: self.status.setText(f"statistics failed: {exc}"))
 
     def _on_aggregates(self, result) -> None:
-        generation, rollout, stats, rollout_problem = result
+        generation, rollout, stats, rollout_problem, thumbs = result
         if generation != self._generation:
             return  # a newer trace arrived meanwhile
+        self.model_view.set_patterns(self.patterns, self.mask, thumbs)
+        self.model_view.set_selected_row(self.query_row())
         self.rollout, self.stats = rollout, stats
         if rollout is None:
             self.rollout_map.set_matrix(np.zeros((1, 1)), [""], [""], title=rollout_problem)

@@ -170,20 +170,31 @@ def logit_lens(trace: Trace, model=None, batch: int = 0) -> LogitLens:
     for l in range(trace.n_layers):
         name = f"blocks.{l}.logit_lens"
         if name in trace:
-            logits = trace[name][batch]
+            top_p, top_i = _top(trace[name][batch])
         else:
             if model is None:
                 raise ValueError(f"the trace has no {name!r}: pass the model to compute the logit lens")
             if not model.cfg.lm_head:
                 raise ValueError("this model has no language-model head, so it has no logit lens")
             h = _need(trace, f"blocks.{l}.resid_post", "the logit lens")[batch]
-            with torch.no_grad():
-                logits = model.unembed(h.to(device=model.device, dtype=model.dtype))
-        p = torch.softmax(logits.float(), dim=-1)
-        top_p, top_i = p.max(dim=-1)
+            parts = []
+            with torch.no_grad():  # chunks of tokens: [chunk, vocab] at a time, even for 50k vocabularies
+                for start in range(0, h.shape[0], LENS_CHUNK):
+                    parts.append(_top(model.unembed(h[start:start + LENS_CHUNK].to(device=model.device,
+                                                                                    dtype=model.dtype))))
+            top_p = torch.cat([p for p, _ in parts]) if parts else torch.zeros(0)
+            top_i = torch.cat([i for _, i in parts]) if parts else torch.zeros(0, dtype=torch.long)
         ids.append(top_i.cpu().numpy().astype(np.int64))
         probs.append(top_p.cpu().numpy().astype(np.float64))
     return LogitLens(np.stack(ids), np.stack(probs))
+
+
+LENS_CHUNK = 256
+
+
+def _top(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Probability and id of the most probable token per row (softmax in float32)."""
+    return torch.softmax(logits.float(), dim=-1).max(dim=-1)
 
 
 # -- geometry of token representations -------------------------------------------------------

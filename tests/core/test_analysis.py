@@ -186,6 +186,13 @@ def test_logit_lens_recorded_and_lazy_agree_with_a_direct_unembedding(family):
         assert lazy.top_probs[-1, t] == pytest.approx(z[best] / sum(z), rel=1e-5)
     with pytest.raises(ValueError, match="pass the model"):
         analysis.logit_lens(lean)
+    # chunking over tokens gives the same table
+    chunked = pytest.MonkeyPatch.context()
+    with chunked as mp:
+        mp.setattr(analysis, "LENS_CHUNK", 4)
+        small = analysis.logit_lens(lean, model)
+    np.testing.assert_array_equal(small.top_ids, lazy.top_ids)
+    np.testing.assert_allclose(small.top_probs, lazy.top_probs, rtol=1e-6)
 
 
 def test_pca_matches_covariance_eigenvectors(model_and_trace):

@@ -156,8 +156,7 @@ class ExportBar(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         for text, tip, slot in (("PNG", "Save the view as a PNG image", lambda: self._save("PNG image (*.png)", ".png")),
                                 ("SVG", "Save the view as a vector SVG figure", lambda: self._save("SVG (*.svg)", ".svg")),
-                                ("Data", "Save the numbers behind the view (CSV or NPZ)",
-                                 lambda: self._save("CSV table (*.csv);;NumPy arrays (*.npz)", ".csv")),
+                                ("Data", "Save the numbers behind the view (CSV or NPZ)", self._save_data),
                                 ("Copy", "Copy the view's image to the clipboard", self.copy)):
             b = QToolButton(self)
             b.setText(text)
@@ -167,6 +166,13 @@ class ExportBar(QWidget):
 
     def copy(self) -> None:
         copy_widget_image(self._current_view().export_widget())
+
+    def _save_data(self) -> None:
+        view = self._current_view()
+        if hasattr(view, "csv_table") and view.csv_table() is not None:
+            self._save("CSV table (*.csv);;NumPy arrays (*.npz)", ".csv")
+        else:  # arrays with no table form (e.g. one matrix per head)
+            self._save("NumPy arrays (*.npz)", ".npz")
 
     def _save(self, filters: str, suffix: str) -> None:
         path = ask_save_path(self, "Export", self._default_name() + suffix, filters)

@@ -200,3 +200,28 @@ def test_clicking_a_token_in_the_head_view_selects_it_and_a_second_click_clears(
     qtbot.wait(600)  # not a double click
     qtbot.mouseClick(hv.graphics.viewport(), Qt.MouseButton.LeftButton, pos=pos)
     assert panel.selected_token is None
+
+
+def test_export_buttons_write_the_current_view(qtbot, tmp_path, monkeypatch):
+    import desktop_app.ui.widgets.export as export_module
+    from PySide6.QtWidgets import QToolButton
+
+    panel, _, _ = _panel(qtbot)
+    panel.open_head(1, 1)
+    asked = []
+
+    def fake_ask(parent, title, default_name, filters):
+        asked.append((default_name, filters))
+        return str(tmp_path / default_name)
+
+    monkeypatch.setattr(export_module, "ask_save_path", fake_ask)
+    buttons = {b.text(): b for b in panel.export_bar.findChildren(QToolButton)}
+    for text in ("PNG", "SVG", "Data"):
+        qtbot.mouseClick(buttons[text], Qt.MouseButton.LeftButton)
+    names = [a[0] for a in asked]
+    assert names == ["attention-L1-H1.png", "attention-L1-H1.svg", "attention-L1-H1.csv"]
+    for name in names:
+        assert (tmp_path / name).stat().st_size > 100
+    panel.show_view("model-view")  # no table: the numbers go to NPZ
+    qtbot.mouseClick(buttons["Data"], Qt.MouseButton.LeftButton)
+    assert asked[-1][0] == "model-view.npz" and (tmp_path / "model-view.npz").stat().st_size > 100

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .jobs import JobControl
 from .trace import Trace
 
 
@@ -69,7 +70,7 @@ def mean_over_heads(trace: Trace, layer: int, batch: int = 0) -> np.ndarray:
     return attention_pattern(trace, layer, batch).astype(np.float64).mean(axis=0)
 
 
-def attention_rollout(trace: Trace, batch: int = 0) -> np.ndarray:
+def attention_rollout(trace: Trace, batch: int = 0, job: JobControl | None = None) -> np.ndarray:
     """[L, T, T]: entry l is the rollout through layers 0..l.
 
     Each layer's attention is averaged over heads, the residual identity is added and rows are
@@ -80,6 +81,8 @@ def attention_rollout(trace: Trace, batch: int = 0) -> np.ndarray:
     out = []
     rollout = None
     for l in range(trace.n_layers):
+        if job is not None:
+            job.check()  # O(T^3) per layer: a newer trace may have made this one moot
         a = mean_over_heads(trace, l, batch)
         if a.shape[0] != a.shape[1]:
             raise ValueError("attention rollout needs the full sequence's attention (T_q == T_k), "
@@ -106,9 +109,11 @@ STAT_NAMES = {"entropy": "attention entropy (nats)", "mean_distance": "mean atte
               "first_token": "attention to the first token"}
 
 
-def head_stats(trace: Trace, batch: int = 0) -> HeadStats:
+def head_stats(trace: Trace, batch: int = 0, job: JobControl | None = None) -> HeadStats:
     ent, dist, first = [], [], []
     for l in range(trace.n_layers):
+        if job is not None:
+            job.check()
         p = attention_pattern(trace, l, batch).astype(np.float64)  # [H, Tq, Tk]
         _, t_q, t_k = p.shape
         plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)

@@ -135,3 +135,15 @@ def test_a_generation_step_trace_is_shown(qtbot):
     assert panel.component_map.col_labels == ["MLP"]
     np.testing.assert_allclose(panel.component_map.values[:, 0], analysis.mlp_output_norms(trace).mean(-1), rtol=1e-5)
     assert panel.lens_view.lens.rowCount() == 12  # computed lazily through the model's unembedding
+
+
+def test_fast_successive_traces_end_on_the_last_one(qtbot):
+    panel, _, ids = _panel(qtbot)
+    model = panel.state.loaded.model
+    traces = [model.run_with_trace(torch.tensor([ids[:n]]))[1] for n in (20, 15, 9)]
+    for n, trace in zip((20, 15, 9), traces):
+        panel.state.show_trace(trace, ids[:n])  # earlier jobs are cancelled or their results dropped
+    qtbot.waitUntil(lambda: panel.result is not None and panel.result.resid_norms.shape[1] == 9, timeout=10_000)
+    qtbot.wait(200)
+    assert panel.result.resid_norms.shape[1] == 9
+    np.testing.assert_allclose(panel.resid_map.values, analysis.residual_norms(traces[-1]).T, rtol=1e-5)

@@ -493,12 +493,17 @@ class AttentionPanel(QWidget):
                             + (" (causal)" if causal else " (bidirectional)"))
         generation = self._generation
         patterns, mask, lut, size = self.patterns, self.mask, self.model_view.lut, self.model_view.THUMB
-        work = lambda: (generation, *_aggregates(trace), thumbnails(patterns, mask, lut, size))  # noqa: E731
+
+        def work(job=None):
+            return (generation, *_aggregates(trace, job), thumbnails(patterns, mask, lut, size))
+
         if sync:
             self._on_aggregates(work())
         else:
             from ..workers import run_job
 
+            if self._job is not None and not self._job.done:
+                self._job.cancel()  # its result would be dropped anyway
             self._job = run_job(work, on_result=self._on_aggregates,
                                 on_error=lambda exc, tb: self.status.setText(f"statistics failed: {exc}"))
 
@@ -606,10 +611,10 @@ class AttentionPanel(QWidget):
         self.select_token(row + offset)
 
 
-def _aggregates(trace):
+def _aggregates(trace, job=None):
     """Rollout and head statistics (worker thread: O(L T^3) and O(L H T^2))."""
     try:
-        rollout, problem = analysis.attention_rollout(trace), ""
+        rollout, problem = analysis.attention_rollout(trace, job=job), ""
     except ValueError as exc:  # a cached generation step has no square patterns
         rollout, problem = None, str(exc)
-    return rollout, analysis.head_stats(trace), problem
+    return rollout, analysis.head_stats(trace, job=job), problem

@@ -38,15 +38,19 @@ class LayersResult:
     mean_cosine: np.ndarray  # [D]
 
 
-def compute_layers(trace, model=None, tokenizer=None) -> LayersResult:
-    """Every number the layers panel shows (worker thread)."""
+def compute_layers(trace, model=None, tokenizer=None, job=None) -> LayersResult:
+    """Every number the layers panel shows (worker thread; `job` lets a newer trace cancel it)."""
+    check = job.check if job is not None else (lambda: None)
     n_layers = trace.n_layers
     x = analysis.residual_stream(trace).astype(np.float64)
+    check()
     cos = np.stack([analysis.cosine_matrix(h) for h in x]).astype(np.float32)
+    check()
     head = analysis.head_output_norms(trace) if "blocks.0.attn.head_out" in trace else None
     mlp = analysis.mlp_output_norms(trace) if "blocks.0.mlp.out" in trace else None
     ids = probs = strings = None
     problem = ""
+    check()
     try:
         lens = analysis.logit_lens(trace, model)
         ids, probs = lens.top_ids, lens.top_probs
@@ -412,8 +416,12 @@ class LayersPanel(QWidget):
         else:
             from ..workers import run_job
 
-            self._job = run_job(lambda: (generation, compute_layers(trace, model, tokenizer)),
-                                on_result=self._on_result,
+            def work(job=None):
+                return generation, compute_layers(trace, model, tokenizer, job)
+
+            if self._job is not None and not self._job.done:
+                self._job.cancel()  # its result would be dropped anyway
+            self._job = run_job(work, on_result=self._on_result,
                                 on_error=lambda exc, tb: self.status.setText(f"layer analysis failed: {exc}"))
 
     def _on_result(self, payload) -> None:

@@ -45,6 +45,7 @@ def _reference(cfg, window: int, precision: str) -> float:
     import torch
     import transformers
 
+    transformers.logging.set_verbosity_error()
     from ..core.checkpoints import new_model, to_hf_state_dict
     from ..core.training.trainer import model_config_for, task_for
 
@@ -52,7 +53,8 @@ def _reference(cfg, window: int, precision: str) -> float:
     mcfg = model_config_for(cfg, task)
     hf_cfg = transformers.GPT2Config(vocab_size=mcfg.vocab_size, n_positions=mcfg.context_length,
                                      n_embd=mcfg.d_model, n_layer=mcfg.n_layers, n_head=mcfg.n_heads,
-                                     n_inner=mcfg.d_ff, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                                     n_inner=mcfg.d_ff, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                     bos_token_id=None, eos_token_id=None)
     hf = transformers.GPT2LMHeadModel(hf_cfg).to(cfg.device)
     hf.load_state_dict(to_hf_state_dict(new_model(mcfg, seed=cfg.seed)), strict=False)  # same start
     hf.train()
@@ -85,7 +87,7 @@ def main(argv: list[str]) -> dict:
     from ..paths import demo_text_path
 
     ap = argparse.ArgumentParser(prog="bench training")
-    ap.add_argument("--steps", type=int, default=24, help="steps per round and side")
+    ap.add_argument("--steps", type=int, default=12, help="steps per round and side")
     ap.add_argument("--window", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--layers", type=int, default=4)

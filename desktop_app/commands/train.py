@@ -24,6 +24,9 @@ def add_parser(sub) -> None:
     t.add_argument("--symbols", type=int, help="alphabet size (copy, reverse, sort, induction)")
     t.add_argument("--p", type=int, help="modulus (modadd)")
     t.add_argument("--train-fraction", type=float, help="share of the p^2 pairs used for training (modadd)")
+    t.add_argument("--train-size", type=int, help="a fixed training set of this many samples (motif; "
+                                                  "the lectures use 1500) instead of fresh samples")
+    t.add_argument("--baseline", choices=("mlp",), help="train the lectures' MLP baseline instead (motif only)")
     m = p.add_argument_group("model")
     m.add_argument("--family", choices=("gpt2", "bert", "llama"), default="gpt2")
     m.add_argument("--layers", type=int, default=2)
@@ -71,6 +74,8 @@ def config_from_args(args):
         value = getattr(args, key)
         if value is not None:
             task_options[key] = value
+    if args.train_size is not None:
+        task_options["n_train"] = args.train_size
     if args.task == "text":
         if not args.text_file:
             raise ValueError("--task text needs --text-file")
@@ -110,6 +115,15 @@ def run(args) -> int:
     from ..core.training import TrainControl, TrainingDiverged, train
     from ..core.training.trainer import export_model, read_run_config
 
+    if args.baseline == "mlp":
+        if args.task != "motif":
+            raise ValueError("--baseline mlp is the motif task's baseline; use --task motif")
+        from ..core.training.baselines import train_motif_mlp
+        result = train_motif_mlp(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+                                 n_train=args.train_size, weight_decay=args.weight_decay)
+        print(json.dumps({"step": args.steps, "train_loss": result["train_loss"], "val_loss": None,
+                          "val_accuracy": result["val_accuracy"], "parameters": result["parameters"]}))
+        return 0
     cfg = config_from_args(args)
     if args.resume:
         try:

@@ -18,47 +18,68 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--layers", "1", "--heads", "2", "--d-model", "32"]
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread (several crawl on a busy machine)
+
+
 def cli(*args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "desktop_app", "train", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, **kw)
+                          text=True, timeout=120, env=ENV, **kw)
 
 
-def test_last_line_is_the_json_summary(tmp_path):
-    r = cli("--task", "sort", *TINY, "--steps", "12", "--eval-every", "6", "--out", str(tmp_path / "run"))
-    assert r.returncode == 0, r.stderr
-    last = json.loads(r.stdout.strip().splitlines()[-1])
-    assert set(last) == {"step", "train_loss", "val_loss", "val_accuracy"}
-    assert last["step"] == 12 and 0.0 <= last["val_accuracy"] <= 1.0 and last["train_loss"] > 0
-    loaded = load_model_folder(tmp_path / "run")
-    assert loaded.tokenizer is not None and loaded.config.n_layers == 1
+def in_process(capsys, *args) -> tuple[int, str, str]:
+    """The CLI's own main() in this process (no interpreter start-up); returns (code, stdout, stderr)."""
+    from desktop_app.cli import main
+
+    code = main(["train", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
-def test_jsonl_events_and_export(tmp_path):
-    r = cli("--task", "modadd", "--p", "11", *TINY, "--steps", "4", "--log-every", "2", "--eval-every", "4",
-            "--jsonl", "--out", str(tmp_path / "run"), "--export", str(tmp_path / "clean"))
-    assert r.returncode == 0, r.stderr
-    events = [json.loads(line) for line in r.stdout.splitlines()]
+def test_last_line_is_the_json_summary_and_export_is_clean(tmp_path, capsys):
+    code, stdout, stderr = in_process(capsys, "--task", "modadd", "--p", "11", *TINY, "--steps", "4",
+                                      "--log-every", "2", "--eval-every", "4", "--jsonl", "--out",
+                                      str(tmp_path / "run"), "--export", str(tmp_path / "clean"))
+    assert code == 0, stderr
+    events = [json.loads(line) for line in stdout.splitlines()]
     assert [e["event"] for e in events[:-1]] == ["start", "step", "step", "eval", "checkpoint", "done"]
+    last = events[-1]
+    assert set(last) == {"step", "train_loss", "val_loss", "val_accuracy"}
+    assert last["step"] == 4 and 0.0 <= last["val_accuracy"] <= 1.0 and last["train_loss"] > 0
+    assert last["val_loss"] == events[-4]["val_loss"]
+    assert (tmp_path / "run" / "optimizer.safetensors").is_file()
     assert not (tmp_path / "clean" / "optimizer.safetensors").exists()
     assert (tmp_path / "clean" / "metrics.csv").is_file()
     assert load_model_folder(tmp_path / "clean").tokenizer.decode([3, 11, 4, 12]) == "3 + 4 ="
 
 
-def test_bad_text_file_is_a_clear_error(tmp_path):
+def test_bad_text_file_is_a_clear_error(tmp_path, capsys):
     bad = tmp_path / "notes.txt"
     bad.write_bytes(b"\xff\xfe\x00bad")
-    r = cli("--task", "text", "--text-file", str(bad), "--steps", "5", "--out", str(tmp_path / "run"))
-    assert r.returncode == 2
-    assert "notes.txt" in r.stderr and "UTF-8" in r.stderr and "Traceback" not in r.stderr
+    code, _, stderr = in_process(capsys, "--task", "text", "--text-file", str(bad), "--steps", "5",
+                                 "--out", str(tmp_path / "run"))
+    assert code == 2
+    assert "notes.txt" in stderr and "UTF-8" in stderr and "Traceback" not in stderr
+    code, _, stderr = in_process(capsys, "--task", "text", "--steps", "5", "--out", str(tmp_path / "run"))
+    assert code == 2 and "--text-file" in stderr
 
 
 def test_kill_9_mid_run_then_resume_continues_from_the_last_checkpoint(tmp_path):
     out = tmp_path / "run"
     args = ["--task", "copy", *TINY, "--steps", "100000", "--checkpoint-every", "3", "--log-every", "1",
             "--eval-every", "100000", "--jsonl", "--out", str(out)]
-    for round_ in range(3):  # kill at different moments, including possibly mid-checkpoint
+    for round_ in range(2):  # kill at different moments, possibly mid-checkpoint, and after a resume
         proc = subprocess.Popen([sys.executable, "-m", "desktop_app", "train", *args] + (["--resume"] if round_ else []),
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ENV)
         checkpoints = 0
         deadline = time.time() + 90
         for line in proc.stdout:
@@ -81,5 +102,5 @@ def test_kill_9_mid_run_then_resume_continues_from_the_last_checkpoint(tmp_path)
     assert r.returncode == 0, r.stderr
     events = [json.loads(line) for line in r.stdout.splitlines()]
     assert events[0]["event"] == "start" and events[0]["step"] == step
-    assert [e["step"] for e in events if e["event"] == "step"] == [step + 1, step + 2]
+    assert [e["step"] for e in events if e.get("event") == "step"] == [step + 1, step + 2]
     assert checkpoint_step(out) == final

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 ARGS = ["--task", "copy", "--layers", "1", "--heads", "2", "--d-model", "32", "--batch-size", "8",
         "--steps", "6", "--log-every", "1", "--eval-every", "6", "--lr", "3e-3", "--warmup", "0", "--jsonl"]
 
@@ -24,11 +26,11 @@ def test_two_process_gloo_matches_one_process(tmp_path):
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch built without gloo")
     single = subprocess.run([sys.executable, "-m", "desktop_app", "train", *ARGS, "--out", str(tmp_path / "one")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+                            cwd=ROOT, capture_output=True, text=True, timeout=120, env=ENV)
     assert single.returncode == 0, single.stderr
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     ddp = subprocess.run([*torchrun, "-m", "desktop_app", "train", *ARGS, "--out", str(tmp_path / "two")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=180)
+                         cwd=ROOT, capture_output=True, text=True, timeout=180, env=ENV)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     events = [json.loads(line) for line in ddp.stdout.splitlines() if line.startswith("{")]
     assert events[0]["world_size"] == 2  # only rank 0 reports

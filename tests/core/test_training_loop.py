@@ -14,7 +14,16 @@ from desktop_app.core.training import TrainConfig, TrainControl, TrainingDiverge
 SMALL = {"n_layers": 2, "n_heads": 2, "d_model": 32, "d_ff": 64}
 
 
-def _random_text(tmp_path, n=400, seed=0):
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread; several threads on a shared 2-core machine crawl."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _random_text(tmp_path, n=200, seed=0):
     rng = random.Random(seed)
     path = tmp_path / "noise.txt"
     path.write_text("".join(rng.choice("abcdefghij") for _ in range(n)), encoding="utf-8")
@@ -22,16 +31,16 @@ def _random_text(tmp_path, n=400, seed=0):
 
 
 def test_tiny_model_overfits_a_tiny_dataset(tmp_path):
-    # 360 training characters of noise: only memorising them lowers the loss below ln(10) = 2.30
+    # 180 training characters of noise: only memorising them lowers the loss below ln(10) = 2.30
     text = _random_text(tmp_path)
     cfg = TrainConfig(task="text", task_options={"text_file": str(text)}, family="gpt2",
-                      model={**SMALL, "d_model": 64, "d_ff": 256, "context_length": 32}, lr=3e-3, steps=250,
-                      warmup_steps=20, batch_size=16, eval_every=250, checkpoint_every=1000, log_every=10)
+                      model={**SMALL, "d_model": 64, "d_ff": 256, "context_length": 16}, lr=3e-3, steps=300,
+                      warmup_steps=20, batch_size=16, eval_every=300, checkpoint_every=1000, log_every=10)
     events = []
     summary = train(cfg, tmp_path / "run", on_event=events.append)
     steps = [e for e in events if e["event"] == "step"]
     assert steps[0]["train_loss"] > 2.0
-    assert summary["train_loss"] < 0.5, summary
+    assert summary["train_loss"] < 0.6, summary
     assert summary["val_loss"] > 2.0  # the held-out noise cannot be predicted: overfitting, not learning
     kinds = [e["event"] for e in events]
     assert kinds[0] == "start" and kinds[-1] == "done" and "checkpoint" in kinds
@@ -148,3 +157,30 @@ def test_motif_reaches_95_percent_with_the_lectures_configuration(tmp_path):
     assert 35_000 < params < 42_000
     print(f"motif: {params} parameters, test accuracy {summary['val_accuracy']:.4f}")
     assert summary["val_accuracy"] >= 0.95
+
+
+def test_encoder_family_trains_masked_language_modelling(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat and the dog sat on the log. " * 20, encoding="utf-8")
+    cfg = TrainConfig(task="text", task_options={"text_file": str(text)}, family="bert",
+                      model={**SMALL, "context_length": 32}, steps=40, lr=3e-3, warmup_steps=5, batch_size=16,
+                      log_every=10, eval_every=40)
+    events = []
+    summary = train(cfg, tmp_path / "mlm", on_event=events.append)
+    assert events[0]["task"]["objective"] == "mlm"
+    loaded = load_model_folder(tmp_path / "mlm")
+    assert not loaded.config.causal and loaded.tokenizer.mask_token_id is not None
+    first = [e for e in events if e["event"] == "step"][0]["train_loss"]
+    assert summary["train_loss"] < first
+
+
+@pytest.mark.slow
+def test_mlp_baseline_on_the_lectures_data(tmp_path):
+    """Lectures: MLP 20*32 -> 64 -> 4, 1,500 training samples, 300 epochs: 56.4% test accuracy."""
+    from desktop_app.core.training.baselines import train_motif_mlp
+
+    result = train_motif_mlp(steps=14_000, batch_size=32, lr=1e-3, n_train=1500)  # ~300 epochs
+    print(f"MLP baseline: {result}")
+    assert 41_000 < result["parameters"] < 42_000
+    assert result["train_loss"] < 0.01  # it memorises its 1,500 samples...
+    assert result["val_accuracy"] < 0.9  # ...and stays well below the transformer on held-out ones

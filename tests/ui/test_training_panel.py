@@ -42,7 +42,8 @@ def test_parameter_count_follows_the_builder(qtbot):
     assert panel.param_label.text() == "invalid" and "divisible" in panel.param_label.toolTip()
 
 
-def test_run_shows_metrics_stops_and_loads_the_model(qtbot, tmp_path):
+def test_run_shows_metrics_stops_and_loads_the_model(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the run's process: one thread for a tiny model
     state = AppState()
     panel = TrainingPanel(state)
     qtbot.addWidget(panel)

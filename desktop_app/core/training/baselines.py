@@ -41,5 +41,5 @@ def train_motif_mlp(steps: int = 3000, batch_size: int = 64, lr: float = 1e-3, s
     val = task.val_set(seed)
     with torch.no_grad():
         acc = (model(val.inputs).argmax(-1) == val.targets[:, -1]).float().mean().item()
-    return {"parameters": sum(p.numel() for p in model.parameters()), "train_loss": float(loss),
+    return {"parameters": sum(p.numel() for p in model.parameters()), "train_loss": float(loss.detach()),
             "val_accuracy": acc}

@@ -401,6 +401,7 @@ class TrainingPanel(QWidget):
         self.paused = False
         cmd = train_command() + args + ["--jsonl", "--control-stdin"]
         self.command_label.setText(" ".join(["python -m desktop_app train"] + args))
+        self.command_label.setCursorPosition(0)
         self.progress.setRange(0, self.steps.value())
         self.progress.setValue(0)
         self.status_label.setText("Starting…")

@@ -1,0 +1,27 @@
+"""`bench training` output contract on a tiny configuration (the figures themselves are not asserted)."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.slow  # imports transformers and runs both loops: ~15 s on a busy 2-core machine
+def test_training_benchmark_reports_both_sides():
+    pytest.importorskip("transformers")
+    from desktop_app.benchmarks.training import main
+
+    r = main(["--steps", "4", "--window", "2", "--rounds", "1", "--layers", "1", "--heads", "2", "--d-model", "32",
+              "--context", "16", "--batch", "4", "--no-bf16"])
+    assert r["name"] == "training" and r["tokens_per_step"] == 64
+    assert r["ours_s"] > 0 and r["reference_s"] > 0
+    assert r["speedup"] == pytest.approx(r["reference_s"] / r["ours_s"], rel=0.02)
+    assert r["bfloat16"] == "skipped"

@@ -19,7 +19,9 @@ SCREENSHOT_SIZE = (1280, 800)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="transformer-explorer",
-                                description="Transformer Explorer: explore small transformer models offline.")
+                                description="Transformer Explorer: explore small transformer models offline.",
+                                epilog="Headless commands (no window): python -m desktop_app "
+                                       "{info,trace,generate,render,lipschitz,train,bench} --help")
     p.add_argument("model_dir", nargs="?", metavar="MODEL_DIR",
                    help="model folder to open (config.json + model.safetensors [+ tokenizer.json]); "
                         "default: the last session's model, else the demo model")
@@ -149,6 +151,23 @@ def _settle(ms: int) -> None:
     loop.exec()
 
 
+def _run_panel_demo(window, deadline: float) -> bool:
+    """Optional panel hooks for --screenshot: screenshot_demo() starts something worth showing (a
+    short generation, a sweep); screenshot_ready() says when it is done. False on timeout."""
+    slot = window.current_slot()
+    panel = slot.panel if slot is not None else None
+    demo = getattr(panel, "screenshot_demo", None)
+    if not callable(demo):
+        return True
+    demo()
+    ready = getattr(panel, "screenshot_ready", None)
+    while callable(ready) and not ready():
+        if time.time() > deadline:
+            return False
+        _settle(50)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
@@ -245,6 +264,8 @@ def _run(app, args, state, window, started: float) -> int:
     if args.quit_when_ready:
         print(f'{{"ready_at": {time.time():.6f}, "started_at": {started:.6f}}}', flush=True)
         return 0
+    if not _run_panel_demo(window, deadline=time.time() + args.timeout):
+        return _fail(f"the {window.current_slot().title} panel's screenshot demo did not finish within {args.timeout:g} s")
     _settle(args.settle_ms)
     from .widgets.export import save_widget_png
 

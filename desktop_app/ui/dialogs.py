@@ -102,7 +102,7 @@ class ShortcutsDialog(QDialog):
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
-        self.resize(420, 420)
+        self.resize(460, 560)
 
 
 class PreferencesDialog(QDialog):

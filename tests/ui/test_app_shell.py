@@ -291,3 +291,22 @@ def test_export_current_view_saves_a_png_of_the_panel(qtbot, window, models, tmp
     image = QImage(str(out))
     panel = window.panel("Model")
     assert (image.width(), image.height()) == (panel.width(), panel.height())
+
+
+def test_screenshot_waits_for_a_panel_demo(qtbot, window):
+    import time
+
+    from PySide6.QtCore import QTimer
+
+    from desktop_app.ui.app import _run_panel_demo
+
+    panel = window.panel("Model")
+    done = []
+    panel.screenshot_demo = lambda: QTimer.singleShot(300, lambda: done.append(True))
+    panel.screenshot_ready = lambda: bool(done)
+    assert _run_panel_demo(window, deadline=time.time() + 10)
+    assert done == [True]
+    panel.screenshot_ready = lambda: False  # a demo that never finishes: give up at the deadline
+    start = time.time()
+    assert not _run_panel_demo(window, deadline=time.time() + 0.5)
+    assert 0.4 < time.time() - start < 5

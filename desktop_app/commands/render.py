@@ -80,7 +80,7 @@ def render_view(loaded, ids: list[int], view: str, out: str, layer: int | None =
     _, trace = loaded.model.run_with_trace(torch.tensor([ids], device=loaded.model.device), names=names)
     state = AppState()
     state.loaded = loaded
-    state.token_ids, state.trace = list(ids), trace
+    state.token_ids = list(ids)  # state.trace stays None: the panel gets the trace below, synchronously
     if view in ATTENTION_VIEWS:
         from ..ui.panels.attention import AttentionPanel
 

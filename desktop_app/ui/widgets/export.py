@@ -54,6 +54,9 @@ def save_scene_item_svg(item, path: str | Path) -> None:
     buf.open(QIODevice.OpenModeFlag.WriteOnly)
     gen = QSvgGenerator()
     gen.setOutputDevice(buf)
+    views = item.scene().views()
+    if views:  # same resolution as the screen: cached QPictures (axes) replay at their recorded scale
+        gen.setResolution(views[0].logicalDpiX())
     w, h = max(1, int(source.width())), max(1, int(source.height()))
     gen.setSize(QRect(0, 0, w, h).size())
     gen.setViewBox(QRect(0, 0, w, h))
@@ -102,6 +105,7 @@ def save_widget_svg(widget: QWidget, path: str | Path) -> None:
     buf.open(QIODevice.OpenModeFlag.WriteOnly)
     gen = QSvgGenerator()
     gen.setOutputDevice(buf)
+    gen.setResolution(widget.logicalDpiX())  # as on screen: cached QPictures replay at their recorded scale
     size = widget.size() if widget.width() > 0 else QSize(800, 600)
     gen.setSize(size)
     gen.setViewBox(QRect(0, 0, size.width(), size.height()))

@@ -33,6 +33,8 @@ from .jobs import JobControl, report
 from .model import apply_rotary, attention_probs, causal_mask, rotary_cos_sin
 
 ATTENTION_KINDS = ("softmax", "l2", "sinkhorn")
+KATO_TEMPLE_SAFETY = 10.0
+MIN_STEPS = 3
 DATA_KINDS = ("real", "adversarial", "search", "synthetic")
 
 # -- the functions measured ------------------------------------------------------------------
@@ -248,19 +250,28 @@ class _SoftmaxLinearization:
 
     def __init__(self, fmap: AttentionMap, X: torch.Tensor) -> None:
         self.f = fmap
-        self.q, self.k, self.v, self.rot = fmap.qkv(X)
+        q, k, v, self.rot = fmap.qkv(X)
+        # contiguous [B, H, n, k]: flattening to [B*H, n, k] for bmm is then a free view
+        self.q, self.k, self.v = q.contiguous(), k.contiguous(), v.contiguous()
         self.scale = 1.0 / math.sqrt(self.q.shape[-1])
-        self.P = attention_probs(self.q, self.k, "softmax", fmap.mask(X.shape[1], X.device))
+        self.P = attention_probs(self.q, self.k, "softmax", fmap.mask(X.shape[1], X.device)).contiguous()
         self.PT = self.P.transpose(-1, -2).contiguous()
-        H, k, d = fmap.W_Q.shape
-        self.H, self.kq, self.kv = H, k, fmap.W_V.shape[1]
+        H, kq, d = fmap.W_Q.shape
+        self.H, self.kq, self.kv = H, kq, fmap.W_V.shape[1]
         # [d, H*k | H*k | H*kv] and [H*kv, d_out]
-        self.W_in = torch.cat([fmap.W_Q.reshape(H * k, d), fmap.W_K.reshape(H * k, d),
+        self.W_in = torch.cat([fmap.W_Q.reshape(H * kq, d), fmap.W_K.reshape(H * kq, d),
                                fmap.W_V.reshape(H * self.kv, d)], 0).T.contiguous()
         self.W_out = fmap.W_O.permute(0, 2, 1).reshape(H * self.kv, fmap.d_out).contiguous()
-        self.kT = self.k.transpose(-1, -2)
-        self.vT = self.v.transpose(-1, -2)
         self.out_shape = (X.shape[0], X.shape[1], fmap.d_out)
+
+    def select(self, keep: torch.Tensor) -> "_SoftmaxLinearization":
+        """The linearisation at X[keep] (shares the weights, slices the cached activations)."""
+        new = object.__new__(_SoftmaxLinearization)
+        new.__dict__.update(self.__dict__)
+        for name in ("q", "k", "v", "P", "PT"):
+            setattr(new, name, getattr(self, name)[keep])
+        new.out_shape = (int(keep.sum()),) + tuple(self.out_shape[1:])
+        return new
 
     def _split(self, Y: torch.Tensor):
         B, n, _ = Y.shape
@@ -274,28 +285,36 @@ class _SoftmaxLinearization:
         if self.rot is not None:
             cos, sin = self.rot
             dq, dk = apply_rotary(dq, cos, sin), apply_rotary(dk, cos, sin)
-        dS = (dq @ self.kT + self.q @ dk.transpose(-1, -2)) * self.scale
-        PdS = P * dS
-        dP = PdS - P * PdS.sum(-1, keepdim=True)
-        dY = dP @ self.v + P @ dv
-        B, _, n, _ = dY.shape
-        return dY.transpose(1, 2).reshape(B, n, -1) @ self.W_out
+        # n x n arrays dominate the cost (memory traffic): fused and in-place ops on them
+        B, H, n, _ = dq.shape
+        flat = lambda t: t.reshape(B * H, n, -1)  # noqa: E731
+        dS = torch.baddbmm(flat(dq * self.scale) @ flat(self.k).transpose(-1, -2),
+                           flat(self.q), flat(dk * self.scale).transpose(-1, -2))
+        Pf = flat(P)
+        dP = dS.mul_(Pf)
+        dP.addcmul_(Pf, dP.sum(-1, keepdim=True), value=-1.0)
+        dY = torch.baddbmm(Pf @ flat(dv), dP, flat(self.v))
+        return dY.view(B, H, n, -1).transpose(1, 2).reshape(B, n, -1) @ self.W_out
 
     def vjp(self, G: torch.Tensor) -> torch.Tensor:
-        P = self.P
         B, n, _ = G.shape
-        gY = (G @ self.W_out.T).reshape(B, n, self.H, self.kv).transpose(1, 2)
-        gP = gY @ self.vT
-        gv = self.PT @ gY
-        PgP = P * gP
-        gS = (PgP - P * PgP.sum(-1, keepdim=True)) * self.scale
-        gq, gk = gS @ self.k, gS.transpose(-1, -2) @ self.q
+        H = self.H
+        flat = lambda t: t.reshape(B * H, n, -1)  # noqa: E731
+        gY = flat((G @ self.W_out.T).reshape(B, n, H, self.kv).transpose(1, 2))
+        Pf = flat(self.P)
+        gP = gY @ flat(self.v).transpose(-1, -2)
+        gv = flat(self.PT) @ gY
+        gS = gP.mul_(Pf)
+        gS.addcmul_(Pf, gS.sum(-1, keepdim=True), value=-1.0)
+        gq = (gS @ flat(self.k)).mul_(self.scale).view(B, H, n, -1)
+        gk = (gS.transpose(-1, -2) @ flat(self.q)).mul_(self.scale).view(B, H, n, -1)
+        gv = gv.view(B, H, n, -1)
         if self.rot is not None:
             cos, sin = self.rot
             gq = gq * cos + _rotate_half_t(gq * sin)
             gk = gk * cos + _rotate_half_t(gk * sin)
-        flat = lambda t: t.transpose(1, 2).reshape(B, n, -1)  # noqa: E731
-        return torch.cat([flat(gq), flat(gk), flat(gv)], -1) @ self.W_in.T
+        tok = lambda t: t.transpose(1, 2).reshape(B, n, -1)  # noqa: E731
+        return torch.cat([tok(gq), tok(gk), tok(gv)], -1) @ self.W_in.T
 
 
 class _AutogradLinearization:
@@ -305,6 +324,9 @@ class _AutogradLinearization:
         self.fn, self.X = fn, X
         out, self._vjp = torch.func.vjp(fn, X)
         self.out_shape = tuple(out.shape)
+
+    def select(self, keep: torch.Tensor) -> "_AutogradLinearization":
+        return _AutogradLinearization(self.fn, self.X[keep])
 
     def jvp(self, dX: torch.Tensor) -> torch.Tensor:
         return torch.func.jvp(self.fn, (self.X,), (dX,))[1]
@@ -345,23 +367,29 @@ def _orthogonalize(w: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
 
 
 def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, basis_size: int | None = None,
-                  start: torch.Tensor | None = None, seed: int = 0,
+                  start: torch.Tensor | None = None, seed: int = 0, rigorous: bool = False,
                   job: JobControl | None = None) -> SpectralEstimate:
     """Largest singular value of D_X f for every sample of X [B, n, d], matrix-free and batched.
 
     Golub-Kahan-Lanczos with full reorthogonalisation, restarted from the best Ritz vector every
-    `basis_size` steps (memory: 2 * basis_size vectors of n*d per sample). Stops per sample when
-    the Ritz residual <= tol * sigma (see the module docstring); samples that converged keep their
-    value while the others go on.
+    `basis_size` steps (memory: 2 * basis_size vectors of n*d per sample). With theta the top Ritz
+    value, r = ||J^T u - theta v|| its residual and theta_2 the next Ritz value, a sample stops when
+    its error estimate min(r, 10 theta r^2 / (theta^2 - theta_2^2)) <= tol * theta (the second term is
+    the Kato-Temple bound with the Ritz gap standing in for the true gap, times a safety factor 10
+    because the Ritz gap can overstate it); with rigorous=True only
+    r <= tol * theta, which guarantees a singular value within tol * theta. Converged samples leave
+    the batch, so the work shrinks as they finish.
     """
     X = X.detach()
     B, n, d = X.shape
     N = n * d
     lin = linearize(fn, X)
-    M = int(np.prod(lin.out_shape[1:]))
+    out_shape = tuple(lin.out_shape)
+    M = int(np.prod(out_shape[1:]))
     dtype, dev = X.dtype, X.device
+    tiny = torch.finfo(dtype).tiny
     if basis_size is None:  # keep the Krylov basis near 512 MB whatever n and d
-        basis_size = int(max(8, min(60, 512e6 / (2 * B * (N + M) * X.element_size()))))
+        basis_size = int(max(8, min(24, 512e6 / (2 * B * (N + M) * X.element_size()))))
     if start is None:
         g = torch.Generator(device="cpu").manual_seed(seed)
         v = torch.randn(B, N, generator=g, dtype=dtype).to(dev)
@@ -369,61 +397,90 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
         v = start.reshape(B, N).to(dtype)
     v = v / _batched_norm(v)[:, None]
 
+    # results, per sample
     sigma = torch.zeros(B, dtype=dtype, device=dev)
     residual = torch.full((B,), float("inf"), dtype=dtype, device=dev)
     iterations = torch.zeros(B, dtype=torch.long)
     done = torch.zeros(B, dtype=torch.bool)
-    best_v = v.clone()
-    best_u = torch.zeros(B, M, dtype=dtype, device=dev)
+    right = torch.zeros(B, N, dtype=dtype, device=dev)
+    left = torch.zeros(B, M, dtype=dtype, device=dev)
+    active = torch.arange(B)  # samples still iterating; lin and v cover exactly these
     total = 0
-    while total < max_iter and not bool(done.all()):
-        Vb = torch.zeros(B, basis_size + 1, N, dtype=dtype, device=dev)
-        Ub = torch.zeros(B, basis_size, M, dtype=dtype, device=dev)
-        alphas = torch.zeros(B, basis_size, dtype=dtype, device=dev)
-        betas = torch.zeros(B, basis_size, dtype=dtype, device=dev)
+    while total < max_iter and len(active):
+        b = len(active)
+        Vb = torch.zeros(b, basis_size + 1, N, dtype=dtype, device=dev)
+        Ub = torch.zeros(b, basis_size, M, dtype=dtype, device=dev)
+        alphas = torch.zeros(b, basis_size, dtype=torch.float64)
+        betas = torch.zeros(b, basis_size, dtype=torch.float64)
         Vb[:, 0] = v
+        restart_v = None
         for j in range(basis_size):
-            u = lin.jvp(Vb[:, j].view(B, n, d)).reshape(B, M)
+            u = lin.jvp(Vb[:, j].view(b, n, d)).reshape(b, M)
             if j > 0:
-                u = u - betas[:, j - 1, None] * Ub[:, j - 1]
+                u = u - betas[:, j - 1, None].to(dtype=dtype, device=dev) * Ub[:, j - 1]
                 u = _orthogonalize(u, Ub[:, :j])
             alpha = _batched_norm(u)
-            alphas[:, j] = alpha
-            Ub[:, j] = u / alpha.clamp_min(torch.finfo(dtype).tiny)[:, None]
-            w = lin.vjp(Ub[:, j].view(lin.out_shape)).reshape(B, N) - alpha[:, None] * Vb[:, j]
+            alphas[:, j] = alpha.double().cpu()
+            Ub[:, j] = u / alpha.clamp_min(tiny)[:, None]
+            w = lin.vjp(Ub[:, j].view((b,) + out_shape[1:])).reshape(b, N) - alpha[:, None] * Vb[:, j]
             w = _orthogonalize(w, Vb[:, : j + 1])
             beta = _batched_norm(w)
-            betas[:, j] = beta
-            Vb[:, j + 1] = w / beta.clamp_min(torch.finfo(dtype).tiny)[:, None]
+            betas[:, j] = beta.double().cpu()
+            Vb[:, j + 1] = w / beta.clamp_min(tiny)[:, None]
             total += 1
-            # Ritz values: singular values of the (j+1)x(j+1) upper bidiagonal matrix.
+            # Ritz values: singular values of the (j+1)x(j+1) upper bidiagonal matrix (tiny, on the CPU)
             k = j + 1
             Bk = torch.diag_embed(alphas[:, :k]) + torch.diag_embed(betas[:, : k - 1], offset=1)
-            P_, S_, Qh = torch.linalg.svd(Bk.cpu().double())
-            theta = S_[:, 0].to(dtype=dtype, device=dev)
-            r = (beta.cpu().double() * P_[:, -1, 0].abs()).to(dtype=dtype, device=dev)
+            P_, S_, Qh = torch.linalg.svd(Bk)
+            theta = S_[:, 0]
+            r = betas[:, j] * P_[:, -1, 0].abs()
+            err = r.clone()
+            if not rigorous and k > 1:
+                gap = theta ** 2 - S_[:, 1] ** 2
+                kt = torch.where(gap > 0, KATO_TEMPLE_SAFETY * theta * r ** 2 / gap.clamp_min(1e-300),
+                                 torch.full_like(r, float("inf")))
+                err = torch.minimum(r, kt)
             # a breakdown (beta ~ 0) means the Krylov space is invariant: theta is exact
-            newly = (~done) & ((r <= tol * theta) | (beta <= 1e-12 * theta.clamp_min(1e-30)))
-            active = ~done
-            sigma = torch.where(active.to(dev), theta, sigma)
-            residual = torch.where(active.to(dev), r, residual)
-            iterations[active] = total
-            stop = bool((done | newly).all()) or total >= max_iter or j == basis_size - 1
-            if stop or bool(newly.any()):
-                q1 = Qh[:, 0, :].to(dtype=dtype, device=dev)  # right singular vector of Bk
+            newly = (err <= tol * theta) | (betas[:, j] <= 1e-12 * theta.clamp_min(1e-300))
+            if k < MIN_STEPS and not rigorous:  # too early to trust a Ritz gap
+                newly = betas[:, j] <= 1e-12 * theta.clamp_min(1e-300)
+            last = total >= max_iter or j == basis_size - 1
+            finish = newly | torch.tensor(last).expand(b)
+            if bool(finish.any()):
+                q1 = Qh[:, 0, :].to(dtype=dtype, device=dev)  # right singular vectors of Bk
                 p1 = P_[:, :, 0].to(dtype=dtype, device=dev)
                 vr = torch.einsum("bj,bjn->bn", q1, Vb[:, :k])
                 ur = torch.einsum("bj,bjn->bn", p1, Ub[:, :k])
-                upd = active.to(dev)[:, None]
-                best_v = torch.where(upd, vr, best_v)
-                best_u = torch.where(upd, ur, best_u)
-            done = done | newly.cpu()
-            if stop:
-                break
-        v = best_v / _batched_norm(best_v)[:, None]  # explicit restart from the best Ritz vector
+                idx = active[finish]
+                sigma[idx.to(dev)] = theta[finish].to(dtype=dtype, device=dev)
+                residual[idx.to(dev)] = r[finish].to(dtype=dtype, device=dev)
+                iterations[idx] = total
+                right[idx.to(dev)] = vr[finish.to(dev)]
+                left[idx.to(dev)] = ur[finish.to(dev)]
+                done[active[newly]] = True
+                if last:
+                    restart_v = vr[~newly.to(dev)]
+            keep = ~newly
+            if last or not bool(keep.all()):
+                if not bool(keep.any()):
+                    active = active[:0]
+                    break
+                if last:
+                    active = active[keep]
+                    lin = lin.select(keep.to(dev)) if not bool(keep.all()) else lin
+                    break
+                # compact: converged samples leave the batch and the Krylov bases shrink with it
+                kd = keep.to(dev)
+                active, lin = active[keep], lin.select(kd)
+                Vb, Ub, alphas, betas = Vb[kd], Ub[kd], alphas[keep], betas[keep]
+                b = len(active)
+        if restart_v is None or not len(active):
+            break
+        v = restart_v / _batched_norm(restart_v)[:, None]  # explicit restart from the best Ritz vector
         if job is not None:
             job.check()
-    return SpectralEstimate(sigma, best_v.view(B, n, d), best_u.view(lin.out_shape), iterations, residual, done.clone())
+    return SpectralEstimate(sigma, right.view(B, n, d), left.view((B,) + out_shape[1:]), iterations, residual,
+                            done.clone())
 
 
 def power_iteration(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 100, seed: int = 0) -> tuple[float, int]:
@@ -799,10 +856,16 @@ def run_sweep(spec: SweepSpec, job: JobControl | None = None,
         starts = window_starts(len(spec.token_ids), lengths[-1], spec.samples)  # same windows for every n
     adv_A = fmap.A[_adversarial_head(fmap)] if spec.data == "adversarial" or spec.synthetic_adversarial else None
     prev_right = None
+    longest = None
+    if spec.data == "real" and model.cfg.causal:
+        # causal model: a window's first n tokens are processed as the n-token window would be,
+        # so one forward pass at the longest length gives every length's inputs
+        longest = real_inputs(model, spec.token_ids, spec.layer, lengths[-1], spec.samples, starts)
     for i, n in enumerate(lengths):
         report(job, i, len(lengths), f"n = {n}")
         if spec.data == "real":
-            X = real_inputs(model, spec.token_ids, spec.layer, n, spec.samples, starts)
+            X = longest[:, :n] if longest is not None else real_inputs(model, spec.token_ids, spec.layer, n,
+                                                                       spec.samples, starts)
         elif spec.data == "adversarial" or (spec.data == "synthetic" and spec.synthetic_adversarial):
             X = adversarial_input(adv_A, n, radius)[None]
         elif spec.data == "synthetic":

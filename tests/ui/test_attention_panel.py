@@ -83,12 +83,17 @@ def test_causal_cells_are_grey_and_encoders_have_none(qtbot):
     panel, _, ids = _panel(qtbot)
     panel.show_view("attention")
     hm = panel.heatmap
-    assert hm.mask_image.isVisible()
-    overlay = hm.mask_image.image
-    assert tuple(overlay[0, 1]) == (150, 150, 150, 255) and overlay[1, 0, 3] == 0
+    assert hm.mask_polygon.isVisible()
+    poly = hm.mask_polygon.polygon()
+    n = len(ids)
+    for i, j in ((0, 1), (3, 4), (5, n - 1)):  # above the diagonal: grey
+        assert poly.containsPoint(QPointF(j + 0.5, i + 0.5), Qt.FillRule.OddEvenFill)
+    for i, j in ((1, 0), (4, 4), (n - 1, 0)):  # the causal past and the token itself: not covered
+        assert not poly.containsPoint(QPointF(j + 0.5, i + 0.5), Qt.FillRule.OddEvenFill)
     enc, _, _ = _panel(qtbot, "bert")
     enc.show_view("attention")
-    assert enc.mask is None and not enc.heatmap.mask_image.isVisible()
+    assert enc.mask is None and not enc.heatmap.mask_polygon.isVisible()
+    assert not enc.heatmap.mask_image.isVisible()
     assert enc.rollout is not None and np.all(enc.rollout[-1] > 0)
 
 

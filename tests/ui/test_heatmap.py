@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QPoint
+from PySide6.QtCore import QPoint, QPointF, Qt
 
 from desktop_app.ui.widgets.heatmap import Heatmap, LabelAxis
 
@@ -16,6 +16,15 @@ def _heatmap(qtbot, n=6, mask=True):
     labels = [f"t{i}" for i in range(n)]
     hm.set_matrix(values, labels, labels, mask=np.tril(np.ones((n, n), bool)) if mask else None)
     return hm, values
+
+
+def test_an_arbitrary_mask_is_an_image_overlay(qtbot):
+    hm, values = _heatmap(qtbot, n=5, mask=False)
+    mask = np.ones((5, 5), bool)
+    mask[2, 0] = mask[0, 3] = False  # not a prefix per row
+    hm.set_matrix(values, mask=mask)
+    assert hm.mask_image.isVisible() and not hm.mask_polygon.isVisible()
+    assert tuple(hm.mask_image.image[2, 0]) == (150, 150, 150, 255) and hm.mask_image.image[2, 1, 3] == 0
 
 
 def test_one_image_item_holds_every_cell(qtbot):
@@ -41,7 +50,11 @@ def test_describe_cell_and_mask(qtbot):
     hm, values = _heatmap(qtbot)
     assert hm.describe_cell(4, 1) == f"query 4 't4' \u2192 key 1 't1'\nweight: {values[4, 1]:.4g}"
     assert hm.describe_cell(1, 4).endswith("weight: masked")
-    assert hm.mask_image.isVisible() and hm.mask_image.image[1, 4, 3] == 255 and hm.mask_image.image[4, 1, 3] == 0
+    poly = hm.mask_polygon.polygon()  # a causal mask is a staircase polygon
+    assert hm.mask_polygon.isVisible() and not hm.mask_image.isVisible()
+    assert poly.containsPoint(QPointF(4.5, 1.5), Qt.FillRule.OddEvenFill)
+    assert not poly.containsPoint(QPointF(1.5, 4.5), Qt.FillRule.OddEvenFill)
+    assert not poly.containsPoint(QPointF(3.5, 3.5), Qt.FillRule.OddEvenFill)
     header, rows = hm.csv_table()
     assert header == ["query \\ key", "t0", "t1", "t2", "t3", "t4", "t5"]
     assert rows[1][0] == "t1" and rows[1][3] == "" and abs(float(rows[1][1]) - values[1, 0]) < 1e-6

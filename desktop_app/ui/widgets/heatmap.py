@@ -1,7 +1,8 @@
 """Heatmap: a matrix drawn as ONE pyqtgraph ImageItem (one texture, not a widget per cell).
 
 Token labels on both axes (thinned to what fits), hover tooltip "query -> key: weight", a
-highlighted row for the selected query, masked cells (e.g. causal) drawn grey by a static overlay,
+highlighted row for the selected query, masked cells (e.g. causal) drawn grey by a static overlay
+(a staircase polygon for causal masks),
 and a colour bar. Switching to another matrix of the same shape (another head) only re-uploads
 the values: `set_values(values)`.
 
@@ -19,8 +20,8 @@ from typing import Sequence
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QCursor, QFontMetrics, QPen
-from PySide6.QtWidgets import QGraphicsRectItem, QToolTip
+from PySide6.QtGui import QBrush, QColor, QCursor, QFontMetrics, QPen, QPolygonF
+from PySide6.QtWidgets import QGraphicsPolygonItem, QGraphicsRectItem, QToolTip
 
 from .token_strip import _visible
 
@@ -42,6 +43,12 @@ class LabelAxis(pg.AxisItem):
 
     def set_labels(self, labels: Sequence[str]) -> None:
         self.labels = [short_label(s) for s in labels]
+        if self.orientation in ("left", "right"):
+            # room for the longest label up front: pyqtgraph otherwise widens the axis only after a
+            # paint, and drops the labels that did not fit in that first paint
+            fm = QFontMetrics(self.style.get("tickFont") or self.font())
+            longest = max((fm.horizontalAdvance(s) for s in self.labels), default=10)
+            self.setWidth(longest + 16)
         self.picture = None
         self.update()
 
@@ -104,8 +111,14 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.image = pg.ImageItem(axisOrder="row-major")
         self.mask_image = pg.ImageItem(axisOrder="row-major")
         self.mask_image.setZValue(1)
+        self.mask_polygon = QGraphicsPolygonItem()
+        self.mask_polygon.setBrush(QBrush(QColor(*MASK_GREY)))
+        self.mask_polygon.setPen(QPen(Qt.PenStyle.NoPen))
+        self.mask_polygon.setZValue(1)
+        self.mask_polygon.setVisible(False)
         self.plot.addItem(self.image)
         self.plot.addItem(self.mask_image)
+        self.plot.addItem(self.mask_polygon)
         self.row_box = QGraphicsRectItem()
         pen = QPen(QColor(highlight))
         pen.setCosmetic(True)
@@ -150,14 +163,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.left_axis.set_labels(self.row_labels)
         self.bottom_axis.set_labels(self.col_labels)
         self.mask = None if mask is None or np.all(mask) else np.asarray(mask, dtype=bool)
-        if self.mask is not None:
-            overlay = np.zeros((rows, cols, 4), dtype=np.uint8)
-            overlay[~self.mask] = MASK_GREY
-            self.mask_image.setImage(overlay, levels=(0, 255))
-            self.mask_image.setRect(QRectF(0, 0, cols, rows))
-            self.mask_image.setVisible(True)
-        else:
-            self.mask_image.setVisible(False)
+        self._set_mask_overlay(self.mask)
         if levels is None:
             shown = values if self.mask is None else values[self.mask]
             finite = shown[np.isfinite(shown)]
@@ -174,6 +180,29 @@ class Heatmap(pg.GraphicsLayoutWidget):
             self.set_selected_row(None)
         else:
             self.set_selected_row(self.selected_row)
+
+    def _set_mask_overlay(self, mask: np.ndarray | None) -> None:
+        """Grey over masked cells: a staircase polygon when every row allows a prefix of the columns
+        (causal masks: vector in SVG, nothing to rescale when drawn), else an RGBA image."""
+        self.mask_polygon.setVisible(False)
+        self.mask_image.setVisible(False)
+        if mask is None:
+            return
+        rows, cols = mask.shape
+        allowed = mask.sum(axis=1)
+        if np.array_equal(mask, np.arange(cols)[None, :] < allowed[:, None]):
+            pts = [QPointF(cols, 0)]
+            for i, k in enumerate(allowed):
+                pts += [QPointF(float(k), float(i)), QPointF(float(k), float(i + 1))]
+            pts.append(QPointF(cols, rows))
+            self.mask_polygon.setPolygon(QPolygonF(pts))
+            self.mask_polygon.setVisible(True)
+        else:
+            overlay = np.zeros((rows, cols, 4), dtype=np.uint8)
+            overlay[~mask] = MASK_GREY
+            self.mask_image.setImage(overlay, levels=(0, 255))
+            self.mask_image.setRect(QRectF(0, 0, cols, rows))
+            self.mask_image.setVisible(True)
 
     def set_values(self, values: np.ndarray, levels: tuple[float, float] | None = None) -> None:
         """Replace the values of a matrix of the same shape (labels and mask kept): one texture upload."""

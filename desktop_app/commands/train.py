@@ -155,9 +155,16 @@ def run(args) -> int:
                 elif cmd == "stop":
                     control.resume()
                     control.cancel()
+            control.resume()  # stdin closed: the controlling window is gone, stop with a checkpoint
+            control.cancel()
         threading.Thread(target=read_commands, daemon=True).start()
-    try:
-        signal.signal(signal.SIGTERM, lambda *_: control.cancel())  # stop cleanly, with a checkpoint
+    previous = {}
+    try:  # SIGTERM and the first Ctrl-C stop cleanly, with a checkpoint; a second Ctrl-C interrupts
+        def stop(signum, frame):
+            control.cancel()
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, stop)
     except ValueError:  # not the main thread (tests calling run() from a worker)
         pass
     try:
@@ -167,6 +174,9 @@ def run(args) -> int:
         print(json.dumps({"step": None, "train_loss": None, "val_loss": None, "val_accuracy": None,
                           "error": str(exc)}), flush=True)
         return 3
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     import os
     if int(os.environ.get("RANK", "0")) != 0:
         return 0

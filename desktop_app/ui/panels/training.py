@@ -299,8 +299,9 @@ class TrainingPanel(QWidget):
         task = self.task.currentText()
         opts: dict = {}
         for name in TASK_OPTIONS[task]:
-            if name == "text_file":
-                opts["text_file"] = self.text_file.text().strip()
+            if name == "text_file":  # absolute: the run's process has its own working folder
+                text_file = self.text_file.text().strip()
+                opts["text_file"] = str(Path(text_file).expanduser().absolute()) if text_file else ""
             elif name == "tokenizer":
                 opts["tokenizer"] = self.tokenizer.currentText()
             else:
@@ -339,7 +340,7 @@ class TrainingPanel(QWidget):
                           ("tokenizer", "--tokenizer"), ("vocab_size", "--vocab-size")):
             if key in o:
                 args += [flag, str(o[key])]
-        args += ["--out", self.out_edit.text().strip()]
+        args += ["--out", str(self._out_path())]
         if self.resume_check.isChecked():
             args.append("--resume")
         return args
@@ -386,7 +387,7 @@ class TrainingPanel(QWidget):
         if self.running:
             return
         args = self.cli_args()
-        self.out_dir = Path(self.out_edit.text().strip())
+        self.out_dir = self._out_path()
         self.events.clear()
         self._series = {"train": ([], []), "val": ([], []), "acc": ([], []), "lr": ([], [])}
         self._grad_series: dict[str, tuple[list, list]] = {}
@@ -418,6 +419,9 @@ class TrainingPanel(QWidget):
         self._started_at = time.time()
         proc.start()
         self._update_buttons()
+
+    def _out_path(self) -> Path:
+        return Path(self.out_edit.text().strip() or str(user_data_dir() / "runs" / "run")).expanduser().absolute()
 
     def _send(self, line: str) -> None:
         if self.running:

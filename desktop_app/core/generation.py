@@ -607,27 +607,26 @@ class GenerationSession:
             if self.incremental:
                 self._cache = KVCache(self.model.cfg.n_layers)
             logits = self._model_forward(ids, self._cache if self.incremental else None, trace)
-            new_rows = ids.shape[1]
         elif self.incremental:
             logits = self._model_forward(ids, self._cache, trace)
-            new_rows = 1
         else:
             full = torch.tensor([self.ids(p) + [int(t)] for p, t in zip(parents, ids[:, 0].tolist())],
                                 device=self.model.device)
             logits = self._model_forward(full, None, trace)
-            new_rows = 1
+        recomputed = parents is not None and not self.incremental  # keep only the new token's row
         logits = logits.float().cpu()
         records: list[dict] = [{} for _ in range(ids.shape[0])]
         if trace is not None:
-            for name, t in trace.items():
-                t = t.detach().float().cpu()
-                batched = t.shape[0] > 1  # a view of a batch row would keep the whole batch alive
-                for b in range(t.shape[0]):
-                    if name.endswith("attn.pattern"):
-                        row = t[b, :, -new_rows:]  # [H, new, T]
-                    else:
-                        row = t[b, -new_rows:]  # [new, d]
-                    records[b][name] = row.clone() if batched else row
+            for name, t in trace.items():  # already detached by Trace.record
+                if t.dtype != torch.float32 or t.device.type != "cpu":
+                    t = t.float().cpu()
+                if recomputed:
+                    t = t[:, :, -1:] if name.endswith("attn.pattern") else t[:, -1:]
+                if t.shape[0] == 1:  # the one-row case (every non-beam step): no copies, no slicing
+                    records[0][name] = t[0]
+                    continue
+                for b in range(t.shape[0]):  # beams: copy rows, a view would keep the whole batch alive
+                    records[b][name] = t[b].clone()
         return logits, records
 
 

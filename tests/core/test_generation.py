@@ -304,3 +304,17 @@ def test_cancel_inside_a_forward_leaves_the_tree_and_cache_consistent():
     full = _full_logits(model, s.ids())
     for node in s.current.path():
         assert (node.next_logits - full[node.position]).abs().max().item() < 1e-5
+
+
+def test_sinkhorn_step_trace_keeps_each_steps_own_row():
+    model = _gpt2(attention_kind="sinkhorn")
+    s = GenerationSession(model, [5, 9, 2], stop_tokens=[])
+    list(s.run(3))
+    trace, ids = s.step_trace()
+    assert trace.pattern(0).shape == (1, 4, 6, 6)
+    # the last row is what the last step computed: the full forward's last query row
+    _, ref = model.run_with_trace(torch.tensor([ids]))
+    assert (trace.pattern(0)[0, :, -1] - ref.pattern(0)[0, :, -1]).abs().max() < 1e-5
+    assert (trace["blocks.1.resid_post"][0, -1] - ref["blocks.1.resid_post"][0, -1]).abs().max() < 1e-5
+    # earlier rows are as they were when their step ran: Sinkhorn changed them since
+    assert (trace["blocks.1.resid_post"][0, :-1] - ref["blocks.1.resid_post"][0, :-1]).abs().max() > 1e-5

@@ -141,7 +141,7 @@ class LipschitzPanel(QWidget):
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         self.plot.setLabel("bottom", "sequence length n")
         self.plot.setLabel("left", "local Lipschitz constant \u2016D\u2093f\u2016\u2082")
-        self.legend = self.plot.addLegend(offset=(10, 10))
+        self.legend = self.plot.addLegend(offset=(10, 10), labelTextColor="k")
         self.table = QTableWidget(0, 8)
         self.table.setHorizontalHeaderLabels(["run"] + list(lip.CSV_COLUMNS))
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
@@ -391,6 +391,11 @@ class LipschitzPanel(QWidget):
                 C = med[0] / ns[0] ** power
                 self.plot.plot(grid, C * grid ** power, pen=pg.mkPen("#888888", width=1, style=style),
                                name=f"C n^{'1/4' if power == 0.25 else '1/2'}")
+        # label the lengths actually measured (pyqtgraph's log-axis minor labels collide)
+        all_n = sorted({r.n for run in self.runs if run.result is not None for r in run.result.lengths})
+        if len(all_n) > 12:
+            all_n = all_n[:: int(np.ceil(len(all_n) / 12))]
+        self.plot.getAxis("bottom").setTicks([[(float(np.log10(n)), str(n)) for n in all_n], []] if all_n else None)
         done = [r for r in self.runs if r.result is not None]
         self.summary.setText("; ".join(f"<span style='color:{r.colour}'>{r.label}: n^{r.result.exponent:.2f}</span>"
                                        for r in done if np.isfinite(r.result.exponent)))

@@ -151,6 +151,22 @@ def _settle(ms: int) -> None:
     loop.exec()
 
 
+def _close_on_terminal_signals(window) -> dict:
+    """Ctrl+C or SIGTERM in the terminal close the window normally (the session is saved).
+    Returns the previous handlers."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, lambda *_: window.close())
+    wake = QTimer(window, interval=250)  # Python runs signal handlers only between bytecodes
+    wake.timeout.connect(lambda: None)
+    wake.start()
+    return previous
+
+
 def _run_panel_demo(window, deadline: float) -> bool:
     """Optional panel hooks for --screenshot: screenshot_demo() starts something worth showing (a
     short generation, a sweep); screenshot_ready() says when it is done. False on timeout."""
@@ -255,7 +271,14 @@ def _run(app, args, state, window, started: float) -> int:
             print(f"transformer-explorer: warning: {message}", file=sys.stderr)
 
     if not headless:
-        return app.exec()  # the other panels are built when their tab is first shown
+        previous = _close_on_terminal_signals(window)
+        try:
+            return app.exec()  # the other panels are built when their tab is first shown
+        finally:
+            import signal
+
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     if not watcher.wait(args.timeout):
         return _fail(f"the model did not finish loading within {args.timeout:g} s ({model_path})")

@@ -166,3 +166,27 @@ def test_preferences_are_saved_and_applied(qtbot):
     finally:
         w.apply_preferences(app_settings.Preferences())
     assert app.font().pointSize() == base_size
+
+
+def test_sigterm_closes_the_app_normally_and_saves_the_session(model_dirs, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_DATA_HOME=str(tmp_path / "d"),
+               XDG_CONFIG_HOME=str(tmp_path / "c"), PYTHONPATH=str(repo))
+    proc = subprocess.Popen([sys.executable, "-m", "desktop_app", str(model_dirs[0]), "--text", "from the terminal"],
+                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ini = tmp_path / "c" / "transformer-explorer" / "Transformer Explorer.ini"
+    deadline = time.time() + 60
+    while not (ini.is_file() and "recent_models" in ini.read_text()) and time.time() < deadline:
+        time.sleep(0.2)  # the recent-models entry is written once the model has loaded
+        assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    session = load_workspace(tmp_path / "d" / "transformer-explorer" / "last-session.json")
+    assert session.model_path == str(model_dirs[0]) and session.text == "from the terminal"

@@ -262,7 +262,7 @@ def _run(app, args, state, window, started: float) -> int:
     watcher = StartupWatcher(state, expect_model=model_path is not None)
     window.show()
     if model_path is not None:
-        state.open_model(model_path)
+        window.open_model(model_path)
     else:
         message = (f"No model open: the demo model is not installed ({demo_model_dir()}). "
                    "Open a model folder with File > Open Model Folder… (Ctrl+O) or drop one on the window.")

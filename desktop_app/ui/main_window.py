@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import traceback
 from pathlib import Path
 
@@ -296,7 +297,7 @@ class MainWindow(QMainWindow):
 
     # -- actions ---------------------------------------------------------------------------
     def open_model(self, path: str | Path) -> None:
-        self.state.open_model(str(path))
+        self.state.open_model(os.path.abspath(os.path.expanduser(str(path))))  # the summary and recent list show it
 
     def open_demo_model(self) -> None:
         from ..paths import demo_model_dir

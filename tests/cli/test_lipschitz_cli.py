@@ -107,3 +107,21 @@ def test_bad_input(model_dir, tmp_path, capsys):
     assert "layer 7" in capsys.readouterr().err
     assert main(["lipschitz", str(tmp_path / "nope"), "--lengths", "4", "--csv", str(tmp_path / "x.csv")]) == 2
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_model_search(model_dir, tmp_path, capsys):
+    """Gradient ascent on the sphere of radius R: every input keeps radius R and ends with a local
+    constant at least that of its random starting point (recomputed here with the exact Jacobian)."""
+    out = tmp_path / "search.csv"
+    assert main(["lipschitz", str(model_dir), "--layer", "0", "--head", "0", "--no-masked", "--data", "search",
+                 "--radius", "2.0", "--search-steps", "3", "--lengths", "4", "--samples", "2",
+                 "--csv", str(out)]) == 0
+    rows = _read(out)
+    assert len(rows) == 2 and all(float(r["radius"]) == pytest.approx(2.0) for r in rows)
+    model = load_model_folder(model_dir).model
+    f = lip.layer_map(model, 0, head=0, masked=False)
+    g = torch.Generator().manual_seed(0 + 4)
+    X0 = torch.randn(2, 4, model.cfg.d_model, generator=g)
+    X0 = X0 * (2.0 / X0.norm(dim=-1, keepdim=True))
+    start = lip.exact_jacobian_norm(f, X0).numpy()
+    assert (np.array([float(r["lipschitz"]) for r in rows]) >= start * (1 - 1e-4)).all()

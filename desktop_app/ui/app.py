@@ -151,6 +151,33 @@ def _settle(ms: int) -> None:
     loop.exec()
 
 
+def _show_splash(app):
+    """The icon and the name, shown before the heavy imports (torch) so a double-click answers at once."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QColor, QFont, QPainter, QPixmap
+    from PySide6.QtWidgets import QSplashScreen
+
+    pixmap = QPixmap(440, 140)
+    pixmap.fill(QColor(35, 64, 122))
+    painter = QPainter(pixmap)
+    painter.drawPixmap(20, 22, app_icon().pixmap(96, 96))
+    painter.setPen(QColor(255, 255, 255))
+    font = QFont(app.font())
+    font.setPointSize(14)
+    font.setBold(True)
+    painter.setFont(font)
+    painter.drawText(132, 30, 300, 40, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, "Transformer Explorer")
+    font.setPointSize(9)
+    font.setBold(False)
+    painter.setFont(font)
+    painter.drawText(132, 72, 300, 40, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, "Loading…")
+    painter.end()
+    splash = QSplashScreen(pixmap)
+    splash.show()
+    app.processEvents()
+    return splash
+
+
 def _close_on_terminal_signals(window) -> dict:
     """Ctrl+C or SIGTERM in the terminal close the window normally (the session is saved).
     Returns the previous handlers."""
@@ -204,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName(app_settings.APPLICATION)
     app.setDesktopFileName("transformer-explorer")
     app.setWindowIcon(app_icon())
+    splash = None if headless else _show_splash(app)  # something on screen while torch loads
 
     from .errors import ExceptionHandler
     from .main_window import MainWindow
@@ -213,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     state = AppState()
     window = MainWindow(state)
     window.interactive = not headless
+    if splash is not None:
+        splash.finish(window)  # closes when the main window is shown
     handler = ExceptionHandler(window, show_dialog=not headless).install()
     try:
         return _run(app, args, state, window, started)

@@ -13,11 +13,14 @@ an independent reference.
 Local Lipschitz constant at X: ||D_X f||_2, the largest singular value of the Jacobian with the
 Frobenius norm on (R^d)^n. `spectral_norm` estimates it matrix-free: Golub-Kahan-Lanczos
 bidiagonalisation (equivalent to Lanczos on J^T J, one J v and one J^T u per step) with full
-reorthogonalisation and explicit restarts, batched over all samples of the same n. For softmax
-attention the products are closed-form batched matmuls with the attention matrix computed once;
-other kinds use torch.func (jvp + a vjp closure built once per batch). Stopping rule: the Ritz
-residual r = ||J^T u - theta v|| satisfies r <= tol * theta, which guarantees a singular value of J
-within relative distance tol of the estimate theta (theta itself never exceeds sigma_max).
+reorthogonalisation and explicit restarts, batched over all samples of the same n (converged
+samples leave the batch). For softmax attention the products are closed-form batched matmuls with
+the attention matrix computed once; other kinds use torch.func (jvp + a vjp closure built once per
+batch). Stopping rule (default tol 1e-4, relative): the Kato-Temple error estimate
+10 theta r^2 / (theta^2 - theta_2^2) or the residual r = ||J^T u - theta v||, whichever is smaller,
+is below tol * theta (theta never exceeds sigma_max); rigorous=True uses r alone, which guarantees a
+singular value within tol * theta. No Krylov method can see a direction its start vector misses
+entirely, so starts are fresh Gaussian vectors (see run_sweep on warm starts).
 The Jacobian is built only by `exact_jacobian_norm`, the small-case reference.
 """
 from __future__ import annotations
@@ -555,7 +558,7 @@ def adversarial_input(A: torch.Tensor, n: int, radius: float) -> torch.Tensor:
     if vals.numel() == 0:
         raise ValueError("A has no real eigenvalue: the adversarial construction needs one")
     g_max, g_min = float(vals.max()), float(vals.min())
-    X = torch.empty(n, A.shape[0], dtype=torch.float64)
+    X = torch.empty(n, A.shape[0], dtype=torch.float64, device=vecs.device)
     if g_max > -8.0 * g_min:
         u = vecs[:, int(vals.argmax())]
         X[0], X[1:] = radius * u, radius * u / 2

@@ -95,7 +95,7 @@ def test_closed_form_products_are_adjoint_autograd_products(family):
 @pytest.mark.parametrize("masked", [False, True])
 def test_single_head_estimate_matches_exact(kind, masked):
     f = lip.random_single_head(6, 3.0, 1.5, kind, masked, seed=11)
-    for n in (2, 5, 9):
+    for n in (2, 7):
         X = lip.ball_inputs(3, n, 6, 1.2, seed=n)
         est = lip.spectral_norm(f, X, tol=1e-4)
         assert bool(est.converged.all())
@@ -174,7 +174,7 @@ def test_estimates_never_exceed_the_upper_bound():
     hyp = pytest.importorskip("hypothesis")
     st = hyp.strategies
 
-    @hyp.settings(max_examples=12, deadline=None, derandomize=True)
+    @hyp.settings(max_examples=8, deadline=None, derandomize=True)
     @hyp.given(d=st.integers(2, 6), n=st.integers(2, 12), norm_A=st.floats(0.05, 5.0), norm_V=st.floats(0.1, 3.0),
                radius=st.floats(0.1, 3.0), seed=st.integers(0, 10_000))
     def check(d, n, norm_A, norm_V, radius, seed):

@@ -214,8 +214,34 @@ def _hf_prefix(cfg: ModelConfig) -> str:
     return "model."
 
 
+def hf_compatible(cfg: ModelConfig) -> bool:
+    """Whether the family's Hugging Face architecture can hold this config's weights.
+
+    The training panel's builder mixes switches freely (e.g. GPT-2 with rotary positions or RMSNorm,
+    BERT without token types or with a final norm); such models are saved with our own tensor names
+    (NATIVE_PROBE present) so they still round-trip through model folders.
+    """
+    same = cfg.n_kv_heads == cfg.n_heads and not (cfg.family != "bert" and cfg.embed_norm)
+    if cfg.family == "gpt2":
+        return (same and cfg.norm == "layernorm" and cfg.positions == "learned" and cfg.norm_placement == "pre"
+                and cfg.activation != "swiglu" and cfg.attention_bias and cfg.mlp_bias and cfg.final_norm
+                and not cfg.type_vocab_size)
+    if cfg.family == "bert":
+        return (same and cfg.norm == "layernorm" and cfg.positions == "learned" and cfg.norm_placement == "post"
+                and cfg.activation != "swiglu" and cfg.attention_bias and cfg.mlp_bias and not cfg.final_norm
+                and cfg.embed_norm and cfg.type_vocab_size > 0)
+    return (cfg.norm == "rmsnorm" and cfg.positions == "rotary" and cfg.norm_placement == "pre"
+            and cfg.activation == "swiglu" and cfg.final_norm and not cfg.type_vocab_size and not cfg.embed_norm)
+
+
+NATIVE_PROBE = "tok_embed.weight"  # present only in folders saved with our own tensor names
+
+
 def to_hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     cfg, sd = model.cfg, model.state_dict()
+    if not hf_compatible(cfg):
+        tied = cfg.lm_head and cfg.tie_embeddings
+        return {k: v.detach().contiguous() for k, v in sd.items() if not (tied and k == "lm_head.weight")}
     p = _hf_prefix(cfg)
     out: dict[str, torch.Tensor] = {}
 
@@ -294,6 +320,8 @@ def _simple_names(cfg: ModelConfig) -> dict[str, str]:
 def _from_hf(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: set[str],
              file_of: Callable[[str], Path]) -> dict[str, torch.Tensor]:
     """Our state dict from a reader of Hugging Face tensors (names = what the files hold)."""
+    if NATIVE_PROBE in names:  # saved with our own names (a config Hugging Face cannot express)
+        return {n: get(n) for n in names}
     prefix = _detect_prefix(cfg, names)
 
     def take(name: str) -> torch.Tensor:

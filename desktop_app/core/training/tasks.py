@@ -125,9 +125,9 @@ def motif_label(seq: list[int], a: int = 0) -> int | None:
 class MotifTask(Task):
     LETTERS = ("A", "B", "C", "D")
 
-    def __init__(self, length: int = 20, n_train: int | None = None, **_: Any) -> None:
+    def __init__(self, length: int = 20, n_train: int | None = None, val_size: int = 512, **_: Any) -> None:
         super().__init__(name="motif", tokenizer=word_tokenizer(list(self.LETTERS)), seq_len=length,
-                         options={"length": length, "n_train": n_train})
+                         options={"length": length, "n_train": n_train}, val_size=val_size)
         self.length = length
 
     def _instances(self, n: int, gen: torch.Generator) -> torch.Tensor:

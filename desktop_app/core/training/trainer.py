@@ -135,6 +135,8 @@ def model_config_for(cfg: TrainConfig, task: Task | None = None, vocab_size: int
     elif vocab_size is not None:
         over["vocab_size"] = vocab_size
     over.setdefault("lm_head", True)
+    if over.get("norm_placement") == "pre":
+        over.setdefault("final_norm", True)  # a pre-LN stack ends unnormalised without it (as GPT-2's ln_f)
     return preset(**over)
 
 

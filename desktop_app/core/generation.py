@@ -32,7 +32,7 @@ from typing import Iterator, Sequence
 import torch
 
 from .jobs import JobControl
-from .model import KVCache, Transformer
+from .model import KVCache, Transformer, apply_rotary, rotary_cos_sin
 from .trace import Trace
 
 STRATEGIES = ("greedy", "sample", "top-k", "top-p", "beam")
@@ -41,17 +41,19 @@ STRATEGIES = ("greedy", "sample", "top-k", "top-p", "beam")
 # per-layer logit lens (a vocab-sized matmul per layer): logit_lens() computes it on demand.
 RECORD_NAMES = ("embed", "blocks.*.attn.input", "blocks.*.attn.pattern", "blocks.*.attn.out",
                 "blocks.*.resid_mid", "blocks.*.mlp.out", "blocks.*.resid_post", "final_norm.out")
-_PER_POSITION = ("embed", "attn.input", "attn.out", "resid_mid", "mlp.out", "resid_post", "final_norm.out")
+# A one-token step asks the model for everything but the attention pattern, so its attention
+# runs fused; the new query's rows are then computed for all layers at once (_attention_rows).
+_STEP_NAMES = tuple(n for n in RECORD_NAMES if n != "blocks.*.attn.pattern")
 
 
 class _StepTrace(Trace):
-    """Trace of RECORD_NAMES whose name matching is shared by every step (a step makes a new
-    Trace; matching ~150 names against the patterns each time is wasted work)."""
-    _shared_wants: dict[str, bool] = {}
+    """Trace whose name matching is shared by every step with the same names (a step makes a
+    new Trace; matching ~150 names against the patterns each time is wasted work)."""
+    _shared_wants: dict[tuple, dict[str, bool]] = {}
 
-    def __init__(self) -> None:
-        super().__init__(RECORD_NAMES)
-        self._wants = _StepTrace._shared_wants
+    def __init__(self, names: tuple[str, ...] = RECORD_NAMES) -> None:
+        super().__init__(names)
+        self._wants = _StepTrace._shared_wants.setdefault(names, {})
 
 
 class GenerationError(ValueError):
@@ -548,6 +550,30 @@ class GenerationSession:
         self.current = max(chosen, key=lambda n: n.score)
         return self.current
 
+    def _attention_rows(self, queries: list[torch.Tensor]) -> torch.Tensor:
+        """[L, B, H, 1, T]: every layer's attention of the new query, from its query projection
+        and the cached keys, in one batched product (the model's own formula, attention_probs,
+        for one query row that sees every cached key)."""
+        cfg = self.model.cfg
+        L, H, Hkv, dh = cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+        q = torch.stack(queries)  # [L, B, 1, H*dh]
+        B = q.shape[1]
+        q = q.view(L, B, 1, H, dh).transpose(2, 3)  # [L, B, H, 1, dh]
+        T = self._cache.length
+        if cfg.positions == "rotary":
+            cos, sin = rotary_cos_sin(torch.tensor([T - 1], device=q.device), dh, cfg.rope_theta)
+            q = apply_rotary(q, cos, sin)
+        k = torch.stack([lc.k for lc in self._cache.layers])  # [L, B, Hkv, T, dh], after rotary
+        if Hkv != H:
+            k = k.repeat_interleave(H // Hkv, dim=2)
+        scale = 1.0 / math.sqrt(dh)
+        if cfg.attention_kind == "softmax":
+            scores = (q @ k.transpose(-1, -2)) * scale
+        else:  # l2
+            sq = (q * q).sum(-1, keepdim=True) - 2.0 * (q @ k.transpose(-1, -2)) + (k * k).sum(-1)[..., None, :]
+            scores = -sq * scale
+        return torch.softmax(scores.float(), dim=-1).to(q.dtype)
+
     def _undo(self, created: list[Node]) -> None:
         """Forget nodes whose forward did not finish; the cache may be half-updated: drop it."""
         for n in created:
@@ -602,13 +628,34 @@ class GenerationSession:
     def _forward(self, ids: torch.Tensor, parents: list[Node] | None) -> tuple[torch.Tensor, list[dict]]:
         """Logits [B, V] of the last position and per-row records. With parents, `ids` [B, 1]
         are new tokens after them (one forward with the cache, or a full recompute)."""
-        trace = _StepTrace() if self.record else None
+        cfg = self.model.cfg
+        rows_after = (self.record and self.incremental and parents is not None
+                      and cfg.attention_kind in ("softmax", "l2"))
+        trace = _StepTrace(_STEP_NAMES if rows_after else RECORD_NAMES) if self.record else None
         if parents is None:
             if self.incremental:
                 self._cache = KVCache(self.model.cfg.n_layers)
             logits = self._model_forward(ids, self._cache if self.incremental else None, trace)
         elif self.incremental:
-            logits = self._model_forward(ids, self._cache, trace)
+            queries: list[torch.Tensor | None] = [None] * cfg.n_layers
+            hooks = []
+            if rows_after:  # keep each layer's query projection (no extra compute)
+                owner = threading.get_ident()
+                for l, block in enumerate(self.model.blocks):
+                    def keep(module, args, out, l=l) -> None:
+                        if threading.get_ident() == owner:  # other threads may share this model
+                            queries[l] = out
+                    hooks.append(block.attn.q.register_forward_hook(keep))
+            try:
+                logits = self._model_forward(ids, self._cache, trace)
+            finally:
+                for h in hooks:
+                    h.remove()
+            if rows_after:
+                with torch.no_grad():
+                    rows = self._attention_rows(queries)
+                for l in range(cfg.n_layers):
+                    trace.tensors[f"blocks.{l}.attn.pattern"] = rows[l]
         else:
             full = torch.tensor([self.ids(p) + [int(t)] for p, t in zip(parents, ids[:, 0].tolist())],
                                 device=self.model.device)

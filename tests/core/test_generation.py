@@ -174,9 +174,11 @@ def test_run_is_cancelled_between_tokens():
     assert s.current.depth == 2
 
 
-def test_step_trace_equals_a_traced_forward_of_the_path():
-    model = _llama()
-    s = GenerationSession(model, [7, 8, 9], GenerationSettings("sample"), seed=2, stop_tokens=[])
+@pytest.mark.parametrize("make,strategy", [(_llama, "sample"), (lambda: _gpt2(attention_kind="l2"), "sample"),
+                                           (_gpt2, "beam")], ids=["llama-gqa-rotary", "gpt2-l2", "gpt2-beam"])
+def test_step_trace_equals_a_traced_forward_of_the_path(make, strategy):
+    model = make()
+    s = GenerationSession(model, [7, 8, 9], GenerationSettings(strategy, beams=3), seed=2, stop_tokens=[])
     list(s.run(6))
     node = s.current.parent
     trace, ids = s.step_trace(node)

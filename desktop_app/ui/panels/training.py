@@ -352,7 +352,8 @@ class TrainingPanel(QWidget):
             note = ""
             if vocab is None:  # char-level text: the distinct characters of the file
                 try:
-                    vocab = len(set(Path(cfg.task_options.get("text_file", "")).read_text(encoding="utf-8")))
+                    text = Path(cfg.task_options.get("text_file", "")).read_text(encoding="utf-8")
+                    vocab = len(set(text)) + (1 if cfg.family == "bert" else 0)  # + [MASK] for MLM
                 except (OSError, UnicodeDecodeError):
                     vocab, note = 256, " (vocabulary not known yet)"
             seq = {"motif": cfg.task_options.get("length", 20), "modadd": 4}.get(cfg.task, 0)

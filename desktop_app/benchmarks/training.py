@@ -97,7 +97,11 @@ def main(argv: list[str]) -> dict:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--no-bf16", action="store_true")
+    ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); 1 gives steady "
+                                                 "figures on a machine shared with other work")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
     def config(precision: str) -> TrainConfig:
@@ -110,7 +114,7 @@ def main(argv: list[str]) -> dict:
                            log_every=args.window, eval_every=10**9, checkpoint_every=10**9,
                            device=args.device, precision=precision)
 
-    result: dict = {"name": "training", "device": args.device,
+    result: dict = {"name": "training", "device": args.device, "threads": torch.get_num_threads(),
                     "model": f"gpt2 {args.layers}x{args.d_model}, context {args.context}, batch {args.batch}",
                     "tokens_per_step": args.batch * args.context}
     with tempfile.TemporaryDirectory() as tmp:

@@ -150,7 +150,7 @@ def test_motif_reaches_95_percent_with_the_lectures_configuration(tmp_path):
 
     Here (pre-LN, 8,000 steps of 64 fresh samples, 2,000 held-out samples): seed 0 reaches 95.6%,
     seed 2 98.7% (post-LN after 3,000 steps: 95.3% and 88.9% for seeds 0 and 1, too unsteady).
-    About 8 minutes on one busy CPU core.
+    About 2 minutes on one free CPU core (8 on a busy one).
     """
     cfg = TrainConfig(task="motif", task_options={"val_size": 2000}, family="bert",
                       model={"n_layers": 3, "n_heads": 1, "d_model": 32, "d_ff": 128, "type_vocab_size": 0,

@@ -102,6 +102,7 @@ class MainWindow(QMainWindow):
         state.model_changed.connect(self._on_model_changed)
         state.model_load_failed.connect(self._on_model_load_failed)
         state.device_changed.connect(self._on_device_changed)
+        state.device_failed.connect(self._on_device_failed)
         state.busy_changed.connect(self._on_busy)
         state.error.connect(self._on_state_error)
         self._on_device_changed(state.device)
@@ -314,11 +315,12 @@ class MainWindow(QMainWindow):
             self.open_model(path)
 
     def set_device(self, device: str) -> None:
-        try:
-            self.state.set_device(device)
-        except Exception as exc:  # e.g. out of memory moving the model: say so, keep the old device
-            QMessageBox.warning(self, "Cannot switch device", f"Cannot move the model to {device}: {exc}")
-            self._on_device_changed(self.state.device)
+        self.state.set_device(device)
+
+    def _on_device_failed(self, device: str, message: str) -> None:
+        # e.g. out of memory moving the model: say so, keep (and re-check) the old device
+        QMessageBox.warning(self, "Cannot switch device", f"Cannot move the model to {device}: {message}")
+        self._on_device_changed(self.state.device)
 
     def export_current_view(self) -> None:
         """The panel's own export (export_view()) when it has one, else a PNG of its main view
@@ -353,7 +355,19 @@ class MainWindow(QMainWindow):
     def show_shortcuts(self) -> None:
         from .dialogs import ShortcutsDialog
 
-        ShortcutsDialog(self.shortcut_actions(), self).exec()
+        ShortcutsDialog(self.shortcut_actions(), self, self.panel_shortcuts()).exec()
+
+    def panel_shortcuts(self) -> list[tuple[str, str]]:
+        """(panel: what, key) for every panel class's `shortcuts`, built or not."""
+        import importlib
+
+        from .panels import PANELS
+
+        rows = []
+        for title, module, cls in PANELS:
+            for key, what in getattr(getattr(importlib.import_module(module), cls), "shortcuts", ()):
+                rows.append((f"{title}: {what}", key))
+        return rows
 
     def show_about(self) -> None:
         from .dialogs import about_html

@@ -35,6 +35,24 @@ def _tokenize_and_trace(loaded: LoadedModel, text: str, ids: list[int] | None) -
     return ids, trace
 
 
+def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
+    """A copy of the model on `device`. Jobs still running on the old model keep a consistent one,
+    and each tensor is copied straight to the new device (no second copy on the old one)."""
+    import copy
+    import dataclasses
+
+    import torch
+
+    model = loaded.model
+    memo: dict[int, object] = {}
+    for p in model.parameters():
+        memo[id(p)] = torch.nn.Parameter(p.detach().to(device), requires_grad=p.requires_grad)
+    for b in model.buffers():
+        memo[id(b)] = b.to(device)
+    moved = copy.deepcopy(model, memo).to(device)
+    return dataclasses.replace(loaded, model=moved)
+
+
 def _parse_ids(text: str) -> list[int]:
     """Without a tokenizer the text box takes token ids: '1, 2, 3' or '1 2 3'."""
     parts = text.replace(",", " ").split()
@@ -48,6 +66,7 @@ class AppState(QObject):
     model_changed = Signal(object)  # LoadedModel
     model_load_failed = Signal(str)  # message naming the file and the problem
     device_changed = Signal(str)
+    device_failed = Signal(str, str)  # device asked for, why the model could not move there
     text_changed = Signal(str)
     tokens_changed = Signal(list)  # token ids of the current text
     trace_changed = Signal(object)  # Trace of the current text (or a generation step)
@@ -69,16 +88,19 @@ class AppState(QObject):
     def open_model(self, path: str | Path) -> None:
         """Load a model folder in a worker; on failure the previous model stays."""
         self.busy_changed.emit(True, f"Loading {path}…")
+        device = self.device
 
         def done(loaded: LoadedModel) -> None:
             self.busy_changed.emit(False, "")
             self.set_model(loaded)
+            if self.device != device:  # the device was switched while this model was loading
+                self._move_model(loaded, self.device, device)
 
         def failed(exc: BaseException, tb: str) -> None:
             self.busy_changed.emit(False, "")
             self.model_load_failed.emit(str(exc))
 
-        return run_job(_load, str(path), self.device, self.dtype, on_result=done, on_error=failed)
+        return run_job(_load, str(path), device, self.dtype, on_result=done, on_error=failed)
 
     def set_model(self, loaded: LoadedModel) -> None:
         self.loaded = loaded
@@ -86,13 +108,34 @@ class AppState(QObject):
         self.set_text(self.text)
 
     def set_device(self, device: str) -> None:
+        """Make `device` the one models live on: new loads go there at once, and the current model
+        is moved in a worker. On failure (out of memory...) the model stays where it was, the
+        previous device is restored and `device_failed` says why."""
         if device == self.device:
             return
-        self.device = device
-        if self.loaded is not None:
-            self.loaded.model.to(device)
-        self.device_changed.emit(device)
-        self.set_text(self.text)
+        previous, self.device = self.device, device
+        if self.loaded is None:
+            self.device_changed.emit(device)
+            return
+        self._move_model(self.loaded, device, previous)
+
+    def _move_model(self, loaded: LoadedModel, device: str, previous: str) -> None:
+        self.busy_changed.emit(True, f"Moving the model to {device}…")
+
+        def done(moved: LoadedModel) -> None:
+            self.busy_changed.emit(False, "")
+            if loaded is self.loaded and device == self.device:  # else superseded meanwhile
+                self.loaded = moved
+                self.device_changed.emit(device)
+                self.set_text(self.text)
+
+        def failed(exc: BaseException, tb: str) -> None:
+            self.busy_changed.emit(False, "")
+            if device == self.device:
+                self.device = previous
+            self.device_failed.emit(device, str(exc))
+
+        run_job(_moved, loaded, device, on_result=done, on_error=failed)
 
     # -- text ------------------------------------------------------------------------------
     def set_text(self, text: str, ids: list[int] | None = None) -> None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl
 from PySide6.QtGui import QDropEvent, QImage
 from PySide6.QtWidgets import QMessageBox
@@ -163,12 +164,41 @@ def test_device_menu_lists_the_available_devices_and_switches(qtbot, window, mod
     target = available_devices()[-1]  # CUDA or MPS when present, else CPU
     if target == window.state.device:
         window.state.device = "none"  # make the CPU action a real switch on CPU-only machines
+    before = window.state.loaded
     with qtbot.waitSignal(window.state.device_changed, timeout=5000) as sig:
         window.device_actions[target].trigger()
     assert sig.args == [target]
     assert window.device_label.text() == f"device: {target}"
-    assert window.state.loaded.model.device.type == target.split(":")[0]
+    moved = window.state.loaded
+    assert moved.model.device.type == target.split(":")[0]
     assert window.device_actions[target].isChecked()
+    # the move made a copy in a worker: the old model (maybe in use by a running job) stays as it was
+    assert moved is not before and moved.model is not before.model
+    assert before.model.device.type == "cpu"
+    old, new = before.model.state_dict(), moved.model.state_dict()
+    assert old.keys() == new.keys()
+    for name in old:
+        assert torch.equal(old[name], new[name].cpu())
+
+
+def test_a_failed_device_switch_keeps_the_model_where_it_was(qtbot, window, models, monkeypatch):
+    from desktop_app.ui import state as state_module
+
+    open_and_wait(qtbot, window, models["gpt2"])
+    before, device = window.state.loaded, window.state.device
+
+    def out_of_memory(loaded, target):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(state_module, "_moved", out_of_memory)
+    warnings = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda *a, **k: warnings.append(a[2]))
+    with qtbot.waitSignal(window.state.device_failed, timeout=5000):
+        window.state.set_device("elsewhere")
+    assert window.state.device == device and window.state.loaded is before
+    assert window.device_label.text() == f"device: {device}"
+    assert window.device_actions[device].isChecked()
+    assert warnings and "elsewhere" in warnings[0] and "out of memory" in warnings[0]
 
 
 def test_drop_a_folder_opens_it(qtbot, window, models):
@@ -222,6 +252,22 @@ def test_help_shows_the_current_panel_text(qtbot, window, monkeypatch):
     assert seen and "grouped-query" in seen[0]
     shortcuts = [a.shortcut().toString() for a in window.shortcut_actions()]
     assert "Ctrl+O" in shortcuts and "F1" in shortcuts
+
+
+def test_shortcuts_dialog_lists_window_and_panel_keys(qtbot, window, monkeypatch):
+    from desktop_app.ui import dialogs
+
+    seen = []
+
+    def record(dialog):
+        t = dialog.table
+        seen.extend((t.item(r, 0).text(), t.item(r, 1).text()) for r in range(t.rowCount()))
+
+    monkeypatch.setattr(dialogs.ShortcutsDialog, "exec", record)
+    window.show_shortcuts()
+    rows = dict(seen)
+    assert rows.get("Generate: Step") == "Right" and rows.get("Generate: Back") == "Left"
+    assert "Ctrl+O" in rows.values() and "F1" in rows.values()
 
 
 def test_about_names_the_versions(qtbot, window, monkeypatch):

@@ -78,9 +78,11 @@ class HelpDialog(QDialog):
 
 
 class ShortcutsDialog(QDialog):
-    """Every action of the window that has a shortcut, read from the actions themselves."""
+    """Every action of the window that has a shortcut, read from the actions themselves, then the
+    panels' own keys (`panel_rows`: (what, key) pairs, e.g. from each panel class's `shortcuts`)."""
 
-    def __init__(self, actions: list[QAction], parent: QWidget | None = None) -> None:
+    def __init__(self, actions: list[QAction], parent: QWidget | None = None,
+                 panel_rows: list[tuple[str, str]] = ()) -> None:
         super().__init__(parent)
         self.setWindowTitle("Keyboard shortcuts")
         rows = []
@@ -88,6 +90,7 @@ class ShortcutsDialog(QDialog):
             seq = a.shortcut().toString(a.shortcut().SequenceFormat.NativeText)
             if seq:
                 rows.append((a.text().replace("&", "").rstrip("…."), seq))
+        rows += list(panel_rows)
         self.table = QTableWidget(len(rows), 2)
         self.table.setHorizontalHeaderLabels(["Action", "Shortcut"])
         self.table.verticalHeader().setVisible(False)

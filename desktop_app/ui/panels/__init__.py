@@ -1,7 +1,8 @@
 """The panels of the main window, in tab order: (title, module, class).
 
 A panel is a QWidget constructed as Panel(state: AppState, parent=None). It may define
-`help_text` (a short "What am I looking at?" text with its formula) and `title`.
+`help_text` (a short "What am I looking at?" text with its formula), `title`, and a class attribute
+`shortcuts`: (key, what it does) pairs for its own keys, listed in Help > Keyboard Shortcuts.
 """
 PANELS = [
     ("Model", "desktop_app.ui.panels.model", "ModelPanel"),

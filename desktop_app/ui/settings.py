@@ -99,15 +99,17 @@ def _bool(value) -> bool:
 
 _default_font: QFont | None = None
 _default_palette: QPalette | None = None
+_default_style = ""
 
 
 def apply_appearance(app: QApplication, theme: str, font_size: int) -> None:
     """Theme (light/dark, or follow the system) and base font size for the whole application."""
-    global _default_font, _default_palette
+    global _default_font, _default_palette, _default_style
     from PySide6.QtCore import Qt
 
     if _default_font is None:
         _default_font, _default_palette = QFont(app.font()), QPalette(app.palette())
+        _default_style = app.style().name()
     font = QFont(_default_font)
     if font_size and font_size > 0:
         font.setPointSize(int(font_size))
@@ -123,7 +125,9 @@ def apply_appearance(app: QApplication, theme: str, font_size: int) -> None:
     elif theme == "light":
         app.setStyle("Fusion")
         app.setPalette(app.style().standardPalette())
-    else:
+    else:  # back to the system's own style and palette
+        if app.style().name() != _default_style:
+            app.setStyle(_default_style)
         app.setPalette(_default_palette)
 
 

@@ -145,7 +145,7 @@ def test_preferences_are_saved_and_applied(qtbot):
     from desktop_app.ui.dialogs import PreferencesDialog
 
     app = QApplication.instance()
-    base_size = app.font().pointSize()
+    base_size, base_style = app.font().pointSize(), app.style().name()
     w = make_window(qtbot)
     dialog = PreferencesDialog(app_settings.Preferences.load(), ["cpu"])
     assert dialog.preferences() == app_settings.Preferences()  # defaults on a fresh profile
@@ -166,6 +166,7 @@ def test_preferences_are_saved_and_applied(qtbot):
     finally:
         w.apply_preferences(app_settings.Preferences())
     assert app.font().pointSize() == base_size
+    assert app.style().name() == base_style  # "system" gives the system's style back, not Fusion
 
 
 def test_sigterm_closes_the_app_normally_and_saves_the_session(model_dirs, tmp_path):

@@ -7,11 +7,14 @@ from pathlib import Path
 
 
 def resources_dir() -> Path:
-    """resources/ beside the package (source checkout, editable install) or inside a bundle."""
+    """resources/: inside a bundle, inside the installed package (a wheel installs it as
+    desktop_app/resources), or beside the package (source checkout, editable install)."""
     bundle = getattr(sys, "_MEIPASS", None)
     if bundle:
         return Path(bundle) / "resources"
-    return Path(__file__).resolve().parent.parent / "resources"
+    here = Path(__file__).resolve().parent
+    installed = here / "resources"
+    return installed if installed.is_dir() else here.parent / "resources"
 
 
 def demo_model_dir() -> Path:

@@ -122,23 +122,45 @@ def test_interrupted_folder_swap_falls_back_to_old(good):
     assert load_model_folder(good).config.n_layers == 2
 
 
-def test_sharded_checkpoint_loads(good, tmp_path):
+def _shard(folder: Path) -> None:
+    """Split model.safetensors into two shards with an index, as large Hugging Face checkpoints are."""
     from safetensors.torch import load_file, save_file
 
-    tensors = load_file(str(good / WEIGHTS))
+    tensors = load_file(str(folder / WEIGHTS))
     names = sorted(tensors)
     half = len(names) // 2
-    save_file({n: tensors[n] for n in names[:half]}, str(good / "model-00001-of-00002.safetensors"))
-    save_file({n: tensors[n] for n in names[half:]}, str(good / "model-00002-of-00002.safetensors"))
+    save_file({n: tensors[n] for n in names[:half]}, str(folder / "model-00001-of-00002.safetensors"))
+    save_file({n: tensors[n] for n in names[half:]}, str(folder / "model-00002-of-00002.safetensors"))
     weight_map = {n: ("model-00001-of-00002.safetensors" if i < half else "model-00002-of-00002.safetensors")
                   for i, n in enumerate(names)}
-    (good / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    ref = load_model_folder(good).model
-    (good / WEIGHTS).unlink()
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    (folder / WEIGHTS).unlink()
+
+
+def test_sharded_checkpoint_loads(good):
+    ref = load_model_folder(good).model  # from the single file, before sharding
+    _shard(good)
     sharded = load_model_folder(good).model
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         assert torch.equal(ref(ids).logits, sharded(ids).logits)
+
+
+def test_malformed_shard_index(good):
+    _shard(good)
+    index = good / "model.safetensors.index.json"
+    index.write_text('{"weight_map": ')
+    with pytest.raises(ModelLoadError) as err:
+        load_model_folder(good)
+    assert err.value.path == index and "malformed index" in str(err.value)
+
+
+def test_missing_shard(good):
+    _shard(good)
+    (good / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(ModelLoadError) as err:
+        load_model_folder(good)
+    assert err.value.path == good / "model-00002-of-00002.safetensors" and "missing" in str(err.value)
 
 
 def test_bfloat16_load(good):

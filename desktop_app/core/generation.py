@@ -380,7 +380,7 @@ class GenerationSession:
             if job is not None:
                 job.progress(i, n, f"token {i + 1}/{n}")
             if self.finished:
-                self.stop_reason = "a stop token was generated"
+                self.stop_reason = self._finished_reason()
                 return
             try:
                 node = self.step()
@@ -390,6 +390,13 @@ class GenerationSession:
             yield node
         if job is not None:
             job.progress(n, n, "done")
+
+    def _finished_reason(self) -> str:
+        # beams that did not end on a stop token have filled the context: say so, not "stop token"
+        ended = self.beams if self.settings.strategy == "beam" else [self.current]
+        if all(b.stop for b in ended):
+            return "a stop token was generated"
+        return f"the context length ({self.model.cfg.context_length} tokens) is reached"
 
     def branches(self) -> list[Node]:
         """Leaves of the tree (each is the end of one branch), oldest first."""
@@ -741,7 +748,10 @@ class MaskedFillSession:
         self._generator = torch.Generator(device="cpu")
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, seed: int | None = None) -> None:
+        """Unfill every mask and reseed (with `seed` when given, like GenerationSession.reset)."""
+        if seed is not None:
+            self.seed = seed
         self.history: list[FillStep] = []
         self._generator.manual_seed(0 if self.seed is None else int(self.seed))
         self._logits_cache: tuple[tuple[int, ...], torch.Tensor] | None = None

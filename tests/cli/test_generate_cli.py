@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from desktop_app.cli import main
-from desktop_app.core.checkpoints import new_model, save_model_folder
+from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder
 from desktop_app.core.config import ModelConfig
+from desktop_app.core.generation import GenerationSettings, generate
 from desktop_app.core.tokenizer import char_tokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -68,7 +69,16 @@ def test_text_prompt_decodes_and_seeded_sampling_repeats(char_dir, capsys):
     assert a["ids"] == b["ids"] and a["ids"][:4] == tok.encode("the ")
     assert a["text"] == tok.decode(a["ids"]) and a["text"].startswith("the ")
     beam = _json(capsys, folder, "--prompt", "the ", "--max-new", 4, "--strategy", "beam", "--beams", 3)
-    assert len(beam["ids"]) <= 8
+    loaded = load_model_folder(folder)
+    want, session = generate(loaded, tok.encode("the "), 4, GenerationSettings("beam", beams=3), seed=0)
+    assert beam["ids"] == want and beam["score"] == max(b.score for b in session.beams)  # the best beam
+    # its score is the model's own log-probability of the generated tokens (full forward, no cache)
+    with torch.no_grad():
+        logp = torch.log_softmax(loaded.model(torch.tensor([want])).logits[0].double(), -1)
+    assert 4 < len(want) <= 8
+    assert beam["score"] == pytest.approx(sum(float(logp[i - 1, want[i]]) for i in range(4, len(want))), abs=1e-4)
+    if len(want) < 8:  # ended early: on the model's end token
+        assert want[-1] == tok.eos_token_id
 
 
 def test_encoder_fills_masks(bert_dir, capsys):

@@ -320,3 +320,43 @@ def test_sinkhorn_step_trace_keeps_each_steps_own_row():
     assert (trace["blocks.1.resid_post"][0, -1] - ref["blocks.1.resid_post"][0, -1]).abs().max() < 1e-5
     # earlier rows are as they were when their step ran: Sinkhorn changed them since
     assert (trace["blocks.1.resid_post"][0, :-1] - ref["blocks.1.resid_post"][0, :-1]).abs().max() > 1e-5
+
+
+def test_beam_search_at_the_context_length_says_so_not_stop_token():
+    model = _gpt2()  # context 24
+    s = GenerationSession(model, list(range(20)), GenerationSettings("beam", beams=3), stop_tokens=[])
+    assert len(list(s.run(10))) == 4
+    assert s.finished and len(s.ids()) == 24
+    assert "context length" in s.stop_reason and "stop token" not in s.stop_reason
+    stopper = GenerationSession(model, [1, 2], GenerationSettings("beam", beams=2), stop_tokens=range(97))
+    list(stopper.run(5))  # every token stops: both beams end on a stop token
+    assert stopper.stop_reason == "a stop token was generated"
+
+
+def _count_fed_tokens(model):
+    """Token counts of every model forward (the cache makes a step one token)."""
+    fed = []
+    return fed, model.register_forward_pre_hook(lambda module, args: fed.append(args[0].shape[-1]) and None)
+
+
+def test_a_cached_step_feeds_one_token_and_a_branch_reuses_the_shared_prefix():
+    model = _gpt2()
+    s = GenerationSession(model, [5, 9, 2, 7], stop_tokens=[])
+    fed, h = _count_fed_tokens(model)
+    try:
+        list(s.run(6))
+        assert fed == [1] * 6
+        fed.clear()
+        s.back(), s.back(), s.back()
+        alt = next(t for t in range(97) if t != s.current.children[0].token)
+        s.choose(alt)  # the cache is truncated to the shared prefix: only the new token runs
+        assert fed == [1]
+        fed.clear()
+        first = s.branches()[0]
+        s.goto(first.parent)  # on the first branch, two tokens past the fork at depth 3
+        s.choose(next(t for t in range(97) if t not in [c.token for c in s.current.children]))
+        assert fed == [2, 1]  # the first branch's two tokens after the fork, then the new one: no prefix
+    finally:
+        h.remove()
+    full = _full_logits(model, s.ids())
+    assert (s.current.next_logits - full[-1]).abs().max().item() < 1e-5

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from desktop_app.core.generation import GenerationError, process_logits
+from desktop_app.core.generation import GenerationError, process_logits, top_k_mask, top_p_mask
 
 
 def _logits(probs):
@@ -90,3 +90,14 @@ def test_sets_match_the_definitions_by_brute_force(values, k, p, T):
 def _near_boundary(probs, p):
     """Rounding can decide a token whose preceding mass equals p to ~1e-9."""
     return any(abs(sum(q for q in probs if q > x) - p) < 1e-9 for x in probs)
+
+
+def test_top_p_of_one_keeps_every_token_in_the_filter_itself():
+    probs = torch.tensor([0.5, 0.3, 0.2, 0.0], dtype=torch.float64)  # a zero-probability token
+    assert top_p_mask(probs, 1.0).all()
+    assert top_p_mask(probs, 1.0 - 1e-9).tolist() == [True, True, True, False]  # just below 1: mass reached
+    rounded = torch.tensor([0.1] * 10, dtype=torch.float32)  # sums to 1 only up to rounding
+    assert top_p_mask(rounded, 1.0).all() and top_p_mask(rounded, 0.95).all()  # 0.9 < 0.95: the tie keeps all
+    # with top-k on, process_logits runs the top-p filter at p = 1: the set is top-k's alone
+    d = process_logits(_logits([0.4, 0.3, 0.2, 0.1]), top_k=2, top_p=1.0)
+    assert _kept(d) == {0, 1} and torch.equal(d.kept, top_k_mask(d.tempered_probs, 2))

@@ -96,6 +96,8 @@ class GenerationPanel(QWidget):
         self.lens_rows = []
         self._session_prompt = self._started_prompt = ""
         self._extra_masks: set[int] = set()
+        self._settings_pending = False  # sliders moved while a job held the session
+        self._trail = None  # decoder: the deepest node left by Back (its branch is highlighted)
         self._refresh_timer = QTimer(self, singleShot=True, interval=40)
         self._refresh_timer.timeout.connect(self.refresh)
         self._build()
@@ -122,6 +124,8 @@ class GenerationPanel(QWidget):
         self.beams = QSpinBox(minimum=1, maximum=16, value=4, prefix="beams ")
         self.beams.valueChanged.connect(self._settings_changed)
         self.seed = QSpinBox(minimum=0, maximum=2**31 - 1, value=0, prefix="seed ")
+        self.seed.setToolTip("Random seed for sampling; Reset regenerates with it")
+        self.seed.valueChanged.connect(self._seed_changed)
         top = QHBoxLayout()
         top.addWidget(self.prompt, 1)
         for w in (self.start_button, self.strategy, self.order, self.beams, self.seed):
@@ -280,12 +284,24 @@ class GenerationPanel(QWidget):
 
     def _settings_changed(self, *_):
         self._update_slider_labels()
-        if self.session is not None and not self.busy:
-            try:
-                self.session.set_settings(self.settings())
-            except GenerationError as exc:
-                self.status.setText(str(exc))
+        self._settings_pending = True
+        self._apply_settings()
         self.refresh()  # the bars are re-processed from stored logits: no model run
+
+    def _apply_settings(self) -> None:
+        """Hand pending slider/strategy changes to the session; a worker holding it gets them
+        when it finishes (the session is not touched under a running job)."""
+        if not self._settings_pending or self.session is None or self.busy:
+            return
+        self._settings_pending = False
+        try:
+            self.session.set_settings(self.settings())
+        except GenerationError as exc:
+            self.status.setText(str(exc))
+
+    def _seed_changed(self, seed: int) -> None:
+        if self.session is not None:
+            self.status.setText(f"Seed {seed}: press Reset to generate again with it.")
 
     def _update_enabled(self) -> None:
         running = self._running
@@ -338,7 +354,9 @@ class GenerationPanel(QWidget):
 
     def _session_ready(self, session, then) -> None:
         self.session = session
+        self._trail = None
         self._session_prompt = self._started_prompt
+        self._apply_settings()  # sliders moved while the prompt ran
         self.session_changed.emit()
         self.status.setText("Ready: Step (Right arrow), Back (Left arrow), click a bar to force a token.")
         self.refresh()
@@ -358,13 +376,19 @@ class GenerationPanel(QWidget):
         if self.busy or self.session is None:
             return
         self.selected_node, self.selected_position = None, None
+        if isinstance(self.session, GenerationSession):
+            # repeated Backs keep the deepest node left, so the bars highlight the branch we came from
+            left = self.session.current
+            if self._trail is None or left not in self._trail.path():
+                self._trail = left
         self._submit(_mutate, self.session, "back")
 
     def reset(self) -> None:
         if self.busy or self.session is None:
             return
         self.selected_node, self.selected_position = None, None
-        self._submit(_mutate, self.session, "reset")
+        self._trail = None
+        self._submit(_mutate, self.session, "reset", self.seed.value())  # the seed in the box, not the first one
 
     def choose(self, token_id: int) -> None:
         """Force a token: after the node whose distribution is shown (a branch if it differs)."""
@@ -406,11 +430,16 @@ class GenerationPanel(QWidget):
 
         def finished() -> None:
             self._running = False
+            self._apply_settings()
             self.refresh()
+
+        def progress(*_) -> None:
+            if not self._refresh_timer.isActive():  # a throttle: restarting it per token would starve it
+                self._refresh_timer.start()
 
         self._running = True
         self._run_job = run_job(_run, self.session, n, on_result=ended(self._run_done), on_error=ended(self._job_failed),
-                                on_progress=lambda d, t, m: self._refresh_timer.start(),
+                                on_progress=progress,
                                 on_cancelled=ended(lambda: self.status.setText("Stopped.")), on_finished=finished)
         self._update_enabled()
 
@@ -418,6 +447,9 @@ class GenerationPanel(QWidget):
         self.status.setText(f"Stopped: {reason}." if reason else "Done.")
 
     def toggle_mask(self) -> None:
+        if self.busy:  # restarting would drop the session under a running job
+            self.status.setText("wait for the current job to finish (or Stop it) before masking")
+            return
         pos = self.strip.selected_index
         if pos is None:
             self.status.setText("select a token in the strip first")
@@ -439,11 +471,13 @@ class GenerationPanel(QWidget):
             self._job_failed(exc, tb)
 
         def finished() -> None:
-            self._job_active = False
+            if self._job is job:  # not a follow-up job started by on_result (start -> step)
+                self._job_active = False
+                self._apply_settings()
             self._update_enabled()
 
         self._job_active = True
-        self._job = run_job(fn, *args, on_result=done, on_error=failed, on_finished=finished)
+        self._job = job = run_job(fn, *args, on_result=done, on_error=failed, on_finished=finished)
         self._update_enabled()
 
     def _job_failed(self, exc: BaseException, tb: str) -> None:
@@ -538,7 +572,7 @@ class GenerationPanel(QWidget):
             self.selected_node = None
             self.strip.set_selected(None)
             base = s.current
-            chosen = base.children[-1].token if base.children else None
+            chosen = self._forward_child(base)
         try:
             dist = process_logits(base.next_logits, *self._processing())
         except GenerationError as exc:
@@ -547,6 +581,14 @@ class GenerationPanel(QWidget):
         self._show_distribution(dist, chosen, base.depth + 1, base is s.current and s.current.stop)
         self._refresh_tree(s)
         self._refresh_beams(s)
+
+    def _forward_child(self, base):
+        """Token to highlight after `base`: the one on the branch Back left, else the newest child."""
+        if self._trail is not None:
+            path = self._trail.path()
+            if base in path[:-1]:
+                return path[path.index(base) + 1].token
+        return base.children[-1].token if base.children else None
 
     def _processing(self) -> tuple[float, int, float]:
         st = self.settings()

@@ -65,6 +65,7 @@ def _inspect(session, node):
 
 class GenerationPanel(QWidget):
     title = "Generate"
+    shortcuts = (("Right", "Step"), ("Left", "Back"))  # (key, what): made below, listed in Help
     help_text = (
         "<b>Generate</b>: the model predicts a distribution over the next token; a strategy picks one.<br>"
         "Temperature T: p<sub>i</sub> &prop; exp(logit<sub>i</sub>/T) (T&rarr;0 greedy, T&rarr;&infin; uniform). "
@@ -207,7 +208,7 @@ class GenerationPanel(QWidget):
         lay.addWidget(self.status)
 
         ctx = Qt.ShortcutContext.WidgetWithChildrenShortcut
-        for key, slot in ((Qt.Key.Key_Right, self.step), (Qt.Key.Key_Left, self.back)):
+        for (key, _), slot in zip(self.shortcuts, (self.step, self.back)):
             sc = QShortcut(QKeySequence(key), self)
             sc.setContext(ctx)
             sc.activated.connect(slot)

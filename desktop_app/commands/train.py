@@ -1,7 +1,9 @@
 """`python -m desktop_app train`: the training loop of core/training, headless.
 
 Prints one line per evaluation (or every event as a JSON line with --jsonl, which the Train panel
-reads), and always ends with one JSON line {step, train_loss, val_loss, val_accuracy, ...}.
+reads), and always ends with one JSON line {step, train_loss, train_accuracy, val_loss, val_accuracy}.
+Without --device it runs on the best device (cuda, mps, cpu); without --precision it uses bfloat16
+autocast on CUDA (float16 with loss scaling where bfloat16 is unsupported) and float32 elsewhere.
 With --control-stdin it obeys the lines "pause", "resume" and "stop" on standard input.
 Runs data-parallel under torchrun (gloo on CPU, nccl on GPUs) with the same arguments.
 """
@@ -55,8 +57,9 @@ def add_parser(sub) -> None:
     o.add_argument("--checkpoint-every", type=int, default=500)
     o.add_argument("--log-every", type=int, default=10)
     o.add_argument("--seed", type=int, default=0)
-    o.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
-    o.add_argument("--precision", choices=("float32", "bfloat16", "float16"), default="float32")
+    o.add_argument("--device", help="cpu, cuda, cuda:N, mps or auto (default: the best present, cuda > mps > cpu)")
+    o.add_argument("--precision", choices=("float32", "bfloat16", "float16"),
+                   help="autocast precision (default: bfloat16 on CUDA, float16 where it lacks bfloat16, else float32)")
     r = p.add_argument_group("output")
     r.add_argument("--out", required=True, help="checkpoint folder (a model folder plus optimiser state)")
     r.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
@@ -66,8 +69,15 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _device(args) -> str:
+    from ..core.training.trainer import best_device
+
+    return best_device() if args.device in (None, "", "auto") else args.device
+
+
 def config_from_args(args):
     from ..core.training import TrainConfig
+    from ..core.training.trainer import default_precision
 
     task_options = {}
     for key in ("length", "symbols", "p", "train_fraction"):
@@ -93,16 +103,18 @@ def config_from_args(args):
                        momentum=args.momentum, schedule=args.schedule, warmup_steps=args.warmup,
                        batch_size=args.batch_size, steps=args.steps, eval_every=args.eval_every,
                        checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-                       grad_clip=args.grad_clip or None, seed=args.seed, device=args.device,
-                       precision=args.precision)
+                       grad_clip=args.grad_clip or None, seed=args.seed, device=_device(args),
+                       precision=args.precision or default_precision(_device(args)))
 
 
 def _human(ev: dict) -> str | None:
     kind = ev["event"]
     if kind == "start":
-        return f"training {ev['parameters']:,} parameters on {ev['task']['task']} ({ev['device']}), to {ev['out']}"
+        where = f", to {ev['out']}" if ev["out"] else ""
+        return f"training {ev['parameters']:,} parameters on {ev['task']['task']} ({ev['device']}){where}"
     if kind == "eval":
-        return f"step {ev['step']}: val_loss {ev['val_loss']:.4f} val_accuracy {ev['val_accuracy']:.4f}"
+        train_acc = f" train_accuracy {ev['train_accuracy']:.4f}" if ev.get("train_accuracy") is not None else ""
+        return f"step {ev['step']}: val_loss {ev['val_loss']:.4f} val_accuracy {ev['val_accuracy']:.4f}{train_acc}"
     if kind == "step" and ev["step"] % 100 == 0:
         return (f"step {ev['step']}/{ev['steps']}: train_loss {ev['train_loss']:.4f} lr {ev['lr']:.2e} "
                 f"{ev['tokens_per_s']:.0f} tok/s eta {ev['eta']:.0f}s")
@@ -113,25 +125,22 @@ def _human(ev: dict) -> str | None:
 
 def run(args) -> int:
     from ..core.training import TrainControl, TrainingDiverged, train
-    from ..core.training.trainer import export_model, read_run_config
+    from ..core.training.trainer import SUMMARY_KEYS, export_model, read_run_config
 
-    if args.baseline == "mlp":
-        if args.task != "motif":
-            raise ValueError("--baseline mlp is the motif task's baseline; use --task motif")
-        from ..core.training.baselines import train_motif_mlp
-        result = train_motif_mlp(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                                 n_train=args.train_size, weight_decay=args.weight_decay)
-        print(json.dumps({"step": args.steps, "train_loss": result["train_loss"], "val_loss": None,
-                          "val_accuracy": result["val_accuracy"], "parameters": result["parameters"]}))
-        return 0
+    if args.baseline == "mlp" and args.task != "motif":
+        raise ValueError("--baseline mlp is the motif task's baseline; use --task motif")
     cfg = config_from_args(args)
-    if args.resume:
+    if args.resume and args.baseline is None:
         try:
             saved = read_run_config(args.out)
         except Exception:
             saved = None
-        if saved is not None:  # the checkpoint's settings win, except how long and where to run
-            cfg = saved.__class__(**{**saved.to_dict(), "steps": args.steps, "device": args.device})
+        if saved is not None:  # the checkpoint's settings win, except how long, where and (if given) how precise
+            precision = args.precision or saved.precision
+            if precision == "float16" and not cfg.device.startswith("cuda"):
+                precision = cfg.precision
+            cfg = saved.__class__(**{**saved.to_dict(), "steps": args.steps, "device": cfg.device,
+                                     "precision": precision})
     control = TrainControl()
     lock = threading.Lock()
 
@@ -168,11 +177,18 @@ def run(args) -> int:
     except ValueError:  # not the main thread (tests calling run() from a worker)
         pass
     try:
+        if args.baseline == "mlp":  # the lectures' comparison: same batches, same held-out set, no checkpoint
+            from ..core.training.baselines import train_motif_mlp
+            summary = train_motif_mlp(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+                                      n_train=args.train_size, weight_decay=args.weight_decay,
+                                      length=args.length or 20, eval_every=args.eval_every,
+                                      log_every=args.log_every, on_event=on_event, control=control)
+            print(json.dumps({k: summary.get(k) for k in ("step", *SUMMARY_KEYS, "parameters")}), flush=True)
+            return 0
         summary = train(cfg, args.out, resume=args.resume, on_event=on_event, control=control)
     except TrainingDiverged as exc:
         print(f"error: {exc}", file=sys.stderr)
-        print(json.dumps({"step": None, "train_loss": None, "val_loss": None, "val_accuracy": None,
-                          "error": str(exc)}), flush=True)
+        print(json.dumps({"step": None, **{k: None for k in SUMMARY_KEYS}, "error": str(exc)}), flush=True)
         return 3
     finally:
         for sig, handler in previous.items():
@@ -182,5 +198,5 @@ def run(args) -> int:
         return 0
     if args.export:
         export_model(args.out, args.export)
-    print(json.dumps({k: summary.get(k) for k in ("step", "train_loss", "val_loss", "val_accuracy")}), flush=True)
+    print(json.dumps({k: summary.get(k) for k in ("step", *SUMMARY_KEYS)}), flush=True)
     return 0

@@ -74,11 +74,19 @@ def atomic_write_text(path: Path, text: str) -> None:
 def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
     """Build a folder in a temporary sibling, then swap it in place of `path`.
 
-    The old folder is renamed aside before the new one moves in, so an interruption leaves
-    either `path` or `path.old` complete; load_model_folder falls back to `path.old`.
+    At every instant one complete folder exists: the current one is renamed to `path.old` (the
+    previous `.old`, then redundant, is removed first), the new one is renamed into place, and only
+    then is `.old` removed. When `path` is missing (an interrupted swap), `path.old` is kept until the
+    new folder is in place. load_model_folder falls back to `path.old`. Temporary folders that a
+    kill in the middle of a write left behind are removed first.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".{path.name}."
+    for d in path.parent.iterdir():  # mkdtemp's names for this path: prefix + 8 characters + suffix
+        if (d.name.startswith(prefix) and d.name.endswith(".tmp") and len(d.name) == len(prefix) + 12
+                and d.is_dir() and not d.is_symlink()):
+            shutil.rmtree(d, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         fill(tmp)
@@ -86,9 +94,9 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
         old = path.with_name(path.name + ".old")
-        if old.exists():
-            shutil.rmtree(old)
         if path.exists():
+            if old.exists():  # `path` is complete: the older copy is not needed
+                shutil.rmtree(old)
             os.replace(path, old)
         os.replace(tmp, path)
         shutil.rmtree(old, ignore_errors=True)

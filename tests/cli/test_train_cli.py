@@ -53,13 +53,52 @@ def test_last_line_is_the_json_summary_and_export_is_clean(tmp_path, capsys):
     events = [json.loads(line) for line in stdout.splitlines()]
     assert [e["event"] for e in events[:-1]] == ["start", "step", "step", "eval", "checkpoint", "done"]
     last = events[-1]
-    assert set(last) == {"step", "train_loss", "val_loss", "val_accuracy"}
+    assert set(last) == {"step", "train_loss", "train_accuracy", "val_loss", "val_accuracy"}
     assert last["step"] == 4 and 0.0 <= last["val_accuracy"] <= 1.0 and last["train_loss"] > 0
     assert last["val_loss"] == events[-4]["val_loss"]
+    assert last["train_accuracy"] == events[-4]["train_accuracy"] and 0.0 <= last["train_accuracy"] <= 1.0
+    assert events[0]["device"] == "cpu"  # the best device here (no GPU): the default
     assert (tmp_path / "run" / "optimizer.safetensors").is_file()
     assert not (tmp_path / "clean" / "optimizer.safetensors").exists()
     assert (tmp_path / "clean" / "metrics.csv").is_file()
     assert load_model_folder(tmp_path / "clean").tokenizer.decode([3, 11, 4, 12]) == "3 + 4 ="
+
+
+def test_device_and_precision_default_to_the_best_present(monkeypatch):
+    import torch
+
+    from desktop_app.cli import build_parser
+    from desktop_app.commands.train import config_from_args
+
+    def cfg(*extra):
+        return config_from_args(build_parser().parse_args(["train", "--task", "copy", "--steps", "1", "--out", "x",
+                                                           *extra]))
+
+    assert (cfg().device, cfg().precision) == ("cpu", "float32")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for bf16, precision in ((True, "bfloat16"), (False, "float16")):  # float16 trains with a GradScaler
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+        assert (cfg().device, cfg().precision) == ("cuda", precision)
+    assert (cfg("--device", "cpu").device, cfg("--device", "cpu").precision) == ("cpu", "float32")
+    assert cfg("--precision", "float32").precision == "float32"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun with more local processes than GPUs: CPU (gloo)
+    assert cfg().device == "cpu"
+
+
+def test_mlp_baseline_reports_events_and_the_summary(tmp_path, capsys):
+    code, stdout, stderr = in_process(capsys, "--task", "motif", "--baseline", "mlp", "--train-size", "200",
+                                      "--steps", "20", "--log-every", "5", "--eval-every", "10", "--jsonl",
+                                      "--out", str(tmp_path / "mlp"))
+    assert code == 0, stderr
+    events = [json.loads(line) for line in stdout.splitlines()]
+    assert [e["event"] for e in events[:-1]] == ["start", "step", "step", "eval", "step", "step", "eval", "done"]
+    assert events[0]["parameters"] == 41_412 and events[0]["task"]["n_train"] == 200
+    last = events[-1]
+    assert set(last) == {"step", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "parameters"}
+    assert last["step"] == 20 and last["val_accuracy"] == events[-2]["val_accuracy"] == events[-3]["val_accuracy"]
+    assert last["train_accuracy"] == events[-3]["train_accuracy"] and 0.0 <= last["train_accuracy"] <= 1.0
+    assert not (tmp_path / "mlp").exists()  # the baseline writes no checkpoint
 
 
 def test_bad_text_file_is_a_clear_error(tmp_path, capsys):

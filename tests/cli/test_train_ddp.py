@@ -12,7 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 ARGS = ["--task", "copy", "--layers", "1", "--heads", "2", "--d-model", "32", "--batch-size", "8",
-        "--steps", "6", "--log-every", "1", "--eval-every", "6", "--lr", "3e-3", "--warmup", "0", "--jsonl"]
+        "--steps", "6", "--log-every", "1", "--eval-every", "6", "--lr", "3e-3", "--warmup", "0", "--jsonl",
+        "--device", "cpu", "--precision", "float32"]  # the same device and precision in both runs
 
 
 def _losses(stdout: str) -> list[float]:

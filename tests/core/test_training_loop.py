@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import re
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,15 +49,84 @@ def test_tiny_model_overfits_a_tiny_dataset(tmp_path):
     kinds = [e["event"] for e in events]
     assert kinds[0] == "start" and kinds[-1] == "done" and "checkpoint" in kinds
     last = steps[-1]
-    for key in ("step", "train_loss", "lr", "grad_norm", "tokens_per_s", "elapsed", "eta"):
+    for key in ("step", "train_loss", "train_accuracy", "lr", "grad_norm", "tokens_per_s", "elapsed", "eta"):
         assert key in last
+    # one evaluation interval (300 steps): the running training accuracy climbs as the noise is memorised
+    assert steps[0]["train_accuracy"] < 0.3 and last["train_accuracy"] > 0.5 and summary["val_accuracy"] < 0.3
+    assert summary["train_accuracy"] == last["train_accuracy"]
     assert set(last["grad_norms"]) == {"embed", "blocks.0", "blocks.1", "head"}
     total = math.sqrt(sum(v * v for v in last["grad_norms"].values()))
     assert total == pytest.approx(last["grad_norm"], rel=1e-4)  # per-layer norms add up to the clipped one
     hist = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert [h["step"] for h in hist if h["event"] == "step"] == [e["step"] for e in steps]
     csv_head = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0]
-    assert "train_loss" in csv_head and "grad_norm.blocks.0" in csv_head
+    assert "train_loss" in csv_head and "train_accuracy" in csv_head and "grad_norm.blocks.0" in csv_head
+    assert [h["train_accuracy"] for h in hist if h["event"] == "step"] == [e["train_accuracy"] for e in steps]
+
+
+def test_train_accuracy_counts_the_training_batches_since_the_last_evaluation(tmp_path):
+    # lr 0: the model never changes, so the reported training accuracy must be its accuracy on the
+    # very batches the run drew (same seed, same generator), interval by interval
+    from desktop_app.core.training.tasks import IGNORE
+    from desktop_app.core.training.trainer import task_for
+
+    cfg = TrainConfig(task="sort", task_options={"length": 4, "symbols": 5}, model=SMALL, lr=0.0,
+                      schedule="constant", warmup_steps=0, steps=6, batch_size=8, log_every=1, eval_every=3)
+    events = []
+    summary = train(cfg, tmp_path / "run", on_event=events.append)
+    model = load_model_folder(tmp_path / "run").model
+    task = task_for(cfg, causal=True)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    hits = []
+    with torch.no_grad():
+        for _ in range(cfg.steps):
+            b = task.train_batch(cfg.batch_size, gen)
+            scored = b.targets != IGNORE
+            hits.append(((model(b.inputs).logits.argmax(-1) == b.targets)[scored].sum().item(), scored.sum().item()))
+    steps = [e for e in events if e["event"] == "step"]
+    evals = [e for e in events if e["event"] == "eval"]
+    for e in steps:  # running since the last evaluation
+        start = (e["step"] - 1) // 3 * 3
+        part = hits[start:e["step"]]
+        assert e["train_accuracy"] == pytest.approx(sum(c for c, _ in part) / sum(n for _, n in part))
+    assert [e["step"] for e in evals] == [3, 6]
+    for e in evals:
+        part = hits[e["step"] - 3:e["step"]]
+        assert e["train_accuracy"] == pytest.approx(sum(c for c, _ in part) / sum(n for _, n in part))
+    assert summary["train_accuracy"] == evals[-1]["train_accuracy"]
+    hist = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert [h["train_accuracy"] for h in hist if h["event"] == "eval"] == [e["train_accuracy"] for e in evals]
+
+
+def test_bfloat16_autocast_on_cpu_trains_and_saves_float32_weights(tmp_path):
+    from safetensors import safe_open
+
+    cfg = TrainConfig(task="copy", task_options={"length": 4, "symbols": 5}, model=SMALL, lr=3e-3,
+                      warmup_steps=0, schedule="constant", steps=30, batch_size=16, log_every=5, eval_every=30,
+                      precision="bfloat16")
+    events = []
+    summary = train(cfg, tmp_path / "run", on_event=events.append)
+    losses = [e["train_loss"] for e in events if e["event"] == "step"]
+    assert all(math.isfinite(v) for v in losses) and math.isfinite(summary["val_loss"])
+    assert losses[-1] < losses[0]
+    with safe_open(str(tmp_path / "run" / "model.safetensors"), framework="pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float32}
+    assert load_model_folder(tmp_path / "run").config.dtype == "float32"
+
+
+def test_resume_restores_the_cuda_rng_state(tmp_path, monkeypatch):
+    # no GPU needed: torch.cuda is faked just enough for the trainer's save and restore of its RNG state
+    saved_state = torch.arange(16, dtype=torch.uint8)
+    restored = {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [saved_state.clone()])
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device=0: restored.update({device: state}))
+    cfg = TrainConfig(task="copy", model=SMALL, steps=2, log_every=1, eval_every=2, checkpoint_every=2)
+    train(cfg, tmp_path / "run")
+    assert not restored
+    train(TrainConfig(**{**cfg.to_dict(), "steps": 3}), tmp_path / "run", resume=True)
+    assert set(restored) == {0} and torch.equal(restored[0], saved_state)
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
@@ -66,13 +139,16 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     msg = str(err.value)
     assert "nan" in msg.lower() or "inf" in msg.lower() or "non-finite" in msg
     assert events[-1]["event"] == "error" and events[-1]["message"] == msg
+    bad_step = int(re.search(r"(?:at|by) step (\d+)", msg).group(1))  # the step that went non-finite
+    assert bad_step >= 2  # (lr chosen so that the first steps are still finite)
     good = checkpoint_step(tmp_path / "run")
-    if good is None:
-        assert "no checkpoint" in msg
-    else:
-        assert f"step {good})" in msg
-        loaded = load_model_folder(tmp_path / "run")
-        assert all(torch.isfinite(p).all() for p in loaded.model.parameters())
+    assert good == bad_step - 1  # checkpoint_every=1: the last good checkpoint is the step just before
+    assert f"last good checkpoint (step {good})" in msg
+    assert [e["step"] for e in events if e["event"] == "checkpoint"][-1] == good
+    loaded = load_model_folder(tmp_path / "run")
+    assert all(torch.isfinite(p).all() for p in loaded.model.parameters())
+    hist = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert hist[-1]["step"] == good and all(math.isfinite(h["train_loss"]) for h in hist if "train_loss" in h)
 
 
 def _weights(path):
@@ -190,3 +266,94 @@ def test_mlp_baseline_on_the_lectures_data(tmp_path):
     assert 41_000 < result["parameters"] < 42_000
     assert result["train_loss"] < 0.01  # it memorises its 1,500 samples...
     assert result["val_accuracy"] < 0.9  # ...and stays well below the transformer on held-out ones
+
+
+class _Killed(BaseException):
+    """A kill -9 at some instant of a checkpoint save (no cleanup runs after it)."""
+
+
+def _crashing_save(monkeypatch, folder, version, crash_at):
+    """save_model_folder of model `version`, dying at the crash_at-th file-system step of the swap.
+
+    The steps counted are os.fsync, os.replace and shutil.rmtree. An interrupted rmtree first deletes
+    the folder's weights (a half-removed folder); after the "kill" nothing runs at all (no cleanup).
+    Returns whether the save was interrupted.
+    """
+    from desktop_app.core.checkpoints import new_model, save_model_folder
+    from desktop_app.core.config import ModelConfig
+
+    model = new_model(ModelConfig.gpt2(vocab_size=11, d_model=8, n_layers=1, n_heads=1, d_ff=16, context_length=8),
+                      seed=version)
+    real = {"fsync": os.fsync, "replace": os.replace, "rmtree": shutil.rmtree}
+    calls = {"n": 0, "dead": False}
+
+    def step(name):
+        def f(*args, **kwargs):
+            if calls["dead"]:
+                return None
+            calls["n"] += 1
+            if calls["n"] == crash_at:
+                calls["dead"] = True
+                if name == "rmtree" and (Path(args[0]) / "model.safetensors").exists():
+                    (Path(args[0]) / "model.safetensors").unlink()
+                raise _Killed
+            return real[name](*args, **kwargs)
+        return f
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "fsync", step("fsync"))
+        m.setattr(os, "replace", step("replace"))
+        m.setattr(shutil, "rmtree", step("rmtree"))
+        try:
+            save_model_folder(model, folder, extra_files={"trainer_state.json": json.dumps({"step": version}).encode()})
+        except _Killed:
+            return True
+    return False
+
+
+def _loadable_version(folder):
+    from desktop_app.core.checkpoints import new_model
+
+    loaded = load_model_folder(folder)
+    step = checkpoint_step(folder)
+    expected = new_model(loaded.config, seed=step).state_dict()
+    assert all(torch.equal(v, expected[k]) for k, v in loaded.model.state_dict().items())  # complete, intact
+    return step
+
+
+@pytest.mark.parametrize("start", ["current", "old only", "current and old"])
+def test_checkpoint_swap_survives_a_kill_at_every_step(tmp_path, monkeypatch, start):
+    """At every instant of a save, one complete checkpoint is loadable (the previous one or the new)."""
+    crash_at = 1
+    while True:
+        root = tmp_path / f"{start}-{crash_at}"
+        root.mkdir()
+        folder = root / "run"
+        assert not _crashing_save(monkeypatch, folder, 1, crash_at=0)
+        if start != "current":
+            folder.rename(root / "run.old")  # as an interrupted swap (or a resume from .old) leaves it
+        if start == "current and old":
+            assert not _crashing_save(monkeypatch, folder, 2, crash_at=0)
+        before = _loadable_version(folder)
+        interrupted = _crashing_save(monkeypatch, folder, 3, crash_at=crash_at)
+        after = _loadable_version(folder)
+        assert after in (before, 3) if interrupted else after == 3
+        # the next save after the "kill" works and leaves no temporary folder or .old behind
+        assert not _crashing_save(monkeypatch, folder, 4, crash_at=0)
+        assert _loadable_version(folder) == 4
+        assert sorted(p.name for p in root.iterdir()) == ["run"]
+        if not interrupted:
+            break
+        crash_at += 1
+    assert crash_at > 4  # every step of the swap was tried
+
+
+def test_resume_from_the_old_twin_after_an_interrupted_swap(tmp_path):
+    cfg = TrainConfig(task="copy", model=SMALL, steps=4, log_every=2, eval_every=4, checkpoint_every=2)
+    train(cfg, tmp_path / "run")
+    (tmp_path / "run").rename(tmp_path / "run.old")
+    (tmp_path / ".run.abcd1234.tmp").mkdir()  # a temporary folder a kill mid-write left behind
+    events = []
+    train(TrainConfig(**{**cfg.to_dict(), "steps": 6}), tmp_path / "run", resume=True, on_event=events.append)
+    assert events[0]["step"] == 4 and checkpoint_step(tmp_path / "run") == 6
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -5,10 +5,15 @@ accuracies compare (lectures: 56.4% for the MLP, 95.6% for the 3-block, 1-head t
 """
 from __future__ import annotations
 
+import math
+import time
+from typing import Callable
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..jobs import Cancelled, JobControl
 from .tasks import MotifTask
 
 
@@ -24,22 +29,79 @@ class MotifMLP(nn.Module):
 
 
 def train_motif_mlp(steps: int = 3000, batch_size: int = 64, lr: float = 1e-3, seed: int = 0,
-                    n_train: int | None = None, weight_decay: float = 0.0) -> dict:
-    """Train the MLP on the motif task; returns {parameters, train_loss, val_accuracy}."""
+                    n_train: int | None = None, weight_decay: float = 0.0, length: int = 20,
+                    eval_every: int | None = None, log_every: int = 10,
+                    on_event: Callable[[dict], None] | None = None, control: JobControl | None = None) -> dict:
+    """Train the MLP on the motif task; returns {parameters, train_loss, train_accuracy, val_loss, val_accuracy}.
+
+    Emits the trainer's events ("start", "step", "eval", "done", or "stopped" when `control` cancels;
+    "paused"/"resumed" with a TrainControl) so the Train panel plots it like a transformer run.
+    train_loss is the last batch's loss; train_accuracy counts the training batches since the last
+    evaluation. Nothing is written to disk.
+    """
+    from .trainer import SUMMARY_KEYS, TrainControl, grad_norms
+
+    emit = on_event or (lambda ev: None)
     torch.manual_seed(seed)
-    task = MotifTask(n_train=n_train)
-    model = MotifMLP()
+    task = MotifTask(length=length, n_train=n_train)
+    model = MotifMLP(length=length)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     gen = torch.Generator().manual_seed(seed)
-    loss = torch.tensor(0.0)
-    for _ in range(steps):
-        b = task.train_batch(batch_size, gen)
-        loss = F.cross_entropy(model(b.inputs), b.targets[:, -1])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
     val = task.val_set(seed)
-    with torch.no_grad():
-        acc = (model(val.inputs).argmax(-1) == val.targets[:, -1]).float().mean().item()
-    return {"parameters": sum(p.numel() for p in model.parameters()), "train_loss": float(loss.detach()),
-            "val_accuracy": acc}
+    groups = {name: list(m.parameters()) for name, m in model.named_children()}
+    n_params = sum(p.numel() for p in model.parameters())
+    emit({"event": "start", "step": 0, "steps": steps, "parameters": n_params, "task": task.describe(),
+          "model": {"baseline": "mlp", "length": length, "d": 32, "hidden": 64}, "out": None, "world_size": 1,
+          "device": "cpu"})
+    summary: dict = {"step": 0, **{k: None for k in SUMMARY_KEYS}, "parameters": n_params}
+    loss = torch.tensor(0.0)
+    correct = scored = 0
+    window_loss, window_n, active = 0.0, 0, 0.0
+    step = 0
+    try:
+        while step < steps:
+            if control is not None:
+                if isinstance(control, TrainControl) and control.paused:
+                    emit({"event": "paused", "step": step})
+                    control.wait_while_paused()
+                    emit({"event": "resumed", "step": step})
+                control.check()
+            t0 = time.perf_counter()
+            b = task.train_batch(batch_size, gen)
+            logits = model(b.inputs)
+            loss = F.cross_entropy(logits, b.targets[:, -1])
+            correct += int((logits.argmax(-1) == b.targets[:, -1]).sum())
+            scored += len(b)
+            opt.zero_grad()
+            loss.backward()
+            log_now = (step + 1) % log_every == 0 or step + 1 == steps
+            per_layer = grad_norms(groups) if log_now else None
+            opt.step()
+            step += 1
+            active += time.perf_counter() - t0
+            window_loss += float(loss.detach())
+            window_n += 1
+            summary.update(step=step, train_loss=float(loss.detach()), train_accuracy=correct / scored)
+            if log_now:
+                emit({"event": "step", "step": step, "steps": steps, "train_loss": window_loss / window_n,
+                      "train_accuracy": correct / scored, "lr": lr,
+                      "grad_norm": math.sqrt(sum(v * v for v in per_layer.values())), "grad_norms": per_layer,
+                      "tokens_per_s": step * batch_size * length / max(active, 1e-9), "elapsed": active,
+                      "eta": active / step * (steps - step)})
+                if control is not None:
+                    control.progress(step, steps, f"step {step}/{steps}")
+                window_loss, window_n = 0.0, 0
+            if (eval_every and step % eval_every == 0) or step == steps:
+                with torch.no_grad():
+                    val_logits = model(val.inputs)
+                    val_loss = float(F.cross_entropy(val_logits, val.targets[:, -1]))
+                    val_acc = (val_logits.argmax(-1) == val.targets[:, -1]).float().mean().item()
+                summary.update(val_loss=val_loss, val_accuracy=val_acc)
+                emit({"event": "eval", "step": step, "val_loss": val_loss, "val_accuracy": val_acc,
+                      "train_accuracy": correct / scored, "elapsed": active})
+                correct = scored = 0
+    except Cancelled:
+        emit({"event": "stopped", "step": step, **{k: summary[k] for k in SUMMARY_KEYS}})
+        return summary
+    emit({"event": "done", **summary, "elapsed": active})
+    return summary

@@ -3,7 +3,9 @@
 `train(cfg, out_dir, resume=..., on_event=..., control=...)` runs one training run. It emits plain
 dict events through `on_event` (see EVENT KINDS below), writes checkpoints into `out_dir` in the
 model-folder format with everything needed to resume beside the weights, and returns the last
-summary {step, train_loss, val_loss, val_accuracy, ...}.
+summary {step, train_loss, train_accuracy, val_loss, val_accuracy, ...}. train_accuracy is the share of
+scored training tokens predicted right since the last evaluation (counted on the training batches
+themselves, so it costs nothing extra); "step" events carry it running, "eval" events over the interval.
 
 Checkpoint folder (written with save_model_folder: atomic, so kill -9 leaves the previous one):
     config.json, model.safetensors, tokenizer.json     the model (loads in this app and transformers)
@@ -40,7 +42,7 @@ from safetensors.torch import save as st_save
 
 from ..checkpoints import ModelLoadError, load_model_folder, new_model, save_model_folder
 from ..config import ModelConfig
-from ..devices import resolve_device
+from ..devices import default_device, resolve_device
 from ..jobs import Cancelled, JobControl
 from ..model import Transformer
 from .optim import make_optimizer, optimizer_state_from_tensors, optimizer_state_to_tensors
@@ -53,6 +55,7 @@ RUN_FILE = "run_config.json"
 METRICS_JSON = "metrics.json"
 METRICS_CSV = "metrics.csv"
 FORMAT = 1
+SUMMARY_KEYS = ("train_loss", "train_accuracy", "val_loss", "val_accuracy")
 
 
 class TrainingDiverged(RuntimeError):
@@ -92,6 +95,22 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown training settings: {', '.join(sorted(unknown))}")
         return cls(**d)
+
+
+def best_device() -> str:
+    """The device a run gets unless told otherwise: cuda, then mps, then cpu (cpu too under torchrun
+    when this machine has fewer GPUs than local processes)."""
+    device = default_device()
+    if device.startswith("cuda") and torch.cuda.device_count() < int(os.environ.get("LOCAL_WORLD_SIZE", "1")):
+        return "cpu"
+    return device
+
+
+def default_precision(device: str) -> str:
+    """bfloat16 autocast on CUDA (float16 with loss scaling where bfloat16 is unsupported), else float32."""
+    if str(device).startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "float32"
 
 
 class TrainControl(JobControl):
@@ -221,6 +240,16 @@ def _rng_tensors(gen: torch.Generator) -> dict[str, torch.Tensor]:
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             out[f"rng.cuda.{i}"] = s
     return out
+
+
+def _restore_rng(rng: dict[str, torch.Tensor], gen: torch.Generator) -> None:
+    """Put back the RNG states _rng_tensors saved (CUDA ones only where this machine has those devices)."""
+    gen.set_state(rng["rng.batches"])
+    torch.set_rng_state(rng["rng.torch"])
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            if f"rng.cuda.{i}" in rng:
+                torch.cuda.set_rng_state(rng[f"rng.cuda.{i}"], i)
 
 
 def _metrics_csv(history: list[dict]) -> str:
@@ -360,17 +389,17 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
         rng = {k: v for k, v in opt_tensors.items() if k.startswith("rng.")}
         opt.load_state_dict(optimizer_state_from_tensors(
             {k: v.to(device) for k, v in opt_tensors.items() if not k.startswith("rng.")}, state["optimizer"]))
-        gen.set_state(rng["rng.batches"])
-        torch.set_rng_state(rng["rng.torch"])
+        _restore_rng(rng, gen)
     groups = layer_groups(model)
     autocast = _autocast_factory(device, cfg.precision)
     scaler = torch.amp.GradScaler("cuda") if cfg.precision == "float16" else None
     val = task.val_set(cfg.seed)
 
-    summary: dict[str, Any] = {"step": start_step, "train_loss": None, "val_loss": None, "val_accuracy": None}
+    summary: dict[str, Any] = {"step": start_step, "train_loss": None, "train_accuracy": None, "val_loss": None,
+                               "val_accuracy": None}
     if history:
         for ev in history:
-            summary.update({k: ev[k] for k in ("train_loss", "val_loss", "val_accuracy") if k in ev})
+            summary.update({k: ev[k] for k in SUMMARY_KEYS if k in ev})
     n_params = model.num_parameters()
     emit({"event": "start", "step": start_step, "steps": cfg.steps, "parameters": n_params,
           "task": task.describe(), "model": model_cfg.to_dict(), "out": str(out_dir), "world_size": world,
@@ -387,6 +416,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
     last_ckpt = start_step if state is not None else None
     active = 0.0  # seconds spent training in this session (pauses excluded)
     window_tokens, window_time, window_loss, window_n = 0, 0.0, 0.0, 0
+    interval_correct, interval_scored = 0, 0  # training accuracy since the last evaluation
     step = start_step
     try:
         while step < cfg.steps:
@@ -405,13 +435,17 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
                 batch = Batch(batch.inputs[rank::world], batch.targets[rank::world])
             x, y = batch.inputs.to(device), batch.targets.to(device)
             with autocast():
-                loss, _, _ = wrapped(x, y)
+                loss, correct, scored = wrapped(x, y)
             loss_value = float(loss.detach())
-            if world > 1:  # report the global batch's loss, as one process would
+            if world > 1:  # report the global batch's loss and accuracy, as one process would
                 import torch.distributed as dist
-                t = loss.detach().clone()
+                t = torch.stack([loss.detach().float(), correct.float(),
+                                 torch.tensor(float(scored), device=correct.device)])
                 dist.all_reduce(t)
-                loss_value = float(t) / world
+                loss_value = float(t[0]) / world
+                correct, scored = t[1], t[2]
+            interval_correct += int(correct)
+            interval_scored += int(scored)
             if not math.isfinite(loss_value):
                 raise TrainingDiverged(f"the loss became {loss_value} at step {step + 1}")
             opt.zero_grad(set_to_none=True)
@@ -442,11 +476,12 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
             eta = active / (step - start_step) * (cfg.steps - step)
             if log_now:
                 ev = {"event": "step", "step": step, "steps": cfg.steps, "train_loss": window_loss / window_n,
-                      "lr": lr, "grad_norm": total_norm, "grad_norms": per_layer,
+                      "train_accuracy": interval_correct / max(interval_scored, 1), "lr": lr,
+                      "grad_norm": total_norm, "grad_norms": per_layer,
                       "tokens_per_s": window_tokens / max(window_time, 1e-9), "elapsed": elapsed, "eta": eta}
                 history.append({k: v for k, v in ev.items() if k != "grad_norms"} |
                                {f"grad_norm.{k}": v for k, v in per_layer.items()})
-                summary["train_loss"] = ev["train_loss"]
+                summary.update(train_loss=ev["train_loss"], train_accuracy=ev["train_accuracy"])
                 emit(ev)
                 if control is not None:
                     control.progress(step, cfg.steps, f"step {step}/{cfg.steps}")
@@ -455,10 +490,14 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
                 val_loss, val_acc = evaluate(model, val, cfg.batch_size * 4, device, autocast)
                 if not math.isfinite(val_loss):
                     raise TrainingDiverged(f"the validation loss became {val_loss} at step {step}")
+                train_acc = interval_correct / interval_scored if interval_scored else None
                 ev = {"event": "eval", "step": step, "val_loss": val_loss, "val_accuracy": val_acc,
-                      "elapsed": elapsed}
+                      "train_accuracy": train_acc, "elapsed": elapsed}
                 history.append(ev)
                 summary.update(step=step, val_loss=val_loss, val_accuracy=val_acc)
+                if train_acc is not None:
+                    summary["train_accuracy"] = train_acc
+                interval_correct, interval_scored = 0, 0
                 emit(ev)
             summary["step"] = step
             if step % cfg.checkpoint_every == 0 or step == cfg.steps:
@@ -468,7 +507,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
         if step != last_ckpt:
             checkpoint(step, elapsed_before + active)
         summary["step"] = step
-        emit({"event": "stopped", "step": step, **{k: summary[k] for k in ("train_loss", "val_loss", "val_accuracy")}})
+        emit({"event": "stopped", "step": step, **{k: summary[k] for k in SUMMARY_KEYS}})
         return summary
     except TrainingDiverged as exc:
         where = (f"the last good checkpoint (step {last_ckpt}) in {out_dir} is kept"

@@ -12,19 +12,21 @@ import time
 from pathlib import Path
 
 import pyqtgraph as pg
+import torch
 from PySide6.QtCore import QProcess, Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGridLayout,
                                QGroupBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QScrollArea,
                                QSpinBox, QVBoxLayout, QWidget)
 
 from ...core.config import ConfigError
-from ...core.training.trainer import TrainConfig, model_config_for, parameter_count, task_vocab_size
+from ...core.training.trainer import (TrainConfig, best_device, default_precision, model_config_for, parameter_count,
+                                      task_vocab_size)
 from ...paths import user_data_dir
 from ..workers import run_job
 
 LAYER_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 TASK_OPTIONS = {  # which task options each task shows
-    "motif": ("length",), "copy": ("length", "symbols"), "reverse": ("length", "symbols"),
+    "motif": ("length", "model_kind", "n_train"), "copy": ("length", "symbols"), "reverse": ("length", "symbols"),
     "sort": ("length", "symbols"), "modadd": ("p", "train_fraction"), "induction": ("length", "symbols"),
     "text": ("text_file", "tokenizer", "vocab_size"),
 }
@@ -70,10 +72,12 @@ class TrainingPanel(QWidget):
         "position, read as a 4-way classification). <i>Validation</i> uses held-out instances the run never "
         "trains on; <i>accuracy</i> is the share of scored tokens whose arg-max is right.</p>"
         "<p><b>Motif</b> (lectures): 20 letters of A&ndash;D, predict the letter right after the last A "
-        "(3 blocks, 1 head, width 32: 95.6% in the lectures, against 56.4% for an MLP). <b>modadd</b>: "
+        "(3 blocks, 1 head, width 32: 95.6% in the lectures, against 56.4% for an MLP: choose <i>MLP baseline</i> "
+        "and a training-set size of 1500 for the comparison). <b>modadd</b>: "
         "a + b mod p, with weight decay it groks (validation jumps long after training). <b>induction</b>: a "
         "random sequence repeated; the repeat is predictable only by copying, which grows induction heads.</p>"
-        "<p>Schedules: warmup + cosine to 10% of the peak; Noam lr = factor &middot; d<sup>&minus;1/2</sup> "
+        "<p>Accuracy is plotted for the training batches since the previous evaluation and for the validation set. "
+        "Schedules: warmup + cosine to 10% of the peak; Noam lr = factor &middot; d<sup>&minus;1/2</sup> "
         "min(t<sup>&minus;1/2</sup>, t &middot; warmup<sup>&minus;3/2</sup>). Clipping rescales g to "
         "&alpha; g / ||g|| when ||g|| &gt; &alpha;. The gradient-norm plot shows ||g|| per layer before clipping. "
         "The run is a separate process: checkpoints every N steps and at Stop; a crash keeps the last one.</p>")
@@ -154,16 +158,27 @@ class TrainingPanel(QWidget):
         row.setContentsMargins(0, 0, 0, 0)
         self.tokenizer = _combo(["char", "bpe"])
         self.vocab_size = _spin(260, 65536, 512, 64)
+        self.model_kind = _combo(["transformer", "MLP baseline"])
+        self.model_kind.setToolTip("The lectures' MLP (embedding 32, 20*32 -> 64 -> 4) on the same batches and "
+                                   "held-out set, for the comparison; it writes no checkpoint")
+        self.n_train = _spin(0, 1_000_000, 0, 500)
+        self.n_train.setSpecialValueText("fresh samples")
+        self.n_train.setToolTip("A fixed training set of this many samples (the lectures use 1500); "
+                                "0 draws fresh samples for every batch")
         self._task_rows = {"length": self.length, "symbols": self.symbols, "p": self.p,
                            "train_fraction": self.train_fraction, "text_file": self.text_row,
-                           "tokenizer": self.tokenizer, "vocab_size": self.vocab_size}
+                           "tokenizer": self.tokenizer, "vocab_size": self.vocab_size,
+                           "model_kind": self.model_kind, "n_train": self.n_train}
         tf.addRow("Task", self.task)
-        for name, label in (("length", "Length"), ("symbols", "Symbols"), ("p", "Modulus p"),
+        for name, label in (("model_kind", "Model"), ("length", "Length"), ("n_train", "Training-set size"),
+                            ("symbols", "Symbols"), ("p", "Modulus p"),
                             ("train_fraction", "Train fraction"), ("text_file", "Text file"),
                             ("tokenizer", "Tokenizer"), ("vocab_size", "BPE vocabulary")):
             tf.addRow(label, self._task_rows[name])
         self.task_form = tf
         self.task.currentTextChanged.connect(self._on_task_changed)
+        self.model_kind.currentTextChanged.connect(self._on_model_kind_changed)
+        self.model_box = model_box
         v.addWidget(task_box)
 
         opt_box = QGroupBox("Optimisation")
@@ -180,15 +195,21 @@ class TrainingPanel(QWidget):
         self.checkpoint_every = _spin(1, 1_000_000, 500, 100)
         self.seed = _spin(0, 2**31 - 1, 0)
         from ...core.devices import available_devices
-        self.device = _combo(available_devices())
-        self.precision = _combo(["float32", "bfloat16", "float16"])
-        for label, w in (("Optimizer", self.optimizer), ("Learning rate", self.lr),
+        self.device = _combo(available_devices(), best_device())
+        self.precision = _combo(["float32", "bfloat16", "float16"], default_precision(self.device.currentText()))
+        self.precision.setToolTip("Autocast precision; weights and checkpoints stay float32. Default: bfloat16 on "
+                                  "CUDA (float16 with loss scaling without bfloat16 support), float32 elsewhere")
+        self.device.currentTextChanged.connect(lambda d: self.precision.setCurrentText(default_precision(d)))
+        self.lr_label = QLabel("Learning rate")
+        for label, w in (("Optimizer", self.optimizer), (self.lr_label, self.lr),
                          ("Weight decay", self.weight_decay), ("Schedule", self.schedule), ("Warmup", self.warmup),
                          ("Batch size", self.batch_size), ("Grad clip (0 = off)", self.grad_clip),
                          ("Steps", self.steps), ("Eval every", self.eval_every),
                          ("Checkpoint every", self.checkpoint_every), ("Seed", self.seed),
                          ("Device", self.device), ("Precision", self.precision)):
             of.addRow(label, w)
+        self.schedule.currentTextChanged.connect(self._on_schedule_changed)
+        self._on_schedule_changed()
         v.addWidget(opt_box)
 
         out_box = QGroupBox("Output")
@@ -201,9 +222,10 @@ class TrainingPanel(QWidget):
         v.addStretch(1)
 
         for w in (self.layers, self.heads, self.d_model, self.d_ff, self.context, self.p, self.symbols,
-                  self.length, self.vocab_size):
+                  self.length, self.vocab_size, self.dropout):
             w.valueChanged.connect(self._update_param_count)
-        for w in (self.norm, self.activation, self.positions, self.tokenizer, self.family):
+        for w in (self.norm_placement, self.norm, self.activation, self.positions, self.attention, self.init,
+                  self.tokenizer, self.family):
             w.currentTextChanged.connect(self._update_param_count)
         self.text_file.editingFinished.connect(self._update_param_count)
 
@@ -238,17 +260,20 @@ class TrainingPanel(QWidget):
 
         grid = QGridLayout()
         self.loss_plot = self._plot("Loss", "cross-entropy")
-        self.acc_plot = self._plot("Validation accuracy", "accuracy")
+        self.acc_plot = self._plot("Accuracy", "accuracy")
         self.lr_plot = self._plot("Learning rate", "lr")
         self.grad_plot = self._plot("Gradient norm per layer", "||g||")
         self.grad_plot.setLogMode(y=True)
         self.loss_plot.addLegend(offset=(-10, 10))
         self.grad_plot.addLegend(offset=(-10, 10), colCount=2)
+        self.acc_plot.addLegend(offset=(-10, -10))
         self.train_curve = self.loss_plot.plot(pen=pg.mkPen("#0072B2", width=2), name="train")
         self.val_curve = self.loss_plot.plot(pen=pg.mkPen("#D55E00", width=2), symbol="o", symbolSize=6,
                                              symbolBrush="#D55E00", name="validation")
+        self.train_acc_curve = self.acc_plot.plot(pen=pg.mkPen("#0072B2", width=2), symbol="t", symbolSize=6,
+                                                  symbolBrush="#0072B2", name="train")
         self.acc_curve = self.acc_plot.plot(pen=pg.mkPen("#009E73", width=2), symbol="o", symbolSize=6,
-                                            symbolBrush="#009E73")
+                                            symbolBrush="#009E73", name="validation")
         self.acc_plot.setYRange(0, 1)
         self.lr_curve = self.lr_plot.plot(pen=pg.mkPen("#CC79A7", width=2))
         self.grad_curves: dict[str, pg.PlotDataItem] = {}
@@ -279,6 +304,7 @@ class TrainingPanel(QWidget):
         shown = TASK_OPTIONS[task]
         for name, w in self._task_rows.items():
             self.task_form.setRowVisible(w, name in shown)
+        self.model_box.setEnabled(not self.baseline())
         defaults = {"motif": 20, "copy": 8, "reverse": 8, "sort": 8, "induction": 16}
         if task in defaults:
             self.length.setValue(defaults[task])
@@ -294,6 +320,20 @@ class TrainingPanel(QWidget):
             w.setCurrentText(value)
         self._update_param_count()
 
+    def _on_model_kind_changed(self) -> None:
+        self.model_box.setEnabled(not self.baseline())  # the MLP's shape is fixed (the lectures')
+        self._update_param_count()
+
+    def _on_schedule_changed(self) -> None:
+        noam = self.schedule.currentText() == "noam"
+        self.lr_label.setText("Noam factor" if noam else "Learning rate")
+        self.lr.setToolTip("Noam: lr = factor · d_model^-1/2 · min(t^-1/2, t · warmup^-3/2); 1.0 is the paper's "
+                           "schedule" if noam else "Peak learning rate")
+
+    def baseline(self) -> str | None:
+        """"mlp" when the motif task trains the lectures' MLP baseline instead of the transformer."""
+        return "mlp" if self.task.currentText() == "motif" and self.model_kind.currentIndex() == 1 else None
+
     def config(self) -> TrainConfig:
         """The TrainConfig the form describes (also what the CLI arguments encode)."""
         task = self.task.currentText()
@@ -304,6 +344,11 @@ class TrainingPanel(QWidget):
                 opts["text_file"] = str(Path(text_file).expanduser().absolute()) if text_file else ""
             elif name == "tokenizer":
                 opts["tokenizer"] = self.tokenizer.currentText()
+            elif name == "model_kind":
+                continue  # not a task option: see baseline()
+            elif name == "n_train":
+                if self.n_train.value():
+                    opts["n_train"] = self.n_train.value()
             else:
                 opts[name] = self._task_rows[name].value()
         model = {"n_layers": self.layers.value(), "n_heads": self.heads.value(), "d_model": self.d_model.value(),
@@ -337,15 +382,25 @@ class TrainingPanel(QWidget):
         o = cfg.task_options
         for key, flag in (("length", "--length"), ("symbols", "--symbols"), ("p", "--p"),
                           ("train_fraction", "--train-fraction"), ("text_file", "--text-file"),
-                          ("tokenizer", "--tokenizer"), ("vocab_size", "--vocab-size")):
+                          ("tokenizer", "--tokenizer"), ("vocab_size", "--vocab-size"), ("n_train", "--train-size")):
             if key in o:
                 args += [flag, str(o[key])]
+        if self.baseline():
+            args += ["--baseline", self.baseline()]
         args += ["--out", str(self._out_path())]
         if self.resume_check.isChecked():
             args.append("--resume")
         return args
 
     def _update_param_count(self) -> None:
+        if self.baseline() == "mlp":
+            from ...core.training.baselines import MotifMLP
+            with torch.device("meta"):
+                n = sum(p.numel() for p in MotifMLP(length=self.length.value()).parameters())
+            self.param_label.setText(f"{n:,} (MLP)")
+            self.param_label.setStyleSheet("font-weight: bold")
+            self.param_label.setToolTip("")
+            return
         try:
             cfg = self.config()
             vocab = task_vocab_size(cfg)
@@ -388,11 +443,11 @@ class TrainingPanel(QWidget):
         if self.running:
             return
         args = self.cli_args()
-        self.out_dir = self._out_path()
+        self.out_dir = None if self.baseline() else self._out_path()  # the MLP baseline writes no checkpoint
         self.events.clear()
-        self._series = {"train": ([], []), "val": ([], []), "acc": ([], []), "lr": ([], [])}
+        self._series = {"train": ([], []), "val": ([], []), "acc": ([], []), "train_acc": ([], []), "lr": ([], [])}
         self._grad_series: dict[str, tuple[list, list]] = {}
-        for curve in (self.train_curve, self.val_curve, self.acc_curve, self.lr_curve):
+        for curve in (self.train_curve, self.val_curve, self.acc_curve, self.train_acc_curve, self.lr_curve):
             curve.setData([], [])
         for curve in self.grad_curves.values():
             self.grad_plot.removeItem(curve)
@@ -507,15 +562,20 @@ class TrainingPanel(QWidget):
             self._append("acc", ev["step"], ev["val_accuracy"])
             self.val_curve.setData(*self._series["val"])
             self.acc_curve.setData(*self._series["acc"])
+            if ev.get("train_accuracy") is not None:
+                self._append("train_acc", ev["step"], ev["train_accuracy"])
+                self.train_acc_curve.setData(*self._series["train_acc"])
         elif kind == "checkpoint":
             self._update_buttons()
         elif kind == "error":
             self.status_label.setText(ev["message"])
         elif kind in ("done", "stopped"):
-            acc = ev.get("val_accuracy")
+            acc, train_acc = ev.get("val_accuracy"), ev.get("train_accuracy")
             acc_text = f", validation accuracy {acc:.3f}" if acc is not None else ""
+            acc_text += f", training accuracy {train_acc:.3f}" if train_acc is not None else ""
+            where = f" Checkpoint: {self.out_dir}" if self.out_dir is not None else " (no checkpoint: MLP baseline)"
             self.status_label.setText(f"{'Finished' if kind == 'done' else 'Stopped'} at step {ev['step']}"
-                                      f"{acc_text}. Checkpoint: {self.out_dir}")
+                                      f"{acc_text}.{where}")
         self.run_event.emit(ev)
 
     def _append(self, key: str, x, y) -> None:

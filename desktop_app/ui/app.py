@@ -326,6 +326,8 @@ def _run(app, args, state, window, started: float) -> int:
         save_widget_png(window, args.screenshot)
     except OSError as exc:
         return _fail(f"{args.screenshot}: cannot write the screenshot ({exc})")
+    finally:
+        window.close()  # panels stop what the demo started (a training process...)
     size = Path(args.screenshot).stat().st_size
     if size == 0:
         return _fail(f"{args.screenshot}: the screenshot is empty")

@@ -495,4 +495,7 @@ class MainWindow(QMainWindow):
                 save_workspace(self.session_path, self.capture_workspace())
             except OSError as exc:
                 log.warning("could not save the session to %s: %s", self.session_path, exc)
+        for slot in self.slots:  # a child's closeEvent does not run with ours: e.g. a training run stops with a checkpoint
+            if slot.panel is not None:
+                slot.panel.close()
         super().closeEvent(event)

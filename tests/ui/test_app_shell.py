@@ -356,3 +356,21 @@ def test_screenshot_waits_for_a_panel_demo(qtbot, window):
     start = time.time()
     assert not _run_panel_demo(window, deadline=time.time() + 0.5)
     assert 0.4 < time.time() - start < 5
+
+
+def test_closing_the_window_stops_a_running_training_process(qtbot, window):
+    """Panels get their closeEvent when the window closes: the Train panel sends "stop" to its process
+    (which then writes its checkpoint and exits) instead of leaving it to be killed."""
+    from PySide6.QtCore import QProcess
+
+    window.show_panel("Train")
+    panel = window.current_slot().panel
+    proc = QProcess(panel)
+    # stands in for the train CLI's --control-stdin loop: exits 0 once it reads "stop"
+    proc.start(sys.executable, ["-c", "import sys\nwhile sys.stdin.readline().strip() != 'stop': pass"])
+    assert proc.waitForStarted(5000)
+    panel.process = proc
+    assert panel.running
+    window.close()
+    assert proc.state() == QProcess.ProcessState.NotRunning
+    assert proc.exitStatus() == QProcess.ExitStatus.NormalExit and proc.exitCode() == 0

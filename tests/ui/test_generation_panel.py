@@ -360,3 +360,25 @@ def test_mask_toggle_is_refused_while_a_job_runs(qtbot):
         qtbot.waitUntil(lambda: p.session is not None and len(p.session.history) == 2, timeout=10_000)
         _idle(qtbot, p)
     assert p.session is session and session.finished  # the running step's result was kept
+
+
+def test_screenshot_demo_leaves_a_branch_and_the_forced_tokens_lens(qtbot):
+    """The --screenshot hook plays Step x6, Back x2, a forced runner-up, Step x3, then inspects the
+    forced token: the tree has a fork and the lens rows describe that token's step."""
+    p = _make(qtbot, loaded=load_model_folder(demo_model_dir()))
+    p.screenshot_demo()
+    qtbot.waitUntil(p.screenshot_ready, timeout=30_000)
+    s = p.session
+    forks = [n for n in _nodes(s.root) if len(n.children) > 1]
+    assert len(forks) == 1 and forks[0].depth == 4
+    first, forced = forks[0].children
+    assert forced.token != first.token and s.current in _nodes(forced) and s.current.depth == forced.depth + 3
+    assert p.selected_node is forced
+    assert p.lens_table.rowCount() == p.state.loaded.config.n_layers + 1  # embed + each block
+    assert p.bars.chosen == forced.token
+
+
+def _nodes(node):
+    yield node
+    for c in node.children:
+        yield from _nodes(c)

@@ -199,3 +199,16 @@ def test_a_crashing_run_keeps_the_window(qtbot, tmp_path):
     qtbot.waitUntil(lambda: not panel.running, timeout=60_000)
     assert "missing.txt" in panel.status_label.text()
     assert panel.start_button.isEnabled()
+
+
+def test_screenshot_demo_starts_the_lectures_motif_run(qtbot, monkeypatch):
+    panel = TrainingPanel(AppState())
+    qtbot.addWidget(panel)
+    started = []
+    monkeypatch.setattr(panel, "start", lambda: started.append(panel.config()))
+    panel.screenshot_demo()
+    (cfg,) = started
+    assert cfg.task == "motif" and cfg.family == "bert"
+    assert {k: cfg.model[k] for k in ("n_layers", "n_heads", "d_model", "context_length", "norm_placement")} == \
+        {"n_layers": 3, "n_heads": 1, "d_model": 32, "context_length": 20, "norm_placement": "pre"}
+    assert 35_000 < int(panel.param_label.text().replace(",", "").split()[0]) < 42_000  # ~39k in the lectures

@@ -675,3 +675,32 @@ class GenerationPanel(QWidget):
         for st in s.history:
             name = self.state.token_strings([st.token])[0]
             self.tree.addTopLevelItem(QTreeWidgetItem([f"position {st.position}: {name!r}", "", f"{math.log(max(st.model_prob, 1e-300)):.2f}"]))
+
+    # -- --screenshot ----------------------------------------------------------------------
+    def screenshot_demo(self) -> None:
+        """Mid-generation with a branch, as in the README: six steps, back two, force the runner-up
+        candidate (a second branch), three more steps, then inspect the forced token."""
+        from ..demo import ScriptedDemo
+
+        if self._is_encoder():
+            self._demo = ScriptedDemo([self.step, self.step], lambda: self.busy, self)
+            return
+        if not self.prompt.text():
+            self.prompt.setText("So she was considering")
+        forced = {}
+
+        def force_runner_up() -> None:
+            runner_up = next((t for t in self.bars.token_ids if t != self.bars.chosen), None)
+            if self.session is not None and runner_up is not None:
+                forced["index"] = len(self.session.prompt) + self.session.current.depth
+                self.choose(runner_up)
+
+        def inspect_forced() -> None:
+            if "index" in forced:
+                self._strip_selected(forced["index"])
+
+        self._demo = ScriptedDemo([self.step] * 6 + [self.back] * 2 + [force_runner_up] + [self.step] * 3
+                                  + [inspect_forced], lambda: self.busy, self)
+
+    def screenshot_ready(self) -> bool:
+        return self._demo.done

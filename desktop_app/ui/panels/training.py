@@ -63,6 +63,8 @@ def train_command() -> list[str]:
         return [sys.executable, "train"]
     return [sys.executable, "-m", "desktop_app", "train"]
 
+LEGEND_STYLE = {"brush": (255, 255, 255, 215), "labelTextColor": "#222"}  # readable over the curves
+
 
 class TrainingPanel(QWidget):
     title = "Train"
@@ -264,9 +266,9 @@ class TrainingPanel(QWidget):
         self.lr_plot = self._plot("Learning rate", "lr")
         self.grad_plot = self._plot("Gradient norm per layer", "||g||")
         self.grad_plot.setLogMode(y=True)
-        self.loss_plot.addLegend(offset=(-10, 10))
-        self.grad_plot.addLegend(offset=(-10, 10), colCount=2)
-        self.acc_plot.addLegend(offset=(-10, -10))
+        self.loss_plot.addLegend(offset=(-10, 10), **LEGEND_STYLE)
+        self.grad_plot.addLegend(offset=(-10, 10), colCount=2, **LEGEND_STYLE)
+        self.acc_plot.addLegend(offset=(-10, -10), **LEGEND_STYLE)
         self.train_curve = self.loss_plot.plot(pen=pg.mkPen("#0072B2", width=2), name="train")
         self.val_curve = self.loss_plot.plot(pen=pg.mkPen("#D55E00", width=2), symbol="o", symbolSize=6,
                                              symbolBrush="#D55E00", name="validation")
@@ -453,7 +455,7 @@ class TrainingPanel(QWidget):
             self.grad_plot.removeItem(curve)
         self.grad_curves.clear()
         self.grad_plot.clear()
-        self.grad_plot.addLegend(offset=(-10, 10), colCount=2)
+        self.grad_plot.addLegend(offset=(-10, 10), colCount=2, **LEGEND_STYLE)
         self._buffer, self._stderr = b"", b""
         self.paused = False
         cmd = train_command() + args + ["--jsonl", "--control-stdin"]
@@ -604,6 +606,24 @@ class TrainingPanel(QWidget):
             self.process.waitForFinished(5000)
         super().closeEvent(event)
 
+
+    # -- --screenshot ----------------------------------------------------------------------
+    def screenshot_demo(self) -> None:
+        """A run in progress, as in the README: the lectures' motif transformer (3 blocks, 1 head,
+        width 32, pre-LN), shown once a few evaluations are plotted."""
+        import tempfile
+
+        for combo, value in ((self.family, "bert"), (self.norm_placement, "pre"), (self.task, "motif")):
+            combo.setCurrentText(value)
+        for spin, value in ((self.layers, 3), (self.heads, 1), (self.d_model, 32), (self.d_ff, 128),
+                            (self.context, 20), (self.length, 20), (self.lr, 3e-3), (self.warmup, 100), (self.batch_size, 64),
+                            (self.steps, 3000), (self.eval_every, 100), (self.checkpoint_every, 500)):
+            spin.setValue(value)
+        self.out_edit.setText(str(Path(tempfile.mkdtemp(prefix="te-screenshot-run-")) / "motif"))
+        self.start()
+
+    def screenshot_ready(self) -> bool:
+        return sum(e["event"] == "eval" for e in self.events) >= 4 or not self.running
 
 def _fmt_time(seconds: float) -> str:
     seconds = int(max(seconds, 0))

@@ -4,9 +4,11 @@
               [--text-file F] [--radius R] --lengths 8,16,32 --samples K --csv OUT.csv
     lipschitz --synthetic --d D --attention softmax|l2|sinkhorn [--norm-a a] [--norm-v v] [--radius R]
               [--adversarial] [--masked] --lengths ... --samples K --csv OUT.csv
+    lipschitz --synthetic --matrices AV.npz [--attention ...] [...]   (user A and V instead of random ones)
 
 One CSV row per input (columns core.lipschitz.CSV_COLUMNS), written atomically; one summary line
-per n; the last line printed is a JSON object with the fitted exponent and its 95% CI.
+per n; the last line printed is a JSON object (strict JSON: null where a number is undefined, e.g.
+the CI of a fit through two points) with the fitted exponent and its 95% CI.
 """
 from __future__ import annotations
 
@@ -27,10 +29,13 @@ def add_parser(sub) -> None:
                    help="R for adversarial/search/synthetic inputs (default: observed on real data; 1 for synthetic)")
     p.add_argument("--search-steps", type=int, default=30)
     p.add_argument("--search-start", choices=("random", "real"), default="random")
-    p.add_argument("--d", type=int, default=16, help="synthetic: token dimension")
+    p.add_argument("--d", type=int, default=None, help="synthetic: token dimension (default 16, or A's with --matrices)")
     p.add_argument("--attention", choices=("softmax", "l2", "sinkhorn"), default="softmax")
-    p.add_argument("--norm-a", type=float, default=1.0, help="synthetic: ||A||_2")
-    p.add_argument("--norm-v", type=float, default=1.0, help="synthetic: ||V||_2")
+    p.add_argument("--norm-a", type=float, default=None, help="synthetic: ||A||_2 of the random A (default 1)")
+    p.add_argument("--norm-v", type=float, default=None, help="synthetic: ||V||_2 of the random V (default 1)")
+    p.add_argument("--matrices", metavar="FILE.npz",
+                   help="synthetic: use these A and V (an .npz with arrays named A and V, both [d, d]) "
+                        "instead of random ones")
     p.add_argument("--adversarial", action="store_true", help="synthetic: the lower-bound construction")
     p.add_argument("--lengths", default="8,16,32,64", help="comma-separated, or geom:LO:HI:COUNT")
     p.add_argument("--samples", type=int, default=5)
@@ -67,14 +72,27 @@ def read_text_ids(loaded, text_file: str | None) -> list[int]:
 def run(args) -> int:
     import json
     import sys
+    from pathlib import Path
 
     from ..core import lipschitz as lip
 
     lengths = lip.parse_lengths(args.lengths)
     if args.samples < 1:
         raise ValueError("--samples must be at least 1")
+    if args.matrices and not args.synthetic:
+        raise ValueError("--matrices gives the A and V of a synthetic head: use it with --synthetic")
     if args.synthetic:
-        spec = lip.SweepSpec(data="synthetic", d=args.d, norm_A=args.norm_a, norm_V=args.norm_v,
+        matrices, d = None, 16 if args.d is None else args.d
+        if args.matrices:
+            if args.norm_a is not None or args.norm_v is not None:
+                raise ValueError("--norm-a and --norm-v scale random matrices; they do not apply with --matrices")
+            matrices = lip.load_matrices(args.matrices)
+            d = matrices[0].shape[0]
+            if args.d is not None and args.d != d:
+                raise ValueError(f"{args.matrices}: A and V are {d}x{d} but --d is {args.d}")
+        spec = lip.SweepSpec(data="synthetic", d=d, norm_A=1.0 if args.norm_a is None else args.norm_a,
+                             norm_V=1.0 if args.norm_v is None else args.norm_v, matrices=matrices,
+                             matrices_name=Path(args.matrices).name if args.matrices else "",
                              attention=args.attention, masked=bool(args.masked), synthetic_adversarial=args.adversarial,
                              radius=args.radius, lengths=lengths, samples=args.samples, tol=args.tol, seed=args.seed)
     else:
@@ -105,7 +123,15 @@ def run(args) -> int:
     result = lip.run_sweep(spec, on_length=show)
     lip.save_csv(args.csv, result)
     sys.stdout.flush()
-    print(json.dumps({"exponent": result.exponent, "exponent_ci": list(result.exponent_ci),
-                      "prefactor": result.prefactor, "function": result.function, "label": result.label,
-                      "csv": args.csv, "rows": len(result.rows())}))
+    print(json.dumps({"exponent": _finite(result.exponent), "exponent_ci": [_finite(x) for x in result.exponent_ci],
+                      "prefactor": _finite(result.prefactor), "function": result.function, "label": result.label,
+                      "csv": args.csv, "rows": len(result.rows())}, allow_nan=False))
     return 0
+
+
+def _finite(x) -> float | None:
+    """x as a float, or None (JSON null) where it is NaN or infinite: strict JSON has no NaN."""
+    import math
+
+    x = float(x)
+    return x if math.isfinite(x) else None

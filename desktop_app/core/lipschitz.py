@@ -487,24 +487,39 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
 
 
 def power_iteration(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 100, seed: int = 0) -> tuple[float, int]:
-    """The paper's procedure for ONE input X [n, d]: power iteration on J^T J, one jvp and one vjp
-    (torch.autograd.functional, forward pass recomputed each time) per iteration, stopping when the
-    estimate changes by less than tol (relative) or after max_iter iterations. Kept as the benchmark
-    reference, not used by the app."""
+    """The paper's procedure for ONE input X [n, d]: power iteration on J^T J from a Gaussian start,
+    one J v and one J^T u per iteration, stopping when the estimate changes by less than tol
+    (relative) or after max_iter iterations. Returns (sigma, iterations). Kept as the benchmark
+    reference, not used by the app.
+
+    Made as fast as the procedure allows, so that a benchmark against it is fair: torch.func.vjp
+    builds the vjp closure u -> J^T u once per input (one forward pass), and a second torch.func.vjp,
+    of that closure (which is linear in u), gives its transpose v -> J v, so no iteration repeats the
+    forward pass. Measured on the demo model's layer 0 (CPU, one thread, n = 8..256), per iteration:
+    2.7-3.8x faster than torch.autograd.functional.jvp + vjp (double backward, forward run twice per
+    iteration; 2.5-2.8x end to end, same iteration counts) and ~3.5x faster than torch.func.jvp
+    (forward mode) + the same vjp closure; torch.func.linearize needs a 0.25-0.4 s trace per input."""
     g = torch.Generator().manual_seed(seed)
     x = X.detach()[None]
     v = torch.randn(x.shape, generator=g, dtype=x.dtype).to(x.device)
     v = v / v.norm()
-    prev, it = 0.0, 0
-    sigma = 0.0
-    for it in range(1, max_iter + 1):
-        _, jv = torch.autograd.functional.jvp(fn, x, v)
-        _, w = torch.autograd.functional.vjp(fn, x, jv)
-        sigma = float(w.norm()) ** 0.5
-        v = w / w.norm()
-        if abs(sigma - prev) < tol * sigma:
-            break
-        prev = sigma
+    # the transforms differentiate with respect to x only; no_grad keeps the module's parameters
+    # (requires_grad=True) from recording a graph across iterations
+    with torch.no_grad():
+        out, vjp_fn = torch.func.vjp(fn, x)
+        _, jvp_t = torch.func.vjp(lambda u: vjp_fn(u)[0], torch.zeros_like(out))  # J v = (J^T)^T v
+        prev, it, sigma = 0.0, 0, 0.0
+        for it in range(1, max_iter + 1):
+            (jv,) = jvp_t(v)  # one jvp
+            (w,) = vjp_fn(jv)  # one vjp: w = J^T J v
+            w_norm = float(w.norm())
+            sigma = w_norm ** 0.5
+            if w_norm == 0.0:  # J v = 0: a Jacobian that vanishes (or a start in its null space)
+                break
+            v = w / w_norm
+            if abs(sigma - prev) < tol * sigma:
+                break
+            prev = sigma
     return sigma, it
 
 
@@ -568,24 +583,50 @@ def adversarial_input(A: torch.Tensor, n: int, radius: float) -> torch.Tensor:
     return X.to(A.dtype)
 
 
+SINGULAR_RTOL = 1e-6  # V counts as singular when sigma_min(V) < SINGULAR_RTOL * ||V||_2
+
+
 def _bound_parameters(fmap: AttentionMap) -> tuple[list[float], list[float], float, float]:
-    """(||A_h||_2, ||V_h||_2 per head, sigma_min(V_0), gamma(A_0)), computed once per map."""
+    """(||A_h||_2, ||V_h||_2 per head, sigma_min(V_0) or nan, gamma(A_0)), computed once per map.
+
+    sigma_min(V_0) is min ||V_0 y|| over unit y; it is nan when V_0 is singular relative to its norm
+    (sigma_min < SINGULAR_RTOL * sigma_max, or V_0 [d_out, d] with d_out < d): one head of a model has
+    V = W_O W_V of rank <= d_head < d, whose computed sigma_min (~1e-17) is rounding noise."""
     cached = getattr(fmap, "_bound_cache", None)
     if cached is None:
         A, V = fmap.A.double(), fmap.V.double()
         norms_A = [float(torch.linalg.matrix_norm(A[h], ord=2)) for h in range(fmap.n_heads)]
         norms_V = [float(torch.linalg.matrix_norm(V[h], ord=2)) for h in range(fmap.n_heads)]
-        smin = float(torch.linalg.svdvals(V[0])[-1]) if V.shape[1] >= V.shape[2] else 0.0
+        smin = float("nan")
+        if V.shape[1] >= V.shape[2]:
+            sv = torch.linalg.svdvals(V[0])
+            if float(sv[0]) > 0 and float(sv[-1]) >= SINGULAR_RTOL * float(sv[0]):
+                smin = float(sv[-1])
         cached = (norms_A, norms_V, smin, gamma_of(A[0]))
         fmap._bound_cache = cached
     return cached
 
 
 def map_bounds(fmap: AttentionMap, n, radius) -> tuple[np.ndarray, np.ndarray]:
-    """Theorem 3.1 bounds for fmap on B_R^n (nan where the theorem does not cover fmap).
+    """Theorem 3.1 bounds for fmap on B_R^n (nan where they do not cover fmap).
 
-    Several heads: the upper bound is summed over heads (triangle inequality) and there is no lower
-    bound. One head with V != I: the lower bound is multiplied by sigma_min(V) (||V D|| >= sigma_min ||D||).
+    Upper bound: Theorem 3.1 per head, summed over heads (triangle inequality). It also holds for
+    the masked map. Proof (the argument the bound's constants come from, which uses only that each
+    row of P is a softmax of the scores over some set of positions): with m_i = sum_j P_ij x_j,
+    g_i = sum_j P_ij x_j and dP_ij = P_ij (ds_ij - sum_k P_ik ds_ik), ds_ij = x_j^T A dx_i + x_i^T A^T dx_j,
+      dg_i = sum_j P_ij dx_j + C_i A dx_i + sum_j P_ij (x_j - m_i) (x_i^T A^T dx_j),
+    C_i = sum_j P_ij (x_j - m_i)(x_j - m_i)^T. On B_R^n: ||C_i|| <= R^2, ||x_j - m_i|| <= 2R,
+    ||A x_i|| <= ||A|| R; by Jensen, sum_i ||sum_j P_ij y_j||^2 <= sum_j (sum_i P_ij) ||y_j||^2
+    <= n ||Y||^2 since every P_ij <= 1; so with (a+b+c)^2 <= 3(a^2+b^2+c^2),
+      ||D f dX||^2 <= 3 ||V||^2 (n + ||A||^2 R^4 + 4 n ||A||^2 R^4) ||dX||^2.
+    The causal mask only restricts row i's softmax to j <= i (f^m(X)_i = f(x_1..x_i)_i, a row of an
+    unmasked attention on a prefix): the same identities and estimates hold line by line, so the
+    masked map has the same bound (test_masked_estimates_never_exceed_the_upper_bound).
+
+    Lower bound: Theorem 3.1 is stated for V = I, unmasked, one head. For f_V(X)_i = V g_i(X),
+    D f_V = (I_n (x) V) D g, so ||D f_V|| >= sigma_min(V) ||D g|| and the bound scales by sigma_min(V)
+    when V is injective; when V is singular (see _bound_parameters) there is no lower bound (nan).
+    Several heads or a mask: no lower bound either.
     """
     n_arr = np.asarray(n, dtype=float)
     nan = np.full(np.broadcast(n_arr, np.asarray(radius, dtype=float)).shape, np.nan)
@@ -593,9 +634,9 @@ def map_bounds(fmap: AttentionMap, n, radius) -> tuple[np.ndarray, np.ndarray]:
         return nan, nan.copy()
     norms_A, norms_V, smin, gamma = _bound_parameters(fmap)
     up = sum(upper_bound(n, radius, a, v) for a, v in zip(norms_A, norms_V))
-    if fmap.n_heads > 1 or fmap.masked:
+    if fmap.n_heads > 1 or fmap.masked or smin != smin or gamma != gamma:
         return np.asarray(up, dtype=float), nan
-    lo = smin * lower_bound(n, radius, gamma) if gamma == gamma else nan
+    lo = smin * lower_bound(n, radius, gamma)
     return np.asarray(up, dtype=float), np.asarray(lo, dtype=float)
 
 
@@ -739,6 +780,8 @@ class SweepSpec:
     norm_V: float = 1.0
     attention: str = "softmax"
     synthetic_adversarial: bool = False
+    matrices: tuple | None = None  # user (A, V), both [d, d], instead of random ones (d, norm_A, norm_V unused)
+    matrices_name: str = ""  # where they came from, for the label
     # inputs
     radius: float | None = None  # adversarial / search / synthetic; default: observed on real data
     search_steps: int = 30
@@ -822,8 +865,56 @@ def parse_lengths(text: str) -> list[int]:
     return out
 
 
+def load_matrices(path) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, V) as float64 [d, d] tensors from an .npz archive holding arrays named "A" and "V"
+    (numpy.savez(path, A=A, V=V)). Raises FileNotFoundError or ValueError with a message naming the
+    file and the problem: not an .npz, a missing array, not a real square matrix, shapes that
+    disagree, non-finite values."""
+    import zipfile
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{path}: not a NumPy .npz archive ({exc})") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path}: holds a single array, not an .npz archive with arrays A and V "
+                         "(save them with numpy.savez(path, A=A, V=V))")
+    with data:
+        missing = [name for name in ("A", "V") if name not in data.files]
+        if missing:
+            found = ", ".join(data.files) or "none"
+            raise ValueError(f"{path}: no array named {' or '.join(missing)} (found: {found}); "
+                             "expected arrays A and V of shape [d, d]")
+        try:
+            arrays = {name: data[name] for name in ("A", "V")}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"{path}: cannot read A and V ({exc})") from None
+    for name, M in arrays.items():
+        if M.dtype.kind not in "iuf":
+            raise ValueError(f"{path}: {name} has dtype {M.dtype}; expected real numbers")
+        if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] == 0:
+            raise ValueError(f"{path}: {name} has shape {list(M.shape)}; expected a square matrix [d, d]")
+        bad = int(np.size(M) - np.isfinite(M).sum())
+        if bad:
+            raise ValueError(f"{path}: {name} has {bad} non-finite value(s) (NaN or infinity)")
+    A, V = arrays["A"], arrays["V"]
+    if A.shape != V.shape:
+        raise ValueError(f"{path}: A has shape {list(A.shape)} but V has shape {list(V.shape)}; "
+                         "both must be [d, d] with the same d")
+    return torch.from_numpy(A.astype(np.float64)), torch.from_numpy(V.astype(np.float64))
+
+
 def sweep_function(spec: SweepSpec) -> AttentionMap:
     if spec.data == "synthetic" or spec.model is None:
+        if spec.matrices is not None:
+            A, V = (torch.as_tensor(m).to(torch.float64) for m in spec.matrices)
+            fmap = single_head(A, V, spec.attention, bool(spec.masked))
+            fmap.label = f"single head ({spec.attention}, A and V from {spec.matrices_name or 'the user'})"
+            return fmap
         return random_single_head(spec.d, spec.norm_A, spec.norm_V, spec.attention, bool(spec.masked),
                                   seed=spec.seed)
     return layer_map(spec.model, spec.layer, spec.head, spec.masked)
@@ -877,7 +968,7 @@ def run_sweep(spec: SweepSpec, job: JobControl | None = None,
         elif spec.data == "adversarial" or (spec.data == "synthetic" and spec.synthetic_adversarial):
             X = adversarial_input(adv_A, n, radius)[None]
         elif spec.data == "synthetic":
-            X = ball_inputs(spec.samples, n, spec.d, radius, seed=spec.seed + n)
+            X = ball_inputs(spec.samples, n, fmap.d, radius, seed=spec.seed + n)
         else:  # search
             if spec.search_start == "real" and spec.token_ids:
                 X0 = real_inputs(model, spec.token_ids, spec.layer, n, spec.samples)
@@ -908,6 +999,7 @@ def run_sweep(spec: SweepSpec, job: JobControl | None = None,
 def _default_label(spec: SweepSpec, fmap: AttentionMap) -> str:
     if spec.data == "synthetic":
         kind = "adversarial" if spec.synthetic_adversarial else "random"
-        return f"synthetic {spec.attention} d={spec.d} {kind}" + (" masked" if spec.masked else "")
+        source = f" A,V from {spec.matrices_name or 'user'}" if spec.matrices is not None else ""
+        return f"synthetic {spec.attention} d={fmap.d}{source} {kind}" + (" masked" if spec.masked else "")
     what = f"L{spec.layer}" + (f"H{spec.head}" if spec.head is not None else "")
     return f"{what} {spec.data}" + (" masked" if fmap.masked else " unmasked")

@@ -125,3 +125,127 @@ def test_model_search(model_dir, tmp_path, capsys):
     X0 = X0 * (2.0 / X0.norm(dim=-1, keepdim=True))
     start = lip.exact_jacobian_norm(f, X0).numpy()
     assert (np.array([float(r["lipschitz"]) for r in rows]) >= start * (1 - 1e-4)).all()
+
+
+def _strict_json(line: str):
+    """json.loads that refuses the non-standard NaN / Infinity tokens."""
+    def refuse(token):
+        raise ValueError(f"non-standard JSON token {token}")
+    return json.loads(line, parse_constant=refuse)
+
+
+def _known_matrices(d=3):
+    g = torch.Generator().manual_seed(21)
+    A = torch.randn(d, d, generator=g, dtype=torch.float64)
+    V = torch.randn(d, d, generator=g, dtype=torch.float64)
+    return A, V
+
+
+def test_synthetic_user_matrices(tmp_path, capsys):
+    A, V = _known_matrices()
+    npz = tmp_path / "av.npz"
+    np.savez(npz, A=A.numpy(), V=V.numpy())
+    for kind in ("softmax", "l2"):
+        out = tmp_path / f"user_{kind}.csv"
+        assert main(["lipschitz", "--synthetic", "--matrices", str(npz), "--attention", kind, "--radius", "1.5",
+                     "--lengths", "3,6", "--samples", "2", "--seed", "4", "--csv", str(out)]) == 0
+        summary = _strict_json(capsys.readouterr().out.strip().splitlines()[-1])
+        assert "av.npz" in summary["function"] and "av.npz" in summary["label"]
+        rows = _read(out)
+        assert len(rows) == 4
+        f = lip.single_head(A, V, kind)
+        for n in (3, 6):
+            X = lip.ball_inputs(2, n, 3, 1.5, seed=4 + n)  # the inputs: seeded by --seed + n
+            got = np.array([float(r["lipschitz"]) for r in rows if r["n"] == str(n)])
+            np.testing.assert_allclose(got, lip.exact_jacobian_norm(f, X).numpy(), rtol=2e-4)
+            if kind == "softmax":  # Theorem 3.1 with the file's ||A||, ||V||, sigma_min(V)
+                R = np.array([float(r["radius"]) for r in rows if r["n"] == str(n)])
+                up = lip.upper_bound(n, R, float(torch.linalg.matrix_norm(A, 2)), float(torch.linalg.matrix_norm(V, 2)))
+                lo = float(torch.linalg.svdvals(V)[-1]) * lip.lower_bound(n, R, lip.gamma_of(A))
+                np.testing.assert_allclose([float(r["upper_bound"]) for r in rows if r["n"] == str(n)], up, rtol=1e-9)
+                np.testing.assert_allclose([float(r["lower_bound"]) for r in rows if r["n"] == str(n)], lo, rtol=1e-9)
+
+
+def _bad_npz(tmp_path, case):
+    path = tmp_path / f"{case}.npz"
+    A, V = _known_matrices()
+    A, V = A.numpy(), V.numpy()
+    if case == "missing_V":
+        np.savez(path, A=A)
+    elif case == "not_square":
+        np.savez(path, A=A[:, :2], V=V)
+    elif case == "different_d":
+        np.savez(path, A=A, V=np.eye(4))
+    elif case == "vector":
+        np.savez(path, A=A, V=V[0])
+    elif case == "nan":
+        V[1, 2] = np.nan
+        np.savez(path, A=A, V=V)
+    elif case == "inf":
+        A[0, 0] = np.inf
+        np.savez(path, A=A, V=V)
+    elif case == "complex":
+        np.savez(path, A=A + 1j, V=V)
+    elif case == "text":
+        path.write_text("not an archive", encoding="utf-8")
+    elif case == "npy":
+        with open(path, "wb") as fh:
+            np.save(fh, A)
+    elif case == "absent":
+        pass
+    return path
+
+
+BAD_CASES = {"missing_V": "no array named V", "not_square": "square", "different_d": "same d", "vector": "square",
+             "nan": "non-finite", "inf": "non-finite", "complex": "real numbers", "text": "not a NumPy .npz",
+             "npy": "not an .npz", "absent": "no such file"}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_bad_matrices_file(tmp_path, capsys, case):
+    path = _bad_npz(tmp_path, case)
+    out = tmp_path / "x.csv"
+    assert main(["lipschitz", "--synthetic", "--matrices", str(path), "--lengths", "4", "--csv", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{case}.npz" in err and BAD_CASES[case] in err
+    assert not out.exists()
+
+
+def test_matrices_option_conflicts(tmp_path, capsys):
+    A, V = _known_matrices()
+    npz = tmp_path / "av.npz"
+    np.savez(npz, A=A.numpy(), V=V.numpy())
+    csv_out = str(tmp_path / "x.csv")
+    assert main(["lipschitz", "--matrices", str(npz), "--lengths", "4", "--csv", csv_out]) == 2
+    assert "--synthetic" in capsys.readouterr().err
+    assert main(["lipschitz", "--synthetic", "--matrices", str(npz), "--norm-a", "2", "--lengths", "4",
+                 "--csv", csv_out]) == 2
+    assert "--norm-a" in capsys.readouterr().err
+    assert main(["lipschitz", "--synthetic", "--matrices", str(npz), "--d", "5", "--lengths", "4", "--csv", csv_out]) == 2
+    assert "av.npz" in capsys.readouterr().err
+
+
+def test_final_json_is_strict_when_the_fit_is_undefined(tmp_path, capsys):
+    """Two points: no CI; one length: no exponent. The JSON says null, never the bare token NaN."""
+    out = str(tmp_path / "x.csv")
+    assert main(["lipschitz", "--synthetic", "--d", "3", "--lengths", "4,8", "--samples", "1", "--csv", out]) == 0
+    summary = _strict_json(capsys.readouterr().out.strip().splitlines()[-1])
+    assert isinstance(summary["exponent"], float) and summary["exponent_ci"] == [None, None]
+    assert main(["lipschitz", "--synthetic", "--d", "3", "--lengths", "4", "--samples", "2", "--csv", out]) == 0
+    summary = _strict_json(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["exponent"] is None and summary["exponent_ci"] == [None, None] and summary["prefactor"] is None
+
+
+def test_bench_lipschitz_smoke(capsys):
+    """`python -m desktop_app bench lipschitz` on the demo model with tiny settings: strict JSON with
+    the agreed keys, and our estimates agree with the reference (the paper's power iteration)."""
+    from desktop_app.paths import demo_model_dir
+
+    assert main(["bench", "lipschitz", str(demo_model_dir()), "--lengths", "8,16", "--samples", "2"]) == 0
+    result = _strict_json(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["name"] == "lipschitz" and result["inputs"] == 4 and result["lengths"] == [8, 16]
+    for key in ("ours_s", "reference_s", "speedup", "max_rel_diff"):
+        assert isinstance(result[key], float) and result[key] >= 0, key
+    assert result["max_rel_diff"] < 1e-3
+    assert result["exact_checked_inputs"] == 4 and result["exact_max_rel_err_ours"] < 1e-3
+    assert 2 <= result["reference_mean_iterations"] <= 100

@@ -189,6 +189,114 @@ def test_estimates_never_exceed_the_upper_bound():
     check()
 
 
+def test_masked_estimates_never_exceed_the_upper_bound():
+    """Theorem 3.1's upper bound also holds for the masked map (proof in map_bounds' docstring): the
+    exact local constant and the estimate of a masked single head stay below it, on random inputs,
+    on inputs with every token on the sphere of radius R, and on the adversarial construction."""
+    hyp = pytest.importorskip("hypothesis")
+    st = hyp.strategies
+
+    @hyp.settings(max_examples=6, deadline=None, derandomize=True)
+    @hyp.given(d=st.integers(2, 5), n=st.integers(2, 8), norm_A=st.floats(0.05, 6.0), norm_V=st.floats(0.1, 3.0),
+               radius=st.floats(0.1, 3.0), seed=st.integers(0, 10_000))
+    def check(d, n, norm_A, norm_V, radius, seed):
+        f = lip.random_single_head(d, norm_A, norm_V, masked=True, seed=seed)
+        assert f.masked
+        X = lip.ball_inputs(3, n, d, radius, seed=seed)
+        X = torch.cat([X, X * (radius / X.norm(dim=-1, keepdim=True))])
+        if lip.gamma_of(f.A[0]) == lip.gamma_of(f.A[0]):
+            X = torch.cat([X, lip.adversarial_input(f.A[0], n, radius)[None]])
+        up, lo = lip.map_bounds(f, n, radius)
+        assert np.isfinite(up) and np.isnan(lo)  # no lower bound for the masked map
+        assert float(up) == pytest.approx(float(lip.upper_bound(n, radius, norm_A, norm_V)))
+        assert (lip.exact_jacobian_norm(f, X).numpy() <= up * (1 + 1e-9)).all()
+        assert (lip.spectral_norm(f, X).sigma.numpy() <= up * (1 + 1e-9)).all()
+
+    check()
+
+
+def test_lower_bound_is_absent_for_a_singular_V():
+    """One head of a model: V = W_O W_V has rank <= d_head < d, so sigma_min(V) is rounding noise
+    (~1e-17) and a lower bound 'scaled by sigma_min' would be ~1e-12: there is no lower bound."""
+    model = _model("gpt2", attention_bias=False)
+    for h in range(4):
+        f = lip.layer_map(model, 0, head=h, masked=False)
+        assert f.theorem_applies() and f.V.shape[1:] == (16, 16)
+        assert torch.linalg.matrix_rank(f.V[0]) <= 4
+        up, lo = lip.map_bounds(f, [4, 8], [2.0, 2.0])
+        assert np.isfinite(up).all() and np.isnan(lo).all()
+    # the sweep's rows (the CSV) carry nan, not a meaningless tiny number
+    spec = lip.SweepSpec(data="adversarial", model=model, layer=0, head=1, masked=False, radius=2.0, lengths=[4, 8],
+                         samples=1)
+    rows = lip.run_sweep(spec).rows()
+    assert all(math.isnan(r[5]) and math.isfinite(r[4]) for r in rows)
+    # a synthetic head whose V is singular, or nearly so relative to its norm, or maps R^d to fewer dimensions
+    A = torch.diag(torch.tensor([1.0, 0.5, -0.2], dtype=torch.float64))
+    for V in (torch.diag(torch.tensor([2.0, 1.0, 0.0], dtype=torch.float64)),
+              torch.diag(torch.tensor([2.0, 1.0, 1e-7], dtype=torch.float64)),
+              torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=torch.float64)):
+        up, lo = lip.map_bounds(lip.single_head(A, V), 8, 1.5)
+        assert np.isfinite(up) and np.isnan(lo)
+
+
+def test_lower_bound_scales_with_sigma_min_of_an_invertible_V():
+    """||D f_V|| = ||(I (x) V) D g|| >= sigma_min(V) ||D g||: Theorem 3.1's V = I bound times sigma_min(V)."""
+    g = torch.Generator().manual_seed(4)
+    Q = torch.linalg.qr(torch.randn(4, 4, generator=g, dtype=torch.float64))[0]
+    A = Q @ torch.diag(torch.tensor([1.2, 0.4, -0.1, -0.3], dtype=torch.float64)) @ Q.T
+    U = torch.linalg.qr(torch.randn(4, 4, generator=g, dtype=torch.float64))[0]
+    V = U @ torch.diag(torch.tensor([3.0, 1.0, 0.7, 0.25], dtype=torch.float64)) @ Q.T
+    f = lip.single_head(A, V)
+    for n, radius in ((4, 1.0), (16, 2.0)):
+        _, lo = lip.map_bounds(f, n, radius)
+        assert float(lo) == pytest.approx(0.25 * float(lip.lower_bound(n, radius, lip.gamma_of(A))))
+        X = lip.adversarial_input(A, n, radius)[None]
+        assert float(lip.exact_jacobian_norm(f, X)[0]) >= float(lo)
+
+
+def test_power_iteration_is_the_papers_procedure():
+    """The benchmark's reference, against a textbook loop (torch.func.jvp, a fresh torch.func.vjp
+    each iteration): same iterates, so the same estimate and the same iteration count; the
+    estimate stops at the first relative change below tol, and after max_iter at most."""
+
+    @torch.no_grad()  # the transforms still differentiate in x; no graph through the module's parameters
+    def textbook(fn, x, tol, max_iter):
+        gen = torch.Generator().manual_seed(0)
+        x = x[None]
+        v = torch.randn(x.shape, generator=gen, dtype=x.dtype)
+        v = v / v.norm()
+        prev = 0.0
+        for it in range(1, max_iter + 1):
+            jv = torch.func.jvp(fn, (x,), (v,))[1]
+            w = torch.func.vjp(fn, x)[1](jv)[0]
+            sigma = float(w.norm()) ** 0.5
+            v = w / w.norm()
+            if abs(sigma - prev) < tol * sigma:
+                return sigma, it
+            prev = sigma
+        return sigma, max_iter
+
+    model = _model("gpt2")
+    for fn, X in ((lip.random_single_head(5, 3.0, 1.0, seed=2), lip.ball_inputs(2, 7, 5, 1.5, seed=1)),
+                  (lip.module_function(model, 1), lip.real_inputs(model, list(range(1, 20)), 1, 9, 2).double())):
+        exact = lip.exact_jacobian_norm(fn, X)
+        for x, e in zip(X, exact):
+            sigma, it = lip.power_iteration(fn, x)
+            ref_sigma, ref_it = textbook(fn, x, 1e-4, 100)
+            assert it == ref_it and 2 <= it <= 100
+            assert sigma == pytest.approx(ref_sigma, rel=1e-6)  # jvp by forward mode vs by transposition
+            assert sigma <= float(e) * (1 + 1e-9) and sigma == pytest.approx(float(e), rel=1e-2)
+    # fast as the procedure allows (a fair reference): the forward pass runs once per input, not per iteration
+    calls = []
+    f = lip.random_single_head(5, 3.0, 1.0, seed=2)
+    sigma, it = lip.power_iteration(lambda X: calls.append(1) or f(X), lip.ball_inputs(1, 7, 5, 1.5, seed=1)[0])
+    assert it > 5 and len(calls) == 1
+    # a nearly degenerate top singular value: the estimate keeps changing by more than tol, 100 steps at most
+    M = torch.diag(torch.tensor([1.0, 0.99999, 0.5], dtype=torch.float64))
+    sigma, it = lip.power_iteration(lambda X: X @ M.T, torch.randn(4, 3, dtype=torch.float64), tol=1e-12)
+    assert it == 100 and sigma == pytest.approx(1.0, rel=1e-4)
+
+
 @pytest.mark.parametrize("n", [2, 8, 32])
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_adversarial_construction_exceeds_the_lower_bound(n, sign):

@@ -107,3 +107,83 @@ def test_bad_lengths_message(panel):
     panel.lengths.setText("4,abc")
     panel.run_button.click()
     assert "lengths" in panel.status.text() and not panel.is_running()
+
+
+def _wait(panel, qtbot):
+    qtbot.waitUntil(lambda: not panel.is_running() and panel.run_button.isEnabled(), timeout=30_000)
+
+
+def test_no_lower_bound_curve_for_one_head_of_the_model(panel, qtbot):
+    """One head of a model has V = W_O W_V of rank d_head < d: no lower bound, so no curve (a
+    ~1e-12 'bound' used to be drawn and squashed the log axis); the upper bound is still drawn."""
+    panel.source.setCurrentIndex(0)
+    panel.layer.setValue(0)
+    panel.head.setCurrentIndex(2)  # head 1
+    panel.data.setCurrentText("adversarial")
+    panel.masked.setChecked(False)
+    panel.radius.setValue(2.0)
+    panel.lengths.setText("4,8")
+    panel.samples.setValue(1)
+    panel.run_button.click()
+    _wait(panel, qtbot)
+    rows = panel.runs[0].result.rows()
+    assert len(rows) == 2 and all(np.isnan(r[5]) and np.isfinite(r[4]) for r in rows)
+    assert [panel.table.item(r, 6).text() for r in range(2)] == ["nan", "nan"]
+    names = [item.name() for item in _curves(panel) if item.name()]
+    assert any("Thm 3.1 upper" in n for n in names) and not any("Thm 3.1 lower" in n for n in names)
+    # every curve drawn stays within a few decades of the data (the log axis is not squashed)
+    lows = [float(np.min(item.getData()[1])) for item in _curves(panel) if item.getData()[1] is not None
+            and len(item.getData()[1])]
+    assert min(lows) > 1e-3 * min(r[2] for r in rows)
+
+
+def test_load_matrices_and_seed(panel, qtbot, tmp_path, monkeypatch):
+    import torch
+
+    from desktop_app.ui.panels import lipschitz as panel_module
+
+    g = torch.Generator().manual_seed(8)
+    A = torch.randn(3, 3, generator=g, dtype=torch.float64)
+    V = torch.randn(3, 3, generator=g, dtype=torch.float64)
+    good = tmp_path / "mine.npz"
+    np.savez(good, A=A.numpy(), V=V.numpy())
+    panel.source.setCurrentIndex(1)
+    assert panel.matrices_button.isVisible() and panel.seed.isVisible()
+    # the button opens a file dialog (stubbed here: no modal dialog in tests) and loads what it returns
+    monkeypatch.setattr(panel_module.QFileDialog, "getOpenFileName", lambda *a, **k: (str(good), ""))
+    panel.matrices_button.click()
+    assert "mine.npz" in panel.matrices_button.text() and not panel.d.isEnabled() and not panel.norm_A.isEnabled()
+
+    panel.seed.setValue(7)
+    panel.masked.setChecked(False)
+    panel.synthetic_data.setCurrentIndex(0)
+    panel.radius.setValue(1.5)
+    panel.lengths.setText("3,5")
+    panel.samples.setValue(2)
+    panel.run_button.click()
+    _wait(panel, qtbot)
+    assert panel.table.rowCount() == 4 and "mine.npz" in panel.runs[0].label and "seed 7" in panel.runs[0].label
+    f = lip.single_head(A, V)
+    for row0, n in ((0, 3), (2, 5)):
+        X = lip.ball_inputs(2, n, 3, 1.5, seed=7 + n)  # the panel's seed drives the inputs
+        shown = [float(panel.table.item(r, 3).text()) for r in (row0, row0 + 1)]
+        np.testing.assert_allclose(shown, lip.exact_jacobian_norm(f, X).numpy(), rtol=1e-4)
+
+    # bad files: a clear message naming the file and the problem; the loaded matrices stay in use
+    missing = tmp_path / "onlyA.npz"
+    np.savez(missing, A=A.numpy())
+    nonfinite = tmp_path / "nan.npz"
+    np.savez(nonfinite, A=A.numpy(), V=np.full((3, 3), np.nan))
+    wrong = tmp_path / "shape.npz"
+    np.savez(wrong, A=A.numpy(), V=np.eye(4))
+    for path, problem in ((missing, "no array named V"), (nonfinite, "non-finite"), (wrong, "same d"),
+                          (tmp_path / "absent.npz", "no such file")):
+        assert panel.set_matrices_file(str(path)) is False
+        assert path.name in panel.status.text() and problem in panel.status.text()
+        assert "mine.npz" in panel.matrices_button.text() and panel._matrices is not None
+    # cancelling the dialog goes back to random matrices
+    monkeypatch.setattr(panel_module.QFileDialog, "getOpenFileName", lambda *a, **k: ("", ""))
+    panel.matrices_button.click()
+    assert panel._matrices is None and panel.d.isEnabled() and panel.norm_V.isEnabled()
+    spec = panel.spec()
+    assert spec.matrices is None and spec.seed == 7 and spec.d == panel.d.value()

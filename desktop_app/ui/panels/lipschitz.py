@@ -1,7 +1,8 @@
 """Lipschitz panel: the local Lipschitz constant of attention against sequence length.
 
 Controls pick the function (a model layer's attention sublayer or one head, masked or not, or a
-synthetic head with chosen d, ||A||, ||V||, R and attention kind) and the data (real windows,
+synthetic head with chosen d, ||A||, ||V||, R, attention kind and seed, or with A and V loaded from
+an .npz file) and the data (real windows,
 the adversarial construction, a gradient-ascent search); Run calls core.lipschitz.run_sweep in a
 worker, whose per-n results stream back through a queued signal. Each run is drawn on one
 log-log plot (points, median per n, fitted exponent with its 95% CI in the legend, Theorem 3.1
@@ -9,6 +10,7 @@ bounds when they apply) with reference slopes C n^(1/4) and C n^(1/2); runs over
 """
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +55,9 @@ class LipschitzPanel(QWidget):
         "Lip(f) &le; &radic;3 ||V||<sub>2</sub> (||A||<sub>2</sub><sup>2</sup>R<sup>4</sup>(4n+1) + n)<sup>1/2</sup> "
         "and Lip(f) &ge; &radic;(n&minus;1) / (1 + (n&minus;1) e<sup>&minus;2R<sup>2</sup>&gamma;</sup>), "
         "&gamma; = max(&minus;&gamma;<sub>min</sub>, &gamma;<sub>max</sub>/8) over the real eigenvalues of A "
-        "(V = I; drawn only where the theorem covers the function: softmax, no rotary, no query bias). "
+        "(V = I; drawn only where the theorem covers the function: softmax, no rotary, no query bias; the "
+        "upper bound holds for masked attention too; the lower bound, for one unmasked head, is scaled by "
+        "&sigma;<sub>min</sub>(V) and absent when V is singular, as for one head of a model). "
         "<b>Real</b> text grows roughly like n<sup>1/4</sup>; the <b>adversarial</b> construction "
         "(x<sub>1</sub> = Ru, x<sub>2..n</sub> = Ru/2, u the extreme real eigenvector of A) like n<sup>1/2</sup>. "
         "The legend gives each run's fitted exponent (least squares on log L vs log n) with its 95% CI; "
@@ -68,6 +72,8 @@ class LipschitzPanel(QWidget):
         self._stream = _Stream()
         self._stream.length_done.connect(self._on_length)
         self._text_file: str | None = None
+        self._matrices: tuple | None = None  # user (A, V) for the synthetic head
+        self._matrices_file: str | None = None
 
         # -- controls -----------------------------------------------------------------------
         self.source = QComboBox()
@@ -93,6 +99,13 @@ class LipschitzPanel(QWidget):
         self.attention.addItems(list(lip.ATTENTION_KINDS))
         self.synthetic_data = QComboBox()
         self.synthetic_data.addItems(["random in B_R", "adversarial"])
+        self.matrices_button = QPushButton("Load A, V\u2026")
+        self.matrices_button.setToolTip("Use your own A and V: an .npz file with arrays named A and V, both [d, d] "
+                                        "(numpy.savez(path, A=A, V=V)). Cancel the dialog to go back to random "
+                                        "matrices with the d, ||A|| and ||V|| above.")
+        self.seed = QSpinBox()
+        self.seed.setRange(0, 2_147_483_647)
+        self.seed.setToolTip("Seeds the random A and V, the inputs drawn in B_R and the estimator's start vectors")
         self.lengths = QLineEdit("4,8,16,32,64,128")
         self.lengths.setToolTip("comma-separated, or geom:LO:HI:COUNT (e.g. geom:2:512:10)")
         self.samples = QSpinBox()
@@ -115,7 +128,8 @@ class LipschitzPanel(QWidget):
         self.model_rows = [("Layer", self.layer), ("Head", self.head), ("Data", self.data),
                            ("Search start", self.search_start), ("Text", self.text_button)]
         self.synthetic_rows = [("d", self.d), ("||A||\u2082", self.norm_A), ("||V||\u2082", self.norm_V),
-                               ("Attention", self.attention), ("Inputs", self.synthetic_data)]
+                               ("Matrices", self.matrices_button), ("Attention", self.attention),
+                               ("Inputs", self.synthetic_data), ("Seed", self.seed)]
         for label, w in self.model_rows + self.synthetic_rows:
             form.addRow(label, w)
         form.addRow("", self.masked)
@@ -171,6 +185,7 @@ class LipschitzPanel(QWidget):
         self.cancel_button.clicked.connect(self.cancel)
         self.clear_button.clicked.connect(self.clear_runs)
         self.text_button.clicked.connect(self._choose_text_file)
+        self.matrices_button.clicked.connect(self._choose_matrices_file)
         state.model_changed.connect(self._on_model_changed)
         self._on_model_changed(getattr(state, "loaded", None))
 
@@ -215,6 +230,33 @@ class LipschitzPanel(QWidget):
         self._text_file = path
         self.text_button.setText(Path(path).name if path else "Current text")
 
+    def _choose_matrices_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "A and V of the synthetic head", "",
+                                              "NumPy archive with arrays A and V (*.npz);;All files (*)")
+        self.set_matrices_file(path or None)
+
+    def set_matrices_file(self, path: str | None) -> bool:
+        """Use the A and V of an .npz file for the synthetic head (None: random matrices again).
+        A bad file leaves the current choice as it was and says what is wrong in the status line."""
+        if not path:
+            self._matrices = self._matrices_file = None
+            self.matrices_button.setText("Load A, V\u2026")
+            for w in (self.d, self.norm_A, self.norm_V):
+                w.setEnabled(True)
+            return True
+        try:
+            A, V = lip.load_matrices(path)
+        except (ValueError, OSError) as exc:
+            self.status.setText(f"<span style='color:#b00'>{html.escape(str(exc))}</span>")
+            return False
+        self._matrices, self._matrices_file = (A, V), str(path)
+        d = A.shape[0]
+        self.matrices_button.setText(f"A, V: {Path(path).name} (d={d})")
+        for w in (self.d, self.norm_A, self.norm_V):  # set by the file
+            w.setEnabled(False)
+        self.status.setText(html.escape(f"A and V ({d}x{d}) from {path}; the synthetic head uses them."))
+        return True
+
     def _token_ids(self) -> list[int] | None:
         loaded = self.state.loaded
         if loaded is None or loaded.tokenizer is None:
@@ -236,11 +278,13 @@ class LipschitzPanel(QWidget):
         lengths = lip.parse_lengths(self.lengths.text())
         radius = self.radius.value() or None
         if self.source.currentIndex() == 1:
-            return lip.SweepSpec(data="synthetic", d=self.d.value(), norm_A=self.norm_A.value(),
-                                 norm_V=self.norm_V.value(), attention=self.attention.currentText(),
-                                 masked=self.masked.isChecked(),
+            matrices = self._matrices
+            return lip.SweepSpec(data="synthetic", d=self.d.value() if matrices is None else matrices[0].shape[0],
+                                 norm_A=self.norm_A.value(), norm_V=self.norm_V.value(), matrices=matrices,
+                                 matrices_name=Path(self._matrices_file).name if matrices is not None else "",
+                                 attention=self.attention.currentText(), masked=self.masked.isChecked(),
                                  synthetic_adversarial=self.synthetic_data.currentIndex() == 1,
-                                 radius=radius, lengths=lengths, samples=self.samples.value())
+                                 radius=radius, lengths=lengths, samples=self.samples.value(), seed=self.seed.value())
         loaded = self.state.loaded
         if loaded is None:
             raise ValueError("open a model first, or choose a synthetic head")
@@ -286,7 +330,9 @@ class LipschitzPanel(QWidget):
     def _label(self, spec: lip.SweepSpec) -> str:
         if spec.data == "synthetic":
             kind = "adversarial" if spec.synthetic_adversarial else "random"
-            return f"synthetic {spec.attention} d={spec.d} {kind}" + (" masked" if spec.masked else "")
+            source = f" {spec.matrices_name}" if spec.matrices is not None else ""
+            seed = f" seed {spec.seed}" if spec.seed else ""
+            return f"synthetic {spec.attention} d={spec.d}{source} {kind}{seed}" + (" masked" if spec.masked else "")
         what = f"L{spec.layer}" + (f" H{spec.head}" if spec.head is not None else "")
         return f"{what} {spec.data}" + (" masked" if spec.masked else "")
 

@@ -28,7 +28,7 @@ RUN_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf",
 
 class _Stream(QObject):
     """Carries per-n results from the worker thread to the UI thread (queued connection)."""
-    length_done = Signal(object, object)  # (LengthResult, SweepResult)
+    length_done = Signal(object, object, object)  # (_Run, LengthResult, SweepResult)
 
 
 class _Run:
@@ -301,7 +301,7 @@ class LipschitzPanel(QWidget):
 
     # -- running ----------------------------------------------------------------------------
     def run(self) -> None:
-        if self._job is not None and not self._job.done:
+        if self.is_running():
             return
         try:
             spec = self.spec()
@@ -322,7 +322,7 @@ class LipschitzPanel(QWidget):
         self.cancel_button.setEnabled(True)
         stream = self._stream
         self._job = run_job(lip.run_sweep, spec,
-                            on_length=lambda res, result: stream.length_done.emit(res, result.snapshot()),
+                            on_length=lambda res, result: stream.length_done.emit(run, res, result.snapshot()),
                             on_result=lambda result: self._on_finished_run(run, result),
                             on_error=lambda exc, tb: self._on_failed(run, exc),
                             on_progress=self._on_progress, on_cancelled=lambda: self._on_cancelled(run))
@@ -345,10 +345,10 @@ class LipschitzPanel(QWidget):
         self.progress.setRange(0, max(total, 1))
         self.progress.setValue(done)
 
-    def _on_length(self, res: lip.LengthResult, result: lip.SweepResult) -> None:
-        run = self._current
-        if run is None:
-            return
+    def _on_length(self, run: _Run, res: lip.LengthResult, result: lip.SweepResult) -> None:
+        # the run travels with its results: a queued one may arrive after the next run started
+        if run not in self.runs:
+            return  # cleared meanwhile
         run.result = result
         self._append_rows(run, res)
         self.redraw()
@@ -378,7 +378,9 @@ class LipschitzPanel(QWidget):
         self._current = None
 
     def is_running(self) -> bool:
-        return self._job is not None and not self._job.done
+        """Until the run's end has been handled here (the worker may be done before its queued
+        results and end signal reach the UI thread)."""
+        return self._current is not None
 
     def clear_runs(self) -> None:
         if self.is_running():
@@ -469,3 +471,37 @@ class LipschitzPanel(QWidget):
     def export(self, path: str | Path) -> None:
         """Write the plot (.png/.svg) or the results (.csv/.npz) to path."""
         export_view(self, path)
+
+    # -- --screenshot ---------------------------------------------------------------------------
+    def screenshot_demo(self) -> None:
+        """The README's comparison on the open model's layer 0, n = 4..256, five inputs per n: head 1 on
+        real text windows, the same head on the paper's adversarial inputs, and the whole masked
+        sublayer on real text (synthetic real against adversarial heads when no model is open)."""
+        from ..demo import ScriptedDemo
+
+        def configure(source: int, data: str = "real", head: int = 0, masked: bool = False,
+                      synthetic_adversarial: bool = False):
+            def apply() -> None:
+                self.source.setCurrentIndex(source)
+                self.data.setCurrentText(data)
+                self.synthetic_data.setCurrentIndex(int(synthetic_adversarial))
+                self.layer.setValue(0)
+                self.head.setCurrentIndex(min(head, self.head.count() - 1))
+                self.masked.setChecked(masked)
+                self.run()
+            return apply
+
+        self.lengths.setText("4,8,16,32,64,128,256")
+        self.samples.setValue(5)
+        if self.state.loaded is None:
+            runs = [configure(1), configure(1, synthetic_adversarial=True)]
+        else:
+            from ...paths import demo_text_path
+
+            if self.state.loaded.tokenizer is not None and demo_text_path().is_file():
+                self.set_text_file(str(demo_text_path()))  # windows of up to 256 tokens of Alice
+            runs = [configure(0, "real", head=2), configure(0, "adversarial", head=2), configure(0, "real", masked=True)]
+        self._demo = ScriptedDemo(runs, self.is_running, self)
+
+    def screenshot_ready(self) -> bool:
+        return self._demo.done

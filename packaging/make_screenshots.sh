@@ -19,7 +19,18 @@ home=$(mktemp -d)
 trap 'rm -rf "$home"' EXIT
 cd "$repo"
 panels=$("$python" -c "from desktop_app.ui.panels import PANELS; print(' '.join(t.lower() for t, _, _ in PANELS))")
+# Attention and Layers show 200 tokens of Alice (the start of chapter I), the others the default text.
+text200=$("$python" - <<'PY'
+from desktop_app.core.checkpoints import load_model_folder
+from desktop_app.paths import demo_model_dir, demo_text_path
+tok = load_model_folder(demo_model_dir()).tokenizer
+text = demo_text_path().read_text(encoding="utf-8")
+text = " ".join(text[text.index("Alice was beginning"):].split())
+print(tok.decode(tok.encode(text)[:200]))
+PY
+)
 for panel in $panels; do
+    case "$panel" in attention|layers) set -- --text "$text200" ;; *) set -- ;; esac
     QT_QPA_PLATFORM=offscreen XDG_DATA_HOME="$home" XDG_CONFIG_HOME="$home" \
-        "$python" -m desktop_app --panel "$panel" --timeout 240 --screenshot "$out/$panel.png"
+        "$python" -m desktop_app --panel "$panel" --timeout 240 "$@" --screenshot "$out/$panel.png"
 done

@@ -310,29 +310,30 @@ def _run(app, args, state, window, started: float) -> int:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    if not watcher.wait(args.timeout):
-        return _fail(f"the model did not finish loading within {args.timeout:g} s ({model_path})")
-    if watcher.failed is not None:
-        return _fail(f"cannot open the model: {watcher.failed}")
-    if args.quit_when_ready:
-        print(f'{{"ready_at": {time.time():.6f}, "started_at": {started:.6f}}}', flush=True)
-        return 0
-    if not _run_panel_demo(window, deadline=time.time() + args.timeout):
-        return _fail(f"the {window.current_slot().title} panel's screenshot demo did not finish within {args.timeout:g} s")
-    _settle(args.settle_ms)
-    from .widgets.export import save_widget_png
-
     try:
-        save_widget_png(window, args.screenshot)
-    except OSError as exc:
-        return _fail(f"{args.screenshot}: cannot write the screenshot ({exc})")
+        if not watcher.wait(args.timeout):
+            return _fail(f"the model did not finish loading within {args.timeout:g} s ({model_path})")
+        if watcher.failed is not None:
+            return _fail(f"cannot open the model: {watcher.failed}")
+        if args.quit_when_ready:
+            print(f'{{"ready_at": {time.time():.6f}, "started_at": {started:.6f}}}', flush=True)
+            return 0
+        if not _run_panel_demo(window, deadline=time.time() + args.timeout):
+            return _fail(f"the {window.current_slot().title} panel's screenshot demo did not finish within {args.timeout:g} s")
+        _settle(args.settle_ms)
+        from .widgets.export import save_widget_png
+
+        try:
+            save_widget_png(window, args.screenshot)
+        except OSError as exc:
+            return _fail(f"{args.screenshot}: cannot write the screenshot ({exc})")
+        size = Path(args.screenshot).stat().st_size
+        if size == 0:
+            return _fail(f"{args.screenshot}: the screenshot is empty")
+        print(f"saved {args.screenshot} ({size:,} bytes)")
+        return 0
     finally:
-        window.close()  # panels stop what the demo started (a training process...)
-    size = Path(args.screenshot).stat().st_size
-    if size == 0:
-        return _fail(f"{args.screenshot}: the screenshot is empty")
-    print(f"saved {args.screenshot} ({size:,} bytes)")
-    return 0
+        window.close()  # panels stop what a demo started (a training process...), also on failure
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ def train_motif_mlp(steps: int = 3000, batch_size: int = 64, lr: float = 1e-3, s
     train_loss is the last batch's loss; train_accuracy counts the training batches since the last
     evaluation. Nothing is written to disk.
     """
-    from .trainer import SUMMARY_KEYS, TrainControl, grad_norms
+    from .trainer import SUMMARY_KEYS, grad_norms, pause_point
 
     emit = on_event or (lambda ev: None)
     torch.manual_seed(seed)
@@ -60,12 +60,7 @@ def train_motif_mlp(steps: int = 3000, batch_size: int = 64, lr: float = 1e-3, s
     step = 0
     try:
         while step < steps:
-            if control is not None:
-                if isinstance(control, TrainControl) and control.paused:
-                    emit({"event": "paused", "step": step})
-                    control.wait_while_paused()
-                    emit({"event": "resumed", "step": step})
-                control.check()
+            pause_point(control, emit, step)
             t0 = time.perf_counter()
             b = task.train_batch(batch_size, gen)
             logits = model(b.inputs)

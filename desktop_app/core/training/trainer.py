@@ -97,6 +97,17 @@ class TrainConfig:
         return cls(**d)
 
 
+def pause_point(control: JobControl | None, emit: Callable[[dict], None], step: int) -> None:
+    """Between steps: wait here while paused (announced by events), raise Cancelled when stopped."""
+    if control is None:
+        return
+    if isinstance(control, TrainControl) and control.paused:
+        emit({"event": "paused", "step": step})
+        control.wait_while_paused()
+        emit({"event": "resumed", "step": step})
+    control.check()
+
+
 def best_device() -> str:
     """The device a run gets unless told otherwise: cuda, then mps, then cpu (cpu too under torchrun
     when this machine has fewer GPUs than local processes)."""
@@ -420,12 +431,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
     step = start_step
     try:
         while step < cfg.steps:
-            if control is not None:
-                if isinstance(control, TrainControl) and control.paused:
-                    emit({"event": "paused", "step": step})
-                    control.wait_while_paused()
-                    emit({"event": "resumed", "step": step})
-                control.check()
+            pause_point(control, emit, step)
             t0 = time.perf_counter()
             lr = lr_at(step, cfg.schedule, cfg.lr, cfg.steps, cfg.warmup_steps, model_cfg.d_model)
             for g in opt.param_groups:

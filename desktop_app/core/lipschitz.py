@@ -362,11 +362,31 @@ def _batched_norm(x: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(x.flatten(1), dim=1)
 
 
+DGKS_ETA = 0.7071067811865476  # a second Gram-Schmidt pass when the first removes more than half of ||w||^2
+
+
 def _orthogonalize(w: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
-    """w [B, N] minus its projection on the rows of basis [B, j, N]; twice ('twice is enough')."""
-    for _ in range(2):
-        w = w - torch.einsum("bj,bjn->bn", torch.einsum("bjn,bn->bj", basis, w), basis)
-    return w
+    """w [B, N] minus its projection on the rows of basis [B, j, N] (orthonormal rows): classical
+    Gram-Schmidt as two batched matrix products, repeated once only where the first pass removed most
+    of w (Daniel-Gragg-Kaufman-Stewart criterion ||w'|| < ||w|| / sqrt(2)), so the basis is usually
+    read twice per call instead of four times."""
+    if basis.shape[1] == 0:
+        return w
+    w3 = w[:, :, None]
+    bt = basis.transpose(1, 2)
+    out = torch.baddbmm(w3, bt, basis @ w3, alpha=-1.0)
+    if bool((_batched_norm(out) < DGKS_ETA * _batched_norm(w3)).any()):
+        out = torch.baddbmm(out, bt, basis @ out, alpha=-1.0)
+    return out[:, :, 0]
+
+
+def _ritz(alphas: np.ndarray, betas: np.ndarray, k: int):
+    """SVD of the k x k upper bidiagonal matrices (float64, numpy: tiny and batched)."""
+    Bk = np.zeros((alphas.shape[0], k, k))
+    i = np.arange(k)
+    Bk[:, i, i] = alphas[:, :k]
+    Bk[:, i[:-1], i[1:]] = betas[:, : k - 1]
+    return np.linalg.svd(Bk)
 
 
 def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, basis_size: int | None = None,
@@ -374,12 +394,16 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
                   job: JobControl | None = None) -> SpectralEstimate:
     """Largest singular value of D_X f for every sample of X [B, n, d], matrix-free and batched.
 
-    Golub-Kahan-Lanczos with full reorthogonalisation, restarted from the best Ritz vector every
-    `basis_size` steps (memory: 2 * basis_size vectors of n*d per sample). With theta the top Ritz
-    value, r = ||J^T u - theta v|| its residual and theta_2 the next Ritz value, a sample stops when
-    its error estimate min(r, 10 theta r^2 / (theta^2 - theta_2^2)) <= tol * theta (the second term is
-    the Kato-Temple bound with the Ritz gap standing in for the true gap, times a safety factor 10
-    because the Ritz gap can overstate it); with rigorous=True only
+    Golub-Kahan-Lanczos with full reorthogonalisation (classical Gram-Schmidt, a second pass where
+    needed), restarted from the best Ritz vector every `basis_size` steps (memory: basis_size + 1
+    vectors of n*d and basis_size of n*d_out per sample; by default as many as fit in ~512 MB, at most
+    64, so restarts are rare: a restart throws the Krylov space away, and on clustered spectra, e.g. a
+    random GPT-2 layer, that needs 20-40 steps). With theta the top Ritz value, r = ||J^T u - theta v||
+    its residual and theta_2 the next Ritz value, a sample stops when its error estimate
+    min(r, 10 theta r^2 / (theta^2 - theta_2^2)) <= tol * theta (the second term is the Kato-Temple
+    bound with the Ritz gap standing in for the true gap, times a safety factor 10 because the Ritz
+    gap can overstate it; after a restart theta_2 is the largest second Ritz value seen so far, since
+    the small restarted space's own theta_2 overstates the gap badly); with rigorous=True only
     r <= tol * theta, which guarantees a singular value within tol * theta. Converged samples leave
     the batch, so the work shrinks as they finish.
     """
@@ -391,8 +415,8 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
     M = int(np.prod(out_shape[1:]))
     dtype, dev = X.dtype, X.device
     tiny = torch.finfo(dtype).tiny
-    if basis_size is None:  # keep the Krylov basis near 512 MB whatever n and d
-        basis_size = int(max(8, min(24, 512e6 / (2 * B * (N + M) * X.element_size()))))
+    if basis_size is None:  # keep the Krylov bases near 512 MB whatever n and d
+        basis_size = int(max(8, min(64, 512e6 / (B * (N + M) * X.element_size()))))
     if start is None:
         g = torch.Generator(device="cpu").manual_seed(seed)
         v = torch.randn(B, N, generator=g, dtype=dtype).to(dev)
@@ -408,62 +432,71 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
     right = torch.zeros(B, N, dtype=dtype, device=dev)
     left = torch.zeros(B, M, dtype=dtype, device=dev)
     active = torch.arange(B)  # samples still iterating; lin and v cover exactly these
+    theta2_seen = np.zeros(B)  # largest second Ritz value of earlier cycles (a lower bound of sigma_2)
     total = 0
     while total < max_iter and len(active):
         b = len(active)
-        Vb = torch.zeros(b, basis_size + 1, N, dtype=dtype, device=dev)
-        Ub = torch.zeros(b, basis_size, M, dtype=dtype, device=dev)
-        alphas = torch.zeros(b, basis_size, dtype=torch.float64)
-        betas = torch.zeros(b, basis_size, dtype=torch.float64)
+        S = min(basis_size, max_iter - total)
+        Vb = torch.empty(b, S + 1, N, dtype=dtype, device=dev)
+        Ub = torch.empty(b, S, M, dtype=dtype, device=dev)
+        alphas = np.zeros((b, S))
+        betas = np.zeros((b, S))
         Vb[:, 0] = v
         restart_v = None
-        for j in range(basis_size):
+        for j in range(S):
             u = lin.jvp(Vb[:, j].view(b, n, d)).reshape(b, M)
-            if j > 0:
-                u = u - betas[:, j - 1, None].to(dtype=dtype, device=dev) * Ub[:, j - 1]
-                u = _orthogonalize(u, Ub[:, :j])
+            if j > 0:  # the GKL recurrence, then reorthogonalisation against all of U
+                u = _orthogonalize(u - beta_prev[:, None] * Ub[:, j - 1], Ub[:, :j])
             alpha = _batched_norm(u)
-            alphas[:, j] = alpha.double().cpu()
             Ub[:, j] = u / alpha.clamp_min(tiny)[:, None]
-            w = lin.vjp(Ub[:, j].view((b,) + out_shape[1:])).reshape(b, N) - alpha[:, None] * Vb[:, j]
-            w = _orthogonalize(w, Vb[:, : j + 1])
+            w = lin.vjp(Ub[:, j].view((b,) + out_shape[1:])).reshape(b, N)
+            w = _orthogonalize(w - alpha[:, None] * Vb[:, j], Vb[:, : j + 1])
             beta = _batched_norm(w)
-            betas[:, j] = beta.double().cpu()
+            beta_prev = beta
             Vb[:, j + 1] = w / beta.clamp_min(tiny)[:, None]
+            ab = torch.stack([alpha, beta]).double().cpu().numpy()
+            alphas[:, j], betas[:, j] = ab[0], ab[1]
             total += 1
-            # Ritz values: singular values of the (j+1)x(j+1) upper bidiagonal matrix (tiny, on the CPU)
+            # Ritz values: singular values of the (j+1)x(j+1) upper bidiagonal matrix
             k = j + 1
-            Bk = torch.diag_embed(alphas[:, :k]) + torch.diag_embed(betas[:, : k - 1], offset=1)
-            P_, S_, Qh = torch.linalg.svd(Bk)
+            P_, S_, Qh = _ritz(alphas, betas, k)
             theta = S_[:, 0]
-            r = betas[:, j] * P_[:, -1, 0].abs()
-            err = r.clone()
+            r = betas[:, j] * np.abs(P_[:, -1, 0])
+            err = r
             if not rigorous and k > 1:
-                gap = theta ** 2 - S_[:, 1] ** 2
-                kt = torch.where(gap > 0, KATO_TEMPLE_SAFETY * theta * r ** 2 / gap.clamp_min(1e-300),
-                                 torch.full_like(r, float("inf")))
-                err = torch.minimum(r, kt)
+                t2 = np.maximum(S_[:, 1], theta2_seen[active.numpy()])
+                gap = theta ** 2 - t2 ** 2
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    kt = np.where(gap > 0, KATO_TEMPLE_SAFETY * theta * r ** 2 / np.maximum(gap, 1e-300), np.inf)
+                err = np.minimum(r, kt)
             # a breakdown (beta ~ 0) means the Krylov space is invariant: theta is exact
-            newly = (err <= tol * theta) | (betas[:, j] <= 1e-12 * theta.clamp_min(1e-300))
+            breakdown = betas[:, j] <= 1e-12 * np.maximum(theta, 1e-300)
+            newly = (err <= tol * theta) | breakdown
             if k < MIN_STEPS and not rigorous:  # too early to trust a Ritz gap
-                newly = betas[:, j] <= 1e-12 * theta.clamp_min(1e-300)
-            last = total >= max_iter or j == basis_size - 1
-            finish = newly | torch.tensor(last).expand(b)
+                newly = breakdown
+            last = total >= max_iter or j == S - 1
+            newly_t = torch.from_numpy(newly)
+            finish = newly_t | torch.tensor(last).expand(b)
             if bool(finish.any()):
-                q1 = Qh[:, 0, :].to(dtype=dtype, device=dev)  # right singular vectors of Bk
-                p1 = P_[:, :, 0].to(dtype=dtype, device=dev)
-                vr = torch.einsum("bj,bjn->bn", q1, Vb[:, :k])
-                ur = torch.einsum("bj,bjn->bn", p1, Ub[:, :k])
-                idx = active[finish]
-                sigma[idx.to(dev)] = theta[finish].to(dtype=dtype, device=dev)
-                residual[idx.to(dev)] = r[finish].to(dtype=dtype, device=dev)
+                fi = finish.nonzero()[:, 0]
+                q1 = torch.from_numpy(Qh[fi.numpy(), 0, :]).to(dtype=dtype, device=dev)  # right singular vectors of Bk
+                p1 = torch.from_numpy(P_[fi.numpy(), :, 0]).to(dtype=dtype, device=dev)
+                fd = fi.to(dev)
+                whole = len(fi) == b  # then views of the bases, not copies
+                vr = (q1[:, None, :] @ (Vb[:, :k] if whole else Vb[fd, :k]))[:, 0]
+                ur = (p1[:, None, :] @ (Ub[:, :k] if whole else Ub[fd, :k]))[:, 0]
+                idx = active[fi]
+                sigma[idx.to(dev)] = torch.from_numpy(theta[fi.numpy()]).to(dtype=dtype, device=dev)
+                residual[idx.to(dev)] = torch.from_numpy(r[fi.numpy()]).to(dtype=dtype, device=dev)
                 iterations[idx] = total
-                right[idx.to(dev)] = vr[finish.to(dev)]
-                left[idx.to(dev)] = ur[finish.to(dev)]
-                done[active[newly]] = True
+                right[idx.to(dev)] = vr
+                left[idx.to(dev)] = ur
+                done[active[newly_t]] = True
                 if last:
-                    restart_v = vr[~newly.to(dev)]
-            keep = ~newly
+                    restart_v = vr[~newly_t[fi].to(dev)]
+                    if k > 1:
+                        theta2_seen[active.numpy()] = np.maximum(theta2_seen[active.numpy()], S_[:, 1])
+            keep = ~newly_t
             if last or not bool(keep.all()):
                 if not bool(keep.any()):
                     active = active[:0]
@@ -475,7 +508,8 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
                 # compact: converged samples leave the batch and the Krylov bases shrink with it
                 kd = keep.to(dev)
                 active, lin = active[keep], lin.select(kd)
-                Vb, Ub, alphas, betas = Vb[kd], Ub[kd], alphas[keep], betas[keep]
+                Vb, Ub, alphas, betas = Vb[kd], Ub[kd], alphas[keep.numpy()], betas[keep.numpy()]
+                beta_prev = beta_prev[kd]
                 b = len(active)
         if restart_v is None or not len(active):
             break

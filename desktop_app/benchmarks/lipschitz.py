@@ -17,9 +17,25 @@ import argparse
 import time
 
 
+RANDOM_GPT2 = "gpt2-small-random"
+
+
+def _load(model_dir: str):
+    from ..core.checkpoints import LoadedModel, load_model_folder, new_model
+    from ..core.config import ModelConfig
+    from ..paths import demo_model_dir
+
+    if model_dir != RANDOM_GPT2:
+        return load_model_folder(model_dir)
+    tokenizer = load_model_folder(demo_model_dir()).tokenizer  # its ids (< 768) are valid GPT-2 ids
+    cfg = ModelConfig.gpt2(vocab_size=50257, d_model=768, n_layers=12, n_heads=12, d_ff=3072, context_length=1024)
+    return LoadedModel(new_model(cfg, seed=0).eval(), cfg, tokenizer, None, RANDOM_GPT2)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench lipschitz")
-    p.add_argument("model_dir")
+    p.add_argument("model_dir", help=f"model folder, or {RANDOM_GPT2!r}: a randomly initialised GPT-2-small-sized "
+                                       "model (124M; the paper measures a random GPT-2 layer 6) with the demo tokenizer")
     p.add_argument("--layer", type=int, default=0)
     p.add_argument("--text-file", help="UTF-8 text (default: the bundled demo text)")
     p.add_argument("--lengths", default="8,16,32,64,128,256")
@@ -37,12 +53,11 @@ def main(argv: list[str]) -> dict:
 
     from ..commands.lipschitz import read_text_ids
     from ..core import lipschitz as lip
-    from ..core.checkpoints import load_model_folder
 
     args = _parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    loaded = load_model_folder(args.model_dir)
+    loaded = _load(args.model_dir)
     model = loaded.model.float().eval()
     ids = read_text_ids(loaded, args.text_file)
     lengths = lip.parse_lengths(args.lengths)

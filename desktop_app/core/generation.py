@@ -433,7 +433,27 @@ class GenerationSession:
                 trace.tensors[name] = torch.cat(rows, dim=1)[None]
             else:
                 trace.tensors[name] = torch.cat([n.record[name] for n in path], dim=0)[None]
+        for l in range(self.model.cfg.n_layers):
+            trace.tensors[f"blocks.{l}.attn.head_out"] = self._head_outputs(trace, l)
         return trace, ids
+
+    def _head_outputs(self, trace: Trace, layer: int) -> torch.Tensor:
+        """[1, H, T, d]: each head's output W_O,h sum_j P_h,ij v_h,j along a path, from the recorded
+        attention inputs and patterns. Done here, when a step is inspected, so that generating
+        costs nothing for it (the fused one-token steps never form per-head outputs)."""
+        cfg, attn = self.model.cfg, self.model.blocks[layer].attn
+        H, Hkv, dh, d = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_model
+        x = trace[f"blocks.{layer}.attn.input"][0]  # [T, d]
+        P = trace[f"blocks.{layer}.attn.pattern"][0]  # [H, T, T]
+        T = x.shape[0]
+        with torch.inference_mode():
+            dev, dtype = self.model.device, self.model.dtype
+            v = attn.v(x.to(dev, dtype)).view(T, Hkv, dh).transpose(0, 1)  # [Hkv, T, dh]
+            if Hkv != H:
+                v = v.repeat_interleave(H // Hkv, dim=0)
+            y = P.to(dev, dtype) @ v  # [H, T, dh]
+            out = torch.einsum("htk,dhk->htd", y, attn.o.weight.view(d, H, dh))
+        return out.float().cpu()[None]
 
     def logit_lens(self, node: Node) -> list[LensRow]:
         """For the step that picked `node`'s token: top prediction at the embedding and after

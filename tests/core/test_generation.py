@@ -184,6 +184,7 @@ def test_step_trace_equals_a_traced_forward_of_the_path(make, strategy):
     trace, ids = s.step_trace(node)
     assert ids == s.ids(node)
     _, ref = model.run_with_trace(torch.tensor([ids]))
+    assert f"blocks.{model.cfg.n_layers - 1}.attn.head_out" in trace.keys()  # computed on inspection
     for name in trace.keys():
         assert trace[name].shape == ref[name].shape, name
         assert (trace[name] - ref[name]).abs().max().item() < 1e-5, name

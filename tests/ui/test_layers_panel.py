@@ -121,7 +121,7 @@ def test_help_text_defines_the_quantities():
 
 
 def test_a_generation_step_trace_is_shown(qtbot):
-    """What the generation panel hands over: a path trace without head outputs or logit lens."""
+    """What the generation panel hands over: a path trace (head outputs included, no logit lens)."""
     from desktop_app.core.generation import GenerationSession
 
     panel, _, ids = _panel(qtbot)
@@ -132,8 +132,13 @@ def test_a_generation_step_trace_is_shown(qtbot):
     panel.state.show_trace(trace, path_ids)
     qtbot.waitUntil(lambda: panel.result is not None and panel.result.resid_norms.shape[1] == 12, timeout=10_000)
     np.testing.assert_allclose(panel.resid_map.values, analysis.residual_norms(trace).T, rtol=1e-5)
-    assert panel.component_map.col_labels == ["MLP"]
-    np.testing.assert_allclose(panel.component_map.values[:, 0], analysis.mlp_output_norms(trace).mean(-1), rtol=1e-5)
+    n_heads = panel.state.loaded.config.n_heads
+    assert panel.component_map.col_labels == [f"head {h}" for h in range(n_heads)] + ["MLP"]
+    np.testing.assert_allclose(panel.component_map.values[:, -1], analysis.mlp_output_norms(trace).mean(-1), rtol=1e-5)
+    # the heads' outputs of generated tokens are computed after each fused step: they match a full forward
+    _, full = panel.state.loaded.model.run_with_trace(torch.tensor([path_ids]))
+    np.testing.assert_allclose(panel.component_map.values[:, :-1], analysis.head_output_norms(full).mean(-1),
+                               rtol=1e-4, atol=1e-6)
     assert panel.lens_view.lens.rowCount() == 12  # computed lazily through the model's unembedding
 
 

@@ -20,7 +20,7 @@ def _load(path: str, device: str, dtype: str | None) -> LoadedModel:
     return load_model_folder(path, device=device, dtype=dtype)
 
 
-def _tokenize_and_trace(loaded: LoadedModel, text: str, ids: list[int] | None) -> tuple[list[int], Trace | None]:
+def tokenize_and_trace(loaded: LoadedModel, text: str, ids: list[int] | None) -> tuple[list[int], Trace | None]:
     import torch
 
     if ids is None:
@@ -166,7 +166,7 @@ class AppState(QObject):
                 pending, self._pending_text = self._pending_text, None
                 self.set_text(*pending)
 
-        self._trace_job = run_job(_tokenize_and_trace, loaded, text, ids, on_result=done, on_error=failed)
+        self._trace_job = run_job(tokenize_and_trace, loaded, text, ids, on_result=done, on_error=failed)
 
     def show_trace(self, trace: Trace, token_ids: list[int]) -> None:
         """Hand a trace made elsewhere (e.g. a generation step) to every inspecting panel."""

@@ -213,7 +213,28 @@ def test_encoder_mode_fills_masks(qtbot):
     target = p.bars.token_ids[-1]
     p.choose(target)
     qtbot.waitUntil(lambda: p.session.finished, timeout=10_000)
+    _idle(qtbot, p)  # the job's end handlers run before the panel is deleted
     assert p.session.history[-1].token == target
+
+
+def test_encoder_mode_hands_the_filled_sequence_to_the_inspectors(qtbot):
+    """Selecting a position of a masked fill shows the sequence as filled so far in the Attention and
+    Layers panels (the state's trace): the same attention as a traced forward of those ids."""
+    p = _make(qtbot, family="bert")
+    p.prompt.setText("the c[MASK]t s[MASK]t")
+    p.step()
+    qtbot.waitUntil(lambda: p.session is not None and len(p.session.history) == 1, timeout=10_000)
+    _idle(qtbot, p)
+    filled = p.session.history[0].position
+    with qtbot.waitSignal(p.state.trace_changed, timeout=10_000) as sig:
+        p.strip.token_selected.emit(filled)
+    trace = sig.args[0]
+    ids = p.session.ids()
+    assert p.state.token_ids == ids and p.state.loaded.tokenizer.mask_token_id in ids  # one mask left
+    _, ref = p.state.loaded.model.run_with_trace(torch.tensor([ids]))
+    assert torch.allclose(trace["blocks.0.attn.pattern"], ref["blocks.0.attn.pattern"], atol=1e-6)
+    assert p.selected_position == filled
+    _idle(qtbot, p)
 
 
 def test_editing_the_prompt_starts_a_new_tree_on_the_next_step(qtbot, panel):

@@ -23,6 +23,7 @@ from ...core.generation import (STRATEGIES, GenerationError, GenerationSession, 
                                 MaskedFillSession, process_logits)
 from ..widgets.prob_bars import ProbBars
 from ..widgets.token_strip import TokenStrip
+from ..state import tokenize_and_trace
 from ..workers import run_job
 
 TOP_BARS = 15
@@ -493,6 +494,9 @@ class GenerationPanel(QWidget):
         if isinstance(s, MaskedFillSession):
             self.selected_position = index
             self.refresh()
+            if not self.busy:  # the inspecting panels show the sequence as filled so far
+                self._submit(tokenize_and_trace, self.state.loaded, "", s.ids(),
+                             on_result=self._show_filled)
             return
         n_prompt = len(s.prompt)
         path = s.current.path()
@@ -507,6 +511,12 @@ class GenerationPanel(QWidget):
         self.refresh()
         if not self.busy:
             self._submit(_inspect, s, self.selected_node, on_result=self._inspected)
+
+    def _show_filled(self, result) -> None:
+        ids, trace = result
+        self.refresh()
+        if trace is not None:
+            self.state.show_trace(trace, ids)
 
     def _inspected(self, result) -> None:
         node, lens, trace, ids = result

@@ -270,8 +270,6 @@ def test_tokens_faster_than_the_refresh_interval_still_refresh_the_view(qtbot, p
 
 
 def test_stop_ends_a_run_on_the_demo_model_within_one_step(qtbot):
-    if not (demo_model_dir() / "model.safetensors").is_file():
-        pytest.skip("demo model not installed")
     p = _make(qtbot, loaded=load_model_folder(demo_model_dir()))
     p.prompt.setText("the ")
     p.run_n.setValue(200)

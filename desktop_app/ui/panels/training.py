@@ -63,6 +63,7 @@ def train_command() -> list[str]:
         return [sys.executable, "train"]
     return [sys.executable, "-m", "desktop_app", "train"]
 
+
 LEGEND_STYLE = {"brush": (255, 255, 255, 215), "labelTextColor": "#222"}  # readable over the curves
 
 

@@ -274,6 +274,10 @@ def _run(app, args, state, window, started: float) -> int:
         window.resize(*_parse_size(args.size))
 
     model_path: str | None = args.model_dir
+    if model_path is not None:  # the desktop entry's %f may hand over config.json or a weights file
+        from .main_window import model_folder_of
+
+        model_path = model_folder_of(model_path) or model_path
     if model_path is None and workspace is not None and workspace.model_path and Path(workspace.model_path).is_dir():
         model_path = workspace.model_path
     if model_path is None and demo_model_dir().is_dir():

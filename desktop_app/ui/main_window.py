@@ -25,18 +25,24 @@ from .workspace import Workspace, WorkspaceError, load_workspace, save_workspace
 log = logging.getLogger("desktop_app")
 
 
+def model_folder_of(path: str | Path) -> str | None:
+    """A folder itself, or the folder of a model file in it (config.json, model.safetensors... as a
+    file manager hands over with 'Open with' or a drop); None for anything else."""
+    path = Path(path)
+    if path.is_dir():
+        return str(path)
+    if path.is_file() and path.suffix in (".json", ".safetensors"):
+        return str(path.parent)
+    return None
+
+
 def model_folder_from_mime(mime: QMimeData) -> str | None:
     """The model folder a drag carries: a dropped folder, or the folder of a dropped file in it."""
     if not mime.hasUrls():
         return None
     for url in mime.urls():
-        if not url.isLocalFile():
-            continue
-        path = Path(url.toLocalFile())
-        if path.is_dir():
-            return str(path)
-        if path.is_file() and path.suffix in (".json", ".safetensors"):
-            return str(path.parent)  # e.g. config.json or model.safetensors dropped
+        if url.isLocalFile() and (folder := model_folder_of(url.toLocalFile())) is not None:
+            return folder
     return None
 
 

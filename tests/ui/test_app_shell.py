@@ -300,6 +300,16 @@ def test_screenshot_writes_a_png_of_the_window(models, tmp_path):
     assert len(colours) > 5
 
 
+def test_a_file_inside_a_model_folder_opens_that_folder(models, tmp_path):
+    """What the desktop entry's %f passes when a user opens config.json with the app."""
+    out = tmp_path / "shot.png"
+    r = subprocess.run([sys.executable, "-m", "desktop_app", str(models["gpt2"] / "config.json"),
+                        "--screenshot", str(out), "--text", "abc"],
+                       cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 1000
+
+
 def test_screenshot_of_a_broken_model_fails_with_a_message(tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()

@@ -339,7 +339,9 @@ class AttentionPanel(QWidget):
     help_text = (
         "<b>What am I looking at?</b> Attention weights P<sub>ij</sub> = softmax<sub>j</sub>(q<sub>i</sub>&middot;k<sub>j</sub>/&radic;d<sub>k</sub>): "
         "how much query token i (row) reads from key token j (column). Grey cells are masked "
-        "(a causal model cannot look ahead).<br>"
+        "(a causal model cannot look ahead). Colours run from 0 to the 99.5th percentile of the visible weights "
+        "(a causal model's first rows hold weights near 1 that would leave every other cell dark): the few cells "
+        "above saturate; the colour bar shows the range and hovering gives the exact weight.<br>"
         "<b>Model view</b>: every layer x head; click one to open it. <b>Head view</b>: a line from each "
         "token to the tokens it attends (click a token to see only its lines), one colour per head, opacity = weight (for a selected token weights below 0.02 are hidden, below 0.05 otherwise). "
         "<b>Mean</b>: (1/H) &Sigma;<sub>h</sub> P<sub>h</sub>. <b>Rollout</b> (Abnar &amp; Zuidema): "

@@ -51,7 +51,7 @@ def main(argv: list[str]) -> dict:
     import numpy as np
     import torch
 
-    from ..commands.lipschitz import read_text_ids
+    from ..commands.lipschitz import read_text_ids, strict_json
     from ..core import lipschitz as lip
 
     args = _parser().parse_args(argv)
@@ -121,17 +121,5 @@ def main(argv: list[str]) -> dict:
            "exact_max_rel_err_ours": float(max(exact_rel_ours, default=float("nan"))),
            "exact_max_rel_err_reference": float(max(exact_rel_ref, default=float("nan"))),
            "exponent": ours.exponent, "exponent_ci": list(ours.exponent_ci), **extra}
-    return _strict(out)
+    return strict_json(out)
 
-
-def _strict(value):
-    """NaN and infinities -> None (JSON null), recursively: the JSON printed must be strict."""
-    import math
-
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value

@@ -123,15 +123,22 @@ def run(args) -> int:
     result = lip.run_sweep(spec, on_length=show)
     lip.save_csv(args.csv, result)
     sys.stdout.flush()
-    print(json.dumps({"exponent": _finite(result.exponent), "exponent_ci": [_finite(x) for x in result.exponent_ci],
-                      "prefactor": _finite(result.prefactor), "function": result.function, "label": result.label,
-                      "csv": args.csv, "rows": len(result.rows())}, allow_nan=False))
+    summary = {"exponent": float(result.exponent), "exponent_ci": [float(x) for x in result.exponent_ci],
+               "prefactor": float(result.prefactor), "function": result.function, "label": result.label,
+               "csv": args.csv, "rows": len(result.rows())}
+    print(json.dumps(strict_json(summary), allow_nan=False))
     return 0
 
 
-def _finite(x) -> float | None:
-    """x as a float, or None (JSON null) where it is NaN or infinite: strict JSON has no NaN."""
+def strict_json(value):
+    """NaN and infinities -> None (JSON null), recursively through dicts, lists and tuples: strict
+    JSON has no NaN (e.g. the CI of a fit through two points is undefined)."""
     import math
 
-    x = float(x)
-    return x if math.isfinite(x) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

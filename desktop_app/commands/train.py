@@ -98,13 +98,14 @@ def config_from_args(args):
         value = getattr(args, arg)
         if value is not None:
             model[key] = value
+    device = _device(args)
     return TrainConfig(task=args.task, task_options=task_options, family=args.family, model=model,
                        optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
                        momentum=args.momentum, schedule=args.schedule, warmup_steps=args.warmup,
                        batch_size=args.batch_size, steps=args.steps, eval_every=args.eval_every,
                        checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-                       grad_clip=args.grad_clip or None, seed=args.seed, device=_device(args),
-                       precision=args.precision or default_precision(_device(args)))
+                       grad_clip=args.grad_clip or None, seed=args.seed, device=device,
+                       precision=args.precision or default_precision(device))
 
 
 def _human(ev: dict) -> str | None:

@@ -442,7 +442,7 @@ class GenerationSession:
         attention inputs and patterns. Done here, when a step is inspected, so that generating
         costs nothing for it (the fused one-token steps never form per-head outputs)."""
         cfg, attn = self.model.cfg, self.model.blocks[layer].attn
-        H, Hkv, dh, d = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_model
+        H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
         x = trace[f"blocks.{layer}.attn.input"][0]  # [T, d]
         P = trace[f"blocks.{layer}.attn.pattern"][0]  # [H, T, T]
         T = x.shape[0]
@@ -451,8 +451,7 @@ class GenerationSession:
             v = attn.v(x.to(dev, dtype)).view(T, Hkv, dh).transpose(0, 1)  # [Hkv, T, dh]
             if Hkv != H:
                 v = v.repeat_interleave(H // Hkv, dim=0)
-            y = P.to(dev, dtype) @ v  # [H, T, dh]
-            out = torch.einsum("htk,dhk->htd", y, attn.o.weight.view(d, H, dh))
+            out = attn.head_outputs(P.to(dev, dtype) @ v)  # [H, T, d]
         return out.float().cpu()[None]
 
     def logit_lens(self, node: Node) -> list[LensRow]:

@@ -186,9 +186,14 @@ class Attention(nn.Module):
                 trace.record(prefix + "pattern", p)
             y = F.dropout(p, drop, self.training) @ v
         if trace is not None and trace.wants(prefix + "head_out"):
-            w_o = self.o.weight.view(cfg.d_model, H, dh)
-            trace.record(prefix + "head_out", torch.einsum("bhtk,dhk->bhtd", y, w_o))
+            trace.record(prefix + "head_out", self.head_outputs(y))
         return self.o(y.transpose(1, 2).reshape(B, T, H * dh))
+
+    def head_outputs(self, y: torch.Tensor) -> torch.Tensor:
+        """Each head's share of the sublayer's output, W_O,h y_h (before the output bias):
+        y [..., H, T, d_head] (attention-weighted values) -> [..., H, T, d_model]."""
+        cfg = self.cfg
+        return torch.einsum("...htk,dhk->...htd", y, self.o.weight.view(cfg.d_model, cfg.n_heads, cfg.d_head))
 
 
 # -- MLP -------------------------------------------------------------------------------------

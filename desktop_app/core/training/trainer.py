@@ -406,8 +406,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
     scaler = torch.amp.GradScaler("cuda") if cfg.precision == "float16" else None
     val = task.val_set(cfg.seed)
 
-    summary: dict[str, Any] = {"step": start_step, "train_loss": None, "train_accuracy": None, "val_loss": None,
-                               "val_accuracy": None}
+    summary: dict[str, Any] = {"step": start_step, **{k: None for k in SUMMARY_KEYS}}
     if history:
         for ev in history:
             summary.update({k: ev[k] for k in SUMMARY_KEYS if k in ev})

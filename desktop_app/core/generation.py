@@ -32,7 +32,7 @@ from typing import Iterator, Sequence
 import torch
 
 from .jobs import JobControl
-from .model import KVCache, Transformer, apply_rotary, rotary_cos_sin
+from .model import KVCache, Transformer
 from .trace import Trace
 
 STRATEGIES = ("greedy", "sample", "top-k", "top-p", "beam")
@@ -42,8 +42,9 @@ STRATEGIES = ("greedy", "sample", "top-k", "top-p", "beam")
 RECORD_NAMES = ("embed", "blocks.*.attn.input", "blocks.*.attn.pattern", "blocks.*.attn.out",
                 "blocks.*.resid_mid", "blocks.*.mlp.out", "blocks.*.resid_post", "final_norm.out")
 # A one-token step asks the model for everything but the attention pattern, so its attention
-# runs fused; the new query's rows are then computed for all layers at once (_attention_rows).
-_STEP_NAMES = tuple(n for n in RECORD_NAMES if n != "blocks.*.attn.pattern")
+# runs fused; it keeps each layer's query instead, and the new query's attention rows are then
+# computed for all layers at once from the cached keys (_attention_rows).
+_STEP_NAMES = tuple(n for n in RECORD_NAMES if n != "blocks.*.attn.pattern") + ("blocks.*.attn.q",)
 
 
 class _StepTrace(Trace):
@@ -259,6 +260,7 @@ class GenerationSession:
             raise ContextLengthReached(f"the prompt has {len(prompt)} tokens but the model's context length "
                                        f"is {cfg.context_length}")
         self.prompt = prompt
+        self.model.pack_for_decoding()  # faster one-token steps (same values; see the method)
         self.settings = (settings or GenerationSettings()).validated()
         self.seed = seed
         self.stop_tokens = set(_default_stops(self.model, self.tokenizer) if stop_tokens is None else stop_tokens)
@@ -577,18 +579,12 @@ class GenerationSession:
         return self.current
 
     def _attention_rows(self, queries: list[torch.Tensor]) -> torch.Tensor:
-        """[L, B, H, 1, T]: every layer's attention of the new query, from its query projection
-        and the cached keys, in one batched product (the model's own formula, attention_probs,
-        for one query row that sees every cached key)."""
+        """[L, B, H, 1, T]: every layer's attention of the new query, from its query (after
+        rotary) and the cached keys, in one batched product (the model's own formula,
+        attention_probs, for one query row that sees every cached key)."""
         cfg = self.model.cfg
-        L, H, Hkv, dh = cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head
-        q = torch.stack(queries)  # [L, B, 1, H*dh]
-        B = q.shape[1]
-        q = q.view(L, B, 1, H, dh).transpose(2, 3)  # [L, B, H, 1, dh]
-        T = self._cache.length
-        if cfg.positions == "rotary":
-            cos, sin = rotary_cos_sin(torch.tensor([T - 1], device=q.device), dh, cfg.rope_theta)
-            q = apply_rotary(q, cos, sin)
+        H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+        q = torch.stack(queries)  # [L, B, H, 1, dh]
         k = torch.stack([lc.k for lc in self._cache.layers])  # [L, B, Hkv, T, dh], after rotary
         if Hkv != H:
             k = k.repeat_interleave(H // Hkv, dim=2)
@@ -665,21 +661,9 @@ class GenerationSession:
                 self._cache = KVCache(self.model.cfg.n_layers)
             logits = self._model_forward(ids, self._cache if self.incremental else None, trace)
         elif self.incremental:
-            queries: list[torch.Tensor | None] = [None] * cfg.n_layers
-            hooks = []
-            if rows_after:  # keep each layer's query projection (no extra compute)
-                owner = threading.get_ident()
-                for l, block in enumerate(self.model.blocks):
-                    def keep(module, args, out, l=l) -> None:
-                        if threading.get_ident() == owner:  # other threads may share this model
-                            queries[l] = out
-                    hooks.append(block.attn.q.register_forward_hook(keep))
-            try:
-                logits = self._model_forward(ids, self._cache, trace)
-            finally:
-                for h in hooks:
-                    h.remove()
+            logits = self._model_forward(ids, self._cache, trace)
             if rows_after:
+                queries = [trace.tensors.pop(f"blocks.{l}.attn.q") for l in range(cfg.n_layers)]
                 with torch.inference_mode():
                     rows = self._attention_rows(queries)
                 for l in range(cfg.n_layers):

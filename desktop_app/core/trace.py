@@ -3,6 +3,7 @@
 Names (l = layer index, 0-based):
     embed                       embedding output (Hugging Face hidden_states[0])      [B, T, d]
     blocks.l.attn.input         what the attention sublayer receives                  [B, T, d]
+    blocks.l.attn.q             queries, after rotary positions                       [B, H, T, d_head]
     blocks.l.attn.pattern       attention probabilities                               [B, H, T_q, T_k]
     blocks.l.attn.head_out      each head's contribution after W_O (no o-bias)        [B, H, T, d]
     blocks.l.attn.out           attention sublayer output, before the residual add    [B, T, d]

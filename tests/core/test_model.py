@@ -135,3 +135,56 @@ def test_context_length_is_enforced():
     m = _model("gpt2")
     with pytest.raises(ValueError, match="context length"):
         m(torch.zeros(1, 33, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-gqa", "bert"])
+def test_packing_for_decoding_keeps_values_gradients_and_checkpoints(name, tmp_path):
+    from desktop_app.core.checkpoints import load_model_folder, save_model_folder
+
+    m, ref = _model(name), _model(name)
+    ids = torch.randint(0, 50, (2, 10))
+    m.pack_for_decoding()
+    m.pack_for_decoding()  # idempotent
+    for attn in (b.attn for b in m.blocks):
+        assert attn._packed_qkv() is not None  # Q, K, V as one product...
+        W, _ = attn._packed_qkv()
+        assert W.stride() == (1, W.shape[0])  # ...stored column-major
+    assert m.blocks[0].mlp.up.weight.stride() == (1, m.cfg.d_ff)
+    for (n1, p1), (n2, p2) in zip(m.named_parameters(), ref.named_parameters()):
+        assert n1 == n2 and p1.shape == p2.shape and torch.equal(p1, p2)
+    with torch.no_grad():
+        assert (m(ids).logits - ref(ids).logits).abs().max() < 1e-5
+        _, trace = m.run_with_trace(ids)
+        _, ref_trace = ref.run_with_trace(ids)
+    assert (trace["blocks.1.attn.q"] - ref_trace["blocks.1.attn.q"]).abs().max() < 1e-5
+    # training still sees every parameter (the fused product is only used without gradients)
+    m.train(), ref.train()
+    torch.manual_seed(1)
+    m(ids).logits.square().mean().backward()
+    torch.manual_seed(1)
+    ref(ids).logits.square().mean().backward()
+    for (n, p1), p2 in zip(m.named_parameters(), ref.parameters()):
+        assert (p1.grad - p2.grad).abs().max() < 1e-5, n
+    # an optimiser step writes through the views: the fused product follows it
+    with torch.no_grad():
+        m.blocks[0].attn.k.weight.add_(0.5)
+        ref.blocks[0].attn.k.weight.add_(0.5)
+    m.eval(), ref.eval()
+    with torch.no_grad():
+        assert (m(ids).logits - ref(ids).logits).abs().max() < 1e-5
+    save_model_folder(m, tmp_path / "saved")
+    back = load_model_folder(tmp_path / "saved").model
+    with torch.no_grad():
+        assert (back(ids).logits - ref(ids).logits).abs().max() < 1e-5
+
+
+def test_a_weight_replaced_after_packing_falls_back_to_three_products():
+    m = _model("gpt2")
+    m.pack_for_decoding()
+    attn = m.blocks[0].attn
+    with torch.no_grad():
+        attn.v.weight.data = attn.v.weight.detach().contiguous() * 2  # as a load with assign=True would
+    assert attn._packed_qkv() is None
+    x = torch.randn(1, 3, 32)
+    with torch.no_grad():
+        assert torch.allclose(attn.project_qkv(x)[2], F.linear(x, attn.v.weight, attn.v.bias))

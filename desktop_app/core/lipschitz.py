@@ -387,6 +387,15 @@ def _orthogonalize(w: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
     return out[:, :, 0]
 
 
+def _slots(basis: torch.Tensor, keep: torch.Tensor | None, used: int, cap: int) -> torch.Tensor:
+    """A new basis buffer [b', cap, N] holding the first `used` vectors of the kept samples (all
+    samples when keep is None): only the used part is copied."""
+    rows = basis.shape[0] if keep is None else int(keep.sum())
+    out = basis.new_empty((rows, cap, basis.shape[2]))
+    out[:, :used] = basis[:, :used] if keep is None else basis[keep, :used]
+    return out
+
+
 def _ritz(alphas: np.ndarray, betas: np.ndarray, k: int):
     """SVD of the k x k upper bidiagonal matrices (float64, numpy: tiny and batched)."""
     Bk = np.zeros((alphas.shape[0], k, k))
@@ -444,8 +453,11 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
     while total < max_iter and len(active):
         b = len(active)
         S = min(basis_size, max_iter - total)
-        Vb = torch.empty(b, S + 1, N, dtype=dtype, device=dev)
-        Ub = torch.empty(b, S, M, dtype=dtype, device=dev)
+        # the bases grow as needed (most samples stop long before S steps): untouched memory and
+        # dropping converged samples cost nothing for slots never used
+        cap = min(S + 1, 16)
+        Vb = torch.empty(b, cap, N, dtype=dtype, device=dev)
+        Ub = torch.empty(b, cap, M, dtype=dtype, device=dev)
         alphas = np.zeros((b, S))
         betas = np.zeros((b, S))
         Vb[:, 0] = v
@@ -460,6 +472,9 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
             w = _orthogonalize(w - alpha[:, None] * Vb[:, j], Vb[:, : j + 1])
             beta = _batched_norm(w)
             beta_prev = beta
+            if j + 1 == cap:
+                cap = min(2 * cap, S + 1)
+                Vb, Ub = _slots(Vb, None, j + 1, cap), _slots(Ub, None, j + 1, cap)
             Vb[:, j + 1] = w / beta.clamp_min(tiny)[:, None]
             ab = torch.stack([alpha, beta]).double().cpu().numpy()
             alphas[:, j], betas[:, j] = ab[0], ab[1]
@@ -515,7 +530,8 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
                 # compact: converged samples leave the batch and the Krylov bases shrink with it
                 kd = keep.to(dev)
                 active, lin = active[keep], lin.select(kd)
-                Vb, Ub, alphas, betas = Vb[kd], Ub[kd], alphas[keep.numpy()], betas[keep.numpy()]
+                Vb, Ub = _slots(Vb, kd, j + 2, cap), _slots(Ub, kd, j + 1, cap)
+                alphas, betas = alphas[keep.numpy()], betas[keep.numpy()]
                 beta_prev = beta_prev[kd]
                 b = len(active)
         if restart_v is None or not len(active):

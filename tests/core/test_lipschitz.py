@@ -144,6 +144,27 @@ def test_estimator_on_a_linear_map_with_known_norm():
     torch.testing.assert_close(est.right @ M.T, est.sigma[:, None, None] * est.left, rtol=1e-5, atol=1e-5)
 
 
+def test_without_reorthogonalisation_on_a_clustered_spectrum():
+    """The default keeps only the recurrence's orthogonality: on a long run over a clustered spectrum
+    (the basis loses orthogonality) it must agree with full reorthogonalisation and never exceed
+    the true norm (its sigma is ||J v|| / ||v||)."""
+    g = torch.Generator().manual_seed(4)
+    Q1, _ = torch.linalg.qr(torch.randn(16, 16, generator=g, dtype=torch.float64))
+    Q2, _ = torch.linalg.qr(torch.randn(16, 16, generator=g, dtype=torch.float64))
+    s = torch.cat([torch.tensor([3.0, 2.999, 2.998, 2.99]), torch.linspace(2.9, 0.1, 12)]).double()
+    M = Q1 @ torch.diag(s) @ Q2.T
+    X = torch.randn(3, 8, 16, generator=g, dtype=torch.float64)
+    f = lambda X: torch.tanh(X) @ M.T  # noqa: E731  (Jacobian diag(tanh') then M: not a plain Kronecker)
+    exact = lip.exact_jacobian_norm(f, X)
+    plain = lip.spectral_norm(f, X, tol=1e-8, max_iter=120)
+    full = lip.spectral_norm(f, X, tol=1e-8, max_iter=120, reorthogonalize=True)
+    assert (plain.iterations > 15).all()  # long enough for orthogonality to be lost
+    assert (plain.sigma <= exact * (1 + 1e-12)).all()
+    assert _rel(plain.sigma, exact) <= 1e-6 and _rel(full.sigma, exact) <= 1e-6
+    J_v = torch.func.jvp(f, (X,), (plain.right,))[1]
+    torch.testing.assert_close(J_v, plain.sigma[:, None, None] * plain.left, rtol=1e-6, atol=1e-9)
+
+
 def test_faster_than_power_iteration_in_products():
     """Lanczos needs fewer J^T J products than the paper's power iteration for the same input."""
     f = lip.random_single_head(8, 4.0, 1.0, seed=1)
@@ -429,3 +450,15 @@ def test_memory_n1024_d768_five_inputs_to_convergence():
     peak_kb, converged = out.stdout.split()
     assert int(converged) == 1
     assert int(peak_kb) < 4 * 1024 * 1024
+
+
+def test_head_norms_from_the_factors_equal_the_full_matrices():
+    g = torch.Generator().manual_seed(5)
+    L = torch.randn(3, 20, 4, generator=g, dtype=torch.float64)  # rank-4 products of 20 x 20
+    R = torch.randn(3, 4, 20, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(lip._product_norm(L, R), torch.linalg.matrix_norm(L @ R, ord=2))
+    model = _model("gpt2")
+    fmap = lip.layer_map(model, 1)
+    norms_A, norms_V, _, _ = lip._bound_parameters(fmap)
+    torch.testing.assert_close(torch.tensor(norms_A, dtype=torch.float64), torch.linalg.matrix_norm(fmap.A.double(), ord=2))
+    torch.testing.assert_close(torch.tensor(norms_V, dtype=torch.float64), torch.linalg.matrix_norm(fmap.V.double(), ord=2))

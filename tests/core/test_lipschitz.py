@@ -462,3 +462,26 @@ def test_head_norms_from_the_factors_equal_the_full_matrices():
     norms_A, norms_V, _, _ = lip._bound_parameters(fmap)
     torch.testing.assert_close(torch.tensor(norms_A, dtype=torch.float64), torch.linalg.matrix_norm(fmap.A.double(), ord=2))
     torch.testing.assert_close(torch.tensor(norms_V, dtype=torch.float64), torch.linalg.matrix_norm(fmap.V.double(), ord=2))
+
+
+def test_head_eigen_from_the_factors_equals_the_full_eigenproblem():
+    model = _model("gpt2")  # d = 16, d_head = 4: each A_h has rank 4
+    fmap = lip.layer_map(model, 0)
+    for h in range(fmap.n_heads):
+        A = fmap.A[h].double()
+        vals, vecs = lip.head_eigen(fmap, h)
+        torch.testing.assert_close(A @ vecs, vecs * vals, atol=1e-10, rtol=0)  # eigenpairs of A
+        full, _ = lip.real_eigen(A)
+        assert lip._gamma(vals) == pytest.approx(lip.gamma_of(A), rel=1e-9)
+        assert float(vals.max()) == pytest.approx(float(full.max()), rel=1e-9, abs=1e-12)
+        assert float(vals.min()) == pytest.approx(float(full.min()), rel=1e-9, abs=1e-12)
+        # the construction uses a unit eigenvector of the same extreme eigenvalue (when that is 0, any
+        # vector of the null space will do, so compare the eigenvalue, not the vector)
+        X, Y = lip._construction(vals, vecs, 5, 2.0), lip.adversarial_input(A, 5, 2.0)
+        for Z in (X, Y):
+            assert float(Z[0].norm()) == pytest.approx(2.0)
+        lam_x = float(X[0] @ A @ X[0]) / 4.0
+        lam_y = float(Y[0] @ A @ Y[0]) / 4.0
+        torch.testing.assert_close(A @ X[0], lam_x * X[0], atol=1e-9, rtol=0)
+        assert lam_x == pytest.approx(lam_y, abs=1e-9)
+        assert torch.allclose(X[1:], X[1].expand(4, -1))

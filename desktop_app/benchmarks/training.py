@@ -126,11 +126,11 @@ def main(argv: list[str]) -> dict:
                 ours = min(ours, _ours(cfg, args.window, Path(tmp)))
                 ref = min(ref, _reference(cfg, args.window, precision))
             if precision == "float32":
-                result.update(ours_s=round(ours, 4), reference_s=round(ref, 4), speedup=round(ref / ours, 2),
+                result.update(ours_s=round(ours, 6), reference_s=round(ref, 6), speedup=round(ref / ours, 2),
                               ours_tokens_per_s=round(result["tokens_per_step"] / ours),
                               reference_tokens_per_s=round(result["tokens_per_step"] / ref))
             else:
-                result["bfloat16"] = {"ours_s": round(ours, 4), "reference_s": round(ref, 4),
+                result["bfloat16"] = {"ours_s": round(ours, 6), "reference_s": round(ref, 6),
                                       "speedup": round(ref / ours, 2),
                                       "ours_vs_our_float32": round(result["ours_s"] / ours, 2)}
         if "bfloat16" not in result:

@@ -622,11 +622,15 @@ def lower_bound(n, radius, gamma):
 
 def real_eigen(A: torch.Tensor, rel_tol: float = 1e-7) -> tuple[torch.Tensor, torch.Tensor]:
     """Real eigenvalues of A [d, d] and their unit eigenvectors (columns)."""
-    vals, vecs = torch.linalg.eig(A.double())
+    vals, vecs = _real_pairs(*torch.linalg.eig(A.double()), rel_tol)
+    return vals, vecs / torch.linalg.vector_norm(vecs, dim=0, keepdim=True)
+
+
+def _real_pairs(vals: torch.Tensor, vecs: torch.Tensor, rel_tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The eigenpairs whose eigenvalue is real (imaginary part <= rel_tol * the largest modulus)."""
     scale = max(float(vals.abs().max()), 1e-300)
     real = vals.imag.abs() <= rel_tol * scale
-    vecs = vecs[:, real].real
-    return vals[real].real, vecs / torch.linalg.vector_norm(vecs, dim=0, keepdim=True)
+    return vals[real].real, vecs[:, real].real
 
 
 def head_eigen(fmap: AttentionMap, h: int, rel_tol: float = 1e-7) -> tuple[torch.Tensor, torch.Tensor]:
@@ -639,14 +643,12 @@ def head_eigen(fmap: AttentionMap, h: int, rel_tol: float = 1e-7) -> tuple[torch
     if k >= d:
         return real_eigen(fmap.A[h], rel_tol)
     L = W_K.T / math.sqrt(k)
-    vals, ys = torch.linalg.eig(W_Q @ L)
-    scale = max(float(vals.abs().max()), 1e-300)
-    real = vals.imag.abs() <= rel_tol * scale
-    vecs = L @ ys[:, real].real
+    vals, ys = _real_pairs(*torch.linalg.eig(W_Q @ L), rel_tol)
+    vecs = L @ ys
     Q = torch.linalg.qr(W_Q.T).Q  # row space of W_Q
     z = torch.randn(d, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(Q.device)
     null = z - Q @ (Q.T @ z)
-    vals = torch.cat([vals[real].real, vals.real.new_zeros(1)])
+    vals = torch.cat([vals, vals.new_zeros(1)])
     vecs = torch.cat([vecs, null[:, None]], 1)
     norms = torch.linalg.vector_norm(vecs, dim=0)
     ok = norms > 0  # W_K^T y = 0 only for a zero eigenvalue, which the null vector already covers

@@ -80,11 +80,19 @@ def test_sets_match_the_definitions_by_brute_force(values, k, p, T):
     # top-p: tokens whose strictly-more-probable mass is below p (ties with the last one kept)
     want_p = {i for i in range(n) if sum(q for q in probs if q > probs[i]) < p * (1 - 1e-9)} if p < 1 else set(range(n))
     kept = _kept(d)
-    assert kept == want_k & want_p or _near_boundary(probs, p)
+    assert kept == want_k & want_p or _near_boundary(probs, p) or _near_kth(probs, k)
     assert math.isclose(float(d.probs.sum()), 1.0, rel_tol=1e-9)
     assert all(d.probs[i] == 0 for i in range(n) if i not in kept)
     # temperature never changes the top-k set
-    assert _kept(process_logits(logits, top_k=k)) == _kept(process_logits(logits, temperature=T, top_k=k))
+    assert (_kept(process_logits(logits, top_k=k)) == _kept(process_logits(logits, temperature=T, top_k=k))
+            or _near_kth(torch.softmax(logits, 0).tolist(), k) or _near_kth(probs, k))
+
+
+def _near_kth(probs, k):
+    """Two probabilities a few ulps apart (logits 1e-16 apart) at the k-th place: whether they tie
+    depends on the order of the rounding (found by hypothesis: logits [0, 5e-17], k = 1)."""
+    kth = sorted(probs, reverse=True)[min(k, len(probs)) - 1]
+    return any(q != kth and abs(q - kth) <= 1e-12 * kth for q in probs)
 
 
 def _near_boundary(probs, p):

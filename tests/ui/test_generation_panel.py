@@ -52,6 +52,14 @@ def _idle(qtbot, p):
     qtbot.wait(10)
 
 
+def _first_step(qtbot, panel) -> None:
+    """Prompt "the ", one Step, and wait until the panel is idle at depth 1."""
+    panel.prompt.setText("the ")
+    panel.step()
+    qtbot.waitUntil(lambda: panel.session is not None and panel.session.current.depth == 1, timeout=10_000)
+    _idle(qtbot, panel)
+
+
 @contextmanager
 def _held(model):
     """Hold every forward of a worker thread until the gate opens: the panel is really busy."""
@@ -96,10 +104,7 @@ def test_step_and_back_with_buttons_and_arrow_keys(qtbot, panel):
 
 
 def test_clicking_a_bar_forces_that_token_and_starts_a_branch(qtbot, panel):
-    panel.prompt.setText("the ")
-    panel.step()
-    qtbot.waitUntil(lambda: panel.session is not None and panel.session.current.depth == 1, timeout=10_000)
-    _idle(qtbot, panel)
+    _first_step(qtbot, panel)
     panel.back()
     _idle(qtbot, panel)
     greedy = panel.session.root.children[0].token
@@ -121,10 +126,7 @@ def test_clicking_a_bar_forces_that_token_and_starts_a_branch(qtbot, panel):
 
 
 def test_sliders_reshape_the_bars_without_running_the_model(qtbot, panel):
-    panel.prompt.setText("the ")
-    panel.step()
-    qtbot.waitUntil(lambda: panel.session is not None and panel.session.current.depth == 1, timeout=10_000)
-    _idle(qtbot, panel)
+    _first_step(qtbot, panel)
     calls = []
     hook = panel.state.loaded.model.register_forward_hook(lambda *a: calls.append(1))
     try:
@@ -239,10 +241,7 @@ def test_encoder_mode_hands_the_filled_sequence_to_the_inspectors(qtbot):
 
 def test_editing_the_prompt_starts_a_new_tree_on_the_next_step(qtbot, panel):
     tok = panel.state.loaded.tokenizer
-    panel.prompt.setText("the ")
-    panel.step()
-    qtbot.waitUntil(lambda: panel.session is not None and panel.session.current.depth == 1, timeout=10_000)
-    _idle(qtbot, panel)
+    _first_step(qtbot, panel)
     first = panel.session
     panel.prompt.setText("a dog ")
     panel.step()
@@ -251,10 +250,7 @@ def test_editing_the_prompt_starts_a_new_tree_on_the_next_step(qtbot, panel):
 
 
 def test_tokens_faster_than_the_refresh_interval_still_refresh_the_view(qtbot, panel):
-    panel.prompt.setText("the ")
-    panel.step()
-    qtbot.waitUntil(lambda: panel.session is not None and panel.session.current.depth == 1, timeout=10_000)
-    _idle(qtbot, panel)
+    _first_step(qtbot, panel)
     fired = []
     panel._refresh_timer.timeout.connect(lambda: fired.append(1))
     panel.run_n.setValue(3)
@@ -286,10 +282,7 @@ def test_stop_ends_a_run_on_the_demo_model_within_one_step(qtbot):
 
 
 def test_settings_changed_while_busy_reach_the_session_for_the_next_step(qtbot, panel):
-    panel.prompt.setText("the ")
-    panel.step()
-    qtbot.waitUntil(lambda: panel.session is not None and panel.session.current.depth == 1, timeout=10_000)
-    _idle(qtbot, panel)
+    _first_step(qtbot, panel)
     with _held(panel.state.loaded.model) as gate:
         panel.step()
         assert panel.busy
@@ -334,10 +327,7 @@ def test_reset_uses_the_seed_in_the_box(qtbot, panel):
 
 
 def test_back_highlights_the_branch_it_came_from(qtbot, panel):
-    panel.prompt.setText("the ")
-    panel.step()
-    qtbot.waitUntil(lambda: panel.session is not None and panel.session.current.depth == 1, timeout=10_000)
-    _idle(qtbot, panel)
+    _first_step(qtbot, panel)
     greedy = panel.session.current
     panel.back()
     _idle(qtbot, panel)

@@ -1,0 +1,29 @@
+"""Fixtures shared by the UI tests: the four walkthrough models (see walkthrough.py)."""
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QSettings
+
+from .walkthrough import ErrorWatch, make_model_dirs
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory):
+    """name -> model folder for 'demo', 'bert', 'llama', 'notok' (made once per session)."""
+    return make_model_dirs(tmp_path_factory.mktemp("walkthrough-models"))
+
+
+@pytest.fixture
+def isolated_user_files(tmp_path, monkeypatch):
+    """Settings, recent files, last session and the log go to this test's temporary folder."""
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    return tmp_path
+
+
+@pytest.fixture
+def error_watch(monkeypatch):
+    """Fails nothing by itself: call error_watch.assert_clean() at the end of a walkthrough."""
+    watch = ErrorWatch.install(monkeypatch)
+    yield watch
+    watch.remove()

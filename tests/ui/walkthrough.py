@@ -1,0 +1,149 @@
+"""The four models every clicked walkthrough runs on (issue 13), made once per test session.
+
+- ``demo``: the embedded demo model (GPT-2 style, byte-level BPE tokenizer).
+- ``bert``: a BERT-style encoder with an MLM head and a WordPiece ``tokenizer.json`` that carries
+  the padding ("Fixed 128") and truncation (128) settings sentence-embedding BERTs ship with.
+- ``llama``: a LLaMA-style decoder with grouped-query attention (4 query heads, 2 key/value heads)
+  and a byte-level BPE tokenizer.
+- ``noktok``: a GPT-2 style decoder with no tokenizer at all (the text box takes token ids).
+
+Use ``model_dirs`` (a dict name -> folder) and ``open_window(qtbot, folder)`` to get a MainWindow
+with that model open and its text traced. ``ErrorWatch`` fails a test when an error dialog or an
+unexpected-error log line appears.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from desktop_app.core.checkpoints import new_model, save_model_folder
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.tokenizer import Tokenizer, train_bpe
+from desktop_app.paths import demo_model_dir
+
+WALKTHROUGH_MODELS = ("demo", "bert", "llama", "notok")
+
+# Text each model can encode: what a person would type for that model.
+TEXTS = {
+    "demo": "Alice was beginning to get very tired of sitting by her sister on the bank.",
+    "bert": "the cat sat on the mat and the dog sat on the log .",
+    "llama": "the cat sat on the mat and the dog sat on the log.",
+    "notok": "1 2 3 4 5 6 7 8 9 10 11 12",
+}
+
+_WORDS = "the cat sat on mat and dog log a . , is was in it".split()
+
+
+def bert_wordpiece_tokenizer(pad_to: int = 128) -> Tokenizer:
+    """A small WordPiece tokenizer as a sentence-embedding BERT ships it: [CLS]/[SEP]/[MASK]/[PAD]/
+    [UNK], padding to a fixed length and truncation at the same length switched on in the file."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {s: i for i, s in enumerate(specials)}
+    for w in _WORDS:
+        vocab.setdefault(w, len(vocab))
+    for c in "abcdefghijklmnopqrstuvwxyz":
+        vocab.setdefault(c, len(vocab))
+        vocab.setdefault("##" + c, len(vocab))
+    tok = HFTokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    tok.add_special_tokens(specials)
+    tok.enable_padding(length=pad_to, pad_id=vocab["[PAD]"], pad_token="[PAD]")
+    tok.enable_truncation(max_length=pad_to)
+    return Tokenizer(tok)
+
+
+def make_model_dirs(root: Path) -> dict[str, Path]:
+    """Write the three made models under `root` (the demo model ships); returns name -> folder."""
+    dirs = {"demo": Path(demo_model_dir())}
+
+    bert_tok = bert_wordpiece_tokenizer()
+    cfg = ModelConfig.bert(vocab_size=bert_tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64,
+                           context_length=512, init_std=0.2)
+    dirs["bert"] = root / "bert-encoder"
+    save_model_folder(new_model(cfg, seed=0), dirs["bert"], tokenizer=bert_tok)
+
+    llama_tok = train_bpe([TEXTS["llama"] * 20, "Alice and the rabbit hole."], vocab_size=300)
+    cfg = ModelConfig.llama(vocab_size=llama_tok.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                            d_ff=64, context_length=128, init_std=0.2)
+    dirs["llama"] = root / "llama-gqa"
+    save_model_folder(new_model(cfg, seed=1), dirs["llama"], tokenizer=llama_tok)
+
+    cfg = ModelConfig.gpt2(vocab_size=300, d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=64,
+                           init_std=0.2)
+    dirs["notok"] = root / "gpt2-no-tokenizer"
+    save_model_folder(new_model(cfg, seed=2), dirs["notok"])
+    return dirs
+
+
+class ErrorWatch(logging.Handler):
+    """Collects every ERROR log record and every error dialog the app tries to show.
+
+    Install with ``ErrorWatch.install(monkeypatch)``; ``watch.assert_clean()`` fails the test with
+    what was seen."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append(f"log: {record.getMessage()}")
+
+    @classmethod
+    def install(cls, monkeypatch) -> "ErrorWatch":
+        from PySide6.QtWidgets import QMessageBox
+
+        watch = cls()
+        logging.getLogger().addHandler(watch)
+        monkeypatch.setattr(logging.getLogger(), "level", logging.DEBUG, raising=False)
+
+        def dialog(kind):
+            def show(parent, title, text, *args, **kwargs):
+                watch.seen.append(f"{kind} dialog: {title}: {text}")
+                return QMessageBox.StandardButton.Ok
+            return show
+
+        monkeypatch.setattr(QMessageBox, "critical", staticmethod(dialog("critical")))
+        monkeypatch.setattr(QMessageBox, "warning", staticmethod(dialog("warning")))
+        return watch
+
+    def watch_state(self, state) -> None:
+        """Errors the app reports through AppState.error (shown in the status bar) count too."""
+        state.error.connect(lambda message: self.seen.append(f"state error: {message}"))
+        state.model_load_failed.connect(lambda message: self.seen.append(f"load failed: {message}"))
+
+    def remove(self) -> None:
+        logging.getLogger().removeHandler(self)
+
+    def assert_clean(self) -> None:
+        assert not self.seen, "errors appeared during the walkthrough:\n" + "\n".join(self.seen)
+
+
+def open_window(qtbot, folder: Path, text: str | None = None, name: str | None = None,
+                watch: ErrorWatch | None = None):
+    """A shown MainWindow with `folder` open and `text` (default: the model's walkthrough text)
+    traced. Returns (window, state). With `watch`, the state's errors are collected from the start."""
+    from desktop_app.ui.main_window import MainWindow
+    from desktop_app.ui.state import AppState
+
+    state = AppState()
+    if watch is not None:
+        watch.watch_state(state)
+    window = MainWindow(state)
+    qtbot.addWidget(window)
+    window.show()
+    if text is None and name is not None:
+        text = TEXTS[name]
+    if text is not None:
+        state.text = text
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(folder)
+    qtbot.waitUntil(lambda: state._trace_job is None or state._trace_job.done, timeout=30_000)
+    return window, state

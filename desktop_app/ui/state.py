@@ -81,6 +81,10 @@ class AppState(QObject):
         self.text = ""
         self.token_ids: list[int] = []
         self.trace: Trace | None = None
+        # Why there is no trace for this model (its text cannot be tokenized...); "" when traced or no text.
+        self.trace_problem = ""
+        # "text": token_ids/trace are the text box's; "generation": a generation step shown by show_trace.
+        self.trace_source = "text"
         self._trace_job = None
         self._pending_text: tuple[str, list[int] | None] | None = None
 
@@ -153,6 +157,7 @@ class AppState(QObject):
             self._trace_job = None
             if loaded is self.loaded:
                 self.token_ids, self.trace = result
+                self.trace_problem, self.trace_source = "", "text"
                 self.tokens_changed.emit(self.token_ids)
                 self.trace_changed.emit(self.trace)
             if self._pending_text is not None:
@@ -161,6 +166,12 @@ class AppState(QObject):
 
         def failed(exc: BaseException, tb: str) -> None:
             self._trace_job = None
+            if loaded is self.loaded:
+                # Nothing of the previous text (or model) may stay on show: clear, and say why.
+                self.token_ids, self.trace = [], None
+                self.trace_problem, self.trace_source = str(exc), "text"
+                self.tokens_changed.emit([])
+                self.trace_changed.emit(None)
             self.error.emit(str(exc))
             if self._pending_text is not None:
                 pending, self._pending_text = self._pending_text, None
@@ -171,8 +182,21 @@ class AppState(QObject):
     def show_trace(self, trace: Trace, token_ids: list[int]) -> None:
         """Hand a trace made elsewhere (e.g. a generation step) to every inspecting panel."""
         self.token_ids, self.trace = list(token_ids), trace
+        self.trace_problem, self.trace_source = "", "generation"
         self.tokens_changed.emit(self.token_ids)
         self.trace_changed.emit(trace)
+
+    def back_to_text(self) -> None:
+        """Trace the text box's text again (after show_trace put a generation step on show)."""
+        self.set_text(self.text)
+
+    def no_trace_message(self) -> str:
+        """What an inspecting panel says when there is no trace to show, and why."""
+        if self.loaded is None:
+            return "Open a model and enter a text."
+        if self.trace_problem:
+            return f"No text traced for this model: {self.trace_problem}"
+        return "No text traced: type a text in the Model panel."
 
     def token_strings(self, ids: list[int] | None = None) -> list[str]:
         ids = self.token_ids if ids is None else ids

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsRectItem, QHBoxLay
 from ...core import analysis
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap, LabelAxis
-from ..widgets.token_strip import TokenStrip
+from ..widgets.token_strip import TokenStrip, plural
 
 # Colour-blind-friendly qualitative palette (Okabe-Ito, then Tableau) for heads.
 HEAD_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
@@ -462,8 +462,7 @@ class AttentionPanel(QWidget):
         self._generation += 1
         self.rollout, self.stats = None, None
         if trace is None or trace.n_layers == 0 or "blocks.0.attn.pattern" not in trace:
-            self.patterns = []
-            self.status.setText("This trace has no attention patterns.")
+            self._clear(self.state.no_trace_message() if trace is None else "This trace has no attention patterns.")
             return
         self.patterns = analysis.attention_patterns(trace)
         _, t_q, t_k = self.patterns[0].shape
@@ -491,7 +490,7 @@ class AttentionPanel(QWidget):
         self._relabel = True
         self._invalidate("attention", "head-view", "mean", "rollout", "head-stats")
         self._apply_selection()
-        self.status.setText(f"{t_k} tokens, {n_layers} layers x {n_heads} heads"
+        self.status.setText(f"{plural(t_k, 'token')}, {plural(n_layers, 'layer')} x {plural(n_heads, 'head')}"
                             + (" (causal)" if causal else " (bidirectional)"))
         generation = self._generation
         patterns, mask, lut, size = self.patterns, self.mask, self.model_view.lut, self.model_view.THUMB
@@ -508,6 +507,24 @@ class AttentionPanel(QWidget):
                 self._job.cancel()  # its result would be dropped anyway
             self._job = run_job(work, on_result=self._on_aggregates,
                                 on_error=lambda exc, tb: self.status.setText(f"statistics failed: {exc}"))
+
+    def _clear(self, message: str) -> None:
+        """No trace (or one without attention): nothing of a previous text or model stays on show."""
+        if self._job is not None and not self._job.done:
+            self._job.cancel()
+        self.patterns, self.mask, self.row_labels, self.col_labels = [], None, [], []
+        self.selected_token = None
+        self.tokens.set_tokens([], [])
+        self.model_view.set_patterns([], None)
+        for hm in (self.heatmap, self.mean_map, self.rollout_map, self.stats_map):
+            hm.clear_matrix(message)
+        self.head_view.set_layer(np.zeros((0, 0, 0), dtype=np.float32), [], [])
+        for spin in (self.layer_spin, self.head_spin):
+            spin.blockSignals(True)
+            spin.setRange(0, 0)
+            spin.blockSignals(False)
+        self._stale.clear()
+        self.status.setText(message)
 
     def _on_aggregates(self, result) -> None:
         generation, rollout, stats, rollout_problem, thumbs = result

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QSlider, QSplit
 from ...core import analysis
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap, short_label
-from ..widgets.token_strip import TokenStrip, _visible, value_colour
+from ..widgets.token_strip import TokenStrip, _visible, plural, value_colour
 
 
 @dataclass
@@ -197,6 +197,12 @@ class PCAView(pg.GraphicsLayoutWidget):
         self.plot.autoRange()
         self.set_depth(min(self.depth, depth - 1))
 
+    def clear(self) -> None:
+        self.pca, self.labels, self.depth_names = None, [], []
+        for item in (self.trajectories, self.path_of_selected, self.points, self.selected_point):
+            item.setData([], [])
+        self.plot.setTitle("")
+
     def set_depth(self, depth: int) -> None:
         self.depth = depth
         if self.pca is None:
@@ -286,6 +292,12 @@ class CosineView(QWidget):
         self.curve_plot.setXRange(-0.4, len(means) - 0.6, padding=0)
         self.curve_plot.setTitle("Mean cosine similarity vs depth", color="k")
         self.set_depth(min(self.depth, len(means) - 1), relabel=True)
+
+    def clear(self) -> None:
+        self.cosine, self.means, self.labels, self.depth_names = np.zeros((0, 0, 0)), np.zeros(0), [], []
+        self.heatmap.clear_matrix("")
+        self.curve.setData([], [])
+        self.marker.setData([], [])
 
     def set_depth(self, depth: int, relabel: bool = False) -> None:
         self.depth = depth
@@ -400,7 +412,7 @@ class LayersPanel(QWidget):
         self.trace = trace
         self._generation += 1
         if trace is None or trace.n_layers == 0 or "embed" not in trace:
-            self.status.setText("This trace has no residual stream.")
+            self._clear(self.state.no_trace_message() if trace is None else "This trace has no residual stream.")
             return
         t = trace["embed"].shape[1]
         ids = list(token_ids or [])
@@ -424,6 +436,23 @@ class LayersPanel(QWidget):
             self._job = run_job(work, on_result=self._on_result,
                                 on_error=lambda exc, tb: self.status.setText(f"layer analysis failed: {exc}"))
 
+    def _clear(self, message: str) -> None:
+        """No trace: nothing of a previous text or model stays on show."""
+        if self._job is not None and not self._job.done:
+            self._job.cancel()
+        self.result, self.labels, self.selected_token = None, [], None
+        self.tokens.set_tokens([], [])
+        self.resid_map.clear_matrix(message)
+        self.component_map.clear_matrix(message)
+        self.lens_view.lens.set_data([], None, [], np.zeros((0, 0), np.int64), np.zeros((0, 0)))
+        self.pca_view.clear()
+        self.cosine_view.clear()
+        self.depth_slider.blockSignals(True)
+        self.depth_slider.setRange(0, 0)
+        self.depth_slider.blockSignals(False)
+        self.depth_label.setText("depth: -")
+        self.status.setText(message)
+
     def _on_result(self, payload) -> None:
         generation, res = payload
         if generation != self._generation:
@@ -431,7 +460,7 @@ class LayersPanel(QWidget):
         self.result = res
         depth = len(res.depth_labels)
         t = res.resid_norms.shape[1]
-        self.status.setText(f"{t} tokens, {depth - 1} layers")
+        self.status.setText(f"{plural(t, 'token')}, {plural(depth - 1, 'layer')}")
         self.resid_map.set_matrix(res.resid_norms.T, self.labels, res.depth_labels,
                                   title="Residual stream norm \u2016x\u2016 per token and depth")
         layer_names = [f"L{l}" for l in range(depth - 1)]

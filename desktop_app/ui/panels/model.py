@@ -4,10 +4,11 @@ from __future__ import annotations
 import math
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy,
-                               QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
+                               QSizePolicy, QSplitter, QVBoxLayout, QWidget)
 
 from ..state import AppState
+from ..widgets.export import ExportBar
 from ..widgets.token_strip import TokenStrip
 
 TYPING_DEBOUNCE_MS = 250
@@ -61,6 +62,38 @@ def token_probabilities(logits, ids: list[int]) -> list[float]:
     return [float("nan")] + picked.exp().tolist()
 
 
+def format_probability(p: float) -> str:
+    """Three significant digits; tiny values stay readable ("2.1e-05", never "0.000")."""
+    if math.isnan(p):
+        return ""
+    return f"{p:.3g}"
+
+
+class TokensView:
+    """What the Model panel's export bar saves: the chips (PNG/SVG) and the per-token table (CSV)."""
+
+    def __init__(self, panel: "ModelPanel") -> None:
+        self.panel = panel
+
+    def export_widget(self):
+        return self.panel.token_strip.canvas
+
+    def csv_table(self):
+        ids = self.panel.state.token_ids
+        strings = self.panel.state.token_strings(ids)
+        probs = self.panel.probabilities or [float("nan")] * len(ids)
+        rows = [[i, t, s, "" if math.isnan(p) else f"{p:.6g}"] for i, (t, s, p) in enumerate(zip(ids, strings, probs))]
+        return ["position", "id", "token", "p(token | tokens before)"], rows
+
+    def export_arrays(self):
+        import numpy as np
+
+        ids = self.panel.state.token_ids
+        probs = self.panel.probabilities or [float("nan")] * len(ids)
+        return {"ids": np.array(ids, dtype=np.int64), "tokens": np.array(self.panel.state.token_strings(ids)),
+                "probability": np.array(probs, dtype=np.float64)}
+
+
 def perplexity(probs: list[float]) -> float | None:
     logs = [math.log(p) for p in probs if not math.isnan(p) and p > 0]
     return math.exp(-sum(logs) / len(logs)) if logs else None
@@ -109,6 +142,19 @@ class ModelPanel(QWidget):
         self.message_label = QLabel("")
         self.message_label.setStyleSheet("color: #b00020")
         self.message_label.setWordWrap(True)
+        # Shown while the chips are a generation step's tokens, not the text box's (show_trace).
+        self.source_label = QLabel("")
+        self.source_label.setWordWrap(True)
+        self.back_button = QPushButton("Back to the text")
+        self.back_button.setToolTip("Show the tokens of the text above again")
+        self.back_button.clicked.connect(lambda _checked=False: self.state.back_to_text())
+        source_row = QHBoxLayout()
+        source_row.addWidget(self.source_label, 1)
+        source_row.addWidget(self.back_button)
+        self.source_label.setVisible(False)
+        self.back_button.setVisible(False)
+        self.tokens_view = TokensView(self)
+        self.export_bar = ExportBar(lambda: self.tokens_view, lambda: "tokens")
 
         tokens_box = QGroupBox("Text and tokens")
         tv = QVBoxLayout(tokens_box)
@@ -117,7 +163,9 @@ class ModelPanel(QWidget):
         row.addWidget(self.count_label)
         row.addStretch(1)
         row.addWidget(self.token_info)
+        row.addWidget(self.export_bar)
         tv.addLayout(row)
+        tv.addLayout(source_row)
         tv.addWidget(self.token_strip, 4)
         tv.addWidget(self.message_label)
 
@@ -170,7 +218,13 @@ class ModelPanel(QWidget):
             self.text_edit.blockSignals(False)
 
     def _on_tokens(self, ids: list) -> None:
-        self.message_label.setText("")
+        self.message_label.setText(self.state.trace_problem and
+                                   f"No text traced for this model: {self.state.trace_problem}")
+        generated = self.state.trace_source == "generation"
+        self.source_label.setText("These tokens are a generation step's (from the Generate panel), not the "
+                                  "text above." if generated else "")
+        self.source_label.setVisible(generated)
+        self.back_button.setVisible(generated)
         strings = self.state.token_strings(ids)
         self.token_strip.set_tokens(strings, ids)
         n = len(ids)
@@ -198,7 +252,8 @@ class ModelPanel(QWidget):
                                      f"perplexity {ppl:.1f}")
 
     def _on_error(self, message: str) -> None:
-        self.message_label.setText(message)
+        if message != self.state.trace_problem:  # that one _on_tokens already said, with what it means
+            self.message_label.setText(message)
 
     def _show_token(self, index: int) -> None:
         ids = self.state.token_ids
@@ -206,7 +261,7 @@ class ModelPanel(QWidget):
             s = self.state.token_strings([ids[index]])[0]
             text = f"token #{index}: id {ids[index]}, {s!r}"
             if self.probabilities is not None and index < len(self.probabilities) and index > 0:
-                text += f", p = {self.probabilities[index]:.3g}"
+                text += f", p = {format_probability(self.probabilities[index])}"
             self.token_info.setText(text)
 
     # -- view -> state ---------------------------------------------------------------------

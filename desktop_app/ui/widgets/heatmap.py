@@ -181,6 +181,19 @@ class Heatmap(pg.GraphicsLayoutWidget):
         else:
             self.set_selected_row(self.selected_row)
 
+    def clear_matrix(self, title: str = "") -> None:
+        """Show nothing (no trace): no cells, no labels, the title saying why."""
+        self.values = np.zeros((0, 0), dtype=np.float32)
+        self.mask = None
+        self.row_labels, self.col_labels = [], []
+        self.left_axis.set_labels([])
+        self.bottom_axis.set_labels([])
+        self._set_mask_overlay(None)
+        self.image.clear()
+        self._annotate()
+        self.row_box.setVisible(False)
+        self.plot.setTitle(title, color="k")
+
     def _set_mask_overlay(self, mask: np.ndarray | None) -> None:
         """Grey over masked cells: a staircase polygon when every row allows a prefix of the columns
         (causal masks: vector in SVG, nothing to rescale when drawn), else an RGBA image."""

@@ -25,6 +25,11 @@ def value_colour(value: float, vmin: float, vmax: float) -> QColor:
     return QColor(*(int(round(a + (b - a) * t)) for a, b in zip(lo, hi)))
 
 
+def plural(n: int, word: str) -> str:
+    """'1 token', '2 tokens' (word's plural by adding s)."""
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
 def _visible(s: str) -> str:
     """Show whitespace so chips of spaces and newlines are not invisible."""
     return s.replace("\n", "\u21b5").replace("\t", "\u2192").replace(" ", "\u00b7") or "\u2205"

@@ -34,7 +34,8 @@ def run(args) -> int:
 
     import numpy as np
 
-    from ..core.checkpoints import atomic_write_bytes, load_model_folder
+    from ..core.checkpoints import load_model_folder
+    from ..core.files import atomic_write_bytes
     from . import input_ids
 
     loaded = load_model_folder(args.model_dir)

@@ -8,9 +8,6 @@ Every problem is one ModelLoadError naming the file and what is wrong with it.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -20,6 +17,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .config import ConfigError, ModelConfig
+from .files import atomic_write_dir
 from .model import Transformer, sinusoidal_table
 from .tokenizer import Tokenizer, TokenizerError
 
@@ -46,63 +44,6 @@ class LoadedModel:
     tokenizer: Tokenizer | None
     path: Path | None
     name: str
-
-
-# -- atomic writes ---------------------------------------------------------------------------
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write a file so that readers see the old content or the new, never a part."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
-    """Build a folder in a temporary sibling, then swap it in place of `path`.
-
-    At every instant one complete folder exists: the current one is renamed to `path.old` (the
-    previous `.old`, then redundant, is removed first), the new one is renamed into place, and only
-    then is `.old` removed. When `path` is missing (an interrupted swap), `path.old` is kept until the
-    new folder is in place. load_model_folder falls back to `path.old`. Temporary folders that a
-    kill in the middle of a write left behind are removed first.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    prefix = f".{path.name}."
-    for d in path.parent.iterdir():  # mkdtemp's names for this path: prefix + 8 characters + suffix
-        if (d.name.startswith(prefix) and d.name.endswith(".tmp") and len(d.name) == len(prefix) + 12
-                and d.is_dir() and not d.is_symlink()):
-            shutil.rmtree(d, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        fill(tmp)
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        old = path.with_name(path.name + ".old")
-        if path.exists():
-            if old.exists():  # `path` is complete: the older copy is not needed
-                shutil.rmtree(old)
-            os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # -- configs ---------------------------------------------------------------------------------

@@ -954,7 +954,7 @@ def save_csv(path, result: SweepResult) -> None:
     import io
     from pathlib import Path
 
-    from .checkpoints import atomic_write_bytes
+    from .files import atomic_write_bytes
 
     buf = io.StringIO()
     w = csv.writer(buf)

@@ -48,7 +48,7 @@ class Tokenizer:
         return self.tok.to_str()
 
     def save(self, path: str | Path) -> None:
-        from .checkpoints import atomic_write_bytes  # one atomic writer for the whole core
+        from .files import atomic_write_bytes  # one atomic writer for the whole core
 
         atomic_write_bytes(Path(path), self.to_str().encode("utf-8"))
 

@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from ..core.checkpoints import atomic_write_text
+from ..core.files import atomic_write_text
 from ..paths import user_data_dir
 
 FORMAT = "transformer-explorer-workspace"

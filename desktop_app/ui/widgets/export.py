@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 from PySide6.QtCore import QBuffer, QIODevice
 from PySide6.QtWidgets import QApplication, QFileDialog, QWidget
 
-from ...core.checkpoints import atomic_write_bytes
+from ...core.files import atomic_write_bytes
 
 
 def widget_png_bytes(widget: QWidget) -> bytes:

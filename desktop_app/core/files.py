@@ -1,0 +1,294 @@
+"""Writing files and folders safely: atomically, with the user's umask, never over what we did not write.
+
+Every write that matters goes through atomic_write_bytes / atomic_write_dir: a temporary sibling
+named `.<name>.<8 characters>.tmp` is filled, then renamed into place, so readers see the old
+content or the new, never a part. A folder the app writes carries a small manifest (MANIFEST) that
+lists its files; that is how the app later recognises its own output. check_output_folder is the
+one rule for "may this command write that output folder", asked before any work starts.
+A failed write raises WriteError: one line naming the path and the reason.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Collection
+
+MANIFEST = ".transformer-explorer.json"  # in every folder atomic_write_dir writes: {"app", "files"}
+APP = "transformer-explorer"
+_TEMP_TAIL = re.compile(r"\.[a-z0-9_]{8}\.tmp")  # tempfile's 8 random characters, then our suffix
+
+
+class WriteError(OSError):
+    """A file or folder that could not be written, and why (one line)."""
+
+    def __init__(self, path: str | Path, reason: str, err: int | None = None) -> None:
+        super().__init__(err if err is not None else errno.EIO, reason)
+        self.path = Path(path)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"cannot write {self.path}: {self.reason}"
+
+
+class OutputFolderError(ValueError):
+    """An output folder the command may not write (it holds someone else's files, or a run)."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = Path(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+def _write_error(path: Path, exc: OSError) -> WriteError:
+    if isinstance(exc, WriteError):
+        return exc
+    return WriteError(path, exc.strerror or str(exc), exc.errno)
+
+
+# -- modes -------------------------------------------------------------------------------------
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where the system allows (threads may be writing)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """What open() would give a new file: 0o666 less the umask (mkstemp alone gives 0o600)."""
+    return 0o666 & ~current_umask()
+
+
+def dir_mode() -> int:
+    return 0o777 & ~current_umask()
+
+
+# -- atomic writes -----------------------------------------------------------------------------
+
+
+def _make_parent(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:  # some ancestor is a regular file
+        raise WriteError(path, "a parent path is not a folder", errno.ENOTDIR) from exc
+    except OSError as exc:
+        raise _write_error(path, exc) from exc
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write a file so that readers see the old content or the new, never a part."""
+    path = Path(path)
+    if path.is_dir():
+        raise WriteError(path, "is a folder (give a file name)", errno.EISDIR)
+    _make_parent(path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), file_mode())
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise _write_error(path, exc) from exc
+    except BaseException:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def read_manifest(folder: Path) -> set[str] | None:
+    """The files the app wrote into `folder` (its manifest), None when it has no readable manifest."""
+    try:
+        d = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or d.get("app") != APP or not isinstance(d.get("files"), list):
+        return None
+    return {str(f) for f in d["files"]}
+
+
+def _entries(folder: Path) -> set[str]:
+    return {p.name for p in Path(folder).iterdir()}
+
+
+def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
+    """Build a folder in a temporary sibling, then swap it in place of `path`.
+
+    At every instant one complete folder exists: the current one is renamed to `path.old` (the
+    previous `.old`, then redundant, is removed first), the new one is renamed into place, and only
+    then is `.old` removed. When `path` is missing (an interrupted swap), `path.old` is kept until the
+    new folder is in place. load_model_folder falls back to `path.old`. Temporary folders that a
+    kill in the middle of a write left behind are removed first.
+
+    An existing `path` is replaced only when nothing in it would be lost that the app did not write:
+    it is empty, or each entry is in its manifest or is replaced by a file of the same name.
+    Otherwise OutputFolderError, and nothing is changed.
+    """
+    path = Path(path)
+    _make_parent(path)
+    remove_leftovers(path)
+    tmp = None
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        os.chmod(tmp, dir_mode())  # mkdtemp makes 0o700; the folder becomes the user's output
+        fill(tmp)
+        written = sorted(_entries(tmp) - {MANIFEST})
+        (tmp / MANIFEST).write_text(json.dumps({"app": APP, "files": written}), encoding="utf-8")
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        old = path.with_name(path.name + ".old")
+        if path.exists() or path.is_symlink():
+            if not path.is_dir() or path.is_symlink():
+                raise WriteError(path, "exists and is not a folder", errno.ENOTDIR)
+            foreign = _entries(path) - (read_manifest(path) or set()) - set(written) - {MANIFEST}
+            if foreign:
+                raise OutputFolderError(path, f"holds files the app did not write ({', '.join(sorted(foreign)[:3])}); "
+                                              "nothing was changed")
+            if old.exists():  # `path` is complete: the older copy is not needed
+                if old.is_symlink() or not old.is_dir() or (
+                        _entries(old) - (read_manifest(old) or set()) - set(written) - {MANIFEST}):
+                    raise OutputFolderError(old, "is in the way and holds files the app did not write; "
+                                                 "nothing was changed")
+                shutil.rmtree(old)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise _write_error(path, exc) from exc
+    except BaseException:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# -- leftovers and output folders --------------------------------------------------------------
+
+
+def is_own_temp(name: str, target: str) -> bool:
+    """Whether `name` is one of our temporary siblings of `target` (`.<target>.<8 chars>.tmp`)."""
+    prefix = f".{target}."
+    return name.startswith(prefix) and bool(_TEMP_TAIL.fullmatch(name[len(prefix) - 1:]))
+
+
+def remove_leftovers(path: str | Path) -> list[Path]:
+    """Remove what a killed atomic write of `path` left: its temporary siblings, and `path.old` when
+    `path` itself is a complete folder of ours (otherwise `.old` is the copy to load). Nothing else."""
+    path = Path(path)
+    removed: list[Path] = []
+    try:
+        siblings = list(path.parent.iterdir())
+    except OSError:
+        return removed
+    for p in siblings:
+        if is_own_temp(p.name, path.name) and not p.is_symlink():
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p)
+    old = path.with_name(path.name + ".old")
+    if (old.is_dir() and not old.is_symlink() and path.is_dir() and read_manifest(path) is not None
+            and (read_manifest(old) is not None) and not (_entries(old) - read_manifest(old) - {MANIFEST})):
+        shutil.rmtree(old, ignore_errors=True)
+        removed.append(old)
+    return removed
+
+
+def owned_entries(folder: Path, legacy_names: Collection[str] = ()) -> set[str]:
+    """The entries of `folder` the app wrote: those its manifest lists; in a folder written before
+    manifests existed, the entries named in `legacy_names` (a caller's own file names)."""
+    listed = read_manifest(folder)
+    if listed is not None:
+        return (listed | {MANIFEST}) & _entries(folder)
+    return set(legacy_names) & _entries(folder)
+
+
+def check_output_folder(path: str | Path, *, overwrite: bool = False, resume: bool = False,
+                        marker: str | None = None, legacy_names: Collection[str] = (),
+                        what: str = "output") -> Path:
+    """Decide, before any work, whether a command may write the folder `path`; return it absolute.
+
+    Allowed: a new folder (its parent writable), an empty one, or one of the app's own folders when
+    `resume` (and `marker`, the file that marks a resumable run, is there) or `overwrite` is given.
+    Refused with OutputFolderError: a folder holding anything the app did not write (nothing is ever
+    deleted), the current folder or one of its parents (it would be swapped away under the shell),
+    a path that is a file. A folder that cannot be written raises WriteError.
+    """
+    raw = Path(path)
+    folder = Path(os.path.abspath(raw))
+    if folder.name in ("", ".", ".."):
+        raise OutputFolderError(raw, "give a folder with a name, e.g. ./run1")
+    cwd = Path(os.path.abspath(os.getcwd()))
+    if folder == cwd or folder in cwd.parents:
+        raise OutputFolderError(raw, f"is the current folder (or holds it); choose a new {what} folder, "
+                                     "e.g. ./run1")
+    old = folder.with_name(folder.name + ".old")
+    if not folder.exists() and not folder.is_symlink() and old.is_dir():
+        target = old  # an interrupted swap: the run lives in .old for now
+    else:
+        target = folder
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise OutputFolderError(raw, f"exists and is not a folder; choose another {what} folder")
+    if target.is_dir():
+        entries = _entries(target)
+        if entries:
+            mine = owned_entries(target, legacy_names)
+            foreign = entries - mine
+            is_run = bool(mine) and (marker is None or marker in mine)
+            if foreign or not mine:
+                shown = ", ".join(sorted(foreign)[:3]) + (", ..." if len(foreign) > 3 else "")
+                hint = " (use --resume only on a folder the app trained into)" if resume else ""
+                raise OutputFolderError(
+                    raw, f"is not empty and holds files Transformer Explorer did not write ({shown}); "
+                         f"nothing was changed: choose a new or empty {what} folder{hint}")
+            if resume and not is_run:
+                raise OutputFolderError(raw, "holds no checkpoint to resume; drop --resume to start a new run "
+                                             "(with --overwrite to replace this folder)")
+            if not resume and not overwrite:
+                kind = "a training run" if marker is not None and marker in mine else "the app's earlier output"
+                advice = "--resume to continue it, " if marker is not None and marker in mine else ""
+                raise OutputFolderError(raw, f"already holds {kind}; use {advice}--overwrite to replace it, "
+                                             f"or choose another {what} folder")
+        elif resume:
+            raise OutputFolderError(raw, "holds no checkpoint to resume; drop --resume to start a new run")
+    elif resume:
+        raise OutputFolderError(raw, "no such folder, so no checkpoint to resume; drop --resume to start a new run")
+    probe_writable(folder)
+    return folder
+
+
+def probe_writable(folder: Path) -> None:
+    """Create and remove a temporary file where `folder`'s contents will be written (WriteError if not)."""
+    folder = Path(folder)
+    where = folder.parent  # atomic_write_dir builds its temporary sibling there
+    if not where.exists():
+        _make_parent(folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{folder.name}.", suffix=".tmp", dir=where)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise _write_error(folder, exc) from exc

@@ -1,0 +1,129 @@
+"""core/files.py: atomic writes with the user's umask, one-line write errors, the output-folder rule."""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+import pytest
+
+from desktop_app.core import files
+from desktop_app.core.files import (MANIFEST, OutputFolderError, WriteError, atomic_write_bytes, atomic_write_dir,
+                                    check_output_folder, remove_leftovers)
+
+
+@pytest.fixture
+def umask_027():
+    old = os.umask(0o027)
+    yield
+    os.umask(old)
+
+
+def _mode(p) -> int:
+    return stat.S_IMODE(os.stat(p).st_mode)
+
+
+def test_atomic_file_gets_the_users_umask(tmp_path, umask_027):
+    atomic_write_bytes(tmp_path / "a.bin", b"x")
+    assert _mode(tmp_path / "a.bin") == 0o640  # mkstemp alone gives 0o600
+
+
+def test_atomic_dir_gets_the_users_umask(tmp_path, umask_027):
+    atomic_write_dir(tmp_path / "run", lambda d: (d / "f.txt").write_text("x"))
+    assert _mode(tmp_path / "run") == 0o750  # mkdtemp alone gives 0o700
+    assert _mode(tmp_path / "run" / "f.txt") == 0o640
+    assert files.read_manifest(tmp_path / "run") == {"f.txt"}
+
+
+def test_atomic_dir_never_replaces_a_folder_with_foreign_files(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("precious")
+    with pytest.raises(OutputFolderError, match="did not write"):
+        atomic_write_dir(out, lambda d: (d / "f.txt").write_text("x"))
+    assert (out / "thesis.tex").read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # no temporary left either
+
+
+def test_atomic_dir_replaces_its_own_folder_and_keeps_nothing_stale(tmp_path):
+    out = tmp_path / "run"
+    atomic_write_dir(out, lambda d: [(d / "a").write_text("1"), (d / "b").write_text("1")])
+    atomic_write_dir(out, lambda d: (d / "a").write_text("2"))  # b was ours: it may go
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "a"]
+    (out / "notes.txt").write_text("the user's")  # added later by the user: it must stay
+    with pytest.raises(OutputFolderError):
+        atomic_write_dir(out, lambda d: (d / "a").write_text("3"))
+    assert (out / "notes.txt").exists() and (out / "a").read_text() == "2"
+
+
+@pytest.mark.parametrize("case", ["is_dir", "parent_is_file", "enospc"])
+def test_write_failures_are_one_line_write_errors(tmp_path, monkeypatch, case):
+    if case == "is_dir":
+        target = tmp_path / "d"
+        target.mkdir()
+        reason = "is a folder"
+    elif case == "parent_is_file":
+        (tmp_path / "f").write_text("x")
+        target = tmp_path / "f" / "out.png"
+        reason = "not a folder"
+    else:
+        target = tmp_path / "out.png"
+
+        def full(*a, **k):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        monkeypatch.setattr(files.os, "replace", full)
+        reason = "No space left on device"
+    with pytest.raises(WriteError) as info:
+        atomic_write_bytes(target, b"x")
+    assert str(info.value) == f"cannot write {target}: " + str(info.value).split(": ", 1)[1]
+    assert reason in str(info.value) and "\n" not in str(info.value)
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_remove_leftovers_only_touches_own_temporaries(tmp_path):
+    out = tmp_path / "run"
+    atomic_write_dir(out, lambda d: (d / "a").write_text("1"))
+    stale_dir = tmp_path / ".run.abcd_123.tmp"
+    stale_dir.mkdir()
+    stale_file = tmp_path / ".run.zz9zz9zz.tmp"
+    stale_file.write_text("")
+    old = tmp_path / "run.old"
+    atomic_write_dir(old, lambda d: (d / "a").write_text("0"))  # a complete earlier copy
+    keep = [tmp_path / ".run.tmp", tmp_path / ".run.toolongname.tmp", tmp_path / "run.tmp", tmp_path / ".other.abcdefgh.tmp"]
+    for k in keep:
+        k.write_text("user")
+    removed = remove_leftovers(out)
+    assert set(removed) == {stale_dir, stale_file, old}
+    assert all(k.exists() for k in keep) and (out / "a").exists()
+
+
+def test_old_copy_is_kept_when_it_is_the_only_complete_one(tmp_path):
+    old = tmp_path / "run.old"
+    atomic_write_dir(old, lambda d: (d / "a").write_text("0"))
+    assert remove_leftovers(tmp_path / "run") == [] and old.exists()
+
+
+def test_output_folder_rule(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert check_output_folder(tmp_path / "new") == tmp_path / "new"
+    (tmp_path / "empty").mkdir()
+    check_output_folder(tmp_path / "empty")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "data.csv").write_text("1")
+    for kw in ({}, {"overwrite": True}, {"resume": True}):
+        with pytest.raises(OutputFolderError, match="did not write.*data.csv"):
+            check_output_folder(foreign, **kw)
+    with pytest.raises(OutputFolderError, match="current folder"):
+        check_output_folder(".")
+    run = tmp_path / "run"
+    atomic_write_dir(run, lambda d: (d / "state.json").write_text("{}"))
+    with pytest.raises(OutputFolderError, match="--resume.*--overwrite"):
+        check_output_folder(run, marker="state.json")
+    check_output_folder(run, marker="state.json", overwrite=True)
+    check_output_folder(run, marker="state.json", resume=True)
+    with pytest.raises(OutputFolderError, match="no checkpoint"):
+        check_output_folder(tmp_path / "empty", marker="state.json", resume=True)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputFolderError, match="not a folder"):
+        check_output_folder(tmp_path / "file")

@@ -316,8 +316,10 @@ class MainWindow(QMainWindow):
 
     def open_model_dialog(self) -> None:
         start = str(self.state.loaded.path.parent) if self.state.loaded is not None and self.state.loaded.path else ""
-        path = QFileDialog.getExistingDirectory(self, "Open model folder (config.json + model.safetensors)", start)
+        path = QFileDialog.getExistingDirectory(self, "Open model folder (config.json + model.safetensors)",
+                                                app_settings.last_folder() or start)
         if path:
+            app_settings.set_last_folder(Path(path).parent)
             self.open_model(path)
 
     def set_device(self, device: str) -> None:
@@ -337,6 +339,10 @@ class MainWindow(QMainWindow):
         export = getattr(slot.panel, "export_view", None)
         if callable(export):
             export()
+            return
+        bar = getattr(slot.panel, "export_bar", None)
+        if callable(getattr(slot.panel, "current_view", None)) and bar is not None:
+            bar.save_any()  # a panel of several views: the one shown, in every format it has
             return
         from .widgets.export import ask_save_path, save_widget_png
 
@@ -437,7 +443,9 @@ class MainWindow(QMainWindow):
             self.open_model(ws.model_path)
 
     def save_workspace_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save workspace", "workspace.json", "Workspace (*.json)")
+        from .widgets.export import ask_save_path
+
+        path = ask_save_path(self, "Save workspace", "workspace.json", "Workspace (*.json)")
         if path:
             try:
                 save_workspace(path, self.capture_workspace())
@@ -447,8 +455,10 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"Saved workspace {path}", 5000)
 
     def open_workspace_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open workspace", "", "Workspace (*.json);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(self, "Open workspace", app_settings.last_folder(),
+                                              "Workspace (*.json);;All files (*)")
         if path:
+            app_settings.set_last_folder(Path(path).parent)
             self.open_workspace(path)
 
     def open_workspace(self, path: str | Path) -> bool:

@@ -47,6 +47,22 @@ def clear_recent_models() -> None:
     settings().setValue(RECENT_KEY, [])
 
 
+# -- the last folder a file dialog used -------------------------------------------------------
+
+LAST_FOLDER_KEY = "paths/last_folder"
+
+
+def last_folder() -> str:
+    """The folder of the last file saved or opened through a dialog ("" before the first, or when it
+    no longer exists): the next dialog opens there."""
+    folder = str(settings().value(LAST_FOLDER_KEY, "") or "")
+    return folder if folder and Path(folder).is_dir() else ""
+
+
+def set_last_folder(folder: str | Path) -> None:
+    settings().setValue(LAST_FOLDER_KEY, str(Path(folder).resolve()))
+
+
 # -- preferences -----------------------------------------------------------------------------
 
 

@@ -86,10 +86,36 @@ def copy_widget_image(widget: QWidget) -> None:
     QApplication.clipboard().setPixmap(widget.grab())
 
 
+def filter_suffixes(filters: str) -> list[str]:
+    """['.png', '.svg'] from 'PNG image (*.png);;SVG (*.svg)' (wildcards like '*' are left out)."""
+    import re
+
+    return [m.lower() for m in re.findall(r"\*(\.[A-Za-z0-9]+)", filters)]
+
+
+def with_filter_suffix(path: str, chosen_filter: str, filters: str) -> str:
+    """A name typed without one of the offered extensions gets the one the chosen filter implies
+    (Qt's non-native dialogs, and some native ones, return the name exactly as typed)."""
+    offered = filter_suffixes(filters)
+    if Path(path).suffix.lower() in offered:
+        return path
+    implied = filter_suffixes(chosen_filter) or offered
+    return path + implied[0] if implied else path
+
+
 def ask_save_path(parent: QWidget, title: str, default_name: str, filters: str) -> str | None:
-    """File dialog for exports; returns None when the user cancels."""
-    path, _ = QFileDialog.getSaveFileName(parent, title, default_name, filters)
-    return path or None
+    """File dialog for saving: opens in the last folder used, gives the name the extension of the
+    chosen filter when it has none, remembers the folder; None when the user cancels."""
+    from .. import settings as app_settings
+
+    folder = app_settings.last_folder()
+    start = str(Path(folder) / default_name) if folder else default_name
+    path, chosen = QFileDialog.getSaveFileName(parent, title, start, filters)
+    if not path:
+        return None
+    path = with_filter_suffix(path, chosen or "", filters)
+    app_settings.set_last_folder(Path(path).parent)
+    return path
 
 
 # -- views: one export path for every panel view (added for the attention and layers panels) --
@@ -177,6 +203,16 @@ class ExportBar(QWidget):
             self._save("CSV table (*.csv);;NumPy arrays (*.npz)", ".csv")
         else:  # arrays with no table form (e.g. one matrix per head)
             self._save("NumPy arrays (*.npz)", ".npz")
+
+    def save_any(self) -> None:
+        """Every format this view can be saved in, in one dialog (File > Export Current View)."""
+        view = self._current_view()
+        filters = ["PNG image (*.png)", "SVG (*.svg)"]
+        if hasattr(view, "csv_table") and view.csv_table() is not None:
+            filters.append("CSV table (*.csv)")
+        if hasattr(view, "export_arrays"):
+            filters.append("NumPy arrays (*.npz)")
+        self._save(";;".join(filters), ".png")
 
     def _save(self, filters: str, suffix: str) -> None:
         path = ask_save_path(self, "Export", self._default_name() + suffix, filters)

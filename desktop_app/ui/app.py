@@ -68,6 +68,59 @@ def _needs_offscreen() -> bool:
     return sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
 
 
+# What Qt's xcb platform plugin (libqxcb.so -> libQt6XcbQpa.so.6) loads, and the Debian/Ubuntu package
+# of each (from ldd on PySide6's plugin; Qt 6 no longer needs xinerama). A minimal install lacks some.
+XCB_LIBRARIES = {
+    "libxcb.so.1": "libxcb1", "libX11-xcb.so.1": "libx11-xcb1", "libxcb-cursor.so.0": "libxcb-cursor0",
+    "libxcb-icccm.so.4": "libxcb-icccm4", "libxcb-image.so.0": "libxcb-image0",
+    "libxcb-keysyms.so.1": "libxcb-keysyms1", "libxcb-randr.so.0": "libxcb-randr0",
+    "libxcb-render.so.0": "libxcb-render0", "libxcb-render-util.so.0": "libxcb-render-util0",
+    "libxcb-shape.so.0": "libxcb-shape0", "libxcb-shm.so.0": "libxcb-shm0", "libxcb-sync.so.1": "libxcb-sync1",
+    "libxcb-util.so.1": "libxcb-util1", "libxcb-xfixes.so.0": "libxcb-xfixes0", "libxcb-xkb.so.1": "libxcb-xkb1",
+    "libxkbcommon.so.0": "libxkbcommon0", "libxkbcommon-x11.so.0": "libxkbcommon-x11-0",
+    "libfontconfig.so.1": "libfontconfig1", "libGL.so.1": "libgl1", "libEGL.so.1": "libegl1",
+    "libdbus-1.so.3": "libdbus-1-3",
+}
+
+
+def _will_use_xcb() -> bool:
+    """Whether Qt is about to load its xcb plugin (Linux, an X display, no other platform asked for)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    platform = os.environ.get("QT_QPA_PLATFORM", "").split(":")[0].split(";")[0].strip()
+    if platform:
+        return platform == "xcb"
+    return bool(os.environ.get("DISPLAY")) and not os.environ.get("WAYLAND_DISPLAY")
+
+
+def missing_xcb_packages(load=None) -> list[tuple[str, str]]:
+    """(library, package) for each library of the xcb plugin that cannot be loaded."""
+    import ctypes
+
+    load = load or ctypes.CDLL
+    missing = []
+    for library, package in XCB_LIBRARIES.items():
+        try:
+            load(library)
+        except OSError:
+            missing.append((library, package))
+    return missing
+
+
+def xcb_problem(load=None) -> str | None:
+    """One line naming what to install, when Qt's xcb plugin would fail to load (Qt itself aborts the
+    process with a generic message that names neither the library nor the package); else None."""
+    if not _will_use_xcb():
+        return None
+    missing = missing_xcb_packages(load)
+    if not missing:
+        return None
+    libraries = ", ".join(lib for lib, _ in missing)
+    packages = " ".join(dict.fromkeys(pkg for _, pkg in missing))
+    return (f"Qt's X11 (xcb) display plugin cannot load: {libraries} missing. "
+            f"Install with: sudo apt-get install {packages}")
+
+
 def _parse_size(text: str) -> tuple[int, int]:
     try:
         w, h = (int(v) for v in text.lower().split("x"))
@@ -221,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{args.screenshot}: the folder {Path(args.screenshot).resolve().parent} does not exist", 2)
     if headless and _needs_offscreen():
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication as _QApplication
+
+    if _QApplication.instance() is None and (problem := xcb_problem()) is not None:
+        return _fail(problem)  # before QApplication: Qt would abort the process with its generic message
 
     from PySide6.QtWidgets import QApplication
 

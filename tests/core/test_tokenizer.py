@@ -34,3 +34,53 @@ def test_tokenizer_json_round_trip(tmp_path):
     text = "the mat sat"
     assert again.encode(text) == tok.encode(text)
     assert again.decode(again.encode(text)) == text
+
+
+def _shipped_bert_tokenizer():
+    """The walkthrough's WordPiece tokenizer, which ships "Fixed 128" padding and truncation at 128."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "ui" / "walkthrough.py"
+    spec = importlib.util.spec_from_file_location("walkthrough_models", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.bert_wordpiece_tokenizer()
+
+
+def test_shipped_padding_and_truncation_never_apply_to_analysis_text(tmp_path):
+    path = tmp_path / "tokenizer.json"
+    _shipped_bert_tokenizer().save(path)
+    shipped = json.loads(path.read_text())
+    assert shipped["padding"] is not None and shipped["truncation"]["max_length"] == 128  # saved as it ships
+    tok = Tokenizer.from_file(path)
+    words = "the cat sat on the mat and the dog sat on the log ."
+    ids = tok.encode(words)
+    assert len(ids) == 14 and tok.special_id("pad") not in ids
+    assert len(tok.encode(" ".join(["cat"] * 300))) == 300  # not cut at 128
+    again = Tokenizer.from_str(path.read_text())
+    assert again.encode(words) == ids
+    assert json.loads(again.to_str())["padding"] == shipped["padding"]  # re-saving keeps the file's settings
+
+
+def test_a_word_outside_a_vocabulary_without_unk_is_named():
+    import pytest
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import models, pre_tokenizers
+
+    from desktop_app.core.tokenizer import TokenizerError
+
+    hf = HFTokenizer(models.WordLevel({w: i for i, w in enumerate("ABCD")}, unk_token=None))
+    hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = Tokenizer(hf)  # as a motif model saved before its tokenizer had [UNK]
+    assert tok.encode("A B D") == [0, 1, 3]
+    with pytest.raises(TokenizerError, match=r"^'hello' is not in this model's vocabulary \(A, B, C, D\)$"):
+        tok.encode("A B hello")
+
+
+def test_char_tokenizer_unknown_token_keeps_the_character_ids():
+    plain = char_tokenizer("hello world")
+    tok = char_tokenizer("hello world", unknown="[UNK]")
+    assert tok.encode("hello") == plain.encode("hello")
+    unk = tok.special_id("unk")
+    assert unk == plain.vocab_size and tok.encode("hez") == plain.encode("he") + [unk]

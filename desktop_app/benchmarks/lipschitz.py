@@ -51,15 +51,17 @@ def main(argv: list[str]) -> dict:
     import numpy as np
     import torch
 
-    from ..commands.lipschitz import read_text_ids, strict_json
+    from ..commands.lipschitz import strict_json
     from ..core import lipschitz as lip
+    from ..core.inputs import text_file_ids
+    from ..paths import demo_text_path
 
     args = _parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     loaded = _load(args.model_dir)
     model = loaded.model.float().eval()
-    ids = read_text_ids(loaded, args.text_file)
+    ids = text_file_ids(loaded, args.text_file or demo_text_path())
     lengths = lip.parse_lengths(args.lengths)
     spec = lip.SweepSpec(data="real", model=model, layer=args.layer, token_ids=ids, lengths=lengths,
                          samples=args.samples, tol=1e-4)

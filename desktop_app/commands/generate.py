@@ -35,7 +35,8 @@ def run(args) -> int:
     from ..core.checkpoints import load_model_folder
     from ..core.devices import resolve_device
     from ..core.generation import GenerationSettings, MaskedFillSession, generate
-    from . import input_ids, parse_ids
+    from ..core.inputs import parse_token_ids
+    from . import input_ids
 
     if args.max_new < 0:
         raise ValueError(f"--max-new must be >= 0, got {args.max_new}")
@@ -46,7 +47,7 @@ def run(args) -> int:
     settings = GenerationSettings(args.strategy, args.temperature, args.top_k, args.top_p, args.beams)
     result: dict = {"model": str(loaded.path), "strategy": args.strategy, "seed": args.seed}
     if loaded.config.causal:
-        stops = parse_ids(args.stop_ids) if args.stop_ids is not None else None
+        stops = parse_token_ids(args.stop_ids, "--stop-ids") if args.stop_ids is not None else None
         ids, session = generate(loaded, prompt, args.max_new, settings, seed=args.seed, stop_tokens=stops)
         gen = session.generated()
         result.update(prompt_length=len(prompt), ids=ids,

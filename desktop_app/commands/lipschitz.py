@@ -47,26 +47,10 @@ def add_parser(sub) -> None:
 
 def read_text_ids(loaded, text_file: str | None) -> list[int]:
     """Token ids of a UTF-8 text file (default: the bundled demo text) with the model's tokenizer."""
-    from pathlib import Path
-
+    from ..core.inputs import text_file_ids
     from ..paths import demo_text_path
 
-    path = Path(text_file) if text_file else demo_text_path()
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such text file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    if loaded.tokenizer is None:
-        raise ValueError(f"{loaded.path}: this model has no tokenizer.json, so real text cannot be tokenized")
-    try:
-        ids = loaded.tokenizer.encode(text)
-    except Exception as exc:  # noqa: BLE001 - the tokenizers library raises bare Exceptions
-        raise ValueError(f"{path}: the model's tokenizer cannot encode this text ({exc})") from None
-    if not ids:
-        raise ValueError(f"{path}: the text is empty")
-    return ids
+    return text_file_ids(loaded, text_file or demo_text_path())
 
 
 def run(args) -> int:
@@ -76,7 +60,10 @@ def run(args) -> int:
 
     from ..core import lipschitz as lip
 
+    from ..core.files import prepare_output_file
+
     lengths = lip.parse_lengths(args.lengths)
+    prepare_output_file(args.csv)  # a write failure now, not after the sweep
     if args.samples < 1:
         raise ValueError("--samples must be at least 1")
     if args.matrices and not args.synthetic:

@@ -62,6 +62,7 @@ def render_view(loaded, ids: list[int], view: str, out: str, layer: int | None =
     import torch
     from PySide6.QtWidgets import QApplication
 
+    from ..core.inputs import trace_names
     from ..ui.state import AppState
     from ..ui.widgets.export import EXPORT_SUFFIXES, export_view
 
@@ -74,9 +75,7 @@ def render_view(loaded, ids: list[int], view: str, out: str, layer: int | None =
     _check(depth, cfg.n_layers + 1, "depth")
     _check(token, len(ids), "token")
     app = QApplication.instance() or QApplication(["transformer-explorer-render"])
-    names = ["*"]
-    if cfg.vocab_size * len(ids) * cfg.n_layers > 50_000_000:  # the logit lens is then computed lazily
-        names = ["embed", "final_norm.out", "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out"]
+    names = trace_names(cfg, len(ids), final_logits=False)  # the views drawn here never read the logits
     _, trace = loaded.model.run_with_trace(torch.tensor([ids], device=loaded.model.device), names=names)
     state = AppState()
     state.loaded = loaded
@@ -112,7 +111,10 @@ def run(args) -> int:
     from ..core.checkpoints import load_model_folder
     from . import input_ids
 
+    from ..core.files import prepare_output_file
+
     size = _parse_size(args.size)
+    prepare_output_file(args.out)  # a write failure now, not after the drawing
     loaded = load_model_folder(args.model_dir)
     ids = input_ids(loaded, args.text, args.ids)
     panel = render_view(loaded, ids, args.view, args.out, layer=args.layer, head=args.head, depth=args.depth,

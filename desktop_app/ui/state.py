@@ -11,6 +11,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from ..core.checkpoints import LoadedModel
+from ..core.inputs import EncodedText
 from ..core.trace import Trace
 from .workers import run_job
 
@@ -20,19 +21,32 @@ def _load(path: str, device: str, dtype: str | None) -> LoadedModel:
     return load_model_folder(path, device=device, dtype=dtype)
 
 
-def tokenize_and_trace(loaded: LoadedModel, text: str, ids: list[int] | None) -> tuple[list[int], Trace | None]:
+def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None) -> tuple[EncodedText, Trace | None]:
+    """Encode `text` (or check the given `ids`) for `loaded` and trace them. Text longer than the
+    context is cut to its first context_length tokens, and the EncodedText's notice says so;
+    unknown words and ids outside the vocabulary raise InputError with a sentence naming them."""
     import torch
 
-    if ids is None:
-        ids = loaded.tokenizer.encode(text) if loaded.tokenizer is not None else _parse_ids(text)
-    ids = ids[: loaded.config.context_length]
-    if not ids:
-        return ids, None
-    names = ["*"]
-    if loaded.config.vocab_size * len(ids) * loaded.config.n_layers > 50_000_000:
-        names = ["embed", "final_norm.out", "logits", "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out"]
-    _, trace = loaded.model.run_with_trace(torch.tensor(ids, device=loaded.model.device)[None], names=names)
-    return ids, trace
+    from ..core.inputs import check_ids, encode, trace_names
+
+    cfg = loaded.config
+    if ids is not None:
+        enc = check_ids(ids, cfg.vocab_size, cfg.context_length)
+    elif loaded.tokenizer is not None:
+        enc = encode(loaded, text)
+    else:
+        enc = check_ids(_parse_ids(text), cfg.vocab_size, cfg.context_length)
+    if not enc.ids:
+        return enc, None
+    names = trace_names(cfg, len(enc.ids))
+    _, trace = loaded.model.run_with_trace(torch.tensor(enc.ids, device=loaded.model.device)[None], names=names)
+    return enc, trace
+
+
+def tokenize_and_trace(loaded: LoadedModel, text: str, ids: list[int] | None) -> tuple[list[int], Trace | None]:
+    """trace_input without the notice (ids, trace)."""
+    enc, trace = trace_input(loaded, text, ids)
+    return enc.ids, trace
 
 
 def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
@@ -55,11 +69,9 @@ def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
 
 def _parse_ids(text: str) -> list[int]:
     """Without a tokenizer the text box takes token ids: '1, 2, 3' or '1 2 3'."""
-    parts = text.replace(",", " ").split()
-    try:
-        return [int(p) for p in parts]
-    except ValueError:
-        raise ValueError("this model has no tokenizer.json: type token ids separated by spaces or commas") from None
+    from ..core.inputs import parse_token_ids
+
+    return parse_token_ids(text, "this model has no tokenizer.json, so the text box takes token ids")
 
 
 class AppState(QObject):

@@ -26,6 +26,7 @@ import torch
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
+from .. import inputs
 from ..tokenizer import Tokenizer, char_tokenizer, train_bpe
 
 IGNORE = -100
@@ -36,11 +37,19 @@ class TaskError(ValueError):
     """A task that cannot be built from its options or its data."""
 
 
+UNK = "[UNK]"
+
+
 def word_tokenizer(words: list[str]) -> Tokenizer:
-    """Whole-word vocabulary (one token per listed word, split on spaces): decodes with spaces."""
+    """Whole-word vocabulary (one token per listed word, split on spaces): decodes with spaces.
+
+    [UNK] comes last (the words keep ids 0..n-1, which the tasks compute with): a word the task
+    never uses, typed into the app, encodes to it instead of failing."""
     vocab = {w: i for i, w in enumerate(words)}
-    tok = HFTokenizer(models.WordLevel(vocab, unk_token=None))
+    vocab.setdefault(UNK, len(vocab))
+    tok = HFTokenizer(models.WordLevel(vocab, unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens([UNK])
     return Tokenizer(tok)
 
 
@@ -235,16 +244,11 @@ MASK = "[MASK]"
 
 
 def read_text_file(path: str | Path) -> str:
-    path = Path(path)
-    if not path.is_file():
-        raise TaskError(f"{path}: no such text file")
+    """The task's UTF-8 text (core.inputs.read_text_file), its errors as TaskError."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise TaskError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
-    if not text.strip():
-        raise TaskError(f"{path}: the file is empty")
-    return text
+        return inputs.read_text_file(path)
+    except inputs.InputError as exc:
+        raise TaskError(str(exc)) from None
 
 
 class TextTask(Task):
@@ -258,7 +262,7 @@ class TextTask(Task):
         if tokenizer_obj is None:
             specials = (MASK,) if objective == "mlm" else ()
             if tokenizer == "char":
-                tokenizer_obj = char_tokenizer(text, specials=specials)
+                tokenizer_obj = char_tokenizer(text, specials=specials, unknown=UNK)
             elif tokenizer == "bpe":
                 tokenizer_obj = train_bpe([text], vocab_size, specials=("<|endoftext|>",) + specials)
             else:
@@ -311,14 +315,19 @@ def make_task(name: str, options: dict[str, Any] | None = None, causal: bool = T
     """Build a task by name. `causal` says whether the model is a decoder (text: CLM vs MLM);
     `tokenizer` reuses a saved tokenizer (resume) instead of training a new one."""
     opts = dict(options or {})
+    task: Task | None = None
     if name == "motif":
-        return MotifTask(**opts)
-    if name in ("copy", "reverse", "sort"):
-        return SequenceTask(name, **opts)
-    if name == "modadd":
-        return ModAddTask(**opts)
-    if name == "induction":
-        return InductionTask(**opts)
+        task = MotifTask(**opts)
+    elif name in ("copy", "reverse", "sort"):
+        task = SequenceTask(name, **opts)
+    elif name == "modadd":
+        task = ModAddTask(**opts)
+    elif name == "induction":
+        task = InductionTask(**opts)
+    if task is not None:
+        if tokenizer is not None:  # a resumed run keeps the tokenizer its model was built for (maybe without [UNK])
+            task.tokenizer = tokenizer
+        return task
     if name == "text":
         path = opts.pop("text_file", None)
         if path is None:

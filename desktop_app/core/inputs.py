@@ -1,0 +1,135 @@
+"""The input layer: token ids typed by a person, UTF-8 text files, and text encoded for a model with
+checks against its vocabulary and context length. The CLI, the panels and the benchmarks all read
+their inputs through these functions, so every input error reads the same everywhere.
+
+Errors are InputError (a ValueError): one sentence naming the file or the problem; the raw
+messages of `tokenizers` ("WordLevel error: ...") and torch ("index out of range in self") never
+reach the user.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .tokenizer import Tokenizer, TokenizerError
+
+# Recording everything (the logit lens is [layers, T, vocab]) is cheap below this many
+# vocab x tokens x layers values; above it only what the views read eagerly is recorded.
+TRACE_ALL_BELOW = 50_000_000
+
+
+class InputError(ValueError):
+    """Input that cannot be used as given: the message names the file or the problem."""
+
+
+@dataclass
+class EncodedText:
+    """Token ids ready for the model, and a sentence to show when they are not the whole text."""
+    ids: list[int]
+    notice: str = ""  # e.g. the text was longer than the context and only its start is used
+    total: int = 0  # tokens in the whole text (len(ids) unless cut at the context length)
+
+
+def parse_token_ids(text: str, what: str = "token ids") -> list[int]:
+    """'1, 2, 3', '1 2 3' or '1,2,3' -> [1, 2, 3] (spaces and/or commas)."""
+    ids = []
+    for part in text.replace(",", " ").split():
+        try:
+            ids.append(int(part))
+        except ValueError:
+            raise InputError(f"{what}: {part!r} is not a token id; give integers separated by spaces "
+                             f"or commas") from None
+    return ids
+
+
+def read_text_file(path: str | Path) -> str:
+    """The text of a UTF-8 file (a byte-order mark is dropped); an empty file is refused."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such text file")
+    if not path.is_file():
+        raise InputError(f"{path}: not a file")
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if not text.strip():
+        raise InputError(f"{path}: the file is empty")
+    return text
+
+
+def check_ids(ids: Sequence[int], vocab_size: int, context_length: int | None = None, *,
+              cut: bool = True, tokenizer: Tokenizer | None = None, where: str = "") -> EncodedText:
+    """`ids` checked against the vocabulary, and against the context length when one is given:
+    longer input is cut to its first `context_length` tokens with a notice (`cut`), or refused.
+    `tokenizer`: the ids came from it (a bigger tokenizer than the model says so)."""
+    prefix = f"{where}: " if where else ""
+    ids = [int(i) for i in ids]
+    bad = sorted({i for i in ids if not 0 <= i < vocab_size})
+    if bad:
+        which = f"token id {bad[0]}" if len(bad) == 1 else "token ids " + ", ".join(map(str, bad[:5]))
+        which += ", ..." if len(bad) > 5 else ""
+        verb = "is" if len(bad) == 1 else "are"
+        origin = ""
+        if tokenizer is not None:
+            origin = (f" (the tokenizer has {tokenizer.vocab_size} tokens, the model {vocab_size}: "
+                      f"{tokenizer.token_strings(bad[:1])[0]!r} has no embedding)")
+        raise InputError(f"{prefix}{which} {verb} out of range, outside the vocabulary of {vocab_size} tokens "
+                         f"(0..{vocab_size - 1}){origin}")
+    total = len(ids)
+    if context_length is not None and total > context_length:
+        if not cut:
+            raise InputError(f"{prefix}{total} tokens exceed the model's context length {context_length}")
+        return EncodedText(ids[:context_length], f"{prefix}the text has {total} tokens; only the first "
+                                                 f"{context_length} (the model's context length) are used", total)
+    return EncodedText(ids, "", total)
+
+
+def encode(source, text: str, vocab_size: int | None = None, context_length: int | None = None, *,
+           cut: bool = True, where: str = "") -> EncodedText:
+    """`text` as token ids for a model: `source` is a LoadedModel (its tokenizer, and by default its
+    vocabulary size and context length) or a Tokenizer. With no `context_length` (and a Tokenizer
+    source) every token is kept. `where` names the text in messages (e.g. its file)."""
+    prefix = f"{where}: " if where else ""
+    if isinstance(source, Tokenizer):
+        tokenizer = source
+    else:
+        tokenizer = source.tokenizer
+        vocab_size = source.config.vocab_size if vocab_size is None else vocab_size
+        context_length = source.config.context_length if context_length is None else context_length
+        if tokenizer is None:
+            raise InputError(f"{prefix}the model {source.path or source.name} has no tokenizer.json, so text "
+                             f"cannot be tokenized; give token ids instead")
+    try:
+        ids = tokenizer.encode(text)
+    except TokenizerError as exc:
+        raise InputError(f"{prefix}{exc}") from None
+    if vocab_size is None:
+        vocab_size = tokenizer.vocab_size
+    return check_ids(ids, vocab_size, context_length, cut=cut, tokenizer=tokenizer, where=where)
+
+
+def trace_names(config, n_tokens: int, final_logits: bool = True) -> list[str]:
+    """What a forward pass over `n_tokens` records: everything ("*") for small inputs; for large
+    ones (vocab x tokens x layers above TRACE_ALL_BELOW) not the per-layer logit lens, which the
+    views then compute lazily from the residuals; the final logits only when asked."""
+    if config.vocab_size * n_tokens * config.n_layers <= TRACE_ALL_BELOW:
+        return ["*"]
+    return ["embed", "final_norm.out", *(["logits"] if final_logits else []),
+            "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out"]
+
+
+def text_file_ids(loaded, path: str | Path) -> list[int]:
+    """Every token id of a UTF-8 text file with a model's tokenizer (no context cut: e.g. the
+    Lipschitz sweep takes windows of it), checked against the model's vocabulary."""
+    if loaded.tokenizer is None:
+        raise InputError(f"{loaded.path or loaded.name}: this model has no tokenizer.json, so real text cannot "
+                         f"be tokenized")
+    text = read_text_file(path)
+    ids = encode(loaded.tokenizer, text, loaded.config.vocab_size, where=str(path)).ids
+    if not ids:
+        raise InputError(f"{path}: the text is empty")
+    return ids

@@ -391,3 +391,178 @@ def _nodes(node):
     yield node
     for c in node.children:
         yield from _nodes(c)
+
+
+# -- issue 13: clicked regressions ---------------------------------------------------------------
+
+
+def _click(qtbot, widget, pos=None) -> None:
+    assert widget.isEnabled(), widget
+    if pos is None:
+        qtbot.mouseClick(widget, Qt.MouseButton.LeftButton)
+    else:
+        qtbot.mouseClick(widget, Qt.MouseButton.LeftButton, pos=pos)
+
+
+def _click_step(qtbot, p, depth: int) -> None:
+    _click(qtbot, p.step_button)
+    qtbot.waitUntil(lambda: p.session is not None and p.session.current.depth == depth, timeout=10_000)
+    _idle(qtbot, p)
+
+
+def test_first_click_on_start_starts_with_the_prompt_filled_in(qtbot):
+    """Was: TypeError: 'bool' object is not callable (`clicked` sent `checked` into start(then=...));
+    the demo model starts with a prompt already there, and Step after it succeeds."""
+    p = _make(qtbot, loaded=load_model_folder(demo_model_dir()))
+    assert p.prompt.text()
+    _click(qtbot, p.start_button)
+    qtbot.waitUntil(lambda: p.session is not None, timeout=10_000)
+    _idle(qtbot, p)
+    assert p.session.prompt == p.state.loaded.tokenizer.encode(p.prompt.text())
+    assert p.status.text().startswith("Ready: a prompt of")
+    _click_step(qtbot, p, 1)
+    # Return in the prompt box starts too (returnPressed -> start())
+    p.prompt.setText(p.prompt.text() + " and")
+    first = p.session
+    qtbot.keyClick(p.prompt, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: p.session is not first, timeout=10_000)
+    _idle(qtbot, p)
+
+
+def test_prompt_filled_in_follows_the_model_unless_the_user_typed_one(qtbot):
+    p = _make(qtbot)
+    auto = p.prompt.text()
+    assert auto
+    notok = LoadedModel(new_model(ModelConfig.gpt2(vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=32,
+                                                   context_length=32), seed=0).eval(),
+                        ModelConfig.gpt2(vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32),
+                        None, None, "ids")
+    p.state.loaded = notok
+    p.state.model_changed.emit(notok)
+    assert [int(t) for t in p.prompt.text().split()]  # a few ids, not text it cannot read
+    _click_step(qtbot, p, 1)
+    p.prompt.setText("7 8 9")
+    p.state.model_changed.emit(notok)
+    assert p.prompt.text() == "7 8 9"
+
+
+def test_status_lens_and_strip_follow_the_current_step(qtbot):
+    p = _make(qtbot, context=12)
+    p.prompt.setText("the ")
+    _click_step(qtbot, p, 1)
+    n_prompt = len(p.session.prompt)
+    with qtbot.waitSignal(p.state.trace_changed, timeout=10_000):  # inspect step 1
+        qtbot.mouseClick(p.strip.canvas, Qt.MouseButton.LeftButton, pos=p.strip.chip_center(n_prompt))
+    _idle(qtbot, p)
+    assert p.status.text().startswith("Step 1:")
+    _click_step(qtbot, p, 2)
+    node = p.session.current
+    assert p.status.text().startswith("Step 2:")  # was: "Step 1: picked ..." kept
+    qtbot.waitUntil(lambda: p.lens_rows and p.tabs.tabText(0) == "Logit lens (step 2)", timeout=10_000)
+    assert p.lens_rows[-1].chosen_prob == pytest.approx(node.model_prob, rel=1e-4)
+    assert p.strip.count() == n_prompt + 2
+    _click(qtbot, p.back_button)
+    qtbot.waitUntil(lambda: p.session.current.depth == 1, timeout=10_000)
+    _idle(qtbot, p)
+    assert p.status.text().startswith("Step 1:")
+    qtbot.waitUntil(lambda: p.tabs.tabText(0) == "Logit lens (step 1)", timeout=10_000)
+    # run to the end of the context, then Reset: the status says where the session is now
+    p.run_n.setValue(50)
+    _click(qtbot, p.run_button)
+    qtbot.waitUntil(lambda: not p.busy and p.session.current.depth == 12 - n_prompt, timeout=10_000)
+    assert "context length" in p.status.text()
+    _click(qtbot, p.reset_button)
+    qtbot.waitUntil(lambda: p.session.current.depth == 0, timeout=10_000)
+    _idle(qtbot, p)
+    assert p.status.text().startswith("Ready") and "context" not in p.status.text()  # was: "context length reached"
+    assert p.strip.count() == n_prompt and p.lens_table.rowCount() == 0
+    # another model: nothing of this session stays on screen
+    other = _loaded(context=12)
+    p.state.loaded = other
+    p.state.model_changed.emit(other)
+    assert p.strip.count() == 0 and p.lens_table.rowCount() == 0 and p.tree.topLevelItemCount() == 0
+
+
+def test_arrow_keys_keep_stepping_after_clicking_step_or_back(qtbot, panel):
+    """Was: the clicked button, disabled while the step ran, handed the focus to "N = 20", which
+    took the arrow keys."""
+    panel.prompt.setText("the ")
+    _click_step(qtbot, panel, 1)
+    assert not panel.run_n.hasFocus()
+    qtbot.keyClick(panel, Qt.Key.Key_Right)
+    qtbot.waitUntil(lambda: panel.session.current.depth == 2, timeout=10_000)
+    _idle(qtbot, panel)
+    _click(qtbot, panel.back_button)
+    qtbot.waitUntil(lambda: panel.session.current.depth == 1, timeout=10_000)
+    _idle(qtbot, panel)
+    assert not panel.run_n.hasFocus()
+    qtbot.keyClick(panel, Qt.Key.Key_Left)
+    qtbot.waitUntil(lambda: panel.session.current.depth == 0, timeout=10_000)
+    _idle(qtbot, panel)
+    assert panel.run_n.value() == 20
+
+
+def test_tiny_probabilities_and_token_labels_are_readable(qtbot, panel):
+    from desktop_app.ui.widgets.prob_bars import format_prob
+
+    assert format_prob(2.3e-5) == "2.3e-05" and format_prob(0.5) == "0.500" and format_prob(0.0) == "0"
+    panel.prompt.setText("t")
+    _click(qtbot, panel.start_button)
+    qtbot.waitUntil(lambda: panel.session is not None, timeout=10_000)
+    _idle(qtbot, panel)
+    assert panel.status.text().startswith("Ready: a prompt of 1 token.")  # not "1 tokens"
+    # a very low temperature leaves most candidates with tiny probabilities: never "0.000"
+    panel.temperature.setValue(5)
+    texts = [t.textItem.toPlainText() for t in panel.bars._value_texts]
+    assert texts and "0.000" not in texts and "0.000" not in panel.dist_label.text()
+    panel.temperature.setValue(100)
+    # force the space token by clicking its bar: the branch table shows it quoted, not blank
+    space = panel.state.loaded.tokenizer.encode(" ")[0]
+    index = panel.bars.token_ids.index(space)
+    pos = panel.bars.plot.mapFromScene(panel.bars.bar_scene_pos(index))
+    _click(qtbot, panel.bars.plot.viewport(), QPoint(pos.x(), pos.y()))
+    qtbot.waitUntil(lambda: panel.session.current.token == space, timeout=10_000)
+    _idle(qtbot, panel)
+    assert panel.tree.topLevelItem(0).text(0) == "' '"  # one branch: one item
+    assert "' ' (" in panel.status.text()
+
+
+def test_no_tokenizer_branch_labels_separate_the_ids(qtbot):
+    cfg = ModelConfig.gpt2(vocab_size=300, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32)
+    p = _make(qtbot, loaded=LoadedModel(new_model(cfg, seed=0).eval(), cfg, None, None, "ids"))
+    p.prompt.setText("12 7")
+    _click_step(qtbot, p, 1)
+    _click_step(qtbot, p, 2)
+    ids = p.session.ids()[2:]
+    assert p.tree.topLevelItem(0).text(0) == f"{ids[0]} {ids[1]}"  # was: run together
+    assert p.status.text().startswith(f"Step 2: id {ids[1]} ")
+
+
+def _encoder(tmp_path, lm_head=True, tokenizer=True):
+    from desktop_app.core.checkpoints import save_model_folder
+
+    tok = char_tokenizer(TEXT, specials=["[MASK]"])
+    cfg = ModelConfig.bert(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64,
+                           context_length=64, lm_head=lm_head)
+    folder = tmp_path / f"bert-{lm_head}-{tokenizer}"
+    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=tok if tokenizer else None)
+    return load_model_folder(folder)
+
+
+@pytest.mark.parametrize("lm_head,tokenizer,says", [
+    (False, True, "no masked-language-model head"),
+    (True, False, "no tokenizer"),
+])
+def test_an_encoder_that_cannot_fill_says_why_at_once_and_disables_generate(qtbot, tmp_path, lm_head,
+                                                                            tokenizer, says):
+    p = _make(qtbot, loaded=_encoder(tmp_path, lm_head, tokenizer))
+    assert says in p.status.text() and "tokenizer has no [MASK]" not in p.status.text()
+    for w in (p.start_button, p.step_button, p.run_button, p.back_button, p.reset_button, p.temperature):
+        assert not w.isEnabled()
+    qtbot.keyClick(p, Qt.Key.Key_Right)  # the shortcut does nothing either
+    qtbot.wait(50)
+    assert p.session is None and says in p.status.text()
+    # a model that can generate enables everything again
+    p.state.loaded = _loaded("bert")
+    p.state.model_changed.emit(p.state.loaded)
+    assert p.step_button.isEnabled() and p.temperature.isEnabled()

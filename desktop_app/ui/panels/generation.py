@@ -21,7 +21,8 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QLin
 
 from ...core.generation import (STRATEGIES, GenerationError, GenerationSession, GenerationSettings,
                                 MaskedFillSession, process_logits)
-from ..widgets.prob_bars import ProbBars
+from ..widgets.export import ExportBar
+from ..widgets.prob_bars import ProbBars, format_prob
 from ..widgets.token_strip import TokenStrip
 from ..state import tokenize_and_trace
 from ..workers import run_job
@@ -55,6 +56,14 @@ def _run(session, n: int, job=None):
         if isinstance(session, MaskedFillSession):
             session.all_logits()
     return session.stop_reason if isinstance(session, GenerationSession) else None
+
+
+def _lens(session, node):
+    return node, session.logit_lens(node)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _inspect(session, node):
@@ -96,6 +105,10 @@ class GenerationPanel(QWidget):
         self.selected_node = None  # decoder: a generated node picked in the strip
         self.selected_position: int | None = None  # encoder: a position picked in the strip
         self.lens_rows = []
+        self._lens_node = None  # the step the logit-lens table shows (or is being computed for)
+        self._auto_prompt = ""  # the prompt the panel filled in (replaced on a model change unless edited)
+        self._unavailable: str | None = None  # why this model cannot generate (no head, no [MASK])
+        self._shown = None  # (Distribution, chosen token) the bars show: for the CSV export
         self._session_prompt = self._started_prompt = ""
         self._extra_masks: set[int] = set()
         self._settings_pending = False  # sliders moved while a job held the session
@@ -112,10 +125,11 @@ class GenerationPanel(QWidget):
     def _build(self) -> None:
         self.prompt = QLineEdit()
         self.prompt.setPlaceholderText("prompt (token ids separated by spaces if the model has no tokenizer)")
-        self.prompt.returnPressed.connect(self.start)
+        # lambdas: `clicked` sends `checked`, which must never land in start(then=...)
+        self.prompt.returnPressed.connect(lambda: self.start())
         self.start_button = QPushButton("Start")
         self.start_button.setToolTip("Run the prompt and start a new generation tree")
-        self.start_button.clicked.connect(self.start)
+        self.start_button.clicked.connect(lambda: self._clicked(self.start))
         self.strategy = QComboBox()
         self.strategy.addItems(STRATEGIES)
         self.strategy.currentTextChanged.connect(self._settings_changed)
@@ -134,21 +148,29 @@ class GenerationPanel(QWidget):
             top.addWidget(w)
 
         self.back_button = QPushButton("\u2190 Back")
-        self.back_button.clicked.connect(self.back)
+        self.back_button.clicked.connect(lambda: self._clicked(self.back))
         self.step_button = QPushButton("Step \u2192")
-        self.step_button.clicked.connect(self.step)
+        self.step_button.clicked.connect(lambda: self._clicked(self.step))
         self.run_n = QSpinBox(minimum=1, maximum=4096, value=20, prefix="N = ")
         self.run_button = QPushButton("Run N")
-        self.run_button.clicked.connect(self.run_or_stop)
+        self.run_button.clicked.connect(lambda: self._clicked(self.run_or_stop))
         self.reset_button = QPushButton("Reset")
-        self.reset_button.clicked.connect(self.reset)
+        self.reset_button.clicked.connect(lambda: self._clicked(self.reset))
         self.mask_button = QPushButton("Mask / unmask selected")
         self.mask_button.setToolTip("Encoder models: toggle [MASK] on the selected token and restart")
-        self.mask_button.clicked.connect(self.toggle_mask)
+        self.mask_button.clicked.connect(lambda: self._clicked(self.toggle_mask))
+        # Clicking an action button leaves the focus on the panel (see _clicked): a focused button
+        # that gets disabled while the job runs would hand the focus to "N = 20", which eats the arrows.
+        self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
+        for b in (self.start_button, self.back_button, self.step_button, self.run_button, self.reset_button,
+                  self.mask_button):
+            b.setFocusPolicy(Qt.FocusPolicy.TabFocus)
+        self.export_bar = ExportBar(lambda: self, self._export_name)
         controls = QHBoxLayout()
         for w in (self.back_button, self.step_button, self.run_n, self.run_button, self.reset_button, self.mask_button):
             controls.addWidget(w)
         controls.addStretch(1)
+        controls.addWidget(self.export_bar)
 
         self.temperature = self._slider(0, 300, 100)
         self.top_k = self._slider(0, 100, 0)
@@ -255,15 +277,62 @@ class GenerationPanel(QWidget):
         self.session = None
         self.selected_node, self.selected_position = None, None
         self._extra_masks = set()
+        self._trail = None
         enc = self._is_encoder()
         self.order.setVisible(enc)
         self.mask_button.setVisible(enc)
         self.beams.setVisible(not enc)
-        if enc and not self.prompt.text():
-            self.prompt.setPlaceholderText("text with [MASK] tokens to fill (or select tokens and press Mask)")
-        self.status.setText(f"{loaded.name}: " + ("encoder model - fills [MASK] positions." if enc else
-                                                  "type a prompt and press Step (Right arrow)."))
+        self.prompt.setPlaceholderText(
+            "text with [MASK] tokens to fill (or select tokens and press Mask)" if enc and loaded.tokenizer else
+            "prompt: token ids separated by spaces (this model has no tokenizer)" if loaded.tokenizer is None else
+            "prompt")
+        self._unavailable = self._why_unavailable(loaded)
+        if self.prompt.text() in ("", self._auto_prompt):  # never replace what the user typed
+            self._auto_prompt = self._default_prompt(loaded)
+            self.prompt.setText(self._auto_prompt)
+        if self._unavailable:
+            self.status.setText(f"{loaded.name}: {self._unavailable}")
+        else:
+            self.status.setText(f"{loaded.name}: " + ("encoder model - press Step to fill the [MASK] positions."
+                                                      if enc else "press Step (Right arrow) to generate."))
         self.refresh()
+
+    @staticmethod
+    def _why_unavailable(loaded) -> str | None:
+        """Why this model cannot generate at all, said as soon as it opens (the controls are disabled)."""
+        enc = not loaded.config.causal
+        if not loaded.config.lm_head:
+            return ("this encoder has no masked-language-model head, so it cannot predict tokens: Generate "
+                    "needs a model with an MLM head (Attention and Layers still work)." if enc else
+                    "this model has no language-model head, so it cannot predict tokens: Generate needs a "
+                    "model with one (Attention and Layers still work).")
+        if enc and loaded.tokenizer is None:
+            return ("this encoder has no tokenizer (its text box takes token ids), so it has no [MASK] token "
+                    "to fill: Generate needs a tokenizer.json with a [MASK] token.")
+        if enc and loaded.tokenizer.mask_token_id is None:
+            return "this encoder's tokenizer has no [MASK] token, so there is nothing to fill."
+        return None
+
+    def _default_prompt(self, loaded) -> str:
+        """A prompt that works at once: the start of the current text (or of the demo text); with no
+        tokenizer, a few of the text's ids (or the first ids of the vocabulary); an encoder gets one
+        word replaced by its mask token."""
+        text = self.state.text.strip()
+        tok = loaded.tokenizer
+        if tok is None:
+            try:
+                ids = [int(p) for p in text.replace(",", " ").split()]
+            except ValueError:
+                ids = []
+            ids = [i for i in ids if 0 <= i < loaded.config.vocab_size][:6] or list(range(min(4, loaded.config.vocab_size)))
+            return " ".join(map(str, ids))
+        if not text:
+            from ..app import demo_text
+            text = demo_text()
+        words = text.split()[:8 if not loaded.config.causal else 6]
+        if not loaded.config.causal and tok.mask_token_id is not None and len(words) > 1:
+            words[len(words) // 2] = tok.tok.id_to_token(tok.mask_token_id)
+        return " ".join(words)
 
     def _drop_session(self, message: str) -> None:
         if self._running:
@@ -308,10 +377,19 @@ class GenerationPanel(QWidget):
     def _update_enabled(self) -> None:
         running = self._running
         busy = self.busy
+        usable = self.state.loaded is not None and not self._unavailable
         for w in (self.step_button, self.back_button, self.reset_button, self.start_button, self.mask_button):
-            w.setEnabled(not busy and self.state.loaded is not None)
-        self.run_button.setEnabled(self.state.loaded is not None and (running or not busy))
+            w.setEnabled(not busy and usable)
+        self.run_button.setEnabled(usable and (running or not busy))
         self.run_button.setText("Stop" if running else "Run N")
+        for w in (self.prompt, self.strategy, self.order, self.beams, self.seed, self.run_n, self.temperature,
+                  self.top_k, self.top_p):
+            w.setEnabled(usable or self.state.loaded is None)
+
+    def _clicked(self, action) -> None:
+        """A button's action, with the keyboard focus left on the panel so the arrows keep stepping."""
+        self.setFocus(Qt.FocusReason.OtherFocusReason)
+        action()
 
     # -- actions ---------------------------------------------------------------------------
     def _prompt_ids(self) -> list[int]:
@@ -329,6 +407,9 @@ class GenerationPanel(QWidget):
         loaded = self.state.loaded
         if loaded is None or self.busy:
             return
+        if self._unavailable:
+            self.status.setText(self._unavailable)
+            return
         try:
             ids = self._prompt_ids()
             if not ids:
@@ -339,10 +420,7 @@ class GenerationPanel(QWidget):
         self.selected_node, self.selected_position = None, None
         self._started_prompt = self.prompt.text()
         if self._is_encoder():
-            mask_id = loaded.tokenizer.mask_token_id if loaded.tokenizer is not None else None
-            if mask_id is None:
-                self.status.setText("this encoder's tokenizer has no [MASK] token")
-                return
+            mask_id = loaded.tokenizer.mask_token_id  # _why_unavailable: a tokenizer with a [MASK]
             masked = sorted({i for i, t in enumerate(ids) if t == mask_id} | {p for p in self._extra_masks if p < len(ids)})
             if not masked:
                 self.status.setText("put [MASK] in the text, or select a token and press Mask / unmask")
@@ -360,8 +438,8 @@ class GenerationPanel(QWidget):
         self._session_prompt = self._started_prompt
         self._apply_settings()  # sliders moved while the prompt ran
         self.session_changed.emit()
-        self.status.setText("Ready: Step (Right arrow), Back (Left arrow), click a bar to force a token.")
         self.refresh()
+        self.status.setText(self._describe())
         if then is not None:
             then()
 
@@ -372,7 +450,7 @@ class GenerationPanel(QWidget):
             self.start(then=self.step)
             return
         self.selected_node, self.selected_position = None, None
-        self._submit(_mutate, self.session, "step")
+        self._submit(_mutate, self.session, "step", on_result=self._changed)
 
     def back(self) -> None:
         if self.busy or self.session is None:
@@ -383,14 +461,15 @@ class GenerationPanel(QWidget):
             left = self.session.current
             if self._trail is None or left not in self._trail.path():
                 self._trail = left
-        self._submit(_mutate, self.session, "back")
+        self._submit(_mutate, self.session, "back", on_result=self._changed)
 
     def reset(self) -> None:
         if self.busy or self.session is None:
             return
         self.selected_node, self.selected_position = None, None
         self._trail = None
-        self._submit(_mutate, self.session, "reset", self.seed.value())  # the seed in the box, not the first one
+        self._submit(_mutate, self.session, "reset", self.seed.value(),  # the seed in the box, not the first one
+                     on_result=self._changed)
 
     def choose(self, token_id: int) -> None:
         """Force a token: after the node whose distribution is shown (a branch if it differs)."""
@@ -403,13 +482,13 @@ class GenerationPanel(QWidget):
                 self.status.setText("select a masked position (or let the order pick one) to fill it")
                 return
             self.selected_position = None
-            self._submit(_mutate, s, "choose", int(token_id), pos)
+            self._submit(_mutate, s, "choose", int(token_id), pos, on_result=self._changed)
             return
         base = self.selected_node.parent if self.selected_node is not None else s.current
         if base is not s.current:
             s.goto(base)  # pure navigation, no model work
         self.selected_node = None
-        self._submit(_mutate, s, "choose", int(token_id))
+        self._submit(_mutate, s, "choose", int(token_id), on_result=self._changed)
 
     def run_or_stop(self) -> None:
         if self._running:
@@ -446,7 +525,49 @@ class GenerationPanel(QWidget):
         self._update_enabled()
 
     def _run_done(self, reason) -> None:
-        self.status.setText(f"Stopped: {reason}." if reason else "Done.")
+        self.status.setText(f"Stopped: {reason}." if reason else f"Done. {self._describe()}")
+
+    def _changed(self, _result) -> None:
+        """After a step, back, choice or reset: the view and the status line describe the new step."""
+        self.refresh()
+        self.status.setText(self._describe())
+
+    def _describe(self) -> str:
+        """One line about where the session is now (the status line after every action)."""
+        s = self.session
+        if s is None:
+            return ""
+        if isinstance(s, MaskedFillSession):
+            total, done = len(s.masked), len(s.history)
+            if s.finished:
+                return f"Every masked position is filled ({total} of {total}); Back undoes the last fill."
+            return (f"{done} of {plural(total, 'masked position')} filled: Step (Right arrow) fills the next, "
+                    "click a bar to fill it with that token.")
+        node = s.current
+        if node.parent is None:
+            return (f"Ready: a prompt of {plural(len(s.prompt), 'token')}. Step (Right arrow), Back (Left arrow), "
+                    "click a bar to force a token.")
+        how = {"greedy": "greedy", "sampled": "sampled", "chosen": "forced", "beam": "beam search"}
+        text = (f"Step {node.depth}: {self._token_label(node.token)} ({how.get(node.how, node.how)}), "
+                f"model p = {format_prob(node.model_prob)}")
+        if node.stop:
+            text += "; a stop token ended this branch"
+        elif len(s.prompt) + node.depth >= s.model.cfg.context_length:
+            text += f"; the context length ({plural(s.model.cfg.context_length, 'token')}) is reached"
+        return text + "."
+
+    def _token_label(self, token: int) -> str:
+        """A token as the user reads it: quoted (spaces visible) with its id; with no tokenizer, the id."""
+        if self.state.loaded is None or self.state.loaded.tokenizer is None:
+            return f"id {token}"
+        return f"{self.state.token_strings([token])[0]!r} ({token})"
+
+    def _tokens_text(self, ids: list[int]) -> str:
+        """Several tokens as one quoted string (a space token stays visible); with no tokenizer, the ids
+        separated by spaces."""
+        if self.state.loaded is None or self.state.loaded.tokenizer is None:
+            return " ".join(map(str, ids))
+        return repr("".join(self.state.token_strings(ids)))
 
     def toggle_mask(self) -> None:
         if self.busy:  # restarting would drop the session under a running job
@@ -508,9 +629,13 @@ class GenerationPanel(QWidget):
             self.refresh()
             return
         self.selected_node = path[index - n_prompt + 1]
-        self.refresh()
         if not self.busy:
+            self._clear_lens()
+            self._lens_node = self.selected_node  # _inspect brings this step's lens (and its trace)
+            self.refresh()
             self._submit(_inspect, s, self.selected_node, on_result=self._inspected)
+        else:
+            self.refresh()
 
     def _show_filled(self, result) -> None:
         ids, trace = result
@@ -520,19 +645,47 @@ class GenerationPanel(QWidget):
 
     def _inspected(self, result) -> None:
         node, lens, trace, ids = result
+        self._lens_node = node
+        self._show_lens(node, lens)
+        self.tabs.setCurrentWidget(self.lens_table)
+        self.status.setText(f"Step {node.depth}: picked {self._token_label(node.token)} with p = "
+                            f"{format_prob(node.model_prob)}; its attention is in the Attention panel.")
+        self.state.show_trace(trace, ids)
+
+    def _show_lens(self, node, lens) -> None:
         self.lens_rows = lens
-        names = self.state.token_strings([r.top_token for r in lens])
         self.lens_table.setRowCount(len(lens))
-        for i, (r, name) in enumerate(zip(lens, names)):
-            cells = ["embed" if r.layer < 0 else f"block {r.layer}", f"{name!r} ({r.top_token})",
-                     f"{r.top_prob:.3f}", f"{r.chosen_prob:.3f}"]
+        for i, r in enumerate(lens):
+            cells = ["embed" if r.layer < 0 else f"block {r.layer}", self._token_label(r.top_token),
+                     format_prob(r.top_prob), format_prob(r.chosen_prob)]
             for j, c in enumerate(cells):
                 self.lens_table.setItem(i, j, QTableWidgetItem(c))
-        self.tabs.setCurrentWidget(self.lens_table)
-        picked = self.state.token_strings([node.token])[0]
-        self.status.setText(f"Step {node.depth}: picked {picked!r} ({node.token}) with p = {node.model_prob:.3f}; "
-                            "its attention is in the Attention panel.")
-        self.state.show_trace(trace, ids)
+        self.tabs.setTabText(self.tabs.indexOf(self.lens_table), f"Logit lens (step {node.depth})")
+
+    def _clear_lens(self) -> None:
+        self.lens_rows = []
+        self.lens_table.setRowCount(0)
+        self.tabs.setTabText(self.tabs.indexOf(self.lens_table), "Logit lens")
+
+    def _follow_lens(self, s: GenerationSession) -> None:
+        """The lens table shows the selected step, else the current one: never a step left behind."""
+        node = self.selected_node if self.selected_node is not None else s.current
+        if node is self._lens_node:
+            return
+        self._clear_lens()
+        self._lens_node = None
+        if node.parent is None or not s.record or self._running:
+            return  # at the prompt there is no step; a run refreshes again when it ends
+        self._lens_node = node
+
+        def shown(result) -> None:
+            lens_node, lens = result
+            if lens_node is self._lens_node and self.session is s:
+                self._show_lens(lens_node, lens)
+
+        # Not a session job (no busy flag, actions stay available): it only reads the node's recorded
+        # residuals, which never change, and the model's unembedding.
+        run_job(_lens, s, node, on_result=shown, on_error=lambda *_: None, owner=self)
 
     def _tree_clicked(self, item: QTreeWidgetItem, column: int) -> None:
         node = item.data(0, Qt.ItemDataRole.UserRole)
@@ -556,16 +709,22 @@ class GenerationPanel(QWidget):
     def refresh(self) -> None:
         self._update_enabled()
         s = self.session
-        if s is None:
+        if s is None:  # nothing of a previous session or model stays on screen
             self.bars.set_distribution([], [], [])
+            self._shown = None
             self.dist_label.setText("")
             self.tree.clear()
             self.beam_table.setRowCount(0)
+            self.strip.set_tokens([], [])
+            self._clear_lens()
+            self._lens_node = None
             return
         if isinstance(s, MaskedFillSession):
+            self._clear_lens()
             self._refresh_encoder(s)
         else:
             self._refresh_decoder(s)
+            self._follow_lens(s)
 
     def _show_plain_tokens(self, ids: list[int]) -> None:
         self.strip.set_tokens(self.state.token_strings(ids), ids)
@@ -611,16 +770,19 @@ class GenerationPanel(QWidget):
         if chosen is not None and chosen not in [t for t, _ in top]:
             top.append((chosen, float(dist.tempered_probs[chosen])))
         tokens = [t for t, _ in top]
-        labels = [repr(x) for x in self.state.token_strings(tokens)]
+        if self.state.loaded is not None and self.state.loaded.tokenizer is None:
+            labels = [str(t) for t in tokens]  # ProbBars shows the id once
+        else:
+            labels = [repr(x) for x in self.state.token_strings(tokens)]
         self.bars.set_distribution(tokens, labels, [float(dist.probs[t]) for t in tokens],
                                    [float(dist.model_probs[t]) for t in tokens], chosen)
+        self._shown = (dist, chosen)
         kept = int(dist.kept.sum())
-        text = (f"entropy {dist.entropy:.3f} nats (model: {dist.model_entropy:.3f}); "
+        text = (f"entropy {format_prob(dist.entropy)} nats (model: {format_prob(dist.model_entropy)}); "
                 f"{kept} of {dist.kept.numel()} tokens kept; step {depth}")
         if chosen is not None:
-            name = self.state.token_strings([chosen])[0]
-            text += (f"; picked {name!r} ({chosen}): p = {float(dist.probs[chosen]):.3f} "
-                     f"(model {float(dist.model_probs[chosen]):.3f})")
+            text += (f"; picked {self._token_label(chosen)}: p = {format_prob(float(dist.probs[chosen]))} "
+                     f"(model {format_prob(float(dist.model_probs[chosen]))})")
         if ended:
             text += " - a stop token ended this branch"
         self.dist_label.setText(text)
@@ -638,8 +800,8 @@ class GenerationPanel(QWidget):
                 seg.append(seg[-1].children[0])
             end = seg[-1]
             toks = [n.token for n in seg if n.token is not None]
-            text = "".join(self.state.token_strings(toks)) if toks else "(prompt)"
-            item = QTreeWidgetItem([text.replace("\n", "\u21b5"), str(end.depth), f"{end.score:.2f}"])
+            text = self._tokens_text(toks) if toks else "(prompt)"
+            item = QTreeWidgetItem([text, str(end.depth), f"{end.score:.3f}"])
             item.setData(0, Qt.ItemDataRole.UserRole, end)
             item.setToolTip(0, f"ends at step {end.depth}; click to go there")
             if id(end) in current_path or id(start) in current_path:
@@ -659,7 +821,7 @@ class GenerationPanel(QWidget):
         self.beam_table.setRowCount(len(beams))
         for i, b in enumerate(beams):
             toks = [n.token for n in b.path()[1:]]
-            cells = ["".join(self.state.token_strings(toks)), f"{b.score:.3f}", "yes" if b.stop else ""]
+            cells = [self._tokens_text(toks), f"{b.score:.3f}", "yes" if b.stop else ""]
             for j, c in enumerate(cells):
                 self.beam_table.setItem(i, j, QTableWidgetItem(c))
 
@@ -673,6 +835,7 @@ class GenerationPanel(QWidget):
         logits = s.cached_logits()
         if pos is None or logits is None:
             self.bars.set_distribution([], [], [])
+            self._shown = None
             self.dist_label.setText("every masked position is filled" if s.finished else "")
             return
         dist = process_logits(logits[pos], *self._processing())
@@ -683,8 +846,57 @@ class GenerationPanel(QWidget):
         self.dist_label.setText(f"position {pos}: " + self.dist_label.text())
         self.tree.clear()
         for st in s.history:
-            name = self.state.token_strings([st.token])[0]
-            self.tree.addTopLevelItem(QTreeWidgetItem([f"position {st.position}: {name!r}", "", f"{math.log(max(st.model_prob, 1e-300)):.2f}"]))
+            self.tree.addTopLevelItem(QTreeWidgetItem([f"position {st.position}: {self._token_label(st.token)}", "",
+                                                       f"{math.log(max(st.model_prob, 1e-300)):.3f}"]))
+
+    # -- export (ExportBar view protocol; File > Export Current View takes export_widget) ---------
+    def export_widget(self) -> QWidget:
+        return self.bars.plot
+
+    def svg_item(self):
+        return self.bars.plot.getPlotItem()
+
+    def _export_name(self) -> str:
+        s = self.session
+        if isinstance(s, GenerationSession):
+            node = self.selected_node.parent if self.selected_node is not None else s.current
+            return f"generate-step{node.depth + 1}"
+        return "generate"
+
+    def csv_table(self):
+        """The distribution the bars show, every token of the vocabulary from the most probable down,
+        then the generated steps of the current path (the `step` column tells the two apart)."""
+        header = ["section", "rank_or_step", "token_id", "token", "p", "p_model", "kept", "picked"]
+        rows = []
+        if self._shown is not None:
+            dist, chosen = self._shown
+            strings = self.state.token_strings(list(range(dist.probs.numel())))
+            order = sorted(range(dist.probs.numel()), key=lambda t: -float(dist.tempered_probs[t]))
+            for rank, t in enumerate(order, 1):
+                rows.append(["distribution", rank, t, strings[t], f"{float(dist.probs[t]):.6g}",
+                             f"{float(dist.model_probs[t]):.6g}", int(bool(dist.kept[t])), int(t == chosen)])
+        if isinstance(self.session, GenerationSession):
+            path = self.session.current.path()[1:]
+            strings = self.state.token_strings([n.token for n in path])
+            for n, name in zip(path, strings):
+                rows.append(["step", n.depth, n.token, name, f"{n.prob:.6g}", f"{n.model_prob:.6g}", 1, n.how])
+        elif isinstance(self.session, MaskedFillSession):
+            strings = self.state.token_strings([st.token for st in self.session.history])
+            for i, (st, name) in enumerate(zip(self.session.history, strings), 1):
+                rows.append(["step", i, st.token, name, "", f"{st.model_prob:.6g}", 1, f"position {st.position}"])
+        return header, rows
+
+    def export_arrays(self) -> dict:
+        import numpy as np
+
+        out = {}
+        if self._shown is not None:
+            dist, _ = self._shown
+            out.update(probs=dist.probs.numpy(), model_probs=dist.model_probs.numpy(), kept=dist.kept.numpy())
+        if isinstance(self.session, GenerationSession):
+            path = self.session.current.path()[1:]
+            out.update(ids=np.array(self.session.ids()), step_model_probs=np.array([n.model_prob for n in path]))
+        return out
 
     # -- --screenshot ----------------------------------------------------------------------
     def screenshot_demo(self) -> None:

@@ -20,6 +20,17 @@ CHOSEN_BRUSH = (240, 120, 20)
 FILTERED_BRUSH = (200, 200, 200)
 
 
+def format_prob(p: float | None) -> str:
+    """A probability in one style everywhere: 3 decimals, and tiny ones in scientific notation
+    (a 2e-05 is not "0.000"); exactly 0 stays "0"."""
+    if p is None:
+        return ""
+    p = float(p)
+    if p == 0.0 or p >= 0.001:
+        return f"{p:.3f}" if p else "0"
+    return f"{p:.1e}"
+
+
 class ProbBars(QWidget):
     token_clicked = Signal(int)
 
@@ -63,14 +74,15 @@ class ProbBars(QWidget):
             self._model_bars.setOpts(x0=[0.0] * n, y=ys, width=[float(p) for p in model_probs], height=0.8)
         else:
             self._model_bars.setOpts(x0=[], y=[], width=[])
-        ticks = [(i, f"{lab}  ({t})") for i, (lab, t) in enumerate(zip(labels, self.token_ids))]
+        # a label that is the id itself (a model with no tokenizer) is not repeated as "12  (12)"
+        ticks = [(i, str(t) if lab == str(t) else f"{lab}  ({t})") for i, (lab, t) in enumerate(zip(labels, self.token_ids))]
         item = self.plot.getPlotItem()
         item.getAxis("left").setTicks([ticks])
         for t in self._value_texts:
             item.removeItem(t)
         self._value_texts = []
         for i, p in enumerate(self.probs):
-            txt = pg.TextItem(f"{p:.3f}" if p > 0 else "cut", color=(40, 40, 40) if p > 0 else (150, 150, 150),
+            txt = pg.TextItem(format_prob(p) if p > 0 else "cut", color=(40, 40, 40) if p > 0 else (150, 150, 150),
                               anchor=(0, 0.5))
             txt.setPos(p, i)
             item.addItem(txt)

@@ -146,6 +146,7 @@ def _encoder_walkthrough(qtbot, panel) -> None:
     qtbot.waitUntil(lambda: panel.session.finished, timeout=20_000)
     idle(qtbot, panel)
     assert "filled" in panel.status.text()
+    assert panel.tree.topLevelItemCount() == 2  # both fills listed, also once nothing is left to fill
     click(qtbot, panel.back_button)
     qtbot.waitUntil(lambda: len(panel.session.history) == 1, timeout=20_000)
     idle(qtbot, panel)

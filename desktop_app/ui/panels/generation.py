@@ -779,7 +779,7 @@ class GenerationPanel(QWidget):
         self._shown = (dist, chosen)
         kept = int(dist.kept.sum())
         text = (f"entropy {format_prob(dist.entropy)} nats (model: {format_prob(dist.model_entropy)}); "
-                f"{kept} of {dist.kept.numel()} tokens kept; step {depth}")
+                f"{kept} of {dist.kept.numel()} tokens kept; candidates for step {depth}")
         if chosen is not None:
             text += (f"; picked {self._token_label(chosen)}: p = {format_prob(float(dist.probs[chosen]))} "
                      f"(model {format_prob(float(dist.model_probs[chosen]))})")
@@ -831,6 +831,10 @@ class GenerationPanel(QWidget):
         values = [filled[i].model_prob if i in filled else None for i in range(len(ids))]
         self.strip.set_tokens(self.state.token_strings(ids), ids, values, vmin=0.0, vmax=1.0)
         self.strip.set_selected(self.selected_position)
+        self.tree.clear()  # the fills so far, also once every position is filled
+        for st in s.history:
+            self.tree.addTopLevelItem(QTreeWidgetItem([f"position {st.position}: {self._token_label(st.token)}", "",
+                                                       f"{math.log(max(st.model_prob, 1e-300)):.3f}"]))
         pos = self._shown_position()
         logits = s.cached_logits()
         if pos is None or logits is None:
@@ -844,10 +848,6 @@ class GenerationPanel(QWidget):
             dist = process_logits(filled[pos].logits, *self._processing())
         self._show_distribution(dist, chosen, len(s.history) + (pos not in filled), False)
         self.dist_label.setText(f"position {pos}: " + self.dist_label.text())
-        self.tree.clear()
-        for st in s.history:
-            self.tree.addTopLevelItem(QTreeWidgetItem([f"position {st.position}: {self._token_label(st.token)}", "",
-                                                       f"{math.log(max(st.model_prob, 1e-300)):.3f}"]))
 
     # -- export (ExportBar view protocol; File > Export Current View takes export_widget) ---------
     def export_widget(self) -> QWidget:

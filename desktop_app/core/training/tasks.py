@@ -307,6 +307,19 @@ class TextTask(Task):
                           torch.Generator().manual_seed(10_000 + seed))
 
 
+# -- a sample of a task, as text ---------------------------------------------------------------
+
+
+def sample_text(task: Task, seed: int = 0) -> str:
+    """One held-out input of `task` as text its tokenizer encodes back to the same ids: what the app
+    shows as the text of a model trained on the task (its own vocabulary, its own length)."""
+    if isinstance(task, TextTask):
+        ids = task.val_ids[: task.seq_len]
+    else:
+        ids = task.val_set(seed).inputs[0]
+    return task.tokenizer.decode(ids.tolist())
+
+
 # -- factory ---------------------------------------------------------------------------------
 
 

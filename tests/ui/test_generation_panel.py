@@ -566,3 +566,22 @@ def test_an_encoder_that_cannot_fill_says_why_at_once_and_disables_generate(qtbo
     p.state.loaded = _loaded("bert")
     p.state.model_changed.emit(p.state.loaded)
     assert p.step_button.isEnabled() and p.temperature.isEnabled()
+
+
+def test_a_session_started_on_the_previous_model_is_dropped(qtbot, panel):
+    """A Start still running when another model opens must not bring the old model's tokens back."""
+    panel.prompt.setText("the ")
+    old = panel.state.loaded
+    with _held(old.model) as gate:
+        _click(qtbot, panel.start_button)
+        assert panel.busy
+        other = _loaded(context=32)
+        panel.state.loaded = other
+        panel.state.model_changed.emit(other)
+        gate.set()
+        _idle(qtbot, panel)
+    assert panel.session is None and panel.strip.count() == 0
+    _click(qtbot, panel.step_button)  # the new model generates
+    qtbot.waitUntil(lambda: panel.session is not None and panel.session.current.depth == 1, timeout=10_000)
+    _idle(qtbot, panel)
+    assert panel.session.model is other.model

@@ -433,6 +433,9 @@ class GenerationPanel(QWidget):
                          on_result=lambda s: self._session_ready(s, then))
 
     def _session_ready(self, session, then) -> None:
+        loaded = self.state.loaded
+        if loaded is None or session.model is not loaded.model:
+            return  # started on a model that has since been replaced (another model, another device)
         self.session = session
         self._trail = None
         self._session_prompt = self._started_prompt

@@ -581,7 +581,23 @@ def test_a_session_started_on_the_previous_model_is_dropped(qtbot, panel):
         gate.set()
         _idle(qtbot, panel)
     assert panel.session is None and panel.strip.count() == 0
+    assert panel.status.text().startswith("test: press Step")  # what the new model's opening said
     _click(qtbot, panel.step_button)  # the new model generates
     qtbot.waitUntil(lambda: panel.session is not None and panel.session.current.depth == 1, timeout=10_000)
     _idle(qtbot, panel)
     assert panel.session.model is other.model
+
+
+def test_opening_another_model_during_run_n_keeps_the_new_models_status(qtbot, panel):
+    _first_step(qtbot, panel)
+    with _held(panel.state.loaded.model) as gate:
+        _click(qtbot, panel.run_button)
+        assert panel._running
+        other = _loaded(context=32)
+        panel.state.loaded = other
+        panel.state.model_changed.emit(other)
+        gate.set()
+        _idle(qtbot, panel)
+    assert panel.session is None and panel.strip.count() == 0
+    assert panel.status.text().startswith("test: press Step")  # was: "Stopped." of the old run
+    assert panel.run_button.text() == "Run N"

@@ -504,11 +504,13 @@ class GenerationPanel(QWidget):
             return
         self.selected_node, self.selected_position = None, None
         n = self.run_n.value()
+        session = self.session
 
         def ended(message_fn):
             def handler(*args) -> None:
                 self._running = False
-                message_fn(*args)
+                if self.session is session:  # not dropped meanwhile (another model opened)
+                    message_fn(*args)
                 self.refresh()
             return handler
 
@@ -533,7 +535,8 @@ class GenerationPanel(QWidget):
     def _changed(self, _result) -> None:
         """After a step, back, choice or reset: the view and the status line describe the new step."""
         self.refresh()
-        self.status.setText(self._describe())
+        if self.session is not None:  # else dropped meanwhile (another model): keep what that said
+            self.status.setText(self._describe())
 
     def _describe(self) -> str:
         """One line about where the session is now (the status line after every action)."""

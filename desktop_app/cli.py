@@ -10,10 +10,16 @@ import importlib
 import sys
 
 COMMANDS = ("info", "trace", "generate", "render", "lipschitz", "train", "bench")
+EXIT_INPUT = 2  # bad input: a file that cannot be used, a wrong option, an output folder refused
+EXIT_DIVERGED = 3  # train: the loss or the gradient became non-finite
+EXIT_WRITE = 4  # an output could not be written (read-only, disk full, a folder in the way...)
+EPILOG = ("exit status: 0 success, 2 bad input (one line says which file and why), 3 training diverged, "
+          "4 an output could not be written (one line names the path and the reason), 130 interrupted.")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m desktop_app", description="Transformer Explorer, headless.")
+    parser = argparse.ArgumentParser(prog="python -m desktop_app", description="Transformer Explorer, headless.",
+                                     epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         try:
@@ -34,9 +40,17 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # a clear one-line message, not a traceback, for expected failures
         from .core.checkpoints import ModelLoadError
+        from .core.files import WriteError
+        if isinstance(exc, WriteError):
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_WRITE
         if isinstance(exc, (ModelLoadError, ValueError, FileNotFoundError)):
             print(f"error: {exc}", file=sys.stderr)
-            return 2
+            return EXIT_INPUT
+        if isinstance(exc, OSError):  # reading failed (permissions, a folder where a file was expected...)
+            where = f"{exc.filename}: " if exc.filename else ""
+            print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+            return EXIT_INPUT
         raise
 
 

@@ -35,9 +35,10 @@ def run(args) -> int:
     import numpy as np
 
     from ..core.checkpoints import load_model_folder
-    from ..core.files import atomic_write_bytes
+    from ..core.files import atomic_write_bytes, prepare_output_file
     from . import input_ids
 
+    prepare_output_file(args.out)  # a write failure now, not after the forward pass
     loaded = load_model_folder(args.model_dir)
     arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids))
     buf = io.BytesIO()

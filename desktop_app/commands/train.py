@@ -9,14 +9,36 @@ Runs data-parallel under torchrun (gloo on CPU, nccl on GPUs) with the same argu
 """
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 import sys
 import threading
 
 
+class _Given(argparse.Action):
+    """Stores a value like "store" and notes that the user gave it (a resume applies only those)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        given = set(getattr(namespace, "given", None) or ())
+        setattr(namespace, "given", given | {self.dest})
+
+
+# TrainConfig.model keys of the model arguments
+_MODEL_KEYS = {"layers": "n_layers", "heads": "n_heads", "d_model": "d_model", "d_ff": "d_ff", "context": "context_length",
+               "norm": "norm", "norm_placement": "norm_placement", "activation": "activation", "positions": "positions",
+               "attention": "attention_kind", "init": "init", "dropout": "dropout"}
+# TrainConfig fields of the other arguments a resume may take anew (see trainer.TUNABLE_ON_RESUME) or refuses
+_FIELDS = {"task": "task", "family": "family", "optimizer": "optimizer", "seed": "seed", "lr": "lr",
+           "weight_decay": "weight_decay", "momentum": "momentum", "schedule": "schedule", "warmup": "warmup_steps",
+           "batch_size": "batch_size", "grad_clip": "grad_clip", "eval_every": "eval_every",
+           "checkpoint_every": "checkpoint_every", "log_every": "log_every"}
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="train a small transformer on a task (checkpoints, resume, metrics)")
+    p.register("action", None, _Given)  # every plain option records that it was given
     t = p.add_argument_group("task")
     t.add_argument("--task", required=True, choices=("motif", "copy", "reverse", "sort", "modadd", "induction", "text"))
     t.add_argument("--text-file", help="UTF-8 text for --task text")
@@ -62,7 +84,12 @@ def add_parser(sub) -> None:
                    help="autocast precision (default: bfloat16 on CUDA, float16 where it lacks bfloat16, else float32)")
     r = p.add_argument_group("output")
     r.add_argument("--out", required=True, help="checkpoint folder (a model folder plus optimiser state)")
-    r.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    r.add_argument("--resume", action="store_true",
+                   help="continue from the checkpoint in --out; the optimisation settings given here "
+                        "(--lr, --grad-clip, ...) apply from now on, a different task or model is refused")
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace the app's earlier run in --out (and its earlier --export); never "
+                        "a folder holding other files")
     r.add_argument("--export", help="also write a clean model folder (no optimiser state) here at the end")
     r.add_argument("--jsonl", action="store_true", help="print every event as a JSON line")
     r.add_argument("--control-stdin", action="store_true", help="obey pause / resume / stop lines on stdin")
@@ -112,7 +139,11 @@ def _human(ev: dict) -> str | None:
     kind = ev["event"]
     if kind == "start":
         where = f", to {ev['out']}" if ev["out"] else ""
-        return f"training {ev['parameters']:,} parameters on {ev['task']['task']} ({ev['device']}){where}"
+        line = f"training {ev['parameters']:,} parameters on {ev['task']['task']} ({ev['device']}){where}"
+        if ev.get("changed"):
+            line += "\nresuming with new settings: " + ", ".join(
+                f"{k} {was!r} -> {now!r}" for k, (was, now) in ev["changed"].items())
+        return line
     if kind == "eval":
         train_acc = f" train_accuracy {ev['train_accuracy']:.4f}" if ev.get("train_accuracy") is not None else ""
         return f"step {ev['step']}: val_loss {ev['val_loss']:.4f} val_accuracy {ev['val_accuracy']:.4f}{train_acc}"
@@ -124,24 +155,55 @@ def _human(ev: dict) -> str | None:
     return None
 
 
+def check_outputs(args) -> None:
+    """Refuse, before training, an --out or --export folder this run may not write (core/files.py's rule)."""
+    from ..core.files import OutputFolderError, check_output_folder
+    from ..core.training.trainer import RUN_FILES, STATE_FILE
+
+    out = check_output_folder(args.out, overwrite=args.overwrite, resume=args.resume, marker=STATE_FILE,
+                              legacy_names=RUN_FILES)
+    if args.export:
+        export = check_output_folder(args.export, overwrite=args.overwrite, what="export")
+        if export == out or out in export.parents or export in out.parents:
+            raise OutputFolderError(args.export, "--export must be a folder beside --out, not it or inside it")
+
+
+def resumed_config(saved, cfg, args):
+    """The checkpoint's settings, with what the user gave on this command line on top (the trainer refuses
+    a different task or model and applies new optimisation settings); how long, where and how precise
+    come from this command line."""
+    given = getattr(args, "given", None) or set()
+    d = saved.to_dict()
+    for dest, key in _FIELDS.items():
+        if dest in given or dest == "task":  # --task is required: always the user's word
+            d[key] = getattr(cfg, key)
+    d["task_options"] = {**saved.task_options, **{k: v for k, v in cfg.task_options.items()
+                                                 if _option_dest(k) in given}}
+    d["model"] = {**saved.model, **{key: cfg.model[key] for dest, key in _MODEL_KEYS.items()
+                                   if dest in given and key in cfg.model}}
+    precision = args.precision or saved.precision
+    if precision == "float16" and not cfg.device.startswith("cuda"):
+        precision = cfg.precision
+    d.update(steps=args.steps, device=cfg.device, precision=precision)
+    return saved.__class__(**d)
+
+
+def _option_dest(key: str) -> str:
+    return {"n_train": "train_size"}.get(key, key)
+
+
 def run(args) -> int:
     from ..core.training import TrainControl, TrainingDiverged, train
+    from ..cli import EXIT_DIVERGED
     from ..core.training.trainer import SUMMARY_KEYS, export_model, read_run_config
 
     if args.baseline == "mlp" and args.task != "motif":
         raise ValueError("--baseline mlp is the motif task's baseline; use --task motif")
     cfg = config_from_args(args)
+    if args.baseline is None:  # before any work: may we write there? (nothing is ever deleted)
+        check_outputs(args)
     if args.resume and args.baseline is None:
-        try:
-            saved = read_run_config(args.out)
-        except Exception:
-            saved = None
-        if saved is not None:  # the checkpoint's settings win, except how long, where and (if given) how precise
-            precision = args.precision or saved.precision
-            if precision == "float16" and not cfg.device.startswith("cuda"):
-                precision = cfg.precision
-            cfg = saved.__class__(**{**saved.to_dict(), "steps": args.steps, "device": cfg.device,
-                                     "precision": precision})
+        cfg = resumed_config(read_run_config(args.out), cfg, args)
     control = TrainControl()
     lock = threading.Lock()
 
@@ -190,7 +252,7 @@ def run(args) -> int:
     except TrainingDiverged as exc:
         print(f"error: {exc}", file=sys.stderr)
         print(json.dumps({"step": None, **{k: None for k in SUMMARY_KEYS}, "error": str(exc)}), flush=True)
-        return 3
+        return EXIT_DIVERGED
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

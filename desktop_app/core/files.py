@@ -156,6 +156,7 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
         (tmp / MANIFEST).write_text(json.dumps({"app": APP, "files": written}), encoding="utf-8")
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
+                os.fchmod(fh.fileno(), file_mode())  # some writers (safetensors) create 0o600
                 os.fsync(fh.fileno())
         old = path.with_name(path.name + ".old")
         if path.exists() or path.is_symlink():
@@ -292,3 +293,15 @@ def probe_writable(folder: Path) -> None:
         os.unlink(tmp)
     except OSError as exc:
         raise _write_error(folder, exc) from exc
+
+
+def prepare_output_file(path: str | Path) -> Path:
+    """Before a command's work: remove what a killed write of `path` left, and check that `path` can
+    be written (WriteError naming it otherwise), so a failure costs no computation."""
+    path = Path(path)
+    if path.is_dir():
+        raise WriteError(path, "is a folder (give a file name)", errno.EISDIR)
+    _make_parent(path)
+    remove_leftovers(path)
+    probe_writable(path)
+    return path

@@ -42,6 +42,7 @@ from safetensors.torch import save as st_save
 
 from ..checkpoints import ModelLoadError, load_model_folder, new_model, save_model_folder
 from ..config import ModelConfig
+from ..files import probe_writable, remove_leftovers
 from ..devices import default_device, resolve_device
 from ..jobs import Cancelled, JobControl
 from ..model import Transformer
@@ -56,6 +57,13 @@ METRICS_JSON = "metrics.json"
 METRICS_CSV = "metrics.csv"
 FORMAT = 1
 SUMMARY_KEYS = ("train_loss", "train_accuracy", "val_loss", "val_accuracy")
+RUN_FILES = ("config.json", "model.safetensors", "tokenizer.json", OPTIM_FILE, STATE_FILE, RUN_FILE,
+             METRICS_JSON, METRICS_CSV)  # what a checkpoint folder holds (recognises runs older than manifests)
+# What a resumed run keeps from its checkpoint (a different value is refused), and what it takes anew
+# from the caller (applied, and listed in the "start" event's "changed").
+FIXED_ON_RESUME = ("task", "task_options", "family", "optimizer", "seed")
+TUNABLE_ON_RESUME = ("lr", "weight_decay", "betas", "momentum", "schedule", "warmup_steps", "batch_size",
+                     "grad_clip", "eval_every", "checkpoint_every", "log_every")
 
 
 class TrainingDiverged(RuntimeError):
@@ -339,9 +347,14 @@ def _autocast_factory(device: torch.device, precision: str):
 
 def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
           on_event: Callable[[dict], None] | None = None, control: JobControl | None = None) -> dict:
-    out_dir = Path(out_dir)
+    out_dir = Path(os.path.abspath(out_dir))  # "." has no name to build the temporary sibling from
     rank, world = _dist_info()
     is_main = rank == 0
+    if resume and checkpoint_step(out_dir) is None:  # never start over silently
+        raise ValueError(f"{out_dir}: no checkpoint to resume from; start a new run without --resume")
+    if is_main:  # before the first step, not at the first checkpoint
+        remove_leftovers(out_dir)
+        probe_writable(out_dir)
     emit = (on_event if (on_event is not None and is_main) else (lambda ev: None))
     device = resolve_device(cfg.device)
     if world > 1:
@@ -357,14 +370,20 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
     history: list[dict] = []
     start_step, elapsed_before = 0, 0.0
     state: dict | None = None
-    if resume and checkpoint_step(out_dir) is not None:
+    changed: dict[str, list] = {}
+    if resume:
         loaded = load_model_folder(out_dir, device=device)
         ckpt_dir = loaded.path if (loaded.path / STATE_FILE).is_file() else Path(str(out_dir) + ".old")
         saved = read_run_config(ckpt_dir)
-        for key in ("task", "task_options", "family", "model", "optimizer", "seed"):
-            if getattr(saved, key) != getattr(cfg, key) and key != "model":
-                raise ValueError(f"{out_dir}: the checkpoint was trained with {key}={getattr(saved, key)!r}, "
-                                 f"not {getattr(cfg, key)!r}; resume with the same settings")
+        fixed = [(key, getattr(saved, key), getattr(cfg, key)) for key in FIXED_ON_RESUME]
+        fixed += [(f"model.{k}", getattr(loaded.config, k), v) for k, v in cfg.model.items()
+                  if hasattr(loaded.config, k) and k not in ("init", "dropout")]
+        for key, was, now in fixed:
+            if was != now:
+                raise ValueError(f"{out_dir}: the checkpoint was trained with {key}={was!r}, not {now!r}; a resumed "
+                                 "run keeps its task and model (train a new run in another folder to change them)")
+        changed = {k: [getattr(saved, k), getattr(cfg, k)] for k in TUNABLE_ON_RESUME
+                   if getattr(saved, k) != getattr(cfg, k)}
         model = loaded.model
         model_cfg = loaded.config
         task = task_for(cfg, model_cfg.causal, tokenizer=loaded.tokenizer)
@@ -401,6 +420,13 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
         opt.load_state_dict(optimizer_state_from_tensors(
             {k: v.to(device) for k, v in opt_tensors.items() if not k.startswith("rng.")}, state["optimizer"]))
         _restore_rng(rng, gen)
+        # the saved groups carry the old hyper-parameters; the caller's apply from here on (lr is set per step)
+        for g, decay in zip(opt.param_groups, (cfg.weight_decay, 0.0)):
+            g["weight_decay"] = decay
+            if "momentum" in g:
+                g["momentum"] = cfg.momentum
+            if cfg.betas is not None and "betas" in g:
+                g["betas"] = tuple(cfg.betas)
     groups = layer_groups(model)
     autocast = _autocast_factory(device, cfg.precision)
     scaler = torch.amp.GradScaler("cuda") if cfg.precision == "float16" else None
@@ -413,7 +439,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
     n_params = model.num_parameters()
     emit({"event": "start", "step": start_step, "steps": cfg.steps, "parameters": n_params,
           "task": task.describe(), "model": model_cfg.to_dict(), "out": str(out_dir), "world_size": world,
-          "device": str(device)})
+          "device": str(device), **({"changed": changed} if changed else {})})
 
     def checkpoint(step: int, elapsed: float) -> None:
         bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]

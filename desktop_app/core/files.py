@@ -211,8 +211,11 @@ def remove_leftovers(path: str | Path) -> list[Path]:
                 p.unlink(missing_ok=True)
             removed.append(p)
     old = path.with_name(path.name + ".old")
-    if (old.is_dir() and not old.is_symlink() and path.is_dir() and read_manifest(path) is not None
-            and (read_manifest(old) is not None) and not (_entries(old) - read_manifest(old) - {MANIFEST})):
+    current = read_manifest(path) if path.is_dir() and not path.is_symlink() else None
+    # `.old` goes only when it holds nothing but what the app wrote there or what `path` holds anew
+    # (a kill in the middle of removing it may have taken its manifest already)
+    if (current is not None and old.is_dir() and not old.is_symlink()
+            and not (_entries(old) - (read_manifest(old) or set()) - current - {MANIFEST})):
         shutil.rmtree(old, ignore_errors=True)
         removed.append(old)
     return removed
@@ -256,12 +259,16 @@ def check_output_folder(path: str | Path, *, overwrite: bool = False, resume: bo
     if target.is_dir():
         entries = _entries(target)
         if entries:
-            mine = owned_entries(target, legacy_names)
+            # a folder from before manifests counts as a run only with its marker (a downloaded
+            # model's config.json and weights are not ours)
+            legacy = legacy_names if marker is not None and marker in entries else ()
+            mine = owned_entries(target, legacy)
             foreign = entries - mine
             is_run = bool(mine) and (marker is None or marker in mine)
             if foreign or not mine:
                 shown = ", ".join(sorted(foreign)[:3]) + (", ..." if len(foreign) > 3 else "")
-                hint = " (use --resume only on a folder the app trained into)" if resume else ""
+                hint = (" (--resume continues only a folder the app trained into)" if resume else
+                        " (to continue a training run, give its own folder with --resume)" if marker else "")
                 raise OutputFolderError(
                     raw, f"is not empty and holds files Transformer Explorer did not write ({shown}); "
                          f"nothing was changed: choose a new or empty {what} folder{hint}")
@@ -288,9 +295,10 @@ def probe_writable(folder: Path) -> None:
     if not where.exists():
         _make_parent(folder)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{folder.name}.", suffix=".tmp", dir=where)
+        # not our temporary pattern: another process's remove_leftovers (a torchrun rank) leaves it alone
+        fd, tmp = tempfile.mkstemp(prefix=f".{folder.name}.probe-", suffix=".tmp", dir=where)
         os.close(fd)
-        os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
     except OSError as exc:
         raise _write_error(folder, exc) from exc
 

@@ -72,7 +72,7 @@ def test_out_folder_with_other_files_is_refused_and_kept(tmp_path, capsys):
     code, events, err = train(capsys, "--steps", "2", "--out", str(out))
     line = _one_line(err)
     assert code == EXIT_INPUT and "thesis.tex" in line and "did not write" in line
-    assert "choose a new or empty" in line and events == []  # refused before any step
+    assert "choose a new or empty" in line and "--resume" in line and events == []  # refused before any step
     assert (out / "thesis.tex").read_text() == "precious" and sorted(os.listdir(out)) == ["thesis.tex"]
     assert _mode(out) == 0o755 and sorted(os.listdir(tmp_path)) == ["mine"]
 

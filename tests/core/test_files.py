@@ -127,3 +127,45 @@ def test_output_folder_rule(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("x")
     with pytest.raises(OutputFolderError, match="not a folder"):
         check_output_folder(tmp_path / "file")
+
+
+def test_half_removed_old_copy_goes_but_a_foreign_one_stays(tmp_path):
+    out = tmp_path / "run"
+    atomic_write_dir(out, lambda d: [(d / "a").write_text("1"), (d / "b").write_text("1")])
+    old = tmp_path / "run.old"
+    old.mkdir()
+    (old / "a").write_text("0")  # killed while removing it: its manifest and b are gone already
+    assert remove_leftovers(out) == [old] and not old.exists()
+    old.mkdir()
+    (old / "mine.txt").write_text("a user's folder that happens to be called run.old")
+    assert remove_leftovers(out) == [] and (old / "mine.txt").exists()
+
+
+def test_probe_files_are_not_mistaken_for_leftovers(tmp_path):
+    # a torchrun rank probing its output folder while rank 0 removes leftovers must not lose its probe
+    seen = []
+    real = files.tempfile.mkstemp
+
+    def spy(*a, **k):
+        fd, name = real(*a, **k)
+        seen.append(os.path.basename(name))
+        return fd, name
+    files.tempfile.mkstemp = spy
+    try:
+        files.probe_writable(tmp_path / "run")
+    finally:
+        files.tempfile.mkstemp = real
+    assert seen and not files.is_own_temp(seen[0], "run")
+
+
+def test_a_run_from_before_manifests_is_recognised_only_by_its_marker(tmp_path):
+    names = ("config.json", "model.safetensors", "state.json")
+    legacy, downloaded = tmp_path / "legacy", tmp_path / "downloaded"
+    for folder, present in ((legacy, names), (downloaded, names[:2])):
+        folder.mkdir()
+        for n in present:
+            (folder / n).write_text("x")
+    check_output_folder(legacy, marker="state.json", legacy_names=names, resume=True)
+    check_output_folder(legacy, marker="state.json", legacy_names=names, overwrite=True)
+    with pytest.raises(OutputFolderError, match="did not write"):
+        check_output_folder(downloaded, marker="state.json", legacy_names=names, overwrite=True)

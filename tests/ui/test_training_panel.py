@@ -1,13 +1,21 @@
 """Train panel: a real run in a separate process, live metrics, Stop, and "Use this model"."""
 from __future__ import annotations
 
+import csv
+
+import numpy as np
+import pytest
 import torch
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QImage, QPainter, QWheelEvent
+from PySide6.QtWidgets import QApplication, QFileDialog, QToolButton
 
 from desktop_app.cli import build_parser
 from desktop_app.commands.train import config_from_args
 from desktop_app.core.checkpoints import load_model_folder
 from desktop_app.core.training import checkpoint_step
-from desktop_app.ui.panels.training import TrainingPanel
+from desktop_app.core.training.tasks import make_task, sample_text
+from desktop_app.ui.panels.training import SpacedAxis, TrainingPanel, new_run_dir
 from desktop_app.ui.state import AppState
 
 
@@ -155,11 +163,12 @@ def test_run_shows_metrics_stops_and_loads_the_model(qtbot, tmp_path, monkeypatc
     state = AppState()
     panel = TrainingPanel(state)
     qtbot.addWidget(panel)
-    out = tmp_path / "run"
-    _tiny(panel, out)
+    _tiny(panel, tmp_path / "runs")
     assert "--task sort" in " ".join(panel.cli_args())
     panel.start()
     assert panel.running and not panel.start_button.isEnabled()
+    out = panel.out_dir  # a new folder of its own in the runs folder
+    assert out.parent == tmp_path / "runs" and out.name.endswith("_sort")
     qtbot.waitUntil(lambda: sum(e["event"] == "eval" for e in panel.events) >= 2, timeout=90_000)
     steps = [e for e in panel.events if e["event"] == "step"]
     assert steps and panel.progress.value() == steps[-1]["step"]
@@ -173,32 +182,64 @@ def test_run_shows_metrics_stops_and_loads_the_model(qtbot, tmp_path, monkeypatc
     assert set(panel.grad_curves) == {"embed", "blocks.0", "head"}
     assert "tokens/s" in panel.status_label.text() and "ETA" in panel.status_label.text()
 
-    panel.toggle_pause()
+    panel.show()
+    qtbot.mouseClick(panel.pause_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: any(e["event"] == "paused" for e in panel.events), timeout=30_000)
-    panel.toggle_pause()
-    panel.stop()
+    qtbot.mouseClick(panel.pause_button, Qt.MouseButton.LeftButton)  # "Resume"
+    qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not panel.running, timeout=60_000)
     assert panel.events[-1]["event"] == "stopped"
     stopped_at = panel.events[-1]["step"]
     assert checkpoint_step(out) == stopped_at  # Stop writes a checkpoint
+    # the bar and the text agree on where the run stopped (step events come only every few steps)
+    assert panel.progress.value() == stopped_at and f"Stopped at step {stopped_at}," in panel.status_label.text()
+    assert "%" in panel.status_label.text()  # accuracies as percentages, as everywhere in the panel
     assert panel.use_button.isEnabled()
+    assert panel.resume_edit.text() == str(out)  # ready to be resumed
+
+    # the export bar: the plots as PNG and SVG, the metrics as CSV
+    written = {}
+    for button_text, name in (("PNG", "plots.png"), ("SVG", "plots.svg"), ("Data", "metrics.csv")):
+        target = tmp_path / name
+        monkeypatch.setattr(QFileDialog, "getSaveFileName",
+                            staticmethod(lambda *a, t=target, **k: (str(t), "")))
+        button = next(b for b in panel.export_bar.findChildren(QToolButton) if b.text() == button_text)
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+        written[name] = target.read_bytes()
+    assert written["plots.png"].startswith(b"\x89PNG") and b"<svg" in written["plots.svg"]
+    rows = list(csv.reader(written["metrics.csv"].decode().splitlines()))
+    assert rows[0][:6] == ["step", "train_loss", "lr", "val_loss", "val_accuracy", "train_accuracy"]
+    assert {"grad_norm.embed", "grad_norm.blocks.0", "grad_norm.head"} <= set(rows[0])
+    logged = sorted({e["step"] for e in panel.events if e["event"] in ("step", "eval")})
+    assert [int(r[0]) for r in rows[1:]] == logged
+    first_eval = next(e for e in panel.events if e["event"] == "eval")
+    row = next(r for r in rows[1:] if int(r[0]) == first_eval["step"])
+    assert float(row[3]) == first_eval["val_loss"]
 
     with qtbot.waitSignal(state.model_changed, timeout=30_000):
-        panel.use_model()
+        qtbot.mouseClick(panel.use_button, Qt.MouseButton.LeftButton)
     assert state.loaded is not None and state.loaded.config.n_layers == 1
     assert state.loaded.config.vocab_size == load_model_folder(out).config.vocab_size
+    assert state.text.split()[5] == "|" and "sort task" in panel.status_label.text()  # a sample of its task
+    qtbot.waitUntil(lambda: state._trace_job is None or state._trace_job.done, timeout=30_000)
+    assert len(state.token_ids) == 10
 
 
 def test_a_crashing_run_keeps_the_window(qtbot, tmp_path):
     panel = TrainingPanel(AppState())
     qtbot.addWidget(panel)
     panel.task.setCurrentText("text")
-    panel.text_file.setText(str(tmp_path / "missing.txt"))
-    panel.out_edit.setText(str(tmp_path / "run"))
+    panel.tokenizer.setCurrentText("bpe")
+    panel.context.setValue(16)
+    text = tmp_path / "abab.txt"  # enough characters, but BPE merges them into a handful of tokens
+    text.write_text("ab" * 200, encoding="utf-8")
+    panel.text_file.setText(str(text))
+    panel.out_edit.setText(str(tmp_path / "runs"))
+    assert panel.start_button.isEnabled()  # only the run can find this out
     panel.start()
     qtbot.waitUntil(lambda: not panel.running, timeout=60_000)
-    assert "missing.txt" in panel.status_label.text()
-    assert panel.start_button.isEnabled()
+    assert "too few" in panel.status_label.text()
+    assert panel.start_button.isEnabled() and not panel.use_button.isEnabled()
 
 
 def test_screenshot_demo_starts_the_lectures_motif_run(qtbot, monkeypatch):
@@ -212,3 +253,147 @@ def test_screenshot_demo_starts_the_lectures_motif_run(qtbot, monkeypatch):
     assert {k: cfg.model[k] for k in ("n_layers", "n_heads", "d_model", "context_length", "norm_placement")} == \
         {"n_layers": 3, "n_heads": 1, "d_model": 32, "context_length": 20, "norm_placement": "pre"}
     assert 35_000 < int(panel.param_label.text().replace(",", "").split()[0]) < 42_000  # ~39k in the lectures
+
+
+# -- issue 13, clicked: the Train panel's form, run folders, export and axes ------------------------
+
+def _type(qtbot, field, text: str) -> None:
+    """Replace a line edit's or spin box's text as a person does: select all, type, Tab away."""
+    field.setFocus()
+    qtbot.keyClick(field, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(field, text)
+    qtbot.keyClick(field, Qt.Key.Key_Tab)
+
+
+def _shown_panel(qtbot) -> TrainingPanel:
+    panel = TrainingPanel(AppState())
+    qtbot.addWidget(panel)
+    panel.resize(1200, 700)
+    panel.show()
+    panel.activateWindow()
+    qtbot.waitActive(panel)  # focus (the wheel test) needs an active window
+    return panel
+
+
+def _wheel(widget, dy: int = -120) -> None:
+    pos = QPointF(widget.rect().center())
+    ev = QWheelEvent(pos, QPointF(widget.mapToGlobal(pos.toPoint())), QPoint(0, 0), QPoint(0, dy),
+                     Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(widget, ev)
+
+
+def test_builder_and_task_errors_are_shown_beside_the_field_and_disable_start(qtbot, tmp_path):
+    panel = _shown_panel(qtbot)
+    panel.out_edit.setText(str(tmp_path / "runs"))
+    assert panel.start_button.isEnabled() and not panel.model_error.isVisible()
+    _type(qtbot, panel.heads, "5")  # d_model 64 is not divisible by 5
+    assert panel.model_error.isVisible() and "divisible" in panel.model_error.text()
+    assert not panel.start_button.isEnabled() and "divisible" in panel.start_button.toolTip()
+    qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    assert panel.process is None  # nothing started, nothing cleared
+    _type(qtbot, panel.heads, "4")
+    assert not panel.model_error.isVisible() and panel.start_button.isEnabled()
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n", encoding="utf-8")
+    qtbot.keyClicks(panel.task, "text")
+    assert panel.task.currentText() == "text"
+    assert "text file" in panel.task_error.text() and not panel.start_button.isEnabled()  # none chosen yet
+    _type(qtbot, panel.text_file, str(empty))
+    assert panel.task_error.isVisible() and "empty" in panel.task_error.toolTip() and str(empty) in \
+        panel.task_error.toolTip()
+    assert not panel.start_button.isEnabled()
+    qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    assert panel.process is None
+    short = tmp_path / "short.txt"
+    short.write_text("just a few characters", encoding="utf-8")
+    _type(qtbot, panel.text_file, str(short))
+    assert "too few" in panel.task_error.toolTip() and not panel.start_button.isEnabled()
+    _type(qtbot, panel.context, "4")
+    assert not panel.task_error.isVisible() and panel.start_button.isEnabled()
+
+    _type(qtbot, panel.text_file, str(tmp_path / "missing.txt"))
+    assert "no such text file" in panel.task_error.toolTip() and not panel.start_button.isEnabled()
+
+
+def test_mlp_baseline_disables_the_settings_it_ignores(qtbot):
+    panel = _shown_panel(qtbot)
+    ignored = (panel.optimizer, panel.schedule, panel.warmup, panel.grad_clip, panel.checkpoint_every,
+               panel.device, panel.precision)
+    assert all(w.isEnabled() for w in ignored) and panel.lr.isEnabled()
+    qtbot.keyClicks(panel.model_kind, "MLP")
+    assert panel.baseline() == "mlp"
+    assert not any(w.isEnabled() for w in ignored) and not panel.model_box.isEnabled()
+    assert panel.lr.isEnabled() and panel.steps.isEnabled() and panel.batch_size.isEnabled()  # what it uses
+    qtbot.keyClick(panel.model_kind, Qt.Key.Key_Up)  # back to "transformer"
+    assert panel.model_kind.currentText() == "transformer"
+    assert all(w.isEnabled() for w in ignored) and panel.model_box.isEnabled()
+
+
+def test_the_wheel_scrolls_the_settings_column_unless_a_field_is_focused(qtbot):
+    panel = _shown_panel(qtbot)
+    bar = panel.settings_scroll.verticalScrollBar()
+    assert bar.maximum() > 0
+    steps, optimizer = panel.steps.value(), panel.optimizer.currentText()
+    _wheel(panel.steps)
+    _wheel(panel.optimizer)
+    assert panel.steps.value() == steps and panel.optimizer.currentText() == optimizer
+    assert bar.value() > 0  # the column scrolled instead
+    assert panel.steps.focusPolicy() == Qt.FocusPolicy.StrongFocus
+    panel.settings_scroll.ensureWidgetVisible(panel.steps)
+    qtbot.wait(10)
+    qtbot.mouseClick(panel.steps.lineEdit(), Qt.MouseButton.LeftButton)  # a clicked field takes the wheel
+    assert panel.steps.hasFocus()
+    _wheel(panel.steps, dy=120)
+    assert panel.steps.value() == steps + panel.steps.singleStep()
+
+
+def test_the_text_task_rows_fit_the_settings_column(qtbot, tmp_path):
+    panel = _shown_panel(qtbot)
+    qtbot.keyClicks(panel.task, "text")
+    _type(qtbot, panel.text_file, str(tmp_path / ("a-rather-long-folder-name/" * 8) / "missing.txt"))
+    qtbot.wait(10)
+    assert panel.task_error.isVisible()
+    width = panel.settings_scroll.viewport().width()
+    assert panel.form_widget.minimumSizeHint().width() <= width
+    assert panel.form_widget.width() <= width
+
+
+def test_gradient_norm_tick_labels_do_not_overlap(qtbot):
+    panel = _shown_panel(qtbot)
+    assert isinstance(panel.grad_plot.getAxis("left"), SpacedAxis)
+    panel.grad_plot.plot(np.arange(50), np.geomspace(0.05, 3.0, 50))  # 0.05, 0.06, 0.07... collide by default
+    qtbot.wait(10)
+    image = QImage(10, 10, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    texts = panel.grad_plot.getAxis("left").generateDrawSpecs(painter)[2]
+    painter.end()
+    rects = [t[0] for t in texts]
+    assert not any(a.intersects(b) for i, a in enumerate(rects) for b in rects[i + 1:])
+    labels = {t[2] for t in texts}
+    assert {"0.1", "1"} <= labels, labels  # the decades stay labelled
+    panel.grad_plot.clear()
+    panel.grad_plot.plot(np.arange(50), np.geomspace(0.5, 0.6, 50))
+    qtbot.wait(10)
+    painter = QPainter(image)
+    labels = [t[2] for t in panel.grad_plot.getAxis("left").generateDrawSpecs(painter)[2]]
+    painter.end()
+    assert "0.5" in labels and not any("·" in label for label in labels), labels  # no SI rescaling in log mode
+
+
+def test_a_new_run_folder_never_reuses_an_existing_one(tmp_path):
+    now = 1_790_000_000.0
+    first = new_run_dir(tmp_path, "motif", now)
+    assert first.parent == tmp_path and first.name.endswith("_motif") and not first.exists()
+    first.mkdir()
+    second = new_run_dir(tmp_path, "motif", now)
+    assert second != first and not second.exists() and second.name == first.name + "-2"
+
+
+@pytest.mark.parametrize("name,options", [("motif", {}), ("sort", {"length": 5}), ("modadd", {"p": 13}),
+                                          ("induction", {"length": 6, "symbols": 8})])
+def test_a_task_sample_is_text_its_tokenizer_reads_back(name, options):
+    task = make_task(name, options)
+    text = sample_text(task)
+    assert task.tokenizer.encode(text) == task.val_set().inputs[0].tolist()
+    assert len(task.tokenizer.encode(text)) == task.seq_len

@@ -7,21 +7,26 @@ or out-of-memory ends that process only; the window stays up and the last checkp
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
 
 import pyqtgraph as pg
 import torch
-from PySide6.QtCore import QProcess, Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGridLayout,
-                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QScrollArea,
-                               QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtCore import QEvent, QObject, QProcess, Qt, Signal
+from PySide6.QtWidgets import (QAbstractSpinBox, QApplication, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout,
+                               QGridLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox, QProgressBar,
+                               QPushButton, QScrollArea, QSpinBox, QVBoxLayout, QWidget)
 
 from ...core.config import ConfigError
+from ...core.training import checkpoint_step
+from ...core.training.tasks import TaskError, TextTask, make_task, read_text_file, sample_text
 from ...core.training.trainer import (TrainConfig, best_device, default_precision, model_config_for, parameter_count,
-                                      task_vocab_size)
+                                      read_run_config, task_for, task_vocab_size)
 from ...paths import user_data_dir
+from ..widgets.export import ExportBar, ask_save_path
+from ..widgets.export import export_view as write_export
 from ..workers import run_job
 
 LAYER_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -49,6 +54,23 @@ def _dspin(lo: float, hi: float, value: float, decimals: int = 4, step: float = 
     return s
 
 
+def _error_label() -> QLabel:
+    """A red line under a settings group naming what is wrong there (hidden when nothing is)."""
+    label = QLabel("")
+    label.setWordWrap(True)
+    label.setStyleSheet("color: #b00020")
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    label.hide()
+    return label
+
+
+def _show_error(label: QLabel, message: str) -> None:
+    # a break chance after each path separator: a long path wraps instead of widening the column
+    label.setText(message.replace("/", "/\u200b").replace("\\", "\\\u200b"))
+    label.setToolTip(message)
+    label.setVisible(bool(message))
+
+
 def _combo(items, current: str | None = None) -> QComboBox:
     c = QComboBox()
     c.addItems(list(items))
@@ -57,11 +79,83 @@ def _combo(items, current: str | None = None) -> QComboBox:
     return c
 
 
+def runs_root() -> Path:
+    """Where the panel puts its runs by default: one new folder per run inside it."""
+    return user_data_dir() / "runs"
+
+
+def new_run_dir(root: Path, task: str, now: float | None = None) -> Path:
+    """A folder for a new run, named by its start time and task, that does not exist yet: a run never
+    writes into (or replaces) another run's folder."""
+    base = f"{time.strftime('%Y-%m-%d_%H%M', time.localtime(now))}_{task}"
+    path, n = root / base, 1
+    while path.exists():
+        n += 1
+        path = root / f"{base}-{n}"
+    return path
+
+
+def load_run_model(path: str, device: str):
+    """(model, task name, sample of the task as text) of a run's checkpoint; the sample is None when the
+    task cannot be rebuilt (e.g. its text file is gone). A task model's tokenizer knows only the task's
+    tokens, so the app's current text would not tokenize."""
+    from ...core.checkpoints import ModelLoadError, load_model_folder
+
+    loaded = load_model_folder(path, device)
+    try:
+        cfg = read_run_config(path)
+        return loaded, cfg.task, sample_text(task_for(cfg, loaded.config.causal, tokenizer=loaded.tokenizer),
+                                             cfg.seed)
+    except (ModelLoadError, TaskError, ValueError, OSError):
+        return loaded, None, None
+
+
+class WheelGuard(QObject):
+    """Spin boxes and combo boxes of the settings column take the wheel only when focused; otherwise it
+    scrolls the column (handed to its scroll bar, as Qt does not pass a filtered wheel event on to the
+    parents), so scrolling never changes a value that happens to pass under the pointer."""
+
+    def __init__(self, scroll: QScrollArea) -> None:
+        super().__init__(scroll)
+        self.scroll = scroll
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt name
+        if event.type() == QEvent.Type.Wheel and not obj.hasFocus():
+            QApplication.sendEvent(self.scroll.verticalScrollBar(), event)
+            return True
+        return False
+
+
 def train_command() -> list[str]:
     """How to start the train CLI from here (a frozen bundle runs itself with the subcommand)."""
     if getattr(sys, "frozen", False):
         return [sys.executable, "train"]
     return [sys.executable, "-m", "desktop_app", "train"]
+
+
+class SpacedAxis(pg.AxisItem):
+    """An axis whose tick labels never overlap: over a decade or two, a log axis labels 0.05, 0.06, 0.07...
+    on top of each other. Labels are placed powers of ten first; one that would touch a placed one is left
+    out (its tick stays)."""
+
+    def generateDrawSpecs(self, p):  # noqa: N802 - pyqtgraph name
+        specs = super().generateDrawSpecs(p)
+        if specs is None:
+            return None
+        axis, ticks, texts = specs
+
+        def decade(spec) -> bool:
+            try:
+                return float(math.log10(float(spec[2]))).is_integer()
+            except ValueError:  # "10⁻⁶" and the like are decades too
+                return "10" in spec[2]
+
+        kept: list = []
+        for spec in sorted(texts, key=lambda t: not decade(t)):  # stable: pyqtgraph's order otherwise
+            rect = spec[0].adjusted(-1, -1, 1, 1)
+            if not any(rect.intersects(k[0]) for k in kept):
+                kept.append(spec)
+        return axis, ticks, kept
 
 
 LEGEND_STYLE = {"brush": (255, 255, 255, 215), "labelTextColor": "#222"}  # readable over the curves
@@ -95,15 +189,26 @@ class TrainingPanel(QWidget):
         self._stderr = b""
         self.events: list[dict] = []
         self.paused = False
-        self.out_dir: Path | None = None
+        self.out_dir: Path | None = None  # the checkpoint folder of the current (or last) run
+        self.run_dir: Path | None = None  # the --out folder of the current (or last) run
+        self._checkpoint_ready = False  # a checkpoint of THIS run exists: "Use this model" loads it
+        self._loading = False
+        self._task_check: tuple | None = None  # (key, message): the text file's check, cached
         self._build_form()
         self._build_live()
         layout = QHBoxLayout(self)
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # the column fits its width
         scroll.setWidget(self.form_widget)
         scroll.setMinimumWidth(360)
         scroll.setMaximumWidth(440)
+        self.settings_scroll = scroll
+        self._wheel_guard = WheelGuard(scroll)
+        for w in self.form_widget.findChildren(QWidget):
+            if isinstance(w, (QAbstractSpinBox, QComboBox)):
+                w.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+                w.installEventFilter(self._wheel_guard)
         layout.addWidget(scroll)
         layout.addWidget(self.live_widget, 1)
         self._on_task_changed()
@@ -132,6 +237,7 @@ class TrainingPanel(QWidget):
         self.dropout = _dspin(0.0, 0.9, 0.0, 2, 0.05)
         self.param_label = QLabel("")
         self.param_label.setStyleSheet("font-weight: bold")
+        self.param_label.setWordWrap(True)  # "(vocabulary not known yet)" must not widen the column
         for label, w in (("Family", self.family), ("Layers", self.layers), ("Heads", self.heads),
                          ("d_model", self.d_model), ("d_ff", self.d_ff), ("Context", self.context),
                          ("Norm placement", self.norm_placement), ("Norm", self.norm),
@@ -139,6 +245,8 @@ class TrainingPanel(QWidget):
                          ("Attention", self.attention), ("Init", self.init), ("Dropout", self.dropout),
                          ("Parameters", self.param_label)):
             f.addRow(label, w)
+        self.model_error = _error_label()
+        f.addRow(self.model_error)
         self.family.currentTextChanged.connect(self._on_family_changed)
         v.addWidget(model_box)
 
@@ -150,6 +258,8 @@ class TrainingPanel(QWidget):
         self.p = _spin(2, 1000, 97)
         self.train_fraction = _dspin(0.05, 0.95, 0.5, 2, 0.05)
         self.text_file = QLineEdit()
+        self.text_file.setMinimumWidth(60)  # a long path scrolls inside the field, not the column
+        self.text_file.setPlaceholderText("a UTF-8 text file")
         browse = QPushButton("…")
         browse.setMaximumWidth(30)
         browse.clicked.connect(self._browse_text)
@@ -178,6 +288,8 @@ class TrainingPanel(QWidget):
                             ("train_fraction", "Train fraction"), ("text_file", "Text file"),
                             ("tokenizer", "Tokenizer"), ("vocab_size", "BPE vocabulary")):
             tf.addRow(label, self._task_rows[name])
+        self.task_error = _error_label()
+        tf.addRow(self.task_error)
         self.task_form = tf
         self.task.currentTextChanged.connect(self._on_task_changed)
         self.model_kind.currentTextChanged.connect(self._on_model_kind_changed)
@@ -214,15 +326,31 @@ class TrainingPanel(QWidget):
         self.schedule.currentTextChanged.connect(self._on_schedule_changed)
         self._on_schedule_changed()
         v.addWidget(opt_box)
+        # what the MLP baseline ignores (it trains with Adam, a constant rate, float32, on the CPU, no checkpoint)
+        self._baseline_ignores = (self.optimizer, self.schedule, self.warmup, self.grad_clip, self.checkpoint_every,
+                                  self.device, self.precision)
 
         out_box = QGroupBox("Output")
         ob = QFormLayout(out_box)
-        self.out_edit = QLineEdit(str(user_data_dir() / "runs" / "run"))
-        self.resume_check = QCheckBox("Resume from the checkpoint in this folder")
-        ob.addRow("Folder", self.out_edit)
+        self.out_edit = QLineEdit(str(runs_root()))
+        self.out_edit.setMinimumWidth(60)
+        self.out_edit.setToolTip("Every run gets a new folder in here, named by its start time and task "
+                                 "(e.g. 2026-11-24_1012_motif); no run replaces another")
+        self.resume_check = QCheckBox("Resume this run instead:")
+        self.resume_edit = QLineEdit()
+        self.resume_edit.setMinimumWidth(60)
+        self.resume_edit.setPlaceholderText("a run folder with a checkpoint")
+        self.out_error = _error_label()
+        ob.addRow("Runs folder", self.out_edit)
         ob.addRow(self.resume_check)
+        ob.addRow(self.resume_edit)
+        ob.addRow(self.out_error)
+        self.out_box = out_box
         v.addWidget(out_box)
         v.addStretch(1)
+        self.resume_check.toggled.connect(self._update_param_count)
+        self.resume_edit.textChanged.connect(self._update_param_count)
+        self.out_edit.textChanged.connect(self._update_param_count)
 
         for w in (self.layers, self.heads, self.d_model, self.d_ff, self.context, self.p, self.symbols,
                   self.length, self.vocab_size, self.dropout):
@@ -230,7 +358,7 @@ class TrainingPanel(QWidget):
         for w in (self.norm_placement, self.norm, self.activation, self.positions, self.attention, self.init,
                   self.tokenizer, self.family):
             w.currentTextChanged.connect(self._update_param_count)
-        self.text_file.editingFinished.connect(self._update_param_count)
+        self.text_file.textChanged.connect(self._update_param_count)
 
     def _build_live(self) -> None:
         self.live_widget = QWidget()
@@ -248,6 +376,8 @@ class TrainingPanel(QWidget):
         for b in (self.start_button, self.pause_button, self.stop_button, self.use_button):
             buttons.addWidget(b)
         buttons.addStretch(1)
+        self.export_bar = ExportBar(lambda: self, self._export_name)
+        buttons.addWidget(self.export_bar)
         v.addLayout(buttons)
         self.progress = QProgressBar()
         self.progress.setFormat("step %v / %m")
@@ -261,12 +391,15 @@ class TrainingPanel(QWidget):
         self.command_label.setToolTip("The same run from a terminal")
         v.addWidget(self.command_label)
 
-        grid = QGridLayout()
+        self.plots_widget = QWidget()  # what PNG and SVG exports draw: the four plots
+        grid = QGridLayout(self.plots_widget)
+        grid.setContentsMargins(0, 0, 0, 0)
         self.loss_plot = self._plot("Loss", "cross-entropy")
         self.acc_plot = self._plot("Accuracy", "accuracy")
         self.lr_plot = self._plot("Learning rate", "lr")
-        self.grad_plot = self._plot("Gradient norm per layer", "||g||")
+        self.grad_plot = self._plot("Gradient norm per layer", "||g||", left=SpacedAxis("left"))
         self.grad_plot.setLogMode(y=True)
+        self.grad_plot.getAxis("left").enableAutoSIPrefix(False)  # in log mode it labels 0.5 as "5·10²"
         self.loss_plot.addLegend(offset=(-10, 10), **LEGEND_STYLE)
         self.grad_plot.addLegend(offset=(-10, 10), colCount=2, **LEGEND_STYLE)
         self.acc_plot.addLegend(offset=(-10, -10), **LEGEND_STYLE)
@@ -284,10 +417,11 @@ class TrainingPanel(QWidget):
         grid.addWidget(self.acc_plot, 0, 1)
         grid.addWidget(self.lr_plot, 1, 0)
         grid.addWidget(self.grad_plot, 1, 1)
-        v.addLayout(grid, 1)
+        v.addWidget(self.plots_widget, 1)
+        self._clear_plots()
 
-    def _plot(self, title: str, ylabel: str) -> pg.PlotWidget:
-        w = pg.PlotWidget(background="w")
+    def _plot(self, title: str, ylabel: str, left: pg.AxisItem | None = None) -> pg.PlotWidget:
+        w = pg.PlotWidget(background="w", axisItems={"left": left} if left is not None else None)
         w.setTitle(title, color="#222")
         w.setLabel("bottom", "step")
         w.setLabel("left", ylabel)
@@ -307,7 +441,7 @@ class TrainingPanel(QWidget):
         shown = TASK_OPTIONS[task]
         for name, w in self._task_rows.items():
             self.task_form.setRowVisible(w, name in shown)
-        self.model_box.setEnabled(not self.baseline())
+        self._apply_baseline()
         defaults = {"motif": 20, "copy": 8, "reverse": 8, "sort": 8, "induction": 16}
         if task in defaults:
             self.length.setValue(defaults[task])
@@ -324,8 +458,17 @@ class TrainingPanel(QWidget):
         self._update_param_count()
 
     def _on_model_kind_changed(self) -> None:
-        self.model_box.setEnabled(not self.baseline())  # the MLP's shape is fixed (the lectures')
+        self._apply_baseline()
         self._update_param_count()
+
+    def _apply_baseline(self) -> None:
+        """The MLP baseline's shape is fixed (the lectures') and it ignores the optimiser, schedule, device,
+        precision and output settings: those are disabled while it is chosen."""
+        mlp = bool(self.baseline())
+        self.model_box.setEnabled(not mlp)
+        for w in self._baseline_ignores:
+            w.setEnabled(not mlp)
+        self.out_box.setEnabled(not mlp)
 
     def _on_schedule_changed(self) -> None:
         noam = self.schedule.currentText() == "noam"
@@ -369,7 +512,8 @@ class TrainingPanel(QWidget):
                            seed=self.seed.value(), device=self.device.currentText(),
                            precision=self.precision.currentText())
 
-    def cli_args(self) -> list[str]:
+    def cli_args(self, out: Path | None = None) -> list[str]:
+        """The train command's arguments; `out` is the run's folder (default: the folder Start would use)."""
         cfg = self.config()
         m = cfg.model
         args = ["--task", cfg.task, "--family", cfg.family, "--layers", str(m["n_layers"]),
@@ -390,12 +534,85 @@ class TrainingPanel(QWidget):
                 args += [flag, str(o[key])]
         if self.baseline():
             args += ["--baseline", self.baseline()]
-        args += ["--out", str(self._out_path())]
-        if self.resume_check.isChecked():
+        args += ["--out", str(out or self._next_run_dir())]
+        if self._resuming():
             args.append("--resume")
         return args
 
+    def _resuming(self) -> bool:
+        return self.resume_check.isChecked() and not self.baseline()
+
+    def _next_run_dir(self) -> Path:
+        """The folder the next run writes: the chosen run when resuming, else a new one in the runs folder."""
+        if self._resuming():
+            return Path(self.resume_edit.text().strip()).expanduser().absolute()
+        root = Path(self.out_edit.text().strip() or str(runs_root())).expanduser().absolute()
+        return new_run_dir(root, self.task.currentText() + ("_mlp" if self.baseline() else ""))
+
+    # -- checks shown beside the settings --------------------------------------------------
+    def _task_problem(self, cfg: TrainConfig) -> str:
+        """Why the task cannot be built from these settings ('' when it can), as the run would say it."""
+        if cfg.task != "text":
+            try:
+                make_task(cfg.task, cfg.task_options)  # synthetic tasks build in milliseconds
+            except (TaskError, ValueError) as exc:
+                return str(exc)
+            return ""
+        path = cfg.task_options.get("text_file", "")
+        if not path:
+            return "Choose a text file to train on."
+        try:
+            st = Path(path).stat()
+            key = (path, st.st_mtime_ns, st.st_size, cfg.task_options.get("tokenizer"), cfg.model["context_length"])
+        except OSError:
+            key = (path,)
+        if self._task_check is not None and self._task_check[0] == key:
+            return self._task_check[1]
+        message = ""
+        try:
+            text = read_text_file(path)
+            seq = cfg.model["context_length"]
+            # a character tokenizer gives one token per character; BPE gives fewer, so this is a lower bar
+            n_val = max(int(len(text) * 0.1), seq + 1)
+            if cfg.task_options.get("tokenizer") == "char":
+                TextTask(text, tokenizer="char", seq_len=seq, source=path)
+            elif len(text) - n_val < seq + 1:
+                message = (f"{path}: {len(text)} characters are too few for a context of {seq}; "
+                           f"use a longer text or a shorter context")
+        except TaskError as exc:
+            message = str(exc)
+        self._task_check = (key, message)
+        return message
+
+    def _out_problem(self) -> str:
+        if self.baseline():
+            return ""
+        if self._resuming():
+            folder = self.resume_edit.text().strip()
+            if not folder:
+                return "Choose the run folder to resume."
+            if checkpoint_step(Path(folder).expanduser()) is None:
+                return f"{folder}: no checkpoint to resume from."
+            return ""
+        root = Path(self.out_edit.text().strip() or str(runs_root())).expanduser()
+        if root.exists() and not root.is_dir():
+            return f"{root}: not a folder."
+        return ""
+
+    def problems(self) -> list[str]:
+        """What stops a run from starting with these settings (shown beside the settings, Start disabled)."""
+        return [label.toolTip() for label in (self.model_error, self.task_error, self.out_error) if label.toolTip()]
+
     def _update_param_count(self) -> None:
+        """The parameter count and the checks of every settings group (they share the config)."""
+        model_error = task_error = ""
+        try:
+            cfg = self.config()
+            task_error = self._task_problem(cfg)
+        except (ConfigError, ValueError) as exc:
+            task_error = str(exc)
+        if not hasattr(self, "out_error"):  # still building the form
+            return
         if self.baseline() == "mlp":
             from ...core.training.baselines import MotifMLP
             with torch.device("meta"):
@@ -403,11 +620,23 @@ class TrainingPanel(QWidget):
             self.param_label.setText(f"{n:,} (MLP)")
             self.param_label.setStyleSheet("font-weight: bold")
             self.param_label.setToolTip("")
-            return
+        else:
+            model_error = self._update_transformer_count()
+        _show_error(self.model_error, model_error)
+        _show_error(self.task_error, task_error)
+        _show_error(self.out_error, self._out_problem())
+        if hasattr(self, "start_button"):
+            self._update_buttons()
+
+    def _update_transformer_count(self) -> str:
+        """Show the transformer's parameter count; returns why the model cannot be built ('' if it can)."""
         try:
             cfg = self.config()
-            vocab = task_vocab_size(cfg)
             note = ""
+            try:
+                vocab = task_vocab_size(cfg)
+            except TaskError:  # said beside the task; the model's own checks still apply
+                vocab, note = 256, " (vocabulary not known yet)"
             if vocab is None:  # char-level text: the distinct characters of the file
                 try:
                     text = Path(cfg.task_options.get("text_file", "")).read_text(encoding="utf-8")
@@ -423,10 +652,12 @@ class TrainingPanel(QWidget):
             self.param_label.setText(f"{parameter_count(mcfg):,}{note}")
             self.param_label.setStyleSheet("font-weight: bold")
             self.param_label.setToolTip("")
+            return ""
         except (ConfigError, ValueError) as exc:
             self.param_label.setText("invalid")
             self.param_label.setStyleSheet("font-weight: bold; color: #b00020")
             self.param_label.setToolTip(str(exc))
+            return str(exc)
 
     # -- run control -----------------------------------------------------------------------
     @property
@@ -435,28 +666,27 @@ class TrainingPanel(QWidget):
 
     def _update_buttons(self) -> None:
         running = self.running
-        self.start_button.setEnabled(not running)
+        problems = self.problems()
+        self.start_button.setEnabled(not running and not problems)
+        self.start_button.setToolTip("\n".join(problems) if problems else "Start a run in a new folder")
         self.pause_button.setEnabled(running)
         self.stop_button.setEnabled(running)
         self.pause_button.setText("Resume" if self.paused else "Pause")
-        self.use_button.setEnabled(self.out_dir is not None and (self.out_dir / "config.json").is_file())
+        # only a checkpoint this run wrote: never an older model from another run
+        self.use_button.setEnabled(self._checkpoint_ready and not self._loading and self.out_dir is not None
+                                   and (self.out_dir / "config.json").is_file())
         self.form_widget.setEnabled(not running)
 
     def start(self) -> None:
-        if self.running:
+        if self.running or self.problems():
             return
-        args = self.cli_args()
-        self.out_dir = None if self.baseline() else self._out_path()  # the MLP baseline writes no checkpoint
+        run_dir = self._next_run_dir()
+        args = self.cli_args(run_dir)
+        self.run_dir = run_dir
+        self.out_dir = None if self.baseline() else run_dir  # the MLP baseline writes no checkpoint
+        # a resumed run continues its own checkpoint; a new run has none until its first one
+        self._checkpoint_ready = self._resuming() and checkpoint_step(run_dir) is not None
         self.events.clear()
-        self._series = {"train": ([], []), "val": ([], []), "acc": ([], []), "train_acc": ([], []), "lr": ([], [])}
-        self._grad_series: dict[str, tuple[list, list]] = {}
-        for curve in (self.train_curve, self.val_curve, self.acc_curve, self.train_acc_curve, self.lr_curve):
-            curve.setData([], [])
-        for curve in self.grad_curves.values():
-            self.grad_plot.removeItem(curve)
-        self.grad_curves.clear()
-        self.grad_plot.clear()
-        self.grad_plot.addLegend(offset=(-10, 10), colCount=2, **LEGEND_STYLE)
         self._buffer, self._stderr = b"", b""
         self.paused = False
         cmd = train_command() + args + ["--jsonl", "--control-stdin"]
@@ -464,7 +694,7 @@ class TrainingPanel(QWidget):
         self.command_label.setCursorPosition(0)
         self.progress.setRange(0, self.steps.value())
         self.progress.setValue(0)
-        self.status_label.setText("Starting…")
+        self.status_label.setText(f"Starting a run in {run_dir}…")
         proc = QProcess(self)
         proc.setProgram(cmd[0])
         proc.setArguments(cmd[1:])
@@ -479,8 +709,18 @@ class TrainingPanel(QWidget):
         proc.start()
         self._update_buttons()
 
-    def _out_path(self) -> Path:
-        return Path(self.out_edit.text().strip() or str(user_data_dir() / "runs" / "run")).expanduser().absolute()
+    def _clear_plots(self) -> None:
+        """Empty the plots for a new run: done at its first event, so a run that cannot start keeps the
+        previous run's curves on screen."""
+        self._series = {"train": ([], []), "val": ([], []), "acc": ([], []), "train_acc": ([], []), "lr": ([], [])}
+        self._grad_series: dict[str, tuple[list, list]] = {}
+        for curve in (self.train_curve, self.val_curve, self.acc_curve, self.train_acc_curve, self.lr_curve):
+            curve.setData([], [])
+        for curve in self.grad_curves.values():
+            self.grad_plot.removeItem(curve)
+        self.grad_curves.clear()
+        self.grad_plot.clear()
+        self.grad_plot.addLegend(offset=(-10, 10), colCount=2, **LEGEND_STYLE)
 
     def _send(self, line: str) -> None:
         if self.running:
@@ -498,23 +738,30 @@ class TrainingPanel(QWidget):
         self.status_label.setText("Stopping: writing a checkpoint…")
 
     def use_model(self) -> None:
-        from ...core.checkpoints import load_model_folder
-
-        if self.out_dir is None:
+        if self.out_dir is None or not self._checkpoint_ready:
             return
-        self.use_button.setEnabled(False)
-        self.status_label.setText(f"Loading {self.out_dir}…")
+        path = self.out_dir
+        self._loading = True
+        self._update_buttons()
+        self.status_label.setText(f"Loading {path}…")
 
-        def done(loaded) -> None:
-            self.use_button.setEnabled(True)
-            self.status_label.setText(f"Now using {self.out_dir} in every panel.")
+        def done(result) -> None:
+            loaded, task, sample = result
+            self._loading = False
+            self._update_buttons()
+            note = ""
+            if sample is not None:  # the task's own tokens: the other panels can tokenize it
+                self.state.text = sample  # set_model traces it
+                note = f"; the text is now a sample of the {task} task"
+            self.status_label.setText(f"Now using {path} in every panel{note}.")
             self.state.set_model(loaded)
 
         def failed(exc, tb) -> None:
-            self.use_button.setEnabled(True)
-            self.status_label.setText(f"Could not load the checkpoint: {exc}")
+            self._loading = False
+            self._update_buttons()
+            self.status_label.setText(f"Could not load the checkpoint in {path}: {exc}")
 
-        run_job(load_model_folder, str(self.out_dir), self.state.device, on_result=done, on_error=failed)
+        run_job(load_run_model, str(path), self.state.device, on_result=done, on_error=failed)
 
     # -- process output --------------------------------------------------------------------
     def _read_stdout(self) -> None:
@@ -539,6 +786,7 @@ class TrainingPanel(QWidget):
         self.events.append(ev)
         kind = ev["event"]
         if kind == "start":
+            self._clear_plots()
             self.status_label.setText(f"Training {ev['parameters']:,} parameters on {ev['device']}…")
             self.progress.setRange(0, ev["steps"])
             self.progress.setValue(ev["step"])
@@ -569,14 +817,18 @@ class TrainingPanel(QWidget):
                 self._append("train_acc", ev["step"], ev["train_accuracy"])
                 self.train_acc_curve.setData(*self._series["train_acc"])
         elif kind == "checkpoint":
+            self._checkpoint_ready = True
             self._update_buttons()
         elif kind == "error":
             self.status_label.setText(ev["message"])
         elif kind in ("done", "stopped"):
             acc, train_acc = ev.get("val_accuracy"), ev.get("train_accuracy")
-            acc_text = f", validation accuracy {acc:.3f}" if acc is not None else ""
-            acc_text += f", training accuracy {train_acc:.3f}" if train_acc is not None else ""
+            # accuracies as percentages with one decimal, as while running and in the help
+            acc_text = f", validation accuracy {100 * acc:.1f}%" if acc is not None else ""
+            acc_text += f", training accuracy {100 * train_acc:.1f}%" if train_acc is not None else ""
             where = f" Checkpoint: {self.out_dir}" if self.out_dir is not None else " (no checkpoint: MLP baseline)"
+            if ev.get("step") is not None:  # the bar ends where the text says the run ended
+                self.progress.setValue(ev["step"])
             self.status_label.setText(f"{'Finished' if kind == 'done' else 'Stopped'} at step {ev['step']}"
                                       f"{acc_text}.{where}")
         self.run_event.emit(ev)
@@ -591,8 +843,10 @@ class TrainingPanel(QWidget):
         crashed = status == QProcess.ExitStatus.CrashExit or code not in (0,)
         if crashed and not any(e["event"] == "error" for e in self.events):
             tail = self._stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
-            self.status_label.setText(f"The training process ended with code {code}: {' '.join(tail)}. "
-                                      f"The last checkpoint in {self.out_dir} is kept.")
+            kept = (f" The last checkpoint in {self.out_dir} is kept." if self._checkpoint_ready else "")
+            self.status_label.setText(f"The training process ended with code {code}: {' '.join(tail)}.{kept}")
+        if self._checkpoint_ready and self.out_dir is not None:  # ready to be resumed
+            self.resume_edit.setText(str(self.out_dir))
         self.paused = False
         self._update_buttons()
 
@@ -608,6 +862,52 @@ class TrainingPanel(QWidget):
         super().closeEvent(event)
 
 
+    # -- export (ExportBar view protocol; File > Export Current View) --------------------------
+    def _export_name(self) -> str:
+        return f"train-{self.run_dir.name}" if self.run_dir is not None else "train"
+
+    def export_widget(self) -> QWidget:
+        return self.plots_widget
+
+    def _metric_columns(self) -> tuple[list[str], list[list]]:
+        """The run's metrics by step: one row per step that logged anything, empty cells where it did not."""
+        layers = list(self._grad_series)
+        header = ["step", "train_loss", "lr", "val_loss", "val_accuracy", "train_accuracy",
+                  *(f"grad_norm.{name}" for name in layers)]
+        rows: dict[int, dict] = {}
+        for ev in self.events:
+            if ev["event"] == "step":
+                row = rows.setdefault(ev["step"], {})
+                row.update(train_loss=ev["train_loss"], lr=ev["lr"])
+                row.update({f"grad_norm.{k}": v for k, v in ev.get("grad_norms", {}).items()})
+            elif ev["event"] == "eval":
+                rows.setdefault(ev["step"], {}).update(val_loss=ev["val_loss"], val_accuracy=ev["val_accuracy"],
+                                                       train_accuracy=ev.get("train_accuracy"))
+        table = [[step, *(rows[step].get(h) for h in header[1:])] for step in sorted(rows)]
+        return header, table
+
+    def csv_table(self):
+        header, rows = self._metric_columns()
+        return header, [["" if v is None else v for v in row] for row in rows]
+
+    def export_arrays(self) -> dict:
+        import numpy as np
+
+        header, rows = self._metric_columns()
+        return {h: np.array([np.nan if row[i] is None else row[i] for row in rows], dtype=float)
+                for i, h in enumerate(header)}
+
+    def export_view(self) -> None:
+        """File > Export Current View: the plots (PNG, SVG) or the metrics (CSV)."""
+        path = ask_save_path(self, "Export the Train view", self._export_name() + ".png",
+                             "PNG image (*.png);;SVG (*.svg);;CSV table (*.csv)")
+        if not path:
+            return
+        try:
+            write_export(self, path)
+        except (OSError, ValueError) as exc:
+            QMessageBox.warning(self, "Export failed", str(exc))
+
     # -- --screenshot ----------------------------------------------------------------------
     def screenshot_demo(self) -> None:
         """A run in progress, as in the README: the lectures' motif transformer (3 blocks, 1 head,
@@ -620,7 +920,7 @@ class TrainingPanel(QWidget):
                             (self.context, 20), (self.length, 20), (self.lr, 3e-3), (self.warmup, 100), (self.batch_size, 64),
                             (self.steps, 3000), (self.eval_every, 100), (self.checkpoint_every, 500)):
             spin.setValue(value)
-        self.out_edit.setText(str(Path(tempfile.mkdtemp(prefix="te-screenshot-run-")) / "motif"))
+        self.out_edit.setText(tempfile.mkdtemp(prefix="te-screenshot-runs-"))
         self.start()
 
     def screenshot_ready(self) -> bool:

@@ -1,0 +1,112 @@
+"""Issue 13, clicked: the Train tab on the demo model. A tiny motif run typed into the fields and
+started with the Start button; "Use this model" stays disabled until that run's first checkpoint, then
+opens the model with a sample of the motif task as the text of every panel (the app's text is English,
+which a motif vocabulary cannot tokenize). A second run gets a folder of its own and leaves the first
+run's folder alone; File > Export Current View writes the metrics. No error dialog, no error log."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import re
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog
+
+from desktop_app.core.training import checkpoint_step
+from desktop_app.ui.panels.training import runs_root
+
+from .walkthrough import open_window
+
+
+def _click_tab(qtbot, window, title: str):
+    bar = window.tabs.tabBar()
+    index = next(i for i in range(bar.count()) if bar.tabText(i) == title)
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
+    assert window.tabs.currentIndex() == index
+    return window.slot(title).panel
+
+
+def _type(qtbot, field, text: str) -> None:
+    """Replace a spin box's text as a person does: select all, type, Tab away."""
+    field.setFocus()
+    qtbot.keyClick(field, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(field, text)
+    qtbot.keyClick(field, Qt.Key.Key_Tab)
+
+
+def _snapshot(folder) -> dict[str, tuple[str, int]]:
+    """Every file of a folder: name -> (content hash, modification time)."""
+    return {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _run(qtbot, panel) -> list[tuple[str, bool]]:
+    """Click Start, wait for the run to end; returns (event, Use-this-model enabled) as each event arrived."""
+    seen: list[tuple[str, bool]] = []
+    record = lambda ev: seen.append((ev["event"], panel.use_button.isEnabled()))  # noqa: E731
+    panel.run_event.connect(record)
+    assert panel.start_button.isEnabled(), panel.start_button.toolTip()
+    qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    assert panel.running and not panel.use_button.isEnabled()  # nothing of this run to use yet
+    qtbot.waitUntil(lambda: not panel.running, timeout=120_000)
+    panel.run_event.disconnect(record)
+    kinds = [k for k, _ in seen]
+    assert kinds[0] == "start" and kinds[-1] == "done", panel.status_label.text()
+    return seen
+
+
+def test_train_walkthrough(qtbot, model_dirs, error_watch, isolated_user_files, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the run's process: one thread for a tiny model
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo", watch=error_watch)
+    panel = _click_tab(qtbot, window, "Train")
+    root = runs_root()
+    assert str(root).startswith(str(isolated_user_files))  # the runs go under this test's folder
+    assert panel.out_edit.text() == str(root) and panel.task.currentText() == "motif"
+
+    for field, value in ((panel.layers, "1"), (panel.heads, "2"), (panel.d_model, "16"), (panel.d_ff, "32"),
+                         (panel.context, "20"), (panel.batch_size, "16"), (panel.steps, "30"),
+                         (panel.eval_every, "10"), (panel.checkpoint_every, "10")):
+        _type(qtbot, field, value)
+        assert str(field.value()) == value
+    assert not panel.model_error.isVisible() and not panel.task_error.isVisible()
+
+    # first run: a new folder named by time and task; Use this model only once its checkpoint exists
+    seen = _run(qtbot, panel)
+    first = panel.out_dir
+    assert first.parent == root and re.fullmatch(r"\d{4}-\d\d-\d\d_\d{4}_motif", first.name), first
+    assert checkpoint_step(first) == 30
+    first_ckpt = next(i for i, (kind, _) in enumerate(seen) if kind == "checkpoint")
+    assert not any(enabled for _, enabled in seen[:first_ckpt])
+    assert all(enabled for _, enabled in seen[first_ckpt:])
+    assert panel.use_button.isEnabled()
+    assert panel.progress.value() == 30 and "Finished at step 30" in panel.status_label.text()
+
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        qtbot.mouseClick(panel.use_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: state._trace_job is None or state._trace_job.done, timeout=30_000)
+    assert state.loaded.config.n_layers == 1 and state.loaded.config.vocab_size <= 5
+    assert re.fullmatch(r"[ABCD]( [ABCD]){19}", state.text), state.text  # a sample of the motif task
+    assert len(state.token_ids) == 20 and state.trace is not None
+    assert "motif task" in panel.status_label.text()
+    model_panel = _click_tab(qtbot, window, "Model")
+    assert model_panel.text_edit.toPlainText() == state.text
+
+    # second run: its own folder; the first run's files stay as they were
+    before = _snapshot(first)
+    panel = _click_tab(qtbot, window, "Train")
+    _type(qtbot, panel.steps, "20")
+    _run(qtbot, panel)
+    second = panel.out_dir
+    assert second != first and second.parent == root and checkpoint_step(second) == 20
+    assert _snapshot(first) == before
+    assert checkpoint_step(first) == 30
+
+    # File > Export Current View on the Train tab: the metrics as CSV
+    out = tmp_path / "train-metrics.csv"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(out), "CSV table (*.csv)")))
+    window.export_action.trigger()
+    with open(out, newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0][0] == "step" and int(rows[-1][0]) == 20
+
+    error_watch.assert_clean()

@@ -158,12 +158,13 @@ def _human(ev: dict) -> str | None:
 def check_outputs(args) -> None:
     """Refuse, before training, an --out or --export folder this run may not write (core/files.py's rule)."""
     from ..core.files import OutputFolderError, check_output_folder
-    from ..core.training.trainer import RUN_FILES, STATE_FILE
+    from ..core.training.trainer import EXPORT_FILES, RUN_FILE, RUN_FILES, STATE_FILE
 
     out = check_output_folder(args.out, overwrite=args.overwrite, resume=args.resume, marker=STATE_FILE,
                               legacy_names=RUN_FILES)
     if args.export:
-        export = check_output_folder(args.export, overwrite=args.overwrite, what="export")
+        export = check_output_folder(args.export, overwrite=args.overwrite, legacy_names=EXPORT_FILES,
+                                     legacy_marker=RUN_FILE, what="export")
         if export == out or out in export.parents or export in out.parents:
             raise OutputFolderError(args.export, "--export must be a folder beside --out, not it or inside it")
 

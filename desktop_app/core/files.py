@@ -232,14 +232,16 @@ def owned_entries(folder: Path, legacy_names: Collection[str] = ()) -> set[str]:
 
 def check_output_folder(path: str | Path, *, overwrite: bool = False, resume: bool = False,
                         marker: str | None = None, legacy_names: Collection[str] = (),
-                        what: str = "output") -> Path:
+                        legacy_marker: str | None = None, what: str = "output") -> Path:
     """Decide, before any work, whether a command may write the folder `path`; return it absolute.
 
     Allowed: a new folder (its parent writable), an empty one, or one of the app's own folders when
     `resume` (and `marker`, the file that marks a resumable run, is there) or `overwrite` is given.
     Refused with OutputFolderError: a folder holding anything the app did not write (nothing is ever
     deleted), the current folder or one of its parents (it would be swapped away under the shell),
-    a path that is a file. A folder that cannot be written raises WriteError.
+    a path that is a file. A folder that cannot be written raises WriteError. A folder written before
+    manifests existed counts as the app's when it holds `legacy_marker` (default: `marker`); then its
+    entries named in `legacy_names` are the app's.
     """
     raw = Path(path)
     folder = Path(os.path.abspath(raw))
@@ -261,7 +263,8 @@ def check_output_folder(path: str | Path, *, overwrite: bool = False, resume: bo
         if entries:
             # a folder from before manifests counts as a run only with its marker (a downloaded
             # model's config.json and weights are not ours)
-            legacy = legacy_names if marker is not None and marker in entries else ()
+            sign = legacy_marker or marker
+            legacy = legacy_names if sign is not None and sign in entries else ()
             mine = owned_entries(target, legacy)
             foreign = entries - mine
             is_run = bool(mine) and (marker is None or marker in mine)

@@ -327,3 +327,14 @@ def test_file_leftovers_are_removed_and_outputs_get_the_umask(model_dir, tmp_pat
     assert _mode(tmp_path / "t.npz") == 0o644
     assert _render(model_dir, tmp_path / "r.png") == 0 and _mode(tmp_path / "r.png") == 0o644
     assert _lipschitz(model_dir, tmp_path / "l.csv") == 0 and _mode(tmp_path / "l.csv") == 0o644
+
+
+def test_an_export_from_before_manifests_is_replaced_with_overwrite(tmp_path, capsys):
+    run, export = tmp_path / "run", tmp_path / "export"
+    assert train(capsys, "--steps", "2", "--out", str(run), "--export", str(export))[0] == 0
+    (export / files.MANIFEST).unlink()  # as resources/demo-model, exported before manifests
+    code, _, err = train(capsys, "--steps", "3", "--out", str(run), "--resume", "--export", str(export))
+    assert code == EXIT_INPUT and "--overwrite" in _one_line(err)
+    code, _, err = train(capsys, "--steps", "3", "--out", str(run), "--resume", "--export", str(export), "--overwrite")
+    assert code == 0, err
+    assert json.loads((export / RUN_FILE).read_text())["steps"] == 3

@@ -59,6 +59,7 @@ FORMAT = 1
 SUMMARY_KEYS = ("train_loss", "train_accuracy", "val_loss", "val_accuracy")
 RUN_FILES = ("config.json", "model.safetensors", "tokenizer.json", OPTIM_FILE, STATE_FILE, RUN_FILE,
              METRICS_JSON, METRICS_CSV)  # what a checkpoint folder holds (recognises runs older than manifests)
+EXPORT_FILES = ("config.json", "model.safetensors", "tokenizer.json", RUN_FILE, METRICS_JSON, METRICS_CSV)
 # What a resumed run keeps from its checkpoint (a different value is refused), and what it takes anew
 # from the caller (applied, and listed in the "start" event's "changed").
 FIXED_ON_RESUME = ("task", "task_options", "family", "optimizer", "seed")

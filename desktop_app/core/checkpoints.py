@@ -8,10 +8,13 @@ Every problem is one ModelLoadError naming the file and what is wrong with it.
 from __future__ import annotations
 
 import json
+import mmap
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
@@ -62,7 +65,11 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
 
     try:
         if NATIVE_KEY in d:
-            return ModelConfig.from_dict(d[NATIVE_KEY])
+            if not isinstance(d[NATIVE_KEY], dict):
+                raise ModelLoadError(path, f"the {NATIVE_KEY!r} block is not a JSON object")
+            cfg = ModelConfig.from_dict(d[NATIVE_KEY])
+            _check_native_agrees(cfg, d, path)
+            return cfg
         mt = d.get("model_type")
         dtype = _TORCH_DTYPES.get(str(d.get("dtype") or d.get("torch_dtype") or "float32"), "float32")
         if mt == "gpt2":
@@ -105,7 +112,7 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
                 vocab_size=need("vocab_size"), d_model=hidden, n_layers=need("num_hidden_layers"), n_heads=heads,
                 n_kv_heads=d.get("num_key_value_heads") or heads, d_ff=need("intermediate_size"),
                 context_length=d.get("max_position_embeddings", 2048), norm_eps=d.get("rms_norm_eps", 1e-6),
-                rope_theta=float(rope.get("rope_theta", d.get("rope_theta", 10000.0))),
+                rope_theta=_real(rope.get("rope_theta", d.get("rope_theta", 10000.0))),
                 attention_bias=bool(d.get("attention_bias", False)), mlp_bias=bool(d.get("mlp_bias", False)),
                 tie_embeddings=bool(d.get("tie_word_embeddings", False)), dtype=dtype,
                 bos_token_id=d.get("bos_token_id"), eos_token_id=eos[0] if isinstance(eos, list) else eos)
@@ -116,6 +123,27 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
         raise ModelLoadError(path, f"invalid configuration: {exc}") from exc
     except (TypeError, ValueError) as exc:
         raise ModelLoadError(path, f"invalid value: {exc}") from exc
+
+
+# The Hugging Face fields that fix the architecture: other tools read these, we read our block, so
+# the two must describe the same model (an edit to one alone is refused, not silently ignored).
+_STRUCTURAL = ("model_type", "vocab_size", "tie_word_embeddings", "n_embd", "n_layer", "n_head", "n_inner",
+               "n_positions", "activation_function", "layer_norm_epsilon", "hidden_size", "num_hidden_layers",
+               "num_attention_heads", "num_key_value_heads", "intermediate_size", "max_position_embeddings",
+               "hidden_act", "type_vocab_size", "layer_norm_eps", "rms_norm_eps", "rope_theta")
+
+
+def _check_native_agrees(cfg: ModelConfig, d: dict, path: Path) -> None:
+    expected = config_to_hf(cfg)
+    for key in _STRUCTURAL:
+        if key in d and key in expected and d[key] != expected[key]:
+            raise ModelLoadError(path, f"the Hugging Face field {key!r} is {d[key]!r} but the {NATIVE_KEY!r} block "
+                                       f"implies {expected[key]!r}; the two must describe the same model")
+
+
+def _real(x):
+    """An int as a float; anything else as it is, for ModelConfig.validate to refuse by name."""
+    return float(x) if isinstance(x, int) and not isinstance(x, bool) else x
 
 
 def _has_lm_head(d: dict, base_arch: str) -> bool:
@@ -357,6 +385,8 @@ def read_config(folder: Path) -> ModelConfig:
         raise ModelLoadError(path, f"not UTF-8 text ({exc})") from exc
     except json.JSONDecodeError as exc:
         raise ModelLoadError(path, f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+    except RecursionError:
+        raise ModelLoadError(path, "malformed config: JSON nested too deeply") from None
     if not isinstance(d, dict):
         raise ModelLoadError(path, "malformed config: expected a JSON object")
     return config_from_hf(d, path)
@@ -368,11 +398,15 @@ def _weight_files(folder: Path) -> dict[str, Path]:
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                raise TypeError("weight_map must map tensor names to file names")
         except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise ModelLoadError(index, f"malformed index ({exc})") from exc
+        except RecursionError:
+            raise ModelLoadError(index, "malformed index: JSON nested too deeply") from None
         files = {}
         for name, fname in weight_map.items():
-            f = folder / fname
+            f = _shard_path(folder, index, fname)
             if not f.is_file():
                 raise ModelLoadError(f, f"shard listed in {INDEX} is missing")
             files[name] = f
@@ -387,6 +421,26 @@ def _weight_files(folder: Path) -> dict[str, Path]:
         raise ModelLoadError(folder, f"only pickle weights found (e.g. pytorch_model.bin); this app loads "
                                      f"{WEIGHTS} only and never unpickles. Convert the checkpoint to safetensors.")
     raise ModelLoadError(folder, f"no weights: expected {WEIGHTS} or {INDEX}")
+
+
+def _shard_path(folder: Path, index: Path, fname: str) -> Path:
+    """The shard `fname` names, refused unless it lies inside the model folder.
+
+    An index is data from wherever the model came from: an absolute path, '..' or a link leading out
+    would read any file on the machine. One exception: a Hugging Face cache snapshot
+    (models--NAME/snapshots/REV/) holds its files as links into the same repository's blobs/ folder.
+    """
+    rel = Path(fname)
+    if not fname or rel.is_absolute() or rel.drive or ".." in rel.parts:
+        raise ModelLoadError(index, f"shard path {fname!r} leaves the model folder; refused")
+    f = folder / rel
+    real, root = f.resolve(), folder.resolve()
+    allowed = [root]
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        allowed.append(root.parent.parent / "blobs")
+    if not any(real.is_relative_to(a) for a in allowed):
+        raise ModelLoadError(index, f"shard path {fname!r} resolves to {real}, outside the model folder; refused")
+    return f
 
 
 def _safetensors_names(f: Path) -> list[str]:
@@ -419,8 +473,14 @@ class _MetaSkeleton(torch.overrides.TorchFunctionMode):
 
 
 def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
-                      dtype: str | torch.dtype | None = None) -> LoadedModel:
-    """Load a model folder; raises ModelLoadError naming the file and the problem."""
+                      dtype: str | torch.dtype | None = None, for_training: bool = False) -> LoadedModel:
+    """Load a model folder; raises ModelLoadError naming the file and the problem.
+
+    Weights stay memory-mapped views of the files unless `for_training`: then every parameter gets its
+    own contiguous copy. GPT-2's q, k, v and projections are transposed slices of its Conv1D tensors,
+    and a strided weight takes another matmul path than a fresh model's, so a resumed run drifted from
+    an uninterrupted one (~3e-5 in 20 steps); a copy also never maps the files a trainer rewrites.
+    """
     from .devices import resolve_dtype
 
     folder = Path(path)
@@ -432,10 +492,13 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         raise ModelLoadError(folder, "not a folder (open the folder that holds config.json)")
     cfg = read_config(folder)
     files = _weight_files(folder)
+    _check_layer_count(cfg, files)
     handles: dict[Path, object] = {}
+    used: list[str] = []
 
     def get(name: str) -> torch.Tensor:
         f = files[name]
+        used.append(name)
         try:
             if f not in handles:
                 handles[f] = safe_open(str(f), framework="pt")
@@ -447,6 +510,7 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         model = Transformer(cfg, init_weights=False)
     _check_shapes(model, files)
     sd = _from_hf(cfg, get, set(files), lambda n: files.get(n, folder / WEIGHTS))
+    _check_finite({name: files[name] for name in used})
     target_dtype = resolve_dtype(dtype) if dtype is not None else resolve_dtype(cfg.dtype)
     if dtype is not None:  # only the recorded dtype changes; the modules need nothing else
         cfg = model.cfg = cfg.replace(dtype={v: k for k, v in _dtype_names().items()}[target_dtype])
@@ -464,7 +528,11 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     missing = set(expected) - set(sd) - ({"lm_head.weight"} if cfg.lm_head and cfg.tie_embeddings else set())
     if missing:
         raise ModelLoadError(folder / WEIGHTS, f"missing tensors for: {', '.join(sorted(missing)[:5])}")
-    sd = {k: v.to(device=device, dtype=target_dtype) for k, v in sd.items()}
+    if for_training:
+        sd = {k: v.to(device=device, dtype=target_dtype, memory_format=torch.contiguous_format, copy=True)
+              for k, v in sd.items()}
+    else:
+        sd = {k: v.to(device=device, dtype=target_dtype) for k, v in sd.items()}
     model.load_state_dict(sd, strict=False, assign=True)
     if cfg.lm_head and cfg.tie_embeddings:
         model.lm_head.weight = model.tok_embed.weight
@@ -480,6 +548,68 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         except TokenizerError as exc:
             raise ModelLoadError(tok_path, f"broken tokenizer: {exc.args[0].split(': ', 1)[-1]}") from exc
     return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=Path(path), name=Path(path).name)
+
+
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:h|layer|layers|blocks)\.(\d+)\.")  # GPT-2, BERT, LLaMA, ours
+
+
+def _check_layer_count(cfg: ModelConfig, files: dict[str, Path]) -> None:
+    """Weights for more layers than the config has would be dropped without a word: refuse them."""
+    extra = sorted((int(m.group(1)), name) for name in files
+                   if (m := _LAYER_INDEX.search(name)) and int(m.group(1)) >= cfg.n_layers)
+    if extra:
+        layers = sorted({i for i, _ in extra})
+        raise ModelLoadError(files[extra[0][1]], f"holds weights for layer(s) {', '.join(map(str, layers[:8]))}"
+                                                 f"{' ...' if len(layers) > 8 else ''} but {CONFIG} has n_layers="
+                                                 f"{cfg.n_layers}: {len(extra)} tensors (e.g. {extra[0][1]!r}) "
+                                                 f"would be dropped")
+
+
+# safetensors float dtype -> (same-width unsigned integer, exponent bits): a value is NaN or infinite
+# exactly when all its exponent bits are set, in each of these formats.
+_EXPONENT = {"F16": (np.uint16, 0x7C00), "BF16": (np.uint16, 0x7F80), "F32": (np.uint32, 0x7F800000),
+             "F64": (np.uint64, 0x7FF0000000000000)}
+_FINITE_CHUNK = 4 << 20  # bytes per look: bounds the resident pages and the scratch buffer
+
+
+def _check_finite(files: dict[str, Path]) -> None:
+    """Refuse a tensor holding NaN or infinity (damaged bytes, a diverged save), naming it.
+
+    Reads the files through a read-only map, a chunk at a time, without copying them, and releases
+    each chunk's pages once looked at, so the resident set does not grow by the file's size. Mapping
+    the pages in is most of the cost (~0.1 s for GPT-2 small's 500 MB; more threads did not help).
+    numpy rather than torch: torch's threads spin against each other on a busy machine, 5-10x slower.
+    """
+    by_file: dict[Path, set[str]] = {}
+    for name, f in files.items():
+        by_file.setdefault(f, set()).add(name)
+    scratch = np.empty(_FINITE_CHUNK, dtype=np.uint8)
+    for f, names in by_file.items():
+        try:
+            with open(f, "rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                header = json.loads(fh.read(n))
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError, RecursionError) as exc:
+            raise ModelLoadError(f, f"corrupt or truncated safetensors file ({exc})") from exc
+        spans = sorted((info["data_offsets"], name, info["dtype"]) for name, info in header.items()
+                       if name in names and info.get("dtype") in _EXPONENT)
+        try:
+            for (begin, end), name, dt in spans:
+                uint, mask = _EXPONENT[dt]
+                for off in range(8 + n + begin, 8 + n + end, _FINITE_CHUNK):
+                    size = min(8 + n + end - off, _FINITE_CHUNK)
+                    bits = np.frombuffer(mm, dtype=uint, count=size // np.dtype(uint).itemsize, offset=off)
+                    bad = np.bitwise_and(bits, mask, out=scratch.view(uint)[:len(bits)]).max() == mask
+                    del bits  # no view may outlive the map
+                    if bad:
+                        raise ModelLoadError(f, f"tensor {name!r} holds NaN or infinite values: the file is "
+                                                f"damaged (or was saved from a diverged run)")
+                    if hasattr(mm, "madvise"):
+                        page = off - off % mmap.PAGESIZE
+                        mm.madvise(mmap.MADV_DONTNEED, page, off + size - page)
+        finally:
+            mm.close()
 
 
 def _check_shapes(meta_model: Transformer, files: dict[str, Path]) -> None:

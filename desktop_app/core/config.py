@@ -6,6 +6,7 @@ attention kind); the model builder in the training panel may mix them freely.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,10 @@ POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 ATTENTION_KINDS = ("softmax", "l2", "sinkhorn")
 INITS = ("default", "glorot", "he")
 DTYPES = ("float32", "bfloat16", "float16")
+# Beyond these a config is damaged or hostile, not a model this app can show: attention maps are
+# T x T, and a learned or sinusoidal position table of 1e8 elements is already 400 MB of float32.
+MAX_CONTEXT = 1 << 20
+MAX_POSITION_TABLE = 100_000_000
 
 
 class ConfigError(ValueError):
@@ -85,12 +90,37 @@ class ModelConfig:
         check(self.attention_kind in ATTENTION_KINDS, f"unknown attention kind {self.attention_kind!r}")
         check(self.init in INITS, f"unknown init {self.init!r}")
         check(self.dtype in DTYPES, f"unknown dtype {self.dtype!r}")
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "context_length"):
+        def is_int(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        def is_real(value: Any) -> bool:  # a finite number (JSON has no separate float type)
+            return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
+
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "context_length",
+                     "sinkhorn_iters"):
             value = getattr(self, name)
-            check(isinstance(value, int) and value > 0, f"{name} must be a positive integer, got {value!r}")
+            check(is_int(value) and value > 0, f"{name} must be a positive integer, got {value!r}")
+        check(is_int(self.type_vocab_size) and self.type_vocab_size >= 0,
+              f"type_vocab_size must be a non-negative integer, got {self.type_vocab_size!r}")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            check(value is None or is_int(value), f"{name} must be an integer or null, got {value!r}")
+        for name in ("norm_eps", "rope_theta", "init_std"):
+            value = getattr(self, name)
+            check(is_real(value) and value > 0, f"{name} must be a positive finite number, got {value!r}")
+        check(is_real(self.dropout), f"dropout must be a finite number, got {self.dropout!r}")
+        for name in ("causal", "attention_bias", "mlp_bias", "embed_norm", "final_norm", "lm_head", "tie_embeddings"):
+            value = getattr(self, name)
+            check(isinstance(value, bool), f"{name} must be true or false, got {value!r}")
+        check(isinstance(self.extra, dict), f"extra must be a mapping, got {self.extra!r}")
+        check(self.context_length <= MAX_CONTEXT,
+              f"context_length {self.context_length:,} is beyond the {MAX_CONTEXT:,} tokens this app supports")
+        check(self.positions not in ("learned", "sinusoidal") or self.context_length * self.d_model <= MAX_POSITION_TABLE,
+              f"a position table of context_length x d_model = {self.context_length:,} x {self.d_model:,} is "
+              f"beyond {MAX_POSITION_TABLE:,} elements")
         check(self.d_model % self.n_heads == 0,
               f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        check(self.n_kv_heads > 0 and self.n_heads % self.n_kv_heads == 0,
+        check(self.n_heads % self.n_kv_heads == 0,
               f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
         check(self.positions != "rotary" or self.d_head % 2 == 0, "rotary positions need an even head width")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")

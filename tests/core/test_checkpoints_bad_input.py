@@ -74,7 +74,7 @@ def test_unknown_model_type(good):
 
 def test_tensor_with_wrong_shape(good):
     d = json.loads((good / CONFIG).read_text())
-    d["transformer_explorer"]["d_ff"] = 48  # the file's MLP weights are 32 wide
+    d["transformer_explorer"]["d_ff"] = d["n_inner"] = 48  # the file's MLP weights are 32 wide
     (good / CONFIG).write_text(json.dumps(d))
     err = _raises(good, WEIGHTS, "shape", "mlp.c_fc")
     assert "[16, 32]" in str(err) or "[32, 16]" in str(err)

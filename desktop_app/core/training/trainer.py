@@ -373,7 +373,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
     state: dict | None = None
     changed: dict[str, list] = {}
     if resume:
-        loaded = load_model_folder(out_dir, device=device)
+        loaded = load_model_folder(out_dir, device=device, for_training=True)
         ckpt_dir = loaded.path if (loaded.path / STATE_FILE).is_file() else Path(str(out_dir) + ".old")
         saved = read_run_config(ckpt_dir)
         fixed = [(key, getattr(saved, key), getattr(cfg, key)) for key in FIXED_ON_RESUME]

@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue  # a subcommand not built yet
         module.add_parser(sub)
+    for sp in sub.choices.values():  # `python -m desktop_app --help` is the GUI's: say it on every command
+        sp.epilog = f"{sp.epilog}\n\n{EPILOG}" if sp.epilog else EPILOG
     return parser
 
 

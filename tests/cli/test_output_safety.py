@@ -133,8 +133,12 @@ def test_export_over_an_earlier_export_needs_overwrite(tmp_path, capsys):
 # -- item 2: write failures are one line, exit EXIT_WRITE ---------------------------------------
 
 
-def test_exit_codes_are_documented():
+def test_exit_codes_are_documented(capsys):
     assert f"{EXIT_WRITE} an output could not be written" in build_parser().format_help()
+    for command in ("train", "render", "trace", "lipschitz"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert f"{EXIT_WRITE} an output could not be written" in " ".join(capsys.readouterr().out.split())
 
 
 def test_train_into_a_path_under_a_file_fails_before_the_first_step(tmp_path, capsys):

@@ -510,6 +510,7 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         model = Transformer(cfg, init_weights=False)
     _check_shapes(model, files)
     sd = _from_hf(cfg, get, set(files), lambda n: files.get(n, folder / WEIGHTS))
+    # the tensors the model takes: an unused extra (e.g. a mask buffer some exporters keep) is not refused
     _check_finite({name: files[name] for name in used})
     target_dtype = resolve_dtype(dtype) if dtype is not None else resolve_dtype(cfg.dtype)
     if dtype is not None:  # only the recorded dtype changes; the modules need nothing else

@@ -221,8 +221,7 @@ def test_run_shows_metrics_stops_and_loads_the_model(qtbot, tmp_path, monkeypatc
     assert state.loaded is not None and state.loaded.config.n_layers == 1
     assert state.loaded.config.vocab_size == load_model_folder(out).config.vocab_size
     assert state.text.split()[5] == "|" and "sort task" in panel.status_label.text()  # a sample of its task
-    qtbot.waitUntil(lambda: state._trace_job is None or state._trace_job.done, timeout=30_000)
-    assert len(state.token_ids) == 10
+    qtbot.waitUntil(lambda: len(state.token_ids) == 10, timeout=30_000)  # the sample's tokens, traced
 
 
 def test_a_crashing_run_keeps_the_window(qtbot, tmp_path):
@@ -397,3 +396,21 @@ def test_a_task_sample_is_text_its_tokenizer_reads_back(name, options):
     text = sample_text(task)
     assert task.tokenizer.encode(text) == task.val_set().inputs[0].tolist()
     assert len(task.tokenizer.encode(text)) == task.seq_len
+
+
+def test_settings_show_their_values_without_padding_zeros(qtbot):
+    panel = _shown_panel(qtbot)
+    shown = {w: w.lineEdit().text() for w in (panel.lr, panel.weight_decay, panel.dropout, panel.grad_clip)}
+    assert list(shown.values()) == ["0.001", "0.01", "0", "1"]
+    _type(qtbot, panel.lr, "0.0003")
+    assert panel.lr.value() == 0.0003 and panel.lr.lineEdit().text() == "0.0003"
+    _type(qtbot, panel.dropout, "0.15")
+    assert panel.dropout.value() == 0.15 and "--dropout 0.15" in " ".join(panel.cli_args())
+
+
+def test_the_bpe_vocabulary_row_shows_only_for_bpe(qtbot):
+    panel = _shown_panel(qtbot)
+    qtbot.keyClicks(panel.task, "text")
+    assert panel.tokenizer.currentText() == "char" and not panel.task_form.isRowVisible(panel.vocab_size)
+    qtbot.keyClicks(panel.tokenizer, "bpe")
+    assert panel.task_form.isRowVisible(panel.vocab_size)

@@ -83,10 +83,10 @@ def test_train_walkthrough(qtbot, model_dirs, error_watch, isolated_user_files, 
 
     with qtbot.waitSignal(state.model_changed, timeout=30_000):
         qtbot.mouseClick(panel.use_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: state._trace_job is None or state._trace_job.done, timeout=30_000)
     assert state.loaded.config.n_layers == 1 and state.loaded.config.vocab_size <= 5
     assert re.fullmatch(r"[ABCD]( [ABCD]){19}", state.text), state.text  # a sample of the motif task
-    assert len(state.token_ids) == 20 and state.trace is not None
+    qtbot.waitUntil(lambda: len(state.token_ids) == 20 and state.trace is not None, timeout=30_000)
+    assert state.trace["blocks.0.attn.pattern"].shape[-1] == 20  # the Attention panel draws the sample
     assert "motif task" in panel.status_label.text()
     model_panel = _click_tab(qtbot, window, "Model")
     assert model_panel.text_edit.toPlainText() == state.text

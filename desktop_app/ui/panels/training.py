@@ -45,8 +45,17 @@ def _spin(lo: int, hi: int, value: int, step: int = 1) -> QSpinBox:
     return s
 
 
+class CompactDoubleSpinBox(QDoubleSpinBox):
+    """Shows 0.001, 0.01, 0 and 0.5 rather than 0.001000, 0.0100, 0.00 and 0.50: the settings column
+    reads with no padding zeros, whatever precision each field accepts."""
+
+    def textFromValue(self, value: float) -> str:  # noqa: N802 - Qt name
+        text = f"{value:.{self.decimals()}f}"
+        return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def _dspin(lo: float, hi: float, value: float, decimals: int = 4, step: float = 0.01) -> QDoubleSpinBox:
-    s = QDoubleSpinBox()
+    s = CompactDoubleSpinBox()
     s.setDecimals(decimals)
     s.setRange(lo, hi)
     s.setSingleStep(step)
@@ -293,6 +302,7 @@ class TrainingPanel(QWidget):
         self.task_form = tf
         self.task.currentTextChanged.connect(self._on_task_changed)
         self.model_kind.currentTextChanged.connect(self._on_model_kind_changed)
+        self.tokenizer.currentTextChanged.connect(self._on_tokenizer_changed)
         self.model_box = model_box
         v.addWidget(task_box)
 
@@ -441,12 +451,18 @@ class TrainingPanel(QWidget):
         shown = TASK_OPTIONS[task]
         for name, w in self._task_rows.items():
             self.task_form.setRowVisible(w, name in shown)
+        self._on_tokenizer_changed()
         self._apply_baseline()
         defaults = {"motif": 20, "copy": 8, "reverse": 8, "sort": 8, "induction": 16}
         if task in defaults:
             self.length.setValue(defaults[task])
         self.symbols.setValue(32 if task == "induction" else 10)
         self._update_param_count()
+
+    def _on_tokenizer_changed(self) -> None:
+        # the BPE vocabulary size means nothing to the character tokenizer
+        shown = "vocab_size" in TASK_OPTIONS[self.task.currentText()] and self.tokenizer.currentText() == "bpe"
+        self.task_form.setRowVisible(self.vocab_size, shown)
 
     def _on_family_changed(self) -> None:
         fam = self.family.currentText()

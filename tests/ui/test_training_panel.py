@@ -414,3 +414,24 @@ def test_the_bpe_vocabulary_row_shows_only_for_bpe(qtbot):
     assert panel.tokenizer.currentText() == "char" and not panel.task_form.isRowVisible(panel.vocab_size)
     qtbot.keyClicks(panel.tokenizer, "bpe")
     assert panel.task_form.isRowVisible(panel.vocab_size)
+
+
+def test_resume_needs_a_run_folder_with_a_checkpoint(qtbot, tmp_path):
+    panel = _shown_panel(qtbot)
+    panel.settings_scroll.ensureWidgetVisible(panel.resume_edit)  # the Output group is at the bottom
+    qtbot.wait(10)
+    qtbot.mouseClick(panel.resume_check, Qt.MouseButton.LeftButton)
+    assert panel.resume_check.isChecked()
+    assert "run folder" in panel.out_error.text() and not panel.start_button.isEnabled()
+    empty = tmp_path / "not-a-run"
+    empty.mkdir()
+    _type(qtbot, panel.resume_edit, str(empty))
+    assert "no checkpoint" in panel.out_error.toolTip() and not panel.start_button.isEnabled()
+    run = tmp_path / "2026-11-24_1012_motif"
+    run.mkdir()
+    (run / "trainer_state.json").write_text('{"step": 5}', encoding="utf-8")  # what checkpoint_step reads
+    _type(qtbot, panel.resume_edit, str(run))
+    assert not panel.out_error.isVisible() and panel.start_button.isEnabled()
+    assert f"--out {run} --resume" in " ".join(panel.cli_args())  # the run's own folder, not a new one
+    qtbot.mouseClick(panel.resume_check, Qt.MouseButton.LeftButton)
+    assert "--resume" not in panel.cli_args() and panel.start_button.isEnabled()

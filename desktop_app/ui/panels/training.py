@@ -621,14 +621,13 @@ class TrainingPanel(QWidget):
 
     def _update_param_count(self) -> None:
         """The parameter count and the checks of every settings group (they share the config)."""
+        if not hasattr(self, "out_error"):  # still building the form: checked once it is complete
+            return
         model_error = task_error = ""
         try:
-            cfg = self.config()
-            task_error = self._task_problem(cfg)
+            task_error = self._task_problem(self.config())
         except (ConfigError, ValueError) as exc:
             task_error = str(exc)
-        if not hasattr(self, "out_error"):  # still building the form
-            return
         if self.baseline() == "mlp":
             from ...core.training.baselines import MotifMLP
             with torch.device("meta"):

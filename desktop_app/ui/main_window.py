@@ -505,6 +505,15 @@ class MainWindow(QMainWindow):
     session_path: Path | None = None  # where closeEvent saves the session (set by app.main)
 
     def closeEvent(self, event) -> None:
+        training = any(s.class_name == "TrainingPanel" and s.panel is not None and s.panel.running for s in self.slots)
+        if training and self.interactive:  # a run is work a person may not want to lose
+            answer = QMessageBox.question(
+                self, "Training in progress", "A training run is in progress. Stop it (its last checkpoint is "
+                "kept) and quit?", QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                QMessageBox.StandardButton.No)
+            if answer != QMessageBox.StandardButton.Yes:
+                event.ignore()
+                return
         if self.session_path is not None:
             try:
                 self.save_window_settings()
@@ -514,4 +523,7 @@ class MainWindow(QMainWindow):
         for slot in self.slots:  # a child's closeEvent does not run with ours: e.g. a training run stops with a checkpoint
             if slot.panel is not None:
                 slot.panel.close()
+        from .workers import shutdown
+
+        shutdown()  # cancel running jobs and wait for them: none may deliver into the closed window
         super().closeEvent(event)

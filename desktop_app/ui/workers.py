@@ -6,6 +6,11 @@
 If `core_fn` accepts a `job` keyword it receives a core.jobs.JobControl: its progress() reaches
 `on_progress(done, total, message)` on the UI thread and cancel() makes its check() raise
 Cancelled, which ends the job quietly (on_cancelled, not on_error).
+
+A job never calls back into a widget that is gone: its owner (`owner=`, else the QObject whose
+bound method is a callback) being destroyed cancels the job and drops whatever it still delivers,
+and `shutdown()` (the main window's close, the application's quit) does the same for every job and
+waits briefly for the worker threads, so nothing runs into a deleted object after the window closed.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import inspect
 import traceback
 from typing import Any, Callable
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal
 
 from ..core.jobs import Cancelled, JobControl
 
@@ -32,8 +37,10 @@ class Job(QRunnable):
         self.setAutoDelete(False)  # the caller may keep a handle to cancel it
         self.fn, self.args, self.kwargs = fn, args, kwargs
         self.signals = _Signals()
-        self.control = JobControl(on_progress=lambda d, t, m: self.signals.progress.emit(int(d), int(t), str(m)))
+        self.control = JobControl(on_progress=lambda d, t, m: self._emit(self.signals.progress, int(d), int(t), str(m)))
         self.done = False
+        self.detached = False  # deliver nothing more
+        self.pool: QThreadPool | None = None
         try:
             self._takes_job = "job" in inspect.signature(fn).parameters
         except (TypeError, ValueError):
@@ -42,6 +49,18 @@ class Job(QRunnable):
     def cancel(self) -> None:
         self.control.cancel()
 
+    def detach(self) -> None:
+        """Cancel and drop every later delivery (the receiver is going away)."""
+        self.detached = True
+        self.control.cancel()
+
+    def _emit(self, signal, *args) -> None:
+        try:
+            signal.emit(*args)
+        except RuntimeError:  # "Signal source has been deleted": the application is tearing down
+            self.detached = True
+            self.control.cancel()
+
     def run(self) -> None:  # worker thread
         try:
             kwargs = dict(self.kwargs)
@@ -49,17 +68,36 @@ class Job(QRunnable):
                 kwargs["job"] = self.control
             result = self.fn(*self.args, **kwargs)
         except Cancelled:
-            self.signals.cancelled.emit()
+            self._emit(self.signals.cancelled)
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the UI, not kill the thread
-            self.signals.error.emit((exc, traceback.format_exc()))
+            if self.detached:  # e.g. a callback into a receiver deleted meanwhile: nobody to tell
+                self._emit(self.signals.cancelled)
+            else:
+                self._emit(self.signals.error, (exc, traceback.format_exc()))
         else:
-            self.signals.result.emit(result)
+            self._emit(self.signals.result, result)
         finally:
             self.done = True
-            self.signals.finished.emit()
+            self._emit(self.signals.finished)
 
 
 _active: set[Job] = set()  # keep Python wrappers alive until their signals have fired
+_quit_hooked = False
+
+
+def _owner_of(callbacks) -> QObject | None:
+    for cb in callbacks:
+        owner = getattr(cb, "__self__", None)
+        if isinstance(owner, QObject):
+            return owner
+    return None
+
+
+def _guarded(job: Job, callback: Callable) -> Callable:
+    def deliver(*args):
+        if not job.detached:
+            callback(*args)
+    return deliver
 
 
 def run_job(fn: Callable[..., Any], *args: Any, on_result: Callable[[Any], None] | None = None,
@@ -67,19 +105,44 @@ def run_job(fn: Callable[..., Any], *args: Any, on_result: Callable[[Any], None]
             on_progress: Callable[[int, int, str], None] | None = None,
             on_cancelled: Callable[[], None] | None = None,
             on_finished: Callable[[], None] | None = None,
-            pool: QThreadPool | None = None, **kwargs: Any) -> Job:
+            pool: QThreadPool | None = None, owner: QObject | None = None, **kwargs: Any) -> Job:
+    global _quit_hooked
     job = Job(fn, args, kwargs)
     if on_result:
-        job.signals.result.connect(on_result)
+        job.signals.result.connect(_guarded(job, on_result))
     if on_error:
-        job.signals.error.connect(lambda e: on_error(e[0], e[1]))
+        job.signals.error.connect(_guarded(job, lambda e: on_error(e[0], e[1])))
     if on_progress:
-        job.signals.progress.connect(on_progress)
+        job.signals.progress.connect(_guarded(job, on_progress))
     if on_cancelled:
-        job.signals.cancelled.connect(on_cancelled)
+        job.signals.cancelled.connect(_guarded(job, on_cancelled))
     if on_finished:
-        job.signals.finished.connect(on_finished)
+        job.signals.finished.connect(_guarded(job, on_finished))
+    owner = owner if owner is not None else _owner_of((on_result, on_error, on_progress, on_cancelled, on_finished))
+    if owner is not None:
+        tie = owner.destroyed.connect(lambda *_: job.detach())  # must not reference the owner itself
+        job.signals.finished.connect(lambda: QObject.disconnect(tie))  # a long-lived owner keeps no old jobs
     _active.add(job)
     job.signals.finished.connect(lambda: _active.discard(job))
-    (pool or QThreadPool.globalInstance()).start(job)
+    job.pool = pool or QThreadPool.globalInstance()
+    app = QCoreApplication.instance()
+    if app is not None and not _quit_hooked:
+        app.aboutToQuit.connect(shutdown)
+        _quit_hooked = True
+    job.pool.start(job)
     return job
+
+
+def active_jobs() -> list[Job]:
+    return [job for job in _active if not job.done]
+
+
+def shutdown(timeout_ms: int = 10_000) -> bool:
+    """Cancel every running job, drop what they would still deliver, and wait up to `timeout_ms`
+    for them to end (cancellable core functions stop at their next check). True when all ended."""
+    jobs = active_jobs()
+    for job in jobs:
+        job.detach()
+    for pool in {job.pool for job in jobs}:
+        pool.waitForDone(timeout_ms)
+    return all(job.done for job in jobs)

@@ -368,10 +368,14 @@ def test_screenshot_waits_for_a_panel_demo(qtbot, window):
     assert 0.4 < time.time() - start < 5
 
 
-def test_closing_the_window_stops_a_running_training_process(qtbot, window):
+def test_closing_the_window_stops_a_running_training_process(qtbot, window, monkeypatch):
     """Panels get their closeEvent when the window closes: the Train panel sends "stop" to its process
     (which then writes its checkpoint and exits) instead of leaving it to be killed."""
     from PySide6.QtCore import QProcess
+    from PySide6.QtWidgets import QMessageBox
+
+    # closing asks first while a run is in progress (test_quit_during_work.py): answer "stop it"
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(lambda *a, **k: QMessageBox.StandardButton.Yes))
 
     window.show_panel("Train")
     panel = window.current_slot().panel

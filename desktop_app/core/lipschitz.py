@@ -993,8 +993,8 @@ def load_matrices(path) -> tuple[torch.Tensor, torch.Tensor]:
         raise FileNotFoundError(f"{path}: no such file")
     try:
         data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise ValueError(f"{path}: not a NumPy .npz archive ({exc})") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):  # numpy's own wording stays out of the message
+        raise ValueError(f"{path}: not a NumPy .npz archive (save A and V with numpy.savez(path, A=A, V=V))") from None
     if not isinstance(data, np.lib.npyio.NpzFile):
         raise ValueError(f"{path}: holds a single array, not an .npz archive with arrays A and V "
                          "(save them with numpy.savez(path, A=A, V=V))")
@@ -1006,8 +1006,8 @@ def load_matrices(path) -> tuple[torch.Tensor, torch.Tensor]:
                              "expected arrays A and V of shape [d, d]")
         try:
             arrays = {name: data[name] for name in ("A", "V")}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise ValueError(f"{path}: cannot read A and V ({exc})") from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+            raise ValueError(f"{path}: cannot read A and V: the archive is damaged or holds pickled objects") from None
     for name, M in arrays.items():
         if M.dtype.kind not in "iuf":
             raise ValueError(f"{path}: {name} has dtype {M.dtype}; expected real numbers")

@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from desktop_app.core import lipschitz as lip
@@ -130,7 +131,7 @@ def test_no_lower_bound_curve_for_one_head_of_the_model(panel, qtbot):
     _wait(panel, qtbot)
     rows = panel.runs[0].result.rows()
     assert len(rows) == 2 and all(np.isnan(r[5]) and np.isfinite(r[4]) for r in rows)
-    assert [panel.table.item(r, 6).text() for r in range(2)] == ["nan", "nan"]
+    assert [panel.table.item(r, 6).text() for r in range(2)] == ["", ""]  # undefined: an empty cell
     names = [item.name() for item in _curves(panel) if item.name()]
     assert any("Thm 3.1 upper" in n for n in names) and not any("Thm 3.1 lower" in n for n in names)
     # every curve drawn stays within a few decades of the data (the log axis is not squashed)
@@ -208,7 +209,7 @@ def test_screenshot_demo_runs_back_to_back_keep_their_own_results(qtbot):
         app.processEvents()  # as a script drives it (make_figures.py): the race showed up this way
         time.sleep(0.02)
     labels = [r.label for r in p.runs]
-    assert labels == ["L0 H1 real", "L0 H1 adversarial", "L0 real masked"]
+    assert labels == ["demo-model L0 H1 real", "demo-model L0 H1 adversarial", "demo-model L0 real masked"]
     real, adversarial, masked = (r.result for r in p.runs)
     for r in (real, adversarial, masked):
         assert [x.n for x in r.lengths] == [4, 8, 16, 32, 64, 128, 256]
@@ -218,3 +219,135 @@ def test_screenshot_demo_runs_back_to_back_keep_their_own_results(qtbot):
                for name, r in (("masked", masked), ("adversarial", adversarial))}
     assert len(masked.lengths[0].lipschitz) == 5 and len(adversarial.lengths[0].lipschitz) == 1
     assert not np.allclose(medians["masked"], medians["adversarial"], rtol=0.05)
+
+
+# -- issue 13: defaults that succeed, one-sentence errors, what the plot and table say -----------------
+
+
+def _click_run(panel, qtbot):
+    qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    _wait(panel, qtbot)
+
+
+@pytest.fixture
+def demo_panel(qtbot):
+    """The demo model with the text the app starts with (its first paragraph: 51 tokens)."""
+    from desktop_app.core.checkpoints import load_model_folder
+    from desktop_app.paths import demo_model_dir
+    from desktop_app.ui.app import demo_text
+
+    state = AppState()
+    state.loaded = load_model_folder(demo_model_dir())
+    state.text = demo_text()
+    p = LipschitzPanel(state)
+    qtbot.addWidget(p)
+    state.model_changed.emit(state.loaded)
+    p.resize(1100, 700)
+    p.show()
+    return p
+
+
+def test_defaults_succeed_on_the_demo_model_and_say_what_was_skipped(demo_panel, qtbot):
+    """Issue 13 defect 5: Run with the defaults used to fail ("the text has 51 tokens, fewer than the
+    window length n = 128"); now the lengths the text can fill run and the others are named."""
+    p = demo_panel
+    n_tokens = len(p.state.loaded.tokenizer.encode(p.state.text))
+    assert 32 <= n_tokens < 64
+    _click_run(p, qtbot)
+    result = p.runs[0].result
+    assert [r.n for r in result.lengths] == [4, 8, 16, 32]
+    assert all(len(r.lipschitz) == 5 for r in result.lengths)
+    status = p.status.text()
+    assert "exponent" in status and "failed" not in status and "#b00" not in status
+    assert f"skipped n = 64, 128: the text has {n_tokens} tokens" in status
+
+
+def test_a_text_too_short_for_two_lengths_falls_back_to_the_demo_text(demo_panel, qtbot):
+    p = demo_panel
+    p.state.text = "Alice"
+    _click_run(p, qtbot)
+    assert [r.n for r in p.runs[0].result.lengths] == [4, 8, 16, 32, 64, 128]
+    assert "real windows come from the bundled demo text" in p.status.text()
+
+
+def test_samples_reduced_are_said(panel, qtbot):
+    """Samples K is never reduced silently: fewer distinct windows than K, and the adversarial
+    construction's single input per n, are both said."""
+    panel.state.text = TEXT[:60]
+    n_tokens = len(panel.state.loaded.tokenizer.encode(panel.state.text))
+    panel.lengths.setText(f"4,{n_tokens - 2}")
+    panel.samples.setValue(10)
+    _click_run(panel, qtbot)
+    assert len(panel.runs[0].result.lengths[0].lipschitz) == 3
+    assert f"Samples K = 10 reduced to 3: the text has only 3 distinct windows of n = {n_tokens - 2}" \
+        in panel.status.text()
+    panel.data.setCurrentText("adversarial")
+    panel.lengths.setText("4,8")
+    _click_run(panel, qtbot)
+    assert "Samples K = 10 gives one sample each" in panel.status.text()
+
+
+@pytest.mark.parametrize("raw", [RuntimeError("linalg.eigh: The algorithm failed to converge because the input "
+                                              "matrix is ill-conditioned or has too many repeated eigenvalues "
+                                              "(error code: 5)."),
+                                 IndexError("index out of range in self")])
+def test_raw_library_errors_become_one_sentence(panel, qtbot, monkeypatch, raw):
+    """Issue 13 defect 6: a library's own message never reaches the status line; the traceback is logged."""
+    def broken(spec, job=None, on_length=None):
+        raise raw
+
+    monkeypatch.setattr(lip, "run_sweep", broken)
+    panel.lengths.setText("4,8")
+    _click_run(panel, qtbot)
+    status = panel.status.text()
+    assert str(raw) not in status and "self" not in status
+    assert "failed: the sweep stopped on an unexpected error" in status and status.count(".") <= 1
+    assert panel.runs == [] and panel.run_button.isEnabled()
+
+
+def test_a_run_error_is_one_sentence(panel, qtbot):
+    panel.lengths.setText("4,9999")
+    panel.samples.setValue(1)
+    _click_run(panel, qtbot)  # beyond the context of 128 tokens: skipped and said
+    assert [r.n for r in panel.runs[0].result.lengths] == [4]
+    assert "skipped n = 9999: longer than the model's context length 128" in panel.status.text()
+    panel.lengths.setText("9999")
+    _click_run(panel, qtbot)
+    assert "no length fits" in panel.status.text() and "\n" not in panel.status.text()
+
+
+def test_labels_reference_lines_and_a_long_summary(panel, qtbot):
+    """Issue 13 defect 9: runs carry their model's name (legend and table), the n^1/4 and n^1/2 lines
+    differ in the legend and in their dashes, and many runs' summary wraps instead of widening the
+    window past the screen."""
+    window_width = panel.window().width()
+    panel.lengths.setText("4,8")
+    panel.samples.setValue(1)
+    _click_run(panel, qtbot)
+    assert panel.table.item(0, 0).text() == "test L0 real masked"
+    names = [item.name() for item in _curves(panel) if item.name()]
+    assert any(n.startswith("test L0 real masked: exponent") for n in names)
+    refs = {item.name(): item.opts["pen"] for item in _curves(panel) if item.name() in ("C n^1/4", "C n^1/2")}
+    assert set(refs) == {"C n^1/4", "C n^1/2"}
+    assert refs["C n^1/4"].dashPattern() != refs["C n^1/2"].dashPattern()
+
+    panel.source.setCurrentIndex(1)
+    for seed in range(1, 9):
+        panel.seed.setValue(1_000_000 + seed)
+        _click_run(panel, qtbot)
+    assert len(panel.summary.text()) > 600
+    assert panel.minimumSizeHint().width() < 900
+    assert panel.window().width() == window_width
+
+
+def test_a_file_that_is_not_an_archive_is_one_sentence(panel, qtbot, tmp_path, monkeypatch):
+    from desktop_app.ui.panels import lipschitz as panel_module
+
+    bad = tmp_path / "notes.npz"
+    bad.write_text("A and V are in my notebook")
+    panel.source.setCurrentIndex(1)
+    monkeypatch.setattr(panel_module.QFileDialog, "getOpenFileName", lambda *a, **k: (str(bad), ""))
+    qtbot.mouseClick(panel.matrices_button, Qt.MouseButton.LeftButton)
+    status = panel.status.text()
+    assert "notes.npz: not a NumPy .npz archive" in status
+    assert "pickle" not in status.lower()  # numpy's own wording ("allow_pickle=False") stays out

@@ -11,6 +11,7 @@ bounds when they apply) with reference slopes C n^(1/4) and C n^(1/2); runs over
 from __future__ import annotations
 
 import html
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,10 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from ...core import lipschitz as lip
+from ...core.jobs import Cancelled
 from ..widgets.export import ExportBar, export_view
+
+log = logging.getLogger("desktop_app")
 
 RUN_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
 
@@ -31,9 +35,32 @@ class _Stream(QObject):
     length_done = Signal(object, object, object)  # (_Run, LengthResult, SweepResult)
 
 
+def error_sentence(exc: BaseException) -> str:
+    """One sentence for the user: our own ValueErrors already are one; a library's raw message
+    (torch, numpy) is not shown, it goes to the log with its traceback."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return "not enough memory for this sweep: try shorter lengths or fewer samples"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror.lower()}" if exc.filename else exc.strerror
+    if isinstance(exc, ValueError) and str(exc).strip():
+        return str(exc).strip().splitlines()[0]
+    return f"the sweep stopped on an unexpected error ({type(exc).__name__}); the details are in the log"
+
+
+def _cell(v) -> str:
+    if isinstance(v, (float, np.floating)):
+        return f"{v:.6g}" if np.isfinite(v) else ""  # an undefined bound is an empty cell, not "nan"
+    return str(v)
+
+
+def _list(ns) -> str:
+    return ", ".join(str(n) for n in ns)
+
+
 class _Run:
     def __init__(self, label: str, colour: str) -> None:
         self.label, self.colour = label, colour
+        self.notes: list[str] = []  # lengths skipped, samples reduced: said with the result
         self.result: lip.SweepResult | None = None
         self.items: list = []
         self.finished = False
@@ -61,7 +88,8 @@ class LipschitzPanel(QWidget):
         "<b>Real</b> text grows roughly like n<sup>1/4</sup>; the <b>adversarial</b> construction "
         "(x<sub>1</sub> = Ru, x<sub>2..n</sub> = Ru/2, u the extreme real eigenvector of A) like n<sup>1/2</sup>. "
         "The legend gives each run's fitted exponent (least squares on log L vs log n) with its 95% CI; "
-        "dashed grey lines are C n<sup>1/4</sup> and C n<sup>1/2</sup>.")
+        "the grey reference lines are C n<sup>1/4</sup> (short light dashes) and C n<sup>1/2</sup> (long dark "
+        "dashes).")
 
     def __init__(self, state, parent=None) -> None:
         super().__init__(parent)
@@ -74,6 +102,7 @@ class LipschitzPanel(QWidget):
         self._text_file: str | None = None
         self._matrices: tuple | None = None  # user (A, V) for the synthetic head
         self._matrices_file: str | None = None
+        self.notes: list[str] = []  # what the last spec() skipped or reduced, said when the run ends
 
         # -- controls -----------------------------------------------------------------------
         self.source = QComboBox()
@@ -171,6 +200,7 @@ class LipschitzPanel(QWidget):
         rl.setContentsMargins(0, 0, 0, 0)
         top = QHBoxLayout()
         self.summary = QLabel("")
+        self.summary.setWordWrap(True)  # many runs' exponents wrap instead of widening the window
         top.addWidget(self.summary, 1)
         top.addWidget(self.export_bar)
         rl.addLayout(top)
@@ -247,37 +277,101 @@ class LipschitzPanel(QWidget):
         try:
             A, V = lip.load_matrices(path)
         except (ValueError, OSError) as exc:
-            self.status.setText(f"<span style='color:#b00'>{html.escape(str(exc))}</span>")
+            self.status.setText(f"<span style='color:#b00'>{html.escape(str(exc), quote=False)}</span>")
             return False
         self._matrices, self._matrices_file = (A, V), str(path)
         d = A.shape[0]
         self.matrices_button.setText(f"A, V: {Path(path).name} (d={d})")
         for w in (self.d, self.norm_A, self.norm_V):  # set by the file
             w.setEnabled(False)
-        self.status.setText(html.escape(f"A and V ({d}x{d}) from {path}; the synthetic head uses them."))
+        self.status.setText(html.escape(f"A and V ({d}x{d}) from {path}; the synthetic head uses them.", quote=False))
         return True
 
     def _token_ids(self) -> list[int] | None:
+        """The ids of the chosen text file, else of the current text (typed ids without a tokenizer)."""
+        from ...core import inputs
+
         loaded = self.state.loaded
         if loaded is None or loaded.tokenizer is None:
             return list(self.state.token_ids) or None
         if self._text_file:
-            try:
-                text = Path(self._text_file).read_text(encoding="utf-8")
-            except UnicodeDecodeError:
-                raise ValueError(f"{self._text_file}: not UTF-8 text") from None
-        else:
-            text = self.state.text
-            if not text.strip():
-                from ...paths import demo_text_path
-                text = demo_text_path().read_text(encoding="utf-8") if demo_text_path().is_file() else ""
-        return loaded.tokenizer.encode(text) if text else None
+            return inputs.text_file_ids(loaded, self._text_file)
+        text = self.state.text
+        if not text.strip():
+            return self._demo_ids()
+        return inputs.encode(loaded.tokenizer, text, loaded.config.vocab_size).ids or None
+
+    def _demo_ids(self) -> list[int] | None:
+        """The bundled demo text with the open model's tokenizer (None when it has none or cannot)."""
+        from ...core import inputs
+        from ...paths import demo_text_path
+
+        loaded = self.state.loaded
+        if loaded is None or loaded.tokenizer is None:
+            return None
+        try:
+            return inputs.text_file_ids(loaded, demo_text_path())
+        except ValueError:
+            return None
+
+    def _plan(self, data: str, lengths: list[int], ids: list[int] | None, samples: int):
+        """(lengths, ids, notes): the lengths this data can fill, the text to take windows from, and a
+        sentence for each length skipped or sample count reduced. Windows of real text need n tokens
+        (and n within the context of a model with learned positions); a text too short for two lengths
+        gives way to the bundled demo text."""
+        loaded = self.state.loaded
+        notes: list[str] = []
+        real = data == "real" or (data == "search" and self.search_start.currentText() == "real")
+        if data == "adversarial":
+            if samples > 1:
+                notes.append(f"the adversarial input is one construction per n, so Samples K = {samples} "
+                             "gives one sample each")
+            return lengths, ids, notes
+        if not real:
+            return lengths, ids, notes
+        cfg = loaded.config
+        limit = cfg.context_length if cfg.positions in ("learned", "sinusoidal") else None
+        over = [n for n in lengths if limit is not None and n > limit]
+        if over:
+            notes.append(f"skipped n = {_list(over)}: longer than the model's context length {limit}")
+        lengths = [n for n in lengths if n not in over]
+        fits = [n for n in lengths if ids and n <= len(ids)]
+        where = Path(self._text_file).name if self._text_file else "the text"
+        if len(fits) < min(2, len(lengths)) and not self._text_file:
+            demo = self._demo_ids()
+            if demo and len([n for n in lengths if n <= len(demo)]) > len(fits):
+                told = f"the current text has {len(ids)} tokens" if ids else "there is no current text"
+                notes.append(f"{told}, too few for these lengths: real windows come from the bundled demo text "
+                             f"({len(demo)} tokens)")
+                ids, where = demo, "the demo text"
+                fits = [n for n in lengths if n <= len(ids)]
+        short = [n for n in lengths if n not in fits]
+        if short and ids:
+            longer = "choose a longer text with the Text button" if loaded.tokenizer else "type more token ids"
+            notes.append(f"skipped n = {_list(short)}: {where} has {len(ids)} tokens ({longer})")
+        if not fits:
+            if not ids:
+                raise ValueError("real windows need a text: type one, or choose a text file")
+            raise ValueError(f"no length fits: {where} has {len(ids)} tokens"
+                             + (f" and the context is {limit}" if limit is not None else "")
+                             + f"; choose lengths up to {min(len(ids), limit or len(ids))}")
+        # real data takes the same windows for every n, as many distinct ones as the longest n allows;
+        # a search from real text takes its own per n, the fewest at the longest
+        windows = len(lip.window_starts(len(ids), fits[-1], samples))
+        if windows < samples:
+            notes.append(f"Samples K = {samples} reduced to {windows}" + (f" at n = {fits[-1]}" if data == "search"
+                         else "") + f": {where} has only {windows} distinct windows of n = {fits[-1]} tokens")
+        return fits, ids, notes
 
     def spec(self) -> lip.SweepSpec:
         """The sweep the controls describe (raises ValueError with a readable message)."""
         lengths = lip.parse_lengths(self.lengths.text())
         radius = self.radius.value() or None
+        self.notes = []
         if self.source.currentIndex() == 1:
+            if self.synthetic_data.currentIndex() == 1 and self.samples.value() > 1:
+                self.notes = [f"the adversarial input is one construction per n, so Samples K = "
+                              f"{self.samples.value()} gives one sample each"]
             matrices = self._matrices
             return lip.SweepSpec(data="synthetic", d=self.d.value() if matrices is None else matrices[0].shape[0],
                                  norm_A=self.norm_A.value(), norm_V=self.norm_V.value(), matrices=matrices,
@@ -290,9 +384,14 @@ class LipschitzPanel(QWidget):
             raise ValueError("open a model first, or choose a synthetic head")
         data = self.data.currentText()
         needs_text = data == "real" or (data == "search" and self.search_start.currentText() == "real")
-        ids = self._token_ids() if (needs_text or radius is None) else None
-        if needs_text and not ids:
-            raise ValueError("real windows need a text: type one, or choose a text file")
+        if needs_text:
+            ids = self._token_ids()
+        else:  # only for the default radius (observed on real data): random tokens stand in without a text
+            try:
+                ids = self._token_ids() if radius is None else None
+            except ValueError:
+                ids = None
+        lengths, ids, self.notes = self._plan(data, sorted(set(lengths)), ids, self.samples.value())
         head = self.head.currentIndex() - 1
         return lip.SweepSpec(data=data, model=loaded.model, layer=self.layer.value(),
                              head=None if head < 0 else head, masked=self.masked.isChecked(), token_ids=ids,
@@ -306,7 +405,7 @@ class LipschitzPanel(QWidget):
         try:
             spec = self.spec()
         except (ValueError, OSError) as exc:
-            self.status.setText(f"<span style='color:#b00'>{exc}</span>")
+            self.status.setText(f"<span style='color:#b00'>{html.escape(error_sentence(exc), quote=False)}</span>")
             return
         from ..workers import run_job
 
@@ -315,26 +414,37 @@ class LipschitzPanel(QWidget):
         run = _Run(spec.label, colour)
         self.runs.append(run)
         self._current = run
+        run.notes = list(self.notes)
         self.progress.setRange(0, len(spec.lengths))
         self.progress.setValue(0)
-        self.status.setText(f"running {spec.label}\u2026")
+        running = f"running {spec.label}\u2026" + "".join(f" ({n})" for n in run.notes)
+        self.status.setText(html.escape(running, quote=False))
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         stream = self._stream
-        self._job = run_job(lip.run_sweep, spec,
-                            on_length=lambda res, result: stream.length_done.emit(run, res, result.snapshot()),
+
+        def on_length(res, result) -> None:  # worker thread
+            try:
+                stream.length_done.emit(run, res, result.snapshot())
+            except RuntimeError:  # the panel was deleted (the window closed): stop, nobody is watching
+                raise Cancelled() from None
+
+        self._job = run_job(lip.run_sweep, spec, on_length=on_length, owner=self,
                             on_result=lambda result: self._on_finished_run(run, result),
-                            on_error=lambda exc, tb: self._on_failed(run, exc),
+                            on_error=lambda exc, tb: self._on_failed(run, exc, tb),
                             on_progress=self._on_progress, on_cancelled=lambda: self._on_cancelled(run))
 
     def _label(self, spec: lip.SweepSpec) -> str:
+        """What the legend and the table call a run: the model's name leads, so runs of several
+        models overlaid on one plot stay told apart."""
         if spec.data == "synthetic":
             kind = "adversarial" if spec.synthetic_adversarial else "random"
             source = f" {spec.matrices_name}" if spec.matrices is not None else ""
             seed = f" seed {spec.seed}" if spec.seed else ""
             return f"synthetic {spec.attention} d={spec.d}{source} {kind}{seed}" + (" masked" if spec.masked else "")
         what = f"L{spec.layer}" + (f" H{spec.head}" if spec.head is not None else "")
-        return f"{what} {spec.data}" + (" masked" if spec.masked else "")
+        name = getattr(self.state.loaded, "name", "") or "model"
+        return f"{name} {what} {spec.data}" + (" masked" if spec.masked else "")
 
     def cancel(self) -> None:
         if self._job is not None:
@@ -355,14 +465,24 @@ class LipschitzPanel(QWidget):
 
     def _on_finished_run(self, run: _Run, result: lip.SweepResult) -> None:
         run.result, run.finished = result, True
-        self._done(f"{run.label}: exponent {result.exponent:.3f} "
-                   f"[{result.exponent_ci[0]:.3f}, {result.exponent_ci[1]:.3f}] (95% CI)")
+        e, (lo, hi) = result.exponent, result.exponent_ci
+        if np.isfinite(lo):
+            fit = f"exponent {e:.3f} [{lo:.3f}, {hi:.3f}] (95% CI)"
+        elif np.isfinite(e):
+            fit = f"exponent {e:.3f} (too few lengths for a confidence interval)"
+        else:
+            fit = "one length only: no exponent fitted"
+        self._done(html.escape(f"{run.label}: {fit}" + "".join(f". Note: {n}" for n in run.notes), quote=False))
         self.redraw()
 
-    def _on_failed(self, run: _Run, exc: BaseException) -> None:
+    def _on_failed(self, run: _Run, exc: BaseException, tb: str = "") -> None:
         if run.result is None:
             self.runs.remove(run)
-        self._done(f"<span style='color:#b00'>failed: {exc}</span>")
+        message = error_sentence(exc)
+        if message.startswith("the sweep stopped on an unexpected error"):
+            log.error("Lipschitz sweep %s failed\n%s", run.label, tb or repr(exc))
+        message = html.escape(f"{run.label} failed: {message}", quote=False)
+        self._done(f"<span style='color:#b00'>{message}</span>")
         self.redraw()
 
     def _on_cancelled(self, run: _Run) -> None:
@@ -397,8 +517,7 @@ class LipschitzPanel(QWidget):
             values = [run.label, res.n, s, res.lipschitz[s], res.radius[s], res.upper_bound[s], res.lower_bound[s],
                       int(res.iterations[s])]
             for c, v in enumerate(values):
-                text = f"{v:.6g}" if isinstance(v, (float, np.floating)) else str(v)
-                self.table.setItem(r, c, QTableWidgetItem(text))
+                self.table.setItem(r, c, QTableWidgetItem(_cell(v)))
 
     def redraw(self) -> None:
         self.plot.clear()
@@ -435,17 +554,20 @@ class LipschitzPanel(QWidget):
         if anchor is not None and len(anchor[0]) > 1:
             ns, med = anchor
             grid = np.geomspace(ns.min(), ns.max(), 20)
-            for power, style in ((0.25, Qt.PenStyle.DashLine), (0.5, Qt.PenStyle.DashLine)):
+            # told apart by dash and shade: short grey dashes n^1/4 (real text), long dark dashes n^1/2
+            for power, colour, dashes in ((0.25, "#999999", [2, 3]), (0.5, "#444444", [9, 4])):
                 C = med[0] / ns[0] ** power
-                self.plot.plot(grid, C * grid ** power, pen=pg.mkPen("#888888", width=1, style=style),
-                               name=f"C n^{'1/4' if power == 0.25 else '1/2'}")
+                pen = pg.mkPen(colour, width=1.5)
+                pen.setDashPattern(dashes)
+                self.plot.plot(grid, C * grid ** power, pen=pen, name=f"C n^{'1/4' if power == 0.25 else '1/2'}")
         # label the lengths actually measured (pyqtgraph's log-axis minor labels collide)
         all_n = sorted({r.n for run in self.runs if run.result is not None for r in run.result.lengths})
         if len(all_n) > 12:
             all_n = all_n[:: int(np.ceil(len(all_n) / 12))]
         self.plot.getAxis("bottom").setTicks([[(float(np.log10(n)), str(n)) for n in all_n], []] if all_n else None)
         done = [r for r in self.runs if r.result is not None]
-        self.summary.setText("; ".join(f"<span style='color:{r.colour}'>{r.label}: n^{r.result.exponent:.2f}</span>"
+        self.summary.setText("; ".join(f"<span style='color:{r.colour}'>{html.escape(r.label, quote=False)}: "
+                                       f"n^{r.result.exponent:.2f}</span>"
                                        for r in done if np.isfinite(r.result.exponent)))
 
     # -- export (ExportBar view protocol) -------------------------------------------------------

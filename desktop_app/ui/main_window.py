@@ -79,6 +79,8 @@ class PanelSlot(QWidget):
             self.layout_.addWidget(details, 1)
             return
         self.layout_.addWidget(self.panel)
+        if app_settings.palette_is_dark():  # plots built after the theme was applied (pyqtgraph's own colours)
+            app_settings.restyle_plots(self.panel)
 
 
 class MainWindow(QMainWindow):

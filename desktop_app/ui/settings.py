@@ -116,6 +116,7 @@ def _bool(value) -> bool:
 _default_font: QFont | None = None
 _default_palette: QPalette | None = None
 _default_style = ""
+_plot_colours: tuple[int, int] | None = None  # (background, foreground) the plots were last given
 
 
 def apply_appearance(app: QApplication, theme: str, font_size: int) -> None:
@@ -145,6 +146,55 @@ def apply_appearance(app: QApplication, theme: str, font_size: int) -> None:
         if app.style().name() != _default_style:
             app.setStyle(_default_style)
         app.setPalette(_default_palette)
+    global _plot_colours
+    colours = (plot_background().rgba(), plot_foreground().rgba())
+    if colours != _plot_colours:  # pyqtgraph draws its own backgrounds: they do not follow the palette
+        if _plot_colours is not None or palette_is_dark():
+            restyle_plots()
+        _plot_colours = colours
+
+
+def plot_background() -> QColor:
+    """Plots follow the theme: the palette's base colour (white in light themes)."""
+    app = QApplication.instance()
+    return (app.palette() if app is not None else QPalette()).color(QPalette.ColorRole.Base)
+
+
+def plot_foreground() -> QColor:
+    """Axes, tick labels and titles of plots: the palette's text colour."""
+    app = QApplication.instance()
+    return (app.palette() if app is not None else QPalette()).color(QPalette.ColorRole.Text)
+
+
+def palette_is_dark() -> bool:
+    return plot_background().lightness() < 128
+
+
+def restyle_plots(root=None) -> None:
+    """Give the pyqtgraph plots under `root` (default: every widget) the theme's background and axis,
+    tick and title colours; plots made after a theme change take them from plot_background() and
+    plot_foreground() when built."""
+    import pyqtgraph as pg
+
+    app = QApplication.instance()
+    if app is None:
+        return
+    import shiboken6
+
+    roots = [root] if root is not None else [w for w in app.topLevelWidgets() if w.isVisible()]  # not orphans
+    views = []
+    for r in roots:
+        if shiboken6.isValid(r):
+            views += ([r] if isinstance(r, pg.GraphicsView) else []) + r.findChildren(pg.GraphicsView)
+    bg, fg = plot_background(), plot_foreground()
+    for view in views:
+        view.setBackground(bg)
+        for item in view.scene().items():
+            if isinstance(item, pg.AxisItem):
+                item.setPen(pg.mkPen(fg))
+                item.setTextPen(pg.mkPen(fg))
+            elif isinstance(item, pg.PlotItem) and item.titleLabel.text:
+                item.titleLabel.setText(item.titleLabel.text, color=fg)
 
 
 def dark_palette() -> QPalette:

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsRectItem, QHBoxLay
                                QTabWidget, QVBoxLayout, QWidget)
 
 from ...core import analysis
+from ..settings import plot_background, plot_foreground
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap, LabelAxis
 from ..widgets.token_strip import TokenStrip, plural
@@ -82,7 +83,7 @@ class ModelView(pg.GraphicsLayoutWidget):
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.setBackground("w")
+        self.setBackground(plot_background())
         self.boxes: dict[tuple[int, int], pg.ViewBox] = {}
         self.images: dict[tuple[int, int], pg.ImageItem] = {}
         self.row_boxes: list[QGraphicsRectItem] = []
@@ -106,7 +107,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         for h in range(n_heads):
             self.addLabel(f"head {h}", row=0, col=h + 1, color=head_colour(h))
         for l, p in enumerate(patterns):
-            self.addLabel(f"layer {l}", row=l + 1, col=0, angle=-90, color="k")
+            self.addLabel(f"layer {l}", row=l + 1, col=0, angle=-90, color=plot_foreground())
             _, t_q, t_k = p.shape
             for h in range(n_heads):
                 vb = self.addViewBox(row=l + 1, col=h + 1, lockAspect=True, enableMouse=False, enableMenu=False,
@@ -187,11 +188,11 @@ class HeadView(QWidget):
         self.checks_row = QHBoxLayout()
         self.checks: list[QCheckBox] = []
         self.graphics = pg.GraphicsLayoutWidget()
-        self.graphics.setBackground("w")
+        self.graphics.setBackground(plot_background())
         self.left_axis, self.right_axis = LabelAxis("left"), LabelAxis("right")
         for ax in (self.left_axis, self.right_axis):
-            ax.setPen(pg.mkPen("k"))
-            ax.setTextPen(pg.mkPen("k"))
+            ax.setPen(pg.mkPen(plot_foreground()))
+            ax.setTextPen(pg.mkPen(plot_foreground()))
         self.plot = self.graphics.addPlot(axisItems={"left": self.left_axis, "right": self.right_axis})
         self.plot.showAxis("right")
         self.plot.hideAxis("bottom")
@@ -383,7 +384,7 @@ class AttentionPanel(QWidget):
         self.mean_map = Heatmap(row_name="query", col_name="key", value_name="mean weight")
         self.rollout_map = Heatmap(row_name="token", col_name="source token", value_name="rollout")
         self.stats_map = Heatmap(row_name="layer", col_name="head", value_name="entropy", colormap="magma",
-                                 annotate_max_cells=400)
+                                 annotate_max_cells=400, row_tokens=False, col_tokens=False)
         self.tabs = QTabWidget()
         for widget, title in zip(self.views(), self.VIEW_TITLES):
             self.tabs.addTab(widget, title)

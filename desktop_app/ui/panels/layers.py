@@ -18,9 +18,10 @@ from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QSlider, QSplit
                                QVBoxLayout, QWidget)
 
 from ...core import analysis
+from ..settings import plot_background, plot_foreground
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap, short_label
-from ..widgets.token_strip import TokenStrip, _visible, plural, value_colour
+from ..widgets.token_strip import TokenStrip, _visible, format_prob, plural, value_colour
 
 
 @dataclass
@@ -101,14 +102,14 @@ class LogitLensModel(QAbstractTableModel):
                 return "the token that actually comes next"
             return None
         if role == Qt.ItemDataRole.DisplayRole:
-            return f"{short_label(self.strings[c][r], 8)}  {self.probs[c, r]:.2f}"
+            return f"{short_label(self.strings[c][r], 8)}  {format_prob(self.probs[c, r], 2)}"
         if role == Qt.ItemDataRole.BackgroundRole:
             return value_colour(float(self.probs[c, r]), 0.0, 1.0)
         if role == Qt.ItemDataRole.ForegroundRole:
             return QColor("white") if self.probs[c, r] > 0.6 else QColor("black")
         if role == Qt.ItemDataRole.ToolTipRole:
             return (f"after layer {c}, token {r} {_visible(self.tokens[r])!r}: top prediction "
-                    f"{_visible(self.strings[c][r])!r} (id {int(self.ids[c, r])}), p = {self.probs[c, r]:.4f}")
+                    f"{_visible(self.strings[c][r])!r} (id {int(self.ids[c, r])}), p = {format_prob(self.probs[c, r], 4)}")
         return None
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
@@ -161,12 +162,12 @@ class PCAView(pg.GraphicsLayoutWidget):
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.setBackground("w")
+        self.setBackground(plot_background())
         self.plot = self.addPlot()
         self.plot.showGrid(x=True, y=True, alpha=0.2)
         for name in ("left", "bottom"):
-            self.plot.getAxis(name).setPen(pg.mkPen("k"))
-            self.plot.getAxis(name).setTextPen(pg.mkPen("k"))
+            self.plot.getAxis(name).setPen(pg.mkPen(plot_foreground()))
+            self.plot.getAxis(name).setTextPen(pg.mkPen(plot_foreground()))
         self.trajectories = pg.PlotCurveItem(pen=pg.mkPen(QColor(120, 120, 120, 60), width=1))
         self.path_of_selected = pg.PlotCurveItem(pen=pg.mkPen(QColor(220, 30, 30), width=2))
         self.points = pg.ScatterPlotItem(size=7, pen=pg.mkPen(None))
@@ -192,8 +193,8 @@ class PCAView(pg.GraphicsLayoutWidget):
         connect[depth - 1::depth] = False
         self.trajectories.setData(xs, ys, connect=connect)
         ev = pca.explained_variance_ratio
-        self.plot.setLabel("bottom", f"PC 1 ({100 * ev[0]:.1f}% of variance)", color="k")
-        self.plot.setLabel("left", f"PC 2 ({100 * ev[1]:.1f}%)", color="k")
+        self.plot.setLabel("bottom", f"PC 1 ({100 * ev[0]:.1f}% of variance)", color=plot_foreground())
+        self.plot.setLabel("left", f"PC 2 ({100 * ev[1]:.1f}%)", color=plot_foreground())
         self.plot.autoRange()
         self.set_depth(min(self.depth, depth - 1))
 
@@ -211,7 +212,7 @@ class PCAView(pg.GraphicsLayoutWidget):
         t = pts.shape[0]
         colours = self.cmap.map(np.linspace(0, 1, t) if t > 1 else np.zeros(1), mode="qcolor")
         self.points.setData(pts[:, 0], pts[:, 1], brush=colours, data=np.arange(t))
-        self.plot.setTitle(f"Token vectors at depth {self.depth_names[depth]} (colour = position)", color="k")
+        self.plot.setTitle(f"Token vectors at depth {self.depth_names[depth]} (colour = position)", color=plot_foreground())
         self.set_selected(self.selected)
 
     def set_selected(self, index: int | None) -> None:
@@ -258,14 +259,14 @@ class CosineView(QWidget):
         super().__init__(parent)
         self.heatmap = Heatmap(row_name="token", col_name="token", value_name="cosine", colormap="CET-D1",
                                highlight="#00b050")
-        self.curve_widget = pg.PlotWidget(background="w")
+        self.curve_widget = pg.PlotWidget(background=plot_background())
         self.curve_plot = self.curve_widget.getPlotItem()
         for name in ("left", "bottom"):
-            self.curve_plot.getAxis(name).setPen(pg.mkPen("k"))
-            self.curve_plot.getAxis(name).setTextPen(pg.mkPen("k"))
+            self.curve_plot.getAxis(name).setPen(pg.mkPen(plot_foreground()))
+            self.curve_plot.getAxis(name).setTextPen(pg.mkPen(plot_foreground()))
         self.curve_plot.getAxis("left").enableAutoSIPrefix(False)
-        self.curve_plot.setLabel("left", "mean cosine (i \u2260 j)", color="k")
-        self.curve_plot.setLabel("bottom", "depth (0 = embedding)", color="k")
+        self.curve_plot.setLabel("left", "mean cosine (i \u2260 j)", color=plot_foreground())
+        self.curve_plot.setLabel("bottom", "depth (0 = embedding)", color=plot_foreground())
         self.curve_plot.showGrid(x=True, y=True, alpha=0.2)
         self.curve = self.curve_plot.plot(pen=pg.mkPen("#0072B2", width=2), symbol="o", symbolSize=6,
                                           symbolBrush="#0072B2")
@@ -290,7 +291,7 @@ class CosineView(QWidget):
         ticks = [(i, n) for i, n in enumerate(depth_names)]
         self.curve_plot.getAxis("bottom").setTicks([ticks])
         self.curve_plot.setXRange(-0.4, len(means) - 0.6, padding=0)
-        self.curve_plot.setTitle("Mean cosine similarity vs depth", color="k")
+        self.curve_plot.setTitle("Mean cosine similarity vs depth", color=plot_foreground())
         self.set_depth(min(self.depth, len(means) - 1), relabel=True)
 
     def clear(self) -> None:
@@ -359,9 +360,10 @@ class LayersPanel(QWidget):
         self.depth_label = QLabel("depth: -")
         self.tokens = TokenStrip(show_ids=False)
         self.tokens.setMaximumHeight(90)
-        self.resid_map = Heatmap(row_name="token", col_name="depth", value_name="\u2016x\u2016", colormap="inferno")
+        self.resid_map = Heatmap(row_name="token", col_name="depth", value_name="\u2016x\u2016", colormap="inferno",
+                                 col_tokens=False)
         self.component_map = Heatmap(row_name="layer", col_name="component", value_name="mean output norm",
-                                     colormap="inferno", annotate_max_cells=400)
+                                     colormap="inferno", annotate_max_cells=400, row_tokens=False, col_tokens=False)
         self.lens_view = LogitLensView()
         self.pca_view = PCAView()
         self.cosine_view = CosineView()

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPla
 
 from ..state import AppState
 from ..widgets.export import ExportBar
-from ..widgets.token_strip import TokenStrip
+from ..widgets.token_strip import TokenStrip, format_prob
 
 TYPING_DEBOUNCE_MS = 250
 
@@ -60,13 +60,6 @@ def token_probabilities(logits, ids: list[int]) -> list[float]:
     logp = torch.log_softmax(logits[:-1].float(), dim=-1)
     picked = logp.gather(1, torch.tensor(ids[1:], device=logp.device)[:, None])[:, 0]
     return [float("nan")] + picked.exp().tolist()
-
-
-def format_probability(p: float) -> str:
-    """Three significant digits; tiny values stay readable ("2.1e-05", never "0.000")."""
-    if math.isnan(p):
-        return ""
-    return f"{p:.3g}"
 
 
 class TokensView:
@@ -139,6 +132,8 @@ class ModelPanel(QWidget):
         self.token_strip.token_selected.connect(self._show_token)
         self.count_label = QLabel("0 tokens")
         self.token_info = QLabel("")
+        for label in (self.count_label, self.token_info):  # long lines wrap: the window stays narrow
+            label.setWordWrap(True)
         self.message_label = QLabel("")
         self.message_label.setStyleSheet("color: #b00020")
         self.message_label.setWordWrap(True)
@@ -261,7 +256,7 @@ class ModelPanel(QWidget):
             s = self.state.token_strings([ids[index]])[0]
             text = f"token #{index}: id {ids[index]}, {s!r}"
             if self.probabilities is not None and index < len(self.probabilities) and index > 0:
-                text += f", p = {format_probability(self.probabilities[index])}"
+                text += f", p = {format_prob(self.probabilities[index])}"
             self.token_info.setText(text)
 
     # -- view -> state ---------------------------------------------------------------------

@@ -23,26 +23,41 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QCursor, QFontMetrics, QPen, QPolygonF
 from PySide6.QtWidgets import QGraphicsPolygonItem, QGraphicsRectItem, QToolTip
 
+from ..settings import plot_background, plot_foreground
 from .token_strip import _visible
 
 MASK_GREY = (150, 150, 150, 255)
 
 
-def short_label(s: str, width: int = 10) -> str:
-    s = _visible(s)
+def short_label(s: str, width: int = 10, token: bool = True) -> str:
+    """A label cut to `width`; a token's whitespace made visible (not a name's: "head 0")."""
+    s = _visible(s) if token else s
     return s if len(s) <= width else s[: width - 1] + "\u2026"
+
+
+def annotation_decimals(values: np.ndarray) -> int:
+    """One number of decimals for every cell of a matrix (3 significant digits of the largest value,
+    0 to 3 decimals), so a column of numbers lines up: 0.512 and 0.050, not 0.512 and 0.05."""
+    finite = np.abs(values[np.isfinite(values)])
+    if finite.size and np.all(finite == np.round(finite)):
+        return 0  # counts, or 0/1 entries
+    top = float(finite.max()) if finite.size else 0.0
+    if top <= 0:
+        return 2
+    return int(min(3, max(0, 2 - math.floor(math.log10(top)))))
 
 
 class LabelAxis(pg.AxisItem):
     """Axis whose ticks are cell centres (i + 0.5) labelled by strings, thinned to fit the pixels."""
 
-    def __init__(self, orientation: str, **kw) -> None:
+    def __init__(self, orientation: str, tokens: bool = True, **kw) -> None:
         super().__init__(orientation, **kw)
         self.labels: list[str] = []
+        self.tokens = tokens  # labels are tokens (show their spaces) rather than names
         self.enableAutoSIPrefix(False)
 
     def set_labels(self, labels: Sequence[str]) -> None:
-        self.labels = [short_label(s) for s in labels]
+        self.labels = [short_label(s, token=self.tokens) for s in labels]
         if self.orientation in ("left", "right"):
             # room for the longest label up front: pyqtgraph otherwise widens the axis only after a
             # paint, and drops the labels that did not fit in that first paint
@@ -91,17 +106,17 @@ class Heatmap(pg.GraphicsLayoutWidget):
 
     def __init__(self, parent=None, colormap: str = "viridis", row_name: str = "query", col_name: str = "key",
                  value_name: str = "weight", colorbar: bool = True, annotate_max_cells: int = 0,
-                 highlight: str = "#ff2828") -> None:
+                 highlight: str = "#ff2828", row_tokens: bool = True, col_tokens: bool = True) -> None:
         super().__init__(parent)
         self.annotate_max_cells = annotate_max_cells  # write each value in its cell when this few cells
         self.annotations: list[pg.TextItem] = []
-        self.setBackground("w")
+        self.setBackground(plot_background())
         self.row_name, self.col_name, self.value_name = row_name, col_name, value_name
-        self.left_axis = LabelAxis("left")
-        self.bottom_axis = LabelAxis("bottom")
+        self.left_axis = LabelAxis("left", tokens=row_tokens)
+        self.bottom_axis = LabelAxis("bottom", tokens=col_tokens)
         for ax in (self.left_axis, self.bottom_axis):
-            ax.setPen(pg.mkPen("k"))
-            ax.setTextPen(pg.mkPen("k"))
+            ax.setPen(pg.mkPen(plot_foreground()))
+            ax.setTextPen(pg.mkPen(plot_foreground()))
         self.plot = self.addPlot(row=0, col=0, axisItems={"left": self.left_axis, "bottom": self.bottom_axis})
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
@@ -132,10 +147,10 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.colorbar = None
         if colorbar:
             self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=self.cmap, interactive=False, width=14,
-                                            pen="k", colorMapMenu=False)
+                                            pen=plot_foreground(), colorMapMenu=False)
             self.colorbar.setImageItem(self.image)
-            self.colorbar.axis.setTextPen(pg.mkPen("k"))
-            self.colorbar.axis.setPen(pg.mkPen("k"))
+            self.colorbar.axis.setTextPen(pg.mkPen(plot_foreground()))
+            self.colorbar.axis.setPen(pg.mkPen(plot_foreground()))
             self.addItem(self.colorbar, row=0, col=1)
         else:
             self.image.setLookupTable(self.cmap.getLookupTable(nPts=256))
@@ -175,7 +190,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
         self.vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
         if title is not None:
-            self.plot.setTitle(title, color="k")
+            self.plot.setTitle(title, color=plot_foreground())
         if self.selected_row is not None and self.selected_row >= rows:
             self.set_selected_row(None)
         else:
@@ -192,7 +207,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.image.clear()
         self._annotate()
         self.row_box.setVisible(False)
-        self.plot.setTitle(title, color="k")
+        self.plot.setTitle(title, color=plot_foreground())
 
     def _set_mask_overlay(self, mask: np.ndarray | None) -> None:
         """Grey over masked cells: a staircase polygon when every row allows a prefix of the columns
@@ -235,18 +250,21 @@ class Heatmap(pg.GraphicsLayoutWidget):
         if not self.annotate_max_cells or self.values.size > self.annotate_max_cells:
             return
         lo, hi = self.levels
+        decimals = annotation_decimals(self.values)
         for (r, c), v in np.ndenumerate(self.values):
             if self.mask is not None and not self.mask[r, c]:
                 continue
             bright = (float(v) - lo) / (hi - lo) > 0.6 if hi > lo else False
-            t = pg.TextItem(f"{float(v):.3g}", color="k" if bright else "w", anchor=(0.5, 0.5))
+            tiny = v != 0 and abs(float(v)) < 0.5 * 10 ** -decimals  # would read as 0.000
+            text = f"{float(v):.0e}" if tiny else f"{float(v):.{decimals}f}"
+            t = pg.TextItem(text, color="k" if bright else "w", anchor=(0.5, 0.5))
             t.setPos(c + 0.5, r + 0.5)
             t.setZValue(3)
             self.plot.addItem(t)
             self.annotations.append(t)
 
     def set_title(self, title: str) -> None:
-        self.plot.setTitle(title, color="k")
+        self.plot.setTitle(title, color=plot_foreground())
 
     def set_axis_names(self, row_name: str, col_name: str, value_name: str | None = None) -> None:
         self.row_name, self.col_name = row_name, col_name
@@ -282,7 +300,9 @@ class Heatmap(pg.GraphicsLayoutWidget):
             value = "masked"
         else:
             value = f"{float(self.values[row, col]):.4g}"
-        return (f"{self.row_name} {row} {_visible(r)!r} \u2192 {self.col_name} {col} {_visible(c)!r}\n"
+        r = repr(_visible(r)) if self.left_axis.tokens else r
+        c = repr(_visible(c)) if self.bottom_axis.tokens else c
+        return (f"{self.row_name} {row} {r} \u2192 {self.col_name} {col} {c}\n"
                 f"{self.value_name}: {value}")
 
     def _on_mouse_moved(self, scene_pos: QPointF) -> None:

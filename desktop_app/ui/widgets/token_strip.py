@@ -30,6 +30,17 @@ def plural(n: int, word: str) -> str:
     return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
+def format_prob(p: float, decimals: int = 3) -> str:
+    """A probability with a fixed number of decimals (so a column lines up); one too small to show
+    that way in scientific notation ("2.1e-05", never "0.000"); NaN as ""."""
+    p = float(p)
+    if math.isnan(p):
+        return ""
+    if p != 0 and abs(p) < 0.5 * 10 ** -decimals:
+        return f"{p:.1e}"
+    return f"{p:.{decimals}f}"
+
+
 def _visible(s: str) -> str:
     """Show whitespace so chips of spaces and newlines are not invisible."""
     return s.replace("\n", "\u21b5").replace("\t", "\u2192").replace(" ", "\u00b7") or "\u2205"

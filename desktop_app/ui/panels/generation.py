@@ -125,7 +125,8 @@ class GenerationPanel(QWidget):
     def _build(self) -> None:
         self.prompt = QLineEdit()
         self.prompt.setPlaceholderText("prompt (token ids separated by spaces if the model has no tokenizer)")
-        # lambdas: `clicked` sends `checked`, which must never land in start(then=...)
+        # Every action is connected through a lambda: `clicked` sends `checked`, which must never land
+        # in an optional parameter such as start(then=...).
         self.prompt.returnPressed.connect(lambda: self.start())
         self.start_button = QPushButton("Start")
         self.start_button.setToolTip("Run the prompt and start a new generation tree")
@@ -691,6 +692,7 @@ class GenerationPanel(QWidget):
 
         # Not a session job (no busy flag, actions stay available): it only reads the node's recorded
         # residuals, which never change, and the model's unembedding.
+        # A failed lens leaves the table empty: the step itself stands and its status line says so.
         run_job(_lens, s, node, on_result=shown, on_error=lambda *_: None, owner=self)
 
     def _tree_clicked(self, item: QTreeWidgetItem, column: int) -> None:

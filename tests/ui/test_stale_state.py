@@ -62,6 +62,8 @@ def test_chips_from_a_generation_step_are_marked_and_the_button_brings_back_the_
                                                                                      isolated_user_files):
     window, state = open_window(qtbot, model_dirs["demo"], name="demo")
     model = window.panel("Model")
+    # a job is marked done before its result reaches the UI thread: wait for the tokens themselves
+    qtbot.waitUntil(lambda: state.trace is not None and len(state.token_ids) > 0, timeout=30_000)
     text_ids = list(state.token_ids)
     assert model.token_strip.count() == len(text_ids)
     assert not model.back_button.isVisible()

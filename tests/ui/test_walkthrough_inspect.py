@@ -32,6 +32,8 @@ def test_inspect_panels_clicked_through(qtbot, name, model_dirs, isolated_user_f
                                         monkeypatch):
     window, state = open_window(qtbot, model_dirs[name], name=name, watch=error_watch)
     cfg = state.loaded.config
+    # a job is marked done before its result reaches the UI thread: wait for the trace itself
+    qtbot.waitUntil(lambda: state.trace is not None or state.trace_problem != "", timeout=30_000)
     assert state.trace is not None, state.trace_problem
 
     # -- Model: type a new text, click a chip --------------------------------------------------

@@ -102,7 +102,11 @@ def render_view(loaded, ids: list[int], view: str, out: str, layer: int | None =
     panel.resize(*size)
     panel.show()
     app.processEvents()
-    export_view(panel.current_view(), out)
+    try:
+        export_view(panel.current_view(), out)
+    except BaseException:
+        dispose(panel)  # a failed write must not leave a visible window behind (in-process callers, tests)
+        raise
     return panel
 
 

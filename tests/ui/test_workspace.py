@@ -130,8 +130,13 @@ def test_the_last_session_comes_back_at_the_next_start(qtbot, model_dirs, monkey
             window.show_panel("Model")
         window.close()  # saves the session, and the event loop ends with the last window
 
+    def watchdog() -> None:  # a start that never settles fails the test with what was seen, never hangs it
+        seen["visible windows"] = [type(w).__name__ for w in QApplication.topLevelWidgets() if w.isVisible()]
+        QApplication.instance().exit(99)
+
+    QTimer.singleShot(60_000, watchdog)
     QTimer.singleShot(0, lambda: drive(1, "second text"))
-    assert app_module.main([]) == 0
+    assert app_module.main([]) == 0, seen
     assert seen[1] == (model_dirs[0], "first text", "Second")
 
     QTimer.singleShot(0, lambda: drive(2, None))

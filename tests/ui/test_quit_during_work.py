@@ -8,30 +8,20 @@ from PySide6.QtWidgets import QMessageBox
 
 from desktop_app.ui import workers
 
-from .walkthrough import open_window
+from .walkthrough import open_window, click_panel_tab, type_into
 
 
-def _click_tab(qtbot, window, title: str):
-    bar = window.tabs.tabBar()
-    index = next(i for i in range(bar.count()) if bar.tabText(i) == title)
-    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-    return window.slot(title).panel
 
 
-def _type(qtbot, field, text: str) -> None:
-    field.setFocus()
-    qtbot.keyClick(field, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
-    qtbot.keyClicks(field, text)
-    qtbot.keyClick(field, Qt.Key.Key_Tab)
 
 
 def test_quit_during_a_sweep_cancels_it_cleanly(qtbot, model_dirs, isolated_user_files, error_watch, capfd):
     window, _state = open_window(qtbot, model_dirs["demo"], name="demo", watch=error_watch)
-    panel = _click_tab(qtbot, window, "Lipschitz")
+    panel = click_panel_tab(qtbot, window, "Lipschitz")
     qtbot.keyClicks(panel.source, "Synthetic")
-    _type(qtbot, panel.d, "64")
-    _type(qtbot, panel.lengths, "4,256,512,1024,2048")  # tens of seconds of work
-    _type(qtbot, panel.samples, "8")
+    type_into(qtbot, panel.d, "64")
+    type_into(qtbot, panel.lengths, "4,256,512,1024,2048")  # tens of seconds of work
+    type_into(qtbot, panel.samples, "8")
     qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     job = panel._job
     qtbot.waitUntil(lambda: panel.table.rowCount() >= 8, timeout=30_000)  # n = 4 is in: the sweep is under way
@@ -65,7 +55,7 @@ def _tiny_run(panel) -> None:
 def test_quit_during_training_asks_first(qtbot, model_dirs, isolated_user_files, error_watch, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the run's process: one thread for a tiny model
     window, _state = open_window(qtbot, model_dirs["demo"], name="demo", watch=error_watch)
-    panel = _click_tab(qtbot, window, "Train")
+    panel = click_panel_tab(qtbot, window, "Train")
     _tiny_run(panel)
     qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: any(e["event"] == "step" for e in panel.events), timeout=90_000)

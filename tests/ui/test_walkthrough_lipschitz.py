@@ -10,23 +10,11 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QToolButton
 
-from .walkthrough import WALKTHROUGH_MODELS, open_window
+from .walkthrough import WALKTHROUGH_MODELS, open_window, click_panel_tab, type_into
 
 
-def _click_tab(qtbot, window, title: str):
-    bar = window.tabs.tabBar()
-    index = next(i for i in range(bar.count()) if bar.tabText(i) == title)
-    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-    assert window.tabs.currentIndex() == index
-    return window.slot(title).panel
 
 
-def _type(qtbot, field, text: str) -> None:
-    """Replace a line edit's or spin box's text as a person does: select all, type."""
-    field.setFocus()
-    qtbot.keyClick(field, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
-    qtbot.keyClicks(field, text)
-    qtbot.keyClick(field, Qt.Key.Key_Tab)
 
 
 def _run(qtbot, panel) -> None:
@@ -41,7 +29,7 @@ def _run(qtbot, panel) -> None:
 @pytest.mark.parametrize("name", WALKTHROUGH_MODELS)
 def test_lipschitz_walkthrough(qtbot, model_dirs, name, error_watch, isolated_user_files, tmp_path, monkeypatch):
     window, state = open_window(qtbot, model_dirs[name], name=name, watch=error_watch)
-    panel = _click_tab(qtbot, window, "Lipschitz")
+    panel = click_panel_tab(qtbot, window, "Lipschitz")
     assert panel.source.currentText() == "Model layer" and panel.data.currentText() == "real"
 
     # the defaults, untouched: the text cannot fill n = 128 on these models, so lengths are skipped and said
@@ -56,8 +44,8 @@ def test_lipschitz_walkthrough(qtbot, model_dirs, name, error_watch, isolated_us
     # the adversarial construction: one input per n, said (Samples K is never reduced silently)
     qtbot.keyClicks(panel.data, "adversarial")
     assert panel.data.currentText() == "adversarial"
-    _type(qtbot, panel.lengths, "4,8,16")
-    _type(qtbot, panel.samples, "2")
+    type_into(qtbot, panel.lengths, "4,8,16")
+    type_into(qtbot, panel.samples, "2")
     assert panel.samples.value() == 2
     _run(qtbot, panel)
     assert [r.n for r in panel.runs[-1].result.lengths] == [4, 8, 16]
@@ -66,7 +54,7 @@ def test_lipschitz_walkthrough(qtbot, model_dirs, name, error_watch, isolated_us
     # a synthetic head
     qtbot.keyClicks(panel.source, "Synthetic")
     assert panel.source.currentText() == "Synthetic head" and panel.d.isVisible()
-    _type(qtbot, panel.lengths, "3,6")
+    type_into(qtbot, panel.lengths, "3,6")
     _run(qtbot, panel)
     assert [r.n for r in panel.runs[-1].result.lengths] == [3, 6]
     assert len(panel.runs) == 3

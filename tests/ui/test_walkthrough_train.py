@@ -15,23 +15,11 @@ from PySide6.QtWidgets import QFileDialog
 from desktop_app.core.training import checkpoint_step
 from desktop_app.ui.panels.training import runs_root
 
-from .walkthrough import open_window
+from .walkthrough import open_window, click_panel_tab, type_into
 
 
-def _click_tab(qtbot, window, title: str):
-    bar = window.tabs.tabBar()
-    index = next(i for i in range(bar.count()) if bar.tabText(i) == title)
-    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-    assert window.tabs.currentIndex() == index
-    return window.slot(title).panel
 
 
-def _type(qtbot, field, text: str) -> None:
-    """Replace a spin box's text as a person does: select all, type, Tab away."""
-    field.setFocus()
-    qtbot.keyClick(field, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
-    qtbot.keyClicks(field, text)
-    qtbot.keyClick(field, Qt.Key.Key_Tab)
 
 
 def _snapshot(folder) -> dict[str, tuple[str, int]]:
@@ -58,7 +46,7 @@ def _run(qtbot, panel) -> list[tuple[str, bool]]:
 def test_train_walkthrough(qtbot, model_dirs, error_watch, isolated_user_files, tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the run's process: one thread for a tiny model
     window, state = open_window(qtbot, model_dirs["demo"], name="demo", watch=error_watch)
-    panel = _click_tab(qtbot, window, "Train")
+    panel = click_panel_tab(qtbot, window, "Train")
     root = runs_root()
     assert str(root).startswith(str(isolated_user_files))  # the runs go under this test's folder
     assert panel.out_edit.text() == str(root) and panel.task.currentText() == "motif"
@@ -66,7 +54,7 @@ def test_train_walkthrough(qtbot, model_dirs, error_watch, isolated_user_files, 
     for field, value in ((panel.layers, "1"), (panel.heads, "2"), (panel.d_model, "16"), (panel.d_ff, "32"),
                          (panel.context, "20"), (panel.batch_size, "16"), (panel.steps, "30"),
                          (panel.eval_every, "10"), (panel.checkpoint_every, "10")):
-        _type(qtbot, field, value)
+        type_into(qtbot, field, value)
         assert str(field.value()) == value
     assert not panel.model_error.isVisible() and not panel.task_error.isVisible()
 
@@ -88,13 +76,13 @@ def test_train_walkthrough(qtbot, model_dirs, error_watch, isolated_user_files, 
     qtbot.waitUntil(lambda: len(state.token_ids) == 20 and state.trace is not None, timeout=30_000)
     assert state.trace["blocks.0.attn.pattern"].shape[-1] == 20  # the Attention panel draws the sample
     assert "motif task" in panel.status_label.text()
-    model_panel = _click_tab(qtbot, window, "Model")
+    model_panel = click_panel_tab(qtbot, window, "Model")
     assert model_panel.text_edit.toPlainText() == state.text
 
     # second run: its own folder; the first run's files stay as they were
     before = _snapshot(first)
-    panel = _click_tab(qtbot, window, "Train")
-    _type(qtbot, panel.steps, "20")
+    panel = click_panel_tab(qtbot, window, "Train")
+    type_into(qtbot, panel.steps, "20")
     _run(qtbot, panel)
     second = panel.out_dir
     assert second != first and second.parent == root and checkpoint_step(second) == 20

@@ -147,3 +147,24 @@ def open_window(qtbot, folder: Path, text: str | None = None, name: str | None =
         window.open_model(folder)
     qtbot.waitUntil(lambda: state._trace_job is None or state._trace_job.done, timeout=30_000)
     return window, state
+
+
+def click_panel_tab(qtbot, window, title: str):
+    """Click the main window's tab `title` on its tab bar, as a person does; returns the panel."""
+    from PySide6.QtCore import Qt
+
+    bar = window.tabs.tabBar()
+    index = next(i for i in range(bar.count()) if bar.tabText(i) == title)
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
+    assert window.tabs.currentIndex() == index
+    return window.slot(title).panel
+
+
+def type_into(qtbot, field, text: str) -> None:
+    """Replace a line edit's or spin box's text as a person does: select all, type, Tab away."""
+    from PySide6.QtCore import Qt
+
+    field.setFocus()
+    qtbot.keyClick(field, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(field, text)
+    qtbot.keyClick(field, Qt.Key.Key_Tab)

@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         state.device_failed.connect(self._on_device_failed)
         state.busy_changed.connect(self._on_busy)
         state.error.connect(self._on_state_error)
+        state.notice.connect(lambda message: self.statusBar().showMessage(message, 8000))
         self._on_device_changed(state.device)
         if self.slots:
             self.slots[0].build(state)

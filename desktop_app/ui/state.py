@@ -11,14 +11,28 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from ..core.checkpoints import LoadedModel
-from ..core.inputs import EncodedText
+from ..core.inputs import EncodedText, encode
 from ..core.trace import Trace
 from .workers import run_job
 
 
-def _load(path: str, device: str, dtype: str | None) -> LoadedModel:
+def _load(path: str, device: str, dtype: str | None, text: str) -> tuple[LoadedModel, tuple[str, str] | None]:
+    """The model in `path`, and (task, sample text) when it was trained here on a task and its
+    tokenizer cannot read `text` whole (a task model's tokenizer knows only the task's tokens: the
+    app's English text would fail, or come out as unknown tokens)."""
     from ..core.checkpoints import load_model_folder
-    return load_model_folder(path, device=device, dtype=dtype)
+    from ..core.inputs import InputError
+    from ..core.training.trainer import run_sample_text
+
+    loaded = load_model_folder(path, device=device, dtype=dtype)
+    if text.strip() and loaded.tokenizer is not None:
+        try:
+            ids = encode(loaded, text).ids
+            if loaded.tokenizer.special_id("unk") not in ids:
+                return loaded, None
+        except InputError:
+            pass
+    return loaded, run_sample_text(path, loaded)
 
 
 def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None) -> tuple[EncodedText, Trace | None]:
@@ -27,7 +41,7 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None) -> tuple[
     unknown words and ids outside the vocabulary raise InputError with a sentence naming them."""
     import torch
 
-    from ..core.inputs import check_ids, encode, trace_names
+    from ..core.inputs import check_ids, trace_names
 
     cfg = loaded.config
     if ids is not None:
@@ -84,6 +98,7 @@ class AppState(QObject):
     trace_changed = Signal(object)  # Trace of the current text (or a generation step)
     busy_changed = Signal(bool, str)
     error = Signal(str)
+    notice = Signal(str)  # something the app did for the user that they should know (status bar)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -104,11 +119,18 @@ class AppState(QObject):
     def open_model(self, path: str | Path) -> None:
         """Load a model folder in a worker; on failure the previous model stays."""
         self.busy_changed.emit(True, f"Loading {path}…")
-        device = self.device
+        device, text = self.device, self.text
 
-        def done(loaded: LoadedModel) -> None:
+        def done(result: tuple[LoadedModel, tuple[str, str] | None]) -> None:
+            loaded, sample = result
             self.busy_changed.emit(False, "")
+            use_sample = sample is not None and self.text == text  # else the text was changed meanwhile
+            if use_sample:
+                self.text = sample[1]  # set_model traces it
             self.set_model(loaded)
+            if use_sample:
+                self.notice.emit(f"Opened {path}, trained on the {sample[0]} task: the text is now a sample of "
+                                 f"that task (the model's tokenizer knows only its tokens).")
             if self.device != device:  # the device was switched while this model was loading
                 self._move_model(loaded, self.device, device)
 
@@ -116,7 +138,7 @@ class AppState(QObject):
             self.busy_changed.emit(False, "")
             self.model_load_failed.emit(str(exc))
 
-        return run_job(_load, str(path), device, self.dtype, on_result=done, on_error=failed)
+        return run_job(_load, str(path), device, self.dtype, text, on_result=done, on_error=failed)
 
     def set_model(self, loaded: LoadedModel) -> None:
         self.loaded = loaded

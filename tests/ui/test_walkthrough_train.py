@@ -1,7 +1,7 @@
 """Issue 13, clicked: the Train tab on the demo model. A tiny motif run typed into the fields and
 started with the Start button; "Use this model" stays disabled until that run's first checkpoint, then
 opens the model with a sample of the motif task as the text of every panel (the app's text is English,
-which a motif vocabulary cannot tokenize). A second run gets a folder of its own and leaves the first
+which a motif vocabulary cannot tokenize); so does File > Open on a run's folder. A second run gets a folder of its own and leaves the first
 run's folder alone; File > Export Current View writes the metrics. No error dialog, no error log."""
 from __future__ import annotations
 
@@ -96,5 +96,27 @@ def test_train_walkthrough(qtbot, model_dirs, error_watch, isolated_user_files, 
     with open(out, newline="") as fh:
         rows = list(csv.reader(fh))
     assert rows[0][0] == "step" and int(rows[-1][0]) == 20
+
+    # File > Open on the first run's folder while the text is English: the text becomes a sample of
+    # the task (English would be unknown tokens to it), and the status bar says so
+    model_panel = click_panel_tab(qtbot, window, "Model")
+    model_panel.text_edit.setFocus()
+    qtbot.keyClick(model_panel.text_edit, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(model_panel.text_edit, "The cat sat.")
+    qtbot.waitUntil(lambda: state.text == "The cat sat.", timeout=10_000)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(first)))
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_action.trigger()
+    assert state.loaded.path is not None and state.loaded.path.resolve() == first.resolve()
+    assert re.fullmatch(r"[ABCD]( [ABCD]){19}", state.text), state.text
+    qtbot.waitUntil(lambda: len(state.token_ids) == 20 and state.trace is not None, timeout=30_000)
+    assert model_panel.text_edit.toPlainText() == state.text
+    assert "trained on the motif task: the text is now a sample" in window.statusBar().currentMessage()
+
+    # a text the task model reads whole is kept when a run's folder is opened
+    kept = state.text
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_action.trigger()
+    assert state.text == kept
 
     error_watch.assert_clean()

@@ -326,6 +326,21 @@ def read_run_config(out_dir: str | Path) -> TrainConfig:
     return TrainConfig.from_dict(d)
 
 
+def run_sample_text(run_dir: str | Path, loaded) -> tuple[str, str] | None:
+    """(task name, one sample of the task as text) for a model folder a training run wrote, or None
+    when the folder has no run notes or the task cannot be rebuilt (its text file is gone...). A task
+    model's tokenizer knows only the task's tokens, so this is the text the app shows for it."""
+    from .tasks import TaskError, sample_text
+
+    if not (Path(run_dir) / RUN_FILE).is_file() and not Path(str(run_dir) + ".old").is_dir():
+        return None
+    try:
+        cfg = read_run_config(run_dir)
+        return cfg.task, sample_text(task_for(cfg, loaded.config.causal, tokenizer=loaded.tokenizer), cfg.seed)
+    except (ModelLoadError, TaskError, ValueError, OSError):
+        return None
+
+
 # -- the loop ---------------------------------------------------------------------------------
 
 

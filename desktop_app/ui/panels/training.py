@@ -21,9 +21,9 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QApplication, QCheckBox, QCombo
 
 from ...core.config import ConfigError
 from ...core.training import checkpoint_step
-from ...core.training.tasks import TaskError, TextTask, make_task, read_text_file, sample_text
+from ...core.training.tasks import TaskError, TextTask, make_task, read_text_file
 from ...core.training.trainer import (TrainConfig, best_device, default_precision, model_config_for, parameter_count,
-                                      read_run_config, task_for, task_vocab_size)
+                                      run_sample_text, task_for, task_vocab_size)
 from ...paths import user_data_dir
 from ..widgets.export import ExportBar, ask_save_path
 from ..widgets.export import export_view as write_export
@@ -105,18 +105,13 @@ def new_run_dir(root: Path, task: str, now: float | None = None) -> Path:
 
 
 def load_run_model(path: str, device: str):
-    """(model, task name, sample of the task as text) of a run's checkpoint; the sample is None when the
-    task cannot be rebuilt (e.g. its text file is gone). A task model's tokenizer knows only the task's
-    tokens, so the app's current text would not tokenize."""
-    from ...core.checkpoints import ModelLoadError, load_model_folder
+    """(model, task name, sample of the task as text) of a run's checkpoint; the task and sample are
+    None when the task cannot be rebuilt (e.g. its text file is gone)."""
+    from ...core.checkpoints import load_model_folder
 
     loaded = load_model_folder(path, device)
-    try:
-        cfg = read_run_config(path)
-        return loaded, cfg.task, sample_text(task_for(cfg, loaded.config.causal, tokenizer=loaded.tokenizer),
-                                             cfg.seed)
-    except (ModelLoadError, TaskError, ValueError, OSError):
-        return loaded, None, None
+    task, sample = run_sample_text(path, loaded) or (None, None)
+    return loaded, task, sample
 
 
 class WheelGuard(QObject):

@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("info", "trace", "generate", "render", "lipschitz", "train", "bench")
+COMMANDS = ("info", "trace", "generate", "render", "lipschitz", "train", "bench", "families", "dynamics", "attribute", "patch")
 EXIT_INPUT = 2  # bad input: a file that cannot be used, a wrong option, an output folder refused
 EXIT_DIVERGED = 3  # train: the loss or the gradient became non-finite
 EXIT_WRITE = 4  # an output could not be written (read-only, disk full, a folder in the way...)

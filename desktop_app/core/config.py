@@ -11,9 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FAMILIES = ("gpt2", "bert", "llama")
-NORMS = ("layernorm", "rmsnorm")
+# rmsnorm_offset: Gemma's RMSNorm, weight applied as (1 + w) (stored zero-centred), all in float32
+NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset")
 PLACEMENTS = ("pre", "post")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "swiglu")
+# swiglu: silu(gate) * up (LLaMA, Qwen, Mistral); geglu: gelu_tanh(gate) * up (Gemma)
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "swiglu", "geglu")
+GATED_ACTIVATIONS = ("swiglu", "geglu")
+ROPE_SCALINGS = ("linear", "llama3")
+LAYER_TYPES = ("full_attention", "sliding_attention")  # as Hugging Face configs write them
+LM_HEAD_KINDS = ("linear", "mlm")
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 ATTENTION_KINDS = ("softmax", "l2", "sinkhorn")
 INITS = ("default", "glorot", "he")
@@ -61,17 +67,67 @@ class ModelConfig:
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | None = None
+    # -- switches for the wider families; every default keeps GPT-2, BERT and LLaMA as they were --
+    # Width of one head. HF `head_dim` (Qwen3, Gemma 3, some Mistral). None: d_model // n_heads.
+    head_dim: int | None = None
+    # Bias of the attention output projection, apart from q/k/v's (`attention_bias`). None: same as
+    # attention_bias. Qwen2/2.5: q, k, v biases, none on o_proj. GPT-Neo: out_proj bias only.
+    attention_out_bias: bool | None = None
+    # x + attn(norm1(x)) + mlp(norm2(x)) instead of two residual steps. GPT-NeoX
+    # `use_parallel_residual`, GPT-J. Needs pre-norm.
+    parallel_residual: bool = False
+    # Share of each head's dims that rotate (the first ones, "rotate half" within them); the rest
+    # pass through. GPT-NeoX/Pythia `rotary_pct`, HF `partial_rotary_factor`.
+    rotary_fraction: float = 1.0
+    # Rotary frequency scaling, HF `rope_scaling` / `rope_parameters`: {"rope_type": "linear",
+    # "factor": f} or {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+    # "original_max_position_embeddings"}. None: plain rotary. Applies to full-attention layers.
+    rope_scaling: dict[str, Any] | None = None
+    # Rotary base of sliding-window layers, which then get no rope_scaling. Gemma 3
+    # `rope_local_base_freq` (rope_parameters["sliding_attention"]). None: same rotary as other layers.
+    rope_local_theta: float | None = None
+    # RMS/LayerNorm (the `norm` kind) over each head's q and k, before rotary. Qwen3, Gemma 3 q_norm/k_norm.
+    qk_norm: bool = False
+    # A sliding-window layer lets query i see keys j with i - sliding_window < j <= i (the window
+    # counts the query itself): HF `sliding_window` (Mistral, Qwen2 use_sliding_window, Gemma 3)
+    # and GPT-Neo `window_size` (same mask: tril(ones) xor tril(ones, -window_size)).
+    sliding_window: int | None = None
+    # Per layer "full_attention" or "sliding_attention", as HF `layer_types` (Gemma 3, Qwen2/3,
+    # GPT-Neo `attention_types` expanded: "local" -> sliding). None: every layer slides when
+    # sliding_window is set (Mistral), else every layer is full.
+    layer_types: list[str] | None = None
+    # Multiplier of q . k. None: 1/sqrt(d_head). GPT-Neo: 1.0 (no scaling); Gemma 3:
+    # query_pre_attn_scalar ** -0.5.
+    attn_scale: float | None = None
+    # Token embeddings are multiplied by this (in the embedding dtype). Gemma: sqrt(hidden_size).
+    embed_scale: float | None = None
+    # Gemma 3's extra norms: attention and MLP outputs are normed before their residual add
+    # (post_attention_layernorm, post_feedforward_layernorm); norm2 is then pre_feedforward_layernorm.
+    sandwich_norms: bool = False
+    # logits = cap * tanh(logits / cap). HF `final_logit_softcapping` (Gemma 2/3; None in most).
+    final_logit_softcap: float | None = None
+    # Learned position tables have position_offset extra rows and position t reads row t + offset.
+    # OPT: 2. RoBERTa: pad_token_id + 1 (HF's rule from input ids, for inputs without padding).
+    position_offset: int = 0
+    # Unembedding: "linear" (GPT-2, LLaMA, ...) or "mlm" (dense -> GELU -> LayerNorm -> decoder +
+    # bias: BERT cls.predictions, RoBERTa lm_head, DistilBERT vocab_transform/vocab_layer_norm/
+    # vocab_projector). None: "mlm" for the bert family, else "linear" (configs saved before the field).
+    lm_head_kind: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # fields kept only for round trips
 
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
+        if self.attention_out_bias is None:
+            self.attention_out_bias = self.attention_bias
+        if self.lm_head_kind is None:
+            self.lm_head_kind = "mlm" if self.family == "bert" else "linear"
         self.validate()
 
     # -- derived -------------------------------------------------------------------------
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_heads
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
 
     @property
     def is_decoder(self) -> bool:
@@ -118,11 +174,54 @@ class ModelConfig:
         check(self.positions not in ("learned", "sinusoidal") or self.context_length * self.d_model <= MAX_POSITION_TABLE,
               f"a position table of context_length x d_model = {self.context_length:,} x {self.d_model:,} is "
               f"beyond {MAX_POSITION_TABLE:,} elements")
-        check(self.d_model % self.n_heads == 0,
+        check(self.head_dim is None or (is_int(self.head_dim) and self.head_dim > 0),
+              f"head_dim must be a positive integer or null, got {self.head_dim!r}")
+        check(self.head_dim is not None or self.d_model % self.n_heads == 0,
               f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         check(self.n_heads % self.n_kv_heads == 0,
               f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
-        check(self.positions != "rotary" or self.d_head % 2 == 0, "rotary positions need an even head width")
+        for name in ("attention_out_bias", "parallel_residual", "qk_norm", "sandwich_norms"):
+            value = getattr(self, name)
+            check(isinstance(value, bool), f"{name} must be true or false, got {value!r}")
+        check(is_real(self.rotary_fraction) and 0.0 < self.rotary_fraction <= 1.0,
+              f"rotary_fraction must be in (0, 1], got {self.rotary_fraction!r}")
+        rotary_dims = int(self.d_head * self.rotary_fraction)  # HF: int(head_dim * partial_rotary_factor)
+        check(self.positions != "rotary" or (rotary_dims > 0 and rotary_dims % 2 == 0),
+              f"rotary positions need an even, non-zero number of rotating dims per head "
+              f"(head width {self.d_head} x rotary_fraction {self.rotary_fraction} = {rotary_dims})")
+        if self.rope_scaling is not None:
+            rs = self.rope_scaling
+            check(isinstance(rs, dict), f"rope_scaling must be a mapping or null, got {rs!r}")
+            kind = rs.get("rope_type", rs.get("type"))
+            check(kind in ROPE_SCALINGS, f"rope_scaling type {kind!r} is not supported "
+                                         f"(supported: {', '.join(ROPE_SCALINGS)})")
+            needed = ("factor",) if kind == "linear" else (
+                "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+            for key in needed:
+                check(is_real(rs.get(key)) and rs.get(key) > 0,
+                      f"rope_scaling {kind!r} needs a positive number {key!r}, got {rs.get(key)!r}")
+            if kind == "llama3":
+                check(rs["high_freq_factor"] != rs["low_freq_factor"],
+                      "rope_scaling 'llama3' needs high_freq_factor != low_freq_factor")
+        for name in ("rope_local_theta", "attn_scale", "embed_scale", "final_logit_softcap"):
+            value = getattr(self, name)
+            check(value is None or (is_real(value) and value > 0),
+                  f"{name} must be a positive finite number or null, got {value!r}")
+        check(self.sliding_window is None or (is_int(self.sliding_window) and self.sliding_window > 0),
+              f"sliding_window must be a positive integer or null, got {self.sliding_window!r}")
+        if self.layer_types is not None:
+            check(isinstance(self.layer_types, list) and len(self.layer_types) == self.n_layers,
+                  f"layer_types must be a list of {self.n_layers} entries (one per layer), got {self.layer_types!r}")
+            unknown = sorted({t for t in self.layer_types if t not in LAYER_TYPES}, key=str)
+            check(not unknown, f"unknown layer types {unknown!r} (known: {', '.join(LAYER_TYPES)})")
+            check("sliding_attention" not in self.layer_types or self.sliding_window is not None,
+                  "layer_types has sliding_attention layers but sliding_window is not set")
+        check(is_int(self.position_offset) and self.position_offset >= 0,
+              f"position_offset must be a non-negative integer, got {self.position_offset!r}")
+        check(self.lm_head_kind in LM_HEAD_KINDS, f"unknown lm_head_kind {self.lm_head_kind!r} "
+                                                  f"(known: {', '.join(LM_HEAD_KINDS)})")
+        check(not (self.parallel_residual or self.sandwich_norms) or self.norm_placement == "pre",
+              "parallel_residual and sandwich_norms need norm_placement 'pre'")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
 
     # -- presets -------------------------------------------------------------------------

@@ -19,3 +19,15 @@ def input_ids(loaded, text: str | None, ids: str | None) -> list[int]:
     if not out:
         raise ValueError("the input is empty")
     return out
+
+
+MODEL_HELP = "model folder, or org/name[@revision] from the local Hugging Face cache (nothing is downloaded)"
+
+
+def load_model(model_ref: str, **kwargs):
+    """Every command's model argument: a folder, or a repository id resolved in the local Hugging Face
+    cache only (NotInCacheError, one line, when it is not there); then load_model_folder(**kwargs)."""
+    from ..core.checkpoints import load_model_folder
+    from ..core.hf_cache import resolve_model_ref
+
+    return load_model_folder(resolve_model_ref(model_ref), **kwargs)

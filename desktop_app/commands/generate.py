@@ -6,11 +6,12 @@ prompt's mask tokens instead of continuing it.
 from __future__ import annotations
 
 from ..core.generation import STRATEGIES
+from . import MODEL_HELP
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("generate", help="generate tokens (or fill [MASK] tokens for encoder models)")
-    p.add_argument("model_dir")
+    p.add_argument("model_dir", help=MODEL_HELP)
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--prompt", help="prompt text (needs the model's tokenizer.json)")
     g.add_argument("--prompt-ids", help="comma-separated prompt token ids")
@@ -32,7 +33,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import json
 
-    from ..core.checkpoints import load_model_folder
+    from . import load_model
     from ..core.devices import resolve_device
     from ..core.generation import GenerationSettings, MaskedFillSession, generate
     from ..core.inputs import parse_token_ids
@@ -40,7 +41,7 @@ def run(args) -> int:
 
     if args.max_new < 0:
         raise ValueError(f"--max-new must be >= 0, got {args.max_new}")
-    loaded = load_model_folder(args.model_dir, device=resolve_device(args.device))
+    loaded = load_model(args.model_dir, device=resolve_device(args.device))
     if args.prompt is not None and loaded.tokenizer is None:
         raise ValueError(f"{loaded.path}: this model has no tokenizer.json; pass --prompt-ids instead of --prompt")
     prompt = input_ids(loaded, args.prompt, args.prompt_ids)

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import json
 
+from . import MODEL_HELP
+
 
 def model_info(loaded) -> dict:
     cfg = loaded.config
@@ -12,11 +14,11 @@ def model_info(loaded) -> dict:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("info", help="print a model folder's architecture as JSON")
-    p.add_argument("model_dir")
+    p.add_argument("model_dir", help=MODEL_HELP)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from ..core.checkpoints import load_model_folder
-    print(json.dumps(model_info(load_model_folder(args.model_dir))))
+    from . import load_model
+    print(json.dumps(model_info(load_model(args.model_dir))))
     return 0

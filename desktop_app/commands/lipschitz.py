@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import argparse
 
+from . import MODEL_HELP
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("lipschitz", help="local Lipschitz constant of attention against sequence length (CSV + JSON)")
-    p.add_argument("model_dir", nargs="?", help="model folder (omit with --synthetic)")
+    p.add_argument("model_dir", nargs="?", help=MODEL_HELP + "; omit with --synthetic")
     p.add_argument("--synthetic", action="store_true", help="a standalone random attention head instead of a model")
     p.add_argument("--layer", type=int, default=0)
     p.add_argument("--head", type=int, default=None, help="one head (default: the whole attention sublayer)")
@@ -85,9 +87,9 @@ def run(args) -> int:
     else:
         if not args.model_dir:
             raise ValueError("give a MODEL_DIR, or --synthetic")
-        from ..core.checkpoints import load_model_folder
+        from . import load_model
 
-        loaded = load_model_folder(args.model_dir)
+        loaded = load_model(args.model_dir)
         model = loaded.model.float().eval()
         ids = None
         if args.data == "real" or args.text_file or (args.data == "search" and args.search_start == "real"):

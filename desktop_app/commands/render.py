@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from . import MODEL_HELP
+
 ATTENTION_VIEWS = {"attention": "attention", "model-view": "model-view", "head-view": "head-view",
                    "mean": "mean", "rollout": "rollout", "head-stats": "head-stats"}
 LAYERS_VIEWS = {"residual-norms": "residual-norms", "component-norms": "component-norms",
@@ -17,7 +19,7 @@ STATS = ("entropy", "mean_distance", "first_token")
 
 def add_parser(sub) -> None:
     p = sub.add_parser("render", help="draw an attention or layers view of a text to PNG / SVG (headless)")
-    p.add_argument("model_dir")
+    p.add_argument("model_dir", help=MODEL_HELP)
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--text")
     g.add_argument("--ids", help="comma-separated token ids")
@@ -112,14 +114,14 @@ def render_view(loaded, ids: list[int], view: str, out: str, layer: int | None =
 
 def run(args) -> int:
     _ensure_qt_platform()
-    from ..core.checkpoints import load_model_folder
+    from . import load_model
     from . import input_ids
 
     from ..core.files import prepare_output_file
 
     size = _parse_size(args.size)
     prepare_output_file(args.out)  # a write failure now, not after the drawing
-    loaded = load_model_folder(args.model_dir)
+    loaded = load_model(args.model_dir)
     ids = input_ids(loaded, args.text, args.ids)
     panel = render_view(loaded, ids, args.view, args.out, layer=args.layer, head=args.head, depth=args.depth,
                         token=args.token, stat=args.stat, size=size)

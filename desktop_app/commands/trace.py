@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from . import MODEL_HELP
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("trace", help="run a text through a model and save what it recorded as .npz")
-    p.add_argument("model_dir")
+    p.add_argument("model_dir", help=MODEL_HELP)
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--text")
     g.add_argument("--ids", help="comma-separated token ids")
@@ -34,12 +36,12 @@ def run(args) -> int:
 
     import numpy as np
 
-    from ..core.checkpoints import load_model_folder
+    from . import load_model
     from ..core.files import atomic_write_bytes, prepare_output_file
     from . import input_ids
 
     prepare_output_file(args.out)  # a write failure now, not after the forward pass
-    loaded = load_model_folder(args.model_dir)
+    loaded = load_model(args.model_dir)
     arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids))
     buf = io.BytesIO()
     np.savez(buf, **arrays)

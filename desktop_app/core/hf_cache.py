@@ -1,0 +1,232 @@
+"""The local Hugging Face cache: which models are there, and `org/name` -> a snapshot folder.
+
+Read only, and never the network: nothing here downloads, and a repository that is not in the
+cache is an error, not a fetch. The layout is huggingface_hub's:
+
+    <root>/models--org--name/
+        refs/main                 the revision (commit hash) 'main' points at
+        snapshots/<revision>/     the files of that revision, as links into blobs/
+        blobs/<hash>              the file contents
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_PREFIX = "models--"
+# A Hugging Face repository id: `name` or `org/name`, optionally `@revision` (a ref, tag or commit).
+_REPO_REF = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*(?:/[A-Za-z0-9][\w.\-]*)?)(?:@(?P<rev>[\w.\-/]+))?$")
+_FALLBACK_FAMILIES = ("gpt2", "bert", "llama")
+
+
+class NotInCacheError(FileNotFoundError):
+    """`org/name` names no model in the local cache (FileNotFoundError: the CLI reports it as bad input)."""
+
+
+def cache_roots() -> list[Path]:
+    """The cache folders to look in, first one first, as huggingface_hub chooses its own:
+    $HF_HUB_CACHE, then $HF_HOME/hub, then ~/.cache/huggingface/hub ($XDG_CACHE_HOME honoured).
+    All of them are listed (not only the first that is set), so a model cached under the default
+    location is still found when a variable points elsewhere; duplicates are dropped."""
+    env = os.environ
+    candidates: list[str] = []
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):  # the second is huggingface_hub's older name
+        if env.get(var):
+            candidates.append(env[var])
+    if env.get("HF_HOME"):
+        candidates.append(os.path.join(env["HF_HOME"], "hub"))
+    xdg = env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    candidates.append(os.path.join(xdg, "huggingface", "hub"))
+    roots: list[Path] = []
+    for c in candidates:
+        p = Path(os.path.expandvars(os.path.expanduser(c)))
+        if p not in roots:
+            roots.append(p)
+    return roots
+
+
+def supported_families() -> tuple[str, ...]:
+    """The model_types the loader knows: the families registry when it exists, else the three built in."""
+    try:
+        from .families import REGISTRY  # type: ignore[attr-defined]
+    except ImportError:
+        return _FALLBACK_FAMILIES
+    return tuple(REGISTRY)
+
+
+@dataclass(frozen=True)
+class CachedModel:
+    repo_id: str            # "org/name"
+    revision: str           # the snapshot's folder name (a commit hash)
+    refs: tuple[str, ...]   # the refs pointing at it ("main", ...); empty for an older snapshot
+    folder: Path            # .../models--org--name/snapshots/<revision>
+    model_type: str | None  # from config.json; None when it has none or cannot be read
+    weights_bytes: int      # total size of the weight files (the blobs the links point at)
+    supported: bool
+    reason: str             # why it cannot be opened; "" when supported
+
+    @property
+    def is_current(self) -> bool:
+        return "main" in self.refs
+
+    @property
+    def ref_text(self) -> str:
+        """'org/name' for the main revision, 'org/name@abc1234' for another one."""
+        return self.repo_id if self.is_current else f"{self.repo_id}@{self.revision[:12]}"
+
+
+def repo_folder_name(repo_id: str) -> str:
+    return REPO_PREFIX + repo_id.replace("/", "--")
+
+
+def _repo_id(folder_name: str) -> str:
+    return folder_name[len(REPO_PREFIX):].replace("--", "/")
+
+
+def _refs(repo: Path) -> dict[str, str]:
+    """ref name -> revision, from refs/ (refs/main, refs/pr/1, ...)."""
+    out: dict[str, str] = {}
+    refs = repo / "refs"
+    if refs.is_dir():
+        for f in refs.rglob("*"):
+            if f.is_file():
+                try:
+                    out[f.relative_to(refs).as_posix()] = f.read_text(encoding="utf-8").strip()
+                except (OSError, UnicodeDecodeError):
+                    continue  # an unreadable ref names nothing
+    return out
+
+
+def _weight_size(snapshot: Path) -> tuple[int, bool, bool]:
+    """(bytes of the weight files, has safetensors, has pickle weights only)."""
+    size, safetensors, pickle = 0, False, False
+    for f in snapshot.iterdir():
+        name = f.name
+        is_st, is_pickle = name.endswith(".safetensors"), name.endswith((".bin", ".pt", ".ckpt", ".pth"))
+        if not (is_st or is_pickle):
+            continue
+        try:
+            size += f.stat().st_size  # follows the link to the blob
+        except OSError:
+            continue  # a dangling link: a file whose download never finished
+        safetensors |= is_st
+        pickle |= is_pickle
+    return size, safetensors, pickle and not safetensors
+
+
+def _model_type(snapshot: Path) -> str | None:
+    try:
+        d = json.loads((snapshot / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    mt = d.get("model_type") if isinstance(d, dict) else None
+    return mt if isinstance(mt, str) else None
+
+
+def _support(snapshot: Path, model_type: str | None, has_st: bool, pickle_only: bool) -> str:
+    """Why the app cannot open this snapshot, in a few words; "" when it can."""
+    if not (snapshot / "config.json").is_file():
+        return "no config.json in this revision"
+    if model_type is None:
+        return "config.json names no model_type (or cannot be read)"
+    families = supported_families()
+    if model_type not in families:
+        return f"model_type {model_type!r} is not supported (supported: {', '.join(families)})"
+    if pickle_only:
+        return "only pickle weights (.bin); this app loads safetensors only"
+    if not has_st:
+        return "no weights in this revision"
+    from .checkpoints import ModelLoadError, read_config  # torch comes with it: only when a row needs it
+
+    try:
+        read_config(snapshot)  # the loader's own checks on the configuration (activation, rope, ...)
+    except ModelLoadError as exc:
+        return exc.problem
+    return ""
+
+
+def _snapshot_entry(repo: Path, snapshot: Path, refs: dict[str, str]) -> CachedModel:
+    mt = _model_type(snapshot)
+    size, has_st, pickle_only = _weight_size(snapshot)
+    reason = _support(snapshot, mt, has_st, pickle_only)
+    names = tuple(sorted(r for r, rev in refs.items() if rev == snapshot.name))
+    return CachedModel(repo_id=_repo_id(repo.name), revision=snapshot.name, refs=names, folder=snapshot,
+                       model_type=mt, weights_bytes=size, supported=not reason, reason=reason)
+
+
+def list_cached_models(roots: list[Path] | None = None) -> list[CachedModel]:
+    """Every model snapshot in the cache roots, by repository id, the current (main) revision first.
+    Datasets and spaces (datasets--, spaces--) are not models and are skipped."""
+    out: list[CachedModel] = []
+    seen: set[tuple[str, str]] = set()
+    for root in cache_roots() if roots is None else roots:
+        try:
+            repos = sorted(p for p in root.iterdir() if p.name.startswith(REPO_PREFIX) and p.is_dir())
+        except OSError:
+            continue  # a root that does not exist or cannot be read holds nothing
+        for repo in repos:
+            snapshots = repo / "snapshots"
+            if not snapshots.is_dir():
+                continue
+            refs = _refs(repo)
+            for snap in sorted(s for s in snapshots.iterdir() if s.is_dir()):
+                key = (_repo_id(repo.name), snap.name)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(_snapshot_entry(repo, snap, refs))
+    out.sort(key=lambda m: (m.repo_id.lower(), not m.is_current, m.revision))
+    return out
+
+
+def looks_like_repo_id(text: str) -> bool:
+    return bool(_REPO_REF.match(text))
+
+
+def find_in_cache(repo_id: str, revision: str | None = None, roots: list[Path] | None = None) -> Path | None:
+    """The snapshot folder of `repo_id` at `revision` (a ref such as 'main', or a commit hash or
+    its prefix; default 'main', else the only snapshot there is), or None."""
+    for root in cache_roots() if roots is None else roots:
+        repo = root / repo_folder_name(repo_id)
+        snapshots = repo / "snapshots"
+        if not snapshots.is_dir():
+            continue
+        refs = _refs(repo)
+        want = revision or "main"
+        if want in refs and (snapshots / refs[want]).is_dir():
+            return snapshots / refs[want]
+        present = sorted(s.name for s in snapshots.iterdir() if s.is_dir())
+        if revision is None:
+            if len(present) == 1:
+                return snapshots / present[0]
+            continue
+        matches = [s for s in present if s.startswith(revision)]
+        if len(matches) == 1:
+            return snapshots / matches[0]
+    return None
+
+
+def resolve_model_ref(text: str | os.PathLike) -> Path:
+    """A model folder from what a user typed: a path that exists, as is; else a Hugging Face
+    repository id (`org/name`, `org/name@revision`) looked up in the local cache only.
+
+    Raises NotInCacheError (one line: what, where it looked, that nothing is downloaded)."""
+    raw = os.fspath(text)
+    path = Path(os.path.expanduser(raw))
+    if path.exists():
+        return path
+    m = _REPO_REF.match(raw)
+    if m is None:
+        return path  # not a repository id: the loader says what is wrong with the path
+    repo_id, rev = m.group("repo"), m.group("rev")
+    found = find_in_cache(repo_id, rev)
+    if found is not None:
+        return found
+    if "/" not in repo_id and rev is None:
+        return path  # a bare word ('gpt2', 'model'): more likely a mistyped folder than a repository
+    looked = ", ".join(str(r) for r in cache_roots())
+    what = f"{repo_id}@{rev}" if rev else repo_id
+    raise NotInCacheError(f"{what} is not a folder, and not in the local Hugging Face cache "
+                          f"(looked in: {looked}); nothing is downloaded")

@@ -1,0 +1,95 @@
+"""The local Hugging Face cache: listing, org/name resolution, loading a real snapshot layout, the CLI."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from desktop_app import cli
+from desktop_app.core.checkpoints import load_model_folder
+from desktop_app.core.hf_cache import NotInCacheError, cache_roots, list_cached_models, resolve_model_ref
+from fake_hf_cache import TEXT, add_snapshot, make_fake_cache, point_at, tiny_model_files
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    cache = make_fake_cache(tmp_path)
+    point_at(monkeypatch, cache, tmp_path / "home")
+    return cache
+
+
+def test_cache_roots_follow_huggingface_hub_precedence(tmp_path, monkeypatch):
+    point_at(monkeypatch, tmp_path / "hub-cache", tmp_path / "home")
+    assert cache_roots() == [tmp_path / "hub-cache", tmp_path / "home" / "hf-home" / "hub",
+                             tmp_path / "home" / "xdg-cache" / "huggingface" / "hub"]
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.delenv("HF_HOME")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_roots() == [tmp_path / "home" / ".cache" / "huggingface" / "hub"]
+
+
+def test_lists_each_snapshot_with_family_size_and_support(cache):
+    rows = list_cached_models()
+    assert [(m.repo_id, m.revision[:1], m.refs) for m in rows] == [
+        ("other-org/mamba-tiny", "c", ("main",)),
+        ("tiny-org/tiny-gpt2", "b", ("main",)),  # the current revision first
+        ("tiny-org/tiny-gpt2", "a", ()),
+    ]
+    mamba, gpt2 = rows[0], rows[1]
+    assert gpt2.model_type == "gpt2" and gpt2.supported and gpt2.reason == ""
+    assert gpt2.folder == cache / "models--tiny-org--tiny-gpt2" / "snapshots" / ("b" * 40)
+    assert gpt2.weights_bytes == (gpt2.folder / "model.safetensors").resolve().stat().st_size > 1000
+    assert not mamba.supported and "'mamba' is not supported" in mamba.reason
+    assert gpt2.ref_text == "tiny-org/tiny-gpt2" and rows[2].ref_text == "tiny-org/tiny-gpt2@" + "a" * 12
+
+
+def test_pickle_only_and_dangling_snapshots_are_listed_not_supported(cache, tmp_path):
+    files = tiny_model_files(tmp_path)
+    add_snapshot(cache, "old/pickled", {"config.json": files["config.json"], "pytorch_model.bin": b"x" * 10}, "d" * 40)
+    row = next(m for m in list_cached_models() if m.repo_id == "old/pickled")
+    assert not row.supported and "pickle" in row.reason and row.weights_bytes == 10
+
+
+def test_resolve_model_ref(cache, tmp_path):
+    snaps = cache / "models--tiny-org--tiny-gpt2" / "snapshots"
+    assert resolve_model_ref("tiny-org/tiny-gpt2") == snaps / ("b" * 40)
+    assert resolve_model_ref("tiny-org/tiny-gpt2@main") == snaps / ("b" * 40)
+    assert resolve_model_ref("tiny-org/tiny-gpt2@aaaaaaa") == snaps / ("a" * 40)
+    assert resolve_model_ref(str(tmp_path)) == tmp_path  # a path that exists wins
+    assert resolve_model_ref("no-such-folder") == Path("no-such-folder")  # a bare word: left to the loader
+    with pytest.raises(NotInCacheError) as err:
+        resolve_model_ref("nobody/nothing")
+    msg = str(err.value)
+    assert msg.startswith("nobody/nothing is not a folder, and not in the local Hugging Face cache (looked in: ")
+    assert str(cache) in msg and msg.endswith("nothing is downloaded")
+
+
+def test_snapshot_of_links_into_blobs_loads_and_runs(cache, tmp_path):
+    """The real layout (every file a relative link into blobs/) loads, and computes what the folder
+    it was copied from computes."""
+    loaded = load_model_folder(resolve_model_ref("tiny-org/tiny-gpt2"))
+    original = load_model_folder(tmp_path / "saved-model")
+    assert loaded.tokenizer is not None
+    ids = torch.tensor([loaded.tokenizer.encode(TEXT)])
+    logits = loaded.model(ids).logits
+    assert logits.shape == (1, len(TEXT), loaded.config.vocab_size)
+    assert torch.equal(logits, original.model(ids).logits)
+
+
+def test_cli_info_takes_org_name(cache, capsys):
+    assert cli.main(["info", "tiny-org/tiny-gpt2"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["family"] == "gpt2" and info["n_layers"] == 1 and info["d_model"] == 16
+
+
+def test_cli_org_name_not_in_cache_is_one_line_and_exit_2(cache, capsys):
+    assert cli.main(["info", "nobody/nothing"]) == cli.EXIT_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nobody/nothing is not a folder, and not in the local Hugging Face cache" in err[0]
+
+
+def test_cli_plain_missing_folder_still_says_no_such_folder(cache, tmp_path, capsys):
+    assert cli.main(["info", str(tmp_path / "missing")]) == cli.EXIT_INPUT
+    assert "no such folder" in capsys.readouterr().err

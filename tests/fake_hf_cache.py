@@ -1,0 +1,68 @@
+"""A Hugging Face cache folder as huggingface_hub writes it, for the cache tests (core, CLI, UI).
+
+models--ORG--NAME/blobs/<hash>, snapshots/<rev>/<file> -> ../../blobs/<hash>, refs/main = <rev>."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from desktop_app.core.checkpoints import new_model, save_model_folder
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.tokenizer import char_tokenizer
+
+TEXT = "hello cache"
+
+
+def add_snapshot(cache: Path, repo_id: str, files: dict[str, bytes], revision: str, main: bool = True) -> Path:
+    """Write `files` as one snapshot of `repo_id`; returns the snapshot folder."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / revision
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    snap.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        os.symlink(os.path.relpath(blob, snap), snap / name)  # relative links, as huggingface_hub makes them
+    if main:
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(revision)
+    return snap
+
+
+def tiny_model_files(tmp: Path, model_type: str | None = None) -> dict[str, bytes]:
+    """The files of a tiny GPT-2 saved by the app (with a char tokenizer); `model_type` overrides
+    config.json's, to make an unsupported one."""
+    tok = char_tokenizer(TEXT)
+    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32)
+    folder = tmp / "saved-model"
+    if not folder.exists():
+        save_model_folder(new_model(cfg, seed=0), folder, tokenizer=tok)
+    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    if model_type is not None:
+        import json
+        d = json.loads(files["config.json"])
+        d["model_type"] = model_type
+        d.pop("transformer_explorer", None)
+        files["config.json"] = json.dumps(d).encode()
+    return files
+
+
+def make_fake_cache(tmp: Path) -> Path:
+    """A cache with tiny-org/tiny-gpt2 (openable, two revisions, main the newer) and
+    other-org/mamba-tiny (an unsupported model_type)."""
+    cache = tmp / "hf-cache"
+    files = tiny_model_files(tmp)
+    add_snapshot(cache, "tiny-org/tiny-gpt2", files, "a" * 40, main=False)
+    add_snapshot(cache, "tiny-org/tiny-gpt2", files, "b" * 40)
+    add_snapshot(cache, "other-org/mamba-tiny", tiny_model_files(tmp, model_type="mamba"), "c" * 40)
+    return cache
+
+
+def point_at(monkeypatch, cache: Path, home: Path) -> None:
+    """HF_HUB_CACHE at `cache`; HF_HOME, XDG_CACHE_HOME and HOME away from the real user's cache."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(home / "hf-home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "xdg-cache"))
+    monkeypatch.setenv("HOME", str(home))

@@ -32,7 +32,7 @@ from typing import Iterator, Sequence
 import torch
 
 from .jobs import JobControl
-from .model import KVCache, Transformer
+from .model import KVCache, Transformer, attention_probs, attention_scale, causal_mask, layer_window
 from .trace import Trace
 
 STRATEGIES = ("greedy", "sample", "top-k", "top-p", "beam")
@@ -583,18 +583,17 @@ class GenerationSession:
         rotary) and the cached keys, in one batched product (the model's own formula,
         attention_probs, for one query row that sees every cached key)."""
         cfg = self.model.cfg
-        H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+        H, Hkv = cfg.n_heads, cfg.n_kv_heads
         q = torch.stack(queries)  # [L, B, H, 1, dh]
         k = torch.stack([lc.k for lc in self._cache.layers])  # [L, B, Hkv, T, dh], after rotary
         if Hkv != H:
             k = k.repeat_interleave(H // Hkv, dim=2)
-        scale = 1.0 / math.sqrt(dh)
-        if cfg.attention_kind == "softmax":
-            scores = (q @ k.transpose(-1, -2)) * scale
-        else:  # l2
-            sq = (q * q).sum(-1, keepdim=True) - 2.0 * (q @ k.transpose(-1, -2)) + (k * k).sum(-1)[..., None, :]
-            scores = -sq * scale
-        return torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        T = k.shape[-2]
+        windows = [layer_window(cfg, l) for l in range(cfg.n_layers)]
+        mask = None
+        if any(w is not None and w < T for w in windows):  # sliding layers: the new query sees its window only
+            mask = torch.stack([causal_mask(1, T, k.device, w) for w in windows])[:, None, None]  # [L, 1, 1, 1, T]
+        return attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg))
 
     def _undo(self, created: list[Node]) -> None:
         """Forget nodes whose forward did not finish; the cache may be half-updated: drop it."""

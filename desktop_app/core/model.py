@@ -1,4 +1,5 @@
-"""One instrumented Transformer for the GPT-2, BERT and LLaMA families (chosen by ModelConfig).
+"""One instrumented Transformer; every family (GPT-2, BERT, LLaMA, GPT-NeoX, GPT-Neo, Qwen, Mistral,
+Gemma 3, OPT, RoBERTa, DistilBERT) is a choice of ModelConfig switches, never a family-name test.
 
 Read top to bottom: norms, positions, attention, MLP, block, the model. Recording is opt-in: pass
 `trace=Trace(...)` to forward and every name it asks for is stored (see trace.py for the names);
@@ -34,10 +35,27 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(dtype)
 
 
-def make_norm(cfg: ModelConfig) -> nn.Module:
+class OffsetRMSNorm(RMSNorm):
+    """Gemma's RMSNorm: (1 + g) * z / sqrt(mean(z^2) + eps), the product too in float32; g starts at 0."""
+
+    def __init__(self, d: int, eps: float) -> None:
+        super().__init__(d, eps)
+        nn.init.zeros_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x32 * (1.0 + self.weight.float())).to(x.dtype)
+
+
+def make_norm(cfg: ModelConfig, d: int | None = None) -> nn.Module:
+    """The config's norm over the last dim, of width d (default d_model; q/k norms use d_head)."""
+    d = cfg.d_model if d is None else d
     if cfg.norm == "rmsnorm":
-        return RMSNorm(cfg.d_model, cfg.norm_eps)
-    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        return RMSNorm(d, cfg.norm_eps)
+    if cfg.norm == "rmsnorm_offset":
+        return OffsetRMSNorm(d, cfg.norm_eps)
+    return nn.LayerNorm(d, eps=cfg.norm_eps)
 
 
 # -- positions -------------------------------------------------------------------------------
@@ -53,25 +71,84 @@ def sinusoidal_table(n: int, d: int) -> torch.Tensor:
     return pe
 
 
-def rotary_cos_sin(positions: torch.Tensor, d_head: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq = 1.0 / (theta ** (torch.arange(0, d_head, 2, dtype=torch.float32, device=positions.device) / d_head))
+def rotary_inv_freq(dims: int, theta: float, scaling: dict | None = None, device=None) -> torch.Tensor:
+    """Frequencies theta^(-2i/dims) of the rotating dims, rescaled as HF's rope_scaling asks:
+    "linear" divides every frequency by factor; "llama3" (Llama 3.1) divides the low frequencies
+    by factor, keeps the high ones, and interpolates smoothly between (modeling_rope_utils)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dims, 2, dtype=torch.float32, device=device) / dims))
+    if scaling is None:
+        return inv_freq
+    kind, factor = scaling.get("rope_type", scaling.get("type")), scaling["factor"]
+    if kind == "linear":
+        return inv_freq / factor
+    old_context = scaling["original_max_position_embeddings"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old_context / low, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old_context / high) & ~(wavelen > old_context / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotary_cos_sin(positions: torch.Tensor, dims: int, theta: float,
+                   scaling: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [T, dims] for the first `dims` dims of each head (all of them unless the
+    config's rotary_fraction is below 1)."""
+    inv_freq = rotary_inv_freq(dims, theta, scaling, positions.device)
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate [B, H, T, dh] by position (the non-interleaved 'rotate half' convention of LLaMA)."""
-    x1, x2 = x.chunk(2, dim=-1)
+    """Rotate [B, H, T, dh] by position (the non-interleaved 'rotate half' convention of LLaMA).
+
+    Only the first cos.shape[-1] dims rotate, 'rotate half' within them; the rest pass through
+    unchanged (GPT-NeoX's partial rotary, exactly as transformers' apply_rotary_pos_emb)."""
+    dims = cos.shape[-1]
+    x_rot, x_pass = x[..., :dims], x[..., dims:]
+    x1, x2 = x_rot.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
-    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+    x_rot = (x_rot.float() * cos + rotated.float() * sin).to(x.dtype)
+    return x_rot if x_pass.shape[-1] == 0 else torch.cat([x_rot, x_pass], dim=-1)
+
+
+def rotary_dims(cfg: ModelConfig) -> int:
+    """How many dims of each head rotate (HF: int(head_dim * partial_rotary_factor))."""
+    return int(cfg.d_head * cfg.rotary_fraction)
+
+
+def layer_window(cfg: ModelConfig, layer: int) -> int | None:
+    """The sliding window of this layer (keys i - window < j <= i), or None for full attention."""
+    if cfg.sliding_window is None:
+        return None
+    if cfg.layer_types is None:
+        return cfg.sliding_window  # Mistral: every layer slides
+    return cfg.sliding_window if cfg.layer_types[layer] == "sliding_attention" else None
+
+
+def layer_rotary(cfg: ModelConfig, layer: int, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """cos, sin for this layer at these absolute positions (None without rotary positions).
+    Gemma 3's sliding layers use their own base (rope_local_theta) and no scaling."""
+    if cfg.positions != "rotary":
+        return None
+    if cfg.rope_local_theta is not None and layer_window(cfg, layer) is not None:
+        return rotary_cos_sin(positions, rotary_dims(cfg), cfg.rope_local_theta)
+    return rotary_cos_sin(positions, rotary_dims(cfg), cfg.rope_theta, cfg.rope_scaling)
+
+
+def attention_scale(cfg: ModelConfig) -> float:
+    """What q . k is multiplied by before the softmax: 1/sqrt(d_head) unless the config says."""
+    return cfg.attn_scale if cfg.attn_scale is not None else 1.0 / math.sqrt(cfg.d_head)
 
 
 # -- attention -------------------------------------------------------------------------------
 
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
-                    mask: torch.Tensor | None = None, sinkhorn_iters: int = 3) -> torch.Tensor:
+                    mask: torch.Tensor | None = None, sinkhorn_iters: int = 3,
+                    scale: float | None = None) -> torch.Tensor:
     """Attention weights [..., T_q, T_k] from queries and keys [..., T, dh].
 
     softmax:  softmax_j(q_i . k_j / sqrt(dh))
@@ -79,8 +156,9 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
     sinkhorn: exp(-|q_i - k_j|^2 / sqrt(dh)) made doubly stochastic by alternate row and column
               normalisation, `sinkhorn_iters` rounds, ending on rows (Sander et al. 2022)
     mask: boolean, True where query i may attend key j.
+    scale: replaces 1/sqrt(dh) (the config's attn_scale, see attention_scale).
     """
-    scale = 1.0 / math.sqrt(q.shape[-1])
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if kind == "softmax":
         scores = (q @ k.transpose(-1, -2)) * scale
     elif kind in ("l2", "sinkhorn"):
@@ -99,12 +177,14 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
     return torch.softmax(scores.float(), dim=-1).to(q.dtype)
 
 
-def causal_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
-    """[T_q, T_k] boolean, query i (at absolute position t_k - t_q + i) sees keys up to itself."""
+def causal_mask(t_q: int, t_k: int, device=None, window: int | None = None) -> torch.Tensor:
+    """[T_q, T_k] boolean, query i (at absolute position t_k - t_q + i) sees keys up to itself;
+    with a window, only the last `window` of them (itself included)."""
     offset = t_k - t_q
     i = torch.arange(t_q, device=device)[:, None]
     j = torch.arange(t_k, device=device)[None, :]
-    return j <= i + offset
+    seen = j <= i + offset
+    return seen if window is None else seen & (j > i + offset - window)
 
 
 @dataclass
@@ -114,7 +194,10 @@ class LayerCache:
 
 
 class KVCache:
-    """Keys and values of every layer for the tokens seen so far (for step-by-step generation)."""
+    """Keys and values of every layer for the tokens seen so far (for step-by-step generation).
+
+    Sliding-window layers keep every key too: the window is applied by the mask, so truncating
+    (going back in the generation tree) never needs keys that were dropped."""
 
     def __init__(self, n_layers: int) -> None:
         self.layers = [LayerCache() for _ in range(n_layers)]
@@ -152,7 +235,11 @@ class Attention(nn.Module):
         self.q = nn.Linear(d, cfg.n_heads * dh, bias=cfg.attention_bias)
         self.k = nn.Linear(d, cfg.n_kv_heads * dh, bias=cfg.attention_bias)
         self.v = nn.Linear(d, cfg.n_kv_heads * dh, bias=cfg.attention_bias)
-        self.o = nn.Linear(cfg.n_heads * dh, d, bias=cfg.attention_bias)
+        self.o = nn.Linear(cfg.n_heads * dh, d, bias=cfg.attention_out_bias)
+        if cfg.qk_norm:  # one norm of width d_head, shared by every head (Qwen3, Gemma 3)
+            self.q_norm = make_norm(cfg, dh)
+            self.k_norm = make_norm(cfg, dh)
+        self.scale = cfg.attn_scale  # None: SDPA's and attention_probs' default 1/sqrt(dh)
         self.dropout = cfg.dropout
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, rotary: tuple | None = None,
@@ -165,6 +252,8 @@ class Attention(nn.Module):
         q = q.view(B, T, H, dh).transpose(1, 2)
         k = k.view(B, T, Hkv, dh).transpose(1, 2)
         v = v.view(B, T, Hkv, dh).transpose(1, 2)
+        if self.cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         if trace is not None:
@@ -180,11 +269,11 @@ class Attention(nn.Module):
         drop = self.dropout if self.training else 0.0
         if cfg.attention_kind == "softmax" and not recording:
             if is_causal_full:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop, scale=self.scale)
             else:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop, scale=self.scale)
         else:
-            p = attention_probs(q, k, cfg.attention_kind, mask, cfg.sinkhorn_iters)
+            p = attention_probs(q, k, cfg.attention_kind, mask, cfg.sinkhorn_iters, self.scale)
             if trace is not None:
                 trace.record(prefix + "pattern", p)
             y = F.dropout(p, drop, self.training) @ v
@@ -253,7 +342,7 @@ class MLP(nn.Module):
         super().__init__()
         self.activation = cfg.activation
         self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.mlp_bias)
-        if cfg.activation == "swiglu":
+        if cfg.activation in ("swiglu", "geglu"):
             self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.mlp_bias)
         self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.mlp_bias)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -261,6 +350,8 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.activation == "swiglu":
             h = F.silu(self.gate(x)) * self.up(x)
+        elif self.activation == "geglu":  # Gemma: gelu_pytorch_tanh on the gate
+            h = F.gelu(self.gate(x), approximate="tanh") * self.up(x)
         elif self.activation == "gelu_tanh":
             h = F.gelu(self.up(x), approximate="tanh")
         elif self.activation == "gelu":
@@ -274,23 +365,40 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    """Pre-norm:  x + attn(norm1(x)), then + mlp(norm2(.)); post-norm (BERT): norm1(x + attn(x)), ...
+    parallel_residual (GPT-NeoX): x + attn(norm1(x)) + mlp(norm2(x)), both from the same x.
+    sandwich_norms (Gemma 3): each sublayer's output is normed (post_attn_norm, post_mlp_norm)
+    before its residual add; attn.out and mlp.out are then what is added."""
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.pre = cfg.norm_placement == "pre"
+        self.parallel = cfg.parallel_residual
         self.norm1 = make_norm(cfg)
         self.attn = Attention(cfg)
         self.norm2 = make_norm(cfg)
         self.mlp = MLP(cfg)
+        if cfg.sandwich_norms:
+            self.post_attn_norm = make_norm(cfg)
+            self.post_mlp_norm = make_norm(cfg)
+        self.sandwich = cfg.sandwich_norms
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x, mask, rotary, cache, trace: Trace | None, prefix: str, is_causal_full: bool):
         rec = trace.record if trace is not None else None
         a_in = self.norm1(x) if self.pre else x
-        a = self.resid_dropout(self.attn(a_in, mask, rotary, cache, trace, prefix + "attn.", is_causal_full))
+        a = self.attn(a_in, mask, rotary, cache, trace, prefix + "attn.", is_causal_full)
+        if self.sandwich:
+            a = self.post_attn_norm(a)
+        a = self.resid_dropout(a)
+        m_in = self.norm2(x) if self.parallel else None  # parallel: the MLP reads the block's input
         x = x + a if self.pre else self.norm1(x + a)
-        m_in = self.norm2(x) if self.pre else x
+        if m_in is None:
+            m_in = self.norm2(x) if self.pre else x
         m = self.mlp(m_in)
-        out = x + m if self.pre else self.norm2(x + m)
+        if self.sandwich:
+            m = self.post_mlp_norm(m)
+        out = x + m if self.pre else self.norm2(x + m)  # parallel: x_in + a + m
         if rec:
             rec(prefix + "attn.input", a_in)
             rec(prefix + "attn.out", a)
@@ -314,8 +422,11 @@ class ModelOutput:
 class HeadMatrices:
     """One head's analysis matrices (model space d, head width dh).
 
-    A = W_K^T W_Q / sqrt(dh) so that x_i^T A^T x_j = q_i . k_j / sqrt(dh) (biases and rotary
-    positions left out); V = W_O W_V is the head's value map into model space, f(X)_i = V sum_j P_ij x_j.
+    A = W_K^T W_Q * s (s the score scale, 1/sqrt(dh) unless the config's attn_scale says
+    otherwise) so that x_i^T A^T x_j = s q_i . k_j (biases and rotary positions left out);
+    V = W_O W_V is the head's value map into model space, f(X)_i = V sum_j P_ij x_j.
+    With qk_norm (Qwen3, Gemma 3) q and k are normed per head before the product, so the score
+    is no longer a bilinear form in x: A is then only the linear part, not the head's score.
     """
     W_Q: torch.Tensor  # [dh, d]
     W_K: torch.Tensor  # [dh, d]
@@ -333,8 +444,8 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        if cfg.positions == "learned":
-            self.pos_embed = nn.Embedding(cfg.context_length, cfg.d_model)
+        if cfg.positions == "learned":  # OPT, RoBERTa: the first position_offset rows are never read
+            self.pos_embed = nn.Embedding(cfg.context_length + cfg.position_offset, cfg.d_model)
         elif cfg.positions == "sinusoidal":
             self.register_buffer("pos_table", sinusoidal_table(cfg.context_length, cfg.d_model), persistent=False)
         if cfg.type_vocab_size:
@@ -346,7 +457,7 @@ class Transformer(nn.Module):
         if cfg.final_norm:
             self.final_norm = make_norm(cfg)
         if cfg.lm_head:
-            if cfg.family == "bert":  # BERT's MLM head: dense -> GELU -> LayerNorm -> decoder + bias
+            if cfg.lm_head_kind == "mlm":  # BERT/RoBERTa/DistilBERT: dense -> GELU -> LayerNorm -> decoder + bias
                 self.mlm_dense = nn.Linear(cfg.d_model, cfg.d_model)
                 self.mlm_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
                 self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
@@ -374,6 +485,8 @@ class Transformer(nn.Module):
                     nn.init.zeros_(mod.bias)
             elif isinstance(mod, nn.Embedding):
                 nn.init.normal_(mod.weight, 0.0, cfg.init_std)
+            elif isinstance(mod, OffsetRMSNorm):
+                nn.init.zeros_(mod.weight)  # scales by 1 + w
             elif isinstance(mod, (nn.LayerNorm, RMSNorm)):
                 nn.init.ones_(mod.weight)
                 if getattr(mod, "bias", None) is not None:
@@ -415,8 +528,10 @@ class Transformer(nn.Module):
     def embed(self, input_ids: torch.Tensor, positions: torch.Tensor,
               token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         x = self.tok_embed(input_ids)
+        if self.cfg.embed_scale is not None:  # Gemma: the scale rounded to the embedding dtype first
+            x = x * torch.tensor(self.cfg.embed_scale).to(x.dtype)  # float32 first, as HF's buffer
         if self.cfg.positions == "learned":
-            x = x + self.pos_embed(positions)
+            x = x + self.pos_embed(positions + self.cfg.position_offset)
         elif self.cfg.positions == "sinusoidal":
             x = x + self.pos_table[positions].to(x.dtype)
         if self.cfg.type_vocab_size:
@@ -428,15 +543,19 @@ class Transformer(nn.Module):
         return self.embed_dropout(x)
 
     def unembed(self, h: torch.Tensor) -> torch.Tensor:
-        """Final norm + unembedding (or BERT's MLM head): logits from any residual stream."""
-        if not self.cfg.lm_head:
+        """Final norm + unembedding (or the encoders' MLM head): logits from any residual stream."""
+        cfg = self.cfg
+        if not cfg.lm_head:
             raise ValueError("this model has no language-model head")
-        if self.cfg.final_norm:
+        if cfg.final_norm:
             h = self.final_norm(h)
-        if self.cfg.family == "bert":
+        if cfg.lm_head_kind == "mlm":
             h = self.mlm_norm(F.gelu(self.mlm_dense(h)))
             return self.lm_head(h) + self.lm_bias
-        return self.lm_head(h)
+        logits = self.lm_head(h)
+        if cfg.final_logit_softcap is not None:
+            logits = torch.tanh(logits / cfg.final_logit_softcap) * cfg.final_logit_softcap
+        return logits
 
     def head_matrices(self, layer: int, head: int) -> HeadMatrices:
         cfg = self.cfg
@@ -451,7 +570,7 @@ class Transformer(nn.Module):
         W_O = attn.o.weight[:, rows].detach().float()
         bias = lambda lin, r: None if lin.bias is None else lin.bias[r].detach().float()  # noqa: E731
         return HeadMatrices(W_Q, W_K, W_V, W_O, bias(attn.q, rows), bias(attn.k, kv_rows), bias(attn.v, kv_rows),
-                            A=W_K.T @ W_Q / math.sqrt(dh), V=W_O @ W_V)
+                            A=W_K.T @ W_Q * attention_scale(cfg), V=W_O @ W_V)
 
     # -- forward -------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, *, token_type_ids: torch.Tensor | None = None,
@@ -471,21 +590,34 @@ class Transformer(nn.Module):
             raise ValueError(f"sequence of {total} tokens exceeds the context length {cfg.context_length}")
         positions = torch.arange(past, total, device=input_ids.device)
 
-        mask = None
-        is_causal_full = cfg.causal and past == 0 and attention_mask is None
-        if cfg.causal and T > 1:
-            mask = causal_mask(T, total, input_ids.device)[None, None]
-        if attention_mask is not None:
-            pad = attention_mask.to(torch.bool)[:, None, None, :]
-            mask = pad if mask is None else (mask & pad)
-        rotary = rotary_cos_sin(positions, cfg.d_head, cfg.rope_theta) if cfg.positions == "rotary" else None
+        # one mask and one rotary table per kind of layer (full / each window; Gemma 3's local rotary)
+        pad = None if attention_mask is None else attention_mask.to(torch.bool)[:, None, None, :]
+        masks: dict[int | None, torch.Tensor | None] = {}
+        rotaries: dict[tuple, tuple | None] = {}
+
+        def mask_for(window: int | None) -> torch.Tensor | None:
+            if window not in masks:
+                mask = None
+                if cfg.causal and (T > 1 or (window is not None and total > window)):
+                    mask = causal_mask(T, total, input_ids.device, window)[None, None]
+                masks[window] = pad if mask is None else (mask if pad is None else mask & pad)
+            return masks[window]
+
+        def rotary_for(l: int) -> tuple | None:
+            key = (cfg.rope_local_theta is not None and layer_window(cfg, l) is not None,)
+            if key not in rotaries:
+                rotaries[key] = layer_rotary(cfg, l, positions)
+            return rotaries[key]
 
         x = self.embed(input_ids, positions, token_type_ids)
         if trace is not None:
             trace.record("embed", x)
         for l, block in enumerate(self.blocks):
             lc = cache.layers[l] if cache is not None else None
-            x = block(x, mask, rotary, lc, trace, f"blocks.{l}.", is_causal_full)
+            window = layer_window(cfg, l)
+            # the fused causal kernel only when no window can hide a key (else an explicit mask)
+            is_causal_full = cfg.causal and past == 0 and attention_mask is None and (window is None or total <= window)
+            x = block(x, mask_for(window), rotary_for(l), lc, trace, f"blocks.{l}.", is_causal_full)
             if trace is not None and cfg.lm_head and trace.wants(f"blocks.{l}.logit_lens"):
                 trace.record(f"blocks.{l}.logit_lens", self.unembed(x))
         if trace is not None and cfg.final_norm and trace.wants("final_norm.out"):

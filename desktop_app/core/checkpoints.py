@@ -1,9 +1,9 @@
 """Model folders in the Hugging Face layout: config.json + *.safetensors (+ index) + tokenizer.json.
 
-Reads GPT2Model/GPT2LMHeadModel, BertModel/BertForMaskedLM and LlamaForCausalLM checkpoints by
-mapping their weight names onto ours; writes the same names back so `transformers` loads what we
-save. Weights are read only through safetensors (never pickle) and memory-mapped where possible.
-Every problem is one ModelLoadError naming the file and what is wrong with it.
+Reads and writes every family in core/families' REGISTRY (GPT-2, BERT, LLaMA...) through that
+family's config mapping and weight-name table, so `transformers` loads what we save; nothing here
+knows a family by name. Weights are read only through safetensors (never pickle) and memory-mapped
+where possible. Every problem is one ModelLoadError naming the file and what is wrong with it.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import mmap
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .config import ConfigError, ModelConfig
+from .families import REGISTRY, Family, ModelLoadError, Weight, family_for  # noqa: F401 (ModelLoadError: re-exported)
 from .files import atomic_write_dir
 from .model import Transformer, sinusoidal_table
 from .tokenizer import Tokenizer, TokenizerError
@@ -29,15 +30,6 @@ WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 TOKENIZER = "tokenizer.json"
 NATIVE_KEY = "transformer_explorer"  # our full ModelConfig, kept beside the Hugging Face fields
-
-
-class ModelLoadError(Exception):
-    """A model folder (or one file in it) that cannot be used, and why."""
-
-    def __init__(self, path: str | Path, problem: str) -> None:
-        self.path = Path(path)
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
 
 
 @dataclass
@@ -51,18 +43,12 @@ class LoadedModel:
 
 # -- configs ---------------------------------------------------------------------------------
 
-_HF_ACT = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
-           "gelu": "gelu", "relu": "relu", "silu": "swiglu"}
-_TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
-
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
     """ModelConfig from a config.json dictionary (ours or a Hugging Face one)."""
-    def need(key: str):
-        if key not in d:
-            raise ModelLoadError(path, f"missing field {key!r}")
-        return d[key]
-
+    if "auto_map" in d:
+        raise ModelLoadError(path, "the config asks for custom model code ('auto_map'); this app never runs "
+                                   "code from a model folder and reads only the families it knows")
     try:
         if NATIVE_KEY in d:
             if not isinstance(d[NATIVE_KEY], dict):
@@ -70,55 +56,7 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
             cfg = ModelConfig.from_dict(d[NATIVE_KEY])
             _check_native_agrees(cfg, d, path)
             return cfg
-        mt = d.get("model_type")
-        dtype = _TORCH_DTYPES.get(str(d.get("dtype") or d.get("torch_dtype") or "float32"), "float32")
-        if mt == "gpt2":
-            act = _HF_ACT.get(d.get("activation_function", "gelu_new"))
-            if act is None:
-                raise ModelLoadError(path, f"unsupported activation_function {d['activation_function']!r}")
-            n_embd = need("n_embd")
-            return ModelConfig.gpt2(
-                vocab_size=need("vocab_size"), d_model=n_embd, n_layers=need("n_layer"), n_heads=need("n_head"),
-                d_ff=d.get("n_inner") or 4 * n_embd, context_length=need("n_positions"), activation=act,
-                norm_eps=d.get("layer_norm_epsilon", 1e-5), tie_embeddings=d.get("tie_word_embeddings", True),
-                lm_head=_has_lm_head(d, "GPT2Model"), dtype=dtype,
-                bos_token_id=d.get("bos_token_id"), eos_token_id=d.get("eos_token_id"))
-        if mt == "bert":
-            if d.get("position_embedding_type", "absolute") != "absolute":
-                raise ModelLoadError(path, f"unsupported position_embedding_type {d['position_embedding_type']!r}")
-            if d.get("is_decoder"):
-                raise ModelLoadError(path, "BERT as a decoder (is_decoder=true) is not supported")
-            act = _HF_ACT.get(d.get("hidden_act", "gelu"))
-            if act not in ("gelu", "gelu_tanh", "relu"):
-                raise ModelLoadError(path, f"unsupported hidden_act {d.get('hidden_act')!r}")
-            return ModelConfig.bert(
-                vocab_size=need("vocab_size"), d_model=need("hidden_size"), n_layers=need("num_hidden_layers"),
-                n_heads=need("num_attention_heads"), d_ff=need("intermediate_size"),
-                context_length=need("max_position_embeddings"), activation=act,
-                type_vocab_size=d.get("type_vocab_size", 2), norm_eps=d.get("layer_norm_eps", 1e-12),
-                lm_head=_has_lm_head(d, "BertModel"), tie_embeddings=d.get("tie_word_embeddings", True),
-                dtype=dtype, pad_token_id=d.get("pad_token_id"))
-        if mt == "llama":
-            if d.get("hidden_act", "silu") != "silu":
-                raise ModelLoadError(path, f"unsupported hidden_act {d.get('hidden_act')!r}")
-            rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
-            if rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
-                raise ModelLoadError(path, f"unsupported rope scaling {rope!r}")
-            hidden, heads = need("hidden_size"), need("num_attention_heads")
-            if d.get("head_dim") not in (None, hidden // heads):
-                raise ModelLoadError(path, "head_dim different from hidden_size / num_attention_heads is not supported")
-            eos = d.get("eos_token_id")
-            return ModelConfig.llama(
-                vocab_size=need("vocab_size"), d_model=hidden, n_layers=need("num_hidden_layers"), n_heads=heads,
-                n_kv_heads=d.get("num_key_value_heads") or heads, d_ff=need("intermediate_size"),
-                context_length=d.get("max_position_embeddings", 2048), norm_eps=d.get("rms_norm_eps", 1e-6),
-                rope_theta=_real(rope.get("rope_theta", d.get("rope_theta", 10000.0))),
-                attention_bias=bool(d.get("attention_bias", False)), mlp_bias=bool(d.get("mlp_bias", False)),
-                tie_embeddings=bool(d.get("tie_word_embeddings", False)), dtype=dtype,
-                bos_token_id=d.get("bos_token_id"), eos_token_id=eos[0] if isinstance(eos, list) else eos)
-        if mt is None:
-            raise ModelLoadError(path, "no 'model_type' field: cannot tell which architecture this is")
-        raise ModelLoadError(path, f"unknown model_type {mt!r} (supported: gpt2, bert, llama)")
+        return family_for(d.get("model_type"), path).config_from_hf(d, path)
     except ConfigError as exc:
         raise ModelLoadError(path, f"invalid configuration: {exc}") from exc
     except (TypeError, ValueError) as exc:
@@ -127,68 +65,29 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
 
 # The Hugging Face fields that fix the architecture: other tools read these, we read our block, so
 # the two must describe the same model (an edit to one alone is refused, not silently ignored).
-_STRUCTURAL = ("model_type", "vocab_size", "tie_word_embeddings", "n_embd", "n_layer", "n_head", "n_inner",
-               "n_positions", "activation_function", "layer_norm_epsilon", "hidden_size", "num_hidden_layers",
-               "num_attention_heads", "num_key_value_heads", "intermediate_size", "max_position_embeddings",
-               "hidden_act", "type_vocab_size", "layer_norm_eps", "rms_norm_eps", "rope_theta")
+# Each family adds its own (Family.structural).
+_STRUCTURAL = ("model_type", "vocab_size", "tie_word_embeddings")
 
 
 def _check_native_agrees(cfg: ModelConfig, d: dict, path: Path) -> None:
     expected = config_to_hf(cfg)
-    for key in _STRUCTURAL:
+    for key in _STRUCTURAL + REGISTRY[cfg.family].structural:
         if key in d and key in expected and d[key] != expected[key]:
             raise ModelLoadError(path, f"the Hugging Face field {key!r} is {d[key]!r} but the {NATIVE_KEY!r} block "
                                        f"implies {expected[key]!r}; the two must describe the same model")
 
 
-def _real(x):
-    """An int as a float; anything else as it is, for ModelConfig.validate to refuse by name."""
-    return float(x) if isinstance(x, int) and not isinstance(x, bool) else x
-
-
-def _has_lm_head(d: dict, base_arch: str) -> bool:
-    archs = d.get("architectures") or []
-    return not (archs and all(a == base_arch for a in archs))
-
-
 def config_to_hf(cfg: ModelConfig) -> dict:
     """A config.json that `transformers` understands, with our full config alongside."""
-    common = {"vocab_size": cfg.vocab_size, "tie_word_embeddings": cfg.tie_embeddings, "dtype": cfg.dtype}
-    if cfg.family == "gpt2":
-        d = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel" if cfg.lm_head else "GPT2Model"],
-             "n_embd": cfg.d_model, "n_layer": cfg.n_layers, "n_head": cfg.n_heads, "n_inner": cfg.d_ff,
-             "n_positions": cfg.context_length, "activation_function": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
-             "layer_norm_epsilon": cfg.norm_eps, "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout,
-             "attn_pdrop": cfg.dropout, "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id}
-    elif cfg.family == "bert":
-        d = {"model_type": "bert", "architectures": ["BertForMaskedLM" if cfg.lm_head else "BertModel"],
-             "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
-             "intermediate_size": cfg.d_ff, "max_position_embeddings": cfg.context_length,
-             "hidden_act": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
-             "type_vocab_size": cfg.type_vocab_size, "layer_norm_eps": cfg.norm_eps,
-             "hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.dropout,
-             "pad_token_id": cfg.pad_token_id if cfg.pad_token_id is not None else 0}
-    else:
-        d = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": cfg.d_model,
-             "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
-             "num_key_value_heads": cfg.n_kv_heads, "intermediate_size": cfg.d_ff,
-             "max_position_embeddings": cfg.context_length, "rms_norm_eps": cfg.norm_eps,
-             "rope_theta": cfg.rope_theta, "hidden_act": "silu", "attention_bias": cfg.attention_bias,
-             "mlp_bias": cfg.mlp_bias, "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id}
-    return {**common, **d, NATIVE_KEY: cfg.to_dict()}
+    family = REGISTRY[cfg.family]
+    return {"vocab_size": cfg.vocab_size, "tie_word_embeddings": cfg.tie_embeddings, "dtype": cfg.dtype,
+            "model_type": family.model_type, "architectures": [family.architecture(cfg)],
+            **family.config_to_hf(cfg), NATIVE_KEY: cfg.to_dict()}
 
 
 # -- weight names ----------------------------------------------------------------------------
-# Each family maps our state-dict names to Hugging Face's. GPT-2 stores Conv1D weights transposed
-# and q, k, v fused, so its mapping is written as functions in both directions.
-
-
-def _hf_prefix(cfg: ModelConfig) -> str:
-    if cfg.family == "gpt2":
-        return "transformer." if cfg.lm_head else ""
-    if cfg.family == "bert":
-        return "bert." if cfg.lm_head else ""
-    return "model."
+# The family's weight table maps Hugging Face tensors to ours; a config its Hugging Face class
+# cannot hold is saved with our own state-dict names instead.
 
 
 def hf_compatible(cfg: ModelConfig) -> bool:
@@ -198,20 +97,24 @@ def hf_compatible(cfg: ModelConfig) -> bool:
     BERT without token types or with a final norm); such models are saved with our own tensor names
     (NATIVE_PROBE present) so they still round-trip through model folders.
     """
-    same = cfg.n_kv_heads == cfg.n_heads and not (cfg.family != "bert" and cfg.embed_norm)
-    if cfg.family == "gpt2":
-        return (same and cfg.norm == "layernorm" and cfg.positions == "learned" and cfg.norm_placement == "pre"
-                and cfg.activation != "swiglu" and cfg.attention_bias and cfg.mlp_bias and cfg.final_norm
-                and not cfg.type_vocab_size)
-    if cfg.family == "bert":
-        return (same and cfg.norm == "layernorm" and cfg.positions == "learned" and cfg.norm_placement == "post"
-                and cfg.activation != "swiglu" and cfg.attention_bias and cfg.mlp_bias and not cfg.final_norm
-                and cfg.embed_norm and cfg.type_vocab_size > 0)
-    return (cfg.norm == "rmsnorm" and cfg.positions == "rotary" and cfg.norm_placement == "pre"
-            and cfg.activation == "swiglu" and cfg.final_norm and not cfg.type_vocab_size and not cfg.embed_norm)
+    return REGISTRY[cfg.family].hf_compatible(cfg)
 
 
 NATIVE_PROBE = "tok_embed.weight"  # present only in folders saved with our own tensor names
+
+
+def _hf_name(family: Family, entry: Weight, prefix: str, local: str | None = None) -> str:
+    """entry's full Hugging Face name (or one of its aliases, `local`) under the base-model prefix."""
+    local = entry.theirs if local is None else local
+    return local if entry.outside_prefix else prefix + local
+
+
+def _hf_tensors(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> Iterator[tuple[Weight, torch.Tensor]]:
+    """Each table entry with its Hugging Face tensor built from our state dict (the writing direction)."""
+    for entry in REGISTRY[cfg.family].weights(cfg):
+        if entry.optional and not all(name in sd for name in entry.ours):
+            continue
+        yield entry, entry.convert.to_theirs([sd[name] for name in entry.ours], cfg)
 
 
 def to_hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
@@ -219,79 +122,18 @@ def to_hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     if not hf_compatible(cfg):
         tied = cfg.lm_head and cfg.tie_embeddings
         return {k: v.detach().contiguous() for k, v in sd.items() if not (tied and k == "lm_head.weight")}
-    p = _hf_prefix(cfg)
-    out: dict[str, torch.Tensor] = {}
-
-    def put(name: str, t: torch.Tensor) -> None:
-        out[name] = t.detach().contiguous()
-
-    if cfg.family == "gpt2":
-        put(p + "wte.weight", sd["tok_embed.weight"])
-        put(p + "wpe.weight", sd["pos_embed.weight"])
-        for i in range(cfg.n_layers):
-            b, h = f"blocks.{i}.", f"{p}h.{i}."
-            for ours, theirs in (("norm1", "ln_1"), ("norm2", "ln_2")):
-                put(h + theirs + ".weight", sd[b + ours + ".weight"])
-                put(h + theirs + ".bias", sd[b + ours + ".bias"])
-            put(h + "attn.c_attn.weight", torch.cat([sd[b + f"attn.{x}.weight"] for x in "qkv"], 0).T)
-            put(h + "attn.c_attn.bias", torch.cat([sd[b + f"attn.{x}.bias"] for x in "qkv"], 0))
-            put(h + "attn.c_proj.weight", sd[b + "attn.o.weight"].T)
-            put(h + "attn.c_proj.bias", sd[b + "attn.o.bias"])
-            put(h + "mlp.c_fc.weight", sd[b + "mlp.up.weight"].T)
-            put(h + "mlp.c_fc.bias", sd[b + "mlp.up.bias"])
-            put(h + "mlp.c_proj.weight", sd[b + "mlp.down.weight"].T)
-            put(h + "mlp.c_proj.bias", sd[b + "mlp.down.bias"])
-        put(p + "ln_f.weight", sd["final_norm.weight"])
-        put(p + "ln_f.bias", sd["final_norm.bias"])
-        if cfg.lm_head and not cfg.tie_embeddings:
-            put("lm_head.weight", sd["lm_head.weight"])
-        return out
-    for ours, theirs in _simple_names(cfg).items():
-        if ours in sd:
-            put(theirs, sd[ours])
-    return out
+    family = REGISTRY[cfg.family]
+    prefix = family.prefix(cfg)
+    return {_hf_name(family, entry, prefix): t.detach().contiguous() for entry, t in _hf_tensors(cfg, sd)}
 
 
-def _simple_names(cfg: ModelConfig) -> dict[str, str]:
-    """ours -> theirs for the families whose tensors map one to one (BERT, LLaMA)."""
-    p = _hf_prefix(cfg)
-    m: dict[str, str] = {}
-    if cfg.family == "bert":
-        e = p + "embeddings."
-        m.update({"tok_embed.weight": e + "word_embeddings.weight", "pos_embed.weight": e + "position_embeddings.weight",
-                  "type_embed.weight": e + "token_type_embeddings.weight",
-                  "embed_norm.weight": e + "LayerNorm.weight", "embed_norm.bias": e + "LayerNorm.bias"})
-        for i in range(cfg.n_layers):
-            b, h = f"blocks.{i}.", f"{p}encoder.layer.{i}."
-            for ours, theirs in (("attn.q", "attention.self.query"), ("attn.k", "attention.self.key"),
-                                 ("attn.v", "attention.self.value"), ("attn.o", "attention.output.dense"),
-                                 ("norm1", "attention.output.LayerNorm"), ("mlp.up", "intermediate.dense"),
-                                 ("mlp.down", "output.dense"), ("norm2", "output.LayerNorm")):
-                m[b + ours + ".weight"] = h + theirs + ".weight"
-                m[b + ours + ".bias"] = h + theirs + ".bias"
-        if cfg.lm_head:
-            c = "cls.predictions."
-            m.update({"mlm_dense.weight": c + "transform.dense.weight", "mlm_dense.bias": c + "transform.dense.bias",
-                      "mlm_norm.weight": c + "transform.LayerNorm.weight", "mlm_norm.bias": c + "transform.LayerNorm.bias",
-                      "lm_bias": c + "bias"})
-            if not cfg.tie_embeddings:
-                m["lm_head.weight"] = c + "decoder.weight"
-        return m
-    # llama
-    m["tok_embed.weight"] = p + "embed_tokens.weight"
-    for i in range(cfg.n_layers):
-        b, h = f"blocks.{i}.", f"{p}layers.{i}."
-        for ours, theirs in (("attn.q", "self_attn.q_proj"), ("attn.k", "self_attn.k_proj"),
-                             ("attn.v", "self_attn.v_proj"), ("attn.o", "self_attn.o_proj"),
-                             ("mlp.gate", "mlp.gate_proj"), ("mlp.up", "mlp.up_proj"), ("mlp.down", "mlp.down_proj")):
-            m[b + ours + ".weight"] = h + theirs + ".weight"
-            m[b + ours + ".bias"] = h + theirs + ".bias"
-        m[b + "norm1.weight"] = h + "input_layernorm.weight"
-        m[b + "norm2.weight"] = h + "post_attention_layernorm.weight"
-    m["final_norm.weight"] = p + "norm.weight"
-    if cfg.lm_head and not cfg.tie_embeddings:
-        m["lm_head.weight"] = "lm_head.weight"
-    return m
+def _stored_name(family: Family, entry: Weight, prefix: str, names: set[str]) -> str | None:
+    """The name under which a folder holds entry's tensor (its own or an old alias), or None."""
+    for local in (entry.theirs, *entry.aliases):
+        full = _hf_name(family, entry, prefix, local)
+        if full in names:
+            return full
+    return None
 
 
 def _from_hf(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: set[str],
@@ -299,77 +141,18 @@ def _from_hf(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: set[st
     """Our state dict from a reader of Hugging Face tensors (names = what the files hold)."""
     if NATIVE_PROBE in names:  # saved with our own names (a config Hugging Face cannot express)
         return {n: get(n) for n in names}
-    prefix = _detect_prefix(cfg, names)
-
-    def take(name: str) -> torch.Tensor:
-        full = prefix + name
-        if full not in names:
-            raise ModelLoadError(file_of(full), f"missing tensor {full!r}")
-        return get(full)
-
+    family = REGISTRY[cfg.family]
+    prefix = family.detect_prefix(cfg, names)
     sd: dict[str, torch.Tensor] = {}
-    if cfg.family == "gpt2":
-        d = cfg.d_model
-        sd["tok_embed.weight"] = take("wte.weight")
-        sd["pos_embed.weight"] = take("wpe.weight")
-        for i in range(cfg.n_layers):
-            b, h = f"blocks.{i}.", f"h.{i}."
-            for ours, theirs in (("norm1", "ln_1"), ("norm2", "ln_2")):
-                sd[b + ours + ".weight"] = take(h + theirs + ".weight")
-                sd[b + ours + ".bias"] = take(h + theirs + ".bias")
-            w, bias = take(h + "attn.c_attn.weight"), take(h + "attn.c_attn.bias")
-            _check_shape(file_of(prefix + h + "attn.c_attn.weight"), prefix + h + "attn.c_attn.weight", w, (d, 3 * d))
-            for j, x in enumerate("qkv"):
-                sd[b + f"attn.{x}.weight"] = w[:, j * d:(j + 1) * d].T
-                sd[b + f"attn.{x}.bias"] = bias[j * d:(j + 1) * d]
-            sd[b + "attn.o.weight"] = take(h + "attn.c_proj.weight").T
-            sd[b + "attn.o.bias"] = take(h + "attn.c_proj.bias")
-            sd[b + "mlp.up.weight"] = take(h + "mlp.c_fc.weight").T
-            sd[b + "mlp.up.bias"] = take(h + "mlp.c_fc.bias")
-            sd[b + "mlp.down.weight"] = take(h + "mlp.c_proj.weight").T
-            sd[b + "mlp.down.bias"] = take(h + "mlp.c_proj.bias")
-        sd["final_norm.weight"] = take("ln_f.weight")
-        sd["final_norm.bias"] = take("ln_f.bias")
-        if cfg.lm_head and not cfg.tie_embeddings:
-            prefix = ""
-            sd["lm_head.weight"] = take("lm_head.weight")
-        return sd
-    full_prefix = _hf_prefix(cfg)
-    for ours, theirs in _simple_names(cfg).items():
-        local = theirs[len(full_prefix):] if theirs.startswith(full_prefix) else theirs
-        candidate = (prefix + local) if theirs.startswith(full_prefix) else theirs
-        if candidate not in names:
-            alt = candidate.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
-            if alt in names:
-                candidate = alt
-            elif ours.endswith(".bias") and not _bias_expected(cfg, ours):
+    for entry in family.weights(cfg):
+        stored = _stored_name(family, entry, prefix, names)
+        if stored is None:
+            if entry.optional:
                 continue
-            elif ours == "lm_head.weight" and cfg.family == "bert":
-                continue
-            else:
-                raise ModelLoadError(file_of(candidate), f"missing tensor {candidate!r}")
-        sd[ours] = get(candidate)
+            full = _hf_name(family, entry, prefix)
+            raise ModelLoadError(file_of(full), f"missing tensor {full!r}")
+        sd.update(zip(entry.ours, entry.convert.to_ours(get(stored), cfg)))
     return sd
-
-
-def _bias_expected(cfg: ModelConfig, ours: str) -> bool:
-    if cfg.family == "llama":
-        return cfg.attention_bias if ".attn." in ours else cfg.mlp_bias
-    return True
-
-
-def _detect_prefix(cfg: ModelConfig, names: set[str]) -> str:
-    """GPT2Model vs GPT2LMHeadModel (and BertModel vs BertForMaskedLM) differ only by a prefix."""
-    probe = {"gpt2": "wte.weight", "bert": "embeddings.word_embeddings.weight", "llama": "embed_tokens.weight"}[cfg.family]
-    for prefix in ("", "transformer.", "bert.", "model."):
-        if prefix + probe in names:
-            return prefix
-    return _hf_prefix(cfg)
-
-
-def _check_shape(path: Path, name: str, t: torch.Tensor, expected: tuple[int, ...]) -> None:
-    if tuple(t.shape) != tuple(expected):
-        raise ModelLoadError(path, f"tensor {name!r} has shape {list(t.shape)} but the config implies {list(expected)}")
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -521,7 +304,7 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         if want is None:
             continue
         if tuple(t.shape) != tuple(want.shape):
-            hf = _hf_name_for(cfg, name)
+            hf = _hf_name_for(cfg, name, set(files))
             raise ModelLoadError(files.get(hf, folder / WEIGHTS),
                                  f"tensor {hf!r} has shape {list(t.shape)} but the config implies {list(want.shape)}")
     if cfg.lm_head and cfg.tie_embeddings:
@@ -617,12 +400,15 @@ def _check_shapes(meta_model: Transformer, files: dict[str, Path]) -> None:
     """Compare every tensor's stored shape (header only, no data read) with what the config implies."""
     cfg = meta_model.cfg
     with _MetaSkeleton():
-        expected = to_hf_state_dict(meta_model)
-    ours_prefix = _hf_prefix(cfg)
-    theirs_prefix = _detect_prefix(cfg, set(files))
+        if hf_compatible(cfg):
+            family = REGISTRY[cfg.family]
+            prefix = family.detect_prefix(cfg, set(files))
+            expected = {_stored_name(family, entry, prefix, set(files)): t
+                        for entry, t in _hf_tensors(cfg, meta_model.state_dict())}
+        else:
+            expected = to_hf_state_dict(meta_model)
     by_file: dict[Path, list[tuple[str, list[int]]]] = {}
-    for name, want in expected.items():
-        stored = theirs_prefix + name[len(ours_prefix):] if name.startswith(ours_prefix) else name
+    for stored, want in expected.items():
         if stored in files:  # missing tensors are reported by _from_hf with their name
             by_file.setdefault(files[stored], []).append((stored, list(want.shape)))
     for f, wanted in by_file.items():
@@ -641,10 +427,16 @@ def _dtype_names() -> dict[str, torch.dtype]:
     return DTYPES
 
 
-def _hf_name_for(cfg: ModelConfig, ours: str) -> str:
-    if cfg.family == "gpt2":
+def _hf_name_for(cfg: ModelConfig, ours: str, names: set[str]) -> str:
+    """The stored tensor that holds our tensor `ours` (for messages)."""
+    if NATIVE_PROBE in names or not hf_compatible(cfg):
         return ours
-    return _simple_names(cfg).get(ours, ours)
+    family = REGISTRY[cfg.family]
+    prefix = family.detect_prefix(cfg, names)
+    for entry in family.weights(cfg):
+        if ours in entry.ours:
+            return _stored_name(family, entry, prefix, names) or _hf_name(family, entry, prefix)
+    return ours
 
 
 # -- writing ---------------------------------------------------------------------------------

@@ -1,0 +1,150 @@
+"""What a family is: the Family record, its weight table, and the conversions the table uses.
+
+A weight table lists, for one config, every Hugging Face tensor with the state-dict name(s) of ours
+it holds and how to convert between the two. The same table is read in both directions: loading
+walks it theirs -> ours, saving walks it ours -> theirs, so the mapping is written once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..config import ModelConfig
+
+
+class ModelLoadError(Exception):
+    """A model folder (or one file in it) that cannot be used, and why."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = Path(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+# -- conversions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """One Hugging Face tensor <-> our tensor(s), as a pair of inverse functions.
+
+    to_ours(t, cfg) returns a list with one tensor per name in Weight.ours; to_theirs(parts, cfg)
+    is its inverse. Only views and torch.cat are used, so loading stays zero-copy where it can and
+    the meta skeleton (shape checks before any data is read) can run them.
+    """
+
+    name: str
+    to_ours: Callable[[torch.Tensor, ModelConfig], list[torch.Tensor]]
+    to_theirs: Callable[[list[torch.Tensor], ModelConfig], torch.Tensor]
+
+    def then(self, other: "Conversion") -> "Conversion":
+        """Apply self, then other (reading); writing undoes them in the reverse order."""
+        return Conversion(
+            f"{self.name}+{other.name}",
+            lambda t, cfg: [p for q in self.to_ours(t, cfg) for p in other.to_ours(q, cfg)],
+            lambda parts, cfg: self.to_theirs([other.to_theirs(parts, cfg)], cfg))
+
+
+IDENTITY = Conversion("identity", lambda t, cfg: [t], lambda parts, cfg: parts[0])
+# GPT-2's Conv1D stores a linear map as [in, out]; ours (nn.Linear) is [out, in].
+TRANSPOSE = Conversion("transpose", lambda t, cfg: [t.T], lambda parts, cfg: parts[0].T)
+
+
+def fused(n: int) -> Conversion:
+    """n equal tensors concatenated along the output axis (dim 0 in our layout): q|k|v."""
+    return Conversion(f"fused{n}", lambda t, cfg: list(torch.chunk(t, n, dim=0)),
+                      lambda parts, cfg: torch.cat(parts, 0))
+
+
+# -- the weight table ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Weight:
+    """One Hugging Face tensor and the tensor(s) of ours it holds."""
+
+    theirs: str  # relative to the family's base-model prefix ("transformer.", "bert.", "model.")
+    ours: tuple[str, ...]
+    convert: Conversion = IDENTITY
+    optional: bool = False  # a folder may lack it without being refused
+    aliases: tuple[str, ...] = ()  # older names of the same tensor, accepted when reading
+    outside_prefix: bool = False  # heads kept beside the base model (lm_head.*, cls.*)
+
+
+def weight(theirs: str, ours: str | tuple[str, ...], convert: Conversion = IDENTITY, **kw: Any) -> Weight:
+    return Weight(theirs, (ours,) if isinstance(ours, str) else tuple(ours), convert, **kw)
+
+
+# -- the family record -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str  # config.json's "model_type", the registry key
+    title: str  # what the Model panel shows
+    decoder: bool  # causal language model (else a bidirectional encoder)
+    architectures: tuple[str, str]  # Hugging Face class names (without, with the LM head)
+    prefixes: tuple[str, str]  # weight-name prefix of the base model (without, with the LM head)
+    probe: str  # a tensor every checkpoint of the family has, relative to the prefix
+    config_from_hf: Callable[[dict, Path], ModelConfig]  # config.json (Hugging Face fields) -> ours
+    config_to_hf: Callable[[ModelConfig], dict]  # ours -> the family's Hugging Face fields
+    structural: tuple[str, ...]  # Hugging Face fields that fix the architecture (cross-checked)
+    weights: Callable[[ModelConfig], list[Weight]]  # the ONE weight-name table, for a config
+    preset: Callable[..., ModelConfig]  # the family's switches, overridable (training, tests)
+    hf_compatible: Callable[[ModelConfig], bool]  # can the Hugging Face class hold this config?
+    trainable: bool = True  # the training panel and `train` can build and train it here
+
+    def architecture(self, cfg: ModelConfig) -> str:
+        return self.architectures[bool(cfg.lm_head)]
+
+    def prefix(self, cfg: ModelConfig) -> str:
+        """The prefix this app writes: the one the Hugging Face class of `architecture` uses."""
+        return self.prefixes[bool(cfg.lm_head)]
+
+    def has_lm_head(self, d: dict) -> bool:
+        """From config.json's "architectures": only the headless class listed means no head."""
+        archs = d.get("architectures") or []
+        return not (archs and all(a == self.architectures[0] for a in archs))
+
+    def detect_prefix(self, cfg: ModelConfig, names: set[str]) -> str:
+        """The prefix a folder's tensors use (the headless and the LM-head classes differ by it)."""
+        for prefix in dict.fromkeys(self.prefixes):
+            if prefix + self.probe in names:
+                return prefix
+        return self.prefix(cfg)
+
+
+# -- shared config helpers -------------------------------------------------------------------
+
+HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
+                  "gelu": "gelu", "relu": "relu", "silu": "swiglu"}
+_TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def hf_dtype(d: dict) -> str:
+    """The dtype a config.json records (new "dtype" or old "torch_dtype"); float32 if unknown."""
+    return _TORCH_DTYPES.get(str(d.get("dtype") or d.get("torch_dtype") or "float32"), "float32")
+
+
+def required(d: dict, path: Path) -> Callable[[str], Any]:
+    """need(key): d[key], or a ModelLoadError naming the missing field."""
+    def need(key: str) -> Any:
+        if key not in d:
+            raise ModelLoadError(path, f"missing field {key!r}")
+        return d[key]
+    return need
+
+
+def real(x: Any) -> Any:
+    """An int as a float; anything else as it is, for ModelConfig.validate to refuse by name."""
+    return float(x) if isinstance(x, int) and not isinstance(x, bool) else x
+
+
+def preset_of(base: dict[str, Any]) -> Callable[..., ModelConfig]:
+    """A preset: ModelConfig with the family's switches, any of them overridden by keyword."""
+    def preset(**kw: Any) -> ModelConfig:
+        return ModelConfig(**{**base, **kw})
+    return preset

@@ -1,0 +1,93 @@
+"""BERT: BertModel / BertForMaskedLM (post-LN encoder, token types, MLM head).
+
+Every tensor maps one to one. Checkpoints from the original TensorFlow conversion name LayerNorm
+parameters gamma/beta; those names are read as aliases.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import ModelConfig
+from .base import HF_ACTIVATIONS, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+
+preset = preset_of(dict(family="bert", norm="layernorm", norm_placement="post", activation="gelu",
+                        positions="learned", causal=False, attention_bias=True, mlp_bias=True,
+                        embed_norm=True, final_norm=False, type_vocab_size=2, tie_embeddings=True,
+                        norm_eps=1e-12))
+
+
+def config_from_hf(d: dict, path: Path) -> ModelConfig:
+    need = required(d, path)
+    if d.get("position_embedding_type", "absolute") != "absolute":
+        raise ModelLoadError(path, f"unsupported position_embedding_type {d['position_embedding_type']!r}")
+    if d.get("is_decoder"):
+        raise ModelLoadError(path, "BERT as a decoder (is_decoder=true) is not supported")
+    act = HF_ACTIVATIONS.get(d.get("hidden_act", "gelu"))
+    if act not in ("gelu", "gelu_tanh", "relu"):
+        raise ModelLoadError(path, f"unsupported hidden_act {d.get('hidden_act')!r}")
+    return preset(
+        vocab_size=need("vocab_size"), d_model=need("hidden_size"), n_layers=need("num_hidden_layers"),
+        n_heads=need("num_attention_heads"), d_ff=need("intermediate_size"),
+        context_length=need("max_position_embeddings"), activation=act,
+        type_vocab_size=d.get("type_vocab_size", 2), norm_eps=d.get("layer_norm_eps", 1e-12),
+        lm_head=FAMILY.has_lm_head(d), tie_embeddings=d.get("tie_word_embeddings", True),
+        dtype=hf_dtype(d), pad_token_id=d.get("pad_token_id"))
+
+
+def config_to_hf(cfg: ModelConfig) -> dict:
+    return {"hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+            "intermediate_size": cfg.d_ff, "max_position_embeddings": cfg.context_length,
+            "hidden_act": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
+            "type_vocab_size": cfg.type_vocab_size, "layer_norm_eps": cfg.norm_eps,
+            "hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.dropout,
+            "pad_token_id": cfg.pad_token_id if cfg.pad_token_id is not None else 0}
+
+
+def _linear(theirs: str, ours: str, **kw) -> list[Weight]:
+    return [weight(theirs + ".weight", ours + ".weight", **kw), weight(theirs + ".bias", ours + ".bias", **kw)]
+
+
+def _layernorm(theirs: str, ours: str, **kw) -> list[Weight]:
+    return [weight(theirs + ".weight", ours + ".weight", aliases=(theirs + ".gamma",), **kw),
+            weight(theirs + ".bias", ours + ".bias", aliases=(theirs + ".beta",), **kw)]
+
+
+def weights(cfg: ModelConfig) -> list[Weight]:
+    e = "embeddings."
+    table = [weight(e + "word_embeddings.weight", "tok_embed.weight"),
+             weight(e + "position_embeddings.weight", "pos_embed.weight")]
+    if cfg.type_vocab_size:
+        table.append(weight(e + "token_type_embeddings.weight", "type_embed.weight"))
+    table += _layernorm(e + "LayerNorm", "embed_norm")
+    for i in range(cfg.n_layers):
+        b, h = f"blocks.{i}.", f"encoder.layer.{i}."
+        table += (_linear(h + "attention.self.query", b + "attn.q") + _linear(h + "attention.self.key", b + "attn.k")
+                  + _linear(h + "attention.self.value", b + "attn.v")
+                  + _linear(h + "attention.output.dense", b + "attn.o")
+                  + _layernorm(h + "attention.output.LayerNorm", b + "norm1")
+                  + _linear(h + "intermediate.dense", b + "mlp.up") + _linear(h + "output.dense", b + "mlp.down")
+                  + _layernorm(h + "output.LayerNorm", b + "norm2"))
+    if cfg.lm_head:
+        c = "cls.predictions."
+        table += (_linear(c + "transform.dense", "mlm_dense", outside_prefix=True)
+                  + _layernorm(c + "transform.LayerNorm", "mlm_norm", outside_prefix=True)
+                  + [weight(c + "bias", "lm_bias", outside_prefix=True)])
+        if not cfg.tie_embeddings:
+            # optional: a folder without it is refused later, by our name ("missing tensors for: lm_head.weight")
+            table.append(weight(c + "decoder.weight", "lm_head.weight", optional=True, outside_prefix=True))
+    return table
+
+
+def hf_compatible(cfg: ModelConfig) -> bool:
+    return (cfg.n_kv_heads == cfg.n_heads and cfg.norm == "layernorm" and cfg.positions == "learned"
+            and cfg.norm_placement == "post" and cfg.activation != "swiglu" and cfg.attention_bias
+            and cfg.mlp_bias and not cfg.final_norm and cfg.embed_norm and cfg.type_vocab_size > 0)
+
+
+FAMILY = Family(
+    model_type="bert", title="BERT (encoder, post-LN, token types)", decoder=False,
+    architectures=("BertModel", "BertForMaskedLM"), prefixes=("", "bert."), probe="embeddings.word_embeddings.weight",
+    config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+    structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "max_position_embeddings", "hidden_act", "type_vocab_size", "layer_norm_eps"),
+    weights=weights, preset=preset, hf_compatible=hf_compatible)

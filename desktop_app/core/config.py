@@ -1,7 +1,10 @@
 """ModelConfig: one dataclass describing every model family the app knows.
 
-The three families are presets over the same switches (norm, placement, activation, positions,
-attention kind); the model builder in the training panel may mix them freely.
+The families (core/families/, one module each; its REGISTRY is the only list) are presets over
+the same switches (norm, placement, activation, positions, attention kind); the model builder in
+the training panel may mix them freely. The families import this module, so this one reaches
+them lazily: `family` is checked against the registry when a config is validated, and FAMILIES
+is computed from it on first use.
 """
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-FAMILIES = ("gpt2", "bert", "llama")
 # rmsnorm_offset: Gemma's RMSNorm, weight applied as (1 + w) (stored zero-centred), all in float32
 NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset")
 PLACEMENTS = ("pre", "post")
@@ -32,6 +34,18 @@ MAX_POSITION_TABLE = 100_000_000
 
 class ConfigError(ValueError):
     """A configuration that cannot describe a working model."""
+
+
+def family_names() -> tuple[str, ...]:
+    """The model_types of core/families' REGISTRY (imported here lazily: it imports this module)."""
+    from .families import REGISTRY
+    return tuple(REGISTRY)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FAMILIES":  # kept importable: `from .config import FAMILIES`
+        return family_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -138,7 +152,8 @@ class ModelConfig:
             if not cond:
                 raise ConfigError(msg)
 
-        check(self.family in FAMILIES, f"unknown family {self.family!r} (known: {', '.join(FAMILIES)})")
+        families = family_names()
+        check(self.family in families, f"unknown family {self.family!r} (known: {', '.join(families)})")
         check(self.norm in NORMS, f"unknown norm {self.norm!r}")
         check(self.norm_placement in PLACEMENTS, f"unknown norm placement {self.norm_placement!r}")
         check(self.activation in ACTIVATIONS, f"unknown activation {self.activation!r}")
@@ -224,28 +239,21 @@ class ModelConfig:
               "parallel_residual and sandwich_norms need norm_placement 'pre'")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
 
-    # -- presets -------------------------------------------------------------------------
+    # -- presets: each family's own, from core/families ---------------------------------
     @classmethod
     def gpt2(cls, **kw: Any) -> "ModelConfig":
-        base = dict(family="gpt2", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
-                    positions="learned", causal=True, attention_bias=True, mlp_bias=True,
-                    final_norm=True, tie_embeddings=True, norm_eps=1e-5)
-        return cls(**{**base, **kw})
+        from .families import REGISTRY
+        return REGISTRY["gpt2"].preset(**kw)
 
     @classmethod
     def bert(cls, **kw: Any) -> "ModelConfig":
-        base = dict(family="bert", norm="layernorm", norm_placement="post", activation="gelu",
-                    positions="learned", causal=False, attention_bias=True, mlp_bias=True,
-                    embed_norm=True, final_norm=False, type_vocab_size=2, tie_embeddings=True,
-                    norm_eps=1e-12)
-        return cls(**{**base, **kw})
+        from .families import REGISTRY
+        return REGISTRY["bert"].preset(**kw)
 
     @classmethod
     def llama(cls, **kw: Any) -> "ModelConfig":
-        base = dict(family="llama", norm="rmsnorm", norm_placement="pre", activation="swiglu",
-                    positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
-                    final_norm=True, tie_embeddings=False, norm_eps=1e-6)
-        return cls(**{**base, **kw})
+        from .families import REGISTRY
+        return REGISTRY["llama"].preset(**kw)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -230,3 +230,12 @@ def resolve_model_ref(text: str | os.PathLike) -> Path:
     what = f"{repo_id}@{rev}" if rev else repo_id
     raise NotInCacheError(f"{what} is not a folder, and not in the local Hugging Face cache "
                           f"(looked in: {looked}); nothing is downloaded")
+
+
+def format_size(n: int) -> str:
+    """'512 B', '3.4 MB', '1.20 GB' (decimal units, as the Hugging Face Hub shows file sizes)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.2f} {unit}" if value < 10 else f"{value:.1f} {unit}"
+    return f"{n} B"

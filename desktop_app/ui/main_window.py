@@ -170,6 +170,9 @@ class MainWindow(QMainWindow):
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         self.demo_action = self._action("Open &Demo Model", self.open_demo_model)
         f.addAction(self.demo_action)
+        self.hf_cache_action = self._action("Open from &Hugging Face Cache…", self.open_hf_cache_dialog,
+                                            tip="Open a model already in the local Hugging Face cache (no download)")
+        f.addAction(self.hf_cache_action)
         f.addSeparator()
         self.open_workspace_action = self._action("Open &Workspace…", self.open_workspace_dialog, "Ctrl+Shift+O")
         self.save_workspace_action = self._action("&Save Workspace…", self.save_workspace_dialog, QKeySequence.StandardKey.Save)
@@ -324,6 +327,14 @@ class MainWindow(QMainWindow):
         if path:
             app_settings.set_last_folder(Path(path).parent)
             self.open_model(path)
+
+    def open_hf_cache_dialog(self) -> None:
+        from .hf_cache_dialog import HfCacheDialog
+
+        dialog = HfCacheDialog(self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.model_chosen.connect(self.open_model)
+        dialog.open()
 
     def set_device(self, device: str) -> None:
         self.state.set_device(device)

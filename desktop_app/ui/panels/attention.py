@@ -3,7 +3,8 @@
 Views (tabs): model view (layers x heads thumbnails; click one to open it), heatmap (one head,
 token labels, hover, selected query row), head view (lines from each query to the keys it attends,
 one colour per head, heads toggled), mean over heads, attention rollout, per-head statistics.
-All numbers come from core.analysis; the heavy ones (rollout, statistics) run in a worker.
+The views, their view state and every number drawn are declared in core.views.attention (the VIEWS
+table); this module draws them. The heavy numbers (rollout, statistics, thumbnails) run in a worker.
 """
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsRectItem, QHBoxLay
                                QTabWidget, QVBoxLayout, QWidget)
 
 from ...core import analysis
+from ...core.views import HeatmapResult, export_name, find_view, view_names, views_using
+from ...core.views import attention as attention_views
+from ...core.views.attention import (AttentionData, AttentionViewState, display_levels, max_pool,  # noqa: F401
+                                     thumbnails)
 from ..settings import plot_background, plot_foreground
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap, LabelAxis
@@ -29,47 +34,6 @@ def head_colour(h: int) -> QColor:
     if h < len(HEAD_COLOURS):
         return QColor(HEAD_COLOURS[h])
     return pg.intColor(h, hues=17)
-
-
-def display_levels(m: np.ndarray, mask: np.ndarray | None = None, q: float = 0.995) -> tuple[float, float]:
-    """Colour range 0..(99.5th percentile of the visible weights): a causal model's first rows hold
-    weights near 1 by construction and would leave every other cell dark; the few cells above the
-    range saturate, the colour bar shows the range and hovering gives the exact value."""
-    step = max(1, m.shape[0] // 128)  # every step-th row: a percentile needs no more, and stays fast
-    shown = m[::step] if mask is None else m[::step][mask[::step]]
-    top = float(np.quantile(shown, q)) if shown.size else 1.0
-    return 0.0, max(top, 1e-6)
-
-
-def max_pool(m: np.ndarray, size: int) -> np.ndarray:
-    """Shrink a [R, C] matrix to at most size x size by block maxima (sharp patterns stay visible)."""
-    r, c = m.shape
-    fr, fc = -(-r // size), -(-c // size)
-    if fr == 1 and fc == 1:
-        return m
-    # pad with the smallest value so padding never shows (a block always holds one real cell)
-    padded = np.full((-(-r // fr) * fr, -(-c // fc) * fc), m.min() if m.size else 0, dtype=m.dtype)
-    padded[:r, :c] = m
-    return padded.reshape(padded.shape[0] // fr, fr, padded.shape[1] // fc, fc).max(axis=(1, 3))
-
-
-def thumbnails(patterns: list[np.ndarray], mask: np.ndarray | None, lut: np.ndarray, size: int) -> list[list[np.ndarray]]:
-    """RGBA thumbnails [layer][head] of at most size x size pixels (plain numpy: runs in a worker)."""
-    out = []
-    for p in patterns:
-        row = []
-        for m in p:
-            if mask is not None:
-                m = np.where(mask, m, -1.0)  # masked cells: below every weight, drawn grey
-            small = max_pool(m, size)
-            top = display_levels(small, small >= 0)[1]
-            rgba = np.empty(small.shape + (4,), np.uint8)
-            rgba[..., :3] = lut[np.clip(small / max(top, 1e-12) * 255, 0, 255).astype(np.uint8)]
-            rgba[..., 3] = 255
-            rgba[small < 0] = (190, 190, 190, 255)  # pooled entirely from masked cells
-            row.append(rgba)
-        out.append(row)
-    return out
 
 
 # -- model view ------------------------------------------------------------------------------
@@ -351,20 +315,15 @@ class AttentionPanel(QWidget):
         "over queries: entropy &minus;&Sigma;<sub>j</sub>P<sub>ij</sub> log P<sub>ij</sub> (nats), mean distance "
         "&Sigma;<sub>j</sub>P<sub>ij</sub>|i&minus;j| (tokens), attention to the first token P<sub>i0</sub>.")
 
-    VIEWS = ("model-view", "attention", "head-view", "mean", "rollout", "head-stats")
-    VIEW_TITLES = ("Model view", "Heatmap", "Head view", "Mean over heads", "Rollout", "Head statistics")
+    VIEWS = view_names(attention_views.VIEWS)
+    VIEW_TITLES = tuple(v.title for v in attention_views.VIEWS)
 
-    def __init__(self, state, parent=None) -> None:
+    def __init__(self, state, parent=None, view_state: AttentionViewState | None = None) -> None:
         super().__init__(parent)
         self.state = state
+        self.view_state = view_state if view_state is not None else AttentionViewState()  # what the controls hold
         self.trace = None
-        self.patterns: list[np.ndarray] = []
-        self.mask: np.ndarray | None = None
-        self.row_labels: list[str] = []
-        self.col_labels: list[str] = []
-        self.rollout: np.ndarray | None = None
-        self.stats: analysis.HeadStats | None = None
-        self.selected_token: int | None = None
+        self.data: AttentionData | None = None
         self._generation = 0
         self._job = None
         self._stale: set[str] = set()  # views whose data changed while hidden
@@ -375,19 +334,23 @@ class AttentionPanel(QWidget):
         self.stat_combo = QComboBox()
         for key, name in analysis.STAT_NAMES.items():
             self.stat_combo.addItem(name, key)
+        self.controls = {"layer": self.layer_spin, "head": self.head_spin, "statistic": self.stat_combo}
         self.status = QLabel("Open a model and enter a text to see its attention.")
         self.tokens = TokenStrip(show_ids=False)
         self.tokens.setMaximumHeight(90)
         self.model_view = ModelView()
-        self.heatmap = Heatmap(row_name="query", col_name="key", value_name="weight")
         self.head_view = HeadView()
-        self.mean_map = Heatmap(row_name="query", col_name="key", value_name="mean weight")
-        self.rollout_map = Heatmap(row_name="token", col_name="source token", value_name="rollout")
-        self.stats_map = Heatmap(row_name="layer", col_name="head", value_name="entropy", colormap="magma",
-                                 annotate_max_cells=400, row_tokens=False, col_tokens=False)
+        own = {"model-view": self.model_view, "head-view": self.head_view}
+        self.widgets: dict[str, QWidget] = {}  # view name -> the widget that draws it
+        for v in attention_views.VIEWS:
+            self.widgets[v.name] = own[v.widget] if v.widget != "heatmap" else Heatmap(
+                row_name=v.axes[0], col_name=v.axes[1], value_name=v.axes[2], **v.heatmap_options)
+        self.heatmap, self.mean_map = self.widgets["attention"], self.widgets["mean"]
+        self.rollout_map, self.stats_map = self.widgets["rollout"], self.widgets["head-stats"]
         self.tabs = QTabWidget()
         for widget, title in zip(self.views(), self.VIEW_TITLES):
             self.tabs.addTab(widget, title)
+        self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
         self.export_bar = ExportBar(self.current_view, self._export_name)
 
         controls = QHBoxLayout()
@@ -401,25 +364,71 @@ class AttentionPanel(QWidget):
         lay.addWidget(self.tokens)
         lay.addWidget(self.tabs, 1)
 
-        self.layer_spin.valueChanged.connect(self._on_layer)
-        self.head_spin.valueChanged.connect(self._on_head)
-        self.stat_combo.currentIndexChanged.connect(lambda _i: self._invalidate("head-stats"))
-        self.tabs.currentChanged.connect(self._update_controls)
-        self.tabs.currentChanged.connect(lambda _i: self._refresh())
+        self._show_view_state_in_controls()
+        self.layer_spin.valueChanged.connect(lambda v: self._on_control("layer", v))
+        self.head_spin.valueChanged.connect(lambda v: self._on_control("head", v))
+        self.stat_combo.currentIndexChanged.connect(
+            lambda _i: self._on_control("statistic", self.stat_combo.currentData()))
+        self.tabs.currentChanged.connect(self._on_tab)
         self.model_view.head_clicked.connect(self.open_head)
         self.head_view.token_clicked.connect(
             lambda t: self.select_token(None if t == self.selected_token else t))  # a second click clears
         self.tokens.token_selected.connect(self.select_token)
-        for hm in (self.heatmap, self.mean_map, self.rollout_map):
-            hm.cell_clicked.connect(lambda row, _col, hm=hm: self._on_row_clicked(hm, row))
+        for v in attention_views.VIEWS:
+            if v.widget == "heatmap" and v.rows:
+                self.widgets[v.name].cell_clicked.connect(lambda row, _col, v=v: self._on_row_clicked(v, row))
         state.trace_changed.connect(self._on_trace_changed)
         self._update_controls()
         if getattr(state, "trace", None) is not None:
             self._on_trace_changed(state.trace)
 
+    # -- view state ------------------------------------------------------------------------
+    def set_view_state(self, view_state: AttentionViewState) -> None:
+        """Show these choices (a workspace, the render command): controls, tab, then the selection."""
+        self.view_state = AttentionViewState(**vars(view_state))
+        self._clamp_view_state()
+        self._show_view_state_in_controls()
+        self.tabs.blockSignals(True)
+        self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
+        self.tabs.blockSignals(False)
+        self._update_controls()
+        self._invalidate(*(v.name for v in attention_views.VIEWS if v.name != "model-view"))
+        self.select_token(self.view_state.selected_token)
+
+    def _clamp_view_state(self) -> None:
+        """Choices beyond this trace's layers, heads or tokens fall back to the last one / no selection."""
+        vs = self.view_state
+        if vs.statistic not in analysis.STAT_NAMES:
+            vs.statistic = AttentionViewState.statistic
+        if self.data is None:
+            return  # no trace yet: kept as they are, for the trace to come (e.g. a workspace being opened)
+        vs.layer = min(vs.layer, self.data.n_layers - 1)
+        vs.head = min(vs.head, self.data.n_heads - 1)
+        if vs.selected_token is not None and vs.selected_token >= len(self.data.col_labels):
+            vs.selected_token = None
+
+    def _show_view_state_in_controls(self) -> None:
+        vs = self.view_state
+        for w, value in ((self.layer_spin, vs.layer), (self.head_spin, vs.head)):
+            w.blockSignals(True)
+            w.setValue(value)
+            w.blockSignals(False)
+        self.stat_combo.blockSignals(True)
+        self.stat_combo.setCurrentIndex(max(0, self.stat_combo.findData(vs.statistic)))
+        self.stat_combo.blockSignals(False)
+
+    def _on_control(self, control: str, value) -> None:
+        setattr(self.view_state, control, value)
+        self._invalidate(*views_using(attention_views.VIEWS, control))
+
+    def _on_tab(self, index: int) -> None:
+        self.view_state.view = self.VIEWS[index]
+        self._update_controls()
+        self._refresh()
+
     # -- views -----------------------------------------------------------------------------
     def views(self) -> list:
-        return [self.model_view, self.heatmap, self.head_view, self.mean_map, self.rollout_map, self.stats_map]
+        return [self.widgets[name] for name in self.VIEWS]
 
     def current_view(self):
         return self.views()[self.tabs.currentIndex()]
@@ -428,28 +437,48 @@ class AttentionPanel(QWidget):
         self.tabs.setCurrentIndex(self.VIEWS.index(name))
 
     def _export_name(self) -> str:
-        view = self.VIEWS[self.tabs.currentIndex()]
-        if view in ("attention",):
-            return f"attention-L{self.layer}-H{self.head}"
-        if view in ("head-view", "mean", "rollout"):
-            return f"{view}-L{self.layer}"
-        if view == "head-stats":
-            return f"head-stats-{self.stat_combo.currentData()}"
-        return view
+        return export_name(attention_views.VIEWS, self.view_state)
 
     def _update_controls(self, *_):
-        view = self.VIEWS[self.tabs.currentIndex()]
-        self.layer_spin.setEnabled(view in ("attention", "head-view", "mean", "rollout"))
-        self.head_spin.setEnabled(view == "attention")
-        self.stat_combo.setEnabled(view == "head-stats")
+        used = find_view(attention_views.VIEWS, self.view_state.view).controls
+        for name, w in self.controls.items():
+            w.setEnabled(name in used)
 
     @property
     def layer(self) -> int:
-        return self.layer_spin.value()
+        return self.view_state.layer
 
     @property
     def head(self) -> int:
-        return self.head_spin.value()
+        return self.view_state.head
+
+    @property
+    def selected_token(self) -> int | None:
+        return self.view_state.selected_token
+
+    @property
+    def patterns(self) -> list[np.ndarray]:
+        return self.data.patterns if self.data is not None else []
+
+    @property
+    def mask(self) -> np.ndarray | None:  # (shadows QWidget.mask, as the attribute it replaces did)
+        return self.data.mask if self.data is not None else None
+
+    @property
+    def row_labels(self) -> list[str]:
+        return self.data.row_labels if self.data is not None else []
+
+    @property
+    def col_labels(self) -> list[str]:
+        return self.data.col_labels if self.data is not None else []
+
+    @property
+    def rollout(self) -> np.ndarray | None:
+        return self.data.rollout if self.data is not None else None
+
+    @property
+    def stats(self) -> analysis.HeadStats | None:
+        return self.data.stats if self.data is not None else None
 
     # -- data ------------------------------------------------------------------------------
     def _on_trace_changed(self, trace) -> None:
@@ -461,43 +490,35 @@ class AttentionPanel(QWidget):
         """Show a trace. sync=True computes rollout and statistics here (CLI); else in a worker."""
         self.trace = trace
         self._generation += 1
-        self.rollout, self.stats = None, None
         if trace is None or trace.n_layers == 0 or "blocks.0.attn.pattern" not in trace:
             self._clear(self.state.no_trace_message() if trace is None else "This trace has no attention patterns.")
             return
-        self.patterns = analysis.attention_patterns(trace)
-        _, t_q, t_k = self.patterns[0].shape
+        t_k = trace.pattern(0).shape[-1]
+        ids = list(token_ids or [])
         if causal is None:
             loaded = getattr(self.state, "loaded", None)
-            causal = loaded.config.causal if loaded is not None else bool(
-                np.all(np.triu(self.patterns[0][:, :, t_k - t_q:], 1) == 0))
-        allowed = analysis.allowed_mask(t_q, t_k, causal)
-        self.mask = None if allowed.all() else allowed
-        ids = list(token_ids or [])
-        strings = self.state.token_strings(ids) if len(ids) == t_k else [str(i) for i in range(t_k)]
-        if len(ids) != t_k:
-            ids = list(range(t_k))
-        self.col_labels = strings
-        self.row_labels = strings[t_k - t_q:]
-        self.tokens.set_tokens(strings, ids)
-        n_layers, n_heads = len(self.patterns), self.patterns[0].shape[0]
+            causal = loaded.config.causal if loaded is not None else None
+        strings = self.state.token_strings(ids) if len(ids) == t_k else None
+        self.data = data = attention_views.prepare(trace, causal, strings)
+        self.tokens.set_tokens(data.col_labels, ids if len(ids) == t_k else list(range(t_k)))
+        n_layers, n_heads = data.n_layers, data.n_heads
         for spin, n in ((self.layer_spin, n_layers), (self.head_spin, n_heads)):
             spin.blockSignals(True)
             spin.setRange(0, n - 1)
             spin.blockSignals(False)
-        if self.selected_token is not None and self.selected_token >= t_k:
-            self.selected_token = None
+        self._clamp_view_state()
+        self._show_view_state_in_controls()
         self.model_view.set_patterns([], None)  # its thumbnails come from the worker
         self._relabel = True
-        self._invalidate("attention", "head-view", "mean", "rollout", "head-stats")
+        self._invalidate(*(v.name for v in attention_views.VIEWS if v.name != "model-view"))
         self._apply_selection()
         self.status.setText(f"{plural(t_k, 'token')}, {plural(n_layers, 'layer')} x {plural(n_heads, 'head')}"
-                            + (" (causal)" if causal else " (bidirectional)"))
+                            + (" (causal)" if data.causal else " (bidirectional)"))
         generation = self._generation
-        patterns, mask, lut, size = self.patterns, self.mask, self.model_view.lut, self.model_view.THUMB
+        patterns, mask, lut, size = data.patterns, data.mask, self.model_view.lut, self.model_view.THUMB
 
         def work(job=None):
-            return (generation, *_aggregates(trace, job), thumbnails(patterns, mask, lut, size))
+            return (generation, *attention_views.aggregates(trace, job), thumbnails(patterns, mask, lut, size))
 
         if sync:
             self._on_aggregates(work())
@@ -513,14 +534,15 @@ class AttentionPanel(QWidget):
         """No trace (or one without attention): nothing of a previous text or model stays on show."""
         if self._job is not None and not self._job.done:
             self._job.cancel()
-        self.patterns, self.mask, self.row_labels, self.col_labels = [], None, [], []
-        self.selected_token = None
+        self.data = None
+        self.view_state.selected_token = None
         self.tokens.set_tokens([], [])
         self.model_view.set_patterns([], None)
-        for hm in (self.heatmap, self.mean_map, self.rollout_map, self.stats_map):
-            hm.clear_matrix(message)
+        for v in attention_views.VIEWS:
+            if v.widget == "heatmap":
+                self.widgets[v.name].clear_matrix(message)
         self.head_view.set_layer(np.zeros((0, 0, 0), dtype=np.float32), [], [])
-        for spin in (self.layer_spin, self.head_spin):
+        for spin in (self.layer_spin, self.head_spin):  # the view state keeps its layer and head for the next trace
             spin.blockSignals(True)
             spin.setRange(0, 0)
             spin.blockSignals(False)
@@ -529,14 +551,13 @@ class AttentionPanel(QWidget):
 
     def _on_aggregates(self, result) -> None:
         generation, rollout, stats, rollout_problem, thumbs = result
-        if generation != self._generation:
+        if generation != self._generation or self.data is None:
             return  # a newer trace arrived meanwhile
-        self.model_view.set_patterns(self.patterns, self.mask, thumbs)
-        self.model_view.set_selected_row(self.query_row())
-        self.rollout, self.stats = rollout, stats
-        if rollout is None:
-            self.rollout_map.set_matrix(np.zeros((1, 1)), [""], [""], title=rollout_problem)
-        self._invalidate("rollout", "head-stats")
+        data = self.data
+        data.rollout, data.stats, data.rollout_problem, data.thumbs = rollout, stats, rollout_problem, thumbs
+        data.aggregated = True
+        self._render("model-view")  # drawn at once, shown or not: it is the panel's first tab
+        self._invalidate("rollout", "head-stats")  # the views that read the worker's numbers
 
     # -- rendering: only the visible view is drawn; the others are marked stale and drawn when shown
     def _invalidate(self, *views: str) -> None:
@@ -544,58 +565,40 @@ class AttentionPanel(QWidget):
         self._refresh()
 
     def _refresh(self) -> None:
-        view = self.VIEWS[self.tabs.currentIndex()]
-        if view not in self._stale or not self.patterns:
+        view = self.view_state.view
+        if view not in self._stale or self.data is None:
             return
         self._stale.discard(view)
-        {"attention": self._show_head, "head-view": self._show_head_view, "mean": self._show_mean,
-         "rollout": self._show_rollout, "head-stats": self._show_stats}[view]()
+        self._render(view)
 
-    def _show_head_view(self) -> None:
-        self.head_view.set_layer(self.patterns[self.layer], self.row_labels, self.col_labels)
+    def _render(self, name: str) -> None:
+        view = find_view(attention_views.VIEWS, name)
+        result = view.compute(self.data, self.view_state)
+        if result is None:
+            self._stale.add(name)  # not computed yet (a worker's): drawn when it arrives
+            return
+        if view.widget == "heatmap":
+            self._render_heatmap(view, result)
+        elif view.widget == "model-view":
+            self.model_view.set_patterns(result.patterns, result.mask, result.thumbs)
+            self.model_view.set_selected_row(self.query_row())
+        elif view.widget == "head-view":
+            self.head_view.set_layer(result.pattern, result.row_labels, result.col_labels)
 
-    def _show_mean(self) -> None:
-        mean = self.patterns[self.layer].astype(np.float64).mean(axis=0)
-        self.mean_map.set_matrix(mean, self.row_labels, self.col_labels, mask=self.mask,
-                                 levels=display_levels(mean, self.mask),
-                                 title=f"Layer {self.layer}, mean over heads")
-
-    def _show_head(self) -> None:
-        m = self.patterns[self.layer][self.head]
-        levels = display_levels(m, self.mask)
-        relabel, self._relabel = self._relabel, False
-        if relabel or self.heatmap.values.shape != m.shape:
-            self.heatmap.set_matrix(m, self.row_labels, self.col_labels, mask=self.mask, levels=levels)
+    def _render_heatmap(self, view, r: HeatmapResult) -> None:
+        hm = self.widgets[view.name]
+        if r.value_name is not None:
+            hm.set_axis_names(view.axes[0], view.axes[1], r.value_name)
+        relabel = view.keep_zoom and self._relabel
+        if view.keep_zoom:
+            self._relabel = False
+        if not view.keep_zoom or relabel or hm.values.shape != r.values.shape:
+            hm.set_matrix(r.values, r.row_labels, r.col_labels, mask=r.mask, levels=r.levels, title=r.title)
         else:
-            self.heatmap.set_values(m, levels)  # the fast path: one texture upload
-        self.heatmap.set_title(f"Layer {self.layer}, head {self.head}")
-
-    def _show_rollout(self) -> None:
-        if self.rollout is None:
-            self._stale.add("rollout")  # not computed yet: draw it when it arrives
-            return
-        r = self.rollout[self.layer]
-        self.rollout_map.set_matrix(r, self.col_labels, self.col_labels, mask=self.mask,
-                                    levels=display_levels(r, self.mask),
-                                    title=f"Attention rollout through layers 0..{self.layer}")
-        self.rollout_map.set_selected_row(self.selected_token)
-
-    def _show_stats(self) -> None:
-        if self.stats is None:
-            self._stale.add("head-stats")
-            return
-        key = self.stat_combo.currentData()
-        values = self.stats.as_dict()[key]
-        n_layers, n_heads = values.shape
-        self.stats_map.set_axis_names("layer", "head", analysis.STAT_NAMES[key])
-        self.stats_map.set_matrix(values, [f"L{l}" for l in range(n_layers)], [f"H{h}" for h in range(n_heads)],
-                                  title=analysis.STAT_NAMES[key])
-
-    def _on_layer(self, _value: int) -> None:
-        self._invalidate("attention", "head-view", "mean", "rollout")
-
-    def _on_head(self, _value: int) -> None:
-        self._invalidate("attention")
+            hm.set_values(r.values, r.levels)  # the fast path: one texture upload
+            hm.set_title(r.title)
+        if view.rows == "tokens":
+            hm.set_selected_row(self.selected_token)
 
     # -- interaction -----------------------------------------------------------------------
     def open_head(self, layer: int, head: int) -> None:
@@ -606,35 +609,24 @@ class AttentionPanel(QWidget):
 
     def select_token(self, index: int | None) -> None:
         """Highlight query token `index` (position in the sequence) in every view."""
-        self.selected_token = index
+        self.view_state.selected_token = index
         self.tokens.set_selected(index)
         self._apply_selection()
 
     def query_row(self) -> int | None:
         """Row of the selected token in the attention patterns (queries are the last T_q tokens)."""
-        if self.selected_token is None or not self.patterns:
+        if self.selected_token is None or self.data is None:
             return None
-        _, t_q, t_k = self.patterns[0].shape
-        row = self.selected_token - (t_k - t_q)
-        return row if 0 <= row < t_q else None
+        row = self.selected_token - self.data.query_offset
+        return row if 0 <= row < self.data.patterns[0].shape[1] else None
 
     def _apply_selection(self) -> None:
         row = self.query_row()
-        self.heatmap.set_selected_row(row)
-        self.mean_map.set_selected_row(row)
-        self.rollout_map.set_selected_row(self.selected_token)
+        for v in attention_views.VIEWS:
+            if v.widget == "heatmap" and v.rows:
+                self.widgets[v.name].set_selected_row(row if v.rows == "queries" else self.selected_token)
         self.model_view.set_selected_row(row)
         self.head_view.set_selected_row(row)
 
-    def _on_row_clicked(self, hm: Heatmap, row: int) -> None:
-        offset = 0 if hm is self.rollout_map else self.patterns[0].shape[2] - self.patterns[0].shape[1]
-        self.select_token(row + offset)
-
-
-def _aggregates(trace, job=None):
-    """Rollout and head statistics (worker thread: O(L T^3) and O(L H T^2))."""
-    try:
-        rollout, problem = analysis.attention_rollout(trace, job=job), ""
-    except ValueError as exc:  # a cached generation step has no square patterns
-        rollout, problem = None, str(exc)
-    return rollout, analysis.head_stats(trace, job=job), problem
+    def _on_row_clicked(self, view, row: int) -> None:
+        self.select_token(row + (self.data.query_offset if view.rows == "queries" else 0))

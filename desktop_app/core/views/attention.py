@@ -1,0 +1,192 @@
+"""The Attention panel's views as data (no Qt): its view state, the VIEWS table and their numbers.
+
+`prepare(trace, causal, tokens)` reads a trace once (patterns, mask, labels); `aggregates` and
+`thumbnails` are the slow parts (a worker runs them); each view's compute(data, state) then returns
+what its widget draws. Definitions of the quantities: core.analysis.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import analysis
+from ..jobs import JobControl
+from . import HeatmapResult, View
+
+CONTROLS = ("layer", "head", "statistic")  # the panel's controls, in the order they are laid out
+
+
+@dataclass
+class AttentionViewState:
+    view: str = "model-view"
+    layer: int = 0
+    head: int = 0
+    statistic: str = "entropy"  # a key of analysis.STAT_NAMES
+    selected_token: int | None = None  # absolute position in the sequence
+
+
+@dataclass
+class AttentionData:
+    """One trace's attention, read once; `rollout`, `stats` and `thumbs` arrive later from a worker."""
+    patterns: list[np.ndarray]  # [layer] -> [H, T_q, T_k]
+    mask: np.ndarray | None  # [T_q, T_k] True where a query may attend; None when nothing is masked
+    causal: bool
+    row_labels: list[str]  # the queries' token strings (the last T_q)
+    col_labels: list[str]  # every token's string (T_k)
+    rollout: np.ndarray | None = None
+    stats: analysis.HeadStats | None = None
+    rollout_problem: str = ""
+    thumbs: list[list[np.ndarray]] | None = None
+    aggregated: bool = False  # rollout / stats / thumbs have arrived
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.patterns)
+
+    @property
+    def n_heads(self) -> int:
+        return self.patterns[0].shape[0]
+
+    @property
+    def query_offset(self) -> int:
+        """Position of the first query: queries are the last T_q of T_k tokens (a cached step has one)."""
+        _, t_q, t_k = self.patterns[0].shape
+        return t_k - t_q
+
+
+def prepare(trace, causal: bool | None, tokens: list[str] | None) -> AttentionData:
+    """Read a trace's patterns. causal=None: guessed from the patterns (no key above the diagonal).
+    tokens: one string per key position, else positions are used as labels."""
+    patterns = analysis.attention_patterns(trace)
+    _, t_q, t_k = patterns[0].shape
+    if causal is None:
+        causal = bool(np.all(np.triu(patterns[0][:, :, t_k - t_q:], 1) == 0))
+    allowed = analysis.allowed_mask(t_q, t_k, causal)
+    strings = list(tokens) if tokens is not None and len(tokens) == t_k else [str(i) for i in range(t_k)]
+    return AttentionData(patterns, None if allowed.all() else allowed, causal, strings[t_k - t_q:], strings)
+
+
+# -- numbers ---------------------------------------------------------------------------------
+
+
+def display_levels(m: np.ndarray, mask: np.ndarray | None = None, q: float = 0.995) -> tuple[float, float]:
+    """Colour range 0..(99.5th percentile of the visible weights): a causal model's first rows hold
+    weights near 1 by construction and would leave every other cell dark; the few cells above the
+    range saturate, the colour bar shows the range and hovering gives the exact value."""
+    step = max(1, m.shape[0] // 128)  # every step-th row: a percentile needs no more, and stays fast
+    shown = m[::step] if mask is None else m[::step][mask[::step]]
+    top = float(np.quantile(shown, q)) if shown.size else 1.0
+    return 0.0, max(top, 1e-6)
+
+
+def max_pool(m: np.ndarray, size: int) -> np.ndarray:
+    """Shrink a [R, C] matrix to at most size x size by block maxima (sharp patterns stay visible)."""
+    r, c = m.shape
+    fr, fc = -(-r // size), -(-c // size)
+    if fr == 1 and fc == 1:
+        return m
+    # pad with the smallest value so padding never shows (a block always holds one real cell)
+    padded = np.full((-(-r // fr) * fr, -(-c // fc) * fc), m.min() if m.size else 0, dtype=m.dtype)
+    padded[:r, :c] = m
+    return padded.reshape(padded.shape[0] // fr, fr, padded.shape[1] // fc, fc).max(axis=(1, 3))
+
+
+def thumbnails(patterns: list[np.ndarray], mask: np.ndarray | None, lut: np.ndarray, size: int) -> list[list[np.ndarray]]:
+    """RGBA thumbnails [layer][head] of at most size x size pixels (plain numpy: runs in a worker)."""
+    out = []
+    for p in patterns:
+        row = []
+        for m in p:
+            if mask is not None:
+                m = np.where(mask, m, -1.0)  # masked cells: below every weight, drawn grey
+            small = max_pool(m, size)
+            top = display_levels(small, small >= 0)[1]
+            rgba = np.empty(small.shape + (4,), np.uint8)
+            rgba[..., :3] = lut[np.clip(small / max(top, 1e-12) * 255, 0, 255).astype(np.uint8)]
+            rgba[..., 3] = 255
+            rgba[small < 0] = (190, 190, 190, 255)  # pooled entirely from masked cells
+            row.append(rgba)
+        out.append(row)
+    return out
+
+
+def aggregates(trace, job: JobControl | None = None):
+    """Rollout, head statistics and why there is no rollout (worker thread: O(L T^3) and O(L H T^2))."""
+    try:
+        rollout, problem = analysis.attention_rollout(trace, job=job), ""
+    except ValueError as exc:  # a cached generation step has no square patterns
+        rollout, problem = None, str(exc)
+    return rollout, analysis.head_stats(trace, job=job), problem
+
+
+# -- the views' results ----------------------------------------------------------------------
+
+
+@dataclass
+class ModelViewResult:
+    patterns: list[np.ndarray]
+    mask: np.ndarray | None
+    thumbs: list[list[np.ndarray]] | None
+
+
+@dataclass
+class HeadViewResult:
+    pattern: np.ndarray  # [H, T_q, T_k] of one layer
+    row_labels: list[str]
+    col_labels: list[str]
+
+
+def compute_model_view(data: AttentionData, state: AttentionViewState) -> ModelViewResult:
+    return ModelViewResult(data.patterns, data.mask, data.thumbs)
+
+
+def compute_head(data: AttentionData, state: AttentionViewState) -> HeatmapResult:
+    m = data.patterns[state.layer][state.head]
+    return HeatmapResult(m, data.row_labels, data.col_labels, data.mask, display_levels(m, data.mask),
+                         f"Layer {state.layer}, head {state.head}")
+
+
+def compute_head_view(data: AttentionData, state: AttentionViewState) -> HeadViewResult:
+    return HeadViewResult(data.patterns[state.layer], data.row_labels, data.col_labels)
+
+
+def compute_mean(data: AttentionData, state: AttentionViewState) -> HeatmapResult:
+    mean = data.patterns[state.layer].astype(np.float64).mean(axis=0)  # = analysis.mean_over_heads
+    return HeatmapResult(mean, data.row_labels, data.col_labels, data.mask, display_levels(mean, data.mask),
+                         f"Layer {state.layer}, mean over heads")
+
+
+def compute_rollout(data: AttentionData, state: AttentionViewState) -> HeatmapResult | None:
+    if data.rollout is None:
+        if data.aggregated:  # computed, and impossible for this trace: say why
+            return HeatmapResult(np.zeros((1, 1)), [""], [""], title=data.rollout_problem)
+        return None
+    r = data.rollout[state.layer]
+    return HeatmapResult(r, data.col_labels, data.col_labels, data.mask, display_levels(r, data.mask),
+                         f"Attention rollout through layers 0..{state.layer}")
+
+
+def compute_head_stats(data: AttentionData, state: AttentionViewState) -> HeatmapResult | None:
+    if data.stats is None:
+        return None
+    values = data.stats.as_dict()[state.statistic]
+    n_layers, n_heads = values.shape
+    return HeatmapResult(values, [f"L{l}" for l in range(n_layers)], [f"H{h}" for h in range(n_heads)],
+                         title=analysis.STAT_NAMES[state.statistic],
+                         value_name=analysis.STAT_NAMES[state.statistic])
+
+
+VIEWS: tuple[View, ...] = (
+    View("model-view", "Model view", (), compute_model_view, widget="model-view"),
+    View("attention", "Heatmap", ("layer", "head"), compute_head, "attention-L{layer}-H{head}",
+         rows="queries", keep_zoom=True),
+    View("head-view", "Head view", ("layer",), compute_head_view, "{view}-L{layer}", widget="head-view"),
+    View("mean", "Mean over heads", ("layer",), compute_mean, "{view}-L{layer}",
+         axes=("query", "key", "mean weight"), rows="queries"),
+    View("rollout", "Rollout", ("layer",), compute_rollout, "{view}-L{layer}",
+         axes=("token", "source token", "rollout"), rows="tokens"),
+    View("head-stats", "Head statistics", ("statistic",), compute_head_stats, "head-stats-{statistic}",
+         axes=("layer", "head", "entropy"),
+         heatmap_options=dict(colormap="magma", annotate_max_cells=400, row_tokens=False, col_tokens=False)),
+)

@@ -4,11 +4,10 @@ Views (tabs): residual-stream norms (tokens x depths), component norms (each hea
 each MLP's output, layers x components), the logit lens (tokens x layers: top prediction and its
 probability), PCA of token vectors over depth (depth slider, trajectories), and the token-token
 cosine-similarity matrix at a depth with its mean, plus the mean-cosine-vs-depth curve.
-Everything is computed by core.analysis in a worker (the logit lens runs the unembedding).
+The views, their view state and every number drawn are declared in core.views.layers (the VIEWS
+table; computed in a worker: the logit lens runs the unembedding); this module draws them.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
@@ -18,52 +17,13 @@ from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QSlider, QSplit
                                QVBoxLayout, QWidget)
 
 from ...core import analysis
+from ...core.views import export_name, find_view, view_names, views_using
+from ...core.views import layers as layers_views
+from ...core.views.layers import LayersData, LayersResult, LayersViewState, compute_layers  # noqa: F401
 from ..settings import plot_background, plot_foreground
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap, short_label
 from ..widgets.token_strip import TokenStrip, _visible, format_prob, plural, value_colour
-
-
-@dataclass
-class LayersResult:
-    depth_labels: list[str]
-    resid_norms: np.ndarray  # [D, T]
-    head_norms: np.ndarray | None  # [L, H, T]
-    mlp_norms: np.ndarray | None  # [L, T]
-    lens_ids: np.ndarray | None  # [L, T]
-    lens_probs: np.ndarray | None
-    lens_strings: list[list[str]] | None
-    lens_problem: str
-    pca: analysis.PCAResult
-    cosine: np.ndarray  # [D, T, T]
-    mean_cosine: np.ndarray  # [D]
-
-
-def compute_layers(trace, model=None, tokenizer=None, job=None) -> LayersResult:
-    """Every number the layers panel shows (worker thread; `job` lets a newer trace cancel it)."""
-    check = job.check if job is not None else (lambda: None)
-    n_layers = trace.n_layers
-    x = analysis.residual_stream(trace).astype(np.float64)
-    check()
-    cos = np.stack([analysis.cosine_matrix(h) for h in x]).astype(np.float32)
-    check()
-    head = analysis.head_output_norms(trace) if "blocks.0.attn.head_out" in trace else None
-    mlp = analysis.mlp_output_norms(trace) if "blocks.0.mlp.out" in trace else None
-    ids = probs = strings = None
-    problem = ""
-    check()
-    try:
-        lens = analysis.logit_lens(trace, model)
-        ids, probs = lens.top_ids, lens.top_probs
-        if tokenizer is not None:
-            strings = [tokenizer.token_strings(row.tolist()) for row in ids]
-        else:
-            strings = [[str(i) for i in row] for row in ids]
-    except ValueError as exc:
-        problem = str(exc)
-    return LayersResult(analysis.depth_labels(n_layers), np.linalg.norm(x, axis=-1), head, mlp, ids, probs, strings,
-                        problem, analysis.pca_over_depth(trace), cos,
-                        np.array([analysis.mean_off_diagonal(c) for c in cos.astype(np.float64)]))
 
 
 # -- logit lens table ------------------------------------------------------------------------
@@ -340,16 +300,16 @@ class LayersPanel(QWidget):
         "each token's path. <b>Cosine</b>: C<sub>ij</sub> = &lt;x<sub>i</sub>, x<sub>j</sub>&gt;/(|x<sub>i</sub>||x<sub>j</sub>|); "
         "its mean over i &ne; j rising with depth shows tokens clustering (Geshkovski et al. 2023).")
 
-    VIEWS = ("residual-norms", "component-norms", "logit-lens", "pca", "cosine")
-    VIEW_TITLES = ("Residual norms", "Component norms", "Logit lens", "PCA", "Cosine similarity")
+    VIEWS = view_names(layers_views.VIEWS)
+    VIEW_TITLES = tuple(v.title for v in layers_views.VIEWS)
 
-    def __init__(self, state, parent=None) -> None:
+    def __init__(self, state, parent=None, view_state: LayersViewState | None = None) -> None:
         super().__init__(parent)
         self.state = state
+        self.view_state = view_state if view_state is not None else LayersViewState()  # what the controls hold
         self.trace = None
-        self.result: LayersResult | None = None
+        self.data: LayersData | None = None
         self.labels: list[str] = []
-        self.selected_token: int | None = None
         self._generation = 0
         self._job = None
 
@@ -360,18 +320,20 @@ class LayersPanel(QWidget):
         self.depth_label = QLabel("depth: -")
         self.tokens = TokenStrip(show_ids=False)
         self.tokens.setMaximumHeight(90)
-        self.resid_map = Heatmap(row_name="token", col_name="depth", value_name="\u2016x\u2016", colormap="inferno",
-                                 col_tokens=False)
-        self.component_map = Heatmap(row_name="layer", col_name="component", value_name="mean output norm",
-                                     colormap="inferno", annotate_max_cells=400, row_tokens=False, col_tokens=False)
         self.lens_view = LogitLensView()
         self.pca_view = PCAView()
         self.cosine_view = CosineView()
+        own = {"logit-lens": self.lens_view, "pca": self.pca_view, "cosine": self.cosine_view}
+        self.widgets: dict[str, QWidget] = {}  # view name -> the widget that draws it
+        for v in layers_views.VIEWS:
+            self.widgets[v.name] = own[v.widget] if v.widget != "heatmap" else Heatmap(
+                row_name=v.axes[0], col_name=v.axes[1], value_name=v.axes[2], **v.heatmap_options)
+        self.resid_map, self.component_map = self.widgets["residual-norms"], self.widgets["component-norms"]
         self.tabs = QTabWidget()
         for w, title in zip(self.views(), self.VIEW_TITLES):
             self.tabs.addTab(w, title)
-        self.export_bar = ExportBar(self.current_view, lambda: self.VIEWS[self.tabs.currentIndex()]
-                                    + (f"-{self._depth_name()}" if self.tabs.currentIndex() >= 3 else ""))
+        self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
+        self.export_bar = ExportBar(self.current_view, self._export_name)
         controls = QHBoxLayout()
         controls.addWidget(QLabel("Depth"))
         controls.addWidget(self.depth_slider)
@@ -384,6 +346,7 @@ class LayersPanel(QWidget):
         lay.addWidget(self.tabs, 1)
 
         self.depth_slider.valueChanged.connect(self.set_depth)
+        self.tabs.currentChanged.connect(lambda i: setattr(self.view_state, "view", self.VIEWS[i]))
         self.tokens.token_selected.connect(self.select_token)
         self.resid_map.cell_clicked.connect(lambda r, _c: self.select_token(r))
         self.cosine_view.heatmap.cell_clicked.connect(lambda r, _c: self.select_token(r))
@@ -392,8 +355,28 @@ class LayersPanel(QWidget):
         if getattr(state, "trace", None) is not None:
             self._on_trace_changed(state.trace)
 
+    # -- view state ------------------------------------------------------------------------
+    def set_view_state(self, view_state: LayersViewState) -> None:
+        """Show these choices (a workspace, the render command): depth, tab, then the selection."""
+        self.view_state = LayersViewState(**vars(view_state))
+        if self.data is not None:
+            self.view_state.depth = min(self.view_state.depth, self.data.n_depths - 1)
+            if self.view_state.selected_token is not None and self.view_state.selected_token >= len(self.labels):
+                self.view_state.selected_token = None
+            self.set_depth(self.view_state.depth)
+        self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
+        self.select_token(self.view_state.selected_token)
+
+    @property
+    def result(self) -> LayersResult | None:
+        return self.data.result if self.data is not None else None
+
+    @property
+    def selected_token(self) -> int | None:
+        return self.view_state.selected_token
+
     def views(self) -> list:
-        return [self.resid_map, self.component_map, self.lens_view, self.pca_view, self.cosine_view]
+        return [self.widgets[name] for name in self.VIEWS]
 
     def current_view(self):
         return self.views()[self.tabs.currentIndex()]
@@ -405,6 +388,9 @@ class LayersPanel(QWidget):
         names = self.result.depth_labels if self.result else []
         d = self.depth_slider.value()
         return names[d] if d < len(names) else "-"
+
+    def _export_name(self) -> str:
+        return export_name(layers_views.VIEWS, self.view_state, depth_name=self._depth_name())
 
     # -- data ------------------------------------------------------------------------------
     def _on_trace_changed(self, trace) -> None:
@@ -442,7 +428,8 @@ class LayersPanel(QWidget):
         """No trace: nothing of a previous text or model stays on show."""
         if self._job is not None and not self._job.done:
             self._job.cancel()
-        self.result, self.labels, self.selected_token = None, [], None
+        self.data, self.labels = None, []
+        self.view_state.selected_token = None  # the depth is kept for the next trace
         self.tokens.set_tokens([], [])
         self.resid_map.clear_matrix(message)
         self.component_map.clear_matrix(message)
@@ -459,53 +446,60 @@ class LayersPanel(QWidget):
         generation, res = payload
         if generation != self._generation:
             return
-        self.result = res
-        depth = len(res.depth_labels)
+        causal = self.state.loaded.config.causal if getattr(self.state, "loaded", None) else True
+        self.data = LayersData(res, self.labels, causal)
+        depth = self.data.n_depths
         t = res.resid_norms.shape[1]
         self.status.setText(f"{plural(t, 'token')}, {plural(depth - 1, 'layer')}")
-        self.resid_map.set_matrix(res.resid_norms.T, self.labels, res.depth_labels,
-                                  title="Residual stream norm \u2016x\u2016 per token and depth")
-        layer_names = [f"L{l}" for l in range(depth - 1)]
-        if res.head_norms is not None and res.mlp_norms is not None:
-            n_heads = res.head_norms.shape[1]
-            comp = np.concatenate([res.head_norms.mean(-1), res.mlp_norms.mean(-1)[:, None]], axis=1)
-            self.component_map.set_matrix(comp, layer_names, [f"head {h}" for h in range(n_heads)] + ["MLP"],
-                                          title="Output norm of each component (mean over tokens)")
-        elif res.mlp_norms is not None:  # e.g. a generation step: heads' outputs are not recorded there
-            self.component_map.set_matrix(res.mlp_norms.mean(-1)[:, None], layer_names, ["MLP"],
-                                          title="MLP output norm (mean over tokens); head outputs were not recorded")
-        else:
-            self.component_map.set_matrix(np.zeros((1, 1)), [""], [""], title="component outputs were not recorded")
-        if res.lens_ids is not None:
-            causal = self.state.loaded.config.causal if getattr(self.state, "loaded", None) else True
-            next_tokens = (self.labels[1:] + [""]) if causal else None
-            self.lens_view.lens.set_data(self.labels, next_tokens, res.lens_strings, res.lens_ids, res.lens_probs)
-            if next_tokens is not None:
-                self.lens_view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        else:
-            self.lens_view.lens.set_data([], None, [], np.zeros((0, 0), np.int64), np.zeros((0, 0)))
-            self.status.setText(self.status.text() + f"; no logit lens: {res.lens_problem}")
-        self.pca_view.set_data(res.pca, self.labels, res.depth_labels)
-        self.cosine_view.set_data(res.cosine, res.mean_cosine, self.labels, res.depth_labels)
+        for v in layers_views.VIEWS:  # every view at once: each is cheap once the worker's numbers are in
+            self._render(v, v.compute(self.data, self.view_state), new_data=True)
         self.depth_slider.blockSignals(True)
         self.depth_slider.setRange(0, depth - 1)
+        self.depth_slider.setValue(min(self.view_state.depth, depth - 1))
         self.depth_slider.blockSignals(False)
-        self.set_depth(min(self.depth_slider.value(), depth - 1))
+        self.set_depth(min(self.view_state.depth, depth - 1))
+        if self.selected_token is not None and self.selected_token >= t:
+            self.view_state.selected_token = None
+        self.tokens.set_selected(self.selected_token)
         self._apply_selection()
+
+    def _render(self, view, result, new_data: bool = False) -> None:
+        w = self.widgets[view.name]
+        if view.widget == "heatmap":
+            w.set_matrix(result.values, result.row_labels, result.col_labels, mask=result.mask, levels=result.levels,
+                         title=result.title)
+        elif view.widget == "logit-lens":
+            w.lens.set_data(result.tokens, result.next_tokens, result.strings, result.ids, result.probs)
+            if result.problem:
+                self.status.setText(self.status.text() + f"; no logit lens: {result.problem}")
+            elif result.next_tokens is not None:
+                w.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        elif view.widget == "pca":
+            if new_data:
+                w.set_data(result.pca, result.tokens, result.depth_labels)
+            else:
+                w.set_depth(result.depth)
+        elif view.widget == "cosine":
+            if new_data:
+                w.set_data(result.cosine, result.mean_cosine, result.tokens, result.depth_labels)
+            else:
+                w.set_depth(result.depth)
 
     # -- interaction -----------------------------------------------------------------------
     def set_depth(self, depth: int) -> None:
         if self.depth_slider.value() != depth:
             self.depth_slider.setValue(depth)  # comes back here through valueChanged
             return
-        if self.result is None:
+        if self.data is None:
             return
+        self.view_state.depth = depth
         self.depth_label.setText(f"depth: {self.result.depth_labels[depth]}")
-        self.pca_view.set_depth(depth)
-        self.cosine_view.set_depth(depth)
+        for name in views_using(layers_views.VIEWS, "depth"):
+            v = find_view(layers_views.VIEWS, name)
+            self._render(v, v.compute(self.data, self.view_state))
 
     def select_token(self, index: int | None) -> None:
-        self.selected_token = index
+        self.view_state.selected_token = index
         self.tokens.set_selected(index)
         self._apply_selection()
 

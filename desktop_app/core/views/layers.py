@@ -1,0 +1,155 @@
+"""The Layers panel's views as data (no Qt): its view state, the VIEWS table and their numbers.
+
+`compute_layers` computes every number the panel shows (a worker runs it: the logit lens runs the
+unembedding); each view's compute(data, state) then picks what its widget draws at the chosen depth.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import analysis
+from . import HeatmapResult, View
+
+CONTROLS = ("depth",)
+
+
+@dataclass
+class LayersViewState:
+    view: str = "residual-norms"
+    depth: int = 0  # residual depth: 0 = embedding, l + 1 = after block l
+    selected_token: int | None = None
+
+
+@dataclass
+class LayersResult:
+    depth_labels: list[str]
+    resid_norms: np.ndarray  # [D, T]
+    head_norms: np.ndarray | None  # [L, H, T]
+    mlp_norms: np.ndarray | None  # [L, T]
+    lens_ids: np.ndarray | None  # [L, T]
+    lens_probs: np.ndarray | None
+    lens_strings: list[list[str]] | None
+    lens_problem: str
+    pca: analysis.PCAResult
+    cosine: np.ndarray  # [D, T, T]
+    mean_cosine: np.ndarray  # [D]
+
+
+def compute_layers(trace, model=None, tokenizer=None, job=None) -> LayersResult:
+    """Every number the layers panel shows (worker thread; `job` lets a newer trace cancel it)."""
+    check = job.check if job is not None else (lambda: None)
+    n_layers = trace.n_layers
+    x = analysis.residual_stream(trace).astype(np.float64)
+    check()
+    cos = np.stack([analysis.cosine_matrix(h) for h in x]).astype(np.float32)
+    check()
+    head = analysis.head_output_norms(trace) if "blocks.0.attn.head_out" in trace else None
+    mlp = analysis.mlp_output_norms(trace) if "blocks.0.mlp.out" in trace else None
+    ids = probs = strings = None
+    problem = ""
+    check()
+    try:
+        lens = analysis.logit_lens(trace, model)
+        ids, probs = lens.top_ids, lens.top_probs
+        if tokenizer is not None:
+            strings = [tokenizer.token_strings(row.tolist()) for row in ids]
+        else:
+            strings = [[str(i) for i in row] for row in ids]
+    except ValueError as exc:
+        problem = str(exc)
+    return LayersResult(analysis.depth_labels(n_layers), np.linalg.norm(x, axis=-1), head, mlp, ids, probs, strings,
+                        problem, analysis.pca_over_depth(trace), cos,
+                        np.array([analysis.mean_off_diagonal(c) for c in cos.astype(np.float64)]))
+
+
+@dataclass
+class LayersData:
+    result: LayersResult
+    tokens: list[str]  # one string per position
+    causal: bool  # the logit lens then shows the token that actually comes next
+
+    @property
+    def n_depths(self) -> int:
+        return len(self.result.depth_labels)
+
+
+# -- the views' results ----------------------------------------------------------------------
+
+
+@dataclass
+class LensResult:
+    tokens: list[str]
+    next_tokens: list[str] | None  # causal models: what actually comes next (a first column)
+    strings: list[list[str]]  # [L][T] top prediction
+    ids: np.ndarray  # [L, T]
+    probs: np.ndarray  # [L, T]
+    problem: str = ""  # why there is no lens (then every field above is empty)
+
+
+@dataclass
+class PCAViewResult:
+    pca: analysis.PCAResult
+    tokens: list[str]
+    depth_labels: list[str]
+    depth: int
+
+
+@dataclass
+class CosineViewResult:
+    cosine: np.ndarray  # [D, T, T]
+    mean_cosine: np.ndarray  # [D]
+    tokens: list[str]
+    depth_labels: list[str]
+    depth: int
+
+
+def compute_residual_norms(data: LayersData, state: LayersViewState) -> HeatmapResult:
+    res = data.result
+    return HeatmapResult(res.resid_norms.T, data.tokens, res.depth_labels,
+                         title="Residual stream norm \u2016x\u2016 per token and depth")
+
+
+def compute_component_norms(data: LayersData, state: LayersViewState) -> HeatmapResult:
+    res = data.result
+    layer_names = [f"L{l}" for l in range(data.n_depths - 1)]
+    if res.head_norms is not None and res.mlp_norms is not None:
+        n_heads = res.head_norms.shape[1]
+        comp = np.concatenate([res.head_norms.mean(-1), res.mlp_norms.mean(-1)[:, None]], axis=1)
+        return HeatmapResult(comp, layer_names, [f"head {h}" for h in range(n_heads)] + ["MLP"],
+                             title="Output norm of each component (mean over tokens)")
+    if res.mlp_norms is not None:  # e.g. a generation step: heads' outputs are not recorded there
+        return HeatmapResult(res.mlp_norms.mean(-1)[:, None], layer_names, ["MLP"],
+                             title="MLP output norm (mean over tokens); head outputs were not recorded")
+    return HeatmapResult(np.zeros((1, 1)), [""], [""], title="component outputs were not recorded")
+
+
+def compute_logit_lens(data: LayersData, state: LayersViewState) -> LensResult:
+    res = data.result
+    if res.lens_ids is None:
+        return LensResult([], None, [], np.zeros((0, 0), np.int64), np.zeros((0, 0)), res.lens_problem)
+    next_tokens = (data.tokens[1:] + [""]) if data.causal else None
+    return LensResult(data.tokens, next_tokens, res.lens_strings, res.lens_ids, res.lens_probs)
+
+
+def compute_pca(data: LayersData, state: LayersViewState) -> PCAViewResult:
+    return PCAViewResult(data.result.pca, data.tokens, data.result.depth_labels, state.depth)
+
+
+def compute_cosine(data: LayersData, state: LayersViewState) -> CosineViewResult:
+    res = data.result
+    return CosineViewResult(res.cosine, res.mean_cosine, data.tokens, res.depth_labels, state.depth)
+
+
+VIEWS: tuple[View, ...] = (
+    View("residual-norms", "Residual norms", (), compute_residual_norms,
+         axes=("token", "depth", "\u2016x\u2016"), rows="tokens",
+         heatmap_options=dict(colormap="inferno", col_tokens=False)),
+    View("component-norms", "Component norms", (), compute_component_norms,
+         axes=("layer", "component", "mean output norm"),
+         heatmap_options=dict(colormap="inferno", annotate_max_cells=400, row_tokens=False, col_tokens=False)),
+    View("logit-lens", "Logit lens", (), compute_logit_lens, widget="logit-lens"),
+    View("pca", "PCA", ("depth",), compute_pca, "{view}-{depth_name}", widget="pca"),
+    View("cosine", "Cosine similarity", ("depth",), compute_cosine, "{view}-{depth_name}", widget="cosine"),
+)

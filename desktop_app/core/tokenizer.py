@@ -1,15 +1,22 @@
-"""Tokenizers: tokenizer.json through Hugging Face `tokenizers`, char-level and BPE training."""
+"""Tokenizers: tokenizer.json through Hugging Face `tokenizers`, the older vocabulary files
+(vocab.txt, vocab.json + merges.txt) as models ship them, char-level and BPE training."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Iterable
 
+from tokenizers import AddedToken, normalizers, processors
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 
 class TokenizerError(ValueError):
-    pass
+    """A tokenizer file that cannot be used; `path` names it when there is one."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 SPECIAL_NAMES = ("pad", "bos", "eos", "mask", "unk", "cls", "sep")
@@ -38,6 +45,13 @@ class Tokenizer:
             tok.no_truncation()
         self.tok = tok
         self.source = source
+        # What tokenizer_config.json / special_tokens_map.json declare (see load_tokenizer_folder):
+        # name ("bos", "eos", "mask", "unk", ...) -> token string. Empty for a bare tokenizer.json,
+        # whose special tokens are then recognised by their usual spellings, as before.
+        self.declared_specials: dict[str, str] = {}
+        # True when the model expects its BOS token first (add_bos_token, LLaMA-style): encode() never
+        # adds it (analysis text is what was typed); with_bos() does, for callers that want the model's view.
+        self.bos_prepended = False
 
     # -- construction --------------------------------------------------------------------
     @classmethod
@@ -46,7 +60,7 @@ class Tokenizer:
         try:
             return cls(HFTokenizer.from_file(str(path)), path)
         except Exception as exc:  # tokenizers raises a bare Exception with the parser's message
-            raise TokenizerError(f"{path}: not a valid tokenizer.json ({exc})") from exc
+            raise TokenizerError(f"{path}: not a valid tokenizer.json ({exc})", path) from exc
 
     @classmethod
     def from_str(cls, text: str) -> "Tokenizer":
@@ -104,6 +118,9 @@ class Tokenizer:
         return out
 
     def special_id(self, name: str) -> int | None:
+        declared = self.declared_specials.get(name)
+        if declared is not None and self.tok.token_to_id(declared) is not None:
+            return self.tok.token_to_id(declared)
         for s in _SPECIAL_STRINGS.get(name, ()):
             i = self.tok.token_to_id(s)
             if i is not None:
@@ -117,6 +134,17 @@ class Tokenizer:
     @property
     def eos_token_id(self) -> int | None:
         return self.special_id("eos")
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self.special_id("bos")
+
+    def with_bos(self, ids: list[int]) -> list[int]:
+        """`ids` as the model saw them in training: BOS first when the tokenizer prepends it."""
+        bos = self.bos_token_id
+        if not self.bos_prepended or bos is None or (ids and ids[0] == bos):
+            return list(ids)
+        return [bos, *ids]
 
 
 def char_tokenizer(text: str, specials: Iterable[str] = (), unknown: str | None = None) -> Tokenizer:
@@ -151,3 +179,141 @@ def train_bpe(texts: Iterable[str], vocab_size: int, specials: Iterable[str] = (
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(list(texts), trainer=trainer)
     return Tokenizer(tok)
+
+
+# -- model folders ---------------------------------------------------------------------------------
+
+TOKENIZER_JSON = "tokenizer.json"
+WORDPIECE_VOCAB = "vocab.txt"          # BERT-style WordPiece
+BPE_VOCAB, BPE_MERGES = "vocab.json", "merges.txt"  # GPT-2 / RoBERTa-style byte-level BPE
+TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP = "tokenizer_config.json", "special_tokens_map.json"
+# What BertTokenizer and GPT2Tokenizer assume when no config file names them (used when in the vocabulary).
+_BERT_DEFAULTS = {"unk": "[UNK]", "sep": "[SEP]", "pad": "[PAD]", "cls": "[CLS]", "mask": "[MASK]"}
+_GPT2_DEFAULTS = {"unk": "<|endoftext|>", "bos": "<|endoftext|>", "eos": "<|endoftext|>"}
+_CONFIG_SPECIALS = {"bos": "bos_token", "eos": "eos_token", "unk": "unk_token", "mask": "mask_token",
+                    "pad": "pad_token", "cls": "cls_token", "sep": "sep_token"}
+
+
+def _read_json_object(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise TokenizerError(f"{path}: not valid JSON ({exc})", path) from None
+    if not isinstance(d, dict):
+        raise TokenizerError(f"{path}: expected a JSON object", path)
+    return d
+
+
+def _token_text(value) -> str | None:
+    """A special token as the config files write it: "[MASK]" or {"content": "[MASK]", ...}."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+def _folder_settings(folder: Path) -> tuple[dict, dict[str, str]]:
+    """(tokenizer_config.json, the special tokens it and special_tokens_map.json declare).
+    tokenizer_config.json wins where both name one, as in transformers."""
+    config = _read_json_object(folder / TOKENIZER_CONFIG)
+    specials: dict[str, str] = {}
+    for source in (_read_json_object(folder / SPECIAL_TOKENS_MAP), config):
+        for name, key in _CONFIG_SPECIALS.items():
+            text = _token_text(source.get(key))
+            if text is not None:
+                specials[name] = text
+    return config, specials
+
+
+def _add_shipped_specials(tok: HFTokenizer, specials: dict[str, str], config: dict, where: Path) -> None:
+    """Declared special tokens that are in the vocabulary become special (never split, e.g.
+    "[MASK]" or "<|endoftext|>" typed in the text); added_tokens_decoder entries beyond the
+    vocabulary are appended, and must land on the id the file gives them."""
+    vocab = tok.get_vocab(with_added_tokens=True)
+    present = [t for t in dict.fromkeys(specials.values()) if t in vocab]
+    if present:
+        tok.add_special_tokens(present)
+    added = config.get("added_tokens_decoder")
+    if not isinstance(added, dict):
+        return
+    for key, entry in sorted(added.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else -1):
+        text = _token_text(entry)
+        if text is None or not str(key).isdigit():
+            continue
+        if tok.token_to_id(text) is None:
+            token = AddedToken(text, special=bool(entry.get("special", False)), normalized=False)
+            (tok.add_special_tokens if token.special else tok.add_tokens)([token])
+        if tok.token_to_id(text) != int(key):
+            raise TokenizerError(f"{where}: added token {text!r} has id {tok.token_to_id(text)} in the vocabulary, "
+                                 f"but {key} in {TOKENIZER_CONFIG}", where)
+
+
+def wordpiece_tokenizer(vocab_file: Path, config: dict, specials: dict[str, str]) -> HFTokenizer:
+    """A BERT vocab.txt as BertTokenizer reads it: BERT normalizer (lowercase and accent stripping
+    from do_lower_case), BERT pre-tokenizer, WordPiece with ## continuations, [CLS] x [SEP]."""
+    try:
+        vocab = models.WordPiece.read_file(str(vocab_file))
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception
+        raise TokenizerError(f"{vocab_file}: not a readable WordPiece vocabulary ({exc})", vocab_file) from None
+    if not vocab:
+        raise TokenizerError(f"{vocab_file}: empty vocabulary", vocab_file)
+    unk = specials.get("unk", "[UNK]")
+    lower = bool(config.get("do_lower_case", True))
+    strip = config.get("strip_accents")  # None: strip when lowercasing, as BertTokenizer does
+    tok = HFTokenizer(models.WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, lowercase=lower, strip_accents=strip,
+                                                handle_chinese_chars=bool(config.get("tokenize_chinese_chars", True)))
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    cls, sep = specials.get("cls", "[CLS]"), specials.get("sep", "[SEP]")
+    if cls in vocab and sep in vocab:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
+            special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])])
+    return tok
+
+
+def byte_bpe_tokenizer(vocab_file: Path, merges_file: Path, config: dict) -> HFTokenizer:
+    """vocab.json + merges.txt as GPT-2 and RoBERTa ship them: byte-level BPE, no prefix space
+    unless tokenizer_config.json says add_prefix_space."""
+    try:
+        vocab, merges = models.BPE.read_file(str(vocab_file), str(merges_file))
+        bpe = models.BPE(vocab, merges)  # checks every merge against the vocabulary
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception
+        raise TokenizerError(f"{vocab_file.parent}: {BPE_VOCAB} + {BPE_MERGES} are not a readable BPE "
+                             f"vocabulary ({exc})", merges_file) from None
+    tok = HFTokenizer(bpe)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=bool(config.get("add_prefix_space", False)))
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def load_tokenizer_folder(folder: str | Path) -> Tokenizer | None:
+    """The tokenizer a model folder ships, or None when it ships none.
+
+    tokenizer.json first (as before); else vocab.txt (WordPiece); else vocab.json + merges.txt
+    (byte-level BPE). tokenizer_config.json / special_tokens_map.json name the BOS, EOS, mask, unknown
+    ... tokens and whether BOS is prepended (add_bos_token). Raises TokenizerError naming the file."""
+    folder = Path(folder)
+    config, specials = _folder_settings(folder)
+    if (folder / TOKENIZER_JSON).is_file():
+        tokenizer = Tokenizer.from_file(folder / TOKENIZER_JSON)
+    elif (folder / WORDPIECE_VOCAB).is_file():
+        specials = {**_BERT_DEFAULTS, **specials}
+        hf = wordpiece_tokenizer(folder / WORDPIECE_VOCAB, config, specials)
+        _add_shipped_specials(hf, specials, config, folder / TOKENIZER_CONFIG)
+        tokenizer = Tokenizer(hf, folder / WORDPIECE_VOCAB)
+    elif (folder / BPE_VOCAB).is_file() and (folder / BPE_MERGES).is_file():
+        specials = {**_GPT2_DEFAULTS, **specials}
+        hf = byte_bpe_tokenizer(folder / BPE_VOCAB, folder / BPE_MERGES, config)
+        _add_shipped_specials(hf, specials, config, folder / TOKENIZER_CONFIG)
+        tokenizer = Tokenizer(hf, folder / BPE_VOCAB)
+    else:
+        return None
+    tokenizer.declared_specials = specials
+    tokenizer.bos_prepended = bool(config.get("add_bos_token", False)) and tokenizer.bos_token_id is not None
+    return tokenizer

@@ -93,3 +93,18 @@ def test_cli_org_name_not_in_cache_is_one_line_and_exit_2(cache, capsys):
 def test_cli_plain_missing_folder_still_says_no_such_folder(cache, tmp_path, capsys):
     assert cli.main(["info", str(tmp_path / "missing")]) == cli.EXIT_INPUT
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_supported_families_come_from_the_families_registry_when_it_exists(cache, monkeypatch):
+    """The registry is read when the listing runs, not at import; the loader still has the last word."""
+    import sys
+    import types
+
+    registry = types.ModuleType("desktop_app.core.families")
+    registry.REGISTRY = {"gpt2": object()}
+    monkeypatch.setitem(sys.modules, "desktop_app.core.families", registry)
+    rows = {m.repo_id: m for m in list_cached_models()}
+    assert "(supported: gpt2)" in rows["other-org/mamba-tiny"].reason
+    registry.REGISTRY = {"gpt2": object(), "mamba": object()}
+    mamba = next(m for m in list_cached_models() if m.repo_id == "other-org/mamba-tiny")
+    assert not mamba.supported and "unknown model_type 'mamba'" in mamba.reason  # read_config's own word

@@ -40,7 +40,7 @@ def main(argv: list[str]) -> dict:
     import torch
     from PySide6.QtWidgets import QApplication
 
-    from ..commands.render import dispose
+    from ..ui.offscreen import dispose
     from ..core.checkpoints import LoadedModel, new_model
     from ..core.config import ModelConfig
     from ..ui.panels.attention import AttentionPanel

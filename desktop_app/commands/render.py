@@ -9,12 +9,17 @@ import os
 
 from . import MODEL_HELP
 
-ATTENTION_VIEWS = {"attention": "attention", "model-view": "model-view", "head-view": "head-view",
-                   "mean": "mean", "rollout": "rollout", "head-stats": "head-stats"}
-LAYERS_VIEWS = {"residual-norms": "residual-norms", "component-norms": "component-norms",
-                "logit-lens": "logit-lens", "pca": "pca", "cosine": "cosine"}
-VIEWS = tuple(ATTENTION_VIEWS) + tuple(LAYERS_VIEWS)
-STATS = ("entropy", "mean_distance", "first_token")
+from ..core.analysis import STAT_NAMES
+from ..core.views import attention as attention_views
+from ..core.views import layers as layers_views
+from ..core.views import view_names
+from ..ui.offscreen import dispose  # noqa: F401  (was defined here; callers may still import it from here)
+
+# the panels' VIEWS tables: a view added there is a `--view` here (the attention heatmap listed first)
+ATTENTION_VIEWS = ("attention",) + tuple(n for n in view_names(attention_views.VIEWS) if n != "attention")
+LAYERS_VIEWS = view_names(layers_views.VIEWS)
+VIEWS = ATTENTION_VIEWS + LAYERS_VIEWS
+STATS = tuple(STAT_NAMES)
 
 
 def add_parser(sub) -> None:
@@ -79,7 +84,7 @@ def render_view(loaded, ids: list[int], view: str, out: str, layer: int | None =
     app = QApplication.instance() or QApplication(["transformer-explorer-render"])
     names = trace_names(cfg, len(ids), final_logits=False)  # the views drawn here never read the logits
     _, trace = loaded.model.run_with_trace(torch.tensor([ids], device=loaded.model.device), names=names)
-    state = AppState()
+    state = AppState()  # the panel's source of token strings and the model's causality
     state.loaded = loaded
     state.token_ids = list(ids)  # state.trace stays None: the panel gets the trace below, synchronously
     if view in ATTENTION_VIEWS:
@@ -87,20 +92,16 @@ def render_view(loaded, ids: list[int], view: str, out: str, layer: int | None =
 
         panel = AttentionPanel(state)
         panel.set_trace(trace, ids, sync=True)
-        panel.layer_spin.setValue(layer or 0)
-        panel.head_spin.setValue(head)
-        panel.stat_combo.setCurrentIndex(STATS.index(stat))
+        panel.set_view_state(attention_views.AttentionViewState(view=view, layer=layer or 0, head=head, statistic=stat,
+                                                                selected_token=token))
     else:
         from ..ui.panels.layers import LayersPanel
 
-        panel = LayersPanel(state)
-        panel.set_trace(trace, ids, sync=True)
         if depth is None:
             depth = cfg.n_layers if layer is None else layer + 1
-        panel.set_depth(depth)
-    panel.show_view(view)
-    if token is not None:
-        panel.select_token(token)
+        panel = LayersPanel(state)
+        panel.set_trace(trace, ids, sync=True)
+        panel.set_view_state(layers_views.LayersViewState(view=view, depth=depth, selected_token=token))
     panel.resize(*size)
     panel.show()
     app.processEvents()
@@ -129,17 +130,3 @@ def run(args) -> int:
     dispose(panel)
     return 0
 
-
-def dispose(panel) -> None:
-    """Delete the widgets while the QApplication still exists: left to interpreter shutdown, PySide6
-    and pyqtgraph may tear them down in an order that crashes the process after the file is written."""
-    import gc
-
-    from PySide6.QtCore import QCoreApplication, QEvent
-
-    panel.close()
-    panel.deleteLater()
-    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-    QCoreApplication.processEvents()
-    del panel
-    gc.collect()

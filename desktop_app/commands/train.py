@@ -5,6 +5,8 @@ reads), and always ends with one JSON line {step, train_loss, train_accuracy, va
 Without --device it runs on the best device (cuda, mps, cpu); without --precision it uses bfloat16
 autocast on CUDA (float16 with loss scaling where bfloat16 is unsupported) and float32 elsewhere.
 With --control-stdin it obeys the lines "pause", "resume" and "stop" on standard input.
+The run's settings come from the flags or, the same settings as JSON, from --config FILE (what
+run_config.json holds: TrainConfig.to_json); the Train panel starts its runs with --config.
 Runs data-parallel under torchrun (gloo on CPU, nccl on GPUs) with the same arguments.
 """
 from __future__ import annotations
@@ -39,8 +41,15 @@ _FIELDS = {"task": "task", "family": "family", "optimizer": "optimizer", "seed":
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="train a small transformer on a task (checkpoints, resume, metrics)")
     p.register("action", None, _Given)  # every plain option records that it was given
+    c = p.add_argument_group("settings file")
+    c.add_argument("--config", metavar="FILE",
+                   help="the run's settings as JSON, as a run's run_config.json holds them (settings left out "
+                        "take their defaults): instead of the task, model and optimisation flags, which are "
+                        "refused beside it; --out, --resume, --overwrite, --export, --baseline, --jsonl and "
+                        "--control-stdin still apply")
     t = p.add_argument_group("task")
-    t.add_argument("--task", required=True, choices=("motif", "copy", "reverse", "sort", "modadd", "induction", "text"))
+    t.add_argument("--task", choices=("motif", "copy", "reverse", "sort", "modadd", "induction", "text"),
+                   help="required unless --config gives it")
     t.add_argument("--text-file", help="UTF-8 text for --task text")
     t.add_argument("--tokenizer", choices=("char", "bpe"), default="char", help="text task tokenizer")
     t.add_argument("--vocab-size", type=int, default=512, help="BPE vocabulary size (text task)")
@@ -74,7 +83,7 @@ def add_parser(sub) -> None:
     o.add_argument("--warmup", type=int, default=50)
     o.add_argument("--batch-size", type=int, default=32)
     o.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
-    o.add_argument("--steps", type=int, required=True)
+    o.add_argument("--steps", type=int, help="required unless --config gives it")
     o.add_argument("--eval-every", type=int, default=100)
     o.add_argument("--checkpoint-every", type=int, default=500)
     o.add_argument("--log-every", type=int, default=10)
@@ -102,10 +111,54 @@ def _device(args) -> str:
     return best_device() if args.device in (None, "", "auto") else args.device
 
 
+# what may stand beside --config: where the run goes and how it is driven, not what it trains
+_BESIDE_CONFIG = {"config", "out", "export", "baseline"}
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def config_from_file(path: str):
+    """The TrainConfig of a --config FILE; ValueError naming the file and its problem."""
+    from ..core.training import TrainConfig
+    from ..core.training.tasks import TASKS
+    from ..core.training.trainer import default_precision
+
+    try:
+        text = open(path, encoding="utf-8").read()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the training configuration ({exc.strerror or exc})") from None
+    cfg = TrainConfig.from_json(text, path)
+    if cfg.task not in TASKS:
+        raise ValueError(f"{path}: unknown task {cfg.task!r} (known: {', '.join(TASKS)})")
+    from ..core.config import FAMILIES
+    if cfg.family not in FAMILIES:
+        raise ValueError(f"{path}: unknown family {cfg.family!r} ({', '.join(FAMILIES)})")
+    if cfg.device in ("", "auto"):  # as --device auto: the best device present
+        from ..core.training.trainer import best_device
+        cfg.device = best_device()
+    if not cfg.precision:
+        cfg.precision = default_precision(cfg.device)
+    return cfg
+
+
 def config_from_args(args):
+    """The run's TrainConfig: from --config FILE, or built from the flags (two ways to the same config)."""
     from ..core.training import TrainConfig
     from ..core.training.trainer import default_precision
 
+    if getattr(args, "config", None):
+        beside = sorted((getattr(args, "given", None) or set()) - _BESIDE_CONFIG)
+        if beside:
+            raise ValueError(f"--config {args.config} holds the run's settings; leave out "
+                             f"{', '.join(_flag(d) for d in beside)} (or change the file)")
+        return config_from_file(args.config)
+    missing = [flag for flag, value in (("--task", args.task), ("--steps", args.steps)) if value is None]
+    if missing:
+        raise ValueError(f"train needs {' and '.join(missing)} (or --config FILE)")
     task_options = {}
     for key in ("length", "symbols", "p", "train_fraction"):
         value = getattr(args, key)
@@ -133,6 +186,28 @@ def config_from_args(args):
                        checkpoint_every=args.checkpoint_every, log_every=args.log_every,
                        grad_clip=args.grad_clip or None, seed=args.seed, device=device,
                        precision=args.precision or default_precision(device))
+
+
+def config_to_args(cfg) -> list[str]:
+    """The flags config_from_args turns back into `cfg` (its inverse): the run's command line as a person
+    would type it. ValueError for a setting no flag can give (then only --config FILE can)."""
+    if cfg.betas is not None:
+        raise ValueError("the optimizer's betas have no flag; give them with --config FILE")
+    args: list[str] = []
+    for dest, key in _FIELDS.items():
+        value = getattr(cfg, key)
+        if key == "grad_clip":
+            value = value or 0  # --grad-clip 0 is no clipping
+        args += [_flag(dest), repr(value) if isinstance(value, float) else str(value)]
+    for dest, key in _MODEL_KEYS.items():
+        if key in cfg.model:
+            args += [_flag(dest), str(cfg.model[key])]
+    known = {"length", "symbols", "p", "train_fraction", "n_train", "text_file", "tokenizer", "vocab_size"}
+    for key, value in cfg.task_options.items():
+        if key not in known:
+            raise ValueError(f"the task option {key!r} has no flag; give it with --config FILE")
+        args += [_flag(_option_dest(key)), str(value)]
+    return args + ["--steps", str(cfg.steps), "--device", cfg.device, "--precision", cfg.precision]
 
 
 def _human(ev: dict) -> str | None:
@@ -173,19 +248,22 @@ def resumed_config(saved, cfg, args):
     """The checkpoint's settings, with what the user gave on this command line on top (the trainer refuses
     a different task or model and applies new optimisation settings); how long, where and how precise
     come from this command line."""
+    from_file = bool(getattr(args, "config", None))  # a --config file gives every setting
     given = getattr(args, "given", None) or set()
     d = saved.to_dict()
     for dest, key in _FIELDS.items():
-        if dest in given or dest == "task":  # --task is required: always the user's word
+        if from_file or dest in given or dest == "task":  # --task is required: always the user's word
             d[key] = getattr(cfg, key)
+    if from_file:
+        d["betas"] = cfg.betas
     d["task_options"] = {**saved.task_options, **{k: v for k, v in cfg.task_options.items()
-                                                 if _option_dest(k) in given}}
+                                                 if from_file or _option_dest(k) in given}}
     d["model"] = {**saved.model, **{key: cfg.model[key] for dest, key in _MODEL_KEYS.items()
-                                   if dest in given and key in cfg.model}}
-    precision = args.precision or saved.precision
+                                   if (from_file or dest in given) and key in cfg.model}}
+    precision = cfg.precision if from_file else args.precision or saved.precision
     if precision == "float16" and not cfg.device.startswith("cuda"):
         precision = cfg.precision
-    d.update(steps=args.steps, device=cfg.device, precision=precision)
+    d.update(steps=cfg.steps, device=cfg.device, precision=precision)
     return saved.__class__(**d)
 
 
@@ -198,9 +276,11 @@ def run(args) -> int:
     from ..cli import EXIT_DIVERGED
     from ..core.training.trainer import SUMMARY_KEYS, export_model, read_run_config
 
-    if args.baseline == "mlp" and args.task != "motif":
+    if args.baseline == "mlp" and args.task not in (None, "motif"):  # before the flags' own checks
         raise ValueError("--baseline mlp is the motif task's baseline; use --task motif")
     cfg = config_from_args(args)
+    if args.baseline == "mlp" and cfg.task != "motif":
+        raise ValueError("--baseline mlp is the motif task's baseline; use --task motif")
     if args.baseline is None:  # before any work: may we write there? (nothing is ever deleted)
         check_outputs(args)
     if args.resume and args.baseline is None:
@@ -243,10 +323,10 @@ def run(args) -> int:
     try:
         if args.baseline == "mlp":  # the lectures' comparison: same batches, same held-out set, no checkpoint
             from ..core.training.baselines import train_motif_mlp
-            summary = train_motif_mlp(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                                      n_train=args.train_size, weight_decay=args.weight_decay,
-                                      length=args.length or 20, eval_every=args.eval_every,
-                                      log_every=args.log_every, on_event=on_event, control=control)
+            summary = train_motif_mlp(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed,
+                                      n_train=cfg.task_options.get("n_train"), weight_decay=cfg.weight_decay,
+                                      length=cfg.task_options.get("length") or 20, eval_every=cfg.eval_every,
+                                      log_every=cfg.log_every, on_event=on_event, control=control)
             print(json.dumps({k: summary.get(k) for k in ("step", *SUMMARY_KEYS, "parameters")}), flush=True)
             return 0
         summary = train(cfg, args.out, resume=args.resume, on_event=on_event, control=control)

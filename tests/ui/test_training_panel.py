@@ -435,3 +435,38 @@ def test_resume_needs_a_run_folder_with_a_checkpoint(qtbot, tmp_path):
     assert f"--out {run} --resume" in " ".join(panel.cli_args())  # the run's own folder, not a new one
     qtbot.mouseClick(panel.resume_check, Qt.MouseButton.LeftButton)
     assert "--resume" not in panel.cli_args() and panel.start_button.isEnabled()
+
+
+# -- issue 15: the training config is the contract ---------------------------------------------------
+
+def test_start_hands_the_run_the_forms_config_and_resume_shows_the_runs_settings(qtbot, tmp_path, monkeypatch):
+    from desktop_app.core.training.trainer import TrainConfig, read_run_config
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    panel = _shown_panel(qtbot)
+    _tiny(panel, tmp_path / "runs")
+    panel.steps.setValue(6)
+    panel.eval_every.setValue(3)
+    panel.checkpoint_every.setValue(3)
+    _type(qtbot, panel.lr, "0.002")
+    qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    assert panel.running
+    run_dir = panel.out_dir
+    args = panel.process.arguments()  # the settings file, not a list of flags
+    assert args[args.index("train") + 1:] == ["--config", str(panel.config_file), "--out", str(run_dir),
+                                              "--jsonl", "--control-stdin"]
+    written = TrainConfig.from_json(panel.config_file.read_text(encoding="utf-8"))
+    assert written == panel.config() and written.lr == 0.002 and written.task_options == {"length": 5, "symbols": 10}
+    qtbot.waitUntil(lambda: not panel.running, timeout=90_000)
+    assert panel.events[-1]["event"] == "done", panel.status_label.text()
+    assert read_run_config(run_dir) == written  # the run kept the settings it was handed
+
+    other = _shown_panel(qtbot)  # a fresh form: the defaults, not the run's
+    assert other.task.currentText() == "motif" and other.layers.value() == 2
+    other.settings_scroll.ensureWidgetVisible(other.resume_edit)
+    qtbot.wait(10)
+    qtbot.mouseClick(other.resume_check, Qt.MouseButton.LeftButton)
+    _type(qtbot, other.resume_edit, str(run_dir))
+    assert other.config() == written  # the form shows the run's saved settings
+    assert other.task.currentText() == "sort" and other.length.value() == 5 and other.d_model.value() == 32
+    assert other.start_button.isEnabled() and f"--out {run_dir} --resume" in " ".join(other.cli_args())

@@ -320,6 +320,33 @@ def sample_text(task: Task, seed: int = 0) -> str:
     return task.tokenizer.decode(ids.tolist())
 
 
+# -- a task's dimensions, cheaply --------------------------------------------------------------
+
+
+def task_dimensions(name: str, options: dict[str, Any] | None = None, causal: bool = True) -> tuple[int, int]:
+    """(vocabulary size, sequence length) of the task `make_task(name, options, causal)` builds, without
+    drawing its data: what a model for it needs (the builder's parameter count). A synthetic task is
+    built (milliseconds); the text task reads its file only for a character tokenizer (whose vocabulary
+    is the text's characters) and takes a BPE vocabulary at its asked-for size. TaskError when the task
+    cannot be built or its text file read."""
+    opts = dict(options or {})
+    if name != "text":
+        task = make_task(name, opts, causal=causal)
+        return task.vocab_size, task.seq_len
+    seq_len = int(opts.get("seq_len", 128))
+    objective = opts.get("objective") or ("clm" if causal else "mlm")
+    specials = (MASK,) if objective == "mlm" else ()
+    tokenizer = opts.get("tokenizer", "char")
+    if tokenizer == "bpe":
+        return int(opts.get("vocab_size", 512)), seq_len
+    if tokenizer != "char":
+        raise TaskError(f"unknown tokenizer kind {tokenizer!r} (char or bpe)")
+    path = opts.get("text_file")
+    if not path:
+        raise TaskError("the text task needs a text file (--text-file)")
+    return char_tokenizer(read_text_file(path), specials=specials, unknown=UNK).vocab_size, seq_len
+
+
 # -- factory ---------------------------------------------------------------------------------
 
 

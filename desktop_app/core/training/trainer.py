@@ -105,6 +105,49 @@ class TrainConfig:
             raise ValueError(f"unknown training settings: {', '.join(sorted(unknown))}")
         return cls(**d)
 
+    def to_json(self) -> str:
+        """The run's settings as run_config.json holds them (and `train --config FILE` reads them)."""
+        return json.dumps(self.to_dict(), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str, source: str | Path = "<config>") -> "TrainConfig":
+        """The inverse of to_json; settings a file leaves out take their defaults. A file that is not such
+        a JSON object, or has a setting of the wrong kind, raises ValueError naming `source`."""
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{source}: not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{source}: not a training configuration (a JSON object of settings)")
+        try:
+            cfg = cls.from_dict(d)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{source}: {exc}") from None
+        problem = cfg._type_problem()
+        if problem:
+            raise ValueError(f"{source}: {problem}")
+        if cfg.betas is not None:
+            cfg.betas = tuple(cfg.betas)
+        return cfg
+
+    def _type_problem(self) -> str:
+        """'' when every setting has the kind of value its field holds, else what is wrong (first one)."""
+        kinds = {"task": str, "task_options": dict, "family": str, "model": dict, "optimizer": str,
+                 "schedule": str, "device": str, "precision": str, "lr": float, "weight_decay": float,
+                 "momentum": float, "grad_clip": float, "warmup_steps": int, "batch_size": int, "steps": int,
+                 "eval_every": int, "checkpoint_every": int, "log_every": int, "seed": int, "betas": list}
+        for name, kind in kinds.items():
+            value = getattr(self, name)
+            if value is None and name in ("grad_clip", "betas"):
+                continue
+            ok = (isinstance(value, (int, float)) if kind is float else
+                  isinstance(value, (list, tuple)) if kind is list else isinstance(value, kind))
+            if not ok or isinstance(value, bool):
+                wanted = {str: "a string", dict: "an object", float: "a number", int: "an integer",
+                          list: "a list of two numbers"}[kind]
+                return f"setting {name!r} must be {wanted}, not {json.dumps(value)}"
+        return ""
+
 
 def pause_point(control: JobControl | None, emit: Callable[[dict], None], step: int) -> None:
     """Between steps: wait here while paused (announced by events), raise Cancelled when stopped."""
@@ -179,11 +222,16 @@ def model_config_for(cfg: TrainConfig, task: Task | None = None, vocab_size: int
     return preset(**over)
 
 
-def task_for(cfg: TrainConfig, causal: bool, tokenizer=None) -> Task:
+def task_options_for(cfg: TrainConfig) -> dict[str, Any]:
+    """The options the run's task is built with: the text task's window is the model's context."""
     opts = dict(cfg.task_options)
     if cfg.task == "text":
         opts.setdefault("seq_len", int(cfg.model.get("context_length", 128)))
-    return make_task(cfg.task, opts, causal=causal, tokenizer=tokenizer)
+    return opts
+
+
+def task_for(cfg: TrainConfig, causal: bool, tokenizer=None) -> Task:
+    return make_task(cfg.task, task_options_for(cfg), causal=causal, tokenizer=tokenizer)
 
 
 class LossModel(nn.Module):
@@ -295,7 +343,7 @@ def save_checkpoint(out_dir: Path, model: Transformer, task: Task, opt: torch.op
     save_model_folder(model, out_dir, tokenizer=task.tokenizer, extra_files={
         OPTIM_FILE: st_save(tensors),
         STATE_FILE: json.dumps(state, indent=1).encode(),
-        RUN_FILE: json.dumps(cfg.to_dict(), indent=1).encode(),
+        RUN_FILE: cfg.to_json().encode(),
         METRICS_JSON: json.dumps(history).encode(),
         METRICS_CSV: _metrics_csv(history).encode(),
     })
@@ -320,10 +368,7 @@ def read_run_config(out_dir: str | Path) -> TrainConfig:
     f = d / RUN_FILE
     if not f.is_file():
         raise ModelLoadError(d, f"no {RUN_FILE}: not a training checkpoint, cannot resume")
-    d = json.loads(f.read_text(encoding="utf-8"))
-    if d.get("betas") is not None:
-        d["betas"] = tuple(d["betas"])
-    return TrainConfig.from_dict(d)
+    return TrainConfig.from_json(f.read_text(encoding="utf-8"), f)
 
 
 def run_sample_text(run_dir: str | Path, loaded) -> tuple[str, str] | None:

@@ -1,6 +1,8 @@
 """Train panel: design a model and a task, start a run, watch it learn, use the result.
 
 The run is a separate process (the `train` CLI with --jsonl --control-stdin) driven by QProcess:
+the panel writes the TrainConfig its form describes to a JSON file beside the run's folder and hands
+the process that file (`train --config FILE --out DIR`), so the form and the CLI share one contract;
 its JSON-lines events feed the plots, Pause/Resume/Stop are lines written to its stdin, and a crash
 or out-of-memory ends that process only; the window stays up and the last checkpoint stays on disk.
 """
@@ -19,11 +21,13 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QApplication, QCheckBox, QCombo
                                QGridLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox, QProgressBar,
                                QPushButton, QScrollArea, QSpinBox, QVBoxLayout, QWidget)
 
+from ...core.checkpoints import ModelLoadError
 from ...core.config import ConfigError
 from ...core.training import checkpoint_step
-from ...core.training.tasks import TaskError, TextTask, make_task, read_text_file
+from ...core.files import atomic_write_text
+from ...core.training.tasks import TaskError, TextTask, make_task, read_text_file, task_dimensions
 from ...core.training.trainer import (TrainConfig, best_device, default_precision, model_config_for, parameter_count,
-                                      run_sample_text, task_for, task_vocab_size)
+                                      read_run_config, run_sample_text, task_options_for)
 from ...paths import user_data_dir
 from ..widgets.export import ExportBar, ask_save_path
 from ..widgets.export import export_view as write_export
@@ -102,6 +106,13 @@ def new_run_dir(root: Path, task: str, now: float | None = None) -> Path:
         n += 1
         path = root / f"{base}-{n}"
     return path
+
+
+def launch_config_path(run_dir: Path) -> Path:
+    """Where the panel writes the settings it starts a run with: beside the run's folder, not in it (the
+    train command takes only a new or empty folder, and each checkpoint replaces the folder's contents,
+    where run_config.json then keeps the same settings)."""
+    return run_dir.with_name(run_dir.name + ".train.json")
 
 
 def load_run_model(path: str, device: str):
@@ -195,6 +206,8 @@ class TrainingPanel(QWidget):
         self.paused = False
         self.out_dir: Path | None = None  # the checkpoint folder of the current (or last) run
         self.run_dir: Path | None = None  # the --out folder of the current (or last) run
+        self.config_file: Path | None = None  # the --config file the current (or last) run was started with
+        self._filled_from: Path | None = None  # the run whose saved settings the form shows (resume)
         self._checkpoint_ready = False  # a checkpoint of THIS run exists: "Use this model" loads it
         self._loading = False
         self._task_check: tuple | None = None  # (key, message): the text file's check, cached
@@ -353,6 +366,8 @@ class TrainingPanel(QWidget):
         self.out_box = out_box
         v.addWidget(out_box)
         v.addStretch(1)
+        self.resume_check.toggled.connect(self._fill_from_resumed_run)
+        self.resume_edit.textChanged.connect(self._fill_from_resumed_run)
         self.resume_check.toggled.connect(self._update_param_count)
         self.resume_edit.textChanged.connect(self._update_param_count)
         self.out_edit.textChanged.connect(self._update_param_count)
@@ -523,32 +538,76 @@ class TrainingPanel(QWidget):
                            seed=self.seed.value(), device=self.device.currentText(),
                            precision=self.precision.currentText())
 
-    def cli_args(self, out: Path | None = None) -> list[str]:
-        """The train command's arguments; `out` is the run's folder (default: the folder Start would use)."""
-        cfg = self.config()
-        m = cfg.model
-        args = ["--task", cfg.task, "--family", cfg.family, "--layers", str(m["n_layers"]),
-                "--heads", str(m["n_heads"]), "--d-model", str(m["d_model"]), "--d-ff", str(m["d_ff"]),
-                "--context", str(m["context_length"]), "--norm-placement", m["norm_placement"],
-                "--norm", m["norm"], "--activation", m["activation"], "--positions", m["positions"],
-                "--attention", m["attention_kind"], "--init", m["init"], "--dropout", str(m["dropout"]),
-                "--optimizer", cfg.optimizer, "--lr", repr(cfg.lr), "--weight-decay", repr(cfg.weight_decay),
-                "--schedule", cfg.schedule, "--warmup", str(cfg.warmup_steps), "--batch-size", str(cfg.batch_size),
-                "--grad-clip", repr(cfg.grad_clip or 0), "--steps", str(cfg.steps),
-                "--eval-every", str(cfg.eval_every), "--checkpoint-every", str(cfg.checkpoint_every),
-                "--seed", str(cfg.seed), "--device", cfg.device, "--precision", cfg.precision]
-        o = cfg.task_options
-        for key, flag in (("length", "--length"), ("symbols", "--symbols"), ("p", "--p"),
-                          ("train_fraction", "--train-fraction"), ("text_file", "--text-file"),
-                          ("tokenizer", "--tokenizer"), ("vocab_size", "--vocab-size"), ("n_train", "--train-size")):
-            if key in o:
-                args += [flag, str(o[key])]
+    def launch_args(self, out: Path) -> list[str]:
+        """What a launch adds to the settings file: where the run goes and what kind of run it is."""
+        args = ["--out", str(out)]
         if self.baseline():
             args += ["--baseline", self.baseline()]
-        args += ["--out", str(out or self._next_run_dir())]
         if self._resuming():
             args.append("--resume")
         return args
+
+    def set_config(self, cfg: TrainConfig) -> None:
+        """Show `cfg` in the form (config()'s inverse): a resumed run's saved settings. The family and the
+        task go first, as choosing them resets the settings that follow from them; a device this machine
+        lacks keeps the current one."""
+        self.family.setCurrentText(cfg.family)
+        self.task.setCurrentText(cfg.task)
+        self.model_kind.setCurrentIndex(0)  # a run with a checkpoint is a transformer's
+        m = cfg.model
+        for key, spin in (("n_layers", self.layers), ("n_heads", self.heads), ("d_model", self.d_model),
+                          ("d_ff", self.d_ff), ("context_length", self.context), ("dropout", self.dropout)):
+            if m.get(key) is not None:
+                spin.setValue(m[key])
+        for key, combo in (("norm_placement", self.norm_placement), ("norm", self.norm),
+                           ("activation", self.activation), ("positions", self.positions),
+                           ("attention_kind", self.attention), ("init", self.init)):
+            if m.get(key) is not None:
+                combo.setCurrentText(str(m[key]))
+        o = cfg.task_options
+        for key in ("length", "symbols", "p", "train_fraction", "vocab_size"):
+            if o.get(key) is not None:
+                self._task_rows[key].setValue(o[key])
+        self.n_train.setValue(int(o.get("n_train") or 0))
+        if "tokenizer" in o:
+            self.tokenizer.setCurrentText(o["tokenizer"])
+        if "text_file" in o:
+            self.text_file.setText(str(o["text_file"]))
+        self.optimizer.setCurrentText(cfg.optimizer)
+        self.schedule.setCurrentText(cfg.schedule)
+        for spin, value in ((self.lr, cfg.lr), (self.weight_decay, cfg.weight_decay), (self.warmup, cfg.warmup_steps),
+                            (self.batch_size, cfg.batch_size), (self.grad_clip, cfg.grad_clip or 0),
+                            (self.steps, cfg.steps), (self.eval_every, cfg.eval_every),
+                            (self.checkpoint_every, cfg.checkpoint_every), (self.seed, cfg.seed)):
+            spin.setValue(value)
+        if self.device.findText(cfg.device) >= 0:
+            self.device.setCurrentText(cfg.device)  # sets its default precision; the run's own comes next
+        if self.device.currentText() == cfg.device:
+            self.precision.setCurrentText(cfg.precision)
+
+    def _fill_from_resumed_run(self) -> None:
+        """Resuming a run shows that run's saved settings (its run_config.json), once per chosen run."""
+        if not self._resuming():
+            self._filled_from = None
+            return
+        text = self.resume_edit.text().strip()
+        folder = Path(text).expanduser().absolute() if text else None
+        if folder is None or folder == self._filled_from or checkpoint_step(folder) is None:
+            return
+        try:
+            cfg = read_run_config(folder)
+        except (ModelLoadError, ValueError, OSError):  # no readable settings saved: the form stays as it is
+            return
+        self._filled_from = folder
+        self.set_config(cfg)
+
+    def cli_args(self, out: Path | None = None) -> list[str]:
+        """The same run as train flags (the CLI's own inverse of its flags, config_to_args), for a person to
+        read or type; `out` is the run's folder (default: the folder Start would use). Start itself hands
+        the process a settings file instead."""
+        from ...commands.train import config_to_args
+
+        return config_to_args(self.config()) + self.launch_args(out or self._next_run_dir())
 
     def _resuming(self) -> bool:
         return self.resume_check.isChecked() and not self.baseline()
@@ -643,19 +702,11 @@ class TrainingPanel(QWidget):
         try:
             cfg = self.config()
             note = ""
-            try:
-                vocab = task_vocab_size(cfg)
+            causal = cfg.model.get("causal", cfg.family != "bert")
+            try:  # the task's own vocabulary and length, as the run will build it
+                vocab, seq = task_dimensions(cfg.task, task_options_for(cfg), causal)
             except TaskError:  # said beside the task; the model's own checks still apply
-                vocab, note = 256, " (vocabulary not known yet)"
-            if vocab is None:  # char-level text: the distinct characters of the file
-                try:
-                    text = Path(cfg.task_options.get("text_file", "")).read_text(encoding="utf-8")
-                    vocab = len(set(text)) + (1 if cfg.family == "bert" else 0)  # + [MASK] for MLM
-                except (OSError, UnicodeDecodeError):
-                    vocab, note = 256, " (vocabulary not known yet)"
-            seq = {"motif": cfg.task_options.get("length", 20), "modadd": 4}.get(cfg.task, 0)
-            if cfg.task in ("copy", "reverse", "sort", "induction"):
-                seq = 2 * cfg.task_options.get("length", 8)
+                vocab, seq, note = 256, 0, " (vocabulary not known yet)"
             mcfg = model_config_for(cfg, vocab_size=vocab)
             if seq > mcfg.context_length:
                 mcfg = mcfg.replace(context_length=seq)
@@ -691,7 +742,15 @@ class TrainingPanel(QWidget):
         if self.running or self.problems():
             return
         run_dir = self._next_run_dir()
-        args = self.cli_args(run_dir)
+        cfg = self.config()
+        config_file = launch_config_path(run_dir)
+        try:
+            atomic_write_text(config_file, cfg.to_json())
+        except OSError as exc:  # WriteError too: a read-only runs folder, a full disk...
+            self.status_label.setText(f"Could not write the run's settings: {exc}")
+            return
+        self.config_file = config_file
+        args = ["--config", str(config_file), *self.launch_args(run_dir)]
         self.run_dir = run_dir
         self.out_dir = None if self.baseline() else run_dir  # the MLP baseline writes no checkpoint
         # a resumed run continues its own checkpoint; a new run has none until its first one
@@ -702,6 +761,8 @@ class TrainingPanel(QWidget):
         cmd = train_command() + args + ["--jsonl", "--control-stdin"]
         self.command_label.setText(" ".join(["python -m desktop_app train"] + args))
         self.command_label.setCursorPosition(0)
+        self.command_label.setToolTip("The same run with flags:\n" + " ".join(
+            ["python -m desktop_app train", *self.cli_args(run_dir)]))
         self.progress.setRange(0, self.steps.value())
         self.progress.setValue(0)
         self.status_label.setText(f"Starting a run in {run_dir}…")

@@ -124,7 +124,15 @@ def to_hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
         return {k: v.detach().contiguous() for k, v in sd.items() if not (tied and k == "lm_head.weight")}
     family = REGISTRY[cfg.family]
     prefix = family.prefix(cfg)
-    return {_hf_name(family, entry, prefix): t.detach().contiguous() for entry, t in _hf_tensors(cfg, sd)}
+    out: dict[str, torch.Tensor] = {}
+    written: set[str] = set()
+    for entry, t in _hf_tensors(cfg, sd):
+        t = t.detach().contiguous()
+        if written.intersection(entry.ours):  # stored twice (BERT's untied decoder.bias): safetensors
+            t = t.clone()                      # refuses two names over the same memory
+        written.update(entry.ours)
+        out[_hf_name(family, entry, prefix)] = t
+    return out
 
 
 def _stored_name(family: Family, entry: Weight, prefix: str, names: set[str]) -> str | None:

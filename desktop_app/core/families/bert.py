@@ -75,6 +75,9 @@ def weights(cfg: ModelConfig) -> list[Weight]:
         if not cfg.tie_embeddings:
             # optional: a folder without it is refused later, by our name ("missing tensors for: lm_head.weight")
             table.append(weight(c + "decoder.weight", "lm_head.weight", optional=True, outside_prefix=True))
+            # Untied, Hugging Face's forward adds decoder.bias, no longer shared with cls.predictions.bias:
+            # read last so it wins, written as a copy of the same bias.
+            table.append(weight(c + "decoder.bias", "lm_bias", optional=True, outside_prefix=True))
     return table
 
 

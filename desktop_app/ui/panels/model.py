@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QSizePolicy, QSplitter, QVBoxLayout, QWidget)
 
+from ...core.families import REGISTRY
 from ..state import AppState
 from ..widgets.export import ExportBar
 from ..widgets.token_strip import TokenStrip, format_prob
@@ -22,9 +23,7 @@ def format_count(n: int) -> str:
     return f"{n:,}"
 
 
-FAMILY_NAMES = {"gpt2": "GPT-2 (decoder, learned positions, pre-LN)",
-                "bert": "BERT (encoder, post-LN, token types)",
-                "llama": "LLaMA (decoder, RoPE, RMSNorm, SwiGLU)"}
+FAMILY_NAMES = {model_type: family.title for model_type, family in REGISTRY.items()}
 
 
 def architecture_rows(loaded, device: str) -> list[tuple[str, str]]:

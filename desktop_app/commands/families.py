@@ -1,0 +1,28 @@
+"""`families`: the model families this app reads, writes and trains (core/families' REGISTRY)."""
+from __future__ import annotations
+
+import json
+
+
+def family_rows() -> list[dict]:
+    from ..core.families import REGISTRY
+    return [{"model_type": f.model_type, "title": f.title, "kind": "decoder" if f.decoder else "encoder",
+             "architectures": list(f.architectures), "trainable": f.trainable} for f in REGISTRY.values()]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("families", help="list the model families (Hugging Face model_type) this app supports")
+    p.add_argument("--json", action="store_true", help="one JSON list instead of one line per family")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    rows = family_rows()
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    width = max(len(r["model_type"]) for r in rows)
+    for r in rows:
+        trained = "trainable here" if r["trainable"] else "load only"
+        print(f"{r['model_type']:<{width}}  {r['kind']:<7}  {trained:<14}  {r['title']}")
+    return 0

@@ -207,9 +207,11 @@ class TrainControl(JobControl):
 
 def model_config_for(cfg: TrainConfig, task: Task | None = None, vocab_size: int | None = None) -> ModelConfig:
     """The family preset with the builder's overrides; vocabulary and context fitted to the task."""
-    preset = {"gpt2": ModelConfig.gpt2, "bert": ModelConfig.bert, "llama": ModelConfig.llama}.get(cfg.family)
-    if preset is None:
-        raise ValueError(f"unknown family {cfg.family!r} (gpt2, bert, llama)")
+    from ..families import REGISTRY  # the only list of families
+    trainable = [name for name, family in REGISTRY.items() if family.trainable]
+    if cfg.family not in trainable:
+        raise ValueError(f"unknown family {cfg.family!r} (trainable here: {', '.join(trainable)})")
+    preset = REGISTRY[cfg.family].preset
     over = dict(cfg.model)
     if task is not None:
         over["vocab_size"] = task.vocab_size

@@ -1,0 +1,63 @@
+"""Attention weights and masks as plain functions: the one home of these formulas.
+
+Everything that turns queries and keys into attention weights reads them from here: the model's
+forward pass, generation's one-row-at-a-time attention, and the Lipschitz lab's measured functions
+(core/lipschitz/), so a change to a score formula or a mask cannot leave one of them behind.
+
+  softmax:  softmax_j(q_i . k_j / sqrt(dh))
+  l2:       softmax_j(-|q_i - k_j|^2 / sqrt(dh))            (Kim et al. 2021)
+  sinkhorn: exp(-|q_i - k_j|^2 / sqrt(dh)) made doubly stochastic by alternate row and column
+            normalisation, `sinkhorn_iters` rounds, ending on rows (Sander et al. 2022)
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+ATTENTION_KINDS = ("softmax", "l2", "sinkhorn")
+
+
+def attention_scores(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax") -> torch.Tensor:
+    """Scores [..., T_q, T_k] before normalisation: q_i . k_j / sqrt(dh) for softmax attention,
+    -|q_i - k_j|^2 / sqrt(dh) for L2 and Sinkhorn attention (expanded as |q|^2 - 2 q.k + |k|^2 so
+    it is one matrix product, as the dot-product scores are)."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    if kind == "softmax":
+        return (q @ k.transpose(-1, -2)) * scale
+    if kind in ("l2", "sinkhorn"):
+        sq = (q * q).sum(-1, keepdim=True) - 2.0 * (q @ k.transpose(-1, -2)) + (k * k).sum(-1)[..., None, :]
+        return -sq * scale
+    raise ValueError(f"unknown attention kind {kind!r}")
+
+
+def sinkhorn_log_normalise(log_p: torch.Tensor, iters: int) -> torch.Tensor:
+    """`iters` rounds of row then column normalisation in log space (logsumexp, so large scores
+    do not overflow); the caller's final row softmax makes the rows sum to one exactly."""
+    for _ in range(iters):
+        log_p = log_p - torch.logsumexp(log_p, dim=-1, keepdim=True)
+        log_p = log_p - torch.logsumexp(log_p, dim=-2, keepdim=True)
+    return log_p
+
+
+def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
+                    mask: torch.Tensor | None = None, sinkhorn_iters: int = 3) -> torch.Tensor:
+    """Attention weights [..., T_q, T_k] from queries and keys [..., T, dh] (kinds: module docstring).
+
+    mask: boolean, True where query i may attend key j. The normalisation runs in float32 at least
+    (half-precision softmax loses the small weights), and the result has q's dtype.
+    """
+    scores = attention_scores(q, k, kind)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    if kind == "sinkhorn":
+        return torch.softmax(sinkhorn_log_normalise(scores.float(), sinkhorn_iters), dim=-1).to(q.dtype)
+    return torch.softmax(scores.float(), dim=-1).to(q.dtype)
+
+
+def causal_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
+    """[T_q, T_k] boolean, query i (at absolute position t_k - t_q + i) sees keys up to itself."""
+    offset = t_k - t_q
+    i = torch.arange(t_q, device=device)[:, None]
+    j = torch.arange(t_k, device=device)[None, :]
+    return j <= i + offset

@@ -1,0 +1,46 @@
+"""core/attention.py is the home of the attention formulas: until model.py imports them from there,
+its own copies must give bit-identical results (and afterwards this checks the re-export)."""
+import pytest
+import torch
+
+from desktop_app.core import attention, model
+
+
+@pytest.mark.parametrize("kind", attention.ATTENTION_KINDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("masked", [False, True])
+def test_attention_probs_bit_identical_to_the_models(kind, dtype, masked):
+    g = torch.Generator().manual_seed(hash((kind, str(dtype), masked)) % 2 ** 31)
+    for t_q, t_k, dh in [(1, 1, 4), (5, 5, 8), (3, 7, 16), (12, 12, 32)]:
+        q = (torch.randn(2, 3, t_q, dh, generator=g) * 2).to(dtype)
+        k = (torch.randn(2, 3, t_k, dh, generator=g) * 2).to(dtype)
+        mask = attention.causal_mask(t_q, t_k) if masked else None
+        ours = attention.attention_probs(q, k, kind, mask, sinkhorn_iters=4)
+        theirs = model.attention_probs(q, k, kind, mask, sinkhorn_iters=4)
+        assert ours.dtype == theirs.dtype
+        assert torch.equal(ours, theirs)
+
+
+def test_causal_mask_identical_to_the_models():
+    for t_q, t_k in [(1, 1), (1, 9), (4, 4), (3, 10)]:
+        assert torch.equal(attention.causal_mask(t_q, t_k), model.causal_mask(t_q, t_k))
+
+
+def test_l2_scores_are_minus_the_scaled_squared_distance():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(6, 8, generator=g, dtype=torch.float64), torch.randn(9, 8, generator=g, dtype=torch.float64)
+    expected = -torch.cdist(q, k) ** 2 / 8 ** 0.5
+    torch.testing.assert_close(attention.attention_scores(q, k, "l2"), expected)
+
+
+def test_sinkhorn_weights_are_nearly_doubly_stochastic():
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(7, 4, generator=g), torch.randn(7, 4, generator=g)
+    p = attention.attention_probs(q, k, "sinkhorn", sinkhorn_iters=50)
+    torch.testing.assert_close(p.sum(-1), torch.ones(7))
+    torch.testing.assert_close(p.sum(-2), torch.ones(7), atol=1e-4, rtol=0)
+
+
+def test_an_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match="unknown attention kind"):
+        attention.attention_probs(torch.zeros(2, 4), torch.zeros(2, 4), "cosine")

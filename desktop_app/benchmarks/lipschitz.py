@@ -51,8 +51,8 @@ def main(argv: list[str]) -> dict:
     import numpy as np
     import torch
 
-    from ..commands.lipschitz import strict_json
     from ..core import lipschitz as lip
+    from ..core.lipschitz import strict_json
     from ..core.inputs import text_file_ids
     from ..paths import demo_text_path
 

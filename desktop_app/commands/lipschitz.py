@@ -18,6 +18,10 @@ from . import MODEL_HELP
 
 
 def add_parser(sub) -> None:
+    # the --data choices and the defaults are the core's: the input-source registry and sweep.py
+    from ..core.lipschitz import (ATTENTION_KINDS, DEFAULT_SEARCH_STEPS, DEFAULT_SEED, DEFAULT_TOL, MODEL,
+                                  source_names)
+
     p = sub.add_parser("lipschitz", help="local Lipschitz constant of attention against sequence length (CSV + JSON)")
     p.add_argument("model_dir", nargs="?", help=MODEL_HELP + "; omit with --synthetic")
     p.add_argument("--synthetic", action="store_true", help="a standalone random attention head instead of a model")
@@ -25,14 +29,14 @@ def add_parser(sub) -> None:
     p.add_argument("--head", type=int, default=None, help="one head (default: the whole attention sublayer)")
     p.add_argument("--masked", action=argparse.BooleanOptionalAction, default=None,
                    help="causal mask (default: as the model applies it; unmasked for --synthetic)")
-    p.add_argument("--data", choices=("real", "adversarial", "search"), default="real")
+    p.add_argument("--data", choices=source_names(MODEL), default="real")
     p.add_argument("--text-file", help="UTF-8 text for real data (default: the bundled demo text)")
     p.add_argument("--radius", type=float, default=None,
                    help="R for adversarial/search/synthetic inputs (default: observed on real data; 1 for synthetic)")
-    p.add_argument("--search-steps", type=int, default=30)
+    p.add_argument("--search-steps", type=int, default=DEFAULT_SEARCH_STEPS)
     p.add_argument("--search-start", choices=("random", "real"), default="random")
     p.add_argument("--d", type=int, default=None, help="synthetic: token dimension (default 16, or A's with --matrices)")
-    p.add_argument("--attention", choices=("softmax", "l2", "sinkhorn"), default="softmax")
+    p.add_argument("--attention", choices=ATTENTION_KINDS, default="softmax")
     p.add_argument("--norm-a", type=float, default=None, help="synthetic: ||A||_2 of the random A (default 1)")
     p.add_argument("--norm-v", type=float, default=None, help="synthetic: ||V||_2 of the random V (default 1)")
     p.add_argument("--matrices", metavar="FILE.npz",
@@ -41,8 +45,8 @@ def add_parser(sub) -> None:
     p.add_argument("--adversarial", action="store_true", help="synthetic: the lower-bound construction")
     p.add_argument("--lengths", default="8,16,32,64", help="comma-separated, or geom:LO:HI:COUNT")
     p.add_argument("--samples", type=int, default=5)
-    p.add_argument("--tol", type=float, default=1e-4, help="relative tolerance of the estimator")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tol", type=float, default=DEFAULT_TOL, help="relative tolerance of the estimator")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
     p.add_argument("--csv", required=True, help="output CSV")
     p.set_defaults(func=run)
 
@@ -61,7 +65,6 @@ def run(args) -> int:
     from pathlib import Path
 
     from ..core import lipschitz as lip
-
     from ..core.files import prepare_output_file
 
     lengths = lip.parse_lengths(args.lengths)
@@ -70,8 +73,9 @@ def run(args) -> int:
         raise ValueError("--samples must be at least 1")
     if args.matrices and not args.synthetic:
         raise ValueError("--matrices gives the A and V of a synthetic head: use it with --synthetic")
+    common = dict(lengths=lengths, samples=args.samples, radius=args.radius, tol=args.tol, seed=args.seed)
     if args.synthetic:
-        matrices, d = None, 16 if args.d is None else args.d
+        matrices = None
         if args.matrices:
             if args.norm_a is not None or args.norm_v is not None:
                 raise ValueError("--norm-a and --norm-v scale random matrices; they do not apply with --matrices")
@@ -79,11 +83,10 @@ def run(args) -> int:
             d = matrices[0].shape[0]
             if args.d is not None and args.d != d:
                 raise ValueError(f"{args.matrices}: A and V are {d}x{d} but --d is {args.d}")
-        spec = lip.SweepSpec(data="synthetic", d=d, norm_A=1.0 if args.norm_a is None else args.norm_a,
-                             norm_V=1.0 if args.norm_v is None else args.norm_v, matrices=matrices,
-                             matrices_name=Path(args.matrices).name if args.matrices else "",
-                             attention=args.attention, masked=bool(args.masked), synthetic_adversarial=args.adversarial,
-                             radius=args.radius, lengths=lengths, samples=args.samples, tol=args.tol, seed=args.seed)
+        options = dict(function=lip.SYNTHETIC, data="adversarial" if args.adversarial else "random", d=args.d,
+                       norm_A=args.norm_a, norm_V=args.norm_v, matrices=matrices,
+                       matrices_name=Path(args.matrices).name if args.matrices else "", attention=args.attention,
+                       masked=bool(args.masked), **common)
     else:
         if not args.model_dir:
             raise ValueError("give a MODEL_DIR, or --synthetic")
@@ -99,10 +102,10 @@ def run(args) -> int:
                 ids = read_text_ids(loaded, None)  # the demo text sets the default radius
             except (OSError, ValueError):
                 ids = None
-        spec = lip.SweepSpec(data=args.data, model=model, layer=args.layer, head=args.head, masked=args.masked,
-                             token_ids=ids, radius=args.radius, search_steps=args.search_steps,
-                             search_start=args.search_start, lengths=lengths, samples=args.samples,
-                             tol=args.tol, seed=args.seed)
+        options = dict(function=lip.MODEL, data=args.data, model=model, layer=args.layer, head=args.head,
+                       masked=args.masked, token_ids=ids, search_steps=args.search_steps,
+                       search_start=args.search_start, **common)
+    spec = lip.build_sweep_spec(options)
 
     def show(res, _result) -> None:
         import numpy as np
@@ -115,19 +118,5 @@ def run(args) -> int:
     summary = {"exponent": float(result.exponent), "exponent_ci": [float(x) for x in result.exponent_ci],
                "prefactor": float(result.prefactor), "function": result.function, "label": result.label,
                "csv": args.csv, "rows": len(result.rows())}
-    print(json.dumps(strict_json(summary), allow_nan=False))
+    print(json.dumps(lip.strict_json(summary), allow_nan=False))
     return 0
-
-
-def strict_json(value):
-    """NaN and infinities -> None (JSON null), recursively through dicts, lists and tuples: strict
-    JSON has no NaN (e.g. the CI of a fit through two points is undefined)."""
-    import math
-
-    if isinstance(value, dict):
-        return {k: strict_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value

@@ -108,3 +108,13 @@ def test_supported_families_come_from_the_families_registry_when_it_exists(cache
     registry.REGISTRY = {"gpt2": object(), "mamba": object()}
     mamba = next(m for m in list_cached_models() if m.repo_id == "other-org/mamba-tiny")
     assert not mamba.supported and "unknown model_type 'mamba'" in mamba.reason  # read_config's own word
+
+
+def test_bare_repo_names_and_unknown_revisions(cache, tmp_path):
+    """Legacy repositories without an org ('gpt2' is models--gpt2) resolve when cached; a revision
+    the cache lacks is named in the error."""
+    snap = add_snapshot(cache, "tiny", tiny_model_files(tmp_path), "e" * 40)
+    assert resolve_model_ref("tiny") == snap
+    assert next(m for m in list_cached_models() if m.repo_id == "tiny").supported
+    with pytest.raises(NotInCacheError, match=r"^tiny-org/tiny-gpt2@v9 is not a folder"):
+        resolve_model_ref("tiny-org/tiny-gpt2@v9")

@@ -97,7 +97,8 @@ def test_vocab_files_tokenizer_saves_as_tokenizer_json_and_reloads_the_same(tmp_
 def test_tokenizer_json_wins_and_config_decides_bos_and_specials(tmp_path):
     folder = tmp_path / "llama-like"
     folder.mkdir()
-    trained = train_bpe(["Alice and the rabbit hole. " * 20], vocab_size=280, specials=("<unk>", "<s>", "</s>", "<extra_mask>"))
+    trained = train_bpe(["Alice and the rabbit hole. " * 20], vocab_size=280,
+                        specials=("<unk>", "<s>", "</s>", "<extra_mask>"))
     trained.save(folder / "tokenizer.json")
     _write_vocab_txt(folder, BERT_WORDS)  # ignored: tokenizer.json is the tokenizer
     (folder / "tokenizer_config.json").write_text(json.dumps({

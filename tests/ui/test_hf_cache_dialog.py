@@ -37,8 +37,9 @@ def _open_dialog(qtbot, window):
 
 
 def _row_of(dialog, repo: str, revision_prefix: str) -> int:
-    return next(r for r in range(dialog.table.rowCount())
-                if dialog.table.item(r, 0).text() == repo and dialog.table.item(r, 1).text().startswith(revision_prefix))
+    table = dialog.table
+    return next(r for r in range(table.rowCount())
+                if table.item(r, 0).text() == repo and table.item(r, 1).text().startswith(revision_prefix))
 
 
 def _click_cell(qtbot, table, row: int, col: int = 0, double: bool = False) -> None:
@@ -59,7 +60,8 @@ def test_table_lists_the_cache_and_open_opens_the_main_revision(qtbot, cache, er
     assert [table.item(row, c).text() for c in range(table.columnCount())] == \
         ["tiny-org/tiny-gpt2", "b" * 12 + " (main)", "gpt2", table.item(row, 3).text(), "yes"]
     assert table.item(row, 3).text().endswith("kB")
-    assert str(cache) in dialog.status.text() and "3 cached model revision(s), 2 the app can open" in dialog.status.text()
+    status = dialog.status.text()
+    assert str(cache) in status and "3 cached model revision(s), 2 the app can open" in status
 
     _click_cell(qtbot, table, row)
     assert dialog.open_button.isEnabled()

@@ -181,8 +181,15 @@ def list_cached_models(roots: list[Path] | None = None) -> list[CachedModel]:
     return out
 
 
-def looks_like_repo_id(text: str) -> bool:
-    return bool(_REPO_REF.match(text))
+def snapshot_repo_ref(folder: str | os.PathLike) -> str | None:
+    """'org/name' (or 'org/name@abc123456789' for a revision main does not point at) when `folder`
+    is a cache snapshot, else None: a better model name than the snapshot's commit hash."""
+    snap = Path(folder)
+    repo = snap.parent.parent
+    if snap.parent.name != "snapshots" or not repo.name.startswith(REPO_PREFIX):
+        return None
+    repo_id = _repo_id(repo.name)
+    return repo_id if _refs(repo).get("main") == snap.name else f"{repo_id}@{snap.name[:12]}"
 
 
 def find_in_cache(repo_id: str, revision: str | None = None, roots: list[Path] | None = None) -> Path | None:

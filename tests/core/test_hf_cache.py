@@ -9,7 +9,8 @@ import torch
 
 from desktop_app import cli
 from desktop_app.core.checkpoints import load_model_folder
-from desktop_app.core.hf_cache import NotInCacheError, cache_roots, list_cached_models, resolve_model_ref
+from desktop_app.core.hf_cache import (NotInCacheError, cache_roots, list_cached_models, resolve_model_ref,
+                                       snapshot_repo_ref)
 from fake_hf_cache import TEXT, add_snapshot, make_fake_cache, point_at, tiny_model_files
 
 
@@ -118,3 +119,10 @@ def test_bare_repo_names_and_unknown_revisions(cache, tmp_path):
     assert next(m for m in list_cached_models() if m.repo_id == "tiny").supported
     with pytest.raises(NotInCacheError, match=r"^tiny-org/tiny-gpt2@v9 is not a folder"):
         resolve_model_ref("tiny-org/tiny-gpt2@v9")
+
+
+def test_snapshot_repo_ref_names_a_snapshot_by_its_repository(cache, tmp_path):
+    snaps = cache / "models--tiny-org--tiny-gpt2" / "snapshots"
+    assert snapshot_repo_ref(snaps / ("b" * 40)) == "tiny-org/tiny-gpt2"
+    assert snapshot_repo_ref(snaps / ("a" * 40)) == "tiny-org/tiny-gpt2@" + "a" * 12
+    assert snapshot_repo_ref(tmp_path / "saved-model") is None

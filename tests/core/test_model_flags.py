@@ -417,7 +417,6 @@ def test_head_matrices_with_head_dim_gqa_and_score_scale():
     """A_h reproduces the head's scores q.k * scale (no rotary, no q/k norm): head_dim != d/h, GQA."""
     cfg = decoder_cfg(positions="none", n_kv_heads=2, head_dim=16, attn_scale=0.3)
     model = Transformer(cfg).eval()
-    x = torch.randn(1, 5, 32)
     _, trace = model.run_with_trace(torch.zeros(1, 5, dtype=torch.long), names=("blocks.1.attn.input",))
     x = trace["blocks.1.attn.input"][0]
     for head in (0, 3):

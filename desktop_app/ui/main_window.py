@@ -46,6 +46,21 @@ def model_folder_from_mime(mime: QMimeData) -> str | None:
     return None
 
 
+def capture_view_state(panel) -> dict | None:
+    """A panel's view state as a plain dict (panels declaring their views in core.views have one)."""
+    from ..core.views import state_to_dict
+
+    return state_to_dict(panel.view_state) if hasattr(panel, "set_view_state") else None
+
+
+def apply_view_state(panel, data: dict) -> None:
+    """Restore a panel's choices from a workspace dict; unknown or bad keys are ignored."""
+    from ..core.views import state_from_dict
+
+    if hasattr(panel, "set_view_state"):
+        panel.set_view_state(state_from_dict(type(panel.view_state), data, panel.VIEW_TABLE))
+
+
 class PanelSlot(QWidget):
     """The page of one tab: holds its panel once built, or the error that prevented it."""
 
@@ -54,6 +69,7 @@ class PanelSlot(QWidget):
         self.title, self.module, self.class_name = title, module, class_name
         self.panel: QWidget | None = None
         self.error: str | None = None
+        self.pending_view_state: dict | None = None  # from a workspace, applied when the panel is built
         self.layout_ = QVBoxLayout(self)
         self.layout_.setContentsMargins(0, 0, 0, 0)
 
@@ -79,6 +95,9 @@ class PanelSlot(QWidget):
             self.layout_.addWidget(details, 1)
             return
         self.layout_.addWidget(self.panel)
+        if self.pending_view_state is not None:
+            apply_view_state(self.panel, self.pending_view_state)
+            self.pending_view_state = None
         if app_settings.palette_is_dark():  # plots built after the theme was applied (pyqtgraph's own colours)
             app_settings.restyle_plots(self.panel)
 
@@ -435,6 +454,8 @@ class MainWindow(QMainWindow):
             device=self.state.device,
             geometry=bytes(self.saveGeometry().toBase64()).decode("ascii"),
             window_state=bytes(self.saveState().toBase64()).decode("ascii"),
+            views={s.title: v for s in self.slots if (v := capture_view_state(s.panel) if s.panel is not None
+                                                        else s.pending_view_state) is not None},
         )
 
     def apply_workspace(self, ws: Workspace, open_model: bool = True) -> None:
@@ -449,6 +470,15 @@ class MainWindow(QMainWindow):
                 self.show_panel(ws.panel)
             except KeyError:
                 pass  # a panel from another version
+        for title, data in ws.views.items():  # built panels now, the others when they are built
+            try:
+                slot = self.slot(title)
+            except KeyError:
+                continue  # a panel from another version
+            if slot.panel is not None:
+                apply_view_state(slot.panel, data)
+            else:
+                slot.pending_view_state = data
         self.state.set_text(ws.text)  # kept for the model below: set_model re-traces state.text
         loaded = self.state.loaded
         same = loaded is not None and loaded.path is not None and ws.model_path is not None and \

@@ -1,4 +1,5 @@
-"""Workspace files: what to bring back next time (model folder, text, panel, window layout).
+"""Workspace files: what to bring back next time (model folder, text, panel, each panel's view state,
+window layout).
 
 A workspace is a small JSON file written atomically. The last session is saved the same way to
 the user's data folder when the window closes and restored at the next start.
@@ -6,7 +7,7 @@ the user's data folder when the window closes and restored at the next start.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..core.files import atomic_write_text
@@ -30,6 +31,8 @@ class Workspace:
     device: str = ""
     geometry: str = ""  # QMainWindow.saveGeometry(), base64
     window_state: str = ""  # QMainWindow.saveState() (toolbars, docks), base64
+    # panel title -> its view state as a plain dict (core.views.state_to_dict); read back tolerantly
+    views: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, "version": VERSION, **asdict(self)}, indent=2, ensure_ascii=False)
@@ -49,6 +52,9 @@ class Workspace:
             if f.name not in data or data[f.name] is None:
                 continue
             value = data[f.name]
+            if f.name == "views":  # per-panel choices are a convenience: a malformed entry is dropped, not fatal
+                kw[f.name] = {str(k): v for k, v in value.items() if isinstance(v, dict)} if isinstance(value, dict) else {}
+                continue
             if not isinstance(value, str):
                 raise WorkspaceError(path, f"field {f.name!r} should be a string, got {type(value).__name__}")
             kw[f.name] = value

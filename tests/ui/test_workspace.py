@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
-from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication, QMessageBox
 
@@ -196,3 +197,83 @@ def test_sigterm_closes_the_app_normally_and_saves_the_session(model_dirs, tmp_p
     assert proc.returncode == 0, err
     session = load_workspace(tmp_path / "d" / "transformer-explorer" / "last-session.json")
     assert session.model_path == str(model_dirs[0]) and session.text == "from the terminal"
+
+
+INSPECT_PANELS = [("Model", "desktop_app.ui.panels.model", "ModelPanel"),
+                  ("Attention", "desktop_app.ui.panels.attention", "AttentionPanel"),
+                  ("Layers", "desktop_app.ui.panels.layers", "LayersPanel")]
+
+
+def _click_tab(qtbot, tabs, title: str) -> None:
+    bar = tabs.tabBar()
+    index = [tabs.tabText(i) for i in range(tabs.count())].index(title)
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
+    assert tabs.currentIndex() == index
+
+
+def test_workspace_restores_the_attention_and_layers_view_states(qtbot, model_dirs, tmp_path):
+    w1 = MainWindow(AppState(), panels=INSPECT_PANELS)
+    qtbot.addWidget(w1)
+    w1.show()
+    w1.state.set_text("abc de")
+    with qtbot.waitSignal(w1.state.trace_changed, timeout=15000):
+        w1.open_model(model_dirs[1])  # 2 layers x 2 heads
+    w1.show_panel("Attention")
+    att = w1.panel("Attention")
+    qtbot.waitUntil(lambda: att.stats is not None, timeout=15000)
+    _click_tab(qtbot, att.tabs, "Head statistics")
+    qtbot.keyClick(att.stat_combo, Qt.Key.Key_Down)
+    _click_tab(qtbot, att.tabs, "Heatmap")
+    qtbot.keyClick(att.layer_spin, Qt.Key.Key_Up)
+    qtbot.keyClick(att.head_spin, Qt.Key.Key_Up)
+    qtbot.mouseClick(att.tokens.canvas, Qt.MouseButton.LeftButton, pos=att.tokens.chip_center(4))
+    w1.show_panel("Layers")
+    lay = w1.panel("Layers")
+    qtbot.waitUntil(lambda: lay.result is not None, timeout=15000)
+    _click_tab(qtbot, lay.tabs, "PCA")
+    lay.depth_slider.setFocus()
+    qtbot.keyClick(lay.depth_slider, Qt.Key.Key_Right)
+    qtbot.mouseClick(lay.tokens.canvas, Qt.MouseButton.LeftButton, pos=lay.tokens.chip_center(2))
+    path = tmp_path / "views.json"
+    save_workspace(path, w1.capture_workspace())
+    saved = json.loads(path.read_text(encoding="utf-8"))["views"]
+    assert saved["Attention"] == {"view": "attention", "layer": 1, "head": 1, "statistic": "mean_distance",
+                                  "selected_token": 4}
+    assert saved["Layers"] == {"view": "pca", "depth": 1, "selected_token": 2}
+
+    w2 = MainWindow(AppState(), panels=INSPECT_PANELS)
+    qtbot.addWidget(w2)
+    w2.show()
+    with qtbot.waitSignal(w2.state.trace_changed, timeout=15000):
+        assert w2.open_workspace(path)
+    lay2 = w2.panel("Layers")  # the workspace's current panel: built, then given its view state
+    qtbot.waitUntil(lambda: lay2.result is not None, timeout=15000)
+    assert lay2.tabs.tabText(lay2.tabs.currentIndex()) == "PCA"
+    assert lay2.depth_slider.value() == 1 and lay2.depth_label.text() == "depth: L0"
+    assert lay2.selected_token == 2 and lay2.pca_view.depth == 1
+    x, y = lay2.pca_view.selected_point.getData()
+    np.testing.assert_allclose([x[0], y[0]], lay2.result.pca.coords[1, 2], atol=1e-6)
+    att2 = w2.panel("Attention")  # built after the workspace was opened: its pending view state applies
+    qtbot.waitUntil(lambda: att2.stats is not None, timeout=15000)
+    assert att2.tabs.tabText(att2.tabs.currentIndex()) == "Heatmap"
+    assert (att2.layer_spin.value(), att2.head_spin.value()) == (1, 1)
+    assert att2.stat_combo.currentData() == "mean_distance"
+    assert att2.selected_token == 4 and att2.heatmap.row_box.isVisible() and att2.heatmap.row_box.rect().top() == 4
+    np.testing.assert_allclose(att2.heatmap.values, w2.state.trace["blocks.1.attn.pattern"][0, 1].numpy())
+    assert att2.export_bar is not None and att2._export_name() == "attention-L1-H1"
+
+
+def test_view_states_from_other_versions_are_read_tolerantly(tmp_path):
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"format": "transformer-explorer-workspace", "version": 1, "text": "x",
+                                "views": {"Attention": {"layer": 1, "head": "two", "future": 3, "view": "nope"},
+                                          "Layers": 7}}), encoding="utf-8")
+    ws = load_workspace(path)
+    assert ws.views == {"Attention": {"layer": 1, "head": "two", "future": 3, "view": "nope"}}
+    from desktop_app.core.views import attention as attention_views
+    from desktop_app.core.views import state_from_dict
+
+    vs = state_from_dict(attention_views.AttentionViewState, ws.views["Attention"], attention_views.VIEWS)
+    assert vs == attention_views.AttentionViewState(layer=1)
+    path.write_text(json.dumps({"format": "transformer-explorer-workspace", "version": 1}), encoding="utf-8")
+    assert load_workspace(path).views == {}  # an older file: no view states

@@ -10,5 +10,6 @@ PANELS = [
     ("Attention", "desktop_app.ui.panels.attention", "AttentionPanel"),
     ("Layers", "desktop_app.ui.panels.layers", "LayersPanel"),
     ("Lipschitz", "desktop_app.ui.panels.lipschitz", "LipschitzPanel"),
+    ("Dynamics", "desktop_app.ui.panels.dynamics", "DynamicsPanel"),
     ("Train", "desktop_app.ui.panels.training", "TrainingPanel"),
 ]

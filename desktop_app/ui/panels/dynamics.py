@@ -1,0 +1,541 @@
+"""Dynamics panel (issue 18): tokens as particles moving under attention, beside a real model's
+tokens layer by layer.
+
+The simulation (core.dynamics.Simulation) only ever runs in a worker (ui.workers.run_job): Play
+starts a timer that asks for the next frame whenever none is being computed, so the UI thread only
+draws. The 3-D view is an orthographic projection drawn by pyqtgraph's 2-D scatter (it renders
+offscreen, unlike pyqtgraph.opengl), rotated by dragging with the mouse; d > 3 is shown through the
+top principal directions of the initial cloud (a fixed basis).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, Qt, QTimer
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
+                               QPushButton, QScrollArea, QSlider, QSpinBox, QSplitter, QVBoxLayout, QWidget)
+
+from ...core import dynamics as dy
+from ..widgets.export import ExportBar, export_view
+
+INIT_LABELS = [("uniform on the sphere", "sphere"), ("uniform in the ball", "ball"), ("Gaussian", "gaussian"),
+               ("clusters", "clusters"), ("tokens of the current text", "tokens")]
+QKV_LABELS = [("Q = K = V = I", "identity"), ("random (chosen norms)", "random"), ("from an .npz file", "file"),
+              ("a head of the loaded model", "model")]
+MAX_FRAMES_KEPT = 600  # for the time slider; oldest dropped first
+TRAIL_LENGTH = 12
+
+
+def build_simulation(cfg: dy.DynamicsConfig, qkv: str, matrices: str, model, layer: int, head: int,
+                     tokens: np.ndarray | None) -> tuple[dy.Simulation, dy.Frame]:
+    """Worker side of Reset: parameters, initial positions and the first records."""
+    h = None
+    if qkv == "file":
+        if not matrices:
+            raise ValueError("choose an .npz file with Q, K and V (or A and V) first")
+        h = dy.load_head(matrices)
+    elif qkv == "model":
+        if model is None:
+            raise ValueError("open a model first to use one of its heads")
+        h = dy.model_head(model, layer, head)
+    sim = dy.Simulation(cfg, h, tokens)
+    return sim, dy.Frame(sim.t, sim.steps, sim.shown().numpy().copy(), list(sim.records))
+
+
+class DynamicsPanel(QWidget):
+    title = "Dynamics"
+    help_text = (
+        "<b>Tokens as particles.</b> With attention and residual connections only, a deep transformer moves each "
+        "token x<sub>i</sub> by dx<sub>i</sub>/dt = &Gamma;<sub>&mu;</sub>(x<sub>i</sub>) = &Sigma;<sub>j</sub> "
+        "P<sub>ij</sub> V x<sub>j</sub>, P the attention kernel: softmax of &lt;A x<sub>i</sub>, x<sub>j</sub>&gt; "
+        "(A = K<sup>T</sup>Q/&radic;d), of -|Qx<sub>i</sub> - Kx<sub>j</sub>|<sup>2</sup> (L2), or that kernel made "
+        "doubly stochastic (Sinkhorn). Euler with step 1 is a residual network. <i>Sphere</i>: LayerNorm, the velocity "
+        "projected on the sphere. <i>Renormalise</i>: show z = exp(-tV) x. Curves: clusters (connected groups closer "
+        "than tol &times; the largest |position|), mean pairwise cosine, max |x<sub>i</sub>| against "
+        "R(t) = exp(&int;||V||<sub>2</sub>) R<sub>0</sub>, and W2 to a twin run started 10<sup>-3</sup> away "
+        "(particle i coupled with particle i: an upper bound). The bottom row measures the loaded model's tokens "
+        "after each layer's attention sublayer (blocks.l.resid_mid).")
+    shortcuts = [("Space", "play / pause"), ("Right", "one step")]
+
+    def __init__(self, state, parent=None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.sim: dy.Simulation | None = None
+        self._job = None
+        self._build_job = None
+        self._frames: list[dy.Frame] = []
+        self._records: list[dy.Record] = []
+        self._layer_curves: dy.LayerCurves | None = None
+        self._basis: np.ndarray | None = None
+        self._yaw, self._pitch = 0.6, 0.35
+        self._drag_from = None
+        self._matrices = ""
+        self._pending_steps = 0
+        self._build_ui()
+        self.timer = QTimer(self)
+        self.timer.setInterval(33)
+        self.timer.timeout.connect(self._tick)
+        state.trace_changed.connect(self._on_trace_changed)
+        state.model_changed.connect(self._on_model_changed)
+        self._on_model_changed(getattr(state, "loaded", None))
+        self._on_trace_changed(getattr(state, "trace", None))
+
+    # -- layout ----------------------------------------------------------------------------------
+    def _build_ui(self) -> None:
+        form = QFormLayout()
+        self.attention = QComboBox()
+        self.attention.addItems(list(dy.ATTENTION_KINDS))
+        self.d = QSpinBox(minimum=2, maximum=64, value=3)
+        self.n = QSpinBox(minimum=2, maximum=5000, value=400, singleStep=100)
+        self.init = QComboBox()
+        for label, key in INIT_LABELS:
+            self.init.addItem(label, key)
+        self.variances = QComboBox(editable=True)
+        self.variances.addItems(["1", "4,1,0.25"])
+        self.variances.setToolTip("Gaussian: the covariance's diagonal (one number: the same for every axis)")
+        self.n_clusters = QSpinBox(minimum=1, maximum=50, value=3)
+        self.token_layer = QSpinBox(minimum=0, maximum=0)
+        self.token_layer.setToolTip("0: the embeddings; l + 1: after layer l's attention sublayer")
+        self.qkv = QComboBox()
+        for label, key in QKV_LABELS:
+            self.qkv.addItem(label, key)
+        self.norm_qk = QDoubleSpinBox(minimum=0.0, maximum=20.0, value=1.0, singleStep=0.25)
+        self.norm_v = QDoubleSpinBox(minimum=0.0, maximum=20.0, value=1.0, singleStep=0.25)
+        self.file_button = QPushButton("Matrices…")
+        self.file_button.clicked.connect(self.choose_matrices)
+        self.model_layer = QSpinBox(minimum=0, maximum=0)
+        self.model_head = QSpinBox(minimum=0, maximum=0)
+        self.time_dependent = QCheckBox("time-dependent (a = 0.5)")
+        self.sphere = QCheckBox("on the sphere (LayerNorm)")
+        self.sphere.setChecked(True)
+        self.renormalise = QCheckBox("renormalise z = exp(-tV) x")
+        self.twin = QCheckBox("twin run for W2")
+        self.twin.setChecked(True)
+        self.integrator = QComboBox()
+        self.integrator.addItems(list(dy.INTEGRATORS))
+        self.dt = QDoubleSpinBox(minimum=0.001, maximum=2.0, value=0.1, singleStep=0.05, decimals=3)
+        self.steps_per_frame = QSpinBox(minimum=1, maximum=100, value=1)
+        self.record_every = QSpinBox(minimum=1, maximum=1000, value=5)
+        self.record_every.setToolTip("curves are measured every this many steps (clusters cost O(n²))")
+        self.cluster_tol = QDoubleSpinBox(minimum=0.001, maximum=1.0, value=0.05, singleStep=0.01, decimals=3)
+        self.seed = QSpinBox(minimum=0, maximum=10**6, value=0)
+        for label, w in (("Attention", self.attention), ("d", self.d), ("Particles n", self.n),
+                         ("Initial condition", self.init), ("Variances", self.variances),
+                         ("Clusters k", self.n_clusters), ("Token layer", self.token_layer), ("Q, K, V", self.qkv),
+                         ("||Q||, ||K||", self.norm_qk), ("||V||", self.norm_v), ("File", self.file_button),
+                         ("Model layer", self.model_layer), ("Model head", self.model_head), ("", self.time_dependent),
+                         ("", self.sphere), ("", self.renormalise), ("", self.twin), ("Integrator", self.integrator),
+                         ("Step dt", self.dt), ("Steps / frame", self.steps_per_frame),
+                         ("Curves every", self.record_every), ("Cluster tol", self.cluster_tol), ("Seed", self.seed)):
+            form.addRow(label, w)
+        self.reset_button = QPushButton("Reset")
+        self.play_button = QPushButton("Play")
+        self.play_button.setCheckable(True)
+        self.step_button = QPushButton("Step")
+        self.reset_button.clicked.connect(self.reset)
+        self.play_button.toggled.connect(self._on_play_toggled)
+        self.step_button.clicked.connect(self.step_once)
+        buttons = QHBoxLayout()
+        for b in (self.reset_button, self.play_button, self.step_button):
+            buttons.addWidget(b)
+        self.view3d = QCheckBox("3-D view (drag to rotate)")
+        self.view3d.setChecked(True)
+        self.trails = QCheckBox("trails")
+        self.view3d.toggled.connect(self._redraw)
+        self.trails.toggled.connect(self._redraw)
+        self.status = QLabel("Reset builds the particles.")
+        self.status.setWordWrap(True)
+        left = QVBoxLayout()
+        left.addLayout(form)
+        left.addLayout(buttons)
+        left.addWidget(self.view3d)
+        left.addWidget(self.trails)
+        left.addWidget(self.status)
+        left.addStretch(1)
+        left_w = QWidget()
+        left_w.setLayout(left)
+        scroll = QScrollArea()
+        scroll.setWidget(left_w)
+        scroll.setWidgetResizable(True)
+        scroll.setMinimumWidth(290)
+
+        self.particles = pg.PlotWidget(background="w")
+        self.particles.setAspectLocked(True)
+        self.particles.hideButtons()
+        self.guide = pg.PlotDataItem(pen=pg.mkPen((170, 170, 170), width=1))
+        self.trail_item = pg.ScatterPlotItem(size=2, pen=None, brush=pg.mkBrush(120, 150, 220, 70))
+        self.scatter = pg.ScatterPlotItem(size=5, pen=None, brush=pg.mkBrush(30, 70, 180, 200))
+        for item in (self.guide, self.trail_item, self.scatter):
+            self.particles.addItem(item)
+        self.particles.viewport().installEventFilter(self)
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setRange(0, 0)
+        self.slider.valueChanged.connect(self._redraw)
+        self.time_label = QLabel("t = 0")
+
+        self.curves = pg.GraphicsLayoutWidget()
+        self.curves.setBackground("w")
+        self.p_clusters = self.curves.addPlot(title="clusters", row=0, col=0)
+        self.p_cosine = self.curves.addPlot(title="mean pairwise cosine", row=0, col=1)
+        self.p_radius = self.curves.addPlot(title="radius max|x| and bound R(t)", row=1, col=0)
+        self.p_w2 = self.curves.addPlot(title="W2 to the twin run", row=1, col=1)
+        self.p_model_cos = self.curves.addPlot(title="model: mean cosine by layer", row=2, col=0)
+        self.p_model_clusters = self.curves.addPlot(title="model: clusters / radius by layer", row=2, col=1)
+        self.p_radius.setLogMode(False, True)
+        self.p_w2.setLogMode(False, True)
+        for p in (self.p_clusters, self.p_cosine, self.p_radius, self.p_w2):
+            p.setLabel("bottom", "t")
+        for p in (self.p_model_cos, self.p_model_clusters):
+            p.setLabel("bottom", "layer (0 = embeddings)")
+        blue, red = pg.mkPen((30, 70, 180), width=2), pg.mkPen((200, 60, 40), width=2, style=Qt.PenStyle.DashLine)
+        self.c_clusters = self.p_clusters.plot(pen=blue)
+        self.c_cosine = self.p_cosine.plot(pen=blue)
+        self.p_radius.addLegend(offset=(5, 5))
+        self.c_radius = self.p_radius.plot(pen=blue, name="max |x|")
+        self.c_bound = self.p_radius.plot(pen=red, name="R(t)")
+        self.c_w2 = self.p_w2.plot(pen=blue)
+        self.c_model_cos = self.p_model_cos.plot(pen=blue, symbol="o", symbolSize=5)
+        self.p_model_clusters.addLegend(offset=(5, 5))
+        self.c_model_clusters = self.p_model_clusters.plot(pen=blue, symbol="o", symbolSize=5, name="clusters")
+        self.c_model_radius = self.p_model_clusters.plot(pen=red, symbol="t", symbolSize=5, name="radius")
+        self.t_markers = [p.addLine(x=0, pen=pg.mkPen((120, 120, 120), style=Qt.PenStyle.DotLine))
+                          for p in (self.p_clusters, self.p_cosine, self.p_radius, self.p_w2)]
+
+        self.view_area = QWidget()
+        va = QVBoxLayout(self.view_area)
+        va.setContentsMargins(0, 0, 0, 0)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.particles)
+        split.addWidget(self.curves)
+        split.setSizes([500, 600])
+        va.addWidget(split, 1)
+        self.export_bar = ExportBar(lambda: self, lambda: "dynamics")
+        slider_row = QHBoxLayout()
+        slider_row.addWidget(self.time_label)
+        slider_row.addWidget(self.slider, 1)
+        slider_row.addWidget(self.export_bar)
+        right = QVBoxLayout()
+        right.addWidget(self.view_area, 1)
+        right.addLayout(slider_row)
+        lay = QHBoxLayout(self)
+        lay.addWidget(scroll)
+        lay.addLayout(right, 1)
+        for w in (self.init, self.qkv):
+            w.currentIndexChanged.connect(self._update_enabled)
+        self._update_enabled()
+
+    def _update_enabled(self) -> None:
+        init, qkv = self.init.currentData(), self.qkv.currentData()
+        self.variances.setEnabled(init == "gaussian")
+        self.n_clusters.setEnabled(init == "clusters")
+        self.token_layer.setEnabled(init == "tokens")
+        self.n.setEnabled(init != "tokens")
+        self.d.setEnabled(init != "tokens" and qkv not in ("model", "file"))
+        self.norm_qk.setEnabled(qkv == "random")
+        self.norm_v.setEnabled(qkv == "random")
+        self.file_button.setEnabled(qkv == "file")
+        self.model_layer.setEnabled(qkv == "model")
+        self.model_head.setEnabled(qkv == "model")
+
+    # -- state ------------------------------------------------------------------------------------
+    def _on_model_changed(self, loaded) -> None:
+        if loaded is None:
+            return
+        cfg = loaded.config
+        self.model_layer.setMaximum(max(0, cfg.n_layers - 1))
+        self.model_head.setMaximum(max(0, cfg.n_heads - 1))
+        self.token_layer.setMaximum(cfg.n_layers)
+
+    def _on_trace_changed(self, trace) -> None:
+        self._layer_curves = None
+        self._draw_model_curves()
+        if trace is None:
+            return
+        from ..workers import run_job
+
+        run_job(dy.layer_curves, trace, self.cluster_tol.value(), on_result=self._on_layer_curves,
+                on_error=lambda exc, tb: self.status.setText(f"Model curves failed: {exc}"), owner=self)
+
+    def _on_layer_curves(self, curves: dy.LayerCurves) -> None:
+        self._layer_curves = curves
+        self._draw_model_curves()
+
+    def choose_matrices(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Q, K, V matrices", "", "NumPy arrays (*.npz)")
+        if path:
+            self.set_matrices(path)
+
+    def set_matrices(self, path: str) -> None:
+        self._matrices = path
+        self.file_button.setText(Path(path).name)
+        self.qkv.setCurrentIndex([k for _, k in QKV_LABELS].index("file"))
+
+    def config(self) -> dy.DynamicsConfig:
+        cov = None
+        d = self.d.value()
+        if self.init.currentData() == "gaussian":
+            try:
+                diag = [float(v) for v in self.variances.currentText().replace(";", ",").split(",") if v.strip()]
+            except ValueError:
+                raise ValueError(f"variances {self.variances.currentText()!r}: give numbers separated by commas") from None
+            if len(diag) == 1:
+                diag = diag * d
+            if len(diag) != d or min(diag) < 0:
+                raise ValueError(f"variances: give 1 or {d} non-negative numbers (got {len(diag)})")
+            cov = np.diag(diag)
+        return dy.DynamicsConfig(
+            attention=self.attention.currentText(), d=d, n=self.n.value(), init=self.init.currentData(),
+            covariance=cov, n_clusters=self.n_clusters.value(),
+            qkv=self.qkv.currentData() if self.qkv.currentData() in ("identity", "random") else "identity",
+            norm_qk=self.norm_qk.value(), norm_v=self.norm_v.value(),
+            amplitude=0.5 if self.time_dependent.isChecked() else 0.0, sphere=self.sphere.isChecked(),
+            renormalise=self.renormalise.isChecked(), integrator=self.integrator.currentText(), dt=self.dt.value(),
+            seed=self.seed.value(), cluster_tol=self.cluster_tol.value(),
+            perturbation=1e-3 if self.twin.isChecked() else 0.0, dtype=_play_dtype())
+
+    # -- running ---------------------------------------------------------------------------------
+    def reset(self) -> None:
+        from ..workers import run_job
+
+        self.play_button.setChecked(False)
+        self._cancel_jobs()
+        try:
+            cfg = self.config()
+            tokens = None
+            if cfg.init == "tokens":
+                trace = getattr(self.state, "trace", None)
+                if trace is None:
+                    raise ValueError(self.state.no_trace_message() if hasattr(self.state, "no_trace_message")
+                                     else "no text traced: open a model and type a text")
+                names = dy.layer_names(trace)
+                tokens = dy.trace_tokens(trace, names[min(self.token_layer.value(), len(names) - 1)])
+        except ValueError as exc:
+            self.status.setText(str(exc))
+            return
+        loaded = getattr(self.state, "loaded", None)
+        self.sim = None
+        self.status.setText("Building the particles…")
+        self._build_job = run_job(build_simulation, cfg, self.qkv.currentData(), self._matrices,
+                                  None if loaded is None else loaded.model, self.model_layer.value(),
+                                  self.model_head.value(), tokens, on_result=self._on_built,
+                                  on_error=self._on_error, owner=self)
+
+    def _on_built(self, result) -> None:
+        self.sim, frame = result
+        self._build_job = None
+        self._basis = dy.projection_basis(frame.shown, 3)
+        self._frames, self._records = [frame], list(frame.records)
+        self._set_status()
+        self._show_last()
+        if self._pending_steps:
+            self._request(self._pending_steps)
+
+    def _on_error(self, exc: BaseException, tb: str) -> None:
+        self._build_job = self._job = None
+        self.play_button.setChecked(False)
+        self.status.setText(f"Failed: {exc}")
+
+    def _cancel_jobs(self) -> None:
+        for job in (self._job, self._build_job):
+            if job is not None:
+                job.detach()
+        self._job = self._build_job = None
+        self._pending_steps = 0
+
+    def is_running(self) -> bool:
+        return self._job is not None or self._build_job is not None
+
+    def _request(self, steps: int) -> None:
+        """Ask the worker for `steps` more steps unless it is busy (then the next tick asks again)."""
+        from ..workers import run_job
+
+        if self.sim is None:
+            self._pending_steps = steps
+            if self._build_job is None:
+                self.reset()
+            return
+        self._pending_steps = 0
+        if self._job is not None:
+            return
+        self._job = run_job(self.sim.advance, steps, self.record_every.value(), on_result=self._on_frame,
+                            on_error=self._on_error, owner=self)
+
+    def _on_frame(self, frame: dy.Frame) -> None:
+        self._job = None
+        self._frames.append(frame)
+        if len(self._frames) > MAX_FRAMES_KEPT:
+            del self._frames[1]  # keep the start
+        self._records = frame.records
+        self._show_last()
+        self._set_status()
+
+    def step_once(self) -> None:
+        self._request(self.steps_per_frame.value())
+
+    def _on_play_toggled(self, on: bool) -> None:
+        self.play_button.setText("Pause" if on else "Play")
+        if on:
+            self.timer.start()
+            self._tick()
+        else:
+            self.timer.stop()
+
+    def _tick(self) -> None:
+        self._request(self.steps_per_frame.value())
+
+    def keyPressEvent(self, event) -> None:
+        if event.key() == Qt.Key.Key_Space:
+            self.play_button.toggle()
+        elif event.key() == Qt.Key.Key_Right:
+            self.step_once()
+        else:
+            super().keyPressEvent(event)
+
+    def _set_status(self) -> None:
+        if self.sim is None or not self._records:
+            return
+        r = self._records[-1]
+        self.status.setText(f"{self.sim.head.name}; n = {self.sim.config.n}, d = {self.sim.config.d}. "
+                            f"t = {r.t:g}: {r.clusters} cluster(s), mean cosine {r.mean_cosine:.3f}, "
+                            f"radius {r.radius:.3g} ≤ R(t) = {r.radius_bound:.3g}")
+
+    # -- drawing ---------------------------------------------------------------------------------
+    def _show_last(self) -> None:
+        self.slider.blockSignals(True)
+        self.slider.setRange(0, len(self._frames) - 1)
+        self.slider.setValue(len(self._frames) - 1)
+        self.slider.blockSignals(False)
+        self._redraw()
+        self._draw_curves()
+
+    def current_frame(self) -> dy.Frame | None:
+        if not self._frames:
+            return None
+        return self._frames[min(self.slider.value(), len(self._frames) - 1)]
+
+    def _screen(self, P: np.ndarray) -> np.ndarray:
+        """[n, 2] screen coordinates: the basis projection, then the rotation in 3-D."""
+        Y = P @ self._basis
+        if self.view3d.isChecked() and Y.shape[1] >= 3 and self._basis.shape[0] >= 3:
+            return dy.view_3d(Y[:, :3], self._yaw, self._pitch)[0]
+        return Y[:, :2]
+
+    def _redraw(self, *_) -> None:
+        frame = self.current_frame()
+        if frame is None or self._basis is None:
+            return
+        self.time_label.setText(f"t = {frame.t:.3g}")
+        self.scatter.setData(pos=self._screen(frame.shown))
+        three_d = self.view3d.isChecked() and self._basis.shape[0] >= 3
+        self.particles.setMouseEnabled(not three_d, not three_d)
+        if self.sim is not None and self.sim.config.sphere and not self.sim.config.renormalise:
+            self._draw_sphere_guide(three_d)
+        else:
+            self.guide.setData([], [])
+        if self.trails.isChecked():
+            i = self.slider.value()
+            past = self._frames[max(0, i - TRAIL_LENGTH):i]
+            self.trail_item.setData(pos=np.concatenate([self._screen(f.shown) for f in past]) if past else np.zeros((0, 2)))
+        else:
+            self.trail_item.setData(pos=np.zeros((0, 2)))
+        for m in self.t_markers:
+            m.setValue(frame.t)
+
+    def _draw_sphere_guide(self, three_d: bool) -> None:
+        """The unit circle (2-D) or the sphere's outline and equator (3-D), for orientation."""
+        s = np.linspace(0, 2 * math.pi, 121)
+        circle = np.stack([np.cos(s), np.sin(s)], 1)
+        if not three_d or self._basis.shape[0] > 3:
+            self.guide.setData(circle[:, 0], circle[:, 1])
+            return
+        equator = np.stack([np.cos(s), np.zeros_like(s), np.sin(s)], 1)
+        eq = dy.view_3d(equator, self._yaw, self._pitch)[0]
+        both = np.concatenate([circle, [[np.nan, np.nan]], eq])
+        self.guide.setData(both[:, 0], both[:, 1], connect="finite")
+
+    def _draw_curves(self) -> None:
+        if not self._records:
+            return
+        R = np.array([r.row() for r in self._records], dtype=float)
+        t = R[:, 0]
+        self.c_clusters.setData(t, R[:, 1])
+        self.c_cosine.setData(t, R[:, 4])
+        self.c_radius.setData(t, R[:, 2])
+        self.c_bound.setData(t, R[:, 3])
+        w2 = R[:, 5]
+        ok = np.isfinite(w2) & (w2 > 0)
+        self.c_w2.setData(t[ok], w2[ok])
+
+    def _draw_model_curves(self) -> None:
+        c = self._layer_curves
+        if c is None:
+            for curve in (self.c_model_cos, self.c_model_clusters, self.c_model_radius):
+                curve.setData([], [])
+            return
+        x = np.arange(len(c.names))
+        self.c_model_cos.setData(x, c.mean_cosine)
+        self.c_model_clusters.setData(x, c.clusters)
+        self.c_model_radius.setData(x, c.radius)
+
+    def eventFilter(self, obj, event) -> bool:
+        """Drag in the 3-D view rotates it (yaw with horizontal motion, pitch with vertical)."""
+        three_d = self.view3d.isChecked() and self._basis is not None and self._basis.shape[0] >= 3
+        if obj is self.particles.viewport() and three_d:
+            kind = event.type()
+            if kind == QEvent.Type.MouseButtonPress and event.button() == Qt.MouseButton.LeftButton:
+                self._drag_from = event.position()
+                return True
+            if kind == QEvent.Type.MouseMove and self._drag_from is not None:
+                delta = event.position() - self._drag_from
+                self._drag_from = event.position()
+                self.rotate(delta.x() * 0.01, delta.y() * 0.01)
+                return True
+            if kind == QEvent.Type.MouseButtonRelease:
+                self._drag_from = None
+                return True
+        return super().eventFilter(obj, event)
+
+    def rotate(self, d_yaw: float, d_pitch: float) -> None:
+        self._yaw += d_yaw
+        self._pitch = max(-math.pi / 2, min(math.pi / 2, self._pitch + d_pitch))
+        self._redraw()
+
+    # -- export (ExportBar view protocol) -------------------------------------------------------
+    def export_widget(self) -> QWidget:
+        return self.view_area
+
+    def csv_table(self):
+        if not self._records:
+            return None
+        return list(dy.CSV_COLUMNS), [r.row() for r in self._records]
+
+    def export_arrays(self) -> dict:
+        out = {}
+        if self._records:
+            out["curves"] = np.array([r.row() for r in self._records], dtype=float)
+        frame = self.current_frame()
+        if frame is not None:
+            out["positions"] = frame.shown
+            out["t"] = np.array(frame.t)
+        if self._layer_curves is not None:
+            out["model_layers"] = np.array([[c, r, m] for c, r, m in zip(self._layer_curves.clusters,
+                                                                         self._layer_curves.radius,
+                                                                         self._layer_curves.mean_cosine)])
+        return out
+
+    def export(self, path) -> None:
+        export_view(self, path)
+
+    def closeEvent(self, event) -> None:
+        self.timer.stop()
+        self._cancel_jobs()
+        super().closeEvent(event)
+
+
+def _play_dtype():
+    import torch
+
+    return torch.float32  # twice as fast as float64 at n = 2000; the tests' known answers use the core in float64

@@ -75,7 +75,7 @@ def test_thumbnails_are_pooled_and_masked_cells_grey():
 
 
 def test_layers_views(trace):
-    res = lv.compute_layers(trace)  # no model: the trace has no logit lens
+    res = lv.compute_layers(trace)  # the trace records the logit lens: no model needed
     data = lv.LayersData(res, [f"t{i}" for i in range(7)], causal=True)
     state = lv.LayersViewState(view="cosine", depth=2)
     np.testing.assert_allclose(find_view(lv.VIEWS, "residual-norms").compute(data, state).values,
@@ -83,7 +83,7 @@ def test_layers_views(trace):
     cos = find_view(lv.VIEWS, "cosine").compute(data, state)
     assert cos.depth == 2 and cos.cosine.shape == (3, 7, 7)
     lens = find_view(lv.VIEWS, "logit-lens").compute(data, state)
-    assert lens.problem and lens.ids.size == 0
+    assert not lens.problem and lens.ids.shape == (2, 7) and lens.next_tokens == data.tokens[1:] + [""]
     comp = find_view(lv.VIEWS, "component-norms").compute(data, state)
     assert comp.col_labels == ["head 0", "head 1", "MLP"]
     assert export_name(lv.VIEWS, state, depth_name="L1") == "cosine-L1"

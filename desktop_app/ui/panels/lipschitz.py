@@ -110,8 +110,11 @@ class LipschitzPanel(QWidget):
         self.layer = QSpinBox()
         self.head = QComboBox()
         self.masked = QCheckBox("masked (causal)")
+        # the input sources are the core's registry, in its order (the CLI's --data choices too)
+        self.model_sources = lip.sources_for(lip.MODEL)
+        self.synthetic_sources = lip.sources_for(lip.SYNTHETIC)
         self.data = QComboBox()
-        self.data.addItems(["real", "adversarial", "search"])
+        self.data.addItems([source.label for source in self.model_sources])
         self.search_start = QComboBox()
         self.search_start.addItems(["random", "real"])
         self.text_button = QPushButton("Current text")
@@ -127,7 +130,7 @@ class LipschitzPanel(QWidget):
         self.attention = QComboBox()
         self.attention.addItems(list(lip.ATTENTION_KINDS))
         self.synthetic_data = QComboBox()
-        self.synthetic_data.addItems(["random in B_R", "adversarial"])
+        self.synthetic_data.addItems([source.label for source in self.synthetic_sources])
         self.matrices_button = QPushButton("Load A, V\u2026")
         self.matrices_button.setToolTip("Use your own A and V: an .npz file with arrays named A and V, both [d, d] "
                                         "(numpy.savez(path, A=A, V=V)). Cancel the dialog to go back to random "
@@ -250,7 +253,7 @@ class LipschitzPanel(QWidget):
         for _label, w in self.synthetic_rows:
             form.setRowVisible(w, synthetic)
         if not synthetic:
-            form.setRowVisible(self.search_start, self.data.currentText() == "search")
+            form.setRowVisible(self.search_start, self._model_source().name == "search")
 
     def _choose_text_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Text for real windows", "", "Text (*.txt);;All files (*)")
@@ -287,6 +290,12 @@ class LipschitzPanel(QWidget):
         self.status.setText(html.escape(f"A and V ({d}x{d}) from {path}; the synthetic head uses them.", quote=False))
         return True
 
+    def _model_source(self) -> lip.InputSource:
+        return self.model_sources[max(self.data.currentIndex(), 0)]
+
+    def _synthetic_source(self) -> lip.InputSource:
+        return self.synthetic_sources[max(self.synthetic_data.currentIndex(), 0)]
+
     def _token_ids(self) -> list[int] | None:
         """The ids of the chosen text file, else of the current text (typed ids without a tokenizer)."""
         from ...core import inputs
@@ -321,10 +330,11 @@ class LipschitzPanel(QWidget):
         gives way to the bundled demo text."""
         loaded = self.state.loaded
         notes: list[str] = []
-        real = data == "real" or (data == "search" and self.search_start.currentText() == "real")
-        if data == "adversarial":
+        source = lip.get_source(data, lip.MODEL)
+        real = source.needs_text or (data == "search" and self.search_start.currentText() == "real")
+        if source.one_input_per_length:
             if samples > 1:
-                notes.append(f"the adversarial input is one construction per n, so Samples K = {samples} "
+                notes.append(f"the {data} input is one construction per n, so Samples K = {samples} "
                              "gives one sample each")
             return lengths, ids, notes
         if not real:
@@ -364,26 +374,31 @@ class LipschitzPanel(QWidget):
         return fits, ids, notes
 
     def spec(self) -> lip.SweepSpec:
-        """The sweep the controls describe (raises ValueError with a readable message)."""
+        """The sweep the controls describe (raises ValueError with a readable message): the same plain
+        options the CLI gives core's build_sweep_spec, with the estimator's tolerance and the search's
+        steps at their defaults (no controls for them here)."""
         lengths = lip.parse_lengths(self.lengths.text())
         radius = self.radius.value() or None
         self.notes = []
+        common = dict(lengths=lengths, samples=self.samples.value(), radius=radius, masked=self.masked.isChecked(),
+                      tol=lip.DEFAULT_TOL)
         if self.source.currentIndex() == 1:
-            if self.synthetic_data.currentIndex() == 1 and self.samples.value() > 1:
-                self.notes = [f"the adversarial input is one construction per n, so Samples K = "
+            source = self._synthetic_source()
+            if source.one_input_per_length and self.samples.value() > 1:
+                self.notes = [f"the {source.name} input is one construction per n, so Samples K = "
                               f"{self.samples.value()} gives one sample each"]
             matrices = self._matrices
-            return lip.SweepSpec(data="synthetic", d=self.d.value() if matrices is None else matrices[0].shape[0],
-                                 norm_A=self.norm_A.value(), norm_V=self.norm_V.value(), matrices=matrices,
-                                 matrices_name=Path(self._matrices_file).name if matrices is not None else "",
-                                 attention=self.attention.currentText(), masked=self.masked.isChecked(),
-                                 synthetic_adversarial=self.synthetic_data.currentIndex() == 1,
-                                 radius=radius, lengths=lengths, samples=self.samples.value(), seed=self.seed.value())
+            return lip.build_sweep_spec(dict(
+                function=lip.SYNTHETIC, data=source.name, d=self.d.value(), norm_A=self.norm_A.value(),
+                norm_V=self.norm_V.value(), matrices=matrices,
+                matrices_name=Path(self._matrices_file).name if matrices is not None else "",
+                attention=self.attention.currentText(), seed=self.seed.value(), **common))
         loaded = self.state.loaded
         if loaded is None:
             raise ValueError("open a model first, or choose a synthetic head")
-        data = self.data.currentText()
-        needs_text = data == "real" or (data == "search" and self.search_start.currentText() == "real")
+        data = self._model_source().name
+        needs_text = lip.get_source(data, lip.MODEL).needs_text or (
+            data == "search" and self.search_start.currentText() == "real")
         if needs_text:
             ids = self._token_ids()
         else:  # only for the default radius (observed on real data): random tokens stand in without a text
@@ -391,12 +406,13 @@ class LipschitzPanel(QWidget):
                 ids = self._token_ids() if radius is None else None
             except ValueError:
                 ids = None
-        lengths, ids, self.notes = self._plan(data, sorted(set(lengths)), ids, self.samples.value())
+        common["lengths"], ids, self.notes = self._plan(data, sorted(set(lengths)), ids, self.samples.value())
         head = self.head.currentIndex() - 1
-        return lip.SweepSpec(data=data, model=loaded.model, layer=self.layer.value(),
-                             head=None if head < 0 else head, masked=self.masked.isChecked(), token_ids=ids,
-                             radius=radius, search_start=self.search_start.currentText(), lengths=lengths,
-                             samples=self.samples.value())
+        # the seed control belongs to the synthetic head's rows (hidden here): a model's sweep uses the default
+        return lip.build_sweep_spec(dict(
+            function=lip.MODEL, data=data, model=loaded.model, layer=self.layer.value(),
+            head=None if head < 0 else head, token_ids=ids, search_start=self.search_start.currentText(),
+            search_steps=lip.DEFAULT_SEARCH_STEPS, seed=lip.DEFAULT_SEED, **common))
 
     # -- running ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -435,16 +451,9 @@ class LipschitzPanel(QWidget):
                             on_progress=self._on_progress, on_cancelled=lambda: self._on_cancelled(run))
 
     def _label(self, spec: lip.SweepSpec) -> str:
-        """What the legend and the table call a run: the model's name leads, so runs of several
-        models overlaid on one plot stay told apart."""
-        if spec.data == "synthetic":
-            kind = "adversarial" if spec.synthetic_adversarial else "random"
-            source = f" {spec.matrices_name}" if spec.matrices is not None else ""
-            seed = f" seed {spec.seed}" if spec.seed else ""
-            return f"synthetic {spec.attention} d={spec.d}{source} {kind}{seed}" + (" masked" if spec.masked else "")
-        what = f"L{spec.layer}" + (f" H{spec.head}" if spec.head is not None else "")
-        name = getattr(self.state.loaded, "name", "") or "model"
-        return f"{name} {what} {spec.data}" + (" masked" if spec.masked else "")
+        """What the legend and the table call a run (core's sweep_label in its panel form): the
+        model's name leads, so runs of several models overlaid on one plot stay told apart."""
+        return lip.sweep_label(spec, model_name=getattr(self.state.loaded, "name", "") or "model")
 
     def cancel(self) -> None:
         if self._job is not None:

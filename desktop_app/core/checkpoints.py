@@ -23,7 +23,8 @@ from .config import ConfigError, ModelConfig
 from .families import REGISTRY, Family, ModelLoadError, Weight, family_for  # noqa: F401 (ModelLoadError: re-exported)
 from .files import atomic_write_dir
 from .model import Transformer, sinusoidal_table
-from .tokenizer import Tokenizer, TokenizerError
+from .hf_cache import snapshot_repo_ref
+from .tokenizer import Tokenizer, TokenizerError, load_tokenizer_folder
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -332,14 +333,13 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         model.pos_table = sinusoidal_table(cfg.context_length, cfg.d_model).to(device)
     model.eval()
 
-    tokenizer = None
-    tok_path = folder / TOKENIZER
-    if tok_path.is_file():
-        try:
-            tokenizer = Tokenizer.from_file(tok_path)
-        except TokenizerError as exc:
-            raise ModelLoadError(tok_path, f"broken tokenizer: {exc.args[0].split(': ', 1)[-1]}") from exc
-    return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=Path(path), name=Path(path).name)
+    try:
+        tokenizer = load_tokenizer_folder(folder)
+    except TokenizerError as exc:
+        raise ModelLoadError(exc.path or folder, f"broken tokenizer: {exc.args[0].split(': ', 1)[-1]}") from exc
+    # a snapshot of the local Hugging Face cache is named by its repository, not its commit hash
+    name = snapshot_repo_ref(path) or Path(path).name
+    return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=Path(path), name=name)
 
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:h|layer|layers|blocks)\.(\d+)\.")  # GPT-2, BERT, LLaMA, ours

@@ -18,11 +18,12 @@ import torch
 ATTENTION_KINDS = ("softmax", "l2", "sinkhorn")
 
 
-def attention_scores(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax") -> torch.Tensor:
+def attention_scores(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax", scale: float | None = None) -> torch.Tensor:
     """Scores [..., T_q, T_k] before normalisation: q_i . k_j / sqrt(dh) for softmax attention,
     -|q_i - k_j|^2 / sqrt(dh) for L2 and Sinkhorn attention (expanded as |q|^2 - 2 q.k + |k|^2 so
-    it is one matrix product, as the dot-product scores are)."""
-    scale = 1.0 / math.sqrt(q.shape[-1])
+    it is one matrix product, as the dot-product scores are). scale replaces 1/sqrt(dh) (a config's
+    attn_scale)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if kind == "softmax":
         return (q @ k.transpose(-1, -2)) * scale
     if kind in ("l2", "sinkhorn"):
@@ -41,13 +42,14 @@ def sinkhorn_log_normalise(log_p: torch.Tensor, iters: int) -> torch.Tensor:
 
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
-                    mask: torch.Tensor | None = None, sinkhorn_iters: int = 3) -> torch.Tensor:
+                    mask: torch.Tensor | None = None, sinkhorn_iters: int = 3,
+                    scale: float | None = None) -> torch.Tensor:
     """Attention weights [..., T_q, T_k] from queries and keys [..., T, dh] (kinds: module docstring).
 
-    mask: boolean, True where query i may attend key j. The normalisation runs in float32 at least
+    mask: boolean, True where query i may attend key j; scale: as in attention_scores. The normalisation runs in float32 at least
     (half-precision softmax loses the small weights), and the result has q's dtype.
     """
-    scores = attention_scores(q, k, kind)
+    scores = attention_scores(q, k, kind, scale)
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     if kind == "sinkhorn":
@@ -55,9 +57,11 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
     return torch.softmax(scores.float(), dim=-1).to(q.dtype)
 
 
-def causal_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
-    """[T_q, T_k] boolean, query i (at absolute position t_k - t_q + i) sees keys up to itself."""
+def causal_mask(t_q: int, t_k: int, device=None, window: int | None = None) -> torch.Tensor:
+    """[T_q, T_k] boolean, query i (at absolute position t_k - t_q + i) sees keys up to itself;
+    with a window (sliding-window attention), only the last `window` of them (itself included)."""
     offset = t_k - t_q
     i = torch.arange(t_q, device=device)[:, None]
     j = torch.arange(t_k, device=device)[None, :]
-    return j <= i + offset
+    seen = j <= i + offset
+    return seen if window is None else seen & (j > i + offset - window)

@@ -15,15 +15,18 @@ def test_attention_probs_bit_identical_to_the_models(kind, dtype, masked):
         q = (torch.randn(2, 3, t_q, dh, generator=g) * 2).to(dtype)
         k = (torch.randn(2, 3, t_k, dh, generator=g) * 2).to(dtype)
         mask = attention.causal_mask(t_q, t_k) if masked else None
-        ours = attention.attention_probs(q, k, kind, mask, sinkhorn_iters=4)
-        theirs = model.attention_probs(q, k, kind, mask, sinkhorn_iters=4)
-        assert ours.dtype == theirs.dtype
-        assert torch.equal(ours, theirs)
+        for scale in (None, 0.3):
+            ours = attention.attention_probs(q, k, kind, mask, sinkhorn_iters=4, scale=scale)
+            theirs = model.attention_probs(q, k, kind, mask, sinkhorn_iters=4, scale=scale)
+            assert ours.dtype == theirs.dtype
+            assert torch.equal(ours, theirs)
 
 
 def test_causal_mask_identical_to_the_models():
     for t_q, t_k in [(1, 1), (1, 9), (4, 4), (3, 10)]:
-        assert torch.equal(attention.causal_mask(t_q, t_k), model.causal_mask(t_q, t_k))
+        for window in (None, 1, 3, 20):
+            assert torch.equal(attention.causal_mask(t_q, t_k, window=window),
+                               model.causal_mask(t_q, t_k, window=window))
 
 
 def test_l2_scores_are_minus_the_scaled_squared_distance():

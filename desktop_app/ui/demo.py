@@ -2,7 +2,8 @@
 
 Panels use it for `--screenshot`'s optional hooks (screenshot_demo / screenshot_ready): each action is
 what a button click would do (Step, Back, Start...), and the next one waits until the panel's workers
-are done, exactly as a person would wait before clicking again.
+are done, exactly as a person would wait before clicking again. The scripts that are more than a
+line or two live here too (generation_demo), out of the panels' own code.
 """
 from __future__ import annotations
 
@@ -37,3 +38,27 @@ class ScriptedDemo(QObject):
             return
         self._actions.pop(0)()
         self._settle = 2
+
+
+def generation_demo(panel) -> ScriptedDemo:
+    """The Generate panel mid-generation with a branch, as in the README: six steps, back two, force
+    the runner-up candidate (a second branch), three more steps, then inspect the forced token. An
+    encoder fills two of its masks."""
+    if panel._is_encoder():
+        return ScriptedDemo([panel.step, panel.step], lambda: panel.busy, panel)
+    if not panel.prompt.text():
+        panel.prompt.setText("So she was considering")
+    forced = {}
+
+    def force_runner_up() -> None:
+        runner_up = next((t for t in panel.bars.token_ids if t != panel.bars.chosen), None)
+        if panel.session is not None and runner_up is not None:
+            forced["index"] = len(panel.session.prompt) + panel.session.current.depth
+            panel.choose(runner_up)
+
+    def inspect_forced() -> None:
+        if "index" in forced:  # as a click on that token in the strip
+            panel._strip_selected(forced["index"])
+
+    return ScriptedDemo([panel.step] * 6 + [panel.back] * 2 + [force_runner_up] + [panel.step] * 3
+                        + [inspect_forced], lambda: panel.busy, panel)

@@ -601,3 +601,43 @@ def test_opening_another_model_during_run_n_keeps_the_new_models_status(qtbot, p
     assert panel.session is None and panel.strip.count() == 0
     assert panel.status.text().startswith("test: press Step")  # was: "Stopped." of the old run
     assert panel.run_button.text() == "Run N"
+
+
+# -- issue 15: one panel, two views ------------------------------------------------------------------
+
+def test_the_panel_shows_the_view_that_fits_the_model_and_switches_with_it(qtbot):
+    from desktop_app.core.generation import GenerationSession, MaskedFillSession
+    from desktop_app.ui.panels.generation_views import DecoderStepView, EncoderFillView
+
+    p = _make(qtbot, family="bert")
+    assert isinstance(p.view, EncoderFillView) and p.view.panel is p
+    assert p.mask_button.isVisible() and p.order.isVisible() and not p.beams.isVisible()
+    p.prompt.setText("the c[MASK]t")
+    _click(qtbot, p.step_button)
+    qtbot.waitUntil(lambda: p.session is not None and len(p.session.history) == 1, timeout=10_000)
+    _idle(qtbot, p)
+    assert isinstance(p.session, MaskedFillSession) and "Every masked position is filled" in p.status.text()
+
+    decoder = _loaded("gpt2")
+    p.state.loaded = decoder
+    p.state.model_changed.emit(decoder)  # the same panel, now a decoder: the stepping view, same widgets
+    assert isinstance(p.view, DecoderStepView) and p.session is None
+    assert not p.mask_button.isVisible() and not p.order.isVisible() and p.beams.isVisible()
+    p.prompt.setText("the ")
+    _click_step(qtbot, p, 1)
+    assert isinstance(p.session, GenerationSession) and p.status.text().startswith("Step 1:")
+    assert p.tree.topLevelItemCount() == 1 and p.bars.token_ids  # the decoder's tree in the shared tree widget
+
+
+def test_the_screenshot_script_lives_in_the_demo_module(qtbot):
+    """The panel keeps only the --screenshot hooks; ui/demo.py has the script (here an encoder's: two fills)."""
+    from desktop_app.ui import demo
+    from desktop_app.ui.panels import generation
+
+    assert "ScriptedDemo" not in open(generation.__file__, encoding="utf-8").read()
+    p = _make(qtbot, family="bert")
+    p.prompt.setText("the c[MASK]t s[MASK]t o[MASK] the mat")
+    p.screenshot_demo()
+    assert isinstance(p._demo, demo.ScriptedDemo)
+    qtbot.waitUntil(p.screenshot_ready, timeout=30_000)
+    assert len(p.session.history) == 2 and len(p.session.remaining) == 1

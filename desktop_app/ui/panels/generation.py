@@ -7,48 +7,32 @@ the text as a token strip coloured by the probability each token had. Selecting 
 shows the distribution it was picked from, the logit lens of that step, and hands that step's
 attention to the Attention panel. Encoder models fill [MASK] positions instead.
 
+The panel holds the widgets both kinds of model share; what differs lives in two views
+(generation_views): DecoderStepView for causal models, EncoderFillView for encoders, the one that
+fits the open model shown. The --screenshot demo is in ui/demo.py.
+
 All model work runs in workers (run_job); the UI thread only re-processes stored logits.
 """
 from __future__ import annotations
 
-import math
-
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QKeySequence, QShortcut
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QSlider,
-                               QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget, QTreeWidget,
-                               QTreeWidgetItem, QVBoxLayout, QWidget)
+                               QSpinBox, QSplitter, QTableWidget, QTabWidget, QTreeWidget, QTreeWidgetItem,
+                               QVBoxLayout, QWidget)
 
 from ...core.generation import (STRATEGIES, GenerationError, GenerationSession, GenerationSettings,
                                 MaskedFillSession, process_logits)
 from ..widgets.export import ExportBar
 from ..widgets.prob_bars import ProbBars, format_prob
 from ..widgets.token_strip import TokenStrip
-from ..state import tokenize_and_trace
 from ..workers import run_job
+from .generation_views import DecoderStepView, EncoderFillView, GenerationView, _mutate
 
 TOP_BARS = 15
 
 
-# -- worker functions (run off the UI thread) ------------------------------------------------
-
-
-def _start_decoder(loaded, ids, settings, seed):
-    return GenerationSession(loaded, ids, settings, seed=seed)
-
-
-def _start_encoder(loaded, ids, masked, mask_id, settings, order, seed):
-    s = MaskedFillSession(loaded, ids, masked, mask_id, settings, order, seed)
-    s.all_logits()  # the view reads cached logits only
-    return s
-
-
-def _mutate(session, action: str, *args):
-    """One session change; for encoders also the logits of the new sequence."""
-    result = getattr(session, action)(*args)
-    if isinstance(session, MaskedFillSession):
-        session.all_logits()
-    return result
+# -- worker functions (run off the UI thread; the views have the rest) -------------------------
 
 
 def _run(session, n: int, job=None):
@@ -56,21 +40,6 @@ def _run(session, n: int, job=None):
         if isinstance(session, MaskedFillSession):
             session.all_logits()
     return session.stop_reason if isinstance(session, GenerationSession) else None
-
-
-def _lens(session, node):
-    return node, session.logit_lens(node)
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def _inspect(session, node):
-    """Logit lens of the step that picked `node` and the Trace of the path up to that step."""
-    lens = session.logit_lens(node)
-    trace, ids = session.step_trace(node.parent)
-    return node, lens, trace, ids
 
 
 class GenerationPanel(QWidget):
@@ -113,6 +82,7 @@ class GenerationPanel(QWidget):
         self._extra_masks: set[int] = set()
         self._settings_pending = False  # sliders moved while a job held the session
         self._trail = None  # decoder: the deepest node left by Back (its branch is highlighted)
+        self.view: GenerationView = DecoderStepView(self)  # the one that fits the open model
         self._refresh_timer = QTimer(self, singleShot=True, interval=40)
         self._refresh_timer.timeout.connect(self.refresh)
         self._build()
@@ -279,14 +249,8 @@ class GenerationPanel(QWidget):
         self.selected_node, self.selected_position = None, None
         self._extra_masks = set()
         self._trail = None
-        enc = self._is_encoder()
-        self.order.setVisible(enc)
-        self.mask_button.setVisible(enc)
-        self.beams.setVisible(not enc)
-        self.prompt.setPlaceholderText(
-            "text with [MASK] tokens to fill (or select tokens and press Mask)" if enc and loaded.tokenizer else
-            "prompt: token ids separated by spaces (this model has no tokenizer)" if loaded.tokenizer is None else
-            "prompt")
+        self.view = EncoderFillView(self) if self._is_encoder() else DecoderStepView(self)
+        self.view.show(loaded)
         self._unavailable = self._why_unavailable(loaded)
         if self.prompt.text() in ("", self._auto_prompt):  # never replace what the user typed
             self._auto_prompt = self._default_prompt(loaded)
@@ -294,8 +258,7 @@ class GenerationPanel(QWidget):
         if self._unavailable:
             self.status.setText(f"{loaded.name}: {self._unavailable}")
         else:
-            self.status.setText(f"{loaded.name}: " + ("encoder model - press Step to fill the [MASK] positions."
-                                                      if enc else "press Step (Right arrow) to generate."))
+            self.status.setText(f"{loaded.name}: {self.view.ready_message()}")
         self.refresh()
 
     @staticmethod
@@ -420,18 +383,7 @@ class GenerationPanel(QWidget):
             return
         self.selected_node, self.selected_position = None, None
         self._started_prompt = self.prompt.text()
-        if self._is_encoder():
-            mask_id = loaded.tokenizer.mask_token_id  # _why_unavailable: a tokenizer with a [MASK]
-            masked = sorted({i for i, t in enumerate(ids) if t == mask_id} | {p for p in self._extra_masks if p < len(ids)})
-            if not masked:
-                self.status.setText("put [MASK] in the text, or select a token and press Mask / unmask")
-                self._show_plain_tokens(ids)
-                return
-            self._submit(_start_encoder, loaded, ids, masked, mask_id, self.settings(), self.order.currentText(),
-                         self.seed.value(), on_result=lambda s: self._session_ready(s, then))
-        else:
-            self._submit(_start_decoder, loaded, ids, self.settings(), self.seed.value(),
-                         on_result=lambda s: self._session_ready(s, then))
+        self.view.start(loaded, ids, then)
 
     def _session_ready(self, session, then) -> None:
         loaded = self.state.loaded
@@ -460,11 +412,7 @@ class GenerationPanel(QWidget):
         if self.busy or self.session is None:
             return
         self.selected_node, self.selected_position = None, None
-        if isinstance(self.session, GenerationSession):
-            # repeated Backs keep the deepest node left, so the bars highlight the branch we came from
-            left = self.session.current
-            if self._trail is None or left not in self._trail.path():
-                self._trail = left
+        self.view.before_back()
         self._submit(_mutate, self.session, "back", on_result=self._changed)
 
     def reset(self) -> None:
@@ -479,20 +427,7 @@ class GenerationPanel(QWidget):
         """Force a token: after the node whose distribution is shown (a branch if it differs)."""
         if self.busy or self.session is None:
             return
-        s = self.session
-        if isinstance(s, MaskedFillSession):
-            pos = self._shown_position()
-            if pos is None or pos not in s.remaining:
-                self.status.setText("select a masked position (or let the order pick one) to fill it")
-                return
-            self.selected_position = None
-            self._submit(_mutate, s, "choose", int(token_id), pos, on_result=self._changed)
-            return
-        base = self.selected_node.parent if self.selected_node is not None else s.current
-        if base is not s.current:
-            s.goto(base)  # pure navigation, no model work
-        self.selected_node = None
-        self._submit(_mutate, s, "choose", int(token_id), on_result=self._changed)
+        self.view.choose(token_id)
 
     def run_or_stop(self) -> None:
         if self._running:
@@ -541,27 +476,7 @@ class GenerationPanel(QWidget):
 
     def _describe(self) -> str:
         """One line about where the session is now (the status line after every action)."""
-        s = self.session
-        if s is None:
-            return ""
-        if isinstance(s, MaskedFillSession):
-            total, done = len(s.masked), len(s.history)
-            if s.finished:
-                return f"Every masked position is filled ({total} of {total}); Back undoes the last fill."
-            return (f"{done} of {plural(total, 'masked position')} filled: Step (Right arrow) fills the next, "
-                    "click a bar to fill it with that token.")
-        node = s.current
-        if node.parent is None:
-            return (f"Ready: a prompt of {plural(len(s.prompt), 'token')}. Step (Right arrow), Back (Left arrow), "
-                    "click a bar to force a token.")
-        how = {"greedy": "greedy", "sampled": "sampled", "chosen": "forced", "beam": "beam search"}
-        text = (f"Step {node.depth}: {self._token_label(node.token)} ({how.get(node.how, node.how)}), "
-                f"model p = {format_prob(node.model_prob)}")
-        if node.stop:
-            text += "; a stop token ended this branch"
-        elif len(s.prompt) + node.depth >= s.model.cfg.context_length:
-            text += f"; the context length ({plural(s.model.cfg.context_length, 'token')}) is reached"
-        return text + "."
+        return "" if self.session is None else self.view.describe(self.session)
 
     def _token_label(self, token: int) -> str:
         """A token as the user reads it: quoted (spaces visible) with its id; with no tokenizer, the id."""
@@ -580,13 +495,8 @@ class GenerationPanel(QWidget):
         if self.busy:  # restarting would drop the session under a running job
             self.status.setText("wait for the current job to finish (or Stop it) before masking")
             return
-        pos = self.strip.selected_index
-        if pos is None:
-            self.status.setText("select a token in the strip first")
-            return
-        self._extra_masks ^= {pos}
-        self.session = None
-        self.start()
+        if isinstance(self.view, EncoderFillView):  # the button shows for encoders only
+            self.view.toggle_mask()
 
     def _submit(self, fn, *args, on_result=None) -> None:
         def done(result) -> None:
@@ -616,102 +526,19 @@ class GenerationPanel(QWidget):
 
     # -- selection and inspection ----------------------------------------------------------
     def _strip_selected(self, index: int) -> None:
-        s = self.session
-        if s is None:
-            return
-        if isinstance(s, MaskedFillSession):
-            self.selected_position = index
-            self.refresh()
-            if not self.busy:  # the inspecting panels show the sequence as filled so far
-                self._submit(tokenize_and_trace, self.state.loaded, "", s.ids(),
-                             on_result=self._show_filled)
-            return
-        n_prompt = len(s.prompt)
-        path = s.current.path()
-        if index < n_prompt:
-            self.selected_node = None
-            if s.record and not self.busy:
-                trace, ids = s.step_trace(s.root)
-                self.state.show_trace(trace, ids)
-            self.refresh()
-            return
-        self.selected_node = path[index - n_prompt + 1]
-        if not self.busy:
-            self._clear_lens()
-            self._lens_node = self.selected_node  # _inspect brings this step's lens (and its trace)
-            self.refresh()
-            self._submit(_inspect, s, self.selected_node, on_result=self._inspected)
-        else:
-            self.refresh()
-
-    def _show_filled(self, result) -> None:
-        ids, trace = result
-        self.refresh()
-        if trace is not None:
-            self.state.show_trace(trace, ids)
-
-    def _inspected(self, result) -> None:
-        node, lens, trace, ids = result
-        self._lens_node = node
-        self._show_lens(node, lens)
-        self.tabs.setCurrentWidget(self.lens_table)
-        self.status.setText(f"Step {node.depth}: picked {self._token_label(node.token)} with p = "
-                            f"{format_prob(node.model_prob)}; its attention is in the Attention panel.")
-        self.state.show_trace(trace, ids)
-
-    def _show_lens(self, node, lens) -> None:
-        self.lens_rows = lens
-        self.lens_table.setRowCount(len(lens))
-        for i, r in enumerate(lens):
-            cells = ["embed" if r.layer < 0 else f"block {r.layer}", self._token_label(r.top_token),
-                     format_prob(r.top_prob), format_prob(r.chosen_prob)]
-            for j, c in enumerate(cells):
-                self.lens_table.setItem(i, j, QTableWidgetItem(c))
-        self.tabs.setTabText(self.tabs.indexOf(self.lens_table), f"Logit lens (step {node.depth})")
+        if self.session is not None:
+            self.view.strip_selected(index)
 
     def _clear_lens(self) -> None:
         self.lens_rows = []
         self.lens_table.setRowCount(0)
         self.tabs.setTabText(self.tabs.indexOf(self.lens_table), "Logit lens")
 
-    def _follow_lens(self, s: GenerationSession) -> None:
-        """The lens table shows the selected step, else the current one: never a step left behind."""
-        node = self.selected_node if self.selected_node is not None else s.current
-        if node is self._lens_node:
-            return
-        self._clear_lens()
-        self._lens_node = None
-        if node.parent is None or not s.record or self._running:
-            return  # at the prompt there is no step; a run refreshes again when it ends
-        self._lens_node = node
-
-        def shown(result) -> None:
-            lens_node, lens = result
-            if lens_node is self._lens_node and self.session is s:
-                self._show_lens(lens_node, lens)
-
-        # Not a session job (no busy flag, actions stay available): it only reads the node's recorded
-        # residuals, which never change, and the model's unembedding.
-        # A failed lens leaves the table empty: the step itself stands and its status line says so.
-        run_job(_lens, s, node, on_result=shown, on_error=lambda *_: None, owner=self)
-
     def _tree_clicked(self, item: QTreeWidgetItem, column: int) -> None:
-        node = item.data(0, Qt.ItemDataRole.UserRole)
+        node = item.data(0, Qt.ItemDataRole.UserRole)  # encoders' fills carry none: nothing to go to
         if node is None or self.session is None or self.busy:
             return
-        self.selected_node = None
-        self.session.goto(node)  # pure navigation; the cache is rebuilt lazily on the next step
-        self.refresh()
-
-    def _shown_position(self) -> int | None:
-        s = self.session
-        if not isinstance(s, MaskedFillSession):
-            return None
-        if self.selected_position is not None:
-            return self.selected_position
-        if s.finished or s.cached_logits() is None:
-            return None
-        return s.next_position()
+        self.view.tree_clicked(node)
 
     # -- rendering -------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -727,46 +554,10 @@ class GenerationPanel(QWidget):
             self._clear_lens()
             self._lens_node = None
             return
-        if isinstance(s, MaskedFillSession):
-            self._clear_lens()
-            self._refresh_encoder(s)
-        else:
-            self._refresh_decoder(s)
-            self._follow_lens(s)
+        self.view.refresh(s)
 
     def _show_plain_tokens(self, ids: list[int]) -> None:
         self.strip.set_tokens(self.state.token_strings(ids), ids)
-
-    def _refresh_decoder(self, s: GenerationSession) -> None:
-        ids = s.ids()
-        path = s.current.path()
-        values = [None] * len(s.prompt) + [n.model_prob for n in path[1:]]
-        self.strip.set_tokens(self.state.token_strings(ids), ids, values, vmin=0.0, vmax=1.0)
-        sel = self.selected_node
-        if sel is not None and sel in path:
-            self.strip.set_selected(len(s.prompt) + path.index(sel) - 1)
-            base, chosen = sel.parent, sel.token
-        else:
-            self.selected_node = None
-            self.strip.set_selected(None)
-            base = s.current
-            chosen = self._forward_child(base)
-        try:
-            dist = process_logits(base.next_logits, *self._processing())
-        except GenerationError as exc:
-            self.dist_label.setText(str(exc))
-            return
-        self._show_distribution(dist, chosen, base.depth + 1, base is s.current and s.current.stop)
-        self._refresh_tree(s)
-        self._refresh_beams(s)
-
-    def _forward_child(self, base):
-        """Token to highlight after `base`: the one on the branch Back left, else the newest child."""
-        if self._trail is not None:
-            path = self._trail.path()
-            if base in path[:-1]:
-                return path[path.index(base) + 1].token
-        return base.children[-1].token if base.children else None
 
     def _processing(self) -> tuple[float, int, float]:
         st = self.settings()
@@ -795,68 +586,6 @@ class GenerationPanel(QWidget):
             text += " - a stop token ended this branch"
         self.dist_label.setText(text)
 
-    def _refresh_tree(self, s: GenerationSession) -> None:
-        """Branches as a compressed tree: one item per run of tokens between forks."""
-        self.tree.clear()
-        current_path = set(map(id, s.current.path()))
-        bold = QFont()
-        bold.setBold(True)
-
-        def add(parent_item, start) -> None:
-            seg = [start]
-            while len(seg[-1].children) == 1:
-                seg.append(seg[-1].children[0])
-            end = seg[-1]
-            toks = [n.token for n in seg if n.token is not None]
-            text = self._tokens_text(toks) if toks else "(prompt)"
-            item = QTreeWidgetItem([text, str(end.depth), f"{end.score:.3f}"])
-            item.setData(0, Qt.ItemDataRole.UserRole, end)
-            item.setToolTip(0, f"ends at step {end.depth}; click to go there")
-            if id(end) in current_path or id(start) in current_path:
-                item.setFont(0, bold)
-            if parent_item is None:
-                self.tree.addTopLevelItem(item)
-            else:
-                parent_item.addChild(item)
-            for c in list(end.children):
-                add(item, c)
-
-        add(None, s.root)
-        self.tree.expandAll()
-
-    def _refresh_beams(self, s: GenerationSession) -> None:
-        beams = sorted(s.beams, key=lambda b: -b.score) if s.settings.strategy == "beam" else []
-        self.beam_table.setRowCount(len(beams))
-        for i, b in enumerate(beams):
-            toks = [n.token for n in b.path()[1:]]
-            cells = [self._tokens_text(toks), f"{b.score:.3f}", "yes" if b.stop else ""]
-            for j, c in enumerate(cells):
-                self.beam_table.setItem(i, j, QTableWidgetItem(c))
-
-    def _refresh_encoder(self, s: MaskedFillSession) -> None:
-        ids = s.ids()
-        filled = {st.position: st for st in s.history}
-        values = [filled[i].model_prob if i in filled else None for i in range(len(ids))]
-        self.strip.set_tokens(self.state.token_strings(ids), ids, values, vmin=0.0, vmax=1.0)
-        self.strip.set_selected(self.selected_position)
-        self.tree.clear()  # the fills so far, also once every position is filled
-        for st in s.history:
-            self.tree.addTopLevelItem(QTreeWidgetItem([f"position {st.position}: {self._token_label(st.token)}", "",
-                                                       f"{math.log(max(st.model_prob, 1e-300)):.3f}"]))
-        pos = self._shown_position()
-        logits = s.cached_logits()
-        if pos is None or logits is None:
-            self.bars.set_distribution([], [], [])
-            self._shown = None
-            self.dist_label.setText("every masked position is filled" if s.finished else "")
-            return
-        dist = process_logits(logits[pos], *self._processing())
-        chosen = filled[pos].token if pos in filled else None
-        if pos in filled:  # show the distribution it was filled from
-            dist = process_logits(filled[pos].logits, *self._processing())
-        self._show_distribution(dist, chosen, len(s.history) + (pos not in filled), False)
-        self.dist_label.setText(f"position {pos}: " + self.dist_label.text())
-
     # -- export (ExportBar view protocol; File > Export Current View takes export_widget) ---------
     def export_widget(self) -> QWidget:
         return self.bars.plot
@@ -865,11 +594,7 @@ class GenerationPanel(QWidget):
         return self.bars.plot.getPlotItem()
 
     def _export_name(self) -> str:
-        s = self.session
-        if isinstance(s, GenerationSession):
-            node = self.selected_node.parent if self.selected_node is not None else s.current
-            return f"generate-step{node.depth + 1}"
-        return "generate"
+        return "generate" if self.session is None else self.view.export_name(self.session)
 
     def csv_table(self):
         """The distribution the bars show, every token of the vocabulary from the most probable down,
@@ -883,54 +608,24 @@ class GenerationPanel(QWidget):
             for rank, t in enumerate(order, 1):
                 rows.append(["distribution", rank, t, strings[t], f"{float(dist.probs[t]):.6g}",
                              f"{float(dist.model_probs[t]):.6g}", int(bool(dist.kept[t])), int(t == chosen)])
-        if isinstance(self.session, GenerationSession):
-            path = self.session.current.path()[1:]
-            strings = self.state.token_strings([n.token for n in path])
-            for n, name in zip(path, strings):
-                rows.append(["step", n.depth, n.token, name, f"{n.prob:.6g}", f"{n.model_prob:.6g}", 1, n.how])
-        elif isinstance(self.session, MaskedFillSession):
-            strings = self.state.token_strings([st.token for st in self.session.history])
-            for i, (st, name) in enumerate(zip(self.session.history, strings), 1):
-                rows.append(["step", i, st.token, name, "", f"{st.model_prob:.6g}", 1, f"position {st.position}"])
+        if self.session is not None:
+            rows += self.view.step_rows(self.session)
         return header, rows
 
     def export_arrays(self) -> dict:
-        import numpy as np
-
         out = {}
         if self._shown is not None:
             dist, _ = self._shown
             out.update(probs=dist.probs.numpy(), model_probs=dist.model_probs.numpy(), kept=dist.kept.numpy())
-        if isinstance(self.session, GenerationSession):
-            path = self.session.current.path()[1:]
-            out.update(ids=np.array(self.session.ids()), step_model_probs=np.array([n.model_prob for n in path]))
+        if self.session is not None:
+            out.update(self.view.export_arrays(self.session))
         return out
 
-    # -- --screenshot ----------------------------------------------------------------------
+    # -- --screenshot (the script is ui/demo.py's) ---------------------------------------------
     def screenshot_demo(self) -> None:
-        """Mid-generation with a branch, as in the README: six steps, back two, force the runner-up
-        candidate (a second branch), three more steps, then inspect the forced token."""
-        from ..demo import ScriptedDemo
+        from ..demo import generation_demo
 
-        if self._is_encoder():
-            self._demo = ScriptedDemo([self.step, self.step], lambda: self.busy, self)
-            return
-        if not self.prompt.text():
-            self.prompt.setText("So she was considering")
-        forced = {}
-
-        def force_runner_up() -> None:
-            runner_up = next((t for t in self.bars.token_ids if t != self.bars.chosen), None)
-            if self.session is not None and runner_up is not None:
-                forced["index"] = len(self.session.prompt) + self.session.current.depth
-                self.choose(runner_up)
-
-        def inspect_forced() -> None:
-            if "index" in forced:
-                self._strip_selected(forced["index"])
-
-        self._demo = ScriptedDemo([self.step] * 6 + [self.back] * 2 + [force_runner_up] + [self.step] * 3
-                                  + [inspect_forced], lambda: self.busy, self)
+        self._demo = generation_demo(self)
 
     def screenshot_ready(self) -> bool:
         return self._demo.done

@@ -6,7 +6,7 @@ what its widget draws. Definitions of the quantities: core.analysis.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -315,7 +315,8 @@ class AttentionPanel(QWidget):
         "over queries: entropy &minus;&Sigma;<sub>j</sub>P<sub>ij</sub> log P<sub>ij</sub> (nats), mean distance "
         "&Sigma;<sub>j</sub>P<sub>ij</sub>|i&minus;j| (tokens), attention to the first token P<sub>i0</sub>.")
 
-    VIEWS = view_names(attention_views.VIEWS)
+    VIEW_TABLE = attention_views.VIEWS  # the views as data (core.views.attention)
+    VIEWS = view_names(VIEW_TABLE)
     VIEW_TITLES = tuple(v.title for v in attention_views.VIEWS)
 
     def __init__(self, state, parent=None, view_state: AttentionViewState | None = None) -> None:

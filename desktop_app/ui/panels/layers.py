@@ -300,7 +300,8 @@ class LayersPanel(QWidget):
         "each token's path. <b>Cosine</b>: C<sub>ij</sub> = &lt;x<sub>i</sub>, x<sub>j</sub>&gt;/(|x<sub>i</sub>||x<sub>j</sub>|); "
         "its mean over i &ne; j rising with depth shows tokens clustering (Geshkovski et al. 2023).")
 
-    VIEWS = view_names(layers_views.VIEWS)
+    VIEW_TABLE = layers_views.VIEWS  # the views as data (core.views.layers)
+    VIEWS = view_names(VIEW_TABLE)
     VIEW_TITLES = tuple(v.title for v in layers_views.VIEWS)
 
     def __init__(self, state, parent=None, view_state: LayersViewState | None = None) -> None:

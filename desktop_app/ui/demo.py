@@ -62,3 +62,20 @@ def generation_demo(panel) -> ScriptedDemo:
 
     return ScriptedDemo([panel.step] * 6 + [panel.back] * 2 + [force_runner_up] + [panel.step] * 3
                         + [inspect_forced], lambda: panel.busy, panel)
+
+
+def training_demo(panel) -> None:
+    """The Train panel with a run in progress, as in the README: the lectures' motif transformer (3
+    blocks, 1 head, width 32, pre-LN), started in a temporary runs folder; the panel's screenshot_ready
+    waits for a few evaluations."""
+    import tempfile
+
+    for combo, value in ((panel.family, "bert"), (panel.norm_placement, "pre"), (panel.task, "motif")):
+        combo.setCurrentText(value)
+    for spin, value in ((panel.layers, 3), (panel.heads, 1), (panel.d_model, 32), (panel.d_ff, 128),
+                        (panel.context, 20), (panel.length, 20), (panel.lr, 3e-3), (panel.warmup, 100),
+                        (panel.batch_size, 64), (panel.steps, 3000), (panel.eval_every, 100),
+                        (panel.checkpoint_every, 500)):
+        spin.setValue(value)
+    panel.out_edit.setText(tempfile.mkdtemp(prefix="te-screenshot-runs-"))
+    panel.start()

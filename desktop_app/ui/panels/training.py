@@ -979,20 +979,11 @@ class TrainingPanel(QWidget):
         except (OSError, ValueError) as exc:
             QMessageBox.warning(self, "Export failed", str(exc))
 
-    # -- --screenshot ----------------------------------------------------------------------
+    # -- --screenshot (the script is ui/demo.py's) ---------------------------------------------
     def screenshot_demo(self) -> None:
-        """A run in progress, as in the README: the lectures' motif transformer (3 blocks, 1 head,
-        width 32, pre-LN), shown once a few evaluations are plotted."""
-        import tempfile
+        from ..demo import training_demo
 
-        for combo, value in ((self.family, "bert"), (self.norm_placement, "pre"), (self.task, "motif")):
-            combo.setCurrentText(value)
-        for spin, value in ((self.layers, 3), (self.heads, 1), (self.d_model, 32), (self.d_ff, 128),
-                            (self.context, 20), (self.length, 20), (self.lr, 3e-3), (self.warmup, 100), (self.batch_size, 64),
-                            (self.steps, 3000), (self.eval_every, 100), (self.checkpoint_every, 500)):
-            spin.setValue(value)
-        self.out_edit.setText(tempfile.mkdtemp(prefix="te-screenshot-runs-"))
-        self.start()
+        training_demo(self)
 
     def screenshot_ready(self) -> bool:
         return sum(e["event"] == "eval" for e in self.events) >= 4 or not self.running

@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .attention import attention_probs, causal_mask  # noqa: F401 - the formulas' home; re-exported
 from .config import ModelConfig
 from .trace import Trace
 
@@ -146,45 +147,8 @@ def attention_scale(cfg: ModelConfig) -> float:
 # -- attention -------------------------------------------------------------------------------
 
 
-def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
-                    mask: torch.Tensor | None = None, sinkhorn_iters: int = 3,
-                    scale: float | None = None) -> torch.Tensor:
-    """Attention weights [..., T_q, T_k] from queries and keys [..., T, dh].
-
-    softmax:  softmax_j(q_i . k_j / sqrt(dh))
-    l2:       softmax_j(-|q_i - k_j|^2 / sqrt(dh))            (Kim et al. 2021)
-    sinkhorn: exp(-|q_i - k_j|^2 / sqrt(dh)) made doubly stochastic by alternate row and column
-              normalisation, `sinkhorn_iters` rounds, ending on rows (Sander et al. 2022)
-    mask: boolean, True where query i may attend key j.
-    scale: replaces 1/sqrt(dh) (the config's attn_scale, see attention_scale).
-    """
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    if kind == "softmax":
-        scores = (q @ k.transpose(-1, -2)) * scale
-    elif kind in ("l2", "sinkhorn"):
-        sq = (q * q).sum(-1, keepdim=True) - 2.0 * (q @ k.transpose(-1, -2)) + (k * k).sum(-1)[..., None, :]
-        scores = -sq * scale
-    else:
-        raise ValueError(f"unknown attention kind {kind!r}")
-    if mask is not None:
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    if kind == "sinkhorn":
-        log_p = scores.float()
-        for _ in range(sinkhorn_iters):
-            log_p = log_p - torch.logsumexp(log_p, dim=-1, keepdim=True)
-            log_p = log_p - torch.logsumexp(log_p, dim=-2, keepdim=True)
-        return torch.softmax(log_p, dim=-1).to(q.dtype)
-    return torch.softmax(scores.float(), dim=-1).to(q.dtype)
-
-
-def causal_mask(t_q: int, t_k: int, device=None, window: int | None = None) -> torch.Tensor:
-    """[T_q, T_k] boolean, query i (at absolute position t_k - t_q + i) sees keys up to itself;
-    with a window, only the last `window` of them (itself included)."""
-    offset = t_k - t_q
-    i = torch.arange(t_q, device=device)[:, None]
-    j = torch.arange(t_k, device=device)[None, :]
-    seen = j <= i + offset
-    return seen if window is None else seen & (j > i + offset - window)
+# attention_probs and causal_mask live in core/attention.py (shared with generation, the Lipschitz
+# lab and the dynamics); imported above.
 
 
 @dataclass

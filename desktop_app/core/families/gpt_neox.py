@@ -1,0 +1,134 @@
+"""GPT-NeoX (Pythia): GPTNeoXModel / GPTNeoXForCausalLM (parallel residual, partial rotary, LayerNorm).
+
+q, k and v live in one query_key_value tensor laid out per head, [H, (q, k, v), d_head], not as
+three blocks; the unembedding is `embed_out` on disk (transformers 5 writes that name too, and
+reads an older `lm_head` as well).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..config import ModelConfig
+from .base import (HF_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, hf_dtype, preset_of, real,
+                   required, weight)
+
+preset = preset_of(dict(family="gpt_neox", norm="layernorm", norm_placement="pre", activation="gelu",
+                        positions="rotary", rotary_fraction=0.25, parallel_residual=True, causal=True,
+                        attention_bias=True, mlp_bias=True, final_norm=True, tie_embeddings=False, norm_eps=1e-5))
+
+# GPT-NeoX's hidden_act values this app computes the same way (silu there is ungated: not ours)
+_ACTIVATIONS = {k: v for k, v in HF_ACTIVATIONS.items() if v != "swiglu"}
+
+
+def _per_head_qkv() -> Conversion:
+    """query_key_value [H * 3 * dh, ...] laid out as [H, (q, k, v), dh, ...] <-> q, k, v [H * dh, ...]."""
+    def to_ours(t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
+        H, dh = cfg.n_heads, cfg.d_head
+        per_head = t.view(H, 3, dh, *t.shape[1:])
+        return [per_head[:, i].reshape(H * dh, *t.shape[1:]) for i in range(3)]
+
+    def to_theirs(parts: list[torch.Tensor], cfg: ModelConfig) -> torch.Tensor:
+        H, dh = cfg.n_heads, cfg.d_head
+        rest = parts[0].shape[1:]
+        return torch.stack([p.view(H, dh, *rest) for p in parts], 1).reshape(H * 3 * dh, *rest)
+
+    return Conversion("per_head_qkv", to_ours, to_theirs)
+
+
+PER_HEAD_QKV = _per_head_qkv()
+
+
+def _rope(d: dict, path: Path) -> tuple[float, float, dict | None]:
+    """(rope_theta, rotary fraction, scaling) from rope_parameters (transformers 5) or the older
+    rotary_pct / rotary_emb_base / rope_scaling fields (Pythia's config.json)."""
+    rope = dict(d.get("rope_parameters") or d.get("rope_scaling") or {})
+    theta = rope.pop("rope_theta", d.get("rope_theta", d.get("rotary_emb_base", 10000.0)))
+    fraction = rope.pop("partial_rotary_factor", d.get("partial_rotary_factor", d.get("rotary_pct", 0.25)))
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind in ("default", None):
+        return theta, fraction, None
+    if kind not in ("linear", "llama3"):
+        raise ModelLoadError(path, f"unsupported rope scaling type {kind!r} in {rope!r} (supported: linear, llama3)")
+    return theta, fraction, {"rope_type": kind, **{k: v for k, v in rope.items() if k not in ("rope_type", "type")}}
+
+
+def config_from_hf(d: dict, path: Path) -> ModelConfig:
+    need = required(d, path)
+    act = _ACTIVATIONS.get(d.get("hidden_act", "gelu"))
+    if act is None:
+        raise ModelLoadError(path, f"unsupported hidden_act {d.get('hidden_act')!r}")
+    hidden, heads = need("hidden_size"), need("num_attention_heads")
+    if not isinstance(hidden, int) or not isinstance(heads, int) or heads <= 0 or hidden % heads:
+        raise ModelLoadError(path, f"hidden_size {hidden!r} is not a multiple of num_attention_heads {heads!r}")
+    theta, fraction, scaling = _rope(d, path)
+    eos = d.get("eos_token_id")
+    bias = d.get("attention_bias", True)
+    return preset(
+        vocab_size=need("vocab_size"), d_model=hidden, n_layers=need("num_hidden_layers"), n_heads=heads,
+        d_ff=need("intermediate_size"), context_length=d.get("max_position_embeddings", 2048), activation=act,
+        norm_eps=d.get("layer_norm_eps", 1e-5), rope_theta=real(theta), rotary_fraction=real(fraction),
+        rope_scaling=scaling, parallel_residual=d.get("use_parallel_residual", True),
+        attention_bias=bias, tie_embeddings=d.get("tie_word_embeddings", False), lm_head=FAMILY.has_lm_head(d),
+        dtype=hf_dtype(d), bos_token_id=d.get("bos_token_id"), eos_token_id=eos[0] if isinstance(eos, list) else eos)
+
+
+def config_to_hf(cfg: ModelConfig) -> dict:
+    rope = {"rope_type": "default", **(cfg.rope_scaling or {}), "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": cfg.rotary_fraction}
+    return {"hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+            "intermediate_size": cfg.d_ff, "max_position_embeddings": cfg.context_length,
+            "hidden_act": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
+            "layer_norm_eps": cfg.norm_eps, "use_parallel_residual": cfg.parallel_residual,
+            "attention_bias": cfg.attention_bias, "rope_parameters": rope,
+            # the names transformers 4 reads (it ignores rope_parameters)
+            "rotary_pct": cfg.rotary_fraction, "rotary_emb_base": cfg.rope_theta,
+            "hidden_dropout": cfg.dropout, "attention_dropout": cfg.dropout,
+            "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id}
+
+
+def weights(cfg: ModelConfig) -> list[Weight]:
+    table = [weight("embed_in.weight", "tok_embed.weight")]
+    for i in range(cfg.n_layers):
+        b, h = f"blocks.{i}.", f"layers.{i}."
+        table += [weight(h + "input_layernorm.weight", b + "norm1.weight"),
+                  weight(h + "input_layernorm.bias", b + "norm1.bias"),
+                  weight(h + "attention.query_key_value.weight", tuple(b + f"attn.{x}.weight" for x in "qkv"),
+                         PER_HEAD_QKV),
+                  weight(h + "attention.dense.weight", b + "attn.o.weight")]
+        if cfg.attention_bias:
+            table += [weight(h + "attention.query_key_value.bias", tuple(b + f"attn.{x}.bias" for x in "qkv"),
+                             PER_HEAD_QKV),
+                      weight(h + "attention.dense.bias", b + "attn.o.bias")]
+        table += [weight(h + "post_attention_layernorm.weight", b + "norm2.weight"),
+                  weight(h + "post_attention_layernorm.bias", b + "norm2.bias"),
+                  weight(h + "mlp.dense_h_to_4h.weight", b + "mlp.up.weight"),
+                  weight(h + "mlp.dense_h_to_4h.bias", b + "mlp.up.bias"),
+                  weight(h + "mlp.dense_4h_to_h.weight", b + "mlp.down.weight"),
+                  weight(h + "mlp.dense_4h_to_h.bias", b + "mlp.down.bias")]
+    table += [weight("final_layer_norm.weight", "final_norm.weight"),
+              weight("final_layer_norm.bias", "final_norm.bias")]
+    if cfg.lm_head and not cfg.tie_embeddings:
+        table.append(weight("embed_out.weight", "lm_head.weight", outside_prefix=True, aliases=("lm_head.weight",)))
+    return table
+
+
+def hf_compatible(cfg: ModelConfig) -> bool:
+    return (cfg.norm == "layernorm" and cfg.positions == "rotary" and cfg.norm_placement == "pre"
+            and cfg.activation in ("gelu", "gelu_tanh", "relu") and cfg.mlp_bias and cfg.final_norm
+            and cfg.n_kv_heads == cfg.n_heads and cfg.head_dim in (None, cfg.d_model // cfg.n_heads)
+            and cfg.attention_out_bias == cfg.attention_bias and not cfg.qk_norm and not cfg.sandwich_norms
+            and cfg.sliding_window is None and cfg.attn_scale is None and cfg.embed_scale is None
+            and cfg.rope_local_theta is None and cfg.final_logit_softcap is None and cfg.lm_head_kind == "linear"
+            and not cfg.type_vocab_size and not cfg.embed_norm and cfg.causal)
+
+
+FAMILY = Family(
+    model_type="gpt_neox", title="GPT-NeoX / Pythia (decoder, parallel residual, partial RoPE)", decoder=True,
+    architectures=("GPTNeoXModel", "GPTNeoXForCausalLM"), prefixes=("", "gpt_neox."), probe="embed_in.weight",
+    config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+    structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "max_position_embeddings", "hidden_act", "layer_norm_eps", "use_parallel_residual",
+                "attention_bias", "rotary_pct", "rotary_emb_base"),
+    weights=weights, preset=preset, hf_compatible=hf_compatible, trainable=False)

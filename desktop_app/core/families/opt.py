@@ -1,0 +1,102 @@
+"""OPT: OPTModel / OPTForCausalLM (learned positions offset by 2, ReLU, pre-LN or post-LN).
+
+OPT's position table has two extra rows at the front (position t reads row t + 2); every linear
+map has a bias unless enable_bias says otherwise. opt-350m's post-LN layout (do_layer_norm_before
+false) is read as post-norm blocks without a final norm; its down-projected word embeddings
+(word_embed_proj_dim != hidden_size, project_in / project_out) are not supported.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import ModelConfig
+from .base import HF_ACTIVATIONS, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+
+POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding.offset
+
+preset = preset_of(dict(family="opt", norm="layernorm", norm_placement="pre", activation="relu",
+                        positions="learned", position_offset=POSITION_OFFSET, causal=True, attention_bias=True,
+                        mlp_bias=True, final_norm=True, tie_embeddings=True, norm_eps=1e-5))
+
+_ACTIVATIONS = {k: v for k, v in HF_ACTIVATIONS.items() if v != "swiglu"}  # OPT's silu is ungated
+
+
+def config_from_hf(d: dict, path: Path) -> ModelConfig:
+    need = required(d, path)
+    act = _ACTIVATIONS.get(d.get("activation_function", "relu"))
+    if act is None:
+        raise ModelLoadError(path, f"unsupported activation_function {d.get('activation_function')!r}")
+    hidden = need("hidden_size")
+    proj = d.get("word_embed_proj_dim")
+    if proj not in (None, hidden):
+        raise ModelLoadError(path, f"word_embed_proj_dim {proj!r} different from hidden_size {hidden!r} "
+                                   f"(project_in / project_out, as in opt-350m) is not supported")
+    if d.get("layer_norm_elementwise_affine", True) is not True:
+        raise ModelLoadError(path, "layer_norm_elementwise_affine false (layer norms without weights) is not supported")
+    if d.get("_remove_final_layer_norm", False):
+        raise ModelLoadError(path, "_remove_final_layer_norm true is not supported")
+    pre = d.get("do_layer_norm_before", True)
+    if not isinstance(pre, bool):
+        raise ModelLoadError(path, f"do_layer_norm_before must be true or false, got {pre!r}")
+    bias = d.get("enable_bias", True)
+    eos = d.get("eos_token_id")
+    return preset(
+        vocab_size=need("vocab_size"), d_model=hidden, n_layers=need("num_hidden_layers"),
+        n_heads=need("num_attention_heads"), d_ff=need("ffn_dim"), context_length=need("max_position_embeddings"),
+        activation=act, norm_placement="pre" if pre else "post", final_norm=pre, attention_bias=bias, mlp_bias=bias,
+        tie_embeddings=d.get("tie_word_embeddings", True), lm_head=FAMILY.has_lm_head(d), dtype=hf_dtype(d),
+        pad_token_id=d.get("pad_token_id"), bos_token_id=d.get("bos_token_id"),
+        eos_token_id=eos[0] if isinstance(eos, list) else eos)
+
+
+def config_to_hf(cfg: ModelConfig) -> dict:
+    return {"hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+            "ffn_dim": cfg.d_ff, "max_position_embeddings": cfg.context_length, "word_embed_proj_dim": cfg.d_model,
+            "activation_function": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
+            "do_layer_norm_before": cfg.norm_placement == "pre", "enable_bias": cfg.attention_bias,
+            "layer_norm_elementwise_affine": True, "dropout": cfg.dropout, "attention_dropout": cfg.dropout,
+            "pad_token_id": cfg.pad_token_id, "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id}
+
+
+def weights(cfg: ModelConfig) -> list[Weight]:
+    bias = cfg.attention_bias
+    table = [weight("embed_tokens.weight", "tok_embed.weight"), weight("embed_positions.weight", "pos_embed.weight")]
+    linears = [("self_attn.q_proj", "attn.q"), ("self_attn.k_proj", "attn.k"), ("self_attn.v_proj", "attn.v"),
+               ("self_attn.out_proj", "attn.o"), ("fc1", "mlp.up"), ("fc2", "mlp.down")]
+    for i in range(cfg.n_layers):
+        b, h = f"blocks.{i}.", f"layers.{i}."
+        for theirs, ours in linears:
+            table.append(weight(h + theirs + ".weight", b + ours + ".weight"))
+            if bias:
+                table.append(weight(h + theirs + ".bias", b + ours + ".bias"))
+        # OPT's per-layer final_layer_norm is the norm around the MLP (ours: norm2)
+        table += [weight(h + "self_attn_layer_norm.weight", b + "norm1.weight"),
+                  weight(h + "self_attn_layer_norm.bias", b + "norm1.bias"),
+                  weight(h + "final_layer_norm.weight", b + "norm2.weight"),
+                  weight(h + "final_layer_norm.bias", b + "norm2.bias")]
+    if cfg.final_norm:
+        table += [weight("final_layer_norm.weight", "final_norm.weight"),
+                  weight("final_layer_norm.bias", "final_norm.bias")]
+    if cfg.lm_head and not cfg.tie_embeddings:
+        table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
+    return table
+
+
+def hf_compatible(cfg: ModelConfig) -> bool:
+    # OPT's final norm exists exactly when its blocks are pre-LN
+    return (cfg.norm == "layernorm" and cfg.positions == "learned" and cfg.position_offset == POSITION_OFFSET
+            and cfg.final_norm == (cfg.norm_placement == "pre") and cfg.activation in ("gelu", "gelu_tanh", "relu")
+            and cfg.attention_bias == cfg.mlp_bias == cfg.attention_out_bias and cfg.attn_scale is None
+            and cfg.n_kv_heads == cfg.n_heads and cfg.head_dim in (None, cfg.d_model // cfg.n_heads)
+            and cfg.sliding_window is None and not cfg.parallel_residual and not cfg.qk_norm
+            and not cfg.sandwich_norms and cfg.embed_scale is None and cfg.final_logit_softcap is None
+            and cfg.lm_head_kind == "linear" and not cfg.type_vocab_size and not cfg.embed_norm and cfg.causal)
+
+
+FAMILY = Family(
+    model_type="opt", title="OPT (decoder, learned positions offset by 2, ReLU)", decoder=True,
+    architectures=("OPTModel", "OPTForCausalLM"), prefixes=("decoder.", "model.decoder."),
+    probe="embed_tokens.weight", config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+    structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim", "max_position_embeddings",
+                "word_embed_proj_dim", "activation_function", "do_layer_norm_before", "enable_bias"),
+    weights=weights, preset=preset, hf_compatible=hf_compatible, trainable=False)

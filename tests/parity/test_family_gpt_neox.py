@@ -1,0 +1,83 @@
+"""GPT-NeoX (Pythia) against transformers: parity, config refusals, and the Lipschitz panel's layer."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from family_parity import check_family  # noqa: E402
+
+from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
+from desktop_app.core.families import ModelLoadError  # noqa: E402
+from desktop_app.core.families.gpt_neox import FAMILY  # noqa: E402
+
+
+def neox(rotary_pct: float, parallel: bool, tied: bool = False, bias: bool = True, scaling: dict | None = None):
+    def make():
+        rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": rotary_pct, **(scaling or {})}
+        return transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
+            vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=64, hidden_act="gelu", use_parallel_residual=parallel, rope_parameters=rope,
+            tie_word_embeddings=tied, attention_bias=bias, bos_token_id=None, eos_token_id=None))
+    return make
+
+
+@pytest.mark.parametrize("rotary_pct, parallel", [(0.25, True), (0.25, False), (1.0, True), (1.0, False)])
+def test_gpt_neox_parity(tmp_path, rotary_pct, parallel):
+    loaded = check_family(neox(rotary_pct, parallel), tmp_path)
+    assert loaded.config.rotary_fraction == rotary_pct and loaded.config.parallel_residual == parallel
+    assert loaded.config.family == "gpt_neox" and not loaded.config.tie_embeddings
+
+
+def test_gpt_neox_tied_without_attention_bias_and_linear_rope_scaling(tmp_path):
+    loaded = check_family(neox(0.5, True, tied=True, bias=False, scaling={"rope_type": "linear", "factor": 2.0}),
+                          tmp_path, seq_len=20)
+    assert loaded.config.tie_embeddings and not loaded.config.attention_bias
+    assert loaded.config.rope_scaling == {"rope_type": "linear", "factor": 2.0}
+
+
+def test_unembedding_is_written_as_embed_out_and_read_under_either_name(tmp_path):
+    """Pythia folders and transformers 5 both write `embed_out`; a folder saying `lm_head` opens too."""
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(0)
+    hf = neox(0.25, True)().eval()
+    hf.save_pretrained(tmp_path / "hf")
+    names = set(load_file(tmp_path / "hf" / "model.safetensors"))
+    assert "embed_out.weight" in names and "lm_head.weight" not in names
+    sd = load_file(tmp_path / "hf" / "model.safetensors")
+    sd["lm_head.weight"] = sd.pop("embed_out.weight")
+    save_file(sd, tmp_path / "hf" / "model.safetensors")
+    loaded = load_model_folder(tmp_path / "hf")
+    torch.testing.assert_close(loaded.model.lm_head.weight, hf.lm_head.weight)  # transformers 5 calls it lm_head
+
+
+def pythia_style_config(**kw) -> dict:
+    """A config.json as the Pythia checkpoints ship it (transformers 4 field names)."""
+    d = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "vocab_size": 97, "hidden_size": 32,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64, "hidden_act": "gelu",
+         "max_position_embeddings": 64, "rotary_pct": 0.25, "rotary_emb_base": 10000, "rope_scaling": None,
+         "use_parallel_residual": True, "layer_norm_eps": 1e-5, "tie_word_embeddings": False,
+         "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float16"}
+    return {**d, **kw}
+
+
+def test_pythia_config_fields():
+    cfg = FAMILY.config_from_hf(pythia_style_config(), "pythia/config.json")
+    assert (cfg.rotary_fraction, cfg.rope_theta, cfg.parallel_residual, cfg.activation, cfg.dtype) == (
+        0.25, 10000.0, True, "gelu", "float16")
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"hidden_act": "silu"}, "hidden_act 'silu'"),
+    ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope scaling type 'dynamic'"),
+    ({"hidden_size": 30}, "hidden_size 30 is not a multiple of num_attention_heads 4"),
+])
+def test_unsupported_fields_are_refused_by_name(tmp_path, fields, message):
+    (tmp_path / "config.json").write_text(json.dumps(pythia_style_config(**fields)))
+    with pytest.raises(ModelLoadError, match=message) as info:
+        load_model_folder(tmp_path)
+    assert "config.json" in str(info.value) and "\n" not in str(info.value)

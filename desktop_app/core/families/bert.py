@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from .base import HF_ACTIVATIONS, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+from .gpt2 import classic_switches
 
 preset = preset_of(dict(family="bert", norm="layernorm", norm_placement="post", activation="gelu",
                         positions="learned", causal=False, attention_bias=True, mlp_bias=True,
@@ -16,22 +17,25 @@ preset = preset_of(dict(family="bert", norm="layernorm", norm_placement="post", 
                         norm_eps=1e-12))
 
 
-def config_from_hf(d: dict, path: Path) -> ModelConfig:
+def encoder_fields(d: dict, path: Path) -> dict:
+    """The config.json fields BERT and RoBERTa share (same names, same meaning), as ModelConfig keywords."""
     need = required(d, path)
     if d.get("position_embedding_type", "absolute") != "absolute":
         raise ModelLoadError(path, f"unsupported position_embedding_type {d['position_embedding_type']!r}")
     if d.get("is_decoder"):
-        raise ModelLoadError(path, "BERT as a decoder (is_decoder=true) is not supported")
+        raise ModelLoadError(path, f"{d.get('model_type', 'bert')} as a decoder (is_decoder=true) is not supported")
     act = HF_ACTIVATIONS.get(d.get("hidden_act", "gelu"))
     if act not in ("gelu", "gelu_tanh", "relu"):
         raise ModelLoadError(path, f"unsupported hidden_act {d.get('hidden_act')!r}")
-    return preset(
-        vocab_size=need("vocab_size"), d_model=need("hidden_size"), n_layers=need("num_hidden_layers"),
-        n_heads=need("num_attention_heads"), d_ff=need("intermediate_size"),
-        context_length=need("max_position_embeddings"), activation=act,
-        type_vocab_size=d.get("type_vocab_size", 2), norm_eps=d.get("layer_norm_eps", 1e-12),
-        lm_head=FAMILY.has_lm_head(d), tie_embeddings=d.get("tie_word_embeddings", True),
-        dtype=hf_dtype(d), pad_token_id=d.get("pad_token_id"))
+    return dict(vocab_size=need("vocab_size"), d_model=need("hidden_size"), n_layers=need("num_hidden_layers"),
+                n_heads=need("num_attention_heads"), d_ff=need("intermediate_size"),
+                context_length=need("max_position_embeddings"), activation=act,
+                type_vocab_size=d.get("type_vocab_size", 2), norm_eps=d.get("layer_norm_eps", 1e-12),
+                tie_embeddings=d.get("tie_word_embeddings", True), dtype=hf_dtype(d), pad_token_id=d.get("pad_token_id"))
+
+
+def config_from_hf(d: dict, path: Path) -> ModelConfig:
+    return preset(**encoder_fields(d, path), lm_head=FAMILY.has_lm_head(d))
 
 
 def config_to_hf(cfg: ModelConfig) -> dict:
@@ -52,26 +56,48 @@ def _layernorm(theirs: str, ours: str, **kw) -> list[Weight]:
             weight(theirs + ".bias", ours + ".bias", aliases=(theirs + ".beta",), **kw)]
 
 
-def weights(cfg: ModelConfig) -> list[Weight]:
-    e = "embeddings."
-    table = [weight(e + "word_embeddings.weight", "tok_embed.weight"),
-             weight(e + "position_embeddings.weight", "pos_embed.weight")]
+def embedding_weights(cfg: ModelConfig, e: str = "embeddings.") -> list[Weight]:
+    """Word, position (unless sinusoidal: computed, not stored by us) and token-type tables, LayerNorm."""
+    table = [weight(e + "word_embeddings.weight", "tok_embed.weight")]
+    if cfg.positions == "learned":
+        table.append(weight(e + "position_embeddings.weight", "pos_embed.weight"))
     if cfg.type_vocab_size:
         table.append(weight(e + "token_type_embeddings.weight", "type_embed.weight"))
-    table += _layernorm(e + "LayerNorm", "embed_norm")
+    return table + _layernorm(e + "LayerNorm", "embed_norm")
+
+
+def layer_weights(cfg: ModelConfig, names: dict[str, str], h: str, b: str) -> list[Weight]:
+    """One encoder layer: `names` maps our module (attn.q, ..., norm2) to the family's, under `h`."""
+    table: list[Weight] = []
+    for ours, theirs in names.items():
+        table += (_layernorm if ours.startswith("norm") else _linear)(h + theirs, b + ours)
+    return table
+
+
+BERT_LAYER = {"attn.q": "attention.self.query", "attn.k": "attention.self.key", "attn.v": "attention.self.value",
+              "attn.o": "attention.output.dense", "norm1": "attention.output.LayerNorm",
+              "mlp.up": "intermediate.dense", "mlp.down": "output.dense", "norm2": "output.LayerNorm"}
+
+
+def base_weights(cfg: ModelConfig) -> list[Weight]:
+    """BertModel's tensors (RoBERTa's base model has the same names)."""
+    table = embedding_weights(cfg)
     for i in range(cfg.n_layers):
-        b, h = f"blocks.{i}.", f"encoder.layer.{i}."
-        table += (_linear(h + "attention.self.query", b + "attn.q") + _linear(h + "attention.self.key", b + "attn.k")
-                  + _linear(h + "attention.self.value", b + "attn.v")
-                  + _linear(h + "attention.output.dense", b + "attn.o")
-                  + _layernorm(h + "attention.output.LayerNorm", b + "norm1")
-                  + _linear(h + "intermediate.dense", b + "mlp.up") + _linear(h + "output.dense", b + "mlp.down")
-                  + _layernorm(h + "output.LayerNorm", b + "norm2"))
+        table += layer_weights(cfg, BERT_LAYER, f"encoder.layer.{i}.", f"blocks.{i}.")
+    return table
+
+
+def mlm_head_weights(dense: str, norm: str, bias: str) -> list[Weight]:
+    """The MLM head's transform (dense -> GELU -> LayerNorm) and output bias, beside the base model."""
+    return (_linear(dense, "mlm_dense", outside_prefix=True) + _layernorm(norm, "mlm_norm", outside_prefix=True)
+            + [weight(bias, "lm_bias", outside_prefix=True)])
+
+
+def weights(cfg: ModelConfig) -> list[Weight]:
+    table = base_weights(cfg)
     if cfg.lm_head:
         c = "cls.predictions."
-        table += (_linear(c + "transform.dense", "mlm_dense", outside_prefix=True)
-                  + _layernorm(c + "transform.LayerNorm", "mlm_norm", outside_prefix=True)
-                  + [weight(c + "bias", "lm_bias", outside_prefix=True)])
+        table += mlm_head_weights(c + "transform.dense", c + "transform.LayerNorm", c + "bias")
         if not cfg.tie_embeddings:
             # optional: a folder without it is refused later, by our name ("missing tensors for: lm_head.weight")
             table.append(weight(c + "decoder.weight", "lm_head.weight", optional=True, outside_prefix=True))
@@ -81,10 +107,17 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return table
 
 
-def hf_compatible(cfg: ModelConfig) -> bool:
+def encoder_compatible(cfg: ModelConfig, position_offset: int = 0) -> bool:
+    """What BERT, RoBERTa and DistilBERT classes share: post-LN encoder with LayerNorm, learned
+    positions, biases everywhere, embedding norm, no final norm, the MLM head kind."""
     return (cfg.n_kv_heads == cfg.n_heads and cfg.norm == "layernorm" and cfg.positions == "learned"
-            and cfg.norm_placement == "post" and cfg.activation != "swiglu" and cfg.attention_bias
-            and cfg.mlp_bias and not cfg.final_norm and cfg.embed_norm and cfg.type_vocab_size > 0)
+            and cfg.norm_placement == "post" and cfg.activation in ("gelu", "gelu_tanh", "relu")
+            and cfg.attention_bias and cfg.mlp_bias and not cfg.final_norm and cfg.embed_norm and not cfg.causal
+            and cfg.lm_head_kind == "mlm" and classic_switches(cfg, position_offset))
+
+
+def hf_compatible(cfg: ModelConfig) -> bool:
+    return encoder_compatible(cfg) and cfg.type_vocab_size > 0
 
 
 FAMILY = Family(

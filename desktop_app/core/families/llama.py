@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from .base import Family, ModelLoadError, Weight, hf_dtype, preset_of, real, required, weight
+from .gpt2 import classic_switches
 
 preset = preset_of(dict(family="llama", norm="rmsnorm", norm_placement="pre", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
@@ -65,7 +66,8 @@ def weights(cfg: ModelConfig) -> list[Weight]:
 
 def hf_compatible(cfg: ModelConfig) -> bool:
     return (cfg.norm == "rmsnorm" and cfg.positions == "rotary" and cfg.norm_placement == "pre"
-            and cfg.activation == "swiglu" and cfg.final_norm and not cfg.type_vocab_size and not cfg.embed_norm)
+            and cfg.activation == "swiglu" and cfg.final_norm and not cfg.type_vocab_size and not cfg.embed_norm
+            and cfg.causal and cfg.lm_head_kind == "linear" and classic_switches(cfg))
 
 
 FAMILY = Family(

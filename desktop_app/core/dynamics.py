@@ -225,19 +225,47 @@ class Modulation:
         return t + self.amplitude * (1.0 - math.cos(self.omega * t)) / self.omega
 
 
+def _weighted_means(left: torch.Tensor, right: torch.Tensor, shift: torch.Tensor, X: torch.Tensor) -> torch.Tensor | None:
+    """sum_j P_ij x_j for P_ij proportional to exp(<left_i, right_j>), in three passes over an n x n matrix
+    (the matmul writes the scores already shifted, exp in place, one matmul gives the weighted sums and,
+    through a column of ones, the normalisers) instead of the six of softmax-then-matmul: the frame rate
+    of the panel hangs on this. `shift_i` must bound row i's largest score from above (no overflow);
+    None when a row underflowed entirely (the caller then takes the exact path)."""
+    E = torch.addmm(-shift[:, None], left, right.T).exp_()
+    S = E @ torch.cat([X, torch.ones(X.shape[0], 1, dtype=X.dtype)], dim=1)
+    sums = S[:, -1:]
+    tiny = torch.finfo(X.dtype).tiny * 1e6
+    if not bool((sums > tiny).all()):
+        return None
+    return S[:, :-1] / sums
+
+
+def kernel_means(X: torch.Tensor, head: Head, kind: str, qk_scale: float = 1.0, sinkhorn_tol: float = 1e-6) -> torch.Tensor:
+    """sum_j P_ij x_j, [n, d], for the kernel of `kind` (Q, K scaled by qk_scale, so A by its square)."""
+    s = qk_scale
+    if kind == "softmax":
+        XA = X @ (head.A * (s * s)).T
+        shift = XA.norm(dim=1) * X.norm(dim=1).max()  # Cauchy-Schwarz: <A x_i, x_j> <= |A x_i| max |x_j|
+        means = _weighted_means(XA, X, shift, X)
+        return means if means is not None else softmax_kernel(X, head.A * (s * s)) @ X
+    if kind == "l2":
+        # -|q_i - k_j|^2 = 2 q_i.k_j - |k_j|^2 - |q_i|^2, and the last term cancels in each row
+        q, k = X @ (head.Q * s).T, X @ (head.K * s).T
+        left = torch.cat([2 * q, torch.ones(X.shape[0], 1, dtype=X.dtype)], dim=1)
+        right = torch.cat([k, -(k * k).sum(1, keepdim=True)], dim=1)
+        shift = 2 * q.norm(dim=1) * k.norm(dim=1).max()
+        means = _weighted_means(left, right, shift, X)
+        return means if means is not None else l2_kernel(X, head.Q * s, head.K * s) @ X
+    if kind == "sinkhorn":
+        P, _ = sinkhorn_kernel(X, head.Q * s, head.K * s, tol=sinkhorn_tol)
+        return P @ X
+    raise ValueError(f"unknown attention {kind!r}")
+
+
 def velocity(X: torch.Tensor, t: float, head: Head, kind: str, modulation: Modulation = Modulation(),
              sphere: bool = False, sinkhorn_tol: float = 1e-6) -> torch.Tensor:
     """Gamma_mu(x_i) for every particle, [n, d] (projected on the sphere's tangent spaces with `sphere`)."""
-    s = modulation.q(t)
-    if kind == "softmax":
-        P = softmax_kernel(X, head.A * (s * s))
-    elif kind == "l2":
-        P = l2_kernel(X, head.Q * s, head.K * s)
-    elif kind == "sinkhorn":
-        P, _ = sinkhorn_kernel(X, head.Q * s, head.K * s, tol=sinkhorn_tol)
-    else:
-        raise ValueError(f"unknown attention {kind!r}")
-    G = (P @ X) @ head.V.T * modulation.v(t)
+    G = kernel_means(X, head, kind, modulation.q(t), sinkhorn_tol) @ head.V.T * modulation.v(t)
     if sphere:
         G = G - (G * X).sum(1, keepdim=True) * X
     return G
@@ -311,26 +339,29 @@ def initial_positions(init: str, n: int, d: int, seed: int = 0, radius: float = 
 
 def count_clusters(P: np.ndarray | torch.Tensor, tol: float = 0.05) -> int:
     """Connected components of the graph "|p_i - p_j| < tol * max_k |p_k|" (single linkage): isolated
-    points count at once, the rest by breadth-first search over rows of the adjacency matrix."""
+    points count at once, the rest by breadth-first search over rows of the adjacency matrix. In
+    numpy: the search makes many small operations, and torch's thread pool costs milliseconds on each
+    of them on a busy machine (measured: seconds per count at n = 2000)."""
     P = torch.as_tensor(P, dtype=torch.float64)
     n = P.shape[0]
     if n == 0:
         return 0
     scale = float(P.norm(dim=1).max())
     eps = tol * (scale if scale > 0 else 1.0)
-    adj = torch.cdist(P, P) < eps
-    degree = adj.sum(1)
-    isolated = degree <= 1  # only itself
+    # the one big operation in torch: a numpy (OpenBLAS) matmul here leaves its threads spinning against
+    # torch's on a 2-core machine, which slowed the next simulation steps several-fold (measured)
+    adj = (torch.cdist(P, P) < eps).numpy()
+    isolated = adj.sum(1) <= 1  # only itself
     count = int(isolated.sum())
     unvisited = ~isolated
-    while bool(unvisited.any()):
-        i = int(torch.argmax(unvisited.to(torch.uint8)))
+    while unvisited.any():
+        i = int(np.argmax(unvisited))
         unvisited[i] = False
-        frontier = torch.tensor([i])
-        while frontier.numel():
+        frontier = np.array([i])
+        while frontier.size:
             reached = adj[frontier].any(0) & unvisited
             unvisited &= ~reached
-            frontier = reached.nonzero().squeeze(1)
+            frontier = np.flatnonzero(reached)
         count += 1
     return count
 

@@ -222,3 +222,17 @@ def test_projection_and_rotation():
     np.testing.assert_allclose(R @ R.T, np.eye(3), atol=1e-12)
     xy, depth = dy.view_3d(np.array([[0, 0, 1.0]]), math.pi / 2, 0.0)
     np.testing.assert_allclose(xy, [[1.0, 0.0]], atol=1e-12)  # yaw 90 degrees brings +z to +x
+
+
+@pytest.mark.parametrize("kind", ["softmax", "l2"])
+def test_fast_kernel_means_equal_the_kernel_times_positions(kind):
+    X = dy.initial_positions("gaussian", 60, 3, seed=2, radius=2.0)
+    head = dy.random_head(3, norm_qk=1.5, seed=9)
+    P = dy.softmax_kernel(X, head.A * 0.49) if kind == "softmax" else dy.l2_kernel(X, head.Q * 0.7, head.K * 0.7)
+    torch.testing.assert_close(dy.kernel_means(X, head, kind, qk_scale=0.7), P @ X, rtol=1e-12, atol=1e-12)
+    # scores so large that every shifted exponential underflows: the exact path takes over
+    big = dy.Head(V=head.V, A=head.A * 1e4, Q=head.Q * 100, K=head.K * 100)
+    P = dy.softmax_kernel(X, big.A) if kind == "softmax" else dy.l2_kernel(X, big.Q, big.K)
+    means = dy.kernel_means(X, big, kind)
+    assert bool(torch.isfinite(means).all())
+    torch.testing.assert_close(means, P @ X, rtol=1e-9, atol=1e-9)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from .attention import attention_probs, causal_mask  # noqa: F401 - the formulas' home; re-exported
 from .config import ModelConfig
+from .interventions import edit_at, editing_trace
 from .trace import Trace
 
 # -- norms -----------------------------------------------------------------------------------
@@ -241,6 +242,9 @@ class Attention(nn.Module):
             if trace is not None:
                 trace.record(prefix + "pattern", p)
             y = F.dropout(p, drop, self.training) @ v
+        if trace is not None:  # y: [B, H, T, dh], each head's output before W_O
+            y = edit_at(trace, prefix + "z", y)
+            trace.record(prefix + "z", y)
         if trace is not None and trace.wants(prefix + "head_out"):
             trace.record(prefix + "head_out", self.head_outputs(y))
         return self.o(y.transpose(1, 2).reshape(B, T, H * dh))
@@ -354,15 +358,16 @@ class Block(nn.Module):
         a = self.attn(a_in, mask, rotary, cache, trace, prefix + "attn.", is_causal_full)
         if self.sandwich:
             a = self.post_attn_norm(a)
-        a = self.resid_dropout(a)
+        a = edit_at(trace, prefix + "attn.out", self.resid_dropout(a))
         m_in = self.norm2(x) if self.parallel else None  # parallel: the MLP reads the block's input
-        x = x + a if self.pre else self.norm1(x + a)
+        x = edit_at(trace, prefix + "resid_mid", x + a if self.pre else self.norm1(x + a))
         if m_in is None:
             m_in = self.norm2(x) if self.pre else x
         m = self.mlp(m_in)
         if self.sandwich:
             m = self.post_mlp_norm(m)
-        out = x + m if self.pre else self.norm2(x + m)  # parallel: x_in + a + m
+        m = edit_at(trace, prefix + "mlp.out", m)
+        out = edit_at(trace, prefix + "resid_post", x + m if self.pre else self.norm2(x + m))  # parallel: x_in + a + m
         if rec:
             rec(prefix + "attn.input", a_in)
             rec(prefix + "attn.out", a)
@@ -539,10 +544,12 @@ class Transformer(nn.Module):
     # -- forward -------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, *, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, trace: Trace | None = None,
-                cache: KVCache | None = None, compute_logits: bool = True) -> ModelOutput:
+                cache: KVCache | None = None, compute_logits: bool = True,
+                interventions=None) -> ModelOutput:
         """input_ids [B, T] (or [T]); attention_mask [B, T_total] with 1 for real tokens.
 
         With a cache, input_ids are the new tokens only and positions continue after the cache.
+        interventions: Intervention edits (core/interventions.py) applied at their trace names.
         """
         cfg = self.cfg
         if input_ids.dim() == 1:
@@ -573,8 +580,11 @@ class Transformer(nn.Module):
                 rotaries[key] = layer_rotary(cfg, l, positions)
             return rotaries[key]
 
+        if interventions:  # the edits ride on the trace: every record point is also an edit point
+            trace = editing_trace(interventions, trace, past)
         x = self.embed(input_ids, positions, token_type_ids)
         if trace is not None:
+            x = edit_at(trace, "embed", x)
             trace.record("embed", x)
         for l, block in enumerate(self.blocks):
             lc = cache.layers[l] if cache is not None else None

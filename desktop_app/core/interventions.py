@@ -1,0 +1,385 @@
+"""What if: edits applied by the one model at its trace names, and the analyses built on them.
+
+An Intervention is data: which named activation (the names of trace.py), which positions, and what
+to put there. The model applies a list of them during its forward (Transformer.forward's
+`interventions=`), at the points where it records; without any, nothing here runs.
+
+Edit points (l = layer; every tensor has positions on axis -2):
+    embed                    [B, T, d]
+    blocks.l.attn.z          each head's output before W_O [B, H, T, d_head]; target a head as
+                             "blocks.l.attn.head.h" (zeroing it removes exactly its W_O,h z_h term)
+    blocks.l.attn.out        attention sublayer output, before the residual add
+    blocks.l.resid_mid       residual stream after attention
+    blocks.l.mlp.out         MLP output, before the residual add
+    blocks.l.resid_post      output of block l
+
+How: "zero"; "replace" (value [width], the same at every position, or [T, width], one row per
+absolute position); "mean" and "resample" are turned into "replace" by `resolve` from a forward
+on the text itself (the mean over its positions) or on another text (its activation position by
+position), so the model itself only ever zeroes or copies.
+
+Also: direct logit attribution (what each head and MLP adds to one token's logit through the
+final norm's linearisation and the unembedding) and activation patching (how much of a clean
+answer restoring one activation of a corrupted run recovers).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .jobs import report
+from .trace import Trace
+
+HOWS = ("zero", "mean", "resample", "replace")
+_LAYER_POINTS = ("attn.z", "attn.out", "resid_mid", "mlp.out", "resid_post")
+_TARGET = re.compile(r"^blocks\.(\d+)\.(attn\.head\.(\d+)|attn\.z|attn\.out|resid_mid|mlp\.out|resid_post)$")
+
+
+@dataclass(frozen=True, eq=False)
+class Intervention:
+    target: str  # an edit point, or "blocks.l.attn.head.h"
+    how: str = "zero"
+    positions: tuple[int, ...] | None = None  # absolute positions; None: every position
+    value: torch.Tensor | None = None  # replace: [width] or [T, width]
+    source_ids: tuple[int, ...] | None = None  # resample: the text whose activations are copied
+
+    def __post_init__(self) -> None:
+        if self.how not in HOWS:
+            raise ValueError(f"unknown intervention {self.how!r} (one of {', '.join(HOWS)})")
+        if self.target != "embed" and not _TARGET.match(self.target):
+            raise ValueError(f"{self.target!r} is not an edit point (e.g. blocks.2.attn.head.3, blocks.2.attn.out, "
+                             "blocks.2.mlp.out, blocks.2.resid_post, embed)")
+        if self.how == "replace" and self.value is None:
+            raise ValueError(f"{self.target}: 'replace' needs a value")
+        if self.how == "resample" and not self.source_ids:
+            raise ValueError(f"{self.target}: 'resample' needs the other text's token ids")
+
+    @property
+    def point(self) -> str:
+        """The model's edit point (a head's target edits blocks.l.attn.z)."""
+        m = _TARGET.match(self.target)
+        return f"blocks.{m.group(1)}.attn.z" if m and m.group(3) is not None else self.target
+
+    @property
+    def layer(self) -> int | None:
+        m = _TARGET.match(self.target)
+        return int(m.group(1)) if m else None
+
+    @property
+    def head(self) -> int | None:
+        m = _TARGET.match(self.target)
+        return int(m.group(3)) if m and m.group(3) is not None else None
+
+    @property
+    def label(self) -> str:
+        where = "" if self.positions is None else " @" + ",".join(map(str, self.positions))
+        return f"{self.how} {self.target}{where}"
+
+    def check(self, cfg) -> "Intervention":
+        """Itself, or ValueError (one line) when its layer or head is not in this model."""
+        if self.layer is not None and not 0 <= self.layer < cfg.n_layers:
+            raise ValueError(f"{self.target}: the model has layers 0..{cfg.n_layers - 1}")
+        if self.head is not None and not 0 <= self.head < cfg.n_heads:
+            raise ValueError(f"{self.target}: the model has heads 0..{cfg.n_heads - 1}")
+        if self.positions is not None and any(p < 0 for p in self.positions):
+            raise ValueError(f"{self.target}: positions must be >= 0, got {list(self.positions)}")
+        return self
+
+
+def parse_ablations(spec: str, cfg=None) -> list[Intervention]:
+    """"L.H[,L.H...]" (also "L.attn", "L.mlp") -> zero ablations; checked against cfg when given."""
+    out = []
+    for part in (p.strip() for p in spec.split(",")):
+        m = re.fullmatch(r"(\d+)\.(\d+|attn|mlp)", part)
+        if not m:
+            raise ValueError(f"--ablate: {part!r} is not LAYER.HEAD (e.g. 2.3), LAYER.attn or LAYER.mlp")
+        layer, what = m.groups()
+        target = {"attn": f"blocks.{layer}.attn.out", "mlp": f"blocks.{layer}.mlp.out"}.get(
+            what, f"blocks.{layer}.attn.head.{what}")
+        iv = Intervention(target)
+        out.append(iv.check(cfg) if cfg is not None else iv)
+    return out
+
+
+# -- applying: the trace the model edits through ----------------------------------------------
+
+
+class EditingTrace(Trace):
+    """What the model's forward holds while interventions are set: records go to the caller's
+    trace (if any), and `edit(name, x)` applies the edits at that point. `start` is the absolute
+    position of the forward's first token (after a KV cache)."""
+
+    def __init__(self, interventions: Sequence[Intervention], inner: Trace | None, start: int) -> None:
+        super().__init__(())
+        self.inner, self.start = inner, start
+        self.by_point: dict[str, list[Intervention]] = {}
+        for iv in interventions:
+            if iv.how in ("mean", "resample"):
+                raise ValueError(f"{iv.label}: resolve it first (interventions.resolve) - the model only zeroes "
+                                 "or replaces")
+            self.by_point.setdefault(iv.point, []).append(iv)
+
+    def wants(self, name: str) -> bool:
+        return self.inner is not None and self.inner.wants(name)
+
+    def record(self, name: str, tensor: torch.Tensor) -> None:
+        if self.inner is not None:
+            self.inner.record(name, tensor)
+
+    def edit(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        edits = self.by_point.get(name)
+        if not edits:
+            return x
+        x = x.clone()  # never write into a tensor the forward (or a cache) still holds
+        T = x.shape[-2]
+        for iv in edits:
+            if iv.positions is None:
+                local = torch.arange(T)
+            else:
+                local = torch.tensor([p - self.start for p in iv.positions if 0 <= p - self.start < T], dtype=torch.long)
+                if local.numel() == 0:
+                    continue
+            local = local.to(x.device)
+            part = x[:, iv.head] if iv.head is not None else x  # a view: writing it writes x
+            if iv.how == "zero":
+                part[..., local, :] = 0
+                continue
+            value = iv.value.to(x.device, x.dtype)
+            if value.dim() >= 2:  # one row per absolute position
+                rows = local + self.start
+                if int(rows.max()) >= value.shape[0]:
+                    raise ValueError(f"{iv.label}: the replacement covers {value.shape[0]} positions, the text "
+                                     f"reaches position {int(rows.max())}")
+                value = value[rows]
+            part[..., local, :] = value
+        return x
+
+
+def editing_trace(interventions: Sequence[Intervention], trace: Trace | None, start: int) -> EditingTrace:
+    return EditingTrace(interventions, trace, start)
+
+
+def edit_at(trace: Trace | None, name: str, x: torch.Tensor) -> torch.Tensor:
+    """x, or x edited by the interventions the forward carries at this point."""
+    return trace.edit(name, x) if isinstance(trace, EditingTrace) else x
+
+
+def resolve(model, ids: Sequence[int], interventions: Sequence[Intervention]) -> list[Intervention]:
+    """The same list with "mean" (over `ids`' positions) and "resample" (from each one's source text,
+    position by position) turned into "replace" values computed by clean forwards."""
+    out: list[Intervention] = []
+    clean: Trace | None = None
+    for iv in interventions:
+        if iv.how not in ("mean", "resample"):
+            out.append(iv)
+            continue
+        if iv.how == "mean":
+            if clean is None:
+                clean = _run(model, ids, ["embed", "blocks.*"])
+            act = _activation(clean, iv)
+            out.append(replace(iv, how="replace", value=act.mean(0)))
+        else:
+            act = _activation(_run(model, iv.source_ids, [iv.point]), iv)
+            out.append(replace(iv, how="replace", value=act, source_ids=None))
+    return out
+
+
+def _run(model, ids: Sequence[int], names) -> Trace:
+    trace = Trace(names)
+    with torch.no_grad():
+        model(torch.tensor([list(ids)], device=model.device), trace=trace, compute_logits=False)
+    return trace
+
+
+def _activation(trace: Trace, iv: Intervention) -> torch.Tensor:
+    """[T, width] of this intervention's target in a recorded trace (batch row 0)."""
+    t = trace[iv.point][0]
+    return t[iv.head] if iv.head is not None else t
+
+
+# -- direct logit attribution -------------------------------------------------------------------
+
+
+@dataclass
+class Attribution:
+    """Direct contributions to one token's logit at one position. rows: (component, layer, head);
+    layer/head -1 where they do not apply. Components: embed, head (W_O,h z_h), attn_bias (W_O's
+    bias), mlp, final_norm_bias. Their sum is the logit (up to float rounding)."""
+    position: int
+    token_id: int
+    logit: float
+    components: list[str]
+    layers: np.ndarray
+    heads: np.ndarray
+    contributions: np.ndarray  # float64
+    head_table: np.ndarray = field(default=None)  # [L, H]
+    mlp: np.ndarray = field(default=None)  # [L]
+
+    @property
+    def sum(self) -> float:
+        return float(self.contributions.sum())
+
+    def rows(self) -> list[tuple]:
+        return [(c, int(l), int(h), float(v)) for c, l, h, v in
+                zip(self.components, self.layers, self.heads, self.contributions)]
+
+
+ATTRIBUTION_COLUMNS = ("component", "layer", "head", "contribution")
+
+
+def _final_norm_linear(model, resid: torch.Tensor):
+    """(f, bias): f(c) = what a residual-stream piece c adds after the final norm, linearised at
+    `resid` (its scale is taken from the whole residual, as TransformerLens does); bias: the
+    norm's own additive part (None if it has none)."""
+    from .model import OffsetRMSNorm, RMSNorm
+
+    if not model.cfg.final_norm:
+        return (lambda c: c), None
+    norm = model.final_norm
+    r = resid.double()
+    if isinstance(norm, torch.nn.LayerNorm):
+        scale = torch.sqrt(r.var(-1, unbiased=False) + norm.eps)
+        gain = norm.weight.double() if norm.weight is not None else 1.0
+        bias = norm.bias.double() if norm.bias is not None else None
+        return (lambda c: (c.double() - c.double().mean(-1, keepdim=True)) / scale * gain), bias
+    if isinstance(norm, (RMSNorm, OffsetRMSNorm)):
+        scale = torch.sqrt(r.pow(2).mean(-1) + norm.eps)
+        gain = 1.0 + norm.weight.double() if isinstance(norm, OffsetRMSNorm) else norm.weight.double()
+        return (lambda c: c.double() / scale * gain), None
+    raise ValueError(f"direct attribution does not know the final norm {type(norm).__name__}")
+
+
+def _check_additive(cfg, what: str) -> None:
+    if not cfg.lm_head or cfg.lm_head_kind == "mlm":
+        raise ValueError(f"{what} needs a model whose logits are the unembedding of its residual stream "
+                         "(a causal LM head)")
+    if cfg.norm_placement != "pre":
+        raise ValueError(f"{what}: a post-norm model's residual stream is not a sum of its sublayers' outputs")
+    if cfg.sandwich_norms:
+        raise ValueError(f"{what}: with sandwich norms a head's output is normed with the others, so heads "
+                         "do not add up")
+    if cfg.final_logit_softcap is not None:
+        raise ValueError(f"{what}: the logit soft-cap is not linear, logits are not a sum of contributions")
+
+
+def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id: int,
+                             interventions: Sequence[Intervention] | None = None) -> Attribution:
+    """Each head's, each MLP's (and the embedding's and biases') direct contribution to the logit of
+    `token_id` at `position`: c -> W_U[token] . norm_linear(c)."""
+    model = getattr(loaded, "model", loaded)
+    cfg = model.cfg
+    _check_additive(cfg, "direct logit attribution")
+    T = len(ids)
+    if not -T <= position < T:
+        raise ValueError(f"position {position} is outside the text (0..{T - 1})")
+    position %= T
+    if not 0 <= token_id < cfg.vocab_size:
+        raise ValueError(f"token id {token_id} is outside the vocabulary (0..{cfg.vocab_size - 1})")
+    L, H = cfg.n_layers, cfg.n_heads
+    names = ["embed", "logits", "blocks.*.attn.head_out", "blocks.*.mlp.out", f"blocks.{L - 1}.resid_post"]
+    _, trace = model.run_with_trace(torch.tensor([list(ids)], device=model.device), names=names,
+                                    interventions=interventions)
+    resid = trace[f"blocks.{L - 1}.resid_post"][0, position]
+    f, norm_bias = _final_norm_linear(model, resid)
+    w_u = model.lm_head.weight[token_id].detach().double().cpu()
+
+    def through(c: torch.Tensor) -> float:
+        return float(f(c.detach().cpu()) @ w_u)
+
+    comps, layers, heads, vals = ["embed"], [-1], [-1], [through(trace["embed"][0, position])]
+    head_table, mlp = np.zeros((L, H)), np.zeros(L)
+    for l in range(L):
+        per_head = trace[f"blocks.{l}.attn.head_out"][0, :, position]  # [H, d]
+        for h in range(H):
+            head_table[l, h] = through(per_head[h])
+            comps.append("head"), layers.append(l), heads.append(h), vals.append(head_table[l, h])
+        o_bias = model.blocks[l].attn.o.bias
+        if o_bias is not None:
+            comps.append("attn_bias"), layers.append(l), heads.append(-1), vals.append(through(o_bias))
+        mlp[l] = through(trace[f"blocks.{l}.mlp.out"][0, position])
+        comps.append("mlp"), layers.append(l), heads.append(-1), vals.append(mlp[l])
+    if norm_bias is not None:
+        comps.append("final_norm_bias"), layers.append(-1), heads.append(-1)
+        vals.append(float(norm_bias.cpu() @ w_u))
+    logit = float(trace["logits"][0, position, token_id])
+    return Attribution(position, token_id, logit, comps, np.array(layers), np.array(heads), np.array(vals),
+                       head_table, mlp)
+
+
+# -- activation patching ------------------------------------------------------------------------
+
+
+@dataclass
+class Patching:
+    """Recovery (corrupted = 0, clean = 1) of the answer's logit difference at the last position when
+    one clean activation is copied into the corrupted run.
+    resid[r, p]: residual stream row r (resid_rows: embed, then each block's output) at position p;
+    heads[l, h]: head h's output (before W_O) at every position."""
+    answer_id: int
+    wrong_id: int | None
+    clean_metric: float
+    corrupted_metric: float
+    resid_rows: list[str]
+    resid: np.ndarray  # [L + 1, T]
+    heads: np.ndarray  # [L, H]
+
+
+def _metric(logits: torch.Tensor, answer_id: int, wrong_id: int | None) -> float:
+    last = logits[0, -1].double()
+    return float(last[answer_id] - (last[wrong_id] if wrong_id is not None else 0.0))
+
+
+def activation_patching(loaded, clean_ids: Sequence[int], corrupted_ids: Sequence[int], answer_id: int,
+                        wrong_id: int | None = None, job=None) -> Patching:
+    """Metric: logit[answer] (minus logit[wrong] when given) at the last position. One forward of the
+    corrupted text per patched activation; `job` (JobControl) is told the progress and may cancel."""
+    model = getattr(loaded, "model", loaded)
+    cfg = model.cfg
+    if not cfg.lm_head:
+        raise ValueError("activation patching needs a model with a language-model head")
+    if len(clean_ids) != len(corrupted_ids):
+        raise ValueError(f"the clean and corrupted texts must have the same length in tokens "
+                         f"({len(clean_ids)} and {len(corrupted_ids)})")
+    if not clean_ids:
+        raise ValueError("the texts are empty")
+    for name, t in (("answer", answer_id), ("wrong", wrong_id)):
+        if t is not None and not 0 <= t < cfg.vocab_size:
+            raise ValueError(f"{name} token id {t} is outside the vocabulary (0..{cfg.vocab_size - 1})")
+    L, H, T = cfg.n_layers, cfg.n_heads, len(clean_ids)
+    rows = ["embed"] + [f"blocks.{l}.resid_post" for l in range(L)]
+    corrupted = torch.tensor([list(corrupted_ids)], device=model.device)
+    clean_out, clean = model.run_with_trace(torch.tensor([list(clean_ids)], device=model.device),
+                                            names=rows + ["blocks.*.attn.z"])
+    clean_m = _metric(clean_out.logits, answer_id, wrong_id)
+    with torch.no_grad():
+        corrupted_m = _metric(model(corrupted).logits, answer_id, wrong_id)
+    span = clean_m - corrupted_m
+    if abs(span) < 1e-9:
+        raise ValueError(f"the clean and corrupted texts give the same answer logit difference ({clean_m:.6g}): "
+                         "there is nothing to recover")
+    total, done = len(rows) * T + L * H, 0
+
+    def recovery(iv: Intervention) -> float:
+        nonlocal done
+        if job is not None:
+            job.check()
+        with torch.no_grad():
+            m = _metric(model(corrupted, interventions=[iv]).logits, answer_id, wrong_id)
+        done += 1
+        report(job, done, total, "patching")
+        return (m - corrupted_m) / span
+
+    resid = np.zeros((len(rows), T))
+    for r, name in enumerate(rows):
+        for p in range(T):
+            resid[r, p] = recovery(Intervention(name, "replace", (p,), clean[name][0]))
+    heads = np.zeros((L, H))
+    for l in range(L):
+        z = clean[f"blocks.{l}.attn.z"][0]  # [H, T, dh]
+        for h in range(H):
+            heads[l, h] = recovery(Intervention(f"blocks.{l}.attn.head.{h}", "replace", None, z[h]))
+    return Patching(answer_id, wrong_id, clean_m, corrupted_m, rows, resid, heads)

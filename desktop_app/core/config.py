@@ -21,7 +21,8 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 ROPE_SCALINGS = ("linear", "llama3")
 LAYER_TYPES = ("full_attention", "sliding_attention")  # as Hugging Face configs write them
-LM_HEAD_KINDS = ("linear", "mlm")
+LM_HEAD_KINDS = ("linear", "mlm", "classifier")
+INPUT_KINDS = ("tokens", "patches")
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 ATTENTION_KINDS = ("softmax", "l2", "sinkhorn")
 INITS = ("default", "glorot", "he")
@@ -127,6 +128,15 @@ class ModelConfig:
     # bias: BERT cls.predictions, RoBERTa lm_head, DistilBERT vocab_transform/vocab_layer_norm/
     # vocab_projector). None: "mlm" for the bert family, else "linear" (configs saved before the field).
     lm_head_kind: str | None = None
+    # -- images (ViT). input_kind "patches": the model reads pixel values [B, C, H, W] of square
+    # image_size images, cut by a Conv2d (kernel = stride = patch_size) into one token per patch
+    # after a learned [CLS] token; context_length is then 1 + (image_size // patch_size) ** 2.
+    # lm_head_kind "classifier" reads the [CLS] position only, and vocab_size is the number of classes.
+    input_kind: str = "tokens"
+    image_size: int = 224
+    patch_size: int = 16
+    num_channels: int = 3
+    pooler_size: int = 0  # ViTModel's pooler (dense + tanh on [CLS]) output width; 0: no pooler
     extra: dict[str, Any] = field(default_factory=dict)  # fields kept only for round trips
 
     def __post_init__(self) -> None:
@@ -235,6 +245,22 @@ class ModelConfig:
               f"position_offset must be a non-negative integer, got {self.position_offset!r}")
         check(self.lm_head_kind in LM_HEAD_KINDS, f"unknown lm_head_kind {self.lm_head_kind!r} "
                                                   f"(known: {', '.join(LM_HEAD_KINDS)})")
+        check(self.input_kind in INPUT_KINDS, f"unknown input kind {self.input_kind!r} (known: {', '.join(INPUT_KINDS)})")
+        for name in ("image_size", "patch_size", "num_channels"):
+            value = getattr(self, name)
+            check(is_int(value) and value > 0, f"{name} must be a positive integer, got {value!r}")
+        check(is_int(self.pooler_size) and self.pooler_size >= 0,
+              f"pooler_size must be a non-negative integer, got {self.pooler_size!r}")
+        if self.input_kind == "patches":
+            check(self.image_size % self.patch_size == 0,
+                  f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size})")
+            patches = (self.image_size // self.patch_size) ** 2
+            check(self.context_length == 1 + patches, f"context_length must be 1 + number of patches = "
+                                                      f"{1 + patches}, got {self.context_length}")
+            check(self.positions == "learned" and not self.causal and not self.tie_embeddings,
+                  "patch input needs learned positions, no causal mask and untied embeddings")
+        check(self.lm_head_kind != "classifier" or self.input_kind == "patches",
+              "the classifier head reads the [CLS] position of patch input only")
         check(not (self.parallel_residual or self.sandwich_norms) or self.norm_placement == "pre",
               "parallel_residual and sandwich_norms need norm_placement 'pre'")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")

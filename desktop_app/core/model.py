@@ -412,7 +412,11 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, init_weights: bool = True) -> None:
         super().__init__()
         self.cfg = cfg
-        self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        if cfg.input_kind == "patches":  # ViT: one token per image patch (a Conv2d), a learned [CLS] first
+            self.patch_embed = nn.Conv2d(cfg.num_channels, cfg.d_model, cfg.patch_size, stride=cfg.patch_size)
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
+        else:
+            self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         if cfg.positions == "learned":  # OPT, RoBERTa: the first position_offset rows are never read
             self.pos_embed = nn.Embedding(cfg.context_length + cfg.position_offset, cfg.d_model)
         elif cfg.positions == "sinusoidal":
@@ -430,9 +434,13 @@ class Transformer(nn.Module):
                 self.mlm_dense = nn.Linear(cfg.d_model, cfg.d_model)
                 self.mlm_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
                 self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+            elif cfg.lm_head_kind == "classifier":  # ViT: a linear layer with bias on [CLS]
+                self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
             self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
             if cfg.tie_embeddings:
                 self.lm_head.weight = self.tok_embed.weight
+        if cfg.pooler_size:  # ViTModel's pooler: tanh(dense([CLS] after the final norm))
+            self.pooler = nn.Linear(cfg.d_model, cfg.pooler_size)
         if init_weights:  # skipped when weights are about to be loaded (saves time on big models)
             self.reset_parameters()
 
@@ -486,12 +494,12 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters())  # tied weights are counted once
 
     @property
-    def device(self) -> torch.device:
-        return self.tok_embed.weight.device
+    def device(self) -> torch.device:  # the first parameter: tok_embed, or patch_embed for images
+        return next(self.parameters()).device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.tok_embed.weight.dtype
+        return next(self.parameters()).dtype
 
     # -- pieces --------------------------------------------------------------------------
     def embed(self, input_ids: torch.Tensor, positions: torch.Tensor,
@@ -511,6 +519,18 @@ class Transformer(nn.Module):
             x = self.embed_norm(x)
         return self.embed_dropout(x)
 
+    def embed_patches(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """ViT: pixel values [B, C, H, W] -> [CLS] then one vector per patch (row by row), plus the
+        learned position embeddings: [B, 1 + patches, d]."""
+        cfg = self.cfg
+        expected = (cfg.num_channels, cfg.image_size, cfg.image_size)
+        if pixel_values.dim() != 4 or tuple(pixel_values.shape[1:]) != expected:
+            raise ValueError(f"pixel values of shape {list(pixel_values.shape)}; this model reads "
+                             f"[batch, {expected[0]}, {expected[1]}, {expected[2]}]")
+        x = self.patch_embed(pixel_values.to(self.dtype)).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        return self.embed_dropout(x + self.pos_embed.weight[None])
+
     def unembed(self, h: torch.Tensor) -> torch.Tensor:
         """Final norm + unembedding (or the encoders' MLM head): logits from any residual stream."""
         cfg = self.cfg
@@ -518,6 +538,8 @@ class Transformer(nn.Module):
             raise ValueError("this model has no language-model head")
         if cfg.final_norm:
             h = self.final_norm(h)
+        if cfg.lm_head_kind == "classifier":  # ViT: class logits [..., classes] from [CLS] alone
+            return self.lm_head(h[..., 0, :]) + self.lm_bias
         if cfg.lm_head_kind == "mlm":
             h = self.mlm_norm(F.gelu(self.mlm_dense(h)))
             return self.lm_head(h) + self.lm_bias
@@ -550,11 +572,18 @@ class Transformer(nn.Module):
 
         With a cache, input_ids are the new tokens only and positions continue after the cache.
         interventions: Intervention edits (core/interventions.py) applied at their trace names.
+        A ViT (input_kind "patches") takes pixel values [B, C, H, W] (or [C, H, W]) in place of
+        input_ids; its sequence is [CLS] + patches, and its logits [B, classes] come from [CLS].
         """
         cfg = self.cfg
-        if input_ids.dim() == 1:
-            input_ids = input_ids[None]
-        B, T = input_ids.shape
+        x = None
+        if cfg.input_kind == "patches":
+            x = self.embed_patches(input_ids if input_ids.dim() == 4 else input_ids[None])
+            B, T = x.shape[:2]
+        else:
+            if input_ids.dim() == 1:
+                input_ids = input_ids[None]
+            B, T = input_ids.shape
         past = cache.length if cache is not None else 0
         total = past + T
         if cfg.positions != "rotary" and cfg.positions != "none" and total > cfg.context_length:
@@ -582,7 +611,8 @@ class Transformer(nn.Module):
 
         if interventions:  # the edits ride on the trace: every record point is also an edit point
             trace = editing_trace(interventions, trace, past)
-        x = self.embed(input_ids, positions, token_type_ids)
+        if x is None:
+            x = self.embed(input_ids, positions, token_type_ids)
         if trace is not None:
             x = edit_at(trace, "embed", x)
             trace.record("embed", x)
@@ -596,6 +626,8 @@ class Transformer(nn.Module):
                 trace.record(f"blocks.{l}.logit_lens", self.unembed(x))
         if trace is not None and cfg.final_norm and trace.wants("final_norm.out"):
             trace.record("final_norm.out", self.final_norm(x))
+        if trace is not None and cfg.pooler_size and trace.wants("pooler"):
+            trace.record("pooler", torch.tanh(self.pooler(self.final_norm(x)[:, 0])))
         logits = self.unembed(x) if (cfg.lm_head and compute_logits) else None
         if trace is not None and logits is not None:
             trace.record("logits", logits)

@@ -131,8 +131,8 @@ class MainWindow(QMainWindow):
         state.device_changed.connect(self._on_device_changed)
         state.device_failed.connect(self._on_device_failed)
         state.busy_changed.connect(self._on_busy)
-        state.error.connect(self._on_state_error)
-        state.notice.connect(lambda message: self.statusBar().showMessage(message, 8000))
+        state.error.connect(self._show_in_status_bar)
+        state.notice.connect(self._show_in_status_bar)
         self._on_device_changed(state.device)
         if self.slots:
             self.slots[0].build(state)
@@ -324,7 +324,7 @@ class MainWindow(QMainWindow):
         self.busy_bar.setVisible(busy)
         self.busy_label.setText(message if busy else "")
 
-    def _on_state_error(self, message: str) -> None:
+    def _show_in_status_bar(self, message: str) -> None:
         self.statusBar().showMessage(message, 8000)
 
     # -- actions ---------------------------------------------------------------------------

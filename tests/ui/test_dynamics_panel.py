@@ -54,12 +54,13 @@ def test_reset_step_play_pause_cluster_on_the_sphere(qtbot, panel, tmp_path):
     panel.record_every.setValue(10)
     reset(qtbot, panel)
     assert panel.sim.config.sphere and panel.sim.config.n == 40 and panel.sim.config.d == 3
-    start = panel.scatter.getData()
-    assert len(start[0]) == 40
+    start = panel.screen_xy.copy()
+    assert start.shape == (40, 2)
+    assert len(panel.scatter.getData()[0]) + len(panel.back.getData()[0]) == 40  # near and far halves
     click(qtbot, panel.step_button)
     qtbot.waitUntil(lambda: len(panel._frames) == 2, timeout=10000)
     assert panel._frames[-1].t == pytest.approx(1.0)
-    assert not np.allclose(panel.scatter.getData()[0], start[0])  # the particles moved on screen
+    assert not np.allclose(panel.screen_xy, start)  # the particles moved on screen
     click(qtbot, panel.play_button)
     assert panel.play_button.text() == "Pause"
     qtbot.waitUntil(lambda: panel._frames[-1].t >= 30, timeout=60000)
@@ -75,7 +76,7 @@ def test_reset_step_play_pause_cluster_on_the_sphere(qtbot, panel, tmp_path):
     # the time slider shows an earlier frame
     panel.slider.setValue(0)
     assert panel.time_label.text() == "t = 0"
-    np.testing.assert_allclose(panel.scatter.getData()[0], start[0])
+    np.testing.assert_allclose(panel.screen_xy, start)
     # curves as CSV: the records shown
     out = tmp_path / "curves.csv"
     panel.export(out)
@@ -91,17 +92,17 @@ def test_reset_step_play_pause_cluster_on_the_sphere(qtbot, panel, tmp_path):
 def test_drag_rotates_the_3d_view(qtbot, panel):
     panel.n.setValue(30)
     reset(qtbot, panel)
-    before = np.array(panel.scatter.getData()).copy()
+    before = panel.screen_xy.copy()
     yaw = panel._yaw
     vp = panel.particles.viewport()
     qtbot.mousePress(vp, Qt.MouseButton.LeftButton, pos=QPoint(100, 100))
     qtbot.mouseMove(vp, QPoint(160, 100))
     qtbot.mouseRelease(vp, Qt.MouseButton.LeftButton, pos=QPoint(160, 100))
     assert panel._yaw == pytest.approx(yaw + 0.6)
-    after = np.array(panel.scatter.getData())
+    after = panel.screen_xy
     assert not np.allclose(before, after)
-    # the view is a rotation: distances from the centre cannot grow
-    assert np.hypot(*after).max() <= 1 + 1e-6
+    # an orthographic view of a rotation: on the unit sphere, every screen point stays in the unit disc
+    assert np.hypot(after[:, 0], after[:, 1]).max() <= 1 + 1e-6
 
 
 def test_model_curves_and_tokens_of_the_text(qtbot, panel, state):

@@ -122,6 +122,7 @@ class DynamicsPanel(QWidget):
         self._yaw, self._pitch = 0.6, 0.35
         self._drag_from = None
         self._view_radius = 0.0
+        self.screen_xy = np.zeros((0, 2))
         self._matrices = ""
         self._pending_steps = 0
         self._build_ui()
@@ -217,8 +218,9 @@ class DynamicsPanel(QWidget):
         self.particles.hideButtons()
         self.guide = pg.PlotDataItem(pen=pg.mkPen((170, 170, 170), width=1))
         self.trail_item = PointCloud((120, 150, 220, 90), 2)
-        self.scatter = PointCloud((30, 70, 180, 200), 5)
-        for item in (self.guide, self.trail_item, self.scatter):
+        self.back = PointCloud((140, 160, 215, 160), 4)  # 3-D: the far half, lighter (a depth cue)
+        self.scatter = PointCloud((30, 70, 180, 220), 5)
+        for item in (self.guide, self.trail_item, self.back, self.scatter):
             self.particles.addItem(item)
         self.particles.viewport().installEventFilter(self)
         self.slider = QSlider(Qt.Orientation.Horizontal)
@@ -235,7 +237,6 @@ class DynamicsPanel(QWidget):
         self.p_model_cos = self.curves.addPlot(title="model: mean cosine by layer", row=2, col=0)
         self.p_model_clusters = self.curves.addPlot(title="model: clusters / radius by layer", row=2, col=1)
         self.p_radius.setLogMode(False, True)
-        self.p_w2.setLogMode(False, True)
         for p in (self.p_clusters, self.p_cosine, self.p_radius, self.p_w2):
             p.setLabel("bottom", "t")
         for p in (self.p_model_cos, self.p_model_clusters):
@@ -469,20 +470,26 @@ class DynamicsPanel(QWidget):
             return None
         return self._frames[min(self.slider.value(), len(self._frames) - 1)]
 
-    def _screen(self, P: np.ndarray) -> np.ndarray:
-        """[n, 2] screen coordinates: the basis projection, then the rotation in 3-D."""
+    def _screen(self, P: np.ndarray, with_depth: bool = False):
+        """[n, 2] screen coordinates: the basis projection, then the rotation in 3-D (and the depth, larger
+        nearer, zero in 2-D, with `with_depth`)."""
         Y = P @ self._basis
         if self.view3d.isChecked() and Y.shape[1] >= 3 and self._basis.shape[0] >= 3:
-            return dy.view_3d(Y[:, :3], self._yaw, self._pitch)[0]
-        return Y[:, :2]
+            xy, depth = dy.view_3d(Y[:, :3], self._yaw, self._pitch)
+        else:
+            xy, depth = Y[:, :2], np.zeros(len(Y))
+        return (xy, depth) if with_depth else xy
 
     def _redraw(self, *_) -> None:
         frame = self.current_frame()
         if frame is None or self._basis is None:
             return
         self.time_label.setText(f"t = {frame.t:.3g}")
-        xy = self._screen(frame.shown)
-        self.scatter.setData(pos=xy)
+        xy, depth = self._screen(frame.shown, with_depth=True)
+        near = depth >= 0
+        self.screen_xy = xy  # every particle's screen position, in particle order
+        self.scatter.setData(pos=xy[near])
+        self.back.setData(pos=xy[~near])
         three_d = self.view3d.isChecked() and self._basis.shape[0] >= 3
         self.particles.setMouseEnabled(not three_d, not three_d)
         for axis in ("left", "bottom"):  # a rotated projection has no meaningful axes

@@ -81,3 +81,76 @@ def test_unsupported_fields_are_refused_by_name(tmp_path, fields, message):
     with pytest.raises(ModelLoadError, match=message) as info:
         load_model_folder(tmp_path)
     assert "config.json" in str(info.value) and "\n" not in str(info.value)
+
+
+# -- the Lipschitz panel on a loaded folder ---------------------------------------------------
+# Shared with test_family_gpt_neo.py and test_family_opt.py (imported from here).
+
+LIPSCHITZ_RTOL = 1e-4
+
+
+def real_attention(model, layer: int, head: int | None = None):
+    """X [1, n, d] -> model.blocks[layer].attn as the model's forward pass calls it (its causal mask
+    with this layer's window, this layer's rotary), or one head's share W_O,h P_h v_h of it.
+    Built from the model's own module and helpers, not from core.lipschitz: the reference."""
+    import copy
+
+    from desktop_app.core.model import causal_mask, layer_rotary, layer_window
+
+    cfg = model.cfg
+    attn = model.blocks[layer].attn
+    if head is not None:  # the same module with every other head's output columns and the bias zeroed
+        attn = copy.deepcopy(attn)
+        with torch.no_grad():
+            keep = torch.zeros_like(attn.o.weight)
+            keep[:, head * cfg.d_head:(head + 1) * cfg.d_head] = 1.0
+            attn.o.weight.mul_(keep)
+            if attn.o.bias is not None:
+                attn.o.bias.zero_()
+
+    def f(X: torch.Tensor) -> torch.Tensor:
+        n = X.shape[1]
+        mask = causal_mask(n, n, X.device, layer_window(cfg, layer))[None, None]
+        rotary = layer_rotary(cfg, layer, torch.arange(n, device=X.device))
+        if rotary is not None:
+            rotary = tuple(t.to(X.dtype) for t in rotary)
+        return attn(X, mask, rotary)
+
+    return f
+
+
+def exact_norm(f, X: torch.Tensor) -> float:
+    """Largest singular value of the full Jacobian of f at X [1, n, d] (torch.autograd.functional)."""
+    jac = torch.autograd.functional.jacobian(lambda x: f(x[None])[0], X[0])
+    n, d = X.shape[1:]
+    return torch.linalg.matrix_norm(jac.reshape(-1, n * d), ord=2).item()
+
+
+def check_lipschitz(folder, ids: list[int], layer: int, head: int) -> None:
+    """Open the folder as the app does, take the layer's real input on `ids` from a trace, and compare
+    core.lipschitz's local constant of the layer and of one head with the exact Jacobian of the
+    real layer / head; the reference itself is checked against the model's trace first."""
+    from desktop_app.core import lipschitz as lip
+
+    model = load_model_folder(folder).model.double().eval()
+    _, trace = model.run_with_trace(torch.tensor([ids]), names=(f"blocks.{layer}.attn.*",))
+    X = trace[f"blocks.{layer}.attn.input"]
+    layer_fn, head_fn = real_attention(model, layer), real_attention(model, layer, head)
+    with torch.no_grad():  # the reference is the layer the model ran (apply_rotary rounds through float32)
+        torch.testing.assert_close(layer_fn(X), trace[f"blocks.{layer}.attn.out"], rtol=1e-6, atol=1e-8)
+        torch.testing.assert_close(head_fn(X), trace[f"blocks.{layer}.attn.head_out"][:, head], rtol=1e-6,
+                                   atol=1e-8)
+    for what, fmap, reference in (("layer", lip.layer_map(model, layer), layer_fn),
+                                  ("head", lip.layer_map(model, layer, head=head).to(torch.float64), head_fn)):
+        estimate = lip.spectral_norm(fmap, X, tol=1e-6).sigma.item()
+        exact = exact_norm(reference, X)
+        assert abs(estimate - exact) <= LIPSCHITZ_RTOL * exact, (
+            f"{model.cfg.family} layer {layer} {what}: core.lipschitz {estimate:.6g}, exact Jacobian of the real "
+            f"{what} {exact:.6g} (relative difference {abs(estimate - exact) / exact:.2e})")
+
+
+def test_lipschitz_of_a_gpt_neox_layer_and_head(tmp_path):
+    torch.manual_seed(0)
+    hf = neox(0.25, True)()
+    hf.save_pretrained(tmp_path / "hf")
+    check_lipschitz(tmp_path / "hf", list(range(5, 15)), layer=1, head=2)

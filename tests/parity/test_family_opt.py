@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 transformers = pytest.importorskip("transformers")
 
 from family_parity import check_family  # noqa: E402
+from test_family_gpt_neox import check_lipschitz  # noqa: E402
 
 from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
 from desktop_app.core.families import ModelLoadError  # noqa: E402
@@ -56,3 +58,10 @@ def test_unsupported_fields_are_refused_by_name(tmp_path, fields, message):
     with pytest.raises(ModelLoadError, match=message) as info:
         load_model_folder(tmp_path)
     assert "config.json" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_lipschitz_of_an_opt_layer_and_head(tmp_path):
+    torch.manual_seed(0)
+    hf = opt()()
+    hf.save_pretrained(tmp_path / "hf")
+    check_lipschitz(tmp_path / "hf", list(range(5, 15)), layer=1, head=2)

@@ -242,7 +242,7 @@ def _default_stops(model: Transformer, tokenizer) -> list[int]:
 class GenerationSession:
     def __init__(self, loaded_or_model, prompt_ids: Sequence[int], settings: GenerationSettings | None = None,
                  seed: int | None = 0, stop_tokens: Sequence[int] | None = None, record: bool = True,
-                 use_cache: bool | None = None) -> None:
+                 use_cache: bool | None = None, interventions: Sequence | None = None) -> None:
         self.model, self.tokenizer = _model_of(loaded_or_model)
         cfg = self.model.cfg
         if not cfg.causal:
@@ -260,6 +260,13 @@ class GenerationSession:
             raise ContextLengthReached(f"the prompt has {len(prompt)} tokens but the model's context length "
                                        f"is {cfg.context_length}")
         self.prompt = prompt
+        # what-if edits (core/interventions.py) every forward applies, the cached steps too; "mean"
+        # ablations take the prompt's mean. Per-head outputs that step_trace rebuilds from patterns
+        # do not see a head's ablation.
+        self.interventions = None
+        if interventions:
+            from .interventions import resolve
+            self.interventions = resolve(self.model, prompt, [iv.check(cfg) for iv in interventions])
         self.model.pack_for_decoding()  # faster one-token steps (same values; see the method)
         self.settings = (settings or GenerationSettings()).validated()
         self.seed = seed
@@ -645,7 +652,7 @@ class GenerationSession:
         # inference_mode: less per-op bookkeeping than no_grad; what it makes (cache, records,
         # logits) is only read afterwards, never modified in place or differentiated
         with torch.inference_mode():
-            out = self.model(ids, cache=cache, trace=trace, compute_logits=False)
+            out = self.model(ids, cache=cache, trace=trace, compute_logits=False, interventions=self.interventions)
             return self.model.unembed(out.hidden[:, -1])
 
     def _forward(self, ids: torch.Tensor, parents: list[Node] | None) -> tuple[torch.Tensor, list[dict]]:
@@ -690,9 +697,10 @@ class GenerationSession:
 
 def generate(loaded_or_model, prompt_ids: Sequence[int], max_new: int, settings: GenerationSettings | None = None,
              seed: int | None = 0, stop_tokens: Sequence[int] | None = None, record: bool = False,
-             job: JobControl | None = None) -> tuple[list[int], GenerationSession]:
+             job: JobControl | None = None, interventions: Sequence | None = None) -> tuple[list[int], GenerationSession]:
     """Generate up to max_new tokens; returns prompt + generated ids (beam: the best beam)."""
-    session = GenerationSession(loaded_or_model, prompt_ids, settings, seed, stop_tokens, record=record)
+    session = GenerationSession(loaded_or_model, prompt_ids, settings, seed, stop_tokens, record=record,
+                                interventions=interventions)
     for _ in session.run(max_new, job):
         pass
     return session.ids(), session

@@ -243,12 +243,12 @@ def _final_norm_linear(model, resid: torch.Tensor):
     r = resid.double()
     if isinstance(norm, torch.nn.LayerNorm):
         scale = torch.sqrt(r.var(-1, unbiased=False) + norm.eps)
-        gain = norm.weight.double() if norm.weight is not None else 1.0
-        bias = norm.bias.double() if norm.bias is not None else None
+        gain = norm.weight.detach().double() if norm.weight is not None else 1.0
+        bias = norm.bias.detach().double() if norm.bias is not None else None
         return (lambda c: (c.double() - c.double().mean(-1, keepdim=True)) / scale * gain), bias
     if isinstance(norm, (RMSNorm, OffsetRMSNorm)):
         scale = torch.sqrt(r.pow(2).mean(-1) + norm.eps)
-        gain = 1.0 + norm.weight.double() if isinstance(norm, OffsetRMSNorm) else norm.weight.double()
+        gain = 1.0 + norm.weight.detach().double() if isinstance(norm, OffsetRMSNorm) else norm.weight.detach().double()
         return (lambda c: c.double() / scale * gain), None
     raise ValueError(f"direct attribution does not know the final norm {type(norm).__name__}")
 

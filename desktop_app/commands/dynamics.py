@@ -1,7 +1,7 @@
 """`python -m desktop_app dynamics`: tokens as particles under attention (core.dynamics).
 
     dynamics --attention softmax|l2|sinkhorn --d D --n N [--sphere] [--init sphere|ball|gaussian|clusters]
-             [--qkv identity|random [--norm-qk a] [--norm-v v]] [--matrices QKV.npz]
+             [--variances 4,1,1] [--qkv identity|random [--norm-qk a] [--norm-v v]] [--matrices QKV.npz]
              [--integrator euler|rk4] --dt DT --steps S --seed K --csv OUT.csv [--positions OUT.npz]
 
 One CSV row per recorded time (columns core.dynamics.CSV_COLUMNS: t, clusters, radius,
@@ -21,6 +21,8 @@ def add_parser(sub) -> None:
     p.add_argument("--sphere", action="store_true", help="LayerNorm variant: particles on the unit sphere")
     p.add_argument("--init", choices=("sphere", "ball", "gaussian", "clusters"), default="sphere")
     p.add_argument("--init-radius", type=float, default=1.0, help="radius of the initial sphere/ball (gaussian: std)")
+    p.add_argument("--variances", metavar="V1,V2,...",
+                   help="--init gaussian: the covariance's diagonal (one number: the same on every axis)")
     p.add_argument("--clusters-k", type=int, default=3, help="--init clusters: how many")
     p.add_argument("--qkv", choices=("identity", "random"), default="identity")
     p.add_argument("--norm-qk", type=float, default=1.0, help="--qkv random: ||Q||_2 = ||K||_2")
@@ -64,10 +66,23 @@ def run(args) -> int:
     d = head.d if head is not None else (args.d or 3)
     if head is not None and args.d is not None and args.d != d:
         raise ValueError(f"{args.matrices}: V is {d}x{d} but --d is {args.d}")
+    covariance = None
+    if args.variances:
+        if args.init != "gaussian":
+            raise ValueError("--variances sets the covariance of --init gaussian")
+        try:
+            diag = [float(v) for v in args.variances.split(",") if v.strip()]
+        except ValueError:
+            raise ValueError(f"--variances {args.variances!r}: give numbers separated by commas") from None
+        diag = diag * d if len(diag) == 1 else diag
+        if len(diag) != d or min(diag) < 0:
+            raise ValueError(f"--variances: give 1 or {d} non-negative numbers (got {len(diag)})")
+        covariance = np.diag(diag)
     prepare_output_file(args.csv)  # a write failure now, not after the run
     if args.positions:
         prepare_output_file(args.positions)
     cfg = dy.DynamicsConfig(attention=args.attention, d=d, n=args.n, init=args.init, init_radius=args.init_radius,
+                            covariance=covariance,
                             n_clusters=args.clusters_k, qkv=args.qkv, norm_qk=args.norm_qk, norm_v=args.norm_v,
                             amplitude=args.time_dependent, sphere=args.sphere, renormalise=args.renormalise,
                             integrator=args.integrator, dt=args.dt, seed=args.seed, cluster_tol=args.cluster_tol,

@@ -63,3 +63,14 @@ def test_bad_matrices_file_is_one_line_naming_it(tmp_path, capsys):
     np.savez(good, A=np.eye(2), V=np.eye(2))
     code, _, err = run_cli(capsys, "--matrices", str(good), "--attention", "sinkhorn", "--csv", str(tmp_path / "o.csv"))
     assert code == EXIT_INPUT and "sinkhorn attention needs Q and K" in err
+
+
+def test_gaussian_start_with_chosen_variances(tmp_path, capsys):
+    out_npz = tmp_path / "p.npz"
+    code, _, err = run_cli(capsys, "--init", "gaussian", "--variances", "9,1,0.04", "--n", "4000", "--steps", "0",
+                           "--perturbation", "0", "--csv", str(tmp_path / "c.csv"), "--positions", str(out_npz))
+    assert code == 0, err
+    x0 = np.load(out_npz)["x0"]
+    np.testing.assert_allclose(np.cov(x0.T), np.diag([9, 1, 0.04]), atol=0.4, rtol=0.08)
+    code, _, err = run_cli(capsys, "--init", "gaussian", "--variances", "4,1", "--csv", str(tmp_path / "c.csv"))
+    assert code == EXIT_INPUT and "give 1 or 3 non-negative numbers" in err

@@ -84,6 +84,12 @@ def test_reset_step_play_pause_cluster_on_the_sphere(qtbot, panel, tmp_path):
         rows = list(csv.reader(f))
     assert rows[0] == list(dy.CSV_COLUMNS)
     assert len(rows) - 1 == len(panel._records) and int(rows[-1][1]) == 1
+    arrays = tmp_path / "frames.npz"
+    panel.export(arrays)
+    saved = np.load(arrays)
+    assert saved["frames"].shape == (len(panel._frames), 40, 3)
+    np.testing.assert_allclose(saved["frame_t"], [f.t for f in panel._frames])
+    np.testing.assert_allclose(saved["positions"], panel._frames[0].shown)  # the slider's frame
     png = tmp_path / "frame.png"
     panel.export(png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -592,6 +592,9 @@ class DynamicsPanel(QWidget):
         if frame is not None:
             out["positions"] = frame.shown
             out["t"] = np.array(frame.t)
+            # the animation: every frame kept for the time slider (the first and the last MAX_FRAMES_KEPT - 1)
+            out["frames"] = np.stack([f.shown for f in self._frames])
+            out["frame_t"] = np.array([f.t for f in self._frames])
         if self._layer_curves is not None:
             out["model_layers"] = np.array([[c, r, m] for c, r, m in zip(self._layer_curves.clusters,
                                                                          self._layer_curves.radius,

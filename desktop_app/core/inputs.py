@@ -92,7 +92,11 @@ def encode(source, text: str, vocab_size: int | None = None, context_length: int
            cut: bool = True, where: str = "") -> EncodedText:
     """`text` as token ids for a model: `source` is a LoadedModel (its tokenizer, and by default its
     vocabulary size and context length) or a Tokenizer. With no `context_length` (and a Tokenizer
-    source) every token is kept. `where` names the text in messages (e.g. its file)."""
+    source) every token is kept. `where` names the text in messages (e.g. its file).
+
+    A tokenizer that declares add_bos_token (LLaMA-style) gets its BOS token first, as the model saw
+    text in training and as `transformers`' tokenizer encodes it; other special tokens ([CLS], [SEP],
+    <s> ... </s> of the encoders) are never added: the text is what was typed."""
     prefix = f"{where}: " if where else ""
     if isinstance(source, Tokenizer):
         tokenizer = source
@@ -107,6 +111,8 @@ def encode(source, text: str, vocab_size: int | None = None, context_length: int
         ids = tokenizer.encode(text)
     except TokenizerError as exc:
         raise InputError(f"{prefix}{exc}") from None
+    if tokenizer.bos_prepended:  # always, as transformers does: a typed "<s>" first is then a second one
+        ids = [tokenizer.bos_token_id, *ids]
     if vocab_size is None:
         vocab_size = tokenizer.vocab_size
     return check_ids(ids, vocab_size, context_length, cut=cut, tokenizer=tokenizer, where=where)

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import bert, distilbert, gpt2, gpt_neo, gpt_neox, llama, opt, roberta, vit
+from . import bert, distilbert, gemma3_text, gpt2, gpt_neo, gpt_neox, llama, mistral, opt, qwen2, qwen3, roberta, vit
 from .base import (IDENTITY, TRANSPOSE, Conversion, Family, ModelLoadError, Weight,  # noqa: F401 (the API)
                    fused, weight)
 
 REGISTRY: dict[str, Family] = {f.model_type: f for f in (gpt2.FAMILY, bert.FAMILY, llama.FAMILY,
                                                            gpt_neox.FAMILY, gpt_neo.FAMILY, opt.FAMILY,
-                                                           roberta.FAMILY, distilbert.FAMILY, vit.FAMILY)}
+                                                           roberta.FAMILY, distilbert.FAMILY,
+                                                           qwen2.FAMILY, qwen3.FAMILY, mistral.FAMILY,
+                                                           gemma3_text.FAMILY, vit.FAMILY)}
 
 
 def family_for(model_type: object, path: str | Path) -> Family:

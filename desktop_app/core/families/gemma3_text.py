@@ -1,0 +1,137 @@
+"""Gemma 3 text (Gemma 3 270M, 1B, ...): Gemma3TextModel / Gemma3ForCausalLM.
+
+LLaMA-shaped, plus: RMSNorm weights applied as (1 + w); embeddings scaled by sqrt(hidden_size);
+q/k norms; four norms per layer (input, post-attention, pre-feedforward, post-feedforward: the
+attention and MLP outputs are normed before their residual add); a GELU(tanh)-gated MLP; scores
+scaled by query_pre_attn_scalar ** -0.5; sliding-window layers (layer_types) with their own rotary
+base and no rotary scaling; logits soft-capped.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..config import ModelConfig
+from . import llama_like
+from .base import Family, ModelLoadError, Weight, preset_of, real
+
+preset = preset_of(dict(family="gemma3_text", norm="rmsnorm_offset", norm_placement="pre", activation="geglu",
+                        positions="rotary", causal=True, attention_bias=False, mlp_bias=False, qk_norm=True,
+                        sandwich_norms=True, final_norm=True, tie_embeddings=True, norm_eps=1e-6))
+
+# Gemma3TextConfig's defaults for the fields that change the computation.
+HF_DEFAULTS = {"rms_norm_eps": 1e-6, "tie_word_embeddings": True, "max_position_embeddings": 131072,
+               "head_dim": 256, "num_key_value_heads": 4, "hidden_activation": "gelu_pytorch_tanh",
+               "query_pre_attn_scalar": 256, "sliding_window": 4096, "attention_bias": False,
+               "final_logit_softcapping": None, "attn_logit_softcapping": None, "use_bidirectional_attention": False,
+               "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
+DEFAULT_THETA = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}  # Gemma3TextConfig.default_theta
+SLIDING_WINDOW_PATTERN = 6  # older configs: every 6th layer full, the others sliding
+TANH_GELUS = ("gelu_pytorch_tanh", "gelu_new")  # both are 0.5 x (1 + tanh(...)): the "geglu" gate here
+NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "post_attn_norm"),
+         ("pre_feedforward_layernorm", "norm2"), ("post_feedforward_layernorm", "post_mlp_norm"))
+
+
+def _rope_blocks(d: dict, path: Path) -> tuple[dict, dict]:
+    """(full-attention, sliding-attention) rotary blocks as Gemma3TextConfig builds them: the nested
+    rope_parameters, else the older rope_theta / rope_scaling / rope_local_base_freq fields."""
+    given = d.get("rope_parameters")
+    if given is not None and (not isinstance(given, dict)
+                              or not set(given) <= {"full_attention", "sliding_attention"}):
+        raise ModelLoadError(path, f"rope_parameters must map 'full_attention' and 'sliding_attention' to their "
+                                   f"rotary parameters, got {given!r}")
+    blocks = {k: dict(v) for k, v in (given or {}).items() if isinstance(v, dict)}
+    full = blocks.setdefault("full_attention", {"rope_type": "default"})
+    if given is None and d.get("rope_scaling") is not None:
+        full.update(d["rope_scaling"])
+    full.setdefault("rope_theta", d.get("rope_theta", DEFAULT_THETA["full_attention"]))
+    sliding = blocks.setdefault("sliding_attention", {"rope_type": "default"})
+    sliding.setdefault("rope_theta", d.get("rope_local_base_freq", DEFAULT_THETA["sliding_attention"]))
+    return full, sliding
+
+
+def config_from_hf(d: dict, path: Path) -> ModelConfig:
+    d = {**HF_DEFAULTS, **d}
+    if d["hidden_activation"] not in TANH_GELUS:
+        raise ModelLoadError(path, f"unsupported hidden_activation {d['hidden_activation']!r} "
+                                   f"(this family computes gelu_pytorch_tanh)")
+    if d["use_bidirectional_attention"]:
+        raise ModelLoadError(path, "use_bidirectional_attention true (EmbeddingGemma) is not supported: this "
+                                   "family is a causal decoder here")
+    if d["attn_logit_softcapping"] is not None:
+        raise ModelLoadError(path, f"attn_logit_softcapping {d['attn_logit_softcapping']!r} is not supported "
+                                   f"(scores are not soft-capped here)")
+    full, sliding = _rope_blocks(d, path)
+    rope = llama_like.rope_fields(full, path, "rope_parameters['full_attention']")
+    local = llama_like.rope_fields(sliding, path, "rope_parameters['sliding_attention']")
+    if local["rope_scaling"] is not None:
+        raise ModelLoadError(path, f"rope_parameters['sliding_attention']: rope type "
+                                   f"{local['rope_scaling']['rope_type']!r} is not supported on sliding layers "
+                                   f"(only 'default')")
+    fields = llama_like.decoder_fields(d, path, lm_head=FAMILY.has_lm_head(d))
+    n_layers = fields["n_layers"]
+    types = llama_like.layer_types_from_hf(d, path, n_layers)
+    if types is None and isinstance(n_layers, int):
+        pattern = d.get("sliding_window_pattern", d.get("_sliding_window_pattern", SLIDING_WINDOW_PATTERN))
+        if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern <= 0:
+            raise ModelLoadError(path, f"sliding_window_pattern must be a positive integer, got {pattern!r}")
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
+    window = d["sliding_window"]
+    if window is None and types and "sliding_attention" in types:
+        raise ModelLoadError(path, "layer_types has sliding_attention layers but sliding_window is null")
+    scalar, hidden = d["query_pre_attn_scalar"], fields["d_model"]
+    if not isinstance(scalar, (int, float)) or isinstance(scalar, bool) or not scalar > 0:
+        raise ModelLoadError(path, f"query_pre_attn_scalar must be a positive number, got {scalar!r}")
+    if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden <= 0:
+        raise ModelLoadError(path, f"hidden_size must be a positive integer, got {hidden!r}")
+    cap = d["final_logit_softcapping"]
+    return preset(**fields, **rope, rope_local_theta=local["rope_theta"], layer_types=types, sliding_window=window,
+                  attn_scale=float(scalar) ** -0.5, embed_scale=math.sqrt(hidden),
+                  final_logit_softcap=None if cap is None else real(cap),
+                  attention_bias=bool(d["attention_bias"]))
+
+
+def _query_pre_attn_scalar(cfg: ModelConfig) -> int | None:
+    """The integer s with attn_scale = s ** -0.5 (Gemma3TextConfig types it int), or None."""
+    if cfg.attn_scale is None:
+        return cfg.d_head  # the default 1/sqrt(d_head)
+    s = cfg.attn_scale ** -2
+    return round(s) if abs(s - round(s)) < 1e-6 * s else None
+
+
+def config_to_hf(cfg: ModelConfig) -> dict:
+    types = cfg.layer_types or ["sliding_attention" if cfg.sliding_window else "full_attention"] * cfg.n_layers
+    local_theta = cfg.rope_local_theta if cfg.rope_local_theta is not None else cfg.rope_theta
+    return {**llama_like.decoder_to_hf(cfg), "hidden_activation": "gelu_pytorch_tanh",
+            "query_pre_attn_scalar": _query_pre_attn_scalar(cfg), "sliding_window": cfg.sliding_window,
+            "layer_types": list(types), "attention_bias": cfg.attention_bias,
+            "final_logit_softcapping": cfg.final_logit_softcap, "attn_logit_softcapping": None,
+            "use_bidirectional_attention": False,
+            "rope_parameters": {"full_attention": llama_like.rope_to_hf(cfg.rope_theta, cfg.rope_scaling),
+                                "sliding_attention": {"rope_type": "default", "rope_theta": local_theta}}}
+
+
+def weights(cfg: ModelConfig) -> list[Weight]:
+    return llama_like.weights(cfg, NORMS)
+
+
+def hf_compatible(cfg: ModelConfig) -> bool:
+    windowed = cfg.sliding_window is not None and (cfg.layer_types is None or "sliding_attention" in cfg.layer_types)
+    # without its own local base, a sliding layer here reads the global rotary; Gemma's class gives
+    # sliding layers no scaling, so the two agree only without scaling
+    local_rotary_ok = cfg.rope_local_theta is not None or cfg.rope_scaling is None or not windowed
+    return (llama_like.llama_shaped(cfg) and cfg.norm == "rmsnorm_offset" and cfg.activation == "geglu"
+            and cfg.qk_norm and cfg.sandwich_norms and cfg.embed_scale is not None
+            and abs(cfg.embed_scale - math.sqrt(cfg.d_model)) < 1e-9 * cfg.embed_scale
+            and _query_pre_attn_scalar(cfg) is not None and cfg.attention_out_bias == cfg.attention_bias
+            and not cfg.mlp_bias and local_rotary_ok
+            and cfg.d_model % cfg.n_heads == 0)  # Gemma3TextConfig.validate_architecture insists
+
+
+FAMILY = Family(
+    model_type="gemma3_text", title="Gemma 3 text (decoder, sliding/global layers, sandwich norms, GeGLU)",
+    decoder=True, architectures=("Gemma3TextModel", "Gemma3ForCausalLM"), prefixes=("", "model."),
+    probe="embed_tokens.weight", config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+    structural=llama_like.STRUCTURAL + ("hidden_activation", "query_pre_attn_scalar", "sliding_window",
+                                        "layer_types", "rope_parameters", "final_logit_softcapping"),
+    weights=weights, preset=preset, hf_compatible=hf_compatible)

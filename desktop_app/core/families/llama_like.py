@@ -1,0 +1,178 @@
+"""What the LLaMA-shaped decoders (Qwen2, Qwen3, Mistral, Gemma 3) share: the config.json fields
+read and written the same way, the rotary parameters, and the one weight table.
+
+Each family module keeps only what differs: which fields it refuses, its biases, its windows and
+its norms. The table is parameterised by the names of each layer's norms (Gemma 3 has four).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..config import ModelConfig
+from .base import ModelLoadError, Weight, hf_dtype, real, required, weight
+
+# The rotary frequency scalings ModelConfig implements, with the fields each one reads.
+ROPE_FIELDS = {"linear": ("factor",),
+               "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
+
+
+def rope_fields(params: dict, path: Path, where: str, default_theta: float = 10000.0) -> dict[str, Any]:
+    """rope_theta and rope_scaling from one rotary parameter block (`where` names it in errors).
+
+    Only "default", "linear" and "llama3" are computed here; any other type (yarn, dynamic, longrope...)
+    and a partial rotary factor are refused rather than silently run as plain rotary.
+    """
+    if not isinstance(params, dict):
+        raise ModelLoadError(path, f"{where} must be a JSON object, got {params!r}")
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ("default", *ROPE_FIELDS):
+        raise ModelLoadError(path, f"{where}: unsupported rope type {kind!r} (supported: default, "
+                                   f"{', '.join(ROPE_FIELDS)})")
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ModelLoadError(path, f"{where}: partial_rotary_factor {params['partial_rotary_factor']!r} is not "
+                                   f"supported for this family")
+    scaling = None if kind == "default" else {"rope_type": kind, **{k: params.get(k) for k in ROPE_FIELDS[kind]}}
+    return {"rope_theta": real(params.get("rope_theta", default_theta)), "rope_scaling": scaling}
+
+
+def legacy_rope(d: dict) -> dict:
+    """The rotary block of a config.json: transformers 5's rope_parameters, or the older top-level
+    rope_theta + rope_scaling (which transformers still converts), merged the way it merges them."""
+    params = dict(d.get("rope_scaling") or {})
+    if "rope_theta" in d:
+        params["rope_theta"] = d["rope_theta"]
+    new = d.get("rope_parameters")
+    if isinstance(new, dict):
+        params.update(new)
+    return params
+
+
+def rope_to_hf(theta: float, scaling: dict | None) -> dict:
+    return {"rope_type": "default", "rope_theta": theta} if scaling is None else {**scaling, "rope_theta": theta}
+
+
+def decoder_fields(d: dict, path: Path, *, lm_head: bool, default_head_dim: int | None = None) -> dict[str, Any]:
+    """ModelConfig keywords every LLaMA-like config.json gives the same way.
+
+    default_head_dim: the head width the family's transformers class assumes when config.json has no
+    head_dim (Qwen3: 128); None means hidden_size // num_attention_heads.
+    """
+    need = required(d, path)
+    hidden, heads = need("hidden_size"), need("num_attention_heads")
+    head_dim = d.get("head_dim") or default_head_dim
+    if head_dim is not None and (not isinstance(head_dim, int) or isinstance(head_dim, bool)):
+        raise ModelLoadError(path, f"head_dim must be a positive integer, got {head_dim!r}")
+    if head_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads and head_dim * heads == hidden:
+        head_dim = None  # the implied width: stored as None so the config reads like any other
+    eos = d.get("eos_token_id")
+    return dict(
+        vocab_size=need("vocab_size"), d_model=hidden, n_layers=need("num_hidden_layers"), n_heads=heads,
+        n_kv_heads=d.get("num_key_value_heads") or heads, d_ff=need("intermediate_size"), head_dim=head_dim,
+        context_length=d.get("max_position_embeddings", 2048), norm_eps=d.get("rms_norm_eps", 1e-6),
+        tie_embeddings=bool(d.get("tie_word_embeddings", False)), lm_head=lm_head, dtype=hf_dtype(d),
+        bos_token_id=d.get("bos_token_id"), eos_token_id=eos[0] if isinstance(eos, list) else eos)
+
+
+def decoder_to_hf(cfg: ModelConfig) -> dict:
+    """The fields decoder_fields reads, from a config (head_dim always written: Qwen3's default is 128)."""
+    return {"hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+            "num_key_value_heads": cfg.n_kv_heads, "intermediate_size": cfg.d_ff, "head_dim": cfg.d_head,
+            "max_position_embeddings": cfg.context_length, "rms_norm_eps": cfg.norm_eps,
+            "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id}
+
+
+STRUCTURAL = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+              "head_dim", "max_position_embeddings", "rms_norm_eps")
+
+# (Hugging Face name under layers.{i}., ours under blocks.{i}.) of each layer's norms
+LLAMA_NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm2"))
+QK_NORMS = (("self_attn.q_norm", "attn.q_norm"), ("self_attn.k_norm", "attn.k_norm"))
+
+
+def weights(cfg: ModelConfig, norms: tuple[tuple[str, str], ...] = LLAMA_NORMS) -> list[Weight]:
+    """The LLaMA weight table: every tensor one to one; biases where the config has them, q/k norms
+    with qk_norm, and the per-layer norms the family names."""
+    table = [weight("embed_tokens.weight", "tok_embed.weight")]
+    linears = [("self_attn.q_proj", "attn.q", cfg.attention_bias), ("self_attn.k_proj", "attn.k", cfg.attention_bias),
+               ("self_attn.v_proj", "attn.v", cfg.attention_bias),
+               ("self_attn.o_proj", "attn.o", cfg.attention_out_bias),
+               ("mlp.gate_proj", "mlp.gate", cfg.mlp_bias), ("mlp.up_proj", "mlp.up", cfg.mlp_bias),
+               ("mlp.down_proj", "mlp.down", cfg.mlp_bias)]
+    for i in range(cfg.n_layers):
+        b, h = f"blocks.{i}.", f"layers.{i}."
+        for theirs, ours, bias in linears:
+            table.append(weight(h + theirs + ".weight", b + ours + ".weight"))
+            if bias:
+                table.append(weight(h + theirs + ".bias", b + ours + ".bias"))
+        for theirs, ours in norms + (QK_NORMS if cfg.qk_norm else ()):
+            table.append(weight(h + theirs + ".weight", b + ours + ".weight"))
+    table.append(weight("norm.weight", "final_norm.weight"))
+    if cfg.lm_head and not cfg.tie_embeddings:
+        table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
+    return table
+
+
+def llama_shaped(cfg: ModelConfig) -> bool:
+    """The switches every LLaMA-like transformers class has fixed: pre-norm, rotary over the whole
+    head, a final norm, a plain linear unembedding, causal, nothing of the encoders or GPT-NeoX."""
+    return (cfg.positions == "rotary" and cfg.norm_placement == "pre" and cfg.final_norm and cfg.causal
+            and not cfg.type_vocab_size and not cfg.embed_norm and cfg.lm_head_kind == "linear"
+            and not cfg.parallel_residual and cfg.rotary_fraction == 1.0 and cfg.position_offset == 0
+            and cfg.attention_kind == "softmax")
+
+
+def layer_types_from_hf(d: dict, path: Path, n_layers: Any) -> list[str] | None:
+    """config.json's explicit layer_types, checked: a list of known entries, one per layer."""
+    types = d.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != n_layers:
+        raise ModelLoadError(path, f"layer_types must list one entry per layer ({n_layers}), got {types!r}")
+    unknown = sorted({str(t) for t in types if t not in ("full_attention", "sliding_attention")})
+    if unknown:
+        raise ModelLoadError(path, f"layer_types has entries this app does not implement: {', '.join(unknown)}")
+    return list(types)
+
+
+def qwen_windows(d: dict, path: Path) -> dict[str, Any]:
+    """Qwen2/Qwen3's sliding window as transformers 5 computes it: `sliding_window` only counts when
+    use_sliding_window is true; the sliding layers are config.json's layer_types, or else the layers
+    from max_window_layers on. Without an effective window every layer is full (whatever layer_types
+    says: transformers then gives the "sliding" layers no window either)."""
+    window = d.get("sliding_window") if d.get("use_sliding_window") else None
+    if window is None:
+        return {"sliding_window": None, "layer_types": None}
+    n_layers = d.get("num_hidden_layers")
+    types = layer_types_from_hf(d, path, n_layers)
+    if types is None:
+        first = d.get("max_window_layers")
+        if not isinstance(first, int) or isinstance(first, bool) or not isinstance(n_layers, int):
+            raise ModelLoadError(path, f"use_sliding_window needs an integer max_window_layers, got {first!r}")
+        types = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
+    if "sliding_attention" not in types:
+        return {"sliding_window": None, "layer_types": None}
+    return {"sliding_window": window, "layer_types": types}
+
+
+def qwen_windows_to_hf(cfg: ModelConfig) -> dict[str, Any]:
+    """The inverse of qwen_windows: layer_types written out (transformers reads them first) and
+    max_window_layers consistent with them where they are full-then-sliding."""
+    if cfg.sliding_window is None:
+        return {"use_sliding_window": False, "sliding_window": None, "layer_types": ["full_attention"] * cfg.n_layers}
+    types = cfg.layer_types or ["sliding_attention"] * cfg.n_layers
+    leading_full = next((i for i, t in enumerate(types) if t == "sliding_attention"), cfg.n_layers)
+    return {"use_sliding_window": True, "sliding_window": cfg.sliding_window, "max_window_layers": leading_full,
+            "layer_types": list(types)}
+
+
+def silu_only(d: dict, path: Path) -> None:
+    if d.get("hidden_act", "silu") != "silu":
+        raise ModelLoadError(path, f"unsupported hidden_act {d.get('hidden_act')!r} (this family computes silu)")
+
+
+def plain_attention(cfg: ModelConfig) -> bool:
+    """None of Gemma's switches: a LLaMA-like class without them computes none of them."""
+    return (cfg.norm == "rmsnorm" and cfg.activation == "swiglu" and not cfg.sandwich_norms
+            and cfg.embed_scale is None and cfg.final_logit_softcap is None and cfg.rope_local_theta is None
+            and (cfg.attn_scale is None or abs(cfg.attn_scale * cfg.d_head ** 0.5 - 1.0) < 1e-12))

@@ -1,0 +1,90 @@
+"""Qwen2 / Qwen2.5 against transformers: q/k/v biases without an o bias, GQA, tied and untied
+embeddings, a sliding window shorter than the sequence on the layers from max_window_layers on,
+refusals, and the Lipschitz lab on a loaded folder."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from family_parity import check_family  # noqa: E402
+from family_lipschitz import check_lipschitz_and_heads  # noqa: E402
+
+from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
+
+
+def qwen2(**kw):
+    base = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False,
+                bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return lambda: transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**{**base, **kw}))
+
+
+@pytest.mark.parametrize("kw", [
+    {},  # GQA 4/2, untied
+    {"tie_word_embeddings": True, "num_key_value_heads": 4, "rope_parameters": {"rope_type": "default",
+                                                                               "rope_theta": 1e6}},
+    {"num_hidden_layers": 3, "num_key_value_heads": 1,
+     "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
+], ids=["gqa-untied", "tied-mha-theta", "mqa-linear-rope"])
+def test_qwen2_parity(kw, tmp_path):
+    loaded = check_family(qwen2(**kw), tmp_path)
+    assert loaded.config.family == "qwen2"
+    assert loaded.model.blocks[0].attn.q.bias is not None and loaded.model.blocks[0].attn.o.bias is None
+
+
+def test_qwen2_sliding_window_on_the_late_layers(tmp_path):
+    """use_sliding_window with max_window_layers = 1: layer 0 full, layers 1, 2 see 4 keys; the
+    sequence (12) and the 32 greedy steps run well past the window."""
+    loaded = check_family(qwen2(num_hidden_layers=3, use_sliding_window=True, sliding_window=4,
+                                max_window_layers=1), tmp_path)
+    assert loaded.config.sliding_window == 4
+    assert loaded.config.layer_types == ["full_attention", "sliding_attention", "sliding_attention"]
+
+
+def test_qwen2_window_without_use_sliding_window_is_no_window(tmp_path):
+    """transformers ignores sliding_window unless use_sliding_window is true: so does the app."""
+    loaded = check_family(qwen2(use_sliding_window=False, sliding_window=3, max_window_layers=0), tmp_path)
+    assert loaded.config.sliding_window is None and loaded.config.layer_types is None
+
+
+def _edited(tmp_path, edit):
+    transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64)).save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    edit(d)
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    return tmp_path
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: d.update(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}),
+     "unsupported rope type 'yarn'"),
+    (lambda d: d.update(hidden_act="gelu"), "unsupported hidden_act 'gelu'"),
+    (lambda d: d.update(use_sliding_window=True, sliding_window=4, layer_types=["full_attention", "chunked"]),
+     "layer_types has entries this app does not implement: chunked"),
+    (lambda d: (d.pop("layer_types"), d.update(use_sliding_window=True, sliding_window=4, max_window_layers="x")),
+     "max_window_layers"),
+])
+def test_qwen2_refusals_name_the_field(tmp_path, edit, message):
+    with pytest.raises(ModelLoadError, match=message) as err:
+        load_model_folder(_edited(tmp_path, edit))
+    assert "config.json" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_qwen2_lipschitz_and_head_matrices(tmp_path):
+    """Biases on q/k/v, none on o, GQA, full attention: the lab's layer and head estimates are the
+    exact Jacobian norms of the real sublayer."""
+    differences = check_lipschitz_and_heads(qwen2(num_hidden_layers=2), tmp_path, bilinear=True)
+    assert max(differences.values()) < 1e-6, differences
+
+
+def test_qwen2_lipschitz_on_a_sliding_layer(tmp_path):
+    """Layer 1 slides with a window of 3 over n = 7 tokens: the lab must use the layer's window."""
+    differences = check_lipschitz_and_heads(qwen2(use_sliding_window=True, sliding_window=3, max_window_layers=1),
+                                            tmp_path, bilinear=True)
+    assert max(differences.values()) < 1e-6, differences

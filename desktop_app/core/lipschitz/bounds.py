@@ -38,15 +38,15 @@ def _real_pairs(vals: torch.Tensor, vecs: torch.Tensor, rel_tol: float) -> tuple
 
 
 def head_eigen(fmap: AttentionMap, h: int, rel_tol: float = 1e-7) -> tuple[torch.Tensor, torch.Tensor]:
-    """real_eigen of head h's A = W_K^T W_Q / sqrt(k). With k < d, A has rank <= k: its nonzero
-    eigenvalues are those of the k x k matrix W_Q W_K^T / sqrt(k) (AB and BA share them), with
+    """real_eigen of head h's A = W_K^T W_Q s (s the score scale, 1/sqrt(k) by default). With k < d,
+    A has rank <= k: its nonzero eigenvalues are those of the k x k matrix W_Q W_K^T s (AB and BA share them), with
     eigenvectors W_K^T y, and 0 is an eigenvalue with any vector outside the row space of W_Q
     (GPT-2 small: a 64 x 64 problem instead of a 768 x 768 one, ~1000x faster)."""
     W_Q, W_K = fmap.W_Q[h].double(), fmap.W_K[h].double()
     k, d = W_Q.shape
     if k >= d:
         return real_eigen(fmap.A[h], rel_tol)
-    L = W_K.T / math.sqrt(k)
+    L = fmap.scaled(W_K.T)
     vals, ys = _real_pairs(*torch.linalg.eig(W_Q @ L), rel_tol)
     vecs = L @ ys
     Q = torch.linalg.qr(W_Q.T).Q  # row space of W_Q
@@ -103,7 +103,7 @@ def _bound_parameters(fmap: AttentionMap) -> tuple[list[float], list[float], flo
     cached = getattr(fmap, "_bound_cache", None)
     if cached is None:
         W_Q, W_K, W_V, W_O = (w.double() for w in (fmap.W_Q, fmap.W_K, fmap.W_V, fmap.W_O))
-        norms_A = (_product_norm(W_K.transpose(1, 2), W_Q) / math.sqrt(W_Q.shape[1])).tolist()
+        norms_A = fmap.scaled(_product_norm(W_K.transpose(1, 2), W_Q)).tolist()
         norms_V = _product_norm(W_O, W_V).tolist()
         smin, gamma = float("nan"), float("nan")
         # only one head's V can be injective, and only then is there a lower bound (map_bounds)

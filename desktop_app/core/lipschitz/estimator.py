@@ -27,7 +27,7 @@ import torch
 from ..attention import attention_probs
 from ..jobs import JobControl
 from ..model import apply_rotary
-from .measured import AttentionMap, _rotate_half_t
+from .measured import AttentionMap, rotary_transpose
 
 KATO_TEMPLE_SAFETY = 10.0
 MIN_STEPS = 3
@@ -36,8 +36,10 @@ MIN_STEPS = 3
 class _SoftmaxLinearization:
     """Closed-form J v and J^T u of softmax attention at X, sharing q, k, v, P computed once.
 
-    dS = (dq k^T + q dk^T)/sqrt(k), dP = P * (dS - rowsum(P * dS)), dY = dP v + P dv;
-    the transpose runs the same steps backwards (rotary transposed: cos*y - R(sin*y)).
+    dS = (dq k^T + q dk^T) s (s the map's score scale, 1/sqrt(k) by default),
+    dP = P * (dS - rowsum(P * dS)), dY = dP v + P dv; the transpose runs the same steps backwards
+    (rotary transposed: cos*y - R(sin*y) on the rotating dims). Valid only where q and k are affine
+    in X (no q/k norm) and nothing follows the output projection (no out_norm): `linearize` checks.
     The three input projections are one matmul with the stacked weights, the output one more.
     """
 
@@ -46,8 +48,8 @@ class _SoftmaxLinearization:
         q, k, v, self.rot = fmap.qkv(X)
         # contiguous [B, H, n, k]: flattening to [B*H, n, k] for bmm is then a free view
         self.q, self.k, self.v = q.contiguous(), k.contiguous(), v.contiguous()
-        self.scale = 1.0 / math.sqrt(self.q.shape[-1])
-        self.P = attention_probs(self.q, self.k, "softmax", fmap.mask(X.shape[1], X.device)).contiguous()
+        self.scale = 1.0 / math.sqrt(self.q.shape[-1]) if fmap.scale is None else fmap.scale
+        self.P = attention_probs(self.q, self.k, "softmax", fmap.mask(X.shape[1], X.device), scale=fmap.scale).contiguous()
         self.PT = self.P.transpose(-1, -2).contiguous()
         H, kq, d = fmap.W_Q.shape
         self.H, self.kq, self.kv = H, kq, fmap.W_V.shape[1]
@@ -104,8 +106,7 @@ class _SoftmaxLinearization:
         gv = gv.view(B, H, n, -1)
         if self.rot is not None:
             cos, sin = self.rot
-            gq = gq * cos + _rotate_half_t(gq * sin)
-            gk = gk * cos + _rotate_half_t(gk * sin)
+            gq, gk = rotary_transpose(gq, cos, sin), rotary_transpose(gk, cos, sin)
         tok = lambda t: t.transpose(1, 2).reshape(B, n, -1)  # noqa: E731
         return torch.cat([tok(gq), tok(gk), tok(gv)], -1) @ self.W_in.T
 
@@ -136,8 +137,10 @@ class _AutogradLinearization:
 
 
 def linearize(fn, X: torch.Tensor):
-    """An object with jvp(dX) and vjp(G) at X (closed form for softmax AttentionMaps)."""
-    if isinstance(fn, AttentionMap) and fn.kind == "softmax":
+    """An object with jvp(dX) and vjp(G) at X: closed form for softmax AttentionMaps whose scores
+    are bilinear and whose output is not normed; autograd for everything else (q/k norms, sandwich
+    output norms, other attention kinds, any callable)."""
+    if isinstance(fn, AttentionMap) and fn.kind == "softmax" and fn.scores_bilinear and fn.out_norm is None:
         return _SoftmaxLinearization(fn, X)
     return _AutogradLinearization(fn, X)
 

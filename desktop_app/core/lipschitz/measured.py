@@ -4,23 +4,27 @@ layer's attention sublayer exactly as the model applies it, or one head of it.
   * one head:  f(X)_i = V sum_j P_ij x_j,  P_ij = softmax_j(x_i^T A^T x_j), or with L2 / Sinkhorn
     attention weights; masked (causal) variant f^m(X)_i = f(x_1..x_i)_i;
   * multi-head f^MH = sum_h W^(h) f^(h);
-  * a model layer's attention sublayer (biases, causal mask, rotary), or one head of it
-    (model.head_matrices).
-All of them are an `AttentionMap` (weights per head, attention kind, mask, rotary), whose scores and
-masks come from core/attention.py, the formulas the model itself uses. A model's sublayer can also
-be measured through the module itself (`module_function`), which tests use as an independent
-reference.
+  * a model layer's attention sublayer exactly as the model's Block applies it, or one head of it
+    (model.head_matrices); see layer_map for what is measured under each config switch.
+All of them are an `AttentionMap` (weights per head, attention kind, mask and window, rotary, score
+scale, q/k norms, output norm), whose scores and masks come from core/attention.py and whose rotary,
+scale and window come from the model's own helpers (layer_rotary, attention_scale, layer_window).
+A model's sublayer can also be measured through the module itself (`module_function`), which tests
+use as an independent reference.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 from ..attention import ATTENTION_KINDS, attention_probs, causal_mask
-from ..model import apply_rotary, rotary_cos_sin
+from ..model import apply_rotary, attention_scale, layer_rotary, layer_window, rotary_cos_sin
 
 
 def _rotate_half_t(z: torch.Tensor) -> torch.Tensor:
@@ -29,14 +33,62 @@ def _rotate_half_t(z: torch.Tensor) -> torch.Tensor:
     return torch.cat([z2, -z1], dim=-1)
 
 
+def rotary_transpose(g: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Transpose of apply_rotary(., cos, sin) applied to g [..., k]: cos*g - R(sin*g) on the first
+    cos.shape[-1] dims (partial rotary: the rest passed through, so their transpose is the identity)."""
+    dims = cos.shape[-1]
+    if dims == g.shape[-1]:
+        return g * cos + _rotate_half_t(g * sin)
+    g_rot = g[..., :dims]
+    return torch.cat([g_rot * cos + _rotate_half_t(g_rot * sin), g[..., dims:]], dim=-1)
+
+
+@dataclass
+class HeadNorm:
+    """A copy of one of the model's norms as a plain function of its last dim (the q/k norms of
+    qk_norm, the post-attention norm of sandwich_norms): kind is the config's `norm`.
+
+    Computed like the model's modules (RMSNorm in float32 at least, Gemma's offset weight 1 + w),
+    but in float64 when the input is float64, where the model's RMSNorm would round to float32: the
+    lab's float64 maps stay float64 throughout."""
+    kind: str
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    eps: float
+
+    @classmethod
+    def of(cls, kind: str, module, dtype) -> "HeadNorm":
+        bias = getattr(module, "bias", None)
+        return cls(kind, module.weight.detach().to(dtype), None if bias is None else bias.detach().to(dtype),
+                   float(module.eps))
+
+    def to(self, dtype=None, device=None) -> "HeadNorm":
+        conv = lambda t: None if t is None else t.to(device=device, dtype=dtype)  # noqa: E731
+        return HeadNorm(self.kind, conv(self.weight), conv(self.bias), self.eps)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "layernorm":
+            return F.layer_norm(x, (x.shape[-1],), self.weight.to(x.dtype),
+                                None if self.bias is None else self.bias.to(x.dtype), self.eps)
+        ct = torch.promote_types(x.dtype, torch.float32)
+        xc = x.to(ct)
+        xc = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.kind == "rmsnorm_offset":
+            return (xc * (1.0 + self.weight.to(ct))).to(x.dtype)
+        return self.weight.to(x.dtype) * xc.to(x.dtype)
+
+
 @dataclass
 class AttentionMap:
     """Multi-head self-attention X [B, n, d] -> [B, n, d_out] with explicit per-head weights.
 
-    q_h = W_Q[h] x + b_Q[h], k_h = W_K[h] x + b_K[h] (then rotary when rope_theta is set),
-    v_h = W_V[h] x + b_V[h], P_h = attention_probs(q_h, k_h, kind, mask), out = sum_h W_O[h] P_h v_h + b_O.
-    The scores scale by 1/sqrt(k) (k = W_Q.shape[1]) as attention_probs does, so
-    A_h = W_K[h]^T W_Q[h] / sqrt(k) and x_i^T A_h^T x_j = q_i . k_j / sqrt(k).
+    q_h = W_Q[h] x + b_Q[h], k_h = W_K[h] x + b_K[h], v_h = W_V[h] x + b_V[h]; then q_norm / k_norm
+    on each head's q and k (when set), then rotary (rotary_table, else rope_theta over the full head
+    width); P_h = attention_probs(q_h, k_h, kind, mask, scale) with the causal mask (and its window)
+    when masked; out = out_norm(sum_h W_O[h] P_h v_h + b_O) (out_norm when set).
+    The scores scale by s = `scale`, by default 1/sqrt(k) (k = W_Q.shape[1]) as attention_probs does,
+    so A_h = W_K[h]^T W_Q[h] s and x_i^T A_h^T x_j = s q_i . k_j -- a bilinear form only without
+    q/k norms (`scores_bilinear`).
     """
     W_Q: torch.Tensor  # [H, k, d]
     W_K: torch.Tensor  # [H, k, d]
@@ -51,6 +103,14 @@ class AttentionMap:
     sinkhorn_iters: int = 3
     rope_theta: float | None = None
     label: str = ""
+    # The model's own rotary for positions 0..n-1 (model.layer_rotary of the layer: partial rotary,
+    # rope_scaling, Gemma 3's local base); takes precedence over rope_theta.
+    rotary_table: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None] | None = None
+    scale: float | None = None  # score multiplier; None: 1/sqrt(k)
+    window: int | None = None  # sliding window of the causal mask (only used when masked)
+    q_norm: HeadNorm | None = None  # qk_norm: each head's q and k normed before rotary
+    k_norm: HeadNorm | None = None
+    out_norm: HeadNorm | None = None  # sandwich_norms: the post-attention norm of the sublayer's output
 
     def __post_init__(self) -> None:
         if self.kind not in ATTENTION_KINDS:
@@ -68,10 +128,22 @@ class AttentionMap:
     def n_heads(self) -> int:
         return self.W_Q.shape[0]
 
+    def scaled(self, t: torch.Tensor) -> torch.Tensor:
+        """t times the score scale: t / sqrt(k) by default (that very expression, so maps without a
+        scale of their own give the same bits as before scale existed), else t * scale."""
+        return t / math.sqrt(self.W_Q.shape[1]) if self.scale is None else t * self.scale
+
+    @property
+    def scores_bilinear(self) -> bool:
+        """Whether head h's score is s q_i . k_j with q, k affine in x (no q/k norm); rotary keeps it
+        bilinear at each pair of positions (a fixed rotation of q_i and k_j)."""
+        return self.q_norm is None and self.k_norm is None
+
     @property
     def A(self) -> torch.Tensor:
-        """[H, d, d]: A_h = W_K^T W_Q / sqrt(k)."""
-        return self.W_K.transpose(1, 2) @ self.W_Q / math.sqrt(self.W_Q.shape[1])
+        """[H, d, d]: A_h = W_K^T W_Q s (s = 1/sqrt(k) unless `scale`). With q/k norms this is only the
+        linear part, not the score's matrix (scores_bilinear)."""
+        return self.scaled(self.W_K.transpose(1, 2) @ self.W_Q)
 
     @property
     def V(self) -> torch.Tensor:
@@ -79,27 +151,39 @@ class AttentionMap:
         return self.W_O @ self.W_V
 
     def head(self, h: int) -> "AttentionMap":
+        """Head h's share W_O[h] f_h (no output bias; no out_norm, which acts on the sum of the heads)."""
         sl = slice(h, h + 1)
         pick = lambda t: None if t is None else t[sl]  # noqa: E731
-        return AttentionMap(self.W_Q[sl], self.W_K[sl], self.W_V[sl], self.W_O[sl], pick(self.b_Q), pick(self.b_K),
-                            pick(self.b_V), None, self.kind, self.masked, self.sinkhorn_iters, self.rope_theta,
-                            f"{self.label} head {h}".strip())
+        return dataclasses.replace(self, W_Q=self.W_Q[sl], W_K=self.W_K[sl], W_V=self.W_V[sl], W_O=self.W_O[sl],
+                                   b_Q=pick(self.b_Q), b_K=pick(self.b_K), b_V=pick(self.b_V), b_O=None,
+                                   out_norm=None, label=f"{self.label} head {h}".strip())
 
     def to(self, dtype=None, device=None) -> "AttentionMap":
         conv = lambda t: None if t is None else t.to(device=device, dtype=dtype)  # noqa: E731
-        return AttentionMap(conv(self.W_Q), conv(self.W_K), conv(self.W_V), conv(self.W_O), conv(self.b_Q),
-                            conv(self.b_K), conv(self.b_V), conv(self.b_O), self.kind, self.masked,
-                            self.sinkhorn_iters, self.rope_theta, self.label)
+        norm = lambda m: None if m is None else m.to(dtype, device)  # noqa: E731
+        return dataclasses.replace(self, W_Q=conv(self.W_Q), W_K=conv(self.W_K), W_V=conv(self.W_V),
+                                   W_O=conv(self.W_O), b_Q=conv(self.b_Q), b_K=conv(self.b_K), b_V=conv(self.b_V),
+                                   b_O=conv(self.b_O), q_norm=norm(self.q_norm), k_norm=norm(self.k_norm),
+                                   out_norm=norm(self.out_norm))
 
     # -- pieces shared by the forward pass and the closed-form linearisation ----------------
     def mask(self, n: int, device) -> torch.Tensor | None:
-        return causal_mask(n, n, device) if self.masked else None
+        if not self.masked:
+            return None
+        return causal_mask(n, n, device) if self.window is None else causal_mask(n, n, device, self.window)
 
     def rotary(self, n: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if self.rotary_table is not None:
+            rot = self.rotary_table(torch.arange(n, device=device))
+            return None if rot is None else (rot[0].to(self.W_Q.dtype), rot[1].to(self.W_Q.dtype))
         if self.rope_theta is None:
             return None
         cos, sin = rotary_cos_sin(torch.arange(n, device=device), self.W_Q.shape[1], self.rope_theta)
         return cos.to(self.W_Q.dtype), sin.to(self.W_Q.dtype)
+
+    @property
+    def has_rotary(self) -> bool:
+        return self.rope_theta is not None or self.rotary_table is not None
 
     def _proj(self, X: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         y = torch.einsum("bnd,hkd->bhnk", X, W)
@@ -108,6 +192,10 @@ class AttentionMap:
     def qkv(self, X: torch.Tensor):
         n = X.shape[1]
         q, k, v = self._proj(X, self.W_Q, self.b_Q), self._proj(X, self.W_K, self.b_K), self._proj(X, self.W_V, self.b_V)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
         rot = self.rotary(n, X.device)
         if rot is not None:
             q, k = apply_rotary(q, *rot), apply_rotary(k, *rot)
@@ -115,16 +203,20 @@ class AttentionMap:
 
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
         q, k, v, _ = self.qkv(X)
-        p = attention_probs(q, k, self.kind, self.mask(X.shape[1], X.device), self.sinkhorn_iters)
+        p = attention_probs(q, k, self.kind, self.mask(X.shape[1], X.device), self.sinkhorn_iters, self.scale)
         out = torch.einsum("bhnk,hdk->bnd", p @ v, self.W_O)
-        return out if self.b_O is None else out + self.b_O
+        out = out if self.b_O is None else out + self.b_O
+        return out if self.out_norm is None else self.out_norm(out)
 
     # -- where Theorem 3.1 applies ------------------------------------------------------------
     def theorem_applies(self) -> bool:
-        """Softmax, no rotary and no query bias (a key bias shifts each row of scores by a constant
-        and a value/output bias shifts the output by a constant: neither changes the Jacobian)."""
+        """Softmax, no rotary, no q/k norm (the score is then not x_i^T A^T x_j), no output norm
+        (a nonlinear map after the heads) and no query bias (a key bias shifts each row of scores by
+        a constant and a value/output bias shifts the output by a constant: neither changes the
+        Jacobian). A score scale is folded into A; a sliding window is a mask (see map_bounds)."""
         no_q_bias = self.b_Q is None or bool((self.b_Q == 0).all())
-        return self.kind == "softmax" and self.rope_theta is None and no_q_bias
+        return (self.kind == "softmax" and not self.has_rotary and self.scores_bilinear and self.out_norm is None
+                and no_q_bias)
 
 
 def single_head(A: torch.Tensor, V: torch.Tensor, kind: str = "softmax", masked: bool = False,
@@ -163,27 +255,55 @@ def random_single_head(d: int, norm_A: float, norm_V: float, kind: str = "softma
 
 
 def layer_map(model, layer: int, head: int | None = None, masked: bool | None = None) -> AttentionMap:
-    """model.blocks[layer].attn as the model applies it (all biases, rotary, causal mask by default),
-    or one head of it (model.head_matrices: its q/k/v biases, W_O without the shared output bias)."""
+    """model.blocks[layer].attn as the model's Block applies it, or one head of it.
+
+    The layer: input = what the attention sublayer receives (after the pre-attention norm; the
+    block's input itself with post-norm placement), output = what is added to the residual stream:
+    the module's output, then the post-attention norm with sandwich_norms (Gemma 3), which the
+    Block applies before the residual add. Parallel residual (GPT-NeoX) changes neither.
+    Followed from the config exactly: q/k/v and output biases (attention_out_bias), head_dim,
+    grouped-query attention (each query head reads its group's key/value head), qk_norm (the
+    model's q_norm/k_norm weights, before rotary), rotary as model.layer_rotary gives it for this
+    layer (partial rotary, rope_scaling, Gemma 3's local base on sliding layers), the score scale
+    model.attention_scale (attn_scale), and the causal mask with this layer's window
+    (model.layer_window) when masked (by default as the config's `causal`; a window only exists
+    within the causal mask, as in the model).
+
+    One head (model.head_matrices): its q/k/v biases and W_O[:, head], without the shared output
+    bias and without the sandwich post-attention norm, which acts on the sum of the heads (so the
+    head is the model's per-head `head_out`, W_O,h y_h); everything else as for the layer.
+    """
     cfg = model.cfg
     if not 0 <= layer < cfg.n_layers:
         raise ValueError(f"layer {layer} out of range: the model has {cfg.n_layers} layers (0..{cfg.n_layers - 1})")
     masked = cfg.causal if masked is None else masked
-    theta = cfg.rope_theta if cfg.positions == "rotary" else None
-    common = dict(kind=cfg.attention_kind, masked=masked, sinkhorn_iters=cfg.sinkhorn_iters, rope_theta=theta)
+    block = model.blocks[layer]
+    attn = block.attn
+    dtype = torch.promote_types(attn.q.weight.dtype, torch.float32)  # float64 models stay float64
+    common = dict(kind=cfg.attention_kind, masked=masked, sinkhorn_iters=cfg.sinkhorn_iters)
+    # every switch left at its default keeps the map built exactly as before the switches existed
+    if cfg.positions == "rotary":
+        if cfg.rotary_fraction == 1.0 and cfg.rope_scaling is None and cfg.rope_local_theta is None:
+            common["rope_theta"] = cfg.rope_theta
+        else:
+            common["rotary_table"] = functools.partial(layer_rotary, cfg, layer)
+    if cfg.attn_scale is not None:
+        common["scale"] = attention_scale(cfg)
+    if layer_window(cfg, layer) is not None:
+        common["window"] = layer_window(cfg, layer)
+    if cfg.qk_norm:
+        common["q_norm"] = HeadNorm.of(cfg.norm, attn.q_norm, dtype)
+        common["k_norm"] = HeadNorm.of(cfg.norm, attn.k_norm, dtype)
     if head is not None:
         if not 0 <= head < cfg.n_heads:
             raise ValueError(f"head {head} out of range: the model has {cfg.n_heads} heads (0..{cfg.n_heads - 1})")
         hm = model.head_matrices(layer, head)
-        dtype = torch.promote_types(model.dtype, torch.float32)
-        b = lambda t: None if t is None else t[None].to(dtype)  # noqa: E731
+        hdtype = torch.promote_types(model.dtype, torch.float32)
+        b = lambda t: None if t is None else t[None].to(hdtype)  # noqa: E731
         return AttentionMap(b(hm.W_Q), b(hm.W_K), b(hm.W_V), b(hm.W_O), b(hm.b_Q), b(hm.b_K), b(hm.b_V),
                             None, label=f"layer {layer} head {head}", **common)
-    attn = model.blocks[layer].attn
     H, Hkv, dh, d = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_model
     rep = H // Hkv  # grouped-query attention: each query head reads its group's key/value head
-
-    dtype = torch.promote_types(attn.q.weight.dtype, torch.float32)  # float64 models stay float64
 
     def heads(lin, n_h):
         w = lin.weight.detach().to(dtype).view(n_h, dh, d)
@@ -198,23 +318,31 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
     W_V, b_V = heads(attn.v, Hkv)
     W_O = attn.o.weight.detach().to(dtype).view(d, H, dh).permute(1, 0, 2).contiguous()
     b_O = None if attn.o.bias is None else attn.o.bias.detach().to(dtype)
+    if getattr(block, "sandwich", False):
+        common["out_norm"] = HeadNorm.of(cfg.norm, block.post_attn_norm, dtype)
     return AttentionMap(W_Q, W_K, W_V, W_O, b_Q, b_K, b_V, b_O, label=f"layer {layer}", **common)
 
 
 def module_function(model, layer: int, masked: bool | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """X [B, n, d] -> model.blocks[layer].attn(X, mask, rotary): the module itself, called as the
-    model calls it (PyTorch's math SDPA kernel, which supports forward-mode differentiation)."""
+    """X [B, n, d] -> the layer's attention sublayer through the model's own modules, called as
+    Transformer.forward and Block call them: block.attn(X, mask, rotary) with the causal mask of
+    the layer's window (model.layer_window) and the layer's rotary (model.layer_rotary), then
+    block.post_attn_norm with sandwich_norms (PyTorch's math SDPA kernel, which supports
+    forward-mode differentiation)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     cfg = model.cfg
-    attn = model.blocks[layer].attn
+    block = model.blocks[layer]
+    attn = block.attn
     masked = cfg.causal if masked is None else masked
+    window = layer_window(cfg, layer)
 
     def f(X: torch.Tensor) -> torch.Tensor:
         n = X.shape[1]
-        mask = causal_mask(n, n, X.device)[None, None] if masked else None
-        rot = rotary_cos_sin(torch.arange(n, device=X.device), cfg.d_head, cfg.rope_theta) if cfg.positions == "rotary" else None
+        mask = causal_mask(n, n, X.device, window)[None, None] if masked else None
+        rot = layer_rotary(cfg, layer, torch.arange(n, device=X.device))
         with sdpa_kernel(SDPBackend.MATH):
-            return attn(X, mask, rot)
+            out = attn(X, mask, rot)
+        return block.post_attn_norm(out) if getattr(block, "sandwich", False) else out
 
     return f

@@ -130,6 +130,8 @@ class DynamicsPanel(QWidget):
         self.timer.setInterval(33)
         self.timer.timeout.connect(self._tick)
         state.trace_changed.connect(self._on_trace_changed)
+        # the model's cluster counts use the same threshold as the simulation's
+        self.cluster_tol.valueChanged.connect(lambda _: self._on_trace_changed(getattr(self.state, "trace", None)))
         state.model_changed.connect(self._on_model_changed)
         self._on_model_changed(getattr(state, "loaded", None))
         self._on_trace_changed(getattr(state, "trace", None))

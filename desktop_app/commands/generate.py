@@ -25,6 +25,7 @@ def add_parser(sub) -> None:
     p.add_argument("--stop-ids", help="comma-separated stop token ids (default: the model's end token)")
     p.add_argument("--order", choices=("confident", "left-to-right"), default="confident",
                    help="encoder models: which mask to fill first")
+    p.add_argument("--ablate", help="zero-ablate: LAYER.HEAD[,LAYER.HEAD...] (also LAYER.attn, LAYER.mlp)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -37,6 +38,7 @@ def run(args) -> int:
     from ..core.devices import resolve_device
     from ..core.generation import GenerationSettings, MaskedFillSession, generate
     from ..core.inputs import parse_token_ids
+    from ..core.interventions import parse_ablations
     from . import input_ids
 
     if args.max_new < 0:
@@ -49,12 +51,15 @@ def run(args) -> int:
     result: dict = {"model": str(loaded.path), "strategy": args.strategy, "seed": args.seed}
     if loaded.config.causal:
         stops = parse_token_ids(args.stop_ids, "--stop-ids") if args.stop_ids is not None else None
-        ids, session = generate(loaded, prompt, args.max_new, settings, seed=args.seed, stop_tokens=stops)
+        ids, session = generate(loaded, prompt, args.max_new, settings, seed=args.seed, stop_tokens=stops,
+                                interventions=parse_ablations(args.ablate, loaded.config) if args.ablate else None)
         gen = session.generated()
         result.update(prompt_length=len(prompt), ids=ids,
                       probs=[round(n.model_prob, 6) for n in gen],
                       score=session.current.score, stop_reason=session.stop_reason)
     else:
+        if args.ablate:
+            raise ValueError("--ablate is for decoder models (mask filling does not apply it yet)")
         mask_id = loaded.tokenizer.mask_token_id if loaded.tokenizer is not None else None
         if mask_id is None:
             raise ValueError(f"{loaded.path}: an encoder model fills [MASK] tokens, but its tokenizer has none")

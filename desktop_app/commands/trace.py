@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from . import MODEL_HELP
 
 
@@ -9,17 +11,20 @@ def add_parser(sub) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--text")
     g.add_argument("--ids", help="comma-separated token ids")
+    g.add_argument("--image", help="for a vision model: an image (PNG, JPEG, BMP) or a uint8 .npy array")
     p.add_argument("--out", required=True, help="output .npz")
+    p.add_argument("--ablate", help="zero-ablate: LAYER.HEAD[,LAYER.HEAD...] (also LAYER.attn, LAYER.mlp)")
     p.set_defaults(func=run)
 
 
-def trace_arrays(loaded, ids: list[int]) -> dict:
-    """tokens, attn.{l} [H, T, T], hidden.{i} (Hugging Face's hidden_states), logits [T, vocab]."""
+def trace_arrays(loaded, ids: list[int], interventions=None) -> dict:
+    """tokens, attn.{l} [H, T, T], hidden.{i} (Hugging Face's hidden_states), logits [T, vocab];
+    of the model with these interventions applied (core/interventions.py), if any."""
     import numpy as np
     import torch
 
     names = ["embed", "final_norm.out", "logits", "blocks.*.attn.pattern", "blocks.*.resid_post"]
-    _, trace = loaded.model.run_with_trace(torch.tensor(ids)[None], names=names)
+    _, trace = loaded.model.run_with_trace(torch.tensor(ids)[None], names=names, interventions=interventions)
     arrays = {"tokens": np.asarray(ids, dtype=np.int64)}
     for l in range(loaded.config.n_layers):
         arrays[f"attn.{l}"] = trace.pattern(l)[0].float().numpy()
@@ -27,6 +32,68 @@ def trace_arrays(loaded, ids: list[int]) -> dict:
         arrays[f"hidden.{i}"] = h[0].float().numpy()
     if "logits" in trace:
         arrays["logits"] = trace["logits"][0].float().numpy()
+    return arrays
+
+
+def read_image_file(path: str | Path, channels: int):
+    """An image file as a uint8 array H x W x C (C = 1 for a one-channel model, else 3): a .npy
+    array as it is, anything else decoded by Qt's QImage (core reads no image files itself)."""
+    import numpy as np
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{p}: no such image file")
+    if p.suffix.lower() == ".npy":
+        try:
+            return np.load(p, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"{p}: not a readable .npy array ({exc})") from exc
+    from PySide6.QtGui import QImage
+
+    image = QImage(str(p))
+    if image.isNull():
+        raise ValueError(f"{p}: not an image Qt can decode (PNG, JPEG, BMP, ...)")
+    grey = channels == 1
+    image = image.convertToFormat(QImage.Format.Format_Grayscale8 if grey else QImage.Format.Format_RGB888)
+    c, w, h = (1 if grey else 3), image.width(), image.height()
+    rows = np.frombuffer(image.constBits(), np.uint8, count=image.bytesPerLine() * h).reshape(h, -1)
+    return rows[:, : w * c].reshape(h, w, c).copy()  # rows are padded to 4 bytes
+
+
+def image_pixel_values(loaded, path: str | Path):
+    """The image at `path` as the model's pixel values [C, H, W], preprocessed as its folder's
+    preprocessor_config.json says (core/vit.py)."""
+    from ..core.vit import ImageInputError, image_settings, preprocess_image
+
+    cfg = loaded.config
+    if cfg.input_kind != "patches":
+        raise ValueError(f"{loaded.path}: not a vision model; --image needs a ViT folder (give --text or --ids)")
+    try:
+        return preprocess_image(read_image_file(path, cfg.num_channels), image_settings(loaded.path, cfg),
+                                cfg.num_channels)
+    except ImageInputError as exc:
+        raise ValueError(exc.args[0] if "preprocessor_config" in exc.args[0] else f"{path}: {exc}") from None
+
+
+def image_trace_arrays(loaded, pixel_values) -> dict:
+    """The keys trace_arrays writes, for an image: attn.{l} [H, 1 + P, 1 + P] ([CLS] first, patches
+    row by row), hidden.{i}, logits [classes] (with a classifier); pixel_values [C, H, W] in place of
+    tokens, and attention_distance [layers, heads] (mean distance in pixels, core/vit.py)."""
+    import numpy as np
+    import torch
+
+    from ..core.vit import attention_distance_of_trace
+
+    names = ["embed", "final_norm.out", "logits", "blocks.*.attn.pattern", "blocks.*.resid_post"]
+    _, trace = loaded.model.run_with_trace(torch.from_numpy(pixel_values)[None], names=names)
+    arrays = {"pixel_values": np.asarray(pixel_values, dtype=np.float32)}
+    for l in range(loaded.config.n_layers):
+        arrays[f"attn.{l}"] = trace.pattern(l)[0].float().numpy()
+    for i, h in enumerate(trace.hidden_states()):
+        arrays[f"hidden.{i}"] = h[0].float().numpy()
+    if "logits" in trace:
+        arrays["logits"] = trace["logits"][0].float().numpy()
+    arrays["attention_distance"] = attention_distance_of_trace(trace, loaded.config).astype(np.float32)
     return arrays
 
 
@@ -42,7 +109,21 @@ def run(args) -> int:
 
     prepare_output_file(args.out)  # a write failure now, not after the forward pass
     loaded = load_model(args.model_dir)
-    arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids))
+    if args.image is not None or loaded.config.input_kind == "patches":
+        if args.image is None:
+            raise ValueError(f"{args.model_dir}: a vision model reads images: give --image FILE")
+        if getattr(args, "ablate", None):
+            raise ValueError("--ablate does not work with --image yet")
+        arrays = image_trace_arrays(loaded, image_pixel_values(loaded, args.image))
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        atomic_write_bytes(Path(args.out), buf.getvalue())
+        print(f"wrote {args.out} ({len(arrays)} arrays)")
+        return 0
+    from ..core.interventions import parse_ablations
+
+    ablate = parse_ablations(args.ablate, loaded.config) if args.ablate else None
+    arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids), ablate)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     atomic_write_bytes(Path(args.out), buf.getvalue())

@@ -13,16 +13,18 @@ def add_parser(sub) -> None:
     g.add_argument("--ids", help="comma-separated token ids")
     g.add_argument("--image", help="for a vision model: an image (PNG, JPEG, BMP) or a uint8 .npy array")
     p.add_argument("--out", required=True, help="output .npz")
+    p.add_argument("--ablate", help="zero-ablate: LAYER.HEAD[,LAYER.HEAD...] (also LAYER.attn, LAYER.mlp)")
     p.set_defaults(func=run)
 
 
-def trace_arrays(loaded, ids: list[int]) -> dict:
-    """tokens, attn.{l} [H, T, T], hidden.{i} (Hugging Face's hidden_states), logits [T, vocab]."""
+def trace_arrays(loaded, ids: list[int], interventions=None) -> dict:
+    """tokens, attn.{l} [H, T, T], hidden.{i} (Hugging Face's hidden_states), logits [T, vocab];
+    of the model with these interventions applied (core/interventions.py), if any."""
     import numpy as np
     import torch
 
     names = ["embed", "final_norm.out", "logits", "blocks.*.attn.pattern", "blocks.*.resid_post"]
-    _, trace = loaded.model.run_with_trace(torch.tensor(ids)[None], names=names)
+    _, trace = loaded.model.run_with_trace(torch.tensor(ids)[None], names=names, interventions=interventions)
     arrays = {"tokens": np.asarray(ids, dtype=np.int64)}
     for l in range(loaded.config.n_layers):
         arrays[f"attn.{l}"] = trace.pattern(l)[0].float().numpy()
@@ -118,7 +120,10 @@ def run(args) -> int:
         atomic_write_bytes(Path(args.out), buf.getvalue())
         print(f"wrote {args.out} ({len(arrays)} arrays)")
         return 0
-    arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids))
+    from ..core.interventions import parse_ablations
+
+    ablate = parse_ablations(args.ablate, loaded.config) if args.ablate else None
+    arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids), ablate)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     atomic_write_bytes(Path(args.out), buf.getvalue())

@@ -14,8 +14,10 @@ from ..config import ModelConfig
 from .base import (HF_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, hf_dtype, preset_of, real,
                    required, weight)
 
+# rotary_fraction stays 1.0 here: Pythia's 0.25 always comes from config.json (config_from_hf sets
+# it), and a full rotary builds at any even head width (0.25 of a 4-wide head is not a rotation).
 preset = preset_of(dict(family="gpt_neox", norm="layernorm", norm_placement="pre", activation="gelu",
-                        positions="rotary", rotary_fraction=0.25, parallel_residual=True, causal=True,
+                        positions="rotary", rotary_fraction=1.0, parallel_residual=True, causal=True,
                         attention_bias=True, mlp_bias=True, final_norm=True, tie_embeddings=False, norm_eps=1e-5))
 
 # GPT-NeoX's hidden_act values this app computes the same way (silu there is ungated: not ours)

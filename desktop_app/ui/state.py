@@ -35,10 +35,12 @@ def _load(path: str, device: str, dtype: str | None, text: str) -> tuple[LoadedM
     return loaded, run_sample_text(path, loaded)
 
 
-def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None) -> tuple[EncodedText, Trace | None]:
+def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
+                interventions: list | None = None) -> tuple[EncodedText, Trace | None]:
     """Encode `text` (or check the given `ids`) for `loaded` and trace them. Text longer than the
     context is cut to its first context_length tokens, and the EncodedText's notice says so;
-    unknown words and ids outside the vocabulary raise InputError with a sentence naming them."""
+    unknown words and ids outside the vocabulary raise InputError with a sentence naming them.
+    With interventions (core/interventions.py) the trace is the edited model's (means over this text)."""
     import torch
 
     from ..core.inputs import check_ids, trace_names
@@ -53,13 +55,18 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None) -> tuple[
     if not enc.ids:
         return enc, None
     names = trace_names(cfg, len(enc.ids))
-    _, trace = loaded.model.run_with_trace(torch.tensor(enc.ids, device=loaded.model.device)[None], names=names)
+    if interventions:
+        from ..core.interventions import resolve
+        interventions = resolve(loaded.model, enc.ids, [iv.check(cfg) for iv in interventions])
+    _, trace = loaded.model.run_with_trace(torch.tensor(enc.ids, device=loaded.model.device)[None], names=names,
+                                           interventions=interventions)
     return enc, trace
 
 
-def tokenize_and_trace(loaded: LoadedModel, text: str, ids: list[int] | None) -> tuple[list[int], Trace | None]:
+def tokenize_and_trace(loaded: LoadedModel, text: str, ids: list[int] | None,
+                       interventions: list | None = None) -> tuple[list[int], Trace | None]:
     """trace_input without the notice (ids, trace)."""
-    enc, trace = trace_input(loaded, text, ids)
+    enc, trace = trace_input(loaded, text, ids, interventions)
     return enc.ids, trace
 
 
@@ -99,6 +106,7 @@ class AppState(QObject):
     busy_changed = Signal(bool, str)
     error = Signal(str)
     notice = Signal(str)  # something the app did for the user that they should know (status bar)
+    interventions_changed = Signal(list)  # the what-if edits every text trace applies
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -114,6 +122,7 @@ class AppState(QObject):
         self.trace_source = "text"
         self._trace_job = None
         self._pending_text: tuple[str, list[int] | None] | None = None
+        self.interventions: list = []  # core.interventions.Intervention, applied to every text trace
 
     # -- model -----------------------------------------------------------------------------
     def open_model(self, path: str | Path) -> None:
@@ -211,7 +220,14 @@ class AppState(QObject):
                 pending, self._pending_text = self._pending_text, None
                 self.set_text(*pending)
 
-        self._trace_job = run_job(tokenize_and_trace, loaded, text, ids, on_result=done, on_error=failed)
+        self._trace_job = run_job(tokenize_and_trace, loaded, text, ids, list(self.interventions),
+                                  on_result=done, on_error=failed)
+
+    def set_interventions(self, interventions: list) -> None:
+        """Replace the what-if edits and trace the text again with them (an empty list: the plain model)."""
+        self.interventions = list(interventions)
+        self.interventions_changed.emit(list(self.interventions))
+        self.set_text(self.text)
 
     def show_trace(self, trace: Trace, token_ids: list[int]) -> None:
         """Hand a trace made elsewhere (e.g. a generation step) to every inspecting panel."""

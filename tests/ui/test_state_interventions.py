@@ -1,0 +1,35 @@
+"""AppState's what-if edits: every text trace is the edited model's, and clearing them restores it."""
+from __future__ import annotations
+
+import torch
+
+from desktop_app.core.checkpoints import LoadedModel, new_model
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.interventions import Intervention
+from desktop_app.core.tokenizer import char_tokenizer
+from desktop_app.ui.state import AppState
+
+TEXT = "the cat sat on a mat"
+
+
+def test_text_traces_apply_the_interventions(qtbot):
+    tok = char_tokenizer(TEXT)
+    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=36, n_layers=2, n_heads=3, d_ff=64,
+                           context_length=64, init_std=0.3)
+    model = new_model(cfg, seed=0).eval()
+    state = AppState()
+    state.loaded = LoadedModel(model, cfg, tok, None, "test")
+    ids = tok.encode(TEXT)
+    plain = model(torch.tensor([ids])).logits[0].detach()
+    ablate = [Intervention("blocks.1.attn.head.2"), Intervention("blocks.0.mlp.out", "mean")]
+    with qtbot.waitSignal(state.trace_changed, timeout=10_000):
+        state.text = TEXT
+        state.set_interventions(ablate)
+    from desktop_app.core.interventions import resolve
+    with torch.no_grad():
+        ref = model(torch.tensor([ids]), interventions=resolve(model, ids, ablate)).logits[0]
+    assert torch.allclose(state.trace["logits"][0], ref, atol=1e-5)
+    assert not torch.allclose(ref, plain, atol=1e-3)
+    with qtbot.waitSignal(state.trace_changed, timeout=10_000):
+        state.set_interventions([])
+    assert torch.allclose(state.trace["logits"][0], plain, atol=1e-5)

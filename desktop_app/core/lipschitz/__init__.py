@@ -2,7 +2,9 @@
 
 The lab, one module per part (DESIGN.md, "Local Lipschitz constants"):
   measured.py   the functions measured: AttentionMap (one head, several heads, a model layer or one
-                of its heads, as the model applies it), module_function (the module itself)
+                of its heads, as the model applies it under every config switch: rotary, score
+                scale, window, q/k norms, sandwich post-attention norm), HeadNorm (a copy of one
+                of the model's norms), module_function (the module itself)
   estimator.py  ||D_X f||_2 matrix-free: spectral_norm (batched Golub-Kahan-Lanczos), the paper's
                 power_iteration, exact_jacobian_norm (small-case reference)
   bounds.py     Theorem 3.1: upper and lower bounds, gamma, the adversarial construction, map_bounds
@@ -26,7 +28,8 @@ from .estimator import (DGKS_ETA, KATO_TEMPLE_SAFETY, MIN_STEPS, SpectralEstimat
 from .files import CSV_COLUMNS, load_matrices, save_csv, strict_json
 from .fit import _student_t_quantile, fit_exponent
 from .inputs import _pick, ball_inputs, real_inputs, search_adversarial, window_starts
-from .measured import AttentionMap, layer_map, module_function, multi_head, random_single_head, single_head
+from .measured import (AttentionMap, HeadNorm, layer_map, module_function, multi_head, random_single_head,
+                       rotary_transpose, single_head)
 from .sources import (INPUT_SOURCES, MODEL, SYNTHETIC, InputSource, SourceContext, get_source, register_source,
                       source_names, sources_for)
 from .sweep import (DATA_KINDS, DEFAULT_SEARCH_STEPS, DEFAULT_SEED, DEFAULT_SYNTHETIC_D, DEFAULT_TOL,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-BENCHMARKS = ("load", "generation", "lipschitz", "training", "render", "startup", "dynamics")
+BENCHMARKS = ("load", "generation", "lipschitz", "training", "render", "startup", "dynamics", "memory")
 
 
 def add_parser(sub) -> None:

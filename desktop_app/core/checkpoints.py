@@ -304,8 +304,8 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     sd = _from_hf(cfg, get, set(files), lambda n: files.get(n, folder / WEIGHTS))
     # the tensors the model takes: an unused extra (e.g. a mask buffer some exporters keep) is not refused
     _check_finite({name: files[name] for name in used})
-    target_dtype = resolve_dtype(dtype) if dtype is not None else resolve_dtype(cfg.dtype)
-    if dtype is not None:  # only the recorded dtype changes; the modules need nothing else
+    target_dtype = resolve_dtype(dtype) if dtype is not None else _stored_dtype(sd, resolve_dtype(cfg.dtype))
+    if target_dtype != resolve_dtype(cfg.dtype):  # only the recorded dtype changes; the modules need nothing else
         cfg = model.cfg = cfg.replace(dtype={v: k for k, v in _dtype_names().items()}[target_dtype])
     expected = {k: v for k, v in model.state_dict().items()}
     for name, t in sd.items():
@@ -340,6 +340,15 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     # a snapshot of the local Hugging Face cache is named by its repository, not its commit hash
     name = snapshot_repo_ref(path) or Path(path).name
     return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=Path(path), name=name)
+
+
+def _stored_dtype(sd: dict[str, torch.Tensor], recorded: torch.dtype) -> torch.dtype:
+    """The dtype the weights are stored in, when they share one the app computes in: then they stay
+    memory-mapped views of the files (a bfloat16 model takes its file's size of memory, where a
+    float32 copy would take twice that more). config.json's dtype is only a label, often missing
+    (read as float32) or disagreeing with the tensors. Mixed dtypes: the recorded one, by conversion."""
+    stored = {t.dtype for t in sd.values() if t.is_floating_point()}
+    return stored.pop() if len(stored) == 1 and next(iter(stored)) in _dtype_names().values() else recorded
 
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:h|layer|layers|blocks)\.(\d+)\.")  # GPT-2, BERT, LLaMA, ours

@@ -22,7 +22,8 @@ from desktop_app.core.model import layer_rotary, layer_window
 
 def real_sublayer(model, layer: int, head: int | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
     """X [B, n, d] -> model.blocks[layer].attn exactly as the forward pass calls it (window mask,
-    the layer's rotary, q/k norms, score scale); with `head`, only that head's share W_O,h y_h."""
+    the layer's rotary, q/k norms, score scale, then the sandwich norm if any); with `head`, only
+    that head's share W_O,h y_h."""
     cfg = model.cfg
     attn = model.blocks[layer].attn
     params = dict(attn.named_parameters())
@@ -33,12 +34,17 @@ def real_sublayer(model, layer: int, head: int | None = None) -> Callable[[torch
         if attn.o.bias is not None:
             params["o.bias"] = torch.zeros_like(attn.o.bias)
 
+    # Gemma 3's sandwich norm belongs to the sublayer: its output, not attn's, is what the residual
+    # adds (blocks.{l}.attn.out); one head's share is taken before it (the norm mixes the heads)
+    post_norm = model.blocks[layer].post_attn_norm if cfg.sandwich_norms and head is None else None
+
     def f(X: torch.Tensor) -> torch.Tensor:
         n = X.shape[1]
         mask = causal_mask(n, n, X.device, layer_window(cfg, layer))[None, None]
         rot = layer_rotary(cfg, layer, torch.arange(n, device=X.device))
         with sdpa_kernel(SDPBackend.MATH):
-            return torch.func.functional_call(attn, params, (X, mask, rot))
+            out = torch.func.functional_call(attn, params, (X, mask, rot))
+        return out if post_norm is None else post_norm(out)
 
     return f
 
@@ -61,13 +67,10 @@ def check_lipschitz_and_heads(make_hf, tmp_path: Path, *, bilinear: bool, n: int
     _, trace = model.run_with_trace(ids, names=(f"blocks.{layer}.attn.*",))
     X = trace[f"blocks.{layer}.attn.input"]
 
-    # the reference function is the sublayer the forward pass runs (Gemma: before its post-attention norm)
-    f = real_sublayer(model, layer)
-    out = f(X)
-    block = model.blocks[layer]
-    recorded = block.post_attn_norm(out) if cfg.sandwich_norms else out
+    # the reference function is the sublayer the forward pass runs: what it records as attn.out
     # (the recording path takes its softmax in float32: ~1e-9 apart on this float64 model)
-    torch.testing.assert_close(recorded, trace[f"blocks.{layer}.attn.out"], atol=1e-7, rtol=1e-6)
+    torch.testing.assert_close(real_sublayer(model, layer)(X), trace[f"blocks.{layer}.attn.out"],
+                               atol=1e-7, rtol=1e-6)
 
     differences = {}
     for head in (None, *heads):
@@ -104,5 +107,4 @@ def check_lipschitz_and_heads(make_hf, tmp_path: Path, *, bilinear: bool, n: int
                 bias_part = hf_attn.scaling * ((x @ W_Q.T @ b_K)[:, None] + (b_Q @ W_K @ x.T)[None, :] + b_Q @ b_K)
             # head_matrices are float32 (analysis matrices of any model dtype): ~1e-7 relative
             torch.testing.assert_close(bilinear_part + bias_part, scores, atol=1e-6, rtol=1e-5)
-    print({k: f"{v:.2e}" for k, v in differences.items()})
     return differences

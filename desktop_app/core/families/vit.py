@@ -28,10 +28,10 @@ _SWITCHES: dict[str, Any] = dict(
 
 
 def preset(**kw: Any) -> ModelConfig:
-    """ViT's switches; context_length follows from image_size and patch_size unless given."""
+    """ViT's switches. context_length is no free choice here: it is always 1 + the number of
+    patches (a context_length given, e.g. by a text preset's keywords, is replaced)."""
     merged = {**_SWITCHES, **kw}
-    if "context_length" not in kw and isinstance(merged["image_size"], int) and isinstance(merged["patch_size"], int) \
-            and merged["patch_size"] > 0:
+    if isinstance(merged["image_size"], int) and isinstance(merged["patch_size"], int) and merged["patch_size"] > 0:
         merged["context_length"] = 1 + (merged["image_size"] // merged["patch_size"]) ** 2
     return ModelConfig(**merged)
 

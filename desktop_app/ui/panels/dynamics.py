@@ -278,6 +278,7 @@ class DynamicsPanel(QWidget):
         lay.addLayout(right, 1)
         for w in (self.init, self.qkv):
             w.currentIndexChanged.connect(self._update_enabled)
+        self.sphere.toggled.connect(self._update_enabled)
         self._update_enabled()
 
     def _update_enabled(self) -> None:
@@ -292,6 +293,7 @@ class DynamicsPanel(QWidget):
         self.file_button.setEnabled(qkv == "file")
         self.model_layer.setEnabled(qkv == "model")
         self.model_head.setEnabled(qkv == "model")
+        self.renormalise.setEnabled(not self.sphere.isChecked())  # exp(-tV) x would leave the sphere: not shown there
 
     # -- state ------------------------------------------------------------------------------------
     def _on_model_changed(self, loaded) -> None:

@@ -151,3 +151,25 @@ def test_benchmark_plays_the_panel_and_reports_frames_per_second(qtbot):
     assert out["name"] == "dynamics" and out["n"] == 200 and out["target_fps"] == 30
     assert out["simulation_fps"] > 1 and out["panel_fps"] > 1  # frames really were computed and drawn
     assert out["meets_target"] == (out["panel_fps"] >= 30)
+
+
+def test_the_simulation_runs_off_the_ui_thread(qtbot, panel):
+    import threading
+
+    panel.n.setValue(20)
+    panel.d.setValue(2)
+    panel.sphere.setChecked(False)
+    reset(qtbot, panel)
+    threads = []
+    advance = panel.sim.advance
+
+    def recording_advance(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return advance(*args, **kwargs)
+
+    panel.sim.advance = recording_advance
+    click(qtbot, panel.step_button)
+    qtbot.waitUntil(lambda: len(panel._frames) == 2, timeout=10000)
+    assert threads and all(t is not threading.main_thread() for t in threads)
+    assert panel.screen_xy.shape == (20, 2)  # d = 2 is drawn directly
+    np.testing.assert_allclose(panel.screen_xy, panel._frames[-1].shown)

@@ -140,7 +140,12 @@ def map_bounds(fmap: AttentionMap, n, radius) -> tuple[np.ndarray, np.ndarray]:
       ||D f dX||^2 <= 3 ||V||^2 (n + ||A||^2 R^4 + 4 n ||A||^2 R^4) ||dX||^2.
     The causal mask only restricts row i's softmax to j <= i (f^m(X)_i = f(x_1..x_i)_i, a row of an
     unmasked attention on a prefix): the same identities and estimates hold line by line, so the
-    masked map has the same bound (test_masked_estimates_never_exceed_the_upper_bound).
+    masked map has the same bound (test_masked_estimates_never_exceed_the_upper_bound). A sliding
+    window restricts row i further (i - w < j <= i): still a softmax over a set of positions, so the
+    bound holds there too. A score scale (attn_scale) is part of A (AttentionMap.A).
+    Not applicable (nan, theorem_applies): rotary positions, q/k norms (the score is not
+    x_i^T A^T x_j) and an output norm after the heads (sandwich_norms), whose Jacobians the
+    theorem's argument does not cover.
 
     Lower bound: Theorem 3.1 is stated for V = I, unmasked, one head. For f_V(X)_i = V g_i(X),
     D f_V = (I_n (x) V) D g, so ||D f_V|| >= sigma_min(V) ||D g|| and the bound scales by sigma_min(V)

@@ -68,3 +68,15 @@ def test_mask_filling_proposes_transformers_top_token(tmp_path):
             logits = hf(torch.tensor([session.ids()])).logits[0]
         step = session.step()
         assert step.position == position and step.token == int(logits[position].argmax())
+
+
+def test_pad_tokens_inside_the_input_get_hugging_face_positions(tmp_path):
+    """HF gives a pad token position padding_idx and does not count it for the tokens after it."""
+    torch.manual_seed(2)
+    hf = transformers.RobertaForMaskedLM(config()).eval()
+    hf.save_pretrained(tmp_path)
+    loaded = load_model_folder(tmp_path)
+    ids = torch.tensor([[0, 5, 1, 1, 7, 8, 1, 9, 2], [5, 6, 7, 8, 9, 10, 11, 1, 1]])  # 1 = <pad>
+    with torch.no_grad():
+        ours, ref = loaded.model(ids).logits, hf(ids).logits
+    assert (ours - ref).abs().max().item() < 1e-4

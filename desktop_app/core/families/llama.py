@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import Family, ModelLoadError, Weight, hf_dtype, preset_of, real, required, weight
+from . import llama_like
+from .base import Family, ModelLoadError, Weight, hf_dtype, preset_of, real, required
 from .gpt2 import classic_switches
 
 preset = preset_of(dict(family="llama", norm="rmsnorm", norm_placement="pre", activation="swiglu",
@@ -45,23 +46,7 @@ def config_to_hf(cfg: ModelConfig) -> dict:
 
 
 def weights(cfg: ModelConfig) -> list[Weight]:
-    table = [weight("embed_tokens.weight", "tok_embed.weight")]
-    linears = [("self_attn.q_proj", "attn.q", cfg.attention_bias), ("self_attn.k_proj", "attn.k", cfg.attention_bias),
-               ("self_attn.v_proj", "attn.v", cfg.attention_bias), ("self_attn.o_proj", "attn.o", cfg.attention_bias),
-               ("mlp.gate_proj", "mlp.gate", cfg.mlp_bias), ("mlp.up_proj", "mlp.up", cfg.mlp_bias),
-               ("mlp.down_proj", "mlp.down", cfg.mlp_bias)]
-    for i in range(cfg.n_layers):
-        b, h = f"blocks.{i}.", f"layers.{i}."
-        for theirs, ours, bias in linears:
-            table.append(weight(h + theirs + ".weight", b + ours + ".weight"))
-            if bias:
-                table.append(weight(h + theirs + ".bias", b + ours + ".bias"))
-        table += [weight(h + "input_layernorm.weight", b + "norm1.weight"),
-                  weight(h + "post_attention_layernorm.weight", b + "norm2.weight")]
-    table.append(weight("norm.weight", "final_norm.weight"))
-    if cfg.lm_head and not cfg.tie_embeddings:
-        table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
-    return table
+    return llama_like.weights(cfg)  # the table Qwen2, Qwen3, Mistral and Gemma 3 share
 
 
 def hf_compatible(cfg: ModelConfig) -> bool:

@@ -108,3 +108,25 @@ def check_lipschitz_and_heads(make_hf, tmp_path: Path, *, bilinear: bool, n: int
             # head_matrices are float32 (analysis matrices of any model dtype): ~1e-7 relative
             torch.testing.assert_close(bilinear_part + bias_part, scores, atol=1e-6, rtol=1e-5)
     return differences
+
+
+def check_preset_opens_in_transformers(family: str, tmp_path: Path, **over) -> None:
+    """A model built from the family's preset (as the Train panel builds one), perturbed and saved
+    here, opens with transformers' AutoModelForCausalLM under the family's class with the same logits."""
+    import transformers
+
+    from desktop_app.core.checkpoints import new_model, save_model_folder
+    from desktop_app.core.families import REGISTRY
+
+    cfg = REGISTRY[family].preset(**{**dict(vocab_size=61, d_model=32, n_layers=2, n_heads=4, d_ff=64,
+                                            context_length=32), **over})
+    model = new_model(cfg, seed=0).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    save_model_folder(model, tmp_path)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert type(hf).__name__ == REGISTRY[family].architectures[1]
+    ids = torch.randint(0, cfg.vocab_size, (2, 10))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, hf(ids).logits, atol=1e-4, rtol=0)

@@ -11,7 +11,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from family_lipschitz import check_lipschitz_and_heads  # noqa: E402
+from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
 from family_parity import check_family  # noqa: E402
 
 from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
@@ -85,3 +85,7 @@ def test_gemma3_text_lipschitz_and_head_matrices(tmp_path):
     the recorded head outputs (A_h is not the score with q/k norms)."""
     differences = check_lipschitz_and_heads(gemma3(), tmp_path, bilinear=False)
     assert max(differences.values()) < 1e-6, differences
+
+
+def test_gemma3_text_preset_model_saved_here_opens_in_transformers(tmp_path):
+    check_preset_opens_in_transformers("gemma3_text", tmp_path, n_kv_heads=2, sliding_window=3, layer_types=["sliding_attention", "full_attention"], rope_local_theta=100.0)

@@ -9,7 +9,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from family_lipschitz import check_lipschitz_and_heads  # noqa: E402
+from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
 from family_parity import check_family  # noqa: E402
 
 from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
@@ -62,3 +62,7 @@ def test_mistral_lipschitz_and_head_matrices(tmp_path):
     sublayer, and A_h, V_h agree with transformers' projections and the recorded head outputs."""
     differences = check_lipschitz_and_heads(mistral(sliding_window=3), tmp_path, bilinear=True)
     assert max(differences.values()) < 1e-6, differences
+
+
+def test_mistral_preset_model_saved_here_opens_in_transformers(tmp_path):
+    check_preset_opens_in_transformers("mistral", tmp_path, sliding_window=4)

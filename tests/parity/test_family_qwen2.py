@@ -11,7 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from family_parity import check_family  # noqa: E402
-from family_lipschitz import check_lipschitz_and_heads  # noqa: E402
+from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
 
 from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
 
@@ -88,3 +88,27 @@ def test_qwen2_lipschitz_on_a_sliding_layer(tmp_path):
     differences = check_lipschitz_and_heads(qwen2(use_sliding_window=True, sliding_window=3, max_window_layers=1),
                                             tmp_path, bilinear=True)
     assert max(differences.values()) < 1e-6, differences
+
+
+def test_qwen2_preset_model_saved_here_opens_in_transformers(tmp_path):
+    check_preset_opens_in_transformers("qwen2", tmp_path, n_kv_heads=2)
+
+
+def test_a_hub_style_config_reads_as_transformers_reads_it(tmp_path):
+    """Qwen2.5 configs on the Hub: top-level rope_theta, "rope_scaling": null, no layer_types, a
+    sliding_window present but off, torch_dtype. Both sides open the same edited folder."""
+    torch.manual_seed(0)
+    qwen2(num_hidden_layers=3, tie_word_embeddings=True)().save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    for key in ("rope_parameters", "layer_types", "dtype"):
+        d.pop(key, None)
+    d.update(rope_theta=1000000.0, rope_scaling=None, use_sliding_window=False, sliding_window=2,
+             max_window_layers=1, torch_dtype="float32")
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    loaded = load_model_folder(tmp_path)
+    assert loaded.config.rope_theta == 1e6 and loaded.config.sliding_window is None
+    hf = transformers.Qwen2ForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert hf.config.rope_parameters["rope_theta"] == 1e6
+    ids = torch.randint(3, 97, (1, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(ids).logits, hf(ids).logits, atol=1e-4, rtol=0)

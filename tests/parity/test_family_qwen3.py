@@ -9,7 +9,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from family_lipschitz import check_lipschitz_and_heads  # noqa: E402
+from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
 from family_parity import check_family  # noqa: E402
 
 from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
@@ -65,3 +65,7 @@ def test_qwen3_lipschitz_and_head_matrices(tmp_path):
     must still be the exact Jacobian norms of the real sublayer (q/k norms, head_dim 16, GQA)."""
     differences = check_lipschitz_and_heads(qwen3(), tmp_path, bilinear=False)
     assert max(differences.values()) < 1e-6, differences
+
+
+def test_qwen3_preset_model_saved_here_opens_in_transformers(tmp_path):
+    check_preset_opens_in_transformers("qwen3", tmp_path, head_dim=16)

@@ -10,14 +10,23 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from ..config import ModelConfig
 from . import llama_like
 from .base import Family, ModelLoadError, Weight, preset_of, real
 
-preset = preset_of(dict(family="gemma3_text", norm="rmsnorm_offset", norm_placement="pre", activation="geglu",
-                        positions="rotary", causal=True, attention_bias=False, mlp_bias=False, qk_norm=True,
-                        sandwich_norms=True, final_norm=True, tie_embeddings=True, norm_eps=1e-6))
+_switches = preset_of(dict(family="gemma3_text", norm="rmsnorm_offset", norm_placement="pre", activation="geglu",
+                           positions="rotary", causal=True, attention_bias=False, mlp_bias=False, qk_norm=True,
+                           sandwich_norms=True, final_norm=True, tie_embeddings=True, norm_eps=1e-6))
+
+
+def preset(**kw: Any) -> ModelConfig:
+    """Gemma 3's switches; the embedding scale sqrt(d_model) and the score scale (Gemma 3 270M's
+    query_pre_attn_scalar = head_dim) follow the width unless given."""
+    cfg = _switches(**kw)
+    return cfg.replace(embed_scale=kw.get("embed_scale", math.sqrt(cfg.d_model)),
+                       attn_scale=kw.get("attn_scale", cfg.d_head ** -0.5))
 
 # Gemma3TextConfig's defaults for the fields that change the computation.
 HF_DEFAULTS = {"rms_norm_eps": 1e-6, "tie_word_embeddings": True, "max_position_embeddings": 131072,

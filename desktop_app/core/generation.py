@@ -460,7 +460,11 @@ class GenerationSession:
             v = attn.v(x.to(dev, dtype)).view(T, Hkv, dh).transpose(0, 1)  # [Hkv, T, dh]
             if Hkv != H:
                 v = v.repeat_interleave(H // Hkv, dim=0)
-            out = attn.head_outputs(P.to(dev, dtype) @ v)  # [H, T, d]
+            z = P.to(dev, dtype) @ v  # [H, T, dh]: each head's output before W_O
+            if self.interventions:  # an ablated or patched head shows what the edited model used
+                from .interventions import editing_trace
+                z = editing_trace(self.interventions, None, 0).edit(f"blocks.{layer}.attn.z", z[None])[0]
+            out = attn.head_outputs(z)  # [H, T, d]
         return out.float().cpu()[None]
 
     def logit_lens(self, node: Node) -> list[LensRow]:
@@ -731,7 +735,8 @@ class MaskedFillSession:
     ORDERS = ("confident", "left-to-right")
 
     def __init__(self, loaded_or_model, ids: Sequence[int], masked: Sequence[int], mask_token_id: int | None = None,
-                 settings: GenerationSettings | None = None, order: str = "confident", seed: int | None = 0) -> None:
+                 settings: GenerationSettings | None = None, order: str = "confident", seed: int | None = 0,
+                 interventions: Sequence | None = None) -> None:
         self.model, self.tokenizer = _model_of(loaded_or_model)
         cfg = self.model.cfg
         if not cfg.lm_head:
@@ -756,7 +761,18 @@ class MaskedFillSession:
         self.order = order
         self.seed = seed
         self._generator = torch.Generator(device="cpu")
+        # what-if edits (core/interventions.py) every forward applies; "mean" is over the masked text
+        self.interventions = None
+        if interventions:
+            from .interventions import resolve
+            self.interventions = resolve(self.model, self._masked_ids(), [iv.check(cfg) for iv in interventions])
         self.reset()
+
+    def _masked_ids(self) -> list[int]:
+        out = list(self.ids0)
+        for p in self.masked:
+            out[p] = self.mask_token_id
+        return out
 
     def reset(self, seed: int | None = None) -> None:
         """Unfill every mask and reseed (with `seed` when given, like GenerationSession.reset)."""
@@ -788,7 +804,7 @@ class MaskedFillSession:
         key = tuple(self.ids())
         if self._logits_cache is None or self._logits_cache[0] != key:
             with torch.no_grad():
-                out = self.model(torch.tensor([key], device=self.model.device))
+                out = self.model(torch.tensor([key], device=self.model.device), interventions=self.interventions)
             self._logits_cache = (key, out.logits[0].float().cpu())
         return self._logits_cache[1]
 

@@ -1,0 +1,367 @@
+"""What if panel: which heads wrote the next token (direct logit attribution), and which
+activations carry the answer (activation patching).
+
+(a) Direct logit attribution of one token's logit at one position of the current text (default:
+the last position and the model's top next token): one bar per head, per MLP, the embedding and
+the biases; they add up to the logit. The current text's ablations (AppState.interventions) apply.
+(b) Activation patching: a clean and a corrupted text of the same length in tokens, an answer
+token (and optionally a wrong one); one corrupted forward per patched activation, in a worker with
+progress and Cancel; two heatmaps of the recovered fraction (residual stream layer x position,
+heads layer x head). Model work runs in workers (ui.workers.run_job), never on the UI thread.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox, QSplitter,
+                               QTabWidget, QVBoxLayout, QWidget)
+
+from ..settings import plot_background, plot_foreground
+from ..widgets.export import ExportBar
+from ..widgets.heatmap import Heatmap
+from ..workers import run_job
+
+POSITIVE, NEGATIVE = "#0072B2", "#D55E00"  # Okabe-Ito blue / vermillion: raise / lower the logit
+
+
+# -- core work, run in workers -----------------------------------------------------------------
+
+
+def token_id_of(loaded, text: str, what: str) -> int:
+    """One token id from what the user typed: '#123' (an id), or a text that is exactly one token
+    (a model without a tokenizer takes ids only). ValueError with one line otherwise."""
+    typed, text = text, text.strip()
+    vocab = loaded.config.vocab_size
+    if not text:
+        raise ValueError(f"the {what} token is empty: type a token or #id")
+    if text.startswith("#") or loaded.tokenizer is None:
+        try:
+            tid = int(text.lstrip("#"))
+        except ValueError:
+            raise ValueError(f"{what} token {text!r}: this model has no tokenizer, give a token id") from None
+        if not 0 <= tid < vocab:
+            raise ValueError(f"{what} token id {tid} is outside the vocabulary (0..{vocab - 1})")
+        return tid
+    ids = loaded.tokenizer.encode(typed)  # as typed: a leading space is part of many BPE tokens
+    if len(ids) != 1:
+        ids = loaded.tokenizer.encode(text)
+    if len(ids) != 1:
+        raise ValueError(f"{what} token {text!r} is {len(ids)} tokens {loaded.tokenizer.token_strings(ids)}: "
+                         "give one token, or #id")
+    return int(ids[0])
+
+
+def text_ids(loaded, text: str, what: str) -> list[int]:
+    from ..state import _parse_ids
+    from ...core.inputs import encode
+
+    if not text.strip():
+        raise ValueError(f"the {what} text is empty")
+    return list(encode(loaded, text).ids) if loaded.tokenizer is not None else _parse_ids(text)
+
+
+def attribute(loaded, ids: list[int], position: int, token_text: str, interventions: list):
+    """(Attribution, token id) for the token typed (empty: the edited model's top next token there)."""
+    import torch
+
+    from ...core.interventions import direct_logit_attribution, resolve
+
+    if not ids:
+        raise ValueError("no text: type a text in the Model panel")
+    ivs = resolve(loaded.model, ids, [iv.check(loaded.config) for iv in interventions]) if interventions else None
+    if token_text.strip():
+        token = token_id_of(loaded, token_text, "attributed")
+    else:
+        T = len(ids)
+        if not -T <= position < T:
+            raise ValueError(f"position {position} is outside the text (0..{T - 1})")
+        with torch.no_grad():
+            logits = loaded.model(torch.tensor([ids], device=loaded.model.device), interventions=ivs).logits
+        token = int(logits[0, position].argmax())
+    return direct_logit_attribution(loaded, ids, position, token, ivs), token
+
+
+def patch(loaded, clean: str, corrupted: str, answer: str, wrong: str, job=None):
+    from ...core.interventions import activation_patching
+
+    clean_ids, corrupted_ids = text_ids(loaded, clean, "clean"), text_ids(loaded, corrupted, "corrupted")
+    if len(clean_ids) != len(corrupted_ids):
+        raise ValueError(f"the clean text is {len(clean_ids)} tokens and the corrupted text {len(corrupted_ids)}: "
+                         "they must have the same length in tokens")
+    answer_id = token_id_of(loaded, answer, "answer")
+    wrong_id = token_id_of(loaded, wrong, "wrong") if wrong.strip() else None
+    return activation_patching(loaded, clean_ids, corrupted_ids, answer_id, wrong_id, job=job), clean_ids
+
+
+# -- the attribution bar chart ----------------------------------------------------------------
+
+
+class AttributionChart(pg.PlotWidget):
+    """One bar per component of the logit (embedding, each head, each layer's MLP and biases)."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setBackground(plot_background())
+        self.plot_item = self.getPlotItem()
+        self.plot_item.setMenuEnabled(False)
+        self.plot_item.hideButtons()
+        self.plot_item.showGrid(y=True, alpha=0.3)
+        self.plot_item.setLabel("left", "direct contribution to the logit", color=plot_foreground())
+        self.attribution = None
+        self.labels: list[str] = []
+        self.token_label = ""
+
+    def set_attribution(self, attribution, token_label: str) -> None:
+        self.attribution, self.token_label = attribution, token_label
+        self.plot_item.clear()
+        self.labels = [_component_label(c, l, h) for c, l, h, _ in attribution.rows()]
+        values = attribution.contributions
+        x = np.arange(len(values))
+        brushes = [pg.mkBrush(POSITIVE if v >= 0 else NEGATIVE) for v in values]
+        self.plot_item.addItem(pg.BarGraphItem(x=x, height=values, width=0.8, brushes=brushes, pen=None))
+        every = max(1, len(values) // 40)  # readable tick labels: at most ~40 of them
+        self.plot_item.getAxis("bottom").setTicks([[(i, s) for i, s in enumerate(self.labels) if i % every == 0]])
+        self.plot_item.setTitle(f"token {token_label} at position {attribution.position}: "
+                                f"sum {attribution.sum:.4g}, logit {attribution.logit:.4g}", color=plot_foreground())
+        self.plot_item.autoRange()
+
+    def clear_chart(self, message: str = "") -> None:
+        self.attribution, self.labels = None, []
+        self.plot_item.clear()
+        self.plot_item.setTitle(message, color=plot_foreground())
+
+    # export (ExportBar's view protocol)
+    def export_widget(self):
+        return self
+
+    def svg_item(self):
+        return self.plot_item
+
+    def export_arrays(self) -> dict[str, np.ndarray]:
+        if self.attribution is None:
+            return {}
+        return {"labels": np.array(self.labels), "contributions": self.attribution.contributions,
+                "logit": np.array(self.attribution.logit)}
+
+    def csv_table(self):
+        if self.attribution is None:
+            return None
+        rows = [[s, c, l, h, f"{v:.6g}"] for s, (c, l, h, v) in zip(self.labels, self.attribution.rows())]
+        rows.append(["sum", "sum", -1, -1, f"{self.attribution.sum:.6g}"])
+        rows.append(["logit", "logit", -1, -1, f"{self.attribution.logit:.6g}"])
+        return ["label", "component", "layer", "head", "contribution"], rows
+
+
+def _component_label(component: str, layer: int, head: int) -> str:
+    return {"embed": "embed", "head": f"L{layer}H{head}", "attn_bias": f"L{layer} bias", "mlp": f"L{layer} MLP",
+            "final_norm_bias": "norm bias"}.get(component, component)
+
+
+# -- the panel ---------------------------------------------------------------------------------
+
+
+class WhatIfPanel(QWidget):
+    title = "What if"
+    help_text = (
+        "<b>What am I looking at?</b> <b>Direct logit attribution</b>: the logit of token t at position p is "
+        "a sum over what each component wrote into the residual stream, read through the final norm "
+        "(linearised at p) and the unembedding: logit<sub>t</sub> = &Sigma;<sub>c</sub> W<sub>U</sub>[t]&middot;"
+        "norm(c). One bar per head (W<sub>O,h</sub> z<sub>h</sub>), per MLP, the embedding and the biases; "
+        "the bars add up to the logit. Ablations set in the Attention panel apply.<br>"
+        "<b>Activation patching</b>: run the corrupted text, copy one activation from the clean run, and "
+        "measure how much of the answer comes back: (m<sub>patched</sub> &minus; m<sub>corrupted</sub>) / "
+        "(m<sub>clean</sub> &minus; m<sub>corrupted</sub>), m = logit[answer] (&minus; logit[wrong]) at the last "
+        "position; 1 = fully restored. Rows: the residual stream at each layer and position, and each "
+        "head's output (all positions).")
+
+    def __init__(self, state, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self._dla_job = None
+        self._patch_job = None
+        self.patching = None  # the last core.interventions.Patching shown
+
+        # (a) direct logit attribution
+        self.position_spin = QSpinBox()
+        self.position_spin.setRange(-1, 100_000)
+        self.position_spin.setValue(-1)
+        self.position_spin.setSpecialValueText("last")  # -1: the text's last position
+        self.token_edit = QLineEdit()
+        self.token_edit.setPlaceholderText("top next token (or a token, or #id)")
+        self.attribute_button = QPushButton("Attribute")
+        self.dla_status = QLabel("Open a model and type a text; then Attribute.")
+        self.dla_chart = AttributionChart()
+        self.dla_export = ExportBar(lambda: self.dla_chart, lambda: "whatif-attribution")
+        dla = QWidget()
+        row = QHBoxLayout()
+        for w in (QLabel("Position"), self.position_spin, QLabel("Token"), self.token_edit, self.attribute_button):
+            row.addWidget(w)
+        row.addWidget(self.dla_export)
+        lay = QVBoxLayout(dla)
+        lay.addLayout(row)
+        lay.addWidget(self.dla_status)
+        lay.addWidget(self.dla_chart, 1)
+
+        # (b) activation patching
+        self.clean_edit, self.corrupted_edit = QLineEdit(), QLineEdit()
+        self.clean_edit.setPlaceholderText("clean text")
+        self.corrupted_edit.setPlaceholderText("corrupted text (same number of tokens)")
+        self.answer_edit, self.wrong_edit = QLineEdit(), QLineEdit()
+        self.answer_edit.setPlaceholderText("answer token or #id")
+        self.wrong_edit.setPlaceholderText("wrong token (optional)")
+        self.run_button, self.cancel_button = QPushButton("Run"), QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setVisible(False)
+        self.patch_status = QLabel("Type a clean and a corrupted text and the answer token; then Run.")
+        self.resid_map = Heatmap(colormap="CET-D1", row_name="layer", col_name="position", value_name="recovered",
+                                 row_tokens=False, annotate_max_cells=200)
+        self.heads_map = Heatmap(colormap="CET-D1", row_name="layer", col_name="head", value_name="recovered",
+                                 row_tokens=False, col_tokens=False, annotate_max_cells=200)
+        self.resid_export = ExportBar(lambda: self.resid_map, lambda: "whatif-patching-resid")
+        self.heads_export = ExportBar(lambda: self.heads_map, lambda: "whatif-patching-heads")
+        patching = QWidget()
+        texts = QHBoxLayout()
+        for w in (QLabel("Clean"), self.clean_edit, QLabel("Corrupted"), self.corrupted_edit):
+            texts.addWidget(w, 1 if isinstance(w, QLineEdit) else 0)
+        answers = QHBoxLayout()
+        for w in (QLabel("Answer"), self.answer_edit, QLabel("Wrong"), self.wrong_edit, self.run_button,
+                  self.cancel_button, self.progress):
+            answers.addWidget(w)
+        maps = QSplitter()
+        for hm, bar, name in ((self.resid_map, self.resid_export, "Residual stream (layer x position)"),
+                              (self.heads_map, self.heads_export, "Heads (layer x head)")):
+            box = QWidget()
+            v = QVBoxLayout(box)
+            head = QHBoxLayout()
+            head.addWidget(QLabel(name), 1)
+            head.addWidget(bar)
+            v.addLayout(head)
+            v.addWidget(hm, 1)
+            maps.addWidget(box)
+        lay = QVBoxLayout(patching)
+        lay.addLayout(texts)
+        lay.addLayout(answers)
+        lay.addWidget(self.patch_status)
+        lay.addWidget(maps, 1)
+
+        self.tabs = QTabWidget()
+        self.tabs.addTab(dla, "Direct logit attribution")
+        self.tabs.addTab(patching, "Activation patching")
+        # File > Export Current View: the chart, or the residual-stream map (the heads map has its own bar)
+        self.export_bar = ExportBar(self.current_view, self._export_name, self)
+        self.export_bar.hide()
+        outer = QVBoxLayout(self)
+        outer.addWidget(self.tabs)
+
+        self.attribute_button.clicked.connect(self.attribute)
+        self.token_edit.returnPressed.connect(self.attribute)
+        self.run_button.clicked.connect(self.run_patching)
+        self.cancel_button.clicked.connect(self.cancel_patching)
+        state.trace_changed.connect(self._on_trace)
+        state.model_changed.connect(self._on_model)
+        if getattr(state, "loaded", None) is not None:
+            self._on_model(state.loaded)
+
+    def current_view(self):
+        return self.dla_chart if self.tabs.currentIndex() == 0 else self.resid_map
+
+    def _export_name(self) -> str:
+        return "whatif-attribution" if self.tabs.currentIndex() == 0 else "whatif-patching-resid"
+
+    # -- (a) --------------------------------------------------------------------------------
+    def _on_model(self, loaded) -> None:
+        self.dla_chart.clear_chart("")
+        self.resid_map.clear_matrix("")
+        self.heads_map.clear_matrix("")
+        self.patching = None
+        if loaded is not None and not self.clean_edit.text() and self.state.text:
+            self.clean_edit.setText(self.state.text)  # a starting point: the text being inspected
+
+    def _on_trace(self, _trace) -> None:
+        if self.dla_chart.attribution is not None:
+            self.attribute()  # the text or its ablations changed: the bars follow
+
+    def attribute(self) -> None:
+        loaded = self.state.loaded
+        if loaded is None:
+            self.dla_status.setText("Open a model first.")
+            return
+        if self.state.trace_source != "text":
+            self.dla_status.setText("Showing a generation step: attribution reads the Model panel's text.")
+        ids = list(self.state.token_ids)
+        position = self.position_spin.value()
+        if self._dla_job is not None and not self._dla_job.done:
+            self._dla_job.cancel()
+        self.dla_status.setText("Attributing…")
+        self._dla_job = run_job(attribute, loaded, ids, position, self.token_edit.text(),
+                                list(self.state.interventions), on_result=self._show_attribution,
+                                on_error=self._dla_failed)
+
+    def _show_attribution(self, result) -> None:
+        attribution, token = result
+        label = repr(self.state.token_strings([token])[0]) if self.state.loaded is not None else str(token)
+        self.dla_chart.set_attribution(attribution, f"{label} (#{token})")
+        ablated = f"; ablated: {', '.join(iv.label for iv in self.state.interventions)}" \
+            if self.state.interventions else ""
+        top = np.argsort(-np.abs(attribution.contributions))[:3]
+        biggest = ", ".join(f"{self.dla_chart.labels[i]} {attribution.contributions[i]:+.3g}" for i in top)
+        self.dla_status.setText(f"logit {attribution.logit:.4g} = sum {attribution.sum:.4g}; largest: {biggest}"
+                                + ablated)
+
+    def _dla_failed(self, exc: BaseException, tb: str) -> None:
+        self.dla_chart.clear_chart("")
+        self.dla_status.setText(f"Cannot attribute: {exc}")
+
+    # -- (b) --------------------------------------------------------------------------------
+    def run_patching(self) -> None:
+        loaded = self.state.loaded
+        if loaded is None:
+            self.patch_status.setText("Open a model first.")
+            return
+        if self._patch_job is not None and not self._patch_job.done:
+            return
+        self.run_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.progress.setValue(0)
+        self.progress.setVisible(True)
+        self.patch_status.setText("Patching…")
+        self._patch_job = run_job(patch, loaded, self.clean_edit.text(), self.corrupted_edit.text(),
+                                  self.answer_edit.text(), self.wrong_edit.text(), on_result=self._show_patching,
+                                  on_error=self._patch_failed, on_progress=self._patch_progress,
+                                  on_cancelled=self._patch_cancelled, on_finished=self._patch_finished)
+
+    def cancel_patching(self) -> None:
+        if self._patch_job is not None:
+            self._patch_job.cancel()
+
+    def _patch_progress(self, done: int, total: int, _message: str) -> None:
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
+        self.patch_status.setText(f"Patching: {done}/{total} forwards")
+
+    def _patch_finished(self) -> None:
+        self.run_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        self.progress.setVisible(False)
+
+    def _patch_cancelled(self) -> None:
+        self.patch_status.setText("Patching cancelled.")
+
+    def _patch_failed(self, exc: BaseException, tb: str) -> None:
+        self.patch_status.setText(f"Cannot patch: {exc}")
+
+    def _show_patching(self, result) -> None:
+        res, clean_ids = result
+        self.patching = res
+        span = max(1.0, float(np.nanmax(np.abs(np.concatenate([res.resid.ravel(), res.heads.ravel()])))))
+        levels = (-span, span)  # 0 (white) = nothing recovered; symmetric so the sign reads at a glance
+        rows = ["embed"] + [f"layer {l}" for l in range(len(res.resid_rows) - 1)]
+        tokens = [f"{i}:{s}" for i, s in enumerate(self.state.token_strings(clean_ids))]
+        self.resid_map.set_matrix(res.resid, rows, tokens, levels=levels, title="recovered (residual stream)")
+        L, H = res.heads.shape
+        self.heads_map.set_matrix(res.heads, [f"layer {l}" for l in range(L)], [f"head {h}" for h in range(H)],
+                                  levels=levels, title="recovered (head outputs)")
+        l, h = np.unravel_index(int(np.argmax(res.heads)), res.heads.shape)
+        self.patch_status.setText(f"clean {res.clean_metric:.4g}, corrupted {res.corrupted_metric:.4g}; "
+                                  f"largest head recovery: layer {l} head {h} ({res.heads[l, h]:.2f})")

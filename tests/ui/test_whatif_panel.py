@@ -1,0 +1,113 @@
+"""The What if panel, driven through its real widgets: direct logit attribution of the current
+text, activation patching with progress, Cancel and the length check, and the exports."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from desktop_app.ui.widgets.export import export_view
+
+from .walkthrough import click_panel_tab, open_window, type_into
+
+
+@pytest.fixture
+def window(qtbot, model_dirs, isolated_user_files, error_watch):
+    w, state = open_window(qtbot, model_dirs["llama"], text="Alice and the rabbit hole.", watch=error_watch)
+    yield w, state
+    error_watch.assert_clean()
+
+
+def test_attribution_bars_add_up_to_the_logit_and_export(qtbot, window, tmp_path):
+    w, state = window
+    panel = click_panel_tab(qtbot, w, "What if")
+    qtbot.mouseClick(panel.attribute_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.dla_chart.attribution is not None, timeout=20_000)
+    attr = panel.dla_chart.attribution
+    cfg = state.loaded.config
+    assert attr.position == len(state.token_ids) - 1  # "last"
+    assert attr.sum == pytest.approx(attr.logit, abs=1e-3)
+    assert attr.head_table.shape == (cfg.n_layers, cfg.n_heads)
+    assert "logit" in panel.dla_status.text()
+    for suffix in (".png", ".svg", ".csv"):
+        export_view(panel.dla_chart, tmp_path / f"dla{suffix}")
+        assert (tmp_path / f"dla{suffix}").stat().st_size > 100
+    header, *rows = (tmp_path / "dla.csv").read_text().splitlines()
+    assert header == "label,component,layer,head,contribution" and rows[-1].startswith("logit,")
+    panel.tabs.setCurrentIndex(0)
+    panel.grab().save("/tmp/whatif_attribution.png")
+
+    # a token typed that is several tokens: one clear line, no dialog
+    type_into(qtbot, panel.token_edit, "Alice and the rabbit")
+    qtbot.mouseClick(panel.attribute_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.dla_status.text().startswith("Cannot attribute"), timeout=20_000)
+    assert "one token" in panel.dla_status.text()
+
+
+def test_patching_runs_with_progress_checks_lengths_and_exports(qtbot, window, tmp_path):
+    w, state = window
+    panel = click_panel_tab(qtbot, w, "What if")
+    panel.tabs.setCurrentIndex(1)
+    tok = state.loaded.tokenizer
+    type_into(qtbot, panel.clean_edit, "Alice and the rabbit")
+    type_into(qtbot, panel.corrupted_edit, "Alice and the")
+    answer = tok.token_strings(tok.encode(" hole"))[0] if len(tok.encode(" hole")) == 1 else "#5"
+    type_into(qtbot, panel.answer_edit, answer)
+    qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.patch_status.text().startswith("Cannot patch"), timeout=20_000)
+    assert "same length in tokens" in panel.patch_status.text()
+
+    n = len(tok.encode("Alice and the rabbit"))
+    other = "Alice and the hole"
+    assert len(tok.encode(other)) == n
+    type_into(qtbot, panel.corrupted_edit, other)
+    seen = []
+    panel.run_button.clicked.connect(lambda: panel._patch_job.signals.progress.connect(
+        lambda d, t, m: seen.append((d, t))))
+    qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    assert panel.cancel_button.isEnabled() and not panel.run_button.isEnabled()
+    qtbot.waitUntil(lambda: panel.patching is not None or panel.run_button.isEnabled(), timeout=30_000)
+    assert panel.patching is not None, panel.patch_status.text()
+    qtbot.waitUntil(lambda: panel.run_button.isEnabled(), timeout=5_000)
+    cfg = state.loaded.config
+    res = panel.patching
+    assert res.resid.shape == (cfg.n_layers + 1, n) and res.heads.shape == (cfg.n_layers, cfg.n_heads)
+    assert seen and seen[-1][0] == seen[-1][1] == (cfg.n_layers + 1) * n + cfg.n_layers * cfg.n_heads
+    # patching the last layer's output at the last position restores the clean run exactly
+    assert res.resid[-1, -1] == pytest.approx(1.0, abs=1e-4)
+    np.testing.assert_allclose(panel.heads_map.values, res.heads, atol=1e-6)
+    for name, view in (("resid", panel.resid_map), ("heads", panel.heads_map)):
+        for suffix in (".png", ".svg", ".csv"):
+            export_view(view, tmp_path / f"{name}{suffix}")
+            assert (tmp_path / f"{name}{suffix}").stat().st_size > 100
+    panel.grab().save("/tmp/whatif_patching.png")
+
+
+def test_patching_cancel_stops_the_run(qtbot, window, monkeypatch):
+    w, state = window
+    panel = click_panel_tab(qtbot, w, "What if")
+    panel.tabs.setCurrentIndex(1)
+    import desktop_app.core.interventions as iv_mod
+
+    real = iv_mod._metric
+    calls = []
+
+    def slow_metric(*args):  # each patched forward waits a little, so Cancel arrives mid-run
+        import time
+        calls.append(1)
+        time.sleep(0.05)
+        return real(*args)
+
+    monkeypatch.setattr(iv_mod, "_metric", slow_metric)
+    tok = state.loaded.tokenizer
+    n = len(tok.encode("Alice and the rabbit"))
+    other = "Alice and the hole"
+    assert len(tok.encode(other)) == n
+    type_into(qtbot, panel.clean_edit, "Alice and the rabbit")
+    type_into(qtbot, panel.corrupted_edit, other)
+    type_into(qtbot, panel.answer_edit, "#5")
+    qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(calls) > 4, timeout=20_000)
+    qtbot.mouseClick(panel.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.patch_status.text() == "Patching cancelled.", timeout=20_000)
+    assert panel.patching is None and panel.run_button.isEnabled() and not panel.progress.isVisible()

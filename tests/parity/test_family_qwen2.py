@@ -29,7 +29,8 @@ def qwen2(**kw):
                                                                                "rope_theta": 1e6}},
     {"num_hidden_layers": 3, "num_key_value_heads": 1,
      "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
-], ids=["gqa-untied", "tied-mha-theta", "mqa-linear-rope"])
+    {"head_dim": 16},  # transformers' Qwen2 reads a head_dim it has no field for (getattr)
+], ids=["gqa-untied", "tied-mha-theta", "mqa-linear-rope", "head_dim16"])
 def test_qwen2_parity(kw, tmp_path):
     loaded = check_family(qwen2(**kw), tmp_path)
     assert loaded.config.family == "qwen2"

@@ -74,3 +74,19 @@ def test_gpt2_with_parallel_residual_round_trips_with_our_names(tmp_path):
     serial.load_state_dict(ours)
     with torch.no_grad():
         assert not torch.allclose(serial(ids).logits, model(ids).logits, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["l2", "sinkhorn"])
+def test_l2_and_sinkhorn_attention_are_saved_with_our_names(kind, tmp_path):
+    """Every Hugging Face class computes softmax attention: under its names an L2 or Sinkhorn model
+    would open in transformers and compute something else without a word."""
+    cfg = ModelConfig.gpt2(vocab_size=40, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=16,
+                           attention_kind=kind)
+    model = new_model(cfg, seed=0)
+    save_model_folder(model, tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        assert NATIVE_PROBE in f.keys()
+    back = load_model_folder(tmp_path)
+    assert back.config.attention_kind == kind
+    ids = torch.arange(10)[None]
+    assert torch.equal(back.model(ids).logits, model(ids).logits)

@@ -64,14 +64,15 @@ def classic_switches(cfg: ModelConfig, position_offset: int = 0) -> bool:
     """None of the switches added for the wider families is on (or each is at the value a classic
     Hugging Face class computes anyway), so GPT-2, BERT, LLaMA, RoBERTa and DistilBERT classes can hold
     the model. A config with one on is saved with our own tensor names instead: under the classic
-    names `transformers` would load it without a word and compute something else."""
+    names `transformers` would load it without a word and compute something else (L2 or Sinkhorn
+    attention too: every Hugging Face class computes softmax attention)."""
     return (not cfg.parallel_residual and cfg.rotary_fraction == 1.0 and cfg.rope_scaling is None
             and cfg.rope_local_theta is None and not cfg.qk_norm and cfg.sliding_window is None
             and all(t == "full_attention" for t in cfg.layer_types or ()) and not cfg.sandwich_norms
             and cfg.embed_scale is None and cfg.attn_scale is None and cfg.final_logit_softcap is None
             and cfg.position_offset == position_offset and cfg.d_head * cfg.n_heads == cfg.d_model
             and cfg.attention_out_bias == cfg.attention_bias and cfg.activation != "geglu"
-            and cfg.norm != "rmsnorm_offset")
+            and cfg.norm != "rmsnorm_offset" and cfg.attention_kind == "softmax")
 
 
 def hf_compatible(cfg: ModelConfig) -> bool:

@@ -29,13 +29,12 @@ def test_attribution_bars_add_up_to_the_logit_and_export(qtbot, window, tmp_path
     assert attr.sum == pytest.approx(attr.logit, abs=1e-3)
     assert attr.head_table.shape == (cfg.n_layers, cfg.n_heads)
     assert "logit" in panel.dla_status.text()
+    panel.grab().save("/tmp/whatif_attribution.png")
     for suffix in (".png", ".svg", ".csv"):
         export_view(panel.dla_chart, tmp_path / f"dla{suffix}")
         assert (tmp_path / f"dla{suffix}").stat().st_size > 100
     header, *rows = (tmp_path / "dla.csv").read_text().splitlines()
     assert header == "label,component,layer,head,contribution" and rows[-1].startswith("logit,")
-    panel.tabs.setCurrentIndex(0)
-    panel.grab().save("/tmp/whatif_attribution.png")
 
     # a token typed that is several tokens: one clear line, no dialog
     type_into(qtbot, panel.token_edit, "Alice and the rabbit")
@@ -76,11 +75,11 @@ def test_patching_runs_with_progress_checks_lengths_and_exports(qtbot, window, t
     # patching the last layer's output at the last position restores the clean run exactly
     assert res.resid[-1, -1] == pytest.approx(1.0, abs=1e-4)
     np.testing.assert_allclose(panel.heads_map.values, res.heads, atol=1e-6)
+    panel.grab().save("/tmp/whatif_patching.png")  # before the exports: pyqtgraph's SVG export drops tick labels
     for name, view in (("resid", panel.resid_map), ("heads", panel.heads_map)):
         for suffix in (".png", ".svg", ".csv"):
             export_view(view, tmp_path / f"{name}{suffix}")
             assert (tmp_path / f"{name}{suffix}").stat().st_size > 100
-    panel.grab().save("/tmp/whatif_patching.png")
 
 
 def test_patching_cancel_stops_the_run(qtbot, window, monkeypatch):

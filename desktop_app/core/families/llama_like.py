@@ -52,15 +52,13 @@ def rope_to_hf(theta: float, scaling: dict | None) -> dict:
     return {"rope_type": "default", "rope_theta": theta} if scaling is None else {**scaling, "rope_theta": theta}
 
 
-def decoder_fields(d: dict, path: Path, *, lm_head: bool, default_head_dim: int | None = None) -> dict[str, Any]:
-    """ModelConfig keywords every LLaMA-like config.json gives the same way.
-
-    default_head_dim: the head width the family's transformers class assumes when config.json has no
-    head_dim (Qwen3: 128); None means hidden_size // num_attention_heads.
-    """
+def decoder_fields(d: dict, path: Path, *, lm_head: bool) -> dict[str, Any]:
+    """ModelConfig keywords every LLaMA-like config.json gives the same way. `d` already holds the
+    family's transformers defaults (Qwen3's head_dim 128, Gemma's 256); no head_dim means
+    hidden_size // num_attention_heads."""
     need = required(d, path)
     hidden, heads = need("hidden_size"), need("num_attention_heads")
-    head_dim = d.get("head_dim") or default_head_dim
+    head_dim = d.get("head_dim")
     if head_dim is not None and (not isinstance(head_dim, int) or isinstance(head_dim, bool)):
         raise ModelLoadError(path, f"head_dim must be a positive integer, got {head_dim!r}")
     if head_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads and head_dim * heads == hidden:

@@ -89,3 +89,11 @@ def test_gemma3_text_lipschitz_and_head_matrices(tmp_path):
 
 def test_gemma3_text_preset_model_saved_here_opens_in_transformers(tmp_path):
     check_preset_opens_in_transformers("gemma3_text", tmp_path, n_kv_heads=2, sliding_window=3, layer_types=["sliding_attention", "full_attention"], rope_local_theta=100.0)
+
+
+def test_gemma3_text_lipschitz_on_a_full_layer_with_scaled_rotary(tmp_path):
+    """Layer 2 is full attention with linear rotary scaling (factor 4) and MQA: the lab follows it."""
+    differences = check_lipschitz_and_heads(gemma3(num_key_value_heads=1, rope_parameters={
+        "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}), tmp_path, bilinear=False, layer=2)
+    assert max(differences.values()) < 1e-6, differences

@@ -57,8 +57,9 @@ def apply_view_state(panel, data: dict) -> None:
     """Restore a panel's choices from a workspace dict; unknown or bad keys are ignored."""
     from ..core.views import state_from_dict
 
-    if hasattr(panel, "set_view_state"):
-        panel.set_view_state(state_from_dict(type(panel.view_state), data, panel.VIEW_TABLE))
+    if hasattr(panel, "set_view_state"):  # a panel whose state is no plain view state reads it its own way
+        read = getattr(panel, "view_state_from_dict", None)
+        panel.set_view_state(read(data) if read else state_from_dict(type(panel.view_state), data, panel.VIEW_TABLE))
 
 
 class PanelSlot(QWidget):
@@ -121,7 +122,15 @@ class MainWindow(QMainWindow):
             self.slots.append(slot)
             self.tabs.addTab(slot, title)
         self.tabs.currentChanged.connect(self._on_tab_changed)
-        self.setCentralWidget(self.tabs)
+        from .widgets.intervention_strip import InterventionStrip
+        self.intervention_strip = InterventionStrip(state)  # the active what-if edits, over every panel
+        central = QWidget()
+        column = QVBoxLayout(central)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.intervention_strip)
+        column.addWidget(self.tabs, 1)
+        self.setCentralWidget(central)
 
         self._build_status_bar()
         self._build_menus()

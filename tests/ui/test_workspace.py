@@ -277,3 +277,107 @@ def test_view_states_from_other_versions_are_read_tolerantly(tmp_path):
     assert vs == attention_views.AttentionViewState(layer=1)
     path.write_text(json.dumps({"format": "transformer-explorer-workspace", "version": 1}), encoding="utf-8")
     assert load_workspace(path).views == {}  # an older file: no view states
+
+
+FORM_PANELS = [("Model", "desktop_app.ui.panels.model", "ModelPanel"),
+               ("Lipschitz", "desktop_app.ui.panels.lipschitz", "LipschitzPanel"),
+               ("Train", "desktop_app.ui.panels.training", "TrainingPanel")]
+
+
+def _type_into(qtbot, widget, text: str) -> None:
+    """Select what a line edit or spin box shows and type over it, as a person does."""
+    widget.setFocus()
+    qtbot.keyClick(widget, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(widget, text)
+    qtbot.keyClick(widget, Qt.Key.Key_Tab)
+
+
+def test_workspace_restores_the_lipschitz_and_train_forms(qtbot, model_dirs, tmp_path):
+    w1 = MainWindow(AppState(), panels=FORM_PANELS)
+    qtbot.addWidget(w1)
+    w1.show()
+    with qtbot.waitSignal(w1.state.trace_changed, timeout=15000):
+        w1.open_model(model_dirs[1])  # 2 layers x 2 heads, causal
+    w1.show_panel("Lipschitz")
+    lip = w1.panel("Lipschitz")
+    # the synthetic head's rows first (shown once chosen), then back to the model's layer
+    qtbot.keyClick(lip.source, Qt.Key.Key_Down)
+    _type_into(qtbot, lip.d, "8")
+    _type_into(qtbot, lip.seed, "3")
+    qtbot.keyClick(lip.attention, Qt.Key.Key_Down)  # l2
+    qtbot.keyClick(lip.source, Qt.Key.Key_Up)
+    qtbot.keyClick(lip.layer, Qt.Key.Key_Up)
+    qtbot.keyClick(lip.head, Qt.Key.Key_Down)
+    qtbot.keyClick(lip.head, Qt.Key.Key_Down)  # head 1
+    qtbot.keyClick(lip.data, Qt.Key.Key_Down)  # adversarial
+    qtbot.keyClick(lip.masked, Qt.Key.Key_Space)  # unmasked
+    _type_into(qtbot, lip.lengths, "4,8,16")
+    _type_into(qtbot, lip.samples, "2")
+    _type_into(qtbot, lip.radius, "1.5")
+    w1.show_panel("Train")
+    train = w1.panel("Train")
+    train.task.setFocus()
+    for _ in range(4):
+        qtbot.keyClick(train.task, Qt.Key.Key_Down)  # modadd
+    _type_into(qtbot, train.steps, "300")
+    _type_into(qtbot, train.layers, "3")
+    _type_into(qtbot, train.lr, "0.005")
+    path = tmp_path / "forms.json"
+    save_workspace(path, w1.capture_workspace())
+    saved = json.loads(path.read_text(encoding="utf-8"))["views"]
+    assert saved["Lipschitz"] == {"function": "model", "layer": 1, "head": 1, "data": "adversarial",
+                                  "search_start": "random", "text_file": "", "d": 8, "norm_A": 1.0, "norm_V": 1.0,
+                                  "matrices_file": "", "attention": "l2", "synthetic_data": "random", "seed": 3,
+                                  "masked": False, "radius": 1.5, "lengths": "4,8,16", "samples": 2}
+    assert saved["Train"]["task"] == "modadd" and saved["Train"]["steps"] == 300 and saved["Train"]["lr"] == 0.005
+    assert saved["Train"]["model"]["n_layers"] == 3
+
+    w2 = MainWindow(AppState(), panels=FORM_PANELS)
+    qtbot.addWidget(w2)
+    w2.show()
+    with qtbot.waitSignal(w2.state.trace_changed, timeout=15000):
+        assert w2.open_workspace(path)  # the Train panel is current: built at once; its model opens after
+    train2 = w2.panel("Train")
+    assert (train2.task.currentText(), train2.steps.value(), train2.layers.value()) == ("modadd", 300, 3)
+    assert train2.lr.value() == pytest.approx(0.005)
+    assert train2.config() == train.config()
+    w2.show_panel("Lipschitz")  # built now, with the model open: its pending form applies
+    lip2 = w2.panel("Lipschitz")
+    assert lip2.source.currentText() == "Model layer" and lip2.layer.value() == 1
+    assert lip2.head.currentText() == "head 1" and lip2.data.currentIndex() == 1
+    assert not lip2.masked.isChecked() and lip2.lengths.text() == "4,8,16"
+    assert (lip2.samples.value(), lip2.radius.value(), lip2.d.value(), lip2.seed.value()) == (2, 1.5, 8, 3)
+    assert lip2.attention.currentText() == "l2"
+    assert lip2.view_state == lip.view_state
+    spec = lip2.spec()
+    assert (spec.layer, spec.head, spec.masked, spec.samples) == (1, 1, False, 2)
+
+
+def test_a_lipschitz_form_restored_before_its_model_arrives_survives_the_model(qtbot, model_dirs):
+    from desktop_app.core.views.lipschitz import LipschitzViewState
+    from desktop_app.ui.panels.lipschitz import LipschitzPanel
+
+    state = AppState()
+    panel = LipschitzPanel(state)
+    qtbot.addWidget(panel)
+    panel.set_view_state(LipschitzViewState(layer=1, head=0, masked=False, lengths="4,8"))
+    assert panel.layer.value() == 0  # no model yet: no layer 1 to show
+    with qtbot.waitSignal(state.model_changed, timeout=15000):
+        state.open_model(model_dirs[1])  # a new model resets the model rows: the restored ones come back
+    assert (panel.layer.value(), panel.head.currentText(), panel.masked.isChecked()) == (1, "head 0", False)
+    assert panel.source.currentText() == "Model layer" and panel.lengths.text() == "4,8"
+
+
+def test_form_states_from_other_versions_are_read_tolerantly():
+    from desktop_app.core.training.trainer import TrainConfig
+    from desktop_app.core.views import state_from_dict
+    from desktop_app.core.views.lipschitz import LipschitzViewState
+    from desktop_app.core.views.training import config_from_dict
+
+    vs = state_from_dict(LipschitzViewState, {"layer": 2, "head": "one", "radius": 2, "norm_A": "big",
+                                              "samples": -1, "future": True, "masked": 1})
+    assert vs == LipschitzViewState(layer=2, radius=2.0)
+    cfg = config_from_dict({"task": "sort", "lr": "fast", "steps": 20, "future": 1, "grad_clip": None,
+                            "model": {"n_layers": "two", "d_model": 8, "later": 1}, "task_options": [1]})
+    assert cfg == TrainConfig(task="sort", steps=20, grad_clip=None, model={"d_model": 8})
+    assert config_from_dict("nonsense") == TrainConfig()

@@ -12,6 +12,7 @@ Adding a heatmap view is one `View(...)` line in the table plus its compute func
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
@@ -80,12 +81,15 @@ def state_from_dict(cls, data, views: tuple[View, ...] | None = None):
         if f.name not in data:
             continue
         value, default = data[f.name], getattr(state, f.name)
-        if f.name == "selected_token":
+        if f.type in ("int | None", "Optional[int]"):  # an optional index: a token, a head
             ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
         elif isinstance(default, bool):
             ok = isinstance(value, bool)
         elif isinstance(default, int):
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            value = float(value) if ok else value
         elif isinstance(default, str):
             ok = isinstance(value, str)
         else:

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
 
 from ...core import lipschitz as lip
 from ...core.jobs import Cancelled
+from ...core.views.lipschitz import LipschitzViewState
 from ..widgets.export import ExportBar, export_view
 
 log = logging.getLogger("desktop_app")
@@ -103,6 +104,8 @@ class LipschitzPanel(QWidget):
         self._matrices: tuple | None = None  # user (A, V) for the synthetic head
         self._matrices_file: str | None = None
         self.notes: list[str] = []  # what the last spec() skipped or reduced, said when the run ends
+        # a workspace's form, shown again once the model it opens arrives (a new model resets the form)
+        self._restore_on_model: LipschitzViewState | None = None
 
         # -- controls -----------------------------------------------------------------------
         self.source = QComboBox()
@@ -244,6 +247,9 @@ class LipschitzPanel(QWidget):
             self.masked.setChecked(cfg.causal)
             self.source.setCurrentIndex(0)
         self._update_visibility()
+        if loaded is not None and self._restore_on_model is not None:
+            restored, self._restore_on_model = self._restore_on_model, None
+            self._show_view_state(restored)
 
     def _update_visibility(self) -> None:
         synthetic = self.source.currentIndex() == 1
@@ -254,6 +260,51 @@ class LipschitzPanel(QWidget):
             form.setRowVisible(w, synthetic)
         if not synthetic:
             form.setRowVisible(self.search_start, self._model_source().name == "search")
+
+    # -- workspace (MainWindow saves view_state and gives it back with set_view_state) ----------
+    VIEW_TABLE = None  # no views table: the form is the panel's whole view state
+
+    @property
+    def view_state(self) -> LipschitzViewState:
+        """The form's choices (not the results)."""
+        head = self.head.currentIndex() - 1
+        return LipschitzViewState(
+            function=lip.SYNTHETIC if self.source.currentIndex() == 1 else lip.MODEL, layer=self.layer.value(),
+            head=None if head < 0 else head, data=self._model_source().name,
+            search_start=self.search_start.currentText(), text_file=self._text_file or "", d=self.d.value(),
+            norm_A=self.norm_A.value(), norm_V=self.norm_V.value(), matrices_file=self._matrices_file or "",
+            attention=self.attention.currentText(), synthetic_data=self._synthetic_source().name,
+            seed=self.seed.value(), masked=self.masked.isChecked(), radius=self.radius.value(),
+            lengths=self.lengths.text(), samples=self.samples.value())
+
+    def set_view_state(self, state: LipschitzViewState) -> None:
+        """Show a workspace's form now, and again when a model arrives: opening the workspace's model
+        resets the model rows (layer range, heads, mask), which would otherwise undo them."""
+        self._show_view_state(state)
+        self._restore_on_model = state
+
+    def _show_view_state(self, state: LipschitzViewState) -> None:
+        # a name this version lacks (a source, an attention kind) keeps the current choice
+        def pick(combo: QComboBox, names: list[str], name: str) -> None:
+            if name in names:
+                combo.setCurrentIndex(names.index(name))
+
+        self.source.setCurrentIndex(1 if state.function == lip.SYNTHETIC else 0)
+        self.layer.setValue(state.layer)  # clamped to the open model's layers
+        self.head.setCurrentIndex(0 if state.head is None or state.head + 1 >= self.head.count() else state.head + 1)
+        pick(self.data, [s.name for s in self.model_sources], state.data)
+        pick(self.search_start, ["random", "real"], state.search_start)
+        self.set_text_file(state.text_file or None)
+        for spin, value in ((self.d, state.d), (self.norm_A, state.norm_A), (self.norm_V, state.norm_V),
+                            (self.seed, state.seed), (self.radius, state.radius), (self.samples, state.samples)):
+            spin.setValue(value)
+        if state.matrices_file != (self._matrices_file or ""):
+            self.set_matrices_file(state.matrices_file or None)  # a file gone since says so in the status line
+        pick(self.attention, list(lip.ATTENTION_KINDS), state.attention)
+        pick(self.synthetic_data, [s.name for s in self.synthetic_sources], state.synthetic_data)
+        self.masked.setChecked(state.masked)
+        self.lengths.setText(state.lengths)
+        self._update_visibility()
 
     def _choose_text_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Text for real windows", "", "Text (*.txt);;All files (*)")

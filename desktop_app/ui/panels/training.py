@@ -28,6 +28,7 @@ from ...core.files import atomic_write_text
 from ...core.training.tasks import TaskError, TextTask, make_task, read_text_file, task_dimensions
 from ...core.training.trainer import (TrainConfig, best_device, default_precision, model_config_for, parameter_count,
                                       read_run_config, run_sample_text, task_options_for)
+from ...core.views.training import config_from_dict
 from ...paths import user_data_dir
 from ..widgets.export import ExportBar, ask_save_path
 from ..widgets.export import export_view as write_export
@@ -584,6 +585,17 @@ class TrainingPanel(QWidget):
             self.device.setCurrentText(cfg.device)  # sets its default precision; the run's own comes next
         if self.device.currentText() == cfg.device:
             self.precision.setCurrentText(cfg.precision)
+
+    # -- workspace (MainWindow saves view_state and gives it back with set_view_state) ----------
+    VIEW_TABLE = None  # no views table: the form is the panel's whole view state
+    view_state_from_dict = staticmethod(config_from_dict)  # a workspace's dict, read tolerantly
+
+    @property
+    def view_state(self) -> TrainConfig:
+        return self.config()
+
+    def set_view_state(self, cfg: TrainConfig) -> None:
+        self.set_config(cfg)  # as a resumed run's settings fill the form
 
     def _fill_from_resumed_run(self) -> None:
         """Resuming a run shows that run's saved settings (its run_config.json), once per chosen run."""

@@ -122,7 +122,15 @@ class MainWindow(QMainWindow):
             self.slots.append(slot)
             self.tabs.addTab(slot, title)
         self.tabs.currentChanged.connect(self._on_tab_changed)
-        self.setCentralWidget(self.tabs)
+        from .widgets.intervention_strip import InterventionStrip
+        self.intervention_strip = InterventionStrip(state)  # the active what-if edits, over every panel
+        central = QWidget()
+        column = QVBoxLayout(central)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.intervention_strip)
+        column.addWidget(self.tabs, 1)
+        self.setCentralWidget(central)
 
         self._build_status_bar()
         self._build_menus()

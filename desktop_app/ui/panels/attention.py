@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPen
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QSpinBox,
-                               QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsRectItem, QHBoxLayout, QInputDialog, QLabel,
+                               QMenu, QSpinBox, QTabWidget, QToolButton, QVBoxLayout, QWidget)
 
 from ...core import analysis
 from ...core.views import HeatmapResult, export_name, find_view, view_names, views_using
@@ -43,6 +43,7 @@ class ModelView(pg.GraphicsLayoutWidget):
     """A grid of thumbnails, one small ImageItem per (layer, head); click one to open it."""
 
     head_clicked = Signal(int, int)
+    head_menu_requested = Signal(int, int, QPoint)  # layer, head, global position: right-click on a thumbnail
     THUMB = 96  # thumbnails are max-pooled to at most this many pixels a side
 
     def __init__(self, parent=None) -> None:
@@ -54,6 +55,13 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.patterns: list[np.ndarray] = []
         self.lut = pg.colormap.get("viridis").getLookupTable(nPts=256)
         self.scene().sigMouseClicked.connect(self._on_click)
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.customContextMenuRequested.connect(self._on_context_menu)
+
+    def _on_context_menu(self, pos: QPoint) -> None:
+        hit = self.head_at(self.mapToScene(pos))
+        if hit is not None:
+            self.head_menu_requested.emit(*hit, self.mapToGlobal(pos))
 
     def set_patterns(self, patterns: list[np.ndarray], mask: np.ndarray | None,
                      thumbs: list[list[np.ndarray]] | None = None) -> None:
@@ -358,6 +366,14 @@ class AttentionPanel(QWidget):
         for label, w in (("Layer", self.layer_spin), ("Head", self.head_spin), ("Statistic", self.stat_combo)):
             controls.addWidget(QLabel(label))
             controls.addWidget(w)
+        self.ablate_button = QToolButton()  # the same menu as a right-click, for the layer and head chosen
+        self.ablate_button.setText("Ablate")
+        self.ablate_button.setToolTip("Switch off the chosen head, or this layer's attention or MLP (what if?)")
+        self.ablate_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.ablate_button.setMenu(QMenu(self.ablate_button))
+        self.ablate_button.menu().aboutToShow.connect(
+            lambda: self.fill_ablation_menu(self.ablate_button.menu(), self.layer, self.head))
+        controls.addWidget(self.ablate_button)
         controls.addWidget(self.status, 1)
         controls.addWidget(self.export_bar)
         lay = QVBoxLayout(self)
@@ -372,6 +388,7 @@ class AttentionPanel(QWidget):
             lambda _i: self._on_control("statistic", self.stat_combo.currentData()))
         self.tabs.currentChanged.connect(self._on_tab)
         self.model_view.head_clicked.connect(self.open_head)
+        self.model_view.head_menu_requested.connect(self.show_ablation_menu)
         self.head_view.token_clicked.connect(
             lambda t: self.select_token(None if t == self.selected_token else t))  # a second click clears
         self.tokens.token_selected.connect(self.select_token)
@@ -631,3 +648,61 @@ class AttentionPanel(QWidget):
 
     def _on_row_clicked(self, view, row: int) -> None:
         self.select_token(row + (self.data.query_offset if view.rows == "queries" else 0))
+
+    # -- ablation (what if): edits AppState.interventions; every panel then shows the edited model
+    ABLATIONS = (("zero", "Zero"), ("mean", "Mean over the text"), ("resample", "Resample from another text…"))
+
+    def ablation_menu(self, layer: int, head: int) -> QMenu:
+        menu = QMenu(self)
+        self.fill_ablation_menu(menu, layer, head)
+        return menu
+
+    def fill_ablation_menu(self, menu: QMenu, layer: int, head: int) -> None:
+        menu.clear()
+        if self.state.loaded is None:
+            menu.addAction("Open a model first").setEnabled(False)
+            return
+        for target, what in ((f"blocks.{layer}.attn.head.{head}", f"head {layer}.{head}"),
+                             (f"blocks.{layer}.attn.out", f"layer {layer}'s attention"),
+                             (f"blocks.{layer}.mlp.out", f"layer {layer}'s MLP")):
+            sub = menu.addMenu(f"Ablate {what}")
+            for how, text in self.ABLATIONS:
+                sub.addAction(text).triggered.connect(lambda _=False, t=target, h=how: self.ablate(t, h))
+        if self.state.interventions:
+            menu.addSeparator()
+            menu.addAction("Clear all ablations").triggered.connect(lambda: self.state.set_interventions([]))
+
+    def show_ablation_menu(self, layer: int, head: int, global_pos) -> None:
+        self.last_ablation_menu = menu = self.ablation_menu(layer, head)  # kept: tests and screenshots reach it
+        menu.popup(global_pos)
+
+    def ablate(self, target: str, how: str, other_text: str | None = None) -> None:
+        """Add one edit to the app's interventions (replacing an edit of the same target)."""
+        from ...core.interventions import Intervention
+
+        source = None
+        if how == "resample":
+            if other_text is None:
+                other_text, ok = QInputDialog.getText(self, "Resample from another text",
+                                                      "Copy this activation from the model's run on:")
+                if not ok:
+                    return
+            try:
+                source = tuple(self._ids_of(other_text)) if other_text.strip() else ()
+                if not source:
+                    raise ValueError("the other text is empty")
+            except Exception as exc:  # bad text: one line, no dialog
+                self.status.setText(f"Cannot resample: {exc}")
+                return
+        iv = Intervention(target, how, source_ids=source)
+        kept = [old for old in self.state.interventions if old.target != target]
+        self.state.set_interventions(kept + [iv])
+
+    def _ids_of(self, text: str) -> list[int]:
+        from ...core.inputs import encode
+
+        loaded = self.state.loaded
+        if loaded.tokenizer is None:
+            from ...core.inputs import parse_token_ids
+            return parse_token_ids(text)
+        return list(encode(loaded, text).ids)

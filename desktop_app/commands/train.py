@@ -30,7 +30,7 @@ class _Given(argparse.Action):
 # TrainConfig.model keys of the model arguments
 _MODEL_KEYS = {"layers": "n_layers", "heads": "n_heads", "d_model": "d_model", "d_ff": "d_ff", "context": "context_length",
                "norm": "norm", "norm_placement": "norm_placement", "activation": "activation", "positions": "positions",
-               "attention": "attention_kind", "init": "init", "dropout": "dropout"}
+               "attention": "attention_kind", "init": "init", "dropout": "dropout", "patch_size": "patch_size"}
 # TrainConfig fields of the other arguments a resume may take anew (see trainer.TUNABLE_ON_RESUME) or refuses
 _FIELDS = {"task": "task", "family": "family", "optimizer": "optimizer", "seed": "seed", "lr": "lr",
            "weight_decay": "weight_decay", "momentum": "momentum", "schedule": "schedule", "warmup": "warmup_steps",
@@ -48,8 +48,8 @@ def add_parser(sub) -> None:
                         "refused beside it; --out, --resume, --overwrite, --export, --baseline, --jsonl and "
                         "--control-stdin still apply")
     t = p.add_argument_group("task")
-    t.add_argument("--task", choices=("motif", "copy", "reverse", "sort", "modadd", "induction", "text"),
-                   help="required unless --config gives it")
+    t.add_argument("--task", choices=("motif", "copy", "reverse", "sort", "modadd", "induction", "text", "digits"),
+                   help="required unless --config gives it (digits: the 8 x 8 handwritten digits, --family vit)")
     t.add_argument("--text-file", help="UTF-8 text for --task text")
     t.add_argument("--tokenizer", choices=("char", "bpe"), default="char", help="text task tokenizer")
     t.add_argument("--vocab-size", type=int, default=512, help="BPE vocabulary size (text task)")
@@ -61,12 +61,13 @@ def add_parser(sub) -> None:
                                                   "the lectures use 1500) instead of fresh samples")
     t.add_argument("--baseline", choices=("mlp",), help="train the lectures' MLP baseline instead (motif only)")
     m = p.add_argument_group("model")
-    m.add_argument("--family", choices=("gpt2", "bert", "llama"), default="gpt2")
+    m.add_argument("--family", choices=("gpt2", "bert", "llama", "vit"), default="gpt2")
     m.add_argument("--layers", type=int, default=2)
     m.add_argument("--heads", type=int, default=4)
     m.add_argument("--d-model", type=int, default=64)
     m.add_argument("--d-ff", type=int, help="MLP width (default 4 x d_model)")
     m.add_argument("--context", type=int, default=128, help="context length (text task window)")
+    m.add_argument("--patch-size", type=int, help="ViT patch size in pixels (vit; digits default 2: 16 patches)")
     m.add_argument("--norm", choices=("layernorm", "rmsnorm"))
     m.add_argument("--norm-placement", choices=("pre", "post"))
     m.add_argument("--activation", choices=("gelu", "gelu_tanh", "relu", "swiglu"))
@@ -174,10 +175,12 @@ def config_from_args(args):
              "d_ff": args.d_ff or 4 * args.d_model, "context_length": args.context}
     for arg, key in (("norm", "norm"), ("norm_placement", "norm_placement"), ("activation", "activation"),
                      ("positions", "positions"), ("attention", "attention_kind"), ("init", "init"),
-                     ("dropout", "dropout")):
+                     ("dropout", "dropout"), ("patch_size", "patch_size")):
         value = getattr(args, arg)
         if value is not None:
             model[key] = value
+    if args.family == "vit":  # a ViT's context is 1 + its patches, never a free choice
+        model.pop("context_length")
     device = _device(args)
     return TrainConfig(task=args.task, task_options=task_options, family=args.family, model=model,
                        optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,

@@ -146,4 +146,4 @@ FAMILY = Family(
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
                 "layer_norm_eps", "image_size", "patch_size", "num_channels", "qkv_bias"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible, trainable=False)
+    weights=weights, preset=preset, hf_compatible=hf_compatible, trainable=True)

@@ -30,7 +30,8 @@ from .. import inputs
 from ..tokenizer import Tokenizer, char_tokenizer, train_bpe
 
 IGNORE = -100
-TASKS = ("motif", "copy", "reverse", "sort", "modadd", "induction", "text")
+TASKS = ("motif", "copy", "reverse", "sort", "modadd", "induction", "text", "digits")
+IMAGE_TASK_NAMES = ("digits",)  # image classification (image_tasks.py): trains the vit family only
 
 
 class TaskError(ValueError):
@@ -313,6 +314,8 @@ class TextTask(Task):
 def sample_text(task: Task, seed: int = 0) -> str:
     """One held-out input of `task` as text its tokenizer encodes back to the same ids: what the app
     shows as the text of a model trained on the task (its own vocabulary, its own length)."""
+    if task.tokenizer is None:  # an image task (image_tasks.py): its inputs are pixels, not text
+        raise TaskError(f"the {task.name} task has images, not text")
     if isinstance(task, TextTask):
         ids = task.val_ids[: task.seq_len]
     else:
@@ -368,6 +371,9 @@ def make_task(name: str, options: dict[str, Any] | None = None, causal: bool = T
         if tokenizer is not None:  # a resumed run keeps the tokenizer its model was built for (maybe without [UNK])
             task.tokenizer = tokenizer
         return task
+    if name in IMAGE_TASK_NAMES:  # lazily: image_tasks imports scikit-learn's digits on demand
+        from .image_tasks import make_image_task
+        return make_image_task(name, opts)
     if name == "text":
         path = opts.pop("text_file", None)
         if path is None:

@@ -213,6 +213,14 @@ def model_config_for(cfg: TrainConfig, task: Task | None = None, vocab_size: int
         raise ValueError(f"unknown family {cfg.family!r} (trainable here: {', '.join(trainable)})")
     preset = REGISTRY[cfg.family].preset
     over = dict(cfg.model)
+    images = getattr(task, "model_settings", None)  # an image task (image_tasks.py): a ViT reads its images
+    if task is not None and (images is not None) != (preset().input_kind == "patches"):
+        raise ValueError(f"the {task.name} task trains " + ("a vision model: choose the vit family" if images else
+                         f"a text model; the {cfg.family} family reads images (choose the digits task)"))
+    if images:
+        over.update(image_size=images["image_size"], num_channels=images["num_channels"],
+                    extra={**over.get("extra", {}), **images["extra"]})
+        over.setdefault("patch_size", images["patch_size"])
     if task is not None:
         over["vocab_size"] = task.vocab_size
         over["context_length"] = max(int(over.get("context_length", 0) or 0), task.seq_len)
@@ -248,6 +256,10 @@ class LossModel(nn.Module):
 
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor):
         hidden = self.model(inputs, compute_logits=False).hidden
+        if self.model.cfg.lm_head_kind == "classifier":  # ViT: one class per image, read from [CLS] (targets [B, 1])
+            logits, y = self.model.unembed(hidden), targets[:, 0]
+            loss = F.cross_entropy(logits.float(), y)
+            return loss, (logits.argmax(-1) == y).sum(), y.numel()
         scored = targets != IGNORE
         logits = self.model.unembed(hidden[scored])
         y = targets[scored]
@@ -348,6 +360,7 @@ def save_checkpoint(out_dir: Path, model: Transformer, task: Task, opt: torch.op
         RUN_FILE: cfg.to_json().encode(),
         METRICS_JSON: json.dumps(history).encode(),
         METRICS_CSV: _metrics_csv(history).encode(),
+        **(task.extra_files() if hasattr(task, "extra_files") else {}),  # an image task's preprocessor_config.json
     })
 
 
@@ -562,7 +575,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
             step += 1
             dt = time.perf_counter() - t0
             active += dt
-            window_tokens += x.numel() * world
+            window_tokens += (x.shape[0] * task.seq_len if x.dim() == 4 else x.numel()) * world  # images: [CLS] + patches
             window_time += dt
             window_loss += loss_value
             window_n += 1
@@ -623,7 +636,7 @@ def export_model(checkpoint_dir: str | Path, export_dir: str | Path) -> None:
     checkpoint_dir = Path(checkpoint_dir)
     loaded = load_model_folder(checkpoint_dir)
     src = checkpoint_dir if (checkpoint_dir / RUN_FILE).is_file() else Path(str(checkpoint_dir) + ".old")
-    extra = {name: (src / name).read_bytes() for name in (RUN_FILE, METRICS_JSON, METRICS_CSV)
+    extra = {name: (src / name).read_bytes() for name in (RUN_FILE, METRICS_JSON, METRICS_CSV, "preprocessor_config.json")
              if (src / name).is_file()}
     save_model_folder(loaded.model, export_dir, tokenizer=loaded.tokenizer, extra_files=extra)
 

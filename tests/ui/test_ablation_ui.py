@@ -7,6 +7,7 @@ real position of the head's thumbnail (a right-click offscreen does not reliably
 QContextMenuEvent), then its QAction is triggered through menu.actions()."""
 from __future__ import annotations
 
+import pytest
 import torch
 from PySide6.QtCore import Qt
 
@@ -83,4 +84,50 @@ def test_resample_with_a_bad_text_says_why_in_one_line(qtbot, model_dirs, isolat
         panel.ablate("blocks.0.attn.head.1", "resample", other_text=state.text)
     _wait_traced(qtbot, state)
     assert state.interventions[0].source_ids and w.intervention_strip.isVisible()
+    error_watch.assert_clean()
+
+
+def test_generate_shows_the_next_token_with_and_without_the_ablation(qtbot, model_dirs, isolated_user_files,
+                                                                     error_watch):
+    from desktop_app.core.generation import GenerationSession, GenerationSettings, process_logits
+    from desktop_app.core.interventions import Intervention
+
+    w, state = open_window(qtbot, model_dirs["llama"], name="llama", watch=error_watch)
+    panel = click_panel_tab(qtbot, w, "Generate")
+    with qtbot.waitSignal(state.trace_changed, timeout=20_000):
+        state.set_interventions([Intervention("blocks.1.attn.head.2"), Intervention("blocks.0.mlp.out", "mean")])
+    _wait_traced(qtbot, state)
+    qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.session is not None and not panel.busy and bool(panel.plain_bars.token_ids),
+                    timeout=20_000)
+    qtbot.waitUntil(lambda: "log p" in panel.plain_label.text(), timeout=20_000)
+    assert panel.session.interventions and panel.plain_box.isVisible() and panel.edited_title.isVisible()
+
+    # the two sides are the edited and the plain model's distributions after the same prompt
+    s = panel.session
+    node = s.current  # the bars show the candidates for the step after the current token
+    ids = s.ids(node)
+    plain = GenerationSession(state.loaded, ids, GenerationSettings())
+    p_plain = process_logits(plain.root.next_logits).model_probs
+    p_edited = process_logits(node.next_logits).model_probs
+    assert not torch.allclose(p_plain, p_edited, atol=1e-4)
+    top = panel.plain_bars.token_ids[0]
+    assert top == int(p_plain.argmax())
+    picked = int(p_edited.argmax())  # nothing picked yet after the current token: the edited model's top one
+    assert panel.plain_change == pytest.approx(float(torch.log(p_edited[picked]) - torch.log(p_plain[picked])),
+                                               abs=1e-4)
+    panel.grab().save("/tmp/whatif_generate.png")
+
+    # the inspected step's head outputs are the edited ones: the ablated head wrote nothing
+    trace, _ = s.step_trace()
+    assert trace["blocks.1.attn.head_out"][0, 2].abs().max() == 0
+    assert trace["blocks.1.attn.head_out"][0, 1].abs().max() > 0
+
+    # clearing the edits drops the session; the next one is the plain model's, with no second column
+    with qtbot.waitSignal(state.trace_changed, timeout=20_000):
+        qtbot.mouseClick(w.intervention_strip.clear_button, Qt.MouseButton.LeftButton)
+    assert panel.session is None
+    qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.session is not None and not panel.busy, timeout=20_000)
+    assert not panel.session.interventions and not panel.plain_box.isVisible()
     error_watch.assert_clean()

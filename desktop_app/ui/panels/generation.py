@@ -42,6 +42,15 @@ def _run(session, n: int, job=None):
     return session.stop_reason if isinstance(session, GenerationSession) else None
 
 
+def _plain_next_logits(loaded, ids: list[int]):
+    """The unedited model's next-token logits [V] (float32, CPU) after `ids`."""
+    import torch
+
+    with torch.no_grad():
+        out = loaded.model(torch.tensor([ids], device=loaded.model.device))
+    return out.logits[0, -1].float().cpu()
+
+
 class GenerationPanel(QWidget):
     title = "Generate"
     shortcuts = (("Right", "Step"), ("Left", "Back"))  # (key, what): made below, listed in Help
@@ -88,6 +97,7 @@ class GenerationPanel(QWidget):
         self._build()
         state.model_changed.connect(self._on_model)
         state.device_changed.connect(lambda _: self._drop_session("device changed: press Step to start again"))
+        state.interventions_changed.connect(self._on_interventions)
         if state.loaded is not None:
             self._on_model(state.loaded)
 
@@ -159,11 +169,34 @@ class GenerationPanel(QWidget):
         self.bars.token_clicked.connect(self.choose)
         self.dist_label = QLabel()
         self.dist_label.setWordWrap(True)
+        # With what-if edits (AppState.interventions): the model as trained, beside the edited one
+        self.plain_bars = ProbBars()
+        self.plain_label = QLabel()
+        self.plain_label.setWordWrap(True)
+        self.edited_title = QLabel("<b>With the edits</b>")
+        self.plain_box = QWidget()
+        pv = QVBoxLayout(self.plain_box)
+        pv.setContentsMargins(0, 0, 0, 0)
+        pv.addWidget(QLabel("<b>Without them</b> (the model as trained)"))
+        pv.addWidget(self.plain_bars, 1)
+        self.plain_box.setVisible(False)
+        self.edited_title.setVisible(False)
+        edited = QWidget()
+        ev = QVBoxLayout(edited)
+        ev.setContentsMargins(0, 0, 0, 0)
+        ev.addWidget(self.edited_title)
+        ev.addWidget(self.bars, 1)
+        pair = QHBoxLayout()
+        pair.addWidget(edited, 1)
+        pair.addWidget(self.plain_box, 1)
+        self._plain_logits: dict[tuple, object] = {}  # context ids -> the plain model's next-token logits
+        self._plain_wanted: tuple | None = None
         left = QWidget()
         lv = QVBoxLayout(left)
         lv.setContentsMargins(0, 0, 0, 0)
         lv.addWidget(self.dist_label)
-        lv.addWidget(self.bars, 1)
+        lv.addWidget(self.plain_label)
+        lv.addLayout(pair, 1)
 
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["branch", "tokens", "log p"])
@@ -297,6 +330,13 @@ class GenerationPanel(QWidget):
         if not loaded.config.causal and tok.mask_token_id is not None and len(words) > 1:
             words[len(words) // 2] = tok.tok.id_to_token(tok.mask_token_id)
         return " ".join(words)
+
+    def _on_interventions(self, interventions: list) -> None:
+        """The session's model is the edited one: new edits need a new session (Step starts it)."""
+        self._plain_logits.clear()
+        if self.session is not None or interventions:
+            self._drop_session("the what-if edits changed: press Step to generate with "
+                               + ("them" if interventions else "the model as trained"))
 
     def _drop_session(self, message: str) -> None:
         if self._running:
@@ -564,7 +604,8 @@ class GenerationPanel(QWidget):
         st = st.validated()
         return st.temperature, st.top_k, st.top_p
 
-    def _show_distribution(self, dist, chosen: int | None, depth: int, ended: bool) -> None:
+    def _show_distribution(self, dist, chosen: int | None, depth: int, ended: bool,
+                           context_ids: list[int] | None = None) -> None:
         top = dist.top(TOP_BARS, by="tempered_probs")
         if chosen is not None and chosen not in [t for t, _ in top]:
             top.append((chosen, float(dist.tempered_probs[chosen])))
@@ -585,6 +626,53 @@ class GenerationPanel(QWidget):
         if ended:
             text += " - a stop token ended this branch"
         self.dist_label.setText(text)
+        self._compare_with_plain(dist, chosen, context_ids)
+
+    def _compare_with_plain(self, dist, chosen: int | None, context_ids: list[int] | None) -> None:
+        """Beside the edited model's bars, the model as trained on the same context (its logits
+        from a worker, cached per context), and the change in the chosen token's log-probability."""
+        edited = self.session is not None and getattr(self.session, "interventions", None)
+        self.plain_box.setVisible(bool(edited) and context_ids is not None)
+        self.edited_title.setVisible(self.plain_box.isVisible())
+        if not self.plain_box.isVisible():
+            self.plain_label.setText("")
+            self._plain_wanted = None
+            return
+        key = tuple(context_ids)
+        self._plain_wanted = key
+        if key in self._plain_logits:
+            self._show_plain(dist, chosen, self._plain_logits[key])
+            return
+        self.plain_label.setText("computing the model as trained…")
+        loaded = self.state.loaded
+
+        def done(logits) -> None:
+            self._plain_logits[key] = logits
+            if self._plain_wanted == key and self._shown is not None:
+                self._show_plain(*self._shown, logits)
+
+        run_job(_plain_next_logits, loaded, list(key), on_result=done,
+                on_error=lambda exc, tb: self.plain_label.setText(f"the model as trained: {exc}"))
+
+    def _show_plain(self, dist, chosen: int | None, logits) -> None:
+        import math
+
+        plain = process_logits(logits, *self._processing())
+        top = plain.top(TOP_BARS, by="tempered_probs")
+        token = chosen if chosen is not None else int(dist.model_probs.argmax())
+        if token not in [t for t, _ in top]:
+            top.append((token, float(plain.tempered_probs[token])))
+        tokens = [t for t, _ in top]
+        labels = [str(t) for t in tokens] if self.state.loaded.tokenizer is None else \
+            [repr(x) for x in self.state.token_strings(tokens)]
+        self.plain_bars.set_distribution(tokens, labels, [float(plain.probs[t]) for t in tokens],
+                                         [float(plain.model_probs[t]) for t in tokens], token)
+        before, after = float(plain.model_probs[token]), float(dist.model_probs[token])
+        change = (math.log(after) if after > 0 else -math.inf) - (math.log(before) if before > 0 else -math.inf)
+        self.plain_change = change
+        self.plain_label.setText(f"{'picked' if chosen is not None else 'top'} {self._token_label(token)}: "
+                                 f"log p {change:+.3f} with the edits (p {format_prob(after)} with, "
+                                 f"{format_prob(before)} without)")
 
     # -- export (ExportBar view protocol; File > Export Current View takes export_widget) ---------
     def export_widget(self) -> QWidget:

@@ -26,12 +26,12 @@ def plural(n: int, word: str) -> str:
 # -- worker functions (run off the UI thread) ------------------------------------------------
 
 
-def _start_decoder(loaded, ids, settings, seed):
-    return GenerationSession(loaded, ids, settings, seed=seed)
+def _start_decoder(loaded, ids, settings, seed, interventions=None):
+    return GenerationSession(loaded, ids, settings, seed=seed, interventions=interventions or None)
 
 
-def _start_encoder(loaded, ids, masked, mask_id, settings, order, seed):
-    s = MaskedFillSession(loaded, ids, masked, mask_id, settings, order, seed)
+def _start_encoder(loaded, ids, masked, mask_id, settings, order, seed, interventions=None):
+    s = MaskedFillSession(loaded, ids, masked, mask_id, settings, order, seed, interventions=interventions or None)
     s.all_logits()  # the view reads cached logits only
     return s
 
@@ -119,7 +119,7 @@ class DecoderStepView(GenerationView):
 
     def start(self, loaded, ids, then) -> None:
         p = self.panel
-        p._submit(_start_decoder, loaded, ids, p.settings(), p.seed.value(),
+        p._submit(_start_decoder, loaded, ids, p.settings(), p.seed.value(), list(p.state.interventions),
                   on_result=lambda s: p._session_ready(s, then))
 
     def before_back(self) -> None:
@@ -233,7 +233,8 @@ class DecoderStepView(GenerationView):
         except GenerationError as exc:
             p.dist_label.setText(str(exc))
             return
-        p._show_distribution(dist, chosen, base.depth + 1, base is s.current and s.current.stop)
+        p._show_distribution(dist, chosen, base.depth + 1, base is s.current and s.current.stop,
+                             context_ids=s.ids(base))
         self._refresh_tree(s)
         self._refresh_beams(s)
 
@@ -344,7 +345,7 @@ class EncoderFillView(GenerationView):
             p._show_plain_tokens(ids)
             return
         p._submit(_start_encoder, loaded, ids, masked, mask_id, p.settings(), p.order.currentText(),
-                  p.seed.value(), on_result=lambda s: p._session_ready(s, then))
+                  p.seed.value(), list(p.state.interventions), on_result=lambda s: p._session_ready(s, then))
 
     def choose(self, token_id: int) -> None:
         p = self.panel

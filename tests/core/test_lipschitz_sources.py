@@ -88,14 +88,14 @@ class _Model:
     cfg = _Cfg()
 
 
-def test_one_label_function_two_forms():
+def test_one_label_form_for_the_cli_and_the_panel():
     spec = lip.SweepSpec(data="real", model=_Model(), layer=0, head=1, masked=None)
-    assert lip.sweep_label(spec) == "L0H1 real masked"
+    assert lip.sweep_label(spec) == "L0 H1 real masked"  # the model's own mask (causal)
     spec.masked = False
-    assert lip.sweep_label(spec) == "L0H1 real unmasked"
+    assert lip.sweep_label(spec) == "L0 H1 real"
     assert lip.sweep_label(spec, model_name="demo-model") == "demo-model L0 H1 real"
     synthetic = lip.SweepSpec(data="synthetic", d=8, attention="l2", seed=3, masked=True,
                               matrices=(torch.eye(8), torch.eye(8)), matrices_name="av.npz",
                               synthetic_adversarial=True)
-    assert lip.sweep_label(synthetic) == "synthetic l2 d=8 A,V from av.npz adversarial masked"
-    assert lip.sweep_label(synthetic, model_name="m") == "synthetic l2 d=8 av.npz adversarial seed 3 masked"
+    assert lip.sweep_label(synthetic) == "synthetic l2 d=8 av.npz adversarial seed 3 masked"
+    assert lip.sweep_label(synthetic, model_name="m") == lip.sweep_label(synthetic)  # no model in it

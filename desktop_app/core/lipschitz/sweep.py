@@ -176,30 +176,21 @@ def build_sweep_spec(options: Mapping[str, object]) -> SweepSpec:
 
 
 def sweep_label(spec: SweepSpec, model_name: str | None = None) -> str:
-    """What a run is called.
-
-    Without model_name, the summary's label (the CLI's JSON): "L0H1 real unmasked",
-    "synthetic softmax d=16 A,V from av.npz random masked". With model_name, the panel's legend and
-    table, where runs of several models and seeds overlay on one plot: the model's name leads, the
-    synthetic head's seed is named, and only a mask is said ("demo-model L0 H1 real",
-    "synthetic l2 d=8 av.npz adversarial seed 3 masked").
+    """What a run is called, in one form for the CLI's JSON and the panel's legend and table: the
+    model's name leads when known (runs of several models overlay on one plot), a synthetic head's
+    matrices file and non-zero seed are named, and only a mask is said ("demo-model L0 H1 real",
+    "L0 H1 real masked", "synthetic l2 d=8 av.npz adversarial seed 3 masked").
     """
     source = spec.source_name
-    panel = model_name is not None
     if spec.function == SYNTHETIC:
         d = int(spec.matrices[0].shape[0]) if spec.matrices is not None else spec.d
-        mask = " masked" if spec.masked else ""
-        if panel:
-            matrices = f" {spec.matrices_name}" if spec.matrices is not None else ""
-            seed = f" seed {spec.seed}" if spec.seed else ""
-            return f"synthetic {spec.attention} d={d}{matrices} {source}{seed}{mask}"
-        matrices = f" A,V from {spec.matrices_name or 'user'}" if spec.matrices is not None else ""
-        return f"synthetic {spec.attention} d={d}{matrices} {source}{mask}"
-    head = "" if spec.head is None else (f" H{spec.head}" if panel else f"H{spec.head}")
-    if panel:
-        return f"{model_name} L{spec.layer}{head} {source}" + (" masked" if spec.masked else "")
+        matrices = f" {spec.matrices_name or 'user A,V'}" if spec.matrices is not None else ""
+        seed = f" seed {spec.seed}" if spec.seed else ""
+        return f"synthetic {spec.attention} d={d}{matrices} {source}{seed}" + (" masked" if spec.masked else "")
+    head = "" if spec.head is None else f" H{spec.head}"
     masked = spec.model.cfg.causal if spec.masked is None else spec.masked  # as layer_map resolves it
-    return f"L{spec.layer}{head} {source}" + (" masked" if masked else " unmasked")
+    name = f"{model_name} " if model_name else ""
+    return f"{name}L{spec.layer}{head} {source}" + (" masked" if masked else "")
 
 
 # -- running -------------------------------------------------------------------------------------

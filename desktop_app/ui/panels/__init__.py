@@ -9,6 +9,7 @@ PANELS = [
     ("Generate", "desktop_app.ui.panels.generation", "GenerationPanel"),
     ("Attention", "desktop_app.ui.panels.attention", "AttentionPanel"),
     ("Layers", "desktop_app.ui.panels.layers", "LayersPanel"),
+    ("Image", "desktop_app.ui.panels.image", "ImagePanel"),
     ("What if", "desktop_app.ui.panels.whatif", "WhatIfPanel"),
     ("Lipschitz", "desktop_app.ui.panels.lipschitz", "LipschitzPanel"),
     ("Dynamics", "desktop_app.ui.panels.dynamics", "DynamicsPanel"),

@@ -1,0 +1,114 @@
+"""Image panel on a small ViT: held-out digits, an image file, patch clicks and [CLS], the three figures,
+their exports, a file that cannot be decoded, and a text model (the panel says it is for ViTs)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QImage
+
+pytest.importorskip("sklearn")
+
+from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder  # noqa: E402
+from desktop_app.core.families.vit import preset  # noqa: E402
+from desktop_app.core.training.image_tasks import pixel_settings, preprocessor_config  # noqa: E402
+from desktop_app.ui.panels.image import ImagePanel  # noqa: E402
+from desktop_app.ui.state import AppState  # noqa: E402
+from desktop_app.ui.widgets.export import export_view  # noqa: E402
+
+
+@pytest.fixture
+def vit_dir(tmp_path):
+    """A small untrained digit ViT folder (8 x 8, one channel, patch 2, ten classes, 2 layers x 3 heads)."""
+    cfg = preset(d_model=24, n_layers=2, n_heads=3, d_ff=48, image_size=8, patch_size=2, num_channels=1,
+                 vocab_size=10, lm_head=True, extra={"id2label": {str(i): f"digit {i}" for i in range(10)}})
+    folder = tmp_path / "vit"
+    save_model_folder(new_model(cfg, seed=0), folder, extra_files={
+        "preprocessor_config.json": json.dumps(preprocessor_config(pixel_settings(8, 1))).encode()})
+    return folder
+
+
+def _panel(qtbot, folder):
+    state = AppState()
+    panel = ImagePanel(state)
+    qtbot.addWidget(panel)
+    panel.resize(1100, 700)
+    panel.show()
+    state.loaded = load_model_folder(folder)
+    state.model_changed.emit(state.loaded)
+    qtbot.waitUntil(lambda: panel.result is not None and bool(panel.filters_view.mosaic.tiles), timeout=20_000)
+    return state, panel
+
+
+def test_digit_prediction_patch_click_and_cls(qtbot, vit_dir, tmp_path):
+    state, panel = _panel(qtbot, vit_dir)
+    assert "held-out digit #0" in panel.source_label.text()
+    lines = panel.prediction.text().splitlines()
+    assert len(lines) == 5 and "digit" in lines[0] and "%" in lines[0]
+    assert len(panel.heads_view.mosaic.tiles) == 3  # one map per head of the chosen layer
+    cls_weights = panel.query_weights()
+    assert cls_weights.shape == (3, 4, 4)
+    # click the patch in row 2, column 1 where the canvas draws it: its row of every head's pattern shows
+    qtbot.mouseClick(panel.canvas, Qt.MouseButton.LeftButton, pos=panel.canvas.patch_center(2 * 4 + 1))
+    assert panel.canvas.selected == 9
+    expected = panel.result["patterns"][0, :, 10, 1:].reshape(3, 4, 4)
+    assert np.allclose(panel.query_weights(), expected)
+    assert "patch (2, 1)" in panel.heads_view.mosaic.caption
+    qtbot.keyClick(panel.layer, Qt.Key.Key_Up)  # the spin box: layer 1
+    assert panel.layer.value() == 1
+    assert np.allclose(panel.query_weights(), panel.result["patterns"][1, :, 10, 1:].reshape(3, 4, 4))
+    qtbot.mouseClick(panel.cls_button, Qt.MouseButton.LeftButton)
+    assert panel.canvas.selected is None and "[CLS]" in panel.heads_view.mosaic.caption
+    # another held-out digit: a new forward pass
+    old = panel.result
+    panel.digit.setValue(5)
+    qtbot.waitUntil(lambda: panel.result is not old, timeout=10_000)
+    assert "held-out digit #5" in panel.source_label.text()
+    assert panel.distance_view.distance.shape == (2, 3)
+    panel.grab().save("/tmp/vit_panel_untrained.png")
+
+
+def test_figures_export(qtbot, vit_dir, tmp_path):
+    _, panel = _panel(qtbot, vit_dir)
+    assert len(panel.filters_view.mosaic.tiles) == 4  # min(28, d_model, C P P = 4) principal components
+    assert len(panel.similarity_view.mosaic.tiles) == 16  # one small map per patch of the 4 x 4 grid
+    for i, (view, name) in enumerate(zip(panel.views, ("heads", "filters", "similarity", "distance"))):
+        panel.tabs.setCurrentIndex(i)
+        for suffix in (".png", ".svg", ".csv"):
+            path = tmp_path / f"{name}{suffix}"
+            export_view(view, path)
+            assert path.stat().st_size > 100
+    rows = (tmp_path / "distance.csv").read_text().splitlines()
+    assert rows[0] == "layer,head,mean_attention_distance_px" and len(rows) == 1 + 2 * 3
+    assert len((tmp_path / "similarity.csv").read_text().splitlines()) == 1 + 16 * 16
+
+
+def test_image_file_and_a_file_that_is_not_an_image(qtbot, vit_dir, tmp_path):
+    _, panel = _panel(qtbot, vit_dir)
+    image = QImage(32, 32, QImage.Format.Format_Grayscale8)
+    image.fill(0)
+    for y in range(8, 24):
+        image.setPixel(15, y, 0xFFFFFFFF)
+    png = tmp_path / "one.png"
+    assert image.save(str(png))
+    old = panel.result
+    panel.open_image(str(png))
+    qtbot.waitUntil(lambda: panel.result is not old, timeout=10_000)
+    assert panel.source_label.text() == "one.png" and panel.message.text() == ""
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"not a png at all")
+    panel.open_image(str(bad))
+    qtbot.waitUntil(lambda: panel.message.text() != "", timeout=10_000)
+    assert str(bad) in panel.message.text() and "\n" not in panel.message.text()
+
+
+def test_text_model_is_told_the_panel_is_for_vits(qtbot, model_dirs):
+    state = AppState()
+    panel = ImagePanel(state)
+    qtbot.addWidget(panel)
+    state.loaded = load_model_folder(next(iter(model_dirs.values())))
+    state.model_changed.emit(state.loaded)
+    assert "vision transformers" in panel.message.text() and not panel.open_button.isEnabled()

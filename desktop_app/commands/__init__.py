@@ -24,6 +24,16 @@ def input_ids(loaded, text: str | None, ids: str | None) -> list[int]:
 MODEL_HELP = "model folder, or org/name[@revision] from the local Hugging Face cache (nothing is downloaded)"
 
 
+def add_model_and_text_arguments(p):
+    """The model folder and one of --text / --ids (input_ids reads them) that the commands running a
+    text take; returns the --text / --ids group, for a command taking another kind of input too."""
+    p.add_argument("model_dir", help=MODEL_HELP)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--text")
+    g.add_argument("--ids", help="comma-separated token ids")
+    return g
+
+
 def load_model(model_ref: str, **kwargs):
     """Every command's model argument: a folder, or a repository id resolved in the local Hugging Face
     cache only (NotInCacheError, one line, when it is not there); then load_model_folder(**kwargs)."""

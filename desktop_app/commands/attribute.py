@@ -6,15 +6,12 @@ atomically; the last line printed is a JSON object with the logit and the compon
 """
 from __future__ import annotations
 
-from . import MODEL_HELP
+from . import add_model_and_text_arguments
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("attribute", help="each head's and MLP's direct contribution to one token's logit (CSV)")
-    p.add_argument("model_dir", help=MODEL_HELP)
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--text")
-    g.add_argument("--ids", help="comma-separated token ids")
+    add_model_and_text_arguments(p)
     p.add_argument("--position", type=int, default=-1, help="which position's logit (default: the last; "
                    "negative counts from the end)")
     p.add_argument("--token-id", type=int, required=True, help="the token whose logit is attributed")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from . import MODEL_HELP
+from . import add_model_and_text_arguments
 
 from ..core.analysis import STAT_NAMES
 from ..core.views import attention as attention_views
@@ -24,10 +24,7 @@ STATS = tuple(STAT_NAMES)
 
 def add_parser(sub) -> None:
     p = sub.add_parser("render", help="draw an attention or layers view of a text to PNG / SVG (headless)")
-    p.add_argument("model_dir", help=MODEL_HELP)
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--text")
-    g.add_argument("--ids", help="comma-separated token ids")
+    add_model_and_text_arguments(p)
     p.add_argument("--view", required=True, choices=VIEWS)
     p.add_argument("--layer", type=int, default=None,
                    help="layer (attention views; default 0); for pca/cosine the block whose output is shown "

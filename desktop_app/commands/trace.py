@@ -2,15 +2,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import MODEL_HELP
+from . import add_model_and_text_arguments
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("trace", help="run a text through a model and save what it recorded as .npz")
-    p.add_argument("model_dir", help=MODEL_HELP)
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--text")
-    g.add_argument("--ids", help="comma-separated token ids")
+    g = add_model_and_text_arguments(p)
     g.add_argument("--image", help="for a vision model: an image (PNG, JPEG, BMP) or a uint8 .npy array")
     p.add_argument("--out", required=True, help="output .npz")
     p.add_argument("--ablate", help="zero-ablate: LAYER.HEAD[,LAYER.HEAD...] (also LAYER.attn, LAYER.mlp)")
@@ -23,16 +20,21 @@ def trace_arrays(loaded, ids: list[int], interventions=None) -> dict:
     import numpy as np
     import torch
 
+    _, arrays = _traced_arrays(loaded, torch.tensor(ids)[None], interventions)
+    return {"tokens": np.asarray(ids, dtype=np.int64), **arrays}
+
+
+def _traced_arrays(loaded, inputs, interventions=None) -> tuple:
+    """(trace, arrays): one run of a batch of one input, and the arrays every trace file holds:
+    attn.{l}, hidden.{i}, logits (when the model has them)."""
     names = ["embed", "final_norm.out", "logits", "blocks.*.attn.pattern", "blocks.*.resid_post"]
-    _, trace = loaded.model.run_with_trace(torch.tensor(ids)[None], names=names, interventions=interventions)
-    arrays = {"tokens": np.asarray(ids, dtype=np.int64)}
-    for l in range(loaded.config.n_layers):
-        arrays[f"attn.{l}"] = trace.pattern(l)[0].float().numpy()
+    _, trace = loaded.model.run_with_trace(inputs, names=names, interventions=interventions)
+    arrays = {f"attn.{l}": trace.pattern(l)[0].float().numpy() for l in range(loaded.config.n_layers)}
     for i, h in enumerate(trace.hidden_states()):
         arrays[f"hidden.{i}"] = h[0].float().numpy()
     if "logits" in trace:
         arrays["logits"] = trace["logits"][0].float().numpy()
-    return arrays
+    return trace, arrays
 
 
 def read_image_file(path: str | Path, channels: int):
@@ -84,15 +86,8 @@ def image_trace_arrays(loaded, pixel_values) -> dict:
 
     from ..core.vit import attention_distance_of_trace
 
-    names = ["embed", "final_norm.out", "logits", "blocks.*.attn.pattern", "blocks.*.resid_post"]
-    _, trace = loaded.model.run_with_trace(torch.from_numpy(pixel_values)[None], names=names)
-    arrays = {"pixel_values": np.asarray(pixel_values, dtype=np.float32)}
-    for l in range(loaded.config.n_layers):
-        arrays[f"attn.{l}"] = trace.pattern(l)[0].float().numpy()
-    for i, h in enumerate(trace.hidden_states()):
-        arrays[f"hidden.{i}"] = h[0].float().numpy()
-    if "logits" in trace:
-        arrays["logits"] = trace["logits"][0].float().numpy()
+    trace, traced = _traced_arrays(loaded, torch.from_numpy(pixel_values)[None])
+    arrays = {"pixel_values": np.asarray(pixel_values, dtype=np.float32), **traced}
     arrays["attention_distance"] = attention_distance_of_trace(trace, loaded.config).astype(np.float32)
     return arrays
 

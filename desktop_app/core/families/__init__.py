@@ -30,3 +30,9 @@ def family_for(model_type: object, path: str | Path) -> Family:
     if family is None:
         raise ModelLoadError(path, f"unknown model_type {model_type!r} (supported: {', '.join(REGISTRY)})")
     return family
+
+
+def trainable_families(input_kind: str = "tokens") -> list[str]:
+    """The families the Train panel and `train` offer for a kind of input, in REGISTRY order."""
+    return [name for name, family in REGISTRY.items()
+            if family.trainable and family.preset().input_kind == input_kind]

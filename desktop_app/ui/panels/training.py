@@ -22,7 +22,8 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QApplication, QCheckBox, QCombo
                                QPushButton, QScrollArea, QSpinBox, QVBoxLayout, QWidget)
 
 from ...core.checkpoints import ModelLoadError
-from ...core.config import ConfigError
+from ...core.config import ACTIVATIONS, ATTENTION_KINDS, INITS, NORMS, PLACEMENTS, POSITIONS, ConfigError
+from ...core.families import REGISTRY, trainable_families
 from ...core.training import checkpoint_step
 from ...core.files import atomic_write_text
 from ...core.training.tasks import TaskError, TextTask, make_task, read_text_file, task_dimensions
@@ -240,18 +241,18 @@ class TrainingPanel(QWidget):
 
         model_box = QGroupBox("Model")
         f = QFormLayout(model_box)
-        self.family = _combo(["gpt2", "bert", "llama"])
+        self.family = _combo(trainable_families())
         self.layers = _spin(1, 48, 2)
         self.heads = _spin(1, 32, 4)
         self.d_model = _spin(8, 2048, 64, 8)
         self.d_ff = _spin(8, 8192, 256, 32)
         self.context = _spin(4, 4096, 128, 16)
-        self.norm_placement = _combo(["pre", "post"])
-        self.norm = _combo(["layernorm", "rmsnorm"])
-        self.activation = _combo(["gelu_tanh", "gelu", "relu", "swiglu"])
-        self.positions = _combo(["learned", "sinusoidal", "rotary", "none"])
-        self.attention = _combo(["softmax", "l2", "sinkhorn"])
-        self.init = _combo(["default", "glorot", "he"])
+        self.norm_placement = _combo(list(PLACEMENTS))
+        self.norm = _combo(list(NORMS))
+        self.activation = _combo(list(ACTIVATIONS))
+        self.positions = _combo(list(POSITIONS))
+        self.attention = _combo(list(ATTENTION_KINDS))
+        self.init = _combo(list(INITS))
         self.dropout = _dspin(0.0, 0.9, 0.0, 2, 0.05)
         self.param_label = QLabel("")
         self.param_label.setStyleSheet("font-weight: bold")
@@ -476,11 +477,9 @@ class TrainingPanel(QWidget):
         self.task_form.setRowVisible(self.vocab_size, shown)
 
     def _on_family_changed(self) -> None:
-        fam = self.family.currentText()
-        presets = {"gpt2": ("pre", "layernorm", "gelu_tanh", "learned"),
-                   "bert": ("post", "layernorm", "gelu", "learned"),
-                   "llama": ("pre", "rmsnorm", "swiglu", "rotary")}[fam]
-        for w, value in zip((self.norm_placement, self.norm, self.activation, self.positions), presets):
+        preset = REGISTRY[self.family.currentText()].preset()  # the family's own switches
+        for w, value in zip((self.norm_placement, self.norm, self.activation, self.positions),
+                            (preset.norm_placement, preset.norm, preset.activation, preset.positions)):
             w.setCurrentText(value)
         self._update_param_count()
 

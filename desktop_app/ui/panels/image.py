@@ -202,7 +202,8 @@ class Mosaic(QWidget):
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt)
         rows = -(-len(self.tiles) // self.columns) if self.tiles else 1
-        return QSize(self.columns * (self.cell + 6) + 6, rows * (self.cell + 20) + 28)
+        caption = self.fontMetrics().horizontalAdvance(self.caption) + 12  # the caption is never cut
+        return QSize(max(self.columns * (self.cell + 6) + 6, caption), rows * (self.cell + 20) + 28)
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt)
         painter = QPainter(self)

@@ -46,7 +46,7 @@ from ..files import probe_writable, remove_leftovers
 from ..devices import default_device, resolve_device
 from ..jobs import Cancelled, JobControl
 from ..model import Transformer
-from .optim import make_optimizer, optimizer_state_from_tensors, optimizer_state_to_tensors
+from .optim import make_optimizer, optimizer_state_from_tensors, optimizer_state_to_tensors, use_fused_step
 from .schedules import lr_at
 from .tasks import IGNORE, Batch, Task, make_task
 
@@ -261,8 +261,10 @@ class LossModel(nn.Module):
             loss = F.cross_entropy(logits.float(), y)
             return loss, (logits.argmax(-1) == y).sum(), y.numel()
         scored = targets != IGNORE
-        logits = self.model.unembed(hidden[scored])
-        y = targets[scored]
+        if bool(scored.all()):  # next-token tasks score every position: no gather (a copy) and its backward
+            logits, y = self.model.unembed(hidden).flatten(0, -2), targets.flatten()
+        else:
+            logits, y = self.model.unembed(hidden[scored]), targets[scored]
         loss = F.cross_entropy(logits.float(), y)
         correct = (logits.argmax(-1) == y).sum()
         return loss, correct, y.numel()
@@ -496,6 +498,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
         opt.load_state_dict(optimizer_state_from_tensors(
             {k: v.to(device) for k, v in opt_tensors.items() if not k.startswith("rng.")}, state["optimizer"]))
         _restore_rng(rng, gen)
+        use_fused_step(opt)  # the saved groups carry the writing run's choice; this machine's applies
         # the saved groups carry the old hyper-parameters; the caller's apply from here on (lr is set per step)
         for g, decay in zip(opt.param_groups, (cfg.weight_decay, 0.0)):
             g["weight_decay"] = decay

@@ -1,0 +1,88 @@
+"""The trainer's fast paths (fused optimizer step, no gather when every position is scored) give the
+results of the plain paths to float rounding, and the fused step can be turned off."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from desktop_app.core.training import TrainConfig, train
+from desktop_app.core.training import trainer as tr
+from desktop_app.core.training.optim import FUSED_ENV, make_optimizer, use_fused_step
+from desktop_app.core.training.tasks import IGNORE
+
+
+def _params():
+    torch.manual_seed(0)
+    return [torch.nn.Parameter(torch.randn(8, 4)), torch.nn.Parameter(torch.randn(4))]
+
+
+def test_adam_family_and_sgd_take_the_fused_step_on_cpu():
+    for name in ("adamw", "adam", "sgd"):
+        opt = make_optimizer(name, _params(), lr=1e-3)
+        assert all(g["fused"] for g in opt.param_groups), name
+    lion = make_optimizer("lion", _params(), lr=1e-3)  # ours: no fused flag to set
+    use_fused_step(lion)
+    assert "fused" not in lion.param_groups[0]
+
+
+def test_the_environment_variable_turns_the_fused_step_off(monkeypatch):
+    monkeypatch.setenv(FUSED_ENV, "0")
+    opt = make_optimizer("adamw", _params(), lr=1e-3)
+    assert not any(g["fused"] for g in opt.param_groups)
+
+
+def test_fused_and_plain_adamw_agree_to_rounding(monkeypatch):
+    runs = []
+    for fused in ("1", "0"):
+        monkeypatch.setenv(FUSED_ENV, fused)
+        params = _params()
+        opt = make_optimizer("adamw", params, lr=1e-2, weight_decay=0.1)
+        for step in range(20):
+            loss = sum((p.sin() * (step + 1)).sum() for p in params)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        runs.append([p.detach().clone() for p in params])
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _cfg(**kw):
+    return TrainConfig(**{**dict(task="modadd", task_options={"p": 7}, model={"n_layers": 1, "n_heads": 2,
+                                                                              "d_model": 16},
+                                 steps=2, batch_size=4, eval_every=100, checkpoint_every=1, log_every=1), **kw})
+
+
+def test_a_resumed_run_takes_this_machines_choice_not_the_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.setenv(FUSED_ENV, "0")
+    train(_cfg(steps=1), tmp_path / "run")  # written by a run with the plain step
+    monkeypatch.setenv(FUSED_ENV, "1")
+    seen = {}
+    real = tr.make_optimizer
+
+    def spy(*a, **k):
+        seen["opt"] = real(*a, **k)
+        return seen["opt"]
+    monkeypatch.setattr(tr, "make_optimizer", spy)
+    train(_cfg(steps=2), tmp_path / "run", resume=True)
+    assert all(g["fused"] for g in seen["opt"].param_groups)
+
+
+def test_loss_model_without_gather_matches_the_gathered_loss():
+    from desktop_app.core.checkpoints import new_model
+    from desktop_app.core.config import ModelConfig
+
+    model = new_model(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=8,
+                                  lm_head=True), seed=0)
+    x = torch.randint(0, 11, (3, 8), generator=torch.Generator().manual_seed(1))
+    y = torch.randint(0, 11, (3, 8), generator=torch.Generator().manual_seed(2))
+    loss, correct, n = tr.LossModel(model)(x, y)  # every position scored: the no-gather path
+    logits = model(x).logits
+    assert n == 24
+    torch.testing.assert_close(loss, F.cross_entropy(logits.reshape(-1, 11).float(), y.flatten()))
+    assert int(correct) == int((logits.argmax(-1) == y).sum())
+    y2 = y.clone()
+    y2[:, :5] = IGNORE  # some positions unscored: the gathered path, same formula on the rest
+    loss2, _, n2 = tr.LossModel(model)(x, y2)
+    assert n2 == 9
+    torch.testing.assert_close(loss2, F.cross_entropy(logits[:, 5:].reshape(-1, 11).float(), y2[:, 5:].flatten()))

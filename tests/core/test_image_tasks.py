@@ -116,11 +116,13 @@ def test_cli_trains_the_digits(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_small_vit_reaches_95_percent_on_heldout_digits(tmp_path):
     t0 = time.perf_counter()
+    # dropout 0.1 and 1,200 steps: without dropout, 800 steps ended at 94.99% to 95.8% depending on the
+    # optimiser kernel (fused or not), too close to the bar
     summary = train(TrainConfig(task="digits", family="vit", model={"d_model": 48, "n_layers": 2, "n_heads": 4,
-                                                                     "d_ff": 96},
-                                lr=3e-3, weight_decay=0.05, batch_size=64, steps=800, warmup_steps=50, eval_every=400,
-                                checkpoint_every=800, log_every=50), tmp_path / "run")
+                                                                     "d_ff": 96, "dropout": 0.1},
+                                lr=3e-3, weight_decay=0.05, batch_size=64, steps=1200, warmup_steps=50, eval_every=300,
+                                checkpoint_every=1200, log_every=50), tmp_path / "run")
     seconds = time.perf_counter() - t0
-    print(f"\nViT (d 48, 2 layers, 4 heads, patch 2) on the digits: held-out accuracy "
-          f"{summary['val_accuracy']:.3f} after 800 steps in {seconds:.1f} s")
+    print(f"\nViT (d 48, 2 layers, 4 heads, patch 2, dropout 0.1) on the digits: held-out accuracy "
+          f"{summary['val_accuracy']:.3f} after 1200 steps in {seconds:.1f} s")
     assert summary["val_accuracy"] >= 0.95

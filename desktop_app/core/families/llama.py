@@ -1,6 +1,8 @@
 """LLaMA: LlamaModel / LlamaForCausalLM (RMSNorm, rotary positions, SwiGLU, grouped-query attention).
 
-Every tensor maps one to one; biases exist only where attention_bias / mlp_bias say so.
+Every tensor maps one to one; biases exist only where attention_bias / mlp_bias say so. The
+config.json fields LLaMA shares with Qwen2, Qwen3, Mistral and Gemma 3 (sizes, head_dim, the rotary
+block with its "linear" and "llama3" scalings) are read and written by llama_like.
 """
 from __future__ import annotations
 
@@ -8,8 +10,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from . import llama_like
-from .base import Family, ModelLoadError, Weight, hf_dtype, preset_of, real, required
-from .gpt2 import classic_switches
+from .base import Family, Weight, preset_of
 
 preset = preset_of(dict(family="llama", norm="rmsnorm", norm_placement="pre", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
@@ -17,32 +18,19 @@ preset = preset_of(dict(family="llama", norm="rmsnorm", norm_placement="pre", ac
 
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
-    need = required(d, path)
-    if d.get("hidden_act", "silu") != "silu":
-        raise ModelLoadError(path, f"unsupported hidden_act {d.get('hidden_act')!r}")
-    rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
-    if rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
-        raise ModelLoadError(path, f"unsupported rope scaling {rope!r}")
-    hidden, heads = need("hidden_size"), need("num_attention_heads")
-    if d.get("head_dim") not in (None, hidden // heads):
-        raise ModelLoadError(path, "head_dim different from hidden_size / num_attention_heads is not supported")
-    eos = d.get("eos_token_id")
-    return preset(
-        vocab_size=need("vocab_size"), d_model=hidden, n_layers=need("num_hidden_layers"), n_heads=heads,
-        n_kv_heads=d.get("num_key_value_heads") or heads, d_ff=need("intermediate_size"),
-        context_length=d.get("max_position_embeddings", 2048), norm_eps=d.get("rms_norm_eps", 1e-6),
-        rope_theta=real(rope.get("rope_theta", d.get("rope_theta", 10000.0))),
-        attention_bias=bool(d.get("attention_bias", False)), mlp_bias=bool(d.get("mlp_bias", False)),
-        tie_embeddings=bool(d.get("tie_word_embeddings", False)), lm_head=FAMILY.has_lm_head(d),
-        dtype=hf_dtype(d), bos_token_id=d.get("bos_token_id"), eos_token_id=eos[0] if isinstance(eos, list) else eos)
+    llama_like.silu_only(d, path)
+    rope = llama_like.rope_fields(llama_like.legacy_rope(d), path, "rope_parameters")
+    return preset(**llama_like.decoder_fields(d, path, lm_head=FAMILY.has_lm_head(d)), **rope,
+                  attention_bias=bool(d.get("attention_bias", False)), mlp_bias=bool(d.get("mlp_bias", False)))
 
 
 def config_to_hf(cfg: ModelConfig) -> dict:
-    return {"hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
-            "num_key_value_heads": cfg.n_kv_heads, "intermediate_size": cfg.d_ff,
-            "max_position_embeddings": cfg.context_length, "rms_norm_eps": cfg.norm_eps,
-            "rope_theta": cfg.rope_theta, "hidden_act": "silu", "attention_bias": cfg.attention_bias,
-            "mlp_bias": cfg.mlp_bias, "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id}
+    # rope_theta stays at the top level (older readers, and an edit to it alone is still checked);
+    # a scaling goes in rope_parameters, which transformers reads first
+    scaled = {} if cfg.rope_scaling is None else {
+        "rope_parameters": llama_like.rope_to_hf(cfg.rope_theta, cfg.rope_scaling)}
+    return {**llama_like.decoder_to_hf(cfg), "rope_theta": cfg.rope_theta, **scaled, "hidden_act": "silu",
+            "attention_bias": cfg.attention_bias, "mlp_bias": cfg.mlp_bias}
 
 
 def weights(cfg: ModelConfig) -> list[Weight]:
@@ -50,15 +38,16 @@ def weights(cfg: ModelConfig) -> list[Weight]:
 
 
 def hf_compatible(cfg: ModelConfig) -> bool:
-    return (cfg.norm == "rmsnorm" and cfg.positions == "rotary" and cfg.norm_placement == "pre"
-            and cfg.activation == "swiglu" and cfg.final_norm and not cfg.type_vocab_size and not cfg.embed_norm
-            and cfg.causal and cfg.lm_head_kind == "linear" and classic_switches(cfg))
+    # LlamaAttention takes head_dim and the linear / llama3 rotary scalings; no windows, no q/k norms,
+    # and o_proj's bias follows attention_bias
+    return (llama_like.llama_shaped(cfg) and llama_like.plain_attention(cfg) and not cfg.qk_norm
+            and cfg.sliding_window is None and all(t == "full_attention" for t in cfg.layer_types or ())
+            and cfg.attention_out_bias == cfg.attention_bias)
 
 
 FAMILY = Family(
     model_type="llama", title="LLaMA (decoder, RoPE, RMSNorm, SwiGLU)", decoder=True,
     architectures=("LlamaModel", "LlamaForCausalLM"), prefixes=("", "model."), probe="embed_tokens.weight",
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
-    structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                "intermediate_size", "max_position_embeddings", "hidden_act", "rms_norm_eps", "rope_theta"),
+    structural=llama_like.STRUCTURAL + ("hidden_act", "rope_theta", "rope_parameters"),
     weights=weights, preset=preset, hf_compatible=hf_compatible)

@@ -13,17 +13,17 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsRectItem, QHBoxLayout, QInputDialog, QLabel,
-                               QMenu, QSpinBox, QTabWidget, QToolButton, QVBoxLayout, QWidget)
+                               QMenu, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
 from ...core import analysis
-from ...core.views import HeatmapResult, export_name, find_view, view_names, views_using
+from ...core.views import find_view, views_using
 from ...core.views import attention as attention_views
 from ...core.views.attention import (AttentionData, AttentionViewState, display_levels, max_pool,  # noqa: F401
                                      thumbnails)
 from ..settings import plot_background, plot_foreground
-from ..widgets.export import ExportBar
-from ..widgets.heatmap import Heatmap, LabelAxis
-from ..widgets.token_strip import TokenStrip, plural
+from ..widgets.heatmap import LabelAxis
+from ..widgets.token_strip import plural
+from .view_panel import ViewTablePanel
 
 # Colour-blind-friendly qualitative palette (Okabe-Ito, then Tableau) for heads.
 HEAD_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
@@ -307,7 +307,7 @@ class HeadView(QWidget):
 # -- the panel -------------------------------------------------------------------------------
 
 
-class AttentionPanel(QWidget):
+class AttentionPanel(ViewTablePanel):
     title = "Attention"
     help_text = (
         "<b>What am I looking at?</b> Attention weights P<sub>ij</sub> = softmax<sub>j</sub>(q<sub>i</sub>&middot;k<sub>j</sub>/&radic;d<sub>k</sub>): "
@@ -324,19 +324,12 @@ class AttentionPanel(QWidget):
         "&Sigma;<sub>j</sub>P<sub>ij</sub>|i&minus;j| (tokens), attention to the first token P<sub>i0</sub>.")
 
     VIEW_TABLE = attention_views.VIEWS  # the views as data (core.views.attention)
-    VIEWS = view_names(VIEW_TABLE)
-    VIEW_TITLES = tuple(v.title for v in attention_views.VIEWS)
+    VIEW_STATE = AttentionViewState
 
     def __init__(self, state, parent=None, view_state: AttentionViewState | None = None) -> None:
-        super().__init__(parent)
-        self.state = state
-        self.view_state = view_state if view_state is not None else AttentionViewState()  # what the controls hold
-        self.trace = None
+        super().__init__(state, view_state, "Open a model and enter a text to see its attention.", parent)
         self.data: AttentionData | None = None
-        self._generation = 0
-        self._job = None
         self._stale: set[str] = set()  # views whose data changed while hidden
-        self._relabel = False  # the big heatmap needs new labels / mask (new trace)
 
         self.layer_spin = QSpinBox()
         self.head_spin = QSpinBox()
@@ -344,23 +337,11 @@ class AttentionPanel(QWidget):
         for key, name in analysis.STAT_NAMES.items():
             self.stat_combo.addItem(name, key)
         self.controls = {"layer": self.layer_spin, "head": self.head_spin, "statistic": self.stat_combo}
-        self.status = QLabel("Open a model and enter a text to see its attention.")
-        self.tokens = TokenStrip(show_ids=False)
-        self.tokens.setMaximumHeight(90)
         self.model_view = ModelView()
         self.head_view = HeadView()
-        own = {"model-view": self.model_view, "head-view": self.head_view}
-        self.widgets: dict[str, QWidget] = {}  # view name -> the widget that draws it
-        for v in attention_views.VIEWS:
-            self.widgets[v.name] = own[v.widget] if v.widget != "heatmap" else Heatmap(
-                row_name=v.axes[0], col_name=v.axes[1], value_name=v.axes[2], **v.heatmap_options)
+        self._build_views({"model-view": self.model_view, "head-view": self.head_view})
         self.heatmap, self.mean_map = self.widgets["attention"], self.widgets["mean"]
         self.rollout_map, self.stats_map = self.widgets["rollout"], self.widgets["head-stats"]
-        self.tabs = QTabWidget()
-        for widget, title in zip(self.views(), self.VIEW_TITLES):
-            self.tabs.addTab(widget, title)
-        self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
-        self.export_bar = ExportBar(self.current_view, self._export_name)
 
         controls = QHBoxLayout()
         for label, w in (("Layer", self.layer_spin), ("Head", self.head_spin), ("Statistic", self.stat_combo)):
@@ -374,12 +355,7 @@ class AttentionPanel(QWidget):
         self.ablate_button.menu().aboutToShow.connect(
             lambda: self.fill_ablation_menu(self.ablate_button.menu(), self.layer, self.head))
         controls.addWidget(self.ablate_button)
-        controls.addWidget(self.status, 1)
-        controls.addWidget(self.export_bar)
-        lay = QVBoxLayout(self)
-        lay.addLayout(controls)
-        lay.addWidget(self.tokens)
-        lay.addWidget(self.tabs, 1)
+        self._lay_out(controls)
 
         self._show_view_state_in_controls()
         self.layer_spin.valueChanged.connect(lambda v: self._on_control("layer", v))
@@ -392,26 +368,15 @@ class AttentionPanel(QWidget):
         self.head_view.token_clicked.connect(
             lambda t: self.select_token(None if t == self.selected_token else t))  # a second click clears
         self.tokens.token_selected.connect(self.select_token)
-        for v in attention_views.VIEWS:
-            if v.widget == "heatmap" and v.rows:
-                self.widgets[v.name].cell_clicked.connect(lambda row, _col, v=v: self._on_row_clicked(v, row))
-        state.trace_changed.connect(self._on_trace_changed)
         self._update_controls()
-        if getattr(state, "trace", None) is not None:
-            self._on_trace_changed(state.trace)
+        self._follow_trace()
 
     # -- view state ------------------------------------------------------------------------
-    def set_view_state(self, view_state: AttentionViewState) -> None:
-        """Show these choices (a workspace, the render command): controls, tab, then the selection."""
-        self.view_state = AttentionViewState(**vars(view_state))
+    def _show_view_state(self) -> None:
         self._clamp_view_state()
         self._show_view_state_in_controls()
-        self.tabs.blockSignals(True)
-        self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
-        self.tabs.blockSignals(False)
         self._update_controls()
         self._invalidate(*(v.name for v in attention_views.VIEWS if v.name != "model-view"))
-        self.select_token(self.view_state.selected_token)
 
     def _clamp_view_state(self) -> None:
         """Choices beyond this trace's layers, heads or tokens fall back to the last one / no selection."""
@@ -445,18 +410,6 @@ class AttentionPanel(QWidget):
         self._refresh()
 
     # -- views -----------------------------------------------------------------------------
-    def views(self) -> list:
-        return [self.widgets[name] for name in self.VIEWS]
-
-    def current_view(self):
-        return self.views()[self.tabs.currentIndex()]
-
-    def show_view(self, name: str) -> None:
-        self.tabs.setCurrentIndex(self.VIEWS.index(name))
-
-    def _export_name(self) -> str:
-        return export_name(attention_views.VIEWS, self.view_state)
-
     def _update_controls(self, *_):
         used = find_view(attention_views.VIEWS, self.view_state.view).controls
         for name, w in self.controls.items():
@@ -469,10 +422,6 @@ class AttentionPanel(QWidget):
     @property
     def head(self) -> int:
         return self.view_state.head
-
-    @property
-    def selected_token(self) -> int | None:
-        return self.view_state.selected_token
 
     @property
     def patterns(self) -> list[np.ndarray]:
@@ -499,15 +448,10 @@ class AttentionPanel(QWidget):
         return self.data.stats if self.data is not None else None
 
     # -- data ------------------------------------------------------------------------------
-    def _on_trace_changed(self, trace) -> None:
-        ids = list(getattr(self.state, "token_ids", []) or [])
-        self.set_trace(trace, ids)
-
     def set_trace(self, trace, token_ids: list[int] | None = None, causal: bool | None = None,
                   sync: bool = False) -> None:
         """Show a trace. sync=True computes rollout and statistics here (CLI); else in a worker."""
-        self.trace = trace
-        self._generation += 1
+        generation = self._new_trace(trace)
         if trace is None or trace.n_layers == 0 or "blocks.0.attn.pattern" not in trace:
             self._clear(self.state.no_trace_message() if trace is None else "This trace has no attention patterns.")
             return
@@ -532,44 +476,26 @@ class AttentionPanel(QWidget):
         self._apply_selection()
         self.status.setText(f"{plural(t_k, 'token')}, {plural(n_layers, 'layer')} x {plural(n_heads, 'head')}"
                             + (" (causal)" if data.causal else " (bidirectional)"))
-        generation = self._generation
         patterns, mask, lut, size = data.patterns, data.mask, self.model_view.lut, self.model_view.THUMB
 
         def work(job=None):
             return (generation, *attention_views.aggregates(trace, job), thumbnails(patterns, mask, lut, size))
 
-        if sync:
-            self._on_aggregates(work())
-        else:
-            from ..workers import run_job
+        self._run_trace_job(work, self._on_aggregates, "statistics", sync)
 
-            if self._job is not None and not self._job.done:
-                self._job.cancel()  # its result would be dropped anyway
-            self._job = run_job(work, on_result=self._on_aggregates,
-                                on_error=lambda exc, tb: self.status.setText(f"statistics failed: {exc}"))
-
-    def _clear(self, message: str) -> None:
-        """No trace (or one without attention): nothing of a previous text or model stays on show."""
-        if self._job is not None and not self._job.done:
-            self._job.cancel()
-        self.data = None
-        self.view_state.selected_token = None
-        self.tokens.set_tokens([], [])
+    def _clear_own(self, message: str) -> None:
+        """(A trace without attention is cleared too.)"""
         self.model_view.set_patterns([], None)
-        for v in attention_views.VIEWS:
-            if v.widget == "heatmap":
-                self.widgets[v.name].clear_matrix(message)
         self.head_view.set_layer(np.zeros((0, 0, 0), dtype=np.float32), [], [])
         for spin in (self.layer_spin, self.head_spin):  # the view state keeps its layer and head for the next trace
             spin.blockSignals(True)
             spin.setRange(0, 0)
             spin.blockSignals(False)
         self._stale.clear()
-        self.status.setText(message)
 
     def _on_aggregates(self, result) -> None:
         generation, rollout, stats, rollout_problem, thumbs = result
-        if generation != self._generation or self.data is None:
+        if not self._is_current(generation) or self.data is None:
             return  # a newer trace arrived meanwhile
         data = self.data
         data.rollout, data.stats, data.rollout_problem, data.thumbs = rollout, stats, rollout_problem, thumbs
@@ -603,33 +529,12 @@ class AttentionPanel(QWidget):
         elif view.widget == "head-view":
             self.head_view.set_layer(result.pattern, result.row_labels, result.col_labels)
 
-    def _render_heatmap(self, view, r: HeatmapResult) -> None:
-        hm = self.widgets[view.name]
-        if r.value_name is not None:
-            hm.set_axis_names(view.axes[0], view.axes[1], r.value_name)
-        relabel = view.keep_zoom and self._relabel
-        if view.keep_zoom:
-            self._relabel = False
-        if not view.keep_zoom or relabel or hm.values.shape != r.values.shape:
-            hm.set_matrix(r.values, r.row_labels, r.col_labels, mask=r.mask, levels=r.levels, title=r.title)
-        else:
-            hm.set_values(r.values, r.levels)  # the fast path: one texture upload
-            hm.set_title(r.title)
-        if view.rows == "tokens":
-            hm.set_selected_row(self.selected_token)
-
     # -- interaction -----------------------------------------------------------------------
     def open_head(self, layer: int, head: int) -> None:
         """Show one head large (what a click on its thumbnail does)."""
         self.layer_spin.setValue(layer)
         self.head_spin.setValue(head)
         self.show_view("attention")
-
-    def select_token(self, index: int | None) -> None:
-        """Highlight query token `index` (position in the sequence) in every view."""
-        self.view_state.selected_token = index
-        self.tokens.set_selected(index)
-        self._apply_selection()
 
     def query_row(self) -> int | None:
         """Row of the selected token in the attention patterns (queries are the last T_q tokens)."""
@@ -638,16 +543,16 @@ class AttentionPanel(QWidget):
         row = self.selected_token - self.data.query_offset
         return row if 0 <= row < self.data.patterns[0].shape[1] else None
 
-    def _apply_selection(self) -> None:
+    def _row_of_selection(self, view) -> int | None:
+        return self.query_row() if view.rows == "queries" else self.selected_token
+
+    def _token_of_row(self, view, row: int) -> int:
+        return row + (self.data.query_offset if view.rows == "queries" else 0)
+
+    def _select_in_own_views(self) -> None:
         row = self.query_row()
-        for v in attention_views.VIEWS:
-            if v.widget == "heatmap" and v.rows:
-                self.widgets[v.name].set_selected_row(row if v.rows == "queries" else self.selected_token)
         self.model_view.set_selected_row(row)
         self.head_view.set_selected_row(row)
-
-    def _on_row_clicked(self, view, row: int) -> None:
-        self.select_token(row + (self.data.query_offset if view.rows == "queries" else 0))
 
     # -- ablation (what if): edits AppState.interventions; every panel then shows the edited model
     ABLATIONS = (("zero", "Zero"), ("mean", "Mean over the text"), ("resample", "Resample from another text…"))

@@ -13,17 +13,17 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QSlider, QSplitter, QTableView, QTabWidget,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QSlider, QSplitter, QTableView, QVBoxLayout,
+                               QWidget)
 
 from ...core import analysis
-from ...core.views import export_name, find_view, view_names, views_using
+from ...core.views import find_view, views_using
 from ...core.views import layers as layers_views
 from ...core.views.layers import LayersData, LayersResult, LayersViewState, compute_layers  # noqa: F401
 from ..settings import plot_background, plot_foreground
-from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap, short_label
-from ..widgets.token_strip import TokenStrip, _visible, format_prob, plural, value_colour
+from ..widgets.token_strip import _visible, format_prob, plural, value_colour
+from .view_panel import ViewTablePanel
 
 
 # -- logit lens table ------------------------------------------------------------------------
@@ -288,7 +288,7 @@ class CosineView(QWidget):
 # -- the panel -------------------------------------------------------------------------------
 
 
-class LayersPanel(QWidget):
+class LayersPanel(ViewTablePanel):
     title = "Layers"
     help_text = (
         "<b>What am I looking at?</b> The residual stream x<sub>t</sub><sup>(l)</sup>: token t's vector after the "
@@ -301,105 +301,58 @@ class LayersPanel(QWidget):
         "its mean over i &ne; j rising with depth shows tokens clustering (Geshkovski et al. 2023).")
 
     VIEW_TABLE = layers_views.VIEWS  # the views as data (core.views.layers)
-    VIEWS = view_names(VIEW_TABLE)
-    VIEW_TITLES = tuple(v.title for v in layers_views.VIEWS)
+    VIEW_STATE = LayersViewState
 
     def __init__(self, state, parent=None, view_state: LayersViewState | None = None) -> None:
-        super().__init__(parent)
-        self.state = state
-        self.view_state = view_state if view_state is not None else LayersViewState()  # what the controls hold
-        self.trace = None
+        super().__init__(state, view_state, "Open a model and enter a text to see its layers.", parent)
         self.data: LayersData | None = None
         self.labels: list[str] = []
-        self._generation = 0
-        self._job = None
 
-        self.status = QLabel("Open a model and enter a text to see its layers.")
         self.depth_slider = QSlider(Qt.Orientation.Horizontal)
         self.depth_slider.setRange(0, 0)
         self.depth_slider.setMinimumWidth(160)
         self.depth_label = QLabel("depth: -")
-        self.tokens = TokenStrip(show_ids=False)
-        self.tokens.setMaximumHeight(90)
         self.lens_view = LogitLensView()
         self.pca_view = PCAView()
         self.cosine_view = CosineView()
-        own = {"logit-lens": self.lens_view, "pca": self.pca_view, "cosine": self.cosine_view}
-        self.widgets: dict[str, QWidget] = {}  # view name -> the widget that draws it
-        for v in layers_views.VIEWS:
-            self.widgets[v.name] = own[v.widget] if v.widget != "heatmap" else Heatmap(
-                row_name=v.axes[0], col_name=v.axes[1], value_name=v.axes[2], **v.heatmap_options)
+        self._build_views({"logit-lens": self.lens_view, "pca": self.pca_view, "cosine": self.cosine_view})
         self.resid_map, self.component_map = self.widgets["residual-norms"], self.widgets["component-norms"]
-        self.tabs = QTabWidget()
-        for w, title in zip(self.views(), self.VIEW_TITLES):
-            self.tabs.addTab(w, title)
-        self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
-        self.export_bar = ExportBar(self.current_view, self._export_name)
         controls = QHBoxLayout()
         controls.addWidget(QLabel("Depth"))
         controls.addWidget(self.depth_slider)
         controls.addWidget(self.depth_label)
-        controls.addWidget(self.status, 1)
-        controls.addWidget(self.export_bar)
-        lay = QVBoxLayout(self)
-        lay.addLayout(controls)
-        lay.addWidget(self.tokens)
-        lay.addWidget(self.tabs, 1)
+        self._lay_out(controls)
 
         self.depth_slider.valueChanged.connect(self.set_depth)
         self.tabs.currentChanged.connect(lambda i: setattr(self.view_state, "view", self.VIEWS[i]))
         self.tokens.token_selected.connect(self.select_token)
-        self.resid_map.cell_clicked.connect(lambda r, _c: self.select_token(r))
         self.cosine_view.heatmap.cell_clicked.connect(lambda r, _c: self.select_token(r))
         self.lens_view.clicked.connect(lambda index: self.select_token(index.row()))
-        state.trace_changed.connect(self._on_trace_changed)
-        if getattr(state, "trace", None) is not None:
-            self._on_trace_changed(state.trace)
+        self._follow_trace()
 
     # -- view state ------------------------------------------------------------------------
-    def set_view_state(self, view_state: LayersViewState) -> None:
-        """Show these choices (a workspace, the render command): depth, tab, then the selection."""
-        self.view_state = LayersViewState(**vars(view_state))
+    def _show_view_state(self) -> None:
         if self.data is not None:
             self.view_state.depth = min(self.view_state.depth, self.data.n_depths - 1)
             if self.view_state.selected_token is not None and self.view_state.selected_token >= len(self.labels):
                 self.view_state.selected_token = None
             self.set_depth(self.view_state.depth)
-        self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
-        self.select_token(self.view_state.selected_token)
 
     @property
     def result(self) -> LayersResult | None:
         return self.data.result if self.data is not None else None
-
-    @property
-    def selected_token(self) -> int | None:
-        return self.view_state.selected_token
-
-    def views(self) -> list:
-        return [self.widgets[name] for name in self.VIEWS]
-
-    def current_view(self):
-        return self.views()[self.tabs.currentIndex()]
-
-    def show_view(self, name: str) -> None:
-        self.tabs.setCurrentIndex(self.VIEWS.index(name))
 
     def _depth_name(self) -> str:
         names = self.result.depth_labels if self.result else []
         d = self.depth_slider.value()
         return names[d] if d < len(names) else "-"
 
-    def _export_name(self) -> str:
-        return export_name(layers_views.VIEWS, self.view_state, depth_name=self._depth_name())
+    def _export_name_extras(self) -> dict[str, str]:
+        return {"depth_name": self._depth_name()}
 
     # -- data ------------------------------------------------------------------------------
-    def _on_trace_changed(self, trace) -> None:
-        self.set_trace(trace, list(getattr(self.state, "token_ids", []) or []))
-
     def set_trace(self, trace, token_ids: list[int] | None = None, sync: bool = False) -> None:
-        self.trace = trace
-        self._generation += 1
+        generation = self._new_trace(trace)
         if trace is None or trace.n_layers == 0 or "embed" not in trace:
             self._clear(self.state.no_trace_message() if trace is None else "This trace has no residual stream.")
             return
@@ -411,29 +364,14 @@ class LayersPanel(QWidget):
         loaded = getattr(self.state, "loaded", None)
         model = loaded.model if loaded is not None else None
         tokenizer = loaded.tokenizer if loaded is not None else None
-        generation = self._generation
-        if sync:
-            self._on_result((generation, compute_layers(trace, model, tokenizer)))
-        else:
-            from ..workers import run_job
 
-            def work(job=None):
-                return generation, compute_layers(trace, model, tokenizer, job)
+        def work(job=None):
+            return generation, compute_layers(trace, model, tokenizer, job)
 
-            if self._job is not None and not self._job.done:
-                self._job.cancel()  # its result would be dropped anyway
-            self._job = run_job(work, on_result=self._on_result,
-                                on_error=lambda exc, tb: self.status.setText(f"layer analysis failed: {exc}"))
+        self._run_trace_job(work, self._on_result, "layer analysis", sync)
 
-    def _clear(self, message: str) -> None:
-        """No trace: nothing of a previous text or model stays on show."""
-        if self._job is not None and not self._job.done:
-            self._job.cancel()
-        self.data, self.labels = None, []
-        self.view_state.selected_token = None  # the depth is kept for the next trace
-        self.tokens.set_tokens([], [])
-        self.resid_map.clear_matrix(message)
-        self.component_map.clear_matrix(message)
+    def _clear_own(self, message: str) -> None:
+        self.labels = []
         self.lens_view.lens.set_data([], None, [], np.zeros((0, 0), np.int64), np.zeros((0, 0)))
         self.pca_view.clear()
         self.cosine_view.clear()
@@ -441,11 +379,10 @@ class LayersPanel(QWidget):
         self.depth_slider.setRange(0, 0)
         self.depth_slider.blockSignals(False)
         self.depth_label.setText("depth: -")
-        self.status.setText(message)
 
     def _on_result(self, payload) -> None:
         generation, res = payload
-        if generation != self._generation:
+        if not self._is_current(generation):
             return
         causal = self.state.loaded.config.causal if getattr(self.state, "loaded", None) else True
         self.data = LayersData(res, self.labels, causal)
@@ -467,8 +404,7 @@ class LayersPanel(QWidget):
     def _render(self, view, result, new_data: bool = False) -> None:
         w = self.widgets[view.name]
         if view.widget == "heatmap":
-            w.set_matrix(result.values, result.row_labels, result.col_labels, mask=result.mask, levels=result.levels,
-                         title=result.title)
+            self._render_heatmap(view, result)
         elif view.widget == "logit-lens":
             w.lens.set_data(result.tokens, result.next_tokens, result.strings, result.ids, result.probs)
             if result.problem:
@@ -499,14 +435,8 @@ class LayersPanel(QWidget):
             v = find_view(layers_views.VIEWS, name)
             self._render(v, v.compute(self.data, self.view_state))
 
-    def select_token(self, index: int | None) -> None:
-        self.view_state.selected_token = index
-        self.tokens.set_selected(index)
-        self._apply_selection()
-
-    def _apply_selection(self) -> None:
+    def _select_in_own_views(self) -> None:
         i = self.selected_token
-        self.resid_map.set_selected_row(i)
         self.cosine_view.heatmap.set_selected_row(i)
         self.pca_view.set_selected(i)
         self.lens_view.set_selected_row(i)

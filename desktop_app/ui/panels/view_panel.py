@@ -1,0 +1,199 @@
+"""The skeleton shared by the panels whose views are declared as data (core.views: Attention, Layers).
+
+A `ViewTablePanel` subclass names its VIEWS table and view-state class; this class builds one widget
+per view (a generic Heatmap for heatmap views, the panel's own widget otherwise), the tab widget and
+export bar, lays them out under the panel's controls, follows the app's trace, runs the panel's worker
+job for a trace (dropping the result of an older one), and keeps the selected token in every view.
+Each panel keeps what is its own: its controls, its data, how its other views are drawn and cleared.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QTabWidget, QVBoxLayout, QWidget
+
+from ...core.views import HeatmapResult, View, export_name, view_names
+from ..widgets.export import ExportBar
+from ..widgets.heatmap import Heatmap
+from ..widgets.token_strip import TokenStrip
+
+
+class ViewTablePanel(QWidget):
+    VIEW_TABLE: tuple[View, ...] = ()  # the views as data (a core.views module's VIEWS)
+    VIEW_STATE: type = type(None)  # that module's view-state dataclass
+    VIEWS: tuple[str, ...] = ()  # view names, in tab order (from VIEW_TABLE)
+    VIEW_TITLES: tuple[str, ...] = ()  # tab titles (from VIEW_TABLE)
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.VIEWS = view_names(cls.VIEW_TABLE)
+        cls.VIEW_TITLES = tuple(v.title for v in cls.VIEW_TABLE)
+
+    def __init__(self, state, view_state, waiting_text: str, parent=None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.view_state = view_state if view_state is not None else self.VIEW_STATE()  # what the controls hold
+        self.trace = None
+        self.data = None
+        self._generation = 0  # counts traces: a worker's result for an older trace is dropped
+        self._job = None
+        self._relabel = False  # keep_zoom heatmaps need new labels / mask (a new trace)
+        self.status = QLabel(waiting_text)
+        self.tokens = TokenStrip(show_ids=False)
+        self.tokens.setMaximumHeight(90)
+
+    def _build_views(self, own: dict[str, QWidget]) -> None:
+        """One widget per view (`own`: the panel's widget for each non-heatmap kind), the tabs, the export bar."""
+        self.widgets: dict[str, QWidget] = {}  # view name -> the widget that draws it
+        for v in self.VIEW_TABLE:
+            self.widgets[v.name] = own[v.widget] if v.widget != "heatmap" else Heatmap(
+                row_name=v.axes[0], col_name=v.axes[1], value_name=v.axes[2], **v.heatmap_options)
+        self.tabs = QTabWidget()
+        for widget, title in zip(self.views(), self.VIEW_TITLES):
+            self.tabs.addTab(widget, title)
+        self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
+        self.export_bar = ExportBar(self.current_view, self._export_name)
+        for v in self.heatmap_views():
+            if v.rows:
+                self.widgets[v.name].cell_clicked.connect(lambda row, _col, v=v: self._on_row_clicked(v, row))
+
+    def _lay_out(self, controls: QHBoxLayout) -> None:
+        """The panel's controls, then the status and export bar on their row; the tokens; the tabs."""
+        controls.addWidget(self.status, 1)
+        controls.addWidget(self.export_bar)
+        lay = QVBoxLayout(self)
+        lay.addLayout(controls)
+        lay.addWidget(self.tokens)
+        lay.addWidget(self.tabs, 1)
+
+    def _follow_trace(self) -> None:
+        """Show the app's trace from now on (and the one it already has): the end of a panel's __init__."""
+        self.state.trace_changed.connect(self._on_trace_changed)
+        if getattr(self.state, "trace", None) is not None:
+            self._on_trace_changed(self.state.trace)
+
+    def heatmap_views(self) -> list[View]:
+        return [v for v in self.VIEW_TABLE if v.widget == "heatmap"]
+
+    # -- view state ------------------------------------------------------------------------
+    def set_view_state(self, view_state) -> None:
+        """Show these choices (a workspace, the render command): tab, the panel's controls, then the selection."""
+        self.view_state = self.VIEW_STATE(**vars(view_state))
+        self.tabs.blockSignals(True)  # the panel shows the whole state below, not one tab change at a time
+        self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
+        self.tabs.blockSignals(False)
+        self._show_view_state()
+        self.select_token(self.view_state.selected_token)
+
+    def _show_view_state(self) -> None:
+        """Clamp the new view state to the trace shown and show it in the panel's controls and views."""
+        raise NotImplementedError
+
+    # -- views -----------------------------------------------------------------------------
+    def views(self) -> list:
+        return [self.widgets[name] for name in self.VIEWS]
+
+    def current_view(self):
+        return self.views()[self.tabs.currentIndex()]
+
+    def show_view(self, name: str) -> None:
+        self.tabs.setCurrentIndex(self.VIEWS.index(name))
+
+    def _export_name(self) -> str:
+        return export_name(self.VIEW_TABLE, self.view_state, **self._export_name_extras())
+
+    def _export_name_extras(self) -> dict[str, str]:
+        """Names an export-name template may use beyond the view state's fields."""
+        return {}
+
+    def _render_heatmap(self, view: View, r: HeatmapResult) -> None:
+        """The one renderer of every heatmap view's result."""
+        hm = self.widgets[view.name]
+        if r.value_name is not None:
+            hm.set_axis_names(view.axes[0], view.axes[1], r.value_name)
+        relabel = view.keep_zoom and self._relabel
+        if view.keep_zoom:
+            self._relabel = False
+        if not view.keep_zoom or relabel or hm.values.shape != r.values.shape:
+            hm.set_matrix(r.values, r.row_labels, r.col_labels, mask=r.mask, levels=r.levels, title=r.title)
+        else:
+            hm.set_values(r.values, r.levels)  # the fast path: one texture upload
+            hm.set_title(r.title)
+        if view.rows == "tokens":
+            hm.set_selected_row(self.selected_token)
+
+    # -- data ------------------------------------------------------------------------------
+    def _on_trace_changed(self, trace) -> None:
+        self.set_trace(trace, list(getattr(self.state, "token_ids", []) or []))
+
+    def _new_trace(self, trace) -> int:
+        """Take this trace as the one shown; returns its number (a worker's result must carry it back)."""
+        self.trace = trace
+        self._generation += 1
+        return self._generation
+
+    def _is_current(self, generation: int) -> bool:
+        return generation == self._generation
+
+    def _run_trace_job(self, work: Callable, on_result: Callable, failure: str, sync: bool) -> None:
+        """work(job) -> result, then on_result(result): here (sync, the CLI) or in a worker, which replaces
+        the previous trace's job. A worker's error goes to the status line as 'FAILURE failed: ...'."""
+        if sync:
+            on_result(work())
+            return
+        from ..workers import run_job
+
+        self._cancel_job()  # its result would be dropped anyway
+        self._job = run_job(work, on_result=on_result,
+                            on_error=lambda exc, tb: self.status.setText(f"{failure} failed: {exc}"))
+
+    def _cancel_job(self) -> None:
+        if self._job is not None and not self._job.done:
+            self._job.cancel()
+
+    def _clear(self, message: str) -> None:
+        """No trace to show: nothing of a previous text or model stays on show."""
+        self._cancel_job()
+        self.data = None
+        self.view_state.selected_token = None  # the other choices are kept for the next trace
+        self.tokens.set_tokens([], [])
+        for v in self.heatmap_views():
+            self.widgets[v.name].clear_matrix(message)
+        self._clear_own(message)
+        self.status.setText(message)
+
+    def _clear_own(self, message: str) -> None:
+        """Clear the panel's own views and controls."""
+        raise NotImplementedError
+
+    # -- selection -------------------------------------------------------------------------
+    @property
+    def selected_token(self) -> int | None:
+        return self.view_state.selected_token
+
+    def select_token(self, index: int | None) -> None:
+        """Highlight token `index` (position in the sequence) in every view."""
+        self.view_state.selected_token = index
+        self.tokens.set_selected(index)
+        self._apply_selection()
+
+    def _apply_selection(self) -> None:
+        for v in self.heatmap_views():
+            if v.rows:
+                self.widgets[v.name].set_selected_row(self._row_of_selection(v))
+        self._select_in_own_views()
+
+    def _row_of_selection(self, view: View) -> int | None:
+        """The row of a heatmap view that shows the selected token (rows of tokens: its position)."""
+        return self.selected_token
+
+    def _token_of_row(self, view: View, row: int) -> int:
+        """The token a heatmap view's row shows (the inverse of _row_of_selection)."""
+        return row
+
+    def _on_row_clicked(self, view: View, row: int) -> None:
+        self.select_token(self._token_of_row(view, row))
+
+    def _select_in_own_views(self) -> None:
+        """Show the selected token in the panel's own views."""
+        raise NotImplementedError

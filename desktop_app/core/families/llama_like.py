@@ -1,5 +1,6 @@
-"""What the LLaMA-shaped decoders (Qwen2, Qwen3, Mistral, Gemma 3) share: the config.json fields
-read and written the same way, the rotary parameters, and the one weight table (LLaMA's too).
+"""What the LLaMA-shaped decoders (LLaMA, Qwen2, Qwen3, Mistral, Gemma 3) share: the config.json
+fields read and written the same way, the rotary parameters (with the linear and llama3 scalings),
+head_dim, and the one weight table.
 
 Each family module keeps only what differs: which fields it refuses, its biases, its windows and
 its norms. The table is parameterised by the names of each layer's norms (Gemma 3 has four).

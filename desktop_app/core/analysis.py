@@ -172,9 +172,15 @@ def logit_lens(trace: Trace, model=None, batch: int = 0) -> LogitLens:
     unembedding) to blocks.l.resid_post one layer at a time, so the full [L, T, vocab] is never held.
     """
     ids, probs = [], []
+    # A ViT's classifier reads [CLS] alone (its recorded lens is [B, classes]): read each position
+    # through the final norm + classifier as if it were [CLS], one class per token.
+    classifier = model is not None and model.cfg.lm_head_kind == "classifier"
     for l in range(trace.n_layers):
         name = f"blocks.{l}.logit_lens"
-        if name in trace:
+        recorded = name in trace and not classifier
+        if recorded and trace[name].dim() == 2:
+            raise ValueError("this trace's logit lens reads [CLS] alone: pass the model for one per token")
+        if recorded:
             top_p, top_i = _top(trace[name][batch])
         else:
             if model is None:
@@ -185,8 +191,8 @@ def logit_lens(trace: Trace, model=None, batch: int = 0) -> LogitLens:
             parts = []
             with torch.no_grad():  # chunks of tokens: [chunk, vocab] at a time, even for 50k vocabularies
                 for start in range(0, h.shape[0], LENS_CHUNK):
-                    parts.append(_top(model.unembed(h[start:start + LENS_CHUNK].to(device=model.device,
-                                                                                    dtype=model.dtype))))
+                    chunk = h[start:start + LENS_CHUNK].to(device=model.device, dtype=model.dtype)
+                    parts.append(_top(model.unembed(chunk[:, None] if classifier else chunk)))
             top_p = torch.cat([p for p, _ in parts]) if parts else torch.zeros(0)
             top_i = torch.cat([i for _, i in parts]) if parts else torch.zeros(0, dtype=torch.long)
         ids.append(top_i.cpu().numpy().astype(np.int64))

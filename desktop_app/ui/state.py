@@ -25,6 +25,8 @@ def _load(path: str, device: str, dtype: str | None, text: str) -> tuple[LoadedM
     from ..core.training.trainer import run_sample_text
 
     loaded = load_model_folder(path, device=device, dtype=dtype)
+    if loaded.config.input_kind == "patches":  # a ViT reads images: the text box is not its input
+        return loaded, None
     if text.strip() and loaded.tokenizer is not None:
         try:
             ids = encode(loaded, text).ids
@@ -68,6 +70,28 @@ def tokenize_and_trace(loaded: LoadedModel, text: str, ids: list[int] | None,
     """trace_input without the notice (ids, trace)."""
     enc, trace = trace_input(loaded, text, ids, interventions)
     return enc.ids, trace
+
+
+def image_token_ids(cfg) -> list[int]:
+    """A ViT's sequence as positions 0 .. patches: [CLS] then the patches row by row (no vocabulary:
+    token_strings names them "[CLS]", "p0", "p1", ...)."""
+    return list(range(1 + (cfg.image_size // cfg.patch_size) ** 2))
+
+
+IMAGE_TRACE_NAMES = ("embed", "final_norm.out", "logits", "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out")
+
+
+def trace_image(loaded: LoadedModel, pixels) -> tuple[list[int], Trace]:
+    """Trace a ViT on pixel values [C, H, W]: (positions of [CLS] + patches, trace)."""
+    import torch
+
+    cfg = loaded.config
+    ids = image_token_ids(cfg)
+    x = torch.as_tensor(pixels, dtype=torch.float32, device=loaded.model.device)[None]
+    # Not the recorded blocks.*.logit_lens (a ViT's reads [CLS] alone): the Layers panel then reads every
+    # position's residual through the final norm + classifier, one class per token.
+    _, trace = loaded.model.run_with_trace(x, names=IMAGE_TRACE_NAMES)
+    return ids, trace
 
 
 def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
@@ -118,11 +142,15 @@ class AppState(QObject):
         self.trace: Trace | None = None
         # Why there is no trace for this model (its text cannot be tokenized...); "" when traced or no text.
         self.trace_problem = ""
-        # "text": token_ids/trace are the text box's; "generation": a generation step shown by show_trace.
+        # "text": token_ids/trace are the text box's; "generation": a generation step shown by show_trace;
+        # "image": a ViT's image (set_image).
         self.trace_source = "text"
         self._trace_job = None
         self._pending_text: tuple[str, list[int] | None] | None = None
         self.interventions: list = []  # core.interventions.Intervention, applied to every text trace
+        # A ViT's input (input_kind "patches"): pixel values [C, H, W] the Image panel chose, and what they are.
+        self.image = None
+        self.image_source = ""
 
     # -- model -----------------------------------------------------------------------------
     def open_model(self, path: str | Path) -> None:
@@ -150,6 +178,8 @@ class AppState(QObject):
         return run_job(_load, str(path), device, self.dtype, text, on_result=done, on_error=failed)
 
     def set_model(self, loaded: LoadedModel) -> None:
+        if loaded is not self.loaded:  # pixel values are made for one model's size and normalisation
+            self.image, self.image_source = None, ""
         self.loaded = loaded
         self.model_changed.emit(loaded)
         self.set_text(self.text)
@@ -191,6 +221,9 @@ class AppState(QObject):
         self.text_changed.emit(text)
         if self.loaded is None:
             return
+        if self.takes_images():  # the text box is not a ViT's input: trace its image instead
+            self._trace_image()
+            return
         if self._trace_job is not None and not self._trace_job.done:
             self._pending_text = (text, ids)  # coalesce fast typing: run the latest text next
             return
@@ -223,6 +256,54 @@ class AppState(QObject):
         self._trace_job = run_job(tokenize_and_trace, loaded, text, ids, list(self.interventions),
                                   on_result=done, on_error=failed)
 
+    # -- image (ViT) -----------------------------------------------------------------------
+    def takes_images(self) -> bool:
+        return self.loaded is not None and self.loaded.config.input_kind == "patches"
+
+    def set_image(self, pixels, source: str = "") -> None:
+        """Make pixel values [C, H, W] (preprocessed for the current ViT) the input, and trace them in a worker."""
+        self.image, self.image_source = pixels, source
+        if self.takes_images():
+            self._trace_image()
+
+    def _trace_image(self) -> None:
+        if self.image is None:
+            self.token_ids, self.trace = [], None
+            self.trace_problem, self.trace_source = "", "image"
+            self.tokens_changed.emit([])
+            self.trace_changed.emit(None)
+            return
+        if self._trace_job is not None and not self._trace_job.done:
+            self._pending_text = (self.text, None)  # set_text sends it back here once the running job ends
+            return
+        loaded, pixels = self.loaded, self.image
+
+        def done(result) -> None:
+            self._trace_job = None
+            if loaded is self.loaded and pixels is self.image:
+                self.token_ids, self.trace = result
+                self.trace_problem, self.trace_source = "", "image"
+                self.tokens_changed.emit(self.token_ids)
+                self.trace_changed.emit(self.trace)
+            self._run_pending()
+
+        def failed(exc: BaseException, tb: str) -> None:
+            self._trace_job = None
+            if loaded is self.loaded:
+                self.token_ids, self.trace = [], None
+                self.trace_problem, self.trace_source = str(exc), "image"
+                self.tokens_changed.emit([])
+                self.trace_changed.emit(None)
+            self.error.emit(str(exc))
+            self._run_pending()
+
+        self._trace_job = run_job(trace_image, loaded, pixels, on_result=done, on_error=failed)
+
+    def _run_pending(self) -> None:
+        if self._pending_text is not None:
+            pending, self._pending_text = self._pending_text, None
+            self.set_text(*pending)  # for a ViT, set_text traces the current image
+
     def set_interventions(self, interventions: list) -> None:
         """Replace the what-if edits and trace the text again with them (an empty list: the plain model)."""
         self.interventions = list(interventions)
@@ -244,12 +325,19 @@ class AppState(QObject):
         """What an inspecting panel says when there is no trace to show, and why."""
         if self.loaded is None:
             return "Open a model and enter a text."
+        if self.takes_images():
+            if self.trace_problem:
+                return f"No image traced for this model: {self.trace_problem}"
+            return ("This model reads images: pick a held-out digit or open an image in the Image panel, "
+                    "and its [CLS] + patch tokens show here.")
         if self.trace_problem:
             return f"No text traced for this model: {self.trace_problem}"
         return "No text traced: type a text in the Model panel."
 
     def token_strings(self, ids: list[int] | None = None) -> list[str]:
         ids = self.token_ids if ids is None else ids
+        if self.takes_images():  # positions: 0 is [CLS], then the patches row by row
+            return ["[CLS]" if i == 0 else f"p{i - 1}" for i in ids]
         if self.loaded is not None and self.loaded.tokenizer is not None:
             return self.loaded.tokenizer.token_strings(ids)
         return [str(i) for i in ids]

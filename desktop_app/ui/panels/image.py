@@ -434,6 +434,8 @@ class ImagePanel(QWidget):
     def _analyse(self, loaded, pixels: np.ndarray, source: str) -> None:
         if loaded is not self.loaded:
             return
+        if hasattr(self.state, "set_image"):  # the app's input: Attention and Layers trace this image too
+            self.state.set_image(pixels, source)
         run_job(analyse_image, loaded, pixels, on_result=lambda r: self._show(loaded, pixels, source, r),
                 on_error=self._failed, owner=self)
 

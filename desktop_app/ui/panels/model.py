@@ -15,6 +15,11 @@ from ..widgets.token_strip import TokenStrip, format_prob
 TYPING_DEBOUNCE_MS = 250
 
 
+IMAGE_MODEL_TEXT = ("This is a vision transformer (ViT): it reads images, not text. Give it one in the Image "
+                    "panel (a held-out digit, Open image…, or drop a file there); its [CLS] + patch tokens "
+                    "show here and in Attention and Layers.")
+
+
 def format_count(n: int) -> str:
     """12,345,678 (12.3 M)."""
     for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
@@ -203,7 +208,12 @@ class ModelPanel(QWidget):
             self.summary_form.addRow(label, v)
         placeholder = ("Type text here; its tokens appear below." if loaded.tokenizer is not None
                        else "This model has no tokenizer.json: type token ids, e.g. 1 2 3")
+        images = loaded.config.input_kind == "patches"
+        if images:
+            placeholder = IMAGE_MODEL_TEXT
         self.text_edit.setPlaceholderText(placeholder)
+        self.text_edit.setReadOnly(images)  # a ViT never reads the text box (AppState traces its image)
+        self.text_edit.setToolTip(IMAGE_MODEL_TEXT if images else "")
 
     def _on_state_text(self, text: str) -> None:
         if text != self.text_edit.toPlainText():
@@ -214,6 +224,9 @@ class ModelPanel(QWidget):
     def _on_tokens(self, ids: list) -> None:
         self.message_label.setText(self.state.trace_problem and
                                    f"No text traced for this model: {self.state.trace_problem}")
+        if self.state.loaded is not None and self.state.loaded.config.input_kind == "patches":
+            self.message_label.setText(IMAGE_MODEL_TEXT + (f" Now: {self.state.image_source}."
+                                                           if ids and self.state.image_source else ""))
         generated = self.state.trace_source == "generation"
         self.source_label.setText("These tokens are a generation step's (from the Generate panel), not the "
                                   "text above." if generated else "")

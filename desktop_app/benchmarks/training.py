@@ -6,7 +6,7 @@ Both sides train the same GPT-2-shaped model (same sizes, vocabulary, initial we
 batches (the text task on resources/demo-text.txt, drawn by the same seeded generator) with AdamW and
 gradient clipping at 1.0. Ours is the real `train()` loop (its step events time each step, batch
 drawing included); the reference is the textbook loop: model(input_ids, labels) -> loss.backward() ->
-clip -> step, timed the same way. Each side's time per step is its best window of `--window` steps
+clip -> step with torch's default AdamW, timed the same way. Each side's time per step is its best window of `--window` steps
 over `--rounds` alternating rounds (the first window of a round is warm-up and skipped), which keeps
 the comparison fair on a busy machine. bfloat16 autocast figures are added when the CPU has native
 bfloat16 matrix products (or on CUDA).
@@ -84,6 +84,7 @@ def main(argv: list[str]) -> dict:
     import torch
 
     from ..core.training import TrainConfig
+    from ..core.training.optim import fused_step_available
     from ..paths import demo_text_path
 
     ap = argparse.ArgumentParser(prog="bench training")
@@ -116,7 +117,9 @@ def main(argv: list[str]) -> dict:
 
     result: dict = {"name": "training", "device": args.device, "threads": torch.get_num_threads(),
                     "model": f"gpt2 {args.layers}x{args.d_model}, context {args.context}, batch {args.batch}",
-                    "tokens_per_step": args.batch * args.context}
+                    "tokens_per_step": args.batch * args.context,
+                    # ours steps with PyTorch's fused AdamW where available; the reference keeps torch's default
+                    "fused_optimizer_step": fused_step_available([torch.zeros(1, device=args.device)])}
     with tempfile.TemporaryDirectory() as tmp:
         precisions = ["float32"] + ([] if args.no_bf16 or not _bf16_supported(args.device) else ["bfloat16"])
         for precision in precisions:

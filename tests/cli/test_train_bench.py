@@ -25,3 +25,4 @@ def test_training_benchmark_reports_both_sides():
     assert r["ours_s"] > 0 and r["reference_s"] > 0
     assert r["speedup"] == pytest.approx(r["reference_s"] / r["ours_s"], rel=0.02)
     assert r["bfloat16"] == "skipped"
+    assert isinstance(r["fused_optimizer_step"], bool)

@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
     p.add_argument("--init", choices=("sphere", "ball", "gaussian", "clusters"), default="sphere")
     p.add_argument("--init-radius", type=float, default=1.0, help="radius of the initial sphere/ball (gaussian: std)")
     p.add_argument("--variances", metavar="V1,V2,...",
-                   help="--init gaussian: the covariance's diagonal (one number: the same on every axis)")
+                   help="--init gaussian: the covariance's diagonal (one number: the same on every axis), "
+                        "or its d rows separated by ';' (\"2 0.5 0; 0.5 1 0; 0 0 1\")")
     p.add_argument("--clusters-k", type=int, default=3, help="--init clusters: how many")
     p.add_argument("--qkv", choices=("identity", "random"), default="identity")
     p.add_argument("--norm-qk", type=float, default=1.0, help="--qkv random: ||Q||_2 = ||K||_2")
@@ -49,14 +50,13 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import io
     import json
-    import math
     import sys
     from pathlib import Path
 
     import numpy as np
 
     from ..core import dynamics as dy
-    from ..core.files import atomic_write_bytes, atomic_write_text, prepare_output_file
+    from ..core.files import atomic_write_bytes, atomic_write_text, prepare_output_file, strict_json
 
     if args.n < 1 or (args.d is not None and args.d < 1):
         raise ValueError(f"--n and --d must be at least 1 (got {args.n} and {args.d})")
@@ -70,14 +70,7 @@ def run(args) -> int:
     if args.variances:
         if args.init != "gaussian":
             raise ValueError("--variances sets the covariance of --init gaussian")
-        try:
-            diag = [float(v) for v in args.variances.split(",") if v.strip()]
-        except ValueError:
-            raise ValueError(f"--variances {args.variances!r}: give numbers separated by commas") from None
-        diag = diag * d if len(diag) == 1 else diag
-        if len(diag) != d or min(diag) < 0:
-            raise ValueError(f"--variances: give 1 or {d} non-negative numbers (got {len(diag)})")
-        covariance = np.diag(diag)
+        covariance = dy.parse_covariance(args.variances, d)
     prepare_output_file(args.csv)  # a write failure now, not after the run
     if args.positions:
         prepare_output_file(args.positions)
@@ -99,10 +92,9 @@ def run(args) -> int:
           f"t = {last.t:g}, {last.clusters} cluster(s), mean cosine {last.mean_cosine:.4f}, "
           f"radius {last.radius:.4g} <= R(t) = {last.radius_bound:.4g}", flush=True)
     sys.stdout.flush()
-    finite = lambda v: v if math.isfinite(v) else None  # noqa: E731 - strict JSON has no NaN (no twin: no W2)
     summary = {"final_clusters": last.clusters,
-               "max_radius_over_bound": finite(max(r.radius / r.radius_bound for r in sim.records)),
-               "final_mean_cosine": finite(last.mean_cosine), "final_w2": finite(last.w2),
+               "max_radius_over_bound": max(r.radius / r.radius_bound for r in sim.records),
+               "final_mean_cosine": last.mean_cosine, "final_w2": last.w2,  # NaN without the twin run: null
                "t": last.t, "rows": len(sim.records), "csv": args.csv}
-    print(json.dumps(summary, allow_nan=False))
+    print(json.dumps(strict_json(summary), allow_nan=False))
     return 0

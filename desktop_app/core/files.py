@@ -316,3 +316,17 @@ def prepare_output_file(path: str | Path) -> Path:
     remove_leftovers(path)
     probe_writable(path)
     return path
+
+
+def strict_json(value):
+    """NaN and infinities -> None (JSON null), recursively through dicts, lists and tuples: strict
+    JSON has no NaN (e.g. the CI of a fit through two points is undefined, a W2 without its twin run)."""
+    import math
+
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -73,4 +73,19 @@ def test_gaussian_start_with_chosen_variances(tmp_path, capsys):
     x0 = np.load(out_npz)["x0"]
     np.testing.assert_allclose(np.cov(x0.T), np.diag([9, 1, 0.04]), atol=0.4, rtol=0.08)
     code, _, err = run_cli(capsys, "--init", "gaussian", "--variances", "4,1", "--csv", str(tmp_path / "c.csv"))
-    assert code == EXIT_INPUT and "give 1 or 3 non-negative numbers" in err
+    assert code == EXIT_INPUT and "give 1 number, 3 numbers or 3 rows of 3" in err
+
+
+def test_gaussian_start_with_a_full_covariance_and_null_w2_without_twin(tmp_path, capsys):
+    out_npz = tmp_path / "p.npz"
+    C = np.array([[2.0, 0.8, 0.0], [0.8, 1.0, 0.0], [0.0, 0.0, 0.5]])
+    rows = "; ".join(" ".join(str(v) for v in r) for r in C)
+    code, out, err = run_cli(capsys, "--init", "gaussian", "--variances", rows, "--n", "4000", "--steps", "0",
+                             "--perturbation", "0", "--csv", str(tmp_path / "c.csv"), "--positions", str(out_npz))
+    assert code == 0, err
+    np.testing.assert_allclose(np.cov(np.load(out_npz)["x0"].T), C, atol=0.12)
+    summary = json.loads(out.strip().splitlines()[-1])  # strict JSON: no twin run, no W2
+    assert summary["final_w2"] is None and "NaN" not in out
+    code, _, err = run_cli(capsys, "--init", "gaussian", "--variances", "1 2 0; 2 1 0; 0 0 1", "--csv",
+                           str(tmp_path / "c.csv"))
+    assert code == EXIT_INPUT and "positive semi-definite" in err and len(err.strip().splitlines()) == 1

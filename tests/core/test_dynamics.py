@@ -236,3 +236,69 @@ def test_fast_kernel_means_equal_the_kernel_times_positions(kind):
     means = dy.kernel_means(X, big, kind)
     assert bool(torch.isfinite(means).all())
     torch.testing.assert_close(means, P @ X, rtol=1e-9, atol=1e-9)
+
+
+def test_parse_covariance_diagonal_rows_and_one_line_errors():
+    np.testing.assert_array_equal(dy.parse_covariance("2", 3), 2 * np.eye(3))
+    np.testing.assert_array_equal(dy.parse_covariance("4, 1, 0.25", 3), np.diag([4, 1, 0.25]))
+    np.testing.assert_array_equal(dy.parse_covariance("2 0.5; 0.5 1", 2), [[2, 0.5], [0.5, 1]])
+    for text, words in (("1 2; 3 4", "symmetric"), ("1 2; 2 1", "positive semi-definite"), ("1; 2; 3", "3 rows of 3"),
+                        ("a, b", "give numbers"), ("-1", "negative")):
+        with pytest.raises(ValueError, match=words) as info:
+            dy.parse_covariance(text, 2 if ";" in text and text.count(";") == 1 else 3)
+        assert "\n" not in str(info.value)
+
+
+def test_cluster_sample_counts_a_fixed_subset_and_finds_separated_clusters():
+    cfg = dy.DynamicsConfig(init="clusters", n=3000, n_clusters=4, cluster_spread=0.001, perturbation=0,
+                            cluster_sample=300)
+    sim = dy.Simulation(cfg)
+    assert len(sim.cluster_index) == 300 and len(set(sim.cluster_index.tolist())) == 300
+    assert sim.records[0].clusters == 4 == dy.count_clusters(sim.x, cfg.cluster_tol)
+    again = dy.Simulation(cfg)
+    assert torch.equal(sim.cluster_index, again.cluster_index)  # the same particles at every record
+
+
+def test_the_fused_float32_path_matches_the_exact_kernel_means():
+    X = dy.initial_positions("sphere", 500, 3, seed=4).float()
+    for kind in ("softmax", "l2"):
+        head = dy.random_head(3, norm_qk=2.0, seed=1, dtype=torch.float32)
+        exact = (dy.softmax_kernel(X.double(), head.A.double()) if kind == "softmax"
+                 else dy.l2_kernel(X.double(), head.Q.double(), head.K.double())) @ X.double()
+        torch.testing.assert_close(dy.kernel_means(X, head, kind).double(), exact, rtol=1e-5, atol=1e-5)
+
+
+def test_sinkhorn_and_scores_come_from_core_attention():
+    from desktop_app.core import attention
+
+    X = dy.initial_positions("gaussian", 9, 3, seed=2)
+    head = dy.random_head(3, seed=3)
+    torch.testing.assert_close(dy.l2_scores(X, head.Q, head.K),
+                               attention.attention_scores(X @ head.Q.T, X @ head.K.T, "l2", scale=1.0))
+    log_p, rounds = attention.sinkhorn_to_tolerance(dy.l2_scores(X, head.Q, head.K), tol=1e-9)
+    P = log_p.exp()
+    torch.testing.assert_close(P.sum(1), torch.ones(9, dtype=P.dtype), rtol=0, atol=1e-12)
+    assert (P.sum(0) - 1).abs().max() < 1e-8 and rounds > 1
+    # many rounds of the fixed-round normaliser reach the same doubly stochastic matrix
+    torch.testing.assert_close(torch.softmax(attention.sinkhorn_log_normalise(dy.l2_scores(X, head.Q, head.K), 500), -1),
+                               P, rtol=1e-6, atol=1e-8)
+
+
+def test_an_a_and_v_archive_reads_the_same_in_the_lipschitz_lab(tmp_path):
+    from desktop_app.core.lipschitz.files import load_matrices
+
+    path = tmp_path / "av.npz"
+    rng = np.random.default_rng(0)
+    np.savez(path, A=rng.normal(size=(3, 3)), V=rng.normal(size=(3, 3)))
+    A, V = load_matrices(path)
+    head = dy.load_head(path)
+    assert torch.equal(head.A, A) and torch.equal(head.V, V)
+
+
+def test_strict_json_lives_in_core_files_and_the_lab_re_exports_it():
+    from desktop_app.core import files
+    from desktop_app.core.lipschitz import files as lab_files
+
+    assert lab_files.strict_json is files.strict_json
+    assert files.strict_json({"a": float("nan"), "b": [1.0, float("inf")], "c": (2, "x")}) == {"a": None, "b": [1.0, None],
+                                                                                             "c": [2, "x"]}

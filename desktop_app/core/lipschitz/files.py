@@ -67,16 +67,4 @@ def load_matrices(path) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 
-
-def strict_json(value):
-    """NaN and infinities -> None (JSON null), recursively through dicts, lists and tuples: strict
-    JSON has no NaN (e.g. the CI of a fit through two points is undefined)."""
-    import math
-
-    if isinstance(value, dict):
-        return {k: strict_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+from ..files import strict_json  # noqa: E402,F401 - general; its home is core/files.py

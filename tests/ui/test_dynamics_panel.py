@@ -173,3 +173,76 @@ def test_the_simulation_runs_off_the_ui_thread(qtbot, panel):
     assert threads and all(t is not threading.main_thread() for t in threads)
     assert panel.screen_xy.shape == (20, 2)  # d = 2 is drawn directly
     np.testing.assert_allclose(panel.screen_xy, panel._frames[-1].shown)
+
+
+def test_full_covariance_for_the_gaussian_start_and_bad_input_is_one_line(qtbot, panel):
+    panel.init.setCurrentIndex(panel.init.findData("gaussian"))
+    panel.sphere.setChecked(False)
+    panel.n.setValue(3000)
+    assert panel.covariance.isEnabled() and not panel.twin.isChecked()  # the twin run is off by default
+    panel.covariance.setText("2 0.8 0; 0.8 1 0; 0 0 0.5")
+    reset(qtbot, panel)
+    np.testing.assert_allclose(np.cov(panel.sim.x0.double().numpy().T), [[2, 0.8, 0], [0.8, 1, 0], [0, 0, 0.5]],
+                               atol=0.12)
+    assert panel.p_clusters.titleLabel.text.startswith("clusters (among 500")  # n > 500: a fixed subset
+    shown = panel.sim
+    panel.covariance.setText("1 2 0; 2 1 0; 0 0 1")
+    click(qtbot, panel.reset_button)
+    assert "positive semi-definite" in panel.status.text() and "\n" not in panel.status.text()
+    assert panel.sim is shown and not panel.is_running()  # nothing rebuilt: the particles shown stay
+
+
+def test_d_box_follows_a_model_head_and_the_tokens(qtbot, panel, state):
+    assert panel.d.value() == 3
+    panel.qkv.setCurrentIndex(panel.qkv.findData("model"))
+    assert panel.d.value() == 16 and not panel.d.isEnabled()  # the test model's d_model
+    panel.qkv.setCurrentIndex(panel.qkv.findData("identity"))
+    panel.d.setValue(3)
+    ids = list(range(12))
+    _, trace = state.loaded.model.run_with_trace(torch.tensor(ids)[None])
+    state.trace = trace
+    state.trace_changed.emit(trace)
+    panel.init.setCurrentIndex(panel.init.findData("tokens"))
+    assert panel.d.value() == 16
+    panel.sphere.setChecked(False)
+    reset(qtbot, panel)
+    assert panel.sim.config.d == 16 == panel.d.value()
+
+
+def test_twin_switched_on_draws_the_w2_curve(qtbot, panel):
+    panel.n.setValue(30)
+    click(qtbot, panel.twin)
+    assert panel.twin.isChecked()
+    panel.record_every.setValue(1)
+    reset(qtbot, panel)
+    click(qtbot, panel.step_button)
+    qtbot.waitUntil(lambda: len(panel._frames) == 2, timeout=10000)
+    t, w2 = panel.c_w2.getData()
+    assert len(w2) == 2 and np.all(w2 > 0)
+
+
+def test_png_sequence_export_writes_every_frame_and_refuses_a_foreign_folder(qtbot, panel, tmp_path):
+    panel.n.setValue(30)
+    panel.steps_per_frame.setValue(2)
+    reset(qtbot, panel)
+    for k in range(2):
+        click(qtbot, panel.step_button)
+        qtbot.waitUntil(lambda: len(panel._frames) == k + 2, timeout=10000)
+    folder = tmp_path / "frames"
+    panel.export_png_sequence(folder)
+    qtbot.waitUntil(lambda: panel.status.text().startswith("Wrote"), timeout=20000)
+    pngs = sorted(p.name for p in folder.glob("*.png"))
+    assert pngs == ["frame_0000.png", "frame_0001.png", "frame_0002.png"]
+    assert all((folder / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in pngs)
+    with open(folder / "frames.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["frame", "t"] and [float(r[1]) for r in rows[1:]] == pytest.approx([f.t for f in panel._frames])
+    panel.export_png_sequence(folder)  # the app's own folder: replaced
+    qtbot.waitUntil(lambda: panel.status.text().startswith("Wrote"), timeout=20000)
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    panel.export_png_sequence(foreign)
+    text = panel.status.text()
+    assert text.startswith("PNG frames not written") and "did not write" in text and "\n" not in text
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]

@@ -16,7 +16,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, QTimer
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
-                               QPushButton, QScrollArea, QSlider, QSpinBox, QSplitter, QVBoxLayout, QWidget)
+                               QLineEdit, QPushButton, QScrollArea, QSlider, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
 from ...core import dynamics as dy
 from ..widgets.export import ExportBar, export_view
@@ -26,19 +26,26 @@ INIT_LABELS = [("uniform on the sphere", "sphere"), ("uniform in the ball", "bal
 QKV_LABELS = [("Q = K = V = I", "identity"), ("random (chosen norms)", "random"), ("from an .npz file", "file"),
               ("a head of the loaded model", "model")]
 MAX_FRAMES_KEPT = 600  # for the time slider; oldest dropped first
+# clusters are counted among this many particles (a fixed random subset) when n is larger: the count
+# costs O(n^2), three times a step at n = 2,000 (measured), and few clusters are found all the same
+CLUSTER_SAMPLE = 500
+MAX_D = 4096  # the d box follows a model's width
 TRAIL_LENGTH = 12
 
 
 class PointCloud(pg.GraphicsObject):
     """Many same-looking points drawn with one QPainter.drawPoints of a cosmetic round pen: the
     ScatterPlotItem rebuilds per-point styles on every setData (about 8 ms for 2,000 points, measured),
-    too slow for 30 frames per second. getData() mirrors ScatterPlotItem's (x, y)."""
+    too slow for 30 frames per second. Above ROUND_POINTS_UP_TO points they are squares: Qt's raster
+    engine draws 2,000 round 5-pixel points in 18 ms, square ones in 1.5 ms (measured, offscreen), and
+    at that density the shape is not seen. getData() mirrors ScatterPlotItem's (x, y)."""
+
+    ROUND_POINTS_UP_TO = 500
 
     def __init__(self, colour, size: float) -> None:
         super().__init__()
         self._pen = pg.mkPen(colour, width=size)
         self._pen.setCosmetic(True)
-        self._pen.setCapStyle(Qt.PenCapStyle.RoundCap)
         self._xy = np.zeros((0, 2))
         self._poly = pg.functions.create_qpolygonf(0)
         self._rect = None
@@ -74,6 +81,8 @@ class PointCloud(pg.GraphicsObject):
         return self._rect
 
     def paint(self, painter, *args) -> None:
+        round_points = len(self._xy) <= self.ROUND_POINTS_UP_TO
+        self._pen.setCapStyle(Qt.PenCapStyle.RoundCap if round_points else Qt.PenCapStyle.SquareCap)
         painter.setPen(self._pen)
         painter.drawPoints(self._poly)
 
@@ -104,8 +113,9 @@ class DynamicsPanel(QWidget):
         "doubly stochastic (Sinkhorn). Euler with step 1 is a residual network. <i>Sphere</i>: LayerNorm, the velocity "
         "projected on the sphere. <i>Renormalise</i>: show z = exp(-tV) x. Curves: clusters (connected groups closer "
         "than tol &times; the largest |position|), mean pairwise cosine, max |x<sub>i</sub>| against "
-        "R(t) = exp(&int;||V||<sub>2</sub>) R<sub>0</sub>, and W2 to a twin run started 10<sup>-3</sup> away "
-        "(particle i coupled with particle i: an upper bound). The bottom row measures the loaded model's tokens "
+        "R(t) = exp(&int;||V||<sub>2</sub>) R<sub>0</sub>, and (with the twin run switched on: twice the work) W2 to a "
+        "twin started 10<sup>-3</sup> away (particle i coupled with particle i: an upper bound). Above 500 particles "
+        "the clusters are counted among 500 of them (a fixed random subset). The bottom row measures the loaded model's tokens "
         "after each layer's attention sublayer (blocks.l.resid_mid).")
     shortcuts = [("Space", "play / pause"), ("Right", "one step")]
 
@@ -141,14 +151,15 @@ class DynamicsPanel(QWidget):
         form = QFormLayout()
         self.attention = QComboBox()
         self.attention.addItems(list(dy.ATTENTION_KINDS))
-        self.d = QSpinBox(minimum=2, maximum=64, value=3)
+        self.d = QSpinBox(minimum=2, maximum=MAX_D, value=3)
         self.n = QSpinBox(minimum=2, maximum=5000, value=400, singleStep=100)
         self.init = QComboBox()
         for label, key in INIT_LABELS:
             self.init.addItem(label, key)
-        self.variances = QComboBox(editable=True)
-        self.variances.addItems(["1", "4,1,0.25"])
-        self.variances.setToolTip("Gaussian: the covariance's diagonal (one number: the same for every axis)")
+        self.covariance = QLineEdit("1")
+        self.covariance.setPlaceholderText("covariance (rows ; separated)")
+        self.covariance.setToolTip("Gaussian: one number (s I), d numbers (the diagonal), or the full matrix as d rows "
+                                   "separated by ';', e.g. 2 0.5 0; 0.5 1 0; 0 0 1")
         self.n_clusters = QSpinBox(minimum=1, maximum=50, value=3)
         self.token_layer = QSpinBox(minimum=0, maximum=0)
         self.token_layer.setToolTip("0: the embeddings; l + 1: after layer l's attention sublayer")
@@ -165,8 +176,7 @@ class DynamicsPanel(QWidget):
         self.sphere = QCheckBox("on the sphere (LayerNorm)")
         self.sphere.setChecked(True)
         self.renormalise = QCheckBox("renormalise z = exp(-tV) x")
-        self.twin = QCheckBox("twin run for W2")
-        self.twin.setChecked(True)
+        self.twin = QCheckBox("twin run for W2 (twice the work)")  # off: the frame rate first
         self.integrator = QComboBox()
         self.integrator.addItems(list(dy.INTEGRATORS))
         self.dt = QDoubleSpinBox(minimum=0.001, maximum=2.0, value=0.1, singleStep=0.05, decimals=3)
@@ -176,7 +186,7 @@ class DynamicsPanel(QWidget):
         self.cluster_tol = QDoubleSpinBox(minimum=0.001, maximum=1.0, value=0.05, singleStep=0.01, decimals=3)
         self.seed = QSpinBox(minimum=0, maximum=10**6, value=0)
         for label, w in (("Attention", self.attention), ("d", self.d), ("Particles n", self.n),
-                         ("Initial condition", self.init), ("Variances", self.variances),
+                         ("Initial condition", self.init), ("Covariance", self.covariance),
                          ("Clusters k", self.n_clusters), ("Token layer", self.token_layer), ("Q, K, V", self.qkv),
                          ("||Q||, ||K||", self.norm_qk), ("||V||", self.norm_v), ("File", self.file_button),
                          ("Model layer", self.model_layer), ("Model head", self.model_head), ("", self.time_dependent),
@@ -194,6 +204,9 @@ class DynamicsPanel(QWidget):
         buttons = QHBoxLayout()
         for b in (self.reset_button, self.play_button, self.step_button):
             buttons.addWidget(b)
+        self.png_button = QPushButton("Export frames as PNGs…")
+        self.png_button.setToolTip("every frame kept for the time slider, as frame_0000.png, … in a new or empty folder")
+        self.png_button.clicked.connect(self.choose_png_folder)
         self.view3d = QCheckBox("3-D view (drag to rotate)")
         self.view3d.setChecked(True)
         self.trails = QCheckBox("trails")
@@ -204,6 +217,7 @@ class DynamicsPanel(QWidget):
         left = QVBoxLayout()
         left.addLayout(form)
         left.addLayout(buttons)
+        left.addWidget(self.png_button)
         left.addWidget(self.view3d)
         left.addWidget(self.trails)
         left.addWidget(self.status)
@@ -235,7 +249,7 @@ class DynamicsPanel(QWidget):
         self.p_clusters = self.curves.addPlot(title="clusters", row=0, col=0)
         self.p_cosine = self.curves.addPlot(title="mean pairwise cosine", row=0, col=1)
         self.p_radius = self.curves.addPlot(title="radius max|x| and bound R(t)", row=1, col=0)
-        self.p_w2 = self.curves.addPlot(title="W2 to the twin run", row=1, col=1)
+        self.p_w2 = self.curves.addPlot(title="W2 to the twin run (when switched on)", row=1, col=1)
         self.p_model_cos = self.curves.addPlot(title="model: mean cosine by layer", row=2, col=0)
         self.p_model_clusters = self.curves.addPlot(title="model: clusters / radius by layer", row=2, col=1)
         self.p_radius.setLogMode(False, True)
@@ -283,7 +297,7 @@ class DynamicsPanel(QWidget):
 
     def _update_enabled(self) -> None:
         init, qkv = self.init.currentData(), self.qkv.currentData()
-        self.variances.setEnabled(init == "gaussian")
+        self.covariance.setEnabled(init == "gaussian")
         self.n_clusters.setEnabled(init == "clusters")
         self.token_layer.setEnabled(init == "tokens")
         self.n.setEnabled(init != "tokens")
@@ -294,6 +308,22 @@ class DynamicsPanel(QWidget):
         self.model_layer.setEnabled(qkv == "model")
         self.model_head.setEnabled(qkv == "model")
         self.renormalise.setEnabled(not self.sphere.isChecked())  # exp(-tV) x would leave the sphere: not shown there
+        self._follow_d()
+
+    def _follow_d(self) -> None:
+        """The d box shows the dimension the particles will have when tokens or a model head fix it (a file's
+        V sets it once Reset has read it)."""
+        init, qkv = self.init.currentData(), self.qkv.currentData()
+        trace = getattr(self.state, "trace", None)
+        loaded = getattr(self.state, "loaded", None)
+        d = None
+        if init == "tokens" and trace is not None:
+            names = [n for n in dy.layer_names(trace) if n in trace]
+            d = int(trace[names[0]].shape[-1]) if names else None
+        elif qkv == "model" and loaded is not None:
+            d = int(loaded.config.d_model)
+        if d is not None:
+            self.d.setValue(d)
 
     # -- state ------------------------------------------------------------------------------------
     def _on_model_changed(self, loaded) -> None:
@@ -303,10 +333,12 @@ class DynamicsPanel(QWidget):
         self.model_layer.setMaximum(max(0, cfg.n_layers - 1))
         self.model_head.setMaximum(max(0, cfg.n_heads - 1))
         self.token_layer.setMaximum(cfg.n_layers)
+        self._follow_d()
 
     def _on_trace_changed(self, trace) -> None:
         self._layer_curves = None
         self._draw_model_curves()
+        self._follow_d()
         if trace is None:
             return
         from ..workers import run_job
@@ -329,18 +361,8 @@ class DynamicsPanel(QWidget):
         self.qkv.setCurrentIndex([k for _, k in QKV_LABELS].index("file"))
 
     def config(self) -> dy.DynamicsConfig:
-        cov = None
         d = self.d.value()
-        if self.init.currentData() == "gaussian":
-            try:
-                diag = [float(v) for v in self.variances.currentText().replace(";", ",").split(",") if v.strip()]
-            except ValueError:
-                raise ValueError(f"variances {self.variances.currentText()!r}: give numbers separated by commas") from None
-            if len(diag) == 1:
-                diag = diag * d
-            if len(diag) != d or min(diag) < 0:
-                raise ValueError(f"variances: give 1 or {d} non-negative numbers (got {len(diag)})")
-            cov = np.diag(diag)
+        cov = dy.parse_covariance(self.covariance.text(), d) if self.init.currentData() == "gaussian" else None
         return dy.DynamicsConfig(
             attention=self.attention.currentText(), d=d, n=self.n.value(), init=self.init.currentData(),
             covariance=cov, n_clusters=self.n_clusters.value(),
@@ -349,7 +371,7 @@ class DynamicsPanel(QWidget):
             amplitude=0.5 if self.time_dependent.isChecked() else 0.0, sphere=self.sphere.isChecked(),
             renormalise=self.renormalise.isChecked(), integrator=self.integrator.currentText(), dt=self.dt.value(),
             seed=self.seed.value(), cluster_tol=self.cluster_tol.value(),
-            perturbation=1e-3 if self.twin.isChecked() else 0.0, dtype=_play_dtype())
+            perturbation=1e-3 if self.twin.isChecked() else 0.0, cluster_sample=CLUSTER_SAMPLE, dtype=_play_dtype())
 
     # -- running ---------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -382,6 +404,10 @@ class DynamicsPanel(QWidget):
         self.sim, frame = result
         self._build_job = None
         self._basis = dy.projection_basis(frame.shown, 3)
+        self.d.setValue(self.sim.config.d)  # from the tokens, a model head or a file's V
+        sampled = self.sim.cluster_index is not None
+        self.p_clusters.setTitle(f"clusters (among {len(self.sim.cluster_index)} sampled particles)" if sampled
+                                 else "clusters")
         self._frames, self._records = [frame], list(frame.records)
         self._view_radius = 0.0  # the view's range only grows: a steady frame, and no axis relayout per frame
         self._set_status()
@@ -607,6 +633,48 @@ class DynamicsPanel(QWidget):
 
     def export(self, path) -> None:
         export_view(self, path)
+
+    def choose_png_folder(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "New folder for the PNG frames", "dynamics_frames")
+        if path:
+            self.export_png_sequence(path)
+
+    def export_png_sequence(self, folder) -> None:
+        """Every kept frame drawn as the particle view shows it (the UI thread draws: Qt paints only there),
+        then written as one folder by a worker (core.dynamics.write_png_sequence). A folder holding files the
+        app did not write is refused before any drawing."""
+        from PySide6.QtCore import QBuffer, QByteArray, QIODevice
+
+        from ...core.files import OutputFolderError, WriteError
+        from ..workers import run_job
+
+        if not self._frames:
+            self.status.setText("Nothing to export: Reset builds the particles.")
+            return
+        try:
+            dy.check_png_sequence_folder(folder)
+        except (OutputFolderError, WriteError) as exc:
+            self.status.setText(f"PNG frames not written: {exc}")
+            return
+        was_playing = self.play_button.isChecked()
+        self.play_button.setChecked(False)
+        shown = self.slider.value()
+        pngs, times = [], []
+        for i in range(len(self._frames)):
+            self.slider.setValue(i)  # redraws the view
+            data = QByteArray()
+            buf = QBuffer(data)
+            buf.open(QIODevice.OpenModeFlag.WriteOnly)
+            self.particles.grab().save(buf, "PNG")
+            pngs.append(bytes(data))
+            times.append(self._frames[i].t)
+        self.slider.setValue(shown)
+        self.play_button.setChecked(was_playing)
+        self.status.setText(f"Writing {len(pngs)} PNG frames…")
+        self._png_job = run_job(dy.write_png_sequence, folder, pngs, times,
+                                on_result=lambda path: self.status.setText(f"Wrote {len(pngs)} PNG frames to {path}"),
+                                on_error=lambda exc, tb: self.status.setText(f"PNG frames not written: {exc}"),
+                                owner=self)
 
     def closeEvent(self, event) -> None:
         self.timer.stop()

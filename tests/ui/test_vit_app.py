@@ -7,6 +7,7 @@ import json
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
 
 pytest.importorskip("sklearn")
 
@@ -14,7 +15,7 @@ from desktop_app.core.checkpoints import new_model, save_model_folder  # noqa: E
 from desktop_app.core.families.vit import preset  # noqa: E402
 from desktop_app.core.training.image_tasks import pixel_settings, preprocessor_config  # noqa: E402
 
-from .walkthrough import ErrorWatch, click_panel_tab, open_window  # noqa: E402
+from .walkthrough import ErrorWatch, click_panel_tab, open_window, type_into  # noqa: E402
 
 
 @pytest.fixture
@@ -55,6 +56,63 @@ def test_open_vit_pick_digit_attention_shows_patches(qtbot, vit_dir, monkeypatch
         layers = click_panel_tab(qtbot, window, "Layers")
         qtbot.waitUntil(lambda: layers.data is not None, timeout=20_000)
         assert layers.labels[0] == "[CLS]" and len(layers.labels) == 17
+        watch.assert_clean()
+    finally:
+        watch.remove()
+
+
+def test_train_panel_offers_digits_with_vit_only(qtbot, vit_dir, monkeypatch, isolated_user_files):
+    from desktop_app.core.families import trainable_families
+
+    window, state = open_window(qtbot, vit_dir)
+    panel = click_panel_tab(qtbot, window, "Train")
+    families = lambda: [panel.family.itemText(i) for i in range(panel.family.count())]  # noqa: E731
+    qtbot.waitUntil(panel.isVisible, timeout=10_000)  # the tab shows the built panel once events run
+    assert families() == trainable_families() and not panel.patch_size.isVisible()
+    panel.task.setFocus()
+    qtbot.keyClicks(panel.task, "digits")  # typing an item's name picks it, as a person does
+    assert panel.task.currentText() == "digits"
+    assert families() == ["vit"] and panel.family.currentText() == "vit"
+    assert panel.patch_size.isVisible() and not panel.context.isVisible() and not panel.positions.isVisible()
+    assert not panel.model_error.isVisible() and not panel.task_error.isVisible()
+    assert panel.param_label.text().replace(",", "").isdigit()
+    cfg = panel.config()
+    assert cfg.family == "vit" and cfg.model["patch_size"] == 2 and "context_length" not in cfg.model
+    type_into(qtbot, panel.patch_size, "3")  # 8 x 8 images: 3 does not divide 8
+    assert panel.task_error.isVisible() and not panel.start_button.isEnabled()
+    type_into(qtbot, panel.patch_size, "2")
+    panel.task.setFocus()
+    qtbot.wait(QApplication.keyboardInputInterval() + 100)  # a new search, not "digits" + "motif"
+    qtbot.keyClicks(panel.task, "motif")  # back to a text task: the text families again
+    assert panel.task.currentText() == "motif"
+    assert families() == trainable_families() and panel.family.currentText() != "vit"
+
+
+@pytest.mark.slow
+def test_train_digits_use_model_image_panel_predicts(qtbot, vit_dir, monkeypatch, isolated_user_files):
+    """A few steps of the digits task from the Train panel, Use this model, the Image panel's prediction (~20 s)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    watch = ErrorWatch.install(monkeypatch)
+    try:
+        window, state = open_window(qtbot, vit_dir, watch=watch)
+        panel = click_panel_tab(qtbot, window, "Train")
+        panel.task.setFocus()
+        qtbot.keyClicks(panel.task, "digits")
+        for field, value in ((panel.layers, "1"), (panel.heads, "2"), (panel.d_model, "16"), (panel.d_ff, "32"),
+                             (panel.batch_size, "32"), (panel.steps, "20"), (panel.eval_every, "10"),
+                             (panel.checkpoint_every, "10")):
+            type_into(qtbot, field, value)
+        assert panel.start_button.isEnabled(), panel.start_button.toolTip()
+        qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: not panel.running, timeout=180_000)
+        assert panel.use_button.isEnabled(), panel.status_label.text()
+        with qtbot.waitSignal(state.model_changed, timeout=30_000):
+            qtbot.mouseClick(panel.use_button, Qt.MouseButton.LeftButton)
+        assert state.loaded.config.input_kind == "patches" and state.loaded.config.n_layers == 1
+        image_panel = click_panel_tab(qtbot, window, "Image")
+        qtbot.waitUntil(lambda: image_panel.result is not None and bool(image_panel.prediction.text()), timeout=30_000)
+        assert len(image_panel.prediction.text().splitlines()) == 5 and "%" in image_panel.prediction.text()
+        qtbot.waitUntil(lambda: state.trace is not None and len(state.token_ids) == 17, timeout=30_000)
         watch.assert_clean()
     finally:
         watch.remove()

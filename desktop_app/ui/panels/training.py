@@ -40,7 +40,23 @@ TASK_OPTIONS = {  # which task options each task shows
     "motif": ("length", "model_kind", "n_train"), "copy": ("length", "symbols"), "reverse": ("length", "symbols"),
     "sort": ("length", "symbols"), "modadd": ("p", "train_fraction"), "induction": ("length", "symbols"),
     "text": ("text_file", "tokenizer", "vocab_size"),
+    "digits": (),  # 8 x 8 images for the vit family; its patch size is a Model setting
 }
+IMAGE_TASKS = ("digits",)  # image classification: the family list is the image families (vit)
+
+
+def image_task_stand_in(task: str, patch_size: int):
+    """What model_config_for reads of an image task (name, classes, sequence, model_settings), without
+    building it: the real digits task loads scikit-learn and preprocesses 1,797 images (seconds), too
+    slow for the form's checks on every change. The run builds the real one."""
+    from types import SimpleNamespace
+
+    from ...core.training.image_tasks import DIGITS_SIZE
+
+    seq = 1 + (DIGITS_SIZE // patch_size) ** 2 if patch_size > 0 else 1
+    return SimpleNamespace(name=task, vocab_size=10, seq_len=seq,
+                           model_settings={"image_size": DIGITS_SIZE, "num_channels": 1, "patch_size": patch_size,
+                                           "extra": {}})
 
 
 def _spin(lo: int, hi: int, value: int, step: int = 1) -> QSpinBox:
@@ -254,6 +270,8 @@ class TrainingPanel(QWidget):
         self.attention = _combo(list(ATTENTION_KINDS))
         self.init = _combo(list(INITS))
         self.dropout = _dspin(0.0, 0.9, 0.0, 2, 0.05)
+        self.patch_size = _spin(1, 8, 2)
+        self.patch_size.setToolTip("ViT patch size in pixels: the 8 x 8 digits in 2 x 2 patches are 16 tokens + [CLS]")
         self.param_label = QLabel("")
         self.param_label.setStyleSheet("font-weight: bold")
         self.param_label.setWordWrap(True)  # "(vocabulary not known yet)" must not widen the column
@@ -262,8 +280,10 @@ class TrainingPanel(QWidget):
                          ("Norm placement", self.norm_placement), ("Norm", self.norm),
                          ("Activation", self.activation), ("Positions", self.positions),
                          ("Attention", self.attention), ("Init", self.init), ("Dropout", self.dropout),
-                         ("Parameters", self.param_label)):
+                         ("Patch size", self.patch_size), ("Parameters", self.param_label)):
             f.addRow(label, w)
+        self.model_form = f
+        self._text_families = trainable_families()  # the family list of text tasks (image tasks: vit)
         self.model_error = _error_label()
         f.addRow(self.model_error)
         self.family.currentTextChanged.connect(self._on_family_changed)
@@ -271,7 +291,7 @@ class TrainingPanel(QWidget):
 
         task_box = QGroupBox("Task")
         tf = QFormLayout(task_box)
-        self.task = _combo(["motif", "copy", "reverse", "sort", "modadd", "induction", "text"])
+        self.task = _combo(["motif", "copy", "reverse", "sort", "modadd", "induction", "text", *IMAGE_TASKS])
         self.length = _spin(2, 512, 20)
         self.symbols = _spin(2, 1000, 10)
         self.p = _spin(2, 1000, 97)
@@ -375,7 +395,7 @@ class TrainingPanel(QWidget):
         self.out_edit.textChanged.connect(self._update_param_count)
 
         for w in (self.layers, self.heads, self.d_model, self.d_ff, self.context, self.p, self.symbols,
-                  self.length, self.vocab_size, self.dropout):
+                  self.length, self.vocab_size, self.dropout, self.patch_size):
             w.valueChanged.connect(self._update_param_count)
         for w in (self.norm_placement, self.norm, self.activation, self.positions, self.attention, self.init,
                   self.tokenizer, self.family):
@@ -463,6 +483,7 @@ class TrainingPanel(QWidget):
         shown = TASK_OPTIONS[task]
         for name, w in self._task_rows.items():
             self.task_form.setRowVisible(w, name in shown)
+        self._set_image_task(task in IMAGE_TASKS)
         self._on_tokenizer_changed()
         self._apply_baseline()
         defaults = {"motif": 20, "copy": 8, "reverse": 8, "sort": 8, "induction": 16}
@@ -470,6 +491,23 @@ class TrainingPanel(QWidget):
             self.length.setValue(defaults[task])
         self.symbols.setValue(32 if task == "induction" else 10)
         self._update_param_count()
+
+    def _set_image_task(self, image: bool) -> None:
+        """An image task trains the image families (vit) only: the family list is theirs, the patch size shows,
+        and what a ViT has no choice of is hidden (its context is 1 + patches; positions are learned)."""
+        families = trainable_families("patches") if image else self._text_families
+        if [self.family.itemText(i) for i in range(self.family.count())] != families:
+            previous = self.family.currentText()
+            self.family.blockSignals(True)
+            self.family.clear()
+            self.family.addItems(families)
+            if previous in families:
+                self.family.setCurrentText(previous)
+            self.family.blockSignals(False)
+            self._on_family_changed()
+        for w in (self.context, self.positions, self.attention):
+            self.model_form.setRowVisible(w, not image)
+        self.model_form.setRowVisible(self.patch_size, image)
 
     def _on_tokenizer_changed(self) -> None:
         # the BPE vocabulary size means nothing to the character tokenizer
@@ -529,6 +567,9 @@ class TrainingPanel(QWidget):
                  "activation": self.activation.currentText(), "positions": self.positions.currentText(),
                  "attention_kind": self.attention.currentText(), "init": self.init.currentText(),
                  "dropout": self.dropout.value()}
+        if task in IMAGE_TASKS:  # a ViT's context is 1 + patches; its patch size is the model's
+            del model["context_length"]
+            model["patch_size"] = self.patch_size.value()
         return TrainConfig(task=task, task_options=opts, family=self.family.currentText(), model=model,
                            optimizer=self.optimizer.currentText(), lr=self.lr.value(),
                            weight_decay=self.weight_decay.value(), schedule=self.schedule.currentText(),
@@ -550,13 +591,14 @@ class TrainingPanel(QWidget):
     def set_config(self, cfg: TrainConfig) -> None:
         """Show `cfg` in the form (config()'s inverse): a resumed run's saved settings. The family and the
         task go first, as choosing them resets the settings that follow from them; a device this machine
-        lacks keeps the current one."""
-        self.family.setCurrentText(cfg.family)
+        lacks keeps the current one. The task goes before the family: it decides the family list."""
         self.task.setCurrentText(cfg.task)
+        self.family.setCurrentText(cfg.family)
         self.model_kind.setCurrentIndex(0)  # a run with a checkpoint is a transformer's
         m = cfg.model
         for key, spin in (("n_layers", self.layers), ("n_heads", self.heads), ("d_model", self.d_model),
-                          ("d_ff", self.d_ff), ("context_length", self.context), ("dropout", self.dropout)):
+                          ("d_ff", self.d_ff), ("context_length", self.context), ("dropout", self.dropout),
+                          ("patch_size", self.patch_size)):
             if m.get(key) is not None:
                 spin.setValue(m[key])
         for key, combo in (("norm_placement", self.norm_placement), ("norm", self.norm),
@@ -633,6 +675,14 @@ class TrainingPanel(QWidget):
     # -- checks shown beside the settings --------------------------------------------------
     def _task_problem(self, cfg: TrainConfig) -> str:
         """Why the task cannot be built from these settings ('' when it can), as the run would say it."""
+        if cfg.task in IMAGE_TASKS:  # not built here (seconds): its one setting is checked as the task checks it
+            from ...core.training.image_tasks import DIGITS_SIZE
+
+            patch = int(cfg.model.get("patch_size", 2))
+            if patch < 1 or DIGITS_SIZE % patch:
+                return (f"the digits are {DIGITS_SIZE} x {DIGITS_SIZE}: patch size {patch} does not divide it "
+                        "(1, 2, 4 or 8)")
+            return ""
         if cfg.task != "text":
             try:
                 make_task(cfg.task, cfg.task_options)  # synthetic tasks build in milliseconds
@@ -714,6 +764,12 @@ class TrainingPanel(QWidget):
             cfg = self.config()
             note = ""
             causal = cfg.model.get("causal", cfg.family != "bert")
+            if cfg.task in IMAGE_TASKS:
+                mcfg = model_config_for(cfg, image_task_stand_in(cfg.task, int(cfg.model.get("patch_size", 2))))
+                self.param_label.setText(f"{parameter_count(mcfg):,}")
+                self.param_label.setStyleSheet("font-weight: bold")
+                self.param_label.setToolTip("")
+                return ""
             try:  # the task's own vocabulary and length, as the run will build it
                 vocab, seq = task_dimensions(cfg.task, task_options_for(cfg), causal)
             except TaskError:  # said beside the task; the model's own checks still apply

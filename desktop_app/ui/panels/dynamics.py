@@ -249,7 +249,7 @@ class DynamicsPanel(QWidget):
         self.p_clusters = self.curves.addPlot(title="clusters", row=0, col=0)
         self.p_cosine = self.curves.addPlot(title="mean pairwise cosine", row=0, col=1)
         self.p_radius = self.curves.addPlot(title="radius max|x| and bound R(t)", row=1, col=0)
-        self.p_w2 = self.curves.addPlot(title="W2 to the twin run (when switched on)", row=1, col=1)
+        self.p_w2 = self.curves.addPlot(title="W2 to the twin run", row=1, col=1)
         self.p_model_cos = self.curves.addPlot(title="model: mean cosine by layer", row=2, col=0)
         self.p_model_clusters = self.curves.addPlot(title="model: clusters / radius by layer", row=2, col=1)
         self.p_radius.setLogMode(False, True)
@@ -408,6 +408,7 @@ class DynamicsPanel(QWidget):
         sampled = self.sim.cluster_index is not None
         self.p_clusters.setTitle(f"clusters (among {len(self.sim.cluster_index)} sampled particles)" if sampled
                                  else "clusters")
+        self.p_w2.setTitle("W2 to the twin run" if self.sim.twin is not None else "W2: twin run off")
         self._frames, self._records = [frame], list(frame.records)
         self._view_radius = 0.0  # the view's range only grows: a steady frame, and no axis relayout per frame
         self._set_status()

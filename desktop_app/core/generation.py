@@ -596,7 +596,7 @@ class GenerationSession:
         cfg = self.model.cfg
         H, Hkv = cfg.n_heads, cfg.n_kv_heads
         q = torch.stack(queries)  # [L, B, H, 1, dh]
-        k = torch.stack([lc.k for lc in self._cache.layers])  # [L, B, Hkv, T, dh], after rotary
+        k = self._cache.stacked_keys()  # [L, B, Hkv, T, dh], after rotary; a view, no copy
         if Hkv != H:
             k = k.repeat_interleave(H // Hkv, dim=2)
         T = k.shape[-2]

@@ -9,9 +9,9 @@ from desktop_app.core import lipschitz as lip
 
 
 def test_declared_sources_and_what_they_feed():
-    assert lip.source_names(lip.MODEL) == ("real", "adversarial", "search")
+    assert lip.source_names(lip.MODEL) == ("real", "adversarial", "search", "image")
     assert lip.source_names(lip.SYNTHETIC) == ("random", "adversarial")
-    assert lip.data_kinds() == ("real", "adversarial", "search", "synthetic")
+    assert lip.data_kinds() == ("real", "adversarial", "search", "image", "synthetic")
     assert [s.label for s in lip.sources_for(lip.SYNTHETIC)] == ["random in B_R", "adversarial"]
 
 

@@ -116,3 +116,22 @@ def test_train_digits_use_model_image_panel_predicts(qtbot, vit_dir, monkeypatch
         watch.assert_clean()
     finally:
         watch.remove()
+
+
+def test_lipschitz_panel_measures_a_vit_layer_on_image_patches(qtbot, vit_dir, monkeypatch):
+    watch = ErrorWatch.install(monkeypatch)
+    try:
+        window, state = open_window(qtbot, vit_dir, watch=watch)
+        panel = click_panel_tab(qtbot, window, "Lipschitz")
+        labels = [panel.data.itemText(i) for i in range(panel.data.count())]
+        assert "image patches" in labels
+        panel.data.setCurrentIndex(labels.index("image patches"))
+        type_into(qtbot, panel.lengths, "2,5,9,17")
+        type_into(qtbot, panel.samples, "2")
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: bool(panel.runs) and panel.runs[-1].finished, timeout=60_000)
+        result = panel.runs[-1].result
+        assert [r.n for r in result.lengths] == [2, 5, 9, 17] and "image" in result.label
+        watch.assert_clean()
+    finally:
+        watch.remove()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import torch
 
 from ..jobs import JobControl
@@ -136,6 +137,42 @@ def gradient_search(ctx: SourceContext) -> LengthInputs:
     return at
 
 
+def image_patch_inputs(ctx: SourceContext) -> LengthInputs:
+    """A ViT layer's input on K held-out 8 x 8 digits: one forward pass of each whole image (made into
+    pixel values with ViTImageProcessor's defaults, mean = std = 0.5, as the digits task trains), then
+    for each n the rows of [CLS] and n - 1 patches drawn at random (seeded per n and image; sorted, so
+    the patches keep their row-by-row order). The tokens carry their position embeddings, so a subset
+    is the same tokens the layer sees in the whole image, fewer of them."""
+    from ..training.image_tasks import digits_split, load_digits, pixel_settings
+    from ..vit import preprocess_image
+
+    spec, model = ctx.spec, ctx.spec.model
+    cfg = model.cfg
+    if cfg.input_kind != "patches":
+        raise ValueError("image patch data needs a vision transformer (ViT): this model reads tokens (use real data)")
+    patches = (cfg.image_size // cfg.patch_size) ** 2
+    outside = [n for n in ctx.lengths if not 1 <= n <= 1 + patches]
+    if outside:
+        raise ValueError(f"n = {', '.join(map(str, outside))} outside 1 .. {1 + patches}: this ViT reads "
+                         f"[CLS] + {patches} patches")
+    images, _ = load_digits()
+    _, held = digits_split(len(images))
+    settings = pixel_settings(cfg.image_size, cfg.num_channels)
+    pixels = torch.from_numpy(np.stack([preprocess_image(images[i], settings, cfg.num_channels)
+                                        for i in held[:spec.samples]]))
+    name = f"blocks.{spec.layer}.attn.input"
+    _, trace = model.run_with_trace(pixels.to(model.device), names=(name,), compute_logits=False)
+    whole = trace[name].float()  # [K, 1 + patches, d]
+
+    def at(n: int):
+        g = torch.Generator().manual_seed(spec.seed + n)
+        cls = torch.zeros(1, dtype=torch.long)
+        rows = [torch.cat([cls, 1 + torch.randperm(patches, generator=g)[:n - 1].sort().values]) for _ in whole]
+        return ctx.cast(torch.stack([x[r] for x, r in zip(whole, rows)])), None
+
+    return at
+
+
 # Declaration order is the order of the CLI's choices and the panel's combos.
 register_source(InputSource("random", "random in B_R", (SYNTHETIC,), random_ball_inputs, uses_radius=True,
                             description="tokens drawn uniformly in the ball of radius R"))
@@ -146,3 +183,5 @@ register_source(InputSource("adversarial", "adversarial", (MODEL, SYNTHETIC), ad
                             description="x_1 = R u, x_2..x_n = R u / 2 (Theorem 3.1's lower-bound construction)"))
 register_source(InputSource("search", "search", (MODEL,), gradient_search, uses_radius=True,
                             description="gradient ascent of the local constant over inputs on the sphere of radius R"))
+register_source(InputSource("image", "image patches", (MODEL,), image_patch_inputs,
+                            description="a ViT's [CLS] + n - 1 random patches of held-out digits, at the layer's input"))

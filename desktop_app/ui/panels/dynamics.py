@@ -132,6 +132,7 @@ class DynamicsPanel(QWidget):
         self._yaw, self._pitch = 0.6, 0.35
         self._drag_from = None
         self._view_radius = 0.0
+        self._guide_drawn = None  # what the sphere guide shows now (redrawn when that changes)
         self.screen_xy = np.zeros((0, 2))
         self._matrices = ""
         self._pending_steps = 0
@@ -411,6 +412,7 @@ class DynamicsPanel(QWidget):
         self.p_w2.setTitle("W2 to the twin run" if self.sim.twin is not None else "W2: twin run off")
         self._frames, self._records = [frame], list(frame.records)
         self._view_radius = 0.0  # the view's range only grows: a steady frame, and no axis relayout per frame
+        self._guide_drawn = None
         self._set_status()
         self._show_last()
         if self._pending_steps:
@@ -448,13 +450,16 @@ class DynamicsPanel(QWidget):
 
     def _on_frame(self, frame: dy.Frame) -> None:
         self._job = None
+        if self.timer.isActive():  # playing: the worker steps on while this frame is drawn (a copy), not after
+            self._request(self.steps_per_frame.value())
         self._frames.append(frame)
         if len(self._frames) > MAX_FRAMES_KEPT:
             del self._frames[1]  # keep the start
         new_records = len(frame.records) != len(self._records)
         self._records = frame.records
         self._show_last(curves=new_records)
-        self._set_status()
+        if new_records:  # a word-wrapped label's new text relayouts the side column: not on every frame
+            self._set_status()
 
     def step_once(self) -> None:
         self._request(self.steps_per_frame.value())
@@ -531,10 +536,14 @@ class DynamicsPanel(QWidget):
             self.particles.getPlotItem().enableAutoRange(False)
             r = self._view_radius
             self.particles.setRange(xRange=(-r, r), yRange=(-r, r), padding=0)
-        if self.sim is not None and self.sim.config.sphere and not self.sim.config.renormalise:
-            self._draw_sphere_guide(three_d)
-        else:
-            self.guide.setData([], [])
+        guide = (self.sim is not None and self.sim.config.sphere and not self.sim.config.renormalise,
+                 three_d, self._yaw, self._pitch, self._basis.shape[0])
+        if guide != self._guide_drawn:  # it moves only with the view: not redrawn on every frame
+            self._guide_drawn = guide
+            if guide[0]:
+                self._draw_sphere_guide(three_d)
+            else:
+                self.guide.setData([], [])
         if self.trails.isChecked():
             i = self.slider.value()
             past = self._frames[max(0, i - TRAIL_LENGTH):i]

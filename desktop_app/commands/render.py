@@ -1,7 +1,8 @@
-"""`python -m desktop_app render MODEL_DIR (--text T | --ids ...) --view V --out FILE.png|.svg`
+"""`python -m desktop_app render MODEL_DIR (--text T | --ids ... | --image FILE) --view V --out FILE.png|.svg`
 
-Headless figures: the very views of the Attention and Layers panels, drawn offscreen and written
-with the same export code as their buttons (.png, vector .svg, or the numbers as .csv / .npz).
+Headless figures: the very views of the Attention, Layers and Image panels, drawn offscreen and written
+with the same export code as their buttons (.png, vector .svg, or the numbers as .csv / .npz). A vision
+model (ViT) takes --image: the Image panel's views, or the attention/layers views of its [CLS] + patches.
 """
 from __future__ import annotations
 
@@ -18,20 +19,26 @@ from ..ui.offscreen import dispose  # noqa: F401  (was defined here; callers may
 # the panels' VIEWS tables: a view added there is a `--view` here (the attention heatmap listed first)
 ATTENTION_VIEWS = ("attention",) + tuple(n for n in view_names(attention_views.VIEWS) if n != "attention")
 LAYERS_VIEWS = view_names(layers_views.VIEWS)
-VIEWS = ATTENTION_VIEWS + LAYERS_VIEWS
+VIEWS = ATTENTION_VIEWS + LAYERS_VIEWS  # the views of a text (or of a ViT's image tokens)
+# the Image panel's tabs, in its order: a ViT and --image only
+IMAGE_VIEWS = ("image-heads", "image-filters", "image-position-similarity", "image-distance")
 STATS = tuple(STAT_NAMES)
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("render", help="draw an attention or layers view of a text to PNG / SVG (headless)")
-    add_model_and_text_arguments(p)
-    p.add_argument("--view", required=True, choices=VIEWS)
+    g = add_model_and_text_arguments(p)
+    g.add_argument("--image", help="for a vision model (ViT): an image (PNG, JPEG, BMP) or a uint8 .npy array")
+    p.add_argument("--view", required=True, choices=VIEWS + IMAGE_VIEWS,
+                   help="image-heads: each head's attention from --token (0 = [CLS], default) over the image at "
+                        "--layer; image-filters, image-position-similarity, image-distance: the Image panel's figures")
     p.add_argument("--layer", type=int, default=None,
                    help="layer (attention views; default 0); for pca/cosine the block whose output is shown "
                         "(default: the last)")
     p.add_argument("--head", type=int, default=0, help="head for --view attention")
     p.add_argument("--depth", type=int, default=None, help="pca/cosine: residual depth, 0 = embedding (overrides --layer)")
-    p.add_argument("--token", type=int, default=None, help="highlight this query token (position)")
+    p.add_argument("--token", type=int, default=None,
+                   help="highlight this query token (position; for a ViT 0 = [CLS], 1.. the patches row by row)")
     p.add_argument("--stat", choices=STATS, default="entropy", help="statistic for --view head-stats")
     p.add_argument("--size", default="1200x900", help="figure size in pixels, WxH")
     p.add_argument("--out", required=True, help="output file: .png, .svg (also .csv or .npz for the numbers)")
@@ -61,8 +68,9 @@ def _check(value: int | None, n: int, what: str) -> None:
 
 def render_view(loaded, ids: list[int], view: str, out: str, layer: int | None = None, head: int = 0,
                 depth: int | None = None, token: int | None = None, stat: str = "entropy",
-                size: tuple[int, int] = (1200, 900)):
-    """Draw one view of `ids` through `loaded` and write it to `out`; returns the panel (for tests)."""
+                size: tuple[int, int] = (1200, 900), trace=None):
+    """Draw one view of `ids` through `loaded` and write it to `out`; returns the panel (for tests).
+    With `trace` (e.g. a ViT's image trace, ids its positions) it is drawn instead of tracing `ids`."""
     import torch
     from PySide6.QtWidgets import QApplication
 
@@ -79,8 +87,9 @@ def render_view(loaded, ids: list[int], view: str, out: str, layer: int | None =
     _check(depth, cfg.n_layers + 1, "depth")
     _check(token, len(ids), "token")
     app = QApplication.instance() or QApplication(["transformer-explorer-render"])
-    names = trace_names(cfg, len(ids), final_logits=False)  # the views drawn here never read the logits
-    _, trace = loaded.model.run_with_trace(torch.tensor([ids], device=loaded.model.device), names=names)
+    if trace is None:
+        names = trace_names(cfg, len(ids), final_logits=False)  # the views drawn here never read the logits
+        _, trace = loaded.model.run_with_trace(torch.tensor([ids], device=loaded.model.device), names=names)
     state = AppState()  # the panel's source of token strings and the model's causality
     state.loaded = loaded
     state.token_ids = list(ids)  # state.trace stays None: the panel gets the trace below, synchronously
@@ -110,6 +119,37 @@ def render_view(loaded, ids: list[int], view: str, out: str, layer: int | None =
     return panel
 
 
+def render_image_view(loaded, image: str, view: str, out: str, layer: int | None = None, token: int | None = None,
+                      size: tuple[int, int] = (1200, 900)):
+    """Draw one of the Image panel's views of the image file `image` and write it to `out`; returns the panel."""
+    from PySide6.QtWidgets import QApplication
+
+    from ..ui.panels.image import ImagePanel, file_pixels
+    from ..ui.state import AppState
+    from ..ui.widgets.export import EXPORT_SUFFIXES, export_view
+
+    suffix = os.path.splitext(out)[1].lower()
+    if suffix not in EXPORT_SUFFIXES:
+        raise ValueError(f"{out}: the output must end in {', '.join(EXPORT_SUFFIXES)}")
+    cfg = loaded.config
+    _check(layer, cfg.n_layers, "layer")
+    _check(token, 1 + (cfg.image_size // cfg.patch_size) ** 2, "token")
+    app = QApplication.instance() or QApplication(["transformer-explorer-render"])
+    pixels = file_pixels(loaded, image)
+    panel = ImagePanel(AppState())  # no model in its state: it is handed this one and draws synchronously
+    try:
+        panel.draw_now(loaded, pixels, os.path.basename(image), layer or 0, None if not token else token - 1)
+        panel.tabs.setCurrentIndex(IMAGE_VIEWS.index(view))
+        panel.resize(*size)
+        panel.show()
+        app.processEvents()
+        export_view(panel.views[panel.tabs.currentIndex()], out)
+    except BaseException:
+        dispose(panel)
+        raise
+    return panel
+
+
 def run(args) -> int:
     _ensure_qt_platform()
     from . import load_model
@@ -120,9 +160,29 @@ def run(args) -> int:
     size = _parse_size(args.size)
     prepare_output_file(args.out)  # a write failure now, not after the drawing
     loaded = load_model(args.model_dir)
-    ids = input_ids(loaded, args.text, args.ids)
+    image = getattr(args, "image", None)
+    vision = loaded.config.input_kind == "patches"
+    if args.view in IMAGE_VIEWS and not (vision and image):
+        raise ValueError(f"--view {args.view} draws a vision model (ViT) on an image: give a ViT folder and --image FILE")
+    if image is not None and not vision:
+        raise ValueError(f"{args.model_dir}: not a vision model; --image needs a ViT folder (give --text or --ids)")
+    if args.view in IMAGE_VIEWS:
+        panel = render_image_view(loaded, image, args.view, args.out, layer=args.layer, token=args.token, size=size)
+        print(f"wrote {args.out} ({args.view}, {image})")
+        dispose(panel)
+        return 0
+    trace = None
+    if vision:  # the attention / layers views of the image's [CLS] + patches, as the app traces it
+        if image is None:
+            raise ValueError(f"{args.model_dir}: a vision model reads images: give --image FILE")
+        from ..ui.panels.image import file_pixels
+        from ..ui.state import trace_image
+
+        ids, trace = trace_image(loaded, file_pixels(loaded, image))
+    else:
+        ids = input_ids(loaded, args.text, args.ids)
     panel = render_view(loaded, ids, args.view, args.out, layer=args.layer, head=args.head, depth=args.depth,
-                        token=args.token, stat=args.stat, size=size)
+                        token=args.token, stat=args.stat, size=size, trace=trace)
     print(f"wrote {args.out} ({args.view}, {len(ids)} tokens)")
     dispose(panel)
     return 0

@@ -461,6 +461,20 @@ class ImagePanel(QWidget):
         self.distance_view.set_distance(result["distance"])
         self._draw_heads()
 
+    def draw_now(self, loaded, pixels: np.ndarray, source: str, layer: int = 0, query: int | None = None) -> None:
+        """Everything the panel shows for `pixels`, computed here on the calling thread (the CLI's
+        render draws offscreen with no event loop to deliver workers' results): query None is [CLS],
+        else a patch index (row by row)."""
+        self.loaded, self.settings = loaded, pixel_settings_for(loaded)
+        self._enable(True)
+        self.layer.blockSignals(True)
+        self.layer.setRange(0, loaded.config.n_layers - 1)
+        self.layer.setValue(layer)
+        self.layer.blockSignals(False)
+        self._show_figures(loaded, model_figures(loaded))
+        self.canvas.selected = query
+        self._show(loaded, pixels, source, analyse_image(loaded, pixels))
+
     def select_query(self, patch: int | None) -> None:
         """Show every head's attention from `patch` (row by row; None: [CLS])."""
         self.canvas.selected = patch

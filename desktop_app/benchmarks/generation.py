@@ -12,6 +12,9 @@ alternating runs (and the median of the paired ratios).
 Batch-1 decoding reads every weight once per token, so weight bytes / memory bandwidth is a lower
 bound on the time per token; the bandwidth is measured here with a large tensor copy and the
 fraction of that bound reached is printed (1.0 would be perfect). bfloat16 halves the bytes.
+Where the rest goes: the step's matrix products alone (step_products) are timed alongside, so the
+report splits the gap into what the BLAS kernels reach (products_alone_fraction_of_bandwidth_bound)
+and what everything else adds (ours_over_products_alone, one ratio per repeat).
 """
 from __future__ import annotations
 
@@ -52,6 +55,33 @@ def weight_bytes_per_token(model) -> int:
     if cfg.positions == "learned":
         total -= model.pos_embed.weight.numel() * model.pos_embed.weight.element_size()
     return total
+
+
+def step_products(model):
+    """A function doing only the matrix products of one decoding step (every block's Q/K/V, output,
+    MLP weights and the unembedding, each times one row): the time a step would take with no
+    norms, attention, cache writes, recording or Python around them. Ours over this is the
+    step's overhead; this over the bandwidth bound is what the BLAS kernels themselves reach."""
+    import torch
+    import torch.nn.functional as F
+
+    products = []
+    for block in model.blocks:
+        packed = block.attn._packed_qkv()
+        mods = [block.attn.q, block.attn.k, block.attn.v] if packed is None else []
+        if packed is not None:
+            products.append(packed)
+        mods += [block.attn.o, block.mlp.up, block.mlp.down] + ([block.mlp.gate] if hasattr(block.mlp, "gate") else [])
+        products += [(m.weight, m.bias) for m in mods]
+    if model.cfg.lm_head:
+        products.append((model.lm_head.weight, None))
+    rows = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype, device=w.device) for w, _ in products}
+
+    def run() -> None:
+        with torch.inference_mode():
+            for w, b in products:
+                F.linear(rows[w.shape[1]], w, b)
+    return run
 
 
 def main(argv: list[str]) -> dict:
@@ -103,12 +133,19 @@ def main(argv: list[str]) -> dict:
         sync()
         return out[0].tolist()
 
+    one_step_products = step_products(ours.model)
+
+    def run_products() -> None:  # the products of as many steps as a run makes (prompt included)
+        for _ in range(args.new + 1):
+            one_step_products()
+        sync()
+
     # Warm up both, then alternate them so that both see the same machine load; keep the fastest
     # run of each and also the median of the paired ratios (robust on a shared machine).
     ours_ids, ref_ids = run_ours(), run_ref()
-    ours_times, ref_times = [], []
+    ours_times, ref_times, products_times = [], [], []
     for _ in range(args.repeat):
-        for fn, times in ((run_ours, ours_times), (run_ref, ref_times)):
+        for fn, times in ((run_ours, ours_times), (run_ref, ref_times), (run_products, products_times)):
             t0 = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t0)
@@ -120,6 +157,8 @@ def main(argv: list[str]) -> dict:
     bw = measure_bandwidth()
     wbytes = weight_bytes_per_token(ours.model)
     bound_s = wbytes / bw
+    products_s = min(products_times) / args.new
+    overhead = sorted(o / p for o, p in zip(ours_times, products_times))
     return {
         "name": "generation",
         "ours_s": round(ours_s, 5),
@@ -137,5 +176,11 @@ def main(argv: list[str]) -> dict:
         "bandwidth_bound_s": round(bound_s, 5),
         "fraction_of_bandwidth_bound": round(bound_s / ours_s, 3),
         "reference_fraction_of_bandwidth_bound": round(bound_s / reference_s, 3),
+        # where the time goes: the matrix products alone (same weights, one row each, nothing
+        # else) against the bound, and ours against them (the norms, attention, cache, recording,
+        # Python); paired per repeat like the speedup
+        "products_alone_s": round(products_s, 5),
+        "products_alone_fraction_of_bandwidth_bound": round(bound_s / products_s, 3),
+        "ours_over_products_alone": [round(r, 3) for r in overhead],
         "torch_threads": torch.get_num_threads(),
     }

@@ -168,9 +168,10 @@ def edit_at(trace: Trace | None, name: str, x: torch.Tensor) -> torch.Tensor:
     return trace.edit(name, x) if isinstance(trace, EditingTrace) else x
 
 
-def resolve(model, ids: Sequence[int], interventions: Sequence[Intervention]) -> list[Intervention]:
+def resolve(model, ids: Sequence[int] | torch.Tensor, interventions: Sequence[Intervention]) -> list[Intervention]:
     """The same list with "mean" (over `ids`' positions) and "resample" (from each one's source text,
-    position by position) turned into "replace" values computed by clean forwards."""
+    position by position) turned into "replace" values computed by clean forwards. `ids` may also be
+    a ViT's pixel values [1, C, H, W] (the mean is then over [CLS] and the patches)."""
     out: list[Intervention] = []
     clean: Trace | None = None
     for iv in interventions:
@@ -188,10 +189,12 @@ def resolve(model, ids: Sequence[int], interventions: Sequence[Intervention]) ->
     return out
 
 
-def _run(model, ids: Sequence[int], names) -> Trace:
+def _run(model, ids: Sequence[int] | torch.Tensor, names) -> Trace:
     trace = Trace(names)
+    # a tensor is a batch of one input as the model reads it (a ViT's pixel values [1, C, H, W])
+    inputs = ids.to(model.device) if torch.is_tensor(ids) else torch.tensor([list(ids)], device=model.device)
     with torch.no_grad():
-        model(torch.tensor([list(ids)], device=model.device), trace=trace, compute_logits=False)
+        model(inputs, trace=trace, compute_logits=False)
     return trace
 
 

@@ -81,17 +81,35 @@ def image_token_ids(cfg) -> list[int]:
 IMAGE_TRACE_NAMES = ("embed", "final_norm.out", "logits", "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out")
 
 
-def trace_image(loaded: LoadedModel, pixels) -> tuple[list[int], Trace]:
-    """Trace a ViT on pixel values [C, H, W]: (positions of [CLS] + patches, trace)."""
+def trace_image(loaded: LoadedModel, pixels, interventions: list | None = None) -> tuple[list[int], Trace]:
+    """Trace a ViT on pixel values [C, H, W]: (positions of [CLS] + patches, trace), with the what-if
+    edits applied as for a text (a "mean" is over this image's [CLS] and patches)."""
     import torch
 
     cfg = loaded.config
     ids = image_token_ids(cfg)
     x = torch.as_tensor(pixels, dtype=torch.float32, device=loaded.model.device)[None]
+    if interventions:
+        from ..core.interventions import resolve
+
+        if any(iv.how == "resample" for iv in interventions):
+            raise ValueError("resampling copies activations from another text; an image model has none "
+                             "(zero or mean-ablate instead)")
+        interventions = resolve(loaded.model, x, [iv.check(cfg) for iv in interventions])
     # Not the recorded blocks.*.logit_lens (a ViT's reads [CLS] alone): the Layers panel then reads every
     # position's residual through the final norm + classifier, one class per token.
-    _, trace = loaded.model.run_with_trace(x, names=IMAGE_TRACE_NAMES)
+    _, trace = loaded.model.run_with_trace(x, names=IMAGE_TRACE_NAMES, interventions=interventions)
     return ids, trace
+
+
+def trace_image_or_digit(loaded: LoadedModel, pixels, source: str, interventions: list | None = None):
+    """(pixels, what they are, ids, trace) of `pixels`, or of held-out digit #0 when there are none yet."""
+    if pixels is None:
+        from .panels.image import heldout_digit
+
+        pixels, label, _ = heldout_digit(loaded, 0)
+        source = f"held-out digit #0 (true label {label})"
+    return (pixels, source, *trace_image(loaded, pixels, interventions))
 
 
 def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
@@ -267,12 +285,8 @@ class AppState(QObject):
             self._trace_image()
 
     def _trace_image(self) -> None:
-        if self.image is None:
-            self.token_ids, self.trace = [], None
-            self.trace_problem, self.trace_source = "", "image"
-            self.tokens_changed.emit([])
-            self.trace_changed.emit(None)
-            return
+        """Trace the current image in a worker; without one (a ViT just opened), held-out digit #0, so
+        every panel has an input before the Image panel is ever shown."""
         if self._trace_job is not None and not self._trace_job.done:
             self._pending_text = (self.text, None)  # set_text sends it back here once the running job ends
             return
@@ -280,8 +294,11 @@ class AppState(QObject):
 
         def done(result) -> None:
             self._trace_job = None
-            if loaded is self.loaded and pixels is self.image:
-                self.token_ids, self.trace = result
+            chosen, source, ids, trace = result
+            if loaded is self.loaded and self.image is None:  # the default digit, nothing chosen meanwhile
+                self.image, self.image_source = chosen, source
+            if loaded is self.loaded and chosen is self.image:
+                self.token_ids, self.trace = ids, trace
                 self.trace_problem, self.trace_source = "", "image"
                 self.tokens_changed.emit(self.token_ids)
                 self.trace_changed.emit(self.trace)
@@ -297,7 +314,8 @@ class AppState(QObject):
             self.error.emit(str(exc))
             self._run_pending()
 
-        self._trace_job = run_job(trace_image, loaded, pixels, on_result=done, on_error=failed)
+        self._trace_job = run_job(trace_image_or_digit, loaded, pixels, self.image_source, list(self.interventions),
+                                  on_result=done, on_error=failed)
 
     def _run_pending(self) -> None:
         if self._pending_text is not None:

@@ -485,3 +485,16 @@ def test_head_eigen_from_the_factors_equals_the_full_eigenproblem():
         torch.testing.assert_close(A @ X[0], lam_x * X[0], atol=1e-9, rtol=0)
         assert lam_x == pytest.approx(lam_y, abs=1e-9)
         assert torch.allclose(X[1:], X[1].expand(4, -1))
+
+
+def test_published_power_iteration_stops_on_the_absolute_change_of_mu():
+    """The paper's rule as published: |mu - mu_previous| <= tol on mu = sigma^2 (absolute), at most
+    max_iter iterations; a value never above the true norm."""
+    M = torch.diag(torch.tensor([20.0, 19.9, 1.0], dtype=torch.float64))  # sigma^2 = 400: 1e-4 on mu is tight
+    x = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    sigma, it = lip.published_power_iteration(lambda X: X @ M.T, x, tol=1e-4, max_iter=100)
+    sigma_rel, it_rel = lip.power_iteration(lambda X: X @ M.T, x, tol=1e-4, max_iter=100)
+    assert sigma <= 20.0 * (1 + 1e-12) and sigma == pytest.approx(20.0, rel=1e-3)
+    assert it > it_rel  # the absolute rule on sigma^2 = 400 is far tighter than 1e-4 relative on sigma
+    sigma, it = lip.published_power_iteration(lambda X: X @ M.T, x, tol=1e-12, max_iter=7)
+    assert it == 7

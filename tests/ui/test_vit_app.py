@@ -34,8 +34,13 @@ def test_open_vit_pick_digit_attention_shows_patches(qtbot, vit_dir, monkeypatch
         window, state = open_window(qtbot, vit_dir, text="The cat sat on the mat.", watch=watch)
         # the Model panel: the text box is not this model's input, and it says where to give an image
         model_panel = click_panel_tab(qtbot, window, "Model")
-        assert "reads images" in model_panel.message_label.text() and "Image panel" in model_panel.message_label.text()
-        assert model_panel.text_edit.isReadOnly()
+        placeholder = model_panel.text_edit.placeholderText()
+        assert "reads images" in placeholder and "Image panel" in placeholder
+        assert model_panel.text_edit.isReadOnly() and model_panel.text_edit.toPlainText() == ""
+        assert state.text == "The cat sat on the mat."  # kept for the next text model
+        qtbot.waitUntil(lambda: "[CLS] + 16 patches of held-out digit #0" in model_panel.count_label.text(),
+                        timeout=20_000)
+        assert model_panel.message_label.text() == ""
 
         image_panel = click_panel_tab(qtbot, window, "Image")
         qtbot.waitUntil(lambda: image_panel.result is not None, timeout=20_000)

@@ -37,6 +37,7 @@ def architecture_rows(loaded, device: str) -> list[tuple[str, str]]:
     kv = cfg.n_kv_heads if cfg.n_kv_heads is not None else cfg.n_heads
     kv_text = f"{kv}" + (" (grouped-query)" if kv != cfg.n_heads else "")
     attention = cfg.attention_kind + (", causal" if cfg.causal else ", bidirectional")
+    images = cfg.input_kind == "patches"
     return [
         ("Family", FAMILY_NAMES.get(cfg.family, cfg.family)),
         ("Layers", str(cfg.n_layers)),
@@ -44,8 +45,11 @@ def architecture_rows(loaded, device: str) -> list[tuple[str, str]]:
         ("KV heads", kv_text),
         ("d_model", str(cfg.d_model)),
         ("d_ff", str(cfg.d_ff)),
-        ("Vocabulary", f"{cfg.vocab_size:,}" + ("" if loaded.tokenizer is not None else " (no tokenizer: type ids)")),
-        ("Context length", f"{cfg.context_length:,}"),
+        ("Vocabulary", f"{cfg.vocab_size:,} classes (reads images)" if images else
+         f"{cfg.vocab_size:,}" + ("" if loaded.tokenizer is not None else " (no tokenizer: type ids)")),
+        ("Context length", f"{cfg.context_length:,}" + (f" ([CLS] + {cfg.context_length - 1} patches of {cfg.patch_size} x "
+                                                          f"{cfg.patch_size} px, {cfg.image_size} x {cfg.image_size} "
+                                                          "images)" if images else "")),
         ("Parameters", format_count(loaded.model.num_parameters())),
         ("Attention", attention),
         ("Positions / norm", f"{cfg.positions} / {cfg.norm} ({cfg.norm_placement})"),
@@ -214,8 +218,11 @@ class ModelPanel(QWidget):
         self.text_edit.setPlaceholderText(placeholder)
         self.text_edit.setReadOnly(images)  # a ViT never reads the text box (AppState traces its image)
         self.text_edit.setToolTip(IMAGE_MODEL_TEXT if images else "")
+        self._on_state_text(self.state.text)  # empty for a ViT (its placeholder says where images go)
 
     def _on_state_text(self, text: str) -> None:
+        if self._reads_images():
+            text = ""  # the state keeps the text for the next text model; it is not this model's input
         if text != self.text_edit.toPlainText():
             self.text_edit.blockSignals(True)
             self.text_edit.setPlainText(text)
@@ -224,9 +231,9 @@ class ModelPanel(QWidget):
     def _on_tokens(self, ids: list) -> None:
         self.message_label.setText(self.state.trace_problem and
                                    f"No text traced for this model: {self.state.trace_problem}")
-        if self.state.loaded is not None and self.state.loaded.config.input_kind == "patches":
-            self.message_label.setText(IMAGE_MODEL_TEXT + (f" Now: {self.state.image_source}."
-                                                           if ids and self.state.image_source else ""))
+        if self._reads_images():
+            self.message_label.setText(self.state.trace_problem and
+                                       f"No image traced for this model: {self.state.trace_problem}")
         generated = self.state.trace_source == "generation"
         self.source_label.setText("These tokens are a generation step's (from the Generate panel), not the "
                                   "text above." if generated else "")
@@ -237,7 +244,10 @@ class ModelPanel(QWidget):
         n = len(ids)
         limit = self.state.loaded.config.context_length if self.state.loaded is not None else None
         text = f"{n} token{'s' if n != 1 else ''}"
-        if limit is not None and n >= limit:
+        if self._reads_images():
+            text = (f"[CLS] + {n - 1} patches of {self.state.image_source or 'the image'}" if n else
+                    "No image yet: give one in the Image panel.")
+        elif limit is not None and n >= limit:
             text += f" (the context length, {limit}: longer text is cut)"
         self.count_label.setText(text)
         self.token_info.setText("")
@@ -257,6 +267,9 @@ class ModelPanel(QWidget):
         if ppl is not None:
             self.count_label.setText(f"{self.count_label.text()} · colour: p(token | tokens before) · "
                                      f"perplexity {ppl:.1f}")
+
+    def _reads_images(self) -> bool:
+        return self.state.loaded is not None and self.state.loaded.config.input_kind == "patches"
 
     def _on_error(self, message: str) -> None:
         if message != self.state.trace_problem:  # that one _on_tokens already said, with what it means

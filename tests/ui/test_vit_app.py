@@ -171,3 +171,18 @@ def test_ablations_apply_to_the_image_trace(qtbot, vit_dir, monkeypatch):
     assert torch.allclose(mean["blocks.0.mlp.out"][0], expected, atol=1e-6)  # every position: the image's mean
     with pytest.raises(ValueError, match="an image model has none"):
         trace_image(state.loaded, state.image, [Intervention("blocks.0.mlp.out", "resample", source_ids=(1, 2))])
+
+
+def test_every_tab_opens_on_a_vit_without_errors(qtbot, vit_dir, monkeypatch):
+    watch = ErrorWatch.install(monkeypatch)
+    try:
+        window, state = open_window(qtbot, vit_dir, watch=watch)
+        qtbot.waitUntil(lambda: state.trace is not None, timeout=20_000)
+        bar = window.tabs.tabBar()
+        for title in [bar.tabText(i) for i in range(bar.count())]:
+            click_panel_tab(qtbot, window, title)
+            qtbot.wait(300)
+        window.grab().save("/tmp/vit_every_tab_last.png")
+        watch.assert_clean()
+    finally:
+        watch.remove()

@@ -658,11 +658,14 @@ class Transformer(nn.Module):
     def forward(self, input_ids: torch.Tensor, *, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, trace: Trace | None = None,
                 cache: KVCache | None = None, compute_logits: bool = True,
-                interventions=None) -> ModelOutput:
+                interventions=None, stop_after_layer: int | None = None) -> ModelOutput:
         """input_ids [B, T] (or [T]); attention_mask [B, T_total] with 1 for real tokens.
 
         With a cache, input_ids are the new tokens only and positions continue after the cache.
         interventions: Intervention edits (core/interventions.py) applied at their trace names.
+        stop_after_layer: return right after block `stop_after_layer` (its output as `hidden`, no
+        logits, no final-norm/pooler records; a cache then holds only the blocks run), for callers
+        that need one layer's activations only (the Lipschitz lab's inputs).
         A ViT (input_kind "patches") takes pixel values [B, C, H, W] (or [C, H, W]) in place of
         input_ids; its sequence is [CLS] + patches, and its logits [B, classes] come from [CLS].
         """
@@ -715,6 +718,8 @@ class Transformer(nn.Module):
             x = block(x, mask_for(window), rotary_for(l), lc, trace, f"blocks.{l}.", is_causal_full)
             if trace is not None and cfg.lm_head and trace.wants(f"blocks.{l}.logit_lens"):
                 trace.record(f"blocks.{l}.logit_lens", self.unembed(x))
+            if stop_after_layer is not None and l >= stop_after_layer:
+                return ModelOutput(logits=None, hidden=x, cache=cache)
         if trace is not None and cfg.final_norm and trace.wants("final_norm.out"):
             trace.record("final_norm.out", self.final_norm(x))
         if trace is not None and cfg.pooler_size and trace.wants("pooler"):

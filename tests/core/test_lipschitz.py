@@ -395,6 +395,21 @@ def test_real_inputs_are_the_trace_of_each_window():
         lip.real_inputs(model, ids, 0, 30, 2)
 
 
+def test_real_inputs_stop_after_the_layer_with_the_same_values():
+    # real_inputs runs the model only up to the measured layer: the same bits as a whole forward pass
+    model = _model("gpt2", n_layers=3)
+    ids = list(range(1, 21))
+    starts = lip.window_starts(20, 6, 3)
+    batch = torch.tensor([ids[s:s + 6] for s in starts])
+    for layer in range(3):
+        name = f"blocks.{layer}.attn.input"
+        _, full = model.run_with_trace(batch, names=(name, f"blocks.{layer}.resid_post"))
+        assert torch.equal(lip.real_inputs(model, ids, layer, 6, 3, starts), full[name].float())
+        out, early = model.run_with_trace(batch, names=(name, f"blocks.{layer}.resid_post"), stop_after_layer=layer)
+        assert out.logits is None and torch.equal(out.hidden, full[f"blocks.{layer}.resid_post"])
+        assert torch.equal(early[name], full[name])
+
+
 def test_run_sweep_streams_and_fits():
     seen = []
     spec = lip.SweepSpec(data="synthetic", d=4, norm_A=1.0, norm_V=1.0, radius=1.0, lengths=[4, 8, 16], samples=3)

@@ -27,14 +27,16 @@ def window_starts(n_tokens: int, n: int, K: int) -> list[int]:
 
 def real_inputs(model, token_ids: Sequence[int], layer: int, n: int, K: int, starts: Sequence[int] | None = None) -> torch.Tensor:
     """[K', n, d] trace 'blocks.{layer}.attn.input' of K windows of n consecutive tokens, each run
-    through the model as its own sequence (K' < K when the text has fewer distinct windows)."""
+    through the model as its own sequence, all in one batch (K' < K when the text has fewer distinct
+    windows). The forward pass stops after the layer: the blocks after it and the logits do not
+    change its input."""
     cfg = model.cfg
     if cfg.positions in ("learned", "sinusoidal") and n > cfg.context_length:
         raise ValueError(f"n = {n} exceeds the model's context length {cfg.context_length}")
     starts = window_starts(len(token_ids), n, K) if starts is None else starts
     ids = torch.tensor([list(token_ids[s:s + n]) for s in starts], device=model.device)
     name = f"blocks.{layer}.attn.input"
-    _, trace = model.run_with_trace(ids, names=(name,), compute_logits=False)
+    _, trace = model.run_with_trace(ids, names=(name,), compute_logits=False, stop_after_layer=layer)
     return trace[name].float()
 
 

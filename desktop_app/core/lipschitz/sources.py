@@ -161,7 +161,8 @@ def image_patch_inputs(ctx: SourceContext) -> LengthInputs:
     pixels = torch.from_numpy(np.stack([preprocess_image(images[i], settings, cfg.num_channels)
                                         for i in held[:spec.samples]]))
     name = f"blocks.{spec.layer}.attn.input"
-    _, trace = model.run_with_trace(pixels.to(model.device), names=(name,), compute_logits=False)
+    _, trace = model.run_with_trace(pixels.to(model.device), names=(name,), compute_logits=False,
+                                    stop_after_layer=spec.layer)  # later blocks do not change the input
     whole = trace[name].float()  # [K, 1 + patches, d]
 
     def at(n: int):

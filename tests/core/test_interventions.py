@@ -188,7 +188,9 @@ def test_patching_tables(gpt2):
     with torch.no_grad():
         m_patch = metric(hf(torch.tensor([corrupted])).logits[0])
     handle.remove()
-    assert res.heads[l, h] == pytest.approx((m_patch - m_corr) / (m_clean - m_corr), abs=1e-4)
+    # a ratio of logit differences: float32 rounding (which depends on the thread count's summation
+    # order) is amplified by 1 / (m_clean - m_corr), so the tolerance is relative
+    assert res.heads[l, h] == pytest.approx((m_patch - m_corr) / (m_clean - m_corr), rel=2e-4)
 
 
 @pytest.mark.parametrize("use_cache", [True, False])

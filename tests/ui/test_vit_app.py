@@ -186,3 +186,18 @@ def test_every_tab_opens_on_a_vit_without_errors(qtbot, vit_dir, monkeypatch):
         watch.assert_clean()
     finally:
         watch.remove()
+
+
+def test_generate_and_what_if_say_what_a_vit_cannot_do(qtbot, vit_dir, monkeypatch):
+    watch = ErrorWatch.install(monkeypatch)
+    try:
+        window, _state = open_window(qtbot, vit_dir, text="The cat sat on the mat.", watch=watch)
+        generate = click_panel_tab(qtbot, window, "Generate")
+        assert "vision transformer" in generate.status.text() and "Image panel" in generate.status.text()
+        assert not generate.step_button.isEnabled()
+        whatif = click_panel_tab(qtbot, window, "What if")
+        assert "vision transformer" in whatif.dla_status.text()
+        assert not whatif.attribute_button.isEnabled() and not whatif.run_button.isEnabled()
+        watch.assert_clean()
+    finally:
+        watch.remove()

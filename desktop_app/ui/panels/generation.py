@@ -298,6 +298,9 @@ class GenerationPanel(QWidget):
     def _why_unavailable(loaded) -> str | None:
         """Why this model cannot generate at all, said as soon as it opens (the controls are disabled)."""
         enc = not loaded.config.causal
+        if loaded.config.input_kind == "patches":
+            return ("this is a vision transformer: it classifies images and does not generate text. Its "
+                    "prediction, attention on the image and figures are in the Image panel.")
         if not loaded.config.lm_head:
             return ("this encoder has no masked-language-model head, so it cannot predict tokens: Generate "
                     "needs a model with an MLM head (Attention and Layers still work)." if enc else

@@ -275,6 +275,15 @@ class WhatIfPanel(QWidget):
         self.resid_map.clear_matrix("")
         self.heads_map.clear_matrix("")
         self.patching = None
+        images = loaded is not None and loaded.config.input_kind == "patches"
+        for w in (self.attribute_button, self.token_edit, self.run_button):
+            w.setEnabled(not images)
+        if images:  # attribution and patching read token logits; a ViT has one class logit vector at [CLS]
+            message = ("A vision transformer: attribution and patching work on text models for now. "
+                       "Ablations from the Attention panel apply to the image's trace.")
+            self.dla_status.setText(message)
+            self.patch_status.setText(message)
+            return
         if loaded is not None and not self.clean_edit.text() and self.state.text:
             self.clean_edit.setText(self.state.text)  # a starting point: the text being inspected
 

@@ -337,9 +337,16 @@ def _metric(logits: torch.Tensor, answer_id: int, wrong_id: int | None) -> float
 
 
 def activation_patching(loaded, clean_ids: Sequence[int], corrupted_ids: Sequence[int], answer_id: int,
-                        wrong_id: int | None = None, job=None) -> Patching:
+                        wrong_id: int | None = None, job=None,
+                        interventions: Sequence[Intervention] | None = None) -> Patching:
     """Metric: logit[answer] (minus logit[wrong] when given) at the last position. One forward of the
-    corrupted text per patched activation; `job` (JobControl) is told the progress and may cancel."""
+    corrupted text per patched activation; `job` (JobControl) is told the progress and may cancel.
+
+    Under `interventions` (ablations) the edited model is the model patched: they apply in the
+    clean, the corrupted and every patched run alike, "mean"/"resample" resolved once on the clean
+    text so all three runs share the same replacement values. The clean activations copied are the
+    edited model's, and each patch is applied before the ablations at its point, so an ablation
+    always wins: a zero-ablated head carries nothing in any run and patching it recovers 0."""
     model = getattr(loaded, "model", loaded)
     cfg = model.cfg
     if not cfg.lm_head:
@@ -353,13 +360,14 @@ def activation_patching(loaded, clean_ids: Sequence[int], corrupted_ids: Sequenc
         if t is not None and not 0 <= t < cfg.vocab_size:
             raise ValueError(f"{name} token id {t} is outside the vocabulary (0..{cfg.vocab_size - 1})")
     L, H, T = cfg.n_layers, cfg.n_heads, len(clean_ids)
+    edits = resolve(model, clean_ids, [iv.check(cfg) for iv in interventions]) if interventions else []
     rows = ["embed"] + [f"blocks.{l}.resid_post" for l in range(L)]
     corrupted = torch.tensor([list(corrupted_ids)], device=model.device)
     clean_out, clean = model.run_with_trace(torch.tensor([list(clean_ids)], device=model.device),
-                                            names=rows + ["blocks.*.attn.z"])
+                                            names=rows + ["blocks.*.attn.z"], interventions=edits or None)
     clean_m = _metric(clean_out.logits, answer_id, wrong_id)
     with torch.no_grad():
-        corrupted_m = _metric(model(corrupted).logits, answer_id, wrong_id)
+        corrupted_m = _metric(model(corrupted, interventions=edits or None).logits, answer_id, wrong_id)
     span = clean_m - corrupted_m
     if abs(span) < 1e-9:
         raise ValueError(f"the clean and corrupted texts give the same answer logit difference ({clean_m:.6g}): "
@@ -371,7 +379,7 @@ def activation_patching(loaded, clean_ids: Sequence[int], corrupted_ids: Sequenc
         if job is not None:
             job.check()
         with torch.no_grad():
-            m = _metric(model(corrupted, interventions=[iv]).logits, answer_id, wrong_id)
+            m = _metric(model(corrupted, interventions=[iv, *edits]).logits, answer_id, wrong_id)
         done += 1
         report(job, done, total, "patching")
         return (m - corrupted_m) / span

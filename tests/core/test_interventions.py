@@ -223,3 +223,41 @@ def test_no_interventions_cost_nothing_and_bad_input_is_one_clear_error(gpt2):
         activation_patching(model, IDS, IDS, 3)
     with pytest.raises(ValueError, match="resolve it first"):
         _logits(model, IDS, [Intervention("blocks.0.mlp.out", "mean")])
+
+
+def test_patching_under_an_ablation_patches_the_edited_model(gpt2):
+    """The ablations are part of the model patched: a zero-ablated head carries nothing in the clean,
+    corrupted or patched run, so patching it recovers exactly 0; the clean and corrupted metrics are
+    the edited model's; and with no interventions the tables are the plain ones."""
+    hf, loaded = gpt2
+    model = loaded.model
+    clean, corrupted = IDS[:6], [5, 17, 3, 30, 41, 9]
+    answer, wrong = 7, 8
+    plain = activation_patching(loaded, clean, corrupted, answer, wrong)
+    for none in (None, []):
+        same = activation_patching(loaded, clean, corrupted, answer, wrong, interventions=none)
+        assert same.clean_metric == plain.clean_metric and same.corrupted_metric == plain.corrupted_metric
+        assert (same.resid == plain.resid).all() and (same.heads == plain.heads).all()
+
+    l, h = 1, 0
+    ablate = [Intervention(f"blocks.{l}.attn.head.{h}")]
+    res = activation_patching(loaded, clean, corrupted, answer, wrong, interventions=ablate)
+    assert res.heads[l, h] == 0.0  # nothing flows through it in any run: the patched run is the corrupted one
+
+    def metric(ids):
+        return float((_logits(model, ids, ablate)[-1, answer] - _logits(model, ids, ablate)[-1, wrong]).double())
+    assert res.clean_metric == pytest.approx(metric(clean), rel=1e-5)
+    assert res.corrupted_metric == pytest.approx(metric(corrupted), rel=1e-5)
+    assert res.clean_metric != pytest.approx(plain.clean_metric, rel=1e-3)  # the ablation did change the model
+    # the whole last residual of the edited clean run restores the edited clean answer exactly
+    assert res.resid[-1, -1] == pytest.approx(1.0, abs=1e-6)
+    assert res.resid[0, [0, 1, 2, 4, 5]] == pytest.approx(0.0, abs=1e-6)
+    # another head, patched by hand under the same ablation
+    l2, h2 = 2, 1
+    _, trace = model.run_with_trace(torch.tensor([clean]), names=[f"blocks.{l2}.attn.z"], interventions=ablate)
+    patch = Intervention(f"blocks.{l2}.attn.head.{h2}", "replace", value=trace[f"blocks.{l2}.attn.z"][0, h2])
+    with torch.no_grad():
+        logits = model(torch.tensor([corrupted]), interventions=[patch, *ablate]).logits[0]
+    m_patch = float(logits[-1, answer].double() - logits[-1, wrong].double())
+    want = (m_patch - res.corrupted_metric) / (res.clean_metric - res.corrupted_metric)
+    assert res.heads[l2, h2] == pytest.approx(want, rel=2e-4, abs=1e-6)

@@ -81,7 +81,9 @@ def attribute(loaded, ids: list[int], position: int, token_text: str, interventi
     return direct_logit_attribution(loaded, ids, position, token, ivs), token
 
 
-def patch(loaded, clean: str, corrupted: str, answer: str, wrong: str, job=None):
+def patch(loaded, clean: str, corrupted: str, answer: str, wrong: str, interventions=(), job=None):
+    """(Patching, clean ids) on the edited model: `interventions` (AppState's ablations) apply in
+    the clean, corrupted and patched runs alike, as in every other panel."""
     from ...core.interventions import activation_patching
 
     clean_ids, corrupted_ids = text_ids(loaded, clean, "clean"), text_ids(loaded, corrupted, "corrupted")
@@ -90,7 +92,8 @@ def patch(loaded, clean: str, corrupted: str, answer: str, wrong: str, job=None)
                          "they must have the same length in tokens")
     answer_id = token_id_of(loaded, answer, "answer")
     wrong_id = token_id_of(loaded, wrong, "wrong") if wrong.strip() else None
-    return activation_patching(loaded, clean_ids, corrupted_ids, answer_id, wrong_id, job=job), clean_ids
+    return activation_patching(loaded, clean_ids, corrupted_ids, answer_id, wrong_id, job=job,
+                               interventions=list(interventions) or None), clean_ids
 
 
 # -- the attribution bar chart ----------------------------------------------------------------
@@ -335,8 +338,10 @@ class WhatIfPanel(QWidget):
         self.progress.setValue(0)
         self.progress.setVisible(True)
         self.patch_status.setText("Patching…")
+        self._patch_ablations = list(self.state.interventions)  # what the result was computed under
         self._patch_job = run_job(patch, loaded, self.clean_edit.text(), self.corrupted_edit.text(),
-                                  self.answer_edit.text(), self.wrong_edit.text(), on_result=self._show_patching,
+                                  self.answer_edit.text(), self.wrong_edit.text(), self._patch_ablations,
+                                  on_result=self._show_patching,
                                   on_error=self._patch_failed, on_progress=self._patch_progress,
                                   on_cancelled=self._patch_cancelled, on_finished=self._patch_finished)
 
@@ -372,5 +377,7 @@ class WhatIfPanel(QWidget):
         self.heads_map.set_matrix(res.heads, [f"layer {l}" for l in range(L)], [f"head {h}" for h in range(H)],
                                   levels=levels, title="recovered (head outputs)")
         l, h = np.unravel_index(int(np.argmax(res.heads)), res.heads.shape)
+        ablations = getattr(self, "_patch_ablations", [])
+        ablated = f"; ablated: {', '.join(iv.label for iv in ablations)}" if ablations else ""
         self.patch_status.setText(f"clean {res.clean_metric:.4g}, corrupted {res.corrupted_metric:.4g}; "
-                                  f"largest head recovery: layer {l} head {h} ({res.heads[l, h]:.2f})")
+                                  f"largest head recovery: layer {l} head {h} ({res.heads[l, h]:.2f}){ablated}")

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
                                QLineEdit, QPushButton, QScrollArea, QSlider, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
 from ...core import dynamics as dy
+from ...core.views.dynamics import DynamicsViewState
 from ..widgets.export import ExportBar, export_view
 
 INIT_LABELS = [("uniform on the sphere", "sphere"), ("uniform in the ball", "ball"), ("Gaussian", "gaussian"),
@@ -136,6 +137,7 @@ class DynamicsPanel(QWidget):
         self.screen_xy = np.zeros((0, 2))
         self._matrices = ""
         self._pending_steps = 0
+        self._restore_on_model: DynamicsViewState | None = None  # set_view_state's form, shown again on a model
         self._build_ui()
         self.timer = QTimer(self)
         self.timer.setInterval(33)
@@ -334,6 +336,9 @@ class DynamicsPanel(QWidget):
         self.model_layer.setMaximum(max(0, cfg.n_layers - 1))
         self.model_head.setMaximum(max(0, cfg.n_heads - 1))
         self.token_layer.setMaximum(cfg.n_layers)
+        if self._restore_on_model is not None:  # a workspace's form came before its model
+            self._show_view_state(self._restore_on_model)
+            self._restore_on_model = None
         self._follow_d()
 
     def _on_trace_changed(self, trace) -> None:
@@ -373,6 +378,56 @@ class DynamicsPanel(QWidget):
             renormalise=self.renormalise.isChecked(), integrator=self.integrator.currentText(), dt=self.dt.value(),
             seed=self.seed.value(), cluster_tol=self.cluster_tol.value(),
             perturbation=1e-3 if self.twin.isChecked() else 0.0, cluster_sample=CLUSTER_SAMPLE, dtype=_play_dtype())
+
+    # -- workspace (MainWindow saves view_state and gives it back with set_view_state) ----------
+    VIEW_TABLE = None  # no views table: the form is the panel's whole view state
+
+    @property
+    def view_state(self) -> DynamicsViewState:
+        """The form's choices (not the particles: a restored form waits for Reset)."""
+        return DynamicsViewState(
+            attention=self.attention.currentText(), d=self.d.value(), n=self.n.value(),
+            init=self.init.currentData(), covariance=self.covariance.text(), n_clusters=self.n_clusters.value(),
+            token_layer=self.token_layer.value(), qkv=self.qkv.currentData(), norm_qk=self.norm_qk.value(),
+            norm_v=self.norm_v.value(), matrices_file=self._matrices, model_layer=self.model_layer.value(),
+            model_head=self.model_head.value(), time_dependent=self.time_dependent.isChecked(),
+            sphere=self.sphere.isChecked(), renormalise=self.renormalise.isChecked(), twin=self.twin.isChecked(),
+            integrator=self.integrator.currentText(), dt=self.dt.value(),
+            steps_per_frame=self.steps_per_frame.value(), record_every=self.record_every.value(),
+            cluster_tol=self.cluster_tol.value(), seed=self.seed.value(), view_3d=self.view3d.isChecked(),
+            trails=self.trails.isChecked())
+
+    def set_view_state(self, state: DynamicsViewState) -> None:
+        """Fill the form now, and its model rows again when a model arrives: before one, the token
+        layer, model layer and head boxes only go to 0, which would clamp the restored values."""
+        self._show_view_state(state)
+        self._restore_on_model = state
+
+    def _show_view_state(self, state: DynamicsViewState) -> None:
+        def pick(combo: QComboBox, names: list[str], name: str) -> None:  # a name this version lacks: kept
+            if name in names:
+                combo.setCurrentIndex(names.index(name))
+
+        pick(self.attention, list(dy.ATTENTION_KINDS), state.attention)
+        pick(self.init, [k for _, k in INIT_LABELS], state.init)
+        pick(self.qkv, [k for _, k in QKV_LABELS], state.qkv)
+        pick(self.integrator, list(dy.INTEGRATORS), state.integrator)
+        if state.matrices_file:  # named, not read: Reset reads it (and says so if it is gone)
+            self._matrices = state.matrices_file
+            self.file_button.setText(Path(state.matrices_file).name)
+        self.covariance.setText(state.covariance)
+        for spin, value in ((self.d, state.d), (self.n, state.n), (self.n_clusters, state.n_clusters),
+                            (self.token_layer, state.token_layer), (self.norm_qk, state.norm_qk),
+                            (self.norm_v, state.norm_v), (self.model_layer, state.model_layer),
+                            (self.model_head, state.model_head), (self.dt, state.dt),
+                            (self.steps_per_frame, state.steps_per_frame), (self.record_every, state.record_every),
+                            (self.cluster_tol, state.cluster_tol), (self.seed, state.seed)):
+            spin.setValue(value)
+        for box, on in ((self.time_dependent, state.time_dependent), (self.sphere, state.sphere),
+                        (self.renormalise, state.renormalise), (self.twin, state.twin),
+                        (self.view3d, state.view_3d), (self.trails, state.trails)):
+            box.setChecked(on)
+        self._update_enabled()  # (d follows tokens or a model head, as when chosen by hand)
 
     # -- running ---------------------------------------------------------------------------------
     def reset(self) -> None:

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QLin
 
 from ...core.generation import (STRATEGIES, GenerationError, GenerationSession, GenerationSettings,
                                 MaskedFillSession, process_logits)
+from ...core.views.generation import GenerationViewState
 from ..widgets.export import ExportBar
 from ..widgets.prob_bars import ProbBars, format_prob
 from ..widgets.token_strip import TokenStrip
@@ -676,6 +677,30 @@ class GenerationPanel(QWidget):
         self.plain_label.setText(f"{'picked' if chosen is not None else 'top'} {self._token_label(token)}: "
                                  f"log p {change:+.3f} with the edits (p {format_prob(after)} with, "
                                  f"{format_prob(before)} without)")
+
+    # -- workspace (MainWindow saves view_state and gives it back with set_view_state) ----------
+    VIEW_TABLE = None  # no views table: the settings are the panel's whole view state
+
+    @property
+    def view_state(self) -> GenerationViewState:
+        """The prompt and the sampling settings (not the generation tree)."""
+        return GenerationViewState(
+            prompt=self.prompt.text(), strategy=self.strategy.currentText(),
+            temperature=self.temperature.value() / 100.0, top_k=self.top_k.value(),
+            top_p=self.top_p.value() / 100.0, beams=self.beams.value(), seed=self.seed.value(),
+            run_n=self.run_n.value())
+
+    def set_view_state(self, state: GenerationViewState) -> None:
+        """Show a workspace's settings; the session, if any, gets them as if the sliders were moved."""
+        if state.prompt:  # "": keep what the panel filled in from the current text
+            self.prompt.setText(state.prompt)
+        if state.strategy in STRATEGIES:  # a strategy this version lacks keeps the current one
+            self.strategy.setCurrentText(state.strategy)
+        self.temperature.setValue(round(state.temperature * 100))  # the sliders count hundredths
+        self.top_k.setValue(state.top_k)
+        self.top_p.setValue(round(state.top_p * 100))
+        for spin, value in ((self.beams, state.beams), (self.seed, state.seed), (self.run_n, state.run_n)):
+            spin.setValue(value)
 
     # -- export (ExportBar view protocol; File > Export Current View takes export_widget) ---------
     def export_widget(self) -> QWidget:

@@ -20,6 +20,7 @@ from PySide6.QtGui import QColor, QImage, QPainter, QPen
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSpinBox, QTabWidget,
                                QVBoxLayout, QWidget)
 
+from ...core.views.image import TABS as IMAGE_TABS, ImageViewState
 from ..workers import run_job
 from ..widgets.export import ExportBar
 
@@ -369,6 +370,40 @@ class ImagePanel(QWidget):
             self.set_model(state.loaded)
         else:
             self._enable(False, "Open a vision transformer (ViT) model folder to look at images.")
+
+    # -- workspace (MainWindow saves view_state and gives it back with set_view_state) ----------
+    VIEW_TABLE = None  # no views table: these choices are the panel's whole view state
+
+    @property
+    def view_state(self) -> ImageViewState:
+        """The digit, layer, query patch and tab (the figures are recomputed from them)."""
+        return ImageViewState(digit=self.digit.value(), layer=self.layer.value(), patch=self.canvas.selected,
+                              tab=IMAGE_TABS[self.tabs.currentIndex()])
+
+    def set_view_state(self, state: ImageViewState) -> None:
+        """Show a workspace's choices. Before its ViT opens (a workspace opens the model last) the
+        patch cannot be checked against the grid: it is checked when the model arrives, before any
+        worker has drawn with it."""
+        if state.tab in IMAGE_TABS:
+            self.tabs.setCurrentIndex(IMAGE_TABS.index(state.tab))
+        self.layer.setValue(state.layer)  # clamped to the open model's layers (again when one opens)
+        self.canvas.selected = state.patch
+        if not self._patch_checked_on_model:
+            self._patch_checked_on_model = True
+            self.state.model_changed.connect(self._drop_patch_outside_grid)  # after set_model
+        self._drop_patch_outside_grid(self.loaded)
+        self.digit.setValue(state.digit)  # shows (and analyses) that digit when a ViT is open
+        self.select_query(self.canvas.selected)
+
+    _patch_checked_on_model = False
+
+    def _drop_patch_outside_grid(self, loaded) -> None:
+        """A patch the model has not (another model, a hand-edited file) becomes [CLS]."""
+        if loaded is None or loaded.config.input_kind != "patches" or self.canvas.selected is None:
+            return
+        g = loaded.config.image_size // loaded.config.patch_size
+        if not 0 <= self.canvas.selected < g * g:
+            self.canvas.selected = None
 
     # -- model -----------------------------------------------------------------------------
     def _enable(self, on: bool, why: str = "") -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -39,6 +40,8 @@ _FIELDS = {"task": "task", "family": "family", "optimizer": "optimizer", "seed":
 
 
 def add_parser(sub) -> None:
+    from ..core.training.tasks import task_names  # (torch is imported by the parser's other commands already)
+
     p = sub.add_parser("train", help="train a small transformer on a task (checkpoints, resume, metrics)")
     p.register("action", None, _Given)  # every plain option records that it was given
     c = p.add_argument_group("settings file")
@@ -48,9 +51,15 @@ def add_parser(sub) -> None:
                         "refused beside it; --out, --resume, --overwrite, --export, --baseline, --jsonl and "
                         "--control-stdin still apply")
     t = p.add_argument_group("task")
-    t.add_argument("--task", choices=("motif", "copy", "reverse", "sort", "modadd", "induction", "text", "digits"),
-                   help="required unless --config gives it (digits: the 8 x 8 handwritten digits, --family vit)")
+    t.add_argument("--task", choices=task_names(),  # the task registry (core.training.tasks.declare_task)
+                   help="required unless --config gives it (digits: the 8 x 8 handwritten digits, --family vit; "
+                        "image-folder: a folder of images, one sub-folder per class, --family vit)")
     t.add_argument("--text-file", help="UTF-8 text for --task text")
+    t.add_argument("--image-folder", help="for --task image-folder: a folder with one sub-folder of images per class "
+                                          "(class names = sub-folder names, sorted)")
+    t.add_argument("--image-size", type=int, help="image-folder: resize every image to this size (default: the "
+                                                  "images' own size, which must then be one square size)")
+    t.add_argument("--channels", type=int, choices=(1, 3), help="image-folder: 1 (grey) or 3 (RGB, default)")
     t.add_argument("--tokenizer", choices=("char", "bpe"), default="char", help="text task tokenizer")
     t.add_argument("--vocab-size", type=int, default=512, help="BPE vocabulary size (text task)")
     t.add_argument("--length", type=int, help="sequence length (motif, copy, reverse, sort, induction)")
@@ -123,7 +132,7 @@ def _flag(dest: str) -> str:
 def config_from_file(path: str):
     """The TrainConfig of a --config FILE; ValueError naming the file and its problem."""
     from ..core.training import TrainConfig
-    from ..core.training.tasks import TASKS
+    from ..core.training.tasks import task_names
     from ..core.training.trainer import default_precision
 
     try:
@@ -133,8 +142,8 @@ def config_from_file(path: str):
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the training configuration ({exc.strerror or exc})") from None
     cfg = TrainConfig.from_json(text, path)
-    if cfg.task not in TASKS:
-        raise ValueError(f"{path}: unknown task {cfg.task!r} (known: {', '.join(TASKS)})")
+    if cfg.task not in task_names():
+        raise ValueError(f"{path}: unknown task {cfg.task!r} (known: {', '.join(task_names())})")
     from ..core.config import FAMILIES
     if cfg.family not in FAMILIES:
         raise ValueError(f"{path}: unknown family {cfg.family!r} ({', '.join(FAMILIES)})")
@@ -171,6 +180,13 @@ def config_from_args(args):
         if not args.text_file:
             raise ValueError("--task text needs --text-file")
         task_options.update(text_file=args.text_file, tokenizer=args.tokenizer, vocab_size=args.vocab_size)
+    if args.task == "image-folder":
+        if not args.image_folder:
+            raise ValueError("--task image-folder needs --image-folder DIR (one sub-folder of images per class)")
+        task_options["image_folder"] = os.path.abspath(args.image_folder)  # the run may resume from elsewhere
+        for key in ("channels", "image_size"):
+            if getattr(args, key) is not None:
+                task_options[key] = getattr(args, key)
     model = {"n_layers": args.layers, "n_heads": args.heads, "d_model": args.d_model,
              "d_ff": args.d_ff or 4 * args.d_model, "context_length": args.context}
     for arg, key in (("norm", "norm"), ("norm_placement", "norm_placement"), ("activation", "activation"),
@@ -205,7 +221,8 @@ def config_to_args(cfg) -> list[str]:
     for dest, key in _MODEL_KEYS.items():
         if key in cfg.model:
             args += [_flag(dest), str(cfg.model[key])]
-    known = {"length", "symbols", "p", "train_fraction", "n_train", "text_file", "tokenizer", "vocab_size"}
+    known = {"length", "symbols", "p", "train_fraction", "n_train", "text_file", "tokenizer", "vocab_size",
+             "image_folder", "channels", "image_size"}
     for key, value in cfg.task_options.items():
         if key not in known:
             raise ValueError(f"the task option {key!r} has no flag; give it with --config FILE")
@@ -282,6 +299,10 @@ def run(args) -> int:
     if args.baseline == "mlp" and args.task not in (None, "motif"):  # before the flags' own checks
         raise ValueError("--baseline mlp is the motif task's baseline; use --task motif")
     cfg = config_from_args(args)
+    if cfg.task == "image-folder":  # core reads no image files: it is handed Qt's decoder
+        from ..core.training.image_tasks import set_image_decoder
+        from .trace import read_image_file
+        set_image_decoder(read_image_file)
     if args.baseline == "mlp" and cfg.task != "motif":
         raise ValueError("--baseline mlp is the motif task's baseline; use --task motif")
     if args.baseline is None:  # before any work: may we write there? (nothing is ever deleted)

@@ -30,8 +30,8 @@ from .. import inputs
 from ..tokenizer import Tokenizer, char_tokenizer, train_bpe
 
 IGNORE = -100
-TASKS = ("motif", "copy", "reverse", "sort", "modadd", "induction", "text", "digits")
-IMAGE_TASK_NAMES = ("digits",)  # image classification (image_tasks.py): trains the vit family only
+TASKS = ("motif", "copy", "reverse", "sort", "modadd", "induction", "text", "digits", "image-folder")
+IMAGE_TASK_NAMES = ("digits", "image-folder")  # image classification (image_tasks.py): trains the vit family only
 
 
 class TaskError(ValueError):
@@ -371,7 +371,7 @@ def make_task(name: str, options: dict[str, Any] | None = None, causal: bool = T
         if tokenizer is not None:  # a resumed run keeps the tokenizer its model was built for (maybe without [UNK])
             task.tokenizer = tokenizer
         return task
-    if name in IMAGE_TASK_NAMES:  # lazily: image_tasks imports scikit-learn's digits on demand
+    if name in IMAGE_TASK_NAMES:  # lazily: image_tasks imports scikit-learn's digits on demand; image-folder reads a folder
         from .image_tasks import make_image_task
         return make_image_task(name, opts)
     if name == "text":

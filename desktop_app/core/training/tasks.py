@@ -30,8 +30,8 @@ from .. import inputs
 from ..tokenizer import Tokenizer, char_tokenizer, train_bpe
 
 IGNORE = -100
-TASKS = ("motif", "copy", "reverse", "sort", "modadd", "induction", "text", "digits", "image-folder")
-IMAGE_TASK_NAMES = ("digits", "image-folder")  # image classification (image_tasks.py): trains the vit family only
+TASKS = ("motif", "copy", "reverse", "sort", "modadd", "induction", "text", "image-folder", "digits")
+IMAGE_TASK_NAMES = ("image-folder", "digits")  # image classification (image_tasks.py): trains the vit family only
 
 
 class TaskError(ValueError):

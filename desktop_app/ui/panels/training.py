@@ -41,11 +41,34 @@ TASK_OPTIONS = {  # which task options each task shows
     "sort": ("length", "symbols"), "modadd": ("p", "train_fraction"), "induction": ("length", "symbols"),
     "text": ("text_file", "tokenizer", "vocab_size"),
     "digits": (),  # 8 x 8 images for the vit family; its patch size is a Model setting
+    "image-folder": ("image_folder", "channels", "image_size"),  # a folder, one sub-folder per class (vit)
 }
-IMAGE_TASKS = ("digits",)  # image classification: the family list is the image families (vit)
+IMAGE_TASKS = ("image-folder", "digits")  # image classification: the family list is the image families (vit)
 
 
-def image_task_stand_in(task: str, patch_size: int):
+def image_folder_shape(options: dict) -> tuple[list[str], int, int]:
+    """(class names, image size, channels) of the image-folder task's options, cheaply: the class
+    sub-folders are listed and one image is decoded (its size); the run decodes them all. TaskError
+    (one line) when there is no folder or it is not one sub-folder of images per class."""
+    from ...commands.trace import read_image_file
+    from ...core.training.image_tasks import image_folder_files
+
+    folder = str(options.get("image_folder") or "")
+    if not folder:
+        raise TaskError("Choose a folder of images, one sub-folder per class.")
+    classes = image_folder_files(folder)
+    channels = int(options.get("channels", 3))
+    size = options.get("image_size")
+    if not size:
+        first = classes[0][1][0]
+        try:
+            size = read_image_file(first, channels).shape[0]
+        except ValueError as exc:
+            raise TaskError(str(exc)) from None
+    return [name for name, _ in classes], int(size), channels
+
+
+def image_task_stand_in(task: str, patch_size: int, options: dict | None = None):
     """What model_config_for reads of an image task (name, classes, sequence, model_settings), without
     building it: the real digits task loads scikit-learn and preprocesses 1,797 images (seconds), too
     slow for the form's checks on every change. The run builds the real one."""
@@ -53,9 +76,11 @@ def image_task_stand_in(task: str, patch_size: int):
 
     from ...core.training.image_tasks import DIGITS_SIZE
 
-    seq = 1 + (DIGITS_SIZE // patch_size) ** 2 if patch_size > 0 else 1
-    return SimpleNamespace(name=task, vocab_size=10, seq_len=seq,
-                           model_settings={"image_size": DIGITS_SIZE, "num_channels": 1, "patch_size": patch_size,
+    classes, size, channels = ([str(i) for i in range(10)], DIGITS_SIZE, 1) if task != "image-folder" else \
+        image_folder_shape(options or {})
+    seq = 1 + (size // patch_size) ** 2 if patch_size > 0 else 1
+    return SimpleNamespace(name=task, vocab_size=len(classes), seq_len=seq,
+                           model_settings={"image_size": size, "num_channels": channels, "patch_size": patch_size,
                                            "extra": {}})
 
 
@@ -310,6 +335,24 @@ class TrainingPanel(QWidget):
         row.setContentsMargins(0, 0, 0, 0)
         self.tokenizer = _combo(["char", "bpe"])
         self.vocab_size = _spin(260, 65536, 512, 64)
+        self.image_folder = QLineEdit()  # the image-folder task: one sub-folder of images per class
+        self.image_folder.setMinimumWidth(60)
+        self.image_folder.setPlaceholderText("a folder, one sub-folder of images per class")
+        folder_browse = QPushButton("…")
+        folder_browse.setMaximumWidth(30)
+        folder_browse.clicked.connect(self._browse_image_folder)
+        folder_row = QHBoxLayout()
+        folder_row.setContentsMargins(0, 0, 0, 0)
+        folder_row.addWidget(self.image_folder)
+        folder_row.addWidget(folder_browse)
+        self.image_folder_row = QWidget()
+        self.image_folder_row.setLayout(folder_row)
+        self.channels = _combo(["3", "1"])
+        self.channels.setToolTip("3: the images as RGB; 1: as grey")
+        self.image_size = _spin(0, 1024, 0)
+        self.image_size.setSpecialValueText("the images' own")
+        self.image_size.setToolTip("Resize every image to this size; 0 keeps the images' own size (then one square "
+                                   "size for all)")
         self.model_kind = _combo(["transformer", "MLP baseline"])
         self.model_kind.setToolTip("The lectures' MLP (embedding 32, 20*32 -> 64 -> 4) on the same batches and "
                                    "held-out set, for the comparison; it writes no checkpoint")
@@ -320,12 +363,15 @@ class TrainingPanel(QWidget):
         self._task_rows = {"length": self.length, "symbols": self.symbols, "p": self.p,
                            "train_fraction": self.train_fraction, "text_file": self.text_row,
                            "tokenizer": self.tokenizer, "vocab_size": self.vocab_size,
-                           "model_kind": self.model_kind, "n_train": self.n_train}
+                           "model_kind": self.model_kind, "n_train": self.n_train,
+                           "image_folder": self.image_folder_row, "channels": self.channels,
+                           "image_size": self.image_size}
         tf.addRow("Task", self.task)
         for name, label in (("model_kind", "Model"), ("length", "Length"), ("n_train", "Training-set size"),
                             ("symbols", "Symbols"), ("p", "Modulus p"),
                             ("train_fraction", "Train fraction"), ("text_file", "Text file"),
-                            ("tokenizer", "Tokenizer"), ("vocab_size", "BPE vocabulary")):
+                            ("tokenizer", "Tokenizer"), ("vocab_size", "BPE vocabulary"),
+                            ("image_folder", "Image folder"), ("channels", "Channels"), ("image_size", "Image size")):
             tf.addRow(label, self._task_rows[name])
         self.task_error = _error_label()
         tf.addRow(self.task_error)
@@ -401,6 +447,9 @@ class TrainingPanel(QWidget):
                   self.tokenizer, self.family):
             w.currentTextChanged.connect(self._update_param_count)
         self.text_file.textChanged.connect(self._update_param_count)
+        self.image_folder.textChanged.connect(self._update_param_count)
+        self.channels.currentTextChanged.connect(self._update_param_count)
+        self.image_size.valueChanged.connect(self._update_param_count)
 
     def _build_live(self) -> None:
         self.live_widget = QWidget()
@@ -478,6 +527,11 @@ class TrainingPanel(QWidget):
             self.text_file.setText(path)
             self._update_param_count()
 
+    def _browse_image_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Image folder (one sub-folder per class)")
+        if path:
+            self.image_folder.setText(path)
+
     def _on_task_changed(self) -> None:
         task = self.task.currentText()
         shown = TASK_OPTIONS[task]
@@ -554,6 +608,14 @@ class TrainingPanel(QWidget):
                 opts["text_file"] = str(Path(text_file).expanduser().absolute()) if text_file else ""
             elif name == "tokenizer":
                 opts["tokenizer"] = self.tokenizer.currentText()
+            elif name == "image_folder":  # absolute, as the text file
+                folder = self.image_folder.text().strip()
+                opts["image_folder"] = str(Path(folder).expanduser().absolute()) if folder else ""
+            elif name == "channels":
+                opts["channels"] = int(self.channels.currentText())
+            elif name == "image_size":
+                if self.image_size.value():
+                    opts["image_size"] = self.image_size.value()
             elif name == "model_kind":
                 continue  # not a task option: see baseline()
             elif name == "n_train":
@@ -615,6 +677,10 @@ class TrainingPanel(QWidget):
             self.tokenizer.setCurrentText(o["tokenizer"])
         if "text_file" in o:
             self.text_file.setText(str(o["text_file"]))
+        if "image_folder" in o:
+            self.image_folder.setText(str(o["image_folder"]))
+            self.channels.setCurrentText(str(o.get("channels", 3)))
+            self.image_size.setValue(int(o.get("image_size") or 0))
         self.optimizer.setCurrentText(cfg.optimizer)
         self.schedule.setCurrentText(cfg.schedule)
         for spin, value in ((self.lr, cfg.lr), (self.weight_decay, cfg.weight_decay), (self.warmup, cfg.warmup_steps),
@@ -679,6 +745,13 @@ class TrainingPanel(QWidget):
             from ...core.training.image_tasks import DIGITS_SIZE
 
             patch = int(cfg.model.get("patch_size", 2))
+            if cfg.task == "image-folder":  # its classes and size, cheaply (the run decodes every image)
+                try:
+                    _, size, _ = image_folder_shape(cfg.task_options)
+                except TaskError as exc:
+                    return str(exc)
+                return "" if patch >= 1 and size % patch == 0 else \
+                    f"the images are {size} x {size}: patch size {patch} does not divide it"
             if patch < 1 or DIGITS_SIZE % patch:
                 return (f"the digits are {DIGITS_SIZE} x {DIGITS_SIZE}: patch size {patch} does not divide it "
                         "(1, 2, 4 or 8)")
@@ -765,7 +838,13 @@ class TrainingPanel(QWidget):
             note = ""
             causal = cfg.model.get("causal", cfg.family != "bert")
             if cfg.task in IMAGE_TASKS:
-                mcfg = model_config_for(cfg, image_task_stand_in(cfg.task, int(cfg.model.get("patch_size", 2))))
+                try:
+                    stand_in = image_task_stand_in(cfg.task, int(cfg.model.get("patch_size", 2)), cfg.task_options)
+                except TaskError:  # said beside the task
+                    self.param_label.setText("—")
+                    self.param_label.setStyleSheet("")
+                    return ""
+                mcfg = model_config_for(cfg, stand_in)
                 self.param_label.setText(f"{parameter_count(mcfg):,}")
                 self.param_label.setStyleSheet("font-weight: bold")
                 self.param_label.setToolTip("")

@@ -134,3 +134,46 @@ def test_bad_text_files_name_the_file(tmp_path):
         make_task("text", {"text_file": str(short), "seq_len": 64})
     with pytest.raises(TaskError, match="unknown task"):
         make_task("chess")
+
+
+class RotateTask(SequenceTask):
+    """seq | seq rotated right by one (the README's example of adding a task)."""
+
+    def answer(self, inst: torch.Tensor) -> torch.Tensor:
+        return inst.roll(1, dims=-1)
+
+
+@pytest.fixture
+def declared_rotate():
+    """The README's declaration of the rotate task, for one test (the registry is left as it was)."""
+    from desktop_app.core.training import tasks
+
+    @tasks.declare_task("rotate", options=("length", "symbols"))
+    def make_rotate(options, causal, tokenizer):
+        return RotateTask("rotate", **options)
+
+    yield
+    del tasks.DECLARED_TASKS["rotate"]
+
+
+def test_a_declared_task_is_offered_by_the_cli_and_the_train_panel(qtbot, declared_rotate):
+    from desktop_app.cli import build_parser
+    from desktop_app.core.training import tasks
+    from desktop_app.ui.panels.training import TrainingPanel
+    from desktop_app.ui.state import AppState
+
+    assert "rotate" in tasks.task_names() and "rotate" not in tasks.image_task_names()
+    task = make_task("rotate", {"length": 3, "symbols": 5})
+    batch = task.train_batch(4, torch.Generator().manual_seed(0))
+    assert torch.equal(batch.targets[:, 3:], batch.inputs[:, :3].roll(1, dims=-1))  # the answer follows "|"
+    assert tasks.task_dimensions("rotate", {"length": 3, "symbols": 5}) == (task.vocab_size, 6)
+
+    args = build_parser().parse_args(["train", "--task", "rotate", "--steps", "5", "--out", "runs/x"])
+    assert args.task == "rotate"
+    panel = TrainingPanel(AppState())
+    qtbot.addWidget(panel)
+    panel.task.setCurrentText("rotate")
+    assert panel.task.currentText() == "rotate"
+    shown = [name for name, box in panel._task_rows.items() if panel.task_form.isRowVisible(box)]
+    assert shown == ["length", "symbols"]  # the declaration's option boxes
+    assert panel.config().task == "rotate"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from tokenizers import Tokenizer as HFTokenizer
@@ -32,6 +32,38 @@ from ..tokenizer import Tokenizer, char_tokenizer, train_bpe
 IGNORE = -100
 TASKS = ("motif", "copy", "reverse", "sort", "modadd", "induction", "text", "image-folder", "digits")
 IMAGE_TASK_NAMES = ("image-folder", "digits")  # image classification (image_tasks.py): trains the vit family only
+
+
+@dataclass(frozen=True)
+class TaskDeclaration:
+    """A task added beside the built-in ones: its name, how it is made, and what the Train panel shows."""
+    name: str
+    make: Callable[[dict[str, Any], bool, "Tokenizer | None"], "Task"]  # (options, causal, saved tokenizer)
+    options: tuple[str, ...] = ()  # the Train panel's task option boxes it reads (keys of the panel's boxes)
+    image: bool = False  # image classification: trains the vit family only
+
+
+DECLARED_TASKS: dict[str, TaskDeclaration] = {}  # filled by declare_task; read by task_names and make_task
+
+
+def declare_task(name: str, options: tuple[str, ...] = (), image: bool = False):
+    """Decorator: `make(options, causal, tokenizer) -> Task` builds task `name`. The one place a new task
+    is named: the CLI's --task choices, the Train panel's task combo, make_task and task_dimensions
+    all read the declarations."""
+    def declare(make):
+        DECLARED_TASKS[name] = TaskDeclaration(name, make, tuple(options), image)
+        return make
+    return declare
+
+
+def task_names() -> tuple[str, ...]:
+    """Every task: the built-in ones, then the declared ones (a function, so a declaration made after
+    this module was imported, e.g. by a test, is seen)."""
+    return TASKS + tuple(n for n in DECLARED_TASKS if n not in TASKS)
+
+
+def image_task_names() -> tuple[str, ...]:
+    return IMAGE_TASK_NAMES + tuple(n for n, d in DECLARED_TASKS.items() if d.image and n not in IMAGE_TASK_NAMES)
 
 
 class TaskError(ValueError):
@@ -358,6 +390,8 @@ def make_task(name: str, options: dict[str, Any] | None = None, causal: bool = T
     """Build a task by name. `causal` says whether the model is a decoder (text: CLM vs MLM);
     `tokenizer` reuses a saved tokenizer (resume) instead of training a new one."""
     opts = dict(options or {})
+    if name in DECLARED_TASKS:
+        return DECLARED_TASKS[name].make(opts, causal, tokenizer)
     task: Task | None = None
     if name == "motif":
         task = MotifTask(**opts)
@@ -380,4 +414,4 @@ def make_task(name: str, options: dict[str, Any] | None = None, causal: bool = T
             raise TaskError("the text task needs a text file (--text-file)")
         opts.setdefault("objective", "clm" if causal else "mlm")
         return TextTask(read_text_file(path), source=str(path), tokenizer_obj=tokenizer, **opts)
-    raise TaskError(f"unknown task {name!r} (known: {', '.join(TASKS)})")
+    raise TaskError(f"unknown task {name!r} (known: {', '.join(task_names())})")

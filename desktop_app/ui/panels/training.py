@@ -26,7 +26,8 @@ from ...core.config import ACTIVATIONS, ATTENTION_KINDS, INITS, NORMS, PLACEMENT
 from ...core.families import REGISTRY, trainable_families
 from ...core.training import checkpoint_step
 from ...core.files import atomic_write_text
-from ...core.training.tasks import TaskError, TextTask, make_task, read_text_file, task_dimensions
+from ...core.training.tasks import (DECLARED_TASKS, TaskError, TextTask, image_task_names, make_task,
+                                    read_text_file, task_dimensions, task_names)
 from ...core.training.trainer import (TrainConfig, best_device, default_precision, model_config_for, parameter_count,
                                       read_run_config, run_sample_text, task_options_for)
 from ...core.views.training import config_from_dict
@@ -43,7 +44,12 @@ TASK_OPTIONS = {  # which task options each task shows
     "digits": (),  # 8 x 8 images for the vit family; its patch size is a Model setting
     "image-folder": ("image_folder", "channels", "image_size"),  # a folder, one sub-folder per class (vit)
 }
-IMAGE_TASKS = ("image-folder", "digits")  # image classification: the family list is the image families (vit)
+
+
+def task_options_shown(task: str) -> tuple[str, ...]:
+    """The option boxes a task shows: the table above for the built-in tasks, else its declaration's."""
+    declared = DECLARED_TASKS.get(task)
+    return TASK_OPTIONS.get(task, declared.options if declared else ())
 
 
 def image_folder_shape(options: dict) -> tuple[list[str], int, int]:
@@ -316,7 +322,7 @@ class TrainingPanel(QWidget):
 
         task_box = QGroupBox("Task")
         tf = QFormLayout(task_box)
-        self.task = _combo(["motif", "copy", "reverse", "sort", "modadd", "induction", "text", *IMAGE_TASKS])
+        self.task = _combo(list(task_names()))  # the task registry (core.training.tasks.declare_task)
         self.length = _spin(2, 512, 20)
         self.symbols = _spin(2, 1000, 10)
         self.p = _spin(2, 1000, 97)
@@ -534,10 +540,10 @@ class TrainingPanel(QWidget):
 
     def _on_task_changed(self) -> None:
         task = self.task.currentText()
-        shown = TASK_OPTIONS[task]
+        shown = task_options_shown(task)
         for name, w in self._task_rows.items():
             self.task_form.setRowVisible(w, name in shown)
-        self._set_image_task(task in IMAGE_TASKS)
+        self._set_image_task(task in image_task_names())
         self._on_tokenizer_changed()
         self._apply_baseline()
         defaults = {"motif": 20, "copy": 8, "reverse": 8, "sort": 8, "induction": 16}
@@ -565,7 +571,7 @@ class TrainingPanel(QWidget):
 
     def _on_tokenizer_changed(self) -> None:
         # the BPE vocabulary size means nothing to the character tokenizer
-        shown = "vocab_size" in TASK_OPTIONS[self.task.currentText()] and self.tokenizer.currentText() == "bpe"
+        shown = "vocab_size" in task_options_shown(self.task.currentText()) and self.tokenizer.currentText() == "bpe"
         self.task_form.setRowVisible(self.vocab_size, shown)
 
     def _on_family_changed(self) -> None:
@@ -602,7 +608,7 @@ class TrainingPanel(QWidget):
         """The TrainConfig the form describes (also what the CLI arguments encode)."""
         task = self.task.currentText()
         opts: dict = {}
-        for name in TASK_OPTIONS[task]:
+        for name in task_options_shown(task):
             if name == "text_file":  # absolute: the run's process has its own working folder
                 text_file = self.text_file.text().strip()
                 opts["text_file"] = str(Path(text_file).expanduser().absolute()) if text_file else ""
@@ -629,7 +635,7 @@ class TrainingPanel(QWidget):
                  "activation": self.activation.currentText(), "positions": self.positions.currentText(),
                  "attention_kind": self.attention.currentText(), "init": self.init.currentText(),
                  "dropout": self.dropout.value()}
-        if task in IMAGE_TASKS:  # a ViT's context is 1 + patches; its patch size is the model's
+        if task in image_task_names():  # a ViT's context is 1 + patches; its patch size is the model's
             del model["context_length"]
             model["patch_size"] = self.patch_size.value()
         return TrainConfig(task=task, task_options=opts, family=self.family.currentText(), model=model,
@@ -741,7 +747,7 @@ class TrainingPanel(QWidget):
     # -- checks shown beside the settings --------------------------------------------------
     def _task_problem(self, cfg: TrainConfig) -> str:
         """Why the task cannot be built from these settings ('' when it can), as the run would say it."""
-        if cfg.task in IMAGE_TASKS:  # not built here (seconds): its one setting is checked as the task checks it
+        if cfg.task in image_task_names():  # not built here (seconds): its one setting is checked as the task checks it
             from ...core.training.image_tasks import DIGITS_SIZE
 
             patch = int(cfg.model.get("patch_size", 2))
@@ -837,7 +843,7 @@ class TrainingPanel(QWidget):
             cfg = self.config()
             note = ""
             causal = cfg.model.get("causal", cfg.family != "bert")
-            if cfg.task in IMAGE_TASKS:
+            if cfg.task in image_task_names():
                 try:
                     stand_in = image_task_stand_in(cfg.task, int(cfg.model.get("patch_size", 2)), cfg.task_options)
                 except TaskError:  # said beside the task

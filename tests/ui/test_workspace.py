@@ -1,6 +1,7 @@
 """Workspaces: save/open round trip, automatic restore of the last session, preferences."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -381,3 +382,184 @@ def test_form_states_from_other_versions_are_read_tolerantly():
                             "model": {"n_layers": "two", "d_model": 8, "later": 1}, "task_options": [1]})
     assert cfg == TrainConfig(task="sort", steps=20, grad_clip=None, model={"d_model": 8})
     assert config_from_dict("nonsense") == TrainConfig()
+
+
+TEXT_PANELS = [("Model", "desktop_app.ui.panels.model", "ModelPanel"),
+               ("Generate", "desktop_app.ui.panels.generation", "GenerationPanel"),
+               ("What if", "desktop_app.ui.panels.whatif", "WhatIfPanel"),
+               ("Dynamics", "desktop_app.ui.panels.dynamics", "DynamicsPanel")]
+
+
+def _window(qtbot, panels) -> MainWindow:
+    w = MainWindow(AppState(), panels=panels)
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def _save_and_reopen(qtbot, w1, path, panels) -> MainWindow:
+    """Save w1's workspace as File > Save Workspace does, open it in a new window (its model loads)."""
+    save_workspace(path, w1.capture_workspace())
+    w2 = _window(qtbot, panels)
+    with qtbot.waitSignal(w2.state.model_changed, timeout=15000):
+        assert w2.open_workspace(path)
+    return w2
+
+
+def _press(qtbot, widget, key, times: int = 1) -> None:
+    widget.setFocus()
+    for _ in range(times):
+        qtbot.keyClick(widget, key)
+
+
+def test_workspace_restores_the_generate_settings(qtbot, model_dirs, tmp_path):
+    w1 = _window(qtbot, TEXT_PANELS)
+    w1.state.set_text("abc de")
+    with qtbot.waitSignal(w1.state.trace_changed, timeout=15000):
+        w1.open_model(model_dirs[0])
+    w1.show_panel("Generate")
+    gen = w1.panel("Generate")
+    _type_into(qtbot, gen.prompt, "ab ba")
+    _press(qtbot, gen.strategy, Qt.Key.Key_Down, 4)  # beam
+    _press(qtbot, gen.temperature, Qt.Key.Key_PageDown, 2)  # 1.00 -> 0.80
+    _press(qtbot, gen.top_k, Qt.Key.Key_Right, 5)
+    _press(qtbot, gen.top_p, Qt.Key.Key_PageDown)  # 1.00 -> 0.90
+    _type_into(qtbot, gen.beams, "3")
+    _type_into(qtbot, gen.seed, "42")
+    _type_into(qtbot, gen.run_n, "7")
+    w1.show_panel("Model")  # Generate is built later in the new window, with the model open
+    path = tmp_path / "generate.json"
+    w2 = _save_and_reopen(qtbot, w1, path, TEXT_PANELS)
+    assert json.loads(path.read_text(encoding="utf-8"))["views"]["Generate"] == {
+        "prompt": "ab ba", "strategy": "beam", "temperature": 0.8, "top_k": 5, "top_p": 0.9, "beams": 3,
+        "seed": 42, "run_n": 7}
+    w2.show_panel("Generate")
+    gen2 = w2.panel("Generate")
+    assert gen2.prompt.text() == "ab ba" and gen2.strategy.currentText() == "beam"
+    assert (gen2.temperature.value(), gen2.top_k.value(), gen2.top_p.value()) == (80, 5, 90)
+    assert (gen2.beams.value(), gen2.seed.value(), gen2.run_n.value()) == (3, 42, 7)
+    assert gen2.settings() == gen.settings() and gen2.top_k_label.text() == "top-k 5"
+    assert gen2.session is None  # the settings, not a generation
+
+
+def test_workspace_restores_the_what_if_inputs(qtbot, model_dirs, tmp_path):
+    w1 = _window(qtbot, TEXT_PANELS)
+    w1.state.set_text("abc de")
+    with qtbot.waitSignal(w1.state.trace_changed, timeout=15000):
+        w1.open_model(model_dirs[0])
+    w1.show_panel("What if")
+    wi = w1.panel("What if")
+    _type_into(qtbot, wi.position_spin, "3")
+    _type_into(qtbot, wi.token_edit, "d")
+    _click_tab(qtbot, wi.tabs, "Activation patching")
+    _type_into(qtbot, wi.clean_edit, "abc ed")
+    _type_into(qtbot, wi.corrupted_edit, "abd ed")
+    _type_into(qtbot, wi.answer_edit, "e")
+    _type_into(qtbot, wi.wrong_edit, "a")
+    path = tmp_path / "whatif.json"
+    w2 = _save_and_reopen(qtbot, w1, path, TEXT_PANELS)  # What if is current: restored before its model
+    assert json.loads(path.read_text(encoding="utf-8"))["views"]["What if"] == {
+        "tab": "patching", "position": 3, "token": "d", "clean": "abc ed", "corrupted": "abd ed",
+        "answer": "e", "wrong": "a"}
+    wi2 = w2.panel("What if")
+    assert wi2.tabs.tabText(wi2.tabs.currentIndex()) == "Activation patching"
+    assert (wi2.position_spin.value(), wi2.token_edit.text()) == (3, "d")
+    assert (wi2.clean_edit.text(), wi2.corrupted_edit.text()) == ("abc ed", "abd ed")  # not the model's text
+    assert (wi2.answer_edit.text(), wi2.wrong_edit.text()) == ("e", "a")
+    assert wi2.patching is None and wi2.dla_chart.attribution is None  # inputs, not results
+    wi2.set_view_state(type(wi2.view_state)())  # "last" shows again for no position
+    assert wi2.position_spin.text() == "last"
+
+
+def test_workspace_restores_the_dynamics_form_without_running_it(qtbot, model_dirs, tmp_path):
+    w1 = _window(qtbot, TEXT_PANELS)
+    with qtbot.waitSignal(w1.state.trace_changed, timeout=15000):
+        w1.open_model(model_dirs[1])  # 2 layers x 2 heads, d_model 16
+    w1.show_panel("Dynamics")
+    dyn = w1.panel("Dynamics")
+    _press(qtbot, dyn.attention, Qt.Key.Key_Down)  # l2
+    _press(qtbot, dyn.init, Qt.Key.Key_Down, 2)  # Gaussian
+    _type_into(qtbot, dyn.covariance, "2")
+    _type_into(qtbot, dyn.n, "50")
+    _press(qtbot, dyn.qkv, Qt.Key.Key_Down)  # random
+    _type_into(qtbot, dyn.norm_qk, "0.5")
+    _type_into(qtbot, dyn.norm_v, "2")
+    _press(qtbot, dyn.qkv, Qt.Key.Key_Down, 2)  # a head of the loaded model: d follows it
+    _press(qtbot, dyn.model_layer, Qt.Key.Key_Up)
+    _press(qtbot, dyn.model_head, Qt.Key.Key_Up)
+    for box in (dyn.time_dependent, dyn.sphere, dyn.renormalise, dyn.twin, dyn.view3d, dyn.trails):
+        _press(qtbot, box, Qt.Key.Key_Space)  # renormalise is enabled once the sphere is off
+    _press(qtbot, dyn.integrator, Qt.Key.Key_Down)  # rk4
+    _type_into(qtbot, dyn.dt, "0.05")
+    _type_into(qtbot, dyn.steps_per_frame, "3")
+    _type_into(qtbot, dyn.record_every, "5")
+    _type_into(qtbot, dyn.cluster_tol, "0.1")
+    _type_into(qtbot, dyn.seed, "7")
+    path = tmp_path / "dynamics.json"
+    w2 = _save_and_reopen(qtbot, w1, path, TEXT_PANELS)  # Dynamics is current: its form comes before the model
+    assert json.loads(path.read_text(encoding="utf-8"))["views"]["Dynamics"] == {
+        "attention": "l2", "d": 16, "n": 50, "init": "gaussian", "covariance": "2", "n_clusters": 3,
+        "token_layer": 0, "qkv": "model", "norm_qk": 0.5, "norm_v": 2.0, "matrices_file": "", "model_layer": 1,
+        "model_head": 1, "time_dependent": True, "sphere": False, "renormalise": True, "twin": True,
+        "integrator": "rk4", "dt": 0.05, "steps_per_frame": 3, "record_every": 5, "cluster_tol": 0.1, "seed": 7,
+        "view_3d": False, "trails": True}
+    dyn2 = w2.panel("Dynamics")
+    assert dyn2.view_state == dyn.view_state
+    assert (dyn2.model_layer.value(), dyn2.model_head.value()) == (1, 1)  # not clamped to the no-model 0
+    assert dyn2.init.currentText() == "Gaussian" and dyn2.covariance.isEnabled() and not dyn2.n_clusters.isEnabled()
+    assert dyn2.renormalise.isEnabled() and dyn2.model_layer.isEnabled() and not dyn2.norm_qk.isEnabled()
+    (cfg, cfg2), no_cov = (dyn.config(), dyn2.config()), {"covariance": None}
+    np.testing.assert_array_equal(cfg2.covariance, cfg.covariance)  # 2 I, 16 x 16
+    assert dataclasses.replace(cfg2, **no_cov) == dataclasses.replace(cfg, **no_cov)
+    assert dyn2.sim is None and dyn2._frames == [] and not dyn2.play_button.isChecked()  # not run
+
+
+def test_workspace_restores_the_image_choices(qtbot, tmp_path):
+    pytest.importorskip("sklearn")
+    from desktop_app.core.families.vit import preset
+    from desktop_app.core.training.image_tasks import pixel_settings, preprocessor_config
+
+    cfg = preset(d_model=24, n_layers=2, n_heads=3, d_ff=48, image_size=8, patch_size=2, num_channels=1,
+                 vocab_size=10, lm_head=True)
+    vit = tmp_path / "vit"
+    save_model_folder(new_model(cfg, seed=0), vit, extra_files={
+        "preprocessor_config.json": json.dumps(preprocessor_config(pixel_settings(8, 1))).encode()})
+    panels = [("Model", "desktop_app.ui.panels.model", "ModelPanel"),
+              ("Image", "desktop_app.ui.panels.image", "ImagePanel")]
+    w1 = _window(qtbot, panels)
+    with qtbot.waitSignal(w1.state.model_changed, timeout=15000):
+        w1.open_model(vit)
+    w1.show_panel("Image")
+    img = w1.panel("Image")
+    qtbot.waitUntil(lambda: img.result is not None, timeout=20000)
+    _type_into(qtbot, img.digit, "5")
+    qtbot.waitUntil(lambda: "#5" in img.source_label.text(), timeout=20000)
+    _press(qtbot, img.layer, Qt.Key.Key_Up)
+    qtbot.mouseClick(img.canvas, Qt.MouseButton.LeftButton, pos=img.canvas.patch_center(9))
+    _click_tab(qtbot, img.tabs, "Position similarity")
+    path = tmp_path / "image.json"
+    w2 = _save_and_reopen(qtbot, w1, path, panels)  # Image is current: restored before its ViT opens
+    assert json.loads(path.read_text(encoding="utf-8"))["views"]["Image"] == {
+        "digit": 5, "layer": 1, "patch": 9, "tab": "position_similarity"}
+    img2 = w2.panel("Image")
+    qtbot.waitUntil(lambda: img2.result is not None and "#5" in img2.source_label.text(), timeout=20000)
+    assert (img2.digit.value(), img2.layer.value(), img2.canvas.selected) == (5, 1, 9)
+    assert img2.tabs.tabText(img2.tabs.currentIndex()) == "Position similarity"
+    assert "layer 1: attention from patch (2, 1)" in img2.heads_view.mosaic.caption
+    np.testing.assert_allclose(img2.query_weights(), img2.result["patterns"][1, :, 10, 1:].reshape(3, 4, 4))
+    img2.set_view_state(type(img2.view_state)(patch=99))  # a patch this 4 x 4 grid lacks: [CLS]
+    assert img2.canvas.selected is None
+
+
+def test_panel_view_states_from_other_versions_are_read_tolerantly():
+    from desktop_app.core.views import state_from_dict
+    from desktop_app.core.views.dynamics import DynamicsViewState
+    from desktop_app.core.views.generation import GenerationViewState
+    from desktop_app.core.views.image import ImageViewState
+    from desktop_app.core.views.whatif import WhatIfViewState
+
+    assert state_from_dict(GenerationViewState, {"prompt": 3, "top_p": 0.5, "later": 1, "beams": "two"}) == \
+        GenerationViewState(top_p=0.5)
+    assert state_from_dict(WhatIfViewState, {"position": -2, "clean": "x", "tab": 1}) == WhatIfViewState(clean="x")
+    assert state_from_dict(DynamicsViewState, {"sphere": 0, "dt": "fast", "n": 9}) == DynamicsViewState(n=9)
+    assert state_from_dict(ImageViewState, {"patch": None, "layer": True}) == ImageViewState()

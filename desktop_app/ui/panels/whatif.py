@@ -16,6 +16,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox, QSplitter,
                                QTabWidget, QVBoxLayout, QWidget)
 
+from ...core.views.whatif import TABS as WHATIF_TABS, WhatIfViewState
 from ..settings import plot_background, plot_foreground
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap
@@ -271,6 +272,28 @@ class WhatIfPanel(QWidget):
 
     def _export_name(self) -> str:
         return "whatif-attribution" if self.tabs.currentIndex() == 0 else "whatif-patching-resid"
+
+    # -- workspace (MainWindow saves view_state and gives it back with set_view_state) ----------
+    VIEW_TABLE = None  # no views table: the inputs are the panel's whole view state
+
+    @property
+    def view_state(self) -> WhatIfViewState:
+        """The typed inputs and the tab (not the bars or maps: Attribute / Run computes them again)."""
+        position = self.position_spin.value()
+        return WhatIfViewState(
+            tab=WHATIF_TABS[self.tabs.currentIndex()], position=None if position < 0 else position,
+            token=self.token_edit.text(), clean=self.clean_edit.text(), corrupted=self.corrupted_edit.text(),
+            answer=self.answer_edit.text(), wrong=self.wrong_edit.text())
+
+    def set_view_state(self, state: WhatIfViewState) -> None:
+        self.position_spin.setValue(-1 if state.position is None else state.position)  # -1 shows "last"
+        for edit, text in ((self.token_edit, state.token), (self.corrupted_edit, state.corrupted),
+                           (self.answer_edit, state.answer), (self.wrong_edit, state.wrong)):
+            edit.setText(text)
+        if state.clean:  # "": keep the current text the panel started from
+            self.clean_edit.setText(state.clean)
+        if state.tab in WHATIF_TABS:
+            self.tabs.setCurrentIndex(WHATIF_TABS.index(state.tab))
 
     # -- (a) --------------------------------------------------------------------------------
     def _on_model(self, loaded) -> None:

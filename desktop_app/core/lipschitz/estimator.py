@@ -32,6 +32,7 @@ from .measured import AttentionMap, rotary_transpose
 
 KATO_TEMPLE_SAFETY = 10.0
 MIN_STEPS = 3
+KEEP_LINEARIZATION_BYTES = 256e6  # up to this, the first linearisation is kept for the final product
 
 
 class _SoftmaxLinearization:
@@ -84,8 +85,10 @@ class _SoftmaxLinearization:
         # n x n arrays dominate the cost (memory traffic): fused and in-place ops on them
         B, H, n, _ = dq.shape
         flat = lambda t: t.reshape(B * H, n, -1)  # noqa: E731
-        dS = torch.baddbmm(flat(dq * self.scale) @ flat(self.k).transpose(-1, -2),
-                           flat(self.q), flat(dk * self.scale).transpose(-1, -2))
+        # dq, dk are strided views: scaling straight into contiguous buffers is one pass, not two
+        scaled = lambda t: torch.mul(t, self.scale, out=t.new_empty(t.shape)).view(B * H, n, -1)  # noqa: E731
+        dS = torch.baddbmm(scaled(dq) @ flat(self.k).transpose(-1, -2),
+                           flat(self.q), scaled(dk).transpose(-1, -2))
         Pf = flat(P)
         dP = dS.mul_(Pf)
         dP.addcmul_(Pf, dP.sum(-1, keepdim=True), value=-1.0)
@@ -108,8 +111,12 @@ class _SoftmaxLinearization:
         if self.rot is not None:
             cos, sin = self.rot
             gq, gk = rotary_transpose(gq, cos, sin), rotary_transpose(gk, cos, sin)
-        tok = lambda t: t.transpose(1, 2).reshape(B, n, -1)  # noqa: E731
-        return torch.cat([tok(gq), tok(gk), tok(gv)], -1) @ self.W_in.T
+        # each head-major gradient is copied once, straight into its columns of the token-major input
+        # gradient (what transposing each and concatenating did in two copies)
+        grad_in = gq.new_empty(B, n, H * (2 * self.kq + self.kv))
+        for t, lo, hi in ((gq, 0, H * self.kq), (gk, H * self.kq, 2 * H * self.kq), (gv, 2 * H * self.kq, None)):
+            grad_in[..., lo:hi].unflatten(-1, (H, t.shape[-1])).copy_(t.transpose(1, 2))
+        return grad_in @ self.W_in.T
 
 
 class _AutogradLinearization:
@@ -232,6 +239,11 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
     B, n, d = X.shape
     N = n * d
     lin = linearize(fn, X)
+    # The final Rayleigh quotient needs the linearisation at the whole X again: keep this one when its
+    # n x n arrays (P and P^T per head) are small, else free it and rebuild it at the end (large n).
+    heads = fn.W_Q.shape[0] if isinstance(fn, AttentionMap) else None
+    keep_whole = heads is not None and 2 * B * heads * n * n * X.element_size() <= KEEP_LINEARIZATION_BYTES
+    whole_lin = lin if keep_whole and not reorthogonalize else None
     out_shape = tuple(lin.out_shape)
     M = int(np.prod(out_shape[1:]))
     dtype, dev = X.dtype, X.device
@@ -352,7 +364,8 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
             job.check()
     if not reorthogonalize:  # the Rayleigh quotient of the final vector: never above sigma_max
         lin = Vb = Ub = None  # free the bases and activations first (large n)
-        Jv = linearize(fn, X).jvp(right.view(B, n, d)).reshape(B, M)
+        final_lin = whole_lin if whole_lin is not None else linearize(fn, X)  # the same values either way
+        Jv = final_lin.jvp(right.view(B, n, d)).reshape(B, M)
         norm_v, norm_Jv = _batched_norm(right).clamp_min(tiny), _batched_norm(Jv)
         sigma, right, left = norm_Jv / norm_v, right / norm_v[:, None], Jv / norm_Jv.clamp_min(tiny)[:, None]
     return SpectralEstimate(sigma, right.view(B, n, d), left.view((B,) + out_shape[1:]), iterations, residual,

@@ -18,7 +18,8 @@ mkdir -p "$out"
 home=$(mktemp -d)
 trap 'rm -rf "$home"' EXIT
 cd "$repo"
-panels=$("$python" -c "from desktop_app.ui.panels import PANELS; print(' '.join(t.lower() for t, _, _ in PANELS))")
+# one panel title per line ("What if" has a space); the file is named after it with '-' for spaces
+panels=$("$python" -c "from desktop_app.ui.panels import PANELS; print('\n'.join(t.lower() for t, _, _ in PANELS))")
 # Attention and Layers show 200 tokens of Alice (the start of chapter I), the others the default text.
 text200=$("$python" - <<'PY'
 from desktop_app.core.checkpoints import load_model_folder
@@ -29,8 +30,9 @@ text = " ".join(text[text.index("Alice was beginning"):].split())
 print(tok.decode(tok.encode(text)[:200]))
 PY
 )
-for panel in $panels; do
+echo "$panels" | while IFS= read -r panel; do
     case "$panel" in attention|layers) set -- --text "$text200" ;; *) set -- ;; esac
+    file=$(echo "$panel" | tr ' ' '-')
     QT_QPA_PLATFORM=offscreen XDG_DATA_HOME="$home" XDG_CONFIG_HOME="$home" \
-        "$python" -m desktop_app --panel "$panel" --timeout 240 "$@" --screenshot "$out/$panel.png"
+        "$python" -m desktop_app --panel "$panel" --timeout 240 "$@" --screenshot "$out/$file.png" </dev/null
 done

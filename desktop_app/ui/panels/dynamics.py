@@ -34,6 +34,8 @@ MAX_D = 4096  # the d box follows a model's width
 TRAIL_LENGTH = 12
 
 
+_DRAG_EVENTS = (QEvent.Type.MouseButtonPress, QEvent.Type.MouseMove, QEvent.Type.MouseButtonRelease)
+
 class PointCloud(pg.GraphicsObject):
     """Many same-looking points drawn with one QPainter.drawPoints of a cosmetic round pen: the
     ScatterPlotItem rebuilds per-point styles on every setData (about 8 ms for 2,000 points, measured),
@@ -648,10 +650,16 @@ class DynamicsPanel(QWidget):
         self.c_model_radius.setData(x, c.radius)
 
     def eventFilter(self, obj, event) -> bool:
-        """Drag in the 3-D view rotates it (yaw with horizontal motion, pitch with vertical)."""
+        """Drag in the 3-D view rotates it (yaw with horizontal motion, pitch with vertical).
+
+        Mouse events only are looked at, before any widget is touched: the viewport sends other events
+        through this filter while the application tears down, when this panel's widgets are already
+        deleted (touching them raised there, and shiboken crashed reporting it)."""
+        kind = event.type()
+        if kind not in _DRAG_EVENTS:
+            return False
         three_d = self.view3d.isChecked() and self._basis is not None and self._basis.shape[0] >= 3
         if obj is self.particles.viewport() and three_d:
-            kind = event.type()
             if kind == QEvent.Type.MouseButtonPress and event.button() == Qt.MouseButton.LeftButton:
                 self._drag_from = event.position()
                 return True
@@ -663,7 +671,7 @@ class DynamicsPanel(QWidget):
             if kind == QEvent.Type.MouseButtonRelease:
                 self._drag_from = None
                 return True
-        return super().eventFilter(obj, event)
+        return False
 
     def rotate(self, d_yaw: float, d_pitch: float) -> None:
         self._yaw += d_yaw

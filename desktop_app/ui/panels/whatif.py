@@ -193,7 +193,7 @@ class WhatIfPanel(QWidget):
         self.token_edit = QLineEdit()
         self.token_edit.setPlaceholderText("top next token (or a token, or #id)")
         self.attribute_button = QPushButton("Attribute")
-        self.dla_status = QLabel("Open a model and type a text; then Attribute.")
+        self.dla_status = QLabel("Choose a position and a token (empty: the model's top next token), then Attribute.")
         self.dla_chart = AttributionChart()
         self.dla_export = ExportBar(lambda: self.dla_chart, lambda: "whatif-attribution")
         dla = QWidget()

@@ -208,6 +208,10 @@ class Mosaic(QWidget):
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt)
         painter = QPainter(self)
+        if not self.tiles and not self.caption:  # nothing to show yet: no blank white card
+            painter.fillRect(self.rect(), self.palette().window())
+            painter.end()
+            return
         painter.fillRect(self.rect(), QColor("white"))
         painter.setPen(QColor("black"))
         painter.drawText(QRect(6, 2, self.width() - 12, 22), Qt.AlignmentFlag.AlignLeft, self.caption)

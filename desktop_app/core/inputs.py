@@ -118,6 +118,16 @@ def encode(source, text: str, vocab_size: int | None = None, context_length: int
     return check_ids(ids, vocab_size, context_length, cut=cut, tokenizer=tokenizer, where=where)
 
 
+def encode_text_or_ids(loaded, text: str, *, cut: bool = True) -> EncodedText:
+    """What a text box holds, as token ids for `loaded`: its text through the model's tokenizer, or,
+    for a model with no tokenizer, token ids typed as '1, 2, 3' or '1 2 3'; checked against the
+    vocabulary and context length either way (see encode and check_ids)."""
+    if loaded.tokenizer is not None:
+        return encode(loaded, text, cut=cut)
+    ids = parse_token_ids(text, "this model has no tokenizer.json, so the text box takes token ids")
+    return check_ids(ids, loaded.config.vocab_size, loaded.config.context_length, cut=cut)
+
+
 def trace_names(config, n_tokens: int, final_logits: bool = True) -> list[str]:
     """What a forward pass over `n_tokens` records: everything ("*") for small inputs; for large
     ones (vocab x tokens x layers above TRACE_ALL_BELOW) not the per-layer logit lens, which the

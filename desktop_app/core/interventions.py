@@ -184,6 +184,9 @@ def resolve(model, ids: Sequence[int] | torch.Tensor, interventions: Sequence[In
             act = _activation(clean, iv)
             out.append(replace(iv, how="replace", value=act.mean(0)))
         else:
+            if model.cfg.input_kind == "patches":
+                raise ValueError("resampling copies activations from another text; an image model has none "
+                                 "(zero or mean-ablate instead)")
             act = _activation(_run(model, iv.source_ids, [iv.point]), iv)
             out.append(replace(iv, how="replace", value=act, source_ids=None))
     return out

@@ -45,15 +45,10 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
     With interventions (core/interventions.py) the trace is the edited model's (means over this text)."""
     import torch
 
-    from ..core.inputs import check_ids, trace_names
+    from ..core.inputs import check_ids, encode_text_or_ids, trace_names
 
     cfg = loaded.config
-    if ids is not None:
-        enc = check_ids(ids, cfg.vocab_size, cfg.context_length)
-    elif loaded.tokenizer is not None:
-        enc = encode(loaded, text)
-    else:
-        enc = check_ids(_parse_ids(text), cfg.vocab_size, cfg.context_length)
+    enc = check_ids(ids, cfg.vocab_size, cfg.context_length) if ids is not None else encode_text_or_ids(loaded, text)
     if not enc.ids:
         return enc, None
     names = trace_names(cfg, len(enc.ids))
@@ -92,9 +87,6 @@ def trace_image(loaded: LoadedModel, pixels, interventions: list | None = None) 
     if interventions:
         from ..core.interventions import resolve
 
-        if any(iv.how == "resample" for iv in interventions):
-            raise ValueError("resampling copies activations from another text; an image model has none "
-                             "(zero or mean-ablate instead)")
         interventions = resolve(loaded.model, x, [iv.check(cfg) for iv in interventions])
     # Not the recorded blocks.*.logit_lens (a ViT's reads [CLS] alone): the Layers panel then reads every
     # position's residual through the final norm + classifier, one class per token.
@@ -128,13 +120,6 @@ def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
         memo[id(b)] = b.to(device)
     moved = copy.deepcopy(model, memo).to(device)
     return dataclasses.replace(loaded, model=moved)
-
-
-def _parse_ids(text: str) -> list[int]:
-    """Without a tokenizer the text box takes token ids: '1, 2, 3' or '1 2 3'."""
-    from ..core.inputs import parse_token_ids
-
-    return parse_token_ids(text, "this model has no tokenizer.json, so the text box takes token ids")
 
 
 class AppState(QObject):

@@ -186,3 +186,19 @@ def test_tokenize_and_trace_cuts_long_text_with_a_notice_and_names_bad_input(mot
     with pytest.raises(InputError, match="no tokenizer.json, so the text box takes token ids: 'A' is not"):
         tokenize_and_trace(notok, "A B", None)
     assert torch.is_tensor(trace.pattern(0))
+
+
+def test_a_text_box_without_a_tokenizer_takes_checked_token_ids():
+    """encode_text_or_ids: what every text box (Model, What if, the resample text) hands the model."""
+    from types import SimpleNamespace
+
+    from desktop_app.core.inputs import encode_text_or_ids
+
+    loaded = SimpleNamespace(tokenizer=None, config=SimpleNamespace(vocab_size=10, context_length=4))
+    assert encode_text_or_ids(loaded, "1, 2 3").ids == [1, 2, 3]
+    cut = encode_text_or_ids(loaded, "1 2 3 4 5")
+    assert cut.ids == [1, 2, 3, 4] and cut.notice  # longer than the context: its start, and said
+    with pytest.raises(InputError, match="12"):
+        encode_text_or_ids(loaded, "1 12")  # outside the vocabulary
+    with pytest.raises(InputError, match="no tokenizer"):
+        encode_text_or_ids(loaded, "hello")

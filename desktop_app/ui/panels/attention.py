@@ -604,10 +604,6 @@ class AttentionPanel(ViewTablePanel):
         self.state.set_interventions(kept + [iv])
 
     def _ids_of(self, text: str) -> list[int]:
-        from ...core.inputs import encode
+        from ...core.inputs import encode_text_or_ids
 
-        loaded = self.state.loaded
-        if loaded.tokenizer is None:
-            from ...core.inputs import parse_token_ids
-            return parse_token_ids(text)
-        return list(encode(loaded, text).ids)
+        return encode_text_or_ids(self.state.loaded, text).ids

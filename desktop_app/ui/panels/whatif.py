@@ -53,12 +53,11 @@ def token_id_of(loaded, text: str, what: str) -> int:
 
 
 def text_ids(loaded, text: str, what: str) -> list[int]:
-    from ..state import _parse_ids
-    from ...core.inputs import encode
+    from ...core.inputs import encode_text_or_ids
 
     if not text.strip():
         raise ValueError(f"the {what} text is empty")
-    return list(encode(loaded, text).ids) if loaded.tokenizer is not None else _parse_ids(text)
+    return encode_text_or_ids(loaded, text).ids
 
 
 def attribute(loaded, ids: list[int], position: int, token_text: str, interventions: list):

@@ -48,9 +48,16 @@ class ImageSettings:
     image_std: tuple[float, ...] = (0.5, 0.5, 0.5)
 
 
+def default_image_settings(size: int, channels: int) -> ImageSettings:
+    """ViTImageProcessor's defaults (rescale to [0, 1], normalise with mean 0.5 and std 0.5) for
+    `channels` channels at size x size."""
+    return ImageSettings(size, size, image_mean=(0.5,) * channels, image_std=(0.5,) * channels)
+
+
 def image_settings(folder: str | Path | None, cfg: ModelConfig) -> ImageSettings:
-    """The folder's preprocessor_config.json, or ViTImageProcessor's defaults at the model's image size."""
-    defaults = ImageSettings(cfg.image_size, cfg.image_size)
+    """The folder's preprocessor_config.json, or ViTImageProcessor's defaults at the model's image
+    size, one mean and std per channel of the model."""
+    defaults = default_image_settings(cfg.image_size, cfg.num_channels)
     path = Path(folder) / PREPROCESSOR if folder is not None else None
     if path is None or not path.is_file():
         return defaults
@@ -68,7 +75,7 @@ def image_settings(folder: str | Path | None, cfg: ModelConfig) -> ImageSettings
     resample = d.get("resample", 2)
     if resample not in RESAMPLE:
         raise ImageInputError(f"{path}: resample {resample!r} is not supported (2 bilinear, 3 bicubic)")
-    mean, std = d.get("image_mean", defaults.image_mean), d.get("image_std", defaults.image_std)
+    mean, std = d.get("image_mean", list(defaults.image_mean)), d.get("image_std", list(defaults.image_std))
     mean = tuple(float(m) for m in (mean if isinstance(mean, list) else [mean] * cfg.num_channels))
     std = tuple(float(s) for s in (std if isinstance(std, list) else [std] * cfg.num_channels))
     if len(mean) != cfg.num_channels or len(std) != cfg.num_channels or not all(s > 0 for s in std):

@@ -97,7 +97,7 @@ def trace_image(loaded: LoadedModel, pixels, interventions: list | None = None) 
 def trace_image_or_digit(loaded: LoadedModel, pixels, source: str, interventions: list | None = None):
     """(pixels, what they are, ids, trace) of `pixels`, or of held-out digit #0 when there are none yet."""
     if pixels is None:
-        from .panels.image import heldout_digit
+        from ..core.training.image_tasks import heldout_digit
 
         pixels, label, _ = heldout_digit(loaded, 0)
         source = f"held-out digit #0 (true label {label})"

@@ -135,3 +135,14 @@ def test_image_settings_from_preprocessor_config(tmp_path):
     (tmp_path / "preprocessor_config.json").write_text(json.dumps({"resample": 5}))
     with pytest.raises(ImageInputError, match="preprocessor_config.json: resample 5 is not supported"):
         image_settings(tmp_path, cfg)
+
+
+def test_a_one_channel_model_gets_one_mean_and_std_per_channel(tmp_path):
+    """ViTImageProcessor's defaults carry three values (an RGB model's); a grey model without a
+    preprocessor_config.json, or with one that leaves the mean and std out, gets one of each."""
+    cfg = tiny_vit().cfg.replace(num_channels=1)
+    assert image_settings(tmp_path, cfg).image_mean == (0.5,) and image_settings(tmp_path, cfg).image_std == (0.5,)
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"size": {"height": 12, "width": 12}}))
+    assert image_settings(tmp_path, cfg).image_mean == (0.5,)
+    pixels = preprocess_image(np.full((12, 12), 255, np.uint8), image_settings(tmp_path, cfg), channels=1)
+    assert pixels.shape == (1, 12, 12) and np.allclose(pixels, 1.0)  # (1 - 0.5) / 0.5

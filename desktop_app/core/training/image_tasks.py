@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..vit import PREPROCESSOR, ImageSettings, preprocess_image
+from ..vit import PREPROCESSOR, ImageSettings, default_image_settings, image_settings, preprocess_image
 from .tasks import Batch, Task, TaskError
 
 IMAGE_TASKS = ("digits", "image-folder")
@@ -59,10 +59,16 @@ def digits_split(n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(order[: n - n_heldout]), np.sort(order[n - n_heldout:])
 
 
-def pixel_settings(size: int, channels: int) -> ImageSettings:
-    """ViTImageProcessor's defaults (rescale to [0, 1], normalise with mean 0.5 and std 0.5) for
-    `channels` channels at size x size."""
-    return ImageSettings(size, size, image_mean=(0.5,) * channels, image_std=(0.5,) * channels)
+pixel_settings = default_image_settings  # what the digits task trains with: the defaults at 8 x 8, one channel
+
+
+def heldout_digit(loaded, index: int) -> tuple[np.ndarray, int, int]:
+    """(pixel values for `loaded`, true label, number of held-out digits) of held-out digit `index`."""
+    images, labels = load_digits()
+    _, held = digits_split(len(images))
+    i = held[min(max(index, 0), len(held) - 1)]
+    pixels = preprocess_image(images[i], image_settings(loaded.path, loaded.config), loaded.config.num_channels)
+    return pixels, int(labels[i]), len(held)
 
 
 def preprocessor_config(settings: ImageSettings) -> dict[str, Any]:

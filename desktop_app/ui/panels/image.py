@@ -31,40 +31,16 @@ TOP_CLASSES = 5
 # -- work done in workers (no Qt) --------------------------------------------------------------
 
 
-def pixel_settings_for(loaded):
-    """How images become this model's pixel values: its preprocessor_config.json, else ViTImageProcessor's
-    defaults with one mean and std per channel of the model."""
-    from ...core.training.image_tasks import pixel_settings
-    from ...core.vit import image_settings
-
-    cfg = loaded.config
-    settings = image_settings(loaded.path, cfg)
-    if len(settings.image_mean) != cfg.num_channels:  # the defaults carry three (an RGB model's)
-        return pixel_settings(cfg.image_size, cfg.num_channels)
-    return settings
-
-
 def file_pixels(loaded, path: str) -> np.ndarray:
     """The image file at `path` as the model's pixel values [C, H, W]; ValueError naming the file."""
     from ...commands.trace import read_image_file
-    from ...core.vit import ImageInputError, preprocess_image
+    from ...core.vit import ImageInputError, image_settings, preprocess_image
 
     try:
-        return preprocess_image(read_image_file(path, loaded.config.num_channels), pixel_settings_for(loaded),
+        return preprocess_image(read_image_file(path, loaded.config.num_channels), image_settings(loaded.path, loaded.config),
                                 loaded.config.num_channels)
     except ImageInputError as exc:
         raise ValueError(f"{path}: {exc}") from None
-
-
-def heldout_digit(loaded, index: int) -> tuple[np.ndarray, int, int]:
-    """(pixel values, true label, number of held-out digits) of held-out digit `index`."""
-    from ...core.training.image_tasks import digits_split, load_digits
-    from ...core.vit import preprocess_image
-
-    images, labels = load_digits()
-    _, held = digits_split(len(images))
-    i = held[min(max(index, 0), len(held) - 1)]
-    return preprocess_image(images[i], pixel_settings_for(loaded), loaded.config.num_channels), int(labels[i]), len(held)
 
 
 def analyse_image(loaded, pixels: np.ndarray) -> dict:
@@ -426,7 +402,8 @@ class ImagePanel(QWidget):
         cfg = loaded.config
         self.layer.setRange(0, cfg.n_layers - 1)
         try:
-            self.settings = pixel_settings_for(loaded)
+            from ...core.vit import image_settings
+            self.settings = image_settings(loaded.path, loaded.config)
         except ValueError as exc:  # a broken preprocessor_config.json: one line naming it
             self._enable(False, str(exc))
             return
@@ -444,6 +421,7 @@ class ImagePanel(QWidget):
             pixels, label, _ = result
             self._analyse(loaded, pixels, f"held-out digit #{index} (true label {label})")
 
+        from ...core.training.image_tasks import heldout_digit
         run_job(heldout_digit, loaded, index, on_result=done, on_error=self._failed, owner=self)
 
     def open_image(self, path: str) -> None:
@@ -504,7 +482,8 @@ class ImagePanel(QWidget):
         """Everything the panel shows for `pixels`, computed here on the calling thread (the CLI's
         render draws offscreen with no event loop to deliver workers' results): query None is [CLS],
         else a patch index (row by row)."""
-        self.loaded, self.settings = loaded, pixel_settings_for(loaded)
+        from ...core.vit import image_settings
+        self.loaded, self.settings = loaded, image_settings(loaded.path, loaded.config)
         self._enable(True)
         self.layer.blockSignals(True)
         self.layer.setRange(0, loaded.config.n_layers - 1)

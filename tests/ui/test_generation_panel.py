@@ -641,3 +641,19 @@ def test_the_screenshot_script_lives_in_the_demo_module(qtbot):
     assert isinstance(p._demo, demo.ScriptedDemo)
     qtbot.waitUntil(p.screenshot_ready, timeout=30_000)
     assert len(p.session.history) == 2 and len(p.session.remaining) == 1
+
+
+def test_a_prompt_outside_the_vocabulary_or_context_is_one_line_and_starts_nothing(qtbot):
+    """The prompt is read as every text box is (core.inputs): ids beyond the vocabulary and a prompt
+    longer than the context are refused in the status line, not handed to the model."""
+    p = _make(qtbot)
+    cfg = ModelConfig.gpt2(vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=8)
+    notok = LoadedModel(new_model(cfg, seed=0).eval(), cfg, None, None, "ids")
+    p.state.loaded = notok
+    p.state.model_changed.emit(notok)
+    for typed, said in (("7 80 9", "80"), (" ".join(["1"] * 9), "context")):
+        p.prompt.setFocus()
+        qtbot.keyClick(p.prompt, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+        qtbot.keyClicks(p.prompt, typed)
+        qtbot.mouseClick(p.start_button, Qt.MouseButton.LeftButton)
+        assert said in p.status.text() and p.session is None, p.status.text()

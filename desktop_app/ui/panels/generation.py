@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QLin
 from ...core.generation import (STRATEGIES, GenerationError, GenerationSession, GenerationSettings,
                                 MaskedFillSession, process_logits)
 from ...core.views.generation import GenerationViewState
+from ...core.inputs import InputError
 from ..widgets.export import ExportBar
 from ..widgets.prob_bars import ProbBars, format_prob
 from ..widgets.token_strip import TokenStrip
@@ -401,14 +402,10 @@ class GenerationPanel(QWidget):
 
     # -- actions ---------------------------------------------------------------------------
     def _prompt_ids(self) -> list[int]:
-        loaded = self.state.loaded
-        text = self.prompt.text()
-        if loaded.tokenizer is not None:
-            return loaded.tokenizer.encode(text)
-        try:
-            return [int(p) for p in text.replace(",", " ").split()]
-        except ValueError:
-            raise GenerationError("this model has no tokenizer.json: type token ids separated by spaces") from None
+        """The prompt as every text box reads it (core.inputs): checked, and not cut at the context."""
+        from ...core.inputs import encode_text_or_ids
+
+        return encode_text_or_ids(self.state.loaded, self.prompt.text(), cut=False).ids
 
     def start(self, then=None) -> None:
         """Run the prompt (in a worker) and start a fresh tree; `then` runs after it is ready."""
@@ -422,7 +419,7 @@ class GenerationPanel(QWidget):
             ids = self._prompt_ids()
             if not ids:
                 raise GenerationError("the prompt is empty")
-        except GenerationError as exc:
+        except (GenerationError, InputError) as exc:
             self.status.setText(str(exc))
             return
         self.selected_node, self.selected_position = None, None

@@ -14,7 +14,7 @@ from ..core.analysis import STAT_NAMES
 from ..core.views import attention as attention_views
 from ..core.views import layers as layers_views
 from ..core.views import view_names
-from ..ui.offscreen import dispose  # noqa: F401  (was defined here; callers may still import it from here)
+from ..ui.offscreen import dispose
 
 # the panels' VIEWS tables: a view added there is a `--view` here (the attention heatmap listed first)
 ATTENTION_VIEWS = ("attention",) + tuple(n for n in view_names(attention_views.VIEWS) if n != "attention")

@@ -52,9 +52,10 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
     scores = attention_scores(q, k, kind, scale)
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    work = torch.promote_types(scores.dtype, torch.float32)  # float64 stays float64
     if kind == "sinkhorn":
-        return torch.softmax(sinkhorn_log_normalise(scores.float(), sinkhorn_iters), dim=-1).to(q.dtype)
-    return torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        return torch.softmax(sinkhorn_log_normalise(scores.to(work), sinkhorn_iters), dim=-1).to(q.dtype)
+    return torch.softmax(scores.to(work), dim=-1).to(q.dtype)
 
 
 def causal_mask(t_q: int, t_k: int, device=None, window: int | None = None) -> torch.Tensor:

@@ -32,7 +32,8 @@ from typing import Iterator, Sequence
 import torch
 
 from .jobs import JobControl
-from .model import KVCache, Transformer, attention_probs, attention_scale, causal_mask, layer_window
+from .attention import attention_probs, causal_mask
+from .model import KVCache, Transformer, attention_scale, layer_window
 from .trace import Trace
 
 STRATEGIES = ("greedy", "sample", "top-k", "top-p", "beam")

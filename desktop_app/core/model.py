@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import attention_probs, causal_mask  # noqa: F401 - the formulas' home; re-exported
+from .attention import attention_probs, causal_mask  # the formulas' one home
 from .config import ModelConfig
 from .interventions import edit_at, editing_trace
 from .trace import Trace

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from desktop_app.cli import main as cli_main
-from desktop_app.commands.render import VIEWS, dispose, render_view
+from desktop_app.commands.render import VIEWS, render_view
+from desktop_app.ui.offscreen import dispose
 from desktop_app.core import analysis
 from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder
 from desktop_app.core.config import ModelConfig

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 from desktop_app.core import model as model_mod
 from desktop_app.core.config import ConfigError, ModelConfig
-from desktop_app.core.model import KVCache, Transformer, attention_probs, sinusoidal_table
+from desktop_app.core.attention import attention_probs
+from desktop_app.core.model import KVCache, Transformer, sinusoidal_table
 from desktop_app.core.trace import Trace
 
 SMALL = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=32)

@@ -95,7 +95,8 @@ def real_attention(model, layer: int, head: int | None = None):
     Built from the model's own module and helpers, not from core.lipschitz: the reference."""
     import copy
 
-    from desktop_app.core.model import causal_mask, layer_rotary, layer_window
+    from desktop_app.core.attention import causal_mask
+    from desktop_app.core.model import layer_rotary, layer_window
 
     cfg = model.cfg
     attn = model.blocks[layer].attn

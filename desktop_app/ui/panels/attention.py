@@ -18,8 +18,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsRectItem, QHBoxLay
 from ...core import analysis
 from ...core.views import find_view, views_using
 from ...core.views import attention as attention_views
-from ...core.views.attention import (AttentionData, AttentionViewState, display_levels, max_pool,  # noqa: F401
-                                     thumbnails)
+from ...core.views.attention import AttentionData, AttentionViewState, thumbnails
 from ..settings import plot_background, plot_foreground
 from ..widgets.heatmap import LabelAxis
 from ..widgets.token_strip import plural

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QSlider, QSplit
 from ...core import analysis
 from ...core.views import find_view, views_using
 from ...core.views import layers as layers_views
-from ...core.views.layers import LayersData, LayersResult, LayersViewState, compute_layers  # noqa: F401
+from ...core.views.layers import LayersData, LayersResult, LayersViewState, compute_layers
 from ..settings import plot_background, plot_foreground
 from ..widgets.heatmap import Heatmap, short_label
 from ..widgets.token_strip import _visible, format_prob, plural, value_colour

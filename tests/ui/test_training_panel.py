@@ -389,6 +389,17 @@ def test_a_new_run_folder_never_reuses_an_existing_one(tmp_path):
     assert second != first and not second.exists() and second.name == first.name + "-2"
 
 
+def test_a_new_run_never_writes_its_launch_file_over_a_file_that_is_there(tmp_path):
+    from desktop_app.ui.panels.training import launch_config_path
+
+    now = 1_790_000_000.0
+    first = new_run_dir(tmp_path, "motif", now)
+    launch_config_path(first).write_text("someone's notes")  # the folder is free, its launch file's name is not
+    second = new_run_dir(tmp_path, "motif", now)
+    assert second != first and not launch_config_path(second).exists()
+    assert launch_config_path(first).read_text() == "someone's notes"
+
+
 @pytest.mark.parametrize("name,options", [("motif", {}), ("sort", {"length": 5}), ("modadd", {"p": 13}),
                                           ("induction", {"length": 6, "symbols": 8})])
 def test_a_task_sample_is_text_its_tokenizer_reads_back(name, options):

@@ -148,10 +148,10 @@ def runs_root() -> Path:
 
 def new_run_dir(root: Path, task: str, now: float | None = None) -> Path:
     """A folder for a new run, named by its start time and task, that does not exist yet: a run never
-    writes into (or replaces) another run's folder."""
+    writes into (or replaces) another run's folder, nor its launch file (launch_config_path) over a file."""
     base = f"{time.strftime('%Y-%m-%d_%H%M', time.localtime(now))}_{task}"
     path, n = root / base, 1
-    while path.exists():
+    while path.exists() or launch_config_path(path).exists():
         n += 1
         path = root / f"{base}-{n}"
     return path

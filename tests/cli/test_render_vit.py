@@ -2,7 +2,6 @@
 attention distance) and the attention/layers views of its [CLS] + patches, to PNG / SVG; clear errors."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,12 +14,12 @@ import torch
 
 pytest.importorskip("sklearn")
 
+from digit_vit import save_digit_vit  # noqa: E402
 from desktop_app.cli import main as cli_main  # noqa: E402
 from desktop_app.commands.render import IMAGE_VIEWS  # noqa: E402
 from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder  # noqa: E402
 from desktop_app.core.config import ModelConfig  # noqa: E402
-from desktop_app.core.families.vit import preset  # noqa: E402
-from desktop_app.core.training.image_tasks import load_digits, pixel_settings, preprocessor_config  # noqa: E402
+from desktop_app.core.training.image_tasks import load_digits, pixel_settings  # noqa: E402
 from desktop_app.core.vit import preprocess_image  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,12 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def vit_dir(tmp_path_factory):
     """A small untrained digit ViT (8 x 8, one channel, patch 2: 16 patches + [CLS]; 2 layers x 3 heads)."""
-    cfg = preset(d_model=24, n_layers=2, n_heads=3, d_ff=48, image_size=8, patch_size=2, num_channels=1,
-                 vocab_size=10, lm_head=True, extra={"id2label": {str(i): f"digit {i}" for i in range(10)}})
-    folder = tmp_path_factory.mktemp("render-vit") / "vit"
-    save_model_folder(new_model(cfg, seed=0), folder, extra_files={
-        "preprocessor_config.json": json.dumps(preprocessor_config(pixel_settings(8, 1))).encode()})
-    return folder
+    return save_digit_vit(tmp_path_factory.mktemp("render-vit") / "vit")
 
 
 @pytest.fixture(scope="module")

@@ -2,19 +2,15 @@
 their exports, a file that cannot be decoded, and a text model (the panel says it is for ViTs)."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-import torch
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
 
 pytest.importorskip("sklearn")
 
-from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder  # noqa: E402
-from desktop_app.core.families.vit import preset  # noqa: E402
-from desktop_app.core.training.image_tasks import pixel_settings, preprocessor_config  # noqa: E402
+from digit_vit import save_digit_vit  # noqa: E402
+from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
 from desktop_app.ui.panels.image import ImagePanel  # noqa: E402
 from desktop_app.ui.state import AppState  # noqa: E402
 from desktop_app.ui.widgets.export import export_view  # noqa: E402
@@ -23,12 +19,7 @@ from desktop_app.ui.widgets.export import export_view  # noqa: E402
 @pytest.fixture
 def vit_dir(tmp_path):
     """A small untrained digit ViT folder (8 x 8, one channel, patch 2, ten classes, 2 layers x 3 heads)."""
-    cfg = preset(d_model=24, n_layers=2, n_heads=3, d_ff=48, image_size=8, patch_size=2, num_channels=1,
-                 vocab_size=10, lm_head=True, extra={"id2label": {str(i): f"digit {i}" for i in range(10)}})
-    folder = tmp_path / "vit"
-    save_model_folder(new_model(cfg, seed=0), folder, extra_files={
-        "preprocessor_config.json": json.dumps(preprocessor_config(pixel_settings(8, 1))).encode()})
-    return folder
+    return save_digit_vit(tmp_path / "vit")
 
 
 def _panel(qtbot, folder):

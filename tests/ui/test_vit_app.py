@@ -3,16 +3,12 @@ digit is the input Attention and Layers show ([CLS] + patch tokens), and the Mod
 to give an image."""
 from __future__ import annotations
 
-import json
-
 import pytest
 from PySide6.QtCore import Qt
 
 pytest.importorskip("sklearn")
 
-from desktop_app.core.checkpoints import new_model, save_model_folder  # noqa: E402
-from desktop_app.core.families.vit import preset  # noqa: E402
-from desktop_app.core.training.image_tasks import pixel_settings, preprocessor_config  # noqa: E402
+from digit_vit import save_digit_vit  # noqa: E402
 
 from .walkthrough import ErrorWatch, click_panel_tab, open_window, type_into  # noqa: E402
 
@@ -20,12 +16,7 @@ from .walkthrough import ErrorWatch, click_panel_tab, open_window, type_into  # 
 @pytest.fixture
 def vit_dir(tmp_path):
     """A small untrained digit ViT folder (8 x 8, one channel, patch 2 -> 16 patches, 2 layers x 3 heads)."""
-    cfg = preset(d_model=24, n_layers=2, n_heads=3, d_ff=48, image_size=8, patch_size=2, num_channels=1,
-                 vocab_size=10, lm_head=True, extra={"id2label": {str(i): f"digit {i}" for i in range(10)}})
-    folder = tmp_path / "vit"
-    save_model_folder(new_model(cfg, seed=0), folder, extra_files={
-        "preprocessor_config.json": json.dumps(preprocessor_config(pixel_settings(8, 1))).encode()})
-    return folder
+    return save_digit_vit(tmp_path / "vit")
 
 
 def test_open_vit_pick_digit_attention_shows_patches(qtbot, vit_dir, monkeypatch):

@@ -516,14 +516,9 @@ def test_workspace_restores_the_dynamics_form_without_running_it(qtbot, model_di
 
 def test_workspace_restores_the_image_choices(qtbot, tmp_path):
     pytest.importorskip("sklearn")
-    from desktop_app.core.families.vit import preset
-    from desktop_app.core.training.image_tasks import pixel_settings, preprocessor_config
+    from digit_vit import save_digit_vit
 
-    cfg = preset(d_model=24, n_layers=2, n_heads=3, d_ff=48, image_size=8, patch_size=2, num_channels=1,
-                 vocab_size=10, lm_head=True)
-    vit = tmp_path / "vit"
-    save_model_folder(new_model(cfg, seed=0), vit, extra_files={
-        "preprocessor_config.json": json.dumps(preprocessor_config(pixel_settings(8, 1))).encode()})
+    vit = save_digit_vit(tmp_path / "vit", labels=False)
     panels = [("Model", "desktop_app.ui.panels.model", "ModelPanel"),
               ("Image", "desktop_app.ui.panels.image", "ImagePanel")]
     w1 = _window(qtbot, panels)

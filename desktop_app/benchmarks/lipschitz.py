@@ -107,7 +107,7 @@ def main(argv: list[str]) -> dict:
     from ..core import lipschitz as lip
     from ..core.checkpoints import save_model_folder
     from ..core.inputs import text_file_ids
-    from ..core.lipschitz import strict_json
+    from ..core.files import strict_json
     from ..paths import demo_text_path
 
     args = _parser().parse_args(argv)

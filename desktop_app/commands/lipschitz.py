@@ -118,5 +118,7 @@ def run(args) -> int:
     summary = {"exponent": float(result.exponent), "exponent_ci": [float(x) for x in result.exponent_ci],
                "prefactor": float(result.prefactor), "function": result.function, "label": result.label,
                "csv": args.csv, "rows": len(result.rows())}
-    print(json.dumps(lip.strict_json(summary), allow_nan=False))
+    from ..core.files import strict_json
+
+    print(json.dumps(strict_json(summary), allow_nan=False))
     return 0

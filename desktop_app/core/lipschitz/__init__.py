@@ -25,7 +25,7 @@ from .bounds import (SINGULAR_RTOL, _adversarial_head, _bound_parameters, _const
 from .estimator import (DGKS_ETA, KATO_TEMPLE_SAFETY, MIN_STEPS, SpectralEstimate, _AutogradLinearization,
                         _batched_norm, _SoftmaxLinearization, exact_jacobian_norm, linearize, power_iteration,
                         published_power_iteration, spectral_norm)
-from .files import CSV_COLUMNS, load_matrices, save_csv, strict_json
+from .files import CSV_COLUMNS, load_matrices, save_csv
 from .fit import _student_t_quantile, fit_exponent
 from .inputs import _pick, ball_inputs, real_inputs, search_adversarial, window_starts
 from .measured import (AttentionMap, HeadNorm, layer_map, module_function, multi_head, random_single_head,

@@ -66,5 +66,4 @@ def load_matrices(path) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(A.astype(np.float64)), torch.from_numpy(V.astype(np.float64))
 
 
-
 from ..files import strict_json  # noqa: E402,F401 - general; its home is core/files.py

@@ -18,3 +18,13 @@ def save_digit_vit(folder: Path, labels: bool = True) -> Path:
     save_model_folder(new_model(cfg, seed=0), folder, extra_files={
         "preprocessor_config.json": json.dumps(preprocessor_config(pixel_settings(8, 1))).encode()})
     return folder
+
+
+def skip_without_digits() -> None:
+    """Skip (a module, or one test) when scikit-learn's copy of the digits is not installed. Looked up
+    without importing scikit-learn, as the app does (core.training.image_tasks.load_digits)."""
+    import pytest
+    from importlib.util import find_spec
+
+    if find_spec("sklearn") is None:
+        pytest.skip("the digits need scikit-learn installed", allow_module_level=True)

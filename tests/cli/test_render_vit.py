@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("sklearn")
+from digit_vit import skip_without_digits  # noqa: E402
+
+skip_without_digits()
 
 from digit_vit import save_digit_vit  # noqa: E402
 from desktop_app.cli import main as cli_main  # noqa: E402

@@ -10,7 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-pytest.importorskip("sklearn")
+from digit_vit import skip_without_digits  # noqa: E402
+
+skip_without_digits()
 
 from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
 from desktop_app.core.training.image_tasks import digits_split, load_digits  # noqa: E402

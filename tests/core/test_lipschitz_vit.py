@@ -4,7 +4,9 @@ import argparse
 import pytest
 import torch
 
-pytest.importorskip("sklearn")
+from digit_vit import skip_without_digits  # noqa: E402
+
+skip_without_digits()
 
 from desktop_app.core import lipschitz as lip  # noqa: E402
 from desktop_app.core.checkpoints import new_model  # noqa: E402

@@ -7,7 +7,9 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
 
-pytest.importorskip("sklearn")
+from digit_vit import skip_without_digits  # noqa: E402
+
+skip_without_digits()
 
 from digit_vit import save_digit_vit  # noqa: E402
 from desktop_app.core.checkpoints import load_model_folder  # noqa: E402

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
-pytest.importorskip("sklearn")
+from digit_vit import skip_without_digits  # noqa: E402
+
+skip_without_digits()
 
 from digit_vit import save_digit_vit  # noqa: E402
 

@@ -515,7 +515,9 @@ def test_workspace_restores_the_dynamics_form_without_running_it(qtbot, model_di
 
 
 def test_workspace_restores_the_image_choices(qtbot, tmp_path):
-    pytest.importorskip("sklearn")
+    from digit_vit import skip_without_digits
+
+    skip_without_digits()
     from digit_vit import save_digit_vit
 
     vit = save_digit_vit(tmp_path / "vit", labels=False)

@@ -2,8 +2,8 @@
 images arranged one sub-folder per class (the image-folder task).
 
 The digits are scikit-learn's copy of the UCI optical digits (1,797 images, 8 x 8, grey levels 0..16,
-ten classes), read from a file inside the scikit-learn package (no download). scikit-learn is
-imported only here, and only when the digits are asked for.
+ten classes), read from a file inside the scikit-learn package (no download), without importing
+scikit-learn (see load_digits).
 
 A batch of an image task is inputs = pixel values [B, C, H, W] float32 (what the model reads in place
 of token ids) and targets [B, 1] = the class, scored at position 0, the [CLS] token the classifier
@@ -42,14 +42,24 @@ SPLIT_SEED = 0
 def load_digits() -> tuple[np.ndarray, np.ndarray]:
     """(images uint8 [1797, 8, 8] with 0..255 grey levels, labels int64 [1797]).
 
-    The 0..16 levels are scaled by 255/16 and rounded: the image a PNG of the digit would hold."""
+    The 0..16 levels are scaled by 255/16 and rounded: the image a PNG of the digit would hold. The
+    file is read from scikit-learn's package folder without importing scikit-learn: its compiled
+    modules bring their own OpenMP runtime, and two runtimes in one process beside torch's can crash
+    a later torch call (a segfault in a worker thread was seen once the digits had been loaded)."""
+    import gzip
+    from importlib.util import find_spec
+
+    spec = find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise TaskError("the digits task needs scikit-learn's copy of the digits (pip install scikit-learn)")
+    path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
     try:
-        from sklearn.datasets import load_digits as sklearn_digits
-    except ImportError:
-        raise TaskError("the digits task needs scikit-learn (pip install scikit-learn)") from None
-    data = sklearn_digits()
-    images = np.clip(np.round(data.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
-    return images, data.target.astype(np.int64)
+        with gzip.open(path, "rt") as fh:
+            table = np.loadtxt(fh, delimiter=",")
+    except (OSError, ValueError) as exc:
+        raise TaskError(f"{path}: cannot read the digits ({exc})") from exc
+    images = np.clip(np.round(table[:, :-1].reshape(-1, 8, 8) * (255.0 / 16.0)), 0, 255).astype(np.uint8)
+    return images, table[:, -1].astype(np.int64)
 
 
 def digits_split(n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -46,6 +46,24 @@ def test_tiny_probabilities_and_aligned_annotations(qtbot):
     assert texts == ["0.500", "0.050", "0.123", "1e-06"]
 
 
+def test_annotations_read_on_their_cells_and_hide_when_they_do_not_fit(qtbot):
+    """A diverging map's pale middle gets black numbers (white ones vanished there); numbers show only
+    while a cell is wider than the widest of them, and come back when the map is widened."""
+    hm = Heatmap(colormap="CET-D1", annotate_max_cells=200)
+    qtbot.addWidget(hm)
+    hm.resize(900, 300)
+    hm.show()
+    qtbot.waitExposed(hm)
+    hm.set_matrix(np.array([[0.0, 1.0, -1.0]]), levels=(-1.0, 1.0))
+    colours = [t.textItem.defaultTextColor().name() for t in hm.annotations]
+    assert colours[0] == "#000000" and colours[1] == "#ffffff" and colours[2] == "#ffffff", colours
+    assert all(t.isVisible() for t in hm.annotations)
+    hm.set_matrix(np.linspace(-1, 1, 60).reshape(1, 60), levels=(-1.0, 1.0))  # 60 cells in ~800 px
+    assert not any(t.isVisible() for t in hm.annotations)
+    hm.resize(6000, 300)
+    qtbot.waitUntil(lambda: all(t.isVisible() for t in hm.annotations), timeout=5000)
+
+
 def test_dark_theme_darkens_the_plots(qtbot, model_dirs, isolated_user_files, monkeypatch):
     app = QApplication.instance()
     saved_palette, saved_style = app.palette(), app.style().name()

@@ -123,6 +123,8 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.vb = self.plot.getViewBox()
         self.vb.invertY(True)
         self.vb.setAspectLocked(False)
+        self.vb.sigResized.connect(self._fit_annotations)
+        self.vb.sigXRangeChanged.connect(self._fit_annotations)
         self.image = pg.ImageItem(axisOrder="row-major")
         self.mask_image = pg.ImageItem(axisOrder="row-major")
         self.mask_image.setZValue(1)
@@ -254,14 +256,34 @@ class Heatmap(pg.GraphicsLayoutWidget):
         for (r, c), v in np.ndenumerate(self.values):
             if self.mask is not None and not self.mask[r, c]:
                 continue
-            bright = (float(v) - lo) / (hi - lo) > 0.6 if hi > lo else False
             tiny = v != 0 and abs(float(v)) < 0.5 * 10 ** -decimals  # would read as 0.000
             text = f"{float(v):.0e}" if tiny else f"{float(v):.{decimals}f}"
-            t = pg.TextItem(text, color="k" if bright else "w", anchor=(0.5, 0.5))
+            t = pg.TextItem(text, color="k" if self._light_cell(float(v)) else "w", anchor=(0.5, 0.5))
             t.setPos(c + 0.5, r + 0.5)
             t.setZValue(3)
             self.plot.addItem(t)
             self.annotations.append(t)
+        self._fit_annotations()
+
+    def _light_cell(self, value: float) -> bool:
+        """Whether the colour map paints `value` light (black text reads on it): by its luminance,
+        so a diverging map's pale middle gets black text too."""
+        lo, hi = self.levels
+        x = min(1.0, max(0.0, (value - lo) / (hi - lo))) if hi > lo else 0.0
+        r, g, b = (float(c) for c in self.cmap.map(x, mode="float")[:3])
+        return 0.299 * r + 0.587 * g + 0.114 * b > 0.55
+
+    def _fit_annotations(self, *_) -> None:
+        """Numbers only where they fit their cells: hidden while the cells are narrower than the
+        widest number (they would run into each other), shown again when zoomed in or widened."""
+        if not self.annotations:
+            return
+        (x0, x1), _ = self.vb.viewRange()
+        cell_px = self.vb.width() / max(x1 - x0, 1e-9)
+        widest = max(t.textItem.boundingRect().width() for t in self.annotations)
+        fits = cell_px >= widest + 2
+        for t in self.annotations:
+            t.setVisible(fits)
 
     def set_title(self, title: str) -> None:
         self.plot.setTitle(title, color=plot_foreground())

@@ -14,9 +14,10 @@ Edit points (l = layer; every tensor has positions on axis -2):
     blocks.l.resid_post      output of block l
 
 How: "zero"; "replace" (value [width], the same at every position, or [T, width], one row per
-absolute position); "mean" and "resample" are turned into "replace" by `resolve` from a forward
-on the text itself (the mean over its positions) or on another text (its activation position by
-position), so the model itself only ever zeroes or copies.
+absolute position); "add" (a value of the same shapes added to the activation: steering, see
+`steering_vector` and `steer`); "mean" and "resample" are turned into "replace" by `resolve` from
+a forward on the text itself (the mean over its positions) or on another text (its activation
+position by position), so the model itself only ever zeroes, copies or adds.
 
 Also: direct logit attribution (what each head and MLP adds to one token's logit through the
 final norm's linearisation and the unembedding) and activation patching (how much of a clean
@@ -34,7 +35,7 @@ import torch
 from .jobs import report
 from .trace import Trace
 
-HOWS = ("zero", "mean", "resample", "replace")
+HOWS = ("zero", "mean", "resample", "replace", "add")
 _LAYER_POINTS = ("attn.z", "attn.out", "resid_mid", "mlp.out", "resid_post")
 _TARGET = re.compile(r"^blocks\.(\d+)\.(attn\.head\.(\d+)|attn\.z|attn\.out|resid_mid|mlp\.out|resid_post)$")
 
@@ -44,8 +45,9 @@ class Intervention:
     target: str  # an edit point, or "blocks.l.attn.head.h"
     how: str = "zero"
     positions: tuple[int, ...] | None = None  # absolute positions; None: every position
-    value: torch.Tensor | None = None  # replace: [width] or [T, width]
+    value: torch.Tensor | None = None  # replace, add: [width] or [T, width]
     source_ids: tuple[int, ...] | None = None  # resample: the text whose activations are copied
+    name: str | None = None  # what the edit is called where it is listed (a steer's texts); None: from the rest
 
     def __post_init__(self) -> None:
         if self.how not in HOWS:
@@ -53,8 +55,8 @@ class Intervention:
         if self.target != "embed" and not _TARGET.match(self.target):
             raise ValueError(f"{self.target!r} is not an edit point (e.g. blocks.2.attn.head.3, blocks.2.attn.out, "
                              "blocks.2.mlp.out, blocks.2.resid_post, embed)")
-        if self.how == "replace" and self.value is None:
-            raise ValueError(f"{self.target}: 'replace' needs a value")
+        if self.how in ("replace", "add") and self.value is None:
+            raise ValueError(f"{self.target}: {self.how!r} needs a value")
         if self.how == "resample" and not self.source_ids:
             raise ValueError(f"{self.target}: 'resample' needs the other text's token ids")
 
@@ -76,6 +78,8 @@ class Intervention:
 
     @property
     def label(self) -> str:
+        if self.name:
+            return self.name
         where = "" if self.positions is None else " @" + ",".join(map(str, self.positions))
         return f"{self.how} {self.target}{where}"
 
@@ -87,6 +91,10 @@ class Intervention:
             raise ValueError(f"{self.target}: the model has heads 0..{cfg.n_heads - 1}")
         if self.positions is not None and any(p < 0 for p in self.positions):
             raise ValueError(f"{self.target}: positions must be >= 0, got {list(self.positions)}")
+        if self.how == "add" and not self.point.endswith("attn.z") \
+                and self.value.shape[-1] != cfg.d_model:  # a vector from another model would broadcast oddly
+            raise ValueError(f"{self.label}: the vector has width {self.value.shape[-1]}, the model's residual "
+                             f"stream {cfg.d_model}")
         return self
 
 
@@ -119,8 +127,8 @@ class EditingTrace(Trace):
         self.by_point: dict[str, list[Intervention]] = {}
         for iv in interventions:
             if iv.how in ("mean", "resample"):
-                raise ValueError(f"{iv.label}: resolve it first (interventions.resolve) - the model only zeroes "
-                                 "or replaces")
+                raise ValueError(f"{iv.label}: resolve it first (interventions.resolve) - the model only zeroes, "
+                                 "replaces or adds")
             self.by_point.setdefault(iv.point, []).append(iv)
 
     def wants(self, name: str) -> bool:
@@ -152,10 +160,14 @@ class EditingTrace(Trace):
             if value.dim() >= 2:  # one row per absolute position
                 rows = local + self.start
                 if int(rows.max()) >= value.shape[0]:
-                    raise ValueError(f"{iv.label}: the replacement covers {value.shape[0]} positions, the text "
+                    what = "vector" if iv.how == "add" else "replacement"
+                    raise ValueError(f"{iv.label}: the {what} covers {value.shape[0]} positions, the text "
                                      f"reaches position {int(rows.max())}")
                 value = value[rows]
-            part[..., local, :] = value
+            if iv.how == "add":
+                part[..., local, :] += value
+            else:
+                part[..., local, :] = value
         return x
 
 
@@ -190,6 +202,44 @@ def resolve(model, ids: Sequence[int] | torch.Tensor, interventions: Sequence[In
             act = _activation(_run(model, iv.source_ids, [iv.point]), iv)
             out.append(replace(iv, how="replace", value=act, source_ids=None))
     return out
+
+
+# -- steering (activation addition) ------------------------------------------------------------
+
+
+def steering_vector(model, ids_plus: Sequence[int], ids_minus: Sequence[int], layer: int) -> torch.Tensor:
+    """[d_model] (float32, CPU): the mean over positions of blocks.{layer}.resid_post on the first
+    text minus the same on the second, each from a plain forward (the texts may differ in length;
+    the means make them comparable)."""
+    model = getattr(model, "model", model)
+    cfg = model.cfg
+    if not 0 <= layer < cfg.n_layers:
+        raise ValueError(f"steering layer {layer}: the model has layers 0..{cfg.n_layers - 1}")
+    point = f"blocks.{layer}.resid_post"
+    means = []
+    for ids, which in ((ids_plus, "towards"), (ids_minus, "away from")):
+        if not len(ids):
+            raise ValueError(f"the {which} text is empty")
+        means.append(_run(model, ids, [point])[point][0].float().mean(0))
+    return (means[0] - means[1]).cpu()
+
+
+def _quoted(text: str, limit: int = 20) -> str:
+    text = " ".join(text.split())
+    return '"' + (text if len(text) <= limit else text[:limit - 1] + "…") + '"'
+
+
+def steer(vector: torch.Tensor, layer: int, scale: float, towards: str = "", away: str = "") -> Intervention:
+    """The edit that adds scale x vector to block `layer`'s output at every position (the generated
+    ones too), named after the two texts it came from."""
+    times = f"{scale:.1f}" if scale == round(scale, 1) else f"{scale:g}"  # 4.0, -2.5, 0.25
+    return Intervention(f"blocks.{layer}.resid_post", "add", value=scale * vector,
+                        name=f"steer L{layer} x{times} ({_quoted(towards)} - {_quoted(away)})")
+
+
+def is_steer(iv: Intervention) -> bool:
+    """Whether an edit adds a vector (what `steer` makes; a panel keeps one steer at a time)."""
+    return iv.how == "add"
 
 
 def _run(model, ids: Sequence[int] | torch.Tensor, names) -> Trace:

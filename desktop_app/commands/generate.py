@@ -49,24 +49,24 @@ def run(args) -> int:
     prompt = input_ids(loaded, args.prompt, args.prompt_ids)
     settings = GenerationSettings(args.strategy, args.temperature, args.top_k, args.top_p, args.beams)
     result: dict = {"model": str(loaded.path), "strategy": args.strategy, "seed": args.seed}
+    edits = parse_ablations(args.ablate, loaded.config) if args.ablate else None
     if loaded.config.causal:
         stops = parse_token_ids(args.stop_ids, "--stop-ids") if args.stop_ids is not None else None
         ids, session = generate(loaded, prompt, args.max_new, settings, seed=args.seed, stop_tokens=stops,
-                                interventions=parse_ablations(args.ablate, loaded.config) if args.ablate else None)
+                                interventions=edits)
         gen = session.generated()
         result.update(prompt_length=len(prompt), ids=ids,
                       probs=[round(n.model_prob, 6) for n in gen],
                       score=session.current.score, stop_reason=session.stop_reason)
     else:
-        if args.ablate:
-            raise ValueError("--ablate is for decoder models (mask filling does not apply it yet)")
         mask_id = loaded.tokenizer.mask_token_id if loaded.tokenizer is not None else None
         if mask_id is None:
             raise ValueError(f"{loaded.path}: an encoder model fills [MASK] tokens, but its tokenizer has none")
         masked = [i for i, t in enumerate(prompt) if t == mask_id]
         if not masked:
             raise ValueError("an encoder model fills [MASK] tokens: put at least one in the prompt")
-        session = MaskedFillSession(loaded, prompt, masked, mask_id, settings, args.order, args.seed)
+        session = MaskedFillSession(loaded, prompt, masked, mask_id, settings, args.order, args.seed,
+                                    interventions=edits)
         steps = list(session.run(min(args.max_new, len(masked))))
         ids = session.ids()
         result.update(prompt_length=len(prompt), ids=ids,

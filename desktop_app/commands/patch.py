@@ -1,10 +1,11 @@
-"""`python -m desktop_app patch MODEL_DIR --clean T --corrupted T --answer-id ID [--wrong-id ID] --csv OUT.csv`
+"""`python -m desktop_app patch MODEL_DIR --clean T --corrupted T --answer-id ID [--wrong-id ID] [--ablate L.H] --csv OUT.csv`
 
 Activation patching (core.interventions.activation_patching). The CSV holds both tables, one row
 per cell: table ("resid": the residual stream, row = embed or blocks.l.resid_post, at one position;
 "head": one head's output at every position), layer (-1 for embed), position (-1 for heads), head
 (-1 for the residual stream), recovery (corrupted = 0, clean = 1). The last line printed is a JSON
-object with the clean and corrupted metrics.
+object with the clean and corrupted metrics. Under --ablate the zero-ablated model is the one patched
+(in the clean, corrupted and patched runs alike), as in the What if panel under the active ablations.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def add_parser(sub) -> None:
     g.add_argument("--corrupted-ids", help="corrupted token ids")
     p.add_argument("--answer-id", type=int, required=True, help="the clean answer's token id")
     p.add_argument("--wrong-id", type=int, help="metric: logit(answer) - logit(wrong) (default: logit(answer))")
+    p.add_argument("--ablate", help="patch the zero-ablated model: LAYER.HEAD[,LAYER.HEAD...] (also LAYER.attn, "
+                   "LAYER.mlp)")
     p.add_argument("--csv", required=True, help="output CSV")
     p.set_defaults(func=run)
 
@@ -45,15 +48,16 @@ def run(args) -> int:
     from . import input_ids, load_model
     from .attribute import write_csv
     from ..core.files import prepare_output_file
-    from ..core.interventions import activation_patching
+    from ..core.interventions import activation_patching, parse_ablations
 
     prepare_output_file(args.csv)
     loaded = load_model(args.model_dir)
     clean = input_ids(loaded, args.clean, args.clean_ids)
     corrupted = input_ids(loaded, args.corrupted, args.corrupted_ids)
-    res = activation_patching(loaded, clean, corrupted, args.answer_id, args.wrong_id)
+    ablate = parse_ablations(args.ablate, loaded.config) if args.ablate else None
+    res = activation_patching(loaded, clean, corrupted, args.answer_id, args.wrong_id, interventions=ablate)
     write_csv(args.csv, PATCH_COLUMNS, patch_rows(res))
     print(json.dumps({"csv": args.csv, "tokens": len(clean), "clean_metric": res.clean_metric,
-                      "corrupted_metric": res.corrupted_metric,
+                      "corrupted_metric": res.corrupted_metric, "ablated": args.ablate or None,
                       "best_head": [int(i) for i in divmod(int(res.heads.argmax()), res.heads.shape[1])]}))
     return 0

@@ -77,16 +77,17 @@ def image_pixel_values(loaded, path: str | Path):
         raise ValueError(exc.args[0] if "preprocessor_config" in exc.args[0] else f"{path}: {exc}") from None
 
 
-def image_trace_arrays(loaded, pixel_values) -> dict:
+def image_trace_arrays(loaded, pixel_values, interventions=None) -> dict:
     """The keys trace_arrays writes, for an image: attn.{l} [H, 1 + P, 1 + P] ([CLS] first, patches
     row by row), hidden.{i}, logits [classes] (with a classifier); pixel_values [C, H, W] in place of
-    tokens, and attention_distance [layers, heads] (mean distance in pixels, core/vit.py)."""
+    tokens, and attention_distance [layers, heads] (mean distance in pixels, core/vit.py); of the model
+    with these (zero or replace) interventions applied, if any."""
     import numpy as np
     import torch
 
     from ..core.vit import attention_distance_of_trace
 
-    trace, traced = _traced_arrays(loaded, torch.from_numpy(pixel_values)[None])
+    trace, traced = _traced_arrays(loaded, torch.from_numpy(pixel_values)[None], interventions)
     arrays = {"pixel_values": np.asarray(pixel_values, dtype=np.float32), **traced}
     arrays["attention_distance"] = attention_distance_of_trace(trace, loaded.config).astype(np.float32)
     return arrays
@@ -103,21 +104,19 @@ def run(args) -> int:
     from . import input_ids
 
     prepare_output_file(args.out)  # a write failure now, not after the forward pass
+    from ..core.interventions import parse_ablations
+
     loaded = load_model(args.model_dir)
+    ablate = parse_ablations(args.ablate, loaded.config) if args.ablate else None
     if args.image is not None or loaded.config.input_kind == "patches":
         if args.image is None:
             raise ValueError(f"{args.model_dir}: a vision model reads images: give --image FILE")
-        if getattr(args, "ablate", None):
-            raise ValueError("--ablate does not work with --image yet")
-        arrays = image_trace_arrays(loaded, image_pixel_values(loaded, args.image))
+        arrays = image_trace_arrays(loaded, image_pixel_values(loaded, args.image), ablate)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         atomic_write_bytes(Path(args.out), buf.getvalue())
         print(f"wrote {args.out} ({len(arrays)} arrays)")
         return 0
-    from ..core.interventions import parse_ablations
-
-    ablate = parse_ablations(args.ablate, loaded.config) if args.ablate else None
     arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids), ablate)
     buf = io.BytesIO()
     np.savez(buf, **arrays)

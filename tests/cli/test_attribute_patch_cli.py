@@ -78,6 +78,50 @@ def test_patch_writes_both_tables(gpt2_dir, tmp_path, capsys):
     assert last[4] == pytest.approx(1.0, abs=1e-6) and last[0] == pytest.approx(0.0, abs=1e-6)
 
 
+def test_patch_under_ablation_patches_the_ablated_model(gpt2_dir, tmp_path, capsys):
+    folder, hf = gpt2_dir
+    out = tmp_path / "patch.csv"
+    args = ["patch", str(folder), "--clean-ids", "5,17,3,8,41", "--corrupted-ids", "5,17,3,30,41",
+            "--answer-id", "7", "--wrong-id", "8", "--ablate", "1.2", "--csv", str(out)]
+    assert main(args) == 0
+    summary = _last_json(capsys)
+    clean = _hf_logits_zeroed(hf, [5, 17, 3, 8, 41], 1, 2)[-1]  # the metric of the ablated model, by HF hooks
+    assert summary["clean_metric"] == pytest.approx(float(clean[7] - clean[8]), abs=1e-4)
+    heads = {(int(r["layer"]), int(r["head"])): float(r["recovery"])
+             for r in csv.DictReader(out.open()) if r["table"] == "head"}
+    assert heads[1, 2] == 0.0  # an ablated head carries nothing to restore
+    assert summary["ablated"] == "1.2"
+
+
+def test_generate_ablate_fills_masks_with_the_ablated_encoder(tmp_path, capsys):
+    from desktop_app.core.interventions import Intervention, resolve
+
+    tok = char_tokenizer("abcdefgh ", specials=("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"))
+    cfg = ModelConfig.bert(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=32)
+    model = new_model(cfg, seed=1).eval()
+    with torch.no_grad():  # larger weights than at initialisation, so that the edits change a fill
+        for name, w in model.named_parameters():
+            if w.dim() == 2 and "embed" not in name:
+                w.mul_(8)
+    save_model_folder(model, tmp_path / "bert", tokenizer=tok)
+    a, c, e = (tok.encode(ch)[0] for ch in "ace")
+    prompt = [a, tok.mask_token_id, c, tok.mask_token_id, e]
+    ids = ",".join(map(str, prompt))
+    assert main(["generate", str(tmp_path / "bert"), "--prompt-ids", ids, "--order", "left-to-right",
+                 "--ablate", "0.1,1.mlp", "--json"]) == 0
+    got = _last_json(capsys)
+    edits = [Intervention("blocks.0.attn.head.1"), Intervention("blocks.1.mlp.out")]
+    seq = list(prompt)
+    for fill in got["filled"]:  # each fill is the argmax of the edited model on the sequence so far
+        with torch.no_grad():
+            logits = model(torch.tensor([seq]), interventions=resolve(model, seq, edits)).logits[0, fill["position"]]
+        assert fill["token"] == int(logits.argmax())
+        seq[fill["position"]] = fill["token"]
+    assert got["ids"] == seq
+    assert main(["generate", str(tmp_path / "bert"), "--prompt-ids", ids, "--order", "left-to-right", "--json"]) == 0
+    assert _last_json(capsys)["ids"] != seq  # the ablations change the fills of this model
+
+
 def test_generate_and_trace_ablate_like_a_transformers_hook(gpt2_dir, tmp_path, capsys):
     folder, hf = gpt2_dir
     ids = [1, 2, 3]
@@ -134,3 +178,32 @@ def test_text_input_through_the_tokenizer(tmp_path, capsys):
     assert main(["patch", str(tmp_path / "m"), "--clean", "abc dea", "--corrupted", "abc heh", "--answer-id", "2",
                  "--csv", str(tmp_path / "p.csv")]) == 0
     assert len(list(csv.DictReader((tmp_path / "p.csv").open()))) == 3 * 7 + 2 * 4
+
+
+def test_trace_image_ablate_like_a_transformers_hook(tmp_path, capsys):
+    folder = tmp_path / "vit"
+    torch.manual_seed(0)
+    hf = transformers.ViTForImageClassification(transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=16,
+        patch_size=8, num_labels=5)).eval()
+    hf.save_pretrained(folder)
+    image = np.random.default_rng(0).integers(0, 256, size=(16, 16, 3), dtype=np.uint8)
+    np.save(tmp_path / "picture.npy", image)
+    out = tmp_path / "t.npz"
+    assert main(["trace", str(folder), "--image", str(tmp_path / "picture.npy"), "--ablate", "1.2",
+                 "--out", str(out)]) == 0
+    z = np.load(out)
+
+    def hook(module, args):  # head 2's part of layer 1's concatenated head outputs, zeroed
+        zed = args[0].clone()
+        zed[..., 2 * DH:3 * DH] = 0
+        return (zed,)
+
+    handle = hf.vit.layers[1].attention.o_proj.register_forward_pre_hook(hook)
+    with torch.no_grad():
+        ref = hf(pixel_values=torch.from_numpy(z["pixel_values"])[None]).logits[0].numpy()
+    handle.remove()
+    with torch.no_grad():
+        plain = hf(pixel_values=torch.from_numpy(z["pixel_values"])[None]).logits[0].numpy()
+    np.testing.assert_allclose(z["logits"], ref, atol=1e-4)
+    assert not np.allclose(z["logits"], plain, atol=1e-4)

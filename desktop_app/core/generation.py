@@ -791,6 +791,15 @@ class MaskedFillSession:
             out[s.position] = s.token
         return out
 
+    def context_ids(self, position: int) -> list[int]:
+        """The sequence whose logits give `position`'s distribution: as it was when that position was
+        filled (the fills before it, masks elsewhere), else the current one."""
+        done = next((k for k, st in enumerate(self.history) if st.position == position), len(self.history))
+        out = self._masked_ids()
+        for st in self.history[:done]:
+            out[st.position] = st.token
+        return out
+
     @property
     def remaining(self) -> list[int]:
         filled = {s.position for s in self.history}

@@ -131,3 +131,51 @@ def test_generate_shows_the_next_token_with_and_without_the_ablation(qtbot, mode
     qtbot.waitUntil(lambda: panel.session is not None and not panel.busy, timeout=20_000)
     assert not panel.session.interventions and not panel.plain_box.isVisible()
     error_watch.assert_clean()
+
+
+def test_mask_filling_shows_each_position_with_and_without_the_ablation(qtbot, model_dirs, isolated_user_files,
+                                                                        error_watch):
+    """An encoder's fill view compares too: the plain model's distribution at the shown masked position
+    of the same sequence, and the change in the picked (or top) token's log-probability."""
+    from desktop_app.core.generation import process_logits
+    from desktop_app.core.interventions import Intervention
+
+    from .walkthrough import type_into
+
+    w, state = open_window(qtbot, model_dirs["bert"], name="bert", watch=error_watch)
+    panel = click_panel_tab(qtbot, w, "Generate")
+    with qtbot.waitSignal(state.trace_changed, timeout=20_000):
+        state.set_interventions([Intervention("blocks.1.attn.head.2"), Intervention("blocks.0.mlp.out", "mean")])
+    _wait_traced(qtbot, state)
+    type_into(qtbot, panel.prompt, "the cat [MASK] on the [MASK] .")
+    qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)  # fills one mask; the other is shown
+    qtbot.waitUntil(lambda: panel.session is not None and not panel.busy and len(panel.session.history) == 1,
+                    timeout=20_000)
+    qtbot.waitUntil(lambda: "log p" in panel.plain_label.text(), timeout=20_000)
+    assert panel.plain_box.isVisible() and panel.edited_title.isVisible()
+
+    s = panel.session
+    pos = s.remaining[0]
+    ids = s.ids()
+    with torch.no_grad():
+        plain_logits = state.loaded.model(torch.tensor([ids])).logits[0, pos]
+    p_plain = process_logits(plain_logits).model_probs
+    p_edited = process_logits(s.all_logits()[pos]).model_probs
+    assert not torch.allclose(p_plain, p_edited, atol=1e-4)
+    assert panel.plain_bars.token_ids[0] == int(p_plain.argmax())
+    top = int(p_edited.argmax())
+    assert panel.plain_change == pytest.approx(float(torch.log(p_edited[top]) - torch.log(p_plain[top])), abs=1e-4)
+
+    # clicking the filled position shows what it was filled from, against the plain model on that sequence
+    filled = s.history[0]
+    before = s.context_ids(filled.position)
+    assert before[pos] == state.loaded.tokenizer.mask_token_id and before[filled.position] == before[pos]
+    qtbot.mouseClick(panel.strip.canvas, Qt.MouseButton.LeftButton, pos=panel.strip.chip_center(filled.position))
+    qtbot.waitUntil(lambda: not panel.busy and panel._plain_wanted == (tuple(before), filled.position)
+                    and "picked" in panel.plain_label.text(), timeout=20_000)
+    with torch.no_grad():
+        plain_then = process_logits(state.loaded.model(torch.tensor([before])).logits[0, filled.position]).model_probs
+    p_then = process_logits(filled.logits).model_probs
+    assert panel.plain_change == pytest.approx(
+        float(torch.log(p_then[filled.token]) - torch.log(plain_then[filled.token])), abs=1e-4)
+    error_watch.assert_clean()

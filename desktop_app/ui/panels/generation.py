@@ -44,13 +44,13 @@ def _run(session, n: int, job=None):
     return session.stop_reason if isinstance(session, GenerationSession) else None
 
 
-def _plain_next_logits(loaded, ids: list[int]):
-    """The unedited model's next-token logits [V] (float32, CPU) after `ids`."""
+def _plain_logits_at(loaded, ids: list[int], position: int):
+    """The unedited model's logits [V] (float32, CPU) at `position` of `ids` (-1: the next token)."""
     import torch
 
     with torch.no_grad():
         out = loaded.model(torch.tensor([ids], device=loaded.model.device))
-    return out.logits[0, -1].float().cpu()
+    return out.logits[0, position].float().cpu()
 
 
 class GenerationPanel(QWidget):
@@ -191,7 +191,7 @@ class GenerationPanel(QWidget):
         pair = QHBoxLayout()
         pair.addWidget(edited, 1)
         pair.addWidget(self.plain_box, 1)
-        self._plain_logits: dict[tuple, object] = {}  # context ids -> the plain model's next-token logits
+        self._plain_logits: dict[tuple, object] = {}  # (context ids, position) -> the plain model's logits there
         self._plain_wanted: tuple | None = None
         left = QWidget()
         lv = QVBoxLayout(left)
@@ -606,7 +606,7 @@ class GenerationPanel(QWidget):
         return st.temperature, st.top_k, st.top_p
 
     def _show_distribution(self, dist, chosen: int | None, depth: int, ended: bool,
-                           context_ids: list[int] | None = None) -> None:
+                           context_ids: list[int] | None = None, position: int = -1) -> None:
         top = dist.top(TOP_BARS, by="tempered_probs")
         if chosen is not None and chosen not in [t for t, _ in top]:
             top.append((chosen, float(dist.tempered_probs[chosen])))
@@ -627,11 +627,12 @@ class GenerationPanel(QWidget):
         if ended:
             text += " - a stop token ended this branch"
         self.dist_label.setText(text)
-        self._compare_with_plain(dist, chosen, context_ids)
+        self._compare_with_plain(dist, chosen, context_ids, position)
 
-    def _compare_with_plain(self, dist, chosen: int | None, context_ids: list[int] | None) -> None:
-        """Beside the edited model's bars, the model as trained on the same context (its logits
-        from a worker, cached per context), and the change in the chosen token's log-probability."""
+    def _compare_with_plain(self, dist, chosen: int | None, context_ids: list[int] | None, position: int = -1) -> None:
+        """Beside the edited model's bars, the model as trained on the same context at the same
+        position (the next token, or an encoder's masked position; its logits from a worker, cached
+        per context and position), and the change in the chosen token's log-probability."""
         edited = self.session is not None and getattr(self.session, "interventions", None)
         self.plain_box.setVisible(bool(edited) and context_ids is not None)
         self.edited_title.setVisible(self.plain_box.isVisible())
@@ -639,7 +640,7 @@ class GenerationPanel(QWidget):
             self.plain_label.setText("")
             self._plain_wanted = None
             return
-        key = tuple(context_ids)
+        key = (tuple(context_ids), position)
         self._plain_wanted = key
         if key in self._plain_logits:
             self._show_plain(dist, chosen, self._plain_logits[key])
@@ -652,7 +653,7 @@ class GenerationPanel(QWidget):
             if self._plain_wanted == key and self._shown is not None:
                 self._show_plain(*self._shown, logits)
 
-        run_job(_plain_next_logits, loaded, list(key), on_result=done,
+        run_job(_plain_logits_at, loaded, list(context_ids), position, on_result=done,
                 on_error=lambda exc, tb: self.plain_label.setText(f"the model as trained: {exc}"))
 
     def _show_plain(self, dist, chosen: int | None, logits) -> None:

@@ -416,7 +416,8 @@ class EncoderFillView(GenerationView):
         chosen = filled[pos].token if pos in filled else None
         if pos in filled:  # show the distribution it was filled from
             dist = process_logits(filled[pos].logits, *p._processing())
-        p._show_distribution(dist, chosen, len(s.history) + (pos not in filled), False)
+        p._show_distribution(dist, chosen, len(s.history) + (pos not in filled), False,
+                             context_ids=s.context_ids(pos), position=pos)
         p.dist_label.setText(f"position {pos}: " + p.dist_label.text())
 
     def describe(self, s: MaskedFillSession) -> str:

@@ -451,6 +451,11 @@ def test_workspace_restores_the_what_if_inputs(qtbot, model_dirs, tmp_path):
     wi = w1.panel("What if")
     _type_into(qtbot, wi.position_spin, "3")
     _type_into(qtbot, wi.token_edit, "d")
+    _click_tab(qtbot, wi.tabs, "Steer")
+    _type_into(qtbot, wi.towards_edit, "abc")
+    _type_into(qtbot, wi.away_edit, "de")
+    _type_into(qtbot, wi.steer_layer_spin, "0")
+    _press(qtbot, wi.scale_slider, Qt.Key.Key_PageDown, 3)  # 4.0 - 3
     _click_tab(qtbot, wi.tabs, "Activation patching")
     _type_into(qtbot, wi.clean_edit, "abc ed")
     _type_into(qtbot, wi.corrupted_edit, "abd ed")
@@ -460,12 +465,15 @@ def test_workspace_restores_the_what_if_inputs(qtbot, model_dirs, tmp_path):
     w2 = _save_and_reopen(qtbot, w1, path, TEXT_PANELS)  # What if is current: restored before its model
     assert json.loads(path.read_text(encoding="utf-8"))["views"]["What if"] == {
         "tab": "patching", "position": 3, "token": "d", "clean": "abc ed", "corrupted": "abd ed",
-        "answer": "e", "wrong": "a"}
+        "answer": "e", "wrong": "a", "steer_towards": "abc", "steer_away": "de", "steer_layer": 0,
+        "steer_scale": 1.0}
     wi2 = w2.panel("What if")
     assert wi2.tabs.tabText(wi2.tabs.currentIndex()) == "Activation patching"
     assert (wi2.position_spin.value(), wi2.token_edit.text()) == (3, "d")
     assert (wi2.clean_edit.text(), wi2.corrupted_edit.text()) == ("abc ed", "abd ed")  # not the model's text
     assert (wi2.answer_edit.text(), wi2.wrong_edit.text()) == ("e", "a")
+    assert (wi2.towards_edit.text(), wi2.away_edit.text(), wi2.steer_layer_spin.value(), wi2.scale) == \
+        ("abc", "de", 0, 1.0)
     assert wi2.patching is None and wi2.dla_chart.attribution is None  # inputs, not results
     wi2.set_view_state(type(wi2.view_state)())  # "last" shows again for no position
     assert wi2.position_spin.text() == "last"
@@ -558,5 +566,7 @@ def test_panel_view_states_from_other_versions_are_read_tolerantly():
     assert state_from_dict(GenerationViewState, {"prompt": 3, "top_p": 0.5, "later": 1, "beams": "two"}) == \
         GenerationViewState(top_p=0.5)
     assert state_from_dict(WhatIfViewState, {"position": -2, "clean": "x", "tab": 1}) == WhatIfViewState(clean="x")
+    assert state_from_dict(WhatIfViewState, {"steer_scale": -2, "steer_layer": -1, "steer_away": 3}) == \
+        WhatIfViewState(steer_scale=-2.0)  # a negative scale steers the other way; a layer is >= 0
     assert state_from_dict(DynamicsViewState, {"sphere": 0, "dt": "fast", "n": 9}) == DynamicsViewState(n=9)
     assert state_from_dict(ImageViewState, {"patch": None, "layer": True}) == ImageViewState()

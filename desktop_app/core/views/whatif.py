@@ -1,14 +1,15 @@
 """The What if panel's inputs as data (no Qt): what a workspace saves of it and brings back.
 
 The inputs, not the results: a workspace reopens the panel with the same position, token, texts and
-tab, ready to Attribute or Run again. Read back with core.views.state_from_dict (unknown keys
+tab, ready to Attribute, Run or Apply again. Read back with core.views.state_from_dict (unknown keys
 ignored, missing or ill-typed ones keep their defaults).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-TABS = ("attribution", "patching")  # the panel's tabs, in order: direct logit attribution, activation patching
+TABS = ("attribution", "patching", "steer")  # the panel's tabs, in order: direct logit attribution,
+# activation patching, steering
 
 
 @dataclass
@@ -22,3 +23,8 @@ class WhatIfViewState:
     corrupted: str = ""
     answer: str = ""
     wrong: str = ""
+    # steering: scale x (mean residual of `towards` - mean residual of `away`) added after a layer
+    steer_towards: str = ""
+    steer_away: str = ""
+    steer_layer: int | None = None  # None: the model's middle layer
+    steer_scale: float = 4.0

@@ -1,5 +1,5 @@
-"""What if panel: which heads wrote the next token (direct logit attribution), and which
-activations carry the answer (activation patching).
+"""What if panel: which heads wrote the next token (direct logit attribution), which
+activations carry the answer (activation patching), and what adding a direction does (steering).
 
 (a) Direct logit attribution of one token's logit at one position of the current text (default:
 the last position and the model's top next token): one bar per head, per MLP, the embedding and
@@ -7,14 +7,20 @@ the biases; they add up to the logit. The current text's ablations (AppState.int
 (b) Activation patching: a clean and a corrupted text of the same length in tokens, an answer
 token (and optionally a wrong one); one corrupted forward per patched activation, in a worker with
 progress and Cancel; two heatmaps of the recovered fraction (residual stream layer x position,
-heads layer x head). Model work runs in workers (ui.workers.run_job), never on the UI thread.
+heads layer x head).
+(c) Steering: the mean residual stream after a layer on one text minus that on another, scaled by a
+slider, added after that layer at every position (core.interventions.steer); Apply puts it among
+AppState.interventions (replacing an earlier steer), so the strip lists it and the Generate panel
+compares the steered model with the model as trained.
+Model work runs in workers (ui.workers.run_job), never on the UI thread.
 """
 from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox, QSplitter,
-                               QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox,
+                               QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
 from ...core.views.whatif import TABS as WHATIF_TABS, WhatIfViewState
 from ..settings import plot_background, plot_foreground
@@ -96,6 +102,19 @@ def patch(loaded, clean: str, corrupted: str, answer: str, wrong: str, intervent
                                interventions=list(interventions) or None), clean_ids
 
 
+def make_steer(loaded, towards: str, away: str, layer: int, scale: float):
+    """(the steer edit (core.interventions.steer) from the two texts as typed, |v|)."""
+    from ...core.interventions import steer, steering_vector
+
+    plus, minus = text_ids(loaded, towards, "towards"), text_ids(loaded, away, "away from")
+    v = steering_vector(loaded.model, plus, minus, layer)
+    return steer(v, layer, scale, towards, away), float(v.norm())
+
+
+SCALE_STEPS = 2  # the scale slider moves in steps of 1 / SCALE_STEPS
+SCALE_MAX = 10
+
+
 # -- the attribution bar chart ----------------------------------------------------------------
 
 
@@ -175,7 +194,12 @@ class WhatIfPanel(QWidget):
         "measure how much of the answer comes back: (m<sub>patched</sub> &minus; m<sub>corrupted</sub>) / "
         "(m<sub>clean</sub> &minus; m<sub>corrupted</sub>), m = logit[answer] (&minus; logit[wrong]) at the last "
         "position; 1 = fully restored. Rows: the residual stream at each layer and position, and each "
-        "head's output (all positions).")
+        "head's output (all positions).<br>"
+        "<b>Steer</b>: v = mean<sub>positions</sub> resid<sub>L</sub>(towards) &minus; "
+        "mean<sub>positions</sub> resid<sub>L</sub>(away from), the residual stream after layer L on two texts; "
+        "Apply adds scale &times; v to the residual stream after layer L at every position, the generated ones "
+        "too. The strip at the top lists the steer (x removes it); the Generate panel shows the next-token "
+        "distribution with and without it.")
 
     def __init__(self, state, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -248,9 +272,57 @@ class WhatIfPanel(QWidget):
         lay.addWidget(self.patch_status)
         lay.addWidget(maps, 1)
 
+        # (c) steering
+        self.towards_edit, self.away_edit = QLineEdit(), QLineEdit()
+        self.towards_edit.setPlaceholderText("text to steer towards, e.g. Love")
+        self.away_edit.setPlaceholderText("text to steer away from, e.g. Hate")
+        self.steer_layer_spin = QSpinBox()
+        self.steer_layer_spin.setRange(0, 999)  # narrowed to the model's layers when one opens
+        self.steer_layer_spin.setToolTip("v is read from, and added to, the residual stream after this layer")
+        self._steer_layer: int | None = None  # as in WhatIfViewState: None = the model's middle layer
+        self.scale_slider = QSlider(Qt.Orientation.Horizontal)
+        self.scale_slider.setRange(-SCALE_MAX * SCALE_STEPS, SCALE_MAX * SCALE_STEPS)
+        self.scale_slider.setSingleStep(1)
+        self.scale_slider.setPageStep(SCALE_STEPS)
+        self.scale_slider.setTickPosition(QSlider.TickPosition.TicksBelow)
+        self.scale_slider.setTickInterval(SCALE_STEPS * 5)
+        self.scale_slider.setMinimumWidth(200)
+        self.scale_label = QLabel()
+        self.scale_label.setMinimumWidth(45)
+        self.apply_steer_button = QPushButton("Apply")
+        self.apply_steer_button.setToolTip("Add scale x v after the layer: every panel shows the steered model")
+        self.steer_status = QLabel("Type a text to steer towards and one to steer away from, choose a layer "
+                                   "and a scale, then Apply.")
+        self.steer_status.setWordWrap(True)
+        steering = QWidget()
+        texts = QHBoxLayout()
+        for w in (QLabel("Towards"), self.towards_edit, QLabel("Away from"), self.away_edit):
+            texts.addWidget(w, 1 if isinstance(w, QLineEdit) else 0)
+        knobs = QHBoxLayout()
+        for w in (QLabel("Layer"), self.steer_layer_spin, QLabel("Scale"), QLabel(f"-{SCALE_MAX}"),
+                  self.scale_slider, QLabel(f"+{SCALE_MAX}"), self.scale_label, self.apply_steer_button):
+            knobs.addWidget(w, 1 if w is self.scale_slider else 0)
+        how = QLabel("v = mean residual stream after the layer on the first text &minus; the same on the second "
+                     "(the texts may differ in length). Apply adds scale &times; v there at every position, the "
+                     "generated ones too, beside any ablations; a new Apply replaces the steer. A negative scale "
+                     "steers the other way. Compare |scale &times; v| with the residual stream's own size (the "
+                     "Layers panel) to judge how strong a push it is.")
+        how.setWordWrap(True)
+        how.setTextFormat(Qt.TextFormat.RichText)  # no tags, so AutoText would show the entities raw
+        how.setStyleSheet("color: palette(placeholder-text);")
+        lay = QVBoxLayout(steering)
+        lay.addLayout(texts)
+        lay.addLayout(knobs)
+        lay.addWidget(self.steer_status)
+        lay.addWidget(how)
+        lay.addStretch(1)
+        self._steer_job = None
+        self.set_scale(4.0)
+
         self.tabs = QTabWidget()
         self.tabs.addTab(dla, "Direct logit attribution")
         self.tabs.addTab(patching, "Activation patching")
+        self.tabs.addTab(steering, "Steer")
         # File > Export Current View: the chart, or the residual-stream map (the heads map has its own bar)
         self.export_bar = ExportBar(self.current_view, self._export_name, self)
         self.export_bar.hide()
@@ -261,6 +333,11 @@ class WhatIfPanel(QWidget):
         self.token_edit.returnPressed.connect(self.attribute)
         self.run_button.clicked.connect(self.run_patching)
         self.cancel_button.clicked.connect(self.cancel_patching)
+        self.scale_slider.valueChanged.connect(self._show_scale)
+        self.steer_layer_spin.valueChanged.connect(self._steer_layer_chosen)
+        self.apply_steer_button.clicked.connect(self.apply_steer)
+        for edit in (self.towards_edit, self.away_edit):
+            edit.returnPressed.connect(self.apply_steer)
         state.trace_changed.connect(self._on_trace)
         state.model_changed.connect(self._on_model)
         if getattr(state, "loaded", None) is not None:
@@ -282,15 +359,22 @@ class WhatIfPanel(QWidget):
         return WhatIfViewState(
             tab=WHATIF_TABS[self.tabs.currentIndex()], position=None if position < 0 else position,
             token=self.token_edit.text(), clean=self.clean_edit.text(), corrupted=self.corrupted_edit.text(),
-            answer=self.answer_edit.text(), wrong=self.wrong_edit.text())
+            answer=self.answer_edit.text(), wrong=self.wrong_edit.text(), steer_towards=self.towards_edit.text(),
+            steer_away=self.away_edit.text(), steer_scale=self.scale,
+            # the layer shown once a model is open (even if never touched); before that, what was restored
+            steer_layer=self.steer_layer_spin.value() if self.state.loaded is not None else self._steer_layer)
 
     def set_view_state(self, state: WhatIfViewState) -> None:
         self.position_spin.setValue(-1 if state.position is None else state.position)  # -1 shows "last"
         for edit, text in ((self.token_edit, state.token), (self.corrupted_edit, state.corrupted),
-                           (self.answer_edit, state.answer), (self.wrong_edit, state.wrong)):
+                           (self.answer_edit, state.answer), (self.wrong_edit, state.wrong),
+                           (self.towards_edit, state.steer_towards), (self.away_edit, state.steer_away)):
             edit.setText(text)
         if state.clean:  # "": keep the current text the panel started from
             self.clean_edit.setText(state.clean)
+        self.set_scale(state.steer_scale)
+        self._steer_layer = state.steer_layer
+        self._show_steer_layer()
         if state.tab in WHATIF_TABS:
             self.tabs.setCurrentIndex(WHATIF_TABS.index(state.tab))
 
@@ -301,13 +385,16 @@ class WhatIfPanel(QWidget):
         self.heads_map.clear_matrix("")
         self.patching = None
         images = loaded is not None and loaded.config.input_kind == "patches"
-        for w in (self.attribute_button, self.token_edit, self.run_button):
+        for w in (self.attribute_button, self.token_edit, self.run_button, self.apply_steer_button,
+                  self.towards_edit, self.away_edit):
             w.setEnabled(not images)
+        self._show_steer_layer()
         if images:  # attribution and patching read token logits; a ViT has one class logit vector at [CLS]
-            message = ("A vision transformer: attribution and patching work on text models for now. "
+            message = ("A vision transformer: attribution, patching and steering work on text models for now. "
                        "Ablations from the Attention panel apply to the image's trace.")
             self.dla_status.setText(message)
             self.patch_status.setText(message)
+            self.steer_status.setText(message)
             return
         if loaded is not None and not self.clean_edit.text() and self.state.text:
             self.clean_edit.setText(self.state.text)  # a starting point: the text being inspected
@@ -403,3 +490,56 @@ class WhatIfPanel(QWidget):
         ablated = f"; ablated: {', '.join(iv.label for iv in ablations)}" if ablations else ""
         self.patch_status.setText(f"clean {res.clean_metric:.4g}, corrupted {res.corrupted_metric:.4g}; "
                                   f"largest head recovery: layer {l} head {h} ({res.heads[l, h]:.2f}){ablated}")
+
+    # -- (c) --------------------------------------------------------------------------------
+    @property
+    def scale(self) -> float:
+        return self.scale_slider.value() / SCALE_STEPS
+
+    def set_scale(self, scale: float) -> None:
+        self.scale_slider.setValue(round(scale * SCALE_STEPS))  # clamped to the slider's range
+        self._show_scale()
+
+    def _show_scale(self, *_) -> None:
+        self.scale_label.setText(f"x{self.scale:.1f}")
+
+    def _steer_layer_chosen(self, value: int) -> None:
+        self._steer_layer = value
+
+    def _show_steer_layer(self) -> None:
+        """The layer box within the open model's layers, at the chosen layer (default: the middle one)."""
+        loaded = self.state.loaded
+        if loaded is None:
+            return
+        n = loaded.config.n_layers
+        self.steer_layer_spin.blockSignals(True)  # not a choice of the user's: keep _steer_layer as it was
+        self.steer_layer_spin.setRange(0, n - 1)
+        self.steer_layer_spin.setValue(n // 2 if self._steer_layer is None else min(self._steer_layer, n - 1))
+        self.steer_layer_spin.blockSignals(False)
+
+    def apply_steer(self) -> None:
+        loaded = self.state.loaded
+        if loaded is None:
+            self.steer_status.setText("Open a model first.")
+            return
+        if self._steer_job is not None and not self._steer_job.done:
+            self._steer_job.cancel()
+        layer, scale = self.steer_layer_spin.value(), self.scale
+        self.steer_status.setText("Computing the steering vector…")
+        self._steer_job = run_job(make_steer, loaded, self.towards_edit.text(), self.away_edit.text(), layer, scale,
+                                  on_result=lambda result: self._steer_ready(loaded, *result),
+                                  on_error=self._steer_failed)
+
+    def _steer_ready(self, loaded, iv, norm: float) -> None:
+        from ...core.interventions import is_steer
+
+        if self.state.loaded is not loaded:  # another model opened meanwhile: its residual stream differs
+            return
+        kept = [old for old in self.state.interventions if not is_steer(old)]  # one steer at a time
+        self.state.set_interventions(kept + [iv])
+        self.steer_status.setText(f"Applied {iv.label}: |v| = {norm:.3g}, |scale x v| = {float(iv.value.norm()):.3g}. "
+                                  "Every panel shows the steered model; the Generate panel compares it with the "
+                                  "model as trained. Remove it with its x in the strip above.")
+
+    def _steer_failed(self, exc: BaseException, tb: str) -> None:
+        self.steer_status.setText(f"Cannot steer: {exc}")

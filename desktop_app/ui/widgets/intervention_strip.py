@@ -7,7 +7,10 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QWidget
 
 
 def describe(iv) -> str:
-    """'zero L1H2', 'mean L0 MLP'... what a chip says (the full target is its tooltip)."""
+    """'zero L1H2', 'mean L0 MLP'... what a chip says (the full target is its tooltip); an edit with
+    a name of its own (a steer) says that."""
+    if iv.name:
+        return iv.name
     what = iv.target
     if iv.head is not None:
         what = f"L{iv.layer}H{iv.head}"

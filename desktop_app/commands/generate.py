@@ -1,7 +1,9 @@
 """`python -m desktop_app generate MODEL_DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-new N ...`
 
 The same GenerationSession the Generate panel drives. Encoder (BERT-family) models fill the
-prompt's mask tokens instead of continuing it.
+prompt's mask tokens instead of continuing it. --steer-towards/--steer-away/--steer-layer/--steer-scale
+add scale x (mean residual after the layer on one text - that on the other) there at every position
+(core.interventions.steer, the What if panel's Steer tab), together with any --ablate.
 """
 from __future__ import annotations
 
@@ -26,6 +28,11 @@ def add_parser(sub) -> None:
     p.add_argument("--order", choices=("confident", "left-to-right"), default="confident",
                    help="encoder models: which mask to fill first")
     p.add_argument("--ablate", help="zero-ablate: LAYER.HEAD[,LAYER.HEAD...] (also LAYER.attn, LAYER.mlp)")
+    s = p.add_argument_group("steering (all four or none)")
+    s.add_argument("--steer-towards", metavar="TEXT", help="steer towards this text (token ids without a tokenizer)")
+    s.add_argument("--steer-away", metavar="TEXT", help="... and away from this one")
+    s.add_argument("--steer-layer", metavar="L", type=int, help="read and add the vector after block L")
+    s.add_argument("--steer-scale", metavar="S", type=float, help="multiply the vector by S (negative: the other way)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -43,13 +50,27 @@ def run(args) -> int:
 
     if args.max_new < 0:
         raise ValueError(f"--max-new must be >= 0, got {args.max_new}")
+    steering = {f"--steer-{k}": getattr(args, f"steer_{k}") for k in ("towards", "away", "layer", "scale")}
+    missing = [k for k, v in steering.items() if v is None]
+    if 0 < len(missing) < len(steering):  # before loading the model: a typo costs no load
+        raise ValueError(f"steering needs all of --steer-towards, --steer-away, --steer-layer, --steer-scale "
+                         f"(missing {', '.join(missing)})")
     loaded = load_model(args.model_dir, device=resolve_device(args.device))
     if args.prompt is not None and loaded.tokenizer is None:
         raise ValueError(f"{loaded.path}: this model has no tokenizer.json; pass --prompt-ids instead of --prompt")
     prompt = input_ids(loaded, args.prompt, args.prompt_ids)
     settings = GenerationSettings(args.strategy, args.temperature, args.top_k, args.top_p, args.beams)
     result: dict = {"model": str(loaded.path), "strategy": args.strategy, "seed": args.seed}
-    edits = parse_ablations(args.ablate, loaded.config) if args.ablate else None
+    edits = parse_ablations(args.ablate, loaded.config) if args.ablate else []
+    if not missing:
+        from ..core.inputs import encode_text_or_ids
+        from ..core.interventions import steer, steering_vector
+
+        plus, minus = (encode_text_or_ids(loaded, t).ids for t in (args.steer_towards, args.steer_away))
+        v = steering_vector(loaded.model, plus, minus, args.steer_layer)
+        edits.append(steer(v, args.steer_layer, args.steer_scale, args.steer_towards, args.steer_away))
+        result["steer"] = edits[-1].label
+    edits = edits or None
     if loaded.config.causal:
         stops = parse_token_ids(args.stop_ids, "--stop-ids") if args.stop_ids is not None else None
         ids, session = generate(loaded, prompt, args.max_new, settings, seed=args.seed, stop_tokens=stops,

@@ -48,6 +48,18 @@ def reset(qtbot, panel):
     qtbot.waitUntil(lambda: panel.sim is not None, timeout=10000)
 
 
+def test_a_first_look_shows_the_starting_particles(qtbot, panel):
+    """Opening the panel draws the default particles (no empty axes until Reset), and the time plots
+    share one axis, so W2's (empty while the twin run is off) spans the run too."""
+    qtbot.waitUntil(lambda: panel.sim is not None, timeout=10000)
+    n = panel.n.value()
+    assert panel.sim.config.n == n and panel.sim.twin is None
+    assert len(panel.scatter.getData()[0]) + len(panel.back.getData()[0]) == n
+    click(qtbot, panel.step_button)
+    qtbot.waitUntil(lambda: len(panel._frames) > 1, timeout=10000)
+    assert panel.p_w2.viewRange()[0] == panel.p_clusters.viewRange()[0]
+
+
 def test_reset_step_play_pause_cluster_on_the_sphere(qtbot, panel, tmp_path):
     panel.n.setValue(40)
     panel.steps_per_frame.setValue(10)

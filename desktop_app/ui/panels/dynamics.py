@@ -32,6 +32,7 @@ MAX_FRAMES_KEPT = 600  # for the time slider; oldest dropped first
 CLUSTER_SAMPLE = 500
 MAX_D = 4096  # the d box follows a model's width
 TRAIL_LENGTH = 12
+CURVE_TITLE = {"size": "9pt"}  # default-size titles made the two columns of curves wider than a 1280 px window
 
 
 _DRAG_EVENTS = (QEvent.Type.MouseButtonPress, QEvent.Type.MouseMove, QEvent.Type.MouseButtonRelease)
@@ -128,6 +129,7 @@ class DynamicsPanel(QWidget):
         self.sim: dy.Simulation | None = None
         self._job = None
         self._build_job = None
+        self._shown_once = False
         self._frames: list[dy.Frame] = []
         self._records: list[dy.Record] = []
         self._layer_curves: dy.LayerCurves | None = None
@@ -251,15 +253,22 @@ class DynamicsPanel(QWidget):
 
         self.curves = pg.GraphicsLayoutWidget()
         self.curves.setBackground("w")
-        self.p_clusters = self.curves.addPlot(title="clusters", row=0, col=0)
-        self.p_cosine = self.curves.addPlot(title="mean pairwise cosine", row=0, col=1)
-        self.p_radius = self.curves.addPlot(title="radius max|x| and bound R(t)", row=1, col=0)
-        self.p_w2 = self.curves.addPlot(title="W2 to the twin run", row=1, col=1)
-        self.p_model_cos = self.curves.addPlot(title="model: mean cosine by layer", row=2, col=0)
-        self.p_model_clusters = self.curves.addPlot(title="model: clusters / radius by layer", row=2, col=1)
+        self.p_clusters = self.curves.addPlot(row=0, col=0)
+        self.p_cosine = self.curves.addPlot(row=0, col=1)
+        self.p_radius = self.curves.addPlot(row=1, col=0)
+        self.p_w2 = self.curves.addPlot(row=1, col=1)
+        self.p_model_cos = self.curves.addPlot(row=2, col=0)
+        self.p_model_clusters = self.curves.addPlot(row=2, col=1)
+        for plot, title in ((self.p_clusters, "clusters"), (self.p_cosine, "mean pairwise cosine"),
+                            (self.p_radius, "radius max|x| and bound R(t)"), (self.p_w2, "W2 to the twin run"),
+                            (self.p_model_cos, "model: mean cosine by layer"),
+                            (self.p_model_clusters, "model: clusters / radius by layer")):
+            plot.setTitle(title, **CURVE_TITLE)
         self.p_radius.setLogMode(False, True)
         for p in (self.p_clusters, self.p_cosine, self.p_radius, self.p_w2):
             p.setLabel("bottom", "t")
+            if p is not self.p_clusters:  # one time axis: an empty W2 plot (twin off) shows the run's span too
+                p.setXLink(self.p_clusters)
         for p in (self.p_model_cos, self.p_model_clusters):
             p.setLabel("bottom", "layer (0 = embeddings)")
         blue, red = pg.mkPen((30, 70, 180), width=2), pg.mkPen((200, 60, 40), width=2, style=Qt.PenStyle.DashLine)
@@ -465,8 +474,8 @@ class DynamicsPanel(QWidget):
         self.d.setValue(self.sim.config.d)  # from the tokens, a model head or a file's V
         sampled = self.sim.cluster_index is not None
         self.p_clusters.setTitle(f"clusters (among {len(self.sim.cluster_index)} sampled particles)" if sampled
-                                 else "clusters")
-        self.p_w2.setTitle("W2 to the twin run" if self.sim.twin is not None else "W2: twin run off")
+                                 else "clusters", **CURVE_TITLE)
+        self.p_w2.setTitle("W2 to the twin run" if self.sim.twin is not None else "W2: twin run off", **CURVE_TITLE)
         self._frames, self._records = [frame], list(frame.records)
         self._view_radius = 0.0  # the view's range only grows: a steady frame, and no axis relayout per frame
         self._guide_drawn = None
@@ -748,6 +757,13 @@ class DynamicsPanel(QWidget):
                                 on_result=lambda path: self.status.setText(f"Wrote {len(pngs)} PNG frames to {path}"),
                                 on_error=lambda exc, tb: self.status.setText(f"PNG frames not written: {exc}"),
                                 owner=self)
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if not self._shown_once:  # a first look shows the starting particles, not empty axes
+            self._shown_once = True
+            if self.sim is None and self._build_job is None:
+                self.reset()
 
     def closeEvent(self, event) -> None:
         self.timer.stop()

@@ -57,7 +57,6 @@ def test_right_click_a_head_ablates_it_everywhere_and_the_strip_removes_it(qtbot
     _wait_traced(qtbot, state)
     assert [iv.how for iv in state.interventions] == ["zero", "mean"] and len(strip.chips) == 2
     qtbot.waitUntil(lambda: (1, 2) in panel.model_view.boxes, timeout=20_000)  # thumbnails of the edited model
-    w.grab().save("/tmp/whatif_ablation_strip.png")
 
     # remove the head's edit with its x, then clear all
     with qtbot.waitSignal(state.trace_changed, timeout=20_000):
@@ -116,7 +115,6 @@ def test_generate_shows_the_next_token_with_and_without_the_ablation(qtbot, mode
     picked = int(p_edited.argmax())  # nothing picked yet after the current token: the edited model's top one
     assert panel.plain_change == pytest.approx(float(torch.log(p_edited[picked]) - torch.log(p_plain[picked])),
                                                abs=1e-4)
-    panel.grab().save("/tmp/whatif_generate.png")
 
     # the inspected step's head outputs are the edited ones: the ablated head wrote nothing
     trace, _ = s.step_trace()

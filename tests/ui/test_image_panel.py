@@ -61,7 +61,6 @@ def test_digit_prediction_patch_click_and_cls(qtbot, vit_dir, tmp_path):
     qtbot.waitUntil(lambda: panel.result is not old, timeout=10_000)
     assert "held-out digit #5" in panel.source_label.text()
     assert panel.distance_view.distance.shape == (2, 3)
-    panel.grab().save("/tmp/vit_panel_untrained.png")
 
 
 def test_figures_export(qtbot, vit_dir, tmp_path):

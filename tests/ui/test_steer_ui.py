@@ -75,9 +75,6 @@ def test_steer_applies_shows_in_the_strip_and_generate_compares(qtbot, model_dir
     assert [iv.label for iv in state.interventions] == [ablation.label,
                                                         'steer L1 x-4.0 ("Alice" - "the rabbit hole")']
     assert torch.allclose(state.interventions[1].value, -4.0 * v, atol=1e-6)
-    qtbot.wait(100)  # the strip and the status label lay out again (deleteLater, LayoutRequest)
-    panel.grab().save("/tmp/whatif_steer.png")
-    w.grab().save("/tmp/whatif_steer_window.png")
 
     # the Generate panel: the steered model's next token beside the model as trained
     gen = click_panel_tab(qtbot, w, "Generate")

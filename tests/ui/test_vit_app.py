@@ -48,7 +48,6 @@ def test_open_vit_pick_digit_attention_shows_patches(qtbot, vit_dir, monkeypatch
         assert attention.data.patterns[0].shape[-2:] == (17, 17) and len(attention.data.row_labels) == 17  # 1 + 16 patches
         assert attention.data.col_labels[:2] == ["[CLS]", "p0"] and attention.data.col_labels[-1] == "p15"
         qtbot.wait(200)
-        window.grab().save("/tmp/vit_app_attention.png")
 
         layers = click_panel_tab(qtbot, window, "Layers")
         qtbot.waitUntil(lambda: layers.data is not None, timeout=20_000)
@@ -175,7 +174,6 @@ def test_every_tab_opens_on_a_vit_without_errors(qtbot, vit_dir, monkeypatch):
         for title in [bar.tabText(i) for i in range(bar.count())]:
             click_panel_tab(qtbot, window, title)
             qtbot.wait(300)
-        window.grab().save("/tmp/vit_every_tab_last.png")
         watch.assert_clean()
     finally:
         watch.remove()

@@ -144,6 +144,8 @@ def test_packing_for_decoding_keeps_values_gradients_and_checkpoints(name, tmp_p
 
     m, ref = _model(name), _model(name)
     ids = torch.randint(0, 50, (2, 10))
+    with torch.no_grad():  # as GPT-2's Conv1D [in, out] weights load: column-major
+        m.blocks[0].mlp.down.weight.data = m.blocks[0].mlp.down.weight.data.t().contiguous().t()
     m.pack_for_decoding()
     m.pack_for_decoding()  # idempotent
     for attn in (b.attn for b in m.blocks):
@@ -151,6 +153,7 @@ def test_packing_for_decoding_keeps_values_gradients_and_checkpoints(name, tmp_p
         W, _ = attn._packed_qkv()
         assert W.stride() == (1, W.shape[0])  # ...stored column-major
     assert m.blocks[0].mlp.up.weight.stride() == (1, m.cfg.d_ff)
+    assert m.blocks[0].mlp.down.weight.is_contiguous()  # a wide-input product streams faster row-major
     for (n1, p1), (n2, p2) in zip(m.named_parameters(), ref.named_parameters()):
         assert n1 == n2 and p1.shape == p2.shape and torch.equal(p1, p2)
     with torch.no_grad():

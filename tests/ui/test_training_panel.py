@@ -427,6 +427,36 @@ def test_the_bpe_vocabulary_row_shows_only_for_bpe(qtbot):
     assert panel.task_form.isRowVisible(panel.vocab_size)
 
 
+def test_resuming_a_run_started_elsewhere_keeps_its_launch_file(qtbot, tmp_path, monkeypatch):
+    """A run started with `train --config <run>.train.json`: resuming it from the panel writes the panel's
+    settings to <run>.train-2.json, never over the user's file; the same settings again reuse the file."""
+    from desktop_app.core.training import TrainConfig, train
+    from desktop_app.ui.panels.training import free_launch_config_path, launch_config_path
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    run = tmp_path / "myrun"
+    cfg = TrainConfig(task="sort", task_options={"length": 5, "symbols": 10}, family="gpt2",
+                      model={"n_layers": 1, "n_heads": 2, "d_model": 32, "d_ff": 64, "context_length": 16},
+                      steps=4, eval_every=2, checkpoint_every=2, batch_size=8, seed=0)
+    users = launch_config_path(run)
+    users.write_text("{\n  \"task\": \"sort\"  // my notes\n}\n", encoding="utf-8")
+    train(cfg, run)
+    panel = _shown_panel(qtbot)
+    panel.settings_scroll.ensureWidgetVisible(panel.resume_edit)
+    qtbot.wait(10)
+    qtbot.mouseClick(panel.resume_check, Qt.MouseButton.LeftButton)
+    _type(qtbot, panel.resume_edit, str(run))
+    panel.steps.setValue(6)
+    qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    assert panel.running
+    assert panel.config_file == run.with_name("myrun.train-2.json")
+    assert users.read_text(encoding="utf-8").endswith("// my notes\n}\n")  # untouched
+    qtbot.waitUntil(lambda: not panel.running, timeout=90_000)
+    assert panel.events[-1]["event"] == "done", panel.status_label.text()
+    text = panel.config_file.read_text(encoding="utf-8")
+    assert free_launch_config_path(run, text) == panel.config_file  # the same settings: the same file
+
+
 def test_resume_needs_a_run_folder_with_a_checkpoint(qtbot, tmp_path):
     panel = _shown_panel(qtbot)
     panel.settings_scroll.ensureWidgetVisible(panel.resume_edit)  # the Output group is at the bottom

@@ -164,6 +164,22 @@ def launch_config_path(run_dir: Path) -> Path:
     return run_dir.with_name(run_dir.name + ".train.json")
 
 
+def free_launch_config_path(run_dir: Path, text: str) -> Path:
+    """launch_config_path(run_dir), unless a different file is already there (a resumed run started
+    elsewhere, e.g. by `train --config <run>.train.json`): then <run>.train-2.json, -3, ... - the panel
+    never writes over a file it did not write with these very settings."""
+    path, n = launch_config_path(run_dir), 1
+    while path.exists():
+        try:
+            if path.read_text(encoding="utf-8") == text:
+                return path  # the same settings: writing them again changes nothing
+        except (OSError, UnicodeDecodeError):
+            pass
+        n += 1
+        path = run_dir.with_name(f"{run_dir.name}.train-{n}.json")
+    return path
+
+
 def load_run_model(path: str, device: str):
     """(model, task name, sample of the task as text) of a run's checkpoint; the task and sample are
     None when the task cannot be rebuilt (e.g. its text file is gone)."""
@@ -895,9 +911,10 @@ class TrainingPanel(QWidget):
             return
         run_dir = self._next_run_dir()
         cfg = self.config()
-        config_file = launch_config_path(run_dir)
+        text = cfg.to_json()
+        config_file = free_launch_config_path(run_dir, text)
         try:
-            atomic_write_text(config_file, cfg.to_json())
+            atomic_write_text(config_file, text)
         except OSError as exc:  # WriteError too: a read-only runs folder, a full disk...
             self.status_label.setText(f"Could not write the run's settings: {exc}")
             return

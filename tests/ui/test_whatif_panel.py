@@ -18,6 +18,19 @@ def window(qtbot, model_dirs, isolated_user_files, error_watch):
     error_watch.assert_clean()
 
 
+def test_a_first_look_attributes_the_top_next_token(qtbot, window):
+    """Opening the tab shows the default attribution (the last position, the model's top next token),
+    not empty axes; nothing else needs clicking."""
+    import torch
+
+    w, state = window
+    panel = click_panel_tab(qtbot, w, "What if")
+    qtbot.waitUntil(lambda: panel.dla_chart.attribution is not None, timeout=20_000)
+    with torch.no_grad():
+        top = int(state.loaded.model(torch.tensor([state.token_ids])).logits[0, -1].argmax())
+    assert panel.dla_chart.attribution.token_id == top and panel.dla_status.text().startswith("logit")
+
+
 def test_attribution_bars_add_up_to_the_logit_and_export(qtbot, window, tmp_path):
     w, state = window
     panel = click_panel_tab(qtbot, w, "What if")

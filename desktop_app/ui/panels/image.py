@@ -339,7 +339,7 @@ class ImagePanel(QWidget):
                                                       "attention_distance")[self.tabs.currentIndex()])
         right = QVBoxLayout()
         right.addWidget(self.tabs, 1)
-        right.addWidget(self.export_bar)
+        right.addWidget(self.export_bar, 0, Qt.AlignmentFlag.AlignRight)  # compact, as on the other panels
 
         top = QHBoxLayout(self)
         top.addLayout(left, 2)

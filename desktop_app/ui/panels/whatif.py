@@ -343,6 +343,15 @@ class WhatIfPanel(QWidget):
         if getattr(state, "loaded", None) is not None:
             self._on_model(state.loaded)
 
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        # a first look shows the default attribution (the top next token at the last position: one
+        # forward in a worker), not empty axes
+        loaded = self.state.loaded
+        if (loaded is not None and loaded.config.input_kind != "patches" and self.state.token_ids
+                and self.dla_chart.attribution is None and self._dla_job is None):
+            self.attribute()
+
     def current_view(self):
         return self.dla_chart if self.tabs.currentIndex() == 0 else self.resid_map
 
@@ -400,8 +409,19 @@ class WhatIfPanel(QWidget):
             self.clean_edit.setText(self.state.text)  # a starting point: the text being inspected
 
     def _on_trace(self, _trace) -> None:
-        if self.dla_chart.attribution is not None:
-            self.attribute()  # the text or its ablations changed: the bars follow
+        # the text or its ablations changed: the bars follow; shown with none yet, the default comes
+        if self.dla_chart.attribution is not None or (self.isVisible() and self._dla_job is None):
+            if self.state.loaded is not None and self.state.loaded.config.input_kind != "patches":
+                self.attribute()
+
+    def screenshot_demo(self) -> None:
+        """--screenshot: the default attribution, as a first look shows it."""
+        if self.dla_chart.attribution is None:
+            self.attribute()
+
+    def screenshot_ready(self) -> bool:
+        """The attribution is shown (or its failure said)."""
+        return self._dla_job is not None and self._dla_job.done and not self.dla_status.text().endswith("…")
 
     def attribute(self) -> None:
         loaded = self.state.loaded

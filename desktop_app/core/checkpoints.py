@@ -370,6 +370,11 @@ def _check_layer_count(cfg: ModelConfig, files: dict[str, Path]) -> None:
 # exactly when all its exponent bits are set, in each of these formats.
 _EXPONENT = {"F16": (np.uint16, 0x7C00), "BF16": (np.uint16, 0x7F80), "F32": (np.uint32, 0x7F800000),
              "F64": (np.uint64, 0x7FF0000000000000)}
+# a finite sum means every value is finite (a NaN or an infinity would carry through): one read, against
+# the bit test's two passes (~25 against ~35 ms on GPT-2 small); a non-finite sum (a NaN, or only an
+# overflow) is settled by the bit test. Not for float16 (its sums overflow too easily) nor bfloat16
+# (numpy has no such type)
+_FLOAT = {"F32": np.float32, "F64": np.float64}
 _FINITE_CHUNK = 4 << 20  # bytes per look: bounds the resident pages and the scratch buffer
 
 
@@ -400,9 +405,17 @@ def _check_finite(files: dict[str, Path]) -> None:
                 uint, mask = _EXPONENT[dt]
                 for off in range(8 + n + begin, 8 + n + end, _FINITE_CHUNK):
                     size = min(8 + n + end - off, _FINITE_CHUNK)
-                    bits = np.frombuffer(mm, dtype=uint, count=size // np.dtype(uint).itemsize, offset=off)
-                    bad = np.bitwise_and(bits, mask, out=scratch.view(uint)[:len(bits)]).max() == mask
-                    del bits  # no view may outlive the map
+                    count = size // np.dtype(uint).itemsize
+                    bad = True
+                    if dt in _FLOAT:
+                        values = np.frombuffer(mm, dtype=_FLOAT[dt], count=count, offset=off)
+                        with np.errstate(over="ignore", invalid="ignore"):
+                            bad = not np.isfinite(np.add.reduce(values))
+                        del values  # no view may outlive the map
+                    if bad:
+                        bits = np.frombuffer(mm, dtype=uint, count=count, offset=off)
+                        bad = np.bitwise_and(bits, mask, out=scratch.view(uint)[:len(bits)]).max() == mask
+                        del bits
                     if bad:
                         raise ModelLoadError(f, f"tensor {name!r} holds NaN or infinite values: the file is "
                                                 f"damaged (or was saved from a diverged run)")

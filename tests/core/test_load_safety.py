@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -112,12 +113,24 @@ def test_generate_on_damaged_weights_is_one_line_and_fails(good):
     assert str(good / WEIGHTS) in lines[0] and repr(name) in lines[0]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_an_infinite_value_is_refused_in_every_float_dtype(good, dtype):
     tensors = {k: v.to(dtype) for k, v in load_file(str(good / WEIGHTS)).items()}
     tensors["transformer.h.1.mlp.c_proj.weight"][3, 5] = float("-inf")
     save_file(tensors, str(good / WEIGHTS))
     _refused(good, WEIGHTS, "'transformer.h.1.mlp.c_proj.weight'", "NaN or infinite")
+
+
+def test_huge_finite_weights_whose_sum_overflows_still_load(good):
+    """The float32 check adds each chunk (a finite sum means finite values); a sum that overflows with
+    every value finite must fall back to the exact test, not refuse the file."""
+    tensors = load_file(str(good / WEIGHTS))
+    w = tensors["transformer.h.1.mlp.c_proj.weight"]
+    w[:] = 3e38  # finite, the largest float32 is 3.4e38
+    save_file(tensors, str(good / WEIGHTS))
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(np.add.reduce(w.numpy().ravel()))
+    assert float(load_model_folder(good).model.blocks[1].mlp.down.weight.detach().max()) == pytest.approx(3e38)
 
 
 def test_a_sharded_checkpoint_names_the_damaged_shard(good):

@@ -73,7 +73,7 @@ def training_demo(panel) -> None:
     for combo, value in ((panel.family, "bert"), (panel.norm_placement, "pre"), (panel.task, "motif")):
         combo.setCurrentText(value)
     for spin, value in ((panel.layers, 3), (panel.heads, 1), (panel.d_model, 32), (panel.d_ff, 128),
-                        (panel.context, 20), (panel.length, 20), (panel.lr, 3e-3), (panel.warmup, 100),
+                        (panel.context, 20), (panel.length, 20), (panel.lr, 1e-3), (panel.warmup, 100),
                         (panel.batch_size, 64), (panel.steps, 3000), (panel.eval_every, 100),
                         (panel.checkpoint_every, 500)):
         spin.setValue(value)

@@ -30,6 +30,9 @@ def test_names_plurals_and_decimals(qtbot, model_dirs, isolated_user_files):
     _click_tab(qtbot, layers.tabs, "Component norms")
     assert layers.component_map.bottom_axis.labels[:2] == ["head 0", "head 1"]
     assert "head·0" not in " ".join(layers.component_map.bottom_axis.labels)
+    _click_tab(qtbot, layers.tabs, "Cosine similarity")  # one token: no pair, said, not a curve of NaNs
+    qtbot.waitUntil(lambda: "needs two tokens" in layers.cosine_view.curve_plot.titleLabel.text, timeout=10_000)
+    assert len(layers.cosine_view.curve.getData()[0] or []) == 0
     _click_tab(qtbot, window.tabs, "Attention")
     attention = window.slot("Attention").panel
     assert attention.status.text().startswith("1 token, 2 layers x 4 heads")

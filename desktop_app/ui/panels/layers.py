@@ -247,11 +247,13 @@ class CosineView(QWidget):
 
     def set_data(self, cosine, means, labels, depth_names) -> None:
         self.cosine, self.means, self.labels, self.depth_names = cosine, means, labels, depth_names
-        self.curve.setData(np.arange(len(means)), means)
+        pairs = bool(np.isfinite(means).any())  # one token has no pair to compare: no curve, and a title that says so
+        self.curve.setData(np.arange(len(means)) if pairs else [], means if pairs else [])
         ticks = [(i, n) for i, n in enumerate(depth_names)]
         self.curve_plot.getAxis("bottom").setTicks([ticks])
         self.curve_plot.setXRange(-0.4, len(means) - 0.6, padding=0)
-        self.curve_plot.setTitle("Mean cosine similarity vs depth", color=plot_foreground())
+        self.curve_plot.setTitle("Mean cosine similarity vs depth" if pairs else
+                                 "Mean cosine similarity vs depth: needs two tokens", color=plot_foreground())
         self.set_depth(min(self.depth, len(means) - 1), relabel=True)
 
     def clear(self) -> None:

@@ -10,6 +10,7 @@ machines without a GPU); the CUDA params replace the faked torch.cuda of the old
 """
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -204,6 +205,12 @@ def test_training_on_the_device_lowers_the_loss_and_saves_finite_cpu_weights(tmp
     # (which ran on the device, under autocast for bfloat16 and float16)
     rel = {"float32": 1e-4, "bfloat16": 3e-2, "float16": 1e-2}[precision]
     assert _val_loss_on_cpu(tmp_path / "run", cfg) == pytest.approx(summary["val_loss"], rel=rel)
+    # float16 keeps its loss scale for a resumed run; the others have none to keep
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    assert ("scaler" in state and state["scaler"]["scale"] > 0) == (precision == "float16"), state.get("scaler")
+    if precision == "float16":  # a resumed run takes it up without complaint
+        more = train(TrainConfig(**{**cfg.to_dict(), "steps": cfg.steps + 2}), tmp_path / "run", resume=True)
+        assert math.isfinite(more["train_loss"])
 
 
 def _weights(path) -> dict[str, torch.Tensor]:

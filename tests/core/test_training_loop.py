@@ -129,6 +129,29 @@ def test_resume_restores_the_cuda_rng_state(tmp_path, monkeypatch):
     assert set(restored) == {0} and torch.equal(restored[0], saved_state)
 
 
+def test_a_checkpoint_keeps_the_float16_loss_scale(tmp_path):
+    """float16 runs (CUDA only) scale the loss; the checkpoint keeps the scaler's state so a resumed run
+    goes on from its scale and growth count, not from 65536 again. The CPU's GradScaler stands in here."""
+    from desktop_app.core.checkpoints import new_model
+    from desktop_app.core.training.trainer import STATE_FILE, model_config_for, save_checkpoint, task_for
+
+    cfg = TrainConfig(task="copy", model=SMALL, steps=1)
+    task = task_for(cfg, causal=True)
+    model = new_model(model_config_for(cfg, task), seed=0)
+    opt = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=7)
+    scaler.scale(torch.ones(()))  # the scale exists once a loss was scaled
+    scaler.update(new_scale=512.0)
+    save_checkpoint(tmp_path / "run", model, task, opt, cfg, 1, torch.Generator(), [], 0.0, scaler)
+    saved = json.loads((tmp_path / "run" / STATE_FILE).read_text())["scaler"]
+    assert saved["scale"] == 512.0 and saved["growth_interval"] == 7
+    fresh = torch.amp.GradScaler("cpu")
+    fresh.load_state_dict(saved)  # what the trainer does on resume
+    assert fresh.get_scale() == 512.0
+    save_checkpoint(tmp_path / "run2", model, task, opt, cfg, 1, torch.Generator(), [], 0.0)
+    assert "scaler" not in json.loads((tmp_path / "run2" / STATE_FILE).read_text())  # float32/bfloat16: none
+
+
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     cfg = TrainConfig(task="copy", family="gpt2", model=SMALL, optimizer="sgd", lr=1e4, momentum=0.0,
                       schedule="constant", warmup_steps=0, grad_clip=None, steps=50, checkpoint_every=1,

@@ -10,7 +10,7 @@ themselves, so it costs nothing extra); "step" events carry it running, "eval" e
 Checkpoint folder (written with save_model_folder: atomic, so kill -9 leaves the previous one):
     config.json, model.safetensors, tokenizer.json     the model (loads in this app and transformers)
     optimizer.safetensors                              optimiser tensors (never pickle)
-    trainer_state.json                                 step, optimiser hyper-parameters, RNG states
+    trainer_state.json                                 step, optimiser hyper-parameters, RNG states, float16 loss scale
     run_config.json                                    the TrainConfig of the run
     metrics.json, metrics.csv                          the metric history
 
@@ -352,10 +352,12 @@ def _metrics_csv(history: list[dict]) -> str:
 
 def save_checkpoint(out_dir: Path, model: Transformer, task: Task, opt: torch.optim.Optimizer,
                     cfg: TrainConfig, step: int, gen: torch.Generator, history: list[dict],
-                    elapsed: float) -> None:
+                    elapsed: float, scaler: "torch.amp.GradScaler | None" = None) -> None:
     tensors, rest = optimizer_state_to_tensors(opt)
     tensors.update(_rng_tensors(gen))
     state = {"format": FORMAT, "step": step, "elapsed": elapsed, "optimizer": rest}
+    if scaler is not None:  # float16: the loss scale and its growth count, so a resumed run goes on from them
+        state["scaler"] = scaler.state_dict()
     save_model_folder(model, out_dir, tokenizer=task.tokenizer, extra_files={
         OPTIM_FILE: st_save(tensors),
         STATE_FILE: json.dumps(state, indent=1).encode(),
@@ -509,6 +511,8 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
     groups = layer_groups(model)
     autocast = _autocast_factory(device, cfg.precision)
     scaler = torch.amp.GradScaler("cuda") if cfg.precision == "float16" else None
+    if scaler is not None and state is not None and state.get("scaler"):
+        scaler.load_state_dict(state["scaler"])  # else (an older checkpoint) it starts again at 65536
     val = task.val_set(cfg.seed)
 
     summary: dict[str, Any] = {"step": start_step, **{k: None for k in SUMMARY_KEYS}}
@@ -525,7 +529,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
         if bad:  # never overwrite a good checkpoint with broken weights
             raise TrainingDiverged(f"parameters became non-finite by step {step} ({bad[0]})")
         if is_main:
-            save_checkpoint(out_dir, model, task, opt, cfg, step, gen, history, elapsed)
+            save_checkpoint(out_dir, model, task, opt, cfg, step, gen, history, elapsed, scaler)
             emit({"event": "checkpoint", "step": step, "path": str(out_dir)})
 
     last_ckpt = start_step if state is not None else None

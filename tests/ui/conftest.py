@@ -7,6 +7,21 @@ from PySide6.QtCore import QSettings
 from .walkthrough import ErrorWatch, make_model_dirs
 
 
+@pytest.fixture(scope="session", autouse=True)
+def app_thread_setting():
+    """The UI runs as the app runs it: torch's threads on all cores but one (ui.app.main does this at
+    start; these tests build windows without main). Two full-suite runs in seven hung or crashed in a
+    worker's torch call while the UI thread waited, with torch's default of one thread per core."""
+    import torch
+
+    from desktop_app.ui.app import leave_a_core_for_the_ui
+
+    before = torch.get_num_threads()
+    leave_a_core_for_the_ui()
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory):
     """name -> model folder for 'demo', 'bert', 'llama', 'notok' (made once per session)."""

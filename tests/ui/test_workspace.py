@@ -474,7 +474,11 @@ def test_workspace_restores_the_what_if_inputs(qtbot, model_dirs, tmp_path):
     assert (wi2.answer_edit.text(), wi2.wrong_edit.text()) == ("e", "a")
     assert (wi2.towards_edit.text(), wi2.away_edit.text(), wi2.steer_layer_spin.value(), wi2.scale) == \
         ("abc", "de", 0, 1.0)
-    assert wi2.patching is None and wi2.dla_chart.attribution is None  # inputs, not results
+    assert wi2.patching is None  # inputs, not results
+    # shown, the panel attributes as a first look does, with the restored position and token
+    qtbot.waitUntil(lambda: wi2.dla_chart.attribution is not None, timeout=15000)
+    d = wi2.state.loaded.tokenizer.encode("d")[0]
+    assert (wi2.dla_chart.attribution.position, wi2.dla_chart.attribution.token_id) == (3, d)
     wi2.set_view_state(type(wi2.view_state)())  # "last" shows again for no position
     assert wi2.position_spin.text() == "last"
 

@@ -6,7 +6,6 @@ import errno
 import json
 import os
 import stat
-from pathlib import Path
 
 import pytest
 
@@ -24,15 +23,10 @@ TEXT = "attention is all you need"
 
 
 @pytest.fixture(autouse=True)
-def one_thread_and_umask():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
+def one_thread_and_umask(one_torch_thread):
     mask = os.umask(0o022)
     yield
     os.umask(mask)
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

@@ -4,14 +4,7 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.mark.slow  # imports transformers and runs both loops: ~15 s on a busy 2-core machine

@@ -18,14 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--layers", "1", "--heads", "2", "--d-model", "32"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread (several crawl on a busy machine)

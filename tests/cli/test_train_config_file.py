@@ -13,14 +13,7 @@ FLAGS = ["--task", "modadd", "--p", "11", "--layers", "1", "--heads", "2", "--d-
          "--grad-clip", "0", "--schedule", "constant", "--steps", "3", "--log-every", "1", "--eval-every", "3"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def run(capsys, *args) -> tuple[int, str]:

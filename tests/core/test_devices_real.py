@@ -36,13 +36,7 @@ def device(request) -> str:
     return request.param
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; several threads on a shared machine crawl."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 SMALL = {"n_layers": 2, "n_heads": 4, "d_model": 32, "d_ff": 64}

@@ -23,12 +23,7 @@ from desktop_app.core.vit import image_settings, preprocess_image  # noqa: E402
 TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def test_digits_batches_and_the_fixed_heldout_split():

@@ -15,13 +15,7 @@ from desktop_app.core.training import TrainConfig, checkpoint_step, train
 N = 12
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One thread: deterministic reductions, and tiny models run fastest on it."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def _weights(path):

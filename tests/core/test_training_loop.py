@@ -18,13 +18,7 @@ from desktop_app.core.training import TrainConfig, TrainControl, TrainingDiverge
 SMALL = {"n_layers": 2, "n_heads": 2, "d_model": 32, "d_ff": 64}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; several threads on a shared 2-core machine crawl."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def _random_text(tmp_path, n=200, seed=0):

@@ -18,13 +18,7 @@ from desktop_app.core.training import TrainConfig, train
 from desktop_app.core.training.tasks import MotifTask, motif_label
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; several threads on a shared 2-core machine crawl."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def test_generation_step_trace_shows_the_ablated_head_as_zero():

@@ -213,12 +213,7 @@ def _click_tab(qtbot, tabs, title: str) -> None:
 
 
 def test_workspace_restores_the_attention_and_layers_view_states(qtbot, model_dirs, tmp_path):
-    w1 = MainWindow(AppState(), panels=INSPECT_PANELS)
-    qtbot.addWidget(w1)
-    w1.show()
-    w1.state.set_text("abc de")
-    with qtbot.waitSignal(w1.state.trace_changed, timeout=15000):
-        w1.open_model(model_dirs[1])  # 2 layers x 2 heads
+    w1 = _text_window(qtbot, model_dirs[1], INSPECT_PANELS)  # 2 layers x 2 heads
     w1.show_panel("Attention")
     att = w1.panel("Attention")
     qtbot.waitUntil(lambda: att.stats is not None, timeout=15000)
@@ -397,6 +392,15 @@ def _window(qtbot, panels) -> MainWindow:
     return w
 
 
+def _text_window(qtbot, model_dir, panels=None) -> MainWindow:
+    """A window of `panels` (the text panels) with model_dir open and "abc de" traced."""
+    w = _window(qtbot, panels or TEXT_PANELS)
+    w.state.set_text("abc de")
+    with qtbot.waitSignal(w.state.trace_changed, timeout=15000):
+        w.open_model(model_dir)
+    return w
+
+
 def _save_and_reopen(qtbot, w1, path, panels) -> MainWindow:
     """Save w1's workspace as File > Save Workspace does, open it in a new window (its model loads)."""
     save_workspace(path, w1.capture_workspace())
@@ -413,10 +417,7 @@ def _press(qtbot, widget, key, times: int = 1) -> None:
 
 
 def test_workspace_restores_the_generate_settings(qtbot, model_dirs, tmp_path):
-    w1 = _window(qtbot, TEXT_PANELS)
-    w1.state.set_text("abc de")
-    with qtbot.waitSignal(w1.state.trace_changed, timeout=15000):
-        w1.open_model(model_dirs[0])
+    w1 = _text_window(qtbot, model_dirs[0])
     w1.show_panel("Generate")
     gen = w1.panel("Generate")
     _type_into(qtbot, gen.prompt, "ab ba")
@@ -443,10 +444,7 @@ def test_workspace_restores_the_generate_settings(qtbot, model_dirs, tmp_path):
 
 
 def test_workspace_restores_the_what_if_inputs(qtbot, model_dirs, tmp_path):
-    w1 = _window(qtbot, TEXT_PANELS)
-    w1.state.set_text("abc de")
-    with qtbot.waitSignal(w1.state.trace_changed, timeout=15000):
-        w1.open_model(model_dirs[0])
+    w1 = _text_window(qtbot, model_dirs[0])
     w1.show_panel("What if")
     wi = w1.panel("What if")
     _type_into(qtbot, wi.position_spin, "3")

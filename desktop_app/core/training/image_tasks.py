@@ -30,9 +30,8 @@ import numpy as np
 import torch
 
 from ..vit import PREPROCESSOR, ImageSettings, default_image_settings, image_settings, preprocess_image
-from .tasks import Batch, Task, TaskError
+from .tasks import IMAGE_TASK_NAMES, Batch, Task, TaskError
 
-IMAGE_TASKS = ("digits", "image-folder")
 DIGITS_SIZE = 8
 DIGITS_PATCH = 2  # 4 x 4 = 16 patches + [CLS]: the default patch of a model trained on the digits
 HELDOUT_FRACTION = 0.2
@@ -256,4 +255,4 @@ def make_image_task(name: str, options: dict[str, Any] | None = None) -> ImageCl
         return digits_task(**dict(options or {}))
     if name == "image-folder":
         return image_folder_task(**dict(options or {}))
-    raise TaskError(f"unknown image task {name!r} (known: {', '.join(IMAGE_TASKS)})")
+    raise TaskError(f"unknown image task {name!r} (known: {', '.join(IMAGE_TASK_NAMES)})")

@@ -405,7 +405,7 @@ def make_task(name: str, options: dict[str, Any] | None = None, causal: bool = T
         if tokenizer is not None:  # a resumed run keeps the tokenizer its model was built for (maybe without [UNK])
             task.tokenizer = tokenizer
         return task
-    if name in IMAGE_TASK_NAMES:  # lazily: image_tasks imports scikit-learn's digits on demand; image-folder reads a folder
+    if name in IMAGE_TASK_NAMES:  # imported when asked for: the app's start never needs it
         from .image_tasks import make_image_task
         return make_image_task(name, opts)
     if name == "text":

@@ -33,6 +33,7 @@ def test_names_plurals_and_decimals(qtbot, model_dirs, isolated_user_files):
     _click_tab(qtbot, layers.tabs, "Cosine similarity")  # one token: no pair, said, not a curve of NaNs
     qtbot.waitUntil(lambda: "needs two tokens" in layers.cosine_view.curve_plot.titleLabel.text, timeout=10_000)
     assert len(layers.cosine_view.curve.getData()[0] or []) == 0
+    assert "no pair of tokens" in layers.cosine_view.heatmap.plot.titleLabel.text  # not "mean nan"
     _click_tab(qtbot, window.tabs, "Attention")
     attention = window.slot("Attention").panel
     assert attention.status.text().startswith("1 token, 2 layers x 4 heads")

@@ -266,13 +266,15 @@ class CosineView(QWidget):
         self.depth = depth
         if self.cosine.size == 0:
             return
-        title = f"Cosine similarity at {self.depth_names[depth]}: mean {self.means[depth]:.3f}"
+        mean = self.means[depth]
+        title = f"Cosine similarity at {self.depth_names[depth]}: " + (
+            f"mean {mean:.3f}" if np.isfinite(mean) else "no pair of tokens")
         if relabel or self.heatmap.values.shape != self.cosine[depth].shape:
             self.heatmap.set_matrix(self.cosine[depth], self.labels, self.labels, levels=(-1.0, 1.0), title=title)
         else:
             self.heatmap.set_values(self.cosine[depth])
             self.heatmap.set_title(title)
-        self.marker.setData([depth], [self.means[depth]])
+        self.marker.setData(*(([depth], [mean]) if np.isfinite(mean) else ([], [])))
 
     def export_widget(self):
         return self

@@ -111,3 +111,60 @@ def test_model_panel_exports_its_chips_and_the_token_probabilities(qtbot, model_
     assert [int(r[1]) for r in rows[1:]] == state.token_ids
     assert rows[1][3] == ""  # the first token has no prediction
     assert abs(float(rows[2][3]) - panel.probabilities[1]) < 1e-5
+
+
+def _distinct_colours(path) -> int:
+    image = QImage(str(path))
+    assert not image.isNull(), path
+    step = max(1, image.width() // 64)
+    return len({image.pixel(x, y) for x in range(0, image.width(), step) for y in range(0, image.height(), step)})
+
+
+def test_image_panel_exports_are_disabled_on_a_text_model_and_say_why(qtbot, model_dirs, isolated_user_files,
+                                                                      monkeypatch):
+    """Issue 25: on a text model the Image panel's PNG and Data wrote a blank image and an empty .npz
+    without a word; now its buttons are disabled, the tooltip says why, and Ctrl+E writes nothing."""
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    panel = _show_tab(qtbot, window, "Image")
+    dialog = SaveDialog(monkeypatch)  # no answers: a dialog that opens fails the test
+    for name, button in _buttons(panel.export_bar).items():
+        assert not button.isEnabled(), name
+        assert "vision transformers" in button.toolTip() and "\n" not in button.toolTip()
+    window.export_action.trigger()  # File > Export Current View
+    assert dialog.opened_at == [] and "Nothing to export" in window.statusBar().currentMessage()
+
+
+def test_image_panel_exports_on_a_vit_write_the_figure_and_say_where(qtbot, isolated_user_files, tmp_path,
+                                                                      monkeypatch):
+    from digit_vit import save_digit_vit, skip_without_digits
+
+    skip_without_digits()
+    window, state = open_window(qtbot, save_digit_vit(tmp_path / "vit"))
+    panel = _show_tab(qtbot, window, "Image")
+    qtbot.waitUntil(lambda: panel.result is not None and bool(panel.filters_view.mosaic.tiles), timeout=30_000)
+    buttons = _buttons(panel.export_bar)
+    assert all(b.isEnabled() for b in buttons.values())
+    dialog = SaveDialog(monkeypatch)
+    dialog.answers = [(str(tmp_path / "heads.png"), "PNG image (*.png)"),
+                      (str(tmp_path / "heads.npz"), "NumPy arrays (*.npz)")]
+    qtbot.mouseClick(buttons["PNG"], Qt.MouseButton.LeftButton)
+    assert _distinct_colours(tmp_path / "heads.png") > 10  # the heads' heat maps, not a blank card
+    assert window.statusBar().currentMessage() == f"Saved {tmp_path / 'heads.png'}"
+    qtbot.mouseClick(buttons["Data"], Qt.MouseButton.LeftButton)
+    import numpy as np
+
+    with np.load(tmp_path / "heads.npz") as saved:
+        assert saved["attention"].shape == (3, 4, 4) and saved["image"].size > 0
+        assert np.allclose(saved["attention"], panel.query_weights())
+    assert window.statusBar().currentMessage() == f"Saved {tmp_path / 'heads.npz'}"
+
+    # another model (a text one): the ViT's figures are no longer what the panel shows, nothing exports
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(_demo_dir())
+    assert not buttons["PNG"].isEnabled() and "vision transformers" in buttons["Data"].toolTip()
+
+
+def _demo_dir():
+    from desktop_app.paths import demo_model_dir
+
+    return demo_model_dir()

@@ -24,6 +24,9 @@ from ...core.views.image import TABS as IMAGE_TABS, ImageViewState
 from ..workers import run_job
 from ..widgets.export import ExportBar
 
+NOT_YET = "Nothing to export yet: the figure is being computed."
+NOT_A_VIT = ("Nothing to export: the Image panel's figures are for vision transformers (ViT); "
+             "the open model reads text.")
 FILTER_COMPONENTS = 28  # the lectures' figure shows the first 28 principal components
 TOP_CLASSES = 5
 
@@ -213,6 +216,15 @@ class MosaicView(QWidget):
         self.header: list[str] = []
         self.rows: list[list] = []
         self.arrays: dict[str, np.ndarray] = {}
+        self.empty_reason = NOT_A_VIT  # why there is nothing to export while the mosaic is empty
+
+    def clear(self, reason: str) -> None:
+        """Nothing shown (another model, or none yet): nothing exported, `reason` says why."""
+        self.mosaic.set_tiles([], 1)
+        self.header, self.rows, self.arrays, self.empty_reason = [], [], {}, reason
+
+    def export_unavailable(self) -> str | None:
+        return None if self.mosaic.tiles else self.empty_reason
 
     def export_widget(self) -> QWidget:
         return self.mosaic
@@ -241,6 +253,14 @@ class DistanceView(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.plot)
         self.distance = np.zeros((0, 0))
+        self.empty_reason = NOT_A_VIT
+
+    def clear(self, reason: str) -> None:
+        self.distance, self.empty_reason = np.zeros((0, 0)), reason
+        self.scatter.setData(x=[], y=[])
+
+    def export_unavailable(self) -> str | None:
+        return None if self.distance.size else self.empty_reason
 
     def set_distance(self, distance: np.ndarray) -> None:
         self.distance = np.asarray(distance, dtype=np.float64)
@@ -334,9 +354,10 @@ class ImagePanel(QWidget):
         self.tabs = QTabWidget()
         for view, name in zip(self.views, ("Heads", "Patch filters", "Position similarity", "Attention distance")):
             self.tabs.addTab(view, name)
-        self.export_bar = ExportBar(lambda: self.views[self.tabs.currentIndex()],
+        self.export_bar = ExportBar(self.current_view,
                                     lambda: "vit_" + ("heads", "filters", "position_similarity",
                                                       "attention_distance")[self.tabs.currentIndex()])
+        self.tabs.currentChanged.connect(lambda _: self.export_bar.refresh())
         right = QVBoxLayout()
         right.addWidget(self.tabs, 1)
         right.addWidget(self.export_bar, 0, Qt.AlignmentFlag.AlignRight)  # compact, as on the other panels
@@ -385,6 +406,10 @@ class ImagePanel(QWidget):
         if not 0 <= self.canvas.selected < g * g:
             self.canvas.selected = None
 
+    def current_view(self):
+        """The tab shown: what the export bar and File > Export Current View save."""
+        return self.views[self.tabs.currentIndex()]
+
     # -- model -----------------------------------------------------------------------------
     def _enable(self, on: bool, why: str = "") -> None:
         for w in (self.open_button, self.digit, self.cls_button, self.layer):
@@ -394,7 +419,11 @@ class ImagePanel(QWidget):
     def set_model(self, loaded) -> None:
         self.loaded, self.result, self.pixels = loaded, None, None
         self.canvas.set_image(None, 1)
-        if loaded is None or loaded.config.input_kind != "patches":
+        is_vit = loaded is not None and loaded.config.input_kind == "patches"
+        for view in self.views:  # the previous model's figures are not this one's: never exported as such
+            view.clear(NOT_YET if is_vit else NOT_A_VIT)
+        self.export_bar.refresh()
+        if not is_vit:
             self._enable(False, "The Image view is for vision transformers (ViT): open a ViT model folder "
                                 "(e.g. one trained on the digits task in the Train panel).")
             return
@@ -406,6 +435,9 @@ class ImagePanel(QWidget):
             self.settings = image_settings(loaded.path, loaded.config)
         except ValueError as exc:  # a broken preprocessor_config.json: one line naming it
             self._enable(False, str(exc))
+            for view in self.views:
+                view.clear(f"Nothing to export: {exc}")
+            self.export_bar.refresh()
             return
         run_job(model_figures, loaded, on_result=lambda figs: self._show_figures(loaded, figs),
                 on_error=self._failed, owner=self)
@@ -477,6 +509,7 @@ class ImagePanel(QWidget):
             self.prediction.setText("\n".join(f"{names.get(str(i), str(i)):>12}  {probs[i]:6.1%}" for i in top))
         self.distance_view.set_distance(result["distance"])
         self._draw_heads()
+        self.export_bar.refresh()
 
     def draw_now(self, loaded, pixels: np.ndarray, source: str, layer: int = 0, query: int | None = None) -> None:
         """Everything the panel shows for `pixels`, computed here on the calling thread (the CLI's
@@ -548,3 +581,4 @@ class ImagePanel(QWidget):
         self.similarity_view.rows = [[i, j, k2, l2, float(sim[i, j, k2, l2])] for i in range(g) for j in range(g)
                                      for k2 in range(g) for l2 in range(g)]
         self.similarity_view.arrays = {"position_similarity": sim}
+        self.export_bar.refresh()

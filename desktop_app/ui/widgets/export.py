@@ -148,10 +148,14 @@ def export_view(view, path: str | Path) -> None:
     """Write what `view` shows to `path`, by suffix: .png, .svg (vector), .csv or .npz (the numbers).
 
     A view provides export_widget() (the QWidget drawn in PNG and SVG), optionally svg_item() (a
-    pyqtgraph item for pyqtgraph's SVG exporter), export_arrays() -> {name: array} and optionally
-    csv_table() -> (header, rows).
+    pyqtgraph item for pyqtgraph's SVG exporter), export_arrays() -> {name: array}, optionally
+    csv_table() -> (header, rows) and optionally export_unavailable() -> None, or one line saying why
+    there is nothing to export yet (then nothing is written: a blank image or an empty .npz says nothing).
     """
     path = Path(path)
+    why = export_unavailable(view)
+    if why:
+        raise ValueError(why)
     suffix = path.suffix.lower()
     if suffix == ".png":
         save_widget_png(view.export_widget(), path)
@@ -172,8 +176,34 @@ def export_view(view, path: str | Path) -> None:
         raise ValueError(f"{path}: unknown export format {suffix!r} (use {', '.join(EXPORT_SUFFIXES)})")
 
 
+def export_unavailable(view) -> str | None:
+    """None when `view` has something to export, else the one line its export_unavailable() gives."""
+    check = getattr(view, "export_unavailable", None)
+    return check() if callable(check) else None
+
+
+def show_saved(widget: QWidget, path: str | Path) -> None:
+    """'Saved /path/file.png' in the status bar of the window holding `widget` (every export says where it saved)."""
+    say_in_status_bar(widget, f"Saved {path}")
+
+
+def say_in_status_bar(widget: QWidget, message: str) -> None:
+    from PySide6.QtWidgets import QMainWindow
+
+    window = widget.window()
+    if isinstance(window, QMainWindow):
+        window.statusBar().showMessage(message, 8000)
+
+
 class ExportBar(QWidget):
-    """PNG / SVG / Data / Copy buttons acting on whatever view `current_view()` returns."""
+    """PNG / SVG / Data / Copy buttons acting on whatever view `current_view()` returns.
+
+    The buttons are disabled, their tooltip saying why, while the view has nothing to export (its
+    export_unavailable(); refresh() checks again, the panel calls it when what it shows changes);
+    a saved export says where in the window's status bar."""
+
+    TIPS = {"PNG": "Save the view as a PNG image", "SVG": "Save the view as a vector SVG figure",
+            "Data": "Save the numbers behind the view (CSV or NPZ)", "Copy": "Copy the view's image to the clipboard"}
 
     def __init__(self, current_view, default_name, parent: QWidget | None = None) -> None:
         from PySide6.QtWidgets import QHBoxLayout, QMessageBox, QToolButton
@@ -182,20 +212,45 @@ class ExportBar(QWidget):
         self._current_view = current_view
         self._default_name = default_name
         self._message_box = QMessageBox
+        self.buttons: dict[str, QToolButton] = {}
         lay = QHBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        for text, tip, slot in (("PNG", "Save the view as a PNG image", lambda: self._save("PNG image (*.png)", ".png")),
-                                ("SVG", "Save the view as a vector SVG figure", lambda: self._save("SVG (*.svg)", ".svg")),
-                                ("Data", "Save the numbers behind the view (CSV or NPZ)", self._save_data),
-                                ("Copy", "Copy the view's image to the clipboard", self.copy)):
+        for text, slot in (("PNG", lambda: self._save("PNG image (*.png)", ".png")),
+                           ("SVG", lambda: self._save("SVG (*.svg)", ".svg")),
+                           ("Data", self._save_data),
+                           ("Copy", self.copy)):
             b = QToolButton(self)
             b.setText(text)
-            b.setToolTip(tip)
+            b.setToolTip(self.TIPS[text])
             b.clicked.connect(slot)
             lay.addWidget(b)
+            self.buttons[text] = b
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Enable the buttons when the view has something to export; else disable them and say why."""
+        why = export_unavailable(self._current_view())
+        for text, b in self.buttons.items():
+            b.setEnabled(not why)
+            b.setToolTip(why or self.TIPS[text])
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt)
+        super().showEvent(event)
+        self.refresh()
+
+    def _unavailable(self) -> bool:
+        """A click that comes before refresh() (or File > Export Current View): say why, write nothing."""
+        why = export_unavailable(self._current_view())
+        if why:
+            say_in_status_bar(self, why)
+            self.refresh()
+        return bool(why)
 
     def copy(self) -> None:
+        if self._unavailable():
+            return
         copy_widget_image(self._current_view().export_widget())
+        say_in_status_bar(self, "Copied the view's image to the clipboard")
 
     def _save_data(self) -> None:
         view = self._current_view()
@@ -206,6 +261,8 @@ class ExportBar(QWidget):
 
     def save_any(self) -> None:
         """Every format this view can be saved in, in one dialog (File > Export Current View)."""
+        if self._unavailable():
+            return
         view = self._current_view()
         filters = ["PNG image (*.png)", "SVG (*.svg)"]
         if hasattr(view, "csv_table") and view.csv_table() is not None:
@@ -215,6 +272,8 @@ class ExportBar(QWidget):
         self._save(";;".join(filters), ".png")
 
     def _save(self, filters: str, suffix: str) -> None:
+        if self._unavailable():
+            return
         path = ask_save_path(self, "Export", self._default_name() + suffix, filters)
         if not path:
             return
@@ -222,3 +281,5 @@ class ExportBar(QWidget):
             export_view(self._current_view(), path)
         except Exception as exc:  # a failed export must not take the app down
             self._message_box.warning(self, "Export failed", str(exc))
+            return
+        show_saved(self, path)

@@ -15,3 +15,50 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def start_thread():
+    """start_thread(target, stop) -> a started daemon thread. Teardown, also when the test failed,
+    calls every stop() (e.g. a JobControl's cancel) and joins the threads, so a test that fails while
+    its thread waits (a paused training loop) can never keep pytest from exiting."""
+    import threading
+
+    started = []
+
+    def start(target, stop):
+        thread = threading.Thread(target=target, daemon=True, name=f"test-{getattr(target, '__name__', 'thread')}")
+        started.append((thread, stop))
+        thread.start()
+        return thread
+
+    yield start
+    for _, stop in started:
+        stop()
+    for thread, _ in started:
+        thread.join(60)
+    alive = [thread.name for thread, _ in started if thread.is_alive()]
+    assert not alive, f"still running 60 s after stop(): {alive}"
+
+
+@pytest.fixture
+def spawn():
+    """spawn(args, **popen_kwargs) -> subprocess.Popen. Teardown, also when the test failed, kills
+    whatever is still running and closes its pipes: no test leaves a process behind."""
+    import subprocess
+
+    procs = []
+
+    def start(*args, **kwargs):
+        proc = subprocess.Popen(*args, **kwargs)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(60)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()

@@ -1,7 +1,10 @@
 """How long core functions report progress and learn they should stop, without knowing about Qt.
 
 A long core function takes `job: JobControl | None = None`, calls `job.progress(done, total, msg)`
-as it goes and `job.check()` at safe points; check() raises Cancelled once cancel() was called.
+as it goes and `job.check()` at safe points; check() raises Cancelled once cancel() was called,
+and also once the program's main thread has ended: a job left running (or paused) in a background
+thread by code that failed or forgot to stop it ends at its next check instead of keeping the
+interpreter alive forever (Python waits for non-daemon threads at exit).
 The UI's workers wire progress to a signal and Cancel to cancel(); the CLI prints or ignores it.
 """
 from __future__ import annotations
@@ -27,7 +30,7 @@ class JobControl:
         return self._cancel.is_set()
 
     def check(self) -> None:
-        if self._cancel.is_set():
+        if self._cancel.is_set() or not threading.main_thread().is_alive():
             raise Cancelled()
 
     def progress(self, done: int, total: int, message: str = "") -> None:

@@ -98,6 +98,6 @@ def test_bad_input_gives_a_message(gpt2_dir, char_dir, capsys):
 def test_subprocess_entry_point(char_dir):
     folder, _ = char_dir
     out = subprocess.run([sys.executable, "-m", "desktop_app", "generate", str(folder), "--prompt-ids", "3,4",
-                          "--max-new", "3", "--json"], capture_output=True, text=True)
+                          "--max-new", "3", "--json"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)["ids"]) == 5

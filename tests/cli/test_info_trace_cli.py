@@ -23,7 +23,7 @@ def gpt2_dir(tmp_path_factory):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "desktop_app", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "desktop_app", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_info_prints_architecture_json(gpt2_dir):

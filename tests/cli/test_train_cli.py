@@ -105,13 +105,13 @@ def test_bad_text_file_is_a_clear_error(tmp_path, capsys):
     assert code == 2 and "--text-file" in stderr
 
 
-def test_kill_9_mid_run_then_resume_continues_from_the_last_checkpoint(tmp_path):
+def test_kill_9_mid_run_then_resume_continues_from_the_last_checkpoint(tmp_path, spawn):
     out = tmp_path / "run"
     args = ["--task", "copy", *TINY, "--steps", "100000", "--checkpoint-every", "3", "--log-every", "1",
             "--eval-every", "100000", "--jsonl", "--out", str(out)]
     for round_ in range(2):  # kill at different moments, possibly mid-checkpoint, and after a resume
-        proc = subprocess.Popen([sys.executable, "-m", "desktop_app", "train", *args] + (["--resume"] if round_ else []),
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ENV)
+        proc = spawn([sys.executable, "-m", "desktop_app", "train", *args] + (["--resume"] if round_ else []),
+                     cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ENV)  # killed in teardown
         checkpoints = 0
         deadline = time.time() + 90
         for line in proc.stdout:

@@ -31,7 +31,7 @@ def vit_dir(tmp_path_factory):
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "desktop_app", *args], capture_output=True, text=True,
-                          env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
+                          env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"}, timeout=120)
 
 
 def _image() -> np.ndarray:

@@ -198,29 +198,74 @@ def test_stop_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert [h["step"] for h in hist if h["event"] == "step"] == [5, 10, 15, 20, 25, 30]
 
 
-def test_pause_holds_the_loop(tmp_path):
+def test_pause_holds_the_loop(tmp_path, start_thread):
     import threading
-    import time
 
     cfg = TrainConfig(task="copy", model=SMALL, steps=10_000, log_every=1, eval_every=10_000,
                       checkpoint_every=10_000)
     control = TrainControl()
     seen = []
     result = {}
-    t = threading.Thread(target=lambda: result.update(train(cfg, tmp_path / "run", on_event=seen.append,
-                                                           control=control)))
+    paused, stepped = threading.Event(), threading.Event()
+
+    def on_event(e):
+        seen.append(e)
+        {"paused": paused, "step": stepped}.get(e["event"], threading.Event()).set()
+
     control.pause()
-    t.start()
-    time.sleep(0.5)
+    # the fixture cancels and joins the thread whatever happens here (a failed assertion included)
+    thread = start_thread(lambda: result.update(train(cfg, tmp_path / "run", on_event=on_event, control=control)),
+                          stop=control.cancel)
+    assert paused.wait(60), "no 'paused' event within 60 s"
     assert not [e for e in seen if e["event"] == "step"]  # paused before the first step
-    assert any(e["event"] == "paused" for e in seen)
     control.resume()
-    deadline = time.time() + 30
-    while not [e for e in seen if e["event"] == "step"] and time.time() < deadline:
-        time.sleep(0.05)
+    assert stepped.wait(60), "no step within 60 s of resuming"
     control.cancel()
-    t.join(30)
+    thread.join(60)
+    assert not thread.is_alive()
     assert result["step"] >= 1 and checkpoint_step(tmp_path / "run") == result["step"]
+
+
+HANGING_TEST = """
+import threading
+from desktop_app.core.training import TrainConfig, TrainControl, train
+
+
+def test_fails_while_a_training_thread_is_paused(tmp_path):
+    control = TrainControl()
+    control.pause()
+    paused = threading.Event()
+    cfg = TrainConfig(task="copy", model={"n_layers": 1, "n_heads": 2, "d_model": 16, "d_ff": 32},
+                      steps=10_000, log_every=1, eval_every=10_000, checkpoint_every=10_000)
+    # the old test's shape: a plain (non-daemon) thread, no teardown, never resumed nor cancelled
+    threading.Thread(target=train, args=(cfg, tmp_path / "run"),
+                     kwargs={"control": control, "on_event": lambda e: e["event"] == "paused" and paused.set()}).start()
+    assert paused.wait(60)
+    assert False, "the assertion that fails while the loop is paused"
+"""
+
+
+def test_a_failing_test_that_leaves_a_paused_training_thread_does_not_hang_pytest(tmp_path):
+    """Issue 25 §1: a test that failed while its training thread was paused kept Python from exiting
+    (it waits for non-daemon threads). A paused or running job now ends at its next check once the
+    main thread has ended, so the session below exits with its failure instead of hanging."""
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "test_left_paused.py").write_text(HANGING_TEST, encoding="utf-8")
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                            "-p", "no:timeout", "test_left_paused.py"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired as exc:  # run() kills the child on timeout
+        pytest.fail(f"pytest did not exit within 240 s after its test failed: {exc.stdout!r}")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "1 failed" in r.stdout and "the assertion that fails while the loop is paused" in r.stdout
+    assert time.monotonic() - t0 < 200
 
 
 def test_checkpoint_loads_in_transformers_with_the_same_outputs(tmp_path):

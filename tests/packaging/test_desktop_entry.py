@@ -66,7 +66,7 @@ def test_installed_entry_passes_desktop_file_validate(tmp_path):
     r = run_install(tmp_path / "share", "--exec", "/usr/bin/transformer-explorer")
     assert r.returncode == 0, r.stderr
     entry = tmp_path / "share" / "applications" / "transformer-explorer.desktop"
-    v = subprocess.run([validator, str(entry)], capture_output=True, text=True)
+    v = subprocess.run([validator, str(entry)], capture_output=True, text=True, timeout=120)
     assert v.returncode == 0 and "error" not in v.stdout + v.stderr, v.stdout + v.stderr
 
 
@@ -77,4 +77,4 @@ def test_validator_would_catch_a_broken_entry(tmp_path):
         pytest.skip("desktop-file-validate not installed")
     bad = tmp_path / "bad.desktop"
     bad.write_text("[Desktop Entry]\nType=Program\nExec=x\n", encoding="utf-8")
-    assert subprocess.run([validator, str(bad)], capture_output=True).returncode != 0
+    assert subprocess.run([validator, str(bad)], capture_output=True, timeout=120).returncode != 0

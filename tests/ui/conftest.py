@@ -22,6 +22,16 @@ def app_thread_setting():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True)
+def no_job_outlives_its_test():
+    """Teardown, also when the test failed: cancel every worker job still running and wait for it
+    (ui.workers.shutdown, what the window's close does), so no worker thread outlives its test."""
+    yield
+    from desktop_app.ui.workers import shutdown
+
+    assert shutdown(timeout_ms=60_000), "a worker job did not stop within 60 s of its cancel"
+
+
 @pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory):
     """name -> model folder for 'demo', 'bert', 'llama', 'notok' (made once per session)."""

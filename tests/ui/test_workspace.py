@@ -176,7 +176,7 @@ def test_preferences_are_saved_and_applied(qtbot):
     assert app.style().name() == base_style  # "system" gives the system's style back, not Fusion
 
 
-def test_sigterm_closes_the_app_normally_and_saves_the_session(model_dirs, tmp_path):
+def test_sigterm_closes_the_app_normally_and_saves_the_session(model_dirs, tmp_path, spawn):
     import os
     import signal
     import subprocess
@@ -186,8 +186,8 @@ def test_sigterm_closes_the_app_normally_and_saves_the_session(model_dirs, tmp_p
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_DATA_HOME=str(tmp_path / "d"),
                XDG_CONFIG_HOME=str(tmp_path / "c"), PYTHONPATH=str(repo))
-    proc = subprocess.Popen([sys.executable, "-m", "desktop_app", str(model_dirs[0]), "--text", "from the terminal"],
-                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = spawn([sys.executable, "-m", "desktop_app", str(model_dirs[0]), "--text", "from the terminal"],
+                 cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # killed in teardown
     ini = tmp_path / "c" / "transformer-explorer" / "Transformer Explorer.ini"
     deadline = time.time() + 60
     while not (ini.is_file() and "recent_models" in ini.read_text()) and time.time() < deadline:

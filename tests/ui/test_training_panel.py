@@ -153,7 +153,8 @@ def test_mlp_baseline_and_training_set_size_from_the_panel(qtbot, tmp_path, monk
     assert [e["step"] for e in evals] == [20, 40]
     assert list(panel.train_acc_curve.getData()[1]) == [e["train_accuracy"] for e in evals]
     assert list(panel.acc_curve.getData()[1]) == [e["val_accuracy"] for e in evals]
-    assert "validation accuracy" in panel.status_label.text() and not panel.use_button.isEnabled()
+    assert "validation loss" in panel.status_label.text() and not panel.use_button.isEnabled()
+    assert "(evaluation at step 40)" in panel.status_label.text()
     panel.task.setCurrentText("sort")  # the baseline is the motif task's only
     assert "--baseline" not in panel.cli_args() and panel.model_box.isEnabled()
 
@@ -192,8 +193,18 @@ def test_run_shows_metrics_stops_and_loads_the_model(qtbot, tmp_path, monkeypatc
     stopped_at = panel.events[-1]["step"]
     assert checkpoint_step(out) == stopped_at  # Stop writes a checkpoint
     # the bar and the text agree on where the run stopped (step events come only every few steps)
-    assert panel.progress.value() == stopped_at and f"Stopped at step {stopped_at}," in panel.status_label.text()
-    assert "%" in panel.status_label.text()  # accuracies as percentages, as everywhere in the panel
+    assert panel.progress.value() == stopped_at and f"Stopped at step {stopped_at}:" in panel.status_label.text()
+    # issue 25: the line says which numbers are the training batches' and which the last evaluation's, and
+    # at which step each was measured (it mixed an earlier evaluation's accuracy with later batches' loss),
+    # accuracies as percentages, as everywhere in the panel
+    last_step = [e for e in panel.events if e["event"] == "step"][-1]
+    last_eval = [e for e in panel.events if e["event"] == "eval"][-1]
+    line = panel.status_label.text()
+    assert (f"training loss {last_step['train_loss']:.4f}, accuracy {100 * last_step['train_accuracy']:.1f}% "
+            f"(batches up to step {last_step['step']})") in line, line
+    assert (f"validation loss {last_eval['val_loss']:.4f}, accuracy {100 * last_eval['val_accuracy']:.1f}% "
+            f"(evaluation at step {last_eval['step']})") in line, line
+    assert line.index("training loss") < line.index("validation loss") and "\n" not in line
     assert panel.use_button.isEnabled()
     assert panel.resume_edit.text() == str(out)  # ready to be resumed
 
@@ -511,3 +522,22 @@ def test_start_hands_the_run_the_forms_config_and_resume_shows_the_runs_settings
     assert other.config() == written  # the form shows the run's saved settings
     assert other.task.currentText() == "sort" and other.length.value() == 5 and other.d_model.value() == 32
     assert other.start_button.isEnabled() and f"--out {run_dir} --resume" in " ".join(other.cli_args())
+
+
+def test_the_end_of_run_line_names_each_number_and_its_step():
+    """A stop between evaluations: the validation figures are the evaluation's at step 1000, the training
+    ones the batches' logged at step 1195, the run stopped at 1200 (issue 25 found them mixed)."""
+    from desktop_app.core.views.training import end_of_run_line
+
+    events = [{"event": "start", "step": 0},
+              {"event": "step", "step": 1000, "train_loss": 0.52, "train_accuracy": 0.88},
+              {"event": "eval", "step": 1000, "val_loss": 0.35, "val_accuracy": 0.931, "train_accuracy": 0.88},
+              {"event": "step", "step": 1195, "train_loss": 0.41, "train_accuracy": 0.91}]
+    stopped = {"event": "stopped", "step": 1200, "train_loss": 0.41, "train_accuracy": 0.91, "val_loss": 0.35,
+               "val_accuracy": 0.931}
+    assert end_of_run_line(stopped, events) == (
+        "Stopped at step 1200: training loss 0.4100, accuracy 91.0% (batches up to step 1195); "
+        "validation loss 0.3500, accuracy 93.1% (evaluation at step 1000).")
+    assert end_of_run_line({"event": "stopped", "step": 3}, events[:1]) == "Stopped at step 3: no evaluation yet."
+    resumed = end_of_run_line(stopped, events[:1])  # a resumed run stopped before logging: the history's numbers
+    assert "from the run's history" in resumed and "93.1%" in resumed

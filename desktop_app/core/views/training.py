@@ -51,3 +51,36 @@ def config_from_dict(data) -> TrainConfig:
             continue  # the wrong kind of value: this setting keeps its default
         good[key] = value
     return TrainConfig.from_json(json.dumps(good))
+
+
+def _percent(x) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def end_of_run_line(ev: dict, events: list[dict]) -> str:
+    """The Train panel's line when a run ends ("done" or "stopped" event `ev`), saying which numbers are
+    which and at which step: the training loss and accuracy are those of the last logged training
+    batches, the validation ones those of the last evaluation, which may be steps earlier, e.g.
+    "Stopped at step 1200: training loss 0.4100, accuracy 91.0% (batches up to step 1195); validation
+    loss 0.3500, accuracy 93.1% (evaluation at step 1000)". `events` are the run's events so far; a resumed
+    run's numbers from before this session (in `ev` only) are said to be from the run's history."""
+    end = "Finished" if ev["event"] == "done" else "Stopped"
+    parts = []
+    last_step = next((e for e in reversed(events) if e.get("event") == "step"), None)
+    last_eval = next((e for e in reversed(events) if e.get("event") == "eval"), None)
+    if last_step is not None:
+        acc = last_step.get("train_accuracy")
+        parts.append(f"training loss {last_step['train_loss']:.4f}"
+                     + (f", accuracy {_percent(acc)}" if acc is not None else "")
+                     + f" (batches up to step {last_step['step']})")
+    elif ev.get("train_loss") is not None:
+        parts.append(f"training loss {ev['train_loss']:.4f} (from the run's history)")
+    if last_eval is not None:
+        parts.append(f"validation loss {last_eval['val_loss']:.4f}, accuracy {_percent(last_eval['val_accuracy'])}"
+                     f" (evaluation at step {last_eval['step']})")
+    elif ev.get("val_accuracy") is not None:
+        loss = f"validation loss {ev['val_loss']:.4f}, " if ev.get("val_loss") is not None else "validation "
+        parts.append(f"{loss}accuracy {_percent(ev['val_accuracy'])} (last evaluation, from the run's history)")
+    elif ev["event"] == "stopped":
+        parts.append("no evaluation yet")
+    return f"{end} at step {ev['step']}" + (": " + "; ".join(parts) if parts else "") + "."

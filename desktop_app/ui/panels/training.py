@@ -30,9 +30,9 @@ from ...core.training.tasks import (DECLARED_TASKS, TaskError, TextTask, image_t
                                     read_text_file, task_dimensions, task_names)
 from ...core.training.trainer import (TrainConfig, best_device, default_precision, model_config_for, parameter_count,
                                       read_run_config, run_sample_text, task_options_for)
-from ...core.views.training import config_from_dict
+from ...core.views.training import config_from_dict, end_of_run_line
 from ...paths import user_data_dir
-from ..widgets.export import ExportBar, ask_save_path
+from ..widgets.export import ExportBar, ask_save_path, show_saved
 from ..widgets.export import export_view as write_export
 from ..workers import run_job
 
@@ -1062,15 +1062,12 @@ class TrainingPanel(QWidget):
         elif kind == "error":
             self.status_label.setText(ev["message"])
         elif kind in ("done", "stopped"):
-            acc, train_acc = ev.get("val_accuracy"), ev.get("train_accuracy")
-            # accuracies as percentages with one decimal, as while running and in the help
-            acc_text = f", validation accuracy {100 * acc:.1f}%" if acc is not None else ""
-            acc_text += f", training accuracy {100 * train_acc:.1f}%" if train_acc is not None else ""
+            # which numbers are the training batches' and which the last evaluation's, at which step
+            # (accuracies as percentages with one decimal, as while running and in the help)
             where = f" Checkpoint: {self.out_dir}" if self.out_dir is not None else " (no checkpoint: MLP baseline)"
             if ev.get("step") is not None:  # the bar ends where the text says the run ended
                 self.progress.setValue(ev["step"])
-            self.status_label.setText(f"{'Finished' if kind == 'done' else 'Stopped'} at step {ev['step']}"
-                                      f"{acc_text}.{where}")
+            self.status_label.setText(end_of_run_line(ev, self.events) + where)
         self.run_event.emit(ev)
 
     def _append(self, key: str, x, y) -> None:
@@ -1147,6 +1144,8 @@ class TrainingPanel(QWidget):
             write_export(self, path)
         except (OSError, ValueError) as exc:
             QMessageBox.warning(self, "Export failed", str(exc))
+            return
+        show_saved(self, path)
 
     # -- --screenshot (the script is ui/demo.py's) ---------------------------------------------
     def screenshot_demo(self) -> None:

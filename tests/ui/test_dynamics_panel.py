@@ -258,3 +258,46 @@ def test_png_sequence_export_writes_every_frame_and_refuses_a_foreign_folder(qtb
     text = panel.status.text()
     assert text.startswith("PNG frames not written") and "did not write" in text and "\n" not in text
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+
+
+def _rgb(image) -> np.ndarray:
+    from PySide6.QtGui import QImage
+
+    image = image.convertToFormat(QImage.Format.Format_RGB32)
+    a = np.frombuffer(image.constBits(), np.uint8, image.sizeInBytes())
+    return a.reshape(image.height(), image.bytesPerLine() // 4, 4)[:, :image.width(), :3].copy()
+
+
+def test_after_pause_the_3d_view_shows_the_current_particles_and_no_stale_dots(qtbot, panel):
+    """Issue 25: after Pause the 3-D view showed about 30 dots the particles had left (the curves said one
+    cluster). The points' items hold the current positions, and what the window shows (its backing store,
+    painted incrementally as the particles moved) is what a fresh paint of the view draws: the points'
+    bounding rect now holds their round pen, so the view repaints where the outermost dots were."""
+    from PySide6.QtWidgets import QApplication
+
+    panel.n.setValue(200)
+    panel.steps_per_frame.setValue(5)
+    panel.dt.setValue(0.5)
+    reset(qtbot, panel)
+    assert panel.view3d.isChecked() and panel.sim.config.d == 3
+    click(qtbot, panel.play_button)
+    qtbot.waitUntil(lambda: panel._frames[-1].t >= 40, timeout=120_000)  # many frames drawn while collapsing
+    click(qtbot, panel.play_button)  # Pause
+    qtbot.waitUntil(lambda: not panel.is_running(), timeout=30_000)
+    qtbot.wait(200)  # the last frame's repaint reaches the window
+    assert panel._records[-1].clusters == 1
+    # the items hold the current positions: the last frame, the simulation's state, split near / far
+    frame = panel.current_frame()
+    assert frame is panel._frames[-1] and np.allclose(frame.shown, panel.sim.shown().numpy())
+    xy, depth = panel._screen(frame.shown, with_depth=True)
+    np.testing.assert_allclose(np.column_stack(panel.scatter.getData()), xy[depth >= 0])
+    np.testing.assert_allclose(np.column_stack(panel.back.getData()), xy[depth < 0])
+    # and the window shows them, nothing else
+    view = panel.particles.viewport()
+    top_left = view.mapTo(panel, view.rect().topLeft())
+    rows = slice(top_left.y(), top_left.y() + view.height())
+    cols = slice(top_left.x(), top_left.x() + view.width())
+    on_screen = _rgb(QApplication.primaryScreen().grabWindow(panel.winId()).toImage())[rows, cols]
+    fresh = _rgb(panel.grab().toImage())[rows, cols]
+    stale = np.argwhere(np.any(on_screen != fresh, axis=2))
+    assert len(stale) == 0, f"{len(stale)} stale pixels, e.g. at {stale[:5].tolist()}"

@@ -74,15 +74,29 @@ class PointCloud(pg.GraphicsObject):
         return float(self._xy[:, ax].min()), float(self._xy[:, ax].max())
 
     def boundingRect(self):
+        """The points' data bounds grown by the round pen's half width (and a pixel) in data units: every
+        pixel painted lies inside, as Qt requires. Without the margin the outer half of the outermost
+        points was never repainted when the cloud shrank (the view updates only the old and new rects):
+        stale dots stayed on screen after the particles had collapsed to one cluster (issue 25)."""
         from PySide6.QtCore import QRectF
 
         if self._rect is None:
-            if len(self._xy):
-                lo, hi = self._xy.min(0), self._xy.max(0)
-                self._rect = QRectF(lo[0], lo[1], hi[0] - lo[0], hi[1] - lo[1])
-            else:
-                self._rect = QRectF()
+            if not len(self._xy):
+                return QRectF()
+            lo, hi = self._xy.min(0), self._xy.max(0)
+            rect = QRectF(lo[0], lo[1], hi[0] - lo[0], hi[1] - lo[1])
+            px, py = self.pixelVectors()
+            if px is None:  # not shown yet: no pixel size to pad with; not cached
+                return rect
+            pad = self._pen.widthF() / 2 + 1
+            dx, dy = pad * (abs(px.x()) + abs(py.x())), pad * (abs(px.y()) + abs(py.y()))
+            self._rect = rect.adjusted(-dx, -dy, dx, dy)
         return self._rect
+
+    def viewTransformChanged(self) -> None:  # zoom or resize: the margin in data units changes
+        self.prepareGeometryChange()
+        self._rect = None
+        super().viewTransformChanged()
 
     def paint(self, painter, *args) -> None:
         round_points = len(self._xy) <= self.ROUND_POINTS_UP_TO

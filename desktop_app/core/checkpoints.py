@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 
 from .config import ConfigError, ModelConfig
 from .families import REGISTRY, Family, ModelLoadError, Weight, family_for  # noqa: F401 (ModelLoadError: re-exported)
-from .files import atomic_write_dir
+from .files import atomic_write_dir, interrupted_copy
 from .model import Transformer, sinusoidal_table
 from .hf_cache import snapshot_repo_ref
 from .tokenizer import Tokenizer, TokenizerError, load_tokenizer_folder
@@ -76,6 +76,14 @@ def _check_native_agrees(cfg: ModelConfig, d: dict, path: Path) -> None:
         if key in d and key in expected and d[key] != expected[key]:
             raise ModelLoadError(path, f"the Hugging Face field {key!r} is {d[key]!r} but the {NATIVE_KEY!r} block "
                                        f"implies {expected[key]!r}; the two must describe the same model")
+    if d.get("rope_scaling") and cfg.positions == "rotary":
+        # never written here, but transformers reads a rope_scaling added by hand before rope_parameters:
+        # the family's own reading of the Hugging Face fields must give our block's rotary positions
+        theirs = REGISTRY[cfg.family].config_from_hf(d, path)
+        if (theirs.rope_theta, theirs.rope_scaling) != (cfg.rope_theta, cfg.rope_scaling):
+            raise ModelLoadError(path, f"rope_scaling {d['rope_scaling']!r} is not the rotary scaling of the "
+                                       f"{NATIVE_KEY!r} block ({cfg.rope_scaling!r}); the two must describe the "
+                                       f"same model")
 
 
 def config_to_hf(cfg: ModelConfig) -> dict:
@@ -276,8 +284,7 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     from .devices import resolve_dtype
 
     folder = Path(path)
-    if not folder.exists() and folder.with_name(folder.name + ".old").is_dir():
-        folder = folder.with_name(folder.name + ".old")  # an interrupted atomic_write_dir
+    folder = interrupted_copy(folder) or folder  # an interrupted atomic_write_dir (the app's own .old only)
     if not folder.exists():
         raise ModelLoadError(folder, "no such folder")
     if not folder.is_dir():

@@ -73,7 +73,7 @@ def test_pythia_config_fields():
 
 @pytest.mark.parametrize("fields, message", [
     ({"hidden_act": "silu"}, "hidden_act 'silu'"),
-    ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope scaling type 'dynamic'"),
+    ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope_scaling type 'dynamic' is not supported"),
     ({"hidden_size": 30}, "hidden_size 30 is not a multiple of num_attention_heads 4"),
 ])
 def test_unsupported_fields_are_refused_by_name(tmp_path, fields, message):

@@ -74,7 +74,7 @@ def test_legacy_rope_scaling_field_is_read(tmp_path):
 
 @pytest.mark.parametrize("edit,message", [
     (lambda d: d.update(rope_parameters={"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}),
-     "unsupported rope type 'yarn'"),
+     "rope_parameters type 'yarn' is not supported"),
     (lambda d: d.update(head_dim="16"), "head_dim must be a positive integer"),
     (lambda d: d.update(hidden_act="gelu"), "unsupported hidden_act"),
 ])

@@ -44,7 +44,8 @@ def test_a_config_without_sliding_window_gets_the_class_default(tmp_path):
 
 @pytest.mark.parametrize("edit,message", [
     (lambda d: d.update(layer_types=["sliding_attention", "full_attention"]), "layer_types is not supported"),
-    (lambda d: d.update(rope_parameters={"rope_type": "longrope", "rope_theta": 1e4}), "unsupported rope type"),
+    (lambda d: d.update(rope_parameters={"rope_type": "longrope", "rope_theta": 1e4}),
+     "rope_parameters type .longrope. is not supported"),
     (lambda d: d.update(sliding_window="4096"), "sliding_window must be a positive integer"),
 ])
 def test_mistral_refusals_name_the_field(tmp_path, edit, message):

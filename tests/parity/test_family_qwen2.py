@@ -64,7 +64,7 @@ def _edited(tmp_path, edit):
 
 @pytest.mark.parametrize("edit,message", [
     (lambda d: d.update(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}),
-     "unsupported rope type 'yarn'"),
+     "rope_parameters type 'yarn' is not supported"),
     (lambda d: d.update(hidden_act="gelu"), "unsupported hidden_act 'gelu'"),
     (lambda d: d.update(use_sliding_window=True, sliding_window=4, layer_types=["full_attention", "chunked"]),
      "layer_types has entries this app does not implement: chunked"),

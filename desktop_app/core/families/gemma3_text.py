@@ -15,6 +15,7 @@ from typing import Any
 from ..config import ModelConfig
 from . import llama_like
 from .base import Family, ModelLoadError, Weight, preset_of, real
+from .rope import rope_block, rope_fields
 
 _switches = preset_of(dict(family="gemma3_text", norm="rmsnorm_offset", norm_placement="pre", activation="geglu",
                            positions="rotary", causal=True, attention_bias=False, mlp_bias=False, qk_norm=True,
@@ -41,22 +42,26 @@ NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "post_attn_n
          ("pre_feedforward_layernorm", "norm2"), ("post_feedforward_layernorm", "post_mlp_norm"))
 
 
-def _rope_blocks(d: dict, path: Path) -> tuple[dict, dict]:
-    """(full-attention, sliding-attention) rotary blocks as Gemma3TextConfig builds them: the nested
-    rope_parameters, else the older rope_theta / rope_scaling / rope_local_base_freq fields."""
+def _rope(d: dict, path: Path) -> tuple[dict, dict]:
+    """(full-attention, sliding-attention) rotary fields as Gemma3TextConfig builds them: the nested
+    rope_parameters, or the older rope_theta / rope_scaling / rope_local_base_freq fields; a
+    rope_scaling beside rope_parameters['full_attention'] must agree with it (families.rope)."""
     given = d.get("rope_parameters")
     if given is not None and (not isinstance(given, dict)
                               or not set(given) <= {"full_attention", "sliding_attention"}):
         raise ModelLoadError(path, f"rope_parameters must map 'full_attention' and 'sliding_attention' to their "
                                    f"rotary parameters, got {given!r}")
-    blocks = {k: dict(v) for k, v in (given or {}).items() if isinstance(v, dict)}
-    full = blocks.setdefault("full_attention", {"rope_type": "default"})
-    if given is None and d.get("rope_scaling") is not None:
-        full.update(d["rope_scaling"])
-    full.setdefault("rope_theta", d.get("rope_theta", DEFAULT_THETA["full_attention"]))
-    sliding = blocks.setdefault("sliding_attention", {"rope_type": "default"})
-    sliding.setdefault("rope_theta", d.get("rope_local_base_freq", DEFAULT_THETA["sliding_attention"]))
-    return full, sliding
+    given = given or {}
+    key, full = rope_block(d, path, new=given.get("full_attention"), new_key="rope_parameters['full_attention']",
+                           defaults={"rope_theta": d.get("rope_theta", DEFAULT_THETA["full_attention"])})
+    where = "rope_parameters['sliding_attention']"
+    _, sliding = rope_block(d, path, new=given.get("sliding_attention"), new_key=where, old_key=None,
+                            defaults={"rope_theta": d.get("rope_local_base_freq", DEFAULT_THETA["sliding_attention"])})
+    rope, local = rope_fields(full, path, key), rope_fields(sliding, path, where)
+    if local["rope_scaling"] is not None:
+        raise ModelLoadError(path, f"{where}: rope type {local['rope_scaling']['rope_type']!r} is not supported on "
+                                   f"sliding layers (only 'default')")
+    return rope, local
 
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
@@ -70,13 +75,7 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
     if d["attn_logit_softcapping"] is not None:
         raise ModelLoadError(path, f"attn_logit_softcapping {d['attn_logit_softcapping']!r} is not supported "
                                    f"(scores are not soft-capped here)")
-    full, sliding = _rope_blocks(d, path)
-    rope = llama_like.rope_fields(full, path, "rope_parameters['full_attention']")
-    local = llama_like.rope_fields(sliding, path, "rope_parameters['sliding_attention']")
-    if local["rope_scaling"] is not None:
-        raise ModelLoadError(path, f"rope_parameters['sliding_attention']: rope type "
-                                   f"{local['rope_scaling']['rope_type']!r} is not supported on sliding layers "
-                                   f"(only 'default')")
+    rope, local = _rope(d, path)
     fields = llama_like.decoder_fields(d, path, lm_head=FAMILY.has_lm_head(d))
     n_layers = fields["n_layers"]
     types = llama_like.layer_types_from_hf(d, path, n_layers)

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from ..config import ModelConfig
-from .base import (HF_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, hf_dtype, preset_of, real,
-                   required, weight)
+from .base import HF_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+from .rope import rope_block, rope_fields
 
 # rotary_fraction stays 1.0 here: Pythia's 0.25 always comes from config.json (config_from_hf sets
 # it), and a full rotary builds at any even head width (0.25 of a 4-wide head is not a rotation).
@@ -42,18 +42,13 @@ def _per_head_qkv() -> Conversion:
 PER_HEAD_QKV = _per_head_qkv()
 
 
-def _rope(d: dict, path: Path) -> tuple[float, float, dict | None]:
-    """(rope_theta, rotary fraction, scaling) from rope_parameters (transformers 5) or the older
-    rotary_pct / rotary_emb_base / rope_scaling fields (Pythia's config.json)."""
-    rope = dict(d.get("rope_parameters") or d.get("rope_scaling") or {})
-    theta = rope.pop("rope_theta", d.get("rope_theta", d.get("rotary_emb_base", 10000.0)))
-    fraction = rope.pop("partial_rotary_factor", d.get("partial_rotary_factor", d.get("rotary_pct", 0.25)))
-    kind = rope.get("rope_type", rope.get("type", "default"))
-    if kind in ("default", None):
-        return theta, fraction, None
-    if kind not in ("linear", "llama3"):
-        raise ModelLoadError(path, f"unsupported rope scaling type {kind!r} in {rope!r} (supported: linear, llama3)")
-    return theta, fraction, {"rope_type": kind, **{k: v for k, v in rope.items() if k not in ("rope_type", "type")}}
+def _rope(d: dict, path: Path) -> dict:
+    """rope_theta, rotary_fraction and rope_scaling from rope_parameters (transformers 5), the older
+    rope_scaling (both agreeing: families.rope), or else Pythia's rotary_pct / rotary_emb_base."""
+    defaults = {"rope_theta": d.get("rope_theta", d.get("rotary_emb_base", 10000.0)),
+                "partial_rotary_factor": d.get("partial_rotary_factor", d.get("rotary_pct", 0.25))}
+    key, block = rope_block(d, path, defaults=defaults)
+    return rope_fields(block, path, key, partial=True)
 
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
@@ -64,14 +59,13 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
     hidden, heads = need("hidden_size"), need("num_attention_heads")
     if not isinstance(hidden, int) or not isinstance(heads, int) or heads <= 0 or hidden % heads:
         raise ModelLoadError(path, f"hidden_size {hidden!r} is not a multiple of num_attention_heads {heads!r}")
-    theta, fraction, scaling = _rope(d, path)
     eos = d.get("eos_token_id")
     bias = d.get("attention_bias", True)
     return preset(
         vocab_size=need("vocab_size"), d_model=hidden, n_layers=need("num_hidden_layers"), n_heads=heads,
         d_ff=need("intermediate_size"), context_length=d.get("max_position_embeddings", 2048), activation=act,
-        norm_eps=d.get("layer_norm_eps", 1e-5), rope_theta=real(theta), rotary_fraction=real(fraction),
-        rope_scaling=scaling, parallel_residual=d.get("use_parallel_residual", True),
+        norm_eps=d.get("layer_norm_eps", 1e-5), **_rope(d, path),
+        parallel_residual=d.get("use_parallel_residual", True),
         attention_bias=bias, tie_embeddings=d.get("tie_word_embeddings", False), lm_head=FAMILY.has_lm_head(d),
         dtype=hf_dtype(d), bos_token_id=d.get("bos_token_id"), eos_token_id=eos[0] if isinstance(eos, list) else eos)
 

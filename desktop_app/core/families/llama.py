@@ -19,7 +19,7 @@ preset = preset_of(dict(family="llama", norm="rmsnorm", norm_placement="pre", ac
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
     llama_like.silu_only(d, path)
-    rope = llama_like.rope_fields(llama_like.legacy_rope(d), path, "rope_parameters")
+    rope = llama_like.rope(d, path)
     return preset(**llama_like.decoder_fields(d, path, lm_head=FAMILY.has_lm_head(d)), **rope,
                   attention_bias=bool(d.get("attention_bias", False)), mlp_bias=bool(d.get("mlp_bias", False)))
 

@@ -1,5 +1,5 @@
 """What the LLaMA-shaped decoders (LLaMA, Qwen2, Qwen3, Mistral, Gemma 3) share: the config.json
-fields read and written the same way, the rotary parameters (with the linear and llama3 scalings),
+fields read and written the same way, the rotary parameters (families.rope: linear and llama3 scalings),
 head_dim, and the one weight table.
 
 Each family module keeps only what differs: which fields it refuses, its biases, its windows and
@@ -11,46 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from .base import ModelLoadError, Weight, hf_dtype, real, required, weight
+from .base import ModelLoadError, Weight, hf_dtype, required, weight
+from .rope import rope_block, rope_fields, rope_to_hf  # noqa: F401 (rope_to_hf: the families write through it)
 
-# The rotary frequency scalings ModelConfig implements, with the fields each one reads.
-ROPE_FIELDS = {"linear": ("factor",),
-               "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
-
-
-def rope_fields(params: dict, path: Path, where: str, default_theta: float = 10000.0) -> dict[str, Any]:
-    """rope_theta and rope_scaling from one rotary parameter block (`where` names it in errors).
-
-    Only "default", "linear" and "llama3" are computed here; any other type (yarn, dynamic, longrope...)
-    and a partial rotary factor are refused rather than silently run as plain rotary.
-    """
-    if not isinstance(params, dict):
-        raise ModelLoadError(path, f"{where} must be a JSON object, got {params!r}")
-    kind = params.get("rope_type", params.get("type", "default"))
-    if kind not in ("default", *ROPE_FIELDS):
-        raise ModelLoadError(path, f"{where}: unsupported rope type {kind!r} (supported: default, "
-                                   f"{', '.join(ROPE_FIELDS)})")
-    if params.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ModelLoadError(path, f"{where}: partial_rotary_factor {params['partial_rotary_factor']!r} is not "
-                                   f"supported for this family")
-    scaling = None if kind == "default" else {"rope_type": kind, **{k: params.get(k) for k in ROPE_FIELDS[kind]}}
-    return {"rope_theta": real(params.get("rope_theta", default_theta)), "rope_scaling": scaling}
-
-
-def legacy_rope(d: dict) -> dict:
-    """The rotary block of a config.json: transformers 5's rope_parameters, or the older top-level
-    rope_theta + rope_scaling (which transformers still converts), merged the way it merges them."""
-    params = dict(d.get("rope_scaling") or {})
-    if "rope_theta" in d:
-        params["rope_theta"] = d["rope_theta"]
-    new = d.get("rope_parameters")
-    if isinstance(new, dict):
-        params.update(new)
-    return params
-
-
-def rope_to_hf(theta: float, scaling: dict | None) -> dict:
-    return {"rope_type": "default", "rope_theta": theta} if scaling is None else {**scaling, "rope_theta": theta}
+def rope(d: dict, path: Path) -> dict[str, Any]:
+    """rope_theta and rope_scaling from config.json's rotary block, whichever key holds it
+    (rope_parameters, rope_scaling, both agreeing): see families.rope. A top-level rope_theta or
+    partial_rotary_factor fills in what the block leaves out, as transformers does."""
+    defaults = {"rope_theta": d.get("rope_theta", 10000.0)}
+    if "partial_rotary_factor" in d:
+        defaults["partial_rotary_factor"] = d["partial_rotary_factor"]
+    key, block = rope_block(d, path, defaults=defaults)
+    return rope_fields(block, path, key)
 
 
 def decoder_fields(d: dict, path: Path, *, lm_head: bool) -> dict[str, Any]:

@@ -30,7 +30,7 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
     window = d.get("sliding_window")
     if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window <= 0):
         raise ModelLoadError(path, f"sliding_window must be a positive integer or null, got {window!r}")
-    rope = llama_like.rope_fields(llama_like.legacy_rope(d), path, "rope_parameters")
+    rope = llama_like.rope(d, path)
     return preset(**llama_like.decoder_fields(d, path, lm_head=FAMILY.has_lm_head(d)), **rope,
                   sliding_window=window)
 

@@ -23,7 +23,7 @@ HF_DEFAULTS = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "max_position
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
     d = {**HF_DEFAULTS, **d}
     llama_like.silu_only(d, path)
-    rope = llama_like.rope_fields(llama_like.legacy_rope(d), path, "rope_parameters")
+    rope = llama_like.rope(d, path)
     return preset(**llama_like.decoder_fields(d, path, lm_head=FAMILY.has_lm_head(d)), **rope,
                   attention_bias=bool(d["attention_bias"]), **llama_like.qwen_windows(d, path))
 

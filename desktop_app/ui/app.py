@@ -247,6 +247,33 @@ def _close_on_terminal_signals(window) -> dict:
     return previous
 
 
+def _session_not_restored(path: Path, exc: BaseException) -> str:
+    """One line for a last session that could not be restored; the file is moved aside (renamed, never
+    deleted) so the next start is clean and the user can still look at it."""
+    from .workspace import WorkspaceError, move_aside
+
+    problem = exc.problem if isinstance(exc, WorkspaceError) else f"{type(exc).__name__}: {exc}"
+    problem = " ".join(str(problem).split())[:300]  # one line, whatever the exception said
+    try:
+        moved = f"moved it to {move_aside(path).name}"
+    except OSError as err:
+        moved = f"could not move it aside ({err.strerror or err})"
+    return f"Last session not restored: {path}: {problem}. Started with defaults; {moved}."
+
+
+def _notify(window, title: str, message: str) -> None:
+    """Say it in the window, without blocking the start: the status bar and a non-modal notice."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QMessageBox
+
+    window.statusBar().showMessage(message)
+    box = QMessageBox(QMessageBox.Icon.Warning, title, message, QMessageBox.StandardButton.Ok, window)
+    box.setObjectName("startup-notice")
+    box.setWindowModality(Qt.WindowModality.NonModal)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.show()
+
+
 def _run_panel_demo(window, deadline: float) -> bool:
     """Optional panel hooks for --screenshot: screenshot_demo() starts something worth showing (a
     short generation, a sweep); screenshot_ready() says when it is done. False on timeout."""
@@ -312,21 +339,24 @@ def _run(app, args, state, window, started: float) -> int:
 
     from ..paths import demo_model_dir
     from . import settings as app_settings
-    from .workspace import WorkspaceError, last_session_path, load_workspace
+    from .workspace import last_session_path, load_workspace
 
     log = logging.getLogger("desktop_app")
     headless = bool(args.screenshot or args.quit_when_ready)
     workspace = None
+    notices: list[tuple[str, str]] = []  # (title, line): what the restore could not do, said in the window
     if not headless:
         prefs = app_settings.Preferences.load()
         window.apply_preferences(prefs)
         window.restore_window_settings()
         window.session_path = last_session_path()
         if args.model_dir is None and prefs.restore_session and window.session_path.is_file():
-            try:
+            try:  # nothing in the last session may stop the app from starting (DESIGN.md)
                 workspace = load_workspace(window.session_path)
-            except WorkspaceError as exc:
-                log.warning("last session not restored: %s", exc)
+                window.apply_workspace(workspace, open_model=False)
+            except Exception as exc:  # noqa: BLE001 - a bad file, a wrong type anywhere, a bug: start with defaults
+                workspace = None
+                notices.append(("Last session not restored", _session_not_restored(window.session_path, exc)))
     else:
         window.resize(*_parse_size(args.size))
 
@@ -335,12 +365,14 @@ def _run(app, args, state, window, started: float) -> int:
         from .main_window import model_folder_of
 
         model_path = model_folder_of(model_path) or model_path
-    if model_path is None and workspace is not None and workspace.model_path and Path(workspace.model_path).is_dir():
-        model_path = workspace.model_path
+    if model_path is None and workspace is not None and workspace.model_path:
+        if Path(workspace.model_path).is_dir():
+            model_path = workspace.model_path
+        else:
+            notices.append(("Model folder missing", f"The last session's model folder {workspace.model_path} is gone; "
+                            + ("opened the demo model instead." if demo_model_dir().is_dir() else "no model opened.")))
     if model_path is None and demo_model_dir().is_dir():
         model_path = str(demo_model_dir())
-    if workspace is not None:
-        window.apply_workspace(workspace, open_model=False)
     text = args.text if args.text is not None else (workspace.text if workspace is not None and workspace.text
                                                     else demo_text())
     state.set_text(text)
@@ -352,6 +384,9 @@ def _run(app, args, state, window, started: float) -> int:
 
     watcher = StartupWatcher(state, expect_model=model_path is not None)
     window.show()
+    for title, message in notices:
+        log.warning("%s", message)
+        _notify(window, title, message)
     if model_path is not None:
         window.open_model(model_path)
     else:

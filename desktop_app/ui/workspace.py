@@ -7,6 +7,8 @@ the user's data folder when the window closes and restored at the next start.
 from __future__ import annotations
 
 import json
+import re
+import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -43,10 +45,15 @@ class Workspace:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise WorkspaceError(path, f"not valid JSON ({exc})") from None
+        except RecursionError:  # e.g. 100,000 nested brackets: json gives up; so do we, in one line
+            raise WorkspaceError(path, "JSON nested too deeply to be a workspace") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise WorkspaceError(path, f"not a Transformer Explorer workspace (no \"format\": \"{FORMAT}\")")
-        if not isinstance(data.get("version"), int) or data["version"] > VERSION:
-            raise WorkspaceError(path, f"workspace version {data.get('version')!r} is newer than this app understands")
+        version = data.get("version")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise WorkspaceError(path, f"workspace version {version!r} is not a version number")
+        if version > VERSION:
+            raise WorkspaceError(path, f"workspace version {version!r} is newer than this app understands")
         kw = {}
         for f in fields(cls):
             if f.name not in data or data[f.name] is None:
@@ -57,8 +64,14 @@ class Workspace:
                 continue
             if not isinstance(value, str):
                 raise WorkspaceError(path, f"field {f.name!r} should be a string, got {type(value).__name__}")
+            if f.name in ("geometry", "window_state") and not _BASE64.fullmatch(value):
+                raise WorkspaceError(path, f"field {f.name!r} should be base64 (what the window saved), "
+                                           f"got {value[:20]!r}")
             kw[f.name] = value
         return cls(**kw)
+
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 
 
 def save_workspace(path: str | Path, ws: Workspace) -> None:
@@ -80,3 +93,18 @@ def load_workspace(path: str | Path) -> Workspace:
 
 def last_session_path() -> Path:
     return user_data_dir() / "last-session.json"
+
+
+def move_aside(path: str | Path) -> Path:
+    """Rename a file the app wrote but cannot read (a bad last session) to `NAME.bad-YYYYmmdd-HHMMSS`
+    beside it, never over another file, so the next start is clean and nothing is deleted. Returns
+    the new path; raises OSError when it cannot be moved."""
+    path = Path(path)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.bad-{stamp}")
+    n = 1
+    while target.exists() or target.is_symlink():
+        n += 1
+        target = path.with_name(f"{path.name}.bad-{stamp}-{n}")
+    path.rename(target)
+    return target

@@ -572,3 +572,30 @@ def test_panel_view_states_from_other_versions_are_read_tolerantly():
         WhatIfViewState(steer_scale=-2.0)  # a negative scale steers the other way; a layer is >= 0
     assert state_from_dict(DynamicsViewState, {"sphere": 0, "dt": "fast", "n": 9}) == DynamicsViewState(n=9)
     assert state_from_dict(ImageViewState, {"patch": None, "layer": True}) == ImageViewState()
+
+
+@pytest.mark.parametrize("content, problem", [
+    (json.dumps({"format": "transformer-explorer-workspace", "version": 1, "geometry": "AdnQ\u00e9"}),
+     "'geometry' should be base64"),
+    ('{"a": ' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+    (json.dumps({"format": "transformer-explorer-workspace", "version": 1, "window_state": "\u00fc"}),
+     "'window_state' should be base64"),
+])
+def test_open_workspace_refuses_a_poisoned_file_in_one_line_and_keeps_the_model(qtbot, model_dirs, tmp_path,
+                                                                                  monkeypatch, content, problem):
+    """Issue 25 §3: File > Open Workspace on a file that once raised UnicodeEncodeError / RecursionError."""
+    from PySide6.QtWidgets import QFileDialog
+
+    w = make_window(qtbot)
+    w.state.set_text("abc de")
+    with qtbot.waitSignal(w.state.trace_changed, timeout=15000):
+        w.open_model(model_dirs[0])
+    path = tmp_path / "poisoned.json"
+    path.write_text(content, encoding="utf-8")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(path), "")))
+    said = []
+    monkeypatch.setattr(QMessageBox, "critical", staticmethod(lambda parent, title, text: said.append(text)))
+    w.open_workspace_action.trigger()  # File > Open Workspace…
+    assert len(said) == 1 and str(path) in said[0] and problem in said[0] and "\n" not in said[0], said
+    assert Path(w.state.loaded.path) == model_dirs[0] and w.state.text == "abc de" and w.isVisible()
+    assert path.read_text(encoding="utf-8") == content  # the user's own file: left where it is

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,8 @@ from .families import REGISTRY, Family, ModelLoadError, Weight, family_for  # no
 from .files import atomic_write_dir, interrupted_copy
 from .model import Transformer, sinusoidal_table
 from .hf_cache import snapshot_repo_ref
-from .tokenizer import Tokenizer, TokenizerError, load_tokenizer_folder
+from .tokenizer import (BPE_MERGES, BPE_VOCAB, SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG, WORDPIECE_VOCAB, Tokenizer,
+                        TokenizerError, load_tokenizer_folder)
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -179,6 +181,7 @@ def read_config(folder: Path) -> ModelConfig:
     path = folder / CONFIG
     if not path.is_file():
         raise ModelLoadError(folder, f"not a model folder: no {CONFIG}")
+    check_links(folder, (CONFIG,))
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
@@ -215,6 +218,7 @@ def _weight_files(folder: Path) -> dict[str, Path]:
         return {name: single for name in _safetensors_names(single)}
     others = sorted(p.name for p in folder.glob("*.safetensors"))
     if len(others) == 1:
+        check_links(folder, (others[0],))
         f = folder / others[0]
         return {name: f for name in _safetensors_names(f)}
     if any((folder / n).exists() for n in ("pytorch_model.bin", "model.pt", "model.ckpt")):
@@ -224,23 +228,47 @@ def _weight_files(folder: Path) -> dict[str, Path]:
 
 
 def _shard_path(folder: Path, index: Path, fname: str) -> Path:
-    """The shard `fname` names, refused unless it lies inside the model folder.
+    """The shard `fname` names, refused unless it lies inside the model folder (_outside).
 
     An index is data from wherever the model came from: an absolute path, '..' or a link leading out
-    would read any file on the machine. One exception: a Hugging Face cache snapshot
-    (models--NAME/snapshots/REV/) holds its files as links into the same repository's blobs/ folder.
-    """
+    would read any file on the machine."""
     rel = Path(fname)
     if not fname or rel.is_absolute() or rel.drive or ".." in rel.parts:
         raise ModelLoadError(index, f"shard path {fname!r} leaves the model folder; refused")
     f = folder / rel
-    real, root = f.resolve(), folder.resolve()
-    allowed = [root]
-    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
-        allowed.append(root.parent.parent / "blobs")
-    if not any(real.is_relative_to(a) for a in allowed):
+    real = _outside(folder, f)
+    if real is not None:
         raise ModelLoadError(index, f"shard path {fname!r} resolves to {real}, outside the model folder; refused")
     return f
+
+
+def _outside(folder: Path, f: Path) -> Path | None:
+    """Where `f` really is when that is outside the model folder (None when it is inside): the one rule
+    for every file the loader reads, named directly or through a shard index. A Hugging Face cache
+    snapshot (models--ORG--NAME/snapshots/<commit>/) may hold its files as links into the same
+    repository's blobs/ folder, and nowhere else."""
+    from .hf_cache import is_snapshot
+
+    real, root = f.resolve(), folder.resolve()
+    allowed = [root]
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--") and is_snapshot(root, root.parent):
+        allowed.append(root.parent.parent / "blobs")
+    return None if any(real.is_relative_to(a) for a in allowed) else real
+
+
+# every file of a model folder the loader (and load_tokenizer_folder) may read by its name
+_READ = (CONFIG, INDEX, WEIGHTS, TOKENIZER, WORDPIECE_VOCAB, BPE_VOCAB, BPE_MERGES, TOKENIZER_CONFIG,
+         SPECIAL_TOKENS_MAP)
+
+
+def check_links(folder: Path, names: tuple[str, ...] | None = None) -> None:
+    """Refuse a file of the folder (config, weights, tokenizer; or only `names`) that is a link leading
+    outside it, naming the file: the rule shard indexes follow (_outside), for the files named directly
+    (shards are checked as their index names them)."""
+    for f in (folder / n for n in (names or _READ)):
+        if os.path.islink(f) and (real := _outside(folder, f)) is not None:
+            raise ModelLoadError(f, f"a link to {real}, outside the model folder; refused (a model folder's "
+                                    f"files must lie inside it, or in its cache repository's blobs/)")
 
 
 def _safetensors_names(f: Path) -> list[str]:
@@ -289,6 +317,7 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         raise ModelLoadError(folder, "no such folder")
     if not folder.is_dir():
         raise ModelLoadError(folder, "not a folder (open the folder that holds config.json)")
+    check_links(folder)
     cfg = read_config(folder)
     files = _weight_files(folder)
     _check_layer_count(cfg, files)

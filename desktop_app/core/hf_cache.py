@@ -7,6 +7,12 @@ cache is an error, not a fetch. The layout is huggingface_hub's:
         refs/main                 the revision (commit hash) 'main' points at
         snapshots/<revision>/     the files of that revision, as links into blobs/
         blobs/<hash>              the file contents
+
+One rule for what counts as a snapshot: a folder snapshots/<40 hex digits> that is not a link out of
+its repository, reached through a ref that holds such a commit id. A ref holding anything else
+('../..', an absolute path) or naming a snapshot the cache lacks is refused, never read as a path nor
+replaced by another snapshot. The files in a snapshot may link only into the repository's own blobs/
+(checked by the loader, checkpoints.check_links, which applies the same rule to any model folder).
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ REPO_PREFIX = "models--"
 # A Hugging Face repository id: `name` or `org/name`, optionally `@revision` (a ref, tag or commit).
 _REPO_REF = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*(?:/[A-Za-z0-9][\w.\-]*)?)(?:@(?P<rev>[\w.\-/]+))?$")
 _FALLBACK_FAMILIES = ("gpt2", "bert", "llama")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a snapshot's folder name, and what a ref file holds
 
 
 class NotInCacheError(FileNotFoundError):
@@ -100,6 +107,27 @@ def _refs(repo: Path) -> dict[str, str]:
     return out
 
 
+def is_snapshot(folder: Path, snapshots: Path) -> bool:
+    """`folder` (in `snapshots`) is a snapshot: named by a commit id, a folder, not a link elsewhere."""
+    try:
+        return (bool(_COMMIT.match(folder.name)) and folder.is_dir()
+                and folder.resolve().parent == snapshots.resolve())
+    except OSError:
+        return False
+
+
+def _snapshot_of_ref(repo: Path, ref: str, value: str) -> Path:
+    """The snapshot the ref file refs/`ref` names, or NotInCacheError naming that file."""
+    where = repo / "refs" / ref
+    if not _COMMIT.match(value):
+        raise NotInCacheError(f"{where}: holds {value[:80]!r}, not a commit id (40 hex digits); refused")
+    snap = repo / "snapshots" / value
+    if not is_snapshot(snap, repo / "snapshots"):
+        raise NotInCacheError(f"{where}: names revision {value}, which is not a snapshot in the cache "
+                              f"({snap} is missing or a link elsewhere); refused")
+    return snap
+
+
 def _weight_size(snapshot: Path) -> tuple[int, bool, bool]:
     """(bytes of the weight files, has safetensors, has pickle weights only)."""
     size, safetensors, pickle = 0, False, False
@@ -139,9 +167,10 @@ def _support(snapshot: Path, model_type: str | None, has_st: bool, pickle_only: 
         return "only pickle weights (.bin); this app loads safetensors only"
     if not has_st:
         return "no weights in this revision"
-    from .checkpoints import ModelLoadError, read_config  # torch comes with it: only when a row needs it
+    from .checkpoints import ModelLoadError, check_links, read_config  # torch comes with it: only when needed
 
     try:
+        check_links(snapshot)  # the loader's rule: files link only into this repository's blobs/
         read_config(snapshot)  # the loader's own checks on the configuration (activation, rope, ...)
     except ModelLoadError as exc:
         return exc.problem
@@ -172,7 +201,7 @@ def list_cached_models(roots: list[Path] | None = None) -> list[CachedModel]:
             if not snapshots.is_dir():
                 continue
             refs = _refs(repo)
-            for snap in sorted(s for s in snapshots.iterdir() if s.is_dir()):
+            for snap in sorted(s for s in snapshots.iterdir() if is_snapshot(s, snapshots)):
                 key = (_repo_id(repo.name), snap.name)
                 if key not in seen:
                     seen.add(key)
@@ -194,7 +223,8 @@ def snapshot_repo_ref(folder: str | os.PathLike) -> str | None:
 
 def find_in_cache(repo_id: str, revision: str | None = None, roots: list[Path] | None = None) -> Path | None:
     """The snapshot folder of `repo_id` at `revision` (a ref such as 'main', or a commit hash or
-    its prefix; default 'main', else the only snapshot there is), or None."""
+    its prefix; default 'main', else the only snapshot there is), or None. A ref that does not hold
+    the commit id of a snapshot in the cache raises NotInCacheError naming the ref file."""
     for root in cache_roots() if roots is None else roots:
         repo = root / repo_folder_name(repo_id)
         snapshots = repo / "snapshots"
@@ -202,9 +232,9 @@ def find_in_cache(repo_id: str, revision: str | None = None, roots: list[Path] |
             continue
         refs = _refs(repo)
         want = revision or "main"
-        if want in refs and (snapshots / refs[want]).is_dir():
-            return snapshots / refs[want]
-        present = sorted(s.name for s in snapshots.iterdir() if s.is_dir())
+        if want in refs:
+            return _snapshot_of_ref(repo, want, refs[want])
+        present = sorted(s.name for s in snapshots.iterdir() if is_snapshot(s, snapshots))
         if revision is None:
             if len(present) == 1:
                 return snapshots / present[0]

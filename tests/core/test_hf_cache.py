@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from desktop_app import cli
-from desktop_app.core.checkpoints import load_model_folder
+from desktop_app.core.checkpoints import ModelLoadError, load_model_folder
 from desktop_app.core.hf_cache import (NotInCacheError, cache_roots, list_cached_models, resolve_model_ref,
                                        snapshot_repo_ref)
 from fake_hf_cache import TEXT, add_snapshot, make_fake_cache, point_at, tiny_model_files
@@ -126,3 +126,84 @@ def test_snapshot_repo_ref_names_a_snapshot_by_its_repository(cache, tmp_path):
     assert snapshot_repo_ref(snaps / ("b" * 40)) == "tiny-org/tiny-gpt2"
     assert snapshot_repo_ref(snaps / ("a" * 40)) == "tiny-org/tiny-gpt2@" + "a" * 12
     assert snapshot_repo_ref(tmp_path / "saved-model") is None
+
+
+# -- one rule: a ref holds the commit id of a snapshot in the cache; files link only into its blobs/ --
+
+
+def _outside_model(tmp_path: Path) -> Path:
+    """A real model folder outside the cache (what a bad ref or link would lead to)."""
+    outside = tmp_path / "outside-model"
+    outside.mkdir()
+    for name, data in tiny_model_files(tmp_path).items():
+        (outside / name).write_bytes(data)
+    return outside
+
+
+@pytest.mark.parametrize("ref", ["../..", "../../../../outside-model", "ABSOLUTE"])
+def test_a_ref_that_is_not_a_commit_id_is_refused_naming_the_ref(cache, tmp_path, ref):
+    """refs/main holding '../..' or an absolute path loaded a folder outside the cache."""
+    outside = _outside_model(tmp_path)
+    ref = str(outside) if ref == "ABSOLUTE" else ref
+    repo = cache / "models--tiny-org--tiny-gpt2"
+    (repo / "refs" / "main").write_text(ref)
+    with pytest.raises(NotInCacheError) as err:
+        resolve_model_ref("tiny-org/tiny-gpt2")
+    assert str(err.value) == f"{repo / 'refs' / 'main'}: holds {ref!r}, not a commit id (40 hex digits); refused"
+
+
+def test_a_ref_naming_a_missing_snapshot_is_refused_not_replaced(cache, tmp_path):
+    """With one snapshot present, a ref naming another one silently loaded the one present."""
+    add_snapshot(cache, "solo/model", tiny_model_files(tmp_path), "a" * 40, main=False)
+    repo = cache / "models--solo--model"
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("f" * 40)
+    with pytest.raises(NotInCacheError, match=rf"^{repo / 'refs' / 'main'}: names revision f{{40}}, which is not a "
+                                              r"snapshot in the cache \(.* is missing or a link elsewhere\); refused$"):
+        resolve_model_ref("solo/model")
+    (repo / "refs" / "main").write_text("a" * 40)
+    assert resolve_model_ref("solo/model") == repo / "snapshots" / ("a" * 40)
+
+
+def test_a_snapshot_folder_linked_out_of_the_cache_is_not_a_snapshot(cache, tmp_path):
+    outside = _outside_model(tmp_path)
+    repo = cache / "models--linked--out"
+    (repo / "snapshots").mkdir(parents=True)
+    (repo / "snapshots" / ("d" * 40)).symlink_to(outside)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("d" * 40)
+    with pytest.raises(NotInCacheError, match="a link elsewhere"):
+        resolve_model_ref("linked/out")
+    assert "linked/out" not in {m.repo_id for m in list_cached_models()}
+
+
+def test_cli_bad_ref_is_one_line_and_exit_2(cache, capsys):
+    (cache / "models--tiny-org--tiny-gpt2" / "refs" / "main").write_text("../..")
+    assert cli.main(["info", "tiny-org/tiny-gpt2"]) == cli.EXIT_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "refs/main: holds '../..', not a commit id" in err[0]
+
+
+def test_a_snapshot_file_linked_outside_its_blobs_is_refused_and_listed_so(cache, tmp_path):
+    """model.safetensors in a snapshot linking outside the repository's blobs/ was followed (the same
+    link through a shard index was refused)."""
+    outside = _outside_model(tmp_path)
+    snap = add_snapshot(cache, "leaky/model", tiny_model_files(tmp_path), "e" * 40)
+    (snap / "model.safetensors").unlink()
+    (snap / "model.safetensors").symlink_to(outside / "model.safetensors")
+    with pytest.raises(ModelLoadError) as err:
+        load_model_folder(resolve_model_ref("leaky/model"))
+    assert err.value.path == snap / "model.safetensors"
+    assert f"a link to {outside / 'model.safetensors'}, outside the model folder; refused" in str(err.value)
+    row = next(m for m in list_cached_models() if m.repo_id == "leaky/model")
+    assert not row.supported and "outside the model folder" in row.reason
+
+
+def test_a_snapshot_linking_into_another_repositorys_blobs_is_refused(cache, tmp_path):
+    snap = add_snapshot(cache, "borrower/model", tiny_model_files(tmp_path), "e" * 40)
+    other_blob = next((cache / "models--tiny-org--tiny-gpt2" / "blobs").iterdir())
+    (snap / "config.json").unlink()
+    (snap / "config.json").symlink_to(other_blob)
+    with pytest.raises(ModelLoadError, match="config.json: a link to .*models--tiny-org--tiny-gpt2/blobs/.*, "
+                                             "outside the model folder"):
+        load_model_folder(snap)

@@ -298,7 +298,7 @@ def test_a_hugging_face_cache_snapshot_with_links_into_blobs_loads(tmp_path):
     """models--NAME/snapshots/REV/ holds links to ../../blobs/HASH: the cache's own layout, accepted."""
     src = _gpt2_folder(tmp_path / "src")
     repo = tmp_path / "hub" / "models--someone--tiny"
-    snap = repo / "snapshots" / "0123abc"
+    snap = repo / "snapshots" / ("0123abc" * 6)[:40]
     snap.mkdir(parents=True)
     (repo / "blobs").mkdir()
     tensors = load_file(str(src / WEIGHTS))
@@ -312,3 +312,36 @@ def test_a_hugging_face_cache_snapshot_with_links_into_blobs_loads(tmp_path):
     ids = torch.tensor([[1, 2, 3]])
     with torch.no_grad():
         assert torch.equal(load_model_folder(snap).model(ids).logits, load_model_folder(src).model(ids).logits)
+
+
+# -- files linked out of a plain folder: the shard index's rule, for the files named directly ------
+
+
+@pytest.mark.parametrize("name", [WEIGHTS, CONFIG, "tokenizer.json"])
+def test_a_file_linked_outside_the_folder_is_refused_like_a_shard(good, tmp_path, name):
+    """model.safetensors (config.json, tokenizer.json) linking outside the folder was followed, though
+    the same link named by a shard index is refused."""
+    outside = tmp_path / "elsewhere" / name
+    outside.parent.mkdir()
+    (good / name).rename(outside)
+    (good / name).symlink_to(outside)
+    msg = _refused(good, name, f"a link to {outside}, outside the model folder; refused")
+    assert "\n" not in msg
+
+
+def test_the_only_safetensors_file_linked_outside_is_refused(good, tmp_path):
+    outside = tmp_path / "elsewhere.safetensors"
+    (good / WEIGHTS).rename(outside)
+    (good / "weights.safetensors").symlink_to(outside)
+    _refused(good, "weights.safetensors", "outside the model folder")
+
+
+def test_links_inside_the_folder_still_load(good):
+    ref = load_model_folder(good).model
+    (good / "store").mkdir()
+    for name in (WEIGHTS, CONFIG):
+        (good / name).rename(good / "store" / name)
+        (good / name).symlink_to(Path("store") / name)
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        assert torch.equal(ref(ids).logits, load_model_folder(good).model(ids).logits)

@@ -31,13 +31,25 @@ def add_model_and_text_arguments(p):
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--text")
     g.add_argument("--ids", help="comma-separated token ids")
+    add_special_tokens_argument(p)
     return g
 
 
-def load_model(model_ref: str, **kwargs):
+def add_special_tokens_argument(p):
+    """--no-special-tokens, for every command that encodes a text: load_model(special_tokens=...) reads it."""
+    p.add_argument("--no-special-tokens", dest="special_tokens", action="store_false",
+                   help="encode text without the tokenizer's special tokens ([CLS] ... [SEP], <s> ... </s>, "
+                        "BOS), which are added by default as transformers adds them")
+
+
+def load_model(model_ref: str, special_tokens: bool = True, **kwargs):
     """Every command's model argument: a folder, or a repository id resolved in the local Hugging Face
-    cache only (NotInCacheError, one line, when it is not there); then load_model_folder(**kwargs)."""
+    cache only (NotInCacheError, one line, when it is not there); then load_model_folder(**kwargs).
+    `special_tokens`: whether text encoded for it gets the tokenizer's special tokens (--no-special-tokens)."""
     from ..core.checkpoints import load_model_folder
     from ..core.hf_cache import resolve_model_ref
 
-    return load_model_folder(resolve_model_ref(model_ref), **kwargs)
+    loaded = load_model_folder(resolve_model_ref(model_ref), **kwargs)
+    if loaded.tokenizer is not None:
+        loaded.tokenizer.special_tokens = special_tokens
+    return loaded

@@ -43,7 +43,7 @@ def run(args) -> int:
     from ..core.interventions import ATTRIBUTION_COLUMNS, direct_logit_attribution, parse_ablations
 
     prepare_output_file(args.csv)  # a write failure now, not after the forward pass
-    loaded = load_model(args.model_dir)
+    loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
     ablate = parse_ablations(args.ablate, loaded.config) if args.ablate else None
     ids = input_ids(loaded, args.text, args.ids)
     att = direct_logit_attribution(loaded, ids, args.position, args.token_id, interventions=ablate)

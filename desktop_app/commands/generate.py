@@ -8,7 +8,7 @@ add scale x (mean residual after the layer on one text - that on the other) ther
 from __future__ import annotations
 
 from ..core.generation import STRATEGIES
-from . import MODEL_HELP
+from . import MODEL_HELP, add_special_tokens_argument
 
 
 def add_parser(sub) -> None:
@@ -33,6 +33,7 @@ def add_parser(sub) -> None:
     s.add_argument("--steer-away", metavar="TEXT", help="... and away from this one")
     s.add_argument("--steer-layer", metavar="L", type=int, help="read and add the vector after block L")
     s.add_argument("--steer-scale", metavar="S", type=float, help="multiply the vector by S (negative: the other way)")
+    add_special_tokens_argument(p)
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -55,7 +56,7 @@ def run(args) -> int:
     if 0 < len(missing) < len(steering):  # before loading the model: a typo costs no load
         raise ValueError(f"steering needs all of --steer-towards, --steer-away, --steer-layer, --steer-scale "
                          f"(missing {', '.join(missing)})")
-    loaded = load_model(args.model_dir, device=resolve_device(args.device))
+    loaded = load_model(args.model_dir, special_tokens=args.special_tokens, device=resolve_device(args.device))
     if args.prompt is not None and loaded.tokenizer is None:
         raise ValueError(f"{loaded.path}: this model has no tokenizer.json; pass --prompt-ids instead of --prompt")
     prompt = input_ids(loaded, args.prompt, args.prompt_ids)

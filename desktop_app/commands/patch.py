@@ -9,7 +9,7 @@ object with the clean and corrupted metrics. Under --ablate the zero-ablated mod
 """
 from __future__ import annotations
 
-from . import MODEL_HELP
+from . import MODEL_HELP, add_special_tokens_argument
 
 PATCH_COLUMNS = ("table", "component", "layer", "position", "head", "recovery")
 
@@ -28,6 +28,7 @@ def add_parser(sub) -> None:
     p.add_argument("--wrong-id", type=int, help="metric: logit(answer) - logit(wrong) (default: logit(answer))")
     p.add_argument("--ablate", help="patch the zero-ablated model: LAYER.HEAD[,LAYER.HEAD...] (also LAYER.attn, "
                    "LAYER.mlp)")
+    add_special_tokens_argument(p)
     p.add_argument("--csv", required=True, help="output CSV")
     p.set_defaults(func=run)
 
@@ -51,7 +52,7 @@ def run(args) -> int:
     from ..core.interventions import activation_patching, parse_ablations
 
     prepare_output_file(args.csv)
-    loaded = load_model(args.model_dir)
+    loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
     clean = input_ids(loaded, args.clean, args.clean_ids)
     corrupted = input_ids(loaded, args.corrupted, args.corrupted_ids)
     ablate = parse_ablations(args.ablate, loaded.config) if args.ablate else None

@@ -159,7 +159,7 @@ def run(args) -> int:
 
     size = _parse_size(args.size)
     prepare_output_file(args.out)  # a write failure now, not after the drawing
-    loaded = load_model(args.model_dir)
+    loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
     image = getattr(args, "image", None)
     vision = loaded.config.input_kind == "patches"
     if args.view in IMAGE_VIEWS and not (vision and image):

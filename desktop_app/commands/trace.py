@@ -106,7 +106,7 @@ def run(args) -> int:
     prepare_output_file(args.out)  # a write failure now, not after the forward pass
     from ..core.interventions import parse_ablations
 
-    loaded = load_model(args.model_dir)
+    loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
     ablate = parse_ablations(args.ablate, loaded.config) if args.ablate else None
     if args.image is not None or loaded.config.input_kind == "patches":
         if args.image is None:

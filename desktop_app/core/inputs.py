@@ -8,7 +8,7 @@ reach the user.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -29,6 +29,16 @@ class EncodedText:
     ids: list[int]
     notice: str = ""  # e.g. the text was longer than the context and only its start is used
     total: int = 0  # tokens in the whole text (len(ids) unless cut at the context length)
+    # The special tokens the tokenizer added ([CLS] ... [SEP], <s> ... </s>, BOS): (position, token)
+    # in `ids`, and what added them ("the tokenizer's post-processor"); none for bare text or ids.
+    specials: list[tuple[int, str]] = field(default_factory=list)
+    specials_source: str = ""
+
+    def specials_text(self) -> str:
+        """The added special tokens in words: "[CLS] (start), [SEP] (end)"; "" when none."""
+        last = len(self.ids) - 1
+        return ", ".join(f"{t} ({'start' if p == 0 else 'end' if p == last else f'position {p}'})"
+                         for p, t in self.specials)
 
 
 def parse_token_ids(text: str, what: str = "token ids") -> list[int]:
@@ -89,14 +99,16 @@ def check_ids(ids: Sequence[int], vocab_size: int, context_length: int | None = 
 
 
 def encode(source, text: str, vocab_size: int | None = None, context_length: int | None = None, *,
-           cut: bool = True, where: str = "") -> EncodedText:
+           cut: bool = True, where: str = "", special_tokens: bool | None = None) -> EncodedText:
     """`text` as token ids for a model: `source` is a LoadedModel (its tokenizer, and by default its
     vocabulary size and context length) or a Tokenizer. With no `context_length` (and a Tokenizer
     source) every token is kept. `where` names the text in messages (e.g. its file).
 
-    A tokenizer that declares add_bos_token (LLaMA-style) gets its BOS token first, as the model saw
-    text in training and as `transformers`' tokenizer encodes it; other special tokens ([CLS], [SEP],
-    <s> ... </s> of the encoders) are never added: the text is what was typed."""
+    The tokenizer's own special tokens are added as `transformers`' tokenizer(text) adds them and as
+    the model saw text in training ([CLS] ... [SEP], <s> ... </s>, a LLaMA BOS; see
+    Tokenizer.encode_for_model), unless `special_tokens` (default: the tokenizer's switch, the input
+    setting) is False; the result's `specials` says which and where. The tokenizer's own padding and
+    truncation never apply; text cut at the context length keeps the special tokens that end it."""
     prefix = f"{where}: " if where else ""
     if isinstance(source, Tokenizer):
         tokenizer = source
@@ -108,14 +120,23 @@ def encode(source, text: str, vocab_size: int | None = None, context_length: int
             raise InputError(f"{prefix}the model {source.path or source.name} has no tokenizer.json, so text "
                              f"cannot be tokenized; give token ids instead")
     try:
-        ids = tokenizer.encode(text)
+        ids, added, how = tokenizer.encode_for_model(text, special_tokens)
     except TokenizerError as exc:
         raise InputError(f"{prefix}{exc}") from None
-    if tokenizer.bos_prepended:  # always, as transformers does: a typed "<s>" first is then a second one
-        ids = [tokenizer.bos_token_id, *ids]
     if vocab_size is None:
         vocab_size = tokenizer.vocab_size
-    return check_ids(ids, vocab_size, context_length, cut=cut, tokenizer=tokenizer, where=where)
+    out = check_ids(ids, vocab_size, context_length, cut=cut, tokenizer=tokenizer, where=where)
+    tail = 0  # special tokens that close the text ([SEP], </s>): kept when the text is cut before them
+    while tail < len(added) and added[-1 - tail] == len(ids) - 1 - tail:
+        tail += 1
+    if out.total > len(out.ids) and 0 < tail < len(out.ids):
+        keep = len(out.ids) - tail
+        out.ids = out.ids[:keep] + ids[-tail:]
+        added = [p for p in added if p < keep] + list(range(keep, keep + tail))
+        out.notice += f" ({' '.join(tokenizer.token_strings(ids[-tail:]))} kept at the end)"
+    out.specials = list(zip(added, tokenizer.token_strings([out.ids[p] for p in added])))
+    out.specials_source = how if added else ""
+    return out
 
 
 def encode_text_or_ids(loaded, text: str, *, cut: bool = True) -> EncodedText:

@@ -50,8 +50,12 @@ class Tokenizer:
         # whose special tokens are then recognised by their usual spellings, as before.
         self.declared_specials: dict[str, str] = {}
         # True when the model expects its BOS token first (add_bos_token, LLaMA-style): encode() never
-        # adds it (analysis text is what was typed); with_bos() does, for callers that want the model's view.
+        # adds it (analysis text is what was typed); with_bos() and encode_for_model() do.
         self.bos_prepended = False
+        # The input setting "add the tokenizer's special tokens": encode_for_model (and so every text
+        # core.inputs.encode reads, in every panel and command) adds them while this is True (the
+        # default, as transformers does); the Model panel's checkbox and --no-special-tokens turn it off.
+        self.special_tokens = True
 
     # -- construction --------------------------------------------------------------------
     @classmethod
@@ -84,6 +88,29 @@ class Tokenizer:
             return self.tok.encode(text, add_special_tokens=add_special_tokens).ids
         except Exception as exc:  # tokenizers raises a bare Exception ("WordLevel error: Missing [UNK]...")
             raise TokenizerError(self._cannot_encode(text, exc)) from None
+
+    def encode_for_model(self, text: str, special_tokens: bool | None = None) -> tuple[list[int], list[int], str]:
+        """`text` as the model reads it: (ids, positions of the special tokens the tokenizer added, what
+        added them). With `special_tokens` (default: the switch self.special_tokens) the tokenizer's
+        post-processor adds its tokens as transformers' tokenizer(text) does ([CLS] ... [SEP] for BERT,
+        <s> ... </s> for RoBERTa, a LLaMA BOS, nothing for GPT-2 or Qwen2); a folder whose
+        tokenizer_config.json says add_bos_token gets its BOS first even when the post-processor does
+        not add it (never a second one). Without, the ids of the text alone. Never pads or truncates."""
+        add = self.special_tokens if special_tokens is None else special_tokens
+        try:
+            enc = self.tok.encode(text, add_special_tokens=add)
+        except Exception as exc:  # tokenizers raises a bare Exception ("WordLevel error: Missing [UNK]...")
+            raise TokenizerError(self._cannot_encode(text, exc)) from None
+        if not add:
+            return list(enc.ids), [], ""
+        ids = list(enc.ids)
+        added = [i for i, m in enumerate(enc.special_tokens_mask) if m]  # the post-processor's, not typed ones
+        how = ["the tokenizer's post-processor"] if added else []
+        bos = self.bos_token_id
+        if self.bos_prepended and bos is not None and 0 not in added:
+            ids, added = [bos, *ids], [0, *(i + 1 for i in added)]
+            how.append(f"add_bos_token in {TOKENIZER_CONFIG}")
+        return ids, added, " and ".join(how)
 
     def _cannot_encode(self, text: str, exc: Exception) -> str:
         """Why `text` cannot be encoded, in words: the first piece the vocabulary lacks (a
@@ -190,6 +217,10 @@ TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP = "tokenizer_config.json", "special_tokens_
 # What BertTokenizer and GPT2Tokenizer assume when no config file names them (used when in the vocabulary).
 _BERT_DEFAULTS = {"unk": "[UNK]", "sep": "[SEP]", "pad": "[PAD]", "cls": "[CLS]", "mask": "[MASK]"}
 _GPT2_DEFAULTS = {"unk": "<|endoftext|>", "bos": "<|endoftext|>", "eos": "<|endoftext|>"}
+# ... and RobertaTokenizer (the same vocab.json + merges.txt files, told apart by the folder's names).
+_ROBERTA_DEFAULTS = {"bos": "<s>", "eos": "</s>", "sep": "</s>", "cls": "<s>", "unk": "<unk>", "pad": "<pad>",
+                     "mask": "<mask>"}
+MODEL_CONFIG = "config.json"
 _CONFIG_SPECIALS = {"bos": "bos_token", "eos": "eos_token", "unk": "unk_token", "mask": "mask_token",
                     "pad": "pad_token", "cls": "cls_token", "sep": "sep_token"}
 
@@ -252,8 +283,9 @@ def _add_shipped_specials(tok: HFTokenizer, specials: dict[str, str], config: di
 
 
 def wordpiece_tokenizer(vocab_file: Path, config: dict, specials: dict[str, str]) -> HFTokenizer:
-    """A BERT vocab.txt as BertTokenizer reads it: BERT normalizer (lowercase and accent stripping
-    from do_lower_case), BERT pre-tokenizer, WordPiece with ## continuations, [CLS] x [SEP]."""
+    """A BERT vocab.txt as BertTokenizer (and DistilBertTokenizer) reads it: BERT normalizer (lowercase
+    and accent stripping from do_lower_case), BERT pre-tokenizer, WordPiece with ## continuations,
+    and the post-processor [CLS] x [SEP]."""
     try:
         vocab = models.WordPiece.read_file(str(vocab_file))
     except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception
@@ -276,9 +308,11 @@ def wordpiece_tokenizer(vocab_file: Path, config: dict, specials: dict[str, str]
     return tok
 
 
-def byte_bpe_tokenizer(vocab_file: Path, merges_file: Path, config: dict) -> HFTokenizer:
+def byte_bpe_tokenizer(vocab_file: Path, merges_file: Path, config: dict,
+                       roberta_specials: dict[str, str] | None = None) -> HFTokenizer:
     """vocab.json + merges.txt as GPT-2 and RoBERTa ship them: byte-level BPE, no prefix space
-    unless tokenizer_config.json says add_prefix_space."""
+    unless tokenizer_config.json says add_prefix_space. GPT-2 adds no special tokens; RoBERTa
+    (`roberta_specials`: its cls and sep) puts <s> ... </s> around a text, as RobertaTokenizer does."""
     try:
         vocab, merges = models.BPE.read_file(str(vocab_file), str(merges_file))
         bpe = models.BPE(vocab, merges)  # checks every merge against the vocabulary
@@ -289,7 +323,26 @@ def byte_bpe_tokenizer(vocab_file: Path, merges_file: Path, config: dict) -> HFT
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=bool(config.get("add_prefix_space", False)))
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    if roberta_specials is not None:
+        cls, sep = roberta_specials["cls"], roberta_specials["sep"]
+        if cls in vocab and sep in vocab:
+            tok.post_processor = processors.RobertaProcessing(
+                (sep, vocab[sep]), (cls, vocab[cls]), trim_offsets=False,
+                add_prefix_space=bool(config.get("add_prefix_space", False)))
     return tok
+
+
+def _is_roberta(folder: Path, config: dict) -> bool:
+    """Whether vocab.json + merges.txt are RoBERTa's (not GPT-2's), as AutoTokenizer decides: the
+    tokenizer_class of tokenizer_config.json, else the model_type of config.json."""
+    cls = config.get("tokenizer_class")
+    if isinstance(cls, str):
+        return cls.lower().startswith("roberta")
+    try:
+        model_type = _read_json_object(folder / MODEL_CONFIG).get("model_type")
+    except TokenizerError:  # a broken config.json is the model loader's to report, not the tokenizer's
+        return False
+    return model_type == "roberta"
 
 
 def load_tokenizer_folder(folder: str | Path) -> Tokenizer | None:
@@ -308,8 +361,9 @@ def load_tokenizer_folder(folder: str | Path) -> Tokenizer | None:
         _add_shipped_specials(hf, specials, config, folder / TOKENIZER_CONFIG)
         tokenizer = Tokenizer(hf, folder / WORDPIECE_VOCAB)
     elif (folder / BPE_VOCAB).is_file() and (folder / BPE_MERGES).is_file():
-        specials = {**_GPT2_DEFAULTS, **specials}
-        hf = byte_bpe_tokenizer(folder / BPE_VOCAB, folder / BPE_MERGES, config)
+        roberta = _is_roberta(folder, config)
+        specials = {**(_ROBERTA_DEFAULTS if roberta else _GPT2_DEFAULTS), **specials}
+        hf = byte_bpe_tokenizer(folder / BPE_VOCAB, folder / BPE_MERGES, config, specials if roberta else None)
         _add_shipped_specials(hf, specials, config, folder / TOKENIZER_CONFIG)
         tokenizer = Tokenizer(hf, folder / BPE_VOCAB)
     else:

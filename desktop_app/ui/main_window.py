@@ -445,6 +445,7 @@ class MainWindow(QMainWindow):
         if app is not None:
             app_settings.apply_appearance(app, prefs.theme, prefs.font_size)
         self.state.dtype = None if prefs.dtype == "auto" else prefs.dtype
+        self.state.set_special_tokens(app_settings.special_tokens_on())  # the Model panel's checkbox, saved
         device = default_device() if prefs.device == "auto" else prefs.device
         if device in self.device_actions:
             self.set_device(device)

@@ -63,6 +63,21 @@ def set_last_folder(folder: str | Path) -> None:
     settings().setValue(LAST_FOLDER_KEY, str(Path(folder).resolve()))
 
 
+# -- the input setting: the tokenizer's special tokens -----------------------------------------
+
+SPECIAL_TOKENS_KEY = "input/special_tokens"
+
+
+def special_tokens_on() -> bool:
+    """Whether text gets the tokenizer's special tokens ([CLS] ... [SEP], <s> ... </s>, BOS), as
+    transformers adds them (the default), or is traced bare (the Model panel's checkbox)."""
+    return _bool(settings().value(SPECIAL_TOKENS_KEY, True))
+
+
+def set_special_tokens_on(on: bool) -> None:
+    settings().setValue(SPECIAL_TOKENS_KEY, bool(on))
+
+
 # -- preferences -----------------------------------------------------------------------------
 
 

@@ -151,6 +151,11 @@ class AppState(QObject):
         self._trace_job = None
         self._pending_text: tuple[str, list[int] | None] | None = None
         self.interventions: list = []  # core.interventions.Intervention, applied to every text trace
+        # The input setting: the tokenizer's special tokens ([CLS] ... [SEP], BOS) added to every text
+        # (set_special_tokens; the saved choice is applied at start); `encoded` is the text box's
+        # encoding (which special tokens were added).
+        self.special_tokens = True
+        self.encoded: EncodedText | None = None
         # A ViT's input (input_kind "patches"): pixel values [C, H, W] the Image panel chose, and what they are.
         self.image = None
         self.image_source = ""
@@ -184,6 +189,8 @@ class AppState(QObject):
         if loaded is not self.loaded:  # pixel values are made for one model's size and normalisation
             self.image, self.image_source = None, ""
         self.loaded = loaded
+        if loaded.tokenizer is not None:  # every text any panel encodes for it follows the input setting
+            loaded.tokenizer.special_tokens = self.special_tokens
         self.model_changed.emit(loaded)
         self.set_text(self.text)
 
@@ -235,7 +242,8 @@ class AppState(QObject):
         def done(result) -> None:
             self._trace_job = None
             if loaded is self.loaded:
-                self.token_ids, self.trace = result
+                self.encoded, self.trace = result
+                self.token_ids = self.encoded.ids
                 self.trace_problem, self.trace_source = "", "text"
                 self.tokens_changed.emit(self.token_ids)
                 self.trace_changed.emit(self.trace)
@@ -247,6 +255,7 @@ class AppState(QObject):
             self._trace_job = None
             if loaded is self.loaded:
                 # Nothing of the previous text (or model) may stay on show: clear, and say why.
+                self.encoded = None
                 self.token_ids, self.trace = [], None
                 self.trace_problem, self.trace_source = str(exc), "text"
                 self.tokens_changed.emit([])
@@ -256,8 +265,17 @@ class AppState(QObject):
                 pending, self._pending_text = self._pending_text, None
                 self.set_text(*pending)
 
-        self._trace_job = run_job(tokenize_and_trace, loaded, text, ids, list(self.interventions),
+        self._trace_job = run_job(trace_input, loaded, text, ids, list(self.interventions),
                                   on_result=done, on_error=failed)
+
+    def set_special_tokens(self, on: bool) -> None:
+        """Turn the tokenizer's special tokens on or off for every text, and trace the text again."""
+        if on == self.special_tokens:
+            return
+        self.special_tokens = on
+        if self.loaded is not None and self.loaded.tokenizer is not None:
+            self.loaded.tokenizer.special_tokens = on
+            self.set_text(self.text)
 
     # -- image (ViT) -----------------------------------------------------------------------
     def takes_images(self) -> bool:

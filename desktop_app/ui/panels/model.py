@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
+from PySide6.QtWidgets import (QCheckBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QSizePolicy, QSplitter, QVBoxLayout, QWidget)
 
 from ...core.families import REGISTRY
@@ -112,6 +112,10 @@ class ModelPanel(QWidget):
         "<p><b>Tokens</b>: the text box is split by the model's tokenizer; each chip is one token with its "
         "id below (spaces show as &middot;, newlines as &crarr;). A model folder without tokenizer.json "
         "takes token ids typed as numbers. Every other panel looks at these tokens.</p>"
+        "<p><b>Special tokens</b>: as <i>transformers</i> does, and as the model was trained, the tokenizer's "
+        "own special tokens are added around the text (its post-processor: [CLS] &hellip; [SEP] for BERT, "
+        "&lt;s&gt; &hellip; &lt;/s&gt; for RoBERTa, a BOS token for LLaMA; none for GPT-2); the line under "
+        "the text says which. Untick <i>Add the tokenizer's special tokens</i> to trace the text bare.</p>"
         "<p><b>Colour</b> (decoders): the probability the model gave each token after the ones before it, "
         "p(t<sub>i</sub> | t<sub>&lt;i</sub>) = softmax(logits<sub>i-1</sub>)[t<sub>i</sub>] (dark = likely; the "
         "first token has no prediction, grey). Perplexity = exp(&minus;mean log p).</p>")
@@ -135,6 +139,16 @@ class ModelPanel(QWidget):
         self._debounce = QTimer(self, singleShot=True, interval=TYPING_DEBOUNCE_MS)
         self._debounce.timeout.connect(self._send_text)
         self.text_edit.textChanged.connect(self._debounce.start)
+
+        self.special_check = QCheckBox("Add the tokenizer's special tokens")
+        self.special_check.setToolTip("Put the tokenizer's own special tokens ([CLS] … [SEP], <s> … </s>, BOS) "
+                                      "around the text, as transformers does and as the model was trained; "
+                                      "untick to trace the text bare. Applies to every panel and is remembered.")
+        self.special_check.setChecked(state.special_tokens)
+        self.special_check.toggled.connect(self._special_tokens_toggled)
+        self.special_label = QLabel("")
+        self.special_label.setWordWrap(True)
+        self.special_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         self.token_strip = TokenStrip()
         self.token_strip.token_selected.connect(self._show_token)
@@ -168,6 +182,10 @@ class ModelPanel(QWidget):
         row.addWidget(self.token_info)
         row.addWidget(self.export_bar)
         tv.addLayout(row)
+        special_row = QHBoxLayout()
+        special_row.addWidget(self.special_check)
+        special_row.addWidget(self.special_label, 1)
+        tv.addLayout(special_row)
         tv.addLayout(source_row)
         tv.addWidget(self.token_strip, 4)
         tv.addWidget(self.message_label)
@@ -218,6 +236,9 @@ class ModelPanel(QWidget):
         self.text_edit.setPlaceholderText(placeholder)
         self.text_edit.setReadOnly(images)  # a ViT never reads the text box (AppState traces its image)
         self.text_edit.setToolTip(IMAGE_MODEL_TEXT if images else "")
+        self.special_check.setEnabled(loaded.tokenizer is not None)
+        self.special_check.setVisible(not images)
+        self.special_label.setVisible(not images)
         self._on_state_text(self.state.text)  # empty for a ViT (its placeholder says where images go)
 
     def _on_state_text(self, text: str) -> None:
@@ -250,6 +271,11 @@ class ModelPanel(QWidget):
         elif limit is not None and n >= limit:
             text += f" (the context length, {limit}: longer text is cut)"
         self.count_label.setText(text)
+        self.special_label.setText(self._specials_line())
+        if self.special_check.isChecked() != self.state.special_tokens:  # set elsewhere (the saved choice at start)
+            self.special_check.blockSignals(True)
+            self.special_check.setChecked(self.state.special_tokens)
+            self.special_check.blockSignals(False)
         self.token_info.setText("")
         self.probabilities = None
 
@@ -268,6 +294,18 @@ class ModelPanel(QWidget):
             self.count_label.setText(f"{self.count_label.text()} · colour: p(token | tokens before) · "
                                      f"perplexity {ppl:.1f}")
 
+    def _specials_line(self) -> str:
+        """Which special tokens the tokenizer added to the text shown, and what added them."""
+        state, loaded = self.state, self.state.loaded
+        if loaded is None or loaded.tokenizer is None or state.trace_source != "text" or state.encoded is None:
+            return ""
+        if not state.special_tokens:
+            return "Special tokens: off (the text as typed)"
+        enc = state.encoded
+        if not enc.specials:
+            return "Special tokens added: none (this tokenizer adds none)"
+        return f"Special tokens added: {enc.specials_text()} — {enc.specials_source}"
+
     def _reads_images(self) -> bool:
         return self.state.loaded is not None and self.state.loaded.config.input_kind == "patches"
 
@@ -285,6 +323,12 @@ class ModelPanel(QWidget):
             self.token_info.setText(text)
 
     # -- view -> state ---------------------------------------------------------------------
+    def _special_tokens_toggled(self, on: bool) -> None:
+        from ..settings import set_special_tokens_on
+
+        set_special_tokens_on(on)  # remembered: applied at the next start (MainWindow.apply_preferences)
+        self.state.set_special_tokens(on)
+
     def _send_text(self) -> None:
         text = self.text_edit.toPlainText()
         if text != self.state.text:

@@ -8,7 +8,7 @@ import csv
 import numpy as np
 import pytest
 import torch
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QPoint, QRect, Qt
 
 from desktop_app.core import dynamics as dy
 from desktop_app.core.checkpoints import LoadedModel, new_model
@@ -301,3 +301,56 @@ def test_after_pause_the_3d_view_shows_the_current_particles_and_no_stale_dots(q
     fresh = _rgb(panel.grab().toImage())[rows, cols]
     stale = np.argwhere(np.any(on_screen != fresh, axis=2))
     assert len(stale) == 0, f"{len(stale)} stale pixels, e.g. at {stale[:5].tolist()}"
+
+
+@pytest.mark.parametrize("size", [(1024, 700), (1280, 800)])
+def test_the_panel_fits_small_windows(qtbot, model_dirs, isolated_user_files, size, tmp_path):
+    """Issue 25: at 1024 x 700 the curves were cut at the window's right edge, and at 1280 x 800 the form
+    still needed a horizontal scroll bar. The form scrolls only up and down, is as wide as its rows, and
+    the particle view and every curve lie inside the window."""
+    from .walkthrough import click_panel_tab, open_window
+
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    panel = click_panel_tab(qtbot, window, "Dynamics")
+    window.resize(*size)
+    qtbot.waitUntil(lambda: window.size().toTuple() == size and panel.sim is not None, timeout=30_000)
+    qtbot.wait(100)  # the layouts settle
+    window.grab().save(str(tmp_path / f"dynamics_{size[0]}x{size[1]}.png"))
+    scroll = panel.form_scroll
+    assert not scroll.horizontalScrollBar().isVisible()
+    assert scroll.widget().width() >= scroll.widget().minimumSizeHint().width()  # no row cut on the right
+    def in_window(w):
+        return QRect(w.mapTo(window, QPoint(0, 0)), w.size())
+
+    shown = in_window(window.centralWidget())  # below the menu, above the status bar
+    for widget in (scroll, panel.particles, panel.curves, panel.export_bar):
+        rect = in_window(widget)
+        assert shown.contains(rect), (widget, rect, shown)
+        parent = widget.parentWidget()
+        while parent is not window:  # no parent clips it either
+            assert in_window(parent).contains(rect), (widget, rect, parent, in_window(parent))
+            parent = parent.parentWidget()
+    view = panel.curves.viewport().rect()
+    for plot in (panel.p_clusters, panel.p_cosine, panel.p_radius, panel.p_w2, panel.p_model_cos,
+                 panel.p_model_clusters):  # inside the curves' view, not cut at its edge
+        rect = panel.curves.mapFromScene(plot.sceneBoundingRect()).boundingRect()
+        assert view.contains(rect), (plot.titleLabel.text, rect, view)
+
+
+def test_empty_plots_show_a_hint_not_axes_until_there_is_data(qtbot, panel):
+    """Issue 25: before Play the time plots showed axes around nothing (one record draws no curve)."""
+    qtbot.waitUntil(lambda: panel.sim is not None, timeout=10000)  # the first look: the starting particles
+    assert len(panel._records) == 1
+    for plot in (panel.p_clusters, panel.p_cosine, panel.p_radius):
+        hint = panel.hints[plot]
+        assert hint.item.isVisible() and "Press Play" in hint.item.toPlainText()
+        assert not plot.getAxis("left").isVisible() and not plot.getAxis("bottom").isVisible()
+    assert "Twin run off" in panel.hints[panel.p_w2].item.toPlainText()  # twin off: W2 never has data
+    assert not panel.p_radius.legend.isVisible()
+    panel.record_every.setValue(1)  # the next step records
+    click(qtbot, panel.step_button)
+    qtbot.waitUntil(lambda: len(panel._records) >= 2, timeout=10000)
+    for plot in (panel.p_clusters, panel.p_cosine, panel.p_radius):
+        assert not panel.hints[plot].item.isVisible()
+        assert plot.getAxis("left").isVisible() and plot.getAxis("bottom").isVisible()
+    assert panel.p_radius.legend.isVisible() and panel.hints[panel.p_w2].item.isVisible()

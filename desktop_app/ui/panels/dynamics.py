@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, QTimer
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
-                               QLineEdit, QPushButton, QScrollArea, QSlider, QSpinBox, QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGraphicsTextItem,
+                               QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QSlider, QSpinBox, QSplitter,
+                               QVBoxLayout, QWidget)
 
 from ...core import dynamics as dy
 from ...core.views.dynamics import DynamicsViewState
@@ -33,6 +35,12 @@ CLUSTER_SAMPLE = 500
 MAX_D = 4096  # the d box follows a model's width
 TRAIL_LENGTH = 12
 CURVE_TITLE = {"size": "9pt"}  # default-size titles made the two columns of curves wider than a 1280 px window
+# the smallest the particle view and the curves get: with the form's column both fit a 1024 x 700 window
+PARTICLES_MIN = (220, 220)
+CURVES_MIN = (380, 330)
+PLAY_HINT = "Press Play or Step"  # the time curves need two records to draw a line
+TWIN_OFF_HINT = "Twin run off: tick \u201ctwin run for W2\u201d, then Reset"
+NO_TRACE_HINT = "Open a model and type a text: its tokens, layer by layer"
 
 
 _DRAG_EVENTS = (QEvent.Type.MouseButtonPress, QEvent.Type.MouseMove, QEvent.Type.MouseButtonRelease)
@@ -105,6 +113,39 @@ class PointCloud(pg.GraphicsObject):
         painter.drawPoints(self._poly)
 
 
+class PlotHint:
+    """A grey line of text centred in a plot with nothing to draw yet, its axes hidden meanwhile (empty
+    axes around no data, autoranged to nothing, say nothing). show(None) brings the axes back."""
+
+    def __init__(self, plot) -> None:
+        self.plot = plot
+        self.view = plot.getViewBox()
+        self.item = QGraphicsTextItem(self.view)  # in the view box's own pixels, not its data coordinates
+        self.item.setDefaultTextColor(QColor(120, 120, 120))
+        self.item.setZValue(10)
+        self.text: str | None = None
+        self.view.sigResized.connect(lambda *_: self._place())
+
+    def show(self, text: str | None) -> None:
+        if text == self.text:
+            return
+        self.text = text
+        self.item.setVisible(text is not None)
+        for axis in ("left", "bottom"):
+            self.plot.showAxis(axis, text is None)
+        if getattr(self.plot, "legend", None) is not None:  # a legend of curves not drawn yet
+            self.plot.legend.setVisible(text is None)
+        if text is not None:
+            self.item.setHtml(f"<div align='center'>{text}</div>")
+            self._place()
+
+    def _place(self) -> None:
+        rect = self.view.rect()
+        self.item.setTextWidth(max(rect.width() - 12, 40))
+        box = self.item.boundingRect()
+        self.item.setPos(rect.center().x() - box.width() / 2, rect.center().y() - box.height() / 2)
+
+
 def build_simulation(cfg: dy.DynamicsConfig, qkv: str, matrices: str, model, layer: int, head: int,
                      tokens: np.ndarray | None) -> tuple[dy.Simulation, dy.Frame]:
     """Worker side of Reset: parameters, initial positions and the first records."""
@@ -170,6 +211,7 @@ class DynamicsPanel(QWidget):
     # -- layout ----------------------------------------------------------------------------------
     def _build_ui(self) -> None:
         form = QFormLayout()
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # a field too wide goes under its label
         self.attention = QComboBox()
         self.attention.addItems(list(dy.ATTENTION_KINDS))
         self.d = QSpinBox(minimum=2, maximum=MAX_D, value=3)
@@ -214,7 +256,13 @@ class DynamicsPanel(QWidget):
                          ("", self.sphere), ("", self.renormalise), ("", self.twin), ("Integrator", self.integrator),
                          ("Step dt", self.dt), ("Steps / frame", self.steps_per_frame),
                          ("Curves every", self.record_every), ("Cluster tol", self.cluster_tol), ("Seed", self.seed)):
-            form.addRow(label, w)
+            if isinstance(w, QComboBox):  # long item texts do not widen the column (the list shows them)
+                w.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+                w.setMinimumContentsLength(16)
+            if label:
+                form.addRow(label, w)
+            else:  # a check box takes the whole row: its text is its label
+                form.addRow(w)
         self.reset_button = QPushButton("Reset")
         self.play_button = QPushButton("Play")
         self.play_button.setCheckable(True)
@@ -245,12 +293,16 @@ class DynamicsPanel(QWidget):
         left.addStretch(1)
         left_w = QWidget()
         left_w.setLayout(left)
-        scroll = QScrollArea()
+        self.form_scroll = scroll = QScrollArea()
         scroll.setWidget(left_w)
         scroll.setWidgetResizable(True)
-        scroll.setMinimumWidth(290)
+        # scrolled up and down only: the column is as wide as its widest row (and its scroll bar)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(left_w.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
+                               + 2 * scroll.frameWidth())
 
         self.particles = pg.PlotWidget(background="w")
+        self.particles.setMinimumSize(*PARTICLES_MIN)
         self.particles.setAspectLocked(True)
         self.particles.hideButtons()
         self.guide = pg.PlotDataItem(pen=pg.mkPen((170, 170, 170), width=1))
@@ -266,6 +318,7 @@ class DynamicsPanel(QWidget):
         self.time_label = QLabel("t = 0")
 
         self.curves = pg.GraphicsLayoutWidget()
+        self.curves.setMinimumSize(*CURVES_MIN)
         self.curves.setBackground("w")
         self.p_clusters = self.curves.addPlot(row=0, col=0)
         self.p_cosine = self.curves.addPlot(row=0, col=1)
@@ -273,10 +326,11 @@ class DynamicsPanel(QWidget):
         self.p_w2 = self.curves.addPlot(row=1, col=1)
         self.p_model_cos = self.curves.addPlot(row=2, col=0)
         self.p_model_clusters = self.curves.addPlot(row=2, col=1)
-        for plot, title in ((self.p_clusters, "clusters"), (self.p_cosine, "mean pairwise cosine"),
-                            (self.p_radius, "radius max|x| and bound R(t)"), (self.p_w2, "W2 to the twin run"),
-                            (self.p_model_cos, "model: mean cosine by layer"),
-                            (self.p_model_clusters, "model: clusters / radius by layer")):
+        # short titles: a title is as wide as its plot at least, and two columns of them fit CURVES_MIN
+        for plot, title in ((self.p_clusters, "clusters"), (self.p_cosine, "mean cosine"),
+                            (self.p_radius, "radius, bound R(t)"), (self.p_w2, "W2 to the twin"),
+                            (self.p_model_cos, "model: mean cosine"),
+                            (self.p_model_clusters, "model: clusters, radius")):
             plot.setTitle(title, **CURVE_TITLE)
         self.p_radius.setLogMode(False, True)
         for p in (self.p_clusters, self.p_cosine, self.p_radius, self.p_w2):
@@ -298,6 +352,9 @@ class DynamicsPanel(QWidget):
         self.c_model_radius = self.p_model_clusters.plot(pen=red, symbol="t", symbolSize=5, name="radius")
         self.t_markers = [p.addLine(x=0, pen=pg.mkPen((120, 120, 120), style=Qt.PenStyle.DotLine))
                           for p in (self.p_clusters, self.p_cosine, self.p_radius, self.p_w2)]
+        self.hints = {p: PlotHint(p) for p in (self.p_clusters, self.p_cosine, self.p_radius, self.p_w2,
+                                               self.p_model_cos, self.p_model_clusters)}
+        self._update_hints()
 
         self.view_area = QWidget()
         va = QVBoxLayout(self.view_area)
@@ -305,6 +362,7 @@ class DynamicsPanel(QWidget):
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.particles)
         split.addWidget(self.curves)
+        split.setChildrenCollapsible(False)  # neither goes below its minimum size
         split.setSizes([500, 600])
         va.addWidget(split, 1)
         self.export_bar = ExportBar(lambda: self, lambda: "dynamics")
@@ -386,9 +444,17 @@ class DynamicsPanel(QWidget):
         if path:
             self.set_matrices(path)
 
+    def _name_matrices_file(self, path: str) -> None:
+        """The file's name on its button, elided to the button's width (a long name must not widen the
+        form's column past the window: it scrolls only up and down); the whole path in the tooltip."""
+        width = max(self.file_button.width() - 16, 140)
+        self.file_button.setText(self.file_button.fontMetrics().elidedText(Path(path).name,
+                                                                          Qt.TextElideMode.ElideMiddle, width))
+        self.file_button.setToolTip(str(path))
+
     def set_matrices(self, path: str) -> None:
         self._matrices = path
-        self.file_button.setText(Path(path).name)
+        self._name_matrices_file(path)
         self.qkv.setCurrentIndex([k for _, k in QKV_LABELS].index("file"))
 
     def config(self) -> dy.DynamicsConfig:
@@ -439,7 +505,7 @@ class DynamicsPanel(QWidget):
         pick(self.integrator, list(dy.INTEGRATORS), state.integrator)
         if state.matrices_file:  # named, not read: Reset reads it (and says so if it is gone)
             self._matrices = state.matrices_file
-            self.file_button.setText(Path(state.matrices_file).name)
+            self._name_matrices_file(state.matrices_file)
         self.covariance.setText(state.covariance)
         for spin, value in ((self.d, state.d), (self.n, state.n), (self.n_clusters, state.n_clusters),
                             (self.token_layer, state.token_layer), (self.norm_qk, state.norm_qk),
@@ -487,9 +553,9 @@ class DynamicsPanel(QWidget):
         self._basis = dy.projection_basis(frame.shown, 3)
         self.d.setValue(self.sim.config.d)  # from the tokens, a model head or a file's V
         sampled = self.sim.cluster_index is not None
-        self.p_clusters.setTitle(f"clusters (among {len(self.sim.cluster_index)} sampled particles)" if sampled
+        self.p_clusters.setTitle(f"clusters (among {len(self.sim.cluster_index)})" if sampled
                                  else "clusters", **CURVE_TITLE)
-        self.p_w2.setTitle("W2 to the twin run" if self.sim.twin is not None else "W2: twin run off", **CURVE_TITLE)
+        self.p_w2.setTitle("W2 to the twin" if self.sim.twin is not None else "W2: twin run off", **CURVE_TITLE)
         self._frames, self._records = [frame], list(frame.records)
         self._view_radius = 0.0  # the view's range only grows: a steady frame, and no axis relayout per frame
         self._guide_drawn = None
@@ -648,7 +714,21 @@ class DynamicsPanel(QWidget):
         both = np.concatenate([circle, [[np.nan, np.nan]], eq])
         self.guide.setData(both[:, 0], both[:, 1], connect="finite")
 
+    def _update_hints(self) -> None:
+        """A hint instead of empty axes in each plot with nothing to draw (the first look draws the
+        starting particles, but one record makes no curve)."""
+        running = len(self._records) >= 2
+        for p in (self.p_clusters, self.p_cosine, self.p_radius):
+            self.hints[p].show(None if running else PLAY_HINT)
+        twin_off = self.sim is not None and self.sim.twin is None
+        self.hints[self.p_w2].show(TWIN_OFF_HINT if twin_off else None if running else PLAY_HINT)
+        measuring = getattr(self.state, "trace", None) is not None  # the curves come from a worker
+        for p in (self.p_model_cos, self.p_model_clusters):
+            self.hints[p].show(None if self._layer_curves is not None else
+                               "Measuring the model's tokens…" if measuring else NO_TRACE_HINT)
+
     def _draw_curves(self) -> None:
+        self._update_hints()
         if not self._records:
             return
         R = np.array([r.row() for r in self._records], dtype=float)
@@ -663,6 +743,7 @@ class DynamicsPanel(QWidget):
 
     def _draw_model_curves(self) -> None:
         c = self._layer_curves
+        self._update_hints()
         if c is None:
             for curve in (self.c_model_cos, self.c_model_clusters, self.c_model_radius):
                 curve.setData([], [])

@@ -5,6 +5,7 @@ GenerationSession(model, prompt_ids, settings, seed, stop_tokens) runs the promp
     choose(token)    force a token (starts a branch when another child exists)
     back()           go to the parent (the cache is truncated, nothing is recomputed)
     goto(node)       jump to any node of the tree (the cache keeps the shared prefix)
+    with_interventions(edits)  the same tree on the edited model (the tokens kept, the rest recomputed)
     run(n, job)      iterator of step() results; stops at stop tokens, the context length or cancel
     reset()          forget the tree, keep the prompt's forward
 
@@ -365,6 +366,42 @@ class GenerationSession:
         self.beams, self._beam_history = [node], []
         self.stop_reason = None
         return node
+
+    def node_at(self, tokens: Sequence[int]) -> Node | None:
+        """The node reached from the root by these generated tokens (None if the tree has no such path)."""
+        node = self.root
+        for t in tokens:
+            node = node.child(int(t))
+            if node is None:
+                return None
+        return node
+
+    def with_interventions(self, interventions: Sequence | None, job: JobControl | None = None) -> "GenerationSession":
+        """The same history tree on the model with other what-if edits (None or []: the model as
+        trained): every node keeps its token, how it was picked and its place among its siblings;
+        its probabilities, score, next-token logits and records are the new model's (one forward
+        per node, sharing the cache along each path). The current node, the beams and the random
+        generator's state carry over; `job.check()` is seen between nodes. This session is not changed."""
+        new = GenerationSession(self.model, self.prompt, self.settings, seed=self.seed,
+                                stop_tokens=sorted(self.stop_tokens), record=self.record,
+                                use_cache=self.incremental, interventions=interventions)
+        new.tokenizer = self.tokenizer
+        new._generator.set_state(self._generator.get_state())
+        mapped = {id(self.root): new.root}
+        stack = [self.root]
+        while stack:  # depth first, children in order: each path extends the cache of the last
+            old = stack.pop()
+            for child in old.children:
+                if job is not None:
+                    job.check()
+                parent = mapped[id(child.parent)]
+                node = new._extend(parent, child.token, new.distribution(parent), child.how)
+                mapped[id(child)] = node
+            stack.extend(reversed(old.children))
+        new.current = mapped[id(self.current)]
+        new.beams = [mapped[id(b)] for b in self.beams]
+        new._beam_history = [[mapped[id(b)] for b in beams] for beams in self._beam_history]
+        return new
 
     def run(self, n: int, job: JobControl | None = None) -> Iterator[Node]:
         """Up to n steps, yielding each new current node; stops early (setting stop_reason) at a
@@ -862,6 +899,19 @@ class MaskedFillSession:
     def back(self) -> None:
         if self.history:
             self.history.pop()
+
+    def with_interventions(self, interventions: Sequence | None, job: JobControl | None = None) -> "MaskedFillSession":
+        """The same fills, in the same order, on the model with other what-if edits (None or []: the
+        model as trained): each fill's distribution is the new model's. This session is not changed."""
+        new = MaskedFillSession(self.model, self.ids0, self.masked, self.mask_token_id, self.settings, self.order,
+                                self.seed, interventions=interventions)
+        new.tokenizer = self.tokenizer
+        new._generator.set_state(self._generator.get_state())
+        for st in self.history:
+            if job is not None:
+                job.check()
+            new._fill(st.position, st.token, new.distribution(st.position), st.how)
+        return new
 
     def run(self, n: int, job: JobControl | None = None) -> Iterator[FillStep]:
         for i in range(n):

@@ -121,13 +121,12 @@ def test_generate_shows_the_next_token_with_and_without_the_ablation(qtbot, mode
     assert trace["blocks.1.attn.head_out"][0, 2].abs().max() == 0
     assert trace["blocks.1.attn.head_out"][0, 1].abs().max() > 0
 
-    # clearing the edits drops the session; the next one is the plain model's, with no second column
+    # clearing the edits keeps the history (issue 25), now the plain model's, with no second column
     with qtbot.waitSignal(state.trace_changed, timeout=20_000):
         qtbot.mouseClick(w.intervention_strip.clear_button, Qt.MouseButton.LeftButton)
-    assert panel.session is None
-    qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: panel.session is not None and not panel.busy, timeout=20_000)
-    assert not panel.session.interventions and not panel.plain_box.isVisible()
+    qtbot.waitUntil(lambda: panel.session is not s and not panel.busy, timeout=20_000)
+    assert panel.session.ids() == ids and not panel.session.interventions and not panel.plain_box.isVisible()
+    assert torch.allclose(process_logits(panel.session.current.next_logits).model_probs, p_plain, atol=1e-4)
     error_watch.assert_clean()
 
 

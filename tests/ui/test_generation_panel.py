@@ -118,9 +118,11 @@ def test_clicking_a_bar_forces_that_token_and_starts_a_branch(qtbot, panel):
     _idle(qtbot, panel)
     root = panel.session.root
     assert [c.token for c in root.children] == [greedy, target]
-    assert panel.tree.topLevelItem(0).childCount() == 2  # the fork shows as two branches
+    # the fork shows as two rows: the first branch, and under it the forced one that leaves it
+    first = panel.tree.topLevelItem(0)
+    assert panel.tree.topLevelItemCount() == 1 and first.childCount() == 1
+    assert first.child(0).font(0).bold() and not first.font(0).bold()  # the current token's row
     # clicking the first branch in the tree goes back to it
-    first = panel.tree.topLevelItem(0).child(0)
     panel._tree_clicked(first, 0)
     assert panel.session.current.token == greedy
 
@@ -335,7 +337,7 @@ def test_back_highlights_the_branch_it_came_from(qtbot, panel):
     panel.choose(other)
     qtbot.waitUntil(lambda: panel.session.current.token == other, timeout=10_000)
     _idle(qtbot, panel)
-    panel._tree_clicked(panel.tree.topLevelItem(0).child(0), 0)  # back onto the first branch
+    panel._tree_clicked(panel.tree.topLevelItem(0), 0)  # back onto the first branch
     assert panel.session.current is greedy
     panel.back()
     _idle(qtbot, panel)

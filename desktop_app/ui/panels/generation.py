@@ -5,7 +5,8 @@ distribution as bars (temperature / top-k / top-p sliders reshape it live, from 
 without running the model); clicking a bar forces that token (a branch); the branches as a tree;
 the text as a token strip coloured by the probability each token had. Selecting a generated token
 shows the distribution it was picked from, the logit lens of that step, and hands that step's
-attention to the Attention panel. Encoder models fill [MASK] positions instead.
+attention to the Attention panel. Encoder models fill [MASK] positions instead. When the what-if
+edits change, the history stays and is recomputed for the edited model (with_interventions).
 
 The panel holds the widgets both kinds of model share; what differs lives in two views
 (generation_views): DecoderStepView for causal models, EncoderFillView for encoders, the one that
@@ -44,6 +45,14 @@ def _run(session, n: int, job=None):
     return session.stop_reason if isinstance(session, GenerationSession) else None
 
 
+def _with_edits(session, interventions: list, job=None):
+    """The session's history on the model with these what-if edits (a new session)."""
+    new = session.with_interventions(interventions or None, job)
+    if isinstance(new, MaskedFillSession):
+        new.all_logits()  # the view reads cached logits only
+    return new
+
+
 def _plain_logits_at(loaded, ids: list[int], position: int):
     """The unedited model's logits [V] (float32, CPU) at `position` of `ids` (-1: the next token)."""
     import torch
@@ -66,7 +75,8 @@ class GenerationPanel(QWidget):
         "Greedy takes the most probable token; beam search keeps the B sequences with the highest "
         "total log-probability. Click a bar to force a token (a new branch); Right/Left arrows step "
         "and go back. Select a generated token to see the logit lens of that step (final norm + "
-        "unembedding of each layer's residual) and its attention in the Attention panel.<br>"
+        "unembedding of each layer's residual) and its attention in the Attention panel. What-if edits "
+        "(ablations) keep the history: its probabilities are recomputed for the edited model.<br>"
         "Encoder (BERT) models: [MASK] positions are filled one at a time, most confident first or "
         "left to right.")
 
@@ -93,6 +103,7 @@ class GenerationPanel(QWidget):
         self._extra_masks: set[int] = set()
         self._settings_pending = False  # sliders moved while a job held the session
         self._trail = None  # decoder: the deepest node left by Back (its branch is highlighted)
+        self._edits_pending = False  # the what-if edits changed while a job held the session
         self.view: GenerationView = DecoderStepView(self)  # the one that fits the open model
         self._refresh_timer = QTimer(self, singleShot=True, interval=40)
         self._refresh_timer.timeout.connect(self.refresh)
@@ -201,13 +212,16 @@ class GenerationPanel(QWidget):
         lv.addLayout(pair, 1)
 
         self.tree = QTreeWidget()
-        self.tree.setHeaderLabels(["branch", "tokens", "log p"])
+        self.tree.setHeaderLabels(["branch", "steps", "log p"])
+        self.tree.setIndentation(14)
         self.tree.header().setStretchLastSection(False)
         self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         for col in (1, 2):
             self.tree.header().setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         self.tree.itemClicked.connect(self._tree_clicked)
         self.beam_table = self._table(["beam", "log p", "ended"], stretch=0)
+        self.beam_table.horizontalHeaderItem(0).setToolTip(
+            "where each beam differs from its nearest one: \u2026the last tokens they share | the rest")
         self.lens_table = self._table(["layer", "top prediction", "p(top)", "p(picked)"], stretch=1)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.lens_table, "Logit lens")
@@ -281,6 +295,7 @@ class GenerationPanel(QWidget):
         if self._running:
             self._run_job.cancel()
         self.session = None
+        self._edits_pending = False
         self.selected_node, self.selected_position = None, None
         self._extra_masks = set()
         self._trail = None
@@ -337,16 +352,58 @@ class GenerationPanel(QWidget):
         return " ".join(words)
 
     def _on_interventions(self, interventions: list) -> None:
-        """The session's model is the edited one: new edits need a new session (Step starts it)."""
+        """New what-if edits: the history stays (every token, branch and beam); what the model says
+        about it is recomputed for the edited model in a worker (the session's with_interventions).
+        A job holding the session finishes first (a run is stopped); edits that change again meanwhile
+        are applied once it is done."""
         self._plain_logits.clear()
-        if self.session is not None or interventions:
-            self._drop_session("the what-if edits changed: press Step to generate with "
-                               + ("them" if interventions else "the model as trained"))
+        if self.session is None and not self.busy:
+            if interventions:
+                self.status.setText("the what-if edits changed: press Step to generate with them")
+            return
+        self._edits_pending = True  # also while a session is being started with the previous edits
+        if self._running:
+            self._run_job.cancel()  # its end applies the edits (_apply_pending_edits)
+        self._apply_pending_edits()
+
+    def _apply_pending_edits(self) -> None:
+        if self.session is None:
+            self._edits_pending = False  # the next session starts with the edits as they are then
+        if not self._edits_pending or self.busy:
+            return
+        self._edits_pending = False
+        session = self.session
+        edits = list(self.state.interventions)
+        selected = None if self.selected_node is None else [n.token for n in self.selected_node.path()[1:]]
+        trail = None if self._trail is None else [n.token for n in self._trail.path()[1:]]
+        self.status.setText("the what-if edits changed: recomputing the history for "
+                            + ("the edited model…" if edits else "the model as trained…"))
+
+        def done(new) -> None:
+            if self.session is not session:  # dropped meanwhile (another model, another device)
+                return
+            self.session = new
+            if isinstance(new, GenerationSession):
+                self.selected_node = None if selected is None else new.node_at(selected)
+                self._trail = None if trail is None else new.node_at(trail)
+            self._lens_node = None  # the lens follows the new nodes
+            self.session_changed.emit()
+            self._changed(None)
+            self.status.setText(("History kept, with the edited model's probabilities. " if edits else
+                                 "History kept, with the probabilities of the model as trained. ") + self._describe())
+
+        def failed(exc, tb) -> None:
+            if self.session is session:
+                self._drop_session(f"the what-if edits changed and the history could not be recomputed "
+                                   f"({exc}): press Step to start again")
+
+        self._submit(_with_edits, session, edits, on_result=done, on_error=failed)
 
     def _drop_session(self, message: str) -> None:
         if self._running:
             self._run_job.cancel()
         self.session = None
+        self._edits_pending = False
         self.selected_node, self.selected_position = None, None
         self.status.setText(message)
         self.refresh()
@@ -495,16 +552,25 @@ class GenerationPanel(QWidget):
             self._running = False
             self._apply_settings()
             self.refresh()
+            self._apply_pending_edits()
 
-        def progress(*_) -> None:
+        def progress(done: int, total: int, _message: str) -> None:
+            if self.session is session:
+                self.status.setText(self._generating(done, total))
             if not self._refresh_timer.isActive():  # a throttle: restarting it per token would starve it
                 self._refresh_timer.start()
 
+        self.status.setText(self._generating(0, n))
         self._running = True
         self._run_job = run_job(_run, self.session, n, on_result=ended(self._run_done), on_error=ended(self._job_failed),
                                 on_progress=progress,
                                 on_cancelled=ended(lambda: self.status.setText("Stopped.")), on_finished=finished)
         self._update_enabled()
+
+    def _generating(self, done: int, total: int) -> str:
+        """The status line while Run N works: the token (or mask) under way, of N; Stop ends it."""
+        what = "Filling" if self._is_encoder() else "Generating"
+        return f"{what} {min(done + 1, total)}/{total}\u2026 (Stop ends it)"
 
     def _run_done(self, reason) -> None:
         self.status.setText(f"Stopped: {reason}." if reason else f"Done. {self._describe()}")
@@ -539,7 +605,7 @@ class GenerationPanel(QWidget):
         if isinstance(self.view, EncoderFillView):  # the button shows for encoders only
             self.view.toggle_mask()
 
-    def _submit(self, fn, *args, on_result=None) -> None:
+    def _submit(self, fn, *args, on_result=None, on_error=None) -> None:
         def done(result) -> None:
             self._job_active = False
             if on_result is not None:
@@ -549,12 +615,13 @@ class GenerationPanel(QWidget):
 
         def failed(exc, tb) -> None:
             self._job_active = False
-            self._job_failed(exc, tb)
+            (on_error or self._job_failed)(exc, tb)
 
         def finished() -> None:
             if self._job is job:  # not a follow-up job started by on_result (start -> step)
                 self._job_active = False
                 self._apply_settings()
+                self._apply_pending_edits()
             self._update_enabled()
 
         self._job_active = True
@@ -634,9 +701,10 @@ class GenerationPanel(QWidget):
         position (the next token, or an encoder's masked position; its logits from a worker, cached
         per context and position), and the change in the chosen token's log-probability."""
         edited = self.session is not None and getattr(self.session, "interventions", None)
-        self.plain_box.setVisible(bool(edited) and context_ids is not None)
-        self.edited_title.setVisible(self.plain_box.isVisible())
-        if not self.plain_box.isVisible():
+        compare = bool(edited) and context_ids is not None  # not isVisible(): the panel may be hidden
+        self.plain_box.setVisible(compare)
+        self.edited_title.setVisible(compare)
+        if not compare:
             self.plain_label.setText("")
             self._plain_wanted = None
             return

@@ -14,6 +14,7 @@ from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QTableWidgetItem, QTreeWidgetItem
 
 from ...core.generation import GenerationError, GenerationSession, MaskedFillSession, process_logits
+from ...core.views.generation import branch_rows, common_prefix_length
 from ..state import tokenize_and_trace
 from ..widgets.prob_bars import format_prob
 from ..workers import run_job
@@ -248,44 +249,58 @@ class DecoderStepView(GenerationView):
         return base.children[-1].token if base.children else None
 
     def _refresh_tree(self, s: GenerationSession) -> None:
-        """Branches as a compressed tree: one item per run of tokens between forks."""
+        """The branches as rows (core.views.generation.branch_rows): a row runs from where it leaves an
+        older branch to its end and nests under that branch; the row holding the current token is bold."""
         p = self.panel
         p.tree.clear()
-        current_path = set(map(id, s.current.path()))
         bold = QFont()
         bold.setBold(True)
-
-        def add(parent_item, start) -> None:
-            seg = [start]
-            while len(seg[-1].children) == 1:
-                seg.append(seg[-1].children[0])
-            end = seg[-1]
-            toks = [n.token for n in seg if n.token is not None]
-            text = p._tokens_text(toks) if toks else "(prompt)"
-            item = QTreeWidgetItem([text, str(end.depth), f"{end.score:.3f}"])
-            item.setData(0, Qt.ItemDataRole.UserRole, end)
-            item.setToolTip(0, f"ends at step {end.depth}; click to go there")
-            if id(end) in current_path or id(start) in current_path:
+        items: list[QTreeWidgetItem] = []
+        for row in branch_rows(s.root):
+            nodes = [n for n in row.nodes if n.token is not None]
+            text = p._tokens_text([n.token for n in nodes]) if nodes else "(prompt)"
+            steps = f"{nodes[0].depth}\u2013{row.end.depth}" if nodes else "0"
+            item = QTreeWidgetItem([text, steps, f"{row.end.score:.3f}"])
+            item.setData(0, Qt.ItemDataRole.UserRole, row.end)
+            whole = p._tokens_text(s.ids(row.end)[len(s.prompt):]) if row.end.depth else "(the prompt only)"
+            where = "" if row.parent is None else f"; it branches off after step {row.start.depth - 1}"
+            item.setToolTip(0, f"{whole}\nsteps {steps}{where}; click to go to its end")
+            if s.current in row.nodes:
                 item.setFont(0, bold)
-            if parent_item is None:
+            if row.parent is None:
                 p.tree.addTopLevelItem(item)
             else:
-                parent_item.addChild(item)
-            for c in list(end.children):
-                add(item, c)
-
-        add(None, s.root)
+                items[row.parent].addChild(item)
+            items.append(item)
         p.tree.expandAll()
 
     def _refresh_beams(self, s: GenerationSession) -> None:
+        """One row per beam, best first, showing where it differs: what follows the part it shares
+        with the nearest other beam, after that part's last few tokens ("…shared | differing");
+        the whole text in the tooltip."""
         p = self.panel
         beams = sorted(s.beams, key=lambda b: -b.score) if s.settings.strategy == "beam" else []
+        paths = [s.ids(b)[len(s.prompt):] for b in beams]
         p.beam_table.setRowCount(len(beams))
-        for i, b in enumerate(beams):
-            toks = [n.token for n in b.path()[1:]]
-            cells = [p._tokens_text(toks), f"{b.score:.3f}", "yes" if b.stop else ""]
+        for i, (b, toks) in enumerate(zip(beams, paths)):
+            common = max((common_prefix_length([toks, other]) for j, other in enumerate(paths) if j != i), default=0)
+            cells = [self._beam_label(toks, common), f"{b.score:.3f}", "yes" if b.stop else ""]
             for j, c in enumerate(cells):
-                p.beam_table.setItem(i, j, QTableWidgetItem(c))
+                item = QTableWidgetItem(c)
+                if j == 0:
+                    item.setToolTip(f"{p._tokens_text(toks)}\n(its first {plural(common, 'token')} are another "
+                                    "beam's too)" if common else p._tokens_text(toks))
+                p.beam_table.setItem(i, j, item)
+
+    BEAM_CONTEXT = 3  # tokens of the shared part kept before the "|"
+
+    def _beam_label(self, toks: list[int], common: int) -> str:
+        p = self.panel
+        if not common:
+            return p._tokens_text(toks) if toks else "(nothing generated)"
+        kept = min(common, self.BEAM_CONTEXT)
+        shared = ("\u2026" if common > kept else "") + p._tokens_text(toks[common - kept:common])
+        return f"{shared} | {p._tokens_text(toks[common:]) if toks[common:] else '(ends here)'}"
 
     def describe(self, s: GenerationSession) -> str:
         node = s.current

@@ -6,6 +6,8 @@
 Filled bars are the processed probabilities (after temperature / top-k / top-p); the outlined bars
 behind them are the model's own probabilities, so a slider drag shows how the processing reshapes
 the distribution. The chosen token's bar is orange. One BarGraphItem per series (no widget per bar).
+Each bar's value is written after it, or inside its end where the plot's right edge would cut it.
+A click picks a bar; a double click is one gesture and picks it once (its second press is ignored).
 """
 from __future__ import annotations
 
@@ -55,6 +57,8 @@ class ProbBars(QWidget):
         self.probs: list[float] = []
         self.chosen: int | None = None
         self.plot.scene().sigMouseClicked.connect(self._on_click)
+        for changed in (item.getViewBox().sigTransformChanged, item.getViewBox().sigResized):  # range, size
+            changed.connect(lambda *_: self._place_values())
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.plot)
@@ -90,6 +94,21 @@ class ProbBars(QWidget):
         top = max(self.probs + [float(p) for p in (model_probs or [])] + [1e-3])
         item.setXRange(0, min(1.0, top * 1.25), padding=0)
         item.setYRange(-0.6, max(n, 1) - 0.4, padding=0)
+        self._place_values()
+
+    def _place_values(self) -> None:
+        """A value that would cross the plot's right edge goes inside its bar's end, in white; the
+        others stay after their bar. Run whenever the view's size or range changes."""
+        vb = self.plot.getPlotItem().getViewBox()
+        right = vb.sceneBoundingRect().right()
+        for txt, p in zip(self._value_texts, self.probs):
+            if p <= 0:
+                continue
+            end = vb.mapViewToScene(QPointF(p, 0)).x()
+            inside = end + txt.textItem.boundingRect().width() > right
+            txt.setAnchor((1, 0.5) if inside else (0, 0.5))
+            txt.setColor((255, 255, 255) if inside else (40, 40, 40))
+            txt.updateTransform(force=True)  # the anchor's offset in pixels of the view as it is now
 
     def bar_scene_pos(self, index: int) -> QPointF:
         """Scene position of the middle of a bar (for tests and tooltips)."""
@@ -106,6 +125,8 @@ class ProbBars(QWidget):
         return i if 0 <= i < len(self.token_ids) and abs(y - i) <= 0.45 else None
 
     def _on_click(self, event) -> None:
+        if event.double():  # the first click of this double click has picked the bar already
+            return
         i = self.index_at_scene(event.scenePos())
         if i is not None:
             self.token_clicked.emit(self.token_ids[i])

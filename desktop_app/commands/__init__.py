@@ -12,7 +12,7 @@ def input_ids(loaded, text: str | None, ids: str | None) -> list[int]:
         out = check_ids(parse_token_ids(ids, "--ids"), cfg.vocab_size, cfg.context_length, cut=False).ids
     elif text is not None:
         if loaded.tokenizer is None:
-            raise ValueError(f"{loaded.path}: this model has no tokenizer.json; pass --ids instead of --text")
+            raise ValueError(f"{loaded.path}: {loaded.tokenizer_missing}; pass --ids instead of --text")
         out = encode(loaded, text, cut=False).ids
     else:
         raise ValueError("give --text or --ids")

@@ -58,7 +58,7 @@ def run(args) -> int:
                          f"(missing {', '.join(missing)})")
     loaded = load_model(args.model_dir, special_tokens=args.special_tokens, device=resolve_device(args.device))
     if args.prompt is not None and loaded.tokenizer is None:
-        raise ValueError(f"{loaded.path}: this model has no tokenizer.json; pass --prompt-ids instead of --prompt")
+        raise ValueError(f"{loaded.path}: {loaded.tokenizer_missing}; pass --prompt-ids instead of --prompt")
     prompt = input_ids(loaded, args.prompt, args.prompt_ids)
     settings = GenerationSettings(args.strategy, args.temperature, args.top_k, args.top_p, args.beams)
     result: dict = {"model": str(loaded.path), "strategy": args.strategy, "seed": args.seed}

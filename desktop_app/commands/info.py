@@ -21,6 +21,11 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    import sys
+
     from . import load_model
-    print(json.dumps(model_info(load_model(args.model_dir))))
+    loaded = load_model(args.model_dir)
+    print(json.dumps(model_info(loaded)))
+    if loaded.tokenizer is None and loaded.config.input_kind == "tokens":  # said, not in the JSON
+        print(f"note: {loaded.path}: {loaded.tokenizer_missing}; the model opens with token ids", file=sys.stderr)
     return 0

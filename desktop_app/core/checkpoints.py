@@ -35,6 +35,9 @@ TOKENIZER = "tokenizer.json"
 NATIVE_KEY = "transformer_explorer"  # our full ModelConfig, kept beside the Hugging Face fields
 
 
+SENTENCEPIECE = "tokenizer.model"  # recognised, not read: named when the model opens without a tokenizer
+
+
 @dataclass
 class LoadedModel:
     model: Transformer
@@ -42,6 +45,16 @@ class LoadedModel:
     tokenizer: Tokenizer | None
     path: Path | None
     name: str
+    # without a tokenizer, why, naming the file ignored ("tokenizer.model (SentencePiece) is not
+    # supported yet") or the one missing ("no tokenizer.json"): messages say "PATH: {this}; ..."
+    tokenizer_missing: str = "no tokenizer.json"
+
+
+def missing_tokenizer(folder: Path) -> str:
+    """Why load_tokenizer_folder found no tokenizer in `folder`, naming a tokenizer file it ignored."""
+    if (folder / SENTENCEPIECE).is_file():
+        return f"{SENTENCEPIECE} (SentencePiece) is not supported yet"
+    return f"no {TOKENIZER}"
 
 
 # -- configs ---------------------------------------------------------------------------------
@@ -59,7 +72,7 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
             cfg = ModelConfig.from_dict(d[NATIVE_KEY])
             _check_native_agrees(cfg, d, path)
             return cfg
-        return family_for(d.get("model_type"), path).config_from_hf(d, path)
+        return family_for(d.get("model_type"), path, d).config_from_hf(d, path)
     except ConfigError as exc:
         raise ModelLoadError(path, f"invalid configuration: {exc}") from exc
     except (TypeError, ValueError) as exc:
@@ -375,7 +388,8 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         raise ModelLoadError(exc.path or folder, f"broken tokenizer: {exc.args[0].split(': ', 1)[-1]}") from exc
     # a snapshot of the local Hugging Face cache is named by its repository, not its commit hash
     name = snapshot_repo_ref(path) or Path(path).name
-    return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=Path(path), name=name)
+    return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=Path(path), name=name,
+                       tokenizer_missing="" if tokenizer is not None else missing_tokenizer(folder))
 
 
 def _stored_dtype(sd: dict[str, torch.Tensor], recorded: torch.dtype) -> torch.dtype:

@@ -160,6 +160,13 @@ def _support(snapshot: Path, model_type: str | None, has_st: bool, pickle_only: 
         return "no config.json in this revision"
     if model_type is None:
         return "config.json names no model_type (or cannot be read)"
+    try:
+        from .families import encoder_decoder_problem
+        problem = encoder_decoder_problem(json.loads((snapshot / "config.json").read_text(encoding="utf-8")))
+    except (ImportError, OSError, ValueError, RecursionError, AttributeError):
+        problem = None  # no families registry, or a config.json _model_type could not read either
+    if problem:
+        return problem
     families = supported_families()
     if model_type not in families:
         return f"model_type {model_type!r} is not supported (supported: {', '.join(families)})"

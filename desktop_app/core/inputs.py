@@ -117,7 +117,8 @@ def encode(source, text: str, vocab_size: int | None = None, context_length: int
         vocab_size = source.config.vocab_size if vocab_size is None else vocab_size
         context_length = source.config.context_length if context_length is None else context_length
         if tokenizer is None:
-            raise InputError(f"{prefix}the model {source.path or source.name} has no tokenizer.json, so text "
+            raise InputError(f"{prefix}the model {source.path or source.name}: "
+                             f"{getattr(source, 'tokenizer_missing', 'no tokenizer.json')}, so text "
                              f"cannot be tokenized; give token ids instead")
     try:
         ids, added, how = tokenizer.encode_for_model(text, special_tokens)
@@ -145,7 +146,8 @@ def encode_text_or_ids(loaded, text: str, *, cut: bool = True) -> EncodedText:
     vocabulary and context length either way (see encode and check_ids)."""
     if loaded.tokenizer is not None:
         return encode(loaded, text, cut=cut)
-    ids = parse_token_ids(text, "this model has no tokenizer.json, so the text box takes token ids")
+    ids = parse_token_ids(text, f"{getattr(loaded, 'tokenizer_missing', 'no tokenizer.json')}, so the text box "
+                                f"takes token ids")
     return check_ids(ids, loaded.config.vocab_size, loaded.config.context_length, cut=cut)
 
 
@@ -163,8 +165,8 @@ def text_file_ids(loaded, path: str | Path) -> list[int]:
     """Every token id of a UTF-8 text file with a model's tokenizer (no context cut: e.g. the
     Lipschitz sweep takes windows of it), checked against the model's vocabulary."""
     if loaded.tokenizer is None:
-        raise InputError(f"{loaded.path or loaded.name}: this model has no tokenizer.json, so real text cannot "
-                         f"be tokenized")
+        raise InputError(f"{loaded.path or loaded.name}: {getattr(loaded, 'tokenizer_missing', 'no tokenizer.json')}, "
+                         f"so real text cannot be tokenized")
     text = read_text_file(path)
     ids = encode(loaded.tokenizer, text, loaded.config.vocab_size, where=str(path)).ids
     if not ids:

@@ -207,3 +207,10 @@ def test_a_snapshot_linking_into_another_repositorys_blobs_is_refused(cache, tmp
     with pytest.raises(ModelLoadError, match="config.json: a link to .*models--tiny-org--tiny-gpt2/blobs/.*, "
                                              "outside the model folder"):
         load_model_folder(snap)
+
+
+def test_an_encoder_decoder_in_the_cache_is_listed_as_such(cache, tmp_path):
+    add_snapshot(cache, "google/t5-tiny", {"config.json": json.dumps({"model_type": "t5"}).encode(),
+                                          "model.safetensors": b"x"}, "f" * 40)
+    row = next(m for m in list_cached_models() if m.repo_id == "google/t5-tiny")
+    assert not row.supported and row.reason == "encoder-decoder models (t5) are not supported yet"

@@ -141,3 +141,67 @@ def test_broken_files_name_the_file(tmp_path, name, content, problem):
         load_tokenizer_folder(tmp_path)
     assert str(err.value).startswith(str(tmp_path)) and problem in str(err.value)
     assert err.value.path is not None and err.value.path.name in (name, "merges.txt")
+
+
+# -- folders whose tokenizer or architecture the app does not read (issue 25 §6): said by name --------
+
+
+def _tokenizerless_model(folder):
+    from desktop_app.core.checkpoints import new_model, save_model_folder
+    from desktop_app.core.config import ModelConfig
+    cfg = ModelConfig.gpt2(vocab_size=40, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=16)
+    save_model_folder(new_model(cfg, seed=0), folder)
+    return folder
+
+
+def test_a_sentencepiece_only_folder_names_the_file_it_ignored(tmp_path, capsys):
+    from desktop_app import cli
+    from desktop_app.core.checkpoints import load_model_folder
+    from desktop_app.core.inputs import InputError, encode_text_or_ids
+
+    folder = _tokenizerless_model(tmp_path / "sp")
+    (folder / "tokenizer.model").write_bytes(b"\x0a\x05hello")  # a SentencePiece model proto, not read
+    loaded = load_model_folder(folder)
+    assert loaded.tokenizer is None
+    assert loaded.tokenizer_missing == "tokenizer.model (SentencePiece) is not supported yet"
+    assert encode_text_or_ids(loaded, "3 4 5").ids == [3, 4, 5]  # it opens with token ids
+    with pytest.raises(InputError, match=r"tokenizer.model \(SentencePiece\) is not supported yet, so the text box "
+                                         r"takes token ids"):
+        encode_text_or_ids(loaded, "hello")
+    assert cli.main(["info", str(folder)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"note: {folder}: tokenizer.model (SentencePiece) is not supported yet; the model opens with "
+                   f"token ids"]
+    assert cli.main(["trace", str(folder), "--text", "hello", "--out", str(tmp_path / "t.npz")]) == cli.EXIT_INPUT
+    assert "tokenizer.model (SentencePiece) is not supported yet; pass --ids" in capsys.readouterr().err
+
+
+def test_a_folder_with_no_tokenizer_at_all_says_no_tokenizer_json(tmp_path, capsys):
+    from desktop_app import cli
+    from desktop_app.core.checkpoints import load_model_folder
+
+    folder = _tokenizerless_model(tmp_path / "none")
+    assert load_model_folder(folder).tokenizer_missing == "no tokenizer.json"
+    assert cli.main(["info", str(folder)]) == 0
+    assert f"note: {folder}: no tokenizer.json; the model opens with token ids" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("config", [{"model_type": "t5"}, {"model_type": "bart"}, {"model_type": "marian"},
+                                    {"model_type": "mbart"}, {"model_type": "pegasus"},
+                                    {"model_type": "my-seq2seq", "is_encoder_decoder": True},
+                                    {"model_type": "bert", "is_encoder_decoder": True}],
+                         ids=lambda c: c["model_type"])
+def test_an_encoder_decoder_is_said_to_be_unsupported_not_listed_against(tmp_path, capsys, config):
+    from desktop_app import cli
+    from desktop_app.core.checkpoints import ModelLoadError, load_model_folder
+
+    folder = tmp_path / "seq2seq"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**config, "d_model": 16, "vocab_size": 40}))
+    expected = f"{folder / 'config.json'}: encoder-decoder models ({config['model_type']}) are not supported yet"
+    with pytest.raises(ModelLoadError) as err:
+        load_model_folder(folder)
+    assert str(err.value) == expected
+    assert cli.main(["info", str(folder)]) == cli.EXIT_INPUT
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0] and "supported:" not in lines[0]

@@ -22,8 +22,28 @@ REGISTRY: dict[str, Family] = {f.model_type: f for f in (gpt2.FAMILY, bert.FAMIL
                                                            gemma3_text.FAMILY, vit.FAMILY)}
 
 
-def family_for(model_type: object, path: str | Path) -> Family:
-    """The family of a config's model_type, or a ModelLoadError naming it and the supported ones."""
+# transformers' encoder-decoder (sequence-to-sequence) model_types: an encoder and a decoder with
+# cross-attention between them, which no family here computes
+ENCODER_DECODER = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "mbart", "plbart", "marian",
+                   "pegasus", "pegasus_x", "bigbird_pegasus", "led", "blenderbot", "blenderbot-small", "m2m_100",
+                   "nllb-moe", "fsmt", "prophetnet", "xlm-prophetnet", "encoder-decoder", "t5gemma", "mvp")
+
+
+def encoder_decoder_problem(config: dict) -> str | None:
+    """'encoder-decoder models (t5) are not supported yet' for a T5 / BART / Marian ... config.json
+    (its model_type, or is_encoder_decoder: true), else None."""
+    model_type = config.get("model_type")
+    if model_type in ENCODER_DECODER or config.get("is_encoder_decoder") is True:
+        return f"encoder-decoder models ({model_type}) are not supported yet"
+    return None
+
+
+def family_for(model_type: object, path: str | Path, config: dict | None = None) -> Family:
+    """The family of a config's model_type, or a ModelLoadError naming it and the supported ones
+    (an encoder-decoder, from `config`: that those are not supported yet)."""
+    problem = encoder_decoder_problem({**(config or {}), "model_type": model_type})
+    if problem:
+        raise ModelLoadError(path, problem)
     if model_type is None:
         raise ModelLoadError(path, "no 'model_type' field: cannot tell which architecture this is")
     family = REGISTRY.get(model_type) if isinstance(model_type, str) else None

@@ -229,7 +229,7 @@ class ModelPanel(QWidget):
             self._summary_labels[label] = v
             self.summary_form.addRow(label, v)
         placeholder = ("Type text here; its tokens appear below." if loaded.tokenizer is not None
-                       else "This model has no tokenizer.json: type token ids, e.g. 1 2 3")
+                       else f"This model takes token ids ({loaded.tokenizer_missing}): type them, e.g. 1 2 3")
         images = loaded.config.input_kind == "patches"
         if images:
             placeholder = IMAGE_MODEL_TEXT

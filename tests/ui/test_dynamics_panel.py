@@ -354,3 +354,15 @@ def test_empty_plots_show_a_hint_not_axes_until_there_is_data(qtbot, panel):
         assert not panel.hints[plot].item.isVisible()
         assert plot.getAxis("left").isVisible() and plot.getAxis("bottom").isVisible()
     assert panel.p_radius.legend.isVisible() and panel.hints[panel.p_w2].item.isVisible()
+
+
+def test_the_export_bar_waits_for_the_particles(qtbot, state):
+    from PySide6.QtWidgets import QToolButton
+
+    p = DynamicsPanel(state)
+    qtbot.addWidget(p)
+    buttons = p.export_bar.findChildren(QToolButton)
+    assert all(not b.isEnabled() and "Reset builds the particles" in b.toolTip() for b in buttons)
+    p.show()  # the first look builds the starting particles
+    qtbot.waitUntil(lambda: p.sim is not None, timeout=10000)
+    assert all(b.isEnabled() for b in buttons)

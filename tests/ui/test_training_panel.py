@@ -541,3 +541,15 @@ def test_the_end_of_run_line_names_each_number_and_its_step():
     assert end_of_run_line({"event": "stopped", "step": 3}, events[:1]) == "Stopped at step 3: no evaluation yet."
     resumed = end_of_run_line(stopped, events[:1])  # a resumed run stopped before logging: the history's numbers
     assert "from the run's history" in resumed and "93.1%" in resumed
+
+
+def test_the_export_bar_waits_for_a_run(qtbot):
+    """Issue 25: nothing to export before a run (the plots are empty): the buttons say so, disabled."""
+    panel = TrainingPanel(AppState())
+    qtbot.addWidget(panel)
+    panel.show()
+    buttons = panel.export_bar.findChildren(QToolButton)
+    assert buttons and all(not b.isEnabled() and "start a run" in b.toolTip() for b in buttons)
+    panel._on_event({"event": "step", "step": 1, "steps": 10, "train_loss": 2.0, "train_accuracy": 0.1, "lr": 1e-3,
+                     "tokens_per_s": 100.0, "elapsed": 0.1, "eta": 1.0})  # what the run's process reports
+    assert all(b.isEnabled() for b in buttons)

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
 
 from ...core import dynamics as dy
 from ...core.views.dynamics import DynamicsViewState
-from ..widgets.export import ExportBar, export_view
+from ..widgets.export import ExportBar, export_view, say_in_status_bar
 
 INIT_LABELS = [("uniform on the sphere", "sphere"), ("uniform in the ball", "ball"), ("Gaussian", "gaussian"),
                ("clusters", "clusters"), ("tokens of the current text", "tokens")]
@@ -561,6 +561,7 @@ class DynamicsPanel(QWidget):
         self._guide_drawn = None
         self._set_status()
         self._show_last()
+        self.export_bar.refresh()
         if self._pending_steps:
             self._request(self._pending_steps)
 
@@ -786,6 +787,9 @@ class DynamicsPanel(QWidget):
     def export_widget(self) -> QWidget:
         return self.view_area
 
+    def export_unavailable(self) -> str | None:
+        return None if self._frames else "Nothing to export yet: Reset builds the particles."
+
     def csv_table(self):
         if not self._records:
             return None
@@ -849,9 +853,14 @@ class DynamicsPanel(QWidget):
         self.play_button.setChecked(was_playing)
         self.status.setText(f"Writing {len(pngs)} PNG frames…")
         self._png_job = run_job(dy.write_png_sequence, folder, pngs, times,
-                                on_result=lambda path: self.status.setText(f"Wrote {len(pngs)} PNG frames to {path}"),
+                                on_result=lambda path: self._say(f"Wrote {len(pngs)} PNG frames to {path}"),
                                 on_error=lambda exc, tb: self.status.setText(f"PNG frames not written: {exc}"),
                                 owner=self)
+
+    def _say(self, message: str) -> None:
+        """In the panel's status line and the window's status bar (where an export saved)."""
+        self.status.setText(message)
+        say_in_status_bar(self, message)
 
     def showEvent(self, event) -> None:
         super().showEvent(event)

@@ -925,6 +925,7 @@ class TrainingPanel(QWidget):
         # a resumed run continues its own checkpoint; a new run has none until its first one
         self._checkpoint_ready = self._resuming() and checkpoint_step(run_dir) is not None
         self.events.clear()
+        self.export_bar.refresh()
         self._buffer, self._stderr = b"", b""
         self.paused = False
         cmd = train_command() + args + ["--jsonl", "--control-stdin"]
@@ -1068,6 +1069,8 @@ class TrainingPanel(QWidget):
             if ev.get("step") is not None:  # the bar ends where the text says the run ended
                 self.progress.setValue(ev["step"])
             self.status_label.setText(end_of_run_line(ev, self.events) + where)
+        if kind in ("step", "eval"):
+            self.export_bar.refresh()
         self.run_event.emit(ev)
 
     def _append(self, key: str, x, y) -> None:
@@ -1105,6 +1108,11 @@ class TrainingPanel(QWidget):
 
     def export_widget(self) -> QWidget:
         return self.plots_widget
+
+    def export_unavailable(self) -> str | None:
+        if any(e["event"] in ("step", "eval") for e in self.events):
+            return None
+        return "Nothing to export yet: start a run and its curves are drawn here."
 
     def _metric_columns(self) -> tuple[list[str], list[list]]:
         """The run's metrics by step: one row per step that logged anything, empty cells where it did not."""

@@ -6,6 +6,7 @@ keep their own copy of the model. Model work is done by workers, never on the UI
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -122,6 +123,46 @@ def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
     return dataclasses.replace(loaded, model=moved)
 
 
+# What a computed result depends on (InputKey's serials): the model open, the input traced (the text's
+# ids, a generation step or a ViT's image), and the what-if edits.
+MODEL, INPUT, EDITS = "model", "input", "edits"
+PARTS = (MODEL, INPUT, EDITS)
+
+
+@dataclass(frozen=True)
+class InputKey:
+    """The inputs a result was computed for, as serial numbers AppState advances: `model` at every
+    model opened (or made current), `input` at every new trace of the text, ids or image, `edits` at
+    every change of the what-if edits. A result whose key differs from AppState.key in a part it
+    depends on is stale: AppState.run drops it, and panels clear it on AppState.inputs_changed."""
+    model: int = 0
+    input: int = 0
+    edits: int = 0
+    model_name: str = ""  # the model's name when the key was made (for labels)
+
+    def same(self, other: "InputKey", parts=PARTS) -> bool:
+        return all(getattr(self, p) == getattr(other, p) for p in parts)
+
+
+class ResultView:
+    """Mixin for a panel that shows results computed from AppState's inputs (the one mechanism that
+    keeps them from going stale): call `watch_inputs(state)` once, compute with `state.run(...)` (a
+    result or error computed for inputs that changed meanwhile is never delivered), and implement
+    `clear_results(changed)`, called whenever a part in `result_parts` changes (the model, the input,
+    the edits): clear what is shown (and its status line), or compute it again for the new inputs."""
+    result_parts: tuple[str, ...] = PARTS
+
+    def watch_inputs(self, state: "AppState") -> None:
+        state.inputs_changed.connect(self._inputs_changed)
+
+    def _inputs_changed(self, _key: InputKey, changed: frozenset) -> None:
+        if changed & set(self.result_parts):
+            self.clear_results(changed)
+
+    def clear_results(self, changed: frozenset) -> None:
+        raise NotImplementedError
+
+
 class AppState(QObject):
     model_changed = Signal(object)  # LoadedModel
     model_load_failed = Signal(str)  # message naming the file and the problem
@@ -134,6 +175,9 @@ class AppState(QObject):
     error = Signal(str)
     notice = Signal(str)  # something the app did for the user that they should know (status bar)
     interventions_changed = Signal(list)  # the what-if edits every text trace applies
+    # (InputKey now current, frozenset of the parts that changed): emitted before model_changed,
+    # tokens_changed / trace_changed and interventions_changed, so results are cleared first
+    inputs_changed = Signal(object, object)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -159,15 +203,41 @@ class AppState(QObject):
         # A ViT's input (input_kind "patches"): pixel values [C, H, W] the Image panel chose, and what they are.
         self.image = None
         self.image_source = ""
+        self.key = InputKey()  # what the model, input and edits are now (see InputKey)
+        self.loading: str | None = None  # the model folder open_model is loading, until it arrives or fails
+
+    # -- results: the one place that says whether a result is still current ------------------
+    def _advance(self, *parts: str) -> None:
+        k = self.key
+        self.key = InputKey(k.model + (MODEL in parts), k.input + (INPUT in parts), k.edits + (EDITS in parts),
+                            self.loaded.name if self.loaded is not None else "")
+        self.inputs_changed.emit(self.key, frozenset(parts))
+
+    def is_current(self, key: InputKey, parts=PARTS) -> bool:
+        """Whether a result computed for `key` still belongs to the model, input and edits (those of
+        `parts`) shown now."""
+        return key.same(self.key, parts)
+
+    def run(self, fn, *args, parts=PARTS, **kwargs):
+        """run_job(fn, *args, **kwargs) for a result that depends on `parts` of the current inputs: its
+        result, error and progress reach the callbacks only while those parts are what they were when
+        it started (a late result for another model or text is dropped); cancelled and finished
+        always arrive, so buttons come back. The job's `key` is the InputKey it was computed for."""
+        key = self.key
+        job = run_job(fn, *args, accept=lambda: self.is_current(key, parts), **kwargs)
+        job.key = key
+        return job
 
     # -- model -----------------------------------------------------------------------------
     def open_model(self, path: str | Path) -> None:
         """Load a model folder in a worker; on failure the previous model stays."""
         self.busy_changed.emit(True, f"Loading {path}…")
         device, text = self.device, self.text
+        self.loading = str(path)
 
         def done(result: tuple[LoadedModel, tuple[str, str] | None]) -> None:
             loaded, sample = result
+            self.loading = None
             self.busy_changed.emit(False, "")
             use_sample = sample is not None and self.text == text  # else the text was changed meanwhile
             if use_sample:
@@ -180,17 +250,21 @@ class AppState(QObject):
                 self._move_model(loaded, self.device, device)
 
         def failed(exc: BaseException, tb: str) -> None:
+            self.loading = None
             self.busy_changed.emit(False, "")
             self.model_load_failed.emit(str(exc))
 
         return run_job(_load, str(path), device, self.dtype, text, on_result=done, on_error=failed)
 
     def set_model(self, loaded: LoadedModel) -> None:
-        if loaded is not self.loaded:  # pixel values are made for one model's size and normalisation
+        new = loaded is not self.loaded
+        if new:  # pixel values are made for one model's size and normalisation
             self.image, self.image_source = None, ""
         self.loaded = loaded
         if loaded.tokenizer is not None:  # every text any panel encodes for it follows the input setting
             loaded.tokenizer.special_tokens = self.special_tokens
+        if new:  # every result of the previous model is stale, whatever panel shows it
+            self._advance(MODEL, INPUT)
         self.model_changed.emit(loaded)
         self.set_text(self.text)
 
@@ -242,11 +316,8 @@ class AppState(QObject):
         def done(result) -> None:
             self._trace_job = None
             if loaded is self.loaded:
-                self.encoded, self.trace = result
-                self.token_ids = self.encoded.ids
-                self.trace_problem, self.trace_source = "", "text"
-                self.tokens_changed.emit(self.token_ids)
-                self.trace_changed.emit(self.trace)
+                self.encoded = result[0]
+                self._show_input(result[0].ids, result[1], "", "text")
             if self._pending_text is not None:
                 pending, self._pending_text = self._pending_text, None
                 self.set_text(*pending)
@@ -256,10 +327,7 @@ class AppState(QObject):
             if loaded is self.loaded:
                 # Nothing of the previous text (or model) may stay on show: clear, and say why.
                 self.encoded = None
-                self.token_ids, self.trace = [], None
-                self.trace_problem, self.trace_source = str(exc), "text"
-                self.tokens_changed.emit([])
-                self.trace_changed.emit(None)
+                self._show_input([], None, str(exc), "text")
             self.error.emit(str(exc))
             if self._pending_text is not None:
                 pending, self._pending_text = self._pending_text, None
@@ -301,19 +369,13 @@ class AppState(QObject):
             if loaded is self.loaded and self.image is None:  # the default digit, nothing chosen meanwhile
                 self.image, self.image_source = chosen, source
             if loaded is self.loaded and chosen is self.image:
-                self.token_ids, self.trace = ids, trace
-                self.trace_problem, self.trace_source = "", "image"
-                self.tokens_changed.emit(self.token_ids)
-                self.trace_changed.emit(self.trace)
+                self._show_input(ids, trace, "", "image")
             self._run_pending()
 
         def failed(exc: BaseException, tb: str) -> None:
             self._trace_job = None
             if loaded is self.loaded:
-                self.token_ids, self.trace = [], None
-                self.trace_problem, self.trace_source = str(exc), "image"
-                self.tokens_changed.emit([])
-                self.trace_changed.emit(None)
+                self._show_input([], None, str(exc), "image")
             self.error.emit(str(exc))
             self._run_pending()
 
@@ -328,15 +390,22 @@ class AppState(QObject):
     def set_interventions(self, interventions: list) -> None:
         """Replace the what-if edits and trace the text again with them (an empty list: the plain model)."""
         self.interventions = list(interventions)
+        self._advance(EDITS)
         self.interventions_changed.emit(list(self.interventions))
         self.set_text(self.text)
 
     def show_trace(self, trace: Trace, token_ids: list[int]) -> None:
         """Hand a trace made elsewhere (e.g. a generation step) to every inspecting panel."""
-        self.token_ids, self.trace = list(token_ids), trace
-        self.trace_problem, self.trace_source = "", "generation"
+        self._show_input(list(token_ids), trace, "", "generation")
+
+    def _show_input(self, ids: list[int], trace: Trace | None, problem: str, source: str) -> None:
+        """Make (ids, trace) the input every panel shows (problem: why there is none; source: text,
+        image or generation): a new input, so results computed for the previous one are stale."""
+        self.token_ids, self.trace = ids, trace
+        self.trace_problem, self.trace_source = problem, source
+        self._advance(INPUT)
         self.tokens_changed.emit(self.token_ids)
-        self.trace_changed.emit(trace)
+        self.trace_changed.emit(self.trace)
 
     def back_to_text(self) -> None:
         """Trace the text box's text again (after show_trace put a generation step on show)."""

@@ -7,6 +7,10 @@ If `core_fn` accepts a `job` keyword it receives a core.jobs.JobControl: its pro
 `on_progress(done, total, message)` on the UI thread and cancel() makes its check() raise
 Cancelled, which ends the job quietly (on_cancelled, not on_error).
 
+With `accept=` (a function of no arguments) the result, error and progress are delivered only while
+it returns True: AppState.run passes "the inputs this was computed for are still current", so a
+result for a model or text no longer shown never arrives (cancelled and finished always do).
+
 A job never calls back into a widget that is gone: its owner (`owner=`, else the QObject whose
 bound method is a callback) being destroyed cancels the job and drops whatever it still delivers,
 and `shutdown()` (the main window's close, the application's quit) does the same for every job and
@@ -41,6 +45,7 @@ class Job(QRunnable):
         self.done = False
         self.detached = False  # deliver nothing more
         self.pool: QThreadPool | None = None
+        self.key = None  # AppState.run: the InputKey the job computes for
         try:
             self._takes_job = "job" in inspect.signature(fn).parameters
         except (TypeError, ValueError):
@@ -93,9 +98,9 @@ def _owner_of(callbacks) -> QObject | None:
     return None
 
 
-def _guarded(job: Job, callback: Callable) -> Callable:
+def _guarded(job: Job, callback: Callable, accept: Callable[[], bool] | None = None) -> Callable:
     def deliver(*args):
-        if not job.detached:
+        if not job.detached and (accept is None or accept()):
             callback(*args)
     return deliver
 
@@ -105,15 +110,16 @@ def run_job(fn: Callable[..., Any], *args: Any, on_result: Callable[[Any], None]
             on_progress: Callable[[int, int, str], None] | None = None,
             on_cancelled: Callable[[], None] | None = None,
             on_finished: Callable[[], None] | None = None,
-            pool: QThreadPool | None = None, owner: QObject | None = None, **kwargs: Any) -> Job:
+            pool: QThreadPool | None = None, owner: QObject | None = None,
+            accept: Callable[[], bool] | None = None, **kwargs: Any) -> Job:
     global _quit_hooked
     job = Job(fn, args, kwargs)
     if on_result:
-        job.signals.result.connect(_guarded(job, on_result))
+        job.signals.result.connect(_guarded(job, on_result, accept))
     if on_error:
-        job.signals.error.connect(_guarded(job, lambda e: on_error(e[0], e[1])))
+        job.signals.error.connect(_guarded(job, lambda e: on_error(e[0], e[1]), accept))
     if on_progress:
-        job.signals.progress.connect(_guarded(job, on_progress))
+        job.signals.progress.connect(_guarded(job, on_progress, accept))
     if on_cancelled:
         job.signals.cancelled.connect(_guarded(job, on_cancelled))
     if on_finished:

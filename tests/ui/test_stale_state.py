@@ -84,3 +84,106 @@ def test_chips_from_a_generation_step_are_marked_and_the_button_brings_back_the_
     qtbot.waitUntil(lambda: state.token_ids == text_ids and state.trace_source == "text", timeout=30_000)
     qtbot.waitUntil(lambda: model.token_strip.count() == len(text_ids), timeout=10_000)
     assert not model.back_button.isVisible() and not model.source_label.isVisible()
+
+
+# -- issue 25 §4: no panel shows a result computed for another model or text ----------------------
+
+
+def _open_from_recent(qtbot, window, state, folder):
+    """File > Open Recent > folder, as a person picks it (the menu fills itself when shown)."""
+    import os
+
+    window.recent_menu.aboutToShow.emit()
+    action = next(a for a in window.recent_menu.actions() if a.text() == os.path.abspath(str(folder)))
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        action.trigger()
+    _wait_traced(qtbot, state)
+
+
+def _top_token(loaded, ids):
+    import torch
+
+    with torch.no_grad():
+        return int(loaded.model(torch.tensor([ids])).logits[0, -1].argmax())
+
+
+def test_opening_another_model_never_leaves_the_old_attribution_on_show(qtbot, model_dirs, isolated_user_files):
+    """What if > Direct logit attribution computed on one model; another model opened from the Recent
+    menu: the old summary, bars and labels go, and what comes is the new model's (its tokens)."""
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(model_dirs["llama"])
+    _wait_traced(qtbot, state)
+    panel = _show_tab(qtbot, window, "What if")
+    qtbot.mouseClick(panel.attribute_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.dla_chart.attribution is not None and (panel._dla_job is None or panel._dla_job.done), timeout=30_000)
+    llama = state.loaded
+    assert panel.dla_chart.attribution.head_table.shape == (llama.config.n_layers, llama.config.n_heads)
+    old_summary = panel.dla_status.text()
+    assert old_summary.startswith("logit")
+
+    seen, cleared = [], []  # what the chart shows once the model changed; the status line at that moment
+    state.model_changed.connect(lambda _: cleared.append((panel.dla_status.text(), panel.dla_chart.attribution)))
+    real_set = panel.dla_chart.set_attribution
+    panel.dla_chart.set_attribution = lambda a, label: (cleared and seen.append((a, label)), real_set(a, label))
+    _open_from_recent(qtbot, window, state, model_dirs["demo"])
+    demo = state.loaded
+    assert demo is not llama
+    # the moment the model changed, nothing of the old attribution was left...
+    assert cleared[0][0] != old_summary and cleared[0][1] is None
+    # ...and what comes is recomputed for the new one
+    qtbot.waitUntil(lambda: panel.dla_chart.attribution is not None and (panel._dla_job is None or panel._dla_job.done)
+                    and panel.dla_chart.attribution.head_table.shape[0] == demo.config.n_layers, timeout=30_000)
+    assert panel.dla_status.text() != old_summary and panel.dla_status.text().startswith("logit")
+    assert seen and all(a.head_table.shape == (demo.config.n_layers, demo.config.n_heads) for a, _ in seen)
+    attribution, label = seen[-1]
+    assert attribution.head_table.shape == (demo.config.n_layers, demo.config.n_heads)
+    top = _top_token(demo, state.token_ids)
+    assert attribution.token_id == top
+    assert label.startswith(repr(demo.tokenizer.token_strings([top])[0]))  # the new model's token, its label
+    assert repr(demo.tokenizer.token_strings([top])[0]) in panel.dla_chart.plot_item.titleLabel.text
+
+
+def test_a_late_attribution_for_the_old_model_is_dropped(qtbot, model_dirs, isolated_user_files, monkeypatch):
+    """An attribution still running when another model opens: its result, when it comes, is not shown."""
+    import threading
+
+    import desktop_app.ui.panels.whatif as whatif
+
+    window, state = open_window(qtbot, model_dirs["llama"], text="Alice and the rabbit hole.")
+    real, gate, started, ended = whatif.attribute, threading.Event(), [], []
+
+    def held(loaded, *args):  # the old model's attribution waits until the new model is open
+        started.append(loaded)
+        if loaded is not state.loaded or not gate.is_set():
+            gate.wait(60)
+        try:
+            return real(loaded, *args)
+        finally:
+            ended.append(loaded)
+
+    monkeypatch.setattr(whatif, "attribute", held)
+    try:
+        panel = _show_tab(qtbot, window, "What if")
+        qtbot.mouseClick(panel.attribute_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: len(started) >= 1, timeout=30_000)
+        llama = started[0]
+        shown = []
+        real_set = panel.dla_chart.set_attribution
+        panel.dla_chart.set_attribution = lambda a, label: (shown.append(a), real_set(a, label))
+        with qtbot.waitSignal(state.model_changed, timeout=30_000):
+            window.open_model(model_dirs["demo"])
+        _wait_traced(qtbot, state)
+        assert state.loaded is not llama
+        assert not panel.dla_status.text().startswith("logit")  # nothing shown yet for the new model
+    finally:
+        gate.set()
+    # every job has ended and its result has been handed over (or dropped): the demo's bars only
+    demo = state.loaded
+    qtbot.waitUntil(lambda: len(ended) == len(started) and panel.dla_chart.attribution is not None
+                    and (panel._dla_job is None or panel._dla_job.done), timeout=30_000)
+    qtbot.waitUntil(lambda: panel.dla_chart.attribution.head_table.shape == (demo.config.n_layers,
+                                                                               demo.config.n_heads), timeout=30_000)
+    assert llama in ended  # the old model's job did finish...
+    assert all(a.head_table.shape == (demo.config.n_layers, demo.config.n_heads) for a in shown)  # ...unseen
+    assert panel.dla_chart.attribution.token_id == _top_token(demo, state.token_ids)

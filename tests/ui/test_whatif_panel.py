@@ -121,3 +121,67 @@ def test_patching_cancel_stops_the_run(qtbot, window, monkeypatch):
     qtbot.mouseClick(panel.cancel_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: panel.patch_status.text() == "Patching cancelled.", timeout=20_000)
     assert panel.patching is None and panel.run_button.isEnabled() and not panel.progress.isVisible()
+
+
+# -- issue 25 §6 -----------------------------------------------------------------------------
+
+
+def test_a_model_without_a_language_model_head_says_so_and_disables_attribution(qtbot, tmp_path,
+                                                                               isolated_user_files):
+    """A sentence-embedding BERT (no MLM head): one clear line and disabled controls that say why,
+    never "'NoneType' object is not subscriptable"."""
+    from desktop_app.core.checkpoints import new_model, save_model_folder
+    from desktop_app.core.config import ModelConfig
+
+    from .walkthrough import TEXTS, bert_wordpiece_tokenizer
+
+    tok = bert_wordpiece_tokenizer()
+    cfg = ModelConfig.bert(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64,
+                           context_length=512, lm_head=False)
+    folder = tmp_path / "sentence-bert"
+    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=tok)
+    w, state = open_window(qtbot, folder, text=TEXTS["bert"])
+    panel = click_panel_tab(qtbot, w, "What if")
+    assert state.token_ids and not state.loaded.config.lm_head
+    assert not panel.attribute_button.isEnabled() and not panel.token_edit.isEnabled()
+    assert "no language-model head" in panel.attribute_button.toolTip()
+    assert "no language-model head: direct logit attribution needs one" in panel.dla_status.text()
+    qtbot.mouseClick(panel.attribute_button, Qt.MouseButton.LeftButton)  # disabled: nothing happens
+    qtbot.keyClick(panel.token_edit, Qt.Key.Key_Return)
+    assert "NoneType" not in panel.dla_status.text() and panel.dla_chart.attribution is None
+    assert not panel.run_button.isEnabled() and "no language-model head" in panel.run_button.toolTip()
+    assert "no language-model head" in panel.patch_status.text()
+
+
+def test_attribution_labels_never_overlap(qtbot, model_dirs, isolated_user_files):
+    """The demo model's 26 bars at 900 pixels: the labels shown do not run into each other (fewer of
+    them), and all come back when the window is wide enough."""
+    from PySide6.QtCore import QPointF
+    from PySide6.QtGui import QFontMetrics
+
+    w, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    w.resize(900, 600)
+    panel = click_panel_tab(qtbot, w, "What if")
+    qtbot.mouseClick(panel.attribute_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.dla_chart.attribution is not None and (panel._dla_job is None or panel._dla_job.done), timeout=30_000)
+
+    def spans():
+        chart = panel.dla_chart
+        axis = chart.plot_item.getAxis("bottom")
+        metrics = QFontMetrics(axis.style.get("tickFont") or axis.font())
+        vb = chart.plot_item.getViewBox()
+        out = []
+        for x, label in axis._tickLevels[0]:
+            centre = vb.mapViewToScene(QPointF(x, 0)).x()
+            half = metrics.horizontalAdvance(label) / 2
+            out.append((centre - half, centre + half))
+        return out
+
+    qtbot.waitUntil(lambda: len(spans()) > 1, timeout=10_000)
+    shown = spans()
+    assert len(panel.dla_chart.labels) >= 12
+    assert all(a[1] < b[0] for a, b in zip(shown, shown[1:])), shown
+    w.resize(2400, 800)
+    qtbot.waitUntil(lambda: len(spans()) == len(panel.dla_chart.labels), timeout=10_000)
+    shown = spans()
+    assert all(a[1] < b[0] for a, b in zip(shown, shown[1:])), shown

@@ -24,9 +24,9 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPu
 
 from ...core.views.whatif import TABS as WHATIF_TABS, WhatIfViewState
 from ..settings import plot_background, plot_foreground
+from ..state import EDITS, MODEL, ResultView
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap
-from ..workers import run_job
 
 POSITIVE, NEGATIVE = "#0072B2", "#D55E00"  # Okabe-Ito blue / vermillion: raise / lower the logit
 
@@ -58,6 +58,29 @@ def token_id_of(loaded, text: str, what: str) -> int:
     return int(ids[0])
 
 
+def attribution_problem(cfg) -> str:
+    """Why direct logit attribution cannot read this model ("" when it can), one line."""
+    from ...core.interventions import _check_additive
+
+    if cfg.input_kind == "patches":
+        return ("a vision transformer: attribution, patching and steering work on text models for now; "
+                "ablations from the Attention panel apply to the image's trace")
+    if not cfg.lm_head:
+        return "this model has no language-model head: direct logit attribution needs one"
+    try:
+        _check_additive(cfg, "direct logit attribution")
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
+def patching_problem(cfg) -> str:
+    """Why activation patching cannot run on this model ("" when it can): its measure is a logit."""
+    if not cfg.lm_head:
+        return "this model has no language-model head: activation patching measures a logit, it needs one"
+    return ""
+
+
 def text_ids(loaded, text: str, what: str) -> list[int]:
     from ...core.inputs import encode_text_or_ids
 
@@ -72,6 +95,9 @@ def attribute(loaded, ids: list[int], position: int, token_text: str, interventi
 
     from ...core.interventions import direct_logit_attribution, resolve
 
+    problem = attribution_problem(loaded.config)
+    if problem:
+        raise ValueError(problem)
     if not ids:
         raise ValueError("no text: type a text in the Model panel")
     ivs = resolve(loaded.model, ids, [iv.check(loaded.config) for iv in interventions]) if interventions else None
@@ -92,6 +118,8 @@ def patch(loaded, clean: str, corrupted: str, answer: str, wrong: str, intervent
     the clean, corrupted and patched runs alike, as in every other panel."""
     from ...core.interventions import activation_patching
 
+    if patching_problem(loaded.config):
+        raise ValueError(patching_problem(loaded.config))
     clean_ids, corrupted_ids = text_ids(loaded, clean, "clean"), text_ids(loaded, corrupted, "corrupted")
     if len(clean_ids) != len(corrupted_ids):
         raise ValueError(f"the clean text is {len(clean_ids)} tokens and the corrupted text {len(corrupted_ids)}: "
@@ -132,6 +160,8 @@ class AttributionChart(pg.PlotWidget):
         self.attribution = None
         self.labels: list[str] = []
         self.token_label = ""
+        # fewer labels when narrower, all when there is room
+        self.plot_item.getViewBox().sigResized.connect(lambda *_: self.labels and self._label_ticks())
 
     def set_attribution(self, attribution, token_label: str) -> None:
         self.attribution, self.token_label = attribution, token_label
@@ -141,11 +171,29 @@ class AttributionChart(pg.PlotWidget):
         x = np.arange(len(values))
         brushes = [pg.mkBrush(POSITIVE if v >= 0 else NEGATIVE) for v in values]
         self.plot_item.addItem(pg.BarGraphItem(x=x, height=values, width=0.8, brushes=brushes, pen=None))
-        every = max(1, len(values) // 40)  # readable tick labels: at most ~40 of them
-        self.plot_item.getAxis("bottom").setTicks([[(i, s) for i, s in enumerate(self.labels) if i % every == 0]])
         self.plot_item.setTitle(f"token {token_label} at position {attribution.position}: "
                                 f"sum {attribution.sum:.4g}, logit {attribution.logit:.4g}", color=plot_foreground())
         self.plot_item.autoRange()
+        self.plot_item.getViewBox().setLimits(xMin=-1, xMax=len(values))
+        self._label_ticks()
+
+    def label_every(self) -> int:
+        """Label every k-th bar so that no two labels overlap at the chart's present width: the widest
+        label and a gap must fit in k bars' width."""
+        from PySide6.QtGui import QFontMetrics
+
+        if not self.labels:
+            return 1
+        axis = self.plot_item.getAxis("bottom")
+        metrics = QFontMetrics(axis.style.get("tickFont") or axis.font())
+        widest = max(metrics.horizontalAdvance(s) for s in self.labels) + metrics.horizontalAdvance("  ")
+        (x0, x1), _ = self.plot_item.getViewBox().viewRange()
+        per_bar = self.plot_item.getViewBox().width() / max(x1 - x0, 1e-9)  # pixels per bar
+        return max(1, int(np.ceil(widest / max(per_bar, 1e-9))))
+
+    def _label_ticks(self) -> None:
+        every = self.label_every()
+        self.plot_item.getAxis("bottom").setTicks([[(i, s) for i, s in enumerate(self.labels) if i % every == 0]])
 
     def clear_chart(self, message: str = "") -> None:
         self.attribution, self.labels = None, []
@@ -182,7 +230,7 @@ def _component_label(component: str, layer: int, head: int) -> str:
 # -- the panel ---------------------------------------------------------------------------------
 
 
-class WhatIfPanel(QWidget):
+class WhatIfPanel(QWidget, ResultView):
     title = "What if"
     help_text = (
         "<b>What am I looking at?</b> <b>Direct logit attribution</b>: the logit of token t at position p is "
@@ -205,6 +253,8 @@ class WhatIfPanel(QWidget):
         super().__init__(parent)
         self.state = state
         self._dla_job = None
+        self._own_tips: dict = {}  # the controls' tooltips while they are enabled
+        self._dla_follows = False  # an attribution was asked for: it follows the inputs, shown or not
         self._patch_job = None
         self.patching = None  # the last core.interventions.Patching shown
 
@@ -216,7 +266,7 @@ class WhatIfPanel(QWidget):
         self.token_edit = QLineEdit()
         self.token_edit.setPlaceholderText("top next token (or a token, or #id)")
         self.attribute_button = QPushButton("Attribute")
-        self.dla_status = QLabel("Choose a position and a token (empty: the model's top next token), then Attribute.")
+        self.dla_status = QLabel(self.DLA_HINT)
         self.dla_chart = AttributionChart()
         self.dla_export = ExportBar(lambda: self.dla_chart, lambda: "whatif-attribution")
         dla = QWidget()
@@ -240,7 +290,7 @@ class WhatIfPanel(QWidget):
         self.cancel_button.setEnabled(False)
         self.progress = QProgressBar()
         self.progress.setVisible(False)
-        self.patch_status = QLabel("Type a clean and a corrupted text and the answer token; then Run.")
+        self.patch_status = QLabel(self.PATCH_HINT)
         self.resid_map = Heatmap(colormap="CET-D1", row_name="layer", col_name="position", value_name="recovered",
                                  row_tokens=False, annotate_max_cells=200)
         self.heads_map = Heatmap(colormap="CET-D1", row_name="layer", col_name="head", value_name="recovered",
@@ -291,8 +341,7 @@ class WhatIfPanel(QWidget):
         self.scale_label.setMinimumWidth(45)
         self.apply_steer_button = QPushButton("Apply")
         self.apply_steer_button.setToolTip("Add scale x v after the layer: every panel shows the steered model")
-        self.steer_status = QLabel("Type a text to steer towards and one to steer away from, choose a layer "
-                                   "and a scale, then Apply.")
+        self.steer_status = QLabel(self.STEER_HINT)
         self.steer_status.setWordWrap(True)
         steering = QWidget()
         texts = QHBoxLayout()
@@ -338,6 +387,7 @@ class WhatIfPanel(QWidget):
         self.apply_steer_button.clicked.connect(self.apply_steer)
         for edit in (self.towards_edit, self.away_edit):
             edit.returnPressed.connect(self.apply_steer)
+        self.watch_inputs(state)  # every result shown here belongs to the current model, text and edits
         state.trace_changed.connect(self._on_trace)
         state.model_changed.connect(self._on_model)
         if getattr(state, "loaded", None) is not None:
@@ -347,10 +397,8 @@ class WhatIfPanel(QWidget):
         super().showEvent(event)
         # a first look shows the default attribution (the top next token at the last position: one
         # forward in a worker), not empty axes
-        loaded = self.state.loaded
-        if (loaded is not None and loaded.config.input_kind != "patches" and self.state.token_ids
-                and self.dla_chart.attribution is None and self._dla_job is None):
-            self.attribute()
+        if self.dla_chart.attribution is None and not self._dla_running():
+            self._attribute_if_possible()
 
     def current_view(self):
         return self.dla_chart if self.tabs.currentIndex() == 0 else self.resid_map
@@ -388,31 +436,63 @@ class WhatIfPanel(QWidget):
             self.tabs.setCurrentIndex(WHATIF_TABS.index(state.tab))
 
     # -- (a) --------------------------------------------------------------------------------
-    def _on_model(self, loaded) -> None:
+    DLA_HINT = "Choose a position and a token (empty: the model's top next token), then Attribute."
+    PATCH_HINT = "Type a clean and a corrupted text and the answer token; then Run."
+    STEER_HINT = "Type a text to steer towards and one to steer away from, choose a layer and a scale, then Apply."
+
+    def clear_results(self, changed: frozenset) -> None:
+        """AppState.inputs_changed: what was computed for another model, text or edits goes (the
+        attribution follows the new trace in _on_trace; patching and steering wait for Run / Apply)."""
+        for job in (self._dla_job, self._patch_job, self._steer_job):
+            if job is not None and not job.done:
+                job.cancel()  # AppState.run would drop its result anyway
         self.dla_chart.clear_chart("")
-        self.resid_map.clear_matrix("")
-        self.heads_map.clear_matrix("")
-        self.patching = None
-        images = loaded is not None and loaded.config.input_kind == "patches"
-        for w in (self.attribute_button, self.token_edit, self.run_button, self.apply_steer_button,
-                  self.towards_edit, self.away_edit):
-            w.setEnabled(not images)
+        self.dla_status.setText(self.DLA_HINT)
+        if changed & {MODEL, EDITS}:  # patching reads its own texts, with the model and its edits
+            self.resid_map.clear_matrix("")
+            self.heads_map.clear_matrix("")
+            self.patching = None
+            self.patch_status.setText(self.PATCH_HINT)
+        if MODEL in changed:  # a steering vector is one model's residual stream
+            self.steer_status.setText(self.STEER_HINT)
+
+    def _on_model(self, loaded) -> None:
+        cfg = loaded.config if loaded is not None else None
+        images = cfg is not None and cfg.input_kind == "patches"
+        dla_problem = attribution_problem(cfg) if cfg is not None else ""
+        patch_problem = dla_problem if images else (patching_problem(cfg) if cfg is not None else "")
+        for widgets, problem in (((self.attribute_button, self.token_edit, self.position_spin), dla_problem),
+                                 ((self.run_button, self.clean_edit, self.corrupted_edit, self.answer_edit,
+                                   self.wrong_edit), patch_problem),
+                                 ((self.apply_steer_button, self.towards_edit, self.away_edit),
+                                  dla_problem if images else "")):
+            for w in widgets:  # disabled, saying why (a tooltip shows on a disabled widget too)
+                own = self._own_tips.setdefault(w, w.toolTip())
+                w.setEnabled(not problem)
+                w.setToolTip(f"Not for this model: {problem}" if problem else own)
         self._show_steer_layer()
-        if images:  # attribution and patching read token logits; a ViT has one class logit vector at [CLS]
-            message = ("A vision transformer: attribution, patching and steering work on text models for now. "
-                       "Ablations from the Attention panel apply to the image's trace.")
-            self.dla_status.setText(message)
-            self.patch_status.setText(message)
-            self.steer_status.setText(message)
+        for label, problem in ((self.dla_status, dla_problem), (self.patch_status, patch_problem),
+                               (self.steer_status, dla_problem if images else "")):
+            if problem:
+                label.setText(f"{problem[0].upper()}{problem[1:]}.")
+        if images:
             return
         if loaded is not None and not self.clean_edit.text() and self.state.text:
             self.clean_edit.setText(self.state.text)  # a starting point: the text being inspected
 
+    def _dla_running(self) -> bool:
+        return self._dla_job is not None and not self._dla_job.done
+
+    def _attribute_if_possible(self) -> None:
+        """The default attribution, when this model can have one and there is a text to read."""
+        loaded = self.state.loaded
+        if loaded is not None and self.state.token_ids and not attribution_problem(loaded.config):
+            self.attribute()
+
     def _on_trace(self, _trace) -> None:
-        # the text or its ablations changed: the bars follow; shown with none yet, the default comes
-        if self.dla_chart.attribution is not None or (self.isVisible() and self._dla_job is None):
-            if self.state.loaded is not None and self.state.loaded.config.input_kind != "patches":
-                self.attribute()
+        # a new input (text, ids, ablations): its attribution follows while the panel is in use
+        if self.isVisible() or self._dla_follows:
+            self._attribute_if_possible()
 
     def screenshot_demo(self) -> None:
         """--screenshot: the default attribution, as a first look shows it."""
@@ -428,16 +508,21 @@ class WhatIfPanel(QWidget):
         if loaded is None:
             self.dla_status.setText("Open a model first.")
             return
-        if self.state.trace_source != "text":
-            self.dla_status.setText("Showing a generation step: attribution reads the Model panel's text.")
+        problem = attribution_problem(loaded.config)
+        if problem:
+            self.dla_chart.clear_chart("")
+            self.dla_status.setText(f"Cannot attribute: {problem}")
+            return
+        self._dla_follows = True  # from now on the bars follow the text, the model and the edits
         ids = list(self.state.token_ids)
         position = self.position_spin.value()
-        if self._dla_job is not None and not self._dla_job.done:
+        if self._dla_running():
             self._dla_job.cancel()
         self.dla_status.setText("Attributing…")
-        self._dla_job = run_job(attribute, loaded, ids, position, self.token_edit.text(),
-                                list(self.state.interventions), on_result=self._show_attribution,
-                                on_error=self._dla_failed)
+        # the tokens shown (the text's, or a generation step's) with the current model and edits
+        self._dla_job = self.state.run(attribute, loaded, ids, position, self.token_edit.text(),
+                                       list(self.state.interventions), on_result=self._show_attribution,
+                                       on_error=self._dla_failed)
 
     def _show_attribution(self, result) -> None:
         attribution, token = result
@@ -468,11 +553,12 @@ class WhatIfPanel(QWidget):
         self.progress.setVisible(True)
         self.patch_status.setText("Patching…")
         self._patch_ablations = list(self.state.interventions)  # what the result was computed under
-        self._patch_job = run_job(patch, loaded, self.clean_edit.text(), self.corrupted_edit.text(),
+        self._patch_job = self.state.run(patch, loaded, self.clean_edit.text(), self.corrupted_edit.text(),
                                   self.answer_edit.text(), self.wrong_edit.text(), self._patch_ablations,
                                   on_result=self._show_patching,
                                   on_error=self._patch_failed, on_progress=self._patch_progress,
-                                  on_cancelled=self._patch_cancelled, on_finished=self._patch_finished)
+                                  on_cancelled=self._patch_cancelled, on_finished=self._patch_finished,
+                                  parts=(MODEL, EDITS))
 
     def cancel_patching(self) -> None:
         if self._patch_job is not None:
@@ -546,15 +632,14 @@ class WhatIfPanel(QWidget):
             self._steer_job.cancel()
         layer, scale = self.steer_layer_spin.value(), self.scale
         self.steer_status.setText("Computing the steering vector…")
-        self._steer_job = run_job(make_steer, loaded, self.towards_edit.text(), self.away_edit.text(), layer, scale,
-                                  on_result=lambda result: self._steer_ready(loaded, *result),
-                                  on_error=self._steer_failed)
+        # another model opened meanwhile (its residual stream differs): AppState.run drops the vector
+        self._steer_job = self.state.run(make_steer, loaded, self.towards_edit.text(), self.away_edit.text(), layer,
+                                         scale, on_result=lambda result: self._steer_ready(*result),
+                                         on_error=self._steer_failed, parts=(MODEL,), owner=self)
 
-    def _steer_ready(self, loaded, iv, norm: float) -> None:
+    def _steer_ready(self, iv, norm: float) -> None:
         from ...core.interventions import is_steer
 
-        if self.state.loaded is not loaded:  # another model opened meanwhile: its residual stream differs
-            return
         kept = [old for old in self.state.interventions if not is_steer(old)]  # one steer at a time
         self.state.set_interventions(kept + [iv])
         self.steer_status.setText(f"Applied {iv.label}: |v| = {norm:.3g}, |scale x v| = {float(iv.value.norm()):.3g}. "

@@ -209,7 +209,8 @@ def test_screenshot_demo_runs_back_to_back_keep_their_own_results(qtbot):
         app.processEvents()  # as a script drives it (make_figures.py): the race showed up this way
         time.sleep(0.02)
     labels = [r.label for r in p.runs]
-    assert labels == ["demo-model L0 H1 real", "demo-model L0 H1 adversarial", "demo-model L0 real masked"]
+    assert labels == ["demo-model L0 H1 real demo-text.txt", "demo-model L0 H1 adversarial",
+                      "demo-model L0 real demo-text.txt masked"]
     real, adversarial, masked = (r.result for r in p.runs)
     for r in (real, adversarial, masked):
         assert [x.n for x in r.lengths] == [4, 8, 16, 32, 64, 128, 256]
@@ -324,9 +325,9 @@ def test_labels_reference_lines_and_a_long_summary(panel, qtbot):
     panel.lengths.setText("4,8")
     panel.samples.setValue(1)
     _click_run(panel, qtbot)
-    assert panel.table.item(0, 0).text() == "test L0 real masked"
+    assert panel.table.item(0, 0).text() == "test L0 real \u201ca rose is a\u2026\u201d masked"
     names = [item.name() for item in _curves(panel) if item.name()]
-    assert any(n.startswith("test L0 real masked: exponent") for n in names)
+    assert any(n.startswith("test L0 real \u201ca rose is a\u2026\u201d masked: exponent") for n in names)
     refs = {item.name(): item.opts["pen"] for item in _curves(panel) if item.name() in ("C n^1/4", "C n^1/2")}
     assert set(refs) == {"C n^1/4", "C n^1/2"}
     assert refs["C n^1/4"].dashPattern() != refs["C n^1/2"].dashPattern()
@@ -351,3 +352,79 @@ def test_a_file_that_is_not_an_archive_is_one_sentence(panel, qtbot, tmp_path, m
     status = panel.status.text()
     assert "notes.npz: not a NumPy .npz archive" in status
     assert "pickle" not in status.lower()  # numpy's own wording ("allow_pickle=False") stays out
+
+
+# -- issue 25: the form follows the model; runs on different texts are told apart ------------------
+
+
+def test_a_vit_after_a_text_model_gets_its_own_mask_and_data_and_long_lengths_are_skipped(
+        qtbot, tmp_path, model_dirs, isolated_user_files, monkeypatch):
+    """The session's Lipschitz form (masked, real text) was restored when the panel was first shown,
+    on the demo model; a ViT then made current (as Train > Use this model does, through set_model):
+    the mask follows the ViT (bidirectional), the data is image patches, real text is disabled with a
+    reason, and lengths beyond [CLS] + 16 patches are skipped with a note, as real text skips them."""
+    from digit_vit import save_digit_vit, skip_without_digits
+
+    skip_without_digits()
+    from desktop_app.core.checkpoints import load_model_folder
+    from desktop_app.core.views import state_to_dict
+    from desktop_app.core.views.lipschitz import LipschitzViewState
+    from desktop_app.ui.workspace import Workspace
+
+    from .walkthrough import ErrorWatch, click_panel_tab, open_window, type_into
+
+    watch = ErrorWatch.install(monkeypatch)
+    try:
+        window, state = open_window(qtbot, model_dirs["demo"], name="demo", watch=watch)
+        window.apply_workspace(Workspace(views={"Lipschitz": state_to_dict(LipschitzViewState(masked=True))}))
+        panel = click_panel_tab(qtbot, window, "Lipschitz")  # built now: the session's form applies
+        assert panel.masked.isChecked() and panel.data.currentText() == "real"
+
+        vit = load_model_folder(save_digit_vit(tmp_path / "vit"))
+        with qtbot.waitSignal(state.model_changed, timeout=30_000):
+            state.set_model(vit)  # what Train > Use this model does with the run's checkpoint
+        assert not panel.masked.isChecked()  # a ViT attends both ways
+        assert panel.data.currentText() == "image patches"
+        real = [s.name for s in panel.model_sources].index("real")
+        assert not panel.data.model().item(real).isEnabled()
+        assert "reads images" in panel.data.itemData(real, Qt.ItemDataRole.ToolTipRole)
+
+        type_into(qtbot, panel.lengths, "2,9,17,33,65")
+        type_into(qtbot, panel.samples, "2")
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: bool(panel.runs) and panel.runs[-1].finished, timeout=60_000)
+        _wait(panel, qtbot)
+        assert [r.n for r in panel.runs[-1].result.lengths] == [2, 9, 17]
+        assert "skipped n = 33, 65: this ViT reads 17 tokens" in panel.status.text()
+        assert "exponent" in panel.status.text() and "masked" not in panel.runs[-1].label
+
+        # back to a text model: real text again, image patches disabled
+        with qtbot.waitSignal(state.model_changed, timeout=30_000):
+            window.open_model(model_dirs["demo"])
+        assert panel.masked.isChecked() and panel.data.currentText() == "real"
+        image = [s.name for s in panel.model_sources].index("image")
+        assert not panel.data.model().item(image).isEnabled()
+        watch.assert_clean()
+    finally:
+        watch.remove()
+
+
+def test_runs_on_different_texts_have_different_labels(panel, qtbot, tmp_path, monkeypatch):
+    """Issue 25 §6: the same layer on the current text and on a text file: two legend entries that say
+    which text each run read (the text's first words, the file's name)."""
+    from PySide6.QtWidgets import QFileDialog
+
+    panel.lengths.setText("4,8")
+    panel.samples.setValue(1)
+    _click_run(panel, qtbot)
+    other = tmp_path / "queen.txt"
+    other.write_text("the queen of hearts said to the gardener, a rose is a rose. " * 4, encoding="utf-8")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(other), "")))
+    qtbot.mouseClick(panel.text_button, Qt.MouseButton.LeftButton)
+    assert panel.text_button.text() == "queen.txt"
+    _click_run(panel, qtbot)
+    first, second = (run.label for run in panel.runs)
+    assert first != second
+    assert "\u201ca rose is a\u2026\u201d" in first and "queen.txt" in second
+    names = [item.name().split(": exponent")[0] for item in _curves(panel) if "exponent" in (item.name() or "")]
+    assert names == [first, second]

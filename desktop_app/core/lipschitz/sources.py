@@ -137,33 +137,47 @@ def gradient_search(ctx: SourceContext) -> LengthInputs:
     return at
 
 
-def image_patch_inputs(ctx: SourceContext) -> LengthInputs:
-    """A ViT layer's input on K held-out 8 x 8 digits: one forward pass of each whole image (made into
-    pixel values with ViTImageProcessor's defaults, mean = std = 0.5, as the digits task trains), then
-    for each n the rows of [CLS] and n - 1 patches drawn at random (seeded per n and image; sorted, so
-    the patches keep their row-by-row order). The tokens carry their position embeddings, so a subset
-    is the same tokens the layer sees in the whole image, fewer of them."""
+def image_sequence_length(cfg) -> int:
+    """How many tokens a ViT reads: [CLS] + its patches (the longest n image patch data can give)."""
+    return 1 + (cfg.image_size // cfg.patch_size) ** 2
+
+
+def image_layer_inputs(model, layer: int, samples: int) -> torch.Tensor:
+    """[K, 1 + patches, d]: a ViT layer's input on K held-out 8 x 8 digits, each whole image in one
+    forward pass (pixel values with ViTImageProcessor's defaults, mean = std = 0.5, as the digits task
+    trains)."""
     from ..training.image_tasks import digits_split, load_digits, pixel_settings
     from ..vit import preprocess_image
 
-    spec, model = ctx.spec, ctx.spec.model
     cfg = model.cfg
-    if cfg.input_kind != "patches":
-        raise ValueError("image patch data needs a vision transformer (ViT): this model reads tokens (use real data)")
-    patches = (cfg.image_size // cfg.patch_size) ** 2
-    outside = [n for n in ctx.lengths if not 1 <= n <= 1 + patches]
-    if outside:
-        raise ValueError(f"n = {', '.join(map(str, outside))} outside 1 .. {1 + patches}: this ViT reads "
-                         f"[CLS] + {patches} patches")
     images, _ = load_digits()
     _, held = digits_split(len(images))
     settings = pixel_settings(cfg.image_size, cfg.num_channels)
     pixels = torch.from_numpy(np.stack([preprocess_image(images[i], settings, cfg.num_channels)
-                                        for i in held[:spec.samples]]))
-    name = f"blocks.{spec.layer}.attn.input"
+                                        for i in held[:samples]]))
+    name = f"blocks.{layer}.attn.input"
     _, trace = model.run_with_trace(pixels.to(model.device), names=(name,), compute_logits=False,
-                                    stop_after_layer=spec.layer)  # later blocks do not change the input
-    whole = trace[name].float()  # [K, 1 + patches, d]
+                                    stop_after_layer=layer)  # later blocks do not change the input
+    return trace[name].float()
+
+
+def image_patch_inputs(ctx: SourceContext) -> LengthInputs:
+    """A ViT layer's input on K held-out digits (image_layer_inputs), then for each n the rows of
+    [CLS] and n - 1 patches drawn at random (seeded per n and image; sorted, so the patches keep their
+    row-by-row order). The tokens carry their position embeddings, so a subset is the same tokens the
+    layer sees in the whole image, fewer of them. Lengths beyond [CLS] + patches are refused here: the
+    panel skips them first, with a note, as it does lengths longer than a text."""
+    spec, model = ctx.spec, ctx.spec.model
+    cfg = model.cfg
+    if cfg.input_kind != "patches":
+        raise ValueError("image patch data needs a vision transformer (ViT): this model reads tokens (use real data)")
+    longest = image_sequence_length(cfg)
+    patches = longest - 1
+    outside = [n for n in ctx.lengths if not 1 <= n <= longest]
+    if outside:
+        raise ValueError(f"n = {', '.join(map(str, outside))} outside 1 .. {longest}: this ViT reads "
+                         f"[CLS] + {patches} patches")
+    whole = image_layer_inputs(model, spec.layer, spec.samples)  # [K, 1 + patches, d]
 
     def at(n: int):
         g = torch.Generator().manual_seed(spec.seed + n)

@@ -49,6 +49,7 @@ class SweepSpec:
     head: int | None = None
     masked: bool | None = None
     token_ids: Sequence[int] | None = None  # real data (and the default radius of adversarial data)
+    data_name: str = ""  # what the windows were taken from (a file's name, the text's first words), for the label
     # synthetic functions
     d: int = DEFAULT_SYNTHETIC_D
     norm_A: float = 1.0
@@ -178,7 +179,8 @@ def build_sweep_spec(options: Mapping[str, object]) -> SweepSpec:
 def sweep_label(spec: SweepSpec, model_name: str | None = None) -> str:
     """What a run is called, in one form for the CLI's JSON and the panel's legend and table: the
     model's name leads when known (runs of several models overlay on one plot), a synthetic head's
-    matrices file and non-zero seed are named, and only a mask is said ("demo-model L0 H1 real",
+    matrices file and non-zero seed are named, what real windows were read from (spec.data_name,
+    e.g. a file's name) too, and only a mask is said ("demo-model L0 H1 real",
     "L0 H1 real masked", "synthetic l2 d=8 av.npz adversarial seed 3 masked").
     """
     source = spec.source_name
@@ -190,7 +192,9 @@ def sweep_label(spec: SweepSpec, model_name: str | None = None) -> str:
     head = "" if spec.head is None else f" H{spec.head}"
     masked = spec.model.cfg.causal if spec.masked is None else spec.masked  # as layer_map resolves it
     name = f"{model_name} " if model_name else ""
-    return f"{name}L{spec.layer}{head} {source}" + (" masked" if masked else "")
+    reads_text = get_source(source, MODEL).needs_text or (source == "search" and spec.search_start == "real")
+    data = f" {spec.data_name}" if spec.data_name and reads_text else ""
+    return f"{name}L{spec.layer}{head} {source}{data}" + (" masked" if masked else "")
 
 
 # -- running -------------------------------------------------------------------------------------
@@ -214,6 +218,11 @@ def observed_radius(spec: SweepSpec) -> float:
     """Typical token norm R at the layer's input: the median over a few windows of each window's
     largest norm, on the spec's text or, without one, on random tokens."""
     model, ids = spec.model, spec.token_ids
+    if model.cfg.input_kind == "patches":  # a ViT reads images: the held-out digits' tokens
+        from .sources import image_layer_inputs
+
+        X = image_layer_inputs(model, spec.layer, 4)
+        return float(torch.linalg.vector_norm(X, dim=-1).amax(-1).median())
     if not ids:
         g = torch.Generator().manual_seed(spec.seed)
         ids = torch.randint(0, model.cfg.vocab_size, (min(model.cfg.context_length, 128),), generator=g).tolist()

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
 
 from ...core import lipschitz as lip
 from ...core.jobs import Cancelled
+from ...core.lipschitz.sources import image_sequence_length
 from ...core.views.lipschitz import LipschitzViewState
 from ..widgets.export import ExportBar, export_view
 
@@ -56,6 +57,14 @@ def _cell(v) -> str:
 
 def _list(ns) -> str:
     return ", ".join(str(n) for n in ns)
+
+
+def _first_words(text: str, words: int = 4, chars: int = 28) -> str:
+    """The start of a text, quoted, to tell runs on different texts apart in the legend."""
+    head = " ".join(text.split()[:words])
+    if len(head) > chars:
+        head = head[:chars].rstrip()
+    return f"\u201c{head}\u2026\u201d" if head != " ".join(text.split()) else f"\u201c{head}\u201d"
 
 
 class _Run:
@@ -222,7 +231,9 @@ class LipschitzPanel(QWidget):
         self.clear_button.clicked.connect(self.clear_runs)
         self.text_button.clicked.connect(self._choose_text_file)
         self.matrices_button.clicked.connect(self._choose_matrices_file)
-        state.model_changed.connect(self._on_model_changed)
+        # the model-dependent rows follow the model (AppState's one signal for new inputs); runs already
+        # drawn stay as overlays: each is labelled with the model (and text) it was computed on
+        state.inputs_changed.connect(self._on_inputs_changed)
         self._on_model_changed(getattr(state, "loaded", None))
 
     @staticmethod
@@ -234,7 +245,13 @@ class LipschitzPanel(QWidget):
         return w
 
     # -- controls ---------------------------------------------------------------------------
+    def _on_inputs_changed(self, _key, changed) -> None:
+        if "model" in changed:
+            self._on_model_changed(self.state.loaded)
+
     def _on_model_changed(self, loaded) -> None:
+        """A new model: the rows that depend on it are reset to what it supports (its layers and heads,
+        the mask it was trained with, the data it reads)."""
         self.head.clear()
         self.head.addItem("whole sublayer")
         if loaded is None:
@@ -244,12 +261,47 @@ class LipschitzPanel(QWidget):
             cfg = loaded.config
             self.layer.setRange(0, cfg.n_layers - 1)
             self.head.addItems([f"head {h}" for h in range(cfg.n_heads)])
-            self.masked.setChecked(cfg.causal)
+            self.masked.setChecked(cfg.causal)  # a decoder's causal mask; none for BERT or a ViT
             self.source.setCurrentIndex(0)
+        self._fit_sources_to_model(loaded, reset=True)
         self._update_visibility()
         if loaded is not None and self._restore_on_model is not None:
             restored, self._restore_on_model = self._restore_on_model, None
             self._show_view_state(restored)
+
+    def _source_problem(self, name: str, cfg) -> str:
+        """Why the model input source `name` cannot feed this model ("" when it can)."""
+        images = cfg is not None and cfg.input_kind == "patches"
+        if name == "image" and not images:
+            return "image patches need a vision transformer (ViT): this model reads tokens"
+        if name == "real" and images:
+            return "real text windows need a text model: this model reads images (use image patches)"
+        return ""
+
+    def _fit_sources_to_model(self, loaded, reset: bool) -> None:
+        """Disable the data sources (and the search's real start) that cannot feed this model, saying why
+        in their tooltips; with `reset`, or when the choice is one of them, choose the model's own data:
+        image patches for a ViT, real text otherwise."""
+        from PySide6.QtGui import QStandardItemModel
+
+        cfg = loaded.config if loaded is not None else None
+        images = cfg is not None and cfg.input_kind == "patches"
+        items = self.data.model()
+        for i, source in enumerate(self.model_sources):
+            problem = self._source_problem(source.name, cfg)
+            if isinstance(items, QStandardItemModel):
+                items.item(i).setEnabled(not problem)
+            self.data.setItemData(i, problem or source.description, Qt.ItemDataRole.ToolTipRole)
+        starts = self.search_start.model()
+        if isinstance(starts, QStandardItemModel):
+            starts.item(1).setEnabled(not images)  # "real": windows of a text
+            self.search_start.setItemData(1, "a ViT reads images: the search starts from random inputs" if images
+                                          else "", Qt.ItemDataRole.ToolTipRole)
+        if images and self.search_start.currentIndex() == 1:
+            self.search_start.setCurrentIndex(0)
+        names = [s.name for s in self.model_sources]
+        if reset or self._source_problem(self._model_source().name, cfg):
+            self.data.setCurrentIndex(names.index("image" if images else "real"))
 
     def _update_visibility(self) -> None:
         synthetic = self.source.currentIndex() == 1
@@ -281,7 +333,10 @@ class LipschitzPanel(QWidget):
         """Show a workspace's form now, and again when a model arrives: opening the workspace's model
         resets the model rows (layer range, heads, mask), which would otherwise undo them."""
         self._show_view_state(state)
-        self._restore_on_model = state
+        # only for a model on its way (a workspace opening its model) or the first one: a later model,
+        # opened by the user after the form was shown on this one, gets its own defaults
+        waiting = self.state.loaded is None or getattr(self.state, "loading", None)
+        self._restore_on_model = state if waiting else None
 
     def _show_view_state(self, state: LipschitzViewState) -> None:
         # a name this version lacks (a source, an attention kind) keeps the current choice
@@ -304,6 +359,7 @@ class LipschitzPanel(QWidget):
         pick(self.synthetic_data, [s.name for s in self.synthetic_sources], state.synthetic_data)
         self.masked.setChecked(state.masked)
         self.lengths.setText(state.lengths)
+        self._fit_sources_to_model(self.state.loaded, reset=False)  # a source this model cannot read: its own
         self._update_visibility()
 
     def _choose_text_file(self) -> None:
@@ -375,10 +431,11 @@ class LipschitzPanel(QWidget):
             return None
 
     def _plan(self, data: str, lengths: list[int], ids: list[int] | None, samples: int):
-        """(lengths, ids, notes): the lengths this data can fill, the text to take windows from, and a
-        sentence for each length skipped or sample count reduced. Windows of real text need n tokens
-        (and n within the context of a model with learned positions); a text too short for two lengths
-        gives way to the bundled demo text."""
+        """(lengths, ids, notes, data name): the lengths this data can fill, the text to take windows
+        from, a sentence for each length skipped or sample count reduced, and what the windows come
+        from (for the run's label). Windows of real text need n tokens (and n within the context of a
+        model with learned positions); a text too short for two lengths gives way to the bundled demo
+        text. A ViT's image patches give at most [CLS] + its patches."""
         loaded = self.state.loaded
         notes: list[str] = []
         source = lip.get_source(data, lip.MODEL)
@@ -387,9 +444,20 @@ class LipschitzPanel(QWidget):
             if samples > 1:
                 notes.append(f"the {data} input is one construction per n, so Samples K = {samples} "
                              "gives one sample each")
-            return lengths, ids, notes
+            return lengths, ids, notes, ""
+        if data == "image" and loaded.config.input_kind == "patches":
+            longest = image_sequence_length(loaded.config)
+            over = [n for n in lengths if n > longest]
+            if over:
+                notes.append(f"skipped n = {_list(over)}: this ViT reads {longest} tokens ([CLS] + "
+                             f"{longest - 1} patches)")
+            fits = [n for n in lengths if n <= longest]
+            if not fits:
+                raise ValueError(f"no length fits: this ViT reads {longest} tokens ([CLS] + {longest - 1} "
+                                 f"patches); choose lengths up to {longest}")
+            return fits, ids, notes, ""
         if not real:
-            return lengths, ids, notes
+            return lengths, ids, notes, ""
         cfg = loaded.config
         limit = cfg.context_length if cfg.positions in ("learned", "sinusoidal") else None
         over = [n for n in lengths if limit is not None and n > limit]
@@ -422,7 +490,8 @@ class LipschitzPanel(QWidget):
         if windows < samples:
             notes.append(f"Samples K = {samples} reduced to {windows}" + (f" at n = {fits[-1]}" if data == "search"
                          else "") + f": {where} has only {windows} distinct windows of n = {fits[-1]} tokens")
-        return fits, ids, notes
+        name = {"the text": _first_words(self.state.text), "the demo text": "demo text"}.get(where, where)
+        return fits, ids, notes, name
 
     def spec(self) -> lip.SweepSpec:
         """The sweep the controls describe (raises ValueError with a readable message): the same plain
@@ -457,12 +526,13 @@ class LipschitzPanel(QWidget):
                 ids = self._token_ids() if radius is None else None
             except ValueError:
                 ids = None
-        common["lengths"], ids, self.notes = self._plan(data, sorted(set(lengths)), ids, self.samples.value())
+        common["lengths"], ids, self.notes, data_name = self._plan(data, sorted(set(lengths)), ids,
+                                                                    self.samples.value())
         head = self.head.currentIndex() - 1
         # the seed control belongs to the synthetic head's rows (hidden here): a model's sweep uses the default
         return lip.build_sweep_spec(dict(
             function=lip.MODEL, data=data, model=loaded.model, layer=self.layer.value(),
-            head=None if head < 0 else head, token_ids=ids, search_start=self.search_start.currentText(),
+            head=None if head < 0 else head, token_ids=ids, data_name=data_name, search_start=self.search_start.currentText(),
             search_steps=lip.DEFAULT_SEARCH_STEPS, seed=lip.DEFAULT_SEED, **common))
 
     # -- running ----------------------------------------------------------------------------

@@ -430,10 +430,10 @@ class DynamicsPanel(QWidget):
         self._follow_d()
         if trace is None:
             return
-        from ..workers import run_job
-
-        run_job(dy.layer_curves, trace, self.cluster_tol.value(), on_result=self._on_layer_curves,
-                on_error=lambda exc, tb: self.status.setText(f"Model curves failed: {exc}"), owner=self)
+        # AppState.run: curves of a trace no longer shown (another model or text meanwhile) are dropped
+        self.state.run(dy.layer_curves, trace, self.cluster_tol.value(), on_result=self._on_layer_curves,
+                       on_error=lambda exc, tb: self.status.setText(f"Model curves failed: {exc}"), owner=self,
+                       parts=("model", "input"))
 
     def _on_layer_curves(self, curves: dy.LayerCurves) -> None:
         self._layer_curves = curves

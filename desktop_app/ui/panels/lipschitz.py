@@ -312,6 +312,7 @@ class LipschitzPanel(QWidget):
             form.setRowVisible(w, synthetic)
         if not synthetic:
             form.setRowVisible(self.search_start, self._model_source().name == "search")
+            form.setRowVisible(self.text_button, self._model_source().name != "image")  # a ViT's digits, no text
 
     # -- workspace (MainWindow saves view_state and gives it back with set_view_state) ----------
     VIEW_TABLE = None  # no views table: the form is the panel's whole view state

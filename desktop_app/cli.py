@@ -10,6 +10,8 @@ import importlib
 import sys
 
 COMMANDS = ("info", "trace", "generate", "render", "lipschitz", "train", "bench", "families", "dynamics", "attribute", "patch")
+COMMANDS_HELP = ("Headless commands (no window): " + ", ".join(COMMANDS)
+                 + ". Each has its own help: python -m desktop_app COMMAND --help")
 EXIT_INPUT = 2  # bad input: a file that cannot be used, a wrong option, an output folder refused
 EXIT_DIVERGED = 3  # train: the loss or the gradient became non-finite
 EXIT_WRITE = 4  # an output could not be written (read-only, disk full, a folder in the way...)
@@ -18,8 +20,10 @@ EPILOG = ("exit status: 0 success, 2 bad input (one line says which file and why
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m desktop_app", description="Transformer Explorer, headless.",
-                                     epilog=EPILOG)
+    from .commands.args import OneLineParser  # every subcommand's parser refuses in one line
+
+    parser = OneLineParser(prog="python -m desktop_app", description="Transformer Explorer, headless.",
+                           epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         try:
@@ -48,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_WRITE
         if isinstance(exc, (ModelLoadError, ValueError, FileNotFoundError)):
             print(f"error: {exc}", file=sys.stderr)
+            return EXIT_INPUT
+        if isinstance(exc, RecursionError):  # e.g. a deeply nested JSON file somewhere not caught closer
+            print("error: an input is nested too deeply to be read", file=sys.stderr)
             return EXIT_INPUT
         if isinstance(exc, OSError):  # reading failed (permissions, a folder where a file was expected...)
             where = f"{exc.filename}: " if exc.filename else ""

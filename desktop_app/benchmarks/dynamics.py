@@ -22,18 +22,19 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from ..commands.args import OneLineParser, float_in, int_in, positive_int
 
 
 def main(argv: list[str]) -> dict:
-    ap = argparse.ArgumentParser(prog="bench dynamics")
-    ap.add_argument("--n", type=int, default=2000)
-    ap.add_argument("--d", type=int, default=3)
+    ap = OneLineParser(prog="bench dynamics")
+    ap.add_argument("--n", type=int_in(2, 10**6), default=2000)
+    ap.add_argument("--d", type=int_in(1, 4096), default=3)
     ap.add_argument("--attention", choices=("softmax", "l2", "sinkhorn"), default="softmax")
     ap.add_argument("--integrator", choices=("euler", "rk4"), default="euler")
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--record-every", type=int, default=10, help="as the panel's default")
+    ap.add_argument("--seconds", type=float_in(0, 3600, lo_open=True), default=5.0)
+    ap.add_argument("--record-every", type=positive_int, default=10, help="as the panel's default")
     ap.add_argument("--twin", action="store_true", help="also run the twin for the W2 curve")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: as the app, all cores but one)")
+    ap.add_argument("--threads", type=int_in(0, 1024), default=0, help="torch threads (0: as the app, all cores but one)")
     args = ap.parse_args(argv)
     if "QT_QPA_PLATFORM" not in os.environ and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"

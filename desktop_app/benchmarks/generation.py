@@ -22,6 +22,8 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from ..commands.args import OneLineParser, int_in
+from ..commands.args import device as device_name
 
 
 def measure_bandwidth(n_bytes: int = 512 << 20, repeat: int = 5) -> float:
@@ -92,14 +94,14 @@ def main(argv: list[str]) -> dict:
     from ..core.devices import resolve_device, resolve_dtype
     from ..core.generation import GenerationSession, GenerationSettings
 
-    ap = argparse.ArgumentParser(prog="bench generation")
-    ap.add_argument("--new", type=int, default=64, help="tokens to generate (default 64)")
-    ap.add_argument("--prompt", type=int, default=8, help="prompt length (default 8)")
-    ap.add_argument("--repeat", type=int, default=3, help="alternating timed runs of each side (default 3)")
+    ap = OneLineParser(prog="bench generation")
+    ap.add_argument("--new", type=int_in(1, 10**5), default=64, help="tokens to generate (default 64)")
+    ap.add_argument("--prompt", type=int_in(1, 10**5), default=8, help="prompt length (default 8)")
+    ap.add_argument("--repeat", type=int_in(1, 1000), default=3, help="alternating timed runs of each side (default 3)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", type=device_name, default="cpu")
     ap.add_argument("--no-record", action="store_true", help="ours without recording")
-    ap.add_argument("--threads", type=int, default=0,
+    ap.add_argument("--threads", type=int_in(0, 1024), default=0,
                     help="torch CPU threads for both sides (0: torch's default). On a loaded machine every "
                          "op that enters a parallel region waits for a free core; 1 thread avoids that")
     args = ap.parse_args(argv)

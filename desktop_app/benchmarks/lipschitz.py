@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from ..commands.args import OneLineParser, int_in
 
 RANDOM_GPT2 = "gpt2-small-random"
 TIGHT_TOL = 1e-10
@@ -49,16 +50,16 @@ def _load(model_dir: str):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bench lipschitz")
+    p = OneLineParser(prog="bench lipschitz")
     p.add_argument("model_dir", help=f"model folder, or {RANDOM_GPT2!r}: a randomly initialised GPT-2-small-sized "
                                        "model (124M; the paper measures a random GPT-2 layer 6) with the demo "
                                        "tokenizer, written to a temporary folder for the whole-run command")
-    p.add_argument("--layer", type=int, default=0)
+    p.add_argument("--layer", type=int_in(0, 10**6), default=0)
     p.add_argument("--text-file", help="UTF-8 text (default: the bundled demo text)")
     p.add_argument("--lengths", default="8,16,32,64,128,256")
-    p.add_argument("--samples", type=int, default=5)
-    p.add_argument("--repeat", type=int, default=3, help="interleaved repeats of the three timings")
-    p.add_argument("--threads", type=int, default=0, help="torch threads here (0: leave as is); the whole-run "
+    p.add_argument("--samples", type=int_in(1, 10**6), default=5)
+    p.add_argument("--repeat", type=int_in(1, 1000), default=3, help="interleaved repeats of the three timings")
+    p.add_argument("--threads", type=int_in(0, 1024), default=0, help="torch threads here (0: leave as is); the whole-run "
                                                           "command runs with the CLI's defaults")
     p.add_argument("--relative-reference", action="store_true",
                    help="also time the older rule (relative change of sigma < 1e-4) as an extra row")

@@ -13,6 +13,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from ..commands.args import OneLineParser, int_in
 
 
 
@@ -28,9 +29,9 @@ def main(argv: list[str]) -> dict:
 
     from ..core.checkpoints import load_model_folder
 
-    ap = argparse.ArgumentParser(prog="bench load")
+    ap = OneLineParser(prog="bench load")
     ap.add_argument("model_dir", nargs="?")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int_in(1, 1000), default=3)
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         if args.model_dir is None:

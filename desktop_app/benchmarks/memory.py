@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from ..commands.args import OneLineParser
 
 CHILD = r"""
 import json, sys
@@ -92,7 +93,7 @@ def open_in_child(folder: Path, dtype: str) -> dict:
 
 
 def main(argv: list[str]) -> dict:
-    ap = argparse.ArgumentParser(prog="bench memory")
+    ap = OneLineParser(prog="bench memory")
     ap.add_argument("model_dir", nargs="?")
     ap.add_argument("--float32", action="store_true", help="also open it as float32, for contrast")
     args = ap.parse_args(argv)

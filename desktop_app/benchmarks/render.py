@@ -17,6 +17,7 @@ import argparse
 import os
 import statistics
 import time
+from ..commands.args import OneLineParser, int_in
 
 
 def _median_time(fn, repeat: int) -> float:
@@ -29,9 +30,9 @@ def _median_time(fn, repeat: int) -> float:
 
 
 def main(argv: list[str]) -> dict:
-    ap = argparse.ArgumentParser(prog="bench render")
-    ap.add_argument("--tokens", type=int, default=1024)
-    ap.add_argument("--repeat", type=int, default=15)
+    ap = OneLineParser(prog="bench render")
+    ap.add_argument("--tokens", type=int_in(1, 10**5), default=1024)
+    ap.add_argument("--repeat", type=int_in(1, 1000), default=15)
     args = ap.parse_args(argv)
     if "QT_QPA_PLATFORM" not in os.environ and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from desktop_app.commands.args import OneLineParser, int_in
 
 REFERENCE_CODE = "import torch, PySide6.QtWidgets, time; print(time.time(), flush=True)"
 
@@ -56,9 +57,9 @@ def _time_app(env: dict[str, str], model_dir: str) -> tuple[float, float]:
 
 
 def main(argv: list[str]) -> dict:
-    p = argparse.ArgumentParser(prog="python -m desktop_app bench startup")
+    p = OneLineParser(prog="python -m desktop_app bench startup")
     p.add_argument("model_dir", nargs="?", help="model folder (default: the demo model)")
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=int_in(1, 1000), default=5)
     args = p.parse_args(argv)
 
     from ..paths import demo_model_dir

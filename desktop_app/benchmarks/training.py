@@ -17,6 +17,8 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from ..commands.args import OneLineParser, int_in
+from ..commands.args import device as device_name
 
 
 def _bf16_supported(device: str) -> bool:
@@ -87,18 +89,18 @@ def main(argv: list[str]) -> dict:
     from ..core.training.optim import fused_step_available
     from ..paths import demo_text_path
 
-    ap = argparse.ArgumentParser(prog="bench training")
-    ap.add_argument("--steps", type=int, default=12, help="steps per round and side")
-    ap.add_argument("--window", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--d-model", type=int, default=128)
-    ap.add_argument("--context", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--device", default="cpu")
+    ap = OneLineParser(prog="bench training")
+    ap.add_argument("--steps", type=int_in(1, 10**6), default=12, help="steps per round and side")
+    ap.add_argument("--window", type=int_in(1, 10**6), default=4)
+    ap.add_argument("--rounds", type=int_in(1, 1000), default=2)
+    ap.add_argument("--layers", type=int_in(1, 1000), default=4)
+    ap.add_argument("--heads", type=int_in(1, 1024), default=4)
+    ap.add_argument("--d-model", type=int_in(1, 65536), default=128)
+    ap.add_argument("--context", type=int_in(1, 10**6), default=128)
+    ap.add_argument("--batch", type=int_in(1, 10**6), default=16)
+    ap.add_argument("--device", type=device_name, default="cpu")
     ap.add_argument("--no-bf16", action="store_true")
-    ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); 1 gives steady "
+    ap.add_argument("--threads", type=int_in(1, 1024), help="torch CPU threads (default: torch's choice); 1 gives steady "
                                                  "figures on a machine shared with other work")
     args = ap.parse_args(argv)
     if args.threads:

@@ -10,45 +10,84 @@ final_clusters and max_radius_over_bound (and the final mean cosine and W2).
 """
 from __future__ import annotations
 
+from .args import add_overwrite_argument, float_in, int_in, non_negative, positive, positive_int, seed, unit
+
 
 def add_parser(sub) -> None:
     from ..core.dynamics import ATTENTION_KINDS, INTEGRATORS
 
     p = sub.add_parser("dynamics", help="tokens as particles: simulate the attention flow (CSV + JSON)")
     p.add_argument("--attention", choices=ATTENTION_KINDS, default="softmax")
-    p.add_argument("--d", type=int, default=None, help="dimension of the tokens (default 3, or V's with --matrices)")
-    p.add_argument("--n", type=int, default=256, help="number of particles (default 256)")
+    p.add_argument("--d", type=int_in(1, 4096), default=None, help="dimension of the tokens (default 3, or V's with --matrices)")
+    p.add_argument("--n", type=positive_int, default=256, help="number of particles (default 256)")
     p.add_argument("--sphere", action="store_true", help="LayerNorm variant: particles on the unit sphere")
     p.add_argument("--init", choices=("sphere", "ball", "gaussian", "clusters"), default="sphere")
-    p.add_argument("--init-radius", type=float, default=1.0, help="radius of the initial sphere/ball (gaussian: std)")
+    p.add_argument("--init-radius", type=positive, default=1.0, help="radius of the initial sphere/ball (gaussian: std)")
     p.add_argument("--variances", metavar="V1,V2,...",
                    help="--init gaussian: the covariance's diagonal (one number: the same on every axis), "
                         "or its d rows separated by ';' (\"2 0.5 0; 0.5 1 0; 0 0 1\")")
-    p.add_argument("--clusters-k", type=int, default=3, help="--init clusters: how many")
+    p.add_argument("--clusters-k", type=positive_int, default=3, help="--init clusters: how many")
     p.add_argument("--qkv", choices=("identity", "random"), default="identity")
-    p.add_argument("--norm-qk", type=float, default=1.0, help="--qkv random: ||Q||_2 = ||K||_2")
-    p.add_argument("--norm-v", type=float, default=1.0, help="--qkv random: ||V||_2")
+    p.add_argument("--norm-qk", type=non_negative, default=1.0, help="--qkv random: ||Q||_2 = ||K||_2")
+    p.add_argument("--norm-v", type=non_negative, default=1.0, help="--qkv random: ||V||_2")
     p.add_argument("--matrices", metavar="FILE.npz",
                    help="Q, K, V (or A and V, softmax only) from numpy.savez(path, Q=Q, K=K, V=V) instead of --qkv")
-    p.add_argument("--time-dependent", type=float, default=0.0, metavar="AMPLITUDE",
+    p.add_argument("--time-dependent", type=unit, default=0.0, metavar="AMPLITUDE",
                    help="V(t) = (1 + a sin t) V, Q(t), K(t) = (1 + a cos t) Q, K (a in [0, 1]; default 0: off)")
     p.add_argument("--renormalise", action="store_true", help="measure clusters on z = exp(-tV) x")
     p.add_argument("--integrator", choices=INTEGRATORS, default="euler")
-    p.add_argument("--dt", type=float, default=0.1)
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--record-every", type=int, default=1, help="a CSV row every this many steps (and the last)")
-    p.add_argument("--cluster-tol", type=float, default=0.05,
+    p.add_argument("--dt", type=float_in(0, 100, lo_open=True), default=0.1)
+    p.add_argument("--steps", type=int_in(0, 10**7), default=100)
+    p.add_argument("--record-every", type=positive_int, default=1, help="a CSV row every this many steps (and the last)")
+    p.add_argument("--cluster-tol", type=float_in(0, 1, lo_open=True), default=0.05,
                    help="same cluster when closer than this times the largest |position| (default 0.05)")
-    p.add_argument("--perturbation", type=float, default=1e-3,
+    p.add_argument("--perturbation", type=float_in(0, 1), default=1e-3,
                    help="noise of the twin run for the W2 curve (0: no twin, w2 empty)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--csv", required=True, help="output CSV")
     p.add_argument("--positions", metavar="OUT.npz", help="also write the initial and final positions (x0, x, t)")
+    add_overwrite_argument(p)
     p.set_defaults(func=run)
+
+
+def check_dynamics_memory(n: int, d: int, twin: bool, integrator: str) -> None:
+    """Refuse, before the run, n particles whose n x n attention matrices cannot fit (float64: the
+    scores, the weights and a temporary, per field evaluation; rk4 keeps its stages, a twin doubles it)."""
+    from ..core.devices import check_memory
+
+    per_field = 3 * 8.0 * n * n + 8 * 8.0 * n * d
+    check_memory(per_field * (2 if twin else 1) * (2 if integrator == "rk4" else 1), f"--n {n}",
+                 "for the n x n attention matrices")
+
+
+class Progress:
+    """The job the simulation checks every step: after the first few seconds, a progress line on
+    stderr every few seconds ("step 120/1000, 1.2 steps/s, about 12 min left"), so a long run is not silent."""
+
+    EVERY_S = 5.0
+
+    def __init__(self, total: int) -> None:
+        import time
+
+        self.total, self.done, self.clock = total, 0, time.monotonic
+        self.start = self.last = self.clock()
+
+    def check(self) -> None:
+        import sys
+
+        now = self.clock()
+        if now - self.last >= self.EVERY_S and self.done:
+            rate = self.done / (now - self.start)
+            left = (self.total - self.done) / rate
+            print(f"step {self.done}/{self.total}, {rate:.3g} steps/s, about {left / 60:.1f} min left",
+                  file=sys.stderr, flush=True)
+            self.last = now
+        self.done += 1
 
 
 def run(args) -> int:
     import io
+    import os
     import json
     import sys
     from pathlib import Path
@@ -56,12 +95,8 @@ def run(args) -> int:
     import numpy as np
 
     from ..core import dynamics as dy
-    from ..core.files import atomic_write_bytes, atomic_write_text, prepare_output_file, strict_json
+    from ..core.files import atomic_write_bytes, atomic_write_text, check_output_file, strict_json
 
-    if args.n < 1 or (args.d is not None and args.d < 1):
-        raise ValueError(f"--n and --d must be at least 1 (got {args.n} and {args.d})")
-    if args.steps < 0 or not args.dt > 0:
-        raise ValueError("--steps must be >= 0 and --dt > 0")
     head = dy.load_head(args.matrices) if args.matrices else None
     d = head.d if head is not None else (args.d or 3)
     if head is not None and args.d is not None and args.d != d:
@@ -71,21 +106,32 @@ def run(args) -> int:
         if args.init != "gaussian":
             raise ValueError("--variances sets the covariance of --init gaussian")
         covariance = dy.parse_covariance(args.variances, d)
-    prepare_output_file(args.csv)  # a write failure now, not after the run
+    if args.positions and os.path.abspath(args.positions) == os.path.abspath(args.csv):
+        raise ValueError(f"--positions {args.positions} is the --csv file too; give two names")
+    check_output_file(args.csv, args.overwrite)  # refused or unwritable now, not after the run
     if args.positions:
-        prepare_output_file(args.positions)
+        check_output_file(args.positions, args.overwrite)
+    check_dynamics_memory(args.n, d, args.perturbation > 0, args.integrator)
+    norm_v = (float(np.linalg.norm(head.V.double().numpy(), 2)) if head is not None else
+              args.norm_v if args.qkv == "random" else 1.0)
+    growth = norm_v * args.steps * args.dt * (1 + 2 * args.time_dependent)  # log of R(t) / R(0) at most
+    if growth > 700:  # exp() of it overflows a float
+        raise ValueError(f"--steps {args.steps} x --dt {args.dt:g} x ||V|| {norm_v:g} = {growth:.3g}: the radius "
+                         "bound exp(||V|| t) overflows (beyond exp(700)); use fewer steps or a smaller --dt")
     cfg = dy.DynamicsConfig(attention=args.attention, d=d, n=args.n, init=args.init, init_radius=args.init_radius,
                             covariance=covariance,
                             n_clusters=args.clusters_k, qkv=args.qkv, norm_qk=args.norm_qk, norm_v=args.norm_v,
                             amplitude=args.time_dependent, sphere=args.sphere, renormalise=args.renormalise,
                             integrator=args.integrator, dt=args.dt, seed=args.seed, cluster_tol=args.cluster_tol,
                             perturbation=args.perturbation)
-    sim = dy.run(cfg, args.steps, head=head, record_every=args.record_every)
+    sim = dy.run(cfg, args.steps, head=head, record_every=args.record_every, job=Progress(args.steps))
+    check_output_file(args.csv, overwrite=True)  # checked at the start; still not a link or a special file
     atomic_write_text(Path(args.csv), dy.csv_text(sim.records))
     if args.positions:
         buf = io.BytesIO()
         np.savez(buf, x0=sim.x0.double().numpy(), x=sim.x.double().numpy(), shown=sim.shown().numpy(),
                  t=np.array(sim.t))
+        check_output_file(args.positions, overwrite=True)
         atomic_write_bytes(Path(args.positions), buf.getvalue())
     last = sim.records[-1]
     print(f"{sim.head.name}, {cfg.attention} attention, n = {sim.config.n}, d = {d}, {cfg.integrator} dt = {cfg.dt}: "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..core.generation import STRATEGIES
 from . import MODEL_HELP, add_special_tokens_argument
+from .args import count, device, float_in, layer_or_head, non_negative, positive_int, probability, seed
 
 
 def add_parser(sub) -> None:
@@ -17,13 +18,13 @@ def add_parser(sub) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--prompt", help="prompt text (needs the model's tokenizer.json)")
     g.add_argument("--prompt-ids", help="comma-separated prompt token ids")
-    p.add_argument("--max-new", type=int, default=20, help="tokens to generate (default 20)")
+    p.add_argument("--max-new", type=count, default=20, help="tokens to generate (default 20)")
     p.add_argument("--strategy", choices=STRATEGIES, default="greedy")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0, help="0: off (strategy top-k defaults to 40)")
-    p.add_argument("--top-p", type=float, default=1.0, help="1: off (strategy top-p defaults to 0.9)")
-    p.add_argument("--beams", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=non_negative, default=1.0, help="0: greedy (default 1)")
+    p.add_argument("--top-k", type=count, default=0, help="0: off (strategy top-k defaults to 40)")
+    p.add_argument("--top-p", type=probability, default=1.0, help="1: off (strategy top-p defaults to 0.9)")
+    p.add_argument("--beams", type=positive_int, default=4)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--stop-ids", help="comma-separated stop token ids (default: the model's end token)")
     p.add_argument("--order", choices=("confident", "left-to-right"), default="confident",
                    help="encoder models: which mask to fill first")
@@ -31,12 +32,32 @@ def add_parser(sub) -> None:
     s = p.add_argument_group("steering (all four or none)")
     s.add_argument("--steer-towards", metavar="TEXT", help="steer towards this text (token ids without a tokenizer)")
     s.add_argument("--steer-away", metavar="TEXT", help="... and away from this one")
-    s.add_argument("--steer-layer", metavar="L", type=int, help="read and add the vector after block L")
-    s.add_argument("--steer-scale", metavar="S", type=float, help="multiply the vector by S (negative: the other way)")
+    s.add_argument("--steer-layer", metavar="L", type=layer_or_head, help="read and add the vector after block L")
+    s.add_argument("--steer-scale", metavar="S", type=float_in(-1e6, 1e6),
+                   help="multiply the vector by S (negative: the other way)")
     add_special_tokens_argument(p)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", type=device, default="cpu", help="cpu, cuda, cuda:N or mps (default cpu)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
+
+
+def check_generation_memory(loaded, prompt_length: int, args) -> None:
+    """Refuse, before the first token, a generation whose history tree cannot fit: every node keeps its
+    next distribution, its keys and values and its record; beam search adds up to --beams nodes a step
+    (fewer while vocabulary^step is smaller)."""
+    from ..core.devices import check_memory
+
+    cfg = loaded.config
+    beams = args.beams if args.strategy == "beam" else 1
+    new = max(0, min(prompt_length + args.max_new, cfg.context_length) - prompt_length)
+    nodes, width = 0, 1
+    for _ in range(new):
+        width = min(beams, width * cfg.vocab_size)
+        nodes += width
+    per_node = 4 * (2 * cfg.vocab_size + cfg.n_layers * (2 * cfg.n_kv_heads * cfg.d_head + 4 * cfg.d_model))
+    what = f"--beams {args.beams}" if beams > 1 else f"--max-new {args.max_new}"
+    check_memory(float(nodes) * per_node, what, "for the generated tokens' distributions and KV cache",
+                 loaded.model.device)
 
 
 def run(args) -> int:
@@ -49,8 +70,6 @@ def run(args) -> int:
     from ..core.interventions import parse_ablations
     from . import input_ids
 
-    if args.max_new < 0:
-        raise ValueError(f"--max-new must be >= 0, got {args.max_new}")
     steering = {f"--steer-{k}": getattr(args, f"steer_{k}") for k in ("towards", "away", "layer", "scale")}
     missing = [k for k, v in steering.items() if v is None]
     if 0 < len(missing) < len(steering):  # before loading the model: a typo costs no load
@@ -60,6 +79,7 @@ def run(args) -> int:
     if args.prompt is not None and loaded.tokenizer is None:
         raise ValueError(f"{loaded.path}: {loaded.tokenizer_missing}; pass --prompt-ids instead of --prompt")
     prompt = input_ids(loaded, args.prompt, args.prompt_ids)
+    check_generation_memory(loaded, len(prompt), args)
     settings = GenerationSettings(args.strategy, args.temperature, args.top_k, args.top_p, args.beams)
     result: dict = {"model": str(loaded.path), "strategy": args.strategy, "seed": args.seed}
     edits = parse_ablations(args.ablate, loaded.config) if args.ablate else []

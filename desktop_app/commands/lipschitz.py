@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from . import MODEL_HELP
+from .args import add_overwrite_argument, float_in, int_in, layer_or_head, positive, positive_int, seed
 
 
 def add_parser(sub) -> None:
@@ -25,29 +26,31 @@ def add_parser(sub) -> None:
     p = sub.add_parser("lipschitz", help="local Lipschitz constant of attention against sequence length (CSV + JSON)")
     p.add_argument("model_dir", nargs="?", help=MODEL_HELP + "; omit with --synthetic")
     p.add_argument("--synthetic", action="store_true", help="a standalone random attention head instead of a model")
-    p.add_argument("--layer", type=int, default=0)
-    p.add_argument("--head", type=int, default=None, help="one head (default: the whole attention sublayer)")
+    p.add_argument("--layer", type=layer_or_head, default=0)
+    p.add_argument("--head", type=layer_or_head, default=None, help="one head (default: the whole attention sublayer)")
     p.add_argument("--masked", action=argparse.BooleanOptionalAction, default=None,
                    help="causal mask (default: as the model applies it; unmasked for --synthetic)")
     p.add_argument("--data", choices=source_names(MODEL), default="real")
     p.add_argument("--text-file", help="UTF-8 text for real data (default: the bundled demo text)")
-    p.add_argument("--radius", type=float, default=None,
+    p.add_argument("--radius", type=positive, default=None,
                    help="R for adversarial/search/synthetic inputs (default: observed on real data; 1 for synthetic)")
-    p.add_argument("--search-steps", type=int, default=DEFAULT_SEARCH_STEPS)
+    p.add_argument("--search-steps", type=int_in(0, 10**6), default=DEFAULT_SEARCH_STEPS)
     p.add_argument("--search-start", choices=("random", "real"), default="random")
-    p.add_argument("--d", type=int, default=None, help="synthetic: token dimension (default 16, or A's with --matrices)")
+    p.add_argument("--d", type=int_in(1, 16384), default=None, help="synthetic: token dimension (default 16, or A's with --matrices)")
     p.add_argument("--attention", choices=ATTENTION_KINDS, default="softmax")
-    p.add_argument("--norm-a", type=float, default=None, help="synthetic: ||A||_2 of the random A (default 1)")
-    p.add_argument("--norm-v", type=float, default=None, help="synthetic: ||V||_2 of the random V (default 1)")
+    p.add_argument("--norm-a", type=positive, default=None, help="synthetic: ||A||_2 of the random A (default 1)")
+    p.add_argument("--norm-v", type=positive, default=None, help="synthetic: ||V||_2 of the random V (default 1)")
     p.add_argument("--matrices", metavar="FILE.npz",
                    help="synthetic: use these A and V (an .npz with arrays named A and V, both [d, d]) "
                         "instead of random ones")
     p.add_argument("--adversarial", action="store_true", help="synthetic: the lower-bound construction")
     p.add_argument("--lengths", default="8,16,32,64", help="comma-separated, or geom:LO:HI:COUNT")
-    p.add_argument("--samples", type=int, default=5)
-    p.add_argument("--tol", type=float, default=DEFAULT_TOL, help="relative tolerance of the estimator")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument("--samples", type=int_in(1, 10**6), default=5)
+    p.add_argument("--tol", type=float_in(0, 1, lo_open=True, hi_open=True), default=DEFAULT_TOL,
+                   help="relative tolerance of the estimator, in (0, 1)")
+    p.add_argument("--seed", type=seed, default=DEFAULT_SEED)
     p.add_argument("--csv", required=True, help="output CSV")
+    add_overwrite_argument(p)
     p.set_defaults(func=run)
 
 
@@ -59,18 +62,30 @@ def read_text_ids(loaded, text_file: str | None) -> list[int]:
     return text_file_ids(loaded, text_file or demo_text_path())
 
 
+def check_sweep_memory(spec, lengths: list[int]) -> None:
+    """Refuse, before the sweep, a length whose attention Jacobian work cannot fit: about 8 float64
+    n x n matrices (the pattern, its derivatives, the estimator's vectors) per head at the longest n."""
+    from ..core.devices import check_memory
+
+    n = max(lengths)
+    heads = 1
+    model = getattr(spec, "model", None)
+    if model is not None and getattr(spec, "head", None) is None:
+        heads = model.cfg.n_heads
+    d = getattr(spec, "d", None) or (model.cfg.d_model if model is not None else 16)
+    check_memory(8.0 * 8 * heads * n * n + 8.0 * 8 * n * d, f"--lengths up to {n}", "for the attention Jacobians")
+
+
 def run(args) -> int:
     import json
     import sys
     from pathlib import Path
 
     from ..core import lipschitz as lip
-    from ..core.files import prepare_output_file
+    from ..core.files import check_output_file
 
     lengths = lip.parse_lengths(args.lengths)
-    prepare_output_file(args.csv)  # a write failure now, not after the sweep
-    if args.samples < 1:
-        raise ValueError("--samples must be at least 1")
+    check_output_file(args.csv, args.overwrite)  # refused or unwritable now, not after the sweep
     if args.matrices and not args.synthetic:
         raise ValueError("--matrices gives the A and V of a synthetic head: use it with --synthetic")
     common = dict(lengths=lengths, samples=args.samples, radius=args.radius, tol=args.tol, seed=args.seed)
@@ -112,7 +127,9 @@ def run(args) -> int:
         print(f"n={res.n}: median {np.median(res.lipschitz):.6g} over {len(res.lipschitz)} inputs, "
               f"radius {np.max(res.radius):.4g}, iterations {int(np.max(res.iterations))}", flush=True)
 
+    check_sweep_memory(spec, lengths)
     result = lip.run_sweep(spec, on_length=show)
+    check_output_file(args.csv, overwrite=True)  # checked at the start; still not a link or a special file
     lip.save_csv(args.csv, result)
     sys.stdout.flush()
     summary = {"exponent": float(result.exponent), "exponent_ci": [float(x) for x in result.exponent_ci],

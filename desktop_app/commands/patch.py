@@ -10,6 +10,7 @@ object with the clean and corrupted metrics. Under --ablate the zero-ablated mod
 from __future__ import annotations
 
 from . import MODEL_HELP, add_special_tokens_argument
+from .args import add_overwrite_argument, count
 
 PATCH_COLUMNS = ("table", "component", "layer", "position", "head", "recovery")
 
@@ -24,12 +25,13 @@ def add_parser(sub) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--corrupted", help="corrupted text (same length in tokens)")
     g.add_argument("--corrupted-ids", help="corrupted token ids")
-    p.add_argument("--answer-id", type=int, required=True, help="the clean answer's token id")
-    p.add_argument("--wrong-id", type=int, help="metric: logit(answer) - logit(wrong) (default: logit(answer))")
+    p.add_argument("--answer-id", type=count, required=True, help="the clean answer's token id")
+    p.add_argument("--wrong-id", type=count, help="metric: logit(answer) - logit(wrong) (default: logit(answer))")
     p.add_argument("--ablate", help="patch the zero-ablated model: LAYER.HEAD[,LAYER.HEAD...] (also LAYER.attn, "
                    "LAYER.mlp)")
     add_special_tokens_argument(p)
     p.add_argument("--csv", required=True, help="output CSV")
+    add_overwrite_argument(p)
     p.set_defaults(func=run)
 
 
@@ -48,10 +50,10 @@ def run(args) -> int:
 
     from . import input_ids, load_model
     from .attribute import write_csv
-    from ..core.files import prepare_output_file
+    from ..core.files import check_output_file
     from ..core.interventions import activation_patching, parse_ablations
 
-    prepare_output_file(args.csv)
+    check_output_file(args.csv, args.overwrite)
     loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
     clean = input_ids(loaded, args.clean, args.clean_ids)
     corrupted = input_ids(loaded, args.corrupted, args.corrupted_ids)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from . import add_model_and_text_arguments
+from .args import add_overwrite_argument, layer_or_head
 
 from ..core.analysis import STAT_NAMES
 from ..core.views import attention as attention_views
@@ -32,16 +33,17 @@ def add_parser(sub) -> None:
     p.add_argument("--view", required=True, choices=VIEWS + IMAGE_VIEWS,
                    help="image-heads: each head's attention from --token (0 = [CLS], default) over the image at "
                         "--layer; image-filters, image-position-similarity, image-distance: the Image panel's figures")
-    p.add_argument("--layer", type=int, default=None,
+    p.add_argument("--layer", type=layer_or_head, default=None,
                    help="layer (attention views; default 0); for pca/cosine the block whose output is shown "
                         "(default: the last)")
-    p.add_argument("--head", type=int, default=0, help="head for --view attention")
-    p.add_argument("--depth", type=int, default=None, help="pca/cosine: residual depth, 0 = embedding (overrides --layer)")
-    p.add_argument("--token", type=int, default=None,
+    p.add_argument("--head", type=layer_or_head, default=0, help="head for --view attention")
+    p.add_argument("--depth", type=layer_or_head, default=None, help="pca/cosine: residual depth, 0 = embedding (overrides --layer)")
+    p.add_argument("--token", type=layer_or_head, default=None,
                    help="highlight this query token (position; for a ViT 0 = [CLS], 1.. the patches row by row)")
     p.add_argument("--stat", choices=STATS, default="entropy", help="statistic for --view head-stats")
     p.add_argument("--size", default="1200x900", help="figure size in pixels, WxH")
     p.add_argument("--out", required=True, help="output file: .png, .svg (also .csv or .npz for the numbers)")
+    add_overwrite_argument(p)
     p.set_defaults(func=run)
 
 
@@ -155,10 +157,10 @@ def run(args) -> int:
     from . import load_model
     from . import input_ids
 
-    from ..core.files import prepare_output_file
+    from ..core.files import check_output_file
 
     size = _parse_size(args.size)
-    prepare_output_file(args.out)  # a write failure now, not after the drawing
+    check_output_file(args.out, args.overwrite)  # refused or unwritable now, not after the drawing
     loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
     image = getattr(args, "image", None)
     vision = loaded.config.input_kind == "patches"

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import add_model_and_text_arguments
+from .args import add_overwrite_argument
 
 
 def add_parser(sub) -> None:
@@ -10,6 +11,7 @@ def add_parser(sub) -> None:
     g = add_model_and_text_arguments(p)
     g.add_argument("--image", help="for a vision model: an image (PNG, JPEG, BMP) or a uint8 .npy array")
     p.add_argument("--out", required=True, help="output .npz")
+    add_overwrite_argument(p)
     p.add_argument("--ablate", help="zero-ablate: LAYER.HEAD[,LAYER.HEAD...] (also LAYER.attn, LAYER.mlp)")
     p.set_defaults(func=run)
 
@@ -46,6 +48,9 @@ def read_image_file(path: str | Path, channels: int):
     if not p.is_file():
         raise ValueError(f"{p}: no such image file")
     if p.suffix.lower() == ".npy":
+        from ..core.files import check_array_file
+
+        check_array_file(p)  # the header first: a claimed (100000, 100000) array is refused unread
         try:
             return np.load(p, allow_pickle=False)
         except (ValueError, OSError) as exc:
@@ -100,10 +105,10 @@ def run(args) -> int:
     import numpy as np
 
     from . import load_model
-    from ..core.files import atomic_write_bytes, prepare_output_file
+    from ..core.files import atomic_write_bytes, check_output_file
     from . import input_ids
 
-    prepare_output_file(args.out)  # a write failure now, not after the forward pass
+    check_output_file(args.out, args.overwrite)  # refused or unwritable now, not after the forward pass
     from ..core.interventions import parse_ablations
 
     loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
@@ -114,12 +119,14 @@ def run(args) -> int:
         arrays = image_trace_arrays(loaded, image_pixel_values(loaded, args.image), ablate)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
+        check_output_file(args.out, overwrite=True)  # still not a link or a special file
         atomic_write_bytes(Path(args.out), buf.getvalue())
         print(f"wrote {args.out} ({len(arrays)} arrays)")
         return 0
     arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids), ablate)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
+    check_output_file(args.out, overwrite=True)  # still not a link or a special file
     atomic_write_bytes(Path(args.out), buf.getvalue())
     print(f"wrote {args.out} ({len(arrays)} arrays)")
     return 0

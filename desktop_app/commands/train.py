@@ -18,6 +18,12 @@ import signal
 import sys
 import threading
 
+from .args import count, device_or_auto, float_in, int_in, non_negative, positive_int, seed, unit
+
+# the ranges of the settings a run takes from flags or from a --config file alike (TrainConfig fields)
+LIMITS = {"lr": float_in(0, 10, lo_open=True), "weight_decay": float_in(0, 10), "momentum": unit,
+          "warmup_steps": count, "batch_size": positive_int, "steps": positive_int, "eval_every": positive_int,
+          "checkpoint_every": positive_int, "log_every": positive_int, "grad_clip": float_in(0, 1e6), "seed": seed}
 
 class _Given(argparse.Action):
     """Stores a value like "store" and notes that the user gave it (a resume applies only those)."""
@@ -40,6 +46,7 @@ _FIELDS = {"task": "task", "family": "family", "optimizer": "optimizer", "seed":
 
 
 def add_parser(sub) -> None:
+    from ..core.config import MAX_CONTEXT
     from ..core.training.tasks import task_names  # (torch is imported by the parser's other commands already)
 
     p = sub.add_parser("train", help="train a small transformer on a task (checkpoints, resume, metrics)")
@@ -57,48 +64,49 @@ def add_parser(sub) -> None:
     t.add_argument("--text-file", help="UTF-8 text for --task text")
     t.add_argument("--image-folder", help="for --task image-folder: a folder with one sub-folder of images per class "
                                           "(class names = sub-folder names, sorted)")
-    t.add_argument("--image-size", type=int, help="image-folder: resize every image to this size (default: the "
+    t.add_argument("--image-size", type=int_in(1, 4096), help="image-folder: resize every image to this size (default: the "
                                                   "images' own size, which must then be one square size)")
     t.add_argument("--channels", type=int, choices=(1, 3), help="image-folder: 1 (grey) or 3 (RGB, default)")
     t.add_argument("--tokenizer", choices=("char", "bpe"), default="char", help="text task tokenizer")
-    t.add_argument("--vocab-size", type=int, default=512, help="BPE vocabulary size (text task)")
-    t.add_argument("--length", type=int, help="sequence length (motif, copy, reverse, sort, induction)")
-    t.add_argument("--symbols", type=int, help="alphabet size (copy, reverse, sort, induction)")
-    t.add_argument("--p", type=int, help="modulus (modadd)")
-    t.add_argument("--train-fraction", type=float, help="share of the p^2 pairs used for training (modadd)")
-    t.add_argument("--train-size", type=int, help="a fixed training set of this many samples (motif; "
+    t.add_argument("--vocab-size", type=int_in(1, 10**6), default=512, help="BPE vocabulary size (text task)")
+    t.add_argument("--length", type=int_in(1, 10**5), help="sequence length (motif, copy, reverse, sort, induction)")
+    t.add_argument("--symbols", type=int_in(2, 10**6), help="alphabet size (copy, reverse, sort, induction)")
+    t.add_argument("--p", type=int_in(2, 10**4), help="modulus (modadd)")
+    t.add_argument("--train-fraction", type=float_in(0, 1, lo_open=True, hi_open=True), help="share of the p^2 pairs used for training (modadd)")
+    t.add_argument("--train-size", type=int_in(1, 10**7), help="a fixed training set of this many samples (motif; "
                                                   "the lectures use 1500) instead of fresh samples")
     t.add_argument("--baseline", choices=("mlp",), help="train the lectures' MLP baseline instead (motif only)")
     m = p.add_argument_group("model")
-    m.add_argument("--family", choices=("gpt2", "bert", "llama", "vit"), default="gpt2")
-    m.add_argument("--layers", type=int, default=2)
-    m.add_argument("--heads", type=int, default=4)
-    m.add_argument("--d-model", type=int, default=64)
-    m.add_argument("--d-ff", type=int, help="MLP width (default 4 x d_model)")
-    m.add_argument("--context", type=int, default=128, help="context length (text task window)")
-    m.add_argument("--patch-size", type=int, help="ViT patch size in pixels (vit; digits default 2: 16 patches)")
+    from ..core.families import trainable_families  # the registry's, as the Train panel offers them
+    m.add_argument("--family", choices=trainable_families() + trainable_families("patches"), default="gpt2")
+    m.add_argument("--layers", type=int_in(1, 1000), default=2)
+    m.add_argument("--heads", type=int_in(1, 1024), default=4)
+    m.add_argument("--d-model", type=int_in(1, 65536), default=64)
+    m.add_argument("--d-ff", type=int_in(1, 10**6), help="MLP width (default 4 x d_model)")
+    m.add_argument("--context", type=int_in(1, MAX_CONTEXT), default=128, help="context length (text task window)")
+    m.add_argument("--patch-size", type=int_in(1, 4096), help="ViT patch size in pixels (vit; digits default 2: 16 patches)")
     m.add_argument("--norm", choices=("layernorm", "rmsnorm"))
     m.add_argument("--norm-placement", choices=("pre", "post"))
     m.add_argument("--activation", choices=("gelu", "gelu_tanh", "relu", "swiglu"))
     m.add_argument("--positions", choices=("learned", "sinusoidal", "rotary", "none"))
     m.add_argument("--attention", choices=("softmax", "l2", "sinkhorn"))
     m.add_argument("--init", choices=("default", "glorot", "he"))
-    m.add_argument("--dropout", type=float)
+    m.add_argument("--dropout", type=float_in(0, 1, hi_open=True))
     o = p.add_argument_group("optimisation")
     o.add_argument("--optimizer", choices=("adamw", "adam", "sgd", "lion"), default="adamw")
-    o.add_argument("--lr", type=float, default=1e-3)
-    o.add_argument("--weight-decay", type=float, default=0.01)
-    o.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    o.add_argument("--lr", type=LIMITS["lr"], default=1e-3)
+    o.add_argument("--weight-decay", type=LIMITS["weight_decay"], default=0.01)
+    o.add_argument("--momentum", type=LIMITS["momentum"], default=0.9, help="SGD momentum")
     o.add_argument("--schedule", choices=("cosine", "noam", "constant"), default="cosine")
-    o.add_argument("--warmup", type=int, default=50)
-    o.add_argument("--batch-size", type=int, default=32)
-    o.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
-    o.add_argument("--steps", type=int, help="required unless --config gives it")
-    o.add_argument("--eval-every", type=int, default=100)
-    o.add_argument("--checkpoint-every", type=int, default=500)
-    o.add_argument("--log-every", type=int, default=10)
-    o.add_argument("--seed", type=int, default=0)
-    o.add_argument("--device", help="cpu, cuda, cuda:N, mps or auto (default: the best present, cuda > mps > cpu)")
+    o.add_argument("--warmup", type=LIMITS["warmup_steps"], default=50)
+    o.add_argument("--batch-size", type=LIMITS["batch_size"], default=32)
+    o.add_argument("--grad-clip", type=LIMITS["grad_clip"], default=1.0, help="0 disables clipping")
+    o.add_argument("--steps", type=LIMITS["steps"], help="required unless --config gives it")
+    o.add_argument("--eval-every", type=LIMITS["eval_every"], default=100)
+    o.add_argument("--checkpoint-every", type=LIMITS["checkpoint_every"], default=500)
+    o.add_argument("--log-every", type=LIMITS["log_every"], default=10)
+    o.add_argument("--seed", type=LIMITS["seed"], default=0)
+    o.add_argument("--device", type=device_or_auto, help="cpu, cuda, cuda:N, mps or auto (default: the best present, cuda > mps > cpu)")
     o.add_argument("--precision", choices=("float32", "bfloat16", "float16"),
                    help="autocast precision (default: bfloat16 on CUDA, float16 where it lacks bfloat16, else float32)")
     r = p.add_argument_group("output")
@@ -141,7 +149,15 @@ def config_from_file(path: str):
         raise ValueError(f"{path}: not UTF-8 text") from None
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the training configuration ({exc.strerror or exc})") from None
-    cfg = TrainConfig.from_json(text, path)
+    try:
+        cfg = TrainConfig.from_json(text, path)
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to be a training configuration") from None
+    for key, limit in LIMITS.items():
+        value = getattr(cfg, key)
+        problem = "" if key == "grad_clip" and value is None else limit.problem(value)
+        if problem:
+            raise ValueError(f"{path}: setting {key!r} {problem}")
     if cfg.task not in task_names():
         raise ValueError(f"{path}: unknown task {cfg.task!r} (known: {', '.join(task_names())})")
     from ..core.config import FAMILIES
@@ -287,6 +303,23 @@ def resumed_config(saved, cfg, args):
     return saved.__class__(**d)
 
 
+def check_training_memory(cfg) -> None:
+    """Refuse, before building anything, a run whose weights, optimiser state and activations cannot fit:
+    4 copies of the parameters, and per layer about 16 x d_model + 2 x d_ff + 2 x heads x T floats per token."""
+    from ..core.devices import check_memory
+
+    m = cfg.model
+    d, layers, heads = m.get("d_model", 64), m.get("n_layers", 2), m.get("n_heads", 4)
+    d_ff, T = m.get("d_ff") or 4 * d, m.get("context_length", 128)
+    vocab = cfg.task_options.get("vocab_size") or 1024
+    params = vocab * d + T * d + layers * (4 * d * d + 2 * d * d_ff)
+    per_token = layers * (16 * d + 2 * d_ff + 2 * heads * T) + 2 * vocab
+    width = 2 if cfg.precision in ("bfloat16", "float16") else 4
+    need = 16.0 * params + float(cfg.batch_size) * T * per_token * width
+    check_memory(need, f"--batch-size {cfg.batch_size} x --context {T} x --d-model {d} x --layers {layers}",
+                 "for the weights, optimiser state and activations", cfg.device)
+
+
 def _option_dest(key: str) -> str:
     return {"n_train": "train_size"}.get(key, key)
 
@@ -309,6 +342,7 @@ def run(args) -> int:
         check_outputs(args)
     if args.resume and args.baseline is None:
         cfg = resumed_config(read_run_config(args.out), cfg, args)
+    check_training_memory(cfg)
     control = TrainControl()
     lock = threading.Lock()
 

@@ -55,3 +55,51 @@ def memory_summary(device: torch.device | str) -> str:
         return f"peak RSS {rss:.0f} MiB"
     except Exception:  # resource is POSIX only
         return ""
+
+
+# -- memory: refuse a run that cannot fit, before allocating it ---------------------------------
+
+
+class MemoryEstimateError(ValueError):
+    """A run whose estimated memory is beyond what the machine (or the GPU) has available."""
+
+
+def available_memory(device: torch.device | str = "cpu") -> int | None:
+    """Bytes a new allocation may use: free GPU memory on CUDA, else the system's MemAvailable
+    (/proc/meminfo), else its physical memory; None when unknown."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        try:
+            return int(torch.cuda.mem_get_info(device)[0])
+        except (RuntimeError, AssertionError):
+            return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    import os
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.3g} {unit}"
+        n /= 1000
+    return ""
+
+
+def check_memory(needed: float, what: str, purpose: str = "", device: torch.device | str = "cpu") -> None:
+    """Refuse (MemoryEstimateError, one line) when `needed` bytes are more than `device` has available:
+    '{what} needs about 77 GB {purpose}; this machine has 24 GB available'."""
+    have = available_memory(device)
+    if have is not None and needed > have:
+        where = "this GPU has" if torch.device(device).type == "cuda" else "this machine has"
+        raise MemoryEstimateError(f"{what} needs about {human_bytes(needed)}{' ' + purpose if purpose else ''}; "
+                                  f"{where} {human_bytes(have)} available")

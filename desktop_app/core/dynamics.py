@@ -125,6 +125,9 @@ def load_head(path, dtype=torch.float64) -> Head:
     hint = "save them with numpy.savez(path, Q=Q, K=K, V=V) or numpy.savez(path, A=A, V=V)"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
+    from .files import check_array_file
+
+    check_array_file(path)  # the headers first: a claimed (100000, 100000) array is refused unread
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile):

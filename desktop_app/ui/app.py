@@ -18,10 +18,12 @@ SCREENSHOT_SIZE = (1280, 800)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ..cli import COMMANDS_HELP
+    from ..commands.args import float_in, int_in
+
     p = argparse.ArgumentParser(prog="transformer-explorer",
                                 description="Transformer Explorer: explore small transformer models offline.",
-                                epilog="Headless commands (no window): python -m desktop_app "
-                                       "{info,trace,generate,render,lipschitz,train,bench} --help")
+                                epilog=COMMANDS_HELP)
     p.add_argument("model_dir", nargs="?", metavar="MODEL_DIR",
                    help="model folder to open (config.json + model.safetensors [+ tokenizer.json]); "
                         "default: the last session's model, else the demo model")
@@ -31,8 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text", help="text to tokenize and trace (default: the demo text)")
     p.add_argument("--size", default=f"{SCREENSHOT_SIZE[0]}x{SCREENSHOT_SIZE[1]}", metavar="WxH",
                    help="window size for --screenshot (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds --screenshot waits for the model (default 30)")
-    p.add_argument("--settle-ms", type=int, default=400, help=argparse.SUPPRESS)  # time for panels to repaint
+    p.add_argument("--timeout", type=float_in(0, 86400, lo_open=True), default=30.0,
+                   help="seconds --screenshot waits for the model (default 30)")
+    p.add_argument("--settle-ms", type=int_in(0, 60_000), default=400, help=argparse.SUPPRESS)  # time for panels to repaint
     p.add_argument("--quit-when-ready", action="store_true", help=argparse.SUPPRESS)  # startup benchmark
     return p
 

@@ -231,7 +231,8 @@ def test_final_json_is_strict_when_the_fit_is_undefined(tmp_path, capsys):
     assert main(["lipschitz", "--synthetic", "--d", "3", "--lengths", "4,8", "--samples", "1", "--csv", out]) == 0
     summary = _strict_json(capsys.readouterr().out.strip().splitlines()[-1])
     assert isinstance(summary["exponent"], float) and summary["exponent_ci"] == [None, None]
-    assert main(["lipschitz", "--synthetic", "--d", "3", "--lengths", "4", "--samples", "2", "--csv", out]) == 0
+    assert main(["lipschitz", "--synthetic", "--d", "3", "--lengths", "4", "--samples", "2", "--csv", out,
+                 "--overwrite"]) == 0
     summary = _strict_json(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["exponent"] is None and summary["exponent_ci"] == [None, None] and summary["prefactor"] is None
 

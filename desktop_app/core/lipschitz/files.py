@@ -34,6 +34,9 @@ def load_matrices(path) -> tuple[torch.Tensor, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
+    from ..files import check_array_file
+
+    check_array_file(path)  # the headers first: a claimed (100000, 100000) array is refused unread
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile):  # numpy's own wording stays out of the message

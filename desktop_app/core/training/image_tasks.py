@@ -158,7 +158,10 @@ def set_image_decoder(decoder: ImageDecoder | None) -> None:
 
 def _decode(path: Path, channels: int) -> np.ndarray:
     if path.suffix.lower() == ".npy" and _image_decoder is None:
+        from ..files import check_array_file
+
         try:
+            check_array_file(path)  # the header first: a claimed (100000, 100000) array is refused unread
             return np.load(path, allow_pickle=False)
         except (ValueError, OSError) as exc:
             raise TaskError(f"{path}: not a readable .npy array ({exc})") from None

@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 from PySide6.QtCore import QBuffer, QIODevice
 from PySide6.QtWidgets import QApplication, QFileDialog, QWidget
 
-from ...core.files import atomic_write_bytes
+from ...core.files import atomic_write_bytes, check_output_file
 
 
 def widget_png_bytes(widget: QWidget) -> bytes:
@@ -156,6 +156,7 @@ def export_view(view, path: str | Path) -> None:
     why = export_unavailable(view)
     if why:
         raise ValueError(why)
+    check_output_file(path, overwrite=True)  # the dialog asked about replacing; never a link or special file
     suffix = path.suffix.lower()
     if suffix == ".png":
         save_widget_png(view.export_widget(), path)

@@ -1,0 +1,126 @@
+"""Every numeric option's range, declared where the option is: argparse `type=` factories.
+
+`p.add_argument("--top-p", type=probability)` makes argparse itself refuse `--top-p 2` in one line
+("argument --top-p: must be in (0, 1], got 2", exit 2) before any work. Infinities and NaN are
+refused everywhere. The same objects check values read from a file (`Number.problem`), so a
+`train --config FILE` meets the limits of the flags, not a second copy of them.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+# the largest count any option takes (steps, samples, tokens...): beyond it a run would never end
+MAX_COUNT = 10**9
+MAX_SEED = 2**63 - 1
+
+
+class Number:
+    """An argparse type: an int or a finite float within [lo, hi] (an end may be open or absent)."""
+
+    def __init__(self, kind: type, lo: float | None = None, hi: float | None = None, *,
+                 lo_open: bool = False, hi_open: bool = False, note: str = "") -> None:
+        self.kind, self.lo, self.hi, self.lo_open, self.hi_open, self.note = kind, lo, hi, lo_open, hi_open, note
+        self.__name__ = kind.__name__  # argparse names the type in some messages
+
+    def describe(self) -> str:
+        if self.lo is not None and self.hi is not None:
+            return (f"in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+                    if self.kind is float or self.lo_open or self.hi_open else
+                    f"an integer from {self.lo:,} to {self.hi:,}")
+        if self.lo is not None:
+            word = {(int, False): "an integer >=", (int, True): "an integer >",
+                    (float, False): ">=", (float, True): ">"}[(self.kind, self.lo_open)]
+            return f"{word} {self.lo:g}" if self.kind is float else f"{word} {self.lo}"
+        if self.hi is not None:
+            return f"{'<' if self.hi_open else '<='} {self.hi:g}"
+        return "an integer" if self.kind is int else "a finite number"
+
+    def problem(self, value) -> str:
+        """'' when `value` (a number, e.g. from a JSON file) is allowed, else 'must be ..., got VALUE'."""
+        bad = f"must be {self.describe()}{self.note}, got {value!r}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return bad
+        if self.kind is int and not isinstance(value, int):
+            return bad
+        if not math.isfinite(value):
+            return bad
+        if self.lo is not None and (value < self.lo or (self.lo_open and value == self.lo)):
+            return bad
+        if self.hi is not None and (value > self.hi or (self.hi_open and value == self.hi)):
+            return bad
+        return ""
+
+    def __call__(self, text: str):
+        try:
+            value = int(text, 10) if self.kind is int else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be {self.describe()}{self.note}, got {text!r}") from None
+        problem = self.problem(value)
+        if problem:
+            raise argparse.ArgumentTypeError(problem.replace(f"got {value!r}", f"got {text}"))
+        return value
+
+
+def int_in(lo: int | None = None, hi: int | None = MAX_COUNT, note: str = "") -> Number:
+    return Number(int, lo, hi, note=note)
+
+
+def float_in(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, hi_open: bool = False,
+             note: str = "") -> Number:
+    return Number(float, lo, hi, lo_open=lo_open, hi_open=hi_open, note=note)
+
+
+positive_int = int_in(1)  # counts: steps, samples, layers, tokens...
+count = int_in(0)  # a count that may be 0
+seed = int_in(0, MAX_SEED)
+index = int_in(-MAX_COUNT, MAX_COUNT)  # a position or token index (negative counts from the end)
+layer_or_head = int_in(0, 10**6)
+positive = float_in(0, 1e6, lo_open=True)  # a step size, tolerance, radius, learning rate...
+non_negative = float_in(0, 1e6)
+probability = float_in(0, 1, lo_open=True)  # a share or a nucleus: (0, 1]
+unit = float_in(0, 1)  # [0, 1]
+signed = float_in(-1e6, 1e6)  # a scale that may be negative
+
+
+_DEVICE = re.compile(r"(cpu|cuda(:\d+)?|mps)")
+
+
+def device(text: str) -> str:
+    """--device: cpu, cuda, cuda:N or mps (auto too where the option says so), present on this machine."""
+    from ..core.devices import available_devices
+
+    present = available_devices()
+    if not _DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda, cuda:N or mps, got {text!r} "
+                                         f"(this machine has: {', '.join(present)})")
+    if text == "cuda" and any(d.startswith("cuda") for d in present):
+        return text
+    if text.startswith("cuda:") and "cuda" in present and text == "cuda:0":
+        return text
+    if text not in present:
+        raise argparse.ArgumentTypeError(f"{text} is not available on this machine (it has: {', '.join(present)})")
+    return text
+
+
+def device_or_auto(text: str) -> str:
+    return text if text == "auto" else device(text)
+
+
+OVERWRITE_HELP = ("replace an existing output file (without it an existing file is refused and kept); a symbolic "
+                  "link, folder, device or pipe is never written, even with --overwrite")
+
+
+def add_overwrite_argument(p) -> None:
+    """The one --overwrite of every command that writes named output files (core.files.check_output_file)."""
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose refusals are one line on stderr ("PROG: error: argument --top-p: must be
+    in (0, 1], got 2 (see --help)"), exit 2, without the usage block (which --help still shows)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -250,7 +250,8 @@ def _human(ev: dict) -> str | None:
     kind = ev["event"]
     if kind == "start":
         where = f", to {ev['out']}" if ev["out"] else ""
-        line = f"training {ev['parameters']:,} parameters on {ev['task']['task']} ({ev['device']}){where}"
+        line = "".join(f"{note}\n" for note in ev.get("notes", ()))  # e.g. a killed run's lock taken over
+        line += f"training {ev['parameters']:,} parameters on {ev['task']['task']} ({ev['device']}){where}"
         if ev.get("changed"):
             line += "\nresuming with new settings: " + ", ".join(
                 f"{k} {was!r} -> {now!r}" for k, (was, now) in ev["changed"].items())

@@ -9,14 +9,16 @@ A failed write raises WriteError: one line naming the path and the reason.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import re
 import shutil
 import tempfile
+import threading
 from pathlib import Path
-from typing import Callable, Collection
+from typing import Callable, Collection, Iterator
 
 MANIFEST = ".transformer-explorer.json"  # in every folder atomic_write_dir writes: {"app", "files"}
 APP = "transformer-explorer"
@@ -142,11 +144,18 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
 
     An existing `path` is replaced only when nothing in it would be lost that the app did not write:
     it is empty, or each entry is in its manifest or is replaced by a file of the same name.
-    Otherwise OutputFolderError, and nothing is changed.
+    An existing `path.old` is removed (or stands in for a missing `path`) only when it is one of the
+    app's folders (is_own_folder: its manifest lists everything in it): a user's own folder that
+    happens to be called `path.old` is never touched. Otherwise OutputFolderError, and nothing is
+    changed. Folders are removed by renaming them to a temporary sibling first (discard), so a kill
+    never leaves a half-removed `.old` behind.
     """
     path = Path(path)
     _make_parent(path)
     remove_leftovers(path)
+    old = path.with_name(path.name + ".old")
+    if os.path.lexists(old):  # before any work: is the `.old` in the way ours?
+        require_own_old(path)
     tmp = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -158,7 +167,8 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
             with open(f, "rb") as fh:
                 os.fchmod(fh.fileno(), file_mode())  # some writers (safetensors) create 0o600
                 os.fsync(fh.fileno())
-        old = path.with_name(path.name + ".old")
+        if os.path.lexists(old):
+            require_own_old(path)  # again: the fill may have taken long
         if path.exists() or path.is_symlink():
             if not path.is_dir() or path.is_symlink():
                 raise WriteError(path, "exists and is not a folder", errno.ENOTDIR)
@@ -166,15 +176,13 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
             if foreign:
                 raise OutputFolderError(path, f"holds files the app did not write ({', '.join(sorted(foreign)[:3])}); "
                                               "nothing was changed")
-            if old.exists():  # `path` is complete: the older copy is not needed
-                if old.is_symlink() or not old.is_dir() or (
-                        _entries(old) - (read_manifest(old) or set()) - set(written) - {MANIFEST}):
-                    raise OutputFolderError(old, "is in the way and holds files the app did not write; "
-                                                 "nothing was changed")
-                shutil.rmtree(old)
-            os.replace(path, old)
+            if os.path.lexists(old):  # `path` is complete: the older copy (ours, checked above) is not needed
+                discard(old, path.name)
+            os.replace(path, old)  # from here `old` is the folder just checked: ours to remove
         os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
+        tmp = None
+        if os.path.lexists(old):  # ours: moved there above, or checked by require_own_old
+            discard(old, path.name)
     except OSError as exc:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -183,6 +191,61 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def is_own_folder(folder: str | Path) -> bool:
+    """Whether `folder` is a real folder (not a link) that carries the app's manifest and holds
+    nothing the manifest does not list: the only kind of folder the app removes or falls back to."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    listed = read_manifest(folder)
+    return listed is not None and not (_entries(folder) - listed - {MANIFEST})
+
+
+def require_own_old(path: str | Path) -> None:
+    """OutputFolderError (one line naming it) when `path.old` exists and is not one of the app's
+    folders (is_own_folder): the swap of `path` would remove it or take it for `path`."""
+    path = Path(path)
+    if not path.name:
+        return
+    old = path.with_name(path.name + ".old")
+    if not os.path.lexists(old) or is_own_folder(old):
+        return
+    if old.is_symlink() or not old.is_dir():
+        what = "is not a folder the app wrote"
+    else:
+        listed = read_manifest(old)
+        unlisted = sorted(_entries(old) - (listed or set()) - {MANIFEST})
+        shown = ", ".join(unlisted[:3]) + (", ..." if len(unlisted) > 3 else "")
+        what = (f"holds files Transformer Explorer did not write ({shown})" if listed is not None else
+                f"is not a folder Transformer Explorer wrote (no {MANIFEST})")
+    raise OutputFolderError(old, f"{what}, and the app keeps its previous copy of {path.name} under that "
+                                 f"name while replacing it; nothing was changed: rename or move {old.name}, "
+                                 f"or choose another folder")
+
+
+def discard(folder: Path, target: str) -> None:
+    """Remove one of the app's own folders: first renamed to a temporary sibling of `target`
+    (`.<target>.<8 chars>.tmp`, which remove_leftovers recognises), then deleted, so a kill in the
+    middle leaves a temporary, never a half-emptied folder under a name the app reads."""
+    folder = Path(folder)
+    grave = Path(tempfile.mktemp(prefix=f".{target}.", suffix=".tmp", dir=folder.parent))
+    os.replace(folder, grave)
+    shutil.rmtree(grave, ignore_errors=True)
+
+
+def interrupted_copy(path: str | Path) -> Path | None:
+    """`path.old` when `path` is missing and `path.old` is one of the app's folders: the complete copy
+    an interrupted atomic_write_dir left, to read in place of `path`. None otherwise (a user's own
+    `path.old` is never read for `path`)."""
+    path = Path(path)
+    if not path.name:  # "/", "." or "": no folder of that name to stand in for
+        return None
+    old = path.with_name(path.name + ".old")
+    if os.path.lexists(path) or not is_own_folder(old):
+        return None
+    return old
 
 
 # -- leftovers and output folders --------------------------------------------------------------
@@ -196,7 +259,8 @@ def is_own_temp(name: str, target: str) -> bool:
 
 def remove_leftovers(path: str | Path) -> list[Path]:
     """Remove what a killed atomic write of `path` left: its temporary siblings, and `path.old` when
-    `path` itself is a complete folder of ours (otherwise `.old` is the copy to load). Nothing else."""
+    `path` itself is a complete folder of ours (otherwise `.old` is the copy to load) and `path.old`
+    is one of the app's folders (is_own_folder). Nothing else."""
     path = Path(path)
     removed: list[Path] = []
     try:
@@ -211,13 +275,14 @@ def remove_leftovers(path: str | Path) -> list[Path]:
                 p.unlink(missing_ok=True)
             removed.append(p)
     old = path.with_name(path.name + ".old")
-    current = read_manifest(path) if path.is_dir() and not path.is_symlink() else None
-    # `.old` goes only when it holds nothing but what the app wrote there or what `path` holds anew
-    # (a kill in the middle of removing it may have taken its manifest already)
-    if (current is not None and old.is_dir() and not old.is_symlink()
-            and not (_entries(old) - (read_manifest(old) or set()) - current - {MANIFEST})):
-        shutil.rmtree(old, ignore_errors=True)
-        removed.append(old)
+    # `.old` goes only when `path` is a complete folder of ours and `.old` is ours too (its manifest
+    # lists everything in it): a user's folder that happens to be called `path.old` stays
+    if read_manifest(path) is not None and not path.is_symlink() and is_own_folder(old):
+        try:
+            discard(old, path.name)
+            removed.append(old)
+        except OSError:
+            pass  # the swap that needs it gone says so
     return removed
 
 
@@ -237,7 +302,8 @@ def check_output_folder(path: str | Path, *, overwrite: bool = False, resume: bo
 
     Allowed: a new folder (its parent writable), an empty one, or one of the app's own folders when
     `resume` (and `marker`, the file that marks a resumable run, is there) or `overwrite` is given.
-    Refused with OutputFolderError: a folder holding anything the app did not write (nothing is ever
+    Refused with FolderLockedError: a folder another run is writing now (lock_folder). Refused with
+    OutputFolderError: a `path.old` beside it that is not the app's (require_own_old); a folder holding anything the app did not write (nothing is ever
     deleted), the current folder or one of its parents (it would be swapped away under the shell),
     a path that is a file. A folder that cannot be written raises WriteError. A folder written before
     manifests existed counts as the app's when it holds `legacy_marker` (default: `marker`); then its
@@ -251,11 +317,12 @@ def check_output_folder(path: str | Path, *, overwrite: bool = False, resume: bo
     if folder == cwd or folder in cwd.parents:
         raise OutputFolderError(raw, f"is the current folder (or holds it); choose a new {what} folder, "
                                      "e.g. ./run1")
-    old = folder.with_name(folder.name + ".old")
-    if not folder.exists() and not folder.is_symlink() and old.is_dir():
-        target = old  # an interrupted swap: the run lives in .old for now
-    else:
-        target = folder
+    if os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 takes the lock; the others write nothing
+        holder = lock_holder(folder)
+        if holder is not None:  # another run writes it now: refused before any work
+            raise _locked_error(raw, holder)
+    require_own_old(folder)  # a user's own `folder.old` is never removed, nor taken for the run
+    target = interrupted_copy(folder) or folder  # an interrupted swap: the run lives in .old for now
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise OutputFolderError(raw, f"exists and is not a folder; choose another {what} folder")
     if target.is_dir():
@@ -318,6 +385,212 @@ def prepare_output_file(path: str | Path) -> Path:
     return path
 
 
+# -- run-folder locks ----------------------------------------------------------------------------
+
+
+class FolderLockedError(OutputFolderError):
+    """An output folder another process is writing now (its lock is held): names the holder."""
+
+
+_HELD_LOCKS: dict[str, list] = {}  # lock file -> [fd, depth]: a process may take its own lock again
+_LOCK_GUARD = threading.Lock()
+
+
+def lock_file(folder: str | Path) -> Path:
+    """Where the lock of `folder` lives: `.<name>.lock` beside it (the folder itself is swapped
+    whole by atomic_write_dir, so a lock inside it would be swapped away). The run removes it."""
+    folder = Path(os.path.abspath(folder))
+    return folder.with_name(f".{folder.name}.lock")
+
+
+def _os_lock(fd: int) -> bool | None:
+    """Try to take the OS lock on `fd` without waiting: True taken, False held by another process,
+    None when this file system or platform has no such lock (then the pid rule decides)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: lock one byte far beyond the holder's note, so it stays readable
+        try:
+            import msvcrt
+            os.lseek(fd, 1 << 30, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            return True
+        except ImportError:
+            return None
+        except OSError as exc:
+            return False if exc.errno in (errno.EACCES, errno.EDEADLK) else None
+        finally:
+            os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        return None  # ENOLCK, EOPNOTSUPP...: e.g. some network file systems
+
+
+def _os_unlock(fd: int) -> None:
+    try:
+        import fcntl
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except ImportError:
+        try:
+            import msvcrt
+            os.lseek(fd, 1 << 30, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        except (ImportError, OSError):
+            pass
+    except OSError:
+        pass
+
+
+def _read_holder(fd: int) -> dict:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        d = json.loads(os.read(fd, 4096).decode("utf-8"))
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _describe_holder(d: dict) -> str:
+    if not d.get("pid"):
+        return "a process that left no note"
+    return f"pid {d.get('pid')} on {d.get('host', '?')}, started {d.get('started', '?')}"
+
+
+def _pid_alive_here(d: dict) -> bool:
+    """Whether the holder `d` may still run: True unless it ran on this host and its pid is gone."""
+    import socket
+
+    if d.get("host") != socket.gethostname() or not isinstance(d.get("pid"), int):
+        return True
+    if os.name == "nt":  # os.kill would end the process there; no OS lock is the rare case: assume alive
+        return True
+    try:
+        os.kill(d["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists
+        return True
+    return True
+
+
+def lock_holder(folder: str | Path) -> str | None:
+    """Who holds the lock of `folder` now ("pid N on HOST, started T"), None when nobody does (or this
+    process itself). Asked before any work (check_output_folder); lock_folder takes the lock."""
+    path = lock_file(folder)
+    if str(path) in _HELD_LOCKS:
+        return None
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None  # no lock file (or not readable: lock_folder will say so)
+    try:
+        got = _os_lock(fd)
+        d = _read_holder(fd)
+        if got is True:
+            _os_unlock(fd)
+            return None
+        if got is None and not (d and _pid_alive_here(d)):
+            return None
+        return _describe_holder(d)
+    finally:
+        os.close(fd)
+
+
+def _locked_error(folder: Path, holder: str) -> FolderLockedError:
+    return FolderLockedError(folder, f"another run is writing this folder ({holder}); nothing was changed: "
+                                     "wait for it to finish or stop it, or choose another folder")
+
+
+@contextlib.contextmanager
+def lock_folder(folder: str | Path, on_note: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the lock of the output folder `folder` while a run writes it (lock_file: `.<name>.lock`
+    beside it, holding the holder's pid, host and start time). Another process's lock: FolderLockedError
+    (a ValueError, one line naming the holder). The OS lock (flock; msvcrt on Windows) is released by
+    the system when the holder dies, even by kill -9; the lock file it leaves is then taken over, and
+    `on_note` gets a line saying so. Where the file system has no OS lock, a lock whose pid no longer
+    runs on this host is taken over the same way. The same process may take its own lock again."""
+    import socket
+    import time
+
+    path = lock_file(folder)
+    key = str(path)
+    with _LOCK_GUARD:
+        if key in _HELD_LOCKS:
+            _HELD_LOCKS[key][1] += 1
+            reentered = True
+        else:
+            reentered = False
+    if reentered:
+        try:
+            yield
+        finally:
+            with _LOCK_GUARD:
+                _HELD_LOCKS[key][1] -= 1
+        return
+    _make_parent(path)
+    fd = None
+    for _ in range(20):  # the holder may remove the file between our open and our lock: open again
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, file_mode())
+        except OSError as exc:
+            raise _write_error(path, exc) from exc
+        got = _os_lock(fd)
+        previous = _read_holder(fd)
+        if got is False or (got is None and previous and _pid_alive_here(previous)
+                            and previous.get("pid") != os.getpid()):
+            os.close(fd)
+            raise _locked_error(Path(os.path.abspath(folder)), _describe_holder(previous))
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except OSError:
+            same = False
+        if same:
+            break
+        _os_unlock(fd)
+        os.close(fd)
+        fd = None
+    if fd is None:
+        raise WriteError(path, "the lock file keeps changing under this run")
+    try:
+        if previous.get("pid") and on_note is not None:
+            on_note(f"{path}: took over the lock of a run that is no longer running "
+                    f"({_describe_holder(previous)})")
+        note = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                           "started": time.strftime("%Y-%m-%d %H:%M:%S")}).encode("utf-8")
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, note)
+        os.fsync(fd)
+    except OSError as exc:
+        _os_unlock(fd)
+        os.close(fd)
+        raise _write_error(path, exc) from exc
+    with _LOCK_GUARD:
+        _HELD_LOCKS[key] = [fd, 1]
+    try:
+        yield
+    finally:
+        with _LOCK_GUARD:
+            del _HELD_LOCKS[key]
+        if os.name != "nt":  # removed while still held: a process waiting on the old file opens it again
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        _os_unlock(fd)
+        os.close(fd)
+        if os.name == "nt":
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 def strict_json(value):
     """NaN and infinities -> None (JSON null), recursively through dicts, lists and tuples: strict
     JSON has no NaN (e.g. the CI of a fit through two points is undefined, a W2 without its twin run)."""
@@ -330,87 +603,3 @@ def strict_json(value):
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
-
-
-# -- named output files and array files read in ------------------------------------------------
-
-
-class OutputFileError(ValueError):
-    """An output file a command may not write: it exists (no --overwrite), or is a link or special file."""
-
-
-def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
-    """The one rule for an output FILE the user names (trace --out, render --out, every --csv...), asked
-    before any work and again just before the write (with overwrite=True: the link rule only).
-
-    A new file is fine; an existing regular file only with `overwrite` (else OutputFileError "PATH
-    exists; pass --overwrite to replace it"); a symbolic link, folder, device, pipe or socket never,
-    even with `overwrite`: the write is atomic (a sibling renamed into place) and would replace the
-    link itself, or cannot replace a special file. Then prepare_output_file (leftovers, writable)."""
-    import stat
-
-    path = Path(path)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise _write_error(path, exc) from exc
-    if st is not None:
-        mode = st.st_mode
-        if stat.S_ISLNK(mode):
-            raise OutputFileError(f"{path} is a symbolic link; the app never writes through one, even with "
-                                  "--overwrite: give the file's own path or a new name")
-        if stat.S_ISDIR(mode):  # a folder in the way: a write failure, as prepare_output_file says it
-            raise WriteError(path, "is a folder (give a file name)", errno.EISDIR)
-        if not stat.S_ISREG(mode):
-            raise OutputFileError(f"{path} is a special file (device, pipe or socket); the app writes only "
-                                  "regular files: give a new file name")
-        if not overwrite:
-            raise OutputFileError(f"{path} exists; pass --overwrite to replace it")
-    return prepare_output_file(path)
-
-
-MAX_ARRAY_BYTES = 2**31  # an array file the app reads (matrices, an image) is small; 2 GB is far beyond
-
-
-def check_array_file(path: str | Path, max_bytes: int = MAX_ARRAY_BYTES) -> None:
-    """Read the headers of a .npy file, or of each array in an .npz archive, before numpy reads the
-    arrays: refuse (ValueError naming the file) an array whose header claims more than `max_bytes`,
-    or that holds Python objects (pickle, never loaded). A file that is not such an archive passes
-    here and is refused by numpy.load as before."""
-    import zipfile
-
-    import numpy as np
-    from numpy.lib import format as npy
-
-    path = Path(path)
-
-    def check(f, name: str) -> None:
-        try:
-            version = npy.read_magic(f)
-            shape, _, dtype = (npy.read_array_header_1_0(f) if version == (1, 0) else
-                               npy.read_array_header_2_0(f))
-        except (ValueError, EOFError, OSError):
-            return  # not a .npy header: numpy.load says so
-        what = f"{path}: {'array ' + repr(name) + ' ' if name else ''}"
-        if dtype.hasobject:
-            raise ValueError(f"{what}holds Python objects (pickle), which the app never loads")
-        size = int(np.prod(shape, dtype=object)) * dtype.itemsize
-        if size > max_bytes:
-            from .devices import human_bytes
-            raise ValueError(f"{what}claims shape {tuple(shape)} ({human_bytes(size)}); refusing to read it "
-                             f"(at most {human_bytes(max_bytes)})")
-
-    try:
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as z:
-                for info in z.infolist():
-                    if info.filename.endswith(".npy"):
-                        with z.open(info) as f:
-                            check(f, info.filename[:-4])
-        else:
-            with open(path, "rb") as f:
-                check(f, "")
-    except (OSError, zipfile.BadZipFile, EOFError):
-        return  # unreadable: numpy.load's caller says so in its own words

@@ -129,16 +129,79 @@ def test_output_folder_rule(tmp_path, monkeypatch):
         check_output_folder(tmp_path / "file")
 
 
-def test_half_removed_old_copy_goes_but_a_foreign_one_stays(tmp_path):
+def _snapshot(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _users_old(tmp_path, name="run"):
+    """A folder of the user's that happens to be called NAME.old, holding their own model under the
+    same file names the app writes (no manifest: the app did not write it)."""
+    old = tmp_path / f"{name}.old"
+    old.mkdir()
+    (old / "a").write_bytes(b"the user's own weights \x00\xff")
+    (old / "config.json").write_text('{"the": "user\'s"}')
+    return old, _snapshot(old)
+
+
+def test_a_users_old_folder_is_never_removed_nor_read(tmp_path, monkeypatch):
+    # issue 25: `train --resume` / `--overwrite` deleted a user's RUN.old holding their own model
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
+    atomic_write_dir(out, lambda d: [(d / "a").write_text("1"), (d / "config.json").write_text("{}")])
+    old, before = _users_old(tmp_path)
+    assert remove_leftovers(out) == [] and _snapshot(old) == before
+    for kw in ({"overwrite": True}, {"resume": True, "marker": "a"}):
+        with pytest.raises(OutputFolderError, match=r"run\.old.*not a folder Transformer Explorer wrote") as info:
+            check_output_folder(out, **kw)
+        assert "\n" not in str(info.value)
+    with pytest.raises(OutputFolderError, match=r"run\.old"):
+        atomic_write_dir(out, lambda d: (d / "a").write_text("2"))
+    assert _snapshot(old) == before and (out / "a").read_text() == "1"
+    # with the run folder gone (what an interrupted swap leaves), the user's .old is not taken for it
+    files.shutil.rmtree(out)
+    assert files.interrupted_copy(out) is None
+    with pytest.raises(OutputFolderError, match=r"run\.old"):
+        check_output_folder(out)
+    with pytest.raises(OutputFolderError, match=r"run\.old"):
+        atomic_write_dir(out, lambda d: (d / "a").write_text("2"))
+    assert _snapshot(old) == before and not out.exists()
+
+
+def test_an_old_folder_of_the_app_with_a_file_added_stays(tmp_path):
+    out, old = tmp_path / "run", tmp_path / "run.old"
+    atomic_write_dir(out, lambda d: (d / "a").write_text("1"))
+    atomic_write_dir(old, lambda d: (d / "a").write_text("0"))
+    (old / "notes.txt").write_text("the user's")  # the manifest does not list it
+    before = _snapshot(old)
+    assert remove_leftovers(out) == []
+    with pytest.raises(OutputFolderError, match=r"run\.old.*did not write \(notes\.txt\)"):
+        atomic_write_dir(out, lambda d: (d / "a").write_text("2"))
+    assert _snapshot(old) == before
+
+
+def test_an_interrupted_swap_is_still_completed(tmp_path):
+    out, old = tmp_path / "run", tmp_path / "run.old"
+    atomic_write_dir(old, lambda d: (d / "a").write_text("0"))  # killed between the two renames
+    assert files.interrupted_copy(out) == old
+    atomic_write_dir(out, lambda d: (d / "a").write_text("1"))
+    assert (out / "a").read_text() == "1" and not old.exists()
+
+
+def test_a_kill_while_removing_old_leaves_a_temporary_not_a_half_folder(tmp_path, monkeypatch):
+    out, old = tmp_path / "run", tmp_path / "run.old"
     atomic_write_dir(out, lambda d: [(d / "a").write_text("1"), (d / "b").write_text("1")])
-    old = tmp_path / "run.old"
-    old.mkdir()
-    (old / "a").write_text("0")  # killed while removing it: its manifest and b are gone already
-    assert remove_leftovers(out) == [old] and not old.exists()
-    old.mkdir()
-    (old / "mine.txt").write_text("a user's folder that happens to be called run.old")
-    assert remove_leftovers(out) == [] and (old / "mine.txt").exists()
+    atomic_write_dir(old, lambda d: [(d / "a").write_text("0"), (d / "b").write_text("0")])
+    real = files.shutil.rmtree
+
+    def killed(path, *a, **k):
+        raise KeyboardInterrupt  # the process dies in the middle of the removal
+    monkeypatch.setattr(files.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        remove_leftovers(out)
+    monkeypatch.setattr(files.shutil, "rmtree", real)
+    assert not old.exists()  # renamed away first: never a half-emptied run.old
+    (grave,) = [p for p in tmp_path.iterdir() if files.is_own_temp(p.name, "run")]
+    assert remove_leftovers(out) == [grave] and not grave.exists() and (out / "a").read_text() == "1"
 
 
 def test_probe_files_are_not_mistaken_for_leftovers(tmp_path):

@@ -23,6 +23,7 @@ takes its slice, DistributedDataParallel averages gradients, rank 0 alone writes
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -42,7 +43,7 @@ from safetensors.torch import save as st_save
 
 from ..checkpoints import ModelLoadError, load_model_folder, new_model, save_model_folder
 from ..config import ModelConfig
-from ..files import probe_writable, remove_leftovers
+from ..files import WriteError, interrupted_copy, lock_folder, probe_writable, remove_leftovers
 from ..devices import default_device, resolve_device
 from ..jobs import Cancelled, JobControl
 from ..model import Transformer
@@ -369,8 +370,11 @@ def save_checkpoint(out_dir: Path, model: Transformer, task: Task, opt: torch.op
 
 
 def checkpoint_step(out_dir: str | Path) -> int | None:
-    """The step of the checkpoint in out_dir (or its .old twin), None when there is none."""
-    for d in (Path(out_dir), Path(str(out_dir) + ".old")):
+    """The step of the checkpoint in out_dir (or the app's own .old twin an interrupted checkpoint
+    left), None when there is none."""
+    for d in (Path(out_dir), interrupted_copy(out_dir)):
+        if d is None:
+            continue
         f = d / STATE_FILE
         if f.is_file():
             try:
@@ -382,8 +386,8 @@ def checkpoint_step(out_dir: str | Path) -> int | None:
 
 def read_run_config(out_dir: str | Path) -> TrainConfig:
     d = Path(out_dir)
-    if not (d / RUN_FILE).is_file() and Path(str(d) + ".old").is_dir():
-        d = Path(str(d) + ".old")
+    if not (d / RUN_FILE).is_file():
+        d = interrupted_copy(d) or d  # never a user's own folder that happens to be called RUN.old
     f = d / RUN_FILE
     if not f.is_file():
         raise ModelLoadError(d, f"no {RUN_FILE}: not a training checkpoint, cannot resume")
@@ -396,7 +400,7 @@ def run_sample_text(run_dir: str | Path, loaded) -> tuple[str, str] | None:
     model's tokenizer knows only the task's tokens, so this is the text the app shows for it."""
     from .tasks import TaskError, sample_text
 
-    if not (Path(run_dir) / RUN_FILE).is_file() and not Path(str(run_dir) + ".old").is_dir():
+    if not (Path(run_dir) / RUN_FILE).is_file() and interrupted_copy(run_dir) is None:
         return None
     try:
         cfg = read_run_config(run_dir)
@@ -427,7 +431,19 @@ def _autocast_factory(device: torch.device, precision: str):
 
 def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
           on_event: Callable[[dict], None] | None = None, control: JobControl | None = None) -> dict:
+    """Train (or resume) a run into `out_dir`, which is locked while the run writes it (files.lock_folder):
+    a second run on the same folder is refused at once (FolderLockedError, naming the holder); the
+    lock of a killed run is taken over, and the start event's "notes" say so."""
     out_dir = Path(os.path.abspath(out_dir))  # "." has no name to build the temporary sibling from
+    if _dist_info()[0] != 0:  # under torchrun rank 0 holds the lock; the other ranks write nothing
+        return _train(cfg, out_dir, resume, on_event, control)
+    notes: list[str] = []
+    with lock_folder(out_dir, on_note=notes.append):
+        return _train(cfg, out_dir, resume, on_event, control, notes)
+
+
+def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[dict], None] | None,
+           control: JobControl | None, notes: list[str] = ()) -> dict:
     rank, world = _dist_info()
     is_main = rank == 0
     if resume and checkpoint_step(out_dir) is None:  # never start over silently
@@ -453,7 +469,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
     changed: dict[str, list] = {}
     if resume:
         loaded = load_model_folder(out_dir, device=device, for_training=True)
-        ckpt_dir = loaded.path if (loaded.path / STATE_FILE).is_file() else Path(str(out_dir) + ".old")
+        ckpt_dir = loaded.path if (loaded.path / STATE_FILE).is_file() else (interrupted_copy(out_dir) or out_dir)
         saved = read_run_config(ckpt_dir)
         fixed = [(key, getattr(saved, key), getattr(cfg, key)) for key in FIXED_ON_RESUME]
         fixed += [(f"model.{k}", getattr(loaded.config, k), v) for k, v in cfg.model.items()
@@ -522,7 +538,8 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
     n_params = model.num_parameters()
     emit({"event": "start", "step": start_step, "steps": cfg.steps, "parameters": n_params,
           "task": task.describe(), "model": model_cfg.to_dict(), "out": str(out_dir), "world_size": world,
-          "device": str(device), **({"changed": changed} if changed else {})})
+          "device": str(device), **({"changed": changed} if changed else {}),
+          **({"notes": list(notes)} if notes else {})})
 
     def checkpoint(step: int, elapsed: float) -> None:
         bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
@@ -641,8 +658,19 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False,
 def export_model(checkpoint_dir: str | Path, export_dir: str | Path) -> None:
     """Write a clean model folder (no optimiser state or RNG) from a checkpoint, with its run notes."""
     checkpoint_dir = Path(checkpoint_dir)
+    with contextlib.ExitStack() as held:  # no run swaps either folder while this reads and writes
+        try:
+            held.enter_context(lock_folder(checkpoint_dir))
+        except WriteError:  # a checkpoint beside which nothing can be written (read-only) is read as it is
+            pass
+        held.enter_context(lock_folder(export_dir))
+        _export_model(checkpoint_dir, Path(export_dir))
+
+
+def _export_model(checkpoint_dir: Path, export_dir: Path) -> None:
     loaded = load_model_folder(checkpoint_dir)
-    src = checkpoint_dir if (checkpoint_dir / RUN_FILE).is_file() else Path(str(checkpoint_dir) + ".old")
+    src = checkpoint_dir if (checkpoint_dir / RUN_FILE).is_file() else (interrupted_copy(checkpoint_dir)
+                                                                       or checkpoint_dir)
     extra = {name: (src / name).read_bytes() for name in (RUN_FILE, METRICS_JSON, METRICS_CSV, "preprocessor_config.json")
              if (src / name).is_file()}
     save_model_folder(loaded.model, export_dir, tokenizer=loaded.tokenizer, extra_files=extra)

@@ -173,6 +173,7 @@ def config_from_file(path: str):
 
 def config_from_args(args):
     """The run's TrainConfig: from --config FILE, or built from the flags (two ways to the same config)."""
+    from ..core.families import trainable_families
     from ..core.training import TrainConfig
     from ..core.training.trainer import default_precision
 
@@ -211,7 +212,7 @@ def config_from_args(args):
         value = getattr(args, arg)
         if value is not None:
             model[key] = value
-    if args.family == "vit":  # a ViT's context is 1 + its patches, never a free choice
+    if args.family in trainable_families("patches"):  # a ViT's context is 1 + its patches, never a free choice
         model.pop("context_length")
     device = _device(args)
     return TrainConfig(task=args.task, task_options=task_options, family=args.family, model=model,

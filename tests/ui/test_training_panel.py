@@ -57,10 +57,10 @@ def test_parameter_count_follows_the_builder(qtbot):
 def _built_parameters(panel: TrainingPanel) -> int:
     """sum(p.numel()) of the model a run of the panel's settings builds (as train() builds it)."""
     from desktop_app.core.model import Transformer
-    from desktop_app.core.training.trainer import model_config_for, task_for
+    from desktop_app.core.training.trainer import model_config_for, task_for, trains_causal
 
     cfg = panel.config()
-    task = task_for(cfg, causal=cfg.model.get("causal", cfg.family != "bert"))
+    task = task_for(cfg, causal=trains_causal(cfg))
     return sum(p.numel() for p in Transformer(model_config_for(cfg, task)).parameters())
 
 

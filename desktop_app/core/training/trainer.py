@@ -208,11 +208,7 @@ class TrainControl(JobControl):
 
 def model_config_for(cfg: TrainConfig, task: Task | None = None, vocab_size: int | None = None) -> ModelConfig:
     """The family preset with the builder's overrides; vocabulary and context fitted to the task."""
-    from ..families import REGISTRY  # the only list of families
-    trainable = [name for name, family in REGISTRY.items() if family.trainable]
-    if cfg.family not in trainable:
-        raise ValueError(f"unknown family {cfg.family!r} (trainable here: {', '.join(trainable)})")
-    preset = REGISTRY[cfg.family].preset
+    preset = _trainable_family(cfg).preset
     over = dict(cfg.model)
     images = getattr(task, "model_settings", None)  # an image task (image_tasks.py): a ViT reads its images
     if task is not None and (images is not None) != (preset().input_kind == "patches"):
@@ -239,6 +235,27 @@ def task_options_for(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.task == "text":
         opts.setdefault("seq_len", int(cfg.model.get("context_length", 128)))
     return opts
+
+
+def _trainable_family(cfg: TrainConfig):
+    """The registry's record of the run's family; ValueError naming the trainable ones if it is none of them."""
+    from ..families import REGISTRY  # the only list of families
+    trainable = [name for name, family in REGISTRY.items() if family.trainable]
+    if cfg.family not in trainable:
+        raise ValueError(f"unknown family {cfg.family!r} (trainable here: {', '.join(trainable)})")
+    return REGISTRY[cfg.family]
+
+
+def trains_causal(cfg: TrainConfig) -> bool:
+    """Does a new run of `cfg` train next-token (True: a causal model) or masked tokens (False: a
+    bidirectional encoder)? The one answer, read by the run, its parameter count and the Train panel. It is
+    the attention mask of the model the run builds (model_config_for: the family preset with cfg.model
+    over it): cfg.model's "causal" where the run overrides it, else the registry's Family.decoder, which is
+    the family preset's `causal` (tests/core/test_training_objective.py checks both for every family).
+    Never a family's name: RoBERTa and DistilBERT are encoders as BERT is. A resumed run reads its loaded
+    model's own flag."""
+    family = _trainable_family(cfg)
+    return bool(cfg.model.get("causal", family.decoder))
 
 
 def task_for(cfg: TrainConfig, causal: bool, tokenizer=None) -> Task:
@@ -489,8 +506,7 @@ def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[di
         start_step, elapsed_before = int(state["step"]), float(state.get("elapsed", 0.0))
     else:
         torch.manual_seed(cfg.seed)
-        family_causal = cfg.model.get("causal", cfg.family != "bert")
-        task = task_for(cfg, family_causal)
+        task = task_for(cfg, trains_causal(cfg))
         model_cfg = model_config_for(cfg, task)
         model = new_model(model_cfg, seed=cfg.seed).to(device)
         opt_tensors = None
@@ -685,7 +701,6 @@ def parameter_count(model_cfg: ModelConfig) -> int:
 def task_vocab_size(cfg: TrainConfig) -> int | None:
     """The vocabulary a run will have, cheaply (None when it needs the text read and tokenized)."""
     if cfg.task != "text":
-        causal = cfg.model.get("causal", cfg.family != "bert")
-        return task_for(cfg, causal).vocab_size
+        return task_for(cfg, trains_causal(cfg)).vocab_size
     opts = cfg.task_options
     return int(opts.get("vocab_size", 512)) if opts.get("tokenizer") == "bpe" else None

@@ -29,7 +29,7 @@ from ...core.files import atomic_write_text
 from ...core.training.tasks import (DECLARED_TASKS, TaskError, TextTask, image_task_names, make_task,
                                     read_text_file, task_dimensions, task_names)
 from ...core.training.trainer import (TrainConfig, best_device, default_precision, model_config_for, parameter_count,
-                                      read_run_config, run_sample_text, task_options_for)
+                                      read_run_config, run_sample_text, task_options_for, trains_causal)
 from ...core.views.training import config_from_dict, end_of_run_line
 from ...paths import user_data_dir
 from ..widgets.export import ExportBar, ask_save_path, show_saved
@@ -858,7 +858,7 @@ class TrainingPanel(QWidget):
         try:
             cfg = self.config()
             note = ""
-            causal = cfg.model.get("causal", cfg.family != "bert")
+            causal = trains_causal(cfg)  # masked or next-token, from the registry (as the run decides)
             if cfg.task in image_task_names():
                 try:
                     stand_in = image_task_stand_in(cfg.task, int(cfg.model.get("patch_size", 2)), cfg.task_options)

@@ -187,3 +187,87 @@ def test_a_late_attribution_for_the_old_model_is_dropped(qtbot, model_dirs, isol
     assert llama in ended  # the old model's job did finish...
     assert all(a.head_table.shape == (demo.config.n_layers, demo.config.n_heads) for a in shown)  # ...unseen
     assert panel.dla_chart.attribution.token_id == _top_token(demo, state.token_ids)
+
+
+# -- issue 25 §4, the remaining panels: Generate, Image, Dynamics ---------------------------------
+
+
+def _gated(module, name, monkeypatch):
+    """Replace module.name by a version that waits for the returned event while it runs for a model no
+    longer current (the old model's job, still in its worker when the new model arrives)."""
+    import threading
+
+    real, gate, started, ended = getattr(module, name), threading.Event(), [], []
+
+    def held(*args, **kwargs):
+        started.append(args)
+        gate.wait(60)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            ended.append(args)
+
+    monkeypatch.setattr(module, name, held)
+    return gate, started, ended
+
+
+def test_a_generation_step_inspected_on_the_old_model_never_reaches_the_new_one(qtbot, model_dirs, isolated_user_files,
+                                                                                monkeypatch):
+    """Generate: Step, then a click on the generated token (its logit lens and its trace for every
+    panel); another model opens from the Recent menu while that is computed: the old model's lens
+    and trace never show, and the session is cleared."""
+    import desktop_app.ui.panels.generation_views as views
+
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(model_dirs["llama"])
+    _wait_traced(qtbot, state)
+    gen = _show_tab(qtbot, window, "Generate")
+    qtbot.mouseClick(gen.step_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: gen.session is not None and gen.session.current.depth == 1 and not gen.busy,
+                    timeout=30_000)
+    llama, n_prompt = state.loaded, len(gen.session.prompt)
+    gate, started, ended = _gated(views, "_inspect", monkeypatch)
+    shown = []  # every trace handed to the panels once the model changed
+    try:
+        canvas = gen.strip.canvas
+        qtbot.mouseClick(canvas, Qt.MouseButton.LeftButton, pos=gen.strip.chip_center(n_prompt))  # the token
+        qtbot.waitUntil(lambda: len(started) == 1, timeout=30_000)
+        state.model_changed.connect(lambda _: state.trace_changed.connect(
+            lambda trace: shown.append((state.trace_source, trace))))
+        _open_from_recent(qtbot, window, state, model_dirs["demo"])
+        assert state.loaded is not llama
+        assert gen.session is None and gen.tree.topLevelItemCount() == 0 and gen.strip.count() == 0
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: len(ended) == 1 and not gen.busy, timeout=30_000)
+    _wait_traced(qtbot, state)
+    qtbot.wait(50)  # nothing queued on the UI thread may still bring it
+    assert all(source != "generation" for source, _ in shown)  # the old step's trace never reached the panels
+    assert state.trace_source == "text" and state.trace is not None
+    assert state.trace["logits"].shape[-1] == state.loaded.config.vocab_size
+    assert gen.session is None and gen.lens_table.rowCount() == 0
+    assert "step" not in gen.tabs.tabText(gen.tabs.indexOf(gen.lens_table))
+    assert not gen.status.text().startswith("Step 1:")
+
+
+def test_a_generation_started_before_the_edits_changed_starts_again_with_them(qtbot, monkeypatch):
+    """Generate: Step starts a session; the what-if edits change while its prompt runs: the session
+    that lands is the edited model's (started again), never one made with the previous edits."""
+    import desktop_app.ui.panels.generation_views as views
+    from desktop_app.core.interventions import Intervention
+
+    from .test_generation_panel import _make
+
+    p = _make(qtbot)
+    p.prompt.setText("the ")
+    gate, started, ended = _gated(views, "_start_decoder", monkeypatch)
+    try:
+        qtbot.mouseClick(p.step_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: len(started) == 1, timeout=30_000)
+        p.state.set_interventions([Intervention("blocks.1.attn.head.2")])
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: p.session is not None and p.session.current.depth == 1 and not p.busy, timeout=30_000)
+    assert len(started) == 2  # started again for the new edits...
+    assert [iv.target for iv in p.session.interventions] == ["blocks.1.attn.head.2"]  # ...and made with them

@@ -12,7 +12,10 @@ The panel holds the widgets both kinds of model share; what differs lives in two
 (generation_views): DecoderStepView for causal models, EncoderFillView for encoders, the one that
 fits the open model shown. The --screenshot demo is in ui/demo.py.
 
-All model work runs in workers (run_job); the UI thread only re-processes stored logits.
+All model work runs in workers through AppState.run for the model and the what-if edits it started
+with (the prompt is the panel's own input): a result, error or progress of a job whose model or edits
+are no longer current is dropped. The panel is a ResultView: a new model clears the session, new
+edits recompute its history (with_interventions). The UI thread only re-processes stored logits.
 """
 from __future__ import annotations
 
@@ -28,8 +31,8 @@ from ...core.views.generation import GenerationViewState
 from ...core.inputs import InputError
 from ..widgets.export import ExportBar
 from ..widgets.prob_bars import ProbBars, format_prob
+from ..state import EDITS, MODEL, ResultView
 from ..widgets.token_strip import TokenStrip
-from ..workers import run_job
 from .generation_views import DecoderStepView, EncoderFillView, GenerationView, _mutate
 
 TOP_BARS = 15
@@ -62,7 +65,7 @@ def _plain_logits_at(loaded, ids: list[int], position: int):
     return out.logits[0, position].float().cpu()
 
 
-class GenerationPanel(QWidget):
+class GenerationPanel(QWidget, ResultView):
     title = "Generate"
     shortcuts = (("Right", "Step"), ("Left", "Back"))  # (key, what): made below, listed in Help
     help_text = (
@@ -81,6 +84,9 @@ class GenerationPanel(QWidget):
         "left to right.")
 
     session_changed = Signal()
+    # What a session (and every job on it) is computed for: the model and the what-if edits. A new model
+    # clears it; new edits recompute its history (clear_results).
+    result_parts = (MODEL, EDITS)
 
     def __init__(self, state, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -110,7 +116,7 @@ class GenerationPanel(QWidget):
         self._build()
         state.model_changed.connect(self._on_model)
         state.device_changed.connect(lambda _: self._drop_session("device changed: press Step to start again"))
-        state.interventions_changed.connect(self._on_interventions)
+        self.watch_inputs(state)  # clear_results: a new model clears the session, new edits recompute it
         if state.loaded is not None:
             self._on_model(state.loaded)
 
@@ -291,11 +297,20 @@ class GenerationPanel(QWidget):
     def busy(self) -> bool:
         return self._job_active or self._running
 
+    def clear_results(self, changed: frozenset) -> None:
+        """AppState.inputs_changed (the one mechanism): another model clears the session and everything
+        computed for the previous model (AppState.run drops its late results); other what-if edits keep
+        the history and recompute it for the edited model."""
+        if MODEL in changed:
+            self._plain_logits.clear()
+            self._drop_session("")  # _on_model (model_changed, next) says what the new model can do
+        elif EDITS in changed:
+            self._edits_changed()
+
     def _on_model(self, loaded) -> None:
-        if self._running:
-            self._run_job.cancel()
-        self.session = None
-        self._edits_pending = False
+        """The controls and the prompt for this kind of model (its session was cleared by clear_results)."""
+        if self.session is not None and self.session.model is not loaded.model:
+            self._drop_session("")  # a model made current without AppState.set_model
         self.selected_node, self.selected_position = None, None
         self._extra_masks = set()
         self._trail = None
@@ -351,14 +366,14 @@ class GenerationPanel(QWidget):
             words[len(words) // 2] = tok.tok.id_to_token(tok.mask_token_id)
         return " ".join(words)
 
-    def _on_interventions(self, interventions: list) -> None:
+    def _edits_changed(self) -> None:
         """New what-if edits: the history stays (every token, branch and beam); what the model says
         about it is recomputed for the edited model in a worker (the session's with_interventions).
-        A job holding the session finishes first (a run is stopped); edits that change again meanwhile
-        are applied once it is done."""
-        self._plain_logits.clear()
+        A job holding the session finishes first (a run is stopped; AppState.run drops its result, made
+        with the previous edits); edits that change again meanwhile are applied once it is done. A
+        session being started with the previous edits is started again with these."""
         if self.session is None and not self.busy:
-            if interventions:
+            if self.state.interventions:
                 self.status.setText("the what-if edits changed: press Step to generate with them")
             return
         self._edits_pending = True  # also while a session is being started with the previous edits
@@ -405,6 +420,8 @@ class GenerationPanel(QWidget):
         self.session = None
         self._edits_pending = False
         self.selected_node, self.selected_position = None, None
+        self._trail = None
+        self._lens_node = None
         self.status.setText(message)
         self.refresh()
 
@@ -562,9 +579,10 @@ class GenerationPanel(QWidget):
 
         self.status.setText(self._generating(0, n))
         self._running = True
-        self._run_job = run_job(_run, self.session, n, on_result=ended(self._run_done), on_error=ended(self._job_failed),
-                                on_progress=progress,
-                                on_cancelled=ended(lambda: self.status.setText("Stopped.")), on_finished=finished)
+        self._run_job = self.state.run(_run, self.session, n, on_result=ended(self._run_done),
+                                       on_error=ended(self._job_failed), on_progress=progress,
+                                       on_cancelled=ended(lambda: self.status.setText("Stopped.")),
+                                       on_finished=finished, owner=self, parts=self.result_parts)
         self._update_enabled()
 
     def _generating(self, done: int, total: int) -> str:
@@ -605,8 +623,14 @@ class GenerationPanel(QWidget):
         if isinstance(self.view, EncoderFillView):  # the button shows for encoders only
             self.view.toggle_mask()
 
-    def _submit(self, fn, *args, on_result=None, on_error=None) -> None:
+    def _submit(self, fn, *args, on_result=None, on_error=None, on_dropped=None) -> None:
+        """Run a job on the session (one at a time) through AppState.run: its result or error arrives
+        only while the model and the edits are those it started with. `on_dropped` runs when it was
+        dropped for other edits on the same model (a new model cleared everything already)."""
+        delivered = []
+
         def done(result) -> None:
+            delivered.append(True)
             self._job_active = False
             if on_result is not None:
                 on_result(result)
@@ -614,6 +638,7 @@ class GenerationPanel(QWidget):
                 self.refresh()
 
         def failed(exc, tb) -> None:
+            delivered.append(True)
             self._job_active = False
             (on_error or self._job_failed)(exc, tb)
 
@@ -622,10 +647,13 @@ class GenerationPanel(QWidget):
                 self._job_active = False
                 self._apply_settings()
                 self._apply_pending_edits()
+                if not delivered and on_dropped is not None and self.state.is_current(job.key, (MODEL,)):
+                    on_dropped()
             self._update_enabled()
 
         self._job_active = True
-        self._job = job = run_job(fn, *args, on_result=done, on_error=failed, on_finished=finished)
+        self._job = job = self.state.run(fn, *args, on_result=done, on_error=failed, on_finished=finished,
+                                         owner=self, parts=self.result_parts)
         self._update_enabled()
 
     def _job_failed(self, exc: BaseException, tb: str) -> None:
@@ -721,8 +749,10 @@ class GenerationPanel(QWidget):
             if self._plain_wanted == key and self._shown is not None:
                 self._show_plain(*self._shown, logits)
 
-        run_job(_plain_logits_at, loaded, list(context_ids), position, on_result=done,
-                on_error=lambda exc, tb: self.plain_label.setText(f"the model as trained: {exc}"))
+        # the model as trained does not depend on the edits: dropped only when another model opens
+        self.state.run(_plain_logits_at, loaded, list(context_ids), position, on_result=done,
+                       on_error=lambda exc, tb: self.plain_label.setText(f"the model as trained: {exc}"),
+                       owner=self, parts=(MODEL,))
 
     def _show_plain(self, dist, chosen: int | None, logits) -> None:
         import math

@@ -17,7 +17,6 @@ from ...core.generation import GenerationError, GenerationSession, MaskedFillSes
 from ...core.views.generation import branch_rows, common_prefix_length
 from ..state import tokenize_and_trace
 from ..widgets.prob_bars import format_prob
-from ..workers import run_job
 
 
 def plural(n: int, word: str) -> str:
@@ -121,7 +120,7 @@ class DecoderStepView(GenerationView):
     def start(self, loaded, ids, then) -> None:
         p = self.panel
         p._submit(_start_decoder, loaded, ids, p.settings(), p.seed.value(), list(p.state.interventions),
-                  on_result=lambda s: p._session_ready(s, then))
+                  on_result=lambda s: p._session_ready(s, then), on_dropped=lambda: p.start(then))
 
     def before_back(self) -> None:
         p = self.panel
@@ -200,9 +199,10 @@ class DecoderStepView(GenerationView):
                 self._show_lens(lens_node, lens)
 
         # Not a session job (no busy flag, actions stay available): it only reads the node's recorded
-        # residuals, which never change, and the model's unembedding.
+        # residuals, which never change, and the model's unembedding (AppState.run: dropped for another
+        # model or other edits, which replace the session).
         # A failed lens leaves the table empty: the step itself stands and its status line says so.
-        run_job(_lens, s, node, on_result=shown, on_error=lambda *_: None, owner=p)
+        p.state.run(_lens, s, node, on_result=shown, on_error=lambda *_: None, owner=p, parts=p.result_parts)
 
     def tree_clicked(self, node) -> None:
         p = self.panel
@@ -360,7 +360,8 @@ class EncoderFillView(GenerationView):
             p._show_plain_tokens(ids)
             return
         p._submit(_start_encoder, loaded, ids, masked, mask_id, p.settings(), p.order.currentText(),
-                  p.seed.value(), list(p.state.interventions), on_result=lambda s: p._session_ready(s, then))
+                  p.seed.value(), list(p.state.interventions), on_result=lambda s: p._session_ready(s, then),
+                  on_dropped=lambda: p.start(then))
 
     def choose(self, token_id: int) -> None:
         p = self.panel
@@ -388,7 +389,8 @@ class EncoderFillView(GenerationView):
         p.selected_position = index
         p.refresh()
         if not p.busy:  # the inspecting panels show the sequence as filled so far
-            p._submit(tokenize_and_trace, p.state.loaded, "", s.ids(), on_result=self._show_filled)
+            p._submit(tokenize_and_trace, p.state.loaded, "", s.ids(), list(p.state.interventions),
+                      on_result=self._show_filled)
 
     def _show_filled(self, result) -> None:
         p = self.panel

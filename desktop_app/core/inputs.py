@@ -161,14 +161,150 @@ def trace_names(config, n_tokens: int, final_logits: bool = True) -> list[str]:
             "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out"]
 
 
-def text_file_ids(loaded, path: str | Path) -> list[int]:
+def text_file_ids(loaded, path: str | Path) -> "array":
     """Every token id of a UTF-8 text file with a model's tokenizer (no context cut: e.g. the
-    Lipschitz sweep takes windows of it), checked against the model's vocabulary."""
+    Lipschitz sweep takes windows of it), checked against the model's vocabulary. The file is read
+    and tokenized in pieces (encode_text_file): memory holds the ids, 2 or 4 bytes each, not the text.
+    A BOS comes first where the tokenizer prepends one; the post-processor's closing tokens ([SEP],
+    </s>) are not added around a whole file, whose windows are taken from inside it."""
     if loaded.tokenizer is None:
         raise InputError(f"{loaded.path or loaded.name}: {getattr(loaded, 'tokenizer_missing', 'no tokenizer.json')}, "
                          f"so real text cannot be tokenized")
-    text = read_text_file(path)
-    ids = encode(loaded.tokenizer, text, loaded.config.vocab_size, where=str(path)).ids
+    ids = encode_text_file(loaded.tokenizer, path, loaded.config.vocab_size)
     if not ids:
         raise InputError(f"{path}: the text is empty")
+    return ids
+
+
+# -- long text, in pieces ----------------------------------------------------------------------
+
+TEXT_BLOCK_BYTES = 1 << 20  # read this much of a file at a time
+TEXT_PIECE_CHARS = 1 << 18  # and tokenize pieces of about this many characters
+
+
+def safe_cut(text: str, start: int) -> int:
+    """The first index i >= start (and > 0) where `text` may be cut for tokenizing its two sides apart:
+    text[i] is a space and text[i - 1] a letter, digit or punctuation; -1 when there is none.
+
+    Before such a space every tokenizer the app uses splits its pre-tokens anyway, and the piece
+    after it starts with the space, so none adds a prefix space of its own: a character tokenizer
+    (any cut), byte-level BPE (GPT-2's pre-tokenizer regex never joins a non-space to the space after
+    it; add_prefix_space adds nothing before a space), BERT's whitespace/punctuation split, and
+    SentencePiece's Metaspace (a piece starting with the space starts with its replacement, so
+    nothing is prepended). Special tokens written in the text ([MASK], <|endoftext|>) hold no space,
+    so no cut splits one. Not covered: a normalizer that prepends to every input (a tokenizer.json
+    with a "Prepend" normalizer) and added tokens containing spaces: there a cut may differ from
+    the one-shot encoding (encode_text_file then encodes such a tokenizer's text in one piece)."""
+    i = start - 1
+    while True:
+        i = text.find(" ", max(i + 1, 1))
+        if i < 0:
+            return -1
+        prev = text[i - 1]
+        if not prev.isspace() and prev.isprintable():
+            return i
+
+
+def iter_text_file(path: str | Path, piece_chars: int | None = None, block_bytes: int | None = None):
+    """The text of a UTF-8 file (a byte-order mark dropped) in pieces of about `piece_chars` characters,
+    (default TEXT_PIECE_CHARS; read TEXT_BLOCK_BYTES at a time), cut only where safe_cut allows (a
+    text without such a place comes as one piece); joined, the pieces
+    are read_text_file(path). InputError as read_text_file's: missing, not a file, not UTF-8 (naming
+    the byte), unreadable, empty (said after the last piece)."""
+    path = Path(path)
+    piece_chars = piece_chars or TEXT_PIECE_CHARS
+    block_bytes = block_bytes or TEXT_BLOCK_BYTES
+    if not path.exists():
+        raise InputError(f"{path}: no such text file")
+    if not path.is_file():
+        raise InputError(f"{path}: not a file")
+    offset, carry, pending, seen_text, first = 0, b"", "", False, True
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    with f:
+        while True:
+            try:
+                block = f.read(block_bytes)
+            except OSError as exc:
+                raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+            data = carry + block
+            if first:
+                first = False
+                if data.startswith(b"\xef\xbb\xbf"):
+                    data, offset = data[3:], 3
+            cut = len(data)
+            if block:  # keep an incomplete UTF-8 sequence at the end for the next block
+                back = 0
+                while back < min(3, len(data)) and (data[-1 - back] & 0xC0) == 0x80:
+                    back += 1
+                if back < len(data) and data[-1 - back] >= 0xC0:
+                    cut = len(data) - 1 - back
+            try:
+                pending += data[:cut].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{path}: not UTF-8 text (byte {offset + exc.start}); save it as UTF-8") from None
+            offset += cut
+            carry = data[cut:]
+            while len(pending) > piece_chars:
+                i = safe_cut(pending, piece_chars)
+                if i < 0:
+                    break
+                piece, pending = pending[:i], pending[i:]
+                seen_text = seen_text or not piece.isspace()
+                yield piece
+            if not block:
+                break
+    if carry:
+        raise InputError(f"{path}: not UTF-8 text (byte {offset}); save it as UTF-8")
+    if pending:
+        seen_text = seen_text or not pending.isspace()
+    if not seen_text:
+        raise InputError(f"{path}: the file is empty")
+    if pending:
+        yield pending
+
+
+def ids_dtype(vocab_size: int) -> str:
+    """The smallest array type code for token ids below `vocab_size`: 'h' (2 bytes) or 'i' (4 bytes)."""
+    return "h" if vocab_size <= 2**15 else "i"
+
+
+def _prepends_to_every_input(tokenizer: Tokenizer) -> bool:
+    """A normalizer that prepends to every input (safe_cut's exception): such text is encoded whole."""
+    import json
+
+    try:
+        return '"Prepend"' in json.dumps(json.loads(tokenizer.tok.to_str()).get("normalizer"))
+    except (ValueError, TypeError):
+        return True
+
+
+def encode_text_file(tokenizer: Tokenizer, path: str | Path, vocab_size: int | None = None,
+                     pieces=None, with_bos: bool = True) -> "array":
+    """Every token id of a text file, tokenized piece by piece (iter_text_file; `pieces`, a callable
+    returning the pieces, replaces it), in a compact array ('h' or 'i', ids_dtype), checked against
+    `vocab_size` (default the tokenizer's). The same ids as encoding the whole text at once (see
+    safe_cut); BOS first when the tokenizer prepends it (and `with_bos`), as encode() did for a whole
+    file. Memory: the
+    ids, and one piece's text and encoding at a time."""
+    from array import array
+
+    where = str(path)
+    vocab = tokenizer.vocab_size if vocab_size is None else vocab_size
+    ids = array(ids_dtype(max(vocab, tokenizer.vocab_size)))
+    if with_bos and tokenizer.bos_prepended and tokenizer.bos_token_id is not None:
+        ids.append(tokenizer.bos_token_id)
+    source = pieces() if pieces is not None else iter_text_file(path)
+    if _prepends_to_every_input(tokenizer):
+        source = ["".join(source)]
+    for piece in source:
+        try:
+            got = tokenizer.encode(piece)
+        except TokenizerError as exc:
+            raise InputError(f"{where}: {exc}") from None
+        if got and (max(got) >= vocab or min(got) < 0):
+            check_ids(got, vocab, tokenizer=tokenizer, where=where)  # raises, naming the ids
+        ids.extend(got)
     return ids

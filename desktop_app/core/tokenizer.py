@@ -198,13 +198,14 @@ def char_tokenizer(text: str, specials: Iterable[str] = (), unknown: str | None 
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int, specials: Iterable[str] = ("<|endoftext|>",)) -> Tokenizer:
-    """Byte-level BPE (GPT-2 style) trained on `texts` to `vocab_size` tokens."""
+    """Byte-level BPE (GPT-2 style) trained on `texts` (any iterable, read once: e.g. a long file's
+    pieces from core.inputs.iter_text_file, cut where the pre-tokens are the same) to `vocab_size` tokens."""
     tok = HFTokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(specials),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(list(texts), trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer)  # streamed: a long text may come in pieces
     return Tokenizer(tok)
 
 

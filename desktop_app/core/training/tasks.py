@@ -20,7 +20,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from tokenizers import Tokenizer as HFTokenizer
@@ -284,26 +284,56 @@ def read_text_file(path: str | Path) -> str:
         raise TaskError(str(exc)) from None
 
 
-class TextTask(Task):
-    """Language modelling on a text: next token (causal models) or masked tokens (encoders)."""
+def text_pieces(path: str | Path) -> Callable[[], Iterable[str]]:
+    """The pieces of a long text file, each time they are asked for (core.inputs.iter_text_file: read
+    and tokenized in pieces, never held whole), its errors as TaskError."""
+    def pieces() -> Iterator[str]:
+        try:
+            yield from inputs.iter_text_file(path)
+        except inputs.InputError as exc:
+            raise TaskError(str(exc)) from None
+    return pieces
 
-    def __init__(self, text: str, tokenizer: str = "char", vocab_size: int = 512, seq_len: int = 128,
-                 objective: str = "clm", val_fraction: float = 0.1, mask_prob: float = 0.15,
+
+def text_characters(pieces: Callable[[], Iterable[str]]) -> str:
+    """The distinct characters of a text given in pieces, sorted (what char_tokenizer's vocabulary holds)."""
+    chars: set[str] = set()
+    for piece in pieces():
+        chars.update(piece)
+    return "".join(sorted(chars))
+
+
+class TextTask(Task):
+    """Language modelling on a text: next token (causal models) or masked tokens (encoders).
+
+    `text` is the text, or a callable returning its pieces (text_pieces(path): a long file is read
+    twice in pieces, for the vocabulary and for the ids, and never held whole). The ids are kept
+    compact (int16, or int32 for a vocabulary above 32768) and a batch takes only its windows."""
+
+    def __init__(self, text: str | Callable[[], Iterable[str]], tokenizer: str = "char", vocab_size: int = 512,
+                 seq_len: int = 128, objective: str = "clm", val_fraction: float = 0.1, mask_prob: float = 0.15,
                  source: str = "<text>", tokenizer_obj: Tokenizer | None = None, **_: Any) -> None:
         if objective not in ("clm", "mlm"):
             raise TaskError(f"unknown text objective {objective!r}")
+        pieces = (lambda: [text]) if isinstance(text, str) else text
         if tokenizer_obj is None:
             specials = (MASK,) if objective == "mlm" else ()
             if tokenizer == "char":
-                tokenizer_obj = char_tokenizer(text, specials=specials, unknown=UNK)
+                tokenizer_obj = char_tokenizer(text_characters(pieces), specials=specials, unknown=UNK)
             elif tokenizer == "bpe":
-                tokenizer_obj = train_bpe([text], vocab_size, specials=("<|endoftext|>",) + specials)
+                tokenizer_obj = train_bpe(pieces(), vocab_size, specials=("<|endoftext|>",) + specials)
             else:
                 raise TaskError(f"unknown tokenizer kind {tokenizer!r} (char or bpe)")
         super().__init__(name="text", tokenizer=tokenizer_obj, seq_len=seq_len,
                          options={"tokenizer": tokenizer, "vocab_size": vocab_size, "objective": objective,
                                   "source": source})
-        ids = torch.tensor(tokenizer_obj.encode(text), dtype=torch.long)
+        try:  # the text's own ids (no BOS), as the task always took them
+            self._ids_buffer = inputs.encode_text_file(tokenizer_obj, source, pieces=pieces, with_bos=False)
+        except inputs.InputError as exc:
+            raise TaskError(str(exc)) from None
+        dtype = torch.int16 if self._ids_buffer.typecode == "h" else torch.int32
+        ids = (torch.frombuffer(self._ids_buffer, dtype=dtype) if len(self._ids_buffer)
+               else torch.zeros(0, dtype=dtype))
         n_val = max(int(len(ids) * val_fraction), seq_len + 1)
         if len(ids) - n_val < seq_len + 1:
             raise TaskError(f"{source}: {len(ids)} tokens are too few for a context of {seq_len} "
@@ -314,14 +344,11 @@ class TextTask(Task):
         self.mask_id = tokenizer_obj.special_id("mask") if objective == "mlm" else None
 
     def _windows(self, ids: torch.Tensor, starts: torch.Tensor, width: int) -> torch.Tensor:
-        return torch.stack([ids[s: s + width] for s in starts.tolist()])
+        return torch.stack([ids[s: s + width] for s in starts.tolist()]).long()  # the ids stay compact
 
     def _make(self, windows: torch.Tensor, gen: torch.Generator) -> Batch:
         if self.objective == "clm":
             return Batch(windows[:, :-1], windows[:, 1:].clone())
-        if self.mask_id is None:  # a saved tokenizer (resume) of a run trained next-token
-            raise TaskError(f"masked-token training needs a {MASK} token, which the run's tokenizer lacks (it was "
-                            "trained next-token): start a new run")
         x = windows[:, :-1].clone()
         chosen = torch.rand(x.shape, generator=gen) < self.mask_prob
         targets = torch.where(chosen, x, torch.full_like(x, IGNORE))
@@ -382,7 +409,7 @@ def task_dimensions(name: str, options: dict[str, Any] | None = None, causal: bo
     path = opts.get("text_file")
     if not path:
         raise TaskError("the text task needs a text file (--text-file)")
-    return char_tokenizer(read_text_file(path), specials=specials, unknown=UNK).vocab_size, seq_len
+    return char_tokenizer(text_characters(text_pieces(path)), specials=specials, unknown=UNK).vocab_size, seq_len
 
 
 # -- factory ---------------------------------------------------------------------------------
@@ -416,8 +443,5 @@ def make_task(name: str, options: dict[str, Any] | None = None, causal: bool = T
         if path is None:
             raise TaskError("the text task needs a text file (--text-file)")
         opts.setdefault("objective", "clm" if causal else "mlm")
-        if opts["objective"] == "clm" and not causal:  # a bidirectional model sees the token it is to predict
-            raise TaskError("next-token training (objective clm) needs a causal model; this family's model is "
-                            "bidirectional (objective mlm)")
-        return TextTask(read_text_file(path), source=str(path), tokenizer_obj=tokenizer, **opts)
+        return TextTask(text_pieces(path), source=str(path), tokenizer_obj=tokenizer, **opts)
     raise TaskError(f"unknown task {name!r} (known: {', '.join(task_names())})")

@@ -603,3 +603,87 @@ def strict_json(value):
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+# -- named output files and array files read in ------------------------------------------------
+
+
+class OutputFileError(ValueError):
+    """An output file a command may not write: it exists (no --overwrite), or is a link or special file."""
+
+
+def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
+    """The one rule for an output FILE the user names (trace --out, render --out, every --csv...), asked
+    before any work and again just before the write (with overwrite=True: the link rule only).
+
+    A new file is fine; an existing regular file only with `overwrite` (else OutputFileError "PATH
+    exists; pass --overwrite to replace it"); a symbolic link, folder, device, pipe or socket never,
+    even with `overwrite`: the write is atomic (a sibling renamed into place) and would replace the
+    link itself, or cannot replace a special file. Then prepare_output_file (leftovers, writable)."""
+    import stat
+
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise _write_error(path, exc) from exc
+    if st is not None:
+        mode = st.st_mode
+        if stat.S_ISLNK(mode):
+            raise OutputFileError(f"{path} is a symbolic link; the app never writes through one, even with "
+                                  "--overwrite: give the file's own path or a new name")
+        if stat.S_ISDIR(mode):  # a folder in the way: a write failure, as prepare_output_file says it
+            raise WriteError(path, "is a folder (give a file name)", errno.EISDIR)
+        if not stat.S_ISREG(mode):
+            raise OutputFileError(f"{path} is a special file (device, pipe or socket); the app writes only "
+                                  "regular files: give a new file name")
+        if not overwrite:
+            raise OutputFileError(f"{path} exists; pass --overwrite to replace it")
+    return prepare_output_file(path)
+
+
+MAX_ARRAY_BYTES = 2**31  # an array file the app reads (matrices, an image) is small; 2 GB is far beyond
+
+
+def check_array_file(path: str | Path, max_bytes: int = MAX_ARRAY_BYTES) -> None:
+    """Read the headers of a .npy file, or of each array in an .npz archive, before numpy reads the
+    arrays: refuse (ValueError naming the file) an array whose header claims more than `max_bytes`,
+    or that holds Python objects (pickle, never loaded). A file that is not such an archive passes
+    here and is refused by numpy.load as before."""
+    import zipfile
+
+    import numpy as np
+    from numpy.lib import format as npy
+
+    path = Path(path)
+
+    def check(f, name: str) -> None:
+        try:
+            version = npy.read_magic(f)
+            shape, _, dtype = (npy.read_array_header_1_0(f) if version == (1, 0) else
+                               npy.read_array_header_2_0(f))
+        except (ValueError, EOFError, OSError):
+            return  # not a .npy header: numpy.load says so
+        what = f"{path}: {'array ' + repr(name) + ' ' if name else ''}"
+        if dtype.hasobject:
+            raise ValueError(f"{what}holds Python objects (pickle), which the app never loads")
+        size = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if size > max_bytes:
+            from .devices import human_bytes
+            raise ValueError(f"{what}claims shape {tuple(shape)} ({human_bytes(size)}); refusing to read it "
+                             f"(at most {human_bytes(max_bytes)})")
+
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                for info in z.infolist():
+                    if info.filename.endswith(".npy"):
+                        with z.open(info) as f:
+                            check(f, info.filename[:-4])
+        else:
+            with open(path, "rb") as f:
+                check(f, "")
+    except (OSError, zipfile.BadZipFile, EOFError):
+        return  # unreadable: numpy.load's caller says so in its own words

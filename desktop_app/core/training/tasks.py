@@ -349,6 +349,9 @@ class TextTask(Task):
     def _make(self, windows: torch.Tensor, gen: torch.Generator) -> Batch:
         if self.objective == "clm":
             return Batch(windows[:, :-1], windows[:, 1:].clone())
+        if self.mask_id is None:  # a saved tokenizer (resume) of a run trained next-token
+            raise TaskError(f"masked-token training needs a {MASK} token, which the run's tokenizer lacks (it was "
+                            "trained next-token): start a new run")
         x = windows[:, :-1].clone()
         chosen = torch.rand(x.shape, generator=gen) < self.mask_prob
         targets = torch.where(chosen, x, torch.full_like(x, IGNORE))
@@ -443,5 +446,8 @@ def make_task(name: str, options: dict[str, Any] | None = None, causal: bool = T
         if path is None:
             raise TaskError("the text task needs a text file (--text-file)")
         opts.setdefault("objective", "clm" if causal else "mlm")
+        if opts["objective"] == "clm" and not causal:  # a bidirectional model sees the token it is to predict
+            raise TaskError("next-token training (objective clm) needs a causal model; this family's model is "
+                            "bidirectional (objective mlm)")
         return TextTask(text_pieces(path), source=str(path), tokenizer_obj=tokenizer, **opts)
     raise TaskError(f"unknown task {name!r} (known: {', '.join(task_names())})")

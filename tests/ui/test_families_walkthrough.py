@@ -130,7 +130,7 @@ def _click_tab(qtbot, tabs, title):
 
 
 def _wait_traced(qtbot, state):
-    qtbot.waitUntil(lambda: state._trace_job is None or state._trace_job.done, timeout=30_000)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
     qtbot.waitUntil(lambda: state.trace is not None or state.trace_problem != "", timeout=30_000)
     assert state.trace is not None, state.trace_problem
 

@@ -69,7 +69,7 @@ def test_table_lists_the_cache_and_open_opens_the_main_revision(qtbot, cache, er
         qtbot.mouseClick(dialog.open_button, Qt.MouseButton.LeftButton)
     assert state.loaded.path == cache / "models--tiny-org--tiny-gpt2" / "snapshots" / ("b" * 40)
     assert state.loaded.config.family == "gpt2" and state.loaded.tokenizer is not None
-    qtbot.waitUntil(lambda: state._trace_job is None or state._trace_job.done, timeout=30_000)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
     error_watch.assert_clean()
 
 
@@ -95,7 +95,7 @@ def test_double_click_opens_an_older_revision(qtbot, cache, error_watch):
     with qtbot.waitSignal(state.model_changed, timeout=30_000):
         _click_cell(qtbot, dialog.table, row, col=2, double=True)
     assert state.loaded.path == cache / "models--tiny-org--tiny-gpt2" / "snapshots" / ("a" * 40)
-    qtbot.waitUntil(lambda: state._trace_job is None or state._trace_job.done, timeout=30_000)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
     from desktop_app.ui.hf_cache_dialog import HfCacheDialog
     qtbot.waitUntil(lambda: window.findChild(HfCacheDialog) is None)  # closed, and deleted on close
     error_watch.assert_clean()

@@ -24,7 +24,7 @@ def type_text(qtbot, state, panel, text: str) -> None:
     panel.text_edit.selectAll()
     qtbot.keyClicks(panel.text_edit, text)
     qtbot.waitUntil(lambda: state.text == text, timeout=30_000)
-    qtbot.waitUntil(lambda: (state._trace_job is None or state._trace_job.done) and state.trace is not None,
+    qtbot.waitUntil(lambda: (state._trace_job is None) and state.trace is not None,
                     timeout=30_000)
 
 

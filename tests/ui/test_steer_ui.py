@@ -19,7 +19,7 @@ def _click_tab(qtbot, tabs, title: str) -> None:
 
 
 def _wait_traced(qtbot, state):
-    qtbot.waitUntil(lambda: state._trace_job is None or state._trace_job.done, timeout=20_000)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=20_000)
 
 
 def _apply(qtbot, panel, state):

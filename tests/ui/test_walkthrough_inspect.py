@@ -24,7 +24,7 @@ def _click_tab(qtbot, tabs, title):
 
 
 def _wait_traced(qtbot, state):
-    qtbot.waitUntil(lambda: state._trace_job is None or state._trace_job.done, timeout=30_000)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
 
 
 @pytest.mark.parametrize("name", WALKTHROUGH_MODELS)

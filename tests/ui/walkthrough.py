@@ -145,7 +145,9 @@ def open_window(qtbot, folder: Path, text: str | None = None, name: str | None =
         state.text = text
     with qtbot.waitSignal(state.model_changed, timeout=30_000):
         window.open_model(folder)
-    qtbot.waitUntil(lambda: state._trace_job is None or state._trace_job.done, timeout=30_000)
+    # Not `_trace_job.done`: that is set in the worker before its result reaches the UI thread.
+    # The result (or error) callback clears the job, so None means the trace was shown.
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
     return window, state
 
 

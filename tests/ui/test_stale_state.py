@@ -271,3 +271,74 @@ def test_a_generation_started_before_the_edits_changed_starts_again_with_them(qt
     qtbot.waitUntil(lambda: p.session is not None and p.session.current.depth == 1 and not p.busy, timeout=30_000)
     assert len(started) == 2  # started again for the new edits...
     assert [iv.target for iv in p.session.interventions] == ["blocks.1.attn.head.2"]  # ...and made with them
+
+
+def _vit_dir(tmp_path):
+    import pytest
+
+    digit_vit = pytest.importorskip("digit_vit")
+    digit_vit.skip_without_digits()
+    return digit_vit.save_digit_vit(tmp_path / "vit")
+
+
+def test_an_image_read_for_the_old_vit_never_shows_on_the_new_model(qtbot, model_dirs, isolated_user_files,
+                                                                       tmp_path, monkeypatch):
+    """Image: Open image… on a ViT (a file it cannot decode); another model opens from the Recent menu
+    while the file is read: neither that ViT's image, prediction nor its error shows on the new model."""
+    import desktop_app.ui.panels.image as image
+    from PySide6.QtWidgets import QFileDialog
+
+    vit = _vit_dir(tmp_path)
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(vit)
+    _wait_traced(qtbot, state)
+    panel = _show_tab(qtbot, window, "Image")
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=30_000)
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"not a png at all")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(bad), "")))
+    gate, started, ended = _gated(image, "file_pixels", monkeypatch)
+    try:
+        qtbot.mouseClick(panel.open_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: len(started) == 1, timeout=30_000)
+        vit_model = state.loaded
+        _open_from_recent(qtbot, window, state, model_dirs["demo"])
+        assert state.loaded is not vit_model and not state.takes_images()
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: len(ended) == 1, timeout=30_000)
+    qtbot.wait(50)  # nothing queued on the UI thread may still bring it
+    assert str(bad) not in panel.message.text()  # the old ViT's error never lands on the new model
+    assert panel.message.text().startswith("The Image view is for vision transformers")
+    assert panel.result is None and panel.canvas.rgb is None and panel.prediction.text() == ""
+
+
+def test_the_image_panel_shows_the_edited_vit(qtbot, isolated_user_files, tmp_path):
+    """Image: an ablation (the what-if edits) analyses the shown digit again, with the edit applied;
+    removing it brings back the model as trained."""
+    import torch
+
+    from desktop_app.core.interventions import Intervention, resolve
+
+    window, state = open_window(qtbot, _vit_dir(tmp_path))
+    panel = _show_tab(qtbot, window, "Image")
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=30_000)
+    plain, pixels = panel.result["probs"], panel.pixels
+    edits = [Intervention("blocks.1.mlp.out"), Intervention("blocks.0.mlp.out")]
+    state.set_interventions(edits)
+    qtbot.waitUntil(lambda: panel.result is not None and not np_equal(panel.result["probs"], plain), timeout=30_000)
+    x = torch.from_numpy(pixels)[None]
+    loaded = state.loaded
+    with torch.no_grad():
+        out, _ = loaded.model.run_with_trace(x, names=("logits",), interventions=resolve(loaded.model, x, edits))
+    want = torch.softmax(out.logits[0].float(), -1).numpy()
+    assert abs(panel.result["probs"] - want).max() < 1e-5
+    state.set_interventions([])
+    qtbot.waitUntil(lambda: np_equal(panel.result["probs"], plain), timeout=30_000)
+
+
+def np_equal(a, b) -> bool:
+    import numpy as np
+
+    return a is not None and b is not None and np.allclose(a, b, atol=1e-6)

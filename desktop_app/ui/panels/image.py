@@ -8,7 +8,9 @@ layer looks from there: that query's attention over the patches, as a heat overl
 Figures (core/vit.py): the patch embedding's filters (first principal components, as small images),
 the position-embedding similarity (one small map per patch: cosine with every patch's position
 embedding), and the mean attention distance in pixels of every head against depth, for this image.
-Model code runs in workers (run_job); the widgets only draw numbers they are handed.
+Model code runs in workers through AppState.run (a result or error of a job started for another model,
+or other what-if edits, is dropped); the panel is a ResultView: another model clears what it shows, other
+edits analyse the image again with them. The widgets only draw numbers they are handed.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPushButton, QS
                                QVBoxLayout, QWidget)
 
 from ...core.views.image import TABS as IMAGE_TABS, ImageViewState
-from ..workers import run_job
+from ..state import EDITS, MODEL, ResultView
 from ..widgets.export import ExportBar
 
 NOT_YET = "Nothing to export yet: the figure is being computed."
@@ -46,13 +48,19 @@ def file_pixels(loaded, path: str) -> np.ndarray:
         raise ValueError(f"{path}: {exc}") from None
 
 
-def analyse_image(loaded, pixels: np.ndarray) -> dict:
-    """One forward pass: class probabilities, every attention pattern [L, H, T, T], mean attention distance."""
+def analyse_image(loaded, pixels: np.ndarray, interventions: list | None = None) -> dict:
+    """One forward pass: class probabilities, every attention pattern [L, H, T, T], mean attention distance;
+    with the what-if edits applied as the app's image trace applies them (a "mean" over this image)."""
     import torch
 
     from ...core.vit import attention_distance_of_trace
 
-    out, trace = loaded.model.run_with_trace(torch.from_numpy(pixels)[None], names=("blocks.*.attn.pattern",))
+    x = torch.from_numpy(pixels)[None]
+    if interventions:
+        from ...core.interventions import resolve
+
+        interventions = resolve(loaded.model, x, [iv.check(loaded.config) for iv in interventions])
+    out, trace = loaded.model.run_with_trace(x, names=("blocks.*.attn.pattern",), interventions=interventions or None)
     patterns = np.stack([trace.pattern(l)[0].float().cpu().numpy() for l in range(loaded.config.n_layers)])
     probs = None if out.logits is None else torch.softmax(out.logits[0].float(), -1).cpu().numpy()
     return {"probs": probs, "patterns": patterns, "distance": attention_distance_of_trace(trace, loaded.config)}
@@ -288,7 +296,7 @@ class DistanceView(QWidget):
 # -- the panel ---------------------------------------------------------------------------------
 
 
-class ImagePanel(QWidget):
+class ImagePanel(QWidget, ResultView):
     title = "Image"
     help_text = ("A vision transformer (ViT) reads an image as patches: a Conv2d cuts it into P x P patches, "
                  "each becomes one token, a learned [CLS] token goes first and the classifier reads [CLS]. "
@@ -296,6 +304,7 @@ class ImagePanel(QWidget):
                  "row q of softmax(QK^T / sqrt(d_head)) over the patches, drawn on the image. "
                  "Mean attention distance of a head = sum_k a[q, k] |centre(q) - centre(k)| in pixels, "
                  "averaged over the query patches ([CLS] left out, rows renormalised over the patches).")
+    result_parts = (MODEL, EDITS)  # what its figures and analysis are computed for (the image is its own)
 
     def __init__(self, state, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -366,6 +375,8 @@ class ImagePanel(QWidget):
         top.addLayout(left, 2)
         top.addLayout(right, 3)
 
+        self._wanted: tuple | None = None  # (pixels, source) last asked for: an older image's analysis is not shown
+        self.watch_inputs(state)
         state.model_changed.connect(self.set_model)
         if getattr(state, "loaded", None) is not None:
             self.set_model(state.loaded)
@@ -416,13 +427,28 @@ class ImagePanel(QWidget):
             w.setEnabled(on)
         self.message.setText(why)
 
-    def set_model(self, loaded) -> None:
-        self.loaded, self.result, self.pixels = loaded, None, None
+    def clear_results(self, changed: frozenset) -> None:
+        """AppState.inputs_changed: another model's image, prediction, heads and figures go (its late
+        results and errors are dropped by AppState.run); other edits analyse the image again."""
+        if MODEL in changed:
+            self._clear(NOT_YET)
+            self.message.setText("")
+        elif self._wanted is not None and self.loaded is not None:  # (also one whose analysis was dropped)
+            self._analyse(self.loaded, *self._wanted)
+
+    def _clear(self, reason: str) -> None:
+        self.result, self.pixels, self._wanted = None, None, None
         self.canvas.set_image(None, 1)
-        is_vit = loaded is not None and loaded.config.input_kind == "patches"
+        self.source_label.setText("")
+        self.prediction.setText("")
         for view in self.views:  # the previous model's figures are not this one's: never exported as such
-            view.clear(NOT_YET if is_vit else NOT_A_VIT)
+            view.clear(reason)
         self.export_bar.refresh()
+
+    def set_model(self, loaded) -> None:
+        self.loaded = loaded
+        is_vit = loaded is not None and loaded.config.input_kind == "patches"
+        self._clear(NOT_YET if is_vit else NOT_A_VIT)
         if not is_vit:
             self._enable(False, "The Image view is for vision transformers (ViT): open a ViT model folder "
                                 "(e.g. one trained on the digits task in the Train panel).")
@@ -439,8 +465,8 @@ class ImagePanel(QWidget):
                 view.clear(f"Nothing to export: {exc}")
             self.export_bar.refresh()
             return
-        run_job(model_figures, loaded, on_result=lambda figs: self._show_figures(loaded, figs),
-                on_error=self._failed, owner=self)
+        self.state.run(model_figures, loaded, on_result=lambda figs: self._show_figures(loaded, figs),
+                       on_error=self._failed, owner=self, parts=(MODEL,))
         self.show_digit(self.digit.value())
 
     # -- images ----------------------------------------------------------------------------
@@ -454,15 +480,14 @@ class ImagePanel(QWidget):
             self._analyse(loaded, pixels, f"held-out digit #{index} (true label {label})")
 
         from ...core.training.image_tasks import heldout_digit
-        run_job(heldout_digit, loaded, index, on_result=done, on_error=self._failed, owner=self)
+        self.state.run(heldout_digit, loaded, index, on_result=done, on_error=self._failed, owner=self, parts=(MODEL,))
 
     def open_image(self, path: str) -> None:
         if self.loaded is None or self.loaded.config.input_kind != "patches":
             return
         loaded = self.loaded
-        run_job(file_pixels, loaded, path,
-                on_result=lambda pixels: self._analyse(loaded, pixels, Path(path).name),
-                on_error=self._failed, owner=self)
+        self.state.run(file_pixels, loaded, path, on_result=lambda pixels: self._analyse(loaded, pixels, Path(path).name),
+                       on_error=self._failed, owner=self, parts=(MODEL,))
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open image", "",
@@ -483,10 +508,16 @@ class ImagePanel(QWidget):
     def _analyse(self, loaded, pixels: np.ndarray, source: str) -> None:
         if loaded is not self.loaded:
             return
-        if hasattr(self.state, "set_image"):  # the app's input: Attention and Layers trace this image too
-            self.state.set_image(pixels, source)
-        run_job(analyse_image, loaded, pixels, on_result=lambda r: self._show(loaded, pixels, source, r),
-                on_error=self._failed, owner=self)
+        if hasattr(self.state, "set_image") and pixels is not self.state.image:  # the app's input: Attention
+            self.state.set_image(pixels, source)  # and Layers trace this image too
+        self._wanted = (pixels, source)
+
+        def done(result) -> None:
+            if pixels is self._wanted[0]:  # else another image was asked for meanwhile
+                self._show(loaded, pixels, source, result)
+
+        self.state.run(analyse_image, loaded, pixels, list(self.state.interventions), on_result=done,
+                       on_error=self._failed, owner=self, parts=self.result_parts)
 
     def _failed(self, exc: BaseException, tb: str) -> None:
         self.message.setText(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)

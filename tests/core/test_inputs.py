@@ -163,7 +163,7 @@ def test_cli_names_the_unknown_word_and_takes_spaced_ids(motif_dir, tmp_path, ca
         err = capsys.readouterr().err
         assert err.strip() == "error: 'hello' is not in this model's vocabulary (A, B, C, D)"
     assert main(["trace", str(motif_dir), "--ids", "0 1 2", "--out", str(out)]) == 0
-    assert main(["trace", str(motif_dir), "--ids", "0 1 4", "--out", str(out)]) == 2
+    assert main(["trace", str(motif_dir), "--ids", "0 1 4", "--out", str(out), "--overwrite"]) == 2
     assert "token id 4 is out of range, outside the vocabulary of 4 tokens (0..3)" in capsys.readouterr().err
     assert main(["generate", str(motif_dir), "--prompt-ids", "0 1", "--stop-ids", "2 3", "--max-new", "1"]) == 0
 

@@ -342,3 +342,65 @@ def np_equal(a, b) -> bool:
     import numpy as np
 
     return a is not None and b is not None and np.allclose(a, b, atol=1e-6)
+
+
+def _wait_own_trace(qtbot, state):
+    """Until the state's trace is the current model's (a trace job is marked done before its result
+    reaches the UI thread): its tokens have the model's width."""
+    from desktop_app.core import dynamics as dy
+
+    def own() -> bool:
+        t = state.trace
+        return t is not None and dy.trace_tokens(t, dy.layer_names(t)[0]).shape[-1] == state.loaded.config.d_model
+
+    qtbot.waitUntil(own, timeout=30_000)
+
+
+def test_particles_built_from_the_old_models_tokens_never_show_on_the_new_one(qtbot, model_dirs, isolated_user_files,
+                                                                              monkeypatch):
+    """Dynamics: tokens of the current text driven by a head of the model, Reset clicked; another model
+    opens from the Recent menu while the particles are built: they never show, and particles already
+    playing from a model go when another opens. Reset then builds them from the new model."""
+    import desktop_app.ui.panels.dynamics as dynamics
+
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(model_dirs["llama"])
+    _wait_own_trace(qtbot, state)
+    panel = _show_tab(qtbot, window, "Dynamics")
+    panel.init.setCurrentIndex(panel.init.findData("tokens"))
+    panel.qkv.setCurrentIndex(panel.qkv.findData("model"))
+    llama = state.loaded
+    gate, started, ended = _gated(dynamics, "build_simulation", monkeypatch)
+    built = []
+    real_built = panel._on_built
+    monkeypatch.setattr(panel, "_on_built", lambda result: (built.append(result[0]), real_built(result)))
+    try:
+        qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: len(started) == 1, timeout=30_000)
+        _open_from_recent(qtbot, window, state, model_dirs["demo"])
+        assert state.loaded is not llama
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: len(ended) == 1, timeout=30_000)
+    _wait_own_trace(qtbot, state)
+    qtbot.wait(50)  # nothing queued on the UI thread may still bring it
+    assert built == [] and panel.sim is None and not panel.is_running()  # the old model's particles never came
+    assert len(panel.scatter.getData()[0]) == 0
+    assert "changed" in panel.status.text()
+
+    # particles built from this model and playing: another model clears them
+    demo_d = state.loaded.config.d_model
+    qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.sim is not None and not panel.is_running(), timeout=30_000)
+    assert panel.sim.config.d == demo_d
+    qtbot.mouseClick(panel.play_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(panel._frames) >= 3, timeout=30_000)
+    _open_from_recent(qtbot, window, state, model_dirs["llama"])
+    _wait_own_trace(qtbot, state)
+    qtbot.wait(100)
+    assert panel.sim is None and panel._frames == [] and not panel.play_button.isChecked()
+    assert len(panel.scatter.getData()[0]) == 0 and len(panel.back.getData()[0]) == 0  # no dot of it stays
+    qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.sim is not None and not panel.is_running(), timeout=30_000)
+    assert panel.sim.config.d == state.loaded.config.d_model != demo_d

@@ -1,11 +1,13 @@
 """Dynamics panel (issue 18): tokens as particles moving under attention, beside a real model's
 tokens layer by layer.
 
-The simulation (core.dynamics.Simulation) only ever runs in a worker (ui.workers.run_job): Play
+The simulation (core.dynamics.Simulation) only ever runs in a worker (AppState.run): Play
 starts a timer that asks for the next frame whenever none is being computed, so the UI thread only
 draws. The 3-D view is an orthographic projection drawn by pyqtgraph's 2-D scatter (it renders
 offscreen, unlike pyqtgraph.opengl), rotated by dragging with the mouse; d > 3 is shown through the
-top principal directions of the initial cloud (a fixed basis).
+top principal directions of the initial cloud (a fixed basis). A simulation started from the model
+(its layer's tokens, or one of its heads) is a result of that model and input: the panel is a
+ResultView, and another model (or text, for the tokens) clears it; its late frames are dropped.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
 
 from ...core import dynamics as dy
 from ...core.views.dynamics import DynamicsViewState
+from ..state import EDITS, INPUT, MODEL, ResultView
 from ..widgets.export import ExportBar, export_view, say_in_status_bar
 
 INIT_LABELS = [("uniform on the sphere", "sphere"), ("uniform in the ball", "ball"), ("Gaussian", "gaussian"),
@@ -162,7 +165,7 @@ def build_simulation(cfg: dy.DynamicsConfig, qkv: str, matrices: str, model, lay
     return sim, dy.Frame(sim.t, sim.steps, sim.shown().numpy().copy(), list(sim.records))
 
 
-class DynamicsPanel(QWidget):
+class DynamicsPanel(QWidget, ResultView):
     title = "Dynamics"
     help_text = (
         "<b>Tokens as particles.</b> With attention and residual connections only, a deep transformer moves each "
@@ -197,6 +200,7 @@ class DynamicsPanel(QWidget):
         self._matrices = ""
         self._pending_steps = 0
         self._restore_on_model: DynamicsViewState | None = None  # set_view_state's form, shown again on a model
+        self._sim_parts: tuple[str, ...] = ()  # what of AppState's inputs the particles were built from
         self._build_ui()
         self.timer = QTimer(self)
         self.timer.setInterval(33)
@@ -205,6 +209,7 @@ class DynamicsPanel(QWidget):
         # the model's cluster counts use the same threshold as the simulation's
         self.cluster_tol.valueChanged.connect(lambda _: self._on_trace_changed(getattr(self.state, "trace", None)))
         state.model_changed.connect(self._on_model_changed)
+        self.watch_inputs(state)  # clear_results: a simulation of another model's tokens or head goes
         self._on_model_changed(getattr(state, "loaded", None))
         self._on_trace_changed(getattr(state, "trace", None))
 
@@ -435,6 +440,36 @@ class DynamicsPanel(QWidget):
                        on_error=lambda exc, tb: self.status.setText(f"Model curves failed: {exc}"), owner=self,
                        parts=("model", "input"))
 
+    @staticmethod
+    def _parts_of(cfg: dy.DynamicsConfig, qkv: str) -> tuple[str, ...]:
+        """What of AppState's inputs a simulation is built from: a layer's tokens are the traced input's
+        (with the edits), a head is the model's; the rest (sphere, Gaussian..., identity, random, a file) none."""
+        parts = (MODEL, INPUT, EDITS) if cfg.init == "tokens" else ()
+        return parts + ((MODEL,) if qkv == "model" and MODEL not in parts else ())
+
+    def clear_results(self, changed: frozenset) -> None:
+        """AppState.inputs_changed: particles built from the previous model's tokens or head are not this
+        model's: the simulation stops and goes (Play or Reset builds it again from the new ones)."""
+        if not changed & set(self._sim_parts) or (self.sim is None and self._build_job is None):
+            return
+        what = "model" if MODEL in changed else "text" if INPUT in changed else "what-if edits"
+        self.play_button.setChecked(False)
+        self._cancel_jobs()
+        self.sim, self._frames, self._records, self._basis, self._sim_parts = None, [], [], None, ()
+        for item in (self.scatter, self.back, self.trail_item):
+            item.setData(np.zeros((0, 2)))
+        self.screen_xy = np.zeros((0, 2))
+        for curve in (self.c_clusters, self.c_cosine, self.c_radius, self.c_bound, self.c_w2):
+            curve.setData([], [])
+        self.guide.setData([], [])
+        self._guide_drawn = None
+        self.slider.setRange(0, 0)
+        self.time_label.setText("t = 0")
+        self._update_hints()
+        self.export_bar.refresh()
+        self.status.setText(f"The {what} changed: the particles came from the previous one. "
+                            "Press Reset (or Play) to start from the new one.")
+
     def _on_layer_curves(self, curves: dy.LayerCurves) -> None:
         self._layer_curves = curves
         self._draw_model_curves()
@@ -522,8 +557,6 @@ class DynamicsPanel(QWidget):
 
     # -- running ---------------------------------------------------------------------------------
     def reset(self) -> None:
-        from ..workers import run_job
-
         self.play_button.setChecked(False)
         self._cancel_jobs()
         try:
@@ -541,11 +574,13 @@ class DynamicsPanel(QWidget):
             return
         loaded = getattr(self.state, "loaded", None)
         self.sim = None
+        self._sim_parts = self._parts_of(cfg, self.qkv.currentData())
         self.status.setText("Building the particles…")
-        self._build_job = run_job(build_simulation, cfg, self.qkv.currentData(), self._matrices,
-                                  None if loaded is None else loaded.model, self.model_layer.value(),
-                                  self.model_head.value(), tokens, on_result=self._on_built,
-                                  on_error=self._on_error, owner=self)
+        # AppState.run: particles of a model, text or edits no longer current are dropped (and errors too)
+        self._build_job = self.state.run(build_simulation, cfg, self.qkv.currentData(), self._matrices,
+                                         None if loaded is None else loaded.model, self.model_layer.value(),
+                                         self.model_head.value(), tokens, on_result=self._on_built,
+                                         on_error=self._on_error, owner=self, parts=self._sim_parts)
 
     def _on_built(self, result) -> None:
         self.sim, frame = result
@@ -582,8 +617,6 @@ class DynamicsPanel(QWidget):
 
     def _request(self, steps: int) -> None:
         """Ask the worker for `steps` more steps unless it is busy (then the next tick asks again)."""
-        from ..workers import run_job
-
         if self.sim is None:
             self._pending_steps = steps
             if self._build_job is None:
@@ -592,8 +625,8 @@ class DynamicsPanel(QWidget):
         self._pending_steps = 0
         if self._job is not None:
             return
-        self._job = run_job(self.sim.advance, steps, self.record_every.value(), on_result=self._on_frame,
-                            on_error=self._on_error, owner=self)
+        self._job = self.state.run(self.sim.advance, steps, self.record_every.value(), on_result=self._on_frame,
+                                   on_error=self._on_error, owner=self, parts=self._sim_parts)
 
     def _on_frame(self, frame: dy.Frame) -> None:
         self._job = None

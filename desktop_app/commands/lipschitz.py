@@ -117,8 +117,10 @@ def run(args) -> int:
                 ids = read_text_ids(loaded, None)  # the demo text sets the default radius
             except (OSError, ValueError):
                 ids = None
+        # what real windows are read from, named in the label as the panel names it (sweep_label)
+        data_name = Path(args.text_file).name if args.text_file else "demo text"
         options = dict(function=lip.MODEL, data=args.data, model=model, layer=args.layer, head=args.head,
-                       masked=args.masked, token_ids=ids, search_steps=args.search_steps,
+                       masked=args.masked, token_ids=ids, data_name=data_name, search_steps=args.search_steps,
                        search_start=args.search_start, **common)
     spec = lip.build_sweep_spec(options)
 

@@ -251,3 +251,17 @@ def test_bench_lipschitz_smoke(capsys):
     assert result["max_rel_diff"] < 1e-3
     assert result["exact_checked_inputs"] == 4 and result["exact_max_rel_err_ours"] < 1e-3
     assert 2 <= result["reference_mean_iterations"] <= 100
+
+
+def test_the_label_names_the_text_file(model_dir, tmp_path, capsys):
+    """Runs on different texts get different labels (issue 25 §6): the JSON label names the text file
+    the windows were read from, as the panel's legend does (sweep_label)."""
+    other = tmp_path / "other.txt"
+    other.write_text(TEXT[::-1], encoding="utf-8")
+    labels = []
+    for name, text in (("text.txt", model_dir.parent / "text.txt"), ("other.txt", other)):
+        rc = main(["lipschitz", str(model_dir), "--layer", "0", "--data", "real", "--text-file", str(text),
+                   "--lengths", "4,8", "--samples", "2", "--csv", str(tmp_path / f"{name}.csv")])
+        assert rc == 0
+        labels.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["label"])
+    assert labels == ["L0 real text.txt masked", "L0 real other.txt masked"]  # (a causal layer: masked)

@@ -325,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     from .state import AppState
 
     leave_a_core_for_the_ui()
+    from .workers import collect_garbage_on_the_ui_thread
+
+    collect_garbage_on_the_ui_thread(app)  # never in a worker: Qt objects must die on their own thread
     state = AppState()
     window = MainWindow(state)
     window.interactive = not headless

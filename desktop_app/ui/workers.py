@@ -152,3 +152,53 @@ def shutdown(timeout_ms: int = 10_000) -> bool:
     for pool in {job.pool for job in jobs}:
         pool.waitForDone(timeout_ms)
     return all(job.done for job in jobs)
+
+
+class UIThreadGarbageCollector(QObject):
+    """Python's cyclic garbage collection only on the UI thread.
+
+    Automatic collection runs in whichever thread allocates past the threshold, a worker's included;
+    a cycle holding a Qt object (a closed panel, a job's signal carrier) would then be destroyed from
+    that worker, which Qt does not allow and which can crash the process (seen in the suite as a
+    segfault during a collection while a worker loaded a model). So automatic collection is turned
+    off and a timer on the UI thread collects, by generation, as the thresholds say.
+    """
+
+    def __init__(self, parent: QObject, interval_ms: int = 500) -> None:
+        import gc
+
+        from PySide6.QtCore import QTimer
+
+        super().__init__(parent)
+        self._gc = gc
+        self.threshold = gc.get_threshold()
+        self.timer = QTimer(self)
+        self.timer.setInterval(interval_ms)
+        self.timer.timeout.connect(self.check)
+        self.start()
+
+    def start(self) -> None:
+        self._gc.disable()
+        self.timer.start()
+
+    def check(self) -> None:
+        counts = self._gc.get_count()
+        for generation in (2, 1, 0):  # the oldest generation due, which collects the younger ones too
+            if counts[generation] > self.threshold[generation]:
+                self._gc.collect(generation)
+                return
+
+    def stop(self) -> None:
+        """Automatic collection again (code that runs no event loop, e.g. a test without Qt after this)."""
+        self.timer.stop()
+        self._gc.collect()
+        self._gc.enable()
+
+
+def collect_garbage_on_the_ui_thread(app: QObject) -> UIThreadGarbageCollector:
+    """Install (once per application) and start the collector above; returns it."""
+    existing = app.findChild(UIThreadGarbageCollector)
+    if existing is None:
+        return UIThreadGarbageCollector(app)
+    existing.start()
+    return existing

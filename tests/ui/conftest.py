@@ -23,6 +23,19 @@ def app_thread_setting():
 
 
 @pytest.fixture(autouse=True)
+def garbage_collected_on_the_ui_thread(qapp):
+    """As ui.app.main does: cyclic garbage collection only on the UI thread while a UI test runs (a
+    worker collecting a cycle that holds a Qt object can crash the process). Set up before and torn
+    down after no_job_outlives_its_test: its collection of the test's leftovers runs here, on the UI
+    thread, and then automatic collection is back for tests without an event loop."""
+    from desktop_app.ui.workers import collect_garbage_on_the_ui_thread
+
+    collector = collect_garbage_on_the_ui_thread(qapp)
+    yield collector
+    collector.stop()
+
+
+@pytest.fixture(autouse=True)
 def no_job_outlives_its_test():
     """Teardown, also when the test failed: cancel every worker job still running and wait for it
     (ui.workers.shutdown, what the window's close does), so no worker thread outlives its test."""

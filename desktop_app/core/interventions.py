@@ -309,7 +309,9 @@ def _final_norm_linear(model, resid: torch.Tensor):
     raise ValueError(f"direct attribution does not know the final norm {type(norm).__name__}")
 
 
-def _check_additive(cfg, what: str) -> None:
+def check_additive(cfg, what: str) -> None:
+    """Raise ValueError (one line starting with `what`) unless the model's logits are a sum of its
+    components' direct contributions (what direct logit attribution reads)."""
     if not cfg.lm_head or cfg.lm_head_kind == "mlm":
         raise ValueError(f"{what} needs a model whose logits are the unembedding of its residual stream "
                          "(a causal LM head)")
@@ -328,7 +330,7 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
     `token_id` at `position`: c -> W_U[token] . norm_linear(c)."""
     model = getattr(loaded, "model", loaded)
     cfg = model.cfg
-    _check_additive(cfg, "direct logit attribution")
+    check_additive(cfg, "direct logit attribution")
     T = len(ids)
     if not -T <= position < T:
         raise ValueError(f"position {position} is outside the text (0..{T - 1})")

@@ -60,7 +60,7 @@ def token_id_of(loaded, text: str, what: str) -> int:
 
 def attribution_problem(cfg) -> str:
     """Why direct logit attribution cannot read this model ("" when it can), one line."""
-    from ...core.interventions import _check_additive
+    from ...core.interventions import check_additive
 
     if cfg.input_kind == "patches":
         return ("a vision transformer: attribution, patching and steering work on text models for now; "
@@ -68,7 +68,7 @@ def attribution_problem(cfg) -> str:
     if not cfg.lm_head:
         return "this model has no language-model head: direct logit attribution needs one"
     try:
-        _check_additive(cfg, "direct logit attribution")
+        check_additive(cfg, "direct logit attribution")
     except ValueError as exc:
         return str(exc)
     return ""

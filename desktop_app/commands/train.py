@@ -18,12 +18,12 @@ import signal
 import sys
 import threading
 
-from .args import count, device_or_auto, float_in, int_in, non_negative, positive_int, seed, unit
+from ..app.training import (config_from_flags, config_to_flags, flag as _flag, model_flag_keys, run_flag_keys,
+                            task_option_dest)
+from .args import Number, device_or_auto
 
-# the ranges of the settings a run takes from flags or from a --config file alike (TrainConfig fields)
-LIMITS = {"lr": float_in(0, 10, lo_open=True), "weight_decay": float_in(0, 10), "momentum": unit,
-          "warmup_steps": count, "batch_size": positive_int, "steps": positive_int, "eval_every": positive_int,
-          "checkpoint_every": positive_int, "log_every": positive_int, "grad_clip": float_in(0, 1e6), "seed": seed}
+config_to_args = config_to_flags  # the run's flags (app.training: what the Train panel shows as a command)
+
 
 class _Given(argparse.Action):
     """Stores a value like "store" and notes that the user gave it (a resume applies only those)."""
@@ -34,19 +34,19 @@ class _Given(argparse.Action):
         setattr(namespace, "given", given | {self.dest})
 
 
-# TrainConfig.model keys of the model arguments
-_MODEL_KEYS = {"layers": "n_layers", "heads": "n_heads", "d_model": "d_model", "d_ff": "d_ff", "context": "context_length",
-               "norm": "norm", "norm_placement": "norm_placement", "activation": "activation", "positions": "positions",
-               "attention": "attention_kind", "init": "init", "dropout": "dropout", "patch_size": "patch_size"}
-# TrainConfig fields of the other arguments a resume may take anew (see trainer.TUNABLE_ON_RESUME) or refuses
-_FIELDS = {"task": "task", "family": "family", "optimizer": "optimizer", "seed": "seed", "lr": "lr",
-           "weight_decay": "weight_decay", "momentum": "momentum", "schedule": "schedule", "warmup": "warmup_steps",
-           "batch_size": "batch_size", "grad_clip": "grad_clip", "eval_every": "eval_every",
-           "checkpoint_every": "checkpoint_every", "log_every": "log_every"}
+def _add_option(group, option, default=None, help_suffix: str = "") -> None:
+    """One training option's flag, from its declaration (core.training.options): its range is argparse's type."""
+    kw = {"help": (option.help + help_suffix) or None, "default": default}
+    if option.choices:
+        kw["choices"] = option.choices
+        if option.kind is not str:
+            kw["type"] = option.kind
+    elif option.limit is not None:
+        kw["type"] = Number.of(option.limit)
+    group.add_argument(_flag(option.dest), **kw)
 
 
 def add_parser(sub) -> None:
-    from ..core.config import MAX_CONTEXT
     from ..core.training.tasks import task_names  # (torch is imported by the parser's other commands already)
 
     p = sub.add_parser("train", help="train a small transformer on a task (checkpoints, resume, metrics)")
@@ -57,58 +57,27 @@ def add_parser(sub) -> None:
                         "take their defaults): instead of the task, model and optimisation flags, which are "
                         "refused beside it; --out, --resume, --overwrite, --export, --baseline, --jsonl and "
                         "--control-stdin still apply")
+    from ..core.training.options import MODEL_OPTIONS, RUN_OPTIONS, TASK_OPTIONS
+
     t = p.add_argument_group("task")
     t.add_argument("--task", choices=task_names(),  # the task registry (core.training.tasks.declare_task)
                    help="required unless --config gives it (digits: the 8 x 8 handwritten digits, --family vit; "
                         "image-folder: a folder of images, one sub-folder per class, --family vit)")
-    t.add_argument("--text-file", help="UTF-8 text for --task text")
-    t.add_argument("--image-folder", help="for --task image-folder: a folder with one sub-folder of images per class "
-                                          "(class names = sub-folder names, sorted)")
-    t.add_argument("--image-size", type=int_in(1, 4096), help="image-folder: resize every image to this size (default: the "
-                                                  "images' own size, which must then be one square size)")
-    t.add_argument("--channels", type=int, choices=(1, 3), help="image-folder: 1 (grey) or 3 (RGB, default)")
-    t.add_argument("--tokenizer", choices=("char", "bpe"), default="char", help="text task tokenizer")
-    t.add_argument("--vocab-size", type=int_in(1, 10**6), default=512, help="BPE vocabulary size (text task)")
-    t.add_argument("--length", type=int_in(1, 10**5), help="sequence length (motif, copy, reverse, sort, induction)")
-    t.add_argument("--symbols", type=int_in(2, 10**6), help="alphabet size (copy, reverse, sort, induction)")
-    t.add_argument("--p", type=int_in(2, 10**4), help="modulus (modadd)")
-    t.add_argument("--train-fraction", type=float_in(0, 1, lo_open=True, hi_open=True), help="share of the p^2 pairs used for training (modadd)")
-    t.add_argument("--train-size", type=int_in(1, 10**7), help="a fixed training set of this many samples (motif; "
-                                                  "the lectures use 1500) instead of fresh samples")
+    for option in TASK_OPTIONS:  # given or the task's own defaults (app.training.task_options_of)
+        _add_option(t, option)
     t.add_argument("--baseline", choices=("mlp",), help="train the lectures' MLP baseline instead (motif only)")
     m = p.add_argument_group("model")
     from ..core.families import trainable_families  # the registry's, as the Train panel offers them
     m.add_argument("--family", choices=trainable_families() + trainable_families("patches"), default="gpt2")
-    m.add_argument("--layers", type=int_in(1, 1000), default=2)
-    m.add_argument("--heads", type=int_in(1, 1024), default=4)
-    m.add_argument("--d-model", type=int_in(1, 65536), default=64)
-    m.add_argument("--d-ff", type=int_in(1, 10**6), help="MLP width (default 4 x d_model)")
-    m.add_argument("--context", type=int_in(1, MAX_CONTEXT), default=128, help="context length (text task window)")
-    m.add_argument("--patch-size", type=int_in(1, 4096), help="ViT patch size in pixels (vit; digits default 2: 16 patches)")
-    m.add_argument("--norm", choices=("layernorm", "rmsnorm"))
-    m.add_argument("--norm-placement", choices=("pre", "post"))
-    m.add_argument("--activation", choices=("gelu", "gelu_tanh", "relu", "swiglu"))
-    m.add_argument("--positions", choices=("learned", "sinusoidal", "rotary", "none"))
-    m.add_argument("--attention", choices=("softmax", "l2", "sinkhorn"))
-    m.add_argument("--init", choices=("default", "glorot", "he"))
-    m.add_argument("--dropout", type=float_in(0, 1, hi_open=True))
+    for option in MODEL_OPTIONS:
+        _add_option(m, option, option.default)
     o = p.add_argument_group("optimisation")
-    o.add_argument("--optimizer", choices=("adamw", "adam", "sgd", "lion"), default="adamw")
-    o.add_argument("--lr", type=LIMITS["lr"], default=1e-3)
-    o.add_argument("--weight-decay", type=LIMITS["weight_decay"], default=0.01)
-    o.add_argument("--momentum", type=LIMITS["momentum"], default=0.9, help="SGD momentum")
-    o.add_argument("--schedule", choices=("cosine", "noam", "constant"), default="cosine")
-    o.add_argument("--warmup", type=LIMITS["warmup_steps"], default=50)
-    o.add_argument("--batch-size", type=LIMITS["batch_size"], default=32)
-    o.add_argument("--grad-clip", type=LIMITS["grad_clip"], default=1.0, help="0 disables clipping")
-    o.add_argument("--steps", type=LIMITS["steps"], help="required unless --config gives it")
-    o.add_argument("--eval-every", type=LIMITS["eval_every"], default=100)
-    o.add_argument("--checkpoint-every", type=LIMITS["checkpoint_every"], default=500)
-    o.add_argument("--log-every", type=LIMITS["log_every"], default=10)
-    o.add_argument("--seed", type=LIMITS["seed"], default=0)
+    for option in RUN_OPTIONS:
+        if option.key == "steps":
+            _add_option(o, option, None, " (required unless --config gives it)")
+        else:
+            _add_option(o, option, option.default)
     o.add_argument("--device", type=device_or_auto, help="cpu, cuda, cuda:N, mps or auto (default: the best present, cuda > mps > cpu)")
-    o.add_argument("--precision", choices=("float32", "bfloat16", "float16"),
-                   help="autocast precision (default: bfloat16 on CUDA, float16 where it lacks bfloat16, else float32)")
     r = p.add_argument_group("output")
     r.add_argument("--out", required=True, help="checkpoint folder (a model folder plus optimiser state)")
     r.add_argument("--resume", action="store_true",
@@ -123,25 +92,15 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _device(args) -> str:
-    from ..core.training.trainer import best_device
-
-    return best_device() if args.device in (None, "", "auto") else args.device
-
-
 # what may stand beside --config: where the run goes and how it is driven, not what it trains
 _BESIDE_CONFIG = {"config", "out", "export", "baseline"}
 
 
-def _flag(dest: str) -> str:
-    return "--" + dest.replace("_", "-")
-
-
 def config_from_file(path: str):
-    """The TrainConfig of a --config FILE; ValueError naming the file and its problem."""
+    """The TrainConfig of a --config FILE; ValueError naming the file and its problem (TrainConfig checks
+    its own settings: the flags' ranges, a known task and family)."""
     from ..core.training import TrainConfig
-    from ..core.training.tasks import task_names
-    from ..core.training.trainer import default_precision
+    from ..core.training.trainer import best_device, default_precision
 
     try:
         text = open(path, encoding="utf-8").read()
@@ -153,18 +112,7 @@ def config_from_file(path: str):
         cfg = TrainConfig.from_json(text, path)
     except RecursionError:
         raise ValueError(f"{path}: JSON nested too deeply to be a training configuration") from None
-    for key, limit in LIMITS.items():
-        value = getattr(cfg, key)
-        problem = "" if key == "grad_clip" and value is None else limit.problem(value)
-        if problem:
-            raise ValueError(f"{path}: setting {key!r} {problem}")
-    if cfg.task not in task_names():
-        raise ValueError(f"{path}: unknown task {cfg.task!r} (known: {', '.join(task_names())})")
-    from ..core.config import FAMILIES
-    if cfg.family not in FAMILIES:
-        raise ValueError(f"{path}: unknown family {cfg.family!r} ({', '.join(FAMILIES)})")
     if cfg.device in ("", "auto"):  # as --device auto: the best device present
-        from ..core.training.trainer import best_device
         cfg.device = best_device()
     if not cfg.precision:
         cfg.precision = default_precision(cfg.device)
@@ -173,78 +121,13 @@ def config_from_file(path: str):
 
 def config_from_args(args):
     """The run's TrainConfig: from --config FILE, or built from the flags (two ways to the same config)."""
-    from ..core.families import trainable_families
-    from ..core.training import TrainConfig
-    from ..core.training.trainer import default_precision
-
     if getattr(args, "config", None):
         beside = sorted((getattr(args, "given", None) or set()) - _BESIDE_CONFIG)
         if beside:
             raise ValueError(f"--config {args.config} holds the run's settings; leave out "
                              f"{', '.join(_flag(d) for d in beside)} (or change the file)")
         return config_from_file(args.config)
-    missing = [flag for flag, value in (("--task", args.task), ("--steps", args.steps)) if value is None]
-    if missing:
-        raise ValueError(f"train needs {' and '.join(missing)} (or --config FILE)")
-    task_options = {}
-    for key in ("length", "symbols", "p", "train_fraction"):
-        value = getattr(args, key)
-        if value is not None:
-            task_options[key] = value
-    if args.train_size is not None:
-        task_options["n_train"] = args.train_size
-    if args.task == "text":
-        if not args.text_file:
-            raise ValueError("--task text needs --text-file")
-        task_options.update(text_file=args.text_file, tokenizer=args.tokenizer, vocab_size=args.vocab_size)
-    if args.task == "image-folder":
-        if not args.image_folder:
-            raise ValueError("--task image-folder needs --image-folder DIR (one sub-folder of images per class)")
-        task_options["image_folder"] = os.path.abspath(args.image_folder)  # the run may resume from elsewhere
-        for key in ("channels", "image_size"):
-            if getattr(args, key) is not None:
-                task_options[key] = getattr(args, key)
-    model = {"n_layers": args.layers, "n_heads": args.heads, "d_model": args.d_model,
-             "d_ff": args.d_ff or 4 * args.d_model, "context_length": args.context}
-    for arg, key in (("norm", "norm"), ("norm_placement", "norm_placement"), ("activation", "activation"),
-                     ("positions", "positions"), ("attention", "attention_kind"), ("init", "init"),
-                     ("dropout", "dropout"), ("patch_size", "patch_size")):
-        value = getattr(args, arg)
-        if value is not None:
-            model[key] = value
-    if args.family in trainable_families("patches"):  # a ViT's context is 1 + its patches, never a free choice
-        model.pop("context_length")
-    device = _device(args)
-    return TrainConfig(task=args.task, task_options=task_options, family=args.family, model=model,
-                       optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
-                       momentum=args.momentum, schedule=args.schedule, warmup_steps=args.warmup,
-                       batch_size=args.batch_size, steps=args.steps, eval_every=args.eval_every,
-                       checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-                       grad_clip=args.grad_clip or None, seed=args.seed, device=device,
-                       precision=args.precision or default_precision(device))
-
-
-def config_to_args(cfg) -> list[str]:
-    """The flags config_from_args turns back into `cfg` (its inverse): the run's command line as a person
-    would type it. ValueError for a setting no flag can give (then only --config FILE can)."""
-    if cfg.betas is not None:
-        raise ValueError("the optimizer's betas have no flag; give them with --config FILE")
-    args: list[str] = []
-    for dest, key in _FIELDS.items():
-        value = getattr(cfg, key)
-        if key == "grad_clip":
-            value = value or 0  # --grad-clip 0 is no clipping
-        args += [_flag(dest), repr(value) if isinstance(value, float) else str(value)]
-    for dest, key in _MODEL_KEYS.items():
-        if key in cfg.model:
-            args += [_flag(dest), str(cfg.model[key])]
-    known = {"length", "symbols", "p", "train_fraction", "n_train", "text_file", "tokenizer", "vocab_size",
-             "image_folder", "channels", "image_size"}
-    for key, value in cfg.task_options.items():
-        if key not in known:
-            raise ValueError(f"the task option {key!r} has no flag; give it with --config FILE")
-        args += [_flag(_option_dest(key)), str(value)]
-    return args + ["--steps", str(cfg.steps), "--device", cfg.device, "--precision", cfg.precision]
+    return config_from_flags(vars(args))
 
 
 def _human(ev: dict) -> str | None:
@@ -289,14 +172,14 @@ def resumed_config(saved, cfg, args):
     from_file = bool(getattr(args, "config", None))  # a --config file gives every setting
     given = getattr(args, "given", None) or set()
     d = saved.to_dict()
-    for dest, key in _FIELDS.items():
+    for dest, key in run_flag_keys().items():
         if from_file or dest in given or dest == "task":  # --task is required: always the user's word
             d[key] = getattr(cfg, key)
     if from_file:
         d["betas"] = cfg.betas
     d["task_options"] = {**saved.task_options, **{k: v for k, v in cfg.task_options.items()
-                                                 if from_file or _option_dest(k) in given}}
-    d["model"] = {**saved.model, **{key: cfg.model[key] for dest, key in _MODEL_KEYS.items()
+                                                 if from_file or task_option_dest(k) in given}}
+    d["model"] = {**saved.model, **{key: cfg.model[key] for dest, key in model_flag_keys().items()
                                    if (from_file or dest in given) and key in cfg.model}}
     precision = cfg.precision if from_file else args.precision or saved.precision
     if precision == "float16" and not cfg.device.startswith("cuda"):
@@ -320,10 +203,6 @@ def check_training_memory(cfg) -> None:
     need = 16.0 * params + float(cfg.batch_size) * T * per_token * width
     check_memory(need, f"--batch-size {cfg.batch_size} x --context {T} x --d-model {d} x --layers {layers}",
                  "for the weights, optimiser state and activations", cfg.device)
-
-
-def _option_dest(key: str) -> str:
-    return {"n_train": "train_size"}.get(key, key)
 
 
 def run(args) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import mmap
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,17 +20,14 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .config import ConfigError, ModelConfig
-from .families import REGISTRY, Family, ModelLoadError, Weight, family_for  # noqa: F401 (ModelLoadError: re-exported)
+from .families import Family, Weight, family_for, family_of
 from .files import atomic_write_dir, interrupted_copy
 from .model import Transformer, sinusoidal_table
-from .hf_cache import snapshot_repo_ref
-from .tokenizer import (BPE_MERGES, BPE_VOCAB, SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG, WORDPIECE_VOCAB, Tokenizer,
-                        TokenizerError, load_tokenizer_folder)
+from .hf_layout import snapshot_repo_ref
+from .tokenizer import Tokenizer, TokenizerError, load_tokenizer_folder
+# the files of a model folder, and ModelLoadError: re-exported (checkpoints.WEIGHTS, checkpoints.ModelLoadError ...)
+from .weights import CONFIG, INDEX, TOKENIZER, WEIGHTS, ModelLoadError, check_links, weight_files  # noqa: F401
 
-CONFIG = "config.json"
-WEIGHTS = "model.safetensors"
-INDEX = "model.safetensors.index.json"
-TOKENIZER = "tokenizer.json"
 NATIVE_KEY = "transformer_explorer"  # our full ModelConfig, kept beside the Hugging Face fields
 
 
@@ -87,14 +83,14 @@ _STRUCTURAL = ("model_type", "vocab_size", "tie_word_embeddings")
 
 def _check_native_agrees(cfg: ModelConfig, d: dict, path: Path) -> None:
     expected = config_to_hf(cfg)
-    for key in _STRUCTURAL + REGISTRY[cfg.family].structural:
+    for key in _STRUCTURAL + family_of(cfg).structural:
         if key in d and key in expected and d[key] != expected[key]:
             raise ModelLoadError(path, f"the Hugging Face field {key!r} is {d[key]!r} but the {NATIVE_KEY!r} block "
                                        f"implies {expected[key]!r}; the two must describe the same model")
     if d.get("rope_scaling") and cfg.positions == "rotary":
         # never written here, but transformers reads a rope_scaling added by hand before rope_parameters:
         # the family's own reading of the Hugging Face fields must give our block's rotary positions
-        theirs = REGISTRY[cfg.family].config_from_hf(d, path)
+        theirs = family_of(cfg).config_from_hf(d, path)
         if (theirs.rope_theta, theirs.rope_scaling) != (cfg.rope_theta, cfg.rope_scaling):
             raise ModelLoadError(path, f"rope_scaling {d['rope_scaling']!r} is not the rotary scaling of the "
                                        f"{NATIVE_KEY!r} block ({cfg.rope_scaling!r}); the two must describe the "
@@ -103,7 +99,7 @@ def _check_native_agrees(cfg: ModelConfig, d: dict, path: Path) -> None:
 
 def config_to_hf(cfg: ModelConfig) -> dict:
     """A config.json that `transformers` understands, with our full config alongside."""
-    family = REGISTRY[cfg.family]
+    family = family_of(cfg)
     return {"vocab_size": cfg.vocab_size, "tie_word_embeddings": cfg.tie_embeddings, "dtype": cfg.dtype,
             "model_type": family.model_type, "architectures": [family.architecture(cfg)],
             **family.config_to_hf(cfg), NATIVE_KEY: cfg.to_dict()}
@@ -121,7 +117,7 @@ def hf_compatible(cfg: ModelConfig) -> bool:
     BERT without token types or with a final norm); such models are saved with our own tensor names
     (NATIVE_PROBE present) so they still round-trip through model folders.
     """
-    return REGISTRY[cfg.family].hf_compatible(cfg)
+    return family_of(cfg).hf_compatible(cfg)
 
 
 NATIVE_PROBE = "tok_embed.weight"  # present only in folders saved with our own tensor names
@@ -135,7 +131,7 @@ def _hf_name(family: Family, entry: Weight, prefix: str, local: str | None = Non
 
 def _hf_tensors(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> Iterator[tuple[Weight, torch.Tensor]]:
     """Each table entry with its Hugging Face tensor built from our state dict (the writing direction)."""
-    for entry in REGISTRY[cfg.family].weights(cfg):
+    for entry in family_of(cfg).weights(cfg):
         if entry.optional and not all(name in sd for name in entry.ours):
             continue
         yield entry, entry.convert.to_theirs([sd[name] for name in entry.ours], cfg)
@@ -146,7 +142,7 @@ def to_hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     if not hf_compatible(cfg):
         tied = cfg.lm_head and cfg.tie_embeddings
         return {k: v.detach().contiguous() for k, v in sd.items() if not (tied and k == "lm_head.weight")}
-    family = REGISTRY[cfg.family]
+    family = family_of(cfg)
     prefix = family.prefix(cfg)
     out: dict[str, torch.Tensor] = {}
     written: set[str] = set()
@@ -173,7 +169,7 @@ def _from_hf(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: set[st
     """Our state dict from a reader of Hugging Face tensors (names = what the files hold)."""
     if NATIVE_PROBE in names:  # saved with our own names (a config Hugging Face cannot express)
         return {n: get(n) for n in names}
-    family = REGISTRY[cfg.family]
+    family = family_of(cfg)
     prefix = family.detect_prefix(cfg, names)
     sd: dict[str, torch.Tensor] = {}
     for entry in family.weights(cfg):
@@ -206,90 +202,6 @@ def read_config(folder: Path) -> ModelConfig:
     if not isinstance(d, dict):
         raise ModelLoadError(path, "malformed config: expected a JSON object")
     return config_from_hf(d, path)
-
-
-def _weight_files(folder: Path) -> dict[str, Path]:
-    """tensor name -> file holding it, from model.safetensors or the sharded index."""
-    single, index = folder / WEIGHTS, folder / INDEX
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-                raise TypeError("weight_map must map tensor names to file names")
-        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            raise ModelLoadError(index, f"malformed index ({exc})") from exc
-        except RecursionError:
-            raise ModelLoadError(index, "malformed index: JSON nested too deeply") from None
-        files = {}
-        for name, fname in weight_map.items():
-            f = _shard_path(folder, index, fname)
-            if not f.is_file():
-                raise ModelLoadError(f, f"shard listed in {INDEX} is missing")
-            files[name] = f
-        return files
-    if single.is_file():
-        return {name: single for name in _safetensors_names(single)}
-    others = sorted(p.name for p in folder.glob("*.safetensors"))
-    if len(others) == 1:
-        check_links(folder, (others[0],))
-        f = folder / others[0]
-        return {name: f for name in _safetensors_names(f)}
-    if any((folder / n).exists() for n in ("pytorch_model.bin", "model.pt", "model.ckpt")):
-        raise ModelLoadError(folder, f"only pickle weights found (e.g. pytorch_model.bin); this app loads "
-                                     f"{WEIGHTS} only and never unpickles. Convert the checkpoint to safetensors.")
-    raise ModelLoadError(folder, f"no weights: expected {WEIGHTS} or {INDEX}")
-
-
-def _shard_path(folder: Path, index: Path, fname: str) -> Path:
-    """The shard `fname` names, refused unless it lies inside the model folder (_outside).
-
-    An index is data from wherever the model came from: an absolute path, '..' or a link leading out
-    would read any file on the machine."""
-    rel = Path(fname)
-    if not fname or rel.is_absolute() or rel.drive or ".." in rel.parts:
-        raise ModelLoadError(index, f"shard path {fname!r} leaves the model folder; refused")
-    f = folder / rel
-    real = _outside(folder, f)
-    if real is not None:
-        raise ModelLoadError(index, f"shard path {fname!r} resolves to {real}, outside the model folder; refused")
-    return f
-
-
-def _outside(folder: Path, f: Path) -> Path | None:
-    """Where `f` really is when that is outside the model folder (None when it is inside): the one rule
-    for every file the loader reads, named directly or through a shard index. A Hugging Face cache
-    snapshot (models--ORG--NAME/snapshots/<commit>/) may hold its files as links into the same
-    repository's blobs/ folder, and nowhere else."""
-    from .hf_cache import is_snapshot
-
-    real, root = f.resolve(), folder.resolve()
-    allowed = [root]
-    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--") and is_snapshot(root, root.parent):
-        allowed.append(root.parent.parent / "blobs")
-    return None if any(real.is_relative_to(a) for a in allowed) else real
-
-
-# every file of a model folder the loader (and load_tokenizer_folder) may read by its name
-_READ = (CONFIG, INDEX, WEIGHTS, TOKENIZER, WORDPIECE_VOCAB, BPE_VOCAB, BPE_MERGES, TOKENIZER_CONFIG,
-         SPECIAL_TOKENS_MAP)
-
-
-def check_links(folder: Path, names: tuple[str, ...] | None = None) -> None:
-    """Refuse a file of the folder (config, weights, tokenizer; or only `names`) that is a link leading
-    outside it, naming the file: the rule shard indexes follow (_outside), for the files named directly
-    (shards are checked as their index names them)."""
-    for f in (folder / n for n in (names or _READ)):
-        if os.path.islink(f) and (real := _outside(folder, f)) is not None:
-            raise ModelLoadError(f, f"a link to {real}, outside the model folder; refused (a model folder's "
-                                    f"files must lie inside it, or in its cache repository's blobs/)")
-
-
-def _safetensors_names(f: Path) -> list[str]:
-    try:
-        with safe_open(str(f), framework="pt") as st:
-            return list(st.keys())
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise ModelLoadError(f, f"corrupt or truncated safetensors file ({exc})") from exc
 
 
 class _MetaSkeleton(torch.overrides.TorchFunctionMode):
@@ -332,7 +244,7 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         raise ModelLoadError(folder, "not a folder (open the folder that holds config.json)")
     check_links(folder)
     cfg = read_config(folder)
-    files = _weight_files(folder)
+    files = weight_files(folder)
     _check_layer_count(cfg, files)
     handles: dict[Path, object] = {}
     used: list[str] = []
@@ -481,7 +393,7 @@ def _check_shapes(meta_model: Transformer, files: dict[str, Path]) -> None:
     cfg = meta_model.cfg
     with _MetaSkeleton():
         if hf_compatible(cfg):
-            family = REGISTRY[cfg.family]
+            family = family_of(cfg)
             prefix = family.detect_prefix(cfg, set(files))
             expected = {_stored_name(family, entry, prefix, set(files)): t
                         for entry, t in _hf_tensors(cfg, meta_model.state_dict())}
@@ -511,7 +423,7 @@ def _hf_name_for(cfg: ModelConfig, ours: str, names: set[str]) -> str:
     """The stored tensor that holds our tensor `ours` (for messages)."""
     if NATIVE_PROBE in names or not hf_compatible(cfg):
         return ours
-    family = REGISTRY[cfg.family]
+    family = family_of(cfg)
     prefix = family.detect_prefix(cfg, names)
     for entry in family.weights(cfg):
         if ours in entry.ours:

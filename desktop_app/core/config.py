@@ -2,9 +2,11 @@
 
 The families (core/families/, one module each; its REGISTRY is the only list) are presets over
 the same switches (norm, placement, activation, positions, attention kind); the model builder in
-the training panel may mix them freely. The families import this module, so this one reaches
-them lazily: `family` is checked against the registry when a config is validated, and FAMILIES
-is computed from it on first use.
+the training panel may mix them freely. This module sits below the families and imports none of
+them: a config is valid or not by its switches alone, and whether its `family` names a known one is
+checked where families are looked up (core.families.family_of). The three original families'
+switches are written here (CLASSIC_PRESETS) so that ModelConfig.gpt2() / .bert() / .llama() need no
+registry; their family modules take their presets from the same table.
 """
 from __future__ import annotations
 
@@ -37,16 +39,20 @@ class ConfigError(ValueError):
     """A configuration that cannot describe a working model."""
 
 
-def family_names() -> tuple[str, ...]:
-    """The model_types of core/families' REGISTRY (imported here lazily: it imports this module)."""
-    from .families import REGISTRY
-    return tuple(REGISTRY)
-
-
-def __getattr__(name: str) -> Any:
-    if name == "FAMILIES":  # kept importable: `from .config import FAMILIES`
-        return family_names()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The switches of GPT-2, BERT and LLaMA: ModelConfig.gpt2/bert/llama and families/gpt2.py, bert.py,
+# llama.py (their presets) all read them here.
+CLASSIC_PRESETS: dict[str, dict[str, Any]] = {
+    "gpt2": dict(family="gpt2", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
+                 positions="learned", causal=True, attention_bias=True, mlp_bias=True,
+                 final_norm=True, tie_embeddings=True, norm_eps=1e-5),
+    "bert": dict(family="bert", norm="layernorm", norm_placement="post", activation="gelu",
+                 positions="learned", causal=False, attention_bias=True, mlp_bias=True,
+                 embed_norm=True, final_norm=False, type_vocab_size=2, tie_embeddings=True,
+                 norm_eps=1e-12),
+    "llama": dict(family="llama", norm="rmsnorm", norm_placement="pre", activation="swiglu",
+                  positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
+                  final_norm=True, tie_embeddings=False, norm_eps=1e-6),
+}
 
 
 @dataclass
@@ -162,8 +168,8 @@ class ModelConfig:
             if not cond:
                 raise ConfigError(msg)
 
-        families = family_names()
-        check(self.family in families, f"unknown family {self.family!r} (known: {', '.join(families)})")
+        # which families exist is the registry's to say (core.families.family_of), not this module's
+        check(isinstance(self.family, str) and self.family != "", f"family must be a name, got {self.family!r}")
         check(self.norm in NORMS, f"unknown norm {self.norm!r}")
         check(self.norm_placement in PLACEMENTS, f"unknown norm placement {self.norm_placement!r}")
         check(self.activation in ACTIVATIONS, f"unknown activation {self.activation!r}")
@@ -265,21 +271,26 @@ class ModelConfig:
               "parallel_residual and sandwich_norms need norm_placement 'pre'")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
 
-    # -- presets: each family's own, from core/families ---------------------------------
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window of this layer (keys i - window < j <= i), or None for full attention."""
+        if self.sliding_window is None:
+            return None
+        if self.layer_types is None:
+            return self.sliding_window  # Mistral: every layer slides
+        return self.sliding_window if self.layer_types[layer] == "sliding_attention" else None
+
+    # -- presets of the three original families (the others: core.families.REGISTRY[name].preset) --
     @classmethod
     def gpt2(cls, **kw: Any) -> "ModelConfig":
-        from .families import REGISTRY
-        return REGISTRY["gpt2"].preset(**kw)
+        return cls(**{**CLASSIC_PRESETS["gpt2"], **kw})
 
     @classmethod
     def bert(cls, **kw: Any) -> "ModelConfig":
-        from .families import REGISTRY
-        return REGISTRY["bert"].preset(**kw)
+        return cls(**{**CLASSIC_PRESETS["bert"], **kw})
 
     @classmethod
     def llama(cls, **kw: Any) -> "ModelConfig":
-        from .families import REGISTRY
-        return REGISTRY["llama"].preset(**kw)
+        return cls(**{**CLASSIC_PRESETS["llama"], **kw})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

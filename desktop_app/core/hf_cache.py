@@ -12,7 +12,7 @@ One rule for what counts as a snapshot: a folder snapshots/<40 hex digits> that 
 its repository, reached through a ref that holds such a commit id. A ref holding anything else
 ('../..', an absolute path) or naming a snapshot the cache lacks is refused, never read as a path nor
 replaced by another snapshot. The files in a snapshot may link only into the repository's own blobs/
-(checked by the loader, checkpoints.check_links, which applies the same rule to any model folder).
+(checked by the loader, weights.check_links, which applies the same rule to any model folder).
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_PREFIX = "models--"
+from .hf_layout import _COMMIT, REPO_PREFIX, _refs, _repo_id, is_snapshot, snapshot_repo_ref  # noqa: F401 (the API)
+
 # A Hugging Face repository id: `name` or `org/name`, optionally `@revision` (a ref, tag or commit).
 _REPO_REF = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*(?:/[A-Za-z0-9][\w.\-]*)?)(?:@(?P<rev>[\w.\-/]+))?$")
 _FALLBACK_FAMILIES = ("gpt2", "bert", "llama")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a snapshot's folder name, and what a ref file holds
 
 
 class NotInCacheError(FileNotFoundError):
@@ -87,33 +87,6 @@ class CachedModel:
 
 def repo_folder_name(repo_id: str) -> str:
     return REPO_PREFIX + repo_id.replace("/", "--")
-
-
-def _repo_id(folder_name: str) -> str:
-    return folder_name[len(REPO_PREFIX):].replace("--", "/")
-
-
-def _refs(repo: Path) -> dict[str, str]:
-    """ref name -> revision, from refs/ (refs/main, refs/pr/1, ...)."""
-    out: dict[str, str] = {}
-    refs = repo / "refs"
-    if refs.is_dir():
-        for f in refs.rglob("*"):
-            if f.is_file():
-                try:
-                    out[f.relative_to(refs).as_posix()] = f.read_text(encoding="utf-8").strip()
-                except (OSError, UnicodeDecodeError):
-                    continue  # an unreadable ref names nothing
-    return out
-
-
-def is_snapshot(folder: Path, snapshots: Path) -> bool:
-    """`folder` (in `snapshots`) is a snapshot: named by a commit id, a folder, not a link elsewhere."""
-    try:
-        return (bool(_COMMIT.match(folder.name)) and folder.is_dir()
-                and folder.resolve().parent == snapshots.resolve())
-    except OSError:
-        return False
 
 
 def _snapshot_of_ref(repo: Path, ref: str, value: str) -> Path:
@@ -215,17 +188,6 @@ def list_cached_models(roots: list[Path] | None = None) -> list[CachedModel]:
                     out.append(_snapshot_entry(repo, snap, refs))
     out.sort(key=lambda m: (m.repo_id.lower(), not m.is_current, m.revision))
     return out
-
-
-def snapshot_repo_ref(folder: str | os.PathLike) -> str | None:
-    """'org/name' (or 'org/name@abc123456789' for a revision main does not point at) when `folder`
-    is a cache snapshot, else None: a better model name than the snapshot's commit hash."""
-    snap = Path(folder)
-    repo = snap.parent.parent
-    if snap.parent.name != "snapshots" or not repo.name.startswith(REPO_PREFIX):
-        return None
-    repo_id = _repo_id(repo.name)
-    return repo_id if _refs(repo).get("main") == snap.name else f"{repo_id}@{snap.name[:12]}"
 
 
 def find_in_cache(repo_id: str, revision: str | None = None, roots: list[Path] | None = None) -> Path | None:

@@ -291,8 +291,6 @@ def _final_norm_linear(model, resid: torch.Tensor):
     """(f, bias): f(c) = what a residual-stream piece c adds after the final norm, linearised at
     `resid` (its scale is taken from the whole residual, as TransformerLens does); bias: the
     norm's own additive part (None if it has none)."""
-    from .model import OffsetRMSNorm, RMSNorm
-
     if not model.cfg.final_norm:
         return (lambda c: c), None
     norm = model.final_norm
@@ -302,9 +300,10 @@ def _final_norm_linear(model, resid: torch.Tensor):
         gain = norm.weight.detach().double() if norm.weight is not None else 1.0
         bias = norm.bias.detach().double() if norm.bias is not None else None
         return (lambda c: (c.double() - c.double().mean(-1, keepdim=True)) / scale * gain), bias
-    if isinstance(norm, (RMSNorm, OffsetRMSNorm)):
+    if model.cfg.norm in ("rmsnorm", "rmsnorm_offset"):  # the config names the norm (model.make_norm)
         scale = torch.sqrt(r.pow(2).mean(-1) + norm.eps)
-        gain = 1.0 + norm.weight.detach().double() if isinstance(norm, OffsetRMSNorm) else norm.weight.detach().double()
+        offset = model.cfg.norm == "rmsnorm_offset"  # Gemma's (1 + w)
+        gain = 1.0 + norm.weight.detach().double() if offset else norm.weight.detach().double()
         return (lambda c: c.double() / scale * gain), None
     raise ValueError(f"direct attribution does not know the final norm {type(norm).__name__}")
 

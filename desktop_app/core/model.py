@@ -121,13 +121,9 @@ def rotary_dims(cfg: ModelConfig) -> int:
     return int(cfg.d_head * cfg.rotary_fraction)
 
 
-def layer_window(cfg: ModelConfig, layer: int) -> int | None:
-    """The sliding window of this layer (keys i - window < j <= i), or None for full attention."""
-    if cfg.sliding_window is None:
-        return None
-    if cfg.layer_types is None:
-        return cfg.sliding_window  # Mistral: every layer slides
-    return cfg.sliding_window if cfg.layer_types[layer] == "sliding_attention" else None
+# layer_window(cfg, layer): the window rule, which reads only the config, lives on it (a family may
+# use it without the model); the name stays here for the model's readers (generation, lipschitz)
+layer_window = ModelConfig.layer_window
 
 
 def layer_rotary(cfg: ModelConfig, layer: int, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:

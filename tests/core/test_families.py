@@ -44,15 +44,16 @@ def _config(case: str) -> ModelConfig:
     return REGISTRY[model_type].preset(**{**SMALL, **over})
 
 
-def test_registry_lists_the_three_original_families_and_config_families_follows_it():
-    from desktop_app.core import config
+def test_registry_lists_the_three_original_families_and_checks_family_names():
+    from desktop_app.core.families import family_of
     assert {"gpt2", "bert", "llama"} <= set(REGISTRY)
-    assert config.FAMILIES == tuple(REGISTRY)
     for model_type, family in REGISTRY.items():
         assert family.model_type == model_type
         assert family.preset(**SMALL).family == model_type
+        assert family_of(model_type) is family
+    # the family check is the registry's (ModelConfig sits below it and imports no family)
     with pytest.raises(ConfigError, match="unknown family 'mamba'") as err:
-        ModelConfig(family="mamba")
+        family_of(ModelConfig(family="mamba"))
     assert all(name in str(err.value) for name in REGISTRY)
 
 

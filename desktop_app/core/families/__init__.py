@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..config import ConfigError, ModelConfig
 from . import bert, distilbert, gemma3_text, gpt2, gpt_neo, gpt_neox, llama, mistral, opt, qwen2, qwen3, roberta, vit
 from .base import (IDENTITY, TRANSPOSE, Conversion, Family, ModelLoadError, Weight,  # noqa: F401 (the API)
                    fused, weight)
@@ -36,6 +37,17 @@ def encoder_decoder_problem(config: dict) -> str | None:
     if model_type in ENCODER_DECODER or config.get("is_encoder_decoder") is True:
         return f"encoder-decoder models ({model_type}) are not supported yet"
     return None
+
+
+def family_of(cfg: ModelConfig | str) -> Family:
+    """The registry's record of a config's family (or of a family name); ConfigError "unknown family
+    'x' (known: ...)" for a name no family has. ModelConfig itself does not know the registry: this is
+    where a config's family is checked, wherever one is looked up (saving, loading, training)."""
+    name = cfg if isinstance(cfg, str) else cfg.family
+    family = REGISTRY.get(name) if isinstance(name, str) else None
+    if family is None:
+        raise ConfigError(f"unknown family {name!r} (known: {', '.join(REGISTRY)})")
+    return family
 
 
 def family_for(model_type: object, path: str | Path, config: dict | None = None) -> Family:

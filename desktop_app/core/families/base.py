@@ -13,15 +13,7 @@ from typing import Any, Callable
 import torch
 
 from ..config import ModelConfig
-
-
-class ModelLoadError(Exception):
-    """A model folder (or one file in it) that cannot be used, and why."""
-
-    def __init__(self, path: str | Path, problem: str) -> None:
-        self.path = Path(path)
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+from ..weights import ModelLoadError  # noqa: F401 (the families raise it; defined with the files it names)
 
 
 # -- conversions -------------------------------------------------------------------------------

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import ModelConfig
+from ..config import CLASSIC_PRESETS, ModelConfig
 from .base import HF_ACTIVATIONS, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
 from .gpt2 import classic_switches
 
-preset = preset_of(dict(family="bert", norm="layernorm", norm_placement="post", activation="gelu",
-                        positions="learned", causal=False, attention_bias=True, mlp_bias=True,
-                        embed_norm=True, final_norm=False, type_vocab_size=2, tie_embeddings=True,
-                        norm_eps=1e-12))
+preset = preset_of(CLASSIC_PRESETS["bert"])  # the switches ModelConfig.bert() builds too
 
 
 def encoder_fields(d: dict, path: Path) -> dict:

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import ModelConfig
+from ..config import CLASSIC_PRESETS, ModelConfig
 from .base import HF_ACTIVATIONS, TRANSPOSE, Family, ModelLoadError, Weight, fused, hf_dtype, preset_of, required, weight
 
-preset = preset_of(dict(family="gpt2", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
-                        positions="learned", causal=True, attention_bias=True, mlp_bias=True,
-                        final_norm=True, tie_embeddings=True, norm_eps=1e-5))
+preset = preset_of(CLASSIC_PRESETS["gpt2"])  # the switches ModelConfig.gpt2() builds too
 
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:

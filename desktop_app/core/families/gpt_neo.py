@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ModelConfig
-from ..model import layer_window
 from .base import HF_ACTIVATIONS, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
 
 preset = preset_of(dict(family="gpt_neo", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
@@ -60,7 +59,7 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
 
 
 def config_to_hf(cfg: ModelConfig) -> dict:
-    layers = ["local" if layer_window(cfg, l) is not None else "global" for l in range(cfg.n_layers)]
+    layers = ["local" if cfg.layer_window(l) is not None else "global" for l in range(cfg.n_layers)]
     return {"hidden_size": cfg.d_model, "num_layers": cfg.n_layers, "num_heads": cfg.n_heads,
             "intermediate_size": cfg.d_ff, "max_position_embeddings": cfg.context_length,
             "activation_function": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import ModelConfig
+from ..config import CLASSIC_PRESETS, ModelConfig
 from . import llama_like
 from .base import Family, Weight, preset_of
 
-preset = preset_of(dict(family="llama", norm="rmsnorm", norm_placement="pre", activation="swiglu",
-                        positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
-                        final_norm=True, tie_embeddings=False, norm_eps=1e-6))
+preset = preset_of(CLASSIC_PRESETS["llama"])  # the switches ModelConfig.llama() builds too
 
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:

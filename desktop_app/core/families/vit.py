@@ -16,6 +16,7 @@ from typing import Any
 from ..config import ModelConfig
 from .base import HF_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, hf_dtype, real, required, weight
 from .gpt2 import classic_switches
+from ..weights import weight_files
 
 ARCHITECTURES = ("ViTModel", "ViTForImageClassification")
 POOLER_PROBE = "pooler.dense.weight"
@@ -50,10 +51,8 @@ def _square(d: dict, key: str, path: Path) -> int:
 
 def _folder_has_pooler(path: Path) -> bool:
     """Whether the folder of config.json `path` holds ViTModel's pooler weights (headers only)."""
-    from ..checkpoints import _weight_files  # lazily: checkpoints imports the families
-
     try:
-        return POOLER_PROBE in _weight_files(path.parent)
+        return POOLER_PROBE in weight_files(path.parent)
     except ModelLoadError:  # no readable weights: the load itself reports that, by name
         return False
 

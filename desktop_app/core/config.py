@@ -146,13 +146,34 @@ class ModelConfig:
     extra: dict[str, Any] = field(default_factory=dict)  # fields kept only for round trips
 
     def __post_init__(self) -> None:
-        if self.n_kv_heads is None:
-            self.n_kv_heads = self.n_heads
-        if self.attention_out_bias is None:
-            self.attention_out_bias = self.attention_bias
-        if self.lm_head_kind is None:
-            self.lm_head_kind = "mlm" if self.family == "bert" else "linear"
+        for name in _FOLLOWERS:
+            if getattr(self, name) is None:
+                setattr(self, name, self.default_of(name))
         self.validate()
+
+    # -- defaults (what a switch is when nobody sets it) ------------------------------------------
+    def default_of(self, name: str) -> Any:
+        """Field `name`'s value when not given: its declared default, or for a field that follows
+        another (n_kv_heads: n_heads; attention_out_bias: attention_bias; lm_head_kind: "mlm" for
+        the bert family, else "linear") the value it follows to in this config."""
+        if name in _FOLLOWERS:
+            return _FOLLOWERS[name](self)
+        f = _FIELDS[name]
+        return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+    def at_default(self, name: str) -> bool:
+        """Whether field `name` computes what its default computes: equal to default_of, or a value
+        that means the same (head_dim d_model // n_heads, attn_scale 1/sqrt(d_head), layer_types all
+        of the one kind sliding_window gives every layer without them)."""
+        value = getattr(self, name)
+        if name == "head_dim":
+            return value is None or value * self.n_heads == self.d_model
+        if name == "attn_scale":
+            return value is None or abs(value * self.d_head ** 0.5 - 1.0) < 1e-12
+        if name == "layer_types":
+            every = "sliding_attention" if self.sliding_window is not None else "full_attention"
+            return value is None or all(t == every for t in value)
+        return value == self.default_of(name)
 
     # -- derived -------------------------------------------------------------------------
     @property
@@ -305,3 +326,12 @@ class ModelConfig:
 
     def replace(self, **kw: Any) -> "ModelConfig":
         return dataclasses.replace(self, **kw)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(ModelConfig)}
+# fields whose default (None) follows another field's value: filled in by __post_init__
+_FOLLOWERS: dict[str, Any] = {
+    "n_kv_heads": lambda cfg: cfg.n_heads,
+    "attention_out_bias": lambda cfg: cfg.attention_bias,
+    "lm_head_kind": lambda cfg: "mlm" if cfg.family == "bert" else "linear",
+}

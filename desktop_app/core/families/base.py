@@ -6,6 +6,7 @@ walks it theirs -> ours, saving walks it ours -> theirs, so the mapping is writt
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -86,8 +87,22 @@ class Family:
     structural: tuple[str, ...]  # Hugging Face fields that fix the architecture (cross-checked)
     weights: Callable[[ModelConfig], list[Weight]]  # the ONE weight-name table, for a config
     preset: Callable[..., ModelConfig]  # the family's switches, overridable (training, tests)
-    hf_compatible: Callable[[ModelConfig], bool]  # can the Hugging Face class hold this config?
+    # The ModelConfig switches its transformers class supports, each with the values it supports
+    # (a tuple, ANY, or a Where test); every other switch must stay at its default (see
+    # hf_differences). A switch added to ModelConfig is therefore "not what transformers computes"
+    # for every family until a family declares it here.
+    switches: dict[str, Any]
     trainable: bool = True  # the training panel and `train` can build and train it here
+    # what the class also fixes across fields (OPT: a final norm exactly with pre-LN): one line per problem
+    requires: Callable[[ModelConfig], list[str]] | None = None
+
+    def hf_differences(self, cfg: ModelConfig) -> list[str]:
+        return hf_differences(self, cfg)
+
+    def hf_compatible(self, cfg: ModelConfig) -> bool:
+        """Whether the family's transformers class computes this config (else it is saved with our own
+        tensor names: under the class's names transformers would load it and compute something else)."""
+        return not hf_differences(self, cfg)
 
     def architecture(self, cfg: ModelConfig) -> str:
         return self.architectures[bool(cfg.lm_head)]
@@ -107,6 +122,69 @@ class Family:
             if prefix + self.probe in names:
                 return prefix
         return self.prefix(cfg)
+
+
+# -- what the transformers class computes ------------------------------------------------------
+
+
+class _Any:
+    def __repr__(self) -> str:
+        return "any value"
+
+
+ANY = _Any()  # a declared switch the class reads from its config.json, whatever its value
+
+
+@dataclass(frozen=True)
+class Where:
+    """A declared switch's supported values as a test (e.g. a positive number of token types)."""
+    test: Callable[[Any], bool]
+    says: str
+
+    def __repr__(self) -> str:
+        return self.says
+
+
+POSITIVE = Where(lambda v: v > 0, "a positive value")
+
+# ModelConfig fields that are not switches: sizes and numbers every family's class holds as they are
+# (widths, depth, vocabulary, context, eps, dropout, dtype, token ids, with or without the head, tied
+# or not), and fields that change nothing unless a switch is on (rope_theta without rotary positions,
+# sinkhorn_iters without Sinkhorn attention, the image sizes without patch input). Every other field
+# is a switch, at its default unless the family declares it: a field added to ModelConfig is a switch
+# until it is listed here with its reason.
+NOT_SWITCHES = frozenset({
+    "family", "vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "context_length", "norm_eps",
+    "rope_theta", "sinkhorn_iters", "lm_head", "tie_embeddings", "dropout", "init", "init_std", "dtype",
+    "pad_token_id", "bos_token_id", "eos_token_id", "image_size", "patch_size", "num_channels", "extra"})
+
+
+def _allows(allowed: Any, value: Any) -> bool:
+    if allowed is ANY:
+        return True
+    if isinstance(allowed, Where):
+        return allowed.test(value)
+    return value in allowed
+
+
+def hf_differences(family: Family, cfg: ModelConfig) -> list[str]:
+    """What keeps `family`'s transformers class from computing `cfg`, one line per field ([]: it computes
+    exactly this model). A switch the family declares must take one of its declared values; every other
+    switch must be at its default (ModelConfig.at_default); then the family's own cross-field rules."""
+    cls = family.architectures[1]
+    problems = []
+    for f in dataclasses.fields(ModelConfig):
+        name = f.name
+        if name in NOT_SWITCHES:
+            continue
+        value = getattr(cfg, name)
+        allowed = family.switches.get(name)
+        if allowed is None:
+            if not cfg.at_default(name):
+                problems.append(f"{name} {value!r}: {cls} has no such switch (only {cfg.default_of(name)!r})")
+        elif not _allows(allowed, value):
+            problems.append(f"{name} {value!r}: {cls} supports {allowed!r}")
+    return problems + (family.requires(cfg) if family.requires else [])
 
 
 # -- shared config helpers -------------------------------------------------------------------

@@ -8,8 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import CLASSIC_PRESETS, ModelConfig
-from .base import HF_ACTIVATIONS, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
-from .gpt2 import classic_switches
+from .base import HF_ACTIVATIONS, POSITIVE, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
 
 preset = preset_of(CLASSIC_PRESETS["bert"])  # the switches ModelConfig.bert() builds too
 
@@ -104,17 +103,13 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return table
 
 
-def encoder_compatible(cfg: ModelConfig, position_offset: int = 0) -> bool:
-    """What BERT, RoBERTa and DistilBERT classes share: post-LN encoder with LayerNorm, learned
-    positions, biases everywhere, embedding norm, no final norm, the MLM head kind."""
-    return (cfg.n_kv_heads == cfg.n_heads and cfg.norm == "layernorm" and cfg.positions == "learned"
-            and cfg.norm_placement == "post" and cfg.activation in ("gelu", "gelu_tanh", "relu")
-            and cfg.attention_bias and cfg.mlp_bias and not cfg.final_norm and cfg.embed_norm and not cfg.causal
-            and cfg.lm_head_kind == "mlm" and classic_switches(cfg, position_offset))
+# What BERT, RoBERTa and DistilBERT classes share: a post-LN encoder with an embedding norm, no final
+# norm, and the MLM head; every other switch at its default (LayerNorm, learned positions, biases ...).
+ENCODER_SWITCHES = {"norm_placement": ("post",), "embed_norm": (True,), "final_norm": (False,), "causal": (False,),
+                    "lm_head_kind": ("mlm",), "activation": ("gelu", "gelu_tanh", "relu")}
 
 
-def hf_compatible(cfg: ModelConfig) -> bool:
-    return encoder_compatible(cfg) and cfg.type_vocab_size > 0
+SWITCHES = {**ENCODER_SWITCHES, "type_vocab_size": POSITIVE}  # BertModel always embeds token types
 
 
 FAMILY = Family(
@@ -123,4 +118,4 @@ FAMILY = Family(
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                 "max_position_embeddings", "hidden_act", "type_vocab_size", "layer_norm_eps"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible)
+    weights=weights, preset=preset, switches=SWITCHES)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from .base import Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
-from .bert import embedding_weights, encoder_compatible, layer_weights, mlm_head_weights
+from .bert import ENCODER_SWITCHES, embedding_weights, layer_weights, mlm_head_weights
 
 EPS = 1e-12  # DistilBERT's LayerNorms, hard-coded in transformers
 
@@ -60,11 +60,17 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return table
 
 
-def hf_compatible(cfg: ModelConfig) -> bool:
-    # sinusoidal positions are DistilBERT's own option, the one place it leaves BERT's learned table
-    learned = cfg if cfg.positions != "sinusoidal" else cfg.replace(positions="learned")
-    return (encoder_compatible(learned) and cfg.type_vocab_size == 0 and cfg.norm_eps == EPS
-            and cfg.activation in ("gelu", "relu") and (cfg.activation == "gelu" or not cfg.lm_head))
+# BERT's encoder without token types; sinusoidal positions are its own option
+SWITCHES = {**ENCODER_SWITCHES, "activation": ("gelu", "relu"), "positions": ("learned", "sinusoidal")}
+
+
+def requires(cfg: ModelConfig) -> list[str]:
+    problems = []
+    if cfg.norm_eps != EPS:
+        problems.append(f"norm_eps {cfg.norm_eps!r}: DistilBERT's LayerNorms are fixed at {EPS}")
+    if cfg.activation != "gelu" and cfg.lm_head:  # DistilBertForMaskedLM's head applies `activation` too
+        problems.append(f"activation {cfg.activation!r}: DistilBertForMaskedLM's head computes it, ours GELU")
+    return problems
 
 
 FAMILY = Family(
@@ -73,4 +79,4 @@ FAMILY = Family(
     probe="embeddings.word_embeddings.weight", config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=("dim", "n_layers", "n_heads", "hidden_dim", "max_position_embeddings", "activation",
                 "sinusoidal_pos_embds"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible)
+    weights=weights, preset=preset, switches=SWITCHES, requires=requires)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config import ModelConfig
 from . import llama_like
-from .base import Family, ModelLoadError, Weight, preset_of, real
+from .base import ANY, Family, ModelLoadError, Weight, preset_of, real
 from .rope import rope_block, rope_fields
 
 _switches = preset_of(dict(family="gemma3_text", norm="rmsnorm_offset", norm_placement="pre", activation="geglu",
@@ -123,17 +123,28 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return llama_like.weights(cfg, NORMS)
 
 
-def hf_compatible(cfg: ModelConfig) -> bool:
+# Gemma's offset RMSNorm, GeGLU, q/k norms, sandwich norms, scaled embeddings and scores, sliding layers
+# with their own rotary base, soft-capped logits; q/k/v/o biases together (attention_bias)
+SWITCHES = {**llama_like.SWITCHES, "norm": ("rmsnorm_offset",), "activation": ("geglu",), "qk_norm": (True,),
+            "sandwich_norms": (True,), "embed_scale": ANY, "attn_scale": ANY, "attention_bias": (True, False),
+            "mlp_bias": (False,), "rope_local_theta": ANY, "sliding_window": ANY, "layer_types": ANY,
+            "final_logit_softcap": ANY}
+
+
+def requires(cfg: ModelConfig) -> list[str]:
+    problems = []
+    if cfg.embed_scale is None or abs(cfg.embed_scale - math.sqrt(cfg.d_model)) >= 1e-9 * cfg.embed_scale:
+        problems.append(f"embed_scale {cfg.embed_scale!r}: Gemma 3 scales embeddings by sqrt(hidden_size)")
+    if _query_pre_attn_scalar(cfg) is None:
+        problems.append(f"attn_scale {cfg.attn_scale!r}: not s ** -0.5 for an integer query_pre_attn_scalar s")
     windowed = cfg.sliding_window is not None and (cfg.layer_types is None or "sliding_attention" in cfg.layer_types)
-    # without its own local base, a sliding layer here reads the global rotary; Gemma's class gives
-    # sliding layers no scaling, so the two agree only without scaling
-    local_rotary_ok = cfg.rope_local_theta is not None or cfg.rope_scaling is None or not windowed
-    return (llama_like.llama_shaped(cfg) and cfg.norm == "rmsnorm_offset" and cfg.activation == "geglu"
-            and cfg.qk_norm and cfg.sandwich_norms and cfg.embed_scale is not None
-            and abs(cfg.embed_scale - math.sqrt(cfg.d_model)) < 1e-9 * cfg.embed_scale
-            and _query_pre_attn_scalar(cfg) is not None and cfg.attention_out_bias == cfg.attention_bias
-            and not cfg.mlp_bias and local_rotary_ok
-            and cfg.d_model % cfg.n_heads == 0)  # Gemma3TextConfig.validate_architecture insists
+    if windowed and cfg.rope_local_theta is None and cfg.rope_scaling is not None:
+        # without its own base a sliding layer here reads the scaled global rotary; Gemma's class gives
+        # sliding layers no scaling
+        problems.append("rope_scaling with sliding layers needs rope_local_theta (Gemma 3's sliding layers are unscaled)")
+    if cfg.d_model % cfg.n_heads:  # Gemma3TextConfig.validate_architecture insists
+        problems.append(f"d_model {cfg.d_model} is not a multiple of n_heads {cfg.n_heads}")
+    return problems
 
 
 FAMILY = Family(
@@ -142,4 +153,4 @@ FAMILY = Family(
     probe="embed_tokens.weight", config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=llama_like.STRUCTURAL + ("hidden_activation", "query_pre_attn_scalar", "sliding_window",
                                         "layer_types", "rope_parameters", "final_logit_softcapping"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible)
+    weights=weights, preset=preset, switches=SWITCHES, requires=requires)

@@ -58,26 +58,8 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return table
 
 
-def classic_switches(cfg: ModelConfig, position_offset: int = 0) -> bool:
-    """None of the switches added for the wider families is on (or each is at the value a classic
-    Hugging Face class computes anyway), so GPT-2, BERT, LLaMA, RoBERTa and DistilBERT classes can hold
-    the model. A config with one on is saved with our own tensor names instead: under the classic
-    names `transformers` would load it without a word and compute something else (L2 or Sinkhorn
-    attention too: every Hugging Face class computes softmax attention)."""
-    return (not cfg.parallel_residual and cfg.rotary_fraction == 1.0 and cfg.rope_scaling is None
-            and cfg.rope_local_theta is None and not cfg.qk_norm and cfg.sliding_window is None
-            and all(t == "full_attention" for t in cfg.layer_types or ()) and not cfg.sandwich_norms
-            and cfg.embed_scale is None and cfg.attn_scale is None and cfg.final_logit_softcap is None
-            and cfg.position_offset == position_offset and cfg.d_head * cfg.n_heads == cfg.d_model
-            and cfg.attention_out_bias == cfg.attention_bias and cfg.activation != "geglu"
-            and cfg.norm != "rmsnorm_offset" and cfg.attention_kind == "softmax")
-
-
-def hf_compatible(cfg: ModelConfig) -> bool:
-    return (cfg.n_kv_heads == cfg.n_heads and not cfg.embed_norm and cfg.norm == "layernorm"
-            and cfg.positions == "learned" and cfg.norm_placement == "pre" and cfg.activation != "swiglu"
-            and cfg.attention_bias and cfg.mlp_bias and cfg.final_norm and not cfg.type_vocab_size
-            and cfg.causal and cfg.lm_head_kind == "linear" and classic_switches(cfg))
+# GPT2LMHeadModel computes the default of every switch but its activation
+SWITCHES = {"activation": ("gelu", "gelu_tanh", "relu")}
 
 
 FAMILY = Family(
@@ -86,4 +68,4 @@ FAMILY = Family(
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=("n_embd", "n_layer", "n_head", "n_inner", "n_positions", "activation_function",
                 "layer_norm_epsilon"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible)
+    weights=weights, preset=preset, switches=SWITCHES)

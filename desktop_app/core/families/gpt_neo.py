@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import HF_ACTIVATIONS, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+from .base import ANY, HF_ACTIVATIONS, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
 
 preset = preset_of(dict(family="gpt_neo", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
                         positions="learned", causal=True, attention_bias=False, attention_out_bias=True,
@@ -87,14 +87,9 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return table
 
 
-def hf_compatible(cfg: ModelConfig) -> bool:
-    return (cfg.norm == "layernorm" and cfg.positions == "learned" and cfg.position_offset == 0
-            and cfg.norm_placement == "pre" and cfg.activation in ("gelu", "gelu_tanh", "relu")
-            and not cfg.attention_bias and cfg.attention_out_bias and cfg.mlp_bias and cfg.attn_scale == 1.0
-            and cfg.final_norm and cfg.n_kv_heads == cfg.n_heads and cfg.head_dim in (None, cfg.d_model // cfg.n_heads)
-            and not cfg.parallel_residual and not cfg.qk_norm and not cfg.sandwich_norms and cfg.embed_scale is None
-            and cfg.final_logit_softcap is None and cfg.lm_head_kind == "linear" and not cfg.type_vocab_size
-            and not cfg.embed_norm and cfg.causal)
+# no q/k/v bias, an output bias, unscaled scores, global and local (sliding) layers
+SWITCHES = {"activation": ("gelu", "gelu_tanh", "relu"), "attention_bias": (False,), "attention_out_bias": (True,),
+            "attn_scale": (1.0,), "sliding_window": ANY, "layer_types": ANY}
 
 
 FAMILY = Family(
@@ -103,4 +98,4 @@ FAMILY = Family(
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
                 "activation_function", "layer_norm_epsilon", "attention_layers", "window_size"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible, trainable=False)
+    weights=weights, preset=preset, switches=SWITCHES, trainable=False)

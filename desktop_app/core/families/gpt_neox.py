@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from ..config import ModelConfig
-from .base import HF_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+from .base import ANY, HF_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
 from .rope import rope_block, rope_fields
 
 # rotary_fraction stays 1.0 here: Pythia's 0.25 always comes from config.json (config_from_hf sets
@@ -110,14 +110,9 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return table
 
 
-def hf_compatible(cfg: ModelConfig) -> bool:
-    return (cfg.norm == "layernorm" and cfg.positions == "rotary" and cfg.norm_placement == "pre"
-            and cfg.activation in ("gelu", "gelu_tanh", "relu") and cfg.mlp_bias and cfg.final_norm
-            and cfg.n_kv_heads == cfg.n_heads and cfg.head_dim in (None, cfg.d_model // cfg.n_heads)
-            and cfg.attention_out_bias == cfg.attention_bias and not cfg.qk_norm and not cfg.sandwich_norms
-            and cfg.sliding_window is None and cfg.attn_scale is None and cfg.embed_scale is None
-            and cfg.rope_local_theta is None and cfg.final_logit_softcap is None and cfg.lm_head_kind == "linear"
-            and not cfg.type_vocab_size and not cfg.embed_norm and cfg.causal)
+# rotary (partial, scaled), parallel or serial residual, biases on or off together
+SWITCHES = {"positions": ("rotary",), "activation": ("gelu", "gelu_tanh", "relu"), "attention_bias": (True, False),
+            "parallel_residual": (True, False), "rotary_fraction": ANY, "rope_scaling": ANY}
 
 
 FAMILY = Family(
@@ -127,4 +122,4 @@ FAMILY = Family(
     structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                 "max_position_embeddings", "hidden_act", "layer_norm_eps", "use_parallel_residual",
                 "attention_bias", "rotary_pct", "rotary_emb_base"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible, trainable=False)
+    weights=weights, preset=preset, switches=SWITCHES, trainable=False)

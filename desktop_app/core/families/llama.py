@@ -35,12 +35,8 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return llama_like.weights(cfg)  # the table Qwen2, Qwen3, Mistral and Gemma 3 share
 
 
-def hf_compatible(cfg: ModelConfig) -> bool:
-    # LlamaAttention takes head_dim and the linear / llama3 rotary scalings; no windows, no q/k norms,
-    # and o_proj's bias follows attention_bias
-    return (llama_like.llama_shaped(cfg) and llama_like.plain_attention(cfg) and not cfg.qk_norm
-            and cfg.sliding_window is None and all(t == "full_attention" for t in cfg.layer_types or ())
-            and cfg.attention_out_bias == cfg.attention_bias)
+# q/k/v/o biases together (attention_bias), MLP biases (mlp_bias); no windows, no q/k norms
+SWITCHES = {**llama_like.SWITCHES, "attention_bias": (True, False), "mlp_bias": (True, False)}
 
 
 FAMILY = Family(
@@ -48,4 +44,4 @@ FAMILY = Family(
     architectures=("LlamaModel", "LlamaForCausalLM"), prefixes=("", "model."), probe="embed_tokens.weight",
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=llama_like.STRUCTURAL + ("hidden_act", "rope_theta", "rope_parameters"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible)
+    weights=weights, preset=preset, switches=SWITCHES)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from .base import ModelLoadError, Weight, hf_dtype, required, weight
+from .base import ANY, ModelLoadError, Weight, hf_dtype, required, weight
 from .rope import rope_block, rope_fields, rope_to_hf  # noqa: F401 (rope_to_hf: the families write through it)
 
 def rope(d: dict, path: Path) -> dict[str, Any]:
@@ -53,6 +53,12 @@ def decoder_to_hf(cfg: ModelConfig) -> dict:
             "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id}
 
 
+# What every LLaMA-like class computes beyond the defaults: RMSNorm, SwiGLU, rotary positions (with the
+# linear and llama3 scalings), grouped-query attention and an explicit head width. Each family adds
+# its biases, windows and norms.
+SWITCHES = {"norm": ("rmsnorm",), "activation": ("swiglu",), "positions": ("rotary",), "n_kv_heads": ANY,
+            "head_dim": ANY, "rope_scaling": ANY}
+
 STRUCTURAL = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
               "head_dim", "max_position_embeddings", "rms_norm_eps")
 
@@ -82,15 +88,6 @@ def weights(cfg: ModelConfig, norms: tuple[tuple[str, str], ...] = LLAMA_NORMS) 
     if cfg.lm_head and not cfg.tie_embeddings:
         table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
     return table
-
-
-def llama_shaped(cfg: ModelConfig) -> bool:
-    """The switches every LLaMA-like transformers class has fixed: pre-norm, rotary over the whole
-    head, a final norm, a plain linear unembedding, causal, nothing of the encoders or GPT-NeoX."""
-    return (cfg.positions == "rotary" and cfg.norm_placement == "pre" and cfg.final_norm and cfg.causal
-            and not cfg.type_vocab_size and not cfg.embed_norm and cfg.lm_head_kind == "linear"
-            and not cfg.parallel_residual and cfg.rotary_fraction == 1.0 and cfg.position_offset == 0
-            and cfg.attention_kind == "softmax")
 
 
 def layer_types_from_hf(d: dict, path: Path, n_layers: Any) -> list[str] | None:
@@ -140,10 +137,3 @@ def qwen_windows_to_hf(cfg: ModelConfig) -> dict[str, Any]:
 def silu_only(d: dict, path: Path) -> None:
     if d.get("hidden_act", "silu") != "silu":
         raise ModelLoadError(path, f"unsupported hidden_act {d.get('hidden_act')!r} (this family computes silu)")
-
-
-def plain_attention(cfg: ModelConfig) -> bool:
-    """None of Gemma's switches: a LLaMA-like class without them computes none of them."""
-    return (cfg.norm == "rmsnorm" and cfg.activation == "swiglu" and not cfg.sandwich_norms
-            and cfg.embed_scale is None and cfg.final_logit_softcap is None and cfg.rope_local_theta is None
-            and (cfg.attn_scale is None or abs(cfg.attn_scale * cfg.d_head ** 0.5 - 1.0) < 1e-12))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from . import llama_like
-from .base import Family, ModelLoadError, Weight, preset_of
+from .base import ANY, Family, ModelLoadError, Weight, preset_of
 
 preset = preset_of(dict(family="mistral", norm="rmsnorm", norm_placement="pre", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
@@ -44,12 +44,8 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return llama_like.weights(cfg)
 
 
-def hf_compatible(cfg: ModelConfig) -> bool:
-    # one window on every layer: either no per-layer types, or all of them sliding
-    same_window = cfg.layer_types is None or (cfg.sliding_window is not None
-                                              and all(t == "sliding_attention" for t in cfg.layer_types))
-    return (llama_like.llama_shaped(cfg) and llama_like.plain_attention(cfg) and not cfg.qk_norm
-            and not cfg.attention_bias and not cfg.attention_out_bias and not cfg.mlp_bias and same_window)
+# no biases; one sliding window on every layer (per-layer types would be Ministral's)
+SWITCHES = {**llama_like.SWITCHES, "attention_bias": (False,), "mlp_bias": (False,), "sliding_window": ANY}
 
 
 FAMILY = Family(
@@ -57,4 +53,4 @@ FAMILY = Family(
     architectures=("MistralModel", "MistralForCausalLM"), prefixes=("", "model."), probe="embed_tokens.weight",
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=llama_like.STRUCTURAL + ("hidden_act", "sliding_window", "rope_parameters"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible)
+    weights=weights, preset=preset, switches=SWITCHES)

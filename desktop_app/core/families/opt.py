@@ -82,15 +82,20 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return table
 
 
-def hf_compatible(cfg: ModelConfig) -> bool:
-    # OPT's final norm exists exactly when its blocks are pre-LN
-    return (cfg.norm == "layernorm" and cfg.positions == "learned" and cfg.position_offset == POSITION_OFFSET
-            and cfg.final_norm == (cfg.norm_placement == "pre") and cfg.activation in ("gelu", "gelu_tanh", "relu")
-            and cfg.attention_bias == cfg.mlp_bias == cfg.attention_out_bias and cfg.attn_scale is None
-            and cfg.n_kv_heads == cfg.n_heads and cfg.head_dim in (None, cfg.d_model // cfg.n_heads)
-            and cfg.sliding_window is None and not cfg.parallel_residual and not cfg.qk_norm
-            and not cfg.sandwich_norms and cfg.embed_scale is None and cfg.final_logit_softcap is None
-            and cfg.lm_head_kind == "linear" and not cfg.type_vocab_size and not cfg.embed_norm and cfg.causal)
+# learned positions offset by 2, pre-LN (with a final norm) or post-LN (without), all biases or none
+SWITCHES = {"position_offset": (POSITION_OFFSET,), "activation": ("gelu", "gelu_tanh", "relu"), "norm_placement": ("pre", "post"),
+            "final_norm": (True, False), "attention_bias": (True, False), "mlp_bias": (True, False)}
+
+
+def requires(cfg: ModelConfig) -> list[str]:
+    problems = []
+    if cfg.final_norm != (cfg.norm_placement == "pre"):
+        problems.append(f"final_norm {cfg.final_norm!r} with norm_placement {cfg.norm_placement!r}: OPT has a final "
+                        f"norm exactly when its layers are pre-LN")
+    if cfg.mlp_bias != cfg.attention_bias:
+        problems.append(f"mlp_bias {cfg.mlp_bias!r} with attention_bias {cfg.attention_bias!r}: OPT's enable_bias "
+                        f"sets every bias at once")
+    return problems
 
 
 FAMILY = Family(
@@ -99,4 +104,4 @@ FAMILY = Family(
     probe="embed_tokens.weight", config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim", "max_position_embeddings",
                 "word_embed_proj_dim", "activation_function", "do_layer_norm_before", "enable_bias"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible, trainable=False)
+    weights=weights, preset=preset, switches=SWITCHES, requires=requires, trainable=False)

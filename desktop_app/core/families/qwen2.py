@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from . import llama_like
-from .base import Family, Weight, preset_of
+from .base import ANY, Family, Weight, preset_of
 
 preset = preset_of(dict(family="qwen2", norm="rmsnorm", norm_placement="pre", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=True, attention_out_bias=False,
@@ -37,9 +37,9 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return llama_like.weights(cfg)
 
 
-def hf_compatible(cfg: ModelConfig) -> bool:
-    return (llama_like.llama_shaped(cfg) and llama_like.plain_attention(cfg) and not cfg.qk_norm
-            and cfg.attention_bias and not cfg.attention_out_bias and not cfg.mlp_bias)
+# q, k, v biases without an o_proj bias; Qwen2's optional sliding window
+SWITCHES = {**llama_like.SWITCHES, "attention_bias": (True,), "attention_out_bias": (False,), "mlp_bias": (False,),
+            "sliding_window": ANY, "layer_types": ANY}
 
 
 FAMILY = Family(
@@ -48,4 +48,4 @@ FAMILY = Family(
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=llama_like.STRUCTURAL + ("hidden_act", "rope_parameters", "use_sliding_window", "sliding_window",
                                         "layer_types"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible)
+    weights=weights, preset=preset, switches=SWITCHES)

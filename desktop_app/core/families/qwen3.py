@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from . import llama_like
-from .base import Family, Weight, preset_of
+from .base import ANY, Family, Weight, preset_of
 
 preset = preset_of(dict(family="qwen3", norm="rmsnorm", norm_placement="pre", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False, qk_norm=True,
@@ -38,9 +38,9 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return llama_like.weights(cfg)
 
 
-def hf_compatible(cfg: ModelConfig) -> bool:
-    return (llama_like.llama_shaped(cfg) and llama_like.plain_attention(cfg) and cfg.qk_norm
-            and cfg.attention_out_bias == cfg.attention_bias and not cfg.mlp_bias)
+# q/k norms; q, k, v and o biases together (attention_bias); Qwen2's optional sliding window
+SWITCHES = {**llama_like.SWITCHES, "qk_norm": (True,), "attention_bias": (True, False), "mlp_bias": (False,),
+            "sliding_window": ANY, "layer_types": ANY}
 
 
 FAMILY = Family(
@@ -49,4 +49,4 @@ FAMILY = Family(
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=llama_like.STRUCTURAL + ("hidden_act", "attention_bias", "rope_parameters", "use_sliding_window",
                                         "sliding_window", "layer_types"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible)
+    weights=weights, preset=preset, switches=SWITCHES)

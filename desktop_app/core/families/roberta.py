@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import Family, ModelLoadError, Weight, preset_of, weight
-from .bert import base_weights, encoder_compatible, encoder_fields, mlm_head_weights
+from .base import POSITIVE, Family, ModelLoadError, Weight, preset_of, weight
+from .bert import ENCODER_SWITCHES, base_weights, encoder_fields, mlm_head_weights
 from .bert import config_to_hf as bert_config_to_hf
 
 DEFAULT_PAD = 1  # RobertaConfig's pad_token_id (<pad>); <s> = 0, </s> = 2
@@ -53,10 +53,8 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return table
 
 
-def hf_compatible(cfg: ModelConfig) -> bool:
-    # Hugging Face derives the offset from pad_token_id; an offset of 0 would need pad_token_id = -1
-    return (cfg.position_offset >= 1 and cfg.type_vocab_size > 0
-            and encoder_compatible(cfg, position_offset=cfg.position_offset))
+# Hugging Face numbers positions from pad_token_id + 1 (position_offset = pad + 1 >= 1); token types as BERT
+SWITCHES = {**ENCODER_SWITCHES, "type_vocab_size": POSITIVE, "position_offset": POSITIVE}
 
 
 FAMILY = Family(
@@ -65,4 +63,4 @@ FAMILY = Family(
     probe="embeddings.word_embeddings.weight", config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                 "max_position_embeddings", "hidden_act", "type_vocab_size", "layer_norm_eps", "pad_token_id"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible)
+    weights=weights, preset=preset, switches=SWITCHES)

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from .base import HF_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, hf_dtype, real, required, weight
-from .gpt2 import classic_switches
+from .base import ANY, HF_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, hf_dtype, real, required, weight
 from ..weights import weight_files
 
 ARCHITECTURES = ("ViTModel", "ViTForImageClassification")
@@ -131,12 +130,11 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return table
 
 
-def hf_compatible(cfg: ModelConfig) -> bool:
-    return (cfg.input_kind == "patches" and cfg.norm == "layernorm" and cfg.norm_placement == "pre"
-            and cfg.positions == "learned" and cfg.activation in ("gelu", "gelu_tanh", "relu") and cfg.mlp_bias
-            and cfg.final_norm and not cfg.embed_norm and not cfg.causal and cfg.n_kv_heads == cfg.n_heads
-            and cfg.type_vocab_size == 0 and cfg.lm_head_kind == "classifier"
-            and classic_switches(cfg.replace(attention_out_bias=cfg.attention_bias)) and cfg.attention_out_bias)
+# ViTForImageClassification: patch input, the [CLS] classifier, qkv_bias (the output projection
+# always has its bias), the optional pooler; every other switch at its default
+SWITCHES = {"input_kind": ("patches",), "causal": (False,), "lm_head_kind": ("classifier",),
+            "activation": ("gelu", "gelu_tanh", "relu"), "attention_bias": (True, False), "attention_out_bias": (True,),
+            "pooler_size": ANY}
 
 
 FAMILY = Family(
@@ -145,4 +143,4 @@ FAMILY = Family(
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
                 "layer_norm_eps", "image_size", "patch_size", "num_channels", "qkv_bias"),
-    weights=weights, preset=preset, hf_compatible=hf_compatible, trainable=True)
+    weights=weights, preset=preset, switches=SWITCHES, trainable=True)

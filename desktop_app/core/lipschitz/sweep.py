@@ -123,17 +123,26 @@ class SweepResult:
 
 
 
+MAX_GEOM_COUNT = 1000  # geom:LO:HI:COUNT points: more is a typo (1e9 points took 8 GB before a word)
+
+
 def parse_lengths(text: str) -> list[int]:
     """'8,16,32' or 'geom:2:512:10' (geometric, rounded, distinct) -> sorted lengths >= 2."""
     text = text.strip()
     try:
         if text.startswith("geom:"):
             _, lo, hi, count = text.split(":")
-            vals = np.geomspace(int(lo), int(hi), int(count))
+            lo, hi, count = int(lo), int(hi), int(count)
+            if lo < 2 or hi < lo or not 1 <= count <= MAX_GEOM_COUNT:
+                raise ValueError(f"lengths geom:LO:HI:COUNT needs 2 <= LO <= HI and COUNT from 1 to "
+                                 f"{MAX_GEOM_COUNT}, got {text!r}")
+            vals = np.geomspace(lo, hi, count)
             out = sorted({int(round(v)) for v in vals})
         else:
             out = sorted({int(x) for x in text.replace(" ", "").split(",") if x})
-    except ValueError:
+    except ValueError as exc:
+        if str(exc).startswith("lengths geom:"):
+            raise
         raise ValueError(f"lengths must be comma-separated integers or geom:LO:HI:COUNT, got {text!r}") from None
     if not out or out[0] < 2:
         raise ValueError(f"lengths must be integers >= 2, got {text!r}")

@@ -55,8 +55,13 @@ def _cell(v) -> str:
     return str(v)
 
 
-def _list(ns) -> str:
-    return ", ".join(str(n) for n in ns)
+def _list(ns, most: int = 8) -> str:
+    """Lengths for a note: all of a few; of many the first ones, the last and how many (geom:2:512:1000
+    skipped 256 lengths, listed one by one in the status line)."""
+    ns = list(ns)
+    if len(ns) <= most:
+        return ", ".join(str(n) for n in ns)
+    return f"{', '.join(str(n) for n in ns[:most - 2])}, …, {ns[-1]} ({len(ns)} lengths)"
 
 
 def _first_words(text: str, words: int = 4, chars: int = 28) -> str:

@@ -1,0 +1,56 @@
+"""Issue 25, probes beyond its list, on the Lipschitz panel (clicked): an absurd geom:LO:HI:COUNT is
+refused in the status line before any allocation, and lengths skipped by the hundred are summarised
+(geom:2:512:1000 on a 25-token text listed every skipped length, thousands of characters, in the status)."""
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from desktop_app.core.checkpoints import LoadedModel, new_model
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.tokenizer import char_tokenizer
+from desktop_app.ui.panels.lipschitz import LipschitzPanel
+from desktop_app.ui.state import AppState
+
+TEXT = "a rose is a rose is a rose, said the gardener to the queen of hearts. "
+
+
+@pytest.fixture
+def panel(qtbot):
+    tok = char_tokenizer(TEXT)
+    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32,
+                           context_length=128, init_std=0.3)
+    state = AppState()
+    state.loaded = LoadedModel(new_model(cfg, seed=1).eval(), cfg, tok, None, "test")
+    state.text = TEXT
+    p = LipschitzPanel(state)
+    qtbot.addWidget(p)
+    p._on_model_changed(state.loaded)
+    p.resize(1100, 700)
+    p.show()
+    yield p
+    if p.is_running():
+        qtbot.mouseClick(p.cancel_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: not p.is_running(), timeout=60_000)
+
+
+def _type_lengths(qtbot, p, text: str) -> None:
+    p.lengths.selectAll()
+    qtbot.keyClicks(p.lengths, text)
+    assert p.lengths.text() == text
+
+
+def test_absurd_geom_count_is_refused_in_the_status_line(panel, qtbot):
+    _type_lengths(qtbot, panel, "geom:2:512:1000000000000")
+    qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    assert "COUNT from 1 to 1000" in panel.status.text() and not panel.is_running()
+
+
+def test_hundreds_of_skipped_lengths_are_summarised(panel, qtbot):
+    panel.samples.setValue(1)
+    _type_lengths(qtbot, panel, "geom:8:4000:1000")  # the text has 71 tokens, the context 128
+    qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not panel.is_running() and panel.run_button.isEnabled(), timeout=120_000)
+    status = panel.status.text()
+    assert "skipped n = " in status and "lengths)" in status, status
+    assert len(status) < 600, status  # one line's worth, not every skipped length

@@ -1,6 +1,11 @@
 """One module per CLI subcommand (see desktop_app/cli.py)."""
 from __future__ import annotations
 
+from ..app.images import set_image_codec
+from ..image_codec import decode_image
+
+set_image_codec(decode_image)  # image files other than .npy are decoded by Qt's QImage (app/ never imports Qt)
+
 
 def input_ids(loaded, text: str | None, ids: str | None) -> list[int]:
     """Token ids from --text (needs the model's tokenizer) or --ids (spaces and/or commas), checked

@@ -3,7 +3,7 @@
 The same GenerationSession the Generate panel drives. Encoder (BERT-family) models fill the
 prompt's mask tokens instead of continuing it. --steer-towards/--steer-away/--steer-layer/--steer-scale
 add scale x (mean residual after the layer on one text - that on the other) there at every position
-(core.interventions.steer, the What if panel's Steer tab), together with any --ablate.
+(app.whatif.steering_edit, as the What if panel's Steer tab builds it), together with any --ablate.
 """
 from __future__ import annotations
 
@@ -83,13 +83,10 @@ def run(args) -> int:
     settings = GenerationSettings(args.strategy, args.temperature, args.top_k, args.top_p, args.beams)
     result: dict = {"model": str(loaded.path), "strategy": args.strategy, "seed": args.seed}
     edits = parse_ablations(args.ablate, loaded.config) if args.ablate else []
-    if not missing:
-        from ..core.inputs import encode_text_or_ids
-        from ..core.interventions import steer, steering_vector
+    if not missing:  # the What if panel's Steer tab builds the same edit (app/whatif.py)
+        from ..app.whatif import steering_edit
 
-        plus, minus = (encode_text_or_ids(loaded, t).ids for t in (args.steer_towards, args.steer_away))
-        v = steering_vector(loaded.model, plus, minus, args.steer_layer)
-        edits.append(steer(v, args.steer_layer, args.steer_scale, args.steer_towards, args.steer_away))
+        edits.append(steering_edit(loaded, args.steer_towards, args.steer_away, args.steer_layer, args.steer_scale)[0])
         result["steer"] = edits[-1].label
     edits = edits or None
     if loaded.config.causal:

@@ -76,7 +76,7 @@ def render_view(loaded, ids: list[int], view: str, out: str, layer: int | None =
     import torch
     from PySide6.QtWidgets import QApplication
 
-    from ..core.inputs import trace_names
+    from ..app.tracing import trace_names
     from ..ui.state import AppState
     from ..ui.widgets.export import EXPORT_SUFFIXES, export_view
 
@@ -126,7 +126,8 @@ def render_image_view(loaded, image: str, view: str, out: str, layer: int | None
     """Draw one of the Image panel's views of the image file `image` and write it to `out`; returns the panel."""
     from PySide6.QtWidgets import QApplication
 
-    from ..ui.panels.image import ImagePanel, file_pixels
+    from ..app.images import image_pixel_values
+    from ..ui.panels.image import ImagePanel
     from ..ui.state import AppState
     from ..ui.widgets.export import EXPORT_SUFFIXES, export_view
 
@@ -137,7 +138,7 @@ def render_image_view(loaded, image: str, view: str, out: str, layer: int | None
     _check(layer, cfg.n_layers, "layer")
     _check(token, 1 + (cfg.image_size // cfg.patch_size) ** 2, "token")
     app = QApplication.instance() or QApplication(["transformer-explorer-render"])
-    pixels = file_pixels(loaded, image)
+    pixels = image_pixel_values(loaded, image)
     panel = ImagePanel(AppState())  # no model in its state: it is handed this one and draws synchronously
     try:
         panel.draw_now(loaded, pixels, os.path.basename(image), layer or 0, None if not token else token - 1)
@@ -177,10 +178,10 @@ def run(args) -> int:
     if vision:  # the attention / layers views of the image's [CLS] + patches, as the app traces it
         if image is None:
             raise ValueError(f"{args.model_dir}: a vision model reads images: give --image FILE")
-        from ..ui.panels.image import file_pixels
-        from ..ui.state import trace_image
+        from ..app.images import image_pixel_values
+        from ..app.tracing import trace_image
 
-        ids, trace = trace_image(loaded, file_pixels(loaded, image))
+        ids, trace = trace_image(loaded, image_pixel_values(loaded, image))
     else:
         ids = input_ids(loaded, args.text, args.ids)
     panel = render_view(loaded, ids, args.view, args.out, layer=args.layer, head=args.head, depth=args.depth,

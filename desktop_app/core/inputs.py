@@ -14,10 +14,6 @@ from typing import Sequence
 
 from .tokenizer import Tokenizer, TokenizerError
 
-# Recording everything (the logit lens is [layers, T, vocab]) is cheap below this many
-# vocab x tokens x layers values; above it only what the views read eagerly is recorded.
-TRACE_ALL_BELOW = 50_000_000
-
 
 class InputError(ValueError):
     """Input that cannot be used as given: the message names the file or the problem."""
@@ -149,16 +145,6 @@ def encode_text_or_ids(loaded, text: str, *, cut: bool = True) -> EncodedText:
     ids = parse_token_ids(text, f"{getattr(loaded, 'tokenizer_missing', 'no tokenizer.json')}, so the text box "
                                 f"takes token ids")
     return check_ids(ids, loaded.config.vocab_size, loaded.config.context_length, cut=cut)
-
-
-def trace_names(config, n_tokens: int, final_logits: bool = True) -> list[str]:
-    """What a forward pass over `n_tokens` records: everything ("*") for small inputs; for large
-    ones (vocab x tokens x layers above TRACE_ALL_BELOW) not the per-layer logit lens, which the
-    views then compute lazily from the residuals; the final logits only when asked."""
-    if config.vocab_size * n_tokens * config.n_layers <= TRACE_ALL_BELOW:
-        return ["*"]
-    return ["embed", "final_norm.out", *(["logits"] if final_logits else []),
-            "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out"]
 
 
 def text_file_ids(loaded, path: str | Path) -> "array":

@@ -12,3 +12,8 @@ if sys.version_info < (3, 12):
     for _singleton in (None, True, False):
         ctypes.c_ssize_t.from_address(id(_singleton)).value += 1 << 40
     del _singleton
+
+from ..app.images import set_image_codec  # noqa: E402
+from ..image_codec import decode_image  # noqa: E402
+
+set_image_codec(decode_image)  # image files other than .npy are decoded by Qt's QImage (app/ never imports Qt)

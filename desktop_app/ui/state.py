@@ -11,6 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from ..app.tracing import trace_image_or_digit, trace_input  # one record-name policy for the GUI and the CLI
 from ..core.checkpoints import LoadedModel
 from ..core.inputs import EncodedText, encode
 from ..core.trace import Trace
@@ -36,73 +37,6 @@ def _load(path: str, device: str, dtype: str | None, text: str) -> tuple[LoadedM
         except InputError:
             pass
     return loaded, run_sample_text(path, loaded)
-
-
-def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
-                interventions: list | None = None) -> tuple[EncodedText, Trace | None]:
-    """Encode `text` (or check the given `ids`) for `loaded` and trace them. Text longer than the
-    context is cut to its first context_length tokens, and the EncodedText's notice says so;
-    unknown words and ids outside the vocabulary raise InputError with a sentence naming them.
-    With interventions (core/interventions.py) the trace is the edited model's (means over this text)."""
-    import torch
-
-    from ..core.inputs import check_ids, encode_text_or_ids, trace_names
-
-    cfg = loaded.config
-    enc = check_ids(ids, cfg.vocab_size, cfg.context_length) if ids is not None else encode_text_or_ids(loaded, text)
-    if not enc.ids:
-        return enc, None
-    names = trace_names(cfg, len(enc.ids))
-    if interventions:
-        from ..core.interventions import resolve
-        interventions = resolve(loaded.model, enc.ids, [iv.check(cfg) for iv in interventions])
-    _, trace = loaded.model.run_with_trace(torch.tensor(enc.ids, device=loaded.model.device)[None], names=names,
-                                           interventions=interventions)
-    return enc, trace
-
-
-def tokenize_and_trace(loaded: LoadedModel, text: str, ids: list[int] | None,
-                       interventions: list | None = None) -> tuple[list[int], Trace | None]:
-    """trace_input without the notice (ids, trace)."""
-    enc, trace = trace_input(loaded, text, ids, interventions)
-    return enc.ids, trace
-
-
-def image_token_ids(cfg) -> list[int]:
-    """A ViT's sequence as positions 0 .. patches: [CLS] then the patches row by row (no vocabulary:
-    token_strings names them "[CLS]", "p0", "p1", ...)."""
-    return list(range(1 + (cfg.image_size // cfg.patch_size) ** 2))
-
-
-IMAGE_TRACE_NAMES = ("embed", "final_norm.out", "logits", "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out")
-
-
-def trace_image(loaded: LoadedModel, pixels, interventions: list | None = None) -> tuple[list[int], Trace]:
-    """Trace a ViT on pixel values [C, H, W]: (positions of [CLS] + patches, trace), with the what-if
-    edits applied as for a text (a "mean" is over this image's [CLS] and patches)."""
-    import torch
-
-    cfg = loaded.config
-    ids = image_token_ids(cfg)
-    x = torch.as_tensor(pixels, dtype=torch.float32, device=loaded.model.device)[None]
-    if interventions:
-        from ..core.interventions import resolve
-
-        interventions = resolve(loaded.model, x, [iv.check(cfg) for iv in interventions])
-    # Not the recorded blocks.*.logit_lens (a ViT's reads [CLS] alone): the Layers panel then reads every
-    # position's residual through the final norm + classifier, one class per token.
-    _, trace = loaded.model.run_with_trace(x, names=IMAGE_TRACE_NAMES, interventions=interventions)
-    return ids, trace
-
-
-def trace_image_or_digit(loaded: LoadedModel, pixels, source: str, interventions: list | None = None):
-    """(pixels, what they are, ids, trace) of `pixels`, or of held-out digit #0 when there are none yet."""
-    if pixels is None:
-        from ..core.training.image_tasks import heldout_digit
-
-        pixels, label, _ = heldout_digit(loaded, 0)
-        source = f"held-out digit #0 (true label {label})"
-    return (pixels, source, *trace_image(loaded, pixels, interventions))
 
 
 def _moved(loaded: LoadedModel, device: str) -> LoadedModel:

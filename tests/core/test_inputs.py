@@ -1,5 +1,5 @@
 """The input layer (core/inputs.py): token ids, text files, encoding with vocabulary and context
-checks, the trace-size rule; and its users (the CLI, AppState's tokenize_and_trace, task tokenizers)."""
+checks; and its users (the CLI, AppState's tokenize_and_trace, task tokenizers)."""
 from __future__ import annotations
 
 import pytest
@@ -10,8 +10,7 @@ from tokenizers import models, pre_tokenizers
 from desktop_app.cli import main
 from desktop_app.core.checkpoints import LoadedModel, load_model_folder, new_model, save_model_folder
 from desktop_app.core.config import ModelConfig
-from desktop_app.core.inputs import (TRACE_ALL_BELOW, InputError, check_ids, encode, parse_token_ids,
-                                     read_text_file, text_file_ids, trace_names)
+from desktop_app.core.inputs import InputError, check_ids, encode, parse_token_ids, read_text_file, text_file_ids
 from desktop_app.core.tokenizer import Tokenizer, char_tokenizer
 from desktop_app.core.training.tasks import make_task
 
@@ -109,16 +108,6 @@ def test_text_longer_than_the_context_is_cut_and_said():
         encode(loaded, "ab" * 10, cut=False)
 
 
-def test_trace_everything_below_the_size_rule():
-    small = ModelConfig.gpt2(vocab_size=100, d_model=8, n_layers=2, n_heads=2, d_ff=16, context_length=64)
-    assert trace_names(small, 64) == ["*"]
-    big = ModelConfig.gpt2(vocab_size=50_000, d_model=8, n_layers=10, n_heads=2, d_ff=16, context_length=1024)
-    assert 50_000 * 100 * 10 == TRACE_ALL_BELOW and trace_names(big, 100) == ["*"]
-    names = trace_names(big, 101)
-    assert "*" not in names and "logits" in names and "blocks.*.attn.*" in names
-    assert "logits" not in trace_names(big, 101, final_logits=False)
-
-
 # -- task tokenizers -------------------------------------------------------------------------
 
 
@@ -169,7 +158,7 @@ def test_cli_names_the_unknown_word_and_takes_spaced_ids(motif_dir, tmp_path, ca
 
 
 def test_tokenize_and_trace_cuts_long_text_with_a_notice_and_names_bad_input(motif_dir):
-    from desktop_app.ui.state import tokenize_and_trace, trace_input
+    from desktop_app.app.tracing import tokenize_and_trace, trace_input
 
     loaded = load_model_folder(motif_dir)
     enc, trace = trace_input(loaded, " ".join("ABCD" * 6), None)

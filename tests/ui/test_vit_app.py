@@ -136,7 +136,7 @@ def test_ablations_apply_to_the_image_trace(qtbot, vit_dir, monkeypatch):
     """The Attention panel's ablations edit a ViT's image trace as they edit a text's."""
     import torch
 
-    from desktop_app.ui.state import trace_image
+    from desktop_app.app.tracing import trace_image
 
     watch = ErrorWatch.install(monkeypatch)
     try:

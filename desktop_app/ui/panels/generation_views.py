@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QTableWidgetItem, QTreeWidgetItem
 
 from ...core.generation import GenerationError, GenerationSession, MaskedFillSession, process_logits
 from ...core.views.generation import branch_rows, common_prefix_length
-from ..state import tokenize_and_trace
+from ...app.tracing import tokenize_and_trace
 from ..widgets.prob_bars import format_prob
 
 

@@ -22,6 +22,7 @@ from PySide6.QtGui import QColor, QImage, QPainter, QPen
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSpinBox, QTabWidget,
                                QVBoxLayout, QWidget)
 
+from ...app.images import image_pixel_values
 from ...core.views.image import TABS as IMAGE_TABS, ImageViewState
 from ..state import EDITS, MODEL, ResultView
 from ..widgets.export import ExportBar
@@ -36,16 +37,8 @@ TOP_CLASSES = 5
 # -- work done in workers (no Qt) --------------------------------------------------------------
 
 
-def file_pixels(loaded, path: str) -> np.ndarray:
-    """The image file at `path` as the model's pixel values [C, H, W]; ValueError naming the file."""
-    from ...commands.trace import read_image_file
-    from ...core.vit import ImageInputError, image_settings, preprocess_image
-
-    try:
-        return preprocess_image(read_image_file(path, loaded.config.num_channels), image_settings(loaded.path, loaded.config),
-                                loaded.config.num_channels)
-    except ImageInputError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+# an image file as the model's pixel values [C, H, W], read as `trace --image` reads it (ValueError: one line)
+file_pixels = image_pixel_values
 
 
 def analyse_image(loaded, pixels: np.ndarray, interventions: list | None = None) -> dict:

@@ -22,6 +22,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
+from ...app.whatif import steering_edit, text_ids
 from ...core.views.whatif import TABS as WHATIF_TABS, WhatIfViewState
 from ..settings import plot_background, plot_foreground
 from ..state import EDITS, MODEL, ResultView
@@ -81,14 +82,6 @@ def patching_problem(cfg) -> str:
     return ""
 
 
-def text_ids(loaded, text: str, what: str) -> list[int]:
-    from ...core.inputs import encode_text_or_ids
-
-    if not text.strip():
-        raise ValueError(f"the {what} text is empty")
-    return encode_text_or_ids(loaded, text).ids
-
-
 def attribute(loaded, ids: list[int], position: int, token_text: str, interventions: list):
     """(Attribution, token id) for the token typed (empty: the edited model's top next token there)."""
     import torch
@@ -128,15 +121,6 @@ def patch(loaded, clean: str, corrupted: str, answer: str, wrong: str, intervent
     wrong_id = token_id_of(loaded, wrong, "wrong") if wrong.strip() else None
     return activation_patching(loaded, clean_ids, corrupted_ids, answer_id, wrong_id, job=job,
                                interventions=list(interventions) or None), clean_ids
-
-
-def make_steer(loaded, towards: str, away: str, layer: int, scale: float):
-    """(the steer edit (core.interventions.steer) from the two texts as typed, |v|)."""
-    from ...core.interventions import steer, steering_vector
-
-    plus, minus = text_ids(loaded, towards, "towards"), text_ids(loaded, away, "away from")
-    v = steering_vector(loaded.model, plus, minus, layer)
-    return steer(v, layer, scale, towards, away), float(v.norm())
 
 
 SCALE_STEPS = 2  # the scale slider moves in steps of 1 / SCALE_STEPS
@@ -633,7 +617,7 @@ class WhatIfPanel(QWidget, ResultView):
         layer, scale = self.steer_layer_spin.value(), self.scale
         self.steer_status.setText("Computing the steering vector…")
         # another model opened meanwhile (its residual stream differs): AppState.run drops the vector
-        self._steer_job = self.state.run(make_steer, loaded, self.towards_edit.text(), self.away_edit.text(), layer,
+        self._steer_job = self.state.run(steering_edit, loaded, self.towards_edit.text(), self.away_edit.text(), layer,
                                          scale, on_result=lambda result: self._steer_ready(*result),
                                          on_error=self._steer_failed, parts=(MODEL,), owner=self)
 

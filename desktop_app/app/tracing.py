@@ -1,0 +1,151 @@
+"""Tracing: the one policy for what a forward pass records, and the traces the app takes with it.
+
+What a trace records depends on what it is for, and is decided here only (trace_names):
+- VIEWS, what the panels read (AppState's trace of the text or the image, `render`): everything ("*")
+  when it is cheap (vocab x tokens x layers up to TRACE_ALL_BELOW); above that VIEW_NAMES, without
+  the per-layer logit lens, which the views then compute lazily from the residuals. A vision model
+  always records VIEW_NAMES: its recorded logit lens reads [CLS] alone, and the Layers panel reads
+  every position's residual through the final norm + classifier instead.
+- FILE, what a trace file holds (`trace --out x.npz`, file_arrays): the attention patterns and the
+  residual stream (Hugging Face's hidden_states), and the logits; FILE_NAMES is a subset of what VIEWS
+  records, so the file and the app show the same numbers (tests/app/test_tracing.py).
+
+Not here: what a generation step records (core/generation.py's RECORD_NAMES). That is the mechanism
+of GenerationSession (a one-token forward records per-position tensors that step_trace concatenates
+along the sequence, the attention rows are rebuilt from cached queries, head outputs from pattern and
+input), not a choice a front end makes; changing it means changing that code.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..core.checkpoints import LoadedModel
+    from ..core.inputs import EncodedText
+    from ..core.trace import Trace
+
+VIEWS, FILE = "views", "file"
+PURPOSES = (VIEWS, FILE)
+
+# Recording everything (the logit lens is [layers, T, vocab]) is cheap below this many
+# vocab x tokens x layers values; above it only what the views read eagerly is recorded.
+TRACE_ALL_BELOW = 50_000_000
+VIEW_NAMES = ("embed", "final_norm.out", "logits", "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out")
+FILE_NAMES = ("embed", "final_norm.out", "logits", "blocks.*.attn.pattern", "blocks.*.resid_post")
+
+
+def trace_names(config, n_tokens: int, final_logits: bool = True, purpose: str = VIEWS) -> list[str]:
+    """What a forward pass of `config`'s model over `n_tokens` records, for `purpose` (VIEWS or FILE,
+    see the module's docstring); the final logits only when asked (`final_logits`)."""
+    if purpose not in PURPOSES:
+        raise ValueError(f"trace purpose {purpose!r}: one of {', '.join(PURPOSES)}")
+    if purpose == VIEWS and config.input_kind != "patches" \
+            and config.vocab_size * n_tokens * config.n_layers <= TRACE_ALL_BELOW:
+        return ["*"]
+    names = VIEW_NAMES if purpose == VIEWS else FILE_NAMES
+    return [n for n in names if final_logits or n != "logits"]
+
+
+def _resolved(loaded: LoadedModel, inputs, interventions: list | None) -> list | None:
+    """The what-if edits checked against the model, "mean" and "resample" resolved over `inputs`
+    (token ids, or a ViT's pixel values [1, C, H, W]); None when there are none."""
+    if not interventions:
+        return None
+    from ..core.interventions import resolve
+
+    return resolve(loaded.model, inputs, [iv.check(loaded.config) for iv in interventions])
+
+
+def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
+                interventions: list | None = None, purpose: str = VIEWS) -> tuple[EncodedText, Trace | None]:
+    """Encode `text` (or check the given `ids`) for `loaded` and trace them. Text longer than the
+    context is cut to its first context_length tokens, and the EncodedText's notice says so;
+    unknown words and ids outside the vocabulary raise InputError with a sentence naming them.
+    With interventions (core/interventions.py) the trace is the edited model's (means over this text)."""
+    import torch
+
+    from ..core.inputs import check_ids, encode_text_or_ids
+
+    cfg = loaded.config
+    enc = check_ids(ids, cfg.vocab_size, cfg.context_length) if ids is not None else encode_text_or_ids(loaded, text)
+    if not enc.ids:
+        return enc, None
+    names = trace_names(cfg, len(enc.ids), purpose=purpose)
+    _, trace = loaded.model.run_with_trace(torch.tensor(enc.ids, device=loaded.model.device)[None], names=names,
+                                           interventions=_resolved(loaded, enc.ids, interventions))
+    return enc, trace
+
+
+def tokenize_and_trace(loaded: LoadedModel, text: str, ids: list[int] | None,
+                       interventions: list | None = None) -> tuple[list[int], Trace | None]:
+    """trace_input without the notice (ids, trace)."""
+    enc, trace = trace_input(loaded, text, ids, interventions)
+    return enc.ids, trace
+
+
+def image_token_ids(cfg) -> list[int]:
+    """A ViT's sequence as positions 0 .. patches: [CLS] then the patches row by row (no vocabulary:
+    token_strings names them "[CLS]", "p0", "p1", ...)."""
+    return list(range(1 + (cfg.image_size // cfg.patch_size) ** 2))
+
+
+def trace_image(loaded: LoadedModel, pixels, interventions: list | None = None,
+                purpose: str = VIEWS) -> tuple[list[int], Trace]:
+    """Trace a ViT on pixel values [C, H, W]: (positions of [CLS] + patches, trace), with the what-if
+    edits applied as for a text (a "mean" is over this image's [CLS] and patches)."""
+    import torch
+
+    cfg = loaded.config
+    ids = image_token_ids(cfg)
+    x = torch.as_tensor(pixels, dtype=torch.float32, device=loaded.model.device)[None]
+    names = trace_names(cfg, len(ids), purpose=purpose)
+    _, trace = loaded.model.run_with_trace(x, names=names, interventions=_resolved(loaded, x, interventions))
+    return ids, trace
+
+
+def trace_image_or_digit(loaded: LoadedModel, pixels, source: str, interventions: list | None = None):
+    """(pixels, what they are, ids, trace) of `pixels`, or of held-out digit #0 when there are none yet."""
+    if pixels is None:
+        from ..core.training.image_tasks import heldout_digit
+
+        pixels, label, _ = heldout_digit(loaded, 0)
+        source = f"held-out digit #0 (true label {label})"
+    return (pixels, source, *trace_image(loaded, pixels, interventions))
+
+
+# -- trace files -------------------------------------------------------------------------------
+
+
+def file_arrays(trace: Trace, n_layers: int) -> dict:
+    """The arrays every trace file holds, from a trace of a batch of one input: attn.{l} [H, T, T],
+    hidden.{i} (Hugging Face's hidden_states), logits (when the model has them)."""
+    arrays = {f"attn.{l}": trace.pattern(l)[0].float().cpu().numpy() for l in range(n_layers)}
+    for i, h in enumerate(trace.hidden_states()):
+        arrays[f"hidden.{i}"] = h[0].float().cpu().numpy()
+    if "logits" in trace:
+        arrays["logits"] = trace["logits"][0].float().cpu().numpy()
+    return arrays
+
+
+def trace_arrays(loaded: LoadedModel, ids: list[int], interventions=None) -> dict:
+    """tokens, attn.{l} [H, T, T], hidden.{i} (Hugging Face's hidden_states), logits [T, vocab];
+    of the model with these interventions applied (core/interventions.py), if any."""
+    import numpy as np
+
+    enc, trace = trace_input(loaded, "", ids, interventions, purpose=FILE)
+    return {"tokens": np.asarray(enc.ids, dtype=np.int64), **file_arrays(trace, loaded.config.n_layers)}
+
+
+def image_trace_arrays(loaded: LoadedModel, pixel_values, interventions=None) -> dict:
+    """The keys trace_arrays writes, for an image: attn.{l} [H, 1 + P, 1 + P] ([CLS] first, patches
+    row by row), hidden.{i}, logits [classes] (with a classifier); pixel_values [C, H, W] in place of
+    tokens, and attention_distance [layers, heads] (mean distance in pixels, core/vit.py); of the model
+    with these (zero or replace) interventions applied, if any."""
+    import numpy as np
+
+    from ..core.vit import attention_distance_of_trace
+
+    _, trace = trace_image(loaded, pixel_values, interventions, purpose=FILE)
+    arrays = {"pixel_values": np.asarray(pixel_values, dtype=np.float32), **file_arrays(trace, loaded.config.n_layers)}
+    arrays["attention_distance"] = attention_distance_of_trace(trace, loaded.config).astype(np.float32)
+    return arrays

@@ -1,0 +1,27 @@
+"""Decode image files (PNG, JPEG, BMP, ...) with Qt's QImage: the one piece of Qt that both front ends
+need below their own layer (QtGui only; no QApplication, no display).
+
+app/images.py reads image files without Qt (a .npy array as it is) and is handed this decoder for the
+other formats: the front ends register it (ui/ and commands/ do on import, app.images.set_image_codec).
+app/ and core/ never import this module.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def decode_image(path: str | Path, channels: int):
+    """The image file at `path` as a uint8 array H x W x C (C = 1 for channels == 1, else 3);
+    ValueError naming the file when Qt cannot decode it."""
+    import numpy as np
+    from PySide6.QtGui import QImage
+
+    p = Path(path)
+    image = QImage(str(p))
+    if image.isNull():
+        raise ValueError(f"{p}: not an image Qt can decode (PNG, JPEG, BMP, ...)")
+    grey = channels == 1
+    image = image.convertToFormat(QImage.Format.Format_Grayscale8 if grey else QImage.Format.Format_RGB888)
+    c, w, h = (1 if grey else 3), image.width(), image.height()
+    rows = np.frombuffer(image.constBits(), np.uint8, count=image.bytesPerLine() * h).reshape(h, -1)
+    return rows[:, : w * c].reshape(h, w, c).copy()  # rows are padded to 4 bytes

@@ -255,7 +255,7 @@ def test_an_npz_claiming_a_huge_array_is_refused_unread(command, tmp_path, capsy
 
 
 def test_an_npy_image_claiming_a_huge_array_is_refused_unread(tmp_path):
-    from desktop_app.commands.trace import read_image_file
+    from desktop_app.app.images import read_image_file
 
     path = tmp_path / "big.npy"
     path.write_bytes(_fake_npy_header((100000, 100000, 3), "|u1"))

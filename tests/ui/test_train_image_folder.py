@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from desktop_app.commands.trace import read_image_file
+from desktop_app.app.images import read_image_file
 from desktop_app.core.model import Transformer
 from desktop_app.core.training.image_tasks import set_image_decoder
 from desktop_app.core.training.tasks import make_task

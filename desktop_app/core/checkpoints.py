@@ -20,6 +20,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .config import ConfigError, ModelConfig
+from .devices import DTYPES, resolve_dtype
 from .families import Family, Weight, family_for, family_of
 from .files import atomic_write_dir, interrupted_copy
 from .model import Transformer, sinusoidal_table
@@ -234,8 +235,6 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     and a strided weight takes another matmul path than a fresh model's, so a resumed run drifted from
     an uninterrupted one (~3e-5 in 20 steps); a copy also never maps the files a trainer rewrites.
     """
-    from .devices import resolve_dtype
-
     folder = Path(path)
     folder = interrupted_copy(folder) or folder  # an interrupted atomic_write_dir (the app's own .old only)
     if not folder.exists():
@@ -267,7 +266,7 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     _check_finite({name: files[name] for name in used})
     target_dtype = resolve_dtype(dtype) if dtype is not None else _stored_dtype(sd, resolve_dtype(cfg.dtype))
     if target_dtype != resolve_dtype(cfg.dtype):  # only the recorded dtype changes; the modules need nothing else
-        cfg = model.cfg = cfg.replace(dtype={v: k for k, v in _dtype_names().items()}[target_dtype])
+        cfg = model.cfg = cfg.replace(dtype={v: k for k, v in DTYPES.items()}[target_dtype])
     expected = {k: v for k, v in model.state_dict().items()}
     for name, t in sd.items():
         want = expected.get(name)
@@ -310,7 +309,7 @@ def _stored_dtype(sd: dict[str, torch.Tensor], recorded: torch.dtype) -> torch.d
     float32 copy would take twice that more). config.json's dtype is only a label, often missing
     (read as float32) or disagreeing with the tensors. Mixed dtypes: the recorded one, by conversion."""
     stored = {t.dtype for t in sd.values() if t.is_floating_point()}
-    return stored.pop() if len(stored) == 1 and next(iter(stored)) in _dtype_names().values() else recorded
+    return stored.pop() if len(stored) == 1 and next(iter(stored)) in DTYPES.values() else recorded
 
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:h|layer|layers|blocks)\.(\d+)\.")  # GPT-2, BERT, LLaMA, ours
@@ -414,11 +413,6 @@ def _check_shapes(meta_model: Transformer, files: dict[str, Path]) -> None:
                 raise ModelLoadError(f, f"tensor {stored!r} has shape {shape} but the config implies {want}")
 
 
-def _dtype_names() -> dict[str, torch.dtype]:
-    from .devices import DTYPES
-    return DTYPES
-
-
 def _hf_name_for(cfg: ModelConfig, ours: str, names: set[str]) -> str:
     """The stored tensor that holds our tensor `ours` (for messages)."""
     if NATIVE_PROBE in names or not hf_compatible(cfg):
@@ -440,7 +434,7 @@ def save_model_folder(model: Transformer, path: str | Path, tokenizer: Tokenizer
     cfg = model.cfg
 
     def fill(tmp: Path) -> None:
-        cfg_dict = config_to_hf(cfg.replace(dtype={v: k for k, v in _dtype_names().items()}.get(model.dtype, "float32")))
+        cfg_dict = config_to_hf(cfg.replace(dtype={v: k for k, v in DTYPES.items()}.get(model.dtype, "float32")))
         (tmp / CONFIG).write_text(json.dumps(cfg_dict, indent=2), encoding="utf-8")
         tensors = {k: v.to("cpu") for k, v in to_hf_state_dict(model).items()}
         save_file(tensors, str(tmp / WEIGHTS), metadata={"format": "pt"})
@@ -455,4 +449,4 @@ def save_model_folder(model: Transformer, path: str | Path, tokenizer: Tokenizer
 def new_model(cfg: ModelConfig, seed: int | None = None) -> Transformer:
     if seed is not None:
         torch.manual_seed(seed)
-    return Transformer(cfg).to(dtype=_dtype_names()[cfg.dtype])
+    return Transformer(cfg).to(dtype=DTYPES[cfg.dtype])

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..vit import PREPROCESSOR, ImageSettings, default_image_settings, image_settings, preprocess_image
-from .tasks import IMAGE_TASK_NAMES, Batch, Task, TaskError
+from .tasks import Batch, Task, TaskError, declare_task
 
 DIGITS_SIZE = 8
 DIGITS_PATCH = 2  # 4 x 4 = 16 patches + [CLS]: the default patch of a model trained on the digits
@@ -253,9 +253,14 @@ def image_folder_task(image_folder: str | None = None, channels: int = 3, image_
                                    patch_size=patch_size, options=options, image_size=size)
 
 
-def make_image_task(name: str, options: dict[str, Any] | None = None) -> ImageClassificationTask:
-    if name == "digits":
-        return digits_task(**dict(options or {}))
-    if name == "image-folder":
-        return image_folder_task(**dict(options or {}))
-    raise TaskError(f"unknown image task {name!r} (known: {', '.join(IMAGE_TASK_NAMES)})")
+# -- the declarations (image tasks train the image families, vit, only) --------------------------
+
+
+@declare_task("image-folder", options=("image_folder", "channels", "image_size"), image=True)
+def _make_image_folder(options, causal, tokenizer):
+    return image_folder_task(**options)
+
+
+@declare_task("digits", image=True)  # 8 x 8 images; its patch size is a model setting
+def _make_digits(options, causal, tokenizer):
+    return digits_task(**options)

@@ -30,40 +30,41 @@ from .. import inputs
 from ..tokenizer import Tokenizer, char_tokenizer, train_bpe
 
 IGNORE = -100
-TASKS = ("motif", "copy", "reverse", "sort", "modadd", "induction", "text", "image-folder", "digits")
-IMAGE_TASK_NAMES = ("image-folder", "digits")  # image classification (image_tasks.py): trains the vit family only
 
 
 @dataclass(frozen=True)
 class TaskDeclaration:
-    """A task added beside the built-in ones: its name, how it is made, and what the Train panel shows."""
+    """A task: its name, how it is made, and which training options (core.training.options) it reads."""
     name: str
     make: Callable[[dict[str, Any], bool, "Tokenizer | None"], "Task"]  # (options, causal, saved tokenizer)
-    options: tuple[str, ...] = ()  # the Train panel's task option boxes it reads (keys of the panel's boxes)
-    image: bool = False  # image classification: trains the vit family only
+    options: tuple[str, ...] = ()  # the task options it reads (keys of TrainConfig.task_options): the form shows them
+    image: bool = False  # image classification: trains the image families (vit) only
+    defaults: dict[str, Any] = field(default_factory=dict)  # its own defaults of shared options (e.g. length)
+    baseline: bool = False  # the lectures' MLP baseline (train --baseline mlp) can train on it instead
 
 
-DECLARED_TASKS: dict[str, TaskDeclaration] = {}  # filled by declare_task; read by task_names and make_task
+DECLARED_TASKS: dict[str, TaskDeclaration] = {}  # filled by declare_task, in declaration order: the only list
 
 
-def declare_task(name: str, options: tuple[str, ...] = (), image: bool = False):
-    """Decorator: `make(options, causal, tokenizer) -> Task` builds task `name`. The one place a new task
-    is named: the CLI's --task choices, the Train panel's task combo, make_task and task_dimensions
-    all read the declarations."""
+def declare_task(name: str, options: tuple[str, ...] = (), image: bool = False,
+                 defaults: dict[str, Any] | None = None, baseline: bool = False):
+    """Decorator: `make(options, causal, tokenizer) -> Task` builds task `name`. The one place a task is
+    named: the CLI's --task choices, the Train panel's task combo and its option boxes, make_task and
+    task_dimensions all read the declarations."""
     def declare(make):
-        DECLARED_TASKS[name] = TaskDeclaration(name, make, tuple(options), image)
+        DECLARED_TASKS[name] = TaskDeclaration(name, make, tuple(options), image, dict(defaults or {}), baseline)
         return make
     return declare
 
 
 def task_names() -> tuple[str, ...]:
-    """Every task: the built-in ones, then the declared ones (a function, so a declaration made after
-    this module was imported, e.g. by a test, is seen)."""
-    return TASKS + tuple(n for n in DECLARED_TASKS if n not in TASKS)
+    """Every task, in declaration order (a function, so a declaration made after this module was
+    imported, e.g. by a test, is seen)."""
+    return tuple(DECLARED_TASKS)
 
 
 def image_task_names() -> tuple[str, ...]:
-    return IMAGE_TASK_NAMES + tuple(n for n, d in DECLARED_TASKS.items() if d.image and n not in IMAGE_TASK_NAMES)
+    return tuple(n for n, d in DECLARED_TASKS.items() if d.image)
 
 
 class TaskError(ValueError):
@@ -422,32 +423,53 @@ def make_task(name: str, options: dict[str, Any] | None = None, causal: bool = T
               tokenizer: Tokenizer | None = None) -> Task:
     """Build a task by name. `causal` says whether the model is a decoder (text: CLM vs MLM);
     `tokenizer` reuses a saved tokenizer (resume) instead of training a new one."""
-    opts = dict(options or {})
-    if name in DECLARED_TASKS:
-        return DECLARED_TASKS[name].make(opts, causal, tokenizer)
-    task: Task | None = None
-    if name == "motif":
-        task = MotifTask(**opts)
-    elif name in ("copy", "reverse", "sort"):
-        task = SequenceTask(name, **opts)
-    elif name == "modadd":
-        task = ModAddTask(**opts)
-    elif name == "induction":
-        task = InductionTask(**opts)
-    if task is not None:
-        if tokenizer is not None:  # a resumed run keeps the tokenizer its model was built for (maybe without [UNK])
-            task.tokenizer = tokenizer
-        return task
-    if name in IMAGE_TASK_NAMES:  # imported when asked for: the app's start never needs it
-        from .image_tasks import make_image_task
-        return make_image_task(name, opts)
-    if name == "text":
-        path = opts.pop("text_file", None)
-        if path is None:
-            raise TaskError("the text task needs a text file (--text-file)")
-        opts.setdefault("objective", "clm" if causal else "mlm")
-        if opts["objective"] == "clm" and not causal:  # a bidirectional model sees the token it is to predict
-            raise TaskError("next-token training (objective clm) needs a causal model; this family's model is "
-                            "bidirectional (objective mlm)")
-        return TextTask(text_pieces(path), source=str(path), tokenizer_obj=tokenizer, **opts)
-    raise TaskError(f"unknown task {name!r} (known: {', '.join(task_names())})")
+    declared = DECLARED_TASKS.get(name)
+    if declared is None:
+        raise TaskError(f"unknown task {name!r} (known: {', '.join(task_names())})")
+    return declared.make({**declared.defaults, **(options or {})}, causal, tokenizer)
+
+
+def _keeping(task: Task, tokenizer: Tokenizer | None) -> Task:
+    if tokenizer is not None:  # a resumed run keeps the tokenizer its model was built for (maybe without [UNK])
+        task.tokenizer = tokenizer
+    return task
+
+
+# -- the built-in tasks (the image tasks are declared in image_tasks.py) ------------------------
+
+
+@declare_task("motif", options=("length", "n_train"), defaults={"length": 20}, baseline=True)
+def _make_motif(options, causal, tokenizer):
+    return _keeping(MotifTask(**options), tokenizer)
+
+
+def _declare_sequence_task(name: str) -> None:
+    @declare_task(name, options=("length", "symbols"), defaults={"length": 8, "symbols": 10})
+    def make(options, causal, tokenizer):
+        return _keeping(SequenceTask(name, **options), tokenizer)
+
+
+for _name in ("copy", "reverse", "sort"):
+    _declare_sequence_task(_name)
+
+
+@declare_task("modadd", options=("p", "train_fraction"), defaults={"p": 97, "train_fraction": 0.5})
+def _make_modadd(options, causal, tokenizer):
+    return _keeping(ModAddTask(**options), tokenizer)
+
+
+@declare_task("induction", options=("length", "symbols"), defaults={"length": 16, "symbols": 32})
+def _make_induction(options, causal, tokenizer):
+    return _keeping(InductionTask(**options), tokenizer)
+
+
+@declare_task("text", options=("text_file", "tokenizer", "vocab_size"))
+def _make_text(options, causal, tokenizer):
+    path = options.pop("text_file", None)
+    if path is None:
+        raise TaskError("the text task needs a text file (--text-file)")
+    options.setdefault("objective", "clm" if causal else "mlm")
+    if options["objective"] == "clm" and not causal:  # a bidirectional model sees the token it is to predict
+        raise TaskError("next-token training (objective clm) needs a causal model; this family's model is "
+                        "bidirectional (objective mlm)")
+    return TextTask(text_pieces(path), source=str(path), tokenizer_obj=tokenizer, **options)

@@ -29,7 +29,6 @@ QT = ("PySide6", "pyqtgraph", "shiboken6", "PyQt5", "PyQt6")
 # ui -> commands import fails, and so does an entry here whose import is gone (delete the entry).
 KNOWN_UI_TO_COMMANDS: set[tuple[str, str]] = {
     ("desktop_app.ui.app", "desktop_app.commands.args"),  # float_in, int_in for the GUI's own options
-    ("desktop_app.ui.panels.training", "desktop_app.commands.train"),  # config_to_args (train's CLI form)
 }
 
 

@@ -75,3 +75,24 @@ def test_a_missing_config_file_and_conflicting_flags_are_refused(tmp_path, capsy
     code, err = run(capsys, "--out", str(tmp_path / "run"))
     assert code == EXIT_INPUT and "--task" in err and "--config" in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("content,problem", [
+    ('{"task": "modadd", "model": {"n_layers": 0}}', "setting 'model.n_layers' must be an integer from 1"),
+    ('{"task": "copy", "task_options": {"length": 0}}', "setting 'task_options.length' must be an integer from 1"),
+    ('{"task": "modadd", "optimizer": "sgdd"}', "setting 'optimizer' must be one of adamw, adam, sgd, lion"),
+    ('{"task": "modadd", "family": "gpt5"}', "unknown family 'gpt5'"),
+])
+def test_a_config_file_meets_every_declared_option_range(tmp_path, capsys, content, problem):
+    """The model's and the task's options too (core.training.options): the ranges the flags have."""
+    config = tmp_path / "bad.json"
+    config.write_text(content, encoding="utf-8")
+    code, err = run(capsys, "--config", str(config), "--out", str(tmp_path / "run"))
+    assert code == EXIT_INPUT
+    (line,) = err.strip().splitlines()
+    assert str(config) in line and problem in line
+    with pytest.raises(ValueError, match=problem.replace("(", r"\(")):
+        TrainConfig.from_json(content)
+    with pytest.raises(SystemExit) as exit_:  # the flag meets the same range (argparse's type, from the table)
+        main(["train", "--task", "copy", "--length", "0", "--steps", "1", "--out", str(tmp_path / "run")])
+    assert exit_.value.code == 2 and "argument --length: must be an integer from 1" in capsys.readouterr().err

@@ -599,3 +599,63 @@ def test_open_workspace_refuses_a_poisoned_file_in_one_line_and_keeps_the_model(
     assert len(said) == 1 and str(path) in said[0] and problem in said[0] and "\n" not in said[0], said
     assert Path(w.state.loaded.path) == model_dirs[0] and w.state.text == "abc de" and w.isVisible()
     assert path.read_text(encoding="utf-8") == content  # the user's own file: left where it is
+
+
+def _change_every_box(qtbot, panel) -> None:
+    """Give every option box of the Train form that the chosen task shows a value other than its own, as a
+    person does: a combo box one item down (or up, at the end), a spin box typed over, a path typed in."""
+    from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QLineEdit, QSpinBox
+
+    qtbot.keyClick(panel.family, Qt.Key.Key_Down if panel.family.currentIndex() + 1 < panel.family.count()
+                   else Qt.Key.Key_Up)  # first: a family resets the switches that follow from it
+    forms = [(panel.model_form, panel._model_boxes), (panel.task_form, panel._task_rows),
+             (None, panel._run_boxes)]
+    for form, boxes in forms:
+        for name, box in boxes.items():
+            if name == "model_kind" or (form is not None and not form.isRowVisible(box)):
+                continue  # the MLP baseline's choice is the launch's (--baseline), not a setting
+            if isinstance(box, QComboBox):
+                box.setFocus()
+                qtbot.keyClick(box, Qt.Key.Key_Down if box.currentIndex() + 1 < box.count() else Qt.Key.Key_Up)
+            elif isinstance(box, (QSpinBox, QDoubleSpinBox)):
+                lo, step = box.minimum(), box.singleStep()
+                value = lo + step if abs(box.value() - (lo + step)) > 1e-12 else lo + 2 * step
+                text = str(int(value)) if isinstance(box, QSpinBox) else f"{value:.{box.decimals()}f}"
+                _type_into(qtbot, box, text)
+                assert box.value() == pytest.approx(value), name
+            else:  # a path's row: its line edit
+                _type_into(qtbot, box.findChild(QLineEdit), f"/data/{name}")
+
+
+@pytest.mark.parametrize("task", ["motif", "sort", "modadd", "induction", "text", "image-folder", "digits"])
+def test_a_saved_workspace_keeps_every_training_option(qtbot, tmp_path, task):
+    """Every option the Train form shows for a task (the image-folder task's folder, channels, image size and
+    patch size too), set by typing and clicking, comes back in a new window from a saved workspace."""
+    panels = [("Train", "desktop_app.ui.panels.training", "TrainingPanel")]
+    w1 = MainWindow(AppState(), panels=panels)
+    qtbot.addWidget(w1)
+    w1.show()
+    w1.show_panel("Train")
+    train = w1.panel("Train")
+    train.task.setFocus()
+    while train.task.currentText() != task:
+        qtbot.keyClick(train.task, Qt.Key.Key_Down)
+    _change_every_box(qtbot, train)
+    if task == "text":  # the BPE vocabulary shows once the BPE tokenizer is chosen
+        assert train.tokenizer.currentText() == "bpe"
+        _type_into(qtbot, train.vocab_size, "1000")
+    cfg = train.config()
+    path = tmp_path / "train.json"
+    save_workspace(path, w1.capture_workspace())
+
+    w2 = MainWindow(AppState(), panels=panels)
+    qtbot.addWidget(w2)
+    w2.show()
+    assert w2.open_workspace(path)
+    train2 = w2.panel("Train")
+    assert train2.config() == cfg
+    assert cfg.model.get("patch_size" if task in ("image-folder", "digits") else "context_length") is not None
+    if task == "image-folder":
+        assert set(cfg.task_options) == {"image_folder", "channels", "image_size"}
+        assert (train2.image_folder.text(), train2.channels.currentText(), train2.image_size.value(),
+                train2.patch_size.value()) == ("/data/image_folder", "1", 1, 3)

@@ -45,11 +45,13 @@ from ..checkpoints import ModelLoadError, load_model_folder, new_model, save_mod
 from ..config import ModelConfig
 from ..files import WriteError, interrupted_copy, lock_folder, probe_writable, remove_leftovers
 from ..devices import default_device, resolve_device
+from ..families import REGISTRY
 from ..jobs import Cancelled, JobControl
 from ..model import Transformer
 from .optim import make_optimizer, optimizer_state_from_tensors, optimizer_state_to_tensors, use_fused_step
 from .schedules import lr_at
-from .tasks import IGNORE, Batch, Task, make_task
+from .options import RUN_OPTIONS, settings_problem
+from .tasks import IGNORE, Batch, Task, make_task, task_names
 
 STATE_FILE = "trainer_state.json"
 OPTIM_FILE = "optimizer.safetensors"
@@ -124,12 +126,26 @@ class TrainConfig:
             cfg = cls.from_dict(d)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{source}: {exc}") from None
-        problem = cfg._type_problem()
+        problem = cfg._type_problem() or cfg.problem()
         if problem:
             raise ValueError(f"{source}: {problem}")
         if cfg.betas is not None:
             cfg.betas = tuple(cfg.betas)
         return cfg
+
+    def problem(self) -> str:
+        """'' when the settings are within the ranges and choices core.training.options declares (the ones
+        the CLI's flags and the Train panel's boxes take) and name a known task and family, else the first
+        problem in one line."""
+        run = {o.key: getattr(self, o.key) for o in RUN_OPTIONS}
+        problem = settings_problem(run, self.model, self.task_options)
+        if problem:
+            return problem
+        if self.task not in task_names():
+            return f"unknown task {self.task!r} (known: {', '.join(task_names())})"
+        if self.family not in REGISTRY:
+            return f"unknown family {self.family!r} ({', '.join(REGISTRY)})"
+        return ""
 
     def _type_problem(self) -> str:
         """'' when every setting has the kind of value its field holds, else what is wrong (first one)."""

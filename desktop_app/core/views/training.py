@@ -1,23 +1,21 @@
 """The Train panel's form as data (no Qt): its view state is the TrainConfig the form describes.
 
-A workspace saves TrainConfig.to_dict() and the panel shows it again with set_config, the code that
-fills the form from a resumed run's settings. `config_from_dict` reads a workspace's dict tolerantly:
-unknown settings (a newer app) are dropped, and a setting of the wrong kind (a hand edit) keeps its
-default, so any file opens.
+A workspace saves TrainConfig.to_dict() (every training option, core.training.options) and the panel
+shows it again with set_config, the code that fills the form from a resumed run's settings.
+`config_from_dict` reads a workspace's dict tolerantly: unknown settings (a newer app) are dropped, and
+a setting of the wrong kind or out of its range (a hand edit) keeps its default, so any file opens.
 """
 from __future__ import annotations
 
 import json
 import math
 
+from ..training.options import MODEL_OPTIONS, OPTION, TASK_OPTIONS
 from ..training.trainer import TrainConfig
 
-# what the form's controls take from the nested settings: anything else there is dropped
-_MODEL_KINDS = {"n_layers": int, "n_heads": int, "d_model": int, "d_ff": int, "context_length": int, "dropout": float,
-                "norm_placement": str, "norm": str, "activation": str, "positions": str, "attention_kind": str,
-                "init": str}
-_TASK_OPTION_KINDS = {"length": int, "symbols": int, "p": int, "vocab_size": int, "n_train": int,
-                      "train_fraction": float, "tokenizer": str, "text_file": str}
+# what the form takes from the nested settings: the declared options (core.training.options), by kind
+_MODEL_KINDS = {o.key: o.kind for o in MODEL_OPTIONS}
+_TASK_OPTION_KINDS = {o.key: o.kind for o in TASK_OPTIONS}
 
 
 def _of_kind(value, kind) -> bool:
@@ -29,7 +27,9 @@ def _of_kind(value, kind) -> bool:
 
 
 def _known(d, kinds: dict) -> dict:
-    return {k: v for k, v in d.items() if k in kinds and _of_kind(v, kinds[k])} if isinstance(d, dict) else {}
+    if not isinstance(d, dict):
+        return {}
+    return {k: v for k, v in d.items() if k in kinds and _of_kind(v, kinds[k]) and not OPTION[k].problem(v)}
 
 
 def config_from_dict(data) -> TrainConfig:

@@ -22,10 +22,12 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QApplication, QCheckBox, QCombo
                                QPushButton, QScrollArea, QSpinBox, QVBoxLayout, QWidget)
 
 from ...core.checkpoints import ModelLoadError
-from ...core.config import ACTIVATIONS, ATTENTION_KINDS, INITS, NORMS, PLACEMENTS, POSITIONS, ConfigError
+from ...app.training import config_to_flags
+from ...core.config import ConfigError
 from ...core.families import REGISTRY, trainable_families
 from ...core.training import checkpoint_step
 from ...core.files import atomic_write_text
+from ...core.training.options import MODEL_OPTIONS, OPTION, RUN_OPTIONS, TASK_OPTIONS
 from ...core.training.tasks import (DECLARED_TASKS, TaskError, TextTask, image_task_names, make_task,
                                     read_text_file, task_dimensions, task_names)
 from ...core.training.trainer import (TrainConfig, best_device, default_precision, model_config_for, parameter_count,
@@ -37,26 +39,22 @@ from ..widgets.export import export_view as write_export
 from ..workers import run_job
 
 LAYER_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
-TASK_OPTIONS = {  # which task options each task shows
-    "motif": ("length", "model_kind", "n_train"), "copy": ("length", "symbols"), "reverse": ("length", "symbols"),
-    "sort": ("length", "symbols"), "modadd": ("p", "train_fraction"), "induction": ("length", "symbols"),
-    "text": ("text_file", "tokenizer", "vocab_size"),
-    "digits": (),  # 8 x 8 images for the vit family; its patch size is a Model setting
-    "image-folder": ("image_folder", "channels", "image_size"),  # a folder, one sub-folder per class (vit)
-}
 
 
 def task_options_shown(task: str) -> tuple[str, ...]:
-    """The option boxes a task shows: the table above for the built-in tasks, else its declaration's."""
+    """The option boxes a task shows: its declaration's options, and the model choice (transformer or the
+    lectures' MLP baseline) for a task the baseline trains on."""
     declared = DECLARED_TASKS.get(task)
-    return TASK_OPTIONS.get(task, declared.options if declared else ())
+    if declared is None:
+        return ()
+    return declared.options + (("model_kind",) if declared.baseline else ())
 
 
 def image_folder_shape(options: dict) -> tuple[list[str], int, int]:
     """(class names, image size, channels) of the image-folder task's options, cheaply: the class
     sub-folders are listed and one image is decoded (its size); the run decodes them all. TaskError
     (one line) when there is no folder or it is not one sub-folder of images per class."""
-    from ...commands.trace import read_image_file
+    from ...app.images import read_image_file
     from ...core.training.image_tasks import image_folder_files
 
     folder = str(options.get("image_folder") or "")
@@ -114,6 +112,27 @@ def _dspin(lo: float, hi: float, value: float, decimals: int = 4, step: float = 
     s.setSingleStep(step)
     s.setValue(value)
     return s
+
+
+def _box(key: str) -> QWidget:
+    """The form's box of training option `key` (core.training.options): its range (the form's own where
+    narrower), first value, step and help, as declared once for the CLI, the run config and the form."""
+    option = OPTION[key]
+    if option.choices:
+        box = _combo([str(c) for c in option.choices], None if option.initial is None else str(option.initial))
+    elif option.kind is int:
+        lo, hi, step = option.form
+        box = _spin(lo, hi, option.initial, step)
+    else:
+        lo, hi, step, decimals = option.form
+        box = _dspin(lo, hi, option.initial, decimals, step)
+    box.setToolTip(option.help[:1].upper() + option.help[1:])
+    return box
+
+
+def _value(box: QWidget):
+    """What a box of the form holds, as its option's kind."""
+    return box.currentText() if isinstance(box, QComboBox) else box.value()
 
 
 def _error_label() -> QLabel:
@@ -276,6 +295,8 @@ class TrainingPanel(QWidget):
         self._checkpoint_ready = False  # a checkpoint of THIS run exists: "Use this model" loads it
         self._loading = False
         self._task_check: tuple | None = None  # (key, message): the text file's check, cached
+        defaults = TrainConfig()  # the settings the form has no box for: kept from the last config shown
+        self._unboxed = {"momentum": defaults.momentum, "log_every": defaults.log_every, "betas": defaults.betas}
         self._build_form()
         self._build_live()
         layout = QHBoxLayout(self)
@@ -305,20 +326,13 @@ class TrainingPanel(QWidget):
         model_box = QGroupBox("Model")
         f = QFormLayout(model_box)
         self.family = _combo(trainable_families())
-        self.layers = _spin(1, 48, 2)
-        self.heads = _spin(1, 32, 4)
-        self.d_model = _spin(8, 2048, 64, 8)
-        self.d_ff = _spin(8, 8192, 256, 32)
-        self.context = _spin(4, 4096, 128, 16)
-        self.norm_placement = _combo(list(PLACEMENTS))
-        self.norm = _combo(list(NORMS))
-        self.activation = _combo(list(ACTIVATIONS))
-        self.positions = _combo(list(POSITIONS))
-        self.attention = _combo(list(ATTENTION_KINDS))
-        self.init = _combo(list(INITS))
-        self.dropout = _dspin(0.0, 0.9, 0.0, 2, 0.05)
-        self.patch_size = _spin(1, 8, 2)
-        self.patch_size.setToolTip("ViT patch size in pixels: the 8 x 8 digits in 2 x 2 patches are 16 tokens + [CLS]")
+        # the model options' boxes (core.training.options), by TrainConfig.model key
+        self._model_boxes = {o.key: _box(o.key) for o in MODEL_OPTIONS}
+        (self.layers, self.heads, self.d_model, self.d_ff, self.context, self.norm_placement, self.norm,
+         self.activation, self.positions, self.attention, self.init, self.dropout, self.patch_size) = (
+            self._model_boxes[k] for k in ("n_layers", "n_heads", "d_model", "d_ff", "context_length",
+                                           "norm_placement", "norm", "activation", "positions", "attention_kind",
+                                           "init", "dropout", "patch_size"))
         self.param_label = QLabel("")
         self.param_label.setStyleSheet("font-weight: bold")
         self.param_label.setWordWrap(True)  # "(vocabulary not known yet)" must not widen the column
@@ -339,10 +353,8 @@ class TrainingPanel(QWidget):
         task_box = QGroupBox("Task")
         tf = QFormLayout(task_box)
         self.task = _combo(list(task_names()))  # the task registry (core.training.tasks.declare_task)
-        self.length = _spin(2, 512, 20)
-        self.symbols = _spin(2, 1000, 10)
-        self.p = _spin(2, 1000, 97)
-        self.train_fraction = _dspin(0.05, 0.95, 0.5, 2, 0.05)
+        self.length, self.symbols, self.p, self.train_fraction = (
+            _box(k) for k in ("length", "symbols", "p", "train_fraction"))
         self.text_file = QLineEdit()
         self.text_file.setMinimumWidth(60)  # a long path scrolls inside the field, not the column
         self.text_file.setPlaceholderText("a UTF-8 text file")
@@ -355,8 +367,8 @@ class TrainingPanel(QWidget):
         self.text_row = QWidget()
         self.text_row.setLayout(row)
         row.setContentsMargins(0, 0, 0, 0)
-        self.tokenizer = _combo(["char", "bpe"])
-        self.vocab_size = _spin(260, 65536, 512, 64)
+        self.tokenizer = _box("tokenizer")
+        self.vocab_size = _box("vocab_size")
         self.image_folder = QLineEdit()  # the image-folder task: one sub-folder of images per class
         self.image_folder.setMinimumWidth(60)
         self.image_folder.setPlaceholderText("a folder, one sub-folder of images per class")
@@ -369,16 +381,15 @@ class TrainingPanel(QWidget):
         folder_row.addWidget(folder_browse)
         self.image_folder_row = QWidget()
         self.image_folder_row.setLayout(folder_row)
-        self.channels = _combo(["3", "1"])
-        self.channels.setToolTip("3: the images as RGB; 1: as grey")
-        self.image_size = _spin(0, 1024, 0)
+        self.channels = _box("channels")
+        self.image_size = _box("image_size")
         self.image_size.setSpecialValueText("the images' own")
         self.image_size.setToolTip("Resize every image to this size; 0 keeps the images' own size (then one square "
                                    "size for all)")
         self.model_kind = _combo(["transformer", "MLP baseline"])
         self.model_kind.setToolTip("The lectures' MLP (embedding 32, 20*32 -> 64 -> 4) on the same batches and "
                                    "held-out set, for the comparison; it writes no checkpoint")
-        self.n_train = _spin(0, 1_000_000, 0, 500)
+        self.n_train = _box("n_train")
         self.n_train.setSpecialValueText("fresh samples")
         self.n_train.setToolTip("A fixed training set of this many samples (the lectures use 1500); "
                                 "0 draws fresh samples for every batch")
@@ -406,20 +417,16 @@ class TrainingPanel(QWidget):
 
         opt_box = QGroupBox("Optimisation")
         of = QFormLayout(opt_box)
-        self.optimizer = _combo(["adamw", "adam", "sgd", "lion"])
-        self.lr = _dspin(1e-6, 10.0, 1e-3, 6, 1e-4)
-        self.weight_decay = _dspin(0.0, 10.0, 0.01, 4, 0.01)
-        self.schedule = _combo(["cosine", "noam", "constant"])
-        self.warmup = _spin(0, 100_000, 50, 10)
-        self.batch_size = _spin(1, 4096, 32, 8)
-        self.grad_clip = _dspin(0.0, 1000.0, 1.0, 2, 0.5)
-        self.steps = _spin(1, 10_000_000, 1000, 100)
-        self.eval_every = _spin(1, 1_000_000, 100, 50)
-        self.checkpoint_every = _spin(1, 1_000_000, 500, 100)
-        self.seed = _spin(0, 2**31 - 1, 0)
+        # the optimisation options' boxes (core.training.options), by TrainConfig field; momentum and
+        # log_every have none (the CLI's flags and a --config file give them; the form keeps their defaults)
+        self._run_boxes = {o.key: _box(o.key) for o in RUN_OPTIONS if o.form or o.key in ("optimizer", "schedule")}
+        (self.optimizer, self.lr, self.weight_decay, self.schedule, self.warmup, self.batch_size, self.grad_clip,
+         self.steps, self.eval_every, self.checkpoint_every, self.seed) = (
+            self._run_boxes[k] for k in ("optimizer", "lr", "weight_decay", "schedule", "warmup_steps", "batch_size",
+                                         "grad_clip", "steps", "eval_every", "checkpoint_every", "seed"))
         from ...core.devices import available_devices
         self.device = _combo(available_devices(), best_device())
-        self.precision = _combo(["float32", "bfloat16", "float16"], default_precision(self.device.currentText()))
+        self.precision = _combo(OPTION["precision"].choices, default_precision(self.device.currentText()))
         self.precision.setToolTip("Autocast precision; weights and checkpoints stay float32. Default: bfloat16 on "
                                   "CUDA (float16 with loss scaling without bfloat16 support), float32 elsewhere")
         self.device.currentTextChanged.connect(lambda d: self.precision.setCurrentText(default_precision(d)))
@@ -562,10 +569,10 @@ class TrainingPanel(QWidget):
         self._set_image_task(task in image_task_names())
         self._on_tokenizer_changed()
         self._apply_baseline()
-        defaults = {"motif": 20, "copy": 8, "reverse": 8, "sort": 8, "induction": 16}
-        if task in defaults:
-            self.length.setValue(defaults[task])
-        self.symbols.setValue(32 if task == "induction" else 10)
+        own = DECLARED_TASKS[task].defaults if task in DECLARED_TASKS else {}  # the task's own defaults
+        if "length" in own:
+            self.length.setValue(own["length"])
+        self.symbols.setValue(own.get("symbols", OPTION["symbols"].initial))
         self._update_param_count()
 
     def _set_image_task(self, image: bool) -> None:
@@ -621,46 +628,30 @@ class TrainingPanel(QWidget):
         return "mlp" if self.task.currentText() == "motif" and self.model_kind.currentIndex() == 1 else None
 
     def config(self) -> TrainConfig:
-        """The TrainConfig the form describes (also what the CLI arguments encode)."""
+        """The TrainConfig the form describes (also what the CLI arguments encode): every option of
+        core.training.options that has a box, and the settings the form has no box for (momentum, log_every,
+        betas) as the last config shown in it (set_config) gave them."""
         task = self.task.currentText()
         opts: dict = {}
         for name in task_options_shown(task):
-            if name == "text_file":  # absolute: the run's process has its own working folder
-                text_file = self.text_file.text().strip()
-                opts["text_file"] = str(Path(text_file).expanduser().absolute()) if text_file else ""
-            elif name == "tokenizer":
-                opts["tokenizer"] = self.tokenizer.currentText()
-            elif name == "image_folder":  # absolute, as the text file
-                folder = self.image_folder.text().strip()
-                opts["image_folder"] = str(Path(folder).expanduser().absolute()) if folder else ""
-            elif name == "channels":
-                opts["channels"] = int(self.channels.currentText())
-            elif name == "image_size":
-                if self.image_size.value():
-                    opts["image_size"] = self.image_size.value()
-            elif name == "model_kind":
+            if name == "model_kind":
                 continue  # not a task option: see baseline()
-            elif name == "n_train":
-                if self.n_train.value():
-                    opts["n_train"] = self.n_train.value()
-            else:
-                opts[name] = self._task_rows[name].value()
-        model = {"n_layers": self.layers.value(), "n_heads": self.heads.value(), "d_model": self.d_model.value(),
-                 "d_ff": self.d_ff.value(), "context_length": self.context.value(),
-                 "norm_placement": self.norm_placement.currentText(), "norm": self.norm.currentText(),
-                 "activation": self.activation.currentText(), "positions": self.positions.currentText(),
-                 "attention_kind": self.attention.currentText(), "init": self.init.currentText(),
-                 "dropout": self.dropout.value()}
+            option, box = OPTION[name], self._task_rows[name]
+            if name in ("text_file", "image_folder"):  # absolute: the run's process has its own working folder
+                text = getattr(self, name).text().strip()  # the row's line edit
+                opts[name] = str(Path(text).expanduser().absolute()) if text else ""
+                continue
+            value = option.kind(_value(box))
+            if option.form_none is None or value != option.form_none:
+                opts[name] = value
+        model = {o.key: o.kind(_value(self._model_boxes[o.key])) for o in MODEL_OPTIONS if o.key != "patch_size"}
         if task in image_task_names():  # a ViT's context is 1 + patches; its patch size is the model's
             del model["context_length"]
             model["patch_size"] = self.patch_size.value()
+        run = {key: OPTION[key].kind(_value(box)) for key, box in self._run_boxes.items()}
+        run["grad_clip"] = run["grad_clip"] or None
         return TrainConfig(task=task, task_options=opts, family=self.family.currentText(), model=model,
-                           optimizer=self.optimizer.currentText(), lr=self.lr.value(),
-                           weight_decay=self.weight_decay.value(), schedule=self.schedule.currentText(),
-                           warmup_steps=self.warmup.value(), batch_size=self.batch_size.value(),
-                           steps=self.steps.value(), eval_every=self.eval_every.value(),
-                           checkpoint_every=self.checkpoint_every.value(), grad_clip=self.grad_clip.value() or None,
-                           seed=self.seed.value(), device=self.device.currentText(),
+                           **self._unboxed, **run, device=self.device.currentText(),
                            precision=self.precision.currentText())
 
     def launch_args(self, out: Path) -> list[str]:
@@ -673,43 +664,33 @@ class TrainingPanel(QWidget):
         return args
 
     def set_config(self, cfg: TrainConfig) -> None:
-        """Show `cfg` in the form (config()'s inverse): a resumed run's saved settings. The family and the
-        task go first, as choosing them resets the settings that follow from them; a device this machine
-        lacks keeps the current one. The task goes before the family: it decides the family list."""
+        """Show `cfg` in the form (config()'s inverse): a resumed run's saved settings, a workspace's form.
+        The task goes first (it decides the family list), then the family (choosing it resets the settings
+        that follow from it), then every option's box; a device this machine lacks keeps the current one."""
         self.task.setCurrentText(cfg.task)
         self.family.setCurrentText(cfg.family)
         self.model_kind.setCurrentIndex(0)  # a run with a checkpoint is a transformer's
-        m = cfg.model
-        for key, spin in (("n_layers", self.layers), ("n_heads", self.heads), ("d_model", self.d_model),
-                          ("d_ff", self.d_ff), ("context_length", self.context), ("dropout", self.dropout),
-                          ("patch_size", self.patch_size)):
-            if m.get(key) is not None:
-                spin.setValue(m[key])
-        for key, combo in (("norm_placement", self.norm_placement), ("norm", self.norm),
-                           ("activation", self.activation), ("positions", self.positions),
-                           ("attention_kind", self.attention), ("init", self.init)):
-            if m.get(key) is not None:
-                combo.setCurrentText(str(m[key]))
-        o = cfg.task_options
-        for key in ("length", "symbols", "p", "train_fraction", "vocab_size"):
-            if o.get(key) is not None:
-                self._task_rows[key].setValue(o[key])
-        self.n_train.setValue(int(o.get("n_train") or 0))
-        if "tokenizer" in o:
-            self.tokenizer.setCurrentText(o["tokenizer"])
-        if "text_file" in o:
-            self.text_file.setText(str(o["text_file"]))
-        if "image_folder" in o:
-            self.image_folder.setText(str(o["image_folder"]))
-            self.channels.setCurrentText(str(o.get("channels", 3)))
-            self.image_size.setValue(int(o.get("image_size") or 0))
-        self.optimizer.setCurrentText(cfg.optimizer)
-        self.schedule.setCurrentText(cfg.schedule)
-        for spin, value in ((self.lr, cfg.lr), (self.weight_decay, cfg.weight_decay), (self.warmup, cfg.warmup_steps),
-                            (self.batch_size, cfg.batch_size), (self.grad_clip, cfg.grad_clip or 0),
-                            (self.steps, cfg.steps), (self.eval_every, cfg.eval_every),
-                            (self.checkpoint_every, cfg.checkpoint_every), (self.seed, cfg.seed)):
-            spin.setValue(value)
+        boxes = [(self._model_boxes, cfg.model), (self._task_rows, cfg.task_options),
+                 (self._run_boxes, {key: getattr(cfg, key) for key in self._run_boxes})]
+        for rows, values in boxes:
+            for key, box in rows.items():
+                option = OPTION.get(key)
+                value = values.get(key)
+                if option is None:
+                    continue  # model_kind: not an option
+                if key in ("text_file", "image_folder"):
+                    if key in values:
+                        getattr(self, key).setText(str(value or ""))  # the row's line edit
+                elif value is None and option.form_none is not None and rows is self._task_rows:
+                    box.setValue(option.form_none)  # not given: the box's special value ("fresh samples")
+                elif key == "grad_clip":
+                    box.setValue(value or 0)
+                elif value is not None:
+                    if isinstance(box, QComboBox):
+                        box.setCurrentText(str(value))
+                    else:
+                        box.setValue(value)
+        self._unboxed = {"momentum": cfg.momentum, "log_every": cfg.log_every, "betas": cfg.betas}
         if self.device.findText(cfg.device) >= 0:
             self.device.setCurrentText(cfg.device)  # sets its default precision; the run's own comes next
         if self.device.currentText() == cfg.device:
@@ -746,9 +727,7 @@ class TrainingPanel(QWidget):
         """The same run as train flags (the CLI's own inverse of its flags, config_to_args), for a person to
         read or type; `out` is the run's folder (default: the folder Start would use). Start itself hands
         the process a settings file instead."""
-        from ...commands.train import config_to_args
-
-        return config_to_args(self.config()) + self.launch_args(out or self._next_run_dir())
+        return config_to_flags(self.config()) + self.launch_args(out or self._next_run_dir())
 
     def _resuming(self) -> bool:
         return self.resume_check.isChecked() and not self.baseline()
@@ -834,8 +813,9 @@ class TrainingPanel(QWidget):
         if not hasattr(self, "out_error"):  # still building the form: checked once it is complete
             return
         model_error = task_error = ""
-        try:
-            task_error = self._task_problem(self.config())
+        try:  # the settings' own ranges (TrainConfig.problem, as a --config file meets them), then the task's
+            cfg = self.config()
+            task_error = cfg.problem() or self._task_problem(cfg)
         except (ConfigError, ValueError) as exc:
             task_error = str(exc)
         if self.baseline() == "mlp":

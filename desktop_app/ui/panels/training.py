@@ -27,7 +27,7 @@ from ...core.config import ConfigError
 from ...core.families import REGISTRY, trainable_families
 from ...core.training import checkpoint_step
 from ...core.files import atomic_write_text
-from ...core.training.options import MODEL_OPTIONS, OPTION, RUN_OPTIONS, TASK_OPTIONS
+from ...core.training.options import MODEL_OPTIONS, OPTION, RUN_OPTIONS
 from ...core.training.tasks import (DECLARED_TASKS, TaskError, TextTask, image_task_names, make_task,
                                     read_text_file, task_dimensions, task_names)
 from ...core.training.trainer import (TrainConfig, best_device, default_precision, model_config_for, parameter_count,

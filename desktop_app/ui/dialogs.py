@@ -9,7 +9,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel,
                                QSpinBox, QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget)
 
-from .settings import DEFAULT_DTYPES, THEMES, Preferences
+from .settings import DEFAULT_DTYPES, MAX_FONT_SIZE, THEMES, Preferences
 
 
 def app_version() -> str:
@@ -130,7 +130,7 @@ class PreferencesDialog(QDialog):
         self.theme.setCurrentText(prefs.theme)
         form.addRow("Theme", self.theme)
         self.font_size = QSpinBox()
-        self.font_size.setRange(0, 32)
+        self.font_size.setRange(0, MAX_FONT_SIZE)
         self.font_size.setSpecialValueText("default")
         self.font_size.setValue(prefs.font_size)
         self.font_size.setSuffix(" pt")

@@ -81,12 +81,15 @@ def set_special_tokens_on(on: bool) -> None:
 # -- preferences -----------------------------------------------------------------------------
 
 
+MAX_FONT_SIZE = 32  # points: the Preferences dialog's range; a settings file saying more is not applied
+
+
 @dataclass
 class Preferences:
     device: str = "auto"  # "auto": CUDA/MPS when present, else CPU
     dtype: str = "auto"  # "auto": the dtype stored in the model's config
     theme: str = "system"
-    font_size: int = 0  # 0: the platform's default
+    font_size: int = 0  # 0: the platform's default; at most MAX_FONT_SIZE (the dialog's range)
     restore_session: bool = True
 
     @classmethod
@@ -104,6 +107,8 @@ class Preferences:
             prefs.theme = d.theme
         if prefs.dtype not in DEFAULT_DTYPES:
             prefs.dtype = d.dtype
+        if not 0 <= prefs.font_size <= MAX_FONT_SIZE:  # 10**12 stopped every start (OverflowError in Qt)
+            prefs.font_size = d.font_size
         return prefs
 
     def save(self) -> None:
@@ -143,7 +148,7 @@ def apply_appearance(app: QApplication, theme: str, font_size: int) -> None:
         _default_font, _default_palette = QFont(app.font()), QPalette(app.palette())
         _default_style = app.style().name()
     font = QFont(_default_font)
-    if font_size and font_size > 0:
+    if font_size and 0 < font_size <= MAX_FONT_SIZE:
         font.setPointSize(int(font_size))
     app.setFont(font)
     hints = app.styleHints()

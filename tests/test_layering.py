@@ -6,8 +6,8 @@ relative imports resolved. From that graph:
 
 - core/ imports neither Qt nor the layers above it (app/, ui/, commands/, cli);
 - app/ (the Qt-free use cases) imports neither ui/ nor commands/ nor Qt;
-- ui/ does not import commands/ (the few imports left are listed in KNOWN_UI_TO_COMMANDS: the list
-  can only shrink);
+- ui/ never imports commands/, and commands/ imports ui/ only in `render` (it draws panels to files):
+  what both front ends need lives in app/;
 - no import circle: no strongly connected component of more than one module.
 
 Each failure names the importing file, its line and the imported module (a circle is printed as a
@@ -23,14 +23,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "desktop_app"
 QT = ("PySide6", "pyqtgraph", "shiboken6", "PyQt5", "PyQt6")
-
-# ui -> commands imports still there, as (importing module, imported module). Issue 26 moves them into
-# desktop_app/app/ (read_image_file, train's argument conversion); this list may only shrink: a new
-# ui -> commands import fails, and so does an entry here whose import is gone (delete the entry).
-KNOWN_UI_TO_COMMANDS: set[tuple[str, str]] = {
-    ("desktop_app.ui.app", "desktop_app.commands.args"),  # float_in, int_in for the GUI's own options
-}
-
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -121,13 +113,20 @@ def test_app_layer_imports_neither_ui_nor_commands_nor_qt():
     assert offenders(f"{PACKAGE}.app", forbidden) == []
 
 
-def test_ui_imports_no_command_module_beyond_the_known_ones():
-    found = {(src, dst) for src, targets in graph().items() if in_layer(src, f"{PACKAGE}.ui")
-             for dst in targets if in_layer(dst, f"{PACKAGE}.commands")}
-    new = sorted(found - KNOWN_UI_TO_COMMANDS)
-    assert [where(src, dst) for src, dst in new] == [], "ui/ must not import commands/: use desktop_app/app/"
-    gone = sorted(KNOWN_UI_TO_COMMANDS - found)
-    assert gone == [], f"no longer imported: remove {gone} from KNOWN_UI_TO_COMMANDS (issue 26)"
+# commands/ -> ui/: `render` draws a panel offscreen to a file (the one documented exception, issue 26)
+RENDER_DRAWS_PANELS = f"{PACKAGE}.commands.render"
+
+
+def test_ui_never_imports_commands():
+    """ui/ never imports commands/: what the GUI and the CLI both need lives in app/ (or core/)."""
+    assert offenders(f"{PACKAGE}.ui", (f"{PACKAGE}.commands",)) == [], \
+        "ui/ must not import commands/: put what both front ends need in desktop_app/app/"
+
+
+def test_commands_import_ui_only_to_render():
+    found = [where(src, dst) for src, targets in graph().items() if in_layer(src, f"{PACKAGE}.commands")
+             and src != RENDER_DRAWS_PANELS for dst in targets if in_layer(dst, f"{PACKAGE}.ui")]
+    assert found == [], "commands/ must not import ui/ (only `render` draws panels): use desktop_app/app/"
 
 
 def strongly_connected(g: dict[str, dict[str, int]]) -> list[list[str]]:

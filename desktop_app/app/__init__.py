@@ -11,4 +11,5 @@ parses arguments belongs in the front ends.
 - images.py   image files as arrays, and as a vision model's pixel values
 - whatif.py   the what-if edits built from texts (steering)
 - training.py training settings and their command-line form (the Train panel and `train`)
+- arguments.py the numeric argparse types (ranges, --device) of both command lines: the CLI's and the GUI's
 """

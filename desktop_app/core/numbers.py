@@ -2,7 +2,7 @@
 
 `Range(int, 1).problem(0)` is "must be an integer >= 1, got 0". core checks values read from files
 with it (core.training.options: TrainConfig's settings); the CLI's argparse types
-(commands/args.py's Number) are Ranges too, so a flag and a file meet the same limits and messages.
+(app/arguments.py's Number) are Ranges too, so a flag and a file meet the same limits and messages.
 Infinities and NaN are refused everywhere.
 """
 from __future__ import annotations

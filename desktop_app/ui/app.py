@@ -19,7 +19,7 @@ SCREENSHOT_SIZE = (1280, 800)
 
 def build_parser() -> argparse.ArgumentParser:
     from ..cli import COMMANDS_HELP
-    from ..commands.args import float_in, int_in
+    from ..app.arguments import float_in, int_in
 
     p = argparse.ArgumentParser(prog="transformer-explorer",
                                 description="Transformer Explorer: explore small transformer models offline.",

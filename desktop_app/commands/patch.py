@@ -50,11 +50,13 @@ def run(args) -> int:
 
     from . import input_ids, load_model
     from .attribute import write_csv
+    from ..app.whatif import patching_problem, refuse
     from ..core.files import check_output_file
     from ..core.interventions import activation_patching, parse_ablations
 
     check_output_file(args.csv, args.overwrite)
     loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
+    refuse(patching_problem(loaded.config))  # the What if panel's line for the models it disables
     clean = input_ids(loaded, args.clean, args.clean_ids)
     corrupted = input_ids(loaded, args.corrupted, args.corrupted_ids)
     ablate = parse_ablations(args.ablate, loaded.config) if args.ablate else None

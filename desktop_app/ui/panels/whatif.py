@@ -22,7 +22,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
-from ...app.whatif import steering_edit, text_ids
+from ...app.whatif import (attribution_problem, patching_problem, refuse, steering_edit, steering_problem,
+                           text_ids)
 from ...core.views.whatif import TABS as WHATIF_TABS, WhatIfViewState
 from ..settings import plot_background, plot_foreground
 from ..state import EDITS, MODEL, ResultView
@@ -59,38 +60,13 @@ def token_id_of(loaded, text: str, what: str) -> int:
     return int(ids[0])
 
 
-def attribution_problem(cfg) -> str:
-    """Why direct logit attribution cannot read this model ("" when it can), one line."""
-    from ...core.interventions import check_additive
-
-    if cfg.input_kind == "patches":
-        return ("a vision transformer: attribution, patching and steering work on text models for now; "
-                "ablations from the Attention panel apply to the image's trace")
-    if not cfg.lm_head:
-        return "this model has no language-model head: direct logit attribution needs one"
-    try:
-        check_additive(cfg, "direct logit attribution")
-    except ValueError as exc:
-        return str(exc)
-    return ""
-
-
-def patching_problem(cfg) -> str:
-    """Why activation patching cannot run on this model ("" when it can): its measure is a logit."""
-    if not cfg.lm_head:
-        return "this model has no language-model head: activation patching measures a logit, it needs one"
-    return ""
-
-
 def attribute(loaded, ids: list[int], position: int, token_text: str, interventions: list):
     """(Attribution, token id) for the token typed (empty: the edited model's top next token there)."""
     import torch
 
     from ...core.interventions import direct_logit_attribution, resolve
 
-    problem = attribution_problem(loaded.config)
-    if problem:
-        raise ValueError(problem)
+    refuse(attribution_problem(loaded.config))
     if not ids:
         raise ValueError("no text: type a text in the Model panel")
     ivs = resolve(loaded.model, ids, [iv.check(loaded.config) for iv in interventions]) if interventions else None
@@ -111,8 +87,7 @@ def patch(loaded, clean: str, corrupted: str, answer: str, wrong: str, intervent
     the clean, corrupted and patched runs alike, as in every other panel."""
     from ...core.interventions import activation_patching
 
-    if patching_problem(loaded.config):
-        raise ValueError(patching_problem(loaded.config))
+    refuse(patching_problem(loaded.config))
     clean_ids, corrupted_ids = text_ids(loaded, clean, "clean"), text_ids(loaded, corrupted, "corrupted")
     if len(clean_ids) != len(corrupted_ids):
         raise ValueError(f"the clean text is {len(clean_ids)} tokens and the corrupted text {len(corrupted_ids)}: "
@@ -442,24 +417,24 @@ class WhatIfPanel(QWidget, ResultView):
 
     def _on_model(self, loaded) -> None:
         cfg = loaded.config if loaded is not None else None
-        images = cfg is not None and cfg.input_kind == "patches"
         dla_problem = attribution_problem(cfg) if cfg is not None else ""
-        patch_problem = dla_problem if images else (patching_problem(cfg) if cfg is not None else "")
+        patch_problem = patching_problem(cfg) if cfg is not None else ""
+        steer_problem = steering_problem(cfg) if cfg is not None else ""
         for widgets, problem in (((self.attribute_button, self.token_edit, self.position_spin), dla_problem),
                                  ((self.run_button, self.clean_edit, self.corrupted_edit, self.answer_edit,
                                    self.wrong_edit), patch_problem),
                                  ((self.apply_steer_button, self.towards_edit, self.away_edit),
-                                  dla_problem if images else "")):
+                                  steer_problem)):
             for w in widgets:  # disabled, saying why (a tooltip shows on a disabled widget too)
                 own = self._own_tips.setdefault(w, w.toolTip())
                 w.setEnabled(not problem)
                 w.setToolTip(f"Not for this model: {problem}" if problem else own)
         self._show_steer_layer()
         for label, problem in ((self.dla_status, dla_problem), (self.patch_status, patch_problem),
-                               (self.steer_status, dla_problem if images else "")):
+                               (self.steer_status, steer_problem)):
             if problem:
                 label.setText(f"{problem[0].upper()}{problem[1:]}.")
-        if images:
+        if cfg is not None and cfg.input_kind == "patches":
             return
         if loaded is not None and not self.clean_edit.text() and self.state.text:
             self.clean_edit.setText(self.state.text)  # a starting point: the text being inspected

@@ -341,6 +341,8 @@ def parse_covariance(text: str, d: int) -> np.ndarray:
         values = [[float(v) for v in r.replace(",", " ").split()] for r in rows]
     except ValueError:
         raise ValueError(f"covariance {text.strip()!r}: give numbers (rows separated by ';')") from None
+    if not all(np.isfinite(v) for r in values for v in r):  # 'inf' said "Eigenvalues did not converge"
+        raise ValueError(f"covariance {text.strip()!r}: every number must be finite (no nan or inf)")
     if len(values) == 1 and len(values[0]) in (1, d):
         diag = values[0] * d if len(values[0]) == 1 else values[0]
         if min(diag) < 0:

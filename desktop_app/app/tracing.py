@@ -10,6 +10,13 @@ What a trace records depends on what it is for, and is decided here only (trace_
   residual stream (Hugging Face's hidden_states), and the logits; FILE_NAMES is a subset of what VIEWS
   records, so the file and the app show the same numbers (tests/app/test_tracing.py).
 
+A VIEWS trace keeps memory to what is shown (core/trace.py): it is lazy (each layer's head outputs
+are derived from its attn.z when a view asks for that layer, the logit lens from the residuals), its
+attention patterns are kept in float16 when a half-precision checkpoint computes in float32
+(devices.pattern_dtype), and before it runs its memory is estimated (core.trace.estimate_trace_bytes)
+and a trace that would not fit is refused with the number of tokens, or of first layers, that would
+(check_trace_memory; MemoryEstimateError, one line), never an out-of-memory crash.
+
 Not here: what a generation step records (core/generation.py's RECORD_NAMES). That is the mechanism
 of GenerationSession (a one-token forward records per-position tensors that step_trace concatenates
 along the sequence, the attention rows are rebuilt from cached queries, head outputs from pattern and
@@ -46,6 +53,73 @@ def trace_names(config, n_tokens: int, final_logits: bool = True, purpose: str =
     return [n for n in names if final_logits or n != "logits"]
 
 
+def _layer_names(names: list[str], layers: int | None, n_layers: int) -> list[str]:
+    """`names` restricted to the first `layers` blocks (None: all of them)."""
+    if layers is None or layers >= n_layers:
+        return names
+    out = []
+    for n in names:
+        if n == "*":
+            out += ["embed", "final_norm.out", "logits"] + [f"blocks.{l}.*" for l in range(layers)]
+        elif n.startswith("blocks.*."):
+            out += [f"blocks.{l}.{n[len('blocks.*.'):]}" for l in range(layers)]
+        else:
+            out.append(n)
+    return out
+
+
+def trace_settings(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers: int | None = None) -> dict:
+    """run_with_trace's keyword arguments for a trace of `n_tokens` of `loaded` for `purpose`: the names,
+    lazy derivation and the patterns' dtype of a VIEWS trace (see the module's docstring)."""
+    from ..core.devices import pattern_dtype
+
+    names = _layer_names(trace_names(loaded.config, n_tokens, purpose=purpose), layers, loaded.config.n_layers)
+    if purpose != VIEWS:
+        return {"names": names}
+    model = loaded.model
+    return {"names": names, "lazy": True,
+            "pattern_dtype": pattern_dtype(model.dtype, getattr(loaded, "stored_dtype", None))}
+
+
+def estimated_trace_bytes(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers: int | None = None) -> int:
+    """What a trace of `n_tokens` of `loaded` needs on top of its weights (core.trace.estimate_trace_bytes)."""
+    from ..core.trace import estimate_trace_bytes
+
+    kw = trace_settings(loaded, n_tokens, purpose, layers)
+    return estimate_trace_bytes(loaded.config, n_tokens, kw["names"], loaded.model.dtype, kw.get("pattern_dtype"),
+                                lazy=kw.get("lazy", False), layers=layers)
+
+
+def check_trace_memory(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers: int | None = None,
+                       available: int | None = None) -> int:
+    """The estimate (bytes) when it fits in `available` (default: what the model's device has); else
+    MemoryEstimateError, one line with the choices: fewer tokens, or the first layers only."""
+    from ..core.devices import MemoryEstimateError, available_memory, human_bytes
+
+    need = estimated_trace_bytes(loaded, n_tokens, purpose, layers)
+    have = available_memory(loaded.model.device) if available is None else available
+    if have is None or need <= have:
+        return need
+    L = loaded.config.n_layers if layers is None else layers
+    tokens = _largest(lambda n: estimated_trace_bytes(loaded, n, purpose, layers) <= have, n_tokens - 1)
+    first = _largest(lambda k: estimated_trace_bytes(loaded, n_tokens, purpose, k) <= have, L - 1)
+    choices = [f"at most {tokens} tokens" if tokens else "",
+               f"the first {first} of {loaded.config.n_layers} layers" if first else ""]
+    choices = " or ".join(c for c in choices if c)
+    raise MemoryEstimateError(f"a trace of {n_tokens} tokens through {L} layers of {loaded.name} needs about "
+                              f"{human_bytes(need)}; this machine has {human_bytes(have)} available"
+                              + (f": trace {choices}" if choices else ""))
+
+
+def _largest(fits, hi: int) -> int:
+    """The largest n in 1..hi with fits(n) (fits grows false with n), 0 when none."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
 def _resolved(loaded: LoadedModel, inputs, interventions: list | None) -> list | None:
     """The what-if edits checked against the model, "mean" and "resample" resolved over `inputs`
     (token ids, or a ViT's pixel values [1, C, H, W]); None when there are none."""
@@ -57,11 +131,14 @@ def _resolved(loaded: LoadedModel, inputs, interventions: list | None) -> list |
 
 
 def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
-                interventions: list | None = None, purpose: str = VIEWS) -> tuple[EncodedText, Trace | None]:
+                interventions: list | None = None, purpose: str = VIEWS,
+                layers: int | None = None) -> tuple[EncodedText, Trace | None]:
     """Encode `text` (or check the given `ids`) for `loaded` and trace them. Text longer than the
     context is cut to its first context_length tokens, and the EncodedText's notice says so;
     unknown words and ids outside the vocabulary raise InputError with a sentence naming them.
-    With interventions (core/interventions.py) the trace is the edited model's (means over this text)."""
+    With interventions (core/interventions.py) the trace is the edited model's (means over this text).
+    `layers`: record only the first that many blocks. A trace that would not fit in memory raises
+    MemoryEstimateError (check_trace_memory) before it starts."""
     import torch
 
     from ..core.inputs import check_ids, encode_text_or_ids
@@ -70,9 +147,10 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
     enc = check_ids(ids, cfg.vocab_size, cfg.context_length) if ids is not None else encode_text_or_ids(loaded, text)
     if not enc.ids:
         return enc, None
-    names = trace_names(cfg, len(enc.ids), purpose=purpose)
-    _, trace = loaded.model.run_with_trace(torch.tensor(enc.ids, device=loaded.model.device)[None], names=names,
-                                           interventions=_resolved(loaded, enc.ids, interventions))
+    check_trace_memory(loaded, len(enc.ids), purpose, layers)
+    _, trace = loaded.model.run_with_trace(torch.tensor(enc.ids, device=loaded.model.device)[None],
+                                           interventions=_resolved(loaded, enc.ids, interventions),
+                                           **trace_settings(loaded, len(enc.ids), purpose, layers))
     return enc, trace
 
 
@@ -98,8 +176,8 @@ def trace_image(loaded: LoadedModel, pixels, interventions: list | None = None,
     cfg = loaded.config
     ids = image_token_ids(cfg)
     x = torch.as_tensor(pixels, dtype=torch.float32, device=loaded.model.device)[None]
-    names = trace_names(cfg, len(ids), purpose=purpose)
-    _, trace = loaded.model.run_with_trace(x, names=names, interventions=_resolved(loaded, x, interventions))
+    _, trace = loaded.model.run_with_trace(x, interventions=_resolved(loaded, x, interventions),
+                                           **trace_settings(loaded, len(ids), purpose))
     return ids, trace
 
 

@@ -37,7 +37,17 @@ def add_model_and_text_arguments(p):
     g.add_argument("--text")
     g.add_argument("--ids", help="comma-separated token ids")
     add_special_tokens_argument(p)
+    add_dtype_argument(p)
     return g
+
+
+def add_dtype_argument(p):
+    """--dtype, for every command that loads a model: load_model(dtype=...) reads it."""
+    from ..core.devices import DTYPE_CHOICES
+
+    p.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto",
+                   help="the dtype to compute in (default auto: float32 on a CPU without bfloat16 matrix units "
+                        "when it fits in memory, else the checkpoint's own dtype)")
 
 
 def add_special_tokens_argument(p):
@@ -47,14 +57,15 @@ def add_special_tokens_argument(p):
                         "BOS), which are added by default as transformers adds them")
 
 
-def load_model(model_ref: str, special_tokens: bool = True, **kwargs):
+def load_model(model_ref: str, special_tokens: bool = True, dtype: str | None = "auto", **kwargs):
     """Every command's model argument: a folder, or a repository id resolved in the local Hugging Face
     cache only (NotInCacheError, one line, when it is not there); then load_model_folder(**kwargs).
-    `special_tokens`: whether text encoded for it gets the tokenizer's special tokens (--no-special-tokens)."""
+    `special_tokens`: whether text encoded for it gets the tokenizer's special tokens (--no-special-tokens);
+    `dtype`: --dtype ("auto": what suits the device, core.devices.choose_compute_dtype)."""
     from ..core.checkpoints import load_model_folder
     from ..core.hf_cache import resolve_model_ref
 
-    loaded = load_model_folder(resolve_model_ref(model_ref), **kwargs)
+    loaded = load_model_folder(resolve_model_ref(model_ref), dtype=dtype, **kwargs)
     if loaded.tokenizer is not None:
         loaded.tokenizer.special_tokens = special_tokens
     return loaded

@@ -47,7 +47,7 @@ def run(args) -> int:
     from ..core.interventions import ATTRIBUTION_COLUMNS, direct_logit_attribution, parse_ablations
 
     check_output_file(args.csv, args.overwrite)  # refused or unwritable now, not after the forward pass
-    loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
+    loaded = load_model(args.model_dir, special_tokens=args.special_tokens, dtype=args.dtype)
     refuse(attribution_problem(loaded.config))  # the What if panel's line for the models it disables
     ablate = parse_ablations(args.ablate, loaded.config) if args.ablate else None
     ids = input_ids(loaded, args.text, args.ids)

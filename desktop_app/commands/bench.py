@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-BENCHMARKS = ("load", "generation", "lipschitz", "training", "render", "startup", "dynamics", "memory")
+BENCHMARKS = ("load", "generation", "lipschitz", "training", "render", "startup", "dynamics", "memory", "scale")
 
 
 def add_parser(sub) -> None:

@@ -8,13 +8,14 @@ add scale x (mean residual after the layer on one text - that on the other) ther
 from __future__ import annotations
 
 from ..core.generation import STRATEGIES
-from . import MODEL_HELP, add_special_tokens_argument
+from . import MODEL_HELP, add_dtype_argument, add_special_tokens_argument
 from .args import count, device, float_in, layer_or_head, non_negative, positive_int, probability, seed
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("generate", help="generate tokens (or fill [MASK] tokens for encoder models)")
     p.add_argument("model_dir", help=MODEL_HELP)
+    add_dtype_argument(p)
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--prompt", help="prompt text (needs the model's tokenizer.json)")
     g.add_argument("--prompt-ids", help="comma-separated prompt token ids")
@@ -75,7 +76,8 @@ def run(args) -> int:
     if 0 < len(missing) < len(steering):  # before loading the model: a typo costs no load
         raise ValueError(f"steering needs all of --steer-towards, --steer-away, --steer-layer, --steer-scale "
                          f"(missing {', '.join(missing)})")
-    loaded = load_model(args.model_dir, special_tokens=args.special_tokens, device=resolve_device(args.device))
+    loaded = load_model(args.model_dir, special_tokens=args.special_tokens, dtype=args.dtype,
+                        device=resolve_device(args.device))
     if args.prompt is not None and loaded.tokenizer is None:
         raise ValueError(f"{loaded.path}: {loaded.tokenizer_missing}; pass --prompt-ids instead of --prompt")
     prompt = input_ids(loaded, args.prompt, args.prompt_ids)

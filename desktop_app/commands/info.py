@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from . import MODEL_HELP
+from . import MODEL_HELP, add_dtype_argument
 
 
 def model_info(loaded) -> dict:
@@ -17,6 +17,7 @@ def model_info(loaded) -> dict:
 def add_parser(sub) -> None:
     p = sub.add_parser("info", help="print a model folder's architecture as JSON")
     p.add_argument("model_dir", help=MODEL_HELP)
+    add_dtype_argument(p)
     p.set_defaults(func=run)
 
 
@@ -24,7 +25,7 @@ def run(args) -> int:
     import sys
 
     from . import load_model
-    loaded = load_model(args.model_dir)
+    loaded = load_model(args.model_dir, dtype=args.dtype)
     print(json.dumps(model_info(loaded)))
     if loaded.tokenizer is None and loaded.config.input_kind == "tokens":  # said, not in the JSON
         print(f"note: {loaded.path}: {loaded.tokenizer_missing}; the model opens with token ids", file=sys.stderr)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import MODEL_HELP
+from . import MODEL_HELP, add_dtype_argument
 from .args import add_overwrite_argument, float_in, int_in, layer_or_head, positive, positive_int, seed
 
 
@@ -25,6 +25,7 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser("lipschitz", help="local Lipschitz constant of attention against sequence length (CSV + JSON)")
     p.add_argument("model_dir", nargs="?", help=MODEL_HELP + "; omit with --synthetic")
+    add_dtype_argument(p)
     p.add_argument("--synthetic", action="store_true", help="a standalone random attention head instead of a model")
     p.add_argument("--layer", type=layer_or_head, default=0)
     p.add_argument("--head", type=layer_or_head, default=None, help="one head (default: the whole attention sublayer)")
@@ -107,7 +108,7 @@ def run(args) -> int:
             raise ValueError("give a MODEL_DIR, or --synthetic")
         from . import load_model
 
-        loaded = load_model(args.model_dir)
+        loaded = load_model(args.model_dir, dtype=args.dtype)
         model = loaded.model.float().eval()
         ids = None
         if args.data == "real" or args.text_file or (args.data == "search" and args.search_start == "real"):

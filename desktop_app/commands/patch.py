@@ -9,7 +9,7 @@ object with the clean and corrupted metrics. Under --ablate the zero-ablated mod
 """
 from __future__ import annotations
 
-from . import MODEL_HELP, add_special_tokens_argument
+from . import MODEL_HELP, add_dtype_argument, add_special_tokens_argument
 from .args import add_overwrite_argument, count
 
 PATCH_COLUMNS = ("table", "component", "layer", "position", "head", "recovery")
@@ -19,6 +19,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("patch", help="activation patching: which layer x position and which heads restore a "
                        "clean answer (CSV)")
     p.add_argument("model_dir", help=MODEL_HELP)
+    add_dtype_argument(p)
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--clean", help="clean text")
     g.add_argument("--clean-ids", help="clean token ids")
@@ -55,7 +56,7 @@ def run(args) -> int:
     from ..core.interventions import activation_patching, parse_ablations
 
     check_output_file(args.csv, args.overwrite)
-    loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
+    loaded = load_model(args.model_dir, special_tokens=args.special_tokens, dtype=args.dtype)
     refuse(patching_problem(loaded.config))  # the What if panel's line for the models it disables
     clean = input_ids(loaded, args.clean, args.clean_ids)
     corrupted = input_ids(loaded, args.corrupted, args.corrupted_ids)

@@ -162,7 +162,7 @@ def run(args) -> int:
 
     size = _parse_size(args.size)
     check_output_file(args.out, args.overwrite)  # refused or unwritable now, not after the drawing
-    loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
+    loaded = load_model(args.model_dir, special_tokens=args.special_tokens, dtype=args.dtype)
     image = getattr(args, "image", None)
     vision = loaded.config.input_kind == "patches"
     if args.view in IMAGE_VIEWS and not (vision and image):

@@ -31,7 +31,7 @@ def run(args) -> int:
     check_output_file(args.out, args.overwrite)  # refused or unwritable now, not after the forward pass
     from ..core.interventions import parse_ablations
 
-    loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
+    loaded = load_model(args.model_dir, special_tokens=args.special_tokens, dtype=args.dtype)
     ablate = parse_ablations(args.ablate, loaded.config) if args.ablate else None
     if args.image is not None or loaded.config.input_kind == "patches":
         if args.image is None:

@@ -20,7 +20,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .config import ConfigError, ModelConfig
-from .devices import DTYPES, resolve_dtype
+from .devices import DTYPES, choose_compute_dtype, resolve_dtype
 from .families import Family, Weight, family_for, family_of
 from .files import atomic_write_dir, interrupted_copy
 from .model import Transformer, sinusoidal_table
@@ -45,6 +45,8 @@ class LoadedModel:
     # without a tokenizer, why, naming the file ignored ("tokenizer.model (SentencePiece) is not
     # supported yet") or the one missing ("no tokenizer.json"): messages say "PATH: {this}; ..."
     tokenizer_missing: str = "no tokenizer.json"
+    stored_dtype: torch.dtype | None = None  # the weights' dtype in the files (None: unknown, e.g. a new model)
+    dtype_reason: str = ""  # why it computes in model.dtype (devices.choose_compute_dtype), "" when not chosen
 
 
 def missing_tokenizer(folder: Path) -> str:
@@ -264,7 +266,12 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     sd = _from_hf(cfg, get, set(files), lambda n: files.get(n, folder / WEIGHTS))
     # the tensors the model takes: an unused extra (e.g. a mask buffer some exporters keep) is not refused
     _check_finite({name: files[name] for name in used})
-    target_dtype = resolve_dtype(dtype) if dtype is not None else _stored_dtype(sd, resolve_dtype(cfg.dtype))
+    stored_dtype = _stored_dtype(sd, resolve_dtype(cfg.dtype))
+    dtype_reason = ""
+    if dtype == "auto":  # the dtype that suits the device (devices.choose_compute_dtype)
+        choice = choose_compute_dtype(stored_dtype, device, sum(t.numel() for t in sd.values()))
+        dtype, dtype_reason = choice.dtype, choice.reason
+    target_dtype = resolve_dtype(dtype) if dtype is not None else stored_dtype
     if target_dtype != resolve_dtype(cfg.dtype):  # only the recorded dtype changes; the modules need nothing else
         cfg = model.cfg = cfg.replace(dtype={v: k for k, v in DTYPES.items()}[target_dtype])
     expected = {k: v for k, v in model.state_dict().items()}
@@ -300,7 +307,8 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     # a snapshot of the local Hugging Face cache is named by its repository, not its commit hash
     name = snapshot_repo_ref(path) or Path(path).name
     return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=Path(path), name=name,
-                       tokenizer_missing="" if tokenizer is not None else missing_tokenizer(folder))
+                       tokenizer_missing="" if tokenizer is not None else missing_tokenizer(folder),
+                       stored_dtype=stored_dtype, dtype_reason=dtype_reason)
 
 
 def _stored_dtype(sd: dict[str, torch.Tensor], recorded: torch.dtype) -> torch.dtype:

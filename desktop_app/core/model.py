@@ -731,9 +731,13 @@ class Transformer(nn.Module):
             trace.record("logits", logits)
         return ModelOutput(logits=logits, hidden=x, cache=cache)
 
-    def run_with_trace(self, input_ids: torch.Tensor, names=("*",), **kw) -> tuple[ModelOutput, Trace]:
-        """Forward pass that hands back a Trace of everything matching `names`."""
-        trace = Trace(names)
+    def run_with_trace(self, input_ids: torch.Tensor, names=("*",), *, lazy: bool = False,
+                       pattern_dtype: torch.dtype | None = None, **kw) -> tuple[ModelOutput, Trace]:
+        """Forward pass that hands back a Trace of everything matching `names`. `lazy`: head outputs
+        and the logit lens are derived on demand instead of recorded for every layer (trace.py);
+        `pattern_dtype`: the dtype attention patterns are kept in (default: the model's)."""
+        trace = Trace(names, lazy=lazy, pattern_dtype=pattern_dtype)
         with torch.no_grad():
             out = self.forward(input_ids, trace=trace, **kw)
+        trace.bind(self)
         return out, trace

@@ -5,6 +5,7 @@ Names (l = layer index, 0-based):
     blocks.l.attn.input         what the attention sublayer receives                  [B, T, d]
     blocks.l.attn.q             queries, after rotary positions                       [B, H, T, d_head]
     blocks.l.attn.pattern       attention probabilities                               [B, H, T_q, T_k]
+    blocks.l.attn.z             each head's attention-weighted values, before W_O     [B, H, T, d_head]
     blocks.l.attn.head_out      each head's contribution after W_O (no o-bias)        [B, H, T, d]
     blocks.l.attn.out           attention sublayer output, before the residual add    [B, T, d]
     blocks.l.resid_mid          residual stream after attention (post-LN: after norm) [B, T, d]
@@ -16,43 +17,83 @@ Names (l = layer index, 0-based):
 
 A Trace is created with glob patterns (fnmatch) of the names to keep; the model asks `wants(name)`
 before computing anything only a trace needs, so names nobody asked for cost nothing.
+
+Memory follows what is shown (a `lazy` trace, the app's): the derived quantities are not recorded
+for every layer up front. A layer's head outputs ([H, T, d], H times its residual) are computed
+on demand from its recorded `attn.z` and the model's W_O (`head_out(layer)`, also what
+trace["blocks.l.attn.head_out"] returns), the last few kept in a small cache; their norms
+(`head_out_norms`) never form them. The logit lens is not recorded: analysis.logit_lens reads the
+residuals through the model, in chunks. Attention patterns can be kept in a narrower dtype
+(`pattern_dtype`, e.g. float16 when a bfloat16 checkpoint computes in float32).
 """
 from __future__ import annotations
 
 import fnmatch
+import re
+from collections import OrderedDict
 from typing import Iterable, Iterator
 
 import torch
 
+# derived names of a lazy trace, and what each is computed from
+_HEAD_OUT = re.compile(r"blocks\.(\d+)\.attn\.head_out$")
+_LENS = re.compile(r"blocks\.\d+\.logit_lens$")
+HEAD_OUT_CACHE = 2  # layers whose head outputs a lazy trace keeps (the one on show and the one before)
+
 
 class Trace:
-    def __init__(self, names: Iterable[str] = ("*",), to_cpu: bool = False) -> None:
+    def __init__(self, names: Iterable[str] = ("*",), to_cpu: bool = False, lazy: bool = False,
+                 pattern_dtype: torch.dtype | None = None) -> None:
         self.patterns = tuple(names)
         self.to_cpu = to_cpu
+        self.lazy = lazy
+        self.pattern_dtype = pattern_dtype
         self.tensors: dict[str, torch.Tensor] = {}
         self._wants: dict[str, bool] = {}
+        self._model = None  # the Transformer that made it (bind): a lazy trace derives from its weights
+        self._head_out: OrderedDict[int, torch.Tensor] = OrderedDict()
+        self.head_out_computed = 0  # how many layers' head outputs were formed (the cache's misses)
 
     def wants(self, name: str) -> bool:
         hit = self._wants.get(name)
         if hit is None:
-            hit = any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
+            if self.lazy and (_HEAD_OUT.match(name) or _LENS.match(name)):
+                hit = False  # derived on demand
+            else:
+                hit = self._matches(name) or (self.lazy and name.endswith(".attn.z")
+                                              and self._matches(name[:-1] + "head_out"))
             self._wants[name] = hit
         return hit
+
+    def _matches(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
 
     def record(self, name: str, tensor: torch.Tensor) -> None:
         if self.wants(name):
             t = tensor.detach()
+            if self.pattern_dtype is not None and name.endswith(".attn.pattern") and t.dtype != self.pattern_dtype:
+                t = t.to(self.pattern_dtype)
             self.tensors[name] = t.cpu() if self.to_cpu else t
+
+    def bind(self, model) -> None:
+        """The model whose forward filled this trace: a lazy trace derives head outputs from its W_O."""
+        self._model = model
 
     # -- read access ---------------------------------------------------------------------
     def __getitem__(self, name: str) -> torch.Tensor:
-        try:
-            return self.tensors[name]
-        except KeyError:
-            raise KeyError(f"{name!r} was not recorded (recorded: {', '.join(sorted(self.tensors)) or 'nothing'})") from None
+        t = self.tensors.get(name)
+        if t is not None:
+            return t
+        m = _HEAD_OUT.match(name)
+        if m and self._derives_head_out(int(m.group(1))):
+            return self.head_out(int(m.group(1)))
+        raise KeyError(f"{name!r} was not recorded (recorded: {', '.join(sorted(self.tensors)) or 'nothing'})")
 
     def __contains__(self, name: str) -> bool:
-        return name in self.tensors
+        if name in self.tensors:
+            return True
+        m = _HEAD_OUT.match(name)
+        return bool(m) and self._derives_head_out(int(m.group(1)))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.tensors)
@@ -80,3 +121,86 @@ class Trace:
         if "final_norm.out" in self.tensors:
             hs[-1] = self["final_norm.out"]
         return hs
+
+    # -- derived on demand (a lazy trace) -----------------------------------------------------
+    def _derives_head_out(self, layer: int) -> bool:
+        return (self.lazy and self._model is not None and f"blocks.{layer}.attn.z" in self.tensors
+                and self._matches(f"blocks.{layer}.attn.head_out"))
+
+    def _w_o(self, layer: int) -> torch.Tensor:
+        """Layer's W_O as [d, H, d_head]."""
+        cfg = self._model.cfg
+        return self._model.blocks[layer].attn.o.weight.view(cfg.d_model, cfg.n_heads, cfg.d_head)
+
+    def head_out(self, layer: int) -> torch.Tensor:
+        """Each head's output after W_O (no bias) [B, H, T, d] of one layer: recorded, or computed from
+        its attn.z (the model's own product, Attention.head_outputs) and cached for the last few layers."""
+        name = f"blocks.{layer}.attn.head_out"
+        if name in self.tensors:
+            return self.tensors[name]
+        if not self._derives_head_out(layer):
+            raise KeyError(f"{name!r} was not recorded and cannot be derived (no attn.z or no model)")
+        if layer in self._head_out:
+            self._head_out.move_to_end(layer)
+            return self._head_out[layer]
+        attn = self._model.blocks[layer].attn
+        z = self.tensors[f"blocks.{layer}.attn.z"]
+        with torch.no_grad():
+            out = attn.head_outputs(z.to(attn.o.weight.device)).detach()
+        out = out.cpu() if self.to_cpu else out
+        self.head_out_computed += 1
+        self._head_out[layer] = out
+        while len(self._head_out) > HEAD_OUT_CACHE:
+            self._head_out.popitem(last=False)
+        return out
+
+    def head_out_norms(self, layer: int) -> torch.Tensor | None:
+        """||W_O,h z_h,t|| [B, H, T] in float64 for one layer, without forming the head outputs when
+        they are not recorded: z^T (W_O,h^T W_O,h) z with the [H, d_head, d_head] Gram matrices.
+        None when the trace has neither the head outputs nor what they derive from."""
+        name = f"blocks.{layer}.attn.head_out"
+        if name in self.tensors:
+            return self.tensors[name].double().norm(dim=-1)
+        if not self._derives_head_out(layer):
+            return None
+        with torch.no_grad():
+            w = self._w_o(layer).double()  # [d, H, dh]
+            gram = torch.einsum("dhk,dhj->hkj", w, w)
+            z = self.tensors[f"blocks.{layer}.attn.z"].to(w.device, torch.float64)  # [B, H, T, dh]
+            sq = torch.einsum("bhtk,hkj,bhtj->bht", z, gram, z)
+        return sq.clamp_min(0).sqrt().cpu()
+
+    def nbytes(self) -> int:
+        """Bytes the trace holds: recorded tensors (each storage once) and cached head outputs."""
+        seen, total = set(), 0
+        for t in list(self.tensors.values()) + list(self._head_out.values()):
+            key = (t.untyped_storage().data_ptr(), t.device)
+            if key not in seen:
+                seen.add(key)
+                total += t.untyped_storage().nbytes()
+        return total
+
+
+# -- memory estimate of a trace, before running it ----------------------------------------------
+
+
+def estimate_trace_bytes(cfg, n_tokens: int, names: Iterable[str] = ("*",), compute_dtype=torch.float32,
+                         pattern_dtype=None, lazy: bool = True, layers: int | None = None) -> int:
+    """Bytes a forward pass of `n_tokens` records (batch 1) under `names`, plus the largest transient
+    work of one layer (scores, softmax and the MLP's hidden units): what comes on top of the weights.
+    `layers`: record only that many blocks' tensors (a layer range)."""
+    probe = Trace(names, lazy=lazy)
+    T, d, H, L = n_tokens, cfg.d_model, cfg.n_heads, cfg.n_layers if layers is None else layers
+    c = torch.empty((), dtype=compute_dtype).element_size()
+    p = torch.empty((), dtype=pattern_dtype or compute_dtype).element_size()
+    per_layer = {"attn.input": T * d, "attn.q": T * H * cfg.d_head, "attn.z": T * H * cfg.d_head,
+                 "attn.out": T * d, "resid_mid": T * d, "mlp.out": T * d, "resid_post": T * d,
+                 "attn.head_out": H * T * d, "logit_lens": T * cfg.vocab_size}
+    total = sum(n * c for k, n in per_layer.items() if probe.wants(f"blocks.0.{k}")) * L
+    if probe.wants("blocks.0.attn.pattern"):
+        total += L * H * T * T * p
+    total += sum(T * n * c for k, n in (("embed", d), ("final_norm.out", d), ("logits", cfg.vocab_size))
+                 if probe.wants(k))
+    # transient: float32 scores and probabilities of one layer, the MLP's hidden units, the final logits
+    work = max(2 * H * T * T * 4 + H * T * T * c, 3 * T * cfg.d_ff * c) + T * cfg.vocab_size * c
+    return int(total + work)

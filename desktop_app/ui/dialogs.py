@@ -123,7 +123,7 @@ class PreferencesDialog(QDialog):
         self.dtype = QComboBox()
         self.dtype.addItems(list(DEFAULT_DTYPES))
         self.dtype.setCurrentText(prefs.dtype)
-        self.dtype.setToolTip("Precision of models opened from now on. auto: the dtype in the model's config.json.")
+        self.dtype.setToolTip("Precision of models opened from now on. auto: what suits the device (float32 on a CPU without bfloat16 matrix units when it fits, else the checkpoint's dtype).")
         form.addRow("Default dtype", self.dtype)
         self.theme = QComboBox()
         self.theme.addItems(list(THEMES))

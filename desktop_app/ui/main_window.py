@@ -238,6 +238,7 @@ class MainWindow(QMainWindow):
         self.device_group.setExclusive(True)
         self.device_actions: dict[str, QAction] = {}
         self._fill_device_menu()
+        self._fill_dtype_menu()
 
         h = mb.addMenu("&Help")
         self.help_action = self._action("&What am I looking at?", self.show_panel_help, QKeySequence.StandardKey.HelpContents)
@@ -249,6 +250,28 @@ class MainWindow(QMainWindow):
         h.addSeparator()
         self.about_action = self._action("&About Transformer Explorer", self.show_about)
         h.addAction(self.about_action)
+
+    def _fill_dtype_menu(self) -> None:
+        """Device > Compute dtype: auto (what suits the device) or a dtype; the open model is reopened in it."""
+        from ..core.devices import DTYPE_CHOICES
+
+        self.device_menu.addSeparator()
+        menu = self.device_menu.addMenu("Compute &dtype")
+        group = QActionGroup(self)
+        group.setExclusive(True)
+        self.dtype_actions: dict[str, QAction] = {}
+        for name in DTYPE_CHOICES:
+            a = QAction("auto (suits the device)" if name == "auto" else name, self, checkable=True)
+            a.triggered.connect(lambda _=False, d=name: self.state.set_dtype(d))
+            group.addAction(a)
+            menu.addAction(a)
+            self.dtype_actions[name] = a
+        self._check_dtype_action()
+
+    def _check_dtype_action(self) -> None:
+        a = getattr(self, "dtype_actions", {}).get(self.state.dtype or "auto")
+        if a is not None:
+            a.setChecked(True)
 
     def _fill_device_menu(self) -> None:
         from ..core.devices import available_devices
@@ -281,6 +304,7 @@ class MainWindow(QMainWindow):
         self.model_label = QLabel("No model")
         self.device_label = QLabel("")
         self.memory_label = QLabel("")
+        self.dtype_label = QLabel("")  # the compute dtype; its tooltip says why (devices.choose_compute_dtype)
         self.busy_bar = QProgressBar()
         self.busy_bar.setRange(0, 0)  # indeterminate
         self.busy_bar.setMaximumWidth(120)
@@ -290,6 +314,7 @@ class MainWindow(QMainWindow):
         sb.addWidget(self.busy_label)
         sb.addPermanentWidget(self.model_label)
         sb.addPermanentWidget(self.device_label)
+        sb.addPermanentWidget(self.dtype_label)
         sb.addPermanentWidget(self.memory_label)
         self._memory_timer = QTimer(self, interval=3000)
         self._memory_timer.timeout.connect(self.update_memory)
@@ -308,6 +333,10 @@ class MainWindow(QMainWindow):
         cfg = loaded.config
         self.model_label.setText(f"{loaded.name} · {cfg.family} · {loaded.model.num_parameters():,} params")
         self.setWindowTitle(f"{loaded.name} — Transformer Explorer")
+        from ..core.devices import dtype_name
+
+        self.dtype_label.setText(dtype_name(loaded.model.dtype))
+        self.dtype_label.setToolTip(loaded.dtype_reason or "the compute dtype asked for (Device > Compute dtype)")
         self.statusBar().showMessage(f"Opened {loaded.path or loaded.name}", 5000)
         if loaded.path is not None:
             app_settings.add_recent_model(loaded.path)
@@ -444,7 +473,8 @@ class MainWindow(QMainWindow):
         app = QApplication.instance()
         if app is not None:
             app_settings.apply_appearance(app, prefs.theme, prefs.font_size)
-        self.state.dtype = None if prefs.dtype == "auto" else prefs.dtype
+        self.state.dtype = None if prefs.dtype == "auto" else prefs.dtype  # None: what suits the device
+        self._check_dtype_action()
         self.state.set_special_tokens(app_settings.special_tokens_on())  # the Model panel's checkbox, saved
         device = default_device() if prefs.device == "auto" else prefs.device
         if device in self.device_actions:

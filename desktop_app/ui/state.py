@@ -26,7 +26,7 @@ def _load(path: str, device: str, dtype: str | None, text: str) -> tuple[LoadedM
     from ..core.inputs import InputError
     from ..core.training.trainer import run_sample_text
 
-    loaded = load_model_folder(path, device=device, dtype=dtype)
+    loaded = load_model_folder(path, device=device, dtype=dtype or "auto")
     if loaded.config.input_kind == "patches":  # a ViT reads images: the text box is not its input
         return loaded, None
     if text.strip() and loaded.tokenizer is not None:
@@ -117,6 +117,8 @@ class AppState(QObject):
         super().__init__(parent)
         self.loaded: LoadedModel | None = None
         self.device = "cpu"
+        # the compute dtype of models opened: a name, or None for "auto" (what suits the device,
+        # core.devices.choose_compute_dtype)
         self.dtype: str | None = None
         self.text = ""
         self.token_ids: list[int] = []
@@ -201,6 +203,16 @@ class AppState(QObject):
             self._advance(MODEL, INPUT)
         self.model_changed.emit(loaded)
         self.set_text(self.text)
+
+    def set_dtype(self, dtype: str) -> None:
+        """Compute in `dtype` ("auto": what suits the device) from now on: the open model is opened again
+        in it (model_changed follows; a failure keeps it as it is)."""
+        dtype = None if dtype == "auto" else dtype
+        if dtype == self.dtype:
+            return
+        self.dtype = dtype
+        if self.loaded is not None and self.loaded.path is not None:
+            self.open_model(self.loaded.path)
 
     def set_device(self, device: str) -> None:
         """Make `device` the one models live on: new loads go there at once, and the current model

@@ -6,6 +6,7 @@ what its widget draws. Definitions of the quantities: core.analysis.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,10 +27,41 @@ class AttentionViewState:
     selected_token: int | None = None  # absolute position in the sequence
 
 
+class LayerPatterns(Sequence):
+    """Every layer's pattern [H, T_q, T_k] as float32 numpy, read from the trace when a view asks for
+    that layer: a float32 trace's patterns are shared, not copied; narrower ones (float16, bfloat16)
+    are converted for the last few layers asked only, so the trace's dtype is what memory holds."""
+
+    CACHE = 2
+
+    def __init__(self, trace) -> None:
+        self.trace = trace
+        self._n = trace.n_layers
+        self._cache: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, layer):
+        if isinstance(layer, slice):
+            return [self[l] for l in range(*layer.indices(self._n))]
+        if layer < 0:
+            layer += self._n
+        if not 0 <= layer < self._n:
+            raise IndexError(f"layer {layer} of {self._n}")
+        hit = self._cache.pop(layer, None)
+        if hit is None:
+            hit = analysis.attention_pattern(self.trace, layer)
+        self._cache[layer] = hit  # the most recent last
+        while len(self._cache) > self.CACHE:
+            self._cache.pop(next(iter(self._cache)))
+        return hit
+
+
 @dataclass
 class AttentionData:
     """One trace's attention, read once; `rollout`, `stats` and `thumbs` arrive later from a worker."""
-    patterns: list[np.ndarray]  # [layer] -> [H, T_q, T_k]
+    patterns: Sequence[np.ndarray]  # [layer] -> [H, T_q, T_k] (LayerPatterns: read when asked)
     mask: np.ndarray | None  # [T_q, T_k] True where a query may attend; None when nothing is masked
     causal: bool
     row_labels: list[str]  # the queries' token strings (the last T_q)
@@ -58,7 +90,9 @@ class AttentionData:
 def prepare(trace, causal: bool | None, tokens: list[str] | None) -> AttentionData:
     """Read a trace's patterns. causal=None: guessed from the patterns (no key above the diagonal).
     tokens: one string per key position, else positions are used as labels."""
-    patterns = analysis.attention_patterns(trace)
+    patterns = LayerPatterns(trace)
+    if not len(patterns):
+        analysis.attention_pattern(trace, 0)  # says what is missing
     _, t_q, t_k = patterns[0].shape
     if causal is None:
         causal = bool(np.all(np.triu(patterns[0][:, :, t_k - t_q:], 1) == 0))

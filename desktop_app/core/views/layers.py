@@ -45,7 +45,7 @@ def compute_layers(trace, model=None, tokenizer=None, job=None) -> LayersResult:
     check()
     cos = np.stack([analysis.cosine_matrix(h) for h in x]).astype(np.float32)
     check()
-    head = analysis.head_output_norms(trace) if "blocks.0.attn.head_out" in trace else None
+    head = _head_norms(trace, n_layers)
     mlp = analysis.mlp_output_norms(trace) if "blocks.0.mlp.out" in trace else None
     ids = probs = strings = None
     problem = ""
@@ -62,6 +62,15 @@ def compute_layers(trace, model=None, tokenizer=None, job=None) -> LayersResult:
     return LayersResult(analysis.depth_labels(n_layers), np.linalg.norm(x, axis=-1), head, mlp, ids, probs, strings,
                         problem, analysis.pca_over_depth(trace), cos,
                         np.array([analysis.mean_off_diagonal(c) for c in cos.astype(np.float64)]))
+
+
+def _head_norms(trace, n_layers: int) -> np.ndarray | None:
+    """[L, H, T] norms of what each head writes (analysis.head_output_norms' numbers), from the
+    recorded head outputs or, in a lazy trace, from attn.z without forming them (Trace.head_out_norms)."""
+    if not hasattr(trace, "head_out_norms"):
+        return analysis.head_output_norms(trace) if "blocks.0.attn.head_out" in trace else None
+    norms = [trace.head_out_norms(l) for l in range(n_layers)]
+    return None if not norms or any(n is None for n in norms) else np.stack([n[0].numpy() for n in norms])
 
 
 @dataclass

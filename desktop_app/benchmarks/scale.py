@@ -1,0 +1,308 @@
+"""Models at the size people study: the GUI's trace and generation against transformers, same run.
+
+    python -m desktop_app bench scale [--shape qwen2.5-0.5b|llama-3.2-1b|llama-3.1-8b|tiny] [--tokens 1024]
+                                      [--device cpu|cuda] [--new 16] [--dtype auto|float32|bfloat16|float16]
+
+A random checkpoint of the shape (the real config's dimensions, transformers' own random init, saved in
+bfloat16 as such checkpoints ship) is made with transformers (a test-only dependency) in a temporary
+folder, removed at the end. Then two fresh processes, one after the other, so that neither's memory
+pollutes the other's peak (ru_maxrss, whole process, imports included):
+
+- ours: open the folder (--dtype, default auto: the dtype that suits the device, core.devices), take
+  the trace the GUI takes of `--tokens` random ids (app.tracing.trace_input: the Attention and Layers
+  panels' input) and read its first layer's patterns as the Attention panel does; time to the first
+  layer ready (block 0 recorded, from the trace's start); peak memory; then greedy generation of
+  `--new` tokens after an 8-token prompt, recording as the Generate panel does.
+- transformers: load the checkpoint as shipped (bfloat16, eager attention), one forward with every
+  attention map and hidden state brought to numpy (float32: numpy has no bfloat16); peak memory; then
+  generate() greedy for the same tokens, timed; and at our compute dtype too when it differs, for the
+  ids (ours must give the same ids as transformers at the same dtype).
+
+Ratios are reference / ours for times (above 1: ours faster) and ours / reference for memory (below 1:
+ours smaller). On CUDA the GPU's peak allocation is reported too, and the fraction of the card's memory
+bandwidth bound per generated token (weight bytes / measured copy bandwidth, over the time per token).
+The last line printed is the JSON result.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..commands.args import OneLineParser, int_in
+from ..commands.args import device as device_name
+
+ROPE_LLAMA3 = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+# the real configs' dimensions (Hugging Face config.json of each model); "tiny" is for the tests
+SHAPES = {
+    "qwen2.5-0.5b": ("qwen2", dict(vocab_size=151_936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                                   num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32_768,
+                                   rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)),
+    "llama-3.2-1b": ("llama", dict(vocab_size=128_256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                   num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                                   max_position_embeddings=131_072, rope_theta=500_000.0, rms_norm_eps=1e-5,
+                                   rope_scaling=ROPE_LLAMA3, tie_word_embeddings=True)),
+    "llama-3.1-8b": ("llama", dict(vocab_size=128_256, hidden_size=4096, intermediate_size=14_336, num_hidden_layers=32,
+                                   num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131_072,
+                                   rope_theta=500_000.0, rms_norm_eps=1e-5, rope_scaling=dict(ROPE_LLAMA3, factor=8.0),
+                                   tie_word_embeddings=False)),
+    "tiny": ("qwen2", dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                           rope_theta=10_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)),
+}
+PROMPT = 8  # generation prompt length
+
+
+def make_checkpoint(shape: str, folder: Path, seed: int = 0) -> int:
+    """The random bfloat16 checkpoint of `shape` written by transformers into `folder`; its parameter count."""
+    import torch
+    import transformers
+
+    family, dims = SHAPES[shape]
+    config_class = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig}[family]
+    config = config_class(**dims, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        count = sum(p.numel() for p in model.parameters())
+        model.save_pretrained(folder)
+    del model
+    return count
+
+
+# -- the two processes --------------------------------------------------------------------------
+
+
+def _peak_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def _ids(n: int, vocab: int, seed: int) -> list[int]:
+    import torch
+
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def _sync(device: str):
+    import torch
+
+    return torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+
+def _gpu_peak_mb(device: str) -> float | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda") else None
+
+
+def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str) -> dict:
+    import torch
+
+    from ..app.tracing import estimated_trace_bytes, trace_input
+    from ..core.checkpoints import load_model_folder
+    from ..core.generation import GenerationSession, GenerationSettings
+    from ..core.views.attention import prepare
+
+    sync = _sync(device)
+    baseline = _rss_mb()
+    t0 = time.perf_counter()
+    loaded = load_model_folder(folder, device=device, dtype=dtype)
+    sync()
+    t_load = time.perf_counter() - t0
+    ids = _ids(tokens, loaded.config.vocab_size, 1)
+    first: list[float] = []
+
+    def block0_done(*_) -> None:  # returns None: the block's output stays as it is
+        sync()
+        first.append(time.perf_counter())
+
+    hook = loaded.model.blocks[0].register_forward_hook(block0_done)
+    t1 = time.perf_counter()
+    _, trace = trace_input(loaded, "", ids)
+    layer0 = prepare(trace, None, None).patterns[0]  # what the Attention panel paints first
+    sync()
+    t_trace = time.perf_counter() - t1
+    hook.remove()
+    assert layer0.shape == (loaded.config.n_heads, tokens, tokens)
+    weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in loaded.model.parameters()}.values())
+    out = {"load_s": t_load, "trace_s": t_trace, "first_layer_s": first[0] - t1, "peak_mb": _peak_mb(),
+           "baseline_mb": baseline, "gpu_peak_mb": _gpu_peak_mb(device), "trace_held_mb": trace.nbytes() / 2**20,
+           "estimate_mb": (weights + estimated_trace_bytes(loaded, tokens)) / 2**20,
+           "dtype": str(loaded.model.dtype).replace("torch.", ""), "dtype_reason": loaded.dtype_reason,
+           "weight_bytes": weights}
+    del trace, layer0
+    prompt = _ids(PROMPT, loaded.config.vocab_size, 2)
+
+    def generate(n: int) -> list[int]:
+        s = GenerationSession(loaded, prompt, GenerationSettings("greedy"), stop_tokens=[])
+        for _ in s.run(n):
+            pass
+        sync()
+        return s.ids()
+
+    generate(2)  # warm up
+    t2 = time.perf_counter()
+    out["generated_ids"] = generate(new)
+    out["generate_s_per_token"] = (time.perf_counter() - t2) / new
+    return out
+
+
+def child_reference(folder: str, tokens: int, new: int, device: str, same_dtype: str) -> dict:
+    import torch
+    import transformers
+
+    sync = _sync(device)
+    # the model's class imported before the clock starts, as ours is (transformers imports lazily)
+    model_class = transformers.AutoModelForCausalLM._model_mapping[type(transformers.AutoConfig.from_pretrained(folder))]
+    baseline = _rss_mb()
+    t0 = time.perf_counter()
+    model = model_class.from_pretrained(folder, dtype=torch.bfloat16, attn_implementation="eager").to(device).eval()
+    sync()
+    t_load = time.perf_counter() - t0
+    ids = torch.tensor([_ids(tokens, model.config.vocab_size, 1)], device=device)
+    t1 = time.perf_counter()
+    with torch.no_grad():
+        o = model(ids, output_attentions=True, output_hidden_states=True)
+        attentions = [a[0].float().cpu().numpy() for a in o.attentions]
+        hidden = [h[0].float().cpu().numpy() for h in o.hidden_states]
+    sync()
+    t_forward = time.perf_counter() - t1
+    out = {"load_s": t_load, "forward_s": t_forward, "peak_mb": _peak_mb(), "baseline_mb": baseline,
+           "gpu_peak_mb": _gpu_peak_mb(device), "arrays": len(attentions) + len(hidden)}
+    del o, attentions, hidden
+    prompt = torch.tensor([_ids(PROMPT, model.config.vocab_size, 2)], device=device)
+
+    def generate(m, n: int) -> list[int]:
+        with torch.no_grad():
+            g = m.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, num_beams=1,
+                           use_cache=True, pad_token_id=0)
+        sync()
+        return g[0].tolist()
+
+    generate(model, 2)
+    t2 = time.perf_counter()
+    out["generated_ids"] = generate(model, new)
+    out["generate_s_per_token"] = (time.perf_counter() - t2) / new
+    if same_dtype != "bfloat16":  # our compute dtype: the ids must be the same there
+        del model
+        model = model_class.from_pretrained(folder, dtype=getattr(torch, same_dtype)).to(device)
+        generate(model.eval(), 2)
+        t3 = time.perf_counter()
+        out["same_dtype_ids"] = generate(model, new)
+        out["same_dtype_generate_s_per_token"] = (time.perf_counter() - t3) / new
+    else:
+        out["same_dtype_ids"] = out["generated_ids"]
+        out["same_dtype_generate_s_per_token"] = out["generate_s_per_token"]
+    return out
+
+
+def _run_child(kind: str, *args) -> dict:
+    repo = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    out = subprocess.run([sys.executable, "-m", "desktop_app.benchmarks.scale", kind, json.dumps(args)],
+                         capture_output=True, text=True, env=env, timeout=3600)
+    if out.returncode:
+        raise RuntimeError(f"bench scale: the {kind} process failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def device_bandwidth(device: str, n_bytes: int = 256 << 20) -> float:
+    """Bytes per second of a large copy on `device` (each byte read once and written once)."""
+    import torch
+
+    from .generation import measure_bandwidth
+
+    if not device.startswith("cuda"):
+        return measure_bandwidth(n_bytes)
+    src = torch.ones(n_bytes // 4, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n_bytes / best
+
+
+def main(argv: list[str]) -> dict:
+    ap = OneLineParser(prog="bench scale")
+    ap.add_argument("--shape", choices=tuple(SHAPES), default="qwen2.5-0.5b")
+    ap.add_argument("--tokens", type=int_in(1, 32_768), default=1024, help="tokens traced (default 1024)")
+    ap.add_argument("--new", type=int_in(1, 4096), default=16, help="tokens generated, greedy (default 16)")
+    ap.add_argument("--device", type=device_name, default="cpu", help="cpu or cuda (default cpu)")
+    ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
+                    help="our compute dtype (default auto: what suits the device)")
+    args = ap.parse_args(argv)
+    if not Path("/proc/self/status").exists():
+        raise SystemExit("bench scale reads peak memory per process (Linux only)")
+    import torch
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        folder = Path(tmp) / args.shape
+        params = make_checkpoint(args.shape, folder)
+        made_s = time.perf_counter() - t0
+        ours = _run_child("ours", str(folder), args.tokens, args.new, args.device, args.dtype)
+        ref = _run_child("reference", str(folder), args.tokens, args.new, args.device, ours["dtype"])
+    ours_total = ours["load_s"] + ours["trace_s"]
+    ref_total = ref["load_s"] + ref["forward_s"]
+    result = {
+        "name": "scale", "shape": args.shape, "params": params, "tokens": args.tokens, "device": args.device,
+        "checkpoint": "random, saved in bfloat16 by transformers", "ours_dtype": ours["dtype"],
+        "ours_dtype_reason": ours["dtype_reason"], "reference_dtype": "bfloat16 (as shipped), eager attention",
+        "torch_threads": torch.get_num_threads(), "make_checkpoint_s": round(made_s, 2),
+        # complete trace (open + the GUI's trace) against load + forward with every map brought to numpy
+        "ours_load_s": round(ours["load_s"], 3), "ours_trace_s": round(ours["trace_s"], 3),
+        "ours_total_s": round(ours_total, 3),
+        "reference_load_s": round(ref["load_s"], 3), "reference_forward_s": round(ref["forward_s"], 3),
+        "reference_total_s": round(ref_total, 3),
+        "trace_speedup": round(ref_total / ours_total, 3),
+        "ours_peak_mb": round(ours["peak_mb"], 1), "reference_peak_mb": round(ref["peak_mb"], 1),
+        "ours_baseline_mb": round(ours["baseline_mb"], 1), "reference_baseline_mb": round(ref["baseline_mb"], 1),
+        "memory_ratio": round(ours["peak_mb"] / ref["peak_mb"], 3),
+        "ours_trace_held_mb": round(ours["trace_held_mb"], 1),
+        "ours_estimate_mb": round(ours["estimate_mb"], 1),
+        "estimate_over_peak_above_baseline": round(ours["estimate_mb"] / max(ours["peak_mb"] - ours["baseline_mb"], 1e-9), 3),
+        # the first layer ready (from the trace's start) against transformers' whole forward
+        "ours_first_layer_s": round(ours["first_layer_s"], 3),
+        "first_layer_over_reference_forward": round(ours["first_layer_s"] / ref["forward_s"], 3),
+        # generation, greedy, batch 1, after an 8-token prompt (prompt forward included)
+        "new_tokens": args.new,
+        "ours_ms_per_token": round(1000 * ours["generate_s_per_token"], 2),
+        "reference_ms_per_token": round(1000 * ref["generate_s_per_token"], 2),
+        "generation_speedup": round(ref["generate_s_per_token"] / ours["generate_s_per_token"], 3),
+        "reference_same_dtype_ms_per_token": round(1000 * ref["same_dtype_generate_s_per_token"], 2),
+        "same_ids_as_reference_at_same_dtype": ours["generated_ids"] == ref["same_dtype_ids"],
+    }
+    if args.device.startswith("cuda"):
+        bw = device_bandwidth(args.device)
+        bound = ours["weight_bytes"] / bw
+        result.update(ours_gpu_peak_mb=round(ours["gpu_peak_mb"], 1), reference_gpu_peak_mb=round(ref["gpu_peak_mb"], 1),
+                      device_name=torch.cuda.get_device_name(), bandwidth_GBps=round(bw / 1e9, 1),
+                      fraction_of_bandwidth_bound=round(bound / ours["generate_s_per_token"], 3))
+    for key in ("ours_total_s", "reference_total_s", "trace_speedup", "ours_peak_mb", "reference_peak_mb",
+                "memory_ratio", "ours_first_layer_s", "first_layer_over_reference_forward", "ours_ms_per_token",
+                "reference_ms_per_token", "generation_speedup", "same_ids_as_reference_at_same_dtype"):
+        print(f"{key:40s} {result[key]}", file=sys.stderr)
+    return result
+
+
+if __name__ == "__main__":  # a measured process: python -m desktop_app.benchmarks.scale ours|reference ARGS_JSON
+    kind, child_args = sys.argv[1], json.loads(sys.argv[2])
+    print(json.dumps({"ours": child_ours, "reference": child_reference}[kind](*child_args)))

@@ -5,6 +5,20 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def torch_on_one_thread_throughout():
+    """Every test runs torch on one intra-op thread, as the UI tests' rule gives on CI's 2 cores. With
+    torch's default (a thread per core) on a machine busy with other work, its spinning threads
+    starved each other: a 2-second Jacobian test took over 15 minutes at load 14 and tripped the
+    suite's timeout. The tests use tiny models, for which one thread is as fast anyway."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture
 def one_torch_thread():
     """Tiny models run fastest on one thread; several threads on a shared 2-core machine crawl. Files

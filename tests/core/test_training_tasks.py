@@ -174,6 +174,6 @@ def test_a_declared_task_is_offered_by_the_cli_and_the_train_panel(qtbot, declar
     qtbot.addWidget(panel)
     panel.task.setCurrentText("rotate")
     assert panel.task.currentText() == "rotate"
-    shown = [name for name, box in panel._task_rows.items() if panel.task_form.isRowVisible(box)]
+    shown = [name for name, box in panel.form._task_rows.items() if panel.task_form.isRowVisible(box)]
     assert shown == ["length", "symbols"]  # the declaration's option boxes
     assert panel.config().task == "rotate"

@@ -608,8 +608,8 @@ def _change_every_box(qtbot, panel) -> None:
 
     qtbot.keyClick(panel.family, Qt.Key.Key_Down if panel.family.currentIndex() + 1 < panel.family.count()
                    else Qt.Key.Key_Up)  # first: a family resets the switches that follow from it
-    forms = [(panel.model_form, panel._model_boxes), (panel.task_form, panel._task_rows),
-             (None, panel._run_boxes)]
+    forms = [(panel.model_form, panel.form._model_boxes), (panel.task_form, panel.form._task_rows),
+             (None, panel.form._run_boxes)]
     for form, boxes in forms:
         for name, box in boxes.items():
             if name == "model_kind" or (form is not None and not form.isRowVisible(box)):

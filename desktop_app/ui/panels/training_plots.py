@@ -1,0 +1,125 @@
+"""The Train panel's live plots: loss, accuracy, learning rate and each layer's gradient norm, by step,
+drawn from the run's events as they arrive (add), emptied for a new run (clear).
+"""
+from __future__ import annotations
+
+import math
+
+import pyqtgraph as pg
+from PySide6.QtWidgets import QGridLayout, QWidget
+
+LAYER_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+
+
+class SpacedAxis(pg.AxisItem):
+    """An axis whose tick labels never overlap: over a decade or two, a log axis labels 0.05, 0.06, 0.07...
+    on top of each other. Labels are placed powers of ten first; one that would touch a placed one is left
+    out (its tick stays)."""
+
+    def generateDrawSpecs(self, p):  # noqa: N802 - pyqtgraph name
+        specs = super().generateDrawSpecs(p)
+        if specs is None:
+            return None
+        axis, ticks, texts = specs
+
+        def decade(spec) -> bool:
+            try:
+                return float(math.log10(float(spec[2]))).is_integer()
+            except ValueError:  # "10⁻⁶" and the like are decades too
+                return "10" in spec[2]
+
+        kept: list = []
+        for spec in sorted(texts, key=lambda t: not decade(t)):  # stable: pyqtgraph's order otherwise
+            rect = spec[0].adjusted(-1, -1, 1, 1)
+            if not any(rect.intersects(k[0]) for k in kept):
+                kept.append(spec)
+        return axis, ticks, kept
+
+
+LEGEND_STYLE = {"brush": (255, 255, 255, 215), "labelTextColor": "#222"}  # readable over the curves
+
+
+class TrainingPlots(QWidget):
+    """The four plots in a grid (what PNG and SVG exports draw)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        self.loss_plot = self._plot("Loss", "cross-entropy")
+        self.acc_plot = self._plot("Accuracy", "accuracy")
+        self.lr_plot = self._plot("Learning rate", "lr")
+        self.grad_plot = self._plot("Gradient norm per layer", "||g||", left=SpacedAxis("left"))
+        self.grad_plot.setLogMode(y=True)
+        self.grad_plot.getAxis("left").enableAutoSIPrefix(False)  # in log mode it labels 0.5 as "5·10²"
+        self.loss_plot.addLegend(offset=(-10, 10), **LEGEND_STYLE)
+        self.grad_plot.addLegend(offset=(-10, 10), colCount=2, **LEGEND_STYLE)
+        self.acc_plot.addLegend(offset=(-10, -10), **LEGEND_STYLE)
+        self.train_curve = self.loss_plot.plot(pen=pg.mkPen("#0072B2", width=2), name="train")
+        self.val_curve = self.loss_plot.plot(pen=pg.mkPen("#D55E00", width=2), symbol="o", symbolSize=6,
+                                             symbolBrush="#D55E00", name="validation")
+        self.train_acc_curve = self.acc_plot.plot(pen=pg.mkPen("#0072B2", width=2), symbol="t", symbolSize=6,
+                                                  symbolBrush="#0072B2", name="train")
+        self.acc_curve = self.acc_plot.plot(pen=pg.mkPen("#009E73", width=2), symbol="o", symbolSize=6,
+                                            symbolBrush="#009E73", name="validation")
+        self.acc_plot.setYRange(0, 1)
+        self.lr_curve = self.lr_plot.plot(pen=pg.mkPen("#CC79A7", width=2))
+        self.grad_curves: dict[str, pg.PlotDataItem] = {}
+        grid.addWidget(self.loss_plot, 0, 0)
+        grid.addWidget(self.acc_plot, 0, 1)
+        grid.addWidget(self.lr_plot, 1, 0)
+        grid.addWidget(self.grad_plot, 1, 1)
+        self.clear()
+
+    def _plot(self, title: str, ylabel: str, left: pg.AxisItem | None = None) -> pg.PlotWidget:
+        w = pg.PlotWidget(background="w", axisItems={"left": left} if left is not None else None)
+        w.setTitle(title, color="#222")
+        w.setLabel("bottom", "step")
+        w.setLabel("left", ylabel)
+        w.showGrid(x=True, y=True, alpha=0.3)
+        w.setMinimumHeight(160)
+        return w
+
+    def clear(self) -> None:
+        """Empty the plots for a new run (the panel does it at the run's first event, so a run that cannot
+        start keeps the previous run's curves on screen)."""
+        self._series = {"train": ([], []), "val": ([], []), "acc": ([], []), "train_acc": ([], []), "lr": ([], [])}
+        self.grad_series: dict[str, tuple[list, list]] = {}  # layer -> (steps, norms), in the order first seen
+        for curve in (self.train_curve, self.val_curve, self.acc_curve, self.train_acc_curve, self.lr_curve):
+            curve.setData([], [])
+        for curve in self.grad_curves.values():
+            self.grad_plot.removeItem(curve)
+        self.grad_curves.clear()
+        self.grad_plot.clear()
+        self.grad_plot.addLegend(offset=(-10, 10), colCount=2, **LEGEND_STYLE)
+
+    def add(self, ev: dict) -> None:
+        """Draw a "step" or "eval" event of the run (other events draw nothing)."""
+        kind = ev["event"]
+        if kind == "step":
+            s = ev["step"]
+            self._append("train", s, ev["train_loss"])
+            self._append("lr", s, ev["lr"])
+            for i, (layer, value) in enumerate(ev.get("grad_norms", {}).items()):
+                xs, ys = self.grad_series.setdefault(layer, ([], []))
+                xs.append(s)
+                ys.append(max(value, 1e-12))
+                if layer not in self.grad_curves:
+                    colour = LAYER_COLOURS[i % len(LAYER_COLOURS)]
+                    self.grad_curves[layer] = self.grad_plot.plot(pen=pg.mkPen(colour, width=1.5), name=layer)
+                self.grad_curves[layer].setData(xs, ys)
+            self.train_curve.setData(*self._series["train"])
+            self.lr_curve.setData(*self._series["lr"])
+        elif kind == "eval":
+            self._append("val", ev["step"], ev["val_loss"])
+            self._append("acc", ev["step"], ev["val_accuracy"])
+            self.val_curve.setData(*self._series["val"])
+            self.acc_curve.setData(*self._series["acc"])
+            if ev.get("train_accuracy") is not None:
+                self._append("train_acc", ev["step"], ev["train_accuracy"])
+                self.train_acc_curve.setData(*self._series["train_acc"])
+
+    def _append(self, key: str, x, y) -> None:
+        xs, ys = self._series[key]
+        xs.append(x)
+        ys.append(y)

@@ -15,7 +15,9 @@ Edit points (l = layer; every tensor has positions on axis -2):
 
 How: "zero"; "replace" (value [width], the same at every position, or [T, width], one row per
 absolute position); "add" (a value of the same shapes added to the activation: steering, see
-`steering_vector` and `steer`); "mean" and "resample" are turned into "replace" by `resolve` from
+`steering_vector` and `steer`); "features" (a sparse dictionary's feature edit, core/features/edits.py:
+its `features` object maps the activation, see FeatureEdit.apply); "mean" and "resample" are turned
+into "replace" by `resolve` from
 a forward on the text itself (the mean over its positions) or on another text (its activation
 position by position), so the model itself only ever zeroes, copies or adds.
 
@@ -35,7 +37,7 @@ import torch
 from .jobs import report
 from .trace import Trace
 
-HOWS = ("zero", "mean", "resample", "replace", "add")
+HOWS = ("zero", "mean", "resample", "replace", "add", "features")
 _LAYER_POINTS = ("attn.z", "attn.out", "resid_mid", "mlp.out", "resid_post")
 _TARGET = re.compile(r"^blocks\.(\d+)\.(attn\.head\.(\d+)|attn\.z|attn\.out|resid_mid|mlp\.out|resid_post)$")
 
@@ -48,6 +50,7 @@ class Intervention:
     value: torch.Tensor | None = None  # replace, add: [width] or [T, width]
     source_ids: tuple[int, ...] | None = None  # resample: the text whose activations are copied
     name: str | None = None  # what the edit is called where it is listed (a steer's texts); None: from the rest
+    features: object | None = None  # "features": apply(x, local, trace) -> x, and `reads` (a point it needs seen)
 
     def __post_init__(self) -> None:
         if self.how not in HOWS:
@@ -59,6 +62,8 @@ class Intervention:
             raise ValueError(f"{self.target}: {self.how!r} needs a value")
         if self.how == "resample" and not self.source_ids:
             raise ValueError(f"{self.target}: 'resample' needs the other text's token ids")
+        if self.how == "features" and self.features is None:
+            raise ValueError(f"{self.target}: 'features' needs the feature edit it applies")
 
     @property
     def point(self) -> str:
@@ -125,6 +130,9 @@ class EditingTrace(Trace):
         super().__init__(())
         self.inner, self.start = inner, start
         self.by_point: dict[str, list[Intervention]] = {}
+        # activations a feature edit reads at an earlier point (a transcoder's input): kept as they pass
+        self.keep = {iv.features.reads for iv in interventions if iv.how == "features" and iv.features.reads}
+        self.seen: dict[str, torch.Tensor] = {}
         for iv in interventions:
             if iv.how in ("mean", "resample"):
                 raise ValueError(f"{iv.label}: resolve it first (interventions.resolve) - the model only zeroes, "
@@ -139,6 +147,12 @@ class EditingTrace(Trace):
             self.inner.record(name, tensor)
 
     def edit(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        x = self._edit(name, x)
+        if name in self.keep:
+            self.seen[name] = x
+        return x
+
+    def _edit(self, name: str, x: torch.Tensor) -> torch.Tensor:
         edits = self.by_point.get(name)
         if not edits:
             return x
@@ -152,6 +166,9 @@ class EditingTrace(Trace):
                 if local.numel() == 0:
                     continue
             local = local.to(x.device)
+            if iv.how == "features":
+                x = iv.features.apply(x, local, self)
+                continue
             part = x[:, iv.head] if iv.head is not None else x  # a view: writing it writes x
             if iv.how == "zero":
                 part[..., local, :] = 0
@@ -323,6 +340,21 @@ def check_additive(cfg, what: str) -> None:
         raise ValueError(f"{what}: the logit soft-cap is not linear, logits are not a sum of contributions")
 
 
+def direct_logit_function(model, resid: torch.Tensor, token_id: int):
+    """(through, bias): through(c) maps residual-stream pieces c [..., d_model] to their direct
+    contributions to `token_id`'s logit (float64), through the final norm linearised at `resid` (the
+    last block's output at the position) and the unembedding; bias: the final norm's own additive
+    part's contribution (None without one). What direct_logit_attribution (and the sparse-feature
+    attribution, core/features/edits.py) sum."""
+    f, norm_bias = _final_norm_linear(model, resid)
+    w_u = model.lm_head.weight[token_id].detach().double().cpu()
+
+    def through(c: torch.Tensor) -> torch.Tensor:
+        return f(c.detach().cpu()) @ w_u
+
+    return through, (float(norm_bias.cpu() @ w_u) if norm_bias is not None else None)
+
+
 def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id: int,
                              interventions: Sequence[Intervention] | None = None) -> Attribution:
     """Each head's, each MLP's (and the embedding's and biases') direct contribution to the logit of
@@ -341,11 +373,10 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
     _, trace = model.run_with_trace(torch.tensor([list(ids)], device=model.device), names=names,
                                     interventions=interventions)
     resid = trace[f"blocks.{L - 1}.resid_post"][0, position]
-    f, norm_bias = _final_norm_linear(model, resid)
-    w_u = model.lm_head.weight[token_id].detach().double().cpu()
+    direct, bias_part = direct_logit_function(model, resid, token_id)
 
     def through(c: torch.Tensor) -> float:
-        return float(f(c.detach().cpu()) @ w_u)
+        return float(direct(c))
 
     comps, layers, heads, vals = ["embed"], [-1], [-1], [through(trace["embed"][0, position])]
     head_table, mlp = np.zeros((L, H)), np.zeros(L)
@@ -359,9 +390,9 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
             comps.append("attn_bias"), layers.append(l), heads.append(-1), vals.append(through(o_bias))
         mlp[l] = through(trace[f"blocks.{l}.mlp.out"][0, position])
         comps.append("mlp"), layers.append(l), heads.append(-1), vals.append(mlp[l])
-    if norm_bias is not None:
+    if bias_part is not None:
         comps.append("final_norm_bias"), layers.append(-1), heads.append(-1)
-        vals.append(float(norm_bias.cpu() @ w_u))
+        vals.append(bias_part)
     logit = float(trace["logits"][0, position, token_id])
     return Attribution(position, token_id, logit, comps, np.array(layers), np.array(heads), np.array(vals),
                        head_table, mlp)

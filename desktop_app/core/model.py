@@ -444,6 +444,7 @@ class Block(nn.Module):
         x = edit_at(trace, prefix + "resid_mid", x + a if self.pre else self.norm1(x + a))
         if m_in is None:
             m_in = self.norm2(x) if self.pre else x
+        m_in = edit_at(trace, prefix + "mlp.input", m_in)  # read only: a transcoder's input (core/features)
         m = self.mlp(m_in)
         if self.sandwich:
             m = self.post_mlp_norm(m)
@@ -453,6 +454,7 @@ class Block(nn.Module):
             rec(prefix + "attn.input", a_in)
             rec(prefix + "attn.out", a)
             rec(prefix + "resid_mid", x)
+            rec(prefix + "mlp.input", m_in)
             rec(prefix + "mlp.out", m)
             rec(prefix + "resid_post", out)
         return out

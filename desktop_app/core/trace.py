@@ -9,6 +9,7 @@ Names (l = layer index, 0-based):
     blocks.l.attn.head_out      each head's contribution after W_O (no o-bias)        [B, H, T, d]
     blocks.l.attn.out           attention sublayer output, before the residual add    [B, T, d]
     blocks.l.resid_mid          residual stream after attention (post-LN: after norm) [B, T, d]
+    blocks.l.mlp.input          what the MLP receives (after its norm)                [B, T, d]
     blocks.l.mlp.out            MLP output, before the residual add                   [B, T, d]
     blocks.l.resid_post         output of block l (Hugging Face hidden_states[l + 1]) [B, T, d]
     blocks.l.logit_lens         final norm + unembedding applied to resid_post        [B, T, vocab]

@@ -1,0 +1,143 @@
+"""A dictionary attached to a model, and its features on a text: activations, reconstruction, metrics.
+
+`attach(dictionary, cfg)` checks that the dictionary fits the model (its hooks exist, its widths
+match) and returns an Attached: where it reads and where it writes. `feature_activations(model, ids,
+attached)` runs one forward (edits allowed) and returns, per dictionary, a FeatureActivations:
+
+    acts    [T, d_sae] float32   every feature at every token (dense)
+    x_in    [T, d_in]            what it read;   target [T, d_out]: the activation it reconstructs
+    recon   [T, d_out]           decode(acts) (+ skip);  error = target - recon
+    l0      [T]                  active features per token;  mean_l0: their mean
+    token_variance_explained [T] 1 - |target - recon|^2 / |target - mean(target)|^2 per token
+    variance_explained           1 - sum |target - recon|^2 / sum |target - mean(target)|^2 (SAELens' definition;
+                                 the mean over the text's tokens)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..trace import Trace
+from .dictionary import SparseDictionary
+from .hooks import HookPoint, hook_point, point_width
+
+
+@dataclass(eq=False)
+class Attached:
+    """A dictionary checked against one model: `read` (its input's point), `write` (its output's; an
+    SAE's is `read`)."""
+    dictionary: SparseDictionary
+    read: HookPoint
+    write: HookPoint
+
+    @property
+    def hook(self) -> str:
+        return self.dictionary.hook
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.read.name, self.write.name)))
+
+
+def attach(dictionary: SparseDictionary, cfg) -> Attached:
+    """The dictionary at its hooks in a model with config `cfg`; ValueError (one line, naming the
+    dictionary) when a hook is not in the model or a width differs."""
+    where = dictionary.path or dictionary.name
+    try:
+        read = hook_point(dictionary.hook, cfg)
+        write = hook_point(dictionary.hook_out, cfg) if dictionary.hook_out else read
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    for point, size, what in ((read, dictionary.d_in, "d_in"), (write, dictionary.d_out, "d_out")):
+        width = point_width(point, cfg)
+        if size != width:
+            raise ValueError(f"{where}: its {what} is {size}, but the model's {point.name} has width {width} "
+                             f"(a dictionary for another model?)")
+    return Attached(dictionary, read, write)
+
+
+def read_point(trace: Trace, point: HookPoint, row: int = 0) -> torch.Tensor:
+    """[T, width] of a recorded activation (batch row `row`); attn.z's [H, T, d_head] flattened to
+    [T, H * d_head] as TransformerLens' hook_z is."""
+    t = trace[point.name][row]
+    if point.heads:
+        t = t.transpose(0, 1).reshape(t.shape[1], -1)
+    return t
+
+
+@dataclass
+class FeatureActivations:
+    hook: str
+    acts: torch.Tensor  # [T, d_sae] float32
+    x_in: torch.Tensor
+    target: torch.Tensor
+    recon: torch.Tensor
+
+    @property
+    def error(self) -> torch.Tensor:
+        return self.target - self.recon
+
+    @property
+    def l0(self) -> torch.Tensor:
+        return (self.acts != 0).sum(-1)
+
+    @property
+    def mean_l0(self) -> float:
+        return float(self.l0.double().mean()) if self.acts.shape[0] else 0.0
+
+    @property
+    def error_norm(self) -> torch.Tensor:
+        return self.error.norm(dim=-1)
+
+    @property
+    def token_variance_explained(self) -> torch.Tensor:
+        total = (self.target - self.target.mean(0)).pow(2).sum(-1)
+        return 1 - self.error.pow(2).sum(-1) / total.clamp_min(1e-30)
+
+    @property
+    def variance_explained(self) -> float:
+        return variance_explained(self.target, self.recon)
+
+    def top(self, position: int, n: int = 10) -> list[tuple[int, float]]:
+        """The `n` most active features at `position`: (feature id, activation), active ones only."""
+        row = self.acts[position]
+        vals, idx = row.topk(min(n, row.numel()))
+        return [(int(i), float(v)) for v, i in zip(vals, idx) if v > 0]
+
+
+def variance_explained(target: torch.Tensor, recon: torch.Tensor) -> float:
+    """1 - sum |target - recon|^2 / sum |target - mean|^2 over tokens (rows), float64."""
+    t, r = target.double(), recon.double()
+    total = float((t - t.mean(0)).pow(2).sum())
+    return 1.0 - float((t - r).pow(2).sum()) / total if total > 0 else float("nan")
+
+
+def features_of(att: Attached, x_in: torch.Tensor, target: torch.Tensor) -> FeatureActivations:
+    """The dictionary's features on activations already read: x_in [T, d_in], target [T, d_out]."""
+    d = att.dictionary
+    with torch.no_grad():
+        x = x_in.to(d.W_enc.device, torch.float32)
+        acts, how = d.encode_with(x)
+        recon = d.decode(acts, how, x_in=x)
+    return FeatureActivations(d.hook, acts, x, target.to(d.W_enc.device, torch.float32), recon)
+
+
+def feature_activations(model, ids: Sequence[int] | torch.Tensor, attached: Sequence[Attached],
+                        interventions=None) -> list[FeatureActivations]:
+    """One forward of `ids` (under `interventions`, if any): each attached dictionary's features."""
+    model = getattr(model, "model", model)
+    names = sorted({n for a in attached for n in a.names})
+    inputs = ids.to(model.device) if torch.is_tensor(ids) else torch.tensor([list(ids)], device=model.device)
+    with torch.no_grad():
+        trace = Trace(names)
+        last = max(max(a.read.layer, a.write.layer) for a in attached) if attached else None
+        model(inputs, trace=trace, compute_logits=False, interventions=interventions or None,
+              stop_after_layer=last if last is not None and last >= 0 else None)
+    return [features_of(a, read_point(trace, a.read).float(), read_point(trace, a.write).float()) for a in attached]
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float32).numpy()

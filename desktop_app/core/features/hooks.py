@@ -1,0 +1,95 @@
+"""Where a dictionary reads and writes: TransformerLens hook names mapped onto the app's trace names.
+
+A dictionary trained elsewhere names its activation the way TransformerLens does; the app records
+the same activations under its own names (core/trace.py). The map (L = layer):
+
+    TransformerLens name                          app point                    layout
+    blocks.L.hook_resid_pre                       embed (L = 0), else blocks.(L-1).resid_post
+    blocks.L.hook_resid_mid                       blocks.L.resid_mid
+    blocks.L.hook_resid_post                      blocks.L.resid_post
+    blocks.L.hook_attn_out                        blocks.L.attn.out
+    blocks.L.hook_mlp_out                         blocks.L.mlp.out
+    blocks.L.attn.hook_z (also blocks.L.hook_z)   blocks.L.attn.z              [H, T, d_head] -> [T, H * d_head]
+    blocks.L.ln1.hook_normalized                  blocks.L.attn.input          (read only)
+    blocks.L.ln2.hook_normalized                  blocks.L.mlp.input           (read only)
+
+`ln*.hook_normalized` is what the sublayer receives after its norm, gain and bias (TransformerLens
+without fold_ln; with fold_ln its hook holds the normalised vector before the folded gain). The app's
+own names are accepted too. `hook_point(name, cfg)` returns a HookPoint, or ValueError in one line.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_TL = re.compile(r"^blocks\.(\d+)\.(hook_resid_pre|hook_resid_mid|hook_resid_post|hook_attn_out|hook_mlp_out|"
+                 r"attn\.hook_z|hook_z|ln1\.hook_normalized|ln2\.hook_normalized)$")
+_APP = re.compile(r"^blocks\.(\d+)\.(resid_mid|resid_post|attn\.out|mlp\.out|attn\.z|attn\.input|mlp\.input)$")
+_TL_TO_APP = {"hook_resid_mid": "resid_mid", "hook_resid_post": "resid_post", "hook_attn_out": "attn.out",
+              "hook_mlp_out": "mlp.out", "attn.hook_z": "attn.z", "hook_z": "attn.z",
+              "ln1.hook_normalized": "attn.input", "ln2.hook_normalized": "mlp.input"}
+_APP_TO_TL = {"resid_mid": "hook_resid_mid", "resid_post": "hook_resid_post", "attn.out": "hook_attn_out",
+              "mlp.out": "hook_mlp_out", "attn.z": "attn.hook_z", "attn.input": "ln1.hook_normalized",
+              "mlp.input": "ln2.hook_normalized"}
+READ_ONLY = ("attn.input", "mlp.input")  # recorded, but not an edit point of core/interventions.py
+HOOK_EXAMPLES = "blocks.2.hook_resid_post, blocks.2.hook_mlp_out, blocks.2.attn.hook_z"
+
+
+@dataclass(frozen=True)
+class HookPoint:
+    """A dictionary's activation in the app: `name` (a trace name), its `layer` (-1: the embedding),
+    whether it is per head (`heads`, attn.z: flattened to [T, H * d_head]) and the TransformerLens
+    name it came from."""
+    name: str
+    layer: int
+    hook: str
+
+    @property
+    def heads(self) -> bool:
+        return self.name.endswith(".attn.z")
+
+    @property
+    def editable(self) -> bool:
+        return not self.name.endswith(READ_ONLY)
+
+
+def app_point(hook: str) -> tuple[str, int]:
+    """(trace name, layer) of a TransformerLens hook name or an app trace name; ValueError otherwise."""
+    hook = hook.strip()
+    if hook == "embed":
+        return "embed", -1
+    m = _TL.match(hook)
+    if m:
+        layer, what = int(m.group(1)), m.group(2)
+        if what == "hook_resid_pre":
+            return ("embed", -1) if layer == 0 else (f"blocks.{layer - 1}.resid_post", layer - 1)
+        return f"blocks.{layer}.{_TL_TO_APP[what]}", layer
+    m = _APP.match(hook)
+    if m:
+        return hook, int(m.group(1))
+    raise ValueError(f"hook {hook!r} is not an activation the app records (e.g. {HOOK_EXAMPLES})")
+
+
+def tl_name(point: str) -> str:
+    """The TransformerLens name of an app trace name (embed -> blocks.0.hook_resid_pre)."""
+    if point == "embed":
+        return "blocks.0.hook_resid_pre"
+    m = _APP.match(point)
+    if not m:
+        raise ValueError(f"{point!r} is not an activation a dictionary can read (e.g. blocks.2.resid_post)")
+    return f"blocks.{m.group(1)}.{_APP_TO_TL[m.group(2)]}"
+
+
+def hook_point(hook: str, cfg=None) -> HookPoint:
+    """The HookPoint of `hook`, checked against a model config when given (its layer exists)."""
+    name, layer = app_point(hook)
+    if cfg is not None and layer >= cfg.n_layers:
+        raise ValueError(f"hook {hook!r}: the model has layers 0..{cfg.n_layers - 1}")
+    return HookPoint(name, layer, hook)
+
+
+def point_width(point: HookPoint, cfg) -> int:
+    """The width a dictionary at this point reads: d_model, or n_heads x d_head at attn.z."""
+    if point.heads:
+        return cfg.n_heads * cfg.d_head
+    return cfg.d_model

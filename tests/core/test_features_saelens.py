@@ -1,0 +1,215 @@
+"""Sparse dictionaries against SAELens itself (test-only reference: pip install sae-lens).
+
+Small random dictionaries that SAELens builds and saves (standard, JumpReLU, TopK, a transcoder and a
+skip transcoder) at several hooks of random GPT-2 and LLaMA folders that `transformers` saves: the app's
+feature activations equal SAELens' `encode` of the activations `transformers` computes (taken with
+forward hooks on its modules), within 1e-5 relative, and its reconstructions SAELens' `decode`; SAELens
+loads a dictionary the app trained and computes the same activations.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+sae_lens = pytest.importorskip("sae_lens")
+transformers = pytest.importorskip("transformers")
+
+from sae_lens import SAE  # noqa: E402
+from sae_lens.saes.sae import SAEMetadata  # noqa: E402
+
+from desktop_app.app.features import features_on, open_dictionary  # noqa: E402
+from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+REL = 1e-5
+
+
+def _gpt2():
+    cfg = transformers.GPT2Config(vocab_size=97, n_positions=32, n_embd=48, n_layer=3, n_head=4)
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+def _llama():
+    cfg = transformers.LlamaConfig(vocab_size=97, hidden_size=48, num_hidden_layers=3, num_attention_heads=4,
+                                   num_key_value_heads=2, intermediate_size=80, max_position_embeddings=64)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def _modules(hf, layer: int) -> dict:
+    """The transformers modules whose inputs / outputs are each TransformerLens hook of `layer`."""
+    if isinstance(hf, transformers.GPT2LMHeadModel):
+        b = hf.transformer.h[layer]
+        return {"block": b, "attn": b.attn, "o_proj": b.attn.c_proj, "norm2": b.ln_2, "mlp": b.mlp}
+    b = hf.model.layers[layer]
+    return {"block": b, "attn": b.self_attn, "o_proj": b.self_attn.o_proj, "norm2": b.post_attention_layernorm,
+            "mlp": b.mlp}
+
+
+def _first(x):
+    return x[0] if isinstance(x, tuple) else x
+
+
+def hf_activation(hf, ids: list[int], hook: str) -> torch.Tensor:
+    """[T, width] of a TransformerLens hook computed by transformers (forward hooks on its modules)."""
+    parts = hook.split(".")
+    layer, what = int(parts[1]), ".".join(parts[2:])
+    m = _modules(hf, layer)
+    got = {}
+
+    def pre(key):
+        def f(module, args, kwargs):
+            got[key] = (args[0] if args else kwargs["hidden_states"]).detach()
+        return f
+
+    def post(key):
+        def f(module, args, out):
+            got[key] = _first(out).detach()
+        return f
+
+    where = {"hook_resid_pre": (m["block"], pre, "pre"), "hook_resid_post": (m["block"], post, "post"),
+             "hook_attn_out": (m["attn"], post, "post"), "hook_mlp_out": (m["mlp"], post, "post"),
+             "hook_resid_mid": (m["norm2"], pre, "pre"), "ln2.hook_normalized": (m["mlp"], pre, "pre"),
+             "attn.hook_z": (m["o_proj"], pre, "pre")}[what]
+    module, make, kind = where
+    handle = (module.register_forward_pre_hook(make(what), with_kwargs=True) if kind == "pre"
+              else module.register_forward_hook(make(what)))
+    try:
+        with torch.no_grad():
+            hf(torch.tensor([ids]))
+    finally:
+        handle.remove()
+    return got[what][0].float()
+
+
+def _randomize(sae, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sae.named_parameters():
+            scale = 0.3 if name.startswith("W_") else 0.1
+            p.copy_(torch.randn(p.shape, generator=g) * scale)
+            if name == "threshold":
+                p.copy_(torch.rand(p.shape, generator=g) * 0.2)
+
+
+def saelens_dictionary(kind: str, hook: str, d_in: int, folder, seed: int = 0, hook_out: str | None = None,
+                       d_out: int | None = None, **extra):
+    """A random dictionary built and saved by SAELens itself."""
+    from sae_lens.saes.jumprelu_sae import JumpReLUSAEConfig
+    from sae_lens.saes.standard_sae import StandardSAEConfig
+    from sae_lens.saes.topk_sae import TopKSAEConfig
+    from sae_lens.saes.transcoder import SkipTranscoderConfig, TranscoderConfig
+
+    meta = SAEMetadata(hook_name=hook, **({"hook_name_out": hook_out} if hook_out else {}))
+    d_sae = 40
+    cfg = {"standard": lambda: StandardSAEConfig(d_in=d_in, d_sae=d_sae, metadata=meta, **extra),
+           "jumprelu": lambda: JumpReLUSAEConfig(d_in=d_in, d_sae=d_sae, metadata=meta, **extra),
+           "topk": lambda: TopKSAEConfig(d_in=d_in, d_sae=d_sae, k=6, metadata=meta, **extra),
+           "transcoder": lambda: TranscoderConfig(d_in=d_in, d_sae=d_sae, d_out=d_out, metadata=meta,
+                                                  apply_b_dec_to_input=False),
+           "skip_transcoder": lambda: SkipTranscoderConfig(d_in=d_in, d_sae=d_sae, d_out=d_out, metadata=meta,
+                                                           apply_b_dec_to_input=False)}[kind]()
+    sae = SAE.from_dict(cfg.to_dict())
+    _randomize(sae, seed)
+    sae.save_model(folder)
+    return SAE.load_from_disk(folder)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    out = {}
+    for name, make in (("gpt2", _gpt2), ("llama", _llama)):
+        torch.manual_seed(0)
+        hf = make().eval()
+        folder = tmp_path_factory.mktemp(name)
+        hf.save_pretrained(folder, safe_serialization=True)
+        out[name] = (hf, load_model_folder(folder))
+    return out
+
+
+IDS = [3, 17, 42, 5, 88, 13, 61, 2, 9, 70, 33, 21]
+CASES = [
+    ("gpt2", "standard", "blocks.1.hook_resid_post", {}),
+    ("gpt2", "jumprelu", "blocks.0.hook_mlp_out", {}),
+    ("gpt2", "topk", "blocks.2.hook_attn_out", {}),
+    ("gpt2", "standard", "blocks.1.hook_resid_pre", {"apply_b_dec_to_input": False}),
+    ("gpt2", "standard", "blocks.2.hook_resid_mid", {"normalize_activations": "constant_norm_rescale"}),
+    ("gpt2", "topk", "blocks.1.attn.hook_z", {}),
+    ("gpt2", "topk", "blocks.0.hook_resid_post", {"rescale_acts_by_decoder_norm": True}),
+    ("llama", "standard", "blocks.2.hook_resid_post", {"normalize_activations": "layer_norm"}),
+    ("llama", "jumprelu", "blocks.1.hook_resid_mid", {}),
+    ("llama", "topk", "blocks.0.hook_mlp_out", {}),
+    ("llama", "jumprelu", "blocks.2.attn.hook_z", {}),
+]
+
+
+def _close(ours: torch.Tensor, theirs: torch.Tensor, what: str) -> None:
+    ours, theirs = ours.detach(), theirs.detach().reshape(ours.shape).float()
+    err = float((ours - theirs).abs().max())
+    assert err <= REL * max(float(theirs.abs().max()), 1e-12), f"{what}: max |diff| {err:.3g} " \
+                                                              f"(scale {float(theirs.abs().max()):.3g})"
+
+
+@pytest.mark.parametrize("family,kind,hook,extra", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" + ("-" + "-".join(c[3])
+                                                                                           if c[3] else "")
+                                                              for c in CASES])
+def test_activations_and_reconstructions_equal_saelens(models, tmp_path, family, kind, hook, extra):
+    hf, loaded = models[family]
+    cfg = loaded.config
+    d_in = cfg.n_heads * cfg.d_head if hook.endswith("hook_z") else cfg.d_model
+    sae = saelens_dictionary(kind, hook, d_in, tmp_path / "sae", **extra)
+    att = open_dictionary(tmp_path / "sae", loaded)
+    run = features_on(loaded, IDS, [att])[0]
+    x = hf_activation(hf, IDS, hook)
+    if sae.cfg.reshape_activations == "hook_z":
+        x = x.reshape(len(IDS), cfg.n_heads, cfg.d_head)
+    with torch.no_grad():
+        acts = sae.encode(x)
+        recon = sae.decode(acts)
+    assert float(acts.abs().sum()) > 0, "the random dictionary fired nowhere: the comparison would be empty"
+    _close(run.acts, acts, f"{kind} at {hook}: feature activations")
+    _close(run.recon, recon, f"{kind} at {hook}: reconstructions")
+
+
+@pytest.mark.parametrize("family,kind,hook,hook_out", [
+    ("gpt2", "transcoder", "blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out"),
+    ("gpt2", "skip_transcoder", "blocks.0.hook_resid_mid", "blocks.0.hook_mlp_out"),
+    ("llama", "skip_transcoder", "blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out"),
+])
+def test_transcoders_equal_saelens(models, tmp_path, family, kind, hook, hook_out):
+    hf, loaded = models[family]
+    d = loaded.config.d_model
+    sae = saelens_dictionary(kind, hook, d, tmp_path / "tc", hook_out=hook_out, d_out=d)
+    att = open_dictionary(tmp_path / "tc", loaded)
+    assert att.read.name != att.write.name
+    run = features_on(loaded, IDS, [att])[0]
+    x = hf_activation(hf, IDS, hook)
+    with torch.no_grad():
+        acts = sae.encode(x)
+        recon = sae(x)  # decode, plus the skip connection of a skip transcoder
+    _close(run.acts, acts, f"{kind}: feature activations")
+    _close(run.recon, recon, f"{kind}: outputs")
+    _close(run.target, hf_activation(hf, IDS, hook_out), f"{kind}: the activation it writes")
+
+
+def test_saelens_loads_a_dictionary_trained_here(tmp_path):
+    from desktop_app.core.features import load_dictionary
+    from desktop_app.core.training.sae import SaeTrainConfig, train_sae
+    from desktop_app.paths import resources_dir
+
+    loaded = load_model_folder(resources_dir() / "demo-model")
+    text = tmp_path / "t.txt"
+    text.write_text((resources_dir() / "demo-text.txt").read_text(encoding="utf-8")[:3000], encoding="utf-8")
+    for arch in ("topk", "relu"):
+        out = tmp_path / arch
+        train_sae(SaeTrainConfig(text_file=str(text), hook="blocks.1.hook_resid_post", architecture=arch, d_sae=64,
+                                 k=8, steps=20, batch_size=64), loaded, out)
+        sae = SAE.load_from_disk(out)
+        assert sae.cfg.metadata.hook_name == "blocks.1.hook_resid_post"
+        att = open_dictionary(out, loaded)
+        run = features_on(loaded, IDS, [att])[0]
+        _, trace = loaded.model.run_with_trace(torch.tensor([IDS]), names=["blocks.1.resid_post"])
+        with torch.no_grad():
+            theirs = sae.encode(trace["blocks.1.resid_post"][0])
+        assert float(theirs.abs().sum()) > 0
+        _close(run.acts, theirs, f"{arch} trained here, read by SAELens")
+        _close(load_dictionary(out).decode(run.acts), sae.decode(theirs), f"{arch}: decode")

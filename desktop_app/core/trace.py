@@ -195,7 +195,7 @@ def estimate_trace_bytes(cfg, n_tokens: int, names: Iterable[str] = ("*",), comp
     c = torch.empty((), dtype=compute_dtype).element_size()
     p = torch.empty((), dtype=pattern_dtype or compute_dtype).element_size()
     per_layer = {"attn.input": T * d, "attn.q": T * H * cfg.d_head, "attn.z": T * H * cfg.d_head,
-                 "attn.out": T * d, "resid_mid": T * d, "mlp.out": T * d, "resid_post": T * d,
+                 "attn.out": T * d, "resid_mid": T * d, "mlp.input": T * d, "mlp.out": T * d, "resid_post": T * d,
                  "attn.head_out": H * T * d, "logit_lens": T * cfg.vocab_size}
     total = sum(n * c for k, n in per_layer.items() if probe.wants(f"blocks.0.{k}")) * L
     if probe.wants("blocks.0.attn.pattern"):

@@ -1,0 +1,39 @@
+"""Issue 27: the compute dtype is shown in the status bar and changed from Device > Compute dtype (the
+open model is opened again in it); auto keeps a float32 checkpoint in float32."""
+from __future__ import annotations
+
+import torch
+
+from desktop_app.core.checkpoints import new_model, save_model_folder
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.tokenizer import char_tokenizer
+
+
+def test_the_device_menu_changes_the_compute_dtype_and_the_status_bar_shows_it(qtbot, tmp_path):
+    from desktop_app.ui.main_window import MainWindow
+    from desktop_app.ui.state import AppState
+
+    tok = char_tokenizer("abcdefgh ")
+    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32, context_length=32)
+    save_model_folder(new_model(cfg, seed=0).eval(), tmp_path / "m", tokenizer=tok)
+    state = AppState()
+    state.text = "abc"
+    window = MainWindow(state)
+    qtbot.addWidget(window)
+    window.show()
+    with qtbot.waitSignal(state.model_changed, timeout=60_000):
+        state.open_model(tmp_path / "m")
+    assert window.dtype_actions["auto"].isChecked()
+    assert window.dtype_label.text() == "float32" and "checkpoint" in window.dtype_label.toolTip()
+
+    with qtbot.waitSignal(state.model_changed, timeout=60_000):
+        window.dtype_actions["bfloat16"].trigger()  # the menu item, as a click on it does
+    assert state.loaded.model.dtype == torch.bfloat16 and state.dtype == "bfloat16"
+    assert window.dtype_label.text() == "bfloat16" and window.dtype_actions["bfloat16"].isChecked()
+    qtbot.waitUntil(lambda: state.trace is not None and state.trace.pattern(0).dtype == torch.bfloat16,
+                    timeout=60_000)
+
+    with qtbot.waitSignal(state.model_changed, timeout=60_000):
+        window.dtype_actions["auto"].trigger()
+    assert state.loaded.model.dtype == torch.float32 and state.dtype is None
+    assert window.dtype_label.text() == "float32"

@@ -11,5 +11,6 @@ parses arguments belongs in the front ends.
 - images.py   image files as arrays, and as a vision model's pixel values
 - whatif.py   the what-if edits built from texts (steering)
 - training.py training settings and their command-line form (the Train panel and `train`)
+- timeline.py per-head metrics over a run's kept steps (the timeline, `scrub`)
 - arguments.py the numeric argparse types (ranges, --device) of both command lines: the CLI's and the GUI's
 """

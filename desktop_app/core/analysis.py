@@ -115,11 +115,8 @@ def head_stats(trace: Trace, batch: int = 0, job: JobControl | None = None) -> H
         if job is not None:
             job.check()
         p = attention_pattern(trace, l, batch).astype(np.float64)  # [H, Tq, Tk]
-        _, t_q, t_k = p.shape
-        plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
-        ent.append(-plogp.sum(-1).mean(-1))
-        d = np.abs(query_positions(t_q, t_k)[:, None] - np.arange(t_k)[None, :])
-        dist.append((p * d).sum(-1).mean(-1))
+        ent.append(attention_entropy(p))
+        dist.append(attention_distance(p))
         first.append(p[:, :, 0].mean(-1))
     return HeadStats(np.array(ent), np.array(dist), np.array(first))
 
@@ -265,3 +262,73 @@ def mean_cosine_by_depth(trace: Trace, batch: int = 0) -> np.ndarray:
     """[L + 1]: mean off-diagonal cosine similarity at each depth (rises as tokens cluster)."""
     x = residual_stream(trace, batch).astype(np.float64)
     return np.array([mean_off_diagonal(cosine_matrix(h)) for h in x])
+
+
+# -- per-head scores (a model's heads through training: core.training.timeline, app.timeline) ----------
+
+
+def induction_score(pattern: np.ndarray, period: int) -> np.ndarray:
+    """[..., T, T] attention on a sequence whose tokens repeat with `period` (its second part copies the
+    first): for each query i in the repeat (period <= i < T), the weight on the token right after the
+    earlier occurrence of its own token, i - period + 1; averaged over those queries (Olsson et al. 2022,
+    TransformerLens' induction head detector). 1.0 for a perfect induction head."""
+    p = np.asarray(pattern, dtype=np.float64)
+    t = p.shape[-1]
+    if p.shape[-2] != t or not 1 <= period < t:
+        raise ValueError(f"an induction score needs a square pattern longer than its period, got {p.shape[-2:]} "
+                         f"with period {period}")
+    rows = np.arange(period, t)
+    return p[..., rows, rows - period + 1].mean(-1)
+
+
+def previous_token_score(pattern: np.ndarray) -> np.ndarray:
+    """[..., T, T] attention: the weight each query i >= 1 puts on i - 1, averaged over queries."""
+    p = np.asarray(pattern, dtype=np.float64)
+    t = p.shape[-1]
+    if p.shape[-2] != t or t < 2:
+        raise ValueError(f"a previous-token score needs a square pattern of 2 tokens or more, got {p.shape[-2:]}")
+    rows = np.arange(1, t)
+    return p[..., rows, rows - 1].mean(-1)
+
+
+def attention_entropy(pattern: np.ndarray) -> np.ndarray:
+    """[..., T, T] attention: -sum_j P_ij log P_ij (nats), averaged over queries (HeadStats.entropy)."""
+    p = np.asarray(pattern, dtype=np.float64)
+    return -np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0).sum(-1).mean(-1)
+
+
+def attention_distance(pattern: np.ndarray) -> np.ndarray:
+    """[..., T, T] attention: sum_j P_ij |i - j| (tokens), averaged over queries (HeadStats.mean_distance)."""
+    p = np.asarray(pattern, dtype=np.float64)
+    t_q, t_k = p.shape[-2:]
+    d = np.abs(query_positions(t_q, t_k)[:, None] - np.arange(t_k)[None, :])
+    return (p * d).sum(-1).mean(-1)
+
+
+# name -> (what it is, how it reads a [..., T, T] pattern and the sequences' period)
+HEAD_SCORES = {
+    "induction": ("induction score", lambda p, period: induction_score(p, period)),
+    "prev-token": ("previous-token score", lambda p, period: previous_token_score(p)),
+    "entropy": ("attention entropy (nats)", lambda p, period: attention_entropy(p)),
+    "distance": ("mean attention distance (tokens)", lambda p, period: attention_distance(p)),
+}
+
+
+def repeated_sequences(n: int, period: int, symbols: int, seed: int = 0, length: int | None = None) -> torch.Tensor:
+    """[n, length] token ids: `period` random ids in [0, symbols) then the same again (the induction task's
+    data), cut to `length` (default 2 x period)."""
+    gen = torch.Generator().manual_seed(seed)
+    half = torch.randint(0, symbols, (n, period), generator=gen)
+    return torch.cat([half, half], dim=1)[:, : (length or 2 * period)]
+
+
+@torch.no_grad()
+def head_scores(model, ids: torch.Tensor, metric: str, period: int) -> np.ndarray:
+    """[layers, heads]: HEAD_SCORES[metric] of every head of `model` (a Transformer) on the sequences `ids`
+    [n, T] (whose tokens repeat with `period`), averaged over the sequences."""
+    if metric not in HEAD_SCORES:
+        raise ValueError(f"unknown metric {metric!r} (known: {', '.join(HEAD_SCORES)})")
+    score = HEAD_SCORES[metric][1]
+    _, trace = model.run_with_trace(ids.to(model.device), names=("blocks.*.attn.pattern",))
+    return np.stack([score(trace[f"blocks.{l}.attn.pattern"].float().cpu().numpy(), period).mean(0)
+                     for l in range(trace.n_layers)])

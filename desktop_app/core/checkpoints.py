@@ -437,8 +437,10 @@ def _hf_name_for(cfg: ModelConfig, ours: str, names: set[str]) -> str:
 
 
 def save_model_folder(model: Transformer, path: str | Path, tokenizer: Tokenizer | None = None,
-                      extra_files: dict[str, bytes] | None = None) -> None:
-    """Write config.json + model.safetensors (+ tokenizer.json, + extra files) atomically."""
+                      extra_files: dict[str, bytes] | None = None,
+                      extra_fill: Callable[[Path], None] | None = None) -> None:
+    """Write config.json + model.safetensors (+ tokenizer.json, + extra files) atomically; `extra_fill(tmp)`
+    adds more to the folder before it is swapped in (a training run's kept checkpoints)."""
     cfg = model.cfg
 
     def fill(tmp: Path) -> None:
@@ -450,6 +452,8 @@ def save_model_folder(model: Transformer, path: str | Path, tokenizer: Tokenizer
             (tmp / TOKENIZER).write_text(tokenizer.to_str(), encoding="utf-8")
         for name, data in (extra_files or {}).items():
             (tmp / name).write_bytes(data)
+        if extra_fill is not None:
+            extra_fill(tmp)
 
     atomic_write_dir(Path(path), fill)
 

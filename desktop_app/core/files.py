@@ -164,6 +164,8 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
         written = sorted(_entries(tmp) - {MANIFEST})
         (tmp / MANIFEST).write_text(json.dumps({"app": APP, "files": written}), encoding="utf-8")
         for f in tmp.iterdir():
+            if f.is_dir() and not f.is_symlink():
+                continue  # a sub-folder (a run's kept checkpoints) is written and synced by its own writer
             with open(f, "rb") as fh:
                 os.fchmod(fh.fileno(), file_mode())  # some writers (safetensors) create 0o600
                 os.fsync(fh.fileno())

@@ -118,6 +118,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("eval_every", "run", int, 100, _int(1), form=(1, 1_000_000, 50), help="steps between evaluations"),
     Option("checkpoint_every", "run", int, 500, _int(1), form=(1, 1_000_000, 100), help="steps between checkpoints"),
     Option("log_every", "run", int, 10, _int(1), help="steps between logged steps"),
+    # -- kept checkpoints (core.training.timeline) ----------------------------------------------
+    Option("keep_every", "run", int, 0, _int(0), form=(0, 1_000_000, 100),
+           help="keep a model folder every K steps (0, K, 2K, ...) under OUT/checkpoints/step-NNNNNN, to look at "
+                "the model at those steps later (--step N); 0 keeps none"),
+    Option("keep_spacing", "run", str, "linear", choices=("linear", "log"),
+           help="log: keep steps 0, 1, 2, 4, 8, ... below --keep-every too, then every --keep-every (as Pythia; "
+                "with --keep-every 0, powers of two to the end)"),
+    Option("keep_max_gb", "run", float, 2.0, Range(float, 0, 1e6, lo_open=True), form=(0.01, 100_000.0, 0.5, 2),
+           help="stop keeping checkpoints once they would take more than this many GB (said when it happens)"),
     Option("seed", "run", int, 0, _int(0, MAX_SEED), form=(0, 2**31 - 1, 1), help="random seed"),
     Option("precision", "run", str, None, choices=PRECISIONS,
            help="autocast precision (default: bfloat16 on CUDA, float16 where it lacks bfloat16, else float32)"),

@@ -13,10 +13,16 @@ Checkpoint folder (written with save_model_folder: atomic, so kill -9 leaves the
     trainer_state.json                                 step, optimiser hyper-parameters, RNG states, float16 loss scale
     run_config.json                                    the TrainConfig of the run
     metrics.json, metrics.csv                          the metric history
+    checkpoints/step-NNNNNN/                           kept steps (keep_every, keep_spacing): model folders
+                                                       without optimiser state; see timeline.py
 
-Event kinds: "start", "step" (every log_every steps), "eval", "checkpoint", "paused", "resumed",
-"done", "stopped", "error" (message). A non-finite loss or gradient stops the run with an "error"
-event and a TrainingDiverged exception; the last good checkpoint stays as it was.
+Kept steps: a kept step is also a checkpoint of the run; the start event's "keep" entry is the estimate
+made before the first step (steps, bytes, the bound, the last step within it), a "keep_stopped" event
+says when the disk bound (keep_max_gb) stops the keeping. A resumed run goes on adding kept steps.
+
+Event kinds: "start", "step" (every log_every steps), "eval", "checkpoint" (with "kept": true at a kept
+step), "keep_stopped" (message), "paused", "resumed", "done", "stopped", "error" (message). A non-finite
+loss or gradient stops the run with an "error" event and a TrainingDiverged exception; the last good checkpoint stays as it was.
 
 Under torchrun (WORLD_SIZE > 1) the run is data-parallel: every rank draws the same global batch and
 takes its slice, DistributedDataParallel averages gradients, rank 0 alone writes and reports.
@@ -52,6 +58,7 @@ from .optim import make_optimizer, optimizer_state_from_tensors, optimizer_state
 from .schedules import lr_at
 from .options import RUN_OPTIONS, settings_problem
 from .tasks import IGNORE, Batch, Task, make_task, task_names
+from .timeline import Keeper, model_bytes
 
 STATE_FILE = "trainer_state.json"
 OPTIM_FILE = "optimizer.safetensors"
@@ -67,7 +74,8 @@ EXPORT_FILES = ("config.json", "model.safetensors", "tokenizer.json", RUN_FILE, 
 # from the caller (applied, and listed in the "start" event's "changed").
 FIXED_ON_RESUME = ("task", "task_options", "family", "optimizer", "seed")
 TUNABLE_ON_RESUME = ("lr", "weight_decay", "betas", "momentum", "schedule", "warmup_steps", "batch_size",
-                     "grad_clip", "eval_every", "checkpoint_every", "log_every")
+                     "grad_clip", "eval_every", "checkpoint_every", "log_every", "keep_every", "keep_spacing",
+                     "keep_max_gb")
 
 
 class TrainingDiverged(RuntimeError):
@@ -92,6 +100,9 @@ class TrainConfig:
     eval_every: int = 100
     checkpoint_every: int = 500
     log_every: int = 10
+    keep_every: int = 0  # kept checkpoints (timeline.py): every K steps, 0 none
+    keep_spacing: str = "linear"  # "log": 0, 1, 2, 4, ... below keep_every too
+    keep_max_gb: float = 2.0  # the kept checkpoints' disk bound
     grad_clip: float | None = 1.0
     seed: int = 0
     device: str = "cpu"
@@ -152,7 +163,8 @@ class TrainConfig:
         kinds = {"task": str, "task_options": dict, "family": str, "model": dict, "optimizer": str,
                  "schedule": str, "device": str, "precision": str, "lr": float, "weight_decay": float,
                  "momentum": float, "grad_clip": float, "warmup_steps": int, "batch_size": int, "steps": int,
-                 "eval_every": int, "checkpoint_every": int, "log_every": int, "seed": int, "betas": list}
+                 "eval_every": int, "checkpoint_every": int, "log_every": int, "seed": int, "betas": list,
+                 "keep_every": int, "keep_spacing": str, "keep_max_gb": float}
         for name, kind in kinds.items():
             value = getattr(self, name)
             if value is None and name in ("grad_clip", "betas"):
@@ -386,20 +398,30 @@ def _metrics_csv(history: list[dict]) -> str:
 
 def save_checkpoint(out_dir: Path, model: Transformer, task: Task, opt: torch.optim.Optimizer,
                     cfg: TrainConfig, step: int, gen: torch.Generator, history: list[dict],
-                    elapsed: float, scaler: "torch.amp.GradScaler | None" = None) -> None:
+                    elapsed: float, scaler: "torch.amp.GradScaler | None" = None,
+                    keeper: Keeper | None = None, keep: bool = False) -> None:
+    """The run folder at `step` (atomic); with a `keeper`, its kept steps carried over, and this step kept
+    too when `keep` (a model folder under checkpoints/, without the optimiser state)."""
     tensors, rest = optimizer_state_to_tensors(opt)
     tensors.update(_rng_tensors(gen))
     state = {"format": FORMAT, "step": step, "elapsed": elapsed, "optimizer": rest}
     if scaler is not None:  # float16: the loss scale and its growth count, so a resumed run goes on from them
         state["scaler"] = scaler.state_dict()
+    run_file = cfg.to_json().encode()
+    task_files = task.extra_files() if hasattr(task, "extra_files") else {}  # an image task's preprocessor_config.json
+    extra_fill = None
+    if keeper is not None:
+        def write_kept(folder: Path) -> None:
+            save_model_folder(model, folder, tokenizer=task.tokenizer, extra_files={RUN_FILE: run_file, **task_files})
+        extra_fill = keeper.fill(step if keep else None, write_kept)
     save_model_folder(model, out_dir, tokenizer=task.tokenizer, extra_files={
         OPTIM_FILE: st_save(tensors),
         STATE_FILE: json.dumps(state, indent=1).encode(),
-        RUN_FILE: cfg.to_json().encode(),
+        RUN_FILE: run_file,
         METRICS_JSON: json.dumps(history).encode(),
         METRICS_CSV: _metrics_csv(history).encode(),
-        **(task.extra_files() if hasattr(task, "extra_files") else {}),  # an image task's preprocessor_config.json
-    })
+        **task_files,
+    }, extra_fill=extra_fill)
 
 
 def checkpoint_step(out_dir: str | Path) -> int | None:
@@ -568,20 +590,27 @@ def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[di
         for ev in history:
             summary.update({k: ev[k] for k in SUMMARY_KEYS if k in ev})
     n_params = model.num_parameters()
+    keeper = Keeper(out_dir, cfg.keep_every, cfg.keep_spacing, cfg.keep_max_gb, start_step, resume, emit)
+    keep_plan = keeper.plan(start_step if state is None else start_step + 1, cfg.steps,
+                            model_bytes(model, task.tokenizer))
     emit({"event": "start", "step": start_step, "steps": cfg.steps, "parameters": n_params,
           "task": task.describe(), "model": model_cfg.to_dict(), "out": str(out_dir), "world_size": world,
           "device": str(device), **({"changed": changed} if changed else {}),
-          **({"notes": list(notes)} if notes else {})})
+          **({"notes": list(notes)} if notes else {}), **({"keep": keep_plan} if keep_plan else {})})
 
     def checkpoint(step: int, elapsed: float) -> None:
         bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
         if bad:  # never overwrite a good checkpoint with broken weights
             raise TrainingDiverged(f"parameters became non-finite by step {step} ({bad[0]})")
         if is_main:
-            save_checkpoint(out_dir, model, task, opt, cfg, step, gen, history, elapsed, scaler)
-            emit({"event": "checkpoint", "step": step, "path": str(out_dir)})
+            keep = keeper.decide(step)
+            save_checkpoint(out_dir, model, task, opt, cfg, step, gen, history, elapsed, scaler, keeper, keep)
+            emit({"event": "checkpoint", "step": step, "path": str(out_dir), **({"kept": True} if keep else {})})
 
     last_ckpt = start_step if state is not None else None
+    if state is None and keeper.wants(0):  # the model as initialised, before the first step
+        checkpoint(0, 0.0)
+        last_ckpt = 0
     active = 0.0  # seconds spent training in this session (pauses excluded)
     window_tokens, window_time, window_loss, window_n = 0, 0.0, 0.0, 0
     interval_correct, interval_scored = 0, 0  # training accuracy since the last evaluation
@@ -663,7 +692,7 @@ def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[di
                 interval_correct, interval_scored = 0, 0
                 emit(ev)
             summary["step"] = step
-            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            if step % cfg.checkpoint_every == 0 or step == cfg.steps or keeper.wants(step):
                 checkpoint(step, elapsed)
                 last_ckpt = step
     except Cancelled:

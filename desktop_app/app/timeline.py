@@ -1,0 +1,142 @@
+"""Watching a model learn: per-head metrics over a training run's kept steps (the timeline, `scrub`).
+
+A run trained with kept checkpoints (core.training.timeline: `train --keep-every K`) has a model folder at
+each kept step. Here is what a front end computes over them; the timeline UI and `python -m desktop_app
+scrub` share it. Qt-free; run it in a worker (it loads one model per step), with a JobControl to stop it.
+
+    METRICS                                the per-head metrics (core.analysis.HEAD_SCORES): induction,
+                                           prev-token, entropy, distance
+    probe_sequences(config, run_cfg, n, seed) -> (ids [n, T], period)
+                                           the sequences they are measured on: a random half repeated (the
+                                           induction task's data: its symbols and length for a run of that
+                                           task, else up to 32 random ids of the vocabulary, twice)
+    scrub(run_dir, metric, ...) -> Scrub   the metric of every layer and head at every kept step still there
+                                           (and the run's own latest checkpoint), the deleted steps named
+    Scrub.values                           [steps, layers, heads]; Scrub.steps, Scrub.timeline (the steps'
+                                           folders and the loss curve: core.training.timeline.kept_steps)
+    Scrub.rows()                           (step, layer, head, value): the CSV `scrub --csv` writes
+    Scrub.summary()                        JSON: the best head (highest at the last step), its first and last
+                                           values, the step where it rose past halfway and the step where
+                                           the training loss fell past halfway (a phase change shows both
+                                           together)
+    open_step(run_dir, step, **kw)         the LoadedModel of a step (KeptStepError, one line, if not there)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..core.analysis import HEAD_SCORES, head_scores, repeated_sequences
+from ..core.training.timeline import Timeline, describe_steps, kept_steps, step_folder
+
+METRICS = tuple(HEAD_SCORES)
+COLUMNS = ("step", "layer", "head", "value")
+MAX_PERIOD = 32
+
+
+def probe_sequences(config, run_cfg=None, n: int = 32, seed: int = 0):
+    """(ids [n, T], period) for the metrics of a model of `config` (a ModelConfig) trained by `run_cfg`
+    (a TrainConfig, or None): the induction task's own symbols and length for such a run, else a random
+    half of up to MAX_PERIOD ids of the vocabulary, repeated, within the context."""
+    if run_cfg is not None and run_cfg.task == "induction":
+        from ..core.training.tasks import DECLARED_TASKS
+
+        defaults = DECLARED_TASKS["induction"].defaults
+        period = int(run_cfg.task_options.get("length") or defaults["length"])
+        symbols = int(run_cfg.task_options.get("symbols") or defaults["symbols"])
+    else:
+        period, symbols = max(1, min(MAX_PERIOD, config.context_length // 2)), config.vocab_size
+    length = min(2 * period, config.context_length)
+    if length <= period:
+        raise ValueError(f"a context of {config.context_length} tokens is too short for sequences that repeat")
+    return repeated_sequences(n, period, symbols, seed, length), period
+
+
+def open_step(run_dir: str | Path, step: int, **load_kw):
+    """The model of `run_dir` at `step` (a kept step, or the run's own checkpoint), loaded."""
+    from ..core.checkpoints import load_model_folder
+
+    return load_model_folder(step_folder(run_dir, step), **load_kw)
+
+
+@dataclass
+class Scrub:
+    run_dir: Path
+    metric: str
+    steps: list[int]
+    values: np.ndarray  # [steps, layers, heads]
+    timeline: Timeline
+    period: int
+    sequences: int
+
+    def rows(self) -> list[tuple[int, int, int, float]]:
+        return [(s, l, h, float(self.values[i, l, h])) for i, s in enumerate(self.steps)
+                for l in range(self.values.shape[1]) for h in range(self.values.shape[2])]
+
+    def best_head(self) -> tuple[int, int]:
+        """(layer, head) with the highest value at the last step."""
+        layer, head = np.unravel_index(int(np.argmax(self.values[-1])), self.values.shape[1:])
+        return int(layer), int(head)
+
+    def summary(self) -> dict:
+        layer, head = self.best_head()
+        series = self.values[:, layer, head]
+        curve = self.timeline.curve
+        return {
+            "run": str(self.run_dir), "metric": self.metric, "what": HEAD_SCORES[self.metric][0],
+            "steps": self.steps, "layers": int(self.values.shape[1]), "heads": int(self.values.shape[2]),
+            "rows": int(self.values.size), "sequences": self.sequences, "period": self.period,
+            "deleted": [k.step for k in self.timeline.missing()],
+            "best": {"layer": layer, "head": head, "first": float(series[0]), "last": float(series[-1]),
+                     "max": float(series.max()), "rise_step": halfway_step(self.steps, series)},
+            "loss_drop_step": halfway_step(curve.steps, -np.asarray(curve.train_loss)) if curve.steps else None,
+        }
+
+
+def halfway_step(steps, values) -> int | None:
+    """The first step whose value has gone at least halfway from the first value to the last (None for fewer
+    than two points or no change): where a curve's rise, or a loss's drop (values negated), happens."""
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2 or v[-1] == v[0]:
+        return None
+    mid = (v[0] + v[-1]) / 2
+    past = (v >= mid) if v[-1] > v[0] else (v <= mid)
+    return int(steps[int(np.argmax(past))])
+
+
+def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, device: str = "cpu",
+          control=None, on_step: Callable[[int, int, int], None] | None = None) -> Scrub:
+    """`metric` (METRICS) of every layer and head at each step of the run whose folder is there, on the same
+    sequences (probe_sequences of the run's first model); `on_step(i, n, step)` after each, `control` (a
+    core.jobs.JobControl) checked between steps. ValueError when the run has no step to open."""
+    from ..core.checkpoints import ModelLoadError, load_model_folder
+    from ..core.training.trainer import read_run_config
+
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
+    run_dir = Path(run_dir)
+    timeline = kept_steps(run_dir)
+    steps = timeline.openable()
+    if not steps:
+        raise ValueError(f"{run_dir}: no kept step is there any more (deleted: "
+                         f"{describe_steps([k.step for k in timeline.missing()])})")
+    try:
+        run_cfg = read_run_config(run_dir)
+    except (ModelLoadError, ValueError, OSError):  # no readable run_config: the general sequences
+        run_cfg = None
+    ids = period = None
+    values = []
+    for i, k in enumerate(steps):
+        if control is not None:
+            control.check()
+        loaded = load_model_folder(k.path, device=device)
+        if ids is None:
+            ids, period = probe_sequences(loaded.config, run_cfg, sequences, seed)
+        loaded.model.eval()
+        values.append(head_scores(loaded.model, ids, metric, period))
+        if on_step is not None:
+            on_step(i + 1, len(steps), k.step)
+    return Scrub(run_dir, metric, [k.step for k in steps], np.stack(values), timeline, period, sequences)

@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, QTimer
-from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGraphicsTextItem,
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QSlider, QSpinBox, QSplitter,
                                QVBoxLayout, QWidget)
 
@@ -26,6 +25,7 @@ from ...core import dynamics as dy
 from ...core.views.dynamics import DynamicsViewState
 from ..state import EDITS, INPUT, MODEL, ResultView
 from ..widgets.export import ExportBar, export_view, say_in_status_bar
+from .dynamics_plots import CURVE_FIELDS, DynamicsCurves, PointCloud
 
 INIT_LABELS = [("uniform on the sphere", "sphere"), ("uniform in the ball", "ball"), ("Gaussian", "gaussian"),
                ("clusters", "clusters"), ("tokens of the current text", "tokens")]
@@ -37,117 +37,13 @@ MAX_FRAMES_KEPT = 600  # for the time slider; oldest dropped first
 CLUSTER_SAMPLE = 500
 MAX_D = 4096  # the d box follows a model's width
 TRAIL_LENGTH = 12
-CURVE_TITLE = {"size": "9pt"}  # default-size titles made the two columns of curves wider than a 1280 px window
-# the smallest the particle view and the curves get: with the form's column both fit a 1024 x 700 window
+
+
+# the smallest the particle view gets: with the form's column and the curves (CURVES_MIN) it fits 1024 x 700
 PARTICLES_MIN = (220, 220)
-CURVES_MIN = (380, 330)
-PLAY_HINT = "Press Play or Step"  # the time curves need two records to draw a line
-TWIN_OFF_HINT = "Twin run off: tick \u201ctwin run for W2\u201d, then Reset"
-NO_TRACE_HINT = "Open a model and type a text: its tokens, layer by layer"
 
 
 _DRAG_EVENTS = (QEvent.Type.MouseButtonPress, QEvent.Type.MouseMove, QEvent.Type.MouseButtonRelease)
-
-class PointCloud(pg.GraphicsObject):
-    """Many same-looking points drawn with one QPainter.drawPoints of a cosmetic round pen: the
-    ScatterPlotItem rebuilds per-point styles on every setData (about 8 ms for 2,000 points, measured),
-    too slow for 30 frames per second. Above ROUND_POINTS_UP_TO points they are squares: Qt's raster
-    engine draws 2,000 round 5-pixel points in 18 ms, square ones in 1.5 ms (measured, offscreen), and
-    at that density the shape is not seen. getData() mirrors ScatterPlotItem's (x, y)."""
-
-    ROUND_POINTS_UP_TO = 500
-
-    def __init__(self, colour, size: float) -> None:
-        super().__init__()
-        self._pen = pg.mkPen(colour, width=size)
-        self._pen.setCosmetic(True)
-        self._xy = np.zeros((0, 2))
-        self._poly = pg.functions.create_qpolygonf(0)
-        self._rect = None
-
-    def setData(self, pos) -> None:
-        xy = np.asarray(pos, dtype=np.float64).reshape(-1, 2)
-        self.prepareGeometryChange()
-        self._xy = xy
-        self._poly = pg.functions.create_qpolygonf(len(xy))
-        if len(xy):  # (an empty polygon's buffer is read-only)
-            pg.functions.ndarray_from_qpolygonf(self._poly)[:] = xy
-        self._rect = None
-        self.informViewBoundsChanged()
-        self.update()
-
-    def getData(self):
-        return self._xy[:, 0], self._xy[:, 1]
-
-    def dataBounds(self, ax, frac=1.0, orthoRange=None):
-        if len(self._xy) == 0:
-            return None, None
-        return float(self._xy[:, ax].min()), float(self._xy[:, ax].max())
-
-    def boundingRect(self):
-        """The points' data bounds grown by the round pen's half width (and a pixel) in data units: every
-        pixel painted lies inside, as Qt requires. Without the margin the outer half of the outermost
-        points was never repainted when the cloud shrank (the view updates only the old and new rects):
-        stale dots stayed on screen after the particles had collapsed to one cluster (issue 25)."""
-        from PySide6.QtCore import QRectF
-
-        if self._rect is None:
-            if not len(self._xy):
-                return QRectF()
-            lo, hi = self._xy.min(0), self._xy.max(0)
-            rect = QRectF(lo[0], lo[1], hi[0] - lo[0], hi[1] - lo[1])
-            px, py = self.pixelVectors()
-            if px is None:  # not shown yet: no pixel size to pad with; not cached
-                return rect
-            pad = self._pen.widthF() / 2 + 1
-            dx, dy = pad * (abs(px.x()) + abs(py.x())), pad * (abs(px.y()) + abs(py.y()))
-            self._rect = rect.adjusted(-dx, -dy, dx, dy)
-        return self._rect
-
-    def viewTransformChanged(self) -> None:  # zoom or resize: the margin in data units changes
-        self.prepareGeometryChange()
-        self._rect = None
-        super().viewTransformChanged()
-
-    def paint(self, painter, *args) -> None:
-        round_points = len(self._xy) <= self.ROUND_POINTS_UP_TO
-        self._pen.setCapStyle(Qt.PenCapStyle.RoundCap if round_points else Qt.PenCapStyle.SquareCap)
-        painter.setPen(self._pen)
-        painter.drawPoints(self._poly)
-
-
-class PlotHint:
-    """A grey line of text centred in a plot with nothing to draw yet, its axes hidden meanwhile (empty
-    axes around no data, autoranged to nothing, say nothing). show(None) brings the axes back."""
-
-    def __init__(self, plot) -> None:
-        self.plot = plot
-        self.view = plot.getViewBox()
-        self.item = QGraphicsTextItem(self.view)  # in the view box's own pixels, not its data coordinates
-        self.item.setDefaultTextColor(QColor(120, 120, 120))
-        self.item.setZValue(10)
-        self.text: str | None = None
-        self.view.sigResized.connect(lambda *_: self._place())
-
-    def show(self, text: str | None) -> None:
-        if text == self.text:
-            return
-        self.text = text
-        self.item.setVisible(text is not None)
-        for axis in ("left", "bottom"):
-            self.plot.showAxis(axis, text is None)
-        if getattr(self.plot, "legend", None) is not None:  # a legend of curves not drawn yet
-            self.plot.legend.setVisible(text is None)
-        if text is not None:
-            self.item.setHtml(f"<div align='center'>{text}</div>")
-            self._place()
-
-    def _place(self) -> None:
-        rect = self.view.rect()
-        self.item.setTextWidth(max(rect.width() - 12, 40))
-        box = self.item.boundingRect()
-        self.item.setPos(rect.center().x() - box.width() / 2, rect.center().y() - box.height() / 2)
-
 
 def build_simulation(cfg: dy.DynamicsConfig, qkv: str, matrices: str, model, layer: int, head: int,
                      tokens: np.ndarray | None) -> tuple[dy.Simulation, dy.Frame]:
@@ -322,43 +218,9 @@ class DynamicsPanel(QWidget, ResultView):
         self.slider.valueChanged.connect(self._redraw)
         self.time_label = QLabel("t = 0")
 
-        self.curves = pg.GraphicsLayoutWidget()
-        self.curves.setMinimumSize(*CURVES_MIN)
-        self.curves.setBackground("w")
-        self.p_clusters = self.curves.addPlot(row=0, col=0)
-        self.p_cosine = self.curves.addPlot(row=0, col=1)
-        self.p_radius = self.curves.addPlot(row=1, col=0)
-        self.p_w2 = self.curves.addPlot(row=1, col=1)
-        self.p_model_cos = self.curves.addPlot(row=2, col=0)
-        self.p_model_clusters = self.curves.addPlot(row=2, col=1)
-        # short titles: a title is as wide as its plot at least, and two columns of them fit CURVES_MIN
-        for plot, title in ((self.p_clusters, "clusters"), (self.p_cosine, "mean cosine"),
-                            (self.p_radius, "radius, bound R(t)"), (self.p_w2, "W2 to the twin"),
-                            (self.p_model_cos, "model: mean cosine"),
-                            (self.p_model_clusters, "model: clusters, radius")):
-            plot.setTitle(title, **CURVE_TITLE)
-        self.p_radius.setLogMode(False, True)
-        for p in (self.p_clusters, self.p_cosine, self.p_radius, self.p_w2):
-            p.setLabel("bottom", "t")
-            if p is not self.p_clusters:  # one time axis: an empty W2 plot (twin off) shows the run's span too
-                p.setXLink(self.p_clusters)
-        for p in (self.p_model_cos, self.p_model_clusters):
-            p.setLabel("bottom", "layer (0 = embeddings)")
-        blue, red = pg.mkPen((30, 70, 180), width=2), pg.mkPen((200, 60, 40), width=2, style=Qt.PenStyle.DashLine)
-        self.c_clusters = self.p_clusters.plot(pen=blue)
-        self.c_cosine = self.p_cosine.plot(pen=blue)
-        self.p_radius.addLegend(offset=(5, 5))
-        self.c_radius = self.p_radius.plot(pen=blue, name="max |x|")
-        self.c_bound = self.p_radius.plot(pen=red, name="R(t)")
-        self.c_w2 = self.p_w2.plot(pen=blue)
-        self.c_model_cos = self.p_model_cos.plot(pen=blue, symbol="o", symbolSize=5)
-        self.p_model_clusters.addLegend(offset=(5, 5))
-        self.c_model_clusters = self.p_model_clusters.plot(pen=blue, symbol="o", symbolSize=5, name="clusters")
-        self.c_model_radius = self.p_model_clusters.plot(pen=red, symbol="t", symbolSize=5, name="radius")
-        self.t_markers = [p.addLine(x=0, pen=pg.mkPen((120, 120, 120), style=Qt.PenStyle.DotLine))
-                          for p in (self.p_clusters, self.p_cosine, self.p_radius, self.p_w2)]
-        self.hints = {p: PlotHint(p) for p in (self.p_clusters, self.p_cosine, self.p_radius, self.p_w2,
-                                               self.p_model_cos, self.p_model_clusters)}
+        self.curves = DynamicsCurves()
+        for name in CURVE_FIELDS:  # its plots and curves, as panel.p_radius, panel.c_w2... (tests read them)
+            setattr(self, name, getattr(self.curves, name))
         self._update_hints()
 
         self.view_area = QWidget()
@@ -459,8 +321,7 @@ class DynamicsPanel(QWidget, ResultView):
         for item in (self.scatter, self.back, self.trail_item):
             item.setData(np.zeros((0, 2)))
         self.screen_xy = np.zeros((0, 2))
-        for curve in (self.c_clusters, self.c_cosine, self.c_radius, self.c_bound, self.c_w2):
-            curve.setData([], [])
+        self.curves.clear_records()
         self.guide.setData([], [])
         self._guide_drawn = None
         self.slider.setRange(0, 0)
@@ -587,10 +448,8 @@ class DynamicsPanel(QWidget, ResultView):
         self._build_job = None
         self._basis = dy.projection_basis(frame.shown, 3)
         self.d.setValue(self.sim.config.d)  # from the tokens, a model head or a file's V
-        sampled = self.sim.cluster_index is not None
-        self.p_clusters.setTitle(f"clusters (among {len(self.sim.cluster_index)})" if sampled
-                                 else "clusters", **CURVE_TITLE)
-        self.p_w2.setTitle("W2 to the twin" if self.sim.twin is not None else "W2: twin run off", **CURVE_TITLE)
+        self.curves.set_titles(None if self.sim.cluster_index is None else len(self.sim.cluster_index),
+                               twin=self.sim.twin is not None)
         self._frames, self._records = [frame], list(frame.records)
         self._view_radius = 0.0  # the view's range only grows: a steady frame, and no axis relayout per frame
         self._guide_drawn = None
@@ -730,11 +589,7 @@ class DynamicsPanel(QWidget, ResultView):
             self.trail_item.setData(pos=np.concatenate([self._screen(f.shown) for f in past]) if past else np.zeros((0, 2)))
         else:
             self.trail_item.setData(pos=np.zeros((0, 2)))
-        scrubbing = self.slider.value() < len(self._frames) - 1
-        for m in self.t_markers:  # moving them every frame would repaint every curve while playing
-            m.setVisible(scrubbing)
-            if scrubbing:
-                m.setValue(frame.t)
+        self.curves.mark(frame.t if self.slider.value() < len(self._frames) - 1 else None)
 
     def _draw_sphere_guide(self, three_d: bool) -> None:
         """The unit circle (2-D) or the sphere's outline and equator (3-D), for orientation."""
@@ -751,41 +606,17 @@ class DynamicsPanel(QWidget, ResultView):
     def _update_hints(self) -> None:
         """A hint instead of empty axes in each plot with nothing to draw (the first look draws the
         starting particles, but one record makes no curve)."""
-        running = len(self._records) >= 2
-        for p in (self.p_clusters, self.p_cosine, self.p_radius):
-            self.hints[p].show(None if running else PLAY_HINT)
-        twin_off = self.sim is not None and self.sim.twin is None
-        self.hints[self.p_w2].show(TWIN_OFF_HINT if twin_off else None if running else PLAY_HINT)
-        measuring = getattr(self.state, "trace", None) is not None  # the curves come from a worker
-        for p in (self.p_model_cos, self.p_model_clusters):
-            self.hints[p].show(None if self._layer_curves is not None else
-                               "Measuring the model's tokens…" if measuring else NO_TRACE_HINT)
+        self.curves.show_hints(running=len(self._records) >= 2, twin_off=self.sim is not None and self.sim.twin is None,
+                               model_curves=self._layer_curves is not None,
+                               measuring=getattr(self.state, "trace", None) is not None)  # the curves come from a worker
 
     def _draw_curves(self) -> None:
         self._update_hints()
-        if not self._records:
-            return
-        R = np.array([r.row() for r in self._records], dtype=float)
-        t = R[:, 0]
-        self.c_clusters.setData(t, R[:, 1])
-        self.c_cosine.setData(t, R[:, 4])
-        self.c_radius.setData(t, R[:, 2])
-        self.c_bound.setData(t, R[:, 3])
-        w2 = R[:, 5]
-        ok = np.isfinite(w2) & (w2 > 0)
-        self.c_w2.setData(t[ok], w2[ok])
+        self.curves.draw_records(self._records)
 
     def _draw_model_curves(self) -> None:
-        c = self._layer_curves
         self._update_hints()
-        if c is None:
-            for curve in (self.c_model_cos, self.c_model_clusters, self.c_model_radius):
-                curve.setData([], [])
-            return
-        x = np.arange(len(c.names))
-        self.c_model_cos.setData(x, c.mean_cosine)
-        self.c_model_clusters.setData(x, c.clusters)
-        self.c_model_radius.setData(x, c.radius)
+        self.curves.draw_layer_curves(self._layer_curves)
 
     def eventFilter(self, obj, event) -> bool:
         """Drag in the 3-D view rotates it (yaw with horizontal motion, pitch with vertical).

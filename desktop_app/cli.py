@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("info", "trace", "generate", "render", "lipschitz", "train", "bench", "families", "dynamics", "attribute", "patch")
+COMMANDS = ("info", "trace", "generate", "render", "lipschitz", "train", "bench", "families", "dynamics", "attribute", "patch", "scrub")
 COMMANDS_HELP = ("Headless commands (no window): " + ", ".join(COMMANDS)
                  + ". Each has its own help: python -m desktop_app COMMAND --help")
 EXIT_INPUT = 2  # bad input: a file that cannot be used, a wrong option, an output folder refused
@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue  # a subcommand not built yet
         module.add_parser(sub)
+    from .commands import add_step_arguments
+    add_step_arguments(sub)  # RUN_DIR --step N on every command that takes a model
     for sp in sub.choices.values():  # `python -m desktop_app --help` is the GUI's: say it on every command
         sp.epilog = f"{sp.epilog}\n\n{EPILOG}" if sp.epilog else EPILOG
     return parser

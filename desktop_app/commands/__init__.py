@@ -57,6 +57,48 @@ def add_special_tokens_argument(p):
                         "BOS), which are added by default as transformers adds them")
 
 
+STEP_HELP = ("with a training run's folder as the model: open the model as it was at step N (a step the run kept, "
+             "train --keep-every K, or its latest checkpoint's step); a kept step's folder "
+             "(RUN/checkpoints/step-000200) also opens directly")
+
+
+def add_step_arguments(sub) -> None:
+    """`--step N` on every subcommand that takes a model (a "model_dir" positional), once for all of them
+    (cli.build_parser calls it): before the command runs, RUN_DIR --step N becomes the folder of that step
+    (resolve_step)."""
+    from .args import count
+
+    for parser in sub.choices.values():
+        if not any(a.dest == "model_dir" and not a.option_strings for a in parser._actions):
+            continue
+        parser.add_argument("--step", type=count, metavar="N", help=STEP_HELP)
+        run = parser.get_default("func")
+        if run is not None:
+            parser.set_defaults(func=_at_step(run))
+
+
+def _at_step(run):
+    def run_at_step(args):
+        resolve_step(args)
+        return run(args)
+    run_at_step.__wrapped__ = run
+    return run_at_step
+
+
+def resolve_step(args) -> None:
+    """args.model_dir becomes the model folder of step args.step of that run (core.training.timeline.step_folder:
+    a kept step, or the run's own checkpoint); a step not kept or deleted raises KeptStepError (one line)."""
+    step = getattr(args, "step", None)
+    if step is None:
+        return
+    if not getattr(args, "model_dir", None):
+        raise ValueError("--step N needs a training run's folder as the model")
+    from ..core.hf_cache import resolve_model_ref
+    from ..core.training.timeline import step_folder
+
+    args.model_dir = str(step_folder(resolve_model_ref(args.model_dir), step))
+
+
 def load_model(model_ref: str, special_tokens: bool = True, dtype: str | None = "auto", **kwargs):
     """Every command's model argument: a folder, or a repository id resolved in the local Hugging Face
     cache only (NotInCacheError, one line, when it is not there); then load_model_folder(**kwargs).

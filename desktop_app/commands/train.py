@@ -135,6 +135,9 @@ def _human(ev: dict) -> str | None:
         where = f", to {ev['out']}" if ev["out"] else ""
         line = "".join(f"{note}\n" for note in ev.get("notes", ()))  # e.g. a killed run's lock taken over
         line += f"training {ev['parameters']:,} parameters on {ev['task']['task']} ({ev['device']}){where}"
+        if ev.get("keep"):
+            from ..core.training.timeline import describe_keep_plan
+            line += "\n" + describe_keep_plan(ev["keep"])
         if ev.get("changed"):
             line += "\nresuming with new settings: " + ", ".join(
                 f"{k} {was!r} -> {now!r}" for k, (was, now) in ev["changed"].items())
@@ -145,7 +148,7 @@ def _human(ev: dict) -> str | None:
     if kind == "step" and ev["step"] % 100 == 0:
         return (f"step {ev['step']}/{ev['steps']}: train_loss {ev['train_loss']:.4f} lr {ev['lr']:.2e} "
                 f"{ev['tokens_per_s']:.0f} tok/s eta {ev['eta']:.0f}s")
-    if kind in ("error", "stopped"):
+    if kind in ("error", "stopped", "keep_stopped"):
         return ev.get("message") or f"stopped at step {ev['step']}"
     return None
 

@@ -92,7 +92,7 @@ def test_every_subcommand_is_walked():
     walked = {c.split()[0] for c, _, _ in CASES}
     assert set(_subparsers()) == set(COMMANDS)
     # the commands with numeric options, and every benchmark with one
-    assert {"generate", "render", "lipschitz", "train", "dynamics", "attribute", "patch", "bench"} <= walked
+    assert {"generate", "render", "lipschitz", "train", "dynamics", "attribute", "patch", "bench", "scrub"} <= walked
     assert len(CASES) > 300
 
 
@@ -102,6 +102,10 @@ def files(tmp_path_factory):
     tok = char_tokenizer("abcdefgh ")
     cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=8, n_layers=1, n_heads=2, d_ff=16, context_length=16)
     save_model_folder(new_model(cfg, seed=0).eval(), root / "model", tokenizer=tok)
+    from desktop_app.core.training import TrainConfig, train  # a run with kept steps, for scrub
+    train(TrainConfig(task="induction", task_options={"length": 3, "symbols": 3}, steps=1, batch_size=2,
+                      model={"n_layers": 1, "n_heads": 1, "d_model": 4, "d_ff": 8}, eval_every=1, log_every=1,
+                      checkpoint_every=1, keep_every=1), root / "run")
     return root
 
 
@@ -119,6 +123,9 @@ def _base(command: str, root: Path) -> list[str]:
         "attribute": [model, "--ids", "1,2", "--token-id", "1", "--csv", out + ".csv", "--overwrite"],
         "patch": [model, "--clean-ids", "1,2", "--corrupted-ids", "2,1", "--answer-id", "1", "--csv", out + ".csv",
                   "--overwrite"],
+        "info": [model],  # (their one numeric option: --step, on every command taking a model)
+        "trace": [model, "--ids", "1,2", "--out", out + ".npz", "--overwrite"],
+        "scrub": [str(root / "run"), "--metric", "induction", "--csv", out + ".csv", "--overwrite"],
     }[command]
 
 

@@ -59,12 +59,17 @@ def add_parser(sub) -> None:
     from ..core.training.options import MODEL_OPTIONS, RUN_OPTIONS, TASK_OPTIONS
 
     t = p.add_argument_group("task")
-    t.add_argument("--task", choices=task_names(),  # the task registry (core.training.tasks.declare_task)
+    t.add_argument("--task", choices=task_names() + ("sae",),  # the registry (core.training.tasks.declare_task);
+                   # sae: a sparse dictionary on a model's activations (core.training.sae, its own flags below)
                    help="required unless --config gives it (digits: the 8 x 8 handwritten digits, --family vit; "
                         "image-folder: a folder of images, one sub-folder per class, --family vit)")
     for option in TASK_OPTIONS:  # given or the task's own defaults (app.training.task_options_of)
         _add_option(t, option)
     t.add_argument("--baseline", choices=("mlp",), help="train the lectures' MLP baseline instead (motif only)")
+    from ..core.training.sae import SAE_OPTIONS
+    s = p.add_argument_group("sparse dictionary (--task sae: on --model's activations over --text-file)")
+    for option in SAE_OPTIONS:
+        _add_option(s, option)
     m = p.add_argument_group("model")
     from ..core.families import trainable_families  # the registry's, as the Train panel offers them
     m.add_argument("--family", choices=trainable_families() + trainable_families("patches"), default="gpt2")
@@ -212,6 +217,9 @@ def run(args) -> int:
     from ..cli import EXIT_DIVERGED
     from ..core.training.trainer import SUMMARY_KEYS, export_model, read_run_config
 
+    if args.task == "sae" and not getattr(args, "config", None):
+        from .features import run_train_sae
+        return run_train_sae(args)
     if args.baseline == "mlp" and args.task not in (None, "motif"):  # before the flags' own checks
         raise ValueError("--baseline mlp is the motif task's baseline; use --task motif")
     cfg = config_from_args(args)

@@ -92,7 +92,8 @@ def test_every_subcommand_is_walked():
     walked = {c.split()[0] for c, _, _ in CASES}
     assert set(_subparsers()) == set(COMMANDS)
     # the commands with numeric options, and every benchmark with one
-    assert {"generate", "render", "lipschitz", "train", "dynamics", "attribute", "patch", "bench", "scrub"} <= walked
+    assert {"generate", "render", "lipschitz", "train", "dynamics", "attribute", "patch", "bench", "scrub",
+            "features"} <= walked
     assert len(CASES) > 300
 
 
@@ -109,6 +110,18 @@ def files(tmp_path_factory):
     return root
 
 
+def _tiny_dictionary(root: Path) -> str:
+    """A small SAE folder for the 8-wide model (features --sae)."""
+    folder = root / "sae"
+    if not folder.exists():
+        import torch
+
+        from desktop_app.core.features import SparseDictionary, save_dictionary
+        save_dictionary(SparseDictionary(torch.ones(8, 4), torch.zeros(4), torch.ones(4, 8), torch.zeros(8),
+                                         hook="blocks.0.hook_resid_post"), folder)
+    return str(folder)
+
+
 def _base(command: str, root: Path) -> list[str]:
     model, out = str(root / "model"), str(root / "out")
     return {
@@ -123,6 +136,7 @@ def _base(command: str, root: Path) -> list[str]:
         "attribute": [model, "--ids", "1,2", "--token-id", "1", "--csv", out + ".csv", "--overwrite"],
         "patch": [model, "--clean-ids", "1,2", "--corrupted-ids", "2,1", "--answer-id", "1", "--csv", out + ".csv",
                   "--overwrite"],
+        "features": [model, "--sae", _tiny_dictionary(root), "--ids", "1,2", "--out", out + ".npz", "--overwrite"],
         "info": [model],  # (their one numeric option: --step, on every command taking a model)
         "trace": [model, "--ids", "1,2", "--out", out + ".npz", "--overwrite"],
         "scrub": [str(root / "run"), "--metric", "induction", "--csv", out + ".csv", "--overwrite"],

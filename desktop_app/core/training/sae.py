@@ -259,19 +259,21 @@ def train_sae(cfg: SaeTrainConfig, loaded, out_dir: str | Path | None = None,
     return result, d
 
 
-def sae_config_from(values: dict[str, Any]) -> SaeTrainConfig:
-    """The SaeTrainConfig of `train --task sae`'s parsed flags (argparse dests -> values)."""
+def sae_config_from(values: dict[str, Any]) -> tuple[str, SaeTrainConfig]:
+    """(the model folder, the SaeTrainConfig) of `train --task sae`'s parsed flags (argparse dests -> values,
+    None where not given): SAE_OPTIONS by their flags, and the shared text_file, steps, batch_size, lr, seed,
+    log_every, eval_every and device."""
     v = {k: val for k, val in values.items() if val is not None}
+    for o in SAE_OPTIONS:  # an option's flag may differ from its key (--model: model_dir)
+        if o.dest in v:
+            v[o.key] = v.pop(o.dest) if o.dest != o.key else v[o.dest]
+        elif o.default is not None:
+            v[o.key] = o.default
     if not v.get("text_file"):
         raise ValueError("--task sae needs --text-file")
     if not v.get("model_dir"):
         raise ValueError("--task sae needs --model MODEL_DIR (the model whose activations it reads)")
-    keys = {f for f in SaeTrainConfig.__dataclass_fields__}
-    given = {k: val for k, val in v.items() if k in keys}
-    for o in SAE_OPTIONS:
-        if o.key in keys and o.key not in given and o.default is not None:
-            given[o.key] = o.default
-    if given.get("device") in ("auto", ""):
-        given.pop("device")
-    return SaeTrainConfig(**given)
-
+    if v.get("device") in ("auto", ""):
+        v.pop("device")
+    keys = set(SaeTrainConfig.__dataclass_fields__)
+    return v["model_dir"], SaeTrainConfig(**{k: val for k, val in v.items() if k in keys})

@@ -1,0 +1,128 @@
+"""`python -m desktop_app features MODEL_DIR --sae DIR (--text T | --ids I) --out F.npz`
+`python -m desktop_app features MODEL_DIR --sae DIR --top-contexts FILE --feature K --csv OUT.csv`
+
+A sparse dictionary's features (core.features) on a text: --out writes an .npz with `acts` [T, d_sae]
+(float32, every feature, dense), `recon` [T, d_out] and `ids`; the last line printed is one JSON object
+with hook, l0 (mean active features per token), variance_explained and tokens. With --top-contexts the
+feature --feature's top-activating contexts over a text file are written to --csv (rank, activation,
+token_index, token, left, right); its last line is a JSON object with the feature, tokens seen and density.
+"""
+from __future__ import annotations
+
+from . import MODEL_HELP, add_special_tokens_argument
+from .args import add_overwrite_argument, count, int_in, positive_int
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("features", help="a sparse dictionary's (SAE, transcoder) features on a text (.npz) or a "
+                                        "feature's top contexts over a file (CSV)")
+    p.add_argument("model_dir", help=MODEL_HELP)
+    p.add_argument("--sae", required=True, metavar="DIR",
+                   help="dictionary folder: SAELens' cfg.json + sae_weights.safetensors, or Gemma Scope's params.npz")
+    p.add_argument("--hook", help="the activation it reads, when its files do not say (e.g. blocks.2.hook_resid_post)")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--text")
+    g.add_argument("--ids", help="comma-separated token ids")
+    g.add_argument("--top-contexts", metavar="FILE", help="a UTF-8 text file: write --feature's top contexts in it")
+    add_special_tokens_argument(p)
+    p.add_argument("--out", help="output .npz (with --text / --ids)")
+    p.add_argument("--feature", type=count, help="the feature (with --top-contexts)")
+    p.add_argument("--top", type=int_in(1, 100_000), default=20, help="how many contexts (default 20)")
+    p.add_argument("--window", type=positive_int, help="tokens per window read (default: the model's context, "
+                                                       "at most 256)")
+    p.add_argument("--csv", help="output CSV (with --top-contexts)")
+    add_overwrite_argument(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import json
+
+    from . import load_model
+    from ..app.features import open_dictionary
+    from ..core.files import check_output_file
+
+    if args.top_contexts is not None:
+        if args.feature is None or not args.csv:
+            raise ValueError("--top-contexts needs --feature K and --csv OUT.csv")
+        if args.out:
+            raise ValueError("--out goes with --text / --ids; --top-contexts writes --csv")
+        check_output_file(args.csv, args.overwrite)
+    else:
+        if not args.out:
+            raise ValueError("give --out F.npz for the features of --text / --ids")
+        if args.csv or args.feature is not None:
+            raise ValueError("--csv and --feature go with --top-contexts")
+        check_output_file(args.out, args.overwrite)
+    loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
+    attached = open_dictionary(args.sae, loaded, hook=args.hook)
+    if args.top_contexts is not None:
+        from ..app.features import dashboard
+        from .attribute import write_csv
+        from ..core.features.contexts import CONTEXT_COLUMNS
+
+        if args.window is not None and args.window > loaded.config.context_length:
+            raise ValueError(f"--window {args.window}: the model reads at most {loaded.config.context_length} tokens")
+        tc = dashboard(loaded, attached, args.top_contexts, args.feature, top=args.top, window=args.window)
+        write_csv(args.csv, CONTEXT_COLUMNS, tc.rows)
+        print(json.dumps({"csv": args.csv, "hook": attached.hook, "feature": tc.feature, "tokens": tc.tokens_seen,
+                          "active_tokens": tc.active_tokens, "density": tc.density, "rows": len(tc.rows)}))
+        return 0
+    from . import input_ids
+    from ..app.features import features_on
+    from ..core.files import atomic_write_bytes
+    import io
+    from pathlib import Path
+
+    import numpy as np
+
+    ids = input_ids(loaded, args.text, args.ids)
+    run_ = features_on(loaded, ids, [attached])[0]
+    buf = io.BytesIO()
+    np.savez(buf, acts=run_.acts.cpu().numpy().astype(np.float32), recon=run_.recon.cpu().numpy().astype(np.float32),
+             ids=np.asarray(ids, dtype=np.int64))
+    check_output_file(args.out, overwrite=True)  # checked at the start; still not a link or a special file
+    atomic_write_bytes(Path(args.out), buf.getvalue())
+    print(json.dumps({"out": args.out, "hook": attached.hook, "tokens": len(ids), "d_sae": attached.dictionary.d_sae,
+                      "l0": run_.mean_l0, "variance_explained": run_.variance_explained}))
+    return 0
+
+
+def run_train_sae(args) -> int:
+    """`train --task sae --model MODEL_DIR --hook H --text-file T --out DIR ...`: core.training.sae, printing
+    its events (every one as a JSON line with --jsonl); the last line is one JSON object with the held-out
+    step, mse, l0, variance_explained and dead features."""
+    import json
+    import threading
+
+    from . import load_model
+    from ..core.files import check_output_folder
+    from ..core.training import TrainControl
+    from ..core.training.sae import sae_config_from, train_sae
+
+    values = dict(vars(args))
+    if values.get("device") in (None, "auto"):
+        values["device"] = "cpu"
+    model_dir, cfg = sae_config_from(values)
+    check_output_folder(args.out, overwrite=args.overwrite, what="dictionary")
+    loaded = load_model(model_dir, device=cfg.device)
+    loaded.model.eval()
+    lock = threading.Lock()
+    control = TrainControl()
+
+    def on_event(ev: dict) -> None:
+        with lock:
+            if args.jsonl:
+                print(json.dumps(ev), flush=True)
+            elif ev["event"] == "eval":
+                print(f"step {ev['step']}: held-out variance_explained {ev['variance_explained']:.4f} "
+                      f"l0 {ev['l0']:.1f} mse {ev['mse']:.4g} dead {ev['dead']}", flush=True)
+            elif ev["event"] == "start":
+                print(f"training a {ev['architecture']} dictionary of {ev['d_sae']} features on {ev['hook']} "
+                      f"({ev['tokens']:,} tokens, {ev['heldout_tokens']:,} held out), to {ev['out']}", flush=True)
+
+    summary, _ = train_sae(cfg, loaded, args.out, on_event=on_event, control=control)
+    print(json.dumps({"step": summary.get("step"), "mse": summary.get("mse"), "l0": summary.get("l0"),
+                      "variance_explained": summary.get("variance_explained"), "dead": summary.get("dead"),
+                      "out": args.out}), flush=True)
+    return 0

@@ -1,0 +1,114 @@
+"""`python -m desktop_app features` and `train --task sae` (issue 29)."""
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from desktop_app.cli import main
+from desktop_app.core.checkpoints import load_model_folder
+from desktop_app.core.features import SparseDictionary, attach, feature_activations, load_dictionary, save_dictionary
+from desktop_app.paths import resources_dir
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+DEMO = str(resources_dir() / "demo-model")
+
+
+@pytest.fixture(scope="module")
+def sae(tmp_path_factory):
+    g = torch.Generator().manual_seed(0)
+    folder = tmp_path_factory.mktemp("d") / "sae"
+    save_dictionary(SparseDictionary(torch.randn(128, 64, generator=g) * 0.1, torch.randn(64, generator=g) * 0.1,
+                                     torch.randn(64, 128, generator=g) * 0.1, torch.zeros(128),
+                                     hook="blocks.2.hook_resid_post"), folder)
+    return folder
+
+
+def _last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_features_writes_every_activation_and_says_l0_and_variance_explained(sae, tmp_path, capsys):
+    out = tmp_path / "f.npz"
+    assert main(["features", DEMO, "--sae", str(sae), "--text", "Alice was very tired", "--out", str(out)]) == 0
+    said = _last_json(capsys.readouterr().out)
+    loaded = load_model_folder(DEMO)
+    ids = loaded.tokenizer.encode("Alice was very tired")
+    run = feature_activations(loaded.model, ids, [attach(load_dictionary(sae), loaded.config)])[0]
+    with np.load(out, allow_pickle=False) as z:
+        assert z["acts"].dtype == np.float32 and z["acts"].shape == (len(ids), 64)
+        np.testing.assert_allclose(z["acts"], run.acts.numpy(), rtol=1e-6, atol=1e-7)
+        assert z["ids"].tolist() == ids
+    assert said["hook"] == "blocks.2.hook_resid_post"
+    assert said["l0"] == pytest.approx(run.mean_l0) and said["variance_explained"] == pytest.approx(run.variance_explained)
+    # the output-file rule: refused without --overwrite, the file kept
+    before = out.read_bytes()
+    assert main(["features", DEMO, "--sae", str(sae), "--ids", "1,2,3", "--out", str(out)]) == 2
+    assert "exists; pass --overwrite" in capsys.readouterr().err and out.read_bytes() == before
+    assert main(["features", DEMO, "--sae", str(sae), "--ids", "1,2,3", "--out", str(out), "--overwrite"]) == 0
+
+
+def test_top_contexts_csv(sae, tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text((resources_dir() / "demo-text.txt").read_text(encoding="utf-8")[:3000], encoding="utf-8")
+    out = tmp_path / "top.csv"
+    assert main(["features", DEMO, "--sae", str(sae), "--top-contexts", str(text), "--feature", "3", "--top", "5",
+                 "--window", "64", "--csv", str(out)]) == 0
+    said = _last_json(capsys.readouterr().out)
+    rows = list(csv.reader(out.open(encoding="utf-8")))
+    assert rows[0] == ["rank", "activation", "token_index", "token", "left", "right"]
+    assert len(rows) == 6 and said["rows"] == 5 and said["feature"] == 3
+    acts = [float(r[1]) for r in rows[1:]]
+    assert acts == sorted(acts, reverse=True)
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--ids", "1,2"], "give --out F.npz"),
+    (["--top-contexts", "nowhere.txt", "--csv", "x.csv"], "--top-contexts needs --feature K and --csv"),
+    (["--ids", "1,2", "--out", "x.npz", "--feature", "2"], "--csv and --feature go with --top-contexts"),
+])
+def test_wrong_combinations_are_one_line(sae, tmp_path, capsys, monkeypatch, argv, expected):
+    monkeypatch.chdir(tmp_path)
+    assert main(["features", DEMO, "--sae", str(sae), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert expected in err and len(err.splitlines()) == 1
+
+
+def test_a_bad_dictionary_folder_is_one_line(tmp_path, capsys):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "cfg.json").write_text("{}", encoding="utf-8")
+    assert main(["features", DEMO, "--sae", str(tmp_path / "bad"), "--ids", "1", "--out", str(tmp_path / "o.npz")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tmp_path / "bad") in err and "neither" in err
+
+
+def test_train_task_sae_saves_a_dictionary_the_features_command_reads(tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text((resources_dir() / "demo-text.txt").read_text(encoding="utf-8")[:4000], encoding="utf-8")
+    out = tmp_path / "sae"
+    argv = ["train", "--task", "sae", "--model", DEMO, "--hook", "blocks.1.hook_mlp_out", "--text-file", str(text),
+            "--d-sae", "64", "--k", "8", "--steps", "20", "--batch-size", "64", "--eval-every", "10", "--jsonl",
+            "--out", str(out)]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    events = [json.loads(line) for line in lines[:-1]]
+    assert {"start", "step", "eval", "done"} <= {e["event"] for e in events}
+    summary = json.loads(lines[-1])
+    assert summary["l0"] <= 8 and summary["step"] == 20
+    assert load_dictionary(out).hook == "blocks.1.hook_mlp_out"
+    assert main(argv) == 2  # the folder holds the app's earlier output: refused without --overwrite
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["features", DEMO, "--sae", str(out), "--ids", "1,2,3", "--out", str(tmp_path / "a.npz")]) == 0
+    assert _last_json(capsys.readouterr().out)["l0"] <= 8
+
+
+def test_train_task_sae_needs_its_model_and_text(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--task", "sae", "--text-file", "x.txt", "--steps", "1", "--out", "o"]) == 2
+    assert "needs --model" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # argparse's refusal, from the flag's declared range
+        main(["train", "--task", "sae", "--model", DEMO, "--steps", "1", "--out", "o", "--d-sae", "0"])
+    assert refused.value.code == 2 and "argument --d-sae" in capsys.readouterr().err

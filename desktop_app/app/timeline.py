@@ -5,7 +5,8 @@ each kept step. Here is what a front end computes over them; the timeline UI and
 scrub` share it. Qt-free; run it in a worker (it loads one model per step), with a JobControl to stop it.
 
     METRICS                                the per-head metrics (core.analysis.HEAD_SCORES): induction,
-                                           prev-token, entropy, distance
+                                           prev-token, entropy, distance; and weight-norm, per layer: the
+                                           Frobenius norm of all of a block's parameters (head -1 in rows)
     probe_sequences(config, run_cfg, n, seed) -> (ids [n, T], period)
                                            the sequences they are measured on: a random half repeated (the
                                            induction task's data: its symbols and length for a run of that
@@ -28,11 +29,13 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import torch
 
 from ..core.analysis import HEAD_SCORES, head_scores, repeated_sequences
 from ..core.training.timeline import Timeline, describe_steps, kept_steps, step_folder
 
-METRICS = tuple(HEAD_SCORES)
+WEIGHT_NORM = "weight-norm"
+METRICS = tuple(HEAD_SCORES) + (WEIGHT_NORM,)
 COLUMNS = ("step", "layer", "head", "value")
 MAX_PERIOD = 32
 
@@ -69,25 +72,32 @@ class Scrub:
     steps: list[int]
     values: np.ndarray  # [steps, layers, heads]
     timeline: Timeline
-    period: int
+    period: int | None  # None for weight-norm (no sequences)
     sequences: int
 
+    @property
+    def per_head(self) -> bool:
+        return self.metric != WEIGHT_NORM
+
     def rows(self) -> list[tuple[int, int, int, float]]:
-        return [(s, l, h, float(self.values[i, l, h])) for i, s in enumerate(self.steps)
+        """(step, layer, head, value); head -1 for a whole layer's value (weight-norm)."""
+        return [(s, l, h if self.per_head else -1, float(self.values[i, l, h])) for i, s in enumerate(self.steps)
                 for l in range(self.values.shape[1]) for h in range(self.values.shape[2])]
 
     def best_head(self) -> tuple[int, int]:
-        """(layer, head) with the highest value at the last step."""
+        """(layer, head) with the highest value at the last step (head -1 for weight-norm)."""
         layer, head = np.unravel_index(int(np.argmax(self.values[-1])), self.values.shape[1:])
-        return int(layer), int(head)
+        return int(layer), int(head) if self.per_head else -1
 
     def summary(self) -> dict:
         layer, head = self.best_head()
-        series = self.values[:, layer, head]
+        series = self.values[:, layer, max(head, 0)]
         curve = self.timeline.curve
         return {
-            "run": str(self.run_dir), "metric": self.metric, "what": HEAD_SCORES[self.metric][0],
-            "steps": self.steps, "layers": int(self.values.shape[1]), "heads": int(self.values.shape[2]),
+            "run": str(self.run_dir), "metric": self.metric,
+            "what": HEAD_SCORES[self.metric][0] if self.per_head else "Frobenius norm of each block's parameters",
+            "steps": self.steps, "layers": int(self.values.shape[1]),
+            "heads": int(self.values.shape[2]) if self.per_head else None,
             "rows": int(self.values.size), "sequences": self.sequences, "period": self.period,
             "deleted": [k.step for k in self.timeline.missing()],
             "best": {"layer": layer, "head": head, "first": float(series[0]), "last": float(series[-1]),
@@ -105,6 +115,15 @@ def halfway_step(steps, values) -> int | None:
     mid = (v[0] + v[-1]) / 2
     past = (v >= mid) if v[-1] > v[0] else (v <= mid)
     return int(steps[int(np.argmax(past))])
+
+
+def block_norms(model) -> np.ndarray:
+    """[layers]: the Frobenius norm of all the parameters of each block (core.training.trainer.layer_groups)."""
+    from ..core.training.trainer import layer_groups
+
+    groups = layer_groups(model)
+    return np.array([float(torch.sqrt(sum((p.detach().double() ** 2).sum() for p in groups[f"blocks.{l}"])))
+                     for l in range(model.cfg.n_layers)])
 
 
 def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, device: str = "cpu",
@@ -133,6 +152,11 @@ def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, 
         if control is not None:
             control.check()
         loaded = load_model_folder(k.path, device=device)
+        if metric == WEIGHT_NORM:
+            values.append(block_norms(loaded.model)[:, None])
+            if on_step is not None:
+                on_step(i + 1, len(steps), k.step)
+            continue
         if ids is None:
             ids, period = probe_sequences(loaded.config, run_cfg, sequences, seed)
         loaded.model.eval()

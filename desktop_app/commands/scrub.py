@@ -1,4 +1,4 @@
-"""`python -m desktop_app scrub RUN_DIR --metric induction|prev-token|entropy|distance --csv OUT.csv`
+"""`python -m desktop_app scrub RUN_DIR --metric induction|prev-token|entropy|distance|weight-norm --csv OUT.csv`
 
 A per-head metric at every step a training run kept (`train --keep-every K`; app.timeline.scrub): one CSV
 row per kept step, layer and head (columns step, layer, head, value), written atomically, the run's own
@@ -21,7 +21,8 @@ def add_parser(sub) -> None:
     p.add_argument("--metric", choices=METRICS, required=True,
                    help="induction: attention to the token after the earlier occurrence of the current one, on "
                         "a random half repeated; prev-token: attention to the previous token; entropy (nats); "
-                        "distance: mean attention distance (tokens)")
+                        "distance: mean attention distance (tokens); weight-norm: the Frobenius norm of each "
+                        "block's parameters (one row per layer, head -1)")
     p.add_argument("--csv", required=True, help="output CSV (columns step, layer, head, value)")
     p.add_argument("--sequences", type=int_in(1, 4096), default=32, help="random sequences averaged over (default 32)")
     p.add_argument("--seed", type=seed, default=0, help="seed of the sequences (the same at every step)")

@@ -104,3 +104,22 @@ def test_every_command_taking_a_model_has_step():
     assert {"info", "trace", "generate", "render", "lipschitz", "attribute", "patch"} <= with_model
     for name in with_model:
         assert any("--step" in a.option_strings for a in sub.choices[name]._actions), name
+
+
+def test_scrub_weight_norms_one_row_per_step_and_layer(run, tmp_path, capsys):
+    import torch
+
+    from desktop_app.core.checkpoints import load_model_folder
+    from desktop_app.core.training.timeline import step_folder
+
+    out = tmp_path / "w.csv"
+    assert main(["scrub", str(run), "--metric", "weight-norm", "--csv", str(out)]) == 0
+    summary = _last_json(capsys.readouterr().out)
+    with open(out, newline="") as f:
+        body = list(csv.reader(f))[1:]
+    assert [(int(r[0]), int(r[1]), int(r[2])) for r in body] == [(s, l, -1) for s in (0, 4, 8, 10) for l in range(2)]
+    for r in body:
+        model = load_model_folder(step_folder(run, int(r[0]))).model
+        block = [p for n, p in model.named_parameters() if n.startswith(f"blocks.{r[1]}.")]
+        assert float(r[3]) == pytest.approx(float(torch.sqrt(sum((p.detach().double() ** 2).sum() for p in block))), rel=1e-9)
+    assert summary["heads"] is None and summary["best"]["head"] == -1

@@ -202,6 +202,8 @@ class Keeper:
         the bound, and the last step that fits under it (None when all do)."""
         if not self.active:
             return None
+        if self.sizes:  # a resumed run: what its last kept folder took, not an estimate
+            estimate = self.sizes[max(self.sizes, key=step_of)]
         self.each = estimate
         steps = [s for s in kept_schedule(self.every, self.spacing, end, start) if step_name(s) not in self.listed]
         room = int(max(self.max_bytes - self.kept_bytes(), 0) // max(estimate, 1))

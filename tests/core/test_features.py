@@ -340,6 +340,16 @@ def test_training_emits_metrics_and_saves_saelens_format(demo, tmp_path):
     assert summary["l0"] == pytest.approx(events[-2]["l0"])
 
 
+def test_a_topk_transcoder_is_refused_before_training(demo, tmp_path):
+    from desktop_app.core.training.sae import SaeTrainConfig, train_sae
+
+    cfg = SaeTrainConfig(text_file=str(resources_dir() / "demo-text.txt"), hook="blocks.1.hook_resid_mid",
+                         hook_out="blocks.1.hook_mlp_out", architecture="topk", steps=1)
+    with pytest.raises(ValueError, match="no TopK transcoder"):
+        train_sae(cfg, demo, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_a_dictionary_trained_on_the_demo_model_explains_80_percent_at_l0_32(demo, tmp_path):
     """The issue's figure: TopK (k = 32, 512 features) on layer 2's residual stream (blocks.2.hook_resid_post)

@@ -213,3 +213,15 @@ def test_saelens_loads_a_dictionary_trained_here(tmp_path):
         assert float(theirs.abs().sum()) > 0
         _close(run.acts, theirs, f"{arch} trained here, read by SAELens")
         _close(load_dictionary(out).decode(run.acts), sae.decode(theirs), f"{arch}: decode")
+    # a transcoder trained here (MLP input -> MLP output): SAELens reads it as one, with the same features
+    out = tmp_path / "transcoder"
+    train_sae(SaeTrainConfig(text_file=str(text), hook="blocks.1.ln2.hook_normalized", hook_out="blocks.1.hook_mlp_out",
+                             architecture="relu", l1_coefficient=0.5, d_sae=64, steps=20, batch_size=64), loaded, out)
+    sae = SAE.load_from_disk(out)
+    assert type(sae).__name__ == "Transcoder" and sae.cfg.metadata.hook_name_out == "blocks.1.hook_mlp_out"
+    run = features_on(loaded, IDS, [open_dictionary(out, loaded)])[0]
+    _, trace = loaded.model.run_with_trace(torch.tensor([IDS]), names=["blocks.1.mlp.input"])
+    with torch.no_grad():
+        theirs = sae.encode(trace["blocks.1.mlp.input"][0])
+    _close(run.acts, theirs, "transcoder trained here, read by SAELens")
+    _close(run.recon, sae.decode(theirs), "transcoder: decode")

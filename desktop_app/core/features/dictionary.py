@@ -399,6 +399,8 @@ def saelens_cfg(d: SparseDictionary, model_name: str = "", context_size: int | N
     arch = d.architecture
     if d.is_transcoder:
         skip = "skip_" if d.W_skip is not None else ""
+        if arch not in ("standard", "jumprelu"):
+            raise ValueError(f"SAELens' format has no {arch} transcoder (standard or JumpReLU only)")
         arch = {"standard": f"{skip}transcoder", "jumprelu": f"jumprelu_{skip}transcoder"}[arch]
     cfg = {"architecture": arch, "d_in": d.d_in, "d_sae": d.d_sae, "dtype": "float32", "device": "cpu",
            "apply_b_dec_to_input": d.apply_b_dec_to_input, "normalize_activations": d.normalize_activations,

@@ -11,6 +11,8 @@ Architectures:
     topk   acts = relu of the k largest pre-activations; loss = |x - x_hat|^2 (summed over d, mean over tokens)
     relu   acts = relu(pre); loss = |x - x_hat|^2 + l1_coefficient x sum_i acts_i |W_dec_i| (SAELens' standard
            SAE, its L1 scaled by the decoder norms)
+A transcoder (`hook_out` given: it reads `hook` and reconstructs `hook_out`) trains with relu only (SAELens'
+format has no TopK transcoder); its input is not centred by b_dec.
 Adam, a linear warmup over the first 5% of steps, shuffled tokens. Events (plain dicts, like the
 trainer's): "start", "step" every log_every steps (loss, mse, l0, variance_explained on the batch,
 dead: features that have not fired in the last DEAD_STEPS steps, lr), "eval" every eval_every steps and
@@ -77,6 +79,8 @@ class SaeTrainConfig:
             value = getattr(self, key)
             if not isinstance(value, int) or value < lo:
                 return f"{key} must be an integer >= {lo}, got {value!r}"
+        if self.hook_out and self.architecture == "topk":
+            return "a transcoder (hook_out) trains with architecture relu: SAELens' format has no TopK transcoder"
         if self.architecture == "topk" and self.k > self.d_sae:
             return f"k ({self.k}) must be at most d_sae ({self.d_sae})"
         if not (math.isfinite(self.lr) and self.lr > 0):

@@ -81,7 +81,9 @@ def train_command() -> list[str]:
 class TrainingRun(QObject):
     """One training process at a time, and what it said: its events, whether it wrote a checkpoint."""
 
-    event = Signal(dict)  # each JSON-lines event of the process, as it is read
+    # each JSON-lines event of the process, as it is read: a Python object, not Signal(dict), which hands slots a
+    # QVariantMap copy with its keys sorted (the gradient-norm legend would lose the layers' order)
+    event = Signal(object)
     ended = Signal(str)  # the process ended: "" when it said why itself, else one line saying how
     failed_to_start = Signal()
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 @pytest.mark.slow  # three processes importing torch (two transformers too): ~30 s on a busy 2-core machine
 def test_bench_scale_on_the_tiny_shape_prints_every_figure_as_one_json_line(capsys):
     pytest.importorskip("transformers")
-    assert main(["bench", "scale", "--shape", "tiny", "--tokens", "24", "--new", "3"]) == 0
+    assert main(["bench", "scale", "--shape", "tiny", "--tokens", "24", "--new", "3", "--repeat", "1"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     r = json.loads(out[-1])
     assert r["name"] == "scale" and r["shape"] == "tiny" and r["tokens"] == 24 and r["device"] == "cpu"

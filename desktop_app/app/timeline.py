@@ -21,6 +21,13 @@ scrub` share it. Qt-free; run it in a worker (it loads one model per step), with
                                            the training loss fell past halfway (a phase change shows both
                                            together)
     open_step(run_dir, step, **kw)         the LoadedModel of a step (KeptStepError, one line, if not there)
+
+For the GUI's timeline (the step slider, the Train panel's loss curve):
+    run_of(path) -> (run_dir, step) | None the run a model folder belongs to (a run folder: its checkpoint's
+                                           step; a kept step's folder: that step), None for other folders
+    timeline_of(path) -> (Timeline, step) | None   that run's timeline, when it kept steps to scrub
+    nearest_step(steps, x) -> int          the kept step nearest to step x (a click on a loss curve)
+    StepCache                              the last few steps' models opened, bounded (see its docstring)
 """
 from __future__ import annotations
 
@@ -32,7 +39,8 @@ import numpy as np
 import torch
 
 from ..core.analysis import HEAD_SCORES, head_scores, repeated_sequences
-from ..core.training.timeline import Timeline, describe_steps, kept_steps, step_folder
+from ..core.training.timeline import (KEPT_DIR, STATE_FILE, KeptStepError, Timeline, describe_steps, kept_steps,
+                                      model_bytes, step_folder, step_of)
 
 WEIGHT_NORM = "weight-norm"
 METRICS = tuple(HEAD_SCORES) + (WEIGHT_NORM,)
@@ -164,3 +172,81 @@ def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, 
         if on_step is not None:
             on_step(i + 1, len(steps), k.step)
     return Scrub(run_dir, metric, [k.step for k in steps], np.stack(values), timeline, period, sequences)
+
+
+# -- the GUI's timeline ---------------------------------------------------------------------------
+
+
+def run_of(path: str | Path | None) -> tuple[Path, int | None] | None:
+    """(run folder, step) when `path` is a training run folder (step None: its own checkpoint's) or a kept
+    step's folder inside one (RUN/checkpoints/step-NNNNNN: that step); None for any other folder. Only
+    names and one file's presence are looked at (cheap enough for the UI thread)."""
+    if path is None:
+        return None
+    path = Path(path)
+    step = step_of(path.name)
+    if step is not None and path.parent.name == KEPT_DIR and (path.parent.parent / STATE_FILE).is_file():
+        return path.parent.parent, step
+    if (path / STATE_FILE).is_file():
+        return path, None
+    return None
+
+
+def timeline_of(path: str | Path | None) -> tuple[Timeline, int] | None:
+    """(the run's timeline, the step `path` holds) when `path` is a run folder or a kept step's folder of a
+    run that kept at least two steps still there (something to scrub); else None. Reads the run's
+    manifest and metrics: call it in a worker."""
+    run = run_of(path)
+    if run is None:
+        return None
+    try:
+        tl = kept_steps(run[0])
+    except KeptStepError:
+        return None
+    if len(tl.openable()) < 2:
+        return None
+    return tl, run[1] if run[1] is not None else tl.latest_step
+
+
+def nearest_step(steps: list[int], x: float) -> int:
+    """The step of `steps` (not empty) nearest to `x`; the earlier one on a tie."""
+    return min(steps, key=lambda s: (abs(s - x), s))
+
+
+class StepCache:
+    """The models of the last few steps opened, newest last, so that scrubbing back and forth over nearby
+    steps (or Play run again) shows them at once instead of loading each again.
+
+    Bounded by count and by bytes: each entry is a whole copy of a model's weights in memory beside the
+    one on show. A run trained here is small (a few MB a step), so MOST steps are kept; a run of a
+    larger model is held to MAX_BYTES in all, at least the newest one (the model on show). Keys are what
+    decides the tensors: (folder, device, dtype)."""
+
+    MOST = 8
+    MAX_BYTES = 512 * 2**20
+
+    def __init__(self, most: int = MOST, max_bytes: int = MAX_BYTES) -> None:
+        self.most, self.max_bytes = most, max_bytes
+        self._items: list[tuple[tuple, object, int]] = []  # (key, LoadedModel, bytes), oldest first
+
+    def get(self, key: tuple):
+        for i, (k, loaded, size) in enumerate(self._items):
+            if k == key:
+                self._items.append(self._items.pop(i))  # now the most recently used
+                return loaded
+        return None
+
+    def put(self, key: tuple, loaded) -> None:
+        self._items = [it for it in self._items if it[0] != key]
+        self._items.append((key, loaded, model_bytes(loaded.model)))
+        while len(self._items) > 1 and (len(self._items) > self.most or self.bytes() > self.max_bytes):
+            self._items.pop(0)
+
+    def bytes(self) -> int:
+        return sum(size for _, _, size in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        self._items.clear()

@@ -124,10 +124,13 @@ class MainWindow(QMainWindow):
         self.tabs.currentChanged.connect(self._on_tab_changed)
         from .widgets.intervention_strip import InterventionStrip
         self.intervention_strip = InterventionStrip(state)  # the active what-if edits, over every panel
+        from .widgets.timeline_bar import TimelineBar
+        self.timeline_bar = TimelineBar(state)  # a training run's kept steps (shown only for such a run)
         central = QWidget()
         column = QVBoxLayout(central)
         column.setContentsMargins(0, 0, 0, 0)
         column.setSpacing(0)
+        column.addWidget(self.timeline_bar)
         column.addWidget(self.intervention_strip)
         column.addWidget(self.tabs, 1)
         self.setCentralWidget(central)

@@ -141,6 +141,12 @@ class AppState(QObject):
         self.image_source = ""
         self.key = InputKey()  # what the model, input and edits are now (see InputKey)
         self.loading: str | None = None  # the model folder open_model is loading, until it arrives or fails
+        # The timeline (open_step): the last steps' models opened (app.timeline.StepCache, bounded there),
+        # the step asked for last (run folder, step, cache key; None once another model is opened) and its load.
+        from ..app.timeline import StepCache
+        self.step_cache = StepCache()
+        self._wanted_step: tuple | None = None
+        self._step_job = None
 
     # -- results: the one place that says whether a result is still current ------------------
     def _advance(self, *parts: str) -> None:
@@ -170,6 +176,7 @@ class AppState(QObject):
         self.busy_changed.emit(True, f"Loading {path}…")
         device, text = self.device, self.text
         self.loading = str(path)
+        self._wanted_step = None  # a step still loading for the timeline must not replace this model
 
         def done(result: tuple[LoadedModel, tuple[str, str] | None]) -> None:
             loaded, sample = result
@@ -191,6 +198,60 @@ class AppState(QObject):
             self.model_load_failed.emit(str(exc))
 
         return run_job(_load, str(path), device, self.dtype, text, on_result=done, on_error=failed)
+
+    def open_step(self, run_dir: str | Path, step: int) -> None:
+        """Put every panel on the model of the training run `run_dir` at its kept `step` (the timeline):
+        the step's folder opened in a worker as open_model does, or taken from step_cache; set_model then
+        traces the same text again. While a step loads, the steps asked for meanwhile are coalesced: only
+        the last one asked is loaded next. A step not kept or deleted: model_load_failed, one line."""
+        from ..core.training.timeline import KeptStepError, step_folder
+
+        try:
+            folder = step_folder(run_dir, step)
+        except KeptStepError as exc:
+            self.model_load_failed.emit(str(exc))
+            return
+        key = (str(folder), self.device, self.dtype)
+        self._wanted_step = (run_dir, step, key)
+        if self.loaded is not None and self.loaded.path == Path(folder):
+            return  # on show already (a step still loading, asked for before, is dropped: no longer wanted)
+        cached = self.step_cache.get(key)
+        if cached is not None:
+            if cached is not self.loaded:
+                self.set_model(cached)
+            return
+        if self._step_job is not None and not self._step_job.done:
+            return  # its end loads the step wanted then
+        self.busy_changed.emit(True, f"Loading step {step} of {run_dir}…")
+        device, text = self.device, self.text
+        self.loading = str(folder)
+
+        def ended() -> bool:
+            """Whether the step that ended is the one wanted now; if another is, it is loaded next."""
+            self._step_job = None
+            self.loading = None
+            self.busy_changed.emit(False, "")
+            wanted = self._wanted_step
+            if wanted is not None and wanted[2] != key:
+                self.open_step(*wanted[:2])
+            return wanted is not None and wanted[2] == key
+
+        def done(result: tuple[LoadedModel, tuple[str, str] | None]) -> None:
+            loaded, sample = result
+            self.step_cache.put(key, loaded)
+            if ended():
+                if sample is not None and self.text == text:
+                    self.text = sample[1]  # set_model traces it
+                self.set_model(loaded)
+                if self.device != device:  # the device was switched while this step was loading
+                    self._move_model(loaded, self.device, device)
+
+        def failed(exc: BaseException, tb: str) -> None:
+            if ended():
+                self._wanted_step = None
+                self.model_load_failed.emit(str(exc))
+
+        self._step_job = run_job(_load, str(folder), device, self.dtype, text, on_result=done, on_error=failed)
 
     def set_model(self, loaded: LoadedModel) -> None:
         new = loaded is not self.loaded

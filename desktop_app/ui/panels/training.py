@@ -66,6 +66,7 @@ class TrainingPanel(QWidget):
         self.plots_widget = self.plots  # what PNG and SVG exports draw: the four plots
         for name in PLOT_FIELDS:
             setattr(self, name, getattr(self.plots, name))
+        self.plots.loss_plot.scene().sigMouseClicked.connect(self._loss_clicked)  # the timeline (issue 30)
         self._build_live()
         layout = QHBoxLayout(self)
         scroll = QScrollArea()
@@ -248,6 +249,27 @@ class TrainingPanel(QWidget):
             self.status_label.setText(f"Could not load the checkpoint in {path}: {exc}")
 
         run_job(load_run_model, str(path), self.state.device, on_result=done, on_error=failed)
+
+    def _loss_clicked(self, ev) -> None:
+        """A click on the loss curve puts every panel on the model at the run's kept step nearest to it
+        (AppState.open_step; the timeline bar follows), also while the run trains."""
+        from ...app.timeline import nearest_step
+        from ...core.training.timeline import KeptStepError, kept_steps
+
+        vb = self.loss_plot.getPlotItem().vb
+        if self.out_dir is None or not vb.sceneBoundingRect().contains(ev.scenePos()):
+            return
+        try:
+            steps = [k.step for k in kept_steps(self.out_dir).openable()]
+        except KeptStepError as exc:  # no checkpoint written yet
+            self.status_label.setText(str(exc))
+            return
+        if not steps:
+            self.status_label.setText(f"{self.out_dir}: no kept step is there any more")
+            return
+        step = nearest_step(steps, vb.mapSceneToView(ev.scenePos()).x())
+        self.status_label.setText(f"Opening step {step} of {self.out_dir} in every panel…")
+        self.state.open_step(self.out_dir, step)
 
     # -- the run's events ------------------------------------------------------------------
     def _on_event(self, ev: dict) -> None:

@@ -1,0 +1,163 @@
+"""Issue 30, the GUI: a training run with kept checkpoints opens with a step slider under the menu bar;
+moving it (keys on the slider, a click on its loss curve, Play) puts every panel on the model at that step,
+the same text traced again; a click on the Train panel's loss curve opens the nearest kept step. A run
+without kept steps, or any other model: no bar."""
+from __future__ import annotations
+
+import pytest
+import torch
+from PySide6.QtCore import QPointF, Qt
+
+from desktop_app.core.checkpoints import load_model_folder
+from desktop_app.core.training import TrainConfig, train
+from desktop_app.core.training.timeline import step_folder
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
+
+MODEL = {"n_layers": 1, "n_heads": 2, "d_model": 16, "d_ff": 32}
+
+
+def _train(out, keep_every: int) -> None:
+    train(TrainConfig(task="induction", task_options={"length": 6, "symbols": 6}, model=dict(MODEL), lr=1e-2,
+                      schedule="constant", warmup_steps=0, batch_size=8, eval_every=100, checkpoint_every=100,
+                      log_every=1, keep_every=keep_every, steps=12), out)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A tiny GPT-2 trained 12 steps on the induction task, kept at 0, 4, 8 (and its checkpoint at 12)."""
+    out = tmp_path_factory.mktemp("timeline") / "run"
+    _train(out, keep_every=4)
+    return out
+
+
+def _same_weights(loaded, folder) -> bool:
+    ours, kept = loaded.model.state_dict(), load_model_folder(folder).model.state_dict()
+    return ours.keys() == kept.keys() and all(torch.equal(ours[k], kept[k]) for k in ours)
+
+
+def _window(qtbot, state):
+    from desktop_app.ui.main_window import MainWindow
+
+    window = MainWindow(state)
+    qtbot.addWidget(window)
+    window.show()
+    return window
+
+
+def _probabilities_of(folder, text):
+    """What the Model panel shows for `text` on the model in `folder`, computed here without the app."""
+    from desktop_app.app.tracing import trace_input
+    from desktop_app.ui.panels.model import token_probabilities
+
+    loaded = load_model_folder(folder)
+    enc, trace = trace_input(loaded, text, None)
+    return token_probabilities(trace["logits"][0], enc.ids)
+
+
+def _open_run(qtbot, state, window, run):
+    with qtbot.waitSignal(state.model_changed, timeout=60_000):
+        state.open_model(run)
+    qtbot.waitUntil(lambda: window.timeline_bar.isVisible(), timeout=30_000)
+    qtbot.waitUntil(lambda: state.trace is not None, timeout=30_000)
+
+
+def test_the_slider_puts_every_panel_on_the_model_at_that_step(qtbot, run, isolated_user_files):
+    from desktop_app.ui.state import AppState
+
+    state = AppState()
+    window = _window(qtbot, state)
+    bar = window.timeline_bar
+    _open_run(qtbot, state, window, run)
+    assert bar.steps == [0, 4, 8, 12] and bar.slider.value() == 3  # the run's own checkpoint, the last step
+    assert "step 12 of 12" in bar.step_label.text()
+    text, ids = state.text, list(state.token_ids)  # a sample of the induction task (set at the first open)
+    model_panel = window.panel("Model")
+
+    bar.slider.setFocus()
+    for key, step in ((Qt.Key.Key_Home, 0), (Qt.Key.Key_Right, 4), (Qt.Key.Key_End, 12), (Qt.Key.Key_Left, 8)):
+        before = state.key.model
+        qtbot.keyClick(bar.slider, key)
+        folder = step_folder(run, step)
+        qtbot.waitUntil(lambda: state.loaded.path == folder and state.key.model > before, timeout=60_000)
+        assert _same_weights(state.loaded, folder)  # exactly the weights kept at that step
+        assert state.text == text and state.token_ids == ids  # the same text, traced again
+        qtbot.waitUntil(lambda: model_panel.probabilities == pytest.approx(_probabilities_of(folder, text), abs=1e-6, nan_ok=True),
+                        timeout=30_000)
+        qtbot.waitUntil(lambda: bar.shown_step == step and f"step {step} of 12" in bar.step_label.text(),
+                        timeout=30_000)
+    # the steps are not all the same model (else the panels' check above could not fail)
+    assert _probabilities_of(step_folder(run, 0), text) != pytest.approx(_probabilities_of(run, text), abs=1e-6, nan_ok=True)
+
+    # back to a step opened before: from the cache, the same objects, no load
+    cached = state.step_cache.get((str(step_folder(run, 4)), state.device, state.dtype))
+    assert cached is not None
+    qtbot.keyClick(bar.slider, Qt.Key.Key_Left)
+    qtbot.waitUntil(lambda: state.loaded is cached, timeout=10_000)
+
+    # steps asked for faster than they load: the last one asked wins, none arriving late replaces it
+    state.step_cache.clear()
+    qtbot.keyClick(bar.slider, Qt.Key.Key_Home)
+    qtbot.keyClick(bar.slider, Qt.Key.Key_Right)
+    qtbot.keyClick(bar.slider, Qt.Key.Key_Right)
+    qtbot.waitUntil(lambda: state.loading is None and state.loaded.path == step_folder(run, 8), timeout=60_000)
+    qtbot.waitUntil(lambda: bar.shown_step == 8 and state.trace is not None, timeout=30_000)
+    assert state.loaded.path == step_folder(run, 8) and bar.slider.value() == 2
+    assert _same_weights(state.loaded, step_folder(run, 8))
+
+
+def test_a_click_on_the_bars_loss_curve_and_play(qtbot, run, isolated_user_files):
+    from desktop_app.ui.state import AppState
+
+    state = AppState()
+    window = _window(qtbot, state)
+    bar = window.timeline_bar
+    _open_run(qtbot, state, window, run)
+    x, y = bar.loss_curve.getData()
+    assert len(x) == 12 and len(bar.kept_marks.data) == 4  # the loss at every logged step, the kept ones marked
+    vb = bar.plot.getPlotItem().vb
+    pos = bar.plot.mapFromScene(vb.mapViewToScene(QPointF(3.6, float(y[3]))))
+    qtbot.mouseClick(bar.plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    qtbot.waitUntil(lambda: state.loaded.path == step_folder(run, 4) and bar.shown_step == 4, timeout=60_000)
+    assert bar.slider.value() == 1
+
+    qtbot.mouseClick(bar.play_button, Qt.MouseButton.LeftButton)
+    seen = []
+    qtbot.waitUntil(lambda: seen.append(bar.shown_step) or not bar.play_button.isChecked(), timeout=60_000)
+    assert bar.shown_step == 12 and 8 in seen and state.loaded.path == step_folder(run, 12)
+    assert bar.play_button.text() == "Play"
+
+
+def test_no_bar_for_a_run_without_kept_steps_nor_for_other_models(qtbot, tmp_path, run, isolated_user_files):
+    from desktop_app.ui.state import AppState
+
+    plain = tmp_path / "plain"
+    _train(plain, keep_every=0)
+    state = AppState()
+    window = _window(qtbot, state)
+    _open_run(qtbot, state, window, run)
+    with qtbot.waitSignal(state.model_changed, timeout=60_000):
+        state.open_model(plain)
+    qtbot.waitUntil(lambda: not window.timeline_bar.isVisible(), timeout=30_000)
+    qtbot.waitUntil(lambda: state.trace is not None and state.loaded.path == plain, timeout=30_000)
+    assert not window.timeline_bar.isVisible()
+
+
+def test_a_click_on_the_train_panels_loss_curve_opens_the_nearest_kept_step(qtbot, tmp_path, run,
+                                                                            isolated_user_files):
+    from desktop_app.ui.state import AppState
+
+    state = AppState()
+    window = _window(qtbot, state)
+    window.show_panel("Train")
+    panel = window.panel("Train")
+    panel.run.out_dir = run  # the run this panel trained (as its Start sets it)
+    panel.loss_plot.setXRange(0, 12, padding=0)
+    panel.loss_plot.setYRange(0, 2, padding=0)
+    vb = panel.loss_plot.getPlotItem().vb
+    pos = panel.loss_plot.mapFromScene(vb.mapViewToScene(QPointF(7.0, 1.0)))
+    qtbot.mouseClick(panel.loss_plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    qtbot.waitUntil(lambda: state.loaded is not None and state.loaded.path == step_folder(run, 8), timeout=60_000)
+    assert _same_weights(state.loaded, step_folder(run, 8))
+    assert "step 8" in panel.status_label.text()
+    qtbot.waitUntil(lambda: window.timeline_bar.isVisible() and window.timeline_bar.shown_step == 8, timeout=30_000)

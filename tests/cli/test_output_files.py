@@ -105,7 +105,7 @@ def test_every_command_writing_a_file_documents_the_rule():
     sub = next(a for a in build_parser()._actions if hasattr(a, "choices") and isinstance(a.choices, dict))
     writers = {name for name, p in sub.choices.items()
                if any(o in ("--out", "--csv") for a in p._actions for o in a.option_strings)} - {"train"}
-    assert writers == {"trace", "render", "lipschitz", "dynamics", "attribute", "patch"}
+    assert writers == {"trace", "render", "lipschitz", "dynamics", "attribute", "patch", "features", "scrub"}
     for name in writers:
         helps = [a.help for a in sub.choices[name]._actions if "--overwrite" in a.option_strings]
         assert helps == [OVERWRITE_HELP], name

@@ -28,6 +28,7 @@ For the GUI's timeline (the step slider, the Train panel's loss curve):
     timeline_of(path) -> (Timeline, step) | None   that run's timeline, when it kept steps to scrub
     nearest_step(steps, x) -> int          the kept step nearest to step x (a click on a loss curve)
     StepCache                              the last few steps' models opened, bounded (see its docstring)
+    scrub_metrics(run_dir, metrics, job)   scrub of several metrics (the plots across training): metric -> Scrub
 """
 from __future__ import annotations
 
@@ -250,3 +251,15 @@ class StepCache:
 
     def clear(self) -> None:
         self._items.clear()
+
+
+def scrub_metrics(run_dir: str | Path, metrics=tuple(HEAD_SCORES), job=None) -> dict[str, Scrub]:
+    """scrub() of each of `metrics` in turn (the GUI's plots across training): metric -> Scrub. `job` (a
+    core.jobs.JobControl) hears the progress over all of them and stops them between steps."""
+    out: dict[str, Scrub] = {}
+    for m, metric in enumerate(metrics):
+        def on_step(i: int, n: int, step: int, m: int = m, metric: str = metric) -> None:
+            if job is not None:
+                job.progress(m * n + i, len(metrics) * n, f"{metric}: step {step}")
+        out[metric] = scrub(run_dir, metric, control=job, on_step=on_step)
+    return out

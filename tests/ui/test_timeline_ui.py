@@ -161,3 +161,38 @@ def test_a_click_on_the_train_panels_loss_curve_opens_the_nearest_kept_step(qtbo
     assert _same_weights(state.loaded, step_folder(run, 8))
     assert "step 8" in panel.status_label.text()
     qtbot.waitUntil(lambda: window.timeline_bar.isVisible() and window.timeline_bar.shown_step == 8, timeout=30_000)
+
+
+def test_across_training_plots_each_heads_metrics_against_step_and_exports_them(qtbot, run, tmp_path, monkeypatch,
+                                                                                 isolated_user_files):
+    import csv
+
+    from PySide6.QtWidgets import QFileDialog, QToolButton
+
+    from desktop_app.app.timeline import scrub
+    from desktop_app.ui.state import AppState
+
+    state = AppState()
+    window = _window(qtbot, state)
+    _open_run(qtbot, state, window, run)
+    qtbot.mouseClick(window.timeline_bar.across_button, Qt.MouseButton.LeftButton)
+    across = window.timeline_bar.across
+    qtbot.addWidget(across)
+    qtbot.waitUntil(lambda: across.results is not None, timeout=60_000)
+    expected = scrub(run, "induction")
+    curves = across.plots["induction"].getPlotItem().listDataItems()
+    assert len(curves) == 2  # one layer, two heads
+    for head, curve in enumerate(curves):
+        xs, ys = curve.getData()
+        assert list(xs) == [0, 4, 8, 12]
+        assert ys == pytest.approx(expected.values[:, 0, head])
+
+    target = tmp_path / "across.csv"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(target), "")))
+    button = next(b for b in across.export_bar.findChildren(QToolButton) if b.text() == "Data")
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    rows = list(csv.reader(target.read_text().splitlines()))
+    assert rows[0] == ["metric", "step", "layer", "head", "value"]
+    assert len(rows) - 1 == 4 * 4 * 2  # metrics x steps x heads
+    induction = [r for r in rows[1:] if r[0] == "induction" and r[1] == "8" and r[3] == "1"]
+    assert float(induction[0][4]) == pytest.approx(float(expected.values[2, 0, 1]))

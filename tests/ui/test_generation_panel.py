@@ -460,7 +460,7 @@ def test_status_lens_and_strip_follow_the_current_step(qtbot):
     _click_step(qtbot, p, 2)
     node = p.session.current
     assert p.status.text().startswith("Step 2:")  # was: "Step 1: picked ..." kept
-    qtbot.waitUntil(lambda: p.lens_rows and p.tabs.tabText(0) == "Logit lens (step 2)", timeout=10_000)
+    qtbot.waitUntil(lambda: bool(p.lens_rows) and p.tabs.tabText(0) == "Logit lens (step 2)", timeout=10_000)
     assert p.lens_rows[-1].chosen_prob == pytest.approx(node.model_prob, rel=1e-4)
     assert p.strip.count() == n_prompt + 2
     _click(qtbot, p.back_button)

@@ -36,7 +36,7 @@ def test_special_tokens_shown_and_switched_off_in_the_model_panel(qtbot, model_d
     assert panel.special_check.isChecked() and panel.special_check.isEnabled()
 
     type_text(qtbot, state, panel, TEXT)
-    qtbot.waitUntil(lambda: chips(panel) and chips(panel)[0] == "[CLS]", timeout=30_000)
+    qtbot.waitUntil(lambda: bool(chips(panel)) and chips(panel)[0] == "[CLS]", timeout=30_000)
     assert state.token_ids == [tok.special_id("cls"), *bare, tok.special_id("sep")]
     assert chips(panel) == ["[CLS]", *tok.token_strings(bare), "[SEP]"]
     assert panel.special_label.text() == ("Special tokens added: [CLS] (start), [SEP] (end) — the tokenizer's "
@@ -59,7 +59,7 @@ def test_special_tokens_shown_and_switched_off_in_the_model_panel(qtbot, model_d
     assert not panel2.special_check.isChecked() and chips(panel2) == tok.token_strings(bare)
 
     qtbot.mouseClick(panel.special_check, LEFT, pos=panel.special_check.rect().center())
-    qtbot.waitUntil(lambda: chips(panel) and chips(panel)[0] == "[CLS]", timeout=30_000)
+    qtbot.waitUntil(lambda: bool(chips(panel)) and chips(panel)[0] == "[CLS]", timeout=30_000)
     assert app_settings.special_tokens_on() is True
 
 

@@ -177,6 +177,7 @@ class AppState(QObject):
         device, text = self.device, self.text
         self.loading = str(path)
         self._wanted_step = None  # a step still loading for the timeline must not replace this model
+        self.step_cache.clear()  # the timeline's steps cached: their memory is given back for this model
 
         def done(result: tuple[LoadedModel, tuple[str, str] | None]) -> None:
             loaded, sample = result

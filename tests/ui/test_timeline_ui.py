@@ -196,3 +196,47 @@ def test_across_training_plots_each_heads_metrics_against_step_and_exports_them(
     assert len(rows) - 1 == 4 * 4 * 2  # metrics x steps x heads
     induction = [r for r in rows[1:] if r[0] == "induction" and r[1] == "8" and r[3] == "1"]
     assert float(induction[0][4]) == pytest.approx(float(expected.values[2, 0, 1]))
+
+
+@pytest.mark.slow  # about 15 s: a training process of its own
+def test_a_click_on_the_loss_curve_while_the_run_trains_opens_a_step_it_kept(qtbot, tmp_path, monkeypatch,
+                                                                           isolated_user_files):
+    """A real run from the Train panel (its own process, keep every 20 steps): clicked while it trains."""
+    from desktop_app.ui.state import AppState
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the run's process: one thread for a tiny model
+    state = AppState()
+    window = _window(qtbot, state)
+    window.show_panel("Train")
+    panel = window.panel("Train")
+    panel.task.setCurrentText("sort")
+    panel.length.setValue(5)
+    panel.layers.setValue(1)
+    panel.heads.setValue(2)
+    panel.d_model.setValue(16)
+    panel.d_ff.setValue(32)
+    panel.context.setValue(16)
+    panel.steps.setValue(100_000)
+    panel.eval_every.setValue(1000)
+    panel.checkpoint_every.setValue(100_000)
+    panel.form._run_boxes["keep_every"].setValue(20)
+    panel.out_edit.setText(str(tmp_path / "runs"))
+    qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: sum(bool(e.get("kept")) for e in panel.events if e["event"] == "checkpoint") >= 2,
+                    timeout=90_000)
+    qtbot.waitUntil(lambda: panel.train_curve.getData()[0] is not None and panel.train_curve.getData()[0][-1] > 24,
+                    timeout=60_000)
+    assert panel.running
+    run = panel.out_dir
+    vb = panel.loss_plot.getPlotItem().vb
+    (x0, x1), (y0, y1) = vb.viewRange()
+    assert x0 < 18 < x1
+    pos = panel.loss_plot.mapFromScene(vb.mapViewToScene(QPointF(18.0, (y0 + y1) / 2)))
+    qtbot.mouseClick(panel.loss_plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    kept = run / "checkpoints" / "step-000020"
+    qtbot.waitUntil(lambda: state.loaded is not None and state.loaded.path == kept, timeout=60_000)
+    assert panel.running  # it was clicked while the run trained
+    assert _same_weights(state.loaded, kept)
+    qtbot.waitUntil(lambda: window.timeline_bar.isVisible() and window.timeline_bar.shown_step == 20, timeout=30_000)
+    qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not panel.running, timeout=60_000)

@@ -19,10 +19,10 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from .config import ConfigError, ModelConfig
-from .devices import DTYPES, choose_compute_dtype, resolve_dtype
+from .config import MAX_SIZES, ConfigError, ModelConfig
+from .devices import DTYPES, MemoryEstimateError, check_memory, choose_compute_dtype, resolve_dtype
 from .families import Family, Weight, family_for, family_of
-from .files import atomic_write_dir, interrupted_copy
+from .files import JsonFileError, atomic_write_dir, interrupted_copy, read_json
 from .model import Transformer, sinusoidal_table
 from .hf_layout import snapshot_repo_ref
 from .tokenizer import Tokenizer, TokenizerError, load_tokenizer_folder
@@ -59,11 +59,19 @@ def missing_tokenizer(folder: Path) -> str:
 # -- configs ---------------------------------------------------------------------------------
 
 
+_LAYER_KEYS = ("n_layer", "n_layers", "num_hidden_layers", "num_layers")  # the families' names for the layer count
+
+
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
     """ModelConfig from a config.json dictionary (ours or a Hugging Face one)."""
     if "auto_map" in d:
         raise ModelLoadError(path, "the config asks for custom model code ('auto_map'); this app never runs "
                                    "code from a model folder and reads only the families it knows")
+    for key in _LAYER_KEYS:  # before a family expands per-layer lists (layer_types) from the count
+        n = d.get(key)
+        if isinstance(n, int) and n > MAX_SIZES["n_layers"]:
+            raise ModelLoadError(path, f"invalid configuration: {key} {n:,} is beyond the {MAX_SIZES['n_layers']:,} "
+                                       f"layers this app supports (no real model comes near; the config is damaged)")
     try:
         if NATIVE_KEY in d:
             if not isinstance(d[NATIVE_KEY], dict):
@@ -191,17 +199,15 @@ def _from_hf(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: set[st
 
 def read_config(folder: Path) -> ModelConfig:
     path = folder / CONFIG
+    if path.is_dir():
+        raise ModelLoadError(path, "is a folder, not a file")
     if not path.is_file():
         raise ModelLoadError(folder, f"not a model folder: no {CONFIG}")
     check_links(folder, (CONFIG,))
     try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ModelLoadError(path, f"not UTF-8 text ({exc})") from exc
-    except json.JSONDecodeError as exc:
-        raise ModelLoadError(path, f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
-    except RecursionError:
-        raise ModelLoadError(path, "malformed config: JSON nested too deeply") from None
+        d = read_json(path)  # strict: a key given twice (n_layer 4, then 10**9) is refused by name
+    except JsonFileError as exc:
+        raise ModelLoadError(path, exc.problem) from None
     if not isinstance(d, dict):
         raise ModelLoadError(path, "malformed config: expected a JSON object")
     return config_from_hf(d, path)
@@ -245,6 +251,13 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         raise ModelLoadError(folder, "not a folder (open the folder that holds config.json)")
     check_links(folder)
     cfg = read_config(folder)
+    # the weights the config describes, before anything is built: a config edited to absurd sizes is
+    # refused with the estimate (the tensors' shapes are checked against it next, from their headers)
+    width = resolve_dtype(dtype if dtype not in (None, "auto") else cfg.dtype).itemsize
+    try:
+        check_memory(cfg.parameter_estimate() * width, "the model it describes", "for its weights", device)
+    except MemoryEstimateError as exc:
+        raise ModelLoadError(folder / CONFIG, str(exc)) from None
     files = weight_files(folder)
     _check_layer_count(cfg, files)
     handles: dict[Path, object] = {}

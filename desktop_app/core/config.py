@@ -33,6 +33,14 @@ DTYPES = ("float32", "bfloat16", "float16")
 # T x T, and a learned or sinusoidal position table of 1e8 elements is already 400 MB of float32.
 MAX_CONTEXT = 1 << 20
 MAX_POSITION_TABLE = 100_000_000
+# Upper bounds on every size and count, far above any real model (the largest have ~130 layers, widths
+# of ~20,000, vocabularies of ~260,000): a config beyond them is damaged or hostile, and refused before
+# anything is built (10**9 layers would build 10**9 Python blocks, even on the meta device).
+MAX_SIZES = {"n_layers": 1024, "n_heads": 4096, "n_kv_heads": 4096, "d_model": 1 << 17, "head_dim": 1 << 17,
+             "d_ff": 1 << 20, "vocab_size": 1 << 24, "type_vocab_size": 1 << 24, "sinkhorn_iters": 1000,
+             "position_offset": MAX_CONTEXT, "sliding_window": MAX_CONTEXT, "image_size": 1 << 16,
+             "patch_size": 1 << 16, "num_channels": 1024, "pooler_size": 1 << 17}
+MAX_PARAMETERS = 1 << 40  # ~1.1e12 weights (4 TB of float32); the machine's memory is checked at load
 
 
 class ConfigError(ValueError):
@@ -208,6 +216,11 @@ class ModelConfig:
                      "sinkhorn_iters"):
             value = getattr(self, name)
             check(is_int(value) and value > 0, f"{name} must be a positive integer, got {value!r}")
+        for name, most in MAX_SIZES.items():  # before any check that multiplies sizes
+            value = getattr(self, name)
+            if is_int(value) and value > most:
+                raise ConfigError(f"{name} {value:,} is beyond the {most:,} this app supports (no real model "
+                                  f"comes near; the config is damaged)")
         check(is_int(self.type_vocab_size) and self.type_vocab_size >= 0,
               f"type_vocab_size must be a non-negative integer, got {self.type_vocab_size!r}")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
@@ -291,6 +304,25 @@ class ModelConfig:
         check(not (self.parallel_residual or self.sandwich_norms) or self.norm_placement == "pre",
               "parallel_residual and sandwich_norms need norm_placement 'pre'")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
+        n = self.parameter_estimate()
+        check(n <= MAX_PARAMETERS, f"the config describes about {n:.3g} parameters, beyond the {MAX_PARAMETERS:.3g} "
+                                   f"this app supports")
+
+    def parameter_estimate(self) -> int:
+        """The number of weights this config describes, by arithmetic (nothing built): embeddings, position
+        table, attention and MLP matrices with their biases, norms, heads. Within a few per cent of
+        Transformer(cfg).num_parameters(); what a load checks against the machine's memory before building."""
+        d, dh, ff = self.d_model, self.d_head, self.d_ff
+        q, kv = self.n_heads * dh, self.n_kv_heads * dh
+        attn = d * (q + 2 * kv) + q * d + (q + 2 * kv + d) * bool(self.attention_bias)
+        mlp = d * ff * (3 if self.activation in GATED_ACTIVATIONS else 2) + (2 * ff + d) * bool(self.mlp_bias)
+        layer = attn + mlp + 4 * d + (4 * d if self.sandwich_norms else 0) + (4 * dh if self.qk_norm else 0)
+        embed = self.vocab_size * d if self.input_kind == "tokens" else self.num_channels * self.patch_size ** 2 * d + 2 * d
+        positions = (self.context_length + self.position_offset) * d if self.positions == "learned" else 0
+        head = self.vocab_size * d if self.lm_head and not (self.tie_embeddings and self.input_kind == "tokens") else 0
+        head += (d * d + 3 * d) if self.lm_head_kind == "mlm" else 0
+        return int(embed + positions + self.type_vocab_size * d + self.n_layers * layer + head + 4 * d
+                   + self.pooler_size * (d + 1))
 
     def layer_window(self, layer: int) -> int | None:
         """The sliding window of this layer (keys i - window < j <= i), or None for full attention."""

@@ -607,6 +607,55 @@ def strict_json(value):
     return value
 
 
+class JsonFileError(ValueError):
+    """A JSON file that cannot be read: one line naming the file and the problem ("PATH: problem")."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = Path(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    d: dict = {}
+    for key, value in pairs:
+        if key in d:
+            raise _DuplicateKey(key)
+        d[key] = value
+    return d
+
+
+def read_json(path: str | Path, text: str | None = None):
+    """The one strict reader of a JSON file the app did not just build itself (a model's config.json, a
+    run's trainer_state.json and metrics.json): the decoded value, or JsonFileError naming the file and
+    the problem in one line: unreadable, not UTF-8, malformed (line and column), nested too deeply, or
+    a key given twice in one object (which json.loads would silently resolve to the last one). `text`:
+    the file's contents when the caller has read them already."""
+    path = Path(path)
+    try:
+        if text is None:
+            text = path.read_bytes().decode("utf-8")
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except UnicodeDecodeError as exc:
+        raise JsonFileError(path, f"not UTF-8 text ({exc.reason}: byte 0x{exc.object[exc.start]:02x} at "
+                                  f"position {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise JsonFileError(path, f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except _DuplicateKey as exc:
+        raise JsonFileError(path, f"the key {exc.args[0]!r} appears twice in one object; which one is meant "
+                                  "is unclear (each key must appear once)") from None
+    except RecursionError:
+        raise JsonFileError(path, "JSON nested too deeply") from None
+    except IsADirectoryError:
+        raise JsonFileError(path, "is a folder, not a file") from None
+    except OSError as exc:
+        raise JsonFileError(path, f"cannot be read ({exc.strerror or exc})") from None
+
+
 # -- named output files and array files read in ------------------------------------------------
 
 
@@ -621,9 +670,16 @@ def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
     A new file is fine; an existing regular file only with `overwrite` (else OutputFileError "PATH
     exists; pass --overwrite to replace it"); a symbolic link, folder, device, pipe or socket never,
     even with `overwrite`: the write is atomic (a sibling renamed into place) and would replace the
-    link itself, or cannot replace a special file. Then prepare_output_file (leftovers, writable)."""
+    link itself, or cannot replace a special file. An empty name, or one ending in a separator ("out/":
+    a folder's name, which Path() would turn into a file "out"), is refused (OutputFileError) before
+    anything else. Then prepare_output_file (leftovers, writable)."""
     import stat
 
+    if str(path) == "":
+        raise OutputFileError("the output file name is empty: give a file name")
+    if isinstance(path, str) and path.endswith(tuple(filter(None, (os.sep, os.altsep)))):
+        # Path() would drop the separator and write a FILE of the folder's name
+        raise OutputFileError(f"{path} ends in {path[-1]!r}, so it names a folder: give a file name")
     path = Path(path)
     try:
         st = os.lstat(path)

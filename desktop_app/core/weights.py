@@ -106,6 +106,8 @@ def check_links(folder: Path, names: tuple[str, ...] | None = None) -> None:
 
 
 def safetensors_names(f: Path) -> list[str]:
+    if f.is_dir():  # safetensors would say "No such device (os error 19)"
+        raise ModelLoadError(f, "is a folder, not a file")
     try:
         with safe_open(str(f), framework="pt") as st:
             return list(st.keys())

@@ -44,7 +44,6 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from ..checkpoints import ModelLoadError, load_model_folder, new_model, save_model_folder
@@ -59,13 +58,12 @@ from .schedules import lr_at
 from .options import RUN_OPTIONS, settings_problem
 from .tasks import IGNORE, Batch, Task, make_task, task_names
 from .timeline import Keeper, model_bytes
+# the run's state files and their one checked reader (STATE_FILE ... re-exported: trainer.STATE_FILE)
+from .state import (FORMAT, METRICS_JSON, OPTIM_FILE, STATE_FILE, read_metrics, read_optimizer_tensors,
+                    read_step, read_trainer_state)
 
-STATE_FILE = "trainer_state.json"
-OPTIM_FILE = "optimizer.safetensors"
 RUN_FILE = "run_config.json"
-METRICS_JSON = "metrics.json"
 METRICS_CSV = "metrics.csv"
-FORMAT = 1
 SUMMARY_KEYS = ("train_loss", "train_accuracy", "val_loss", "val_accuracy")
 RUN_FILES = ("config.json", "model.safetensors", "tokenizer.json", OPTIM_FILE, STATE_FILE, RUN_FILE,
              METRICS_JSON, METRICS_CSV)  # what a checkpoint folder holds (recognises runs older than manifests)
@@ -424,19 +422,23 @@ def save_checkpoint(out_dir: Path, model: Transformer, task: Task, opt: torch.op
     }, extra_fill=extra_fill)
 
 
-def checkpoint_step(out_dir: str | Path) -> int | None:
-    """The step of the checkpoint in out_dir (or the app's own .old twin an interrupted checkpoint
-    left), None when there is none."""
+def checkpoint_folder(out_dir: str | Path) -> Path | None:
+    """The folder holding out_dir's checkpoint (out_dir, or the app's own .old twin an interrupted
+    checkpoint left), None when there is none (no trainer_state.json)."""
     for d in (Path(out_dir), interrupted_copy(out_dir)):
-        if d is None:
-            continue
-        f = d / STATE_FILE
-        if f.is_file():
-            try:
-                return int(json.loads(f.read_text())["step"])
-            except (ValueError, KeyError, json.JSONDecodeError):
-                return None
+        if d is not None and (d / STATE_FILE).is_file():
+            return d
     return None
+
+
+def checkpoint_step(out_dir: str | Path) -> int | None:
+    """The step of the checkpoint in out_dir (or its .old twin), None when there is none or its
+    trainer_state.json cannot be read (a resumed run says why: read_trainer_state)."""
+    d = checkpoint_folder(out_dir)
+    try:
+        return read_step(d) if d is not None else None
+    except ModelLoadError:
+        return None
 
 
 def read_run_config(out_dir: str | Path) -> TrainConfig:
@@ -501,7 +503,7 @@ def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[di
            control: JobControl | None, notes: list[str] = ()) -> dict:
     rank, world = _dist_info()
     is_main = rank == 0
-    if resume and checkpoint_step(out_dir) is None:  # never start over silently
+    if resume and checkpoint_folder(out_dir) is None:  # never start over silently
         raise ValueError(f"{out_dir}: no checkpoint to resume from; start a new run without --resume")
     if is_main:  # before the first step, not at the first checkpoint
         remove_leftovers(out_dir)
@@ -538,10 +540,12 @@ def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[di
         model = loaded.model
         model_cfg = loaded.config
         task = task_for(cfg, model_cfg.causal, tokenizer=loaded.tokenizer)
-        state = json.loads((ckpt_dir / STATE_FILE).read_text())
-        opt_tensors = st_load((ckpt_dir / OPTIM_FILE).read_bytes())
-        history = json.loads((ckpt_dir / METRICS_JSON).read_text())
-        start_step, elapsed_before = int(state["step"]), float(state.get("elapsed", 0.0))
+        checked = read_trainer_state(ckpt_dir)  # every field checked, naming the file and the field
+        state = {"step": checked.step, "elapsed": checked.elapsed, "optimizer": checked.optimizer,
+                 "scaler": checked.scaler}
+        opt_tensors = read_optimizer_tensors(ckpt_dir)
+        history = read_metrics(ckpt_dir)
+        start_step, elapsed_before = checked.step, checked.elapsed
     else:
         torch.manual_seed(cfg.seed)
         task = task_for(cfg, trains_causal(cfg))
@@ -567,9 +571,14 @@ def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[di
     gen = torch.Generator().manual_seed(cfg.seed)
     if state is not None:
         rng = {k: v for k, v in opt_tensors.items() if k.startswith("rng.")}
-        opt.load_state_dict(optimizer_state_from_tensors(
-            {k: v.to(device) for k, v in opt_tensors.items() if not k.startswith("rng.")}, state["optimizer"]))
-        _restore_rng(rng, gen)
+        try:  # shapes and groups that do not fit this model: torch's words, with the files named
+            opt.load_state_dict(optimizer_state_from_tensors(
+                {k: v.to(device) for k, v in opt_tensors.items() if not k.startswith("rng.")}, state["optimizer"]))
+            _restore_rng(rng, gen)
+        except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as exc:
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ModelLoadError(ckpt_dir / STATE_FILE, f"the optimiser state (with {OPTIM_FILE}) does not fit "
+                                                        f"this model: {why}") from None
         use_fused_step(opt)  # the saved groups carry the writing run's choice; this machine's applies
         # the saved groups carry the old hyper-parameters; the caller's apply from here on (lr is set per step)
         for g, decay in zip(opt.param_groups, (cfg.weight_decay, 0.0)):

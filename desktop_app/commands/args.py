@@ -26,3 +26,29 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but an unknown argument is refused by the subcommand that got it ("python -m
+        desktop_app generate: error: unrecognized arguments: --max-new-tokens 2 (did you mean --max-new?)
+        (see python -m desktop_app generate --help)"), not by the top parser with the top-level help."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._chosen(ns)._refuse_unknown(extras)
+        return ns
+
+    def _chosen(self, ns) -> "OneLineParser":
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                sub = action.choices.get(getattr(ns, action.dest, None))
+                if isinstance(sub, OneLineParser):
+                    return sub._chosen(ns)
+        return self
+
+    def _refuse_unknown(self, extras: list[str]) -> None:
+        import difflib
+
+        options = [s for a in self._actions for s in a.option_strings]
+        close = [m[0] for e in extras if e.startswith("--")
+                 for m in [difflib.get_close_matches(e.split("=", 1)[0], options, n=1, cutoff=0.6)] if m]
+        hint = f" (did you mean {', '.join(dict.fromkeys(close))}?)" if close else ""
+        self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")

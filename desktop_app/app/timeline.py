@@ -7,10 +7,11 @@ scrub` share it. Qt-free; run it in a worker (it loads one model per step), with
     METRICS                                the per-head metrics (core.analysis.HEAD_SCORES): induction,
                                            prev-token, entropy, distance; and weight-norm, per layer: the
                                            Frobenius norm of all of a block's parameters (head -1 in rows)
-    probe_sequences(config, run_cfg, n, seed) -> (ids [n, T], period)
-                                           the sequences they are measured on: a random half repeated (the
-                                           induction task's data: its symbols and length for a run of that
-                                           task, else up to 32 random ids of the vocabulary, twice)
+    probe_sequences(config, run_cfg, n, seed) -> (ids [n, T], period [n], start [n], (shortest, longest))
+                                           the sequences they are measured on: random halves of several
+                                           lengths, each repeated (the induction task's symbols and lengths
+                                           for a run of that task, else up to 32 random ids of the
+                                           vocabulary), so a fixed-offset head cannot score as induction
     scrub(run_dir, metric, ...) -> Scrub   the metric of every layer and head at every kept step still there
                                            (and the run's own latest checkpoint), the deleted steps named
     Scrub.values                           [steps, layers, heads]; Scrub.steps, Scrub.timeline (the steps'
@@ -39,7 +40,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..core.analysis import HEAD_SCORES, head_scores, repeated_sequences
+from ..core.analysis import HEAD_SCORES, head_scores, repeated_probe
 from ..core.training.timeline import (KEPT_DIR, STATE_FILE, KeptStepError, Timeline, describe_steps, kept_steps,
                                       model_bytes, step_folder, step_of)
 
@@ -50,21 +51,29 @@ MAX_PERIOD = 32
 
 
 def probe_sequences(config, run_cfg=None, n: int = 32, seed: int = 0):
-    """(ids [n, T], period) for the metrics of a model of `config` (a ModelConfig) trained by `run_cfg`
-    (a TrainConfig, or None): the induction task's own symbols and length for such a run, else a random
-    half of up to MAX_PERIOD ids of the vocabulary, repeated, within the context."""
+    """(ids [n, T], period [n], start [n], (shortest, longest)) for the metrics of a model of `config` (a
+    ModelConfig) trained by `run_cfg` (a TrainConfig, or None): core.analysis.repeated_probe's random halves
+    of several lengths, each repeated, ending at T (within the context): from the induction task's
+    min_length (else half its length) to its length, in its symbols, for such a run; else from a quarter to
+    half the context (at most MAX_PERIOD), in the vocabulary. Several lengths, so that a head looking a
+    fixed distance back does not pass for an induction head."""
     if run_cfg is not None and run_cfg.task == "induction":
         from ..core.training.tasks import DECLARED_TASKS
 
         defaults = DECLARED_TASKS["induction"].defaults
-        period = int(run_cfg.task_options.get("length") or defaults["length"])
+        longest = int(run_cfg.task_options.get("length") or defaults["length"])
+        shortest = int(run_cfg.task_options.get("min_length") or max(2, longest // 2))
         symbols = int(run_cfg.task_options.get("symbols") or defaults["symbols"])
+        length = min(2 * longest, config.context_length)
     else:
-        period, symbols = max(1, min(MAX_PERIOD, config.context_length // 2)), config.vocab_size
-    length = min(2 * period, config.context_length)
-    if length <= period:
+        longest, symbols = min(MAX_PERIOD, config.context_length // 2), config.vocab_size
+        shortest, length = max(1, longest // 2), min(2 * longest, config.context_length)
+    longest = min(longest, length // 2)
+    shortest = min(shortest, longest)
+    if longest < 1:
         raise ValueError(f"a context of {config.context_length} tokens is too short for sequences that repeat")
-    return repeated_sequences(n, period, symbols, seed, length), period
+    ids, period, start = repeated_probe(n, (shortest, longest), symbols, length, seed)
+    return ids, period, start, (shortest, longest)
 
 
 def open_step(run_dir: str | Path, step: int, **load_kw):
@@ -81,7 +90,7 @@ class Scrub:
     steps: list[int]
     values: np.ndarray  # [steps, layers, heads]
     timeline: Timeline
-    period: int | None  # None for weight-norm (no sequences)
+    period: tuple[int, int] | None  # the probe's (shortest, longest) repeat; None for weight-norm (no sequences)
     sequences: int
 
     @property
@@ -107,7 +116,8 @@ class Scrub:
             "what": HEAD_SCORES[self.metric][0] if self.per_head else "Frobenius norm of each block's parameters",
             "steps": self.steps, "layers": int(self.values.shape[1]),
             "heads": int(self.values.shape[2]) if self.per_head else None,
-            "rows": int(self.values.size), "sequences": self.sequences, "period": self.period,
+            "rows": int(self.values.size), "sequences": self.sequences,
+            "period": list(self.period) if self.period else None,
             "deleted": [k.step for k in self.timeline.missing()],
             "best": {"layer": layer, "head": head, "first": float(series[0]), "last": float(series[-1]),
                      "max": float(series.max()), "rise_step": halfway_step(self.steps, series)},
@@ -155,7 +165,7 @@ def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, 
         run_cfg = read_run_config(run_dir)
     except (ModelLoadError, ValueError, OSError):  # no readable run_config: the general sequences
         run_cfg = None
-    ids = period = None
+    ids = period = start = lengths = None
     values = []
     for i, k in enumerate(steps):
         if control is not None:
@@ -167,12 +177,12 @@ def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, 
                 on_step(i + 1, len(steps), k.step)
             continue
         if ids is None:
-            ids, period = probe_sequences(loaded.config, run_cfg, sequences, seed)
+            ids, period, start, lengths = probe_sequences(loaded.config, run_cfg, sequences, seed)
         loaded.model.eval()
-        values.append(head_scores(loaded.model, ids, metric, period))
+        values.append(head_scores(loaded.model, ids, metric, period, start))
         if on_step is not None:
             on_step(i + 1, len(steps), k.step)
-    return Scrub(run_dir, metric, [k.step for k in steps], np.stack(values), timeline, period, sequences)
+    return Scrub(run_dir, metric, [k.step for k in steps], np.stack(values), timeline, lengths, sequences)
 
 
 # -- the GUI's timeline ---------------------------------------------------------------------------

@@ -267,18 +267,32 @@ def mean_cosine_by_depth(trace: Trace, batch: int = 0) -> np.ndarray:
 # -- per-head scores (a model's heads through training: core.training.timeline, app.timeline) ----------
 
 
-def induction_score(pattern: np.ndarray, period: int) -> np.ndarray:
+def induction_score(pattern: np.ndarray, period, start=None) -> np.ndarray:
     """[..., T, T] attention on a sequence whose tokens repeat with `period` (its second part copies the
-    first): for each query i in the repeat (period <= i < T), the weight on the token right after the
-    earlier occurrence of its own token, i - period + 1; averaged over those queries (Olsson et al. 2022,
-    TransformerLens' induction head detector). 1.0 for a perfect induction head."""
+    first): for each query i in the repeat (start <= i < T; start defaults to the period), the weight on the
+    token right after the earlier occurrence of its own token, i - period + 1; averaged over those queries
+    (Olsson et al. 2022, TransformerLens' induction head detector). 1.0 for a perfect induction head.
+
+    `period` and `start` may also be one value per sequence ([n] arrays, the pattern [n, ..., T, T]): the
+    repeats of several lengths of repeated_probe, on which a head looking a fixed distance back cannot score."""
     p = np.asarray(pattern, dtype=np.float64)
     t = p.shape[-1]
-    if p.shape[-2] != t or not 1 <= period < t:
+    periods = np.atleast_1d(np.asarray(period, dtype=np.int64))
+    starts = periods if start is None else np.atleast_1d(np.asarray(start, dtype=np.int64))
+    if p.shape[-2] != t or (periods < 1).any() or (starts < periods).any() or (starts >= t).any():
         raise ValueError(f"an induction score needs a square pattern longer than its period, got {p.shape[-2:]} "
                          f"with period {period}")
-    rows = np.arange(period, t)
-    return p[..., rows, rows - period + 1].mean(-1)
+    if np.ndim(period) == 0 and (start is None or np.ndim(start) == 0):
+        rows = np.arange(int(starts[0]), t)
+        return p[..., rows, rows - int(periods[0]) + 1].mean(-1)
+    if p.ndim < 3 or len(periods) != p.shape[0] or len(starts) != p.shape[0]:
+        raise ValueError(f"one period and start per sequence: {len(periods)} periods for a pattern {p.shape}")
+    weights = np.zeros((p.shape[0], t, t))  # 1 / queries at (i, i - period + 1) of each sequence's repeat
+    for b, (per, st) in enumerate(zip(periods, starts)):
+        rows = np.arange(st, t)
+        weights[b, rows, rows - per + 1] = 1.0 / len(rows)
+    weights = weights.reshape((p.shape[0],) + (1,) * (p.ndim - 3) + (t, t))
+    return (p * weights).sum((-2, -1))
 
 
 def previous_token_score(pattern: np.ndarray) -> np.ndarray:
@@ -305,12 +319,12 @@ def attention_distance(pattern: np.ndarray) -> np.ndarray:
     return (p * d).sum(-1).mean(-1)
 
 
-# name -> (what it is, how it reads a [..., T, T] pattern and the sequences' period)
+# name -> (what it is, how it reads a [..., T, T] pattern and the sequences' period and repeat start)
 HEAD_SCORES = {
-    "induction": ("induction score", lambda p, period: induction_score(p, period)),
-    "prev-token": ("previous-token score", lambda p, period: previous_token_score(p)),
-    "entropy": ("attention entropy (nats)", lambda p, period: attention_entropy(p)),
-    "distance": ("mean attention distance (tokens)", lambda p, period: attention_distance(p)),
+    "induction": ("induction score", lambda p, period, start: induction_score(p, period, start)),
+    "prev-token": ("previous-token score", lambda p, period, start: previous_token_score(p)),
+    "entropy": ("attention entropy (nats)", lambda p, period, start: attention_entropy(p)),
+    "distance": ("mean attention distance (tokens)", lambda p, period, start: attention_distance(p)),
 }
 
 
@@ -322,13 +336,30 @@ def repeated_sequences(n: int, period: int, symbols: int, seed: int = 0, length:
     return torch.cat([half, half], dim=1)[:, : (length or 2 * period)]
 
 
+def repeated_probe(n: int, periods: tuple[int, int], symbols: int, length: int, seed: int = 0):
+    """(ids [n, length], period [n], start [n]): sequences repeating a random half of several lengths (from
+    periods[0] to periods[1], spread evenly over the n sequences): random ids, then the half, then the half
+    again, ending at `length`; start is where each repeat begins. The induction score on these (TransformerLens'
+    detector draws its own repeats too) cannot be reached by a head looking a fixed distance back."""
+    lo, hi = int(periods[0]), int(periods[1])
+    if not 1 <= lo <= hi or 2 * hi > length:
+        raise ValueError(f"repeats of {lo} to {hi} tokens do not fit twice in {length} tokens")
+    gen = torch.Generator().manual_seed(seed)
+    period = torch.tensor([lo + (i * (hi - lo + 1)) // n for i in range(n)]) if n > 0 else torch.zeros(0, dtype=torch.long)
+    ids = torch.randint(0, symbols, (n, length), generator=gen)
+    pos = torch.arange(length).expand(n, length)
+    src = torch.where(pos >= length - period[:, None], pos - period[:, None], pos)
+    return ids.gather(1, src), period.numpy(), (length - period).numpy()
+
+
 @torch.no_grad()
-def head_scores(model, ids: torch.Tensor, metric: str, period: int) -> np.ndarray:
+def head_scores(model, ids: torch.Tensor, metric: str, period, start=None) -> np.ndarray:
     """[layers, heads]: HEAD_SCORES[metric] of every head of `model` (a Transformer) on the sequences `ids`
-    [n, T] (whose tokens repeat with `period`), averaged over the sequences."""
+    [n, T] (whose tokens repeat with `period` from `start`: ints, or one per sequence as repeated_probe
+    gives), averaged over the sequences."""
     if metric not in HEAD_SCORES:
         raise ValueError(f"unknown metric {metric!r} (known: {', '.join(HEAD_SCORES)})")
     score = HEAD_SCORES[metric][1]
     _, trace = model.run_with_trace(ids.to(model.device), names=("blocks.*.attn.pattern",))
-    return np.stack([score(trace[f"blocks.{l}.attn.pattern"].float().cpu().numpy(), period).mean(0)
+    return np.stack([score(trace[f"blocks.{l}.attn.pattern"].float().cpu().numpy(), period, start).mean(0)
                      for l in range(trace.n_layers)])

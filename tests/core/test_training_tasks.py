@@ -74,6 +74,32 @@ def test_induction_second_copy_is_the_target():
     assert b.targets.tolist() == [[IGNORE] * 4 + [4, 0, 8, 8, 2]]
 
 
+def test_induction_with_a_length_range_needs_an_induction_head():
+    """min_length: each sequence repeats a half of its own length after random tokens; a scored target is
+    always the token right after the earlier occurrence of the current position's copy, and no fixed
+    look-back distance predicts the targets of all sequences (issue 30: a fixed-offset head solved the
+    fixed-length task)."""
+    task = make_task("induction", {"length": 10, "symbols": 50, "min_length": 3})
+    assert task.seq_len == 19 and task.describe()["min_length"] == 3
+    b = task.train_batch(400, torch.Generator().manual_seed(0))
+    periods = set()
+    for x, y in zip(b.inputs, b.targets):
+        seq = torch.cat([x, y[-1:]])  # the whole sequence: the inputs and the last target
+        scored = (y != IGNORE).nonzero().flatten()
+        p = len(scored) + 1  # the repeat's tokens after its first
+        assert 3 <= p <= 10 and scored.tolist() == list(range(20 - p, 19))
+        assert torch.equal(seq[20 - p:], seq[20 - 2 * p: 20 - p])  # the last p tokens repeat the p before
+        assert torch.equal(y[scored], x[scored - p + 1])  # target = the token after the earlier occurrence
+        periods.add(p)
+    assert periods == set(range(3, 11))
+    scored = b.targets != IGNORE
+    for offset in range(0, 19):  # a head copying the token `offset` back is right on few of the targets
+        hits = b.inputs[:, : 19 - offset] == b.targets[:, offset:]
+        assert hits[scored[:, offset:]].sum() < 0.3 * scored.sum(), offset
+    with pytest.raises(TaskError, match="min_length"):
+        make_task("induction", {"length": 10, "min_length": 11})
+
+
 @pytest.mark.parametrize("name", ["motif", "copy", "sort", "induction"])
 def test_heldout_split_never_leaks_into_training(name):
     task = make_task(name)

@@ -254,21 +254,46 @@ class ModAddTask(Task):
 
 
 class InductionTask(Task):
-    """A random sequence repeated twice; the second copy is predictable only by looking back."""
+    """A random sequence repeated twice; the second copy is predictable only by looking back.
 
-    def __init__(self, length: int = 16, symbols: int = 32, **_: Any) -> None:
+    With `min_length` (2 <= min_length <= length), each sequence draws its own half length p in
+    [min_length, length] and has 2 x length tokens: 2 x (length - p) random tokens, then p random tokens,
+    then the same p again. The repeat then starts at a different offset in each sequence, so no head looking
+    a fixed distance back can predict it: only an induction mechanism (find the earlier occurrence of the
+    current token, copy the token after it) can. Only the repeat's tokens after its first are scored (its
+    first follows the random part, so nothing predicts it). An instance row is [p, its 2 x length tokens]."""
+
+    def __init__(self, length: int = 16, symbols: int = 32, min_length: int | None = None, **_: Any) -> None:
+        if min_length is not None and not 2 <= min_length <= length:
+            raise TaskError(f"induction: min_length must be from 2 to length ({length}), got {min_length}")
         words = [str(i) for i in range(symbols)]
+        options = {"length": length, "symbols": symbols}
+        if min_length is not None:
+            options["min_length"] = min_length
         super().__init__(name="induction", tokenizer=word_tokenizer(words), seq_len=2 * length - 1,
-                         options={"length": length, "symbols": symbols})
-        self.length, self.symbols = length, symbols
+                         options=options)
+        self.length, self.symbols, self.min_length = length, symbols, min_length
 
     def _instances(self, n: int, gen: torch.Generator) -> torch.Tensor:
-        return torch.randint(0, self.symbols, (n, self.length), generator=gen)
+        if self.min_length is None:
+            return torch.randint(0, self.symbols, (n, self.length), generator=gen)
+        total = 2 * self.length
+        p = torch.randint(self.min_length, self.length + 1, (n, 1), generator=gen)
+        tokens = torch.randint(0, self.symbols, (n, total), generator=gen)
+        pos = torch.arange(total).expand(n, total)
+        src = torch.where(pos >= total - p, pos - p, pos)  # the last p tokens copy the p before them
+        return torch.cat([p, tokens.gather(1, src)], dim=1)
 
     def _encode(self, inst: torch.Tensor) -> Batch:
-        seq = torch.cat([inst, inst], dim=1)
+        if self.min_length is None:
+            seq = torch.cat([inst, inst], dim=1)
+            inputs, targets = seq[:, :-1], seq[:, 1:].clone()
+            targets[:, : self.length - 1] = IGNORE  # the first copy is noise; score the repeat
+            return Batch(inputs, targets)
+        p, seq = inst[:, :1], inst[:, 1:]
         inputs, targets = seq[:, :-1], seq[:, 1:].clone()
-        targets[:, : self.length - 1] = IGNORE  # the first copy is noise; score the repeat
+        t = torch.arange(targets.shape[1]).expand_as(targets)
+        targets[t < seq.shape[1] - p] = IGNORE  # target t is token t + 1: score the repeat after its first token
         return Batch(inputs, targets)
 
 
@@ -458,7 +483,7 @@ def _make_modadd(options, causal, tokenizer):
     return _keeping(ModAddTask(**options), tokenizer)
 
 
-@declare_task("induction", options=("length", "symbols"), defaults={"length": 16, "symbols": 32})
+@declare_task("induction", options=("length", "symbols", "min_length"), defaults={"length": 16, "symbols": 32})
 def _make_induction(options, causal, tokenizer):
     return _keeping(InductionTask(**options), tokenizer)
 

@@ -9,6 +9,12 @@ the API); here is what a panel or a command does with it, once for both.
     up, down = decoder_tokens(loaded, attached, feature, n=10)   [(token text, weight)]
     iv = feature_edit_from(attached, feature, how, value, positions=None)   an Intervention, like an ablation
     fa = attribute_features(loaded, ids, attached, position, token_id, interventions=None)
+
+For the GUI's Features panel (edits resolved as every panel resolves them):
+    dictionary_folder_of(path)            a dropped path's dictionary folder, or None (a model folder)
+    lens_on(loaded, ids, attached, interventions, n)   [(run, [TokenFeatures])] per dictionary, one forward
+    attribute_next_token(loaded, ids, attached, interventions)   (FeatureAttribution, top next token)
+    cached_dashboard(loaded, attached, path, feature, ..., job=)   (TopContexts, from_cache): cached on disk
 """
 from __future__ import annotations
 
@@ -73,3 +79,187 @@ def attribute_features(loaded, ids, attached, position: int, token_id: int, inte
     from ..core.features import feature_attribution
 
     return feature_attribution(loaded, ids, attached, position, token_id, interventions=interventions)
+
+
+# -- what the Features panel asks for (GUI; Qt-free) ---------------------------------------------
+
+DICTIONARY_WEIGHTS = ("sae_weights.safetensors", "params.safetensors", "params.npz")
+
+
+def dictionary_folder_of(path) -> str | None:
+    """The dictionary folder a path names (the folder itself, or the folder of a file in it, as a drop
+    hands over), None when it holds no dictionary's weights (SAELens' sae_weights.safetensors, Gemma
+    Scope's params.safetensors / params.npz). A model folder (model.safetensors) is not one."""
+    from pathlib import Path
+
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent if path.is_file() else None
+    if folder is None or not any((folder / name).is_file() for name in DICTIONARY_WEIGHTS):
+        return None
+    return str(folder)
+
+
+def lens_on(loaded, ids, attached, interventions=None, n: int = 5):
+    """The feature lens of `ids` at every attached dictionary, on the edited model: [(FeatureActivations,
+    [TokenFeatures])], one per dictionary, in one forward."""
+    from .tracing import _resolved
+
+    if not ids:
+        raise ValueError("no text: type a text in the Model panel")
+    runs = features_on(loaded, ids, attached, interventions=_resolved(loaded, list(ids), interventions))
+    return [(run, feature_lens(run, n)) for run in runs]
+
+
+def attribute_next_token(loaded, ids, attached, interventions=None, position: int = -1):
+    """(FeatureAttribution, token id): the direct attribution of the edited model's top next token at
+    `position` (default the last) to `attached`'s active features, bias, skip and error terms."""
+    import torch
+
+    from .tracing import _resolved
+
+    if not ids:
+        raise ValueError("no text: type a text in the Model panel")
+    ivs = _resolved(loaded, list(ids), interventions)
+    T = len(ids)
+    if not -T <= position < T:
+        raise ValueError(f"position {position} is outside the text (0..{T - 1})")
+    with torch.no_grad():
+        logits = loaded.model(torch.tensor([list(ids)], device=loaded.model.device), interventions=ivs).logits
+    token = int(logits[0, position].argmax())
+    return attribute_features(loaded, ids, attached, position, token, interventions=ivs), token
+
+
+# -- dashboards cached on disk ------------------------------------------------------------------
+#
+# One folder per (model, dictionary, text file, feature, settings) under the user's data folder:
+#   <data>/feature-dashboards/<key>/dashboard.json   (+ the app's manifest, core.files.atomic_write_dir)
+# <key> is a hash of what the result depends on: the model's and the dictionary's files (names, sizes,
+# modification times), the compute dtype and special-token setting, the text file (path, size, time),
+# the feature and the settings. A changed file makes a new key; old entries are pruned oldest first
+# beyond MAX_CACHED_DASHBOARDS, and only folders that are the app's own (is_own_folder) are removed.
+
+DASHBOARD_CACHE = "feature-dashboards"
+DASHBOARD_FILE = "dashboard.json"
+MAX_CACHED_DASHBOARDS = 200
+_KEY_LENGTH = 32
+
+
+def dashboard_cache_dir():
+    from ..paths import user_data_dir
+
+    return user_data_dir() / DASHBOARD_CACHE
+
+
+def _files_of(folder) -> list:
+    from pathlib import Path
+
+    folder = Path(folder)
+    out = []
+    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if p.is_file():
+            st = p.stat()
+            out.append([p.name, st.st_size, st.st_mtime_ns])
+    return out
+
+
+def dashboard_key(loaded, attached, path, feature: int, top: int, window: int | None) -> str | None:
+    """The cache key of a dashboard (see above); None when the model or dictionary has no folder."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    d = attached.dictionary
+    if loaded.path is None or not d.path:
+        return None
+    text = Path(path).resolve()
+    st = text.stat()
+    what = {"model": [str(Path(loaded.path).resolve()), _files_of(loaded.path)],
+            "dtype": str(loaded.model.dtype),
+            "special_tokens": getattr(loaded.tokenizer, "special_tokens", None),
+            "dictionary": [str(Path(d.path).resolve()), _files_of(d.path), d.hook, d.hook_out],
+            "points": [attached.read.name, attached.write.name],
+            "text": [str(text), st.st_size, st.st_mtime_ns],
+            "feature": int(feature), "top": int(top), "window": window}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode("utf-8")).hexdigest()[:_KEY_LENGTH]
+
+
+def _dashboard_to_json(tc, key: str) -> str:
+    import json
+
+    counts, edges = tc.histogram
+    return json.dumps({"key": key, "feature": tc.feature, "tokens_seen": tc.tokens_seen,
+                       "active_tokens": tc.active_tokens, "rows": [list(r) for r in tc.rows],
+                       "counts": [int(c) for c in counts], "edges": [float(e) for e in edges]})
+
+
+def _dashboard_from_json(text: str, key: str):
+    import json
+
+    import numpy as np
+
+    from ..core.features import TopContexts
+
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get("key") != key:
+        raise ValueError("not this dashboard")
+    rows = [(int(r[0]), float(r[1]), int(r[2]), str(r[3]), str(r[4]), str(r[5])) for r in data["rows"]]
+    return TopContexts(int(data["feature"]), int(data["tokens_seen"]), int(data["active_tokens"]), rows,
+                       (np.asarray(data["counts"], dtype=np.int64), np.asarray(data["edges"], dtype=np.float64)))
+
+
+def cached_dashboard(loaded, attached, path, feature: int, top: int = 20, window: int | None = None,
+                     cache_dir=None, job=None, interventions=None, ids=()):
+    """(TopContexts, from_cache): the feature's dashboard over the file `path`, read from the cache when
+    it was computed before for the same model, dictionary, file and settings, else computed (`job`:
+    progress and cancel) and cached. With what-if edits it is computed for the edited model and not
+    cached (a "mean" edit is the mean over `ids`, the text shown, as in every panel). A cache that
+    cannot be read or written is not an error: the dashboard is computed."""
+    from pathlib import Path
+
+    from ..core.files import atomic_write_dir, is_own_folder
+
+    key = None if interventions else dashboard_key(loaded, attached, path, feature, top, window)
+    root = Path(cache_dir) if cache_dir is not None else dashboard_cache_dir()
+    entry = root / key if key is not None else None
+    if entry is not None and is_own_folder(entry):
+        try:
+            return _dashboard_from_json((entry / DASHBOARD_FILE).read_text(encoding="utf-8"), key), True
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            pass  # unreadable: computed again and written over (the folder is the app's own)
+    from .tracing import _resolved
+
+    tc = dashboard(loaded, attached, path, feature, top=top, window=window, job=job,
+                   interventions=_resolved(loaded, list(ids) or [0], interventions))
+    if entry is not None:
+        try:
+            atomic_write_dir(entry, lambda tmp: (tmp / DASHBOARD_FILE).write_text(_dashboard_to_json(tc, key),
+                                                                                 encoding="utf-8"))
+            prune_dashboard_cache(root)
+        except (OSError, ValueError):
+            pass
+    return tc, False
+
+
+def prune_dashboard_cache(root, keep: int = MAX_CACHED_DASHBOARDS) -> list:
+    """Remove the oldest cached dashboards beyond `keep`: only folders named like a key that are the
+    app's own (their manifest lists everything in them). Returns the folders removed."""
+    import re
+    from pathlib import Path
+
+    from ..core.files import discard, is_own_folder
+
+    root = Path(root)
+    pattern = re.compile(f"[0-9a-f]{{{_KEY_LENGTH}}}")
+    try:
+        entries = [p for p in root.iterdir() if pattern.fullmatch(p.name) and is_own_folder(p)]
+    except OSError:
+        return []
+    entries.sort(key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    removed = []
+    for p in entries[keep:]:
+        try:
+            discard(p, p.name)
+            removed.append(p)
+        except OSError:
+            pass
+    return removed

@@ -145,6 +145,7 @@ class MainWindow(QMainWindow):
         state.busy_changed.connect(self._on_busy)
         state.error.connect(self._show_in_status_bar)
         state.notice.connect(self._show_in_status_bar)
+        state.dictionary_failed.connect(self._on_dictionary_failed)
         self._on_device_changed(state.device)
         if self.slots:
             self.slots[0].build(state)
@@ -204,6 +205,11 @@ class MainWindow(QMainWindow):
         self.hf_cache_action = self._action("Open from &Hugging Face Cache…", self.open_hf_cache_dialog,
                                             tip="Open a model already in the local Hugging Face cache (no download)")
         f.addAction(self.hf_cache_action)
+        self.open_features_action = self._action(
+            "Open Sparse &Features…", self.open_features_dialog,
+            tip="Attach a sparse dictionary (SAE or transcoder) folder to the open model: SAELens' cfg.json + "
+                "sae_weights.safetensors, or Gemma Scope's params.npz")
+        f.addAction(self.open_features_action)
         f.addSeparator()
         self.open_workspace_action = self._action("Open &Workspace…", self.open_workspace_dialog, "Ctrl+Shift+O")
         self.save_workspace_action = self._action("&Save Workspace…", self.save_workspace_dialog, QKeySequence.StandardKey.Save)
@@ -388,6 +394,29 @@ class MainWindow(QMainWindow):
             app_settings.set_last_folder(Path(path).parent)
             self.open_model(path)
 
+    def open_features_dialog(self) -> None:
+        from .panels.features import choose_dictionary_folder
+
+        path = choose_dictionary_folder(self)
+        if path:
+            self.open_dictionaries([path])
+
+    def open_dictionaries(self, folders: list[str]) -> None:
+        """Attach sparse dictionary folders to the open model and show the Features panel."""
+        for folder in folders:
+            self.state.open_dictionary(os.path.abspath(os.path.expanduser(str(folder))))
+        try:
+            self.show_panel("Features")
+        except KeyError:
+            pass  # a window built with other panels (tests)
+
+    def _on_dictionary_failed(self, message: str) -> None:
+        log.warning("sparse features not attached: %s", message)
+        if not self.interactive:
+            self.statusBar().showMessage(f"Cannot attach sparse features: {message}")
+            return
+        QMessageBox.warning(self, "Cannot attach sparse features", message)
+
     def open_hf_cache_dialog(self) -> None:
         from .hf_cache_dialog import HfCacheDialog
 
@@ -499,6 +528,7 @@ class MainWindow(QMainWindow):
             window_state=bytes(self.saveState().toBase64()).decode("ascii"),
             views={s.title: v for s in self.slots if (v := capture_view_state(s.panel) if s.panel is not None
                                                         else s.pending_view_state) is not None},
+            dictionaries=[a.dictionary.path for a in self.state.dictionaries if a.dictionary.path],
         )
 
     def apply_workspace(self, ws: Workspace, open_model: bool = True) -> None:
@@ -528,6 +558,7 @@ class MainWindow(QMainWindow):
             Path(loaded.path).resolve() == Path(ws.model_path).resolve()
         if open_model and ws.model_path and not same:
             self.open_model(ws.model_path)
+        self.state.restore_dictionaries(ws.dictionaries)  # attached once the model is open
 
     def save_workspace_dialog(self) -> None:
         from .widgets.export import ask_save_path
@@ -581,7 +612,16 @@ class MainWindow(QMainWindow):
             event.ignore()
 
     def dropEvent(self, event) -> None:
-        path = model_folder_from_mime(event.mimeData())
+        from ..app.features import dictionary_folder_of
+
+        mime = event.mimeData()
+        dictionaries = [folder for url in (mime.urls() if mime.hasUrls() else []) if url.isLocalFile()
+                        and (folder := dictionary_folder_of(url.toLocalFile())) is not None]
+        if dictionaries:  # sparse features (one folder per hook, several at once) attach to the open model
+            event.acceptProposedAction()
+            self.open_dictionaries(list(dict.fromkeys(dictionaries)))
+            return
+        path = model_folder_from_mime(mime)
         if path is None:
             event.ignore()
             return

@@ -61,6 +61,10 @@ def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
 # ids, a generation step or a ViT's image), and the what-if edits.
 MODEL, INPUT, EDITS = "model", "input", "edits"
 PARTS = (MODEL, INPUT, EDITS)
+# The sparse dictionaries attached (AppState.dictionaries): a part only feature results depend on, so
+# not in PARTS (a panel showing features passes parts=FEATURE_PARTS / result_parts=FEATURE_PARTS).
+DICTIONARIES = "dictionaries"
+FEATURE_PARTS = PARTS + (DICTIONARIES,)
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class InputKey:
     input: int = 0
     edits: int = 0
     model_name: str = ""  # the model's name when the key was made (for labels)
+    dictionaries: int = 0  # at every change of the attached sparse dictionaries
 
     def same(self, other: "InputKey", parts=PARTS) -> bool:
         return all(getattr(self, p) == getattr(other, p) for p in parts)
@@ -112,6 +117,8 @@ class AppState(QObject):
     # (InputKey now current, frozenset of the parts that changed): emitted before model_changed,
     # tokens_changed / trace_changed and interventions_changed, so results are cleared first
     inputs_changed = Signal(object, object)
+    dictionaries_changed = Signal(list)  # the attached sparse dictionaries (core.features.Attached)
+    dictionary_failed = Signal(str)  # one line naming the dictionary folder and the problem
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -147,12 +154,17 @@ class AppState(QObject):
         self.step_cache = StepCache()
         self._wanted_step: tuple | None = None
         self._step_job = None
+        # Sparse dictionaries (SAEs, transcoders) attached to the current model, one per hook
+        # (core.features.Attached); folders to open once a model is open (a workspace restored first).
+        self.dictionaries: list = []
+        self._pending_dictionaries: list[str] = []
 
     # -- results: the one place that says whether a result is still current ------------------
     def _advance(self, *parts: str) -> None:
         k = self.key
         self.key = InputKey(k.model + (MODEL in parts), k.input + (INPUT in parts), k.edits + (EDITS in parts),
-                            self.loaded.name if self.loaded is not None else "")
+                            self.loaded.name if self.loaded is not None else "",
+                            k.dictionaries + (DICTIONARIES in parts))
         self.inputs_changed.emit(self.key, frozenset(parts))
 
     def is_current(self, key: InputKey, parts=PARTS) -> bool:
@@ -262,8 +274,16 @@ class AppState(QObject):
         if loaded.tokenizer is not None:  # every text any panel encodes for it follows the input setting
             loaded.tokenizer.special_tokens = self.special_tokens
         if new:  # every result of the previous model is stale, whatever panel shows it
-            self._advance(MODEL, INPUT)
+            dictionaries_changed = self._reattach_dictionaries(loaded)
+            self._advance(MODEL, INPUT, *((EDITS,) if dictionaries_changed else ()))
+            if dictionaries_changed:
+                self.interventions_changed.emit(list(self.interventions))
+            self.dictionaries_changed.emit(list(self.dictionaries))
         self.model_changed.emit(loaded)
+        if new and self._pending_dictionaries:
+            pending, self._pending_dictionaries = self._pending_dictionaries, []
+            for folder in pending:
+                self.open_dictionary(folder)
         self.set_text(self.text)
 
     def set_dtype(self, dtype: str) -> None:
@@ -439,3 +459,91 @@ class AppState(QObject):
         if self.loaded is not None and self.loaded.tokenizer is not None:
             return self.loaded.tokenizer.token_strings(ids)
         return [str(i) for i in ids]
+
+    # -- sparse dictionaries (issue 29) -----------------------------------------------------
+    def open_dictionary(self, folder: str | Path) -> None:
+        """Open a dictionary folder (SAELens' or Gemma Scope's) for the current model in a worker and
+        attach it (replacing one at the same hook); a folder that cannot be read or does not fit the
+        model is refused in one line (dictionary_failed) and nothing changes."""
+        from ..app.features import open_dictionary
+
+        folder = str(folder)
+        if self.loading is not None:  # attached once the model being opened arrives
+            self._pending_dictionaries.append(folder)
+            return
+        if self.loaded is None:
+            self.dictionary_failed.emit(f"{folder}: open a model first (a dictionary reads a model's activations)")
+            return
+        if self.takes_images():
+            self.dictionary_failed.emit(f"{folder}: sparse features read text models; {self.loaded.name} reads images")
+            return
+        # another model opened meanwhile: the dictionary was checked against the old one, drop it
+        self.run(open_dictionary, folder, self.loaded, on_result=self.add_dictionary,
+                 on_error=lambda exc, tb: self.dictionary_failed.emit(str(exc)), parts=(MODEL,))
+
+    def add_dictionary(self, attached) -> None:
+        """Attach a dictionary (core.features.Attached) checked against the current model; one already
+        at the same hook is replaced, with its feature edits."""
+        same = [a for a in self.dictionaries if a.names == attached.names]
+        kept = [a for a in self.dictionaries if a.names != attached.names]
+        self._set_dictionaries(kept + [attached], removed=same)
+
+    def remove_dictionary(self, attached) -> None:
+        """Detach a dictionary; the feature edits made with it go too."""
+        self._set_dictionaries([a for a in self.dictionaries if a is not attached],
+                               removed=[a for a in self.dictionaries if a is attached])
+
+    def restore_dictionaries(self, folders: list[str]) -> None:
+        """Make the dictionaries in `folders` the attached ones (a workspace): opened now, or once the
+        model being opened arrives."""
+        self._pending_dictionaries = []
+        if self.dictionaries:
+            self._set_dictionaries([], removed=list(self.dictionaries))
+        if self.loaded is None and self.loading is None:  # the model comes later (the app's start)
+            self._pending_dictionaries = [str(f) for f in folders]
+            return
+        for folder in folders:
+            self.open_dictionary(folder)
+
+    def dictionary_edits(self, attached) -> list:
+        """The feature edits among the what-if edits that edit `attached`'s features."""
+        return [iv for iv in self.interventions if _edits_dictionary(iv, attached)]
+
+    def _set_dictionaries(self, dictionaries: list, removed: list) -> None:
+        self.dictionaries = list(dictionaries)
+        dropped = [iv for iv in self.interventions if any(_edits_dictionary(iv, a) for a in removed)]
+        self._advance(DICTIONARIES)
+        self.dictionaries_changed.emit(list(self.dictionaries))
+        if dropped:
+            self.set_interventions([iv for iv in self.interventions if not any(iv is d for d in dropped)])
+
+    def _reattach_dictionaries(self, loaded) -> bool:
+        """A new model: the dictionaries that fit it stay attached (checked again), the others are
+        dropped with a notice, and their feature edits with them. True when an edit was dropped."""
+        from ..core.features import attach
+
+        kept, removed = [], []
+        for a in self.dictionaries:
+            try:
+                kept.append(attach(a.dictionary, loaded.config) if loaded.config.input_kind != "patches" else None)
+            except ValueError as exc:
+                removed.append(a)
+                self.notice.emit(f"Detached {a.dictionary.name}: {exc}")
+            else:
+                if kept[-1] is None:
+                    kept.pop()
+                    removed.append(a)
+        for new in kept:  # its edits now use the dictionary as attached to this model
+            new.dictionary.to(loaded.model.device)
+        self.dictionaries = kept
+        before = len(self.interventions)
+        self.interventions = [iv for iv in self.interventions
+                              if not any(_edits_dictionary(iv, a) for a in removed)]
+        return len(self.interventions) != before
+
+
+def _edits_dictionary(iv, attached) -> bool:
+    """Whether the what-if edit `iv` is a feature edit of `attached`'s dictionary."""
+    edit = getattr(iv, "features", None)
+    return edit is not None and getattr(edit, "attached", None) is not None and \
+        edit.attached.dictionary is attached.dictionary

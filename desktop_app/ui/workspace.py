@@ -35,6 +35,8 @@ class Workspace:
     window_state: str = ""  # QMainWindow.saveState() (toolbars, docks), base64
     # panel title -> its view state as a plain dict (core.views.state_to_dict); read back tolerantly
     views: dict[str, dict] = field(default_factory=dict)
+    # the sparse dictionary folders attached to the model (AppState.dictionaries), attached again on open
+    dictionaries: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, "version": VERSION, **asdict(self)}, indent=2, ensure_ascii=False)
@@ -61,6 +63,11 @@ class Workspace:
             value = data[f.name]
             if f.name == "views":  # per-panel choices are a convenience: a malformed entry is dropped, not fatal
                 kw[f.name] = {str(k): v for k, v in value.items() if isinstance(v, dict)} if isinstance(value, dict) else {}
+                continue
+            if f.name == "dictionaries":
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise WorkspaceError(path, f"field {f.name!r} should be a list of folder names")
+                kw[f.name] = list(value)
                 continue
             if not isinstance(value, str):
                 raise WorkspaceError(path, f"field {f.name!r} should be a string, got {type(value).__name__}")

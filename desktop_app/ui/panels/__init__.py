@@ -11,6 +11,7 @@ PANELS = [
     ("Layers", "desktop_app.ui.panels.layers", "LayersPanel"),
     ("Image", "desktop_app.ui.panels.image", "ImagePanel"),
     ("What if", "desktop_app.ui.panels.whatif", "WhatIfPanel"),
+    ("Features", "desktop_app.ui.panels.features", "FeaturesPanel"),
     ("Lipschitz", "desktop_app.ui.panels.lipschitz", "LipschitzPanel"),
     ("Dynamics", "desktop_app.ui.panels.dynamics", "DynamicsPanel"),
     ("Train", "desktop_app.ui.panels.training", "TrainingPanel"),

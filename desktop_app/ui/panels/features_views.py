@@ -1,0 +1,257 @@
+"""The Features panel's views: a feature's dashboard (top contexts, histogram, decoder tokens) and the
+bar chart of a next-token logit's direct attribution to features. Widgets only: the panel computes
+(through AppState.run) and hands them plain results (core.features.TopContexts, FeatureAttribution).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton,
+                               QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+
+from ..settings import plot_background, plot_foreground
+
+POSITIVE, NEGATIVE = "#0072B2", "#D55E00"  # as the What if panel: raise / lower the logit
+
+
+def visible(s: str) -> str:
+    """A token or context as one line: newlines and tabs shown, not acted on."""
+    return s.replace("\n", "\u21b5").replace("\t", "\u2192")
+
+
+def fill_table(table: QTableWidget, header: list[str], rows: list[list], align_right: tuple[int, ...] = ()) -> None:
+    """Replace a read-only table's contents (numbers as given: format them before)."""
+    table.clear()
+    table.setColumnCount(len(header))
+    table.setHorizontalHeaderLabels(header)
+    table.setRowCount(len(rows))
+    for r, row in enumerate(rows):
+        for c, value in enumerate(row):
+            item = QTableWidgetItem(str(value))
+            item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
+            if c in align_right:
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            table.setItem(r, c, item)
+
+
+def read_only_table() -> QTableWidget:
+    t = QTableWidget()
+    t.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    t.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    t.verticalHeader().setVisible(False)
+    t.horizontalHeader().setStretchLastSection(True)
+    return t
+
+
+def _plot(left: str, bottom: str) -> pg.PlotWidget:
+    w = pg.PlotWidget(background=plot_background())
+    item = w.getPlotItem()
+    item.setMenuEnabled(False)
+    item.hideButtons()
+    item.showGrid(y=True, alpha=0.3)
+    item.setLabel("left", left, color=plot_foreground())
+    item.setLabel("bottom", bottom, color=plot_foreground())
+    return w
+
+
+class FeatureDashboard(QWidget):
+    """One feature: its top-activating contexts over a text file (with progress and Cancel), its
+    activation histogram there, and the tokens its decoder direction promotes and suppresses."""
+
+    HINT = "Click a feature in the lens; then choose a text file and Run for its top contexts."
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.header = QLabel(self.HINT)
+        self.header.setWordWrap(True)
+        self.file_label = QLabel("no text file")
+        self.file_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.file_button = QPushButton("Text file…")
+        self.file_button.setToolTip("The UTF-8 text file whose tokens the feature's top contexts are taken from")
+        self.run_button = QPushButton("Run")
+        self.run_button.setToolTip("The feature's top-activating contexts and histogram over the text file "
+                                   "(cached: a second run on the same file is read back)")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setVisible(False)
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        self.contexts_table = read_only_table()
+        self.histogram = _plot("tokens", "activation")
+        self.promoted_table, self.suppressed_table = read_only_table(), read_only_table()
+        self.contexts = None  # the TopContexts shown
+
+        row = QHBoxLayout()
+        for w in (QLabel("Text file"), self.file_label, self.file_button, self.run_button, self.cancel_button,
+                  self.progress):
+            row.addWidget(w, 1 if w is self.file_label else 0)
+        logits = QWidget()
+        lv = QHBoxLayout(logits)
+        lv.setContentsMargins(0, 0, 0, 0)
+        for title, table in (("Promotes (W_U · d)", self.promoted_table), ("Suppresses", self.suppressed_table)):
+            box = QVBoxLayout()
+            box.addWidget(QLabel(f"<b>{title}</b>"))
+            box.addWidget(table, 1)
+            lv.addLayout(box, 1)
+        lower = QSplitter(Qt.Orientation.Horizontal)
+        lower.addWidget(self.histogram)
+        lower.addWidget(logits)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.contexts_table)
+        split.addWidget(lower)
+        split.setSizes([300, 200])
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.header)
+        lay.addLayout(row)
+        lay.addWidget(self.status)
+        lay.addWidget(split, 1)
+        self.clear()
+
+    def clear(self, header: str | None = None) -> None:
+        self.clear_contexts()
+        self.show_decoder_tokens([], [])
+        self.header.setText(header or self.HINT)
+
+    def clear_contexts(self, status: str = "") -> None:
+        self.contexts = None
+        fill_table(self.contexts_table, ["rank", "activation", "before", "token", "after"], [])
+        self.histogram.getPlotItem().clear()
+        self.histogram.getPlotItem().setTitle("")
+        self.status.setText(status)
+
+    def show_contexts(self, tc, cached: bool) -> None:
+        self.contexts = tc
+        rows = [[rank, f"{act:.4g}", visible(left), visible(token), visible(right)]
+                for rank, act, _i, token, left, right in tc.rows]
+        fill_table(self.contexts_table, ["rank", "activation", "before", "token", "after"], rows, align_right=(1, 2))
+        self.contexts_table.resizeColumnsToContents()
+        item = self.histogram.getPlotItem()
+        item.clear()
+        counts, edges = tc.histogram
+        if len(counts):
+            item.addItem(pg.BarGraphItem(x0=edges[:-1], x1=edges[1:], height=counts, brush=POSITIVE, pen=None))
+            item.autoRange()
+        item.setTitle(f"fires on {tc.active_tokens:,} of {tc.tokens_seen:,} tokens ({100 * tc.density:.2f}%)",
+                      color=plot_foreground())
+        self.status.setText(f"Top {len(tc.rows)} contexts over {tc.tokens_seen:,} tokens"
+                            + (" (read from the cache)" if cached else "") + ".")
+
+    def show_decoder_tokens(self, promoted, suppressed, problem: str = "") -> None:
+        for table, pairs in ((self.promoted_table, promoted), (self.suppressed_table, suppressed)):
+            fill_table(table, ["token", "weight"], [[repr(t), f"{w:+.3g}"] for t, w in pairs], align_right=(1,))
+        if problem:
+            fill_table(self.promoted_table, ["token", "weight"], [[problem, ""]])
+
+    def set_running(self, running: bool) -> None:
+        self.run_button.setEnabled(not running)
+        self.cancel_button.setEnabled(running)
+        self.progress.setVisible(running)
+        if running:
+            self.progress.setRange(0, 0)
+
+    def show_progress(self, done: int, total: int) -> None:
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(done)
+        self.status.setText(f"Reading the text file: {done}/{total} windows")
+
+    # export (ExportBar's view protocol)
+    def export_widget(self):
+        return self
+
+    def export_unavailable(self) -> str | None:
+        return None if self.contexts is not None else "no top contexts yet: choose a text file and Run"
+
+    def export_arrays(self) -> dict[str, np.ndarray]:
+        if self.contexts is None:
+            return {}
+        counts, edges = self.contexts.histogram
+        return {"activation": np.array([r[1] for r in self.contexts.rows]),
+                "token_index": np.array([r[2] for r in self.contexts.rows]), "counts": counts, "edges": edges}
+
+    def csv_table(self):
+        if self.contexts is None:
+            return None
+        from ...core.features.contexts import CONTEXT_COLUMNS
+
+        return list(CONTEXT_COLUMNS), [list(r) for r in self.contexts.rows]
+
+
+def component_label(component: str, feature: int) -> str:
+    return f"f{feature}" if component == "feature" else component
+
+
+class FeatureAttributionChart(pg.PlotWidget):
+    """One bar per active feature (the largest |contribution| first, at most MAX_BARS, the rest as one
+    'other features' bar), then the decoder bias, the skip term and the error term: they add up to the
+    direct contribution of the dictionary's write point to the logit."""
+
+    MAX_BARS = 24
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent, background=plot_background())
+        self.plot_item = self.getPlotItem()
+        self.plot_item.setMenuEnabled(False)
+        self.plot_item.hideButtons()
+        self.plot_item.showGrid(y=True, alpha=0.3)
+        self.plot_item.setLabel("left", "direct contribution to the logit", color=plot_foreground())
+        self.attribution = None
+        self.labels: list[str] = []
+        self.values: list[float] = []
+
+    def set_attribution(self, fa, title: str) -> None:
+        self.attribution = fa
+        rows = fa.rows()
+        features = [r for r in rows if r[0] == "feature"]
+        rest = [r for r in rows if r[0] != "feature" and (r[0] != "skip" or fa.skip != 0.0)]
+        shown = features[:self.MAX_BARS]
+        self.labels = [component_label(c, f) for c, f, _a, _v in shown]
+        self.values = [float(v) for *_x, v in shown]
+        if len(features) > len(shown):
+            self.labels.append(f"{len(features) - len(shown)} other features")
+            self.values.append(float(sum(v for *_x, v in features[len(shown):])))
+        self.labels += [c for c, *_x in rest]
+        self.values += [float(v) for *_x, v in rest]
+        self.plot_item.clear()
+        x = np.arange(len(self.values))
+        brushes = [pg.mkBrush(POSITIVE if v >= 0 else NEGATIVE) for v in self.values]
+        self.plot_item.addItem(pg.BarGraphItem(x=x, height=self.values, width=0.8, brushes=brushes, pen=None))
+        self.plot_item.getAxis("bottom").setTicks([list(enumerate(self.labels))])
+        self.plot_item.setTitle(title, color=plot_foreground())
+        self.plot_item.autoRange()
+
+    def clear_chart(self) -> None:
+        self.attribution, self.labels, self.values = None, [], []
+        self.plot_item.clear()
+        self.plot_item.setTitle("")
+
+    # export (ExportBar's view protocol)
+    def export_widget(self):
+        return self
+
+    def svg_item(self):
+        return self.plot_item
+
+    def export_unavailable(self) -> str | None:
+        return None if self.attribution is not None else "no attribution yet: attach a dictionary and type a text"
+
+    def export_arrays(self) -> dict[str, np.ndarray]:
+        fa = self.attribution
+        if fa is None:
+            return {}
+        return {"features": fa.features, "activations": fa.activations, "contributions": fa.contributions,
+                "bias": np.array(fa.bias), "skip": np.array(fa.skip), "error": np.array(fa.error),
+                "direct": np.array(fa.direct)}
+
+    def csv_table(self):
+        if self.attribution is None:
+            return None
+        from ...core.features import ATTRIBUTION_COLUMNS
+
+        return list(ATTRIBUTION_COLUMNS), [list(r) for r in self.attribution.rows()]
+
+
+def stretch_columns(table: QTableWidget) -> None:
+    table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)

@@ -218,7 +218,10 @@ def cached_dashboard(loaded, attached, path, feature: int, top: int = 20, window
 
     from ..core.files import atomic_write_dir, is_own_folder
 
-    key = None if interventions else dashboard_key(loaded, attached, path, feature, top, window)
+    try:
+        key = None if interventions else dashboard_key(loaded, attached, path, feature, top, window)
+    except OSError:  # a file that cannot be read: the dashboard below says so, naming it
+        key = None
     root = Path(cache_dir) if cache_dir is not None else dashboard_cache_dir()
     entry = root / key if key is not None else None
     if entry is not None and is_own_folder(entry):

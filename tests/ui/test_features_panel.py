@@ -331,3 +331,49 @@ def test_the_attached_dictionaries_come_back_with_the_workspace(qtbot, model_dir
     qtbot.waitUntil(lambda: len(s2.dictionaries) == 2, timeout=30_000)
     assert sorted(a.dictionary.path for a in s2.dictionaries) == sorted([str(l1), str(l2)])
     assert Path(s2.loaded.path) == Path(model_dirs["demo"])
+
+
+def test_another_model_detaches_a_dictionary_that_does_not_fit_and_its_edit(qtbot, demo_window, model_dirs,
+                                                                             tmp_path, monkeypatch):
+    w, state = demo_window
+    folder = _dictionary(tmp_path / "sae", hook="blocks.1.hook_resid_post")  # a layer the llama model has
+    _open_from_menu(qtbot, w, state, monkeypatch, folder)
+    panel = w.slot("Features").panel
+    _lens_shown(qtbot, panel)
+    k = int(panel.features_table.item(0, 1).text())
+    panel.features_table.customContextMenuRequested.emit(
+        panel.features_table.visualRect(panel.features_table.model().index(0, 1)).center())
+    with qtbot.waitSignal(state.interventions_changed, timeout=20_000):
+        next(a for a in panel.last_feature_menu.actions() if a.text() == f"Zero feature {k}").trigger()
+    assert len(state.interventions) == 1
+    notices = []
+    state.notice.connect(notices.append)
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        w.open_model(model_dirs["llama"])  # width 32: the demo's dictionary (128) does not fit
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
+    assert state.dictionaries == [] and state.interventions == [] and panel.dict_list.count() == 0
+    assert any(n.startswith("Detached sae: ") and str(folder) in n and "d_in is 128" in n for n in notices), notices
+    assert panel.lens is None and "Attach a sparse dictionary" in panel.status.text()
+
+
+def test_the_dashboard_cache_removes_only_its_own_folders(tmp_path):
+    import os
+
+    from desktop_app.app.features import prune_dashboard_cache
+    from desktop_app.core.files import atomic_write_dir
+
+    root = tmp_path / "cache"
+    names = [f"{i:032x}" for i in range(5)]
+    for i, name in enumerate(names):
+        atomic_write_dir(root / name, lambda tmp: (tmp / "dashboard.json").write_text("{}", encoding="utf-8"))
+        os.utime(root / name, ns=(i * 10**9, i * 10**9))  # oldest first
+    mine_with_a_user_file = root / names[0]
+    (mine_with_a_user_file / "notes.txt").write_text("the user's", encoding="utf-8")
+    users = root / f"{99:032x}"  # named like an entry, but without the app's manifest
+    users.mkdir()
+    (users / "dashboard.json").write_text("{}", encoding="utf-8")
+    os.utime(users, ns=(0, 0))
+    removed = prune_dashboard_cache(root, keep=2)
+    assert sorted(p.name for p in removed) == sorted(names[1:3])  # the oldest of the app's own, beyond 2
+    assert sorted(p.name for p in root.iterdir()) == sorted([names[0], names[3], names[4], users.name])
+    assert (mine_with_a_user_file / "notes.txt").is_file() and (users / "dashboard.json").is_file()

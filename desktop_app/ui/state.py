@@ -315,6 +315,8 @@ class AppState(QObject):
             self.busy_changed.emit(False, "")
             if loaded is self.loaded and device == self.device:  # else superseded meanwhile
                 self.loaded = moved
+                for a in self.dictionaries:  # the sparse dictionaries compute beside the model
+                    a.dictionary.to(device)
                 self.device_changed.emit(device)
                 self.set_text(self.text)
 

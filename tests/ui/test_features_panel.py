@@ -377,3 +377,66 @@ def test_the_dashboard_cache_removes_only_its_own_folders(tmp_path):
     assert sorted(p.name for p in removed) == sorted(names[1:3])  # the oldest of the app's own, beyond 2
     assert sorted(p.name for p in root.iterdir()) == sorted([names[0], names[3], names[4], users.name])
     assert (mine_with_a_user_file / "notes.txt").is_file() and (users / "dashboard.json").is_file()
+
+
+def test_a_lens_computed_for_the_previous_dictionaries_is_never_shown(qtbot, demo_window, tmp_path, monkeypatch,
+                                                                     error_watch):
+    """The lens of one dictionary, still running when a second is attached, is dropped (InputKey's
+    dictionaries part): only the lens of both is ever shown."""
+    from desktop_app.ui.panels import features as features_module
+
+    w, state = demo_window
+    real, release, calls = features_module.lens_on, threading.Event(), []
+
+    def held(*args, **kwargs):
+        calls.append(len(args[2]))
+        release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(features_module, "lens_on", held)
+    _open_from_menu(qtbot, w, state, monkeypatch, _dictionary(tmp_path / "l1", hook="blocks.1.hook_resid_post"))
+    panel = w.slot("Features").panel
+    shown = []
+    show = panel._show_lens
+    monkeypatch.setattr(panel, "_show_lens", lambda dictionaries, ids, result: (shown.append(len(result)),
+                                                                                 show(dictionaries, ids, result)))
+    qtbot.waitUntil(lambda: calls == [1], timeout=20_000)  # held in the worker
+    first = panel._lens_job
+    with qtbot.waitSignal(state.dictionaries_changed, timeout=20_000):
+        _drop(w, _dictionary(tmp_path / "l2", hook="blocks.2.hook_resid_post"))
+    qtbot.waitUntil(lambda: calls == [1, 2], timeout=20_000)
+    release.set()
+    _lens_shown(qtbot, panel, 2)
+    qtbot.waitUntil(lambda: first.done and panel._lens_job.done, timeout=20_000)
+    qtbot.wait(200)  # what the first job emitted has reached the UI thread (and was dropped there)
+    assert first is not panel._lens_job and not first.detached
+    assert shown == [2]
+    error_watch.assert_clean()
+
+
+def test_a_generated_step_clicked_in_generate_shows_its_features(qtbot, demo_window, tmp_path, monkeypatch,
+                                                                 error_watch):
+    """Generate's step inspected (its chip clicked): the Features lens reads that step's tokens, the new
+    token last, as every inspecting panel does."""
+    w, state = demo_window
+    folder = _dictionary(tmp_path / "sae")
+    _open_from_menu(qtbot, w, state, monkeypatch, folder)
+    gen = click_panel_tab(qtbot, w, "Generate")
+    for steps in (1, 2):
+        qtbot.mouseClick(gen.step_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: gen.session is not None and not gen.busy
+                        and gen.strip.count() == len(gen.session.prompt) + steps, timeout=20_000)
+    n_prompt = len(gen.session.prompt)
+    new_token = gen.session.current.path()[1].token  # the first generated token
+    # step 2's chip: what the model read to pick it, i.e. the prompt and the first generated token
+    with qtbot.waitSignal(state.trace_changed, timeout=20_000):
+        qtbot.mouseClick(gen.strip.canvas, Qt.MouseButton.LeftButton, pos=gen.strip.chip_center(n_prompt + 1))
+    assert state.trace_source == "generation" and len(state.token_ids) == n_prompt + 1
+    assert state.token_ids[-1] == new_token
+    panel = click_panel_tab(qtbot, w, "Features")
+    qtbot.waitUntil(lambda: panel.lens is not None and panel.lens_ids == state.token_ids, timeout=20_000)
+    ref = _reference(state, folder)
+    assert panel.token == n_prompt  # the new token
+    assert [int(panel.features_table.item(r, 1).text()) for r in range(panel.features_table.rowCount())] == \
+        [k for k, _ in ref.top(n_prompt, panel.TOP_FEATURES)]
+    error_watch.assert_clean()

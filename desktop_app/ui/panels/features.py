@@ -62,6 +62,7 @@ class FeaturesPanel(QWidget, ResultView):
     result_parts = FEATURE_PARTS
     TOP_PER_TOKEN = 5  # features per token and hook in the lens table
     TOP_FEATURES = 10  # features per hook listed for the selected token
+    COLOUR_HINT = "Click a feature to colour the text by its activation; right-click it to edit it."
     help_text = (
         "<b>What am I looking at?</b> A sparse dictionary reads an activation x of the model (the residual "
         "stream, an MLP's or attention's output) and writes it as a sparse sum of learned directions: "
@@ -112,7 +113,7 @@ class FeaturesPanel(QWidget, ResultView):
 
         # Lens
         self.strip = TokenStrip()
-        self.colour_label = QLabel("Click a feature to colour the text by its activation.")
+        self.colour_label = QLabel(self.COLOUR_HINT)
         self.tokens_table = read_only_table()
         self.features_table = read_only_table()
         self.features_table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -229,6 +230,7 @@ class FeaturesPanel(QWidget, ResultView):
                 self.feature = (a, self.feature[1]) if a is not None else None
             if self.feature is None:
                 self.dashboard.clear()
+                self.colour_label.setText(self.COLOUR_HINT)
         self.export_bar.refresh()
 
     def _on_trace(self, _trace) -> None:

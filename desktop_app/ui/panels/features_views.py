@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton,
+from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QLabel, QProgressBar, QPushButton,
                                QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from ..settings import plot_background, plot_foreground
@@ -251,7 +251,3 @@ class FeatureAttributionChart(pg.PlotWidget):
         from ...core.features import ATTRIBUTION_COLUMNS
 
         return list(ATTRIBUTION_COLUMNS), [list(r) for r in self.attribution.rows()]
-
-
-def stretch_columns(table: QTableWidget) -> None:
-    table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)

@@ -279,13 +279,13 @@ def _notify(window, title: str, message: str) -> None:
 
 def _run_panel_demo(window, deadline: float) -> bool:
     """Optional panel hooks for --screenshot: screenshot_demo() starts something worth showing (a
-    short generation, a sweep); screenshot_ready() says when it is done. False on timeout."""
+    short generation, a sweep); screenshot_ready() says when it (or the panel's own computation of the
+    trace, e.g. the Layers panel's numbers) is done. False on timeout."""
     slot = window.current_slot()
     panel = slot.panel if slot is not None else None
     demo = getattr(panel, "screenshot_demo", None)
-    if not callable(demo):
-        return True
-    demo()
+    if callable(demo):
+        demo()
     ready = getattr(panel, "screenshot_ready", None)
     while callable(ready) and not ready():
         if time.time() > deadline:

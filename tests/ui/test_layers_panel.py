@@ -152,3 +152,35 @@ def test_fast_successive_traces_end_on_the_last_one(qtbot):
     qtbot.wait(200)
     assert panel.result.resid_norms.shape[1] == 9
     np.testing.assert_allclose(panel.resid_map.values, analysis.residual_norms(traces[-1]).T, rtol=1e-5)
+
+
+def test_a_screenshot_waits_for_the_layer_numbers(qtbot, monkeypatch):
+    """--screenshot of the Layers panel waited only for the trace, so under load it captured an empty
+    heatmap saying 'computing…': the panel says when its worker's numbers are shown (screenshot_ready)
+    and the screenshot's demo loop (ui.app._run_panel_demo) waits for it."""
+    import threading
+    import time
+
+    from desktop_app.ui import app as ui_app
+    from desktop_app.ui.panels import layers as layers_module
+
+    panel, trace, ids = _panel(qtbot)
+    release = threading.Event()
+    real = layers_module.compute_layers
+
+    def held(*args, **kwargs):
+        release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(layers_module, "compute_layers", held)
+    panel.state.show_trace(trace, ids)  # a new trace: its numbers are held in the worker
+    assert not panel.screenshot_ready() and panel.status.text().startswith("computing")
+
+    class Window:  # what _run_panel_demo reads of the main window
+        def current_slot(self):
+            return type("Slot", (), {"panel": panel})()
+
+    threading.Timer(0.5, release.set).start()
+    assert ui_app._run_panel_demo(Window(), time.time() + 30)
+    assert panel.screenshot_ready() and not panel.status.text().startswith("computing")
+    assert panel.result is not None

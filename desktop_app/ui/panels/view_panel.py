@@ -144,12 +144,30 @@ class ViewTablePanel(QWidget):
         from ..workers import run_job
 
         self._cancel_job()  # its result would be dropped anyway
-        self._job = run_job(work, on_result=on_result,
-                            on_error=lambda exc, tb: self.status.setText(f"{failure} failed: {exc}"))
+
+        mine: list = []  # this job, once started: only its own delivery marks the panel's work done
+
+        def delivered(result) -> None:
+            if mine and self._job is mine[0]:
+                self._job = None
+            on_result(result)
+
+        def failed(exc, tb) -> None:
+            if mine and self._job is mine[0]:
+                self._job = None
+            self.status.setText(f"{failure} failed: {exc}")
+
+        self._job = run_job(work, on_result=delivered, on_error=failed)
+        mine.append(self._job)
+
+    def screenshot_ready(self) -> bool:
+        """--screenshot waits for the worker's numbers: a heatmap still 'computing…' is no picture."""
+        return self._job is None
 
     def _cancel_job(self) -> None:
         if self._job is not None and not self._job.done:
             self._job.cancel()
+        self._job = None  # nothing more of it will be shown
 
     def _clear(self, message: str) -> None:
         """No trace to show: nothing of a previous text or model stays on show."""

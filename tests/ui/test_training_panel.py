@@ -553,3 +553,21 @@ def test_the_export_bar_waits_for_a_run(qtbot):
     panel._on_event({"event": "step", "step": 1, "steps": 10, "train_loss": 2.0, "train_accuracy": 0.1, "lr": 1e-3,
                      "tokens_per_s": 100.0, "elapsed": 0.1, "eta": 1.0})  # what the run's process reports
     assert all(b.isEnabled() for b in buttons)
+
+
+def test_the_induction_tasks_shortest_repeat_from_the_panel(qtbot):
+    """Issue 30: the induction task's min_length (repeats of several lengths) has a box, shown for that task
+    only, typed into it reaches the run's config and its command line; 0 means always the length."""
+    panel = TrainingPanel(AppState())
+    qtbot.addWidget(panel)
+    box = panel.form.min_length
+    qtbot.keyClicks(panel.task, "induction")
+    assert panel.task.currentText() == "induction" and panel.task_form.isRowVisible(box)
+    assert box.text() == "always the length" and "min_length" not in panel.config().task_options
+    box.lineEdit().selectAll()
+    qtbot.keyClicks(box, "8")
+    assert panel.config().task_options["min_length"] == 8 and "--min-length 8" in " ".join(panel.cli_args())
+    assert config_from_args(build_parser().parse_args(["train", *panel.cli_args()])).task_options["min_length"] == 8
+    panel.task.setCurrentText("sort")
+    assert not panel.task_form.isRowVisible(box)
+    assert "min_length" not in panel.config().task_options

@@ -79,7 +79,7 @@ OPTIONS: tuple[Option, ...] = (
            help="sequence length (motif, copy, reverse, sort, induction)"),
     Option("symbols", "task", int, None, _int(2, 10**6), form=(2, 1000, 1), form_default=10, help="alphabet size (copy, reverse, sort, "
                                                                                "induction)"),
-    Option("min_length", "task", int, None, _int(2, 10**5), form=(0, 512, 1), form_none=0, form_default=0,
+    Option("min_length", "task", int, None, _int(1, 10**5), form=(0, 512, 1), form_none=0, form_default=0,
            help="induction: each sequence repeats a half of its own length, drawn from min_length to --length, "
                 "after random tokens, so only an induction head predicts it (default: always --length)"),
     Option("p", "task", int, 97, _int(2, 10**4), form=(2, 1000, 1), help="modulus (modadd)"),

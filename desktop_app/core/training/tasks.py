@@ -256,16 +256,16 @@ class ModAddTask(Task):
 class InductionTask(Task):
     """A random sequence repeated twice; the second copy is predictable only by looking back.
 
-    With `min_length` (2 <= min_length <= length), each sequence draws its own half length p in
+    With `min_length` (1 <= min_length <= length), each sequence draws its own half length p in
     [min_length, length] and has 2 x length tokens: 2 x (length - p) random tokens, then p random tokens,
     then the same p again. The repeat then starts at a different offset in each sequence, so no head looking
     a fixed distance back can predict it: only an induction mechanism (find the earlier occurrence of the
     current token, copy the token after it) can. Only the repeat's tokens after its first are scored (its
-    first follows the random part, so nothing predicts it). An instance row is [p, its 2 x length tokens]."""
+    first follows the random part, so nothing predicts it; a repeat of 1 token scores none). An instance row is [p, its 2 x length tokens]."""
 
     def __init__(self, length: int = 16, symbols: int = 32, min_length: int | None = None, **_: Any) -> None:
-        if min_length is not None and not 2 <= min_length <= length:
-            raise TaskError(f"induction: min_length must be from 2 to length ({length}), got {min_length}")
+        if min_length is not None and not 1 <= min_length <= length:
+            raise TaskError(f"induction: min_length must be from 1 to length ({length}), got {min_length}")
         words = [str(i) for i in range(symbols)]
         options = {"length": length, "symbols": symbols}
         if min_length is not None:

@@ -260,14 +260,18 @@ class TrainingForm(QWidget):
         self.n_train.setSpecialValueText("fresh samples")
         self.n_train.setToolTip("A fixed training set of this many samples (the lectures use 1500); "
                                 "0 draws fresh samples for every batch")
-        self._task_rows = {"length": self.length, "symbols": self.symbols, "p": self.p,
+        self.min_length = _box("min_length")  # the induction task's shortest repeat (0: always the length)
+        self.min_length.setSpecialValueText("always the length")
+        self.min_length.setToolTip(OPTION["min_length"].help)
+        self._task_rows = {"length": self.length, "min_length": self.min_length, "symbols": self.symbols, "p": self.p,
                            "train_fraction": self.train_fraction, "text_file": self.text_row,
                            "tokenizer": self.tokenizer, "vocab_size": self.vocab_size,
                            "model_kind": self.model_kind, "n_train": self.n_train,
                            "image_folder": self.image_folder_row, "channels": self.channels,
                            "image_size": self.image_size}
         tf.addRow("Task", self.task)
-        for name, label in (("model_kind", "Model"), ("length", "Length"), ("n_train", "Training-set size"),
+        for name, label in (("model_kind", "Model"), ("length", "Length"), ("min_length", "Shortest repeat"),
+                            ("n_train", "Training-set size"),
                             ("symbols", "Symbols"), ("p", "Modulus p"),
                             ("train_fraction", "Train fraction"), ("text_file", "Text file"),
                             ("tokenizer", "Tokenizer"), ("vocab_size", "BPE vocabulary"),

@@ -50,16 +50,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def check_dynamics_memory(n: int, d: int, twin: bool, integrator: str) -> None:
-    """Refuse, before the run, n particles whose n x n attention matrices cannot fit (float64: the
-    scores, the weights and a temporary, per field evaluation; rk4 keeps its stages, a twin doubles it)."""
-    from ..core.devices import check_memory
-
-    per_field = 3 * 8.0 * n * n + 8 * 8.0 * n * d
-    check_memory(per_field * (2 if twin else 1) * (2 if integrator == "rk4" else 1), f"--n {n}",
-                 "for the n x n attention matrices")
-
-
 class Progress:
     """The job the simulation checks every step: after the first few seconds, a progress line on
     stderr every few seconds ("step 120/1000, 1.2 steps/s, about 12 min left"), so a long run is not silent."""
@@ -94,36 +84,23 @@ def run(args) -> int:
 
     import numpy as np
 
+    from ..app.dynamics import dynamics_setup
     from ..core import dynamics as dy
     from ..core.files import atomic_write_bytes, atomic_write_text, check_output_file, strict_json
 
-    head = dy.load_head(args.matrices) if args.matrices else None
-    d = head.d if head is not None else (args.d or 3)
-    if head is not None and args.d is not None and args.d != d:
-        raise ValueError(f"{args.matrices}: V is {d}x{d} but --d is {args.d}")
-    covariance = None
-    if args.variances:
-        if args.init != "gaussian":
-            raise ValueError("--variances sets the covariance of --init gaussian")
-        covariance = dy.parse_covariance(args.variances, d)
+    cfg, head = dynamics_setup(args.attention, args.d, args.n, args.init, matrices=args.matrices,
+                               variances=args.variances or None, steps=args.steps, qkv=args.qkv,
+                               norm_v=args.norm_v, amplitude=args.time_dependent, dt=args.dt,
+                               perturbation=args.perturbation, integrator=args.integrator,
+                               init_radius=args.init_radius, n_clusters=args.clusters_k, norm_qk=args.norm_qk,
+                               sphere=args.sphere, renormalise=args.renormalise, seed=args.seed,
+                               cluster_tol=args.cluster_tol)
+    d = cfg.d
     if args.positions and os.path.abspath(args.positions) == os.path.abspath(args.csv):
         raise ValueError(f"--positions {args.positions} is the --csv file too; give two names")
     check_output_file(args.csv, args.overwrite)  # refused or unwritable now, not after the run
     if args.positions:
         check_output_file(args.positions, args.overwrite)
-    check_dynamics_memory(args.n, d, args.perturbation > 0, args.integrator)
-    norm_v = (float(np.linalg.norm(head.V.double().numpy(), 2)) if head is not None else
-              args.norm_v if args.qkv == "random" else 1.0)
-    growth = norm_v * args.steps * args.dt * (1 + 2 * args.time_dependent)  # log of R(t) / R(0) at most
-    if growth > 700:  # exp() of it overflows a float
-        raise ValueError(f"--steps {args.steps} x --dt {args.dt:g} x ||V|| {norm_v:g} = {growth:.3g}: the radius "
-                         "bound exp(||V|| t) overflows (beyond exp(700)); use fewer steps or a smaller --dt")
-    cfg = dy.DynamicsConfig(attention=args.attention, d=d, n=args.n, init=args.init, init_radius=args.init_radius,
-                            covariance=covariance,
-                            n_clusters=args.clusters_k, qkv=args.qkv, norm_qk=args.norm_qk, norm_v=args.norm_v,
-                            amplitude=args.time_dependent, sphere=args.sphere, renormalise=args.renormalise,
-                            integrator=args.integrator, dt=args.dt, seed=args.seed, cluster_tol=args.cluster_tol,
-                            perturbation=args.perturbation)
     sim = dy.run(cfg, args.steps, head=head, record_every=args.record_every, job=Progress(args.steps))
     check_output_file(args.csv, overwrite=True)  # checked at the start; still not a link or a special file
     atomic_write_text(Path(args.csv), dy.csv_text(sim.records))

@@ -354,17 +354,23 @@ class DynamicsPanel(QWidget, ResultView):
         self.qkv.setCurrentIndex([k for _, k in QKV_LABELS].index("file"))
 
     def config(self) -> dy.DynamicsConfig:
-        d = self.d.value()
-        cov = dy.parse_covariance(self.covariance.text(), d) if self.init.currentData() == "gaussian" else None
-        return dy.DynamicsConfig(
-            attention=self.attention.currentText(), d=d, n=self.n.value(), init=self.init.currentData(),
-            covariance=cov, n_clusters=self.n_clusters.value(),
+        """The form's DynamicsConfig, through the set-up `dynamics` uses (app.dynamics): the same
+        covariance and memory checks, ValueError (one line) shown in the status line by Reset. The
+        head of a file or a model is read by the worker (build_simulation); play has no fixed length."""
+        from ...app.dynamics import dynamics_setup
+
+        init = self.init.currentData()
+        cfg, _ = dynamics_setup(
+            self.attention.currentText(), self.d.value(), self.n.value(), init,
+            variances=self.covariance.text() if init == "gaussian" else None,
             qkv=self.qkv.currentData() if self.qkv.currentData() in ("identity", "random") else "identity",
-            norm_qk=self.norm_qk.value(), norm_v=self.norm_v.value(),
-            amplitude=0.5 if self.time_dependent.isChecked() else 0.0, sphere=self.sphere.isChecked(),
-            renormalise=self.renormalise.isChecked(), integrator=self.integrator.currentText(), dt=self.dt.value(),
-            seed=self.seed.value(), cluster_tol=self.cluster_tol.value(),
-            perturbation=1e-3 if self.twin.isChecked() else 0.0, cluster_sample=CLUSTER_SAMPLE, dtype=_play_dtype())
+            norm_v=self.norm_v.value(), amplitude=0.5 if self.time_dependent.isChecked() else 0.0,
+            dt=self.dt.value(), perturbation=1e-3 if self.twin.isChecked() else 0.0,
+            integrator=self.integrator.currentText(), n_clusters=self.n_clusters.value(),
+            norm_qk=self.norm_qk.value(), sphere=self.sphere.isChecked(), renormalise=self.renormalise.isChecked(),
+            seed=self.seed.value(), cluster_tol=self.cluster_tol.value(), cluster_sample=CLUSTER_SAMPLE,
+            dtype=_play_dtype())
+        return cfg
 
     # -- workspace (MainWindow saves view_state and gives it back with set_view_state) ----------
     VIEW_TABLE = None  # no views table: the form is the panel's whole view state

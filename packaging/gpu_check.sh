@@ -92,7 +92,10 @@ command -v nvidia-smi > /dev/null && timeout 20 nvidia-smi > "$OUT_DIR/nvidia-sm
 
 # -- every cuda-marked test (on a CPU machine they skip; the run still proves they collect without Qt) --
 # -p no:pytest-qt: the GPU machine has no pytest-qt; where it is installed it would import Qt, which these tests never need
-run_step pytest-cuda "$(box 200)" "$PY" -m pytest -m cuda -p no:cacheprovider -p no:pytest-qt -q -rs tests/core/test_devices_real.py
+# --basetemp: its own temporary folder, so a run from inside a test session never prunes that session's
+# numbered /tmp/pytest-of-USER folders (pytest keeps the newest three)
+run_step pytest-cuda "$(box 200)" "$PY" -m pytest -m cuda -p no:cacheprovider -p no:pytest-qt -q -rs \
+    --basetemp "$OUT_DIR/pytest-tmp" tests/core/test_devices_real.py
 
 # -- benchmarks -------------------------------------------------------------------------------------
 BENCHES=$("$PY" -m desktop_app bench --help 2>/dev/null | tr -c 'a-z\n' ' ')

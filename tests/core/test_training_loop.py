@@ -259,7 +259,8 @@ def test_a_failing_test_that_leaves_a_paused_training_thread_does_not_hang_pytes
     t0 = time.monotonic()
     try:
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                            "-p", "no:timeout", "test_left_paused.py"], cwd=tmp_path, env=env,
+                            "-p", "no:timeout", "--basetemp", str(tmp_path / "inner-tmp"),  # not the shared
+                            "test_left_paused.py"], cwd=tmp_path, env=env,  # /tmp/pytest-of-USER numbering
                            capture_output=True, text=True, timeout=240)
     except subprocess.TimeoutExpired as exc:  # run() kills the child on timeout
         pytest.fail(f"pytest did not exit within 240 s after its test failed: {exc.stdout!r}")

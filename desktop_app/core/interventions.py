@@ -355,6 +355,16 @@ def direct_logit_function(model, resid: torch.Tensor, token_id: int):
     return through, (float(norm_bias.cpu() @ w_u) if norm_bias is not None else None)
 
 
+def check_position_and_token(cfg, n_tokens: int, position: int, token_id: int) -> int:
+    """The position (negative counts from the end) made absolute; ValueError in one line when it is
+    outside the text or the token id outside the vocabulary (what an attribution is asked for)."""
+    if not -n_tokens <= position < n_tokens:
+        raise ValueError(f"position {position} is outside the text (0..{n_tokens - 1})")
+    if not 0 <= token_id < cfg.vocab_size:
+        raise ValueError(f"token id {token_id} is outside the vocabulary (0..{cfg.vocab_size - 1})")
+    return position % n_tokens
+
+
 def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id: int,
                              interventions: Sequence[Intervention] | None = None) -> Attribution:
     """Each head's, each MLP's (and the embedding's and biases') direct contribution to the logit of
@@ -362,12 +372,7 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
     model = getattr(loaded, "model", loaded)
     cfg = model.cfg
     check_additive(cfg, "direct logit attribution")
-    T = len(ids)
-    if not -T <= position < T:
-        raise ValueError(f"position {position} is outside the text (0..{T - 1})")
-    position %= T
-    if not 0 <= token_id < cfg.vocab_size:
-        raise ValueError(f"token id {token_id} is outside the vocabulary (0..{cfg.vocab_size - 1})")
+    position = check_position_and_token(cfg, len(ids), position, token_id)
     L, H = cfg.n_layers, cfg.n_heads
     names = ["embed", "logits", "blocks.*.attn.head_out", "blocks.*.mlp.out", f"blocks.{L - 1}.resid_post"]
     _, trace = model.run_with_trace(torch.tensor([list(ids)], device=model.device), names=names,

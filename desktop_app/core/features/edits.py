@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..interventions import Intervention, check_additive, direct_logit_function
+from ..interventions import Intervention, check_additive, check_position_and_token, direct_logit_function
 from .activations import Attached, read_point
 
 FEATURE_HOWS = ("zero", "clamp", "scale", "add")
@@ -161,11 +161,7 @@ def feature_attribution(loaded, ids: Sequence[int], attached: Attached, position
     cfg = model.cfg
     check_additive(cfg, "feature attribution")
     T = len(ids)
-    if not -T <= position < T:
-        raise ValueError(f"position {position} is outside the text (0..{T - 1})")
-    position %= T
-    if not 0 <= token_id < cfg.vocab_size:
-        raise ValueError(f"token id {token_id} is outside the vocabulary (0..{cfg.vocab_size - 1})")
+    position = check_position_and_token(cfg, T, position, token_id)
     last = f"blocks.{cfg.n_layers - 1}.resid_post"
     names = list(dict.fromkeys([*attached.names, last]))
     _, trace = model.run_with_trace(torch.tensor([list(ids)], device=model.device), names=names,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -436,6 +437,7 @@ class Block(nn.Module):
     def forward(self, x, mask, rotary, cache, trace: Trace | None, prefix: str, is_causal_full: bool):
         rec = trace.record if trace is not None else None
         a_in = self.norm1(x) if self.pre else x
+        a_in = edit_at(trace, prefix + "attn.input", a_in)  # read only: a transcoder's input (core/features)
         a = self.attn(a_in, mask, rotary, cache, trace, prefix + "attn.", is_causal_full)
         if self.sandwich:
             a = self.post_attn_norm(a)
@@ -662,7 +664,8 @@ class Transformer(nn.Module):
     def forward(self, input_ids: torch.Tensor, *, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, trace: Trace | None = None,
                 cache: KVCache | None = None, compute_logits: bool = True,
-                interventions=None, stop_after_layer: int | None = None) -> ModelOutput:
+                interventions=None, stop_after_layer: int | None = None,
+                on_layer: Callable[[int], None] | None = None) -> ModelOutput:
         """input_ids [B, T] (or [T]); attention_mask [B, T_total] with 1 for real tokens.
 
         With a cache, input_ids are the new tokens only and positions continue after the cache.
@@ -670,6 +673,8 @@ class Transformer(nn.Module):
         stop_after_layer: return right after block `stop_after_layer` (its output as `hidden`, no
         logits, no final-norm/pooler records; a cache then holds only the blocks run), for callers
         that need one layer's activations only (the Lipschitz lab's inputs).
+        on_layer: called with each block's index once it has run and its records are in the trace
+        (a first look that arrives layer by layer; it may raise, e.g. core.jobs.Cancelled, to stop).
         A ViT (input_kind "patches") takes pixel values [B, C, H, W] (or [C, H, W]) in place of
         input_ids; its sequence is [CLS] + patches, and its logits [B, classes] come from [CLS].
         """
@@ -722,6 +727,8 @@ class Transformer(nn.Module):
             x = block(x, mask_for(window), rotary_for(l), lc, trace, f"blocks.{l}.", is_causal_full)
             if trace is not None and cfg.lm_head and trace.wants(f"blocks.{l}.logit_lens"):
                 trace.record(f"blocks.{l}.logit_lens", self.unembed(x))
+            if on_layer is not None:
+                on_layer(l)
             if stop_after_layer is not None and l >= stop_after_layer:
                 return ModelOutput(logits=None, hidden=x, cache=cache)
         if trace is not None and cfg.final_norm and trace.wants("final_norm.out"):

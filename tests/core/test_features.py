@@ -261,6 +261,35 @@ def test_a_transcoder_edit_changes_what_it_writes(demo):
     torch.testing.assert_close(trace["blocks.1.mlp.out"][0], expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_transcoder_reading_ln1_hook_normalized_edits_the_attention_output(demo):
+    """ln1.hook_normalized (what the attention receives after its norm) is kept as the forward passes it, so a
+    transcoder reading it and writing hook_attn_out is edited like one at ln2: zeroing a feature subtracts its
+    activation x decoder row from the attention's output, and an edit that changes nothing changes nothing."""
+    d = _random_dictionary(hook="blocks.1.ln1.hook_normalized", hook_out="blocks.1.hook_attn_out", seed=4)
+    att = attach(d, demo.config)
+    ids = _ids(demo)
+    run = feature_activations(demo.model, ids, [att])[0]
+    f = int(run.acts[3].argmax())
+    assert float(run.acts[:, f].abs().sum()) > 0
+    _, trace = demo.model.run_with_trace(torch.tensor([ids]), names=["blocks.1.attn.out"],
+                                         interventions=[feature_edit(att, [FeatureOp(f, "zero")])])
+    expected = run.target - run.acts[:, f:f + 1] * d.W_dec[f]
+    torch.testing.assert_close(trace["blocks.1.attn.out"][0], expected, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        base = demo.model(torch.tensor([ids])).logits
+        same = demo.model(torch.tensor([ids]), interventions=[feature_edit(att, [FeatureOp(f, "scale", 1.0)])]).logits
+    assert torch.equal(base, same)
+
+
+@pytest.mark.parametrize("hook", ["blocks.1.ln1.hook_normalized", "blocks.1.ln2.hook_normalized"])
+def test_an_sae_of_a_normalised_sublayer_input_is_refused_in_one_line(demo, hook):
+    att = attach(_random_dictionary(hook=hook), demo.config)
+    with pytest.raises(ValueError) as info:
+        feature_edit(att, [FeatureOp(1, "zero")])
+    message = str(info.value)
+    assert "\n" not in message and hook in message and "cannot be edited" in message
+
+
 def test_unknown_feature_and_operation_are_refused(demo):
     att = attach(_random_dictionary(), demo.config)
     with pytest.raises(ValueError, match="feature 64 is not in 0..63"):

@@ -61,11 +61,10 @@ class FeatureEdit:
         for op in ops:
             if not 0 <= op.feature < d.d_sae:
                 raise ValueError(f"{d.name}: feature {op.feature} is not in 0..{d.d_sae - 1}")
-        if not attached.write.editable:
-            raise ValueError(f"{d.name}: its output {attached.write.name} is not an edit point")
-        if attached.read.name != attached.write.name and attached.read.name.endswith("attn.input"):
-            raise ValueError(f"{d.name}: a transcoder reading {attached.read.name} cannot be edited (the app keeps "
-                             "edit-time activations at the residual stream and the MLP input only)")
+        if not attached.write.editable:  # a sublayer's normalised input: the app reads it, never writes it
+            raise ValueError(f"{d.name}: its features cannot be edited: it reconstructs {attached.write.hook} "
+                             f"({attached.write.name}), a sublayer's normalised input that the app reads but does "
+                             "not edit (a transcoder reading it and writing the sublayer's output can be)")
         self.attached, self.ops = attached, tuple(ops)
         self.reads = attached.read.name if attached.read.name != attached.write.name else None
 

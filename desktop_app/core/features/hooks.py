@@ -31,7 +31,7 @@ _TL_TO_APP = {"hook_resid_mid": "resid_mid", "hook_resid_post": "resid_post", "h
 _APP_TO_TL = {"resid_mid": "hook_resid_mid", "resid_post": "hook_resid_post", "attn.out": "hook_attn_out",
               "mlp.out": "hook_mlp_out", "attn.z": "attn.hook_z", "attn.input": "ln1.hook_normalized",
               "mlp.input": "ln2.hook_normalized"}
-READ_ONLY = ("attn.input", "mlp.input")  # recorded, but not an edit point of core/interventions.py
+READ_ONLY = ("attn.input", "mlp.input")  # recorded (a transcoder reads them), never written by an edit
 HOOK_EXAMPLES = "blocks.2.hook_resid_post, blocks.2.hook_mlp_out, blocks.2.attn.hook_z"
 
 

@@ -18,7 +18,7 @@ never generated (rejection sampling), so every sample has a label. The label is 
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -41,6 +41,8 @@ class TaskDeclaration:
     image: bool = False  # image classification: trains the image families (vit) only
     defaults: dict[str, Any] = field(default_factory=dict)  # its own defaults of shared options (e.g. length)
     baseline: bool = False  # the lectures' MLP baseline (train --baseline mlp) can train on it instead
+    # its version for an encoder-decoder model (seq2seq_tasks.py), same signature as `make`; None: none
+    seq2seq: Callable[[dict[str, Any], bool, "Tokenizer | None"], "Task"] | None = None
 
 
 DECLARED_TASKS: dict[str, TaskDeclaration] = {}  # filled by declare_task, in declaration order: the only list
@@ -53,6 +55,25 @@ def declare_task(name: str, options: tuple[str, ...] = (), image: bool = False,
     task_dimensions all read the declarations."""
     def declare(make):
         DECLARED_TASKS[name] = TaskDeclaration(name, make, tuple(options), image, dict(defaults or {}), baseline)
+        return make
+    return declare
+
+
+def declare_seq2seq_task(name: str, options: tuple[str, ...] = (), defaults: dict[str, Any] | None = None):
+    """Decorator: `make(options, causal, tokenizer) -> Task` builds task `name` for an encoder-decoder model
+    (trained with teacher forcing, seq2seq_tasks.py). A task already declared for decoders (copy, reverse,
+    sort) keeps its name, options and defaults and gains this version, which make_task(...,
+    encoder_decoder=True) builds; a new name is a task for encoder-decoders only (translate)."""
+    def declare(make):
+        known = DECLARED_TASKS.get(name)
+        if known is not None:
+            DECLARED_TASKS[name] = replace(known, seq2seq=make)
+        else:
+            def decoder_only(opts, causal, tokenizer):
+                raise TaskError(f"the {name} task trains an encoder-decoder (sequence to sequence): choose an "
+                                "encoder-decoder family (marian or t5)")
+            DECLARED_TASKS[name] = TaskDeclaration(name, decoder_only, tuple(options), False, dict(defaults or {}),
+                                                   False, make)
         return make
     return declare
 
@@ -74,16 +95,18 @@ class TaskError(ValueError):
 UNK = "[UNK]"
 
 
-def word_tokenizer(words: list[str]) -> Tokenizer:
+def word_tokenizer(words: list[str], specials: tuple[str, ...] = ()) -> Tokenizer:
     """Whole-word vocabulary (one token per listed word, split on spaces): decodes with spaces.
 
-    [UNK] comes last (the words keep ids 0..n-1, which the tasks compute with): a word the task
-    never uses, typed into the app, encodes to it instead of failing."""
-    vocab = {w: i for i, w in enumerate(words)}
+    `specials` (e.g. the sequence-to-sequence tasks' <pad>, [START], [END]) take the first ids and are
+    special tokens (never split, skipped by decode(skip_special_tokens=True)); the words follow.
+    [UNK] comes last (the words keep ids 0..n-1 after the specials, which the tasks compute with): a
+    word the task never uses, typed into the app, encodes to it instead of failing."""
+    vocab = {w: i for i, w in enumerate(dict.fromkeys([*specials, *words]))}
     vocab.setdefault(UNK, len(vocab))
     tok = HFTokenizer(models.WordLevel(vocab, unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.add_special_tokens([UNK])
+    tok.add_special_tokens([*specials, UNK])
     return Tokenizer(tok)
 
 
@@ -95,11 +118,17 @@ def heldout(row: torch.Tensor, fraction: float = 0.2) -> bool:
 
 @dataclass
 class Batch:
-    inputs: torch.Tensor  # [B, T] long
+    inputs: torch.Tensor  # [B, T] long (an encoder-decoder's: the decoder's input)
     targets: torch.Tensor  # [B, T] long, IGNORE where nothing is scored
+    src: torch.Tensor | None = None  # [B, S] long: an encoder-decoder's source (seq2seq_tasks.py), else None
 
     def to(self, device) -> "Batch":
-        return Batch(self.inputs.to(device), self.targets.to(device))
+        return Batch(self.inputs.to(device), self.targets.to(device),
+                     None if self.src is None else self.src.to(device))
+
+    def rows(self, index) -> "Batch":
+        """The batch's rows `index` (a slice or index tensor), source included."""
+        return Batch(self.inputs[index], self.targets[index], None if self.src is None else self.src[index])
 
     def __len__(self) -> int:
         return self.inputs.shape[0]
@@ -142,7 +171,7 @@ class Task:
             if getattr(self, "_pool", None) is None:
                 self._pool = self._sample(int(n_train), torch.Generator().manual_seed(20_000), want_heldout=False)
             idx = torch.randint(0, len(self._pool), (batch_size,), generator=gen)
-            return Batch(self._pool.inputs[idx], self._pool.targets[idx])
+            return self._pool.rows(idx)
         return self._sample(batch_size, gen, want_heldout=False)
 
     def val_set(self, seed: int = 0) -> Batch:
@@ -445,13 +474,21 @@ def task_dimensions(name: str, options: dict[str, Any] | None = None, causal: bo
 
 
 def make_task(name: str, options: dict[str, Any] | None = None, causal: bool = True,
-              tokenizer: Tokenizer | None = None) -> Task:
+              tokenizer: Tokenizer | None = None, encoder_decoder: bool = False) -> Task:
     """Build a task by name. `causal` says whether the model is a decoder (text: CLM vs MLM);
-    `tokenizer` reuses a saved tokenizer (resume) instead of training a new one."""
+    `tokenizer` reuses a saved tokenizer (resume) instead of training a new one; `encoder_decoder`
+    builds the task's sequence-to-sequence version (declare_seq2seq_task), for an encoder-decoder model."""
     declared = DECLARED_TASKS.get(name)
     if declared is None:
         raise TaskError(f"unknown task {name!r} (known: {', '.join(task_names())})")
-    return declared.make({**declared.defaults, **(options or {})}, causal, tokenizer)
+    make = declared.make
+    if encoder_decoder:
+        if declared.seq2seq is None:
+            with_seq2seq = ", ".join(n for n, d in DECLARED_TASKS.items() if d.seq2seq is not None)
+            raise TaskError(f"the {name} task trains a decoder or an encoder, not an encoder-decoder "
+                            f"(encoder-decoder tasks: {with_seq2seq})")
+        make = declared.seq2seq
+    return make({**declared.defaults, **(options or {})}, causal, tokenizer)
 
 
 def _keeping(task: Task, tokenizer: Tokenizer | None) -> Task:
@@ -476,6 +513,23 @@ def _declare_sequence_task(name: str) -> None:
 
 for _name in ("copy", "reverse", "sort"):
     _declare_sequence_task(_name)
+
+
+def _declare_seq2seq_symbol_task(name: str) -> None:
+    @declare_seq2seq_task(name)  # the decoder task's options and defaults (length, symbols)
+    def make(options, causal, tokenizer):
+        from .seq2seq_tasks import SymbolTask
+        return _keeping(SymbolTask(name, **options), tokenizer)
+
+
+for _name in ("copy", "reverse", "sort"):
+    _declare_seq2seq_symbol_task(_name)
+
+
+@declare_seq2seq_task("translate")
+def _make_translate(options, causal, tokenizer):
+    from .seq2seq_tasks import TranslationTask
+    return _keeping(TranslationTask(**options), tokenizer)
 
 
 @declare_task("modadd", options=("p", "train_fraction"), defaults={"p": 97, "train_fraction": 0.5})

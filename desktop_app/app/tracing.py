@@ -14,8 +14,14 @@ A VIEWS trace keeps memory to what is shown (core/trace.py): it is lazy (each la
 are derived from its attn.z when a view asks for that layer, the logit lens from the residuals), its
 attention patterns are kept in float16 when a half-precision checkpoint computes in float32
 (devices.pattern_dtype), and before it runs its memory is estimated (core.trace.estimate_trace_bytes)
-and a trace that would not fit is refused with the number of tokens, or of first layers, that would
-(check_trace_memory; MemoryEstimateError, one line), never an out-of-memory crash.
+and a trace that would not fit is refused with the number of tokens, or of layers (a layer range,
+`trace --layers A:B`), that would (check_trace_memory; MemoryEstimateError, one line), never an
+out-of-memory crash.
+
+A first look that arrives in pieces: trace_input(on_layer=, job=) hands back each layer as soon as its
+records are in the trace (LayersReady: the text's encoding, the trace being filled, layers done of
+how many), reports "layer k / L" to the job and stops at its cancel between layers (core.jobs), all
+from the model's one forward (Transformer.forward's on_layer). The GUI's AppState paints from it.
 
 Not here: what a generation step records (core/generation.py's RECORD_NAMES). That is the mechanism
 of GenerationSession (a one-token forward records per-position tensors that step_trace concatenates
@@ -24,7 +30,8 @@ input), not a choice a front end makes; changing it means changing that code.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from ..core.checkpoints import LoadedModel
@@ -53,27 +60,59 @@ def trace_names(config, n_tokens: int, final_logits: bool = True, purpose: str =
     return [n for n in names if final_logits or n != "logits"]
 
 
-def _layer_names(names: list[str], layers: int | None, n_layers: int) -> list[str]:
-    """`names` restricted to the first `layers` blocks (None: all of them)."""
-    if layers is None or layers >= n_layers:
+def parse_layers(text: str) -> tuple[int, int | None]:
+    """A layer range as typed, "A:B" (blocks A .. B-1; "A:" to the last, ":B" from the first), for the
+    command line (argparse type): (A, B or None); checked against a model by layer_range."""
+    start, sep, stop = str(text).partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        a = int(start) if start.strip() else 0
+        b = int(stop) if stop.strip() else None
+    except ValueError:
+        raise ValueError(f"layer range {text!r}: write A:B, blocks A to B-1 (e.g. 0:4)") from None
+    if a < 0 or (b is not None and b <= a):
+        raise ValueError(f"layer range {text!r}: A:B with 0 <= A < B (blocks A to B-1)")
+    return a, b
+
+
+def layer_range(layers, n_layers: int) -> range:
+    """The blocks a trace records: None (all), a count k (the first k), a range or parse_layers' (A, B);
+    a range outside the model's n_layers blocks is refused in one line."""
+    if layers is None:
+        return range(n_layers)
+    if isinstance(layers, int):
+        return range(min(max(layers, 0), n_layers))
+    a, b = (layers.start, layers.stop) if isinstance(layers, range) else layers
+    b = n_layers if b is None else b
+    if not 0 <= a < b <= n_layers:
+        raise ValueError(f"layer range {a}:{b}: the model has {n_layers} layers (0:{n_layers} is all of them)")
+    return range(a, b)
+
+
+def _layer_names(names: list[str], layers: range, n_layers: int) -> list[str]:
+    """`names` restricted to the blocks in `layers`."""
+    if layers == range(n_layers):
         return names
     out = []
     for n in names:
         if n == "*":
-            out += ["embed", "final_norm.out", "logits"] + [f"blocks.{l}.*" for l in range(layers)]
+            out += ["embed", "final_norm.out", "logits"] + [f"blocks.{l}.*" for l in layers]
         elif n.startswith("blocks.*."):
-            out += [f"blocks.{l}.{n[len('blocks.*.'):]}" for l in range(layers)]
+            out += [f"blocks.{l}.{n[len('blocks.*.'):]}" for l in layers]
         else:
             out.append(n)
     return out
 
 
-def trace_settings(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers: int | None = None) -> dict:
+def trace_settings(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers=None) -> dict:
     """run_with_trace's keyword arguments for a trace of `n_tokens` of `loaded` for `purpose`: the names,
-    lazy derivation and the patterns' dtype of a VIEWS trace (see the module's docstring)."""
+    lazy derivation and the patterns' dtype of a VIEWS trace (see the module's docstring); `layers`:
+    the blocks recorded (layer_range's forms)."""
     from ..core.devices import pattern_dtype
 
-    names = _layer_names(trace_names(loaded.config, n_tokens, purpose=purpose), layers, loaded.config.n_layers)
+    n_layers = loaded.config.n_layers
+    names = _layer_names(trace_names(loaded.config, n_tokens, purpose=purpose), layer_range(layers, n_layers), n_layers)
     if purpose != VIEWS:
         return {"names": names}
     model = loaded.model
@@ -81,30 +120,32 @@ def trace_settings(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, lay
             "pattern_dtype": pattern_dtype(model.dtype, getattr(loaded, "stored_dtype", None))}
 
 
-def estimated_trace_bytes(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers: int | None = None) -> int:
+def estimated_trace_bytes(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers=None) -> int:
     """What a trace of `n_tokens` of `loaded` needs on top of its weights (core.trace.estimate_trace_bytes)."""
     from ..core.trace import estimate_trace_bytes
 
     kw = trace_settings(loaded, n_tokens, purpose, layers)
     return estimate_trace_bytes(loaded.config, n_tokens, kw["names"], loaded.model.dtype, kw.get("pattern_dtype"),
-                                lazy=kw.get("lazy", False), layers=layers)
+                                lazy=kw.get("lazy", False), layers=len(layer_range(layers, loaded.config.n_layers)))
 
 
-def check_trace_memory(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers: int | None = None,
+def check_trace_memory(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers=None,
                        available: int | None = None) -> int:
     """The estimate (bytes) when it fits in `available` (default: what the model's device has); else
-    MemoryEstimateError, one line with the choices: fewer tokens, or the first layers only."""
+    MemoryEstimateError, one line with the choices: fewer tokens, or fewer layers (a layer range)."""
     from ..core.devices import MemoryEstimateError, available_memory, human_bytes
 
     need = estimated_trace_bytes(loaded, n_tokens, purpose, layers)
     have = available_memory(loaded.model.device) if available is None else available
     if have is None or need <= have:
         return need
-    L = loaded.config.n_layers if layers is None else layers
-    tokens = _largest(lambda n: estimated_trace_bytes(loaded, n, purpose, layers) <= have, n_tokens - 1)
+    n = loaded.config.n_layers
+    L = len(layer_range(layers, n))
+    tokens = _largest(lambda t: estimated_trace_bytes(loaded, t, purpose, layers) <= have, n_tokens - 1)
     first = _largest(lambda k: estimated_trace_bytes(loaded, n_tokens, purpose, k) <= have, L - 1)
     choices = [f"at most {tokens} tokens" if tokens else "",
-               f"the first {first} of {loaded.config.n_layers} layers" if first else ""]
+               f"the first {first} of {n} layers, or any range of {first} (layers A:B, e.g. "
+               f"{n - first}:{n})" if first else ""]
     choices = " or ".join(c for c in choices if c)
     raise MemoryEstimateError(f"a trace of {n_tokens} tokens through {L} layers of {loaded.name} needs about "
                               f"{human_bytes(need)}; this machine has {human_bytes(have)} available"
@@ -130,26 +171,50 @@ def _resolved(loaded: LoadedModel, inputs, interventions: list | None) -> list |
     return resolve(loaded.model, inputs, [iv.check(loaded.config) for iv in interventions])
 
 
+@dataclass(frozen=True)
+class LayersReady:
+    """A trace arriving in pieces (trace_input's on_layer): blocks 0 .. done-1 of `total` are recorded
+    in `trace` (the one being filled: read those layers only), for the text encoded as `enc`."""
+    enc: EncodedText
+    trace: Trace
+    done: int
+    total: int
+
+
 def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
                 interventions: list | None = None, purpose: str = VIEWS,
-                layers: int | None = None) -> tuple[EncodedText, Trace | None]:
+                layers=None, *, on_layer: Callable[[LayersReady], None] | None = None,
+                job=None) -> tuple[EncodedText, Trace | None]:
     """Encode `text` (or check the given `ids`) for `loaded` and trace them. Text longer than the
     context is cut to its first context_length tokens, and the EncodedText's notice says so;
     unknown words and ids outside the vocabulary raise InputError with a sentence naming them.
     With interventions (core/interventions.py) the trace is the edited model's (means over this text).
-    `layers`: record only the first that many blocks. A trace that would not fit in memory raises
-    MemoryEstimateError (check_trace_memory) before it starts."""
+    `layers`: record only these blocks (layer_range: a count of first blocks, a range, (A, B)). A trace
+    that would not fit in memory raises MemoryEstimateError (check_trace_memory) before it starts.
+    `job` (core.jobs.JobControl): "layer k / L" reported after each block, and core.jobs.Cancelled raised
+    there once it is cancelled; `on_layer`: each block's LayersReady, as soon as it is recorded."""
     import torch
 
     from ..core.inputs import check_ids, encode_text_or_ids
+    from ..core.jobs import report
 
     cfg = loaded.config
     enc = check_ids(ids, cfg.vocab_size, cfg.context_length) if ids is not None else encode_text_or_ids(loaded, text)
     if not enc.ids:
         return enc, None
     check_trace_memory(loaded, len(enc.ids), purpose, layers)
+    total = cfg.n_layers
+    report(job, 0, total, f"layer 0 / {total}")
+
+    def ready(layer: int, trace: Trace) -> None:
+        report(job, layer + 1, total, f"layer {layer + 1} / {total}")  # stops here once cancelled
+        if on_layer is not None:
+            on_layer(LayersReady(enc, trace, layer + 1, total))
+
+    progressive = job is not None or on_layer is not None
     _, trace = loaded.model.run_with_trace(torch.tensor(enc.ids, device=loaded.model.device)[None],
                                            interventions=_resolved(loaded, enc.ids, interventions),
+                                           on_layer=ready if progressive else None,
                                            **trace_settings(loaded, len(enc.ids), purpose, layers))
     return enc, trace
 
@@ -194,24 +259,33 @@ def trace_image_or_digit(loaded: LoadedModel, pixels, source: str, interventions
 # -- trace files -------------------------------------------------------------------------------
 
 
-def file_arrays(trace: Trace, n_layers: int) -> dict:
+def file_arrays(trace: Trace, n_layers: int, layers=None) -> dict:
     """The arrays every trace file holds, from a trace of a batch of one input: attn.{l} [H, T, T],
-    hidden.{i} (Hugging Face's hidden_states), logits (when the model has them)."""
-    arrays = {f"attn.{l}": trace.pattern(l)[0].float().cpu().numpy() for l in range(n_layers)}
-    for i, h in enumerate(trace.hidden_states()):
+    hidden.{i} (Hugging Face's hidden_states), logits (when the model has them). `layers`: the blocks
+    the trace recorded (layer_range's forms): their attn.{l} and hidden.{l+1}, with hidden.0 (embed)."""
+    blocks = layer_range(layers, n_layers)
+    arrays = {f"attn.{l}": trace.pattern(l)[0].float().cpu().numpy() for l in blocks}
+    if blocks == range(n_layers):
+        hidden = dict(enumerate(trace.hidden_states()))
+    else:  # the last is after the final norm (as Hugging Face's) only when the last block is in the range
+        hidden = {0: trace["embed"], **{l + 1: trace[f"blocks.{l}.resid_post"] for l in blocks}}
+        if blocks.stop == n_layers and "final_norm.out" in trace:
+            hidden[n_layers] = trace["final_norm.out"]
+    for i, h in hidden.items():
         arrays[f"hidden.{i}"] = h[0].float().cpu().numpy()
     if "logits" in trace:
         arrays["logits"] = trace["logits"][0].float().cpu().numpy()
     return arrays
 
 
-def trace_arrays(loaded: LoadedModel, ids: list[int], interventions=None) -> dict:
+def trace_arrays(loaded: LoadedModel, ids: list[int], interventions=None, layers=None) -> dict:
     """tokens, attn.{l} [H, T, T], hidden.{i} (Hugging Face's hidden_states), logits [T, vocab];
-    of the model with these interventions applied (core/interventions.py), if any."""
+    of the model with these interventions applied (core/interventions.py), if any; `layers`: only
+    these blocks' attn.{l} and hidden.{l+1} (layer_range's forms)."""
     import numpy as np
 
-    enc, trace = trace_input(loaded, "", ids, interventions, purpose=FILE)
-    return {"tokens": np.asarray(enc.ids, dtype=np.int64), **file_arrays(trace, loaded.config.n_layers)}
+    enc, trace = trace_input(loaded, "", ids, interventions, purpose=FILE, layers=layers)
+    return {"tokens": np.asarray(enc.ids, dtype=np.int64), **file_arrays(trace, loaded.config.n_layers, layers)}
 
 
 def image_trace_arrays(loaded: LoadedModel, pixel_values, interventions=None) -> dict:

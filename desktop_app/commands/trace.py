@@ -3,7 +3,7 @@ the arrays app/tracing.py's file_arrays makes, of the names its trace policy rec
 from __future__ import annotations
 
 from ..app.images import image_pixel_values, read_image_file  # noqa: F401  (read_image_file: for the training side)
-from ..app.tracing import image_trace_arrays, trace_arrays
+from ..app.tracing import image_trace_arrays, parse_layers, trace_arrays
 from . import add_model_and_text_arguments
 from .args import add_overwrite_argument
 
@@ -15,7 +15,19 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, help="output .npz")
     add_overwrite_argument(p)
     p.add_argument("--ablate", help="zero-ablate: LAYER.HEAD[,LAYER.HEAD...] (also LAYER.attn, LAYER.mlp)")
+    p.add_argument("--layers", type=_layers, metavar="A:B",
+                   help="record only blocks A to B-1 (attn.A.., hidden.A+1..; e.g. 0:4, or 20: to the last), "
+                        "for a trace whose every layer would not fit in memory")
     p.set_defaults(func=run)
+
+
+def _layers(text: str):
+    import argparse
+
+    try:
+        return parse_layers(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run(args) -> int:
@@ -36,9 +48,11 @@ def run(args) -> int:
     if args.image is not None or loaded.config.input_kind == "patches":
         if args.image is None:
             raise ValueError(f"{args.model_dir}: a vision model reads images: give --image FILE")
+        if args.layers is not None:
+            raise ValueError("--layers: a layer range is for text models' traces, not images")
         arrays = image_trace_arrays(loaded, image_pixel_values(loaded, args.image), ablate)
     else:
-        arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids), ablate)
+        arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids), ablate, layers=args.layers)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     check_output_file(args.out, overwrite=True)  # still not a link or a special file

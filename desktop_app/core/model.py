@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Callable
+from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -741,12 +742,16 @@ class Transformer(nn.Module):
         return ModelOutput(logits=logits, hidden=x, cache=cache)
 
     def run_with_trace(self, input_ids: torch.Tensor, names=("*",), *, lazy: bool = False,
-                       pattern_dtype: torch.dtype | None = None, **kw) -> tuple[ModelOutput, Trace]:
+                       pattern_dtype: torch.dtype | None = None,
+                       on_layer: Callable[[int, Trace], None] | None = None, **kw) -> tuple[ModelOutput, Trace]:
         """Forward pass that hands back a Trace of everything matching `names`. `lazy`: head outputs
         and the logit lens are derived on demand instead of recorded for every layer (trace.py);
-        `pattern_dtype`: the dtype attention patterns are kept in (default: the model's)."""
+        `pattern_dtype`: the dtype attention patterns are kept in (default: the model's); `on_layer`:
+        called with (block index, the trace being filled) as each block's records arrive (forward's)."""
         trace = Trace(names, lazy=lazy, pattern_dtype=pattern_dtype)
+        trace.bind(self)  # bound first: a layer already recorded can be read (derived) while the rest runs
+        if on_layer is not None:
+            kw["on_layer"] = lambda l: on_layer(l, trace)
         with torch.no_grad():
             out = self.forward(input_ids, trace=trace, **kw)
-        trace.bind(self)
         return out, trace

@@ -5,6 +5,7 @@ trace_input / trace_image, and the file's arrays are what file_arrays reads from
 from __future__ import annotations
 
 import numpy as np
+import torch
 import pytest
 
 from desktop_app.app.images import image_pixel_values
@@ -103,3 +104,97 @@ def test_the_cli_file_holds_what_the_app_traces_for_a_vit(tmp_path):
     assert set(recorded.tensors) <= set(shown.tensors)
     _assert_same(file, file_arrays(shown, loaded.config.n_layers))
     assert file["attention_distance"].shape == (2, 3)
+
+
+# -- a trace arriving layer by layer (issue 27) -------------------------------------------------
+
+
+def _six_layers(tmp_path):
+    folder = tmp_path / "six"
+    cfg = ModelConfig.gpt2(vocab_size=30, d_model=16, n_layers=6, n_heads=2, d_ff=32, context_length=32)
+    save_model_folder(new_model(cfg, seed=3), folder)
+    return load_model_folder(folder)
+
+
+IDS6 = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
+
+
+@pytest.mark.parametrize("ablate", [None, "2.1"])
+def test_each_layer_arrives_in_order_and_equals_the_one_shot_trace(tmp_path, ablate):
+    from desktop_app.core.jobs import JobControl
+
+    loaded = _six_layers(tmp_path)
+    edits = parse_ablations(ablate, loaded.config) if ablate else None
+    _, whole = trace_input(loaded, "", IDS6, edits)
+    arrived, progress = [], []
+
+    def on_layer(ready):
+        blocks = {int(n.split(".")[1]) for n in ready.trace.tensors if n.startswith("blocks.")}
+        assert blocks == set(range(ready.done)) and ready.total == 6 and ready.enc.ids == IDS6  # no layer ahead
+        layer = ready.done - 1
+        arrived.append((layer, {n: t.clone() for n, t in ready.trace.tensors.items()
+                                if n.startswith(f"blocks.{layer}.")}))
+
+    job = JobControl(on_progress=lambda d, t, m: progress.append((d, t, m)))
+    enc, pieces = trace_input(loaded, "", IDS6, edits, on_layer=on_layer, job=job)
+    assert [layer for layer, _ in arrived] == list(range(6))
+    assert progress == [(k, 6, f"layer {k} / 6") for k in range(7)]
+    for layer, records in arrived:  # what each layer handed back is exactly the one-shot trace's
+        expected = {n for n in whole.tensors if n.startswith(f"blocks.{layer}.")}
+        assert set(records) == expected and expected
+        for name, tensor in records.items():
+            assert torch.equal(tensor, whole[name]), name
+    assert set(pieces.tensors) == set(whole.tensors)
+    for name in whole.tensors:
+        assert torch.equal(pieces[name], whole[name]), name
+
+
+def test_a_cancelled_trace_stops_at_the_next_layer(tmp_path):
+    from desktop_app.core.jobs import Cancelled, JobControl
+
+    loaded = _six_layers(tmp_path)
+    job, seen = JobControl(), []
+
+    def on_layer(ready):
+        seen.append(ready.done)
+        if ready.done == 2:
+            job.cancel()
+
+    with pytest.raises(Cancelled):
+        trace_input(loaded, "", IDS6, on_layer=on_layer, job=job)
+    assert seen == [1, 2]  # block 2 ran (the cancel is seen after it), never handed back
+
+
+def test_a_layer_range_in_the_refusal_and_on_the_command_line(tmp_path, capsys):
+    from desktop_app.app.tracing import check_trace_memory, estimated_trace_bytes, layer_range, parse_layers
+    from desktop_app.core import devices
+
+    loaded = _six_layers(tmp_path)
+    have = (estimated_trace_bytes(loaded, 10, layers=2) + estimated_trace_bytes(loaded, 10, layers=3)) // 2
+    with pytest.raises(devices.MemoryEstimateError) as exc:
+        check_trace_memory(loaded, 10, available=have)
+    msg = str(exc.value)
+    assert "\n" not in msg and "the first 2 of 6 layers, or any range of 2 (layers A:B, e.g. 4:6)" in msg, msg
+    assert check_trace_memory(loaded, 10, layers=parse_layers("4:6"), available=have) <= have
+
+    assert parse_layers("2:4") == (2, 4) and parse_layers("3:") == (3, None) and parse_layers(":2") == (0, 2)
+    assert layer_range((3, None), 6) == range(3, 6) and layer_range(2, 6) == range(2)
+    for bad in ("3", "4:2", "a:b", "-1:2"):
+        with pytest.raises(ValueError, match="layer range"):
+            parse_layers(bad)
+    with pytest.raises(ValueError, match="layer range 2:9: the model has 6 layers"):
+        layer_range((2, 9), 6)
+
+    folder = tmp_path / "six"
+    ids = ",".join(map(str, IDS6))
+    whole = _cli_arrays(folder, "--ids", ids, "--out", tmp_path / "all.npz")
+    part = _cli_arrays(folder, "--ids", ids, "--out", tmp_path / "part.npz", "--layers", "2:4")
+    assert sorted(part) == ["attn.2", "attn.3", "hidden.0", "hidden.3", "hidden.4", "logits", "tokens"]
+    for key, value in part.items():  # (unrecorded blocks take the fused attention kernel: a few ulps)
+        np.testing.assert_allclose(value, whole[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    last = _cli_arrays(folder, "--ids", ids, "--out", tmp_path / "last.npz", "--layers", "5:")
+    assert sorted(last) == ["attn.5", "hidden.0", "hidden.6", "logits", "tokens"]
+    np.testing.assert_allclose(last["hidden.6"], whole["hidden.6"], rtol=1e-5, atol=1e-6)  # after the final norm
+    assert main(["trace", str(folder), "--ids", ids, "--out", str(tmp_path / "x.npz"), "--layers", "2:9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "error: layer range 2:9: the model has 6 layers (0:6 is all of them)", err

@@ -91,20 +91,28 @@ def run(args) -> int:
 def run_train_sae(args) -> int:
     """`train --task sae --model MODEL_DIR --hook H --text-file T --out DIR ...`: core.training.sae, printing
     its events (every one as a JSON line with --jsonl); the last line is one JSON object with the held-out
-    step, mse, l0, variance_explained and dead features."""
+    step, mse, l0, variance_explained and dead features. Driven as model runs are (commands.train.take_control:
+    --control-stdin's pause / resume / stop, SIGTERM and Ctrl-C stop with a checkpoint); `--resume` goes on
+    from the checkpoint in --out with its own settings and the flags given here on top."""
     import json
+    import signal
     import threading
 
     from . import load_model
+    from .train import take_control
     from ..core.files import check_output_folder
     from ..core.training import TrainControl
-    from ..core.training.sae import sae_config_from, train_sae
+    from ..core.training.sae import SAE_STATE_FILE, resumed_sae_config, sae_config_from, train_sae
 
     values = dict(vars(args))
     if values.get("device") in (None, "auto"):
         values["device"] = "cpu"
-    model_dir, cfg = sae_config_from(values)
-    check_output_folder(args.out, overwrite=args.overwrite, what="dictionary")
+    check_output_folder(args.out, overwrite=args.overwrite, resume=args.resume, marker=SAE_STATE_FILE,
+                        what="dictionary")
+    if args.resume:
+        model_dir, cfg = resumed_sae_config(args.out, values, set(getattr(args, "given", None) or ()))
+    else:
+        model_dir, cfg = sae_config_from(values)
     loaded = load_model(model_dir, device=cfg.device)
     loaded.model.eval()
     lock = threading.Lock()
@@ -118,10 +126,20 @@ def run_train_sae(args) -> int:
                 print(f"step {ev['step']}: held-out variance_explained {ev['variance_explained']:.4f} "
                       f"l0 {ev['l0']:.1f} mse {ev['mse']:.4g} dead {ev['dead']}", flush=True)
             elif ev["event"] == "start":
-                print(f"training a {ev['architecture']} dictionary of {ev['d_sae']} features on {ev['hook']} "
-                      f"({ev['tokens']:,} tokens, {ev['heldout_tokens']:,} held out), to {ev['out']}", flush=True)
+                print("".join(f"{note}\n" for note in ev.get("notes", ())) +
+                      f"{'resuming' if ev.get('resumed') else 'training'} a {ev['architecture']} dictionary of "
+                      f"{ev['d_sae']} features on {ev['hook']} from step {ev['step']} ({ev['tokens']:,} tokens, "
+                      f"{ev['heldout_tokens']:,} held out), to {ev['out']}", flush=True)
+            elif ev["event"] == "stopped":
+                print(f"stopped at step {ev['step']}; go on with --resume --out {ev.get('out') or args.out}",
+                      flush=True)
 
-    summary, _ = train_sae(cfg, loaded, args.out, on_event=on_event, control=control)
+    previous = take_control(args, control)
+    try:
+        summary, _ = train_sae(cfg, loaded, args.out, on_event=on_event, control=control, resume=args.resume)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print(json.dumps({"step": summary.get("step"), "mse": summary.get("mse"), "l0": summary.get("l0"),
                       "variance_explained": summary.get("variance_explained"), "dead": summary.get("dead"),
                       "out": args.out}), flush=True)

@@ -112,3 +112,65 @@ def test_train_task_sae_needs_its_model_and_text(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as refused:  # argparse's refusal, from the flag's declared range
         main(["train", "--task", "sae", "--model", DEMO, "--steps", "1", "--out", "o", "--d-sae", "0"])
     assert refused.value.code == 2 and "argument --d-sae" in capsys.readouterr().err
+
+
+def _events_until(proc, kind: str, seen: list) -> dict:
+    """Read the run's JSON lines until an event of `kind` (the test's timeout guards the wait)."""
+    for line in proc.stdout:
+        if line.startswith("{"):
+            ev = json.loads(line)
+            seen.append(ev)
+            if ev["event"] == kind:
+                return ev
+    raise AssertionError(f"the run ended before a {kind!r} event: {seen}")
+
+
+def _say(proc, line: str) -> None:
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+
+
+def test_train_task_sae_pauses_resumes_stops_and_goes_on_with_resume(tmp_path, capsys, spawn):
+    """As a model run: --control-stdin's pause / resume / stop (a stop writes the dictionary and its training
+    state), then `--resume` goes on from that step with the checkpoint's own settings (only --steps given)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from desktop_app.core.training.sae import sae_checkpoint_step
+
+    root = Path(__file__).resolve().parents[2]
+    text = tmp_path / "t.txt"
+    text.write_text((resources_dir() / "demo-text.txt").read_text(encoding="utf-8")[:4000], encoding="utf-8")
+    out = tmp_path / "sae"
+    proc = spawn([sys.executable, "-m", "desktop_app", "train", "--task", "sae", "--model", DEMO, "--hook",
+                  "blocks.1.hook_resid_post", "--text-file", str(text), "--d-sae", "32", "--k", "4", "--steps",
+                  "100000", "--batch-size", "32", "--log-every", "1", "--eval-every", "1000", "--jsonl",
+                  "--control-stdin", "--out", str(out)], cwd=root, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # killed in teardown
+    seen: list[dict] = []
+    _events_until(proc, "step", seen)
+    _say(proc, "pause")
+    paused = _events_until(proc, "paused", seen)
+    _say(proc, "resume")
+    resumed = _events_until(proc, "resumed", seen)
+    assert resumed["step"] == paused["step"]
+    _events_until(proc, "step", seen)
+    _say(proc, "stop")
+    stopped = _events_until(proc, "stopped", seen)
+    proc.stdin.close()
+    assert proc.wait(120) == 0, proc.stderr.read()
+    at = stopped["step"]
+    assert at > paused["step"] and sae_checkpoint_step(out) == at
+    assert main(["train", "--task", "sae", "--steps", str(at + 5), "--jsonl", "--resume", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    events = [json.loads(line) for line in lines[:-1]]
+    assert events[0]["event"] == "start" and events[0]["step"] == at and events[0]["resumed"]
+    assert [e["step"] for e in events if e["event"] == "step"] == list(range(at + 1, at + 6))
+    assert json.loads(lines[-1])["step"] == at + 5 == sae_checkpoint_step(out)
+    assert load_dictionary(out).hook == "blocks.1.hook_resid_post" and load_dictionary(out).d_sae == 32
+    # a resume that changes what the dictionary is refuses in one line, the folder as it was
+    assert main(["train", "--task", "sae", "--steps", str(at + 9), "--d-sae", "64", "--resume", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "d_sae 32, not 64" in err and sae_checkpoint_step(out) == at + 5

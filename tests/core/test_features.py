@@ -7,6 +7,7 @@ the same tensors and `transformers`' own forward with hooks.
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -366,7 +367,93 @@ def test_training_emits_metrics_and_saves_saelens_format(demo, tmp_path):
     again = load_dictionary(tmp_path / "out")
     x = torch.randn(3, 128)
     assert torch.equal(again.encode(x), d.encode(x))
-    assert summary["l0"] == pytest.approx(events[-2]["l0"])
+    assert summary["l0"] == pytest.approx([e for e in events if e["event"] == "eval"][-1]["l0"])
+
+
+def _small_sae_run(tmp_path, **kw):
+    from desktop_app.core.training.sae import SaeTrainConfig
+
+    text = tmp_path / "t.txt"
+    if not text.exists():
+        text.write_text((resources_dir() / "demo-text.txt").read_text(encoding="utf-8")[:4000], encoding="utf-8")
+    settings = dict(text_file=str(text), hook="blocks.1.hook_resid_post", architecture="topk", d_sae=32, k=4,
+                    steps=40, batch_size=32, log_every=5, eval_every=20, checkpoint_every=10)
+    return SaeTrainConfig(**{**settings, **kw})
+
+
+def test_a_stopped_dictionary_run_resumes_to_the_weights_of_an_uninterrupted_one(demo, tmp_path):
+    """Stop (as Stop in the Train panel, `stop` on the CLI's stdin) at step 15: the folder holds a dictionary
+    and its training state; resuming goes on from step 15 and ends with exactly the weights of a run that
+    was never stopped."""
+    from safetensors.torch import load_file
+
+    from desktop_app.core.training import TrainControl
+    from desktop_app.core.training.sae import SAE_STATE_FILE, sae_checkpoint_step, train_sae
+
+    cfg = _small_sae_run(tmp_path)
+    train_sae(cfg, demo, tmp_path / "straight")
+    control, events = TrainControl(), []
+
+    def on_event(ev):
+        events.append(ev)
+        if ev["event"] == "step" and ev["step"] == 15:
+            control.cancel()
+
+    summary, _ = train_sae(cfg, demo, tmp_path / "stopped", on_event=on_event, control=control)
+    assert events[-1]["event"] == "stopped" and summary["step"] == 15 == sae_checkpoint_step(tmp_path / "stopped")
+    assert load_dictionary(tmp_path / "stopped").d_sae == 32  # a dictionary that opens, at every checkpoint
+    events.clear()
+    train_sae(cfg, demo, tmp_path / "stopped", on_event=events.append, resume=True)
+    assert events[0]["event"] == "start" and events[0]["step"] == 15 and events[0]["resumed"]
+    assert [e["step"] for e in events if e["event"] == "step"] == [20, 25, 30, 35, 40]
+    straight = load_file(str(tmp_path / "straight" / "sae_weights.safetensors"))
+    resumed = load_file(str(tmp_path / "stopped" / "sae_weights.safetensors"))
+    assert straight.keys() == resumed.keys() and all(torch.equal(straight[k], resumed[k]) for k in straight)
+    assert sae_checkpoint_step(tmp_path / "stopped") == 40 and (tmp_path / "stopped" / SAE_STATE_FILE).is_file()
+
+
+def test_a_paused_dictionary_run_waits_and_says_so(demo, tmp_path, start_thread):
+    from desktop_app.core.training import TrainControl
+    from desktop_app.core.training.sae import train_sae
+
+    control, events, paused, done = TrainControl(), [], threading.Event(), threading.Event()
+
+    def on_event(ev):
+        events.append(ev)
+        if ev["event"] == "step" and ev["step"] == 10:
+            control.pause()
+        if ev["event"] == "paused":
+            paused.set()
+        if ev["event"] in ("done", "stopped"):
+            done.set()
+
+    start_thread(lambda: train_sae(_small_sae_run(tmp_path, steps=20), demo, tmp_path / "out", on_event=on_event,
+                                   control=control), control.cancel)
+    assert paused.wait(120)
+    assert [e["step"] for e in events if e["event"] == "step"] == [5, 10]
+    assert not done.wait(0.5)  # nothing trains while paused
+    assert [e["step"] for e in events if e["event"] == "step"] == [5, 10]
+    control.resume()
+    assert done.wait(120)
+    kinds = [e["event"] for e in events]
+    assert kinds.index("paused") < kinds.index("resumed") < kinds.index("done")
+    assert [e["step"] for e in events if e["event"] == "step"] == [5, 10, 15, 20]
+
+
+def test_resuming_a_dictionary_refuses_another_shape_and_a_finished_run(demo, tmp_path):
+    from desktop_app.core.training.sae import train_sae
+
+    with pytest.raises(ValueError, match="no dictionary checkpoint to resume"):
+        train_sae(_small_sae_run(tmp_path), demo, tmp_path / "none", resume=True)
+    train_sae(_small_sae_run(tmp_path, steps=10), demo, tmp_path / "out")
+    with pytest.raises(ValueError, match="trained with d_sae 32, not 64"):
+        train_sae(_small_sae_run(tmp_path, steps=20, d_sae=64), demo, tmp_path / "out", resume=True)
+    with pytest.raises(ValueError, match="at step 10 already"):
+        train_sae(_small_sae_run(tmp_path, steps=10), demo, tmp_path / "out", resume=True)
+    (tmp_path / "out" / "sae_trainer_state.json").write_text('{"format": 1, "step": "ten"}', encoding="utf-8")
+    with pytest.raises(ValueError) as bad:
+        train_sae(_small_sae_run(tmp_path, steps=20), demo, tmp_path / "out", resume=True)
+    assert "sae_trainer_state.json" in str(bad.value) and "'step' must be an integer" in str(bad.value)
 
 
 def test_a_topk_transcoder_is_refused_before_training(demo, tmp_path):

@@ -418,9 +418,9 @@ def saelens_cfg(d: SparseDictionary, model_name: str = "", context_size: int | N
 
 
 def save_dictionary(d: SparseDictionary, folder: str | Path, cfg: dict | None = None,
-                    extra_files: dict[str, str] | None = None) -> None:
+                    extra_files: dict[str, str | bytes] | None = None) -> None:
     """Write `folder` atomically in SAELens' format (cfg.json + sae_weights.safetensors), plus any
-    `extra_files` (name -> text, e.g. training metrics)."""
+    `extra_files` (name -> text or bytes, e.g. training metrics and a resumable training state)."""
     from safetensors.torch import save_file
 
     from ..files import atomic_write_dir
@@ -436,7 +436,10 @@ def save_dictionary(d: SparseDictionary, folder: str | Path, cfg: dict | None = 
     def fill(tmp: Path) -> None:
         save_file(tensors, str(tmp / WEIGHTS_FILE))
         (tmp / CFG_FILE).write_text(json.dumps(cfg, indent=2), encoding="utf-8")
-        for name, text in (extra_files or {}).items():
-            (tmp / name).write_text(text, encoding="utf-8")
+        for name, data in (extra_files or {}).items():
+            if isinstance(data, bytes):
+                (tmp / name).write_bytes(data)
+            else:
+                (tmp / name).write_text(data, encoding="utf-8")
 
     atomic_write_dir(Path(folder), fill)

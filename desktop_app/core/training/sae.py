@@ -16,14 +16,18 @@ format has no TopK transcoder); its input is not centred by b_dec.
 Adam, a linear warmup over the first 5% of steps, shuffled tokens. Events (plain dicts, like the
 trainer's): "start", "step" every log_every steps (loss, mse, l0, variance_explained on the batch,
 dead: features that have not fired in the last DEAD_STEPS steps, lr), "eval" every eval_every steps and
-at the end (the same measured on the held-out tokens), "paused"/"resumed", "stopped", "done". The
-dictionary is saved in SAELens' format (cfg.json + sae_weights.safetensors) with metrics.json beside,
-atomically, at the end (also when stopped).
+at the end (the same measured on the held-out tokens), "checkpoint", "paused"/"resumed", "stopped", "done".
+The dictionary is saved in SAELens' format (cfg.json + sae_weights.safetensors) with metrics.json and the
+training state beside (SAE_STATE_FILE, SAE_STATE_TENSORS: the weights in the training scale, Adam's moments,
+the batch order and RNG), atomically, every checkpoint_every steps, at a stop and at the end; the folder is
+locked while the run writes it. `train_sae(..., resume=True)` goes on from that state exactly (the same
+weights as an uninterrupted run); it refuses another text, model, hook or shape (SAE_FIXED_ON_RESUME).
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,6 +42,12 @@ from .options import Option
 
 SAE_ARCHITECTURES = ("topk", "relu")
 DEAD_STEPS = 200
+SAE_STATE_FILE = "sae_trainer_state.json"  # beside the dictionary: what a resumed run goes on from
+SAE_STATE_TENSORS = "sae_trainer_state.safetensors"  # its weights in the training scale, Adam's moments, RNG, order
+SAE_STATE_FORMAT = 1
+# what a resumed run keeps (the activations it reads and the dictionary's shape); the rest may change
+SAE_FIXED_ON_RESUME = ("text_file", "hook", "hook_out", "architecture", "d_sae", "k", "seed", "max_tokens",
+                       "heldout_fraction")
 SAE_OPTIONS: tuple[Option, ...] = (  # `train --task sae`'s own flags (beside --text-file, --steps, --lr, ...)
     Option("model_dir", "sae", str, flag="model", help="sae: the model folder whose activations are read"),
     Option("hook", "sae", str, "blocks.0.hook_resid_post",
@@ -69,13 +79,14 @@ class SaeTrainConfig:
     eval_every: int = 200
     max_tokens: int = 500_000
     heldout_fraction: float = 0.1
+    checkpoint_every: int = 500
     device: str = "cpu"
 
     def problem(self) -> str:
         if self.architecture not in SAE_ARCHITECTURES:
             return f"architecture must be one of {', '.join(SAE_ARCHITECTURES)}, got {self.architecture!r}"
         for key, lo in (("d_sae", 1), ("k", 1), ("steps", 1), ("batch_size", 1), ("log_every", 1),
-                        ("eval_every", 1), ("max_tokens", 2)):
+                        ("eval_every", 1), ("checkpoint_every", 1), ("max_tokens", 2)):
             value = getattr(self, key)
             if not isinstance(value, int) or value < lo:
                 return f"{key} must be an integer >= {lo}, got {value!r}"
@@ -159,20 +170,130 @@ def _measure(sae: _Sae, x: torch.Tensor, y: torch.Tensor, cfg: SaeTrainConfig, b
             "dead": int((~fired).sum())}
 
 
+def _state_problem(state, tensors: dict, cfg: SaeTrainConfig) -> str:
+    """'' when a read checkpoint state (JSON object, tensors) can be resumed, else what is wrong with it."""
+    if not isinstance(state, dict) or state.get("format") != SAE_STATE_FORMAT:
+        return f"not a dictionary training state of format {SAE_STATE_FORMAT}"
+    kinds = {int: ("an integer", int), float: ("a number", (int, float)), dict: ("an object", dict),
+             list: ("a list", list)}
+    for key, kind in (("step", int), ("pos", int), ("tokens", int), ("scale", float), ("out_scale", float),
+                      ("elapsed", float), ("config", dict), ("history", list), ("optimizer", dict)):
+        value = state.get(key)
+        what, types = kinds[kind]
+        if isinstance(value, bool) or not isinstance(value, types):
+            return f"'{key}' must be {what}, got {value!r:.60}"
+        if kind is float and not (math.isfinite(value) and value >= 0):
+            return f"'{key}' must be a finite number >= 0, got {value!r}"
+    if not 0 <= state["pos"] <= state["tokens"] or state["step"] < 0:
+        return f"'step' {state['step']} / 'pos' {state['pos']} out of range"
+    need = {f"sae.{k}" for k in ("W_enc", "W_dec", "b_enc", "b_dec")} | {"rng.batches", "last_fired", "perm"}
+    missing = sorted(need - set(tensors))
+    if missing:
+        return f"no tensor {missing[0]!r}"
+    if tuple(tensors["last_fired"].shape) != (cfg.d_sae,) or tuple(tensors["perm"].shape) != (state["tokens"],):
+        return "its tensors do not match its settings"
+    return ""
+
+
+def read_sae_checkpoint(out_dir: str | Path) -> tuple[dict, dict] | None:
+    """(state, tensors) of the resumable checkpoint in a dictionary training folder (or the .old copy an
+    interrupted save left), None when it holds none; ValueError naming the file for a damaged one."""
+    from safetensors.torch import load as st_load
+
+    from ..files import JsonFileError, interrupted_copy, read_json
+
+    folder = next((d for d in (Path(out_dir), interrupted_copy(out_dir))
+                   if d is not None and (d / SAE_STATE_FILE).is_file()), None)
+    if folder is None:
+        return None
+    try:
+        state = read_json(folder / SAE_STATE_FILE)
+    except JsonFileError as exc:
+        raise ValueError(str(exc)) from None
+    path = folder / SAE_STATE_TENSORS
+    try:
+        tensors = st_load(path.read_bytes())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: is missing; the checkpoint is incomplete") from None
+    except Exception as exc:  # noqa: BLE001 - safetensors' own errors: a corrupt or truncated file
+        raise ValueError(f"{path}: corrupt or truncated safetensors file ({str(exc)[:80]})") from None
+    return state, tensors
+
+
+def sae_checkpoint_step(out_dir: str | Path) -> int | None:
+    """The step of a dictionary training folder's checkpoint, None when it holds none (or an unreadable one)."""
+    try:
+        read = read_sae_checkpoint(out_dir)
+    except ValueError:
+        return None
+    step = read[0].get("step") if read is not None and isinstance(read[0], dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def _fixed(values: dict) -> dict:
+    """The settings a resumed run keeps (SAE_FIXED_ON_RESUME), the text file as an absolute path."""
+    return {k: os.path.abspath(str(values.get(k))) if k == "text_file" else values.get(k) for k in SAE_FIXED_ON_RESUME}
+
+
+def _model_name(loaded) -> str:
+    return str(Path(loaded.path).resolve()) if getattr(loaded, "path", None) else str(loaded.name)
+
+
 def train_sae(cfg: SaeTrainConfig, loaded, out_dir: str | Path | None = None,
-              on_event: Callable[[dict], None] | None = None, control: JobControl | None = None):
-    """Train; returns (summary dict, the SparseDictionary on the model's own activations). Written to
-    `out_dir` (SAELens' format) when given. ValueError (one line) for a setting or a text that cannot be used."""
+              on_event: Callable[[dict], None] | None = None, control: JobControl | None = None,
+              resume: bool = False):
+    """Train (or, with `resume`, go on from the checkpoint in `out_dir`); returns (summary dict, the
+    SparseDictionary on the model's own activations). `out_dir` (SAELens' format, plus the resumable
+    training state) is written at every checkpoint_every steps, at a stop and at the end, atomically, and
+    locked while the run writes it. ValueError (one line) for a setting, a text or a checkpoint that
+    cannot be used."""
+    problem = cfg.problem()
+    if problem:
+        raise ValueError(f"sae training: {problem}")
+    if out_dir is None:
+        if resume:
+            raise ValueError("sae training: resuming needs the run's folder")
+        return _train_sae(cfg, loaded, None, on_event, control, False, [])
+    from ..files import lock_folder
+
+    out_dir = Path(os.path.abspath(out_dir))
+    notes: list[str] = []
+    with lock_folder(out_dir, on_note=notes.append):
+        return _train_sae(cfg, loaded, out_dir, on_event, control, resume, notes)
+
+
+def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, control, resume: bool,
+               notes: list[str]):
     from ..features.activations import attach
     from ..features.dictionary import SparseDictionary, saelens_cfg, save_dictionary
     from ..features.hooks import hook_point, point_width
     from ..inputs import text_file_ids
+    from .optim import optimizer_state_from_tensors, optimizer_state_to_tensors
     from .trainer import pause_point
 
-    problem = cfg.problem()
-    if problem:
-        raise ValueError(f"sae training: {problem}")
     emit = on_event or (lambda ev: None)
+    state = tensors = None
+    if resume:
+        read = read_sae_checkpoint(out_dir)
+        if read is None:
+            raise ValueError(f"{out_dir}: no dictionary checkpoint to resume from; start a new run without --resume")
+        state, tensors = read
+        saved = state.get("config") if isinstance(state, dict) else None
+        if isinstance(saved, dict):  # a change of what the run keeps first: its tensors would not fit either
+            was, now = _fixed(saved), _fixed(asdict(cfg))
+            changed = [k for k in SAE_FIXED_ON_RESUME if was[k] != now[k]]
+            if changed:
+                k = changed[0]
+                raise ValueError(f"{out_dir}: its dictionary was trained with {k} {saved.get(k)!r}, not "
+                                 f"{getattr(cfg, k)!r}; a resumed run keeps {k} (start a new run to change it)")
+        problem = _state_problem(state, tensors, cfg)
+        if problem:
+            raise ValueError(f"{out_dir / SAE_STATE_FILE}: {problem}")
+        if state.get("model") != _model_name(loaded):
+            raise ValueError(f"{out_dir}: its dictionary reads the model {state.get('model')}, not {_model_name(loaded)}")
+        if state["step"] >= cfg.steps:
+            raise ValueError(f"{out_dir}: its checkpoint is at step {state['step']} already; give more steps "
+                             f"(--steps above {state['step']}) to train on")
     gen = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     mcfg = loaded.config
@@ -185,8 +306,15 @@ def train_sae(cfg: SaeTrainConfig, loaded, out_dir: str | Path | None = None,
         raise ValueError(f"{cfg.text_file}: {len(ids)} tokens are too few to hold some out")
     x, y = collect_activations(loaded, ids[:cut], read, write, cfg.max_tokens, control=control)
     vx, vy = collect_activations(loaded, ids[cut:], read, write, max(cfg.max_tokens // 9, 1), control=control)
-    scale = math.sqrt(d_in / float(x.double().pow(2).sum(-1).mean())) if float(x.abs().max()) > 0 else 1.0
-    out_scale = scale if read.name == write.name else math.sqrt(d_out / max(float(y.double().pow(2).sum(-1).mean()), 1e-30))
+    if state is not None:
+        if state["tokens"] != len(x):
+            raise ValueError(f"{out_dir}: its dictionary was trained on {state['tokens']:,} tokens of activations, "
+                             f"the text and model give {len(x):,} now (changed since?); start a new run")
+        scale, out_scale = state["scale"], state["out_scale"]
+    else:
+        scale = math.sqrt(d_in / float(x.double().pow(2).sum(-1).mean())) if float(x.abs().max()) > 0 else 1.0
+        out_scale = scale if read.name == write.name else \
+            math.sqrt(d_out / max(float(y.double().pow(2).sum(-1).mean()), 1e-30))
     x, vx = x * scale, vx * scale
     y, vy = (x, vx) if write.name == read.name else (y * out_scale, vy * out_scale)
     transcoder = write.name != read.name
@@ -196,15 +324,66 @@ def train_sae(cfg: SaeTrainConfig, loaded, out_dir: str | Path | None = None,
     opt = torch.optim.Adam(sae.parameters(), lr=cfg.lr, betas=(0.9, 0.999))
     warmup = max(1, cfg.steps // 20)
     n = len(x)
-    emit({"event": "start", "step": 0, "steps": cfg.steps, "task": "sae", "hook": cfg.hook, "hook_out": cfg.hook_out,
-          "architecture": cfg.architecture, "d_sae": cfg.d_sae, "tokens": n, "heldout_tokens": len(vx),
-          "parameters": sum(p.numel() for p in sae.parameters()), "out": str(out_dir or "")})
     last_fired = torch.zeros(cfg.d_sae, dtype=torch.long)
     perm, pos = torch.randperm(n, generator=gen), 0
-    t0, step, summary, stopped = time.perf_counter(), 0, {}, False
-    history: list[dict] = []
+    start_step, elapsed_before, history = 0, 0.0, []
+    if state is not None:
+        try:
+            with torch.no_grad():
+                for name, p in sae.named_parameters():
+                    p.copy_(tensors[f"sae.{name}"])
+            opt.load_state_dict(optimizer_state_from_tensors(
+                {k: v for k, v in tensors.items() if k.startswith("state.")}, state["optimizer"]))
+            gen.set_state(tensors["rng.batches"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{out_dir / SAE_STATE_TENSORS}: does not fit this dictionary ({str(exc)[:80]})") from None
+        last_fired, perm, pos = tensors["last_fired"].long(), tensors["perm"].long(), state["pos"]
+        start_step, elapsed_before, history = state["step"], state["elapsed"], list(state["history"])
+    emit({"event": "start", "step": start_step, "steps": cfg.steps, "task": "sae", "hook": cfg.hook,
+          "hook_out": cfg.hook_out, "architecture": cfg.architecture, "d_sae": cfg.d_sae, "tokens": n,
+          "heldout_tokens": len(vx), "parameters": sum(p.numel() for p in sae.parameters()),
+          "out": str(out_dir or ""), **({"resumed": True} if state is not None else {}),
+          **({"notes": list(notes)} if notes else {})})
+    t0 = time.perf_counter()
+
+    def dictionary() -> SparseDictionary:  # the input scale folded back: it reads the model's own activations
+        with torch.no_grad():
+            W_enc = sae.W_enc.detach() * scale
+            W_dec = sae.W_dec.detach() / out_scale
+            b_dec = sae.b_dec.detach() / out_scale
+        d = SparseDictionary(W_enc.contiguous(), sae.b_enc.detach().clone(), W_dec.contiguous(), b_dec.contiguous(),
+                             architecture="topk" if cfg.architecture == "topk" else "standard", hook=cfg.hook,
+                             hook_out=cfg.hook_out, k=cfg.k if cfg.architecture == "topk" else None,
+                             apply_b_dec_to_input=not transcoder, path=str(out_dir or ""))
+        attach(d, mcfg)  # its shapes are the model's (a check, cheap)
+        return d
+
+    def save(step: int, result: dict) -> SparseDictionary:
+        d = dictionary()
+        if out_dir is None:
+            return d
+        if not all(bool(torch.isfinite(p).all()) for p in sae.parameters()):  # never over a good checkpoint
+            raise ValueError(f"sae training diverged by step {step} (non-finite weights); lower --lr")
+        opt_tensors, opt_rest = optimizer_state_to_tensors(opt)
+        from safetensors.torch import save as st_save
+        blob = st_save({**{f"sae.{k}": v.detach().contiguous() for k, v in sae.named_parameters()}, **opt_tensors,
+                        "rng.batches": gen.get_state(), "last_fired": last_fired.contiguous(),
+                        "perm": perm.contiguous()})
+        run_state = {"format": SAE_STATE_FORMAT, "step": step, "pos": pos, "tokens": n, "scale": scale,
+                     "out_scale": out_scale, "elapsed": elapsed_before + time.perf_counter() - t0,
+                     "model": _model_name(loaded), "config": asdict(cfg), "history": history,
+                     "optimizer": opt_rest}
+        saved = saelens_cfg(d, model_name=str(loaded.path or loaded.name), context_size=mcfg.context_length,
+                            dataset_path=str(cfg.text_file))
+        save_dictionary(d, out_dir, cfg=saved, extra_files={
+            "metrics.json": json.dumps({"config": asdict(cfg), "history": history, "summary": result}, indent=1),
+            SAE_STATE_FILE: json.dumps(run_state, indent=1), SAE_STATE_TENSORS: blob})
+        emit({"event": "checkpoint", "step": step, "path": str(out_dir)})
+        return d
+
+    step, summary, stopped = start_step, (dict(history[-1]) if history else {}), False
     try:
-        for step in range(1, cfg.steps + 1):
+        for step in range(start_step + 1, cfg.steps + 1):
             pause_point(control, emit, step - 1)
             if pos + cfg.batch_size > n:
                 perm, pos = torch.randperm(n, generator=gen), 0
@@ -234,32 +413,23 @@ def train_sae(cfg: SaeTrainConfig, loaded, out_dir: str | Path | None = None,
                           "l0": float((acts > 0).sum(-1).float().mean()),
                           "variance_explained": 1 - float((recon - yb).double().pow(2).sum()) / total if total else None,
                           "dead": int((step - last_fired >= DEAD_STEPS).sum()) if step >= DEAD_STEPS else 0,
-                          "lr": lr, "elapsed": time.perf_counter() - t0}
+                          "lr": lr, "elapsed": elapsed_before + time.perf_counter() - t0}
                 emit(ev)
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 summary = {"event": "eval", "step": step, **_measure(sae, vx, vy, cfg)}
                 history.append(summary)
                 emit(summary)
+            if step % cfg.checkpoint_every == 0 and step < cfg.steps:
+                save(step, {k: v for k, v in summary.items() if k != "event"})
     except Cancelled:
         stopped = True
+        step = step - 1 if step > start_step else start_step  # the step it stopped before was not taken
         summary = {"event": "eval", "step": step, **_measure(sae, vx, vy, cfg)}
         history.append(summary)
-    with torch.no_grad():  # fold the input scale back: the dictionary reads the model's own activations
-        W_enc = sae.W_enc.detach() * scale
-        W_dec = sae.W_dec.detach() / out_scale
-        b_dec = sae.b_dec.detach() / out_scale
-    d = SparseDictionary(W_enc.contiguous(), sae.b_enc.detach().clone(), W_dec.contiguous(), b_dec.contiguous(),
-                         architecture="topk" if cfg.architecture == "topk" else "standard", hook=cfg.hook,
-                         hook_out=cfg.hook_out, k=cfg.k if cfg.architecture == "topk" else None,
-                         apply_b_dec_to_input=not transcoder, path=str(out_dir or ""))
-    attach(d, mcfg)  # its shapes are the model's (a check, cheap)
     result = {k: v for k, v in summary.items() if k != "event"}
-    if out_dir is not None:
-        saved = saelens_cfg(d, model_name=str(loaded.path or loaded.name), context_size=mcfg.context_length,
-                            dataset_path=str(cfg.text_file))
-        save_dictionary(d, out_dir, cfg=saved, extra_files={
-            "metrics.json": json.dumps({"config": asdict(cfg), "history": history, "summary": result}, indent=1)})
-    emit({"event": "stopped" if stopped else "done", **result, "elapsed": time.perf_counter() - t0})
+    d = save(step, result)
+    emit({"event": "stopped" if stopped else "done", **result,
+          "elapsed": elapsed_before + time.perf_counter() - t0})
     return result, d
 
 
@@ -275,9 +445,41 @@ def sae_config_from(values: dict[str, Any]) -> tuple[str, SaeTrainConfig]:
             v[o.key] = o.default
     if not v.get("text_file"):
         raise ValueError("--task sae needs --text-file")
+    v["text_file"] = os.path.abspath(os.path.expanduser(str(v["text_file"])))  # a resumed run may start elsewhere
     if not v.get("model_dir"):
         raise ValueError("--task sae needs --model MODEL_DIR (the model whose activations it reads)")
     if v.get("device") in ("auto", ""):
         v.pop("device")
     keys = set(SaeTrainConfig.__dataclass_fields__)
     return v["model_dir"], SaeTrainConfig(**{k: val for k, val in v.items() if k in keys})
+
+
+def resumed_sae_config(out_dir: str | Path, values: dict[str, Any], given: set[str]) -> tuple[str, SaeTrainConfig]:
+    """(the model folder, the SaeTrainConfig) that `train --task sae --resume --out DIR` goes on with: the
+    checkpoint's own settings, with the flags given on this command line (argparse dests in `given`) on top
+    (train_sae refuses a change of what SAE_FIXED_ON_RESUME keeps). ValueError (one line) without a checkpoint."""
+    read = read_sae_checkpoint(out_dir)
+    if read is None:
+        raise ValueError(f"{out_dir}: no dictionary checkpoint to resume from; drop --resume to start a new run")
+    state, _ = read
+    saved = state.get("config") if isinstance(state, dict) else None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{Path(out_dir) / SAE_STATE_FILE}: 'config' must be an object")
+    fields = set(SaeTrainConfig.__dataclass_fields__)
+    merged = {k: v for k, v in saved.items() if k in fields}
+    key_of = {o.dest: o.key for o in SAE_OPTIONS}
+    for dest in given:
+        key = key_of.get(dest, dest)
+        if key in fields and values.get(dest) is not None:
+            merged[key] = values[dest]
+    if merged.get("text_file"):
+        merged["text_file"] = os.path.abspath(os.path.expanduser(str(merged["text_file"])))
+    if values.get("device") not in (None, "", "auto"):
+        merged["device"] = values["device"]
+    model_dir = values.get("model") if "model" in given and values.get("model") else state.get("model")
+    if not isinstance(model_dir, str) or not model_dir:
+        raise ValueError(f"{Path(out_dir) / SAE_STATE_FILE}: names no model folder; give --model MODEL_DIR")
+    try:
+        return model_dir, SaeTrainConfig(**merged)
+    except TypeError as exc:
+        raise ValueError(f"{Path(out_dir) / SAE_STATE_FILE}: 'config' is incomplete ({exc})") from None

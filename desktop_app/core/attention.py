@@ -46,11 +46,14 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
                     scale: float | None = None) -> torch.Tensor:
     """Attention weights [..., T_q, T_k] from queries and keys [..., T, dh] (kinds: module docstring).
 
-    mask: boolean, True where query i may attend key j; scale: as in attention_scores. The normalisation runs in float32 at least
+    mask: boolean, True where query i may attend key j, or additive (a float bias added to the scores:
+    T5's relative positions, with masked keys at the dtype's minimum); scale: as in attention_scores. The normalisation runs in float32 at least
     (half-precision softmax loses the small weights), and the result has q's dtype.
     """
     scores = attention_scores(q, k, kind, scale)
-    if mask is not None:
+    if mask is not None and mask.dtype != torch.bool:
+        scores = scores + mask
+    elif mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     work = torch.promote_types(scores.dtype, torch.float32)  # float64 stays float64
     if kind == "sinkhorn":

@@ -24,6 +24,7 @@ from .devices import DTYPES, MemoryEstimateError, check_memory, choose_compute_d
 from .families import Family, Weight, family_for, family_of
 from .files import JsonFileError, atomic_write_dir, interrupted_copy, read_json
 from .model import Transformer, sinusoidal_table
+from .seq2seq import EncoderDecoder
 from .hf_layout import snapshot_repo_ref
 from .tokenizer import Tokenizer, TokenizerError, load_tokenizer_folder
 # the files of a model folder, and ModelLoadError: re-exported (checkpoints.WEIGHTS, checkpoints.ModelLoadError ...)
@@ -35,9 +36,14 @@ NATIVE_KEY = "transformer_explorer"  # our full ModelConfig, kept beside the Hug
 SENTENCEPIECE = "tokenizer.model"  # recognised, not read: named when the model opens without a tokenizer
 
 
+def model_class(cfg: ModelConfig) -> type[Transformer] | type[EncoderDecoder]:
+    """The class that computes a config: the encoder-decoder (core/seq2seq.py) or the Transformer."""
+    return EncoderDecoder if cfg.is_encoder_decoder else Transformer
+
+
 @dataclass
 class LoadedModel:
-    model: Transformer
+    model: Transformer  # or an EncoderDecoder (config.is_encoder_decoder)
     config: ModelConfig
     tokenizer: Tokenizer | None
     path: Path | None
@@ -274,7 +280,7 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
             raise ModelLoadError(f, f"cannot read tensor {name!r}: corrupt or truncated ({exc})") from exc
 
     with torch.device("meta"), _MetaSkeleton():
-        model = Transformer(cfg, init_weights=False)
+        model = model_class(cfg)(cfg, init_weights=False)
     _check_shapes(model, files)
     sd = _from_hf(cfg, get, set(files), lambda n: files.get(n, folder / WEIGHTS))
     # the tensors the model takes: an unused extra (e.g. a mask buffer some exporters keep) is not refused
@@ -310,7 +316,7 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     if cfg.lm_head and cfg.tie_embeddings:
         model.lm_head.weight = model.tok_embed.weight
     if cfg.positions == "sinusoidal":
-        model.pos_table = sinusoidal_table(cfg.context_length, cfg.d_model).to(device)
+        model.pos_table = sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout).to(device)
     model.eval()
 
     try:
@@ -333,13 +339,18 @@ def _stored_dtype(sd: dict[str, torch.Tensor], recorded: torch.dtype) -> torch.d
     return stored.pop() if len(stored) == 1 and next(iter(stored)) in DTYPES.values() else recorded
 
 
-_LAYER_INDEX = re.compile(r"(?:^|\.)(?:h|layer|layers|blocks)\.(\d+)\.")  # GPT-2, BERT, LLaMA, ours
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:h|layer|layers|blocks|block)\.(\d+)\.")  # GPT-2, BERT, LLaMA, ours, T5
 
 
 def _check_layer_count(cfg: ModelConfig, files: dict[str, Path]) -> None:
-    """Weights for more layers than the config has would be dropped without a word: refuse them."""
+    """Weights for more layers than the config has would be dropped without a word: refuse them (an
+    encoder-decoder's decoder tensors against its decoder depth)."""
+    def layers(name: str) -> int:
+        decoder = cfg.is_encoder_decoder and (name.startswith("decoder.") or ".decoder." in name)
+        return cfg.n_decoder_layers if decoder else cfg.n_layers
+
     extra = sorted((int(m.group(1)), name) for name in files
-                   if (m := _LAYER_INDEX.search(name)) and int(m.group(1)) >= cfg.n_layers)
+                   if (m := _LAYER_INDEX.search(name)) and int(m.group(1)) >= layers(name))
     if extra:
         layers = sorted({i for i, _ in extra})
         raise ModelLoadError(files[extra[0][1]], f"holds weights for layer(s) {', '.join(map(str, layers[:8]))}"
@@ -471,7 +482,7 @@ def save_model_folder(model: Transformer, path: str | Path, tokenizer: Tokenizer
     atomic_write_dir(Path(path), fill)
 
 
-def new_model(cfg: ModelConfig, seed: int | None = None) -> Transformer:
+def new_model(cfg: ModelConfig, seed: int | None = None) -> Transformer | EncoderDecoder:
     if seed is not None:
         torch.manual_seed(seed)
-    return Transformer(cfg).to(dtype=DTYPES[cfg.dtype])
+    return model_class(cfg)(cfg).to(dtype=DTYPES[cfg.dtype])

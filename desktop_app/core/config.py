@@ -18,14 +18,18 @@ from typing import Any
 # rmsnorm_offset: Gemma's RMSNorm, weight applied as (1 + w) (stored zero-centred), all in float32
 NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset")
 PLACEMENTS = ("pre", "post")
-# swiglu: silu(gate) * up (LLaMA, Qwen, Mistral); geglu: gelu_tanh(gate) * up (Gemma)
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "swiglu", "geglu")
+# swiglu: silu(gate) * up (LLaMA, Qwen, Mistral); geglu: gelu_tanh(gate) * up (Gemma, T5 v1.1 gated-gelu);
+# silu: ungated silu(up) (Marian's "swish")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "swiglu", "geglu", "silu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 ROPE_SCALINGS = ("linear", "llama3")
 LAYER_TYPES = ("full_attention", "sliding_attention")  # as Hugging Face configs write them
 LM_HEAD_KINDS = ("linear", "mlm", "classifier")
 INPUT_KINDS = ("tokens", "patches")
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
+# sinusoidal tables: "interleaved" (Vaswani: sin, cos, sin, ... per frequency) or "halves" (Marian:
+# every sin first, then every cos)
+SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 ATTENTION_KINDS = ("softmax", "l2", "sinkhorn")
 INITS = ("default", "glorot", "he")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -39,7 +43,8 @@ MAX_POSITION_TABLE = 100_000_000
 MAX_SIZES = {"n_layers": 1024, "n_heads": 4096, "n_kv_heads": 4096, "d_model": 1 << 17, "head_dim": 1 << 17,
              "d_ff": 1 << 20, "vocab_size": 1 << 24, "type_vocab_size": 1 << 24, "sinkhorn_iters": 1000,
              "position_offset": MAX_CONTEXT, "sliding_window": MAX_CONTEXT, "image_size": 1 << 16,
-             "patch_size": 1 << 16, "num_channels": 1024, "pooler_size": 1 << 17}
+             "patch_size": 1 << 16, "num_channels": 1024, "pooler_size": 1 << 17,
+             "n_decoder_layers": 1024, "relative_buckets": 1 << 16, "relative_max_distance": MAX_CONTEXT}
 MAX_PARAMETERS = 1 << 40  # ~1.1e12 weights (4 TB of float32); the machine's memory is checked at load
 
 
@@ -151,6 +156,21 @@ class ModelConfig:
     patch_size: int = 16
     num_channels: int = 3
     pooler_size: int = 0  # ViTModel's pooler (dense + tanh on [CLS]) output width; 0: no pooler
+    # -- encoder-decoders (T5, BART, Marian; core/seq2seq.py). is_encoder_decoder: an encoder stack of
+    # n_layers bidirectional blocks and a decoder stack of n_decoder_layers causal blocks with
+    # cross-attention, sharing the token embedding (causal stays true: the model generates).
+    is_encoder_decoder: bool = False
+    n_decoder_layers: int | None = None  # None: n_layers
+    decoder_start_token_id: int | None = None  # the decoder's first input token (T5: pad, Marian: pad, BART: eos)
+    # T5's relative position buckets: a learned [buckets, heads] table in the first layer of each stack,
+    # its bias added to every layer's scores (bidirectional in the encoder); 0: none
+    relative_buckets: int = 0
+    relative_max_distance: int = 128  # T5 relative_attention_max_distance: farther offsets share a bucket
+    sinusoidal_layout: str = "interleaved"
+    # a fixed bias added to the logits (BART / Marian final_logits_bias), stored with the weights
+    final_logits_bias: bool = False
+    # the last hidden state is multiplied by this before the unembedding (T5 v1.0: d_model ** -0.5); None: 1
+    lm_head_scale: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # fields kept only for round trips
 
     def __post_init__(self) -> None:
@@ -213,7 +233,7 @@ class ModelConfig:
             return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
 
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "context_length",
-                     "sinkhorn_iters"):
+                     "sinkhorn_iters", "n_decoder_layers", "relative_max_distance"):
             value = getattr(self, name)
             check(is_int(value) and value > 0, f"{name} must be a positive integer, got {value!r}")
         for name, most in MAX_SIZES.items():  # before any check that multiplies sizes
@@ -223,7 +243,7 @@ class ModelConfig:
                                   f"comes near; the config is damaged)")
         check(is_int(self.type_vocab_size) and self.type_vocab_size >= 0,
               f"type_vocab_size must be a non-negative integer, got {self.type_vocab_size!r}")
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
             check(value is None or is_int(value), f"{name} must be an integer or null, got {value!r}")
         for name in ("norm_eps", "rope_theta", "init_std"):
@@ -268,7 +288,7 @@ class ModelConfig:
             if kind == "llama3":
                 check(rs["high_freq_factor"] != rs["low_freq_factor"],
                       "rope_scaling 'llama3' needs high_freq_factor != low_freq_factor")
-        for name in ("rope_local_theta", "attn_scale", "embed_scale", "final_logit_softcap"):
+        for name in ("rope_local_theta", "attn_scale", "embed_scale", "final_logit_softcap", "lm_head_scale"):
             value = getattr(self, name)
             check(value is None or (is_real(value) and value > 0),
                   f"{name} must be a positive finite number or null, got {value!r}")
@@ -304,6 +324,22 @@ class ModelConfig:
         check(not (self.parallel_residual or self.sandwich_norms) or self.norm_placement == "pre",
               "parallel_residual and sandwich_norms need norm_placement 'pre'")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
+        for name in ("is_encoder_decoder", "final_logits_bias"):
+            value = getattr(self, name)
+            check(isinstance(value, bool), f"{name} must be true or false, got {value!r}")
+        check(is_int(self.relative_buckets) and self.relative_buckets >= 0,
+              f"relative_buckets must be a non-negative integer, got {self.relative_buckets!r}")
+        check(self.sinusoidal_layout in SINUSOIDAL_LAYOUTS, f"unknown sinusoidal layout {self.sinusoidal_layout!r} "
+                                                            f"(known: {', '.join(SINUSOIDAL_LAYOUTS)})")
+        if self.is_encoder_decoder:
+            check(self.causal and self.input_kind == "tokens" and self.lm_head_kind == "linear" and self.lm_head,
+                  "an encoder-decoder reads tokens, its decoder is causal and ends in a linear language-model head")
+            check(not (self.parallel_residual or self.sandwich_norms or self.type_vocab_size or self.pooler_size
+                       or self.sliding_window is not None or self.positions == "rotary"),
+                  "an encoder-decoder has no parallel residual, sandwich norms, token types, pooler, sliding "
+                  "window or rotary positions here")
+        else:
+            check(self.relative_buckets == 0, "relative position buckets are for encoder-decoders (T5) only")
         n = self.parameter_estimate()
         check(n <= MAX_PARAMETERS, f"the config describes about {n:.3g} parameters, beyond the {MAX_PARAMETERS:.3g} "
                                    f"this app supports")
@@ -321,7 +357,14 @@ class ModelConfig:
         positions = (self.context_length + self.position_offset) * d if self.positions == "learned" else 0
         head = self.vocab_size * d if self.lm_head and not (self.tie_embeddings and self.input_kind == "tokens") else 0
         head += (d * d + 3 * d) if self.lm_head_kind == "mlm" else 0
-        return int(embed + positions + self.type_vocab_size * d + self.n_layers * layer + head + 4 * d
+        if self.is_encoder_decoder:  # a decoder stack with cross-attention, its positions and norms
+            cross = d * (q + 2 * kv) + q * d + (q + 2 * kv + d) * bool(self.attention_bias) + 2 * d
+            layer_count = self.n_layers * layer + self.n_decoder_layers * (layer + cross)
+            positions *= 2
+            embed += 2 * self.relative_buckets * self.n_heads + self.vocab_size * bool(self.final_logits_bias)
+        else:
+            layer_count = self.n_layers * layer
+        return int(embed + positions + self.type_vocab_size * d + layer_count + head + 4 * d
                    + self.pooler_size * (d + 1))
 
     def layer_window(self, layer: int) -> int | None:
@@ -364,6 +407,7 @@ _FIELDS = {f.name: f for f in dataclasses.fields(ModelConfig)}
 # fields whose default (None) follows another field's value: filled in by __post_init__
 _FOLLOWERS: dict[str, Any] = {
     "n_kv_heads": lambda cfg: cfg.n_heads,
+    "n_decoder_layers": lambda cfg: cfg.n_layers,
     "attention_out_bias": lambda cfg: cfg.attention_bias,
     "lm_head_kind": lambda cfg: "mlm" if cfg.family == "bert" else "linear",
 }

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Callable
-from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -65,8 +64,15 @@ def make_norm(cfg: ModelConfig, d: int | None = None) -> nn.Module:
 # -- positions -------------------------------------------------------------------------------
 
 
-def sinusoidal_table(n: int, d: int) -> torch.Tensor:
-    """PE(t, 2i) = sin(t / 10000^(2i/d)), PE(t, 2i+1) = cos(same) (Vaswani et al.)."""
+def sinusoidal_table(n: int, d: int, layout: str = "interleaved") -> torch.Tensor:
+    """PE(t, 2i) = sin(t / 10000^(2i/d)), PE(t, 2i+1) = cos(same) (Vaswani et al.). layout "halves"
+    (Marian): the same sines in the first ceil(d/2) dims, the cosines after them, computed in float64
+    as transformers' MarianSinusoidalPositionalEmbedding does."""
+    if layout == "halves":
+        t64 = torch.arange(n, dtype=torch.float64)[:, None]
+        angle = t64 / torch.pow(torch.tensor(10000.0, dtype=torch.float64),
+                                2 * (torch.arange(d, dtype=torch.float64) // 2) / d)
+        return torch.cat([torch.sin(angle[:, 0::2]), torch.cos(angle[:, 1::2])], dim=1).float()
     t = torch.arange(n, dtype=torch.float32)[:, None]
     freq = torch.pow(10000.0, -torch.arange(0, d, 2, dtype=torch.float32) / d)
     pe = torch.zeros(n, d)
@@ -310,6 +316,35 @@ class Attention(nn.Module):
             trace.record(prefix + "q", q)
         if cache is not None:
             k, v = cache.append(k, v)
+        return self.attend(q, k, v, mask, trace, prefix, is_causal_full)
+
+    def cross(self, x: torch.Tensor, source: torch.Tensor, mask: torch.Tensor | None, cache: LayerCache | None = None,
+              trace: Trace | None = None, prefix: str = "") -> torch.Tensor:
+        """Cross-attention (encoder-decoders): queries from x [B, T, d], keys and values from `source`
+        [B, S, d] (the encoder's output). With a cache, the keys and values are computed on its first
+        use and read back after (the source does not change while the decoder runs)."""
+        cfg = self.cfg
+        B, T, _ = x.shape
+        q = self.q(x).view(B, T, cfg.n_heads, cfg.d_head).transpose(1, 2)
+        if cache is not None and cache.k is not None:
+            k, v = cache.k, cache.v
+        else:
+            S = source.shape[1]
+            k = self.k(source).view(B, S, cfg.n_kv_heads, cfg.d_head).transpose(1, 2)
+            v = self.v(source).view(B, S, cfg.n_kv_heads, cfg.d_head).transpose(1, 2)
+            if cache is not None:
+                cache.k, cache.v = k, v
+        if trace is not None:
+            trace.record(prefix + "q", q)
+        return self.attend(q, k, v, mask, trace, prefix, False)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+               trace: Trace | None, prefix: str, is_causal_full: bool) -> torch.Tensor:
+        """The attention of queries [B, H, T, dh] over keys and values [B, H_kv, T_k, dh], through W_O:
+        [B, T, d]. mask: boolean (True where query i may see key j) or additive (T5's position bias)."""
+        cfg = self.cfg
+        B, H, T, dh = q.shape
+        Hkv = k.shape[1]
         if Hkv != H:
             k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
 
@@ -407,6 +442,8 @@ class MLP(nn.Module):
             h = F.gelu(self.up(x), approximate="tanh")
         elif self.activation == "gelu":
             h = F.gelu(self.up(x))
+        elif self.activation == "silu":  # ungated (Marian's swish)
+            h = F.silu(self.up(x))
         else:
             h = F.relu(self.up(x))
         return self.dropout(self.down(h))
@@ -506,7 +543,8 @@ class Transformer(nn.Module):
         if cfg.positions == "learned":  # OPT, RoBERTa: the first position_offset rows are never read
             self.pos_embed = nn.Embedding(cfg.context_length + cfg.position_offset, cfg.d_model)
         elif cfg.positions == "sinusoidal":
-            self.register_buffer("pos_table", sinusoidal_table(cfg.context_length, cfg.d_model), persistent=False)
+            self.register_buffer("pos_table", sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout),
+                                 persistent=False)
         if cfg.type_vocab_size:
             self.type_embed = nn.Embedding(cfg.type_vocab_size, cfg.d_model)
         if cfg.embed_norm:

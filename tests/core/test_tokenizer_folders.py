@@ -186,8 +186,8 @@ def test_a_folder_with_no_tokenizer_at_all_says_no_tokenizer_json(tmp_path, caps
     assert f"note: {folder}: no tokenizer.json; the model opens with token ids" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("config", [{"model_type": "t5"}, {"model_type": "bart"}, {"model_type": "marian"},
-                                    {"model_type": "mbart"}, {"model_type": "pegasus"},
+# (t5, bart and marian open since issue 28: tests/parity/test_seq2seq_parity.py)
+@pytest.mark.parametrize("config", [{"model_type": "mbart"}, {"model_type": "pegasus"}, {"model_type": "m2m_100"},
                                     {"model_type": "my-seq2seq", "is_encoder_decoder": True},
                                     {"model_type": "bert", "is_encoder_decoder": True}],
                          ids=lambda c: c["model_type"])

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ConfigError, ModelConfig
-from . import bert, distilbert, gemma3_text, gpt2, gpt_neo, gpt_neox, llama, mistral, opt, qwen2, qwen3, roberta, vit
+from . import (bart, bert, distilbert, gemma3_text, gpt2, gpt_neo, gpt_neox, llama, marian, mistral, opt, qwen2, qwen3,
+               roberta, t5, vit)
 from .base import (IDENTITY, TRANSPOSE, Conversion, Family, ModelLoadError, Weight,  # noqa: F401 (the API)
                    fused, weight)
 
@@ -20,20 +21,24 @@ REGISTRY: dict[str, Family] = {f.model_type: f for f in (gpt2.FAMILY, bert.FAMIL
                                                            gpt_neox.FAMILY, gpt_neo.FAMILY, opt.FAMILY,
                                                            roberta.FAMILY, distilbert.FAMILY,
                                                            qwen2.FAMILY, qwen3.FAMILY, mistral.FAMILY,
-                                                           gemma3_text.FAMILY, vit.FAMILY)}
+                                                           gemma3_text.FAMILY, vit.FAMILY, t5.FAMILY,
+                                                           marian.FAMILY, bart.FAMILY)}
 
 
 # transformers' encoder-decoder (sequence-to-sequence) model_types: an encoder and a decoder with
-# cross-attention between them, which no family here computes
+# cross-attention between them; those with a family here (t5, bart, marian) open, the others are refused
 ENCODER_DECODER = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "mbart", "plbart", "marian",
                    "pegasus", "pegasus_x", "bigbird_pegasus", "led", "blenderbot", "blenderbot-small", "m2m_100",
                    "nllb-moe", "fsmt", "prophetnet", "xlm-prophetnet", "encoder-decoder", "t5gemma", "mvp")
 
 
 def encoder_decoder_problem(config: dict) -> str | None:
-    """'encoder-decoder models (t5) are not supported yet' for a T5 / BART / Marian ... config.json
-    (its model_type, or is_encoder_decoder: true), else None."""
+    """'encoder-decoder models (pegasus) are not supported yet' for an encoder-decoder config.json (its
+    model_type, or is_encoder_decoder: true) that no family here computes, else None."""
     model_type = config.get("model_type")
+    family = REGISTRY.get(model_type) if isinstance(model_type, str) else None
+    if family is not None and family.encoder_decoder:
+        return None
     if model_type in ENCODER_DECODER or config.get("is_encoder_decoder") is True:
         return f"encoder-decoder models ({model_type}) are not supported yet"
     return None

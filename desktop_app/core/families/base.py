@@ -95,6 +95,7 @@ class Family:
     trainable: bool = True  # the training panel and `train` can build and train it here
     # what the class also fixes across fields (OPT: a final norm exactly with pre-LN): one line per problem
     requires: Callable[[ModelConfig], list[str]] | None = None
+    encoder_decoder: bool = False  # an encoder and a decoder with cross-attention (core/seq2seq.py)
 
     def hf_differences(self, cfg: ModelConfig) -> list[str]:
         return hf_differences(self, cfg)
@@ -156,7 +157,9 @@ POSITIVE = Where(lambda v: v > 0, "a positive value")
 NOT_SWITCHES = frozenset({
     "family", "vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "context_length", "norm_eps",
     "rope_theta", "sinkhorn_iters", "lm_head", "tie_embeddings", "dropout", "init", "init_std", "dtype",
-    "pad_token_id", "bos_token_id", "eos_token_id", "image_size", "patch_size", "num_channels", "extra"})
+    "pad_token_id", "bos_token_id", "eos_token_id", "image_size", "patch_size", "num_channels", "extra",
+    # an encoder-decoder's decoder depth, its start token, and T5's farthest distinct offset: sizes and ids
+    "n_decoder_layers", "decoder_start_token_id", "relative_max_distance"})
 
 
 def _allows(allowed: Any, value: Any) -> bool:

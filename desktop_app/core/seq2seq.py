@@ -1,0 +1,424 @@
+"""The encoder-decoder (T5, BART, Marian, the original Transformer): two stacks of model.py's blocks
+plus cross-attention, one class for every family, behaviour by ModelConfig switches.
+
+The encoder is n_layers bidirectional Blocks (model.Block, unchanged); the decoder is
+n_decoder_layers causal DecoderBlocks (a Block with a cross-attention sublayer between its
+self-attention and its MLP, reading the encoder's output). Both stacks share the token embedding;
+T5's relative position bias comes from a [buckets, heads] table per stack (the first layer's, in
+Hugging Face's files) and is added to every layer's scores.
+
+Trace names (trace.py's, with a stack prefix; l = layer):
+    encoder.embed, encoder.blocks.l.attn.pattern [B, H, S, S], encoder.blocks.l.attn.z, .attn.out,
+    encoder.blocks.l.resid_mid, .mlp.out, .resid_post, encoder.final_norm.out (T5: what encode returns)
+    decoder.embed, decoder.blocks.l.attn.pattern [B, H, T, T] (causal), ...
+    decoder.blocks.l.cross_attn.input, .cross_attn.q, .cross_attn.pattern [B, H, T, S],
+    .cross_attn.z [B, H, T, d_head], .cross_attn.head_out, .cross_attn.out, decoder.blocks.l.resid_cross
+    (the residual stream after cross-attention), decoder.blocks.l.logit_lens, decoder.final_norm.out, logits
+Every recorded name is also an edit point (core/interventions.py edit_at).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .attention import causal_mask
+from .config import ModelConfig
+from .interventions import edit_at, editing_trace
+from .model import MLP, Attention, Block, KVCache, LayerCache, ModelOutput, Transformer, make_norm, sinusoidal_table
+from .trace import Trace
+
+
+# -- T5's relative positions -------------------------------------------------------------------
+
+
+def relative_bucket(relative: torch.Tensor, bidirectional: bool, buckets: int, max_distance: int) -> torch.Tensor:
+    """T5's bucket of each offset key - query (Mesh TensorFlow's, as transformers computes it): half the
+    buckets for exact small offsets, the rest logarithmic up to max_distance; bidirectional splits them
+    between keys before and after the query."""
+    out = torch.zeros_like(relative)
+    if bidirectional:
+        buckets //= 2
+        out += (relative > 0).to(torch.long) * buckets
+        relative = relative.abs()
+    else:
+        relative = -torch.min(relative, torch.zeros_like(relative))
+    exact = buckets // 2
+    small = relative < exact
+    large = exact + (torch.log(relative.float() / exact) / math.log(max_distance / exact)
+                     * (buckets - exact)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, buckets - 1))
+    return out + torch.where(small, relative, large)
+
+
+# -- the decoder block ---------------------------------------------------------------------------
+
+
+class DecoderBlock(Block):
+    """A Block with cross-attention between self-attention and the MLP. Pre-norm (T5):
+    x + attn(norm1(x)), + cross_attn(norm_cross(.), encoder), + mlp(norm2(.)); post-norm (BART,
+    Marian, the original Transformer): norm1(x + attn(x)), norm_cross(. + cross_attn(., encoder)), ..."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.norm_cross = make_norm(cfg)
+        self.cross_attn = Attention(cfg)
+
+    def forward(self, x, mask, cache, trace: Trace | None, prefix: str, is_causal_full: bool, *,
+                source: torch.Tensor, source_mask: torch.Tensor | None = None,
+                cross_cache: LayerCache | None = None):
+        rec = trace.record if trace is not None else None
+        a_in = self.norm1(x) if self.pre else x
+        a = self.attn(a_in, mask, None, cache, trace, prefix + "attn.", is_causal_full)
+        a = edit_at(trace, prefix + "attn.out", self.resid_dropout(a))
+        x = edit_at(trace, prefix + "resid_mid", x + a if self.pre else self.norm1(x + a))
+        c_in = self.norm_cross(x) if self.pre else x
+        c = self.cross_attn.cross(c_in, source, source_mask, cross_cache, trace, prefix + "cross_attn.")
+        c = edit_at(trace, prefix + "cross_attn.out", self.resid_dropout(c))
+        x_mid = x
+        x = edit_at(trace, prefix + "resid_cross", x + c if self.pre else self.norm_cross(x + c))
+        m_in = self.norm2(x) if self.pre else x
+        m_in = edit_at(trace, prefix + "mlp.input", m_in)
+        m = edit_at(trace, prefix + "mlp.out", self.mlp(m_in))
+        out = edit_at(trace, prefix + "resid_post", x + m if self.pre else self.norm2(x + m))
+        if rec:
+            rec(prefix + "attn.input", a_in)
+            rec(prefix + "attn.out", a)
+            rec(prefix + "resid_mid", x_mid)
+            rec(prefix + "cross_attn.input", c_in)
+            rec(prefix + "cross_attn.out", c)
+            rec(prefix + "resid_cross", x)
+            rec(prefix + "mlp.input", m_in)
+            rec(prefix + "mlp.out", m)
+            rec(prefix + "resid_post", out)
+        return out
+
+
+# -- one stack -----------------------------------------------------------------------------------
+
+
+class Stack(nn.Module):
+    """The encoder's or the decoder's own pieces: positions, embedding norm, relative bias, blocks, final norm."""
+
+    def __init__(self, cfg: ModelConfig, decoder: bool) -> None:
+        super().__init__()
+        self.decoder = decoder
+        if cfg.positions == "learned":  # BART: the first position_offset (2) rows are never read
+            self.pos_embed = nn.Embedding(cfg.context_length + cfg.position_offset, cfg.d_model)
+        if cfg.relative_buckets:
+            self.rel_bias = nn.Embedding(cfg.relative_buckets, cfg.n_heads)
+        if cfg.embed_norm:
+            self.embed_norm = make_norm(cfg)
+        n = cfg.n_decoder_layers if decoder else cfg.n_layers
+        self.blocks = nn.ModuleList((DecoderBlock(cfg) if decoder else Block(cfg)) for _ in range(n))
+        if cfg.final_norm:
+            self.final_norm = make_norm(cfg)
+        self.cfg = cfg
+
+    def position_bias(self, t_q: int, t_k: int, past: int) -> torch.Tensor:
+        """T5's bias [1, H, t_q, t_k] for queries at past..past+t_q-1 and keys at 0..t_k-1."""
+        cfg = self.cfg
+        device = self.rel_bias.weight.device
+        query = torch.arange(t_q, dtype=torch.long, device=device)[:, None] + past
+        key = torch.arange(t_k, dtype=torch.long, device=device)[None, :]
+        bucket = relative_bucket(key - query, not self.decoder, cfg.relative_buckets, cfg.relative_max_distance)
+        return self.rel_bias(bucket).permute(2, 0, 1)[None]
+
+
+# -- the cache -----------------------------------------------------------------------------------
+
+
+class Seq2SeqCache:
+    """What decode() keeps between steps: the decoder's self-attention keys and values (a KVCache) and
+    each layer's cross-attention keys and values, computed from the encoder output on the first step."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.self_attn = KVCache(n_layers)
+        self.cross = [LayerCache() for _ in range(n_layers)]
+
+    @property
+    def layers(self) -> list[LayerCache]:  # the self-attention layers, as KVCache.layers
+        return self.self_attn.layers
+
+    @property
+    def length(self) -> int:
+        return self.self_attn.length
+
+    def truncate(self, n: int) -> None:
+        self.self_attn.truncate(n)
+
+    def clone(self) -> "Seq2SeqCache":
+        c = Seq2SeqCache(0)
+        c.self_attn = self.self_attn.clone()
+        c.cross = [LayerCache(k=lc.k, v=lc.v) for lc in self.cross]  # read only: shared
+        return c
+
+    def select(self, index: torch.Tensor) -> "Seq2SeqCache":
+        """Reorder / repeat the batch (beam search)."""
+        c = Seq2SeqCache(0)
+        c.self_attn = self.self_attn.select(index)
+        c.cross = [LayerCache(k=None if lc.k is None else lc.k[index], v=None if lc.v is None else lc.v[index])
+                   for lc in self.cross]
+        return c
+
+    def stacked_keys(self) -> torch.Tensor:
+        return self.self_attn.stacked_keys()
+
+
+# -- the model -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Seq2SeqOutput:
+    logits: torch.Tensor | None  # [B, T, vocab]
+    encoder_hidden: torch.Tensor  # the encoder's output [B, S, d] (after its final norm)
+    hidden: torch.Tensor  # the decoder's last block output [B, T, d]
+
+
+class EncoderDecoder(nn.Module):
+    def __init__(self, cfg: ModelConfig, init_weights: bool = True) -> None:
+        super().__init__()
+        if not cfg.is_encoder_decoder:
+            raise ValueError("EncoderDecoder needs a config with is_encoder_decoder true")
+        self.cfg = cfg
+        self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        if cfg.positions == "sinusoidal":
+            self.register_buffer("pos_table", sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout),
+                                 persistent=False)
+        self.embed_dropout = nn.Dropout(cfg.dropout)
+        self.encoder = Stack(cfg, decoder=False)
+        self.decoder = Stack(cfg, decoder=True)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.tok_embed.weight
+        if cfg.final_logits_bias:  # a buffer, as in transformers: saved, never trained
+            self.register_buffer("lm_bias", torch.zeros(cfg.vocab_size))
+        if init_weights:
+            self.reset_parameters()
+
+    # -- initialisation and the Transformer's helpers --------------------------------------------
+    def reset_parameters(self) -> None:
+        Transformer.reset_parameters(self)  # the same rules (norms to one, linears by cfg.init ...)
+        if self.cfg.final_logits_bias:
+            nn.init.zeros_(self.lm_bias)
+
+    num_parameters = Transformer.num_parameters
+    device = Transformer.device
+    dtype = Transformer.dtype
+
+    def pack_for_decoding(self) -> None:
+        """Nothing to do: the decoder-only layouts of Transformer.pack_for_decoding were not measured here."""
+
+    def new_cache(self) -> Seq2SeqCache:
+        return Seq2SeqCache(self.cfg.n_decoder_layers)
+
+    # -- pieces ----------------------------------------------------------------------------------
+    def embed(self, stack: Stack, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        x = self.tok_embed(ids)
+        if cfg.embed_scale is not None:  # BART / Marian scale_embedding: sqrt(d_model)
+            x = x * torch.tensor(cfg.embed_scale).to(x.dtype)
+        if cfg.positions == "learned":
+            x = x + stack.pos_embed(positions + cfg.position_offset)
+        elif cfg.positions == "sinusoidal":
+            x = x + self.pos_table[positions].to(x.dtype)
+        if cfg.embed_norm:
+            x = stack.embed_norm(x)
+        return self.embed_dropout(x)
+
+    def _check_length(self, n: int, what: str) -> None:
+        if self.cfg.positions in ("learned", "sinusoidal") and n > self.cfg.context_length:
+            raise ValueError(f"{what} of {n} tokens exceeds the context length {self.cfg.context_length}")
+
+    def unembed(self, h: torch.Tensor) -> torch.Tensor:
+        """The decoder's final norm, T5's rescaling, the unembedding and BART / Marian's logits bias."""
+        cfg = self.cfg
+        if cfg.final_norm:
+            h = self.decoder.final_norm(h)
+        if cfg.lm_head_scale is not None:
+            h = h * cfg.lm_head_scale
+        logits = self.lm_head(h)
+        if cfg.final_logits_bias:
+            logits = logits + self.lm_bias
+        return logits
+
+    # -- forward ---------------------------------------------------------------------------------
+    def encode(self, src_ids: torch.Tensor, *, src_mask: torch.Tensor | None = None, trace: Trace | None = None,
+               interventions=None) -> torch.Tensor:
+        """src_ids [B, S] (or [S]); src_mask [B, S], 1 for real tokens -> the encoder output [B, S, d]."""
+        cfg = self.cfg
+        if src_ids.dim() == 1:
+            src_ids = src_ids[None]
+        S = src_ids.shape[1]
+        self._check_length(S, "source")
+        if interventions:
+            trace = editing_trace(interventions, trace, 0)
+        mask = None if src_mask is None else src_mask.to(torch.bool)[:, None, None, :]
+        if cfg.relative_buckets:
+            bias = self.encoder.position_bias(S, S, 0).to(self.dtype)
+            mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
+        x = self.embed(self.encoder, src_ids, torch.arange(S, device=src_ids.device))
+        if trace is not None:
+            x = edit_at(trace, "encoder.embed", x)
+            trace.record("encoder.embed", x)
+        for l, block in enumerate(self.encoder.blocks):
+            x = block(x, mask, None, None, trace, f"encoder.blocks.{l}.", False)
+        if cfg.final_norm:
+            x = self.encoder.final_norm(x)
+            if trace is not None:
+                trace.record("encoder.final_norm.out", x)
+        return x
+
+    def decode(self, tgt_ids: torch.Tensor, enc_out: torch.Tensor, *, src_mask: torch.Tensor | None = None,
+               trace: Trace | None = None, cache: Seq2SeqCache | None = None, compute_logits: bool = True,
+               interventions=None) -> ModelOutput:
+        """tgt_ids [B, T] (or [T]): the decoder's input (its start token first); with a cache, the new
+        tokens only, positions continuing after it. enc_out [B, S, d] from encode()."""
+        cfg = self.cfg
+        if tgt_ids.dim() == 1:
+            tgt_ids = tgt_ids[None]
+        if enc_out.dim() == 2:
+            enc_out = enc_out[None]
+        B, T = tgt_ids.shape
+        past = cache.length if cache is not None else 0
+        total = past + T
+        self._check_length(total, "target")
+        if interventions:
+            trace = editing_trace(interventions, trace, past)
+        causal = causal_mask(T, total, tgt_ids.device)[None, None] if T > 1 else None
+        mask = causal
+        if cfg.relative_buckets:
+            bias = self.decoder.position_bias(T, total, past).to(self.dtype)
+            mask = bias if causal is None else bias.masked_fill(~causal, torch.finfo(bias.dtype).min)
+        is_causal_full = past == 0 and not cfg.relative_buckets
+        source_mask = None if src_mask is None else src_mask.to(torch.bool)[:, None, None, :]
+        x = self.embed(self.decoder, tgt_ids, torch.arange(past, total, device=tgt_ids.device))
+        if trace is not None:
+            x = edit_at(trace, "decoder.embed", x)
+            trace.record("decoder.embed", x)
+        for l, block in enumerate(self.decoder.blocks):
+            x = block(x, mask, cache.self_attn.layers[l] if cache is not None else None, trace, f"decoder.blocks.{l}.",
+                      is_causal_full, source=enc_out, source_mask=source_mask,
+                      cross_cache=cache.cross[l] if cache is not None else None)
+            if trace is not None and trace.wants(f"decoder.blocks.{l}.logit_lens"):
+                trace.record(f"decoder.blocks.{l}.logit_lens", self.unembed(x))
+        if trace is not None and cfg.final_norm and trace.wants("decoder.final_norm.out"):
+            trace.record("decoder.final_norm.out", self.decoder.final_norm(x))
+        logits = self.unembed(x) if compute_logits else None
+        if trace is not None and logits is not None:
+            trace.record("logits", logits)
+        return ModelOutput(logits=logits, hidden=x, cache=cache)
+
+    def forward(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, *, src_mask: torch.Tensor | None = None,
+                trace: Trace | None = None, interventions=None) -> Seq2SeqOutput:
+        """Teacher forcing: the encoder reads src_ids, the decoder tgt_ids (its start token first)."""
+        enc = self.encode(src_ids, src_mask=src_mask, trace=trace, interventions=interventions)
+        out = self.decode(tgt_ids, enc, src_mask=src_mask, trace=trace, interventions=interventions)
+        return Seq2SeqOutput(logits=out.logits, encoder_hidden=enc, hidden=out.hidden)
+
+    def run_with_trace(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, names=("*",), *,
+                       pattern_dtype: torch.dtype | None = None, **kw) -> tuple[Seq2SeqOutput, Trace]:
+        trace = Trace(names, pattern_dtype=pattern_dtype)
+        with torch.no_grad():
+            out = self.forward(src_ids, tgt_ids, trace=trace, **kw)
+        trace.bind(self)
+        return out, trace
+
+    def start_token(self) -> int:
+        start = self.cfg.decoder_start_token_id
+        if start is None:
+            raise ValueError("the model's config has no decoder_start_token_id: the decoder cannot start")
+        return start
+
+
+# -- decoding ------------------------------------------------------------------------------------
+
+
+def _source(model: EncoderDecoder, src_ids) -> torch.Tensor:
+    src = torch.as_tensor(src_ids, dtype=torch.long, device=model.device)
+    return src[None] if src.dim() == 1 else src
+
+
+@torch.no_grad()
+def greedy_decode(model: EncoderDecoder, src_ids, max_new: int, *, eos_id: int | None = None) -> list[int]:
+    """The most likely token at each step, up to max_new of them or through eos_id (included; None:
+    never stop early): the ids after the decoder's start token, as transformers' generate gives them."""
+    enc = model.encode(_source(model, src_ids))
+    cache = model.new_cache()
+    token, out = model.start_token(), []
+    for _ in range(max_new):
+        logits = model.decode(torch.tensor([[token]], device=enc.device), enc, cache=cache).logits[0, -1]
+        token = int(logits.argmax())
+        out.append(token)
+        if eos_id is not None and token == eos_id:
+            break
+    return out
+
+
+@torch.no_grad()
+def beam_decode(model: EncoderDecoder, src_ids, max_new: int, num_beams: int, *, eos_id: int | None = None,
+                length_penalty: float = 1.0, early_stopping: bool | str = False) -> list[int]:
+    """Beam search as transformers' generate does it (its vectorised _beam_search: 2 x num_beams
+    candidates a step, a finished hypothesis scored sum log p / generated_length ** length_penalty,
+    early_stopping True / False / "never" as there); the best hypothesis' ids after the start token."""
+    if num_beams < 1:
+        raise ValueError(f"num_beams must be at least 1, got {num_beams}")
+    enc = model.encode(_source(model, src_ids)).expand(num_beams, -1, -1)
+    cache = model.new_cache()
+    neg = -1.0e9
+    max_length = 1 + max_new
+    keep = 2 * num_beams
+    running = torch.full((num_beams, max_length), -1, dtype=torch.long)
+    running[:, 0] = model.start_token()
+    running_scores = torch.full((num_beams,), neg)
+    running_scores[0] = 0.0
+    finished = running.clone()
+    finished_scores = torch.full((num_beams,), neg)
+    finished_len = torch.zeros(num_beams, dtype=torch.long)
+    is_finished = torch.zeros(num_beams, dtype=torch.bool)
+    improvable = True
+    top_mask = torch.arange(keep) < num_beams
+    cur = 1
+    while True:
+        logits = model.decode(running[:, cur - 1:cur].to(enc.device), enc, cache=cache).logits[:, -1].float().cpu()
+        acc = (F.log_softmax(logits, dim=-1) + running_scores[:, None]).reshape(-1)
+        vocab = logits.shape[-1]
+        top_scores, top_idx = torch.topk(acc, keep)
+        beam, token = top_idx // vocab, top_idx % vocab
+        cand = running[beam].clone()
+        cand[:, cur] = token
+        hits = torch.full((keep,), cur + 1 >= max_length)
+        if eos_id is not None:
+            hits |= token == eos_id
+        # the running beams: the best unfinished candidates
+        run_scores = top_scores + hits.to(torch.float32) * neg
+        chosen = torch.topk(run_scores, num_beams)[1]
+        running, running_scores, source_beam = cand[chosen], run_scores[chosen], beam[chosen]
+        # the finished hypotheses: the best of those kept and the newly finished among the top num_beams
+        just = hits & top_mask
+        scores = top_scores / ((cur + 1 - 1) ** length_penalty)
+        if early_stopping is True and bool(is_finished.all()):
+            scores = scores + neg
+        if not improvable:
+            scores = scores + neg
+        scores = scores + (~just).to(torch.float32) * neg
+        merged = torch.cat([finished_scores, scores])
+        best = torch.topk(merged, num_beams)[1]
+        finished = torch.cat([finished, cand])[best]
+        finished_len = torch.cat([finished_len, torch.full((keep,), cur)])[best]
+        finished_scores = merged[best]
+        is_finished = torch.cat([is_finished, just])[best]
+        cache = cache.select(source_beam.to(enc.device))
+        cur += 1
+        length = (max_length - 1) if (early_stopping == "never" and length_penalty > 0.0) else cur - 1
+        best_running = running_scores[0] / (length ** length_penalty)
+        worst = torch.where(is_finished, finished_scores.min(), torch.tensor(neg))
+        improvable = improvable and bool((best_running > worst).any())
+        open_beam = not (bool(is_finished.all()) and early_stopping is True)
+        if not (improvable and open_beam and not bool(hits.all())):
+            break
+    n = int(finished_len[0])
+    return finished[0, 1:1 + n].tolist()

@@ -1,0 +1,193 @@
+"""The encoder-decoder families against `transformers` (test-only reference), issue 28: T5 v1.0, T5 v1.1
+(gated-GELU, untied head), BART and Marian, each a tiny random model saved by `save_pretrained`.
+
+Each opens here with the same decoder logits (1e-4), every attention map of the three kinds
+(encoder self-attention, causal decoder self-attention, cross-attention; 1e-5), the same greedy and
+beam ids as `generate`, and a model saved here (perturbed first, so the round trip cannot pass by
+re-reading transformers' own file) opens in `transformers` with the same logits.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from desktop_app.core.checkpoints import load_model_folder, save_model_folder
+from desktop_app.core.seq2seq import EncoderDecoder, beam_decode, greedy_decode
+from desktop_app.core.trace import Trace
+
+transformers = pytest.importorskip("transformers")
+
+LOGITS_TOL = 1e-4
+PATTERN_TOL = 1e-5
+VOCAB = 60
+
+
+def t5_v10():
+    return transformers.T5ForConditionalGeneration(transformers.T5Config(
+        # (more decoder than encoder layers breaks transformers' own T5 cache in generate: not here)
+        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=3, num_decoder_layers=2, num_heads=4,
+        relative_attention_num_buckets=8, relative_attention_max_distance=16, feed_forward_proj="relu",
+        dropout_rate=0.0, decoder_start_token_id=0))
+
+
+def t5_v11():
+    # gated-gelu, an untied head (tie_word_embeddings false: no rescaling), d_kv * heads != d_model
+    return transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=VOCAB, d_model=32, d_kv=6, d_ff=48, num_layers=3, num_decoder_layers=2, num_heads=4,
+        relative_attention_num_buckets=8, relative_attention_max_distance=16, feed_forward_proj="gated-gelu",
+        tie_word_embeddings=False, dropout_rate=0.0, decoder_start_token_id=0))
+
+
+def bart():
+    return transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=40,
+        scale_embedding=True, dropout=0.0, attention_dropout=0.0, forced_eos_token_id=None))
+
+
+def marian():
+    return transformers.MarianMTModel(transformers.MarianConfig(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=40,
+        activation_function="swish", scale_embedding=True, dropout=0.0, attention_dropout=0.0,
+        pad_token_id=VOCAB - 1, decoder_start_token_id=VOCAB - 1, eos_token_id=0, forced_eos_token_id=None))
+
+
+MODELS = {"t5_v1_0": t5_v10, "t5_v1_1": t5_v11, "bart": bart, "marian": marian}
+
+
+def randomise_biases(hf) -> None:
+    """transformers starts final_logits_bias (and LayerNorm biases) at zero: give them values, so that a
+    bias read from the wrong place or not at all shows in the logits."""
+    with torch.no_grad():
+        for name, t in hf.named_buffers():
+            if name.endswith("final_logits_bias"):
+                t.normal_(0.0, 0.5)
+        for name, p in hf.named_parameters():
+            if "layer_norm" in name or "layernorm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+
+
+def make(name: str, tmp_path):
+    torch.manual_seed(0)
+    hf = MODELS[name]()
+    randomise_biases(hf)
+    hf.eval()
+    hf.set_attn_implementation("eager")  # attention probabilities only come from the eager path
+    hf.save_pretrained(tmp_path / "hf")
+    return hf, load_model_folder(tmp_path / "hf")
+
+
+def inputs(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, VOCAB - 1, (2, 9), generator=g)
+    tgt = torch.randint(3, VOCAB - 1, (2, 6), generator=g)
+    src_mask = torch.ones_like(src)
+    src_mask[1, -3:] = 0  # padding in the second source: masked keys in encoder and cross-attention
+    return src, tgt, src_mask
+
+
+def compare(model: EncoderDecoder, hf, src, tgt, src_mask, what: str) -> None:
+    trace = Trace()
+    with torch.no_grad():
+        ours = model(src, tgt, src_mask=src_mask, trace=trace)
+        ref = hf(input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt, output_attentions=True,
+                 output_hidden_states=True)
+    err = (ours.logits - ref.logits).abs().max().item()
+    assert err < LOGITS_TOL, f"{what} logits: {err:.2e}"
+    real = src_mask.bool()
+    kinds = (("encoder", "attn", ref.encoder_attentions, model.cfg.n_layers),
+             ("decoder", "attn", ref.decoder_attentions, model.cfg.n_decoder_layers),
+             ("decoder", "cross_attn", ref.cross_attentions, model.cfg.n_decoder_layers))
+    for stack, kind, maps, n in kinds:
+        assert len(maps) == n, f"{what} {stack} {kind}: {len(maps)} layers"
+        for layer, theirs in enumerate(maps):
+            mine = trace[f"{stack}.blocks.{layer}.{kind}.pattern"]
+            assert mine.shape == theirs.shape, f"{what} {stack}.{layer}.{kind}"
+            if stack == "encoder":  # a padded query's row is not a real token's: compare real rows
+                mine, theirs = mine[real[:, None, :, None].expand_as(mine)], theirs[real[:, None, :, None].expand_as(theirs)]
+            err = (mine - theirs).abs().max().item()
+            assert err < PATTERN_TOL, f"{what} {stack} layer {layer} {kind} pattern: {err:.2e}"
+    enc = trace["encoder.final_norm.out"] if model.cfg.final_norm else trace[f"encoder.blocks.{model.cfg.n_layers - 1}.resid_post"]
+    err = (enc - ref.encoder_last_hidden_state)[real].abs().max().item()
+    assert err < LOGITS_TOL, f"{what} encoder output: {err:.2e}"
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_an_encoder_decoder_folder_opens_with_transformers_logits_and_attention(name, tmp_path):
+    hf, loaded = make(name, tmp_path)
+    assert isinstance(loaded.model, EncoderDecoder) and loaded.config.family == name.split("_v")[0]
+    compare(loaded.model, hf, *inputs(), "from transformers:")
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_greedy_and_beam_ids_are_generates(name, tmp_path):
+    hf, loaded = make(name, tmp_path)
+    eos = hf.config.eos_token_id
+    common = dict(do_sample=False, pad_token_id=hf.config.pad_token_id, forced_eos_token_id=None,
+                  forced_bos_token_id=None, bad_words_ids=None, no_repeat_ngram_size=0, repetition_penalty=1.0,
+                  min_length=0, decoder_start_token_id=loaded.config.decoder_start_token_id)
+    src, _, _ = inputs(2)
+    for row in range(2):
+        s = src[row:row + 1]
+        with torch.no_grad():
+            # without an end token: every step compared; with one: where generate stops
+            ref = hf.generate(s, max_new_tokens=10, num_beams=1, eos_token_id=None, **common)[0, 1:].tolist()
+            assert greedy_decode(loaded.model, s[0], 10) == ref
+            for stop in (eos, None):
+                for early in (True, False):
+                    ref = hf.generate(s, max_new_tokens=10, num_beams=3, eos_token_id=stop, early_stopping=early,
+                                      length_penalty=1.0, **common)[0, 1:].tolist()
+                    ref = ref[:ref.index(stop) + 1] if stop is not None and stop in ref else ref
+                    assert beam_decode(loaded.model, s[0], 10, 3, eos_id=stop, early_stopping=early) == ref, \
+                        (row, stop, early)
+
+
+def test_beam_search_stops_at_the_end_token_as_generate_does(tmp_path):
+    """A Marian model whose end token is likely (its logits bias raised): the hypotheses finish at
+    different lengths, and length normalisation decides between them as in generate."""
+    torch.manual_seed(0)
+    hf = marian()
+    with torch.no_grad():
+        hf.final_logits_bias[0, 0] = 2.5  # eos_token_id 0
+    hf.eval()
+    hf.save_pretrained(tmp_path / "hf")
+    loaded = load_model_folder(tmp_path / "hf")
+    finished_early = 0
+    for seed in range(6):
+        src = torch.randint(3, VOCAB - 1, (1, 7), generator=torch.Generator().manual_seed(seed))
+        for penalty in (1.0, 0.5, 2.0):
+            with torch.no_grad():
+                ref = hf.generate(src, max_new_tokens=12, num_beams=3, eos_token_id=0, early_stopping=False,
+                                  length_penalty=penalty, do_sample=False, forced_eos_token_id=None,
+                                  bad_words_ids=None, pad_token_id=VOCAB - 1)[0, 1:].tolist()
+            ref = ref[:ref.index(0) + 1] if 0 in ref else ref
+            finished_early += 0 in ref and len(ref) < 12
+            assert beam_decode(loaded.model, src[0], 12, 3, eos_id=0, length_penalty=penalty) == ref, (seed, penalty)
+    greedy = hf.generate(src, max_new_tokens=12, num_beams=1, eos_token_id=0, do_sample=False, forced_eos_token_id=None,
+                         bad_words_ids=None, pad_token_id=VOCAB - 1)[0, 1:].tolist()
+    assert greedy_decode(loaded.model, src[0], 12, eos_id=0) == greedy
+    assert finished_early, "no hypothesis ended before the last step: the test would not see the end token"
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_model_saved_here_opens_in_transformers_with_the_same_logits(name, tmp_path):
+    hf, loaded = make(name, tmp_path)
+    model = loaded.model
+    with torch.no_grad():  # perturb, so that the round trip cannot pass by re-reading transformers' own file
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+        if model.cfg.final_logits_bias:
+            model.lm_bias.add_(torch.randn_like(model.lm_bias))
+    save_model_folder(model, tmp_path / "ours")
+    back = type(hf).from_pretrained(tmp_path / "ours")
+    back.eval()
+    back.set_attn_implementation("eager")
+    src, tgt, src_mask = inputs(3)
+    with torch.no_grad():
+        assert (model(src, tgt, src_mask=src_mask).logits - hf(input_ids=src, attention_mask=src_mask,
+                                                               decoder_input_ids=tgt).logits).abs().max() > 1e-3
+    compare(model, back, src, tgt, src_mask, "saved here:")
+    again = load_model_folder(tmp_path / "ours")
+    with torch.no_grad():
+        assert torch.equal(again.model(src, tgt, src_mask=src_mask).logits, model(src, tgt, src_mask=src_mask).logits)

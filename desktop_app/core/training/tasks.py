@@ -433,13 +433,15 @@ class TextTask(Task):
 
 def sample_text(task: Task, seed: int = 0) -> str:
     """One held-out input of `task` as text its tokenizer encodes back to the same ids: what the app
-    shows as the text of a model trained on the task (its own vocabulary, its own length)."""
+    shows as the text of a model trained on the task (its own vocabulary, its own length). A
+    sequence-to-sequence task's (seq2seq_tasks.py) is a source, without its padding."""
     if task.tokenizer is None:  # an image task (image_tasks.py): its inputs are pixels, not text
         raise TaskError(f"the {task.name} task has images, not text")
     if isinstance(task, TextTask):
         ids = task.val_ids[: task.seq_len]
     else:
-        ids = task.val_set(seed).inputs[0]
+        val = task.val_set(seed)
+        ids = val.inputs[0] if val.src is None else val.src[0][val.src[0] != getattr(task, "pad_id", -1)]
     return task.tokenizer.decode(ids.tolist())
 
 

@@ -65,6 +65,7 @@ from .state import (FORMAT, METRICS_JSON, OPTIM_FILE, STATE_FILE, read_metrics, 
 RUN_FILE = "run_config.json"
 METRICS_CSV = "metrics.csv"
 SUMMARY_KEYS = ("train_loss", "train_accuracy", "val_loss", "val_accuracy")
+EXACT_MATCH = "val_exact_match"  # an encoder-decoder run's eval events and summary also carry it (evaluate)
 RUN_FILES = ("config.json", "model.safetensors", "tokenizer.json", OPTIM_FILE, STATE_FILE, RUN_FILE,
              METRICS_JSON, METRICS_CSV)  # what a checkpoint folder holds (recognises runs older than manifests)
 EXPORT_FILES = ("config.json", "model.safetensors", "tokenizer.json", RUN_FILE, METRICS_JSON, METRICS_CSV)
@@ -247,6 +248,8 @@ def model_config_for(cfg: TrainConfig, task: Task | None = None, vocab_size: int
     if task is not None:
         over["vocab_size"] = task.vocab_size
         over["context_length"] = max(int(over.get("context_length", 0) or 0), task.seq_len)
+    if getattr(task, "encoder_decoder", False):  # seq2seq_tasks.py: its specials are the model's
+        over.update(pad_token_id=task.pad_id, eos_token_id=task.end_id, decoder_start_token_id=task.start_id)
     elif vocab_size is not None:
         over["vocab_size"] = vocab_size
     over.setdefault("lm_head", True)
@@ -284,8 +287,18 @@ def trains_causal(cfg: TrainConfig) -> bool:
     return bool(cfg.model.get("causal", family.decoder))
 
 
-def task_for(cfg: TrainConfig, causal: bool, tokenizer=None) -> Task:
-    return make_task(cfg.task, task_options_for(cfg), causal=causal, tokenizer=tokenizer)
+def trains_seq2seq(cfg: TrainConfig) -> bool:
+    """Does a new run of `cfg` build an encoder-decoder (its family preset's is_encoder_decoder)? Then the
+    task is its sequence-to-sequence version (tasks.declare_seq2seq_task), trained with teacher forcing."""
+    return bool(getattr(_trainable_family(cfg).preset(), "is_encoder_decoder", False))
+
+
+def task_for(cfg: TrainConfig, causal: bool, tokenizer=None, encoder_decoder: bool | None = None) -> Task:
+    """The run's task; `encoder_decoder` None: as the run's family builds it (trains_seq2seq)."""
+    if encoder_decoder is None:
+        encoder_decoder = trains_seq2seq(cfg)
+    return make_task(cfg.task, task_options_for(cfg), causal=causal, tokenizer=tokenizer,
+                     encoder_decoder=encoder_decoder)
 
 
 class LossModel(nn.Module):
@@ -298,7 +311,13 @@ class LossModel(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor):
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor, src: torch.Tensor | None = None):
+        if src is not None:  # an encoder-decoder, teacher-forced: the decoder reads inputs ([START] + target)
+            logits = self.model(src, inputs, src_mask=source_mask(self.model, src)).logits
+            scored = targets != IGNORE
+            logits, y = logits[scored], targets[scored]
+            loss = F.cross_entropy(logits.float(), y)
+            return loss, (logits.argmax(-1) == y).sum(), y.numel()
         hidden = self.model(inputs, compute_logits=False).hidden
         if self.model.cfg.lm_head_kind == "classifier":  # ViT: one class per image, read from [CLS] (targets [B, 1])
             logits, y = self.model.unembed(hidden), targets[:, 0]
@@ -315,16 +334,19 @@ class LossModel(nn.Module):
 
 
 def layer_groups(model: Transformer) -> dict[str, list[torch.nn.Parameter]]:
-    """Parameters grouped as the plots show them: embed, blocks.0 .. blocks.L-1, head."""
+    """Parameters grouped as the plots show them: embed, blocks.0 .. blocks.L-1, head (an encoder-decoder:
+    embed, encoder.blocks.0 ..., decoder.blocks.0 ..., head)."""
     groups: dict[str, list] = {}
     seen: set[int] = set()
     for name, p in model.named_parameters():
         if id(p) in seen:
             continue
         seen.add(id(p))
-        if name.startswith("blocks."):
-            key = ".".join(name.split(".")[:2])
-        elif name.split(".")[0] in ("tok_embed", "pos_embed", "type_embed", "embed_norm"):
+        parts = name.split(".")
+        stack = parts[0] in ("encoder", "decoder")  # core.seq2seq's stacks
+        if name.startswith("blocks.") or (stack and parts[1] == "blocks"):
+            key = ".".join(parts[:3 if stack else 2])
+        elif parts[stack] in ("tok_embed", "pos_embed", "type_embed", "embed_norm"):
             key = "embed"
         else:
             key = "head"
@@ -340,22 +362,51 @@ def grad_norms(groups: dict[str, list[torch.nn.Parameter]]) -> dict[str, float]:
     return out
 
 
+def source_mask(model, src: torch.Tensor) -> torch.Tensor | None:
+    """[B, S] True on an encoder-decoder's source tokens, False on its padding (None: no padding)."""
+    pad = model.cfg.pad_token_id
+    if pad is None:
+        return None
+    mask = src != pad
+    return None if bool(mask.all()) else mask
+
+
 @torch.no_grad()
-def evaluate(model: Transformer, batch: Batch, batch_size: int, device, autocast) -> tuple[float, float]:
-    """Mean loss per scored token and token accuracy over a held-out set."""
+def greedy_targets(model, src: torch.Tensor, steps: int, start_id: int) -> torch.Tensor:
+    """[B, steps] the tokens an encoder-decoder writes greedily for a batch of sources (the source
+    encoded once, the decoder run on the growing prefix; nothing stops at [END]: the caller reads up to it)."""
+    mask = source_mask(model, src)
+    enc = model.encode(src, src_mask=mask)
+    ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)
+    for _ in range(steps):
+        logits = model.decode(ys, enc, src_mask=mask).logits[:, -1]
+        ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], dim=1)
+    return ys[:, 1:]
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, batch: Batch, batch_size: int, device, autocast,
+             scores: dict[str, float] | None = None) -> tuple[float, float]:
+    """Mean loss per scored token and token accuracy over a held-out set. For an encoder-decoder's set
+    (batch.src), `scores` also gets EXACT_MATCH: the share of sources whose greedy decoding is the whole
+    target up to and including its [END] (teacher forcing plays no part in it)."""
     was_training = model.training
     model.eval()
     wrapper = LossModel(model)
-    total_loss, total_correct, total = 0.0, 0, 0
+    total_loss, total_correct, total, exact = 0.0, 0, 0, 0
     for i in range(0, len(batch), batch_size):
-        x = batch.inputs[i: i + batch_size].to(device)
-        y = batch.targets[i: i + batch_size].to(device)
+        part = batch.rows(slice(i, i + batch_size)).to(device)
         with autocast():
-            loss, correct, n = wrapper(x, y)
+            loss, correct, n = wrapper(part.inputs, part.targets, part.src)
+            if part.src is not None:
+                written = greedy_targets(model, part.src, part.targets.shape[1], int(model.cfg.decoder_start_token_id))
+                exact += int(((written == part.targets) | (part.targets == IGNORE)).all(-1).sum())
         total_loss += float(loss) * n
         total_correct += int(correct)
         total += n
     model.train(was_training)
+    if scores is not None and batch.src is not None:
+        scores[EXACT_MATCH] = exact / max(len(batch), 1)
     return total_loss / max(total, 1), total_correct / max(total, 1)
 
 
@@ -539,7 +590,8 @@ def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[di
                    if getattr(saved, k) != getattr(cfg, k)}
         model = loaded.model
         model_cfg = loaded.config
-        task = task_for(cfg, model_cfg.causal, tokenizer=loaded.tokenizer)
+        task = task_for(cfg, model_cfg.causal, tokenizer=loaded.tokenizer,
+                        encoder_decoder=bool(getattr(model_cfg, "is_encoder_decoder", False)))
         checked = read_trainer_state(ckpt_dir)  # every field checked, naming the file and the field
         state = {"step": checked.step, "elapsed": checked.elapsed, "optimizer": checked.optimizer,
                  "scaler": checked.scaler}
@@ -633,10 +685,11 @@ def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[di
                 g["lr"] = lr
             batch = task.train_batch(cfg.batch_size, gen)
             if world > 1:
-                batch = Batch(batch.inputs[rank::world], batch.targets[rank::world])
+                batch = batch.rows(slice(rank, None, world))
             x, y = batch.inputs.to(device), batch.targets.to(device)
+            src = None if batch.src is None else batch.src.to(device)
             with autocast():
-                loss, correct, scored = wrapped(x, y)
+                loss, correct, scored = wrapped(x, y, src) if src is not None else wrapped(x, y)
             loss_value = float(loss.detach())
             if world > 1:  # report the global batch's loss and accuracy, as one process would
                 import torch.distributed as dist
@@ -670,6 +723,8 @@ def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[di
             dt = time.perf_counter() - t0
             active += dt
             window_tokens += (x.shape[0] * task.seq_len if x.dim() == 4 else x.numel()) * world  # images: [CLS] + patches
+            if src is not None:  # an encoder-decoder reads its source too
+                window_tokens += src.numel() * world
             window_time += dt
             window_loss += loss_value
             window_n += 1
@@ -688,14 +743,15 @@ def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[di
                     control.progress(step, cfg.steps, f"step {step}/{cfg.steps}")
                 window_tokens, window_time, window_loss, window_n = 0, 0.0, 0.0, 0
             if step % cfg.eval_every == 0 or step == cfg.steps:
-                val_loss, val_acc = evaluate(model, val, cfg.batch_size * 4, device, autocast)
+                scores: dict[str, float] = {}  # an encoder-decoder's held-out exact match
+                val_loss, val_acc = evaluate(model, val, cfg.batch_size * 4, device, autocast, scores)
                 if not math.isfinite(val_loss):
                     raise TrainingDiverged(f"the validation loss became {val_loss} at step {step}")
                 train_acc = interval_correct / interval_scored if interval_scored else None
                 ev = {"event": "eval", "step": step, "val_loss": val_loss, "val_accuracy": val_acc,
-                      "train_accuracy": train_acc, "elapsed": elapsed}
+                      "train_accuracy": train_acc, **scores, "elapsed": elapsed}
                 history.append(ev)
-                summary.update(step=step, val_loss=val_loss, val_accuracy=val_acc)
+                summary.update(step=step, val_loss=val_loss, val_accuracy=val_acc, **scores)
                 if train_acc is not None:
                     summary["train_accuracy"] = train_acc
                 interval_correct, interval_scored = 0, 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
 from desktop_app.core.checkpoints import new_model, save_model_folder
@@ -30,14 +31,14 @@ def add_snapshot(cache: Path, repo_id: str, files: dict[str, bytes], revision: s
     return snap
 
 
-def tiny_model_files(tmp: Path, model_type: str | None = None) -> dict[str, bytes]:
-    """The files of a tiny GPT-2 saved by the app (with a char tokenizer); `model_type` overrides
-    config.json's, to make an unsupported one."""
+def tiny_model_files(tmp: Path, model_type: str | None = None, seed: int = 0) -> dict[str, bytes]:
+    """The files of a tiny GPT-2 saved by the app (with a char tokenizer), its weights drawn with `seed`;
+    `model_type` overrides config.json's, to make an unsupported one."""
     tok = char_tokenizer(TEXT)
     cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32)
-    folder = tmp / "saved-model"
+    folder = tmp / ("saved-model" if seed == 0 else f"saved-model-{seed}")
     if not folder.exists():
-        save_model_folder(new_model(cfg, seed=0), folder, tokenizer=tok)
+        save_model_folder(new_model(cfg, seed=seed), folder, tokenizer=tok)
     files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
     if model_type is not None:
         import json
@@ -57,6 +58,34 @@ def make_fake_cache(tmp: Path) -> Path:
     add_snapshot(cache, "tiny-org/tiny-gpt2", files, "b" * 40)
     add_snapshot(cache, "other-org/mamba-tiny", tiny_model_files(tmp, model_type="mamba"), "c" * 40)
     return cache
+
+
+STEP_REPO = "tiny-org/tiny-pythia"
+STEPS = (0, 512, 1000)
+
+
+def step_revision(step: int) -> str:
+    """The (made-up) commit id of the revision step{step}."""
+    return hashlib.sha1(f"step{step}".encode()).hexdigest()
+
+
+def add_step_revisions(cache: Path, tmp: Path, repo_id: str = STEP_REPO, steps=STEPS, main_step: int | None = None,
+                       missing=()) -> Path:
+    """`repo_id` with one revision per training step, as Pythia's branches downloaded by name leave them:
+    refs/step{N} holding that revision's commit id, snapshots/<commit>/ with a model whose weights differ at
+    each step (seed N + 1); refs/main at `main_step`'s revision (default the last step; -1: a revision of its
+    own that is no step). The steps of `missing` keep their ref but lose their snapshot. Returns the repo folder."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    main_step = steps[-1] if main_step is None else main_step
+    for step in steps:
+        add_snapshot(cache, repo_id, tiny_model_files(tmp, seed=step + 1), step_revision(step), main=step == main_step)
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / f"step{step}").write_text(step_revision(step))
+    if main_step == -1:
+        add_snapshot(cache, repo_id, tiny_model_files(tmp, seed=99), "f" * 40)
+    for step in missing:
+        shutil.rmtree(repo / "snapshots" / step_revision(step))
+    return repo
 
 
 def point_at(monkeypatch, cache: Path, home: Path) -> None:

@@ -27,6 +27,9 @@ For the GUI's timeline (the step slider, the Train panel's loss curve):
     run_of(path) -> (run_dir, step) | None the run a model folder belongs to (a run folder: its checkpoint's
                                            step; a kept step's folder: that step), None for other folders
     timeline_of(path) -> (Timeline, step) | None   that run's timeline, when it kept steps to scrub
+                                           (also a Hugging Face cache snapshot of a repository whose refs name
+                                           training steps, Pythia's step1000 ...: hf_timeline; run_of gives its
+                                           repository folder, step_model_folder a step's snapshot)
     nearest_step(steps, x) -> int          the kept step nearest to step x (a click on a loss curve)
     StepCache                              the last few steps' models opened, bounded (see its docstring)
     scrub_metrics(run_dir, metrics, job)   scrub of several metrics (the plots across training): metric -> Scrub
@@ -41,8 +44,10 @@ import numpy as np
 import torch
 
 from ..core.analysis import HEAD_SCORES, head_scores, repeated_probe
-from ..core.training.timeline import (KEPT_DIR, STATE_FILE, KeptStepError, Timeline, describe_steps, kept_steps,
-                                      model_bytes, step_folder, step_of)
+from ..core.hf_cache import (REPO_PREFIX, NotInCacheError, main_revision, repo_of_snapshot, step_of_snapshot,
+                             step_revisions, step_snapshot)
+from ..core.training.timeline import (KEPT_DIR, STATE_FILE, KeptStep, KeptStepError, LossCurve, Timeline,
+                                      describe_steps, kept_steps, model_bytes, step_folder, step_of)
 
 WEIGHT_NORM = "weight-norm"
 METRICS = tuple(HEAD_SCORES) + (WEIGHT_NORM,)
@@ -80,7 +85,7 @@ def open_step(run_dir: str | Path, step: int, **load_kw):
     """The model of `run_dir` at `step` (a kept step, or the run's own checkpoint), loaded."""
     from ..core.checkpoints import load_model_folder
 
-    return load_model_folder(step_folder(run_dir, step), **load_kw)
+    return load_model_folder(step_model_folder(run_dir, step), **load_kw)
 
 
 @dataclass
@@ -200,7 +205,43 @@ def run_of(path: str | Path | None) -> tuple[Path, int | None] | None:
         return path.parent.parent, step
     if (path / STATE_FILE).is_file():
         return path, None
-    return None
+    repo = repo_of_snapshot(path)  # a Hugging Face cache snapshot: its repository's step revisions, if any
+    return (repo, None) if repo is not None else None
+
+
+def _hf_repo(run_dir: str | Path) -> Path | None:
+    """The Hugging Face cache repository folder (models--org--name) `run_dir` is, or holds as a snapshot;
+    None for a training run folder or any other folder."""
+    run_dir = Path(run_dir)
+    if (run_dir / STATE_FILE).is_file():
+        return None
+    repo = repo_of_snapshot(run_dir)
+    if repo is None and run_dir.name.startswith(REPO_PREFIX) and (run_dir / "snapshots").is_dir():
+        repo = run_dir
+    return repo
+
+
+def hf_timeline(repo: str | Path) -> Timeline:
+    """The timeline of a cached model whose revisions are training steps (core.hf_cache.step_revisions: Pythia's
+    step1000 ...): each step's snapshot, those the cache lacks as deleted; no loss curve (the cache has none);
+    the latest step: the one main points at, else the last."""
+    revs = step_revisions(repo)
+    main = main_revision(repo)
+    latest = next((r.step for r in revs if r.revision == main), revs[-1].step if revs else None)
+    return Timeline(Path(repo), [KeptStep(r.step, r.folder, r.present) for r in revs], LossCurve(), latest)
+
+
+def step_model_folder(run_dir: str | Path, step: int) -> Path:
+    """The model folder of `step` on a timeline: a training run's kept step (core.training.timeline.step_folder),
+    or the snapshot of a cached model's revision step{step} (`run_dir` its repository folder or one of its
+    snapshots). KeptStepError, one line, when there is no such step."""
+    repo = _hf_repo(run_dir)
+    if repo is None:
+        return step_folder(run_dir, step)
+    try:
+        return step_snapshot(repo, step)
+    except NotInCacheError as exc:
+        raise KeptStepError(repo, str(exc).removeprefix(f"{repo}: ")) from None
 
 
 def timeline_of(path: str | Path | None) -> tuple[Timeline, int] | None:
@@ -210,6 +251,10 @@ def timeline_of(path: str | Path | None) -> tuple[Timeline, int] | None:
     run = run_of(path)
     if run is None:
         return None
+    repo = _hf_repo(path)
+    if repo is not None:  # a cached model: its step revisions; the step on show is None when it is none of them
+        tl = hf_timeline(repo)
+        return (tl, step_of_snapshot(path)) if len(tl.openable()) >= 2 else None
     try:
         tl = kept_steps(run[0])
     except KeptStepError:

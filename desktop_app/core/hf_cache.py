@@ -13,6 +13,11 @@ its repository, reached through a ref that holds such a commit id. A ref holding
 ('../..', an absolute path) or naming a snapshot the cache lacks is refused, never read as a path nor
 replaced by another snapshot. The files in a snapshot may link only into the repository's own blobs/
 (checked by the loader, weights.check_links, which applies the same rule to any model folder).
+
+Training steps as revisions: a repository whose refs name steps (Pythia's branches step0 ... step143000,
+refs/step1000 written by huggingface_hub for each revision downloaded by name) has a timeline:
+step_revisions(repo) lists them with their snapshots, step_snapshot(repo, step) gives one (app.timeline
+builds the step slider on them).
 """
 from __future__ import annotations
 
@@ -236,6 +241,74 @@ def resolve_model_ref(text: str | os.PathLike) -> Path:
     what = f"{repo_id}@{rev}" if rev else repo_id
     raise NotInCacheError(f"{what} is not a folder, and not in the local Hugging Face cache "
                           f"(looked in: {looked}); nothing is downloaded")
+
+
+# -- training steps as revisions (Pythia's `step1000` branches): the timeline of a cached model ------------
+
+_STEP_REF = re.compile(r"step(\d{1,12})")
+
+
+@dataclass(frozen=True)
+class StepRevision:
+    step: int
+    ref: str        # the ref naming it: "step1000"
+    revision: str   # the commit id the ref holds
+    folder: Path    # snapshots/<revision>
+    present: bool   # False: the ref is there but the cache lacks its snapshot (deleted, or never downloaded)
+
+
+def repo_of_snapshot(folder: str | os.PathLike) -> Path | None:
+    """The repository folder (models--org--name) of a cache snapshot folder, else None. Names only: no
+    file is read (the UI thread asks it of every model it shows)."""
+    snap = Path(folder)
+    repo = snap.parent.parent
+    if snap.parent.name != "snapshots" or not repo.name.startswith(REPO_PREFIX) or not _COMMIT.match(snap.name):
+        return None
+    return repo
+
+
+def step_revisions(repo: str | os.PathLike) -> list[StepRevision]:
+    """The repository's revisions named by a training step (refs/step1000 ...: Pythia's branches, as
+    huggingface_hub writes a ref for each revision downloaded by name), in order of step. A ref that holds
+    anything but a commit id is left out (never read as a path); one whose snapshot the cache lacks is
+    listed, not present. Two refs of one step (step1000, step01000): the first by name."""
+    repo = Path(repo)
+    out: dict[int, StepRevision] = {}
+    for name, value in sorted(_refs(repo).items()):
+        m = _STEP_REF.fullmatch(name)
+        if m is None or not _COMMIT.match(value) or int(m.group(1)) in out:
+            continue
+        snap = repo / "snapshots" / value
+        out[int(m.group(1))] = StepRevision(int(m.group(1)), name, value, snap, is_snapshot(snap, repo / "snapshots"))
+    return [out[k] for k in sorted(out)]
+
+
+def main_revision(repo: str | os.PathLike) -> str | None:
+    """The commit id refs/main holds, or None."""
+    return _refs(Path(repo)).get("main")
+
+
+def step_of_snapshot(folder: str | os.PathLike) -> int | None:
+    """The training step of a cache snapshot folder (the step revision whose ref names it), else None."""
+    repo = repo_of_snapshot(folder)
+    if repo is None:
+        return None
+    name = Path(folder).name
+    return next((r.step for r in step_revisions(repo) if r.revision == name), None)
+
+
+def step_snapshot(repo: str | os.PathLike, step: int) -> Path:
+    """The snapshot folder of the repository's revision `step{step}`. NotInCacheError (one line, naming the
+    repository and the steps it has) when no such ref is there or the cache lacks its snapshot."""
+    repo = Path(repo)
+    revs = step_revisions(repo)
+    for r in revs:
+        if r.step == step:
+            return _snapshot_of_ref(repo, r.ref, r.revision)
+    there = [r.step for r in revs if r.present]
+    shown = ", ".join(map(str, there[:6])) + (f", ..., {there[-1]}" if len(there) > 6 else "")
+    raise NotInCacheError(f"{repo}: no revision step{step} in the local Hugging Face cache (its step revisions: "
+                          f"{shown or 'none'}); nothing is downloaded")
 
 
 def format_size(n: int) -> str:

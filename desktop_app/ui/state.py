@@ -217,10 +217,11 @@ class AppState(QObject):
         the step's folder opened in a worker as open_model does, or taken from step_cache; set_model then
         traces the same text again. While a step loads, the steps asked for meanwhile are coalesced: only
         the last one asked is loaded next. A step not kept or deleted: model_load_failed, one line."""
-        from ..core.training.timeline import KeptStepError, step_folder
+        from ..app.timeline import step_model_folder  # a run's kept step, or a cached model's step revision
+        from ..core.training.timeline import KeptStepError
 
         try:
-            folder = step_folder(run_dir, step)
+            folder = step_model_folder(run_dir, step)
         except KeptStepError as exc:
             self.model_load_failed.emit(str(exc))
             return

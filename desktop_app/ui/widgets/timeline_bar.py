@@ -103,6 +103,8 @@ class TimelineBar(QWidget):
         self.slider.setRange(0, len(self.steps) - 1)
         if self.shown_step in self.steps and self.state.loading is None:  # else a step asked for is on its way
             self.slider.setValue(self.steps.index(self.shown_step))
+        elif self.shown_step is None:  # a cached model's revision that is no step (main): the slider at the end
+            self.slider.setValue(len(self.steps) - 1)
         self.slider.blockSignals(False)
         self._draw()
         self.setVisible(True)
@@ -120,11 +122,14 @@ class TimelineBar(QWidget):
         else:
             ys = np.zeros(len(self.steps))
         self.kept_marks.setData(self.steps, ys)
-        self.marker.setValue(self.shown_step)
+        self.marker.setVisible(self.shown_step is not None)  # None: a cached model's revision that is no step
+        if self.shown_step is not None:
+            self.marker.setValue(self.shown_step)
         loss = ""
         if curve.steps and self.shown_step is not None:
             loss = f" · loss {float(np.interp(self.shown_step, curve.steps, curve.train_loss)):.3f}"
-        self.step_label.setText(f"step {self.shown_step} of {self.steps[-1]}{loss}")
+        self.step_label.setText(f"step {self.shown_step} of {self.steps[-1]}{loss}" if self.shown_step is not None
+                                else f"not a step revision (steps {self.steps[0]} to {self.steps[-1]})")
         missing = [k.step for k in self.timeline.missing()]
         self.step_label.setToolTip(f"{len(self.steps)} kept steps in {self.run_dir}"
                                    + (f"; deleted: {', '.join(map(str, missing))}" if missing else ""))
@@ -135,6 +140,7 @@ class TimelineBar(QWidget):
             return
         step = self.steps[index]
         self.marker.setValue(step)
+        self.marker.setVisible(True)
         self.step_label.setText(f"step {step} of {self.steps[-1]} (loading…)" if step != self.shown_step else
                                 self.step_label.text())
         self.state.open_step(self.run_dir, step)  # also the step on show: a step loading is then not wanted

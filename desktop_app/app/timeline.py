@@ -5,15 +5,23 @@ each kept step. Here is what a front end computes over them; the timeline UI and
 scrub` share it. Qt-free; run it in a worker (it loads one model per step), with a JobControl to stop it.
 
     METRICS                                the per-head metrics (core.analysis.HEAD_SCORES): induction,
-                                           prev-token, entropy, distance; and weight-norm, per layer: the
-                                           Frobenius norm of all of a block's parameters (head -1 in rows)
+                                           prev-token, entropy, distance; and per layer (head -1 in rows):
+                                           weight-norm (the Frobenius norm of all of a block's parameters),
+                                           lipschitz (the local Lipschitz constant of the layer's attention,
+                                           core.lipschitz's sweep on the fixed sequences), logit-lens (the
+                                           probability of the correct next token read through the layer's
+                                           logit lens), logit-lens-rank (its rank there, 0 = top), and
+                                           grad-norm (the gradient norm of each block the trainer logged,
+                                           at its logged steps, not at kept steps)
     probe_sequences(config, run_cfg, n, seed) -> (ids [n, T], period [n], start [n], (shortest, longest))
                                            the sequences they are measured on: random halves of several
                                            lengths, each repeated (the induction task's symbols and lengths
                                            for a run of that task, else up to 32 random ids of the
                                            vocabulary), so a fixed-offset head cannot score as induction
     scrub(run_dir, metric, ...) -> Scrub   the metric of every layer and head at every kept step still there
-                                           (and the run's own latest checkpoint), the deleted steps named
+                                           (and the run's own latest checkpoint), the deleted steps named;
+                                           `layers` chooses the layers of a per-layer metric, `text` a text
+                                           of one's own for lipschitz and the logit lens (else the probe)
     Scrub.values                           [steps, layers, heads]; Scrub.steps, Scrub.timeline (the steps'
                                            folders and the loss curve: core.training.timeline.kept_steps)
     Scrub.rows()                           (step, layer, head, value): the CSV `scrub --csv` writes
@@ -50,9 +58,23 @@ from ..core.training.timeline import (KEPT_DIR, STATE_FILE, KeptStep, KeptStepEr
                                       describe_steps, kept_steps, model_bytes, step_folder, step_of)
 
 WEIGHT_NORM = "weight-norm"
-METRICS = tuple(HEAD_SCORES) + (WEIGHT_NORM,)
+LIPSCHITZ = "lipschitz"
+LOGIT_LENS = "logit-lens"
+LOGIT_LENS_RANK = "logit-lens-rank"
+GRAD_NORM = "grad-norm"
+LAYER_METRICS = {  # metric -> what it is (per layer: head -1 in rows)
+    WEIGHT_NORM: "Frobenius norm of each block's parameters",
+    LIPSCHITZ: "local Lipschitz constant of each layer's attention (mean over the sequences)",
+    LOGIT_LENS: "probability of the correct next token through each layer's logit lens (mean over positions)",
+    LOGIT_LENS_RANK: "rank of the correct next token in each layer's logit lens (0 = top; mean over positions)",
+    GRAD_NORM: "gradient norm of each block at the steps the trainer logged",
+}
+METRICS = tuple(HEAD_SCORES) + tuple(LAYER_METRICS)
+TEXT_METRICS = (LIPSCHITZ, LOGIT_LENS, LOGIT_LENS_RANK)  # measured on a fixed text (`text`, else the probe)
 COLUMNS = ("step", "layer", "head", "value")
 MAX_PERIOD = 32
+LIPSCHITZ_SEQUENCES = 4  # the Lipschitz constant is measured on the first 4 probe sequences (or 4 windows of a text)
+LIPSCHITZ_WINDOW = 64  # tokens of a text's windows at most
 
 
 def probe_sequences(config, run_cfg=None, n: int = 32, seed: int = 0):
@@ -95,34 +117,44 @@ class Scrub:
     steps: list[int]
     values: np.ndarray  # [steps, layers, heads]
     timeline: Timeline
-    period: tuple[int, int] | None  # the probe's (shortest, longest) repeat; None for weight-norm (no sequences)
+    period: tuple[int, int] | None  # the probe's (shortest, longest) repeat; None without the probe
     sequences: int
+    layers: list[int] | None = None  # the layers of values' axis 1 (None: 0 .. L-1)
+    text: str | None = None  # the text of one's own measured on, if any (TEXT_METRICS)
 
     @property
     def per_head(self) -> bool:
-        return self.metric != WEIGHT_NORM
+        return self.metric in HEAD_SCORES
+
+    @property
+    def layer_ids(self) -> list[int]:
+        return list(self.layers) if self.layers is not None else list(range(self.values.shape[1]))
 
     def rows(self) -> list[tuple[int, int, int, float]]:
-        """(step, layer, head, value); head -1 for a whole layer's value (weight-norm)."""
-        return [(s, l, h if self.per_head else -1, float(self.values[i, l, h])) for i, s in enumerate(self.steps)
+        """(step, layer, head, value); head -1 for a whole layer's value (LAYER_METRICS)."""
+        ids = self.layer_ids
+        return [(s, ids[l], h if self.per_head else -1, float(self.values[i, l, h])) for i, s in enumerate(self.steps)
                 for l in range(self.values.shape[1]) for h in range(self.values.shape[2])]
 
     def best_head(self) -> tuple[int, int]:
-        """(layer, head) with the highest value at the last step (head -1 for weight-norm)."""
-        layer, head = np.unravel_index(int(np.argmax(self.values[-1])), self.values.shape[1:])
-        return int(layer), int(head) if self.per_head else -1
+        """(layer, head) with the highest value at the last step (head -1 for a per-layer metric; the lowest
+        value for logit-lens-rank, where lower is better)."""
+        last = -self.values[-1] if self.metric == LOGIT_LENS_RANK else self.values[-1]
+        layer, head = np.unravel_index(int(np.argmax(last)), self.values.shape[1:])
+        return self.layer_ids[int(layer)], int(head) if self.per_head else -1
 
     def summary(self) -> dict:
         layer, head = self.best_head()
-        series = self.values[:, layer, max(head, 0)]
+        series = self.values[:, self.layer_ids.index(layer), max(head, 0)]
         curve = self.timeline.curve
         return {
             "run": str(self.run_dir), "metric": self.metric,
-            "what": HEAD_SCORES[self.metric][0] if self.per_head else "Frobenius norm of each block's parameters",
-            "steps": self.steps, "layers": int(self.values.shape[1]),
+            "what": HEAD_SCORES[self.metric][0] if self.per_head else LAYER_METRICS[self.metric],
+            "steps": self.steps, "layers": int(self.values.shape[1]), "layer_ids": self.layer_ids,
             "heads": int(self.values.shape[2]) if self.per_head else None,
             "rows": int(self.values.size), "sequences": self.sequences,
             "period": list(self.period) if self.period else None,
+            "text": self.text,
             "deleted": [k.step for k in self.timeline.missing()],
             "best": {"layer": layer, "head": head, "first": float(series[0]), "last": float(series[-1]),
                      "max": float(series.max()), "rise_step": halfway_step(self.steps, series)},
@@ -150,44 +182,156 @@ def block_norms(model) -> np.ndarray:
                      for l in range(model.cfg.n_layers)])
 
 
-def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, device: str = "cpu",
-          control=None, on_step: Callable[[int, int, int], None] | None = None) -> Scrub:
-    """`metric` (METRICS) of every layer and head at each step of the run whose folder is there, on the same
-    sequences (probe_sequences of the run's first model); `on_step(i, n, step)` after each, `control` (a
-    core.jobs.JobControl) checked between steps. ValueError when the run has no step to open."""
-    from ..core.checkpoints import ModelLoadError, load_model_folder
+def lipschitz_per_layer(model, ids: torch.Tensor, layers: list[int], seed: int = 0, job=None) -> np.ndarray:
+    """[len(layers)]: the local Lipschitz constant of each layer's attention (core.lipschitz's sweep on real
+    inputs: the estimator, its tolerance), averaged over the sequences `ids` [K, n], each one input."""
+    from ..core.lipschitz.sweep import SweepSpec, run_sweep
+
+    K, n = ids.shape
+    flat = ids.reshape(-1).tolist()  # K windows of n: window_starts takes exactly the K sequences
+    return np.array([float(run_sweep(SweepSpec(data="real", lengths=(n,), samples=K, model=model, layer=l,
+                                               token_ids=flat, seed=seed), job=job).lengths[0].lipschitz.mean())
+                     for l in layers])
+
+
+LENS_BATCH = 8  # sequences traced at once for the logit lens ([batch, T, vocab] per layer)
+
+
+@torch.no_grad()
+def logit_lens_of_next(model, ids: torch.Tensor, first) -> tuple[np.ndarray, np.ndarray]:
+    """([layers], [layers]): the probability and the rank (0 = top) of the correct next token read through
+    each layer's logit lens (the trace's blocks.l.logit_lens: final norm + unembedding of its residual
+    stream), averaged over the positions t >= first[i] of each sequence i of `ids` [n, T] (t < T - 1)."""
+    cfg = model.cfg
+    if not cfg.lm_head or not cfg.causal or cfg.input_kind != "tokens":
+        raise ValueError("the logit lens of the next token needs a decoder with a language-model head")
+    n, T = ids.shape
+    first = np.broadcast_to(np.asarray(first), (n,))
+    probs, ranks, count = np.zeros(cfg.n_layers), np.zeros(cfg.n_layers), 0
+    for b0 in range(0, n, LENS_BATCH):
+        batch = ids[b0:b0 + LENS_BATCH].to(model.device)
+        _, trace = model.run_with_trace(batch, names=("blocks.*.logit_lens",), compute_logits=False)
+        target = batch[:, 1:]  # [B, T-1]: the next token of each position
+        keep = torch.as_tensor(np.arange(T - 1)[None, :] >= first[b0:b0 + LENS_BATCH, None], device=model.device)
+        count += int(keep.sum())
+        for l in range(cfg.n_layers):
+            logits = trace[f"blocks.{l}.logit_lens"][:, :-1].float()  # [B, T-1, vocab]
+            right = logits.gather(-1, target[..., None])  # [B, T-1, 1]
+            p = torch.softmax(logits, -1).gather(-1, target[..., None])[..., 0]
+            r = (logits > right).sum(-1).double()
+            probs[l] += float(p.double()[keep].sum())
+            ranks[l] += float(r[keep].sum())
+    if count == 0:
+        raise ValueError("the text is too short for a logit lens of the next token (2 tokens at least)")
+    return probs / count, ranks / count
+
+
+def _run_config(run_dir: Path):
+    from ..core.checkpoints import ModelLoadError
     from ..core.training.trainer import read_run_config
+
+    try:
+        return read_run_config(run_dir)
+    except (ModelLoadError, ValueError, OSError):  # no readable run_config: the general sequences
+        return None
+
+
+def _check_layers(layers, n_layers: int) -> list[int]:
+    if layers is None:
+        return list(range(n_layers))
+    out = sorted({int(l) for l in layers})
+    bad = [l for l in out if not 0 <= l < n_layers]
+    if bad or not out:
+        raise ValueError(f"layer {bad[0] if bad else '(none)'} is not a layer of this model (0 to {n_layers - 1})")
+    return out
+
+
+def grad_norm_scrub(run_dir: str | Path, layers=None) -> Scrub:
+    """The gradient norm of each block (before clipping) at every step the trainer logged (metrics.json's
+    grad_norm.blocks.L): a per-layer Scrub whose steps are the logged steps. ValueError when the run
+    logged none."""
+    import json
+
+    from ..core.training.timeline import METRICS_JSON
+
+    run_dir = Path(run_dir)
+    timeline = kept_steps(run_dir)
+    try:
+        history = json.loads((run_dir / METRICS_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        history = []
+    logged = [ev for ev in (history if isinstance(history, list) else []) if isinstance(ev, dict)
+              and ev.get("event") == "step" and isinstance(ev.get("grad_norm.blocks.0"), (int, float))]
+    if not logged:
+        raise ValueError(f"{run_dir / METRICS_JSON}: no gradient norm per block was logged")
+    n_layers = 1 + max(int(k.split(".")[-1]) for k in logged[0] if k.startswith("grad_norm.blocks."))
+    layers = _check_layers(layers, n_layers)
+    values = np.array([[[float(ev.get(f"grad_norm.blocks.{l}", np.nan))] for l in layers] for ev in logged])
+    return Scrub(run_dir, GRAD_NORM, [int(ev["step"]) for ev in logged], values, timeline, None, 0, layers)
+
+
+def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, device: str = "cpu",
+          control=None, on_step: Callable[[int, int, int], None] | None = None, layers=None,
+          text: str | None = None) -> Scrub:
+    """`metric` (METRICS) of every layer and head at each step of the run whose folder is there, on the same
+    sequences (probe_sequences of the run's first model; for TEXT_METRICS `text`, when given, encoded by the
+    first step's tokenizer); `layers` (per-layer metrics): the layers to measure (default all); `on_step(i,
+    n, step)` after each, `control` (a core.jobs.JobControl) checked between steps. ValueError when the run
+    has no step to open, or a layer or the text does not fit."""
+    from ..core.checkpoints import load_model_folder
+    from ..core.inputs import encode_text_or_ids
 
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
+    if text is not None and metric not in TEXT_METRICS:
+        raise ValueError(f"a text of one's own is measured by {', '.join(TEXT_METRICS)} only, not {metric}")
+    if metric == GRAD_NORM:
+        return grad_norm_scrub(run_dir, layers)
     run_dir = Path(run_dir)
     timeline = kept_steps(run_dir)
     steps = timeline.openable()
     if not steps:
         raise ValueError(f"{run_dir}: no kept step is there any more (deleted: "
                          f"{describe_steps([k.step for k in timeline.missing()])})")
-    try:
-        run_cfg = read_run_config(run_dir)
-    except (ModelLoadError, ValueError, OSError):  # no readable run_config: the general sequences
-        run_cfg = None
+    run_cfg = _run_config(run_dir)
     ids = period = start = lengths = None
     values = []
     for i, k in enumerate(steps):
         if control is not None:
             control.check()
         loaded = load_model_folder(k.path, device=device)
-        if metric == WEIGHT_NORM:
-            values.append(block_norms(loaded.model)[:, None])
-            if on_step is not None:
-                on_step(i + 1, len(steps), k.step)
-            continue
-        if ids is None:
-            ids, period, start, lengths = probe_sequences(loaded.config, run_cfg, sequences, seed)
         loaded.model.eval()
-        values.append(head_scores(loaded.model, ids, metric, period, start))
+        if i == 0 and metric not in HEAD_SCORES:
+            layers = _check_layers(layers, loaded.config.n_layers)
+        if ids is None and metric in TEXT_METRICS and text is not None:
+            ids = torch.tensor(encode_text_or_ids(loaded, text).ids)[None]
+            if ids.shape[1] < 2:
+                raise ValueError(f"the text is {ids.shape[1]} token long: {metric} needs 2 tokens at least")
+            start = np.zeros(1, dtype=int)
+        elif ids is None and metric != WEIGHT_NORM:
+            ids, period, start, lengths = probe_sequences(loaded.config, run_cfg, sequences, seed)
+        if metric == WEIGHT_NORM:
+            values.append(block_norms(loaded.model)[layers, None])
+        elif metric == LIPSCHITZ:
+            if text is not None:  # windows of the text (window_starts spreads them over it)
+                n = min(ids.shape[1], LIPSCHITZ_WINDOW, loaded.config.context_length)
+                flat = ids[0]
+                starts = sorted({int(round(x)) for x in np.linspace(0, len(flat) - n, LIPSCHITZ_SEQUENCES)})
+                windows = torch.stack([flat[s:s + n] for s in starts])
+            else:
+                windows = ids[:LIPSCHITZ_SEQUENCES]
+            values.append(lipschitz_per_layer(loaded.model, windows, layers, seed, control)[:, None])
+        elif metric in (LOGIT_LENS, LOGIT_LENS_RANK):
+            prob, rank = logit_lens_of_next(loaded.model, ids, start)
+            values.append((prob if metric == LOGIT_LENS else rank)[layers, None])
+        else:
+            values.append(head_scores(loaded.model, ids, metric, period, start))
         if on_step is not None:
             on_step(i + 1, len(steps), k.step)
-    return Scrub(run_dir, metric, [k.step for k in steps], np.stack(values), timeline, lengths, sequences)
+    n_seq = 0 if metric == WEIGHT_NORM else (1 if text is not None else
+                                             min(sequences, LIPSCHITZ_SEQUENCES) if metric == LIPSCHITZ else sequences)
+    return Scrub(run_dir, metric, [k.step for k in steps], np.stack(values), timeline, lengths, n_seq,
+                 None if metric in HEAD_SCORES else layers, text)
 
 
 # -- the GUI's timeline ---------------------------------------------------------------------------

@@ -151,6 +151,7 @@ _BESIDE = {
     ("generate", "--steer-layer"): ["--steer-towards", "1", "--steer-away", "2", "--steer-scale", "1"],
     ("generate", "--steer-scale"): ["--steer-towards", "1", "--steer-away", "2", "--steer-layer", "0"],
     ("lipschitz", "--layer"): ["--no-masked"],
+    ("scrub", "--layer"): ["--metric", "weight-norm"],  # a per-layer metric (--layer is refused for per-head ones)
     ("train", "--vocab-size"): [],
     ("train", "--d-ff"): [],
 }

@@ -123,3 +123,105 @@ def test_scrub_weight_norms_one_row_per_step_and_layer(run, tmp_path, capsys):
         block = [p for n, p in model.named_parameters() if n.startswith(f"blocks.{r[1]}.")]
         assert float(r[3]) == pytest.approx(float(torch.sqrt(sum((p.detach().double() ** 2).sum() for p in block))), rel=1e-9)
     assert summary["heads"] is None and summary["best"]["head"] == -1
+
+
+def _csv_body(path) -> list[tuple[int, int, int, float]]:
+    with open(path, newline="") as f:
+        return [(int(r[0]), int(r[1]), int(r[2]), float(r[3])) for r in list(csv.reader(f))[1:]]
+
+
+def _probe(run, n):
+    from desktop_app.app.timeline import probe_sequences
+    from desktop_app.core.checkpoints import load_model_folder
+    from desktop_app.core.training.trainer import read_run_config
+
+    return probe_sequences(load_model_folder(run).config, read_run_config(run), n, 0)
+
+
+def test_scrub_lipschitz_of_a_chosen_layer_is_the_exact_jacobian_norm_at_each_step(run, tmp_path, capsys):
+    """--metric lipschitz --layer 1: one row per kept step (head -1), the mean over the first probe
+    sequences of ||D_X f||_2 of layer 1's attention module, here from the full Jacobian of the model's own
+    module (not the estimator the app uses)."""
+    import torch
+
+    from desktop_app.app.timeline import LIPSCHITZ_SEQUENCES
+    from desktop_app.core.checkpoints import load_model_folder
+    from desktop_app.core.lipschitz.estimator import exact_jacobian_norm
+    from desktop_app.core.lipschitz.measured import module_function
+    from desktop_app.core.training.timeline import step_folder
+
+    out = tmp_path / "l.csv"
+    assert main(["scrub", str(run), "--metric", "lipschitz", "--layer", "1", "--csv", str(out)]) == 0
+    summary = _last_json(capsys.readouterr().out)
+    body = _csv_body(out)
+    assert [(s, l, h) for s, l, h, _ in body] == [(s, 1, -1) for s in (0, 4, 8, 10)]
+    ids = _probe(run, 32)[0][:LIPSCHITZ_SEQUENCES]
+    for step, _, _, value in body:
+        model = load_model_folder(step_folder(run, step)).model.double().eval()
+        _, trace = model.run_with_trace(ids, names=("blocks.1.attn.input",))
+        exact = exact_jacobian_norm(module_function(model, 1), trace["blocks.1.attn.input"].double())
+        assert value == pytest.approx(float(exact.mean()), rel=1e-3)
+    assert summary["metric"] == "lipschitz" and summary["layer_ids"] == [1] and summary["best"]["layer"] == 1
+    assert summary["heads"] is None and summary["best"]["head"] == -1
+
+
+def test_scrub_logit_lens_is_the_models_own_next_token_probability_at_its_last_layer(run, tmp_path, capsys):
+    """--metric logit-lens / logit-lens-rank: one row per kept step and layer; at the last layer the lens is
+    the model's own output, so the value is the mean probability (rank) the model gives the correct next
+    token over the repeats' predictable positions; --text measures a text of one's own at every position."""
+    import numpy as np
+    import torch
+
+    from desktop_app.core.checkpoints import load_model_folder
+    from desktop_app.core.training.timeline import step_folder
+
+    ids, _, start, _ = _probe(run, 32)
+    prob_csv, rank_csv = tmp_path / "p.csv", tmp_path / "r.csv"
+    assert main(["scrub", str(run), "--metric", "logit-lens", "--csv", str(prob_csv)]) == 0
+    assert main(["scrub", str(run), "--metric", "logit-lens-rank", "--csv", str(rank_csv)]) == 0
+    capsys.readouterr()
+    probs, ranks = _csv_body(prob_csv), _csv_body(rank_csv)
+    assert [(s, l, h) for s, l, h, _ in probs] == [(s, l, -1) for s in (0, 4, 8, 10) for l in range(2)]
+    for step in (0, 4, 8, 10):
+        model = load_model_folder(step_folder(run, step)).model.eval()
+        with torch.no_grad():
+            p = torch.softmax(model(ids).logits.float(), -1)
+        pick, rank = [], []
+        for i in range(len(ids)):
+            for t in range(int(start[i]), ids.shape[1] - 1):
+                target = int(ids[i, t + 1])
+                pick.append(float(p[i, t, target]))
+                rank.append(int((p[i, t] > p[i, t, target]).sum()))
+        assert dict(((s, l), v) for s, l, _, v in probs)[(step, 1)] == pytest.approx(np.mean(pick), rel=1e-4)
+        assert dict(((s, l), v) for s, l, _, v in ranks)[(step, 1)] == pytest.approx(np.mean(rank), abs=1e-9)
+    text = "0 1 2 3 0 1 2 3"
+    assert main(["scrub", str(run), "--metric", "logit-lens", "--text", text, "--csv", str(prob_csv),
+                 "--overwrite"]) == 0
+    assert _last_json(capsys.readouterr().out)["text"] == text
+    model = load_model_folder(run).model.eval()
+    with torch.no_grad():
+        p = torch.softmax(model(torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]])).logits.float(), -1)[0]
+    expected = np.mean([float(p[t, [1, 2, 3, 0, 1, 2, 3][t]]) for t in range(7)])
+    assert dict(((s, l), v) for s, l, _, v in _csv_body(prob_csv))[(10, 1)] == pytest.approx(expected, rel=1e-4)
+
+
+def test_scrub_gradient_norms_are_the_ones_the_trainer_logged(run, tmp_path, capsys):
+    out = tmp_path / "g.csv"
+    assert main(["scrub", str(run), "--metric", "grad-norm", "--csv", str(out)]) == 0
+    capsys.readouterr()
+    logged = [ev for ev in json.loads((run / "metrics.json").read_text()) if ev.get("event") == "step"]
+    assert logged and _csv_body(out) == [(ev["step"], l, -1, pytest.approx(ev[f"grad_norm.blocks.{l}"]))
+                                         for ev in logged for l in range(2)]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--metric", "lipschitz", "--layer", "2"], "layer 2 is not a layer of this model (0 to 1)"),
+    (["--metric", "induction", "--layer", "0"], "--layer chooses the layer of a per-layer metric"),
+    (["--metric", "weight-norm", "--text", "0 1"], "--text is measured by lipschitz, logit-lens"),
+    (["--metric", "logit-lens", "--text", "0"], "the text is 1 token long"),
+])
+def test_scrub_refuses_a_layer_or_text_it_cannot_measure_in_one_line(run, tmp_path, capsys, args, message):
+    out = tmp_path / "x.csv"
+    assert main(["scrub", str(run), *args, "--csv", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and not out.exists()

@@ -193,9 +193,69 @@ def test_across_training_plots_each_heads_metrics_against_step_and_exports_them(
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     rows = list(csv.reader(target.read_text().splitlines()))
     assert rows[0] == ["metric", "step", "layer", "head", "value"]
-    assert len(rows) - 1 == 4 * 4 * 2  # metrics x steps x heads
+    assert len(rows) - 1 == 4 * 4 * 2 + 4  # head metrics x steps x heads, and the weight norms shown: steps x layer
+    assert [r[1:4] for r in rows[1:] if r[0] == "weight-norm"] == [[s, "0", "-1"] for s in ("0", "4", "8", "12")]
     induction = [r for r in rows[1:] if r[0] == "induction" and r[1] == "8" and r[3] == "1"]
     assert float(induction[0][4]) == pytest.approx(float(expected.values[2, 0, 1]))
+
+
+def _across(qtbot, run):
+    from desktop_app.ui.state import AppState
+
+    state = AppState()
+    window = _window(qtbot, state)
+    _open_run(qtbot, state, window, run)
+    qtbot.mouseClick(window.timeline_bar.across_button, Qt.MouseButton.LeftButton)
+    across = window.timeline_bar.across
+    qtbot.addWidget(across)
+    qtbot.waitUntil(lambda: across.results is not None and "weight-norm" in across.layer_results, timeout=60_000)
+    return across
+
+
+def _export(qtbot, monkeypatch, across, button_text, target):
+    from PySide6.QtWidgets import QFileDialog
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(target), "")))
+    qtbot.waitUntil(lambda: across.export_bar.buttons[button_text].isEnabled(), timeout=60_000)
+    qtbot.mouseClick(across.export_bar.buttons[button_text], Qt.MouseButton.LeftButton)
+    assert target.is_file()
+
+
+@pytest.mark.parametrize("entry, metric", [("Lipschitz constant", "lipschitz"), ("Logit lens: probability", "logit-lens"),
+                                           ("Gradient norms", "grad-norm")])
+def test_across_training_plots_the_per_layer_metric_chosen_and_exports_it(qtbot, run, tmp_path, monkeypatch,
+                                                                          isolated_user_files, entry, metric):
+    """The Per layer box, chosen by typing into it: its metric measured in a worker, a line per layer of
+    exactly what scrub gives; the export (CSV, PNG, SVG) holds it beside the head metrics."""
+    import csv
+
+    from desktop_app.app.timeline import scrub
+
+    across = _across(qtbot, run)
+    weight_norms = across.layer_plot.getPlotItem().listDataItems()
+    assert len(weight_norms) == 1 and list(weight_norms[0].getData()[0]) == [0, 4, 8, 12]  # the default
+    across.layer_metric.setFocus()
+    qtbot.keyClicks(across.layer_metric, entry)
+    assert across.layer_metric.currentText() == entry
+    qtbot.waitUntil(lambda: metric in across.layer_results, timeout=60_000)
+    expected = scrub(run, metric)
+    curves = across.layer_plot.getPlotItem().listDataItems()
+    assert len(curves) == 1  # one layer
+    xs, ys = curves[0].getData()
+    assert list(xs) == expected.steps and ys == pytest.approx(expected.values[:, 0, 0])
+    assert "measuring" not in across.layer_plot.getPlotItem().titleLabel.text
+
+    target = tmp_path / "across.csv"
+    _export(qtbot, monkeypatch, across, "Data", target)
+    rows = list(csv.reader(target.read_text().splitlines()))
+    mine = [r for r in rows[1:] if r[0] == metric]
+    assert [(int(r[1]), int(r[2]), int(r[3])) for r in mine] == [(s, 0, -1) for s in expected.steps]
+    assert [float(r[4]) for r in mine] == pytest.approx(expected.values[:, 0, 0])
+    assert {r[0] for r in rows[1:]} == {"induction", "prev-token", "entropy", "distance", metric}
+    _export(qtbot, monkeypatch, across, "PNG", tmp_path / "across.png")
+    _export(qtbot, monkeypatch, across, "SVG", tmp_path / "across.svg")
+    svg = (tmp_path / "across.svg").read_text()
+    assert across.layer_plot.getPlotItem().titleLabel.text.split(" (")[0].split(":")[0] in svg
 
 
 @pytest.mark.slow  # about 15 s: a training process of its own

@@ -6,21 +6,20 @@ moving it asks AppState.open_step, which puts every panel on the model at that s
 again, in a worker, recent steps cached). Beside it the run's loss curve with the kept steps marked and
 the step on show as a line; a click on the curve goes to the nearest kept step. Play steps through the
 kept steps, each once it is on show. The timeline is read again at every model change, so kept steps a
-running training writes appear. "Across training" opens AcrossTraining: each head's induction,
-previous-token, entropy and distance scores against step (app.timeline.scrub_metrics, in a worker),
-exportable with the shared export bar.
+running training writes appear. "Across training" opens AcrossTraining (widgets/across_training.py): each
+head's induction, previous-token, entropy and distance scores against step, and a per-layer metric chosen
+there (weight norms, Lipschitz constant, logit lens, gradient norms), exportable with the shared export bar.
 """
 from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSlider, QWidget
 
-from ...app.timeline import nearest_step, run_of, scrub_metrics, timeline_of
-from ...core.analysis import HEAD_SCORES
+from ...app.timeline import nearest_step, run_of, timeline_of
 from ..workers import run_job
-from .export import ExportBar
+from .across_training import AcrossTraining
 
 PLAY_MS = 700  # between two steps of Play (once the previous one is on show)
 
@@ -68,8 +67,9 @@ class TimelineBar(QWidget):
         row.addWidget(self.step_label)
         row.addWidget(self.plot, 1)
         self.across_button = QPushButton("Across training…")
-        self.across_button.setToolTip("Each head's induction, previous-token, entropy and distance scores "
-                                      "at every kept step, in a window of their own")
+        self.across_button.setToolTip("Each head's induction, previous-token, entropy and distance scores, and "
+                                      "each layer's weight norm, Lipschitz constant or logit lens, at every kept "
+                                      "step, in a window of their own")
         self.across_button.clicked.connect(self.show_across_training)
         self.across: AcrossTraining | None = None
         row.addWidget(self.across_button)
@@ -184,88 +184,3 @@ class TimelineBar(QWidget):
             self.play_button.setChecked(False)
             return
         self.slider.setValue(self.slider.value() + 1)
-
-
-HEAD_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
-
-
-class AcrossTraining(QWidget):
-    """A window: one small plot per head metric (core.analysis.HEAD_SCORES) against step, a line per head
-    (colour: head; solid for layer 0, then dashed, dotted...), over the run's kept steps, computed in a
-    worker. Export bar: PNG / SVG of the plots, CSV rows (metric, step, layer, head, value)."""
-
-    METRICS = tuple(HEAD_SCORES)
-
-    def __init__(self, run_dir, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.run_dir = run_dir
-        self.results: dict | None = None
-        self.setWindowTitle(f"Across training: {run_dir}")
-        self.resize(900, 600)
-        v = QVBoxLayout(self)
-        top = QHBoxLayout()
-        self.status = QLabel("Measuring every kept step…")
-        top.addWidget(self.status, 1)
-        self.export_bar = ExportBar(lambda: self, lambda: f"across-training-{self.run_dir.name}")
-        top.addWidget(self.export_bar)
-        v.addLayout(top)
-        self.plots_widget = QWidget()
-        grid = QGridLayout(self.plots_widget)
-        grid.setContentsMargins(0, 0, 0, 0)
-        self.plots: dict[str, pg.PlotWidget] = {}
-        for i, metric in enumerate(self.METRICS):
-            w = pg.PlotWidget(background="w")
-            w.setTitle(HEAD_SCORES[metric][0], color="#222")
-            w.setLabel("bottom", "step")
-            w.showGrid(x=True, y=True, alpha=0.3)
-            self.plots[metric] = w
-            grid.addWidget(w, i // 2, i % 2)
-        self.plots[self.METRICS[0]].addLegend(offset=(-10, 10), colCount=2)
-        v.addWidget(self.plots_widget, 1)
-        self.job = run_job(scrub_metrics, run_dir, self.METRICS, on_result=self._show, on_error=self._failed,
-                           on_progress=lambda done, total, message: self.status.setText(
-                               f"Measuring every kept step… {done}/{total} ({message})"), owner=self)
-
-    def _show(self, results: dict) -> None:
-        self.results = results
-        styles = [Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine, Qt.PenStyle.DashDotLine]
-        for metric, sc in results.items():
-            plot = self.plots[metric]
-            for layer in range(sc.values.shape[1]):
-                for head in range(sc.values.shape[2]):
-                    pen = pg.mkPen(HEAD_COLOURS[head % len(HEAD_COLOURS)], width=1.5, style=styles[layer % len(styles)])
-                    plot.plot(sc.steps, sc.values[:, layer, head], pen=pen, symbol="o", symbolSize=4,
-                              symbolBrush=HEAD_COLOURS[head % len(HEAD_COLOURS)],
-                              name=f"L{layer}H{head}" if metric == self.METRICS[0] else None)
-        first = next(iter(results.values()))
-        deleted = first.timeline.missing()
-        self.status.setText(f"{len(first.steps)} kept steps of {self.run_dir}, each measured on {first.sequences} "
-                            "sequences repeating a random half"
-                            + (f"; deleted: {', '.join(str(k.step) for k in deleted)}" if deleted else ""))
-        self.export_bar.refresh()
-
-    def _failed(self, exc: BaseException, tb: str) -> None:
-        self.status.setText(f"Could not measure {self.run_dir}: {exc}")
-
-    def closeEvent(self, event) -> None:  # noqa: N802 - Qt name
-        self.job.cancel()
-        super().closeEvent(event)
-
-    # -- export (ExportBar view protocol) --------------------------------------------------------
-    def export_unavailable(self) -> str | None:
-        return None if self.results else "Nothing to export yet: the steps are still being measured."
-
-    def export_widget(self) -> QWidget:
-        return self.plots_widget
-
-    def csv_table(self):
-        rows = [[metric, step, layer, head, value] for metric, sc in (self.results or {}).items()
-                for step, layer, head, value in sc.rows()]
-        return ["metric", "step", "layer", "head", "value"], rows
-
-    def export_arrays(self) -> dict:
-        out = {}
-        for metric, sc in (self.results or {}).items():
-            out[f"{metric}.steps"] = np.array(sc.steps)
-            out[f"{metric}.values"] = sc.values
-        return out

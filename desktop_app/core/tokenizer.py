@@ -350,8 +350,10 @@ def load_tokenizer_folder(folder: str | Path) -> Tokenizer | None:
     """The tokenizer a model folder ships, or None when it ships none.
 
     tokenizer.json first (as before); else vocab.txt (WordPiece); else vocab.json + merges.txt
-    (byte-level BPE). tokenizer_config.json / special_tokens_map.json name the BOS, EOS, mask, unknown
-    ... tokens and whether BOS is prepended (add_bos_token). Raises TokenizerError naming the file."""
+    (byte-level BPE); else a SentencePiece model (source.spm + target.spm + vocab.json: Marian;
+    spiece.model: T5; tokenizer.model: Llama; see core.sentencepiece_tokenizer).
+    tokenizer_config.json / special_tokens_map.json name the BOS, EOS, mask, unknown ... tokens and
+    whether BOS is prepended (add_bos_token). Raises TokenizerError naming the file."""
     folder = Path(folder)
     config, specials = _folder_settings(folder)
     if (folder / TOKENIZER_JSON).is_file():
@@ -368,7 +370,12 @@ def load_tokenizer_folder(folder: str | Path) -> Tokenizer | None:
         _add_shipped_specials(hf, specials, config, folder / TOKENIZER_CONFIG)
         tokenizer = Tokenizer(hf, folder / BPE_VOCAB)
     else:
-        return None
+        from .sentencepiece_tokenizer import load_sentencepiece_folder  # imports sentencepiece only when needed
+
+        tokenizer = load_sentencepiece_folder(folder, config, specials)
+        if tokenizer is None:
+            return None
+        specials = tokenizer.declared_specials  # with the defaults of the transformers class it follows
     tokenizer.declared_specials = specials
     tokenizer.bos_prepended = bool(config.get("add_bos_token", False)) and tokenizer.bos_token_id is not None
     return tokenizer

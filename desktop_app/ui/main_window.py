@@ -321,6 +321,9 @@ class MainWindow(QMainWindow):
         self.busy_label = QLabel("")
         sb.addWidget(self.busy_bar)
         sb.addWidget(self.busy_label)
+        from .widgets.trace_progress import TraceProgress
+        self.trace_progress = TraceProgress(self.state)  # the text's trace, layer by layer, with Cancel
+        sb.addPermanentWidget(self.trace_progress)  # (permanent: a status message never covers it)
         sb.addPermanentWidget(self.model_label)
         sb.addPermanentWidget(self.device_label)
         sb.addPermanentWidget(self.dtype_label)

@@ -6,6 +6,7 @@ keep their own copy of the model. Model work is done by workers, never on the UI
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,13 @@ def _load(path: str, device: str, dtype: str | None, text: str) -> tuple[LoadedM
         except InputError:
             pass
     return loaded, run_sample_text(path, loaded)
+
+
+def _trace_in_pieces(loaded: LoadedModel, text: str, ids: list[int] | None, interventions: list, job=None,
+                     partial=None):
+    """trace_input in a worker (run_job's job and partial): each layer reaches the UI thread as it is
+    recorded (app.tracing.LayersReady), "layer k / L" the progress, and a cancel stops it between layers."""
+    return trace_input(loaded, text, ids, interventions, job=job, on_layer=partial)
 
 
 def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
@@ -119,6 +127,13 @@ class AppState(QObject):
     inputs_changed = Signal(object, object)
     dictionaries_changed = Signal(list)  # the attached sparse dictionaries (core.features.Attached)
     dictionary_failed = Signal(str)  # one line naming the dictionary folder and the problem
+    # A text's trace arriving in pieces (app.tracing.LayersReady of the input now current, emitted after the
+    # inputs_changed that made it so) and its progress: (layers done, of how many); (0, 0) once it ended.
+    layers_ready = Signal(object)
+    trace_progress = Signal(int, int)
+    # A trace shows its pieces and progress only once it has run this long: a quick one (a small model)
+    # goes straight from the previous text's result to its own, without clearing the panels between.
+    PIECES_AFTER_S = 0.3
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -137,6 +152,9 @@ class AppState(QObject):
         self.trace_source = "text"
         self._trace_job = None
         self._pending_text: tuple[str, list[int] | None] | None = None
+        # The text trace arriving in pieces and on show (app.tracing.LayersReady), until its end; None else.
+        self.tracing = None
+        self._tracing_job = None  # the job whose layers `tracing` shows
         self.interventions: list = []  # core.interventions.Intervention, applied to every text trace
         # The input setting: the tokenizer's special tokens ([CLS] ... [SEP], BOS) added to every text
         # (set_special_tokens; the saved choice is applied at start); `encoded` is the text box's
@@ -340,32 +358,75 @@ class AppState(QObject):
             self._trace_image()
             return
         if self._trace_job is not None and not self._trace_job.done:
-            self._pending_text = (text, ids)  # coalesce fast typing: run the latest text next
+            self._pending_text = (text, ids)  # coalesce fast typing: run the latest text next,
+            self._trace_job.cancel()  # as soon as the running trace stops (at its next layer)
             return
         loaded = self.loaded
+        job = None  # this trace's job (set below; its callbacks run on the UI thread, after that)
+        started = time.monotonic()
+
+        def ended() -> tuple[bool, object]:
+            """The trace ended: forget it. (Whether what it traced is still wanted: the same model;
+            the LayersReady of it on show, or None.)"""
+            self._trace_job = None
+            self.trace_progress.emit(0, 0)
+            ready = self.tracing if self._tracing_job is job else None
+            if ready is not None:
+                self.tracing = self._tracing_job = None
+                if loaded is not self.loaded:  # its layers of the previous model are on show: no longer
+                    self._show_input([], None, "tracing the new model's input…", "text")
+            return loaded is self.loaded, ready
 
         def done(result) -> None:
-            self._trace_job = None
-            if loaded is self.loaded:
+            if ended()[0]:
                 self.encoded = result[0]
                 self._show_input(result[0].ids, result[1], "", "text")
-            if self._pending_text is not None:
-                pending, self._pending_text = self._pending_text, None
-                self.set_text(*pending)
+            self._run_pending()
 
         def failed(exc: BaseException, tb: str) -> None:
-            self._trace_job = None
-            if loaded is self.loaded:
+            if ended()[0]:
                 # Nothing of the previous text (or model) may stay on show: clear, and say why.
                 self.encoded = None
                 self._show_input([], None, str(exc), "text")
             self.error.emit(str(exc))
-            if self._pending_text is not None:
-                pending, self._pending_text = self._pending_text, None
-                self.set_text(*pending)
+            self._run_pending()
 
-        self._trace_job = run_job(trace_input, loaded, text, ids, list(self.interventions),
-                                  on_result=done, on_error=failed)
+        def cancelled() -> None:
+            current, ready = ended()
+            if current and ready is not None:  # its first layers are on show: not left there as the text's
+                self._show_input([], None, "tracing the new text…" if self._pending_text is not None else
+                                 f"the trace was cancelled after layer {ready.done} of {ready.total}", "text")
+            self._run_pending()
+
+        def wanted() -> bool:
+            """Still the trace to show (this model's, no newer text waiting, not cancelled), and a slow one."""
+            return job is self._trace_job and loaded is self.loaded and self._pending_text is None \
+                and not job.control.cancelled and time.monotonic() - started >= self.PIECES_AFTER_S
+
+        def progress(layers: int, total: int, _message: str) -> None:
+            if wanted():
+                self.trace_progress.emit(layers, total)
+
+        def partial(ready) -> None:
+            if not wanted():
+                return
+            if self._tracing_job is not job:  # its first layer: the new text becomes the input on show
+                self._tracing_job = job
+                self.encoded, self.tracing = ready.enc, ready
+                self._show_input(ready.enc.ids, None, "", "text")
+            self.tracing = ready
+            self.layers_ready.emit(ready)
+
+        job = self._trace_job = run_job(_trace_in_pieces, loaded, text, ids, list(self.interventions),
+                                        on_result=done, on_error=failed, on_cancelled=cancelled,
+                                        on_progress=progress, on_partial=partial)
+
+    def cancel_trace(self) -> None:
+        """Stop the text's trace now running (the Cancel beside its progress), at its next layer: what was
+        on show before it stays, or, once its first layers are on show, the panels say it was cancelled."""
+        self._pending_text = None
+        if self._trace_job is not None and not self._trace_job.done:
+            self._trace_job.cancel()
 
     def set_special_tokens(self, on: bool) -> None:
         """Turn the tokenizer's special tokens on or off for every text, and trace the text again."""
@@ -451,6 +512,8 @@ class AppState(QObject):
                 return f"No image traced for this model: {self.trace_problem}"
             return ("This model reads images: pick a held-out digit or open an image in the Image panel, "
                     "and its [CLS] + patch tokens show here.")
+        if self.tracing is not None:
+            return f"Tracing the text: layer {self.tracing.done} of {self.tracing.total} ready…"
         if self.trace_problem:
             return f"No text traced for this model: {self.trace_problem}"
         return "No text traced: type a text in the Model panel."

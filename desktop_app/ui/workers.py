@@ -5,7 +5,9 @@
 
 If `core_fn` accepts a `job` keyword it receives a core.jobs.JobControl: its progress() reaches
 `on_progress(done, total, message)` on the UI thread and cancel() makes its check() raise
-Cancelled, which ends the job quietly (on_cancelled, not on_error).
+Cancelled, which ends the job quietly (on_cancelled, not on_error). If it accepts a `partial`
+keyword it receives a function that hands a piece of the result (e.g. a trace's first layers) to
+`on_partial(piece)` on the UI thread, in order, before the result.
 
 With `accept=` (a function of no arguments) the result, error and progress are delivered only while
 it returns True: AppState.run passes "the inputs this was computed for are still current", so a
@@ -31,6 +33,7 @@ class _Signals(QObject):
     result = Signal(object)
     error = Signal(object)  # (exception, traceback text)
     progress = Signal(int, int, str)
+    partial = Signal(object)  # a piece of the result, before it (the `partial` keyword)
     cancelled = Signal()
     finished = Signal()
 
@@ -47,9 +50,11 @@ class Job(QRunnable):
         self.pool: QThreadPool | None = None
         self.key = None  # AppState.run: the InputKey the job computes for
         try:
-            self._takes_job = "job" in inspect.signature(fn).parameters
+            parameters = inspect.signature(fn).parameters
         except (TypeError, ValueError):
-            self._takes_job = False
+            parameters = {}
+        self._takes_job = "job" in parameters
+        self._takes_partial = "partial" in parameters
 
     def cancel(self) -> None:
         self.control.cancel()
@@ -71,6 +76,8 @@ class Job(QRunnable):
             kwargs = dict(self.kwargs)
             if self._takes_job:
                 kwargs["job"] = self.control
+            if self._takes_partial:
+                kwargs["partial"] = lambda piece: self._emit(self.signals.partial, piece)
             result = self.fn(*self.args, **kwargs)
         except Cancelled:
             self._emit(self.signals.cancelled)
@@ -108,6 +115,7 @@ def _guarded(job: Job, callback: Callable, accept: Callable[[], bool] | None = N
 def run_job(fn: Callable[..., Any], *args: Any, on_result: Callable[[Any], None] | None = None,
             on_error: Callable[[BaseException, str], None] | None = None,
             on_progress: Callable[[int, int, str], None] | None = None,
+            on_partial: Callable[[Any], None] | None = None,
             on_cancelled: Callable[[], None] | None = None,
             on_finished: Callable[[], None] | None = None,
             pool: QThreadPool | None = None, owner: QObject | None = None,
@@ -120,11 +128,14 @@ def run_job(fn: Callable[..., Any], *args: Any, on_result: Callable[[Any], None]
         job.signals.error.connect(_guarded(job, lambda e: on_error(e[0], e[1]), accept))
     if on_progress:
         job.signals.progress.connect(_guarded(job, on_progress, accept))
+    if on_partial:
+        job.signals.partial.connect(_guarded(job, on_partial, accept))
     if on_cancelled:
         job.signals.cancelled.connect(_guarded(job, on_cancelled))
     if on_finished:
         job.signals.finished.connect(_guarded(job, on_finished))
-    owner = owner if owner is not None else _owner_of((on_result, on_error, on_progress, on_cancelled, on_finished))
+    owner = owner if owner is not None else _owner_of((on_result, on_error, on_progress, on_partial, on_cancelled,
+                                                       on_finished))
     if owner is not None:
         tie = owner.destroyed.connect(lambda *_: job.detach())  # must not reference the owner itself
         job.signals.finished.connect(lambda: QObject.disconnect(tie))  # a long-lived owner keeps no old jobs

@@ -154,26 +154,15 @@ def _tokenizerless_model(folder):
     return folder
 
 
-def test_a_sentencepiece_only_folder_names_the_file_it_ignored(tmp_path, capsys):
-    from desktop_app import cli
-    from desktop_app.core.checkpoints import load_model_folder
-    from desktop_app.core.inputs import InputError, encode_text_or_ids
+def test_a_broken_sentencepiece_only_folder_names_the_file(tmp_path):
+    """tokenizer.model is read since issue 28 (a valid one: tests/core/test_sentencepiece_tokenizers.py)."""
+    from desktop_app.core.checkpoints import ModelLoadError, load_model_folder
 
     folder = _tokenizerless_model(tmp_path / "sp")
-    (folder / "tokenizer.model").write_bytes(b"\x0a\x05hello")  # a SentencePiece model proto, not read
-    loaded = load_model_folder(folder)
-    assert loaded.tokenizer is None
-    assert loaded.tokenizer_missing == "tokenizer.model (SentencePiece) is not supported yet"
-    assert encode_text_or_ids(loaded, "3 4 5").ids == [3, 4, 5]  # it opens with token ids
-    with pytest.raises(InputError, match=r"tokenizer.model \(SentencePiece\) is not supported yet, so the text box "
-                                         r"takes token ids"):
-        encode_text_or_ids(loaded, "hello")
-    assert cli.main(["info", str(folder)]) == 0
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"note: {folder}: tokenizer.model (SentencePiece) is not supported yet; the model opens with "
-                   f"token ids"]
-    assert cli.main(["trace", str(folder), "--text", "hello", "--out", str(tmp_path / "t.npz")]) == cli.EXIT_INPUT
-    assert "tokenizer.model (SentencePiece) is not supported yet; pass --ids" in capsys.readouterr().err
+    (folder / "tokenizer.model").write_bytes(b"\x0a\x05hello")  # not a SentencePiece model
+    with pytest.raises(ModelLoadError) as err:
+        load_model_folder(folder)
+    assert str(err.value).startswith(f"{folder / 'tokenizer.model'}: ") and "SentencePiece" in str(err.value)
 
 
 def test_a_folder_with_no_tokenizer_at_all_says_no_tokenizer_json(tmp_path, capsys):

@@ -52,6 +52,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.images: dict[tuple[int, int], pg.ImageItem] = {}
         self.row_boxes: list[QGraphicsRectItem] = []
         self.patterns: list[np.ndarray] = []
+        self.shape = (0, 0)  # the thumbnails' patterns: [t_q, t_k]
         self.lut = pg.colormap.get("viridis").getLookupTable(nPts=256)
         self.scene().sigMouseClicked.connect(self._on_click)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -67,26 +68,30 @@ class ModelView(pg.GraphicsLayoutWidget):
         """Build the grid; `thumbs` (from thumbnails(), e.g. made in a worker) saves the pooling here."""
         if thumbs is None and patterns:
             thumbs = thumbnails(patterns, mask, self.lut, self.THUMB)
+        self.begin(len(patterns), *(patterns[0].shape if patterns else (0, 0, 0)))
+        self.patterns = patterns
+        for l, row in enumerate(thumbs or []):
+            self.fill_layer(l, row)
+
+    def begin(self, n_layers: int, n_heads: int, t_q: int, t_k: int) -> None:
+        """An empty grid of n_layers x n_heads thumbnails of [t_q, t_k] patterns, filled by fill_layer
+        (a trace arriving layer by layer paints its rows as they come)."""
         self.clear()
         self.boxes.clear()
         self.images.clear()
         self.row_boxes = []
-        self.patterns = patterns
-        if not patterns:
+        self.patterns = []
+        self.shape = (t_q, t_k)
+        if not n_layers:
             return
-        n_heads = patterns[0].shape[0]
         for h in range(n_heads):
             self.addLabel(f"head {h}", row=0, col=h + 1, color=head_colour(h))
-        for l, p in enumerate(patterns):
+        for l in range(n_layers):
             self.addLabel(f"layer {l}", row=l + 1, col=0, angle=-90, color=plot_foreground())
-            _, t_q, t_k = p.shape
             for h in range(n_heads):
                 vb = self.addViewBox(row=l + 1, col=h + 1, lockAspect=True, enableMouse=False, enableMenu=False,
                                      invertY=True)
                 vb.setBorder(pg.mkPen("#bbbbbb"))
-                img = pg.ImageItem(thumbs[l][h], axisOrder="row-major")
-                img.setRect(QRectF(0, 0, t_k, t_q))
-                vb.addItem(img)
                 box = QGraphicsRectItem()
                 pen = QPen(QColor(255, 40, 40))
                 pen.setCosmetic(True)
@@ -96,12 +101,25 @@ class ModelView(pg.GraphicsLayoutWidget):
                 vb.addItem(box)
                 vb.setRange(xRange=(0, t_k), yRange=(0, t_q), padding=0.02)
                 self.boxes[(l, h)] = vb
-                self.images[(l, h)] = img
                 self.row_boxes.append(box)
 
+    def fill_layer(self, layer: int, thumbs: list[np.ndarray]) -> None:
+        """Paint one row of the grid begin() made: layer `layer`'s thumbnails, one per head."""
+        t_q, t_k = self.shape
+        for h, thumb in enumerate(thumbs):
+            img = pg.ImageItem(thumb, axisOrder="row-major")
+            img.setRect(QRectF(0, 0, t_k, t_q))
+            img.setZValue(-1)  # under the selected row's box
+            self.boxes[(layer, h)].addItem(img)
+            self.images[(layer, h)] = img
+
+    def filled_layers(self) -> int:
+        """How many rows, from the first, have their thumbnails painted."""
+        return len({l for l, _h in self.images})
+
     def set_selected_row(self, row: int | None) -> None:
-        for (l, _h), box in zip(self.boxes, self.row_boxes):
-            _, t_q, t_k = self.patterns[l].shape
+        t_q, t_k = self.shape
+        for box in self.row_boxes:
             if row is None or not 0 <= row < t_q:
                 box.setVisible(False)
             else:
@@ -368,6 +386,9 @@ class AttentionPanel(ViewTablePanel):
             lambda t: self.select_token(None if t == self.selected_token else t))  # a second click clears
         self.tokens.token_selected.connect(self.select_token)
         self._update_controls()
+        self._partial = None  # the trace whose thumbnails are painting row by row (state.layers_ready)
+        if hasattr(state, "layers_ready"):  # (render's stand-in state has none)
+            state.layers_ready.connect(self._on_layers_ready)
         self._follow_trace()
 
     # -- view state ------------------------------------------------------------------------
@@ -469,7 +490,9 @@ class AttentionPanel(ViewTablePanel):
             spin.blockSignals(False)
         self._clamp_view_state()
         self._show_view_state_in_controls()
-        self.model_view.set_patterns([], None)  # its thumbnails come from the worker
+        if not (trace is self._partial and self.model_view.filled_layers() == n_layers):
+            self.model_view.set_patterns([], None)  # its thumbnails come from the worker
+        self._partial = None  # (painted row by row: they stay until the worker's, the same, arrive)
         self._relabel = True
         self._invalidate(*(v.name for v in attention_views.VIEWS if v.name != "model-view"))
         self._apply_selection()
@@ -482,8 +505,30 @@ class AttentionPanel(ViewTablePanel):
 
         self._run_trace_job(work, self._on_aggregates, "statistics", sync)
 
+    def _on_layers_ready(self, ready) -> None:
+        """A text's trace arriving layer by layer (app.tracing.LayersReady, of the input now on show):
+        paint the model view's rows of the layers recorded so far; set_trace takes over at its end."""
+        trace = ready.trace
+        if "blocks.0.attn.pattern" not in trace.tensors:
+            return  # a model without attention patterns: nothing to paint before the end
+        if trace is not self._partial:
+            self._partial = trace
+            p = analysis.attention_pattern(trace, 0)
+            n_heads, t_q, t_k = p.shape
+            loaded = getattr(self.state, "loaded", None)
+            causal = loaded.config.causal if loaded is not None else False
+            mask = analysis.allowed_mask(t_q, t_k, causal)
+            self._partial_mask = None if mask.all() else mask
+            self.model_view.begin(ready.total, n_heads, t_q, t_k)
+        for layer in range(self.model_view.filled_layers(), ready.done):
+            p = analysis.attention_pattern(trace, layer)
+            self.model_view.fill_layer(layer, thumbnails([p], self._partial_mask, self.model_view.lut,
+                                                         self.model_view.THUMB)[0])
+        self.status.setText(self.state.no_trace_message())
+
     def _clear_own(self, message: str) -> None:
         """(A trace without attention is cleared too.)"""
+        self._partial = None
         self.model_view.set_patterns([], None)
         self.head_view.set_layer(np.zeros((0, 0, 0), dtype=np.float32), [], [])
         for spin in (self.layer_spin, self.head_spin):  # the view state keeps its layer and head for the next trace

@@ -1,0 +1,423 @@
+"""SentencePiece tokenizers as model folders ship them, read and run by the `sentencepiece` library:
+spiece.model (T5), source.spm / target.spm + vocab.json (Marian) and tokenizer.model alone (older
+Llama, Mistral folders). Each tokenizes as the `transformers` tokenizer that folder gets (T5Tokenizer,
+MarianTokenizer, LlamaTokenizer): the same ids, special tokens and decoded text (checked against them
+in tests/core/test_sentencepiece_tokenizers.py); `sentencepiece` cuts the text, the rules around it
+(special tokens typed in the text, </s> or <s> added, Marian's vocab.json ids, decoding) are the
+`transformers` classes' own, written out here."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import sentencepiece
+
+from .tokenizer import TOKENIZER_CONFIG, Tokenizer, TokenizerError
+
+T5_MODEL = "spiece.model"
+LLAMA_MODEL = "tokenizer.model"
+MARIAN_SOURCE, MARIAN_TARGET = "source.spm", "target.spm"
+MARIAN_VOCAB, MARIAN_TARGET_VOCAB = "vocab.json", "target_vocab.json"
+SENTENCEPIECE_FILES = (T5_MODEL, LLAMA_MODEL, MARIAN_SOURCE, MARIAN_TARGET, MARIAN_TARGET_VOCAB)
+SPIECE_UNDERLINE = "▁"
+_STYLES = ("t5", "llama", "marian")
+
+
+def read_sentencepiece_model(path: Path) -> sentencepiece.SentencePieceProcessor:
+    """The SentencePiece model in `path`, or a TokenizerError naming the file."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TokenizerError(f"{path}: cannot be read ({exc.strerror or exc})", path) from None
+    try:
+        sp = sentencepiece.SentencePieceProcessor(model_proto=data)
+    except (RuntimeError, ValueError, TypeError):  # sentencepiece: RuntimeError "INTERNAL: ... ParseFromArray"
+        raise TokenizerError(f"{path}: not a valid SentencePiece model (the file cannot be parsed)", path) from None
+    size = sp.get_piece_size()
+    if size == 0 or not 0 <= sp.unk_id() < size or not sp.is_unknown(sp.unk_id()):
+        raise TokenizerError(f"{path}: not a valid SentencePiece model (no pieces or no unknown piece)", path)
+    return sp
+
+
+def _clean_up_tokenization(text: str) -> str:
+    """transformers' clean_up_tokenization (a tokenizer_config.json may ask for it)."""
+    for a, b in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                 (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(a, b)
+    return text
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A SentencePiece model as a Tokenizer (the app's one interface: encode, encode_for_model, decode,
+    token_strings, special ids), tokenizing as `transformers` does for the folder it came from.
+
+    `style` is the transformers class whose rules apply around SentencePiece's own cutting:
+    - "t5" (T5Tokenizer): </s> after the text; the <extra_id_N> sentinels after the pieces; decoding
+      as its Metaspace decoder does (an unknown piece reads <unk>).
+    - "llama" (LlamaTokenizer): <s> first when tokenizer_config.json says add_bos_token (bos_prepended),
+      </s> last when it says add_eos_token; a text (or the text after a special token) that starts with
+      a space gets no extra one; byte pieces (<0xE2>...) decoded to UTF-8.
+    - "marian" (MarianTokenizer): pieces mapped to ids through vocab.json (a piece it lacks is <unk>),
+      a leading >>lang<< code kept whole, </s> after the text.
+    Special tokens typed in the text (</s>, <extra_id_0>, ...) stay one token each, as in transformers.
+
+    `target`: the decoder-side tokenizer of a sequence-to-sequence model whose target text is cut by
+    another model. Marian ships source.spm (for the source text, this tokenizer) and target.spm (for the
+    target text): `target` encodes target text with target.spm and the same vocab.json ids (or
+    target_vocab.json when the folder keeps separate vocabularies), as MarianTokenizer(text_target=...)
+    does, and decodes with target.spm. None: the target side is this tokenizer (T5, one model).
+
+    Not written as tokenizer.json: to_str() and save() raise TokenizerError; `files` names the files
+    it was read from, for whoever copies a model folder."""
+
+    def __init__(self, sp: sentencepiece.SentencePieceProcessor, source: Path, style: str,
+                 vocab: dict[str, int] | None = None, added: dict[int, str] | None = None,
+                 split_tokens: Iterable[str] = (), special_tokens: Iterable[str] = (),
+                 eos_appended: bool = True, clean_up_spaces: bool = False, files: tuple[Path, ...] = (),
+                 unk_token: str | None = None) -> None:
+        if style not in _STYLES:
+            raise ValueError(f"style must be one of {_STYLES}, not {style!r}")
+        # not Tokenizer.__init__: there is no tokenizers.Tokenizer behind this one
+        self.tok = None
+        self._shipped_json = None
+        self.source = source
+        self.declared_specials: dict[str, str] = {}
+        self.bos_prepended = False
+        self.special_tokens = True
+        self.target: SentencePieceTokenizer | None = None
+        self.files = files or (source,)
+        self.sp = sp
+        self.style = style
+        self.eos_appended = eos_appended
+        self.clean_up_spaces = clean_up_spaces
+        # token text -> id: Marian's vocab.json; else SentencePiece's pieces
+        self._vocab = vocab
+        self._added = dict(added or {})                       # id -> text, tokens beyond or over the pieces
+        self._added_ids = {t: i for i, t in self._added.items()}
+        self._id_to_token = {i: t for t, i in vocab.items()} if vocab is not None else {}
+        # the unknown token's text: Marian maps a piece vocab.json lacks to it (MarianTokenizer's unk_token)
+        self._unk_text = unk_token if unk_token is not None else sp.id_to_piece(sp.unk_id())
+        # the tokens typed in a text that stay whole (longest first: leftmost-longest matching)
+        self._split = sorted({t for t in (*split_tokens, *special_tokens, *self._added.values()) if t},
+                             key=len, reverse=True)
+        self._special_texts = {t for t in special_tokens if t}
+
+    # -- ids and texts -------------------------------------------------------------------
+    @property
+    def unk_token_id(self) -> int:
+        if self._vocab is not None:
+            return self._vocab[self._unk_text]
+        return self.sp.unk_id()
+
+    def token_to_id(self, text: str) -> int | None:
+        """The id of a token text, None when the vocabulary lacks it."""
+        if text in self._added_ids:
+            return self._added_ids[text]
+        if self._vocab is not None:
+            return self._vocab.get(text)
+        i = self.sp.piece_to_id(text)
+        return i if self.sp.id_to_piece(i) == text else None
+
+    def id_to_token(self, i: int) -> str | None:
+        i = int(i)
+        if i in self._added:
+            return self._added[i]
+        if self._vocab is not None:
+            if i in self._id_to_token:
+                return self._id_to_token[i]
+            # MarianTokenizer._convert_id_to_token: an id vocab.json lacks reads as its SentencePiece piece
+            return self.sp.id_to_piece(i) if 0 <= i < self.sp.get_piece_size() else None
+        return self.sp.id_to_piece(i) if 0 <= i < self.sp.get_piece_size() else None
+
+    def _split_id(self, text: str) -> int:
+        """A typed special token's id (transformers reads one the vocabulary lacks as <unk>)."""
+        i = self.token_to_id(text)
+        return self.unk_token_id if i is None else i
+
+    @property
+    def special_ids(self) -> set[int]:
+        """The ids decode(skip_special_tokens=True) leaves out: transformers' all_special_ids."""
+        return {self._split_id(t) for t in self._special_texts}
+
+    @property
+    def vocab_size(self) -> int:
+        ids = [self.sp.get_piece_size() - 1, *self._added]
+        if self._vocab is not None:
+            ids = [max(self._vocab.values()), *self._added]
+        return max(ids) + 1
+
+    # -- encoding ------------------------------------------------------------------------
+    def _chunks(self, text: str) -> list[tuple[str, bool]]:
+        """`text` cut around the special tokens typed in it: (piece, is a special token)."""
+        out: list[tuple[str, bool]] = []
+        start = pos = 0
+        while pos < len(text):
+            hit = next((t for t in self._split if text.startswith(t, pos)), None)
+            if hit is None:
+                pos += 1
+                continue
+            if pos > start:
+                out.append((text[start:pos], False))
+            out.append((hit, True))
+            pos = start = pos + len(hit)
+        if start < len(text):
+            out.append((text[start:], False))
+        return out
+
+    def _encode_piece(self, text: str, first: bool) -> list[int]:
+        sp = self.sp
+        if self.style == "marian":
+            code = []
+            if text.startswith(">>") and (end := text.find("<<")) != -1:  # MarianTokenizer.remove_language_code
+                code, text = [text[:end + 2]], text[end + 2:]
+            unk = self.unk_token_id
+            return [self._vocab.get(p, unk) for p in code + sp.encode(text, out_type=str)]
+        if self.style == "llama" and (not first or text.startswith((" ", SPIECE_UNDERLINE))):
+            # LlamaTokenizer's Metaspace adds the "▁" only at the start of the whole text, and not when it
+            # starts with a space already: SentencePiece always adds it, so it is made to add it to a
+            # piece dropped after (transformers' own slow LlamaTokenizer did the same)
+            lead = sp.encode(sp.id_to_piece(sp.unk_id()))
+            ids = sp.encode(sp.id_to_piece(sp.unk_id()) + text)
+            if ids[:len(lead)] == lead:
+                return ids[len(lead):]
+        return sp.encode(text)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self.encode_for_model(text, add_special_tokens)[0]
+
+    def encode_for_model(self, text: str, special_tokens: bool | None = None) -> tuple[list[int], list[int], str]:
+        """As Tokenizer.encode_for_model: (ids, positions of the special tokens added, what added them).
+        T5 and Marian put </s> after the text; Llama <s> first (add_bos_token) and </s> last (add_eos_token)."""
+        ids: list[int] = []
+        for i, (piece, special) in enumerate(self._chunks(text)):
+            ids.extend([self._split_id(piece)] if special else self._encode_piece(piece, first=i == 0))
+        add = self.special_tokens if special_tokens is None else special_tokens
+        if not add:
+            return ids, [], ""
+        how, added = [], []
+        bos, eos = self.bos_token_id, self.eos_token_id
+        if self.bos_prepended and bos is not None:
+            ids = [bos, *ids]
+            added.append(0)
+            how.append(f"add_bos_token in {TOKENIZER_CONFIG}")
+        if self.eos_appended and eos is not None:
+            ids.append(eos)
+            added.append(len(ids) - 1)
+            how.append(f"add_eos_token in {TOKENIZER_CONFIG}" if self.style == "llama"
+                       else f"the {'T5' if self.style == 't5' else 'Marian'} tokenizer's end token")
+        return ids, added, " and ".join(how)
+
+    # -- decoding ------------------------------------------------------------------------
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        skip = self.special_ids if skip_special_tokens else set()
+        tokens = [self.id_to_token(i) for i in (int(i) for i in ids) if i not in skip]
+        tokens = [t if t is not None else self._unk_text for t in tokens]
+        if self.style == "marian":
+            text = self._marian_tokens_to_string(tokens)
+        elif self.style == "t5":
+            # tokenizers' Metaspace decoder (prepend_scheme "always"): "▁" reads as a space, the first dropped
+            text = "".join(t.replace(SPIECE_UNDERLINE, " ") for t in tokens)
+            if tokens and tokens[0].replace(SPIECE_UNDERLINE, " ").startswith(" "):
+                text = text[1:]
+        else:
+            text = self._llama_tokens_to_string(tokens)
+        return _clean_up_tokenization(text) if self.clean_up_spaces else text
+
+    def _marian_tokens_to_string(self, tokens: list[str]) -> str:
+        """MarianTokenizer.convert_tokens_to_string: pieces decoded by SentencePiece, special tokens
+        as they are, each followed by a space."""
+        out, pending = "", []
+        for token in tokens:
+            if token in self._special_texts:
+                out += self.sp.decode_pieces(pending) + token + " "
+                pending = []
+            else:
+                pending.append(token)
+        out += self.sp.decode_pieces(pending)
+        return out.replace(SPIECE_UNDERLINE, " ").strip()
+
+    @staticmethod
+    def _llama_tokens_to_string(tokens: list[str]) -> str:
+        """LlamaTokenizer's decoder: "▁" -> " ", byte pieces <0x..> to UTF-8 (U+FFFD each when invalid),
+        joined, one leading space dropped."""
+        out: list[str] = []
+        pending: list[int] = []
+
+        def flush() -> None:
+            if pending:
+                try:
+                    out.append(bytes(pending).decode("utf-8"))
+                except UnicodeDecodeError:
+                    out.append("\ufffd" * len(pending))
+                pending.clear()
+
+        for token in tokens:
+            token = token.replace(SPIECE_UNDERLINE, " ")
+            if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+                try:
+                    pending.append(int(token[3:5], 16))
+                    continue
+                except ValueError:
+                    pass
+            flush()
+            out.append(token)
+        flush()
+        text = "".join(out)
+        return text[1:] if text.startswith(" ") else text
+
+    def token_strings(self, ids: Iterable[int]) -> list[str]:
+        out = []
+        for i in ids:
+            s = self.decode([int(i)])
+            out.append(s if s != "" else (self.id_to_token(int(i)) or f"<{int(i)}>"))
+        return out
+
+    def vocabulary_preview(self, limit: int = 12) -> str:
+        shown = ", ".join(self.id_to_token(i) or f"<{i}>" for i in range(min(limit, self.vocab_size)))
+        return shown if self.vocab_size <= limit else f"{shown}, ... ({self.vocab_size} tokens)"
+
+    def special_id(self, name: str) -> int | None:
+        from .tokenizer import _SPECIAL_STRINGS
+
+        declared = self.declared_specials.get(name)
+        if declared is not None and self.token_to_id(declared) is not None:
+            return self.token_to_id(declared)
+        for s in _SPECIAL_STRINGS.get(name, ()):
+            i = self.token_to_id(s)
+            if i is not None:
+                return i
+        return None
+
+    # -- files ---------------------------------------------------------------------------
+    def to_str(self) -> str:
+        raise TokenizerError(f"{self.source}: a SentencePiece tokenizer is not written as tokenizer.json "
+                             f"(copy {', '.join(p.name for p in self.files)} instead)", self.source)
+
+    def save(self, path: str | Path) -> None:
+        self.to_str()
+
+
+# -- model folders -------------------------------------------------------------------------------
+
+
+def _vocab_json(path: Path) -> dict[str, int]:
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise TokenizerError(f"{path}: cannot be read ({exc.strerror or exc})", path) from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise TokenizerError(f"{path}: not valid JSON ({exc})", path) from None
+    if not isinstance(d, dict) or not d or not all(isinstance(k, str) and type(v) is int and v >= 0
+                                                   for k, v in d.items()):
+        raise TokenizerError(f"{path}: expected a JSON object of tokens and their ids", path)
+    return d
+
+
+def _listed(config: dict, *keys: str) -> list[str]:
+    """The token texts of config lists such as additional_special_tokens."""
+    from .tokenizer import _token_text
+
+    out = []
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, list):
+            out.extend(t for t in (_token_text(v) for v in value) if t is not None)
+    return out
+
+
+def _added_decoder(config: dict) -> dict[int, tuple[str, bool]]:
+    """tokenizer_config.json's added_tokens_decoder: id -> (text, special)."""
+    from .tokenizer import _token_text
+
+    added = config.get("added_tokens_decoder")
+    out = {}
+    if isinstance(added, dict):
+        for key, entry in added.items():
+            text = _token_text(entry)
+            if text is not None and str(key).isdigit():
+                out[int(key)] = (text, bool(entry.get("special", True)) if isinstance(entry, dict) else True)
+    return out
+
+
+def sentencepiece_style(folder: Path) -> str | None:
+    """Which SentencePiece tokenizer a folder ships ("marian", "t5", "llama"), None when none:
+    source.spm (Marian), else spiece.model (T5), else tokenizer.model (Llama, Mistral)."""
+    if (folder / MARIAN_SOURCE).is_file():
+        return "marian"
+    if (folder / T5_MODEL).is_file():
+        return "t5"
+    if (folder / LLAMA_MODEL).is_file():
+        return "llama"
+    return None
+
+
+def load_sentencepiece_folder(folder: Path, config: dict, specials: dict[str, str]) -> SentencePieceTokenizer | None:
+    """The SentencePiece tokenizer of a model folder (see sentencepiece_style), None when it ships none.
+    `config` and `specials`: tokenizer_config.json and the special tokens the folder declares."""
+    style = sentencepiece_style(folder)
+    if style is None:
+        return None
+    shipped = _added_decoder(config)
+    listed = _listed(config, "additional_special_tokens", "extra_special_tokens")
+    clean_up = bool(config.get("clean_up_tokenization_spaces", False))
+    if style == "marian":
+        return _marian(folder, config, specials, shipped, listed, clean_up)
+    path = folder / (T5_MODEL if style == "t5" else LLAMA_MODEL)
+    sp = read_sentencepiece_model(path)
+    size = sp.get_piece_size()
+    controls = [sp.id_to_piece(i) for i in range(size) if sp.is_control(i) or sp.is_unknown(i)]
+    if style == "t5":
+        defaults = {"eos": "</s>", "unk": "<unk>", "pad": "<pad>"}
+        extra = config.get("extra_ids", 100)
+        extra = extra if type(extra) is int and extra >= 0 else 100
+        added = {size + extra - 1 - i: f"<extra_id_{i}>" for i in range(extra)}  # T5: <extra_id_0> last
+        eos_appended = True
+    else:
+        defaults = {"bos": "<s>", "eos": "</s>", "unk": "<unk>"}
+        added = {}
+        eos_appended = bool(config.get("add_eos_token", False))
+    if shipped:  # the file's own ids win
+        added = {i: t for i, (t, _) in shipped.items() if i >= size or sp.id_to_piece(i) != t}
+        added_special = [t for t, special in shipped.values() if special]
+    else:
+        added_special = list(added.values())
+    specials = {**defaults, **specials}
+    tokenizer = SentencePieceTokenizer(
+        sp, path, style, added=added, split_tokens=controls,
+        special_tokens=[*specials.values(), *added_special, *listed], eos_appended=eos_appended,
+        clean_up_spaces=clean_up)
+    tokenizer.declared_specials = specials
+    return tokenizer
+
+
+def _marian(folder: Path, config: dict, specials: dict[str, str], shipped: dict[int, tuple[str, bool]],
+            listed: list[str], clean_up: bool) -> SentencePieceTokenizer:
+    """source.spm + target.spm + vocab.json (+ target_vocab.json with separate_vocabs), as MarianTokenizer."""
+    source_path, target_path, vocab_path = folder / MARIAN_SOURCE, folder / MARIAN_TARGET, folder / MARIAN_VOCAB
+    for p in (target_path, vocab_path):
+        if not p.is_file():
+            raise TokenizerError(f"{folder}: {MARIAN_SOURCE} comes without {p.name} (a Marian tokenizer needs "
+                                 f"{MARIAN_SOURCE}, {MARIAN_TARGET} and {MARIAN_VOCAB})", p)
+    source_sp, target_sp = read_sentencepiece_model(source_path), read_sentencepiece_model(target_path)
+    vocab = _vocab_json(vocab_path)
+    separate = bool(config.get("separate_vocabs", False))
+    target_vocab = _vocab_json(folder / MARIAN_TARGET_VOCAB) if separate else vocab
+    specials = {"eos": "</s>", "unk": "<unk>", "pad": "<pad>", **specials}
+    for v, path in ((vocab, vocab_path), (target_vocab, folder / MARIAN_TARGET_VOCAB)):
+        if specials["unk"] not in v:  # MarianTokenizer refuses it too
+            raise TokenizerError(f"{path}: the unknown token {specials['unk']!r} is not in it", path)
+    special = [*specials.values(), *(t for t, s in shipped.values() if s), *listed]
+    split = [t for t, _ in shipped.values()]
+    files = tuple(p for p in (source_path, target_path, vocab_path, folder / MARIAN_TARGET_VOCAB) if p.is_file())
+
+    def make(sp, v, path):
+        made = SentencePieceTokenizer(sp, path, "marian", vocab=v, split_tokens=split, special_tokens=special,
+                                      eos_appended=True, clean_up_spaces=clean_up, files=files,
+                                      unk_token=specials["unk"])
+        made.declared_specials = specials
+        return made
+
+    tokenizer = make(source_sp, vocab, source_path)
+    tokenizer.target = make(target_sp, target_vocab, target_path)
+    return tokenizer

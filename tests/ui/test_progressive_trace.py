@@ -1,0 +1,204 @@
+"""Issue 27: the first look arrives in pieces. A text's trace runs layer by layer in a worker; the
+Attention panel's model view paints each layer's row as soon as it is recorded, the status bar shows
+"layer k / L" with Cancel, and a new text (or Cancel) stops the old trace, whose result is never shown.
+
+The worker is held after its second layer on an Event (a wrapper around ui.state's trace_input), so
+what is on show mid-trace is observed without sleeps; every hold also ends when its job is cancelled."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from PySide6.QtCore import Qt
+
+from desktop_app.core.checkpoints import new_model, save_model_folder
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.tokenizer import train_bpe
+
+from .walkthrough import click_panel_tab, open_window
+
+FIRST = "Alice sat on the bank by her sister."
+SECOND = "The rabbit ran down the hole and Alice went after it."
+THIRD = "Down, down, down: would the fall never come to an end?"
+LAYERS, HEADS = 6, 2
+
+
+@pytest.fixture(autouse=True)
+def pieces_at_once(monkeypatch):
+    """Every trace shows its pieces (the app waits PIECES_AFTER_S before it does, so that a quick trace
+    does not clear the panels between two results; the held traces here are slow ones)."""
+    from desktop_app.ui.state import AppState
+
+    monkeypatch.setattr(AppState, "PIECES_AFTER_S", 0.0)
+
+
+@pytest.fixture(scope="module")
+def six_layers(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("progressive") / "six-layers"
+    tok = train_bpe([(FIRST + " " + SECOND + " " + THIRD) * 10], vocab_size=120)
+    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=LAYERS, n_heads=HEADS, d_ff=32,
+                           context_length=64)
+    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=tok)
+    return folder
+
+
+class Hold:
+    """Holds the worker tracing `text` after its layer `after` until released or cancelled."""
+
+    def __init__(self, monkeypatch, text: str, after: int = 2) -> None:
+        import desktop_app.ui.state as state_module
+
+        self.text, self.after = text, after
+        self.reached, self.release = threading.Event(), threading.Event()
+        self.next_reached, self.next_release = threading.Event(), threading.Event()  # the same, one layer on
+        self.layers_seen: list[tuple[str, int]] = []  # (text, layer) as the worker handed them on
+        real = state_module.trace_input
+
+        def held(loaded, text, ids, interventions=None, *args, on_layer=None, job=None, **kw):
+            def hook(ready):
+                self.layers_seen.append((text, ready.done))
+                on_layer(ready)
+                if text == self.text and ready.done in (self.after, self.after + 1):
+                    reached, release = ((self.reached, self.release) if ready.done == self.after else
+                                        (self.next_reached, self.next_release))
+                    reached.set()
+                    while not release.wait(0.02) and not job.cancelled:
+                        pass  # a cancel ends the hold: the trace stops at its next layer
+            return real(loaded, text, ids, interventions, *args, on_layer=hook, job=job, **kw)
+
+        monkeypatch.setattr(state_module, "trace_input", held)
+
+
+def _type(qtbot, window, text: str) -> None:
+    model = click_panel_tab(qtbot, window, "Model")
+    model.text_edit.selectAll()
+    qtbot.keyClicks(model.text_edit, text)
+
+
+def _attention(qtbot, window):
+    attention = click_panel_tab(qtbot, window, "Attention")
+    qtbot.waitUntil(lambda: attention.model_view.filled_layers() == LAYERS, timeout=30_000)
+    return attention
+
+
+def test_a_long_trace_paints_its_first_rows_shows_progress_and_is_cancelled_by_a_click(
+        qtbot, six_layers, monkeypatch, isolated_user_files, error_watch):
+    window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
+    attention = _attention(qtbot, window)
+    first_ids = list(state.token_ids)
+    hold = Hold(monkeypatch, SECOND)
+    progress = window.trace_progress
+    assert not progress.isVisible()
+
+    _type(qtbot, window, SECOND)
+    qtbot.waitUntil(hold.reached.is_set, timeout=30_000)
+    click_panel_tab(qtbot, window, "Attention")
+    # the worker is held after layer 2 of 6: its first two rows are painted, the bar says so
+    qtbot.waitUntil(lambda: attention.model_view.filled_layers() == 2, timeout=30_000)
+    qtbot.waitUntil(lambda: progress.isVisible() and progress.bar.value() == 2, timeout=10_000)
+    assert progress.bar.maximum() == LAYERS and progress.bar.text() == "layer 2 / 6"
+    assert len(attention.model_view.boxes) == LAYERS * HEADS  # the whole grid, rows 3 to 6 still empty
+    assert {l for l, _ in attention.model_view.images} == {0, 1}
+    assert state.trace is None and state.token_ids != first_ids  # the new text's tokens, not the old trace
+    assert state.token_ids == state.loaded.tokenizer.encode(SECOND)
+    assert attention.status.text() == "Tracing the text: layer 2 of 6 ready…"
+    assert not state._trace_job.done
+    window.grab().save(str(isolated_user_files / "mid-trace.png"))
+
+    qtbot.mouseClick(progress.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)  # the worker ended (cancelled)
+    assert not progress.isVisible()
+    assert not hold.release.is_set()  # it was the cancel that ended the hold
+    assert [layer for text, layer in hold.layers_seen if text == SECOND] == [1, 2]  # stopped there
+    # a clear cancelled state: none of the interrupted trace stays on show
+    assert state.trace is None and state.token_ids == []
+    assert state.trace_problem == "the trace was cancelled after layer 2 of 6"
+    assert attention.model_view.filled_layers() == 0 and len(attention.model_view.boxes) == 0
+    assert attention.status.text() == "No text traced for this model: the trace was cancelled after layer 2 of 6"
+    model = click_panel_tab(qtbot, window, "Model")
+    assert model.message_label.text().startswith("No text traced for this model: the trace was cancelled")
+    error_watch.assert_clean()  # no error dialog, no error in the status bar
+
+    hold.release.set()  # the next trace of the text runs through
+    hold.next_release.set()
+    _type(qtbot, window, THIRD)
+    qtbot.waitUntil(lambda: state.trace is not None, timeout=30_000)
+    assert state.token_ids == state.loaded.tokenizer.encode(THIRD)
+    _attention(qtbot, window)
+    error_watch.assert_clean()
+
+
+def test_a_new_text_cancels_the_old_trace_whose_result_is_never_shown(qtbot, six_layers, monkeypatch,
+                                                                       isolated_user_files, error_watch):
+    window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
+    attention = _attention(qtbot, window)
+    hold = Hold(monkeypatch, SECOND)
+    shown: list = []  # every input put on show from now on: (token ids, whether a whole trace)
+    state.trace_changed.connect(lambda trace: shown.append((list(state.token_ids), trace is not None)))
+    painted: list = []  # every piece of a trace handed to the panels
+    state.layers_ready.connect(lambda ready: painted.append((list(ready.enc.ids), ready.done)))
+
+    _type(qtbot, window, SECOND)
+    qtbot.waitUntil(hold.reached.is_set, timeout=30_000)
+    qtbot.waitUntil(lambda: attention.model_view.filled_layers() == 2, timeout=30_000)
+    second_ids = state.loaded.tokenizer.encode(SECOND)
+    third_ids = state.loaded.tokenizer.encode(THIRD)
+    assert painted == [(second_ids, 1), (second_ids, 2)]
+
+    _type(qtbot, window, THIRD)  # the held trace is cancelled by the new text
+    qtbot.waitUntil(lambda: state.trace is not None and state.token_ids == third_ids, timeout=30_000)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
+    assert not hold.release.is_set()
+    assert [layer for text, layer in hold.layers_seen if text == SECOND] == [1, 2]
+    assert (second_ids, True) not in shown  # the old text's trace never reached the panels whole...
+    assert all(ids == third_ids for ids, _ in painted[2:])  # ...nor any more of its layers
+    assert shown[-1] == (third_ids, True)
+    assert not window.trace_progress.isVisible()
+    attention = _attention(qtbot, window)
+    assert attention.patterns[0].shape[-1] == len(third_ids)
+    error_watch.assert_clean()
+
+
+def test_a_layer_on_its_way_when_cancel_is_clicked_is_never_painted(qtbot, six_layers, monkeypatch,
+                                                                    isolated_user_files, error_watch):
+    window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
+    attention = _attention(qtbot, window)
+    hold = Hold(monkeypatch, SECOND)
+    painted: list = []
+    state.layers_ready.connect(lambda ready: painted.append(ready.done))
+
+    _type(qtbot, window, SECOND)
+    qtbot.waitUntil(hold.reached.is_set, timeout=30_000)
+    qtbot.waitUntil(lambda: attention.model_view.filled_layers() == 2 and window.trace_progress.isVisible(),
+                    timeout=30_000)
+    hold.release.set()
+    # layer 3 is recorded and handed on (its signals wait in the UI thread's queue: no events run here)
+    assert hold.next_reached.wait(30)
+    qtbot.mouseClick(window.trace_progress.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
+    assert painted == [1, 2]  # layer 3 arrived after the click: dropped
+    assert state.trace_problem == "the trace was cancelled after layer 2 of 6"
+    assert attention.model_view.filled_layers() == 0 and not window.trace_progress.isVisible()
+    error_watch.assert_clean()
+
+
+def test_a_quick_trace_goes_from_one_result_to_the_next_without_pieces(qtbot, six_layers, monkeypatch,
+                                                                       isolated_user_files, error_watch):
+    from desktop_app.ui.state import AppState
+
+    monkeypatch.setattr(AppState, "PIECES_AFTER_S", 3600.0)  # no trace here runs that long
+    window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
+    _attention(qtbot, window)
+    events: list = []
+    state.layers_ready.connect(lambda ready: events.append("piece"))
+    state.trace_progress.connect(lambda done, total: events.append(("progress", done, total)))
+    state.trace_changed.connect(lambda trace: events.append("whole" if trace is not None else "cleared"))
+    _type(qtbot, window, SECOND)
+    qtbot.waitUntil(lambda: state.trace is not None and state.token_ids == state.loaded.tokenizer.encode(SECOND),
+                    timeout=30_000)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
+    assert events[-2:] == [("progress", 0, 0), "whole"]
+    # (typing may have traced a prefix first) the bar never shown, the panels never cleared between
+    assert "piece" not in events and "cleared" not in events
+    assert all(e == ("progress", 0, 0) for e in events if isinstance(e, tuple))
+    error_watch.assert_clean()

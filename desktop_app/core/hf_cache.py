@@ -86,8 +86,11 @@ class CachedModel:
 
     @property
     def ref_text(self) -> str:
-        """'org/name' for the main revision, 'org/name@abc1234' for another one."""
-        return self.repo_id if self.is_current else f"{self.repo_id}@{self.revision[:12]}"
+        """'org/name' for the main revision, 'org/name@step1000' for another one a ref names (the first ref
+        by name), else 'org/name@abc123456789'."""
+        if self.is_current:
+            return self.repo_id
+        return f"{self.repo_id}@{self.refs[0] if self.refs else self.revision[:12]}"
 
 
 def repo_folder_name(repo_id: str) -> str:

@@ -42,11 +42,15 @@ def is_snapshot(folder: Path, snapshots: Path) -> bool:
 
 
 def snapshot_repo_ref(folder: str | os.PathLike) -> str | None:
-    """'org/name' (or 'org/name@abc123456789' for a revision main does not point at) when `folder`
-    is a cache snapshot, else None: a better model name than the snapshot's commit hash."""
+    """'org/name' (or 'org/name@step1000', the first ref by name that points at it, for a revision main does
+    not point at; 'org/name@abc123456789' when none does) when `folder` is a cache snapshot, else None: a
+    better model name than the snapshot's commit hash."""
     snap = Path(folder)
     repo = snap.parent.parent
     if snap.parent.name != "snapshots" or not repo.name.startswith(REPO_PREFIX):
         return None
-    repo_id = _repo_id(repo.name)
-    return repo_id if _refs(repo).get("main") == snap.name else f"{repo_id}@{snap.name[:12]}"
+    repo_id, refs = _repo_id(repo.name), _refs(repo)
+    if refs.get("main") == snap.name:
+        return repo_id
+    named = sorted(r for r, rev in refs.items() if rev == snap.name)
+    return f"{repo_id}@{named[0] if named else snap.name[:12]}"

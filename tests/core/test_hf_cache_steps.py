@@ -76,3 +76,14 @@ def test_no_timeline_for_a_cached_model_with_fewer_than_two_step_revisions_there
     add_step_revisions(cache, tmp_path, repo_id="tiny-org/one-left", missing=(0, 512))
     assert timeline_of(resolve_model_ref("tiny-org/one-left")) is None
     assert run_of(tmp_path / "hf-cache") is None and run_of(tmp_path) is None  # not snapshots
+
+
+def test_a_step_revision_is_named_by_its_ref_not_its_hash(cache, tmp_path):
+    from desktop_app.core.hf_cache import list_cached_models, snapshot_repo_ref
+
+    repo = add_step_revisions(cache, tmp_path)
+    assert snapshot_repo_ref(repo / "snapshots" / step_revision(512)) == f"{STEP_REPO}@step512"
+    assert snapshot_repo_ref(repo / "snapshots" / step_revision(1000)) == STEP_REPO  # main
+    names = sorted(m.ref_text for m in list_cached_models())
+    assert names == [STEP_REPO, f"{STEP_REPO}@step0", f"{STEP_REPO}@step512"]
+    assert load_model_folder(resolve_model_ref(names[1])).name == names[1]  # the name opens that revision

@@ -39,7 +39,12 @@ from .trace import Trace
 
 HOWS = ("zero", "mean", "resample", "replace", "add", "features")
 _LAYER_POINTS = ("attn.z", "attn.out", "resid_mid", "mlp.out", "resid_post")
-_TARGET = re.compile(r"^blocks\.(\d+)\.(attn\.head\.(\d+)|attn\.z|attn\.out|resid_mid|mlp\.out|resid_post)$")
+# an encoder-decoder's points carry their stack (encoder. / decoder.), its decoder also cross_attn.* and
+# resid_cross (core/seq2seq.py)
+_TARGET = re.compile(r"^(?P<stack>encoder\.|decoder\.)?blocks\.(?P<layer>\d+)\.(?:(?P<kind>attn|cross_attn)\.head\."
+                     r"(?P<head>\d+)|attn\.z|attn\.out|cross_attn\.z|cross_attn\.out|resid_mid|resid_cross|mlp\.out|"
+                     r"resid_post)$")
+_EMBEDS = ("embed", "encoder.embed", "decoder.embed")
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,7 +60,7 @@ class Intervention:
     def __post_init__(self) -> None:
         if self.how not in HOWS:
             raise ValueError(f"unknown intervention {self.how!r} (one of {', '.join(HOWS)})")
-        if self.target != "embed" and not _TARGET.match(self.target):
+        if self.target not in _EMBEDS and not _TARGET.match(self.target):
             raise ValueError(f"{self.target!r} is not an edit point (e.g. blocks.2.attn.head.3, blocks.2.attn.out, "
                              "blocks.2.mlp.out, blocks.2.resid_post, embed)")
         if self.how in ("replace", "add") and self.value is None:
@@ -69,17 +74,19 @@ class Intervention:
     def point(self) -> str:
         """The model's edit point (a head's target edits blocks.l.attn.z)."""
         m = _TARGET.match(self.target)
-        return f"blocks.{m.group(1)}.attn.z" if m and m.group(3) is not None else self.target
+        if m and m["head"] is not None:
+            return f"{m['stack'] or ''}blocks.{m['layer']}.{m['kind']}.z"
+        return self.target
 
     @property
     def layer(self) -> int | None:
         m = _TARGET.match(self.target)
-        return int(m.group(1)) if m else None
+        return int(m["layer"]) if m else None
 
     @property
     def head(self) -> int | None:
         m = _TARGET.match(self.target)
-        return int(m.group(3)) if m and m.group(3) is not None else None
+        return int(m["head"]) if m and m["head"] is not None else None
 
     @property
     def label(self) -> str:
@@ -90,8 +97,10 @@ class Intervention:
 
     def check(self, cfg) -> "Intervention":
         """Itself, or ValueError (one line) when its layer or head is not in this model."""
-        if self.layer is not None and not 0 <= self.layer < cfg.n_layers:
-            raise ValueError(f"{self.target}: the model has layers 0..{cfg.n_layers - 1}")
+        decoder = self.target.startswith("decoder.")
+        n_layers = cfg.n_decoder_layers if decoder and getattr(cfg, "is_encoder_decoder", False) else cfg.n_layers
+        if self.layer is not None and not 0 <= self.layer < n_layers:
+            raise ValueError(f"{self.target}: the model has layers 0..{n_layers - 1}")
         if self.head is not None and not 0 <= self.head < cfg.n_heads:
             raise ValueError(f"{self.target}: the model has heads 0..{cfg.n_heads - 1}")
         if self.positions is not None and any(p < 0 for p in self.positions):

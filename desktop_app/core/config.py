@@ -361,7 +361,7 @@ class ModelConfig:
             cross = d * (q + 2 * kv) + q * d + (q + 2 * kv + d) * bool(self.attention_bias) + 2 * d
             layer_count = self.n_layers * layer + self.n_decoder_layers * (layer + cross)
             positions *= 2
-            embed += 2 * self.relative_buckets * self.n_heads + self.vocab_size * bool(self.final_logits_bias)
+            embed += 2 * self.relative_buckets * self.n_heads
         else:
             layer_count = self.n_layers * layer
         return int(embed + positions + self.type_vocab_size * d + layer_count + head + 4 * d

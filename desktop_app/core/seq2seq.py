@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from .attention import causal_mask
 from .config import ModelConfig
 from .interventions import edit_at, editing_trace
-from .model import MLP, Attention, Block, KVCache, LayerCache, ModelOutput, Transformer, make_norm, sinusoidal_table
+from .model import Attention, Block, KVCache, LayerCache, ModelOutput, Transformer, make_norm, sinusoidal_table
 from .trace import Trace
 
 

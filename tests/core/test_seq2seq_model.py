@@ -164,6 +164,20 @@ def test_a_model_built_here_is_saved_under_transformers_names_and_reopens_exactl
     assert beam_decode(loaded.model, src[0], 6, 2) == beam_decode(model, src[0], 6, 2)
 
 
+@pytest.mark.parametrize("name, change", [("t5_v1_0", dict(norm="layernorm", activation="silu")),
+                                          ("marian", dict(norm_placement="pre", final_norm=True, positions="learned")),
+                                          ("bart", dict(relative_buckets=4, attention_kind="l2"))])
+def test_a_model_transformers_cannot_hold_is_saved_with_our_names_and_reopens_exactly(name, change, tmp_path):
+    model = new_model(PRESETS[name]().replace(**change), seed=0).eval()
+    assert not REGISTRY[model.cfg.family].hf_compatible(model.cfg)
+    save_model_folder(model, tmp_path / "m")
+    loaded = load_model_folder(tmp_path / "m")
+    assert loaded.config == model.cfg
+    src, tgt, mask = batch(3)
+    with torch.no_grad():
+        assert torch.equal(loaded.model(src, tgt, src_mask=mask).logits, model(src, tgt, src_mask=mask).logits)
+
+
 def test_a_folder_with_weights_for_a_decoder_layer_the_config_lacks_is_refused(tmp_path):
     from safetensors.torch import load_file, save_file
 

@@ -61,8 +61,9 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
 
 
 def config_to_hf(cfg: ModelConfig) -> dict:
+    # (an activation T5 has no name for is written as ours: such a model is saved with our tensor names)
     proj = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "geglu": "gated-gelu",
-            "swiglu": "gated-silu"}[cfg.activation]
+            "swiglu": "gated-silu"}.get(cfg.activation, cfg.activation)
     return {"d_model": cfg.d_model, "num_layers": cfg.n_layers, "num_decoder_layers": cfg.n_decoder_layers,
             "num_heads": cfg.n_heads, "d_kv": cfg.d_head, "d_ff": cfg.d_ff, "n_positions": cfg.context_length,
             "feed_forward_proj": proj, "relative_attention_num_buckets": cfg.relative_buckets,

@@ -262,8 +262,8 @@ def _prepends_to_every_input(tokenizer: Tokenizer) -> bool:
     import json
 
     try:
-        return '"Prepend"' in json.dumps(json.loads(tokenizer.to_str()).get("normalizer"))
-    except (ValueError, TypeError):  # incl. TokenizerError: a tokenizer with no tokenizer.json (SentencePiece)
+        return '"Prepend"' in json.dumps(json.loads(tokenizer.tok.to_str()).get("normalizer"))
+    except (ValueError, TypeError):
         return True
 
 

@@ -4,16 +4,17 @@ Llama, Mistral folders). Each tokenizes as the `transformers` tokenizer that fol
 MarianTokenizer, LlamaTokenizer): the same ids, special tokens and decoded text (checked against them
 in tests/core/test_sentencepiece_tokenizers.py); `sentencepiece` cuts the text, the rules around it
 (special tokens typed in the text, </s> or <s> added, Marian's vocab.json ids, decoding) are the
-`transformers` classes' own, written out here."""
+`transformers` classes' own, written out here. core.tokenizer.load_tokenizer_folder wraps the backend
+in the app's Tokenizer (this module imports nothing of core.tokenizer, and `sentencepiece` only when a
+model is read)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
-import sentencepiece
-
-from .tokenizer import TOKENIZER_CONFIG, Tokenizer, TokenizerError
+if TYPE_CHECKING:
+    import sentencepiece
 
 T5_MODEL = "spiece.model"
 LLAMA_MODEL = "tokenizer.model"
@@ -24,19 +25,30 @@ SPIECE_UNDERLINE = "▁"
 _STYLES = ("t5", "llama", "marian")
 
 
+class SentencePieceError(ValueError):
+    """A SentencePiece file that cannot be used; `path` names it (load_tokenizer_folder raises it as a
+    TokenizerError)."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 def read_sentencepiece_model(path: Path) -> sentencepiece.SentencePieceProcessor:
-    """The SentencePiece model in `path`, or a TokenizerError naming the file."""
+    """The SentencePiece model in `path`, or a SentencePieceError naming the file."""
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise TokenizerError(f"{path}: cannot be read ({exc.strerror or exc})", path) from None
+        raise SentencePieceError(f"{path}: cannot be read ({exc.strerror or exc})", path) from None
+    import sentencepiece
+
     try:
         sp = sentencepiece.SentencePieceProcessor(model_proto=data)
     except (RuntimeError, ValueError, TypeError):  # sentencepiece: RuntimeError "INTERNAL: ... ParseFromArray"
-        raise TokenizerError(f"{path}: not a valid SentencePiece model (the file cannot be parsed)", path) from None
+        raise SentencePieceError(f"{path}: not a valid SentencePiece model (the file cannot be parsed)", path) from None
     size = sp.get_piece_size()
     if size == 0 or not 0 <= sp.unk_id() < size or not sp.is_unknown(sp.unk_id()):
-        raise TokenizerError(f"{path}: not a valid SentencePiece model (no pieces or no unknown piece)", path)
+        raise SentencePieceError(f"{path}: not a valid SentencePiece model (no pieces or no unknown piece)", path)
     return sp
 
 
@@ -48,49 +60,47 @@ def _clean_up_tokenization(text: str) -> str:
     return text
 
 
-class SentencePieceTokenizer(Tokenizer):
-    """A SentencePiece model as a Tokenizer (the app's one interface: encode, encode_for_model, decode,
-    token_strings, special ids), tokenizing as `transformers` does for the folder it came from.
+class _Encoding:
+    """What Tokenizer reads from an encoding: the ids, and which of them the rules added (</s>)."""
+
+    def __init__(self, ids: list[int], special_tokens_mask: list[int]) -> None:
+        self.ids, self.special_tokens_mask = ids, special_tokens_mask
+
+
+class SentencePieceBackend:
+    """A SentencePiece model with the rules of the `transformers` tokenizer of its folder, behind the
+    calls core.tokenizer.Tokenizer makes of a `tokenizers.Tokenizer` (encode, decode, token_to_id,
+    id_to_token, get_vocab, get_vocab_size): Tokenizer(SentencePieceBackend(...)) is the app's tokenizer,
+    so every panel works unchanged.
 
     `style` is the transformers class whose rules apply around SentencePiece's own cutting:
     - "t5" (T5Tokenizer): </s> after the text; the <extra_id_N> sentinels after the pieces; decoding
       as its Metaspace decoder does (an unknown piece reads <unk>).
-    - "llama" (LlamaTokenizer): <s> first when tokenizer_config.json says add_bos_token (bos_prepended),
-      </s> last when it says add_eos_token; a text (or the text after a special token) that starts with
-      a space gets no extra one; byte pieces (<0xE2>...) decoded to UTF-8.
+    - "llama" (LlamaTokenizer): </s> last when tokenizer_config.json says add_eos_token (<s> first with
+      add_bos_token is Tokenizer.bos_prepended's); a text (or the text after a special token) that
+      starts with a space gets no extra one; byte pieces (<0xE2>...) decoded to UTF-8.
     - "marian" (MarianTokenizer): pieces mapped to ids through vocab.json (a piece it lacks is <unk>),
       a leading >>lang<< code kept whole, </s> after the text.
     Special tokens typed in the text (</s>, <extra_id_0>, ...) stay one token each, as in transformers.
+    Not written as tokenizer.json: to_str() raises SentencePieceError; `files` names the files it was
+    read from, for whoever copies a model folder."""
 
-    `target`: the decoder-side tokenizer of a sequence-to-sequence model whose target text is cut by
-    another model. Marian ships source.spm (for the source text, this tokenizer) and target.spm (for the
-    target text): `target` encodes target text with target.spm and the same vocab.json ids (or
-    target_vocab.json when the folder keeps separate vocabularies), as MarianTokenizer(text_target=...)
-    does, and decodes with target.spm. None: the target side is this tokenizer (T5, one model).
-
-    Not written as tokenizer.json: to_str() and save() raise TokenizerError; `files` names the files
-    it was read from, for whoever copies a model folder."""
+    padding = truncation = normalizer = pre_tokenizer = None  # no padding or truncation to switch off
 
     def __init__(self, sp: sentencepiece.SentencePieceProcessor, source: Path, style: str,
                  vocab: dict[str, int] | None = None, added: dict[int, str] | None = None,
                  split_tokens: Iterable[str] = (), special_tokens: Iterable[str] = (),
                  eos_appended: bool = True, clean_up_spaces: bool = False, files: tuple[Path, ...] = (),
-                 unk_token: str | None = None) -> None:
+                 unk_token: str | None = None, eos_token: str = "</s>") -> None:
         if style not in _STYLES:
             raise ValueError(f"style must be one of {_STYLES}, not {style!r}")
-        # not Tokenizer.__init__: there is no tokenizers.Tokenizer behind this one
-        self.tok = None
-        self._shipped_json = None
         self.source = source
-        self.declared_specials: dict[str, str] = {}
-        self.bos_prepended = False
-        self.special_tokens = True
-        self.target: SentencePieceTokenizer | None = None
         self.files = files or (source,)
         self.sp = sp
         self.style = style
         self.eos_appended = eos_appended
         self.clean_up_spaces = clean_up_spaces
+        self._eos_text = eos_token
         # token text -> id: Marian's vocab.json; else SentencePiece's pieces
         self._vocab = vocab
         self._added = dict(added or {})                       # id -> text, tokens beyond or over the pieces
@@ -140,12 +150,16 @@ class SentencePieceTokenizer(Tokenizer):
         """The ids decode(skip_special_tokens=True) leaves out: transformers' all_special_ids."""
         return {self._split_id(t) for t in self._special_texts}
 
-    @property
-    def vocab_size(self) -> int:
+    def get_vocab_size(self, with_added_tokens: bool = True) -> int:
         ids = [self.sp.get_piece_size() - 1, *self._added]
         if self._vocab is not None:
             ids = [max(self._vocab.values()), *self._added]
         return max(ids) + 1
+
+    def get_vocab(self, with_added_tokens: bool = True) -> dict[str, int]:
+        if self._vocab is not None:
+            return {**self._vocab, **self._added_ids}
+        return {**{self.sp.id_to_piece(i): i for i in range(self.sp.get_piece_size())}, **self._added_ids}
 
     # -- encoding ------------------------------------------------------------------------
     def _chunks(self, text: str) -> list[tuple[str, bool]]:
@@ -183,30 +197,18 @@ class SentencePieceTokenizer(Tokenizer):
                 return ids[len(lead):]
         return sp.encode(text)
 
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return self.encode_for_model(text, add_special_tokens)[0]
-
-    def encode_for_model(self, text: str, special_tokens: bool | None = None) -> tuple[list[int], list[int], str]:
-        """As Tokenizer.encode_for_model: (ids, positions of the special tokens added, what added them).
-        T5 and Marian put </s> after the text; Llama <s> first (add_bos_token) and </s> last (add_eos_token)."""
+    def encode(self, text: str, add_special_tokens: bool = False) -> _Encoding:
+        """`text`'s ids; with `add_special_tokens`, </s> after them where the rules add it (T5 and
+        Marian always, Llama with add_eos_token), marked in special_tokens_mask."""
         ids: list[int] = []
         for i, (piece, special) in enumerate(self._chunks(text)):
             ids.extend([self._split_id(piece)] if special else self._encode_piece(piece, first=i == 0))
-        add = self.special_tokens if special_tokens is None else special_tokens
-        if not add:
-            return ids, [], ""
-        how, added = [], []
-        bos, eos = self.bos_token_id, self.eos_token_id
-        if self.bos_prepended and bos is not None:
-            ids = [bos, *ids]
-            added.append(0)
-            how.append(f"add_bos_token in {TOKENIZER_CONFIG}")
-        if self.eos_appended and eos is not None:
+        mask = [0] * len(ids)
+        eos = self.token_to_id(self._eos_text)
+        if add_special_tokens and self.eos_appended and eos is not None:
             ids.append(eos)
-            added.append(len(ids) - 1)
-            how.append(f"add_eos_token in {TOKENIZER_CONFIG}" if self.style == "llama"
-                       else f"the {'T5' if self.style == 't5' else 'Marian'} tokenizer's end token")
-        return ids, added, " and ".join(how)
+            mask.append(1)
+        return _Encoding(ids, mask)
 
     # -- decoding ------------------------------------------------------------------------
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
@@ -266,36 +268,9 @@ class SentencePieceTokenizer(Tokenizer):
         text = "".join(out)
         return text[1:] if text.startswith(" ") else text
 
-    def token_strings(self, ids: Iterable[int]) -> list[str]:
-        out = []
-        for i in ids:
-            s = self.decode([int(i)])
-            out.append(s if s != "" else (self.id_to_token(int(i)) or f"<{int(i)}>"))
-        return out
-
-    def vocabulary_preview(self, limit: int = 12) -> str:
-        shown = ", ".join(self.id_to_token(i) or f"<{i}>" for i in range(min(limit, self.vocab_size)))
-        return shown if self.vocab_size <= limit else f"{shown}, ... ({self.vocab_size} tokens)"
-
-    def special_id(self, name: str) -> int | None:
-        from .tokenizer import _SPECIAL_STRINGS
-
-        declared = self.declared_specials.get(name)
-        if declared is not None and self.token_to_id(declared) is not None:
-            return self.token_to_id(declared)
-        for s in _SPECIAL_STRINGS.get(name, ()):
-            i = self.token_to_id(s)
-            if i is not None:
-                return i
-        return None
-
-    # -- files ---------------------------------------------------------------------------
     def to_str(self) -> str:
-        raise TokenizerError(f"{self.source}: a SentencePiece tokenizer is not written as tokenizer.json "
-                             f"(copy {', '.join(p.name for p in self.files)} instead)", self.source)
-
-    def save(self, path: str | Path) -> None:
-        self.to_str()
+        raise SentencePieceError(f"{self.source}: a SentencePiece tokenizer is not written as tokenizer.json "
+                                 f"(copy {', '.join(p.name for p in self.files)} instead)", self.source)
 
 
 # -- model folders -------------------------------------------------------------------------------
@@ -305,39 +280,22 @@ def _vocab_json(path: Path) -> dict[str, int]:
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise TokenizerError(f"{path}: cannot be read ({exc.strerror or exc})", path) from None
+        raise SentencePieceError(f"{path}: cannot be read ({exc.strerror or exc})", path) from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise TokenizerError(f"{path}: not valid JSON ({exc})", path) from None
+        raise SentencePieceError(f"{path}: not valid JSON ({exc})", path) from None
     if not isinstance(d, dict) or not d or not all(isinstance(k, str) and type(v) is int and v >= 0
                                                    for k, v in d.items()):
-        raise TokenizerError(f"{path}: expected a JSON object of tokens and their ids", path)
+        raise SentencePieceError(f"{path}: expected a JSON object of tokens and their ids", path)
     return d
 
 
-def _listed(config: dict, *keys: str) -> list[str]:
-    """The token texts of config lists such as additional_special_tokens."""
-    from .tokenizer import _token_text
+class SentencePieceFolder:
+    """What load_sentencepiece_folder found: the backend for the (source) text, Marian's target-side
+    backend (None for one model), and the special tokens, the transformers class's defaults included."""
 
-    out = []
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, list):
-            out.extend(t for t in (_token_text(v) for v in value) if t is not None)
-    return out
-
-
-def _added_decoder(config: dict) -> dict[int, tuple[str, bool]]:
-    """tokenizer_config.json's added_tokens_decoder: id -> (text, special)."""
-    from .tokenizer import _token_text
-
-    added = config.get("added_tokens_decoder")
-    out = {}
-    if isinstance(added, dict):
-        for key, entry in added.items():
-            text = _token_text(entry)
-            if text is not None and str(key).isdigit():
-                out[int(key)] = (text, bool(entry.get("special", True)) if isinstance(entry, dict) else True)
-    return out
+    def __init__(self, backend: SentencePieceBackend, target: SentencePieceBackend | None,
+                 specials: dict[str, str]) -> None:
+        self.backend, self.target, self.specials = backend, target, specials
 
 
 def sentencepiece_style(folder: Path) -> str | None:
@@ -352,14 +310,23 @@ def sentencepiece_style(folder: Path) -> str | None:
     return None
 
 
-def load_sentencepiece_folder(folder: Path, config: dict, specials: dict[str, str]) -> SentencePieceTokenizer | None:
+def load_sentencepiece_folder(folder: Path, config: dict, specials: dict[str, str],
+                              token_text: Callable[[object], str | None]) -> SentencePieceFolder | None:
     """The SentencePiece tokenizer of a model folder (see sentencepiece_style), None when it ships none.
-    `config` and `specials`: tokenizer_config.json and the special tokens the folder declares."""
+    `config`: tokenizer_config.json; `specials`: the special tokens the folder declares; `token_text`
+    reads a token as the config files write it ("</s>" or {"content": "</s>", ...}).
+    Raises SentencePieceError naming the file."""
     style = sentencepiece_style(folder)
     if style is None:
         return None
-    shipped = _added_decoder(config)
-    listed = _listed(config, "additional_special_tokens", "extra_special_tokens")
+    shipped: dict[int, tuple[str, bool]] = {}  # added_tokens_decoder: id -> (text, special)
+    if isinstance(config.get("added_tokens_decoder"), dict):
+        for key, entry in config["added_tokens_decoder"].items():
+            text = token_text(entry)
+            if text is not None and str(key).isdigit():
+                shipped[int(key)] = (text, not isinstance(entry, dict) or bool(entry.get("special", True)))
+    listed = [t for key in ("additional_special_tokens", "extra_special_tokens")
+              for t in map(token_text, config.get(key) if isinstance(config.get(key), list) else []) if t]
     clean_up = bool(config.get("clean_up_tokenization_spaces", False))
     if style == "marian":
         return _marian(folder, config, specials, shipped, listed, clean_up)
@@ -383,22 +350,20 @@ def load_sentencepiece_folder(folder: Path, config: dict, specials: dict[str, st
     else:
         added_special = list(added.values())
     specials = {**defaults, **specials}
-    tokenizer = SentencePieceTokenizer(
-        sp, path, style, added=added, split_tokens=controls,
-        special_tokens=[*specials.values(), *added_special, *listed], eos_appended=eos_appended,
-        clean_up_spaces=clean_up)
-    tokenizer.declared_specials = specials
-    return tokenizer
+    backend = SentencePieceBackend(sp, path, style, added=added, split_tokens=controls,
+                                   special_tokens=[*specials.values(), *added_special, *listed],
+                                   eos_appended=eos_appended, clean_up_spaces=clean_up, eos_token=specials["eos"])
+    return SentencePieceFolder(backend, None, specials)
 
 
 def _marian(folder: Path, config: dict, specials: dict[str, str], shipped: dict[int, tuple[str, bool]],
-            listed: list[str], clean_up: bool) -> SentencePieceTokenizer:
+            listed: list[str], clean_up: bool) -> SentencePieceFolder:
     """source.spm + target.spm + vocab.json (+ target_vocab.json with separate_vocabs), as MarianTokenizer."""
     source_path, target_path, vocab_path = folder / MARIAN_SOURCE, folder / MARIAN_TARGET, folder / MARIAN_VOCAB
     for p in (target_path, vocab_path):
         if not p.is_file():
-            raise TokenizerError(f"{folder}: {MARIAN_SOURCE} comes without {p.name} (a Marian tokenizer needs "
-                                 f"{MARIAN_SOURCE}, {MARIAN_TARGET} and {MARIAN_VOCAB})", p)
+            raise SentencePieceError(f"{folder}: {MARIAN_SOURCE} comes without {p.name} (a Marian tokenizer "
+                                     f"needs {MARIAN_SOURCE}, {MARIAN_TARGET} and {MARIAN_VOCAB})", p)
     source_sp, target_sp = read_sentencepiece_model(source_path), read_sentencepiece_model(target_path)
     vocab = _vocab_json(vocab_path)
     separate = bool(config.get("separate_vocabs", False))
@@ -406,18 +371,15 @@ def _marian(folder: Path, config: dict, specials: dict[str, str], shipped: dict[
     specials = {"eos": "</s>", "unk": "<unk>", "pad": "<pad>", **specials}
     for v, path in ((vocab, vocab_path), (target_vocab, folder / MARIAN_TARGET_VOCAB)):
         if specials["unk"] not in v:  # MarianTokenizer refuses it too
-            raise TokenizerError(f"{path}: the unknown token {specials['unk']!r} is not in it", path)
+            raise SentencePieceError(f"{path}: the unknown token {specials['unk']!r} is not in it", path)
     special = [*specials.values(), *(t for t, s in shipped.values() if s), *listed]
     split = [t for t, _ in shipped.values()]
     files = tuple(p for p in (source_path, target_path, vocab_path, folder / MARIAN_TARGET_VOCAB) if p.is_file())
 
     def make(sp, v, path):
-        made = SentencePieceTokenizer(sp, path, "marian", vocab=v, split_tokens=split, special_tokens=special,
-                                      eos_appended=True, clean_up_spaces=clean_up, files=files,
-                                      unk_token=specials["unk"])
-        made.declared_specials = specials
-        return made
+        return SentencePieceBackend(sp, path, "marian", vocab=v, split_tokens=split, special_tokens=special,
+                                    eos_appended=True, clean_up_spaces=clean_up, files=files,
+                                    unk_token=specials["unk"], eos_token=specials["eos"])
 
-    tokenizer = make(source_sp, vocab, source_path)
-    tokenizer.target = make(target_sp, target_vocab, target_path)
-    return tokenizer
+    return SentencePieceFolder(make(source_sp, vocab, source_path), make(target_sp, target_vocab, target_path),
+                               specials)

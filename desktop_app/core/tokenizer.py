@@ -32,7 +32,14 @@ _SPECIAL_STRINGS = {
 
 
 class Tokenizer:
-    """A thin wrapper over `tokenizers.Tokenizer` with the few calls the app needs."""
+    """A thin wrapper over `tokenizers.Tokenizer` with the few calls the app needs (or over a
+    SentencePieceBackend, which answers the same calls: core/sentencepiece_tokenizer.py).
+
+    `target`: the decoder-side tokenizer of a sequence-to-sequence model whose target text is cut
+    by another model, None when the target side is this tokenizer (T5, BART, every decoder). Marian
+    ships source.spm for the source text and target.spm for the target text, with one vocab.json
+    (or target_vocab.json beside it): `target` encodes target text with target.spm into those ids,
+    as MarianTokenizer(text_target=...) does, and decodes with target.spm."""
 
     def __init__(self, tok: HFTokenizer, source: Path | None = None) -> None:
         # A tokenizer.json may ship padding and truncation (sentence-embedding BERTs pad to a fixed
@@ -56,6 +63,7 @@ class Tokenizer:
         # core.inputs.encode reads, in every panel and command) adds them while this is True (the
         # default, as transformers does); the Model panel's checkbox and --no-special-tokens turn it off.
         self.special_tokens = True
+        self.target: Tokenizer | None = None
 
     # -- construction --------------------------------------------------------------------
     @classmethod
@@ -370,12 +378,18 @@ def load_tokenizer_folder(folder: str | Path) -> Tokenizer | None:
         _add_shipped_specials(hf, specials, config, folder / TOKENIZER_CONFIG)
         tokenizer = Tokenizer(hf, folder / BPE_VOCAB)
     else:
-        from .sentencepiece_tokenizer import load_sentencepiece_folder  # imports sentencepiece only when needed
+        from .sentencepiece_tokenizer import SentencePieceError, load_sentencepiece_folder  # imported when needed
 
-        tokenizer = load_sentencepiece_folder(folder, config, specials)
-        if tokenizer is None:
+        try:
+            found = load_sentencepiece_folder(folder, config, specials, _token_text)
+        except SentencePieceError as exc:
+            raise TokenizerError(str(exc), exc.path) from None
+        if found is None:
             return None
-        specials = tokenizer.declared_specials  # with the defaults of the transformers class it follows
+        tokenizer, specials = Tokenizer(found.backend, found.backend.source), found.specials
+        if found.target is not None:  # Marian: target.spm for the target text
+            tokenizer.target = Tokenizer(found.target, found.target.source)
+            tokenizer.target.declared_specials = specials
     tokenizer.declared_specials = specials
     tokenizer.bos_prepended = bool(config.get("add_bos_token", False)) and tokenizer.bos_token_id is not None
     return tokenizer

@@ -14,6 +14,7 @@ from pathlib import Path
 from safetensors import SafetensorError, safe_open
 
 from .hf_layout import is_snapshot
+from .sentencepiece_tokenizer import SENTENCEPIECE_FILES
 from .tokenizer import BPE_MERGES, BPE_VOCAB, SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG, WORDPIECE_VOCAB
 
 CONFIG = "config.json"
@@ -92,7 +93,7 @@ def outside_folder(folder: Path, f: Path) -> Path | None:
 
 # every file of a model folder the loader (and load_tokenizer_folder) may read by its name
 READ = (CONFIG, INDEX, WEIGHTS, TOKENIZER, WORDPIECE_VOCAB, BPE_VOCAB, BPE_MERGES, TOKENIZER_CONFIG,
-         SPECIAL_TOKENS_MAP)
+         SPECIAL_TOKENS_MAP, *SENTENCEPIECE_FILES)
 
 
 def check_links(folder: Path, names: tuple[str, ...] | None = None) -> None:

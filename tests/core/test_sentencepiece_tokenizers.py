@@ -17,7 +17,7 @@ import warnings
 import pytest
 
 from desktop_app.core.inputs import encode, encode_text_file
-from desktop_app.core.sentencepiece_tokenizer import SentencePieceTokenizer
+from desktop_app.core.sentencepiece_tokenizer import SentencePieceBackend
 from desktop_app.core.tokenizer import TokenizerError, load_tokenizer_folder
 
 spm = pytest.importorskip("sentencepiece")
@@ -146,11 +146,12 @@ def reference(folder):
 
 
 def assert_same_as_transformers(ours, ref, texts, target=False):
-    """ids with and without special tokens, and decoding with and without them, equal to `ref`'s."""
+    """ids with and without special tokens (as the model reads the text: encode_for_model), and
+    decoding with and without them, equal to `ref`'s."""
     side = ours.target if target else ours
     for text in texts:
         expected = ref(text_target=text)["input_ids"] if target else ref(text)["input_ids"]
-        assert side.encode(text, add_special_tokens=True) == expected, text
+        assert side.encode_for_model(text, True)[0] == expected, text
         if not target:
             assert side.encode(text) == ref(text, add_special_tokens=False)["input_ids"], text
         for skip in (False, True):
@@ -162,7 +163,7 @@ def assert_same_as_transformers(ours, ref, texts, target=False):
 def test_t5_spiece_model_tokenizes_as_t5_tokenizer(spm_models, tmp_path):
     folder = t5_folder(spm_models, tmp_path / "t5")
     ours, ref = load_tokenizer_folder(folder), reference(folder)
-    assert isinstance(ours, SentencePieceTokenizer) and ours.source == folder / "spiece.model"
+    assert isinstance(ours.tok, SentencePieceBackend) and ours.source == folder / "spiece.model"
     assert type(ref).__name__ == "T5Tokenizer"
     assert_same_as_transformers(ours, ref, sentences("t5"))
     assert ours.vocab_size == len(ref)  # the pieces and the 100 <extra_id_N> sentinels after them
@@ -177,7 +178,7 @@ def test_t5_spiece_model_tokenizes_as_t5_tokenizer(spm_models, tmp_path):
 def test_llama_tokenizer_model_alone_tokenizes_as_llama_tokenizer(spm_models, tmp_path, add_bos):
     folder = llama_folder(spm_models, tmp_path / "llama", add_bos)
     ours, ref = load_tokenizer_folder(folder), reference(folder)
-    assert isinstance(ours, SentencePieceTokenizer) and ours.source == folder / "tokenizer.model"
+    assert isinstance(ours.tok, SentencePieceBackend) and ours.source == folder / "tokenizer.model"
     assert type(ref).__name__ == "LlamaTokenizer"
     assert_same_as_transformers(ours, ref, sentences("llama"))
     assert ours.vocab_size == len(ref) and ours.bos_prepended == add_bos
@@ -210,7 +211,7 @@ def test_special_tokens_in_the_apps_inputs(spm_models, tmp_path):
     t5 = load_tokenizer_folder(t5_folder(spm_models, tmp_path / "t5"))
     out = encode(t5, "the dog runs")
     assert out.ids[-1] == t5.eos_token_id and out.specials == [(len(out.ids) - 1, "</s>")]
-    assert "T5" in out.specials_source
+    assert "post-processor" in out.specials_source  # said beside the chips
     assert encode(t5, "the dog runs", special_tokens=False).ids == out.ids[:-1]
     llama = load_tokenizer_folder(llama_folder(spm_models, tmp_path / "llama"))
     out = encode(llama, "the dog runs")
@@ -267,7 +268,7 @@ def test_a_marian_folder_missing_a_file_is_named(spm_models, tmp_path):
 
 def test_a_sentencepiece_tokenizer_is_not_written_as_tokenizer_json(spm_models, tmp_path):
     tokenizer = load_tokenizer_folder(t5_folder(spm_models, tmp_path / "t5"))
-    with pytest.raises(TokenizerError, match="spiece.model"):
+    with pytest.raises(ValueError, match="not written as tokenizer.json .copy spiece.model instead"):
         tokenizer.save(tmp_path / "tokenizer.json")
     assert not (tmp_path / "tokenizer.json").exists()
 
@@ -286,8 +287,24 @@ def test_a_model_folder_with_only_tokenizer_model_opens_with_text(spm_models, tm
     for name in ("tokenizer.model", "tokenizer_config.json"):
         shutil.copy(tok_folder / name, folder / name)
     loaded = load_model_folder(folder)
-    assert isinstance(loaded.tokenizer, SentencePieceTokenizer) and loaded.tokenizer_missing == ""
+    assert isinstance(loaded.tokenizer.tok, SentencePieceBackend) and loaded.tokenizer_missing == ""
     ids = encode_text_or_ids(loaded, "the dog runs").ids
     assert ids == reference(tok_folder)("the dog runs")["input_ids"]
     assert cli.main(["info", str(folder)]) == 0
     assert "not supported" not in capsys.readouterr().err
+
+
+def test_a_sentencepiece_model_linked_from_outside_the_folder_is_refused(spm_models, tmp_path):
+    """The rule every file the loader reads by name follows (weights.check_links)."""
+    from desktop_app.core.checkpoints import ModelLoadError, load_model_folder, new_model, save_model_folder
+    from desktop_app.core.config import ModelConfig
+
+    folder = tmp_path / "model"
+    save_model_folder(new_model(ModelConfig.gpt2(vocab_size=420, d_model=16, n_layers=1, n_heads=2, d_ff=32,
+                                                 context_length=16), seed=0), folder)
+    outside = tmp_path / "elsewhere.model"
+    shutil.copy(spm_models["llama"], outside)
+    (folder / "tokenizer.model").symlink_to(outside)
+    with pytest.raises(ModelLoadError, match="outside the model folder") as err:
+        load_model_folder(folder)
+    assert str(err.value).startswith(str(folder / "tokenizer.model"))

@@ -147,9 +147,11 @@ def check_trace_memory(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS,
                f"the first {first} of {n} layers, or any range of {first} (layers A:B, e.g. "
                f"{n - first}:{n})" if first else ""]
     choices = " or ".join(c for c in choices if c)
-    raise MemoryEstimateError(f"a trace of {n_tokens} tokens through {L} layers of {loaded.name} needs about "
-                              f"{human_bytes(need)}; this machine has {human_bytes(have)} available"
-                              + (f": trace {choices}" if choices else ""))
+    refusal = MemoryEstimateError(f"a trace of {n_tokens} tokens through {L} layers of {loaded.name} needs about "
+                                  f"{human_bytes(need)}; this machine has {human_bytes(have)} available"
+                                  + (f": trace {choices}" if choices else ""))
+    refusal.tokens, refusal.layers = tokens, first  # the choices, for a front end to offer (0: none)
+    raise refusal
 
 
 def _largest(fits, hi: int) -> int:
@@ -174,7 +176,8 @@ def _resolved(loaded: LoadedModel, inputs, interventions: list | None) -> list |
 @dataclass(frozen=True)
 class LayersReady:
     """A trace arriving in pieces (trace_input's on_layer): blocks 0 .. done-1 of `total` are recorded
-    in `trace` (the one being filled: read those layers only), for the text encoded as `enc`."""
+    in `trace` (the one being filled: read those layers only), for the text encoded as `enc`. (With a
+    layer range A:B, those of A .. done-1, and `total` is B.)"""
     enc: EncodedText
     trace: Trace
     done: int
@@ -203,13 +206,13 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
     if not enc.ids:
         return enc, None
     check_trace_memory(loaded, len(enc.ids), purpose, layers)
-    total = cfg.n_layers
+    total, recorded = cfg.n_layers, layer_range(layers, cfg.n_layers)
     report(job, 0, total, f"layer 0 / {total}")
 
     def ready(layer: int, trace: Trace) -> None:
         report(job, layer + 1, total, f"layer {layer + 1} / {total}")  # stops here once cancelled
-        if on_layer is not None:
-            on_layer(LayersReady(enc, trace, layer + 1, total))
+        if on_layer is not None and layer in recorded:  # (a layer range: of the blocks it records)
+            on_layer(LayersReady(enc, trace, layer + 1, recorded.stop))
 
     progressive = job is not None or on_layer is not None
     _, trace = loaded.model.run_with_trace(torch.tensor(enc.ids, device=loaded.model.device)[None],

@@ -40,11 +40,11 @@ def _load(path: str, device: str, dtype: str | None, text: str) -> tuple[LoadedM
     return loaded, run_sample_text(path, loaded)
 
 
-def _trace_in_pieces(loaded: LoadedModel, text: str, ids: list[int] | None, interventions: list, job=None,
-                     partial=None):
+def _trace_in_pieces(loaded: LoadedModel, text: str, ids: list[int] | None, interventions: list,
+                     layers: int | None = None, job=None, partial=None):
     """trace_input in a worker (run_job's job and partial): each layer reaches the UI thread as it is
     recorded (app.tracing.LayersReady), "layer k / L" the progress, and a cancel stops it between layers."""
-    return trace_input(loaded, text, ids, interventions, job=job, on_layer=partial)
+    return trace_input(loaded, text, ids, interventions, layers=layers, job=job, on_layer=partial)
 
 
 def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
@@ -131,6 +131,8 @@ class AppState(QObject):
     # inputs_changed that made it so) and its progress: (layers done, of how many); (0, 0) once it ended.
     layers_ready = Signal(object)
     trace_progress = Signal(int, int)
+    # A text's trace refused for memory that would fit through its first layers: (that many, of how many).
+    trace_layers_offered = Signal(int, int)
     # A trace shows its pieces and progress only once it has run this long: a quick one (a small model)
     # goes straight from the previous text's result to its own, without clearing the panels between.
     PIECES_AFTER_S = 0.3
@@ -155,6 +157,9 @@ class AppState(QObject):
         # The text trace arriving in pieces and on show (app.tracing.LayersReady), until its end; None else.
         self.tracing = None
         self._tracing_job = None  # the job whose layers `tracing` shows
+        # Record only the first this many layers of the text's traces (None: all): the choice offered when a
+        # whole trace would not fit in memory (set_trace_layers); back to all at every model opened.
+        self.trace_layers: int | None = None
         self.interventions: list = []  # core.interventions.Intervention, applied to every text trace
         # The input setting: the tokenizer's special tokens ([CLS] ... [SEP], BOS) added to every text
         # (set_special_tokens; the saved choice is applied at start); `encoded` is the text box's
@@ -290,6 +295,8 @@ class AppState(QObject):
         if new:  # pixel values are made for one model's size and normalisation
             self.image, self.image_source = None, ""
         self.loaded = loaded
+        if new:
+            self.trace_layers = None  # the first layers only was a choice for the previous model
         if loaded.tokenizer is not None:  # every text any panel encodes for it follows the input setting
             loaded.tokenizer.special_tokens = self.special_tokens
         if new:  # every result of the previous model is stale, whatever panel shows it
@@ -388,6 +395,8 @@ class AppState(QObject):
                 # Nothing of the previous text (or model) may stay on show: clear, and say why.
                 self.encoded = None
                 self._show_input([], None, str(exc), "text")
+                if getattr(exc, "layers", 0):  # a memory refusal: its first layers would fit
+                    self.trace_layers_offered.emit(exc.layers, loaded.config.n_layers)
             self.error.emit(str(exc))
             self._run_pending()
 
@@ -418,8 +427,18 @@ class AppState(QObject):
             self.layers_ready.emit(ready)
 
         job = self._trace_job = run_job(_trace_in_pieces, loaded, text, ids, list(self.interventions),
-                                        on_result=done, on_error=failed, on_cancelled=cancelled,
+                                        self.trace_layers, on_result=done, on_error=failed, on_cancelled=cancelled,
                                         on_progress=progress, on_partial=partial)
+
+    def set_trace_layers(self, layers: int | None) -> None:
+        """Record only the first `layers` layers of the text's traces from now on (None: all of them; a
+        new model opened goes back to all), and trace the text again."""
+        self.trace_layers = layers
+        if self.loaded is not None:
+            if layers is not None:
+                self.notice.emit(f"Tracing the first {layers} of {self.loaded.config.n_layers} layers of "
+                                 f"{self.loaded.name}: the whole trace would not fit in memory")
+            self.set_text(self.text)
 
     def cancel_trace(self) -> None:
         """Stop the text's trace now running (the Cancel beside its progress), at its next layer: what was

@@ -88,14 +88,14 @@ def test_a_long_trace_paints_its_first_rows_shows_progress_and_is_cancelled_by_a
     first_ids = list(state.token_ids)
     hold = Hold(monkeypatch, SECOND)
     progress = window.trace_progress
-    assert not progress.isVisible()
+    assert not progress.bar.isVisible()
 
     _type(qtbot, window, SECOND)
     qtbot.waitUntil(hold.reached.is_set, timeout=30_000)
     click_panel_tab(qtbot, window, "Attention")
     # the worker is held after layer 2 of 6: its first two rows are painted, the bar says so
     qtbot.waitUntil(lambda: attention.model_view.filled_layers() == 2, timeout=30_000)
-    qtbot.waitUntil(lambda: progress.isVisible() and progress.bar.value() == 2, timeout=10_000)
+    qtbot.waitUntil(lambda: progress.bar.isVisible() and progress.bar.value() == 2, timeout=10_000)
     assert progress.bar.maximum() == LAYERS and progress.bar.text() == "layer 2 / 6"
     assert len(attention.model_view.boxes) == LAYERS * HEADS  # the whole grid, rows 3 to 6 still empty
     assert {l for l, _ in attention.model_view.images} == {0, 1}
@@ -107,7 +107,7 @@ def test_a_long_trace_paints_its_first_rows_shows_progress_and_is_cancelled_by_a
 
     qtbot.mouseClick(progress.cancel_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)  # the worker ended (cancelled)
-    assert not progress.isVisible()
+    assert not progress.bar.isVisible()
     assert not hold.release.is_set()  # it was the cancel that ended the hold
     assert [layer for text, layer in hold.layers_seen if text == SECOND] == [1, 2]  # stopped there
     # a clear cancelled state: none of the interrupted trace stays on show
@@ -153,7 +153,7 @@ def test_a_new_text_cancels_the_old_trace_whose_result_is_never_shown(qtbot, six
     assert (second_ids, True) not in shown  # the old text's trace never reached the panels whole...
     assert all(ids == third_ids for ids, _ in painted[2:])  # ...nor any more of its layers
     assert shown[-1] == (third_ids, True)
-    assert not window.trace_progress.isVisible()
+    assert not window.trace_progress.bar.isVisible()
     attention = _attention(qtbot, window)
     assert attention.patterns[0].shape[-1] == len(third_ids)
     error_watch.assert_clean()
@@ -169,7 +169,7 @@ def test_a_layer_on_its_way_when_cancel_is_clicked_is_never_painted(qtbot, six_l
 
     _type(qtbot, window, SECOND)
     qtbot.waitUntil(hold.reached.is_set, timeout=30_000)
-    qtbot.waitUntil(lambda: attention.model_view.filled_layers() == 2 and window.trace_progress.isVisible(),
+    qtbot.waitUntil(lambda: attention.model_view.filled_layers() == 2 and window.trace_progress.bar.isVisible(),
                     timeout=30_000)
     hold.release.set()
     # layer 3 is recorded and handed on (its signals wait in the UI thread's queue: no events run here)
@@ -178,7 +178,7 @@ def test_a_layer_on_its_way_when_cancel_is_clicked_is_never_painted(qtbot, six_l
     qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
     assert painted == [1, 2]  # layer 3 arrived after the click: dropped
     assert state.trace_problem == "the trace was cancelled after layer 2 of 6"
-    assert attention.model_view.filled_layers() == 0 and not window.trace_progress.isVisible()
+    assert attention.model_view.filled_layers() == 0 and not window.trace_progress.bar.isVisible()
     error_watch.assert_clean()
 
 
@@ -202,3 +202,32 @@ def test_a_quick_trace_goes_from_one_result_to_the_next_without_pieces(qtbot, si
     assert "piece" not in events and "cleared" not in events
     assert all(e == ("progress", 0, 0) for e in events if isinstance(e, tuple))
     error_watch.assert_clean()
+
+
+def test_a_trace_refused_for_memory_offers_its_first_layers_and_a_click_traces_them(
+        qtbot, six_layers, monkeypatch, isolated_user_files):
+    from desktop_app.app.tracing import estimated_trace_bytes
+    from desktop_app.core import devices
+
+    window, state = open_window(qtbot, six_layers, text=FIRST)
+    _attention(qtbot, window)
+    n = len(state.loaded.tokenizer.encode(SECOND))
+    have = (estimated_trace_bytes(state.loaded, n, layers=3) + estimated_trace_bytes(state.loaded, n, layers=4)) // 2
+    monkeypatch.setattr(devices, "available_memory", lambda device="cpu": have)
+    offer = window.trace_progress.layers_button
+    assert not offer.isVisible()
+
+    _type(qtbot, window, SECOND)
+    qtbot.waitUntil(offer.isVisible, timeout=30_000)
+    assert offer.text() == "Trace the first 3 of 6 layers"
+    assert state.trace is None and "the first 3 of 6 layers" in state.trace_problem
+    attention = click_panel_tab(qtbot, window, "Attention")
+    assert attention.status.text().startswith(f"No text traced for this model: a trace of {n} tokens through 6 layers")
+    window.grab().save(str(isolated_user_files / "refused.png"))
+
+    qtbot.mouseClick(offer, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: state.trace is not None, timeout=30_000)
+    assert state.trace.n_layers == 3 and state.token_ids == state.loaded.tokenizer.encode(SECOND)
+    qtbot.waitUntil(lambda: attention.model_view.filled_layers() == 3, timeout=30_000)
+    assert len(attention.model_view.boxes) == 3 * HEADS and not offer.isVisible()
+    assert attention.status.text().startswith(f"{n} tokens, 3 layers")

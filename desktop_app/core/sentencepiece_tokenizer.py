@@ -22,7 +22,7 @@ MARIAN_SOURCE, MARIAN_TARGET = "source.spm", "target.spm"
 MARIAN_VOCAB, MARIAN_TARGET_VOCAB = "vocab.json", "target_vocab.json"
 SENTENCEPIECE_FILES = (T5_MODEL, LLAMA_MODEL, MARIAN_SOURCE, MARIAN_TARGET, MARIAN_TARGET_VOCAB)
 SPIECE_UNDERLINE = "▁"
-_STYLES = ("t5", "llama", "marian")
+_STYLES = ("t5", "llama", "gemma", "marian")
 
 
 class SentencePieceError(ValueError):
@@ -79,6 +79,8 @@ class SentencePieceBackend:
     - "llama" (LlamaTokenizer): </s> last when tokenizer_config.json says add_eos_token (<s> first with
       add_bos_token is Tokenizer.bos_prepended's); a text (or the text after a special token) that
       starts with a space gets no extra one; byte pieces (<0xE2>...) decoded to UTF-8.
+    - "gemma" (GemmaTokenizer): as "llama", with no space added anywhere (Gemma's model adds none
+      itself) and none dropped in decoding.
     - "marian" (MarianTokenizer): pieces mapped to ids through vocab.json (a piece it lacks is <unk>),
       a leading >>lang<< code kept whole, </s> after the text.
     Special tokens typed in the text (</s>, <extra_id_0>, ...) stay one token each, as in transformers.
@@ -224,6 +226,8 @@ class SentencePieceBackend:
                 text = text[1:]
         else:
             text = self._llama_tokens_to_string(tokens)
+            if self.style == "llama" and text.startswith(" "):  # LlamaTokenizer's Strip decoder
+                text = text[1:]
         return _clean_up_tokenization(text) if self.clean_up_spaces else text
 
     def _marian_tokens_to_string(self, tokens: list[str]) -> str:
@@ -241,8 +245,8 @@ class SentencePieceBackend:
 
     @staticmethod
     def _llama_tokens_to_string(tokens: list[str]) -> str:
-        """LlamaTokenizer's decoder: "▁" -> " ", byte pieces <0x..> to UTF-8 (U+FFFD each when invalid),
-        joined, one leading space dropped."""
+        """LlamaTokenizer's and GemmaTokenizer's decoder: "▁" -> " ", byte pieces <0x..> to UTF-8
+        (U+FFFD each when invalid), joined."""
         out: list[str] = []
         pending: list[int] = []
 
@@ -265,8 +269,7 @@ class SentencePieceBackend:
             flush()
             out.append(token)
         flush()
-        text = "".join(out)
-        return text[1:] if text.startswith(" ") else text
+        return "".join(out)
 
     def to_str(self) -> str:
         raise SentencePieceError(f"{self.source}: a SentencePiece tokenizer is not written as tokenizer.json "
@@ -298,15 +301,17 @@ class SentencePieceFolder:
         self.backend, self.target, self.specials = backend, target, specials
 
 
-def sentencepiece_style(folder: Path) -> str | None:
-    """Which SentencePiece tokenizer a folder ships ("marian", "t5", "llama"), None when none:
-    source.spm (Marian), else spiece.model (T5), else tokenizer.model (Llama, Mistral)."""
+def sentencepiece_style(folder: Path, config: dict) -> str | None:
+    """Which SentencePiece tokenizer a folder ships ("marian", "t5", "llama", "gemma"), None when none:
+    source.spm (Marian), else spiece.model (T5), else tokenizer.model (Llama and Mistral; Gemma when
+    tokenizer_config.json `config` names a Gemma tokenizer_class)."""
     if (folder / MARIAN_SOURCE).is_file():
         return "marian"
     if (folder / T5_MODEL).is_file():
         return "t5"
     if (folder / LLAMA_MODEL).is_file():
-        return "llama"
+        cls = config.get("tokenizer_class")
+        return "gemma" if isinstance(cls, str) and cls.lower().startswith("gemma") else "llama"
     return None
 
 
@@ -316,7 +321,7 @@ def load_sentencepiece_folder(folder: Path, config: dict, specials: dict[str, st
     `config`: tokenizer_config.json; `specials`: the special tokens the folder declares; `token_text`
     reads a token as the config files write it ("</s>" or {"content": "</s>", ...}).
     Raises SentencePieceError naming the file."""
-    style = sentencepiece_style(folder)
+    style = sentencepiece_style(folder, config)
     if style is None:
         return None
     shipped: dict[int, tuple[str, bool]] = {}  # added_tokens_decoder: id -> (text, special)
@@ -341,7 +346,8 @@ def load_sentencepiece_folder(folder: Path, config: dict, specials: dict[str, st
         added = {size + extra - 1 - i: f"<extra_id_{i}>" for i in range(extra)}  # T5: <extra_id_0> last
         eos_appended = True
     else:
-        defaults = {"bos": "<s>", "eos": "</s>", "unk": "<unk>"}
+        defaults = ({"bos": "<s>", "eos": "</s>", "unk": "<unk>"} if style == "llama" else
+                    {"bos": "<bos>", "eos": "<eos>", "unk": "<unk>", "pad": "<pad>", "mask": "<mask>"})
         added = {}
         eos_appended = bool(config.get("add_eos_token", False))
     if shipped:  # the file's own ids win

@@ -28,7 +28,7 @@ WORDS = ("the dog cat runs away black small house quickly and of le chien noir c
 ODD = ["€", "☃", "漢字", "🙂", "\u00a0", "\t", "Ω", "ß"]  # rare characters of the training text
 UNSEEN = ["ʬ", "ꙮ", "𝄞", "ǂ", "ʬʬ"]  # never in the training text: unknown pieces (or bytes for Llama)
 TYPED_SPECIALS = {"t5": ["</s>", "<extra_id_0>", "<extra_id_7>", "<pad>"], "llama": ["</s>", "<s>", "<unk>"],
-                  "marian": ["</s>", "<unk>", "<pad>"]}
+                  "gemma": ["<eos>", "<bos>", "<mask>", "<pad>"], "marian": ["</s>", "<unk>", "<pad>"]}
 
 
 def sentence(rng: random.Random, specials: list[str] = (), unseen: list[str] = ()) -> str:
@@ -85,6 +85,11 @@ def spm_models(tmp_path_factory):
         "llama": _train(corpus, root / "llama", vocab_size=420, model_type="bpe", byte_fallback=True,
                         split_digits=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
                         allow_whitespace_only_pieces=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1),
+        "gemma": _train(corpus, root / "gemma", vocab_size=420, model_type="bpe", byte_fallback=True,
+                        split_digits=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
+                        add_dummy_prefix=False, allow_whitespace_only_pieces=True, pad_id=0, eos_id=1, bos_id=2,
+                        unk_id=3, pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>",
+                        user_defined_symbols=["<mask>"]),
         **{f"marian-{kind}-{side}": _train(text, root / f"marian-{kind}-{side}", vocab_size=250, model_type=kind,
                                            unk_id=1, eos_id=0, bos_id=-1, pad_id=-1)
            for kind in ("unigram", "bpe") for side, text in (("source", corpus), ("target", french))},
@@ -107,16 +112,18 @@ def t5_folder(models, folder):
     return folder
 
 
-def llama_folder(models, folder, add_bos=True):
-    """What LlamaTokenizer writes, tokenizer.json deleted: only tokenizer.model remains; add_bos_token
-    in tokenizer_config.json as Llama 2 folders have it (transformers 5 leaves it out: no <s> then)."""
+def llama_folder(models, folder, add_bos=True, family="llama"):
+    """What LlamaTokenizer (GemmaTokenizer) writes, tokenizer.json deleted: only tokenizer.model remains;
+    add_bos_token in tokenizer_config.json as Llama 2 and Gemma folders have it (transformers 5 leaves
+    it out: no BOS then)."""
     _quiet()
     src = folder.parent / f"{folder.name}-src"
     src.mkdir(parents=True)
-    shutil.copy(models["llama"], src / "tokenizer.model")
-    transformers.LlamaTokenizer.from_pretrained(src).save_pretrained(folder)
+    shutil.copy(models[family], src / "tokenizer.model")
+    cls = transformers.GemmaTokenizer if family == "gemma" else transformers.LlamaTokenizer
+    cls.from_pretrained(src).save_pretrained(folder)
     (folder / "tokenizer.json").unlink()
-    shutil.copy(models["llama"], folder / "tokenizer.model")
+    shutil.copy(models[family], folder / "tokenizer.model")
     if add_bos:
         config = json.loads((folder / "tokenizer_config.json").read_text())
         (folder / "tokenizer_config.json").write_text(json.dumps({**config, "add_bos_token": True}))
@@ -187,6 +194,18 @@ def test_llama_tokenizer_model_alone_tokenizes_as_llama_tokenizer(spm_models, tm
     ids = ref("ʬ Zürich")["input_ids"]
     assert any(ref.convert_ids_to_tokens(i).startswith("<0x") for i in ids)  # byte fallback is exercised
     assert ours.decode(ids, skip_special_tokens=True) == "ʬ Zürich"
+
+
+@pytest.mark.parametrize("add_bos", [True, False])
+def test_gemma_tokenizer_model_alone_tokenizes_as_gemma_tokenizer(spm_models, tmp_path, add_bos):
+    folder = llama_folder(spm_models, tmp_path / "gemma", add_bos, family="gemma")
+    ours, ref = load_tokenizer_folder(folder), reference(folder)
+    assert type(ref).__name__ == "GemmaTokenizer"
+    assert_same_as_transformers(ours, ref, sentences("gemma"))
+    assert ours.vocab_size == len(ref) and ours.bos_prepended == add_bos
+    assert (ours.bos_token_id, ours.eos_token_id, ours.mask_token_id, ours.special_id("pad")) == (
+        ref.bos_token_id, ref.eos_token_id, ref.mask_token_id, ref.pad_token_id)
+    assert ours.decode(ref(" ʬ Zürich")["input_ids"], skip_special_tokens=True) == " ʬ Zürich"  # no space dropped
 
 
 @pytest.mark.parametrize("kind", ["unigram", "bpe"])

@@ -11,7 +11,8 @@ pollutes the other's peak (ru_maxrss, whole process, imports included):
 - ours: open the folder (--dtype, default auto: the dtype that suits the device, core.devices), take
   the trace the GUI takes of `--tokens` random ids (app.tracing.trace_input: the Attention and Layers
   panels' input) and read its first layer's patterns as the Attention panel does; time to the first
-  layer ready (block 0 recorded, from the trace's start); peak memory; then greedy generation of
+  layer ready (from the trace's start to its first piece, LayersReady of block 0, read as the Attention
+  panel's model view paints it: the GUI's progressive first look); peak memory; then greedy generation of
   `--new` tokens after an 8-token prompt, recording as the Generate panel does.
 - transformers: load the checkpoint as shipped (bfloat16, eager attention), one forward with every
   attention map and hidden state brought to numpy (float32: numpy has no bfloat16); peak memory; then
@@ -112,6 +113,7 @@ def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str) -> d
     import torch
 
     from ..app.tracing import estimated_trace_bytes, trace_input
+    from ..core import analysis
     from ..core.checkpoints import load_model_folder
     from ..core.generation import GenerationSession, GenerationSettings
     from ..core.views.attention import prepare
@@ -125,17 +127,17 @@ def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str) -> d
     ids = _ids(tokens, loaded.config.vocab_size, 1)
     first: list[float] = []
 
-    def block0_done(*_) -> None:  # returns None: the block's output stays as it is
-        sync()
-        first.append(time.perf_counter())
+    def layer_ready(ready) -> None:  # the GUI's first piece: layer 0's patterns, read as its model view does
+        if ready.done == 1:
+            analysis.attention_pattern(ready.trace, 0)
+            sync()
+            first.append(time.perf_counter())
 
-    hook = loaded.model.blocks[0].register_forward_hook(block0_done)
     t1 = time.perf_counter()
-    _, trace = trace_input(loaded, "", ids)
+    _, trace = trace_input(loaded, "", ids, on_layer=layer_ready)
     layer0 = prepare(trace, None, None).patterns[0]  # what the Attention panel paints first
     sync()
     t_trace = time.perf_counter() - t1
-    hook.remove()
     assert layer0.shape == (loaded.config.n_heads, tokens, tokens)
     weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in loaded.model.parameters()}.values())
     out = {"load_s": t_load, "trace_s": t_trace, "first_layer_s": first[0] - t1, "peak_mb": _peak_mb(),

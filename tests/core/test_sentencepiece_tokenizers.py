@@ -167,10 +167,22 @@ def assert_same_as_transformers(ours, ref, texts, target=False):
                 expected, skip_special_tokens=skip, **kwargs), (text, skip)
 
 
-def test_t5_spiece_model_tokenizes_as_t5_tokenizer(spm_models, tmp_path):
+def _edit_config(folder, **changes):
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, **changes}))
+
+
+@pytest.mark.parametrize("saved_by", ["transformers 5", "transformers 4"])
+def test_t5_spiece_model_tokenizes_as_t5_tokenizer(spm_models, tmp_path, saved_by):
     folder = t5_folder(spm_models, tmp_path / "t5")
+    if saved_by == "transformers 4":  # its tokenizer_config.json lists every added token with its id
+        added = reference(folder).added_tokens_decoder
+        _edit_config(folder, added_tokens_decoder={str(i): {"content": t.content, "special": t.special, "lstrip": False,
+                                                            "rstrip": False, "normalized": False, "single_word": False}
+                                                   for i, t in added.items()})
     ours, ref = load_tokenizer_folder(folder), reference(folder)
     assert isinstance(ours.tok, SentencePieceBackend) and ours.source == folder / "spiece.model"
+    assert ours.tok.token_to_id("<extra_id_0>") == len(ref) - 1 == ref.convert_tokens_to_ids("<extra_id_0>")
     assert type(ref).__name__ == "T5Tokenizer"
     assert_same_as_transformers(ours, ref, sentences("t5"))
     assert ours.vocab_size == len(ref)  # the pieces and the 100 <extra_id_N> sentinels after them
@@ -208,9 +220,11 @@ def test_gemma_tokenizer_model_alone_tokenizes_as_gemma_tokenizer(spm_models, tm
     assert ours.decode(ref(" ʬ Zürich")["input_ids"], skip_special_tokens=True) == " ʬ Zürich"  # no space dropped
 
 
-@pytest.mark.parametrize("kind", ["unigram", "bpe"])
-def test_marian_source_and_target_tokenize_as_marian_tokenizer(spm_models, tmp_path, kind):
+@pytest.mark.parametrize("kind, clean_up", [("unigram", False), ("bpe", False), ("unigram", True)])
+def test_marian_source_and_target_tokenize_as_marian_tokenizer(spm_models, tmp_path, kind, clean_up):
     folder = marian_folder(spm_models, tmp_path / "marian", kind)
+    if clean_up:  # as some folders ask: "a ." decodes as "a."
+        _edit_config(folder, clean_up_tokenization_spaces=True)
     assert not (folder / "tokenizer.json").exists() and (folder / "vocab.json").exists()
     ours, ref = load_tokenizer_folder(folder), reference(folder)
     assert type(ref).__name__ == "MarianTokenizer"
@@ -222,6 +236,8 @@ def test_marian_source_and_target_tokenize_as_marian_tokenizer(spm_models, tmp_p
     assert ours.source == folder / "source.spm" and ours.target.source == folder / "target.spm"
     assert ours.eos_token_id == ref.eos_token_id == 0 and ours.special_id("pad") == ref.pad_token_id
     assert ours.vocab_size == len(ref)
+    dot = ref("the dog .", add_special_tokens=False)["input_ids"]
+    assert ours.decode(dot) == ("the dog." if clean_up else "the dog .")
 
 
 def test_special_tokens_in_the_apps_inputs(spm_models, tmp_path):

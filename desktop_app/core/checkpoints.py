@@ -196,7 +196,13 @@ def _from_hf(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: set[st
                 continue
             full = _hf_name(family, entry, prefix)
             raise ModelLoadError(file_of(full), f"missing tensor {full!r}")
-        sd.update(zip(entry.ours, entry.convert.to_ours(get(stored), cfg)))
+        parts = entry.convert.to_ours(get(stored), cfg)
+        if entry.same_as_before:
+            for name, t in zip(entry.ours, parts):
+                if name in sd and not torch.equal(sd[name], t):
+                    raise ModelLoadError(file_of(stored), f"tensor {stored!r} differs from the one read before into "
+                                                          f"{name!r}; this app keeps one (not supported)")
+        sd.update(zip(entry.ours, parts))
     return sd
 
 

@@ -53,7 +53,33 @@ def marian():
         pad_token_id=VOCAB - 1, decoder_start_token_id=VOCAB - 1, eos_token_id=0, forced_eos_token_id=None))
 
 
-MODELS = {"t5_v1_0": t5_v10, "t5_v1_1": t5_v11, "bart": bart, "marian": marian}
+def bart_untied():
+    """tie_word_embeddings false: transformers then ties neither the head nor each stack's embed_tokens to
+    shared; the stacks' tables are made the shared one (what a model with only its head untied holds)."""
+    hf = transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=40,
+        activation_function="relu", dropout=0.0, attention_dropout=0.0, forced_eos_token_id=None,
+        tie_word_embeddings=False))
+    with torch.no_grad():
+        hf.model.encoder.embed_tokens.weight.copy_(hf.model.shared.weight)
+        hf.model.decoder.embed_tokens.weight.copy_(hf.model.shared.weight)
+    return hf
+
+
+def test_a_bart_folder_whose_stacks_hold_other_embeddings_is_refused_by_name(tmp_path):
+    torch.manual_seed(0)
+    hf = bart_untied()
+    with torch.no_grad():
+        hf.model.decoder.embed_tokens.weight.add_(1.0)
+    hf.save_pretrained(tmp_path / "hf")
+    from desktop_app.core.checkpoints import ModelLoadError
+    with pytest.raises(ModelLoadError, match=r"model.safetensors: tensor 'model.decoder.embed_tokens.weight' differs "
+                                             r"from the one read before into 'tok_embed.weight'"):
+        load_model_folder(tmp_path / "hf")
+
+
+MODELS = {"t5_v1_0": t5_v10, "t5_v1_1": t5_v11, "bart": bart, "marian": marian, "bart_untied": bart_untied}
 
 
 def randomise_biases(hf) -> None:
@@ -119,7 +145,7 @@ def compare(model: EncoderDecoder, hf, src, tgt, src_mask, what: str) -> None:
 @pytest.mark.parametrize("name", list(MODELS))
 def test_an_encoder_decoder_folder_opens_with_transformers_logits_and_attention(name, tmp_path):
     hf, loaded = make(name, tmp_path)
-    assert isinstance(loaded.model, EncoderDecoder) and loaded.config.family == name.split("_v")[0]
+    assert isinstance(loaded.model, EncoderDecoder) and loaded.config.family == name.split("_")[0]
     compare(loaded.model, hf, *inputs(), "from transformers:")
 
 

@@ -96,6 +96,10 @@ def seq2seq_weights(cfg: ModelConfig) -> list[Weight]:
                     table.append(weight(f"{stack}.layers.{i}.{theirs}.{p}", f"{stack}.blocks.{i}.{ours}.{p}"))
     table.append(weight("final_logits_bias", "lm_bias", ROW, outside_prefix=True))
     if not cfg.tie_embeddings:
+        # transformers ties nothing then (not even each stack's embed_tokens to shared): written out, all the
+        # same table; read back only if present (a folder whose stacks hold different tables is not supported)
+        table += [weight(f"{stack}.embed_tokens.weight", "tok_embed.weight", optional=True, same_as_before=True)
+                  for stack in ("encoder", "decoder")]
         table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
     return table
 

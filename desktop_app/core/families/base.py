@@ -65,6 +65,9 @@ class Weight:
     optional: bool = False  # a folder may lack it without being refused
     aliases: tuple[str, ...] = ()  # older names of the same tensor, accepted when reading
     outside_prefix: bool = False  # heads kept beside the base model (lm_head.*, cls.*)
+    # a second copy of a tensor read before (an untied BART's encoder.embed_tokens beside shared): refused
+    # when it holds other values, since ours keeps one
+    same_as_before: bool = False
 
 
 def weight(theirs: str, ours: str | tuple[str, ...], convert: Conversion = IDENTITY, **kw: Any) -> Weight:

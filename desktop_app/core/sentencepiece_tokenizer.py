@@ -10,6 +10,7 @@ model is read)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -111,8 +112,8 @@ class SentencePieceBackend:
         # the unknown token's text: Marian maps a piece vocab.json lacks to it (MarianTokenizer's unk_token)
         self._unk_text = unk_token if unk_token is not None else sp.id_to_piece(sp.unk_id())
         # the tokens typed in a text that stay whole (longest first: leftmost-longest matching)
-        self._split = sorted({t for t in (*split_tokens, *special_tokens, *self._added.values()) if t},
-                             key=len, reverse=True)
+        split = sorted({t for t in (*split_tokens, *special_tokens, *self._added.values()) if t}, key=len, reverse=True)
+        self._split_re = re.compile("|".join(map(re.escape, split))) if split else None
         self._special_texts = {t for t in special_tokens if t}
 
     # -- ids and texts -------------------------------------------------------------------
@@ -166,17 +167,15 @@ class SentencePieceBackend:
     # -- encoding ------------------------------------------------------------------------
     def _chunks(self, text: str) -> list[tuple[str, bool]]:
         """`text` cut around the special tokens typed in it: (piece, is a special token)."""
+        if self._split_re is None:
+            return [(text, False)] if text else []
         out: list[tuple[str, bool]] = []
-        start = pos = 0
-        while pos < len(text):
-            hit = next((t for t in self._split if text.startswith(t, pos)), None)
-            if hit is None:
-                pos += 1
-                continue
-            if pos > start:
-                out.append((text[start:pos], False))
-            out.append((hit, True))
-            pos = start = pos + len(hit)
+        start = 0
+        for m in self._split_re.finditer(text):  # leftmost, longest first (the alternatives' order)
+            if m.start() > start:
+                out.append((text[start:m.start()], False))
+            out.append((m.group(), True))
+            start = m.end()
         if start < len(text):
             out.append((text[start:], False))
         return out

@@ -337,21 +337,34 @@ class EncoderDecoder(nn.Module):
 # -- decoding ------------------------------------------------------------------------------------
 
 
-def _source(model: EncoderDecoder, src_ids) -> torch.Tensor:
+def _source(model: EncoderDecoder, src_ids, max_new: int) -> torch.Tensor:
+    if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 0:
+        raise ValueError(f"the number of new tokens must be a non-negative integer, got {max_new!r}")
     src = torch.as_tensor(src_ids, dtype=torch.long, device=model.device)
     return src[None] if src.dim() == 1 else src
 
 
+def _ban(scores: torch.Tensor, banned_ids) -> torch.Tensor:
+    """Scores [..., vocab] with the banned tokens at -inf (transformers' bad_words_ids of one token each,
+    e.g. Marian's pad token)."""
+    if banned_ids:
+        scores = scores.clone()
+        scores[..., list(banned_ids)] = float("-inf")
+    return scores
+
+
 @torch.no_grad()
-def greedy_decode(model: EncoderDecoder, src_ids, max_new: int, *, eos_id: int | None = None) -> list[int]:
+def greedy_decode(model: EncoderDecoder, src_ids, max_new: int, *, eos_id: int | None = None,
+                  banned_ids=()) -> list[int]:
     """The most likely token at each step, up to max_new of them or through eos_id (included; None:
-    never stop early): the ids after the decoder's start token, as transformers' generate gives them."""
-    enc = model.encode(_source(model, src_ids))
+    never stop early), never one of banned_ids: the ids after the decoder's start token, as
+    transformers' generate gives them."""
+    enc = model.encode(_source(model, src_ids, max_new))
     cache = model.new_cache()
     token, out = model.start_token(), []
     for _ in range(max_new):
         logits = model.decode(torch.tensor([[token]], device=enc.device), enc, cache=cache).logits[0, -1]
-        token = int(logits.argmax())
+        token = int(_ban(logits, banned_ids).argmax())
         out.append(token)
         if eos_id is not None and token == eos_id:
             break
@@ -360,13 +373,21 @@ def greedy_decode(model: EncoderDecoder, src_ids, max_new: int, *, eos_id: int |
 
 @torch.no_grad()
 def beam_decode(model: EncoderDecoder, src_ids, max_new: int, num_beams: int, *, eos_id: int | None = None,
-                length_penalty: float = 1.0, early_stopping: bool | str = False) -> list[int]:
+                length_penalty: float = 1.0, early_stopping: bool | str = False, banned_ids=()) -> list[int]:
     """Beam search as transformers' generate does it (its vectorised _beam_search: 2 x num_beams
     candidates a step, a finished hypothesis scored sum log p / generated_length ** length_penalty,
-    early_stopping True / False / "never" as there); the best hypothesis' ids after the start token."""
-    if num_beams < 1:
-        raise ValueError(f"num_beams must be at least 1, got {num_beams}")
-    enc = model.encode(_source(model, src_ids)).expand(num_beams, -1, -1)
+    early_stopping True / False / "never" as there; banned_ids at -inf after the log-softmax, as its
+    bad_words_ids); the best hypothesis' ids after the start token."""
+    if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
+        raise ValueError(f"the number of beams must be a positive integer, got {num_beams!r}")
+    if not math.isfinite(length_penalty):
+        raise ValueError(f"the length penalty must be a finite number, got {length_penalty!r}")
+    if early_stopping not in (True, False, "never"):
+        raise ValueError(f"early_stopping must be true, false or 'never', got {early_stopping!r}")
+    src = _source(model, src_ids, max_new)
+    if max_new == 0:
+        return []
+    enc = model.encode(src).expand(num_beams, -1, -1)
     cache = model.new_cache()
     neg = -1.0e9
     max_length = 1 + max_new
@@ -384,7 +405,7 @@ def beam_decode(model: EncoderDecoder, src_ids, max_new: int, num_beams: int, *,
     cur = 1
     while True:
         logits = model.decode(running[:, cur - 1:cur].to(enc.device), enc, cache=cache).logits[:, -1].float().cpu()
-        acc = (F.log_softmax(logits, dim=-1) + running_scores[:, None]).reshape(-1)
+        acc = (_ban(F.log_softmax(logits, dim=-1), banned_ids) + running_scores[:, None]).reshape(-1)
         vocab = logits.shape[-1]
         top_scores, top_idx = torch.topk(acc, keep)
         beam, token = top_idx // vocab, top_idx % vocab

@@ -244,3 +244,18 @@ def test_a_trace_only_records_what_it_asks_for():
     with torch.no_grad():
         model(src, tgt, trace=trace)
     assert sorted(trace.keys()) == [f"decoder.blocks.{l}.cross_attn.pattern" for l in range(3)]
+
+
+def test_decoding_arguments_are_checked():
+    model = model_of("marian")
+    assert greedy_decode(model, [4, 5], 0) == [] and beam_decode(model, [4, 5], 0, 3) == []
+    with pytest.raises(ValueError, match="new tokens must be a non-negative integer, got -1"):
+        greedy_decode(model, [4, 5], -1)
+    with pytest.raises(ValueError, match="number of beams must be a positive integer, got 0"):
+        beam_decode(model, [4, 5], 3, 0)
+    with pytest.raises(ValueError, match="length penalty must be a finite number"):
+        beam_decode(model, [4, 5], 3, 2, length_penalty=float("nan"))
+    with pytest.raises(ValueError, match="early_stopping must be true, false or 'never'"):
+        beam_decode(model, [4, 5], 3, 2, early_stopping="sometimes")
+    # one beam is greedy search
+    assert beam_decode(model, [4, 5, 6], 6, 1) == greedy_decode(model, [4, 5, 6], 6)

@@ -196,6 +196,20 @@ def test_beam_search_stops_at_the_end_token_as_generate_does(tmp_path):
     greedy = hf.generate(src, max_new_tokens=12, num_beams=1, eos_token_id=0, do_sample=False, forced_eos_token_id=None,
                          bad_words_ids=None, pad_token_id=VOCAB - 1)[0, 1:].tolist()
     assert greedy_decode(loaded.model, src[0], 12, eos_id=0) == greedy
+    # Marian's generate never writes its pad token (bad_words_ids [[pad]]): made likely here, then banned
+    with torch.no_grad():
+        hf.final_logits_bias[0, VOCAB - 1] = 3.0
+    hf.save_pretrained(tmp_path / "pad")
+    loaded = load_model_folder(tmp_path / "pad")
+    for beams in (1, 3):
+        ref = hf.generate(src, max_new_tokens=12, num_beams=beams, eos_token_id=0, do_sample=False,
+                          forced_eos_token_id=None, bad_words_ids=[[VOCAB - 1]], pad_token_id=VOCAB - 1)[0, 1:].tolist()
+        ref = ref[:ref.index(0) + 1] if 0 in ref else ref
+        assert VOCAB - 1 not in ref
+        ours = (greedy_decode(loaded.model, src[0], 12, eos_id=0, banned_ids=[VOCAB - 1]) if beams == 1 else
+                beam_decode(loaded.model, src[0], 12, 3, eos_id=0, banned_ids=[VOCAB - 1]))
+        assert ours == ref, beams
+        assert VOCAB - 1 in greedy_decode(loaded.model, src[0], 12)  # without the ban the pad token comes
     assert finished_early, "no hypothesis ended before the last step: the test would not see the end token"
 
 

@@ -246,6 +246,14 @@ def _check_layers(layers, n_layers: int) -> list[int]:
     return out
 
 
+def timeline_at(run_dir: str | Path) -> Timeline:
+    """The steps scrub measures: a training run's kept steps (core.training.timeline.kept_steps), or the step
+    revisions of a Hugging Face cache repository (`run_dir` its folder or one of its snapshots: hf_timeline).
+    KeptStepError for any other folder."""
+    repo = _hf_repo(run_dir)
+    return hf_timeline(repo) if repo is not None else kept_steps(run_dir)
+
+
 def grad_norm_scrub(run_dir: str | Path, layers=None) -> Scrub:
     """The gradient norm of each block (before clipping) at every step the trainer logged (metrics.json's
     grad_norm.blocks.L): a per-layer Scrub whose steps are the logged steps. ValueError when the run
@@ -288,7 +296,7 @@ def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, 
     if metric == GRAD_NORM:
         return grad_norm_scrub(run_dir, layers)
     run_dir = Path(run_dir)
-    timeline = kept_steps(run_dir)
+    timeline = timeline_at(run_dir)
     steps = timeline.openable()
     if not steps:
         raise ValueError(f"{run_dir}: no kept step is there any more (deleted: "

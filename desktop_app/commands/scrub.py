@@ -21,7 +21,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("scrub", help="a per-head metric (induction, previous-token, entropy, distance) or a per-layer "
                                      "one (weight norm, Lipschitz constant, logit lens, gradient norm) at every "
                                      "step a training run kept (CSV)")
-    p.add_argument("run_dir", help="a training run's folder (trained with --keep-every K)")
+    p.add_argument("run_dir", help="a training run's folder (trained with --keep-every K), or a Hugging Face cache "
+                                   "repository folder (models--org--name, or one of its snapshots) whose revisions "
+                                   "are training steps (Pythia's step1000 ...)")
     p.add_argument("--metric", choices=METRICS, required=True,
                    help="induction: attention to the token after the earlier occurrence of the current one, on "
                         "a random half repeated; prev-token: attention to the previous token; entropy (nats); "
@@ -46,10 +48,9 @@ def run(args) -> int:
     import json
     import sys
 
-    from ..app.timeline import COLUMNS, TEXT_METRICS, scrub
+    from ..app.timeline import COLUMNS, TEXT_METRICS, scrub, timeline_at
     from ..core.analysis import HEAD_SCORES
     from ..core.files import check_output_file, strict_json
-    from ..core.training.timeline import kept_steps
     from .attribute import write_csv
 
     if args.layer is not None and args.metric in HEAD_SCORES:
@@ -57,7 +58,7 @@ def run(args) -> int:
     if args.text is not None and args.metric not in TEXT_METRICS:
         raise ValueError(f"--text is measured by {', '.join(TEXT_METRICS)} only, not {args.metric}")
     check_output_file(args.csv, args.overwrite)  # refused or unwritable now, not after the steps
-    for k in kept_steps(args.run_dir).missing():
+    for k in timeline_at(args.run_dir).missing():
         print(f"note: {k.path}: kept step {k.step} has been deleted; skipped", file=sys.stderr)
     result = scrub(args.run_dir, args.metric, sequences=args.sequences, seed=args.seed,
                    layers=None if args.layer is None else [args.layer], text=args.text)

@@ -225,3 +225,32 @@ def test_scrub_refuses_a_layer_or_text_it_cannot_measure_in_one_line(run, tmp_pa
     assert main(["scrub", str(run), *args, "--csv", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0] and not out.exists()
+
+
+def test_scrub_measures_a_cached_models_step_revisions(tmp_path, capsys, monkeypatch):
+    """A Hugging Face cache repository whose refs name training steps (Pythia's step1000 ...): scrub measures
+    each step's snapshot, the repository folder or one of its snapshots given; a step whose snapshot the
+    cache lacks is named and skipped."""
+    from desktop_app.app.timeline import probe_sequences
+    from desktop_app.core.analysis import head_scores
+    from desktop_app.core.checkpoints import load_model_folder
+    from desktop_app.core.hf_cache import step_snapshot
+    from fake_hf_cache import add_step_revisions, point_at
+
+    cache = tmp_path / "hf-cache"
+    point_at(monkeypatch, cache, tmp_path / "home")
+    repo = add_step_revisions(cache, tmp_path, missing=(512,))  # steps 0, 512 (not in the cache), 1000
+    out = tmp_path / "p.csv"
+    for where in (repo, step_snapshot(repo, 1000)):
+        assert main(["scrub", str(where), "--metric", "prev-token", "--csv", str(out), "--overwrite"]) == 0
+        captured = capsys.readouterr()
+        summary = _last_json(captured.out)
+        assert summary["steps"] == [0, 1000] and summary["deleted"] == [512] and "step 512" in captured.err
+        body = _csv_body(out)
+        for step in (0, 1000):
+            loaded = load_model_folder(step_snapshot(repo, step))
+            ids, period, start, _ = probe_sequences(loaded.config, None, 32, 0)
+            expected = head_scores(loaded.model.eval(), ids, "prev-token", period, start)
+            assert [v for s, _, _, v in body if s == step] == pytest.approx(expected.reshape(-1).tolist())
+    assert main(["scrub", str(repo), "--metric", "logit-lens", "--csv", str(out), "--overwrite"]) == 0
+    assert [(s, l) for s, l, _, _ in _csv_body(out)] == [(0, 0), (1000, 0)]

@@ -205,6 +205,12 @@ def _across(qtbot, run):
     state = AppState()
     window = _window(qtbot, state)
     _open_run(qtbot, state, window, run)
+    return _across_of(qtbot, window)
+
+
+def _across_of(qtbot, window):
+    """The Across-training window, opened by a click on the bar's button, once it has measured the head
+    metrics and the default per-layer metric (weight norms)."""
     qtbot.mouseClick(window.timeline_bar.across_button, Qt.MouseButton.LeftButton)
     across = window.timeline_bar.across
     qtbot.addWidget(across)
@@ -300,3 +306,24 @@ def test_a_click_on_the_loss_curve_while_the_run_trains_opens_a_step_it_kept(qtb
     qtbot.waitUntil(lambda: window.timeline_bar.isVisible() and window.timeline_bar.shown_step == 20, timeout=30_000)
     qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not panel.running, timeout=60_000)
+
+
+def test_across_training_measures_a_cached_models_step_revisions(qtbot, tmp_path, monkeypatch, isolated_user_files):
+    """A model opened from the Hugging Face cache whose revisions are training steps: Across training measures
+    each step's snapshot (the head metrics and the per-layer metric)."""
+    from desktop_app.core.hf_cache import step_snapshot
+    from desktop_app.ui.state import AppState
+    from fake_hf_cache import add_step_revisions, point_at
+
+    cache = tmp_path / "hf-cache"
+    point_at(monkeypatch, cache, tmp_path / "home")
+    repo = add_step_revisions(cache, tmp_path)  # steps 0, 512, 1000
+    state = AppState()
+    window = _window(qtbot, state)
+    with qtbot.waitSignal(state.model_changed, timeout=60_000):
+        state.open_model(step_snapshot(repo, 1000))
+    qtbot.waitUntil(lambda: window.timeline_bar.isVisible(), timeout=30_000)
+    across = _across_of(qtbot, window)
+    assert not across.status.text().startswith("Could not")
+    for plot, curves in ((across.plots["induction"], 2), (across.layer_plot, 1)):  # 1 layer, 2 heads
+        assert [list(c.getData()[0]) for c in plot.getPlotItem().listDataItems()] == [[0, 512, 1000]] * curves

@@ -21,7 +21,13 @@ scrub` share it. Qt-free; run it in a worker (it loads one model per step), with
     scrub(run_dir, metric, ...) -> Scrub   the metric of every layer and head at every kept step still there
                                            (and the run's own latest checkpoint), the deleted steps named;
                                            `layers` chooses the layers of a per-layer metric, `text` a text
-                                           of one's own for lipschitz and the logit lens (else the probe)
+                                           of one's own for lipschitz and the logit lens (else the probe);
+                                           `run_dir` may also be a Hugging Face cache repository whose
+                                           revisions are training steps (timeline_at)
+    lipschitz_per_layer(model, ids, layers)   [layers]: core.lipschitz's run_sweep on the sequences ids
+    logit_lens_of_next(model, ids, first)  ([layers], [layers]): probability and rank of the next token
+                                           through each layer's logit lens (the trace's blocks.L.logit_lens)
+    grad_norm_scrub(run_dir)               the gradient norms the trainer logged (metrics.json), per block
     Scrub.values                           [steps, layers, heads]; Scrub.steps, Scrub.timeline (the steps'
                                            folders and the loss curve: core.training.timeline.kept_steps)
     Scrub.rows()                           (step, layer, head, value): the CSV `scrub --csv` writes
@@ -194,7 +200,8 @@ def lipschitz_per_layer(model, ids: torch.Tensor, layers: list[int], seed: int =
                      for l in layers])
 
 
-LENS_BATCH = 8  # sequences traced at once for the logit lens ([batch, T, vocab] per layer)
+LENS_BATCH = 8  # sequences traced at once for the logit lens ([batch, T, vocab] per layer) at most,
+LENS_BYTES = 256 * 2**20  # and fewer when their lenses ([batch, T, vocab] float32, every layer) would pass this
 
 
 @torch.no_grad()
@@ -208,11 +215,12 @@ def logit_lens_of_next(model, ids: torch.Tensor, first) -> tuple[np.ndarray, np.
     n, T = ids.shape
     first = np.broadcast_to(np.asarray(first), (n,))
     probs, ranks, count = np.zeros(cfg.n_layers), np.zeros(cfg.n_layers), 0
-    for b0 in range(0, n, LENS_BATCH):
-        batch = ids[b0:b0 + LENS_BATCH].to(model.device)
+    per_batch = max(1, min(LENS_BATCH, LENS_BYTES // (4 * T * cfg.vocab_size * cfg.n_layers)))
+    for b0 in range(0, n, per_batch):
+        batch = ids[b0:b0 + per_batch].to(model.device)
         _, trace = model.run_with_trace(batch, names=("blocks.*.logit_lens",), compute_logits=False)
         target = batch[:, 1:]  # [B, T-1]: the next token of each position
-        keep = torch.as_tensor(np.arange(T - 1)[None, :] >= first[b0:b0 + LENS_BATCH, None], device=model.device)
+        keep = torch.as_tensor(np.arange(T - 1)[None, :] >= first[b0:b0 + per_batch, None], device=model.device)
         count += int(keep.sum())
         for l in range(cfg.n_layers):
             logits = trace[f"blocks.{l}.logit_lens"][:, :-1].float()  # [B, T-1, vocab]

@@ -165,7 +165,8 @@ def test_scrub_lipschitz_of_a_chosen_layer_is_the_exact_jacobian_norm_at_each_st
     assert summary["heads"] is None and summary["best"]["head"] == -1
 
 
-def test_scrub_logit_lens_is_the_models_own_next_token_probability_at_its_last_layer(run, tmp_path, capsys):
+def test_scrub_logit_lens_is_the_models_own_next_token_probability_at_its_last_layer(run, tmp_path, capsys,
+                                                                                   monkeypatch):
     """--metric logit-lens / logit-lens-rank: one row per kept step and layer; at the last layer the lens is
     the model's own output, so the value is the mean probability (rank) the model gives the correct next
     token over the repeats' predictable positions; --text measures a text of one's own at every position."""
@@ -194,6 +195,13 @@ def test_scrub_logit_lens_is_the_models_own_next_token_probability_at_its_last_l
                 rank.append(int((p[i, t] > p[i, t, target]).sum()))
         assert dict(((s, l), v) for s, l, _, v in probs)[(step, 1)] == pytest.approx(np.mean(pick), rel=1e-4)
         assert dict(((s, l), v) for s, l, _, v in ranks)[(step, 1)] == pytest.approx(np.mean(rank), abs=1e-9)
+    import desktop_app.app.timeline as timeline
+
+    one_at_a_time = tmp_path / "p1.csv"  # a large vocabulary's lenses are traced a sequence at a time: the same
+    monkeypatch.setattr(timeline, "LENS_BYTES", 1)
+    assert main(["scrub", str(run), "--metric", "logit-lens", "--csv", str(one_at_a_time)]) == 0
+    capsys.readouterr()
+    assert [v for *_, v in _csv_body(one_at_a_time)] == pytest.approx([v for *_, v in probs], rel=1e-6)
     text = "0 1 2 3 0 1 2 3"
     assert main(["scrub", str(run), "--metric", "logit-lens", "--text", text, "--csv", str(prob_csv),
                  "--overwrite"]) == 0

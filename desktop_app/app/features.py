@@ -15,6 +15,11 @@ For the GUI's Features panel (edits resolved as every panel resolves them):
     lens_on(loaded, ids, attached, interventions, n)   [(run, [TokenFeatures])] per dictionary, one forward
     attribute_next_token(loaded, ids, attached, interventions)   (FeatureAttribution, top next token)
     cached_dashboard(loaded, attached, path, feature, ..., job=)   (TopContexts, from_cache): cached on disk
+
+For the Train panel's dictionary mode (the CLI's `train --task sae` is commands.features.run_train_sae):
+    dictionary_problems(loaded, cfg)      why a SaeTrainConfig cannot train on the loaded model ([] when it can)
+    train_dictionary(loaded, cfg, out_dir, on_event=None, control=dictionary_control(), job=None)
+                                          into a new folder (a worker); the held-out summary
 """
 from __future__ import annotations
 
@@ -266,3 +271,65 @@ def prune_dashboard_cache(root, keep: int = MAX_CACHED_DASHBOARDS) -> list:
         except OSError:
             pass
     return removed
+
+
+# -- training a dictionary from the Train panel ----------------------------------------------------------
+
+
+def dictionary_problems(loaded, cfg) -> list[str]:
+    """What stops `cfg` (core.training.sae.SaeTrainConfig) from training on `loaded` ([] when nothing does):
+    each one line, checked cheaply (the text itself is read by the run, which says what is wrong with it)."""
+    from pathlib import Path
+
+    from ..core.features.hooks import hook_point
+
+    if loaded is None:
+        return ["Open a model first: a dictionary is trained on its activations."]
+    if getattr(loaded.config, "input_kind", "tokens") == "patches":
+        return [f"Sparse dictionaries read text models; {loaded.name} reads images."]
+    problems = []
+    problem = cfg.problem()
+    if problem:
+        problems.append(problem[:1].upper() + problem[1:] + ".")
+    for hook in (cfg.hook, cfg.hook_out):
+        if hook:
+            try:
+                hook_point(hook, loaded.config)
+            except ValueError as exc:
+                problems.append(str(exc))
+    if not cfg.text_file:
+        problems.append("Choose a text file: the dictionary learns the model's activations on it.")
+    elif not Path(cfg.text_file).expanduser().is_file():
+        problems.append(f"{cfg.text_file}: no such file.")
+    return problems
+
+
+def train_dictionary(loaded, cfg, out_dir, on_event=None, control=None, job=None) -> dict:
+    """Train a dictionary (core.training.sae.train_sae) on the loaded model's activations into `out_dir`, a new
+    or empty folder (refused otherwise, before any work), saved in SAELens' format with its training state.
+    `control` (dictionary_control()) pauses and stops it; `job` (a worker's JobControl) stops it too (the
+    application closing). Returns the held-out summary (step, mse, l0, variance_explained, dead)."""
+    from ..core.files import check_output_folder
+    from ..core.training.sae import train_sae
+
+    check_output_folder(out_dir, what="dictionary")
+    if control is not None:
+        control.job = job
+    summary, _ = train_sae(cfg, loaded, out_dir, on_event=on_event, control=control or job)
+    return summary
+
+
+def dictionary_control():
+    """A TrainControl for a dictionary run in a worker (pause / resume / stop) that also stops once the
+    worker's own job is cancelled (the window closing), paused or not: pass it as train_dictionary's `control`."""
+    from ..core.training import TrainControl
+
+    class DictionaryControl(TrainControl):
+        job = None  # the worker's JobControl (train_dictionary sets it)
+
+        def check(self) -> None:
+            if self.job is not None and self.job.cancelled:
+                self.cancel()
+            super().check()
+
+    return DictionaryControl()

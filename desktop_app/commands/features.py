@@ -99,7 +99,7 @@ def run_train_sae(args) -> int:
     import threading
 
     from . import load_model
-    from .train import take_control
+    from .control import take_control
     from ..core.files import check_output_folder
     from ..core.training import TrainControl
     from ..core.training.sae import SAE_STATE_FILE, resumed_sae_config, sae_config_from, train_sae

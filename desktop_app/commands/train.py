@@ -20,6 +20,7 @@ import threading
 from ..app.training import (config_from_flags, config_to_flags, flag as _flag, model_flag_keys, run_flag_keys,
                             task_option_dest)
 from .args import Number, device_or_auto
+from .control import take_control
 
 config_to_args = config_to_flags  # the run's flags (app.training: what the Train panel shows as a command)
 
@@ -210,37 +211,6 @@ def check_training_memory(cfg) -> None:
     need = 16.0 * params + float(cfg.batch_size) * T * per_token * width
     check_memory(need, f"--batch-size {cfg.batch_size} x --context {T} x --d-model {d} x --layers {layers}",
                  "for the weights, optimiser state and activations", cfg.device)
-
-
-def take_control(args, control) -> dict:
-    """How a run (a model's or a dictionary's) is driven from outside: with --control-stdin the lines
-    "pause", "resume" and "stop" on stdin (stdin closed: stop); SIGTERM and the first Ctrl-C stop cleanly,
-    with a checkpoint, a second Ctrl-C interrupts. Returns the signal handlers it replaced (put them back
-    with `signal.signal` when the run ends)."""
-    if args.control_stdin:
-        def read_commands() -> None:
-            for line in sys.stdin:
-                cmd = line.strip().lower()
-                if cmd == "pause":
-                    control.pause()
-                elif cmd == "resume":
-                    control.resume()
-                elif cmd == "stop":
-                    control.resume()
-                    control.cancel()
-            control.resume()  # stdin closed: the controlling window is gone, stop with a checkpoint
-            control.cancel()
-        threading.Thread(target=read_commands, daemon=True).start()
-    previous = {}
-    try:
-        def stop(signum, frame):
-            control.cancel()
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, stop)
-    except ValueError:  # not the main thread (tests calling run() from a worker)
-        pass
-    return previous
 
 
 def run(args) -> int:

@@ -88,6 +88,17 @@ def hook_point(hook: str, cfg=None) -> HookPoint:
     return HookPoint(name, layer, hook)
 
 
+def hook_names(cfg) -> list[str]:
+    """Every TransformerLens hook name a dictionary may read at on a model of `cfg`, layer by layer (what
+    the Train panel offers; hook_resid_pre of layer L > 0 is hook_resid_post of layer L - 1, so left out)."""
+    names = ["blocks.0.hook_resid_pre"]
+    for layer in range(cfg.n_layers):
+        names += [f"blocks.{layer}.{what}" for what in ("ln1.hook_normalized", "attn.hook_z", "hook_attn_out",
+                                                         "hook_resid_mid", "ln2.hook_normalized", "hook_mlp_out",
+                                                         "hook_resid_post")]
+    return names
+
+
 def point_width(point: HookPoint, cfg) -> int:
     """The width a dictionary at this point reads: d_model, or n_heads x d_head at attn.z."""
     if point.heads:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QAbstractSpinBox, QComboBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox, QProgressBar,
-                               QPushButton, QScrollArea, QVBoxLayout, QWidget)
+                               QPushButton, QScrollArea, QStackedWidget, QVBoxLayout, QWidget)
 
 from ...core.training.trainer import TrainConfig
 from ...core.views.training import config_from_dict, end_of_run_line
@@ -23,6 +23,7 @@ from ..widgets.export import export_view as write_export
 from ..workers import run_job
 from .training_form import FORM_FIELDS, TrainingForm, WheelGuard
 from .training_plots import SpacedAxis, TrainingPlots  # noqa: F401 - SpacedAxis: imported from here by tests
+from .training_sae import DictionaryMode
 from .training_run import (TrainingRun, free_launch_config_path, launch_config_path, load_run_model,  # noqa: F401
                            new_run_dir, runs_root)  # the run folders' rules, imported from here by tests
 
@@ -67,23 +68,42 @@ class TrainingPanel(QWidget):
         for name in PLOT_FIELDS:
             setattr(self, name, getattr(self.plots, name))
         self.plots.loss_plot.scene().sigMouseClicked.connect(self._loss_clicked)  # the timeline (issue 30)
+        self.dictionary = DictionaryMode(self)  # the dictionary mode (training_sae.py): its form, run and plots
         self._build_live()
         layout = QHBoxLayout(self)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # the column fits its width
-        scroll.setWidget(self.form)
-        scroll.setMinimumWidth(360)
-        scroll.setMaximumWidth(440)
-        self.settings_scroll = scroll
-        self._wheel_guard = WheelGuard(scroll)
-        for w in self.form.findChildren(QWidget):
-            if isinstance(w, (QAbstractSpinBox, QComboBox)):
-                w.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
-                w.installEventFilter(self._wheel_guard)
-        layout.addWidget(scroll)
+        column = QWidget()  # what to train, then its settings
+        column.setMinimumWidth(360)
+        column.setMaximumWidth(440)
+        cv = QVBoxLayout(column)
+        cv.setContentsMargins(0, 0, 0, 0)
+        mode_row = QHBoxLayout()
+        mode_row.addWidget(QLabel("Train"))
+        self.mode = QComboBox()
+        self.mode.addItems(["a model", "a sparse dictionary"])
+        self.mode.setToolTip("A sparse dictionary (an SAE or a transcoder) learns the loaded model's activations "
+                             "at one hook over a text file; it opens in the Features panel")
+        mode_row.addWidget(self.mode, 1)
+        cv.addLayout(mode_row)
+        self.settings_stack = QStackedWidget()
+        for form in (self.form, self.dictionary.form):
+            scroll = QScrollArea()
+            scroll.setWidgetResizable(True)
+            scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # the column fits its width
+            scroll.setWidget(form)
+            guard = WheelGuard(scroll)
+            for w in form.findChildren(QWidget):
+                if isinstance(w, (QAbstractSpinBox, QComboBox)):
+                    w.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+                    w.installEventFilter(guard)
+            self.settings_stack.addWidget(scroll)
+            if form is self.form:
+                self.settings_scroll, self._wheel_guard = scroll, guard
+        cv.addWidget(self.settings_stack, 1)
+        layout.addWidget(column)
         layout.addWidget(self.live_widget, 1)
+        self.mode.currentIndexChanged.connect(self._on_mode_changed)
         self.form.checked.connect(self._update_buttons)
+        self.dictionary.form.checked.connect(self._update_buttons)
         self._update_buttons()
 
     def _build_live(self) -> None:
@@ -99,8 +119,9 @@ class TrainingPanel(QWidget):
         self.pause_button.clicked.connect(self.toggle_pause)
         self.stop_button.clicked.connect(self.stop)
         self.use_button.clicked.connect(self.use_model)
-        for b in (self.start_button, self.pause_button, self.stop_button, self.use_button):
+        for b in (self.start_button, self.pause_button, self.stop_button, self.use_button, self.dictionary.open_button):
             buttons.addWidget(b)
+        self.dictionary.open_button.hide()
         buttons.addStretch(1)
         self.export_bar = ExportBar(lambda: self, self._export_name)
         buttons.addWidget(self.export_bar)
@@ -116,7 +137,22 @@ class TrainingPanel(QWidget):
         self.command_label.setReadOnly(True)
         self.command_label.setToolTip("The same run from a terminal")
         v.addWidget(self.command_label)
-        v.addWidget(self.plots, 1)
+        self.plots_stack = QStackedWidget()  # the model's plots, or the dictionary's
+        self.plots_stack.addWidget(self.plots)
+        self.plots_stack.addWidget(self.dictionary.plots)
+        v.addWidget(self.plots_stack, 1)
+
+    @property
+    def dictionary_mode(self) -> bool:
+        """Whether the panel trains a sparse dictionary (training_sae.DictionaryMode) rather than a model."""
+        return self.mode.currentIndex() == 1
+
+    def _on_mode_changed(self) -> None:
+        self.settings_stack.setCurrentIndex(self.mode.currentIndex())
+        self.plots_stack.setCurrentIndex(self.mode.currentIndex())
+        self.use_button.setVisible(not self.dictionary_mode)
+        self.dictionary.open_button.setVisible(self.dictionary_mode)
+        self._update_buttons()
 
     # -- the form's settings (training_form.TrainingForm) -------------------------------------
     def config(self) -> TrainConfig:
@@ -182,6 +218,12 @@ class TrainingPanel(QWidget):
         return self.run.config_file
 
     def _update_buttons(self) -> None:
+        if not hasattr(self, "mode"):  # still building
+            return
+        self.mode.setEnabled(not self.running and not self.dictionary.run.running)
+        if self.dictionary_mode:
+            self._update_dictionary_buttons()
+            return
         running = self.running
         problems = self.problems()
         self.start_button.setEnabled(not running and not problems)
@@ -194,7 +236,22 @@ class TrainingPanel(QWidget):
                                    and (self.out_dir / "config.json").is_file())
         self.form.setEnabled(not running)
 
+    def _update_dictionary_buttons(self) -> None:
+        run = self.dictionary.run
+        problems = self.dictionary.form.problems()
+        self.start_button.setEnabled(not run.running and not problems)
+        self.start_button.setToolTip("\n".join(problems) if problems else "Train a dictionary in a new folder")
+        self.pause_button.setEnabled(run.running)
+        self.stop_button.setEnabled(run.running)
+        self.pause_button.setText("Resume" if run.paused else "Pause")
+        self.dictionary.open_button.setEnabled(run.saved and run.out_dir is not None and not run.running)
+        self.dictionary.form.setEnabled(not run.running)
+
     def start(self) -> None:
+        if self.dictionary_mode:
+            self.dictionary.start()
+            self._update_buttons()
+            return
         if self.running or self.problems():
             return
         run_dir = self.form.next_run_dir()
@@ -216,11 +273,18 @@ class TrainingPanel(QWidget):
         self._update_buttons()
 
     def toggle_pause(self) -> None:
+        if self.dictionary_mode:
+            self.dictionary.toggle_pause()
+            self._update_buttons()
+            return
         self.run.toggle_pause()
         self.status_label.setText("Paused." if self.paused else "Resumed.")
         self._update_buttons()
 
     def stop(self) -> None:
+        if self.dictionary_mode:
+            self.dictionary.stop()
+            return
         self.run.stop()
         self.status_label.setText("Stopping: writing a checkpoint…")
 
@@ -317,6 +381,7 @@ class TrainingPanel(QWidget):
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt name
         self.run.close()
+        self.dictionary.run.stop()
         super().closeEvent(event)
 
     # -- export (ExportBar view protocol; File > Export Current View) --------------------------

@@ -1,0 +1,407 @@
+"""The Train panel's dictionary mode: train a sparse dictionary (an SAE or a transcoder) on the loaded model's
+activations over a text file, watch it learn, open it in the Features panel.
+
+Three parts, as the model mode has: the form (DictionaryForm: core.training.sae's SAE_OPTIONS and the shared
+run options' boxes, what it describes as a SaeTrainConfig, its checks from app.features.dictionary_problems),
+the run (DictionaryRun: app.features.train_dictionary in a worker of ui/workers.py, on the model in memory,
+with a TrainControl that Pause / Resume / Stop drive; its events come back one by one) and the live plots
+(DictionaryPlots: reconstruction error, L0, variance explained, dead features; the training batches and the
+held-out tokens). DictionaryMode wires them to the panel's own buttons, progress bar and status line.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyqtgraph as pg
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
+                               QPushButton, QVBoxLayout, QWidget)
+
+from ...app.features import dictionary_control, dictionary_problems, train_dictionary
+from ...core.features.hooks import hook_names
+from ...core.training.sae import SAE_OPTIONS, SaeTrainConfig
+from ..workers import run_job
+from .training_form import _box, _combo, _dspin, _error_label, _show_error, _spin
+from .training_plots import LEGEND_STYLE
+from .training_run import new_run_dir, runs_root
+
+SAE_OPTION = {o.key: o for o in SAE_OPTIONS}
+NO_TRANSCODER = "none (a sparse autoencoder)"
+
+
+def _option_box(key: str) -> QWidget:
+    """The box of a dictionary option (core.training.sae.SAE_OPTIONS): its choices or range, default and help."""
+    option = SAE_OPTION[key]
+    if option.choices:
+        box = _combo([str(c) for c in option.choices], str(option.default))
+    elif option.kind is int:
+        box = _spin(int(option.limit.lo), int(min(option.limit.hi, 2**31 - 1)), option.default)
+    else:
+        box = _dspin(float(option.limit.lo), float(option.limit.hi), option.default, 4, 0.1)
+    box.setToolTip(option.help.removeprefix("sae: ").capitalize())
+    return box
+
+
+class DictionaryForm(QWidget):
+    """The dictionary mode's settings column."""
+
+    checked = Signal()  # the settings changed and were checked: problems() is current
+
+    def __init__(self, state, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        defaults = SaeTrainConfig(text_file="")
+        v = QVBoxLayout(self)
+        box = QGroupBox("Sparse dictionary")
+        f = QFormLayout(box)
+        self.model_label = QLabel("")
+        self.model_label.setWordWrap(True)
+        self.hook = QComboBox()
+        self.hook.setEditable(True)
+        self.hook.setToolTip(SAE_OPTION["hook"].help.removeprefix("sae: ").capitalize())
+        self.hook_out = QComboBox()
+        self.hook_out.setEditable(True)
+        self.hook_out.setToolTip("A transcoder reads the activation above and reconstructs this one (e.g. a layer's "
+                                 "ln2.hook_normalized -> hook_mlp_out); it trains with relu")
+        self.architecture = _option_box("architecture")
+        self.d_sae, self.k, self.l1_coefficient, self.max_tokens = (
+            _option_box(k) for k in ("d_sae", "k", "l1_coefficient", "max_tokens"))
+        self.text_file = QLineEdit()
+        self.text_file.setMinimumWidth(60)
+        self.text_file.setPlaceholderText("a UTF-8 text file")
+        browse = QPushButton("…")
+        browse.setMaximumWidth(30)
+        browse.clicked.connect(self._browse_text)
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.text_file)
+        row.addWidget(browse)
+        self.text_row = QWidget()
+        self.text_row.setLayout(row)
+        for label, w in (("Model", self.model_label), ("Reads", self.hook), ("Writes", self.hook_out),
+                         ("Architecture", self.architecture), ("Features (d_sae)", self.d_sae),
+                         ("Active per token (k)", self.k), ("L1 coefficient", self.l1_coefficient),
+                         ("Text file", self.text_row), ("At most tokens", self.max_tokens)):
+            f.addRow(label, w)
+        self.dictionary_form = f
+        v.addWidget(box)
+
+        opt = QGroupBox("Optimisation (Adam, 5% warmup)")
+        of = QFormLayout(opt)
+        # the shared run options' boxes (core.training.options), at the dictionary's own defaults
+        self.steps, self.batch_size, self.lr, self.seed, self.eval_every, self.checkpoint_every = (
+            _box(k) for k in ("steps", "batch_size", "lr", "seed", "eval_every", "checkpoint_every"))
+        for w, key in ((self.steps, "steps"), (self.batch_size, "batch_size"), (self.lr, "lr"), (self.seed, "seed"),
+                       (self.eval_every, "eval_every"), (self.checkpoint_every, "checkpoint_every")):
+            w.setValue(getattr(defaults, key))
+        self.batch_size.setToolTip("Tokens per step")
+        for label, w in (("Steps", self.steps), ("Batch (tokens)", self.batch_size), ("Learning rate", self.lr),
+                         ("Seed", self.seed), ("Held-out every", self.eval_every),
+                         ("Save every", self.checkpoint_every)):
+            of.addRow(label, w)
+        v.addWidget(opt)
+
+        out = QGroupBox("Output")
+        ob = QFormLayout(out)
+        self.out_edit = QLineEdit(str(runs_root()))
+        self.out_edit.setMinimumWidth(60)
+        self.out_edit.setToolTip("Every dictionary gets a new folder in here (SAELens' format), named by its start "
+                                 "time (e.g. 2026-11-24_1012_sae); none replaces another")
+        ob.addRow("Runs folder", self.out_edit)
+        v.addWidget(out)
+        self.error = _error_label()
+        v.addWidget(self.error)
+        v.addStretch(1)
+
+        for w in (self.d_sae, self.k, self.max_tokens, self.steps, self.batch_size, self.seed, self.eval_every,
+                  self.checkpoint_every):
+            w.valueChanged.connect(self.check)
+        for w in (self.lr, self.l1_coefficient):
+            w.valueChanged.connect(self.check)
+        for w in (self.hook, self.hook_out, self.architecture):
+            w.currentTextChanged.connect(self.check)
+        self.architecture.currentTextChanged.connect(self._on_architecture_changed)
+        self.text_file.textChanged.connect(self.check)
+        self.out_edit.textChanged.connect(self.check)
+        state.model_changed.connect(self.refresh_model)
+        self.refresh_model()
+        self._on_architecture_changed()
+
+    def refresh_model(self, *_) -> None:
+        """The hooks of the model now loaded (its layers); the chosen ones kept where they still exist."""
+        loaded = self.state.loaded
+        self.model_label.setText(f"{loaded.name} (its activations, in memory)" if loaded is not None else
+                                 "no model open: open one first")
+        names = hook_names(loaded.config) if loaded is not None else []
+        for combo, first in ((self.hook, []), (self.hook_out, [NO_TRANSCODER])):
+            current = combo.currentText()
+            combo.blockSignals(True)
+            combo.clear()
+            combo.addItems(first + names)
+            if current and (current in names or current == NO_TRANSCODER):
+                combo.setCurrentText(current)
+            elif combo is self.hook and names:  # the middle layer's residual stream, a usual first choice
+                layers = loaded.config.n_layers
+                combo.setCurrentText(f"blocks.{layers // 2}.hook_resid_post")
+            combo.blockSignals(False)
+        self.check()
+
+    def _on_architecture_changed(self, *_) -> None:
+        topk = self.architecture.currentText() == "topk"
+        self.dictionary_form.setRowVisible(self.k, topk)
+        self.dictionary_form.setRowVisible(self.l1_coefficient, not topk)
+
+    def _browse_text(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Text file", "", "Text (*.txt *.md);;All files (*)")
+        if path:
+            self.text_file.setText(path)
+
+    def config(self) -> SaeTrainConfig:
+        text = self.text_file.text().strip()
+        hook_out = self.hook_out.currentText().strip()
+        steps = self.steps.value()
+        loaded = self.state.loaded
+        return SaeTrainConfig(
+            text_file=str(Path(text).expanduser().absolute()) if text else "", hook=self.hook.currentText().strip(),
+            hook_out=None if hook_out in ("", NO_TRANSCODER) else hook_out,
+            architecture=self.architecture.currentText(), d_sae=self.d_sae.value(), k=self.k.value(),
+            l1_coefficient=self.l1_coefficient.value(), max_tokens=self.max_tokens.value(), steps=steps,
+            batch_size=self.batch_size.value(), lr=self.lr.value(), seed=self.seed.value(),
+            eval_every=self.eval_every.value(), checkpoint_every=self.checkpoint_every.value(),
+            log_every=max(1, min(10, steps // 100)),
+            device=str(loaded.model.device) if loaded is not None else "cpu")
+
+    def problems(self) -> list[str]:
+        problems = dictionary_problems(self.state.loaded, self.config())
+        root = Path(self.out_edit.text().strip() or str(runs_root())).expanduser()
+        if root.exists() and not root.is_dir():
+            problems.append(f"{root}: not a folder.")
+        return problems
+
+    def next_run_dir(self) -> Path:
+        root = Path(self.out_edit.text().strip() or str(runs_root())).expanduser().absolute()
+        return new_run_dir(root, "sae")
+
+    def check(self, *_) -> None:
+        _show_error(self.error, "\n".join(self.problems()))
+        self.checked.emit()
+
+
+class DictionaryPlots(QWidget):
+    """Reconstruction error, L0, variance explained (the batches and the held-out tokens) and dead features."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        from PySide6.QtWidgets import QGridLayout
+
+        super().__init__(parent)
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        self.mse_plot = self._plot("Reconstruction error", "|x − x̂|² per token")
+        self.l0_plot = self._plot("L0: active features per token", "features")
+        self.fve_plot = self._plot("Variance explained", "fraction")
+        self.dead_plot = self._plot("Dead features (none fired in 200 steps)", "features")
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        for plot in (self.mse_plot, self.l0_plot, self.fve_plot, self.dead_plot):
+            plot.getAxis("left").enableAutoSIPrefix(False)  # "fraction (x0.001)" would read as wrong numbers
+        for plot, key in ((self.mse_plot, "mse"), (self.l0_plot, "l0"), (self.fve_plot, "variance_explained")):
+            # the error and L0 fall from the top left, the variance explained rises to the top right
+            plot.addLegend(offset=(-10, -10) if key == "variance_explained" else (-10, 10), **LEGEND_STYLE)
+            self.curves[key] = plot.plot(pen=pg.mkPen("#0072B2", width=2), name="batches")
+            self.curves["held-out " + key] = plot.plot(pen=pg.mkPen("#D55E00", width=2), symbol="o", symbolSize=6,
+                                                       symbolBrush="#D55E00", name="held out")
+        self.curves["dead"] = self.dead_plot.plot(pen=pg.mkPen("#CC79A7", width=2))
+        grid.addWidget(self.mse_plot, 0, 0)
+        grid.addWidget(self.l0_plot, 0, 1)
+        grid.addWidget(self.fve_plot, 1, 0)
+        grid.addWidget(self.dead_plot, 1, 1)
+        self.clear()
+
+    def _plot(self, title: str, ylabel: str) -> pg.PlotWidget:
+        w = pg.PlotWidget(background="w")
+        w.setTitle(title, color="#222")
+        w.setLabel("bottom", "step")
+        w.setLabel("left", ylabel)
+        w.showGrid(x=True, y=True, alpha=0.3)
+        w.setMinimumHeight(160)
+        return w
+
+    def clear(self) -> None:
+        self.series: dict[str, tuple[list, list]] = {key: ([], []) for key in self.curves}
+        for curve in self.curves.values():
+            curve.setData([], [])
+
+    def add(self, ev: dict) -> None:
+        """Draw a "step" (the batch's numbers) or an "eval" (the held-out tokens') event."""
+        kind = ev["event"]
+        if kind not in ("step", "eval"):
+            return
+        keys = ("mse", "l0", "variance_explained", "dead") if kind == "step" else ("mse", "l0", "variance_explained")
+        for key in keys:
+            name = key if kind == "step" else "held-out " + key
+            value = ev.get(key)
+            if value is None:
+                continue
+            xs, ys = self.series[name]
+            xs.append(ev["step"])
+            ys.append(value)
+            self.curves[name].setData(xs, ys)
+            if name == "dead":  # counts from 0 (all zeros would centre the axis on 0)
+                self.dead_plot.setYRange(0, max(max(ys), 1) * 1.05)
+
+
+class DictionaryRun(QObject):
+    """One dictionary training at a time, in a worker on the model in memory, and what it said."""
+
+    event = Signal(object)  # each event of the run (emitted from the worker, delivered on the UI thread)
+    ended = Signal(str)  # the run ended: "" when its last event said how, else one line
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.job = None
+        self.control = None  # the running job's pause / resume / stop (app.features.dictionary_control)
+        self.events: list[dict] = []
+        self.paused = False
+        self.out_dir: Path | None = None
+        self.saved = False  # a dictionary of this run is on disk (a checkpoint, a stop or the end)
+
+    @property
+    def running(self) -> bool:
+        return self.job is not None
+
+    def start(self, loaded, cfg: SaeTrainConfig, out_dir: Path) -> None:
+        self.events.clear()
+        self.paused, self.saved, self.out_dir = False, False, out_dir
+        holder: list = []
+
+        def from_worker(ev: dict) -> None:  # the worker's thread: hand it to the UI thread
+            if not (holder and holder[0].detached):
+                self.event.emit(ev)
+
+        self.control = dictionary_control()
+        self.job = run_job(train_dictionary, loaded, cfg, str(out_dir), on_event=from_worker, control=self.control,
+                           on_result=self._on_result, on_error=self._on_error, on_cancelled=self._on_cancelled)
+        holder.append(self.job)
+
+    def record(self, ev: dict) -> None:
+        self.events.append(ev)
+        if ev["event"] == "checkpoint":
+            self.saved = True
+
+    def toggle_pause(self) -> None:
+        if self.job is None:
+            return
+        self.paused = not self.paused
+        (self.control.pause if self.paused else self.control.resume)()
+
+    def stop(self) -> None:
+        """Stop at the next step; the dictionary so far is saved (and resumable from its folder)."""
+        if self.job is not None:
+            self.paused = False
+            self.control.resume()
+            self.control.cancel()
+
+    def _finish(self, message: str) -> None:
+        self.job, self.paused = None, False
+        self.ended.emit(message)
+
+    def _on_result(self, summary: dict) -> None:
+        self._finish("")
+
+    def _on_error(self, exc, tb) -> None:
+        self._finish(f"Could not train the dictionary: {exc}")
+
+    def _on_cancelled(self) -> None:  # stopped while reading the activations, before any step
+        self._finish("Stopped before the first step; nothing was saved.")
+
+
+class DictionaryMode(QObject):
+    """The dictionary mode's form, run and plots, wired to the Train panel's buttons, progress and status."""
+
+    def __init__(self, panel) -> None:
+        super().__init__(panel)
+        self.panel = panel
+        self.form = DictionaryForm(panel.state)
+        self.plots = DictionaryPlots()
+        self.run = DictionaryRun(self)
+        self.run.event.connect(self.on_event)
+        self.run.ended.connect(self.on_ended)
+        self.open_button = QPushButton("Open in Features")
+        self.open_button.setToolTip("Attach the dictionary this run saved to the model and show the Features panel")
+        self.open_button.clicked.connect(self.open_in_features)
+
+    def start(self) -> None:
+        p = self.panel
+        if self.run.running or self.form.problems():
+            return
+        out = self.form.next_run_dir()
+        cfg = self.form.config()
+        p.command_label.setText(" ".join(self.command(cfg, out)))
+        p.command_label.setCursorPosition(0)
+        p.progress.setRange(0, cfg.steps)
+        p.progress.setValue(0)
+        p.status_label.setText(f"Reading {p.state.loaded.name}'s activations at {cfg.hook} over {cfg.text_file}…")
+        self.run.start(p.state.loaded, cfg, out)
+
+    def command(self, cfg: SaeTrainConfig, out: Path) -> list[str]:
+        """The same run from a terminal (the model's folder: the CLI reads it from disk)."""
+        loaded = self.panel.state.loaded
+        args = ["python -m desktop_app train --task sae", "--model", str(loaded.path or loaded.name),
+                "--hook", cfg.hook, *(["--hook-out", cfg.hook_out] if cfg.hook_out else []),
+                "--architecture", cfg.architecture, "--d-sae", str(cfg.d_sae),
+                *(["--k", str(cfg.k)] if cfg.architecture == "topk" else ["--l1-coefficient", f"{cfg.l1_coefficient:g}"]),
+                "--text-file", cfg.text_file, "--max-tokens", str(cfg.max_tokens), "--steps", str(cfg.steps),
+                "--batch-size", str(cfg.batch_size), "--lr", f"{cfg.lr:g}", "--seed", str(cfg.seed),
+                "--eval-every", str(cfg.eval_every), "--checkpoint-every", str(cfg.checkpoint_every), "--out", str(out)]
+        return args
+
+    def toggle_pause(self) -> None:
+        self.run.toggle_pause()
+        self.panel.status_label.setText("Paused." if self.run.paused else "Resumed.")
+
+    def stop(self) -> None:
+        self.run.stop()
+        self.panel.status_label.setText("Stopping: saving the dictionary so far…")
+
+    def open_in_features(self) -> None:
+        if not self.run.saved or self.run.out_dir is None:
+            return
+        window = self.panel.window()
+        if hasattr(window, "open_dictionaries"):  # attach it and show the Features panel
+            window.open_dictionaries([str(self.run.out_dir)])
+        else:  # the panel on its own (no main window): attach it
+            self.panel.state.open_dictionary(self.run.out_dir)
+
+    def on_event(self, ev: dict) -> None:
+        p = self.panel
+        self.run.record(ev)
+        kind = ev["event"]
+        if kind == "start":
+            self.plots.clear()
+            p.progress.setRange(0, ev["steps"])
+            p.progress.setValue(ev["step"])
+            p.status_label.setText(f"Training a {ev['architecture']} dictionary of {ev['d_sae']:,} features on "
+                                   f"{ev['hook']} ({ev['tokens']:,} tokens, {ev['heldout_tokens']:,} held out)…")
+        elif kind == "step":
+            self.plots.add(ev)
+            p.progress.setValue(ev["step"])
+            fve = ev.get("variance_explained")
+            p.status_label.setText(
+                f"step {ev['step']}/{ev['steps']} · error {ev['mse']:.4g} · L0 {ev['l0']:.1f} · variance explained "
+                f"{'—' if fve is None else f'{fve:.3f}'} · dead {ev['dead']}")
+        elif kind == "eval":
+            self.plots.add(ev)
+        elif kind in ("done", "stopped"):
+            if ev.get("step") is not None:
+                p.progress.setValue(ev["step"])
+            how = "Done" if kind == "done" else "Stopped"
+            p.status_label.setText(
+                f"{how} at step {ev.get('step')}: on the held-out tokens, variance explained "
+                f"{ev.get('variance_explained', float('nan')):.3f} at L0 {ev.get('l0', float('nan')):.1f}, "
+                f"{ev.get('dead', 0)} dead features. Saved in {self.run.out_dir} (SAELens' format): "
+                "Open in Features to see its features on your text.")
+        p._update_buttons()
+
+    def on_ended(self, message: str) -> None:
+        if message:
+            self.panel.status_label.setText(message)
+        self.panel._update_buttons()

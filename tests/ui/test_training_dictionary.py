@@ -1,0 +1,159 @@
+"""Train panel, dictionary mode (issue 29): a sparse dictionary trained on the loaded model's activations over a
+text file, in a worker, with live plots, Pause / Resume / Stop, saved in SAELens' format and opened in the
+Features panel. Every action is a click or typing on the real widgets."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from desktop_app.app.features import train_dictionary
+from desktop_app.core.checkpoints import load_model_folder
+from desktop_app.core.features import load_dictionary
+from desktop_app.core.training.sae import sae_checkpoint_step
+from desktop_app.paths import resources_dir
+from desktop_app.ui.panels.training import TrainingPanel
+from desktop_app.ui.state import AppState
+from desktop_app.ui.workers import active_jobs
+
+from .walkthrough import open_window
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture
+def text_file(tmp_path) -> Path:
+    path = tmp_path / "alice.txt"
+    path.write_text((resources_dir() / "demo-text.txt").read_text(encoding="utf-8")[:4000], encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def demo_panel(qtbot, isolated_user_files):
+    state = AppState()
+    state.set_model(load_model_folder(resources_dir() / "demo-model"))
+    panel = TrainingPanel(state)
+    qtbot.addWidget(panel)
+    panel.show()
+    yield panel
+    # qtbot deletes the panel first: its run's worker, cancelled with it (workers.run_job's owner), must end
+    qtbot.waitUntil(lambda: not any(job.fn is train_dictionary for job in active_jobs()), timeout=60_000)
+
+
+def _type(qtbot, box, value) -> None:
+    """Replace what a box holds by typing, as a person does."""
+    box.setFocus()
+    line = box.lineEdit() if hasattr(box, "lineEdit") and box.lineEdit() is not None else box
+    line.selectAll()
+    qtbot.keyClicks(line, str(value))
+    qtbot.keyClick(line, Qt.Key.Key_Tab)
+
+
+def _dictionary_mode(qtbot, panel, text: Path, out: Path, steps: int) -> None:
+    """Choose "a sparse dictionary", then tiny settings: 32 TopK features (k 4), batches of 32 tokens."""
+    panel.mode.setFocus()
+    qtbot.keyClick(panel.mode, Qt.Key.Key_Down)
+    assert panel.dictionary_mode and panel.settings_stack.currentWidget().widget() is panel.dictionary.form
+    f = panel.dictionary.form
+    qtbot.keyClicks(f.text_file, str(text))
+    _type(qtbot, f.out_edit, out)
+    for box, value in ((f.d_sae, 32), (f.k, 4), (f.batch_size, 32), (f.steps, steps), (f.eval_every, 50)):
+        _type(qtbot, box, value)
+    assert (f.d_sae.value(), f.k.value(), f.batch_size.value(), f.steps.value()) == (32, 4, 32, steps)
+
+
+def _events(panel, kind: str) -> list[dict]:
+    return [e for e in panel.dictionary.run.events if e["event"] == kind]
+
+
+def _points(curve) -> int:
+    xs = curve.getData()[0]
+    return 0 if xs is None else len(xs)
+
+
+def _click(qtbot, button) -> None:
+    assert button.isEnabled(), button.text()
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+def test_the_form_says_what_is_missing_and_start_waits_for_it(qtbot, demo_panel, text_file, tmp_path):
+    panel = demo_panel
+    panel.mode.setFocus()
+    qtbot.keyClick(panel.mode, Qt.Key.Key_Down)
+    f = panel.dictionary.form
+    assert not panel.start_button.isEnabled() and "Choose a text file" in panel.start_button.toolTip()
+    assert f.hook.currentText() == "blocks.2.hook_resid_post"  # the demo model's middle layer
+    qtbot.keyClicks(f.text_file, str(tmp_path / "missing.txt"))
+    assert "missing.txt: no such file" in f.error.toolTip() and not panel.start_button.isEnabled()
+    f.text_file.clear()
+    qtbot.keyClicks(f.text_file, str(text_file))
+    assert panel.start_button.isEnabled()
+    _type(qtbot, f.hook_out, "blocks.2.hook_mlp_out")  # a transcoder: relu only
+    assert "no TopK transcoder" in panel.start_button.toolTip() and not panel.start_button.isEnabled()
+    f.architecture.setFocus()
+    qtbot.keyClick(f.architecture, Qt.Key.Key_Down)  # relu (with L1): k hidden, the L1 coefficient shown
+    assert f.architecture.currentText() == "relu" and panel.start_button.isEnabled()
+    assert f.l1_coefficient.isVisibleTo(f) and not f.k.isVisibleTo(f)
+    _type(qtbot, f.hook, "blocks.9.hook_resid_post")
+    assert "layers 0..3" in panel.start_button.toolTip()
+    panel.mode.setFocus()
+    qtbot.keyClick(panel.mode, Qt.Key.Key_Up)  # back to the model form, untouched
+    assert not panel.dictionary_mode and panel.use_button.isVisibleTo(panel)
+    assert not panel.dictionary.open_button.isVisibleTo(panel)
+
+
+def test_a_dictionary_trains_live_pauses_resumes_and_stops_with_what_it_learnt_saved(qtbot, demo_panel, text_file,
+                                                                                      tmp_path):
+    panel = demo_panel
+    _dictionary_mode(qtbot, panel, text_file, tmp_path / "runs", steps=1_000_000)
+    _click(qtbot, panel.start_button)
+    assert panel.dictionary.run.running and not panel.mode.isEnabled() and not panel.dictionary.form.isEnabled()
+    plots = panel.dictionary.plots
+    qtbot.waitUntil(lambda: _points(plots.curves["l0"]) >= 3, timeout=60_000)  # the live plot
+    xs, ys = plots.curves["variance_explained"].getData()
+    assert len(xs) >= 3 and all(-1.0 < y <= 1.0 for y in ys)
+    assert "L0" in panel.status_label.text() and panel.progress.value() > 0
+
+    _click(qtbot, panel.pause_button)
+    qtbot.waitUntil(lambda: bool(_events(panel, "paused")), timeout=30_000)
+    assert panel.pause_button.text() == "Resume" and panel.status_label.text() == "Paused."
+    at = _events(panel, "paused")[0]["step"]
+    _click(qtbot, panel.pause_button)
+    qtbot.waitUntil(lambda: bool(_events(panel, "resumed")), timeout=30_000)
+    assert panel.pause_button.text() == "Pause" and _events(panel, "resumed")[0]["step"] == at
+    qtbot.waitUntil(lambda: _events(panel, "step")[-1]["step"] > at, timeout=30_000)  # it trains on
+
+    _click(qtbot, panel.stop_button)
+    qtbot.waitUntil(lambda: not panel.dictionary.run.running, timeout=60_000)
+    stopped = panel.dictionary.run.events[-1]
+    assert stopped["event"] == "stopped" and stopped["step"] > at
+    out = panel.dictionary.run.out_dir
+    assert out.parent == tmp_path / "runs" and sae_checkpoint_step(out) == stopped["step"]  # resumable
+    d = load_dictionary(out)
+    assert d.d_sae == 32 and d.k == 4 and d.hook == "blocks.2.hook_resid_post"
+    assert f"Stopped at step {stopped['step']}" in panel.status_label.text() and str(out) in panel.status_label.text()
+    assert panel.dictionary.open_button.isEnabled() and panel.start_button.isEnabled() and panel.mode.isEnabled()
+
+
+def test_a_finished_dictionary_opens_in_the_features_panel(qtbot, model_dirs, isolated_user_files, error_watch,
+                                                           text_file, tmp_path):
+    w, state = open_window(qtbot, model_dirs["demo"], text="Alice was beginning to get very tired", watch=error_watch)
+    w.show_panel("Train")
+    panel = w.panel("Train")
+    _dictionary_mode(qtbot, panel, text_file, tmp_path / "runs", steps=60)
+    assert not panel.dictionary.open_button.isEnabled()
+    _click(qtbot, panel.start_button)
+    qtbot.waitUntil(lambda: not panel.dictionary.run.running, timeout=60_000)
+    done = panel.dictionary.run.events[-1]
+    assert done["event"] == "done" and done["step"] == 60 and panel.progress.value() == 60
+    assert len(_events(panel, "eval")) == 2 and "Done at step 60" in panel.status_label.text()
+    with qtbot.waitSignal(state.dictionaries_changed, timeout=30_000):
+        _click(qtbot, panel.dictionary.open_button)
+    assert w.tabs.tabText(w.tabs.currentIndex()) == "Features"
+    (attached,) = state.dictionaries
+    assert attached.hook == "blocks.2.hook_resid_post" and attached.dictionary.d_sae == 32
+    assert Path(attached.dictionary.path) == panel.dictionary.run.out_dir
+    features = w.panel("Features")
+    qtbot.waitUntil(lambda: features.features_table.rowCount() > 0, timeout=30_000)  # its lens on the text
+    error_watch.assert_clean()

@@ -531,6 +531,22 @@ class HeadMatrices:
     V: torch.Tensor  # [d, d]
 
 
+def head_matrices_of(attn: Attention, head: int) -> HeadMatrices:
+    """One head's analysis matrices from an attention module (a decoder's, an encoder's or a cross-attention)."""
+    cfg = attn.cfg
+    dh = cfg.d_head
+    kv = head // (cfg.n_heads // cfg.n_kv_heads)
+    rows = slice(head * dh, (head + 1) * dh)
+    kv_rows = slice(kv * dh, (kv + 1) * dh)
+    W_Q = attn.q.weight[rows].detach().float()
+    W_K = attn.k.weight[kv_rows].detach().float()
+    W_V = attn.v.weight[kv_rows].detach().float()
+    W_O = attn.o.weight[:, rows].detach().float()
+    bias = lambda lin, r: None if lin.bias is None else lin.bias[r].detach().float()  # noqa: E731
+    return HeadMatrices(W_Q, W_K, W_V, W_O, bias(attn.q, rows), bias(attn.k, kv_rows), bias(attn.v, kv_rows),
+                        A=W_K.T @ W_Q * attention_scale(cfg), V=W_O @ W_V)
+
+
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, init_weights: bool = True) -> None:
         super().__init__()
@@ -685,19 +701,7 @@ class Transformer(nn.Module):
         return logits
 
     def head_matrices(self, layer: int, head: int) -> HeadMatrices:
-        cfg = self.cfg
-        attn = self.blocks[layer].attn
-        dh = cfg.d_head
-        kv = head // (cfg.n_heads // cfg.n_kv_heads)
-        rows = slice(head * dh, (head + 1) * dh)
-        kv_rows = slice(kv * dh, (kv + 1) * dh)
-        W_Q = attn.q.weight[rows].detach().float()
-        W_K = attn.k.weight[kv_rows].detach().float()
-        W_V = attn.v.weight[kv_rows].detach().float()
-        W_O = attn.o.weight[:, rows].detach().float()
-        bias = lambda lin, r: None if lin.bias is None else lin.bias[r].detach().float()  # noqa: E731
-        return HeadMatrices(W_Q, W_K, W_V, W_O, bias(attn.q, rows), bias(attn.k, kv_rows), bias(attn.v, kv_rows),
-                            A=W_K.T @ W_Q * attention_scale(cfg), V=W_O @ W_V)
+        return head_matrices_of(self.blocks[layer].attn, head)
 
     # -- forward -------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, *, token_type_ids: torch.Tensor | None = None,

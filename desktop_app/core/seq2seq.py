@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from .attention import causal_mask
 from .config import ModelConfig
 from .interventions import edit_at, editing_trace
-from .model import Attention, Block, KVCache, LayerCache, ModelOutput, Transformer, make_norm, sinusoidal_table
+from .model import (Attention, Block, HeadMatrices, KVCache, LayerCache, ModelOutput, Transformer, head_matrices_of,
+                    make_norm, sinusoidal_table)
 from .trace import Trace
 
 
@@ -244,6 +245,23 @@ class EncoderDecoder(nn.Module):
         if cfg.final_logits_bias:
             logits = logits + self.lm_bias
         return logits
+
+    def attention(self, stack: str, layer: int, kind: str = "attn") -> Attention:
+        """The attention module of a stack ("encoder" / "decoder") and kind ("attn", or "cross_attn" in the decoder)."""
+        if stack not in ("encoder", "decoder") or kind not in ("attn", "cross_attn") \
+                or (stack == "encoder" and kind == "cross_attn"):
+            raise ValueError(f"no {stack} {kind} (the encoder has attn, the decoder attn and cross_attn)")
+        blocks = getattr(self, stack).blocks
+        if not 0 <= layer < len(blocks):
+            raise ValueError(f"the {stack} has layers 0..{len(blocks) - 1}, not {layer}")
+        return getattr(blocks[layer], kind)
+
+    def head_matrices(self, layer: int, head: int, *, stack: str = "decoder", kind: str = "attn") -> HeadMatrices:
+        """A head's W_Q, W_K, W_V, W_O, A and V (model.HeadMatrices). For cross-attention the queries read the
+        decoder's stream and the keys the encoder's output: x_i^T A^T y_j is the score (T5's relative bias aside)."""
+        if not 0 <= head < self.cfg.n_heads:
+            raise ValueError(f"the model has heads 0..{self.cfg.n_heads - 1}, not {head}")
+        return head_matrices_of(self.attention(stack, layer, kind), head)
 
     # -- forward ---------------------------------------------------------------------------------
     def encode(self, src_ids: torch.Tensor, *, src_mask: torch.Tensor | None = None, trace: Trace | None = None,

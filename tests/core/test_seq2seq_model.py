@@ -259,3 +259,25 @@ def test_decoding_arguments_are_checked():
         beam_decode(model, [4, 5], 3, 2, early_stopping="sometimes")
     # one beam is greedy search
     assert beam_decode(model, [4, 5, 6], 6, 1) == greedy_decode(model, [4, 5, 6], 6)
+
+
+@pytest.mark.parametrize("stack, kind", [("encoder", "attn"), ("decoder", "cross_attn")])
+def test_head_matrices_give_the_recorded_scores_of_each_kind(stack, kind):
+    """A = W_K^T W_Q * scale: softmax(x_i^T A^T y_j) is the recorded pattern (T5 v1.1: no biases, scale 1;
+    cross-attention has no position bias, the encoder's is added)."""
+    model = model_of("t5_v1_1")
+    src, tgt, _ = batch(4)
+    _, trace = model.run_with_trace(src, tgt)
+    layer, head = 1, 2
+    hm = model.head_matrices(layer, head, stack=stack, kind=kind)
+    x = trace[f"{stack}.blocks.{layer}.{kind}.input"] if kind == "cross_attn" else trace[f"{stack}.blocks.{layer}.attn.input"]
+    y = trace["encoder.final_norm.out"] if kind == "cross_attn" else x
+    scores = x @ hm.A.T @ y.transpose(1, 2)
+    if stack == "encoder":
+        scores = scores + model.encoder.position_bias(src.shape[1], src.shape[1], 0)[0, head]
+    pattern = trace[f"{stack}.blocks.{layer}.{kind}.pattern"][:, head]
+    assert (torch.softmax(scores, -1) - pattern).abs().max() < 1e-5
+    with pytest.raises(ValueError, match="no encoder cross_attn"):
+        model.head_matrices(0, 0, stack="encoder", kind="cross_attn")
+    with pytest.raises(ValueError, match="the decoder has layers 0..2, not 3"):
+        model.head_matrices(3, 0)

@@ -23,7 +23,7 @@ PRESETS = {
     "t5_v1_1": lambda: REGISTRY["t5"].preset(**SMALL, relative_buckets=8, relative_max_distance=12,
                                              activation="geglu", tie_embeddings=False),
     "bart": lambda: REGISTRY["bart"].preset(**SMALL),
-    "marian": lambda: REGISTRY["marian"].preset(**SMALL, embed_scale=32 ** 0.5),
+    "marian": lambda: REGISTRY["marian"].preset(**SMALL),  # scaled embeddings: opus-mt's scale_embedding
 }
 
 
@@ -128,6 +128,11 @@ def test_an_edit_target_names_its_stack_and_layer_range():
         Intervention("encoder.blocks.2.attn.head.0").check(cfg)  # 2 encoder layers
     assert Intervention("decoder.blocks.1.cross_attn.head.0").point == "decoder.blocks.1.cross_attn.z"
     assert Intervention("blocks.1.attn.head.0").point == "blocks.1.attn.z"
+
+
+def test_the_marian_preset_scales_its_embeddings_as_opus_mt_does():
+    assert REGISTRY["marian"].preset(d_model=64).embed_scale == 8.0
+    assert REGISTRY["marian"].preset(d_model=64, embed_scale=None).embed_scale is None
 
 
 def test_a_marian_model_built_here_trains():

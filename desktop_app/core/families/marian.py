@@ -8,16 +8,26 @@ false, or decoder_vocab_size different from vocab_size) is refused.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import Family, ModelLoadError, preset_of
+from .base import Family, ModelLoadError
 from .bart import SEQ2SEQ_SWITCHES, scale_problems, seq2seq_fields, seq2seq_to_hf, seq2seq_weights
 
-preset = preset_of(dict(family="marian", is_encoder_decoder=True, causal=True, norm="layernorm", norm_placement="post",
-                        activation="silu", positions="sinusoidal", sinusoidal_layout="halves", final_norm=False,
-                        attention_bias=True, mlp_bias=True, tie_embeddings=True, final_logits_bias=True, norm_eps=1e-5,
-                        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
+_BASE = dict(family="marian", is_encoder_decoder=True, causal=True, norm="layernorm", norm_placement="post",
+             activation="silu", positions="sinusoidal", sinusoidal_layout="halves", final_norm=False,
+             attention_bias=True, mlp_bias=True, tie_embeddings=True, final_logits_bias=True, norm_eps=1e-5,
+             pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+
+
+def preset(**kw) -> ModelConfig:
+    """The opus-mt layout: embeddings scaled by sqrt(d_model) (scale_embedding, as in the original
+    Transformer) unless embed_scale is given (None: unscaled)."""
+    cfg = {**_BASE, **kw}
+    if "embed_scale" not in kw:
+        cfg["embed_scale"] = math.sqrt(cfg.get("d_model", ModelConfig.d_model))
+    return ModelConfig(**cfg)
 
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:

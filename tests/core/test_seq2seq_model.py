@@ -286,3 +286,19 @@ def test_head_matrices_give_the_recorded_scores_of_each_kind(stack, kind):
         model.head_matrices(0, 0, stack="encoder", kind="cross_attn")
     with pytest.raises(ValueError, match="the decoder has layers 0..2, not 3"):
         model.head_matrices(3, 0)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_a_folder_opens_in_bfloat16_and_computes_close_to_float32(name, tmp_path):
+    model = model_of(name)
+    save_model_folder(model, tmp_path / "m")
+    half = load_model_folder(tmp_path / "m", dtype="bfloat16").model
+    src, tgt, mask = batch(5)
+    with torch.no_grad():
+        ref = model(src, tgt, src_mask=mask).logits
+        out = half(src, tgt, src_mask=mask).logits
+        _, trace = half.run_with_trace(src, tgt, src_mask=mask)  # the explicit path too (T5's bias in bfloat16)
+        steps = greedy_decode(half, src[0], 4)
+    assert out.dtype == torch.bfloat16 and len(steps) == 4
+    assert (out.float() - ref).abs().max() < 0.1 * ref.abs().max()
+    assert (trace["logits"].float() - ref).abs().max() < 0.1 * ref.abs().max()

@@ -3,10 +3,12 @@ text file, in a worker, with live plots, Pause / Resume / Stop, saved in SAELens
 Features panel. Every action is a click or typing on the real widgets."""
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog, QToolButton
 
 from desktop_app.app.features import train_dictionary
 from desktop_app.core.checkpoints import load_model_folder
@@ -117,8 +119,8 @@ def test_a_dictionary_trains_live_pauses_resumes_and_stops_with_what_it_learnt_s
 
     _click(qtbot, panel.pause_button)
     qtbot.waitUntil(lambda: bool(_events(panel, "paused")), timeout=30_000)
-    assert panel.pause_button.text() == "Resume" and panel.status_label.text() == "Paused."
     at = _events(panel, "paused")[0]["step"]
+    assert panel.pause_button.text() == "Resume" and panel.status_label.text() == f"Paused at step {at}."
     _click(qtbot, panel.pause_button)
     qtbot.waitUntil(lambda: bool(_events(panel, "resumed")), timeout=30_000)
     assert panel.pause_button.text() == "Pause" and _events(panel, "resumed")[0]["step"] == at
@@ -136,8 +138,8 @@ def test_a_dictionary_trains_live_pauses_resumes_and_stops_with_what_it_learnt_s
     assert panel.dictionary.open_button.isEnabled() and panel.start_button.isEnabled() and panel.mode.isEnabled()
 
 
-def test_a_finished_dictionary_opens_in_the_features_panel(qtbot, model_dirs, isolated_user_files, error_watch,
-                                                           text_file, tmp_path):
+def test_a_finished_dictionary_exports_and_opens_in_the_features_panel(qtbot, model_dirs, isolated_user_files,
+                                                                       error_watch, text_file, tmp_path, monkeypatch):
     w, state = open_window(qtbot, model_dirs["demo"], text="Alice was beginning to get very tired", watch=error_watch)
     w.show_panel("Train")
     panel = w.panel("Train")
@@ -148,6 +150,20 @@ def test_a_finished_dictionary_opens_in_the_features_panel(qtbot, model_dirs, is
     done = panel.dictionary.run.events[-1]
     assert done["event"] == "done" and done["step"] == 60 and panel.progress.value() == 60
     assert len(_events(panel, "eval")) == 2 and "Done at step 60" in panel.status_label.text()
+    # the export bar writes the dictionary's plots and numbers (not the model mode's empty ones)
+    written = {}
+    for button_text, name in (("PNG", "plots.png"), ("Data", "metrics.csv")):
+        target = tmp_path / name
+        monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, t=target, **k: (str(t), "")))
+        _click(qtbot, next(b for b in panel.export_bar.findChildren(QToolButton) if b.text() == button_text))
+        written[name] = target.read_bytes()
+    assert written["plots.png"].startswith(b"\x89PNG")
+    rows = list(csv.reader(written["metrics.csv"].decode().splitlines()))
+    assert rows[0][:5] == ["step", "mse", "l0", "variance_explained", "dead"] and "heldout_l0" in rows[0]
+    logged = sorted({e["step"] for e in panel.dictionary.run.events if e["event"] in ("step", "eval")})
+    assert [int(r[0]) for r in rows[1:]] == logged
+    last = _events(panel, "eval")[-1]
+    assert float(rows[-1][rows[0].index("heldout_variance_explained")]) == pytest.approx(last["variance_explained"])
     with qtbot.waitSignal(state.dictionaries_changed, timeout=30_000):
         _click(qtbot, panel.dictionary.open_button)
     assert w.tabs.tabText(w.tabs.currentIndex()) == "Features"

@@ -47,7 +47,15 @@ class TrainingPanel(QWidget):
         "Schedules: warmup + cosine to 10% of the peak; Noam lr = factor &middot; d<sup>&minus;1/2</sup> "
         "min(t<sup>&minus;1/2</sup>, t &middot; warmup<sup>&minus;3/2</sup>). Clipping rescales g to "
         "&alpha; g / ||g|| when ||g|| &gt; &alpha;. The gradient-norm plot shows ||g|| per layer before clipping. "
-        "The run is a separate process: checkpoints every N steps and at Stop; a crash keeps the last one.</p>")
+        "The run is a separate process: checkpoints every N steps and at Stop; a crash keeps the last one.</p>"
+        "<p><b>Train: a sparse dictionary</b> learns the loaded model's activations x at one hook over a text file "
+        "(an SAE; a transcoder reconstructs another hook's activation from them): TopK keeps the k largest "
+        "features per token, ReLU + L1 penalises &lambda; &Sigma;<sub>i</sub> f<sub>i</sub> ||d<sub>i</sub>||. "
+        "<i>Reconstruction error</i> is |x &minus; x&#770;|&sup2; per token, <i>L0</i> the number of active features "
+        "per token, <i>variance explained</i> 1 &minus; &Sigma;|x &minus; x&#770;|&sup2; / &Sigma;|x &minus; "
+        "mean x|&sup2;, on the batches and on the text's held-out last 10%; a feature is <i>dead</i> when it has "
+        "not fired for 200 steps. It is saved in SAELens' format (Stop saves it too, resumable with "
+        "<code>train --task sae --resume</code>); Open in Features attaches it.</p>")
 
     run_event = Signal(dict)  # every event of the running process (tests and other views listen)
 
@@ -145,7 +153,7 @@ class TrainingPanel(QWidget):
     @property
     def dictionary_mode(self) -> bool:
         """Whether the panel trains a sparse dictionary (training_sae.DictionaryMode) rather than a model."""
-        return self.mode.currentIndex() == 1
+        return hasattr(self, "mode") and self.mode.currentIndex() == 1  # (the export bar asks while building)
 
     def _on_mode_changed(self) -> None:
         self.settings_stack.setCurrentIndex(self.mode.currentIndex())
@@ -389,15 +397,18 @@ class TrainingPanel(QWidget):
         return f"train-{self.run_dir.name}" if self.run_dir is not None else "train"
 
     def export_widget(self) -> QWidget:
-        return self.plots_widget
+        return self.dictionary.plots if self.dictionary_mode else self.plots_widget
 
     def export_unavailable(self) -> str | None:
-        if any(e["event"] in ("step", "eval") for e in self.events):
+        events = self.dictionary.run.events if self.dictionary_mode else self.events
+        if any(e["event"] in ("step", "eval") for e in events):
             return None
         return "Nothing to export yet: start a run and its curves are drawn here."
 
     def _metric_columns(self) -> tuple[list[str], list[list]]:
         """The run's metrics by step: one row per step that logged anything, empty cells where it did not."""
+        if self.dictionary_mode:
+            return self.dictionary.metric_columns()
         layers = list(self.plots.grad_series)
         header = ["step", "train_loss", "lr", "val_loss", "val_accuracy", "train_accuracy",
                   *(f"grad_norm.{name}" for name in layers)]

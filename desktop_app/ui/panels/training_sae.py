@@ -354,6 +354,19 @@ class DictionaryMode(QObject):
                 "--eval-every", str(cfg.eval_every), "--checkpoint-every", str(cfg.checkpoint_every), "--out", str(out)]
         return args
 
+    def metric_columns(self) -> tuple[list[str], list[list]]:
+        """The run's numbers by step (what the panel's CSV and data exports write): the batches' and the
+        held-out tokens', empty cells where a step logged neither."""
+        header = ["step", "mse", "l0", "variance_explained", "dead", "heldout_mse", "heldout_l0",
+                  "heldout_variance_explained", "heldout_dead"]
+        rows: dict[int, dict] = {}
+        for ev in self.run.events:
+            if ev["event"] in ("step", "eval"):
+                prefix = "" if ev["event"] == "step" else "heldout_"
+                rows.setdefault(ev["step"], {}).update({prefix + k: ev.get(k) for k in
+                                                        ("mse", "l0", "variance_explained", "dead")})
+        return header, [[step, *(rows[step].get(h) for h in header[1:])] for step in sorted(rows)]
+
     def toggle_pause(self) -> None:
         self.run.toggle_pause()
         self.panel.status_label.setText("Paused." if self.run.paused else "Resumed.")
@@ -390,6 +403,8 @@ class DictionaryMode(QObject):
                 f"{'—' if fve is None else f'{fve:.3f}'} · dead {ev['dead']}")
         elif kind == "eval":
             self.plots.add(ev)
+        elif kind == "paused":  # (a step logged before the pause reached the loop may have said otherwise)
+            p.status_label.setText(f"Paused at step {ev['step']}.")
         elif kind in ("done", "stopped"):
             if ev.get("step") is not None:
                 p.progress.setValue(ev["step"])
@@ -399,6 +414,8 @@ class DictionaryMode(QObject):
                 f"{ev.get('variance_explained', float('nan')):.3f} at L0 {ev.get('l0', float('nan')):.1f}, "
                 f"{ev.get('dead', 0)} dead features. Saved in {self.run.out_dir} (SAELens' format): "
                 "Open in Features to see its features on your text.")
+        if kind in ("step", "eval"):
+            p.export_bar.refresh()
         p._update_buttons()
 
     def on_ended(self, message: str) -> None:

@@ -230,7 +230,10 @@ class EncoderDecoder(nn.Module):
             x = stack.embed_norm(x)
         return self.embed_dropout(x)
 
-    def _check_length(self, n: int, what: str) -> None:
+    def _check_length(self, new: int, n: int, what: str) -> None:
+        """`new` tokens given, `n` in all (after a cache)."""
+        if new == 0:
+            raise ValueError(f"the {what} is empty: the {'encoder' if what == 'source' else 'decoder'} needs at least one token")
         if self.cfg.positions in ("learned", "sinusoidal") and n > self.cfg.context_length:
             raise ValueError(f"{what} of {n} tokens exceeds the context length {self.cfg.context_length}")
 
@@ -271,7 +274,7 @@ class EncoderDecoder(nn.Module):
         if src_ids.dim() == 1:
             src_ids = src_ids[None]
         S = src_ids.shape[1]
-        self._check_length(S, "source")
+        self._check_length(S, S, "source")
         if interventions:
             trace = editing_trace(interventions, trace, 0)
         mask = None if src_mask is None else src_mask.to(torch.bool)[:, None, None, :]
@@ -303,7 +306,7 @@ class EncoderDecoder(nn.Module):
         B, T = tgt_ids.shape
         past = cache.length if cache is not None else 0
         total = past + T
-        self._check_length(total, "target")
+        self._check_length(T, total, "target")
         if interventions:
             trace = editing_trace(interventions, trace, past)
         causal = causal_mask(T, total, tgt_ids.device)[None, None] if T > 1 else None

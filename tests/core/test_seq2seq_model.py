@@ -240,6 +240,12 @@ def test_decoding_without_a_start_token_or_past_the_context_says_so():
         model.encode(torch.arange(9))
     with pytest.raises(ValueError, match="target of 9 tokens exceeds the context length 8"):
         model.decode(torch.arange(9), model.encode(torch.arange(3)))
+    with pytest.raises(ValueError, match="the source is empty: the encoder needs at least one token"):
+        model.encode(torch.zeros(1, 0, dtype=torch.long))
+    enc, cache = model.encode(torch.arange(3)), model.new_cache()
+    model.decode(torch.tensor([2]), enc, cache=cache)
+    with pytest.raises(ValueError, match="the target is empty: the decoder needs at least one token"):
+        model.decode(torch.zeros(1, 0, dtype=torch.long), enc, cache=cache)
 
 
 def test_a_trace_only_records_what_it_asks_for():

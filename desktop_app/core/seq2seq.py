@@ -340,9 +340,11 @@ class EncoderDecoder(nn.Module):
         out = self.decode(tgt_ids, enc, src_mask=src_mask, trace=trace, interventions=interventions)
         return Seq2SeqOutput(logits=out.logits, encoder_hidden=enc, hidden=out.hidden)
 
-    def run_with_trace(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, names=("*",), *,
+    def run_with_trace(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, names=("*",), *, lazy: bool = False,
                        pattern_dtype: torch.dtype | None = None, **kw) -> tuple[Seq2SeqOutput, Trace]:
-        trace = Trace(names, pattern_dtype=pattern_dtype)
+        """forward with a Trace of every name matching `names` (Transformer.run_with_trace's arguments; a
+        lazy trace derives nothing here: the stack-prefixed names are recorded as asked)."""
+        trace = Trace(names, lazy=lazy, pattern_dtype=pattern_dtype)
         with torch.no_grad():
             out = self.forward(src_ids, tgt_ids, trace=trace, **kw)
         trace.bind(self)

@@ -255,6 +255,9 @@ def test_a_trace_only_records_what_it_asks_for():
     with torch.no_grad():
         model(src, tgt, trace=trace)
     assert sorted(trace.keys()) == [f"decoder.blocks.{l}.cross_attn.pattern" for l in range(3)]
+    _, lazy = model.run_with_trace(src, tgt, ["decoder.blocks.1.cross_attn.head_out"], lazy=True,
+                                   pattern_dtype=torch.float16)
+    assert lazy["decoder.blocks.1.cross_attn.head_out"].shape == (2, 4, 5, 32)
 
 
 def test_decoding_arguments_are_checked():

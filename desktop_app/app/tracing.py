@@ -23,6 +23,19 @@ records are in the trace (LayersReady: the text's encoding, the trace being fill
 how many), reports "layer k / L" to the job and stops at its cancel between layers (core.jobs), all
 from the model's one forward (Transformer.forward's on_layer). The GUI's AppState paints from it.
 
+Encoder-decoders (T5, BART, Marian; core/seq2seq.py): the input is a source text (the encoder's) and a
+target text (the decoder's), either also given as ids. The decoder's input is [decoder start token] +
+the target's tokens (tokenized with Tokenizer.target when the model has one, Marian's target.spm, else
+with the model's tokenizer), so with T target tokens the decoder reads T + 1 positions and logits row i
+predicts target token i (the last row the token after the target); no target = the start token alone.
+trace_input(target=, target_ids=) traces both stacks in one forward (EncodedPair: the source's
+encoding, the target's and the decoder's input ids); the trace holds the names core/seq2seq.py lists
+(encoder.blocks.l.attn.pattern [B, H, S, S], decoder.blocks.l.attn.pattern [B, H, T+1, T+1],
+decoder.blocks.l.cross_attn.pattern [B, H, T+1, S], ...). attention_view(trace, kind) is that trace seen
+as one stack's (blocks.l.attn.* of the encoder's self-attention, the decoder's or its cross-attention),
+the names every attention view reads; a trace file holds encoder_attn.l, decoder_attn.l, cross_attn.l,
+encoder_hidden.i, decoder_hidden.i, logits, tokens (the source ids) and decoder_tokens (file_arrays).
+
 Not here: what a generation step records (core/generation.py's RECORD_NAMES). That is the mechanism
 of GenerationSession (a one-token forward records per-position tensors that step_trace concatenates
 along the sequence, the attention rows are rebuilt from cached queries, head outputs from pattern and
@@ -30,7 +43,7 @@ input), not a choice a front end makes; changing it means changing that code.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
@@ -50,14 +63,33 @@ FILE_NAMES = ("embed", "final_norm.out", "logits", "blocks.*.attn.pattern", "blo
 
 def trace_names(config, n_tokens: int, final_logits: bool = True, purpose: str = VIEWS) -> list[str]:
     """What a forward pass of `config`'s model over `n_tokens` records, for `purpose` (VIEWS or FILE,
-    see the module's docstring); the final logits only when asked (`final_logits`)."""
+    see the module's docstring); the final logits only when asked (`final_logits`). An encoder-decoder's
+    names are each stack's (encoder.*, decoder.*, the decoder's cross_attn too); `n_tokens` then counts both
+    sequences."""
     if purpose not in PURPOSES:
         raise ValueError(f"trace purpose {purpose!r}: one of {', '.join(PURPOSES)}")
     if purpose == VIEWS and config.input_kind != "patches" \
-            and config.vocab_size * n_tokens * config.n_layers <= TRACE_ALL_BELOW:
+            and config.vocab_size * n_tokens * total_layers(config) <= TRACE_ALL_BELOW:
         return ["*"]
     names = VIEW_NAMES if purpose == VIEWS else FILE_NAMES
-    return [n for n in names if final_logits or n != "logits"]
+    names = [n for n in names if final_logits or n != "logits"]
+    if not is_seq2seq(config):
+        return names
+    stacks = [n if n == "logits" else f"{stack}.{n}" for n in names for stack in ("encoder", "decoder")]
+    cross = [f"decoder.{n.replace('.attn.', '.cross_attn.')}" for n in names if ".attn." in n]
+    return list(dict.fromkeys(stacks + cross))
+
+
+def is_seq2seq(config) -> bool:
+    """Whether `config` (or a LoadedModel's) is an encoder-decoder's (core/seq2seq.py)."""
+    return bool(getattr(getattr(config, "config", config), "is_encoder_decoder", False))
+
+
+def total_layers(config) -> int:
+    """Blocks a forward pass runs: an encoder-decoder's two stacks together."""
+    if not is_seq2seq(config):
+        return config.n_layers
+    return config.n_layers + (config.n_decoder_layers or config.n_layers)
 
 
 def parse_layers(text: str) -> tuple[int, int | None]:
@@ -112,33 +144,51 @@ def trace_settings(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, lay
     from ..core.devices import pattern_dtype
 
     n_layers = loaded.config.n_layers
-    names = _layer_names(trace_names(loaded.config, n_tokens, purpose=purpose), layer_range(layers, n_layers), n_layers)
+    if is_seq2seq(loaded.config):
+        if layers is not None and layer_range(layers, n_layers) != range(n_layers):
+            raise ValueError(f"{loaded.name} is an encoder-decoder: its traces record both stacks whole "
+                             "(no layer range)")
+        names = trace_names(loaded.config, n_tokens, purpose=purpose)
+    else:
+        names = _layer_names(trace_names(loaded.config, n_tokens, purpose=purpose), layer_range(layers, n_layers),
+                             n_layers)
     if purpose != VIEWS:
         return {"names": names}
     model = loaded.model
-    return {"names": names, "lazy": True,
+    lazy = {} if is_seq2seq(loaded.config) else {"lazy": True}  # (an encoder-decoder's trace derives nothing)
+    return {"names": names, **lazy,
             "pattern_dtype": pattern_dtype(model.dtype, getattr(loaded, "stored_dtype", None))}
 
 
-def estimated_trace_bytes(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers=None) -> int:
-    """What a trace of `n_tokens` of `loaded` needs on top of its weights (core.trace.estimate_trace_bytes)."""
+def estimated_trace_bytes(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers=None,
+                          n_target: int | None = None) -> int:
+    """What a trace of `n_tokens` of `loaded` needs on top of its weights (core.trace.estimate_trace_bytes);
+    an encoder-decoder's of `n_tokens` source tokens and `n_target` decoder positions."""
     from ..core.trace import estimate_trace_bytes
 
-    kw = trace_settings(loaded, n_tokens, purpose, layers)
+    kw = trace_settings(loaded, n_tokens + (n_target or 0), purpose, layers)
     return estimate_trace_bytes(loaded.config, n_tokens, kw["names"], loaded.model.dtype, kw.get("pattern_dtype"),
-                                lazy=kw.get("lazy", False), layers=len(layer_range(layers, loaded.config.n_layers)))
+                                lazy=kw.get("lazy", False), layers=len(layer_range(layers, loaded.config.n_layers)),
+                                n_target=n_target)
 
 
 def check_trace_memory(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers=None,
-                       available: int | None = None) -> int:
+                       available: int | None = None, n_target: int | None = None) -> int:
     """The estimate (bytes) when it fits in `available` (default: what the model's device has); else
-    MemoryEstimateError, one line with the choices: fewer tokens, or fewer layers (a layer range)."""
+    MemoryEstimateError, one line with the choices: fewer tokens, or fewer layers (a layer range). An
+    encoder-decoder's (`n_target` decoder positions) is refused with its two lengths, both stacks whole."""
     from ..core.devices import MemoryEstimateError, available_memory, human_bytes
 
-    need = estimated_trace_bytes(loaded, n_tokens, purpose, layers)
+    need = estimated_trace_bytes(loaded, n_tokens, purpose, layers, n_target)
     have = available_memory(loaded.model.device) if available is None else available
     if have is None or need <= have:
         return need
+    if is_seq2seq(loaded.config):
+        refusal = MemoryEstimateError(f"a trace of {n_tokens} source and {n_target} target tokens through both "
+                                      f"stacks of {loaded.name} needs about {human_bytes(need)}; this machine has "
+                                      f"{human_bytes(have)} available: trace shorter texts")
+        refusal.tokens, refusal.layers = 0, 0
+        raise refusal
     n = loaded.config.n_layers
     L = len(layer_range(layers, n))
     tokens = _largest(lambda t: estimated_trace_bytes(loaded, t, purpose, layers) <= have, n_tokens - 1)
@@ -187,7 +237,7 @@ class LayersReady:
 def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
                 interventions: list | None = None, purpose: str = VIEWS,
                 layers=None, *, on_layer: Callable[[LayersReady], None] | None = None,
-                job=None) -> tuple[EncodedText, Trace | None]:
+                job=None, target: str = "", target_ids: list[int] | None = None) -> tuple[EncodedText, Trace | None]:
     """Encode `text` (or check the given `ids`) for `loaded` and trace them. Text longer than the
     context is cut to its first context_length tokens, and the EncodedText's notice says so;
     unknown words and ids outside the vocabulary raise InputError with a sentence naming them.
@@ -195,7 +245,10 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
     `layers`: record only these blocks (layer_range: a count of first blocks, a range, (A, B)). A trace
     that would not fit in memory raises MemoryEstimateError (check_trace_memory) before it starts.
     `job` (core.jobs.JobControl): "layer k / L" reported after each block, and core.jobs.Cancelled raised
-    there once it is cancelled; `on_layer`: each block's LayersReady, as soon as it is recorded."""
+    there once it is cancelled; `on_layer`: each block's LayersReady, as soon as it is recorded.
+    An encoder-decoder's input is `text` / `ids` (the source) and `target` / `target_ids` (see the module's
+    docstring): an EncodedPair, and a trace of both stacks ("layer k / L" over both; a cancel stops it
+    between the encoder and the decoder; no on_layer pieces)."""
     import torch
 
     from ..core.inputs import check_ids, encode_text_or_ids
@@ -203,6 +256,10 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
 
     cfg = loaded.config
     enc = check_ids(ids, cfg.vocab_size, cfg.context_length) if ids is not None else encode_text_or_ids(loaded, text)
+    if is_seq2seq(cfg):
+        return _trace_pair(loaded, encode_pair(loaded, enc, target, target_ids), interventions, purpose, layers, job)
+    if target_ids is not None or target:
+        raise ValueError(f"{loaded.name} is not an encoder-decoder: it reads one text, no target")
     if not enc.ids:
         return enc, None
     check_trace_memory(loaded, len(enc.ids), purpose, layers)
@@ -220,6 +277,108 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
                                            on_layer=ready if progressive else None,
                                            **trace_settings(loaded, len(enc.ids), purpose, layers))
     return enc, trace
+
+
+@dataclass
+class EncodedPair:
+    """An encoder-decoder's input: the source's encoding (`source`; its fields are read through: `ids`,
+    `notice`, `specials` are the source's), the target's (`target`), and what the decoder reads,
+    [start token] + the target's ids (`decoder_ids`)."""
+    source: EncodedText
+    target: EncodedText
+    decoder_ids: list[int] = field(default_factory=list)
+
+    def __getattr__(self, name: str):
+        if name in ("source", "target", "decoder_ids") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.source, name)
+
+
+def encode_target(loaded: LoadedModel, text: str, ids: list[int] | None = None) -> EncodedText:
+    """An encoder-decoder's target text (or its ids) as ids: through Tokenizer.target when the model has
+    one (Marian's target.spm), else its tokenizer, with the input setting's special tokens (T5 and Marian
+    end it with </s>); checked against the vocabulary and cut to the decoder's context less its start token."""
+    from ..core.inputs import EncodedText, check_ids, encode, parse_token_ids
+
+    cfg = loaded.config
+    room = cfg.context_length - 1
+    if ids is not None:
+        return check_ids(ids, cfg.vocab_size, room, where="target")
+    if not text.strip():
+        return EncodedText([])
+    tok = loaded.tokenizer
+    if tok is None:
+        return check_ids(parse_token_ids(text, "target (the model has no tokenizer, so it takes token ids)"),
+                         cfg.vocab_size, room, where="target")
+    return encode(tok.target or tok, text, cfg.vocab_size, room, where="target", special_tokens=tok.special_tokens)
+
+
+def encode_pair(loaded: LoadedModel, source: EncodedText, target: str = "",
+                target_ids: list[int] | None = None) -> EncodedPair:
+    """The source's encoding with the target's (encode_target) and the decoder's input ids."""
+    tgt = encode_target(loaded, target, target_ids)
+    return EncodedPair(source, tgt, [loaded.model.start_token()] + list(tgt.ids))
+
+
+def _trace_pair(loaded: LoadedModel, pair: EncodedPair, interventions, purpose: str, layers, job):
+    """trace_input of an encoder-decoder: the encoder over the source, the decoder over [start] + target."""
+    import torch
+
+    from ..core.jobs import report
+    from ..core.trace import Trace
+
+    if not pair.ids:
+        return pair, None
+    model, cfg = loaded.model, loaded.config
+    if interventions and any(iv.how in ("mean", "resample") for iv in interventions):
+        raise ValueError("mean and resampled ablations of an encoder-decoder are not supported yet: "
+                         "zero-ablate instead")
+    edits = [iv.check(cfg) for iv in interventions] if interventions else None
+    check_trace_memory(loaded, len(pair.ids), purpose, layers, n_target=len(pair.decoder_ids))
+    kw = trace_settings(loaded, len(pair.ids) + len(pair.decoder_ids), purpose, layers)
+    n_enc, total = cfg.n_layers, total_layers(cfg)
+    report(job, 0, total, f"layer 0 / {total}")
+    trace = Trace(kw["names"], pattern_dtype=kw.get("pattern_dtype"))
+    src = torch.tensor(pair.ids, device=model.device)[None]
+    tgt = torch.tensor(pair.decoder_ids, device=model.device)[None]
+    with torch.no_grad():
+        enc = model.encode(src, trace=trace, interventions=edits)
+        report(job, n_enc, total, f"layer {n_enc} / {total}")  # stops here once cancelled
+        model.decode(tgt, enc, trace=trace, interventions=edits)
+    trace.bind(model)
+    report(job, total, total, f"layer {total} / {total}")
+    return pair, trace
+
+
+# The three kinds of attention of an encoder-decoder, and what a view calls them.
+ENCODER, DECODER, CROSS = "encoder", "decoder", "cross"
+ATTENTION_KINDS = {ENCODER: "Encoder self-attention", DECODER: "Decoder self-attention (causal)",
+                   CROSS: "Cross-attention"}
+
+
+def attention_view(trace: Trace, kind: str) -> Trace:
+    """An encoder-decoder's trace seen as one stack's, under the names every attention and residual view
+    reads (blocks.l.attn.pattern, blocks.l.resid_post, embed, ...): ENCODER its encoder's self-attention
+    ([S, S] patterns), DECODER its decoder's causal self-attention ([T, T]), CROSS the decoder's
+    cross-attention as its attn.* ([T queries, S keys]). The tensors are shared, not copied."""
+    from ..core.trace import Trace as _Trace
+
+    if kind not in ATTENTION_KINDS:
+        raise ValueError(f"attention kind {kind!r}: one of {', '.join(ATTENTION_KINDS)}")
+    prefix = "encoder." if kind == ENCODER else "decoder."
+    view = _Trace(trace.patterns, to_cpu=trace.to_cpu, pattern_dtype=trace.pattern_dtype)
+    for name, t in trace.items():
+        if not name.startswith(prefix):
+            continue
+        rest = name[len(prefix):]
+        if kind == CROSS:
+            if ".attn." in rest:
+                continue  # the decoder's self-attention: not this view's
+            rest = rest.replace(".cross_attn.", ".attn.")
+        view.tensors[rest] = t
+    if kind != ENCODER and "logits" in trace:
+        view.tensors["logits"] = trace["logits"]
+    return view
 
 
 def tokenize_and_trace(loaded: LoadedModel, text: str, ids: list[int] | None,
@@ -281,14 +440,38 @@ def file_arrays(trace: Trace, n_layers: int, layers=None) -> dict:
     return arrays
 
 
-def trace_arrays(loaded: LoadedModel, ids: list[int], interventions=None, layers=None) -> dict:
+def trace_arrays(loaded: LoadedModel, ids: list[int], interventions=None, layers=None, *,
+                 target: str = "", target_ids: list[int] | None = None) -> dict:
     """tokens, attn.{l} [H, T, T], hidden.{i} (Hugging Face's hidden_states), logits [T, vocab];
     of the model with these interventions applied (core/interventions.py), if any; `layers`: only
-    these blocks' attn.{l} and hidden.{l+1} (layer_range's forms)."""
+    these blocks' attn.{l} and hidden.{l+1} (layer_range's forms). An encoder-decoder's (source `ids`,
+    target `target` or `target_ids`): pair_file_arrays' keys, with decoder_tokens ([start] + target)."""
     import numpy as np
 
-    enc, trace = trace_input(loaded, "", ids, interventions, purpose=FILE, layers=layers)
-    return {"tokens": np.asarray(enc.ids, dtype=np.int64), **file_arrays(trace, loaded.config.n_layers, layers)}
+    enc, trace = trace_input(loaded, "", ids, interventions, purpose=FILE, layers=layers,
+                             target=target, target_ids=target_ids)
+    tokens = {"tokens": np.asarray(enc.ids, dtype=np.int64)}
+    if is_seq2seq(loaded.config):
+        return {**tokens, "decoder_tokens": np.asarray(enc.decoder_ids, dtype=np.int64), **pair_file_arrays(trace)}
+    return {**tokens, **file_arrays(trace, loaded.config.n_layers, layers)}
+
+
+def pair_file_arrays(trace: Trace) -> dict:
+    """An encoder-decoder's trace file, from a trace of one source and target (Hugging Face's names in
+    brackets): encoder_attn.{l} [H, S, S] (encoder_attentions), decoder_attn.{l} [H, T, T]
+    (decoder_attentions), cross_attn.{l} [H, T, S] (cross_attentions), encoder_hidden.{i} [S, d] and
+    decoder_hidden.{i} [T, d] for i = 0..L (encoder_ / decoder_hidden_states), logits [T, vocab]; T is
+    the decoder's input, [start] + the target."""
+    arrays = {}
+    for kind, key in ((ENCODER, "encoder_attn"), (DECODER, "decoder_attn"), (CROSS, "cross_attn")):
+        view = attention_view(trace, kind)
+        arrays.update({f"{key}.{l}": view.pattern(l)[0].float().cpu().numpy() for l in range(view.n_layers)})
+    for kind, key in ((ENCODER, "encoder_hidden"), (DECODER, "decoder_hidden")):
+        hidden = attention_view(trace, kind).hidden_states()
+        arrays.update({f"{key}.{i}": h[0].float().cpu().numpy() for i, h in enumerate(hidden)})
+    if "logits" in trace:
+        arrays["logits"] = trace["logits"][0].float().cpu().numpy()
+    return arrays
 
 
 def image_trace_arrays(loaded: LoadedModel, pixel_values, interventions=None) -> dict:

@@ -12,6 +12,11 @@ def add_parser(sub) -> None:
     p = sub.add_parser("trace", help="run a text through a model and save what it recorded as .npz")
     g = add_model_and_text_arguments(p)
     g.add_argument("--image", help="for a vision model: an image (PNG, JPEG, BMP) or a uint8 .npy array")
+    t = p.add_mutually_exclusive_group()
+    t.add_argument("--target-text", metavar="TGT",
+                   help="for an encoder-decoder (T5, BART, Marian): the target text, the decoder's input after its "
+                        "start token (default: the start token alone); --text / --ids is then the source")
+    t.add_argument("--target-ids", metavar="TGT", help="the target as comma-separated token ids (encoder-decoders)")
     p.add_argument("--out", required=True, help="output .npz")
     add_overwrite_argument(p)
     p.add_argument("--ablate", help="zero-ablate: LAYER.HEAD[,LAYER.HEAD...] (also LAYER.attn, LAYER.mlp)")
@@ -41,6 +46,7 @@ def run(args) -> int:
     from . import input_ids
 
     check_output_file(args.out, args.overwrite)  # refused or unwritable now, not after the forward pass
+    from ..core.inputs import parse_token_ids
     from ..core.interventions import parse_ablations
 
     loaded = load_model(args.model_dir, special_tokens=args.special_tokens, dtype=args.dtype)
@@ -51,7 +57,16 @@ def run(args) -> int:
         if args.layers is not None:
             raise ValueError("--layers: a layer range is for text models' traces, not images")
         arrays = image_trace_arrays(loaded, image_pixel_values(loaded, args.image), ablate)
+    elif loaded.config.is_encoder_decoder:
+        if args.layers is not None:
+            raise ValueError(f"--layers: {args.model_dir} is an encoder-decoder, traced through both stacks whole")
+        target_ids = parse_token_ids(args.target_ids, "--target-ids") if args.target_ids is not None else None
+        arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids), ablate, target=args.target_text or "",
+                              target_ids=target_ids)
     else:
+        if args.target_text is not None or args.target_ids is not None:
+            option = "--target-text" if args.target_text is not None else "--target-ids"
+            raise ValueError(f"{option}: {args.model_dir} is not an encoder-decoder; it reads one text (--text / --ids)")
         arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids), ablate, layers=args.layers)
     buf = io.BytesIO()
     np.savez(buf, **arrays)

@@ -186,22 +186,46 @@ class Trace:
 
 
 def estimate_trace_bytes(cfg, n_tokens: int, names: Iterable[str] = ("*",), compute_dtype=torch.float32,
-                         pattern_dtype=None, lazy: bool = True, layers: int | None = None) -> int:
+                         pattern_dtype=None, lazy: bool = True, layers: int | None = None,
+                         n_target: int | None = None) -> int:
     """Bytes a forward pass of `n_tokens` records (batch 1) under `names`, plus the largest transient
     work of one layer (scores, softmax and the MLP's hidden units): what comes on top of the weights.
-    `layers`: record only that many blocks' tensors (a layer range)."""
+    `layers`: record only that many blocks' tensors (a layer range). An encoder-decoder
+    (cfg.is_encoder_decoder): `n_tokens` source tokens through the encoder (names encoder.*) and
+    `n_target` (default 1, the start token) through the decoder (decoder.*, its cross-attention too)."""
     probe = Trace(names, lazy=lazy)
-    T, d, H, L = n_tokens, cfg.d_model, cfg.n_heads, cfg.n_layers if layers is None else layers
+    d, H = cfg.d_model, cfg.n_heads
     c = torch.empty((), dtype=compute_dtype).element_size()
     p = torch.empty((), dtype=pattern_dtype or compute_dtype).element_size()
-    per_layer = {"attn.input": T * d, "attn.q": T * H * cfg.d_head, "attn.z": T * H * cfg.d_head,
-                 "attn.out": T * d, "resid_mid": T * d, "mlp.input": T * d, "mlp.out": T * d, "resid_post": T * d,
-                 "attn.head_out": H * T * d, "logit_lens": T * cfg.vocab_size}
-    total = sum(n * c for k, n in per_layer.items() if probe.wants(f"blocks.0.{k}")) * L
-    if probe.wants("blocks.0.attn.pattern"):
-        total += L * H * T * T * p
-    total += sum(T * n * c for k, n in (("embed", d), ("final_norm.out", d), ("logits", cfg.vocab_size))
-                 if probe.wants(k))
+
+    def stack(prefix: str, T: int, L: int, S: int | None = None) -> tuple[int, int]:
+        """(recorded bytes, largest transient work) of one stack of L blocks over T tokens (S: cross-attended)."""
+        per_layer = {"attn.input": T * d, "attn.q": T * H * cfg.d_head, "attn.z": T * H * cfg.d_head,
+                     "attn.out": T * d, "resid_mid": T * d, "mlp.input": T * d, "mlp.out": T * d,
+                     "resid_post": T * d, "attn.head_out": H * T * d, "logit_lens": T * cfg.vocab_size}
+        if S is not None:  # the decoder's cross-attention sublayer
+            per_layer.update({"cross_attn.input": T * d, "cross_attn.q": T * H * cfg.d_head,
+                              "cross_attn.z": T * H * cfg.d_head, "cross_attn.out": T * d, "resid_cross": T * d,
+                              "cross_attn.head_out": H * T * d})
+        total = sum(n * c for k, n in per_layer.items() if probe.wants(f"{prefix}blocks.0.{k}")) * L
+        if probe.wants(f"{prefix}blocks.0.attn.pattern"):
+            total += L * H * T * T * p
+        if S is not None and probe.wants(f"{prefix}blocks.0.cross_attn.pattern"):
+            total += L * H * T * S * p
+        total += sum(T * d * c for k in ("embed", "final_norm.out") if probe.wants(prefix + k))
+        keys = max(T, S or 0)
+        work = max(2 * H * T * keys * 4 + H * T * keys * c, 3 * T * cfg.d_ff * c)
+        return total, work
+
+    if not getattr(cfg, "is_encoder_decoder", False):
+        T = n_tokens
+        total, work = stack("", T, cfg.n_layers if layers is None else layers)
+    else:
+        T = n_target or 1
+        enc, enc_work = stack("encoder.", n_tokens, cfg.n_layers)
+        dec, dec_work = stack("decoder.", T, cfg.n_decoder_layers or cfg.n_layers, S=n_tokens)
+        total, work = enc + dec, max(enc_work, dec_work)
+    if probe.wants("logits"):
+        total += T * cfg.vocab_size * c
     # transient: float32 scores and probabilities of one layer, the MLP's hidden units, the final logits
-    work = max(2 * H * T * T * 4 + H * T * T * c, 3 * T * cfg.d_ff * c) + T * cfg.vocab_size * c
-    return int(total + work)
+    return int(total + work + T * cfg.vocab_size * c)

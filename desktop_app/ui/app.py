@@ -165,7 +165,9 @@ class StartupWatcher:
         self.on_change = lambda: None
         state.model_changed.connect(self._loaded)
         state.model_load_failed.connect(self._failed)
-        state.trace_changed.connect(self._traced)
+        # (a trace arriving in pieces puts its text on show before it is whole: AppState.tracing then)
+        state.trace_changed.connect(lambda trace: self._traced() if trace is not None or state.tracing is None
+                                    else None)
         state.error.connect(self._traced)  # text that cannot be traced: the window shows the message
 
     @property

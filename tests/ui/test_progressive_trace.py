@@ -231,3 +231,22 @@ def test_a_trace_refused_for_memory_offers_its_first_layers_and_a_click_traces_t
     qtbot.waitUntil(lambda: attention.model_view.filled_layers() == 3, timeout=30_000)
     assert len(attention.model_view.boxes) == 3 * HEADS and not offer.isVisible()
     assert attention.status.text().startswith(f"{n} tokens, 3 layers")
+
+
+def test_a_screenshot_waits_for_the_whole_trace_not_its_first_pieces(qtbot, six_layers, monkeypatch,
+                                                                      isolated_user_files):
+    from desktop_app.ui.app import StartupWatcher
+
+    window, state = open_window(qtbot, six_layers, text=FIRST)
+    hold = Hold(monkeypatch, SECOND)
+    watcher = StartupWatcher(state, expect_model=True)  # what --screenshot waits on
+    watcher.model_loaded = True
+    _type(qtbot, window, SECOND)
+    qtbot.waitUntil(hold.reached.is_set, timeout=30_000)
+    attention = click_panel_tab(qtbot, window, "Attention")  # opened mid-trace: paints the layers so far
+    qtbot.waitUntil(lambda: attention.model_view.filled_layers() == 2, timeout=30_000)
+    assert not watcher.ready  # the text is on show, but only two of its layers
+    hold.release.set()
+    hold.next_release.set()
+    qtbot.waitUntil(lambda: watcher.ready, timeout=30_000)
+    assert state.trace is not None and state.trace.n_layers == LAYERS

@@ -390,6 +390,8 @@ class AttentionPanel(ViewTablePanel):
         if hasattr(state, "layers_ready"):  # (render's stand-in state has none)
             state.layers_ready.connect(self._on_layers_ready)
         self._follow_trace()
+        if getattr(state, "tracing", None) is not None:  # opened while a trace arrives: its layers so far
+            self._on_layers_ready(state.tracing)
 
     # -- view state ------------------------------------------------------------------------
     def _show_view_state(self) -> None:

@@ -440,3 +440,43 @@ def test_a_generated_step_clicked_in_generate_shows_its_features(qtbot, demo_win
     assert [int(panel.features_table.item(r, 1).text()) for r in range(panel.features_table.rowCount())] == \
         [k for k, _ in ref.top(n_prompt, panel.TOP_FEATURES)]
     error_watch.assert_clean()
+
+
+def _zero_first_feature(panel) -> int:
+    table = panel.features_table
+    k = int(table.item(0, 1).text())
+    table.customContextMenuRequested.emit(table.visualRect(table.model().index(0, 1)).center())
+    next(a for a in panel.last_feature_menu.actions() if a.text() == f"Zero feature {k}").trigger()
+    return k
+
+
+def test_an_edit_at_a_normalised_input_is_refused_in_one_line(qtbot, demo_window, tmp_path, monkeypatch, error_watch):
+    """Issue 29: an SAE of ln1.hook_normalized (what the attention reads after its norm) has features but no edit:
+    Zero says why in one line and changes nothing."""
+    w, state = demo_window
+    _open_from_menu(qtbot, w, state, monkeypatch, _dictionary(tmp_path / "sae", hook="blocks.1.ln1.hook_normalized"))
+    panel = w.slot("Features").panel
+    _lens_shown(qtbot, panel)
+    k = _zero_first_feature(panel)
+    line = panel.status.text()
+    assert line.startswith(f"Cannot edit feature {k}: ") and "\n" not in line
+    assert "blocks.1.ln1.hook_normalized" in line and "cannot be edited" in line and state.interventions == []
+    error_watch.assert_clean()
+
+
+def test_a_transcoder_reading_ln1_hook_normalized_is_edited_from_the_menu(qtbot, demo_window, tmp_path, monkeypatch,
+                                                                          error_watch):
+    w, state = demo_window
+    g = torch.Generator().manual_seed(1)
+    transcoder = SparseDictionary(torch.randn(128, 64, generator=g) * 0.1, torch.randn(64, generator=g) * 0.1,
+                                  torch.randn(64, 128, generator=g) * 0.1, torch.zeros(128),
+                                  hook="blocks.1.ln1.hook_normalized", hook_out="blocks.1.hook_attn_out")
+    save_dictionary(transcoder, tmp_path / "transcoder")
+    _open_from_menu(qtbot, w, state, monkeypatch, tmp_path / "transcoder")
+    panel = w.slot("Features").panel
+    _lens_shown(qtbot, panel)
+    with qtbot.waitSignal(state.interventions_changed, timeout=20_000):
+        k = _zero_first_feature(panel)
+    (iv,) = state.interventions
+    assert iv.how == "features" and f"zero f{k}" in iv.label and iv.point == "blocks.1.attn.out"
+    error_watch.assert_clean()

@@ -327,3 +327,38 @@ def test_across_training_measures_a_cached_models_step_revisions(qtbot, tmp_path
     assert not across.status.text().startswith("Could not")
     for plot, curves in ((across.plots["induction"], 2), (across.layer_plot, 1)):  # 1 layer, 2 heads
         assert [list(c.getData()[0]) for c in plot.getPlotItem().listDataItems()] == [[0, 512, 1000]] * curves
+
+
+def test_across_training_closed_while_it_measures_measures_again_when_reopened(qtbot, run, monkeypatch,
+                                                                                isolated_user_files):
+    """Closing the window stops its workers; a click on Across training… again shows the same window, which
+    must measure again rather than say 'Measuring…' for ever. The first window's workers here wait until
+    they are stopped, so the close always comes first."""
+    from desktop_app.ui.state import AppState
+    from desktop_app.ui.widgets import across_training
+
+    real, started = across_training.scrub_metrics, []
+
+    def held_until_stopped(run_dir, metrics, job=None):
+        started.append(metrics)
+        if len(started) <= 2:  # the first window's two workers: the head metrics, the weight norms
+            job._cancel.wait(timeout=60)
+            job.check()
+        return real(run_dir, metrics, job=job)
+
+    monkeypatch.setattr(across_training, "scrub_metrics", held_until_stopped)
+    state = AppState()
+    window = _window(qtbot, state)
+    _open_run(qtbot, state, window, run)
+    bar = window.timeline_bar
+    qtbot.mouseClick(bar.across_button, Qt.MouseButton.LeftButton)
+    across = bar.across
+    qtbot.addWidget(across)
+    qtbot.waitUntil(lambda: len(started) == 2, timeout=30_000)
+    across.close()
+    qtbot.mouseClick(bar.across_button, Qt.MouseButton.LeftButton)
+    assert bar.across is across and across.isVisible()
+    qtbot.waitUntil(lambda: across.results is not None and "weight-norm" in across.layer_results, timeout=60_000)
+    assert len(across.plots["induction"].getPlotItem().listDataItems()) == 2  # drawn once: one layer, two heads
+    assert len(across.layer_plot.getPlotItem().listDataItems()) == 1
+    assert "kept steps" in across.status.text()

@@ -86,10 +86,23 @@ class AcrossTraining(QWidget):
         self.layer_plot.addLegend(**LEGEND, colCount=4)
         grid.addWidget(self.layer_plot, (len(self.METRICS) + 1) // 2, 0, 1, 2)
         v.addWidget(self.plots_widget, 1)
-        self.job = run_job(scrub_metrics, run_dir, self.METRICS, on_result=self._show, on_error=self._failed,
-                           on_progress=lambda done, total, message: self.status.setText(
-                               f"Measuring every kept step… {done}/{total} ({message})"), owner=self)
-        self._layer_metric_chosen()
+        self.job = None
+        self._measure()
+
+    def _measure(self) -> None:
+        """Start what is not measured yet (again after a close stopped it): the head metrics, the per-layer one."""
+        if self.results is None and self.job is None:
+            self.status.setText("Measuring every kept step…")
+            self.job = run_job(scrub_metrics, self.run_dir, self.METRICS, on_result=self._show,
+                               on_error=self._failed, owner=self,
+                               on_progress=lambda done, total, message: self.status.setText(
+                                   f"Measuring every kept step… {done}/{total} ({message})"))
+        if self.layer_job is None:
+            self._layer_metric_chosen()
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt name
+        super().showEvent(event)
+        self._measure()  # a window closed while it measured stopped its workers: shown again, they start again
 
     @staticmethod
     def _plot(title: str) -> pg.PlotWidget:
@@ -105,6 +118,8 @@ class AcrossTraining(QWidget):
 
     # -- the head metrics --------------------------------------------------------------------------
     def _show(self, results: dict) -> None:
+        if self.results is not None:  # a job stopped by a close that still finished, after the one started since
+            return
         self.results = results
         for metric, sc in results.items():
             plot = self.plots[metric]
@@ -122,6 +137,7 @@ class AcrossTraining(QWidget):
         self.export_bar.refresh()
 
     def _failed(self, exc: BaseException, tb: str) -> None:
+        self.job = None  # shown again, the window tries again
         self.status.setText(f"Could not measure {self.run_dir}: {exc}")
 
     # -- the per-layer metric ----------------------------------------------------------------------
@@ -170,9 +186,10 @@ class AcrossTraining(QWidget):
         self.export_bar.refresh()
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt name
-        self.job.cancel()
-        if self.layer_job is not None:
-            self.layer_job.cancel()
+        for job in (self.job, self.layer_job):
+            if job is not None:
+                job.cancel()
+        self.job = self.layer_job = None  # shown again, the window starts them again (_measure)
         super().closeEvent(event)
 
     # -- export (ExportBar view protocol) --------------------------------------------------------

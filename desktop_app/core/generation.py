@@ -20,6 +20,14 @@ keeps the smallest set whose mass reaches p. Temperature never changes top-k's s
 preserved) but can change top-p's. Ties at a boundary are all kept, so a set depends only on the
 probabilities, never on token order.
 
+Encoder-decoders (T5, BART, Marian; core/seq2seq.py) run through the same session: the prompt given
+is then the source, encoded once; the session's sequence is the target, from the decoder's start
+token (session.prompt is [start]), each step one decode() with the cache. Every record is the
+decoder's, under the decoder-only names (blocks.l.attn.pattern, embed, ...), plus each layer's
+cross-attention of the new token over the source, blocks.l.cross_attn.pattern [H, 1, S]:
+cross_attention(node) gives [L, H, S] for the step that produced node's next-token distribution.
+_Steps is the one place that knows which kind of model runs a step.
+
 Encoder (BERT-family) models cannot continue a text; MaskedFillSession fills [MASK] positions
 instead, most confident first or left to right, with the same distribution processing.
 """
@@ -57,6 +65,63 @@ class _StepTrace(Trace):
     def __init__(self, names: tuple[str, ...] = RECORD_NAMES) -> None:
         super().__init__(names)
         self._wants = _StepTrace._shared_wants.setdefault(names, {})
+
+
+class _Steps:
+    """How a session runs its model: a decoder-only Transformer reads its sequence; the session's
+    records carry the names of trace.py."""
+    prefix = ""  # the model's own trace names of the session's records
+    source: list[int] | None = None
+
+    def __init__(self, model: Transformer) -> None:
+        self.model = model
+        self.blocks = model.blocks
+        self.n_layers = model.cfg.n_layers
+        self.encoder_records: dict[str, torch.Tensor] = {}
+
+    def new_cache(self):
+        return KVCache(self.n_layers)
+
+    def names(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """The model's trace names for the session's record names."""
+        return names
+
+    def hidden(self, ids: torch.Tensor, cache, trace: Trace | None, interventions) -> torch.Tensor:
+        """The last block's output [B, T, d] for `ids` [B, T] after the cache."""
+        return self.model(ids, cache=cache, trace=trace, compute_logits=False, interventions=interventions).hidden
+
+
+class _Seq2SeqSteps(_Steps):
+    """An encoder-decoder: the source is encoded once (with the session's edits); each step decodes
+    target tokens over it. The decoder's records lose their "decoder." prefix in the session, and add
+    each layer's cross-attention pattern."""
+    prefix = "decoder."
+
+    def __init__(self, model, source: list[int], interventions, record: bool) -> None:
+        self.model = model
+        self.blocks = model.decoder.blocks
+        self.n_layers = model.cfg.n_decoder_layers
+        self.source = source
+        trace = Trace(("encoder.*",)) if record else None
+        with torch.inference_mode():
+            self.encoded = model.encode(torch.tensor([source], device=model.device), trace=trace,
+                                        interventions=interventions)
+        self.encoder_records = {} if trace is None else {n: t.float().cpu() for n, t in trace.items()}
+
+    def new_cache(self):
+        return self.model.new_cache()
+
+    def names(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(self.prefix + n for n in names) + (self.prefix + "blocks.*.cross_attn.pattern",)
+
+    def hidden(self, ids, cache, trace, interventions) -> torch.Tensor:
+        enc = self.encoded.expand(ids.shape[0], -1, -1)
+        return self.model.decode(ids, enc, cache=cache, trace=trace, compute_logits=False,
+                                 interventions=interventions).hidden
+
+
+def _is_encoder_decoder(model) -> bool:
+    return bool(getattr(model.cfg, "is_encoder_decoder", False))
 
 
 class GenerationError(ValueError):
@@ -228,7 +293,7 @@ class LensRow:
 
 
 def _model_of(loaded_or_model) -> tuple[Transformer, object | None]:
-    if isinstance(loaded_or_model, Transformer):
+    if isinstance(loaded_or_model, torch.nn.Module):  # a Transformer or an EncoderDecoder
         return loaded_or_model, None
     return loaded_or_model.model, getattr(loaded_or_model, "tokenizer", None)
 
@@ -252,23 +317,42 @@ class GenerationSession:
                                   "(MaskedFillSession) instead of continuing a text")
         if not cfg.lm_head:
             raise GenerationError("this model has no language-model head: it cannot predict tokens")
+        seq2seq = _is_encoder_decoder(self.model)
+        what = "source" if seq2seq else "prompt"
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
-            raise GenerationError("the prompt is empty: give at least one token")
+            raise GenerationError(f"the {what} is empty: give at least one token")
         bad = [t for t in prompt if not 0 <= t < cfg.vocab_size]
         if bad:
             raise GenerationError(f"token ids out of range for a vocabulary of {cfg.vocab_size}: {bad[:5]}")
-        if len(prompt) > cfg.context_length:
-            raise ContextLengthReached(f"the prompt has {len(prompt)} tokens but the model's context length "
+        if len(prompt) > cfg.context_length and not (seq2seq and cfg.positions not in ("learned", "sinusoidal")):
+            raise ContextLengthReached(f"the {what} has {len(prompt)} tokens but the model's context length "
                                        f"is {cfg.context_length}")
-        self.prompt = prompt
         # what-if edits (core/interventions.py) every forward applies, the cached steps too; "mean"
         # ablations take the prompt's mean. Per-head outputs that step_trace rebuilds from patterns
         # do not see a head's ablation.
         self.interventions = None
         if interventions:
             from .interventions import resolve
-            self.interventions = resolve(self.model, prompt, [iv.check(cfg) for iv in interventions])
+            checked = [iv.check(cfg) for iv in interventions]
+            if seq2seq:
+                if any(iv.how in ("mean", "resample") for iv in checked):
+                    raise GenerationError("an encoder-decoder generates with zero or replaced activations only: "
+                                          "mean and resample ablations need one text, and it has two")
+                self.interventions = checked
+            else:
+                self.interventions = resolve(self.model, prompt, checked)
+        if seq2seq:  # the prompt given is the source; the session's sequence is the target
+            try:
+                start = self.model.start_token()
+            except ValueError as exc:
+                raise GenerationError(str(exc)) from None
+            self._steps: _Steps = _Seq2SeqSteps(self.model, prompt, self.interventions, record)
+            prompt = [int(start)]
+        else:
+            self._steps = _Steps(self.model)
+        self.prompt = prompt
+        self.source = self._steps.source  # an encoder-decoder's source ids, else None
         self.model.pack_for_decoding()  # faster one-token steps (same values; see the method)
         self.settings = (settings or GenerationSettings()).validated()
         self.seed = seed
@@ -291,8 +375,7 @@ class GenerationSession:
             self.seed = seed
         self.root.children.clear()
         self.current = self.root
-        self.beams: list[Node] = [self.root]
-        self._beam_history: list[list[Node]] = []
+        self._start_beams(self.root)
         self.stop_reason = None
         self._generator.manual_seed(0 if self.seed is None else int(self.seed))
         # the cache is kept: the next step truncates it to the prompt (the shared prefix)
@@ -300,7 +383,7 @@ class GenerationSession:
     def set_settings(self, settings: GenerationSettings) -> None:
         new = settings.validated()
         if new.strategy == "beam" and self.settings.strategy != "beam":
-            self.beams, self._beam_history = [self.current], []
+            self._start_beams(self.current)
         self.settings = new
 
     def distribution(self, node: Node | None = None, settings: GenerationSettings | None = None) -> Distribution:
@@ -322,6 +405,8 @@ class GenerationSession:
     @property
     def finished(self) -> bool:
         if self.settings.strategy == "beam":
+            if self.source is not None and (self._beam_done or not self.beams):
+                return True
             return all(b.stop or len(self.ids(b)) >= self.model.cfg.context_length for b in self.beams)
         return self.current.stop
 
@@ -352,7 +437,8 @@ class GenerationSession:
         """Go to the previous token (beam search: the previous set of beams)."""
         if self.settings.strategy == "beam" and self._beam_history:
             self.beams = self._beam_history.pop()
-            self.current = max(self.beams, key=lambda b: b.score)
+            self.finished_beams, self._beam_done = self._finished_history.pop()
+            self.current = self._best_beam()
         elif self.current.parent is not None:
             self.current = self.current.parent
         self.stop_reason = None
@@ -363,7 +449,7 @@ class GenerationSession:
         if node.path()[0] is not self.root:
             raise GenerationError("that node belongs to another generation")
         self.current = node
-        self.beams, self._beam_history = [node], []
+        self._start_beams(node)
         self.stop_reason = None
         return node
 
@@ -382,7 +468,7 @@ class GenerationSession:
         its probabilities, score, next-token logits and records are the new model's (one forward
         per node, sharing the cache along each path). The current node, the beams and the random
         generator's state carry over; `job.check()` is seen between nodes. This session is not changed."""
-        new = GenerationSession(self.model, self.prompt, self.settings, seed=self.seed,
+        new = GenerationSession(self.model, self.source or self.prompt, self.settings, seed=self.seed,
                                 stop_tokens=sorted(self.stop_tokens), record=self.record,
                                 use_cache=self.incremental, interventions=interventions)
         new.tokenizer = self.tokenizer
@@ -401,6 +487,9 @@ class GenerationSession:
         new.current = mapped[id(self.current)]
         new.beams = [mapped[id(b)] for b in self.beams]
         new._beam_history = [[mapped[id(b)] for b in beams] for beams in self._beam_history]
+        new.finished_beams = [mapped[id(b)] for b in self.finished_beams]
+        new._finished_history = [([mapped[id(b)] for b in done], flag) for done, flag in self._finished_history]
+        new._beam_done = self._beam_done
         return new
 
     def run(self, n: int, job: JobControl | None = None) -> Iterator[Node]:
@@ -415,7 +504,7 @@ class GenerationSession:
             def check(module, args) -> None:
                 if threading.get_ident() == owner:  # other threads may share this model
                     job.check()
-            hooks = [b.register_forward_pre_hook(check) for b in self.model.blocks]
+            hooks = [b.register_forward_pre_hook(check) for b in self._steps.blocks]
         try:
             yield from self._run(n, job)
         finally:
@@ -440,6 +529,8 @@ class GenerationSession:
 
     def _finished_reason(self) -> str:
         # beams that did not end on a stop token have filled the context: say so, not "stop token"
+        if self.settings.strategy == "beam" and self.source is not None and (self._beam_done or not self.beams):
+            return "beam search is done: no running beam can beat the finished ones"
         ended = self.beams if self.settings.strategy == "beam" else [self.current]
         if all(b.stop for b in ended):
             return "a stop token was generated"
@@ -462,36 +553,54 @@ class GenerationSession:
         """A Trace of the whole path up to `node`, assembled from what each step recorded.
 
         Attention patterns are [1, H, T, T]: the prompt's block, then each generated token's
-        query row (zero-padded on the right: a causal query never sees later keys).
+        query row (zero-padded on the right: a causal query never sees later keys). An
+        encoder-decoder's trace has the model's own names: the encoder's (recorded once) and the
+        decoder's, "decoder." first, with its cross-attention [1, H, T, S]; `ids` is the target.
         """
         node = self.current if node is None else node
         path = node.path()
         ids = self.ids(node)
         T = len(ids)
-        trace = Trace(RECORD_NAMES)
+        trace = Trace(self._steps.names(RECORD_NAMES) + tuple(self._steps.encoder_records))
         if not self.record:
             raise GenerationError("this session was started without recording")
+        prefix = self._steps.prefix
         for name in self.root.record:
-            if name.endswith("attn.pattern"):
+            if name.endswith("cross_attn.pattern"):  # every row sees the whole source
+                trace.tensors[prefix + name] = torch.cat([n.record[name] for n in path], dim=1)[None]
+            elif name.endswith("attn.pattern"):
                 rows = []
                 for n in path:
                     p = n.record[name]  # [H, t_q, t_k]
                     rows.append(torch.nn.functional.pad(p, (0, T - p.shape[-1])))
-                trace.tensors[name] = torch.cat(rows, dim=1)[None]
+                trace.tensors[prefix + name] = torch.cat(rows, dim=1)[None]
             else:
-                trace.tensors[name] = torch.cat([n.record[name] for n in path], dim=0)[None]
-        for l in range(self.model.cfg.n_layers):
-            trace.tensors[f"blocks.{l}.attn.head_out"] = self._head_outputs(trace, l)
+                trace.tensors[prefix + name] = torch.cat([n.record[name] for n in path], dim=0)[None]
+        for l in range(self._steps.n_layers):
+            trace.tensors[f"{prefix}blocks.{l}.attn.head_out"] = self._head_outputs(trace, l)
+        trace.tensors.update(self._steps.encoder_records)
         return trace, ids
+
+    def cross_attention(self, node: Node | None = None) -> torch.Tensor:
+        """An encoder-decoder's cross-attention [L, H, S] (float32, CPU) of the step that produced
+        `node`'s next-token distribution (default: the current node's): which source tokens each
+        decoder layer's heads read while predicting the token after `node`. Each row sums to 1."""
+        if self.source is None:
+            raise GenerationError("only an encoder-decoder reads a source: this model has no cross-attention")
+        node = self.current if node is None else node
+        if not self.record or not node.record:
+            raise GenerationError("this session was started without recording")
+        return torch.stack([node.record[f"blocks.{l}.cross_attn.pattern"][:, -1]
+                            for l in range(self._steps.n_layers)])
 
     def _head_outputs(self, trace: Trace, layer: int) -> torch.Tensor:
         """[1, H, T, d]: each head's output W_O,h sum_j P_h,ij v_h,j along a path, from the recorded
         attention inputs and patterns. Done here, when a step is inspected, so that generating
         costs nothing for it (the fused one-token steps never form per-head outputs)."""
-        cfg, attn = self.model.cfg, self.model.blocks[layer].attn
+        cfg, attn, prefix = self.model.cfg, self._steps.blocks[layer].attn, self._steps.prefix
         H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
-        x = trace[f"blocks.{layer}.attn.input"][0]  # [T, d]
-        P = trace[f"blocks.{layer}.attn.pattern"][0]  # [H, T, T]
+        x = trace[f"{prefix}blocks.{layer}.attn.input"][0]  # [T, d]
+        P = trace[f"{prefix}blocks.{layer}.attn.pattern"][0]  # [H, T, T]
         T = x.shape[0]
         with torch.inference_mode():
             dev, dtype = self.model.device, self.model.dtype
@@ -501,7 +610,7 @@ class GenerationSession:
             z = P.to(dev, dtype) @ v  # [H, T, dh]: each head's output before W_O
             if self.interventions:  # an ablated or patched head shows what the edited model used
                 from .interventions import editing_trace
-                z = editing_trace(self.interventions, None, 0).edit(f"blocks.{layer}.attn.z", z[None])[0]
+                z = editing_trace(self.interventions, None, 0).edit(f"{prefix}blocks.{layer}.attn.z", z[None])[0]
             out = attn.head_outputs(z)  # [H, T, d]
         return out.float().cpu()[None]
 
@@ -515,7 +624,7 @@ class GenerationSession:
         rec = parent.record
         if not rec:
             raise GenerationError("this session was started without recording")
-        L = self.model.cfg.n_layers
+        L = self._steps.n_layers
         hs = torch.stack([rec["embed"][-1]] + [rec[f"blocks.{l}.resid_post"][-1] for l in range(L)])
         with torch.no_grad():
             probs = torch.softmax(self.model.unembed(hs.to(self.model.device, self.model.dtype)).float(), -1).cpu()
@@ -541,7 +650,24 @@ class GenerationSession:
 
     def _leave_beam_mode(self) -> None:
         if self.settings.strategy == "beam":
-            self.beams, self._beam_history = [self.current], []
+            self._start_beams(self.current)
+
+    def _start_beams(self, node: Node) -> None:
+        """Beam search from `node`: its only beam, no history. finished_beams: an encoder-decoder's
+        hypotheses ended by a stop token (best first, by score / generated length), set aside as
+        transformers' generate does; a decoder's ended beams stay among self.beams."""
+        self.beams: list[Node] = [node]
+        self._beam_history: list[list[Node]] = []
+        self.finished_beams: list[Node] = []
+        self._finished_history: list[tuple[list[Node], bool]] = []
+        self._beam_done = False
+
+    def _best_beam(self) -> Node:
+        """The best beam: an encoder-decoder's best of the finished and running hypotheses by score /
+        generated length (what generate returns when it stops here); a decoder's by score."""
+        if self.source is None:
+            return max(self.beams, key=lambda b: b.score)
+        return max(self.finished_beams + self.beams, key=lambda b: b.score / max(b.depth, 1))
 
     def _new_child(self, parent: Node, token: int, dist: Distribution, how: str) -> tuple[Node, bool]:
         existing = parent.child(token)
@@ -570,6 +696,8 @@ class GenerationSession:
         return node
 
     def _beam_step(self) -> Node:
+        if self.source is not None:
+            return self._beam_step_as_generate()
         width = self.settings.beams
         live = [b for b in self.beams if not b.stop and len(self.ids(b)) < self.model.cfg.context_length]
         if not live:
@@ -623,8 +751,72 @@ class GenerationSession:
             if self.incremental:
                 self._cache_nodes = [c for _, c in to_forward]
         self._beam_history.append(self.beams)
+        self._finished_history.append((self.finished_beams, self._beam_done))
         self.beams = chosen
         self.current = max(chosen, key=lambda n: n.score)
+        return self.current
+
+    def _beam_step_as_generate(self) -> Node:
+        """An encoder-decoder's beam step as transformers' generate takes it (its _beam_search with
+        length_penalty 1 and early_stopping False; core.seq2seq.beam_decode): the 2 x width best
+        continuations of the running beams; those among the best `width` that end with a stop token
+        join the finished hypotheses (the best `width` kept, scored log p / generated length), the
+        best `width` others run on; the search is done when no running beam can beat the worst
+        finished one (once `width` have finished)."""
+        width = self.settings.beams
+        live = [b for b in self.beams if not b.stop]
+        if self._beam_done or not live:
+            raise GenerationError("beam search is done: no running beam can beat the finished ones")
+        ctx = self.model.cfg.context_length
+        if any(len(self.ids(b)) >= ctx for b in live):
+            raise ContextLengthReached(f"the context length ({ctx} tokens) is reached")
+        logp = torch.stack([b.score + torch.log_softmax(b.next_logits.double(), 0) for b in live])
+        V = logp.shape[1]
+        top = torch.topk(logp.reshape(-1), min(2 * width, logp.numel())).indices.tolist()
+        picked: list[tuple[Node, int]] = []
+        running = ended = 0
+        for rank, idx in enumerate(top):
+            token = idx % V
+            if token in self.stop_tokens:
+                if rank < width:  # generate: a stop among the best `width` finishes a hypothesis
+                    picked.append((live[idx // V], token))
+                    ended += 1
+            elif running < width:
+                picked.append((live[idx // V], token))
+                running += 1
+        created: list[Node] = []
+        children: list[tuple[Node, Node]] = []
+        for b, token in picked:
+            child, new = self._new_child(b, token, process_logits(b.next_logits), "beam")
+            if new:
+                created.append(child)
+            children.append((b, child))
+        to_forward = [(b, c) for b, c in children if c.next_logits is None]
+        if to_forward:
+            parents = [p for p, _ in to_forward]
+            try:
+                self._sync_cache_batch(parents)
+                tokens = torch.tensor([[c.token] for _, c in to_forward], device=self.model.device)
+                logits, records = self._forward(tokens, parents)
+            except BaseException:
+                self._undo(created)
+                raise
+            for i, (_, c) in enumerate(to_forward):
+                c.next_logits, c.record = logits[i], records[i]
+            if self.incremental:
+                self._cache_nodes = [c for _, c in to_forward]
+        self._beam_history.append(self.beams)
+        self._finished_history.append((self.finished_beams, self._beam_done))
+        norm = lambda n: n.score / max(n.depth, 1)  # noqa: E731 (generate's length_penalty 1)
+        finished = sorted(self.finished_beams + [c for _, c in children if c.stop], key=norm, reverse=True)[:width]
+        self.beams = [c for _, c in children if not c.stop]
+        self.finished_beams = finished
+        if not self.beams:
+            self._beam_done = True
+        elif len(finished) == width:  # generate's "improvable": the best running beam against the worst finished
+            best = max(b.score for b in self.beams) / self.beams[0].depth
+            self._beam_done = not best > norm(finished[-1])
+        self.current = self._best_beam()
         return self.current
 
     def _attention_rows(self, queries: list[torch.Tensor]) -> torch.Tensor:
@@ -670,7 +862,7 @@ class GenerationSession:
                 self._cache_nodes = nodes
                 return
         ids = torch.tensor([self.ids(n) for n in nodes], device=self.model.device)
-        self._cache = KVCache(self.model.cfg.n_layers)
+        self._cache = self._steps.new_cache()
         self._model_forward(ids, self._cache, None)
         self._cache_nodes = list(nodes)
 
@@ -694,19 +886,21 @@ class GenerationSession:
         # inference_mode: less per-op bookkeeping than no_grad; what it makes (cache, records,
         # logits) is only read afterwards, never modified in place or differentiated
         with torch.inference_mode():
-            out = self.model(ids, cache=cache, trace=trace, compute_logits=False, interventions=self.interventions)
-            return self.model.unembed(out.hidden[:, -1])
+            hidden = self._steps.hidden(ids, cache, trace, self.interventions)
+            return self.model.unembed(hidden[:, -1])
 
     def _forward(self, ids: torch.Tensor, parents: list[Node] | None) -> tuple[torch.Tensor, list[dict]]:
         """Logits [B, V] of the last position and per-row records. With parents, `ids` [B, 1]
         are new tokens after them (one forward with the cache, or a full recompute)."""
         cfg = self.model.cfg
+        # (an encoder-decoder records its patterns as it goes: T5's position bias is not in the rows)
         rows_after = (self.record and self.incremental and parents is not None
-                      and cfg.attention_kind in ("softmax", "l2"))
-        trace = _StepTrace(_STEP_NAMES if rows_after else RECORD_NAMES) if self.record else None
+                      and cfg.attention_kind in ("softmax", "l2") and self.source is None)
+        names = self._steps.names(_STEP_NAMES if rows_after else RECORD_NAMES)
+        trace = _StepTrace(names) if self.record else None
         if parents is None:
             if self.incremental:
-                self._cache = KVCache(self.model.cfg.n_layers)
+                self._cache = self._steps.new_cache()
             logits = self._model_forward(ids, self._cache if self.incremental else None, trace)
         elif self.incremental:
             logits = self._model_forward(ids, self._cache, trace)
@@ -724,7 +918,9 @@ class GenerationSession:
         logits = logits.float().cpu()
         records: list[dict] = [{} for _ in range(ids.shape[0])]
         if trace is not None:
+            prefix = len(self._steps.prefix)
             for name, t in trace.items():  # already detached by Trace.record
+                name = name[prefix:]
                 if t.dtype != torch.float32 or t.device.type != "cpu":
                     t = t.float().cpu()
                 if recomputed:

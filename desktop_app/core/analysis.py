@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .jobs import JobControl
+from .interventions import Attribution, Patching
+from .jobs import JobControl, report
 from .trace import Trace
 
 
@@ -363,3 +364,154 @@ def head_scores(model, ids: torch.Tensor, metric: str, period, start=None) -> np
     _, trace = model.run_with_trace(ids.to(model.device), names=("blocks.*.attn.pattern",))
     return np.stack([score(trace[f"blocks.{l}.attn.pattern"].float().cpu().numpy(), period, start).mean(0)
                      for l in range(trace.n_layers)])
+
+
+# -- encoder-decoders: direct logit attribution and activation patching (core/seq2seq.py) ----------
+# The decoder's residual stream is the sum of its embedding, every self-attention head, every
+# cross-attention head (which reads the encoder's output) and every MLP (pre-norm models such as T5;
+# post-norm BART and Marian are refused by check_additive): the decoder's logits are attributed over
+# those. Patching runs two source texts (the same target): the encoder's residual stream at each layer
+# and source position, and each head of the three kinds (encoder self, decoder self, cross).
+
+@dataclass
+class Seq2SeqAttribution(Attribution):
+    """An encoder-decoder's Attribution: head_table holds the decoder's self-attention heads, cross_table
+    [L, H] its cross-attention heads."""
+    cross_table: np.ndarray = None
+
+
+@dataclass
+class Seq2SeqPatching(Patching):
+    """An encoder-decoder's Patching: resid over the encoder's stream and source positions, heads [rows, H]
+    with head_rows naming each row ("enc L0", "dec L1", "cross L1")."""
+    head_rows: list = None
+
+
+STACK_HEADS = (("encoder", "attn", "enc"), ("decoder", "attn", "dec"), ("decoder", "cross_attn", "cross"))
+
+
+def _ids(ids) -> torch.Tensor:
+    return torch.as_tensor(list(ids), dtype=torch.long)[None]
+
+
+def seq2seq_logit_attribution(loaded, src_ids, dec_ids, position: int, token_id: int, interventions=None):
+    """interventions.Attribution of `token_id`'s logit at decoder position `position` (logits row i reads
+    dec_ids[:i + 1], the decoder's input [start] + target): rows embed (the decoder's), head (decoder
+    self-attention heads), cross_head (cross-attention heads), attn_bias / cross_bias (their W_O biases),
+    mlp, final_norm_bias, logits_bias; they sum to the logit. head_table [L, H] holds the self-attention
+    heads, cross_table [L, H] the cross-attention heads, mlp [L] (L = the decoder's layers)."""
+    from .interventions import check_additive, check_position_and_token, direct_logit_function
+
+    model = getattr(loaded, "model", loaded)
+    cfg = model.cfg
+    check_additive(cfg, "direct logit attribution")
+    position = check_position_and_token(cfg, len(dec_ids), position, token_id)
+    L, H = cfg.n_decoder_layers, cfg.n_heads
+    names = ["decoder.embed", "logits", "decoder.blocks.*.attn.head_out", "decoder.blocks.*.cross_attn.head_out",
+             "decoder.blocks.*.mlp.out", f"decoder.blocks.{L - 1}.resid_post"]
+    _, trace = model.run_with_trace(_ids(src_ids).to(model.device), _ids(dec_ids).to(model.device), names=names,
+                                    interventions=interventions)
+    direct, bias_part = direct_logit_function(model, trace[f"decoder.blocks.{L - 1}.resid_post"][0, position], token_id)
+    comps, layers, heads, vals = [], [], [], []
+
+    def add(component: str, layer: int, head: int, c: torch.Tensor) -> float:
+        v = float(direct(c))
+        comps.append(component), layers.append(layer), heads.append(head), vals.append(v)
+        return v
+
+    add("embed", -1, -1, trace["decoder.embed"][0, position])
+    tables = {"attn": np.zeros((L, H)), "cross_attn": np.zeros((L, H))}
+    mlp = np.zeros(L)
+    for l in range(L):
+        block = model.decoder.blocks[l]
+        for kind, component in (("attn", "head"), ("cross_attn", "cross_head")):
+            per_head = trace[f"decoder.blocks.{l}.{kind}.head_out"][0, :, position]  # [H, d]
+            for h in range(H):
+                tables[kind][l, h] = add(component, l, h, per_head[h])
+            o_bias = getattr(block, kind).o.bias
+            if o_bias is not None:
+                add("attn_bias" if kind == "attn" else "cross_bias", l, -1, o_bias)
+        mlp[l] = add("mlp", l, -1, trace[f"decoder.blocks.{l}.mlp.out"][0, position])
+    if bias_part is not None:
+        comps.append("final_norm_bias"), layers.append(-1), heads.append(-1), vals.append(bias_part)
+    if cfg.final_logits_bias:
+        comps.append("logits_bias"), layers.append(-1), heads.append(-1), vals.append(float(model.lm_bias[token_id]))
+    return Seq2SeqAttribution(position, token_id, float(trace["logits"][0, position, token_id]), comps,
+                              np.array(layers), np.array(heads), np.array(vals), tables["attn"], mlp,
+                              cross_table=tables["cross_attn"])
+
+
+def seq2seq_head_rows(cfg) -> list[tuple[str, int]]:
+    """The heads patching measures, one row per (stack's layer, kind): (edit prefix, layer), e.g.
+    ("encoder.blocks.0.attn", 0), ("decoder.blocks.1.cross_attn", 1)."""
+    n = {"encoder": cfg.n_layers, "decoder": cfg.n_decoder_layers}
+    return [(f"{stack}.blocks.{l}.{kind}", l) for stack, kind, _ in STACK_HEADS for l in range(n[stack])]
+
+
+def head_row_label(prefix: str) -> str:
+    """"decoder.blocks.1.cross_attn" -> "cross L1" (the short names --ablate takes: enc, dec, cross)."""
+    stack, _, layer, kind = prefix.split(".")
+    short = {("encoder", "attn"): "enc", ("decoder", "attn"): "dec", ("decoder", "cross_attn"): "cross"}[(stack, kind)]
+    return f"{short} L{layer}"
+
+
+def seq2seq_activation_patching(loaded, clean_src, corrupted_src, dec_ids, answer_id: int, wrong_id: int | None = None,
+                                job=None, interventions=None):
+    """interventions.Patching between two source texts of the same length (the same decoder input
+    dec_ids): metric logit[answer] (- logit[wrong]) at the decoder's last position. resid [L_enc + 1, S]:
+    the encoder's residual stream (embed, each block's output) at one source position copied from the
+    clean run; heads [rows, H], rows seq2seq_head_rows (encoder self, decoder self, cross-attention):
+    one head's output (before W_O) at every position copied. `head_rows` names the heads' rows. Zero
+    and replace edits (`interventions`) apply in every run; mean and resampled ones are refused."""
+    from .interventions import Intervention, _metric
+
+    model = getattr(loaded, "model", loaded)
+    cfg = model.cfg
+    if len(clean_src) != len(corrupted_src):
+        raise ValueError(f"the clean and corrupted source texts must have the same length in tokens "
+                         f"({len(clean_src)} and {len(corrupted_src)})")
+    if not clean_src or not dec_ids:
+        raise ValueError("the texts are empty")
+    for name, t in (("answer", answer_id), ("wrong", wrong_id)):
+        if t is not None and not 0 <= t < cfg.vocab_size:
+            raise ValueError(f"{name} token id {t} is outside the vocabulary (0..{cfg.vocab_size - 1})")
+    edits = [iv.check(cfg) for iv in interventions or []]
+    if any(iv.how in ("mean", "resample") for iv in edits):
+        raise ValueError("mean and resampled ablations of an encoder-decoder are not supported yet: zero-ablate instead")
+    dev = model.device
+    clean, corrupted, dec = _ids(clean_src).to(dev), _ids(corrupted_src).to(dev), _ids(dec_ids).to(dev)
+    L, S, H = cfg.n_layers, len(clean_src), cfg.n_heads
+    rows = ["encoder.embed"] + [f"encoder.blocks.{l}.resid_post" for l in range(L)]
+    head_rows = seq2seq_head_rows(cfg)
+    clean_out, clean_trace = model.run_with_trace(clean, dec, names=rows + [f"{p}.z" for p, _ in head_rows],
+                                                  interventions=edits or None)
+    clean_m = _metric(clean_out.logits, answer_id, wrong_id)
+    with torch.no_grad():
+        corrupted_m = _metric(model(corrupted, dec, interventions=edits or None).logits, answer_id, wrong_id)
+    span = clean_m - corrupted_m
+    if abs(span) < 1e-9:
+        raise ValueError(f"the clean and corrupted sources give the same answer logit difference ({clean_m:.6g}): "
+                         "there is nothing to recover")
+    total, done = len(rows) * S + len(head_rows) * H, 0
+
+    def recovery(iv) -> float:
+        nonlocal done
+        if job is not None:
+            job.check()
+        with torch.no_grad():
+            m = _metric(model(corrupted, dec, interventions=[iv, *edits]).logits, answer_id, wrong_id)
+        done += 1
+        report(job, done, total, "patching")
+        return (m - corrupted_m) / span
+
+    resid = np.zeros((len(rows), S))
+    for r, name in enumerate(rows):
+        for p in range(S):
+            resid[r, p] = recovery(Intervention(name, "replace", (p,), clean_trace[name][0]))
+    heads = np.zeros((len(head_rows), H))
+    for r, (prefix, _) in enumerate(head_rows):
+        z = clean_trace[f"{prefix}.z"][0]  # [H, T, dh]
+        for h in range(H):
+            heads[r, h] = recovery(Intervention(f"{prefix}.head.{h}", "replace", None, z[h]))
+    return Seq2SeqPatching(answer_id, wrong_id, clean_m, corrupted_m, rows, resid, heads,
+                           head_rows=[head_row_label(p) for p, _ in head_rows])

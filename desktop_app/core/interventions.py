@@ -112,16 +112,28 @@ class Intervention:
         return self
 
 
+ABLATION_STACKS = {"enc": ("encoder.", "attn"), "dec": ("decoder.", "attn"), "cross": ("decoder.", "cross_attn")}
+
+
 def parse_ablations(spec: str, cfg=None) -> list[Intervention]:
-    """"L.H[,L.H...]" (also "L.attn", "L.mlp") -> zero ablations; checked against cfg when given."""
+    """"L.H[,L.H...]" (also "L.attn", "L.mlp") -> zero ablations; checked against cfg when given. An
+    encoder-decoder's name their stack (ABLATION_STACKS): enc.L.H, dec.L.H, cross.L.H (a cross-attention
+    head), enc.L.mlp, dec.L.attn, cross.L.attn ..."""
     out = []
+    seq2seq = bool(getattr(cfg, "is_encoder_decoder", False))
     for part in (p.strip() for p in spec.split(",")):
-        m = re.fullmatch(r"(\d+)\.(\d+|attn|mlp)", part)
-        if not m:
-            raise ValueError(f"--ablate: {part!r} is not LAYER.HEAD (e.g. 2.3), LAYER.attn or LAYER.mlp")
-        layer, what = m.groups()
-        target = {"attn": f"blocks.{layer}.attn.out", "mlp": f"blocks.{layer}.mlp.out"}.get(
-            what, f"blocks.{layer}.attn.head.{what}")
+        m = re.fullmatch(r"(?:(enc|dec|cross)\.)?(\d+)\.(\d+|attn|mlp)", part)
+        if not m or (m[1] == "cross" and m[3] == "mlp"):
+            raise ValueError(f"--ablate: {part!r} is not LAYER.HEAD (e.g. 2.3), LAYER.attn or LAYER.mlp "
+                             "(an encoder-decoder's with enc., dec. or cross. first, e.g. cross.0.1)")
+        stack, layer, what = m.groups()
+        if cfg is not None and seq2seq != (stack is not None):
+            raise ValueError(f"--ablate: {part!r}: " + ("an encoder-decoder's ablation names its stack: enc.L.H, "
+                             "dec.L.H, cross.L.H (also enc.L.mlp, dec.L.attn ...)" if seq2seq else
+                             "enc., dec. and cross. are for encoder-decoders; this model has one stack"))
+        prefix, kind = ABLATION_STACKS[stack] if stack else ("", "attn")
+        target = {"attn": f"{prefix}blocks.{layer}.{kind}.out", "mlp": f"{prefix}blocks.{layer}.mlp.out"}.get(
+            what, f"{prefix}blocks.{layer}.{kind}.head.{what}")
         iv = Intervention(target)
         out.append(iv.check(cfg) if cfg is not None else iv)
     return out
@@ -319,7 +331,8 @@ def _final_norm_linear(model, resid: torch.Tensor):
     norm's own additive part (None if it has none)."""
     if not model.cfg.final_norm:
         return (lambda c: c), None
-    norm = model.final_norm
+    # an encoder-decoder's logits read its decoder's final norm (core/seq2seq.py EncoderDecoder.unembed)
+    norm = model.decoder.final_norm if getattr(model.cfg, "is_encoder_decoder", False) else model.final_norm
     r = resid.double()
     if isinstance(norm, torch.nn.LayerNorm):
         scale = torch.sqrt(r.var(-1, unbiased=False) + norm.eps)
@@ -357,6 +370,8 @@ def direct_logit_function(model, resid: torch.Tensor, token_id: int):
     attribution, core/features/edits.py) sum."""
     f, norm_bias = _final_norm_linear(model, resid)
     w_u = model.lm_head.weight[token_id].detach().double().cpu()
+    if getattr(model.cfg, "lm_head_scale", None) is not None:  # T5's rescaling before a tied head
+        w_u = w_u * model.cfg.lm_head_scale
 
     def through(c: torch.Tensor) -> torch.Tensor:
         return f(c.detach().cpu()) @ w_u

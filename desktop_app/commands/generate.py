@@ -4,6 +4,10 @@ The same GenerationSession the Generate panel drives. Encoder (BERT-family) mode
 prompt's mask tokens instead of continuing it. --steer-towards/--steer-away/--steer-layer/--steer-scale
 add scale x (mean residual after the layer on one text - that on the other) there at every position
 (app.whatif.steering_edit, as the What if panel's Steer tab builds it), together with any --ablate.
+An encoder-decoder (T5, BART, Marian) reads the prompt as its source and generates the target:
+`ids` are the target tokens after the decoder's start token (through the end token when it comes),
+`text` their decoding with the target tokenizer (Marian's target.spm); greedy and beam ids are
+transformers' generate's (num_beams = --beams, length_penalty 1, early_stopping false).
 """
 from __future__ import annotations
 
@@ -55,7 +59,8 @@ def check_generation_memory(loaded, prompt_length: int, args) -> None:
     for _ in range(new):
         width = min(beams, width * cfg.vocab_size)
         nodes += width
-    per_node = 4 * (2 * cfg.vocab_size + cfg.n_layers * (2 * cfg.n_kv_heads * cfg.d_head + 4 * cfg.d_model))
+    layers = (cfg.n_decoder_layers or cfg.n_layers) if cfg.is_encoder_decoder else cfg.n_layers
+    per_node = 4 * (2 * cfg.vocab_size + layers * (2 * cfg.n_kv_heads * cfg.d_head + 4 * cfg.d_model))
     what = f"--beams {args.beams}" if beams > 1 else f"--max-new {args.max_new}"
     check_memory(float(nodes) * per_node, what, "for the generated tokens' distributions and KV cache",
                  loaded.model.device)
@@ -78,10 +83,14 @@ def run(args) -> int:
                          f"(missing {', '.join(missing)})")
     loaded = load_model(args.model_dir, special_tokens=args.special_tokens, dtype=args.dtype,
                         device=resolve_device(args.device))
+    seq2seq = bool(getattr(loaded.config, "is_encoder_decoder", False))
+    if seq2seq and not missing:
+        raise ValueError(f"{loaded.path}: steering adds a decoder-only model's residual direction; "
+                         "this is an encoder-decoder (use --ablate)")
     if args.prompt is not None and loaded.tokenizer is None:
         raise ValueError(f"{loaded.path}: {loaded.tokenizer_missing}; pass --prompt-ids instead of --prompt")
     prompt = input_ids(loaded, args.prompt, args.prompt_ids)
-    check_generation_memory(loaded, len(prompt), args)
+    check_generation_memory(loaded, 1 if seq2seq else len(prompt), args)
     settings = GenerationSettings(args.strategy, args.temperature, args.top_k, args.top_p, args.beams)
     result: dict = {"model": str(loaded.path), "strategy": args.strategy, "seed": args.seed}
     edits = parse_ablations(args.ablate, loaded.config) if args.ablate else []
@@ -91,11 +100,16 @@ def run(args) -> int:
         edits.append(steering_edit(loaded, args.steer_towards, args.steer_away, args.steer_layer, args.steer_scale)[0])
         result["steer"] = edits[-1].label
     edits = edits or None
+    tokenizer = loaded.tokenizer
     if loaded.config.causal:
         stops = parse_token_ids(args.stop_ids, "--stop-ids") if args.stop_ids is not None else None
         ids, session = generate(loaded, prompt, args.max_new, settings, seed=args.seed, stop_tokens=stops,
                                 interventions=edits)
         gen = session.generated()
+        if seq2seq:  # the target after the decoder's start token, read by the target side's tokenizer
+            ids = ids[len(session.prompt):]
+            tokenizer = getattr(tokenizer, "target", None) or tokenizer
+            result["source_ids"] = prompt
         result.update(prompt_length=len(prompt), ids=ids,
                       probs=[round(n.model_prob, 6) for n in gen],
                       score=session.current.score, stop_reason=session.stop_reason)
@@ -112,8 +126,8 @@ def run(args) -> int:
         ids = session.ids()
         result.update(prompt_length=len(prompt), ids=ids,
                       filled=[{"position": s.position, "token": s.token, "prob": round(s.model_prob, 6)} for s in steps])
-    if loaded.tokenizer is not None:
-        result["text"] = loaded.tokenizer.decode(ids)
+    if tokenizer is not None:
+        result["text"] = tokenizer.decode(ids)
     if args.json:
         print(json.dumps(result))
     else:

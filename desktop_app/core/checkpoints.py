@@ -33,7 +33,6 @@ from .weights import CONFIG, INDEX, TOKENIZER, WEIGHTS, ModelLoadError, check_li
 NATIVE_KEY = "transformer_explorer"  # our full ModelConfig, kept beside the Hugging Face fields
 
 
-SENTENCEPIECE = "tokenizer.model"  # recognised, not read: named when the model opens without a tokenizer
 
 
 def model_class(cfg: ModelConfig) -> type[Transformer] | type[EncoderDecoder]:
@@ -48,17 +47,15 @@ class LoadedModel:
     tokenizer: Tokenizer | None
     path: Path | None
     name: str
-    # without a tokenizer, why, naming the file ignored ("tokenizer.model (SentencePiece) is not
-    # supported yet") or the one missing ("no tokenizer.json"): messages say "PATH: {this}; ..."
+    # without a tokenizer, why ("no tokenizer.json"): messages say "PATH: {this}; ..."
     tokenizer_missing: str = "no tokenizer.json"
     stored_dtype: torch.dtype | None = None  # the weights' dtype in the files (None: unknown, e.g. a new model)
     dtype_reason: str = ""  # why it computes in model.dtype (devices.choose_compute_dtype), "" when not chosen
 
 
 def missing_tokenizer(folder: Path) -> str:
-    """Why load_tokenizer_folder found no tokenizer in `folder`, naming a tokenizer file it ignored."""
-    if (folder / SENTENCEPIECE).is_file():
-        return f"{SENTENCEPIECE} (SentencePiece) is not supported yet"
+    """Why load_tokenizer_folder found no tokenizer in `folder` (it reads tokenizer.json, the
+    SentencePiece files and vocab.txt / vocab.json + merges.txt, so: none of them)."""
     return f"no {TOKENIZER}"
 
 
@@ -479,13 +476,31 @@ def save_model_folder(model: Transformer, path: str | Path, tokenizer: Tokenizer
         tensors = {k: v.to("cpu") for k, v in to_hf_state_dict(model).items()}
         save_file(tensors, str(tmp / WEIGHTS), metadata={"format": "pt"})
         if tokenizer is not None:
-            (tmp / TOKENIZER).write_text(tokenizer.to_str(), encoding="utf-8")
+            _write_tokenizer(tokenizer, tmp)
         for name, data in (extra_files or {}).items():
             (tmp / name).write_bytes(data)
         if extra_fill is not None:
             extra_fill(tmp)
 
     atomic_write_dir(Path(path), fill)
+
+
+# what a SentencePiece tokenizer reads beside its model files (core/tokenizer.py's folder settings)
+TOKENIZER_SETTINGS = ("tokenizer_config.json", "special_tokens_map.json")
+
+
+def _write_tokenizer(tokenizer: Tokenizer, folder: Path) -> None:
+    """tokenizer.json, or, for a SentencePiece tokenizer (which has no tokenizer.json form), a copy of
+    the files it was read from (spiece.model, source.spm / target.spm / vocab.json, tokenizer.model)
+    with the settings files beside them, so the saved folder tokenizes as the one it came from."""
+    shipped = getattr(tokenizer.tok, "files", None)
+    if not shipped:
+        (folder / TOKENIZER).write_text(tokenizer.to_str(), encoding="utf-8")
+        return
+    origin = Path(shipped[0]).parent
+    for f in (*map(Path, shipped), *(origin / name for name in TOKENIZER_SETTINGS)):
+        if f.is_file():
+            (folder / f.name).write_bytes(f.read_bytes())
 
 
 def new_model(cfg: ModelConfig, seed: int | None = None) -> Transformer | EncoderDecoder:

@@ -343,3 +343,25 @@ def test_a_sentencepiece_model_linked_from_outside_the_folder_is_refused(spm_mod
     with pytest.raises(ModelLoadError, match="outside the model folder") as err:
         load_model_folder(folder)
     assert str(err.value).startswith(str(folder / "tokenizer.model"))
+
+
+@pytest.mark.parametrize("kind", ["t5", "marian", "llama"])
+def test_a_model_saved_with_a_sentencepiece_tokenizer_reopens_tokenizing_the_same(spm_models, tmp_path, kind):
+    """save_model_folder copies the files a SentencePiece tokenizer was read from (it has no
+    tokenizer.json form) with their settings: the saved folder tokenizes, source and target, as
+    transformers' tokenizer of the original folder does."""
+    from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder
+    from desktop_app.core.config import ModelConfig
+
+    make = {"t5": t5_folder, "marian": marian_folder, "llama": llama_folder}[kind]
+    tok_folder = make(spm_models, tmp_path / "tok")
+    tokenizer = load_tokenizer_folder(tok_folder)
+    cfg = ModelConfig.gpt2(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32,
+                           context_length=64)
+    save_model_folder(new_model(cfg, seed=0), tmp_path / "model", tokenizer=tokenizer)
+    assert not (tmp_path / "model" / "tokenizer.json").exists()
+    reopened = load_model_folder(tmp_path / "model").tokenizer
+    texts = sentences(kind, n=50)
+    assert_same_as_transformers(reopened, reference(tok_folder), texts)
+    if kind == "marian":
+        assert_same_as_transformers(reopened, reference(tok_folder), texts, target=True)

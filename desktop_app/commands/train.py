@@ -1,7 +1,8 @@
 """`python -m desktop_app train`: the training loop of core/training, headless.
 
 Prints one line per evaluation (or every event as a JSON line with --jsonl, which the Train panel
-reads), and always ends with one JSON line {step, train_loss, train_accuracy, val_loss, val_accuracy}.
+reads), and always ends with one JSON line {step, train_loss, train_accuracy, val_loss, val_accuracy} (an
+encoder-decoder's also val_exact_match: held-out sources whose greedy decoding is the whole target).
 Without --device it runs on the best device (cuda, mps, cpu); without --precision it uses bfloat16
 autocast on CUDA (float16 with loss scaling where bfloat16 is unsupported) and float32 elsewhere.
 With --control-stdin it obeys the lines "pause", "resume" and "stop" on standard input.
@@ -150,7 +151,9 @@ def _human(ev: dict) -> str | None:
         return line
     if kind == "eval":
         train_acc = f" train_accuracy {ev['train_accuracy']:.4f}" if ev.get("train_accuracy") is not None else ""
-        return f"step {ev['step']}: val_loss {ev['val_loss']:.4f} val_accuracy {ev['val_accuracy']:.4f}{train_acc}"
+        exact = f" val_exact_match {ev['val_exact_match']:.4f}" if ev.get("val_exact_match") is not None else ""
+        return (f"step {ev['step']}: val_loss {ev['val_loss']:.4f} val_accuracy {ev['val_accuracy']:.4f}{exact}"
+                f"{train_acc}")
     if kind == "step" and ev["step"] % 100 == 0:
         return (f"step {ev['step']}/{ev['steps']}: train_loss {ev['train_loss']:.4f} lr {ev['lr']:.2e} "
                 f"{ev['tokens_per_s']:.0f} tok/s eta {ev['eta']:.0f}s")
@@ -216,7 +219,7 @@ def check_training_memory(cfg) -> None:
 def run(args) -> int:
     from ..core.training import TrainControl, TrainingDiverged, train
     from ..cli import EXIT_DIVERGED
-    from ..core.training.trainer import SUMMARY_KEYS, export_model, read_run_config
+    from ..core.training.trainer import EXACT_MATCH, SUMMARY_KEYS, export_model, read_run_config
 
     if args.task == "sae" and not getattr(args, "config", None):
         from .features import run_train_sae
@@ -270,5 +273,5 @@ def run(args) -> int:
         return 0
     if args.export:
         export_model(args.out, args.export)
-    print(json.dumps({k: summary.get(k) for k in ("step", *SUMMARY_KEYS)}), flush=True)
+    print(json.dumps({k: summary.get(k) for k in ("step", *SUMMARY_KEYS, EXACT_MATCH) if k in summary}), flush=True)
     return 0

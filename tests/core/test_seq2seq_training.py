@@ -107,3 +107,109 @@ def test_translate_for_a_decoder_and_motif_for_an_encoder_decoder_are_refused_in
         make_task("translate")
     with pytest.raises(TaskError, match="encoder-decoder tasks: copy, reverse, sort, translate"):
         make_task("motif", encoder_decoder=True)
+
+
+# -- training: teacher forcing, exact match, and what the cross-attention reads ----------------------
+
+
+@pytest.fixture
+def seq2seq_trainable(monkeypatch):
+    """The encoder-decoder families as `train` offers them. (Their registry records said trainable=False when
+    the trainer learnt to train them; where they say True this changes nothing.)"""
+    import dataclasses
+
+    from desktop_app.core import families
+    for name in ("marian", "t5"):
+        monkeypatch.setitem(families.REGISTRY, name, dataclasses.replace(families.REGISTRY[name], trainable=True))
+
+
+def _cross_attention(model, batch, layer: int) -> torch.Tensor:
+    """[B, H, T, S]: decoder layer `layer`'s cross-attention on a teacher-forced batch."""
+    mask = batch.src != s2s.PAD_ID
+    name = f"decoder.blocks.{layer}.cross_attn.pattern"
+    _, trace = model.run_with_trace(batch.src, batch.inputs, names=(name,), src_mask=mask)
+    return trace[name].float()
+
+
+def _train(tmp_path, task, task_options, model, steps, **run):
+    """A Marian run (the original Transformer: post-LN, sinusoidal, ReLU) into tmp_path/run, keeping its
+    model as initialised (checkpoints/step-000000) and at the end."""
+    from desktop_app.core.training import TrainConfig, train
+
+    cfg = TrainConfig(task=task, task_options=task_options, family="marian", model={"activation": "relu", **model},
+                      steps=steps, keep_every=steps, **{"warmup_steps": 50, "batch_size": 64, "eval_every": steps,
+                                                        "checkpoint_every": steps, "log_every": 50, **run})
+    events: list[dict] = []
+    summary = train(cfg, tmp_path / "run", on_event=events.append)
+    return summary, events
+
+
+def _anti_diagonal_mass(model, batch, length: int) -> tuple[float, float]:
+    """(mean weight on the mirrored source position, share of positions whose largest weight is there) of
+    the last decoder layer's cross-attention averaged over heads, for the target's symbols (not [END])."""
+    p = _cross_attention(model, batch, model.cfg.n_decoder_layers - 1).mean(1)[:, :length]  # [B, length, length]
+    mirrored = torch.arange(length).flip(0)
+    mass = p.gather(-1, mirrored.expand(len(p), length)[..., None]).squeeze(-1)
+    return float(mass.mean()), float((p.argmax(-1) == mirrored).float().mean())
+
+
+def test_reverse_trains_a_cross_attention_that_reads_the_source_backwards(tmp_path, seq2seq_trainable):
+    """Marian (post-LN, sinusoidal, ReLU), 2 + 2 layers, 2 heads, width 64, 300 steps of 64 sequences of 6
+    symbols from 8: every held-out sequence reversed exactly, and the decoder writing target token i reads
+    source token 5 - i (the anti-diagonal), where the model as initialised spreads its attention evenly."""
+    from desktop_app.core.checkpoints import load_model_folder
+
+    length = 6
+    summary, events = _train(tmp_path, "reverse", {"length": length, "symbols": 8},
+                             {"n_layers": 2, "n_heads": 2, "d_model": 64, "d_ff": 128}, steps=300, lr=1e-3)
+    assert summary["val_exact_match"] >= 0.95, summary
+    print("reverse:", summary, f"{events[-1]['elapsed']:.1f} s of training")
+    val = make_task("reverse", {"length": length, "symbols": 8}, encoder_decoder=True).val_set(0).rows(slice(0, 256))
+    initial = load_model_folder(tmp_path / "run" / "checkpoints" / "step-000000").model
+    trained = load_model_folder(tmp_path / "run").model
+    mass, hits = _anti_diagonal_mass(trained, val, length)
+    assert mass > 0.8 and hits > 0.95, (mass, hits)
+    mass, hits = _anti_diagonal_mass(initial, val, length)
+    assert mass < 0.3 and hits < 0.5, (mass, hits)  # before training: nothing like it
+
+
+@pytest.mark.slow
+def test_translation_reaches_95_percent_and_its_cross_attention_swaps_adjective_and_noun(tmp_path,
+                                                                                         seq2seq_trainable):
+    """Marian (post-LN, sinusoidal, ReLU), 2 + 2 layers, 4 heads, width 64 (243,712 parameters), lr 3e-3,
+    600 steps of 64 sentences: >= 95% of the held-out sentences translated exactly by greedy decoding.
+
+    What the cross-attention shows, on the held-out sentences that start "det adj noun" ("the black dog
+    ..." -> "le chien noir ..."): the decoder position that writes the noun (its input is the determiner)
+    reads the source noun, which comes AFTER the adjective in the source, and the next position, which
+    writes the adjective, reads the source adjective: in the last decoder layer's cross-attention averaged
+    over its heads, the largest weight is on that source word for >= 95% of the sentences, and the mean
+    weight there is above 0.5 for the noun (most of its mass; measured 0.97) and above 1/3 for the
+    adjective (measured 0.52; a uniform spread gives about 0.18, as the model as initialised does)."""
+    from desktop_app.core.checkpoints import load_model_folder
+
+    summary, events = _train(tmp_path, "translate", {}, {"n_layers": 2, "n_heads": 4, "d_model": 64, "d_ff": 256},
+                             steps=600, lr=3e-3)
+    print("translate:", summary, f"{events[-1]['elapsed']:.1f} s of training")
+    assert summary["val_exact_match"] >= 0.95, summary
+
+    task = make_task("translate", encoder_decoder=True)
+    val = task.val_set(0)
+    adjectives = {task.tokenizer.encode(e)[0] for e, *_ in s2s.ADJECTIVES}
+    with_adjective = val.rows(torch.tensor([int(w) in adjectives for w in val.src[:, 1]]))
+    assert len(with_adjective) > 100
+
+    def reads(model) -> dict[str, tuple[float, float]]:
+        p = _cross_attention(model, with_adjective, model.cfg.n_decoder_layers - 1).mean(1)  # [B, T, S]
+        # decoder input [START] det noun adj ...: position 1 writes the noun, position 2 the adjective
+        return {what: (float(p[:, query, source].mean()), float((p[:, query].argmax(-1) == source).float().mean()))
+                for what, query, source in (("noun", 1, 2), ("adjective", 2, 1))}
+
+    trained = reads(load_model_folder(tmp_path / "run").model)
+    print("cross-attention (mean weight, share argmax) trained:", trained)
+    assert trained["noun"][0] > 0.5 and trained["adjective"][0] > 1 / 3, trained
+    assert trained["noun"][1] >= 0.95 and trained["adjective"][1] >= 0.95, trained
+    initial = reads(load_model_folder(tmp_path / "run" / "checkpoints" / "step-000000").model)
+    print("as initialised:", initial)
+    for what, (mass, hits) in initial.items():
+        assert mass < 0.3, (what, initial)

@@ -41,10 +41,12 @@ def _load(path: str, device: str, dtype: str | None, text: str) -> tuple[LoadedM
 
 
 def _trace_in_pieces(loaded: LoadedModel, text: str, ids: list[int] | None, interventions: list,
-                     layers: int | None = None, job=None, partial=None):
+                     layers: int | None = None, target: str = "", job=None, partial=None):
     """trace_input in a worker (run_job's job and partial): each layer reaches the UI thread as it is
-    recorded (app.tracing.LayersReady), "layer k / L" the progress, and a cancel stops it between layers."""
-    return trace_input(loaded, text, ids, interventions, layers=layers, job=job, on_layer=partial)
+    recorded (app.tracing.LayersReady), "layer k / L" the progress, and a cancel stops it between layers.
+    `target`: an encoder-decoder's target text (ignored for other models)."""
+    pair = {"target": target} if loaded.config.is_encoder_decoder else {}
+    return trace_input(loaded, text, ids, interventions, layers=layers, job=job, on_layer=partial, **pair)
 
 
 def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
@@ -79,8 +81,9 @@ FEATURE_PARTS = PARTS + (DICTIONARIES,)
 class InputKey:
     """The inputs a result was computed for, as serial numbers AppState advances: `model` at every
     model opened (or made current), `input` at every new trace of the text, ids or image, `edits` at
-    every change of the what-if edits. A result whose key differs from AppState.key in a part it
-    depends on is stale: AppState.run drops it, and panels clear it on AppState.inputs_changed."""
+    every change of the what-if edits. An encoder-decoder's input is its source and its target text
+    (AppState.text, AppState.target): a change of either is a new trace, so a new `input`. A result whose
+    key differs from AppState.key in a part it depends on is stale: AppState.run drops it, and panels clear it on AppState.inputs_changed."""
     model: int = 0
     input: int = 0
     edits: int = 0
@@ -116,6 +119,7 @@ class AppState(QObject):
     device_changed = Signal(str)
     device_failed = Signal(str, str)  # device asked for, why the model could not move there
     text_changed = Signal(str)
+    target_changed = Signal(str)  # an encoder-decoder's target text (AppState.target)
     tokens_changed = Signal(list)  # token ids of the current text
     trace_changed = Signal(object)  # Trace of the current text (or a generation step)
     busy_changed = Signal(bool, str)
@@ -146,6 +150,10 @@ class AppState(QObject):
         self.dtype: str | None = None
         self.text = ""
         self.token_ids: list[int] = []
+        # An encoder-decoder's target text (the source is `text`), and what its decoder read in the trace on
+        # show: [start token] + the target's ids (app.tracing's convention); [] for other models.
+        self.target = ""
+        self.decoder_ids: list[int] = []
         self.trace: Trace | None = None
         # Why there is no trace for this model (its text cannot be tokenized...); "" when traced or no text.
         self.trace_problem = ""
@@ -427,8 +435,22 @@ class AppState(QObject):
             self.layers_ready.emit(ready)
 
         job = self._trace_job = run_job(_trace_in_pieces, loaded, text, ids, list(self.interventions),
-                                        self.trace_layers, on_result=done, on_error=failed, on_cancelled=cancelled,
+                                        self.trace_layers, self.target, on_result=done, on_error=failed, on_cancelled=cancelled,
                                         on_progress=progress, on_partial=partial)
+
+    def set_target(self, target: str) -> None:
+        """An encoder-decoder's target text (the decoder reads [start] + its tokens): kept for every model,
+        and the input traced again when the model open is an encoder-decoder."""
+        if target == self.target:
+            return
+        self.target = target
+        self.target_changed.emit(target)
+        if self.loaded is not None and self.loaded.config.is_encoder_decoder:
+            self.set_text(self.text)
+
+    def is_seq2seq(self) -> bool:
+        """Whether the model open is an encoder-decoder (a source and a target; core/seq2seq.py)."""
+        return self.loaded is not None and self.loaded.config.is_encoder_decoder
 
     def set_trace_layers(self, layers: int | None) -> None:
         """Record only the first `layers` layers of the text's traces from now on (None: all of them; a
@@ -514,6 +536,7 @@ class AppState(QObject):
         image or generation): a new input, so results computed for the previous one are stale."""
         self.token_ids, self.trace = ids, trace
         self.trace_problem, self.trace_source = problem, source
+        self.decoder_ids = list(getattr(self.encoded, "decoder_ids", [])) if source == "text" and ids else []
         self._advance(INPUT)
         self.tokens_changed.emit(self.token_ids)
         self.trace_changed.emit(self.trace)

@@ -24,7 +24,8 @@ class AttentionViewState:
     layer: int = 0
     head: int = 0
     statistic: str = "entropy"  # a key of analysis.STAT_NAMES
-    selected_token: int | None = None  # absolute position in the sequence
+    selected_token: int | None = None  # absolute position in the sequence (of the queries' sequence)
+    kind: str = "encoder"  # an encoder-decoder's: encoder, decoder or cross (app.tracing.ATTENTION_KINDS)
 
 
 class LayerPatterns(Sequence):
@@ -71,6 +72,9 @@ class AttentionData:
     rollout_problem: str = ""
     thumbs: list[list[np.ndarray]] | None = None
     aggregated: bool = False  # rollout / stats / thumbs have arrived
+    # Queries and keys are two sequences (cross-attention: target tokens reading source tokens): the rows
+    # are row_labels' tokens from the first, the columns col_labels', and a selection is a query's position.
+    cross: bool = False
 
     @property
     def n_layers(self) -> int:
@@ -82,14 +86,22 @@ class AttentionData:
 
     @property
     def query_offset(self) -> int:
-        """Position of the first query: queries are the last T_q of T_k tokens (a cached step has one)."""
+        """Position of the first query: queries are the last T_q of T_k tokens (a cached step has one);
+        0 for cross-attention (queries are another sequence)."""
         _, t_q, t_k = self.patterns[0].shape
-        return t_k - t_q
+        return 0 if self.cross else t_k - t_q
+
+    @property
+    def positions(self) -> list[str]:
+        """The tokens a selection indexes: every key's (the sequence), or the queries' for cross-attention."""
+        return self.row_labels if self.cross else self.col_labels
 
 
-def prepare(trace, causal: bool | None, tokens: list[str] | None) -> AttentionData:
+def prepare(trace, causal: bool | None, tokens: list[str] | None,
+            query_tokens: list[str] | None = None) -> AttentionData:
     """Read a trace's patterns. causal=None: guessed from the patterns (no key above the diagonal).
-    tokens: one string per key position, else positions are used as labels."""
+    tokens: one string per key position, else positions are used as labels. query_tokens: the queries
+    are another sequence (cross-attention), one string per query."""
     patterns = LayerPatterns(trace)
     if not len(patterns):
         analysis.attention_pattern(trace, 0)  # says what is missing
@@ -98,6 +110,9 @@ def prepare(trace, causal: bool | None, tokens: list[str] | None) -> AttentionDa
         causal = bool(np.all(np.triu(patterns[0][:, :, t_k - t_q:], 1) == 0))
     allowed = analysis.allowed_mask(t_q, t_k, causal)
     strings = list(tokens) if tokens is not None and len(tokens) == t_k else [str(i) for i in range(t_k)]
+    if query_tokens is not None:
+        rows = list(query_tokens) if len(query_tokens) == t_q else [str(i) for i in range(t_q)]
+        return AttentionData(patterns, None, False, rows, strings, cross=True)
     return AttentionData(patterns, None if allowed.all() else allowed, causal, strings[t_k - t_q:], strings)
 
 
@@ -145,9 +160,12 @@ def thumbnails(patterns: list[np.ndarray], mask: np.ndarray | None, lut: np.ndar
     return out
 
 
-def aggregates(trace, job: JobControl | None = None):
-    """Rollout, head statistics and why there is no rollout (worker thread: O(L T^3) and O(L H T^2))."""
+def aggregates(trace, job: JobControl | None = None, no_rollout: str = ""):
+    """Rollout, head statistics and why there is no rollout (worker thread: O(L T^3) and O(L H T^2)).
+    `no_rollout`: why this trace has no meaningful rollout (cross-attention), instead of computing one."""
     try:
+        if no_rollout:
+            raise ValueError(no_rollout)
         rollout, problem = analysis.attention_rollout(trace, job=job), ""
     except ValueError as exc:  # a cached generation step has no square patterns
         rollout, problem = None, str(exc)
@@ -169,6 +187,7 @@ class HeadViewResult:
     pattern: np.ndarray  # [H, T_q, T_k] of one layer
     row_labels: list[str]
     col_labels: list[str]
+    query_offset: int | None = None  # position of the first query among the keys (None: the last T_q)
 
 
 def compute_model_view(data: AttentionData, state: AttentionViewState) -> ModelViewResult:
@@ -182,7 +201,7 @@ def compute_head(data: AttentionData, state: AttentionViewState) -> HeatmapResul
 
 
 def compute_head_view(data: AttentionData, state: AttentionViewState) -> HeadViewResult:
-    return HeadViewResult(data.patterns[state.layer], data.row_labels, data.col_labels)
+    return HeadViewResult(data.patterns[state.layer], data.row_labels, data.col_labels, data.query_offset)
 
 
 def compute_mean(data: AttentionData, state: AttentionViewState) -> HeatmapResult:

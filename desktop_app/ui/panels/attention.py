@@ -207,7 +207,11 @@ class HeadView(QWidget):
         lay.addWidget(self.graphics, 1)
         self.n_lines = 0
 
-    def set_layer(self, pattern: np.ndarray, row_labels: list[str], col_labels: list[str]) -> None:
+    def set_layer(self, pattern: np.ndarray, row_labels: list[str], col_labels: list[str],
+                  query_offset: int | None = None) -> None:
+        """One layer's heads [H, T_q, T_k]; the queries sit at query_offset among the keys (None: the
+        last T_q; 0 for cross-attention, whose queries are another sequence: target tokens on the left,
+        source tokens on the right)."""
         n_heads = pattern.shape[0]
         if len(self.checks) != n_heads:
             for c in self.checks:
@@ -223,14 +227,15 @@ class HeadView(QWidget):
         self.pattern = pattern
         _, t_q, t_k = pattern.shape
         # queries sit at the last t_q positions (a cached step has one query for all keys)
-        self.offset = t_k - t_q
+        self.offset = t_k - t_q if query_offset is None else query_offset
         self.left_axis.set_labels([""] * self.offset + list(row_labels))
         self.right_axis.set_labels(col_labels)
         vb = self.plot.getViewBox()
-        vb.setLimits(yMin=-0.5, yMax=t_k + 0.5)
-        shown = min(t_k, 32)
+        n = max(t_k, self.offset + t_q)
+        vb.setLimits(yMin=-0.5, yMax=n + 0.5)
+        shown = min(n, 32)
         centre = (self.offset + (self.selected_row or 0)) if self.selected_row is not None else 0
-        top = max(0, min(t_k - shown, centre - shown // 2))
+        top = max(0, min(n - shown, centre - shown // 2))
         self.plot.setYRange(top, top + shown, padding=0.01)
         self.redraw()
 
@@ -256,7 +261,7 @@ class HeadView(QWidget):
             return
         y = vb.mapSceneToView(ev.scenePos()).y()
         token = int(np.floor(y))
-        if 0 <= token < self.pattern.shape[2]:
+        if 0 <= token < max(self.pattern.shape[2], self.offset + self.pattern.shape[1]):
             self.token_clicked.emit(token)
 
     def _on_scrolled(self, *_):
@@ -338,7 +343,13 @@ class AttentionPanel(ViewTablePanel):
         "R<sub>l</sub> = &Acirc;<sub>l</sub>&hellip;&Acirc;<sub>0</sub>, &Acirc; = rows of (mean + I) renormalised, "
         "how much each input token flows into each position after layer l. <b>Head statistics</b>, averaged "
         "over queries: entropy &minus;&Sigma;<sub>j</sub>P<sub>ij</sub> log P<sub>ij</sub> (nats), mean distance "
-        "&Sigma;<sub>j</sub>P<sub>ij</sub>|i&minus;j| (tokens), attention to the first token P<sub>i0</sub>.")
+        "&Sigma;<sub>j</sub>P<sub>ij</sub>|i&minus;j| (tokens), attention to the first token P<sub>i0</sub>.<br>"
+        "<b>Encoder-decoders</b> (T5, BART, Marian) have three kinds of attention, chosen above the views: the "
+        "encoder's self-attention (source tokens reading source tokens, bidirectional), the decoder's (its input, "
+        "[start] + the target, reading itself, causal) and cross-attention (each decoder position reading the "
+        "encoder's output over the source: rows are target tokens, columns source tokens; in the head view, lines "
+        "from the target on the left to the source on the right). Cross-attention has no rollout: its rows and "
+        "columns are two sequences, so layers do not compose.")
 
     VIEW_TABLE = attention_views.VIEWS  # the views as data (core.views.attention)
     VIEW_STATE = AttentionViewState
@@ -354,6 +365,13 @@ class AttentionPanel(ViewTablePanel):
         for key, name in analysis.STAT_NAMES.items():
             self.stat_combo.addItem(name, key)
         self.controls = {"layer": self.layer_spin, "head": self.head_spin, "statistic": self.stat_combo}
+        # An encoder-decoder's three kinds of attention (shown for encoder-decoders only)
+        from ...app.tracing import ATTENTION_KINDS
+        self.kind_combo = QComboBox()
+        self.kind_combo.setToolTip("Which attention of the encoder-decoder every view shows")
+        for key, name in ATTENTION_KINDS.items():
+            self.kind_combo.addItem(name, key)
+        self.kind_label = QLabel("Attention")
         self.model_view = ModelView()
         self.head_view = HeadView()
         self._build_views({"model-view": self.model_view, "head-view": self.head_view})
@@ -361,6 +379,9 @@ class AttentionPanel(ViewTablePanel):
         self.rollout_map, self.stats_map = self.widgets["rollout"], self.widgets["head-stats"]
 
         controls = QHBoxLayout()
+        controls.addWidget(self.kind_label)
+        controls.addWidget(self.kind_combo)
+        self._show_kind_choice(False)
         for label, w in (("Layer", self.layer_spin), ("Head", self.head_spin), ("Statistic", self.stat_combo)):
             controls.addWidget(QLabel(label))
             controls.addWidget(w)
@@ -379,6 +400,7 @@ class AttentionPanel(ViewTablePanel):
         self.head_spin.valueChanged.connect(lambda v: self._on_control("head", v))
         self.stat_combo.currentIndexChanged.connect(
             lambda _i: self._on_control("statistic", self.stat_combo.currentData()))
+        self.kind_combo.currentIndexChanged.connect(lambda _i: self._on_kind(self.kind_combo.currentData()))
         self.tabs.currentChanged.connect(self._on_tab)
         self.model_view.head_clicked.connect(self.open_head)
         self.model_view.head_menu_requested.connect(self.show_ablation_menu)
@@ -409,7 +431,7 @@ class AttentionPanel(ViewTablePanel):
             return  # no trace yet: kept as they are, for the trace to come (e.g. a workspace being opened)
         vs.layer = min(vs.layer, self.data.n_layers - 1)
         vs.head = min(vs.head, self.data.n_heads - 1)
-        if vs.selected_token is not None and vs.selected_token >= len(self.data.col_labels):
+        if vs.selected_token is not None and vs.selected_token >= len(self.data.positions):
             vs.selected_token = None
 
     def _show_view_state_in_controls(self) -> None:
@@ -421,10 +443,50 @@ class AttentionPanel(ViewTablePanel):
         self.stat_combo.blockSignals(True)
         self.stat_combo.setCurrentIndex(max(0, self.stat_combo.findData(vs.statistic)))
         self.stat_combo.blockSignals(False)
+        self.kind_combo.blockSignals(True)
+        self.kind_combo.setCurrentIndex(max(0, self.kind_combo.findData(vs.kind)))
+        self.kind_combo.blockSignals(False)
 
     def _on_control(self, control: str, value) -> None:
         setattr(self.view_state, control, value)
         self._invalidate(*views_using(attention_views.VIEWS, control))
+
+    def _on_kind(self, kind: str) -> None:
+        """Another of an encoder-decoder's kinds of attention: every view shows it (its own tokens)."""
+        if kind == self.view_state.kind:
+            return
+        self.view_state.kind = kind
+        self.view_state.selected_token = None  # a position of another sequence
+        self.set_trace(self.trace, list(getattr(self.state, "token_ids", []) or []))
+
+    def _show_kind_choice(self, shown: bool) -> None:
+        self.kind_label.setVisible(shown)
+        self.kind_combo.setVisible(shown)
+
+    def _export_name(self) -> str:
+        """An encoder-decoder's exports name the kind of attention they show (cross-attention-L0-H1...)."""
+        name = super()._export_name()
+        return f"{self.view_state.kind}-{name}" if self._seq2seq_trace(self.trace) else name
+
+    @staticmethod
+    def _seq2seq_trace(trace) -> bool:
+        return trace is not None and ("encoder.embed" in trace or "encoder.blocks.0.attn.pattern" in trace)
+
+    def _stack_of(self, trace, ids: list[int]):
+        """An encoder-decoder's trace as the kind of attention chosen (app.tracing.attention_view): (that
+        view, key ids, query ids or None when the queries are the keys' last T_q, causal, why no rollout)."""
+        from ...app.tracing import CROSS, DECODER, ENCODER, attention_view
+
+        kind = self.view_state.kind if self.view_state.kind in (ENCODER, DECODER, CROSS) else ENCODER
+        self.view_state.kind = kind
+        decoder = list(getattr(self.state, "decoder_ids", []) or [])
+        view = attention_view(trace, kind)
+        if kind == ENCODER:
+            return view, ids, None, False, ""
+        if kind == DECODER:
+            return view, decoder, None, True, ""
+        return (view, ids, decoder, False,
+                "Cross-attention has no rollout: rows (target) and columns (source) are two sequences")
 
     def _on_tab(self, index: int) -> None:
         self.view_state.view = self.VIEWS[index]
@@ -474,17 +536,27 @@ class AttentionPanel(ViewTablePanel):
                   sync: bool = False) -> None:
         """Show a trace. sync=True computes rollout and statistics here (CLI); else in a worker."""
         generation = self._new_trace(trace)
+        ids = list(token_ids or [])
+        seq2seq = self._seq2seq_trace(trace)
+        self._show_kind_choice(seq2seq)
+        query_ids, no_rollout = None, ""
+        if seq2seq:
+            trace, ids, query_ids, causal, no_rollout = self._stack_of(trace, ids)
         if trace is None or trace.n_layers == 0 or "blocks.0.attn.pattern" not in trace:
             self._clear(self.state.no_trace_message() if trace is None else "This trace has no attention patterns.")
             return
-        t_k = trace.pattern(0).shape[-1]
-        ids = list(token_ids or [])
+        t_q, t_k = trace.pattern(0).shape[-2:]
         if causal is None:
             loaded = getattr(self.state, "loaded", None)
             causal = loaded.config.causal if loaded is not None else None
         strings = self.state.token_strings(ids) if len(ids) == t_k else None
-        self.data = data = attention_views.prepare(trace, causal, strings)
-        self.tokens.set_tokens(data.col_labels, ids if len(ids) == t_k else list(range(t_k)))
+        rows = None if query_ids is None else (self.state.token_strings(query_ids) if len(query_ids) == t_q
+                                               else [str(i) for i in range(t_q)])
+        self.data = data = attention_views.prepare(trace, causal, strings, rows)
+        if data.cross:  # the tokens a selection picks: the queries' (the decoder's)
+            self.tokens.set_tokens(data.row_labels, query_ids if len(query_ids) == t_q else list(range(t_q)))
+        else:
+            self.tokens.set_tokens(data.col_labels, ids if len(ids) == t_k else list(range(t_k)))
         n_layers, n_heads = data.n_layers, data.n_heads
         for spin, n in ((self.layer_spin, n_layers), (self.head_spin, n_heads)):
             spin.blockSignals(True)
@@ -498,12 +570,15 @@ class AttentionPanel(ViewTablePanel):
         self._relabel = True
         self._invalidate(*(v.name for v in attention_views.VIEWS if v.name != "model-view"))
         self._apply_selection()
-        self.status.setText(f"{plural(t_k, 'token')}, {plural(n_layers, 'layer')} x {plural(n_heads, 'head')}"
-                            + (" (causal)" if data.causal else " (bidirectional)"))
+        shape = (f"{plural(t_q, 'target token')} reading {plural(t_k, 'source token')}" if data.cross
+                 else plural(t_k, 'token'))
+        self.status.setText(f"{shape}, {plural(n_layers, 'layer')} x {plural(n_heads, 'head')}"
+                            + (" (cross-attention)" if data.cross else " (causal)" if data.causal else " (bidirectional)"))
         patterns, mask, lut, size = data.patterns, data.mask, self.model_view.lut, self.model_view.THUMB
 
         def work(job=None):
-            return (generation, *attention_views.aggregates(trace, job), thumbnails(patterns, mask, lut, size))
+            return (generation, *attention_views.aggregates(trace, job, no_rollout),
+                    thumbnails(patterns, mask, lut, size))
 
         self._run_trace_job(work, self._on_aggregates, "statistics", sync)
 
@@ -573,7 +648,7 @@ class AttentionPanel(ViewTablePanel):
             self.model_view.set_patterns(result.patterns, result.mask, result.thumbs)
             self.model_view.set_selected_row(self.query_row())
         elif view.widget == "head-view":
-            self.head_view.set_layer(result.pattern, result.row_labels, result.col_labels)
+            self.head_view.set_layer(result.pattern, result.row_labels, result.col_labels, result.query_offset)
 
     # -- interaction -----------------------------------------------------------------------
     def open_head(self, layer: int, head: int) -> None:
@@ -613,11 +688,22 @@ class AttentionPanel(ViewTablePanel):
         if self.state.loaded is None:
             menu.addAction("Open a model first").setEnabled(False)
             return
-        for target, what in ((f"blocks.{layer}.attn.head.{head}", f"head {layer}.{head}"),
-                             (f"blocks.{layer}.attn.out", f"layer {layer}'s attention"),
-                             (f"blocks.{layer}.mlp.out", f"layer {layer}'s MLP")):
+        targets = ((f"blocks.{layer}.attn.head.{head}", f"head {layer}.{head}"),
+                   (f"blocks.{layer}.attn.out", f"layer {layer}'s attention"),
+                   (f"blocks.{layer}.mlp.out", f"layer {layer}'s MLP"))
+        ablations = self.ABLATIONS
+        if self.state.loaded.config.is_encoder_decoder:  # the stack and kind on show; zero only (app.tracing)
+            kind = self.view_state.kind
+            stack = "encoder" if kind == "encoder" else "decoder"
+            attn = "cross_attn" if kind == "cross" else "attn"
+            what = {"encoder": "encoder", "decoder": "decoder", "cross": "cross-attention"}[kind]
+            targets = ((f"{stack}.blocks.{layer}.{attn}.head.{head}", f"{what} head {layer}.{head}"),
+                       (f"{stack}.blocks.{layer}.{attn}.out", f"{what} layer {layer}'s attention"),
+                       (f"{stack}.blocks.{layer}.mlp.out", f"{stack} layer {layer}'s MLP"))
+            ablations = self.ABLATIONS[:1]
+        for target, what in targets:
             sub = menu.addMenu(f"Ablate {what}")
-            for how, text in self.ABLATIONS:
+            for how, text in ablations:
                 sub.addAction(text).triggered.connect(lambda _=False, t=target, h=how: self.ablate(t, h))
         if self.state.interventions:
             menu.addSeparator()

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import (QCheckBox, QFormLayout, QGroupBox, QHBoxLayout, Q
 from ...core.families import REGISTRY
 from ..state import AppState
 from ..widgets.export import ExportBar
-from ..widgets.token_strip import TokenStrip, format_prob
+from ..widgets.token_strip import TokenStrip, format_prob, plural
 
 TYPING_DEBOUNCE_MS = 250
 
@@ -38,9 +38,16 @@ def architecture_rows(loaded, device: str) -> list[tuple[str, str]]:
     kv_text = f"{kv}" + (" (grouped-query)" if kv != cfg.n_heads else "")
     attention = cfg.attention_kind + (", causal" if cfg.causal else ", bidirectional")
     images = cfg.input_kind == "patches"
+    if cfg.is_encoder_decoder:
+        layers = [("Encoder layers", f"{cfg.n_layers} (bidirectional self-attention)"),
+                  ("Decoder layers", f"{cfg.n_decoder_layers or cfg.n_layers} (causal self-attention + "
+                                     "cross-attention to the encoder)")]
+        attention = f"{cfg.attention_kind}; encoder-decoder"
+    else:
+        layers = [("Layers", str(cfg.n_layers))]
     return [
         ("Family", FAMILY_NAMES.get(cfg.family, cfg.family)),
-        ("Layers", str(cfg.n_layers)),
+        *layers,
         ("Heads", f"{cfg.n_heads} (head width {cfg.d_head})"),
         ("KV heads", kv_text),
         ("d_model", str(cfg.d_model)),
@@ -71,7 +78,9 @@ def token_probabilities(logits, ids: list[int]) -> list[float]:
 
 
 class TokensView:
-    """What the Model panel's export bar saves: the chips (PNG/SVG) and the per-token table (CSV)."""
+    """What the Model panel's export bar saves: the chips (PNG/SVG) and the per-token table (CSV). An
+    encoder-decoder's: the source's chips, and its table of both sequences (the decoder's input with the
+    probability of each target token)."""
 
     def __init__(self, panel: "ModelPanel") -> None:
         self.panel = panel
@@ -79,20 +88,37 @@ class TokensView:
     def export_widget(self):
         return self.panel.token_strip.canvas
 
+    def _sequences(self):
+        """(name, ids, probabilities) of each sequence shown."""
+        state = self.panel.state
+        ids = state.token_ids
+        if not state.is_seq2seq():
+            return [("text", ids, self.panel.probabilities or [float("nan")] * len(ids))]
+        dec = state.decoder_ids
+        return [("source", ids, [float("nan")] * len(ids)),
+                ("decoder input", dec, self.panel.target_probabilities or [float("nan")] * len(dec))]
+
     def csv_table(self):
-        ids = self.panel.state.token_ids
-        strings = self.panel.state.token_strings(ids)
-        probs = self.panel.probabilities or [float("nan")] * len(ids)
-        rows = [[i, t, s, "" if math.isnan(p) else f"{p:.6g}"] for i, (t, s, p) in enumerate(zip(ids, strings, probs))]
-        return ["position", "id", "token", "p(token | tokens before)"], rows
+        rows = []
+        seqs = self._sequences()
+        for name, ids, probs in seqs:
+            strings = self.panel.state.token_strings(ids)
+            rows += [([name] if len(seqs) > 1 else []) + [i, t, s, "" if math.isnan(p) else f"{p:.6g}"]
+                     for i, (t, s, p) in enumerate(zip(ids, strings, probs))]
+        head = ["position", "id", "token", "p(token | tokens before)"]
+        return (["sequence"] + head if len(seqs) > 1 else head), rows
 
     def export_arrays(self):
         import numpy as np
 
-        ids = self.panel.state.token_ids
-        probs = self.panel.probabilities or [float("nan")] * len(ids)
-        return {"ids": np.array(ids, dtype=np.int64), "tokens": np.array(self.panel.state.token_strings(ids)),
-                "probability": np.array(probs, dtype=np.float64)}
+        out = {}
+        seqs = self._sequences()
+        for name, ids, probs in seqs:
+            pre = "" if len(seqs) == 1 else name.split()[0] + "_"
+            out.update({f"{pre}ids": np.array(ids, dtype=np.int64),
+                        f"{pre}tokens": np.array(self.panel.state.token_strings(ids)),
+                        f"{pre}probability": np.array(probs, dtype=np.float64)})
+        return out
 
 
 def perplexity(probs: list[float]) -> float | None:
@@ -118,7 +144,11 @@ class ModelPanel(QWidget):
         "the text says which. Untick <i>Add the tokenizer's special tokens</i> to trace the text bare.</p>"
         "<p><b>Colour</b> (decoders): the probability the model gave each token after the ones before it, "
         "p(t<sub>i</sub> | t<sub>&lt;i</sub>) = softmax(logits<sub>i-1</sub>)[t<sub>i</sub>] (dark = likely; the "
-        "first token has no prediction, grey). Perplexity = exp(&minus;mean log p).</p>")
+        "first token has no prediction, grey). Perplexity = exp(&minus;mean log p).</p>"
+        "<p><b>Encoder-decoders</b> (T5, BART, Marian): the text is the <i>source</i>, which the encoder reads; "
+        "the <i>Target</i> box is what the decoder reads after its start token, [start] + the target's tokens "
+        "(Marian's target side has its own tokenizer), and each target chip is coloured by "
+        "p(y<sub>i</sub> | y<sub>&lt;i</sub>, source). An empty target: the decoder reads its start token alone.</p>")
 
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -152,6 +182,20 @@ class ModelPanel(QWidget):
 
         self.token_strip = TokenStrip()
         self.token_strip.token_selected.connect(self._show_token)
+        # An encoder-decoder's target: its box and its chips (the decoder's input), hidden for other models.
+        self.target_probabilities: list[float] | None = None
+        self.target_label = QLabel("Target (what the decoder reads after its start token):")
+        self.target_edit = QPlainTextEdit()
+        self.target_edit.setPlaceholderText("Type the target here (e.g. a translation); empty: the start token alone.")
+        self.target_edit.setMaximumHeight(70)
+        self._target_debounce = QTimer(self, singleShot=True, interval=TYPING_DEBOUNCE_MS)
+        self._target_debounce.timeout.connect(self._send_target)
+        self.target_edit.textChanged.connect(self._target_debounce.start)
+        self.target_strip = TokenStrip()
+        self.target_strip.token_selected.connect(self._show_target_token)
+        self.target_count = QLabel("")
+        self.target_count.setWordWrap(True)
+        self.source_title = QLabel("Source tokens (the encoder's input):")
         self.count_label = QLabel("0 tokens")
         self.token_info = QLabel("")
         for label in (self.count_label, self.token_info):  # long lines wrap: the window stays narrow
@@ -187,8 +231,14 @@ class ModelPanel(QWidget):
         special_row.addWidget(self.special_label, 1)
         tv.addLayout(special_row)
         tv.addLayout(source_row)
+        tv.addWidget(self.source_title)
         tv.addWidget(self.token_strip, 4)
+        self.target_widgets = (self.source_title, self.target_label, self.target_edit, self.target_count,
+                               self.target_strip)
+        for w in self.target_widgets[1:]:
+            tv.addWidget(w, 3 if w is self.target_strip else 0)
         tv.addWidget(self.message_label)
+        self._show_target_box(False)
 
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self.summary_box)
@@ -202,11 +252,13 @@ class ModelPanel(QWidget):
         state.model_changed.connect(self._on_model)
         state.device_changed.connect(lambda _d: self._on_model(self.state.loaded))
         state.text_changed.connect(self._on_state_text)
+        state.target_changed.connect(self._on_state_target)
         state.tokens_changed.connect(self._on_tokens)
         state.trace_changed.connect(self._on_trace)
         state.error.connect(self._on_error)
         # Built after the model may already be loaded (panels are created lazily): render the state now.
         self._on_state_text(state.text)
+        self._on_state_target(state.target)
         if state.loaded is not None:
             self._on_model(state.loaded)
             self._on_tokens(state.token_ids)
@@ -239,6 +291,7 @@ class ModelPanel(QWidget):
         self.special_check.setEnabled(loaded.tokenizer is not None)
         self.special_check.setVisible(not images)
         self.special_label.setVisible(not images)
+        self._show_target_box(loaded.config.is_encoder_decoder)
         self._on_state_text(self.state.text)  # empty for a ViT (its placeholder says where images go)
 
     def _on_state_text(self, text: str) -> None:
@@ -278,10 +331,19 @@ class ModelPanel(QWidget):
             self.special_check.blockSignals(False)
         self.token_info.setText("")
         self.probabilities = None
+        self.target_probabilities = None
+        dec = self.state.decoder_ids
+        self.target_strip.set_tokens(self.state.token_strings(dec), dec)
+        self.target_count.setText(f"decoder input: the start token + {plural(len(dec) - 1, 'target token')}"
+                                  if dec else "")
 
     def _on_trace(self, trace) -> None:
-        """Colour the chips by how likely the model found each token (causal models with logits)."""
+        """Colour the chips by how likely the model found each token (causal models with logits); an
+        encoder-decoder's target chips by how likely it found each target token."""
         loaded, ids = self.state.loaded, self.state.token_ids
+        if trace is not None and loaded is not None and loaded.config.is_encoder_decoder:
+            self._colour_target(trace)
+            return
         if trace is None or loaded is None or not loaded.config.causal or "logits" not in trace:
             return
         logits = trace["logits"][0]
@@ -293,6 +355,41 @@ class ModelPanel(QWidget):
         if ppl is not None:
             self.count_label.setText(f"{self.count_label.text()} · colour: p(token | tokens before) · "
                                      f"perplexity {ppl:.1f}")
+
+    def _colour_target(self, trace) -> None:
+        """The decoder's input chips coloured by p(target token i | the ones before it, the source): logits
+        row i predicts target token i (app.tracing's convention), so the start token has no colour."""
+        dec = self.state.decoder_ids
+        if "logits" not in trace or trace["logits"].shape[1] != len(dec):
+            return
+        self.target_probabilities = token_probabilities(trace["logits"][0], dec)
+        self.target_strip.set_tokens(self.state.token_strings(dec), dec, self.target_probabilities, vmin=0.0, vmax=1.0)
+        ppl = perplexity(self.target_probabilities)
+        if ppl is not None:
+            self.target_count.setText(f"{self.target_count.text()} · colour: p(target token | tokens before, source) · "
+                                      f"perplexity {ppl:.1f}")
+
+    def _show_target_box(self, shown: bool) -> None:
+        for w in self.target_widgets:
+            w.setVisible(shown)
+
+    def _on_state_target(self, text: str) -> None:
+        if text != self.target_edit.toPlainText():
+            self.target_edit.blockSignals(True)
+            self.target_edit.setPlainText(text)
+            self.target_edit.blockSignals(False)
+
+    def _send_target(self) -> None:
+        self.state.set_target(self.target_edit.toPlainText())
+
+    def _show_target_token(self, index: int) -> None:
+        dec = self.state.decoder_ids
+        if 0 <= index < len(dec):
+            text = f"decoder position {index}: id {dec[index]}, {self.state.token_strings([dec[index]])[0]!r}"
+            probs = self.target_probabilities
+            if probs is not None and 0 < index < len(probs):
+                text += f", p = {format_prob(probs[index])}"
+            self.token_info.setText(text)
 
     def _specials_line(self) -> str:
         """Which special tokens the tokenizer added to the text shown, and what added them."""

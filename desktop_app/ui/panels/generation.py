@@ -10,7 +10,10 @@ edits change, the history stays and is recomputed for the edited model (with_int
 
 The panel holds the widgets both kinds of model share; what differs lives in two views
 (generation_views): DecoderStepView for causal models, EncoderFillView for encoders, the one that
-fits the open model shown. The --screenshot demo is in ui/demo.py.
+fits the open model shown. An encoder-decoder (T5, BART, Marian) steps through its target the same way
+(DecoderStepView): the prompt box is its source, and beside the bars the step's cross-attention over
+the source tokens (CrossAttentionStepView: every head of a decoder layer and their mean). The
+--screenshot demo is in ui/demo.py.
 
 All model work runs in workers through AppState.run for the model and the what-if edits it started
 with (the prompt is the panel's own input): a result, error or progress of a job whose model or edits
@@ -33,7 +36,7 @@ from ..widgets.export import ExportBar
 from ..widgets.prob_bars import ProbBars, format_prob
 from ..state import EDITS, MODEL, ResultView
 from ..widgets.token_strip import TokenStrip
-from .generation_views import DecoderStepView, EncoderFillView, GenerationView, _mutate
+from .generation_views import CrossAttentionStepView, DecoderStepView, EncoderFillView, GenerationView, _mutate
 
 TOP_BARS = 15
 
@@ -56,12 +59,17 @@ def _with_edits(session, interventions: list, job=None):
     return new
 
 
-def _plain_logits_at(loaded, ids: list[int], position: int):
-    """The unedited model's logits [V] (float32, CPU) at `position` of `ids` (-1: the next token)."""
+def _plain_logits_at(loaded, ids: list[int], position: int, source: list[int] | None = None):
+    """The unedited model's logits [V] (float32, CPU) at `position` of `ids` (-1: the next token); an
+    encoder-decoder's `ids` are its target, read with `source`."""
     import torch
 
+    dev = loaded.model.device
     with torch.no_grad():
-        out = loaded.model(torch.tensor([ids], device=loaded.model.device))
+        if source is not None:
+            out = loaded.model(torch.tensor([source], device=dev), torch.tensor([ids], device=dev))
+        else:
+            out = loaded.model(torch.tensor([ids], device=dev))
     return out.logits[0, position].float().cpu()
 
 
@@ -80,6 +88,10 @@ class GenerationPanel(QWidget, ResultView):
         "and go back. Select a generated token to see the logit lens of that step (final norm + "
         "unembedding of each layer's residual) and its attention in the Attention panel. What-if edits "
         "(ablations) keep the history: its probabilities are recomputed for the edited model.<br>"
+        "Encoder-decoders (T5, BART, Marian): the box is the source, encoded once; the steps write the "
+        "target from the decoder's start token, and beside the bars is the cross-attention of the step "
+        "shown: the weight each head of a decoder layer puts on each source token while the decoder "
+        "predicts that token (each row sums to 1; the last row is the heads' mean).<br>"
         "Encoder (BERT) models: [MASK] positions are filled one at a time, most confident first or "
         "left to right.")
 
@@ -122,11 +134,14 @@ class GenerationPanel(QWidget, ResultView):
 
     # -- layout ----------------------------------------------------------------------------
     def _build(self) -> None:
+        self.prompt_label = QLabel("<b>Source</b>")  # shown for encoder-decoders only
+        self.prompt_label.setVisible(False)
         self.prompt = QLineEdit()
         self.prompt.setPlaceholderText("prompt (token ids separated by spaces if the model has no tokenizer)")
         # Every action is connected through a lambda: `clicked` sends `checked`, which must never land
         # in an optional parameter such as start(then=...).
         self.prompt.returnPressed.connect(lambda: self.start())
+        self.prompt.textChanged.connect(self._prompt_edited)
         self.start_button = QPushButton("Start")
         self.start_button.setToolTip("Run the prompt and start a new generation tree")
         self.start_button.clicked.connect(lambda: self._clicked(self.start))
@@ -143,6 +158,7 @@ class GenerationPanel(QWidget, ResultView):
         self.seed.setToolTip("Random seed for sampling; Reset regenerates with it")
         self.seed.valueChanged.connect(self._seed_changed)
         top = QHBoxLayout()
+        top.addWidget(self.prompt_label)
         top.addWidget(self.prompt, 1)
         for w in (self.start_button, self.strategy, self.order, self.beams, self.seed):
             top.addWidget(w)
@@ -205,9 +221,12 @@ class GenerationPanel(QWidget, ResultView):
         ev.setContentsMargins(0, 0, 0, 0)
         ev.addWidget(self.edited_title)
         ev.addWidget(self.bars, 1)
+        self.cross_view = CrossAttentionStepView()  # an encoder-decoder's step over its source
+        self.cross_view.setVisible(False)
         pair = QHBoxLayout()
         pair.addWidget(edited, 1)
         pair.addWidget(self.plain_box, 1)
+        pair.addWidget(self.cross_view, 1)
         self._plain_logits: dict[tuple, object] = {}  # (context ids, position) -> the plain model's logits there
         self._plain_wanted: tuple | None = None
         left = QWidget()
@@ -292,6 +311,21 @@ class GenerationPanel(QWidget, ResultView):
 
     def _is_encoder(self) -> bool:
         return self.state.loaded is not None and not self.state.loaded.config.causal
+
+    def _is_seq2seq(self) -> bool:
+        return self.state.loaded is not None and bool(getattr(self.state.loaded.config, "is_encoder_decoder", False))
+
+    def _strings(self, ids: list[int]) -> list[str]:
+        """Generated tokens as text: an encoder-decoder's target-side tokenizer (Marian's target.spm),
+        else the model's tokenizer (AppState.token_strings)."""
+        target = getattr(self.state.loaded.tokenizer, "target", None) if self._is_seq2seq() else None
+        return target.token_strings(ids) if target is not None else self.state.token_strings(ids)
+
+    def _prompt_edited(self, _text: str) -> None:
+        """A new source ends an encoder-decoder's steps: they were written for the old one, and nothing
+        of them stays on show as the new source's (a decoder's steps stay until the next Step)."""
+        if self._is_seq2seq() and self.session is not None and not self.busy and self._stale():
+            self._drop_session("the source changed: press Step (Right arrow) to write its target")
 
     @property
     def busy(self) -> bool:
@@ -607,14 +641,14 @@ class GenerationPanel(QWidget, ResultView):
         """A token as the user reads it: quoted (spaces visible) with its id; with no tokenizer, the id."""
         if self.state.loaded is None or self.state.loaded.tokenizer is None:
             return f"id {token}"
-        return f"{self.state.token_strings([token])[0]!r} ({token})"
+        return f"{self._strings([token])[0]!r} ({token})"
 
     def _tokens_text(self, ids: list[int]) -> str:
         """Several tokens as one quoted string (a space token stays visible); with no tokenizer, the ids
         separated by spaces."""
         if self.state.loaded is None or self.state.loaded.tokenizer is None:
             return " ".join(map(str, ids))
-        return repr("".join(self.state.token_strings(ids)))
+        return repr("".join(self._strings(ids)))
 
     def toggle_mask(self) -> None:
         if self.busy:  # restarting would drop the session under a running job
@@ -687,13 +721,14 @@ class GenerationPanel(QWidget, ResultView):
             self.tree.clear()
             self.beam_table.setRowCount(0)
             self.strip.set_tokens([], [])
+            self.cross_view.clear("")
             self._clear_lens()
             self._lens_node = None
             return
         self.view.refresh(s)
 
     def _show_plain_tokens(self, ids: list[int]) -> None:
-        self.strip.set_tokens(self.state.token_strings(ids), ids)
+        self.strip.set_tokens(self._strings(ids), ids)
 
     def _processing(self) -> tuple[float, int, float]:
         st = self.settings()
@@ -701,7 +736,8 @@ class GenerationPanel(QWidget, ResultView):
         return st.temperature, st.top_k, st.top_p
 
     def _show_distribution(self, dist, chosen: int | None, depth: int, ended: bool,
-                           context_ids: list[int] | None = None, position: int = -1) -> None:
+                           context_ids: list[int] | None = None, position: int = -1,
+                           source: list[int] | None = None) -> None:
         top = dist.top(TOP_BARS, by="tempered_probs")
         if chosen is not None and chosen not in [t for t, _ in top]:
             top.append((chosen, float(dist.tempered_probs[chosen])))
@@ -709,7 +745,7 @@ class GenerationPanel(QWidget, ResultView):
         if self.state.loaded is not None and self.state.loaded.tokenizer is None:
             labels = [str(t) for t in tokens]  # ProbBars shows the id once
         else:
-            labels = [repr(x) for x in self.state.token_strings(tokens)]
+            labels = [repr(x) for x in self._strings(tokens)]
         self.bars.set_distribution(tokens, labels, [float(dist.probs[t]) for t in tokens],
                                    [float(dist.model_probs[t]) for t in tokens], chosen)
         self._shown = (dist, chosen)
@@ -722,9 +758,10 @@ class GenerationPanel(QWidget, ResultView):
         if ended:
             text += " - a stop token ended this branch"
         self.dist_label.setText(text)
-        self._compare_with_plain(dist, chosen, context_ids, position)
+        self._compare_with_plain(dist, chosen, context_ids, position, source)
 
-    def _compare_with_plain(self, dist, chosen: int | None, context_ids: list[int] | None, position: int = -1) -> None:
+    def _compare_with_plain(self, dist, chosen: int | None, context_ids: list[int] | None, position: int = -1,
+                            source: list[int] | None = None) -> None:
         """Beside the edited model's bars, the model as trained on the same context at the same
         position (the next token, or an encoder's masked position; its logits from a worker, cached
         per context and position), and the change in the chosen token's log-probability."""
@@ -736,7 +773,7 @@ class GenerationPanel(QWidget, ResultView):
             self.plain_label.setText("")
             self._plain_wanted = None
             return
-        key = (tuple(context_ids), position)
+        key = (tuple(context_ids), position, tuple(source or ()))
         self._plain_wanted = key
         if key in self._plain_logits:
             self._show_plain(dist, chosen, self._plain_logits[key])
@@ -750,7 +787,7 @@ class GenerationPanel(QWidget, ResultView):
                 self._show_plain(*self._shown, logits)
 
         # the model as trained does not depend on the edits: dropped only when another model opens
-        self.state.run(_plain_logits_at, loaded, list(context_ids), position, on_result=done,
+        self.state.run(_plain_logits_at, loaded, list(context_ids), position, source, on_result=done,
                        on_error=lambda exc, tb: self.plain_label.setText(f"the model as trained: {exc}"),
                        owner=self, parts=(MODEL,))
 
@@ -764,7 +801,7 @@ class GenerationPanel(QWidget, ResultView):
             top.append((token, float(plain.tempered_probs[token])))
         tokens = [t for t, _ in top]
         labels = [str(t) for t in tokens] if self.state.loaded.tokenizer is None else \
-            [repr(x) for x in self.state.token_strings(tokens)]
+            [repr(x) for x in self._strings(tokens)]
         self.plain_bars.set_distribution(tokens, labels, [float(plain.probs[t]) for t in tokens],
                                          [float(plain.model_probs[t]) for t in tokens], token)
         before, after = float(plain.model_probs[token]), float(dist.model_probs[token])
@@ -815,7 +852,7 @@ class GenerationPanel(QWidget, ResultView):
         rows = []
         if self._shown is not None:
             dist, chosen = self._shown
-            strings = self.state.token_strings(list(range(dist.probs.numel())))
+            strings = self._strings(list(range(dist.probs.numel())))
             order = sorted(range(dist.probs.numel()), key=lambda t: -float(dist.tempered_probs[t]))
             for rank, t in enumerate(order, 1):
                 rows.append(["distribution", rank, t, strings[t], f"{float(dist.probs[t]):.6g}",

@@ -2,20 +2,23 @@
 
 Both work on the panel's shared widgets (prompt, buttons, sliders, bars, tree, tables, token strip,
 status line) and its one session; the panel (generation.GenerationPanel) shows the view that fits the
-open model: DecoderStepView for a causal model, EncoderFillView for an encoder. What is the same in
+open model: DecoderStepView for a causal model (an encoder-decoder's target too, with the step's
+cross-attention in a CrossAttentionStepView), EncoderFillView for an encoder. What is the same in
 both (jobs, settings, the distribution bars, the export protocol) stays in the panel.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QTableWidgetItem, QTreeWidgetItem
+from PySide6.QtWidgets import QComboBox, QLabel, QTableWidgetItem, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from ...core.generation import GenerationError, GenerationSession, MaskedFillSession, process_logits
 from ...core.views.generation import branch_rows, common_prefix_length
 from ...app.tracing import tokenize_and_trace
+from ..widgets.heatmap import Heatmap
 from ..widgets.prob_bars import format_prob
 
 
@@ -53,6 +56,73 @@ def _inspect(session, node):
     lens = session.logit_lens(node)
     trace, ids = session.step_trace(node.parent)
     return node, lens, trace, ids
+
+
+MEAN_OF_LAYERS = "all layers (mean)"
+
+
+class CrossAttentionStepView(QWidget):
+    """An encoder-decoder's cross-attention at one step: which source tokens the decoder reads while it
+    predicts the next target token. Rows: each head of the chosen decoder layer, then their mean;
+    columns: the source tokens; each row sums to 1.
+
+        view.set_step(rows [L, H, S], source_labels, caption)   # GenerationSession.cross_attention
+        view.clear(message)
+        view.matrix()   # what is on show [H + 1, S]
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        v = QVBoxLayout(self)
+        v.setContentsMargins(0, 0, 0, 0)
+        self.caption = QLabel("")
+        self.caption.setWordWrap(True)
+        v.addWidget(self.caption)
+        self.layer = QComboBox()
+        self.layer.setToolTip("The decoder layer whose cross-attention is shown (or the mean over layers)")
+        self.layer.currentIndexChanged.connect(lambda _: self._draw())
+        v.addWidget(self.layer)
+        self.heatmap = Heatmap(row_name="head", col_name="source", value_name="attention", annotate_max_cells=120,
+                               row_tokens=False)
+        self.heatmap.setMinimumWidth(220)
+        v.addWidget(self.heatmap, 1)
+        self.rows = np.zeros((0, 0, 0), dtype=np.float32)
+        self.source_labels: list[str] = []
+
+    def clear(self, message: str) -> None:
+        self.rows = np.zeros((0, 0, 0), dtype=np.float32)
+        self.source_labels = []
+        self.caption.setText(message)
+        self.heatmap.clear_matrix("")
+
+    def set_step(self, rows, source_labels: list[str], caption: str) -> None:
+        rows = np.asarray(rows, dtype=np.float32)
+        self.rows, self.source_labels = rows, list(source_labels)
+        layers = [f"decoder layer {l}" for l in range(rows.shape[0])] + [MEAN_OF_LAYERS]
+        if [self.layer.itemText(i) for i in range(self.layer.count())] != layers:
+            self.layer.blockSignals(True)
+            self.layer.clear()
+            self.layer.addItems(layers)
+            self.layer.setCurrentIndex(rows.shape[0] - 1)  # the last layer, nearest the prediction
+            self.layer.blockSignals(False)
+        self.caption.setText(caption)
+        self._draw()
+
+    def matrix(self) -> np.ndarray:
+        """[H + 1, S]: the chosen layer's heads (or each head's mean over layers), then the heads' mean."""
+        if not self.rows.size:
+            return np.zeros((0, 0), dtype=np.float32)
+        i = self.layer.currentIndex()
+        heads = self.rows.mean(0) if i < 0 or i >= self.rows.shape[0] else self.rows[i]
+        return np.concatenate([heads, heads.mean(0, keepdims=True)])
+
+    def _draw(self) -> None:
+        if not self.rows.size:
+            return
+        m = self.matrix()
+        labels = [f"head {h}" for h in range(m.shape[0] - 1)] + ["mean"]
+        self.heatmap.set_matrix(m, labels, self.source_labels, levels=(0.0, 1.0),
+                                title=f"Cross-attention, {self.layer.currentText()}")
 
 
 class GenerationView:
@@ -108,11 +178,17 @@ class DecoderStepView(GenerationView):
 
     def show(self, loaded) -> None:
         p = self.panel
+        seq2seq = p._is_seq2seq()
         p.order.setVisible(False)
         p.mask_button.setVisible(False)
         p.beams.setVisible(True)
-        p.prompt.setPlaceholderText("prompt: token ids separated by spaces (this model has no tokenizer)"
-                                    if loaded.tokenizer is None else "prompt")
+        p.prompt_label.setVisible(seq2seq)
+        p.cross_view.setVisible(seq2seq)
+        p.cross_view.clear("")
+        what = "source" if seq2seq else "prompt"
+        p.prompt.setPlaceholderText(f"{what}: token ids separated by spaces (this model has no tokenizer)"
+                                    if loaded.tokenizer is None else
+                                    "source text: the decoder writes its target" if seq2seq else "prompt")
 
     def ready_message(self) -> str:
         return "press Step (Right arrow) to generate."
@@ -146,7 +222,7 @@ class DecoderStepView(GenerationView):
         path = s.current.path()
         if index < n_prompt:
             p.selected_node = None
-            if s.record and not p.busy:
+            if s.record and not p.busy and s.source is None:  # (an encoder-decoder's step stays here)
                 trace, ids = s.step_trace(s.root)
                 p.state.show_trace(trace, ids)
             p.refresh()
@@ -166,6 +242,10 @@ class DecoderStepView(GenerationView):
         p._lens_node = node
         self._show_lens(node, lens)
         p.tabs.setCurrentWidget(p.lens_table)
+        if p.session is not None and p.session.source is not None:
+            p.status.setText(f"Step {node.depth}: picked {p._token_label(node.token)} with p = "
+                             f"{format_prob(node.model_prob)}; its cross-attention over the source is beside the bars.")
+            return
         p.status.setText(f"Step {node.depth}: picked {p._token_label(node.token)} with p = "
                          f"{format_prob(node.model_prob)}; its attention is in the Attention panel.")
         p.state.show_trace(trace, ids)
@@ -219,7 +299,7 @@ class DecoderStepView(GenerationView):
         ids = s.ids()
         path = s.current.path()
         values = [None] * len(s.prompt) + [n.model_prob for n in path[1:]]
-        p.strip.set_tokens(p.state.token_strings(ids), ids, values, vmin=0.0, vmax=1.0)
+        p.strip.set_tokens(p._strings(ids), ids, values, vmin=0.0, vmax=1.0)
         sel = p.selected_node
         if sel is not None and sel in path:
             p.strip.set_selected(len(s.prompt) + path.index(sel) - 1)
@@ -235,9 +315,20 @@ class DecoderStepView(GenerationView):
             p.dist_label.setText(str(exc))
             return
         p._show_distribution(dist, chosen, base.depth + 1, base is s.current and s.current.stop,
-                             context_ids=s.ids(base))
+                             context_ids=s.ids(base), source=s.source)
+        self._refresh_cross(s, base, chosen)
         self._refresh_tree(s)
         self._refresh_beams(s)
+
+    def _refresh_cross(self, s: GenerationSession, base, chosen) -> None:
+        """An encoder-decoder's cross-attention of the step on show: the forward of `base`'s token, the one
+        that gave the distribution in the bars, over the session's own source."""
+        p = self.panel
+        if s.source is None or not s.record:
+            return
+        writing = f" {p._token_label(chosen)}" if chosen is not None else " the next token"
+        p.cross_view.set_step(s.cross_attention(base).numpy(), p.state.token_strings(s.source),
+                              f"Step {base.depth + 1}: the source tokens the decoder reads while writing{writing}")
 
     def _forward_child(self, base):
         """Token to highlight after `base`: the one on the branch Back left, else the newest child."""
@@ -279,7 +370,8 @@ class DecoderStepView(GenerationView):
         with the nearest other beam, after that part's last few tokens ("…shared | differing");
         the whole text in the tooltip."""
         p = self.panel
-        beams = sorted(s.beams, key=lambda b: -b.score) if s.settings.strategy == "beam" else []
+        # (an encoder-decoder's hypotheses ended by a stop token are set aside: listed too, "ended")
+        beams = sorted(s.beams + s.finished_beams, key=lambda b: -b.score) if s.settings.strategy == "beam" else []
         paths = [s.ids(b)[len(s.prompt):] for b in beams]
         p.beam_table.setRowCount(len(beams))
         for i, (b, toks) in enumerate(zip(beams, paths)):
@@ -305,8 +397,9 @@ class DecoderStepView(GenerationView):
     def describe(self, s: GenerationSession) -> str:
         node = s.current
         if node.parent is None:
-            return (f"Ready: a prompt of {plural(len(s.prompt), 'token')}. Step (Right arrow), Back (Left arrow), "
-                    "click a bar to force a token.")
+            what = (f"a source of {plural(len(s.source), 'token')}, the target at the decoder's start token"
+                    if s.source is not None else f"a prompt of {plural(len(s.prompt), 'token')}")
+            return f"Ready: {what}. Step (Right arrow), Back (Left arrow), click a bar to force a token."
         how = {"greedy": "greedy", "sampled": "sampled", "chosen": "forced", "beam": "beam search"}
         text = (f"Step {node.depth}: {self.panel._token_label(node.token)} ({how.get(node.how, node.how)}), "
                 f"model p = {format_prob(node.model_prob)}")
@@ -322,7 +415,7 @@ class DecoderStepView(GenerationView):
 
     def step_rows(self, s: GenerationSession) -> list[list]:
         path = s.current.path()[1:]
-        strings = self.panel.state.token_strings([n.token for n in path])
+        strings = self.panel._strings([n.token for n in path])
         return [["step", n.depth, n.token, name, f"{n.prob:.6g}", f"{n.model_prob:.6g}", 1, n.how]
                 for n, name in zip(path, strings)]
 
@@ -416,7 +509,7 @@ class EncoderFillView(GenerationView):
         ids = s.ids()
         filled = {st.position: st for st in s.history}
         values = [filled[i].model_prob if i in filled else None for i in range(len(ids))]
-        p.strip.set_tokens(p.state.token_strings(ids), ids, values, vmin=0.0, vmax=1.0)
+        p.strip.set_tokens(p._strings(ids), ids, values, vmin=0.0, vmax=1.0)
         p.strip.set_selected(p.selected_position)
         p.tree.clear()  # the fills so far, also once every position is filled
         for st in s.history:
@@ -445,6 +538,6 @@ class EncoderFillView(GenerationView):
                 "click a bar to fill it with that token.")
 
     def step_rows(self, s: MaskedFillSession) -> list[list]:
-        strings = self.panel.state.token_strings([st.token for st in s.history])
+        strings = self.panel._strings([st.token for st in s.history])
         return [["step", i, st.token, name, "", f"{st.model_prob:.6g}", 1, f"position {st.position}"]
                 for i, (st, name) in enumerate(zip(s.history, strings), 1)]

@@ -22,6 +22,29 @@ _ALWAYS_MODEL = ("n_layers", "n_heads", "d_model", "d_ff", "context_length")
 _PATH_OPTIONS = ("text_file", "image_folder")  # absolute: the run may resume from elsewhere
 
 
+# the family an encoder-decoder task starts on, and the switches the builder gives a family over its preset:
+# marian's layout is the original Transformer's (Vaswani et al. 2017: post-LN, sinusoidal positions), whose
+# MLP is ReLU (opus-mt's preset: swish)
+DEFAULT_ENCODER_DECODER = "marian"
+BUILDER_SWITCHES = {"marian": {"activation": "relu"}}
+
+
+def families_for_task(task: str) -> list[str]:
+    """The trainable families a run of `task` can build, in REGISTRY order: the image families (vit) for an
+    image task; encoder-decoders (marian, t5) for a task that has a sequence-to-sequence version (copy,
+    reverse, sort: trained with teacher forcing) or is one (translate: encoder-decoders only); decoders and
+    encoders for every other text task. What the Train panel's family list offers for the chosen task."""
+    from ..core.families import REGISTRY
+
+    declared = DECLARED_TASKS.get(task)
+    if declared is not None and declared.image:
+        return trainable_families("patches")
+    seq2seq = declared is not None and declared.seq2seq is not None
+    decoders = declared is None or declared.decoders
+    return [name for name in trainable_families()
+            if (seq2seq if REGISTRY[name].encoder_decoder else decoders)]
+
+
 def flag(dest: str) -> str:
     """The flag of an argparse dest: "train_size" -> "--train-size"."""
     return "--" + dest.replace("_", "-")

@@ -58,13 +58,13 @@ def test_open_vit_pick_digit_attention_shows_patches(qtbot, vit_dir, monkeypatch
 
 
 def test_train_panel_offers_digits_with_vit_only(qtbot, vit_dir, monkeypatch, isolated_user_files):
-    from desktop_app.core.families import trainable_families
+    from desktop_app.app.training import families_for_task
 
     window, state = open_window(qtbot, vit_dir)
     panel = click_panel_tab(qtbot, window, "Train")
     families = lambda: [panel.family.itemText(i) for i in range(panel.family.count())]  # noqa: E731
     qtbot.waitUntil(panel.isVisible, timeout=10_000)  # the tab shows the built panel once events run
-    assert families() == trainable_families() and not panel.patch_size.isVisible()
+    assert families() == families_for_task("motif") and not panel.patch_size.isVisible()
     panel.task.setFocus()
     qtbot.keyClick(panel.task, Qt.Key.Key_End)  # the last task: digits (typing its name races the search timeout)
     assert panel.task.currentText() == "digits"
@@ -80,7 +80,7 @@ def test_train_panel_offers_digits_with_vit_only(qtbot, vit_dir, monkeypatch, is
     panel.task.setFocus()
     qtbot.keyClick(panel.task, Qt.Key.Key_Home)  # back to a text task (motif): the text families again
     assert panel.task.currentText() == "motif"
-    assert families() == trainable_families() and panel.family.currentText() != "vit"
+    assert families() == families_for_task("motif") and panel.family.currentText() != "vit"
 
 
 @pytest.mark.slow

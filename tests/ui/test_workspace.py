@@ -627,7 +627,8 @@ def _change_every_box(qtbot, panel) -> None:
                 _type_into(qtbot, box.findChild(QLineEdit), f"/data/{name}")
 
 
-@pytest.mark.parametrize("task", ["motif", "sort", "modadd", "induction", "text", "image-folder", "digits"])
+@pytest.mark.parametrize("task", ["motif", "sort", "translate", "modadd", "induction", "text", "image-folder",
+                                  "digits"])
 def test_a_saved_workspace_keeps_every_training_option(qtbot, tmp_path, task):
     """Every option the Train form shows for a task (the image-folder task's folder, channels, image size and
     patch size too), set by typing and clicking, comes back in a new window from a saved workspace."""

@@ -53,5 +53,5 @@ FAMILY = Family(
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=("d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "encoder_ffn_dim",
                 "max_position_embeddings", "activation_function", "scale_embedding"),
-    weights=seq2seq_weights, preset=preset, switches=SWITCHES, requires=scale_problems, trainable=False,
+    weights=seq2seq_weights, preset=preset, switches=SWITCHES, requires=scale_problems, trainable=True,
     encoder_decoder=True)

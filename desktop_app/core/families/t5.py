@@ -127,4 +127,4 @@ FAMILY = Family(
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=("d_model", "num_layers", "num_decoder_layers", "num_heads", "d_kv", "d_ff", "feed_forward_proj",
                 "relative_attention_num_buckets", "relative_attention_max_distance"),
-    weights=weights, preset=preset, switches=SWITCHES, requires=requires, trainable=False, encoder_decoder=True)
+    weights=weights, preset=preset, switches=SWITCHES, requires=requires, trainable=True, encoder_decoder=True)

@@ -90,6 +90,8 @@ OPTIONS: tuple[Option, ...] = (
            help="a fixed training set of this many samples (motif; the lectures use 1500) instead of fresh samples"),
     # -- model ---------------------------------------------------------------------------------
     Option("n_layers", "model", int, 2, _int(1, 1000), flag="layers", form=(1, 48, 1), help="transformer blocks"),
+    Option("n_decoder_layers", "model", int, None, _int(1, 1000), flag="decoder_layers", form=(1, 48, 1),
+           form_default=2, help="an encoder-decoder's decoder blocks (--layers are its encoder's; default: as many)"),
     Option("n_heads", "model", int, 4, _int(1, 1024), flag="heads", form=(1, 32, 1), help="attention heads per block"),
     Option("d_model", "model", int, 64, _int(1, 65536), form=(8, 2048, 8), help="residual stream width"),
     Option("d_ff", "model", int, None, _int(1, 10**6), form=(8, 8192, 32), form_default=256, help="MLP width (default 4 x d_model)"),

@@ -43,6 +43,7 @@ class TaskDeclaration:
     baseline: bool = False  # the lectures' MLP baseline (train --baseline mlp) can train on it instead
     # its version for an encoder-decoder model (seq2seq_tasks.py), same signature as `make`; None: none
     seq2seq: Callable[[dict[str, Any], bool, "Tokenizer | None"], "Task"] | None = None
+    decoders: bool = True  # decoder-only and encoder models train on it (False: encoder-decoders only, translate)
 
 
 DECLARED_TASKS: dict[str, TaskDeclaration] = {}  # filled by declare_task, in declaration order: the only list
@@ -73,7 +74,7 @@ def declare_seq2seq_task(name: str, options: tuple[str, ...] = (), defaults: dic
                 raise TaskError(f"the {name} task trains an encoder-decoder (sequence to sequence): choose an "
                                 "encoder-decoder family (marian or t5)")
             DECLARED_TASKS[name] = TaskDeclaration(name, decoder_only, tuple(options), False, dict(defaults or {}),
-                                                   False, make)
+                                                   False, make, decoders=False)
         return make
     return declare
 

@@ -43,6 +43,14 @@ class TrainingPanel(QWidget):
         "and a training-set size of 1500 for the comparison). <b>modadd</b>: "
         "a + b mod p, with weight decay it groks (validation jumps long after training). <b>induction</b>: a "
         "random sequence repeated; the repeat is predictable only by copying, which grows induction heads.</p>"
+        "<p><b>Encoder-decoders</b> (marian: the original Transformer, post-LN, sinusoidal positions, ReLU; t5: "
+        "relative position buckets, RMS norm) train on <b>translate</b> (English to French from a grammar: "
+        "adjectives move after the noun) and on copy, reverse and sort as sequence to sequence, with teacher "
+        "forcing: the decoder reads [START] and the first i &minus; 1 target tokens and the whole encoder output, "
+        "and predicts token i. <i>Held-out exact match</i> is the share of held-out sources whose greedy "
+        "translation is the whole target, [END] included. Under the plots, the last decoder layer's "
+        "cross-attention for one held-out sentence at each evaluation: a row is the target token being written, "
+        "a column a source token (mean over heads, or one head).</p>"
         "<p>Accuracy is plotted for the training batches since the previous evaluation and for the validation set. "
         "Schedules: warmup + cosine to 10% of the peak; Noam lr = factor &middot; d<sup>&minus;1/2</sup> "
         "min(t<sup>&minus;1/2</sup>, t &middot; warmup<sup>&minus;3/2</sup>). Clipping rescales g to "
@@ -359,7 +367,7 @@ class TrainingPanel(QWidget):
             self.status_label.setText(
                 f"step {s}/{ev['steps']} · train loss {ev['train_loss']:.4f} · {ev['tokens_per_s']:,.0f} tokens/s · "
                 f"elapsed {_fmt_time(ev['elapsed'])} · ETA {_fmt_time(ev['eta'])}")
-        elif kind == "eval":
+        elif kind in ("eval", "cross_attention"):
             self.plots.add(ev)
         elif kind == "checkpoint":
             self._update_buttons()
@@ -410,7 +418,8 @@ class TrainingPanel(QWidget):
         if self.dictionary_mode:
             return self.dictionary.metric_columns()
         layers = list(self.plots.grad_series)
-        header = ["step", "train_loss", "lr", "val_loss", "val_accuracy", "train_accuracy",
+        exact = ["val_exact_match"] if any(e.get("val_exact_match") is not None for e in self.events) else []
+        header = ["step", "train_loss", "lr", "val_loss", "val_accuracy", "train_accuracy", *exact,
                   *(f"grad_norm.{name}" for name in layers)]
         rows: dict[int, dict] = {}
         for ev in self.events:
@@ -420,7 +429,8 @@ class TrainingPanel(QWidget):
                 row.update({f"grad_norm.{k}": v for k, v in ev.get("grad_norms", {}).items()})
             elif ev["event"] == "eval":
                 rows.setdefault(ev["step"], {}).update(val_loss=ev["val_loss"], val_accuracy=ev["val_accuracy"],
-                                                       train_accuracy=ev.get("train_accuracy"))
+                                                       train_accuracy=ev.get("train_accuracy"),
+                                                       val_exact_match=ev.get("val_exact_match"))
         table = [[step, *(rows[step].get(h) for h in header[1:])] for step in sorted(rows)]
         return header, table
 

@@ -14,16 +14,16 @@ from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (QApplication, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
                                QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QSpinBox, QVBoxLayout, QWidget)
 
-from ...app.training import config_to_flags
+from ...app.training import BUILDER_SWITCHES, DEFAULT_ENCODER_DECODER, config_to_flags, families_for_task
 from ...core.checkpoints import ModelLoadError
 from ...core.config import ConfigError
-from ...core.families import REGISTRY, trainable_families
+from ...core.families import REGISTRY
 from ...core.training import checkpoint_step
 from ...core.training.options import MODEL_OPTIONS, OPTION, RUN_OPTIONS
 from ...core.training.tasks import (DECLARED_TASKS, TaskError, TextTask, image_task_names, make_task,
                                     read_text_file, task_dimensions, task_names)
 from ...core.training.trainer import (TrainConfig, best_device, default_precision, model_config_for, parameter_count,
-                                      read_run_config, task_options_for, trains_causal)
+                                      read_run_config, task_for, task_options_for, trains_causal, trains_seq2seq)
 from .training_run import new_run_dir, runs_root
 
 
@@ -163,7 +163,7 @@ class WheelGuard(QObject):
 
 
 # the form's boxes and rows that the panel shows as its own attributes (panel.task, panel.layers...)
-FORM_FIELDS = ("family", "layers", "heads", "d_model", "d_ff", "context", "norm_placement", "norm", "activation",
+FORM_FIELDS = ("family", "layers", "decoder_layers", "heads", "d_model", "d_ff", "context", "norm_placement", "norm", "activation",
                "positions", "attention", "init", "dropout", "patch_size", "param_label", "model_error", "model_form",
                "model_box", "task", "length", "symbols", "p", "train_fraction", "text_file", "text_row", "tokenizer",
                "vocab_size", "image_folder", "image_folder_row", "channels", "image_size", "model_kind", "n_train",
@@ -192,18 +192,20 @@ class TrainingForm(QWidget):
 
         model_box = QGroupBox("Model")
         f = QFormLayout(model_box)
-        self.family = _combo(trainable_families())
+        self.family = _combo(families_for_task(task_names()[0]))
         # the model options' boxes (core.training.options), by TrainConfig.model key
         self._model_boxes = {o.key: _box(o.key) for o in MODEL_OPTIONS}
-        (self.layers, self.heads, self.d_model, self.d_ff, self.context, self.norm_placement, self.norm,
-         self.activation, self.positions, self.attention, self.init, self.dropout, self.patch_size) = (
-            self._model_boxes[k] for k in ("n_layers", "n_heads", "d_model", "d_ff", "context_length",
-                                           "norm_placement", "norm", "activation", "positions", "attention_kind",
-                                           "init", "dropout", "patch_size"))
+        (self.layers, self.decoder_layers, self.heads, self.d_model, self.d_ff, self.context, self.norm_placement,
+         self.norm, self.activation, self.positions, self.attention, self.init, self.dropout, self.patch_size) = (
+            self._model_boxes[k] for k in ("n_layers", "n_decoder_layers", "n_heads", "d_model", "d_ff",
+                                           "context_length", "norm_placement", "norm", "activation", "positions",
+                                           "attention_kind", "init", "dropout", "patch_size"))
+        self.layers_label = QLabel("Layers")  # "Encoder layers" for an encoder-decoder
         self.param_label = QLabel("")
         self.param_label.setStyleSheet("font-weight: bold")
         self.param_label.setWordWrap(True)  # "(vocabulary not known yet)" must not widen the column
-        for label, w in (("Family", self.family), ("Layers", self.layers), ("Heads", self.heads),
+        for label, w in (("Family", self.family), (self.layers_label, self.layers),
+                         ("Decoder layers", self.decoder_layers), ("Heads", self.heads),
                          ("d_model", self.d_model), ("d_ff", self.d_ff), ("Context", self.context),
                          ("Norm placement", self.norm_placement), ("Norm", self.norm),
                          ("Activation", self.activation), ("Positions", self.positions),
@@ -211,7 +213,6 @@ class TrainingForm(QWidget):
                          ("Patch size", self.patch_size), ("Parameters", self.param_label)):
             f.addRow(label, w)
         self.model_form = f
-        self._text_families = trainable_families()  # the family list of text tasks (image tasks: vit)
         self.model_error = _error_label()
         f.addRow(self.model_error)
         self.family.currentTextChanged.connect(self._on_family_changed)
@@ -340,7 +341,8 @@ class TrainingForm(QWidget):
         self.resume_edit.textChanged.connect(self._update_param_count)
         self.out_edit.textChanged.connect(self._update_param_count)
 
-        for w in (self.layers, self.heads, self.d_model, self.d_ff, self.context, self.p, self.symbols,
+        for w in (self.layers, self.decoder_layers, self.heads, self.d_model, self.d_ff, self.context, self.p,
+                  self.symbols,
                   self.length, self.vocab_size, self.dropout, self.patch_size):
             w.valueChanged.connect(self._update_param_count)
         for w in (self.norm_placement, self.norm, self.activation, self.positions, self.attention, self.init,
@@ -368,7 +370,7 @@ class TrainingForm(QWidget):
         shown = task_options_shown(task)
         for name, w in self._task_rows.items():
             self.task_form.setRowVisible(w, name in shown)
-        self._set_image_task(task in image_task_names())
+        self._set_families(task)
         self._on_tokenizer_changed()
         self._apply_baseline()
         own = DECLARED_TASKS[task].defaults if task in DECLARED_TASKS else {}  # the task's own defaults
@@ -377,10 +379,13 @@ class TrainingForm(QWidget):
         self.symbols.setValue(own.get("symbols", OPTION["symbols"].initial))
         self._update_param_count()
 
-    def _set_image_task(self, image: bool) -> None:
-        """An image task trains the image families (vit) only: the family list is theirs, the patch size shows,
-        and what a ViT has no choice of is hidden (its context is 1 + patches; positions are learned)."""
-        families = trainable_families("patches") if image else self._text_families
+    def _set_families(self, task: str) -> None:
+        """The family list is the task's (app.training.families_for_task): an image task trains the image
+        families (vit) only, translate the encoder-decoders only (marian first chosen), copy / reverse / sort
+        every text family (an encoder-decoder trains their sequence-to-sequence version). An image task shows
+        the patch size and hides what a ViT has no choice of (its context is 1 + patches; positions are learned)."""
+        image = task in image_task_names()
+        families = families_for_task(task)
         if [self.family.itemText(i) for i in range(self.family.count())] != families:
             previous = self.family.currentText()
             self.family.blockSignals(True)
@@ -388,6 +393,9 @@ class TrainingForm(QWidget):
             self.family.addItems(families)
             if previous in families:
                 self.family.setCurrentText(previous)
+            elif DEFAULT_ENCODER_DECODER in families and not any(
+                    not REGISTRY[name].encoder_decoder for name in families):
+                self.family.setCurrentText(DEFAULT_ENCODER_DECODER)
             self.family.blockSignals(False)
             self._on_family_changed()
         for w in (self.context, self.positions, self.attention):
@@ -399,11 +407,23 @@ class TrainingForm(QWidget):
         shown = "vocab_size" in task_options_shown(self.task.currentText()) and self.tokenizer.currentText() == "bpe"
         self.task_form.setRowVisible(self.vocab_size, shown)
 
+    def encoder_decoder(self) -> bool:
+        """Whether the chosen family builds an encoder-decoder (then Layers are its encoder's and the decoder's
+        layers have their own box)."""
+        family = REGISTRY.get(self.family.currentText())
+        return bool(family is not None and family.encoder_decoder)
+
     def _on_family_changed(self) -> None:
-        preset = REGISTRY[self.family.currentText()].preset()  # the family's own switches
-        for w, value in zip((self.norm_placement, self.norm, self.activation, self.positions),
-                            (preset.norm_placement, preset.norm, preset.activation, preset.positions)):
-            w.setCurrentText(value)
+        family = self.family.currentText()
+        preset = REGISTRY[family].preset()  # the family's own switches, with the builder's (BUILDER_SWITCHES)
+        switches = {"norm_placement": preset.norm_placement, "norm": preset.norm, "activation": preset.activation,
+                    "positions": preset.positions, **BUILDER_SWITCHES.get(family, {})}
+        for w, key in ((self.norm_placement, "norm_placement"), (self.norm, "norm"),
+                       (self.activation, "activation"), (self.positions, "positions")):
+            w.setCurrentText(switches[key])
+        seq2seq = self.encoder_decoder()
+        self.layers_label.setText("Encoder layers" if seq2seq else "Layers")
+        self.model_form.setRowVisible(self.decoder_layers, seq2seq)
         self._update_param_count()
 
     def _on_model_kind_changed(self) -> None:
@@ -447,6 +467,8 @@ class TrainingForm(QWidget):
             if option.form_none is None or value != option.form_none:
                 opts[name] = value
         model = {o.key: o.kind(_value(self._model_boxes[o.key])) for o in MODEL_OPTIONS if o.key != "patch_size"}
+        if not self.encoder_decoder():  # one stack: no decoder layers to give
+            del model["n_decoder_layers"]
         if task in image_task_names():  # a ViT's context is 1 + patches; its patch size is the model's
             del model["context_length"]
             model["patch_size"] = self.patch_size.value()
@@ -549,8 +571,8 @@ class TrainingForm(QWidget):
                         "(1, 2, 4 or 8)")
             return ""
         if cfg.task != "text":
-            try:
-                make_task(cfg.task, cfg.task_options)  # synthetic tasks build in milliseconds
+            try:  # synthetic tasks build in milliseconds (an encoder-decoder's: their sequence-to-sequence version)
+                make_task(cfg.task, cfg.task_options, encoder_decoder=trains_seq2seq(cfg))
             except (TaskError, ValueError) as exc:
                 return str(exc)
             return ""
@@ -637,6 +659,17 @@ class TrainingForm(QWidget):
                     self.param_label.setStyleSheet("")
                     return ""
                 mcfg = model_config_for(cfg, stand_in)
+                self.param_label.setText(f"{parameter_count(mcfg):,}")
+                self.param_label.setStyleSheet("font-weight: bold")
+                self.param_label.setToolTip("")
+                return ""
+            if trains_seq2seq(cfg):  # the sequence-to-sequence task, built (milliseconds): its specials are the model's
+                try:
+                    mcfg = model_config_for(cfg, task_for(cfg, causal, encoder_decoder=True))
+                except TaskError:  # said beside the task
+                    self.param_label.setText("—")
+                    self.param_label.setStyleSheet("")
+                    return ""
                 self.param_label.setText(f"{parameter_count(mcfg):,}")
                 self.param_label.setStyleSheet("font-weight: bold")
                 self.param_label.setToolTip("")

@@ -1,5 +1,7 @@
 """The Train panel's live plots: loss, accuracy, learning rate and each layer's gradient norm, by step,
-drawn from the run's events as they arrive (add), emptied for a new run (clear).
+drawn from the run's events as they arrive (add), emptied for a new run (clear). An encoder-decoder run also
+draws its held-out exact match (beside the accuracies) and, under the plots, the cross-attention of a held-out
+sentence (widgets.live_cross_attention), both from its evaluations.
 """
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import math
 
 import pyqtgraph as pg
 from PySide6.QtWidgets import QGridLayout, QWidget
+
+from ..widgets.live_cross_attention import LiveCrossAttention
 
 LAYER_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 
@@ -64,11 +68,17 @@ class TrainingPlots(QWidget):
                                             symbolBrush="#009E73", name="validation")
         self.acc_plot.setYRange(0, 1)
         self.lr_curve = self.lr_plot.plot(pen=pg.mkPen("#CC79A7", width=2))
+        self.exact_curve: pg.PlotDataItem | None = None  # an encoder-decoder's held-out exact match (first eval)
+        self.cross_attention = LiveCrossAttention()  # shown from an encoder-decoder run's first evaluation
         self.grad_curves: dict[str, pg.PlotDataItem] = {}
         grid.addWidget(self.loss_plot, 0, 0)
         grid.addWidget(self.acc_plot, 0, 1)
         grid.addWidget(self.lr_plot, 1, 0)
         grid.addWidget(self.grad_plot, 1, 1)
+        grid.addWidget(self.cross_attention, 2, 0, 1, 2)
+        grid.setRowStretch(0, 1)
+        grid.setRowStretch(1, 1)
+        grid.setRowStretch(2, 1)
         self.clear()
 
     def _plot(self, title: str, ylabel: str, left: pg.AxisItem | None = None) -> pg.PlotWidget:
@@ -83,7 +93,13 @@ class TrainingPlots(QWidget):
     def clear(self) -> None:
         """Empty the plots for a new run (the panel does it at the run's first event, so a run that cannot
         start keeps the previous run's curves on screen)."""
-        self._series = {"train": ([], []), "val": ([], []), "acc": ([], []), "train_acc": ([], []), "lr": ([], [])}
+        self._series = {"train": ([], []), "val": ([], []), "acc": ([], []), "train_acc": ([], []), "lr": ([], []),
+                        "exact": ([], [])}
+        if self.exact_curve is not None:
+            self.acc_plot.removeItem(self.exact_curve)  # and from the legend
+            self.exact_curve = None
+        self.cross_attention.clear()
+        self.cross_attention.hide()
         self.grad_series: dict[str, tuple[list, list]] = {}  # layer -> (steps, norms), in the order first seen
         for curve in (self.train_curve, self.val_curve, self.acc_curve, self.train_acc_curve, self.lr_curve):
             curve.setData([], [])
@@ -94,7 +110,7 @@ class TrainingPlots(QWidget):
         self.grad_plot.addLegend(offset=(-10, 10), colCount=2, **LEGEND_STYLE)
 
     def add(self, ev: dict) -> None:
-        """Draw a "step" or "eval" event of the run (other events draw nothing)."""
+        """Draw a "step", "eval" or "cross_attention" event of the run (other events draw nothing)."""
         kind = ev["event"]
         if kind == "step":
             s = ev["step"]
@@ -118,6 +134,15 @@ class TrainingPlots(QWidget):
             if ev.get("train_accuracy") is not None:
                 self._append("train_acc", ev["step"], ev["train_accuracy"])
                 self.train_acc_curve.setData(*self._series["train_acc"])
+            if ev.get("val_exact_match") is not None:  # an encoder-decoder's: whole held-out targets right
+                if self.exact_curve is None:
+                    self.exact_curve = self.acc_plot.plot(pen=pg.mkPen("#D55E00", width=2), symbol="s", symbolSize=6,
+                                                          symbolBrush="#D55E00", name="held-out exact match")
+                self._append("exact", ev["step"], ev["val_exact_match"])
+                self.exact_curve.setData(*self._series["exact"])
+        elif kind == "cross_attention":
+            self.cross_attention.show()
+            self.cross_attention.set_event(ev)
 
     def _append(self, key: str, x, y) -> None:
         xs, ys = self._series[key]

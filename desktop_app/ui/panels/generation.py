@@ -648,6 +648,9 @@ class GenerationPanel(QWidget, ResultView):
         separated by spaces."""
         if self.state.loaded is None or self.state.loaded.tokenizer is None:
             return " ".join(map(str, ids))
+        if self._is_seq2seq():  # a target reads as its tokenizer decodes it (a word vocabulary's spaces)
+            tok = self.state.loaded.tokenizer
+            return repr((getattr(tok, "target", None) or tok).decode(ids))
         return repr("".join(self._strings(ids)))
 
     def toggle_mask(self) -> None:

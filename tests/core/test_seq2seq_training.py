@@ -213,3 +213,15 @@ def test_translation_reaches_95_percent_and_its_cross_attention_swaps_adjective_
     print("as initialised:", initial)
     for what, (mass, hits) in initial.items():
         assert mass < 0.3, (what, initial)
+
+
+
+def test_the_model_takes_the_task_s_specials(seq2seq_trainable):
+    from desktop_app.core.training import TrainConfig, model_config_for
+
+    task = make_task("translate", encoder_decoder=True)
+    for family in ("marian", "t5"):  # their presets' own ids (Marian: pad 0, eos 1, start 0) give way
+        cfg = model_config_for(TrainConfig(task="translate", family=family, model={"d_model": 48}), task)
+        assert cfg.is_encoder_decoder and cfg.vocab_size == task.vocab_size
+        assert (cfg.pad_token_id, cfg.decoder_start_token_id, cfg.eos_token_id) == (0, 1, 2)
+        assert [task.tokenizer.tok.id_to_token(i) for i in (0, 1, 2)] == ["<pad>", "[START]", "[END]"]

@@ -256,13 +256,7 @@ def model_config_for(cfg: TrainConfig, task: Task | None = None, vocab_size: int
     over.setdefault("lm_head", True)
     if over.get("norm_placement") == "pre":
         over.setdefault("final_norm", True)  # a pre-LN stack ends unnormalised without it (as GPT-2's ln_f)
-    model_cfg = preset(**over)
-    if model_cfg.is_encoder_decoder and model_cfg.positions == "sinusoidal" and model_cfg.embed_scale is None:
-        # the original Transformer (Vaswani et al. 3.4) scales its embeddings by sqrt(d_model) before adding the
-        # sinusoids: unscaled, a new model's token embeddings (std init_std) drown under the unit-amplitude table
-        # (translate with Marian's preset: 0% held-out exact match after 600 steps unscaled, 100% scaled)
-        model_cfg = preset(**over, embed_scale=math.sqrt(model_cfg.d_model))
-    return model_cfg
+    return preset(**over)
 
 
 def task_options_for(cfg: TrainConfig) -> dict[str, Any]:

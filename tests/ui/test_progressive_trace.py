@@ -43,7 +43,8 @@ def six_layers(tmp_path_factory):
 
 
 class Hold:
-    """Holds the worker tracing `text` after its layer `after` until released or cancelled."""
+    """Holds the worker tracing `text` after its layer `after` (and once more after the next one) until
+    released or cancelled; only the first trace of `text` is held."""
 
     def __init__(self, monkeypatch, text: str, after: int = 2) -> None:
         import desktop_app.ui.state as state_module
@@ -51,22 +52,30 @@ class Hold:
         self.text, self.after = text, after
         self.reached, self.release = threading.Event(), threading.Event()
         self.next_reached, self.next_release = threading.Event(), threading.Event()  # the same, one layer on
-        self.layers_seen: list[tuple[str, int]] = []  # (text, layer) as the worker handed them on
+        self.layers_seen: list = []  # (job, layers done) as the worker handed them on
+        self.job = None  # the job held
         real = state_module.trace_input
 
         def held(loaded, text, ids, interventions=None, *args, on_layer=None, job=None, **kw):
             def hook(ready):
-                self.layers_seen.append((text, ready.done))
+                self.layers_seen.append((job, ready.done))
                 on_layer(ready)
                 if text == self.text and ready.done in (self.after, self.after + 1):
                     reached, release = ((self.reached, self.release) if ready.done == self.after else
                                         (self.next_reached, self.next_release))
+                    if self.job not in (None, job):
+                        return  # the first trace of the text only: a later one (another model's) runs through
+                    self.job = job
                     reached.set()
                     while not release.wait(0.02) and not job.cancelled:
                         pass  # a cancel ends the hold: the trace stops at its next layer
             return real(loaded, text, ids, interventions, *args, on_layer=hook, job=job, **kw)
 
         monkeypatch.setattr(state_module, "trace_input", held)
+
+    def held_layers(self) -> list[int]:
+        """The layers the held trace handed on."""
+        return [done for job, done in self.layers_seen if job is self.job]
 
 
 def _type(qtbot, window, text: str) -> None:
@@ -109,7 +118,7 @@ def test_a_long_trace_paints_its_first_rows_shows_progress_and_is_cancelled_by_a
     qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)  # the worker ended (cancelled)
     assert not progress.bar.isVisible()
     assert not hold.release.is_set()  # it was the cancel that ended the hold
-    assert [layer for text, layer in hold.layers_seen if text == SECOND] == [1, 2]  # stopped there
+    assert hold.held_layers() == [1, 2]  # stopped there
     # a clear cancelled state: none of the interrupted trace stays on show
     assert state.trace is None and state.token_ids == []
     assert state.trace_problem == "the trace was cancelled after layer 2 of 6"
@@ -149,7 +158,7 @@ def test_a_new_text_cancels_the_old_trace_whose_result_is_never_shown(qtbot, six
     qtbot.waitUntil(lambda: state.trace is not None and state.token_ids == third_ids, timeout=30_000)
     qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
     assert not hold.release.is_set()
-    assert [layer for text, layer in hold.layers_seen if text == SECOND] == [1, 2]
+    assert hold.held_layers() == [1, 2]
     assert (second_ids, True) not in shown  # the old text's trace never reached the panels whole...
     assert all(ids == third_ids for ids, _ in painted[2:])  # ...nor any more of its layers
     assert shown[-1] == (third_ids, True)
@@ -250,3 +259,32 @@ def test_a_screenshot_waits_for_the_whole_trace_not_its_first_pieces(qtbot, six_
     hold.next_release.set()
     qtbot.waitUntil(lambda: watcher.ready, timeout=30_000)
     assert state.trace is not None and state.trace.n_layers == LAYERS
+
+
+def test_opening_another_model_cancels_the_trace_and_clears_its_pieces(qtbot, six_layers, model_dirs, monkeypatch,
+                                                                        isolated_user_files, error_watch):
+    window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
+    attention = _attention(qtbot, window)
+    hold = Hold(monkeypatch, SECOND)
+    shown: list = []  # (model name, token ids, whole trace?) of every input put on show from now on
+    state.trace_changed.connect(lambda trace: shown.append((state.loaded.name, list(state.token_ids),
+                                                            trace is not None)))
+    _type(qtbot, window, SECOND)
+    qtbot.waitUntil(hold.reached.is_set, timeout=30_000)
+    attention = click_panel_tab(qtbot, window, "Attention")
+    qtbot.waitUntil(lambda: attention.model_view.filled_layers() == 2, timeout=30_000)
+    second_ids = state.loaded.tokenizer.encode(SECOND)
+
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(model_dirs["demo"])  # the held trace is cancelled: it ends at its next layer
+    qtbot.waitUntil(lambda: state.trace is not None and state.loaded.name != "six-layers", timeout=30_000)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
+    assert not hold.release.is_set()
+    assert hold.held_layers() == [1, 2]
+    assert ("six-layers", second_ids, True) not in shown  # the cancelled trace never arrived whole
+    demo = state.loaded.config
+    assert state.token_ids == state.loaded.tokenizer.encode(SECOND) and shown[-1][2]
+    qtbot.waitUntil(lambda: attention.model_view.filled_layers() == demo.n_layers, timeout=30_000)
+    assert len(attention.model_view.boxes) == demo.n_layers * demo.n_heads
+    assert not window.trace_progress.bar.isVisible()
+    error_watch.assert_clean()

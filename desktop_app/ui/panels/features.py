@@ -59,6 +59,7 @@ def _edits_feature(iv, dictionary, feature: int) -> bool:
 
 class FeaturesPanel(QWidget, ResultView):
     title = "Features"
+    supports_encoder_decoder = False  # not yet (issue 28): its tab shows one line instead (widgets/unsupported.py)
     result_parts = FEATURE_PARTS
     TOP_PER_TOKEN = 5  # features per token and hook in the lens table
     TOP_FEATURES = 10  # features per hook listed for the selected token

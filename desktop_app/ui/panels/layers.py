@@ -294,6 +294,7 @@ class CosineView(QWidget):
 
 class LayersPanel(ViewTablePanel):
     title = "Layers"
+    supports_encoder_decoder = False  # not yet (issue 28): its tab shows one line instead (widgets/unsupported.py)
     help_text = (
         "<b>What am I looking at?</b> The residual stream x<sub>t</sub><sup>(l)</sup>: token t's vector after the "
         "embedding (depth 0) and after each block l. <b>Residual norms</b>: ||x<sub>t</sub><sup>(l)</sup>||. "

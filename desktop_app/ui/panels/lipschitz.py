@@ -83,6 +83,7 @@ class _Run:
 
 class LipschitzPanel(QWidget):
     title = "Lipschitz"
+    supports_encoder_decoder = False  # not yet (issue 28): its tab shows one line instead (widgets/unsupported.py)
     help_text = (
         "<b>What am I looking at?</b> How smooth self-attention is (Castin, Ablin, Peyré, ICML 2024). "
         "One head: f(X)<sub>i</sub> = V &Sigma;<sub>j</sub> P<sub>ij</sub> x<sub>j</sub>, "

@@ -3,8 +3,14 @@ make the steering edit here, from the same two texts, layer and scale, with the 
 models the analyses read (attribution_problem, patching_problem, steering_problem) is said here too:
 the panel disables its controls with these lines, `attribute` and `patch` refuse with them.
 
-(Ablations need no building here: the CLI's --ablate is parsed by core.interventions.parse_ablations,
-and the Attention panel's menu makes each Intervention directly.)
+Ablations: the CLI's --ablate is parsed by core.interventions.parse_ablations, the Attention panel's
+menu makes each Intervention directly, and the What if panel's Ablate tab names one with
+ablation_choices / ablation (the same spellings as --ablate: "dec.1.2", "cross.0.1", "enc.1.mlp").
+
+Encoder-decoders (T5, BART, Marian): the text is the source, and the decoder reads decoder_input
+([start] + the target's tokens, app.tracing's convention); attribute_ids and patch_ids read the decoder's
+logits there (core.analysis.seq2seq_logit_attribution, seq2seq_activation_patching: patching runs two
+source texts with the same target).
 """
 from __future__ import annotations
 
@@ -61,6 +67,8 @@ def patching_problem(cfg) -> str:
 
 def steering_problem(cfg) -> str:
     """Why a steering vector cannot be built from texts for this model ("" when it can)."""
+    if getattr(cfg, "is_encoder_decoder", False):
+        return "an encoder-decoder: steering works on one-stack models for now; ablate and patch instead"
     return VISION_PROBLEM if cfg.input_kind == "patches" else ""
 
 
@@ -68,3 +76,113 @@ def refuse(problem: str) -> None:
     """ValueError(problem) when there is one: what a front end does with the lines above before any work."""
     if problem:
         raise ValueError(problem)
+
+
+# -- encoder-decoders and the analyses' entry points (the What if panel and `attribute` / `patch`) --------
+
+
+def is_seq2seq(loaded) -> bool:
+    return bool(getattr(loaded.config, "is_encoder_decoder", False))
+
+
+def decoder_input(loaded, target: str = "", target_ids: list[int] | None = None) -> list[int]:
+    """What an encoder-decoder's decoder reads for this target: [start token] + its tokens (app.tracing)."""
+    from .tracing import encode_target
+
+    return [loaded.model.start_token()] + list(encode_target(loaded, target, target_ids).ids)
+
+
+def _decoder_ids(loaded, decoder_ids) -> list[int] | None:
+    """decoder_ids checked: given exactly for an encoder-decoder (never empty), None for other models."""
+    if not is_seq2seq(loaded):
+        if decoder_ids is not None:
+            raise ValueError(f"{loaded.name} is not an encoder-decoder: it reads one text, no target")
+        return None
+    return list(decoder_ids) if decoder_ids else [loaded.model.start_token()]
+
+
+def top_token(loaded, ids: list[int], position: int, interventions=None, decoder_ids=None) -> int:
+    """The (edited) model's most likely next token at `position` (an encoder-decoder's: of its decoder)."""
+    import torch
+
+    dec = _decoder_ids(loaded, decoder_ids)
+    n = len(dec) if dec is not None else len(ids)
+    if not -n <= position < n:
+        raise ValueError(f"position {position} is outside the {'decoder input' if dec else 'text'} (0..{n - 1})")
+    model, dev = loaded.model, loaded.model.device
+    with torch.no_grad():
+        if dec is not None:
+            logits = model(torch.tensor([ids], device=dev), torch.tensor([dec], device=dev),
+                           interventions=interventions).logits
+        else:
+            logits = model(torch.tensor([ids], device=dev), interventions=interventions).logits
+    return int(logits[0, position].argmax())
+
+
+def attribute_ids(loaded, ids: list[int], position: int, token_id: int | None, interventions=None,
+                  decoder_ids=None):
+    """(Attribution, token id): direct logit attribution of `token_id` (None: the edited model's top
+    token there) at `position`; an encoder-decoder's over its decoder, reading decoder_ids, with
+    cross-attention heads (core.analysis.seq2seq_logit_attribution)."""
+    from ..core.analysis import seq2seq_logit_attribution
+    from ..core.interventions import direct_logit_attribution, resolve
+
+    refuse(attribution_problem(loaded.config))
+    if not ids:
+        raise ValueError("no text: type a text in the Model panel")
+    dec = _decoder_ids(loaded, decoder_ids)
+    ivs = [iv.check(loaded.config) for iv in interventions] if interventions else None
+    if ivs and dec is None:
+        ivs = resolve(loaded.model, ids, ivs)
+    token = top_token(loaded, ids, position, ivs, dec) if token_id is None else token_id
+    if dec is not None:
+        return seq2seq_logit_attribution(loaded, ids, dec, position, token, ivs), token
+    return direct_logit_attribution(loaded, ids, position, token, ivs), token
+
+
+def patch_ids(loaded, clean: list[int], corrupted: list[int], answer_id: int, wrong_id: int | None = None,
+              interventions=None, job=None, decoder_ids=None):
+    """Activation patching on the edited model; an encoder-decoder's between two source texts, its decoder
+    reading decoder_ids in every run (core.analysis.seq2seq_activation_patching)."""
+    from ..core.analysis import seq2seq_activation_patching
+    from ..core.interventions import activation_patching
+
+    refuse(patching_problem(loaded.config))
+    if len(clean) != len(corrupted):
+        which = "source texts" if is_seq2seq(loaded) else "texts"
+        raise ValueError(f"the clean text is {len(clean)} tokens and the corrupted text {len(corrupted)}: the "
+                         f"{which} must have the same length in tokens")
+    dec = _decoder_ids(loaded, decoder_ids)
+    ivs = list(interventions) or None if interventions else None
+    if dec is not None:
+        return seq2seq_activation_patching(loaded, clean, corrupted, dec, answer_id, wrong_id, job=job,
+                                           interventions=ivs)
+    return activation_patching(loaded, clean, corrupted, answer_id, wrong_id, job=job, interventions=ivs)
+
+
+# -- ablations named from a list (the What if panel's Ablate tab) --------------------------------------
+
+HEAD, LAYER_ATTN, MLP = "head", "attn", "mlp"
+
+
+def ablation_choices(cfg) -> list[tuple[str, str, str, int]]:
+    """(what the list says, its --ablate prefix, HEAD / LAYER_ATTN / MLP, how many layers) of every kind of
+    ablation this model has: an encoder-decoder's heads of the three kinds and each stack's MLPs."""
+    if getattr(cfg, "is_encoder_decoder", False):
+        enc, dec = cfg.n_layers, cfg.n_decoder_layers
+        return [("Encoder self-attention head", "enc.", HEAD, enc), ("Decoder self-attention head", "dec.", HEAD, dec),
+                ("Cross-attention head", "cross.", HEAD, dec), ("Encoder MLP", "enc.", MLP, enc),
+                ("Decoder MLP", "dec.", MLP, dec), ("Encoder attention layer", "enc.", LAYER_ATTN, enc),
+                ("Decoder self-attention layer", "dec.", LAYER_ATTN, dec),
+                ("Cross-attention layer", "cross.", LAYER_ATTN, dec)]
+    return [("Attention head", "", HEAD, cfg.n_layers), ("MLP", "", MLP, cfg.n_layers),
+            ("Attention layer", "", LAYER_ATTN, cfg.n_layers)]
+
+
+def ablation(cfg, prefix: str, what: str, layer: int, head: int = 0):
+    """The zero ablation a choice of ablation_choices names (core.interventions.parse_ablations' spelling,
+    checked against the model)."""
+    from ..core.interventions import parse_ablations
+
+    (iv,) = parse_ablations(f"{prefix}{layer}.{head if what == HEAD else what}", cfg)
+    return iv

@@ -6,11 +6,17 @@ per cell: table ("resid": the residual stream, row = embed or blocks.l.resid_pos
 (-1 for the residual stream), recovery (corrupted = 0, clean = 1). The last line printed is a JSON
 object with the clean and corrupted metrics. Under --ablate the zero-ablated model is the one patched
 (in the clean, corrupted and patched runs alike), as in the What if panel under the active ablations.
+An encoder-decoder's clean and corrupted texts are two sources of the same length, its decoder reading
+[start] + --target-text's tokens in every run (core.analysis.seq2seq_activation_patching): the "resid"
+rows are the encoder's stream (encoder.embed, encoder.blocks.l.resid_post) at each source position, the
+"head" rows each head of the three kinds (component encoder.blocks.l.attn.head.h, decoder.blocks.l.attn.head.h,
+decoder.blocks.l.cross_attn.head.h).
 """
 from __future__ import annotations
 
 from . import MODEL_HELP, add_dtype_argument, add_special_tokens_argument
 from .args import add_overwrite_argument, count
+from .attribute import add_target_arguments
 
 PATCH_COLUMNS = ("table", "component", "layer", "position", "head", "recovery")
 
@@ -28,8 +34,9 @@ def add_parser(sub) -> None:
     g.add_argument("--corrupted-ids", help="corrupted token ids")
     p.add_argument("--answer-id", type=count, required=True, help="the clean answer's token id")
     p.add_argument("--wrong-id", type=count, help="metric: logit(answer) - logit(wrong) (default: logit(answer))")
+    add_target_arguments(p)
     p.add_argument("--ablate", help="patch the zero-ablated model: LAYER.HEAD[,LAYER.HEAD...] (also LAYER.attn, "
-                   "LAYER.mlp)")
+                   "LAYER.mlp; an encoder-decoder's enc.L.H, dec.L.H, cross.L.H ...)")
     add_special_tokens_argument(p)
     p.add_argument("--csv", required=True, help="output CSV")
     add_overwrite_argument(p)
@@ -39,10 +46,16 @@ def add_parser(sub) -> None:
 def patch_rows(res) -> list[tuple]:
     rows = []
     for r, name in enumerate(res.resid_rows):
-        layer = -1 if name == "embed" else int(name.split(".")[1])
+        layer = -1 if name.endswith("embed") else int(name.split(".")[-2])  # (an encoder-decoder's encoder.*)
         rows += [("resid", name, layer, p, -1, float(v)) for p, v in enumerate(res.resid[r])]
     L, H = res.heads.shape
-    rows += [("head", f"blocks.{l}.attn.head.{h}", l, -1, h, float(res.heads[l, h])) for l in range(L) for h in range(H)]
+    points = getattr(res, "head_points", None)  # an encoder-decoder's rows: "decoder.blocks.1.cross_attn" ...
+    if points:
+        names = [(p, int(p.split(".")[2])) for p in points]
+    else:
+        names = [(f"blocks.{l}.attn", l) for l in range(L)]
+    rows += [("head", f"{name}.head.{h}", l, -1, h, float(res.heads[r, h]))
+             for r, (name, l) in enumerate(names) for h in range(H)]
     return rows
 
 
@@ -50,10 +63,10 @@ def run(args) -> int:
     import json
 
     from . import input_ids, load_model
-    from .attribute import write_csv
-    from ..app.whatif import patching_problem, refuse
+    from .attribute import decoder_ids_of, write_csv
+    from ..app.whatif import patch_ids, patching_problem, refuse
     from ..core.files import check_output_file
-    from ..core.interventions import activation_patching, parse_ablations
+    from ..core.interventions import parse_ablations
 
     check_output_file(args.csv, args.overwrite)
     loaded = load_model(args.model_dir, special_tokens=args.special_tokens, dtype=args.dtype)
@@ -61,9 +74,10 @@ def run(args) -> int:
     clean = input_ids(loaded, args.clean, args.clean_ids)
     corrupted = input_ids(loaded, args.corrupted, args.corrupted_ids)
     ablate = parse_ablations(args.ablate, loaded.config) if args.ablate else None
-    res = activation_patching(loaded, clean, corrupted, args.answer_id, args.wrong_id, interventions=ablate)
+    res = patch_ids(loaded, clean, corrupted, args.answer_id, args.wrong_id, ablate, decoder_ids=decoder_ids_of(loaded, args))
     write_csv(args.csv, PATCH_COLUMNS, patch_rows(res))
     print(json.dumps({"csv": args.csv, "tokens": len(clean), "clean_metric": res.clean_metric,
                       "corrupted_metric": res.corrupted_metric, "ablated": args.ablate or None,
-                      "best_head": [int(i) for i in divmod(int(res.heads.argmax()), res.heads.shape[1])]}))
+                      "best_head": [int(i) for i in divmod(int(res.heads.argmax()), res.heads.shape[1])],
+                      **({"head_rows": res.head_rows} if getattr(res, "head_rows", None) else {})}))
     return 0

@@ -383,8 +383,10 @@ class Seq2SeqAttribution(Attribution):
 @dataclass
 class Seq2SeqPatching(Patching):
     """An encoder-decoder's Patching: resid over the encoder's stream and source positions, heads [rows, H]
-    with head_rows naming each row ("enc L0", "dec L1", "cross L1")."""
+    with head_rows naming each row ("enc L0", "dec L1", "cross L1") and head_points its edit point's prefix
+    ("encoder.blocks.0.attn", "decoder.blocks.1.cross_attn"; + ".head.h" names a head)."""
     head_rows: list = None
+    head_points: list = None
 
 
 STACK_HEADS = (("encoder", "attn", "enc"), ("decoder", "attn", "dec"), ("decoder", "cross_attn", "cross"))
@@ -514,4 +516,4 @@ def seq2seq_activation_patching(loaded, clean_src, corrupted_src, dec_ids, answe
         for h in range(H):
             heads[r, h] = recovery(Intervention(f"{prefix}.head.{h}", "replace", None, z[h]))
     return Seq2SeqPatching(answer_id, wrong_id, clean_m, corrupted_m, rows, resid, heads,
-                           head_rows=[head_row_label(p) for p, _ in head_rows])
+                           head_rows=[head_row_label(p) for p, _ in head_rows], head_points=[p for p, _ in head_rows])

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TABS = ("attribution", "patching", "steer")  # the panel's tabs, in order: direct logit attribution,
-# activation patching, steering
+TABS = ("attribution", "patching", "steer", "ablate")  # the panel's tabs, in order: direct logit attribution,
+# activation patching, steering, ablation (of a head of any kind, a layer's attention or an MLP)
 
 
 @dataclass

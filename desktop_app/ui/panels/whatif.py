@@ -19,11 +19,11 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox,
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
-from ...app.whatif import (attribution_problem, patching_problem, refuse, steering_edit, steering_problem,
-                           text_ids)
+from ...app.whatif import (HEAD, ablation, ablation_choices, attribute_ids, attribution_problem, is_seq2seq,
+                           patch_ids, patching_problem, refuse, steering_edit, steering_problem, text_ids)
 from ...core.views.whatif import TABS as WHATIF_TABS, WhatIfViewState
 from ..settings import plot_background, plot_foreground
 from ..state import EDITS, MODEL, ResultView
@@ -38,7 +38,8 @@ POSITIVE, NEGATIVE = "#0072B2", "#D55E00"  # Okabe-Ito blue / vermillion: raise 
 
 def token_id_of(loaded, text: str, what: str) -> int:
     """One token id from what the user typed: '#123' (an id), or a text that is exactly one token
-    (a model without a tokenizer takes ids only). ValueError with one line otherwise."""
+    (a model without a tokenizer takes ids only; an encoder-decoder's answer is a target token, cut by
+    its target tokenizer when it has one, Marian's). ValueError with one line otherwise."""
     typed, text = text, text.strip()
     vocab = loaded.config.vocab_size
     if not text:
@@ -51,51 +52,34 @@ def token_id_of(loaded, text: str, what: str) -> int:
         if not 0 <= tid < vocab:
             raise ValueError(f"{what} token id {tid} is outside the vocabulary (0..{vocab - 1})")
         return tid
-    ids = loaded.tokenizer.encode(typed)  # as typed: a leading space is part of many BPE tokens
+    tok = (loaded.tokenizer.target or loaded.tokenizer) if is_seq2seq(loaded) else loaded.tokenizer
+    ids = tok.encode(typed)  # as typed: a leading space is part of many BPE tokens
     if len(ids) != 1:
-        ids = loaded.tokenizer.encode(text)
+        ids = tok.encode(text)
     if len(ids) != 1:
-        raise ValueError(f"{what} token {text!r} is {len(ids)} tokens {loaded.tokenizer.token_strings(ids)}: "
+        raise ValueError(f"{what} token {text!r} is {len(ids)} tokens {tok.token_strings(ids)}: "
                          "give one token, or #id")
     return int(ids[0])
 
 
-def attribute(loaded, ids: list[int], position: int, token_text: str, interventions: list):
-    """(Attribution, token id) for the token typed (empty: the edited model's top next token there)."""
-    import torch
-
-    from ...core.interventions import direct_logit_attribution, resolve
-
+def attribute(loaded, ids: list[int], position: int, token_text: str, interventions: list, decoder_ids=None):
+    """(Attribution, token id) for the token typed (empty: the edited model's top next token there); an
+    encoder-decoder's at a position of its decoder input `decoder_ids` (app.whatif.attribute_ids)."""
     refuse(attribution_problem(loaded.config))
-    if not ids:
-        raise ValueError("no text: type a text in the Model panel")
-    ivs = resolve(loaded.model, ids, [iv.check(loaded.config) for iv in interventions]) if interventions else None
-    if token_text.strip():
-        token = token_id_of(loaded, token_text, "attributed")
-    else:
-        T = len(ids)
-        if not -T <= position < T:
-            raise ValueError(f"position {position} is outside the text (0..{T - 1})")
-        with torch.no_grad():
-            logits = loaded.model(torch.tensor([ids], device=loaded.model.device), interventions=ivs).logits
-        token = int(logits[0, position].argmax())
-    return direct_logit_attribution(loaded, ids, position, token, ivs), token
+    token = token_id_of(loaded, token_text, "attributed") if token_text.strip() else None
+    return attribute_ids(loaded, ids, position, token, interventions, decoder_ids)
 
 
-def patch(loaded, clean: str, corrupted: str, answer: str, wrong: str, interventions=(), job=None):
+def patch(loaded, clean: str, corrupted: str, answer: str, wrong: str, interventions=(), job=None, decoder_ids=None):
     """(Patching, clean ids) on the edited model: `interventions` (AppState's ablations) apply in
-    the clean, corrupted and patched runs alike, as in every other panel."""
-    from ...core.interventions import activation_patching
-
+    the clean, corrupted and patched runs alike, as in every other panel. An encoder-decoder's clean and
+    corrupted texts are two sources, its decoder reading `decoder_ids` (the Model panel's target) in each."""
     refuse(patching_problem(loaded.config))
     clean_ids, corrupted_ids = text_ids(loaded, clean, "clean"), text_ids(loaded, corrupted, "corrupted")
-    if len(clean_ids) != len(corrupted_ids):
-        raise ValueError(f"the clean text is {len(clean_ids)} tokens and the corrupted text {len(corrupted_ids)}: "
-                         "they must have the same length in tokens")
     answer_id = token_id_of(loaded, answer, "answer")
     wrong_id = token_id_of(loaded, wrong, "wrong") if wrong.strip() else None
-    return activation_patching(loaded, clean_ids, corrupted_ids, answer_id, wrong_id, job=job,
-                               interventions=list(interventions) or None), clean_ids
+    return patch_ids(loaded, clean_ids, corrupted_ids, answer_id, wrong_id, list(interventions), job,
+                     decoder_ids), clean_ids
 
 
 SCALE_STEPS = 2  # the scale slider moves in steps of 1 / SCALE_STEPS
@@ -182,7 +166,9 @@ class AttributionChart(pg.PlotWidget):
 
 
 def _component_label(component: str, layer: int, head: int) -> str:
+    """L2H3: a (self-attention) head; L2xH3: an encoder-decoder's cross-attention head."""
     return {"embed": "embed", "head": f"L{layer}H{head}", "attn_bias": f"L{layer} bias", "mlp": f"L{layer} MLP",
+            "cross_head": f"L{layer}xH{head}", "cross_bias": f"L{layer} x-bias", "logits_bias": "logits bias",
             "final_norm_bias": "norm bias"}.get(component, component)
 
 
@@ -196,12 +182,22 @@ class WhatIfPanel(QWidget, ResultView):
         "a sum over what each component wrote into the residual stream, read through the final norm "
         "(linearised at p) and the unembedding: logit<sub>t</sub> = &Sigma;<sub>c</sub> W<sub>U</sub>[t]&middot;"
         "norm(c). One bar per head (W<sub>O,h</sub> z<sub>h</sub>), per MLP, the embedding and the biases; "
-        "the bars add up to the logit. Ablations set in the Attention panel apply.<br>"
+        "the bars add up to the logit. Ablations set in the Attention panel or the Ablate tab apply. "
+        "<i>Encoder-decoders</i> (T5-style, pre-norm): the decoder's logit at a position of its input "
+        "([start] + the Model panel's target), over the decoder's embedding, its self-attention heads "
+        "(L<i>l</i>H<i>h</i>), its cross-attention heads (L<i>l</i>xH<i>h</i>, which read the encoder's "
+        "output) and its MLPs.<br>"
         "<b>Activation patching</b>: run the corrupted text, copy one activation from the clean run, and "
         "measure how much of the answer comes back: (m<sub>patched</sub> &minus; m<sub>corrupted</sub>) / "
         "(m<sub>clean</sub> &minus; m<sub>corrupted</sub>), m = logit[answer] (&minus; logit[wrong]) at the last "
         "position; 1 = fully restored. Rows: the residual stream at each layer and position, and each "
-        "head's output (all positions).<br>"
+        "head's output (all positions). <i>Encoder-decoders</i>: the clean and corrupted texts are two "
+        "sources (the decoder reads the Model panel's target in every run); rows: the encoder's residual "
+        "stream at each source position, and every head of the three kinds (enc: encoder self-attention, "
+        "dec: decoder self-attention, cross: cross-attention).<br>"
+        "<b>Ablate</b>: zero one head (of an encoder-decoder: encoder self-, decoder self- or "
+        "cross-attention), a layer's attention or an MLP; the strip at the top lists it and every panel "
+        "shows the edited model.<br>"
         "<b>Steer</b>: v = mean<sub>positions</sub> resid<sub>L</sub>(towards) &minus; "
         "mean<sub>positions</sub> resid<sub>L</sub>(away from), the residual stream after layer L on two texts; "
         "Apply adds scale &times; v to the residual stream after layer L at every position, the generated ones "
@@ -327,10 +323,31 @@ class WhatIfPanel(QWidget, ResultView):
         self._steer_job = None
         self.set_scale(4.0)
 
+        # (d) ablation: zero one head (of any of an encoder-decoder's three kinds), a layer's attention or an MLP
+        self.ablate_kind = QComboBox()
+        self.ablate_layer, self.ablate_head = QSpinBox(), QSpinBox()
+        self.ablate_button = QPushButton("Ablate")
+        self.ablate_button.setToolTip("Zero it: listed in the strip above, every panel shows the edited model")
+        self.ablate_status = QLabel(self.ABLATE_HINT)
+        self.ablate_status.setWordWrap(True)
+        ablating = QWidget()
+        knobs = QHBoxLayout()
+        for w in (QLabel("Zero"), self.ablate_kind, QLabel("Layer"), self.ablate_layer, QLabel("Head"),
+                  self.ablate_head, self.ablate_button):
+            knobs.addWidget(w)
+        knobs.addStretch(1)
+        lay = QVBoxLayout(ablating)
+        lay.addLayout(knobs)
+        lay.addWidget(self.ablate_status)
+        lay.addStretch(1)
+        self.ablate_kind.currentIndexChanged.connect(self._ablate_kind_chosen)
+        self.ablate_button.clicked.connect(self.apply_ablation)
+
         self.tabs = QTabWidget()
         self.tabs.addTab(dla, "Direct logit attribution")
         self.tabs.addTab(patching, "Activation patching")
         self.tabs.addTab(steering, "Steer")
+        self.tabs.addTab(ablating, "Ablate")
         # File > Export Current View: the chart, or the residual-stream map (the heads map has its own bar)
         self.export_bar = ExportBar(self.current_view, self._export_name, self)
         self.export_bar.hide()
@@ -398,6 +415,7 @@ class WhatIfPanel(QWidget, ResultView):
     DLA_HINT = "Choose a position and a token (empty: the model's top next token), then Attribute."
     PATCH_HINT = "Type a clean and a corrupted text and the answer token; then Run."
     STEER_HINT = "Type a text to steer towards and one to steer away from, choose a layer and a scale, then Apply."
+    ABLATE_HINT = "Choose a head, a layer's attention or an MLP, then Ablate."
 
     def clear_results(self, changed: frozenset) -> None:
         """AppState.inputs_changed: what was computed for another model, text or edits goes (the
@@ -430,6 +448,7 @@ class WhatIfPanel(QWidget, ResultView):
                 w.setEnabled(not problem)
                 w.setToolTip(f"Not for this model: {problem}" if problem else own)
         self._show_steer_layer()
+        self._fill_ablate_kinds(cfg)
         for label, problem in ((self.dla_status, dla_problem), (self.patch_status, patch_problem),
                                (self.steer_status, steer_problem)):
             if problem:
@@ -478,9 +497,11 @@ class WhatIfPanel(QWidget, ResultView):
         if self._dla_running():
             self._dla_job.cancel()
         self.dla_status.setText("Attributing…")
-        # the tokens shown (the text's, or a generation step's) with the current model and edits
+        # the tokens shown (the text's, or a generation step's) with the current model and edits; an
+        # encoder-decoder's decoder reads [start] + the Model panel's target
+        decoder = list(self.state.decoder_ids) or None if is_seq2seq(loaded) else None
         self._dla_job = self.state.run(attribute, loaded, ids, position, self.token_edit.text(),
-                                       list(self.state.interventions), on_result=self._show_attribution,
+                                       list(self.state.interventions), decoder, on_result=self._show_attribution,
                                        on_error=self._dla_failed)
 
     def _show_attribution(self, result) -> None:
@@ -514,6 +535,7 @@ class WhatIfPanel(QWidget, ResultView):
         self._patch_ablations = list(self.state.interventions)  # what the result was computed under
         self._patch_job = self.state.run(patch, loaded, self.clean_edit.text(), self.corrupted_edit.text(),
                                   self.answer_edit.text(), self.wrong_edit.text(), self._patch_ablations,
+                                  decoder_ids=list(self.state.decoder_ids) or None if is_seq2seq(loaded) else None,
                                   on_result=self._show_patching,
                                   on_error=self._patch_failed, on_progress=self._patch_progress,
                                   on_cancelled=self._patch_cancelled, on_finished=self._patch_finished,
@@ -545,16 +567,61 @@ class WhatIfPanel(QWidget, ResultView):
         span = max(1.0, float(np.nanmax(np.abs(np.concatenate([res.resid.ravel(), res.heads.ravel()])))))
         levels = (-span, span)  # 0 (white) = nothing recovered; symmetric so the sign reads at a glance
         rows = ["embed"] + [f"layer {l}" for l in range(len(res.resid_rows) - 1)]
+        head_rows = getattr(res, "head_rows", None)  # an encoder-decoder's: "enc L0", "dec L0", "cross L0" ...
+        stream = "the encoder's residual stream" if head_rows else "residual stream"
         tokens = [f"{i}:{s}" for i, s in enumerate(self.state.token_strings(clean_ids))]
-        self.resid_map.set_matrix(res.resid, rows, tokens, levels=levels, title="recovered (residual stream)")
+        self.resid_map.set_matrix(res.resid, rows, tokens, levels=levels, title=f"recovered ({stream})")
         L, H = res.heads.shape
-        self.heads_map.set_matrix(res.heads, [f"layer {l}" for l in range(L)], [f"head {h}" for h in range(H)],
+        row_names = head_rows or [f"layer {l}" for l in range(L)]
+        self.heads_map.set_matrix(res.heads, row_names, [f"head {h}" for h in range(H)],
                                   levels=levels, title="recovered (head outputs)")
         l, h = np.unravel_index(int(np.argmax(res.heads)), res.heads.shape)
+        where = head_rows[l] if head_rows else f"layer {l}"
         ablations = getattr(self, "_patch_ablations", [])
         ablated = f"; ablated: {', '.join(iv.label for iv in ablations)}" if ablations else ""
         self.patch_status.setText(f"clean {res.clean_metric:.4g}, corrupted {res.corrupted_metric:.4g}; "
-                                  f"largest head recovery: layer {l} head {h} ({res.heads[l, h]:.2f}){ablated}")
+                                  f"largest head recovery: {where} head {h} ({res.heads[l, h]:.2f}){ablated}")
+
+    # -- (d) --------------------------------------------------------------------------------
+    def _fill_ablate_kinds(self, cfg) -> None:
+        """The model's kinds of ablation (app.whatif.ablation_choices) in the list."""
+        self.ablate_kind.blockSignals(True)
+        self.ablate_kind.clear()
+        for label, prefix, what, layers in ablation_choices(cfg) if cfg is not None else []:
+            self.ablate_kind.addItem(label, (prefix, what, layers))
+        self.ablate_kind.blockSignals(False)
+        self.ablate_button.setEnabled(cfg is not None)
+        self._ablate_kind_chosen()
+
+    def _ablate_kind_chosen(self, *_) -> None:
+        """The layer box within the chosen stack's layers; the head box only for a head."""
+        data = self.ablate_kind.currentData()
+        loaded = self.state.loaded
+        if data is None or loaded is None:
+            return
+        _, what, layers = data
+        self.ablate_layer.setRange(0, layers - 1)
+        self.ablate_head.setRange(0, loaded.config.n_heads - 1)
+        self.ablate_head.setEnabled(what == HEAD)
+
+    def apply_ablation(self) -> None:
+        loaded = self.state.loaded
+        data = self.ablate_kind.currentData()
+        if loaded is None or data is None:
+            self.ablate_status.setText("Open a model first.")
+            return
+        prefix, what, _ = data
+        try:
+            iv = ablation(loaded.config, prefix, what, self.ablate_layer.value(), self.ablate_head.value())
+        except ValueError as exc:
+            self.ablate_status.setText(f"Cannot ablate: {exc}")
+            return
+        if any(old.target == iv.target and old.how == iv.how for old in self.state.interventions):
+            self.ablate_status.setText(f"{iv.label} is already applied.")
+            return
+        self.state.set_interventions(list(self.state.interventions) + [iv])
+        self.ablate_status.setText(f"Applied {iv.label}: every panel shows the edited model; remove it with its x "
+                                   "in the strip above.")
 
     # -- (c) --------------------------------------------------------------------------------
     @property

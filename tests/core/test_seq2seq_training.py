@@ -225,3 +225,24 @@ def test_the_model_takes_the_task_s_specials(seq2seq_trainable):
         assert cfg.is_encoder_decoder and cfg.vocab_size == task.vocab_size
         assert (cfg.pad_token_id, cfg.decoder_start_token_id, cfg.eos_token_id) == (0, 1, 2)
         assert [task.tokenizer.tok.id_to_token(i) for i in (0, 1, 2)] == ["<pad>", "[START]", "[END]"]
+
+
+@pytest.mark.parametrize("family", ["marian", "t5"])
+def test_a_resumed_seq2seq_run_equals_the_straight_one(tmp_path, seq2seq_trainable, family):
+    """Half the steps, then a resume to the end, gives the straight run's weights bit for bit (the task is
+    rebuilt as its encoder-decoder version from the loaded model's config)."""
+    from desktop_app.core.checkpoints import load_model_folder
+    from desktop_app.core.training import TrainConfig, checkpoint_step, train
+
+    base = dict(task="translate", family=family, model={"n_layers": 1, "n_heads": 2, "d_model": 32, "d_ff": 64,
+                                                         "dropout": 0.1},
+                schedule="constant", warmup_steps=0, lr=3e-3, batch_size=16, log_every=4, eval_every=8,
+                checkpoint_every=8)
+    summary = train(TrainConfig(**base, steps=8), tmp_path / "straight")
+    train(TrainConfig(**base, steps=4), tmp_path / "split")
+    resumed = train(TrainConfig(**base, steps=8), tmp_path / "split", resume=True)
+    assert checkpoint_step(tmp_path / "split") == 8
+    for key in ("val_loss", "val_accuracy", "val_exact_match", "train_loss"):  # (train_accuracy: since the resume)
+        assert resumed[key] == summary[key], key
+    a, b = (load_model_folder(tmp_path / d).model.state_dict() for d in ("straight", "split"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

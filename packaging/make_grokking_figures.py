@@ -1,0 +1,125 @@
+"""The README's modular-addition figures (issue 30, grokking), made by the app itself offscreen from a run with
+kept steps: the Train panel's curves (training and held-out accuracy, loss) and the Across-training window
+(each block's weight norm, each head's attention metrics), each exported by its own export bar. The README's
+run memorises its training pairs by step 200 and has not yet generalised at step 3,000 (see the README for
+what grokking needs here).
+
+    .venv/bin/python packaging/make_grokking_figures.py [--run RUN_DIR] [--docs DOCS_DIR]   (default: docs)
+
+Without --run it first trains the README's run into a temporary folder (about 6 minutes on one quiet core):
+
+    python -m desktop_app train --task modadd --p 59 --train-fraction 0.3 --family gpt2 --layers 1 --heads 4 \\
+        --d-model 128 --d-ff 512 --context 4 --lr 1e-3 --weight-decay 3.0 --schedule constant --warmup 10 \\
+        --batch-size 1044 --steps 3000 --eval-every 50 --log-every 50 --keep-every 250 --keep-spacing log \\
+        --seed 0 --out RUN_DIR
+
+The Train panel draws a run while it trains, from the events the training process prints; here it is given the
+same events as the run recorded them (RUN_DIR/metrics.json), so the figure is the panel's own drawing and export
+of that run. Writes DOCS/figures/modadd_train.png / .csv (the Train panel) and DOCS/figures/modadd_across.png
+/ .csv (the Across-training window, weight norms chosen). Prints the window's status line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+TRAIN = ("train --task modadd --p 59 --train-fraction 0.3 --family gpt2 --layers 1 --heads 4 --d-model 128 "
+         "--d-ff 512 --context 4 --lr 1e-3 --weight-decay 3.0 --schedule constant --warmup 10 --batch-size 1044 "
+         "--steps 3000 --eval-every 50 --log-every 50 --keep-every 250 --keep-spacing log --seed 0").split()
+
+
+def _wait(app, done, seconds: float = 600.0, what: str = "the work") -> None:
+    deadline = time.time() + seconds
+    while not done():
+        if time.time() > deadline:
+            raise TimeoutError(f"make_grokking_figures: {what} did not finish within {seconds:.0f} s")
+        app.processEvents()
+        time.sleep(0.02)
+    for _ in range(10):  # let the layout settle before a grab
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def live_event(ev: dict) -> dict:
+    """A metrics.json entry as the training process printed it: its per-block gradient norms
+    (grad_norm.NAME, flattened in the file) back in one grad_norms entry."""
+    out = {k: v for k, v in ev.items() if not k.startswith("grad_norm.")}
+    norms = {k[len("grad_norm."):]: v for k, v in ev.items() if k.startswith("grad_norm.")}
+    if norms:
+        out["grad_norms"] = norms
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", help="a modadd run with kept steps (default: train one)")
+    p.add_argument("--docs", default="docs", help="the docs folder (default docs)")
+    args = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    tmp = None
+    run = args.run
+    if run is None:
+        from desktop_app.cli import main as cli
+
+        tmp = tempfile.TemporaryDirectory()
+        run = str(Path(tmp.name) / "modadd")
+        if cli(TRAIN + ["--out", run]) != 0:
+            return 1
+    figures = Path(args.docs) / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+    from PySide6.QtWidgets import QApplication
+
+    from desktop_app.ui.main_window import MainWindow
+    from desktop_app.ui.state import AppState
+    from desktop_app.ui.widgets.export import export_view
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    state = AppState()
+    window = MainWindow(state)
+    window.interactive = False
+    window.resize(1280, 800)
+    window.show()
+
+    panel = window.panel("Train")
+    window.show_panel("Train")
+    history = json.loads((Path(run) / "metrics.json").read_text(encoding="utf-8"))
+    for ev in history:
+        if ev.get("event") in ("step", "eval"):
+            panel._on_event(live_event(ev))
+    _wait(app, lambda: True)
+    panel.plots_widget.resize(1100, 520)
+    for suffix in (".png", ".csv"):
+        export_view(panel, figures / ("modadd_train" + suffix))
+
+    state.open_model(run)
+    bar = window.timeline_bar
+    _wait(app, lambda: state.loaded is not None and bar.isVisible(), what="the run")
+    QTest.mouseClick(bar.across_button, Qt.MouseButton.LeftButton)
+    across = bar.across
+    across.resize(1000, 900)
+    _wait(app, lambda: across.results is not None and across.chosen_layer_metric in across.layer_results,
+          what="the Across-training window")
+    for suffix in (".png", ".csv"):
+        export_view(across, figures / ("modadd_across" + suffix))
+    print(across.status.text())
+    across.close()
+    window.close()
+    if tmp is not None:
+        tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -288,3 +288,32 @@ def test_opening_another_model_cancels_the_trace_and_clears_its_pieces(qtbot, si
     assert len(attention.model_view.boxes) == demo.n_layers * demo.n_heads
     assert not window.trace_progress.bar.isVisible()
     error_watch.assert_clean()
+
+
+def test_the_rows_are_made_in_a_worker_and_kept_when_the_whole_trace_lands(qtbot, six_layers, monkeypatch,
+                                                                           isolated_user_files):
+    import desktop_app.ui.panels.attention as attention_module
+
+    window, state = open_window(qtbot, six_layers, text=FIRST)
+    attention = _attention(qtbot, window)
+    made_on: list = []  # the thread each thumbnail was made on
+    real = attention_module.thumbnails
+
+    def recording(patterns, *args):
+        rows = real(patterns, *args)
+        made_on.extend([threading.current_thread() is threading.main_thread()] * len(rows))
+        return rows
+
+    monkeypatch.setattr(attention_module, "thumbnails", recording)
+    hold = Hold(monkeypatch, SECOND)
+    _type(qtbot, window, SECOND)
+    qtbot.waitUntil(hold.reached.is_set, timeout=30_000)
+    qtbot.waitUntil(lambda: attention.model_view.filled_layers() == 2, timeout=30_000)
+    first_rows = list(attention._partial_thumbs)
+    hold.release.set()
+    hold.next_release.set()
+    qtbot.waitUntil(lambda: attention.data is not None and attention.data.aggregated, timeout=30_000)
+    assert state.trace.n_layers == LAYERS and attention.model_view.filled_layers() == LAYERS
+    assert all(a is b for a, b in zip(attention.data.thumbs[0] + attention.data.thumbs[1],
+                                      first_rows[0] + first_rows[1]))  # the same arrays: made once, as it arrived
+    assert made_on and not any(made_on)  # never on the UI thread

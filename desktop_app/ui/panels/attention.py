@@ -409,6 +409,9 @@ class AttentionPanel(ViewTablePanel):
         self.tokens.token_selected.connect(self.select_token)
         self._update_controls()
         self._partial = None  # the trace whose thumbnails are painting row by row (state.layers_ready)
+        self._partial_thumbs: list = []  # its rows of thumbnails made so far, layer by layer
+        self._partial_done = 0  # its layers recorded
+        self._piece_job = None  # the worker making the next rows
         if hasattr(state, "layers_ready"):  # (render's stand-in state has none)
             state.layers_ready.connect(self._on_layers_ready)
         self._follow_trace()
@@ -564,9 +567,11 @@ class AttentionPanel(ViewTablePanel):
             spin.blockSignals(False)
         self._clamp_view_state()
         self._show_view_state_in_controls()
-        if not (trace is self._partial and self.model_view.filled_layers() == n_layers):
+        made = self._partial_thumbs if trace is self._partial else []  # rows painted as the trace arrived
+        if not made:
             self.model_view.set_patterns([], None)  # its thumbnails come from the worker
-        self._partial = None  # (painted row by row: they stay until the worker's, the same, arrive)
+        self._cancel_piece_job()
+        self._partial, self._partial_thumbs = None, []
         self._relabel = True
         self._invalidate(*(v.name for v in attention_views.VIEWS if v.name != "model-view"))
         self._apply_selection()
@@ -576,36 +581,72 @@ class AttentionPanel(ViewTablePanel):
                             + (" (cross-attention)" if data.cross else " (causal)" if data.causal else " (bidirectional)"))
         patterns, mask, lut, size = data.patterns, data.mask, self.model_view.lut, self.model_view.THUMB
 
-        def work(job=None):
-            return (generation, *attention_views.aggregates(trace, job, no_rollout),
-                    thumbnails(patterns, mask, lut, size))
+        def work(job=None):  # (the rows made as the trace arrived are not made again)
+            rest = thumbnails((patterns[l] for l in range(len(made), len(patterns))), mask, lut, size)
+            return (generation, *attention_views.aggregates(trace, job, no_rollout), made + rest)
 
         self._run_trace_job(work, self._on_aggregates, "statistics", sync)
 
     def _on_layers_ready(self, ready) -> None:
         """A text's trace arriving layer by layer (app.tracing.LayersReady, of the input now on show):
-        paint the model view's rows of the layers recorded so far; set_trace takes over at its end."""
+        the model view's whole grid at its first layer, then each layer's row painted once its thumbnails
+        are made (in a worker: a 1,024-token layer of 14 heads takes half a second); set_trace takes over
+        at its end, keeping the rows made."""
         trace = ready.trace
         if "blocks.0.attn.pattern" not in trace.tensors:
             return  # a model without attention patterns: nothing to paint before the end
         if trace is not self._partial:
-            self._partial = trace
-            p = analysis.attention_pattern(trace, 0)
-            n_heads, t_q, t_k = p.shape
+            self._cancel_piece_job()
+            self._partial, self._partial_thumbs = trace, []
+            n_heads, t_q, t_k = trace.tensors["blocks.0.attn.pattern"].shape[-3:]
             loaded = getattr(self.state, "loaded", None)
-            causal = loaded.config.causal if loaded is not None else False
-            mask = analysis.allowed_mask(t_q, t_k, causal)
+            mask = analysis.allowed_mask(t_q, t_k, loaded.config.causal if loaded is not None else False)
             self._partial_mask = None if mask.all() else mask
             self.model_view.begin(ready.total, n_heads, t_q, t_k)
-        for layer in range(self.model_view.filled_layers(), ready.done):
-            p = analysis.attention_pattern(trace, layer)
-            self.model_view.fill_layer(layer, thumbnails([p], self._partial_mask, self.model_view.lut,
-                                                         self.model_view.THUMB)[0])
+        self._partial_done = ready.done
+        self._paint_pieces()
         self.status.setText(self.state.no_trace_message())
+
+    def _paint_pieces(self) -> None:
+        """Make the thumbnails of the layers ready and not yet painted, in a worker, one job at a time."""
+        if self._piece_job is not None or self._partial is None or len(self._partial_thumbs) >= self._partial_done:
+            return
+        from ..workers import run_job
+
+        trace, first, stop = self._partial, len(self._partial_thumbs), self._partial_done
+        mask, lut, size = self._partial_mask, self.model_view.lut, self.model_view.THUMB
+
+        def work(job=None):
+            rows = []
+            for layer in range(first, stop):
+                rows += thumbnails([analysis.attention_pattern(trace, layer)], mask, lut, size)
+                job.check()
+            return rows
+
+        def painted(rows) -> None:
+            self._piece_job = None
+            if trace is not self._partial:
+                return  # another trace (or none) is on show now
+            for row in rows:
+                self.model_view.fill_layer(len(self._partial_thumbs), row)
+                self._partial_thumbs.append(row)
+            self._paint_pieces()
+
+        def ended(*_args) -> None:
+            if self._piece_job is job:
+                self._piece_job = None
+
+        job = self._piece_job = run_job(work, on_result=painted, on_error=ended, on_cancelled=ended, owner=self)
+
+    def _cancel_piece_job(self) -> None:
+        if self._piece_job is not None:
+            self._piece_job.cancel()
+        self._piece_job = None
 
     def _clear_own(self, message: str) -> None:
         """(A trace without attention is cleared too.)"""
-        self._partial = None
+        self._cancel_piece_job()
+        self._partial, self._partial_thumbs = None, []
         self.model_view.set_patterns([], None)
         self.head_view.set_layer(np.zeros((0, 0, 0), dtype=np.float32), [], [])
         for spin in (self.layer_spin, self.head_spin):  # the view state keeps its layer and head for the next trace

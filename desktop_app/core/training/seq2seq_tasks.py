@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .tasks import IGNORE, UNK, Batch, Task, TaskError, word_tokenizer
+from .tasks import IGNORE, Batch, Task, TaskError, _keeping, declare_seq2seq_task, word_tokenizer
 
 PAD, START, END = "<pad>", "[START]", "[END]"
 SPECIALS = (PAD, START, END)  # ids 0, 1, 2 in every seq2seq task's vocabulary
@@ -213,3 +213,21 @@ class TranslationTask(Seq2SeqTask):
 
     def target_ids(self, src: list[int]) -> list[int]:
         return self.tokenizer.encode(translate(self.tokenizer.decode(src)))
+
+
+# -- their declarations (core.training imports this module after tasks.py: the task list's order) -----
+
+
+def _declare_symbol_task(name: str) -> None:
+    @declare_seq2seq_task(name)  # the decoder task's name, options and defaults (length, symbols)
+    def make(options, causal, tokenizer):
+        return _keeping(SymbolTask(name, **options), tokenizer)
+
+
+for _name in ("copy", "reverse", "sort"):
+    _declare_symbol_task(_name)
+
+
+@declare_seq2seq_task("translate")
+def _make_translate(options, causal, tokenizer):
+    return _keeping(TranslationTask(**options), tokenizer)

@@ -500,7 +500,8 @@ def _keeping(task: Task, tokenizer: Tokenizer | None) -> Task:
     return task
 
 
-# -- the built-in tasks (the image tasks are declared in image_tasks.py) ------------------------
+# -- the built-in tasks (the image tasks are declared in image_tasks.py, the encoder-decoder versions of
+# copy, reverse and sort and the translate task in seq2seq_tasks.py) ---------------------------------
 
 
 @declare_task("motif", options=("length", "n_train"), defaults={"length": 20}, baseline=True)
@@ -517,22 +518,6 @@ def _declare_sequence_task(name: str) -> None:
 for _name in ("copy", "reverse", "sort"):
     _declare_sequence_task(_name)
 
-
-def _declare_seq2seq_symbol_task(name: str) -> None:
-    @declare_seq2seq_task(name)  # the decoder task's options and defaults (length, symbols)
-    def make(options, causal, tokenizer):
-        from .seq2seq_tasks import SymbolTask
-        return _keeping(SymbolTask(name, **options), tokenizer)
-
-
-for _name in ("copy", "reverse", "sort"):
-    _declare_seq2seq_symbol_task(_name)
-
-
-@declare_seq2seq_task("translate")
-def _make_translate(options, causal, tokenizer):
-    from .seq2seq_tasks import TranslationTask
-    return _keeping(TranslationTask(**options), tokenizer)
 
 
 @declare_task("modadd", options=("p", "train_fraction"), defaults={"p": 97, "train_fraction": 0.5})

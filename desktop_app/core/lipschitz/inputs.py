@@ -25,18 +25,48 @@ def window_starts(n_tokens: int, n: int, K: int) -> list[int]:
     return sorted({int(round(s)) for s in np.linspace(0, n_tokens - n, K)}) if K > 1 else [0]
 
 
-def real_inputs(model, token_ids: Sequence[int], layer: int, n: int, K: int, starts: Sequence[int] | None = None) -> torch.Tensor:
+def real_inputs(model, token_ids: Sequence[int], layer: int, n: int, K: int, starts: Sequence[int] | None = None, *,
+                stack: str | None = None, source_ids: Sequence[int] | None = None) -> torch.Tensor:
     """[K', n, d] trace 'blocks.{layer}.attn.input' of K windows of n consecutive tokens, each run
     through the model as its own sequence, all in one batch (K' < K when the text has fewer distinct
     windows). The forward pass stops after the layer: the blocks after it and the logits do not
-    change its input."""
+    change its input.
+
+    An encoder-decoder's (`stack`, measured.layer_modules): "encoder", the windows run through the
+    encoder (encoder.blocks.l.attn.input); "decoder" and "cross", the windows are the decoder's input,
+    reading the encoder's output on `source_ids` (the same source for every window), and the layer's
+    self-attention input (decoder.blocks.l.attn.input) or cross-attention input (.cross_attn.input)."""
     cfg = model.cfg
     if cfg.positions in ("learned", "sinusoidal") and n > cfg.context_length:
         raise ValueError(f"n = {n} exceeds the model's context length {cfg.context_length}")
     starts = window_starts(len(token_ids), n, K) if starts is None else starts
     ids = torch.tensor([list(token_ids[s:s + n]) for s in starts], device=model.device)
+    if stack is not None:
+        return _stack_inputs(model, ids, layer, stack, source_ids)
     name = f"blocks.{layer}.attn.input"
     _, trace = model.run_with_trace(ids, names=(name,), compute_logits=False, stop_after_layer=layer)
+    return trace[name].float()
+
+
+def _stack_inputs(model, ids: torch.Tensor, layer: int, stack: str, source_ids) -> torch.Tensor:
+    """real_inputs of an encoder-decoder's stack (see there)."""
+    from ..trace import Trace
+    from .measured import layer_modules
+
+    layer_modules(model, layer, stack)  # the layer checked against the stack's depth
+    if stack == "encoder":
+        name = f"encoder.blocks.{layer}.attn.input"
+        trace = Trace((name,))
+        with torch.no_grad():
+            model.encode(ids, trace=trace)
+        return trace[name].float()
+    if not source_ids:
+        raise ValueError("the decoder reads the encoder's output: give a source text")
+    name = f"decoder.blocks.{layer}.{'cross_attn' if stack == 'cross' else 'attn'}.input"
+    trace = Trace((name,))
+    with torch.no_grad():
+        enc = model.encode(torch.as_tensor(list(source_ids), dtype=torch.long, device=model.device)[None])
+        model.decode(ids, enc.expand(ids.shape[0], -1, -1), trace=trace, compute_logits=False)
     return trace[name].float()
 
 

@@ -111,6 +111,8 @@ class AttentionMap:
     q_norm: HeadNorm | None = None  # qk_norm: each head's q and k normed before rotary
     k_norm: HeadNorm | None = None
     out_norm: HeadNorm | None = None  # sandwich_norms: the post-attention norm of the sublayer's output
+    # An additive bias of the scores, n -> [H, n, n], fixed (independent of X): T5's relative positions
+    score_bias: Callable[[int], torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ATTENTION_KINDS:
@@ -168,9 +170,15 @@ class AttentionMap:
 
     # -- pieces shared by the forward pass and the closed-form linearisation ----------------
     def mask(self, n: int, device) -> torch.Tensor | None:
-        if not self.masked:
-            return None
-        return causal_mask(n, n, device) if self.window is None else causal_mask(n, n, device, self.window)
+        """The causal mask (boolean) when masked; with a score bias, the additive mask: the bias with the
+        masked scores at the dtype's minimum (as the model gives T5's)."""
+        causal = None
+        if self.masked:
+            causal = causal_mask(n, n, device) if self.window is None else causal_mask(n, n, device, self.window)
+        if self.score_bias is None:
+            return causal
+        bias = self.score_bias(n).to(device=device, dtype=self.W_Q.dtype)
+        return bias if causal is None else bias.masked_fill(~causal, torch.finfo(bias.dtype).min)
 
     def rotary(self, n: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
         if self.rotary_table is not None:
@@ -216,7 +224,7 @@ class AttentionMap:
         Jacobian). A score scale is folded into A; a sliding window is a mask (see map_bounds)."""
         no_q_bias = self.b_Q is None or bool((self.b_Q == 0).all())
         return (self.kind == "softmax" and not self.has_rotary and self.scores_bilinear and self.out_norm is None
-                and no_q_bias)
+                and no_q_bias and self.score_bias is None)
 
 
 def single_head(A: torch.Tensor, V: torch.Tensor, kind: str = "softmax", masked: bool = False,
@@ -254,7 +262,31 @@ def random_single_head(d: int, norm_A: float, norm_V: float, kind: str = "softma
     return single_head(A * s * s, V, kind, masked, sinkhorn_iters, W_Q=W_Q * s, W_K=W_K * s)
 
 
-def layer_map(model, layer: int, head: int | None = None, masked: bool | None = None) -> AttentionMap:
+STACKS = {"encoder": ("encoder", "attn"), "decoder": ("decoder", "attn"), "cross": ("decoder", "cross_attn")}
+
+
+def layer_modules(model, layer: int, stack: str | None = None):
+    """(block, its attention module's name) of a one-stack model's layer (stack None), or an
+    encoder-decoder's: stack "encoder" (its self-attention), "decoder" (the decoder's causal
+    self-attention) or "cross" (the decoder's cross-attention); out of range in one line."""
+    cfg = model.cfg
+    seq2seq = bool(getattr(cfg, "is_encoder_decoder", False))
+    if seq2seq != (stack is not None):
+        raise ValueError("an encoder-decoder's layer names its stack: encoder, decoder or cross" if seq2seq
+                         else f"stack {stack!r}: this model has one stack of layers")
+    if stack is None:
+        if not 0 <= layer < cfg.n_layers:
+            raise ValueError(f"layer {layer} out of range: the model has {cfg.n_layers} layers (0..{cfg.n_layers - 1})")
+        return model.blocks[layer], "attn"
+    if stack not in STACKS:
+        raise ValueError(f"stack {stack!r}: one of {', '.join(STACKS)}")
+    name, kind = STACKS[stack]
+    model.attention(name, layer, kind)  # checks the layer against the stack's depth
+    return getattr(model, name).blocks[layer], kind
+
+
+def layer_map(model, layer: int, head: int | None = None, masked: bool | None = None, *, stack: str | None = None,
+              source_ids=None):
     """model.blocks[layer].attn as the model's Block applies it, or one head of it.
 
     The layer: input = what the attention sublayer receives (after the pre-attention norm; the
@@ -272,13 +304,19 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
     One head (model.head_matrices): its q/k/v biases and W_O[:, head], without the shared output
     bias and without the sandwich post-attention norm, which acts on the sum of the heads (so the
     head is the model's per-head `head_out`, W_O,h y_h); everything else as for the layer.
+
+    An encoder-decoder's (`stack`, layer_modules): "encoder" and "decoder" self-attention as above
+    (masked by default in the decoder only; T5's relative position bias is a fixed score bias,
+    AttentionMap.score_bias), and "cross": the decoder's cross-attention as a function of its input X
+    (the decoder's stream after its norm) with the encoder's output on `source_ids` held fixed
+    (CrossAttentionMap).
     """
     cfg = model.cfg
-    if not 0 <= layer < cfg.n_layers:
-        raise ValueError(f"layer {layer} out of range: the model has {cfg.n_layers} layers (0..{cfg.n_layers - 1})")
-    masked = cfg.causal if masked is None else masked
-    block = model.blocks[layer]
-    attn = block.attn
+    block, kind = layer_modules(model, layer, stack)
+    attn = getattr(block, kind)
+    if stack == "cross":
+        return cross_map(model, layer, head, source_ids)
+    masked = (cfg.causal if stack is None else stack == "decoder") if masked is None else masked
     dtype = torch.promote_types(attn.q.weight.dtype, torch.float32)  # float64 models stay float64
     common = dict(kind=cfg.attention_kind, masked=masked, sinkhorn_iters=cfg.sinkhorn_iters)
     # every switch left at its default keeps the map built exactly as before the switches existed
@@ -294,33 +332,122 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
     if cfg.qk_norm:
         common["q_norm"] = HeadNorm.of(cfg.norm, attn.q_norm, dtype)
         common["k_norm"] = HeadNorm.of(cfg.norm, attn.k_norm, dtype)
+    where = "" if stack is None else f"{stack} "
+    if stack is not None and getattr(cfg, "relative_buckets", 0):  # T5: the stack's relative position bias
+        position_bias = getattr(model, STACKS[stack][0]).position_bias
+        common["score_bias"] = lambda n, h=head: position_bias(n, n, 0)[0].detach().to(dtype)[
+            slice(None) if h is None else slice(h, h + 1)]
     if head is not None:
         if not 0 <= head < cfg.n_heads:
             raise ValueError(f"head {head} out of range: the model has {cfg.n_heads} heads (0..{cfg.n_heads - 1})")
-        hm = model.head_matrices(layer, head)
+        hm = model.head_matrices(layer, head) if stack is None else \
+            model.head_matrices(layer, head, stack=STACKS[stack][0], kind=kind)
         hdtype = torch.promote_types(model.dtype, torch.float32)
         b = lambda t: None if t is None else t[None].to(hdtype)  # noqa: E731
         return AttentionMap(b(hm.W_Q), b(hm.W_K), b(hm.W_V), b(hm.W_O), b(hm.b_Q), b(hm.b_K), b(hm.b_V),
-                            None, label=f"layer {layer} head {head}", **common)
-    H, Hkv, dh, d = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_model
-    rep = H // Hkv  # grouped-query attention: each query head reads its group's key/value head
+                            None, label=f"{where}layer {layer} head {head}", **common)
+    W_Q, b_Q, W_K, b_K, W_V, b_V, W_O, b_O = _attention_weights(cfg, attn, dtype)
+    if getattr(block, "sandwich", False):
+        common["out_norm"] = HeadNorm.of(cfg.norm, block.post_attn_norm, dtype)
+    return AttentionMap(W_Q, W_K, W_V, W_O, b_Q, b_K, b_V, b_O, label=f"{where}layer {layer}", **common)
 
-    def heads(lin, n_h):
+
+def _attention_weights(cfg, attn, dtype):
+    """[H, k, d] W_Q, W_K, W_V (grouped-query heads repeated), their biases, W_O [H, d_out, k] and b_O of an
+    Attention module."""
+    H, Hkv, dh, d = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_model
+
+    def heads(lin, n_h):  # grouped-query attention: each query head reads its group's key/value head
         w = lin.weight.detach().to(dtype).view(n_h, dh, d)
         bias = None if lin.bias is None else lin.bias.detach().to(dtype).view(n_h, dh)
         if n_h != H:
-            w = w.repeat_interleave(rep, 0)
-            bias = None if bias is None else bias.repeat_interleave(rep, 0)
+            w = w.repeat_interleave(H // Hkv, 0)
+            bias = None if bias is None else bias.repeat_interleave(H // Hkv, 0)
         return w, bias
 
-    W_Q, b_Q = heads(attn.q, H)
-    W_K, b_K = heads(attn.k, Hkv)
-    W_V, b_V = heads(attn.v, Hkv)
     W_O = attn.o.weight.detach().to(dtype).view(d, H, dh).permute(1, 0, 2).contiguous()
     b_O = None if attn.o.bias is None else attn.o.bias.detach().to(dtype)
-    if getattr(block, "sandwich", False):
-        common["out_norm"] = HeadNorm.of(cfg.norm, block.post_attn_norm, dtype)
-    return AttentionMap(W_Q, W_K, W_V, W_O, b_Q, b_K, b_V, b_O, label=f"layer {layer}", **common)
+    return (*heads(attn.q, H), *heads(attn.k, Hkv), *heads(attn.v, Hkv), W_O, b_O)
+
+
+@dataclass
+class CrossAttentionMap:
+    """Multi-head cross-attention X [B, n, d] -> [B, n, d_out] with the keys' and values' side fixed:
+    f(X)_i = sum_h W_O[h] sum_j softmax_j(s q_h(x_i) . k_hj) v_hj + b_O, q_h(x) = W_Q[h] x + b_Q[h], and
+    k_hj, v_hj [H, m, k] the projections of a fixed memory (the encoder's output on a source text). Each
+    row depends on its own x_i only (the memory is not a function of X), so the Jacobian is block
+    diagonal. Measured with torch.func (estimator.linearize's generic path); Theorem 3.1 (self-attention)
+    does not apply."""
+    W_Q: torch.Tensor  # [H, k, d]
+    b_Q: torch.Tensor | None
+    K: torch.Tensor  # [H, m, k]
+    V: torch.Tensor  # [H, m, kv]
+    W_O: torch.Tensor  # [H, d_out, kv]
+    b_O: torch.Tensor | None = None
+    scale: float | None = None  # None: 1/sqrt(k)
+    label: str = ""
+    kind: str = "softmax"
+    masked: bool = False
+
+    @property
+    def d(self) -> int:
+        return self.W_Q.shape[-1]
+
+    @property
+    def d_out(self) -> int:
+        return self.W_O.shape[1]
+
+    @property
+    def n_heads(self) -> int:
+        return self.W_Q.shape[0]
+
+    def theorem_applies(self) -> bool:
+        return False
+
+    def head(self, h: int) -> "CrossAttentionMap":
+        sl = slice(h, h + 1)
+        return dataclasses.replace(self, W_Q=self.W_Q[sl], b_Q=None if self.b_Q is None else self.b_Q[sl],
+                                   K=self.K[sl], V=self.V[sl], W_O=self.W_O[sl], b_O=None,
+                                   label=f"{self.label} head {h}".strip())
+
+    def to(self, dtype=None, device=None) -> "CrossAttentionMap":
+        conv = lambda t: None if t is None else t.to(device=device, dtype=dtype)  # noqa: E731
+        return dataclasses.replace(self, W_Q=conv(self.W_Q), b_Q=conv(self.b_Q), K=conv(self.K), V=conv(self.V),
+                                   W_O=conv(self.W_O), b_O=conv(self.b_O))
+
+    def __call__(self, X: torch.Tensor) -> torch.Tensor:
+        q = torch.einsum("bnd,hkd->bhnk", X, self.W_Q)
+        if self.b_Q is not None:
+            q = q + self.b_Q[None, :, None, :]
+        p = attention_probs(q, self.K[None].expand(X.shape[0], -1, -1, -1), self.kind, None, scale=self.scale)
+        out = torch.einsum("bhnk,hdk->bnd", p @ self.V[None], self.W_O)
+        return out if self.b_O is None else out + self.b_O
+
+
+def cross_map(model, layer: int, head: int | None, source_ids) -> CrossAttentionMap:
+    """An encoder-decoder's layer's cross-attention (or one head of it) with the encoder's output on
+    `source_ids` (the source text's token ids) held fixed: CrossAttentionMap."""
+    cfg = model.cfg
+    if not source_ids:
+        raise ValueError("cross-attention is measured with the encoder's output on a source text held fixed: "
+                         "give a source text")
+    if cfg.attention_kind != "softmax":
+        raise ValueError(f"cross-attention of {cfg.attention_kind} attention is not measured yet (softmax only)")
+    attn = model.attention("decoder", layer, "cross_attn")
+    dtype = torch.promote_types(attn.q.weight.dtype, torch.float32)
+    with torch.no_grad():
+        memory = model.encode(torch.as_tensor(list(source_ids), dtype=torch.long, device=model.device)[None])[0]
+    W_Q, b_Q, W_K, b_K, W_V, b_V, W_O, b_O = _attention_weights(cfg, attn, dtype)
+    memory = memory.to(dtype)
+    K = torch.einsum("md,hkd->hmk", memory, W_K) + (0 if b_K is None else b_K[:, None, :])
+    V = torch.einsum("md,hkd->hmk", memory, W_V) + (0 if b_V is None else b_V[:, None, :])
+    scale = attention_scale(cfg) if cfg.attn_scale is not None else None
+    fmap = CrossAttentionMap(W_Q, b_Q, K, V, W_O, b_O, scale, label=f"cross layer {layer}")
+    if head is None:
+        return fmap
+    if not 0 <= head < cfg.n_heads:
+        raise ValueError(f"head {head} out of range: the model has {cfg.n_heads} heads (0..{cfg.n_heads - 1})")
+    return fmap.head(head)
 
 
 def module_function(model, layer: int, masked: bool | None = None) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -100,15 +100,16 @@ def real_text_windows(ctx: SourceContext) -> LengthInputs:
     longest_n = ctx.lengths[-1]
     starts = window_starts(len(spec.token_ids), longest_n, spec.samples)
     longest = None
-    if model.cfg.causal:
-        # causal model: a window's first n tokens are processed as the n-token window would be,
-        # so one forward pass at the longest length gives every length's inputs
-        longest = real_inputs(model, spec.token_ids, spec.layer, longest_n, spec.samples, starts)
+    stack = {"stack": spec.stack, "source_ids": spec.source_ids} if spec.stack else {}
+    if (model.cfg.causal and not spec.stack) or spec.stack in ("decoder", "cross"):
+        # causal model (or an encoder-decoder's decoder): a window's first n tokens are processed as the
+        # n-token window would be, so one forward pass at the longest length gives every length's inputs
+        longest = real_inputs(model, spec.token_ids, spec.layer, longest_n, spec.samples, starts, **stack)
 
     def at(n: int):
         if longest is not None:
             return ctx.cast(longest[:, :n]), None
-        return ctx.cast(real_inputs(model, spec.token_ids, spec.layer, n, spec.samples, starts)), None
+        return ctx.cast(real_inputs(model, spec.token_ids, spec.layer, n, spec.samples, starts, **stack)), None
 
     return at
 
@@ -117,6 +118,9 @@ def adversarial_construction(ctx: SourceContext) -> LengthInputs:
     """The paper's lower-bound construction on the head with the largest gamma; it is x_1 then
     n - 1 equal rows, so every n is a prefix of the longest."""
     fmap = ctx.fmap
+    if not isinstance(fmap, AttentionMap):
+        raise ValueError("the paper's adversarial construction is for self-attention: measure cross-attention on "
+                         "real data or a search")
     construction = _construction(*head_eigen(fmap, _adversarial_head(fmap)), ctx.lengths[-1], ctx.radius)
     construction = construction.to(fmap.W_Q.dtype)
     return lambda n: (ctx.cast(construction[None, :n]), None)
@@ -128,7 +132,8 @@ def gradient_search(ctx: SourceContext) -> LengthInputs:
 
     def at(n: int):
         if spec.search_start == "real" and spec.token_ids:
-            X0 = real_inputs(spec.model, spec.token_ids, spec.layer, n, spec.samples)
+            stack = {"stack": spec.stack, "source_ids": spec.source_ids} if spec.stack else {}
+            X0 = real_inputs(spec.model, spec.token_ids, spec.layer, n, spec.samples, **stack)
         else:
             g = torch.Generator().manual_seed(spec.seed + n)
             X0 = torch.randn(spec.samples, n, fmap.d, generator=g)

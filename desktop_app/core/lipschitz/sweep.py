@@ -49,6 +49,11 @@ class SweepSpec:
     head: int | None = None
     masked: bool | None = None
     token_ids: Sequence[int] | None = None  # real data (and the default radius of adversarial data)
+    # an encoder-decoder's layer: its stack, "encoder" / "decoder" (self-attention) / "cross" (the decoder's
+    # cross-attention, a function of the decoder's input with the encoder's output on source_ids held
+    # fixed); token_ids are then the encoder's windows (encoder) or the decoder's (decoder, cross)
+    stack: str | None = None
+    source_ids: Sequence[int] | None = None
     data_name: str = ""  # what the windows were taken from (a file's name, the text's first words), for the label
     # synthetic functions
     d: int = DEFAULT_SYNTHETIC_D
@@ -199,11 +204,13 @@ def sweep_label(spec: SweepSpec, model_name: str | None = None) -> str:
         seed = f" seed {spec.seed}" if spec.seed else ""
         return f"synthetic {spec.attention} d={d}{matrices} {source}{seed}" + (" masked" if spec.masked else "")
     head = "" if spec.head is None else f" H{spec.head}"
-    masked = spec.model.cfg.causal if spec.masked is None else spec.masked  # as layer_map resolves it
+    default_mask = spec.model.cfg.causal if not spec.stack else spec.stack == "decoder"  # as layer_map resolves it
+    masked = default_mask if spec.masked is None else spec.masked
     name = f"{model_name} " if model_name else ""
     reads_text = get_source(source, MODEL).needs_text or (source == "search" and spec.search_start == "real")
     data = f" {spec.data_name}" if spec.data_name and reads_text else ""
-    return f"{name}L{spec.layer}{head} {source}{data}" + (" masked" if masked else "")
+    stack = f"{spec.stack} " if spec.stack else ""
+    return f"{name}{stack}L{spec.layer}{head} {source}{data}" + (" masked" if masked and spec.stack != "cross" else "")
 
 
 # -- running -------------------------------------------------------------------------------------
@@ -220,6 +227,8 @@ def sweep_function(spec: SweepSpec) -> AttentionMap:
             return fmap
         return random_single_head(spec.d, spec.norm_A, spec.norm_V, spec.attention, bool(spec.masked),
                                   seed=spec.seed)
+    if spec.stack:
+        return layer_map(spec.model, spec.layer, spec.head, spec.masked, stack=spec.stack, source_ids=spec.source_ids)
     return layer_map(spec.model, spec.layer, spec.head, spec.masked)
 
 
@@ -235,7 +244,8 @@ def observed_radius(spec: SweepSpec) -> float:
     if not ids:
         g = torch.Generator().manual_seed(spec.seed)
         ids = torch.randint(0, model.cfg.vocab_size, (min(model.cfg.context_length, 128),), generator=g).tolist()
-    X = real_inputs(model, ids, spec.layer, min(len(ids), 64), 4)
+    stack = {"stack": spec.stack, "source_ids": spec.source_ids} if spec.stack else {}
+    X = real_inputs(model, ids, spec.layer, min(len(ids), 64), 4, **stack)
     return float(torch.linalg.vector_norm(X, dim=-1).amax(-1).median())
 
 

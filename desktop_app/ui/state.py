@@ -527,16 +527,19 @@ class AppState(QObject):
         self.interventions_changed.emit(list(self.interventions))
         self.set_text(self.text)
 
-    def show_trace(self, trace: Trace, token_ids: list[int]) -> None:
-        """Hand a trace made elsewhere (e.g. a generation step) to every inspecting panel."""
-        self._show_input(list(token_ids), trace, "", "generation")
+    def show_trace(self, trace: Trace, token_ids: list[int], decoder_ids: list[int] | None = None) -> None:
+        """Hand a trace made elsewhere (e.g. a generation step) to every inspecting panel; an encoder-decoder's
+        `token_ids` are its source and `decoder_ids` what its decoder read ([start] + the target)."""
+        self._show_input(list(token_ids), trace, "", "generation", decoder_ids)
 
-    def _show_input(self, ids: list[int], trace: Trace | None, problem: str, source: str) -> None:
+    def _show_input(self, ids: list[int], trace: Trace | None, problem: str, source: str,
+                    decoder_ids: list[int] | None = None) -> None:
         """Make (ids, trace) the input every panel shows (problem: why there is none; source: text,
         image or generation): a new input, so results computed for the previous one are stale."""
         self.token_ids, self.trace = ids, trace
         self.trace_problem, self.trace_source = problem, source
-        self.decoder_ids = list(getattr(self.encoded, "decoder_ids", [])) if source == "text" and ids else []
+        self.decoder_ids = (list(decoder_ids) if decoder_ids is not None else
+                            list(getattr(self.encoded, "decoder_ids", [])) if source == "text" and ids else [])
         self._advance(INPUT)
         self.tokens_changed.emit(self.token_ids)
         self.trace_changed.emit(self.trace)

@@ -58,6 +58,14 @@ def _click_step(qtbot, p, depth: int) -> None:
     _idle(qtbot, p)
 
 
+def _teacher_forced(p, src, tgt):
+    """Decoder layer 0's cross-attention [H, T, S] of a plain teacher-forced forward."""
+    with torch.no_grad():
+        _, trace = p.state.loaded.model.run_with_trace(torch.tensor([src]), torch.tensor([tgt]),
+                                                       names=("decoder.blocks.0.cross_attn.pattern",))
+    return trace["decoder.blocks.0.cross_attn.pattern"][0]
+
+
 def test_type_a_source_step_and_see_the_cross_attention_over_its_tokens(qtbot, panel):
     p = panel
     assert p.prompt_label.isVisible() and p.prompt_label.text() == "<b>Source</b>" and p.cross_view.isVisible()
@@ -87,12 +95,28 @@ def test_type_a_source_step_and_see_the_cross_attention_over_its_tokens(qtbot, p
     want0 = p.session.cross_attention()[0].numpy()
     np.testing.assert_allclose(hm.values[:4], want0, atol=1e-6)
     # a generated token clicked in the strip: the bars and the cross-attention of the step that wrote it
+    from desktop_app.ui.panels.attention import AttentionPanel
+
+    attention = AttentionPanel(p.state)
+    qtbot.addWidget(attention)
+    attention.show()
     qtbot.mouseClick(p.strip.canvas, Qt.MouseButton.LeftButton, pos=p.strip.chip_center(2))
     _idle(qtbot, p)
     node = s.current.path()[2]
     assert p.selected_node is node and p.bars.chosen == node.token
     np.testing.assert_allclose(hm.values[:4], s.cross_attention(node.parent)[0].numpy(), atol=1e-6)
     assert "Step 2" in p.cross_view.caption.text()
+    # ... and that step's trace in the Attention panel: the source, and what the decoder read to write it
+    qtbot.waitUntil(lambda: p.state.trace_source == "generation", timeout=15_000)
+    assert p.state.token_ids == src and p.state.decoder_ids == s.ids(node.parent) == [1, s.ids()[1]]
+    combo = attention.kind_combo
+    qtbot.waitUntil(combo.isVisible, timeout=10_000)
+    combo.setCurrentIndex(combo.findData("cross"))
+    attention.show_view("attention")
+    qtbot.waitUntil(lambda: attention.heatmap.values.shape == (2, len(src)), timeout=15_000)
+    np.testing.assert_allclose(attention.heatmap.values, _teacher_forced(p, src, s.ids(node.parent))[0].numpy(),
+                               atol=1e-5)  # layer 0, head 0: the model's own
+    assert attention.heatmap.col_labels == hm.col_labels
 
 
 def test_beam_search_on_the_target_gives_beam_decodes_ids(qtbot, panel):

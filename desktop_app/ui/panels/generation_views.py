@@ -222,9 +222,8 @@ class DecoderStepView(GenerationView):
         path = s.current.path()
         if index < n_prompt:
             p.selected_node = None
-            if s.record and not p.busy and s.source is None:  # (an encoder-decoder's step stays here)
-                trace, ids = s.step_trace(s.root)
-                p.state.show_trace(trace, ids)
+            if s.record and not p.busy:
+                self._hand_on(*s.step_trace(s.root))
             p.refresh()
             return
         p.selected_node = path[index - n_prompt + 1]
@@ -242,13 +241,20 @@ class DecoderStepView(GenerationView):
         p._lens_node = node
         self._show_lens(node, lens)
         p.tabs.setCurrentWidget(p.lens_table)
-        if p.session is not None and p.session.source is not None:
-            p.status.setText(f"Step {node.depth}: picked {p._token_label(node.token)} with p = "
-                             f"{format_prob(node.model_prob)}; its cross-attention over the source is beside the bars.")
-            return
+        beside = "; its cross-attention is beside the bars" if p.session.source is not None else ""
         p.status.setText(f"Step {node.depth}: picked {p._token_label(node.token)} with p = "
-                         f"{format_prob(node.model_prob)}; its attention is in the Attention panel.")
-        p.state.show_trace(trace, ids)
+                         f"{format_prob(node.model_prob)}{beside}; its attention is in the Attention panel.")
+        self._hand_on(trace, ids)
+
+    def _hand_on(self, trace, ids) -> None:
+        """A step's trace to the inspecting panels: an encoder-decoder's with its source as the input's
+        tokens and `ids` ([start] + the target so far) as what its decoder read."""
+        p = self.panel
+        s = p.session
+        if s.source is not None:
+            p.state.show_trace(trace, s.source, decoder_ids=ids)
+        else:
+            p.state.show_trace(trace, ids)
 
     def _show_lens(self, node, lens) -> None:
         p = self.panel

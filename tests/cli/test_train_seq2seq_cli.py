@@ -2,7 +2,6 @@
 teacher forcing, saved as a folder that transformers opens with the same logits and that the app reopens."""
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -17,15 +16,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 TINY = ["--layers", "1", "--heads", "2", "--d-model", "32", "--d-ff", "64", "--batch-size", "16"]
 
 
-@pytest.fixture
-def seq2seq_trainable(monkeypatch):
-    """The encoder-decoder families as `train` offers them. (Their registry records said trainable=False when
-    the trainer learnt to train them; where they say True this changes nothing.)"""
-    from desktop_app.core import families
-    for name in ("marian", "t5"):
-        monkeypatch.setitem(families.REGISTRY, name, dataclasses.replace(families.REGISTRY[name], trainable=True))
-
-
 def train(capsys, *args) -> tuple[int, list[dict], str]:
     from desktop_app.cli import main
 
@@ -34,7 +24,7 @@ def train(capsys, *args) -> tuple[int, list[dict], str]:
     return code, [json.loads(line) for line in out.out.splitlines()], out.err
 
 
-def test_translate_trains_a_marian_folder_that_transformers_and_the_app_open(tmp_path, capsys, seq2seq_trainable):
+def test_translate_trains_a_marian_folder_that_transformers_and_the_app_open(tmp_path, capsys):
     transformers = pytest.importorskip("transformers")
     code, events, err = train(capsys, "--task", "translate", "--family", "marian", *TINY, "--activation", "relu",
                               "--steps", "40", "--eval-every", "20", "--out", str(tmp_path / "run"),
@@ -67,7 +57,7 @@ def test_translate_trains_a_marian_folder_that_transformers_and_the_app_open(tmp
 
 
 @pytest.mark.parametrize("task", ["copy", "reverse", "sort"])
-def test_the_symbol_tasks_train_a_t5_and_keep_their_names(tmp_path, capsys, seq2seq_trainable, task):
+def test_the_symbol_tasks_train_a_t5_and_keep_their_names(tmp_path, capsys, task):
     code, events, err = train(capsys, "--task", task, "--family", "t5", *TINY, "--length", "4", "--symbols", "5",
                               "--steps", "6", "--eval-every", "6", "--out", str(tmp_path / "run"))
     assert code == 0, err

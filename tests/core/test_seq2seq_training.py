@@ -112,17 +112,6 @@ def test_translate_for_a_decoder_and_motif_for_an_encoder_decoder_are_refused_in
 # -- training: teacher forcing, exact match, and what the cross-attention reads ----------------------
 
 
-@pytest.fixture
-def seq2seq_trainable(monkeypatch):
-    """The encoder-decoder families as `train` offers them. (Their registry records said trainable=False when
-    the trainer learnt to train them; where they say True this changes nothing.)"""
-    import dataclasses
-
-    from desktop_app.core import families
-    for name in ("marian", "t5"):
-        monkeypatch.setitem(families.REGISTRY, name, dataclasses.replace(families.REGISTRY[name], trainable=True))
-
-
 def _cross_attention(model, batch, layer: int) -> torch.Tensor:
     """[B, H, T, S]: decoder layer `layer`'s cross-attention on a teacher-forced batch."""
     mask = batch.src != s2s.PAD_ID
@@ -153,7 +142,7 @@ def _anti_diagonal_mass(model, batch, length: int) -> tuple[float, float]:
     return float(mass.mean()), float((p.argmax(-1) == mirrored).float().mean())
 
 
-def test_reverse_trains_a_cross_attention_that_reads_the_source_backwards(tmp_path, seq2seq_trainable):
+def test_reverse_trains_a_cross_attention_that_reads_the_source_backwards(tmp_path):
     """Marian (post-LN, sinusoidal, ReLU), 2 + 2 layers, 2 heads, width 64, 300 steps of 64 sequences of 6
     symbols from 8: every held-out sequence reversed exactly, and the decoder writing target token i reads
     source token 5 - i (the anti-diagonal), where the model as initialised spreads its attention evenly."""
@@ -174,8 +163,7 @@ def test_reverse_trains_a_cross_attention_that_reads_the_source_backwards(tmp_pa
 
 
 @pytest.mark.slow
-def test_translation_reaches_95_percent_and_its_cross_attention_swaps_adjective_and_noun(tmp_path,
-                                                                                         seq2seq_trainable):
+def test_translation_reaches_95_percent_and_its_cross_attention_swaps_adjective_and_noun(tmp_path):
     """Marian (post-LN, sinusoidal, ReLU), 2 + 2 layers, 4 heads, width 64 (243,712 parameters), lr 3e-3,
     600 steps of 64 sentences: >= 95% of the held-out sentences translated exactly by greedy decoding.
 
@@ -216,7 +204,7 @@ def test_translation_reaches_95_percent_and_its_cross_attention_swaps_adjective_
 
 
 
-def test_the_model_takes_the_task_s_specials(seq2seq_trainable):
+def test_the_model_takes_the_task_s_specials():
     from desktop_app.core.training import TrainConfig, model_config_for
 
     task = make_task("translate", encoder_decoder=True)
@@ -228,7 +216,7 @@ def test_the_model_takes_the_task_s_specials(seq2seq_trainable):
 
 
 @pytest.mark.parametrize("family", ["marian", "t5"])
-def test_a_resumed_seq2seq_run_equals_the_straight_one(tmp_path, seq2seq_trainable, family):
+def test_a_resumed_seq2seq_run_equals_the_straight_one(tmp_path, family):
     """Half the steps, then a resume to the end, gives the straight run's weights bit for bit (the task is
     rebuilt as its encoder-decoder version from the loaded model's config)."""
     from desktop_app.core.checkpoints import load_model_folder

@@ -5,6 +5,12 @@
     lipschitz --synthetic --d D --attention softmax|l2|sinkhorn [--norm-a a] [--norm-v v] [--radius R]
               [--adversarial] [--masked] --lengths ... --samples K --csv OUT.csv
     lipschitz --synthetic --matrices AV.npz [--attention ...] [...]   (user A and V instead of random ones)
+    lipschitz T5_OR_MARIAN_DIR --stack encoder|decoder|cross [--source-text SRC] [--target-text TGT] --layer L ...
+
+An encoder-decoder's layer names its stack: encoder (its self-attention, on windows of --text-file),
+decoder (the decoder's causal self-attention) or cross (its cross-attention, a function of the decoder's
+input with the encoder's output on --source-text held fixed); the decoder's windows come from --target-text
+([start] + its tokens) or else --text-file, and it reads the encoder's output on --source-text.
 
 One CSV row per input (columns core.lipschitz.CSV_COLUMNS), written atomically; one summary line
 per n; the last line printed is a JSON object (strict JSON: null where a number is undefined, e.g.
@@ -31,6 +37,12 @@ def add_parser(sub) -> None:
     p.add_argument("--head", type=layer_or_head, default=None, help="one head (default: the whole attention sublayer)")
     p.add_argument("--masked", action=argparse.BooleanOptionalAction, default=None,
                    help="causal mask (default: as the model applies it; unmasked for --synthetic)")
+    p.add_argument("--stack", choices=("encoder", "decoder", "cross"),
+                   help="an encoder-decoder's: encoder or decoder self-attention, or cross-attention (a function of "
+                        "the decoder's input, the encoder's output on --source-text held fixed)")
+    p.add_argument("--source-text", help="encoder-decoders, --stack decoder or cross: the source the decoder reads")
+    p.add_argument("--target-text", help="encoder-decoders, --stack decoder or cross: the decoder's windows come from "
+                   "[start] + this target's tokens (default: --text-file's)")
     p.add_argument("--data", choices=source_names(MODEL), default="real")
     p.add_argument("--text-file", help="UTF-8 text for real data (default: the bundled demo text)")
     p.add_argument("--radius", type=positive, default=None,
@@ -61,6 +73,29 @@ def read_text_ids(loaded, text_file: str | None) -> list[int]:
     from ..paths import demo_text_path
 
     return text_file_ids(loaded, text_file or demo_text_path())
+
+
+def stack_options(loaded, args) -> dict:
+    """SweepSpec's stack and source_ids from --stack / --source-text: required for an encoder-decoder
+    (--source-text for the decoder's stacks), refused in one line for other models."""
+    from ..app.whatif import text_ids
+
+    if not loaded.config.is_encoder_decoder:
+        for given, option in ((args.stack, "--stack"), (args.source_text, "--source-text"),
+                              (args.target_text, "--target-text")):
+            if given is not None:
+                raise ValueError(f"{option}: {args.model_dir} is not an encoder-decoder; it has one stack of layers")
+        return {}
+    if args.stack is None:
+        raise ValueError(f"{args.model_dir} is an encoder-decoder: choose --stack encoder, decoder or cross")
+    if args.stack == "encoder":
+        if args.source_text is not None or args.target_text is not None:
+            raise ValueError("--stack encoder measures windows of --text-file through the encoder: --source-text "
+                             "and --target-text are for --stack decoder or cross")
+        return {"stack": "encoder"}
+    if args.source_text is None:
+        raise ValueError(f"--stack {args.stack}: give --source-text, the source whose encoder output the decoder reads")
+    return {"stack": args.stack, "source_ids": text_ids(loaded, args.source_text, "source")}
 
 
 def check_sweep_memory(spec, lengths: list[int]) -> None:
@@ -110,8 +145,13 @@ def run(args) -> int:
 
         loaded = load_model(args.model_dir, dtype=args.dtype)
         model = loaded.model.float().eval()
+        stack = stack_options(loaded, args)
         ids = None
-        if args.data == "real" or args.text_file or (args.data == "search" and args.search_start == "real"):
+        if stack.get("stack") in ("decoder", "cross") and args.target_text is not None:
+            from ..app.whatif import decoder_input
+
+            ids = decoder_input(loaded, args.target_text)
+        elif args.data == "real" or args.text_file or (args.data == "search" and args.search_start == "real"):
             ids = read_text_ids(loaded, args.text_file)
         elif loaded.tokenizer is not None:
             try:
@@ -120,9 +160,11 @@ def run(args) -> int:
                 ids = None
         # what real windows are read from, named in the label as the panel names it (sweep_label)
         data_name = Path(args.text_file).name if args.text_file else "demo text"
+        if stack.get("stack") in ("decoder", "cross") and args.target_text is not None:
+            data_name = "target"
         options = dict(function=lip.MODEL, data=args.data, model=model, layer=args.layer, head=args.head,
                        masked=args.masked, token_ids=ids, data_name=data_name, search_steps=args.search_steps,
-                       search_start=args.search_start, **common)
+                       search_start=args.search_start, **stack, **common)
     spec = lip.build_sweep_spec(options)
 
     def show(res, _result) -> None:

@@ -83,3 +83,31 @@ def test_a_target_for_a_one_stack_model_is_refused_in_one_line(tmp_path, capsys)
                  "--csv", str(tmp_path / "x.csv")])
     err = capsys.readouterr().err.strip()
     assert code != 0 and "--target-ids" in err and "not an encoder-decoder" in err and "\n" not in err
+
+
+def test_lipschitz_measures_a_cross_attention_layer_of_the_stack_named(t5_dir, tmp_path, capsys):
+    import numpy as np
+
+    from desktop_app.core import lipschitz as lip
+    from desktop_app.core.checkpoints import load_model_folder
+
+    out = tmp_path / "lip.csv"
+    assert main(["lipschitz", str(t5_dir), "--stack", "cross", "--layer", "1", "--source-text", SRC,
+                 "--target-text", "14,8,27,30,2,9,11", "--lengths", "2,4", "--samples", "2", "--csv", str(out)]) == 0
+    res = _last_json(capsys)
+    assert res["label"].startswith("cross L1 real target") and res["rows"] == 4
+    rows = list(csv.DictReader(out.open()))
+    model = load_model_folder(t5_dir).model.float()
+    dec = [0, 14, 8, 27, 30, 2, 9, 11]
+    X = lip.real_inputs(model, dec, 1, 4, 2, lip.window_starts(len(dec), 4, 2), stack="cross", source_ids=_ids(SRC))
+    fmap = lip.layer_map(model, 1, stack="cross", source_ids=_ids(SRC))
+    exact = lip.exact_jacobian_norm(fmap, X).numpy()
+    np.testing.assert_allclose([float(r["lipschitz"]) for r in rows if r["n"] == "4"], exact, rtol=1e-3)
+
+
+@pytest.mark.parametrize("args, message", [([], "choose --stack encoder, decoder or cross"),
+                                           (["--stack", "cross"], "give --source-text")])
+def test_lipschitz_on_an_encoder_decoder_says_what_it_needs(t5_dir, tmp_path, capsys, args, message):
+    code = main(["lipschitz", str(t5_dir), *args, "--lengths", "2", "--csv", str(tmp_path / "x.csv")])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and message in err and "\n" not in err

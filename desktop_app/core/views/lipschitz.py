@@ -18,6 +18,7 @@ class LipschitzViewState:
     function: str = MODEL  # lipschitz.MODEL (a model's layer or head) or lipschitz.SYNTHETIC
     # a model's layer
     layer: int = 0
+    stack: str = ""  # an encoder-decoder's: "encoder", "decoder" or "cross" (lipschitz.measured.STACKS); "": one stack
     head: int | None = None  # None: the whole attention sublayer
     data: str = "real"  # an input source's name (lipschitz.sources_for(MODEL))
     search_start: str = "random"  # the gradient-ascent search starts from random inputs or real windows

@@ -83,7 +83,6 @@ class _Run:
 
 class LipschitzPanel(QWidget):
     title = "Lipschitz"
-    supports_encoder_decoder = False  # not yet (issue 28): its tab shows one line instead (widgets/unsupported.py)
     help_text = (
         "<b>What am I looking at?</b> How smooth self-attention is (Castin, Ablin, Peyré, ICML 2024). "
         "One head: f(X)<sub>i</sub> = V &Sigma;<sub>j</sub> P<sub>ij</sub> x<sub>j</sub>, "
@@ -105,7 +104,18 @@ class LipschitzPanel(QWidget):
         "(x<sub>1</sub> = Ru, x<sub>2..n</sub> = Ru/2, u the extreme real eigenvector of A) like n<sup>1/2</sup>. "
         "The legend gives each run's fitted exponent (least squares on log L vs log n) with its 95% CI; "
         "the grey reference lines are C n<sup>1/4</sup> (short light dashes) and C n<sup>1/2</sup> (long dark "
-        "dashes).")
+        "dashes).<br>"
+        "<b>Encoder-decoders</b> (T5, BART, Marian): <i>Stack</i> picks what is measured. <i>Encoder "
+        "self-attention</i>: a layer of the encoder on windows of the source text. <i>Decoder "
+        "self-attention</i>: a layer of the decoder (causal) on windows of the decoder's input "
+        "([start] + the target, or the chosen text file), the decoder reading the encoder's output on the "
+        "source text. T5's relative position bias is a fixed bias of the scores (no Theorem 3.1 bounds then). "
+        "<i>Cross-attention</i>: X &#8614; &Sigma;<sub>h</sub> W<sub>O,h</sub> softmax(X W<sub>Q,h</sub> "
+        "(Y W<sub>K,h</sub>)<sup>T</sup>/&radic;d<sub>k</sub>) Y W<sub>V,h</sub>, a function of the decoder's "
+        "input X (n decoder positions) with the encoder's output Y on the current source text held fixed: "
+        "the Jacobian in X only, each position's row reading its own query, so no mask and no Theorem 3.1 "
+        "(it is a self-attention theorem); the adversarial construction does not apply either (real data "
+        "or the search).")
 
     def __init__(self, state, parent=None) -> None:
         super().__init__(parent)
@@ -126,6 +136,12 @@ class LipschitzPanel(QWidget):
         self.source = QComboBox()
         self.source.addItems(["Model layer", "Synthetic head"])
         self.layer = QSpinBox()
+        self.stack = QComboBox()  # an encoder-decoder's: which stack's attention (hidden for other models)
+        for key, label in (("encoder", "Encoder self-attention"), ("decoder", "Decoder self-attention (causal)"),
+                           ("cross", "Cross-attention (encoder output fixed)")):
+            self.stack.addItem(label, key)
+        self.stack.setToolTip("Cross-attention is measured as a function of the decoder's input, with the "
+                              "encoder's output on the source text held fixed")
         self.head = QComboBox()
         self.masked = QCheckBox("masked (causal)")
         # the input sources are the core's registry, in its order (the CLI's --data choices too)
@@ -175,7 +191,7 @@ class LipschitzPanel(QWidget):
 
         self.form = form = QFormLayout()
         form.addRow("Function", self.source)
-        self.model_rows = [("Layer", self.layer), ("Head", self.head), ("Data", self.data),
+        self.model_rows = [("Stack", self.stack), ("Layer", self.layer), ("Head", self.head), ("Data", self.data),
                            ("Search start", self.search_start), ("Text", self.text_button)]
         self.synthetic_rows = [("d", self.d), ("||A||\u2082", self.norm_A), ("||V||\u2082", self.norm_V),
                                ("Matrices", self.matrices_button), ("Attention", self.attention),
@@ -232,6 +248,7 @@ class LipschitzPanel(QWidget):
 
         self.source.currentIndexChanged.connect(self._update_visibility)
         self.data.currentIndexChanged.connect(self._update_visibility)
+        self.stack.currentIndexChanged.connect(self._stack_chosen)
         self.run_button.clicked.connect(self.run)
         self.cancel_button.clicked.connect(self.cancel)
         self.clear_button.clicked.connect(self.clear_runs)
@@ -269,6 +286,9 @@ class LipschitzPanel(QWidget):
             self.head.addItems([f"head {h}" for h in range(cfg.n_heads)])
             self.masked.setChecked(cfg.causal)  # a decoder's causal mask; none for BERT or a ViT
             self.source.setCurrentIndex(0)
+            if cfg.is_encoder_decoder:
+                self.stack.setCurrentIndex(0)
+                self._stack_chosen()
         self._fit_sources_to_model(loaded, reset=True)
         self._update_visibility()
         if loaded is not None and self._restore_on_model is not None:
@@ -309,11 +329,32 @@ class LipschitzPanel(QWidget):
         if reset or self._source_problem(self._model_source().name, cfg):
             self.data.setCurrentIndex(names.index("image" if images else "real"))
 
+    def _stack(self) -> str | None:
+        """The encoder-decoder's stack chosen (None for a one-stack model)."""
+        loaded = self.state.loaded
+        if loaded is None or not loaded.config.is_encoder_decoder:
+            return None
+        return self.stack.currentData()
+
+    def _stack_chosen(self, *_) -> None:
+        """The layer box within the stack's layers; the decoder's mask on, cross-attention none."""
+        stack, loaded = self._stack(), self.state.loaded
+        if stack is None:
+            return
+        cfg = loaded.config
+        self.layer.setRange(0, (cfg.n_layers if stack == "encoder" else cfg.n_decoder_layers) - 1)
+        self.masked.setChecked(stack == "decoder")
+        self.masked.setEnabled(stack != "cross")
+        self.masked.setToolTip("cross-attention has no mask: every decoder position reads the whole source"
+                               if stack == "cross" else "")
+
     def _update_visibility(self) -> None:
         synthetic = self.source.currentIndex() == 1
         form = self.form
         for _label, w in self.model_rows:
             form.setRowVisible(w, not synthetic)
+        if not synthetic:
+            form.setRowVisible(self.stack, self._stack() is not None)
         for _label, w in self.synthetic_rows:
             form.setRowVisible(w, synthetic)
         if not synthetic:
@@ -329,6 +370,7 @@ class LipschitzPanel(QWidget):
         head = self.head.currentIndex() - 1
         return LipschitzViewState(
             function=lip.SYNTHETIC if self.source.currentIndex() == 1 else lip.MODEL, layer=self.layer.value(),
+            stack=self._stack() or "",
             head=None if head < 0 else head, data=self._model_source().name,
             search_start=self.search_start.currentText(), text_file=self._text_file or "", d=self.d.value(),
             norm_A=self.norm_A.value(), norm_V=self.norm_V.value(), matrices_file=self._matrices_file or "",
@@ -352,6 +394,8 @@ class LipschitzPanel(QWidget):
                 combo.setCurrentIndex(names.index(name))
 
         self.source.setCurrentIndex(1 if state.function == lip.SYNTHETIC else 0)
+        if state.stack and self._stack() is not None and self.stack.findData(state.stack) >= 0:
+            self.stack.setCurrentIndex(self.stack.findData(state.stack))
         self.layer.setValue(state.layer)  # clamped to the open model's layers
         self.head.setCurrentIndex(0 if state.head is None or state.head + 1 >= self.head.count() else state.head + 1)
         pick(self.data, [s.name for s in self.model_sources], state.data)
@@ -415,6 +459,8 @@ class LipschitzPanel(QWidget):
         from ...core import inputs
 
         loaded = self.state.loaded
+        if self._stack() in ("decoder", "cross") and not self._text_file:
+            return list(self.state.decoder_ids) or None  # the decoder's windows: [start] + the target
         if loaded is None or loaded.tokenizer is None:
             return list(self.state.token_ids) or None
         if self._text_file:
@@ -472,8 +518,9 @@ class LipschitzPanel(QWidget):
             notes.append(f"skipped n = {_list(over)}: longer than the model's context length {limit}")
         lengths = [n for n in lengths if n not in over]
         fits = [n for n in lengths if ids and n <= len(ids)]
-        where = Path(self._text_file).name if self._text_file else "the text"
-        if len(fits) < min(2, len(lengths)) and not self._text_file:
+        decoder = self._stack() in ("decoder", "cross")  # windows of the decoder's input: [start] + the target
+        where = Path(self._text_file).name if self._text_file else ("the target" if decoder else "the text")
+        if len(fits) < min(2, len(lengths)) and not self._text_file and not decoder:
             demo = self._demo_ids()
             if demo and len([n for n in lengths if n <= len(demo)]) > len(fits):
                 told = f"the current text has {len(ids)} tokens" if ids else "there is no current text"
@@ -484,6 +531,7 @@ class LipschitzPanel(QWidget):
         short = [n for n in lengths if n not in fits]
         if short and ids:
             longer = "choose a longer text with the Text button" if loaded.tokenizer else "type more token ids"
+            longer = f"type a longer target in the Model panel, or {longer}" if decoder else longer
             notes.append(f"skipped n = {_list(short)}: {where} has {len(ids)} tokens ({longer})")
         if not fits:
             if not ids:
@@ -497,7 +545,8 @@ class LipschitzPanel(QWidget):
         if windows < samples:
             notes.append(f"Samples K = {samples} reduced to {windows}" + (f" at n = {fits[-1]}" if data == "search"
                          else "") + f": {where} has only {windows} distinct windows of n = {fits[-1]} tokens")
-        name = {"the text": _first_words(self.state.text), "the demo text": "demo text"}.get(where, where)
+        name = {"the text": _first_words(self.state.text), "the demo text": "demo text",
+                "the target": "target " + _first_words(self.state.target)}.get(where, where)
         return fits, ids, notes, name
 
     def spec(self) -> lip.SweepSpec:
@@ -536,6 +585,11 @@ class LipschitzPanel(QWidget):
         common["lengths"], ids, self.notes, data_name = self._plan(data, sorted(set(lengths)), ids,
                                                                     self.samples.value())
         head = self.head.currentIndex() - 1
+        stack = self._stack()
+        if stack is not None:  # an encoder-decoder: the stack, and the source its decoder reads
+            common["stack"], common["source_ids"] = stack, list(self.state.token_ids) or None
+            if stack == "cross":
+                common["masked"] = False
         # the seed control belongs to the synthetic head's rows (hidden here): a model's sweep uses the default
         return lip.build_sweep_spec(dict(
             function=lip.MODEL, data=data, model=loaded.model, layer=self.layer.value(),

@@ -152,6 +152,9 @@ def test_a_translate_run_draws_exact_match_and_cross_attention_live_and_opens_ev
     qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not panel.running, timeout=60_000)
     assert panel.events[-1]["event"] == "stopped"
+    last_eval = [e for e in panel.events if e["event"] == "eval"][-1]
+    assert f"exact match {100 * last_eval['val_exact_match']:.1f}% (evaluation at step {last_eval['step']})" in \
+        panel.status_label.text()
     # the saved folder is the usual result: "Use this model" opens it in every panel
     with qtbot.waitSignal(state.model_changed, timeout=60_000):
         qtbot.mouseClick(panel.use_button, Qt.MouseButton.LeftButton)

@@ -76,8 +76,10 @@ def end_of_run_line(ev: dict, events: list[dict]) -> str:
     elif ev.get("train_loss") is not None:
         parts.append(f"training loss {ev['train_loss']:.4f} (from the run's history)")
     if last_eval is not None:
+        exact = last_eval.get("val_exact_match")  # an encoder-decoder's: whole held-out targets written right
         parts.append(f"validation loss {last_eval['val_loss']:.4f}, accuracy {_percent(last_eval['val_accuracy'])}"
-                     f" (evaluation at step {last_eval['step']})")
+                     + (f", exact match {_percent(exact)}" if exact is not None else "")
+                     + f" (evaluation at step {last_eval['step']})")
     elif ev.get("val_accuracy") is not None:
         loss = f"validation loss {ev['val_loss']:.4f}, " if ev.get("val_loss") is not None else "validation "
         parts.append(f"{loss}accuracy {_percent(ev['val_accuracy'])} (last evaluation, from the run's history)")

@@ -7,6 +7,7 @@ controller (training_run.py). `checked` is emitted after each change has been ch
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -181,6 +182,8 @@ class TrainingForm(QWidget):
         super().__init__(parent)
         self._filled_from: Path | None = None  # the run whose saved settings the form shows (resume)
         self._task_check: tuple | None = None  # (key, message): the text file's check, cached
+        self._counts: dict[str, int] = {}  # a model config's parameter count (built on the meta device: ~0.1 s)
+        self._quiet = False  # several boxes change at once (a family's switches): checked once, after them
         defaults = TrainConfig()  # the settings the form has no box for: kept from the last config shown
         self._unboxed = {"momentum": defaults.momentum, "log_every": defaults.log_every, "betas": defaults.betas}
         self._build()
@@ -418,9 +421,13 @@ class TrainingForm(QWidget):
         preset = REGISTRY[family].preset()  # the family's own switches, with the builder's (BUILDER_SWITCHES)
         switches = {"norm_placement": preset.norm_placement, "norm": preset.norm, "activation": preset.activation,
                     "positions": preset.positions, **BUILDER_SWITCHES.get(family, {})}
-        for w, key in ((self.norm_placement, "norm_placement"), (self.norm, "norm"),
-                       (self.activation, "activation"), (self.positions, "positions")):
-            w.setCurrentText(switches[key])
+        self._quiet = True  # each box's change would check the whole form: once, below
+        try:
+            for w, key in ((self.norm_placement, "norm_placement"), (self.norm, "norm"),
+                           (self.activation, "activation"), (self.positions, "positions")):
+                w.setCurrentText(switches[key])
+        finally:
+            self._quiet = False
         seq2seq = self.encoder_decoder()
         self.layers_label.setText("Encoder layers" if seq2seq else "Layers")
         self.model_form.setRowVisible(self.decoder_layers, seq2seq)
@@ -621,9 +628,19 @@ class TrainingForm(QWidget):
         """What stops a run from starting with these settings (shown beside the settings, Start disabled)."""
         return [label.toolTip() for label in (self.model_error, self.task_error, self.out_error) if label.toolTip()]
 
+    def _parameters(self, model_cfg) -> int:
+        """parameter_count(model_cfg), remembered: the form counts on every change, and an encoder-decoder
+        built on the meta device takes a good part of a second (typing into a combo box must keep up)."""
+        key = json.dumps(model_cfg.to_dict(), sort_keys=True, default=str)
+        if key not in self._counts:
+            if len(self._counts) > 256:
+                self._counts.clear()
+            self._counts[key] = parameter_count(model_cfg)
+        return self._counts[key]
+
     def _update_param_count(self) -> None:
         """The parameter count and the checks of every settings group (they share the config)."""
-        if not hasattr(self, "out_error"):  # still building the form: checked once it is complete
+        if not hasattr(self, "out_error") or self._quiet:  # still building the form: checked once it is complete
             return
         model_error = task_error = ""
         try:  # the settings' own ranges (TrainConfig.problem, as a --config file meets them), then the task's
@@ -659,7 +676,7 @@ class TrainingForm(QWidget):
                     self.param_label.setStyleSheet("")
                     return ""
                 mcfg = model_config_for(cfg, stand_in)
-                self.param_label.setText(f"{parameter_count(mcfg):,}")
+                self.param_label.setText(f"{self._parameters(mcfg):,}")
                 self.param_label.setStyleSheet("font-weight: bold")
                 self.param_label.setToolTip("")
                 return ""
@@ -670,7 +687,7 @@ class TrainingForm(QWidget):
                     self.param_label.setText("—")
                     self.param_label.setStyleSheet("")
                     return ""
-                self.param_label.setText(f"{parameter_count(mcfg):,}")
+                self.param_label.setText(f"{self._parameters(mcfg):,}")
                 self.param_label.setStyleSheet("font-weight: bold")
                 self.param_label.setToolTip("")
                 return ""
@@ -681,7 +698,7 @@ class TrainingForm(QWidget):
             mcfg = model_config_for(cfg, vocab_size=vocab)
             if seq > mcfg.context_length:
                 mcfg = mcfg.replace(context_length=seq)
-            self.param_label.setText(f"{parameter_count(mcfg):,}{note}")
+            self.param_label.setText(f"{self._parameters(mcfg):,}{note}")
             self.param_label.setStyleSheet("font-weight: bold")
             self.param_label.setToolTip("")
             return ""

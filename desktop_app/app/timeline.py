@@ -355,7 +355,8 @@ def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, 
 
 def run_of(path: str | Path | None) -> tuple[Path, int | None] | None:
     """(run folder, step) when `path` is a training run folder (step None: its own checkpoint's) or a kept
-    step's folder inside one (RUN/checkpoints/step-NNNNNN: that step); None for any other folder. Only
+    step's folder inside one (RUN/checkpoints/step-NNNNNN: that step); (its repository folder, None) for a
+    Hugging Face cache snapshot (timeline_of then looks for step revisions); None for any other folder. Only
     names and one file's presence are looked at (cheap enough for the UI thread)."""
     if path is None:
         return None

@@ -4,9 +4,12 @@ and command line are what runs; a run draws its held-out exact match and the cro
 sentence live, and its folder opens in every panel."""
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog, QToolButton
 
 from desktop_app.app.training import families_for_task
 from desktop_app.cli import build_parser
@@ -111,7 +114,8 @@ def panel(qtbot, monkeypatch):
         qtbot.waitUntil(lambda: not panel.running, timeout=60_000)
 
 
-def test_a_translate_run_draws_exact_match_and_cross_attention_live_and_opens_everywhere(qtbot, tmp_path, panel):
+def test_a_translate_run_draws_exact_match_and_cross_attention_live_and_opens_everywhere(qtbot, tmp_path, panel,
+                                                                                          monkeypatch):
     state = panel.state
     _choose(qtbot, panel.task, "translate")
     for box, value in ((panel.layers, 1), (panel.decoder_layers, 1), (panel.heads, 2), (panel.d_model, 32),
@@ -155,6 +159,14 @@ def test_a_translate_run_draws_exact_match_and_cross_attention_live_and_opens_ev
     last_eval = [e for e in panel.events if e["event"] == "eval"][-1]
     assert f"exact match {100 * last_eval['val_exact_match']:.1f}% (evaluation at step {last_eval['step']})" in \
         panel.status_label.text()
+    # the export bar's numbers carry the exact match of each evaluation
+    target = tmp_path / "metrics.csv"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(target), "")))
+    button = next(b for b in panel.export_bar.findChildren(QToolButton) if b.text() == "Data")
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    rows = list(csv.DictReader(target.read_text(encoding="utf-8").splitlines()))
+    evals = [e for e in panel.events if e["event"] == "eval"]
+    assert [float(r["val_exact_match"]) for r in rows if r["val_exact_match"]] == [e["val_exact_match"] for e in evals]
     # the saved folder is the usual result: "Use this model" opens it in every panel
     with qtbot.waitSignal(state.model_changed, timeout=60_000):
         qtbot.mouseClick(panel.use_button, Qt.MouseButton.LeftButton)

@@ -234,3 +234,15 @@ def test_a_resumed_seq2seq_run_equals_the_straight_one(tmp_path, family):
         assert resumed[key] == summary[key], key
     a, b = (load_model_folder(tmp_path / d).model.state_dict() for d in ("straight", "split"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_decoder_layers_are_an_encoder_decoders_only():
+    """--decoder-layers (model.n_decoder_layers) sizes an encoder-decoder's decoder; given for a family with one
+    stack it is refused in one line instead of being dropped silently."""
+    from desktop_app.core.training.trainer import TrainConfig, model_config_for
+
+    cfg = model_config_for(TrainConfig(task="sort", family="marian", model={"n_layers": 3, "n_decoder_layers": 1}))
+    assert (cfg.n_layers, cfg.n_decoder_layers) == (3, 1)
+    with pytest.raises(ValueError, match=r"^decoder layers .* the gpt2 family has one stack") as exc:
+        model_config_for(TrainConfig(task="sort", family="gpt2", model={"n_layers": 2, "n_decoder_layers": 2}))
+    assert "\n" not in str(exc.value)

@@ -256,7 +256,11 @@ def model_config_for(cfg: TrainConfig, task: Task | None = None, vocab_size: int
     over.setdefault("lm_head", True)
     if over.get("norm_placement") == "pre":
         over.setdefault("final_norm", True)  # a pre-LN stack ends unnormalised without it (as GPT-2's ln_f)
-    return preset(**over)
+    model_cfg = preset(**over)
+    if "n_decoder_layers" in over and not model_cfg.is_encoder_decoder:  # else silently a one-stack model
+        raise ValueError(f"decoder layers (model.n_decoder_layers, --decoder-layers) are an encoder-decoder's; the "
+                         f"{cfg.family} family has one stack of --layers blocks")
+    return model_cfg
 
 
 def task_options_for(cfg: TrainConfig) -> dict[str, Any]:

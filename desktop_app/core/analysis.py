@@ -130,10 +130,23 @@ def depth_labels(n_layers: int) -> list[str]:
     return ["embed"] + [f"L{l}" for l in range(n_layers)]
 
 
-def residual_stream(trace: Trace, batch: int = 0) -> np.ndarray:
-    """[L + 1, T, d]: the embedding output then every block's output (raw, before any final norm)."""
-    hs = [_need(trace, "embed", "the residual stream")]
-    hs += [_need(trace, f"blocks.{l}.resid_post", "the residual stream") for l in range(trace.n_layers)]
+def residual_depths(trace: Trace, stages: bool = False) -> list[tuple[str, str]]:
+    """(trace name, label) of each depth of the residual stream: the embedding, then each block's output.
+    With `stages` and a trace of an encoder-decoder's decoder (its blocks have resid_cross, seen through
+    app.tracing.attention_view), each block is three depths: after its self-attention ("L0 self",
+    resid_mid), after its cross-attention ("L0 cross", resid_cross) and after its MLP ("L0")."""
+    out = [("embed", "embed")]
+    for l in range(trace.n_layers):
+        if stages and f"blocks.{l}.resid_cross" in trace:
+            out += [(f"blocks.{l}.resid_mid", f"L{l} self"), (f"blocks.{l}.resid_cross", f"L{l} cross")]
+        out.append((f"blocks.{l}.resid_post", f"L{l}"))
+    return out
+
+
+def residual_stream(trace: Trace, batch: int = 0, stages: bool = False) -> np.ndarray:
+    """[D, T, d]: the embedding output then every block's output (raw, before any final norm), D = L + 1;
+    with `stages`, residual_depths' (a decoder's cross-attention as its own stage)."""
+    hs = [_need(trace, name, "the residual stream") for name, _ in residual_depths(trace, stages)]
     return np.stack([_seq(h, batch) for h in hs])
 
 
@@ -217,12 +230,13 @@ class PCAResult:
     mean: np.ndarray  # [d]
 
 
-def pca_over_depth(trace: Trace, batch: int = 0, n_components: int = 2) -> PCAResult:
-    """PCA fitted on the token vectors of all depths pooled, so every depth is drawn in the same axes.
+def pca_over_depth(trace: Trace, batch: int = 0, n_components: int = 2, stages: bool = False) -> PCAResult:
+    """PCA fitted on the token vectors of all depths pooled, so every depth is drawn in the same axes
+    (residual_depths' depths).
 
     Each axis's sign is fixed so that its largest-magnitude loading is positive (deterministic output).
     """
-    x = residual_stream(trace, batch).astype(np.float64)  # [D, T, d]
+    x = residual_stream(trace, batch, stages).astype(np.float64)  # [D, T, d]
     depth, t, d = x.shape
     flat = x.reshape(depth * t, d)
     mean = flat.mean(axis=0)

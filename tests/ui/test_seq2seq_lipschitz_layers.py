@@ -72,3 +72,37 @@ def test_the_decoder_stack_reads_windows_of_the_target_and_says_when_it_is_short
     _run(qtbot, panel)
     assert panel.table.rowCount() == 2
     assert "skipped n = 16" in panel.status.text() and "target" in panel.status.text()
+
+
+def test_the_layers_panel_shows_either_stack_with_the_decoders_cross_attention_as_a_stage(qtbot, window):
+    win, state = window
+    panel = click_panel_tab(qtbot, win, "Layers")
+    qtbot.waitUntil(panel.isVisible, timeout=10_000)
+    assert panel.isEnabled() and panel.stack.isVisible() and panel.stack.currentData() == "decoder"
+    qtbot.waitUntil(lambda: panel.data is not None and len(panel.labels) == len(state.decoder_ids), timeout=30_000)
+    res = panel.data.result
+    assert res.depth_labels == ["embed", "L0 self", "L0 cross", "L0", "L1 self", "L1 cross", "L1"]
+    trace = state.trace
+    want = [trace["decoder.embed"]] + [trace[f"decoder.blocks.{l}.{n}"] for l in range(2)
+                                       for n in ("resid_mid", "resid_cross", "resid_post")]
+    np.testing.assert_allclose(res.resid_norms, np.stack([w[0].double().norm(dim=-1).numpy() for w in want]), rtol=1e-5)
+    assert panel.labels == state.token_strings(state.decoder_ids)
+    # components: each self-attention head, each cross-attention head, the MLP
+    panel.show_view("component-norms")
+    assert panel.component_map.col_labels == ["head 0", "head 1", "cross 0", "cross 1", "MLP"]
+    cross = trace["decoder.blocks.1.cross_attn.head_out"][0, 1].double().norm(dim=-1).mean().item()
+    assert panel.component_map.values[1, 3] == pytest.approx(cross, rel=1e-5)
+    # the logit lens is the decoder's: its last layer's top token is the model's own prediction
+    lens = panel.lens_view.lens
+    assert lens.tokens == panel.labels and lens.ids.shape == (2, len(state.decoder_ids))
+    np.testing.assert_array_equal(lens.ids[-1], trace["logits"][0].argmax(-1).numpy())
+
+    # the encoder: the source's tokens, one depth per block, no logit lens (said in the status)
+    _pick(qtbot, panel.stack, "Encoder")
+    qtbot.waitUntil(lambda: panel.data is not None and panel.data.result.depth_labels == ["embed", "L0", "L1"]
+                    and len(panel.labels) == len(state.token_ids), timeout=30_000)
+    enc = [trace["encoder.embed"]] + [trace[f"encoder.blocks.{l}.resid_post"] for l in range(2)]
+    np.testing.assert_allclose(panel.data.result.resid_norms,
+                               np.stack([w[0].double().norm(dim=-1).numpy() for w in enc]), rtol=1e-5)
+    assert "no logit lens" in panel.status.text() and "Decoder stack" in panel.status.text()
+    assert panel.view_state.stack == "encoder"

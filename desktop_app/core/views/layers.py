@@ -18,8 +18,9 @@ CONTROLS = ("depth",)
 @dataclass
 class LayersViewState:
     view: str = "residual-norms"
-    depth: int = 0  # residual depth: 0 = embedding, l + 1 = after block l
+    depth: int = 0  # residual depth: 0 = embedding, l + 1 = after block l (a decoder's: analysis.residual_depths)
     selected_token: int | None = None
+    stack: str = "decoder"  # an encoder-decoder's stack shown: "encoder" or "decoder"
 
 
 @dataclass
@@ -35,33 +36,51 @@ class LayersResult:
     pca: analysis.PCAResult
     cosine: np.ndarray  # [D, T, T]
     mean_cosine: np.ndarray  # [D]
+    cross_norms: np.ndarray | None = None  # [L, H, T]: an encoder-decoder decoder's cross-attention heads
 
 
-def compute_layers(trace, model=None, tokenizer=None, job=None) -> LayersResult:
-    """Every number the layers panel shows (worker thread; `job` lets a newer trace cancel it)."""
+ENCODER_LENS = ("the encoder's stream is not read by the language-model head (the decoder's is): "
+                "choose the Decoder stack for the logit lens")
+
+
+def compute_layers(trace, model=None, tokenizer=None, job=None, stack: str | None = None) -> LayersResult:
+    """Every number the layers panel shows (worker thread; `job` lets a newer trace cancel it). An
+    encoder-decoder's: `trace` is one stack's view (app.tracing.attention_view) and `stack` names it,
+    "encoder" (no logit lens) or "decoder" (its cross-attention a stage of its own, its cross-attention
+    heads' norms among the components)."""
     check = job.check if job is not None else (lambda: None)
     n_layers = trace.n_layers
-    x = analysis.residual_stream(trace).astype(np.float64)
+    stages = stack == "decoder"
+    depths = analysis.residual_depths(trace, stages)
+    x = analysis.residual_stream(trace, stages=stages).astype(np.float64)
     check()
     cos = np.stack([analysis.cosine_matrix(h) for h in x]).astype(np.float32)
     check()
     head = _head_norms(trace, n_layers)
     mlp = analysis.mlp_output_norms(trace) if "blocks.0.mlp.out" in trace else None
+    cross = None
+    if stages and "blocks.0.cross_attn.head_out" in trace:
+        cross = np.stack([trace[f"blocks.{l}.cross_attn.head_out"][0].double().norm(dim=-1).numpy()
+                          for l in range(n_layers)])
     ids = probs = strings = None
     problem = ""
     check()
     try:
+        if stack == "encoder":
+            raise ValueError(ENCODER_LENS)
         lens = analysis.logit_lens(trace, model)
         ids, probs = lens.top_ids, lens.top_probs
         if tokenizer is not None:
+            if stack == "decoder" and getattr(tokenizer, "target", None) is not None:
+                tokenizer = tokenizer.target  # Marian: the decoder writes target-side tokens
             strings = [tokenizer.token_strings(row.tolist()) for row in ids]
         else:
             strings = [[str(i) for i in row] for row in ids]
     except ValueError as exc:
         problem = str(exc)
-    return LayersResult(analysis.depth_labels(n_layers), np.linalg.norm(x, axis=-1), head, mlp, ids, probs, strings,
-                        problem, analysis.pca_over_depth(trace), cos,
-                        np.array([analysis.mean_off_diagonal(c) for c in cos.astype(np.float64)]))
+    return LayersResult([label for _, label in depths], np.linalg.norm(x, axis=-1), head, mlp, ids, probs, strings,
+                        problem, analysis.pca_over_depth(trace, stages=stages), cos,
+                        np.array([analysis.mean_off_diagonal(c) for c in cos.astype(np.float64)]), cross)
 
 
 def _head_norms(trace, n_layers: int) -> np.ndarray | None:
@@ -122,11 +141,15 @@ def compute_residual_norms(data: LayersData, state: LayersViewState) -> HeatmapR
 
 def compute_component_norms(data: LayersData, state: LayersViewState) -> HeatmapResult:
     res = data.result
-    layer_names = [f"L{l}" for l in range(data.n_depths - 1)]
+    layer_names = [label for label in res.depth_labels[1:] if " " not in label]  # L0, L1 ... (not a decoder's stages)
     if res.head_norms is not None and res.mlp_norms is not None:
         n_heads = res.head_norms.shape[1]
-        comp = np.concatenate([res.head_norms.mean(-1), res.mlp_norms.mean(-1)[:, None]], axis=1)
-        return HeatmapResult(comp, layer_names, [f"head {h}" for h in range(n_heads)] + ["MLP"],
+        parts, names = [res.head_norms.mean(-1)], [f"head {h}" for h in range(n_heads)]
+        if res.cross_norms is not None:  # an encoder-decoder's decoder: its cross-attention heads too
+            parts.append(res.cross_norms.mean(-1))
+            names += [f"cross {h}" for h in range(n_heads)]
+        comp = np.concatenate(parts + [res.mlp_norms.mean(-1)[:, None]], axis=1)
+        return HeatmapResult(comp, layer_names, names + ["MLP"],
                              title="Output norm of each component (mean over tokens)")
     if res.mlp_norms is not None:  # e.g. a generation step: heads' outputs are not recorded there
         return HeatmapResult(res.mlp_norms.mean(-1)[:, None], layer_names, ["MLP"],

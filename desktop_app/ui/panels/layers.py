@@ -13,7 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QSlider, QSplitter, QTableView, QVBoxLayout,
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QSlider, QSplitter, QTableView, QVBoxLayout,
                                QWidget)
 
 from ...core import analysis
@@ -294,7 +294,6 @@ class CosineView(QWidget):
 
 class LayersPanel(ViewTablePanel):
     title = "Layers"
-    supports_encoder_decoder = False  # not yet (issue 28): its tab shows one line instead (widgets/unsupported.py)
     help_text = (
         "<b>What am I looking at?</b> The residual stream x<sub>t</sub><sup>(l)</sup>: token t's vector after the "
         "embedding (depth 0) and after each block l. <b>Residual norms</b>: ||x<sub>t</sub><sup>(l)</sup>||. "
@@ -303,7 +302,12 @@ class LayersPanel(ViewTablePanel):
         "read after every layer (final norm + unembedding): the top token and its probability. "
         "<b>PCA</b>: the 2 principal axes of all depths' vectors pooled, so depths are comparable; lines are "
         "each token's path. <b>Cosine</b>: C<sub>ij</sub> = &lt;x<sub>i</sub>, x<sub>j</sub>&gt;/(|x<sub>i</sub>||x<sub>j</sub>|); "
-        "its mean over i &ne; j rising with depth shows tokens clustering (Geshkovski et al. 2023).")
+        "its mean over i &ne; j rising with depth shows tokens clustering (Geshkovski et al. 2023).<br>"
+        "<b>Encoder-decoders</b> (T5, BART, Marian): <i>Stack</i> picks the encoder's stream (the source's "
+        "tokens) or the decoder's ([start] + the target's tokens). Each decoder block has three depths: after "
+        "its self-attention (L<i>l</i> self), after its cross-attention, which reads the encoder's output "
+        "(L<i>l</i> cross), and after its MLP (L<i>l</i>); its components include each cross-attention head "
+        "(cross <i>h</i>). The logit lens is the decoder's (the encoder's stream is not read by the head).")
 
     VIEW_TABLE = layers_views.VIEWS  # the views as data (core.views.layers)
     VIEW_STATE = LayersViewState
@@ -317,18 +321,30 @@ class LayersPanel(ViewTablePanel):
         self.depth_slider.setRange(0, 0)
         self.depth_slider.setMinimumWidth(160)
         self.depth_label = QLabel("depth: -")
+        self.stack = QComboBox()  # an encoder-decoder's stack (hidden for other models)
+        self.stack.addItem("Encoder", "encoder")
+        self.stack.addItem("Decoder", "decoder")
+        self.stack.setToolTip("Which stack's residual stream: the encoder's (source) or the decoder's "
+                              "([start] + target, with its cross-attention as a stage of its own)")
+        self.stack_label = QLabel("Stack")
         self.lens_view = LogitLensView()
         self.pca_view = PCAView()
         self.cosine_view = CosineView()
         self._build_views({"logit-lens": self.lens_view, "pca": self.pca_view, "cosine": self.cosine_view})
         self.resid_map, self.component_map = self.widgets["residual-norms"], self.widgets["component-norms"]
         controls = QHBoxLayout()
+        controls.addWidget(self.stack_label)
+        controls.addWidget(self.stack)
         controls.addWidget(QLabel("Depth"))
         controls.addWidget(self.depth_slider)
         controls.addWidget(self.depth_label)
         self._lay_out(controls)
 
         self.depth_slider.valueChanged.connect(self.set_depth)
+        self.stack.setCurrentIndex(self.stack.findData(self.view_state.stack))
+        self.stack.currentIndexChanged.connect(self._stack_chosen)
+        self._show_stack_choice()
+        state.model_changed.connect(lambda _loaded: self._show_stack_choice())
         self.tabs.currentChanged.connect(lambda i: setattr(self.view_state, "view", self.VIEWS[i]))
         self.tokens.token_selected.connect(self.select_token)
         self.cosine_view.heatmap.cell_clicked.connect(lambda r, _c: self.select_token(r))
@@ -336,7 +352,29 @@ class LayersPanel(ViewTablePanel):
         self._follow_trace()
 
     # -- view state ------------------------------------------------------------------------
+    def _seq2seq(self) -> bool:
+        loaded = getattr(self.state, "loaded", None)
+        return loaded is not None and loaded.config.is_encoder_decoder
+
+    def _show_stack_choice(self) -> None:
+        for w in (self.stack_label, self.stack):
+            w.setVisible(self._seq2seq())
+
+    def _stack_chosen(self, *_) -> None:
+        stack = self.stack.currentData()
+        if stack == self.view_state.stack:
+            return
+        self.view_state.stack = stack
+        self.view_state.selected_token = None  # another sequence
+        self._on_trace_changed(getattr(self.state, "trace", None))
+
     def _show_view_state(self) -> None:
+        if self.stack.findData(self.view_state.stack) >= 0 and self.stack.currentData() != self.view_state.stack:
+            self.stack.blockSignals(True)
+            self.stack.setCurrentIndex(self.stack.findData(self.view_state.stack))
+            self.stack.blockSignals(False)
+            self._on_trace_changed(getattr(self.state, "trace", None))
+            return
         if self.data is not None:
             self.view_state.depth = min(self.view_state.depth, self.data.n_depths - 1)
             if self.view_state.selected_token is not None and self.view_state.selected_token >= len(self.labels):
@@ -357,6 +395,15 @@ class LayersPanel(ViewTablePanel):
 
     # -- data ------------------------------------------------------------------------------
     def set_trace(self, trace, token_ids: list[int] | None = None, sync: bool = False) -> None:
+        stack = None
+        if trace is not None and self._seq2seq() and "encoder.embed" in trace:
+            # an encoder-decoder's trace: the chosen stack's stream (app.tracing.attention_view) and tokens
+            from ...app.tracing import attention_view
+
+            stack = self.stack.currentData()
+            trace = attention_view(trace, stack)
+            token_ids = list(self.state.token_ids if stack == "encoder" else self.state.decoder_ids)
+        self._stack_shown = stack
         generation = self._new_trace(trace)
         if trace is None or trace.n_layers == 0 or "embed" not in trace:
             self._clear(self.state.no_trace_message() if trace is None else "This trace has no residual stream.")
@@ -371,7 +418,7 @@ class LayersPanel(ViewTablePanel):
         tokenizer = loaded.tokenizer if loaded is not None else None
 
         def work(job=None):
-            return generation, compute_layers(trace, model, tokenizer, job)
+            return generation, compute_layers(trace, model, tokenizer, job, stack)
 
         self._run_trace_job(work, self._on_result, "layer analysis", sync)
 
@@ -390,6 +437,8 @@ class LayersPanel(ViewTablePanel):
         if not self._is_current(generation):
             return
         causal = self.state.loaded.config.causal if getattr(self.state, "loaded", None) else True
+        if getattr(self, "_stack_shown", None) is not None:
+            causal = self._stack_shown == "decoder"  # the lens's "next" column: the decoder's next token
         self.data = LayersData(res, self.labels, causal)
         depth = self.data.n_depths
         t = res.resid_norms.shape[1]

@@ -234,7 +234,7 @@ def test_workspace_restores_the_attention_and_layers_view_states(qtbot, model_di
     save_workspace(path, w1.capture_workspace())
     saved = json.loads(path.read_text(encoding="utf-8"))["views"]
     assert saved["Attention"] == {"view": "attention", "layer": 1, "head": 1, "statistic": "mean_distance",
-                                  "selected_token": 4}
+                                  "selected_token": 4, "kind": "encoder"}  # (kind: an encoder-decoder's, issue 28)
     assert saved["Layers"] == {"view": "pca", "depth": 1, "selected_token": 2}
 
     w2 = MainWindow(AppState(), panels=INSPECT_PANELS)

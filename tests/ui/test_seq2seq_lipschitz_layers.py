@@ -39,7 +39,7 @@ def test_the_lipschitz_panel_measures_the_stack_chosen(qtbot, window, stack):
     panel = click_panel_tab(qtbot, win, "Lipschitz")
     qtbot.waitUntil(panel.isVisible, timeout=10_000)
     assert panel.isEnabled() and panel.stack.isVisible()
-    label = {"cross": "Cross-attention (encoder output fixed)", "encoder": "Encoder self-attention"}[stack]
+    label = {"cross": "Cross-attention", "encoder": "Encoder self-attention"}[stack]
     _pick(qtbot, panel.stack, label)
     assert panel.masked.isChecked() is False and panel.masked.isEnabled() == (stack != "cross")
     type_into(qtbot, panel.layer, "1")
@@ -64,7 +64,7 @@ def test_the_lipschitz_panel_measures_the_stack_chosen(qtbot, window, stack):
 def test_the_decoder_stack_reads_windows_of_the_target_and_says_when_it_is_short(qtbot, window):
     win, state = window
     panel = click_panel_tab(qtbot, win, "Lipschitz")
-    _pick(qtbot, panel.stack, "Decoder self-attention (causal)")
+    _pick(qtbot, panel.stack, "Decoder self-attention")
     assert panel.masked.isChecked()
     assert panel.layer.maximum() == state.loaded.config.n_decoder_layers - 1
     type_into(qtbot, panel.lengths, "2,4,16")

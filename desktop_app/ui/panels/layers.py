@@ -442,7 +442,8 @@ class LayersPanel(ViewTablePanel):
         self.data = LayersData(res, self.labels, causal)
         depth = self.data.n_depths
         t = res.resid_norms.shape[1]
-        self.status.setText(f"{plural(t, 'token')}, {plural(depth - 1, 'layer')}")
+        layers = sum(" " not in label for label in res.depth_labels[1:])  # (a decoder block has three depths)
+        self.status.setText(f"{plural(t, 'token')}, {plural(layers, 'layer')}")
         for v in layers_views.VIEWS:  # every view at once: each is cheap once the worker's numbers are in
             self._render(v, v.compute(self.data, self.view_state), new_data=True)
         self.depth_slider.blockSignals(True)

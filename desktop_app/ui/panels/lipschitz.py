@@ -113,9 +113,10 @@ class LipschitzPanel(QWidget):
         "<i>Cross-attention</i>: X &#8614; &Sigma;<sub>h</sub> W<sub>O,h</sub> softmax(X W<sub>Q,h</sub> "
         "(Y W<sub>K,h</sub>)<sup>T</sup>/&radic;d<sub>k</sub>) Y W<sub>V,h</sub>, a function of the decoder's "
         "input X (n decoder positions) with the encoder's output Y on the current source text held fixed: "
-        "the Jacobian in X only, each position's row reading its own query, so no mask and no Theorem 3.1 "
-        "(it is a self-attention theorem); the adversarial construction does not apply either (real data "
-        "or the search).")
+        "the Jacobian in X only. Each position's output reads its own query only, so the Jacobian is block "
+        "diagonal and the constant is the largest over positions: it grows with n only as positions are "
+        "added. No mask and no Theorem 3.1 (a self-attention theorem); the adversarial construction does "
+        "not apply either (real data or the search).")
 
     def __init__(self, state, parent=None) -> None:
         super().__init__(parent)
@@ -137,8 +138,8 @@ class LipschitzPanel(QWidget):
         self.source.addItems(["Model layer", "Synthetic head"])
         self.layer = QSpinBox()
         self.stack = QComboBox()  # an encoder-decoder's: which stack's attention (hidden for other models)
-        for key, label in (("encoder", "Encoder self-attention"), ("decoder", "Decoder self-attention (causal)"),
-                           ("cross", "Cross-attention (encoder output fixed)")):
+        for key, label in (("encoder", "Encoder self-attention"), ("decoder", "Decoder self-attention"),
+                           ("cross", "Cross-attention")):
             self.stack.addItem(label, key)
         self.stack.setToolTip("Cross-attention is measured as a function of the decoder's input, with the "
                               "encoder's output on the source text held fixed")

@@ -32,7 +32,7 @@ export QT_QPA_PLATFORM=offscreen PYTHONUNBUFFERED=1
 QUICK=${GPU_CHECK_QUICK:-0}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
 START=$(date +%s)
-BUDGET=450  # seconds for all steps together (the machine's command limit is 10 minutes)
+BUDGET=${GPU_CHECK_BUDGET:-450}  # seconds for all steps together (the machine's command limit is 10 minutes)
 STEPS="$OUT_DIR/steps.tsv"
 : > "$STEPS"
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from ..commands.args import OneLineParser, int_in
 from ..commands.args import device as device_name
+from .generation import measure_bandwidth
 
 ROPE_LLAMA3 = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 8192}
@@ -234,27 +235,6 @@ def _fastest(runs: list[dict]) -> dict:
     return out
 
 
-def device_bandwidth(device: str, n_bytes: int = 256 << 20) -> float:
-    """Bytes per second of a large copy on `device` (each byte read once and written once)."""
-    import torch
-
-    from .generation import measure_bandwidth
-
-    if not device.startswith("cuda"):
-        return measure_bandwidth(n_bytes)
-    src = torch.ones(n_bytes // 4, device=device)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n_bytes / best
-
-
 def main(argv: list[str]) -> dict:
     ap = OneLineParser(prog="bench scale")
     ap.add_argument("--shape", choices=tuple(SHAPES), default="qwen2.5-0.5b")
@@ -311,7 +291,7 @@ def main(argv: list[str]) -> dict:
         "same_ids_as_reference_at_same_dtype": ours["generated_ids"] == ref["same_dtype_ids"],
     }
     if args.device.startswith("cuda"):
-        bw = device_bandwidth(args.device)
+        bw = measure_bandwidth(256 << 20, device=args.device)
         bound = ours["weight_bytes"] / bw
         result.update(ours_gpu_peak_mb=round(ours["gpu_peak_mb"], 1), reference_gpu_peak_mb=round(ref["gpu_peak_mb"], 1),
                       device_name=torch.cuda.get_device_name(), bandwidth_GBps=round(bw / 1e9, 1),

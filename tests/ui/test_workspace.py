@@ -235,7 +235,7 @@ def test_workspace_restores_the_attention_and_layers_view_states(qtbot, model_di
     saved = json.loads(path.read_text(encoding="utf-8"))["views"]
     assert saved["Attention"] == {"view": "attention", "layer": 1, "head": 1, "statistic": "mean_distance",
                                   "selected_token": 4, "kind": "encoder"}  # (kind: an encoder-decoder's, issue 28)
-    assert saved["Layers"] == {"view": "pca", "depth": 1, "selected_token": 2}
+    assert saved["Layers"] == {"view": "pca", "depth": 1, "selected_token": 2, "stack": "decoder"}  # (stack: seq2seq)
 
     w2 = MainWindow(AppState(), panels=INSPECT_PANELS)
     qtbot.addWidget(w2)
@@ -321,7 +321,7 @@ def test_workspace_restores_the_lipschitz_and_train_forms(qtbot, model_dirs, tmp
     path = tmp_path / "forms.json"
     save_workspace(path, w1.capture_workspace())
     saved = json.loads(path.read_text(encoding="utf-8"))["views"]
-    assert saved["Lipschitz"] == {"function": "model", "layer": 1, "head": 1, "data": "adversarial",
+    assert saved["Lipschitz"] == {"function": "model", "layer": 1, "stack": "", "head": 1, "data": "adversarial",
                                   "search_start": "random", "text_file": "", "d": 8, "norm_A": 1.0, "norm_V": 1.0,
                                   "matrices_file": "", "attention": "l2", "synthetic_data": "random", "seed": 3,
                                   "masked": False, "radius": 1.5, "lengths": "4,8,16", "samples": 2}

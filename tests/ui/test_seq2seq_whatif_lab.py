@@ -83,6 +83,7 @@ def test_attribution_of_a_decoder_token_over_cross_attention_heads_then_ablating
         assert abs(att.sum - att.logit) < 1e-4
         assert att.cross_table.shape == (cfg.n_decoder_layers, cfg.n_heads)
         assert "L1xH1" in panel.dla_chart.labels and "L1H1" in panel.dla_chart.labels
+        assert "at decoder position" in panel.dla_chart.plot_item.titleLabel.text
         before = att.cross_table.copy()
         assert abs(before[0, 1]) > 1e-6
 
@@ -112,6 +113,7 @@ def test_a_post_norm_model_refuses_attribution_and_patches_two_sources(qtbot, ma
     try:
         panel = click_panel_tab(qtbot, win, "What if")
         assert not panel.attribute_button.isEnabled() and "post-norm" in panel.dla_status.text()
+        assert not panel.apply_steer_button.isEnabled() and "encoder-decoder" in panel.steer_status.text()
         # the Ablate tab lists the three kinds of head and both stacks' MLPs
         kinds = [panel.ablate_kind.itemText(i) for i in range(panel.ablate_kind.count())]
         assert {"Encoder self-attention head", "Decoder self-attention head", "Cross-attention head",

@@ -377,21 +377,36 @@ def _ban(scores: torch.Tensor, banned_ids) -> torch.Tensor:
 
 
 @torch.no_grad()
+def greedy_batch(model: EncoderDecoder, src_ids, max_new: int, *, src_mask: torch.Tensor | None = None,
+                 eos_id: int | None = None, banned_ids=()) -> torch.Tensor:
+    """[B, n]: each source's most likely token at each step after the decoder's start token, never one
+    of banned_ids; the sources encoded once, the decoder's keys and values cached. n is max_new, or less
+    when every row has written eos_id (a row goes on after its own end token: callers read up to it).
+    src_mask [B, S]: 1 on source tokens, 0 on padding."""
+    src = _source(model, src_ids, max_new)
+    enc = model.encode(src, src_mask=src_mask)
+    cache = model.new_cache()
+    token = torch.full((src.shape[0], 1), model.start_token(), dtype=torch.long, device=enc.device)
+    written = [token[:, :0]]
+    ended = torch.zeros(src.shape[0], dtype=torch.bool, device=enc.device)
+    for _ in range(max_new):
+        logits = model.decode(token, enc, src_mask=src_mask, cache=cache).logits[:, -1]
+        token = _ban(logits, banned_ids).argmax(-1, keepdim=True)
+        written.append(token)
+        if eos_id is not None:
+            ended |= token[:, 0] == eos_id
+            if bool(ended.all()):
+                break
+    return torch.cat(written, 1)
+
+
 def greedy_decode(model: EncoderDecoder, src_ids, max_new: int, *, eos_id: int | None = None,
                   banned_ids=()) -> list[int]:
     """The most likely token at each step, up to max_new of them or through eos_id (included; None:
     never stop early), never one of banned_ids: the ids after the decoder's start token, as
-    transformers' generate gives them."""
-    enc = model.encode(_source(model, src_ids, max_new))
-    cache = model.new_cache()
-    token, out = model.start_token(), []
-    for _ in range(max_new):
-        logits = model.decode(torch.tensor([[token]], device=enc.device), enc, cache=cache).logits[0, -1]
-        token = int(_ban(logits, banned_ids).argmax())
-        out.append(token)
-        if eos_id is not None and token == eos_id:
-            break
-    return out
+    transformers' generate gives them (one source; greedy_batch's first row)."""
+    out = greedy_batch(model, src_ids, max_new, eos_id=eos_id, banned_ids=banned_ids)[0].tolist()
+    return out[:out.index(eos_id) + 1] if eos_id in out else out
 
 
 @torch.no_grad()

@@ -12,7 +12,7 @@ from desktop_app.core.checkpoints import load_model_folder, new_model, save_mode
 from desktop_app.core.config import ConfigError, ModelConfig
 from desktop_app.core.families import REGISTRY, encoder_decoder_problem
 from desktop_app.core.interventions import Intervention
-from desktop_app.core.seq2seq import EncoderDecoder, beam_decode, greedy_decode
+from desktop_app.core.seq2seq import EncoderDecoder, beam_decode, greedy_batch, greedy_decode
 from desktop_app.core.trace import Trace
 
 # init_std 0.2: weights large enough that every head's output shows in the logits (post-LN BART included)
@@ -311,3 +311,23 @@ def test_a_folder_opens_in_bfloat16_and_computes_close_to_float32(name, tmp_path
     assert out.dtype == torch.bfloat16 and len(steps) == 4
     assert (out.float() - ref).abs().max() < 0.1 * ref.abs().max()
     assert (trace["logits"].float() - ref).abs().max() < 0.1 * ref.abs().max()
+
+
+@pytest.mark.parametrize("name", ["t5_v1_0", "marian"])
+def test_greedy_batch_of_padded_sources_writes_what_each_source_alone_does(name):
+    """The trainer's exact match decodes padded batches (greedy_batch with the source mask, the cache):
+    each row writes what greedy_decode writes for its source alone, unpadded; with eos_id it stops once
+    every row has written it, and a row that ended first goes on (callers read up to its end)."""
+    model = model_of(name)
+    src, _, mask = batch()
+    src = src.masked_fill(mask == 0, 0)
+    rows = greedy_batch(model, src, 6, src_mask=mask)
+    assert rows.shape == (2, 6)
+    for i in range(2):
+        alone = src[i][mask[i].bool()]
+        assert rows[i].tolist() == greedy_decode(model, alone, 6)
+    eos = int(rows[0, 2])
+    stopped = greedy_batch(model, src, 6, src_mask=mask, eos_id=eos)
+    ends = [row.index(eos) if eos in row else 6 for row in rows.tolist()]
+    assert stopped.shape[1] == min(6, max(ends) + 1)
+    assert stopped.tolist() == rows[:, :stopped.shape[1]].tolist()

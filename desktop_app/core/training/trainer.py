@@ -54,6 +54,7 @@ from ..devices import default_device, resolve_device
 from ..families import REGISTRY
 from ..jobs import Cancelled, JobControl
 from ..model import Transformer
+from ..seq2seq import greedy_batch
 from .optim import make_optimizer, optimizer_state_from_tensors, optimizer_state_to_tensors, use_fused_step
 from .schedules import lr_at
 from .options import RUN_OPTIONS, settings_problem
@@ -377,16 +378,10 @@ def source_mask(model, src: torch.Tensor) -> torch.Tensor | None:
 
 
 @torch.no_grad()
-def greedy_targets(model, src: torch.Tensor, steps: int, start_id: int) -> torch.Tensor:
-    """[B, steps] the tokens an encoder-decoder writes greedily for a batch of sources (the source
-    encoded once, the decoder run on the growing prefix; nothing stops at [END]: the caller reads up to it)."""
-    mask = source_mask(model, src)
-    enc = model.encode(src, src_mask=mask)
-    ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)
-    for _ in range(steps):
-        logits = model.decode(ys, enc, src_mask=mask).logits[:, -1]
-        ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], dim=1)
-    return ys[:, 1:]
+def greedy_targets(model, src: torch.Tensor, steps: int) -> torch.Tensor:
+    """[B, steps] the tokens an encoder-decoder writes greedily for a batch of padded sources
+    (core.seq2seq.greedy_batch; nothing stops at [END]: the caller reads up to it)."""
+    return greedy_batch(model, src, steps, src_mask=source_mask(model, src))
 
 
 @torch.no_grad()
@@ -404,7 +399,7 @@ def evaluate(model: Transformer, batch: Batch, batch_size: int, device, autocast
         with autocast():
             loss, correct, n = wrapper(part.inputs, part.targets, part.src)
             if part.src is not None:
-                written = greedy_targets(model, part.src, part.targets.shape[1], int(model.cfg.decoder_start_token_id))
+                written = greedy_targets(model, part.src, part.targets.shape[1])
                 exact += int(((written == part.targets) | (part.targets == IGNORE)).all(-1).sum())
         total_loss += float(loss) * n
         total_correct += int(correct)
@@ -434,7 +429,7 @@ def cross_attention_event(model, task: Task, val: Batch, step: int, candidates: 
     last = model.cfg.n_decoder_layers - 1
     name = f"decoder.blocks.{last}.cross_attn.pattern"
     _, trace = model.run_with_trace(src.to(device), inputs.to(device), names=(name,))
-    written = greedy_targets(model, src.to(device), n, int(model.cfg.decoder_start_token_id))[0].tolist()
+    written = greedy_targets(model, src.to(device), n)[0].tolist()
     model.train(was_training)
     end = getattr(task, "end_id", None)
     written = written[:written.index(end) + 1] if end in written else written

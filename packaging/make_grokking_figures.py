@@ -23,11 +23,11 @@ import argparse
 import json
 import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
+from figure_kit import run_or_train, wait_until  # noqa: E402
 
 TRAIN = ("train --task modadd --p 59 --train-fraction 0.4 --family gpt2 --layers 1 --heads 4 --d-model 128 "
          "--d-ff 512 --context 4 --lr 1e-3 --weight-decay 1.0 --schedule constant --warmup 10 --batch-size 1392 "
@@ -36,15 +36,7 @@ TRAIN = ("train --task modadd --p 59 --train-fraction 0.4 --family gpt2 --layers
 
 
 def _wait(app, done, seconds: float = 600.0, what: str = "the work") -> None:
-    deadline = time.time() + seconds
-    while not done():
-        if time.time() > deadline:
-            raise TimeoutError(f"make_grokking_figures: {what} did not finish within {seconds:.0f} s")
-        app.processEvents()
-        time.sleep(0.02)
-    for _ in range(10):  # let the layout settle before a grab
-        app.processEvents()
-        time.sleep(0.01)
+    wait_until(app, done, seconds, what, "make_grokking_figures")
 
 
 def live_event(ev: dict) -> dict:
@@ -65,15 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    tmp = None
-    run = args.run
+    run, tmp = run_or_train(args.run, TRAIN, "modadd")
     if run is None:
-        from desktop_app.cli import main as cli
-
-        tmp = tempfile.TemporaryDirectory()
-        run = str(Path(tmp.name) / "modadd")
-        if cli(TRAIN + ["--out", run]) != 0:
-            return 1
+        return 1
     figures = Path(args.docs) / "figures"
     figures.mkdir(parents=True, exist_ok=True)
 

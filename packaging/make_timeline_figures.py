@@ -22,11 +22,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
+from figure_kit import run_or_train, wait_until  # noqa: E402
 
 TRAIN = ("train --task induction --family gpt2 --layers 2 --heads 4 --d-model 128 --d-ff 128 --context 31 "
          "--positions rotary --length 16 --min-length 8 --symbols 64 --lr 1e-3 --schedule constant --warmup 200 "
@@ -38,15 +38,7 @@ STEP = 300
 
 
 def _wait(app, done, seconds: float = 300.0, what: str = "the work") -> None:
-    deadline = time.time() + seconds
-    while not done():
-        if time.time() > deadline:
-            raise TimeoutError(f"make_timeline_figures: {what} did not finish within {seconds:.0f} s")
-        app.processEvents()
-        time.sleep(0.02)
-    for _ in range(10):  # let the layout settle before a grab
-        app.processEvents()
-        time.sleep(0.01)
+    wait_until(app, done, seconds, what, "make_timeline_figures")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,15 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    tmp = None
-    run = args.run
+    run, tmp = run_or_train(args.run, TRAIN, "induction")
     if run is None:
-        from desktop_app.cli import main as cli
-
-        tmp = tempfile.TemporaryDirectory()
-        run = str(Path(tmp.name) / "induction")
-        if cli(TRAIN + ["--out", run]) != 0:
-            return 1
+        return 1
     docs = Path(args.docs)
     (docs / "screenshots").mkdir(parents=True, exist_ok=True)
     (docs / "figures").mkdir(parents=True, exist_ok=True)

@@ -22,10 +22,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
+from figure_kit import wait_until  # noqa: E402
 
 MOTIF_CLEAN = "C D D C B B B D A A B D A C A A B D B C"
 MOTIF_CORRUPTED = "C D D C B B B D A A B D A C A A D D B C"
@@ -33,15 +34,7 @@ DEMO_TEXT = "Alice was beginning to get very tired of sitting by her sister on t
 
 
 def _wait(app, done, seconds: float = 300.0, what: str = "the work") -> None:
-    deadline = time.time() + seconds
-    while not done():
-        if time.time() > deadline:
-            raise TimeoutError(f"make_whatif_figures: {what} did not finish within {seconds:.0f} s")
-        app.processEvents()
-        time.sleep(0.02)
-    for _ in range(10):  # let the layout settle before a grab
-        app.processEvents()
-        time.sleep(0.01)
+    wait_until(app, done, seconds, what, "make_whatif_figures")
 
 
 def _type(edit, text: str) -> None:

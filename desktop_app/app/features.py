@@ -18,8 +18,11 @@ For the GUI's Features panel (edits resolved as every panel resolves them):
 
 For the Train panel's dictionary mode (the CLI's `train --task sae` is commands.features.run_train_sae):
     dictionary_problems(loaded, cfg)      why a SaeTrainConfig cannot train on the loaded model ([] when it can)
-    train_dictionary(loaded, cfg, out_dir, on_event=None, control=dictionary_control(), job=None)
-                                          into a new folder (a worker); the held-out summary
+    train_dictionary(loaded, cfg, out_dir, on_event=None, control=dictionary_control(), job=None, resume=False)
+                                          into a new folder, or on from a stopped run's (a worker); the summary
+    resumed_dictionary_config(folder)     a stopped dictionary run's own settings (SaeTrainConfig), or None
+    dictionary_resume_problems(loaded, cfg, folder)   why `cfg` cannot go on from that run ([] when it can)
+    dictionary_settings_from_dict(data)   a workspace's saved dictionary settings (SaeTrainConfig), read tolerantly
 """
 from __future__ import annotations
 
@@ -304,19 +307,118 @@ def dictionary_problems(loaded, cfg) -> list[str]:
     return problems
 
 
-def train_dictionary(loaded, cfg, out_dir, on_event=None, control=None, job=None) -> dict:
+def train_dictionary(loaded, cfg, out_dir, on_event=None, control=None, job=None,
+                     resume: bool = False) -> dict:
     """Train a dictionary (core.training.sae.train_sae) on the loaded model's activations into `out_dir`, a new
-    or empty folder (refused otherwise, before any work), saved in SAELens' format with its training state.
-    `control` (dictionary_control()) pauses and stops it; `job` (a worker's JobControl) stops it too (the
-    application closing). Returns the held-out summary (step, mse, l0, variance_explained, dead)."""
+    or empty folder (refused otherwise, before any work), or with `resume` on from the checkpoint a stopped run
+    left there (its own folder only: check_output_folder, then train_sae's refusals), saved in SAELens' format
+    with its training state. `control` (dictionary_control()) pauses and stops it; `job` (a worker's JobControl)
+    stops it too (the application closing). Returns the held-out summary (step, mse, l0, variance_explained, dead)."""
     from ..core.files import check_output_folder
-    from ..core.training.sae import train_sae
+    from ..core.training.sae import SAE_STATE_FILE, train_sae
 
-    check_output_folder(out_dir, what="dictionary")
+    check_output_folder(out_dir, resume=resume, marker=SAE_STATE_FILE, what="dictionary")
     if control is not None:
         control.job = job
-    summary, _ = train_sae(cfg, loaded, out_dir, on_event=on_event, control=control or job)
+    summary, _ = train_sae(cfg, loaded, out_dir, on_event=on_event, control=control or job, resume=resume)
     return summary
+
+
+def resumed_dictionary_config(folder):
+    """The settings (core.training.sae.SaeTrainConfig) a stopped dictionary run in `folder` was trained with,
+    what resuming it goes on with; None when the folder holds no readable dictionary checkpoint."""
+    from ..core.training.sae import resumed_sae_config
+
+    try:
+        return resumed_sae_config(folder, {}, set())[1]
+    except (ValueError, OSError):
+        return None
+
+
+_read_checkpoint_memo: list = []  # [(key, (state, tensors) | None | ValueError)]: the form checks on every key
+
+
+def _read_checkpoint(folder):
+    """read_sae_checkpoint(folder), read again only when its files change (the form checks on every keystroke)."""
+    import os
+
+    from ..core.training.sae import SAE_STATE_FILE, SAE_STATE_TENSORS, read_sae_checkpoint
+
+    def stamp(p):
+        try:
+            st = os.stat(p)
+            return st.st_mtime_ns, st.st_size
+        except OSError:
+            return None
+
+    key = (str(folder), stamp(folder / SAE_STATE_FILE), stamp(folder / SAE_STATE_TENSORS))
+    if _read_checkpoint_memo and _read_checkpoint_memo[0][0] == key:
+        read = _read_checkpoint_memo[0][1]
+    else:
+        try:
+            read = read_sae_checkpoint(folder)
+        except ValueError as exc:
+            read = exc
+        _read_checkpoint_memo[:] = [(key, read)]
+    if isinstance(read, ValueError):
+        raise read
+    return read
+
+
+def dictionary_resume_problems(loaded, cfg, folder) -> list[str]:
+    """Why `cfg` cannot go on from the dictionary run in `folder` on `loaded` ([] when it can), each one line
+    naming the folder, as `train --task sae --resume` refuses it: no folder, a model's run, no checkpoint, a
+    damaged one, another text, hook or shape than the run's, another model, no steps left."""
+    from pathlib import Path
+
+    from ..core.training import checkpoint_step
+    from ..core.training.sae import sae_resume_problem
+
+    if not str(folder).strip():
+        return ["Choose the dictionary run folder to resume."]
+    folder = Path(str(folder).strip()).expanduser().absolute()
+    if not folder.is_dir():
+        return [f"{folder}: no such folder, so no dictionary checkpoint to resume from."]
+    try:
+        read = _read_checkpoint(folder)
+    except ValueError as exc:
+        return [str(exc)]
+    if read is None:
+        if checkpoint_step(folder) is not None:
+            return [f"{folder}: a model's training run, not a dictionary's; resume it with Train: a model."]
+        return [f"{folder}: no dictionary checkpoint to resume from."]
+    if loaded is None:
+        return []  # dictionary_problems says it
+    problem = sae_resume_problem(folder, read[0], read[1], cfg, loaded)
+    return [problem] if problem else []
+
+
+def dictionary_settings_from_dict(data):
+    """The dictionary settings (SaeTrainConfig) a workspace saved: each setting of the right kind kept, the others
+    (an older or newer app, a hand edit) at their defaults; the form's boxes hold each within its range."""
+    from dataclasses import fields
+
+    from ..core.training.sae import SaeTrainConfig
+
+    cfg = SaeTrainConfig(text_file="")
+    if not isinstance(data, dict):
+        return cfg
+    for f in fields(cfg):
+        if f.name not in data:
+            continue
+        value, default = data[f.name], getattr(cfg, f.name)
+        if f.name == "hook_out":
+            ok = value is None or isinstance(value, str)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            value = float(value) if ok else value
+        else:
+            ok = isinstance(value, str)
+        if ok:
+            setattr(cfg, f.name, value)
+    return cfg
 
 
 def dictionary_control():

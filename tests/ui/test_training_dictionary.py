@@ -173,3 +173,84 @@ def test_a_finished_dictionary_exports_and_opens_in_the_features_panel(qtbot, mo
     features = w.panel("Features")
     qtbot.waitUntil(lambda: features.features_table.rowCount() > 0, timeout=30_000)  # its lens on the text
     error_watch.assert_clean()
+
+
+def test_a_stopped_dictionary_run_resumes_from_the_panel_and_finishes(qtbot, demo_panel, text_file, tmp_path):
+    """Start, Stop: the run's folder is offered to resume; ticking Resume this run shows its saved settings and
+    Start goes on from the stopped step (more steps may be given; the curves kept) to the last step."""
+    panel = demo_panel
+    _dictionary_mode(qtbot, panel, text_file, tmp_path / "runs", steps=1_000_000)
+    f = panel.dictionary.form
+    _click(qtbot, panel.start_button)
+    qtbot.waitUntil(lambda: len(_events(panel, "step")) >= 2, timeout=60_000)
+    _click(qtbot, panel.stop_button)
+    qtbot.waitUntil(lambda: not panel.dictionary.run.running, timeout=60_000)
+    stopped = panel.dictionary.run.events[-1]
+    out = panel.dictionary.run.out_dir
+    assert stopped["event"] == "stopped" and stopped["step"] > 0 and sae_checkpoint_step(out) == stopped["step"]
+    assert "tick Resume this run and Start to go on" in panel.status_label.text()
+    assert f.resume_edit.text() == str(out)  # offered, as the model mode offers its stopped run
+    before = _points(panel.dictionary.plots.curves["l0"])
+
+    _type(qtbot, f.d_sae, 64)  # the form's own settings change: resuming shows the run's saved ones again
+    qtbot.mouseClick(f.resume_check, Qt.MouseButton.LeftButton, pos=f.resume_check.rect().center())
+    assert f.resume_check.isChecked() and f.steps.value() == 1_000_000 and f.d_sae.value() == 32
+    last = stopped["step"] + 60
+    _type(qtbot, f.steps, last)  # a shorter run than the one stopped: it ends soon
+    _click(qtbot, panel.start_button)
+    assert "--resume" in panel.command_label.text() and str(out) in panel.command_label.text()
+    qtbot.waitUntil(lambda: not panel.dictionary.run.running, timeout=60_000)
+    events = panel.dictionary.run.events
+    (start,) = [e for e in events if e["event"] == "start"]
+    assert start.get("resumed") and start["step"] == stopped["step"] and start["out"] == str(out)
+    after = [e["step"] for e in events[events.index(start) + 1:] if e["event"] == "step"]
+    assert after and after[0] > stopped["step"] and after[-1] == last
+    assert events[-1]["event"] == "done" and events[-1]["step"] == last and panel.progress.value() == last
+    assert sae_checkpoint_step(out) == last and sorted(p.name for p in (tmp_path / "runs").iterdir()) == [out.name]
+    assert _points(panel.dictionary.plots.curves["l0"]) > before  # the curves go on from the stopped run's
+    assert f"Done at step {last}" in panel.status_label.text()
+    panel.resize(1300, 800)
+    panel.grab().save(str(tmp_path / "resumed.png"))
+    import os
+    if os.environ.get("SCREENSHOT_DIR"):
+        panel.grab().save(os.path.join(os.environ["SCREENSHOT_DIR"], "train_dictionary_resumed.png"))
+
+
+def test_resuming_another_kind_of_folder_is_refused_in_one_line_naming_it(qtbot, demo_panel, text_file, tmp_path):
+    """A folder that is no dictionary run (empty, a model's run), or a change of what the run keeps (its hook,
+    its text): Start stays off and the line names the folder."""
+    from desktop_app.core.training import TrainConfig, train
+
+    panel = demo_panel
+    _dictionary_mode(qtbot, panel, text_file, tmp_path / "runs", steps=30)
+    f = panel.dictionary.form
+    qtbot.mouseClick(f.resume_check, Qt.MouseButton.LeftButton, pos=f.resume_check.rect().center())
+    assert "Choose the dictionary run folder to resume" in panel.start_button.toolTip()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    qtbot.keyClicks(f.resume_edit, str(empty))
+    assert panel.start_button.toolTip() == f"{empty}: no dictionary checkpoint to resume from."
+    model_run = tmp_path / "model_run"
+    train(TrainConfig(task="motif", steps=2, eval_every=2, checkpoint_every=2, batch_size=4,
+                      model={"n_layers": 1, "d_model": 16, "n_heads": 1, "d_ff": 32}), out_dir=model_run)
+    f.resume_edit.clear()
+    qtbot.keyClicks(f.resume_edit, str(model_run))
+    assert panel.start_button.toolTip() == f"{model_run}: a model's training run, not a dictionary's; resume it " \
+                                           "with Train: a model." and not panel.start_button.isEnabled()
+    # a dictionary run, stopped: its settings fill the form; another hook or text is refused
+    cfg = panel.dictionary.form.config()
+    run = tmp_path / "sae_run"
+    from desktop_app.core.training.sae import train_sae
+    cfg.steps, cfg.checkpoint_every = 20, 10
+    train_sae(cfg, panel.state.loaded, run)
+    f.resume_edit.clear()
+    qtbot.keyClicks(f.resume_edit, str(run))
+    assert f.steps.value() == 20
+    assert panel.start_button.toolTip() == f"{run}: its checkpoint is at step 20 already; give more steps " \
+                                           "(--steps above 20) to train on"
+    _type(qtbot, f.steps, 40)
+    assert panel.start_button.isEnabled()
+    _type(qtbot, f.hook, "blocks.1.hook_resid_post")
+    assert panel.start_button.toolTip().startswith(f"{run}: its dictionary was trained with hook "
+                                                   "'blocks.2.hook_resid_post', not 'blocks.1.hook_resid_post'")
+    assert "\n" not in panel.start_button.toolTip() and not panel.start_button.isEnabled()

@@ -239,6 +239,30 @@ def _model_name(loaded) -> str:
     return str(Path(loaded.path).resolve()) if getattr(loaded, "path", None) else str(loaded.name)
 
 
+def sae_resume_problem(out_dir: str | Path, state, tensors: dict, cfg: SaeTrainConfig, loaded) -> str:
+    """'' when the checkpoint read from `out_dir` (read_sae_checkpoint's state and tensors) can go on with
+    `cfg` on `loaded`, else one line naming the folder: a change of what a resumed run keeps
+    (SAE_FIXED_ON_RESUME), a damaged state, another model, no steps left to train."""
+    out_dir = Path(out_dir)
+    saved = state.get("config") if isinstance(state, dict) else None
+    if isinstance(saved, dict):  # a change of what the run keeps first: its tensors would not fit either
+        was, now = _fixed(saved), _fixed(asdict(cfg))
+        changed = [k for k in SAE_FIXED_ON_RESUME if was[k] != now[k]]
+        if changed:
+            k = changed[0]
+            return (f"{out_dir}: its dictionary was trained with {k} {saved.get(k)!r}, not "
+                    f"{getattr(cfg, k)!r}; a resumed run keeps {k} (start a new run to change it)")
+    problem = _state_problem(state, tensors, cfg)
+    if problem:
+        return f"{out_dir / SAE_STATE_FILE}: {problem}"
+    if state.get("model") != _model_name(loaded):
+        return f"{out_dir}: its dictionary reads the model {state.get('model')}, not {_model_name(loaded)}"
+    if state["step"] >= cfg.steps:
+        return (f"{out_dir}: its checkpoint is at step {state['step']} already; give more steps "
+                f"(--steps above {state['step']}) to train on")
+    return ""
+
+
 def train_sae(cfg: SaeTrainConfig, loaded, out_dir: str | Path | None = None,
               on_event: Callable[[dict], None] | None = None, control: JobControl | None = None,
               resume: bool = False):
@@ -278,22 +302,9 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
         if read is None:
             raise ValueError(f"{out_dir}: no dictionary checkpoint to resume from; start a new run without --resume")
         state, tensors = read
-        saved = state.get("config") if isinstance(state, dict) else None
-        if isinstance(saved, dict):  # a change of what the run keeps first: its tensors would not fit either
-            was, now = _fixed(saved), _fixed(asdict(cfg))
-            changed = [k for k in SAE_FIXED_ON_RESUME if was[k] != now[k]]
-            if changed:
-                k = changed[0]
-                raise ValueError(f"{out_dir}: its dictionary was trained with {k} {saved.get(k)!r}, not "
-                                 f"{getattr(cfg, k)!r}; a resumed run keeps {k} (start a new run to change it)")
-        problem = _state_problem(state, tensors, cfg)
+        problem = sae_resume_problem(out_dir, state, tensors, cfg, loaded)
         if problem:
-            raise ValueError(f"{out_dir / SAE_STATE_FILE}: {problem}")
-        if state.get("model") != _model_name(loaded):
-            raise ValueError(f"{out_dir}: its dictionary reads the model {state.get('model')}, not {_model_name(loaded)}")
-        if state["step"] >= cfg.steps:
-            raise ValueError(f"{out_dir}: its checkpoint is at step {state['step']} already; give more steps "
-                             f"(--steps above {state['step']}) to train on")
+            raise ValueError(problem)
     gen = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     mcfg = loaded.config

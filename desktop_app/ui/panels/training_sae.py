@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
                                QPushButton, QVBoxLayout, QWidget)
 
-from ...app.features import dictionary_control, dictionary_problems, train_dictionary
+from ...app.features import (dictionary_control, dictionary_problems, dictionary_resume_problems,
+                             dictionary_settings_from_dict, resumed_dictionary_config, train_dictionary)
 from ...core.features.hooks import hook_names
 from ...core.training.sae import SAE_OPTIONS, SaeTrainConfig
 from ..workers import run_job
@@ -107,7 +108,17 @@ class DictionaryForm(QWidget):
         self.out_edit.setMinimumWidth(60)
         self.out_edit.setToolTip("Every dictionary gets a new folder in here (SAELens' format), named by its start "
                                  "time (e.g. 2026-11-24_1012_sae); none replaces another")
+        # as the model form resumes a run: the run's folder, its saved settings shown (resumed_dictionary_config)
+        self.resume_check = QCheckBox("Resume this run instead:")
+        self.resume_edit = QLineEdit()
+        self.resume_edit.setMinimumWidth(60)
+        self.resume_edit.setPlaceholderText("a dictionary run folder with a checkpoint")
+        self.resume_edit.setToolTip("A dictionary run stopped here or by train --task sae: it goes on from its "
+                                    "checkpoint with its own text, hook and shape (more steps may be given)")
         ob.addRow("Runs folder", self.out_edit)
+        ob.addRow(self.resume_check)
+        ob.addRow(self.resume_edit)
+        self._filled_from: Path | None = None  # the run whose saved settings the form shows
         v.addWidget(out)
         self.error = _error_label()
         v.addWidget(self.error)
@@ -123,6 +134,9 @@ class DictionaryForm(QWidget):
         self.architecture.currentTextChanged.connect(self._on_architecture_changed)
         self.text_file.textChanged.connect(self.check)
         self.out_edit.textChanged.connect(self.check)
+        for signal in (self.resume_check.toggled, self.resume_edit.textChanged):
+            signal.connect(self._fill_from_resumed_run)
+            signal.connect(self.check)
         state.model_changed.connect(self.refresh_model)
         self.refresh_model()
         self._on_architecture_changed()
@@ -171,14 +185,60 @@ class DictionaryForm(QWidget):
             log_every=max(1, min(10, steps // 100)),
             device=str(loaded.model.device) if loaded is not None else "cpu")
 
+    def set_config(self, cfg: SaeTrainConfig) -> None:
+        """Show `cfg` in the form (config()'s inverse): a resumed run's saved settings, a workspace's form."""
+        self.text_file.setText(cfg.text_file)
+        self.hook.setCurrentText(cfg.hook)
+        self.hook_out.setCurrentText(cfg.hook_out or NO_TRANSCODER)
+        if self.architecture.findText(cfg.architecture) >= 0:
+            self.architecture.setCurrentText(cfg.architecture)
+        for key in ("d_sae", "k", "l1_coefficient", "max_tokens", "steps", "batch_size", "lr", "seed", "eval_every",
+                    "checkpoint_every"):
+            getattr(self, key).setValue(getattr(cfg, key))
+
+    # the workspace's part of the form (TrainingPanel.view_state): its settings and runs folder
+    def settings(self) -> dict:
+        from dataclasses import asdict
+
+        return {**{k: v for k, v in asdict(self.config()).items() if k not in ("device", "log_every")},
+                "runs_folder": self.out_edit.text()}
+
+    def set_settings(self, data: dict) -> None:
+        self.set_config(dictionary_settings_from_dict(data))
+        if isinstance(data, dict) and isinstance(data.get("runs_folder"), str):
+            self.out_edit.setText(data["runs_folder"])
+
+    def resuming(self) -> bool:
+        return self.resume_check.isChecked()
+
+    def _fill_from_resumed_run(self, *_) -> None:
+        """Resuming a run shows that run's saved settings, once per chosen run (as the model form does)."""
+        if not self.resuming():
+            self._filled_from = None
+            return
+        text = self.resume_edit.text().strip()
+        folder = Path(text).expanduser().absolute() if text else None
+        if folder is None or folder == self._filled_from:
+            return
+        cfg = resumed_dictionary_config(folder)
+        if cfg is not None:
+            self._filled_from = folder
+            self.set_config(cfg)
+
     def problems(self) -> list[str]:
-        problems = dictionary_problems(self.state.loaded, self.config())
+        cfg = self.config()
+        problems = dictionary_problems(self.state.loaded, cfg)
+        if self.resuming():
+            return problems + dictionary_resume_problems(self.state.loaded, cfg, self.resume_edit.text())
         root = Path(self.out_edit.text().strip() or str(runs_root())).expanduser()
         if root.exists() and not root.is_dir():
             problems.append(f"{root}: not a folder.")
         return problems
 
     def next_run_dir(self) -> Path:
+        """The folder the next run writes: the chosen run when resuming, else a new one in the runs folder."""
+        if self.resuming():
+            return Path(self.resume_edit.text().strip()).expanduser().absolute()
         root = Path(self.out_edit.text().strip() or str(runs_root())).expanduser().absolute()
         return new_run_dir(root, "sae")
 
@@ -268,9 +328,12 @@ class DictionaryRun(QObject):
     def running(self) -> bool:
         return self.job is not None
 
-    def start(self, loaded, cfg: SaeTrainConfig, out_dir: Path) -> None:
-        self.events.clear()
-        self.paused, self.saved, self.out_dir = False, False, out_dir
+    def start(self, loaded, cfg: SaeTrainConfig, out_dir: Path, resume: bool = False) -> None:
+        """Train into the new folder `out_dir`, or with `resume` go on from the checkpoint there (the events of
+        this run kept when it is the one just stopped here: its curves go on)."""
+        if not (resume and out_dir == self.out_dir):
+            self.events.clear()
+        self.paused, self.saved, self.out_dir = False, resume, out_dir
         holder: list = []
 
         def from_worker(ev: dict) -> None:  # the worker's thread: hand it to the UI thread
@@ -279,10 +342,12 @@ class DictionaryRun(QObject):
 
         self.control = dictionary_control()
         self.job = run_job(train_dictionary, loaded, cfg, str(out_dir), on_event=from_worker, control=self.control,
-                           on_result=self._on_result, on_error=self._on_error, on_cancelled=self._on_cancelled)
+                           resume=resume, on_result=self._on_result, on_error=self._on_error, on_cancelled=self._on_cancelled)
         holder.append(self.job)
 
     def record(self, ev: dict) -> None:
+        if ev["event"] == "start" and ev.get("resumed"):  # the steps after its checkpoint are taken again
+            self.events[:] = [e for e in self.events if e["event"] in ("step", "eval") and e["step"] <= ev["step"]]
         self.events.append(ev)
         if ev["event"] == "checkpoint":
             self.saved = True
@@ -335,12 +400,14 @@ class DictionaryMode(QObject):
             return
         out = self.form.next_run_dir()
         cfg = self.form.config()
-        p.command_label.setText(" ".join(self.command(cfg, out)))
+        resume = self.form.resuming()
+        p.command_label.setText(" ".join(self.command(cfg, out) + (["--resume"] if resume else [])))
         p.command_label.setCursorPosition(0)
         p.progress.setRange(0, cfg.steps)
         p.progress.setValue(0)
-        p.status_label.setText(f"Reading {p.state.loaded.name}'s activations at {cfg.hook} over {cfg.text_file}…")
-        self.run.start(p.state.loaded, cfg, out)
+        p.status_label.setText(f"{'Resuming ' + str(out) + ': reading' if resume else 'Reading'} "
+                               f"{p.state.loaded.name}'s activations at {cfg.hook} over {cfg.text_file}…")
+        self.run.start(p.state.loaded, cfg, out, resume=resume)
 
     def command(self, cfg: SaeTrainConfig, out: Path) -> list[str]:
         """The same run from a terminal (the model's folder: the CLI reads it from disk)."""
@@ -390,9 +457,12 @@ class DictionaryMode(QObject):
         kind = ev["event"]
         if kind == "start":
             self.plots.clear()
+            for kept in self.run.events:  # a resumed run's curves so far (record kept them)
+                self.plots.add(kept)
             p.progress.setRange(0, ev["steps"])
             p.progress.setValue(ev["step"])
-            p.status_label.setText(f"Training a {ev['architecture']} dictionary of {ev['d_sae']:,} features on "
+            p.status_label.setText(f"{'Resumed at step ' + str(ev['step']) + ': t' if ev.get('resumed') else 'T'}"
+                                   f"raining a {ev['architecture']} dictionary of {ev['d_sae']:,} features on "
                                    f"{ev['hook']} ({ev['tokens']:,} tokens, {ev['heldout_tokens']:,} held out)…")
         elif kind == "step":
             self.plots.add(ev)
@@ -413,7 +483,8 @@ class DictionaryMode(QObject):
                 f"{how} at step {ev.get('step')}: on the held-out tokens, variance explained "
                 f"{ev.get('variance_explained', float('nan')):.3f} at L0 {ev.get('l0', float('nan')):.1f}, "
                 f"{ev.get('dead', 0)} dead features. Saved in {self.run.out_dir} (SAELens' format): "
-                "Open in Features to see its features on your text.")
+                "Open in Features to see its features on your text"
+                + (", or tick Resume this run and Start to go on." if kind == "stopped" else "."))
         if kind in ("step", "eval"):
             p.export_bar.refresh()
         p._update_buttons()
@@ -421,4 +492,6 @@ class DictionaryMode(QObject):
     def on_ended(self, message: str) -> None:
         if message:
             self.panel.status_label.setText(message)
+        if self.run.saved and self.run.out_dir is not None:  # ready to be resumed (as the model mode offers)
+            self.form.resume_edit.setText(str(self.run.out_dir))
         self.panel._update_buttons()

@@ -156,6 +156,55 @@ def attention_scale(cfg: ModelConfig) -> float:
 # lab and the dynamics); imported above.
 
 
+def packed_linears(linears) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """(W [sum of outputs, in], b): the weights (and biases) of nn.Linear layers reading the same input,
+    as views of the one buffer pack_linears laid them out in, side by side (one product computes them
+    all); None when they are not (or no longer: a device move, a load, a replaced weight) laid out so."""
+    first = linears[0]
+    outs = [lin.out_features for lin in linears]
+    n, d = sum(outs), first.in_features
+    starts = [sum(outs[:i]) for i in range(len(outs))]
+
+    def side_by_side(ts, step: int) -> bool:
+        ptr = ts[0].untyped_storage().data_ptr()
+        return all(t.untyped_storage().data_ptr() == ptr and t.storage_offset() == ts[0].storage_offset() + a * step
+                   for t, a in zip(ts, starts))
+
+    ws = [lin.weight for lin in linears]
+    if all(w.stride() == (1, n) for w in ws) and side_by_side(ws, 1):  # column-major [in, n] buffer
+        w = first.weight.as_strided((n, d), (1, n))
+    elif all(w.stride() == (d, 1) for w in ws) and side_by_side(ws, d):  # row-major [n, in] buffer
+        w = first.weight.as_strided((n, d), (d, 1))
+    else:
+        return None
+    b = None
+    if first.bias is not None:
+        bs = [lin.bias for lin in linears]
+        if any(t is None for t in bs) or not side_by_side(bs, 1):
+            return None
+        b = first.bias.as_strided((n,), (1,))
+    return w, b
+
+
+def pack_linears(linears, column_major: bool = True) -> None:
+    """Lay out the weights of nn.Linear layers that read the same input in one buffer [sum of outputs, in]
+    (column-major or row-major), biases in another; each parameter becomes a view (same values and
+    shapes), and packed_linears hands the whole. Idempotent when already packed either way."""
+    if packed_linears(linears) is not None:
+        return
+    w = torch.cat([lin.weight.detach() for lin in linears], 0)
+    w = w.t().contiguous().t() if column_major else w.contiguous()
+    bias = [lin.bias for lin in linears]
+    b = None if any(t is None for t in bias) else torch.cat([t.detach() for t in bias])
+    start = 0
+    for lin in linears:
+        end = start + lin.out_features
+        lin.weight.data = w[start:end]
+        if b is not None:
+            lin.bias.data = b[start:end]
+        start = end
+
+
 @dataclass(eq=False)
 class LayerCache:
     k: torch.Tensor | None = None  # [B, H_kv, T, dh], after rotary
@@ -376,42 +425,16 @@ class Attention(nn.Module):
         dq, dk = self.q.out_features, self.k.out_features
         return F.linear(x, *fused).split((dq, dk, dk), dim=-1)
 
-    def pack_qkv(self) -> None:
-        """Store W_Q, W_K, W_V (and their biases) in one column-major buffer [d, dq + 2 dk]; each
-        parameter becomes a view of it (same values, same shapes), so one product computes all three."""
-        q, k, v = self.q, self.k, self.v
-        if self._packed_qkv() is not None:
-            return
-        w = torch.cat([q.weight.detach(), k.weight.detach(), v.weight.detach()], 0).t().contiguous()
-        dq, dk = q.out_features, k.out_features
-        q.weight.data, k.weight.data, v.weight.data = w[:, :dq].t(), w[:, dq:dq + dk].t(), w[:, dq + dk:].t()
-        if q.bias is not None:
-            b = torch.cat([q.bias.detach(), k.bias.detach(), v.bias.detach()])
-            q.bias.data, k.bias.data, v.bias.data = b[:dq], b[dq:dq + dk], b[dq + dk:]
+    def pack_qkv(self, column_major: bool = True) -> None:
+        """Store W_Q, W_K, W_V (and their biases) in one buffer [dq + 2 dk, d] (column-major, or row-major
+        for the CPU's half-precision products: pack_for_decoding); each parameter becomes a view of it
+        (same values, same shapes), so one product computes all three."""
+        pack_linears((self.q, self.k, self.v), column_major)
 
     def _packed_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-        """(W [dq + 2 dk, d] column-major, b) as views of the packed buffer, or None when the three
-        weights are not (or no longer: a device move, a load) laid out that way."""
-        q, k, v = self.q, self.k, self.v
-        dq, dk, d = q.out_features, k.out_features, q.in_features
-        n = dq + 2 * dk
-
-        def side_by_side(ts) -> bool:
-            ptr = ts[0].untyped_storage().data_ptr()
-            return (all(t.untyped_storage().data_ptr() == ptr for t in ts)
-                    and ts[1].storage_offset() == ts[0].storage_offset() + dq
-                    and ts[2].storage_offset() == ts[0].storage_offset() + dq + dk)
-
-        ws = (q.weight, k.weight, v.weight)
-        if any(w.stride() != (1, n) for w in ws) or not side_by_side(ws):
-            return None
-        b = None
-        if q.bias is not None:
-            bs = (q.bias, k.bias, v.bias)
-            if not side_by_side(bs):
-                return None
-            b = q.bias.as_strided((n,), (1,))
-        return q.weight.as_strided((n, d), (1, n)), b
+        """(W [dq + 2 dk, d], b) as views of the packed buffer, or None when the three weights are not
+        (or no longer: a device move, a load) laid out that way."""
+        return packed_linears((self.q, self.k, self.v))
 
     def head_outputs(self, y: torch.Tensor) -> torch.Tensor:
         """Each head's share of the sublayer's output, W_O,h y_h (before the output bias):
@@ -434,10 +457,10 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.activation == "swiglu":
-            h = F.silu(self.gate(x)) * self.up(x)
-        elif self.activation == "geglu":  # Gemma: gelu_pytorch_tanh on the gate
-            h = F.gelu(self.gate(x), approximate="tanh") * self.up(x)
+        if self.activation in ("swiglu", "geglu"):
+            g, u = self.gate_up(x)
+            # Gemma (geglu): gelu_pytorch_tanh on the gate
+            h = (F.silu(g) if self.activation == "swiglu" else F.gelu(g, approximate="tanh")) * u
         elif self.activation == "gelu_tanh":
             h = F.gelu(self.up(x), approximate="tanh")
         elif self.activation == "gelu":
@@ -447,6 +470,14 @@ class MLP(nn.Module):
         else:
             h = F.relu(self.up(x))
         return self.dropout(self.down(h))
+
+    def gate_up(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A gated MLP's gate and up products: one product when pack_for_decoding has laid the two
+        weights side by side (and nothing needs their separate gradients), else two."""
+        fused = None if torch.is_grad_enabled() else packed_linears((self.gate, self.up))
+        if fused is None:
+            return self.gate(x), self.up(x)
+        return F.linear(x, *fused).split((self.gate.out_features, self.up.out_features), dim=-1)
 
 
 # -- block -----------------------------------------------------------------------------------
@@ -618,17 +649,26 @@ class Transformer(nn.Module):
         nn.Linear's row-major [out, in]: 1.6x on GPT-2's 50257 x 768 unembedding, 1.5-1.7x on its
         Q/K/V and MLP-up products; a wide-input one (the MLP's down projection, 3072 -> 768) the
         other way round (row-major 1.3x faster; 6-7% per token kept row-major, interleaved runs).
-        Q, K and V also become one product (Attention.pack_qkv). Only float32 on the CPU: in bfloat16 (no native bf16 products
-        on the CPU measured) this layout was 1.25x slower, and other devices were not measured.
+        Q, K and V also become one product (Attention.pack_qkv), and a gated MLP's gate and up
+        (MLP.gate_up). In half precision on the CPU only those fusions, each weight kept row-major:
+        oneDNN's bfloat16 products run one row faster that way (the column-major layout was 1.25x
+        slower), and each product is a parallel region whose threads meet at its end, so fewer of them
+        per step waste less time on a busy machine. Other devices were not measured.
         Idempotent; training and state_dict still work (checkpoints are saved contiguous).
         """
-        if self.device.type != "cpu" or self.dtype != torch.float32:
+        if self.device.type != "cpu" or self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             return
+        float32 = self.dtype == torch.float32
         with torch.inference_mode(False), torch.no_grad():
             for block in self.blocks:
-                block.attn.pack_qkv()
+                block.attn.pack_qkv(column_major=float32)
+                if hasattr(block.mlp, "gate"):
+                    pack_linears((block.mlp.gate, block.mlp.up), column_major=float32)
+            if not float32:
+                return
             for name, mod in self.named_modules():
-                if not isinstance(mod, nn.Linear) or name.endswith(("attn.q", "attn.k", "attn.v")):
+                if not isinstance(mod, nn.Linear) or name.endswith(("attn.q", "attn.k", "attn.v", "mlp.gate", "mlp.up")) \
+                        and mod.weight.stride()[0] == 1:  # packed column-major above
                     continue
                 column_major = mod.out_features >= mod.in_features
                 if column_major and mod.weight.is_contiguous():

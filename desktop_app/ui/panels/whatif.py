@@ -106,7 +106,9 @@ class AttributionChart(pg.PlotWidget):
         # fewer labels when narrower, all when there is room
         self.plot_item.getViewBox().sigResized.connect(lambda *_: self.labels and self._label_ticks())
 
-    def set_attribution(self, attribution, token_label: str, where: str = "position") -> None:
+    where = "position"  # what the position is (an encoder-decoder's: "decoder position"), for the title
+
+    def set_attribution(self, attribution, token_label: str) -> None:
         self.attribution, self.token_label = attribution, token_label
         self.plot_item.clear()
         self.labels = [_component_label(c, l, h) for c, l, h, _ in attribution.rows()]
@@ -114,7 +116,7 @@ class AttributionChart(pg.PlotWidget):
         x = np.arange(len(values))
         brushes = [pg.mkBrush(POSITIVE if v >= 0 else NEGATIVE) for v in values]
         self.plot_item.addItem(pg.BarGraphItem(x=x, height=values, width=0.8, brushes=brushes, pen=None))
-        self.plot_item.setTitle(f"token {token_label} at {where} {attribution.position}: "
+        self.plot_item.setTitle(f"token {token_label} at {self.where} {attribution.position}: "
                                 f"sum {attribution.sum:.4g}, logit {attribution.logit:.4g}", color=plot_foreground())
         self.plot_item.autoRange()
         self.plot_item.getViewBox().setLimits(xMin=-1, xMax=len(values))
@@ -508,8 +510,8 @@ class WhatIfPanel(QWidget, ResultView):
         attribution, token = result
         label = repr(self.state.token_strings([token])[0]) if self.state.loaded is not None else str(token)
         seq2seq = self.state.loaded is not None and is_seq2seq(self.state.loaded)
-        self.dla_chart.set_attribution(attribution, f"{label} (#{token})",
-                                       "decoder position" if seq2seq else "position")
+        self.dla_chart.where = "decoder position" if seq2seq else "position"
+        self.dla_chart.set_attribution(attribution, f"{label} (#{token})")
         ablated = f"; ablated: {', '.join(iv.label for iv in self.state.interventions)}" \
             if self.state.interventions else ""
         top = np.argsort(-np.abs(attribution.contributions))[:3]

@@ -139,3 +139,25 @@ def test_a_post_norm_model_refuses_attribution_and_patches_two_sources(qtbot, ma
         assert "the encoder's residual stream" in panel.resid_map.plot.titleLabel.text
     finally:
         win.close()
+
+
+def test_the_ablate_tab_on_a_one_stack_model_zeros_an_mlp(qtbot, model_dirs, isolated_user_files, error_watch):
+    win, state = open_window(qtbot, model_dirs["llama"], text="Alice and the rabbit hole.", watch=error_watch)
+    try:
+        panel = click_panel_tab(qtbot, win, "What if")
+        _click_tab(qtbot, panel.tabs, "Ablate")
+        assert [panel.ablate_kind.itemText(i) for i in range(panel.ablate_kind.count())] == [
+            "Attention head", "MLP", "Attention layer"]
+        _pick(qtbot, panel.ablate_kind, "MLP")
+        assert not panel.ablate_head.isEnabled()
+        type_into(qtbot, panel.ablate_layer, "1")
+        with qtbot.waitSignal(state.trace_changed, timeout=30_000):
+            qtbot.mouseClick(panel.ablate_button, Qt.MouseButton.LeftButton)
+        assert [iv.target for iv in state.interventions] == ["blocks.1.mlp.out"]
+        assert float(state.trace["blocks.1.mlp.out"].abs().max()) == 0.0
+        # the same edit again is said, not added twice
+        qtbot.mouseClick(panel.ablate_button, Qt.MouseButton.LeftButton)
+        assert len(state.interventions) == 1 and "already applied" in panel.ablate_status.text()
+        error_watch.assert_clean()
+    finally:
+        win.close()

@@ -660,3 +660,73 @@ def test_a_saved_workspace_keeps_every_training_option(qtbot, tmp_path, task):
         assert set(cfg.task_options) == {"image_folder", "channels", "image_size"}
         assert (train2.image_folder.text(), train2.channels.currentText(), train2.image_size.value(),
                 train2.patch_size.value()) == ("/data/image_folder", "1", 1, 3)
+
+
+def test_a_saved_workspace_keeps_the_dictionary_mode_and_every_dictionary_setting(qtbot, tmp_path):
+    """The Train panel's mode (a sparse dictionary) and every box of its dictionary form, set by typing and
+    clicking, come back in a new window from a saved workspace; the model form's settings stay beside them."""
+    from PySide6.QtWidgets import QDoubleSpinBox, QSpinBox
+
+    panels = [("Train", "desktop_app.ui.panels.training", "TrainingPanel")]
+    w1 = MainWindow(AppState(), panels=panels)
+    qtbot.addWidget(w1)
+    w1.show()
+    w1.show_panel("Train")
+    train = w1.panel("Train")
+    _type_into(qtbot, train.steps, "300")  # the model form's own, kept too
+    train.mode.setFocus()
+    qtbot.keyClick(train.mode, Qt.Key.Key_Down)
+    assert train.dictionary_mode
+    f = train.dictionary.form
+    _type_into(qtbot, f.hook.lineEdit(), "blocks.1.hook_resid_mid")
+    _type_into(qtbot, f.hook_out.lineEdit(), "blocks.1.hook_mlp_out")
+    _type_into(qtbot, f.text_file, "/data/alice.txt")
+    _type_into(qtbot, f.out_edit, "/data/runs")
+    boxes = [f.d_sae, f.k, f.max_tokens, f.steps, f.batch_size, f.lr, f.seed, f.eval_every, f.checkpoint_every]
+    for box in boxes + [f.l1_coefficient]:
+        if box is f.l1_coefficient:  # shown for relu: one item down from topk
+            f.architecture.setFocus()
+            qtbot.keyClick(f.architecture, Qt.Key.Key_Down)
+            assert f.architecture.currentText() == "relu" and f.l1_coefficient.isVisibleTo(f)
+        value = box.minimum() + 2 * box.singleStep() if box.value() != box.minimum() + 2 * box.singleStep() \
+            else box.minimum() + 3 * box.singleStep()
+        _type_into(qtbot, box, str(int(value)) if isinstance(box, QSpinBox) else f"{value:.{box.decimals()}f}")
+        assert box.value() == pytest.approx(value), box.toolTip()
+        assert isinstance(box, (QSpinBox, QDoubleSpinBox))
+    settings, model_cfg = f.config(), train.config()
+    assert settings.hook_out == "blocks.1.hook_mlp_out" and settings.text_file == "/data/alice.txt"
+    path = tmp_path / "train.json"
+    save_workspace(path, w1.capture_workspace())
+
+    w2 = MainWindow(AppState(), panels=panels)
+    qtbot.addWidget(w2)
+    w2.show()
+    assert w2.open_workspace(path)
+    train2 = w2.panel("Train")
+    assert train2.dictionary_mode and train2.mode.currentText() == "a sparse dictionary"
+    assert train2.settings_stack.currentWidget().widget() is train2.dictionary.form
+    assert train2.dictionary.form.config() == settings and train2.dictionary.form.out_edit.text() == "/data/runs"
+    assert train2.config() == model_cfg and train2.steps.value() == 300
+    assert train2.dictionary.form.architecture.currentText() == "relu"
+
+
+def test_a_workspace_of_an_older_app_or_a_hand_edit_opens_the_train_panel_in_model_mode(qtbot, tmp_path):
+    """A saved Train view without a mode (an older app), or with a mode and dictionary settings of the wrong kind,
+    opens: the model mode, the dictionary form's defaults where a setting was wrong."""
+    panels = [("Train", "desktop_app.ui.panels.training", "TrainingPanel")]
+    for extra, dictionary_mode, k in (({}, False, 16),
+                                      ({"mode": "a toaster", "dictionary": {"d_sae": "many", "k": 7, "hook_out": 3}},
+                                       False, 7),
+                                      ({"mode": "sparse dictionary", "dictionary": ["not", "a", "dict"]}, True, 16)):
+        path = tmp_path / "old.json"
+        save_workspace(path, Workspace(panel="Train", views={"Train": {"steps": 250, **extra}}))
+        w = MainWindow(AppState(), panels=panels)
+        qtbot.addWidget(w)
+        w.show()
+        assert w.open_workspace(path)
+        train = w.panel("Train")
+        assert train.steps.value() == 250
+        assert train.dictionary_mode == dictionary_mode
+        f = train.dictionary.form
+        assert f.d_sae.value() == 512 and f.k.value() == k
+        assert f.hook_out.currentText() == "none (a sparse autoencoder)"

@@ -10,6 +10,7 @@ checkpoint stays on disk.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -26,6 +27,17 @@ from .training_plots import SpacedAxis, TrainingPlots  # noqa: F401 - SpacedAxis
 from .training_sae import DictionaryMode
 from .training_run import (TrainingRun, free_launch_config_path, launch_config_path, load_run_model,  # noqa: F401
                            new_run_dir, runs_root)  # the run folders' rules, imported from here by tests
+
+TRAIN_MODES = ("model", "sparse dictionary")  # the mode selector's items, as a workspace saves them
+
+
+@dataclass
+class TrainViewState(TrainConfig):
+    """The Train panel's view state in a workspace: the model form's TrainConfig (its keys at the top, as
+    before), the mode selector's choice and the dictionary form's settings (DictionaryForm.settings)."""
+    mode: str = "model"
+    dictionary: dict = field(default_factory=dict)
+
 
 PLOT_FIELDS = ("loss_plot", "acc_plot", "lr_plot", "grad_plot", "train_curve", "val_curve", "train_acc_curve",
                "acc_curve", "lr_curve", "grad_curves")
@@ -190,15 +202,32 @@ class TrainingPanel(QWidget):
         return self.form.cli_args(out)
 
     # -- workspace (MainWindow saves view_state and gives it back with set_view_state) ----------
-    VIEW_TABLE = None  # no views table: the form is the panel's whole view state
-    view_state_from_dict = staticmethod(config_from_dict)  # a workspace's dict, read tolerantly
+    VIEW_TABLE = None  # no views table: the forms and the mode are the panel's whole view state
+
+    @staticmethod
+    def view_state_from_dict(data) -> "TrainViewState":
+        """A workspace's dict, read tolerantly: the model form's settings (config_from_dict), the mode and the
+        dictionary form's settings (checked as the form sets them: DictionaryForm.set_settings)."""
+        cfg = config_from_dict(data)
+        data = data if isinstance(data, dict) else {}
+        mode = data.get("mode") if data.get("mode") in TRAIN_MODES else TRAIN_MODES[0]
+        dictionary = data.get("dictionary") if isinstance(data.get("dictionary"), dict) else {}
+        return TrainViewState(**{f.name: getattr(cfg, f.name) for f in fields(cfg)}, mode=mode,
+                              dictionary=dictionary)
 
     @property
-    def view_state(self) -> TrainConfig:
-        return self.config()
+    def view_state(self) -> "TrainViewState":
+        cfg = self.config()
+        return TrainViewState(**{f.name: getattr(cfg, f.name) for f in fields(cfg)},
+                              mode=TRAIN_MODES[self.mode.currentIndex()], dictionary=self.dictionary.form.settings())
 
     def set_view_state(self, cfg: TrainConfig) -> None:
         self.set_config(cfg)  # as a resumed run's settings fill the form
+        if isinstance(cfg, TrainViewState):
+            if cfg.dictionary:
+                self.dictionary.form.set_settings(cfg.dictionary)
+            if not (self.running or self.dictionary.run.running):
+                self.mode.setCurrentIndex(TRAIN_MODES.index(cfg.mode))
 
     # -- the run (training_run.TrainingRun) -----------------------------------------------------
     @property

@@ -254,3 +254,11 @@ def test_resuming_another_kind_of_folder_is_refused_in_one_line_naming_it(qtbot,
     assert panel.start_button.toolTip().startswith(f"{run}: its dictionary was trained with hook "
                                                    "'blocks.2.hook_resid_post', not 'blocks.1.hook_resid_post'")
     assert "\n" not in panel.start_button.toolTip() and not panel.start_button.isEnabled()
+    _type(qtbot, f.hook, "blocks.2.hook_resid_post")
+    assert panel.start_button.isEnabled()
+    other = tmp_path / "other.txt"
+    other.write_text(text_file.read_text(encoding="utf-8"), encoding="utf-8")
+    _type(qtbot, f.text_file, other)
+    assert panel.start_button.toolTip().startswith(f"{run}: its dictionary was trained with text_file "
+                                                   f"{str(text_file)!r}, not {str(other)!r}")
+    assert not panel.start_button.isEnabled()

@@ -74,8 +74,9 @@ class TrainingPanel(QWidget):
         "<i>Reconstruction error</i> is |x &minus; x&#770;|&sup2; per token, <i>L0</i> the number of active features "
         "per token, <i>variance explained</i> 1 &minus; &Sigma;|x &minus; x&#770;|&sup2; / &Sigma;|x &minus; "
         "mean x|&sup2;, on the batches and on the text's held-out last 10%; a feature is <i>dead</i> when it has "
-        "not fired for 200 steps. It is saved in SAELens' format (Stop saves it too, resumable with "
-        "<code>train --task sae --resume</code>); Open in Features attaches it.</p>")
+        "not fired for 200 steps. It is saved in SAELens' format (Stop saves it too: tick <i>Resume this run "
+        "instead</i> and Start to go on, as <code>train --task sae --resume</code> does); Open in Features "
+        "attaches it.</p>")
 
     run_event = Signal(dict)  # every event of the running process (tests and other views listen)
 

@@ -776,7 +776,8 @@ class GenerationPanel(QWidget, ResultView):
             self.plain_label.setText("")
             self._plain_wanted = None
             return
-        key = (tuple(context_ids), position, tuple(source or ()))
+        # (context, position), and an encoder-decoder's source: its target's logits depend on it
+        key = (tuple(context_ids), position) + ((tuple(source),) if source is not None else ())
         self._plain_wanted = key
         if key in self._plain_logits:
             self._show_plain(dist, chosen, self._plain_logits[key])

@@ -145,9 +145,9 @@ def trace_settings(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, lay
 
     n_layers = loaded.config.n_layers
     if is_seq2seq(loaded.config):
-        if layers is not None and layer_range(layers, n_layers) != range(n_layers):
-            raise ValueError(f"{loaded.name} is an encoder-decoder: its traces record both stacks whole "
-                             "(no layer range)")
+        if layers is not None:  # (any range: n_layers counts the encoder's blocks alone)
+            raise ValueError(f"{loaded.name} is an encoder-decoder, whose trace records both stacks whole "
+                             "(a layer range is for one-stack models)")
         names = trace_names(loaded.config, n_tokens, purpose=purpose)
     else:
         names = _layer_names(trace_names(loaded.config, n_tokens, purpose=purpose), layer_range(layers, n_layers),

@@ -59,7 +59,8 @@ def run(args) -> int:
         arrays = image_trace_arrays(loaded, image_pixel_values(loaded, args.image), ablate)
     elif loaded.config.is_encoder_decoder:
         if args.layers is not None:
-            raise ValueError(f"--layers: {args.model_dir} is an encoder-decoder, traced through both stacks whole")
+            raise ValueError(f"--layers: {args.model_dir} is an encoder-decoder, whose trace records both stacks "
+                             "whole (a layer range is for one-stack models): trace it without --layers")
         target_ids = parse_token_ids(args.target_ids, "--target-ids") if args.target_ids is not None else None
         arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids), ablate, target=args.target_text or "",
                               target_ids=target_ids)

@@ -110,3 +110,23 @@ def test_a_target_for_a_model_that_is_not_an_encoder_decoder_is_refused_in_one_l
         assert code != 0 and len(err.splitlines()) == 1, err
         assert f"{option}:" in err and "not an encoder-decoder" in err
     assert not (tmp_path / "x.npz").exists()
+
+
+@pytest.mark.parametrize("layers", ["0:1", "0:3", "1:"])
+def test_a_layer_range_on_an_encoder_decoder_is_refused_in_one_line_saying_why(hf_folder, tmp_path, capsys, layers):
+    """A layer range picks blocks of one stack; an encoder-decoder's trace records both stacks whole, so
+    --layers is refused (naming the folder and why), whether or not it fits the encoder's count, and
+    nothing is written. The app's trace_input refuses it too (a range past the encoder's blocks included)."""
+    from desktop_app.app.tracing import parse_layers, trace_input
+    from desktop_app.core.checkpoints import load_model_folder
+
+    folder, _ = hf_folder
+    out = tmp_path / "t.npz"
+    code = main(["trace", str(folder), "--ids", "3,1,4", "--layers", layers, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and len(err.splitlines()) == 1, err
+    assert "--layers:" in err and str(folder) in err and "encoder-decoder" in err and "both stacks whole" in err
+    assert not out.exists()
+    loaded = load_model_folder(folder)
+    with pytest.raises(ValueError, match="encoder-decoder, whose trace records both stacks whole"):
+        trace_input(loaded, "", [3, 1, 4], layers=parse_layers(layers))

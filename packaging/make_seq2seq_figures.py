@@ -1,16 +1,18 @@
 """The README's figures of an encoder-decoder in the Model and Attention panels (issue 28), grabbed offscreen
 from the main window: the source "the black dog sees a white cow" and the target "le chien blanc voit une vache
 blanche [END]" (one adjective wrong) in the Model panel (the target's chips coloured by the probability the
-model gave each target token), then, with the right target, "le chien noir voit une vache blanche [END]", the Attention panel's cross-attention heatmap (layer 0, head 0: the target tokens' rows over the
-source tokens' columns).
+model gave each target token), then, with the right target, "le chien noir voit une vache blanche [END]", the
+Attention panel's heatmap of the last layer's head 0 in each of its three kinds: cross-attention (the target
+tokens' rows over the source tokens' columns), the encoder's self-attention (source over source) and the
+decoder's causal self-attention (target over target, the masked upper triangle grey).
 
     .venv/bin/python packaging/make_seq2seq_figures.py MODEL_DIR [OUTDIR]   (default: docs/screenshots)
 
 MODEL_DIR: a model trained on the translation task, e.g. (about two minutes on an idle CPU thread)
     .venv/bin/python -m desktop_app train --task translate --family marian --layers 2 --heads 4 --d-model 64 \\
         --d-ff 128 --lr 3e-3 --steps 600 --warmup 50 --batch-size 64 --seed 0 --out runs/translate
-Writes OUTDIR/seq2seq_model.png and OUTDIR/seq2seq_attention.png, and the other two kinds of attention as
-OUTDIR/seq2seq_attention_encoder.png and _decoder.png only with --all.
+Writes OUTDIR/seq2seq_model.png, OUTDIR/seq2seq_attention.png (cross-attention),
+OUTDIR/seq2seq_attention_encoder.png and OUTDIR/seq2seq_attention_decoder.png (the README's four figures).
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ WRONG = "le chien blanc voit une vache blanche [END]"  # the Model panel's: one 
 
 
 def main() -> int:
-    args = [a for a in sys.argv[1:] if a != "--all"]
+    args = [a for a in sys.argv[1:] if a != "--all"]  # (--all: what an older version wrote only when asked)
     if not args:
         print(__doc__)
         return 2
@@ -80,8 +82,7 @@ def main() -> int:
     state.set_target(TARGET)
     wait(lambda: state._trace_job is None and state.token_strings(state.decoder_ids)[3] == "noir")
     attention = panel("Attention")
-    kinds = ["cross", "encoder", "decoder"] if "--all" in sys.argv else ["cross"]
-    for kind in kinds:
+    for kind in ("cross", "encoder", "decoder"):
         attention.kind_combo.setCurrentIndex(attention.kind_combo.findData(kind))
         wait(lambda: attention.screenshot_ready() and attention.data is not None and attention.data.aggregated)
         attention.open_head(attention.data.n_layers - 1, 0)  # the heatmap of the last layer's head 0

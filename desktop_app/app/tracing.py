@@ -213,14 +213,16 @@ def _largest(fits, hi: int) -> int:
     return lo
 
 
-def _resolved(loaded: LoadedModel, inputs, interventions: list | None) -> list | None:
+def _resolved(loaded: LoadedModel, inputs, interventions: list | None, decoder_ids: list[int] | None = None
+              ) -> list | None:
     """The what-if edits checked against the model, "mean" and "resample" resolved over `inputs`
-    (token ids, or a ViT's pixel values [1, C, H, W]); None when there are none."""
+    (token ids, or a ViT's pixel values [1, C, H, W]; an encoder-decoder's source, with `decoder_ids`
+    its decoder's input); None when there are none."""
     if not interventions:
         return None
     from ..core.interventions import resolve
 
-    return resolve(loaded.model, inputs, [iv.check(loaded.config) for iv in interventions])
+    return resolve(loaded.model, inputs, [iv.check(loaded.config) for iv in interventions], decoder_ids=decoder_ids)
 
 
 @dataclass(frozen=True)
@@ -330,12 +332,9 @@ def _trace_pair(loaded: LoadedModel, pair: EncodedPair, interventions, purpose: 
     if not pair.ids:
         return pair, None
     model, cfg = loaded.model, loaded.config
-    if interventions and any(iv.how in ("mean", "resample") for iv in interventions):
-        raise ValueError("mean and resampled ablations of an encoder-decoder are not supported yet: "
-                         "zero-ablate instead")
-    edits = [iv.check(cfg) for iv in interventions] if interventions else None
     check_trace_memory(loaded, len(pair.ids), purpose, layers, n_target=len(pair.decoder_ids))
     kw = trace_settings(loaded, len(pair.ids) + len(pair.decoder_ids), purpose, layers)
+    edits = _resolved(loaded, pair.ids, interventions, pair.decoder_ids)  # means over each stack's input
     n_enc, total = cfg.n_layers, total_layers(cfg)
     report(job, 0, total, f"layer 0 / {total}")
     trace = Trace(kw["names"], pattern_dtype=kw.get("pattern_dtype"))

@@ -218,10 +218,15 @@ def edit_at(trace: Trace | None, name: str, x: torch.Tensor) -> torch.Tensor:
     return trace.edit(name, x) if isinstance(trace, EditingTrace) else x
 
 
-def resolve(model, ids: Sequence[int] | torch.Tensor, interventions: Sequence[Intervention]) -> list[Intervention]:
+def resolve(model, ids: Sequence[int] | torch.Tensor, interventions: Sequence[Intervention],
+            decoder_ids: Sequence[int] | None = None) -> list[Intervention]:
     """The same list with "mean" (over `ids`' positions) and "resample" (from each one's source text,
     position by position) turned into "replace" values computed by clean forwards. `ids` may also be
-    a ViT's pixel values [1, C, H, W] (the mean is then over [CLS] and the patches)."""
+    a ViT's pixel values [1, C, H, W] (the mean is then over [CLS] and the patches). An encoder-decoder's
+    `ids` are its source and `decoder_ids` its decoder's input: the mean of an encoder point is over the
+    source's positions, of a decoder point (self- or cross-attention) over the decoder input's; resampling
+    one is refused (it would need another source and another target)."""
+    seq2seq = bool(getattr(model.cfg, "is_encoder_decoder", False))
     out: list[Intervention] = []
     clean: Trace | None = None
     for iv in interventions:
@@ -230,10 +235,13 @@ def resolve(model, ids: Sequence[int] | torch.Tensor, interventions: Sequence[In
             continue
         if iv.how == "mean":
             if clean is None:
-                clean = _run(model, ids, ["embed", "blocks.*"])
+                clean = _run_pair(model, ids, decoder_ids) if seq2seq else _run(model, ids, ["embed", "blocks.*"])
             act = _activation(clean, iv)
             out.append(replace(iv, how="replace", value=act.mean(0)))
         else:
+            if seq2seq:
+                raise ValueError(f"{iv.label}: resampled ablations of an encoder-decoder are not supported "
+                                 "(zero or mean-ablate instead)")
             if model.cfg.input_kind == "patches":
                 raise ValueError("resampling copies activations from another text; an image model has none "
                                  "(zero or mean-ablate instead)")
@@ -286,6 +294,17 @@ def _run(model, ids: Sequence[int] | torch.Tensor, names) -> Trace:
     inputs = ids.to(model.device) if torch.is_tensor(ids) else torch.tensor([list(ids)], device=model.device)
     with torch.no_grad():
         model(inputs, trace=trace, compute_logits=False)
+    return trace
+
+
+def _run_pair(model, src_ids: Sequence[int], decoder_ids: Sequence[int] | None) -> Trace:
+    """A clean forward of an encoder-decoder recording both stacks (what a mean ablation reads)."""
+    if decoder_ids is None or not len(decoder_ids):
+        raise ValueError("a mean ablation of an encoder-decoder needs its decoder's input too (decoder_ids)")
+    trace = Trace(["encoder.embed", "encoder.blocks.*", "decoder.embed", "decoder.blocks.*"])
+    with torch.no_grad():
+        model(torch.tensor([list(src_ids)], device=model.device), torch.tensor([list(decoder_ids)],
+              device=model.device), trace=trace)
     return trace
 
 

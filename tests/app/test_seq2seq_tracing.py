@@ -81,13 +81,17 @@ def test_ids_a_cancel_and_edits_of_an_encoder_decoder(loaded):
     job = JobControl(on_progress=lambda done, total, _m: job.cancel() if done == 2 else None)
     with pytest.raises(Cancelled):
         trace_input(loaded, "", [5, 6, 7], target_ids=[9, 10], job=job)
-    # a cross-attention head zeroed changes the decoder's logits; a mean ablation is refused in one line
+    # a cross-attention head zeroed changes the decoder's logits, and mean-ablated otherwise (its mean over the
+    # decoder's input, core/interventions.resolve); a resampled one is refused in one line
     _, edited = trace_input(loaded, "", [5, 6, 7], [Intervention("decoder.blocks.0.cross_attn.head.1")],
                             target_ids=[9, 10])
     assert not torch.allclose(edited["logits"], plain["logits"])
-    with pytest.raises(ValueError, match="not supported yet: zero-ablate instead"):
-        trace_input(loaded, "", [5, 6, 7], [Intervention("decoder.blocks.0.cross_attn.head.1", "mean")],
-                    target_ids=[9, 10])
+    _, mean = trace_input(loaded, "", [5, 6, 7], [Intervention("decoder.blocks.0.cross_attn.head.1", "mean")],
+                          target_ids=[9, 10])
+    assert not torch.allclose(mean["logits"], plain["logits"]) and not torch.allclose(mean["logits"], edited["logits"])
+    with pytest.raises(ValueError, match="resampled ablations of an encoder-decoder are not supported"):
+        trace_input(loaded, "", [5, 6, 7], [Intervention("decoder.blocks.0.cross_attn.head.1", "resample",
+                                                         source_ids=(5, 6))], target_ids=[9, 10])
     # a target for a model that is not an encoder-decoder
     from desktop_app.core.config import ModelConfig
     gpt = ModelConfig.gpt2(vocab_size=20, d_model=8, n_layers=1, n_heads=2, d_ff=16, context_length=8)

@@ -147,3 +147,36 @@ def test_patching_between_two_sources_recovers_exactly_where_it_must():
 def test_patching_sources_of_different_lengths_is_refused():
     with pytest.raises(ValueError, match="same length in tokens"):
         seq2seq_activation_patching(model_of("marian"), SRC, SRC[:-1], DEC, 3)
+
+
+@pytest.mark.parametrize("name", ["marian", "t5_v1_0"])
+@pytest.mark.parametrize("target, z_name, positions", [
+    ("decoder.blocks.1.cross_attn.head.2", "decoder.blocks.1.cross_attn.z", len(DEC)),
+    ("decoder.blocks.2.attn.head.0", "decoder.blocks.2.attn.z", len(DEC)),
+    ("encoder.blocks.1.attn.head.3", "encoder.blocks.1.attn.z", len(SRC))])
+def test_a_mean_ablation_of_a_head_is_its_z_replaced_by_its_mean_over_its_stacks_positions(name, target, z_name,
+                                                                                            positions):
+    """resolve's mean of an encoder-decoder head (interventions.resolve with decoder_ids): the same forward as
+    replacing that head's z, at every position, by the mean over the positions of the stack's own input (the
+    source's for the encoder, the decoder input's for self- and cross-attention) of its z in the clean run,
+    computed here by hand; a resampled head is refused in one line."""
+    from desktop_app.core.interventions import resolve
+
+    model = model_of(name)
+    src, dec = torch.tensor([SRC]), torch.tensor([DEC])
+    _, clean = model.run_with_trace(src, dec)
+    head = int(target.rsplit(".", 1)[1])
+    z = clean[z_name][0, head]
+    assert z.shape[0] == positions and not torch.allclose(z, z.mean(0).expand_as(z))  # the mean changes it
+    by_hand = Intervention(target, "replace", value=z.mean(0))
+    (resolved,) = resolve(model, SRC, [Intervention(target, "mean")], decoder_ids=DEC)
+    assert resolved.how == "replace"
+    out, edited = model.run_with_trace(src, dec, interventions=[resolved])
+    ref_out, ref = model.run_with_trace(src, dec, interventions=[by_hand])
+    torch.testing.assert_close(edited[z_name][0, head], z.mean(0).expand_as(z), rtol=0, atol=1e-6)
+    torch.testing.assert_close(out.logits, ref_out.logits, rtol=0, atol=1e-6)
+    assert (out.logits - clean["logits"]).abs().max() > 1e-4
+    with pytest.raises(ValueError, match="resampled ablations of an encoder-decoder are not supported"):
+        resolve(model, SRC, [Intervention(target, "resample", source_ids=(4, 5, 6))], decoder_ids=DEC)
+    with pytest.raises(ValueError, match="needs its decoder's input"):
+        resolve(model, SRC, [Intervention(target, "mean")])

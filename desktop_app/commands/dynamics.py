@@ -3,6 +3,11 @@
     dynamics --attention softmax|l2|sinkhorn --d D --n N [--sphere] [--init sphere|ball|gaussian|clusters]
              [--variances 4,1,1] [--qkv identity|random [--norm-qk a] [--norm-v v]] [--matrices QKV.npz]
              [--integrator euler|rk4] --dt DT --steps S --seed K --csv OUT.csv [--positions OUT.npz]
+    dynamics --model MODEL_DIR --layer L --head H [--stack encoder|decoder] ...   (a head of a model)
+
+--model takes Q, K, V from one head of a model (A = W_K^T W_Q / sqrt(d_head), V = W_O W_V; d is its width).
+An encoder-decoder's head names its stack: --stack encoder (its self-attention) or decoder (its causal
+self-attention); cross-attention has no dynamics of its own (its keys are the encoder's output, fixed).
 
 One CSV row per recorded time (columns core.dynamics.CSV_COLUMNS: t, clusters, radius,
 radius_bound, mean_cosine, w2), written atomically; the last line printed is one JSON object with
@@ -10,11 +15,12 @@ final_clusters and max_radius_over_bound (and the final mean cosine and W2).
 """
 from __future__ import annotations
 
+from . import MODEL_HELP
 from .args import add_overwrite_argument, float_in, int_in, non_negative, positive, positive_int, seed, unit
 
 
 def add_parser(sub) -> None:
-    from ..core.dynamics import ATTENTION_KINDS, INTEGRATORS
+    from ..core.dynamics import ATTENTION_KINDS, INTEGRATORS, STACKS
 
     p = sub.add_parser("dynamics", help="tokens as particles: simulate the attention flow (CSV + JSON)")
     p.add_argument("--attention", choices=ATTENTION_KINDS, default="softmax")
@@ -32,6 +38,11 @@ def add_parser(sub) -> None:
     p.add_argument("--norm-v", type=non_negative, default=1.0, help="--qkv random: ||V||_2")
     p.add_argument("--matrices", metavar="FILE.npz",
                    help="Q, K, V (or A and V, softmax only) from numpy.savez(path, Q=Q, K=K, V=V) instead of --qkv")
+    p.add_argument("--model", metavar="MODEL_DIR", help="Q, K, V from a head of this model (" + MODEL_HELP + ")")
+    p.add_argument("--layer", type=int_in(0, 10**6), default=0, help="--model: the head's layer (default 0)")
+    p.add_argument("--head", type=int_in(0, 10**6), default=0, help="--model: the head (default 0)")
+    p.add_argument("--stack", choices=STACKS,
+                   help="--model an encoder-decoder: the encoder's or the decoder's self-attention (required there)")
     p.add_argument("--time-dependent", type=unit, default=0.0, metavar="AMPLITUDE",
                    help="V(t) = (1 + a sin t) V, Q(t), K(t) = (1 + a cos t) Q, K (a in [0, 1]; default 0: off)")
     p.add_argument("--renormalise", action="store_true", help="measure clusters on z = exp(-tV) x")
@@ -88,7 +99,21 @@ def run(args) -> int:
     from ..core import dynamics as dy
     from ..core.files import atomic_write_bytes, atomic_write_text, check_output_file, strict_json
 
-    cfg, head = dynamics_setup(args.attention, args.d, args.n, args.init, matrices=args.matrices,
+    model = None
+    if args.model:
+        from . import load_model
+
+        loaded = load_model(args.model)
+        if loaded.config.is_encoder_decoder and args.stack is None:
+            raise ValueError(f"{args.model} is an encoder-decoder: choose --stack encoder or decoder (its "
+                             "self-attention; cross-attention has no dynamics of its own)")
+        if args.stack is not None and not loaded.config.is_encoder_decoder:
+            raise ValueError(f"--stack: {args.model} is not an encoder-decoder; it has one stack of layers")
+        model = loaded.model.float().eval()
+    elif args.layer or args.head:
+        raise ValueError("--layer and --head pick a head of --model: give --model too")
+    cfg, head = dynamics_setup(args.attention, args.d, args.n, args.init, matrices=args.matrices, model=model,
+                               model_layer=args.layer, model_head=args.head, stack=args.stack,
                                variances=args.variances or None, steps=args.steps, qkv=args.qkv,
                                norm_v=args.norm_v, amplitude=args.time_dependent, dt=args.dt,
                                perturbation=args.perturbation, integrator=args.integrator,

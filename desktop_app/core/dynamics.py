@@ -49,6 +49,7 @@ ATTENTION_KINDS = ("softmax", "l2", "sinkhorn")
 INTEGRATORS = ("euler", "rk4")
 INITS = ("sphere", "ball", "gaussian", "clusters", "tokens")
 QKV_SOURCES = ("identity", "random", "file", "model")
+STACKS = ("encoder", "decoder")  # an encoder-decoder's self-attention stacks (check_stack)
 CSV_COLUMNS = ("t", "clusters", "radius", "radius_bound", "mean_cosine", "w2")
 LAYER_CSV_COLUMNS = ("layer", "name", "clusters", "radius", "mean_cosine")
 LOG2_E = 1.0 / math.log(2.0)
@@ -106,14 +107,36 @@ def random_head(d: int, norm_qk: float = 1.0, norm_v: float = 1.0, seed: int = 0
                 name=f"random (||Q|| = ||K|| = {norm_qk:g}, ||V|| = {norm_v:g}, seed {seed})").to(dtype)
 
 
-def model_head(model, layer: int, head: int, dtype=torch.float64) -> Head:
+def check_stack(cfg, stack: str | None) -> None:
+    """The stack a model head or a model's tokens come from: None for a one-stack model; for an
+    encoder-decoder one of STACKS (its encoder's self-attention or its decoder's causal self-attention).
+    Cross-attention is refused: its keys are the encoder's output, fixed, not the moving particles.
+    ValueError, one line, otherwise."""
+    seq2seq = bool(getattr(cfg, "is_encoder_decoder", False))
+    if stack is None:
+        if seq2seq:
+            raise ValueError("an encoder-decoder's head names its stack: encoder or decoder (--stack)")
+        return
+    if not seq2seq:
+        raise ValueError(f"stack {stack!r}: this model has one stack of layers (--stack is for encoder-decoders)")
+    if stack == "cross":
+        raise ValueError("cross-attention moves no particles of its own: its keys are the encoder's output, fixed; "
+                         "choose the encoder's or the decoder's self-attention")
+    if stack not in STACKS:
+        raise ValueError(f"stack {stack!r}: one of {', '.join(STACKS)}")
+
+
+def model_head(model, layer: int, head: int, dtype=torch.float64, stack: str | None = None) -> Head:
     """A loaded model's head: A_h and V_h from model.head_matrices (biases and rotary positions left
     out); for l2 and sinkhorn Q = W_Q / d_head^(1/4) and K = W_K / d_head^(1/4), so that the cross term
-    of -|Q x - K y|^2 is 2 q.k / sqrt(d_head), twice the softmax score."""
-    hm = model.head_matrices(layer, head)
+    of -|Q x - K y|^2 is 2 q.k / sqrt(d_head), twice the softmax score. An encoder-decoder's head is
+    one of its `stack`'s self-attention heads (check_stack)."""
+    check_stack(model.cfg, stack)
+    hm = model.head_matrices(layer, head) if stack is None else model.head_matrices(layer, head, stack=stack)
     s = float(hm.W_Q.shape[0]) ** -0.25
+    where = "" if stack is None else f"{stack} "
     return Head(V=hm.V.double(), A=hm.A.double(), Q=hm.W_Q.double() * s, K=hm.W_K.double() * s,
-                name=f"layer {layer} head {head}").to(dtype)
+                name=f"{where}layer {layer} head {head}").to(dtype)
 
 
 def load_head(path, dtype=torch.float64) -> Head:

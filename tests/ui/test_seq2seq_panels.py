@@ -156,7 +156,7 @@ def test_each_attention_kind_is_picked_on_the_combo_and_every_view_shows_its_own
         assert all((tmp_path / n).stat().st_size > 100 for n in asked[-3:])
 
 
-UNSUPPORTED = ("Features", "Dynamics")  # (Layers, What if and Lipschitz support encoder-decoders: tests/ui/test_seq2seq_lipschitz_layers.py)
+UNSUPPORTED = ("Features",)  # (Layers, What if and Lipschitz support encoder-decoders: tests/ui/test_seq2seq_lipschitz_layers.py; Dynamics: tests/ui/test_seq2seq_dynamics.py)
 
 
 def _shown_text(panel) -> str:

@@ -512,7 +512,7 @@ def test_workspace_restores_the_dynamics_form_without_running_it(qtbot, model_di
         "token_layer": 0, "qkv": "model", "norm_qk": 0.5, "norm_v": 2.0, "matrices_file": "", "model_layer": 1,
         "model_head": 1, "time_dependent": True, "sphere": False, "renormalise": True, "twin": True,
         "integrator": "rk4", "dt": 0.05, "steps_per_frame": 3, "record_every": 5, "cluster_tol": 0.1, "seed": 7,
-        "view_3d": False, "trails": True}
+        "view_3d": False, "trails": True, "stack": "encoder"}
     dyn2 = w2.panel("Dynamics")
     assert dyn2.view_state == dyn.view_state
     assert (dyn2.model_layer.value(), dyn2.model_head.value()) == (1, 1)  # not clamped to the no-model 0

@@ -26,6 +26,7 @@ class DynamicsViewState:
     matrices_file: str = ""  # qkv "file": the .npz
     model_layer: int = 0  # qkv "model": the head's layer and index
     model_head: int = 0
+    stack: str = "encoder"  # an encoder-decoder's: "encoder" or "decoder" (core.dynamics.STACKS)
     time_dependent: bool = False
     sphere: bool = True
     renormalise: bool = False

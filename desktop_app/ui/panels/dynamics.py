@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
                                QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QSlider, QSpinBox, QSplitter,
                                QVBoxLayout, QWidget)
 
+from ...app.dynamics import stack_layer_curves, stack_trace
 from ...core import dynamics as dy
 from ...core.views.dynamics import DynamicsViewState
 from ..state import EDITS, INPUT, MODEL, ResultView
@@ -45,9 +46,13 @@ PARTICLES_MIN = (220, 220)
 
 _DRAG_EVENTS = (QEvent.Type.MouseButtonPress, QEvent.Type.MouseMove, QEvent.Type.MouseButtonRelease)
 
+STACK_LABELS = [("encoder self-attention", "encoder"), ("decoder self-attention (causal)", "decoder")]
+
+
 def build_simulation(cfg: dy.DynamicsConfig, qkv: str, matrices: str, model, layer: int, head: int,
-                     tokens: np.ndarray | None) -> tuple[dy.Simulation, dy.Frame]:
-    """Worker side of Reset: parameters, initial positions and the first records."""
+                     tokens: np.ndarray | None, stack: str | None = None) -> tuple[dy.Simulation, dy.Frame]:
+    """Worker side of Reset: parameters, initial positions and the first records (an encoder-decoder's
+    head from `stack`'s self-attention)."""
     h = None
     if qkv == "file":
         if not matrices:
@@ -56,14 +61,14 @@ def build_simulation(cfg: dy.DynamicsConfig, qkv: str, matrices: str, model, lay
     elif qkv == "model":
         if model is None:
             raise ValueError("open a model first to use one of its heads")
-        h = dy.model_head(model, layer, head)
+        h = dy.model_head(model, layer, head, stack=stack)
     sim = dy.Simulation(cfg, h, tokens)
     return sim, dy.Frame(sim.t, sim.steps, sim.shown().numpy().copy(), list(sim.records))
 
 
 class DynamicsPanel(QWidget, ResultView):
     title = "Dynamics"
-    supports_encoder_decoder = False  # not yet (issue 28): its tab shows one line instead (widgets/unsupported.py)
+    supports_encoder_decoder = True  # the Stack row: the encoder's or the decoder's self-attention (issue 28)
     help_text = (
         "<b>Tokens as particles.</b> With attention and residual connections only, a deep transformer moves each "
         "token x<sub>i</sub> by dx<sub>i</sub>/dt = &Gamma;<sub>&mu;</sub>(x<sub>i</sub>) = &Sigma;<sub>j</sub> "
@@ -75,7 +80,11 @@ class DynamicsPanel(QWidget, ResultView):
         "R(t) = exp(&int;||V||<sub>2</sub>) R<sub>0</sub>, and (with the twin run switched on: twice the work) W2 to a "
         "twin started 10<sup>-3</sup> away (particle i coupled with particle i: an upper bound). Above 500 particles "
         "the clusters are counted among 500 of them (a fixed random subset). The bottom row measures the loaded model's tokens "
-        "after each layer's attention sublayer (blocks.l.resid_mid).")
+        "after each layer's attention sublayer (blocks.l.resid_mid).<br>"
+        "<b>Encoder-decoders</b> (T5, BART, Marian): <i>Stack</i> picks the encoder's self-attention (the source's "
+        "tokens) or the decoder's causal self-attention ([start] + the target's tokens): the model head, the token "
+        "layer and the bottom row's curves are that stack's. Cross-attention is not offered: its keys and values are "
+        "the encoder's output, fixed, so it does not move a set of particles by their own attention.")
     shortcuts = [("Space", "play / pause"), ("Right", "one step")]
 
     def __init__(self, state, parent=None) -> None:
@@ -137,6 +146,12 @@ class DynamicsPanel(QWidget, ResultView):
         self.file_button.clicked.connect(self.choose_matrices)
         self.model_layer = QSpinBox(minimum=0, maximum=0)
         self.model_head = QSpinBox(minimum=0, maximum=0)
+        self.stack = QComboBox()  # an encoder-decoder's: whose self-attention and tokens (hidden for other models)
+        for label, key in STACK_LABELS:
+            self.stack.addItem(label, key)
+        self.stack.setToolTip("An encoder-decoder's stack: the head, the tokens and the model curves are the "
+                              "encoder's (source) or the decoder's ([start] + target). Cross-attention has no "
+                              "dynamics of its own: its keys are the encoder's output, fixed.")
         self.time_dependent = QCheckBox("time-dependent (a = 0.5)")
         self.sphere = QCheckBox("on the sphere (LayerNorm)")
         self.sphere.setChecked(True)
@@ -152,7 +167,8 @@ class DynamicsPanel(QWidget, ResultView):
         self.seed = QSpinBox(minimum=0, maximum=10**6, value=0)
         for label, w in (("Attention", self.attention), ("d", self.d), ("Particles n", self.n),
                          ("Initial condition", self.init), ("Covariance", self.covariance),
-                         ("Clusters k", self.n_clusters), ("Token layer", self.token_layer), ("Q, K, V", self.qkv),
+                         ("Clusters k", self.n_clusters), ("Stack", self.stack), ("Token layer", self.token_layer),
+                         ("Q, K, V", self.qkv),
                          ("||Q||, ||K||", self.norm_qk), ("||V||", self.norm_v), ("File", self.file_button),
                          ("Model layer", self.model_layer), ("Model head", self.model_head), ("", self.time_dependent),
                          ("", self.sphere), ("", self.renormalise), ("", self.twin), ("Integrator", self.integrator),
@@ -165,6 +181,7 @@ class DynamicsPanel(QWidget, ResultView):
                 form.addRow(label, w)
             else:  # a check box takes the whole row: its text is its label
                 form.addRow(w)
+        self._form = form
         self.reset_button = QPushButton("Reset")
         self.play_button = QPushButton("Play")
         self.play_button.setCheckable(True)
@@ -246,6 +263,7 @@ class DynamicsPanel(QWidget, ResultView):
         lay.addLayout(right, 1)
         for w in (self.init, self.qkv):
             w.currentIndexChanged.connect(self._update_enabled)
+        self.stack.currentIndexChanged.connect(self._stack_chosen)
         self.sphere.toggled.connect(self._update_enabled)
         self._update_enabled()
 
@@ -272,6 +290,7 @@ class DynamicsPanel(QWidget, ResultView):
         loaded = getattr(self.state, "loaded", None)
         d = None
         if init == "tokens" and trace is not None:
+            trace = stack_trace(trace, self._stack())
             names = [n for n in dy.layer_names(trace) if n in trace]
             d = int(trace[names[0]].shape[-1]) if names else None
         elif qkv == "model" and loaded is not None:
@@ -280,13 +299,34 @@ class DynamicsPanel(QWidget, ResultView):
             self.d.setValue(d)
 
     # -- state ------------------------------------------------------------------------------------
-    def _on_model_changed(self, loaded) -> None:
+    def _stack(self) -> str | None:
+        """The encoder-decoder's stack chosen (None for a one-stack model)."""
+        loaded = getattr(self.state, "loaded", None)
+        if loaded is None or not loaded.config.is_encoder_decoder:
+            return None
+        return self.stack.currentData()
+
+    def _follow_stack(self) -> None:
+        """The Stack row shown for an encoder-decoder only; the layer boxes within the chosen stack's layers."""
+        loaded = getattr(self.state, "loaded", None)
+        self._form.setRowVisible(self.stack, self._stack() is not None)
         if loaded is None:
             return
         cfg = loaded.config
-        self.model_layer.setMaximum(max(0, cfg.n_layers - 1))
+        layers = cfg.n_decoder_layers if self._stack() == "decoder" else cfg.n_layers
+        self.model_layer.setMaximum(max(0, layers - 1))
+        self.token_layer.setMaximum(layers)
+
+    def _stack_chosen(self, *_) -> None:
+        self._follow_stack()
+        self._on_trace_changed(getattr(self.state, "trace", None))  # that stack's tokens and curves
+
+    def _on_model_changed(self, loaded) -> None:
+        self._follow_stack()
+        if loaded is None:
+            return
+        cfg = loaded.config
         self.model_head.setMaximum(max(0, cfg.n_heads - 1))
-        self.token_layer.setMaximum(cfg.n_layers)
         if self._restore_on_model is not None:  # a workspace's form came before its model
             self._show_view_state(self._restore_on_model)
             self._restore_on_model = None
@@ -299,7 +339,8 @@ class DynamicsPanel(QWidget, ResultView):
         if trace is None:
             return
         # AppState.run: curves of a trace no longer shown (another model or text meanwhile) are dropped
-        self.state.run(dy.layer_curves, trace, self.cluster_tol.value(), on_result=self._on_layer_curves,
+        self.state.run(stack_layer_curves, trace, self._stack(), self.cluster_tol.value(),
+                       on_result=self._on_layer_curves,
                        on_error=lambda exc, tb: self.status.setText(f"Model curves failed: {exc}"), owner=self,
                        parts=("model", "input"))
 
@@ -389,7 +430,7 @@ class DynamicsPanel(QWidget, ResultView):
             integrator=self.integrator.currentText(), dt=self.dt.value(),
             steps_per_frame=self.steps_per_frame.value(), record_every=self.record_every.value(),
             cluster_tol=self.cluster_tol.value(), seed=self.seed.value(), view_3d=self.view3d.isChecked(),
-            trails=self.trails.isChecked())
+            trails=self.trails.isChecked(), stack=self.stack.currentData())
 
     def set_view_state(self, state: DynamicsViewState) -> None:
         """Fill the form now, and its model rows again when a model arrives: before one, the token
@@ -406,6 +447,7 @@ class DynamicsPanel(QWidget, ResultView):
         pick(self.init, [k for _, k in INIT_LABELS], state.init)
         pick(self.qkv, [k for _, k in QKV_LABELS], state.qkv)
         pick(self.integrator, list(dy.INTEGRATORS), state.integrator)
+        pick(self.stack, [k for _, k in STACK_LABELS], state.stack)
         if state.matrices_file:  # named, not read: Reset reads it (and says so if it is gone)
             self._matrices = state.matrices_file
             self._name_matrices_file(state.matrices_file)
@@ -435,6 +477,7 @@ class DynamicsPanel(QWidget, ResultView):
                 if trace is None:
                     raise ValueError(self.state.no_trace_message() if hasattr(self.state, "no_trace_message")
                                      else "no text traced: open a model and type a text")
+                trace = stack_trace(trace, self._stack())
                 names = dy.layer_names(trace)
                 tokens = dy.trace_tokens(trace, names[min(self.token_layer.value(), len(names) - 1)])
         except ValueError as exc:
@@ -447,7 +490,7 @@ class DynamicsPanel(QWidget, ResultView):
         # AppState.run: particles of a model, text or edits no longer current are dropped (and errors too)
         self._build_job = self.state.run(build_simulation, cfg, self.qkv.currentData(), self._matrices,
                                          None if loaded is None else loaded.model, self.model_layer.value(),
-                                         self.model_head.value(), tokens, on_result=self._on_built,
+                                         self.model_head.value(), tokens, self._stack(), on_result=self._on_built,
                                          on_error=self._on_error, owner=self, parts=self._sim_parts)
 
     def _on_built(self, result) -> None:

@@ -2,6 +2,7 @@
 
     python -m desktop_app bench scale [--shape qwen2.5-0.5b|llama-3.2-1b|llama-3.1-8b|tiny] [--tokens 1024]
                                       [--device cpu|cuda] [--new 16] [--dtype auto|float32|bfloat16|float16]
+                                      [--threads N]
 
 A random checkpoint of the shape (the real config's dimensions, transformers' own random init, saved in
 bfloat16 as such checkpoints ship) is made with transformers (a test-only dependency) in a temporary
@@ -145,7 +146,7 @@ def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str) -> d
            "baseline_mb": baseline, "gpu_peak_mb": _gpu_peak_mb(device), "trace_held_mb": trace.nbytes() / 2**20,
            "estimate_mb": (weights + estimated_trace_bytes(loaded, tokens)) / 2**20,
            "dtype": str(loaded.model.dtype).replace("torch.", ""), "dtype_reason": loaded.dtype_reason,
-           "weight_bytes": weights}
+           "weight_bytes": weights, "threads": torch.get_num_threads()}
     del trace, layer0
     prompt = _ids(PROMPT, loaded.config.vocab_size, 2)
 
@@ -184,7 +185,7 @@ def child_reference(folder: str, tokens: int, new: int, device: str, same_dtype:
     sync()
     t_forward = time.perf_counter() - t1
     out = {"load_s": t_load, "forward_s": t_forward, "peak_mb": _peak_mb(), "baseline_mb": baseline,
-           "gpu_peak_mb": _gpu_peak_mb(device), "arrays": len(attentions) + len(hidden)}
+           "gpu_peak_mb": _gpu_peak_mb(device), "arrays": len(attentions) + len(hidden), "threads": torch.get_num_threads()}
     del o, attentions, hidden
     prompt = torch.tensor([_ids(PROMPT, model.config.vocab_size, 2)], device=device)
 
@@ -212,11 +213,12 @@ def child_reference(folder: str, tokens: int, new: int, device: str, same_dtype:
     return out
 
 
-def _run_child(kind: str, *args) -> dict:
+def _run_child(kind: str, *args, threads: int | None = None) -> dict:
     repo = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    out = subprocess.run([sys.executable, "-m", "desktop_app.benchmarks.scale", kind, json.dumps(args)],
+    out = subprocess.run([sys.executable, "-m", "desktop_app.benchmarks.scale", kind, json.dumps(args)]
+                         + ([str(threads)] if threads else []),
                          capture_output=True, text=True, env=env, timeout=3600)
     if out.returncode:
         raise RuntimeError(f"bench scale: the {kind} process failed:\n{out.stderr[-3000:]}")
@@ -245,6 +247,9 @@ def main(argv: list[str]) -> dict:
                     help="alternating runs of each side, the fastest of each kept (default 2)")
     ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
                     help="our compute dtype (default auto: what suits the device)")
+    ap.add_argument("--threads", type=int_in(1, 1024), default=None,
+                    help="torch threads in both measured processes (default: torch's own, one per core; "
+                         "the GUI uses one core fewer)")
     args = ap.parse_args(argv)
     if not Path("/proc/self/status").exists():
         raise SystemExit("bench scale reads peak memory per process (Linux only)")
@@ -257,8 +262,9 @@ def main(argv: list[str]) -> dict:
         made_s = time.perf_counter() - t0
         runs = []
         for _ in range(args.repeat):  # alternating, so that both sides see the same machine load
-            ours = _run_child("ours", str(folder), args.tokens, args.new, args.device, args.dtype)
-            runs.append((ours, _run_child("reference", str(folder), args.tokens, args.new, args.device, ours["dtype"])))
+            ours = _run_child("ours", str(folder), args.tokens, args.new, args.device, args.dtype, threads=args.threads)
+            runs.append((ours, _run_child("reference", str(folder), args.tokens, args.new, args.device, ours["dtype"],
+                                          threads=args.threads)))
     ours, ref = (_fastest([run[i] for run in runs]) for i in (0, 1))
     ours_total = ours["load_s"] + ours["trace_s"]
     ref_total = ref["load_s"] + ref["forward_s"]
@@ -266,7 +272,7 @@ def main(argv: list[str]) -> dict:
         "name": "scale", "shape": args.shape, "params": params, "tokens": args.tokens, "device": args.device,
         "checkpoint": "random, saved in bfloat16 by transformers", "ours_dtype": ours["dtype"],
         "ours_dtype_reason": ours["dtype_reason"], "reference_dtype": "bfloat16 (as shipped), eager attention",
-        "torch_threads": torch.get_num_threads(), "make_checkpoint_s": round(made_s, 2), "repeats": args.repeat,
+        "torch_threads": ours["threads"], "reference_torch_threads": ref["threads"], "make_checkpoint_s": round(made_s, 2), "repeats": args.repeat,
         # complete trace (open + the GUI's trace) against load + forward with every map brought to numpy
         "ours_load_s": round(ours["load_s"], 3), "ours_trace_s": round(ours["trace_s"], 3),
         "ours_total_s": round(ours_total, 3),
@@ -305,4 +311,8 @@ def main(argv: list[str]) -> dict:
 
 if __name__ == "__main__":  # a measured process: python -m desktop_app.benchmarks.scale ours|reference ARGS_JSON
     kind, child_args = sys.argv[1], json.loads(sys.argv[2])
+    if len(sys.argv) > 3:  # --threads
+        import torch
+
+        torch.set_num_threads(int(sys.argv[3]))
     print(json.dumps({"ours": child_ours, "reference": child_reference}[kind](*child_args)))

@@ -15,11 +15,13 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 @pytest.mark.slow  # three processes importing torch (two transformers too): ~30 s on a busy 2-core machine
 def test_bench_scale_on_the_tiny_shape_prints_every_figure_as_one_json_line(capsys):
     pytest.importorskip("transformers")
-    assert main(["bench", "scale", "--shape", "tiny", "--tokens", "24", "--new", "3", "--repeat", "1"]) == 0
+    assert main(["bench", "scale", "--shape", "tiny", "--tokens", "24", "--new", "3", "--repeat", "1",
+                 "--threads", "2"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     r = json.loads(out[-1])
     assert r["name"] == "scale" and r["shape"] == "tiny" and r["tokens"] == 24 and r["device"] == "cpu"
     assert r["params"] > 0 and r["new_tokens"] == 3
+    assert r["torch_threads"] == r["reference_torch_threads"] == 2  # both measured processes, as asked
     for key in ("ours_load_s", "ours_trace_s", "reference_load_s", "reference_forward_s", "ours_first_layer_s",
                 "ours_peak_mb", "reference_peak_mb", "ours_ms_per_token", "reference_ms_per_token"):
         assert r[key] > 0, key

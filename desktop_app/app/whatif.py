@@ -132,8 +132,8 @@ def attribute_ids(loaded, ids: list[int], position: int, token_id: int | None, i
         raise ValueError("no text: type a text in the Model panel")
     dec = _decoder_ids(loaded, decoder_ids)
     ivs = [iv.check(loaded.config) for iv in interventions] if interventions else None
-    if ivs and dec is None:
-        ivs = resolve(loaded.model, ids, ivs)
+    if ivs:  # (an encoder-decoder's means: over each stack's own input)
+        ivs = resolve(loaded.model, ids, ivs, decoder_ids=dec)
     token = top_token(loaded, ids, position, ivs, dec) if token_id is None else token_id
     if dec is not None:
         return seq2seq_logit_attribution(loaded, ids, dec, position, token, ivs), token

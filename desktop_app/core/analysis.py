@@ -477,9 +477,9 @@ def seq2seq_activation_patching(loaded, clean_src, corrupted_src, dec_ids, answe
     dec_ids): metric logit[answer] (- logit[wrong]) at the decoder's last position. resid [L_enc + 1, S]:
     the encoder's residual stream (embed, each block's output) at one source position copied from the
     clean run; heads [rows, H], rows seq2seq_head_rows (encoder self, decoder self, cross-attention):
-    one head's output (before W_O) at every position copied. `head_rows` names the heads' rows. Zero
-    and replace edits (`interventions`) apply in every run; mean and resampled ones are refused."""
-    from .interventions import Intervention, _metric
+    one head's output (before W_O) at every position copied. `head_rows` names the heads' rows. Edits
+    (`interventions`) apply in every run, a mean ablation's mean taken once on the clean source (and dec_ids)."""
+    from .interventions import Intervention, _metric, resolve
 
     model = getattr(loaded, "model", loaded)
     cfg = model.cfg
@@ -491,9 +491,7 @@ def seq2seq_activation_patching(loaded, clean_src, corrupted_src, dec_ids, answe
     for name, t in (("answer", answer_id), ("wrong", wrong_id)):
         if t is not None and not 0 <= t < cfg.vocab_size:
             raise ValueError(f"{name} token id {t} is outside the vocabulary (0..{cfg.vocab_size - 1})")
-    edits = [iv.check(cfg) for iv in interventions or []]
-    if any(iv.how in ("mean", "resample") for iv in edits):
-        raise ValueError("mean and resampled ablations of an encoder-decoder are not supported yet: zero-ablate instead")
+    edits = resolve(model, clean_src, [iv.check(cfg) for iv in interventions or []], decoder_ids=dec_ids)
     dev = model.device
     clean, corrupted, dec = _ids(clean_src).to(dev), _ids(corrupted_src).to(dev), _ids(dec_ids).to(dev)
     L, S, H = cfg.n_layers, len(clean_src), cfg.n_heads

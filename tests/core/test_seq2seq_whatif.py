@@ -180,3 +180,34 @@ def test_a_mean_ablation_of_a_head_is_its_z_replaced_by_its_mean_over_its_stacks
         resolve(model, SRC, [Intervention(target, "resample", source_ids=(4, 5, 6))], decoder_ids=DEC)
     with pytest.raises(ValueError, match="needs its decoder's input"):
         resolve(model, SRC, [Intervention(target, "mean")])
+
+
+def test_attribution_and_patching_under_a_mean_ablated_cross_head_are_those_of_its_mean_z():
+    """What if's attribution (app.whatif.attribute_ids) and patching between two sources read an encoder-decoder
+    with a mean-ablated cross-attention head as the model whose head z is its clean mean over the decoder's
+    input (computed by hand; the patching's mean taken on the clean source), not a refusal."""
+    from types import SimpleNamespace
+
+    from desktop_app.app.whatif import attribute_ids
+
+    model = model_of("t5_v1_0")
+    target = "decoder.blocks.1.cross_attn.head.2"
+    _, clean = model.run_with_trace(torch.tensor([SRC]), torch.tensor([DEC]))
+    by_hand = Intervention(target, "replace", value=clean["decoder.blocks.1.cross_attn.z"][0, 2].mean(0))
+    loaded = SimpleNamespace(model=model, config=model.cfg, name="t5")
+    att, token = attribute_ids(loaded, SRC, 2, None, [Intervention(target, "mean")], decoder_ids=DEC)
+    ref, ref_token = attribute_ids(loaded, SRC, 2, None, [by_hand], decoder_ids=DEC)
+    plain, _ = attribute_ids(loaded, SRC, 2, token, None, decoder_ids=DEC)
+    assert token == ref_token and att.logit == pytest.approx(ref.logit, abs=1e-5)
+    np.testing.assert_allclose(att.cross_table, ref.cross_table, atol=1e-5)
+    assert abs(att.logit - plain.logit) > 1e-4  # the ablation changes the logit
+    corrupted = list(SRC)
+    corrupted[3] = 31
+    with torch.no_grad():
+        logits = model(torch.tensor([SRC]), torch.tensor([DEC])).logits[0, -1]
+    answer, wrong = int(logits.argmax()), int(logits.argmin())
+    mean = seq2seq_activation_patching(model, SRC, corrupted, DEC, answer, wrong,
+                                       interventions=[Intervention(target, "mean")])
+    ref = seq2seq_activation_patching(model, SRC, corrupted, DEC, answer, wrong, interventions=[by_hand])
+    np.testing.assert_allclose(mean.heads, ref.heads, atol=1e-5)
+    np.testing.assert_allclose(mean.resid, ref.resid, atol=1e-5)

@@ -85,11 +85,19 @@ def is_seq2seq(loaded) -> bool:
     return bool(getattr(loaded.config, "is_encoder_decoder", False))
 
 
-def decoder_input(loaded, target: str = "", target_ids: list[int] | None = None) -> list[int]:
-    """What an encoder-decoder's decoder reads for this target: [start token] + its tokens (app.tracing)."""
+def decoder_input(loaded, target: str = "", target_ids: list[int] | None = None, *, cut: bool = True) -> list[int]:
+    """What an encoder-decoder's decoder reads for this target: [start token] + its tokens (app.tracing).
+    A target longer than the decoder's context (less its start token) is cut to it, or refused in one
+    line when not `cut` (the commands, which refuse a source that long too)."""
+    from ..core.inputs import InputError
     from .tracing import encode_target
 
-    return [loaded.model.start_token()] + list(encode_target(loaded, target, target_ids).ids)
+    tgt = encode_target(loaded, target, target_ids)
+    if not cut and tgt.total > len(tgt.ids):
+        raise InputError(f"target: {tgt.total} tokens exceed the decoder's context length "
+                         f"{loaded.config.context_length} with its start token (at most "
+                         f"{loaded.config.context_length - 1})")
+    return [loaded.model.start_token()] + list(tgt.ids)
 
 
 def _decoder_ids(loaded, decoder_ids) -> list[int] | None:

@@ -47,7 +47,7 @@ def decoder_ids_of(loaded, args) -> list[int] | None:
             raise ValueError(f"{option}: {args.model_dir} is not an encoder-decoder; it reads one text")
         return None
     ids = parse_token_ids(args.target_ids, "--target-ids") if args.target_ids is not None else None
-    return decoder_input(loaded, args.target_text or "", ids)
+    return decoder_input(loaded, args.target_text or "", ids, cut=False)
 
 
 def write_csv(path, header, rows) -> None:

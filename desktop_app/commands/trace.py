@@ -61,9 +61,12 @@ def run(args) -> int:
         if args.layers is not None:
             raise ValueError(f"--layers: {args.model_dir} is an encoder-decoder, whose trace records both stacks "
                              "whole (a layer range is for one-stack models): trace it without --layers")
+        from ..app.whatif import decoder_input
+
         target_ids = parse_token_ids(args.target_ids, "--target-ids") if args.target_ids is not None else None
-        arrays = trace_arrays(loaded, input_ids(loaded, args.text, args.ids), ablate, target=args.target_text or "",
-                              target_ids=target_ids)
+        source = input_ids(loaded, args.text, args.ids)
+        target_ids = decoder_input(loaded, args.target_text or "", target_ids, cut=False)[1:]  # too long: refused
+        arrays = trace_arrays(loaded, source, ablate, target_ids=target_ids)
     else:
         if args.target_text is not None or args.target_ids is not None:
             option = "--target-text" if args.target_text is not None else "--target-ids"

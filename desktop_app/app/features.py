@@ -38,10 +38,13 @@ def open_dictionary(folder, loaded, hook: str | None = None):
     return attach(d, loaded.config)
 
 
-def features_on(loaded, ids, attached, interventions=None):
+def features_on(loaded, ids, attached, interventions=None, decoder_ids=None):
+    """Each attached dictionary's FeatureActivations on `ids` (an encoder-decoder's source; `decoder_ids` its
+    decoder's input, [start] + the target, read by decoder hooks)."""
     from ..core.features import feature_activations
 
-    return feature_activations(loaded.model, ids, list(attached), interventions=interventions)
+    return feature_activations(loaded.model, ids, list(attached), interventions=interventions,
+                               decoder_ids=decoder_ids)
 
 
 @dataclass
@@ -107,14 +110,18 @@ def dictionary_folder_of(path) -> str | None:
     return str(folder)
 
 
-def lens_on(loaded, ids, attached, interventions=None, n: int = 5):
+def lens_on(loaded, ids, attached, interventions=None, n: int = 5, decoder_ids=None):
     """The feature lens of `ids` at every attached dictionary, on the edited model: [(FeatureActivations,
-    [TokenFeatures])], one per dictionary, in one forward."""
+    [TokenFeatures])], one per dictionary, in one forward. An encoder-decoder's `ids` are its source and
+    `decoder_ids` ([start] + the Model panel's target) its decoder's input: an encoder hook's rows are the
+    source's tokens, a decoder hook's the decoder input's."""
     from .tracing import _resolved
 
     if not ids:
         raise ValueError("no text: type a text in the Model panel")
-    runs = features_on(loaded, ids, attached, interventions=_resolved(loaded, list(ids), interventions))
+    decoder_ids = None if decoder_ids is None else list(decoder_ids)
+    edits = _resolved(loaded, list(ids), interventions, decoder_ids)
+    runs = features_on(loaded, ids, attached, interventions=edits, decoder_ids=decoder_ids)
     return [(run, feature_lens(run, n)) for run in runs]
 
 
@@ -125,8 +132,11 @@ def attribute_next_token(loaded, ids, attached, interventions=None, position: in
 
     from .tracing import _resolved
 
+    from ..core.features.edits import check_seq2seq_attribution
+
     if not ids:
         raise ValueError("no text: type a text in the Model panel")
+    check_seq2seq_attribution(loaded.config)
     ivs = _resolved(loaded, list(ids), interventions)
     T = len(ids)
     if not -T <= position < T:
@@ -297,9 +307,14 @@ def dictionary_problems(loaded, cfg) -> list[str]:
     for hook in (cfg.hook, cfg.hook_out):
         if hook:
             try:
-                hook_point(hook, loaded.config)
+                point = hook_point(hook, loaded.config)
             except ValueError as exc:
                 problems.append(str(exc))
+                continue
+            if point.stack == "decoder":
+                problems.append(f"Hook {hook} reads the decoder, whose input is a target: a dictionary trains on "
+                                "a text file read as the encoder's source; choose an encoder hook "
+                                "(encoder.blocks.L.*).")
     if not cfg.text_file:
         problems.append("Choose a text file: the dictionary learns the model's activations on it.")
     elif not Path(cfg.text_file).expanduser().is_file():

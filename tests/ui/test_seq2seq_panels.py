@@ -156,7 +156,7 @@ def test_each_attention_kind_is_picked_on_the_combo_and_every_view_shows_its_own
         assert all((tmp_path / n).stat().st_size > 100 for n in asked[-3:])
 
 
-UNSUPPORTED = ("Features",)  # (Layers, What if and Lipschitz support encoder-decoders: tests/ui/test_seq2seq_lipschitz_layers.py; Dynamics: tests/ui/test_seq2seq_dynamics.py)
+UNSUPPORTED = ()  # every panel supports encoder-decoders (Layers, What if, Lipschitz: tests/ui/test_seq2seq_lipschitz_layers.py; Dynamics, Features: tests/ui/test_seq2seq_dynamics.py, test_seq2seq_features.py)
 
 
 def _shown_text(panel) -> str:

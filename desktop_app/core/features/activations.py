@@ -125,17 +125,41 @@ def features_of(att: Attached, x_in: torch.Tensor, target: torch.Tensor) -> Feat
     return FeatureActivations(d.hook, acts, x, target.to(d.W_enc.device, torch.float32), recon)
 
 
-def feature_activations(model, ids: Sequence[int] | torch.Tensor, attached: Sequence[Attached],
-                        interventions=None) -> list[FeatureActivations]:
-    """One forward of `ids` (under `interventions`, if any): each attached dictionary's features."""
+def record_points(model, ids: Sequence[int] | torch.Tensor, points: Sequence[HookPoint], interventions=None,
+                  decoder_ids: Sequence[int] | torch.Tensor | None = None) -> Trace:
+    """One forward of `ids` (batch [1, T] or [B, T]) recording the `points` (and no further than the last
+    layer they need). An encoder-decoder's `ids` are its source; its decoder runs only for a decoder point,
+    on `decoder_ids` (its input: [start] + the target). ValueError, one line, when a decoder point has none."""
     model = getattr(model, "model", model)
-    names = sorted({n for a in attached for n in a.names})
-    inputs = ids.to(model.device) if torch.is_tensor(ids) else torch.tensor([list(ids)], device=model.device)
+    names = sorted({p.name for p in points})
+
+    def batch(x):
+        return x.to(model.device) if torch.is_tensor(x) else torch.tensor([list(x)], device=model.device)
+
+    trace = Trace(names)
     with torch.no_grad():
-        trace = Trace(names)
-        last = max(max(a.read.layer, a.write.layer) for a in attached) if attached else None
-        model(inputs, trace=trace, compute_logits=False, interventions=interventions or None,
-              stop_after_layer=last if last is not None and last >= 0 else None)
+        if getattr(model.cfg, "is_encoder_decoder", False):
+            enc = model.encode(batch(ids), trace=trace, interventions=interventions or None)
+            decoding = [p.hook for p in points if p.stack == "decoder"]
+            if decoding:
+                if decoder_ids is None or not len(decoder_ids):
+                    raise ValueError(f"{decoding[0]} reads the decoder, whose input ([start] + a target) is not "
+                                     "given here; an encoder hook (encoder.blocks.L.*) reads the source alone")
+                model.decode(batch(decoder_ids), enc, trace=trace, compute_logits=False,
+                             interventions=interventions or None)
+            return trace
+        last = max((p.layer for p in points), default=-1)
+        model(batch(ids), trace=trace, compute_logits=False, interventions=interventions or None,
+              stop_after_layer=last if last >= 0 else None)
+    return trace
+
+
+def feature_activations(model, ids: Sequence[int] | torch.Tensor, attached: Sequence[Attached],
+                        interventions=None, decoder_ids: Sequence[int] | None = None) -> list[FeatureActivations]:
+    """One forward of `ids` (under `interventions`, if any): each attached dictionary's features. An
+    encoder-decoder's `ids` are its source, `decoder_ids` its decoder's input (needed by decoder hooks only);
+    each dictionary's rows are its stack's tokens."""
+    trace = record_points(model, ids, [p for a in attached for p in (a.read, a.write)], interventions, decoder_ids)
     return [features_of(a, read_point(trace, a.read).float(), read_point(trace, a.write).float()) for a in attached]
 
 

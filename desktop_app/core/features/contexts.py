@@ -15,8 +15,7 @@ import numpy as np
 import torch
 
 from ..jobs import report
-from ..trace import Trace
-from .activations import Attached, read_point
+from .activations import Attached, read_point, record_points
 
 MAX_HISTOGRAM_VALUES = 1_000_000
 CONTEXT_COLUMNS = ("rank", "activation", "token_index", "token", "left", "right")
@@ -51,8 +50,6 @@ def top_contexts(loaded, attached: Attached, path, feature: int, top: int = 20, 
     ids = text_file_ids(loaded, path)
     n = len(ids)
     starts = list(range(0, n, window))
-    names = list(attached.names)
-    last = max(attached.read.layer, attached.write.layer)
     heap: list[tuple[float, int]] = []
     values: list[np.ndarray] = []
     kept, active = 0, 0
@@ -61,11 +58,9 @@ def top_contexts(loaded, attached: Attached, path, feature: int, top: int = 20, 
             job.check()
         group = starts[b:b + WINDOWS_PER_FORWARD]
         for s in group:  # windows of unequal length (the file's tail) run one by one
-            chunk = torch.tensor([list(ids[s:s + window])], device=model.device)
-            trace = Trace(names)
+            # an encoder-decoder reads the window as its source (a decoder hook is refused: no target)
+            trace = record_points(model, list(ids[s:s + window]), (attached.read, attached.write), interventions)
             with torch.no_grad():
-                model(chunk, trace=trace, compute_logits=False, interventions=interventions or None,
-                      stop_after_layer=last if last >= 0 else None)
                 acts = d.encode(read_point(trace, attached.read).float().to(d.W_enc.device))[:, feature]
             a = acts.cpu().numpy()
             nz = np.nonzero(a)[0]
@@ -95,6 +90,9 @@ def decoder_logits(model, dictionary, feature: int, n: int = 10) -> tuple[list[t
     """The `n` tokens the feature's decoder row promotes most and suppresses most, read directly through
     the unembedding (W_U @ W_dec[feature]; no final norm): ([(token id, weight)], [(token id, weight)])."""
     model = getattr(model, "model", model)
+    if getattr(model.cfg, "is_encoder_decoder", False) and dictionary.hook.startswith("encoder."):
+        raise ValueError(f"{dictionary.name}: its hook {dictionary.hook} is in the encoder, whose stream the "
+                         "unembedding never reads (the decoder's hooks have tokens)")
     if not model.cfg.lm_head:
         raise ValueError("the model has no unembedding to read a decoder direction through")
     if dictionary.d_out != model.cfg.d_model:

@@ -154,10 +154,18 @@ class FeatureAttribution:
 ATTRIBUTION_COLUMNS = ("component", "feature", "activation", "contribution")
 
 
+def check_seq2seq_attribution(cfg) -> None:
+    """Feature attribution reads a one-stack model's residual stream; an encoder-decoder's is refused in one line."""
+    if getattr(cfg, "is_encoder_decoder", False):
+        raise ValueError("the features' logit attribution is for one-stack models; on an encoder-decoder the "
+                         "lens, a feature's top contexts and its edits work (What if attributes its target tokens)")
+
+
 def feature_attribution(loaded, ids: Sequence[int], attached: Attached, position: int, token_id: int,
                         interventions=None) -> FeatureAttribution:
     model = getattr(loaded, "model", loaded)
     cfg = model.cfg
+    check_seq2seq_attribution(cfg)
     check_additive(cfg, "feature attribution")
     T = len(ids)
     position = check_position_and_token(cfg, T, position, token_id)

@@ -16,6 +16,12 @@ the same activations under its own names (core/trace.py). The map (L = layer):
 `ln*.hook_normalized` is what the sublayer receives after its norm, gain and bias (TransformerLens
 without fold_ln; with fold_ln its hook holds the normalised vector before the folded gain). The app's
 own names are accepted too. `hook_point(name, cfg)` returns a HookPoint, or ValueError in one line.
+
+An encoder-decoder (T5, BART, Marian) records both stacks under a prefix: its dictionaries are named by
+the app's own names, `encoder.embed`, `encoder.blocks.L.<point>` (the source's tokens) and
+`decoder.embed`, `decoder.blocks.L.<point>` (the decoder's input: [start] + the target), <point> one of
+the names above, and for the decoder also `resid_cross` and `cross_attn.out`. TransformerLens' names
+(blocks.L.hook_resid_post) cannot say which stack they mean: on an encoder-decoder they are refused.
 """
 from __future__ import annotations
 
@@ -31,6 +37,9 @@ _TL_TO_APP = {"hook_resid_mid": "resid_mid", "hook_resid_post": "resid_post", "h
 _APP_TO_TL = {"resid_mid": "hook_resid_mid", "resid_post": "hook_resid_post", "attn.out": "hook_attn_out",
               "mlp.out": "hook_mlp_out", "attn.z": "attn.hook_z", "attn.input": "ln1.hook_normalized",
               "mlp.input": "ln2.hook_normalized"}
+_STACKED = re.compile(r"^(encoder|decoder)\.(embed|blocks\.(\d+)\.(resid_mid|resid_post|attn\.out|mlp\.out|attn\.z|"
+                      r"attn\.input|mlp\.input|resid_cross|cross_attn\.out))$")
+DECODER_ONLY = ("resid_cross", "cross_attn.out")  # the decoder's cross-attention sublayer
 READ_ONLY = ("attn.input", "mlp.input")  # recorded (a transcoder reads them), never written by an edit
 HOOK_EXAMPLES = "blocks.2.hook_resid_post, blocks.2.hook_mlp_out, blocks.2.attn.hook_z"
 
@@ -43,6 +52,7 @@ class HookPoint:
     name: str
     layer: int
     hook: str
+    stack: str | None = None  # an encoder-decoder's: "encoder" or "decoder"; None for a one-stack model
 
     @property
     def heads(self) -> bool:
@@ -67,6 +77,11 @@ def app_point(hook: str) -> tuple[str, int]:
     m = _APP.match(hook)
     if m:
         return hook, int(m.group(1))
+    m = _STACKED.match(hook)
+    if m:
+        if m.group(1) == "encoder" and m.group(4) in DECODER_ONLY:
+            raise ValueError(f"hook {hook!r}: the encoder has no cross-attention ({m.group(4)} is the decoder's)")
+        return hook, -1 if m.group(3) is None else int(m.group(3))
     raise ValueError(f"hook {hook!r} is not an activation the app records (e.g. {HOOK_EXAMPLES})")
 
 
@@ -80,17 +95,47 @@ def tl_name(point: str) -> str:
     return f"blocks.{m.group(1)}.{_APP_TO_TL[m.group(2)]}"
 
 
+def stack_of(name: str) -> str | None:
+    """"encoder" or "decoder" for an encoder-decoder's trace name, else None."""
+    head = name.split(".", 1)[0]
+    return head if head in ("encoder", "decoder") else None
+
+
 def hook_point(hook: str, cfg=None) -> HookPoint:
-    """The HookPoint of `hook`, checked against a model config when given (its layer exists)."""
+    """The HookPoint of `hook`, checked against a model config when given (its layer exists in its stack;
+    an encoder-decoder's hook names its stack, a one-stack model's does not)."""
     name, layer = app_point(hook)
-    if cfg is not None and layer >= cfg.n_layers:
-        raise ValueError(f"hook {hook!r}: the model has layers 0..{cfg.n_layers - 1}")
-    return HookPoint(name, layer, hook)
+    stack = stack_of(name)
+    if cfg is not None:
+        seq2seq = bool(getattr(cfg, "is_encoder_decoder", False))
+        if seq2seq and stack is None:
+            raise ValueError(f"hook {hook!r} names no stack: an encoder-decoder's activations are named "
+                             "encoder.blocks.L.* (the source) or decoder.blocks.L.* (the target), e.g. "
+                             "encoder.blocks.0.resid_post; TransformerLens' names (blocks.L.hook_resid_post) "
+                             "cannot say which stack")
+        if stack is not None and not seq2seq:
+            raise ValueError(f"hook {hook!r} is an encoder-decoder's activation; this model has one stack of "
+                             f"layers (e.g. {HOOK_EXAMPLES.split(',')[0]})")
+        n = cfg.n_decoder_layers if stack == "decoder" else cfg.n_layers
+        if layer >= n:
+            raise ValueError(f"hook {hook!r}: the {stack or 'model'} has layers 0..{n - 1}")
+    return HookPoint(name, layer, hook, stack)
 
 
 def hook_names(cfg) -> list[str]:
     """Every TransformerLens hook name a dictionary may read at on a model of `cfg`, layer by layer (what
-    the Train panel offers; hook_resid_pre of layer L > 0 is hook_resid_post of layer L - 1, so left out)."""
+    the Train panel offers; hook_resid_pre of layer L > 0 is hook_resid_post of layer L - 1, so left out).
+    An encoder-decoder's: the app's stack-prefixed names, the encoder's then the decoder's."""
+    if getattr(cfg, "is_encoder_decoder", False):
+        names = []
+        for stack, n in (("encoder", cfg.n_layers), ("decoder", cfg.n_decoder_layers)):
+            names.append(f"{stack}.embed")
+            for layer in range(n):
+                names += [f"{stack}.blocks.{layer}.{what}" for what in (
+                    "attn.input", "attn.z", "attn.out", "resid_mid")
+                    + (("cross_attn.out", "resid_cross") if stack == "decoder" else ())
+                    + ("mlp.input", "mlp.out", "resid_post")]
+        return names
     names = ["blocks.0.hook_resid_pre"]
     for layer in range(cfg.n_layers):
         names += [f"blocks.{layer}.{what}" for what in ("ln1.hook_normalized", "attn.hook_z", "hook_attn_out",

@@ -37,7 +37,6 @@ import torch
 
 from ..jobs import Cancelled, JobControl
 from ..numbers import MAX_COUNT, Range
-from ..trace import Trace
 from .options import Option
 
 SAE_ARCHITECTURES = ("topk", "relu")
@@ -106,12 +105,10 @@ class SaeTrainConfig:
 def collect_activations(loaded, ids, read, write, max_tokens: int, window: int | None = None,
                         control: JobControl | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(x_in [N, d_in], target [N, d_out]) float32 of the model over `ids` in windows of its context."""
-    from ..features.activations import read_point
+    from ..features.activations import read_point, record_points
 
     model = loaded.model
     window = window or model.cfg.context_length
-    names = list(dict.fromkeys((read.name, write.name)))
-    last = max(read.layer, write.layer)
     xs, ys, n = [], [], 0
     for s in range(0, len(ids), window):
         if control is not None:
@@ -119,10 +116,7 @@ def collect_activations(loaded, ids, read, write, max_tokens: int, window: int |
         chunk = list(ids[s:s + window])[: max_tokens - n]
         if not chunk:
             break
-        trace = Trace(names)
-        with torch.no_grad():
-            model(torch.tensor([chunk], device=model.device), trace=trace, compute_logits=False,
-                  stop_after_layer=last if last >= 0 else None)
+        trace = record_points(model, chunk, (read, write))  # an encoder-decoder: the chunk as its source
         xs.append(read_point(trace, read).float().cpu())
         ys.append(read_point(trace, write).float().cpu() if write.name != read.name else xs[-1])
         n += len(chunk)

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QInputDialog
 from ...app.features import (attribute_next_token, cached_dashboard, decoder_tokens, feature_edit_from,
                              lens_on)
 from .. import settings as app_settings
-from ..state import DICTIONARIES, EDITS, FEATURE_PARTS, MODEL, ResultView
+from ..state import DICTIONARIES, EDITS, FEATURE_PARTS, INPUT, MODEL, ResultView
 from ..widgets.export import ExportBar
 from ..widgets.token_strip import TokenStrip
 from .features_views import FeatureAttributionChart, FeatureDashboard, fill_table, read_only_table, visible
@@ -31,6 +31,9 @@ from .features_views import FeatureAttributionChart, FeatureDashboard, fill_tabl
 TABS = ("Lens", "Dashboard", "Attribution")
 EDIT_HOWS = (("zero", "Zero feature {k}"), ("clamp", "Clamp feature {k} to…"), ("scale", "Scale feature {k} by…"),
              ("add", "Add feature {k}'s direction (steer)…"))
+
+
+LENS_SIDES = [("Source (encoder hooks)", "encoder"), ("Target (decoder hooks)", "decoder")]
 
 
 def choose_dictionary_folder(parent: QWidget) -> str | None:
@@ -59,7 +62,7 @@ def _edits_feature(iv, dictionary, feature: int) -> bool:
 
 class FeaturesPanel(QWidget, ResultView):
     title = "Features"
-    supports_encoder_decoder = False  # not yet (issue 28): its tab shows one line instead (widgets/unsupported.py)
+    supports_encoder_decoder = True  # the lens on the source (encoder hooks) or the target (decoder hooks), issue 28
     result_parts = FEATURE_PARTS
     TOP_PER_TOKEN = 5  # features per token and hook in the lens table
     TOP_FEATURES = 10  # features per hook listed for the selected token
@@ -78,7 +81,13 @@ class FeaturesPanel(QWidget, ResultView):
         "and W<sub>U</sub>&middot;W<sub>dec</sub>[i]: the tokens its direction promotes and suppresses. "
         "<b>Attribution</b>: the top next token's logit, read through the final norm (linearised) and the "
         "unembedding, split into each active feature's a<sub>i</sub>W<sub>dec</sub>[i], the bias, the skip "
-        "and the error term; they add up to the hook's direct contribution.")
+        "and the error term; they add up to the hook's direct contribution.<br>"
+        "<b>Encoder-decoders</b> (T5, BART, Marian): a dictionary names its stack with the app's own names, "
+        "encoder.blocks.L.resid_post (the source) or decoder.blocks.L.resid_post (the decoder's input: [start] + "
+        "the Model panel's target); TransformerLens' names (blocks.L.hook_resid_post) cannot say which stack. "
+        "<i>Lens on</i> shows the source's or the target's dictionaries. A dictionary trains on an encoder hook "
+        "(a text file read as sources); the top contexts read a text file as sources too; the decoder's hooks "
+        "have decoder directions (Dashboard); the logit attribution is for one-stack models.")
 
     def __init__(self, state, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -104,6 +113,13 @@ class FeaturesPanel(QWidget, ResultView):
         self.detach_button.setToolTip("Detach the selected dictionary (its feature edits go too)")
         self.status = QLabel("")
         self.status.setWordWrap(True)
+        self.side = QComboBox()  # an encoder-decoder's: which sequence the lens reads (hidden for other models)
+        for label, key in LENS_SIDES:
+            self.side.addItem(label, key)
+        self.side.setToolTip("An encoder-decoder's dictionaries read one stack: the encoder's (encoder.blocks.L.*, "
+                             "the source's tokens) or the decoder's (decoder.blocks.L.*, [start] + the Model "
+                             "panel's target); the lens shows those of the sequence chosen")
+        self.side_label = QLabel("Lens on")
         self.tabs = QTabWidget()
         top = QHBoxLayout()
         buttons = QVBoxLayout()
@@ -165,6 +181,8 @@ class FeaturesPanel(QWidget, ResultView):
         lay = QVBoxLayout(self)
         lay.addLayout(top)
         head = QHBoxLayout()
+        head.addWidget(self.side_label)
+        head.addWidget(self.side)
         head.addWidget(self.status, 1)
         head.addWidget(self.export_bar)
         lay.addLayout(head)
@@ -180,6 +198,9 @@ class FeaturesPanel(QWidget, ResultView):
         self.dashboard.run_button.clicked.connect(self.run_dashboard)
         self.dashboard.cancel_button.clicked.connect(self.cancel_dashboard)
         self.attribute_button.clicked.connect(self.attribute)
+        self.side.currentIndexChanged.connect(self._side_chosen)
+        state.model_changed.connect(lambda _loaded: self._show_side_choice())
+        self._show_side_choice()
         self.tabs.currentChanged.connect(self._tab_changed)
         self.watch_inputs(state)
         state.dictionaries_changed.connect(self._on_dictionaries)
@@ -234,6 +255,29 @@ class FeaturesPanel(QWidget, ResultView):
                 self.colour_label.setText(self.COLOUR_HINT)
         self.export_bar.refresh()
 
+    def _seq2seq(self) -> bool:
+        loaded = getattr(self.state, "loaded", None)
+        return loaded is not None and loaded.config.is_encoder_decoder
+
+    def _show_side_choice(self) -> None:
+        for w in (self.side_label, self.side):
+            w.setVisible(self._seq2seq())
+
+    def _side_chosen(self, *_) -> None:
+        self.clear_results(frozenset({INPUT}))
+        if self.isVisible():
+            self.refresh()
+
+    def _lens_input(self) -> tuple[list, list[int]]:
+        """(the dictionaries the lens shows, the token ids of its rows): every dictionary on the text, or
+        an encoder-decoder's dictionaries of the stack chosen on its source or its decoder's input."""
+        state = self.state
+        if not self._seq2seq():
+            return list(state.dictionaries), list(state.token_ids)
+        side = self.side.currentData()
+        return ([a for a in state.dictionaries if a.read.stack == side],
+                list(state.token_ids if side == "encoder" else state.decoder_ids))
+
     def _on_trace(self, _trace) -> None:
         if self.isVisible():
             self.refresh()
@@ -251,6 +295,11 @@ class FeaturesPanel(QWidget, ResultView):
             self.dict_list.item(self.dict_list.count() - 1).setToolTip(a.dictionary.path or a.dictionary.name)
         if dictionaries:
             self.dict_list.setCurrentRow(len(dictionaries) - 1)
+            stack = dictionaries[-1].read.stack  # an encoder-decoder's: the lens shows the last one attached
+            if stack is not None and self.side.findData(stack) >= 0:
+                self.side.blockSignals(True)
+                self.side.setCurrentIndex(self.side.findData(stack))
+                self.side.blockSignals(False)
         self.detach_button.setEnabled(bool(dictionaries))
         self.attr_combo.clear()
         self.attr_combo.addItems([a.dictionary.name for a in dictionaries])
@@ -273,13 +322,20 @@ class FeaturesPanel(QWidget, ResultView):
         if state.takes_images() or not state.token_ids:
             self.status.setText(state.no_trace_message())
             return
+        dictionaries, ids = self._lens_input()
+        if not dictionaries:  # an encoder-decoder's dictionaries all read the other stack
+            other = self.side.itemText(1 - self.side.currentIndex())
+            self.status.setText(f"No dictionary attached reads the {self.side.currentText().split(' (')[0].lower()}: "
+                                f"choose Lens on: {other}.")
+            return
         self._stale = False
         if self._lens_job is not None and not self._lens_job.done:
             self._lens_job.cancel()
-        dictionaries, ids = list(state.dictionaries), list(state.token_ids)
+        decoder_ids = list(state.decoder_ids) if self._seq2seq() else None
         self.status.setText("Reading the features…")
-        self._lens_job = state.run(lens_on, state.loaded, ids, dictionaries, list(state.interventions),
-                                   self.TOP_FEATURES, on_result=lambda r: self._show_lens(dictionaries, ids, r),
+        self._lens_job = state.run(lens_on, state.loaded, list(state.token_ids), dictionaries,
+                                   list(state.interventions), self.TOP_FEATURES, decoder_ids,
+                                   on_result=lambda r: self._show_lens(dictionaries, ids, r),
                                    on_error=self._lens_failed, parts=FEATURE_PARTS, owner=self)
         if self.tabs.currentIndex() == TABS.index("Attribution"):
             self.attribute()

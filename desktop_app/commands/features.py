@@ -6,6 +6,9 @@ A sparse dictionary's features (core.features) on a text: --out writes an .npz w
 with hook, l0 (mean active features per token), variance_explained and tokens. With --top-contexts the
 feature --feature's top-activating contexts over a text file are written to --csv (rank, activation,
 token_index, token, left, right); its last line is a JSON object with the feature, tokens seen and density.
+
+An encoder-decoder's dictionary names its stack (encoder.blocks.L.*, decoder.blocks.L.*): --text is the source;
+a decoder hook reads [start] + --target-text (the start token alone without it), and its rows are those tokens.
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ def add_parser(sub) -> None:
     g.add_argument("--text")
     g.add_argument("--ids", help="comma-separated token ids")
     g.add_argument("--top-contexts", metavar="FILE", help="a UTF-8 text file: write --feature's top contexts in it")
+    p.add_argument("--target-text", metavar="TGT", help="an encoder-decoder: the target its decoder reads after its "
+                                                        "start token (decoder hooks; default: none)")
     add_special_tokens_argument(p)
     p.add_argument("--out", help="output .npz (with --text / --ids)")
     p.add_argument("--feature", type=count, help="the feature (with --top-contexts)")
@@ -55,6 +60,12 @@ def run(args) -> int:
             raise ValueError("--csv and --feature go with --top-contexts")
         check_output_file(args.out, args.overwrite)
     loaded = load_model(args.model_dir, special_tokens=args.special_tokens)
+    if args.target_text is not None:
+        if not loaded.config.is_encoder_decoder:
+            raise ValueError(f"--target-text: {args.model_dir} is not an encoder-decoder; it reads one text "
+                             "(--text / --ids)")
+        if args.top_contexts is not None:
+            raise ValueError("--target-text goes with --text / --ids (--top-contexts reads its file as sources)")
     attached = open_dictionary(args.sae, loaded, hook=args.hook)
     if args.top_contexts is not None:
         from ..app.features import dashboard
@@ -77,7 +88,14 @@ def run(args) -> int:
     import numpy as np
 
     ids = input_ids(loaded, args.text, args.ids)
-    run_ = features_on(loaded, ids, [attached])[0]
+    decoder_ids = None
+    if loaded.config.is_encoder_decoder:
+        from ..app.whatif import decoder_input
+
+        decoder_ids = decoder_input(loaded, args.target_text or "", None, cut=False)
+    run_ = features_on(loaded, ids, [attached], decoder_ids=decoder_ids)[0]
+    if attached.read.stack == "decoder":
+        ids = decoder_ids  # the rows are the decoder's input
     buf = io.BytesIO()
     np.savez(buf, acts=run_.acts.cpu().numpy().astype(np.float32), recon=run_.recon.cpu().numpy().astype(np.float32),
              ids=np.asarray(ids, dtype=np.int64))

@@ -649,11 +649,13 @@ class Transformer(nn.Module):
         nn.Linear's row-major [out, in]: 1.6x on GPT-2's 50257 x 768 unembedding, 1.5-1.7x on its
         Q/K/V and MLP-up products; a wide-input one (the MLP's down projection, 3072 -> 768) the
         other way round (row-major 1.3x faster; 6-7% per token kept row-major, interleaved runs).
-        Q, K and V also become one product (Attention.pack_qkv), and a gated MLP's gate and up
-        (MLP.gate_up). In half precision on the CPU only those fusions, each weight kept row-major:
-        oneDNN's bfloat16 products run one row faster that way (the column-major layout was 1.25x
-        slower), and each product is a parallel region whose threads meet at its end, so fewer of them
-        per step waste less time on a busy machine. Other devices were not measured.
+        Q, K and V also become one product (Attention.pack_qkv). In half precision on the CPU, Q/K/V
+        and a gated MLP's gate and up become one product each (MLP.gate_up), every weight kept
+        row-major: oneDNN's bfloat16 products run one row faster that way (the column-major layout was
+        1.25x slower), and each product is a parallel region whose threads meet at its end, so fewer of
+        them per step waste less time on a busy machine. (Gate and up as one column-major float32
+        product: 8-10% slower per token, interleaved runs on one thread; not done.) Other devices
+        were not measured.
         Idempotent; training and state_dict still work (checkpoints are saved contiguous).
         """
         if self.device.type != "cpu" or self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
@@ -662,13 +664,12 @@ class Transformer(nn.Module):
         with torch.inference_mode(False), torch.no_grad():
             for block in self.blocks:
                 block.attn.pack_qkv(column_major=float32)
-                if hasattr(block.mlp, "gate"):
-                    pack_linears((block.mlp.gate, block.mlp.up), column_major=float32)
+                if hasattr(block.mlp, "gate") and not float32:
+                    pack_linears((block.mlp.gate, block.mlp.up), column_major=False)
             if not float32:
                 return
             for name, mod in self.named_modules():
-                if not isinstance(mod, nn.Linear) or name.endswith(("attn.q", "attn.k", "attn.v", "mlp.gate", "mlp.up")) \
-                        and mod.weight.stride()[0] == 1:  # packed column-major above
+                if not isinstance(mod, nn.Linear) or name.endswith(("attn.q", "attn.k", "attn.v")):
                     continue
                 column_major = mod.out_features >= mod.in_features
                 if column_major and mod.weight.is_contiguous():

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from desktop_app.core import model as model_mod
 from desktop_app.core.config import ConfigError, ModelConfig
 from desktop_app.core.attention import attention_probs
-from desktop_app.core.model import KVCache, Transformer, packed_linears, sinusoidal_table
+from desktop_app.core.model import KVCache, Transformer, sinusoidal_table
 from desktop_app.core.trace import Trace
 
 SMALL = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=32)
@@ -153,12 +153,7 @@ def test_packing_for_decoding_keeps_values_gradients_and_checkpoints(name, tmp_p
         assert attn._packed_qkv() is not None  # Q, K, V as one product...
         W, _ = attn._packed_qkv()
         assert W.stride() == (1, W.shape[0])  # ...stored column-major
-    mlp = m.blocks[0].mlp
-    if hasattr(mlp, "gate"):  # a gated MLP's gate and up: one product too, column-major
-        W, _ = packed_linears((mlp.gate, mlp.up))
-        assert W.stride() == (1, 2 * m.cfg.d_ff)
-    else:
-        assert mlp.up.weight.stride() == (1, m.cfg.d_ff)
+    assert m.blocks[0].mlp.up.weight.stride() == (1, m.cfg.d_ff)
     assert m.blocks[0].mlp.down.weight.is_contiguous()  # a wide-input product streams faster row-major
     for (n1, p1), (n2, p2) in zip(m.named_parameters(), ref.named_parameters()):
         assert n1 == n2 and p1.shape == p2.shape and torch.equal(p1, p2)

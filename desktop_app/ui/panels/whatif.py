@@ -16,6 +16,8 @@ Model work runs in workers (ui.workers.run_job), never on the UI thread.
 """
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
@@ -116,8 +118,10 @@ class AttributionChart(pg.PlotWidget):
         x = np.arange(len(values))
         brushes = [pg.mkBrush(POSITIVE if v >= 0 else NEGATIVE) for v in values]
         self.plot_item.addItem(pg.BarGraphItem(x=x, height=values, width=0.8, brushes=brushes, pen=None))
-        self.plot_item.setTitle(f"token {token_label} at {self.where} {attribution.position}: "
-                                f"sum {attribution.sum:.4g}, logit {attribution.logit:.4g}", color=plot_foreground())
+        # the title is rich text: a token such as <|endoftext|>, <pad> or <s> is escaped to be shown
+        self.plot_item.setTitle(html.escape(f"token {token_label} at {self.where} {attribution.position}: "
+                                            f"sum {attribution.sum:.4g}, logit {attribution.logit:.4g}", quote=False),
+                                color=plot_foreground())
         self.plot_item.autoRange()
         self.plot_item.getViewBox().setLimits(xMin=-1, xMax=len(values))
         self._label_ticks()

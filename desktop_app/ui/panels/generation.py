@@ -204,10 +204,12 @@ class GenerationPanel(QWidget, ResultView):
         self.bars.token_clicked.connect(self.choose)
         self.dist_label = QLabel()
         self.dist_label.setWordWrap(True)
+        self.dist_label.setTextFormat(Qt.TextFormat.PlainText)  # it quotes tokens: <s> is a tag to rich text
         # With what-if edits (AppState.interventions): the model as trained, beside the edited one
         self.plain_bars = ProbBars()
         self.plain_label = QLabel()
         self.plain_label.setWordWrap(True)
+        self.plain_label.setTextFormat(Qt.TextFormat.PlainText)
         self.edited_title = QLabel("<b>With the edits</b>")
         self.plain_box = QWidget()
         pv = QVBoxLayout(self.plain_box)
@@ -265,6 +267,7 @@ class GenerationPanel(QWidget, ResultView):
         self.strip.token_selected.connect(self._strip_selected)
         self.status = QLabel("Open a model, type a prompt and press Step.")
         self.status.setWordWrap(True)
+        self.status.setTextFormat(Qt.TextFormat.PlainText)
 
         lay = QVBoxLayout(self)
         lay.addLayout(top)

@@ -77,6 +77,7 @@ class CrossAttentionStepView(QWidget):
         v.setContentsMargins(0, 0, 0, 0)
         self.caption = QLabel("")
         self.caption.setWordWrap(True)
+        self.caption.setTextFormat(Qt.TextFormat.PlainText)  # it quotes the token written: <s> is a tag to rich text
         v.addWidget(self.caption)
         self.layer = QComboBox()
         self.layer.setToolTip("The decoder layer whose cross-attention is shown (or the mean over layers)")

@@ -178,6 +178,7 @@ class ModelPanel(QWidget):
         self.special_check.toggled.connect(self._special_tokens_toggled)
         self.special_label = QLabel("")
         self.special_label.setWordWrap(True)
+        self.special_label.setTextFormat(Qt.TextFormat.PlainText)  # <s> (BART, RoBERTa, Llama) is a tag to rich text
         self.special_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         self.token_strip = TokenStrip()

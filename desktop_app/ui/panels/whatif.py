@@ -484,7 +484,9 @@ class WhatIfPanel(QWidget, ResultView):
             self.attribute()
 
     def screenshot_ready(self) -> bool:
-        """The attribution is shown (or its failure said)."""
+        """The attribution is shown (or its failure said, or why the model cannot be attributed)."""
+        if self.dla_status.text().startswith("Cannot attribute"):  # refused before any job (a post-norm model)
+            return True
         return self._dla_job is not None and self._dla_job.done and not self.dla_status.text().endswith("…")
 
     def attribute(self) -> None:

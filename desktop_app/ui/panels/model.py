@@ -335,7 +335,10 @@ class ModelPanel(QWidget):
         self.target_probabilities = None
         dec = self.state.decoder_ids
         self.target_strip.set_tokens(self.state.token_strings(dec), dec)
-        self.target_count.setText(f"decoder input: the start token + {plural(len(dec) - 1, 'target token')}"
+        # a target longer than the decoder's context is cut to it: its notice says so, as the source's count does
+        target = getattr(self.state.encoded, "target", None) if not generated else None
+        cut = f" ({target.notice})" if getattr(target, "notice", "") else ""
+        self.target_count.setText(f"decoder input: the start token + {plural(len(dec) - 1, 'target token')}{cut}"
                                   if dec else "")
 
     def _on_trace(self, trace) -> None:

@@ -163,6 +163,9 @@ def run(args) -> int:
     size = _parse_size(args.size)
     check_output_file(args.out, args.overwrite)  # refused or unwritable now, not after the drawing
     loaded = load_model(args.model_dir, special_tokens=args.special_tokens, dtype=args.dtype)
+    if loaded.config.is_encoder_decoder:
+        raise ValueError(f"{args.model_dir}: render does not draw encoder-decoders yet: open it in the Attention or "
+                         "Layers panel (each view exports there), or write the numbers with trace --target-text")
     image = getattr(args, "image", None)
     vision = loaded.config.input_kind == "patches"
     if args.view in IMAGE_VIEWS and not (vision and image):

@@ -10,6 +10,8 @@ def model_info(loaded) -> dict:
     return {"family": cfg.family, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "d_model": cfg.d_model,
             "vocab_size": cfg.vocab_size, "context_length": cfg.context_length,
             "parameters": loaded.model.num_parameters(),
+            **({"is_encoder_decoder": True, "n_decoder_layers": cfg.n_decoder_layers or cfg.n_layers}
+               if cfg.is_encoder_decoder else {}),
             **({"image_size": cfg.image_size, "patch_size": cfg.patch_size, "num_channels": cfg.num_channels,
                 "patches": (cfg.image_size // cfg.patch_size) ** 2} if cfg.input_kind == "patches" else {})}
 

@@ -385,7 +385,7 @@ class GenerationPanel(QWidget, ResultView):
     def _default_prompt(self, loaded) -> str:
         """A prompt that works at once: the start of the current text (or of the demo text); with no
         tokenizer, a few of the text's ids (or the first ids of the vocabulary); an encoder gets one
-        word replaced by its mask token."""
+        word replaced by its mask token; an encoder-decoder, the whole text (its source)."""
         text = self.state.text.strip()
         tok = loaded.tokenizer
         if tok is None:
@@ -398,6 +398,11 @@ class GenerationPanel(QWidget, ResultView):
         if not text:
             from ..app import demo_text
             text = demo_text()
+        elif loaded.config.is_encoder_decoder and len(text.split()) <= loaded.config.context_length:
+            from ...core.inputs import encode  # the Model panel's source, whole when it fits: a translation of it
+
+            if encode(loaded, text).total <= loaded.config.context_length:
+                return " ".join(text.split())
         words = text.split()[:8 if not loaded.config.causal else 6]
         if not loaded.config.causal and tok.mask_token_id is not None and len(words) > 1:
             words[len(words) // 2] = tok.tok.id_to_token(tok.mask_token_id)

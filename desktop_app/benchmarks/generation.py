@@ -72,13 +72,21 @@ def step_products(model):
     import torch
     import torch.nn.functional as F
 
+    from ..core.model import packed_linears
+
     products = []
     for block in model.blocks:
         packed = block.attn._packed_qkv()
         mods = [block.attn.q, block.attn.k, block.attn.v] if packed is None else []
         if packed is not None:
             products.append(packed)
-        mods += [block.attn.o, block.mlp.up, block.mlp.down] + ([block.mlp.gate] if hasattr(block.mlp, "gate") else [])
+        gated = hasattr(block.mlp, "gate")
+        gate_up = packed_linears((block.mlp.gate, block.mlp.up)) if gated else None  # one product (half precision)
+        if gate_up is not None:
+            products.append(gate_up)
+        else:
+            mods += [block.mlp.up] + ([block.mlp.gate] if gated else [])
+        mods += [block.attn.o, block.mlp.down]
         products += [(m.weight, m.bias) for m in mods]
     if model.cfg.lm_head:
         products.append((model.lm_head.weight, None))

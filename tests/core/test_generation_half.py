@@ -62,3 +62,21 @@ def test_bfloat16_steps_fuse_their_products_and_keep_transformers_greedy_ids(fam
     # the packed weights are the checkpoint's values, parameters unchanged in name, shape and value
     for (n1, p1), (n2, p2) in zip(loaded.model.named_parameters(), plain.named_parameters()):
         assert n1 == n2 and p1.shape == p2.shape and torch.equal(p1, p2), n1
+
+
+def test_the_generation_bench_times_the_fused_products_a_bfloat16_step_makes(tmp_path, monkeypatch):
+    from desktop_app.benchmarks.generation import step_products
+
+    torch.manual_seed(0)
+    SHAPES["llama"]().to(torch.bfloat16).save_pretrained(tmp_path)
+    model = load_model_folder(tmp_path, dtype="bfloat16").model
+    model.pack_for_decoding()
+    run = step_products(model)
+    shapes = []
+    real = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda x, w, b=None: shapes.append(tuple(w.shape)) or real(x, w, b))
+    run()
+    cfg = model.cfg  # per block: Q/K/V as one, W_O, gate and up as one, down; then the unembedding
+    per_block = [(cfg.n_heads * cfg.d_head + 2 * cfg.n_kv_heads * cfg.d_head, cfg.d_model),
+                 (2 * cfg.d_ff, cfg.d_model), (cfg.d_model, cfg.n_heads * cfg.d_head), (cfg.d_model, cfg.d_ff)]
+    assert sorted(shapes) == sorted(per_block * cfg.n_layers + [(cfg.vocab_size, cfg.d_model)])

@@ -150,7 +150,7 @@ def run(args) -> int:
         if stack.get("stack") in ("decoder", "cross") and args.target_text is not None:
             from ..app.whatif import decoder_input
 
-            ids = decoder_input(loaded, args.target_text)
+            ids = decoder_input(loaded, args.target_text, cut=False)  # too long: refused, as trace does
         elif args.data == "real" or args.text_file or (args.data == "search" and args.search_start == "real"):
             ids = read_text_ids(loaded, args.text_file)
         elif loaded.tokenizer is not None:

@@ -111,3 +111,14 @@ def test_lipschitz_on_an_encoder_decoder_says_what_it_needs(t5_dir, tmp_path, ca
     code = main(["lipschitz", str(t5_dir), *args, "--lengths", "2", "--csv", str(tmp_path / "x.csv")])
     err = capsys.readouterr().err.strip()
     assert code != 0 and message in err and "\n" not in err
+
+
+def test_lipschitz_refuses_a_target_longer_than_the_decoders_context_in_one_line(t5_dir, tmp_path, capsys):
+    """As trace, attribute and patch do (tests/cli/test_seq2seq_target_context_cli.py): the sweep's windows
+    would otherwise come from a target cut to the context without a word."""
+    too_long = ",".join(str(3 + i % 30) for i in range(24))  # context 24: [start] + at most 23 tokens
+    code = main(["lipschitz", str(t5_dir), "--stack", "decoder", "--layer", "0", "--source-text", SRC,
+                 "--target-text", too_long, "--lengths", "2", "--samples", "1", "--csv", str(tmp_path / "x.csv")])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and "target: 24 tokens exceed the decoder's context length 24" in err and "\n" not in err
+    assert not (tmp_path / "x.csv").exists()

@@ -69,3 +69,19 @@ def test_the_lens_reads_the_source_at_encoder_hooks_and_the_target_at_decoder_ho
     qtbot.waitUntil(lambda: "one-stack models" in panel.attr_status.text(), timeout=20_000)
     assert "\n" not in panel.attr_status.text()
     error_watch.assert_clean()
+
+
+def test_the_train_panels_dictionary_mode_offers_an_encoder_decoders_encoder_hooks_only(qtbot, window):
+    """Training a dictionary reads a text file as sources, so only encoder hooks can be trained (a decoder
+    hook is refused by the trainer): the Train panel offers those, starting on the middle encoder layer's
+    residual stream (it started on 'blocks.L.hook_resid_post', which an encoder-decoder does not have)."""
+    win, state = window
+    _click_tab(qtbot, win.tabs, "Train")
+    panel = win.slot("Train").panel
+    panel.mode.setFocus()
+    qtbot.keyClick(panel.mode, Qt.Key.Key_Down)  # a sparse dictionary
+    hooks = [panel.dictionary.form.hook.itemText(i) for i in range(panel.dictionary.form.hook.count())]
+    n = state.loaded.config.n_layers
+    assert hooks and all(h.startswith("encoder.") for h in hooks)
+    assert f"encoder.blocks.{n - 1}.resid_post" in hooks
+    assert panel.dictionary.form.hook.currentText() == f"encoder.blocks.{n // 2}.resid_post"

@@ -125,16 +125,13 @@ def hook_point(hook: str, cfg=None) -> HookPoint:
 def hook_names(cfg) -> list[str]:
     """Every TransformerLens hook name a dictionary may read at on a model of `cfg`, layer by layer (what
     the Train panel offers; hook_resid_pre of layer L > 0 is hook_resid_post of layer L - 1, so left out).
-    An encoder-decoder's: the app's stack-prefixed names, the encoder's then the decoder's."""
+    An encoder-decoder's: the encoder's, by the app's stack-prefixed names (training reads a text file as
+    sources; a decoder hook would need a target for each, so training refuses it: not offered)."""
     if getattr(cfg, "is_encoder_decoder", False):
-        names = []
-        for stack, n in (("encoder", cfg.n_layers), ("decoder", cfg.n_decoder_layers)):
-            names.append(f"{stack}.embed")
-            for layer in range(n):
-                names += [f"{stack}.blocks.{layer}.{what}" for what in (
-                    "attn.input", "attn.z", "attn.out", "resid_mid")
-                    + (("cross_attn.out", "resid_cross") if stack == "decoder" else ())
-                    + ("mlp.input", "mlp.out", "resid_post")]
+        names = ["encoder.embed"]
+        for layer in range(cfg.n_layers):
+            names += [f"encoder.blocks.{layer}.{what}" for what in (
+                "attn.input", "attn.z", "attn.out", "resid_mid", "mlp.input", "mlp.out", "resid_post")]
         return names
     names = ["blocks.0.hook_resid_pre"]
     for layer in range(cfg.n_layers):
@@ -142,6 +139,13 @@ def hook_names(cfg) -> list[str]:
                                                          "hook_resid_mid", "ln2.hook_normalized", "hook_mlp_out",
                                                          "hook_resid_post")]
     return names
+
+
+def default_hook(cfg) -> str:
+    """The hook the Train panel starts on: the middle layer's residual stream (an encoder-decoder's encoder)."""
+    if getattr(cfg, "is_encoder_decoder", False):
+        return f"encoder.blocks.{cfg.n_layers // 2}.resid_post"
+    return f"blocks.{cfg.n_layers // 2}.hook_resid_post"
 
 
 def point_width(point: HookPoint, cfg) -> int:

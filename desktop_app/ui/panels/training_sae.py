@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, Q
 
 from ...app.features import (dictionary_control, dictionary_problems, dictionary_resume_problems,
                              dictionary_settings_from_dict, resumed_dictionary_config, train_dictionary)
-from ...core.features.hooks import hook_names
+from ...core.features.hooks import default_hook, hook_names
 from ...core.training.sae import SAE_OPTIONS, SaeTrainConfig
 from ..workers import run_job
 from .training_form import _box, _combo, _dspin, _error_label, _show_error, _spin
@@ -155,8 +155,7 @@ class DictionaryForm(QWidget):
             if current and (current in names or current == NO_TRANSCODER):
                 combo.setCurrentText(current)
             elif combo is self.hook and names:  # the middle layer's residual stream, a usual first choice
-                layers = loaded.config.n_layers
-                combo.setCurrentText(f"blocks.{layers // 2}.hook_resid_post")
+                combo.setCurrentText(default_hook(loaded.config))
             combo.blockSignals(False)
         self.check()
 

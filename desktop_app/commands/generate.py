@@ -21,7 +21,8 @@ def add_parser(sub) -> None:
     p.add_argument("model_dir", help=MODEL_HELP)
     add_dtype_argument(p)
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--prompt", help="prompt text (needs the model's tokenizer.json)")
+    g.add_argument("--prompt", help="prompt text (needs the model's tokenizer: tokenizer.json, a SentencePiece "
+                   "model, vocab.txt or vocab.json + merges.txt); an encoder-decoder's source")
     g.add_argument("--prompt-ids", help="comma-separated prompt token ids")
     p.add_argument("--max-new", type=count, default=20, help="tokens to generate (default 20)")
     p.add_argument("--strategy", choices=STRATEGIES, default="greedy")

@@ -737,24 +737,30 @@ class GenerationSession:
             chosen.append(child)
             to_forward.append((b, child))
         if to_forward:
-            parents = [p for p, _ in to_forward]
-            try:
-                self._sync_cache_batch(parents)
-                tokens = torch.tensor([[c.token] for _, c in to_forward], device=self.model.device)
-                logits, records = self._forward(tokens, parents)
-            except BaseException:
-                self._undo(created)
-                raise
-            for i, (_, c) in enumerate(to_forward):
-                if c.next_logits is None:
-                    c.next_logits, c.record = logits[i], records[i]
-            if self.incremental:
-                self._cache_nodes = [c for _, c in to_forward]
+            self._forward_children(to_forward, created)
         self._beam_history.append(self.beams)
         self._finished_history.append((self.finished_beams, self._beam_done))
         self.beams = chosen
         self.current = max(chosen, key=lambda n: n.score)
         return self.current
+
+    def _forward_children(self, pairs: list, created: list) -> None:
+        """One batched decoder step for each (parent, child) pair of a beam step: the children's tokens on
+        their parents' caches, their next logits and records kept (a child that has them keeps them); a
+        failure undoes the children this step created."""
+        parents = [p for p, _ in pairs]
+        try:
+            self._sync_cache_batch(parents)
+            tokens = torch.tensor([[c.token] for _, c in pairs], device=self.model.device)
+            logits, records = self._forward(tokens, parents)
+        except BaseException:
+            self._undo(created)
+            raise
+        for i, (_, c) in enumerate(pairs):
+            if c.next_logits is None:
+                c.next_logits, c.record = logits[i], records[i]
+        if self.incremental:
+            self._cache_nodes = [c for _, c in pairs]
 
     def _beam_step_as_generate(self) -> Node:
         """An encoder-decoder's beam step as transformers' generate takes it (its _beam_search with
@@ -793,18 +799,7 @@ class GenerationSession:
             children.append((b, child))
         to_forward = [(b, c) for b, c in children if c.next_logits is None]
         if to_forward:
-            parents = [p for p, _ in to_forward]
-            try:
-                self._sync_cache_batch(parents)
-                tokens = torch.tensor([[c.token] for _, c in to_forward], device=self.model.device)
-                logits, records = self._forward(tokens, parents)
-            except BaseException:
-                self._undo(created)
-                raise
-            for i, (_, c) in enumerate(to_forward):
-                c.next_logits, c.record = logits[i], records[i]
-            if self.incremental:
-                self._cache_nodes = [c for _, c in to_forward]
+            self._forward_children(to_forward, created)
         self._beam_history.append(self.beams)
         self._finished_history.append((self.finished_beams, self._beam_done))
         norm = lambda n: n.score / max(n.depth, 1)  # noqa: E731 (generate's length_penalty 1)

@@ -78,8 +78,24 @@ class HeadNorm:
         return self.weight.to(x.dtype) * xc.to(x.dtype)
 
 
+class _MapWidths:
+    """The widths of a map with W_Q [H, k, d] and W_O [H, d_out, kv]: its input d, output d_out, heads."""
+
+    @property
+    def d(self) -> int:
+        return self.W_Q.shape[-1]
+
+    @property
+    def d_out(self) -> int:
+        return self.W_O.shape[1]
+
+    @property
+    def n_heads(self) -> int:
+        return self.W_Q.shape[0]
+
+
 @dataclass
-class AttentionMap:
+class AttentionMap(_MapWidths):
     """Multi-head self-attention X [B, n, d] -> [B, n, d_out] with explicit per-head weights.
 
     q_h = W_Q[h] x + b_Q[h], k_h = W_K[h] x + b_K[h], v_h = W_V[h] x + b_V[h]; then q_norm / k_norm
@@ -117,18 +133,6 @@ class AttentionMap:
     def __post_init__(self) -> None:
         if self.kind not in ATTENTION_KINDS:
             raise ValueError(f"unknown attention kind {self.kind!r} (known: {', '.join(ATTENTION_KINDS)})")
-
-    @property
-    def d(self) -> int:
-        return self.W_Q.shape[-1]
-
-    @property
-    def d_out(self) -> int:
-        return self.W_O.shape[1]
-
-    @property
-    def n_heads(self) -> int:
-        return self.W_Q.shape[0]
 
     def scaled(self, t: torch.Tensor) -> torch.Tensor:
         """t times the score scale: t / sqrt(k) by default (that very expression, so maps without a
@@ -371,7 +375,7 @@ def _attention_weights(cfg, attn, dtype):
 
 
 @dataclass
-class CrossAttentionMap:
+class CrossAttentionMap(_MapWidths):
     """Multi-head cross-attention X [B, n, d] -> [B, n, d_out] with the keys' and values' side fixed:
     f(X)_i = sum_h W_O[h] sum_j softmax_j(s q_h(x_i) . k_hj) v_hj + b_O, q_h(x) = W_Q[h] x + b_Q[h], and
     k_hj, v_hj [H, m, k] the projections of a fixed memory (the encoder's output on a source text). Each
@@ -388,18 +392,6 @@ class CrossAttentionMap:
     label: str = ""
     kind: str = "softmax"
     masked: bool = False
-
-    @property
-    def d(self) -> int:
-        return self.W_Q.shape[-1]
-
-    @property
-    def d_out(self) -> int:
-        return self.W_O.shape[1]
-
-    @property
-    def n_heads(self) -> int:
-        return self.W_Q.shape[0]
 
     def theorem_applies(self) -> bool:
         return False

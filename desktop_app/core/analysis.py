@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .interventions import Attribution, Patching
-from .jobs import JobControl, report
+from .jobs import JobControl
 from .trace import Trace
 
 
@@ -479,7 +479,7 @@ def seq2seq_activation_patching(loaded, clean_src, corrupted_src, dec_ids, answe
     clean run; heads [rows, H], rows seq2seq_head_rows (encoder self, decoder self, cross-attention):
     one head's output (before W_O) at every position copied. `head_rows` names the heads' rows. Edits
     (`interventions`) apply in every run, a mean ablation's mean taken once on the clean source (and dec_ids)."""
-    from .interventions import Intervention, _metric, resolve
+    from .interventions import patch_each, resolve
 
     model = getattr(loaded, "model", loaded)
     cfg = model.cfg
@@ -492,40 +492,10 @@ def seq2seq_activation_patching(loaded, clean_src, corrupted_src, dec_ids, answe
         if t is not None and not 0 <= t < cfg.vocab_size:
             raise ValueError(f"{name} token id {t} is outside the vocabulary (0..{cfg.vocab_size - 1})")
     edits = resolve(model, clean_src, [iv.check(cfg) for iv in interventions or []], decoder_ids=dec_ids)
-    dev = model.device
-    clean, corrupted, dec = _ids(clean_src).to(dev), _ids(corrupted_src).to(dev), _ids(dec_ids).to(dev)
-    L, S, H = cfg.n_layers, len(clean_src), cfg.n_heads
-    rows = ["encoder.embed"] + [f"encoder.blocks.{l}.resid_post" for l in range(L)]
+    rows = ["encoder.embed"] + [f"encoder.blocks.{l}.resid_post" for l in range(cfg.n_layers)]
     head_rows = seq2seq_head_rows(cfg)
-    clean_out, clean_trace = model.run_with_trace(clean, dec, names=rows + [f"{p}.z" for p, _ in head_rows],
-                                                  interventions=edits or None)
-    clean_m = _metric(clean_out.logits, answer_id, wrong_id)
-    with torch.no_grad():
-        corrupted_m = _metric(model(corrupted, dec, interventions=edits or None).logits, answer_id, wrong_id)
-    span = clean_m - corrupted_m
-    if abs(span) < 1e-9:
-        raise ValueError(f"the clean and corrupted sources give the same answer logit difference ({clean_m:.6g}): "
-                         "there is nothing to recover")
-    total, done = len(rows) * S + len(head_rows) * H, 0
-
-    def recovery(iv) -> float:
-        nonlocal done
-        if job is not None:
-            job.check()
-        with torch.no_grad():
-            m = _metric(model(corrupted, dec, interventions=[iv, *edits]).logits, answer_id, wrong_id)
-        done += 1
-        report(job, done, total, "patching")
-        return (m - corrupted_m) / span
-
-    resid = np.zeros((len(rows), S))
-    for r, name in enumerate(rows):
-        for p in range(S):
-            resid[r, p] = recovery(Intervention(name, "replace", (p,), clean_trace[name][0]))
-    heads = np.zeros((len(head_rows), H))
-    for r, (prefix, _) in enumerate(head_rows):
-        z = clean_trace[f"{prefix}.z"][0]  # [H, T, dh]
-        for h in range(H):
-            heads[r, h] = recovery(Intervention(f"{prefix}.head.{h}", "replace", None, z[h]))
+    clean_m, corrupted_m, resid, heads = patch_each(
+        model, clean_src, corrupted_src, rows, [p for p, _ in head_rows], answer_id, wrong_id, edits, job,
+        extra=(_ids(dec_ids).to(model.device),), what="sources")
     return Seq2SeqPatching(answer_id, wrong_id, clean_m, corrupted_m, rows, resid, heads,
                            head_rows=[head_row_label(p) for p, _ in head_rows], head_points=[p for p, _ in head_rows])

@@ -469,6 +469,50 @@ def _metric(logits: torch.Tensor, answer_id: int, wrong_id: int | None) -> float
     return float(last[answer_id] - (last[wrong_id] if wrong_id is not None else 0.0))
 
 
+def patch_each(model, clean_ids, corrupted_ids, rows: list[str], head_points: list[str], answer_id: int,
+               wrong_id: int | None, edits: list, job=None, extra: tuple = (), what: str = "texts"):
+    """The patching loop (activation_patching, analysis.seq2seq_activation_patching): one forward of the
+    corrupted ids per patched activation, each recovery (m - corrupted) / (clean - corrupted) of the metric
+    logit[answer] (- logit[wrong]) at the last position. `rows`: residual names patched one position at a
+    time; `head_points`: attention sublayers ("blocks.l.attn", "decoder.blocks.l.cross_attn") whose heads'
+    outputs (z) are patched whole; `extra`: further positional inputs of every run (an encoder-decoder's
+    decoder ids). Returns (clean metric, corrupted metric, resid [rows, T], heads [head_points, H])."""
+    dev = model.device
+    corrupted = torch.tensor([list(corrupted_ids)], device=dev)
+    clean_out, clean = model.run_with_trace(torch.tensor([list(clean_ids)], device=dev), *extra,
+                                            names=rows + [f"{p}.z" for p in head_points], interventions=edits or None)
+    clean_m = _metric(clean_out.logits, answer_id, wrong_id)
+    with torch.no_grad():
+        corrupted_m = _metric(model(corrupted, *extra, interventions=edits or None).logits, answer_id, wrong_id)
+    span = clean_m - corrupted_m
+    if abs(span) < 1e-9:
+        raise ValueError(f"the clean and corrupted {what} give the same answer logit difference ({clean_m:.6g}): "
+                         "there is nothing to recover")
+    T, H = len(clean_ids), model.cfg.n_heads
+    total, done = len(rows) * T + len(head_points) * H, 0
+
+    def recovery(iv: Intervention) -> float:
+        nonlocal done
+        if job is not None:
+            job.check()
+        with torch.no_grad():
+            m = _metric(model(corrupted, *extra, interventions=[iv, *edits]).logits, answer_id, wrong_id)
+        done += 1
+        report(job, done, total, "patching")
+        return (m - corrupted_m) / span
+
+    resid = np.zeros((len(rows), T))
+    for r, name in enumerate(rows):
+        for p in range(T):
+            resid[r, p] = recovery(Intervention(name, "replace", (p,), clean[name][0]))
+    heads = np.zeros((len(head_points), H))
+    for r, point in enumerate(head_points):
+        z = clean[f"{point}.z"][0]  # [H, T, dh]
+        for h in range(H):
+            heads[r, h] = recovery(Intervention(f"{point}.head.{h}", "replace", None, z[h]))
+    return clean_m, corrupted_m, resid, heads
+
+
 def activation_patching(loaded, clean_ids: Sequence[int], corrupted_ids: Sequence[int], answer_id: int,
                         wrong_id: int | None = None, job=None,
                         interventions: Sequence[Intervention] | None = None) -> Patching:
@@ -492,38 +536,9 @@ def activation_patching(loaded, clean_ids: Sequence[int], corrupted_ids: Sequenc
     for name, t in (("answer", answer_id), ("wrong", wrong_id)):
         if t is not None and not 0 <= t < cfg.vocab_size:
             raise ValueError(f"{name} token id {t} is outside the vocabulary (0..{cfg.vocab_size - 1})")
-    L, H, T = cfg.n_layers, cfg.n_heads, len(clean_ids)
     edits = resolve(model, clean_ids, [iv.check(cfg) for iv in interventions]) if interventions else []
-    rows = ["embed"] + [f"blocks.{l}.resid_post" for l in range(L)]
-    corrupted = torch.tensor([list(corrupted_ids)], device=model.device)
-    clean_out, clean = model.run_with_trace(torch.tensor([list(clean_ids)], device=model.device),
-                                            names=rows + ["blocks.*.attn.z"], interventions=edits or None)
-    clean_m = _metric(clean_out.logits, answer_id, wrong_id)
-    with torch.no_grad():
-        corrupted_m = _metric(model(corrupted, interventions=edits or None).logits, answer_id, wrong_id)
-    span = clean_m - corrupted_m
-    if abs(span) < 1e-9:
-        raise ValueError(f"the clean and corrupted texts give the same answer logit difference ({clean_m:.6g}): "
-                         "there is nothing to recover")
-    total, done = len(rows) * T + L * H, 0
-
-    def recovery(iv: Intervention) -> float:
-        nonlocal done
-        if job is not None:
-            job.check()
-        with torch.no_grad():
-            m = _metric(model(corrupted, interventions=[iv, *edits]).logits, answer_id, wrong_id)
-        done += 1
-        report(job, done, total, "patching")
-        return (m - corrupted_m) / span
-
-    resid = np.zeros((len(rows), T))
-    for r, name in enumerate(rows):
-        for p in range(T):
-            resid[r, p] = recovery(Intervention(name, "replace", (p,), clean[name][0]))
-    heads = np.zeros((L, H))
-    for l in range(L):
-        z = clean[f"blocks.{l}.attn.z"][0]  # [H, T, dh]
-        for h in range(H):
-            heads[l, h] = recovery(Intervention(f"blocks.{l}.attn.head.{h}", "replace", None, z[h]))
+    rows = ["embed"] + [f"blocks.{l}.resid_post" for l in range(cfg.n_layers)]
+    clean_m, corrupted_m, resid, heads = patch_each(model, clean_ids, corrupted_ids, rows,
+                                                    [f"blocks.{l}.attn" for l in range(cfg.n_layers)],
+                                                    answer_id, wrong_id, edits, job)
     return Patching(answer_id, wrong_id, clean_m, corrupted_m, rows, resid, heads)

@@ -9,9 +9,9 @@ import torch
 
 from desktop_app.app.tracing import (CROSS, DECODER, ENCODER, EncodedPair, attention_view, check_trace_memory,
                                      estimated_trace_bytes, trace_input)
-from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder
-from desktop_app.core.families import REGISTRY
-from desktop_app.core.training.tasks import make_task, word_tokenizer
+from desktop_app.core.checkpoints import load_model_folder
+from desktop_app.core.training.tasks import word_tokenizer
+from translate_models import save_translate_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -20,12 +20,9 @@ SOURCE, TARGET = "the black dog runs", "le chien noir court"
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
-    task = make_task("translate", encoder_decoder=True)
-    cfg = REGISTRY["marian"].preset(vocab_size=task.tokenizer.vocab_size, d_model=16, n_layers=2, n_decoder_layers=3,
-                                    n_heads=2, d_ff=32, context_length=24, pad_token_id=0, eos_token_id=2,
-                                    decoder_start_token_id=1, init_std=0.2)
     folder = tmp_path_factory.mktemp("marian") / "m"
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=task.tokenizer)
+    save_translate_model(folder, d_model=16, n_layers=2, n_decoder_layers=3, n_heads=2, d_ff=32, context_length=24,
+                         init_std=0.2)
     return load_model_folder(folder)
 
 

@@ -18,20 +18,16 @@ from desktop_app.core.checkpoints import load_model_folder, new_model, save_mode
 from desktop_app.core.config import ModelConfig
 from desktop_app.core.features import attach, feature_activations, load_dictionary
 from desktop_app.core.features.dictionary import SparseDictionary, save_dictionary
-from desktop_app.core.families import REGISTRY
 from desktop_app.paths import demo_model_dir
 from desktop_app.core.tokenizer import char_tokenizer
-from desktop_app.core.training.tasks import make_task
+from translate_models import save_translate_model
 
 
 @pytest.fixture(scope="module")
 def marian_dir(tmp_path_factory):
-    task = make_task("translate", encoder_decoder=True)
-    cfg = REGISTRY["marian"].preset(vocab_size=task.tokenizer.vocab_size, d_model=16, n_layers=2, n_decoder_layers=2,
-                                    n_heads=2, d_ff=32, context_length=24, pad_token_id=0, eos_token_id=2,
-                                    decoder_start_token_id=1, init_std=0.3)
     folder = tmp_path_factory.mktemp("marian") / "m"
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=task.tokenizer)
+    save_translate_model(folder, d_model=16, n_layers=2, n_decoder_layers=2, n_heads=2, d_ff=32, context_length=24,
+                         init_std=0.3)
     return folder
 
 

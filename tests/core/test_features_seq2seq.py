@@ -10,13 +10,12 @@ import pytest
 import torch
 
 from desktop_app.app.features import dictionary_problems, lens_on
-from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder
+from desktop_app.core.checkpoints import load_model_folder
 from desktop_app.core.features import attach, feature_edit, hook_point, load_dictionary
 from desktop_app.core.features.edits import FeatureOp
-from desktop_app.core.families import REGISTRY
 from desktop_app.core.trace import Trace
 from desktop_app.core.training.sae import SaeTrainConfig, train_sae
-from desktop_app.core.training.tasks import make_task
+from translate_models import save_translate_model
 
 SENTENCES = ["the black dog sees a white cow", "the small cat runs", "a white cow likes the black dog",
              "the lazy mouse sleeps slowly", "the blue pig likes a lazy mouse"]
@@ -24,12 +23,9 @@ SENTENCES = ["the black dog sees a white cow", "the small cat runs", "a white co
 
 @pytest.fixture(scope="module")
 def marian(tmp_path_factory):
-    task = make_task("translate", encoder_decoder=True)
-    cfg = REGISTRY["marian"].preset(vocab_size=task.tokenizer.vocab_size, d_model=16, n_layers=2, n_decoder_layers=2,
-                                    n_heads=2, d_ff=32, context_length=24, pad_token_id=0, eos_token_id=2,
-                                    decoder_start_token_id=1, init_std=0.3)
     folder = tmp_path_factory.mktemp("marian") / "m"
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=task.tokenizer)
+    save_translate_model(folder, d_model=16, n_layers=2, n_decoder_layers=2, n_heads=2, d_ff=32, context_length=24,
+                         init_std=0.3)
     return load_model_folder(folder)
 
 

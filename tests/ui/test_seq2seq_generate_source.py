@@ -2,9 +2,7 @@
 of the sentence typed there, not of its first six words, as a decoder's continuation prompt is cut)."""
 from __future__ import annotations
 
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.families import REGISTRY
-from desktop_app.core.training.tasks import make_task
+from translate_models import save_translate_model
 
 from .walkthrough import click_panel_tab, open_window
 
@@ -12,12 +10,8 @@ SOURCE = "the black dog sees a white cow and the small cat runs"
 
 
 def test_the_generate_source_is_the_model_panels_whole_text(qtbot, tmp_path, isolated_user_files, error_watch):
-    task = make_task("translate", encoder_decoder=True)
-    cfg = REGISTRY["marian"].preset(vocab_size=task.tokenizer.vocab_size, d_model=16, n_layers=1, n_decoder_layers=1,
-                                    n_heads=2, d_ff=32, context_length=24, pad_token_id=0, eos_token_id=2,
-                                    decoder_start_token_id=1)
     folder = tmp_path / "marian"
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=task.tokenizer)
+    save_translate_model(folder, d_model=16, n_layers=1, n_decoder_layers=1, n_heads=2, d_ff=32, context_length=24)
     w, state = open_window(qtbot, folder, text=SOURCE, watch=error_watch)
     panel = click_panel_tab(qtbot, w, "Generate")
     assert panel.prompt.text() == SOURCE
@@ -27,12 +21,8 @@ def test_the_generate_source_is_the_model_panels_whole_text(qtbot, tmp_path, iso
 
 def test_a_source_longer_than_the_context_starts_the_box_with_its_first_words(qtbot, tmp_path, isolated_user_files,
                                                                              error_watch):
-    task = make_task("translate", encoder_decoder=True)
-    cfg = REGISTRY["marian"].preset(vocab_size=task.tokenizer.vocab_size, d_model=16, n_layers=1, n_decoder_layers=1,
-                                    n_heads=2, d_ff=32, context_length=8, pad_token_id=0, eos_token_id=2,
-                                    decoder_start_token_id=1)
     folder = tmp_path / "marian"
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=task.tokenizer)
+    save_translate_model(folder, d_model=16, n_layers=1, n_decoder_layers=1, n_heads=2, d_ff=32, context_length=8)
     w, state = open_window(qtbot, folder, text=SOURCE, watch=error_watch)  # 12 words > 8 positions
     panel = click_panel_tab(qtbot, w, "Generate")
     assert panel.prompt.text() == " ".join(SOURCE.split()[:6])  # a start that fits, as before

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.families import REGISTRY
-from desktop_app.core.training.tasks import make_task
+from translate_models import save_translate_model
 
 from .walkthrough import click_panel_tab, open_window
 
@@ -17,12 +15,8 @@ CONTEXT = 12
 
 def test_a_target_cut_to_the_decoders_context_is_said_under_the_target(qtbot, tmp_path, isolated_user_files,
                                                                        error_watch):
-    task = make_task("translate", encoder_decoder=True)
-    cfg = REGISTRY["marian"].preset(vocab_size=task.tokenizer.vocab_size, d_model=16, n_layers=1, n_decoder_layers=1,
-                                    n_heads=2, d_ff=32, context_length=CONTEXT, pad_token_id=0, eos_token_id=2,
-                                    decoder_start_token_id=1)
     folder = tmp_path / "marian"
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=task.tokenizer)
+    save_translate_model(folder, d_model=16, n_layers=1, n_decoder_layers=1, n_heads=2, d_ff=32, context_length=CONTEXT)
     w, state = open_window(qtbot, folder, text="the black dog runs", watch=error_watch)
     panel = click_panel_tab(qtbot, w, "Model")
     target = " ".join(["le chien noir court"] * 5)  # 20 words: longer than 11

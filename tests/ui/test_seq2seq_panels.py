@@ -9,9 +9,8 @@ import pytest
 from PySide6.QtCore import Qt
 
 from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.families import REGISTRY
-from desktop_app.core.training.tasks import make_task
 from desktop_app.ui.panels import PANELS
+from translate_models import save_translate_model
 
 from .walkthrough import ErrorWatch, click_panel_tab, open_window
 
@@ -22,12 +21,9 @@ TARGET = "le chien noir voit une vache blanche"
 @pytest.fixture(scope="module")
 def marian_dir(tmp_path_factory):
     """A tiny Marian model (random weights) with the translate task's word tokenizer."""
-    task = make_task("translate", encoder_decoder=True)
-    cfg = REGISTRY["marian"].preset(vocab_size=task.tokenizer.vocab_size, d_model=16, n_layers=2, n_decoder_layers=1,
-                                    n_heads=2, d_ff=32, context_length=24, pad_token_id=0, eos_token_id=2,
-                                    decoder_start_token_id=1, init_std=0.2)
     folder = tmp_path_factory.mktemp("marian") / "m"
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=task.tokenizer)
+    save_translate_model(folder, d_model=16, n_layers=2, n_decoder_layers=1, n_heads=2, d_ff=32, context_length=24,
+                         init_std=0.2)
     return folder
 
 

@@ -8,9 +8,7 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.families import REGISTRY
-from desktop_app.core.training.tasks import make_task
+from translate_models import save_translate_model
 
 from .walkthrough import click_panel_tab, open_window, type_into
 
@@ -19,12 +17,9 @@ TARGET = "le chien noir voit"
 
 
 def _folder(tmp_path_factory, family: str, **extra):
-    task = make_task("translate", encoder_decoder=True)
-    cfg = REGISTRY[family].preset(vocab_size=task.tokenizer.vocab_size, d_model=16, n_layers=2, n_decoder_layers=2,
-                                  n_heads=2, d_ff=32, context_length=24, pad_token_id=0, eos_token_id=2,
-                                  decoder_start_token_id=1, init_std=0.3, **extra)
     folder = tmp_path_factory.mktemp(family) / "m"
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=task.tokenizer)
+    save_translate_model(folder, family, d_model=16, n_layers=2, n_decoder_layers=2, n_heads=2, d_ff=32,
+                         context_length=24, init_std=0.3, **extra)
     return folder
 
 

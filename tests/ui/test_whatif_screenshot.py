@@ -8,20 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.families import REGISTRY
-from desktop_app.core.training.tasks import make_task
+from translate_models import save_translate_model
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_what_if_screenshot_of_a_post_norm_model_shows_why_it_cannot_attribute(tmp_path):
-    task = make_task("translate", encoder_decoder=True)
-    cfg = REGISTRY["marian"].preset(vocab_size=task.tokenizer.vocab_size, d_model=16, n_layers=1, n_decoder_layers=1,
-                                    n_heads=2, d_ff=32, context_length=24, pad_token_id=0, eos_token_id=2,
-                                    decoder_start_token_id=1)
     folder = tmp_path / "marian"
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=task.tokenizer)
+    save_translate_model(folder, d_model=16, n_layers=1, n_decoder_layers=1, n_heads=2, d_ff=32, context_length=24)
     out = tmp_path / "whatif.png"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_DATA_HOME=str(tmp_path / "data"),
                XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")

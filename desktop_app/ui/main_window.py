@@ -95,10 +95,6 @@ class PanelSlot(QWidget):
             self.layout_.addWidget(label)
             self.layout_.addWidget(details, 1)
             return
-        if getattr(self.panel, "supports_encoder_decoder", True) is False:  # one line instead, for those models
-            from .widgets.unsupported import UnsupportedBanner
-            self.banner = UnsupportedBanner(self.title, self.panel, state)
-            self.layout_.addWidget(self.banner)
         self.layout_.addWidget(self.panel)
         if self.pending_view_state is not None:
             apply_view_state(self.panel, self.pending_view_state)

@@ -152,9 +152,6 @@ def test_each_attention_kind_is_picked_on_the_combo_and_every_view_shows_its_own
         assert all((tmp_path / n).stat().st_size > 100 for n in asked[-3:])
 
 
-UNSUPPORTED = ()  # every panel supports encoder-decoders (Layers, What if, Lipschitz: tests/ui/test_seq2seq_lipschitz_layers.py; Dynamics, Features: tests/ui/test_seq2seq_dynamics.py, test_seq2seq_features.py)
-
-
 def _shown_text(panel) -> str:
     from PySide6.QtWidgets import QLabel
 
@@ -162,8 +159,9 @@ def _shown_text(panel) -> str:
 
 
 def test_every_tab_is_safe_with_an_encoder_decoder_open(qtbot, marian_dir, isolated_user_files, monkeypatch):
-    """Open a Marian folder, click every tab: no panel fails or reports an error, and each one either shows the
-    model or says in one line that it does not support encoder-decoder models yet."""
+    """Open a Marian folder, click every tab: no panel fails or reports an error, and each one shows the model
+    (every panel reads encoder-decoders: Layers, What if, Lipschitz in tests/ui/test_seq2seq_lipschitz_layers.py;
+    Dynamics, Features in tests/ui/test_seq2seq_dynamics.py, test_seq2seq_features.py)."""
     watch = ErrorWatch.install(monkeypatch)
     win, state = open_window(qtbot, marian_dir, text=SOURCE, watch=watch)
     try:
@@ -173,15 +171,9 @@ def test_every_tab_is_safe_with_an_encoder_decoder_open(qtbot, marian_dir, isola
             assert slot.error is None, f"{title} panel failed to build:\n{slot.error}"
             qtbot.waitUntil(panel.isVisible, timeout=10_000)
             qtbot.wait(200)  # (a worker started by showing it reports meanwhile)
-            if title in UNSUPPORTED:  # its one line above it, and nothing of it can be started
-                banner = slot.banner
-                assert banner.isVisible() and not panel.isEnabled()
-                assert banner.text().startswith(f"The {title} panel does not support encoder-decoder models yet")
-                assert len(banner.text().splitlines()) == 1
-            else:
-                assert panel.isEnabled() and _shown_text(panel).strip()
+            assert panel.isEnabled() and _shown_text(panel).strip()
         watch.assert_clean()
-        # another kind of model: the panels are back
+        # another kind of model: the Target box goes
         from desktop_app.core.config import ModelConfig
         from desktop_app.core.tokenizer import char_tokenizer
 
@@ -190,8 +182,6 @@ def test_every_tab_is_safe_with_an_encoder_decoder_open(qtbot, marian_dir, isola
         save_model_folder(new_model(cfg, seed=0), isolated_user_files / "gpt2", tokenizer=tok)
         with qtbot.waitSignal(state.model_changed, timeout=30_000):
             win.open_model(isolated_user_files / "gpt2")
-        for title in UNSUPPORTED:
-            assert not win.slot(title).banner.isVisible() and win.slot(title).panel.isEnabled()
         assert not win.slot("Model").panel.target_edit.isVisibleTo(win.slot("Model").panel)
     finally:
         win.close()

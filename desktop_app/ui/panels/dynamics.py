@@ -68,7 +68,6 @@ def build_simulation(cfg: dy.DynamicsConfig, qkv: str, matrices: str, model, lay
 
 class DynamicsPanel(QWidget, ResultView):
     title = "Dynamics"
-    supports_encoder_decoder = True  # the Stack row: the encoder's or the decoder's self-attention (issue 28)
     help_text = (
         "<b>Tokens as particles.</b> With attention and residual connections only, a deep transformer moves each "
         "token x<sub>i</sub> by dx<sub>i</sub>/dt = &Gamma;<sub>&mu;</sub>(x<sub>i</sub>) = &Sigma;<sub>j</sub> "

@@ -62,7 +62,6 @@ def _edits_feature(iv, dictionary, feature: int) -> bool:
 
 class FeaturesPanel(QWidget, ResultView):
     title = "Features"
-    supports_encoder_decoder = True  # the lens on the source (encoder hooks) or the target (decoder hooks), issue 28
     result_parts = FEATURE_PARTS
     TOP_PER_TOKEN = 5  # features per token and hook in the lens table
     TOP_FEATURES = 10  # features per hook listed for the selected token

@@ -169,3 +169,27 @@ def pattern_dtype(compute: torch.dtype, stored: torch.dtype | None) -> torch.dty
     in float32 (probabilities in [0, 1] keep 10 bits there, more than bfloat16's 7; half the bytes);
     None (the model's own dtype) otherwise, so a float32 checkpoint's patterns stay exact."""
     return torch.float16 if stored in HALF and compute not in HALF else None
+
+
+def to_host(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+    """CPU copies of `tensors` (each cast to `dtype` when given), in one device-to-host transfer.
+
+    On a GPU the tensors are packed into one device buffer and copied at once into pinned memory: a
+    copy per tensor waits on the device once each (a generation step records about five tensors a
+    layer; each wait was ~0.3 ms on an H100, more than the step's own work). The results are views of
+    that one buffer. CPU tensors come back as they are (cast when asked), sharing their storage."""
+    out: list[torch.Tensor | None] = [None] * len(tensors)
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for i, t in enumerate(tensors):
+        target = dtype or t.dtype
+        if t.device.type == "cpu":
+            out[i] = t if t.dtype == target else t.to(target)
+        else:
+            groups.setdefault((t.device, target), []).append(i)
+    for (device, target), members in groups.items():
+        flat = torch.cat([tensors[i].reshape(-1).to(target) for i in members])
+        host = torch.empty(flat.shape, dtype=target, pin_memory=device.type == "cuda")
+        host.copy_(flat)  # one wait on the device for the whole group
+        for i, part in zip(members, host.split([tensors[i].numel() for i in members])):
+            out[i] = part.view(tensors[i].shape)
+    return out  # type: ignore[return-value]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 
 from . import MODEL_HELP, add_dtype_argument
-from .args import add_overwrite_argument, float_in, int_in, layer_or_head, positive, positive_int, seed
+from .args import add_overwrite_argument, device, float_in, int_in, layer_or_head, positive, positive_int, seed
 
 
 def add_parser(sub) -> None:
@@ -63,6 +63,8 @@ def add_parser(sub) -> None:
                    help="relative tolerance of the estimator, in (0, 1)")
     p.add_argument("--seed", type=seed, default=DEFAULT_SEED)
     p.add_argument("--csv", required=True, help="output CSV")
+    p.add_argument("--device", type=device, default="cpu",
+                   help="a model's sweep: cpu, cuda, cuda:N or mps (default cpu); a synthetic head runs on the CPU")
     add_overwrite_argument(p)
     p.set_defaults(func=run)
 
@@ -125,6 +127,8 @@ def run(args) -> int:
     if args.matrices and not args.synthetic:
         raise ValueError("--matrices gives the A and V of a synthetic head: use it with --synthetic")
     common = dict(lengths=lengths, samples=args.samples, radius=args.radius, tol=args.tol, seed=args.seed)
+    if args.synthetic and args.device != "cpu":
+        raise ValueError(f"--device {args.device}: a synthetic head runs on the CPU; --device is for a model's sweep")
     if args.synthetic:
         matrices = None
         if args.matrices:
@@ -143,7 +147,7 @@ def run(args) -> int:
             raise ValueError("give a MODEL_DIR, or --synthetic")
         from . import load_model
 
-        loaded = load_model(args.model_dir, dtype=args.dtype)
+        loaded = load_model(args.model_dir, dtype=args.dtype, device=args.device)
         model = loaded.model.float().eval()
         stack = stack_options(loaded, args)
         ids = None

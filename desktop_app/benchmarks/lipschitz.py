@@ -1,4 +1,5 @@
-"""`python -m desktop_app bench lipschitz MODEL_DIR [--layer L] [--text-file F] [--lengths ...] [--samples K] [--repeat R]`
+"""`python -m desktop_app bench lipschitz MODEL_DIR [--layer L] [--text-file F] [--lengths ...] [--samples K] [--repeat R]
+                                         [--device cpu|cuda]`
 
 What the user waits for against the paper's procedure as published (issue 20).
 
@@ -11,10 +12,11 @@ What the user waits for against the paper's procedure as published (issue 20).
     one torch.func.jvp and one vjp closure (built once per input), mu = <u, J^T J u>, stop when
     |mu - mu_previous| <= 1e-4 (mu estimates sigma^2), at most 100 iterations. Its model load and
     the building of its inputs are not counted; a warm-up runs first.
-The three are interleaved, `--repeat` times; speedup_whole_run = reference_s / whole_run_s and
+All three run on `--device` (default cpu; the whole run gets the same --device); the JSON names the device
+(and the GPU). The three are interleaved, `--repeat` times; speedup_whole_run = reference_s / whole_run_s and
 speedup_sweep = reference_s / ours_s are given per repeat and as min / median / max.
 
-Accuracy: every value (the whole run's CSV, and the reference's) against a tightly converged
+Accuracy (computed on the CPU whatever the device, as is the reference of the reference): every value (the whole run's CSV, and the reference's) against a tightly converged
 reference: the layer's map in float64, Lanczos with full reorthogonalisation stopped on the residual
 alone (rigorous: a singular value within 1e-10 relative), and against the exact Jacobian norm where
 n * d <= 2048. --relative-reference adds the older rule (relative change of sigma < 1e-4, products by
@@ -32,21 +34,22 @@ import tempfile
 import time
 from pathlib import Path
 from ..commands.args import OneLineParser, int_in
+from ..commands.args import device as device_name
 
 RANDOM_GPT2 = "gpt2-small-random"
 TIGHT_TOL = 1e-10
 
 
-def _load(model_dir: str):
+def _load(model_dir: str, device: str = "cpu"):
     from ..core.checkpoints import LoadedModel, load_model_folder, new_model
     from ..core.config import ModelConfig
     from ..paths import demo_model_dir
 
     if model_dir != RANDOM_GPT2:
-        return load_model_folder(model_dir)
+        return load_model_folder(model_dir, device=device)
     tokenizer = load_model_folder(demo_model_dir()).tokenizer  # its ids (< 768) are valid GPT-2 ids
     cfg = ModelConfig.gpt2(vocab_size=50257, d_model=768, n_layers=12, n_heads=12, d_ff=3072, context_length=1024)
-    return LoadedModel(new_model(cfg, seed=0).eval(), cfg, tokenizer, None, RANDOM_GPT2)
+    return LoadedModel(new_model(cfg, seed=0).eval().to(device), cfg, tokenizer, None, RANDOM_GPT2)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int_in(1, 1000), default=3, help="interleaved repeats of the three timings")
     p.add_argument("--threads", type=int_in(0, 1024), default=0, help="torch threads here (0: leave as is); the whole-run "
                                                           "command runs with the CLI's defaults")
+    p.add_argument("--device", type=device_name, default="cpu",
+                   help="cpu or cuda: ours, the whole-run command and the published procedure all run there (default cpu)")
     p.add_argument("--relative-reference", action="store_true",
                    help="also time the older rule (relative change of sigma < 1e-4) as an extra row")
     return p
@@ -86,7 +91,7 @@ def _per_input(estimate, fn, lengths, inputs) -> tuple[float, list[float], list[
 def _whole_run(model_dir: str, args, csv_path: str) -> tuple[float, list[float]]:
     """Seconds from process start to exit of the CLI run, and its CSV's lipschitz column."""
     cmd = [sys.executable, "-m", "desktop_app", "lipschitz", model_dir, "--layer", str(args.layer), "--data", "real",
-           "--lengths", args.lengths, "--samples", str(args.samples), "--csv", csv_path]
+           "--lengths", args.lengths, "--samples", str(args.samples), "--csv", csv_path, "--device", args.device]
     if args.text_file:
         cmd += ["--text-file", args.text_file]
     root = str(Path(__file__).resolve().parents[2])
@@ -114,7 +119,7 @@ def main(argv: list[str]) -> dict:
     args = _parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    loaded = _load(args.model_dir)
+    loaded = _load(args.model_dir, args.device)
     model = loaded.model.float().eval()
     ids = text_file_ids(loaded, args.text_file or demo_text_path())
     lengths = lip.parse_lengths(args.lengths)
@@ -154,15 +159,15 @@ def main(argv: list[str]) -> dict:
                 rel_s.append(total)
 
     # the tightly converged reference: float64 map, full reorthogonalisation, residual-only stopping
-    fmap64 = lip.layer_map(model, args.layer).to(torch.float64)
+    fmap64 = lip.layer_map(model, args.layer).to(torch.float64, "cpu")
     tight, exact_rel_ours, exact_rel_tight = [], [], []
     our_vals = np.array([row[2] for row in ours.rows()])
     for n in lengths:
-        X64 = inputs[n].double()
+        X64 = inputs[n].double().cpu()
         est = lip.spectral_norm(fmap64, X64, tol=TIGHT_TOL, max_iter=2000, rigorous=True, seed=12345 + n)
         tight += est.sigma.tolist()
         if n * model.cfg.d_model <= 2048:
-            exact = lip.exact_jacobian_norm(fn, inputs[n]).double().numpy()
+            exact = lip.exact_jacobian_norm(fn, inputs[n]).double().cpu().numpy()
             i = len(tight) - len(X64)
             exact_rel_ours += list(np.abs(our_vals[i:i + len(X64)] - exact) / exact)
             exact_rel_tight += list(np.abs(np.array(tight[i:]) - exact) / exact)
@@ -177,7 +182,9 @@ def main(argv: list[str]) -> dict:
     speed_sweep = [r / o for r, o in zip(ref_s, ours_s)]
     our_iters = np.array([row[6] for row in ours.rows()])
     rel = np.abs(our_vals - ref_arr) / np.abs(ref_arr)
-    out = {"name": "lipschitz", "model": args.model_dir, "layer": args.layer, "lengths": lengths,
+    out = {"name": "lipschitz", "model": args.model_dir, "device": args.device,
+           "device_name": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu",
+           "layer": args.layer, "lengths": lengths,
            "inputs": int(len(ref_arr)), "repeat": args.repeat, "threads": torch.get_num_threads(),
            "whole_run_s": [round(s, 3) for s in whole_s], "ours_s": round(min(ours_s), 4),
            "ours_s_all": [round(s, 3) for s in ours_s], "reference_s": round(min(ref_s), 4),

@@ -14,6 +14,10 @@ from desktop_app.core.checkpoints import load_model_folder, new_model, save_mode
 from desktop_app.core.config import ModelConfig
 from desktop_app.core.tokenizer import char_tokenizer
 
+CUDA = torch.cuda.is_available()
+# each device test once on the CPU and once on CUDA (marked `cuda`: packaging/gpu_check.sh runs those on the card)
+DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", id="cuda", marks=[
+    pytest.mark.cuda, pytest.mark.skipif(not CUDA, reason="needs a CUDA device: torch.cuda.is_available() is False")])])
 TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. " * 4
 
 
@@ -237,15 +241,35 @@ def test_final_json_is_strict_when_the_fit_is_undefined(tmp_path, capsys):
     assert summary["exponent"] is None and summary["exponent_ci"] == [None, None] and summary["prefactor"] is None
 
 
-def test_bench_lipschitz_smoke(capsys):
+@DEVICES
+def test_lipschitz_on_a_device_gives_the_cpu_values(model_dir, tmp_path, capsys, device):
+    """lipschitz --device: the sweep runs on that device and gives the CPU's values (issue 31)."""
+    rows = {}
+    for dev in ("cpu", device):
+        out = tmp_path / f"{dev}.csv"
+        assert main(["lipschitz", str(model_dir), "--layer", "1", "--data", "real", "--text-file",
+                     str(model_dir.parent / "text.txt"), "--lengths", "4,8", "--samples", "2", "--csv", str(out),
+                     "--device", dev, "--overwrite"]) == 0
+        rows[dev] = np.array([float(r["lipschitz"]) for r in _read(out)])
+    capsys.readouterr()
+    assert len(rows[device]) == 4
+    np.testing.assert_allclose(rows[device], rows["cpu"], rtol=2e-3)
+
+
+@DEVICES
+def test_bench_lipschitz_smoke(capsys, device):
     """`python -m desktop_app bench lipschitz` on the demo model with tiny settings: strict JSON with
-    the agreed keys, and our estimates agree with the reference (the paper's power iteration)."""
+    the agreed keys, and our estimates agree with the reference (the paper's power iteration); all three
+    on --device, named in the JSON."""
     from desktop_app.paths import demo_model_dir
 
     assert main(["bench", "lipschitz", str(demo_model_dir()), "--lengths", "8,16", "--samples", "2",
-                 "--repeat", "1"]) == 0  # one round of the three timings: a smoke test, not a measurement
+                 "--repeat", "1", "--device", device]) == 0  # one round of the three timings: a smoke test
     result = _strict_json(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["name"] == "lipschitz" and result["inputs"] == 4 and result["lengths"] == [8, 16]
+    assert result["device"] == device
+    assert result["device_name"] == (torch.cuda.get_device_name(0) if device == "cuda" else "cpu")
+    assert result["vs_tight"]["whole_run"]["max_rel"] < 1e-3  # the whole-run command's values too
     for key in ("ours_s", "reference_s", "speedup", "max_rel_diff"):
         assert isinstance(result[key], float) and result[key] >= 0, key
     assert result["max_rel_diff"] < 1e-3

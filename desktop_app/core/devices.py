@@ -66,15 +66,35 @@ class MemoryEstimateError(ValueError):
     """A run whose estimated memory is beyond what the machine (or the GPU) has available."""
 
 
+def cuda_memory_cap(device: torch.device | str = "cuda") -> int | None:
+    """Bytes this process may hold on a CUDA device under torch.cuda.set_per_process_memory_fraction
+    (fraction x the card's total memory); None when no cap is set (fraction 1) or it cannot be read."""
+    getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if getter is None:
+        return None
+    try:
+        fraction = float(getter(device))
+        if fraction >= 1.0:
+            return None
+        return int(fraction * torch.cuda.get_device_properties(device).total_memory)
+    except (RuntimeError, AssertionError, ValueError):
+        return None
+
+
 def available_memory(device: torch.device | str = "cpu") -> int | None:
-    """Bytes a new allocation may use: free GPU memory on CUDA, else the system's MemAvailable
-    (/proc/meminfo), else its physical memory; None when unknown."""
+    """Bytes a new allocation may use: on CUDA the card's free memory, and no more than this process's
+    cap (set_per_process_memory_fraction, which mem_get_info does not know) less what it has allocated;
+    else the system's MemAvailable (/proc/meminfo), else its physical memory; None when unknown."""
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.is_available():
         try:
-            return int(torch.cuda.mem_get_info(device)[0])
+            free = int(torch.cuda.mem_get_info(device)[0])
         except (RuntimeError, AssertionError):
             return None
+        cap = cuda_memory_cap(device)
+        if cap is not None:
+            free = min(free, max(cap - int(torch.cuda.memory_allocated(device)), 0))
+        return free
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:

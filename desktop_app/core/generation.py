@@ -42,6 +42,7 @@ import torch
 
 from .jobs import JobControl
 from .attention import attention_probs, causal_mask
+from .devices import to_host
 from .model import KVCache, Transformer, attention_scale, layer_window
 from .trace import Trace
 
@@ -106,7 +107,9 @@ class _Seq2SeqSteps(_Steps):
         with torch.inference_mode():
             self.encoded = model.encode(torch.tensor([source], device=model.device), trace=trace,
                                         interventions=interventions)
-        self.encoder_records = {} if trace is None else {n: t.float().cpu() for n, t in trace.items()}
+        recorded = [] if trace is None else list(trace.items())
+        host = to_host([t for _, t in recorded])  # one device-to-host transfer
+        self.encoder_records = {n: _own_float32(t, model.device) for (n, _), t in zip(recorded, host)}
 
     def new_cache(self):
         return self.model.new_cache()
@@ -910,22 +913,34 @@ class GenerationSession:
                                 device=self.model.device)
             logits = self._model_forward(full, None, trace)
         recomputed = parents is not None and not self.incremental  # keep only the new token's row
-        logits = logits.float().cpu()
+        prefix = len(self._steps.prefix)
+        recorded: list[tuple[str, torch.Tensor]] = []
+        for name, t in (trace.items() if trace is not None else ()):  # already detached by Trace.record
+            name = name[prefix:]
+            if recomputed:
+                t = t[:, :, -1:] if name.endswith("attn.pattern") else t[:, -1:]
+            recorded.append((name, t))
+        # the logits and every record in one device-to-host transfer (a copy each waited on the
+        # device once each: ~150 waits a step on a GPU), then float32 CPU tensors of their own
+        host = [_own_float32(t, logits.device) for t in to_host([logits] + [t for _, t in recorded])]
+        logits = host[0]
         records: list[dict] = [{} for _ in range(ids.shape[0])]
-        if trace is not None:
-            prefix = len(self._steps.prefix)
-            for name, t in trace.items():  # already detached by Trace.record
-                name = name[prefix:]
-                if t.dtype != torch.float32 or t.device.type != "cpu":
-                    t = t.float().cpu()
-                if recomputed:
-                    t = t[:, :, -1:] if name.endswith("attn.pattern") else t[:, -1:]
-                if t.shape[0] == 1:  # the one-row case (every non-beam step): no copies, no slicing
-                    records[0][name] = t[0]
-                    continue
-                for b in range(t.shape[0]):  # beams: copy rows, a view would keep the whole batch alive
-                    records[b][name] = t[b].clone()
+        for (name, _), t in zip(recorded, host[1:]):
+            if t.shape[0] == 1:  # the one-row case (every non-beam step): no copies, no slicing
+                records[0][name] = t[0]
+                continue
+            for b in range(t.shape[0]):  # beams: copy rows, a view would keep the whole batch alive
+                records[b][name] = t[b].clone()
         return logits, records
+
+
+def _own_float32(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`t` (a CPU copy made by to_host) as float32, in memory of its own when it came from another
+    device: to_host's copies are views of one pinned buffer per step, which the history tree would
+    otherwise keep pinned, one buffer per node."""
+    if t.dtype != torch.float32:
+        return t.float()
+    return t if device.type == "cpu" else t.clone()
 
 
 def generate(loaded_or_model, prompt_ids: Sequence[int], max_new: int, settings: GenerationSettings | None = None,

@@ -2,11 +2,12 @@
 
     python -m desktop_app bench scale [--shape qwen2.5-0.5b|llama-3.2-1b|llama-3.1-8b|tiny] [--tokens 1024]
                                       [--device cpu|cuda] [--new 16] [--dtype auto|float32|bfloat16|float16]
-                                      [--threads N]
+                                      [--threads N] [--memory-cap-gb G]
 
 A random checkpoint of the shape (the real config's dimensions, transformers' own random init, saved in
 bfloat16 as such checkpoints ship) is made with transformers (a test-only dependency) in a temporary
-folder, removed at the end. Then two fresh processes, one after the other, so that neither's memory
+folder, removed at the end; it is built on --device (on CUDA an 8B model's 16 GB are drawn on the card,
+not by the CPU) and the time it took is reported. Then two fresh processes, one after the other, so that neither's memory
 pollutes the other's peak (ru_maxrss, whole process, imports included):
 
 - ours: open the folder (--dtype, default auto: the dtype that suits the device, core.devices), take
@@ -19,6 +20,12 @@ pollutes the other's peak (ru_maxrss, whole process, imports included):
   attention map and hidden state brought to numpy (float32: numpy has no bfloat16); peak memory; then
   generate() greedy for the same tokens, timed; and at our compute dtype too when it differs, for the
   ids (ours must give the same ids as transformers at the same dtype).
+
+--memory-cap-gb G (CUDA only): each measured process caps itself at G GiB of the card before it allocates
+anything (torch.cuda.set_per_process_memory_fraction; the app's own memory checks read that cap,
+core.devices.available_memory), e.g. the Llama-3.1-8B shape in 24 GiB of an 80 GB card. When transformers'
+forward does not fit under the cap, that is reported (reference_capped false, reference_cap_error) and the
+reference runs again without the cap, so that its figures still come.
 
 The two processes alternate `--repeat` times (default 2) and each figure is the least over the runs.
 Ratios are reference / ours for times (above 1: ours faster) and ours / reference for memory (below 1:
@@ -36,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..commands.args import OneLineParser, int_in
+from ..commands.args import OneLineParser, float_in, int_in
 from ..commands.args import device as device_name
 from .generation import measure_bandwidth
 
@@ -62,8 +69,10 @@ SHAPES = {
 PROMPT = 8  # generation prompt length
 
 
-def make_checkpoint(shape: str, folder: Path, seed: int = 0) -> int:
-    """The random bfloat16 checkpoint of `shape` written by transformers into `folder`; its parameter count."""
+def make_checkpoint(shape: str, folder: Path, seed: int = 0, device: str = "cpu") -> tuple[int, str]:
+    """The random bfloat16 checkpoint of `shape` written by transformers into `folder`, its weights drawn
+    on `device` (transformers' own init, under `with torch.device(device)`); (its parameter count, the
+    device the weights were drawn on)."""
     import torch
     import transformers
 
@@ -71,12 +80,16 @@ def make_checkpoint(shape: str, folder: Path, seed: int = 0) -> int:
     config_class = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig}[family]
     config = config_class(**dims, bos_token_id=None, eos_token_id=None, pad_token_id=None)
     torch.manual_seed(seed)
-    with torch.no_grad():
+    with torch.no_grad(), torch.device(device):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    with torch.no_grad():
         count = sum(p.numel() for p in model.parameters())
-        model.save_pretrained(folder)
+        built_on = str(next(model.parameters()).device)
+        model.to("cpu").save_pretrained(folder)  # one copy to the host, then written as on a CPU
     del model
-    return count
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the measured processes get the card whole
+    return count, built_on
 
 
 # -- the two processes --------------------------------------------------------------------------
@@ -111,8 +124,23 @@ def _gpu_peak_mb(device: str) -> float | None:
     return torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda") else None
 
 
-def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str) -> dict:
+def cap_memory(device: str, cap_gib: float | None) -> dict:
+    """Cap this process at `cap_gib` GiB of the CUDA device (set_per_process_memory_fraction), before
+    anything is allocated there; what was set, for the JSON."""
+    if not cap_gib:
+        return {"memory_cap_gib": None}
     import torch
+
+    total = torch.cuda.get_device_properties(device).total_memory
+    fraction = min(1.0, cap_gib * 2**30 / total)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return {"memory_cap_gib": cap_gib, "memory_cap_fraction": round(fraction, 4)}
+
+
+def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str, cap_gib: float | None = None) -> dict:
+    import torch
+
+    capped = cap_memory(device, cap_gib)
 
     from ..app.tracing import estimated_trace_bytes, trace_input
     from ..core import analysis
@@ -146,7 +174,7 @@ def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str) -> d
            "baseline_mb": baseline, "gpu_peak_mb": _gpu_peak_mb(device), "trace_held_mb": trace.nbytes() / 2**20,
            "estimate_mb": (weights + estimated_trace_bytes(loaded, tokens)) / 2**20,
            "dtype": str(loaded.model.dtype).replace("torch.", ""), "dtype_reason": loaded.dtype_reason,
-           "weight_bytes": weights, "threads": torch.get_num_threads()}
+           "weight_bytes": weights, "threads": torch.get_num_threads(), **capped}
     del trace, layer0
     prompt = _ids(PROMPT, loaded.config.vocab_size, 2)
 
@@ -164,10 +192,12 @@ def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str) -> d
     return out
 
 
-def child_reference(folder: str, tokens: int, new: int, device: str, same_dtype: str) -> dict:
+def child_reference(folder: str, tokens: int, new: int, device: str, same_dtype: str,
+                    cap_gib: float | None = None) -> dict:
     import torch
     import transformers
 
+    capped = cap_memory(device, cap_gib)
     sync = _sync(device)
     # the model's class imported before the clock starts, as ours is (transformers imports lazily)
     model_class = transformers.AutoModelForCausalLM._model_mapping[type(transformers.AutoConfig.from_pretrained(folder))]
@@ -185,7 +215,8 @@ def child_reference(folder: str, tokens: int, new: int, device: str, same_dtype:
     sync()
     t_forward = time.perf_counter() - t1
     out = {"load_s": t_load, "forward_s": t_forward, "peak_mb": _peak_mb(), "baseline_mb": baseline,
-           "gpu_peak_mb": _gpu_peak_mb(device), "arrays": len(attentions) + len(hidden), "threads": torch.get_num_threads()}
+           "gpu_peak_mb": _gpu_peak_mb(device), "arrays": len(attentions) + len(hidden), "threads": torch.get_num_threads(),
+           **capped}
     del o, attentions, hidden
     prompt = torch.tensor([_ids(PROMPT, model.config.vocab_size, 2)], device=device)
 
@@ -213,6 +244,9 @@ def child_reference(folder: str, tokens: int, new: int, device: str, same_dtype:
     return out
 
 
+OOM = ("OutOfMemoryError", "CUDA out of memory")
+
+
 def _run_child(kind: str, *args, threads: int | None = None) -> dict:
     repo = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
@@ -221,7 +255,9 @@ def _run_child(kind: str, *args, threads: int | None = None) -> dict:
                          + ([str(threads)] if threads else []),
                          capture_output=True, text=True, env=env, timeout=3600)
     if out.returncode:
-        raise RuntimeError(f"bench scale: the {kind} process failed:\n{out.stderr[-3000:]}")
+        error = RuntimeError(f"bench scale: the {kind} process failed:\n{out.stderr[-3000:]}")
+        error.out_of_memory = any(word in out.stderr for word in OOM)
+        raise error
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -247,6 +283,9 @@ def main(argv: list[str]) -> dict:
                     help="alternating runs of each side, the fastest of each kept (default 2)")
     ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
                     help="our compute dtype (default auto: what suits the device)")
+    ap.add_argument("--memory-cap-gb", type=float_in(0, 1e5, lo_open=True), default=None, metavar="G",
+                    help="CUDA only: each measured process may use at most G GiB of the card "
+                         "(set_per_process_memory_fraction, set before anything is allocated)")
     ap.add_argument("--threads", type=int_in(1, 1024), default=None,
                     help="torch threads in both measured processes (default: torch's own, one per core; "
                          "the GUI uses one core fewer)")
@@ -255,16 +294,40 @@ def main(argv: list[str]) -> dict:
         raise SystemExit("bench scale reads peak memory per process (Linux only)")
     import torch
 
+    cap = args.memory_cap_gb
+    if cap is not None and not args.device.startswith("cuda"):
+        ap.error(f"--memory-cap-gb caps a CUDA device's memory; --device is {args.device} (give --device cuda)")
+    if cap is not None:
+        card = torch.cuda.get_device_properties(args.device).total_memory / 2**30
+        if cap > card:
+            ap.error(f"--memory-cap-gb {cap:g}: the card ({torch.cuda.get_device_name(args.device)}) has "
+                     f"{card:.1f} GiB in all")
+
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         folder = Path(tmp) / args.shape
-        params = make_checkpoint(args.shape, folder)
+        params, built_on = make_checkpoint(args.shape, folder, device=args.device)
         made_s = time.perf_counter() - t0
-        runs = []
+        print(f"bench scale: {args.shape} checkpoint ({params / 1e9:.2f} B parameters) drawn on {built_on} and "
+              f"saved in {made_s:.1f} s", file=sys.stderr, flush=True)
+        runs, reference_cap, cap_error = [], cap, None
         for _ in range(args.repeat):  # alternating, so that both sides see the same machine load
-            ours = _run_child("ours", str(folder), args.tokens, args.new, args.device, args.dtype, threads=args.threads)
-            runs.append((ours, _run_child("reference", str(folder), args.tokens, args.new, args.device, ours["dtype"],
-                                          threads=args.threads)))
+            ours = _run_child("ours", str(folder), args.tokens, args.new, args.device, args.dtype, cap,
+                              threads=args.threads)
+            try:
+                ref = _run_child("reference", str(folder), args.tokens, args.new, args.device, ours["dtype"],
+                                 reference_cap, threads=args.threads)
+            except RuntimeError as exc:  # transformers does not fit under the cap: a finding, then uncapped
+                if reference_cap is None or not getattr(exc, "out_of_memory", False):
+                    raise
+                cap_error = next((line.strip() for line in reversed(str(exc).splitlines())
+                                  if any(word in line for word in OOM)), "out of memory")[:300]
+                print(f"bench scale: transformers ran out of memory under the {cap:g} GiB cap; run again "
+                      f"without it", file=sys.stderr, flush=True)
+                reference_cap = None
+                ref = _run_child("reference", str(folder), args.tokens, args.new, args.device, ours["dtype"],
+                                 None, threads=args.threads)
+            runs.append((ours, ref))
     ours, ref = (_fastest([run[i] for run in runs]) for i in (0, 1))
     ours_total = ours["load_s"] + ours["trace_s"]
     ref_total = ref["load_s"] + ref["forward_s"]
@@ -272,7 +335,11 @@ def main(argv: list[str]) -> dict:
         "name": "scale", "shape": args.shape, "params": params, "tokens": args.tokens, "device": args.device,
         "checkpoint": "random, saved in bfloat16 by transformers", "ours_dtype": ours["dtype"],
         "ours_dtype_reason": ours["dtype_reason"], "reference_dtype": "bfloat16 (as shipped), eager attention",
-        "torch_threads": ours["threads"], "reference_torch_threads": ref["threads"], "make_checkpoint_s": round(made_s, 2), "repeats": args.repeat,
+        "torch_threads": ours["threads"], "reference_torch_threads": ref["threads"], "make_checkpoint_s": round(made_s, 2),
+        "checkpoint_drawn_on": built_on, "repeats": args.repeat,
+        # --memory-cap-gb: the cap each measured process set on itself (None: none)
+        "memory_cap_gib": cap, "ours_memory_cap_fraction": ours.get("memory_cap_fraction"),
+        "reference_capped": cap is not None and cap_error is None, "reference_cap_error": cap_error,
         # complete trace (open + the GUI's trace) against load + forward with every map brought to numpy
         "ours_load_s": round(ours["load_s"], 3), "ours_trace_s": round(ours["trace_s"], 3),
         "ours_total_s": round(ours_total, 3),

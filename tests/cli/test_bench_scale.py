@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from desktop_app.cli import main
 
@@ -34,6 +35,33 @@ def test_bench_scale_on_the_tiny_shape_prints_every_figure_as_one_json_line(caps
     assert r["ours_dtype"] in ("float32", "bfloat16") and r["ours_dtype_reason"]
     assert r["same_ids_as_reference_at_same_dtype"] is True
     assert "fraction_of_bandwidth_bound" not in r  # CUDA only
+    # the checkpoint drawn where the bench runs, its time said; no memory cap
+    assert r["checkpoint_drawn_on"] == "cpu" and r["make_checkpoint_s"] > 0
+    assert r["memory_cap_gib"] is None and r["reference_capped"] is False and r["reference_cap_error"] is None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: torch.cuda.is_available() is False")
+def test_bench_scale_on_cuda_under_a_memory_cap_caps_both_processes(capsys):
+    """--memory-cap-gb on CUDA: the checkpoint drawn on the card, both measured processes capped (the
+    fraction of the card each set), the bandwidth bound reported (issue 31)."""
+    pytest.importorskip("transformers")
+    assert main(["bench", "scale", "--shape", "tiny", "--tokens", "24", "--new", "3", "--repeat", "1",
+                 "--device", "cuda", "--memory-cap-gb", "2"]) == 0
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    total = torch.cuda.get_device_properties(0).total_memory
+    assert r["device"] == "cuda" and r["checkpoint_drawn_on"].startswith("cuda")
+    assert r["memory_cap_gib"] == 2 and r["ours_memory_cap_fraction"] == pytest.approx(2 * 2**30 / total, abs=1e-4)
+    assert r["reference_capped"] is True and r["reference_cap_error"] is None
+    assert 0 < r["ours_gpu_peak_mb"] < 2048 and 0 < r["reference_gpu_peak_mb"] < 2048
+    assert r["device_name"] == torch.cuda.get_device_name(0) and r["fraction_of_bandwidth_bound"] > 0
+
+
+def test_bench_scale_refuses_a_memory_cap_on_the_cpu_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "scale", "--shape", "tiny", "--memory-cap-gb", "24"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and "--memory-cap-gb" in err[0] and "CUDA" in err[0], err
 
 
 def test_bench_scale_refuses_a_bad_shape_in_one_line(capsys):

@@ -16,7 +16,9 @@ attention patterns are kept in float16 when a half-precision checkpoint computes
 (devices.pattern_dtype), and before it runs its memory is estimated (core.trace.estimate_trace_bytes)
 and a trace that would not fit is refused with the number of tokens, or of layers (a layer range,
 `trace --layers A:B`), that would (check_trace_memory; MemoryEstimateError, one line), never an
-out-of-memory crash.
+out-of-memory crash. On a CUDA device the records go to pinned host memory block by block as they are
+made (records_to_host, Trace.hand_off): the card holds the weights and one layer's work, the host the
+trace, and the estimate (trace_memory: device and host) is checked against each one's memory.
 
 A first look that arrives in pieces: trace_input(on_layer=, job=) hands back each layer as soon as its
 records are in the trace (LayersReady: the text's encoding, the trace being filled, layers done of
@@ -160,46 +162,88 @@ def trace_settings(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, lay
             "pattern_dtype": pattern_dtype(model.dtype, getattr(loaded, "stored_dtype", None))}
 
 
+def records_to_host(loaded: LoadedModel) -> bool:
+    """Whether a trace of `loaded` hands its records to host memory layer by layer (Trace.hand_off): on a
+    CUDA device, so that the card holds the weights and one layer's work; on the CPU they are made there."""
+    return loaded.model.device.type == "cuda"
+
+
+def trace_memory(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers=None,
+                 n_target: int | None = None, host_records: bool | None = None):
+    """What a trace of `n_tokens` of `loaded` needs on top of its weights (core.trace.TraceBytes): on the
+    model's device and, when its records are handed to host memory (`host_records`, default
+    records_to_host; one-stack models), on the host; an encoder-decoder's of `n_tokens` source tokens
+    and `n_target` decoder positions."""
+    from ..core.trace import estimate_trace_memory
+
+    host = records_to_host(loaded) if host_records is None else host_records
+    kw = trace_settings(loaded, n_tokens + (n_target or 0), purpose, layers)
+    return estimate_trace_memory(loaded.config, n_tokens, kw["names"], loaded.model.dtype, kw.get("pattern_dtype"),
+                                 lazy=kw.get("lazy", False), layers=len(layer_range(layers, loaded.config.n_layers)),
+                                 n_target=n_target, host_records=host, pinned=loaded.model.device.type == "cuda")
+
+
 def estimated_trace_bytes(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers=None,
                           n_target: int | None = None) -> int:
-    """What a trace of `n_tokens` of `loaded` needs on top of its weights (core.trace.estimate_trace_bytes);
-    an encoder-decoder's of `n_tokens` source tokens and `n_target` decoder positions."""
-    from ..core.trace import estimate_trace_bytes
-
-    kw = trace_settings(loaded, n_tokens + (n_target or 0), purpose, layers)
-    return estimate_trace_bytes(loaded.config, n_tokens, kw["names"], loaded.model.dtype, kw.get("pattern_dtype"),
-                                lazy=kw.get("lazy", False), layers=len(layer_range(layers, loaded.config.n_layers)),
-                                n_target=n_target)
+    """What a trace of `n_tokens` of `loaded` needs on top of its weights, device and host together
+    (trace_memory)."""
+    return trace_memory(loaded, n_tokens, purpose, layers, n_target).total
 
 
 def check_trace_memory(loaded: LoadedModel, n_tokens: int, purpose: str = VIEWS, layers=None,
-                       available: int | None = None, n_target: int | None = None) -> int:
-    """The estimate (bytes) when it fits in `available` (default: what the model's device has); else
-    MemoryEstimateError, one line with the choices: fewer tokens, or fewer layers (a layer range). An
-    encoder-decoder's (`n_target` decoder positions) is refused with its two lengths, both stacks whole."""
+                       available: int | None = None, n_target: int | None = None, *,
+                       host_records: bool | None = None, available_host: int | None = None) -> int:
+    """The estimate (bytes, trace_memory's total) when it fits: on the model's device in `available`
+    (default: what the device has) and, when the records go to host memory (`host_records`, default
+    records_to_host), on the host in `available_host` (default: what this machine has); else
+    MemoryEstimateError, one line naming which memory is short, with the choices: fewer tokens, or fewer
+    layers (a layer range). An encoder-decoder's (`n_target` decoder positions) is refused with its two
+    lengths, both stacks whole."""
     from ..core.devices import MemoryEstimateError, available_memory, human_bytes
 
-    need = estimated_trace_bytes(loaded, n_tokens, purpose, layers, n_target)
-    have = available_memory(loaded.model.device) if available is None else available
-    if have is None or need <= have:
-        return need
+    host = records_to_host(loaded) if host_records is None else host_records
+    device = loaded.model.device
+    have = available_memory(device) if available is None else available
+    have_host = (available_memory("cpu") if available_host is None else available_host) if host else None
+    on_gpu = device.type == "cuda"
+
+    def memory(t: int, k=layers):  # (a one-stack model's: the choices below)
+        return trace_memory(loaded, t, purpose, k, host_records=host)
+
+    def short(m) -> list[str]:
+        """What does not fit, each as 'X on the GPU; this GPU has Y available'."""
+        if not host:  # everything where the model is
+            return [] if have is None or m.device <= have else \
+                [f"{human_bytes(m.device)}; {'this GPU' if on_gpu else 'this machine'} has {human_bytes(have)} available"]
+        out = []
+        if have is not None and m.device > have:
+            out.append(f"{human_bytes(m.device)} on the {'GPU' if on_gpu else 'device'} for one layer's work "
+                       f"({'this GPU' if on_gpu else 'it'} has {human_bytes(have)} available beside the weights)")
+        if have_host is not None and m.host > have_host:
+            out.append(f"{human_bytes(m.host)} of host memory for the records (this machine has "
+                       f"{human_bytes(have_host)} available)")
+        return out
+
+    need = trace_memory(loaded, n_tokens, purpose, layers, n_target, host)
+    missing = short(need)
+    if not missing:
+        return need.total
+    what = " and ".join(missing)
     if is_seq2seq(loaded.config):
         refusal = MemoryEstimateError(f"a trace of {n_tokens} source and {n_target} target tokens through both "
-                                      f"stacks of {loaded.name} needs about {human_bytes(need)}; this machine has "
-                                      f"{human_bytes(have)} available: trace shorter texts")
+                                      f"stacks of {loaded.name} needs about {what}: trace shorter texts")
         refusal.tokens, refusal.layers = 0, 0
         raise refusal
     n = loaded.config.n_layers
     L = len(layer_range(layers, n))
-    tokens = _largest(lambda t: estimated_trace_bytes(loaded, t, purpose, layers) <= have, n_tokens - 1)
-    first = _largest(lambda k: estimated_trace_bytes(loaded, n_tokens, purpose, k) <= have, L - 1)
+    tokens = _largest(lambda t: not short(memory(t)), n_tokens - 1)
+    first = _largest(lambda k: not short(memory(n_tokens, k)), L - 1)
     choices = [f"at most {tokens} tokens" if tokens else "",
                f"the first {first} of {n} layers, or any range of {first} (layers A:B, e.g. "
                f"{n - first}:{n})" if first else ""]
     choices = " or ".join(c for c in choices if c)
     refusal = MemoryEstimateError(f"a trace of {n_tokens} tokens through {L} layers of {loaded.name} needs about "
-                                  f"{human_bytes(need)}; this machine has {human_bytes(have)} available"
-                                  + (f": trace {choices}" if choices else ""))
+                                  f"{what}" + (f": trace {choices}" if choices else ""))
     refusal.tokens, refusal.layers = tokens, first  # the choices, for a front end to offer (0: none)
     raise refusal
 
@@ -239,7 +283,8 @@ class LayersReady:
 def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
                 interventions: list | None = None, purpose: str = VIEWS,
                 layers=None, *, on_layer: Callable[[LayersReady], None] | None = None,
-                job=None, target: str = "", target_ids: list[int] | None = None) -> tuple[EncodedText, Trace | None]:
+                job=None, target: str = "", target_ids: list[int] | None = None,
+                host_records: bool | None = None) -> tuple[EncodedText, Trace | None]:
     """Encode `text` (or check the given `ids`) for `loaded` and trace them. Text longer than the
     context is cut to its first context_length tokens, and the EncodedText's notice says so;
     unknown words and ids outside the vocabulary raise InputError with a sentence naming them.
@@ -250,7 +295,11 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
     there once it is cancelled; `on_layer`: each block's LayersReady, as soon as it is recorded.
     An encoder-decoder's input is `text` / `ids` (the source) and `target` / `target_ids` (see the module's
     docstring): an EncodedPair, and a trace of both stacks ("layer k / L" over both; a cancel stops it
-    between the encoder and the decoder; no on_layer pieces)."""
+    between the encoder and the decoder; no on_layer pieces).
+    `host_records` (default records_to_host: on CUDA): each block's records are handed to (pinned) host
+    memory as soon as the block has run, before on_layer sees it (Trace.hand_off, one transfer per dtype),
+    and the final ones at the end, so the card holds the weights and one layer's work and every record
+    read is a CPU tensor; on the CPU they stay where they are made (no copy)."""
     import torch
 
     from ..core.inputs import check_ids, encode_text_or_ids
@@ -264,20 +313,25 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
         raise ValueError(f"{loaded.name} is not an encoder-decoder: it reads one text, no target")
     if not enc.ids:
         return enc, None
-    check_trace_memory(loaded, len(enc.ids), purpose, layers)
+    host = records_to_host(loaded) if host_records is None else host_records
+    check_trace_memory(loaded, len(enc.ids), purpose, layers, host_records=host)
     total, recorded = cfg.n_layers, layer_range(layers, cfg.n_layers)
     report(job, 0, total, f"layer 0 / {total}")
 
     def ready(layer: int, trace: Trace) -> None:
+        if host:
+            trace.hand_off()  # this block's records (and the embedding's with block 0) to host memory
         report(job, layer + 1, total, f"layer {layer + 1} / {total}")  # stops here once cancelled
         if on_layer is not None and layer in recorded:  # (a layer range: of the blocks it records)
             on_layer(LayersReady(enc, trace, layer + 1, recorded.stop))
 
-    progressive = job is not None or on_layer is not None
+    progressive = job is not None or on_layer is not None or host
     _, trace = loaded.model.run_with_trace(torch.tensor(enc.ids, device=loaded.model.device)[None],
                                            interventions=_resolved(loaded, enc.ids, interventions),
                                            on_layer=ready if progressive else None,
                                            **trace_settings(loaded, len(enc.ids), purpose, layers))
+    if host:
+        trace.hand_off()  # the final norm's output and the logits
     return enc, trace
 
 

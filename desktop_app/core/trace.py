@@ -26,15 +26,25 @@ trace["blocks.l.attn.head_out"] returns), the last few kept in a small cache; th
 (`head_out_norms`) never form them. The logit lens is not recorded: analysis.logit_lens reads the
 residuals through the model, in chunks. Attention patterns can be kept in a narrower dtype
 (`pattern_dtype`, e.g. float16 when a bfloat16 checkpoint computes in float32).
+
+On a GPU the card holds the weights and one layer's work (`hand_off`, called by the app's trace after
+each block and at the end): the records made since the last hand-off go to pinned CPU memory in one
+transfer per dtype (devices.to_host), so the panels read CPU tensors. A head output derived later is
+computed on the weights' device from the CPU record and brought back to the CPU (the records' device),
+in the model's dtype; the logit lens reads the CPU residuals through the model the same way.
 """
 from __future__ import annotations
 
 import fnmatch
 import re
 from collections import OrderedDict
+from dataclasses import dataclass
+from itertools import islice
 from typing import Iterable, Iterator
 
 import torch
+
+from .devices import to_host
 
 # derived names of a lazy trace, and what each is computed from
 _HEAD_OUT = re.compile(r"blocks\.(\d+)\.attn\.head_out$")
@@ -54,6 +64,7 @@ class Trace:
         self._model = None  # the Transformer that made it (bind): a lazy trace derives from its weights
         self._head_out: OrderedDict[int, torch.Tensor] = OrderedDict()
         self.head_out_computed = 0  # how many layers' head outputs were formed (the cache's misses)
+        self._handed = 0  # records (in insertion order) already handed off to host memory
 
     def wants(self, name: str) -> bool:
         hit = self._wants.get(name)
@@ -75,6 +86,14 @@ class Trace:
             if self.pattern_dtype is not None and name.endswith(".attn.pattern") and t.dtype != self.pattern_dtype:
                 t = t.to(self.pattern_dtype)
             self.tensors[name] = t.cpu() if self.to_cpu else t
+
+    def hand_off(self) -> None:
+        """Move the records made since the last hand-off to host memory: one transfer per dtype on a
+        GPU, into pinned memory (devices.to_host); records already on the CPU stay as they are (no copy)."""
+        names = list(islice(self.tensors, self._handed, None))
+        self._handed = len(self.tensors)
+        if names:
+            self.tensors.update(zip(names, to_host([self.tensors[n] for n in names])))
 
     def bind(self, model) -> None:
         """The model whose forward filled this trace: a lazy trace derives head outputs from its W_O."""
@@ -146,9 +165,10 @@ class Trace:
             return self._head_out[layer]
         attn = self._model.blocks[layer].attn
         z = self.tensors[f"blocks.{layer}.attn.z"]
-        with torch.no_grad():
+        with torch.no_grad():  # on the weights' device; the result where the records are (CPU once handed off)
             out = attn.head_outputs(z.to(attn.o.weight.device)).detach()
-        out = out.cpu() if self.to_cpu else out
+        if self.to_cpu or (z.device.type == "cpu" and out.device.type != "cpu"):
+            out = to_host([out])[0]
         self.head_out_computed += 1
         self._head_out[layer] = out
         while len(self._head_out) > HEAD_OUT_CACHE:
@@ -185,6 +205,18 @@ class Trace:
 # -- memory estimate of a trace, before running it ----------------------------------------------
 
 
+@dataclass(frozen=True)
+class TraceBytes:
+    """What a trace needs on top of the weights: on the model's device, and in host memory (the records
+    handed off layer by layer on a GPU; 0 when they stay where they are made)."""
+    device: int
+    host: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.device + self.host
+
+
 def estimate_trace_bytes(cfg, n_tokens: int, names: Iterable[str] = ("*",), compute_dtype=torch.float32,
                          pattern_dtype=None, lazy: bool = True, layers: int | None = None,
                          n_target: int | None = None) -> int:
@@ -193,13 +225,30 @@ def estimate_trace_bytes(cfg, n_tokens: int, names: Iterable[str] = ("*",), comp
     `layers`: record only that many blocks' tensors (a layer range). An encoder-decoder
     (cfg.is_encoder_decoder): `n_tokens` source tokens through the encoder (names encoder.*) and
     `n_target` (default 1, the start token) through the decoder (decoder.*, its cross-attention too)."""
+    return estimate_trace_memory(cfg, n_tokens, names, compute_dtype, pattern_dtype, lazy, layers, n_target).device
+
+
+def _pinned(n: int) -> int:
+    """Bytes a pinned buffer of n bytes takes: torch's caching host allocator rounds up to a power of two."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+def estimate_trace_memory(cfg, n_tokens: int, names: Iterable[str] = ("*",), compute_dtype=torch.float32,
+                          pattern_dtype=None, lazy: bool = True, layers: int | None = None,
+                          n_target: int | None = None, host_records: bool = False,
+                          pinned: bool = True) -> TraceBytes:
+    """estimate_trace_bytes on the device alone, or with `host_records` (a one-stack model's trace
+    handed off after each block, Trace.hand_off) split between the device, which holds one layer's
+    records, their packed copy and its work, and the host, which holds every record (each layer's in
+    one buffer, rounded up to a power of two when `pinned`, as on CUDA)."""
     probe = Trace(names, lazy=lazy)
     d, H = cfg.d_model, cfg.n_heads
     c = torch.empty((), dtype=compute_dtype).element_size()
     p = torch.empty((), dtype=pattern_dtype or compute_dtype).element_size()
 
-    def stack(prefix: str, T: int, L: int, S: int | None = None) -> tuple[int, int]:
-        """(recorded bytes, largest transient work) of one stack of L blocks over T tokens (S: cross-attended)."""
+    def stack(prefix: str, T: int, L: int, S: int | None = None) -> tuple[int, int, int, int]:
+        """(one layer's records in the compute dtype, its patterns, the embedding and final norm's records,
+        the largest transient work) of one stack over T tokens (S: cross-attended)."""
         per_layer = {"attn.input": T * d, "attn.q": T * H * cfg.d_head, "attn.z": T * H * cfg.d_head,
                      "attn.out": T * d, "resid_mid": T * d, "mlp.input": T * d, "mlp.out": T * d,
                      "resid_post": T * d, "attn.head_out": H * T * d, "logit_lens": T * cfg.vocab_size}
@@ -207,25 +256,39 @@ def estimate_trace_bytes(cfg, n_tokens: int, names: Iterable[str] = ("*",), comp
             per_layer.update({"cross_attn.input": T * d, "cross_attn.q": T * H * cfg.d_head,
                               "cross_attn.z": T * H * cfg.d_head, "cross_attn.out": T * d, "resid_cross": T * d,
                               "cross_attn.head_out": H * T * d})
-        total = sum(n * c for k, n in per_layer.items() if probe.wants(f"{prefix}blocks.0.{k}")) * L
-        if probe.wants(f"{prefix}blocks.0.attn.pattern"):
-            total += L * H * T * T * p
+        layer = sum(n * c for k, n in per_layer.items() if probe.wants(f"{prefix}blocks.0.{k}"))
+        patterns = H * T * T * p if probe.wants(f"{prefix}blocks.0.attn.pattern") else 0
         if S is not None and probe.wants(f"{prefix}blocks.0.cross_attn.pattern"):
-            total += L * H * T * S * p
-        total += sum(T * d * c for k in ("embed", "final_norm.out") if probe.wants(prefix + k))
+            patterns += H * T * S * p
+        ends = sum(T * d * c for k in ("embed", "final_norm.out") if probe.wants(prefix + k))
         keys = max(T, S or 0)
         work = max(2 * H * T * keys * 4 + H * T * keys * c, 3 * T * cfg.d_ff * c)
-        return total, work
+        return layer, patterns, ends, work
 
+    logits = 0
     if not getattr(cfg, "is_encoder_decoder", False):
         T = n_tokens
-        total, work = stack("", T, cfg.n_layers if layers is None else layers)
+        L = cfg.n_layers if layers is None else layers
+        layer, patterns, ends, work = stack("", T, L)
+        total = (layer + patterns) * L + ends
     else:
         T = n_target or 1
-        enc, enc_work = stack("encoder.", n_tokens, cfg.n_layers)
-        dec, dec_work = stack("decoder.", T, cfg.n_decoder_layers or cfg.n_layers, S=n_tokens)
-        total, work = enc + dec, max(enc_work, dec_work)
+        el, ep, ee, enc_work = stack("encoder.", n_tokens, cfg.n_layers)
+        dl, dp, de, dec_work = stack("decoder.", T, cfg.n_decoder_layers or cfg.n_layers, S=n_tokens)
+        total = (el + ep) * cfg.n_layers + ee + (dl + dp) * (cfg.n_decoder_layers or cfg.n_layers) + de
+        work = max(enc_work, dec_work)
+        host_records = False  # (an encoder-decoder's trace is not handed off)
     if probe.wants("logits"):
-        total += T * cfg.vocab_size * c
+        logits = T * cfg.vocab_size * c
     # transient: float32 scores and probabilities of one layer, the MLP's hidden units, the final logits
-    return int(total + work + T * cfg.vocab_size * c)
+    transient = T * cfg.vocab_size * c
+    if not host_records:
+        return TraceBytes(int(total + logits + work + transient))
+    # the device: one layer's records (with the embedding's, handed off with block 0) and their packed
+    # copy, or a layer's records so far beside its work; at the end the final records and their copy
+    one = layer + patterns + ends
+    device = max(one + work, 2 * one) + 2 * (ends + logits) + transient
+    size = _pinned if pinned else int
+    groups = [layer + patterns] if p == c else [layer, patterns]  # one buffer per dtype
+    host = L * sum(size(g) for g in groups if g) + size(ends + logits)  # (the embedding goes with block 0)
+    return TraceBytes(int(device), int(host))

@@ -1,0 +1,66 @@
+"""What a one-token generation step costs: no work in it that a step before has already done, no copies
+it does not need (the per-step overhead that bounds generation on a GPU and for small models)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from desktop_app.core.checkpoints import new_model
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.generation import GenerationSession, GenerationSettings
+from desktop_app.core.model import packed_linears
+from desktop_app.core.trace import Trace
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
+
+
+def _llama(**kw):
+    cfg = ModelConfig.llama(vocab_size=61, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=64,
+                            context_length=64, init_std=0.4, **kw)
+    return new_model(cfg, seed=0).eval()
+
+
+def test_the_packed_weights_are_worked_out_once_and_again_when_a_weight_moves():
+    model = _llama(attention_bias=True)
+    model.pack_for_decoding()
+    attn = model.blocks[0].attn
+    linears = (attn.q, attn.k, attn.v)
+    first = packed_linears(linears)
+    assert first is not None and packed_linears(linears) is first  # kept, not worked out each step
+    # a load copies into the packed buffer: the same views, now holding the new values
+    new_q = torch.randn_like(attn.q.weight)
+    model.load_state_dict({**model.state_dict(), "blocks.0.attn.q.weight": new_q})
+    assert packed_linears(linears) is first and torch.equal(first[0][:attn.q.out_features], new_q)
+    # a replaced weight is no longer side by side with the others: not packed, whatever was kept
+    with torch.no_grad():
+        attn.k.weight.data = attn.k.weight.data.clone()
+    assert packed_linears(linears) is None
+    x = torch.randn(1, 1, 32)
+    with torch.inference_mode():
+        q, k, v = attn.project_qkv(x)
+    torch.testing.assert_close(k, attn.k(x))
+    # packed again (another layout): new views of the new buffer
+    model.pack_for_decoding()
+    again = packed_linears(linears)
+    assert again is not None and again is not first
+    assert again[0].untyped_storage().data_ptr() == attn.q.weight.untyped_storage().data_ptr()
+
+
+def test_a_grouped_query_step_reads_the_cached_keys_without_repeating_them(monkeypatch):
+    model = _llama()
+    session = GenerationSession(model, [3, 14, 15, 9], GenerationSettings("greedy"), stop_tokens=[], record=False)
+    calls = []
+    real = torch.Tensor.repeat_interleave
+
+    def counting(self, *args, **kw):
+        calls.append(tuple(self.shape))
+        return real(self, *args, **kw)
+    monkeypatch.setattr(torch.Tensor, "repeat_interleave", counting)
+    list(session.run(6))
+    assert calls == []  # before: the keys and values of every layer repeated, two copies a layer a step
+    monkeypatch.setattr(torch.Tensor, "repeat_interleave", real)
+    # the explicit path (recording patterns: keys and values repeated) gives the same logits
+    with torch.no_grad():
+        full = model(torch.tensor([session.ids()]), trace=Trace(("blocks.*.attn.pattern",))).logits[0]
+    for node in session.current.path():
+        torch.testing.assert_close(node.next_logits, full[node.position], rtol=1e-5, atol=1e-5)

@@ -69,7 +69,8 @@ class MemoryEstimateError(ValueError):
 def cuda_memory_cap(device: torch.device | str = "cuda") -> int | None:
     """Bytes this process may hold on a CUDA device under torch.cuda.set_per_process_memory_fraction
     (fraction x the card's total memory); None when no cap is set (fraction 1) or it cannot be read."""
-    getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    getter = (getattr(torch.cuda, "get_per_process_memory_fraction", None)  # torch >= 2.6
+              or getattr(torch.cuda.memory, "get_per_process_memory_fraction", None))
     if getter is None:
         return None
     try:

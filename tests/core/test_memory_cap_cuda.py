@@ -42,8 +42,9 @@ def test_available_cuda_memory_is_the_cap_less_what_the_process_holds(monkeypatc
 def test_without_a_cap_available_cuda_memory_is_the_cards_free_memory(monkeypatch):
     _fake_card(monkeypatch, free=70 * GiB, total=80 * GiB, fraction=1.0, allocated=5 * GiB)
     assert cuda_memory_cap("cuda") is None and available_memory("cuda") == 70 * GiB
-    # a torch without the getter (older than 2.8): no cap known, the card's free memory
+    # a torch without the getter (older than 2.6): no cap known, the card's free memory
     monkeypatch.delattr(torch.cuda, "get_per_process_memory_fraction")
+    monkeypatch.delattr(torch.cuda.memory, "get_per_process_memory_fraction")
     assert devices.cuda_memory_cap("cuda") is None and available_memory("cuda") == 70 * GiB
 
 

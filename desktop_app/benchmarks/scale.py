@@ -244,7 +244,7 @@ def child_reference(folder: str, tokens: int, new: int, device: str, same_dtype:
     return out
 
 
-OOM = ("OutOfMemoryError", "CUDA out of memory")
+OOM = ("OutOfMemoryError", "CUDA out of memory", "needs about")  # the last: our memory checks' refusal
 
 
 def _run_child(kind: str, *args, threads: int | None = None) -> dict:
@@ -259,6 +259,23 @@ def _run_child(kind: str, *args, threads: int | None = None) -> dict:
         error.out_of_memory = any(word in out.stderr for word in OOM)
         raise error
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _run_capped(kind: str, args: tuple, caps: dict, errors: dict, threads: int | None) -> dict:
+    """The measured process `kind` under caps[kind] GiB (None: no cap); when it runs out of memory there
+    (or our estimate refuses), the line goes to errors[kind], the cap is dropped for that side and it
+    runs again without it: a finding, with the figures still measured."""
+    try:
+        return _run_child(kind, *args, caps[kind], threads=threads)
+    except RuntimeError as exc:
+        if caps[kind] is None or not getattr(exc, "out_of_memory", False):
+            raise
+        errors[kind] = next((line.strip() for line in reversed(str(exc).splitlines())
+                             if any(word in line for word in OOM)), "out of memory")[:300]
+        print(f"bench scale: {kind} did not fit under the {caps[kind]:g} GiB cap ({errors[kind]}); run again "
+              f"without it", file=sys.stderr, flush=True)
+        caps[kind] = None
+        return _run_child(kind, *args, None, threads=threads)
 
 
 def _fastest(runs: list[dict]) -> dict:
@@ -310,23 +327,12 @@ def main(argv: list[str]) -> dict:
         made_s = time.perf_counter() - t0
         print(f"bench scale: {args.shape} checkpoint ({params / 1e9:.2f} B parameters) drawn on {built_on} and "
               f"saved in {made_s:.1f} s", file=sys.stderr, flush=True)
-        runs, reference_cap, cap_error = [], cap, None
+        runs, caps, cap_errors = [], {"ours": cap, "reference": cap}, {"ours": None, "reference": None}
         for _ in range(args.repeat):  # alternating, so that both sides see the same machine load
-            ours = _run_child("ours", str(folder), args.tokens, args.new, args.device, args.dtype, cap,
-                              threads=args.threads)
-            try:
-                ref = _run_child("reference", str(folder), args.tokens, args.new, args.device, ours["dtype"],
-                                 reference_cap, threads=args.threads)
-            except RuntimeError as exc:  # transformers does not fit under the cap: a finding, then uncapped
-                if reference_cap is None or not getattr(exc, "out_of_memory", False):
-                    raise
-                cap_error = next((line.strip() for line in reversed(str(exc).splitlines())
-                                  if any(word in line for word in OOM)), "out of memory")[:300]
-                print(f"bench scale: transformers ran out of memory under the {cap:g} GiB cap; run again "
-                      f"without it", file=sys.stderr, flush=True)
-                reference_cap = None
-                ref = _run_child("reference", str(folder), args.tokens, args.new, args.device, ours["dtype"],
-                                 None, threads=args.threads)
+            ours = _run_capped("ours", (str(folder), args.tokens, args.new, args.device, args.dtype), caps,
+                               cap_errors, args.threads)
+            ref = _run_capped("reference", (str(folder), args.tokens, args.new, args.device, ours["dtype"]), caps,
+                              cap_errors, args.threads)
             runs.append((ours, ref))
     ours, ref = (_fastest([run[i] for run in runs]) for i in (0, 1))
     ours_total = ours["load_s"] + ours["trace_s"]
@@ -339,7 +345,10 @@ def main(argv: list[str]) -> dict:
         "checkpoint_drawn_on": built_on, "repeats": args.repeat,
         # --memory-cap-gb: the cap each measured process set on itself (None: none)
         "memory_cap_gib": cap, "ours_memory_cap_fraction": ours.get("memory_cap_fraction"),
-        "reference_capped": cap is not None and cap_error is None, "reference_cap_error": cap_error,
+        # a side that did not fit under the cap (out of memory, or our own memory check's refusal) says so
+        # and its figures are from a run without the cap
+        "ours_capped": caps["ours"] is not None, "ours_cap_error": cap_errors["ours"],
+        "reference_capped": caps["reference"] is not None, "reference_cap_error": cap_errors["reference"],
         # complete trace (open + the GUI's trace) against load + forward with every map brought to numpy
         "ours_load_s": round(ours["load_s"], 3), "ours_trace_s": round(ours["trace_s"], 3),
         "ours_total_s": round(ours_total, 3),

@@ -38,6 +38,7 @@ def test_bench_scale_on_the_tiny_shape_prints_every_figure_as_one_json_line(caps
     # the checkpoint drawn where the bench runs, its time said; no memory cap
     assert r["checkpoint_drawn_on"] == "cpu" and r["make_checkpoint_s"] > 0
     assert r["memory_cap_gib"] is None and r["reference_capped"] is False and r["reference_cap_error"] is None
+    assert r["ours_capped"] is False and r["ours_cap_error"] is None
 
 
 @pytest.mark.cuda
@@ -53,8 +54,47 @@ def test_bench_scale_on_cuda_under_a_memory_cap_caps_both_processes(capsys):
     assert r["device"] == "cuda" and r["checkpoint_drawn_on"].startswith("cuda")
     assert r["memory_cap_gib"] == 2 and r["ours_memory_cap_fraction"] == pytest.approx(2 * 2**30 / total, abs=1e-4)
     assert r["reference_capped"] is True and r["reference_cap_error"] is None
+    assert r["ours_capped"] is True and r["ours_cap_error"] is None
     assert 0 < r["ours_gpu_peak_mb"] < 2048 and 0 < r["reference_gpu_peak_mb"] < 2048
     assert r["device_name"] == torch.cuda.get_device_name(0) and r["fraction_of_bandwidth_bound"] > 0
+
+
+def test_a_side_out_of_memory_under_the_cap_is_reported_and_run_again_without_it(monkeypatch, capsys):
+    """The CUDA-only fallback of --memory-cap-gb, with the measured processes faked: the failing side's
+    line is kept, its cap dropped for the rest of the run, and it runs again uncapped; any other failure
+    is raised."""
+    from desktop_app.benchmarks import scale
+
+    calls = []
+
+    def child(kind, *args, threads=None):
+        calls.append((kind, args[-1]))
+        if args[-1] is not None:
+            error = RuntimeError(f"bench scale: the {kind} process failed:\nTraceback (most recent call last):\n"
+                                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+            error.out_of_memory = True
+            raise error
+        return {"kind": kind}
+
+    monkeypatch.setattr(scale, "_run_child", child)
+    caps, errors = {"ours": 24.0, "reference": 24.0}, {"ours": None, "reference": None}
+    assert scale._run_capped("reference", ("folder",), caps, errors, None) == {"kind": "reference"}
+    assert calls == [("reference", 24.0), ("reference", None)]
+    assert caps == {"ours": 24.0, "reference": None} and errors["ours"] is None
+    assert errors["reference"] == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert "reference did not fit under the 24 GiB cap" in capsys.readouterr().err
+    scale._run_capped("reference", ("folder",), caps, errors, None)  # the next repeat: uncapped at once
+    assert calls[-1] == ("reference", None) and len(calls) == 3
+
+    def broken(kind, *args, threads=None):
+        error = RuntimeError("bench scale: the ours process failed:\nValueError: something else")
+        error.out_of_memory = False
+        raise error
+
+    monkeypatch.setattr(scale, "_run_child", broken)
+    with pytest.raises(RuntimeError, match="something else"):
+        scale._run_capped("ours", ("folder",), caps, errors, None)
+    assert caps["ours"] == 24.0 and errors["ours"] is None
 
 
 def test_bench_scale_refuses_a_memory_cap_on_the_cpu_in_one_line(capsys):

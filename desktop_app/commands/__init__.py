@@ -46,8 +46,9 @@ def add_dtype_argument(p):
     from ..core.devices import DTYPE_CHOICES
 
     p.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto",
-                   help="the dtype to compute in (default auto: float32 on a CPU without bfloat16 matrix units "
-                        "when it fits in memory, else the checkpoint's own dtype)")
+                   help="the dtype to compute in (default auto: the checkpoint's own dtype, except a half-precision "
+                        "one on a CPU without matrix instructions for it (bfloat16: AVX-512 BF16 or AMX), which "
+                        "computes in float32 when that fits in memory)")
 
 
 def add_special_tokens_argument(p):

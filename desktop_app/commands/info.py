@@ -29,6 +29,8 @@ def run(args) -> int:
     from . import load_model
     loaded = load_model(args.model_dir, dtype=args.dtype)
     print(json.dumps(model_info(loaded)))
+    if loaded.dtype_reason:  # --dtype auto: what it computes in, and why (devices.choose_compute_dtype)
+        print(f"compute dtype {loaded.dtype_reason}", file=sys.stderr)
     if loaded.tokenizer is None and loaded.config.input_kind == "tokens":  # said, not in the JSON
         print(f"note: {loaded.path}: {loaded.tokenizer_missing}; the model opens with token ids", file=sys.stderr)
     return 0

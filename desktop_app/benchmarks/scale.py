@@ -131,9 +131,12 @@ def cap_memory(device: str, cap_gib: float | None) -> dict:
         return {"memory_cap_gib": None}
     import torch
 
-    total = torch.cuda.get_device_properties(device).total_memory
+    from ..core.devices import cuda_index
+
+    index = cuda_index(device)  # set_per_process_memory_fraction refuses "cuda" without an index
+    total = torch.cuda.get_device_properties(index).total_memory
     fraction = min(1.0, cap_gib * 2**30 / total)
-    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
     return {"memory_cap_gib": cap_gib, "memory_cap_fraction": round(fraction, 4)}
 
 

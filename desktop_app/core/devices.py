@@ -66,6 +66,15 @@ class MemoryEstimateError(ValueError):
     """A run whose estimated memory is beyond what the machine (or the GPU) has available."""
 
 
+def cuda_index(device: torch.device | str | int = "cuda") -> int:
+    """The index of a CUDA device ("cuda" and cuda without an index: the current one); torch's memory
+    fraction functions refuse a device without an index."""
+    if isinstance(device, int):
+        return device
+    index = torch.device(device).index
+    return torch.cuda.current_device() if index is None else index
+
+
 def cuda_memory_cap(device: torch.device | str = "cuda") -> int | None:
     """Bytes this process may hold on a CUDA device under torch.cuda.set_per_process_memory_fraction
     (fraction x the card's total memory); None when no cap is set (fraction 1) or it cannot be read."""
@@ -74,6 +83,7 @@ def cuda_memory_cap(device: torch.device | str = "cuda") -> int | None:
     if getter is None:
         return None
     try:
+        device = cuda_index(device)
         fraction = float(getter(device))
         if fraction >= 1.0:
             return None

@@ -19,9 +19,15 @@ CUDA = torch.cuda.is_available()
 
 
 def _fake_card(monkeypatch, free: int, total: int, fraction: float, allocated: int) -> None:
+    def get_fraction(device=None):  # as torch's: a device without an index is refused
+        if not isinstance(device, int):
+            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
+        return fraction
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, total))
-    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device=None: fraction)
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", get_fraction)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(total_memory=total))
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated)
 
@@ -29,8 +35,9 @@ def _fake_card(monkeypatch, free: int, total: int, fraction: float, allocated: i
 def test_available_cuda_memory_is_the_cap_less_what_the_process_holds(monkeypatch):
     # an 80 GiB card, 70 free, a 24 GiB cap of which 5 are allocated: 19 GiB, not the card's 70
     _fake_card(monkeypatch, free=70 * GiB, total=80 * GiB, fraction=24 / 80, allocated=5 * GiB)
-    assert cuda_memory_cap("cuda") == 24 * GiB
-    assert available_memory("cuda") == 19 * GiB
+    for device in ("cuda", "cuda:0", torch.device("cuda"), torch.device("cuda", 0)):  # with or without an index
+        assert cuda_memory_cap(device) == 24 * GiB, device
+        assert available_memory(device) == 19 * GiB, device
     with pytest.raises(MemoryEstimateError, match="this GPU has"):
         check_memory(20 * GiB, "a trace", "for its records", "cuda")
     check_memory(18 * GiB, "a trace", "for its records", "cuda")

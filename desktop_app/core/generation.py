@@ -817,22 +817,31 @@ class GenerationSession:
         self.current = self._best_beam()
         return self.current
 
-    def _attention_rows(self, queries: list[torch.Tensor]) -> torch.Tensor:
-        """[L, B, H, 1, T]: every layer's attention of the new query, from its query (after
-        rotary) and the cached keys, in one batched product (the model's own formula,
-        attention_probs, for one query row that sees every cached key)."""
+    def _attention_rows(self, queries: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Every layer's attention [B, H, T_q, T] of the new queries [B, H, T_q, dh] (after rotary), from
+        the cached keys, with the model's own formula (attention_probs): the last T_q of the T cached
+        positions are the queries', each sees the keys up to itself (and its window). One batched
+        product for a one-token step; layer by layer for the prompt (its [T, T] patterns, a layer at a
+        time as the forward would have recorded them)."""
         cfg = self.model.cfg
         H, Hkv = cfg.n_heads, cfg.n_kv_heads
-        q = torch.stack(queries)  # [L, B, H, 1, dh]
-        k = self._cache.stacked_keys()  # [L, B, Hkv, T, dh], after rotary; a view, no copy
-        if Hkv != H:
-            k = k.repeat_interleave(H // Hkv, dim=2)
-        T = k.shape[-2]
+        keys = self._cache.stacked_keys()  # [L, B, Hkv, T, dh], after rotary; a view, no copy
+        Tq, T = queries[0].shape[-2], keys.shape[-2]
         windows = [layer_window(cfg, l) for l in range(cfg.n_layers)]
+        masked = Tq > 1 or any(w is not None and w < T for w in windows)
+        if Tq > 1:
+            rows = []
+            for l, q in enumerate(queries):
+                k = keys[l] if Hkv == H else keys[l].repeat_interleave(H // Hkv, dim=1)
+                mask = causal_mask(Tq, T, k.device, windows[l])[None, None]
+                rows.append(attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg)))
+            return rows
+        q = torch.stack(queries)  # [L, B, H, 1, dh]
+        k = keys if Hkv == H else keys.repeat_interleave(H // Hkv, dim=2)
         mask = None
-        if any(w is not None and w < T for w in windows):  # sliding layers: the new query sees its window only
+        if masked:  # sliding layers: the new query sees its window only
             mask = torch.stack([causal_mask(1, T, k.device, w) for w in windows])[:, None, None]  # [L, 1, 1, 1, T]
-        return attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg))
+        return list(attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg)).unbind(0))
 
     def _undo(self, created: list[Node]) -> None:
         """Forget nodes whose forward did not finish; the cache may be half-updated: drop it."""
@@ -892,16 +901,16 @@ class GenerationSession:
         are new tokens after them (one forward with the cache, or a full recompute)."""
         cfg = self.model.cfg
         # (an encoder-decoder records its patterns as it goes: T5's position bias is not in the rows)
-        rows_after = (self.record and self.incremental and parents is not None
-                      and cfg.attention_kind in ("softmax", "l2") and self.source is None)
+        # The prompt's forward too: its attention then runs fused, as every step's, so the session
+        # computes as transformers' default (SDPA) attention does, bit for bit in half precision.
+        rows_after = (self.record and self.incremental and cfg.attention_kind in ("softmax", "l2")
+                      and self.source is None)
         names = self._steps.names(_STEP_NAMES if rows_after else RECORD_NAMES)
         trace = _StepTrace(names) if self.record else None
-        if parents is None:
-            if self.incremental:
+        if parents is None or self.incremental:
+            if parents is None and self.incremental:
                 self._cache = self._steps.new_cache()
             logits = self._model_forward(ids, self._cache if self.incremental else None, trace)
-        elif self.incremental:
-            logits = self._model_forward(ids, self._cache, trace)
             if rows_after:
                 queries = [trace.tensors.pop(f"blocks.{l}.attn.q") for l in range(cfg.n_layers)]
                 with torch.inference_mode():

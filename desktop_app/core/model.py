@@ -117,11 +117,12 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     Only the first cos.shape[-1] dims rotate, 'rotate half' within them; the rest pass through
     unchanged (GPT-NeoX's partial rotary, exactly as transformers' apply_rotary_pos_emb)."""
     dims = cos.shape[-1]
-    x_rot, x_pass = x[..., :dims], x[..., dims:]
+    x_rot = x if dims == x.shape[-1] else x[..., :dims]
     x1, x2 = x_rot.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
-    x_rot = (x_rot.float() * cos + rotated.float() * sin).to(x.dtype)
-    return x_rot if x_pass.shape[-1] == 0 else torch.cat([x_rot, x_pass], dim=-1)
+    # in x's dtype, cos and sin rounded to it, as transformers computes it (in bfloat16 too)
+    x_rot = x_rot * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+    return x_rot if dims == x.shape[-1] else torch.cat([x_rot, x[..., dims:]], dim=-1)
 
 
 def rotary_dims(cfg: ModelConfig) -> int:
@@ -812,7 +813,8 @@ class Transformer(nn.Module):
         def rotary_for(l: int) -> tuple | None:
             key = (cfg.rope_local_theta is not None and layer_window(cfg, l) is not None,)
             if key not in rotaries:
-                rotaries[key] = layer_rotary(cfg, l, positions)
+                rot = layer_rotary(cfg, l, positions)  # in the activations' dtype, once (apply_rotary)
+                rotaries[key] = None if rot is None else (rot[0].to(x.dtype), rot[1].to(x.dtype))
             return rotaries[key]
 
         if interventions:  # the edits ride on the trace: every record point is also an edit point

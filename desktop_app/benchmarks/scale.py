@@ -221,6 +221,10 @@ def child_reference(folder: str, tokens: int, new: int, device: str, same_dtype:
            "gpu_peak_mb": _gpu_peak_mb(device), "arrays": len(attentions) + len(hidden), "threads": torch.get_num_threads(),
            **capped}
     del o, attentions, hidden
+    # generation with transformers' default attention (SDPA; eager was only for the attention maps):
+    # what a user's generate runs, and what our session computes as, bit for bit in bfloat16
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("sdpa")
     prompt = torch.tensor([_ids(PROMPT, model.config.vocab_size, 2)], device=device)
 
     def generate(m, n: int) -> list[int]:

@@ -58,7 +58,7 @@ def test_without_a_cap_available_cuda_memory_is_the_cards_free_memory(monkeypatc
 @pytest.mark.cuda
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device: torch.cuda.is_available() is False on this machine")
 def test_a_trace_beyond_the_memory_cap_is_refused_by_the_estimate_on_cuda(tmp_path):
-    from desktop_app.app.tracing import estimated_trace_bytes, trace_input
+    from desktop_app.app.tracing import trace_input, trace_memory
     from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder
     from desktop_app.core.config import ModelConfig
     from desktop_app.core.tokenizer import char_tokenizer
@@ -69,17 +69,18 @@ def test_a_trace_beyond_the_memory_cap_is_refused_by_the_estimate_on_cuda(tmp_pa
     save_model_folder(new_model(cfg, seed=0), tmp_path / "m", tokenizer=tok)
     loaded = load_model_folder(tmp_path / "m", device="cuda")
     n = 2048
-    need = estimated_trace_bytes(loaded, n)
+    need = trace_memory(loaded, n).device  # on the card beside the weights (the records go to the host)
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.synchronize()
     allocated = torch.cuda.memory_allocated()
-    try:  # a cap that leaves half the trace's estimate free
+    assert need > 0
+    try:  # a cap that leaves half the card's share of the estimate free
         torch.cuda.set_per_process_memory_fraction((allocated + need // 2) / total)
         assert available_memory("cuda") <= need // 2 + 2**20
         with pytest.raises(MemoryEstimateError) as refusal:
             trace_input(loaded, "", [i % tok.vocab_size for i in range(n)])
         line = str(refusal.value)
-        assert "\n" not in line and "needs about" in line and "at most" in line, line
+        assert "\n" not in line and "needs about" in line and "this GPU has" in line and "at most" in line, line
         assert 0 < refusal.value.tokens < n
         # a shorter trace runs under the cap (half what the refusal offers: the cap's small fixed costs)
         trace_input(loaded, "", [i % tok.vocab_size for i in range(refusal.value.tokens // 2)])

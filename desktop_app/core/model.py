@@ -368,13 +368,19 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
         q, k, v = self.project_qkv(x)
-        q = q.view(B, T, H, dh).transpose(1, 2)
-        k = k.view(B, T, Hkv, dh).transpose(1, 2)
         v = v.view(B, T, Hkv, dh).transpose(1, 2)
-        if self.cfg.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if rotary is not None:
-            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        if rotary is not None and T == 1 and not self.cfg.qk_norm:
+            # one token (a generation step): q and k rotate as one [B, 1, H + Hkv, dh] tensor, the same
+            # values in half the operations
+            qk = apply_rotary(torch.cat([q, k], dim=-1).view(B, 1, H + Hkv, dh), *rotary)
+            q, k = qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2)
+        else:
+            q = q.view(B, T, H, dh).transpose(1, 2)
+            k = k.view(B, T, Hkv, dh).transpose(1, 2)
+            if self.cfg.qk_norm:
+                q, k = self.q_norm(q), self.k_norm(k)
+            if rotary is not None:
+                q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         if trace is not None:
             trace.record(prefix + "q", q)
         if cache is not None:
@@ -489,7 +495,7 @@ class MLP(nn.Module):
             h = F.silu(self.up(x))
         else:
             h = F.relu(self.up(x))
-        return self.dropout(self.down(h))
+        return self.dropout(self.down(h)) if self.training else self.down(h)
 
     def gate_up(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A gated MLP's gate and up products: one product when pack_for_decoding has laid the two
@@ -530,7 +536,7 @@ class Block(nn.Module):
         a = self.attn(a_in, mask, rotary, cache, trace, prefix + "attn.", is_causal_full)
         if self.sandwich:
             a = self.post_attn_norm(a)
-        a = edit_at(trace, prefix + "attn.out", self.resid_dropout(a))
+        a = edit_at(trace, prefix + "attn.out", self.resid_dropout(a) if self.training else a)  # (a module call less a step)
         m_in = self.norm2(x) if self.parallel else None  # parallel: the MLP reads the block's input
         x = edit_at(trace, prefix + "resid_mid", x + a if self.pre else self.norm1(x + a))
         if m_in is None:
@@ -730,7 +736,7 @@ class Transformer(nn.Module):
             x = x + self.type_embed(token_type_ids)
         if self.cfg.embed_norm:
             x = self.embed_norm(x)
-        return self.embed_dropout(x)
+        return self.embed_dropout(x) if self.training else x
 
     def embed_patches(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """ViT: pixel values [B, C, H, W] -> [CLS] then one vector per patch (row by row), plus the

@@ -64,3 +64,28 @@ def test_a_grouped_query_step_reads_the_cached_keys_without_repeating_them(monke
         full = model(torch.tensor([session.ids()]), trace=Trace(("blocks.*.attn.pattern",))).logits[0]
     for node in session.current.path():
         torch.testing.assert_close(node.next_logits, full[node.position], rtol=1e-5, atol=1e-5)
+
+
+def test_a_step_rotates_q_and_k_together_and_runs_no_dropout_module(monkeypatch):
+    from desktop_app.core import model as model_module
+    model = _llama()
+    session = GenerationSession(model, [3, 14, 15, 9], GenerationSettings("greedy"), stop_tokens=[], record=False)
+    rotations, dropouts = [], []
+    real = model_module.apply_rotary
+
+    def counting(x, cos, sin):
+        rotations.append(tuple(x.shape))
+        return real(x, cos, sin)
+    monkeypatch.setattr(model_module, "apply_rotary", counting)
+    hooks = [m.register_forward_hook(lambda *a: dropouts.append(1)) for m in model.modules()
+             if isinstance(m, torch.nn.Dropout)]
+    list(session.run(3))
+    for h in hooks:
+        h.remove()
+    # one rotation a layer a step, of q and k as one [B, 1, H + H_kv, dh] tensor (before: two)
+    assert rotations == [(1, 1, 4 + 2, 8)] * (3 * model.cfg.n_layers)
+    assert dropouts == []  # an evaluating model calls no dropout module (two a layer a step before)
+    with torch.no_grad():
+        full = model(torch.tensor([session.ids()])).logits[0]
+    for node in session.current.path():
+        torch.testing.assert_close(node.next_logits, full[node.position], rtol=1e-5, atol=1e-5)

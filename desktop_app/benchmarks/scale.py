@@ -384,7 +384,7 @@ def main(argv: list[str]) -> dict:
         bound = ours["weight_bytes"] / bw
         result.update(ours_gpu_peak_mb=round(ours["gpu_peak_mb"], 1), reference_gpu_peak_mb=round(ref["gpu_peak_mb"], 1),
                       device_name=torch.cuda.get_device_name(), bandwidth_GBps=round(bw / 1e9, 1),
-                      fraction_of_bandwidth_bound=round(bound / ours["generate_s_per_token"], 3))
+                      fraction_of_bandwidth_bound=float(f"{bound / ours['generate_s_per_token']:.3g}"))  # 3 significant digits (tiny shapes: 1e-5)
     for key in ("ours_total_s", "reference_total_s", "trace_speedup", "ours_peak_mb", "reference_peak_mb",
                 "memory_ratio", "ours_first_layer_s", "first_layer_over_reference_forward", "ours_ms_per_token",
                 "reference_ms_per_token", "generation_speedup", "same_ids_as_reference_at_same_dtype"):

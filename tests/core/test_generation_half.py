@@ -148,3 +148,58 @@ def test_bfloat16_greedy_ids_equal_transformers_recording_or_not(tmp_path):
             session = GenerationSession(loaded, prompt, GenerationSettings("greedy"), stop_tokens=[], record=record)
             list(session.run(steps))
             assert session.ids() == want, f"prompt {seed}, record={record}"
+
+
+def _bf16_llama(tmp_path):
+    torch.manual_seed(0)
+    SHAPES["llama"]().to(torch.bfloat16).save_pretrained(tmp_path)
+    return load_model_folder(tmp_path, dtype="bfloat16")
+
+
+def test_a_bfloat16_step_multiplies_by_weights_prepacked_once(tmp_path, monkeypatch):
+    """A bfloat16 step on the CPU multiplies by oneDNN-prepacked copies of its weights (F.linear re-laid
+    each weight out at every call: 2-4x slower at the Qwen2.5-0.5B shape), with the same ids and values."""
+    from desktop_app.core import model as model_module
+    loaded = _bf16_llama(tmp_path)
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    plain_calls = []
+    real = model_module.F.linear
+    session = GenerationSession(loaded, [5, 9, 2, 7], GenerationSettings("greedy"), stop_tokens=[])
+    monkeypatch.setattr(model_module.F, "linear", lambda *a, **k: plain_calls.append(1) or real(*a, **k))
+    list(session.run(4))
+    assert plain_calls == []  # every product of a step prepacked (before: four a layer and the unembedding)
+    monkeypatch.setattr(model_module.F, "linear", real)
+    with torch.no_grad():
+        hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+        want = hf.generate(torch.tensor([[5, 9, 2, 7]]), max_new_tokens=4, min_new_tokens=4, do_sample=False,
+                           pad_token_id=0, eos_token_id=None)[0].tolist()
+    assert session.ids() == want
+
+
+def test_weights_changed_in_place_are_never_read_from_a_stale_prepacked_copy(tmp_path):
+    loaded = _bf16_llama(tmp_path)
+    model = loaded.model
+    GenerationSession(loaded, [5, 9, 2], GenerationSettings("greedy"), stop_tokens=[])  # prepacks
+    state = {k: v * 1.5 if k.endswith(("mlp.down.weight", "attn.o.weight", "attn.q.weight")) else v
+             for k, v in model.state_dict().items()}
+    model.load_state_dict(state)  # copies into the same buffers
+    with torch.no_grad():
+        full = model(torch.tensor([[5, 9, 2, 11]])).logits[0, -1]
+    session = GenerationSession(loaded, [5, 9, 2], GenerationSettings("greedy"), stop_tokens=[])
+    session.choose(11)
+    torch.testing.assert_close(session.current.next_logits, full.float(), rtol=0.02, atol=0.02 * float(full.abs().max()))
+    from desktop_app.core import model as model_module  # and a step between the load and a new session
+    model.load_state_dict({k: v * 0.5 if k.endswith("mlp.down.weight") else v for k, v in state.items()})
+    with torch.inference_mode():
+        x = torch.randn(1, 1, model.cfg.d_ff, dtype=torch.bfloat16)
+        down = model.blocks[0].mlp.down
+        assert torch.equal(model_module.linear(down, x, down.weight), torch.nn.functional.linear(x, down.weight))
+
+
+def test_no_prepacked_copy_where_it_would_not_fit_in_memory(tmp_path, monkeypatch):
+    from desktop_app.core import devices, model as model_module
+    loaded = _bf16_llama(tmp_path)
+    monkeypatch.setattr(devices, "available_memory", lambda device="cpu": 1000)
+    GenerationSession(loaded, [5, 9, 2], GenerationSettings("greedy"), stop_tokens=[])
+    assert not any(m in model_module._PREPACKED for m in loaded.model.modules())

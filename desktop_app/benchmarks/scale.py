@@ -8,7 +8,7 @@ A random checkpoint of the shape (the real config's dimensions, transformers' ow
 bfloat16 as such checkpoints ship) is made with transformers (a test-only dependency) in a temporary
 folder, removed at the end; it is built on --device (on CUDA an 8B model's 16 GB are drawn on the card,
 not by the CPU) and the time it took is reported. Then two fresh processes, one after the other, so that neither's memory
-pollutes the other's peak (ru_maxrss, whole process, imports included):
+pollutes the other's peak (VmHWM, whole process, imports included):
 
 - ours: open the folder (--dtype, default auto: the dtype that suits the device, core.devices), take
   the trace the GUI takes of `--tokens` random ids (app.tracing.trace_input: the Attention and Layers
@@ -95,15 +95,20 @@ def make_checkpoint(shape: str, folder: Path, seed: int = 0, device: str = "cpu"
 # -- the two processes --------------------------------------------------------------------------
 
 
-def _peak_mb() -> float:
-    import resource
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith(field + ":"))
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+def _peak_mb() -> float:
+    """This process's peak resident memory (VmHWM). Not getrusage's ru_maxrss: Linux carries that across
+    exec from the parent (subprocess spawns with vfork), so a child read the bench's own peak (an 8B
+    checkpoint made in the parent: 16 GB for both sides) whenever the parent's was larger."""
+    return _status_mb("VmHWM")
 
 
 def _rss_mb() -> float:
-    with open("/proc/self/status", encoding="ascii") as f:
-        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+    return _status_mb("VmRSS")
 
 
 def _ids(n: int, vocab: int, seed: int) -> list[int]:
@@ -145,7 +150,7 @@ def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str, cap_
 
     capped = cap_memory(device, cap_gib)
 
-    from ..app.tracing import estimated_trace_bytes, trace_input
+    from ..app.tracing import estimated_trace_bytes, trace_input, trace_memory
     from ..core import analysis
     from ..core.checkpoints import load_model_folder
     from ..core.generation import GenerationSession, GenerationSettings
@@ -176,6 +181,7 @@ def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str, cap_
     out = {"load_s": t_load, "trace_s": t_trace, "first_layer_s": first[0] - t1, "peak_mb": _peak_mb(),
            "baseline_mb": baseline, "gpu_peak_mb": _gpu_peak_mb(device), "trace_held_mb": trace.nbytes() / 2**20,
            "estimate_mb": (weights + estimated_trace_bytes(loaded, tokens)) / 2**20,
+           "device_estimate_mb": (weights + trace_memory(loaded, tokens).device) / 2**20,  # the card's share
            "dtype": str(loaded.model.dtype).replace("torch.", ""), "dtype_reason": loaded.dtype_reason,
            "weight_bytes": weights, "threads": torch.get_num_threads(), **capped}
     del trace, layer0
@@ -188,7 +194,7 @@ def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str, cap_
         sync()
         return s.ids()
 
-    generate(2)  # warm up
+    generate(new if device.startswith("cuda") else 2)  # warm up (a GPU's first steps pick kernels: 3x slower)
     t2 = time.perf_counter()
     out["generated_ids"] = generate(new)
     out["generate_s_per_token"] = (time.perf_counter() - t2) / new
@@ -234,7 +240,7 @@ def child_reference(folder: str, tokens: int, new: int, device: str, same_dtype:
         sync()
         return g[0].tolist()
 
-    generate(model, 2)
+    generate(model, new if device.startswith("cuda") else 2)  # warm up, as ours
     t2 = time.perf_counter()
     out["generated_ids"] = generate(model, new)
     out["generate_s_per_token"] = (time.perf_counter() - t2) / new
@@ -383,6 +389,9 @@ def main(argv: list[str]) -> dict:
         bw = measure_bandwidth(256 << 20, device=args.device)
         bound = ours["weight_bytes"] / bw
         result.update(ours_gpu_peak_mb=round(ours["gpu_peak_mb"], 1), reference_gpu_peak_mb=round(ref["gpu_peak_mb"], 1),
+                      gpu_memory_ratio=round(ours["gpu_peak_mb"] / ref["gpu_peak_mb"], 3),
+                      ours_gpu_estimate_mb=round(ours["device_estimate_mb"], 1),
+                      gpu_estimate_over_gpu_peak=round(ours["device_estimate_mb"] / ours["gpu_peak_mb"], 3),
                       device_name=torch.cuda.get_device_name(), bandwidth_GBps=round(bw / 1e9, 1),
                       fraction_of_bandwidth_bound=float(f"{bound / ours['generate_s_per_token']:.3g}"))  # 3 significant digits (tiny shapes: 1e-5)
     for key in ("ours_total_s", "reference_total_s", "trace_speedup", "ours_peak_mb", "reference_peak_mb",

@@ -109,3 +109,17 @@ def test_bench_scale_refuses_a_bad_shape_in_one_line(capsys):
         main(["bench", "scale", "--shape", "gpt-5"])
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1 and "--shape" in err[0]
+
+
+def test_a_measured_process_reports_its_own_peak_not_the_bench_processes():
+    """Linux carries getrusage's ru_maxrss across exec from the parent (subprocess spawns with vfork): the
+    8B run's two sides both read the bench's own 16 GB. The peak must be the child's."""
+    import subprocess
+    import sys
+
+    held = bytearray(768 << 20)
+    held[::4096] = b"\1" * (len(held) // 4096)  # touch every page: the parent's peak is now above 768 MB
+    code = "from desktop_app.benchmarks.scale import _peak_mb; print(_peak_mb())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    del held
+    assert float(out.stdout) < 700  # the child imports torch, nothing near the parent's 768 MB

@@ -70,32 +70,32 @@ def step_products(model):
     norms, attention, cache writes, recording or Python around them. Ours over this is the
     step's overhead; this over the bandwidth bound is what the BLAS kernels themselves reach."""
     import torch
-    import torch.nn.functional as F
 
+    from ..core import model as model_module
     from ..core.model import packed_linears
 
-    products = []
+    products = []  # (owner, weight, bias): each multiplied as the step does (model.linear: prepacked or not)
     for block in model.blocks:
         packed = block.attn._packed_qkv()
         mods = [block.attn.q, block.attn.k, block.attn.v] if packed is None else []
         if packed is not None:
-            products.append(packed)
+            products.append((block.attn, *packed))
         gated = hasattr(block.mlp, "gate")
         gate_up = packed_linears((block.mlp.gate, block.mlp.up)) if gated else None  # one product (half precision)
         if gate_up is not None:
-            products.append(gate_up)
+            products.append((block.mlp, *gate_up))
         else:
             mods += [block.mlp.up] + ([block.mlp.gate] if gated else [])
         mods += [block.attn.o, block.mlp.down]
-        products += [(m.weight, m.bias) for m in mods]
+        products += [(m, m.weight, m.bias) for m in mods]
     if model.cfg.lm_head:
-        products.append((model.lm_head.weight, None))
-    rows = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype, device=w.device) for w, _ in products}
+        products.append((model.lm_head, model.lm_head.weight, None))
+    rows = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype, device=w.device) for _, w, _ in products}
 
     def run() -> None:
         with torch.inference_mode():
-            for w, b in products:
-                F.linear(rows[w.shape[1]], w, b)
+            for owner, w, b in products:
+                model_module.linear(owner, rows[w.shape[1]], w, b)
     return run
 
 

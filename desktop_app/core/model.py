@@ -520,14 +520,16 @@ class MLP(nn.Module):
             g, u = self.gate_up(x)
             # Gemma (geglu): gelu_pytorch_tanh on the gate
             h = (F.silu(g) if self.activation == "swiglu" else F.gelu(g, approximate="tanh")) * u
-        elif self.activation == "gelu_tanh":
-            h = F.gelu(self.up(x), approximate="tanh")
-        elif self.activation == "gelu":
-            h = F.gelu(self.up(x))
-        elif self.activation == "silu":  # ungated (Marian's swish)
-            h = F.silu(self.up(x))
         else:
-            h = F.relu(self.up(x))
+            up = linear(self.up, x, self.up.weight, self.up.bias)
+            if self.activation == "gelu_tanh":
+                h = F.gelu(up, approximate="tanh")
+            elif self.activation == "gelu":
+                h = F.gelu(up)
+            elif self.activation == "silu":  # ungated (Marian's swish)
+                h = F.silu(up)
+            else:
+                h = F.relu(up)
         return self.dropout(self.down(h)) if self.training else linear(self.down, h, self.down.weight, self.down.bias)
 
     def gate_up(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -752,7 +754,7 @@ class Transformer(nn.Module):
             products += [(attn, qkv[0])] if qkv is not None else []
             products.append((attn.o, attn.o.weight))
             gate_up = packed_linears((mlp.gate, mlp.up)) if hasattr(mlp, "gate") else None
-            products += [(mlp, gate_up[0])] if gate_up is not None else []
+            products += [(mlp, gate_up[0])] if gate_up is not None else [(mlp.up, mlp.up.weight)]
             products.append((mlp.down, mlp.down.weight))
         if self.cfg.lm_head and self.cfg.lm_head_kind not in ("mlm", "classifier"):
             products.append((self.lm_head, self.lm_head.weight))

@@ -78,10 +78,18 @@ def test_the_generation_bench_times_the_fused_products_a_bfloat16_step_makes(tmp
     model = load_model_folder(tmp_path, dtype="bfloat16").model
     model.pack_for_decoding()
     run = step_products(model)
-    shapes = []
-    real = torch.nn.functional.linear
-    monkeypatch.setattr(torch.nn.functional, "linear", lambda x, w, b=None: shapes.append(tuple(w.shape)) or real(x, w, b))
+    from desktop_app.core import model as model_module
+    shapes, prepacked = [], []
+    real = model_module.linear
+
+    def spy(owner, x, w, b=None):
+        shapes.append(tuple(w.shape))
+        prepacked.append(owner in model_module._PREPACKED)
+        return real(owner, x, w, b)
+    monkeypatch.setattr(model_module, "linear", spy)
     run()
+    # as a step multiplies: through model.linear, by the prepacked weights where oneDNN has them
+    assert all(prepacked) or not torch.backends.mkldnn.is_available()
     cfg = model.cfg  # per block: Q/K/V as one, W_O, gate and up as one, down; then the unembedding
     per_block = [(cfg.n_heads * cfg.d_head + 2 * cfg.n_kv_heads * cfg.d_head, cfg.d_model),
                  (2 * cfg.d_ff, cfg.d_model), (cfg.d_model, cfg.n_heads * cfg.d_head), (cfg.d_model, cfg.d_ff)]

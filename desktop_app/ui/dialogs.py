@@ -123,7 +123,7 @@ class PreferencesDialog(QDialog):
         self.dtype = QComboBox()
         self.dtype.addItems(list(DEFAULT_DTYPES))
         self.dtype.setCurrentText(prefs.dtype)
-        self.dtype.setToolTip("Precision of models opened from now on. auto: what suits the device (float32 on a CPU without bfloat16 matrix units when it fits, else the checkpoint's dtype).")
+        self.dtype.setToolTip("Precision of models opened from now on. auto: what suits the device (the checkpoint's dtype, except a half-precision one on a CPU without matrix instructions for it, e.g. bfloat16 without AVX-512 BF16 or AMX: float32 there when it fits).")
         form.addRow("Default dtype", self.dtype)
         self.theme = QComboBox()
         self.theme.addItems(list(THEMES))

@@ -52,9 +52,9 @@ STRATEGIES = ("greedy", "sample", "top-k", "top-p", "beam")
 # per-layer logit lens (a vocab-sized matmul per layer): logit_lens() computes it on demand.
 RECORD_NAMES = ("embed", "blocks.*.attn.input", "blocks.*.attn.pattern", "blocks.*.attn.out",
                 "blocks.*.resid_mid", "blocks.*.mlp.out", "blocks.*.resid_post", "final_norm.out")
-# A one-token step asks the model for everything but the attention pattern, so its attention
-# runs fused; it keeps each layer's query instead, and the new query's attention rows are then
-# computed for all layers at once from the cached keys (_attention_rows).
+# A step (and the prompt's forward) asks the model for everything but the attention pattern, so its
+# attention runs fused, as transformers' default attention; it keeps each layer's query instead, and
+# the new queries' attention rows are then computed from the cached keys (_attention_rows).
 _STEP_NAMES = tuple(n for n in RECORD_NAMES if n != "blocks.*.attn.pattern") + ("blocks.*.attn.q",)
 
 
@@ -828,7 +828,6 @@ class GenerationSession:
         keys = self._cache.stacked_keys()  # [L, B, Hkv, T, dh], after rotary; a view, no copy
         Tq, T = queries[0].shape[-2], keys.shape[-2]
         windows = [layer_window(cfg, l) for l in range(cfg.n_layers)]
-        masked = Tq > 1 or any(w is not None and w < T for w in windows)
         if Tq > 1:
             rows = []
             for l, q in enumerate(queries):
@@ -839,7 +838,7 @@ class GenerationSession:
         q = torch.stack(queries)  # [L, B, H, 1, dh]
         k = keys if Hkv == H else keys.repeat_interleave(H // Hkv, dim=2)
         mask = None
-        if masked:  # sliding layers: the new query sees its window only
+        if any(w is not None and w < T for w in windows):  # sliding layers: the new query sees its window only
             mask = torch.stack([causal_mask(1, T, k.device, w) for w in windows])[:, None, None]  # [L, 1, 1, 1, T]
         return list(attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg)).unbind(0))
 

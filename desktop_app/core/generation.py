@@ -410,7 +410,7 @@ class GenerationSession:
         if self.settings.strategy == "beam":
             if self.source is not None and (self._beam_done or not self.beams):
                 return True
-            return all(b.stop or len(self.ids(b)) >= self.model.cfg.context_length for b in self.beams)
+            return all(b.stop or b.position + 1 >= self.model.cfg.context_length for b in self.beams)
         return self.current.stop
 
     def step(self) -> Node:
@@ -647,7 +647,7 @@ class GenerationSession:
     def _check_can_extend(self, node: Node) -> None:
         if node.stop:
             raise GenerationError("a stop token ends this branch: go back or choose another token")
-        if len(self.ids(node)) >= self.model.cfg.context_length:
+        if node.position + 1 >= self.model.cfg.context_length:  # len(self.ids(node)), without walking the path
             raise ContextLengthReached(f"the context length ({self.model.cfg.context_length} tokens) is reached: "
                                        "go back, or reset with a shorter prompt")
 
@@ -702,7 +702,7 @@ class GenerationSession:
         if self.source is not None:
             return self._beam_step_as_generate()
         width = self.settings.beams
-        live = [b for b in self.beams if not b.stop and len(self.ids(b)) < self.model.cfg.context_length]
+        live = [b for b in self.beams if not b.stop and b.position + 1 < self.model.cfg.context_length]
         if not live:
             if any(not b.stop for b in self.beams):
                 raise ContextLengthReached(f"the context length ({self.model.cfg.context_length} tokens) is reached")
@@ -777,7 +777,7 @@ class GenerationSession:
         if self._beam_done or not live:
             raise GenerationError("beam search is done: no running beam can beat the finished ones")
         ctx = self.model.cfg.context_length
-        if any(len(self.ids(b)) >= ctx for b in live):
+        if any(b.position + 1 >= ctx for b in live):
             raise ContextLengthReached(f"the context length ({ctx} tokens) is reached")
         logp = torch.stack([b.score + torch.log_softmax(b.next_logits.double(), 0) for b in live])
         V = logp.shape[1]

@@ -89,3 +89,16 @@ def test_a_step_rotates_q_and_k_together_and_runs_no_dropout_module(monkeypatch)
         full = model(torch.tensor([session.ids()])).logits[0]
     for node in session.current.path():
         torch.testing.assert_close(node.next_logits, full[node.position], rtol=1e-5, atol=1e-5)
+
+
+def test_a_steps_python_work_does_not_grow_with_the_generated_length(monkeypatch):
+    from desktop_app.core import generation
+    model = _llama()
+    session = GenerationSession(model, [3, 14, 15, 9], GenerationSettings("greedy"), stop_tokens=[], record=False)
+    list(session.run(20))
+    walks = []
+    real = generation.Node.path
+    monkeypatch.setattr(generation.Node, "path", lambda self: walks.append(1) or real(self))
+    list(session.run(5))
+    assert walks == []  # the context check walked the whole path at every step (O(length) Python)
+    assert len(session.ids()) == 4 + 25

@@ -123,3 +123,19 @@ def test_a_step_brings_its_logits_and_records_to_the_host_in_one_transfer(device
     assert transfers == [1 + len(node.record) for node in nodes]
     if device == "cuda":  # the token in (host to device) and everything out: two waits a step
         assert len(syncs) <= 2 * len(nodes), f"{len(syncs)} waits on the device in {len(nodes)} steps: {syncs[:3]}"
+
+
+def test_what_a_device_hands_back_is_copied_out_of_the_transfer_buffer_in_one_cast():
+    """The device branch of a step's hand-off, run here on CPU tensors standing for to_host's pinned views:
+    float32 CPU tensors sharing no memory with the transfer buffer (the history tree keeps no pinned
+    buffer), the same values; on the CPU, float32 tensors are handed on as they are."""
+    buffer = torch.arange(30, dtype=torch.float32)
+    views = [buffer[:6].view(2, 3), buffer[6:30].view(2, 3, 4)]
+    out = generation._float32_of_its_own(views, torch.device("cuda"))
+    for got, view in zip(out, views):
+        assert got.dtype == torch.float32 and torch.equal(got, view)
+        assert got.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr()
+    halves = [v.bfloat16() for v in views]
+    out = generation._float32_of_its_own(halves, torch.device("cuda"))
+    assert [t.dtype for t in out] == [torch.float32] * 2 and all(torch.equal(a, b.float()) for a, b in zip(out, halves))
+    assert generation._float32_of_its_own(views, torch.device("cpu")) is views

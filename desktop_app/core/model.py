@@ -571,7 +571,7 @@ class Block(nn.Module):
         a = self.attn(a_in, mask, rotary, cache, trace, prefix + "attn.", is_causal_full)
         if self.sandwich:
             a = self.post_attn_norm(a)
-        a = edit_at(trace, prefix + "attn.out", self.resid_dropout(a) if self.training else a)  # (a module call less a step)
+        a = edit_at(trace, prefix + "attn.out", self.resid_dropout(a) if self.training else a)  # no module call when evaluating
         m_in = self.norm2(x) if self.parallel else None  # parallel: the MLP reads the block's input
         x = edit_at(trace, prefix + "resid_mid", x + a if self.pre else self.norm1(x + a))
         if m_in is None:

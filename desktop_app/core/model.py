@@ -572,8 +572,9 @@ class Block(nn.Module):
         if self.sandwich:
             a = self.post_attn_norm(a)
         a = edit_at(trace, prefix + "attn.out", self.resid_dropout(a) if self.training else a)  # no module call when evaluating
-        m_in = self.norm2(x) if self.parallel else None  # parallel: the MLP reads the block's input
-        x = edit_at(trace, prefix + "resid_mid", x + a if self.pre else self.norm1(x + a))
+        x_in, m_in = x, self.norm2(x) if self.parallel else None  # parallel: the MLP reads the block's input
+        mid = x + a if self.pre else self.norm1(x + a)
+        x = edit_at(trace, prefix + "resid_mid", mid)
         if m_in is None:
             m_in = self.norm2(x) if self.pre else x
         m_in = edit_at(trace, prefix + "mlp.input", m_in)  # read only: a transcoder's input (core/features)
@@ -581,7 +582,11 @@ class Block(nn.Module):
         if self.sandwich:
             m = self.post_mlp_norm(m)
         m = edit_at(trace, prefix + "mlp.out", m)
-        out = edit_at(trace, prefix + "resid_post", x + m if self.pre else self.norm2(x + m))  # parallel: x_in + a + m
+        if self.parallel and x is mid:  # (m + a) + x_in, transformers' GPT-NeoX order: bfloat16 rounds
+            post = (m + a) + x_in        # (x_in + a) + m differently; an edited resid_mid is added to as it is
+        else:
+            post = x + m if self.pre else self.norm2(x + m)
+        out = edit_at(trace, prefix + "resid_post", post)
         if rec:
             rec(prefix + "attn.input", a_in)
             rec(prefix + "attn.out", a)

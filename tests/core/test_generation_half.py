@@ -28,7 +28,21 @@ ROPE_LLAMA3 = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "h
 BIT_FOR_BIT = dict(SHAPES, **{"llama3-rope": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(
     vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
     num_key_value_heads=2, head_dim=16, max_position_embeddings=128, rope_theta=500_000.0, rope_scaling=ROPE_LLAMA3,
-    tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None))})
+    tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None)),
+    # bench scale's Pythia-1.4B shape: a parallel residual summed (mlp + attn) + input, as transformers sums it
+    "gpt_neox": lambda: transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
+        vocab_size=97, hidden_size=64, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+        max_position_embeddings=128, use_parallel_residual=True, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10_000.0, "partial_rotary_factor": 0.25},
+        bos_token_id=None, eos_token_id=None, pad_token_id=None)),
+    # and Gemma-3-1B's: MQA, sliding layers (a window shorter than the prompt) beside a full one
+    "gemma3_text": lambda: transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(
+        vocab_size=97, hidden_size=72, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=32, query_pre_attn_scalar=32, sliding_window=6,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"], max_position_embeddings=128,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}},
+        bos_token_id=None, eos_token_id=None, pad_token_id=None))})
 
 
 @pytest.mark.parametrize("family", list(SHAPES))

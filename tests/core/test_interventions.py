@@ -261,3 +261,25 @@ def test_patching_under_an_ablation_patches_the_edited_model(gpt2):
     m_patch = float(logits[-1, answer].double() - logits[-1, wrong].double())
     want = (m_patch - res.corrupted_metric) / (res.clean_metric - res.corrupted_metric)
     assert res.heads[l2, h2] == pytest.approx(want, rel=2e-4, abs=1e-6)
+
+
+def test_an_edit_at_resid_mid_of_a_parallel_block_reaches_its_output():
+    """GPT-NeoX's parallel block adds (mlp + attn) + input, transformers' order (bfloat16 rounds it
+    differently from (input + attn) + mlp); an edited resid_mid is still what its MLP output is added to."""
+    from desktop_app.core.families.gpt_neox import preset
+    from desktop_app.core.trace import Trace
+
+    cfg = preset(vocab_size=97, d_model=D, n_layers=L, n_heads=H, d_ff=80, context_length=64, rotary_fraction=0.5)
+    model = new_model(cfg, seed=0).eval()
+    shift = torch.randn(D, generator=torch.Generator().manual_seed(3))
+
+    def run(interventions=None):
+        trace = Trace(("blocks.1.*",))
+        with torch.no_grad():
+            model(torch.tensor([IDS]), trace=trace, interventions=interventions)
+        return trace
+
+    clean, edited = run(), run([Intervention("blocks.1.resid_mid", "add", value=shift)])
+    torch.testing.assert_close(edited["blocks.1.resid_mid"], clean["blocks.1.resid_mid"] + shift)
+    torch.testing.assert_close(edited["blocks.1.resid_post"], clean["blocks.1.resid_post"] + shift)
+    torch.testing.assert_close(clean["blocks.1.resid_post"], clean["blocks.1.resid_mid"] + clean["blocks.1.mlp.out"])

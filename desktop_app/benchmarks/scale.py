@@ -1,6 +1,6 @@
 """Models at the size people study: the GUI's trace and generation against transformers, same run.
 
-    python -m desktop_app bench scale [--shape qwen2.5-0.5b|llama-3.2-1b|llama-3.1-8b|tiny] [--tokens 1024]
+    python -m desktop_app bench scale [--shape qwen2.5-0.5b|llama-3.2-1b|llama-3.1-8b|pythia-1.4b|gemma-3-1b|tiny] [--tokens 1024]
                                       [--device cpu|cuda] [--new 16] [--dtype auto|float32|bfloat16|float16]
                                       [--threads N] [--memory-cap-gb G]
 
@@ -62,11 +62,40 @@ SHAPES = {
                                    num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131_072,
                                    rope_theta=500_000.0, rms_norm_eps=1e-5, rope_scaling=dict(ROPE_LLAMA3, factor=8.0),
                                    tie_word_embeddings=False)),
+    # EleutherAI/pythia-1.4b ships float16; made in bfloat16 here as every shape: a float16 checkpoint's auto dtype on
+    # a CPU without AMX-FP16 is float32 (core.devices.choose_compute_dtype), another comparison than the other shapes'
+    "pythia-1.4b": ("gpt_neox", dict(vocab_size=50_304, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                                     num_attention_heads=16, max_position_embeddings=2048, hidden_act="gelu",
+                                     layer_norm_eps=1e-5, use_parallel_residual=True, tie_word_embeddings=False,
+                                     rope_parameters={"rope_type": "default", "rope_theta": 10_000.0,
+                                                      "partial_rotary_factor": 0.25})),  # rotary_pct 0.25
+    # Gemma3ForCausalLM's text config (google/gemma-3-1b-pt): every 6th layer global (sliding_window_pattern 6),
+    # the others a 512-token window; no soft-capping (both null in its config.json)
+    "gemma-3-1b": ("gemma3_text", dict(vocab_size=262_144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=26,
+                                       num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+                                       max_position_embeddings=32_768, rms_norm_eps=1e-6, query_pre_attn_scalar=256,
+                                       sliding_window=512, final_logit_softcapping=None, attn_logit_softcapping=None,
+                                       layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                                                    for i in range(26)],
+                                       rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                                        "sliding_attention": {"rope_type": "default",
+                                                                              "rope_theta": 10_000.0}},
+                                       tie_word_embeddings=True)),
     "tiny": ("qwen2", dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                            rope_theta=10_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)),
 }
 PROMPT = 8  # generation prompt length
+
+
+def shape_config(shape: str):
+    """transformers' config of `shape` (no special tokens: random ids may be any)."""
+    import transformers
+
+    family, dims = SHAPES[shape]
+    config_class = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig,
+                    "gpt_neox": transformers.GPTNeoXConfig, "gemma3_text": transformers.Gemma3TextConfig}[family]
+    return config_class(**dims, bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
 def make_checkpoint(shape: str, folder: Path, seed: int = 0, device: str = "cpu") -> tuple[int, str]:
@@ -76,9 +105,7 @@ def make_checkpoint(shape: str, folder: Path, seed: int = 0, device: str = "cpu"
     import torch
     import transformers
 
-    family, dims = SHAPES[shape]
-    config_class = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig}[family]
-    config = config_class(**dims, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config = shape_config(shape)
     torch.manual_seed(seed)
     with torch.no_grad(), torch.device(device):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)

@@ -123,3 +123,31 @@ def test_a_measured_process_reports_its_own_peak_not_the_bench_processes():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     del held
     assert float(out.stdout) < 700  # the child imports torch, nothing near the parent's 768 MB
+
+
+# the published config.json values (EleutherAI/pythia-1.4b, google/gemma-3-1b-pt), not derived from scale.py
+STUDY_SHAPES = {
+    "pythia-1.4b": dict(family="gpt_neox", vocab_size=50_304, d_model=2048, n_layers=24, n_heads=16, d_head=128,
+                        d_ff=8192, context_length=2048, rotary_fraction=0.25, rope_theta=10_000.0,
+                        parallel_residual=True, tie_embeddings=False, norm_eps=1e-5),
+    "gemma-3-1b": dict(family="gemma3_text", vocab_size=262_144, d_model=1152, n_layers=26, n_heads=4, n_kv_heads=1,
+                       d_head=256, d_ff=6912, context_length=32_768, sliding_window=512, rope_theta=1e6,
+                       rope_local_theta=10_000.0, attn_scale=256 ** -0.5, final_logit_softcap=None,
+                       tie_embeddings=True, norm_eps=1e-6,
+                       layer_types=tuple("full_attention" if i in (5, 11, 17, 23) else "sliding_attention"
+                                         for i in range(26))),
+}
+
+
+@pytest.mark.parametrize("shape", list(STUDY_SHAPES))
+def test_the_study_shapes_open_as_the_real_checkpoints_config(shape, tmp_path):
+    """bench scale's Pythia-1.4B and Gemma-3-1B shapes, as transformers writes their config.json (no
+    weights drawn), read by the app as the published checkpoints' configs read."""
+    pytest.importorskip("transformers")
+    from desktop_app.benchmarks import scale
+    from desktop_app.core.checkpoints import read_config
+
+    scale.shape_config(shape).save_pretrained(tmp_path)
+    cfg = read_config(tmp_path)
+    got = {key: tuple(v) if isinstance(v, list) else v for key in STUDY_SHAPES[shape] for v in [getattr(cfg, key)]}
+    assert got == STUDY_SHAPES[shape]

@@ -25,6 +25,7 @@ from .families import Family, Weight, family_for, family_of
 from .files import JsonFileError, atomic_write_dir, interrupted_copy, read_json
 from .model import Transformer, sinusoidal_table
 from .seq2seq import EncoderDecoder
+from .generation_rules import GenerationRules, read_generation_rules
 from .hf_layout import snapshot_repo_ref
 from .tokenizer import Tokenizer, TokenizerError, load_tokenizer_folder
 # the files of a model folder, and ModelLoadError: re-exported (checkpoints.WEIGHTS, checkpoints.ModelLoadError ...)
@@ -51,6 +52,8 @@ class LoadedModel:
     tokenizer_missing: str = "no tokenizer.json"
     stored_dtype: torch.dtype | None = None  # the weights' dtype in the files (None: unknown, e.g. a new model)
     dtype_reason: str = ""  # why it computes in model.dtype (devices.choose_compute_dtype), "" when not chosen
+    # generation_config.json's end tokens and id constraints, as transformers' generate applies them
+    generation: GenerationRules = GenerationRules()
 
 
 def missing_tokenizer(folder: Path) -> str:
@@ -328,9 +331,10 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         raise ModelLoadError(exc.path or folder, f"broken tokenizer: {exc.args[0].split(': ', 1)[-1]}") from exc
     # a snapshot of the local Hugging Face cache is named by its repository, not its commit hash
     name = snapshot_repo_ref(path) or Path(path).name
+    generation = read_generation_rules(folder, read_json(folder / CONFIG), cfg.vocab_size)
     return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=Path(path), name=name,
                        tokenizer_missing="" if tokenizer is not None else missing_tokenizer(folder),
-                       stored_dtype=stored_dtype, dtype_reason=dtype_reason)
+                       stored_dtype=stored_dtype, dtype_reason=dtype_reason, generation=generation)
 
 
 def _stored_dtype(sd: dict[str, torch.Tensor], recorded: torch.dtype) -> torch.dtype:

@@ -43,6 +43,7 @@ import torch
 from .jobs import JobControl
 from .attention import attention_probs, causal_mask
 from .devices import to_host
+from .generation_rules import GenerationRules
 from .model import KVCache, Transformer, attention_scale, layer_window
 from .trace import Trace
 
@@ -312,8 +313,16 @@ def _default_stops(model: Transformer, tokenizer) -> list[int]:
 class GenerationSession:
     def __init__(self, loaded_or_model, prompt_ids: Sequence[int], settings: GenerationSettings | None = None,
                  seed: int | None = 0, stop_tokens: Sequence[int] | None = None, record: bool = True,
-                 use_cache: bool | None = None, interventions: Sequence | None = None) -> None:
+                 use_cache: bool | None = None, interventions: Sequence | None = None,
+                 rules: GenerationRules | None = None, max_length: int | None = None) -> None:
+        """rules: the end tokens and id constraints of the model folder's generation_config.json
+        (core/generation_rules.py; default: the loaded model's, none for a bare model), applied to every
+        step's raw logits (beam search: to its log-probabilities) before temperature / top-k / top-p, as
+        transformers' generate applies them. max_length: the sequence length (prompt, or an encoder-decoder's
+        [start], + tokens to generate) where a forced end token comes (None: the file's max_length)."""
         self.model, self.tokenizer = _model_of(loaded_or_model)
+        self.rules = rules or getattr(loaded_or_model, "generation", None) or GenerationRules()
+        self.max_length = max_length
         cfg = self.model.cfg
         if not cfg.causal:
             raise GenerationError("this is an encoder (bidirectional) model: it fills masked positions "
@@ -359,7 +368,9 @@ class GenerationSession:
         self.model.pack_for_decoding()  # faster one-token steps (same values; see the method)
         self.settings = (settings or GenerationSettings()).validated()
         self.seed = seed
-        self.stop_tokens = set(_default_stops(self.model, self.tokenizer) if stop_tokens is None else stop_tokens)
+        if stop_tokens is None:  # every end token of generation_config.json / config.json, else the model's one
+            stop_tokens = self.rules.eos_ids or _default_stops(self.model, self.tokenizer)
+        self.stop_tokens = set(stop_tokens)
         self.record = record
         # Sinkhorn's column normalisation mixes all queries: an old row changes when a token is
         # added, so those models are recomputed in full each step instead of extending a cache.
@@ -395,7 +406,16 @@ class GenerationSession:
         s = self.settings if settings is None else settings.validated()
         if node.next_logits is None:
             raise GenerationError("nothing follows a stop token")
-        return process_logits(node.next_logits, s.temperature, s.top_k, s.top_p)
+        return process_logits(self._ruled(node, node.next_logits), s.temperature, s.top_k, s.top_p)
+
+    def _ruled(self, node: Node, scores: torch.Tensor) -> torch.Tensor:
+        """The scores [V] after `node` with the folder's generation rules applied (generate's processors;
+        unchanged when it has none: no per-step work)."""
+        r = self.rules
+        if not r.changes_logits:
+            return scores
+        return r.process(scores, node.position + 1, lambda: self.ids(node),
+                         begin_index=r.begin_index(len(self.prompt)), max_length=self.max_length)
 
     def ids(self, node: Node | None = None) -> list[int]:
         """Prompt + generated ids up to `node` (default: the current node)."""
@@ -473,7 +493,8 @@ class GenerationSession:
         generator's state carry over; `job.check()` is seen between nodes. This session is not changed."""
         new = GenerationSession(self.model, self.source or self.prompt, self.settings, seed=self.seed,
                                 stop_tokens=sorted(self.stop_tokens), record=self.record,
-                                use_cache=self.incremental, interventions=interventions)
+                                use_cache=self.incremental, interventions=interventions, rules=self.rules,
+                                max_length=self.max_length)
         new.tokenizer = self.tokenizer
         new._generator.set_state(self._generator.get_state())
         mapped = {id(self.root): new.root}
@@ -672,11 +693,14 @@ class GenerationSession:
             return max(self.beams, key=lambda b: b.score)
         return max(self.finished_beams + self.beams, key=lambda b: b.score / max(b.depth, 1))
 
-    def _new_child(self, parent: Node, token: int, dist: Distribution, how: str) -> tuple[Node, bool]:
+    def _new_child(self, parent: Node, token: int, dist: Distribution, how: str,
+                   lp: float | None = None) -> tuple[Node, bool]:
+        """lp: the token's log-probability the score adds (default: from dist's model_probs)."""
         existing = parent.child(token)
         if existing is not None:
             return existing, False
-        lp = math.log(max(float(dist.model_probs[token]), 1e-300))
+        if lp is None:
+            lp = math.log(max(float(dist.model_probs[token]), 1e-300))
         node = Node(token=token, parent=parent, position=parent.position + 1, prob=float(dist.probs[token]),
                     model_prob=float(dist.model_probs[token]), score=parent.score + lp, how=how,
                     stop=token in self.stop_tokens)
@@ -713,9 +737,9 @@ class GenerationSession:
                 cand_scores.append(torch.tensor([b.score], dtype=torch.float64))
                 cand_src.append((b, None))
         for b in live:
-            logp = torch.log_softmax(b.next_logits.double(), 0)
+            logp = self._ruled(b, torch.log_softmax(b.next_logits.double(), 0))
             cand_scores.append(b.score + logp)
-            cand_src.append((b, "all"))
+            cand_src.append((b, logp))
         flat = torch.cat(cand_scores)
         k = min(width, flat.numel())
         top = torch.topk(flat, k).indices.tolist()
@@ -728,13 +752,14 @@ class GenerationSession:
         to_forward: list[tuple[Node, Node]] = []  # (parent, child)
         for idx in top:
             g = max(i for i, off in enumerate(offsets) if off <= idx)
-            b, kind = cand_src[g]
-            if kind is None:
+            b, row = cand_src[g]
+            if row is None:
                 chosen.append(b)
                 continue
             token = idx - offsets[g]
             dist = process_logits(b.next_logits)
-            child, new = self._new_child(b, token, dist, "beam")
+            child, new = self._new_child(b, token, dist, "beam",
+                                          lp=float(row[token]) if self.rules.changes_logits else None)
             if new:
                 created.append(child)
             chosen.append(child)
@@ -779,24 +804,28 @@ class GenerationSession:
         ctx = self.model.cfg.context_length
         if any(b.position + 1 >= ctx for b in live):
             raise ContextLengthReached(f"the context length ({ctx} tokens) is reached")
-        logp = torch.stack([b.score + torch.log_softmax(b.next_logits.double(), 0) for b in live])
+        # generate's processors on each beam's log-probabilities (its _beam_search), then the beam's score
+        ruled = [self._ruled(b, torch.log_softmax(b.next_logits.double(), 0)) for b in live]
+        logp = torch.stack([b.score + r for b, r in zip(live, ruled)])
         V = logp.shape[1]
         top = torch.topk(logp.reshape(-1), min(2 * width, logp.numel())).indices.tolist()
-        picked: list[tuple[Node, int]] = []
+        picked: list[tuple[int, int]] = []  # (live beam, token)
         running = ended = 0
         for rank, idx in enumerate(top):
             token = idx % V
             if token in self.stop_tokens:
                 if rank < width:  # generate: a stop among the best `width` finishes a hypothesis
-                    picked.append((live[idx // V], token))
+                    picked.append((idx // V, token))
                     ended += 1
             elif running < width:
-                picked.append((live[idx // V], token))
+                picked.append((idx // V, token))
                 running += 1
         created: list[Node] = []
         children: list[tuple[Node, Node]] = []
-        for b, token in picked:
-            child, new = self._new_child(b, token, process_logits(b.next_logits), "beam")
+        for i, token in picked:
+            b = live[i]
+            child, new = self._new_child(b, token, process_logits(b.next_logits), "beam",
+                                          lp=float(ruled[i][token]) if self.rules.changes_logits else None)
             if new:
                 created.append(child)
             children.append((b, child))
@@ -959,6 +988,8 @@ def generate(loaded_or_model, prompt_ids: Sequence[int], max_new: int, settings:
     """Generate up to max_new tokens; returns prompt + generated ids (beam: the best beam)."""
     session = GenerationSession(loaded_or_model, prompt_ids, settings, seed, stop_tokens, record=record,
                                 interventions=interventions)
+    # generate(max_new_tokens=N)'s max_length: the sequence so far + N (where a forced end token comes)
+    session.max_length = len(session.prompt) + max_new
     for _ in session.run(max_new, job):
         pass
     return session.ids(), session

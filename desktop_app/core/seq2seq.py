@@ -30,6 +30,7 @@ from .config import ModelConfig
 from .interventions import edit_at, editing_trace
 from .model import (Attention, Block, HeadMatrices, KVCache, LayerCache, ModelOutput, Transformer, head_matrices_of,
                     make_norm, sinusoidal_table)
+from .generation_rules import GenerationRules
 from .trace import Trace
 
 
@@ -376,46 +377,74 @@ def _ban(scores: torch.Tensor, banned_ids) -> torch.Tensor:
     return scores
 
 
+def _ruled(scores: torch.Tensor, written: torch.Tensor, rules: GenerationRules | None, max_new: int) -> torch.Tensor:
+    """Scores [B, vocab] with a model folder's generation rules applied to each row as generate applies
+    them (core/generation_rules.py); written [B, n]: [start] + each row's target so far."""
+    if rules is None or not rules.changes_logits:
+        return scores
+    n = written.shape[1]
+    rows = [rules.process(scores[b], n, lambda b=b: written[b].tolist(), begin_index=rules.begin_index(1),
+                          max_length=1 + max_new) for b in range(scores.shape[0])]
+    return torch.stack(rows)
+
+
+def _ends(eos_id, rules: GenerationRules | None) -> tuple[int, ...]:
+    """The end tokens: eos_id (an int, or None), else every end token of the rules."""
+    if eos_id is not None:
+        return (int(eos_id),)
+    return rules.eos_ids if rules is not None else ()
+
+
 @torch.no_grad()
 def greedy_batch(model: EncoderDecoder, src_ids, max_new: int, *, src_mask: torch.Tensor | None = None,
-                 eos_id: int | None = None, banned_ids=()) -> torch.Tensor:
+                 eos_id: int | None = None, banned_ids=(), rules: GenerationRules | None = None) -> torch.Tensor:
     """[B, n]: each source's most likely token at each step after the decoder's start token, never one
     of banned_ids; the sources encoded once, the decoder's keys and values cached. n is max_new, or less
     when every row has written eos_id (a row goes on after its own end token: callers read up to it).
-    src_mask [B, S]: 1 on source tokens, 0 on padding."""
+    src_mask [B, S]: 1 on source tokens, 0 on padding. rules: a model folder's end tokens (when eos_id is
+    None) and id constraints (LoadedModel.generation), as generate applies them."""
+    ends = torch.tensor(_ends(eos_id, rules), dtype=torch.long)
     src = _source(model, src_ids, max_new)
     enc = model.encode(src, src_mask=src_mask)
     cache = model.new_cache()
     token = torch.full((src.shape[0], 1), model.start_token(), dtype=torch.long, device=enc.device)
     written = [token[:, :0]]
+    sequence = [token]
     ended = torch.zeros(src.shape[0], dtype=torch.bool, device=enc.device)
     for _ in range(max_new):
         logits = model.decode(token, enc, src_mask=src_mask, cache=cache).logits[:, -1]
+        if rules is not None and rules.changes_logits:
+            logits = _ruled(logits.float().cpu(), torch.cat(sequence, 1).cpu(), rules, max_new).to(enc.device)
         token = _ban(logits, banned_ids).argmax(-1, keepdim=True)
         written.append(token)
-        if eos_id is not None:
-            ended |= token[:, 0] == eos_id
+        sequence.append(token)
+        if ends.numel():
+            ended |= torch.isin(token[:, 0], ends.to(token.device))
             if bool(ended.all()):
                 break
     return torch.cat(written, 1)
 
 
 def greedy_decode(model: EncoderDecoder, src_ids, max_new: int, *, eos_id: int | None = None,
-                  banned_ids=()) -> list[int]:
+                  banned_ids=(), rules: GenerationRules | None = None) -> list[int]:
     """The most likely token at each step, up to max_new of them or through eos_id (included; None:
     never stop early), never one of banned_ids: the ids after the decoder's start token, as
-    transformers' generate gives them (one source; greedy_batch's first row)."""
-    out = greedy_batch(model, src_ids, max_new, eos_id=eos_id, banned_ids=banned_ids)[0].tolist()
-    return out[:out.index(eos_id) + 1] if eos_id in out else out
+    transformers' generate gives them (one source; greedy_batch's first row; rules as there)."""
+    out = greedy_batch(model, src_ids, max_new, eos_id=eos_id, banned_ids=banned_ids, rules=rules)[0].tolist()
+    ends = _ends(eos_id, rules)
+    stop = next((i for i, t in enumerate(out) if t in ends), None)
+    return out if stop is None else out[:stop + 1]
 
 
 @torch.no_grad()
 def beam_decode(model: EncoderDecoder, src_ids, max_new: int, num_beams: int, *, eos_id: int | None = None,
-                length_penalty: float = 1.0, early_stopping: bool | str = False, banned_ids=()) -> list[int]:
+                length_penalty: float = 1.0, early_stopping: bool | str = False, banned_ids=(),
+                rules: GenerationRules | None = None) -> list[int]:
     """Beam search as transformers' generate does it (its vectorised _beam_search: 2 x num_beams
     candidates a step, a finished hypothesis scored sum log p / generated_length ** length_penalty,
     early_stopping True / False / "never" as there; banned_ids at -inf after the log-softmax, as its
-    bad_words_ids); the best hypothesis' ids after the start token."""
+    bad_words_ids; rules: a model folder's end tokens, when eos_id is None, and its id constraints, applied
+    to the log-probabilities as there); the best hypothesis' ids after the start token."""
     if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
         raise ValueError(f"the number of beams must be a positive integer, got {num_beams!r}")
     if not math.isfinite(length_penalty):
@@ -423,6 +452,7 @@ def beam_decode(model: EncoderDecoder, src_ids, max_new: int, num_beams: int, *,
     if early_stopping not in (True, False, "never"):
         raise ValueError(f"early_stopping must be true, false or 'never', got {early_stopping!r}")
     src = _source(model, src_ids, max_new)
+    ends = _ends(eos_id, rules)
     if max_new == 0:
         return []
     enc = model.encode(src).expand(num_beams, -1, -1)
@@ -443,15 +473,16 @@ def beam_decode(model: EncoderDecoder, src_ids, max_new: int, num_beams: int, *,
     cur = 1
     while True:
         logits = model.decode(running[:, cur - 1:cur].to(enc.device), enc, cache=cache).logits[:, -1].float().cpu()
-        acc = (_ban(F.log_softmax(logits, dim=-1), banned_ids) + running_scores[:, None]).reshape(-1)
+        logp = _ruled(_ban(F.log_softmax(logits, dim=-1), banned_ids), running[:, :cur], rules, max_new)
+        acc = (logp + running_scores[:, None]).reshape(-1)
         vocab = logits.shape[-1]
         top_scores, top_idx = torch.topk(acc, keep)
         beam, token = top_idx // vocab, top_idx % vocab
         cand = running[beam].clone()
         cand[:, cur] = token
         hits = torch.full((keep,), cur + 1 >= max_length)
-        if eos_id is not None:
-            hits |= token == eos_id
+        if ends:
+            hits |= torch.isin(token, torch.tensor(ends, dtype=torch.long))
         # the running beams: the best unfinished candidates
         run_scores = top_scores + hits.to(torch.float32) * neg
         chosen = torch.topk(run_scores, num_beams)[1]

@@ -8,6 +8,10 @@ An encoder-decoder (T5, BART, Marian) reads the prompt as its source and generat
 `ids` are the target tokens after the decoder's start token (through the end token when it comes),
 `text` their decoding with the target tokenizer (Marian's target.spm); greedy and beam ids are
 transformers' generate's (num_beams = --beams, length_penalty 1, early_stopping false).
+The folder's generation_config.json (or config.json's generation fields) gives the end tokens (every id of
+a list: Llama-3.x-Instruct's <|eot_id|> too) and the constraints generate applies (bad_words_ids,
+forced_eos_token_id, repetition_penalty, ...; core/generation_rules.py); never its sampling settings.
+The JSON names them: `stop_tokens` (the ids in use), `stopped_by` (the one that ended it), `rules`.
 """
 from __future__ import annotations
 
@@ -69,6 +73,7 @@ def check_generation_memory(loaded, prompt_length: int, args) -> None:
 
 def run(args) -> int:
     import json
+    import sys
 
     from . import load_model
     from ..core.devices import resolve_device
@@ -84,6 +89,8 @@ def run(args) -> int:
                          f"(missing {', '.join(missing)})")
     loaded = load_model(args.model_dir, special_tokens=args.special_tokens, dtype=args.dtype,
                         device=resolve_device(args.device))
+    if loaded.generation.problem:  # the folder still generates, with config.json's end tokens
+        print(loaded.generation.problem, file=sys.stderr)
     seq2seq = bool(getattr(loaded.config, "is_encoder_decoder", False))
     if seq2seq and not missing:
         raise ValueError(f"{loaded.path}: steering adds a decoder-only model's residual direction; "
@@ -113,7 +120,10 @@ def run(args) -> int:
             result["source_ids"] = prompt
         result.update(prompt_length=len(prompt), ids=ids,
                       probs=[round(n.model_prob, 6) for n in gen],
-                      score=session.current.score, stop_reason=session.stop_reason)
+                      score=session.current.score, stop_reason=session.stop_reason,
+                      stop_tokens=sorted(session.stop_tokens), rules=loaded.generation.describe())
+        if session.current.stop:
+            result["stopped_by"] = session.current.token
     else:
         mask_id = loaded.tokenizer.mask_token_id if loaded.tokenizer is not None else None
         if mask_id is None:
@@ -134,5 +144,7 @@ def run(args) -> int:
     else:
         print(result.get("text", " ".join(map(str, ids))))
         if result.get("stop_reason"):
-            print(f"(stopped: {result['stop_reason']})")
+            by = result.get("stopped_by")
+            named = "" if by is None or tokenizer is None else f" {tokenizer.decode([by])!r}"
+            print(f"(stopped: {result['stop_reason']}" + ("" if by is None else f": id {by}{named}") + ")")
     return 0

@@ -145,3 +145,26 @@ def test_a_malformed_generation_config_is_one_line_and_the_folder_opens(text, fi
     assert loaded.generation.eos_ids == (7, 9) and not loaded.generation.changes_logits  # config.json's, as today
     ids, session = generate(loaded, PROMPT, 4, GenerationSettings("greedy"))
     assert session.stop_tokens == {7, 9}
+
+
+def test_the_generate_command_names_the_stop_tokens_and_a_malformed_file(tmp_path, capsys):
+    from desktop_app.cli import main
+
+    hf = _llama_folder(tmp_path)
+    free = _greedy_without_stops(hf)
+    at = next(i for i in range(2, N) if free[i] not in free[:i])
+    unused = [t for t in range(VOCAB) if t not in free][:2]
+    _rewrite(tmp_path / "generation_config.json", eos_token_id=unused + [free[at]])
+    args = ["generate", str(tmp_path), "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new", str(N)]
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["ids"][len(PROMPT):] == free[:at + 1] and out["stopped_by"] == free[at]
+    assert out["stop_tokens"] == sorted(unused + [free[at]]) and "generation_config.json" in out["rules"]
+    assert main(args) == 0
+    assert f"(stopped: a stop token was generated: id {free[at]})" in capsys.readouterr().out
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": [1, "two"]}')
+    assert main(args + ["--json"]) == 0
+    captured = capsys.readouterr()
+    err = [line for line in captured.err.splitlines() if "generation_config.json" in line]
+    assert len(err) == 1 and "'eos_token_id'" in err[0]
+    assert len(json.loads(captured.out.strip().splitlines()[-1])["ids"]) == len(PROMPT) + N  # config.json names no end token

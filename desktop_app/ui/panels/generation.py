@@ -360,7 +360,8 @@ class GenerationPanel(QWidget, ResultView):
         if self._unavailable:
             self.status.setText(f"{loaded.name}: {self._unavailable}")
         else:
-            self.status.setText(f"{loaded.name}: {self.view.ready_message()}")
+            problem = getattr(getattr(loaded, "generation", None), "problem", "")  # a generation_config.json not used
+            self.status.setText(f"{loaded.name}: {self.view.ready_message()}" + (f" {problem}" if problem else ""))
         self.refresh()
 
     @staticmethod
@@ -633,6 +634,9 @@ class GenerationPanel(QWidget, ResultView):
         return f"{what} {min(done + 1, total)}/{total}\u2026 (Stop ends it)"
 
     def _run_done(self, reason) -> None:
+        node = self.session.current if isinstance(self.session, GenerationSession) else None
+        if reason and node is not None and node.stop:  # name the end token (of a list: which one)
+            reason = f"{reason}: {self._token_label(node.token)}"
         self.status.setText(f"Stopped: {reason}." if reason else f"Done. {self._describe()}")
 
     def _changed(self, _result) -> None:

@@ -77,12 +77,24 @@ def test_every_end_token_of_a_list_stops_where_generate_stops(where, tmp_path):
     assert set(loaded.generation.eos_ids) == set(ends)
 
 
-def test_repetition_penalty_and_no_repeat_ngram_give_generates_ids(tmp_path):
+RULES = {  # each made from the ids greedy writes without rules (free), so that it changes them
+    "repetition_penalty+no_repeat_ngram": lambda free: dict(repetition_penalty=1.6, no_repeat_ngram_size=2),
+    "suppress_tokens": lambda free: dict(suppress_tokens=[free[0], free[3]]),
+    "begin_suppress_tokens": lambda free: dict(begin_suppress_tokens=[free[0]]),
+    "bad_words_ids of two tokens": lambda free: dict(bad_words_ids=[[free[1], free[2]], [free[0]]]),
+    "min_length": lambda free: dict(eos_token_id=free[2], min_length=len(PROMPT) + 6),
+    "forced_eos_token_id": lambda free: dict(eos_token_id=[t for t in range(VOCAB) if t not in free][0],
+                                             forced_eos_token_id=[t for t in range(VOCAB) if t not in free][0]),
+}
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_each_constraint_of_generation_config_gives_generates_ids(rule, tmp_path):
     hf = _llama_folder(tmp_path, seed=1)
     free = _greedy_without_stops(hf)
-    _rewrite(tmp_path / "generation_config.json", eos_token_id=None, repetition_penalty=1.6, no_repeat_ngram_size=2)
+    _rewrite(tmp_path / "generation_config.json", **{"eos_token_id": None, **RULES[rule](free)})
     ref = _reference(tmp_path, PROMPT, N, pad_token_id=0)
-    assert ref != free  # the rules change greedy's ids here: the test sees them
+    assert ref != free  # the rule changes greedy's ids here: the test sees it
     loaded = load_model_folder(tmp_path)
     ids, _ = generate(loaded, PROMPT, N, GenerationSettings("greedy"))
     assert ids[len(PROMPT):] == ref
@@ -168,3 +180,34 @@ def test_the_generate_command_names_the_stop_tokens_and_a_malformed_file(tmp_pat
     err = [line for line in captured.err.splitlines() if "generation_config.json" in line]
     assert len(err) == 1 and "'eos_token_id'" in err[0]
     assert len(json.loads(captured.out.strip().splitlines()[-1])["ids"]) == len(PROMPT) + N  # config.json names no end token
+
+
+def test_a_bart_config_json_with_generation_fields_gives_generates_ids(tmp_path):
+    """No generation_config.json: generate takes the generation fields of config.json (as bart-large-cnn's:
+    forced_bos_token_id, min_length, no_repeat_ngram_size, repetition_penalty), greedy and beam."""
+    torch.manual_seed(0)
+    hf = transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=40,
+        dropout=0.0, attention_dropout=0.0, forced_eos_token_id=None)).eval()
+    with torch.no_grad():
+        hf.final_logits_bias[0, 2] = 2.0  # the end token (2) likely: min_length holds it back
+    hf.save_pretrained(tmp_path)
+    (tmp_path / "generation_config.json").unlink()
+    _rewrite(tmp_path / "config.json", forced_bos_token_id=0, min_length=6, no_repeat_ngram_size=2,
+             repetition_penalty=1.3)
+    hf = transformers.BartForConditionalGeneration.from_pretrained(tmp_path).eval()
+    loaded = load_model_folder(tmp_path)
+    src, n = [5, 9, 14, 22, 7, 31, 12], 10
+    for beams in (1, 3):
+        with torch.no_grad():
+            ref = hf.generate(torch.tensor([src]), do_sample=False, max_new_tokens=n, num_beams=beams)[0, 1:].tolist()
+        ref = ref[:ref.index(2) + 1] if 2 in ref else ref
+        plain = (greedy_decode(loaded.model, src, n, eos_id=2) if beams == 1 else
+                 beam_decode(loaded.model, src, n, beams, eos_id=2))
+        assert ref[0] == 0 and ref != plain, beams  # the fields change the ids: the test sees them
+        ids, _ = generate(loaded, src, n, GenerationSettings("beam" if beams > 1 else "greedy", beams=beams))
+        assert ids[1:] == ref, beams
+        decode = (greedy_decode(loaded.model, src, n, rules=loaded.generation) if beams == 1 else
+                  beam_decode(loaded.model, src, n, beams, rules=loaded.generation))
+        assert decode == ref, beams

@@ -142,7 +142,7 @@ class ContextLengthReached(GenerationError):
 @dataclass
 class Distribution:
     """One next-token distribution before and after processing (all [V], float64, CPU)."""
-    logits: torch.Tensor  # raw model logits
+    logits: torch.Tensor  # the model's logits (after the folder's generation rules, if any: generation_rules.py)
     model_probs: torch.Tensor  # softmax(logits): what the model itself says (T = 1, no filter)
     tempered_probs: torch.Tensor  # softmax(logits / T)
     probs: torch.Tensor  # after top-k and top-p, renormalised: what sampling draws from

@@ -44,6 +44,8 @@ class GenerationRules:
     source: str = ""  # the file these came from ("" : none)
     problem: str = ""  # one line when the file could not be used (then only config.json's end tokens)
     ignored: tuple[str, ...] = field(default=())  # the file's sampling/search fields the app does not take
+    # fields that change generate's ids but are not applied here (rare in shipped checkpoints): named, never silent
+    unsupported: tuple[str, ...] = field(default=())
 
     @property
     def changes_logits(self) -> bool:
@@ -65,7 +67,9 @@ class GenerationRules:
                      "renormalize_logits"):
             value = getattr(self, name)
             if value != getattr(_NONE, name):
-                parts.append(f"{name} {list(value) if isinstance(value, tuple) else value}")
+                parts.append(f"{name} {_plain(value)}")
+        if self.unsupported:
+            parts.append(f"not applied: {', '.join(self.unsupported)}")
         return ", ".join(parts) + (f" (from {self.source})" if self.source else "")
 
     def process(self, scores: torch.Tensor, cur_len: int, ids: Callable[[], Sequence[int]], *,
@@ -115,7 +119,18 @@ class GenerationRules:
 
 
 _NONE = GenerationRules()
+
+
+def _plain(value):
+    """Tuples (of tuples) as the JSON lists the file wrote."""
+    return [_plain(v) for v in value] if isinstance(value, tuple) else value
 _SAMPLING = ("do_sample", "temperature", "top_k", "top_p", "num_beams", "length_penalty", "early_stopping")
+_UNSUPPORTED = ("min_new_tokens", "sequence_bias", "encoder_repetition_penalty", "encoder_no_repeat_ngram_size",
+                "exponential_decay_length_penalty", "remove_invalid_values")
+
+
+def _unsupported(d: dict) -> tuple[str, ...]:
+    return tuple(k for k in _UNSUPPORTED if d.get(k) not in (None, 0, 1, 1.0, False))
 
 
 class _Bad(ValueError):
@@ -188,7 +203,8 @@ def read_generation_rules(folder: Path, config: dict, vocab_size: int) -> Genera
     path = folder / GENERATION_CONFIG
     if not path.is_file():
         try:
-            return GenerationRules(**_fields(config, vocab_size, ()), source="config.json")
+            return GenerationRules(**_fields(config, vocab_size, ()), source="config.json",
+                                   unsupported=_unsupported(config))
         except _Bad as exc:
             return GenerationRules(eos_ids=config_eos, source="config.json",
                                    problem=f"{folder / 'config.json'}: {exc}; generation uses its end tokens only")
@@ -205,4 +221,4 @@ def read_generation_rules(folder: Path, config: dict, vocab_size: int) -> Genera
                                problem=f"{path}: {why}; ignored: generation stops at config.json's end token "
                                        "and applies no other rule")
     ignored = tuple(k for k in _SAMPLING if k in d)
-    return GenerationRules(**fields, source=GENERATION_CONFIG, ignored=ignored)
+    return GenerationRules(**fields, source=GENERATION_CONFIG, ignored=ignored, unsupported=_unsupported(d))

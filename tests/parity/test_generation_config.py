@@ -211,3 +211,15 @@ def test_a_bart_config_json_with_generation_fields_gives_generates_ids(tmp_path)
         decode = (greedy_decode(loaded.model, src, n, rules=loaded.generation) if beams == 1 else
                   beam_decode(loaded.model, src, n, beams, rules=loaded.generation))
         assert decode == ref, beams
+
+
+def test_a_constraint_not_applied_is_named_and_sampling_fields_are_not_taken(tmp_path):
+    _llama_folder(tmp_path)
+    _rewrite(tmp_path / "generation_config.json", eos_token_id=[4, 6], min_new_tokens=3, do_sample=True,
+             temperature=0.6, top_p=0.9, num_beams=4)
+    loaded = load_model_folder(tmp_path)
+    rules = loaded.generation
+    assert "not applied: min_new_tokens" in rules.describe() and not rules.problem
+    assert set(rules.ignored) == {"do_sample", "temperature", "top_p", "num_beams"}
+    _, session = generate(loaded, PROMPT, 2)  # the app's settings: greedy, temperature 1, top-p off
+    assert session.settings.strategy == "greedy" and session.settings.temperature == 1.0 and session.stop_tokens == {4, 6}

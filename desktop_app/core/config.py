@@ -212,6 +212,14 @@ class ModelConfig:
     def is_decoder(self) -> bool:
         return self.causal
 
+    @property
+    def positions_from_pad(self) -> bool:
+        """RoBERTa's rule (HF create_position_ids_from_input_ids): positions are counted over the ids that
+        are not pad_token_id, from pad_token_id + 1 (a learned table, bidirectional, position_offset = pad + 1),
+        so a token whose id is pad_token_id is read as padding: the pad id must be no real token's."""
+        return (self.positions == "learned" and bool(self.position_offset) and not self.causal
+                and self.pad_token_id == self.position_offset - 1)
+
     def validate(self) -> None:
         def check(cond: bool, msg: str) -> None:
             if not cond:

@@ -788,8 +788,7 @@ class Transformer(nn.Module):
         x = self.tok_embed(input_ids)
         if self.cfg.embed_scale is not None:  # Gemma: the scale rounded to the embedding dtype first
             x = x * torch.tensor(self.cfg.embed_scale).to(x.dtype)  # float32 first, as HF's buffer
-        if self.cfg.positions == "learned" and self.cfg.position_offset and not self.cfg.causal \
-                and self.cfg.pad_token_id == self.cfg.position_offset - 1 and positions[0] == 0:
+        if self.cfg.positions_from_pad and positions[0] == 0:
             # RoBERTa numbers positions from the ids: a pad token reads row pad_token_id, the others
             # count only the non-pad tokens up to them (HF create_position_ids_from_input_ids)
             kept = input_ids.ne(self.cfg.pad_token_id)

@@ -258,6 +258,13 @@ def model_config_for(cfg: TrainConfig, task: Task | None = None, vocab_size: int
     if over.get("norm_placement") == "pre":
         over.setdefault("final_norm", True)  # a pre-LN stack ends unnormalised without it (as GPT-2's ln_f)
     model_cfg = preset(**over)
+    if (task is not None or vocab_size is not None) and model_cfg.positions_from_pad \
+            and not model_cfg.is_encoder_decoder:
+        # RoBERTa reads id pad_token_id (its preset's 1) as padding: no position of its own. The task's ids are
+        # all real tokens and none pads, so the pad is one id past them (a row no text encodes to), as
+        # transformers' RobertaModel needs it (pad < vocab_size; positions from pad + 1)
+        pad = model_cfg.vocab_size
+        model_cfg = model_cfg.replace(vocab_size=pad + 1, pad_token_id=pad, position_offset=pad + 1)
     if "n_decoder_layers" in over and not model_cfg.is_encoder_decoder:  # else silently a one-stack model
         raise ValueError(f"decoder layers (model.n_decoder_layers, --decoder-layers) are an encoder-decoder's; the "
                          f"{cfg.family} family has one stack of --layers blocks")

@@ -22,7 +22,8 @@ _ALWAYS_MODEL = ("n_layers", "n_heads", "d_model", "d_ff", "context_length")
 _PATH_OPTIONS = ("text_file", "image_folder")  # absolute: the run may resume from elsewhere
 
 
-# the family an encoder-decoder task starts on, and the switches the builder gives a family over its preset:
+# the family an encoder-decoder task starts on, and the switches the builder gives a family over its preset (the
+# Train panel's boxes and `train`'s flags alike, where none is given):
 # marian's layout is the original Transformer's (Vaswani et al. 2017: post-LN, sinusoidal positions), whose
 # MLP is ReLU (opus-mt's preset: swish)
 DEFAULT_ENCODER_DECODER = "marian"
@@ -94,6 +95,8 @@ def config_from_flags(values: Mapping[str, Any]) -> TrainConfig:
     model["d_ff"] = model.get("d_ff") or 4 * model["d_model"]
     model = {**{k: model[k] for k in _ALWAYS_MODEL}, **{k: x for k, x in model.items() if k not in _ALWAYS_MODEL}}
     family = v.get("family") or "gpt2"
+    for key, value in BUILDER_SWITCHES.get(family, {}).items():  # the builder's switches (the Train panel's) unless given
+        model.setdefault(key, value)
     if family in trainable_families("patches"):  # a ViT's context is 1 + its patches, never a free choice
         model.pop("context_length")
     run = {o.key: (o.default if v.get(o.dest) is None else v[o.dest]) for o in RUN_OPTIONS}

@@ -107,10 +107,13 @@ def test_the_text_task_from_a_file_in_pieces_is_the_task_of_the_whole_text(tmp_p
 
 # -- memory: grows with the ids, not with the text's encoding -------------------------------------
 
+# each child's own peak, VmHWM (benchmarks.scale._peak_mb): ru_maxrss carries pytest's across exec, and two
+# children both reading pytest's larger peak would show no growth at all
 _PEAK = """
-import json, resource, sys
+import json, sys
 what, path = sys.argv[1], sys.argv[2]
 import torch
+from desktop_app.benchmarks.scale import _peak_mb
 from desktop_app.core.checkpoints import load_model_folder
 from desktop_app.core.inputs import text_file_ids
 from desktop_app.core.training.tasks import make_task
@@ -121,7 +124,7 @@ if what == "train":
     n = len(task.train_ids) + len(task.val_ids)
 else:
     n = len(text_file_ids(model, path))
-print(json.dumps({"ids": n, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+print(json.dumps({"ids": n, "peak": _peak_mb() * 2**20}))
 """
 
 

@@ -254,13 +254,9 @@ class FeaturesPanel(QWidget, ResultView):
                 self.colour_label.setText(self.COLOUR_HINT)
         self.export_bar.refresh()
 
-    def _seq2seq(self) -> bool:
-        loaded = getattr(self.state, "loaded", None)
-        return loaded is not None and loaded.config.is_encoder_decoder
-
     def _show_side_choice(self) -> None:
         for w in (self.side_label, self.side):
-            w.setVisible(self._seq2seq())
+            w.setVisible(self.state.is_seq2seq())
 
     def _side_chosen(self, *_) -> None:
         self.clear_results(frozenset({INPUT}))
@@ -271,7 +267,7 @@ class FeaturesPanel(QWidget, ResultView):
         """(the dictionaries the lens shows, the token ids of its rows): every dictionary on the text, or
         an encoder-decoder's dictionaries of the stack chosen on its source or its decoder's input."""
         state = self.state
-        if not self._seq2seq():
+        if not self.state.is_seq2seq():
             return list(state.dictionaries), list(state.token_ids)
         side = self.side.currentData()
         return ([a for a in state.dictionaries if a.read.stack == side],
@@ -330,7 +326,7 @@ class FeaturesPanel(QWidget, ResultView):
         self._stale = False
         if self._lens_job is not None and not self._lens_job.done:
             self._lens_job.cancel()
-        decoder_ids = list(state.decoder_ids) if self._seq2seq() else None
+        decoder_ids = list(state.decoder_ids) if self.state.is_seq2seq() else None
         self.status.setText("Reading the features…")
         self._lens_job = state.run(lens_on, state.loaded, list(state.token_ids), dictionaries,
                                    list(state.interventions), self.TOP_FEATURES, decoder_ids,

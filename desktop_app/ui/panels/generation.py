@@ -315,19 +315,16 @@ class GenerationPanel(QWidget, ResultView):
     def _is_encoder(self) -> bool:
         return self.state.loaded is not None and not self.state.loaded.config.causal
 
-    def _is_seq2seq(self) -> bool:
-        return self.state.loaded is not None and bool(getattr(self.state.loaded.config, "is_encoder_decoder", False))
-
     def _strings(self, ids: list[int]) -> list[str]:
         """Generated tokens as text: an encoder-decoder's target-side tokenizer (Marian's target.spm),
         else the model's tokenizer (AppState.token_strings)."""
-        target = getattr(self.state.loaded.tokenizer, "target", None) if self._is_seq2seq() else None
+        target = getattr(self.state.loaded.tokenizer, "target", None) if self.state.is_seq2seq() else None
         return target.token_strings(ids) if target is not None else self.state.token_strings(ids)
 
     def _prompt_edited(self, _text: str) -> None:
         """A new source ends an encoder-decoder's steps: they were written for the old one, and nothing
         of them stays on show as the new source's (a decoder's steps stay until the next Step)."""
-        if self._is_seq2seq() and self.session is not None and not self.busy and self._stale():
+        if self.state.is_seq2seq() and self.session is not None and not self.busy and self._stale():
             self._drop_session("the source changed: press Step (Right arrow) to write its target")
 
     @property
@@ -660,7 +657,7 @@ class GenerationPanel(QWidget, ResultView):
         separated by spaces."""
         if self.state.loaded is None or self.state.loaded.tokenizer is None:
             return " ".join(map(str, ids))
-        if self._is_seq2seq():  # a target reads as its tokenizer decodes it (a word vocabulary's spaces)
+        if self.state.is_seq2seq():  # a target reads as its tokenizer decodes it (a word vocabulary's spaces)
             tok = self.state.loaded.tokenizer
             return repr((getattr(tok, "target", None) or tok).decode(ids))
         return repr("".join(self._strings(ids)))

@@ -179,7 +179,7 @@ class DecoderStepView(GenerationView):
 
     def show(self, loaded) -> None:
         p = self.panel
-        seq2seq = p._is_seq2seq()
+        seq2seq = p.state.is_seq2seq()
         p.order.setVisible(False)
         p.mask_button.setVisible(False)
         p.beams.setVisible(True)

@@ -352,13 +352,9 @@ class LayersPanel(ViewTablePanel):
         self._follow_trace()
 
     # -- view state ------------------------------------------------------------------------
-    def _seq2seq(self) -> bool:
-        loaded = getattr(self.state, "loaded", None)
-        return loaded is not None and loaded.config.is_encoder_decoder
-
     def _show_stack_choice(self) -> None:
         for w in (self.stack_label, self.stack):
-            w.setVisible(self._seq2seq())
+            w.setVisible(self.state.is_seq2seq())
 
     def _stack_chosen(self, *_) -> None:
         stack = self.stack.currentData()
@@ -396,7 +392,7 @@ class LayersPanel(ViewTablePanel):
     # -- data ------------------------------------------------------------------------------
     def set_trace(self, trace, token_ids: list[int] | None = None, sync: bool = False) -> None:
         stack = None
-        if trace is not None and self._seq2seq() and "encoder.embed" in trace:
+        if trace is not None and self.state.is_seq2seq() and "encoder.embed" in trace:
             # an encoder-decoder's trace: the chosen stack's stream (app.tracing.attention_view) and tokens
             from ...app.tracing import attention_view
 

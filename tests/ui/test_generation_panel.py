@@ -16,8 +16,7 @@ from desktop_app.core.config import ModelConfig
 from desktop_app.core.generation import GenerationSettings, generate, process_logits
 from desktop_app.paths import demo_model_dir
 from desktop_app.core.tokenizer import char_tokenizer
-from desktop_app.ui.panels.generation import GenerationPanel
-from desktop_app.ui.state import AppState
+from .walkthrough import show_generation_panel
 
 TEXT = "the cat sat on the mat and the dog sat on the log. "
 
@@ -36,15 +35,7 @@ def panel(qtbot):
 
 
 def _make(qtbot, family="gpt2", context=64, loaded=None):
-    state = AppState()
-    loaded = loaded or _loaded(family, context)
-    state.loaded = loaded
-    p = GenerationPanel(state)
-    qtbot.addWidget(p)
-    p.resize(1000, 700)
-    p.show()
-    state.model_changed.emit(loaded)
-    return p
+    return show_generation_panel(qtbot, loaded or _loaded(family, context))
 
 
 def _idle(qtbot, p):

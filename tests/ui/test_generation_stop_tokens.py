@@ -10,8 +10,7 @@ import torch
 from PySide6.QtCore import Qt
 
 from desktop_app.core.checkpoints import load_model_folder
-from desktop_app.ui.panels.generation import GenerationPanel
-from desktop_app.ui.state import AppState
+from .walkthrough import show_generation_panel
 
 transformers = pytest.importorskip("transformers")
 
@@ -34,14 +33,7 @@ def llama_folder(tmp_path):
 
 
 def _panel(qtbot, loaded):
-    state = AppState()
-    state.loaded = loaded
-    p = GenerationPanel(state)
-    qtbot.addWidget(p)
-    p.resize(1000, 700)
-    p.show()
-    state.model_changed.emit(loaded)
-    return p
+    return show_generation_panel(qtbot, loaded)
 
 
 def _run(qtbot, p, n: int) -> None:

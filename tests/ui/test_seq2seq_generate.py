@@ -13,8 +13,7 @@ from desktop_app.core.checkpoints import LoadedModel, new_model
 from desktop_app.core.families import REGISTRY
 from desktop_app.core.seq2seq import beam_decode, greedy_decode
 from desktop_app.core.tokenizer import char_tokenizer
-from desktop_app.ui.panels.generation import GenerationPanel
-from desktop_app.ui.state import AppState
+from .walkthrough import show_generation_panel
 
 TEXT = "the cat sat on the mat and the dog sat on the log. "
 SPECIALS = ["<pad>", "[START]", "[END]"]
@@ -30,15 +29,7 @@ def _loaded():
 
 @pytest.fixture
 def panel(qtbot):
-    state = AppState()
-    loaded = _loaded()
-    state.loaded = loaded
-    p = GenerationPanel(state)
-    qtbot.addWidget(p)
-    p.resize(1200, 700)
-    p.show()
-    state.model_changed.emit(loaded)
-    return p
+    return show_generation_panel(qtbot, _loaded(), size=(1200, 700))
 
 
 def _idle(qtbot, p):

@@ -3,7 +3,6 @@ original Transformer's ReLU MLP (app.training.BUILDER_SWITCHES, one table for bo
 a flag still chooses another."""
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
 
 from desktop_app.cli import build_parser
 from desktop_app.commands.train import config_from_args
@@ -11,19 +10,9 @@ from desktop_app.core.families import REGISTRY
 from desktop_app.core.training.trainer import model_config_for
 from desktop_app.ui.panels.training import TrainingPanel
 from desktop_app.ui.state import AppState
+from .walkthrough import choose_item
 
 SWITCHES = ("norm_placement", "norm", "activation", "positions")
-
-
-def _choose(qtbot, combo, text: str) -> None:
-    """Pick an item as a person does: open the popup, then click the item."""
-    combo.showPopup()
-    view = combo.view()
-    index = combo.model().index(combo.findText(text), 0)
-    assert index.isValid(), (text, [combo.itemText(i) for i in range(combo.count())])
-    view.scrollTo(index)
-    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.visualRect(index).center())
-    assert combo.currentText() == text
 
 
 def _cli(tmp_path, *flags: str):
@@ -41,7 +30,7 @@ def test_the_cli_builds_marian_with_the_panels_relu(qtbot, tmp_path):
     panel = TrainingPanel(AppState())
     qtbot.addWidget(panel)
     panel.show()
-    _choose(qtbot, panel.task, "translate")
+    choose_item(qtbot, panel.task, "translate")
     assert panel.family.currentText() == "marian" and panel.activation.currentText() == "relu"
     assert REGISTRY["marian"].preset().activation != "relu"  # the builder's choice, not the preset's
 

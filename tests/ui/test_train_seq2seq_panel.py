@@ -19,17 +19,7 @@ from desktop_app.core.families import REGISTRY
 from desktop_app.core.training.trainer import model_config_for, task_for
 from desktop_app.ui.panels.training import TrainingPanel
 from desktop_app.ui.state import AppState
-
-
-def _choose(qtbot, combo, text: str) -> None:
-    """Pick an item as a person does: open the popup, then click the item."""
-    combo.showPopup()
-    view = combo.view()
-    index = combo.model().index(combo.findText(text), 0)
-    assert index.isValid(), (text, [combo.itemText(i) for i in range(combo.count())])
-    view.scrollTo(index)
-    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.visualRect(index).center())
-    assert combo.currentText() == text
+from .walkthrough import choose_item
 
 
 def _type(qtbot, box, value: int) -> None:
@@ -58,7 +48,7 @@ def test_translate_offers_the_encoder_decoders_with_their_layer_counts(qtbot):
     assert not any(REGISTRY[f].encoder_decoder for f in _offered(panel))  # motif: one stack
     assert not form.isRowVisible(panel.decoder_layers)
 
-    _choose(qtbot, panel.task, "translate")
+    choose_item(qtbot, panel.task, "translate")
     assert _offered(panel) == families_for_task("translate") and set(_offered(panel)) == {"marian", "t5"}
     # the original Transformer by default: post-LN, sinusoidal positions, ReLU
     assert panel.family.currentText() == "marian"
@@ -81,23 +71,23 @@ def test_translate_offers_the_encoder_decoders_with_their_layer_counts(qtbot):
     assert "--task translate --family marian" in line and "--layers 3" in line and "--decoder-layers 2" in line
     assert config_from_args(build_parser().parse_args(["train", *args])) == panel.config()
 
-    _choose(qtbot, panel.family, "t5")  # T5-style: relative position buckets, RMS norm
+    choose_item(qtbot, panel.family, "t5")  # T5-style: relative position buckets, RMS norm
     preset = REGISTRY["t5"].preset()
     assert (panel.norm.currentText(), panel.positions.currentText()) == (preset.norm, preset.positions)
     assert int(panel.param_label.text().replace(",", "")) == _built_parameters(panel)
     assert panel.problems() == []
 
     # copy / reverse / sort train either kind: every text family is offered, the chosen one kept
-    _choose(qtbot, panel.task, "reverse")
+    choose_item(qtbot, panel.task, "reverse")
     assert {"gpt2", "marian", "t5"} <= set(_offered(panel)) and panel.family.currentText() == "t5"
     assert int(panel.param_label.text().replace(",", "")) == _built_parameters(panel)
-    _choose(qtbot, panel.family, "gpt2")
+    choose_item(qtbot, panel.family, "gpt2")
     assert not form.isRowVisible(panel.decoder_layers) and panel.form.layers_label.text() == "Layers"
     assert "n_decoder_layers" not in panel.config().model and "--decoder-layers" not in panel.cli_args()
     # a task for decoders only offers no encoder-decoder; translate none but them
-    _choose(qtbot, panel.task, "modadd")
+    choose_item(qtbot, panel.task, "modadd")
     assert "marian" not in _offered(panel) and "t5" not in _offered(panel)
-    _choose(qtbot, panel.task, "translate")
+    choose_item(qtbot, panel.task, "translate")
     assert panel.family.currentText() == "marian" and "gpt2" not in _offered(panel)
 
 
@@ -117,7 +107,7 @@ def panel(qtbot, monkeypatch):
 def test_a_translate_run_draws_exact_match_and_cross_attention_live_and_opens_everywhere(qtbot, tmp_path, panel,
                                                                                           monkeypatch):
     state = panel.state
-    _choose(qtbot, panel.task, "translate")
+    choose_item(qtbot, panel.task, "translate")
     for box, value in ((panel.layers, 1), (panel.decoder_layers, 1), (panel.heads, 2), (panel.d_model, 32),
                        (panel.d_ff, 64), (panel.batch_size, 16), (panel.eval_every, 3), (panel.steps, 100_000),
                        (panel.checkpoint_every, 100_000)):
@@ -146,7 +136,7 @@ def test_a_translate_run_draws_exact_match_and_cross_attention_live_and_opens_ev
     pattern = np.asarray(ev["pattern"], dtype=np.float32)
     assert pattern.shape[0] == 2 and np.allclose(pattern.sum(-1), 1, atol=1e-3)  # each row a distribution
     assert np.allclose(heatmap.values, pattern.mean(0))  # averaged over heads
-    _choose(qtbot, view.head, "head 1")
+    choose_item(qtbot, view.head, "head 1")
     assert np.allclose(heatmap.values, pattern[1]) and "head 1" in heatmap.plot.titleLabel.text
     first = ev["step"]
     qtbot.waitUntil(lambda: view.event["step"] > first, timeout=120_000)  # redrawn at the next evaluation

@@ -4,22 +4,11 @@ family's own switches (norm, activation, positions) and builds a model of it, ch
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import Qt
 
 from desktop_app.core.families import REGISTRY, trainable_families
 from desktop_app.ui.panels.training import TrainingPanel
 from desktop_app.ui.state import AppState
-
-
-def _choose(qtbot, combo, text: str) -> None:
-    """Pick an item as a person does: open the popup, then click the item."""
-    combo.showPopup()
-    view = combo.view()
-    index = combo.model().index(combo.findText(text), 0)
-    view.scrollTo(index)
-    rect = view.visualRect(index)
-    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    assert combo.currentText() == text
+from .walkthrough import choose_item
 
 
 def test_family_combo_is_the_registry_s_trainable_text_families(qtbot):
@@ -40,7 +29,7 @@ def test_choosing_a_family_shows_its_switches_and_builds_it(qtbot, family):
     qtbot.addWidget(panel)
     panel.show()
     panel.task.setCurrentText("motif")
-    _choose(qtbot, panel.family, family)
+    choose_item(qtbot, panel.family, family)
     preset = REGISTRY[family].preset()
     shown = (panel.norm.currentText(), panel.activation.currentText(), panel.positions.currentText())
     assert shown == (preset.norm, preset.activation, preset.positions)

@@ -11,16 +11,7 @@ from desktop_app.core.model import Transformer
 from desktop_app.core.training.trainer import model_config_for, task_for
 from desktop_app.ui.panels.training import TrainingPanel
 from desktop_app.ui.state import AppState
-
-
-def _choose(qtbot, combo, text: str) -> None:
-    """Pick an item as a person does: open the popup, then click the item."""
-    combo.showPopup()
-    view = combo.view()
-    index = combo.model().index(combo.findText(text), 0)
-    view.scrollTo(index)
-    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.visualRect(index).center())
-    assert combo.currentText() == text
+from .walkthrough import choose_item
 
 
 def _type(qtbot, field, text: str) -> None:
@@ -38,9 +29,9 @@ def test_a_text_run_is_counted_with_its_family_s_objective(qtbot, tmp_path, fami
     qtbot.addWidget(panel)
     panel.resize(1200, 700)
     panel.show()
-    _choose(qtbot, panel.task, "text")
+    choose_item(qtbot, panel.task, "text")
     _type(qtbot, panel.text_file, str(text))
-    _choose(qtbot, panel.family, family)
+    choose_item(qtbot, panel.family, family)
     qtbot.waitUntil(lambda: panel.param_label.text().replace(",", "").isdigit(), timeout=10_000)
     cfg = panel.config()
     causal = REGISTRY[family].preset().causal  # the mask of the model the family builds

@@ -170,3 +170,31 @@ def type_into(qtbot, field, text: str) -> None:
     qtbot.keyClick(field, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
     qtbot.keyClicks(field, text)
     qtbot.keyClick(field, Qt.Key.Key_Tab)
+
+
+def choose_item(qtbot, combo, text: str) -> None:
+    """Pick a combo box's item as a person does: open the popup, then click the item."""
+    from PySide6.QtCore import Qt
+
+    combo.showPopup()
+    view = combo.view()
+    index = combo.model().index(combo.findText(text), 0)
+    assert index.isValid(), (text, [combo.itemText(i) for i in range(combo.count())])
+    view.scrollTo(index)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.visualRect(index).center())
+    assert combo.currentText() == text
+
+
+def show_generation_panel(qtbot, loaded, size=(1000, 700)):
+    """A Generate panel alone, on its own AppState with `loaded` open, shown at `size`."""
+    from desktop_app.ui.panels.generation import GenerationPanel
+    from desktop_app.ui.state import AppState
+
+    state = AppState()
+    state.loaded = loaded
+    panel = GenerationPanel(state)
+    qtbot.addWidget(panel)
+    panel.resize(*size)
+    panel.show()
+    state.model_changed.emit(loaded)
+    return panel

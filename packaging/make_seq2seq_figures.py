@@ -22,6 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
+from figure_kit import wait_until  # noqa: E402
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -51,12 +54,7 @@ def main() -> int:
     window.show()
 
     def wait(condition, seconds: float = 120) -> None:
-        end = time.monotonic() + seconds
-        while not condition():
-            if time.monotonic() > end:
-                raise SystemExit(f"timed out ({state.trace_problem or 'no trace'})")
-            app.processEvents()
-            time.sleep(0.02)
+        wait_until(app, condition, seconds, "opening the model, its trace or a view", "make_seq2seq_figures")
 
     def settle() -> None:
         for _ in range(40):

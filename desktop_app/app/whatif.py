@@ -14,6 +14,8 @@ source texts with the same target).
 """
 from __future__ import annotations
 
+from .tracing import is_seq2seq  # (re-exported: the What if panel reads it here)
+
 
 def text_ids(loaded, text: str, what: str) -> list[int]:
     """The token ids of a text typed for `what` (the text through the model's tokenizer, or ids typed
@@ -79,10 +81,6 @@ def refuse(problem: str) -> None:
 
 
 # -- encoder-decoders and the analyses' entry points (the What if panel and `attribute` / `patch`) --------
-
-
-def is_seq2seq(loaded) -> bool:
-    return bool(getattr(loaded.config, "is_encoder_decoder", False))
 
 
 def decoder_input(loaded, target: str = "", target_ids: list[int] | None = None, *, cut: bool = True) -> list[int]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from ..app.tracing import trace_image_or_digit, trace_input  # one record-name policy for the GUI and the CLI
+from ..app.tracing import is_seq2seq, trace_image_or_digit, trace_input  # one record-name policy for the GUI and the CLI
 from ..core.checkpoints import LoadedModel
 from ..core.inputs import EncodedText, encode
 from ..core.trace import Trace
@@ -450,7 +450,7 @@ class AppState(QObject):
 
     def is_seq2seq(self) -> bool:
         """Whether the model open is an encoder-decoder (a source and a target; core/seq2seq.py)."""
-        return self.loaded is not None and self.loaded.config.is_encoder_decoder
+        return self.loaded is not None and is_seq2seq(self.loaded)
 
     def set_trace_layers(self, layers: int | None) -> None:
         """Record only the first `layers` layers of the text's traces from now on (None: all of them; a

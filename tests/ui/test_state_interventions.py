@@ -12,6 +12,11 @@ from desktop_app.ui.state import AppState
 TEXT = "the cat sat on a mat"
 
 
+def _a_trace(trace) -> bool:
+    """The trace of the text, not the clearing that announces a new trace (trace_changed(None) comes first)."""
+    return trace is not None
+
+
 def test_text_traces_apply_the_interventions(qtbot):
     tok = char_tokenizer(TEXT)
     cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=36, n_layers=2, n_heads=3, d_ff=64,
@@ -22,7 +27,7 @@ def test_text_traces_apply_the_interventions(qtbot):
     ids = tok.encode(TEXT)
     plain = model(torch.tensor([ids])).logits[0].detach()
     ablate = [Intervention("blocks.1.attn.head.2"), Intervention("blocks.0.mlp.out", "mean")]
-    with qtbot.waitSignal(state.trace_changed, timeout=10_000):
+    with qtbot.waitSignal(state.trace_changed, timeout=10_000, check_params_cb=_a_trace):
         state.text = TEXT
         state.set_interventions(ablate)
     from desktop_app.core.interventions import resolve
@@ -30,6 +35,6 @@ def test_text_traces_apply_the_interventions(qtbot):
         ref = model(torch.tensor([ids]), interventions=resolve(model, ids, ablate)).logits[0]
     assert torch.allclose(state.trace["logits"][0], ref, atol=1e-5)
     assert not torch.allclose(ref, plain, atol=1e-3)
-    with qtbot.waitSignal(state.trace_changed, timeout=10_000):
+    with qtbot.waitSignal(state.trace_changed, timeout=10_000, check_params_cb=_a_trace):
         state.set_interventions([])
     assert torch.allclose(state.trace["logits"][0], plain, atol=1e-5)

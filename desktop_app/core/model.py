@@ -231,8 +231,7 @@ def prepack_one_row(owner: nn.Module, w: torch.Tensor) -> bool:
     one-row bfloat16 product then streams it 2-4x faster than F.linear on a CPU without AMX (which
     re-lays the weight out at every call), with the same values (oneDNN computes both, the same
     kernel). A copy: the weights' memory twice. False where this CPU or build has no such product."""
-    kept = _PREPACKED.get(owner)
-    if kept is not None and kept[0] == w.data_ptr() and kept[1] == w._version:
+    if _prepacked(owner, w) is not None:
         return True
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), 1)
@@ -246,10 +245,16 @@ def linear(owner: nn.Module, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor |
     """F.linear(x, w, b); one row (a generation step) through the prepacked copy of `w` prepack_one_row
     made for `owner`, while `w` is where and as it was (a load or an edit in place changes its version:
     the plain product then, until packed again) and nothing needs gradients."""
-    kept = _PREPACKED.get(owner) if x.numel() == x.shape[-1] else None
-    if kept is not None and kept[0] == w.data_ptr() and kept[1] == w._version and not torch.is_grad_enabled():
-        return torch.ops.mkldnn._linear_pointwise(x, kept[2], b, "none", [], "")
+    packed = _prepacked(owner, w) if x.numel() == x.shape[-1] and not torch.is_grad_enabled() else None
+    if packed is not None:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
     return F.linear(x, w, b)
+
+
+def _prepacked(owner: nn.Module, w: torch.Tensor) -> torch.Tensor | None:
+    """The prepacked copy kept for `owner` while `w` is where and as it was when packed, else None."""
+    kept = _PREPACKED.get(owner)
+    return kept[2] if kept is not None and kept[0] == w.data_ptr() and kept[1] == w._version else None
 
 
 @dataclass(eq=False)

@@ -17,7 +17,9 @@ from typing import Any
 
 # rmsnorm_offset: Gemma's RMSNorm, weight applied as (1 + w) (stored zero-centred), all in float32
 NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset")
-PLACEMENTS = ("pre", "post")
+# pre: a norm on each sublayer's input (GPT-2, LLaMA); post: on the stream after each residual add (BERT);
+# output: on each sublayer's output before its residual add, none on its input (OLMo 2)
+PLACEMENTS = ("pre", "post", "output")
 # swiglu: silu(gate) * up (LLaMA, Qwen, Mistral); geglu: gelu_tanh(gate) * up (Gemma, T5 v1.1 gated-gelu);
 # silu: ungated silu(up) (Marian's "swish")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "swiglu", "geglu", "silu")
@@ -147,6 +149,8 @@ class ModelConfig:
     # bias: BERT cls.predictions, RoBERTa lm_head, DistilBERT vocab_transform/vocab_layer_norm/
     # vocab_projector). None: "mlm" for the bert family, else "linear" (configs saved before the field).
     lm_head_kind: str | None = None
+    shared_input_norm: bool = False  # parallel_residual with one norm n: x + attn(n(x)) + mlp(n(x)) (GPT-J, Phi-2)
+    residual_multiplier: float | None = None  # x + r * sublayer(...) at every residual add (Granite); None: 1
     # -- images (ViT). input_kind "patches": the model reads pixel values [B, C, H, W] of square
     # image_size images, cut by a Conv2d (kernel = stride = patch_size) into one token per patch
     # after a learned [CLS] token; context_length is then 1 + (image_size // patch_size) ** 2.
@@ -331,6 +335,12 @@ class ModelConfig:
               "the classifier head reads the [CLS] position of patch input only")
         check(not (self.parallel_residual or self.sandwich_norms) or self.norm_placement == "pre",
               "parallel_residual and sandwich_norms need norm_placement 'pre'")
+        check(isinstance(self.shared_input_norm, bool),
+              f"shared_input_norm must be true or false, got {self.shared_input_norm!r}")
+        check(not self.shared_input_norm or self.parallel_residual,
+              "shared_input_norm (one input norm read by attention and MLP alike) needs parallel_residual")
+        check(self.residual_multiplier is None or (is_real(self.residual_multiplier) and self.residual_multiplier > 0),
+              f"residual_multiplier must be a positive finite number or null, got {self.residual_multiplier!r}")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
         for name in ("is_encoder_decoder", "final_logits_bias"):
             value = getattr(self, name)
@@ -346,6 +356,8 @@ class ModelConfig:
                        or self.sliding_window is not None or self.positions == "rotary"),
                   "an encoder-decoder has no parallel residual, sandwich norms, token types, pooler, sliding "
                   "window or rotary positions here")
+            check(self.norm_placement != "output" and self.residual_multiplier is None,
+                  "an encoder-decoder has no output-only norms or residual multiplier here")
         else:
             check(self.relative_buckets == 0, "relative position buckets are for encoder-decoders (T5) only")
         n = self.parameter_estimate()
@@ -360,7 +372,8 @@ class ModelConfig:
         q, kv = self.n_heads * dh, self.n_kv_heads * dh
         attn = d * (q + 2 * kv) + q * d + (q + 2 * kv + d) * bool(self.attention_bias)
         mlp = d * ff * (3 if self.activation in GATED_ACTIVATIONS else 2) + (2 * ff + d) * bool(self.mlp_bias)
-        layer = attn + mlp + 4 * d + (4 * d if self.sandwich_norms else 0) + (4 * dh if self.qk_norm else 0)
+        norms = (2 if self.shared_input_norm else 4) * d + (4 * d if self.sandwich_norms else 0)
+        layer = attn + mlp + norms + (4 * dh if self.qk_norm else 0)
         embed = self.vocab_size * d if self.input_kind == "tokens" else self.num_channels * self.patch_size ** 2 * d + 2 * d
         positions = (self.context_length + self.position_offset) * d if self.positions == "learned" else 0
         head = self.vocab_size * d if self.lm_head and not (self.tie_embeddings and self.input_kind == "tokens") else 0

@@ -144,7 +144,8 @@ def parse_ablations(spec: str, cfg=None) -> list[Intervention]:
 
 class EditingTrace(Trace):
     """What the model's forward holds while interventions are set: records go to the caller's
-    trace (if any), and `edit(name, x)` applies the edits at that point. `start` is the absolute
+    trace (if any), and `edit(name, x)` applies the edits at that point (the forward's calls of
+    trace.point do both). `start` is the absolute
     position of the forward's first token (after a KV cache)."""
 
     def __init__(self, interventions: Sequence[Intervention], inner: Trace | None, start: int) -> None:
@@ -166,6 +167,11 @@ class EditingTrace(Trace):
     def record(self, name: str, tensor: torch.Tensor) -> None:
         if self.inner is not None:
             self.inner.record(name, tensor)
+
+    def point(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        x = self.edit(name, x)
+        self.record(name, x)
+        return x
 
     def edit(self, name: str, x: torch.Tensor) -> torch.Tensor:
         x = self._edit(name, x)
@@ -211,11 +217,6 @@ class EditingTrace(Trace):
 
 def editing_trace(interventions: Sequence[Intervention], trace: Trace | None, start: int) -> EditingTrace:
     return EditingTrace(interventions, trace, start)
-
-
-def edit_at(trace: Trace | None, name: str, x: torch.Tensor) -> torch.Tensor:
-    """x, or x edited by the interventions the forward carries at this point."""
-    return trace.edit(name, x) if isinstance(trace, EditingTrace) else x
 
 
 def resolve(model, ids: Sequence[int] | torch.Tensor, interventions: Sequence[Intervention],
@@ -372,11 +373,14 @@ def check_additive(cfg, what: str) -> None:
     if not cfg.lm_head or cfg.lm_head_kind == "mlm":
         raise ValueError(f"{what} needs a model whose logits are the unembedding of its residual stream "
                          "(a causal LM head)")
-    if cfg.norm_placement != "pre":
+    if cfg.norm_placement == "post":
         raise ValueError(f"{what}: a post-norm model's residual stream is not a sum of its sublayers' outputs")
-    if cfg.sandwich_norms:
-        raise ValueError(f"{what}: with sandwich norms a head's output is normed with the others, so heads "
-                         "do not add up")
+    if cfg.sandwich_norms or cfg.norm_placement == "output":
+        raise ValueError(f"{what}: with {'sandwich' if cfg.sandwich_norms else 'output'} norms a head's output is "
+                         "normed with the others, so heads do not add up")
+    if cfg.residual_multiplier is not None:
+        raise ValueError(f"{what}: with a residual multiplier the heads' recorded outputs are not what the "
+                         "stream adds (scaled after them); not supported yet")
     if cfg.final_logit_softcap is not None:
         raise ValueError(f"{what}: the logit soft-cap is not linear, logits are not a sum of contributions")
 

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 from .attention import attention_probs, causal_mask  # the formulas' one home
 from .config import ModelConfig
-from .interventions import edit_at, editing_trace
-from .trace import Trace
+from .interventions import editing_trace
+from .trace import Trace, point
 
 # -- norms -----------------------------------------------------------------------------------
 
@@ -473,9 +473,7 @@ class Attention(nn.Module):
             if trace is not None:
                 trace.record(prefix + "pattern", p)
             y = F.dropout(p, drop, self.training) @ v
-        if trace is not None:  # y: [B, H, T, dh], each head's output before W_O
-            y = edit_at(trace, prefix + "z", y)
-            trace.record(prefix + "z", y)
+        y = point(trace, prefix + "z", y)  # [B, H, T, dh], each head's output before W_O
         if trace is not None and trace.wants(prefix + "head_out"):
             trace.record(prefix + "head_out", self.head_outputs(y))
         return linear(self.o, y.transpose(1, 2).reshape(B, T, H * dh), self.o.weight, self.o.bias)
@@ -511,6 +509,10 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+    """The dense MLP, down(act(up(x))), or down(act(gate(x)) * up(x)) with a gated activation. Called as
+    every MLP-like module of a block is (make_mlp), mlp(x, trace, prefix); a dense MLP has no points of its
+    own (a mixture of experts records its routing under prefix)."""
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.activation = cfg.activation
@@ -518,9 +520,8 @@ class MLP(nn.Module):
         if cfg.activation in ("swiglu", "geglu"):
             self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.mlp_bias)
         self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.mlp_bias)
-        self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, trace: Trace | None = None, prefix: str = "") -> torch.Tensor:
         if self.activation in ("swiglu", "geglu"):
             g, u = self.gate_up(x)
             # Gemma (geglu): gelu_pytorch_tanh on the gate
@@ -535,7 +536,7 @@ class MLP(nn.Module):
                 h = F.silu(up)
             else:
                 h = F.relu(up)
-        return self.dropout(self.down(h)) if self.training else linear(self.down, h, self.down.weight, self.down.bias)
+        return linear(self.down, h, self.down.weight, self.down.bias)
 
     def gate_up(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A gated MLP's gate and up products: one product when pack_for_decoding has laid the two
@@ -546,60 +547,113 @@ class MLP(nn.Module):
         return linear(self, x, *fused).split((self.gate.out_features, self.up.out_features), dim=-1)
 
 
+def make_mlp(cfg: ModelConfig) -> nn.Module:
+    """The MLP-like module of a block, as the config says: called mlp(x, trace, prefix) -> [B, T, d]."""
+    return MLP(cfg)
+
+
 # -- block -----------------------------------------------------------------------------------
 
 
-class Block(nn.Module):
-    """Pre-norm:  x + attn(norm1(x)), then + mlp(norm2(.)); post-norm (BERT): norm1(x + attn(x)), ...
-    parallel_residual (GPT-NeoX): x + attn(norm1(x)) + mlp(norm2(x)), both from the same x.
-    sandwich_norms (Gemma 3): each sublayer's output is normed (post_attn_norm, post_mlp_norm)
-    before its residual add; attn.out and mlp.out are then what is added."""
+@dataclass(frozen=True)
+class Sublayer:
+    """One residual step of a block: a module f (`name`), which of the block's norms go where, and how
+    f's output joins the residual stream x:
 
-    def __init__(self, cfg: ModelConfig) -> None:
+        pre-norm                  x + f(norm(x))                  GPT-2, LLaMA
+        post-norm (post)          norm(x + f(x))                  BERT, BART, Marian
+        out_norm                  x + out_norm(f(norm(x)))        Gemma 3's sandwich norms
+        out_norm, no norm         x + out_norm(f(x))              OLMo 2
+        parallel                  f reads the block's input, not the stream after the sublayer before it:
+                                  x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX), or with the one norm
+                                  x + attn(norm1(x)) + mlp(norm1(x)) (GPT-J, Phi-2, Falcon, Cohere)
+        multiplier r              x + r * f(...)                  Granite
+
+    The modules are the block's own attributes, named here, so parameters keep their names
+    (blocks.L.norm1.weight, blocks.L.attn.q.weight). Activation points: `name`.input (what f reads),
+    `name`.out (what is added to the stream), then `resid` (the stream after it)."""
+    name: str  # the block's module and the stem of its trace names: "attn", "cross_attn" or "mlp"
+    resid: str  # the stream after it: "resid_mid", "resid_cross" or "resid_post"
+    norm: str | None  # the block's norm on f's input (with post: on the sum); None: none
+    out_norm: str | None = None  # the block's norm on f's output, before the residual add
+    post: bool = False
+    parallel: bool = False
+    multiplier: float | None = None  # None: 1
+
+
+def sublayers_of(cfg: ModelConfig, cross_attention: bool = False) -> list[Sublayer]:
+    """A block's sublayers in order, placed as the config says: self-attention, cross-attention (an
+    encoder-decoder's decoder block) over the encoder's output, the MLP."""
+    post, output = cfg.norm_placement == "post", cfg.norm_placement == "output"
+    out_norms, r = cfg.sandwich_norms or output, cfg.residual_multiplier
+    attn = Sublayer("attn", "resid_mid", None if output else "norm1", "post_attn_norm" if out_norms else None,
+                    post=post, multiplier=r)
+    cross = Sublayer("cross_attn", "resid_cross", "norm_cross", post=post, multiplier=r)
+    mlp = Sublayer("mlp", "resid_post", None if output else "norm1" if cfg.shared_input_norm else "norm2",
+                   "post_mlp_norm" if out_norms else None, post=post, parallel=cfg.parallel_residual, multiplier=r)
+    return [attn, cross, mlp] if cross_attention else [attn, mlp]
+
+
+class Block(nn.Module):
+    """The residual stream through the block's sublayers in order (Hugging Face's T5Block.layer):
+    self-attention, then (an encoder-decoder's decoder block) cross-attention over the encoder's
+    output, then the MLP; each a Sublayer placed as the config says (sublayers_of)."""
+
+    def __init__(self, cfg: ModelConfig, cross_attention: bool = False) -> None:
         super().__init__()
-        self.pre = cfg.norm_placement == "pre"
-        self.parallel = cfg.parallel_residual
-        self.norm1 = make_norm(cfg)
+        self.sublayers = sublayers_of(cfg, cross_attention)
+        norms = {s.norm for s in self.sublayers} | {s.out_norm for s in self.sublayers}
+        if "norm1" in norms:  # created in this order: a model's random initialisation stays as it was
+            self.norm1 = make_norm(cfg)
         self.attn = Attention(cfg)
-        self.norm2 = make_norm(cfg)
-        self.mlp = MLP(cfg)
-        if cfg.sandwich_norms:
+        if "norm2" in norms:
+            self.norm2 = make_norm(cfg)
+        self.mlp = make_mlp(cfg)
+        if "post_attn_norm" in norms:
             self.post_attn_norm = make_norm(cfg)
             self.post_mlp_norm = make_norm(cfg)
-        self.sandwich = cfg.sandwich_norms
         self.resid_dropout = nn.Dropout(cfg.dropout)
+        if cross_attention:
+            self.norm_cross = make_norm(cfg)
+            self.cross_attn = Attention(cfg)
 
-    def forward(self, x, mask, rotary, cache, trace: Trace | None, prefix: str, is_causal_full: bool):
-        rec = trace.record if trace is not None else None
-        a_in = self.norm1(x) if self.pre else x
-        a_in = edit_at(trace, prefix + "attn.input", a_in)  # read only: a transcoder's input (core/features)
-        a = self.attn(a_in, mask, rotary, cache, trace, prefix + "attn.", is_causal_full)
-        if self.sandwich:
-            a = self.post_attn_norm(a)
-        a = edit_at(trace, prefix + "attn.out", self.resid_dropout(a) if self.training else a)  # no module call when evaluating
-        x_in, m_in = x, self.norm2(x) if self.parallel else None  # parallel: the MLP reads the block's input
-        mid = x + a if self.pre else self.norm1(x + a)
-        x = edit_at(trace, prefix + "resid_mid", mid)
-        if m_in is None:
-            m_in = self.norm2(x) if self.pre else x
-        m_in = edit_at(trace, prefix + "mlp.input", m_in)  # read only: a transcoder's input (core/features)
-        m = self.mlp(m_in)
-        if self.sandwich:
-            m = self.post_mlp_norm(m)
-        m = edit_at(trace, prefix + "mlp.out", m)
-        if self.parallel and x is mid:  # (m + a) + x_in, transformers' GPT-NeoX order: bfloat16 rounds
-            post = (m + a) + x_in        # (x_in + a) + m differently; an edited resid_mid is added to as it is
-        else:
-            post = x + m if self.pre else self.norm2(x + m)
-        out = edit_at(trace, prefix + "resid_post", post)
-        if rec:
-            rec(prefix + "attn.input", a_in)
-            rec(prefix + "attn.out", a)
-            rec(prefix + "resid_mid", x)
-            rec(prefix + "mlp.input", m_in)
-            rec(prefix + "mlp.out", m)
-            rec(prefix + "resid_post", out)
-        return out
+    def output_norm(self, name: str) -> nn.Module | None:
+        """The norm on sublayer `name`'s output before its residual add (sandwich or output norms), or None."""
+        s = next(s for s in self.sublayers if s.name == name)
+        return None if s.out_norm is None else getattr(self, s.out_norm)
+
+    def forward(self, x, mask, rotary, cache, trace: Trace | None, prefix: str, is_causal_full: bool, *,
+                source: torch.Tensor | None = None, source_mask: torch.Tensor | None = None,
+                cross_cache: LayerCache | None = None) -> torch.Tensor:
+        """x [B, T, d] through every sublayer. mask, rotary, cache, is_causal_full: the self-attention's
+        (Attention.forward); source [B, S, d], source_mask, cross_cache: the cross-attention's (Attention.cross)."""
+        run = {"attn": lambda h: self.attn(h, mask, rotary, cache, trace, prefix + "attn.", is_causal_full),
+               "cross_attn": lambda h: self.cross_attn.cross(h, source, source_mask, cross_cache, trace,
+                                                             prefix + "cross_attn."),
+               "mlp": lambda h: self.mlp(h, trace, prefix + "mlp.")}
+        block_in, added, made = x, None, None  # the block's input; the last sublayer's output, the stream it made
+        for s in self.sublayers:
+            h = block_in if s.parallel else x
+            if s.norm is not None and not s.post:
+                h = getattr(self, s.norm)(h)
+            h = point(trace, prefix + s.name + ".input", h)  # read only: a transcoder's input (core/features)
+            out = run[s.name](h)
+            if s.out_norm is not None:
+                out = getattr(self, s.out_norm)(out)
+            if s.multiplier is not None:
+                out = out * s.multiplier
+            if self.training:
+                out = self.resid_dropout(out)
+            out = point(trace, prefix + s.name + ".out", out)
+            if s.post:
+                new = getattr(self, s.norm)(x + out)
+            elif s.parallel and x is made:  # (m + a) + input, transformers' GPT-NeoX order: bfloat16 rounds
+                new = (out + added) + block_in  # (input + a) + m differently; an edited stream is added to as it is
+            else:
+                new = x + out
+            x = point(trace, prefix + s.resid, new)
+            added, made = out, new
+        return x
 
 
 # -- the model -------------------------------------------------------------------------------
@@ -649,7 +703,48 @@ def head_matrices_of(attn: Attention, head: int) -> HeadMatrices:
                         A=W_K.T @ W_Q * attention_scale(cfg), V=W_O @ W_V)
 
 
-class Transformer(nn.Module):
+class ModelBase(nn.Module):
+    """What every model built of Blocks has (Transformer here, the encoder-decoder in seq2seq.py): its
+    initialisation rules, its parameter count, its weights' device and dtype."""
+
+    # -- initialisation ------------------------------------------------------------------
+    def reset_parameters(self) -> None:
+        cfg = self.cfg
+        for name, mod in self.named_modules():
+            if isinstance(mod, nn.Linear):
+                if cfg.init == "glorot":
+                    nn.init.xavier_normal_(mod.weight)
+                elif cfg.init == "he":
+                    nn.init.kaiming_normal_(mod.weight, nonlinearity="relu")
+                else:
+                    std = cfg.init_std
+                    if name.endswith("attn.o") or name.endswith("mlp.down"):
+                        std = std / math.sqrt(2 * cfg.n_layers)  # GPT-2's scaled residual projections
+                    nn.init.normal_(mod.weight, 0.0, std)
+                if mod.bias is not None:
+                    nn.init.zeros_(mod.bias)
+            elif isinstance(mod, nn.Embedding):
+                nn.init.normal_(mod.weight, 0.0, cfg.init_std)
+            elif isinstance(mod, OffsetRMSNorm):
+                nn.init.zeros_(mod.weight)  # scales by 1 + w
+            elif isinstance(mod, (nn.LayerNorm, RMSNorm)):
+                nn.init.ones_(mod.weight)
+                if getattr(mod, "bias", None) is not None:
+                    nn.init.zeros_(mod.bias)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # tied weights are counted once
+
+    @property
+    def device(self) -> torch.device:  # the first parameter: tok_embed, or patch_embed for images
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+
+class Transformer(ModelBase):
     def __init__(self, cfg: ModelConfig, init_weights: bool = True) -> None:
         super().__init__()
         self.cfg = cfg
@@ -685,31 +780,6 @@ class Transformer(nn.Module):
             self.pooler = nn.Linear(cfg.d_model, cfg.pooler_size)
         if init_weights:  # skipped when weights are about to be loaded (saves time on big models)
             self.reset_parameters()
-
-    # -- initialisation ------------------------------------------------------------------
-    def reset_parameters(self) -> None:
-        cfg = self.cfg
-        for name, mod in self.named_modules():
-            if isinstance(mod, nn.Linear):
-                if cfg.init == "glorot":
-                    nn.init.xavier_normal_(mod.weight)
-                elif cfg.init == "he":
-                    nn.init.kaiming_normal_(mod.weight, nonlinearity="relu")
-                else:
-                    std = cfg.init_std
-                    if name.endswith("attn.o") or name.endswith("mlp.down"):
-                        std = std / math.sqrt(2 * cfg.n_layers)  # GPT-2's scaled residual projections
-                    nn.init.normal_(mod.weight, 0.0, std)
-                if mod.bias is not None:
-                    nn.init.zeros_(mod.bias)
-            elif isinstance(mod, nn.Embedding):
-                nn.init.normal_(mod.weight, 0.0, cfg.init_std)
-            elif isinstance(mod, OffsetRMSNorm):
-                nn.init.zeros_(mod.weight)  # scales by 1 + w
-            elif isinstance(mod, (nn.LayerNorm, RMSNorm)):
-                nn.init.ones_(mod.weight)
-                if getattr(mod, "bias", None) is not None:
-                    nn.init.zeros_(mod.bias)
 
     def pack_for_decoding(self) -> None:
         """Lay the weights out for one-token steps on the CPU; values and shapes stay the same.
@@ -775,17 +845,6 @@ class Transformer(nn.Module):
         for owner, w in products:
             if not prepack_one_row(owner, w):
                 return  # this CPU has no such product for this dtype (e.g. float16 without AVX-512 FP16)
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())  # tied weights are counted once
-
-    @property
-    def device(self) -> torch.device:  # the first parameter: tok_embed, or patch_embed for images
-        return next(self.parameters()).device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return next(self.parameters()).dtype
 
     # -- pieces --------------------------------------------------------------------------
     def embed(self, input_ids: torch.Tensor, positions: torch.Tensor,
@@ -899,9 +958,7 @@ class Transformer(nn.Module):
             trace = editing_trace(interventions, trace, past)
         if x is None:
             x = self.embed(input_ids, positions, token_type_ids)
-        if trace is not None:
-            x = edit_at(trace, "embed", x)
-            trace.record("embed", x)
+        x = point(trace, "embed", x)
         for l, block in enumerate(self.blocks):
             lc = cache.layers[l] if cache is not None else None
             window = layer_window(cfg, l)

@@ -1,9 +1,9 @@
 """The encoder-decoder (T5, BART, Marian, the original Transformer): two stacks of model.py's blocks
 plus cross-attention, one class for every family, behaviour by ModelConfig switches.
 
-The encoder is n_layers bidirectional Blocks (model.Block, unchanged); the decoder is
-n_decoder_layers causal DecoderBlocks (a Block with a cross-attention sublayer between its
-self-attention and its MLP, reading the encoder's output). Both stacks share the token embedding;
+The encoder is n_layers bidirectional Blocks (model.Block); the decoder is n_decoder_layers causal
+Blocks with a cross-attention sublayer between their self-attention and their MLP, reading the
+encoder's output (Block(cfg, cross_attention=True), Hugging Face's T5Block.layer shape). Both stacks share the token embedding;
 T5's relative position bias comes from a [buckets, heads] table per stack (the first layer's, in
 Hugging Face's files) and is added to every layer's scores.
 
@@ -14,7 +14,8 @@ Trace names (trace.py's, with a stack prefix; l = layer):
     decoder.blocks.l.cross_attn.input, .cross_attn.q, .cross_attn.pattern [B, H, T, S],
     .cross_attn.z [B, H, T, d_head], .cross_attn.head_out, .cross_attn.out, decoder.blocks.l.resid_cross
     (the residual stream after cross-attention), decoder.blocks.l.logit_lens, decoder.final_norm.out, logits
-Every recorded name is also an edit point (core/interventions.py edit_at).
+Every name but q, pattern, head_out, logit_lens, final_norm.out and logits is an activation point (trace.point):
+what it records is also where the interventions edit (core/interventions.py).
 """
 from __future__ import annotations
 
@@ -27,11 +28,11 @@ import torch.nn.functional as F
 
 from .attention import causal_mask
 from .config import ModelConfig
-from .interventions import edit_at, editing_trace
-from .model import (Attention, Block, HeadMatrices, KVCache, LayerCache, ModelOutput, Transformer, head_matrices_of,
+from .interventions import editing_trace
+from .model import (Attention, Block, HeadMatrices, KVCache, LayerCache, ModelBase, ModelOutput, head_matrices_of,
                     make_norm, sinusoidal_table)
 from .generation_rules import GenerationRules
-from .trace import Trace
+from .trace import Trace, point
 
 
 # -- T5's relative positions -------------------------------------------------------------------
@@ -56,49 +57,6 @@ def relative_bucket(relative: torch.Tensor, bidirectional: bool, buckets: int, m
     return out + torch.where(small, relative, large)
 
 
-# -- the decoder block ---------------------------------------------------------------------------
-
-
-class DecoderBlock(Block):
-    """A Block with cross-attention between self-attention and the MLP. Pre-norm (T5):
-    x + attn(norm1(x)), + cross_attn(norm_cross(.), encoder), + mlp(norm2(.)); post-norm (BART,
-    Marian, the original Transformer): norm1(x + attn(x)), norm_cross(. + cross_attn(., encoder)), ..."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__(cfg)
-        self.norm_cross = make_norm(cfg)
-        self.cross_attn = Attention(cfg)
-
-    def forward(self, x, mask, cache, trace: Trace | None, prefix: str, is_causal_full: bool, *,
-                source: torch.Tensor, source_mask: torch.Tensor | None = None,
-                cross_cache: LayerCache | None = None):
-        rec = trace.record if trace is not None else None
-        a_in = self.norm1(x) if self.pre else x
-        a = self.attn(a_in, mask, None, cache, trace, prefix + "attn.", is_causal_full)
-        a = edit_at(trace, prefix + "attn.out", self.resid_dropout(a))
-        x = edit_at(trace, prefix + "resid_mid", x + a if self.pre else self.norm1(x + a))
-        c_in = self.norm_cross(x) if self.pre else x
-        c = self.cross_attn.cross(c_in, source, source_mask, cross_cache, trace, prefix + "cross_attn.")
-        c = edit_at(trace, prefix + "cross_attn.out", self.resid_dropout(c))
-        x_mid = x
-        x = edit_at(trace, prefix + "resid_cross", x + c if self.pre else self.norm_cross(x + c))
-        m_in = self.norm2(x) if self.pre else x
-        m_in = edit_at(trace, prefix + "mlp.input", m_in)
-        m = edit_at(trace, prefix + "mlp.out", self.mlp(m_in))
-        out = edit_at(trace, prefix + "resid_post", x + m if self.pre else self.norm2(x + m))
-        if rec:
-            rec(prefix + "attn.input", a_in)
-            rec(prefix + "attn.out", a)
-            rec(prefix + "resid_mid", x_mid)
-            rec(prefix + "cross_attn.input", c_in)
-            rec(prefix + "cross_attn.out", c)
-            rec(prefix + "resid_cross", x)
-            rec(prefix + "mlp.input", m_in)
-            rec(prefix + "mlp.out", m)
-            rec(prefix + "resid_post", out)
-        return out
-
-
 # -- one stack -----------------------------------------------------------------------------------
 
 
@@ -115,7 +73,7 @@ class Stack(nn.Module):
         if cfg.embed_norm:
             self.embed_norm = make_norm(cfg)
         n = cfg.n_decoder_layers if decoder else cfg.n_layers
-        self.blocks = nn.ModuleList((DecoderBlock(cfg) if decoder else Block(cfg)) for _ in range(n))
+        self.blocks = nn.ModuleList(Block(cfg, cross_attention=decoder) for _ in range(n))
         if cfg.final_norm:
             self.final_norm = make_norm(cfg)
         self.cfg = cfg
@@ -180,7 +138,7 @@ class Seq2SeqOutput:
     hidden: torch.Tensor  # the decoder's last block output [B, T, d]
 
 
-class EncoderDecoder(nn.Module):
+class EncoderDecoder(ModelBase):
     def __init__(self, cfg: ModelConfig, init_weights: bool = True) -> None:
         super().__init__()
         if not cfg.is_encoder_decoder:
@@ -201,15 +159,11 @@ class EncoderDecoder(nn.Module):
         if init_weights:
             self.reset_parameters()
 
-    # -- initialisation and the Transformer's helpers --------------------------------------------
+    # -- initialisation ------------------------------------------------------------------------
     def reset_parameters(self) -> None:
-        Transformer.reset_parameters(self)  # the same rules (norms to one, linears by cfg.init ...)
+        super().reset_parameters()  # the Transformer's rules (norms to one, linears by cfg.init ...)
         if self.cfg.final_logits_bias:
             nn.init.zeros_(self.lm_bias)
-
-    num_parameters = Transformer.num_parameters
-    device = Transformer.device
-    dtype = Transformer.dtype
 
     def pack_for_decoding(self) -> None:
         """Nothing to do: the decoder-only layouts of Transformer.pack_for_decoding were not measured here."""
@@ -283,9 +237,7 @@ class EncoderDecoder(nn.Module):
             bias = self.encoder.position_bias(S, S, 0).to(self.dtype)
             mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
         x = self.embed(self.encoder, src_ids, torch.arange(S, device=src_ids.device))
-        if trace is not None:
-            x = edit_at(trace, "encoder.embed", x)
-            trace.record("encoder.embed", x)
+        x = point(trace, "encoder.embed", x)
         for l, block in enumerate(self.encoder.blocks):
             x = block(x, mask, None, None, trace, f"encoder.blocks.{l}.", False)
         if cfg.final_norm:
@@ -318,12 +270,10 @@ class EncoderDecoder(nn.Module):
         is_causal_full = past == 0 and not cfg.relative_buckets
         source_mask = None if src_mask is None else src_mask.to(torch.bool)[:, None, None, :]
         x = self.embed(self.decoder, tgt_ids, torch.arange(past, total, device=tgt_ids.device))
-        if trace is not None:
-            x = edit_at(trace, "decoder.embed", x)
-            trace.record("decoder.embed", x)
+        x = point(trace, "decoder.embed", x)
         for l, block in enumerate(self.decoder.blocks):
-            x = block(x, mask, cache.self_attn.layers[l] if cache is not None else None, trace, f"decoder.blocks.{l}.",
-                      is_causal_full, source=enc_out, source_mask=source_mask,
+            x = block(x, mask, None, cache.self_attn.layers[l] if cache is not None else None, trace,
+                      f"decoder.blocks.{l}.", is_causal_full, source=enc_out, source_mask=source_mask,
                       cross_cache=cache.cross[l] if cache is not None else None)
             if trace is not None and trace.wants(f"decoder.blocks.{l}.logit_lens"):
                 trace.record(f"decoder.blocks.{l}.logit_lens", self.unembed(x))

@@ -52,6 +52,14 @@ _LENS = re.compile(r"blocks\.\d+\.logit_lens$")
 HEAD_OUT_CACHE = 2  # layers whose head outputs a lazy trace keeps (the one on show and the one before)
 
 
+def point(trace: Trace | None, name: str, x: torch.Tensor) -> torch.Tensor:
+    """An activation point of the forward: `x = point(trace, name, x)` hands back x edited by the
+    interventions set at `name` (if any) and records what goes on under `name` (if asked for). One call
+    does both, so no point can edit and forget to record, or the other way round (TransformerLens'
+    HookPoint). Names only ever recorded (attn.q, attn.pattern, logits ...) use trace.record."""
+    return x if trace is None else trace.point(name, x)
+
+
 class Trace:
     def __init__(self, names: Iterable[str] = ("*",), to_cpu: bool = False, lazy: bool = False,
                  pattern_dtype: torch.dtype | None = None) -> None:
@@ -79,6 +87,12 @@ class Trace:
 
     def _matches(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
+
+    def point(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """An activation point of the forward (the module-level `point`): x recorded under `name` if asked
+        for, and handed back (a trace that carries edits, interventions.EditingTrace, edits it first)."""
+        self.record(name, x)
+        return x
 
     def record(self, name: str, tensor: torch.Tensor) -> None:
         if self.wants(name):

@@ -295,8 +295,8 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
 
     The layer: input = what the attention sublayer receives (after the pre-attention norm; the
     block's input itself with post-norm placement), output = what is added to the residual stream:
-    the module's output, then the post-attention norm with sandwich_norms (Gemma 3), which the
-    Block applies before the residual add. Parallel residual (GPT-NeoX) changes neither.
+    the module's output, then the post-attention norm with sandwich_norms (Gemma 3) or output norms
+    (OLMo 2), which the Block applies before the residual add (Block.output_norm). Parallel residual (GPT-NeoX) changes neither.
     Followed from the config exactly: q/k/v and output biases (attention_out_bias), head_dim,
     grouped-query attention (each query head reads its group's key/value head), qk_norm (the
     model's q_norm/k_norm weights, before rotary), rotary as model.layer_rotary gives it for this
@@ -351,8 +351,8 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
         return AttentionMap(b(hm.W_Q), b(hm.W_K), b(hm.W_V), b(hm.W_O), b(hm.b_Q), b(hm.b_K), b(hm.b_V),
                             None, label=f"{where}layer {layer} head {head}", **common)
     W_Q, b_Q, W_K, b_K, W_V, b_V, W_O, b_O = _attention_weights(cfg, attn, dtype)
-    if getattr(block, "sandwich", False):
-        common["out_norm"] = HeadNorm.of(cfg.norm, block.post_attn_norm, dtype)
+    if block.output_norm(kind) is not None:
+        common["out_norm"] = HeadNorm.of(cfg.norm, block.output_norm(kind), dtype)
     return AttentionMap(W_Q, W_K, W_V, W_O, b_Q, b_K, b_V, b_O, label=f"{where}layer {layer}", **common)
 
 
@@ -446,7 +446,7 @@ def module_function(model, layer: int, masked: bool | None = None) -> Callable[[
     """X [B, n, d] -> the layer's attention sublayer through the model's own modules, called as
     Transformer.forward and Block call them: block.attn(X, mask, rotary) with the causal mask of
     the layer's window (model.layer_window) and the layer's rotary (model.layer_rotary), then
-    block.post_attn_norm with sandwich_norms (PyTorch's math SDPA kernel, which supports
+    its output norm, if any (Block.output_norm; PyTorch's math SDPA kernel, which supports
     forward-mode differentiation)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -462,6 +462,7 @@ def module_function(model, layer: int, masked: bool | None = None) -> Callable[[
         rot = layer_rotary(cfg, layer, torch.arange(n, device=X.device))
         with sdpa_kernel(SDPBackend.MATH):
             out = attn(X, mask, rot)
-        return block.post_attn_norm(out) if getattr(block, "sandwich", False) else out
+        out_norm = block.output_norm("attn")
+        return out if out_norm is None else out_norm(out)
 
     return f

@@ -100,7 +100,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("patch_size", "model", int, None, _int(1, 4096), form=(1, 8, 1), form_default=2,
            help="ViT patch size in pixels (vit; digits default 2: 16 patches)"),
     Option("norm", "model", str, None, choices=NORMS, help="normalisation (default: the family's)"),
-    Option("norm_placement", "model", str, None, choices=PLACEMENTS, help="pre- or post-norm (default: the family's)"),
+    Option("norm_placement", "model", str, None, choices=PLACEMENTS, help="pre-norm, post-norm or output norms (OLMo 2) (default: the family's)"),
     Option("activation", "model", str, None, choices=ACTIVATIONS, help="MLP activation (default: the family's; marian: relu, the original Transformer's)"),
     Option("positions", "model", str, None, choices=POSITIONS, help="position encoding (default: the family's)"),
     Option("attention_kind", "model", str, None, choices=ATTENTION_KINDS, flag="attention",

@@ -255,8 +255,8 @@ def model_config_for(cfg: TrainConfig, task: Task | None = None, vocab_size: int
     elif vocab_size is not None:
         over["vocab_size"] = vocab_size
     over.setdefault("lm_head", True)
-    if over.get("norm_placement") == "pre":
-        over.setdefault("final_norm", True)  # a pre-LN stack ends unnormalised without it (as GPT-2's ln_f)
+    if over.get("norm_placement") in ("pre", "output"):
+        over.setdefault("final_norm", True)  # a pre-LN (or OLMo 2) stack ends unnormalised without it (GPT-2's ln_f)
     model_cfg = preset(**over)
     if (task is not None or vocab_size is not None) and model_cfg.positions_from_pad \
             and not model_cfg.is_encoder_decoder:

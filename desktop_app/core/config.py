@@ -151,6 +151,7 @@ class ModelConfig:
     lm_head_kind: str | None = None
     shared_input_norm: bool = False  # parallel_residual with one norm n: x + attn(n(x)) + mlp(n(x)) (GPT-J, Phi-2)
     residual_multiplier: float | None = None  # x + r * sublayer(...) at every residual add (Granite); None: 1
+    qk_norm_across_heads: bool = False  # qk_norm over all heads' q (and k) at once, before the split (OLMo 2)
     # -- images (ViT). input_kind "patches": the model reads pixel values [B, C, H, W] of square
     # image_size images, cut by a Conv2d (kernel = stride = patch_size) into one token per patch
     # after a learned [CLS] token; context_length is then 1 + (image_size // patch_size) ** 2.
@@ -339,6 +340,9 @@ class ModelConfig:
               f"shared_input_norm must be true or false, got {self.shared_input_norm!r}")
         check(not self.shared_input_norm or self.parallel_residual,
               "shared_input_norm (one input norm read by attention and MLP alike) needs parallel_residual")
+        check(isinstance(self.qk_norm_across_heads, bool),
+              f"qk_norm_across_heads must be true or false, got {self.qk_norm_across_heads!r}")
+        check(not self.qk_norm_across_heads or self.qk_norm, "qk_norm_across_heads needs qk_norm")
         check(self.residual_multiplier is None or (is_real(self.residual_multiplier) and self.residual_multiplier > 0),
               f"residual_multiplier must be a positive finite number or null, got {self.residual_multiplier!r}")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
@@ -373,7 +377,8 @@ class ModelConfig:
         attn = d * (q + 2 * kv) + q * d + (q + 2 * kv + d) * bool(self.attention_bias)
         mlp = d * ff * (3 if self.activation in GATED_ACTIVATIONS else 2) + (2 * ff + d) * bool(self.mlp_bias)
         norms = (2 if self.shared_input_norm else 4) * d + (4 * d if self.sandwich_norms else 0)
-        layer = attn + mlp + norms + (4 * dh if self.qk_norm else 0)
+        qk_norms = 0 if not self.qk_norm else 2 * (q + kv) if self.qk_norm_across_heads else 4 * dh
+        layer = attn + mlp + norms + qk_norms
         embed = self.vocab_size * d if self.input_kind == "tokens" else self.num_channels * self.patch_size ** 2 * d + 2 * d
         positions = (self.context_length + self.position_offset) * d if self.positions == "learned" else 0
         head = self.vocab_size * d if self.lm_head and not (self.tie_embeddings and self.input_kind == "tokens") else 0

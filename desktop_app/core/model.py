@@ -393,9 +393,9 @@ class Attention(nn.Module):
         self.k = nn.Linear(d, cfg.n_kv_heads * dh, bias=cfg.attention_bias)
         self.v = nn.Linear(d, cfg.n_kv_heads * dh, bias=cfg.attention_bias)
         self.o = nn.Linear(cfg.n_heads * dh, d, bias=cfg.attention_out_bias)
-        if cfg.qk_norm:  # one norm of width d_head, shared by every head (Qwen3, Gemma 3)
-            self.q_norm = make_norm(cfg, dh)
-            self.k_norm = make_norm(cfg, dh)
+        if cfg.qk_norm:  # one norm of width d_head, shared by every head (Qwen3, Gemma 3), or over all heads (OLMo 2)
+            self.q_norm = make_norm(cfg, cfg.n_heads * dh if cfg.qk_norm_across_heads else dh)
+            self.k_norm = make_norm(cfg, cfg.n_kv_heads * dh if cfg.qk_norm_across_heads else dh)
         self.scale = cfg.attn_scale  # None: SDPA's and attention_probs' default 1/sqrt(dh)
         self.dropout = cfg.dropout
 
@@ -407,7 +407,10 @@ class Attention(nn.Module):
         H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
         q, k, v = self.project_qkv(x)
         v = v.view(B, T, Hkv, dh).transpose(1, 2)
-        if rotary is not None and T == 1 and not self.cfg.qk_norm:
+        per_head_norm = cfg.qk_norm and not cfg.qk_norm_across_heads
+        if cfg.qk_norm_across_heads:  # OLMo 2: every head's q (and k) normed at once, before the split
+            q, k = self.q_norm(q), self.k_norm(k)
+        if rotary is not None and T == 1 and not per_head_norm:
             # one token (a generation step): q and k rotate as one [B, 1, H + Hkv, dh] tensor, the same
             # values in half the operations
             qk = apply_rotary(torch.cat([q, k], dim=-1).view(B, 1, H + Hkv, dh), *rotary)
@@ -415,7 +418,7 @@ class Attention(nn.Module):
         else:
             q = q.view(B, T, H, dh).transpose(1, 2)
             k = k.view(B, T, Hkv, dh).transpose(1, 2)
-            if self.cfg.qk_norm:
+            if per_head_norm:
                 q, k = self.q_norm(q), self.k_norm(k)
             if rotary is not None:
                 q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)

@@ -97,6 +97,7 @@ def test_a_residual_multiplier_scales_what_each_sublayer_adds_to_the_stream():
     (dict(norm_placement="output", sandwich_norms=True), "need norm_placement 'pre'"),
     (dict(norm_placement="output", parallel_residual=True), "need norm_placement 'pre'"),
     (dict(norm_placement="inside"), "unknown norm placement"),
+    (dict(qk_norm_across_heads=True), "qk_norm_across_heads needs qk_norm"),
 ])
 def test_the_placement_switches_are_validated_in_one_line(kw, says):
     with pytest.raises(ConfigError, match=says):

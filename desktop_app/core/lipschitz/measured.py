@@ -296,7 +296,8 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
     The layer: input = what the attention sublayer receives (after the pre-attention norm; the
     block's input itself with post-norm placement), output = what is added to the residual stream:
     the module's output, then the post-attention norm with sandwich_norms (Gemma 3) or output norms
-    (OLMo 2), which the Block applies before the residual add (Block.output_norm). Parallel residual (GPT-NeoX) changes neither.
+    (OLMo 2), which the Block applies before the residual add (Block.output_norm). Parallel residual
+    (GPT-NeoX) changes neither.
     Followed from the config exactly: q/k/v and output biases (attention_out_bias), head_dim,
     grouped-query attention (each query head reads its group's key/value head), qk_norm (the
     model's q_norm/k_norm weights, before rotary), rotary as model.layer_rotary gives it for this
@@ -316,6 +317,9 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
     (CrossAttentionMap).
     """
     cfg = model.cfg
+    if cfg.qk_norm_across_heads:  # AttentionMap norms each head's q and k on its own
+        raise ValueError("the Lipschitz lab's attention map norms q and k head by head; this model (OLMo 2) norms "
+                         "them over all heads at once, which it does not model yet")
     block, kind = layer_modules(model, layer, stack)
     attn = getattr(block, kind)
     if stack == "cross":

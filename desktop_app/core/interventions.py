@@ -12,6 +12,13 @@ Edit points (l = layer; every tensor has positions on axis -2):
     blocks.l.resid_mid       residual stream after attention
     blocks.l.mlp.out         MLP output, before the residual add
     blocks.l.resid_post      output of block l
+  a mixture of experts (core/moe.py) also:
+    blocks.l.mlp.router      router logits [B, T, E]
+    blocks.l.mlp.experts     each token's chosen expert ids [B, T, k]: "replace" forces a routing
+                             (force_routing); the weights follow the router's probabilities of those
+    blocks.l.mlp.expert_weights  their weights [B, T, k]
+    blocks.l.mlp.expert_out.e    expert e's weighted output at every token [B, T, d]: "zero" ablates
+                             the expert (ablate_expert)
 
 How: "zero"; "replace" (value [width], the same at every position, or [T, width], one row per
 absolute position); "add" (a value of the same shapes added to the activation: steering, see
@@ -43,7 +50,9 @@ _LAYER_POINTS = ("attn.z", "attn.out", "resid_mid", "mlp.out", "resid_post")
 # resid_cross (core/seq2seq.py)
 _TARGET = re.compile(r"^(?P<stack>encoder\.|decoder\.)?blocks\.(?P<layer>\d+)\.(?:(?P<kind>attn|cross_attn)\.head\."
                      r"(?P<head>\d+)|attn\.z|attn\.out|cross_attn\.z|cross_attn\.out|resid_mid|resid_cross|mlp\.out|"
-                     r"resid_post)$")
+                     r"resid_post|mlp\.router|mlp\.experts|mlp\.expert_weights|mlp\.expert_out\.(?P<expert>\d+))$")
+# a mixture of experts' points (core/moe.py) and their widths: router logits and weights [E] and [k], ids [k]
+_ROUTING_POINTS = (".mlp.router", ".mlp.experts", ".mlp.expert_weights")
 _EMBEDS = ("embed", "encoder.embed", "decoder.embed")
 
 
@@ -105,11 +114,39 @@ class Intervention:
             raise ValueError(f"{self.target}: the model has heads 0..{cfg.n_heads - 1}")
         if self.positions is not None and any(p < 0 for p in self.positions):
             raise ValueError(f"{self.target}: positions must be >= 0, got {list(self.positions)}")
-        if self.how == "add" and not self.point.endswith("attn.z") \
+        m = _TARGET.match(self.target)
+        if m and m["expert"] is not None and not 0 <= int(m["expert"]) < cfg.num_experts:
+            raise ValueError(f"{self.target}: the model has experts 0..{cfg.num_experts - 1}" if cfg.num_experts
+                             else f"{self.target}: the model has no experts (it is not a mixture of experts)")
+        if self.target.endswith(_ROUTING_POINTS) and not cfg.num_experts:
+            raise ValueError(f"{self.target}: the model has no router (it is not a mixture of experts)")
+        if self.target.endswith(".mlp.experts") and self.how != "zero":
+            ids = self.value
+            if ids.dtype.is_floating_point or ids.shape[-1] != cfg.experts_per_token or ids.dim() > 2 \
+                    or ids.min() < 0 or ids.max() >= cfg.num_experts:
+                raise ValueError(f"{self.label}: a routing is {cfg.experts_per_token} expert ids in "
+                                 f"0..{cfg.num_experts - 1} per position")
+            if any(len(set(row)) != len(row) for row in ids.reshape(-1, ids.shape[-1]).tolist()):
+                raise ValueError(f"{self.label}: a token's experts must differ")
+        if self.how == "add" and not self.point.endswith("attn.z") and not self.target.endswith(_ROUTING_POINTS) \
                 and self.value.shape[-1] != cfg.d_model:  # a vector from another model would broadcast oddly
             raise ValueError(f"{self.label}: the vector has width {self.value.shape[-1]}, the model's residual "
                              f"stream {cfg.d_model}")
         return self
+
+
+def ablate_expert(layer: int, expert: int) -> Intervention:
+    """Expert `expert` of block `layer` removed: its output zeroed at every token (the other chosen
+    experts keep their weights)."""
+    return Intervention(f"blocks.{layer}.mlp.expert_out.{expert}", "zero")
+
+
+def force_routing(layer: int, positions: Sequence[int], experts: Sequence[int]) -> Intervention:
+    """The tokens at `positions` routed to `experts` (experts_per_token ids) in block `layer`, weighted by
+    the router's probabilities of those experts (normalised as the family does)."""
+    return Intervention(f"blocks.{layer}.mlp.experts", "replace", positions=tuple(positions),
+                        value=torch.tensor(list(experts), dtype=torch.long),
+                        name=f"route L{layer} @{','.join(map(str, positions))} to experts {','.join(map(str, experts))}")
 
 
 ABLATION_STACKS = {"enc": ("encoder.", "attn"), "dec": ("decoder.", "attn"), "cross": ("decoder.", "cross_attn")}
@@ -216,6 +253,11 @@ def editing_trace(interventions: Sequence[Intervention], trace: Trace | None, st
 def edit_at(trace: Trace | None, name: str, x: torch.Tensor) -> torch.Tensor:
     """x, or x edited by the interventions the forward carries at this point."""
     return trace.edit(name, x) if isinstance(trace, EditingTrace) else x
+
+
+def edited_at(trace: Trace | None, name: str) -> bool:
+    """Whether the forward carries an edit at this point (what a point computed only on demand asks)."""
+    return isinstance(trace, EditingTrace) and name in trace.by_point
 
 
 def resolve(model, ids: Sequence[int] | torch.Tensor, interventions: Sequence[Intervention],

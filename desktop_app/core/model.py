@@ -393,7 +393,10 @@ class Attention(nn.Module):
         self.k = nn.Linear(d, cfg.n_kv_heads * dh, bias=cfg.attention_bias)
         self.v = nn.Linear(d, cfg.n_kv_heads * dh, bias=cfg.attention_bias)
         self.o = nn.Linear(cfg.n_heads * dh, d, bias=cfg.attention_out_bias)
-        if cfg.qk_norm:  # one norm of width d_head, shared by every head (Qwen3, Gemma 3)
+        if cfg.qk_norm_across_heads:  # one norm over all heads' queries (keys) at once (OLMoE)
+            self.q_norm = make_norm(cfg, cfg.n_heads * dh)
+            self.k_norm = make_norm(cfg, cfg.n_kv_heads * dh)
+        elif cfg.qk_norm:  # one norm of width d_head, shared by every head (Qwen3, Gemma 3)
             self.q_norm = make_norm(cfg, dh)
             self.k_norm = make_norm(cfg, dh)
         self.scale = cfg.attn_scale  # None: SDPA's and attention_probs' default 1/sqrt(dh)
@@ -407,7 +410,10 @@ class Attention(nn.Module):
         H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
         q, k, v = self.project_qkv(x)
         v = v.view(B, T, Hkv, dh).transpose(1, 2)
-        if rotary is not None and T == 1 and not self.cfg.qk_norm:
+        head_norms = cfg.qk_norm and not cfg.qk_norm_across_heads
+        if cfg.qk_norm_across_heads:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if rotary is not None and T == 1 and not head_norms:
             # one token (a generation step): q and k rotate as one [B, 1, H + Hkv, dh] tensor, the same
             # values in half the operations
             qk = apply_rotary(torch.cat([q, k], dim=-1).view(B, 1, H + Hkv, dh), *rotary)
@@ -415,7 +421,7 @@ class Attention(nn.Module):
         else:
             q = q.view(B, T, H, dh).transpose(1, 2)
             k = k.view(B, T, Hkv, dh).transpose(1, 2)
-            if self.cfg.qk_norm:
+            if head_norms:
                 q, k = self.q_norm(q), self.k_norm(k)
             if rotary is not None:
                 q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
@@ -520,7 +526,8 @@ class MLP(nn.Module):
         self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.mlp_bias)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, trace: Trace | None = None, prefix: str = "") -> torch.Tensor:
+        # trace and prefix: the MLP-like call every block makes (a mixture of experts records there)
         if self.activation in ("swiglu", "geglu"):
             g, u = self.gate_up(x)
             # Gemma (geglu): gelu_pytorch_tanh on the gate
@@ -546,6 +553,19 @@ class MLP(nn.Module):
         return linear(self, x, *fused).split((self.gate.out_features, self.up.out_features), dim=-1)
 
 
+def make_mlp(cfg: ModelConfig) -> nn.Module:
+    """A block's MLP-like sublayer: the dense (or gated) MLP, or with num_experts a mixture of experts."""
+    if cfg.num_experts:
+        from .moe import MoE  # moe.py builds its experts from MLP
+        return MoE(cfg)
+    return MLP(cfg)
+
+
+def dense_mlps(mlp: nn.Module) -> list[nn.Module]:
+    """The dense MLPs of a block's MLP-like sublayer: itself, or a mixture's experts (MoE.mlps)."""
+    return mlp.mlps() if hasattr(mlp, "mlps") else [mlp]
+
+
 # -- block -----------------------------------------------------------------------------------
 
 
@@ -562,7 +582,7 @@ class Block(nn.Module):
         self.norm1 = make_norm(cfg)
         self.attn = Attention(cfg)
         self.norm2 = make_norm(cfg)
-        self.mlp = MLP(cfg)
+        self.mlp = make_mlp(cfg)
         if cfg.sandwich_norms:
             self.post_attn_norm = make_norm(cfg)
             self.post_mlp_norm = make_norm(cfg)
@@ -583,7 +603,7 @@ class Block(nn.Module):
         if m_in is None:
             m_in = self.norm2(x) if self.pre else x
         m_in = edit_at(trace, prefix + "mlp.input", m_in)  # read only: a transcoder's input (core/features)
-        m = self.mlp(m_in)
+        m = self.mlp(m_in, trace, prefix + "mlp.")
         if self.sandwich:
             m = self.post_mlp_norm(m)
         m = edit_at(trace, prefix + "mlp.out", m)
@@ -736,8 +756,9 @@ class Transformer(nn.Module):
         with torch.inference_mode(False), torch.no_grad():
             for block in self.blocks:
                 block.attn.pack_qkv(column_major=float32)
-                if hasattr(block.mlp, "gate") and not float32:
-                    pack_linears((block.mlp.gate, block.mlp.up), column_major=False)
+                for mlp in dense_mlps(block.mlp):
+                    if hasattr(mlp, "gate") and not float32:
+                        pack_linears((mlp.gate, mlp.up), column_major=False)
             if not float32:
                 self._prepack_one_row()
                 return
@@ -759,13 +780,16 @@ class Transformer(nn.Module):
             return
         products: list[tuple[nn.Module, torch.Tensor]] = []
         for block in self.blocks:
-            attn, mlp = block.attn, block.mlp
+            attn = block.attn
             qkv = attn._packed_qkv()
             products += [(attn, qkv[0])] if qkv is not None else []
             products.append((attn.o, attn.o.weight))
-            gate_up = packed_linears((mlp.gate, mlp.up)) if hasattr(mlp, "gate") else None
-            products += [(mlp, gate_up[0])] if gate_up is not None else [(mlp.up, mlp.up.weight)]
-            products.append((mlp.down, mlp.down.weight))
+            if hasattr(block.mlp, "router"):
+                products.append((block.mlp.router, block.mlp.router.weight))
+            for mlp in dense_mlps(block.mlp):
+                gate_up = packed_linears((mlp.gate, mlp.up)) if hasattr(mlp, "gate") else None
+                products += [(mlp, gate_up[0])] if gate_up is not None else [(mlp.up, mlp.up.weight)]
+                products.append((mlp.down, mlp.down.weight))
         if self.cfg.lm_head and self.cfg.lm_head_kind not in ("mlm", "classifier"):
             products.append((self.lm_head, self.lm_head.weight))
         need = sum(w.numel() * w.element_size() for owner, w in products if owner not in _PREPACKED)

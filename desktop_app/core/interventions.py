@@ -51,7 +51,7 @@ _LAYER_POINTS = ("attn.z", "attn.out", "resid_mid", "mlp.out", "resid_post")
 _TARGET = re.compile(r"^(?P<stack>encoder\.|decoder\.)?blocks\.(?P<layer>\d+)\.(?:(?P<kind>attn|cross_attn)\.head\."
                      r"(?P<head>\d+)|attn\.z|attn\.out|cross_attn\.z|cross_attn\.out|resid_mid|resid_cross|mlp\.out|"
                      r"resid_post|mlp\.router|mlp\.experts|mlp\.expert_weights|mlp\.expert_out\.(?P<expert>\d+))$")
-# a mixture of experts' points (core/moe.py) and their widths: router logits and weights [E] and [k], ids [k]
+# a mixture of experts' routing points (core/moe.py): widths E or k, not the residual stream's
 _ROUTING_POINTS = (".mlp.router", ".mlp.experts", ".mlp.expert_weights")
 _EMBEDS = ("embed", "encoder.embed", "decoder.embed")
 
@@ -199,6 +199,9 @@ class EditingTrace(Trace):
 
     def wants(self, name: str) -> bool:
         return self.inner is not None and self.inner.wants(name)
+
+    def asks_for(self, name: str, kind: str) -> bool:
+        return self.inner is not None and self.inner.asks_for(name, kind)
 
     def record(self, name: str, tensor: torch.Tensor) -> None:
         if self.inner is not None:

@@ -68,7 +68,7 @@ class MoE(nn.Module):
         hit = set(ids.unique().tolist())
         for e, expert in enumerate(self.experts):
             name = f"{prefix}expert_out.{e}"
-            on_demand = trace is not None and (trace.wants(name) or edited_at(trace, name))
+            on_demand = trace is not None and (trace.asks_for(name, "expert_out") or edited_at(trace, name))
             if e not in hit and not on_demand:
                 continue
             token, slot = torch.where(ids == e)

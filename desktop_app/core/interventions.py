@@ -153,16 +153,16 @@ ABLATION_STACKS = {"enc": ("encoder.", "attn"), "dec": ("decoder.", "attn"), "cr
 
 
 def parse_ablations(spec: str, cfg=None) -> list[Intervention]:
-    """"L.H[,L.H...]" (also "L.attn", "L.mlp") -> zero ablations; checked against cfg when given. An
+    """"L.H[,L.H...]" (also "L.attn", "L.mlp", a mixture's "L.expert.E") -> zero ablations; checked against cfg when given. An
     encoder-decoder's name their stack (ABLATION_STACKS): enc.L.H, dec.L.H, cross.L.H (a cross-attention
     head), enc.L.mlp, dec.L.attn, cross.L.attn ..."""
     out = []
     seq2seq = bool(getattr(cfg, "is_encoder_decoder", False))
     for part in (p.strip() for p in spec.split(",")):
-        m = re.fullmatch(r"(?:(enc|dec|cross)\.)?(\d+)\.(\d+|attn|mlp)", part)
-        if not m or (m[1] == "cross" and m[3] == "mlp"):
-            raise ValueError(f"--ablate: {part!r} is not LAYER.HEAD (e.g. 2.3), LAYER.attn or LAYER.mlp "
-                             "(an encoder-decoder's with enc., dec. or cross. first, e.g. cross.0.1)")
+        m = re.fullmatch(r"(?:(enc|dec|cross)\.)?(\d+)\.(\d+|attn|mlp|expert\.\d+)", part)
+        if not m or (m[1] == "cross" and m[3] == "mlp") or (m[1] and m[3].startswith("expert")):
+            raise ValueError(f"--ablate: {part!r} is not LAYER.HEAD (e.g. 2.3), LAYER.attn, LAYER.mlp or "
+                             "LAYER.expert.E (an encoder-decoder's with enc., dec. or cross. first, e.g. cross.0.1)")
         stack, layer, what = m.groups()
         if cfg is not None and seq2seq != (stack is not None):
             raise ValueError(f"--ablate: {part!r}: " + ("an encoder-decoder's ablation names its stack: enc.L.H, "
@@ -171,6 +171,8 @@ def parse_ablations(spec: str, cfg=None) -> list[Intervention]:
         prefix, kind = ABLATION_STACKS[stack] if stack else ("", "attn")
         target = {"attn": f"{prefix}blocks.{layer}.{kind}.out", "mlp": f"{prefix}blocks.{layer}.mlp.out"}.get(
             what, f"{prefix}blocks.{layer}.{kind}.head.{what}")
+        if what.startswith("expert."):  # a mixture's expert (ablate_expert)
+            target = f"blocks.{layer}.mlp.expert_out.{what.split('.')[1]}"
         iv = Intervention(target)
         out.append(iv.check(cfg) if cfg is not None else iv)
     return out

@@ -368,7 +368,9 @@ def _activation(trace: Trace, iv: Intervention) -> torch.Tensor:
 class Attribution:
     """Direct contributions to one token's logit at one position. rows: (component, layer, head);
     layer/head -1 where they do not apply. Components: embed, head (W_O,h z_h), attn_bias (W_O's
-    bias), mlp, final_norm_bias. Their sum is the logit (up to float rounding)."""
+    bias), mlp, final_norm_bias. Their sum is the logit (up to float rounding). A mixture of experts'
+    MLP term comes split: one "expert" row per expert the token chose (its id in the head column) and,
+    Qwen2-MoE's, a "shared_expert" row; `mlp` still holds each layer's total."""
     position: int
     token_id: int
     logit: float
@@ -378,6 +380,7 @@ class Attribution:
     contributions: np.ndarray  # float64
     head_table: np.ndarray = field(default=None)  # [L, H]
     mlp: np.ndarray = field(default=None)  # [L]
+    experts: np.ndarray | None = None  # [L, E]: a mixture's expert terms (0 for the experts not chosen)
 
     @property
     def sum(self) -> float:
@@ -465,6 +468,9 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
     position = check_position_and_token(cfg, len(ids), position, token_id)
     L, H = cfg.n_layers, cfg.n_heads
     names = ["embed", "logits", "blocks.*.attn.head_out", "blocks.*.mlp.out", f"blocks.{L - 1}.resid_post"]
+    E = cfg.num_experts
+    if E:  # each expert's term (core/moe.py: recorded only when asked for by name) and the choice
+        names += ["blocks.*.mlp.expert_out.*", "blocks.*.mlp.experts"]
     _, trace = model.run_with_trace(torch.tensor([list(ids)], device=model.device), names=names,
                                     interventions=interventions)
     resid = trace[f"blocks.{L - 1}.resid_post"][0, position]
@@ -474,7 +480,7 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
         return float(direct(c))
 
     comps, layers, heads, vals = ["embed"], [-1], [-1], [through(trace["embed"][0, position])]
-    head_table, mlp = np.zeros((L, H)), np.zeros(L)
+    head_table, mlp, experts = np.zeros((L, H)), np.zeros(L), np.zeros((L, cfg.num_experts))
     for l in range(L):
         per_head = trace[f"blocks.{l}.attn.head_out"][0, :, position]  # [H, d]
         for h in range(H):
@@ -483,14 +489,24 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
         o_bias = model.blocks[l].attn.o.bias
         if o_bias is not None:
             comps.append("attn_bias"), layers.append(l), heads.append(-1), vals.append(through(o_bias))
-        mlp[l] = through(trace[f"blocks.{l}.mlp.out"][0, position])
-        comps.append("mlp"), layers.append(l), heads.append(-1), vals.append(mlp[l])
+        mlp_out = trace[f"blocks.{l}.mlp.out"][0, position]
+        mlp[l] = through(mlp_out)
+        if not E:
+            comps.append("mlp"), layers.append(l), heads.append(-1), vals.append(mlp[l])
+            continue
+        outs = [trace[f"blocks.{l}.mlp.expert_out.{e}"][0, position] for e in range(E)]
+        for e in sorted(set(trace[f"blocks.{l}.mlp.experts"][0, position].tolist())):
+            experts[l, e] = through(outs[e])
+            comps.append("expert"), layers.append(l), heads.append(e), vals.append(experts[l, e])
+        if cfg.shared_expert_d_ff:  # what the routed experts do not add
+            comps.append("shared_expert"), layers.append(l), heads.append(-1)
+            vals.append(through(mlp_out - sum(outs)))
     if bias_part is not None:
         comps.append("final_norm_bias"), layers.append(-1), heads.append(-1)
         vals.append(bias_part)
     logit = float(trace["logits"][0, position, token_id])
     return Attribution(position, token_id, logit, comps, np.array(layers), np.array(heads), np.array(vals),
-                       head_table, mlp)
+                       head_table, mlp, experts if E else None)
 
 
 # -- activation patching ------------------------------------------------------------------------

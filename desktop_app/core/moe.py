@@ -85,3 +85,18 @@ class MoE(nn.Module):
                 shared = torch.sigmoid(self.shared_expert_gate(rows)) * shared
             out = out + shared
         return out.view(x.shape)
+
+
+@torch.no_grad()
+def expert_load(model, ids: torch.Tensor) -> torch.Tensor:
+    """[L, E]: the share of each layer's routing choices (tokens x experts_per_token) that went to each
+    expert over `ids` [B, T] (rows sum to 1; 1/E each when the router balances the load evenly). What the
+    trainer logs at each evaluation of a mixture (expert_load, expert_load_max)."""
+    cfg = model.cfg
+    was_training = model.training
+    model.eval()
+    _, trace = model.run_with_trace(ids, ["blocks.*.mlp.experts"], compute_logits=False)
+    model.train(was_training)
+    counts = torch.stack([torch.bincount(trace[f"blocks.{l}.mlp.experts"].flatten().cpu(), minlength=cfg.num_experts)
+                          for l in range(cfg.n_layers)]).double()
+    return counts / counts.sum(-1, keepdim=True)

@@ -78,6 +78,10 @@ class Intervention:
             raise ValueError(f"{self.target}: 'resample' needs the other text's token ids")
         if self.how == "features" and self.features is None:
             raise ValueError(f"{self.target}: 'features' needs the feature edit it applies")
+        if self.how in ("mean", "resample", "features") and (".mlp.expert" in self.target
+                                                              or self.target.endswith(".mlp.router")):
+            raise ValueError(f"{self.target}: a routing point or an expert's output is zeroed, replaced or added to "
+                             f"(not {self.how!r})")
 
     @property
     def point(self) -> str:

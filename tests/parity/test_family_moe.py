@@ -152,3 +152,18 @@ def test_half_precision_generation_runs_on_a_mixture(mixtral_folder):
                         stop_tokens=[])
     assert len(ids16) == len(ids32) == len(prompt) + 12
     assert ids16[:len(prompt) + 2] == ids32[:len(prompt) + 2]
+
+
+def test_a_forced_routing_holds_through_kv_cached_generation(mixtral_folder):
+    """The edit names an absolute position: generated tokens at it are routed as forced, the prompt is not."""
+    loaded = load_model_folder(mixtral_folder)
+    prompt = [5, 17, 33, 8]
+    plain, _ = generate(loaded, prompt, 6, GenerationSettings("greedy"), stop_tokens=[])
+    forced = [force_routing(l, [6], [0, 1]) for l in range(2)] + [force_routing(l, [7], [2, 3]) for l in range(2)]
+    edited, _ = generate(loaded, prompt, 6, GenerationSettings("greedy"), stop_tokens=[], interventions=forced)
+    with torch.no_grad():  # the same edits on the whole edited sequence at once: the same next tokens
+        logits = loaded.model(torch.tensor([edited[:-1]]), interventions=forced).logits[0]
+        unedited = loaded.model(torch.tensor([edited[:-1]])).logits[0]
+    assert logits[len(prompt) - 1:].argmax(-1).tolist() == edited[len(prompt):]
+    assert torch.equal(logits[:6], unedited[:6]) and not torch.allclose(logits[6:], unedited[6:])
+    assert edited[:len(prompt) + 3] == plain[:len(prompt) + 3]  # position 6's token is predicted at 6: the 4th new one

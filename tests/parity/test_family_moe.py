@@ -14,6 +14,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from family_lipschitz import check_preset_opens_in_transformers  # noqa: E402
 from family_parity import check_family  # noqa: E402
 
 from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
@@ -72,6 +73,13 @@ def test_moe_family_parity_and_router_choice(model_type, case, build, tmp_path):
         err = (ours_w.gather(-1, order_ours) - weights.float().gather(-1, order_theirs)).abs().max().item()
         assert err < 1e-6, f"layer {layer}: expert weights {err:.2e}"
         assert (ours_logits - logits).abs().max().item() < 1e-5, f"layer {layer}: router logits"
+
+
+@pytest.mark.parametrize("family", MOE_FAMILIES)
+def test_a_preset_mixture_saved_here_opens_in_transformers(family, tmp_path):
+    """What `train --family` builds (8 experts, top-2; Qwen2-MoE's shared expert) is saved under the
+    family's names and computes the same logits in transformers."""
+    check_preset_opens_in_transformers(family, tmp_path, n_kv_heads=2)
 
 
 @pytest.fixture(scope="module")

@@ -717,7 +717,7 @@ class Transformer(nn.Module):
                     nn.init.kaiming_normal_(mod.weight, nonlinearity="relu")
                 else:
                     std = cfg.init_std
-                    if name.endswith("attn.o") or name.endswith("mlp.down"):
+                    if name.endswith(("attn.o", ".down")):  # mlp.down, a mixture's experts.e.down and shared_expert.down
                         std = std / math.sqrt(2 * cfg.n_layers)  # GPT-2's scaled residual projections
                     nn.init.normal_(mod.weight, 0.0, std)
                 if mod.bias is not None:

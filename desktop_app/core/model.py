@@ -556,8 +556,8 @@ class MLP(nn.Module):
 def make_mlp(cfg: ModelConfig) -> nn.Module:
     """A block's MLP-like sublayer: the dense (or gated) MLP, or with num_experts a mixture of experts."""
     if cfg.num_experts:
-        from .moe import MoE  # moe.py builds its experts from MLP
-        return MoE(cfg)
+        from .moe import MoE
+        return MoE(cfg, MLP)
     return MLP(cfg)
 
 
@@ -784,8 +784,6 @@ class Transformer(nn.Module):
             qkv = attn._packed_qkv()
             products += [(attn, qkv[0])] if qkv is not None else []
             products.append((attn.o, attn.o.weight))
-            if hasattr(block.mlp, "router"):
-                products.append((block.mlp.router, block.mlp.router.weight))
             for mlp in dense_mlps(block.mlp):
                 gate_up = packed_linears((mlp.gate, mlp.up)) if hasattr(mlp, "gate") else None
                 products += [(mlp, gate_up[0])] if gate_up is not None else [(mlp.up, mlp.up.weight)]

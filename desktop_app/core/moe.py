@@ -17,26 +17,28 @@ The softmax, choice and weights are computed in float32, as transformers does.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn as nn
 
 from .config import ModelConfig
 from .interventions import edit_at, edited_at
-from .model import MLP, linear
 from .trace import Trace
 
 
 class MoE(nn.Module):
-    """Router + experts (+ shared expert), each expert a gated MLP (model.MLP) of width cfg.d_ff."""
+    """Router + experts (+ shared expert), each expert a gated MLP of width cfg.d_ff that `make_expert(cfg)`
+    builds (model.MLP, handed in by model.make_mlp: this module imports nothing from model.py)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, make_expert: Callable[[ModelConfig], nn.Module]) -> None:
         super().__init__()
         self.k = cfg.experts_per_token
         self.renormalise = cfg.router_norm == "renormalised"
         dense = cfg.replace(num_experts=0, shared_expert_d_ff=0, shared_expert_gate=False)
         self.router = nn.Linear(cfg.d_model, cfg.num_experts, bias=False)
-        self.experts = nn.ModuleList(MLP(dense) for _ in range(cfg.num_experts))
-        self.shared_expert = MLP(dense.replace(d_ff=cfg.shared_expert_d_ff)) if cfg.shared_expert_d_ff else None
+        self.experts = nn.ModuleList(make_expert(dense) for _ in range(cfg.num_experts))
+        self.shared_expert = make_expert(dense.replace(d_ff=cfg.shared_expert_d_ff)) if cfg.shared_expert_d_ff else None
         self.shared_expert_gate = nn.Linear(cfg.d_model, 1, bias=False) if cfg.shared_expert_gate else None
 
     def mlps(self) -> list[nn.Module]:
@@ -46,7 +48,7 @@ class MoE(nn.Module):
 
     def route(self, x: torch.Tensor, trace: Trace | None = None, prefix: str = "") -> tuple[torch.Tensor, torch.Tensor]:
         """Each token's chosen experts [B, T, k] (ids) and their weights [B, T, k] (float32)."""
-        logits = edit_at(trace, prefix + "router", linear(self.router, x, self.router.weight))
+        logits = edit_at(trace, prefix + "router", self.router(x))
         probs = torch.softmax(logits.float(), dim=-1)
         ids = edit_at(trace, prefix + "experts", probs.topk(self.k, dim=-1).indices)
         weights = probs.gather(-1, ids)  # the top-k values themselves, or the forced experts' probabilities

@@ -7,7 +7,8 @@ What a trace records depends on what it is for, and is decided here only (trace_
   always records VIEW_NAMES: its recorded logit lens reads [CLS] alone, and the Layers panel reads
   every position's residual through the final norm + classifier instead.
 - FILE, what a trace file holds (`trace --out x.npz`, file_arrays): the attention patterns and the
-  residual stream (Hugging Face's hidden_states), and the logits; FILE_NAMES is a subset of what VIEWS
+  residual stream (Hugging Face's hidden_states), and the logits, and a mixture of experts' routing
+  (ROUTING_NAMES: router logits, chosen experts and their weights per layer); FILE_NAMES is a subset of what VIEWS
   records, so the file and the app show the same numbers (tests/app/test_tracing.py).
 
 A VIEWS trace keeps memory to what is shown (core/trace.py): it is lazy (each layer's head outputs
@@ -59,8 +60,11 @@ PURPOSES = (VIEWS, FILE)
 # Recording everything (the logit lens is [layers, T, vocab]) is cheap below this many
 # vocab x tokens x layers values; above it only what the views read eagerly is recorded.
 TRACE_ALL_BELOW = 50_000_000
-VIEW_NAMES = ("embed", "final_norm.out", "logits", "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out")
-FILE_NAMES = ("embed", "final_norm.out", "logits", "blocks.*.attn.pattern", "blocks.*.resid_post")
+# a mixture of experts' routing (core/moe.py; nothing is recorded under them by a dense model)
+ROUTING_NAMES = ("blocks.*.mlp.router", "blocks.*.mlp.experts", "blocks.*.mlp.expert_weights")
+VIEW_NAMES = ("embed", "final_norm.out", "logits", "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out",
+              *ROUTING_NAMES)
+FILE_NAMES = ("embed", "final_norm.out", "logits", "blocks.*.attn.pattern", "blocks.*.resid_post", *ROUTING_NAMES)
 
 
 def trace_names(config, n_tokens: int, final_logits: bool = True, purpose: str = VIEWS) -> list[str]:
@@ -476,8 +480,10 @@ def trace_image_or_digit(loaded: LoadedModel, pixels, source: str, interventions
 
 def file_arrays(trace: Trace, n_layers: int, layers=None) -> dict:
     """The arrays every trace file holds, from a trace of a batch of one input: attn.{l} [H, T, T],
-    hidden.{i} (Hugging Face's hidden_states), logits (when the model has them). `layers`: the blocks
-    the trace recorded (layer_range's forms): their attn.{l} and hidden.{l+1}, with hidden.0 (embed)."""
+    hidden.{i} (Hugging Face's hidden_states), logits (when the model has them); a mixture of experts'
+    blocks.{l}.mlp.router [T, E], blocks.{l}.mlp.experts [T, k] and blocks.{l}.mlp.expert_weights [T, k]
+    under their trace names. `layers`: the blocks the trace recorded (layer_range's forms): their
+    attn.{l} and hidden.{l+1}, with hidden.0 (embed)."""
     blocks = layer_range(layers, n_layers)
     arrays = {f"attn.{l}": trace.pattern(l)[0].float().cpu().numpy() for l in blocks}
     if blocks == range(n_layers):
@@ -490,6 +496,11 @@ def file_arrays(trace: Trace, n_layers: int, layers=None) -> dict:
         arrays[f"hidden.{i}"] = h[0].float().cpu().numpy()
     if "logits" in trace:
         arrays["logits"] = trace["logits"][0].float().cpu().numpy()
+    for l in blocks:
+        for name in (n.replace("*", str(l)) for n in ROUTING_NAMES):
+            if name in trace:
+                t = trace[name][0].cpu()
+                arrays[name] = (t if name.endswith(".experts") else t.float()).numpy()
     return arrays
 
 

@@ -168,12 +168,13 @@ def patch_ids(loaded, clean: list[int], corrupted: list[int], answer_id: int, wr
 
 # -- ablations named from a list (the What if panel's Ablate tab) --------------------------------------
 
-HEAD, LAYER_ATTN, MLP = "head", "attn", "mlp"
+HEAD, LAYER_ATTN, MLP, EXPERT = "head", "attn", "mlp", "expert"
 
 
 def ablation_choices(cfg) -> list[tuple[str, str, str, int]]:
-    """(what the list says, its --ablate prefix, HEAD / LAYER_ATTN / MLP, how many layers) of every kind of
-    ablation this model has: an encoder-decoder's heads of the three kinds and each stack's MLPs."""
+    """(what the list says, its --ablate prefix, HEAD / LAYER_ATTN / MLP / EXPERT, how many layers) of every kind
+    of ablation this model has: an encoder-decoder's heads of the three kinds and each stack's MLPs; a mixture
+    of experts' experts (the head box then counts experts)."""
     if getattr(cfg, "is_encoder_decoder", False):
         enc, dec = cfg.n_layers, cfg.n_decoder_layers
         return [("Encoder self-attention head", "enc.", HEAD, enc), ("Decoder self-attention head", "dec.", HEAD, dec),
@@ -182,7 +183,8 @@ def ablation_choices(cfg) -> list[tuple[str, str, str, int]]:
                 ("Decoder self-attention layer", "dec.", LAYER_ATTN, dec),
                 ("Cross-attention layer", "cross.", LAYER_ATTN, dec)]
     return [("Attention head", "", HEAD, cfg.n_layers), ("MLP", "", MLP, cfg.n_layers),
-            ("Attention layer", "", LAYER_ATTN, cfg.n_layers)]
+            ("Attention layer", "", LAYER_ATTN, cfg.n_layers)] + (
+        [("Expert", "", EXPERT, cfg.n_layers)] if getattr(cfg, "num_experts", 0) else [])
 
 
 def ablation(cfg, prefix: str, what: str, layer: int, head: int = 0):
@@ -190,5 +192,6 @@ def ablation(cfg, prefix: str, what: str, layer: int, head: int = 0):
     checked against the model)."""
     from ..core.interventions import parse_ablations
 
-    (iv,) = parse_ablations(f"{prefix}{layer}.{head if what == HEAD else what}", cfg)
+    which = {HEAD: f"{head}", EXPERT: f"expert.{head}"}.get(what, what)  # an expert: its number in `head`
+    (iv,) = parse_ablations(f"{prefix}{layer}.{which}", cfg)
     return iv

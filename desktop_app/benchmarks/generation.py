@@ -80,13 +80,19 @@ def step_products(model):
         mods = [block.attn.q, block.attn.k, block.attn.v] if packed is None else []
         if packed is not None:
             products.append((block.attn, *packed))
-        gated = hasattr(block.mlp, "gate")
-        gate_up = packed_linears((block.mlp.gate, block.mlp.up)) if gated else None  # one product (half precision)
-        if gate_up is not None:
-            products.append((block.mlp, *gate_up))
-        else:
-            mods += [block.mlp.up] + ([block.mlp.gate] if gated else [])
-        mods += [block.attn.o, block.mlp.down]
+        mlps = [block.mlp]
+        if hasattr(block.mlp, "router"):  # a mixture: the router and as many experts as a token runs (core/moe.py)
+            mods.append(block.mlp.router)
+            mlps = block.mlp.mlps()[:block.mlp.k] + ([block.mlp.shared_expert] if block.mlp.shared_expert else [])
+        for mlp in mlps:
+            gated = hasattr(mlp, "gate")
+            gate_up = packed_linears((mlp.gate, mlp.up)) if gated else None  # one product (half precision)
+            if gate_up is not None:
+                products.append((mlp, *gate_up))
+            else:
+                mods += [mlp.up] + ([mlp.gate] if gated else [])
+            mods.append(mlp.down)
+        mods.append(block.attn.o)
         products += [(m, m.weight, m.bias) for m in mods]
     if model.cfg.lm_head:
         products.append((model.lm_head, model.lm_head.weight, None))

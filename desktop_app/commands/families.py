@@ -7,7 +7,7 @@ import json
 def family_rows() -> list[dict]:
     from ..core.families import REGISTRY
     return [{"model_type": f.model_type, "title": f.title, "kind": "decoder" if f.decoder else "encoder",
-             "architectures": list(f.architectures), "trainable": f.trainable} for f in REGISTRY.values()]
+             "architectures": list(f.architectures), "trainable": f.trainable, "moe": f.moe} for f in REGISTRY.values()]
 
 
 def add_parser(sub) -> None:
@@ -24,5 +24,6 @@ def run(args) -> int:
     width = max(len(r["model_type"]) for r in rows)
     for r in rows:
         trained = "trainable here" if r["trainable"] else "load only"
-        print(f"{r['model_type']:<{width}}  {r['kind']:<7}  {trained:<14}  {r['title']}")
+        experts = "experts" if r["moe"] else "dense"
+        print(f"{r['model_type']:<{width}}  {r['kind']:<7}  {experts:<7}  {trained:<14}  {r['title']}")
     return 0

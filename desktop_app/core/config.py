@@ -35,6 +35,10 @@ SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 ATTENTION_KINDS = ("softmax", "l2", "sinkhorn")
 INITS = ("default", "glorot", "he")
 DTYPES = ("float32", "bfloat16", "float16")
+# how a mixture-of-experts router turns the chosen experts' softmax probabilities into their weights:
+# "renormalised" to sum to 1 over the chosen (Mixtral; Qwen-MoE and OLMoE with norm_topk_prob), or "softmax"
+# as they are (Qwen-MoE and OLMoE without it)
+ROUTER_NORMS = ("renormalised", "softmax")
 # Beyond these a config is damaged or hostile, not a model this app can show: attention maps are
 # T x T, and a learned or sinusoidal position table of 1e8 elements is already 400 MB of float32.
 MAX_CONTEXT = 1 << 20
@@ -46,7 +50,8 @@ MAX_SIZES = {"n_layers": 1024, "n_heads": 4096, "n_kv_heads": 4096, "d_model": 1
              "d_ff": 1 << 20, "vocab_size": 1 << 24, "type_vocab_size": 1 << 24, "sinkhorn_iters": 1000,
              "position_offset": MAX_CONTEXT, "sliding_window": MAX_CONTEXT, "image_size": 1 << 16,
              "patch_size": 1 << 16, "num_channels": 1024, "pooler_size": 1 << 17,
-             "n_decoder_layers": 1024, "relative_buckets": 1 << 16, "relative_max_distance": MAX_CONTEXT}
+             "n_decoder_layers": 1024, "relative_buckets": 1 << 16, "relative_max_distance": MAX_CONTEXT,
+             "num_experts": 1 << 14, "shared_expert_d_ff": 1 << 20}
 MAX_PARAMETERS = 1 << 40  # ~1.1e12 weights (4 TB of float32); the machine's memory is checked at load
 
 
@@ -176,6 +181,16 @@ class ModelConfig:
     final_logits_bias: bool = False
     # the last hidden state is multiplied by this before the unembedding (T5 v1.0: d_model ** -0.5); None: 1
     lm_head_scale: float | None = None
+    # -- mixture-of-experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE; core/moe.py). num_experts > 0: every
+    # block's MLP is a router over num_experts gated MLPs of width d_ff, experts_per_token of them run per
+    # token, weighted as router_norm says; 0: the dense MLP.
+    num_experts: int = 0
+    experts_per_token: int = 2
+    router_norm: str = "renormalised"
+    # Qwen2-MoE's shared expert: a gated MLP of this width every token runs, scaled by sigmoid(a learned
+    # Linear(d, 1)) when shared_expert_gate; 0: none
+    shared_expert_d_ff: int = 0
+    shared_expert_gate: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # fields kept only for round trips
 
     def __post_init__(self) -> None:
@@ -364,6 +379,23 @@ class ModelConfig:
                   "an encoder-decoder has no output-only norms or residual multiplier here")
         else:
             check(self.relative_buckets == 0, "relative position buckets are for encoder-decoders (T5) only")
+        for name in ("num_experts", "shared_expert_d_ff"):
+            value = getattr(self, name)
+            check(is_int(value) and value >= 0, f"{name} must be a non-negative integer, got {value!r}")
+        check(isinstance(self.shared_expert_gate, bool), "shared_expert_gate must be true or false")
+        if self.num_experts:
+            check(is_int(self.experts_per_token) and 0 < self.experts_per_token <= self.num_experts,
+                  f"experts_per_token must be in 1..num_experts ({self.num_experts}), got {self.experts_per_token!r}")
+            check(self.router_norm in ROUTER_NORMS,
+                  f"unknown router_norm {self.router_norm!r} (known: {', '.join(ROUTER_NORMS)})")
+            check(self.activation in GATED_ACTIVATIONS, f"mixture-of-experts needs gated experts (swiglu or geglu), "
+                                                        f"got activation {self.activation!r}")
+            check(not self.is_encoder_decoder, "mixture-of-experts is for one-stack models here")
+        else:
+            check(not (self.shared_expert_d_ff or self.shared_expert_gate),
+                  "a shared expert needs num_experts > 0 (it sits beside the routed experts)")
+        check(not self.shared_expert_gate or self.shared_expert_d_ff, "shared_expert_gate needs a shared expert "
+                                                                      "(shared_expert_d_ff > 0)")
         n = self.parameter_estimate()
         check(n <= MAX_PARAMETERS, f"the config describes about {n:.3g} parameters, beyond the {MAX_PARAMETERS:.3g} "
                                    f"this app supports")
@@ -376,6 +408,8 @@ class ModelConfig:
         q, kv = self.n_heads * dh, self.n_kv_heads * dh
         attn = d * (q + 2 * kv) + q * d + (q + 2 * kv + d) * bool(self.attention_bias)
         mlp = d * ff * (3 if self.activation in GATED_ACTIVATIONS else 2) + (2 * ff + d) * bool(self.mlp_bias)
+        if self.num_experts:  # the router, the experts, the shared expert and its gate
+            mlp = self.num_experts * (d + mlp) + 3 * d * self.shared_expert_d_ff + d * self.shared_expert_gate
         norms = (2 if self.shared_input_norm else 4) * d + (4 * d if self.sandwich_norms else 0)
         qk_norms = 0 if not self.qk_norm else 2 * (q + kv) if self.qk_norm_across_heads else 4 * dh
         layer = attn + mlp + norms + qk_norms

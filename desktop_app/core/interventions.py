@@ -12,6 +12,13 @@ Edit points (l = layer; every tensor has positions on axis -2):
     blocks.l.resid_mid       residual stream after attention
     blocks.l.mlp.out         MLP output, before the residual add
     blocks.l.resid_post      output of block l
+  a mixture of experts (core/moe.py) also:
+    blocks.l.mlp.router      router logits [B, T, E]
+    blocks.l.mlp.experts     each token's chosen expert ids [B, T, k]: "replace" forces a routing
+                             (force_routing); the weights follow the router's probabilities of those
+    blocks.l.mlp.expert_weights  their weights [B, T, k]
+    blocks.l.mlp.expert_out.e    expert e's weighted output at every token [B, T, d]: "zero" ablates
+                             the expert (ablate_expert)
 
 How: "zero"; "replace" (value [width], the same at every position, or [T, width], one row per
 absolute position); "add" (a value of the same shapes added to the activation: steering, see
@@ -43,7 +50,9 @@ _LAYER_POINTS = ("attn.z", "attn.out", "resid_mid", "mlp.out", "resid_post")
 # resid_cross (core/seq2seq.py)
 _TARGET = re.compile(r"^(?P<stack>encoder\.|decoder\.)?blocks\.(?P<layer>\d+)\.(?:(?P<kind>attn|cross_attn)\.head\."
                      r"(?P<head>\d+)|attn\.z|attn\.out|cross_attn\.z|cross_attn\.out|resid_mid|resid_cross|mlp\.out|"
-                     r"resid_post)$")
+                     r"resid_post|mlp\.router|mlp\.experts|mlp\.expert_weights|mlp\.expert_out\.(?P<expert>\d+))$")
+# a mixture of experts' routing points (core/moe.py): widths E or k, not the residual stream's
+_ROUTING_POINTS = (".mlp.router", ".mlp.experts", ".mlp.expert_weights")
 _EMBEDS = ("embed", "encoder.embed", "decoder.embed")
 
 
@@ -69,6 +78,10 @@ class Intervention:
             raise ValueError(f"{self.target}: 'resample' needs the other text's token ids")
         if self.how == "features" and self.features is None:
             raise ValueError(f"{self.target}: 'features' needs the feature edit it applies")
+        if self.how in ("mean", "resample", "features") and (".mlp.expert" in self.target
+                                                              or self.target.endswith(".mlp.router")):
+            raise ValueError(f"{self.target}: a routing point or an expert's output is zeroed, replaced or added to "
+                             f"(not {self.how!r})")
 
     @property
     def point(self) -> str:
@@ -105,27 +118,55 @@ class Intervention:
             raise ValueError(f"{self.target}: the model has heads 0..{cfg.n_heads - 1}")
         if self.positions is not None and any(p < 0 for p in self.positions):
             raise ValueError(f"{self.target}: positions must be >= 0, got {list(self.positions)}")
-        if self.how == "add" and not self.point.endswith("attn.z") \
+        m = _TARGET.match(self.target)
+        if m and m["expert"] is not None and not 0 <= int(m["expert"]) < cfg.num_experts:
+            raise ValueError(f"{self.target}: the model has experts 0..{cfg.num_experts - 1}" if cfg.num_experts
+                             else f"{self.target}: the model has no experts (it is not a mixture of experts)")
+        if self.target.endswith(_ROUTING_POINTS) and not cfg.num_experts:
+            raise ValueError(f"{self.target}: the model has no router (it is not a mixture of experts)")
+        if self.target.endswith(".mlp.experts") and self.how != "zero":
+            ids = self.value
+            if ids.dtype.is_floating_point or ids.shape[-1] != cfg.experts_per_token or ids.dim() > 2 \
+                    or ids.min() < 0 or ids.max() >= cfg.num_experts:
+                raise ValueError(f"{self.label}: a routing is {cfg.experts_per_token} expert ids in "
+                                 f"0..{cfg.num_experts - 1} per position")
+            if any(len(set(row)) != len(row) for row in ids.reshape(-1, ids.shape[-1]).tolist()):
+                raise ValueError(f"{self.label}: a token's experts must differ")
+        if self.how == "add" and not self.point.endswith("attn.z") and not self.target.endswith(_ROUTING_POINTS) \
                 and self.value.shape[-1] != cfg.d_model:  # a vector from another model would broadcast oddly
             raise ValueError(f"{self.label}: the vector has width {self.value.shape[-1]}, the model's residual "
                              f"stream {cfg.d_model}")
         return self
 
 
+def ablate_expert(layer: int, expert: int) -> Intervention:
+    """Expert `expert` of block `layer` removed: its output zeroed at every token (the other chosen
+    experts keep their weights)."""
+    return Intervention(f"blocks.{layer}.mlp.expert_out.{expert}", "zero")
+
+
+def force_routing(layer: int, positions: Sequence[int], experts: Sequence[int]) -> Intervention:
+    """The tokens at `positions` routed to `experts` (experts_per_token ids) in block `layer`, weighted by
+    the router's probabilities of those experts (normalised as the family does)."""
+    return Intervention(f"blocks.{layer}.mlp.experts", "replace", positions=tuple(positions),
+                        value=torch.tensor(list(experts), dtype=torch.long),
+                        name=f"route L{layer} @{','.join(map(str, positions))} to experts {','.join(map(str, experts))}")
+
+
 ABLATION_STACKS = {"enc": ("encoder.", "attn"), "dec": ("decoder.", "attn"), "cross": ("decoder.", "cross_attn")}
 
 
 def parse_ablations(spec: str, cfg=None) -> list[Intervention]:
-    """"L.H[,L.H...]" (also "L.attn", "L.mlp") -> zero ablations; checked against cfg when given. An
+    """"L.H[,L.H...]" (also "L.attn", "L.mlp", a mixture's "L.expert.E") -> zero ablations; checked against cfg when given. An
     encoder-decoder's name their stack (ABLATION_STACKS): enc.L.H, dec.L.H, cross.L.H (a cross-attention
     head), enc.L.mlp, dec.L.attn, cross.L.attn ..."""
     out = []
     seq2seq = bool(getattr(cfg, "is_encoder_decoder", False))
     for part in (p.strip() for p in spec.split(",")):
-        m = re.fullmatch(r"(?:(enc|dec|cross)\.)?(\d+)\.(\d+|attn|mlp)", part)
-        if not m or (m[1] == "cross" and m[3] == "mlp"):
-            raise ValueError(f"--ablate: {part!r} is not LAYER.HEAD (e.g. 2.3), LAYER.attn or LAYER.mlp "
-                             "(an encoder-decoder's with enc., dec. or cross. first, e.g. cross.0.1)")
+        m = re.fullmatch(r"(?:(enc|dec|cross)\.)?(\d+)\.(\d+|attn|mlp|expert\.\d+)", part)
+        if not m or (m[1] == "cross" and m[3] == "mlp") or (m[1] and m[3].startswith("expert")):
+            raise ValueError(f"--ablate: {part!r} is not LAYER.HEAD (e.g. 2.3), LAYER.attn, LAYER.mlp or "
+                             "LAYER.expert.E (an encoder-decoder's with enc., dec. or cross. first, e.g. cross.0.1)")
         stack, layer, what = m.groups()
         if cfg is not None and seq2seq != (stack is not None):
             raise ValueError(f"--ablate: {part!r}: " + ("an encoder-decoder's ablation names its stack: enc.L.H, "
@@ -134,6 +175,8 @@ def parse_ablations(spec: str, cfg=None) -> list[Intervention]:
         prefix, kind = ABLATION_STACKS[stack] if stack else ("", "attn")
         target = {"attn": f"{prefix}blocks.{layer}.{kind}.out", "mlp": f"{prefix}blocks.{layer}.mlp.out"}.get(
             what, f"{prefix}blocks.{layer}.{kind}.head.{what}")
+        if what.startswith("expert."):  # a mixture's expert (ablate_expert)
+            target = f"blocks.{layer}.mlp.expert_out.{what.split('.')[1]}"
         iv = Intervention(target)
         out.append(iv.check(cfg) if cfg is not None else iv)
     return out
@@ -163,6 +206,9 @@ class EditingTrace(Trace):
 
     def wants(self, name: str) -> bool:
         return self.inner is not None and self.inner.wants(name)
+
+    def asks_for(self, name: str, kind: str) -> bool:
+        return self.inner is not None and self.inner.asks_for(name, kind)
 
     def record(self, name: str, tensor: torch.Tensor) -> None:
         if self.inner is not None:
@@ -217,6 +263,11 @@ class EditingTrace(Trace):
 
 def editing_trace(interventions: Sequence[Intervention], trace: Trace | None, start: int) -> EditingTrace:
     return EditingTrace(interventions, trace, start)
+
+
+def edited_at(trace: Trace | None, name: str) -> bool:
+    """Whether the forward carries an edit at this point (what a point computed only on demand asks)."""
+    return isinstance(trace, EditingTrace) and name in trace.by_point
 
 
 def resolve(model, ids: Sequence[int] | torch.Tensor, interventions: Sequence[Intervention],
@@ -322,7 +373,9 @@ def _activation(trace: Trace, iv: Intervention) -> torch.Tensor:
 class Attribution:
     """Direct contributions to one token's logit at one position. rows: (component, layer, head);
     layer/head -1 where they do not apply. Components: embed, head (W_O,h z_h), attn_bias (W_O's
-    bias), mlp, final_norm_bias. Their sum is the logit (up to float rounding)."""
+    bias), mlp, final_norm_bias. Their sum is the logit (up to float rounding). A mixture of experts'
+    MLP term comes split: one "expert" row per expert the token chose (its id in the head column) and,
+    Qwen2-MoE's, a "shared_expert" row; `mlp` still holds each layer's total."""
     position: int
     token_id: int
     logit: float
@@ -332,6 +385,7 @@ class Attribution:
     contributions: np.ndarray  # float64
     head_table: np.ndarray = field(default=None)  # [L, H]
     mlp: np.ndarray = field(default=None)  # [L]
+    experts: np.ndarray | None = None  # [L, E]: a mixture's expert terms (0 for the experts not chosen)
 
     @property
     def sum(self) -> float:
@@ -422,6 +476,9 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
     position = check_position_and_token(cfg, len(ids), position, token_id)
     L, H = cfg.n_layers, cfg.n_heads
     names = ["embed", "logits", "blocks.*.attn.head_out", "blocks.*.mlp.out", f"blocks.{L - 1}.resid_post"]
+    E = cfg.num_experts
+    if E:  # each expert's term (core/moe.py: recorded only when asked for by name) and the choice
+        names += ["blocks.*.mlp.expert_out.*", "blocks.*.mlp.experts"]
     _, trace = model.run_with_trace(torch.tensor([list(ids)], device=model.device), names=names,
                                     interventions=interventions)
     resid = trace[f"blocks.{L - 1}.resid_post"][0, position]
@@ -431,7 +488,7 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
         return float(direct(c))
 
     comps, layers, heads, vals = ["embed"], [-1], [-1], [through(trace["embed"][0, position])]
-    head_table, mlp = np.zeros((L, H)), np.zeros(L)
+    head_table, mlp, experts = np.zeros((L, H)), np.zeros(L), np.zeros((L, cfg.num_experts))
     for l in range(L):
         per_head = trace[f"blocks.{l}.attn.head_out"][0, :, position]  # [H, d]
         for h in range(H):
@@ -440,14 +497,24 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
         o_bias = model.blocks[l].attn.o.bias
         if o_bias is not None:
             comps.append("attn_bias"), layers.append(l), heads.append(-1), vals.append(through(o_bias))
-        mlp[l] = through(trace[f"blocks.{l}.mlp.out"][0, position])
-        comps.append("mlp"), layers.append(l), heads.append(-1), vals.append(mlp[l])
+        mlp_out = trace[f"blocks.{l}.mlp.out"][0, position]
+        mlp[l] = through(mlp_out)
+        if not E:
+            comps.append("mlp"), layers.append(l), heads.append(-1), vals.append(mlp[l])
+            continue
+        outs = [trace[f"blocks.{l}.mlp.expert_out.{e}"][0, position] for e in range(E)]
+        for e in sorted(set(trace[f"blocks.{l}.mlp.experts"][0, position].tolist())):
+            experts[l, e] = through(outs[e])
+            comps.append("expert"), layers.append(l), heads.append(e), vals.append(experts[l, e])
+        if cfg.shared_expert_d_ff:  # what the routed experts do not add
+            comps.append("shared_expert"), layers.append(l), heads.append(-1)
+            vals.append(through(mlp_out - sum(outs)))
     if bias_part is not None:
         comps.append("final_norm_bias"), layers.append(-1), heads.append(-1)
         vals.append(bias_part)
     logit = float(trace["logits"][0, position, token_id])
     return Attribution(position, token_id, logit, comps, np.array(layers), np.array(heads), np.array(vals),
-                       head_table, mlp)
+                       head_table, mlp, experts if E else None)
 
 
 # -- activation patching ------------------------------------------------------------------------

@@ -525,6 +525,7 @@ class MLP(nn.Module):
         self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.mlp_bias)
 
     def forward(self, x: torch.Tensor, trace: Trace | None = None, prefix: str = "") -> torch.Tensor:
+        # trace and prefix: the MLP-like call every block makes (a mixture of experts records there)
         if self.activation in ("swiglu", "geglu"):
             g, u = self.gate_up(x)
             # Gemma (geglu): gelu_pytorch_tanh on the gate
@@ -551,8 +552,16 @@ class MLP(nn.Module):
 
 
 def make_mlp(cfg: ModelConfig) -> nn.Module:
-    """The MLP-like module of a block, as the config says: called mlp(x, trace, prefix) -> [B, T, d]."""
+    """A block's MLP-like sublayer: the dense (or gated) MLP, or with num_experts a mixture of experts."""
+    if cfg.num_experts:
+        from .moe import MoE
+        return MoE(cfg, MLP)
     return MLP(cfg)
+
+
+def dense_mlps(mlp: nn.Module) -> list[nn.Module]:
+    """The dense MLPs of a block's MLP-like sublayer: itself, or a mixture's experts (MoE.mlps)."""
+    return mlp.mlps() if hasattr(mlp, "mlps") else [mlp]
 
 
 # -- block -----------------------------------------------------------------------------------
@@ -721,7 +730,7 @@ class ModelBase(nn.Module):
                     nn.init.kaiming_normal_(mod.weight, nonlinearity="relu")
                 else:
                     std = cfg.init_std
-                    if name.endswith("attn.o") or name.endswith("mlp.down"):
+                    if name.endswith(("attn.o", ".down")):  # mlp.down, a mixture's experts.e.down and shared_expert.down
                         std = std / math.sqrt(2 * cfg.n_layers)  # GPT-2's scaled residual projections
                     nn.init.normal_(mod.weight, 0.0, std)
                 if mod.bias is not None:
@@ -809,8 +818,9 @@ class Transformer(ModelBase):
         with torch.inference_mode(False), torch.no_grad():
             for block in self.blocks:
                 block.attn.pack_qkv(column_major=float32)
-                if hasattr(block.mlp, "gate") and not float32:
-                    pack_linears((block.mlp.gate, block.mlp.up), column_major=False)
+                for mlp in dense_mlps(block.mlp):
+                    if hasattr(mlp, "gate") and not float32:
+                        pack_linears((mlp.gate, mlp.up), column_major=False)
             if not float32:
                 self._prepack_one_row()
                 return
@@ -832,13 +842,14 @@ class Transformer(ModelBase):
             return
         products: list[tuple[nn.Module, torch.Tensor]] = []
         for block in self.blocks:
-            attn, mlp = block.attn, block.mlp
+            attn = block.attn
             qkv = attn._packed_qkv()
             products += [(attn, qkv[0])] if qkv is not None else []
             products.append((attn.o, attn.o.weight))
-            gate_up = packed_linears((mlp.gate, mlp.up)) if hasattr(mlp, "gate") else None
-            products += [(mlp, gate_up[0])] if gate_up is not None else [(mlp.up, mlp.up.weight)]
-            products.append((mlp.down, mlp.down.weight))
+            for mlp in dense_mlps(block.mlp):
+                gate_up = packed_linears((mlp.gate, mlp.up)) if hasattr(mlp, "gate") else None
+                products += [(mlp, gate_up[0])] if gate_up is not None else [(mlp.up, mlp.up.weight)]
+                products.append((mlp.down, mlp.down.weight))
         if self.cfg.lm_head and self.cfg.lm_head_kind not in ("mlm", "classifier"):
             products.append((self.lm_head, self.lm_head.weight))
         need = sum(w.numel() * w.element_size() for owner, w in products if owner not in _PREPACKED)

@@ -13,6 +13,11 @@ Names (l = layer index, 0-based):
     blocks.l.mlp.out            MLP output, before the residual add                   [B, T, d]
     blocks.l.resid_post         output of block l (Hugging Face hidden_states[l + 1]) [B, T, d]
     blocks.l.logit_lens         final norm + unembedding applied to resid_post        [B, T, vocab]
+    blocks.l.mlp.router         a mixture of experts' router logits (core/moe.py)     [B, T, E]
+    blocks.l.mlp.experts        its chosen expert ids per token                       [B, T, k]
+    blocks.l.mlp.expert_weights their weights                                         [B, T, k]
+    blocks.l.mlp.expert_out.e   expert e's weighted output, zero where not chosen     [B, T, d]
+                                (only when a pattern naming expert_out asks for it: asks_for)
     final_norm.out              last block's output after the final norm (GPT-2, LLaMA) [B, T, d]
     logits                      the model's logits                                    [B, T, vocab]
 
@@ -84,6 +89,11 @@ class Trace:
                                               and self._matches(name[:-1] + "head_out"))
             self._wants[name] = hit
         return hit
+
+    def asks_for(self, name: str, kind: str) -> bool:
+        """Whether a pattern that spells `kind` matches `name` ("blocks.*.mlp.expert_out.*" does, "*" does
+        not): for points recorded only when asked for by name (a mixture's per-expert outputs)."""
+        return any(kind in p and fnmatch.fnmatchcase(name, p) for p in self.patterns)
 
     def _matches(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, p) for p in self.patterns)

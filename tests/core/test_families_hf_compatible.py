@@ -129,6 +129,7 @@ SPECIAL = {
     "final_logit_softcap": lambda cfg: [dict(final_logit_softcap=30.0)],
     "lm_head_scale": lambda cfg: [dict(lm_head_scale=0.5)],
     "residual_multiplier": lambda cfg: [dict(residual_multiplier=0.5)],
+    "shared_expert_gate": lambda cfg: [dict(shared_expert_gate=not cfg.shared_expert_gate)],  # Qwen2-MoE: ungated
     "input_kind": lambda cfg: [dict(input_kind="patches", image_size=8, patch_size=4, context_length=5,
                                     positions="learned", causal=False, tie_embeddings=False)],
 }

@@ -99,6 +99,7 @@ class Family:
     # what the class also fixes across fields (OPT: a final norm exactly with pre-LN): one line per problem
     requires: Callable[[ModelConfig], list[str]] | None = None
     encoder_decoder: bool = False  # an encoder and a decoder with cross-attention (core/seq2seq.py)
+    moe: bool = False  # a mixture-of-experts: each block's MLP routes tokens to experts (core/moe.py)
 
     def hf_differences(self, cfg: ModelConfig) -> list[str]:
         return hf_differences(self, cfg)
@@ -162,7 +163,9 @@ NOT_SWITCHES = frozenset({
     "rope_theta", "sinkhorn_iters", "lm_head", "tie_embeddings", "dropout", "init", "init_std", "dtype",
     "pad_token_id", "bos_token_id", "eos_token_id", "image_size", "patch_size", "num_channels", "extra",
     # an encoder-decoder's decoder depth, its start token, and T5's farthest distinct offset: sizes and ids
-    "n_decoder_layers", "decoder_start_token_id", "relative_max_distance"})
+    "n_decoder_layers", "decoder_start_token_id", "relative_max_distance",
+    # how many experts a token runs: a count, and nothing without num_experts (a switch)
+    "experts_per_token"})
 
 
 def _allows(allowed: Any, value: Any) -> bool:

@@ -67,27 +67,93 @@ LLAMA_NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm2
 QK_NORMS = (("self_attn.q_norm", "attn.q_norm"), ("self_attn.k_norm", "attn.k_norm"))
 
 
-def weights(cfg: ModelConfig, norms: tuple[tuple[str, str], ...] = LLAMA_NORMS) -> list[Weight]:
+# A mixture of experts' names in Hugging Face's files: (the layer's MLP module, an expert's gate, up and
+# down projections). Its router is {module}.gate, expert e {module}.experts.{e}.*.
+QWEN_EXPERTS = ("mlp", "gate_proj", "up_proj", "down_proj")  # Qwen2-MoE, Qwen3-MoE, OLMoE
+MIXTRAL_EXPERTS = ("block_sparse_moe", "w1", "w3", "w2")
+
+
+def weights(cfg: ModelConfig, norms: tuple[tuple[str, str], ...] = LLAMA_NORMS,
+            experts: tuple[str, str, str, str] = QWEN_EXPERTS) -> list[Weight]:
     """The LLaMA weight table: every tensor one to one; biases where the config has them, q/k norms
-    with qk_norm, and the per-layer norms the family names."""
+    with qk_norm, and the per-layer norms the family names; with num_experts, the router, the experts
+    (named as `experts` says) and any shared expert in place of the MLP."""
     table = [weight("embed_tokens.weight", "tok_embed.weight")]
     linears = [("self_attn.q_proj", "attn.q", cfg.attention_bias), ("self_attn.k_proj", "attn.k", cfg.attention_bias),
                ("self_attn.v_proj", "attn.v", cfg.attention_bias),
-               ("self_attn.o_proj", "attn.o", cfg.attention_out_bias),
-               ("mlp.gate_proj", "mlp.gate", cfg.mlp_bias), ("mlp.up_proj", "mlp.up", cfg.mlp_bias),
-               ("mlp.down_proj", "mlp.down", cfg.mlp_bias)]
+               ("self_attn.o_proj", "attn.o", cfg.attention_out_bias)]
+    if not cfg.num_experts:
+        linears += [("mlp.gate_proj", "mlp.gate", cfg.mlp_bias), ("mlp.up_proj", "mlp.up", cfg.mlp_bias),
+                    ("mlp.down_proj", "mlp.down", cfg.mlp_bias)]
     for i in range(cfg.n_layers):
         b, h = f"blocks.{i}.", f"layers.{i}."
         for theirs, ours, bias in linears:
             table.append(weight(h + theirs + ".weight", b + ours + ".weight"))
             if bias:
                 table.append(weight(h + theirs + ".bias", b + ours + ".bias"))
+        if cfg.num_experts:
+            table += expert_weights(cfg, h, b, experts)
         for theirs, ours in norms + (QK_NORMS if cfg.qk_norm else ()):
             table.append(weight(h + theirs + ".weight", b + ours + ".weight"))
     table.append(weight("norm.weight", "final_norm.weight"))
     if cfg.lm_head and not cfg.tie_embeddings:
         table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
     return table
+
+
+def expert_weights(cfg: ModelConfig, h: str, b: str, experts: tuple[str, str, str, str]) -> list[Weight]:
+    """One layer's mixture of experts (core/moe.py): router, experts, shared expert and its gate."""
+    module, gate, up, down = experts
+    table = [weight(f"{h}{module}.gate.weight", f"{b}mlp.router.weight")]
+    for e in range(cfg.num_experts):
+        table += [weight(f"{h}{module}.experts.{e}.{theirs}.weight", f"{b}mlp.experts.{e}.{ours}.weight")
+                  for theirs, ours in ((gate, "gate"), (up, "up"), (down, "down"))]
+    if cfg.shared_expert_d_ff:
+        table += [weight(f"{h}{module}.shared_expert.{theirs}.weight", f"{b}mlp.shared_expert.{ours}.weight")
+                  for theirs, ours in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down"))]
+    if cfg.shared_expert_gate:
+        table.append(weight(f"{h}{module}.shared_expert_gate.weight", f"{b}mlp.shared_expert_gate.weight"))
+    return table
+
+
+def experts_from_hf(d: dict, path: Path, count_key: str) -> dict[str, Any]:
+    """num_experts, experts_per_token and router_norm from config.json (count_key: num_local_experts in
+    Mixtral and Qwen3-MoE, num_experts in the others; norm_topk_prob,
+    where the family has it, says whether the
+    chosen experts' probabilities are renormalised). Only every layer sparse is computed here
+    (mlp_only_layers empty, decoder_sparse_step 1): other configs are refused in one line."""
+    if d.get("mlp_only_layers") or d.get("decoder_sparse_step", 1) != 1:
+        raise ModelLoadError(path, "dense MLP layers between the sparse ones (mlp_only_layers, decoder_sparse_step) "
+                                   "are not supported: every layer must be a mixture of experts")
+    need = required(d, path)
+    norm = "renormalised" if d.get("norm_topk_prob", True) else "softmax"
+    return dict(num_experts=need(count_key), experts_per_token=need("num_experts_per_tok"), router_norm=norm)
+
+
+def aliased(d: dict, name: str, alias: str) -> dict:
+    """config.json with `alias` read as `name` when only the alias is there (a transformers config's
+    attribute_map: Qwen3-MoE reads num_experts as num_local_experts, OLMoE the other way round)."""
+    return {**d, name: d[alias]} if name not in d and alias in d else d
+
+
+def experts_to_hf(cfg: ModelConfig, count_key: str) -> dict[str, Any]:
+    out = {count_key: cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token}
+    if cfg.family != "mixtral":  # the Qwen-MoE and OLMoE configs say how the weights are normalised
+        out["norm_topk_prob"] = cfg.router_norm == "renormalised"
+    return out
+
+
+def qwen_moe_fields(d: dict, path: Path, count_key: str) -> dict[str, Any]:
+    """Qwen2-MoE and Qwen3-MoE: the experts' width is moe_intermediate_size (intermediate_size is a dense
+    layer's, and every layer here is sparse); their sliding windows are not computed here."""
+    if d.get("use_sliding_window"):
+        raise ModelLoadError(path, f"use_sliding_window is not supported for model_type {d.get('model_type')!r}")
+    return dict(d_ff=required(d, path)("moe_intermediate_size"), **experts_from_hf(d, path, count_key))
+
+
+def qwen_moe_to_hf(cfg: ModelConfig, count_key: str) -> dict[str, Any]:
+    return {**experts_to_hf(cfg, count_key), "moe_intermediate_size": cfg.d_ff, "mlp_only_layers": [],
+            "decoder_sparse_step": 1, "use_sliding_window": False}
 
 
 def layer_types_from_hf(d: dict, path: Path, n_layers: Any) -> list[str] | None:

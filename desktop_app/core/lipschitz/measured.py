@@ -337,6 +337,8 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
         common["scale"] = attention_scale(cfg)
     if layer_window(cfg, layer) is not None:
         common["window"] = layer_window(cfg, layer)
+    if cfg.qk_norm_across_heads:  # one norm over every head's q (k) couples the heads: not a per-head map
+        raise ValueError("the Lipschitz lab does not compute q/k norms over all heads at once (OLMoE's)")
     if cfg.qk_norm:
         common["q_norm"] = HeadNorm.of(cfg.norm, attn.q_norm, dtype)
         common["k_norm"] = HeadNorm.of(cfg.norm, attn.k_norm, dtype)

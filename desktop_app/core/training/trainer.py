@@ -54,6 +54,7 @@ from ..devices import default_device, resolve_device
 from ..families import REGISTRY
 from ..jobs import Cancelled, JobControl
 from ..model import Transformer
+from ..moe import expert_load
 from ..seq2seq import greedy_batch
 from .optim import make_optimizer, optimizer_state_from_tensors, optimizer_state_to_tensors, use_fused_step
 from .schedules import lr_at
@@ -788,7 +789,10 @@ def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[di
                 train_acc = interval_correct / interval_scored if interval_scored else None
                 ev = {"event": "eval", "step": step, "val_loss": val_loss, "val_accuracy": val_acc,
                       "train_accuracy": train_acc, **scores, "elapsed": elapsed}
-                history.append(ev)
+                if model_cfg.num_experts:  # a mixture's router balance over the held-out inputs (not kept per expert)
+                    load = expert_load(model, val.inputs[:cfg.batch_size * 4].to(device))
+                    ev.update(expert_load=load.tolist(), expert_load_max=float(load.max()) * model_cfg.num_experts)
+                history.append({k: v for k, v in ev.items() if k != "expert_load"})
                 summary.update(step=step, val_loss=val_loss, val_accuracy=val_acc, **scores)
                 if train_acc is not None:
                     summary["train_accuracy"] = train_acc

@@ -24,7 +24,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
-from ...app.whatif import (HEAD, ablation, ablation_choices, attribute_ids, attribution_problem, is_seq2seq,
+from ...app.whatif import (EXPERT, HEAD, ablation, ablation_choices, attribute_ids, attribution_problem, is_seq2seq,
                            patch_ids, patching_problem, refuse, steering_edit, steering_problem, text_ids)
 from ...core.views.whatif import TABS as WHATIF_TABS, WhatIfViewState
 from ..settings import plot_background, plot_foreground
@@ -172,8 +172,10 @@ class AttributionChart(pg.PlotWidget):
 
 
 def _component_label(component: str, layer: int, head: int) -> str:
-    """L2H3: a (self-attention) head; L2xH3: an encoder-decoder's cross-attention head."""
+    """L2H3: a (self-attention) head; L2xH3: an encoder-decoder's cross-attention head; L2E5: a mixture's
+    expert 5."""
     return {"embed": "embed", "head": f"L{layer}H{head}", "attn_bias": f"L{layer} bias", "mlp": f"L{layer} MLP",
+            "expert": f"L{layer}E{head}", "shared_expert": f"L{layer} shared",
             "cross_head": f"L{layer}xH{head}", "cross_bias": f"L{layer} x-bias", "logits_bias": "logits bias",
             "final_norm_bias": "norm bias"}.get(component, component)
 
@@ -329,7 +331,8 @@ class WhatIfPanel(QWidget, ResultView):
         self._steer_job = None
         self.set_scale(4.0)
 
-        # (d) ablation: zero one head (of any of an encoder-decoder's three kinds), a layer's attention or an MLP
+        # (d) ablation: zero one head (of any of an encoder-decoder's three kinds), a layer's attention, an MLP or
+        # a mixture's expert
         self.ablate_kind = QComboBox()
         self.ablate_layer, self.ablate_head = QSpinBox(), QSpinBox()
         self.ablate_button = QPushButton("Ablate")
@@ -338,7 +341,8 @@ class WhatIfPanel(QWidget, ResultView):
         self.ablate_status.setWordWrap(True)
         ablating = QWidget()
         knobs = QHBoxLayout()
-        for w in (QLabel("Zero"), self.ablate_kind, QLabel("Layer"), self.ablate_layer, QLabel("Head"),
+        self.ablate_head_label = QLabel("Head")  # "Expert" when the kind is a mixture's expert
+        for w in (QLabel("Zero"), self.ablate_kind, QLabel("Layer"), self.ablate_layer, self.ablate_head_label,
                   self.ablate_head, self.ablate_button):
             knobs.addWidget(w)
         knobs.addStretch(1)
@@ -611,8 +615,10 @@ class WhatIfPanel(QWidget, ResultView):
             return
         _, what, layers = data
         self.ablate_layer.setRange(0, layers - 1)
-        self.ablate_head.setRange(0, loaded.config.n_heads - 1)
-        self.ablate_head.setEnabled(what == HEAD)
+        experts = what == EXPERT  # the head box counts a mixture's experts
+        self.ablate_head.setRange(0, (loaded.config.num_experts if experts else loaded.config.n_heads) - 1)
+        self.ablate_head.setEnabled(what in (HEAD, EXPERT))
+        self.ablate_head_label.setText("Expert" if experts else "Head")
 
     def apply_ablation(self) -> None:
         loaded = self.state.loaded

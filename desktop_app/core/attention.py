@@ -45,14 +45,18 @@ def sinkhorn_log_normalise(log_p: torch.Tensor, iters: int) -> torch.Tensor:
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
                     mask: torch.Tensor | None = None, sinkhorn_iters: int = 3,
-                    scale: float | None = None) -> torch.Tensor:
+                    scale: float | None = None, softcap: float | None = None) -> torch.Tensor:
     """Attention weights [..., T_q, T_k] from queries and keys [..., T, dh] (kinds: module docstring).
 
     mask: boolean, True where query i may attend key j, or additive (a float bias added to the scores:
-    T5's relative positions, with masked keys at the dtype's minimum); scale: as in attention_scores. The normalisation runs in float32 at least
+    T5's relative positions, with masked keys at the dtype's minimum); scale: as in attention_scores; softcap:
+    the scores become softcap * tanh(scores / softcap) before the mask (Gemma 2's attn_logit_softcapping).
+    The normalisation runs in float32 at least
     (half-precision softmax loses the small weights), and the result has q's dtype.
     """
     scores = attention_scores(q, k, kind, scale)  # a fresh tensor
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
     if mask is not None and mask.dtype != torch.bool:
         scores = scores + mask
     elif mask is not None:

@@ -147,6 +147,8 @@ class ModelConfig:
     # bias: BERT cls.predictions, RoBERTa lm_head, DistilBERT vocab_transform/vocab_layer_norm/
     # vocab_projector). None: "mlm" for the bert family, else "linear" (configs saved before the field).
     lm_head_kind: str | None = None
+    # scores = cap * tanh(scores / cap) before the mask and softmax. HF `attn_logit_softcapping` (Gemma 2).
+    attn_logit_softcap: float | None = None
     # -- images (ViT). input_kind "patches": the model reads pixel values [B, C, H, W] of square
     # image_size images, cut by a Conv2d (kernel = stride = patch_size) into one token per patch
     # after a learned [CLS] token; context_length is then 1 + (image_size // patch_size) ** 2.
@@ -296,7 +298,8 @@ class ModelConfig:
             if kind == "llama3":
                 check(rs["high_freq_factor"] != rs["low_freq_factor"],
                       "rope_scaling 'llama3' needs high_freq_factor != low_freq_factor")
-        for name in ("rope_local_theta", "attn_scale", "embed_scale", "final_logit_softcap", "lm_head_scale"):
+        for name in ("rope_local_theta", "attn_scale", "embed_scale", "final_logit_softcap", "lm_head_scale",
+                     "attn_logit_softcap"):
             value = getattr(self, name)
             check(value is None or (is_real(value) and value > 0),
                   f"{name} must be a positive finite number or null, got {value!r}")

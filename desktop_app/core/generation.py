@@ -862,14 +862,16 @@ class GenerationSession:
             for l, q in enumerate(queries):
                 k = keys[l] if Hkv == H else keys[l].repeat_interleave(H // Hkv, dim=1)
                 mask = causal_mask(Tq, T, k.device, windows[l])[None, None]
-                rows.append(attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg)))
+                rows.append(attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg),
+                                            softcap=cfg.attn_logit_softcap))
             return rows
         q = torch.stack(queries)  # [L, B, H, 1, dh]
         k = keys if Hkv == H else keys.repeat_interleave(H // Hkv, dim=2)
         mask = None
         if any(w is not None and w < T for w in windows):  # sliding layers: the new query sees its window only
             mask = torch.stack([causal_mask(1, T, k.device, w) for w in windows])[:, None, None]  # [L, 1, 1, 1, T]
-        return list(attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg)).unbind(0))
+        return list(attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg),
+                                   softcap=cfg.attn_logit_softcap).unbind(0))
 
     def _undo(self, created: list[Node]) -> None:
         """Forget nodes whose forward did not finish; the cache may be half-updated: drop it."""

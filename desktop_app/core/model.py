@@ -453,7 +453,8 @@ class Attention(nn.Module):
         B, H, T, dh = q.shape
         Hkv = k.shape[1]
         recording = trace is not None and (trace.wants(prefix + "pattern") or trace.wants(prefix + "head_out"))
-        fused = cfg.attention_kind == "softmax" and not recording
+        # (scaled_dot_product_attention has no soft-capping: a soft-capped model takes the explicit path)
+        fused = cfg.attention_kind == "softmax" and not recording and cfg.attn_logit_softcap is None
         # the fused kernel reads grouped keys and values as they are (enable_gqa: the same values as
         # repeated ones, bit for bit on the CPU; two copies fewer, ~2x faster for a one-token step)
         grouped = fused and Hkv != H
@@ -469,7 +470,7 @@ class Attention(nn.Module):
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop, scale=self.scale,
                                                    enable_gqa=grouped)
         else:
-            p = attention_probs(q, k, cfg.attention_kind, mask, cfg.sinkhorn_iters, self.scale)
+            p = attention_probs(q, k, cfg.attention_kind, mask, cfg.sinkhorn_iters, self.scale, cfg.attn_logit_softcap)
             if trace is not None:
                 trace.record(prefix + "pattern", p)
             y = F.dropout(p, drop, self.training) @ v

@@ -289,6 +289,15 @@ def layer_modules(model, layer: int, stack: str | None = None):
     return getattr(model, name).blocks[layer], kind
 
 
+def unmeasured(cfg) -> str | None:
+    """Why the lab cannot measure this config's attention faithfully (one line), or None: the parts of a
+    score that the measured function below does not compute are refused, never measured without them."""
+    if cfg.attn_logit_softcap is not None:
+        return (f"attention logit soft-capping (attn_logit_softcap {cfg.attn_logit_softcap:g}, {cfg.family}) is not "
+                f"in the Lipschitz lab's measured function: its layers are not measured")
+    return None
+
+
 def layer_map(model, layer: int, head: int | None = None, masked: bool | None = None, *, stack: str | None = None,
               source_ids=None):
     """model.blocks[layer].attn as the model's Block applies it, or one head of it.
@@ -316,6 +325,9 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
     (CrossAttentionMap).
     """
     cfg = model.cfg
+    problem = unmeasured(cfg)
+    if problem:
+        raise ValueError(problem)
     block, kind = layer_modules(model, layer, stack)
     attn = getattr(block, kind)
     if stack == "cross":

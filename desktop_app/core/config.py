@@ -22,7 +22,7 @@ PLACEMENTS = ("pre", "post")
 # silu: ungated silu(up) (Marian's "swish")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "swiglu", "geglu", "silu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
-ROPE_SCALINGS = ("linear", "llama3")
+ROPE_SCALINGS = ("linear", "llama3", "longrope")
 LAYER_TYPES = ("full_attention", "sliding_attention")  # as Hugging Face configs write them
 LM_HEAD_KINDS = ("linear", "mlm", "classifier")
 INPUT_KINDS = ("tokens", "patches")
@@ -115,7 +115,10 @@ class ModelConfig:
     rotary_fraction: float = 1.0
     # Rotary frequency scaling, HF `rope_scaling` / `rope_parameters`: {"rope_type": "linear",
     # "factor": f} or {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
-    # "original_max_position_embeddings"}. None: plain rotary. Applies to full-attention layers.
+    # "original_max_position_embeddings"} or {"rope_type": "longrope", "short_factor": [...], "long_factor":
+    # [...] (one per rotating frequency), "original_max_position_embeddings", "attention_factor"} (Phi-3:
+    # the long factors once a sequence passes the original context, cos and sin scaled by attention_factor).
+    # None: plain rotary. Applies to full-attention layers.
     rope_scaling: dict[str, Any] | None = None
     # Rotary base of sliding-window layers, which then get no rope_scaling. Gemma 3
     # `rope_local_base_freq` (rope_parameters["sliding_attention"]). None: same rotary as other layers.
@@ -290,14 +293,19 @@ class ModelConfig:
             kind = rs.get("rope_type", rs.get("type"))
             check(kind in ROPE_SCALINGS, f"rope_scaling type {kind!r} is not supported "
                                          f"(supported: {', '.join(ROPE_SCALINGS)})")
-            needed = ("factor",) if kind == "linear" else (
-                "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+            needed = {"linear": ("factor",), "longrope": ("original_max_position_embeddings", "attention_factor"),
+                      "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}[kind]
             for key in needed:
                 check(is_real(rs.get(key)) and rs.get(key) > 0,
                       f"rope_scaling {kind!r} needs a positive number {key!r}, got {rs.get(key)!r}")
             if kind == "llama3":
                 check(rs["high_freq_factor"] != rs["low_freq_factor"],
                       "rope_scaling 'llama3' needs high_freq_factor != low_freq_factor")
+            for key in ("short_factor", "long_factor") if kind == "longrope" else ():
+                factors, n = rs.get(key), int(self.d_head * self.rotary_fraction) // 2
+                check(isinstance(factors, list) and len(factors) == n and all(is_real(f) and f > 0 for f in factors),
+                      f"rope_scaling 'longrope' needs {key} as a list of {n} positive numbers (one per rotating "
+                      f"frequency), got {factors!r}")
         for name in ("rope_local_theta", "attn_scale", "embed_scale", "final_logit_softcap", "lm_head_scale",
                      "attn_logit_softcap"):
             value = getattr(self, name)

@@ -82,10 +82,17 @@ def sinusoidal_table(n: int, d: int, layout: str = "interleaved") -> torch.Tenso
     return pe
 
 
-def rotary_inv_freq(dims: int, theta: float, scaling: dict | None = None, device=None) -> torch.Tensor:
+def rotary_inv_freq(dims: int, theta: float, scaling: dict | None = None, device=None,
+                    seq_len: int = 0) -> torch.Tensor:
     """Frequencies theta^(-2i/dims) of the rotating dims, rescaled as HF's rope_scaling asks:
     "linear" divides every frequency by factor; "llama3" (Llama 3.1) divides the low frequencies
-    by factor, keeps the high ones, and interpolates smoothly between (modeling_rope_utils)."""
+    by factor, keeps the high ones, and interpolates smoothly between; "longrope" (Phi-3) divides each
+    by its short factor, or by its long one when the sequence (`seq_len`: the last position + 1) is
+    longer than the original context (modeling_rope_utils)."""
+    if scaling is not None and scaling.get("rope_type") == "longrope":
+        long = seq_len > scaling["original_max_position_embeddings"]
+        ext = torch.tensor(scaling["long_factor" if long else "short_factor"], dtype=torch.float32, device=device)
+        return 1.0 / (ext * theta ** (torch.arange(0, dims, 2, dtype=torch.int64, device=device).float() / dims))
     inv_freq = 1.0 / (theta ** (torch.arange(0, dims, 2, dtype=torch.float32, device=device) / dims))
     if scaling is None:
         return inv_freq
@@ -105,10 +112,13 @@ def rotary_inv_freq(dims: int, theta: float, scaling: dict | None = None, device
 def rotary_cos_sin(positions: torch.Tensor, dims: int, theta: float,
                    scaling: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin [T, dims] for the first `dims` dims of each head (all of them unless the
-    config's rotary_fraction is below 1)."""
-    inv_freq = rotary_inv_freq(dims, theta, scaling, positions.device)
+    config's rotary_fraction is below 1); longrope's are scaled by its attention_factor."""
+    seq_len = int(positions.max()) + 1 if positions.numel() else 0
+    inv_freq = rotary_inv_freq(dims, theta, scaling, positions.device, seq_len)
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
+    if scaling is not None and scaling.get("rope_type") == "longrope":
+        return emb.cos() * scaling["attention_factor"], emb.sin() * scaling["attention_factor"]
     return emb.cos(), emb.sin()
 
 

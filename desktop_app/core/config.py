@@ -15,8 +15,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-# rmsnorm_offset: Gemma's RMSNorm, weight applied as (1 + w) (stored zero-centred), all in float32
-NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset")
+# rmsnorm_offset: Gemma's RMSNorm, weight applied as (1 + w) (stored zero-centred), all in float32;
+# layernorm_plain: LayerNorm without weight or bias (OLMo's non-parametric norm)
+NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset", "layernorm_plain")
 PLACEMENTS = ("pre", "post")
 # swiglu: silu(gate) * up (LLaMA, Qwen, Mistral); geglu: gelu_tanh(gate) * up (Gemma, T5 v1.1 gated-gelu);
 # silu: ungated silu(up) (Marian's "swish")
@@ -152,6 +153,8 @@ class ModelConfig:
     lm_head_kind: str | None = None
     # scores = cap * tanh(scores / cap) before the mask and softmax. HF `attn_logit_softcapping` (Gemma 2).
     attn_logit_softcap: float | None = None
+    # q, k and v each clamped to [-clip_qkv, clip_qkv] right after their projections. HF `clip_qkv` (OLMo).
+    clip_qkv: float | None = None
     # -- images (ViT). input_kind "patches": the model reads pixel values [B, C, H, W] of square
     # image_size images, cut by a Conv2d (kernel = stride = patch_size) into one token per patch
     # after a learned [CLS] token; context_length is then 1 + (image_size // patch_size) ** 2.
@@ -307,7 +310,7 @@ class ModelConfig:
                       f"rope_scaling 'longrope' needs {key} as a list of {n} positive numbers (one per rotating "
                       f"frequency), got {factors!r}")
         for name in ("rope_local_theta", "attn_scale", "embed_scale", "final_logit_softcap", "lm_head_scale",
-                     "attn_logit_softcap"):
+                     "attn_logit_softcap", "clip_qkv"):
             value = getattr(self, name)
             check(value is None or (is_real(value) and value > 0),
                   f"{name} must be a positive finite number or null, got {value!r}")

@@ -59,6 +59,8 @@ def make_norm(cfg: ModelConfig, d: int | None = None) -> nn.Module:
         return RMSNorm(d, cfg.norm_eps)
     if cfg.norm == "rmsnorm_offset":
         return OffsetRMSNorm(d, cfg.norm_eps)
+    if cfg.norm == "layernorm_plain":  # OLMo: no weight, no bias
+        return nn.LayerNorm(d, eps=cfg.norm_eps, elementwise_affine=False)
     return nn.LayerNorm(d, eps=cfg.norm_eps)
 
 
@@ -416,6 +418,8 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
         q, k, v = self.project_qkv(x)
+        if cfg.clip_qkv is not None:  # OLMo
+            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         v = v.view(B, T, Hkv, dh).transpose(1, 2)
         if rotary is not None and T == 1 and not self.cfg.qk_norm:
             # one token (a generation step): q and k rotate as one [B, 1, H + Hkv, dh] tensor, the same
@@ -717,7 +721,7 @@ class Transformer(nn.Module):
                 nn.init.normal_(mod.weight, 0.0, cfg.init_std)
             elif isinstance(mod, OffsetRMSNorm):
                 nn.init.zeros_(mod.weight)  # scales by 1 + w
-            elif isinstance(mod, (nn.LayerNorm, RMSNorm)):
+            elif isinstance(mod, (nn.LayerNorm, RMSNorm)) and mod.weight is not None:
                 nn.init.ones_(mod.weight)
                 if getattr(mod, "bias", None) is not None:
                     nn.init.zeros_(mod.bias)

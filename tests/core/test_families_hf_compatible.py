@@ -128,6 +128,7 @@ SPECIAL = {
     "embed_scale": lambda cfg: [dict(embed_scale=2.0)],
     "final_logit_softcap": lambda cfg: [dict(final_logit_softcap=30.0)],
     "attn_logit_softcap": lambda cfg: [dict(attn_logit_softcap=50.0)],
+    "clip_qkv": lambda cfg: [dict(clip_qkv=8.0)],
     "lm_head_scale": lambda cfg: [dict(lm_head_scale=0.5)],
     "input_kind": lambda cfg: [dict(input_kind="patches", image_size=8, patch_size=4, context_length=5,
                                     positions="learned", causal=False, tie_embeddings=False)],

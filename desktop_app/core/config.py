@@ -155,6 +155,9 @@ class ModelConfig:
     attn_logit_softcap: float | None = None
     # q, k and v each clamped to [-clip_qkv, clip_qkv] right after their projections. HF `clip_qkv` (OLMo).
     clip_qkv: float | None = None
+    # Per layer, whether its q and k rotate (rotary positions); false: a "NoPE" layer, no positions at all.
+    # HF `no_rope_layers` (SmolLM3: 1 = rotary, 0 = none). None: every layer rotates.
+    rotary_layers: list[bool] | None = None
     # -- images (ViT). input_kind "patches": the model reads pixel values [B, C, H, W] of square
     # image_size images, cut by a Conv2d (kernel = stride = patch_size) into one token per patch
     # after a learned [CLS] token; context_length is then 1 + (image_size // patch_size) ** 2.
@@ -206,6 +209,8 @@ class ModelConfig:
             return value is None or value * self.n_heads == self.d_model
         if name == "attn_scale":
             return value is None or abs(value * self.d_head ** 0.5 - 1.0) < 1e-12
+        if name == "rotary_layers":
+            return value is None or all(value)
         if name == "layer_types":
             every = "sliding_attention" if self.sliding_window is not None else "full_attention"
             return value is None or all(t == every for t in value)
@@ -323,6 +328,11 @@ class ModelConfig:
             check(not unknown, f"unknown layer types {unknown!r} (known: {', '.join(LAYER_TYPES)})")
             check("sliding_attention" not in self.layer_types or self.sliding_window is not None,
                   "layer_types has sliding_attention layers but sliding_window is not set")
+        if self.rotary_layers is not None:
+            check(isinstance(self.rotary_layers, list) and len(self.rotary_layers) == self.n_layers
+                  and all(isinstance(r, bool) for r in self.rotary_layers),
+                  f"rotary_layers must list true or false for each of the {self.n_layers} layers, got {self.rotary_layers!r}")
+            check(self.positions == "rotary", "rotary_layers needs rotary positions")
         check(is_int(self.position_offset) and self.position_offset >= 0,
               f"position_offset must be a non-negative integer, got {self.position_offset!r}")
         check(self.lm_head_kind in LM_HEAD_KINDS, f"unknown lm_head_kind {self.lm_head_kind!r} "

@@ -151,11 +151,16 @@ layer_window = ModelConfig.layer_window
 def layer_rotary(cfg: ModelConfig, layer: int, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """cos, sin for this layer at these absolute positions (None without rotary positions).
     Gemma 3's sliding layers use their own base (rope_local_theta) and no scaling."""
-    if cfg.positions != "rotary":
+    if not layer_rotates(cfg, layer):
         return None
     if cfg.rope_local_theta is not None and layer_window(cfg, layer) is not None:
         return rotary_cos_sin(positions, rotary_dims(cfg), cfg.rope_local_theta)
     return rotary_cos_sin(positions, rotary_dims(cfg), cfg.rope_theta, cfg.rope_scaling)
+
+
+def layer_rotates(cfg: ModelConfig, layer: int) -> bool:
+    """Whether this layer rotates q and k: rotary positions, and not one of SmolLM3's "NoPE" layers."""
+    return cfg.positions == "rotary" and (cfg.rotary_layers is None or cfg.rotary_layers[layer])
 
 
 def attention_scale(cfg: ModelConfig) -> float:
@@ -904,7 +909,7 @@ class Transformer(nn.Module):
             return masks[window]
 
         def rotary_for(l: int) -> tuple | None:
-            key = (cfg.rope_local_theta is not None and layer_window(cfg, l) is not None,)
+            key = (cfg.rope_local_theta is not None and layer_window(cfg, l) is not None, layer_rotates(cfg, l))
             if key not in rotaries:
                 rot = layer_rotary(cfg, l, positions)  # in the activations' dtype, once (apply_rotary)
                 rotaries[key] = None if rot is None else (rot[0].to(x.dtype), rot[1].to(x.dtype))

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import ATTENTION_KINDS, attention_probs, causal_mask
-from ..model import apply_rotary, attention_scale, layer_rotary, layer_window, rotary_cos_sin
+from ..model import apply_rotary, attention_scale, layer_rotary, layer_rotates, layer_window, rotary_cos_sin
 
 
 def _rotate_half_t(z: torch.Tensor) -> torch.Tensor:
@@ -339,7 +339,7 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
     dtype = torch.promote_types(attn.q.weight.dtype, torch.float32)  # float64 models stay float64
     common = dict(kind=cfg.attention_kind, masked=masked, sinkhorn_iters=cfg.sinkhorn_iters)
     # every switch left at its default keeps the map built exactly as before the switches existed
-    if cfg.positions == "rotary":
+    if layer_rotates(cfg, layer):
         if cfg.rotary_fraction == 1.0 and cfg.rope_scaling is None and cfg.rope_local_theta is None:
             common["rope_theta"] = cfg.rope_theta
         else:

@@ -158,6 +158,9 @@ class ModelConfig:
     # Per layer, whether its q and k rotate (rotary positions); false: a "NoPE" layer, no positions at all.
     # HF `no_rope_layers` (SmolLM3: 1 = rotary, 0 = none). None: every layer rotates.
     rotary_layers: list[bool] | None = None
+    # Each sublayer's output is multiplied by this before its residual add. HF `residual_multiplier`
+    # (Granite). None: 1. (The smallest switch for Granite; the block rewrite on branch `block` owns its place.)
+    residual_multiplier: float | None = None
     # -- images (ViT). input_kind "patches": the model reads pixel values [B, C, H, W] of square
     # image_size images, cut by a Conv2d (kernel = stride = patch_size) into one token per patch
     # after a learned [CLS] token; context_length is then 1 + (image_size // patch_size) ** 2.
@@ -315,7 +318,7 @@ class ModelConfig:
                       f"rope_scaling 'longrope' needs {key} as a list of {n} positive numbers (one per rotating "
                       f"frequency), got {factors!r}")
         for name in ("rope_local_theta", "attn_scale", "embed_scale", "final_logit_softcap", "lm_head_scale",
-                     "attn_logit_softcap", "clip_qkv"):
+                     "attn_logit_softcap", "clip_qkv", "residual_multiplier"):
             value = getattr(self, name)
             check(value is None or (is_real(value) and value > 0),
                   f"{name} must be a positive finite number or null, got {value!r}")

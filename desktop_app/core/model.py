@@ -587,6 +587,7 @@ class Block(nn.Module):
             self.post_attn_norm = make_norm(cfg)
             self.post_mlp_norm = make_norm(cfg)
         self.sandwich = cfg.sandwich_norms
+        self.residual_multiplier = cfg.residual_multiplier  # Granite
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x, mask, rotary, cache, trace: Trace | None, prefix: str, is_causal_full: bool):
@@ -596,6 +597,8 @@ class Block(nn.Module):
         a = self.attn(a_in, mask, rotary, cache, trace, prefix + "attn.", is_causal_full)
         if self.sandwich:
             a = self.post_attn_norm(a)
+        if self.residual_multiplier is not None:
+            a = a * self.residual_multiplier
         a = edit_at(trace, prefix + "attn.out", self.resid_dropout(a) if self.training else a)  # no module call when evaluating
         x_in, m_in = x, self.norm2(x) if self.parallel else None  # parallel: the MLP reads the block's input
         mid = x + a if self.pre else self.norm1(x + a)
@@ -606,6 +609,8 @@ class Block(nn.Module):
         m = self.mlp(m_in)
         if self.sandwich:
             m = self.post_mlp_norm(m)
+        if self.residual_multiplier is not None:
+            m = m * self.residual_multiplier
         m = edit_at(trace, prefix + "mlp.out", m)
         if self.parallel and x is mid:  # (m + a) + x_in, transformers' GPT-NeoX order: bfloat16 rounds
             post = (m + a) + x_in        # (x_in + a) + m differently; an edited resid_mid is added to as it is
@@ -854,6 +859,8 @@ class Transformer(nn.Module):
         if cfg.lm_head_kind == "mlm":
             h = self.mlm_norm(F.gelu(self.mlm_dense(h)))
             return self.lm_head(h) + self.lm_bias
+        if cfg.lm_head_scale is not None:  # Granite's 1 / logits_scaling
+            h = h * cfg.lm_head_scale
         logits = linear(self.lm_head, h, self.lm_head.weight)
         if cfg.final_logit_softcap is not None:
             logits = torch.tanh(logits / cfg.final_logit_softcap) * cfg.final_logit_softcap

@@ -130,6 +130,7 @@ SPECIAL = {
     "attn_logit_softcap": lambda cfg: [dict(attn_logit_softcap=50.0)],
     "clip_qkv": lambda cfg: [dict(clip_qkv=8.0)],
     "rotary_layers": lambda cfg: [dict(rotary_layers=[False] + [True] * (cfg.n_layers - 1))],
+    "residual_multiplier": lambda cfg: [dict(residual_multiplier=0.5)],
     "lm_head_scale": lambda cfg: [dict(lm_head_scale=0.5)],
     "input_kind": lambda cfg: [dict(input_kind="patches", image_size=8, patch_size=4, context_length=5,
                                     positions="learned", causal=False, tie_embeddings=False)],

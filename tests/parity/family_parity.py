@@ -56,6 +56,17 @@ def compare_outputs(loaded: LoadedModel, hf_out, ids: torch.Tensor, what: str = 
         assert err < LOGITS_TOL, f"{what} logits: {err:.2e}"
 
 
+def sharpened(hf, factor: float = 12.0):
+    """Random q and k weights give scores of ~1e-2, where a soft cap or a score scale changes nothing
+    measurable: scaled up (the model's layers' self_attn.q_proj and k_proj), the scores reach several
+    units and a part of the score computation left out shows in the logits. Returns hf."""
+    with torch.no_grad():
+        for layer in hf.model.layers:
+            layer.self_attn.q_proj.weight.mul_(factor)
+            layer.self_attn.k_proj.weight.mul_(factor)
+    return hf
+
+
 def check_greedy(loaded: LoadedModel, hf, prompt: list[int], steps: int = 32) -> None:
     """The app's greedy decoding (KV cache) gives the ids `transformers.generate` gives."""
     hf.eval()

@@ -5,8 +5,10 @@ import json
 
 
 def family_rows() -> list[dict]:
+    """One row a family; kind: "encoder-decoder" (T5, BART, Marian), "decoder" (a causal LM) or "encoder"."""
     from ..core.families import REGISTRY
-    return [{"model_type": f.model_type, "title": f.title, "kind": "decoder" if f.decoder else "encoder",
+    return [{"model_type": f.model_type, "title": f.title,
+             "kind": "encoder-decoder" if f.encoder_decoder else "decoder" if f.decoder else "encoder",
              "architectures": list(f.architectures), "trainable": f.trainable} for f in REGISTRY.values()]
 
 
@@ -24,5 +26,5 @@ def run(args) -> int:
     width = max(len(r["model_type"]) for r in rows)
     for r in rows:
         trained = "trainable here" if r["trainable"] else "load only"
-        print(f"{r['model_type']:<{width}}  {r['kind']:<7}  {trained:<14}  {r['title']}")
+        print(f"{r['model_type']:<{width}}  {r['kind']:<15}  {trained:<14}  {r['title']}")
     return 0

@@ -75,6 +75,32 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
     return torch.softmax(scores.to(work), dim=-1).to(q.dtype)
 
 
+def alibi_slopes(n_heads: int, device=None) -> torch.Tensor:
+    """ALiBi's per-head slopes (Press et al. 2022) as Bloom computes them: 2^(-8h/n) for the n = the largest
+    power of two <= n_heads first heads, then every other one of the next power's slopes, in float32."""
+    closest = 2 ** math.floor(math.log2(n_heads))
+    base = torch.full((), 2 ** (-(2 ** -(math.log2(closest) - 3))), device=device, dtype=torch.float32)
+    slopes = torch.pow(base, torch.arange(1, 1 + closest, device=device, dtype=torch.int32))
+    if closest != n_heads:
+        extra = torch.full((), 2 ** (-(2 ** -(math.log2(2 * closest) - 3))), device=device, dtype=torch.float32)
+        remaining = min(closest, n_heads - closest)
+        slopes = torch.cat([slopes, torch.pow(extra, torch.arange(1, 1 + 2 * remaining, 2, device=device,
+                                                                  dtype=torch.int32))])
+    return slopes
+
+
+def alibi_mask(slopes: torch.Tensor, seen: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """ALiBi as an additive mask [..., H, T_q, T_k]: query i at absolute position t_k - t_q + i adds
+    slope_h * (j - its position) to its score with key j (a row's constant does not change the softmax:
+    Bloom adds slope_h * j), and the dtype's minimum where `seen` (the boolean causal/window/padding mask,
+    broadcasting against [H, T_q, T_k]) is False."""
+    t_q, t_k = seen.shape[-2:]
+    i = torch.arange(t_k - t_q, t_k, device=seen.device)[:, None]
+    j = torch.arange(t_k, device=seen.device)[None, :]
+    bias = (slopes.to(seen.device)[:, None, None] * (j - i)).to(dtype)
+    return torch.where(seen, bias, torch.finfo(dtype).min)
+
+
 def causal_mask(t_q: int, t_k: int, device=None, window: int | None = None) -> torch.Tensor:
     """[T_q, T_k] boolean, query i (at absolute position t_k - t_q + i) sees keys up to itself;
     with a window (sliding-window attention), only the last `window` of them (itself included)."""

@@ -27,7 +27,8 @@ ROPE_SCALINGS = ("linear", "llama3", "longrope")
 LAYER_TYPES = ("full_attention", "sliding_attention")  # as Hugging Face configs write them
 LM_HEAD_KINDS = ("linear", "mlm", "classifier")
 INPUT_KINDS = ("tokens", "patches")
-POSITIONS = ("learned", "sinusoidal", "rotary", "none")
+# alibi: no position vectors, a per-head linear bias on the scores by distance (Bloom; attention.alibi_mask)
+POSITIONS = ("learned", "sinusoidal", "rotary", "none", "alibi")
 # sinusoidal tables: "interleaved" (Vaswani: sin, cos, sin, ... per frequency) or "halves" (Marian:
 # every sin first, then every cos)
 SINUSOIDAL_LAYOUTS = ("interleaved", "halves")

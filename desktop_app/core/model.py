@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import attention_probs, causal_mask  # the formulas' one home
+from .attention import alibi_mask, alibi_slopes, attention_probs, causal_mask  # the formulas' one home
 from .config import ModelConfig
 from .interventions import edit_at, editing_trace
 from .trace import Trace
@@ -898,7 +898,7 @@ class Transformer(nn.Module):
             B, T = input_ids.shape
         past = cache.length if cache is not None else 0
         total = past + T
-        if cfg.positions != "rotary" and cfg.positions != "none" and total > cfg.context_length:
+        if cfg.positions in ("learned", "sinusoidal") and total > cfg.context_length:
             raise ValueError(f"sequence of {total} tokens exceeds the context length {cfg.context_length}")
         positions = torch.arange(past, total, device=input_ids.device)
 
@@ -913,6 +913,10 @@ class Transformer(nn.Module):
                 if cfg.causal and (T > 1 or (window is not None and total > window)):
                     mask = causal_mask(T, total, input_ids.device, window)[None, None]
                 masks[window] = pad if mask is None else (mask if pad is None else mask & pad)
+                if cfg.positions == "alibi":  # the bias by distance, additive, the unseen keys at the minimum
+                    seen = masks[window] if masks[window] is not None else torch.ones(1, 1, T, total, dtype=torch.bool,
+                                                                                       device=input_ids.device)
+                    masks[window] = alibi_mask(alibi_slopes(cfg.n_heads, input_ids.device), seen, x.dtype)
             return masks[window]
 
         def rotary_for(l: int) -> tuple | None:
@@ -933,7 +937,8 @@ class Transformer(nn.Module):
             lc = cache.layers[l] if cache is not None else None
             window = layer_window(cfg, l)
             # the fused causal kernel only when no window can hide a key (else an explicit mask)
-            is_causal_full = cfg.causal and past == 0 and attention_mask is None and (window is None or total <= window)
+            is_causal_full = (cfg.causal and past == 0 and attention_mask is None and (window is None or total <= window)
+                              and cfg.positions != "alibi")
             x = block(x, mask_for(window), rotary_for(l), lc, trace, f"blocks.{l}.", is_causal_full)
             if trace is not None and cfg.lm_head and trace.wants(f"blocks.{l}.logit_lens"):
                 trace.record(f"blocks.{l}.logit_lens", self.unembed(x))

@@ -295,6 +295,9 @@ def unmeasured(cfg) -> str | None:
     if cfg.attn_logit_softcap is not None:
         return (f"attention logit soft-capping (attn_logit_softcap {cfg.attn_logit_softcap:g}, {cfg.family}) is not "
                 f"in the Lipschitz lab's measured function: its layers are not measured")
+    if cfg.positions == "alibi":
+        return (f"ALiBi's bias by distance ({cfg.family}) is not in the Lipschitz lab's measured function: its layers "
+                f"are not measured")
     if cfg.residual_multiplier is not None:
         return (f"the residual multiplier (residual_multiplier {cfg.residual_multiplier:g}, {cfg.family}) is not in the "
                 f"Lipschitz lab's measured function: its layers are not measured")

@@ -701,7 +701,7 @@ class Transformer(nn.Module):
                 self.mlm_dense = nn.Linear(cfg.d_model, cfg.d_model)
                 self.mlm_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
                 self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-            elif cfg.lm_head_kind == "classifier":  # ViT: a linear layer with bias on [CLS]
+            elif cfg.lm_head_kind == "classifier" or cfg.final_logits_bias:  # ViT on [CLS]; Phi's head bias
                 self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
             self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
             if cfg.tie_embeddings:
@@ -861,7 +861,7 @@ class Transformer(nn.Module):
             return self.lm_head(h) + self.lm_bias
         if cfg.lm_head_scale is not None:  # Granite's 1 / logits_scaling
             h = h * cfg.lm_head_scale
-        logits = linear(self.lm_head, h, self.lm_head.weight)
+        logits = linear(self.lm_head, h, self.lm_head.weight, self.lm_bias if cfg.final_logits_bias else None)
         if cfg.final_logit_softcap is not None:
             logits = torch.tanh(logits / cfg.final_logit_softcap) * cfg.final_logit_softcap
         return logits

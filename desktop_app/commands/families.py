@@ -5,9 +5,12 @@ import json
 
 
 def family_rows() -> list[dict]:
+    """One row a family; kind: "encoder-decoder" (T5, BART, Marian), "decoder" (a causal LM) or "encoder"."""
     from ..core.families import REGISTRY
-    return [{"model_type": f.model_type, "title": f.title, "kind": "decoder" if f.decoder else "encoder",
-             "architectures": list(f.architectures), "trainable": f.trainable, "moe": f.moe} for f in REGISTRY.values()]
+    return [{"model_type": f.model_type, "title": f.title,
+             "kind": "encoder-decoder" if f.encoder_decoder else "decoder" if f.decoder else "encoder",
+             "architectures": list(f.architectures), "trainable": f.trainable, "moe": f.moe}
+            for f in REGISTRY.values()]
 
 
 def add_parser(sub) -> None:
@@ -25,5 +28,5 @@ def run(args) -> int:
     for r in rows:
         trained = "trainable here" if r["trainable"] else "load only"
         experts = "experts" if r["moe"] else "dense"
-        print(f"{r['model_type']:<{width}}  {r['kind']:<7}  {experts:<7}  {trained:<14}  {r['title']}")
+        print(f"{r['model_type']:<{width}}  {r['kind']:<15}  {experts:<7}  {trained:<14}  {r['title']}")
     return 0

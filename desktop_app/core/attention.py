@@ -45,14 +45,18 @@ def sinkhorn_log_normalise(log_p: torch.Tensor, iters: int) -> torch.Tensor:
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
                     mask: torch.Tensor | None = None, sinkhorn_iters: int = 3,
-                    scale: float | None = None) -> torch.Tensor:
+                    scale: float | None = None, softcap: float | None = None) -> torch.Tensor:
     """Attention weights [..., T_q, T_k] from queries and keys [..., T, dh] (kinds: module docstring).
 
     mask: boolean, True where query i may attend key j, or additive (a float bias added to the scores:
-    T5's relative positions, with masked keys at the dtype's minimum); scale: as in attention_scores. The normalisation runs in float32 at least
+    T5's relative positions, with masked keys at the dtype's minimum); scale: as in attention_scores; softcap:
+    the scores become softcap * tanh(scores / softcap) before the mask (Gemma 2's attn_logit_softcapping).
+    The normalisation runs in float32 at least
     (half-precision softmax loses the small weights), and the result has q's dtype.
     """
     scores = attention_scores(q, k, kind, scale)  # a fresh tensor
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
     if mask is not None and mask.dtype != torch.bool:
         scores = scores + mask
     elif mask is not None:
@@ -69,6 +73,32 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
         # float32 copies of [..., T_q, T_k] (3.6x faster at 32 x 1024 x 1024 in bfloat16 on this CPU)
         return torch.softmax(scores, dim=-1)
     return torch.softmax(scores.to(work), dim=-1).to(q.dtype)
+
+
+def alibi_slopes(n_heads: int, device=None) -> torch.Tensor:
+    """ALiBi's per-head slopes (Press et al. 2022) as Bloom computes them: 2^(-8h/n) for the n = the largest
+    power of two <= n_heads first heads, then every other one of the next power's slopes, in float32."""
+    closest = 2 ** math.floor(math.log2(n_heads))
+    base = torch.full((), 2 ** (-(2 ** -(math.log2(closest) - 3))), device=device, dtype=torch.float32)
+    slopes = torch.pow(base, torch.arange(1, 1 + closest, device=device, dtype=torch.int32))
+    if closest != n_heads:
+        extra = torch.full((), 2 ** (-(2 ** -(math.log2(2 * closest) - 3))), device=device, dtype=torch.float32)
+        remaining = min(closest, n_heads - closest)
+        slopes = torch.cat([slopes, torch.pow(extra, torch.arange(1, 1 + 2 * remaining, 2, device=device,
+                                                                  dtype=torch.int32))])
+    return slopes
+
+
+def alibi_mask(slopes: torch.Tensor, seen: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """ALiBi as an additive mask [..., H, T_q, T_k]: query i at absolute position t_k - t_q + i adds
+    slope_h * (j - its position) to its score with key j (a row's constant does not change the softmax:
+    Bloom adds slope_h * j), and the dtype's minimum where `seen` (the boolean causal/window/padding mask,
+    broadcasting against [H, T_q, T_k]) is False."""
+    t_q, t_k = seen.shape[-2:]
+    i = torch.arange(t_k - t_q, t_k, device=seen.device)[:, None]
+    j = torch.arange(t_k, device=seen.device)[None, :]
+    bias = (slopes.to(seen.device)[:, None, None] * (j - i)).to(dtype)
+    return torch.where(seen, bias, torch.finfo(dtype).min)
 
 
 def causal_mask(t_q: int, t_k: int, device=None, window: int | None = None) -> torch.Tensor:

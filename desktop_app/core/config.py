@@ -15,8 +15,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-# rmsnorm_offset: Gemma's RMSNorm, weight applied as (1 + w) (stored zero-centred), all in float32
-NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset")
+# rmsnorm_offset: Gemma's RMSNorm, weight applied as (1 + w) (stored zero-centred), all in float32;
+# layernorm_plain: LayerNorm without weight or bias (OLMo's non-parametric norm)
+NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset", "layernorm_plain")
 # pre: a norm on each sublayer's input (GPT-2, LLaMA); post: on the stream after each residual add (BERT);
 # output: on each sublayer's output before its residual add, none on its input (OLMo 2)
 PLACEMENTS = ("pre", "post", "output")
@@ -24,11 +25,12 @@ PLACEMENTS = ("pre", "post", "output")
 # silu: ungated silu(up) (Marian's "swish")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "swiglu", "geglu", "silu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
-ROPE_SCALINGS = ("linear", "llama3")
+ROPE_SCALINGS = ("linear", "llama3", "longrope")
 LAYER_TYPES = ("full_attention", "sliding_attention")  # as Hugging Face configs write them
 LM_HEAD_KINDS = ("linear", "mlm", "classifier")
 INPUT_KINDS = ("tokens", "patches")
-POSITIONS = ("learned", "sinusoidal", "rotary", "none")
+# alibi: no position vectors, a per-head linear bias on the scores by distance (Bloom; attention.alibi_mask)
+POSITIONS = ("learned", "sinusoidal", "rotary", "none", "alibi")
 # sinusoidal tables: "interleaved" (Vaswani: sin, cos, sin, ... per frequency) or "halves" (Marian:
 # every sin first, then every cos)
 SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
@@ -122,7 +124,10 @@ class ModelConfig:
     rotary_fraction: float = 1.0
     # Rotary frequency scaling, HF `rope_scaling` / `rope_parameters`: {"rope_type": "linear",
     # "factor": f} or {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
-    # "original_max_position_embeddings"}. None: plain rotary. Applies to full-attention layers.
+    # "original_max_position_embeddings"} or {"rope_type": "longrope", "short_factor": [...], "long_factor":
+    # [...] (one per rotating frequency), "original_max_position_embeddings", "attention_factor"} (Phi-3:
+    # the long factors once a sequence passes the original context, cos and sin scaled by attention_factor).
+    # None: plain rotary. Applies to full-attention layers.
     rope_scaling: dict[str, Any] | None = None
     # Rotary base of sliding-window layers, which then get no rope_scaling. Gemma 3
     # `rope_local_base_freq` (rope_parameters["sliding_attention"]). None: same rotary as other layers.
@@ -157,6 +162,13 @@ class ModelConfig:
     shared_input_norm: bool = False  # parallel_residual with one norm n: x + attn(n(x)) + mlp(n(x)) (GPT-J, Phi-2)
     residual_multiplier: float | None = None  # x + r * sublayer(...) at every residual add (Granite); None: 1
     qk_norm_across_heads: bool = False  # qk_norm over all heads' q (and k) at once, before the split (OLMo 2)
+    # scores = cap * tanh(scores / cap) before the mask and softmax. HF `attn_logit_softcapping` (Gemma 2).
+    attn_logit_softcap: float | None = None
+    # q, k and v each clamped to [-clip_qkv, clip_qkv] right after their projections. HF `clip_qkv` (OLMo).
+    clip_qkv: float | None = None
+    # Per layer, whether its q and k rotate (rotary positions); false: a "NoPE" layer, no positions at all.
+    # HF `no_rope_layers` (SmolLM3: 1 = rotary, 0 = none). None: every layer rotates.
+    rotary_layers: list[bool] | None = None
     # -- images (ViT). input_kind "patches": the model reads pixel values [B, C, H, W] of square
     # image_size images, cut by a Conv2d (kernel = stride = patch_size) into one token per patch
     # after a learned [CLS] token; context_length is then 1 + (image_size // patch_size) ** 2.
@@ -218,6 +230,8 @@ class ModelConfig:
             return value is None or value * self.n_heads == self.d_model
         if name == "attn_scale":
             return value is None or abs(value * self.d_head ** 0.5 - 1.0) < 1e-12
+        if name == "rotary_layers":
+            return value is None or all(value)
         if name == "layer_types":
             every = "sliding_attention" if self.sliding_window is not None else "full_attention"
             return value is None or all(t == every for t in value)
@@ -308,15 +322,21 @@ class ModelConfig:
             kind = rs.get("rope_type", rs.get("type"))
             check(kind in ROPE_SCALINGS, f"rope_scaling type {kind!r} is not supported "
                                          f"(supported: {', '.join(ROPE_SCALINGS)})")
-            needed = ("factor",) if kind == "linear" else (
-                "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+            needed = {"linear": ("factor",), "longrope": ("original_max_position_embeddings", "attention_factor"),
+                      "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}[kind]
             for key in needed:
                 check(is_real(rs.get(key)) and rs.get(key) > 0,
                       f"rope_scaling {kind!r} needs a positive number {key!r}, got {rs.get(key)!r}")
             if kind == "llama3":
                 check(rs["high_freq_factor"] != rs["low_freq_factor"],
                       "rope_scaling 'llama3' needs high_freq_factor != low_freq_factor")
-        for name in ("rope_local_theta", "attn_scale", "embed_scale", "final_logit_softcap", "lm_head_scale"):
+            for key in ("short_factor", "long_factor") if kind == "longrope" else ():
+                factors, n = rs.get(key), int(self.d_head * self.rotary_fraction) // 2
+                check(isinstance(factors, list) and len(factors) == n and all(is_real(f) and f > 0 for f in factors),
+                      f"rope_scaling 'longrope' needs {key} as a list of {n} positive numbers (one per rotating "
+                      f"frequency), got {factors!r}")
+        for name in ("rope_local_theta", "attn_scale", "embed_scale", "final_logit_softcap", "lm_head_scale",
+                     "attn_logit_softcap", "clip_qkv", "residual_multiplier"):
             value = getattr(self, name)
             check(value is None or (is_real(value) and value > 0),
                   f"{name} must be a positive finite number or null, got {value!r}")
@@ -329,6 +349,11 @@ class ModelConfig:
             check(not unknown, f"unknown layer types {unknown!r} (known: {', '.join(LAYER_TYPES)})")
             check("sliding_attention" not in self.layer_types or self.sliding_window is not None,
                   "layer_types has sliding_attention layers but sliding_window is not set")
+        if self.rotary_layers is not None:
+            check(isinstance(self.rotary_layers, list) and len(self.rotary_layers) == self.n_layers
+                  and all(isinstance(r, bool) for r in self.rotary_layers),
+                  f"rotary_layers must list true or false for each of the {self.n_layers} layers, got {self.rotary_layers!r}")
+            check(self.positions == "rotary", "rotary_layers needs rotary positions")
         check(is_int(self.position_offset) and self.position_offset >= 0,
               f"position_offset must be a non-negative integer, got {self.position_offset!r}")
         check(self.lm_head_kind in LM_HEAD_KINDS, f"unknown lm_head_kind {self.lm_head_kind!r} "

@@ -41,7 +41,7 @@ from typing import Iterator, Sequence
 import torch
 
 from .jobs import JobControl
-from .attention import attention_probs, causal_mask
+from .attention import alibi_mask, alibi_slopes, attention_probs, causal_mask
 from .devices import to_host
 from .generation_rules import GenerationRules
 from .model import KVCache, Transformer, attention_scale, layer_window
@@ -857,19 +857,28 @@ class GenerationSession:
         keys = self._cache.stacked_keys()  # [L, B, Hkv, T, dh], after rotary; a view, no copy
         Tq, T = queries[0].shape[-2], keys.shape[-2]
         windows = [layer_window(cfg, l) for l in range(cfg.n_layers)]
+        # ALiBi (Bloom): the bias by distance rides on the mask, as in the forward pass
+        slopes = alibi_slopes(cfg.n_heads, keys.device) if cfg.positions == "alibi" else None
         if Tq > 1:
             rows = []
             for l, q in enumerate(queries):
                 k = keys[l] if Hkv == H else keys[l].repeat_interleave(H // Hkv, dim=1)
                 mask = causal_mask(Tq, T, k.device, windows[l])[None, None]
-                rows.append(attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg)))
+                if slopes is not None:
+                    mask = alibi_mask(slopes, mask, q.dtype)
+                rows.append(attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg),
+                                            softcap=cfg.attn_logit_softcap))
             return rows
         q = torch.stack(queries)  # [L, B, H, 1, dh]
         k = keys if Hkv == H else keys.repeat_interleave(H // Hkv, dim=2)
         mask = None
         if any(w is not None and w < T for w in windows):  # sliding layers: the new query sees its window only
             mask = torch.stack([causal_mask(1, T, k.device, w) for w in windows])[:, None, None]  # [L, 1, 1, 1, T]
-        return list(attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg)).unbind(0))
+        if slopes is not None:
+            seen = mask if mask is not None else torch.ones(1, 1, 1, 1, T, dtype=torch.bool, device=k.device)
+            mask = alibi_mask(slopes, seen, q.dtype)
+        return list(attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg),
+                                   softcap=cfg.attn_logit_softcap).unbind(0))
 
     def _undo(self, created: list[Node]) -> None:
         """Forget nodes whose forward did not finish; the cache may be half-updated: drop it."""

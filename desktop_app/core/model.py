@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import attention_probs, causal_mask  # the formulas' one home
+from .attention import alibi_mask, alibi_slopes, attention_probs, causal_mask  # the formulas' one home
 from .config import ModelConfig
 from .interventions import editing_trace
 from .trace import Trace, point
@@ -59,6 +59,8 @@ def make_norm(cfg: ModelConfig, d: int | None = None) -> nn.Module:
         return RMSNorm(d, cfg.norm_eps)
     if cfg.norm == "rmsnorm_offset":
         return OffsetRMSNorm(d, cfg.norm_eps)
+    if cfg.norm == "layernorm_plain":  # OLMo: no weight, no bias
+        return nn.LayerNorm(d, eps=cfg.norm_eps, elementwise_affine=False)
     return nn.LayerNorm(d, eps=cfg.norm_eps)
 
 
@@ -82,10 +84,17 @@ def sinusoidal_table(n: int, d: int, layout: str = "interleaved") -> torch.Tenso
     return pe
 
 
-def rotary_inv_freq(dims: int, theta: float, scaling: dict | None = None, device=None) -> torch.Tensor:
+def rotary_inv_freq(dims: int, theta: float, scaling: dict | None = None, device=None,
+                    seq_len: int = 0) -> torch.Tensor:
     """Frequencies theta^(-2i/dims) of the rotating dims, rescaled as HF's rope_scaling asks:
     "linear" divides every frequency by factor; "llama3" (Llama 3.1) divides the low frequencies
-    by factor, keeps the high ones, and interpolates smoothly between (modeling_rope_utils)."""
+    by factor, keeps the high ones, and interpolates smoothly between; "longrope" (Phi-3) divides each
+    by its short factor, or by its long one when the sequence (`seq_len`: the last position + 1) is
+    longer than the original context (modeling_rope_utils)."""
+    if scaling is not None and scaling.get("rope_type") == "longrope":
+        long = seq_len > scaling["original_max_position_embeddings"]
+        ext = torch.tensor(scaling["long_factor" if long else "short_factor"], dtype=torch.float32, device=device)
+        return 1.0 / (ext * theta ** (torch.arange(0, dims, 2, dtype=torch.int64, device=device).float() / dims))
     inv_freq = 1.0 / (theta ** (torch.arange(0, dims, 2, dtype=torch.float32, device=device) / dims))
     if scaling is None:
         return inv_freq
@@ -105,10 +114,13 @@ def rotary_inv_freq(dims: int, theta: float, scaling: dict | None = None, device
 def rotary_cos_sin(positions: torch.Tensor, dims: int, theta: float,
                    scaling: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin [T, dims] for the first `dims` dims of each head (all of them unless the
-    config's rotary_fraction is below 1)."""
-    inv_freq = rotary_inv_freq(dims, theta, scaling, positions.device)
+    config's rotary_fraction is below 1); longrope's are scaled by its attention_factor."""
+    seq_len = int(positions.max()) + 1 if positions.numel() else 0
+    inv_freq = rotary_inv_freq(dims, theta, scaling, positions.device, seq_len)
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
+    if scaling is not None and scaling.get("rope_type") == "longrope":
+        return emb.cos() * scaling["attention_factor"], emb.sin() * scaling["attention_factor"]
     return emb.cos(), emb.sin()
 
 
@@ -139,11 +151,16 @@ layer_window = ModelConfig.layer_window
 def layer_rotary(cfg: ModelConfig, layer: int, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """cos, sin for this layer at these absolute positions (None without rotary positions).
     Gemma 3's sliding layers use their own base (rope_local_theta) and no scaling."""
-    if cfg.positions != "rotary":
+    if not layer_rotates(cfg, layer):
         return None
     if cfg.rope_local_theta is not None and layer_window(cfg, layer) is not None:
         return rotary_cos_sin(positions, rotary_dims(cfg), cfg.rope_local_theta)
     return rotary_cos_sin(positions, rotary_dims(cfg), cfg.rope_theta, cfg.rope_scaling)
+
+
+def layer_rotates(cfg: ModelConfig, layer: int) -> bool:
+    """Whether this layer rotates q and k: rotary positions, and not one of SmolLM3's "NoPE" layers."""
+    return cfg.positions == "rotary" and (cfg.rotary_layers is None or cfg.rotary_layers[layer])
 
 
 def attention_scale(cfg: ModelConfig) -> float:
@@ -406,6 +423,8 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
         q, k, v = self.project_qkv(x)
+        if cfg.clip_qkv is not None:  # OLMo
+            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         v = v.view(B, T, Hkv, dh).transpose(1, 2)
         per_head_norm = cfg.qk_norm and not cfg.qk_norm_across_heads
         if cfg.qk_norm_across_heads:  # OLMo 2: every head's q (and k) normed at once, before the split
@@ -456,7 +475,8 @@ class Attention(nn.Module):
         B, H, T, dh = q.shape
         Hkv = k.shape[1]
         recording = trace is not None and (trace.wants(prefix + "pattern") or trace.wants(prefix + "head_out"))
-        fused = cfg.attention_kind == "softmax" and not recording
+        # (scaled_dot_product_attention has no soft-capping: a soft-capped model takes the explicit path)
+        fused = cfg.attention_kind == "softmax" and not recording and cfg.attn_logit_softcap is None
         # the fused kernel reads grouped keys and values as they are (enable_gqa: the same values as
         # repeated ones, bit for bit on the CPU; two copies fewer, ~2x faster for a one-token step)
         grouped = fused and Hkv != H
@@ -472,7 +492,7 @@ class Attention(nn.Module):
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop, scale=self.scale,
                                                    enable_gqa=grouped)
         else:
-            p = attention_probs(q, k, cfg.attention_kind, mask, cfg.sinkhorn_iters, self.scale)
+            p = attention_probs(q, k, cfg.attention_kind, mask, cfg.sinkhorn_iters, self.scale, cfg.attn_logit_softcap)
             if trace is not None:
                 trace.record(prefix + "pattern", p)
             y = F.dropout(p, drop, self.training) @ v
@@ -739,7 +759,7 @@ class ModelBase(nn.Module):
                 nn.init.normal_(mod.weight, 0.0, cfg.init_std)
             elif isinstance(mod, OffsetRMSNorm):
                 nn.init.zeros_(mod.weight)  # scales by 1 + w
-            elif isinstance(mod, (nn.LayerNorm, RMSNorm)):
+            elif isinstance(mod, (nn.LayerNorm, RMSNorm)) and mod.weight is not None:
                 nn.init.ones_(mod.weight)
                 if getattr(mod, "bias", None) is not None:
                     nn.init.zeros_(mod.bias)
@@ -783,7 +803,7 @@ class Transformer(ModelBase):
                 self.mlm_dense = nn.Linear(cfg.d_model, cfg.d_model)
                 self.mlm_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
                 self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-            elif cfg.lm_head_kind == "classifier":  # ViT: a linear layer with bias on [CLS]
+            elif cfg.lm_head_kind == "classifier" or cfg.final_logits_bias:  # ViT on [CLS]; Phi's head bias
                 self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
             self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
             if cfg.tie_embeddings:
@@ -907,7 +927,9 @@ class Transformer(ModelBase):
         if cfg.lm_head_kind == "mlm":
             h = self.mlm_norm(F.gelu(self.mlm_dense(h)))
             return self.lm_head(h) + self.lm_bias
-        logits = linear(self.lm_head, h, self.lm_head.weight)
+        if cfg.lm_head_scale is not None:  # Granite's 1 / logits_scaling
+            h = h * cfg.lm_head_scale
+        logits = linear(self.lm_head, h, self.lm_head.weight, self.lm_bias if cfg.final_logits_bias else None)
         if cfg.final_logit_softcap is not None:
             logits = torch.tanh(logits / cfg.final_logit_softcap) * cfg.final_logit_softcap
         return logits
@@ -944,7 +966,7 @@ class Transformer(ModelBase):
             B, T = input_ids.shape
         past = cache.length if cache is not None else 0
         total = past + T
-        if cfg.positions != "rotary" and cfg.positions != "none" and total > cfg.context_length:
+        if cfg.positions in ("learned", "sinusoidal") and total > cfg.context_length:
             raise ValueError(f"sequence of {total} tokens exceeds the context length {cfg.context_length}")
         positions = torch.arange(past, total, device=input_ids.device)
 
@@ -959,10 +981,14 @@ class Transformer(ModelBase):
                 if cfg.causal and (T > 1 or (window is not None and total > window)):
                     mask = causal_mask(T, total, input_ids.device, window)[None, None]
                 masks[window] = pad if mask is None else (mask if pad is None else mask & pad)
+                if cfg.positions == "alibi":  # the bias by distance, additive, the unseen keys at the minimum
+                    seen = masks[window] if masks[window] is not None else torch.ones(1, 1, T, total, dtype=torch.bool,
+                                                                                       device=input_ids.device)
+                    masks[window] = alibi_mask(alibi_slopes(cfg.n_heads, input_ids.device), seen, x.dtype)
             return masks[window]
 
         def rotary_for(l: int) -> tuple | None:
-            key = (cfg.rope_local_theta is not None and layer_window(cfg, l) is not None,)
+            key = (cfg.rope_local_theta is not None and layer_window(cfg, l) is not None, layer_rotates(cfg, l))
             if key not in rotaries:
                 rot = layer_rotary(cfg, l, positions)  # in the activations' dtype, once (apply_rotary)
                 rotaries[key] = None if rot is None else (rot[0].to(x.dtype), rot[1].to(x.dtype))
@@ -977,7 +1003,8 @@ class Transformer(ModelBase):
             lc = cache.layers[l] if cache is not None else None
             window = layer_window(cfg, l)
             # the fused causal kernel only when no window can hide a key (else an explicit mask)
-            is_causal_full = cfg.causal and past == 0 and attention_mask is None and (window is None or total <= window)
+            is_causal_full = (cfg.causal and past == 0 and attention_mask is None and (window is None or total <= window)
+                              and cfg.positions != "alibi")
             x = block(x, mask_for(window), rotary_for(l), lc, trace, f"blocks.{l}.", is_causal_full)
             if trace is not None and cfg.lm_head and trace.wants(f"blocks.{l}.logit_lens"):
                 trace.record(f"blocks.{l}.logit_lens", self.unembed(x))

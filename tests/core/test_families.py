@@ -64,12 +64,17 @@ def test_cli_families_lists_exactly_the_registry(capsys):
     for r in rows:
         family = REGISTRY[r["model_type"]]
         assert r["title"] == family.title
-        assert r["kind"] == ("decoder" if family.decoder else "encoder")
+        assert r["kind"] == ("encoder-decoder" if family.encoder_decoder else
+                             "decoder" if family.decoder else "encoder")
         assert r["trainable"] == family.trainable
+    kinds = {r["model_type"]: r["kind"] for r in rows}
+    assert [kinds[f] for f in ("t5", "bart", "marian", "bert", "vit", "gpt2", "gemma2", "phi3")] == \
+        ["encoder-decoder"] * 3 + ["encoder"] * 2 + ["decoder"] * 3
     assert cli_main(["families"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == list(REGISTRY)
     assert lines[list(REGISTRY).index("bert")].split()[1] == "encoder"
+    assert lines[list(REGISTRY).index("t5")].split()[1] == "encoder-decoder"
 
 
 def test_model_panel_family_names_are_the_registry_titles():

@@ -7,18 +7,11 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from family_cases.distilbert import VOCAB, config  # noqa: E402
 from family_parity import check_family  # noqa: E402
 
 from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
 from desktop_app.core.generation import GenerationSettings, MaskedFillSession  # noqa: E402
-
-VOCAB = 97
-
-
-def config(**kw):
-    return transformers.DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
-                                         max_position_embeddings=40, **kw)
-
 
 def test_distilbert_mlm(tmp_path):
     loaded = check_family(lambda: transformers.DistilBertForMaskedLM(config()), tmp_path)

@@ -12,31 +12,19 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
+from family_cases.gemma3_text import gemma3  # noqa: E402
 from family_parity import check_family  # noqa: E402
 
 from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
 
 
-def gemma3(**kw):
-    base = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-                num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24, sliding_window=4,
-                layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-                max_position_embeddings=64, rope_parameters={"full_attention": {"rope_type": "default",
-                                                                                "rope_theta": 1000.0},
-                                                             "sliding_attention": {"rope_type": "default",
-                                                                                   "rope_theta": 50.0}},
-                bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    return lambda: transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**{**base, **kw}))
-
-
 @pytest.mark.parametrize("kw", [
-    {},  # 270M-like: sliding, sliding, full; tied
     {"final_logit_softcapping": 2.0, "tie_word_embeddings": False, "num_key_value_heads": 1,
      "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4},
                          "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}},
     {"layer_types": None, "num_hidden_layers": 4, "sliding_window": 3, "attention_bias": True,
      "head_dim": 8, "num_key_value_heads": 4},  # the default pattern (every 6th full: all 4 slide)
-], ids=["pattern-tied", "softcap-untied-mqa-linear-rope", "default-pattern-biases"])
+], ids=["softcap-untied-mqa-linear-rope", "default-pattern-biases"])
 def test_gemma3_text_parity(kw, tmp_path):
     loaded = check_family(gemma3(**kw), tmp_path)
     cfg = loaded.config

@@ -9,6 +9,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from family_cases.gpt_neo import WINDOW, neo  # noqa: E402
 from family_parity import check_family  # noqa: E402
 from test_family_gpt_neox import check_lipschitz  # noqa: E402
 
@@ -16,17 +17,7 @@ from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
 from desktop_app.core.families import ModelLoadError  # noqa: E402
 from desktop_app.core.families.gpt_neo import FAMILY  # noqa: E402
 
-WINDOW = 4
 SEQ = 13  # longer than the window: the local layers' mask really cuts keys off
-
-
-def neo(attention_types, n_layers: int, window: int = WINDOW, tied: bool = True, heads: int = 4):
-    def make():
-        return transformers.GPTNeoForCausalLM(transformers.GPTNeoConfig(
-            vocab_size=97, hidden_size=32, num_layers=n_layers, num_heads=heads, attention_types=attention_types,
-            window_size=window, intermediate_size=64, max_position_embeddings=64, activation_function="gelu_new",
-            tie_word_embeddings=tied, bos_token_id=None, eos_token_id=None))
-    return make
 
 
 def test_gpt_neo_global_local_alternating(tmp_path):

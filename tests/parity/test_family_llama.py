@@ -12,28 +12,17 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
+from family_cases.llama import LLAMA3_ROPE, llama  # noqa: E402
 from family_parity import check_family  # noqa: E402
 
 from desktop_app.core.checkpoints import ModelLoadError, hf_compatible, load_model_folder  # noqa: E402
 
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 16, "rope_theta": 500000.0}
-
-
-def llama(**kw):
-    base = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False,
-                bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    return lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**base, **kw}))
-
-
 @pytest.mark.parametrize("kw", [
-    {"rope_parameters": LLAMA3_ROPE, "head_dim": 16},
     {"rope_parameters": LLAMA3_ROPE, "tie_word_embeddings": True, "num_key_value_heads": 1},
     {"rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4}, "head_dim": 4,
      "attention_bias": True, "mlp_bias": True},
     {"head_dim": 16},
-], ids=["llama3-head_dim16-gqa", "llama3-tied-mqa", "linear-head_dim4-biases", "default-head_dim16"])
+], ids=["llama3-tied-mqa", "linear-head_dim4-biases", "default-head_dim16"])
 def test_llama_parity(kw, tmp_path):
     loaded = check_family(llama(**kw), tmp_path)
     cfg = loaded.config

@@ -10,24 +10,17 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
+from family_cases.mistral import mistral  # noqa: E402
 from family_parity import check_family  # noqa: E402
 
 from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
 
 
-def mistral(**kw):
-    base = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=64, sliding_window=5, tie_word_embeddings=False,
-                bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    return lambda: transformers.MistralForCausalLM(transformers.MistralConfig(**{**base, **kw}))
-
-
 @pytest.mark.parametrize("kw", [
-    {},  # window 5 < 12 tokens, GQA, untied
     {"sliding_window": 3, "tie_word_embeddings": True, "head_dim": 16, "num_hidden_layers": 3},
     {"sliding_window": None, "num_key_value_heads": 4,
      "rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6}},
-], ids=["window5-gqa-untied", "window3-head_dim16-tied", "no-window-mha-linear-rope"])
+], ids=["window3-head_dim16-tied", "no-window-mha-linear-rope"])
 def test_mistral_parity(kw, tmp_path):
     loaded = check_family(mistral(**kw), tmp_path)
     assert loaded.config.family == "mistral"

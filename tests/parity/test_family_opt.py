@@ -9,21 +9,12 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from family_cases.opt import opt  # noqa: E402
 from family_parity import check_family  # noqa: E402
 from test_family_gpt_neox import check_lipschitz  # noqa: E402
 
 from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
 from desktop_app.core.families import ModelLoadError  # noqa: E402
-
-
-def opt(bias: bool = True, pre: bool = True, tied: bool = True, heads: int = 4, act: str = "relu"):
-    def make():
-        return transformers.OPTForCausalLM(transformers.OPTConfig(
-            vocab_size=97, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=heads,
-            max_position_embeddings=64, word_embed_proj_dim=32, do_layer_norm_before=pre, enable_bias=bias,
-            activation_function=act, tie_word_embeddings=tied, pad_token_id=1, bos_token_id=None,
-            eos_token_id=None))
-    return make
 
 
 @pytest.mark.parametrize("bias", [True, False])

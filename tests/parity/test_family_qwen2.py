@@ -10,27 +10,20 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from family_cases.qwen2 import qwen2  # noqa: E402
 from family_parity import check_family  # noqa: E402
 from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
 
 from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
 
 
-def qwen2(**kw):
-    base = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False,
-                bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    return lambda: transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**{**base, **kw}))
-
-
 @pytest.mark.parametrize("kw", [
-    {},  # GQA 4/2, untied
     {"tie_word_embeddings": True, "num_key_value_heads": 4, "rope_parameters": {"rope_type": "default",
                                                                                "rope_theta": 1e6}},
     {"num_hidden_layers": 3, "num_key_value_heads": 1,
      "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
     {"head_dim": 16},  # transformers' Qwen2 reads a head_dim it has no field for (getattr)
-], ids=["gqa-untied", "tied-mha-theta", "mqa-linear-rope", "head_dim16"])
+], ids=["tied-mha-theta", "mqa-linear-rope", "head_dim16"])
 def test_qwen2_parity(kw, tmp_path):
     loaded = check_family(qwen2(**kw), tmp_path)
     assert loaded.config.family == "qwen2"

@@ -10,25 +10,18 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
+from family_cases.qwen3 import qwen3  # noqa: E402
 from family_parity import check_family  # noqa: E402
 
 from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
 
 
-def qwen3(**kw):
-    base = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, head_dim=16, max_position_embeddings=64, tie_word_embeddings=True,
-                bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    return lambda: transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**{**base, **kw}))
-
-
 @pytest.mark.parametrize("kw", [
-    {},  # head_dim 16 != 32 / 4, GQA, tied
     {"tie_word_embeddings": False, "attention_bias": True, "head_dim": 8, "num_key_value_heads": 4},
     {"num_hidden_layers": 3, "num_key_value_heads": 1,
      "rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 8, "rope_theta": 1e6}},
-], ids=["head_dim16-gqa-tied", "biases-untied-mha", "mqa-llama3-rope"])
+], ids=["biases-untied-mha", "mqa-llama3-rope"])
 def test_qwen3_parity(kw, tmp_path):
     loaded = check_family(qwen3(**kw), tmp_path)
     assert loaded.config.family == "qwen3" and loaded.config.qk_norm

@@ -8,18 +8,11 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from family_cases.roberta import VOCAB, config  # noqa: E402
 from family_parity import check_family  # noqa: E402
 
 from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
 from desktop_app.core.generation import GenerationSettings, MaskedFillSession  # noqa: E402
-
-VOCAB = 97
-
-
-def config(**kw):
-    return transformers.RobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                      intermediate_size=64, max_position_embeddings=40, **kw)
-
 
 def test_roberta_mlm(tmp_path):
     loaded = check_family(lambda: transformers.RobertaForMaskedLM(config()), tmp_path)

@@ -13,44 +13,14 @@ import torch
 
 from desktop_app.core.checkpoints import load_model_folder, save_model_folder
 from desktop_app.core.seq2seq import EncoderDecoder, beam_decode, greedy_decode
-from desktop_app.core.trace import Trace
 
 transformers = pytest.importorskip("transformers")
 
-LOGITS_TOL = 1e-4
-PATTERN_TOL = 1e-5
-VOCAB = 60
-
-
-def t5_v10():
-    return transformers.T5ForConditionalGeneration(transformers.T5Config(
-        # (more decoder than encoder layers breaks transformers' own T5 cache in generate: not here)
-        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=3, num_decoder_layers=2, num_heads=4,
-        relative_attention_num_buckets=8, relative_attention_max_distance=16, feed_forward_proj="relu",
-        dropout_rate=0.0, decoder_start_token_id=0))
-
-
-def t5_v11():
-    # gated-gelu, an untied head (tie_word_embeddings false: no rescaling), d_kv * heads != d_model
-    return transformers.T5ForConditionalGeneration(transformers.T5Config(
-        vocab_size=VOCAB, d_model=32, d_kv=6, d_ff=48, num_layers=3, num_decoder_layers=2, num_heads=4,
-        relative_attention_num_buckets=8, relative_attention_max_distance=16, feed_forward_proj="gated-gelu",
-        tie_word_embeddings=False, dropout_rate=0.0, decoder_start_token_id=0))
-
-
-def bart():
-    return transformers.BartForConditionalGeneration(transformers.BartConfig(
-        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=40,
-        scale_embedding=True, dropout=0.0, attention_dropout=0.0, forced_eos_token_id=None))
-
-
-def marian():
-    return transformers.MarianMTModel(transformers.MarianConfig(
-        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=40,
-        activation_function="swish", scale_embedding=True, dropout=0.0, attention_dropout=0.0,
-        pad_token_id=VOCAB - 1, decoder_start_token_id=VOCAB - 1, eos_token_id=0, forced_eos_token_id=None))
+from family_cases.bart import bart  # noqa: E402
+from family_cases.marian import marian  # noqa: E402
+from family_cases.t5 import VOCAB, t5_v10, t5_v11  # noqa: E402
+from family_parity import compare_seq2seq as compare  # noqa: E402
+from family_parity import randomise_biases, seq2seq_inputs  # noqa: E402
 
 
 def bart_untied():
@@ -82,18 +52,6 @@ def test_a_bart_folder_whose_stacks_hold_other_embeddings_is_refused_by_name(tmp
 MODELS = {"t5_v1_0": t5_v10, "t5_v1_1": t5_v11, "bart": bart, "marian": marian, "bart_untied": bart_untied}
 
 
-def randomise_biases(hf) -> None:
-    """transformers starts final_logits_bias (and LayerNorm biases) at zero: give them values, so that a
-    bias read from the wrong place or not at all shows in the logits."""
-    with torch.no_grad():
-        for name, t in hf.named_buffers():
-            if name.endswith("final_logits_bias"):
-                t.normal_(0.0, 0.5)
-        for name, p in hf.named_parameters():
-            if "layer_norm" in name or "layernorm" in name:
-                p.add_(0.1 * torch.randn_like(p))
-
-
 def make(name: str, tmp_path):
     torch.manual_seed(0)
     hf = MODELS[name]()
@@ -105,41 +63,7 @@ def make(name: str, tmp_path):
 
 
 def inputs(seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(3, VOCAB - 1, (2, 9), generator=g)
-    tgt = torch.randint(3, VOCAB - 1, (2, 6), generator=g)
-    src_mask = torch.ones_like(src)
-    src_mask[1, -3:] = 0  # padding in the second source: masked keys in encoder and cross-attention
-    return src, tgt, src_mask
-
-
-def compare(model: EncoderDecoder, hf, src, tgt, src_mask, what: str) -> None:
-    trace = Trace()
-    with torch.no_grad():
-        ours = model(src, tgt, src_mask=src_mask, trace=trace)
-        ref = hf(input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt, output_attentions=True,
-                 output_hidden_states=True)
-    err = (ours.logits - ref.logits).abs().max().item()
-    assert err < LOGITS_TOL, f"{what} logits: {err:.2e}"
-    with torch.no_grad():  # without a trace: the fused attention path (T5's bias as an additive mask)
-        err = (model(src, tgt, src_mask=src_mask).logits - ref.logits).abs().max().item()
-    assert err < LOGITS_TOL, f"{what} logits without a trace: {err:.2e}"
-    real = src_mask.bool()
-    kinds = (("encoder", "attn", ref.encoder_attentions, model.cfg.n_layers),
-             ("decoder", "attn", ref.decoder_attentions, model.cfg.n_decoder_layers),
-             ("decoder", "cross_attn", ref.cross_attentions, model.cfg.n_decoder_layers))
-    for stack, kind, maps, n in kinds:
-        assert len(maps) == n, f"{what} {stack} {kind}: {len(maps)} layers"
-        for layer, theirs in enumerate(maps):
-            mine = trace[f"{stack}.blocks.{layer}.{kind}.pattern"]
-            assert mine.shape == theirs.shape, f"{what} {stack}.{layer}.{kind}"
-            if stack == "encoder":  # a padded query's row is not a real token's: compare real rows
-                mine, theirs = mine[real[:, None, :, None].expand_as(mine)], theirs[real[:, None, :, None].expand_as(theirs)]
-            err = (mine - theirs).abs().max().item()
-            assert err < PATTERN_TOL, f"{what} {stack} layer {layer} {kind} pattern: {err:.2e}"
-    enc = trace["encoder.final_norm.out"] if model.cfg.final_norm else trace[f"encoder.blocks.{model.cfg.n_layers - 1}.resid_post"]
-    err = (enc - ref.encoder_last_hidden_state)[real].abs().max().item()
-    assert err < LOGITS_TOL, f"{what} encoder output: {err:.2e}"
+    return seq2seq_inputs(VOCAB, seed)
 
 
 @pytest.mark.parametrize("name", list(MODELS))

@@ -5,18 +5,26 @@ Layers (every view tab, the logit lens), Generate (decoders: Start and Step; enc
 [MASK]) and Lipschitz (a layer and one head, small lengths). No error dialog, no error log, no
 AppState.error. Texts are longer than every sliding window (4 or 5 tokens here).
 
-Three representative families run by default (LLaMA with Llama 3's rope scaling and a head_dim of
-its own, RoBERTa's offset positions and <mask>, Gemma 3's windows, norms and scalings); all twelve
-run with -m slow.
+The families are the registry's text families (core/families REGISTRY, less the encoder-decoders and
+image models, which have walkthroughs of their own): a family added there is walked through here with
+the first case of its parity case file (tests/parity/family_cases/<model_type>.py) unless _build has a
+configuration of its own. Four representative families run by default (LLaMA with Llama 3's rope
+scaling and a head_dim of its own, RoBERTa's offset positions and <mask>, Gemma 3's windows, norms and
+scalings, Gemma 2's soft-capped attention, which the Lipschitz lab refuses in one line); all run with
+-m slow.
 """
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
 
+from desktop_app.core.families import REGISTRY
 from desktop_app.core.generation import GenerationSession, MaskedFillSession
+from desktop_app.core.lipschitz.measured import unmeasured
 from desktop_app.core.tokenizer import char_tokenizer
 
 from .walkthrough import click_panel_tab, open_window, type_into
@@ -96,12 +104,24 @@ def _build(family: str):
                                                             "rope_theta": 1000.0},
                                          "sliding_attention": {"rope_type": "default", "rope_theta": 50.0}}), \
             DECODER_SPECIALS
-    raise KeyError(family)
+    return _parity_case(family)(), DECODER_SPECIALS if REGISTRY[family].decoder else BERT_SPECIALS
 
 
-FAMILIES = ("gpt2", "bert", "llama", "gpt_neox", "gpt_neo", "opt", "roberta", "distilbert", "qwen2", "qwen3",
-            "mistral", "gemma3_text")
-FAST = ("llama", "roberta", "gemma3_text")
+PARITY = Path(__file__).resolve().parents[1] / "parity"
+
+
+def _parity_case(family: str):
+    """The first case of the family's parity case file (its cases build room for the text: vocabulary 97,
+    128 positions); the case files import the parity helpers by their plain names."""
+    if str(PARITY) not in sys.path:
+        sys.path.insert(0, str(PARITY))
+    return next(iter(importlib.import_module(f"family_cases.{family}").CASES.values()))
+
+
+# the registry's text families (encoder-decoders and image models have walkthroughs of their own)
+FAMILIES = tuple(name for name, f in REGISTRY.items()
+                 if not f.encoder_decoder and f.preset().input_kind == "tokens")
+FAST = ("llama", "roberta", "gemma3_text", "gemma2")
 
 
 def _family_folder(root: Path, family: str) -> Path:
@@ -247,6 +267,14 @@ def _lipschitz_run(qtbot, panel):
     assert [r.n for r in panel.runs[-1].result.lengths] == [4, 8]
 
 
+def _lipschitz_refused(qtbot, panel, problem):
+    """A family whose attention the lab does not compute faithfully: Run gives the one-line refusal."""
+    qtbot.mouseClick(panel.run_button, LEFT)
+    qtbot.waitUntil(lambda: not panel.is_running(), timeout=60_000)
+    assert problem in panel.status.text(), panel.status.text()
+    assert not panel.runs
+
+
 def _lipschitz_panel(qtbot, window, cfg):
     panel = click_panel_tab(qtbot, window, "Lipschitz")
     assert panel.source.currentText() == "Model layer"
@@ -254,6 +282,8 @@ def _lipschitz_panel(qtbot, window, cfg):
     type_into(qtbot, panel.lengths, "4,8")
     type_into(qtbot, panel.layer, str(cfg.n_layers - 1))
     assert panel.layer.value() == cfg.n_layers - 1
+    if unmeasured(cfg):
+        return _lipschitz_refused(qtbot, panel, unmeasured(cfg))
     _lipschitz_run(qtbot, panel)  # the whole attention sublayer of the last layer
     assert panel.head.currentText() == "whole sublayer"
     panel.head.setFocus()

@@ -46,10 +46,20 @@ IDENTITY = Conversion("identity", lambda t, cfg: [t], lambda parts, cfg: parts[0
 TRANSPOSE = Conversion("transpose", lambda t, cfg: [t.T], lambda parts, cfg: parts[0].T)
 
 
-def fused(n: int) -> Conversion:
-    """n equal tensors concatenated along the output axis (dim 0 in our layout): q|k|v."""
-    return Conversion(f"fused{n}", lambda t, cfg: list(torch.chunk(t, n, dim=0)),
-                      lambda parts, cfg: torch.cat(parts, 0))
+def fused(parts: int | Callable[[ModelConfig], tuple[int, ...]], name: str = "") -> Conversion:
+    """Tensors concatenated along the output axis (dim 0 in our layout): `parts` equal ones (GPT-2's
+    q|k|v), or parts of the sizes a function of the config gives (Phi-3's q|k|v with fewer key/value
+    heads: (n_heads * d_head, n_kv_heads * d_head, n_kv_heads * d_head))."""
+    if isinstance(parts, int):
+        return Conversion(f"fused{parts}", lambda t, cfg: list(torch.chunk(t, parts, dim=0)),
+                          lambda ts, cfg: torch.cat(ts, 0))
+    return Conversion(name or "fused", lambda t, cfg: list(torch.split(t, parts(cfg), dim=0)),
+                      lambda ts, cfg: torch.cat(ts, 0))
+
+
+def qkv_sizes(cfg: ModelConfig) -> tuple[int, int, int]:
+    """The rows of q, k and v in a fused q|k|v projection (grouped-query attention: k and v are smaller)."""
+    return cfg.n_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head
 
 
 # -- the weight table ------------------------------------------------------------------------

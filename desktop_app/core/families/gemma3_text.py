@@ -99,7 +99,7 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
                   attention_bias=bool(d["attention_bias"]))
 
 
-def _query_pre_attn_scalar(cfg: ModelConfig) -> int | None:
+def query_pre_attn_scalar(cfg: ModelConfig) -> int | None:
     """The integer s with attn_scale = s ** -0.5 (Gemma3TextConfig types it int), or None."""
     if cfg.attn_scale is None:
         return cfg.d_head  # the default 1/sqrt(d_head)
@@ -111,7 +111,7 @@ def config_to_hf(cfg: ModelConfig) -> dict:
     types = cfg.layer_types or ["sliding_attention" if cfg.sliding_window else "full_attention"] * cfg.n_layers
     local_theta = cfg.rope_local_theta if cfg.rope_local_theta is not None else cfg.rope_theta
     return {**llama_like.decoder_to_hf(cfg), "hidden_activation": "gelu_pytorch_tanh",
-            "query_pre_attn_scalar": _query_pre_attn_scalar(cfg), "sliding_window": cfg.sliding_window,
+            "query_pre_attn_scalar": query_pre_attn_scalar(cfg), "sliding_window": cfg.sliding_window,
             "layer_types": list(types), "attention_bias": cfg.attention_bias,
             "final_logit_softcapping": cfg.final_logit_softcap, "attn_logit_softcapping": None,
             "use_bidirectional_attention": False,
@@ -135,7 +135,7 @@ def requires(cfg: ModelConfig) -> list[str]:
     problems = []
     if cfg.embed_scale is None or abs(cfg.embed_scale - math.sqrt(cfg.d_model)) >= 1e-9 * cfg.embed_scale:
         problems.append(f"embed_scale {cfg.embed_scale!r}: Gemma 3 scales embeddings by sqrt(hidden_size)")
-    if _query_pre_attn_scalar(cfg) is None:
+    if query_pre_attn_scalar(cfg) is None:
         problems.append(f"attn_scale {cfg.attn_scale!r}: not s ** -0.5 for an integer query_pre_attn_scalar s")
     windowed = cfg.sliding_window is not None and (cfg.layer_types is None or "sliding_attention" in cfg.layer_types)
     if windowed and cfg.rope_local_theta is None and cfg.rope_scaling is not None:

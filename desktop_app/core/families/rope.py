@@ -6,9 +6,9 @@ config.json may give it under `rope_parameters` (transformers 5 writes that), un
 rope_scaling replace rope_parameters wholesale (Gemma 3 merges it into the full-attention block),
 older tools read only rope_scaling: when the two are both there and describe different rotary
 positions, no reading is right for everyone, so the folder is refused naming both keys. The
-scalings computed here are "linear" and "llama3" (model.rotary_inv_freq); every other type (yarn,
-dynamic, longrope, ...) and a non-positive or non-finite parameter is refused by name, never run
-as plain rotary.
+scalings computed here are "linear" and "llama3" (model.rotary_inv_freq), and "longrope" for the
+families that ask for it (Phi-3: `extra=LONGROPE`); every other type (yarn, dynamic, ...) and a
+non-positive or non-finite parameter is refused by name, never run as plain rotary.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from .base import ModelLoadError, real
 ROPE_FIELDS = {"linear": ("factor",),
                "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
 SUPPORTED = ("default", *ROPE_FIELDS)
+LONGROPE = ("longrope",)  # Phi-3's: short and long factor lists (rope_fields reads them)
 # types whose original_max_position_embeddings transformers fills from max_position_embeddings
 _NEEDS_ORIGINAL_CONTEXT = ("llama3", "yarn", "longrope")
 
@@ -41,7 +42,8 @@ def _given(value: Any, path: Path, key: str) -> dict | None:
 
 
 def rope_block(d: dict, path: Path, *, defaults: dict[str, Any], new: Any = None,
-               new_key: str = "rope_parameters", old_key: str | None = "rope_scaling") -> tuple[str, dict]:
+               new_key: str = "rope_parameters", old_key: str | None = "rope_scaling",
+               extra: tuple[str, ...] = ()) -> tuple[str, dict]:
     """(the key that holds it, the rotary block) from config.json `d`.
 
     `new` is the transformers 5 block (by default d["rope_parameters"]; Gemma 3 passes its
@@ -59,9 +61,9 @@ Gemma 3's sliding layers). `defaults` fills what
         block = _given(value, path, key)
         if block is None:
             continue
-        if block["rope_type"] not in SUPPORTED:  # said first: keeping the other key would not help
+        if block["rope_type"] not in SUPPORTED + extra:  # said first: keeping the other key would not help
             raise ModelLoadError(path, f"{key} type {block['rope_type']!r} is not supported "
-                                       f"(supported: {', '.join(SUPPORTED)})")
+                                       f"(supported: {', '.join(SUPPORTED + extra)})")
         for name, default in defaults.items():
             block.setdefault(name, default)
         if block["rope_type"] in _NEEDS_ORIGINAL_CONTEXT and d.get("max_position_embeddings") is not None:
@@ -80,15 +82,18 @@ Gemma 3's sliding layers). `defaults` fills what
     return next(iter(blocks.items()))
 
 
-def rope_fields(block: dict, path: Path, where: str, *, partial: bool = False) -> dict[str, Any]:
+def rope_fields(block: dict, path: Path, where: str, *, partial: bool = False, extra: tuple[str, ...] = (),
+                context: Any = None) -> dict[str, Any]:
     """rope_theta and rope_scaling (+ rotary_fraction when `partial`: GPT-NeoX) from one rotary block
     as rope_block returns it; `where` names its key in errors. Only "default", "linear" and "llama3"
     are computed here; any other type, a partial rotary factor where the family has none, and a
     scaling parameter that is not a positive finite number are refused by name."""
     kind = block.get("rope_type", "default")
-    if kind not in SUPPORTED:
-        raise ModelLoadError(path, f"{where} type {kind!r} is not supported (supported: {', '.join(SUPPORTED)})")
+    if kind not in SUPPORTED + extra:
+        raise ModelLoadError(path, f"{where} type {kind!r} is not supported (supported: {', '.join(SUPPORTED + extra)})")
     prefix = f"{where}: " if where else ""
+    if kind == "longrope":
+        return _longrope(block, path, prefix, partial, context)
     fraction = block.get("partial_rotary_factor", 1.0)
     if not partial and fraction != 1.0:
         raise ModelLoadError(path, f"{prefix}partial_rotary_factor {fraction!r} is not supported for this family")
@@ -98,6 +103,44 @@ def rope_fields(block: dict, path: Path, where: str, *, partial: bool = False) -
             raise ModelLoadError(path, f"{prefix}{name} must be a positive finite number, got {value!r}")
     scaling = None if kind == "default" else {"rope_type": kind, **{k: block[k] for k in ROPE_FIELDS[kind]}}
     out = {"rope_theta": real(block["rope_theta"]), "rope_scaling": scaling}
+    if partial:
+        out["rotary_fraction"] = real(fraction)
+    return out
+
+
+def _longrope(block: dict, path: Path, prefix: str, partial: bool, context: Any) -> dict[str, Any]:
+    """rope_theta and the longrope scaling as modeling_rope_utils computes it: attention_factor given, or
+    sqrt(1 + ln(factor) / ln(original context)) with factor given or context / original context (1 when
+    factor <= 1). The factor lists' lengths are checked against the head by ModelConfig."""
+    original = block.get("original_max_position_embeddings")
+    for name, value in (("rope_theta", block.get("rope_theta")), ("original_max_position_embeddings", original)):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
+            raise ModelLoadError(path, f"{prefix}{name} must be a positive finite number, got {value!r}")
+    for name in ("short_factor", "long_factor"):
+        factors = block.get(name)
+        if not (isinstance(factors, list) and factors and all(isinstance(f, (int, float)) and not isinstance(f, bool)
+                                                              and math.isfinite(f) and f > 0 for f in factors)):
+            raise ModelLoadError(path, f"{prefix}longrope needs {name} as a list of positive numbers, got {factors!r}")
+    attention_factor = block.get("attention_factor")
+    if attention_factor is None:
+        factor = block.get("factor")
+        if factor is None:
+            if not isinstance(context, int) or isinstance(context, bool) or context <= 0:
+                raise ModelLoadError(path, f"{prefix}longrope without factor needs max_position_embeddings, got {context!r}")
+            factor = context / original
+        if not (isinstance(factor, (int, float)) and not isinstance(factor, bool) and math.isfinite(factor)):
+            raise ModelLoadError(path, f"{prefix}factor must be a finite number, got {factor!r}")
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    elif not (isinstance(attention_factor, (int, float)) and not isinstance(attention_factor, bool)
+              and math.isfinite(attention_factor) and attention_factor > 0):
+        raise ModelLoadError(path, f"{prefix}attention_factor must be a positive finite number, got {attention_factor!r}")
+    fraction = block.get("partial_rotary_factor", 1.0)
+    if not partial and fraction != 1.0:
+        raise ModelLoadError(path, f"{prefix}partial_rotary_factor {fraction!r} is not supported for this family")
+    out = {"rope_theta": real(block["rope_theta"]),
+           "rope_scaling": {"rope_type": "longrope", "short_factor": [real(f) for f in block["short_factor"]],
+                            "long_factor": [real(f) for f in block["long_factor"]],
+                            "original_max_position_embeddings": original, "attention_factor": real(attention_factor)}}
     if partial:
         out["rotary_fraction"] = real(fraction)
     return out

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import ATTENTION_KINDS, attention_probs, causal_mask
-from ..model import apply_rotary, attention_scale, layer_rotary, layer_window, rotary_cos_sin
+from ..model import apply_rotary, attention_scale, layer_rotary, layer_rotates, layer_window, rotary_cos_sin
 
 
 def _rotate_half_t(z: torch.Tensor) -> torch.Tensor:
@@ -289,6 +289,27 @@ def layer_modules(model, layer: int, stack: str | None = None):
     return getattr(model, name).blocks[layer], kind
 
 
+def unmeasured(cfg) -> str | None:
+    """Why the lab cannot measure this config's attention faithfully (one line), or None: the parts of a
+    score that the measured function below does not compute are refused, never measured without them."""
+    if cfg.attn_logit_softcap is not None:
+        return (f"attention logit soft-capping (attn_logit_softcap {cfg.attn_logit_softcap:g}, {cfg.family}) is not "
+                f"in the Lipschitz lab's measured function: its layers are not measured")
+    if cfg.positions == "alibi":
+        return (f"ALiBi's bias by distance ({cfg.family}) is not in the Lipschitz lab's measured function: its layers "
+                f"are not measured")
+    if cfg.residual_multiplier is not None:
+        return (f"the residual multiplier (residual_multiplier {cfg.residual_multiplier:g}, {cfg.family}) is not in the "
+                f"Lipschitz lab's measured function: its layers are not measured")
+    if cfg.qk_norm_across_heads:
+        return (f"q/k norms over all heads at once ({cfg.family}) are not in the Lipschitz lab's measured function "
+                f"(it norms q and k head by head): its layers are not measured")
+    if cfg.clip_qkv is not None:
+        return (f"q/k/v clipping (clip_qkv {cfg.clip_qkv:g}, {cfg.family}) is not in the Lipschitz lab's measured "
+                f"function: its layers are not measured")
+    return None
+
+
 def layer_map(model, layer: int, head: int | None = None, masked: bool | None = None, *, stack: str | None = None,
               source_ids=None):
     """model.blocks[layer].attn as the model's Block applies it, or one head of it.
@@ -317,9 +338,9 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
     (CrossAttentionMap).
     """
     cfg = model.cfg
-    if cfg.qk_norm_across_heads:  # AttentionMap norms each head's q and k on its own
-        raise ValueError("the Lipschitz lab's attention map norms q and k head by head; this model (OLMo 2) norms "
-                         "them over all heads at once, which it does not model yet")
+    problem = unmeasured(cfg)
+    if problem:
+        raise ValueError(problem)
     block, kind = layer_modules(model, layer, stack)
     attn = getattr(block, kind)
     if stack == "cross":
@@ -328,7 +349,7 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
     dtype = torch.promote_types(attn.q.weight.dtype, torch.float32)  # float64 models stay float64
     common = dict(kind=cfg.attention_kind, masked=masked, sinkhorn_iters=cfg.sinkhorn_iters)
     # every switch left at its default keeps the map built exactly as before the switches existed
-    if cfg.positions == "rotary":
+    if layer_rotates(cfg, layer):
         if cfg.rotary_fraction == 1.0 and cfg.rope_scaling is None and cfg.rope_local_theta is None:
             common["rope_theta"] = cfg.rope_theta
         else:

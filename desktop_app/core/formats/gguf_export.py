@@ -19,7 +19,8 @@ import torch
 from ..checkpoints import hf_compatible, to_hf_state_dict
 from ..files import WriteError, file_mode
 from ..weights import ModelLoadError
-from .gguf_file import GGUFFile, arch_for_family, permute_rows
+from ..model import rotary_inv_freq
+from .gguf_file import LLAMA3_ROPE_CANDIDATES, GGUFFile, arch_for_family, permute_rows
 from .gguf_tokenizer import tokenizer_metadata
 
 EXPORT_TYPES = ("f16", "bf16", "q8_0", "f32")
@@ -114,10 +115,15 @@ def _write_metadata(w, cfg, arch, name: str, kind: str) -> None:
     w.add_uint32(f"{a}.attention.value_length", cfg.d_head)
     w.add_uint32(f"{a}.rope.dimension_count", cfg.d_head)
     w.add_uint32(f"{a}.vocab_size", cfg.vocab_size)
-    if cfg.rope_scaling is not None:
-        if cfg.rope_scaling.get("rope_type") != "linear":
-            raise ExportError(f"rotary scaling {cfg.rope_scaling.get('rope_type')!r} is not written to GGUF here "
-                              f"(only linear)")
+    kind_of_scaling = (cfg.rope_scaling or {}).get("rope_type")
+    if kind_of_scaling not in (None, "linear", "llama3"):
+        raise ExportError(f"rotary scaling {kind_of_scaling!r} is not written to GGUF here (linear and llama3 are)")
+    if kind_of_scaling == "llama3":  # llama.cpp's form: per-frequency divisors (rope_freqs, _add_tensors)
+        if tuple(cfg.rope_scaling[k] for k in ("low_freq_factor", "high_freq_factor",
+                                               "original_max_position_embeddings")) not in LLAMA3_ROPE_CANDIDATES:
+            raise ExportError("llama3 rotary scaling other than Llama 3's published parameters is not written to "
+                              "GGUF here (the reader could not tell them from its divisors)")
+    elif kind_of_scaling == "linear":
         w.add_string(f"{a}.rope.scaling.type", "linear")
         w.add_float32(f"{a}.rope.scaling.factor", float(cfg.rope_scaling["factor"]))
     if cfg.sliding_window is not None and arch.fields is not None:
@@ -149,6 +155,10 @@ def _add_tensors(w, model, arch, kind: str) -> None:
     import gguf
 
     cfg = model.cfg
+    if (cfg.rope_scaling or {}).get("rope_type") == "llama3":
+        dims = cfg.d_head  # the LLaMA-like families rotate whole heads
+        plain = rotary_inv_freq(dims, cfg.rope_theta)
+        w.add_tensor("rope_freqs.weight", (plain / rotary_inv_freq(dims, cfg.rope_theta, cfg.rope_scaling)).numpy())
     names = gguf.get_tensor_name_map({v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[arch.gguf], cfg.n_layers)
     for hf, t in to_hf_state_dict(model).items():
         base, _, suffix = hf.rpartition(".")

@@ -24,6 +24,7 @@ from ..config import MAX_SIZES
 from ..devices import MemoryEstimateError, check_memory, choose_compute_dtype, dtype_name, resolve_dtype
 from ..families import REGISTRY, family_of
 from ..generation_rules import GenerationRules
+from ..model import rotary_inv_freq
 from ..weights import ModelLoadError
 from .gguf_tokenizer import tokenizer_from_gguf
 
@@ -33,6 +34,8 @@ READABLE_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", 
 FLOAT_TYPES = ("F32", "F16", "BF16")
 MAX_ELEMENTS = 1 << 40  # per tensor: beyond any real model's (a 405B model's largest holds ~2**31)
 MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
+# (low_freq_factor, high_freq_factor, original_max_position_embeddings) of Llama 3.1, 3.2 and 3.3
+LLAMA3_ROPE_CANDIDATES = ((1.0, 4.0, 8192),)
 
 
 @dataclass(frozen=True)
@@ -262,11 +265,29 @@ class GGUFFile:
                 raise ModelLoadError(self.path, f"rotary scaling {scaling!r} is not supported here (only linear)")
             d["rope_scaling"] = {"rope_type": "linear", "factor": float(m("rope.scaling.factor"))}
         if "rope_freqs.weight" in self.tensors:
-            raise ModelLoadError(self.path, "per-frequency rotary factors (rope_freqs, Llama 3.1's scaling) are not "
-                                            "read yet")
+            d["rope_scaling"] = self._llama3_scaling(d["rope_theta"], m("rope.dimension_count", head_dim))
         if self.arch.fields is not None:
             d.update(self.arch.fields(m))
         return d
+
+    def _llama3_scaling(self, theta: float, dims: int) -> dict:
+        """The "llama3" rotary scaling (Llama 3.1 and later) that llama.cpp's converter wrote as per-frequency
+        divisors (rope_freqs): Meta's published parameters with the file's largest divisor as the factor,
+        kept only when they give the file's divisors exactly. (transformers' GGUF loader drops rope_freqs
+        and computes unscaled rotary; llama.cpp divides by them, as this does.)"""
+        t = self.tensors["rope_freqs.weight"]
+        if t.tensor_type.name != "F32" or int(t.n_elements) != dims // 2:
+            raise ModelLoadError(self.path, f"rope_freqs.weight must hold {dims // 2} F32 divisors, one per rotary "
+                                            f"frequency")
+        divisors = torch.from_numpy(np.array(t.data, dtype=np.float32)).reshape(-1)
+        plain = rotary_inv_freq(dims, theta)
+        for low, high, original in LLAMA3_ROPE_CANDIDATES:
+            scaling = {"rope_type": "llama3", "factor": float(divisors.max()), "low_freq_factor": low,
+                       "high_freq_factor": high, "original_max_position_embeddings": original}
+            if torch.allclose(plain / rotary_inv_freq(dims, theta, scaling), divisors, rtol=1e-4):
+                return scaling
+        raise ModelLoadError(self.path, "rope_freqs.weight holds per-frequency rotary divisors that are not Llama 3's "
+                                        "scaling with its published parameters; not read here")
 
     def _embedding_rows(self) -> int | None:
         t = self.tensors.get("token_embd.weight")

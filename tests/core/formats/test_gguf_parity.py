@@ -55,3 +55,32 @@ def test_f32_file_matches_the_model_it_was_written_from(family, folder):
         reference = hf(ids).logits
     assert (our_logits(path, ids) - reference).abs().max().item() <= 1e-4
 
+
+
+def test_llama3_rotary_scaling_travels_as_rope_freqs(tmp_path):
+    """Llama 3.1's "llama3" rotary scaling: llama.cpp keeps it as per-frequency divisors (rope_freqs.weight),
+    which transformers' GGUF loader drops; read back here as the scaling, the file gives the logits of the
+    model it was written from, and ignoring the divisors would not."""
+    from desktop_app.core.formats.gguf_export import save_gguf
+
+    torch.manual_seed(0)
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=64, rope_theta=500000.0, rope_scaling=dict(scaling)))
+    with torch.no_grad():  # sharp attention, so that positions (and their rotary frequencies) matter
+        for layer in hf.model.layers:
+            layer.self_attn.q_proj.weight.mul_(30)
+            layer.self_attn.k_proj.weight.mul_(30)
+    hf.save_pretrained(tmp_path / "hf")
+    path = tmp_path / "llama3.gguf"
+    save_gguf(load_model_file(tmp_path / "hf").model, path, kind="f32")
+    loaded = load_model_file(path, dtype="float32")
+    assert {k: loaded.config.rope_scaling[k] for k in scaling} == scaling
+    ids = torch.randint(3, 128, (1, 60), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        reference = hf(ids).logits
+    ours = (our_logits(path, ids) - reference).abs().max().item()
+    unscaled = (transformers_logits(path, ids) - reference).abs().max().item()
+    assert ours <= 1e-4 and unscaled > 100 * max(ours, 1e-6), (ours, unscaled)  # the divisors matter

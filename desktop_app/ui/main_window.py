@@ -215,6 +215,10 @@ class MainWindow(QMainWindow):
         self.hf_cache_action = self._action("Open from &Hugging Face Cache…", self.open_hf_cache_dialog,
                                             tip="Open a model already in the local Hugging Face cache (no download)")
         f.addAction(self.hf_cache_action)
+        self.local_stores_action = self._action(
+            "Open from &Local Model Stores…", self.open_local_stores_dialog,
+            tip="Open a GGUF model Ollama or LM Studio keeps on this machine (no download)")
+        f.addAction(self.local_stores_action)
         self.open_features_action = self._action(
             "Open Sparse &Features…", self.open_features_dialog,
             tip="Attach a sparse dictionary (SAE or transcoder) folder to the open model: SAELens' cfg.json + "
@@ -447,6 +451,14 @@ class MainWindow(QMainWindow):
         from .hf_cache_dialog import HfCacheDialog
 
         dialog = HfCacheDialog(self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.model_chosen.connect(self.open_model)
+        dialog.open()
+
+    def open_local_stores_dialog(self) -> None:
+        from .local_stores_dialog import LocalStoresDialog
+
+        dialog = LocalStoresDialog(self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.model_chosen.connect(self.open_model)
         dialog.open()

@@ -397,7 +397,9 @@ def load_gguf(path: str | Path, device: str | torch.device = "cpu", dtype: str |
                                       device=device, dtype=target, for_training=for_training, stored_dtype=stored)
     tokenizer, tokenizer_missing = tokenizer_from_gguf(f)
     eos = cfg.eos_token_id
-    return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=f.path, name=f.path.name,
+    # an Ollama blob is named by its digest: its own general.name says more
+    name = f.path.name if f.path.suffix.lower() == ".gguf" else (f.summary.model_name or f.path.name)
+    return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=f.path, name=name,
                        tokenizer_missing=tokenizer_missing, stored_dtype=stored, dtype_reason=reason,
                        generation=GenerationRules(eos_ids=(eos,) if eos is not None else (),
                                                   source="the GGUF metadata"),

@@ -13,7 +13,7 @@ def is_gguf(path: str | Path) -> bool:
     """Whether `path` names a GGUF file: a .gguf name (even one that does not exist, so that opening it
     says so), or a file starting with the GGUF magic (an Ollama blob has no suffix)."""
     path = Path(path)
-    if path.suffix.lower() == GGUF_SUFFIX:
+    if path.suffix.lower() == GGUF_SUFFIX and not path.is_dir():
         return True
     if not path.is_file():
         return False

@@ -84,3 +84,24 @@ def test_llama3_rotary_scaling_travels_as_rope_freqs(tmp_path):
     ours = (our_logits(path, ids) - reference).abs().max().item()
     unscaled = (transformers_logits(path, ids) - reference).abs().max().item()
     assert ours <= 1e-4 and unscaled > 100 * max(ours, 1e-6), (ours, unscaled)  # the divisors matter
+
+
+def test_tensors_are_dequantized_one_at_a_time(folder):
+    """Never the whole model in float32: while a Q8_0 file loads into bfloat16, the float32 buffers alive
+    at once (numpy's, which tracemalloc sees) stay within a few of one tensor's, far below the model's
+    float32 size."""
+    import tracemalloc
+
+    path = write_gguf("llama", folder, "Q8_0")
+    loaded = load_model_file(path, dtype="bfloat16")
+    whole = sum(p.numel() for p in loaded.model.parameters()) * 4
+    largest = max(p.numel() for p in loaded.model.parameters()) * 4
+    tracemalloc.start()
+    try:
+        loaded = load_model_file(path, dtype="bfloat16")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert loaded.model.dtype == torch.bfloat16
+    # (gguf's dequantization holds a few float32 temporaries of the tensor it works on)
+    assert peak < 4 * largest and peak < whole / 3, (peak, largest, whole)

@@ -162,6 +162,21 @@ def _sentencepiece(f: "GGUFFile", tokens: list[str], types: list[int], unk: int 
 # -- writing ---------------------------------------------------------------------------------------
 
 
+def _pre_name(pre: dict | None) -> str | None:
+    """llama.cpp's name for a byte-level tokenizer's split: "gpt-2" for ByteLevel's own regex, the
+    name of a known regex split before ByteLevel, None for any other split."""
+    if pre is None:
+        return None
+    if pre.get("type") == "ByteLevel":
+        return "gpt-2" if pre.get("use_regex", True) else None
+    steps = pre.get("pretokenizers") or []
+    if pre.get("type") == "Sequence" and len(steps) == 2 and steps[0].get("type") == "Split" \
+            and steps[1].get("type") == "ByteLevel" and not steps[1].get("use_regex", True):
+        regex = (steps[0].get("pattern") or {}).get("Regex")
+        return next((name for name, rx in PRE_SPLITS.items() if rx == regex), None)
+    return None
+
+
 def tokenizer_metadata(tokenizer: Tokenizer, vocab_size: int) -> dict | None:
     """The tokenizer.ggml.* fields for a byte-level or SentencePiece-style BPE tokenizer.json (the
     kinds a GGUF holds), or None for one it cannot express (WordPiece, a SentencePiece model file)."""
@@ -181,11 +196,11 @@ def tokenizer_metadata(tokenizer: Tokenizer, vocab_size: int) -> dict | None:
     for i, a in added.items():
         tokens[i], types[i] = a["content"], CONTROL if a.get("special") else USER_DEFINED
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-    byte_level = "ByteLevel" in json.dumps(d.get("pre_tokenizer"))
     out = {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": merges}
-    if byte_level:
-        split = json.dumps(d.get("pre_tokenizer"))
-        pre = next((name for name, rx in PRE_SPLITS.items() if json.dumps(rx)[1:-1] in split), "default")
+    if "ByteLevel" in json.dumps(d.get("pre_tokenizer")):
+        pre = _pre_name(d.get("pre_tokenizer"))
+        if pre is None:  # llama.cpp would split the text another way than this tokenizer
+            return None
         out.update({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre})
     else:
         if not model.get("byte_fallback"):
@@ -193,8 +208,11 @@ def tokenizer_metadata(tokenizer: Tokenizer, vocab_size: int) -> dict | None:
         for i, t in enumerate(tokens):
             if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
                 types[i] = BYTE
-        out.update({"tokenizer.ggml.model": "llama", "tokenizer.ggml.pre": "default",
-                    "tokenizer.ggml.scores": [-float(i) for i in range(n)]})
+        # llama.cpp's SentencePiece tokenizer merges by score: a merged token scores minus its merge's
+        # rank (as SentencePiece's own BPE pieces do), every other token below all of them
+        rank = {"".join(m.split(" ", 1)): r for r, m in reversed(list(enumerate(merges)))}
+        scores = [-float(rank[t]) if t in rank else -float(len(merges) + i) for i, t in enumerate(tokens)]
+        out.update({"tokenizer.ggml.model": "llama", "tokenizer.ggml.pre": "default", "tokenizer.ggml.scores": scores})
     for name in ("bos", "eos", "unk", "pad"):
         i = tokenizer.special_id(name)
         if i is not None:

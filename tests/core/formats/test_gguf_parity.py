@@ -16,10 +16,10 @@ from desktop_app.core.formats import load_model_file  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ALL_TYPES = WRITTEN + QUANTIZED_BY_GGUF + tuple(K_SCALES)
-# every type on LLaMA (q/k rows permuted); every family at F32, Q8_0 and Q4_K, Gemma 3 (norms stored as
-# 1 + w) at BF16 and Q6_K too; every family in every type with -m slow
-FAST = {("llama", t) for t in ALL_TYPES} | {(f, t) for f in FAMILIES for t in ("F32", "Q8_0", "Q4_K")} | {
-    ("gemma3_text", "BF16"), ("gemma3_text", "Q6_K")}
+# every type on LLaMA (q/k rows permuted); every family at F32 and Q4_K, Gemma 3 (norms stored as 1 + w)
+# at BF16, Q8_0 and Q6_K too; every family in every type with -m slow
+FAST = {("llama", t) for t in ALL_TYPES} | {(f, t) for f in FAMILIES for t in ("F32", "Q4_K")} | {
+    ("gemma3_text", "BF16"), ("gemma3_text", "Q8_0"), ("gemma3_text", "Q6_K")}
 CASES = [pytest.param(f, t, marks=() if (f, t) in FAST else pytest.mark.slow) for f in FAMILIES for t in ALL_TYPES]
 
 

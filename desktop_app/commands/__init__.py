@@ -26,7 +26,8 @@ def input_ids(loaded, text: str | None, ids: str | None) -> list[int]:
     return out
 
 
-MODEL_HELP = "model folder, or org/name[@revision] from the local Hugging Face cache (nothing is downloaded)"
+MODEL_HELP = ("model folder, a .gguf file (llama.cpp, Ollama, LM Studio), or org/name[@revision] from the local "
+              "Hugging Face cache (nothing is downloaded)")
 
 
 def add_model_and_text_arguments(p):
@@ -101,14 +102,15 @@ def resolve_step(args) -> None:
 
 
 def load_model(model_ref: str, special_tokens: bool = True, dtype: str | None = "auto", **kwargs):
-    """Every command's model argument: a folder, or a repository id resolved in the local Hugging Face
-    cache only (NotInCacheError, one line, when it is not there); then load_model_folder(**kwargs).
+    """Every command's model argument: a folder, a GGUF file, or a repository id resolved in the local
+    Hugging Face cache only (NotInCacheError, one line, when it is not there); then
+    formats.load_model_file(**kwargs).
     `special_tokens`: whether text encoded for it gets the tokenizer's special tokens (--no-special-tokens);
     `dtype`: --dtype ("auto": what suits the device, core.devices.choose_compute_dtype)."""
-    from ..core.checkpoints import load_model_folder
+    from ..core.formats import load_model_file
     from ..core.hf_cache import resolve_model_ref
 
-    loaded = load_model_folder(resolve_model_ref(model_ref), dtype=dtype, **kwargs)
+    loaded = load_model_file(resolve_model_ref(model_ref), dtype=dtype, **kwargs)
     if loaded.tokenizer is not None:
         loaded.tokenizer.special_tokens = special_tokens
     return loaded

@@ -13,11 +13,20 @@ def model_info(loaded) -> dict:
             **({"is_encoder_decoder": True, "n_decoder_layers": cfg.n_decoder_layers or cfg.n_layers}
                if cfg.is_encoder_decoder else {}),
             **({"image_size": cfg.image_size, "patch_size": cfg.patch_size, "num_channels": cfg.num_channels,
-                "patches": (cfg.image_size // cfg.patch_size) ** 2} if cfg.input_kind == "patches" else {})}
+                "patches": (cfg.image_size // cfg.patch_size) ** 2} if cfg.input_kind == "patches" else {}),
+            **({"gguf": gguf_info(loaded.gguf)} if loaded.gguf is not None else {})}
+
+
+def gguf_info(summary) -> dict:
+    """A GGUF file's architecture, file type, tensor types per kind and chat template (formats.gguf_file)."""
+    return {"architecture": summary.architecture, "name": summary.model_name, "file_type": summary.file_type,
+            "quantization": {kind: dict(counts.most_common()) for kind, counts in summary.types.items()},
+            "dequantized": summary.dequantized, "chat_template": summary.chat_template}
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("info", help="print a model folder's architecture as JSON")
+    p = sub.add_parser("info", help="print a model's architecture as JSON (a GGUF file's tensor types "
+                                         "and chat template too)")
     p.add_argument("model_dir", help=MODEL_HELP)
     add_dtype_argument(p)
     p.set_defaults(func=run)

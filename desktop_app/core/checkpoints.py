@@ -54,6 +54,8 @@ class LoadedModel:
     dtype_reason: str = ""  # why it computes in model.dtype (devices.choose_compute_dtype), "" when not chosen
     # generation_config.json's end tokens and id constraints, as transformers' generate applies them
     generation: GenerationRules = GenerationRules()
+    # a GGUF file's formats.gguf_file.GGUFSummary (types per tensor kind, dequantized or not); None for a folder
+    gguf: object | None = None
 
 
 def missing_tokenizer(folder: Path) -> str:
@@ -246,6 +248,57 @@ class _MetaSkeleton(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: set[str],
+                   file_of: Callable[[str], Path], weights_file: Path, check_shapes: Callable[[Transformer], None],
+                   check_read: Callable[[], None], device: str | torch.device = "cpu",
+                   dtype: str | torch.dtype | None = None, for_training: bool = False,
+                   stored_dtype: torch.dtype | None = None) -> tuple[Transformer, ModelConfig, torch.dtype, str]:
+    """The model `cfg` describes, its weights read through the family's table from `get` (Hugging Face
+    tensor name -> tensor; `names`: those the source holds): a model folder's safetensors or a GGUF file
+    (core/formats). `check_shapes(meta_model)` compares the source's shapes before any data is read;
+    `check_read()` runs once every tensor is read. `stored_dtype`: the source's dtype when the tensors do
+    not say it (dequantized GGUF weights). Returns (model, config, stored dtype, why this dtype)."""
+    with torch.device("meta"), _MetaSkeleton():
+        model = model_class(cfg)(cfg, init_weights=False)
+    check_shapes(model)
+    sd = _from_hf(cfg, get, names, file_of)
+    check_read()
+    stored_dtype = stored_dtype or _stored_dtype(sd, resolve_dtype(cfg.dtype))
+    dtype_reason = ""
+    if dtype == "auto":  # the dtype that suits the device (devices.choose_compute_dtype)
+        choice = choose_compute_dtype(stored_dtype, device, sum(t.numel() for t in sd.values()))
+        dtype, dtype_reason = choice.dtype, choice.reason
+    target_dtype = resolve_dtype(dtype) if dtype is not None else stored_dtype
+    if target_dtype != resolve_dtype(cfg.dtype):  # only the recorded dtype changes; the modules need nothing else
+        cfg = model.cfg = cfg.replace(dtype={v: k for k, v in DTYPES.items()}[target_dtype])
+    expected = {k: v for k, v in model.state_dict().items()}
+    for name, t in sd.items():
+        want = expected.get(name)
+        if want is None:
+            continue
+        if tuple(t.shape) != tuple(want.shape):
+            hf = _hf_name_for(cfg, name, names)
+            raise ModelLoadError(file_of(hf),
+                                 f"tensor {hf!r} has shape {list(t.shape)} but the config implies {list(want.shape)}")
+    if cfg.lm_head and cfg.tie_embeddings:
+        sd.pop("lm_head.weight", None)
+    missing = set(expected) - set(sd) - ({"lm_head.weight"} if cfg.lm_head and cfg.tie_embeddings else set())
+    if missing:
+        raise ModelLoadError(weights_file, f"missing tensors for: {', '.join(sorted(missing)[:5])}")
+    if for_training:
+        sd = {k: v.to(device=device, dtype=target_dtype, memory_format=torch.contiguous_format, copy=True)
+              for k, v in sd.items()}
+    else:
+        sd = {k: v.to(device=device, dtype=target_dtype) for k, v in sd.items()}
+    model.load_state_dict(sd, strict=False, assign=True)
+    if cfg.lm_head and cfg.tie_embeddings:
+        model.lm_head.weight = model.tok_embed.weight
+    if cfg.positions == "sinusoidal":
+        model.pos_table = sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout).to(device)
+    model.eval()
+    return model, cfg, stored_dtype, dtype_reason
+
+
 def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
                       dtype: str | torch.dtype | None = None, for_training: bool = False) -> LoadedModel:
     """Load a model folder; raises ModelLoadError naming the file and the problem.
@@ -254,6 +307,7 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     own contiguous copy. GPT-2's q, k, v and projections are transposed slices of its Conv1D tensors,
     and a strided weight takes another matmul path than a fresh model's, so a resumed run drifted from
     an uninterrupted one (~3e-5 in 20 steps); a copy also never maps the files a trainer rewrites.
+    A GGUF file opens with formats.load_model_file, through the same assemble_model.
     """
     folder = Path(path)
     folder = interrupted_copy(folder) or folder  # an interrupted atomic_write_dir (the app's own .old only)
@@ -285,45 +339,15 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
             raise ModelLoadError(f, f"cannot read tensor {name!r}: corrupt or truncated ({exc})") from exc
 
-    with torch.device("meta"), _MetaSkeleton():
-        model = model_class(cfg)(cfg, init_weights=False)
-    _check_shapes(model, files)
-    sd = _from_hf(cfg, get, set(files), lambda n: files.get(n, folder / WEIGHTS))
-    # the tensors the model takes: an unused extra (e.g. a mask buffer some exporters keep) is not refused
-    _check_finite({name: files[name] for name in used})
-    stored_dtype = _stored_dtype(sd, resolve_dtype(cfg.dtype))
-    dtype_reason = ""
-    if dtype == "auto":  # the dtype that suits the device (devices.choose_compute_dtype)
-        choice = choose_compute_dtype(stored_dtype, device, sum(t.numel() for t in sd.values()))
-        dtype, dtype_reason = choice.dtype, choice.reason
-    target_dtype = resolve_dtype(dtype) if dtype is not None else stored_dtype
-    if target_dtype != resolve_dtype(cfg.dtype):  # only the recorded dtype changes; the modules need nothing else
-        cfg = model.cfg = cfg.replace(dtype={v: k for k, v in DTYPES.items()}[target_dtype])
-    expected = {k: v for k, v in model.state_dict().items()}
-    for name, t in sd.items():
-        want = expected.get(name)
-        if want is None:
-            continue
-        if tuple(t.shape) != tuple(want.shape):
-            hf = _hf_name_for(cfg, name, set(files))
-            raise ModelLoadError(files.get(hf, folder / WEIGHTS),
-                                 f"tensor {hf!r} has shape {list(t.shape)} but the config implies {list(want.shape)}")
-    if cfg.lm_head and cfg.tie_embeddings:
-        sd.pop("lm_head.weight", None)
-    missing = set(expected) - set(sd) - ({"lm_head.weight"} if cfg.lm_head and cfg.tie_embeddings else set())
-    if missing:
-        raise ModelLoadError(folder / WEIGHTS, f"missing tensors for: {', '.join(sorted(missing)[:5])}")
-    if for_training:
-        sd = {k: v.to(device=device, dtype=target_dtype, memory_format=torch.contiguous_format, copy=True)
-              for k, v in sd.items()}
-    else:
-        sd = {k: v.to(device=device, dtype=target_dtype) for k, v in sd.items()}
-    model.load_state_dict(sd, strict=False, assign=True)
-    if cfg.lm_head and cfg.tie_embeddings:
-        model.lm_head.weight = model.tok_embed.weight
-    if cfg.positions == "sinusoidal":
-        model.pos_table = sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout).to(device)
-    model.eval()
+    def check_shapes(meta_model: Transformer) -> None:
+        _check_shapes(meta_model, files)
+
+    def check_finite() -> None:  # the tensors the model takes: an unused extra (e.g. a mask buffer) is not refused
+        _check_finite({name: files[name] for name in used})
+
+    model, cfg, stored_dtype, dtype_reason = assemble_model(
+        cfg, get, set(files), lambda n: files.get(n, folder / WEIGHTS), folder / WEIGHTS, check_shapes, check_finite,
+        device=device, dtype=dtype, for_training=for_training)
 
     try:
         tokenizer = load_tokenizer_folder(folder)
@@ -426,21 +450,26 @@ def _check_finite(files: dict[str, Path]) -> None:
             mm.close()
 
 
-def _check_shapes(meta_model: Transformer, files: dict[str, Path]) -> None:
-    """Compare every tensor's stored shape (header only, no data read) with what the config implies."""
+def expected_shapes(meta_model: Transformer, names: set[str]) -> dict[str | None, list[int]]:
+    """The shape the config implies for each stored tensor (by the name the source holds it under;
+    None for those it lacks), from the meta skeleton: no data read."""
     cfg = meta_model.cfg
     with _MetaSkeleton():
         if hf_compatible(cfg):
             family = family_of(cfg)
-            prefix = family.detect_prefix(cfg, set(files))
-            expected = {_stored_name(family, entry, prefix, set(files)): t
-                        for entry, t in _hf_tensors(cfg, meta_model.state_dict())}
-        else:
-            expected = to_hf_state_dict(meta_model)
+            prefix = family.detect_prefix(cfg, names)
+            return {_stored_name(family, entry, prefix, names): list(t.shape)
+                    for entry, t in _hf_tensors(cfg, meta_model.state_dict())}
+        return {k: list(t.shape) for k, t in to_hf_state_dict(meta_model).items()}
+
+
+def _check_shapes(meta_model: Transformer, files: dict[str, Path]) -> None:
+    """Compare every tensor's stored shape (header only, no data read) with what the config implies."""
+    expected = expected_shapes(meta_model, set(files))
     by_file: dict[Path, list[tuple[str, list[int]]]] = {}
     for stored, want in expected.items():
         if stored in files:  # missing tensors are reported by _from_hf with their name
-            by_file.setdefault(files[stored], []).append((stored, list(want.shape)))
+            by_file.setdefault(files[stored], []).append((stored, want))
     for f, wanted in by_file.items():
         try:
             with safe_open(str(f), framework="pt") as st:

@@ -91,6 +91,12 @@ def _make_parent(path: Path) -> None:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write a file so that readers see the old content or the new, never a part."""
+    atomic_write_file(path, lambda f: f.write(data))
+
+
+def atomic_write_file(path: Path, fill: Callable) -> None:
+    """atomic_write_bytes for content written by `fill(f)` into an open binary file (a writer that
+    streams, e.g. a GGUF file tensor by tensor): a temporary sibling, synced, then renamed into place."""
     path = Path(path)
     if path.is_dir():
         raise WriteError(path, "is a folder (give a file name)", errno.EISDIR)
@@ -100,7 +106,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), file_mode())
-            f.write(data)
+            fill(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

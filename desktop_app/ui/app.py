@@ -374,7 +374,9 @@ def _run(app, args, state, window, started: float) -> int:
 
         model_path = model_folder_of(model_path) or model_path
     if model_path is None and workspace is not None and workspace.model_path:
-        if Path(workspace.model_path).is_dir():
+        from .main_window import model_folder_of
+
+        if model_folder_of(workspace.model_path) == workspace.model_path:  # a folder or a GGUF file, still there
             model_path = workspace.model_path
         else:
             notices.append(("Model folder missing", f"The last session's model folder {workspace.model_path} is gone; "

@@ -26,14 +26,20 @@ log = logging.getLogger("desktop_app")
 
 
 def model_folder_of(path: str | Path) -> str | None:
-    """A folder itself, or the folder of a model file in it (config.json, model.safetensors... as a
-    file manager hands over with 'Open with' or a drop); None for anything else."""
+    """What a path opens as a model: a folder itself, a GGUF file itself, or the folder of a model file
+    in it (config.json, model.safetensors... as a file manager hands over with 'Open with' or a drop);
+    None for anything else."""
+    from ..core.formats import is_gguf
+
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() or (path.is_file() and is_gguf(path)):
         return str(path)
     if path.is_file() and path.suffix in (".json", ".safetensors"):
         return str(path.parent)
     return None
+
+
+GGUF_FILTER = "GGUF files (*.gguf);;All files (*)"  # an Ollama blob has no suffix: All files opens it
 
 
 def model_folder_from_mime(mime: QMimeData) -> str | None:
@@ -198,6 +204,10 @@ class MainWindow(QMainWindow):
         self.open_action = self._action("&Open Model Folder…", self.open_model_dialog, QKeySequence.StandardKey.Open,
                                         "Open a model folder (config.json + model.safetensors [+ tokenizer.json])")
         f.addAction(self.open_action)
+        self.open_gguf_action = self._action("Open &GGUF File…", self.open_gguf_dialog,
+                                             tip="Open a .gguf file (llama.cpp, Ollama, LM Studio): quantized weights "
+                                                 "are dequantized as each tensor is read")
+        f.addAction(self.open_gguf_action)
         self.recent_menu = f.addMenu("Open &Recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         self.demo_action = self._action("Open &Demo Model", self.open_demo_model)
@@ -205,6 +215,10 @@ class MainWindow(QMainWindow):
         self.hf_cache_action = self._action("Open from &Hugging Face Cache…", self.open_hf_cache_dialog,
                                             tip="Open a model already in the local Hugging Face cache (no download)")
         f.addAction(self.hf_cache_action)
+        self.local_stores_action = self._action(
+            "Open from &Local Model Stores…", self.open_local_stores_dialog,
+            tip="Open a GGUF model Ollama or LM Studio keeps on this machine (no download)")
+        f.addAction(self.local_stores_action)
         self.open_features_action = self._action(
             "Open Sparse &Features…", self.open_features_dialog,
             tip="Attach a sparse dictionary (SAE or transcoder) folder to the open model: SAELens' cfg.json + "
@@ -299,7 +313,7 @@ class MainWindow(QMainWindow):
         items = app_settings.recent_models()
         for path in items:
             a = self.recent_menu.addAction(path)
-            a.setEnabled(Path(path).is_dir())
+            a.setEnabled(model_folder_of(path) == path)  # a folder or a GGUF file still there
             a.triggered.connect(lambda _=False, p=path: self.open_model(p))
         if not items:
             self.recent_menu.addAction("(none)").setEnabled(False)
@@ -343,7 +357,12 @@ class MainWindow(QMainWindow):
     # -- state -> window -------------------------------------------------------------------
     def _on_model_changed(self, loaded) -> None:
         cfg = loaded.config
-        self.model_label.setText(f"{loaded.name} · {cfg.family} · {loaded.model.num_parameters():,} params")
+        gguf = loaded.gguf
+        dequantized = f" · dequantized from {gguf.file_type or 'quantized GGUF'}" if gguf and gguf.dequantized else ""
+        self.model_label.setText(f"{loaded.name} · {cfg.family} · {loaded.model.num_parameters():,} params{dequantized}")
+        self.model_label.setToolTip("\n".join(["what is shown: the file's weights dequantized (values on the "
+                                               "quantization grid, computed in the dtype on the right)",
+                                               *gguf.quantization_lines()]) if dequantized else "")
         self.setWindowTitle(f"{loaded.name} — Transformer Explorer")
         from ..core.devices import dtype_name
 
@@ -397,6 +416,14 @@ class MainWindow(QMainWindow):
             app_settings.set_last_folder(Path(path).parent)
             self.open_model(path)
 
+    def open_gguf_dialog(self) -> None:
+        start = str(self.state.loaded.path.parent) if self.state.loaded is not None and self.state.loaded.path else ""
+        path, _ = QFileDialog.getOpenFileName(self, "Open GGUF file", app_settings.last_folder() or start,
+                                              GGUF_FILTER)
+        if path:
+            app_settings.set_last_folder(Path(path).parent)
+            self.open_model(path)
+
     def open_features_dialog(self) -> None:
         from .panels.features import choose_dictionary_folder
 
@@ -424,6 +451,14 @@ class MainWindow(QMainWindow):
         from .hf_cache_dialog import HfCacheDialog
 
         dialog = HfCacheDialog(self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.model_chosen.connect(self.open_model)
+        dialog.open()
+
+    def open_local_stores_dialog(self) -> None:
+        from .local_stores_dialog import LocalStoresDialog
+
+        dialog = LocalStoresDialog(self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.model_chosen.connect(self.open_model)
         dialog.open()

@@ -23,11 +23,11 @@ def _load(path: str, device: str, dtype: str | None, text: str) -> tuple[LoadedM
     """The model in `path`, and (task, sample text) when it was trained here on a task and its
     tokenizer cannot read `text` whole (a task model's tokenizer knows only the task's tokens: the
     app's English text would fail, or come out as unknown tokens)."""
-    from ..core.checkpoints import load_model_folder
+    from ..core.formats import load_model_file
     from ..core.inputs import InputError
     from ..core.training.trainer import run_sample_text
 
-    loaded = load_model_folder(path, device=device, dtype=dtype or "auto")
+    loaded = load_model_file(path, device=device, dtype=dtype or "auto")
     if loaded.config.input_kind == "patches":  # a ViT reads images: the text box is not its input
         return loaded, None
     if text.strip() and loaded.tokenizer is not None:

@@ -137,6 +137,7 @@ def _base(command: str, root: Path) -> list[str]:
         "patch": [model, "--clean-ids", "1,2", "--corrupted-ids", "2,1", "--answer-id", "1", "--csv", out + ".csv",
                   "--overwrite"],
         "features": [model, "--sae", _tiny_dictionary(root), "--ids", "1,2", "--out", out + ".npz", "--overwrite"],
+        "export": [model, "--format", "hf", "--out", out + "-export", "--overwrite"],
         "info": [model],  # (their one numeric option: --step, on every command taking a model)
         "trace": [model, "--ids", "1,2", "--out", out + ".npz", "--overwrite"],
         "scrub": [str(root / "run"), "--metric", "induction", "--csv", out + ".csv", "--overwrite"],

@@ -63,7 +63,21 @@ def architecture_rows(loaded, device: str) -> list[tuple[str, str]]:
         ("dtype", str(loaded.model.dtype).replace("torch.", "")),
         ("Device", str(loaded.model.device) if loaded.model is not None else device),
         ("Path", str(loaded.path) if loaded.path is not None else "(in memory)"),
+        *gguf_rows(loaded.gguf),
     ]
+
+
+def gguf_rows(summary) -> list[tuple[str, str]]:
+    """A GGUF file's rows: its type per tensor kind (dequantized into the dtype above) and chat template."""
+    if summary is None:
+        return []
+    kind = f"GGUF {summary.file_type}" if summary.file_type else "GGUF"
+    rows = [("File", f"{kind}" + (", dequantized to the dtype above" if summary.dequantized else "")),
+            ("Tensor types", "\n".join(summary.quantization_lines()))]
+    if summary.chat_template:
+        lines = summary.chat_template.strip().splitlines()
+        rows.append(("Chat template", "\n".join(lines[:6]) + (f"\n… ({len(lines)} lines)" if len(lines) > 6 else "")))
+    return rows
 
 
 def token_probabilities(logits, ids: list[int]) -> list[float]:
@@ -159,7 +173,8 @@ class ModelPanel(QWidget):
         self.summary_box = QGroupBox("Architecture")
         self.summary_form = QFormLayout(self.summary_box)
         self.summary_form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
-        self.empty_label = QLabel("No model open. Use File > Open Model Folder… (Ctrl+O) or drop a folder here.")
+        self.empty_label = QLabel("No model open. Use File > Open Model Folder… (Ctrl+O) or drop a folder or a "
+                                  ".gguf file here.")
         self.empty_label.setWordWrap(True)
         self.summary_form.addRow(self.empty_label)
 
@@ -278,7 +293,7 @@ class ModelPanel(QWidget):
         for label, value in architecture_rows(loaded, self.state.device):
             v = QLabel(value)
             v.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            v.setWordWrap(label == "Path")
+            v.setWordWrap(label in ("Path", "Chat template"))
             self._summary_labels[label] = v
             self.summary_form.addRow(label, v)
         placeholder = ("Type text here; its tokens appear below." if loaded.tokenizer is not None

@@ -1,0 +1,36 @@
+"""Model files other tools write: GGUF (llama.cpp, Ollama, LM Studio), read with the format's own `gguf`
+package and turned into the app's families through the same loading path as a model folder
+(core/checkpoints.assemble_model); gguf_export.py writes them back."""
+from __future__ import annotations
+
+from pathlib import Path
+
+GGUF_MAGIC = b"GGUF"
+GGUF_SUFFIX = ".gguf"
+
+
+def is_gguf(path: str | Path) -> bool:
+    """Whether `path` names a GGUF file: a .gguf name (even one that does not exist, so that opening it
+    says so), or a file starting with the GGUF magic (an Ollama blob has no suffix)."""
+    path = Path(path)
+    if path.suffix.lower() == GGUF_SUFFIX and not path.is_dir():
+        return True
+    if not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def load_model_file(path: str | Path, **kwargs):
+    """What a user opened, as a LoadedModel: a GGUF file (gguf_file.load_gguf) or a model folder
+    (checkpoints.load_model_folder); keyword arguments as those take them (device, dtype, for_training)."""
+    if is_gguf(path):
+        from .gguf_file import load_gguf
+
+        return load_gguf(path, **kwargs)
+    from ..checkpoints import load_model_folder
+
+    return load_model_folder(path, **kwargs)

@@ -1,0 +1,406 @@
+"""GGUF files as llama.cpp, Ollama and LM Studio keep them: read with the format's own `gguf` reader
+(memory-mapped), mapped to the app's families, dequantized tensor by tensor into the compute dtype.
+
+The metadata becomes the config.json fields the family already reads (family.config_from_hf), and
+each tensor's llama.cpp name (blk.0.attn_q.weight) the Hugging Face name of the family's weight table
+(gguf's own TensorNameMap), so the model is built by the same code as a model folder
+(checkpoints.assemble_model): shape checks before any data is read, one ModelLoadError per problem.
+Two of llama.cpp's conversions are undone exactly as transformers' GGUF loader does: the row order of
+q and k for LLaMA-style rotary (ARCH.permuted_qk), and Gemma's norms stored as 1 + w (ARCH.norm_shift).
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..checkpoints import LoadedModel, assemble_model, config_from_hf, expected_shapes
+from ..config import MAX_SIZES
+from ..devices import MemoryEstimateError, check_memory, choose_compute_dtype, dtype_name, resolve_dtype
+from ..families import REGISTRY, family_of
+from ..generation_rules import GenerationRules
+from ..model import rotary_inv_freq
+from ..weights import ModelLoadError
+from .gguf_tokenizer import tokenizer_from_gguf
+
+# the tensor types read here: the float types and the quantizations gguf.quants dequantizes in numpy
+READABLE_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+                  "Q6_K")
+FLOAT_TYPES = ("F32", "F16", "BF16")
+MAX_ELEMENTS = 1 << 40  # per tensor: beyond any real model's (a 405B model's largest holds ~2**31)
+MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
+# (low_freq_factor, high_freq_factor, original_max_position_embeddings) of Llama 3.1, 3.2 and 3.3
+LLAMA3_ROPE_CANDIDATES = ((1.0, 4.0, 8192),)
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One GGUF architecture (general.architecture) read as one of the app's families."""
+    gguf: str  # llama.cpp's architecture name
+    family: str  # the app's model_type (core/families)
+    permuted_qk: bool = False  # llama.cpp permutes q/k rows for its rotary layout (its LLaMA converter)
+    norm_shift: float = 0.0  # llama.cpp stores the family's norm weights as w + shift (Gemma's 1 + w)
+    # the family's further config.json fields from the metadata (meta(key, default) reads "{arch}.key")
+    fields: Callable[[Callable[..., Any]], dict] | None = None
+    name_hint: str = ""  # this entry only when general.name contains it (llama.cpp writes Mistral as llama)
+
+
+def _gemma3_fields(meta: Callable[..., Any]) -> dict:
+    # llama.cpp: 1/sqrt(head_dim) scores (query_pre_attn_scalar = key_length), every 6th layer full
+    # (set_swa_pattern(6)), sliding layers on base 10000; what transformers' Gemma 3 GGUF loader assumes too
+    return {"query_pre_attn_scalar": meta("attention.key_length", 256), "sliding_window_pattern": 6,
+            "sliding_window": meta("attention.sliding_window", 4096), "rope_local_base_freq": 10000.0,
+            "final_logit_softcapping": meta("final_logit_softcapping", None)}
+
+
+# The mapping table, one line per architecture; an entry counts only where its family is registered.
+# To add: Arch("gemma2", "gemma2", norm_shift=1.0, fields=<its softcaps and query_pre_attn_scalar>) and
+# Arch("phi3", "phi3") once those families exist (Phi-3's fused attn_qkv / ffn_up map to its own
+# qkv_proj / gate_up_proj through TensorNameMap); then add them to tests/core/formats' FAMILIES.
+ALL_ARCHS = (
+    Arch("llama", "mistral", permuted_qk=True, name_hint="mistral"),
+    Arch("llama", "llama", permuted_qk=True),
+    Arch("qwen2", "qwen2"),
+    Arch("qwen3", "qwen3"),
+    Arch("gemma3", "gemma3_text", norm_shift=1.0, fields=_gemma3_fields),
+)
+ARCHS = tuple(a for a in ALL_ARCHS if a.family in REGISTRY)
+
+
+def arch_for_family(model_type: str) -> Arch | None:
+    """The entry that writes a family as GGUF (gguf_export), or None."""
+    return next((a for a in ARCHS if a.family == model_type), None)
+
+
+class _CheckedReader:
+    """gguf.GGUFReader, with every tensor's header checked before the reader maps it: a known type,
+    at most 4 dimensions, a size no real model has, its bytes inside the file. The reader would
+    otherwise overflow on a huge dimension (numpy's product wraps) or fail with a bare numpy error."""
+
+    def __new__(cls, path: Path):
+        import gguf
+
+        size = path.stat().st_size
+
+        class Reader(gguf.GGUFReader):
+            def _build_tensors(self, start_offs: int, fields: list) -> None:
+                for f in fields:
+                    _check_tensor_header(f, start_offs, size)
+                super()._build_tensors(start_offs, fields)
+
+        return Reader(path, "r")
+
+
+class GGUFDamage(ValueError):
+    pass
+
+
+def _check_tensor_header(f, data_start: int, file_size: int) -> None:
+    import gguf
+
+    _, name_data, n_dims, dims, raw_type, offset = f.parts
+    name = bytes(name_data).decode("utf-8", "replace")
+    try:
+        qtype = gguf.GGMLQuantizationType(int(raw_type[0]))
+    except ValueError:
+        raise GGUFDamage(f"tensor {name!r} has unknown type {int(raw_type[0])}") from None
+    shape = [int(d) for d in dims]
+    if not 1 <= int(n_dims[0]) <= MAX_DIMS or any(d < 1 for d in shape):
+        raise GGUFDamage(f"tensor {name!r} has invalid dimensions {shape}")
+    count = math.prod(shape)
+    if count > MAX_ELEMENTS:
+        raise GGUFDamage(f"tensor {name!r} claims {count:,} values (dimensions {shape}), beyond any model")
+    block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+    if shape[0] % block:
+        raise GGUFDamage(f"tensor {name!r}: a row of {shape[0]} values is not whole {qtype.name} blocks of {block}")
+    begin = data_start + int(offset[0])
+    end = begin + count // block * type_size
+    if end > file_size:
+        raise GGUFDamage(f"tensor {name!r} lies at bytes {begin:,}-{end:,}, past the end of the file "
+                         f"({file_size:,} bytes): truncated or damaged")
+
+
+@dataclass
+class GGUFSummary:
+    """What the Model panel and `info` say about a GGUF file beyond its config."""
+    architecture: str
+    model_name: str  # general.name ("" when absent)
+    file_type: str  # general.file_type, as llama.cpp names it (MOSTLY_Q4_K_M), "" when absent
+    types: dict[str, Counter] = field(default_factory=dict)  # tensor kind -> Counter of tensor types
+    chat_template: str | None = None
+
+    @property
+    def dequantized(self) -> bool:
+        """Whether any weight was stored quantized (what is shown is then a dequantized model)."""
+        return any(t not in FLOAT_TYPES for kinds in self.types.values() for t in kinds)
+
+    def quantization_lines(self) -> list[str]:
+        """'attention: Q4_K x 8, Q6_K x 2' per tensor kind."""
+        return [f"{kind}: " + ", ".join(f"{t} x {n}" for t, n in counts.most_common())
+                for kind, counts in self.types.items()]
+
+
+def tensor_kind(name: str) -> str:
+    """A llama.cpp tensor name's kind, for the quantization summary."""
+    leaf = name.split(".")[-2] if name.count(".") >= 1 else name
+    if name.startswith("token_embd"):
+        return "embeddings"
+    if name.startswith("output.") or name == "output":
+        return "output"
+    if "norm" in leaf:
+        return "norms"
+    if leaf.startswith("attn"):
+        return "attention"
+    if leaf.startswith("ffn"):
+        return "MLP"
+    return "other"
+
+
+class GGUFFile:
+    """An open GGUF file: its metadata, the app's config for it, and its tensors by Hugging Face name."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path = Path(path)
+        if not path.exists():
+            raise ModelLoadError(path, "no such file")
+        if not path.is_file():
+            raise ModelLoadError(path, "not a file")
+        if path.stat().st_size < 24:
+            raise ModelLoadError(path, "not a GGUF file: shorter than its header")
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"GGUF":
+                raise ModelLoadError(path, "not a GGUF file (no GGUF magic at its start)")
+        try:
+            self.reader = _CheckedReader(path)
+        except GGUFDamage as exc:
+            raise ModelLoadError(path, str(exc)) from None
+        except (ValueError, IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError, MemoryError) as exc:
+            raise ModelLoadError(path, f"not a readable GGUF file: truncated or damaged ({type(exc).__name__}: "
+                                       f"{exc})") from None
+        self.tensors = {t.name: t for t in self.reader.tensors}
+        self.arch_name = self.meta("general.architecture", None)
+        if self.arch_name is None:
+            raise ModelLoadError(path, "no general.architecture in its metadata: cannot tell which model this is")
+        model_name = str(self.meta("general.name", "") or "")
+        candidates = [a for a in ARCHS if a.gguf == self.arch_name
+                      and (not a.name_hint or a.name_hint in model_name.lower())]
+        if not candidates:
+            known = sorted({a.gguf for a in ARCHS})
+            raise ModelLoadError(path, f"GGUF architecture {self.arch_name!r} is not supported (supported: "
+                                       f"{', '.join(known)})")
+        self.arch = candidates[0]
+        for t in self.reader.tensors:
+            if t.tensor_type.name not in READABLE_TYPES:
+                raise ModelLoadError(path, f"tensor {t.name!r} is of type {t.tensor_type.name}, which this app does "
+                                           f"not dequantize (it reads {', '.join(READABLE_TYPES)})")
+        ftype = self.meta("general.file_type", None)
+        try:
+            import gguf
+
+            file_type = gguf.LlamaFileType(ftype).name if ftype is not None else ""
+        except ValueError:
+            file_type = str(ftype)
+        kinds: dict[str, Counter] = {}
+        for t in self.reader.tensors:
+            kinds.setdefault(tensor_kind(t.name), Counter())[t.tensor_type.name] += 1
+        self.summary = GGUFSummary(self.arch_name, model_name, file_type, kinds,
+                                   self.meta("tokenizer.chat_template", None))
+
+    def meta(self, key: str, default: Any = ...) -> Any:
+        f = self.reader.fields.get(key)
+        if f is None:
+            if default is ...:
+                raise ModelLoadError(self.path, f"missing metadata {key!r}")
+            return default
+        try:
+            return f.contents()
+        except (ValueError, IndexError, UnicodeDecodeError) as exc:
+            raise ModelLoadError(self.path, f"metadata {key!r} is damaged ({exc})") from None
+
+    def arch_meta(self, key: str, default: Any = ...) -> Any:
+        return self.meta(f"{self.arch_name}.{key}", default)
+
+    # -- config --------------------------------------------------------------------------------
+
+    def hf_config(self) -> dict:
+        """The config.json fields of the family (transformers' names) that the metadata gives."""
+        m = self.arch_meta
+        family = REGISTRY[self.arch.family]
+        hidden, heads = m("embedding_length"), m("attention.head_count")
+        n_layers = m("block_count")
+        if isinstance(n_layers, int) and n_layers > MAX_SIZES["n_layers"]:
+            raise ModelLoadError(self.path, f"{self.arch_name}.block_count {n_layers:,} is beyond the "
+                                            f"{MAX_SIZES['n_layers']:,} layers this app supports (damaged metadata)")
+        vocab = m("vocab_size", None)
+        if vocab is None:
+            tokens = self.reader.fields.get("tokenizer.ggml.tokens")
+            vocab = len(tokens.data) if tokens is not None else self._embedding_rows()
+        d = {"model_type": family.model_type, "architectures": [family.architectures[1]],
+             "hidden_size": hidden, "num_hidden_layers": n_layers, "num_attention_heads": heads,
+             "num_key_value_heads": m("attention.head_count_kv", heads), "intermediate_size": m("feed_forward_length"),
+             "rms_norm_eps": m("attention.layer_norm_rms_epsilon", 1e-6), "rope_theta": m("rope.freq_base", 10000.0),
+             "max_position_embeddings": m("context_length", 2048), "vocab_size": vocab,
+             # llama.cpp writes the output projection only when it is not the embedding matrix
+             "tie_word_embeddings": "output.weight" not in self.tensors,
+             "attention_bias": "blk.0.attn_q.bias" in self.tensors, "dtype": "float32",
+             # llama.cpp windows attention only where the metadata says so (no family default window)
+             "sliding_window": m("attention.sliding_window", None),
+             "bos_token_id": self.meta("tokenizer.ggml.bos_token_id", None),
+             "eos_token_id": self.meta("tokenizer.ggml.eos_token_id", None),
+             "pad_token_id": self.meta("tokenizer.ggml.padding_token_id", None)}
+        head_dim = m("attention.key_length", None)
+        if head_dim is None and self.arch.permuted_qk:
+            head_dim = m("rope.dimension_count", None)  # LLaMA: the rotary width is the head width
+        if head_dim is None and isinstance(hidden, int) and isinstance(heads, int) and heads:
+            head_dim = hidden // heads
+        d["head_dim"] = head_dim
+        scaling = m("rope.scaling.type", None)
+        if scaling not in (None, "none"):
+            if scaling != "linear":
+                raise ModelLoadError(self.path, f"rotary scaling {scaling!r} is not supported here (only linear)")
+            d["rope_scaling"] = {"rope_type": "linear", "factor": float(m("rope.scaling.factor"))}
+        if "rope_freqs.weight" in self.tensors:
+            d["rope_scaling"] = self._llama3_scaling(d["rope_theta"], m("rope.dimension_count", head_dim))
+        if self.arch.fields is not None:
+            d.update(self.arch.fields(m))
+        return d
+
+    def _llama3_scaling(self, theta: float, dims: int) -> dict:
+        """The "llama3" rotary scaling (Llama 3.1 and later) that llama.cpp's converter wrote as per-frequency
+        divisors (rope_freqs): Meta's published parameters with the file's largest divisor as the factor,
+        kept only when they give the file's divisors exactly. (transformers' GGUF loader drops rope_freqs
+        and computes unscaled rotary; llama.cpp divides by them, as this does.)"""
+        t = self.tensors["rope_freqs.weight"]
+        if t.tensor_type.name != "F32" or int(t.n_elements) != dims // 2:
+            raise ModelLoadError(self.path, f"rope_freqs.weight must hold {dims // 2} F32 divisors, one per rotary "
+                                            f"frequency")
+        divisors = torch.from_numpy(np.array(t.data, dtype=np.float32)).reshape(-1)
+        plain = rotary_inv_freq(dims, theta)
+        for low, high, original in LLAMA3_ROPE_CANDIDATES:
+            scaling = {"rope_type": "llama3", "factor": float(divisors.max()), "low_freq_factor": low,
+                       "high_freq_factor": high, "original_max_position_embeddings": original}
+            if torch.allclose(plain / rotary_inv_freq(dims, theta, scaling), divisors, rtol=1e-4):
+                return scaling
+        raise ModelLoadError(self.path, "rope_freqs.weight holds per-frequency rotary divisors that are not Llama 3's "
+                                        "scaling with its published parameters; not read here")
+
+    def _embedding_rows(self) -> int | None:
+        t = self.tensors.get("token_embd.weight")
+        return int(t.shape[-1]) if t is not None else None
+
+    def config(self):
+        return config_from_hf(self.hf_config(), self.path)
+
+    # -- tensors -------------------------------------------------------------------------------
+
+    def hf_names(self, cfg) -> dict[str, str]:
+        """Hugging Face name (as the family's table spells it) -> the llama.cpp tensor holding it."""
+        import gguf
+
+        arch = {v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[self.arch.gguf]
+        names = gguf.get_tensor_name_map(arch, cfg.n_layers)
+        family = family_of(cfg)
+        prefix = family.prefix(cfg)
+        out = {}
+        for entry in family.weights(cfg):
+            hf = entry.theirs if entry.outside_prefix else prefix + entry.theirs
+            base, _, suffix = hf.rpartition(".")
+            mapped = names.get_name(base)
+            if mapped is not None and f"{mapped}.{suffix}" in self.tensors:
+                out[hf] = f"{mapped}.{suffix}"
+        return out
+
+    def shape(self, gguf_name: str) -> list[int]:
+        """A tensor's shape as torch writes it (ggml lists the fastest dimension first)."""
+        return [int(d) for d in reversed(self.tensors[gguf_name].shape)]
+
+    def values(self, gguf_name: str, cfg, dtype: torch.dtype) -> torch.Tensor:
+        """One tensor dequantized (in float32, this tensor only), with llama.cpp's conversions undone,
+        in `dtype`; NaN or infinite values are refused by name."""
+        import gguf
+
+        t = self.tensors[gguf_name]
+        try:
+            arr = gguf.quants.dequantize(t.data, t.tensor_type)
+        except (ValueError, TypeError, NotImplementedError) as exc:
+            raise ModelLoadError(self.path, f"cannot dequantize tensor {gguf_name!r} ({t.tensor_type.name}): "
+                                            f"{exc}") from None
+        arr = np.asarray(arr, dtype=np.float32).reshape(self.shape(gguf_name))
+        if not np.isfinite(arr).all():
+            raise ModelLoadError(self.path, f"tensor {gguf_name!r} holds NaN or infinite values: the file is damaged")
+        leaf = gguf_name.split(".")[-2]
+        if self.arch.permuted_qk and leaf in ("attn_q", "attn_k"):
+            arr = unpermute_rows(arr, cfg.n_heads if leaf == "attn_q" else cfg.n_kv_heads)
+        if self.arch.norm_shift and gguf_name.endswith("norm.weight"):
+            arr = arr - np.float32(self.arch.norm_shift)
+        arr = np.ascontiguousarray(arr)
+        if not arr.flags.writeable:  # a float tensor is still a view of the read-only map: this is its copy
+            arr = arr.copy()
+        return torch.from_numpy(arr).to(dtype)
+
+
+def permute_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """llama.cpp's q/k row order for its rotary (convert_hf_to_gguf LlamaModel.permute): within each
+    head, the two rotated halves interleaved."""
+    return w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def unpermute_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """The inverse of permute_rows (transformers' LlamaTensorProcessor._reverse_permute_weights)."""
+    return w.reshape(n_heads, w.shape[0] // n_heads // 2, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)
+
+
+def _stored_dtype(f: GGUFFile, names: dict[str, str]) -> torch.dtype:
+    """The dtype the weights are stored in when they are all one float type; float32 (the dequantized
+    values' own precision) for quantized or mixed files."""
+    types = {f.tensors[g].tensor_type.name for g in names.values() if len(f.tensors[g].shape) > 1}
+    return {frozenset({"F16"}): torch.float16, frozenset({"BF16"}): torch.bfloat16}.get(frozenset(types),
+                                                                                       torch.float32)
+
+
+def load_gguf(path: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None,
+              for_training: bool = False) -> LoadedModel:
+    """A GGUF file as a LoadedModel; raises ModelLoadError naming the file and the problem."""
+    f = GGUFFile(path)
+    cfg = f.config()
+    names = f.hf_names(cfg)
+    stored = _stored_dtype(f, names)
+    # the compute dtype first, so each tensor is dequantized straight into it
+    if dtype == "auto":
+        choice = choose_compute_dtype(stored, device, cfg.parameter_estimate())
+        target, reason = choice.dtype, choice.reason
+    else:
+        target, reason = (resolve_dtype(dtype) if dtype is not None else stored), ""
+    if f.summary.dequantized and dtype in (None, "auto"):
+        reason = f"{dtype_name(target)}: dequantized from the file's {f.summary.file_type or 'quantized types'}"
+    try:
+        check_memory(cfg.parameter_estimate() * target.itemsize, "the model it describes", "for its weights", device)
+    except MemoryEstimateError as exc:
+        raise ModelLoadError(f.path, str(exc)) from None
+    by_hf = names
+
+    def get(hf_name: str) -> torch.Tensor:
+        return f.values(by_hf[hf_name], cfg, target)
+
+    def check_shapes(meta_model) -> None:
+        for hf, want in expected_shapes(meta_model, set(by_hf)).items():
+            if hf in by_hf and f.shape(by_hf[hf]) != want:
+                raise ModelLoadError(f.path, f"tensor {by_hf[hf]!r} has shape {f.shape(by_hf[hf])} but the metadata "
+                                             f"implies {want}")
+
+    model, cfg, _, _ = assemble_model(cfg, get, set(by_hf), lambda n: f.path, f.path, check_shapes, lambda: None,
+                                      device=device, dtype=target, for_training=for_training, stored_dtype=stored)
+    tokenizer, tokenizer_missing = tokenizer_from_gguf(f)
+    eos = cfg.eos_token_id
+    # an Ollama blob is named by its digest: its own general.name says more
+    name = f.path.name if f.path.suffix.lower() == ".gguf" else (f.summary.model_name or f.path.name)
+    return LoadedModel(model=model, config=cfg, tokenizer=tokenizer, path=f.path, name=name,
+                       tokenizer_missing=tokenizer_missing, stored_dtype=stored, dtype_reason=reason,
+                       generation=GenerationRules(eos_ids=(eos,) if eos is not None else (),
+                                                  source="the GGUF metadata"),
+                       gguf=f.summary)

@@ -1,0 +1,107 @@
+"""GGUF files of every family the reader maps, in every tensor type it reads, against transformers'
+own GGUF loader on the same file: 1e-4 for the float types, 1e-3 relative for the quantized ones (both
+sides dequantize the same bits). The F32 file also matches the model it was written from."""
+from __future__ import annotations
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+
+import torch  # noqa: E402
+from gguf_cases import (FAMILIES, K_SCALES, QUANTIZED_BY_GGUF, WRITTEN, hf_folder, our_logits,  # noqa: E402
+                        transformers_logits, write_gguf)
+
+from desktop_app.core.formats import load_model_file  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+ALL_TYPES = WRITTEN + QUANTIZED_BY_GGUF + tuple(K_SCALES)
+# every type on LLaMA (q/k rows permuted); every family at F32 and Q4_K, Gemma 3 (norms stored as 1 + w)
+# at BF16, Q8_0 and Q6_K too; every family in every type with -m slow
+FAST = {("llama", t) for t in ALL_TYPES} | {(f, t) for f in FAMILIES for t in ("F32", "Q4_K")} | {
+    ("gemma3_text", "BF16"), ("gemma3_text", "Q8_0"), ("gemma3_text", "Q6_K")}
+CASES = [pytest.param(f, t, marks=() if (f, t) in FAST else pytest.mark.slow) for f in FAMILIES for t in ALL_TYPES]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("gguf")
+
+
+@pytest.mark.parametrize("family,qtype", CASES)
+def test_logits_match_transformers_gguf_loader(family, qtype, folder):
+    path = write_gguf(family, folder, qtype)
+    ids = torch.randint(3, 128, (2, 11), generator=torch.Generator().manual_seed(1))
+    ours, theirs = our_logits(path, ids), transformers_logits(path, ids)
+    scale = theirs.abs().max().item()
+    assert scale > 0.1  # a real spread of logits, not a degenerate model
+    err = (ours - theirs).abs().max().item()
+    if qtype in ("F32", "F16", "BF16"):
+        assert err <= 1e-4, f"{family} {qtype}: max |ours - transformers| = {err:.3g}"
+    else:
+        assert err <= 1e-3 * scale, f"{family} {qtype}: max |ours - transformers| = {err:.3g} of {scale:.3g}"
+    loaded = load_model_file(path, dtype="float32")
+    assert loaded.config.family == family
+    assert loaded.gguf.dequantized == (qtype not in ("F32", "F16", "BF16"))
+    assert loaded.gguf.types["MLP"] == {qtype: 6}  # the summary the Model panel and `info` show
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_f32_file_matches_the_model_it_was_written_from(family, folder):
+    path = write_gguf(family, folder, "F32")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder / f"{family}-hf", dtype=torch.float32)
+    ids = torch.randint(3, 128, (1, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        reference = hf(ids).logits
+    assert (our_logits(path, ids) - reference).abs().max().item() <= 1e-4
+
+
+
+def test_llama3_rotary_scaling_travels_as_rope_freqs(tmp_path):
+    """Llama 3.1's "llama3" rotary scaling: llama.cpp keeps it as per-frequency divisors (rope_freqs.weight),
+    which transformers' GGUF loader drops; read back here as the scaling, the file gives the logits of the
+    model it was written from, and ignoring the divisors would not."""
+    from desktop_app.core.formats.gguf_export import save_gguf
+
+    torch.manual_seed(0)
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=64, rope_theta=500000.0, rope_scaling=dict(scaling)))
+    with torch.no_grad():  # sharp attention, so that positions (and their rotary frequencies) matter
+        for layer in hf.model.layers:
+            layer.self_attn.q_proj.weight.mul_(30)
+            layer.self_attn.k_proj.weight.mul_(30)
+    hf.save_pretrained(tmp_path / "hf")
+    path = tmp_path / "llama3.gguf"
+    save_gguf(load_model_file(tmp_path / "hf").model, path, kind="f32")
+    loaded = load_model_file(path, dtype="float32")
+    assert {k: loaded.config.rope_scaling[k] for k in scaling} == scaling
+    ids = torch.randint(3, 128, (1, 60), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        reference = hf(ids).logits
+    ours = (our_logits(path, ids) - reference).abs().max().item()
+    unscaled = (transformers_logits(path, ids) - reference).abs().max().item()
+    assert ours <= 1e-4 and unscaled > 100 * max(ours, 1e-6), (ours, unscaled)  # the divisors matter
+
+
+def test_tensors_are_dequantized_one_at_a_time(folder):
+    """Never the whole model in float32: while a Q8_0 file loads into bfloat16, the float32 buffers alive
+    at once (numpy's, which tracemalloc sees) stay within a few of one tensor's, far below the model's
+    float32 size."""
+    import tracemalloc
+
+    path = write_gguf("llama", folder, "Q8_0")
+    loaded = load_model_file(path, dtype="bfloat16")
+    whole = sum(p.numel() for p in loaded.model.parameters()) * 4
+    largest = max(p.numel() for p in loaded.model.parameters()) * 4
+    tracemalloc.start()
+    try:
+        loaded = load_model_file(path, dtype="bfloat16")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert loaded.model.dtype == torch.bfloat16
+    # (gguf's dequantization holds a few float32 temporaries of the tensor it works on)
+    assert peak < 4 * largest and peak < whole / 3, (peak, largest, whole)

@@ -81,7 +81,7 @@ class Context:
             return linear_forward(self.model, self.frozen, self.transcoders, t, self.mlp_values(activations, errors))
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return h @ self.model.lm_head.weight.to(h.dtype).T
+        return h @ self.model.lm_head.weight.detach().to(h.dtype).T
 
 
 def _special_ids(tokenizer) -> list[int]:

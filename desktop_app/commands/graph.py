@@ -50,27 +50,39 @@ def _one_token(loaded, text: str) -> int | None:
     tok = loaded.tokenizer
     if tok is None:
         return int(text) if text.isdigit() else None
-    ids = tok.encode(text, add_special_tokens=False)
+    try:
+        ids = tok.encode(text, add_special_tokens=False)
+    except ValueError:  # a character outside the vocabulary: not a token of this model
+        return None
     return ids[0] if len(ids) == 1 else None
 
 
-def choose_targets(loaded, ctx, args, decode):
-    from ..core.graphs import difference_target, salient_targets, token_targets
-
-    logits = ctx.frozen.logits[-1]
-    if not args.target:
-        return salient_targets(loaded.model, logits, args.max_logits, args.desired_logit_prob, decode)
-    ids = [_one_token(loaded, t) for t in args.target]
+def parse_targets(loaded, targets: list[str] | None) -> tuple | None:
+    """--target values as ("tokens", [ids]) or ("difference", a, b); None: the top logits. Checked before
+    any forward pass."""
+    if not targets:
+        return None
+    ids = [_one_token(loaded, t) for t in targets]
     if all(i is not None for i in ids):
-        return token_targets(loaded.model, logits, ids, decode)
-    if len(args.target) == 1 and "-" in args.target[0]:
-        text = args.target[0]
+        return ("tokens", ids)
+    if len(targets) == 1 and "-" in targets[0]:
+        text = targets[0]
         for cut in (i for i, c in enumerate(text) if c == "-"):
             a, b = _one_token(loaded, text[:cut]), _one_token(loaded, text[cut + 1:])
             if a is not None and b is not None:
-                return difference_target(loaded.model, logits, a, b, decode)
-    bad = next(t for t, i in zip(args.target, ids) if i is None)
+                return ("difference", a, b)
+    bad = next(t for t, i in zip(targets, ids) if i is None)
     raise ValueError(f"--target {bad!r} is not one token (nor \"A-B\" of two single tokens)")
+
+
+def choose_targets(model, logits, spec: tuple | None, args, decode):
+    from ..core.graphs import difference_target, salient_targets, token_targets
+
+    if spec is None:
+        return salient_targets(model, logits, args.max_logits, args.desired_logit_prob, decode)
+    if spec[0] == "tokens":
+        return token_targets(model, logits, spec[1], decode)
+    return difference_target(model, logits, spec[1], spec[2], decode)
 
 
 def run(args) -> int:
@@ -107,13 +119,14 @@ def run(args) -> int:
     ids = check_ids(ids, cfg.vocab_size, cfg.context_length, cut=False).ids
     if len(ids) < 2:
         raise ValueError("the prompt is empty (position 0 is the special token the graph ignores)")
+    spec = parse_targets(loaded, args.target)
     tok = loaded.tokenizer
     decode = (lambda t: tok.decode([t])) if tok is not None else str
     token_strings = tok.token_strings(ids) if tok is not None else [str(t) for t in ids]
     say(f"{len(ids)} tokens, {transcoders.kind} ({transcoders.n_features} features per layer, "
         f"{transcoders.activation}), model in {loaded.model.dtype} on {args.device}")
     ctx = build_context(loaded.model, ids, transcoders)
-    targets = choose_targets(loaded, ctx, args, decode)
+    targets = choose_targets(loaded.model, ctx.frozen.logits[-1], spec, args, decode)
     graph = attribute(ctx, targets, batch_size=args.batch_size, max_feature_nodes=args.max_feature_nodes,
                       progress=say, input_string=tok.decode(ids) if tok is not None else "",
                       token_strings=token_strings)

@@ -24,7 +24,7 @@ NODE_KEYS = {"node_id", "feature", "layer", "ctx_idx", "feature_type", "token_pr
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("graph")
-    tok = char_tokenizer("abcdefgh ", specials=["<s>"])
+    tok = char_tokenizer("abcdefgh ", specials=["<pad>", "<s>"])  # BOS id 1 (circuit-tracer passes over an id 0)
     cfg = ModelConfig.llama(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32,
                             context_length=32)
     save_model_folder(new_model(cfg, seed=0).eval(), root / "llama", tokenizer=tok)
@@ -65,7 +65,7 @@ def test_graph_json_and_raw_file(files, tmp_path, capsys, kind):
     N = graph.adjacency.shape[0]
     assert graph.adjacency.dtype == torch.float32 and graph.active_features.dtype == torch.int64
     assert N == graph.n_features + (graph.n_layers + 1) * graph.n_pos + graph.n_logits
-    assert graph.input_ids[0] == 0 and len(graph.input_ids) == 8
+    assert graph.input_ids[0] == 1 and len(graph.input_ids) == 8
     pruned = prune_graph(graph, 0.8, 0.98)
     by_id = {n["node_id"]: n for n in model["nodes"]}
     for i in range(graph.n_features):
@@ -98,7 +98,7 @@ def test_graph_targets_a_token_or_a_logit_difference(files, tmp_path, capsys):
                             "--target", "a", "--target", "b", "--out", out)
     assert code == 0, err
     logits = [n for n in json.loads(out.read_text())["nodes"] if n["feature_type"] == "logit"]
-    assert [n["feature"] for n in logits] == [2, 3]  # <s>, space, a, b, ...
+    assert [n["feature"] for n in logits] == [3, 4]  # <pad>, <s>, space, a, b, ...
     code, stdout, err = run(capsys, files / "llama", "--transcoders", files / "plt", "--ids", "1,2,3",
                             "--target", "a-b", "--out", out, "--overwrite")
     assert code == 0, err

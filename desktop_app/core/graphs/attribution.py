@@ -87,20 +87,21 @@ class Context:
 def _special_ids(tokenizer) -> list[int]:
     from ..tokenizer import SPECIAL_NAMES
 
-    ids = [tokenizer.special_id(name) for name in ("bos", "pad", "eos")]
-    ids += [tokenizer.special_id(name) for name in SPECIAL_NAMES]
+    ids = [tokenizer.special_id(name) for name in ("bos", "pad", "eos", *SPECIAL_NAMES)]
     return [i for i in ids if i is not None]
 
 
 def with_leading_special(ids: Sequence[int], tokenizer) -> list[int]:
-    """circuit-tracer's ensure_tokenized: a special token (BOS, else PAD, EOS, any special) goes first
-    unless one is there already; the graph ignores position 0 (no feature, no error node there). Without
-    a tokenizer nothing is added (position 0 is then a prompt token, still ignored)."""
+    """circuit-tracer's ensure_tokenized: unless the input starts with a special token, one goes first
+    (BOS, else PAD, EOS, any special; as there, one whose id is 0 is passed over: it picks the first
+    truthy id). The graph ignores position 0 (no feature, no error node there). Without a tokenizer, or
+    without such a token, nothing is added (position 0 is then a prompt token, still ignored)."""
     ids = [int(i) for i in ids]
     specials = _special_ids(tokenizer) if tokenizer is not None else []
-    if not specials or (ids and ids[0] in specials):
+    if not ids or ids[0] in specials:
         return ids
-    return [specials[0], *ids]
+    first = next((i for i in specials if i), None)
+    return ids if first is None else [first, *ids]
 
 
 def build_context(model, ids: Sequence[int], transcoders: Transcoders) -> Context:

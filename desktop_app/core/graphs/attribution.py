@@ -157,6 +157,8 @@ def build_context(model, ids: Sequence[int], transcoders: Transcoders) -> Contex
 
 # -- rows: batched backward passes ---------------------------------------------------------------------
 
+GATHER_BYTES = 256 << 20
+
 
 def compute_rows(ctx: Context, layers: torch.Tensor, positions: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
     """[B, logit_offset]: the direct effects on B targets, target b read as vectors[b] . (the input at
@@ -185,10 +187,13 @@ def compute_rows(ctx: Context, layers: torch.Tensor, positions: torch.Tensor, ve
     g_tokens, g_mlp = grads[0], grads[1:]
     n = len(ctx.active)
     rows = torch.zeros(B, ctx.logit_offset, dtype=ctx.dtype, device=h.device)
+    # the gathered gradients [B, chunk, d] stay under GATHER_BYTES (a large graph has 10^5 active features)
+    chunk = max(1, GATHER_BYTES // (B * h.shape[-1] * rows.element_size()))
     for j in range(L):
         idx, pos, vec = ctx.decoder_vectors[j]
-        if len(idx):
-            rows[:, idx] += torch.einsum("bnd,nd->bn", g_mlp[j][:, pos], ctx.activations[idx, None] * vec)
+        for c in range(0, len(idx), chunk):
+            i, p = idx[c:c + chunk], pos[c:c + chunk]
+            rows[:, i] += torch.einsum("bnd,nd->bn", g_mlp[j][:, p], ctx.activations[i, None] * vec[c:c + chunk])
         rows[:, n + j * T: n + (j + 1) * T] = torch.einsum("btd,td->bt", g_mlp[j], ctx.error_vectors[j])
     rows[:, n + L * T:] = torch.einsum("btd,td->bt", g_tokens, fr.token_vectors.to(ctx.dtype))
     return rows.detach()

@@ -10,7 +10,7 @@ import importlib
 import sys
 
 COMMANDS = ("info", "trace", "generate", "render", "lipschitz", "train", "bench", "families", "dynamics", "attribute", "patch", "scrub",
-            "features", "export")
+            "features", "export", "graph")
 COMMANDS_HELP = ("Headless commands (no window): " + ", ".join(COMMANDS)
                  + ". Each has its own help: python -m desktop_app COMMAND --help")
 EXIT_INPUT = 2  # bad input: a file that cannot be used, a wrong option, an output folder refused

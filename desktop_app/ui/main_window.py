@@ -224,6 +224,10 @@ class MainWindow(QMainWindow):
             tip="Attach a sparse dictionary (SAE or transcoder) folder to the open model: SAELens' cfg.json + "
                 "sae_weights.safetensors, or Gemma Scope's params.npz")
         f.addAction(self.open_features_action)
+        self.open_graph_action = self._action(
+            "Open Attribution &Graph…", self.open_graph_dialog,
+            tip="Draw an attribution graph JSON (python -m desktop_app graph, circuit-tracer or Neuronpedia)")
+        f.addAction(self.open_graph_action)
         f.addSeparator()
         self.open_workspace_action = self._action("Open &Workspace…", self.open_workspace_dialog, "Ctrl+Shift+O")
         self.save_workspace_action = self._action("&Save Workspace…", self.save_workspace_dialog, QKeySequence.StandardKey.Save)
@@ -430,6 +434,11 @@ class MainWindow(QMainWindow):
         path = choose_dictionary_folder(self)
         if path:
             self.open_dictionaries([path])
+
+    def open_graph_dialog(self) -> None:
+        """File > Open Attribution Graph: the Graph panel asks for the file and draws it."""
+        self.show_panel("Graph")
+        self.panel("Graph").open_dialog()
 
     def open_dictionaries(self, folders: list[str]) -> None:
         """Attach sparse dictionary folders to the open model and show the Features panel."""

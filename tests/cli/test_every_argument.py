@@ -93,7 +93,7 @@ def test_every_subcommand_is_walked():
     assert set(_subparsers()) == set(COMMANDS)
     # the commands with numeric options, and every benchmark with one
     assert {"generate", "render", "lipschitz", "train", "dynamics", "attribute", "patch", "bench", "scrub",
-            "features"} <= walked
+            "features", "graph"} <= walked
     assert len(CASES) > 300
 
 
@@ -122,6 +122,15 @@ def _tiny_dictionary(root: Path) -> str:
     return str(folder)
 
 
+def _tiny_transcoders(root: Path) -> str:
+    """Random per-layer transcoders for the 8-wide one-layer model (graph --transcoders)."""
+    folder = root / "transcoders"
+    if not folder.exists():
+        from desktop_app.core.graphs.transcoders import random_transcoders
+        random_transcoders(folder, n_layers=1, d_model=8, n_features=6)
+    return str(folder)
+
+
 def _base(command: str, root: Path) -> list[str]:
     model, out = str(root / "model"), str(root / "out")
     return {
@@ -141,6 +150,8 @@ def _base(command: str, root: Path) -> list[str]:
         "info": [model],  # (their one numeric option: --step, on every command taking a model)
         "trace": [model, "--ids", "1,2", "--out", out + ".npz", "--overwrite"],
         "scrub": [str(root / "run"), "--metric", "induction", "--csv", out + ".csv", "--overwrite"],
+        "graph": [model, "--transcoders", _tiny_transcoders(root), "--ids", "1,2,3", "--out", out + ".json",
+                  "--overwrite"],
     }[command]
 
 

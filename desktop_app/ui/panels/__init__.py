@@ -15,4 +15,5 @@ PANELS = [
     ("Lipschitz", "desktop_app.ui.panels.lipschitz", "LipschitzPanel"),
     ("Dynamics", "desktop_app.ui.panels.dynamics", "DynamicsPanel"),
     ("Train", "desktop_app.ui.panels.training", "TrainingPanel"),
+    ("Graph", "desktop_app.ui.panels.graph", "GraphPanel"),
 ]

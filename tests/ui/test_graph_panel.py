@@ -1,0 +1,82 @@
+"""Issue 37 §3 (a first step): the Graph panel opens a graph JSON from File > Open Attribution Graph, draws
+its nodes by layer row and position column and its links by sign, and a click on a node shows it."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF, QSettings, Qt
+from PySide6.QtWidgets import QFileDialog
+
+from desktop_app.cli import main
+from desktop_app.core.checkpoints import new_model, save_model_folder
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.graphs.transcoders import random_transcoders
+from desktop_app.core.tokenizer import char_tokenizer
+from desktop_app.ui.main_window import MainWindow
+from desktop_app.ui.panels.graph import GraphPanel
+from desktop_app.ui.state import AppState
+
+
+@pytest.fixture(autouse=True)
+def isolated_settings(tmp_path, monkeypatch):
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+
+
+@pytest.fixture
+def graph_json(tmp_path):
+    tok = char_tokenizer("abcdefgh ", specials=["<pad>", "<s>"])
+    cfg = ModelConfig.llama(vocab_size=tok.vocab_size, d_model=16, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=32,
+                            context_length=32)
+    save_model_folder(new_model(cfg, seed=0).eval(), tmp_path / "m", tokenizer=tok)
+    random_transcoders(tmp_path / "clt", 3, 16, 24, cross_layer=True, seed=2)
+    out = tmp_path / "g.json"
+    assert main(["graph", str(tmp_path / "m"), "--transcoders", str(tmp_path / "clt"), "--prompt", "abc dea",
+                 "--out", str(out)]) == 0
+    return out
+
+
+def test_graph_panel_opens_from_the_file_menu_and_shows_a_clicked_node(qtbot, graph_json, monkeypatch, tmp_path):
+    window = MainWindow(AppState())
+    qtbot.addWidget(window)
+    window.resize(1100, 700)
+    window.show()
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(graph_json), "Graph JSON (*.json)"))
+    window.open_graph_action.trigger()
+    panel = window.panel("Graph")
+    assert isinstance(panel, GraphPanel) and window.tabs.currentWidget().title == "Graph"
+    data = panel.layout_data
+    assert data is not None and "g</b>" in panel.summary.text()
+    kinds = {n["feature_type"]: data.y[i] for i, n in enumerate(data.nodes)}
+    assert kinds["embedding"] == 0 and kinds["logit"] == 4  # 3 layers: rows Emb, L0..L2, Logit
+    assert len(panel.nodes_item.points()) == len(data.nodes)
+    drawn = sum(len(item.xData) // 2 for item in panel.edge_items)
+    assert drawn == len(data.edges) > 0
+    assert {item.opts["pen"].color().red() for item in panel.edge_items} >= {31, 214}  # both signs drawn
+    qtbot.waitExposed(window)
+    # click the most influential feature node where it is drawn
+    i = int(np.argmax(np.where(data.kind == 0, data.size, -1)))
+    view = panel.plot.getPlotItem().vb
+    scene_pos = view.mapViewToScene(QPointF(data.x[i], data.y[i]))
+    widget_pos = panel.plot.mapFromScene(scene_pos)
+    qtbot.mouseClick(panel.plot.viewport(), Qt.MouseButton.LeftButton, pos=widget_pos)
+    qtbot.waitUntil(lambda: panel.details.text() != "", timeout=3000)
+    assert data.nodes[i]["node_id"] in panel.details.text(), (panel.details.text(), data.nodes[i])
+    assert "activation" in panel.details.text()
+    shot = os.environ.get("GRAPH_PANEL_SCREENSHOT")
+    if shot:
+        qtbot.wait(200)
+        window.grab().save(shot)
+        panel.grab().save(shot.replace(".png", "-panel.png"))
+
+
+def test_a_file_that_is_not_a_graph_is_named_in_one_line(qtbot, tmp_path):
+    panel = GraphPanel()
+    qtbot.addWidget(panel)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"metadata": {}, "nodes": [], "links": []}')
+    assert not panel.open_graph(bad)
+    assert "bad.json" in panel.summary.text() and "qParams" in panel.summary.text()
+    assert panel.layout_data is None

@@ -43,11 +43,15 @@ N_FEATURES = 96  # per layer, both kinds; also the MLPs' width (see true_diction
 SILU_SHARPNESS = 20.0  # silu(k z) / k: relu(z) within 0.28 / k
 LM_HEAD_SCALE = 3.0
 TRANSCODER_NOISE = 0.15
-CASES = {  # case -> (kind, activation, skip connection)
-    "plt_relu": ("transcoder_set", "relu", False),
-    "plt_jumprelu_skip": ("transcoder_set", "jump_relu", True),
-    "clt_relu": ("cross_layer_transcoder", "relu", False),
-    "clt_jumprelu": ("cross_layer_transcoder", "jump_relu", False),
+MAX_FEATURE_NODES = 7500  # attribute()'s default in circuit-tracer's CLI; here above every case's active count
+CASES = {  # case -> (kind, activation, skip connection, max_feature_nodes)
+    "plt_relu": ("transcoder_set", "relu", False, MAX_FEATURE_NODES),
+    "plt_jumprelu_skip": ("transcoder_set", "jump_relu", True, MAX_FEATURE_NODES),
+    "clt_relu": ("cross_layer_transcoder", "relu", False, MAX_FEATURE_NODES),
+    "clt_jumprelu": ("cross_layer_transcoder", "jump_relu", False, MAX_FEATURE_NODES),
+    # fewer feature nodes than active features: attribute() keeps those ranked first by influence on the logits
+    # (compute_partial_influences over the rows computed so far; one ranking here, since 200 <= 4 x batch_size)
+    "clt_relu_top200": ("cross_layer_transcoder", "relu", False, 200),
 }
 # where circuit-tracer's published Llama transcoders read and write: the MLP's input after the pre-MLP norm's
 # gain, and the MLP's output (tl_nnsight_mapping's LlamaForCausalLM entry)
@@ -206,7 +210,7 @@ def run_case(out: Path, model_dir: Path, dictionary: dict, case: str, ids: list[
     from circuit_tracer.graph import compute_graph_scores, compute_node_influence, prune_graph
     from circuit_tracer.utils.create_graph_files import create_graph_files
 
-    kind, activation, skip = CASES[case]
+    kind, activation, skip, max_feature_nodes = CASES[case]
     case_dir = out / case
     g = torch.Generator().manual_seed(seed + 1 + list(CASES).index(case))
     if kind == "transcoder_set":
@@ -219,7 +223,8 @@ def run_case(out: Path, model_dir: Path, dictionary: dict, case: str, ids: list[
         str(model_dir), transcoders, backend="nnsight", device=torch.device("cpu"), dtype=torch.float32
     )
     graph = attribute(
-        torch.tensor(ids), model, max_n_logits=MAX_N_LOGITS, desired_logit_prob=DESIRED_LOGIT_PROB, batch_size=64
+        torch.tensor(ids), model, max_n_logits=MAX_N_LOGITS, desired_logit_prob=DESIRED_LOGIT_PROB, batch_size=64,
+        max_feature_nodes=max_feature_nodes,
     )
     node_mask, edge_mask, cumulative_scores = prune_graph(graph, NODE_THRESHOLD, EDGE_THRESHOLD)
     replacement_score, completeness_score = compute_graph_scores(graph)
@@ -254,6 +259,7 @@ def run_case(out: Path, model_dir: Path, dictionary: dict, case: str, ids: list[
         "kind": kind,
         "activation": activation,
         "skip_connection": skip,
+        "max_feature_nodes": max_feature_nodes,
         "transcoders": "transcoders",
         "n_active_features": int(graph.active_features.shape[0]),
         "n_selected_features": int(graph.selected_features.shape[0]),

@@ -52,8 +52,12 @@ CASES = {  # case -> (kind, activation, skip connection, max_feature_nodes)
     # fewer feature nodes than active features: attribute() keeps those ranked first by influence on the logits
     # (compute_partial_influences over the rows computed so far; one ranking here, since 200 <= 4 x batch_size)
     "clt_relu_top200": ("cross_layer_transcoder", "relu", False, 200),
+    # reading the residual stream before the pre-MLP norm (hook_resid_mid) and writing the MLP's output
+    # (hook_mlp_out): circuit-tracer's CrossLayerTranscoder defaults; the gradient then crosses the norm
+    "clt_relu_resid_mid": ("cross_layer_transcoder", "relu", False, MAX_FEATURE_NODES),
 }
-# where circuit-tracer's published Llama transcoders read and write: the MLP's input after the pre-MLP norm's
+HOOKS = {"clt_relu_resid_mid": ("hook_resid_mid", "hook_mlp_out")}  # case -> (input, output); others: below
+# where circuit-tracer's published Llama per-layer transcoders read and write: the MLP's input after the pre-MLP norm's
 # gain, and the MLP's output (tl_nnsight_mapping's LlamaForCausalLM entry)
 FEATURE_INPUT_HOOK, FEATURE_OUTPUT_HOOK = "mlp.hook_in", "mlp.hook_out"
 
@@ -137,7 +141,7 @@ def jump_thresholds(g) -> torch.Tensor:
     return 0.05 + 0.25 * torch.rand(N_FEATURES, generator=g)
 
 
-def write_transcoder_set(folder: Path, g, dictionary: dict, activation: str, skip: bool):
+def write_transcoder_set(folder: Path, g, dictionary: dict, activation: str, skip: bool, hooks: tuple[str, str]):
     """circuit-tracer's per-layer format: layer_L.safetensors with W_enc, W_dec, b_enc, b_dec, optional W_skip
     and activation_function.threshold (SingleLayerTranscoder.to_safetensors), listed by config.yaml."""
     folder.mkdir(parents=True)
@@ -153,14 +157,14 @@ def write_transcoder_set(folder: Path, g, dictionary: dict, activation: str, ski
         names.append(name)
     config = {
         "model_kind": "transcoder_set",
-        "feature_input_hook": FEATURE_INPUT_HOOK,
-        "feature_output_hook": FEATURE_OUTPUT_HOOK,
+        "feature_input_hook": hooks[0],
+        "feature_output_hook": hooks[1],
         "transcoders": names,
     }
     (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-def write_clt(folder: Path, g, dictionary: dict, activation: str):
+def write_clt(folder: Path, g, dictionary: dict, activation: str, hooks: tuple[str, str]):
     """circuit-tracer's cross-layer format (CrossLayerTranscoder.to_safetensors): W_enc_L.safetensors with
     W_enc_L [features, d_model], b_enc_L, b_dec_L, optional threshold_L; W_dec_L.safetensors with W_dec_L
     [features, n_layers - L, d_model]. Layer L's features write their dictionary decoder to layer L and smaller
@@ -176,8 +180,8 @@ def write_clt(folder: Path, g, dictionary: dict, activation: str):
         save_file({f"W_dec_{layer}": W_dec}, folder / f"W_dec_{layer}.safetensors")
     config = {
         "model_kind": "cross_layer_transcoder",
-        "feature_input_hook": FEATURE_INPUT_HOOK,
-        "feature_output_hook": FEATURE_OUTPUT_HOOK,
+        "feature_input_hook": hooks[0],
+        "feature_output_hook": hooks[1],
     }
     (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
@@ -211,12 +215,13 @@ def run_case(out: Path, model_dir: Path, dictionary: dict, case: str, ids: list[
     from circuit_tracer.utils.create_graph_files import create_graph_files
 
     kind, activation, skip, max_feature_nodes = CASES[case]
+    hooks = HOOKS.get(case, (FEATURE_INPUT_HOOK, FEATURE_OUTPUT_HOOK))
     case_dir = out / case
     g = torch.Generator().manual_seed(seed + 1 + list(CASES).index(case))
     if kind == "transcoder_set":
-        write_transcoder_set(case_dir / "transcoders", g, dictionary, activation, skip)
+        write_transcoder_set(case_dir / "transcoders", g, dictionary, activation, skip, hooks)
     else:
-        write_clt(case_dir / "transcoders", g, dictionary, activation)
+        write_clt(case_dir / "transcoders", g, dictionary, activation, hooks)
 
     transcoders = load_with_circuit_tracer(case_dir / "transcoders", kind)
     model = ReplacementModel.from_pretrained_and_transcoders(
@@ -260,6 +265,8 @@ def run_case(out: Path, model_dir: Path, dictionary: dict, case: str, ids: list[
         "activation": activation,
         "skip_connection": skip,
         "max_feature_nodes": max_feature_nodes,
+        "feature_input_hook": hooks[0],
+        "feature_output_hook": hooks[1],
         "transcoders": "transcoders",
         "n_active_features": int(graph.active_features.shape[0]),
         "n_selected_features": int(graph.selected_features.shape[0]),

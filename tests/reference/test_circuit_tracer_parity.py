@@ -25,7 +25,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE_SCRIPT = REPO / "packaging" / "circuit_tracer_reference.py"
-CASES = ["plt_relu", "plt_jumprelu_skip", "clt_relu", "clt_jumprelu", "clt_relu_top200"]
+CASES = ["plt_relu", "plt_jumprelu_skip", "clt_relu", "clt_jumprelu", "clt_relu_top200", "clt_relu_resid_mid"]
 NODE_THRESHOLD, EDGE_THRESHOLD = 0.8, 0.98  # circuit-tracer's defaults
 ADJACENCY_RTOL = 1e-4  # of the largest reference edge
 PROBABILITY_ATOL = 1e-5

@@ -12,12 +12,14 @@ It writes, all seeded and deterministic:
                                     activation_values, logit_tokens, logit_probabilities, input_tokens) and
                                     prune_graph's node_mask / edge_mask / cumulative_scores at the default thresholds
     OUT/<case>/graph.json           circuit-tracer's own frontend JSON (create_graph_files) at those thresholds
-    OUT/<case>/summary.json         counts, replacement and completeness scores (compute_graph_scores), versions
+    OUT/<case>/summary.json         counts, replacement and completeness scores (compute_graph_scores), the
+                                    node threshold's distance from a tie
 
 The transcoders are loaded with circuit-tracer's loaders (load_transcoders for the per-layer set, as its
 from_pretrained does with a config.yaml; load_clt for the cross-layer folder) and run on its nnsight backend
-on the CPU. Cases: per-layer ReLU, per-layer JumpReLU with a skip connection, cross-layer ReLU, cross-layer
-JumpReLU.
+on the CPU. Cases (CASES): per-layer ReLU; per-layer JumpReLU with a skip connection; cross-layer ReLU;
+cross-layer JumpReLU; cross-layer ReLU with max_feature_nodes below the active count; cross-layer ReLU reading
+hook_resid_mid. reference.json also records the versions of circuit-tracer, nnsight, transformers and torch.
 """
 
 import argparse
@@ -43,7 +45,7 @@ N_FEATURES = 96  # per layer, both kinds; also the MLPs' width (see true_diction
 SILU_SHARPNESS = 20.0  # silu(k z) / k: relu(z) within 0.28 / k
 LM_HEAD_SCALE = 3.0
 TRANSCODER_NOISE = 0.15
-MAX_FEATURE_NODES = 7500  # attribute()'s default in circuit-tracer's CLI; here above every case's active count
+MAX_FEATURE_NODES = 7500  # circuit-tracer's CLI default (__main__.py); above every case's active count here
 CASES = {  # case -> (kind, activation, skip connection, max_feature_nodes)
     "plt_relu": ("transcoder_set", "relu", False, MAX_FEATURE_NODES),
     "plt_jumprelu_skip": ("transcoder_set", "jump_relu", True, MAX_FEATURE_NODES),

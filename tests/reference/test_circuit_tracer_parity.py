@@ -2,16 +2,19 @@
 
 circuit-tracer pins transformers <= 4.57.3 and nnsight 0.6, so it lives in an environment of its own
 (packaging/circuit_tracer_env.sh, default /work/ctenv, or $CIRCUIT_TRACER_ENV). There,
-packaging/circuit_tracer_reference.py builds a small random float32 Llama, random per-layer and cross-layer
-transcoders in circuit-tracer's on-disk formats (ReLU and JumpReLU, one set with a skip connection), and runs
-circuit-tracer's attribute() and prune_graph() on its nnsight backend. This test runs the app's
-`python -m desktop_app graph` on the same model folder, transcoder folders and token ids, and checks: the same
+packaging/circuit_tracer_reference.py builds a small random float32 Llama and random transcoders in
+circuit-tracer's on-disk formats (per-layer ReLU, per-layer JumpReLU with a skip connection, cross-layer ReLU and
+JumpReLU, one with fewer feature nodes than active features, one reading hook_resid_mid) and runs circuit-tracer's
+attribute(), prune_graph() and compute_graph_scores() on its nnsight backend. This test runs the app's
+`python -m desktop_app graph` on the same model folder, transcoder folder and token ids, and checks: the same
 active features (and activations), the same logit targets and probabilities, the adjacency within 1e-4 of the
-largest reference edge, and the same pruned node set at circuit-tracer's default thresholds (0.8 / 0.98).
+largest reference edge, the same pruned nodes and links at circuit-tracer's default thresholds (0.8 / 0.98), and
+the same replacement and completeness scores (the JSON line `graph` prints last).
 
-    pytest -m reference tests/reference                                   (makes the reference, ~1 minute)
+    pytest -m reference tests/reference                                        (makes the reference, ~1 minute)
     CIRCUIT_TRACER_REFERENCE=/tmp/ct-ref pytest -m reference tests/reference   (reads one made beforehand)
 
+The app tested is the one this test imports (PYTHONPATH, or the current folder first under `python -m pytest`).
 Skipped, saying why, when neither the environment nor a reference folder is there.
 """
 

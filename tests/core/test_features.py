@@ -147,7 +147,7 @@ def test_hook_names_map_onto_trace_names():
     assert app_point("blocks.1.hook_mlp_out") == ("blocks.1.mlp.out", 1)
     assert app_point("blocks.1.hook_attn_out") == ("blocks.1.attn.out", 1)
     assert app_point("blocks.1.attn.hook_z") == app_point("blocks.1.hook_z") == ("blocks.1.attn.z", 1)
-    assert app_point("blocks.1.ln2.hook_normalized") == ("blocks.1.mlp.input", 1)
+    assert app_point("blocks.1.ln2.hook_normalized") == ("blocks.1.ln2.normalized", 1)  # before the gain
     assert app_point("blocks.2.resid_post") == ("blocks.2.resid_post", 2)
     with pytest.raises(ValueError, match="not an activation the app records"):
         app_point("blocks.1.attn.hook_pattern")

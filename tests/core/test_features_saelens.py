@@ -68,7 +68,7 @@ def hf_activation(hf, ids: list[int], hook: str) -> torch.Tensor:
 
     where = {"hook_resid_pre": (m["block"], pre, "pre"), "hook_resid_post": (m["block"], post, "post"),
              "hook_attn_out": (m["attn"], post, "post"), "hook_mlp_out": (m["mlp"], post, "post"),
-             "hook_resid_mid": (m["norm2"], pre, "pre"), "ln2.hook_normalized": (m["mlp"], pre, "pre"),
+             "hook_resid_mid": (m["norm2"], pre, "pre"), "ln2.hook_normalized": (m["norm2"], pre, "pre"),
              "attn.hook_z": (m["o_proj"], pre, "pre")}[what]
     module, make, kind = where
     handle = (module.register_forward_pre_hook(make(what), with_kwargs=True) if kind == "pre"
@@ -78,7 +78,16 @@ def hf_activation(hf, ids: list[int], hook: str) -> torch.Tensor:
             hf(torch.tensor([ids]))
     finally:
         handle.remove()
-    return got[what][0].float()
+    x = got[what][0].float()
+    if what == "ln2.hook_normalized":  # TransformerLens': the norm's input before its gain and bias
+        if isinstance(hf, transformers.GPT2LMHeadModel):
+            x = x - x.mean(-1, keepdim=True)
+        x = x / (x.pow(2).mean(-1, keepdim=True) + _eps(m["norm2"])).sqrt()
+    return x
+
+
+def _eps(norm) -> float:
+    return norm.eps if hasattr(norm, "eps") else norm.variance_epsilon
 
 
 def _randomize(sae, seed: int) -> None:
@@ -220,8 +229,11 @@ def test_saelens_loads_a_dictionary_trained_here(tmp_path):
     sae = SAE.load_from_disk(out)
     assert type(sae).__name__ == "Transcoder" and sae.cfg.metadata.hook_name_out == "blocks.1.hook_mlp_out"
     run = features_on(loaded, IDS, [open_dictionary(out, loaded)])[0]
-    _, trace = loaded.model.run_with_trace(torch.tensor([IDS]), names=["blocks.1.mlp.input"])
+    _, trace = loaded.model.run_with_trace(torch.tensor([IDS]), names=["blocks.1.resid_mid"])
+    assert loaded.config.norm == "layernorm"  # ln2.hook_normalized: resid_mid before ln2's gain and bias
+    normalized = torch.nn.functional.layer_norm(trace["blocks.1.resid_mid"][0], (loaded.config.d_model,),
+                                                eps=loaded.config.norm_eps)
     with torch.no_grad():
-        theirs = sae.encode(trace["blocks.1.mlp.input"][0])
+        theirs = sae.encode(normalized)
     _close(run.acts, theirs, "transcoder trained here, read by SAELens")
     _close(run.recon, sae.decode(theirs), "transcoder: decode")

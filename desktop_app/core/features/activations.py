@@ -61,8 +61,8 @@ def attach(dictionary: SparseDictionary, cfg) -> Attached:
 
 def read_point(trace: Trace, point: HookPoint, row: int = 0) -> torch.Tensor:
     """[T, width] of a recorded activation (batch row `row`); attn.z's [H, T, d_head] flattened to
-    [T, H * d_head] as TransformerLens' hook_z is."""
-    t = trace[point.name][row]
+    [T, H * d_head] as TransformerLens' hook_z is; a normalised point's derived from the norm's input."""
+    t = point.value(trace[point.recorded][row])
     if point.heads:
         t = t.transpose(0, 1).reshape(t.shape[1], -1)
     return t
@@ -131,7 +131,7 @@ def record_points(model, ids: Sequence[int] | torch.Tensor, points: Sequence[Hoo
     layer they need). An encoder-decoder's `ids` are its source; its decoder runs only for a decoder point,
     on `decoder_ids` (its input: [start] + the target). ValueError, one line, when a decoder point has none."""
     model = getattr(model, "model", model)
-    names = sorted({p.name for p in points})
+    names = sorted({p.recorded for p in points})
 
     def batch(x):
         return x.to(model.device) if torch.is_tensor(x) else torch.tensor([list(x)], device=model.device)

@@ -66,7 +66,7 @@ class FeatureEdit:
                              f"({attached.write.name}), a sublayer's normalised input that the app reads but does "
                              "not edit (a transcoder reading it and writing the sublayer's output can be)")
         self.attached, self.ops = attached, tuple(ops)
-        self.reads = attached.read.name if attached.read.name != attached.write.name else None
+        self.reads = attached.read.recorded if attached.read.name != attached.write.name else None
 
     def apply(self, x: torch.Tensor, local: torch.Tensor, trace) -> torch.Tensor:
         att, d = self.attached, self.attached.dictionary
@@ -83,6 +83,7 @@ class FeatureEdit:
             if seen is None:
                 raise ValueError(f"{d.name}: its input {self.reads} comes after its output {att.write.name}")
             x_in = seen.permute(0, 2, 1, 3).reshape(seen.shape[0], seen.shape[2], -1) if att.read.heads else seen
+            x_in = att.read.value(x_in)
         dev = d.W_enc.device
         sel = x_in[:, local].to(dev, torch.float32)
         acts, how = d.encode_with(sel)
@@ -170,7 +171,7 @@ def feature_attribution(loaded, ids: Sequence[int], attached: Attached, position
     T = len(ids)
     position = check_position_and_token(cfg, T, position, token_id)
     last = f"blocks.{cfg.n_layers - 1}.resid_post"
-    names = list(dict.fromkeys([*attached.names, last]))
+    names = list(dict.fromkeys([attached.read.recorded, attached.write.recorded, last]))
     _, trace = model.run_with_trace(torch.tensor([list(ids)], device=model.device), names=names,
                                     interventions=interventions or None, compute_logits=False)
     through, _ = direct_logit_function(model, trace[last][0, position], token_id)

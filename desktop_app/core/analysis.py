@@ -416,17 +416,19 @@ def seq2seq_logit_attribution(loaded, src_ids, dec_ids, position: int, token_id:
     self-attention heads), cross_head (cross-attention heads), attn_bias / cross_bias (their W_O biases),
     mlp, final_norm_bias, logits_bias; they sum to the logit. head_table [L, H] holds the self-attention
     heads, cross_table [L, H] the cross-attention heads, mlp [L] (L = the decoder's layers)."""
-    from .interventions import check_additive, check_position_and_token, direct_logit_function
+    from .interventions import (check_additive, check_position_and_token, direct_logit_function, edit_bar,
+                                edit_bar_points, traced_forward)
 
     model = getattr(loaded, "model", loaded)
     cfg = model.cfg
     check_additive(cfg, "direct logit attribution")
     position = check_position_and_token(cfg, len(dec_ids), position, token_id)
     L, H = cfg.n_decoder_layers, cfg.n_heads
+    bars = edit_bar_points(interventions, "decoder.")  # edits of the decoder's residual stream: a bar each
     names = ["decoder.embed", "logits", "decoder.blocks.*.attn.head_out", "decoder.blocks.*.cross_attn.head_out",
-             "decoder.blocks.*.mlp.out", f"decoder.blocks.{L - 1}.resid_post"]
-    _, trace = model.run_with_trace(_ids(src_ids).to(model.device), _ids(dec_ids).to(model.device), names=names,
-                                    interventions=interventions)
+             "decoder.blocks.*.mlp.out", f"decoder.blocks.{L - 1}.resid_post", *(p for p, _ in bars)]
+    _, trace = traced_forward(model, (_ids(src_ids).to(model.device), _ids(dec_ids).to(model.device)), names,
+                              interventions, unedited=[p for p, _ in bars])
     direct, bias_part = direct_logit_function(model, trace[f"decoder.blocks.{L - 1}.resid_post"][0, position], token_id)
     comps, layers, heads, vals = [], [], [], []
 
@@ -448,6 +450,8 @@ def seq2seq_logit_attribution(loaded, src_ids, dec_ids, position: int, token_id:
             if o_bias is not None:
                 add("attn_bias" if kind == "attn" else "cross_bias", l, -1, o_bias)
         mlp[l] = add("mlp", l, -1, trace[f"decoder.blocks.{l}.mlp.out"][0, position])
+        for point, _ in (b for b in bars if b[1] == l):
+            add(edit_bar(point), l, -1, trace[point][0, position] - trace.unedited[point][0, position])
     if bias_part is not None:
         comps.append("final_norm_bias"), layers.append(-1), heads.append(-1), vals.append(bias_part)
     if cfg.final_logits_bias:

@@ -371,13 +371,27 @@ def repeated_probe(n: int, periods: tuple[int, int], symbols: int, length: int, 
 def head_scores(model, ids: torch.Tensor, metric: str, period, start=None) -> np.ndarray:
     """[layers, heads]: HEAD_SCORES[metric] of every head of `model` (a Transformer) on the sequences `ids`
     [n, T] (whose tokens repeat with `period` from `start`: ints, or one per sequence as repeated_probe
-    gives), averaged over the sequences."""
+    gives), averaged over the sequences. An encoder-decoder's rows: its stack_layers (the sequences are
+    both the source and the decoder's input; the self-attention heads of each stack)."""
     if metric not in HEAD_SCORES:
         raise ValueError(f"unknown metric {metric!r} (known: {', '.join(HEAD_SCORES)})")
     score = HEAD_SCORES[metric][1]
-    _, trace = model.run_with_trace(ids.to(model.device), names=("blocks.*.attn.pattern",))
-    return np.stack([score(trace[f"blocks.{l}.attn.pattern"].float().cpu().numpy(), period, start).mean(0)
-                     for l in range(trace.n_layers)])
+    if getattr(model.cfg, "is_encoder_decoder", False):  # the encoder's then the decoder's self-attention
+        rows = [f"{stack}.blocks.{l}.attn.pattern" for stack, l in stack_layers(model.cfg)]
+        ids = ids.to(model.device)
+        _, trace = model.run_with_trace(ids, ids, names=tuple(rows))  # the probe as source and decoder input
+    else:
+        _, trace = model.run_with_trace(ids.to(model.device), names=("blocks.*.attn.pattern",))
+        rows = [f"blocks.{l}.attn.pattern" for l in range(trace.n_layers)]
+    return np.stack([score(trace[name].float().cpu().numpy(), period, start).mean(0) for name in rows])
+
+
+def stack_layers(cfg) -> list[tuple[str | None, int]]:
+    """(stack, layer) of each layer of a model: (None, l) for a one-stack model; an encoder-decoder's
+    ("encoder", l) for its encoder's layers, then ("decoder", l) for its decoder's."""
+    if getattr(cfg, "is_encoder_decoder", False):
+        return [("encoder", l) for l in range(cfg.n_layers)] + [("decoder", l) for l in range(cfg.n_decoder_layers)]
+    return [(None, l) for l in range(cfg.n_layers)]
 
 
 # -- encoder-decoders: direct logit attribution and activation patching (core/seq2seq.py) ----------

@@ -213,7 +213,8 @@ def test_attribution_and_patching_under_a_mean_ablated_cross_head_are_those_of_i
     np.testing.assert_allclose(mean.resid, ref.resid, atol=1e-5)
 
 
-@pytest.mark.parametrize("point, how", [("decoder.blocks.1.resid_post", "add"), ("decoder.blocks.0.cross_attn.out", "zero"),
+@pytest.mark.parametrize("point, how", [("decoder.blocks.1.resid_post", "add"),
+                                        ("decoder.blocks.0.cross_attn.out", "zero"),
                                         ("decoder.blocks.2.resid_mid", "add")])
 def test_an_edit_of_the_decoders_residual_stream_gets_a_bar_and_the_bars_still_sum(point, how):
     """Issue 41: an edit at a residual-stream point (a steer, a feature edit at resid_post) is in no head's or

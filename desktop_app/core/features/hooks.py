@@ -138,7 +138,14 @@ def stack_of(name: str) -> str | None:
 def hook_point(hook: str, cfg=None) -> HookPoint:
     """The HookPoint of `hook`, checked against a model config when given (its layer exists in its stack;
     an encoder-decoder's hook names its stack, a one-stack model's does not)."""
-    name, layer = app_point(hook)
+    try:
+        name, layer = app_point(hook)
+    except ValueError as exc:
+        if cfg is not None and getattr(cfg, "is_encoder_decoder", False) and "not an activation" in str(exc):
+            raise ValueError(f"hook {hook!r} is not an activation the app records: an encoder-decoder's are "
+                             f"encoder.blocks.L.* (the source) or decoder.blocks.L.* (the target), e.g. "
+                             f"{STACKED_EXAMPLES}") from None
+        raise
     stack = stack_of(name)
     source, norm = None, None
     if cfg is not None:

@@ -50,6 +50,7 @@ For the GUI's timeline (the step slider, the Train panel's loss curve):
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -57,7 +58,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..core.analysis import HEAD_SCORES, head_scores, repeated_probe
+from ..core.analysis import HEAD_SCORES, head_scores, repeated_probe, stack_layers
 from ..core.hf_cache import (REPO_PREFIX, NotInCacheError, main_revision, repo_of_snapshot, step_of_snapshot,
                              step_revisions, step_snapshot)
 from ..core.training.timeline import (KEPT_DIR, STATE_FILE, KeptStep, KeptStepError, LossCurve, Timeline,
@@ -127,6 +128,7 @@ class Scrub:
     sequences: int
     layers: list[int] | None = None  # the layers of values' axis 1 (None: 0 .. L-1)
     text: str | None = None  # the text of one's own measured on, if any (TEXT_METRICS)
+    stacks: list[str] | None = None  # an encoder-decoder's: the stack of each layer of axis 1 (encoder / decoder)
 
     @property
     def per_head(self) -> bool:
@@ -134,29 +136,44 @@ class Scrub:
 
     @property
     def layer_ids(self) -> list[int]:
-        return list(self.layers) if self.layers is not None else list(range(self.values.shape[1]))
+        if self.layers is not None:
+            return list(self.layers)
+        if self.stacks is not None:  # each stack's layers from 0
+            return [self.stacks[:i].count(s) for i, s in enumerate(self.stacks)]
+        return list(range(self.values.shape[1]))
 
-    def rows(self) -> list[tuple[int, int, int, float]]:
-        """(step, layer, head, value); head -1 for a whole layer's value (LAYER_METRICS)."""
+    @property
+    def layer_labels(self) -> list:
+        """What names each layer of axis 1: its index, or an encoder-decoder's "encoder.L" / "decoder.L"."""
         ids = self.layer_ids
-        return [(s, ids[l], h if self.per_head else -1, float(self.values[i, l, h])) for i, s in enumerate(self.steps)
-                for l in range(self.values.shape[1]) for h in range(self.values.shape[2])]
+        return ids if self.stacks is None else [f"{s}.{l}" for s, l in zip(self.stacks, ids)]
 
-    def best_head(self) -> tuple[int, int]:
+    def rows(self) -> list[tuple[int, int | str, int, float]]:
+        """(step, layer, head, value); head -1 for a whole layer's value (LAYER_METRICS); an encoder-decoder's
+        layer is named with its stack (encoder.0, decoder.1)."""
+        labels = self.layer_labels
+        return [(s, labels[l], h if self.per_head else -1, float(self.values[i, l, h]))
+                for i, s in enumerate(self.steps) for l in range(self.values.shape[1]) for h in range(self.values.shape[2])]
+
+    def _best(self) -> tuple[int, int]:
+        last = -self.values[-1] if self.metric == LOGIT_LENS_RANK else self.values[-1]
+        row, head = np.unravel_index(int(np.argmax(last)), self.values.shape[1:])
+        return int(row), int(head)
+
+    def best_head(self) -> tuple[int | str, int]:
         """(layer, head) with the highest value at the last step (head -1 for a per-layer metric; the lowest
         value for logit-lens-rank, where lower is better)."""
-        last = -self.values[-1] if self.metric == LOGIT_LENS_RANK else self.values[-1]
-        layer, head = np.unravel_index(int(np.argmax(last)), self.values.shape[1:])
-        return self.layer_ids[int(layer)], int(head) if self.per_head else -1
+        row, head = self._best()
+        return self.layer_labels[row], head if self.per_head else -1
 
     def summary(self) -> dict:
         layer, head = self.best_head()
-        series = self.values[:, self.layer_ids.index(layer), max(head, 0)]
+        series = self.values[:, self._best()[0], max(head, 0)]
         curve = self.timeline.curve
         return {
             "run": str(self.run_dir), "metric": self.metric,
             "what": HEAD_SCORES[self.metric][0] if self.per_head else LAYER_METRICS[self.metric],
-            "steps": self.steps, "layers": int(self.values.shape[1]), "layer_ids": self.layer_ids,
+            "steps": self.steps, "layers": int(self.values.shape[1]), "layer_ids": self.layer_labels,
             "heads": int(self.values.shape[2]) if self.per_head else None,
             "rows": int(self.values.size), "sequences": self.sequences,
             "period": list(self.period) if self.period else None,
@@ -179,25 +196,35 @@ def halfway_step(steps, values) -> int | None:
     return int(steps[int(np.argmax(past))])
 
 
-def block_norms(model) -> np.ndarray:
-    """[layers]: the Frobenius norm of all the parameters of each block (core.training.trainer.layer_groups)."""
+def _block(stack: str | None, layer: int) -> str:
+    return f"{stack}.blocks.{layer}" if stack else f"blocks.{layer}"
+
+
+def block_norms(model, rows=None) -> np.ndarray:
+    """[rows]: the Frobenius norm of all the parameters of each block (core.training.trainer.layer_groups);
+    `rows`: (stack, layer) pairs (default every block: analysis.stack_layers)."""
     from ..core.training.trainer import layer_groups
 
     groups = layer_groups(model)
-    return np.array([float(torch.sqrt(sum((p.detach().double() ** 2).sum() for p in groups[f"blocks.{l}"])))
-                     for l in range(model.cfg.n_layers)])
+    return np.array([float(torch.sqrt(sum((p.detach().double() ** 2).sum() for p in groups[_block(stack, l)])))
+                     for stack, l in (rows if rows is not None else stack_layers(model.cfg))])
 
 
-def lipschitz_per_layer(model, ids: torch.Tensor, layers: list[int], seed: int = 0, job=None) -> np.ndarray:
+def lipschitz_per_layer(model, ids: torch.Tensor, layers, seed: int = 0, job=None) -> np.ndarray:
     """[len(layers)]: the local Lipschitz constant of each layer's attention (core.lipschitz's sweep on real
-    inputs: the estimator, its tolerance), averaged over the sequences `ids` [K, n], each one input."""
+    inputs: the estimator, its tolerance), averaged over the sequences `ids` [K, n], each one input. `layers`:
+    layer indices, or an encoder-decoder's (stack, layer) pairs (a decoder layer's self-attention reads the
+    sequences as the decoder's input, the first one as the source)."""
     from ..core.lipschitz.sweep import SweepSpec, run_sweep
 
     K, n = ids.shape
     flat = ids.reshape(-1).tolist()  # K windows of n: window_starts takes exactly the K sequences
+    rows = [row if isinstance(row, tuple) else (None, row) for row in layers]
     return np.array([float(run_sweep(SweepSpec(data="real", lengths=(n,), samples=K, model=model, layer=l,
-                                               token_ids=flat, seed=seed), job=job).lengths[0].lipschitz.mean())
-                     for l in layers])
+                                               token_ids=flat, seed=seed, stack=stack,
+                                               source_ids=ids[0].tolist() if stack == "decoder" else None),
+                                     job=job).lengths[0].lipschitz.mean())
+                     for stack, l in rows])
 
 
 LENS_BATCH = 8  # sequences traced at once for the logit lens ([batch, T, vocab] per layer) at most,
@@ -210,20 +237,26 @@ def logit_lens_of_next(model, ids: torch.Tensor, first) -> tuple[np.ndarray, np.
     each layer's logit lens (the trace's blocks.l.logit_lens: final norm + unembedding of its residual
     stream), averaged over the positions t >= first[i] of each sequence i of `ids` [n, T] (t < T - 1)."""
     cfg = model.cfg
-    if not cfg.lm_head or not cfg.causal or cfg.input_kind != "tokens":
+    seq2seq = bool(getattr(cfg, "is_encoder_decoder", False))  # the decoder's layers, reading ids as source too
+    if not seq2seq and (not cfg.lm_head or not cfg.causal or cfg.input_kind != "tokens"):
         raise ValueError("the logit lens of the next token needs a decoder with a language-model head")
+    L = cfg.n_decoder_layers if seq2seq else cfg.n_layers
+    prefix = "decoder." if seq2seq else ""
     n, T = ids.shape
     first = np.broadcast_to(np.asarray(first), (n,))
-    probs, ranks, count = np.zeros(cfg.n_layers), np.zeros(cfg.n_layers), 0
-    per_batch = max(1, min(LENS_BATCH, LENS_BYTES // (4 * T * cfg.vocab_size * cfg.n_layers)))
+    probs, ranks, count = np.zeros(L), np.zeros(L), 0
+    per_batch = max(1, min(LENS_BATCH, LENS_BYTES // (4 * T * cfg.vocab_size * L)))
     for b0 in range(0, n, per_batch):
         batch = ids[b0:b0 + per_batch].to(model.device)
-        _, trace = model.run_with_trace(batch, names=("blocks.*.logit_lens",), compute_logits=False)
+        if seq2seq:
+            _, trace = model.run_with_trace(batch, batch, names=("decoder.blocks.*.logit_lens",))
+        else:
+            _, trace = model.run_with_trace(batch, names=("blocks.*.logit_lens",), compute_logits=False)
         target = batch[:, 1:]  # [B, T-1]: the next token of each position
         keep = torch.as_tensor(np.arange(T - 1)[None, :] >= first[b0:b0 + per_batch, None], device=model.device)
         count += int(keep.sum())
-        for l in range(cfg.n_layers):
-            logits = trace[f"blocks.{l}.logit_lens"][:, :-1].float()  # [B, T-1, vocab]
+        for l in range(L):
+            logits = trace[f"{prefix}blocks.{l}.logit_lens"][:, :-1].float()  # [B, T-1, vocab]
             right = logits.gather(-1, target[..., None])  # [B, T-1, 1]
             p = torch.softmax(logits, -1).gather(-1, target[..., None])[..., 0]
             r = (logits > right).sum(-1).double()
@@ -276,14 +309,24 @@ def grad_norm_scrub(run_dir: str | Path, layers=None) -> Scrub:
         history = json.loads((run_dir / METRICS_JSON).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         history = []
+    first_block = ("grad_norm.blocks.0", "grad_norm.encoder.blocks.0")  # an encoder-decoder logs each stack's
     logged = [ev for ev in (history if isinstance(history, list) else []) if isinstance(ev, dict)
-              and ev.get("event") == "step" and isinstance(ev.get("grad_norm.blocks.0"), (int, float))]
+              and ev.get("event") == "step" and any(isinstance(ev.get(k), (int, float)) for k in first_block)]
     if not logged:
         raise ValueError(f"{run_dir / METRICS_JSON}: no gradient norm per block was logged")
-    n_layers = 1 + max(int(k.split(".")[-1]) for k in logged[0] if k.startswith("grad_norm.blocks."))
-    layers = _check_layers(layers, n_layers)
-    values = np.array([[[float(ev.get(f"grad_norm.blocks.{l}", np.nan))] for l in layers] for ev in logged])
-    return Scrub(run_dir, GRAD_NORM, [int(ev["step"]) for ev in logged], values, timeline, None, 0, layers)
+    found = [(m[1] or "", int(m[2])) for k in logged[0] if (m := _GRAD_KEY.match(k))]
+    stacks = sorted({s for s, _ in found}, key=lambda s: ("", "encoder", "decoder").index(s))
+    depth = {s: 1 + max(l for t, l in found if t == s) for s in stacks}
+    layers = _check_layers(layers, max(depth.values()))
+    rows = [(s, l) for s in stacks for l in layers if l < depth[s]]
+    values = np.array([[[float(ev.get(f"grad_norm.{_block(s or None, l)}", np.nan))] for s, l in rows]
+                       for ev in logged])
+    seq2seq = stacks != [""]
+    return Scrub(run_dir, GRAD_NORM, [int(ev["step"]) for ev in logged], values, timeline, None, 0,
+                 [l for _, l in rows], stacks=[s for s, _ in rows] if seq2seq else None)
+
+
+_GRAD_KEY = re.compile(r"^grad_norm\.(?:(encoder|decoder)\.)?blocks\.(\d+)$")
 
 
 def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, device: str = "cpu",
@@ -312,13 +355,21 @@ def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, 
     run_cfg = _run_config(run_dir)
     ids = period = start = lengths = None
     values = []
+    rows: list[tuple[str | None, int]] = []  # the (stack, layer) of each per-layer value
     for i, k in enumerate(steps):
         if control is not None:
             control.check()
         loaded = load_model_folder(k.path, device=device)
         loaded.model.eval()
-        if i == 0 and metric not in HEAD_SCORES:
-            layers = _check_layers(layers, loaded.config.n_layers)
+        if i == 0:
+            every = stack_layers(loaded.config)
+            if metric in (LOGIT_LENS, LOGIT_LENS_RANK):  # only the decoder's layers read into the logits
+                every = [row for row in every if row[0] != "encoder"]
+            if metric not in HEAD_SCORES:
+                layers = _check_layers(layers, 1 + max(l for _, l in every))
+                rows = [row for row in every if row[1] in layers]
+            else:
+                rows = every
         if ids is None and metric in TEXT_METRICS and text is not None:
             ids = torch.tensor(encode_text_or_ids(loaded, text).ids)[None]
             if ids.shape[1] < 2:
@@ -327,7 +378,7 @@ def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, 
         elif ids is None and metric != WEIGHT_NORM:
             ids, period, start, lengths = probe_sequences(loaded.config, run_cfg, sequences, seed)
         if metric == WEIGHT_NORM:
-            values.append(block_norms(loaded.model)[layers, None])
+            values.append(block_norms(loaded.model, rows)[:, None])
         elif metric == LIPSCHITZ:
             if text is not None:  # windows of the text (window_starts spreads them over it)
                 n = min(ids.shape[1], LIPSCHITZ_WINDOW, loaded.config.context_length)
@@ -336,18 +387,21 @@ def scrub(run_dir: str | Path, metric: str, sequences: int = 32, seed: int = 0, 
                 windows = torch.stack([flat[s:s + n] for s in starts])
             else:
                 windows = ids[:LIPSCHITZ_SEQUENCES]
-            values.append(lipschitz_per_layer(loaded.model, windows, layers, seed, control)[:, None])
+            values.append(lipschitz_per_layer(loaded.model, windows, rows if rows[0][0] else [l for _, l in rows],
+                                              seed, control)[:, None])
         elif metric in (LOGIT_LENS, LOGIT_LENS_RANK):
             prob, rank = logit_lens_of_next(loaded.model, ids, start)
-            values.append((prob if metric == LOGIT_LENS else rank)[layers, None])
+            values.append((prob if metric == LOGIT_LENS else rank)[[l for _, l in rows], None])
         else:
             values.append(head_scores(loaded.model, ids, metric, period, start))
         if on_step is not None:
             on_step(i + 1, len(steps), k.step)
     n_seq = 0 if metric == WEIGHT_NORM else (1 if text is not None else
                                              min(sequences, LIPSCHITZ_SEQUENCES) if metric == LIPSCHITZ else sequences)
+    seq2seq = rows[0][0] is not None
     return Scrub(run_dir, metric, [k.step for k in steps], np.stack(values), timeline, lengths, n_seq,
-                 None if metric in HEAD_SCORES else layers, text)
+                 None if metric in HEAD_SCORES else [l for _, l in rows], text,
+                 stacks=[stack for stack, _ in rows] if seq2seq else None)
 
 
 # -- the GUI's timeline ---------------------------------------------------------------------------

@@ -371,13 +371,27 @@ def repeated_probe(n: int, periods: tuple[int, int], symbols: int, length: int, 
 def head_scores(model, ids: torch.Tensor, metric: str, period, start=None) -> np.ndarray:
     """[layers, heads]: HEAD_SCORES[metric] of every head of `model` (a Transformer) on the sequences `ids`
     [n, T] (whose tokens repeat with `period` from `start`: ints, or one per sequence as repeated_probe
-    gives), averaged over the sequences."""
+    gives), averaged over the sequences. An encoder-decoder's rows: its stack_layers (the sequences are
+    both the source and the decoder's input; the self-attention heads of each stack)."""
     if metric not in HEAD_SCORES:
         raise ValueError(f"unknown metric {metric!r} (known: {', '.join(HEAD_SCORES)})")
     score = HEAD_SCORES[metric][1]
-    _, trace = model.run_with_trace(ids.to(model.device), names=("blocks.*.attn.pattern",))
-    return np.stack([score(trace[f"blocks.{l}.attn.pattern"].float().cpu().numpy(), period, start).mean(0)
-                     for l in range(trace.n_layers)])
+    if getattr(model.cfg, "is_encoder_decoder", False):  # the encoder's then the decoder's self-attention
+        rows = [f"{stack}.blocks.{l}.attn.pattern" for stack, l in stack_layers(model.cfg)]
+        ids = ids.to(model.device)
+        _, trace = model.run_with_trace(ids, ids, names=tuple(rows))  # the probe as source and decoder input
+    else:
+        _, trace = model.run_with_trace(ids.to(model.device), names=("blocks.*.attn.pattern",))
+        rows = [f"blocks.{l}.attn.pattern" for l in range(trace.n_layers)]
+    return np.stack([score(trace[name].float().cpu().numpy(), period, start).mean(0) for name in rows])
+
+
+def stack_layers(cfg) -> list[tuple[str | None, int]]:
+    """(stack, layer) of each layer of a model: (None, l) for a one-stack model; an encoder-decoder's
+    ("encoder", l) for its encoder's layers, then ("decoder", l) for its decoder's."""
+    if getattr(cfg, "is_encoder_decoder", False):
+        return [("encoder", l) for l in range(cfg.n_layers)] + [("decoder", l) for l in range(cfg.n_decoder_layers)]
+    return [(None, l) for l in range(cfg.n_layers)]
 
 
 # -- encoder-decoders: direct logit attribution and activation patching (core/seq2seq.py) ----------
@@ -416,17 +430,19 @@ def seq2seq_logit_attribution(loaded, src_ids, dec_ids, position: int, token_id:
     self-attention heads), cross_head (cross-attention heads), attn_bias / cross_bias (their W_O biases),
     mlp, final_norm_bias, logits_bias; they sum to the logit. head_table [L, H] holds the self-attention
     heads, cross_table [L, H] the cross-attention heads, mlp [L] (L = the decoder's layers)."""
-    from .interventions import check_additive, check_position_and_token, direct_logit_function
+    from .interventions import (check_additive, check_position_and_token, direct_logit_function, edit_bar,
+                                edit_bar_points, traced_forward)
 
     model = getattr(loaded, "model", loaded)
     cfg = model.cfg
     check_additive(cfg, "direct logit attribution")
     position = check_position_and_token(cfg, len(dec_ids), position, token_id)
     L, H = cfg.n_decoder_layers, cfg.n_heads
+    bars = edit_bar_points(interventions, "decoder.")  # edits of the decoder's residual stream: a bar each
     names = ["decoder.embed", "logits", "decoder.blocks.*.attn.head_out", "decoder.blocks.*.cross_attn.head_out",
-             "decoder.blocks.*.mlp.out", f"decoder.blocks.{L - 1}.resid_post"]
-    _, trace = model.run_with_trace(_ids(src_ids).to(model.device), _ids(dec_ids).to(model.device), names=names,
-                                    interventions=interventions)
+             "decoder.blocks.*.mlp.out", f"decoder.blocks.{L - 1}.resid_post", *(p for p, _ in bars)]
+    _, trace = traced_forward(model, (_ids(src_ids).to(model.device), _ids(dec_ids).to(model.device)), names,
+                              interventions, unedited=[p for p, _ in bars])
     direct, bias_part = direct_logit_function(model, trace[f"decoder.blocks.{L - 1}.resid_post"][0, position], token_id)
     comps, layers, heads, vals = [], [], [], []
 
@@ -448,6 +464,8 @@ def seq2seq_logit_attribution(loaded, src_ids, dec_ids, position: int, token_id:
             if o_bias is not None:
                 add("attn_bias" if kind == "attn" else "cross_bias", l, -1, o_bias)
         mlp[l] = add("mlp", l, -1, trace[f"decoder.blocks.{l}.mlp.out"][0, position])
+        for point, _ in (b for b in bars if b[1] == l):
+            add(edit_bar(point), l, -1, trace[point][0, position] - trace.unedited[point][0, position])
     if bias_part is not None:
         comps.append("final_norm_bias"), layers.append(-1), heads.append(-1), vals.append(bias_part)
     if cfg.final_logits_bias:

@@ -486,6 +486,40 @@ def _pid_alive_here(d: dict) -> bool:
     return True
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # a lock file is never opened through a link
+
+
+def _open_lock(path: Path, create: bool) -> int:
+    """The lock file's descriptor, opened without following a symbolic link (O_NOFOLLOW; O_CREAT | O_EXCL
+    when it is not there, so nothing else is created in its place). Only a plain file with one link is a
+    lock: a link (symbolic, or a second hard link to someone's file) is refused with a WriteError, never
+    written through."""
+    import stat
+
+    if os.path.islink(path):  # (also where O_NOFOLLOW does not exist)
+        raise WriteError(path, "is a symbolic link, not a lock file this app made; refusing to follow it "
+                               "(remove it if no run writes the folder)")
+    flags = os.O_RDWR | _NOFOLLOW
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, file_mode()) if create else None
+    except FileExistsError:
+        fd = None
+    if fd is None:
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise WriteError(path, "is a symbolic link, not a lock file this app made; refusing to follow "
+                                       "it (remove it if no run writes the folder)") from None
+            raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        raise WriteError(path, "is not a lock file this app made (not a plain file, or linked elsewhere too); "
+                               "nothing was written to it")
+    return fd
+
+
 def lock_holder(folder: str | Path) -> str | None:
     """Who holds the lock of `folder` now ("pid N on HOST, started T"), None when nobody does (or this
     process itself). Asked before any work (check_output_folder); lock_folder takes the lock."""
@@ -493,9 +527,9 @@ def lock_holder(folder: str | Path) -> str | None:
     if str(path) in _HELD_LOCKS:
         return None
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = _open_lock(path, create=False)
     except OSError:
-        return None  # no lock file (or not readable: lock_folder will say so)
+        return None  # no lock file (or not readable, or not a lock: lock_folder will say so)
     try:
         got = _os_lock(fd)
         d = _read_holder(fd)
@@ -544,7 +578,9 @@ def lock_folder(folder: str | Path, on_note: Callable[[str], None] | None = None
     fd = None
     for _ in range(20):  # the holder may remove the file between our open and our lock: open again
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, file_mode())
+            fd = _open_lock(path, create=True)
+        except FileNotFoundError:
+            continue  # removed between our two opens: create it again
         except OSError as exc:
             raise _write_error(path, exc) from exc
         got = _os_lock(fd)

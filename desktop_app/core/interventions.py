@@ -229,6 +229,8 @@ class EditingTrace(Trace):
         edits = self.by_point.get(name)
         if not edits:
             return x
+        if self.inner is not None and name in self.inner.keep_unedited:
+            self.inner.unedited[name] = x.detach()
         x = x.clone()  # never write into a tensor the forward (or a cache) still holds
         T = x.shape[-2]
         for iv in edits:
@@ -466,21 +468,59 @@ def check_position_and_token(cfg, n_tokens: int, position: int, token_id: int) -
     return position % n_tokens
 
 
+# residual-stream points an edit can change without the change being in a recorded sublayer output (an
+# edit of mlp.out, attn.z or the embedding is in what the attribution reads already)
+EDIT_BAR_POINTS = ("attn.out", "resid_mid", "cross_attn.out", "resid_cross", "resid_post")
+
+
+_BLOCK_POINT = re.compile(r"^(?:encoder\.|decoder\.)?blocks\.(\d+)\.(.+)$")
+
+
+def edit_bar_points(interventions, prefix: str = "") -> list[tuple[str, int]]:
+    """(point, layer) of each residual-stream point of the stack `prefix` ("" or "decoder.") that the
+    interventions edit, whose change the direct logit attribution shows as its own bar, in forward order."""
+    out = set()
+    for iv in interventions or ():
+        m = _BLOCK_POINT.match(iv.point)
+        if m and iv.point.startswith(prefix + "blocks.") and m[2] in EDIT_BAR_POINTS:
+            out.add((iv.point, int(m[1])))
+    return sorted(out, key=lambda p: (p[1], EDIT_BAR_POINTS.index(_BLOCK_POINT.match(p[0])[2])))
+
+
+def edit_bar(point: str) -> str:
+    """The component name of an edit's bar at `point`: edit_attn.out, edit_resid_post..."""
+    return "edit_" + _BLOCK_POINT.match(point)[2]
+
+
+def traced_forward(model, args, names, interventions=None, unedited=()):
+    """(output, Trace) of model(*args) under `interventions`, recording `names` and keeping the `unedited`
+    points' values before the edits too (trace.unedited)."""
+    trace = Trace(names, unedited=unedited)
+    trace.bind(model)
+    with torch.no_grad():
+        out = model(*args, trace=trace, interventions=interventions or None)
+    return out, trace
+
+
 def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id: int,
                              interventions: Sequence[Intervention] | None = None) -> Attribution:
     """Each head's, each MLP's (and the embedding's and biases') direct contribution to the logit of
-    `token_id` at `position`: c -> W_U[token] . norm_linear(c)."""
+    `token_id` at `position`: c -> W_U[token] . norm_linear(c). An edit of a residual-stream point (a
+    feature edit or ablation at resid_post, attn.out...) gets its own bar, the change it made there, so
+    the bars still add up to the logit."""
     model = getattr(loaded, "model", loaded)
     cfg = model.cfg
     check_additive(cfg, "direct logit attribution")
     position = check_position_and_token(cfg, len(ids), position, token_id)
     L, H = cfg.n_layers, cfg.n_heads
-    names = ["embed", "logits", "blocks.*.attn.head_out", "blocks.*.mlp.out", f"blocks.{L - 1}.resid_post"]
+    bars = edit_bar_points(interventions)
+    names = ["embed", "logits", "blocks.*.attn.head_out", "blocks.*.mlp.out", f"blocks.{L - 1}.resid_post",
+             *(p for p, _ in bars)]
     E = cfg.num_experts
     if E:  # each expert's term (core/moe.py: recorded only when asked for by name) and the choice
         names += ["blocks.*.mlp.expert_out.*", "blocks.*.mlp.experts"]
-    _, trace = model.run_with_trace(torch.tensor([list(ids)], device=model.device), names=names,
-                                    interventions=interventions)
+    _, trace = traced_forward(model, (torch.tensor([list(ids)], device=model.device),), names, interventions,
+                              unedited=[p for p, _ in bars])
     resid = trace[f"blocks.{L - 1}.resid_post"][0, position]
     direct, bias_part = direct_logit_function(model, resid, token_id)
 
@@ -501,14 +541,17 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
         mlp[l] = through(mlp_out)
         if not E:
             comps.append("mlp"), layers.append(l), heads.append(-1), vals.append(mlp[l])
-            continue
-        outs = [trace[f"blocks.{l}.mlp.expert_out.{e}"][0, position] for e in range(E)]
-        for e in sorted(set(trace[f"blocks.{l}.mlp.experts"][0, position].tolist())):
-            experts[l, e] = through(outs[e])
-            comps.append("expert"), layers.append(l), heads.append(e), vals.append(experts[l, e])
-        if cfg.shared_expert_d_ff:  # what the routed experts do not add
-            comps.append("shared_expert"), layers.append(l), heads.append(-1)
-            vals.append(through(mlp_out - sum(outs)))
+        else:
+            outs = [trace[f"blocks.{l}.mlp.expert_out.{e}"][0, position] for e in range(E)]
+            for e in sorted(set(trace[f"blocks.{l}.mlp.experts"][0, position].tolist())):
+                experts[l, e] = through(outs[e])
+                comps.append("expert"), layers.append(l), heads.append(e), vals.append(experts[l, e])
+            if cfg.shared_expert_d_ff:  # what the routed experts do not add
+                comps.append("shared_expert"), layers.append(l), heads.append(-1)
+                vals.append(through(mlp_out - sum(outs)))
+        for point, _ in (b for b in bars if b[1] == l):
+            comps.append(edit_bar(point)), layers.append(l), heads.append(-1)
+            vals.append(through(trace[point][0, position] - trace.unedited[point][0, position]))
     if bias_part is not None:
         comps.append("final_norm_bias"), layers.append(-1), heads.append(-1)
         vals.append(bias_part)

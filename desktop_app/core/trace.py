@@ -67,8 +67,11 @@ def point(trace: Trace | None, name: str, x: torch.Tensor) -> torch.Tensor:
 
 class Trace:
     def __init__(self, names: Iterable[str] = ("*",), to_cpu: bool = False, lazy: bool = False,
-                 pattern_dtype: torch.dtype | None = None) -> None:
+                 pattern_dtype: torch.dtype | None = None, unedited: Iterable[str] = ()) -> None:
         self.patterns = tuple(names)
+        # points whose value before the interventions' edits is kept too (in `unedited`; what an edit changed)
+        self.keep_unedited = frozenset(unedited)
+        self.unedited: dict[str, torch.Tensor] = {}
         self.to_cpu = to_cpu
         self.lazy = lazy
         self.pattern_dtype = pattern_dtype

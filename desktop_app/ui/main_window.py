@@ -569,6 +569,7 @@ class MainWindow(QMainWindow):
         return Workspace(
             model_path=str(loaded.path) if loaded is not None and loaded.path is not None else None,
             text=self.state.text,
+            target=self.state.target,
             panel=slot.title if slot is not None else "",
             device=self.state.device,
             geometry=bytes(self.saveGeometry().toBase64()).decode("ascii"),
@@ -599,6 +600,7 @@ class MainWindow(QMainWindow):
                 apply_view_state(slot.panel, data)
             else:
                 slot.pending_view_state = data
+        self.state.set_target(ws.target)  # (both kept for any model; traced with the text)
         self.state.set_text(ws.text)  # kept for the model below: set_model re-traces state.text
         loaded = self.state.loaded
         same = loaded is not None and loaded.path is not None and ws.model_path is not None and \

@@ -1,5 +1,5 @@
-"""Workspace files: what to bring back next time (model folder, text, panel, each panel's view state,
-window layout).
+"""Workspace files: what to bring back next time (model folder, text, an encoder-decoder's target, panel,
+each panel's view state, window layout).
 
 A workspace is a small JSON file written atomically. The last session is saved the same way to
 the user's data folder when the window closes and restored at the next start.
@@ -37,6 +37,7 @@ class Workspace:
     views: dict[str, dict] = field(default_factory=dict)
     # the sparse dictionary folders attached to the model (AppState.dictionaries), attached again on open
     dictionaries: list[str] = field(default_factory=list)
+    target: str = ""  # an encoder-decoder's target text (what its decoder reads after the start token)
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, "version": VERSION, **asdict(self)}, indent=2, ensure_ascii=False)

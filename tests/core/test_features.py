@@ -87,7 +87,9 @@ def test_older_configs_name_the_hook_at_the_top(tmp_path):
     (lambda t, c: t.update(b_enc=torch.randn(3)), "b_enc must have shape [16]"),
     (lambda t, c: t["W_enc"].__setitem__((0, 0), float("nan")), "tensor 'W_enc' holds 1 non-finite value"),
     (lambda t, c: c.update(d_sae=32), "says d_sae 32"),
-    (lambda t, c: c.update(architecture="gated"), "architecture 'gated' is not one the app computes"),
+    (lambda t, c: c.update(architecture="matching_pursuit"),
+     "architecture 'matching_pursuit' is not one the app computes"),
+    (lambda t, c: c.update(architecture="gated"), "has no tensor 'b_gate'"),
     (lambda t, c: c.update(architecture="topk"), "needs k"),
     (lambda t, c: c.update(architecture="jumprelu"), "needs a 'threshold' tensor"),
     (lambda t, c: c.update(metadata={}), "names no hook"),
@@ -147,7 +149,7 @@ def test_hook_names_map_onto_trace_names():
     assert app_point("blocks.1.hook_mlp_out") == ("blocks.1.mlp.out", 1)
     assert app_point("blocks.1.hook_attn_out") == ("blocks.1.attn.out", 1)
     assert app_point("blocks.1.attn.hook_z") == app_point("blocks.1.hook_z") == ("blocks.1.attn.z", 1)
-    assert app_point("blocks.1.ln2.hook_normalized") == ("blocks.1.mlp.input", 1)
+    assert app_point("blocks.1.ln2.hook_normalized") == ("blocks.1.ln2.normalized", 1)  # before the gain
     assert app_point("blocks.2.resid_post") == ("blocks.2.resid_post", 2)
     with pytest.raises(ValueError, match="not an activation the app records"):
         app_point("blocks.1.attn.hook_pattern")

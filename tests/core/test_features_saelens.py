@@ -19,6 +19,7 @@ from sae_lens.saes.sae import SAEMetadata  # noqa: E402
 
 from desktop_app.app.features import features_on, open_dictionary  # noqa: E402
 from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
+from desktop_app.core.features.dictionary import DictionaryError, load_dictionary, save_dictionary  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 REL = 1e-5
@@ -68,7 +69,7 @@ def hf_activation(hf, ids: list[int], hook: str) -> torch.Tensor:
 
     where = {"hook_resid_pre": (m["block"], pre, "pre"), "hook_resid_post": (m["block"], post, "post"),
              "hook_attn_out": (m["attn"], post, "post"), "hook_mlp_out": (m["mlp"], post, "post"),
-             "hook_resid_mid": (m["norm2"], pre, "pre"), "ln2.hook_normalized": (m["mlp"], pre, "pre"),
+             "hook_resid_mid": (m["norm2"], pre, "pre"), "ln2.hook_normalized": (m["norm2"], pre, "pre"),
              "attn.hook_z": (m["o_proj"], pre, "pre")}[what]
     module, make, kind = where
     handle = (module.register_forward_pre_hook(make(what), with_kwargs=True) if kind == "pre"
@@ -78,7 +79,16 @@ def hf_activation(hf, ids: list[int], hook: str) -> torch.Tensor:
             hf(torch.tensor([ids]))
     finally:
         handle.remove()
-    return got[what][0].float()
+    x = got[what][0].float()
+    if what == "ln2.hook_normalized":  # TransformerLens': the norm's input before its gain and bias
+        if isinstance(hf, transformers.GPT2LMHeadModel):
+            x = x - x.mean(-1, keepdim=True)
+        x = x / (x.pow(2).mean(-1, keepdim=True) + _eps(m["norm2"])).sqrt()
+    return x
+
+
+def _eps(norm) -> float:
+    return norm.eps if hasattr(norm, "eps") else norm.variance_epsilon
 
 
 def _randomize(sae, seed: int) -> None:
@@ -205,6 +215,7 @@ def test_saelens_loads_a_dictionary_trained_here(tmp_path):
                                  k=8, steps=20, batch_size=64), loaded, out)
         sae = SAE.load_from_disk(out)
         assert sae.cfg.metadata.hook_name == "blocks.1.hook_resid_post"
+        assert sae.cfg.metadata.prepend_bos is False  # windows of the text, no BOS put before each (issue 41)
         att = open_dictionary(out, loaded)
         run = features_on(loaded, IDS, [att])[0]
         _, trace = loaded.model.run_with_trace(torch.tensor([IDS]), names=["blocks.1.resid_post"])
@@ -220,8 +231,90 @@ def test_saelens_loads_a_dictionary_trained_here(tmp_path):
     sae = SAE.load_from_disk(out)
     assert type(sae).__name__ == "Transcoder" and sae.cfg.metadata.hook_name_out == "blocks.1.hook_mlp_out"
     run = features_on(loaded, IDS, [open_dictionary(out, loaded)])[0]
-    _, trace = loaded.model.run_with_trace(torch.tensor([IDS]), names=["blocks.1.mlp.input"])
+    _, trace = loaded.model.run_with_trace(torch.tensor([IDS]), names=["blocks.1.resid_mid"])
+    assert loaded.config.norm == "layernorm"  # ln2.hook_normalized: resid_mid before ln2's gain and bias
+    normalized = torch.nn.functional.layer_norm(trace["blocks.1.resid_mid"][0], (loaded.config.d_model,),
+                                                eps=loaded.config.norm_eps)
     with torch.no_grad():
-        theirs = sae.encode(trace["blocks.1.mlp.input"][0])
+        theirs = sae.encode(normalized)
     _close(run.acts, theirs, "transcoder trained here, read by SAELens")
     _close(run.recon, sae.decode(theirs), "transcoder: decode")
+
+
+# -- issue 41: gated SAEs, architectures by name, cfg.json as SAELens reads it ------------------------
+
+
+def test_a_gated_sae_computes_as_saelens_does(tmp_path):
+    """SAELens' own GatedSAE (b_gate, b_mag, r_mag): the app's activations and reconstructions equal its
+    encode / decode (before: refused with "has no tensor 'b_enc'"); saved back, SAELens reads the same."""
+    from sae_lens.saes.gated_sae import GatedSAEConfig
+
+    meta = SAEMetadata(hook_name="blocks.1.hook_resid_post")
+    sae = SAE.from_dict(GatedSAEConfig(d_in=48, d_sae=40, metadata=meta).to_dict())
+    _randomize(sae, 5)
+    sae.save_model(tmp_path / "gated")
+    d = load_dictionary(tmp_path / "gated")
+    assert d.architecture == "gated"
+    x = torch.randn(20, 48, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        theirs = sae.encode(x)
+    ours = d.encode(x)
+    assert 0 < int((theirs != 0).sum()) < theirs.numel()
+    assert torch.equal(ours != 0, theirs != 0)
+    _close(ours, theirs, "gated encode")
+    _close(d.decode(ours), sae.decode(theirs), "gated decode")
+    save_dictionary(d, tmp_path / "again")
+    again = SAE.load_from_disk(tmp_path / "again")
+    with torch.no_grad():
+        _close(ours, again.encode(x), "gated saved here, read by SAELens")
+
+
+def test_any_other_architecture_is_refused_by_its_name(tmp_path):
+    from sae_lens.saes.matching_pursuit_sae import MatchingPursuitSAEConfig
+
+    meta = SAEMetadata(hook_name="blocks.1.hook_resid_post")
+    SAE.from_dict(MatchingPursuitSAEConfig(d_in=48, d_sae=40, metadata=meta).to_dict()).save_model(tmp_path / "mp")
+    with pytest.raises(DictionaryError, match=r"cfg.json: architecture 'matching_pursuit' is not one the app computes"):
+        load_dictionary(tmp_path / "mp")
+
+
+def test_a_cfg_without_architecture_is_read_as_saelens_reads_it(tmp_path):
+    """SAELens 6's cfg.json must name its architecture (SAELens refuses one that does not, and so does the
+    app; before, a TopK dictionary was computed as a standard one); an older one is a standard SAE that
+    subtracts b_dec first, as SAELens computes it."""
+    import json
+
+    meta = SAEMetadata(hook_name="blocks.1.hook_resid_post")
+    from sae_lens.saes.topk_sae import TopKSAEConfig
+
+    sae = SAE.from_dict(TopKSAEConfig(d_in=48, d_sae=40, k=6, metadata=meta).to_dict())
+    _randomize(sae, 2)
+    sae.save_model(tmp_path / "topk")
+    cfg_path = tmp_path / "topk" / "cfg.json"
+    cfg = json.loads(cfg_path.read_text())
+    del cfg["architecture"]
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(Exception):
+        SAE.load_from_disk(tmp_path / "topk")  # the reference refuses it
+    with pytest.raises(DictionaryError, match="names no architecture"):
+        load_dictionary(tmp_path / "topk")
+    # an older cfg.json (no sae_lens_version, no apply_b_dec_to_input): standard, b_dec subtracted
+    old = {"d_in": 48, "d_sae": 40, "hook_name": "blocks.1.hook_resid_post", "dtype": "float32", "device": "cpu"}
+    cfg_path.write_text(json.dumps(old))
+    reference = SAE.load_from_disk(tmp_path / "topk")
+    d = load_dictionary(tmp_path / "topk")
+    assert (d.architecture, d.apply_b_dec_to_input) == ("standard", True)
+    x = torch.randn(10, 48, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        _close(d.encode(x), reference.encode(x), "an older cfg.json")
+
+
+def test_an_encoder_decoders_unknown_hook_names_its_stacks():
+    from desktop_app.core.families import REGISTRY
+    from desktop_app.core.features.hooks import hook_point
+
+    cfg = REGISTRY["t5"].preset(vocab_size=40, d_model=16, n_layers=2, n_decoder_layers=1, n_heads=2, d_ff=32,
+                                context_length=16)
+    with pytest.raises(ValueError) as info:
+        hook_point("blocks.0.hook_bogus", cfg)
+    assert "encoder.blocks" in str(info.value) and "decoder.blocks" in str(info.value) and "\n" not in str(info.value)

@@ -232,3 +232,52 @@ def test_a_run_from_before_manifests_is_recognised_only_by_its_marker(tmp_path):
     check_output_folder(legacy, marker="state.json", legacy_names=names, overwrite=True)
     with pytest.raises(OutputFolderError, match="did not write"):
         check_output_folder(downloaded, marker="state.json", legacy_names=names, overwrite=True)
+
+
+# -- issue 41: a lock is never written through a link ------------------------------------------------
+
+
+@pytest.mark.skipif(os.name == "nt", reason="symbolic links need privileges on Windows")
+def test_a_symlinked_or_hard_linked_lock_is_refused_and_never_followed(tmp_path):
+    from desktop_app.core.files import WriteError, lock_file, lock_folder
+
+    run = tmp_path / "run"
+    mine = tmp_path / "notes.txt"
+    mine.write_text("my notes")
+    lock = lock_file(run)
+    lock.symlink_to(mine)
+    with pytest.raises(WriteError, match="symbolic link") as info:
+        with lock_folder(run):
+            pass
+    assert "\n" not in str(info.value) and mine.read_text() == "my notes" and lock.is_symlink()
+    lock.unlink()
+    gone = tmp_path / "elsewhere" / "created.json"  # a dangling link: its target is never created
+    lock.symlink_to(gone)
+    with pytest.raises(WriteError, match="symbolic link"):
+        with lock_folder(run):
+            pass
+    assert not gone.exists() and not gone.parent.exists()
+    lock.unlink()
+    os.link(mine, lock)  # a second name of the user's file
+    with pytest.raises(WriteError, match="not a lock file"):
+        with lock_folder(run):
+            pass
+    assert mine.read_text() == "my notes"
+    lock.unlink()
+    with lock_folder(run):  # a plain lock works as before, and is removed after
+        assert lock.is_file() and not lock.is_symlink()
+    assert not lock.exists()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="symbolic links need privileges on Windows")
+def test_train_refuses_a_symlinked_lock_in_one_line(tmp_path):
+    from desktop_app.core.files import lock_file
+    from desktop_app.core.training import TrainConfig, train
+
+    mine = tmp_path / "notes.txt"
+    mine.write_text("my notes")
+    run = tmp_path / "run"
+    lock_file(run).symlink_to(mine)
+    with pytest.raises(OSError, match="symbolic link"):
+        train(TrainConfig(task="sort", model={"n_layers": 1, "n_heads": 2, "d_model": 16, "d_ff": 32}, steps=1), run)
+    assert mine.read_text() == "my notes"

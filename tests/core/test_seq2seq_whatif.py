@@ -211,3 +211,21 @@ def test_attribution_and_patching_under_a_mean_ablated_cross_head_are_those_of_i
     ref = seq2seq_activation_patching(model, SRC, corrupted, DEC, answer, wrong, interventions=[by_hand])
     np.testing.assert_allclose(mean.heads, ref.heads, atol=1e-5)
     np.testing.assert_allclose(mean.resid, ref.resid, atol=1e-5)
+
+
+@pytest.mark.parametrize("point, how", [("decoder.blocks.1.resid_post", "add"),
+                                        ("decoder.blocks.0.cross_attn.out", "zero"),
+                                        ("decoder.blocks.2.resid_mid", "add")])
+def test_an_edit_of_the_decoders_residual_stream_gets_a_bar_and_the_bars_still_sum(point, how):
+    """Issue 41: an edit at a residual-stream point (a steer, a feature edit at resid_post) is in no head's or
+    MLP's output; its change there is its own bar, so the bars add up to the edited logit."""
+    model = model_of("t5_v1_0")
+    value = 0.5 * torch.randn(model.cfg.d_model, generator=torch.Generator().manual_seed(1)) if how == "add" else None
+    iv = Intervention(point, how, value=value)
+    with torch.no_grad():
+        logits = model(torch.tensor([SRC]), torch.tensor([DEC]), interventions=[iv]).logits[0, -1].double()
+    att = seq2seq_logit_attribution(model, SRC, DEC, -1, 17, [iv])
+    assert att.logit == pytest.approx(float(logits[17]), abs=1e-5)
+    assert abs(att.sum - att.logit) < 1e-4
+    bar = "edit_" + point.split(".", 3)[3]
+    assert att.components.count(bar) == 1 and abs(att.contributions[att.components.index(bar)]) > 1e-4

@@ -268,3 +268,18 @@ def test_an_induction_head_forms_with_the_loss_drop(tmp_path):
     assert prev.values[-1, 0].max() > 0.7, prev.values[-1]  # fed by a previous-token head in layer 0
     rise, drop = s["best"]["rise_step"], s["loss_drop_step"]
     assert rise is not None and drop is not None and abs(rise - drop) <= 2 * INDUCTION_RUN["keep_every"], s
+
+
+def test_overwrite_keeps_a_users_file_in_a_kept_steps_folder(tmp_path):
+    """Issue 41: a note put in checkpoints/step-000008 survives a run started over the folder with --overwrite
+    that keeps step 8 again (before: the step's new folder replaced the old one, note and all); the step
+    opens as the new run's model."""
+    run = tmp_path / "run"
+    train(_cfg(steps=8), run)
+    note = run / "checkpoints" / "step-000008" / "note.txt"
+    note.write_text("my note")
+    train(_cfg(steps=8, seed=1), run)  # (the CLI's --overwrite has checked the folder; train writes it)
+    assert note.read_text() == "my note"
+    assert [k.step for k in kept_steps(run).kept()] == [0, 4, 8]
+    again = _weights(step_folder(run, 8))
+    assert all(torch.equal(again[k], v) for k, v in _weights(run).items())

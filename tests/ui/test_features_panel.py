@@ -480,3 +480,44 @@ def test_a_transcoder_reading_ln1_hook_normalized_is_edited_from_the_menu(qtbot,
     (iv,) = state.interventions
     assert iv.how == "features" and f"zero f{k}" in iv.label and iv.point == "blocks.1.attn.out"
     error_watch.assert_clean()
+
+
+def test_a_zeroed_feature_is_shown_inactive_and_what_ifs_bars_still_add_up(qtbot, demo_window, tmp_path, monkeypatch,
+                                                                          error_watch):
+    """Issue 41: a TopK dictionary at layer 2, its top feature zeroed from the lens' menu: the lens no longer
+    lists it (it read 2.988 -> 1.524 before: the edited activation re-encoded), the colouring shows 0 for it,
+    the attribution gives it nothing, and What if's direct logit attribution has a bar for the edit so the
+    bars sum to the logit."""
+    w, state = demo_window
+    g = torch.Generator().manual_seed(3)
+    topk = SparseDictionary(torch.randn(128, 64, generator=g) * 0.1, torch.randn(64, generator=g) * 0.1,
+                            torch.randn(64, 128, generator=g) * 0.1, torch.randn(128, generator=g) * 0.1,
+                            architecture="topk", k=8, hook="blocks.2.hook_resid_post")
+    save_dictionary(topk, tmp_path / "topk")
+    _open_from_menu(qtbot, w, state, monkeypatch, tmp_path / "topk")
+    panel = w.slot("Features").panel
+    _lens_shown(qtbot, panel)
+    before = panel.lens
+    _click_row(qtbot, panel.features_table, 0)  # colour by the top feature, then zero it
+    with qtbot.waitSignal(state.interventions_changed, timeout=20_000):
+        k = _zero_first_feature(panel)
+    assert panel.feature[1] == k
+    qtbot.waitUntil(lambda: panel.lens is not None and panel.lens is not before, timeout=20_000)
+    run = panel.lens[0][1]
+    assert float(run.acts[:, k].abs().max()) == 0.0
+    shown = [int(panel.features_table.item(r, 1).text()) for r in range(panel.features_table.rowCount())]
+    assert shown and k not in shown
+    qtbot.waitUntil(lambda: panel.strip.canvas.values is not None, timeout=20_000)
+    assert max(abs(v) for v in panel.strip.canvas.values) == 0.0
+    _click_tab(qtbot, panel.tabs, "Attribution")
+    qtbot.waitUntil(lambda: panel.attr_chart.attribution is not None, timeout=20_000)
+    fa = panel.attr_chart.attribution
+    assert k not in fa.features.tolist() and fa.total == pytest.approx(fa.direct, abs=1e-4)
+
+    whatif = click_panel_tab(qtbot, w, "What if")
+    qtbot.mouseClick(whatif.attribute_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: whatif.dla_chart.attribution is not None, timeout=20_000)
+    attr = whatif.dla_chart.attribution
+    assert attr.sum == pytest.approx(attr.logit, abs=1e-3)
+    assert "L2 edit resid_post" in whatif.dla_chart.labels
+    error_watch.assert_clean()

@@ -185,3 +185,29 @@ def test_every_tab_is_safe_with_an_encoder_decoder_open(qtbot, marian_dir, isola
         assert not win.slot("Model").panel.target_edit.isVisibleTo(win.slot("Model").panel)
     finally:
         win.close()
+
+
+def test_the_target_comes_back_with_the_workspace(qtbot, window, tmp_path):
+    """Issue 41: the target typed in the Model panel is saved with the workspace (and the last session) and
+    brought back, shown in the Target box and traced; before, last-session.json had no target."""
+    from desktop_app.ui.workspace import load_workspace, save_workspace
+
+    win, state = window
+    panel = click_panel_tab(qtbot, win, "Model")
+    _type_target(qtbot, panel, state, TARGET)
+    path = tmp_path / "ws.json"
+    save_workspace(path, win.capture_workspace())
+    assert load_workspace(path).target == TARGET
+    from desktop_app.ui.main_window import MainWindow
+    from desktop_app.ui.state import AppState
+
+    state2 = AppState()
+    win2 = MainWindow(state2)
+    qtbot.addWidget(win2)
+    win2.show()
+    with qtbot.waitSignal(state2.model_changed, timeout=30_000):
+        assert win2.open_workspace(path)
+    qtbot.waitUntil(lambda: state2.trace is not None and state2.decoder_ids == state.decoder_ids, timeout=30_000)
+    assert state2.target == TARGET
+    assert click_panel_tab(qtbot, win2, "Model").target_edit.toPlainText() == TARGET
+    win2.close()

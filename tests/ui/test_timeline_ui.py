@@ -12,6 +12,8 @@ from desktop_app.core.checkpoints import load_model_folder
 from desktop_app.core.training import TrainConfig, train
 from desktop_app.core.training.timeline import step_folder
 
+from .walkthrough import choose_item, click_panel_tab, type_into
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 MODEL = {"n_layers": 1, "n_heads": 2, "d_model": 16, "d_ff": 32}
@@ -285,7 +287,8 @@ def test_a_click_on_the_loss_curve_while_the_run_trains_opens_a_step_it_kept(qtb
     panel.steps.setValue(100_000)
     panel.eval_every.setValue(1000)
     panel.checkpoint_every.setValue(100_000)
-    panel.form._run_boxes["keep_every"].setValue(20)
+    qtbot.waitUntil(panel.keep_every.isVisible, timeout=10_000)
+    type_into(qtbot, panel.keep_every, "20")  # the form's own Keep every field (issue 41: it had none)
     panel.out_edit.setText(str(tmp_path / "runs"))
     qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: sum(bool(e.get("kept")) for e in panel.events if e["event"] == "checkpoint") >= 2,
@@ -362,3 +365,22 @@ def test_across_training_closed_while_it_measures_measures_again_when_reopened(q
     assert len(across.plots["induction"].getPlotItem().listDataItems()) == 2  # drawn once: one layer, two heads
     assert len(across.layer_plot.getPlotItem().listDataItems()) == 1
     assert "kept steps" in across.status.text()
+
+
+def test_the_train_panels_keep_fields_are_what_the_run_is_given(qtbot, isolated_user_files):
+    """Issue 41: Keep every / Keep spacing / Keep at most are fields of the Train panel's form, typed and chosen
+    there, and the run's settings carry them (and a workspace's form brings them back)."""
+    from desktop_app.ui.state import AppState
+
+    state = AppState()
+    window = _window(qtbot, state)
+    panel = click_panel_tab(qtbot, window, "Train")
+    qtbot.waitUntil(panel.isVisible, timeout=10_000)
+    assert panel.keep_every.isVisible() and panel.keep_spacing.isVisible() and panel.keep_max_gb.isVisible()
+    type_into(qtbot, panel.keep_every, "50")
+    choose_item(qtbot, panel.keep_spacing, "log")
+    type_into(qtbot, panel.keep_max_gb, "0.25")
+    cfg = panel.form.config()
+    assert (cfg.keep_every, cfg.keep_spacing, cfg.keep_max_gb) == (50, "log", 0.25)
+    panel.form.set_config(type(cfg)(**{**cfg.__dict__, "keep_every": 7, "keep_spacing": "linear"}))
+    assert (panel.keep_every.value(), panel.keep_spacing.currentText()) == (7, "linear")

@@ -59,10 +59,12 @@ def attach(dictionary: SparseDictionary, cfg) -> Attached:
     return Attached(dictionary, read, write)
 
 
-def read_point(trace: Trace, point: HookPoint, row: int = 0) -> torch.Tensor:
-    """[T, width] of a recorded activation (batch row `row`); attn.z's [H, T, d_head] flattened to
-    [T, H * d_head] as TransformerLens' hook_z is."""
-    t = trace[point.name][row]
+def read_point(trace: Trace, point: HookPoint, row: int = 0, unedited: bool = False) -> torch.Tensor:
+    """[T, width] of a recorded activation (batch row `row`; `unedited`: its value before the edits made
+    there, when the trace kept it); attn.z's [H, T, d_head] flattened to [T, H * d_head] as TransformerLens'
+    hook_z is; a normalised point's derived from the norm's input."""
+    recorded = trace.unedited.get(point.recorded) if unedited else None
+    t = point.value((recorded if recorded is not None else trace[point.recorded])[row])
     if point.heads:
         t = t.transpose(0, 1).reshape(t.shape[1], -1)
     return t
@@ -115,28 +117,42 @@ def variance_explained(target: torch.Tensor, recon: torch.Tensor) -> float:
     return 1.0 - float((t - r).pow(2).sum()) / total if total > 0 else float("nan")
 
 
-def features_of(att: Attached, x_in: torch.Tensor, target: torch.Tensor) -> FeatureActivations:
-    """The dictionary's features on activations already read: x_in [T, d_in], target [T, d_out]."""
+def features_of(att: Attached, x_in: torch.Tensor, target: torch.Tensor, edits=()) -> FeatureActivations:
+    """The dictionary's features on activations already read: x_in [T, d_in] (before any edit of its own
+    features), target [T, d_out]; `edits`: its feature edits (Interventions) in force, whose edited
+    activations are the ones shown and decoded (a zeroed feature is 0, not what the edited activation
+    re-encodes to)."""
     d = att.dictionary
     with torch.no_grad():
         x = x_in.to(d.W_enc.device, torch.float32)
         acts, how = d.encode_with(x)
+        for iv in edits:
+            rows = torch.arange(acts.shape[0]) if iv.positions is None else \
+                torch.tensor([p for p in iv.positions if 0 <= p < acts.shape[0]], dtype=torch.long)
+            acts = iv.features.edited(acts, rows.to(acts.device))
         recon = d.decode(acts, how, x_in=x)
     return FeatureActivations(d.hook, acts, x, target.to(d.W_enc.device, torch.float32), recon)
 
 
+def own_edits(att: Attached, interventions) -> list:
+    """The feature edits among `interventions` that edit this dictionary's features."""
+    return [iv for iv in interventions or () if iv.how == "features" and iv.point == att.write.name
+            and iv.features.attached.dictionary is att.dictionary]
+
+
 def record_points(model, ids: Sequence[int] | torch.Tensor, points: Sequence[HookPoint], interventions=None,
-                  decoder_ids: Sequence[int] | torch.Tensor | None = None) -> Trace:
+                  decoder_ids: Sequence[int] | torch.Tensor | None = None, unedited: Sequence[str] = ()) -> Trace:
     """One forward of `ids` (batch [1, T] or [B, T]) recording the `points` (and no further than the last
     layer they need). An encoder-decoder's `ids` are its source; its decoder runs only for a decoder point,
-    on `decoder_ids` (its input: [start] + the target). ValueError, one line, when a decoder point has none."""
+    on `decoder_ids` (its input: [start] + the target). ValueError, one line, when a decoder point has none.
+    `unedited`: recorded names whose values before the interventions' edits are kept too (trace.unedited)."""
     model = getattr(model, "model", model)
-    names = sorted({p.name for p in points})
+    names = sorted({p.recorded for p in points})
 
     def batch(x):
         return x.to(model.device) if torch.is_tensor(x) else torch.tensor([list(x)], device=model.device)
 
-    trace = Trace(names)
+    trace = Trace(names, unedited=unedited)
     with torch.no_grad():
         if getattr(model.cfg, "is_encoder_decoder", False):
             enc = model.encode(batch(ids), trace=trace, interventions=interventions or None)
@@ -159,8 +175,13 @@ def feature_activations(model, ids: Sequence[int] | torch.Tensor, attached: Sequ
     """One forward of `ids` (under `interventions`, if any): each attached dictionary's features. An
     encoder-decoder's `ids` are its source, `decoder_ids` its decoder's input (needed by decoder hooks only);
     each dictionary's rows are its stack's tokens."""
-    trace = record_points(model, ids, [p for a in attached for p in (a.read, a.write)], interventions, decoder_ids)
-    return [features_of(a, read_point(trace, a.read).float(), read_point(trace, a.write).float()) for a in attached]
+    edits = [own_edits(a, interventions) for a in attached]
+    # an SAE whose own features are edited reads its input before that edit (a transcoder's input is elsewhere)
+    unedited = [a.read.recorded for a, e in zip(attached, edits) if e and a.read.name == a.write.name]
+    trace = record_points(model, ids, [p for a in attached for p in (a.read, a.write)], interventions, decoder_ids,
+                          unedited=unedited)
+    return [features_of(a, read_point(trace, a.read, unedited=bool(e)).float(), read_point(trace, a.write).float(), e)
+            for a, e in zip(attached, edits)]
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:

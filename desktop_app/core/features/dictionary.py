@@ -9,6 +9,7 @@ Formulas (SAELens' own, float32; x [..., d_in]):
             relu(pre) * (pre > threshold)  jumprelu
             relu of the k largest of pre,  topk
             the others 0
+            (x_c @ W_enc + b_gate > 0) * relu(x_c @ (W_enc * exp(r_mag)) + b_mag)   gated (b_enc is b_mag)
     recon = norm_out(acts @ W_dec + b_dec) an SAE
             acts @ W_dec + b_dec (+ x @ W_skip.T)  a transcoder (with a skip connection)
     TopK with rescale_acts_by_decoder_norm: pre is multiplied by |W_dec_i| before the top k are taken,
@@ -19,7 +20,11 @@ Folders read (`load_dictionary`):
                   b_dec, optional threshold; cfg: architecture, d_in, d_sae, k, apply_b_dec_to_input,
                   normalize_activations, metadata.hook_name (older: hook_name / hook_point));
                   a transcoder (architecture transcoder, skip_transcoder, jumprelu_transcoder...)
-                  adds metadata.hook_name_out, d_out and optional W_skip [d_out, d_in].
+                  adds metadata.hook_name_out, d_out and optional W_skip [d_out, d_in]; a gated SAE has
+                  b_gate, b_mag, r_mag instead of b_enc. Read as SAELens reads it: a cfg.json of SAELens 6
+                  or later must name its architecture; an older one (no sae_lens_version, or below 6)
+                  defaults to standard (TopK where activation_fn says so); apply_b_dec_to_input defaults
+                  to true; any other architecture (matching pursuit...) is refused by its name.
     Gemma Scope:  params.safetensors or params.npz (W_enc, W_dec, b_enc, b_dec, threshold; JumpReLU);
                   the hook from a cfg.json beside it, the caller's `hook=`, or the folder path
                   (layer_N and a release named ...-res / -mlp / -att).
@@ -37,7 +42,7 @@ from typing import Any
 
 import torch
 
-ARCHITECTURES = ("standard", "jumprelu", "topk")
+ARCHITECTURES = ("standard", "jumprelu", "topk", "gated")
 NORMALIZATIONS = ("none", "expected_average_only_in", "constant_norm_rescale", "layer_norm")
 WEIGHTS_FILE = "sae_weights.safetensors"
 CFG_FILE = "cfg.json"
@@ -63,6 +68,8 @@ class SparseDictionary:
     hook: str | None = None
     hook_out: str | None = None
     threshold: torch.Tensor | None = None  # [d_sae], jumprelu
+    b_gate: torch.Tensor | None = None  # [d_sae], gated (its b_enc is SAELens' b_mag)
+    r_mag: torch.Tensor | None = None  # [d_sae], gated
     k: int | None = None  # topk
     W_skip: torch.Tensor | None = None  # [d_out, d_in], a transcoder's skip connection (SAELens' layout)
     rescale_acts_by_decoder_norm: bool = False  # topk
@@ -93,7 +100,7 @@ class SparseDictionary:
         return Path(self.path).name if self.path else f"{self.architecture} {self.d_in}x{self.d_sae}"
 
     def to(self, device) -> "SparseDictionary":
-        for key in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold", "W_skip"):
+        for key in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold", "W_skip", "b_gate", "r_mag"):
             t = getattr(self, key)
             if t is not None:
                 setattr(self, key, t.to(device))
@@ -129,6 +136,10 @@ class SparseDictionary:
         x, how = self.normalize_in(x)
         if self.apply_b_dec_to_input:
             x = x - self.b_dec
+        if self.architecture == "gated":  # relu(where(gate > 0, magnitude, 0)) = (gate > 0) * relu(magnitude)
+            gate = x @ self.W_enc + self.b_gate
+            magnitude = x @ (self.W_enc * self.r_mag.exp()) + self.b_enc
+            return torch.where(gate > 0, magnitude, torch.zeros_like(magnitude)), how
         pre = x @ self.W_enc + self.b_enc
         if self.architecture == "topk" and self.rescale_acts_by_decoder_norm:
             pre = pre * self.W_dec.norm(dim=-1)
@@ -294,6 +305,10 @@ def load_dictionary(folder: str | Path, hook: str | None = None) -> SparseDictio
     if weights_path.is_file():
         if not cfg:
             _fail(cfg_path, "missing: SAELens' folder format has cfg.json beside sae_weights.safetensors")
+        major = _saelens_major(cfg)
+        if not cfg.get("architecture") and major is not None and major >= 6:  # SAELens refuses it too
+            _fail(cfg_path, f"names no architecture (SAELens {major}'s cfg.json must: one of "
+                            f"{', '.join(ARCHITECTURES)}, or a transcoder)")
         tensors = _read_safetensors(weights_path)
     else:
         found = [folder / name for name in GEMMA_SCOPE_FILES if (folder / name).is_file()]
@@ -305,15 +320,38 @@ def load_dictionary(folder: str | Path, hook: str | None = None) -> SparseDictio
     return dictionary_from_tensors(tensors, cfg, weights_path, hook=hook, folder=folder)
 
 
+_ARCHITECTURE_NAMES = {"jump_relu": "jumprelu", "top_k": "topk", "jumprelu_transcoder": "jumprelu",
+                       "jumprelu_skip_transcoder": "jumprelu", "transcoder": "standard", "skip_transcoder": "standard"}
+
+
+def _saelens_major(cfg: dict) -> int | None:
+    """The major version of SAELens that wrote a cfg.json (sae_lens_version, at the top or in metadata)."""
+    meta = cfg.get("metadata") if isinstance(cfg.get("metadata"), dict) else {}
+    version = cfg.get("sae_lens_version") or meta.get("sae_lens_version")
+    m = re.match(r"\s*(\d+)", version) if isinstance(version, str) else None
+    return int(m.group(1)) if m else None
+
+
 def dictionary_from_tensors(tensors: dict[str, torch.Tensor], cfg: dict, where, hook: str | None = None,
                             folder: Path | None = None) -> SparseDictionary:
     """Check shapes, keys and values; DictionaryError naming `where` (the weights file) otherwise."""
     where = Path(where)
-    for key in ("W_enc", "W_dec", "b_enc", "b_dec"):
+    cfg_where = where.with_name(CFG_FILE)
+    raw_arch = str(cfg.get("architecture") or ("jumprelu" if "threshold" in tensors else "standard")).lower()
+    arch = _ARCHITECTURE_NAMES.get(raw_arch, raw_arch)
+    if arch not in ARCHITECTURES and not (cfg.get("activation_fn") or cfg.get("activation_fn_str")) == "topk":
+        _fail(cfg_where, f"architecture {cfg.get('architecture')!r} is not one the app computes "
+                         f"({', '.join(ARCHITECTURES)}, and the transcoders)")
+    if arch == "gated":  # SAELens' names: b_mag is the magnitude path's b_enc
+        tensors = {("b_enc" if k == "b_mag" else k): v for k, v in tensors.items()}
+    needed = ("W_enc", "W_dec", "b_enc", "b_dec") + (("b_gate", "r_mag") if arch == "gated" else ())
+    for key in needed:
         if key not in tensors:
-            _fail(where, f"has no tensor {key!r} (it has: {', '.join(sorted(tensors)) or 'none'})")
+            have = ", ".join(sorted("b_mag" if k == "b_enc" and arch == "gated" else k for k in tensors))
+            _fail(where, f"has no tensor {'b_mag' if key == 'b_enc' and arch == 'gated' else key!r} "
+                         f"(it has: {have or 'none'})")
     t = {key: value.detach().to(torch.float32).contiguous() for key, value in tensors.items()
-         if key in ("W_enc", "W_dec", "b_enc", "b_dec", "threshold", "W_skip")}
+         if key in ("W_enc", "W_dec", "b_enc", "b_dec", "threshold", "W_skip", "b_gate", "r_mag")}
     for key, value in t.items():
         if not torch.isfinite(value).all():
             bad = int((~torch.isfinite(value)).sum())
@@ -336,15 +374,16 @@ def dictionary_from_tensors(tensors: dict[str, torch.Tensor], cfg: dict, where, 
     W_skip = t.get("W_skip")
     if W_skip is not None and list(W_skip.shape) != [d_out, d_in]:
         _fail(where, f"W_skip must have shape [{d_out}, {d_in}] (d_out, d_in), got {list(W_skip.shape)}")
-    cfg_where = where.with_name(CFG_FILE)
+    for key in ("b_gate", "r_mag"):
+        if key in t and list(t[key].shape) != [d_sae]:
+            _fail(where, f"{key} must have shape [{d_sae}] (d_sae), got {list(t[key].shape)}")
     for key, size in (("d_in", d_in), ("d_sae", d_sae)):
         if key in cfg and cfg[key] != size:
             _fail(cfg_where, f"says {key} {cfg[key]!r} but {where.name} holds {size}")
     hook_out = _cfg_hook_out(cfg)
-    raw_arch = str(cfg.get("architecture") or ("jumprelu" if threshold is not None else "standard")).lower()
     fn = cfg.get("activation_fn") or cfg.get("activation_fn_str")  # SAELens before 6: TopK said here
     if fn == "topk" and not cfg.get("architecture"):
-        raw_arch = "topk"
+        raw_arch = arch = "topk"
         kwargs = cfg.get("activation_fn_kwargs") if isinstance(cfg.get("activation_fn_kwargs"), dict) else {}
         cfg = {**cfg, "k": cfg.get("k", kwargs.get("k"))}
     if "transcoder" in raw_arch and hook_out is None:
@@ -354,12 +393,8 @@ def dictionary_from_tensors(tensors: dict[str, torch.Tensor], cfg: dict, where, 
     if hook_out is None and d_out != d_in:
         _fail(where, f"an SAE decodes to its input's width: W_dec is [{d_sae}, {d_out}], W_enc [{d_in}, {d_sae}] "
                      "(a transcoder names hook_name_out in cfg.json)")
-    arch = {"jump_relu": "jumprelu", "top_k": "topk", "jumprelu_transcoder": "jumprelu",
-            "jumprelu_skip_transcoder": "jumprelu", "transcoder": "standard",
-            "skip_transcoder": "standard"}.get(raw_arch, raw_arch)
-    if arch not in ARCHITECTURES:
-        _fail(cfg_where, f"architecture {cfg.get('architecture')!r} is not one the app computes "
-                         f"({', '.join(ARCHITECTURES)})")
+    if arch == "gated" and hook_out is not None:
+        _fail(cfg_where, "a gated transcoder is not one SAELens saves (gated SAEs only)")
     if arch == "jumprelu" and threshold is None:
         _fail(where, "a JumpReLU dictionary needs a 'threshold' tensor")
     k = None
@@ -370,7 +405,8 @@ def dictionary_from_tensors(tensors: dict[str, torch.Tensor], cfg: dict, where, 
     norm = cfg.get("normalize_activations") or "none"
     if norm not in NORMALIZATIONS:
         _fail(cfg_where, f"normalize_activations {norm!r} is not one the app computes ({', '.join(NORMALIZATIONS)})")
-    apply_b_dec = bool(cfg.get("apply_b_dec_to_input", False))
+    # SAELens' default (its SAEConfig) when the cfg.json does not say; a transcoder's b_dec is the output's
+    apply_b_dec = bool(cfg.get("apply_b_dec_to_input", hook_out is None and where.name == WEIGHTS_FILE))
     if apply_b_dec and hook_out is not None:
         _fail(cfg_where, "apply_b_dec_to_input does not apply to a transcoder (b_dec has the output's width)")
     hook = hook or _cfg_hook(cfg) or (_hook_from_path(folder) if folder is not None else None)
@@ -386,6 +422,7 @@ def dictionary_from_tensors(tensors: dict[str, torch.Tensor], cfg: dict, where, 
                 _fail(cfg_where, str(exc))
     return SparseDictionary(W_enc, b_enc, W_dec, b_dec, architecture=arch, hook=hook, hook_out=hook_out,
                             threshold=threshold, k=k, W_skip=W_skip, apply_b_dec_to_input=apply_b_dec,
+                            b_gate=t.get("b_gate"), r_mag=t.get("r_mag"),
                             normalize_activations=norm, cfg=dict(cfg), path=str(folder or where.parent),
                             rescale_acts_by_decoder_norm=bool(cfg.get("rescale_acts_by_decoder_norm", False)))
 
@@ -394,8 +431,9 @@ def dictionary_from_tensors(tensors: dict[str, torch.Tensor], cfg: dict, where, 
 
 
 def saelens_cfg(d: SparseDictionary, model_name: str = "", context_size: int | None = None,
-                dataset_path: str = "") -> dict:
-    """The cfg.json SAELens (6.x) reads back for this dictionary."""
+                dataset_path: str = "", prepend_bos: bool = True) -> dict:
+    """The cfg.json SAELens (6.x) reads back for this dictionary; `prepend_bos`: whether each context it was
+    trained on began with a BOS the model run added (SAELens' metadata)."""
     arch = d.architecture
     if d.is_transcoder:
         skip = "skip_" if d.W_skip is not None else ""
@@ -406,7 +444,7 @@ def saelens_cfg(d: SparseDictionary, model_name: str = "", context_size: int | N
            "apply_b_dec_to_input": d.apply_b_dec_to_input, "normalize_activations": d.normalize_activations,
            "reshape_activations": "hook_z" if d.hook and d.hook.endswith("hook_z") else "none",
            "metadata": {"model_name": model_name, "hook_name": d.hook, "hook_head_index": None,
-                        "prepend_bos": True, "context_size": context_size, "dataset_path": dataset_path,
+                        "prepend_bos": prepend_bos, "context_size": context_size, "dataset_path": dataset_path,
                         "sae_lens_version": SAELENS_FORMAT_VERSION, "sae_lens_training_version": None}}
     if d.architecture == "topk":
         cfg["k"] = d.k
@@ -425,7 +463,11 @@ def save_dictionary(d: SparseDictionary, folder: str | Path, cfg: dict | None = 
 
     from ..files import atomic_write_dir
 
-    tensors = {"W_enc": d.W_enc, "W_dec": d.W_dec, "b_enc": d.b_enc, "b_dec": d.b_dec}
+    tensors = {"W_enc": d.W_enc, "W_dec": d.W_dec, "b_dec": d.b_dec}
+    if d.architecture == "gated":  # SAELens' names
+        tensors.update(b_mag=d.b_enc, b_gate=d.b_gate, r_mag=d.r_mag)
+    else:
+        tensors["b_enc"] = d.b_enc
     if d.threshold is not None:
         tensors["threshold"] = d.threshold
     if d.W_skip is not None:

@@ -29,8 +29,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..interventions import Intervention, check_additive, check_position_and_token, direct_logit_function
-from .activations import Attached, read_point
+from ..interventions import (Intervention, check_additive, check_position_and_token, direct_logit_function,
+                             traced_forward)
+from .activations import Attached, own_edits, read_point
 
 FEATURE_HOWS = ("zero", "clamp", "scale", "add")
 
@@ -66,7 +67,7 @@ class FeatureEdit:
                              f"({attached.write.name}), a sublayer's normalised input that the app reads but does "
                              "not edit (a transcoder reading it and writing the sublayer's output can be)")
         self.attached, self.ops = attached, tuple(ops)
-        self.reads = attached.read.name if attached.read.name != attached.write.name else None
+        self.reads = attached.read.recorded if attached.read.name != attached.write.name else None
 
     def apply(self, x: torch.Tensor, local: torch.Tensor, trace) -> torch.Tensor:
         att, d = self.attached, self.attached.dictionary
@@ -83,20 +84,11 @@ class FeatureEdit:
             if seen is None:
                 raise ValueError(f"{d.name}: its input {self.reads} comes after its output {att.write.name}")
             x_in = seen.permute(0, 2, 1, 3).reshape(seen.shape[0], seen.shape[2], -1) if att.read.heads else seen
+            x_in = att.read.value(x_in)
         dev = d.W_enc.device
         sel = x_in[:, local].to(dev, torch.float32)
         acts, how = d.encode_with(sel)
-        new = acts.clone()
-        for op in self.ops:
-            col = new[..., op.feature]
-            if op.how == "zero":
-                col.zero_()
-            elif op.how == "clamp":
-                col.fill_(op.value)
-            elif op.how == "scale":
-                col.mul_(op.value)
-            else:
-                col.add_(op.value)
+        new = self.edited(acts)
         if torch.equal(new, acts):
             return x
         delta = d.decode_delta(new - acts, how).to(x.device, x.dtype)
@@ -105,6 +97,24 @@ class FeatureEdit:
         if heads:
             return flat.reshape(B, T, H, dh).permute(0, 2, 1, 3).contiguous()
         return flat
+
+    def edited(self, acts: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """A copy of `acts` [..., T, d_sae] with the ops applied (at the rows `rows` of T; None: every row)."""
+        new = acts.clone()
+        part = new if rows is None else new[..., rows, :]
+        for op in self.ops:
+            col = part[..., op.feature]
+            if op.how == "zero":
+                col.zero_()
+            elif op.how == "clamp":
+                col.fill_(op.value)
+            elif op.how == "scale":
+                col.mul_(op.value)
+            else:
+                col.add_(op.value)
+        if rows is not None:
+            new[..., rows, :] = part
+        return new
 
     @property
     def label(self) -> str:
@@ -170,9 +180,11 @@ def feature_attribution(loaded, ids: Sequence[int], attached: Attached, position
     T = len(ids)
     position = check_position_and_token(cfg, T, position, token_id)
     last = f"blocks.{cfg.n_layers - 1}.resid_post"
-    names = list(dict.fromkeys([*attached.names, last]))
-    _, trace = model.run_with_trace(torch.tensor([list(ids)], device=model.device), names=names,
-                                    interventions=interventions or None, compute_logits=False)
+    names = list(dict.fromkeys([attached.read.recorded, attached.write.recorded, last]))
+    own = own_edits(attached, interventions)  # its own features edited: those activations are attributed
+    _, trace = traced_forward(model, (torch.tensor([list(ids)], device=model.device),), names, interventions,
+                              unedited=[attached.read.recorded] if own and attached.read.name == attached.write.name
+                              else ())
     through, _ = direct_logit_function(model, trace[last][0, position], token_id)
     if attached.write.heads:  # z pieces [.., H * dh] go through W_O (its bias is not the dictionary's)
         attn = model.blocks[attached.write.layer].attn
@@ -191,10 +203,13 @@ def feature_attribution(loaded, ids: Sequence[int], attached: Attached, position
             return through(to_resid(c).double()).numpy()
 
     d = attached.dictionary
-    x_in = read_point(trace, attached.read)[position:position + 1].float().to(d.W_enc.device)
+    x_in = read_point(trace, attached.read, unedited=bool(own))[position:position + 1].float().to(d.W_enc.device)
     target = read_point(trace, attached.write)[position:position + 1].float().to(d.W_enc.device)
     with torch.no_grad():
         acts, how = d.encode_with(x_in)
+        for iv in own:
+            if iv.positions is None or position in iv.positions:
+                acts = iv.features.edited(acts)
         active = torch.nonzero(acts[0]).flatten()
         one_hot = torch.zeros(len(active), d.d_sae, device=acts.device)
         one_hot[torch.arange(len(active)), active] = acts[0, active]

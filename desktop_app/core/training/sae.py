@@ -378,8 +378,9 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
                      "out_scale": out_scale, "elapsed": elapsed_before + time.perf_counter() - t0,
                      "model": _model_name(loaded), "config": asdict(cfg), "history": history,
                      "optimizer": opt_rest}
+        # the contexts are windows of the file's token stream: no BOS is put before each (prepend_bos false)
         saved = saelens_cfg(d, model_name=str(loaded.path or loaded.name), context_size=mcfg.context_length,
-                            dataset_path=str(cfg.text_file))
+                            dataset_path=str(cfg.text_file), prepend_bos=False)
         save_dictionary(d, out_dir, cfg=saved, extra_files={
             "metrics.json": json.dumps({"config": asdict(cfg), "history": history, "summary": result}, indent=1),
             SAE_STATE_FILE: json.dumps(run_state, indent=1), SAE_STATE_TENSORS: blob})

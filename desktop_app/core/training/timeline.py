@@ -135,6 +135,22 @@ def model_bytes(model, tokenizer=None) -> int:
     return total + 8192
 
 
+def _carry_foreign(old: Path, new: Path) -> None:
+    """Into a kept step's new folder, the entries of its previous folder that the app did not write (not in
+    that folder's manifest: a user's note): kept, never deleted. One whose name the new folder uses is
+    carried as NAME.user."""
+    if old.is_symlink() or not old.is_dir():
+        return
+    listed = read_manifest(old) or set()
+    for entry in old.iterdir():
+        if entry.name in listed or entry.name == MANIFEST:
+            continue
+        target = new / entry.name
+        while target.exists() or target.is_symlink():
+            target = target.with_name(target.name + ".user")
+        _link_tree(entry, target)
+
+
 def _link_tree(src: Path, dst: Path) -> None:
     """A copy of `src` at `dst` that shares the files: hard links (copies where links fail), sub-folders
     made anew, symbolic links recreated as links."""
@@ -253,6 +269,7 @@ class Keeper:
             if keep_step is not None:
                 name = step_name(keep_step)
                 write_model(dst / name)
+                _carry_foreign(src / name, dst / name)
                 self.sizes[name] = self.each = folder_bytes(dst / name)
                 if name not in listed:
                     listed.append(name)

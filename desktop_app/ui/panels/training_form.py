@@ -169,7 +169,8 @@ FORM_FIELDS = ("family", "layers", "decoder_layers", "heads", "d_model", "d_ff",
                "model_box", "task", "length", "symbols", "p", "train_fraction", "text_file", "text_row", "tokenizer",
                "vocab_size", "image_folder", "image_folder_row", "channels", "image_size", "model_kind", "n_train",
                "task_error", "task_form", "optimizer", "lr", "lr_label", "weight_decay", "schedule", "warmup",
-               "batch_size", "grad_clip", "steps", "eval_every", "checkpoint_every", "seed", "device", "precision",
+               "batch_size", "grad_clip", "steps", "eval_every", "checkpoint_every", "keep_every", "keep_spacing",
+               "keep_max_gb", "seed", "device", "precision",
                "out_edit", "resume_check", "resume_edit", "out_error", "out_box")
 
 
@@ -294,7 +295,8 @@ class TrainingForm(QWidget):
         of = QFormLayout(opt_box)
         # the optimisation options' boxes (core.training.options), by TrainConfig field; momentum and
         # log_every have none (the CLI's flags and a --config file give them; the form keeps their defaults)
-        self._run_boxes = {o.key: _box(o.key) for o in RUN_OPTIONS if o.form or o.key in ("optimizer", "schedule")}
+        self._run_boxes = {o.key: _box(o.key) for o in RUN_OPTIONS
+                           if o.form or o.key in ("optimizer", "schedule", "keep_spacing")}
         (self.optimizer, self.lr, self.weight_decay, self.schedule, self.warmup, self.batch_size, self.grad_clip,
          self.steps, self.eval_every, self.checkpoint_every, self.seed) = (
             self._run_boxes[k] for k in ("optimizer", "lr", "weight_decay", "schedule", "warmup_steps", "batch_size",
@@ -313,12 +315,18 @@ class TrainingForm(QWidget):
                          ("Checkpoint every", self.checkpoint_every), ("Seed", self.seed),
                          ("Device", self.device), ("Precision", self.precision)):
             of.addRow(label, w)
+        # kept checkpoints (core.training.timeline): what the loss curve's clicks and Across training open
+        self.keep_every, self.keep_spacing, self.keep_max_gb = (
+            self._run_boxes[k] for k in ("keep_every", "keep_spacing", "keep_max_gb"))
+        for label, w in (("Keep every (0 = none)", self.keep_every), ("Keep spacing", self.keep_spacing),
+                         ("Keep at most (GB)", self.keep_max_gb)):
+            of.addRow(label, w)
         self.schedule.currentTextChanged.connect(self._on_schedule_changed)
         self._on_schedule_changed()
         v.addWidget(opt_box)
         # what the MLP baseline ignores (it trains with Adam, a constant rate, float32, on the CPU, no checkpoint)
         self._baseline_ignores = (self.optimizer, self.schedule, self.warmup, self.grad_clip, self.checkpoint_every,
-                                  self.device, self.precision)
+                                  self.device, self.precision, self.keep_every, self.keep_spacing, self.keep_max_gb)
 
         out_box = QGroupBox("Output")
         ob = QFormLayout(out_box)

@@ -177,7 +177,8 @@ def _component_label(component: str, layer: int, head: int) -> str:
     return {"embed": "embed", "head": f"L{layer}H{head}", "attn_bias": f"L{layer} bias", "mlp": f"L{layer} MLP",
             "expert": f"L{layer}E{head}", "shared_expert": f"L{layer} shared",
             "cross_head": f"L{layer}xH{head}", "cross_bias": f"L{layer} x-bias", "logits_bias": "logits bias",
-            "final_norm_bias": "norm bias"}.get(component, component)
+            "final_norm_bias": "norm bias"}.get(component) or (
+        f"L{layer} edit {component.removeprefix('edit_')}" if component.startswith("edit_") else component)
 
 
 # -- the panel ---------------------------------------------------------------------------------

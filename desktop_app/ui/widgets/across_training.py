@@ -43,6 +43,13 @@ def _pen(colour_index: int, style_index: int):
                     style=LINE_STYLES[style_index % len(LINE_STYLES)])
 
 
+def _layer_names(sc) -> list[str]:
+    """L0, L1 ...; an encoder-decoder's enc L0 ... dec L0 (its two stacks' layers)."""
+    if sc.stacks is None:
+        return [f"L{layer}" for layer in sc.layer_ids]
+    return [f"{stack[:3]} L{layer}" for stack, layer in zip(sc.stacks, sc.layer_ids)]
+
+
 class AcrossTraining(QWidget):
     """A window: one small plot per head metric against step, a line per head (colour: head; solid for
     layer 0, then dashed, dotted...), and the chosen per-layer metric against step, a line per layer."""
@@ -123,11 +130,11 @@ class AcrossTraining(QWidget):
         self.results = results
         for metric, sc in results.items():
             plot = self.plots[metric]
-            for layer in range(sc.values.shape[1]):
+            for layer, label in enumerate(_layer_names(sc)):
                 for head in range(sc.values.shape[2]):
                     plot.plot(sc.steps, sc.values[:, layer, head], pen=_pen(head, layer), symbol="o", symbolSize=4,
                               symbolBrush=HEAD_COLOURS[head % len(HEAD_COLOURS)],
-                              name=f"L{layer}H{head}" if metric == self.METRICS[0] else None)
+                              name=f"{label}H{head}" if metric == self.METRICS[0] else None)
         first = next(iter(results.values()))
         self.plots[self.METRICS[0]].getPlotItem().legend.setColumnCount(first.values.shape[2])  # a row per layer
         deleted = first.timeline.missing()
@@ -180,9 +187,9 @@ class AcrossTraining(QWidget):
             title = f"{title}: measuring…"
         plot.setTitle(title, color="#222")
         if sc is not None:
-            for i, layer in enumerate(sc.layer_ids):
+            for i, label in enumerate(_layer_names(sc)):
                 plot.plot(sc.steps, sc.values[:, i, 0], pen=_pen(i, 0), symbol="o", symbolSize=4,
-                          symbolBrush=HEAD_COLOURS[i % len(HEAD_COLOURS)], name=f"layer {layer}")
+                          symbolBrush=HEAD_COLOURS[i % len(HEAD_COLOURS)], name=f"layer {label.removeprefix('L')}")
         self.export_bar.refresh()
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt name
@@ -219,5 +226,5 @@ class AcrossTraining(QWidget):
             out[f"{metric}.steps"] = np.array(sc.steps)
             out[f"{metric}.values"] = sc.values
             if not sc.per_head:
-                out[f"{metric}.layers"] = np.array(sc.layer_ids)
+                out[f"{metric}.layers"] = np.array(sc.layer_labels)
         return out

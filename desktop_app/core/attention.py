@@ -43,6 +43,12 @@ def sinkhorn_log_normalise(log_p: torch.Tensor, iters: int) -> torch.Tensor:
     return log_p
 
 
+def _broadcasts_to(shape, target) -> bool:
+    """Whether a tensor of `shape` broadcasts to `target` unchanged. Written out because
+    torch.broadcast_shapes imports torch.fx's symbolic shapes and sympy on first use (~1.4 s of start-up)."""
+    return len(shape) <= len(target) and all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
+
+
 def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
                     mask: torch.Tensor | None = None, sinkhorn_iters: int = 3,
                     scale: float | None = None, softcap: float | None = None) -> torch.Tensor:
@@ -61,7 +67,7 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
         scores = scores + mask
     elif mask is not None:
         fill = torch.finfo(scores.dtype).min
-        in_place = not torch.is_grad_enabled() and torch.broadcast_shapes(scores.shape, mask.shape) == scores.shape
+        in_place = not torch.is_grad_enabled() and _broadcasts_to(mask.shape, scores.shape)
         scores = scores.masked_fill_(~mask, fill) if in_place else scores.masked_fill(~mask, fill)
     work = torch.promote_types(scores.dtype, torch.float32)  # float64 stays float64
     if kind == "sinkhorn":

@@ -13,13 +13,11 @@ there (weight norms, Lipschitz constant, logit lens, gradient norms), exportable
 from __future__ import annotations
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSlider, QWidget
 
 from ...app.timeline import nearest_step, run_of, timeline_of
 from ..workers import run_job
-from .across_training import AcrossTraining
 
 PLAY_MS = 700  # between two steps of Play (once the previous one is on show)
 
@@ -45,27 +43,11 @@ class TimelineBar(QWidget):
         self.slider.valueChanged.connect(self._slider_moved)
         self.step_label = QLabel()
         self.step_label.setMinimumWidth(150)
-        self.plot = pg.PlotWidget(background="w")
-        self.plot.setFixedHeight(64)
-        self.plot.setMinimumWidth(260)
-        self.plot.setMenuEnabled(False)
-        self.plot.setMouseEnabled(x=False, y=False)
-        self.plot.hideButtons()
-        self.plot.getAxis("left").setWidth(28)
-        self.plot.getAxis("bottom").setHeight(18)
-        self.plot.setToolTip("The run's training loss; dots: kept steps; the line: the step on show. "
-                             "Click to go to the nearest kept step.")
-        self.loss_curve = self.plot.plot(pen=pg.mkPen("#0072B2", width=1.5))
-        self.kept_marks = pg.ScatterPlotItem(size=6, brush=pg.mkBrush("#D55E00"), pen=None)
-        self.plot.addItem(self.kept_marks)
-        self.marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("#222", width=1.5))
-        self.plot.addItem(self.marker)
-        self.plot.scene().sigMouseClicked.connect(self._plot_clicked)
+        self.plot = None  # the loss curve, built when a run is first shown (pyqtgraph is not needed at start-up)
         row.addWidget(self.title)
         row.addWidget(self.play_button)
         row.addWidget(self.slider, 1)
         row.addWidget(self.step_label)
-        row.addWidget(self.plot, 1)
         self.across_button = QPushButton("Across training…")
         self.across_button.setToolTip("Each head's induction, previous-token, entropy and distance scores, and "
                                       "each layer's weight norm, Lipschitz constant or logit lens, at every kept "
@@ -106,8 +88,34 @@ class TimelineBar(QWidget):
         elif self.shown_step is None:  # a cached model's revision that is no step (main): the slider at the end
             self.slider.setValue(len(self.steps) - 1)
         self.slider.blockSignals(False)
+        if self.plot is None:
+            self._build_plot()
         self._draw()
         self.setVisible(True)
+
+    def _build_plot(self) -> None:
+        import pyqtgraph as pg
+
+        self.plot = pg.PlotWidget(background="w")
+        self.plot.setFixedHeight(64)
+        self.plot.setMinimumWidth(260)
+        self.plot.setMenuEnabled(False)
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.hideButtons()
+        self.plot.getAxis("left").setWidth(28)
+        self.plot.getAxis("bottom").setHeight(18)
+        self.plot.setToolTip("The run's training loss; dots: kept steps; the line: the step on show. "
+                             "Click to go to the nearest kept step.")
+        self.loss_curve = self.plot.plot(pen=pg.mkPen("#0072B2", width=1.5))
+        self.kept_marks = pg.ScatterPlotItem(size=6, brush=pg.mkBrush("#D55E00"), pen=None)
+        self.plot.addItem(self.kept_marks)
+        self.marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("#222", width=1.5))
+        self.plot.addItem(self.marker)
+        self.plot.scene().sigMouseClicked.connect(self._plot_clicked)
+        self.layout().insertWidget(self.layout().indexOf(self.step_label) + 1, self.plot, 1)
+        from .. import settings as app_settings
+        if app_settings.palette_is_dark():  # built after the theme was applied (pyqtgraph's own colours)
+            app_settings.restyle_plots(self.plot)
 
     def _hide(self) -> None:
         self.play_button.setChecked(False)
@@ -162,6 +170,8 @@ class TimelineBar(QWidget):
         if self.across is None or self.across.run_dir != self.run_dir:
             if self.across is not None:
                 self.across.close()
+            from .across_training import AcrossTraining  # pyqtgraph: imported when first asked for
+
             self.across = AcrossTraining(self.run_dir)
         self.across.show()
         self.across.raise_()

@@ -1,0 +1,63 @@
+"""What a process imports on the paths people wait for (issue 38): start-up and the headless commands.
+
+Each check runs in a fresh Python process and reads its sys.modules, so an import added anywhere on the
+path (a module-level import, or a torch function that imports a subsystem on first use, as
+torch.broadcast_shapes imports torch.fx's symbolic shapes and sympy: ~1.4 s) fails here.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "resources" / "demo-model"
+
+# torch itself imports a few torch.fx modules (torch.nested needs one): only what comes after it counts
+HEAVY_AFTER_TORCH = ("sympy", "torch.fx", "torch._refs", "torch._dynamo", "torch._inductor")
+NOT_IN_THE_CLI = ("PySide6", "shiboken6", "pyqtgraph", "transformers")
+
+
+def _env(tmp_path: Path) -> dict:
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_DATA_HOME=str(tmp_path / "data"),
+               XDG_CONFIG_HOME=str(tmp_path / "config"))
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _modules_after(code: str, tmp_path: Path) -> dict:
+    """Runs `code` after `import torch` in a fresh process: {"rc": ..., "new": modules imported after torch}."""
+    script = ("import json, sys, torch\nbefore = set(sys.modules)\n" + code
+              + "\nprint(json.dumps({'rc': rc, 'new': sorted(set(sys.modules) - before)}))\n")
+    r = subprocess.run([sys.executable, "-c", script], env=_env(tmp_path), cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _heavy(modules: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes)]
+
+
+def test_opening_the_demo_model_and_tracing_it_imports_no_sympy_or_torch_fx(tmp_path):
+    """The GUI started on the demo model until its text is traced (bench startup's 'ready')."""
+    out = _modules_after(f"sys.argv = ['desktop_app', {str(DEMO)!r}, '--quit-when-ready']\n"
+                         "from desktop_app.ui.app import main\nrc = main()", tmp_path)
+    assert out["rc"] == 0
+    assert "desktop_app.core.attention" in out["new"]  # the trace ran
+    assert _heavy(out["new"], HEAVY_AFTER_TORCH) == []
+
+
+@pytest.mark.parametrize("command", [
+    ["lipschitz", str(DEMO), "--lengths", "8,16", "--samples", "1", "--csv", "out.csv"],
+    ["trace", str(DEMO), "--text", "The cat sat.", "--out", "trace.npz"],
+    ["generate", str(DEMO), "--prompt", "The cat", "--max-new", "3"],
+], ids=lambda c: c[0])
+def test_the_cli_path_imports_no_qt_nor_transformers(tmp_path, command):
+    out = _modules_after(f"sys.argv = ['desktop_app'] + {command!r}\n"
+                         "from desktop_app.__main__ import main\nrc = main()", tmp_path)
+    assert out["rc"] == 0
+    assert f"desktop_app.commands.{command[0]}" in out["new"]
+    assert _heavy(out["new"], NOT_IN_THE_CLI + HEAVY_AFTER_TORCH) == []

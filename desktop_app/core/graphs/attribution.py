@@ -43,6 +43,24 @@ class Context:
     mlp_constants: list[torch.Tensor]  # [T, d] per layer: MLP output less skip less the features' part
     error_vectors: torch.Tensor  # [L, T, d], zero at position 0
     dtype: torch.dtype = torch.float32
+    _blocks: dict = field(default_factory=dict, repr=False)
+
+    def decoder_blocks(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The features writing to `layer` grouped by position, for one batched product per layer:
+        (a_s W_dec[s] padded to [T, m, d], flat slots [k] into T x m, their active indices [k])."""
+        if layer not in self._blocks:
+            idx, pos, vec = self.decoder_vectors[layer]
+            order = torch.argsort(pos, stable=True)
+            idx, pos, vec = idx[order], pos[order], vec[order] * self.activations[idx[order], None].to(self.dtype)
+            counts = torch.bincount(pos, minlength=self.n_pos)
+            m = int(counts.max()) if len(pos) else 0
+            starts = torch.cumsum(counts, 0) - counts
+            rank = torch.arange(len(pos), device=pos.device) - starts[pos]  # place within its position
+            slots = pos * m + rank
+            padded = torch.zeros(self.n_pos * m, vec.shape[-1], dtype=self.dtype, device=vec.device)
+            padded[slots] = vec
+            self._blocks[layer] = (padded.view(self.n_pos, m, -1), slots, idx)
+        return self._blocks[layer]
 
     @property
     def n_layers(self) -> int:
@@ -157,8 +175,6 @@ def build_context(model, ids: Sequence[int], transcoders: Transcoders) -> Contex
 
 # -- rows: batched backward passes ---------------------------------------------------------------------
 
-GATHER_BYTES = 256 << 20
-
 
 def compute_rows(ctx: Context, layers: torch.Tensor, positions: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
     """[B, logit_offset]: the direct effects on B targets, target b read as vectors[b] . (the input at
@@ -187,13 +203,12 @@ def compute_rows(ctx: Context, layers: torch.Tensor, positions: torch.Tensor, ve
     g_tokens, g_mlp = grads[0], grads[1:]
     n = len(ctx.active)
     rows = torch.zeros(B, ctx.logit_offset, dtype=ctx.dtype, device=h.device)
-    # the gathered gradients [B, chunk, d] stay under GATHER_BYTES (a large graph has 10^5 active features)
-    chunk = max(1, GATHER_BYTES // (B * h.shape[-1] * rows.element_size()))
     for j in range(L):
-        idx, pos, vec = ctx.decoder_vectors[j]
-        for c in range(0, len(idx), chunk):
-            i, p = idx[c:c + chunk], pos[c:c + chunk]
-            rows[:, i] += torch.einsum("bnd,nd->bn", g_mlp[j][:, p], ctx.activations[i, None] * vec[c:c + chunk])
+        # a feature's edge is its position's gradient . a_s W_dec[s]: one batched product over positions
+        padded, slots, idx = ctx.decoder_blocks(j)
+        if len(idx):
+            per_slot = torch.bmm(g_mlp[j].transpose(0, 1), padded.transpose(1, 2))  # [T, B, m]
+            rows[:, idx] += per_slot.transpose(0, 1).reshape(B, -1)[:, slots]
         rows[:, n + j * T: n + (j + 1) * T] = torch.einsum("btd,td->bt", g_mlp[j], ctx.error_vectors[j])
     rows[:, n + L * T:] = torch.einsum("btd,td->bt", g_tokens, fr.token_vectors.to(ctx.dtype))
     return rows.detach()

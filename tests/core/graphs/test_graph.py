@@ -245,12 +245,3 @@ def test_unsupported_models_are_refused_in_one_line():
     problem = graph_problem(cfg)
     assert problem is not None and "\n" not in problem and "post-norm" in problem
     assert graph_problem(llama().cfg) is None and graph_problem(gpt2().cfg) is None
-
-
-def test_rows_gathered_in_chunks_are_the_same(tmp_path, monkeypatch):
-    from desktop_app.core.graphs import attribution
-    model, ctx = setup(tmp_path, "clt-jumprelu")
-    targets = salient_targets(model, ctx.frozen.logits[-1], 2, 0.95, str)
-    whole = attribute(ctx, targets, batch_size=16)
-    monkeypatch.setattr(attribution, "GATHER_BYTES", 1)  # one feature per gather
-    assert torch.equal(attribute(ctx, targets, batch_size=16).adjacency, whole.adjacency)

@@ -13,6 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import gguf
 import numpy as np
 import torch
 
@@ -20,7 +21,7 @@ from ..checkpoints import hf_compatible, to_hf_state_dict
 from ..files import WriteError, file_mode
 from ..weights import ModelLoadError
 from ..model import rotary_inv_freq
-from .gguf_file import LLAMA3_ROPE_CANDIDATES, GGUFFile, arch_for_family, permute_rows
+from .gguf_file import ARCHS, LLAMA3_ROPE_CANDIDATES, GGUFFile, arch_for_family, permute_rows
 from .gguf_tokenizer import tokenizer_metadata
 
 EXPORT_TYPES = ("f16", "bf16", "q8_0", "f32")
@@ -31,15 +32,11 @@ class ExportError(ValueError):
 
 
 def _gguf_type(kind: str):
-    import gguf
-
     return {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
             "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[kind]
 
 
 def _file_type(kind: str):
-    import gguf
-
     return {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
             "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[kind]
 
@@ -48,13 +45,11 @@ def save_gguf(model, path: str | Path, tokenizer=None, kind: str = "f16", name: 
     """Write `model` (a Transformer of a family with a GGUF architecture) to `path` as a GGUF file of
     `kind` (f16, bf16, q8_0: the matrices; vectors stay F32 as llama.cpp keeps them), atomically
     (a temporary sibling renamed into place once read back). Raises ExportError."""
-    import gguf
-
     cfg = model.cfg
     arch = arch_for_family(cfg.family)
     if arch is None:
         raise ExportError(f"family {cfg.family!r} has no GGUF architecture here (GGUF export writes: "
-                          f"{', '.join(sorted({a.family for a in _archs()}))})")
+                          f"{', '.join(sorted({a.family for a in ARCHS}))})")
     if not hf_compatible(cfg):
         raise ExportError(f"this {cfg.family} model uses switches its Hugging Face class lacks, so llama.cpp "
                           f"would compute another model")
@@ -90,12 +85,6 @@ def save_gguf(model, path: str | Path, tokenizer=None, kind: str = "f16", name: 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _archs():
-    from .gguf_file import ARCHS
-
-    return ARCHS
 
 
 def _write_metadata(w, cfg, arch, name: str, kind: str) -> None:
@@ -152,8 +141,6 @@ def _write_fields(w, fields: dict) -> None:
 
 
 def _add_tensors(w, model, arch, kind: str) -> None:
-    import gguf
-
     cfg = model.cfg
     if (cfg.rope_scaling or {}).get("rope_type") == "llama3":
         dims = cfg.d_head  # the LLaMA-like families rotate whole heads

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import gguf
 import numpy as np
 import torch
 
@@ -77,32 +78,26 @@ def arch_for_family(model_type: str) -> Arch | None:
     return next((a for a in ARCHS if a.family == model_type), None)
 
 
-class _CheckedReader:
-    """gguf.GGUFReader, with every tensor's header checked before the reader maps it: a known type,
-    at most 4 dimensions, a size no real model has, its bytes inside the file. The reader would
-    otherwise overflow on a huge dimension (numpy's product wraps) or fail with a bare numpy error."""
-
-    def __new__(cls, path: Path):
-        import gguf
-
-        size = path.stat().st_size
-
-        class Reader(gguf.GGUFReader):
-            def _build_tensors(self, start_offs: int, fields: list) -> None:
-                for f in fields:
-                    _check_tensor_header(f, start_offs, size)
-                super()._build_tensors(start_offs, fields)
-
-        return Reader(path, "r")
-
-
 class GGUFDamage(ValueError):
     pass
 
 
-def _check_tensor_header(f, data_start: int, file_size: int) -> None:
-    import gguf
+class _CheckedReader(gguf.GGUFReader):
+    """gguf.GGUFReader, with every tensor's header checked before the reader maps it: a known type,
+    at most 4 dimensions, a size no real model has, its bytes inside the file. The reader would
+    otherwise overflow on a huge dimension (numpy's product wraps) or fail with a bare numpy error."""
 
+    def __init__(self, path: Path) -> None:
+        self.file_size = path.stat().st_size
+        super().__init__(path, "r")
+
+    def _build_tensors(self, start_offs: int, fields: list) -> None:
+        for f in fields:
+            _check_tensor_header(f, start_offs, self.file_size)
+        super()._build_tensors(start_offs, fields)
+
+
+def _check_tensor_header(f, data_start: int, file_size: int) -> None:
     _, name_data, n_dims, dims, raw_type, offset = f.parts
     name = bytes(name_data).decode("utf-8", "replace")
     try:
@@ -200,8 +195,6 @@ class GGUFFile:
                                            f"not dequantize (it reads {', '.join(READABLE_TYPES)})")
         ftype = self.meta("general.file_type", None)
         try:
-            import gguf
-
             file_type = gguf.LlamaFileType(ftype).name if ftype is not None else ""
         except ValueError:
             file_type = str(ftype)
@@ -300,8 +293,6 @@ class GGUFFile:
 
     def hf_names(self, cfg) -> dict[str, str]:
         """Hugging Face name (as the family's table spells it) -> the llama.cpp tensor holding it."""
-        import gguf
-
         arch = {v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[self.arch.gguf]
         names = gguf.get_tensor_name_map(arch, cfg.n_layers)
         family = family_of(cfg)
@@ -322,8 +313,6 @@ class GGUFFile:
     def values(self, gguf_name: str, cfg, dtype: torch.dtype) -> torch.Tensor:
         """One tensor dequantized (in float32, this tensor only), with llama.cpp's conversions undone,
         in `dtype`; NaN or infinite values are refused by name."""
-        import gguf
-
         t = self.tensors[gguf_name]
         try:
             arr = gguf.quants.dequantize(t.data, t.tensor_type)

@@ -18,8 +18,9 @@ from desktop_app.core.formats.gguf_file import GGUFFile  # noqa: E402
 from desktop_app.core.formats.gguf_tokenizer import PRE_SPLITS, tokenizer_from_gguf, tokenizer_metadata  # noqa: E402
 from desktop_app.core.tokenizer import Tokenizer, train_bpe  # noqa: E402
 
-WORDS = ("the", "cat", "sat", "on", "a", "mat", "Hello", "world", "don't", "it's", "naïve", "café", "Zürich", "東京",
-         "🙂", "42", "3.14159", "2024", "1000000", "12345", "x=y+1;", "#tag", "@user", "e-mail", "C++", "(brackets)", "'quoted'", "tab\there")
+WORDS = ("the", "cat", "sat", "on", "a", "mat", "Hello", "world", "don't", "it's", "naïve", "café", "Zürich",
+         "東京", "🙂", "42", "3.14159", "2024", "1000000", "12345", "x=y+1;", "#tag", "@user", "e-mail", "C++",
+         "(brackets)", "'quoted'", "tab\there")
 
 
 def sentences(n: int, seed: int = 0, specials: tuple[str, ...] = ()) -> list[str]:

@@ -12,6 +12,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import gguf
 import numpy as np
@@ -41,10 +42,12 @@ def _file_type(kind: str):
             "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[kind]
 
 
-def save_gguf(model, path: str | Path, tokenizer=None, kind: str = "f16", name: str = "") -> None:
+def save_gguf(model, path: str | Path, tokenizer=None, kind: str = "f16", name: str = "",
+              on_note: Callable[[str], None] | None = None) -> None:
     """Write `model` (a Transformer of a family with a GGUF architecture) to `path` as a GGUF file of
     `kind` (f16, bf16, q8_0: the matrices; vectors stay F32 as llama.cpp keeps them), atomically
-    (a temporary sibling renamed into place once read back). Raises ExportError."""
+    (a temporary sibling renamed into place once read back). A tokenizer GGUF cannot hold (WordPiece, a
+    character vocabulary) is left out, and `on_note` says so. Raises ExportError."""
     cfg = model.cfg
     arch = arch_for_family(cfg.family)
     if arch is None:
@@ -60,9 +63,11 @@ def save_gguf(model, path: str | Path, tokenizer=None, kind: str = "f16", name: 
     _write_metadata(w, cfg, arch, name or path.stem, kind)
     if tokenizer is not None:
         fields = tokenizer_metadata(tokenizer, cfg.vocab_size)
-        if fields is None:
-            raise ExportError("this tokenizer has no GGUF form (GGUF holds byte-level or SentencePiece-style BPE)")
-        _write_fields(w, fields)
+        if fields is not None:
+            _write_fields(w, fields)
+        elif on_note is not None:
+            on_note("the tokenizer has no GGUF form (GGUF holds byte-level or SentencePiece-style BPE): the file has "
+                    "no vocabulary, and llama.cpp needs one to read text")
     _add_tensors(w, model, arch, kind)
 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -9,8 +9,6 @@ a config GGUF cannot express (its metadata gives another model) is refused, nami
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -19,7 +17,7 @@ import numpy as np
 import torch
 
 from ..checkpoints import hf_compatible, to_hf_state_dict
-from ..files import WriteError, file_mode
+from ..files import atomic_write_file
 from ..weights import ModelLoadError
 from ..model import rotary_inv_freq
 from .gguf_file import ARCHS, LLAMA3_ROPE_CANDIDATES, GGUFFile, arch_for_family, permute_rows
@@ -70,26 +68,17 @@ def save_gguf(model, path: str | Path, tokenizer=None, kind: str = "f16", name: 
                     "no vocabulary, and llama.cpp needs one to read text")
     _add_tensors(w, model, arch, kind)
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), file_mode())
-            # the writer streams into our temporary file (it would otherwise open the final path itself)
-            w.fout, w.state, w.path = [f], gguf.gguf_writer.WriterState.EMPTY, Path(tmp)
-            w.write_header_to_file()
-            w.write_kv_data_to_file()
-            w.write_tensors_to_file()
-            f.flush()
-            os.fsync(f.fileno())
-            w.fout = None
-        _check_round_trip(Path(tmp), cfg, path)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise WriteError(path, exc.strerror or str(exc)) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    def fill(f) -> None:
+        # the writer streams into the temporary file (it would otherwise open the final path itself)
+        w.fout, w.state, w.path = [f], gguf.gguf_writer.WriterState.EMPTY, Path(f.name)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.fout = None
+        f.flush()
+        _check_round_trip(Path(f.name), cfg, path)  # before it replaces anything
+
+    atomic_write_file(path, fill)
 
 
 def _write_metadata(w, cfg, arch, name: str, kind: str) -> None:

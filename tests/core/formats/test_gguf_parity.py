@@ -129,3 +129,26 @@ def test_dequantization_matches_transformers_own_kernels(qtype):
     theirs = transformers_dequantize(torch.from_numpy(blocks.reshape(1, -1)), int(q), torch.float32).reshape(-1)
     assert ours.shape == theirs.shape == (64 * block,)
     assert torch.allclose(ours, theirs, rtol=1e-6, atol=1e-7) and ours.abs().max() > 0
+
+
+@pytest.mark.parametrize("qtype", ["F16", "Q8_0", "Q4_K", "Q6_K"])
+def test_dequantizing_in_pieces_on_threads_gives_the_same_values(qtype, monkeypatch):
+    """A large tensor is dequantized in pieces of rows on several threads: the same values as at once."""
+    import gguf
+    import numpy as np
+
+    from desktop_app.core.formats import gguf_file
+
+    q = gguf.GGMLQuantizationType[qtype]
+    block, size = gguf.GGML_QUANT_SIZES[q]
+    rng = np.random.default_rng(0)
+    if qtype == "F16":
+        data = rng.standard_normal((37, 512)).astype(np.float16)
+    else:
+        data = rng.integers(0, 256, (37, 512 // block * size), dtype=np.uint8)
+        for at in K_SCALES.get(qtype, (0,)):
+            data.reshape(-1, size)[:, at:at + 2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+    monkeypatch.setattr(gguf_file, "DEQUANTIZE_CHUNK", 512 * 5)  # pieces of 5 rows, the last one short
+    pieces = gguf_file.dequantize_rows(data, q, threads=3)
+    whole = gguf.quants.dequantize(data, q)
+    assert pieces.shape == whole.shape == (37, 512) and np.array_equal(pieces, whole)

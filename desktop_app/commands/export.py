@@ -58,7 +58,8 @@ def run(args) -> int:
 
         check_output_file(out, overwrite=True)  # again just before the write: the link rule
         try:
-            save_gguf(loaded.model, out, loaded.tokenizer, kind=args.type or "f16", name=loaded.name)
+            save_gguf(loaded.model, out, loaded.tokenizer, kind=args.type or "f16", name=loaded.name,
+                      on_note=lambda note: print(f"note: {note}", file=sys.stderr))
         except ExportError as exc:
             raise ValueError(f"{loaded.path}: {exc}") from None
     else:

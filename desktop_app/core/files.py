@@ -96,7 +96,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_file(path: Path, fill: Callable) -> None:
     """atomic_write_bytes for content written by `fill(f)` into an open binary file (a writer that
-    streams, e.g. a GGUF file tensor by tensor): a temporary sibling, synced, then renamed into place."""
+    streams, e.g. a GGUF file tensor by tensor; f.name is the temporary file's path, for a check that
+    reads it back): a temporary sibling, synced, then renamed into place."""
     path = Path(path)
     if path.is_dir():
         raise WriteError(path, "is a folder (give a file name)", errno.EISDIR)
@@ -104,7 +105,8 @@ def atomic_write_file(path: Path, fill: Callable) -> None:
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
+        os.close(fd)
+        with open(tmp, "wb") as f:  # (by name, so that f.name is its path)
             os.fchmod(f.fileno(), file_mode())
             fill(f)
             f.flush()

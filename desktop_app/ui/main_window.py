@@ -363,7 +363,8 @@ class MainWindow(QMainWindow):
         cfg = loaded.config
         gguf = loaded.gguf
         dequantized = f" · dequantized from {gguf.file_type or 'quantized GGUF'}" if gguf and gguf.dequantized else ""
-        self.model_label.setText(f"{loaded.name} · {cfg.family} · {loaded.model.num_parameters():,} params{dequantized}")
+        params = f"{loaded.model.num_parameters():,} params"
+        self.model_label.setText(f"{loaded.name} · {cfg.family} · {params}{dequantized}")
         self.model_label.setToolTip("\n".join(["what is shown: the file's weights dequantized (values on the "
                                                "quantization grid, computed in the dtype on the right)",
                                                *gguf.quantization_lines()]) if dequantized else "")

@@ -24,9 +24,28 @@ def is_gguf(path: str | Path) -> bool:
         return False
 
 
+def gguf_of_folder(folder: Path) -> Path | None:
+    """The GGUF file to open for a folder without config.json that holds GGUF files (a GGUF repository's
+    snapshot in the Hugging Face cache): its only one; a ModelLoadError listing them when there are
+    several; None for any other folder. Its link must stay inside the folder or its cache blobs/."""
+    from ..weights import CONFIG, ModelLoadError, check_links
+
+    if not folder.is_dir() or (folder / CONFIG).exists():
+        return None
+    found = sorted(p for p in folder.iterdir() if p.suffix.lower() == GGUF_SUFFIX and not p.is_dir())
+    if len(found) > 1:
+        shown = ", ".join(p.name for p in found[:6]) + (", ..." if len(found) > 6 else "")
+        raise ModelLoadError(folder, f"holds {len(found)} GGUF files ({shown}): open one of them")
+    if found:
+        check_links(folder, (found[0].name,))
+    return found[0] if found else None
+
+
 def load_model_file(path: str | Path, **kwargs):
-    """What a user opened, as a LoadedModel: a GGUF file (gguf_file.load_gguf) or a model folder
-    (checkpoints.load_model_folder); keyword arguments as those take them (device, dtype, for_training)."""
+    """What a user opened, as a LoadedModel: a GGUF file (gguf_file.load_gguf), a folder holding one
+    GGUF file, or a model folder (checkpoints.load_model_folder); keyword arguments as those take them
+    (device, dtype, for_training)."""
+    path = gguf_of_folder(Path(path)) or path
     if is_gguf(path):
         from .gguf_file import load_gguf
 

@@ -9,18 +9,18 @@ a config GGUF cannot express (its metadata gives another model) is refused, nami
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
+from typing import Callable
 
+import gguf
 import numpy as np
 import torch
 
 from ..checkpoints import hf_compatible, to_hf_state_dict
-from ..files import WriteError, file_mode
+from ..files import atomic_write_file
 from ..weights import ModelLoadError
 from ..model import rotary_inv_freq
-from .gguf_file import LLAMA3_ROPE_CANDIDATES, GGUFFile, arch_for_family, permute_rows
+from .gguf_file import ARCHS, LLAMA3_ROPE_CANDIDATES, GGUFFile, arch_for_family, permute_rows
 from .gguf_tokenizer import tokenizer_metadata
 
 EXPORT_TYPES = ("f16", "bf16", "q8_0", "f32")
@@ -31,30 +31,26 @@ class ExportError(ValueError):
 
 
 def _gguf_type(kind: str):
-    import gguf
-
     return {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
             "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[kind]
 
 
 def _file_type(kind: str):
-    import gguf
-
     return {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
             "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[kind]
 
 
-def save_gguf(model, path: str | Path, tokenizer=None, kind: str = "f16", name: str = "") -> None:
+def save_gguf(model, path: str | Path, tokenizer=None, kind: str = "f16", name: str = "",
+              on_note: Callable[[str], None] | None = None) -> None:
     """Write `model` (a Transformer of a family with a GGUF architecture) to `path` as a GGUF file of
     `kind` (f16, bf16, q8_0: the matrices; vectors stay F32 as llama.cpp keeps them), atomically
-    (a temporary sibling renamed into place once read back). Raises ExportError."""
-    import gguf
-
+    (a temporary sibling renamed into place once read back). A tokenizer GGUF cannot hold (WordPiece, a
+    character vocabulary) is left out, and `on_note` says so. Raises ExportError."""
     cfg = model.cfg
     arch = arch_for_family(cfg.family)
     if arch is None:
         raise ExportError(f"family {cfg.family!r} has no GGUF architecture here (GGUF export writes: "
-                          f"{', '.join(sorted({a.family for a in _archs()}))})")
+                          f"{', '.join(sorted({a.family for a in ARCHS}))})")
     if not hf_compatible(cfg):
         raise ExportError(f"this {cfg.family} model uses switches its Hugging Face class lacks, so llama.cpp "
                           f"would compute another model")
@@ -65,37 +61,24 @@ def save_gguf(model, path: str | Path, tokenizer=None, kind: str = "f16", name: 
     _write_metadata(w, cfg, arch, name or path.stem, kind)
     if tokenizer is not None:
         fields = tokenizer_metadata(tokenizer, cfg.vocab_size)
-        if fields is None:
-            raise ExportError("this tokenizer has no GGUF form (GGUF holds byte-level or SentencePiece-style BPE)")
-        _write_fields(w, fields)
+        if fields is not None:
+            _write_fields(w, fields)
+        elif on_note is not None:
+            on_note("the tokenizer has no GGUF form (GGUF holds byte-level or SentencePiece-style BPE): the file has "
+                    "no vocabulary, and llama.cpp needs one to read text")
     _add_tensors(w, model, arch, kind)
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), file_mode())
-            # the writer streams into our temporary file (it would otherwise open the final path itself)
-            w.fout, w.state, w.path = [f], gguf.gguf_writer.WriterState.EMPTY, Path(tmp)
-            w.write_header_to_file()
-            w.write_kv_data_to_file()
-            w.write_tensors_to_file()
-            f.flush()
-            os.fsync(f.fileno())
-            w.fout = None
-        _check_round_trip(Path(tmp), cfg, path)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise WriteError(path, exc.strerror or str(exc)) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    def fill(f) -> None:
+        # the writer streams into the temporary file (it would otherwise open the final path itself)
+        w.fout, w.state, w.path = [f], gguf.gguf_writer.WriterState.EMPTY, Path(f.name)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.fout = None
+        f.flush()
+        _check_round_trip(Path(f.name), cfg, path)  # before it replaces anything
 
-
-def _archs():
-    from .gguf_file import ARCHS
-
-    return ARCHS
+    atomic_write_file(path, fill)
 
 
 def _write_metadata(w, cfg, arch, name: str, kind: str) -> None:
@@ -152,8 +135,6 @@ def _write_fields(w, fields: dict) -> None:
 
 
 def _add_tensors(w, model, arch, kind: str) -> None:
-    import gguf
-
     cfg = model.cfg
     if (cfg.rope_scaling or {}).get("rope_type") == "llama3":
         dims = cfg.d_head  # the LLaMA-like families rotate whole heads

@@ -11,11 +11,13 @@ q and k for LLaMA-style rotary (ARCH.permuted_qk), and Gemma's norms stored as 1
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import gguf
 import numpy as np
 import torch
 
@@ -77,32 +79,26 @@ def arch_for_family(model_type: str) -> Arch | None:
     return next((a for a in ARCHS if a.family == model_type), None)
 
 
-class _CheckedReader:
-    """gguf.GGUFReader, with every tensor's header checked before the reader maps it: a known type,
-    at most 4 dimensions, a size no real model has, its bytes inside the file. The reader would
-    otherwise overflow on a huge dimension (numpy's product wraps) or fail with a bare numpy error."""
-
-    def __new__(cls, path: Path):
-        import gguf
-
-        size = path.stat().st_size
-
-        class Reader(gguf.GGUFReader):
-            def _build_tensors(self, start_offs: int, fields: list) -> None:
-                for f in fields:
-                    _check_tensor_header(f, start_offs, size)
-                super()._build_tensors(start_offs, fields)
-
-        return Reader(path, "r")
-
-
 class GGUFDamage(ValueError):
     pass
 
 
-def _check_tensor_header(f, data_start: int, file_size: int) -> None:
-    import gguf
+class _CheckedReader(gguf.GGUFReader):
+    """gguf.GGUFReader, with every tensor's header checked before the reader maps it: a known type,
+    at most 4 dimensions, a size no real model has, its bytes inside the file. The reader would
+    otherwise overflow on a huge dimension (numpy's product wraps) or fail with a bare numpy error."""
 
+    def __init__(self, path: Path) -> None:
+        self.file_size = path.stat().st_size
+        super().__init__(path, "r")
+
+    def _build_tensors(self, start_offs: int, fields: list) -> None:
+        for f in fields:
+            _check_tensor_header(f, start_offs, self.file_size)
+        super()._build_tensors(start_offs, fields)
+
+
+def _check_tensor_header(f, data_start: int, file_size: int) -> None:
     _, name_data, n_dims, dims, raw_type, offset = f.parts
     name = bytes(name_data).decode("utf-8", "replace")
     try:
@@ -200,8 +196,6 @@ class GGUFFile:
                                            f"not dequantize (it reads {', '.join(READABLE_TYPES)})")
         ftype = self.meta("general.file_type", None)
         try:
-            import gguf
-
             file_type = gguf.LlamaFileType(ftype).name if ftype is not None else ""
         except ValueError:
             file_type = str(ftype)
@@ -300,8 +294,6 @@ class GGUFFile:
 
     def hf_names(self, cfg) -> dict[str, str]:
         """Hugging Face name (as the family's table spells it) -> the llama.cpp tensor holding it."""
-        import gguf
-
         arch = {v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[self.arch.gguf]
         names = gguf.get_tensor_name_map(arch, cfg.n_layers)
         family = family_of(cfg)
@@ -322,11 +314,9 @@ class GGUFFile:
     def values(self, gguf_name: str, cfg, dtype: torch.dtype) -> torch.Tensor:
         """One tensor dequantized (in float32, this tensor only), with llama.cpp's conversions undone,
         in `dtype`; NaN or infinite values are refused by name."""
-        import gguf
-
         t = self.tensors[gguf_name]
         try:
-            arr = gguf.quants.dequantize(t.data, t.tensor_type)
+            arr = dequantize_rows(t.data, t.tensor_type)
         except (ValueError, TypeError, NotImplementedError) as exc:
             raise ModelLoadError(self.path, f"cannot dequantize tensor {gguf_name!r} ({t.tensor_type.name}): "
                                             f"{exc}") from None
@@ -342,6 +332,35 @@ class GGUFFile:
         if not arr.flags.writeable:  # a float tensor is still a view of the read-only map: this is its copy
             arr = arr.copy()
         return torch.from_numpy(arr).to(dtype)
+
+
+DEQUANTIZE_CHUNK = 1 << 22  # values per piece dequantized by one thread (16 MB of float32)
+
+
+def dequantize_rows(data: np.ndarray, qtype, threads: int | None = None) -> np.ndarray:
+    """gguf.quants.dequantize, in pieces of whole rows for a large tensor (each row is whole blocks, so
+    pieces are independent): its float32 temporaries (about three times what it dequantizes) then take a
+    piece's size, not the tensor's (a 128k x 4096 embedding: 6 GB less), and the pieces run on several
+    threads (numpy releases the GIL in its array work; on this 2-core shared machine no faster, 0.9x)."""
+    rows = data.shape[0] if data.ndim > 1 else 1
+    per_row = data.size // rows * (np.dtype(data.dtype).itemsize)
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    values_per_row = per_row // size * block if data.dtype == np.uint8 else data.size // rows
+    step = max(1, DEQUANTIZE_CHUNK // max(values_per_row, 1))
+    threads = threads or min(8, os.cpu_count() or 1)
+    if data.ndim < 2 or rows <= step or threads < 2:
+        return gguf.quants.dequantize(data, qtype)
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = np.empty((*data.shape[:-1], values_per_row), dtype=np.float32)
+    flat_in, flat_out = data.reshape(rows, -1), out.reshape(rows, -1)
+
+    def piece(start: int) -> None:
+        flat_out[start:start + step] = gguf.quants.dequantize(flat_in[start:start + step], qtype)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(piece, range(0, rows, step)))
+    return out
 
 
 def permute_rows(w: np.ndarray, n_heads: int) -> np.ndarray:

@@ -66,10 +66,9 @@ def _describe(store: str, name: str, path: Path, root: Path) -> StoredModel:
         return StoredModel(store, name, None, 0, "", "", False, f"{path}: {exc.strerror or exc}")
     try:
         f = GGUFFile(path)
-        config = f.config()
+        f.config()  # the metadata read as the app's family, as opening it would
     except ModelLoadError as exc:
         return StoredModel(store, name, path, size, "", "", False, exc.problem)
-    del config
     return StoredModel(store, name, path, size, f.arch_name, f.summary.file_type.removeprefix("MOSTLY_"), True, "")
 
 

@@ -105,3 +105,50 @@ def test_tensors_are_dequantized_one_at_a_time(folder):
     assert loaded.model.dtype == torch.bfloat16
     # (gguf's dequantization holds a few float32 temporaries of the tensor it works on)
     assert peak < 4 * largest and peak < whole / 3, (peak, largest, whole)
+
+
+# every quantized type read here but Q5_0 and Q5_1, which transformers' torch kernels do not implement
+@pytest.mark.parametrize("qtype", [t for t in ALL_TYPES if t not in ("F32", "F16", "BF16", "Q5_0", "Q5_1")])
+def test_dequantization_matches_transformers_own_kernels(qtype):
+    """The dequantized values (gguf.quants, which the reader uses, as transformers' GGUF loader does for
+    these architectures) against transformers' own torch implementation of each block format
+    (integrations/gguf/dequant.py), on random blocks: an independent reference, for the K-quants gguf
+    cannot write too."""
+    import gguf
+    import numpy as np
+    from transformers.integrations.gguf.dequant import dequantize as transformers_dequantize
+
+    q = gguf.GGMLQuantizationType[qtype]
+    block, size = gguf.GGML_QUANT_SIZES[q]
+    rng = np.random.default_rng(0)
+    blocks = rng.integers(0, 256, (64, size), dtype=np.uint8)
+    scales = K_SCALES.get(qtype, (0,) if qtype in ("Q8_0", "Q4_0", "Q5_0") else (0, 2))  # the float16 fields
+    for at in scales:
+        blocks[:, at:at + 2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+    ours = torch.from_numpy(gguf.quants.dequantize(blocks.reshape(1, -1), q).reshape(-1))
+    theirs = transformers_dequantize(torch.from_numpy(blocks.reshape(1, -1)), int(q), torch.float32).reshape(-1)
+    assert ours.shape == theirs.shape == (64 * block,)
+    assert torch.allclose(ours, theirs, rtol=1e-6, atol=1e-7) and ours.abs().max() > 0
+
+
+@pytest.mark.parametrize("qtype", ["F16", "Q8_0", "Q4_K", "Q6_K"])
+def test_dequantizing_in_pieces_on_threads_gives_the_same_values(qtype, monkeypatch):
+    """A large tensor is dequantized in pieces of rows on several threads: the same values as at once."""
+    import gguf
+    import numpy as np
+
+    from desktop_app.core.formats import gguf_file
+
+    q = gguf.GGMLQuantizationType[qtype]
+    block, size = gguf.GGML_QUANT_SIZES[q]
+    rng = np.random.default_rng(0)
+    if qtype == "F16":
+        data = rng.standard_normal((37, 512)).astype(np.float16)
+    else:
+        data = rng.integers(0, 256, (37, 512 // block * size), dtype=np.uint8)
+        for at in K_SCALES.get(qtype, (0,)):
+            data.reshape(-1, size)[:, at:at + 2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+    monkeypatch.setattr(gguf_file, "DEQUANTIZE_CHUNK", 512 * 5)  # pieces of 5 rows, the last one short
+    pieces = gguf_file.dequantize_rows(data, q, threads=3)
+    whole = gguf.quants.dequantize(data, q)
+    assert pieces.shape == whole.shape == (37, 512) and np.array_equal(pieces, whole)

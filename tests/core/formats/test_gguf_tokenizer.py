@@ -18,8 +18,9 @@ from desktop_app.core.formats.gguf_file import GGUFFile  # noqa: E402
 from desktop_app.core.formats.gguf_tokenizer import PRE_SPLITS, tokenizer_from_gguf, tokenizer_metadata  # noqa: E402
 from desktop_app.core.tokenizer import Tokenizer, train_bpe  # noqa: E402
 
-WORDS = ("the", "cat", "sat", "on", "a", "mat", "Hello", "world", "don't", "it's", "naïve", "café", "Zürich", "東京",
-         "🙂", "42", "3.14159", "2024", "1000000", "12345", "x=y+1;", "#tag", "@user", "e-mail", "C++", "(brackets)", "'quoted'", "tab\there")
+WORDS = ("the", "cat", "sat", "on", "a", "mat", "Hello", "world", "don't", "it's", "naïve", "café", "Zürich",
+         "東京", "🙂", "42", "3.14159", "2024", "1000000", "12345", "x=y+1;", "#tag", "@user", "e-mail", "C++",
+         "(brackets)", "'quoted'", "tab\there")
 
 
 def sentences(n: int, seed: int = 0, specials: tuple[str, ...] = ()) -> list[str]:
@@ -55,13 +56,14 @@ def write(tmp_path, arch: str, tok: Tokenizer, name: str):
     return path
 
 
-def byte_level(split: str | None) -> Tokenizer:
+def byte_level(split: str | None, bos: bool = False) -> Tokenizer:
     tok = train_bpe(sentences(300, seed=5), 400, specials=("<|endoftext|>", "<|im_start|>"))
     if split is not None:  # the same vocabulary cut by a llama.cpp pre-tokenizer's regex
         tok.tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(PRE_SPLITS[split]), "isolated"),
                                                          pre_tokenizers.ByteLevel(add_prefix_space=False,
                                                                                   use_regex=False)])
     tok.declared_specials = {"bos": "<|endoftext|>", "eos": "<|endoftext|>"}
+    tok.bos_prepended = bos  # LLaMA 3's files say add_bos_token
     return tok
 
 
@@ -87,7 +89,7 @@ def sentencepiece_style() -> Tokenizer:
     return out
 
 
-CASES = {"gpt2-split": ("qwen2", lambda: byte_level(None)), "llama-bpe": ("llama", lambda: byte_level("llama-bpe")),
+CASES = {"gpt2-split": ("qwen2", lambda: byte_level(None)), "llama-bpe": ("llama", lambda: byte_level("llama-bpe", bos=True)),
          "qwen2": ("qwen2", lambda: byte_level("qwen2")), "llama-spm": ("llama", sentencepiece_style),
          "gemma-spm": ("gemma3", sentencepiece_style)}
 

@@ -45,3 +45,23 @@ def test_stores_list_and_the_supported_ones_open(stores):
 
 def test_no_stores_list_nothing(tmp_path):
     assert list_local_models(ollama=[tmp_path / "none"], lmstudio=[tmp_path / "none2"]) == []
+
+
+def test_a_folder_of_gguf_files_without_config_opens_its_only_one(tmp_path):
+    """A GGUF repository's snapshot (the Hugging Face cache's, as `org/name-GGUF`): one file opens, several
+    are listed to choose from, a link outside the folder is refused."""
+    from fake_stores import tiny_gguf
+
+    from desktop_app.core.checkpoints import ModelLoadError
+
+    one = tmp_path / "one"
+    tiny_gguf(one / "tiny-Q8_0.gguf")
+    assert load_model_file(one).path == one / "tiny-Q8_0.gguf"
+    tiny_gguf(one / "tiny-F16.gguf", kind="f16")
+    with pytest.raises(ModelLoadError, match=r"holds 2 GGUF files \(tiny-F16.gguf, tiny-Q8_0.gguf\): open one of them"):
+        load_model_file(one)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "away.gguf").symlink_to(one / "tiny-F16.gguf")
+    with pytest.raises(ModelLoadError, match="outside the model folder; refused"):
+        load_model_file(linked)

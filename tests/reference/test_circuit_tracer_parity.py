@@ -11,7 +11,7 @@ active features (and activations), the same logit targets and probabilities, the
 largest reference edge, the same pruned nodes and links at circuit-tracer's default thresholds (0.8 / 0.98), and
 the same replacement and completeness scores (the JSON line `graph` prints last).
 
-    pytest -m reference tests/reference                                        (makes the reference, ~1 minute)
+    pytest -m reference tests/reference                                        (makes the reference too: minutes)
     CIRCUIT_TRACER_REFERENCE=/tmp/ct-ref pytest -m reference tests/reference   (reads one made beforehand)
 
 The app tested is the one this test imports (PYTHONPATH, or the current folder first under `python -m pytest`).

@@ -11,6 +11,12 @@ the CLT (`clt/`, circuit-tracer's W_enc_L / W_dec_L files and a config.yaml) and
 are written there once (seeded; the full shape is ~2.5 GB of model and ~10 GB of CLT in bfloat16) and reused,
 so the app's `bench graph` can run on the same input. The run prints one JSON line: seconds to load, seconds
 in attribute(), peak resident memory after loading and at the end (VmHWM), the active features and nodes.
+
+Measured on the 2-core, 23 GB development machine (1 Dec 2026, load average 8-10 from other work), full shape,
+--batch-size 8 --max-feature-nodes 16 --offload disk: 64,535 active features; precompute 99 s, forward pass
+21 s, the 10 logit rows 288 s, the 16 feature rows 74 s (~37 s per backward pass of 8 rows), VmHWM 10.7 GB.
+At the defaults (7,500 feature rows) that is ~940 backward passes, about ten hours here: circuit-tracer is built
+for a GPU. With --batch-size 32 its resident set passed 9 GB before the first backward pass.
 """
 
 import argparse
@@ -134,6 +140,9 @@ def main():
                         help="attribute()'s rows per backward pass (its default 512 runs the forward pass on 512 "
                              "copies of the prompt and keeps them for the backward passes: tens of GB at this shape)")
     parser.add_argument("--max-feature-nodes", type=int, default=7500)
+    parser.add_argument("--offload", choices=["cpu", "disk"], default=None,
+                        help="attribute()'s offload: drop the transcoder, MLP and embedding weights to disk (or CPU) "
+                             "once each phase is done with them")
     parser.add_argument("--make-only", action="store_true", help="write the inputs and stop")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -157,13 +166,13 @@ def main():
     hwm_loaded = vm_kib("VmHWM")
     start = time.perf_counter()
     graph = attribute(torch.tensor(ids), model, batch_size=args.batch_size, max_feature_nodes=args.max_feature_nodes,
-                      verbose=True)
+                      offload=args.offload, verbose=True)
     attribute_s = time.perf_counter() - start
     print(json.dumps({
         "load_average": os.getloadavg()[0], "cpus": os.cpu_count(),
         "reference": "circuit-tracer", "shape": args.shape, "dtype": args.dtype, "tokens": len(ids),
         "features_per_layer": SHAPES[args.shape]["features"], "batch_size": args.batch_size,
-        "max_feature_nodes": args.max_feature_nodes, "torch_threads": torch.get_num_threads(),
+        "max_feature_nodes": args.max_feature_nodes, "offload": args.offload, "torch_threads": torch.get_num_threads(),
         "load_s": round(load_s, 2), "attribute_s": round(attribute_s, 2),
         "vmhwm_after_load_gib": round(hwm_loaded / 2**20, 3), "vmhwm_gib": round(vm_kib("VmHWM") / 2**20, 3),
         "active_features": int(graph.active_features.shape[0]), "nodes": int(graph.adjacency_matrix.shape[0]),

@@ -7,7 +7,9 @@
 #
 # Idempotent: a second run checks the environment and reinstalls only what is missing. torch is pinned to
 # 2.13.0 on the same pip line as circuit-tracer so pip never swaps in another torch (a CUDA build would pull
-# gigabytes of nvidia-* wheels); the script fails if any nvidia-* package ends up installed.
+# gigabytes of nvidia-* wheels); the script fails if any nvidia-* package ends up installed. Here pip finds the
+# CPU wheel (2.13.0+cpu) among its configured local wheels; on a machine without one, point pip at PyTorch's CPU
+# index: TORCH_INDEX=https://download.pytorch.org/whl/cpu packaging/circuit_tracer_env.sh
 set -euo pipefail
 
 ENV_DIR="${1:-${CIRCUIT_TRACER_ENV:-/work/ctenv}}"
@@ -36,7 +38,9 @@ then
     echo "$ENV_DIR already holds circuit-tracer 0.5.0 with torch 2.13.0"
 else
     LOG="$ENV_DIR/pip-install.log"
-    "$ENV_DIR/bin/python" -m pip install "${PACKAGES[@]}" 2>&1 | tee "$LOG"
+    EXTRA=()
+    if [ -n "${TORCH_INDEX:-}" ]; then EXTRA=(--extra-index-url "$TORCH_INDEX"); fi
+    "$ENV_DIR/bin/python" -m pip install ${EXTRA[@]+"${EXTRA[@]}"} "${PACKAGES[@]}" 2>&1 | tee "$LOG"
     if grep -qiE "(Downloading|Collecting) nvidia-" "$LOG"; then
         echo "error: pip fetched nvidia-* wheels (see $LOG): a CUDA torch was resolved" >&2
         exit 1

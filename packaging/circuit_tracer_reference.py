@@ -46,22 +46,34 @@ SILU_SHARPNESS = 20.0  # silu(k z) / k: relu(z) within 0.28 / k
 LM_HEAD_SCALE = 3.0
 TRANSCODER_NOISE = 0.15
 MAX_FEATURE_NODES = 7500  # circuit-tracer's CLI default (__main__.py); above every case's active count here
-CASES = {  # case -> (kind, activation, skip connection, max_feature_nodes)
-    "plt_relu": ("transcoder_set", "relu", False, MAX_FEATURE_NODES),
-    "plt_jumprelu_skip": ("transcoder_set", "jump_relu", True, MAX_FEATURE_NODES),
-    "clt_relu": ("cross_layer_transcoder", "relu", False, MAX_FEATURE_NODES),
-    "clt_jumprelu": ("cross_layer_transcoder", "jump_relu", False, MAX_FEATURE_NODES),
+BATCH_SIZE = 64  # attribute()'s rows per backward pass
+# where circuit-tracer's published Llama per-layer transcoders read and write: the MLP's input after the
+# pre-MLP norm's gain, and the MLP's output (tl_nnsight_mapping's LlamaForCausalLM entry)
+MLP_HOOKS = ("mlp.hook_in", "mlp.hook_out")
+PLT, CLT = "transcoder_set", "cross_layer_transcoder"
+
+
+def spec(kind, activation, skip=False, max_feature_nodes=MAX_FEATURE_NODES, batch_size=BATCH_SIZE,
+         hooks=MLP_HOOKS) -> dict:
+    """One case's transcoders and attribute() settings."""
+    return dict(kind=kind, activation=activation, skip=skip, max_feature_nodes=max_feature_nodes,
+                batch_size=batch_size, hooks=hooks)
+
+
+CASES = {
+    "plt_relu": spec(kind=PLT, activation="relu"),
+    "plt_jumprelu_skip": spec(kind=PLT, activation="jump_relu", skip=True),
+    "clt_relu": spec(kind=CLT, activation="relu"),
+    "clt_jumprelu": spec(kind=CLT, activation="jump_relu"),
     # fewer feature nodes than active features: attribute() keeps those ranked first by influence on the logits
-    # (compute_partial_influences over the rows computed so far; one ranking here, since 200 <= 4 x batch_size)
-    "clt_relu_top200": ("cross_layer_transcoder", "relu", False, 200),
+    # (compute_partial_influences over the rows computed so far): one ranking here (200 <= 4 x batch size) ...
+    "clt_relu_top200": spec(kind=CLT, activation="relu", max_feature_nodes=200),
+    # ... and three here (queues of 4 x 32 = 128, re-ranked with the feature rows computed so far)
+    "clt_relu_top300_reranked": spec(kind=CLT, activation="relu", max_feature_nodes=300, batch_size=32),
     # reading the residual stream before the pre-MLP norm (hook_resid_mid) and writing the MLP's output
     # (hook_mlp_out): circuit-tracer's CrossLayerTranscoder defaults; the gradient then crosses the norm
-    "clt_relu_resid_mid": ("cross_layer_transcoder", "relu", False, MAX_FEATURE_NODES),
+    "clt_relu_resid_mid": spec(kind=CLT, activation="relu", hooks=("hook_resid_mid", "hook_mlp_out")),
 }
-HOOKS = {"clt_relu_resid_mid": ("hook_resid_mid", "hook_mlp_out")}  # case -> (input, output); others: below
-# where circuit-tracer's published Llama per-layer transcoders read and write: the MLP's input after the pre-MLP norm's
-# gain, and the MLP's output (tl_nnsight_mapping's LlamaForCausalLM entry)
-FEATURE_INPUT_HOOK, FEATURE_OUTPUT_HOOK = "mlp.hook_in", "mlp.hook_out"
 
 
 def write_tokenizer(folder: Path):
@@ -216,8 +228,8 @@ def run_case(out: Path, model_dir: Path, dictionary: dict, case: str, ids: list[
     from circuit_tracer.graph import compute_graph_scores, compute_node_influence, prune_graph
     from circuit_tracer.utils.create_graph_files import create_graph_files
 
-    kind, activation, skip, max_feature_nodes = CASES[case]
-    hooks = HOOKS.get(case, (FEATURE_INPUT_HOOK, FEATURE_OUTPUT_HOOK))
+    settings = CASES[case]
+    kind, activation, skip, hooks = settings["kind"], settings["activation"], settings["skip"], settings["hooks"]
     case_dir = out / case
     g = torch.Generator().manual_seed(seed + 1 + list(CASES).index(case))
     if kind == "transcoder_set":
@@ -230,8 +242,7 @@ def run_case(out: Path, model_dir: Path, dictionary: dict, case: str, ids: list[
         str(model_dir), transcoders, backend="nnsight", device=torch.device("cpu"), dtype=torch.float32
     )
     graph = attribute(
-        torch.tensor(ids), model, max_n_logits=MAX_N_LOGITS, desired_logit_prob=DESIRED_LOGIT_PROB, batch_size=64,
-        max_feature_nodes=max_feature_nodes,
+        torch.tensor(ids), model, max_n_logits=MAX_N_LOGITS, desired_logit_prob=DESIRED_LOGIT_PROB, batch_size=settings["batch_size"], max_feature_nodes=settings["max_feature_nodes"],
     )
     node_mask, edge_mask, cumulative_scores = prune_graph(graph, NODE_THRESHOLD, EDGE_THRESHOLD)
     replacement_score, completeness_score = compute_graph_scores(graph)
@@ -266,7 +277,8 @@ def run_case(out: Path, model_dir: Path, dictionary: dict, case: str, ids: list[
         "kind": kind,
         "activation": activation,
         "skip_connection": skip,
-        "max_feature_nodes": max_feature_nodes,
+        "max_feature_nodes": settings["max_feature_nodes"],
+        "batch_size": settings["batch_size"],
         "feature_input_hook": hooks[0],
         "feature_output_hook": hooks[1],
         "transcoders": "transcoders",

@@ -4,14 +4,14 @@ circuit-tracer pins transformers <= 4.57.3 and nnsight 0.6, so it lives in an en
 (packaging/circuit_tracer_env.sh, default /work/ctenv, or $CIRCUIT_TRACER_ENV). There,
 packaging/circuit_tracer_reference.py builds a small random float32 Llama and random transcoders in
 circuit-tracer's on-disk formats (per-layer ReLU, per-layer JumpReLU with a skip connection, cross-layer ReLU and
-JumpReLU, one with fewer feature nodes than active features, one reading hook_resid_mid) and runs circuit-tracer's
+JumpReLU, two with fewer feature nodes than active features, one reading hook_resid_mid) and runs circuit-tracer's
 attribute(), prune_graph() and compute_graph_scores() on its nnsight backend. This test runs the app's
 `python -m desktop_app graph` on the same model folder, transcoder folder and token ids, and checks: the same
 active features (and activations), the same logit targets and probabilities, the adjacency within 1e-4 of the
 largest reference edge, the same pruned nodes and links at circuit-tracer's default thresholds (0.8 / 0.98), and
 the same replacement and completeness scores (the JSON line `graph` prints last).
 
-    pytest -m reference tests/reference                                        (makes the reference, ~1 minute)
+    pytest -m reference tests/reference                                        (makes the reference too: minutes)
     CIRCUIT_TRACER_REFERENCE=/tmp/ct-ref pytest -m reference tests/reference   (reads one made beforehand)
 
 The app tested is the one this test imports (PYTHONPATH, or the current folder first under `python -m pytest`).
@@ -28,7 +28,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE_SCRIPT = REPO / "packaging" / "circuit_tracer_reference.py"
-CASES = ["plt_relu", "plt_jumprelu_skip", "clt_relu", "clt_jumprelu", "clt_relu_top200", "clt_relu_resid_mid"]
+CASES = ["plt_relu", "plt_jumprelu_skip", "clt_relu", "clt_jumprelu", "clt_relu_top200", "clt_relu_top300_reranked",
+         "clt_relu_resid_mid"]
 NODE_THRESHOLD, EDGE_THRESHOLD = 0.8, 0.98  # circuit-tracer's defaults
 ADJACENCY_RTOL = 1e-4  # of the largest reference edge
 PROBABILITY_ATOL = 1e-5
@@ -65,7 +66,7 @@ def run_app_graph(reference: Path, case: str, out: Path) -> tuple[Path, Path, di
     import desktop_app
 
     ids = json.loads((reference / "reference.json").read_text())["ids"]
-    max_feature_nodes = json.loads((reference / case / "summary.json").read_text())["max_feature_nodes"]
+    summary = json.loads((reference / case / "summary.json").read_text())
     graph_json, raw = out / "graph.json", out / "graph.safetensors"
     args = [
         sys.executable, "-m", "desktop_app", "graph", str(reference / "model"),
@@ -73,7 +74,9 @@ def run_app_graph(reference: Path, case: str, out: Path) -> tuple[Path, Path, di
         "--ids", ",".join(str(i) for i in ids),
         "--out", str(graph_json), "--raw", str(raw),
         "--node-threshold", str(NODE_THRESHOLD), "--edge-threshold", str(EDGE_THRESHOLD),
-        "--max-feature-nodes", str(max_feature_nodes), "--max-logits", "10", "--desired-logit-prob", "0.95",
+        "--max-feature-nodes", str(summary["max_feature_nodes"]),
+        "--batch-size", str(summary["batch_size"]),  # with a feature cap, it sets when attribute() re-ranks
+        "--max-logits", "10", "--desired-logit-prob", "0.95",
         "--dtype", "float32", "--device", "cpu",
     ]
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(Path(desktop_app.__file__).parents[1])}
@@ -176,6 +179,13 @@ def compare(reference: Path, case: str, app_json: Path, app_raw: Path, app_repor
 
     n_pos = len(ref["input_tokens"])
     ref_labels, app_labels = node_labels(ref, n_layers), node_labels(app, n_layers)
+    ref_selected = {label for label in ref_labels if label[0] == "feature"}
+    app_selected = {label for label in app_labels if label[0] == "feature"}
+    numbers.update(selected_features=len(ref_selected), app_selected_features=len(app_selected))
+    if ref_selected != app_selected and not (only_ref or only_app):
+        problems.append(f"selected features differ (max_feature_nodes): {len(ref_selected - app_selected)} only "
+                        f"circuit-tracer's (e.g. {sorted(ref_selected - app_selected)[:3]}), "
+                        f"{len(app_selected - ref_selected)} only the app's (e.g. {sorted(app_selected - ref_selected)[:3]})")
     numbers.update(nodes=len(ref_labels), app_nodes=app["adjacency"].shape[0])
     if app["adjacency"].shape != (len(app_labels),) * 2:
         problems.append(f"app adjacency {tuple(app['adjacency'].shape)} does not match its own node count "
@@ -269,6 +279,10 @@ def write_tiny_graph(folder: Path, error_id: str, mutate: str = "") -> tuple[Pat
         "node_mask": node_mask,
         "edge_mask": edge_mask,
     }
+    if mutate == "selected":  # feature (0, 1, 5) active but not among the graph's nodes (max_feature_nodes)
+        keep = [0, 2, 3, 4, 5, 6]
+        raw.update(selected_features=torch.tensor([0]), adjacency=adjacency[keep][:, keep],
+                   node_mask=node_mask[keep], edge_mask=edge_mask[keep][:, keep])
     save_file(raw, folder / "graph.safetensors")
     ids = ["0_3_1", "0_5_1", None, error_id, "E_1_0", "E_4_1", "2_7_1"]
     fields = [("cross layer transcoder", "0", 1, 3), ("cross layer transcoder", "0", 1, 5), None,
@@ -293,6 +307,7 @@ def write_tiny_graph(folder: Path, error_id: str, mutate: str = "") -> tuple[Pat
     ("logit", "logit targets [8] != circuit-tracer's [7]"),
     ("pruned", "pruned node sets differ"),
     ("score", "replacement_score 0.501000 != circuit-tracer's 0.500000"),
+    ("selected", "selected features differ (max_feature_nodes): 1 only circuit-tracer's (e.g. [('feature', 0, 1, 5)])"),
     ("duplicate id", "node id '0_3_1' names both ('feature', 0, 1, 3) and ('error', 0, 1, -1)"),
 ])
 def test_the_comparison_finds_each_difference(tmp_path, mutate, expected):

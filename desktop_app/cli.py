@@ -20,13 +20,16 @@ EPILOG = ("exit status: 0 success, 2 bad input (one line says which file and why
           "4 an output could not be written (one line names the path and the reason), 130 interrupted.")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with `only` (a command's name) that command's alone: each command module imports
+    what its options need (the dynamics, training, generation modules...), ~0.2-0.6 s for all of them, which
+    a run of one command should not pay."""
     from .commands.args import OneLineParser  # every subcommand's parser refuses in one line
 
     parser = OneLineParser(prog="python -m desktop_app", description="Transformer Explorer, headless.",
                            epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in COMMANDS:
+    for name in ((only,) if only in COMMANDS else COMMANDS):
         try:
             module = importlib.import_module(f"desktop_app.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -42,7 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(only=argv[0] if argv else None).parse_args(argv)
+    if args.command not in ("bench", "families"):  # a benchmark sets its own threads; families runs no model
+        from .threads import fit_torch_threads
+
+        fit_torch_threads()  # the cores free now, not every core (a busy machine: threads.py)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

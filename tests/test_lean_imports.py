@@ -61,3 +61,7 @@ def test_the_cli_path_imports_no_qt_nor_transformers(tmp_path, command):
     assert out["rc"] == 0
     assert f"desktop_app.commands.{command[0]}" in out["new"]
     assert _heavy(out["new"], NOT_IN_THE_CLI + HEAVY_AFTER_TORCH) == []
+    # the parser is the command's own: the other commands' modules (and what their options import) stay out
+    other_commands = [m for m in out["new"] if m.startswith("desktop_app.commands.")
+                      and m not in (f"desktop_app.commands.{command[0]}", "desktop_app.commands.args")]
+    assert other_commands == []

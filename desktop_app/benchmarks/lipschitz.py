@@ -134,7 +134,6 @@ def main(argv: list[str]) -> dict:
         if model_dir == RANDOM_GPT2:  # the CLI reads a folder: write the random model once, untimed
             model_dir = str(Path(tmp) / "model")
             save_model_folder(model, model_dir, loaded.tokenizer)
-        csv_path = str(Path(tmp) / "out.csv")
 
         # warm-ups, not timed: the first torch.func transform of a process costs ~1-2 s once
         with torch.no_grad():
@@ -146,7 +145,8 @@ def main(argv: list[str]) -> dict:
         whole_vals = ours = None
         ref_vals, ref_iters, rel_vals, rel_iters = [], [], [], []
         for r in range(args.repeat):
-            seconds, whole_vals = _whole_run(model_dir, args, csv_path)
+            # a CSV of its own per repeat: the command refuses to overwrite a file without --overwrite
+            seconds, whole_vals = _whole_run(model_dir, args, str(Path(tmp) / f"out-{r}.csv"))
             whole_s.append(seconds)
             with torch.no_grad():
                 t0 = time.perf_counter()

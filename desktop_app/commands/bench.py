@@ -1,13 +1,15 @@
 """`python -m desktop_app bench NAME [args]`: benchmarks that print ratios against a reference.
 
 Each benchmark is desktop_app/benchmarks/<name>.py with `main(argv) -> dict`; the dict is
-printed as one JSON line (keys name, ours_s, reference_s, speedup or ratio, ...).
+printed as one JSON line (keys name, ours_s, reference_s, speedup or ratio, ...); `bench quick` runs them
+all at a small size and prints one table.
 """
 from __future__ import annotations
 
 import argparse
 
-BENCHMARKS = ("load", "generation", "lipschitz", "training", "render", "startup", "dynamics", "memory", "scale")
+BENCHMARKS = ("load", "generation", "lipschitz", "training", "render", "startup", "dynamics", "memory", "scale", "busy",
+              "quick")
 
 
 def add_parser(sub) -> None:
@@ -22,5 +24,7 @@ def run(args) -> int:
     import json
 
     module = importlib.import_module(f"desktop_app.benchmarks.{args.name}")
-    print(json.dumps(module.main(args.rest)))
+    result = module.main(args.rest)
+    if result is not None:  # bench quick prints its own table
+        print(json.dumps(result))
     return 0

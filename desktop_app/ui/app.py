@@ -56,15 +56,12 @@ def demo_text(max_chars: int = 160) -> str:
 
 
 def leave_a_core_for_the_ui() -> None:
-    """Run torch's intra-op threads on all cores but one, so the UI thread stays responsive while a
-    model job runs (on a busy 2-core machine two spinning torch threads made every op ~50x slower).
-    An explicit OMP_NUM_THREADS wins."""
-    if os.environ.get("OMP_NUM_THREADS"):
-        return
-    import torch
+    """Run torch's intra-op threads on the cores free now but one, so the UI thread stays responsive while a
+    model job runs (on a busy 2-core machine two spinning torch threads made every op ~50x slower;
+    desktop_app.threads). An explicit OMP_NUM_THREADS wins."""
+    from ..threads import fit_torch_threads
 
-    cores = os.cpu_count() or 1
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), cores - 1)))
+    fit_torch_threads(reserve=1)
 
 
 def _needs_offscreen() -> bool:

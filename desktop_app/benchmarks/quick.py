@@ -1,0 +1,246 @@
+"""Every benchmark at a small size, one table: the guard against the next regression (issue 38).
+
+    python -m desktop_app bench quick [--only NAMES] [--record] [--recorded FILE]
+    python -m desktop_app bench quick --readme
+
+Each benchmark runs as a person runs it (`python -m desktop_app bench NAME ...` in a fresh process, so one
+benchmark's threads or memory never reach the next) at the small size given in RUNS; its JSON line gives
+one or more figures (FIGURES). The table prints each figure, its value, the target, the value last recorded
+in docs/benchmarks.json, and "WORSE" where it is more than 15% worse than that. A figure's value is a
+ratio against the benchmark's own reference in the same run (fps and milliseconds where the target is one).
+
+--record writes this run's values to docs/benchmarks.json (atomically), with the date, the commit and the
+load average: commit it with a message that says why the figures changed. --readme writes README.md's
+"Performance" section from docs/benchmarks.json (between its two marker lines), nothing run.
+The small sizes are not the README's full-size figures: they catch a regression, they do not state a result.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..commands.args import OneLineParser
+
+REPO = Path(__file__).resolve().parents[2]
+RECORDED = REPO / "docs" / "benchmarks.json"
+README = REPO / "README.md"
+SECTION_START = "<!-- performance: written by `python -m desktop_app bench quick --readme` from docs/benchmarks.json -->"
+SECTION_END = "<!-- performance: end -->"
+WORSE_BY = 0.15  # a figure more than 15% worse than recorded is marked
+DEMO = "{demo}"  # the demo model's folder, filled in at run time
+
+# benchmark -> its arguments at the small size (seconds each on a quiet 2-core machine)
+RUNS = {
+    "startup": ["--repeat", "1"],
+    "load": [DEMO, "--repeat", "3"],
+    "generation": ["--new", "8", "--repeat", "1", "--threads", "1"],
+    "training": ["--steps", "6", "--window", "2", "--rounds", "1", "--no-bf16", "--layers", "2"],
+    "lipschitz": [DEMO, "--lengths", "8,16,32", "--samples", "2", "--repeat", "1"],
+    "render": ["--tokens", "256", "--repeat", "5"],
+    "dynamics": ["--seconds", "1.5"],
+    "memory": [DEMO],
+    "scale": ["--shape", "tiny", "--tokens", "64", "--new", "8", "--repeat", "1"],
+    "busy": ["--steps", "60"],
+}
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str  # the table's row and the key in docs/benchmarks.json
+    bench: str
+    field: str  # dotted path into the benchmark's JSON line
+    target: float | None  # None: no target at this size (the demo model's memory is mostly the baseline's...)
+    higher_is_better: bool
+    unit: str = "x"
+
+    def value(self, result: dict) -> float:
+        v = result
+        for part in self.field.split("."):
+            v = v[part]
+        return float(v)
+
+    def meets(self, value: float) -> bool:
+        if self.target is None:
+            return True
+        return value >= self.target if self.higher_is_better else value <= self.target
+
+    def worse_than(self, value: float, recorded: float) -> bool:
+        """More than WORSE_BY worse than the recorded value."""
+        if self.higher_is_better:
+            return value < recorded * (1 - WORSE_BY)
+        return value > recorded * (1 + WORSE_BY)
+
+
+FIGURES = [
+    Figure("startup / bare imports", "startup", "paired_ratio", 1.3, False),
+    Figure("load speedup", "load", "speedup", 1.0, True),
+    Figure("generation speedup", "generation", "speedup", 1.0, True),
+    Figure("generation of bandwidth bound", "generation", "fraction_of_bandwidth_bound", 0.85, True, ""),
+    Figure("training speedup", "training", "speedup", 1.5, True),
+    # the 10x target is the full sweep's (lengths to 256, 5 samples); at this size process start-up is most of it
+    Figure("lipschitz whole run speedup", "lipschitz", "speedup_whole_run.median", None, True),
+    Figure("lipschitz sweep speedup", "lipschitz", "speedup", 10.0, True),
+    Figure("render head switch", "render", "ours_s", 0.1, False, "s"),
+    Figure("dynamics panel", "dynamics", "panel_fps", 30.0, True, "fps"),
+    Figure("memory: demo model's peak", "memory", "peak_mb", None, False, "MB"),
+    Figure("scale trace speedup", "scale", "trace_speedup", 1.0, True),
+    Figure("scale memory ratio", "scale", "memory_ratio", 1.0, False),
+    Figure("scale generation speedup", "scale", "generation_speedup", 1.2, True),
+    Figure("busy / quiet", "busy", "ratio", 2.5, False),
+]
+
+
+def run_benchmark(name: str, args: list[str]) -> tuple[dict | None, float, str]:
+    """(its JSON line, or None if it failed; seconds; the last line of its error output)."""
+    from ..paths import demo_model_dir
+
+    argv = [str(demo_model_dir()) if a == DEMO else a for a in args]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "desktop_app", "bench", name, *argv], capture_output=True,
+                          text=True, env=env, cwd=REPO)
+    seconds = time.perf_counter() - t0
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        return None, seconds, last[:200]
+    return json.loads(lines[-1]), seconds, ""
+
+
+def read_recorded(path: Path) -> dict:
+    """docs/benchmarks.json's figures {name: {"value": ...}}; {} when there is none yet."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["figures"]
+    except FileNotFoundError:
+        return {}
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        return f"{value * 1000:.1f} ms"
+    return f"{value:.3g}{'x' if unit == 'x' else (' ' + unit if unit else '')}"
+
+
+def _target(f: Figure) -> str:
+    if f.target is None:
+        return "-"
+    return ("≥ " if f.higher_is_better else "≤ ") + _fmt(f.target, f.unit)
+
+
+def table(values: dict[str, float | None], recorded: dict, errors: dict[str, str]) -> str:
+    """The printed table: one row per figure asked for."""
+    rows = [("figure", "value", "target", "recorded", "")]
+    for f in FIGURES:
+        if f.name not in values:
+            continue
+        v = values[f.name]
+        rec = recorded.get(f.name, {}).get("value")
+        mark = ""
+        if v is None:
+            mark = f"FAILED: {errors.get(f.bench, '')}"
+        elif rec is not None and f.worse_than(v, rec):
+            mark = f"WORSE (>{WORSE_BY:.0%} worse than recorded)"
+        elif not f.meets(v):
+            mark = "target not met"
+        rows.append((f.name, _fmt(v, f.unit), _target(f), _fmt(rec, f.unit), mark))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + ("  " + r[4] if r[4] else "")
+                     for r in rows).rstrip()
+
+
+def record(values: dict[str, float | None], path: Path) -> None:
+    """This run's values become the recorded ones (figures not run, or failed, keep theirs)."""
+    from ..core.files import atomic_write_text
+
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        old = {"figures": {}}
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or None
+    stamp = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit,
+             "load_average": round(os.getloadavg()[0], 2), "cpu_count": os.cpu_count()}
+    figures = dict(old.get("figures", {}))
+    for f in FIGURES:
+        if values.get(f.name) is not None:
+            figures[f.name] = {"value": round(values[f.name], 4), "target": f.target,
+                               "higher_is_better": f.higher_is_better, "unit": f.unit,
+                               "benchmark": f"bench {f.bench} " + " ".join("resources/demo-model" if a == DEMO else a
+                                                                           for a in RUNS[f.bench]), **stamp}
+    atomic_write_text(path, json.dumps({"about": "bench quick's last recorded values (small sizes); "
+                                                 "python -m desktop_app bench quick --record",
+                                        "figures": figures}, indent=1, ensure_ascii=False) + "\n")
+
+
+def performance_section(recorded: dict) -> str:
+    """README's "Performance" section body (between the markers) from the recorded figures."""
+    lines = ["`python -m desktop_app bench quick` runs every benchmark at a small size (aiming at 90 s on a quiet "
+             "2-core machine) and "
+             "compares each figure with the value recorded here (`--record` updates docs/benchmarks.json; this "
+             "section is written from it by `bench quick --readme`). Small sizes catch regressions; the full-size "
+             "figures are under Benchmarks below.", "",
+             "| Figure | Recorded | Target | Benchmark at the small size | When (load average) |", "|---|---|---|---|---|"]
+    for f in FIGURES:
+        r = recorded.get(f.name)
+        if r is None:
+            continue
+        lines.append(f"| {f.name} | {_fmt(r['value'], f.unit)} | {_target(f)} | `{r['benchmark']}` | "
+                     f"{r['date']}, {r['commit']} ({r['load_average']} on {r['cpu_count']} cores) |")
+    return "\n".join(lines)
+
+
+def write_readme_section(readme: Path, recorded: dict) -> None:
+    from ..core.files import atomic_write_text
+
+    text = readme.read_text(encoding="utf-8")
+    if text.count(SECTION_START) != 1 or text.count(SECTION_END) != 1:
+        raise ValueError(f"{readme}: needs one {SECTION_START!r} line and one {SECTION_END!r} line")
+    head, rest = text.split(SECTION_START)
+    _, tail = rest.split(SECTION_END)
+    atomic_write_text(readme, f"{head}{SECTION_START}\n{performance_section(recorded)}\n{SECTION_END}{tail}")
+
+
+def main(argv: list[str]) -> None:
+    p = OneLineParser(prog="python -m desktop_app bench quick")
+    p.add_argument("--only", help="comma-separated benchmarks (default: all: " + ", ".join(RUNS) + ")")
+    p.add_argument("--record", action="store_true", help="write this run's values to docs/benchmarks.json")
+    p.add_argument("--recorded", default=str(RECORDED), help="the recorded values' file (default docs/benchmarks.json)")
+    p.add_argument("--readme", action="store_true", help="write README.md's Performance section from the recorded "
+                                                         "values and exit (nothing run)")
+    args = p.parse_args(argv)
+    recorded_path = Path(args.recorded)
+    if args.readme:
+        write_readme_section(README, read_recorded(recorded_path))
+        print(f"wrote {README}'s Performance section from {recorded_path}")
+        return None
+    names = list(RUNS) if not args.only else [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in RUNS]
+    if unknown:
+        raise ValueError(f"--only: unknown benchmark {unknown[0]!r} (benchmarks: {', '.join(RUNS)})")
+    recorded = read_recorded(recorded_path)
+    values: dict[str, float | None] = {}
+    errors: dict[str, str] = {}
+    total = time.perf_counter()
+    for name in names:
+        result, seconds, error = run_benchmark(name, RUNS[name])
+        errors[name] = error
+        print(f"bench {name}: {seconds:.1f} s" + (f" FAILED ({error})" if result is None else ""), file=sys.stderr,
+              flush=True)
+        for f in FIGURES:
+            if f.bench == name:
+                values[f.name] = f.value(result) if result is not None else None
+    total = time.perf_counter() - total
+    print(table(values, recorded, errors))
+    print(f"{len(names)} benchmarks in {total:.0f} s; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    if args.record:
+        record(values, recorded_path)
+        print(f"recorded in {recorded_path}")
+    return None

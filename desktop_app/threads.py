@@ -1,0 +1,61 @@
+"""How many cores torch may use, and how its threads wait: chosen for the cores really available.
+
+A workstation always has something else running. torch's CPU ops are OpenMP parallel regions whose
+threads meet at the end of each op; by default a thread that arrives first spins, so when another
+process holds the core its partner needs, every op waits out a scheduler slice: the lectures' motif run
+took 5x its quiet time beside two busy neighbours on 2 cores, and a Lipschitz sweep 30 s instead of 9.
+Two remedies, both here:
+  * OpenMP's wait policy PASSIVE: a waiting thread sleeps instead of spinning, so it never takes a
+    core from the thread it waits for. libgomp reads it once, when torch is imported: `passive_waits`
+    runs at the package's import, before anything imports torch (desktop_app/__init__.py).
+  * torch's thread count = the cores this process may run on (its CPU affinity) less those other
+    processes are busy on now (the kernel's count of runnable tasks), at least 1.
+An explicit OMP_NUM_THREADS / OMP_WAIT_POLICY (or torch.set_num_threads by the caller) wins.
+"""
+from __future__ import annotations
+
+import os
+
+
+def passive_waits() -> None:
+    """OpenMP threads sleep while they wait (effective only before torch is first imported)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity mask, e.g. under taskset or a container's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def busy_elsewhere() -> int:
+    """Tasks running or runnable right now other than this process's one thread (/proc/stat's
+    procs_running; 0 where it cannot be read). Instantaneous, unlike the load average, which trails a
+    change by a minute."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("procs_running "):
+                    return max(0, int(line.split()[1]) - 1)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def fair_thread_count(reserve: int = 0) -> int:
+    """Cores free for torch: available less busy elsewhere less `reserve` (a core kept for a UI), >= 1."""
+    return max(1, available_cores() - busy_elsewhere() - reserve)
+
+
+def fit_torch_threads(reserve: int = 0) -> int | None:
+    """torch.set_num_threads(fair_thread_count(reserve)), unless OMP_NUM_THREADS says otherwise;
+    returns the count set (None when left alone)."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return None
+    import torch
+
+    n = min(torch.get_num_threads(), fair_thread_count(reserve))
+    torch.set_num_threads(n)
+    return n

@@ -1,0 +1,50 @@
+"""desktop_app.threads: torch's threads fit the cores free now, and OpenMP threads sleep while they wait."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from desktop_app import threads
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("cores, running_elsewhere, reserve, expected", [
+    (2, 0, 0, 2), (2, 1, 0, 1), (2, 2, 0, 1), (16, 3, 0, 13), (16, 3, 1, 12), (1, 0, 1, 1)])
+def test_the_thread_count_is_the_cores_not_busy_elsewhere(monkeypatch, cores, running_elsewhere, reserve, expected):
+    monkeypatch.setattr(threads, "available_cores", lambda: cores)
+    monkeypatch.setattr(threads, "busy_elsewhere", lambda: running_elsewhere)
+    assert threads.fair_thread_count(reserve) == expected
+
+
+def test_fit_torch_threads_sets_torch_and_an_explicit_omp_num_threads_wins(monkeypatch):
+    n = torch.get_num_threads()
+    monkeypatch.setattr(threads, "fair_thread_count", lambda reserve=0: 1)
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        torch.set_num_threads(2)
+        assert threads.fit_torch_threads() == 1 and torch.get_num_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        torch.set_num_threads(2)
+        assert threads.fit_torch_threads() is None and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(n)
+
+
+def test_busy_elsewhere_reads_the_kernels_count_of_running_tasks():
+    assert 0 <= threads.busy_elsewhere() < 10_000
+    assert threads.available_cores() >= 1
+
+
+def test_importing_the_package_sets_a_passive_wait_before_torch_unless_the_user_chose():
+    code = "import os, desktop_app, sys; print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env["PYTHONPATH"] = str(REPO)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["PASSIVE", "False"]  # set, and torch (libgomp reads it when loaded) not yet imported
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split()[0] == "ACTIVE"

@@ -152,6 +152,7 @@ class ModelConfig:
     shared_input_norm: bool = False  # parallel_residual with one norm n: x + attn(n(x)) + mlp(n(x)) (GPT-J, Phi-2)
     residual_multiplier: float | None = None  # x + r * sublayer(...) at every residual add (Granite); None: 1
     qk_norm_across_heads: bool = False  # qk_norm over all heads' q (and k) at once, before the split (OLMo 2)
+    lm_head_bias: bool = False  # the linear unembedding adds a bias per token (GPT-J's and Phi-2's lm_head.bias)
     # -- images (ViT). input_kind "patches": the model reads pixel values [B, C, H, W] of square
     # image_size images, cut by a Conv2d (kernel = stride = patch_size) into one token per patch
     # after a learned [CLS] token; context_length is then 1 + (image_size // patch_size) ** 2.
@@ -343,6 +344,9 @@ class ModelConfig:
         check(isinstance(self.qk_norm_across_heads, bool),
               f"qk_norm_across_heads must be true or false, got {self.qk_norm_across_heads!r}")
         check(not self.qk_norm_across_heads or self.qk_norm, "qk_norm_across_heads needs qk_norm")
+        check(isinstance(self.lm_head_bias, bool), f"lm_head_bias must be true or false, got {self.lm_head_bias!r}")
+        check(not self.lm_head_bias or (self.lm_head and self.lm_head_kind == "linear" and not self.is_encoder_decoder),
+              "lm_head_bias is the bias of a decoder's linear language-model head")
         check(self.residual_multiplier is None or (is_real(self.residual_multiplier) and self.residual_multiplier > 0),
               f"residual_multiplier must be a positive finite number or null, got {self.residual_multiplier!r}")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
@@ -383,6 +387,7 @@ class ModelConfig:
         positions = (self.context_length + self.position_offset) * d if self.positions == "learned" else 0
         head = self.vocab_size * d if self.lm_head and not (self.tie_embeddings and self.input_kind == "tokens") else 0
         head += (d * d + 3 * d) if self.lm_head_kind == "mlm" else 0
+        head += self.vocab_size if self.lm_head_bias else 0
         if self.is_encoder_decoder:  # a decoder stack with cross-attention, its positions and norms
             cross = d * (q + 2 * kv) + q * d + (q + 2 * kv + d) * bool(self.attention_bias) + 2 * d
             layer_count = self.n_layers * layer + self.n_decoder_layers * (layer + cross)

@@ -322,7 +322,8 @@ def _activation(trace: Trace, iv: Intervention) -> torch.Tensor:
 class Attribution:
     """Direct contributions to one token's logit at one position. rows: (component, layer, head);
     layer/head -1 where they do not apply. Components: embed, head (W_O,h z_h), attn_bias (W_O's
-    bias), mlp, final_norm_bias. Their sum is the logit (up to float rounding)."""
+    bias), mlp, final_norm_bias, logits_bias (the unembedding's own). Their sum is the logit (up to float
+    rounding)."""
     position: int
     token_id: int
     logit: float
@@ -445,6 +446,9 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
     if bias_part is not None:
         comps.append("final_norm_bias"), layers.append(-1), heads.append(-1)
         vals.append(bias_part)
+    if model.lm_head.bias is not None:  # GPT-J, Phi-2: the unembedding's own bias
+        comps.append("logits_bias"), layers.append(-1), heads.append(-1)
+        vals.append(float(model.lm_head.bias[token_id].detach()))
     logit = float(trace["logits"][0, position, token_id])
     return Attribution(position, token_id, logit, comps, np.array(layers), np.array(heads), np.array(vals),
                        head_table, mlp)

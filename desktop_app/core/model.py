@@ -776,7 +776,7 @@ class Transformer(ModelBase):
                 self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
             elif cfg.lm_head_kind == "classifier":  # ViT: a linear layer with bias on [CLS]
                 self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.lm_head_bias)
             if cfg.tie_embeddings:
                 self.lm_head.weight = self.tok_embed.weight
         if cfg.pooler_size:  # ViTModel's pooler: tanh(dense([CLS] after the final norm))
@@ -896,7 +896,7 @@ class Transformer(ModelBase):
         if cfg.lm_head_kind == "mlm":
             h = self.mlm_norm(F.gelu(self.mlm_dense(h)))
             return self.lm_head(h) + self.lm_bias
-        logits = linear(self.lm_head, h, self.lm_head.weight)
+        logits = linear(self.lm_head, h, self.lm_head.weight, self.lm_head.bias)
         if cfg.final_logit_softcap is not None:
             logits = torch.tanh(logits / cfg.final_logit_softcap) * cfg.final_logit_softcap
         return logits

@@ -104,6 +104,13 @@ def test_the_placement_switches_are_validated_in_one_line(kw, says):
         ModelConfig.gpt2(**kw)
 
 
+def test_an_unembedding_bias_is_only_a_linear_heads():
+    with pytest.raises(ConfigError, match="lm_head_bias is the bias of a decoder's linear language-model head"):
+        ModelConfig.bert(lm_head_bias=True)  # the MLM head has its own bias (lm_bias)
+    with pytest.raises(ConfigError, match="lm_head_bias is the bias of a decoder's linear language-model head"):
+        ModelConfig.gpt2(lm_head_bias=True, lm_head=False)
+
+
 @pytest.mark.parametrize("kw", [dict(norm_placement="output"), dict(residual_multiplier=0.5)])
 def test_an_encoder_decoder_refuses_the_placements_its_blocks_do_not_have(kw):
     with pytest.raises(ConfigError, match="an encoder-decoder has no output-only norms or residual multiplier"):

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ConfigError, ModelConfig
-from . import (bart, bert, distilbert, gemma3_text, gpt2, gpt_neo, gpt_neox, llama, marian, mistral, olmo2, opt, qwen2,
-               qwen3, roberta, t5, vit)
+from . import (bart, bert, distilbert, gemma3_text, gpt2, gpt_neo, gpt_neox, gptj, llama, marian, mistral, olmo2, opt,
+               qwen2, qwen3, roberta, t5, vit)
 from .base import (IDENTITY, TRANSPOSE, Conversion, Family, ModelLoadError, Weight,  # noqa: F401 (the API)
                    fused, weight)
 
@@ -23,7 +23,7 @@ REGISTRY: dict[str, Family] = {f.model_type: f for f in (gpt2.FAMILY, bert.FAMIL
                                                            qwen2.FAMILY, qwen3.FAMILY, mistral.FAMILY,
                                                            gemma3_text.FAMILY, vit.FAMILY, t5.FAMILY,
                                                            marian.FAMILY, bart.FAMILY,
-                                                           olmo2.FAMILY)}
+                                                           olmo2.FAMILY, gptj.FAMILY)}
 
 
 # transformers' encoder-decoder (sequence-to-sequence) model_types: an encoder and a decoder with

@@ -189,7 +189,7 @@ class ModelConfig:
     relative_buckets: int = 0
     relative_max_distance: int = 128  # T5 relative_attention_max_distance: farther offsets share a bucket
     sinusoidal_layout: str = "interleaved"
-    # a fixed bias added to the logits (BART / Marian final_logits_bias), stored with the weights
+    # a fixed bias added to the logits (BART / Marian final_logits_bias; GPT-J's and Phi-2's lm_head.bias), stored with the weights
     final_logits_bias: bool = False
     # the last hidden state is multiplied by this before the unembedding (T5 v1.0: d_model ** -0.5); None: 1
     lm_head_scale: float | None = None
@@ -442,6 +442,7 @@ class ModelConfig:
         positions = (self.context_length + self.position_offset) * d if self.positions == "learned" else 0
         head = self.vocab_size * d if self.lm_head and not (self.tie_embeddings and self.input_kind == "tokens") else 0
         head += (d * d + 3 * d) if self.lm_head_kind == "mlm" else 0
+        head += self.vocab_size if self.final_logits_bias else 0
         if self.is_encoder_decoder:  # a decoder stack with cross-attention, its positions and norms
             cross = d * (q + 2 * kv) + q * d + (q + 2 * kv + d) * bool(self.attention_bias) + 2 * d
             layer_count = self.n_layers * layer + self.n_decoder_layers * (layer + cross)

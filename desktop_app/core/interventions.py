@@ -555,6 +555,9 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
     if bias_part is not None:
         comps.append("final_norm_bias"), layers.append(-1), heads.append(-1)
         vals.append(bias_part)
+    if cfg.final_logits_bias:  # GPT-J, Phi-2: the unembedding's own bias
+        comps.append("logits_bias"), layers.append(-1), heads.append(-1)
+        vals.append(float(model.lm_bias[token_id].detach()))
     logit = float(trace["logits"][0, position, token_id])
     return Attribution(position, token_id, logit, comps, np.array(layers), np.array(heads), np.array(vals),
                        head_table, mlp, experts if E else None)

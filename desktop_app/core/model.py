@@ -803,7 +803,7 @@ class Transformer(ModelBase):
                 self.mlm_dense = nn.Linear(cfg.d_model, cfg.d_model)
                 self.mlm_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
                 self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-            elif cfg.lm_head_kind == "classifier" or cfg.final_logits_bias:  # ViT on [CLS]; Phi's head bias
+            elif cfg.lm_head_kind == "classifier" or cfg.final_logits_bias:  # ViT on [CLS]; GPT-J's and Phi's head bias
                 self.lm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
             self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
             if cfg.tie_embeddings:

@@ -3,9 +3,9 @@ plus cross-attention, one class for every family, behaviour by ModelConfig switc
 
 The encoder is n_layers bidirectional Blocks (model.Block); the decoder is n_decoder_layers causal
 Blocks with a cross-attention sublayer between their self-attention and their MLP, reading the
-encoder's output (Block(cfg, cross_attention=True), Hugging Face's T5Block.layer shape). Both stacks share the token embedding;
-T5's relative position bias comes from a [buckets, heads] table per stack (the first layer's, in
-Hugging Face's files) and is added to every layer's scores.
+encoder's output (Block(cfg, cross_attention=True), Hugging Face's T5Block.layer shape). Both
+stacks share the token embedding; T5's relative position bias comes from a [buckets, heads] table per
+stack (the first layer's, in Hugging Face's files) and is added to every layer's scores.
 
 Trace names (trace.py's, with a stack prefix; l = layer):
     encoder.embed, encoder.blocks.l.attn.pattern [B, H, S, S], encoder.blocks.l.attn.z, .attn.out,
@@ -14,8 +14,8 @@ Trace names (trace.py's, with a stack prefix; l = layer):
     decoder.blocks.l.cross_attn.input, .cross_attn.q, .cross_attn.pattern [B, H, T, S],
     .cross_attn.z [B, H, T, d_head], .cross_attn.head_out, .cross_attn.out, decoder.blocks.l.resid_cross
     (the residual stream after cross-attention), decoder.blocks.l.logit_lens, decoder.final_norm.out, logits
-Every name but q, pattern, head_out, logit_lens, final_norm.out and logits is an activation point (trace.point):
-what it records is also where the interventions edit (core/interventions.py).
+Every name but q, pattern, head_out, logit_lens, final_norm.out and logits is an activation point
+(trace.point): what it records is also where the interventions edit (core/interventions.py).
 """
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ConfigError, ModelConfig
-from . import (bart, bert, bloom, distilbert, gemma, gemma2, gemma3_text, gpt2, gpt_neo, gpt_neox, granite, llama,
-               marian, mistral, mixtral, olmo, olmo2, olmoe, opt, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe,
+from . import (bart, bert, bloom, distilbert, gemma, gemma2, gemma3_text, gpt2, gpt_neo, gpt_neox, gptj, granite,
+               llama, marian, mistral, mixtral, olmo, olmo2, olmoe, opt, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe,
                roberta, smollm3, stablelm, t5, vit)
 from .base import (IDENTITY, TRANSPOSE, Conversion, Family, ModelLoadError, Weight,  # noqa: F401 (the API)
                    fused, weight)
@@ -22,8 +22,8 @@ REGISTRY: dict[str, Family] = {f.model_type: f for f in (
     gpt2.FAMILY, bert.FAMILY, llama.FAMILY, gpt_neox.FAMILY, gpt_neo.FAMILY, opt.FAMILY, roberta.FAMILY,
     distilbert.FAMILY, qwen2.FAMILY, qwen3.FAMILY, mistral.FAMILY, gemma3_text.FAMILY, vit.FAMILY, t5.FAMILY,
     marian.FAMILY, bart.FAMILY, gemma.FAMILY, gemma2.FAMILY, phi3.FAMILY, stablelm.FAMILY, olmo.FAMILY,
-    smollm3.FAMILY, granite.FAMILY, bloom.FAMILY, phi.FAMILY, olmo2.FAMILY, mixtral.FAMILY, qwen3_moe.FAMILY,
-    qwen2_moe.FAMILY, olmoe.FAMILY)}
+    smollm3.FAMILY, granite.FAMILY, bloom.FAMILY, phi.FAMILY, olmo2.FAMILY, gptj.FAMILY, mixtral.FAMILY,
+    qwen3_moe.FAMILY, qwen2_moe.FAMILY, olmoe.FAMILY)}
 
 
 # transformers' encoder-decoder (sequence-to-sequence) model_types: an encoder and a decoder with

@@ -1,0 +1,123 @@
+"""GPT-J: GPTJModel / GPTJForCausalLM. A parallel block with ONE input norm (shared_input_norm:
+x + attn(ln_1(x)) + mlp(ln_1(x))), partial rotary on the first rotary_dim dims of each head, no attention
+biases, a biased MLP and a biased unembedding (final_logits_bias: lm_head.bias).
+
+GPT-J rotates interleaved pairs of dims (2i, 2i + 1) (rotate_every_two); the model here rotates halves
+(i, i + r/2) with the same frequency for pair i. So the rows of q_proj and k_proj are permuted on
+reading (dim 2i of each head's rotating part to i, 2i + 1 to r/2 + i) and back on writing: q and k move
+together, every score q . k is the same sum (transformers' convert_llama_weights_to_hf permutes Meta's
+interleaved checkpoints the same way). Recorded attn.q holds its rotating dims in that order.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from ..config import ModelConfig
+from .base import (ANY, HF_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, hf_dtype, preset_of, required,
+                   weight)
+
+preset = preset_of(dict(family="gptj", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
+                        positions="rotary", parallel_residual=True, shared_input_norm=True, causal=True,
+                        attention_bias=False, mlp_bias=True, final_logits_bias=True, final_norm=True,
+                        tie_embeddings=False, norm_eps=1e-5))
+
+_ACTIVATIONS = {k: v for k, v in HF_ACTIVATIONS.items() if v != "swiglu"}  # GPT-J's MLP is ungated
+
+
+def _rotating(t: torch.Tensor, cfg: ModelConfig) -> tuple[torch.Tensor, int]:
+    """t [H * d_head, ...] as [H, d_head, rest], and the number of rotating dims r of each head."""
+    return t.reshape(t.shape[0] // cfg.d_head, cfg.d_head, -1), int(cfg.d_head * cfg.rotary_fraction)
+
+
+def _pairs_to_halves(t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
+    x, r = _rotating(t, cfg)
+    rot = x[:, :r].reshape(x.shape[0], r // 2, 2, -1).transpose(1, 2).reshape(x.shape[0], r, -1)
+    return [torch.cat([rot, x[:, r:]], 1).reshape(t.shape)]
+
+
+def _halves_to_pairs(parts: list[torch.Tensor], cfg: ModelConfig) -> torch.Tensor:
+    t = parts[0]
+    x, r = _rotating(t, cfg)
+    rot = x[:, :r].reshape(x.shape[0], 2, r // 2, -1).transpose(1, 2).reshape(x.shape[0], r, -1)
+    return torch.cat([rot, x[:, r:]], 1).reshape(t.shape)
+
+
+# q_proj / k_proj rows: GPT-J's interleaved rotary pairs <-> the halves the model rotates
+PAIRS_TO_HALVES = Conversion("pairs_to_halves", _pairs_to_halves, _halves_to_pairs)
+
+
+def config_from_hf(d: dict, path: Path) -> ModelConfig:
+    need = required(d, path)
+    act = _ACTIVATIONS.get(d.get("activation_function", "gelu_new"))
+    if act is None:
+        raise ModelLoadError(path, f"unsupported activation_function {d.get('activation_function')!r}")
+    hidden, heads, rotary = need("n_embd"), need("n_head"), d.get("rotary_dim", 64)
+    if not isinstance(hidden, int) or not isinstance(heads, int) or heads <= 0 or hidden % heads:
+        raise ModelLoadError(path, f"n_embd {hidden!r} is not a multiple of n_head {heads!r}")
+    if not isinstance(rotary, int) or isinstance(rotary, bool) or not 0 < rotary <= hidden // heads:
+        # transformers rotates hidden_size dims without one, which only fits a one-head model
+        raise ModelLoadError(path, f"rotary_dim must be a positive integer up to the head width {hidden // heads}, "
+                                   f"got {rotary!r}")
+    fraction = rotary / (hidden // heads)
+    if int(hidden // heads * fraction) != rotary:  # e.g. 30 / 44 * 44 is 29.999...: one step up gives 30 back
+        fraction = math.nextafter(fraction, 1.0)
+    eos, lm_head = d.get("eos_token_id"), FAMILY.has_lm_head(d)
+    return preset(
+        vocab_size=need("vocab_size"), d_model=hidden, n_layers=need("n_layer"), n_heads=heads,
+        d_ff=d.get("n_inner") or 4 * hidden, context_length=d.get("n_positions", 2048), activation=act,
+        norm_eps=d.get("layer_norm_epsilon", 1e-5), rotary_fraction=fraction,
+        tie_embeddings=bool(d.get("tie_word_embeddings", False)), lm_head=lm_head, final_logits_bias=lm_head,
+        dtype=hf_dtype(d),
+        bos_token_id=d.get("bos_token_id"), eos_token_id=eos[0] if isinstance(eos, list) else eos)
+
+
+def config_to_hf(cfg: ModelConfig) -> dict:
+    return {"n_embd": cfg.d_model, "n_layer": cfg.n_layers, "n_head": cfg.n_heads, "n_inner": cfg.d_ff,
+            "n_positions": cfg.context_length, "rotary_dim": int(cfg.d_head * cfg.rotary_fraction),
+            "activation_function": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
+            "layer_norm_epsilon": cfg.norm_eps, "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout,
+            "attn_pdrop": cfg.dropout, "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id}
+
+
+def weights(cfg: ModelConfig) -> list[Weight]:
+    table = [weight("wte.weight", "tok_embed.weight")]
+    for i in range(cfg.n_layers):
+        b, h = f"blocks.{i}.", f"h.{i}."
+        table += [weight(h + "ln_1.weight", b + "norm1.weight"), weight(h + "ln_1.bias", b + "norm1.bias"),
+                  weight(h + "attn.q_proj.weight", b + "attn.q.weight", PAIRS_TO_HALVES),
+                  weight(h + "attn.k_proj.weight", b + "attn.k.weight", PAIRS_TO_HALVES),
+                  weight(h + "attn.v_proj.weight", b + "attn.v.weight"),
+                  weight(h + "attn.out_proj.weight", b + "attn.o.weight"),
+                  weight(h + "mlp.fc_in.weight", b + "mlp.up.weight"), weight(h + "mlp.fc_in.bias", b + "mlp.up.bias"),
+                  weight(h + "mlp.fc_out.weight", b + "mlp.down.weight"),
+                  weight(h + "mlp.fc_out.bias", b + "mlp.down.bias")]
+    table += [weight("ln_f.weight", "final_norm.weight"), weight("ln_f.bias", "final_norm.bias")]
+    if cfg.lm_head:
+        if not cfg.tie_embeddings:
+            table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
+        table.append(weight("lm_head.bias", "lm_bias", outside_prefix=True))
+    return table
+
+
+# partial rotary (rotary_dim), the one shared input norm, the biased unembedding; no attention biases
+SWITCHES = {"positions": ("rotary",), "activation": ("gelu", "gelu_tanh", "relu"), "parallel_residual": (True,),
+            "shared_input_norm": (True,), "attention_bias": (False,), "final_logits_bias": (True, False),
+            "rotary_fraction": ANY}
+
+
+def requires(cfg: ModelConfig) -> list[str]:
+    if cfg.final_logits_bias != cfg.lm_head:
+        return [f"final_logits_bias {cfg.final_logits_bias!r}: GPTJForCausalLM's unembedding always has a bias"]
+    return []
+
+
+FAMILY = Family(
+    model_type="gptj", title="GPT-J (decoder, parallel residual with one norm, partial interleaved RoPE)",
+    decoder=True, architectures=("GPTJModel", "GPTJForCausalLM"), prefixes=("", "transformer."), probe="wte.weight",
+    config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+    structural=("n_embd", "n_layer", "n_head", "n_inner", "n_positions", "rotary_dim", "activation_function",
+                "layer_norm_epsilon"),
+    weights=weights, preset=preset, switches=SWITCHES, requires=requires, trainable=False)

@@ -66,3 +66,38 @@ def test_ablating_an_expert_and_attributing_to_experts(qtbot, mixtral_dir, isola
         assert not torch.allclose(after[0], before[0])  # the first token had chosen it
     finally:
         win.close()
+
+
+def test_the_layers_panel_shows_routing_and_expert_load(qtbot, mixtral_dir, tmp_path, isolated_user_files,
+                                                        error_watch):
+    win, state = open_window(qtbot, mixtral_dir, text=TEXT, watch=error_watch)
+    try:
+        panel = click_panel_tab(qtbot, win, "Layers")
+        qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
+        _click_tab(qtbot, panel.tabs, "Routing")
+        panel.set_depth(2)  # after block 1: block 1's router
+        hm = panel.widgets["routing"]
+        probs = torch.softmax(state.trace["blocks.1.mlp.router"][0].float(), -1).numpy()
+        assert hm.values.shape == (len(TEXT), 8) and abs(hm.values - probs).max() < 1e-6
+        assert "block L1" in hm.plot.titleLabel.text
+        win.grab().save(str(tmp_path / "routing.png"))  # looked at when the view was made
+        _click_tab(qtbot, panel.tabs, "Expert load")
+        load = panel.widgets["expert-load"].values
+        chosen = state.trace["blocks.0.mlp.experts"][0].flatten()
+        assert load.shape == (2, 8) and abs(load[0, 3] - float((chosen == 3).sum()) / chosen.numel()) < 1e-9
+    finally:
+        win.close()
+    # a dense model has no router: the two views say so
+    from desktop_app.core.checkpoints import new_model
+    tok = char_tokenizer("abcdefghijklmnopqrstuvwxyz .")
+    dense = REGISTRY["llama"].preset(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=4, d_ff=32,
+                                     context_length=64)
+    save_model_folder(new_model(dense, seed=0), tmp_path / "dense", tokenizer=tok)
+    win, state = open_window(qtbot, tmp_path / "dense", text=TEXT, watch=error_watch)
+    try:
+        panel = click_panel_tab(qtbot, win, "Layers")
+        qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
+        _click_tab(qtbot, panel.tabs, "Routing")
+        assert "not a mixture of experts" in panel.widgets["routing"].plot.titleLabel.text
+    finally:
+        win.close()

@@ -37,6 +37,8 @@ class LayersResult:
     cosine: np.ndarray  # [D, T, T]
     mean_cosine: np.ndarray  # [D]
     cross_norms: np.ndarray | None = None  # [L, H, T]: an encoder-decoder decoder's cross-attention heads
+    router_probs: np.ndarray | None = None  # [L, T, E]: a mixture of experts' router probabilities
+    expert_load: np.ndarray | None = None  # [L, E]: the share of each layer's routing choices per expert
 
 
 ENCODER_LENS = ("the encoder's stream is not read by the language-model head (the decoder's is): "
@@ -80,7 +82,20 @@ def compute_layers(trace, model=None, tokenizer=None, job=None, stack: str | Non
         problem = str(exc)
     return LayersResult([label for _, label in depths], np.linalg.norm(x, axis=-1), head, mlp, ids, probs, strings,
                         problem, analysis.pca_over_depth(trace, stages=stages), cos,
-                        np.array([analysis.mean_off_diagonal(c) for c in cos.astype(np.float64)]), cross)
+                        np.array([analysis.mean_off_diagonal(c) for c in cos.astype(np.float64)]), cross,
+                        *_routing(trace, n_layers))
+
+
+def _routing(trace, n_layers: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """A mixture of experts' router probabilities [L, T, E] (softmax of blocks.l.mlp.router) and expert load
+    [L, E] (the share of blocks.l.mlp.experts' choices per expert over the text); (None, None) without them."""
+    if "blocks.0.mlp.router" not in trace or "blocks.0.mlp.experts" not in trace:
+        return None, None
+    probs = np.stack([trace[f"blocks.{l}.mlp.router"][0].float().softmax(-1).numpy() for l in range(n_layers)])
+    E = probs.shape[-1]
+    counts = np.stack([np.bincount(trace[f"blocks.{l}.mlp.experts"][0].flatten().numpy(), minlength=E)
+                       for l in range(n_layers)]).astype(np.float64)
+    return probs, counts / counts.sum(-1, keepdims=True)
 
 
 def _head_norms(trace, n_layers: int) -> np.ndarray | None:
@@ -157,6 +172,28 @@ def compute_component_norms(data: LayersData, state: LayersViewState) -> Heatmap
     return HeatmapResult(np.zeros((1, 1)), [""], [""], title="component outputs were not recorded")
 
 
+NOT_A_MIXTURE = "this model is not a mixture of experts: it has no router"
+
+
+def compute_routing(data: LayersData, state: LayersViewState) -> HeatmapResult:
+    """Each token's router probabilities over the experts, in the block whose output is the chosen depth
+    (depth 0, the embedding: block 0)."""
+    probs = data.result.router_probs
+    if probs is None:
+        return HeatmapResult(np.zeros((1, 1)), [""], [""], title=NOT_A_MIXTURE)
+    layer = min(max(state.depth - 1, 0), len(probs) - 1)
+    return HeatmapResult(probs[layer], data.tokens, [f"E{e}" for e in range(probs.shape[-1])], levels=(0.0, 1.0),
+                         title=f"Router probabilities per token, block L{layer}")
+
+
+def compute_expert_load(data: LayersData, state: LayersViewState) -> HeatmapResult:
+    load = data.result.expert_load
+    if load is None:
+        return HeatmapResult(np.zeros((1, 1)), [""], [""], title=NOT_A_MIXTURE)
+    return HeatmapResult(load, [f"L{l}" for l in range(len(load))], [f"E{e}" for e in range(load.shape[-1])],
+                         title="Expert load: share of each layer's routing choices over the text")
+
+
 def compute_logit_lens(data: LayersData, state: LayersViewState) -> LensResult:
     res = data.result
     if res.lens_ids is None:
@@ -184,4 +221,10 @@ VIEWS: tuple[View, ...] = (
     View("logit-lens", "Logit lens", (), compute_logit_lens, widget="logit-lens"),
     View("pca", "PCA", ("depth",), compute_pca, "{view}-{depth_name}", widget="pca"),
     View("cosine", "Cosine similarity", ("depth",), compute_cosine, "{view}-{depth_name}", widget="cosine"),
+    # a mixture of experts' routing (core/moe.py)
+    View("routing", "Routing", ("depth",), compute_routing, "{view}-{depth_name}",
+         axes=("token", "expert", "router probability"), rows="tokens",
+         heatmap_options=dict(colormap="viridis", col_tokens=False)),
+    View("expert-load", "Expert load", (), compute_expert_load, axes=("layer", "expert", "share of routing"),
+         heatmap_options=dict(colormap="inferno", annotate_max_cells=400, row_tokens=False, col_tokens=False)),
 )

@@ -307,7 +307,10 @@ class LayersPanel(ViewTablePanel):
         "tokens) or the decoder's ([start] + the target's tokens). Each decoder block has three depths: after "
         "its self-attention (L<i>l</i> self), after its cross-attention, which reads the encoder's output "
         "(L<i>l</i> cross), and after its MLP (L<i>l</i>); its components include each cross-attention head "
-        "(cross <i>h</i>). The logit lens is the decoder's (the encoder's stream is not read by the head).")
+        "(cross <i>h</i>). The logit lens is the decoder's (the encoder's stream is not read by the head).<br>"
+        "<b>Mixtures of experts</b> (Mixtral, Qwen-MoE, OLMoE): <b>Routing</b>: each token's router probabilities "
+        "softmax(W<sub>router</sub> x) over the experts, in the block at the chosen depth (it runs its top-k); "
+        "<b>Expert load</b>: the share of each layer's routing choices that went to each expert over the text.")
 
     VIEW_TABLE = layers_views.VIEWS  # the views as data (core.views.layers)
     VIEW_STATE = LayersViewState

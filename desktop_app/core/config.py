@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # rmsnorm_offset: Gemma's RMSNorm, weight applied as (1 + w) (stored zero-centred), all in float32;
-# layernorm_plain: LayerNorm without weight or bias (OLMo's non-parametric norm)
-NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset", "layernorm_plain")
+# layernorm_plain: LayerNorm without weight or bias (OLMo's non-parametric norm); layernorm_nobias: with a
+# weight only (Cohere)
+NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset", "layernorm_plain", "layernorm_nobias")
 PLACEMENTS = ("pre", "post")
 # swiglu: silu(gate) * up (LLaMA, Qwen, Mistral); geglu: gelu_tanh(gate) * up (Gemma, T5 v1.1 gated-gelu);
 # silu: ungated silu(up) (Marian's "swish")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ConfigError, ModelConfig
-from . import (bart, bert, bloom, cohere, distilbert, gemma, gemma2, gemma3_text, gpt2, gpt_neo, gpt_neox, granite, llama, marian, mistral, olmo, opt, phi, phi3, qwen2, qwen3,
+from . import (bart, bert, bloom, cohere, distilbert, falcon, gemma, gemma2, gemma3_text, gpt2, gpt_neo, gpt_neox, granite, llama, marian, mistral, olmo, opt, phi, phi3, qwen2, qwen3,
                roberta, smollm3, stablelm, t5, vit)
 from .base import (IDENTITY, TRANSPOSE, Conversion, Family, ModelLoadError, Weight,  # noqa: F401 (the API)
                    fused, weight)
@@ -27,7 +27,7 @@ REGISTRY: dict[str, Family] = {f.model_type: f for f in (gpt2.FAMILY, bert.FAMIL
                                                            phi3.FAMILY, stablelm.FAMILY,
                                                            olmo.FAMILY, smollm3.FAMILY, granite.FAMILY,
                                                            bloom.FAMILY, phi.FAMILY,
-                                                           cohere.FAMILY)}
+                                                           cohere.FAMILY, falcon.FAMILY)}
 
 
 # transformers' encoder-decoder (sequence-to-sequence) model_types: an encoder and a decoder with

@@ -5,15 +5,17 @@ both ways, ONE weight-name table (read for loading, walked backwards for saving)
 training builder starts from, and what it can do here. checkpoints.py reads and writes folders
 through these records and knows no family by name.
 
-Adding a family = one module here defining FAMILY, one line in REGISTRY, one parity test.
+Adding a family = one module here defining FAMILY, one line in REGISTRY, and its parity case file
+tests/parity/family_cases/<model_type>.py (the test generated over REGISTRY fails without it).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..config import ConfigError, ModelConfig
-from . import (bart, bert, bloom, cohere, distilbert, falcon, gemma, gemma2, gemma3_text, gpt2, gpt_neo, gpt_neox, granite, llama, marian, mistral, olmo, opt, phi, phi3, qwen2, qwen3,
-               roberta, smollm3, stablelm, t5, vit)
+from . import (bart, bert, bloom, cohere, distilbert, falcon, gemma, gemma2, gemma3_text, gpt2, gpt_neo, gpt_neox,
+               granite, llama, marian, mistral, olmo, opt, phi, phi3, qwen2, qwen3, roberta, smollm3, stablelm, t5,
+               vit)
 from .base import (IDENTITY, TRANSPOSE, Conversion, Family, ModelLoadError, Weight,  # noqa: F401 (the API)
                    fused, weight)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ModelConfig
-from . import llama_like
 from .base import ANY, SHARED_NORM, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
 from .rope import rope_block, rope_fields, rope_to_hf
 

@@ -321,7 +321,8 @@ def _activation(trace: Trace, iv: Intervention) -> torch.Tensor:
 class Attribution:
     """Direct contributions to one token's logit at one position. rows: (component, layer, head);
     layer/head -1 where they do not apply. Components: embed, head (W_O,h z_h), attn_bias (W_O's
-    bias), mlp, final_norm_bias. Their sum is the logit (up to float rounding)."""
+    bias), mlp, final_norm_bias, logits_bias (a decoder head's bias: Phi). Their sum is the logit (up to float
+    rounding)."""
     position: int
     token_id: int
     logit: float
@@ -379,6 +380,9 @@ def check_additive(cfg, what: str) -> None:
                          "do not add up")
     if cfg.final_logit_softcap is not None:
         raise ValueError(f"{what}: the logit soft-cap is not linear, logits are not a sum of contributions")
+    if cfg.residual_multiplier is not None:
+        raise ValueError(f"{what}: the residual multiplier scales each sublayer's output after its heads' shares "
+                         "are recorded, so heads do not add up")
 
 
 def direct_logit_function(model, resid: torch.Tensor, token_id: int):
@@ -441,6 +445,8 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
     if bias_part is not None:
         comps.append("final_norm_bias"), layers.append(-1), heads.append(-1)
         vals.append(bias_part)
+    if cfg.final_logits_bias:  # Phi's head bias (analysis.py's term of the same name for encoder-decoders)
+        comps.append("logits_bias"), layers.append(-1), heads.append(-1), vals.append(float(model.lm_bias.detach()[token_id]))
     logit = float(trace["logits"][0, position, token_id])
     return Attribution(position, token_id, logit, comps, np.array(layers), np.array(heads), np.array(vals),
                        head_table, mlp)

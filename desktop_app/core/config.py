@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # rmsnorm_offset: Gemma's RMSNorm, weight applied as (1 + w) (stored zero-centred), all in float32;
-# layernorm_plain: LayerNorm without weight or bias (OLMo's non-parametric norm)
-NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset", "layernorm_plain")
+# layernorm_plain: LayerNorm without weight or bias (OLMo's non-parametric norm); layernorm_nobias: with a
+# weight only (Cohere)
+NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset", "layernorm_plain", "layernorm_nobias")
 # pre: a norm on each sublayer's input (GPT-2, LLaMA); post: on the stream after each residual add (BERT);
 # output: on each sublayer's output before its residual add, none on its input (OLMo 2)
 PLACEMENTS = ("pre", "post", "output")

@@ -375,9 +375,9 @@ def _activation(trace: Trace, iv: Intervention) -> torch.Tensor:
 class Attribution:
     """Direct contributions to one token's logit at one position. rows: (component, layer, head);
     layer/head -1 where they do not apply. Components: embed, head (W_O,h z_h), attn_bias (W_O's
-    bias), mlp, final_norm_bias. Their sum is the logit (up to float rounding). A mixture of experts'
-    MLP term comes split: one "expert" row per expert the token chose (its id in the head column) and,
-    Qwen2-MoE's, a "shared_expert" row; `mlp` still holds each layer's total."""
+    bias), mlp, final_norm_bias, logits_bias (a decoder head's bias: GPT-J, Phi). Their sum is the logit (up to
+    float rounding). A mixture of experts' MLP term comes split: one "expert" row per expert the token chose (its
+    id in the head column) and, Qwen2-MoE's, a "shared_expert" row; `mlp` still holds each layer's total."""
     position: int
     token_id: int
     logit: float
@@ -439,6 +439,9 @@ def check_additive(cfg, what: str) -> None:
                          "stream adds (scaled after them); not supported yet")
     if cfg.final_logit_softcap is not None:
         raise ValueError(f"{what}: the logit soft-cap is not linear, logits are not a sum of contributions")
+    if cfg.residual_multiplier is not None:
+        raise ValueError(f"{what}: the residual multiplier scales each sublayer's output after its heads' shares "
+                         "are recorded, so heads do not add up")
 
 
 def direct_logit_function(model, resid: torch.Tensor, token_id: int):

@@ -61,6 +61,8 @@ def make_norm(cfg: ModelConfig, d: int | None = None) -> nn.Module:
         return OffsetRMSNorm(d, cfg.norm_eps)
     if cfg.norm == "layernorm_plain":  # OLMo: no weight, no bias
         return nn.LayerNorm(d, eps=cfg.norm_eps, elementwise_affine=False)
+    if cfg.norm == "layernorm_nobias":  # Cohere: a weight, no bias
+        return nn.LayerNorm(d, eps=cfg.norm_eps, bias=False)
     return nn.LayerNorm(d, eps=cfg.norm_eps)
 
 

@@ -40,3 +40,11 @@ def test_the_lipschitz_lab_refuses_the_residual_multiplier_in_one_line(tmp_path)
     with pytest.raises(ValueError, match=r"^the residual multiplier \(residual_multiplier 0.22, granite\)") as err:
         lip.layer_map(load_model_folder(tmp_path).model, 1)
     assert "\n" not in str(err.value)
+
+
+def test_direct_logit_attribution_refuses_the_residual_multiplier_in_one_line(tmp_path):
+    from desktop_app.core.interventions import direct_logit_attribution
+
+    granite()().save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"^direct logit attribution: the residual multiplier"):
+        direct_logit_attribution(load_model_folder(tmp_path), [5, 6, 7], 2, 4)

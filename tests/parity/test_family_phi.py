@@ -40,3 +40,16 @@ def test_qk_layernorm_is_refused_by_name(tmp_path):
 def test_lipschitz_on_a_phi_layer(tmp_path):
     differences = check_lipschitz_and_heads(phi(), tmp_path, bilinear=True)
     assert max(differences.values()) < 1e-6, differences
+
+
+def test_direct_logit_attribution_adds_up_with_the_head_bias(tmp_path):
+    """Phi's LM head has a bias: it is one of the terms, and the terms sum to the logit."""
+    from desktop_app.core.interventions import direct_logit_attribution
+
+    torch.manual_seed(0)
+    phi()().save_pretrained(tmp_path)
+    loaded = load_model_folder(tmp_path)
+    ids = torch.randint(3, 97, (9,)).tolist()
+    attribution = direct_logit_attribution(loaded, ids, 8, 5)
+    assert "logits_bias" in attribution.components
+    assert abs(float(attribution.contributions.sum()) - attribution.logit) < 1e-4

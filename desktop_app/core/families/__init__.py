@@ -5,16 +5,17 @@ both ways, ONE weight-name table (read for loading, walked backwards for saving)
 training builder starts from, and what it can do here. checkpoints.py reads and writes folders
 through these records and knows no family by name.
 
-Adding a family = one module here defining FAMILY, one line in REGISTRY, one parity test.
+Adding a family = one module here defining FAMILY, one line in REGISTRY, and its parity case file
+tests/parity/family_cases/<model_type>.py (the test generated over REGISTRY fails without it).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..config import ConfigError, ModelConfig
-from . import (bart, bert, bloom, distilbert, gemma, gemma2, gemma3_text, gpt2, gpt_neo, gpt_neox, gptj, granite,
-               llama, marian, mistral, mixtral, olmo, olmo2, olmoe, opt, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe,
-               roberta, smollm3, stablelm, t5, vit)
+from . import (bart, bert, bloom, cohere, distilbert, falcon, gemma, gemma2, gemma3_text, gpt2, gpt_neo, gpt_neox,
+               gptj, granite, llama, marian, mistral, mixtral, olmo, olmo2, olmoe, opt, phi, phi3, qwen2, qwen2_moe,
+               qwen3, qwen3_moe, roberta, smollm3, stablelm, t5, vit)
 from .base import (IDENTITY, TRANSPOSE, Conversion, Family, ModelLoadError, Weight,  # noqa: F401 (the API)
                    fused, weight)
 
@@ -23,7 +24,7 @@ REGISTRY: dict[str, Family] = {f.model_type: f for f in (
     distilbert.FAMILY, qwen2.FAMILY, qwen3.FAMILY, mistral.FAMILY, gemma3_text.FAMILY, vit.FAMILY, t5.FAMILY,
     marian.FAMILY, bart.FAMILY, gemma.FAMILY, gemma2.FAMILY, phi3.FAMILY, stablelm.FAMILY, olmo.FAMILY,
     smollm3.FAMILY, granite.FAMILY, bloom.FAMILY, phi.FAMILY, olmo2.FAMILY, gptj.FAMILY, mixtral.FAMILY,
-    qwen3_moe.FAMILY, qwen2_moe.FAMILY, olmoe.FAMILY)}
+    qwen3_moe.FAMILY, qwen2_moe.FAMILY, olmoe.FAMILY, cohere.FAMILY, falcon.FAMILY)}
 
 
 # transformers' encoder-decoder (sequence-to-sequence) model_types: an encoder and a decoder with

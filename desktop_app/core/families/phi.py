@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from ..config import ModelConfig
-from . import llama_like
-from .base import ANY, Conversion, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+from .base import ANY, SHARED_NORM, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
 from .rope import rope_block, rope_fields, rope_to_hf
 
 preset = preset_of(dict(family="phi", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
@@ -23,16 +20,6 @@ preset = preset_of(dict(family="phi", norm="layernorm", norm_placement="pre", ac
 HF_DEFAULTS = {"layer_norm_eps": 1e-5, "tie_word_embeddings": False, "max_position_embeddings": 2048,
                "hidden_act": "gelu_new", "qk_layernorm": False, "bos_token_id": 1, "eos_token_id": 2}
 TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
-
-
-def _shared(parts: list[torch.Tensor], cfg: ModelConfig) -> torch.Tensor:
-    if parts[0] is not parts[1] and parts[0].device.type != "meta" and not torch.equal(parts[0], parts[1]):
-        raise ValueError("the two norms of a parallel block differ: a Phi layer has one (input_layernorm)")
-    return parts[0]
-
-
-# input_layernorm -> the parallel block's norm1 and norm2 (one tensor, read twice); written back once
-SHARED_NORM = Conversion("one norm for both", lambda t, cfg: [t, t], _shared)
 
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:

@@ -491,3 +491,15 @@ def test_a_dictionary_trained_on_the_demo_model_explains_80_percent_at_l0_32(dem
     print(f"held-out tokens {len(held_out)}: variance explained {fve:.4f}, mean L0 {l0:.1f}")
     assert fve >= 0.80 and l0 <= 32
     assert summary["variance_explained"] == pytest.approx(fve, abs=0.02)
+
+
+@pytest.mark.skipif(__import__("os").name == "nt", reason="symbolic links need privileges on Windows")
+def test_a_dictionary_file_linking_outside_its_folder_is_refused(tmp_path):
+    """Issue 41: sae_weights.safetensors as a link to a file elsewhere is refused, as a model folder's is."""
+    elsewhere = _saelens_folder(tmp_path / "elsewhere", _tensors(), CFG)
+    folder = tmp_path / "sae"
+    folder.mkdir()
+    (folder / "cfg.json").write_text(json.dumps(CFG), encoding="utf-8")
+    (folder / "sae_weights.safetensors").symlink_to(elsewhere / "sae_weights.safetensors")
+    with pytest.raises(DictionaryError, match="outside the dictionary's folder"):
+        load_dictionary(folder)

@@ -290,6 +290,15 @@ def _cfg_hook_out(cfg: dict) -> str | None:
     return None
 
 
+def _check_inside(folder: Path, f: Path) -> None:
+    """A file of the folder that is a link leading outside it is refused (the rule of every folder the
+    app reads, model folders' included: links stay inside it)."""
+    if f.is_symlink():
+        real = f.resolve()
+        if not real.is_relative_to(folder.resolve()):
+            _fail(f, f"a link to {real}, outside the dictionary's folder; refused (its files must lie inside it)")
+
+
 def load_dictionary(folder: str | Path, hook: str | None = None) -> SparseDictionary:
     """Open a dictionary folder (SAELens or Gemma Scope, see the module docstring); `hook` overrides
     the hook its files name (and is needed where they name none)."""
@@ -300,6 +309,8 @@ def load_dictionary(folder: str | Path, hook: str | None = None) -> SparseDictio
         _fail(folder, "no such folder (a dictionary is a folder with cfg.json and sae_weights.safetensors, or "
                       "Gemma Scope's params.npz)")
     cfg_path = folder / CFG_FILE
+    for f in (cfg_path, folder / WEIGHTS_FILE, *(folder / n for n in GEMMA_SCOPE_FILES)):
+        _check_inside(folder, f)
     cfg = _read_json(cfg_path) if cfg_path.is_file() else {}
     weights_path = folder / WEIGHTS_FILE
     if weights_path.is_file():

@@ -189,10 +189,22 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         raise _write_error(path, exc) from exc
-    except BaseException:
+    except BaseException as exc:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+        if type(exc).__name__ == "SafetensorError":  # safetensors' own I/O error (a full disk): a write failure
+            raise _safetensors_write_error(path, exc) from exc
         raise
+
+
+def _safetensors_write_error(path: Path, exc: BaseException) -> WriteError:
+    """safetensors' error text (Rust's 'IoError(Os { code: 28, ... message: "No space left on device" })')
+    as a WriteError: the OS's message and errno when it carries them."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    m = re.search(r'code: (\d+).*?message: "([^"]*)"', text)
+    if m:
+        return WriteError(path, m.group(2), int(m.group(1)))
+    return WriteError(path, text)
 
 
 def is_own_folder(folder: str | Path) -> bool:

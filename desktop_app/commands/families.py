@@ -6,8 +6,15 @@ import json
 
 def family_rows() -> list[dict]:
     from ..core.families import REGISTRY
-    return [{"model_type": f.model_type, "title": f.title, "kind": "decoder" if f.decoder else "encoder",
+    return [{"model_type": f.model_type, "title": f.title, "kind": family_kind(f),
              "architectures": list(f.architectures), "trainable": f.trainable} for f in REGISTRY.values()]
+
+
+def family_kind(family) -> str:
+    """encoder-decoder (T5, BART, Marian: both stacks), decoder or encoder."""
+    if getattr(family, "encoder_decoder", False):
+        return "encoder-decoder"
+    return "decoder" if family.decoder else "encoder"
 
 
 def add_parser(sub) -> None:
@@ -24,5 +31,5 @@ def run(args) -> int:
     width = max(len(r["model_type"]) for r in rows)
     for r in rows:
         trained = "trainable here" if r["trainable"] else "load only"
-        print(f"{r['model_type']:<{width}}  {r['kind']:<7}  {trained:<14}  {r['title']}")
+        print(f"{r['model_type']:<{width}}  {r['kind']:<15}  {trained:<14}  {r['title']}")
     return 0

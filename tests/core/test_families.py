@@ -64,12 +64,13 @@ def test_cli_families_lists_exactly_the_registry(capsys):
     for r in rows:
         family = REGISTRY[r["model_type"]]
         assert r["title"] == family.title
-        assert r["kind"] == ("decoder" if family.decoder else "encoder")
+        assert r["kind"] == ("encoder-decoder" if family.encoder_decoder else "decoder" if family.decoder else "encoder")
         assert r["trainable"] == family.trainable
     assert cli_main(["families"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == list(REGISTRY)
     assert lines[list(REGISTRY).index("bert")].split()[1] == "encoder"
+    assert lines[list(REGISTRY).index("t5")].split()[1] == "encoder-decoder"  # issue 41: it said "decoder"
 
 
 def test_model_panel_family_names_are_the_registry_titles():

@@ -424,6 +424,18 @@ def run_of(path: str | Path | None) -> tuple[Path, int | None] | None:
     return (repo, None) if repo is not None else None
 
 
+def check_step_path(path: str | Path) -> None:
+    """KeptStepError (one line) when `path` is a run's kept step (RUN/checkpoints/step-N) whose folder is a
+    link leading out of the run: opened by its path (the last session, Recent), it is refused as --step is."""
+    from ..core.training.timeline import kept_step_at
+
+    run = run_of(path)
+    if run is not None and run[1] is not None:
+        k = kept_step_at(run[0], Path(path))
+        if k.refused:
+            raise KeptStepError(path, k.refused)
+
+
 def _hf_repo(run_dir: str | Path) -> Path | None:
     """The Hugging Face cache repository folder (models--org--name) `run_dir` is, or holds as a snapshot;
     None for a training run folder or any other folder."""

@@ -7,10 +7,15 @@ import json
 def family_rows() -> list[dict]:
     """One row a family; kind: "encoder-decoder" (T5, BART, Marian), "decoder" (a causal LM) or "encoder"."""
     from ..core.families import REGISTRY
-    return [{"model_type": f.model_type, "title": f.title,
-             "kind": "encoder-decoder" if f.encoder_decoder else "decoder" if f.decoder else "encoder",
-             "architectures": list(f.architectures), "trainable": f.trainable, "moe": f.moe}
-            for f in REGISTRY.values()]
+    return [{"model_type": f.model_type, "title": f.title, "kind": family_kind(f), "moe": f.moe,
+             "architectures": list(f.architectures), "trainable": f.trainable} for f in REGISTRY.values()]
+
+
+def family_kind(family) -> str:
+    """encoder-decoder (T5, BART, Marian: both stacks), decoder or encoder."""
+    if getattr(family, "encoder_decoder", False):
+        return "encoder-decoder"
+    return "decoder" if family.decoder else "encoder"
 
 
 def add_parser(sub) -> None:

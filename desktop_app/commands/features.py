@@ -122,6 +122,9 @@ def run_train_sae(args) -> int:
     from ..core.training import TrainControl
     from ..core.training.sae import SAE_STATE_FILE, resumed_sae_config, sae_config_from, train_sae
 
+    if getattr(args, "precision", None) not in (None, "float32"):  # not silently ignored
+        raise ValueError(f"--precision {args.precision}: a sparse dictionary trains in float32 here (its weights "
+                         "and the model's activations read in float32); drop --precision")
     values = dict(vars(args))
     if values.get("device") in (None, "auto"):
         values["device"] = "cpu"

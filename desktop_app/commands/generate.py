@@ -111,6 +111,10 @@ def run(args) -> int:
     tokenizer = loaded.tokenizer
     if loaded.config.causal:
         stops = parse_token_ids(args.stop_ids, "--stop-ids") if args.stop_ids is not None else None
+        bad = [t for t in stops or () if not 0 <= t < loaded.config.vocab_size]
+        if bad:  # a stop token the model can never produce would silently never stop it
+            raise ValueError(f"--stop-ids {bad[0]} is not a token of {loaded.path}'s vocabulary "
+                             f"(0 to {loaded.config.vocab_size - 1})")
         ids, session = generate(loaded, prompt, args.max_new, settings, seed=args.seed, stop_tokens=stops,
                                 interventions=edits)
         gen = session.generated()

@@ -59,7 +59,8 @@ def run(args) -> int:
         raise ValueError(f"--text is measured by {', '.join(TEXT_METRICS)} only, not {args.metric}")
     check_output_file(args.csv, args.overwrite)  # refused or unwritable now, not after the steps
     for k in timeline_at(args.run_dir).missing():
-        print(f"note: {k.path}: kept step {k.step} has been deleted; skipped", file=sys.stderr)
+        print(f"note: {k.path}: kept step {k.step} " + (f"is {k.refused}" if k.refused else "has been deleted")
+              + "; skipped", file=sys.stderr)
     result = scrub(args.run_dir, args.metric, sequences=args.sequences, seed=args.seed,
                    layers=None if args.layer is None else [args.layer], text=args.text)
     write_csv(args.csv, COLUMNS, result.rows())

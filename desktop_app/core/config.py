@@ -403,6 +403,14 @@ class ModelConfig:
                   "window or rotary positions here")
             check(self.norm_placement != "output" and self.residual_multiplier is None,
                   "an encoder-decoder has no output-only norms or residual multiplier here")
+            check(self.positions != "none" or self.relative_buckets >= 1,  # T5: its only position information
+                  f"relative_buckets (relative_attention_num_buckets) must be at least 1 for an encoder-decoder "
+                  f"without position embeddings (T5), got {self.relative_buckets}")
+            for name in ("decoder_start_token_id", "pad_token_id"):  # rows of the embedding the decoder reads
+                value = getattr(self, name)
+                check(value is None or 0 <= value < self.vocab_size,
+                      f"{name} {value:,} is not a token of the {self.vocab_size:,}-token vocabulary (0 to "
+                      f"{self.vocab_size - 1:,})" if value is not None else "")
         else:
             check(self.relative_buckets == 0, "relative position buckets are for encoder-decoders (T5) only")
         for name in ("num_experts", "shared_expert_d_ff"):

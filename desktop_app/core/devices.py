@@ -92,10 +92,33 @@ def cuda_memory_cap(device: torch.device | str = "cuda") -> int | None:
         return None
 
 
+# a container's memory limit and use (cgroup v2, then v1): the kernel kills a process that passes the limit,
+# however much MemAvailable the machine reports
+CGROUP_MEMORY = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                 ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
+
+
+def cgroup_memory_left() -> int | None:
+    """Bytes this process's memory cgroup still allows (its limit less its use); None without a limit."""
+    for limit_file, used_file in CGROUP_MEMORY:
+        try:
+            with open(limit_file, encoding="ascii") as f:
+                limit = f.read().strip()
+            with open(used_file, encoding="ascii") as f:
+                used = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or not limit.isdigit() or int(limit) >= 2**60:  # v1's "no limit" is a huge number
+            return None
+        return max(int(limit) - used, 0)
+    return None
+
+
 def available_memory(device: torch.device | str = "cpu") -> int | None:
     """Bytes a new allocation may use: on CUDA the card's free memory, and no more than this process's
     cap (set_per_process_memory_fraction, which mem_get_info does not know) less what it has allocated;
-    else the system's MemAvailable (/proc/meminfo), else its physical memory; None when unknown."""
+    else the system's MemAvailable (/proc/meminfo), no more than the container's memory limit allows
+    (cgroup_memory_left), else its physical memory; None when unknown."""
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.is_available():
         try:
@@ -106,13 +129,17 @@ def available_memory(device: torch.device | str = "cpu") -> int | None:
         if cap is not None:
             free = min(free, max(cap - int(torch.cuda.memory_allocated(device)), 0))
         return free
+    cgroup = cgroup_memory_left()
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    free = int(line.split()[1]) * 1024
+                    return free if cgroup is None else min(free, cgroup)
     except (OSError, ValueError, IndexError):
         pass
+    if cgroup is not None:
+        return cgroup
     import os
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

@@ -197,10 +197,22 @@ def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         raise _write_error(path, exc) from exc
-    except BaseException:
+    except BaseException as exc:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+        if type(exc).__name__ == "SafetensorError":  # safetensors' own I/O error (a full disk): a write failure
+            raise _safetensors_write_error(path, exc) from exc
         raise
+
+
+def _safetensors_write_error(path: Path, exc: BaseException) -> WriteError:
+    """safetensors' error text (Rust's 'IoError(Os { code: 28, ... message: "No space left on device" })')
+    as a WriteError: the OS's message and errno when it carries them."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    m = re.search(r'code: (\d+).*?message: "([^"]*)"', text)
+    if m:
+        return WriteError(path, m.group(2), int(m.group(1)))
+    return WriteError(path, text)
 
 
 def is_own_folder(folder: str | Path) -> bool:
@@ -749,17 +761,19 @@ def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
 MAX_ARRAY_BYTES = 2**31  # an array file the app reads (matrices, an image) is small; 2 GB is far beyond
 
 
-def check_array_file(path: str | Path, max_bytes: int = MAX_ARRAY_BYTES) -> None:
-    """Read the headers of a .npy file, or of each array in an .npz archive, before numpy reads the
-    arrays: refuse (ValueError naming the file) an array whose header claims more than `max_bytes`,
-    or that holds Python objects (pickle, never loaded). A file that is not such an archive passes
-    here and is refused by numpy.load as before."""
+def check_array_file(path: str | Path, max_bytes: int = MAX_ARRAY_BYTES) -> dict[str, tuple]:
+    """Read the headers of a .npy file, or of each array in an .npz archive (compressed or not), before
+    numpy reads the arrays: refuse (ValueError naming the file) an array whose header claims more than
+    `max_bytes`, or that holds Python objects (pickle, never loaded). Returns name -> (shape, dtype) of
+    the arrays whose headers were read ("" for a .npy), for the caller's own checks before reading them.
+    A file that is not such an archive passes here and is refused by numpy.load as before."""
     import zipfile
 
     import numpy as np
     from numpy.lib import format as npy
 
     path = Path(path)
+    headers: dict[str, tuple] = {}
 
     def check(f, name: str) -> None:
         try:
@@ -771,6 +785,7 @@ def check_array_file(path: str | Path, max_bytes: int = MAX_ARRAY_BYTES) -> None
         what = f"{path}: {'array ' + repr(name) + ' ' if name else ''}"
         if dtype.hasobject:
             raise ValueError(f"{what}holds Python objects (pickle), which the app never loads")
+        headers[name] = (tuple(int(n) for n in shape), dtype)
         size = int(np.prod(shape, dtype=object)) * dtype.itemsize
         if size > max_bytes:
             from .devices import human_bytes
@@ -788,4 +803,5 @@ def check_array_file(path: str | Path, max_bytes: int = MAX_ARRAY_BYTES) -> None
             with open(path, "rb") as f:
                 check(f, "")
     except (OSError, zipfile.BadZipFile, EOFError):
-        return  # unreadable: numpy.load's caller says so in its own words
+        pass  # unreadable: numpy.load's caller says so in its own words
+    return headers

@@ -26,6 +26,9 @@ SPIECE_UNDERLINE = "▁"
 _STYLES = ("t5", "llama", "gemma", "marian")
 
 
+MAX_EXTRA_IDS = 1 << 16  # a T5 tokenizer_config.json's extra_ids (<extra_id_N> sentinels) read at most
+
+
 class SentencePieceError(ValueError):
     """A SentencePiece file that cannot be used; `path` names it (load_tokenizer_folder raises it as a
     TokenizerError)."""
@@ -342,6 +345,10 @@ def load_sentencepiece_folder(folder: Path, config: dict, specials: dict[str, st
         defaults = {"eos": "</s>", "unk": "<unk>", "pad": "<pad>"}
         extra = config.get("extra_ids", 100)
         extra = extra if type(extra) is int and extra >= 0 else 100
+        if extra > MAX_EXTRA_IDS:  # each is a token kept in memory: refused before any is made
+            where = folder / "tokenizer_config.json"
+            raise SentencePieceError(f"{where}: extra_ids {extra:,} is more sentinel tokens than any T5 tokenizer "
+                                     f"has (T5's: 100; at most {MAX_EXTRA_IDS:,} are read)", where)
         added = {size + extra - 1 - i: f"<extra_id_{i}>" for i in range(extra)}  # T5: <extra_id_0> last
         eos_appended = True
     else:

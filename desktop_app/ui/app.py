@@ -93,6 +93,15 @@ def _will_use_xcb() -> bool:
     return bool(os.environ.get("DISPLAY")) and not os.environ.get("WAYLAND_DISPLAY")
 
 
+def display_problem() -> str | None:
+    """The one line to say when there is no display to open the window on (Linux, DISPLAY and
+    WAYLAND_DISPLAY unset, no Qt platform chosen): Qt would abort with a core dump."""
+    if not _needs_offscreen() or os.environ.get("QT_QPA_PLATFORM", "").strip() not in ("", "xcb", "wayland"):
+        return None
+    return ("no display to open the window on (DISPLAY and WAYLAND_DISPLAY are unset): run it in a desktop "
+            "session, or use --screenshot FILE.png, or the command line (python -m desktop_app --help)")
+
+
 def missing_xcb_packages(load=None) -> list[tuple[str, str]]:
     """(library, package) for each library of the xcb plugin that cannot be loaded."""
     import ctypes
@@ -305,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication as _QApplication
 
-    if _QApplication.instance() is None and (problem := xcb_problem()) is not None:
+    if _QApplication.instance() is None and (problem := display_problem() or xcb_problem()) is not None:
         return _fail(problem)  # before QApplication: Qt would abort the process with its generic message
 
     from PySide6.QtWidgets import QApplication

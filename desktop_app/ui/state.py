@@ -27,6 +27,9 @@ def _load(path: str, device: str, dtype: str | None, text: str) -> tuple[LoadedM
     from ..core.inputs import InputError
     from ..core.training.trainer import run_sample_text
 
+    from ..app.timeline import check_step_path
+
+    check_step_path(path)  # a kept step's folder linking out of its run is not opened as that step
     loaded = load_model_file(path, device=device, dtype=dtype or "auto")
     if loaded.config.input_kind == "patches":  # a ViT reads images: the text box is not its input
         return loaded, None

@@ -174,3 +174,16 @@ def test_train_task_sae_pauses_resumes_stops_and_goes_on_with_resume(tmp_path, c
     assert main(["train", "--task", "sae", "--steps", str(at + 9), "--d-sae", "64", "--resume", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "d_sae 32, not 64" in err and sae_checkpoint_step(out) == at + 5
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_train_task_sae_refuses_a_precision_it_would_ignore(tmp_path, capsys, precision):
+    """Issue 41: --precision bfloat16 / float16 on train --task sae gave float32 weights without a word."""
+    text = tmp_path / "t.txt"
+    text.write_text("Alice was beginning to get very tired. " * 20, encoding="utf-8")
+    out = tmp_path / "sae"
+    assert main(["train", "--task", "sae", "--model", DEMO, "--hook", "blocks.1.hook_mlp_out", "--text-file",
+                 str(text), "--steps", "2", "--precision", precision, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--precision {precision}" in err and "float32" in err and len(err.splitlines()) == 1
+    assert not out.exists()

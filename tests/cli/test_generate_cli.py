@@ -101,3 +101,10 @@ def test_subprocess_entry_point(char_dir):
                           "--max-new", "3", "--json"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)["ids"]) == 5
+
+
+def test_stop_ids_outside_the_vocabulary_are_refused(gpt2_dir, capsys):
+    """Issue 41: --stop-ids 100000 on a small vocabulary was accepted (a stop that can never happen)."""
+    assert main(["generate", str(gpt2_dir[0]), "--prompt-ids", "1,2", "--max-new", "2", "--stop-ids", "3,100000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--stop-ids 100000 is not a token" in err and len(err.splitlines()) == 1

@@ -162,3 +162,35 @@ def test_the_lock_of_a_killed_run_is_taken_over_with_a_line(tmp_path, capsys, sp
     took = [line for line in out.out.splitlines() if "took over the lock" in line]
     assert len(took) == 1 and re.search(rf"no longer running \(pid {holder.pid} on ", took[0]), out.out
     assert checkpoint_step(run) == 2 and not files.lock_file(run).exists()
+
+
+@pytest.mark.parametrize("task", ["sort", "sae"])
+def test_a_full_disk_while_saving_is_one_line_and_the_write_exit_code(tmp_path, capsys, monkeypatch, task):
+    """Issue 41: safetensors' own error on a full disk (SafetensorError "No space left on device") ended
+    `train` and `train --task sae` in a traceback with rc 1; now one line and the write failures' code."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    from desktop_app.cli import EXIT_WRITE, main
+    from desktop_app.paths import resources_dir
+
+    def full(*a, **k):
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: '
+                              '"No space left on device" })')
+
+    from desktop_app.core import checkpoints
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    monkeypatch.setattr(checkpoints, "save_file", full)
+    out = tmp_path / "run"
+    if task == "sae":
+        text = tmp_path / "t.txt"
+        text.write_text("Alice was beginning to get very tired. " * 30, encoding="utf-8")
+        argv = ["train", "--task", "sae", "--model", str(resources_dir() / "demo-model"), "--hook",
+                "blocks.1.hook_mlp_out", "--text-file", str(text), "--steps", "2", "--out", str(out)]
+    else:
+        argv = ["train", "--task", "sort", "--layers", "1", "--heads", "2", "--d-model", "16", "--d-ff", "32",
+                "--steps", "2", "--out", str(out)]
+    assert main(argv) == EXIT_WRITE
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("error")]
+    assert len(err) == 1 and "No space left on device" in err[0]

@@ -74,7 +74,7 @@ def test_cli_families_lists_exactly_the_registry(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == list(REGISTRY)
     assert lines[list(REGISTRY).index("bert")].split()[1] == "encoder"
-    assert lines[list(REGISTRY).index("t5")].split()[1] == "encoder-decoder"
+    assert lines[list(REGISTRY).index("t5")].split()[1] == "encoder-decoder"  # issue 41: it said "decoder"
 
 
 def test_model_panel_family_names_are_the_registry_titles():

@@ -491,3 +491,35 @@ def test_a_dictionary_trained_on_the_demo_model_explains_80_percent_at_l0_32(dem
     print(f"held-out tokens {len(held_out)}: variance explained {fve:.4f}, mean L0 {l0:.1f}")
     assert fve >= 0.80 and l0 <= 32
     assert summary["variance_explained"] == pytest.approx(fve, abs=0.02)
+
+
+@pytest.mark.skipif(__import__("os").name == "nt", reason="symbolic links need privileges on Windows")
+def test_a_dictionary_file_linking_outside_its_folder_is_refused(tmp_path):
+    """Issue 41: sae_weights.safetensors as a link to a file elsewhere is refused, as a model folder's is."""
+    elsewhere = _saelens_folder(tmp_path / "elsewhere", _tensors(), CFG)
+    folder = tmp_path / "sae"
+    folder.mkdir()
+    (folder / "cfg.json").write_text(json.dumps(CFG), encoding="utf-8")
+    (folder / "sae_weights.safetensors").symlink_to(elsewhere / "sae_weights.safetensors")
+    with pytest.raises(DictionaryError, match="outside the dictionary's folder"):
+        load_dictionary(folder)
+
+
+def test_a_compressed_npz_is_refused_by_its_headers_before_it_is_inflated(tmp_path, monkeypatch):
+    """Issue 41: a Gemma Scope params.npz whose W_enc inflates far past its file size, with a W_dec that
+    does not fit it, is refused from the members' headers: numpy never inflates an array."""
+    import numpy as np
+
+    folder = tmp_path / "gemma-scope-res" / "layer_1"
+    folder.mkdir(parents=True)
+    np.savez_compressed(folder / "params.npz", W_enc=np.zeros((1000, 5000), np.float32),
+                        W_dec=np.zeros((4000, 1000), np.float32), b_enc=np.zeros(5000, np.float32),
+                        b_dec=np.zeros(1000, np.float32), threshold=np.zeros(5000, np.float32))
+    assert (folder / "params.npz").stat().st_size < 1_000_000
+
+    def no_inflating(*a, **k):
+        raise AssertionError("numpy.load was called before the shapes were checked")
+
+    monkeypatch.setattr(np, "load", no_inflating)
+    with pytest.raises(DictionaryError, match=r"params.npz: W_dec must be \[d_sae, d_out\] = \[5000, ...\]"):
+        load_dictionary(folder)

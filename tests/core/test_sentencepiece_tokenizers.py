@@ -365,3 +365,14 @@ def test_a_model_saved_with_a_sentencepiece_tokenizer_reopens_tokenizing_the_sam
     assert_same_as_transformers(reopened, reference(tok_folder), texts)
     if kind == "marian":
         assert_same_as_transformers(reopened, reference(tok_folder), texts, target=True)
+
+
+def test_a_huge_extra_ids_is_refused_in_one_line_at_once(spm_models, tmp_path):
+    """Issue 41: extra_ids 10**9 in a T5 tokenizer_config.json was killed by the kernel at 22.9 GB (10**7: no
+    output in 300 s); refused now before any sentinel is made."""
+    folder = t5_folder(spm_models, tmp_path / "t5")
+    _edit_config(folder, extra_ids=10**9)
+    with pytest.raises(TokenizerError, match="extra_ids 1,000,000,000") as info:
+        load_tokenizer_folder(folder)
+    assert "tokenizer_config.json" in str(info.value)
+    assert "\n" not in str(info.value)

@@ -8,6 +8,7 @@ watches its induction head form as the loss drops.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 
@@ -283,3 +284,24 @@ def test_overwrite_keeps_a_users_file_in_a_kept_steps_folder(tmp_path):
     assert [k.step for k in kept_steps(run).kept()] == [0, 4, 8]
     again = _weights(step_folder(run, 8))
     assert all(torch.equal(again[k], v) for k, v in _weights(run).items())
+
+
+@pytest.mark.skipif(os.name == "nt", reason="symbolic links need privileges on Windows")
+def test_a_kept_step_that_links_out_of_the_run_is_refused(tmp_path):
+    """Issue 41: checkpoints/step-000004 replaced by a link to another model is never opened as the run's step
+    4: --step refuses it in one line, scrub skips it with a word, the GUI's open of its path refuses it."""
+    from desktop_app.app.timeline import check_step_path, scrub
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    train(_cfg(steps=8), run)
+    train(_cfg(steps=4, seed=3), other)
+    step4 = step_folder(run, 4)
+    shutil.rmtree(step4)
+    step4.symlink_to(other)
+    with pytest.raises(KeptStepError, match="outside the run") as info:
+        step_folder(run, 4)
+    assert "\n" not in str(info.value)
+    with pytest.raises(KeptStepError, match="outside the run"):
+        check_step_path(step4)
+    check_step_path(step_folder(run, 8))  # a real kept step opens
+    assert 4 not in scrub(run, "weight-norm").steps

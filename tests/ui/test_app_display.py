@@ -52,3 +52,15 @@ def test_the_app_exits_with_that_line_before_qt_aborts(tmp_path):
     assert r.returncode == 1, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "sudo apt-get install libxcb-icccm4" in lines[0]
+
+
+def test_no_display_gives_one_line_not_a_core_dump(tmp_path):
+    """Issue 41: launched with no DISPLAY (nor Wayland), Qt aborted with a core dump (exit 134); the app
+    says so in one line and exits 1."""
+    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY", "DISPLAY")}
+    env.update(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path))
+    code = "import sys\nsys.platform = 'linux'\nfrom desktop_app.ui.app import main\nsys.exit(main([]))\n"
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no display" in lines[0] and "--screenshot" in lines[0]

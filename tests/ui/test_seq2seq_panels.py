@@ -211,3 +211,23 @@ def test_the_target_comes_back_with_the_workspace(qtbot, window, tmp_path):
     assert state2.target == TARGET
     assert click_panel_tab(qtbot, win2, "Model").target_edit.toPlainText() == TARGET
     win2.close()
+
+
+def test_the_what_if_strip_names_each_heads_stack(qtbot, window):
+    """Issue 41: a zeroed cross-attention head read "zero L1H2", like a self-attention head; the chips name
+    the stack and a cross-attention head as What if's bars do (L0xH1)."""
+    from PySide6.QtWidgets import QLabel
+
+    from desktop_app.core.interventions import Intervention
+
+    win, state = window
+    ivs = [Intervention("decoder.blocks.0.cross_attn.head.1"), Intervention("decoder.blocks.0.attn.head.1"),
+           Intervention("encoder.blocks.1.attn.head.0")]
+    with qtbot.waitSignal(state.interventions_changed, timeout=10_000):
+        state.set_interventions(ivs)
+    strip = win.intervention_strip
+    texts = [chip.findChild(QLabel).text() for chip in strip.chips]
+    assert texts == ["zero dec L0xH1", "zero dec L0H1", "zero enc L1H0"]
+    with qtbot.waitSignal(state.interventions_changed, timeout=10_000):
+        qtbot.mouseClick(strip.remove_buttons[0], Qt.MouseButton.LeftButton)
+    assert [chip.findChild(QLabel).text() for chip in strip.chips] == ["zero dec L0H1", "zero enc L1H0"]

@@ -216,21 +216,30 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of a safetensors file, after its header says what it holds (sizes bounded)."""
+def _check_headers(path: Path, shapes: dict[str, list[int]], cfg: dict) -> None:
+    """Before a weights file is read: its tensors' shapes (from its header) agree, and their float32 copies
+    fit (a bound, and the memory available): one line naming the file otherwise."""
+    from ..devices import MemoryEstimateError, check_memory
+
+    if str(cfg.get("architecture", "")).lower() == "gated":
+        shapes = {("b_enc" if k == "b_mag" else k): v for k, v in shapes.items()}
+    check_shapes(shapes, cfg, path)
+    total = sum(4 * math.prod(shape) for shape in shapes.values())
+    if total > MAX_DICTIONARY_BYTES:
+        _fail(path, f"claims {total / 2**30:.0f} GB of weights; refusing to read it")
+    try:
+        check_memory(2 * total, f"reading {path.name}", "(its weights, then float32)")
+    except MemoryEstimateError as exc:
+        _fail(path, str(exc))
+
+
+def _read_safetensors(path: Path, cfg: dict) -> dict[str, torch.Tensor]:
+    """Every tensor of a safetensors file, after its header says what it holds (_check_headers)."""
     from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
-            total = 0
-            for key in f.keys():
-                sl = f.get_slice(key)
-                n = 1
-                for s in sl.get_shape():
-                    n *= int(s)
-                total += n * 4
-            if total > MAX_DICTIONARY_BYTES:
-                _fail(path, f"claims {total / 2**30:.0f} GB of weights; refusing to read it")
+            _check_headers(path, {key: [int(n) for n in f.get_slice(key).get_shape()] for key in f.keys()}, cfg)
             return {key: f.get_tensor(key) for key in f.keys()}
     except DictionaryError:
         raise
@@ -238,18 +247,21 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         _fail(path, f"not a readable safetensors file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
 
 
-def _read_npz(path: Path) -> dict[str, torch.Tensor]:
+def _read_npz(path: Path, cfg: dict) -> dict[str, torch.Tensor]:
+    """Every array of an .npz (compressed members too), after their headers say what they hold
+    (_check_headers: shapes and sizes refused before anything is inflated); one array read at a time."""
     import numpy as np
 
     from ..files import check_array_file
 
     try:
-        check_array_file(path, MAX_DICTIONARY_BYTES)
+        headers = check_array_file(path, MAX_DICTIONARY_BYTES)
     except ValueError as exc:
         raise DictionaryError(str(exc)) from None
+    _check_headers(path, {name: list(shape) for name, (shape, _) in headers.items()}, cfg)
     try:
         with np.load(path, allow_pickle=False) as z:
-            return {key: torch.from_numpy(np.array(z[key])) for key in z.files}
+            return {key: torch.from_numpy(z[key]) for key in z.files}
     except ValueError as exc:
         _fail(path, f"cannot be read without pickle ({exc})")
     except Exception as exc:
@@ -290,6 +302,15 @@ def _cfg_hook_out(cfg: dict) -> str | None:
     return None
 
 
+def _check_inside(folder: Path, f: Path) -> None:
+    """A file of the folder that is a link leading outside it is refused (the rule of every folder the
+    app reads, model folders' included: links stay inside it)."""
+    if f.is_symlink():
+        real = f.resolve()
+        if not real.is_relative_to(folder.resolve()):
+            _fail(f, f"a link to {real}, outside the dictionary's folder; refused (its files must lie inside it)")
+
+
 def load_dictionary(folder: str | Path, hook: str | None = None) -> SparseDictionary:
     """Open a dictionary folder (SAELens or Gemma Scope, see the module docstring); `hook` overrides
     the hook its files name (and is needed where they name none)."""
@@ -300,6 +321,8 @@ def load_dictionary(folder: str | Path, hook: str | None = None) -> SparseDictio
         _fail(folder, "no such folder (a dictionary is a folder with cfg.json and sae_weights.safetensors, or "
                       "Gemma Scope's params.npz)")
     cfg_path = folder / CFG_FILE
+    for f in (cfg_path, folder / WEIGHTS_FILE, *(folder / n for n in GEMMA_SCOPE_FILES)):
+        _check_inside(folder, f)
     cfg = _read_json(cfg_path) if cfg_path.is_file() else {}
     weights_path = folder / WEIGHTS_FILE
     if weights_path.is_file():
@@ -309,19 +332,47 @@ def load_dictionary(folder: str | Path, hook: str | None = None) -> SparseDictio
         if not cfg.get("architecture") and major is not None and major >= 6:  # SAELens refuses it too
             _fail(cfg_path, f"names no architecture (SAELens {major}'s cfg.json must: one of "
                             f"{', '.join(ARCHITECTURES)}, or a transcoder)")
-        tensors = _read_safetensors(weights_path)
+        tensors = _read_safetensors(weights_path, cfg)
     else:
         found = [folder / name for name in GEMMA_SCOPE_FILES if (folder / name).is_file()]
         if not found:
             _fail(folder, f"holds neither {WEIGHTS_FILE} (SAELens) nor params.safetensors / params.npz (Gemma Scope)")
         weights_path = found[0]
-        tensors = _read_safetensors(weights_path) if weights_path.suffix == ".safetensors" else _read_npz(weights_path)
+        tensors = (_read_safetensors(weights_path, cfg) if weights_path.suffix == ".safetensors"
+                   else _read_npz(weights_path, cfg))
         cfg = {"architecture": "jumprelu", **cfg}
     return dictionary_from_tensors(tensors, cfg, weights_path, hook=hook, folder=folder)
 
 
 _ARCHITECTURE_NAMES = {"jump_relu": "jumprelu", "top_k": "topk", "jumprelu_transcoder": "jumprelu",
                        "jumprelu_skip_transcoder": "jumprelu", "transcoder": "standard", "skip_transcoder": "standard"}
+
+
+def check_shapes(shapes: dict[str, list[int]], cfg: dict, where: Path) -> tuple[int, int, int]:
+    """(d_in, d_sae, d_out) when the tensors' shapes (by name: W_enc, W_dec, b_enc...) agree with each other
+    and with cfg.json; DictionaryError naming `where` otherwise. Run on the files' headers before anything
+    is read, and on the tensors read."""
+    def shape(key):
+        return shapes.get(key)
+
+    W_enc, W_dec = shape("W_enc"), shape("W_dec")
+    if W_enc is None or W_dec is None:
+        return 0, 0, 0  # (a missing tensor is named by the caller)
+    if len(W_enc) != 2:
+        _fail(where, f"W_enc must be [d_in, d_sae], got shape {W_enc}")
+    d_in, d_sae = W_enc
+    if len(W_dec) != 2 or W_dec[0] != d_sae:
+        _fail(where, f"W_dec must be [d_sae, d_out] = [{d_sae}, ...] (W_enc is [{d_in}, {d_sae}]), got shape {W_dec}")
+    d_out = W_dec[1]
+    for key, want, what in (("b_enc", [d_sae], "d_sae"), ("b_dec", [d_out], "d_out"), ("threshold", [d_sae], "d_sae"),
+                            ("W_skip", [d_out, d_in], "d_out, d_in"), ("b_gate", [d_sae], "d_sae"),
+                            ("r_mag", [d_sae], "d_sae")):
+        if shape(key) is not None and shape(key) != want:
+            _fail(where, f"{key} must have shape {want} ({what}), got {shape(key)}")
+    for key, size in (("d_in", d_in), ("d_sae", d_sae)):
+        if key in cfg and cfg[key] != size:
+            _fail(where.with_name(CFG_FILE), f"says {key} {cfg[key]!r} but {where.name} holds {size}")
+    return d_in, d_sae, d_out
 
 
 def _saelens_major(cfg: dict) -> int | None:
@@ -357,29 +408,8 @@ def dictionary_from_tensors(tensors: dict[str, torch.Tensor], cfg: dict, where, 
             bad = int((~torch.isfinite(value)).sum())
             _fail(where, f"tensor {key!r} holds {bad} non-finite value{'s' if bad != 1 else ''} (NaN or infinite)")
     W_enc, W_dec, b_enc, b_dec = t["W_enc"], t["W_dec"], t["b_enc"], t["b_dec"]
-    if W_enc.dim() != 2:
-        _fail(where, f"W_enc must be [d_in, d_sae], got shape {list(W_enc.shape)}")
-    d_in, d_sae = W_enc.shape
-    if W_dec.dim() != 2 or W_dec.shape[0] != d_sae:
-        _fail(where, f"W_dec must be [d_sae, d_out] = [{d_sae}, ...] (W_enc is [{d_in}, {d_sae}]), got shape "
-                     f"{list(W_dec.shape)}")
-    d_out = W_dec.shape[1]
-    if list(b_enc.shape) != [d_sae]:
-        _fail(where, f"b_enc must have shape [{d_sae}] (d_sae), got {list(b_enc.shape)}")
-    if list(b_dec.shape) != [d_out]:
-        _fail(where, f"b_dec must have shape [{d_out}] (d_out), got {list(b_dec.shape)}")
-    threshold = t.get("threshold")
-    if threshold is not None and list(threshold.shape) != [d_sae]:
-        _fail(where, f"threshold must have shape [{d_sae}] (d_sae), got {list(threshold.shape)}")
-    W_skip = t.get("W_skip")
-    if W_skip is not None and list(W_skip.shape) != [d_out, d_in]:
-        _fail(where, f"W_skip must have shape [{d_out}, {d_in}] (d_out, d_in), got {list(W_skip.shape)}")
-    for key in ("b_gate", "r_mag"):
-        if key in t and list(t[key].shape) != [d_sae]:
-            _fail(where, f"{key} must have shape [{d_sae}] (d_sae), got {list(t[key].shape)}")
-    for key, size in (("d_in", d_in), ("d_sae", d_sae)):
-        if key in cfg and cfg[key] != size:
-            _fail(cfg_where, f"says {key} {cfg[key]!r} but {where.name} holds {size}")
+    d_in, d_sae, d_out = check_shapes({k: list(v.shape) for k, v in t.items()}, cfg, where)
+    threshold, W_skip = t.get("threshold"), t.get("W_skip")
     hook_out = _cfg_hook_out(cfg)
     fn = cfg.get("activation_fn") or cfg.get("activation_fn_str")  # SAELens before 6: TopK said here
     if fn == "topk" and not cfg.get("architecture"):

@@ -294,8 +294,9 @@ class Keeper:
 class KeptStep:
     step: int
     path: Path
-    present: bool  # False: kept, then its folder was deleted
+    present: bool  # False: kept, then its folder was deleted (or it is refused)
     latest: bool = False  # the run folder's own checkpoint (the only one with the optimiser state)
+    refused: str = ""  # why a folder that is there is not opened: a link leading out of the run
 
 
 @dataclass
@@ -364,7 +365,7 @@ def kept_steps(run_dir: str | Path) -> Timeline:
     except (OSError, ValueError, KeyError, TypeError):
         raise KeptStepError(state, "unreadable (not the trainer's JSON)") from None
     kept = folder / KEPT_DIR
-    steps = [KeptStep(step_of(n), kept / n, (kept / n).is_dir()) for n in listed_steps(run_dir)]
+    steps = [kept_step_at(folder, kept / n) for n in listed_steps(run_dir)]
     if latest not in {k.step for k in steps}:
         steps.append(KeptStep(latest, run_dir, True, latest=True))
     steps.sort(key=lambda k: (k.step, k.latest))
@@ -375,6 +376,19 @@ def kept_steps(run_dir: str | Path) -> Timeline:
     return Timeline(run_dir, steps, LossCurve.from_history(history), latest)
 
 
+def kept_step_at(run: Path, path: Path) -> KeptStep:
+    """A listed step's KeptStep: its folder must lie inside the run (a link elsewhere is refused, not opened
+    as this run's step: the one rule for every folder the app reads, links stay inside it)."""
+    step = step_of(path.name)
+    if not (path.is_dir() or path.is_symlink()):
+        return KeptStep(step, path, False)
+    real = path.resolve()
+    if path.is_symlink() or not real.is_relative_to(run.resolve()):
+        return KeptStep(step, path, False, refused=f"a link to {real}, outside the run; refused (a kept step's "
+                                                   "folder must lie inside its run)")
+    return KeptStep(step, path, True)
+
+
 def step_folder(run_dir: str | Path, step: int) -> Path:
     """The model folder of `step` in the run `run_dir`: a kept step's folder, or the run folder itself
     for its own checkpoint's step. KeptStepError (one line) otherwise: a step not kept (naming the kept
@@ -382,6 +396,8 @@ def step_folder(run_dir: str | Path, step: int) -> Path:
     tl = kept_steps(run_dir)
     for k in tl.steps:
         if k.step == step:
+            if k.refused:
+                raise KeptStepError(k.path, k.refused)
             if not k.present:
                 there = [s.step for s in tl.openable()]
                 raise KeptStepError(k.path, f"step {step} was kept but its folder has been deleted; steps "

@@ -140,6 +140,11 @@ def perplexity(probs: list[float]) -> float | None:
     return math.exp(-sum(logs) / len(logs)) if logs else None
 
 
+def perplexity_text(ppl: float) -> str:
+    """47.3, or 4.7e+16 for a huge one (a random model's), never 47006289042225504.0."""
+    return f"{ppl:.1f}" if ppl < 1e5 else f"{ppl:.2g}"
+
+
 class ModelPanel(QWidget):
     title = "Model"
     help_text = (
@@ -373,7 +378,7 @@ class ModelPanel(QWidget):
         ppl = perplexity(self.probabilities)
         if ppl is not None:
             self.count_label.setText(f"{self.count_label.text()} · colour: p(token | tokens before) · "
-                                     f"perplexity {ppl:.1f}")
+                                     f"perplexity {perplexity_text(ppl)}")
 
     def _colour_target(self, trace) -> None:
         """The decoder's input chips coloured by p(target token i | the ones before it, the source): logits
@@ -386,7 +391,7 @@ class ModelPanel(QWidget):
         ppl = perplexity(self.target_probabilities)
         if ppl is not None:
             self.target_count.setText(f"{self.target_count.text()} · colour: p(target token | tokens before, source) · "
-                                      f"perplexity {ppl:.1f}")
+                                      f"perplexity {perplexity_text(ppl)}")
 
     def _show_target_box(self, shown: bool) -> None:
         for w in self.target_widgets:

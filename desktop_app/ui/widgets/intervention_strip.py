@@ -7,17 +7,20 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QWidget
 
 
 def describe(iv) -> str:
-    """'zero L1H2', 'mean L0 MLP'... what a chip says (the full target is its tooltip); an edit with
-    a name of its own (a steer) says that."""
+    """'zero L1H2', 'mean L0 MLP'... what a chip says (the full target is its tooltip); an encoder-decoder's
+    names its stack and a cross-attention head ('zero dec L1xH2', 'zero enc L0H1'); an edit with a name of
+    its own (a steer) says that."""
     if iv.name:
         return iv.name
     what = iv.target
-    if iv.head is not None:
-        what = f"L{iv.layer}H{iv.head}"
-    elif iv.target.endswith(".attn.out"):
-        what = f"L{iv.layer} attention"
+    stack = {"encoder": "enc ", "decoder": "dec "}.get(iv.target.split(".", 1)[0], "")  # an encoder-decoder's
+    cross = ".cross_attn." in iv.target
+    if iv.head is not None:  # a cross-attention head as What if names it: L1xH2
+        what = f"{stack}L{iv.layer}{'x' if cross else ''}H{iv.head}"
+    elif iv.target.endswith("attn.out"):
+        what = f"{stack}L{iv.layer} {'cross-attention' if cross else 'attention'}"
     elif iv.target.endswith(".mlp.out"):
-        what = f"L{iv.layer} MLP"
+        what = f"{stack}L{iv.layer} MLP"
     how = "resample" if iv.source_ids else iv.how
     where = "" if iv.positions is None else " @" + ",".join(map(str, iv.positions))
     return f"{how} {what}{where}"

@@ -384,3 +384,19 @@ def test_the_train_panels_keep_fields_are_what_the_run_is_given(qtbot, isolated_
     assert (cfg.keep_every, cfg.keep_spacing, cfg.keep_max_gb) == (50, "log", 0.25)
     panel.form.set_config(type(cfg)(**{**cfg.__dict__, "keep_every": 7, "keep_spacing": "linear"}))
     assert (panel.keep_every.value(), panel.keep_spacing.currentText()) == (7, "linear")
+
+
+def test_now_using_a_run_is_forgotten_when_another_model_opens(qtbot, run, isolated_user_files):
+    """Issue 41: the Train panel kept "Now using RUN in every panel" after another model was opened."""
+    from desktop_app.ui.state import AppState
+
+    state = AppState()
+    window = _window(qtbot, state)
+    panel = click_panel_tab(qtbot, window, "Train")
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(run)
+    panel.status_label.setText(f"Now using {run} in every panel.")  # what Use in every panel says
+    other = step_folder(run, 4)
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(other)
+    assert panel.status_label.text() == ""

@@ -373,8 +373,17 @@ class WhatIfPanel(QWidget, ResultView):
         self.watch_inputs(state)  # every result shown here belongs to the current model, text and edits
         state.trace_changed.connect(self._on_trace)
         state.model_changed.connect(self._on_model)
+        state.interventions_changed.connect(self._forget_applied)
         if getattr(state, "loaded", None) is not None:
             self._on_model(state.loaded)
+
+    def _forget_applied(self, *_args) -> None:
+        """An "Applied ..." line is about an edit in force: gone with it (Clear all, its x, another model)."""
+        labels = {iv.label for iv in self.state.interventions}
+        for status in (self.ablate_status, self.steer_status):
+            text = status.text()
+            if text.startswith("Applied ") and not any(text.startswith(f"Applied {label}:") for label in labels):
+                status.setText("")
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
@@ -456,6 +465,7 @@ class WhatIfPanel(QWidget, ResultView):
                 w.setToolTip(f"Not for this model: {problem}" if problem else own)
         self._show_steer_layer()
         self._fill_ablate_kinds(cfg)
+        self._forget_applied()
         for label, problem in ((self.dla_status, dla_problem), (self.patch_status, patch_problem),
                                (self.steer_status, steer_problem)):
             if problem:

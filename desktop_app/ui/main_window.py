@@ -318,9 +318,10 @@ class MainWindow(QMainWindow):
         self.busy_bar.setRange(0, 0)  # indeterminate
         self.busy_bar.setMaximumWidth(120)
         self.busy_bar.setVisible(False)
-        self.busy_label = QLabel("")
+        from .widgets.elided_label import ElidedLabel
+        self.busy_label = ElidedLabel("")  # a long message is cut with "…": the window never widens for it
         sb.addWidget(self.busy_bar)
-        sb.addWidget(self.busy_label)
+        sb.addWidget(self.busy_label, 1)
         from .widgets.trace_progress import TraceProgress
         self.trace_progress = TraceProgress(self.state)  # the text's trace, layer by layer, with Cancel
         sb.addPermanentWidget(self.trace_progress)  # (permanent: a status message never covers it)

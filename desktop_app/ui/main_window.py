@@ -351,8 +351,11 @@ class MainWindow(QMainWindow):
         self.dtype_label.setText(dtype_name(loaded.model.dtype))
         self.dtype_label.setToolTip(loaded.dtype_reason or "the compute dtype asked for (Device > Compute dtype)")
         self.statusBar().showMessage(f"Opened {loaded.path or loaded.name}", 5000)
-        if loaded.path is not None:
-            app_settings.add_recent_model(loaded.path)
+        if loaded.path is not None:  # a run's kept step (the timeline's slider) is remembered as its run, once
+            from ..app.timeline import run_of
+
+            run = run_of(loaded.path)
+            app_settings.add_recent_model(run[0] if run is not None and run[1] is not None else loaded.path)
         self.update_memory()
 
     def _on_model_load_failed(self, message: str) -> None:

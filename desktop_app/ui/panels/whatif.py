@@ -440,14 +440,20 @@ class WhatIfPanel(QWidget, ResultView):
             if job is not None and not job.done:
                 job.cancel()  # AppState.run would drop its result anyway
         self.dla_chart.clear_chart("")
-        self.dla_status.setText(self.DLA_HINT)
+        loaded = self.state.loaded
+        cfg = loaded.config if loaded is not None else None
+
+        def line(hint: str, problem: str) -> str:  # a model the tool is not for: why, not how to use it
+            return f"{problem[0].upper()}{problem[1:]}." if problem else hint
+
+        self.dla_status.setText(line(self.DLA_HINT, attribution_problem(cfg) if cfg is not None else ""))
         if changed & {MODEL, EDITS}:  # patching reads its own texts, with the model and its edits
             self.resid_map.clear_matrix("")
             self.heads_map.clear_matrix("")
             self.patching = None
-            self.patch_status.setText(self.PATCH_HINT)
+            self.patch_status.setText(line(self.PATCH_HINT, patching_problem(cfg) if cfg is not None else ""))
         if MODEL in changed:  # a steering vector is one model's residual stream
-            self.steer_status.setText(self.STEER_HINT)
+            self.steer_status.setText(line(self.STEER_HINT, steering_problem(cfg) if cfg is not None else ""))
 
     def _on_model(self, loaded) -> None:
         cfg = loaded.config if loaded is not None else None

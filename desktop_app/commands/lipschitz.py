@@ -170,6 +170,11 @@ def run(args) -> int:
                        masked=args.masked, token_ids=ids, data_name=data_name, search_steps=args.search_steps,
                        search_start=args.search_start, **stack, **common)
     spec = lip.build_sweep_spec(options)
+    source = lip.get_source(options["data"], options["function"])
+    if source.one_input_per_length and args.samples > 1:  # said, as the panel says it
+        import sys
+        print(f"note: the {options['data']} input is one construction per n, so --samples {args.samples} gives "
+              "one input at each length", file=sys.stderr)
 
     def show(res, _result) -> None:
         import numpy as np

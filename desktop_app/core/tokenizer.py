@@ -147,8 +147,11 @@ class Tokenizer:
         out = []
         for i in ids:
             s = self.tok.decode([int(i)], skip_special_tokens=False)
+            piece = self.tok.id_to_token(int(i))
             if s == "":
-                s = self.tok.id_to_token(int(i)) or f"<{int(i)}>"
+                s = piece or f"<{int(i)}>"
+            elif piece and piece.startswith("\u2581") and not s.startswith(" "):
+                s = " " + s  # SentencePiece's word-start mark, which decoding a piece alone drops (GPT-2 keeps its space)
             out.append(s)
         return out
 

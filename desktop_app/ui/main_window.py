@@ -336,9 +336,10 @@ class MainWindow(QMainWindow):
         self.busy_bar.setRange(0, 0)  # indeterminate
         self.busy_bar.setMaximumWidth(120)
         self.busy_bar.setVisible(False)
-        self.busy_label = QLabel("")
+        from .widgets.elided_label import ElidedLabel
+        self.busy_label = ElidedLabel("")  # a long message is cut with "…": the window never widens for it
         sb.addWidget(self.busy_bar)
-        sb.addWidget(self.busy_label)
+        sb.addWidget(self.busy_label, 1)
         from .widgets.trace_progress import TraceProgress
         self.trace_progress = TraceProgress(self.state)  # the text's trace, layer by layer, with Cancel
         sb.addPermanentWidget(self.trace_progress)  # (permanent: a status message never covers it)
@@ -374,8 +375,11 @@ class MainWindow(QMainWindow):
         self.dtype_label.setText(dtype_name(loaded.model.dtype))
         self.dtype_label.setToolTip(loaded.dtype_reason or "the compute dtype asked for (Device > Compute dtype)")
         self.statusBar().showMessage(f"Opened {loaded.path or loaded.name}", 5000)
-        if loaded.path is not None:
-            app_settings.add_recent_model(loaded.path)
+        if loaded.path is not None:  # a run's kept step (the timeline's slider) is remembered as its run, once
+            from ..app.timeline import run_of
+
+            run = run_of(loaded.path)
+            app_settings.add_recent_model(run[0] if run is not None and run[1] is not None else loaded.path)
         self.update_memory()
 
     def _on_model_load_failed(self, message: str) -> None:

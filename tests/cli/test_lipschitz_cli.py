@@ -73,7 +73,10 @@ def test_model_adversarial_head(model_dir, tmp_path, capsys):
     f = lip.layer_map(model, 0, head=1, masked=False)
     X = lip.adversarial_input(f.A[0], 8, 2.5)[None].float()
     assert float(rows[1]["lipschitz"]) == pytest.approx(float(lip.exact_jacobian_norm(f, X)[0]), rel=2e-4)
-    assert "exponent" in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    captured = capsys.readouterr()
+    assert "exponent" in json.loads(captured.out.strip().splitlines()[-1])
+    # issue 41: "over 1 inputs" at every length with --samples 2, without a word why
+    assert "one construction per n, so --samples 2 gives one input at each length" in captured.err
 
 
 def test_synthetic(tmp_path, capsys):

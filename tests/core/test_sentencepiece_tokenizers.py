@@ -376,3 +376,16 @@ def test_a_huge_extra_ids_is_refused_in_one_line_at_once(spm_models, tmp_path):
         load_tokenizer_folder(folder)
     assert "tokenizer_config.json" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_word_start_piece_keeps_its_space_on_its_own(spm_models, tmp_path):
+    """Issue 41: SentencePiece chips dropped the word-start mark ("▁dog" read as a mid-word "dog"); a piece
+    that starts a word reads with its space, as GPT-2's do."""
+    folder = t5_folder(spm_models, tmp_path / "t5")
+    ours = load_tokenizer_folder(folder)
+    ids = encode(ours, "the dog runs").ids
+    pieces = [ours.tok.id_to_token(i) for i in ids]
+    strings = ours.token_strings(ids)
+    starts = [s for p, s in zip(pieces, strings) if p and p.startswith("\u2581") and len(p) > 1]
+    assert starts and all(s.startswith(" ") for s in starts)
+    assert all(not s.startswith(" ") for p, s in zip(pieces, strings) if p and not p.startswith("\u2581"))

@@ -231,3 +231,23 @@ def test_the_what_if_strip_names_each_heads_stack(qtbot, window):
     with qtbot.waitSignal(state.interventions_changed, timeout=10_000):
         qtbot.mouseClick(strip.remove_buttons[0], Qt.MouseButton.LeftButton)
     assert [chip.findChild(QLabel).text() for chip in strip.chips] == ["zero dec L0H1", "zero enc L1H0"]
+
+
+def test_what_if_says_why_attribution_is_off_for_marian(qtbot, window):
+    """Issue 41: on BART / Marian (post-norm) the attribution is disabled, but the line under it still said
+    "Choose a position ... then Attribute" (the reason was only in the disabled button's tooltip)."""
+    from desktop_app.paths import resources_dir
+
+    win, state = window
+    marian = state.loaded.path
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        win.open_model(resources_dir() / "demo-model")  # a model attribution is for, then Marian again
+    panel = click_panel_tab(qtbot, win, "What if")
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        win.open_model(marian)
+    qtbot.waitUntil(lambda: state._trace_job is None and state.trace is not None, timeout=30_000)
+    assert not panel.attribute_button.isEnabled()
+    text = panel.dla_status.text()
+    problem = panel.attribute_button.toolTip().removeprefix("Not for this model: ")
+    assert "then Attribute" not in text and text.lower().startswith(problem[:30].lower())

@@ -156,3 +156,26 @@ def test_the_ablate_tab_on_a_one_stack_model_zeros_an_mlp(qtbot, model_dirs, iso
         error_watch.assert_clean()
     finally:
         win.close()
+
+
+def test_an_applied_line_goes_with_its_edit(qtbot, model_dirs, isolated_user_files, error_watch):
+    """Issue 41: What if > Ablate still said "Applied zero blocks.0.attn.head.1" after Clear all and two model
+    changes; the line now goes when its edit does (Clear all, its x, or a model it does not fit)."""
+    win, state = open_window(qtbot, model_dirs["llama"], text="Alice and the rabbit hole.", watch=error_watch)
+    try:
+        panel = click_panel_tab(qtbot, win, "What if")
+        _click_tab(qtbot, panel.tabs, "Ablate")
+        _pick(qtbot, panel.ablate_kind, "MLP")
+        type_into(qtbot, panel.ablate_layer, "1")
+        with qtbot.waitSignal(state.trace_changed, timeout=30_000):
+            qtbot.mouseClick(panel.ablate_button, Qt.MouseButton.LeftButton)
+        assert panel.ablate_status.text().startswith("Applied ")
+        with qtbot.waitSignal(state.interventions_changed, timeout=10_000):
+            qtbot.mouseClick(win.intervention_strip.clear_button, Qt.MouseButton.LeftButton)
+        assert state.interventions == [] and panel.ablate_status.text() == ""
+        with qtbot.waitSignal(state.model_changed, timeout=30_000):
+            win.open_model(model_dirs["demo"])
+        assert panel.ablate_status.text() == ""
+        error_watch.assert_clean()
+    finally:
+        win.close()

@@ -384,3 +384,42 @@ def test_the_train_panels_keep_fields_are_what_the_run_is_given(qtbot, isolated_
     assert (cfg.keep_every, cfg.keep_spacing, cfg.keep_max_gb) == (50, "log", 0.25)
     panel.form.set_config(type(cfg)(**{**cfg.__dict__, "keep_every": 7, "keep_spacing": "linear"}))
     assert (panel.keep_every.value(), panel.keep_spacing.currentText()) == (7, "linear")
+
+
+def test_now_using_a_run_is_forgotten_when_another_model_opens(qtbot, run, isolated_user_files):
+    """Issue 41: the Train panel kept "Now using RUN in every panel" after another model was opened."""
+    from desktop_app.ui.state import AppState
+
+    state = AppState()
+    window = _window(qtbot, state)
+    panel = click_panel_tab(qtbot, window, "Train")
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(run)
+    panel.status_label.setText(f"Now using {run} in every panel.")  # what Use in every panel says
+    other = step_folder(run, 4)
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(other)
+    assert panel.status_label.text() == ""
+
+
+def test_steps_visited_are_one_recent_entry_and_escape_closes_across_training(qtbot, run, isolated_user_files):
+    """Issue 41: every timeline step visited was added to Recent; the Across-training window opened taller
+    than a 1000-px screen and Escape did not close it."""
+    from desktop_app.ui import settings as app_settings
+    from desktop_app.ui.state import AppState
+
+    state = AppState()
+    window = _window(qtbot, state)
+    _open_run(qtbot, state, window, run)
+    for step in (4, 8):
+        with qtbot.waitSignal(state.model_changed, timeout=60_000):
+            state.open_model(step_folder(run, step))
+    assert [str(p) for p in app_settings.recent_models()].count(str(run)) == 1
+    assert not any("step-0000" in str(p) for p in app_settings.recent_models())
+    across = _across_of(qtbot, window)
+    screen = across.screen().availableGeometry().height()
+    assert across.frameGeometry().height() <= max(screen, 460)
+    across.activateWindow()
+    across.setFocus()
+    qtbot.keyClick(across, Qt.Key.Key_Escape)
+    assert not across.isVisible()

@@ -90,6 +90,7 @@ class TrainingPanel(QWidget):
             setattr(self, name, getattr(self.form, name))
         self.run = TrainingRun(self)
         self.run.event.connect(self._on_event)
+        state.model_changed.connect(self._forget_now_using)
         self.run.ended.connect(self._on_finished)
         self.run.failed_to_start.connect(self._on_failed_to_start)
         self.plots = TrainingPlots()
@@ -429,6 +430,13 @@ class TrainingPanel(QWidget):
         self.run.close()
         self.dictionary.run.stop()
         super().closeEvent(event)
+
+    def _forget_now_using(self, loaded) -> None:
+        """"Now using RUN in every panel" holds only while that run's model is the one open."""
+        text = self.status_label.text()
+        if text.startswith("Now using ") and (loaded is None or loaded.path is None
+                                               or not text.startswith(f"Now using {loaded.path} ")):
+            self.status_label.setText("")
 
     # -- export (ExportBar view protocol; File > Export Current View) --------------------------
     def _export_name(self) -> str:

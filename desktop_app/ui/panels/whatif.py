@@ -377,8 +377,17 @@ class WhatIfPanel(QWidget, ResultView):
         self.watch_inputs(state)  # every result shown here belongs to the current model, text and edits
         state.trace_changed.connect(self._on_trace)
         state.model_changed.connect(self._on_model)
+        state.interventions_changed.connect(self._forget_applied)
         if getattr(state, "loaded", None) is not None:
             self._on_model(state.loaded)
+
+    def _forget_applied(self, *_args) -> None:
+        """An "Applied ..." line is about an edit in force: gone with it (Clear all, its x, another model)."""
+        labels = {iv.label for iv in self.state.interventions}
+        for status in (self.ablate_status, self.steer_status):
+            text = status.text()
+            if text.startswith("Applied ") and not any(text.startswith(f"Applied {label}:") for label in labels):
+                status.setText("")
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
@@ -435,14 +444,20 @@ class WhatIfPanel(QWidget, ResultView):
             if job is not None and not job.done:
                 job.cancel()  # AppState.run would drop its result anyway
         self.dla_chart.clear_chart("")
-        self.dla_status.setText(self.DLA_HINT)
+        loaded = self.state.loaded
+        cfg = loaded.config if loaded is not None else None
+
+        def line(hint: str, problem: str) -> str:  # a model the tool is not for: why, not how to use it
+            return f"{problem[0].upper()}{problem[1:]}." if problem else hint
+
+        self.dla_status.setText(line(self.DLA_HINT, attribution_problem(cfg) if cfg is not None else ""))
         if changed & {MODEL, EDITS}:  # patching reads its own texts, with the model and its edits
             self.resid_map.clear_matrix("")
             self.heads_map.clear_matrix("")
             self.patching = None
-            self.patch_status.setText(self.PATCH_HINT)
+            self.patch_status.setText(line(self.PATCH_HINT, patching_problem(cfg) if cfg is not None else ""))
         if MODEL in changed:  # a steering vector is one model's residual stream
-            self.steer_status.setText(self.STEER_HINT)
+            self.steer_status.setText(line(self.STEER_HINT, steering_problem(cfg) if cfg is not None else ""))
 
     def _on_model(self, loaded) -> None:
         cfg = loaded.config if loaded is not None else None
@@ -460,6 +475,7 @@ class WhatIfPanel(QWidget, ResultView):
                 w.setToolTip(f"Not for this model: {problem}" if problem else own)
         self._show_steer_layer()
         self._fill_ablate_kinds(cfg)
+        self._forget_applied()
         for label, problem in ((self.dla_status, dla_problem), (self.patch_status, patch_problem),
                                (self.steer_status, steer_problem)):
             if problem:

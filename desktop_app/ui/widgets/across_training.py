@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from ...app.timeline import (GRAD_NORM, LIPSCHITZ, LIPSCHITZ_SEQUENCES, LOGIT_LENS, LOGIT_LENS_RANK, WEIGHT_NORM,
@@ -64,7 +65,10 @@ class AcrossTraining(QWidget):
         self.layer_failed: dict[str, str] = {}  # per-layer metric -> why it could not be measured
         self.layer_job = None
         self.setWindowTitle(f"Across training: {run_dir}")
-        self.resize(900, 820)
+        screen = QGuiApplication.primaryScreen()
+        room = screen.availableGeometry().height() - 60 if screen is not None else 820
+        self.resize(900, max(400, min(820, room)))  # never taller than the screen
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.close)
         v = QVBoxLayout(self)
         top = QHBoxLayout()
         self.status = QLabel("Measuring every kept step…")

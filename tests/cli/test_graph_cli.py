@@ -108,7 +108,7 @@ def test_graph_targets_a_token_or_a_logit_difference(files, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["--transcoders", "MISSING"], "is not a folder"),
-    (["--transcoders", "TC", "--model", "bert"], "post-norm"),
+    (["--transcoders", "TC", "--model", "bert"], "language-model head"),
     (["--transcoders", "TC", "--target", "abc"], "--target 'abc' is not one token"),
 ])
 def test_graph_refusals_are_one_line(files, tmp_path, capsys, argv, message):

@@ -8,6 +8,9 @@ graph in the frontend's / Neuronpedia's JSON schema; --raw the unpruned graph's 
 rows targets, columns sources; nodes [features, errors, tokens, logits]). Targets: the top logits up to
 --desired-logit-prob (at most --max-logits), or --target TOKEN (repeatable), or --target "A-B" (the logit
 difference). Progress goes to stderr; the last line printed is one JSON object (counts and scores).
+An encoder-decoder (T5, BART, Marian): --source TEXT or --source-ids IDS is the encoder's input, --prompt /
+--ids the decoder's tokens after its start token; the graph is over the decoder's MLPs (cross-attention
+frozen with its pattern, the encoder's output a constant).
 """
 from __future__ import annotations
 
@@ -24,6 +27,10 @@ def add_parser(sub) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--prompt", "--text", dest="text", metavar="TEXT", help="the prompt (needs the model's tokenizer)")
     g.add_argument("--ids", help="the prompt as comma-separated token ids")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--source", metavar="TEXT", help="an encoder-decoder's encoder input (then --prompt / --ids is "
+                                                      "the decoder's text after its start token)")
+    src.add_argument("--source-ids", metavar="IDS", help="the encoder input as comma-separated token ids")
     p.add_argument("--out", required=True, metavar="GRAPH.json", help="the pruned graph (frontend / Neuronpedia JSON)")
     p.add_argument("--raw", metavar="RAW.safetensors", help="also the unpruned graph's arrays")
     p.add_argument("--slug", help="the graph's name in its metadata (default: --out's file name)")
@@ -109,13 +116,28 @@ def run(args) -> int:
     problem = graph_problem(cfg)
     if problem:
         raise ValueError(f"{args.model_dir}: {problem}")
+    encoder_decoder = getattr(cfg, "is_encoder_decoder", False)
+    source = None
+    if encoder_decoder:
+        if args.source is None and args.source_ids is None:
+            raise ValueError(f"{args.model_dir}: an encoder-decoder: give the encoder's input with --source TEXT or "
+                             f"--source-ids IDS (--prompt / --ids are the decoder's tokens after its start token)")
+        if args.source_ids is not None:
+            source = parse_token_ids(args.source_ids, "--source-ids")
+        elif loaded.tokenizer is None:
+            raise ValueError(f"{loaded.path}: {loaded.tokenizer_missing}; pass --source-ids instead of --source")
+        else:
+            source = encode(loaded, args.source, cut=False).ids  # with its special tokens, as the encoder reads it
+        source = check_ids(source, cfg.vocab_size, cfg.context_length, cut=False).ids
+    elif args.source is not None or args.source_ids is not None:
+        raise ValueError(f"{args.model_dir}: --source is for encoder-decoders; this model is a decoder")
     if args.ids is not None:
         ids = parse_token_ids(args.ids, "--ids")
     elif loaded.tokenizer is None:
         raise ValueError(f"{loaded.path}: {loaded.tokenizer_missing}; pass --ids instead of --prompt")
     else:
         ids = encode(loaded, args.text, cut=False, special_tokens=False).ids
-    ids = with_leading_special(ids, loaded.tokenizer)
+    ids = [loaded.model.start_token(), *ids] if encoder_decoder else with_leading_special(ids, loaded.tokenizer)
     ids = check_ids(ids, cfg.vocab_size, cfg.context_length, cut=False).ids
     if len(ids) < 2:
         raise ValueError("the prompt is empty (position 0 is the special token the graph ignores)")
@@ -125,7 +147,7 @@ def run(args) -> int:
     token_strings = tok.token_strings(ids) if tok is not None else [str(t) for t in ids]
     say(f"{len(ids)} tokens, {transcoders.kind} ({transcoders.n_features} features per layer, "
         f"{transcoders.activation}), model in {loaded.model.dtype} on {args.device}")
-    ctx = build_context(loaded.model, ids, transcoders)
+    ctx = build_context(loaded.model, ids, transcoders, source=source)
     targets = choose_targets(loaded.model, ctx.frozen.logits[-1], spec, args, decode)
     graph = attribute(ctx, targets, batch_size=args.batch_size, max_feature_nodes=args.max_feature_nodes,
                       progress=say, input_string=tok.decode(ids) if tok is not None else "",

@@ -586,6 +586,15 @@ def dense_mlps(mlp: nn.Module) -> list[nn.Module]:
     return mlp.mlps() if hasattr(mlp, "mlps") else [mlp]
 
 
+def token_embedding(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The tokens' rows of the embedding, scaled where the config says (Gemma, BART / Marian's
+    scale_embedding: the scale rounded to the embedding dtype first, float32 first as HF's buffer)."""
+    x = model.tok_embed(ids)
+    if model.cfg.embed_scale is not None:
+        x = x * torch.tensor(model.cfg.embed_scale).to(x.dtype)
+    return x
+
+
 # -- block -----------------------------------------------------------------------------------
 
 
@@ -665,22 +674,36 @@ class Block(nn.Module):
                "cross_attn": lambda h: self.cross_attn.cross(h, source, source_mask, cross_cache, trace,
                                                              prefix + "cross_attn."),
                "mlp": lambda h: self.mlp(h, trace, prefix + "mlp.")}
+        return self.compose(x, run, trace=trace, prefix=prefix)
+
+    def compose(self, x: torch.Tensor, run: dict, *, norm: Callable[[str], Callable] | None = None,
+                replace: dict | None = None, trace: Trace | None = None, prefix: str = "") -> torch.Tensor:
+        """The residual stream x through the sublayers as their records say: run[name](h) computes f from
+        its input h; norm(name) is the callable applied for the block's norm `name` (default: the norm
+        itself); replace[name](h, stream) gives a sublayer's whole output (what `.out` records: f, its
+        output norm and multiplier) from its input h and the stream it read before its norm. The
+        attribution graph's replacement model (core/graphs) drives its blocks through here with norms and
+        attention patterns frozen and the MLPs replaced, so every family's placement is this one code."""
+        norm = norm or (lambda name: getattr(self, name))
         block_in, added, made = x, None, None  # the block's input; the last sublayer's output, the stream it made
         for s in self.sublayers:
-            h = block_in if s.parallel else x
+            h = stream = block_in if s.parallel else x
             if s.norm is not None and not s.post:
-                h = getattr(self, s.norm)(h)
+                h = norm(s.norm)(h)
             h = point(trace, prefix + s.name + ".input", h)  # read only: a transcoder's input (core/features)
-            out = run[s.name](h)
-            if s.out_norm is not None:
-                out = getattr(self, s.out_norm)(out)
-            if s.multiplier is not None:
-                out = out * s.multiplier
+            if replace is not None and s.name in replace:
+                out = replace[s.name](h, stream)
+            else:
+                out = run[s.name](h)
+                if s.out_norm is not None:
+                    out = norm(s.out_norm)(out)
+                if s.multiplier is not None:
+                    out = out * s.multiplier
             if self.training:
                 out = self.resid_dropout(out)
             out = point(trace, prefix + s.name + ".out", out)
             if s.post:
-                new = getattr(self, s.norm)(x + out)
+                new = norm(s.norm)(x + out)
             elif s.parallel and x is made:  # (m + a) + input, transformers' GPT-NeoX order: bfloat16 rounds
                 new = (out + added) + block_in  # (input + a) + m differently; an edited stream is added to as it is
             else:
@@ -885,9 +908,7 @@ class Transformer(ModelBase):
     # -- pieces --------------------------------------------------------------------------
     def embed(self, input_ids: torch.Tensor, positions: torch.Tensor,
               token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.tok_embed(input_ids)
-        if self.cfg.embed_scale is not None:  # Gemma: the scale rounded to the embedding dtype first
-            x = x * torch.tensor(self.cfg.embed_scale).to(x.dtype)  # float32 first, as HF's buffer
+        x = token_embedding(self, input_ids)
         if self.cfg.positions_from_pad and positions[0] == 0:
             # RoBERTa numbers positions from the ids: a pad token reads row pad_token_id, the others
             # count only the non-pad tokens up to them (HF create_position_ids_from_input_ids)
@@ -917,12 +938,13 @@ class Transformer(ModelBase):
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         return self.embed_dropout(x + self.pos_embed.weight[None])
 
-    def unembed(self, h: torch.Tensor) -> torch.Tensor:
-        """Final norm + unembedding (or the encoders' MLM head): logits from any residual stream."""
+    def unembed(self, h: torch.Tensor, *, normed: bool = False) -> torch.Tensor:
+        """Final norm + unembedding (or the encoders' MLM head): logits from any residual stream
+        (`normed`: h is already the final norm's output)."""
         cfg = self.cfg
         if not cfg.lm_head:
             raise ValueError("this model has no language-model head")
-        if cfg.final_norm:
+        if cfg.final_norm and not normed:
             h = self.final_norm(h)
         if cfg.lm_head_kind == "classifier":  # ViT: class logits [..., classes] from [CLS] alone
             return self.lm_head(h[..., 0, :]) + self.lm_bias

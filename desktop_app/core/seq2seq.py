@@ -30,7 +30,7 @@ from .attention import causal_mask
 from .config import ModelConfig
 from .interventions import editing_trace
 from .model import (Attention, Block, HeadMatrices, KVCache, LayerCache, ModelBase, ModelOutput, head_matrices_of,
-                    make_norm, sinusoidal_table)
+                    make_norm, sinusoidal_table, token_embedding)
 from .generation_rules import GenerationRules
 from .trace import Trace, point
 
@@ -174,9 +174,7 @@ class EncoderDecoder(ModelBase):
     # -- pieces ----------------------------------------------------------------------------------
     def embed(self, stack: Stack, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
-        x = self.tok_embed(ids)
-        if cfg.embed_scale is not None:  # BART / Marian scale_embedding: sqrt(d_model)
-            x = x * torch.tensor(cfg.embed_scale).to(x.dtype)
+        x = token_embedding(self, ids)  # BART / Marian scale_embedding: sqrt(d_model)
         if cfg.positions == "learned":
             x = x + stack.pos_embed(positions + cfg.position_offset)
         elif cfg.positions == "sinusoidal":
@@ -192,10 +190,11 @@ class EncoderDecoder(ModelBase):
         if self.cfg.positions in ("learned", "sinusoidal") and n > self.cfg.context_length:
             raise ValueError(f"{what} of {n} tokens exceeds the context length {self.cfg.context_length}")
 
-    def unembed(self, h: torch.Tensor) -> torch.Tensor:
-        """The decoder's final norm, T5's rescaling, the unembedding and BART / Marian's logits bias."""
+    def unembed(self, h: torch.Tensor, *, normed: bool = False) -> torch.Tensor:
+        """The decoder's final norm (unless `normed`: h is its output), T5's rescaling, the unembedding and
+        BART / Marian's logits bias."""
         cfg = self.cfg
-        if cfg.final_norm:
+        if cfg.final_norm and not normed:
             h = self.decoder.final_norm(h)
         if cfg.lm_head_scale is not None:
             h = h * cfg.lm_head_scale

@@ -108,7 +108,7 @@ def test_graph_targets_a_token_or_a_logit_difference(files, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["--transcoders", "MISSING"], "is not a folder"),
-    (["--transcoders", "TC", "--model", "bert"], "post-norm"),
+    (["--transcoders", "TC", "--model", "bert"], "language-model head"),
     (["--transcoders", "TC", "--target", "abc"], "--target 'abc' is not one token"),
 ])
 def test_graph_refusals_are_one_line(files, tmp_path, capsys, argv, message):
@@ -128,3 +128,28 @@ def test_graph_keeps_an_existing_output_without_overwrite(files, tmp_path, capsy
     out.write_text("mine")
     code, _, err = run(capsys, files / "llama", "--transcoders", files / "plt", "--ids", "1,2", "--out", out)
     assert code == 2 and "--overwrite" in err and out.read_text() == "mine"
+
+
+def test_graph_of_an_encoder_decoders_decoder(tmp_path, capsys):
+    """T5 (the parity suite's tiny model): --source-ids for the encoder, --ids after the decoder's start token;
+    the graph's rows are the decoder's layers. Without a source: one line."""
+    import sys
+    from pathlib import Path
+    parity = str(Path(__file__).resolve().parents[1] / "parity")
+    if parity not in sys.path:
+        sys.path.insert(0, parity)
+    pytest.importorskip("transformers")
+    from family_cases.t5 import CASES
+    torch.manual_seed(0)
+    next(iter(CASES.values()))().save_pretrained(tmp_path / "t5")
+    random_transcoders(tmp_path / "tc", 2, 32, 16, seed=1)  # the decoder's 2 layers (the encoder has 3)
+    out, raw = tmp_path / "g.json", tmp_path / "g.safetensors"
+    code, stdout, err = run(capsys, tmp_path / "t5", "--transcoders", tmp_path / "tc", "--source-ids", "5,9,12,1",
+                            "--ids", "7,3,8", "--out", out, "--raw", raw)
+    assert code == 0, err
+    graph = load_raw(raw)
+    assert graph.input_ids == [0, 7, 3, 8] and graph.n_layers == 2  # T5's start token (pad, id 0) first
+    check_graph_json(json.loads(out.read_text()), out)
+    code, _, err = run(capsys, tmp_path / "t5", "--transcoders", tmp_path / "tc", "--ids", "7,3,8", "--out",
+                       tmp_path / "h.json")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--source" in err, err

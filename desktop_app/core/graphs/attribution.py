@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .replacement import Frozen, freeze, graph_problem, linear_forward
+from .replacement import Frozen, freeze, graph_problem, linear_forward, n_graph_layers
 from .transcoders import Transcoders
 
 
@@ -99,7 +99,9 @@ class Context:
             return linear_forward(self.model, self.frozen, self.transcoders, t, self.mlp_values(activations, errors))
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return h @ self.model.lm_head.weight.detach().to(h.dtype).T
+        """The model's logits from the final norm's output (its scale, bias and soft-cap included)."""
+        with torch.no_grad():
+            return self.model.unembed(h, normed=True)
 
 
 def _special_ids(tokenizer) -> list[int]:
@@ -122,17 +124,20 @@ def with_leading_special(ids: Sequence[int], tokenizer) -> list[int]:
     return ids if first is None else [first, *ids]
 
 
-def build_context(model, ids: Sequence[int], transcoders: Transcoders) -> Context:
-    """The real forward, the active features (zeroed at position 0), their vectors and the error nodes."""
+def build_context(model, ids: Sequence[int], transcoders: Transcoders, *, source: Sequence[int] | None = None) -> Context:
+    """The real forward, the active features (zeroed at position 0), their vectors and the error nodes.
+    An encoder-decoder: ids are the decoder's (its start token first), `source` the encoder's input; the
+    transcoders replace the decoder's MLPs."""
     cfg = model.cfg
     problem = graph_problem(cfg)
     if problem:
         raise ValueError(problem)
-    if transcoders.n_layers != cfg.n_layers or transcoders.d_model != cfg.d_model:
+    n_layers = n_graph_layers(model)
+    if transcoders.n_layers != n_layers or transcoders.d_model != cfg.d_model:
         raise ValueError(f"{transcoders.folder}: transcoders for {transcoders.n_layers} layers of width "
-                         f"{transcoders.d_model}; the model has {cfg.n_layers} layers of width {cfg.d_model}")
+                         f"{transcoders.d_model}; the model has {n_layers} layers of width {cfg.d_model}")
     dtype = model.dtype
-    frozen = freeze(model, list(ids), transcoders.input_hook)
+    frozen = freeze(model, list(ids), transcoders.input_hook, None if source is None else list(source))
     L, T, d = frozen.mlp_out.shape
     device = frozen.mlp_out.device
     active, values, enc_rows = [], [], []
@@ -226,7 +231,11 @@ class Targets:
 
 
 def unembedding(model) -> torch.Tensor:
-    return model.lm_head.weight.detach()  # [V, d]
+    """[V, d]: logit = W[t] . (the final norm's output) before a bias or soft-cap (Granite's, Cohere's
+    and T5's scale on the head's input folded in)."""
+    W = model.lm_head.weight.detach()
+    scale = model.cfg.lm_head_scale
+    return W if scale is None else W * scale
 
 
 def salient_targets(model, logits: torch.Tensor, max_n_logits: int, desired_logit_prob: float, decode) -> Targets:

@@ -16,6 +16,7 @@ import torch
 
 from ..interventions import Intervention
 from .attribution import Context
+from .replacement import stack_prefix
 
 HOWS = ("zero", "scale", "clamp")
 
@@ -62,5 +63,5 @@ def feature_interventions(ctx: Context, edits: Sequence[FeatureSet]) -> list[Int
         value = torch.zeros_like(ctx.mlp_constants[j]).index_add_(0, pos[moved], delta[idx][moved, None] * vec[moved])
         names = ", ".join(f"L{int(ctx.active[i, 0])}/f{int(ctx.active[i, 2])}@{int(ctx.active[i, 1])}"
                           for i in idx[moved].tolist())
-        out.append(Intervention(f"blocks.{j}.mlp.out", "add", value=value, name=f"transcoder features {names}"))
+        out.append(Intervention(f"{stack_prefix(ctx.model)}blocks.{j}.mlp.out", "add", value=value, name=f"transcoder features {names}"))
     return out

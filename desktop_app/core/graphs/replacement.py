@@ -1,59 +1,72 @@
 """The local replacement model of one prompt (Ameisen et al. 2025), as circuit-tracer 0.5 builds it.
 
-The real forward pass runs once (the model's own code, recording what it must); then, for this prompt:
+The real forward pass runs once (the model's own code, recording its attention patterns and MLP outputs);
+then, for this prompt:
   - every attention pattern and every normalisation scale (RMSNorm's 1/rms, LayerNorm's 1/std) is frozen
-    at its value, so what is left of attention is x -> P (norm(x) W_V) W_O, linear in x;
+    at its value, so what is left of attention is x -> P (norm(x) W_V) W_O, linear in x; whatever only
+    shapes the pattern (rotary of either layout, ALiBi, T5's relative bias, q/k norms, score soft-capping,
+    windows) is frozen with it, and OLMo's clipped values are frozen where they were clipped;
   - every MLP output is a constant: the active features' decoder vectors (a_s W_dec[s], a cross-layer
     feature into each layer it writes to), the decoder bias, the error (real output - reconstruction),
-    plus a transcoder's linear skip term, which stays a function of its input as in circuit-tracer.
+    plus a transcoder's linear skip term, which stays a function of its input as in circuit-tracer. The
+    transcoder replaces the whole MLP-like sublayer up to its output point (blocks.L.mlp.out: after Gemma's
+    and OLMo 2's output norm and Granite's multiplier): a mixture of experts' router is inside it, so
+    it is not in the graph (its choice is part of the error node, like the MLP's nonlinearity);
+  - an encoder-decoder's decoder: its cross-attention, pattern frozen, reads the encoder's output, a
+    constant, so its output is a constant too (a bias-like input), and the decoder's stream stays linear.
 So the residual stream, every feature's input and every logit are linear in the token embeddings and in
 the MLP-output constants; `linear_forward` is that map (differentiable, or evaluated on given values).
 
+The forward drives the model's own blocks (Block.compose: the block's sublayer records place each norm,
+post-norm, parallel residual and shared norm, output norm and residual multiplier), handing it frozen
+norms, frozen-pattern attention and the replaced MLP; no family is written out here. The norm calls are
+recorded in the order a replay of the real forward makes them, and the frozen forward uses them in the
+same order.
+
 circuit-tracer's conventions kept: position 0 (the BOS token it prepends) has no feature and no error
 node (its activations and error vectors are zeroed; its MLP output is still part of the constant the
-forward adds, so the forward stays exact); token nodes are the token embedding rows W_E[t] (a learned
-position embedding is part of the constant, as its hook_embed does not include it).
-
-Supported: pre-norm decoders with RMSNorm or LayerNorm, softmax attention (GQA, rotary, learned or no
-positions), dense MLPs: Llama, Qwen2, Qwen3, Mistral, GPT-2 and the like. Others are refused in one
-line naming what the graph does not yet handle.
+forward adds, so the forward stays exact); token nodes are the tokens' embedding rows (W_E[t], times the
+embedding scale where there is one; a learned position embedding is part of the constant, as its
+hook_embed does not include it); logit targets are read before a final soft-cap (its unembed.hook_pre).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from ..model import RMSNorm
+from ..model import OffsetRMSNorm, RMSNorm, token_embedding
 from .transcoders import Transcoders
 
 
 def graph_problem(cfg) -> str | None:
     """Why an attribution graph cannot be made for this model (None when it can)."""
     missing = []
-    if getattr(cfg, "is_encoder_decoder", False):
-        missing.append("an encoder-decoder")
     if cfg.input_kind != "tokens" or not cfg.lm_head or cfg.lm_head_kind not in (None, "linear"):
-        missing.append("a model without a plain language-model head")
-    if cfg.norm_placement != "pre" or cfg.parallel_residual or cfg.sandwich_norms:
-        missing.append("post-norm, parallel or sandwich-norm blocks")
-    if cfg.norm not in ("rmsnorm", "layernorm"):
-        missing.append(f"the norm {cfg.norm!r}")
-    if not cfg.causal or cfg.attention_kind != "softmax":
-        missing.append("non-causal or non-softmax attention")
-    if cfg.embed_scale is not None or cfg.embed_norm or cfg.type_vocab_size:
-        missing.append("scaled or normalised embeddings")
-    if cfg.final_logit_softcap is not None:
-        missing.append("logit soft-capping")
-    if not cfg.final_norm:
-        missing.append("a model without a final norm")
-    if getattr(cfg, "num_experts", 0):
-        missing.append("mixture-of-experts MLPs")
+        missing.append("no plain language-model head")
+    if not cfg.causal:
+        missing.append("non-causal attention")
     if not missing:
         return None
-    return ("attribution graphs support pre-norm decoders (Llama, Qwen2/3, Mistral, GPT-2); this model has "
-            + ", ".join(missing))
+    return "attribution graphs are made for decoders (and encoder-decoders' decoders); this model has " + ", ".join(missing)
+
+
+def stack_prefix(model) -> str:
+    """The trace-name prefix of the blocks the graph runs through: "" or an encoder-decoder's "decoder."."""
+    return "decoder." if getattr(model.cfg, "is_encoder_decoder", False) else ""
+
+
+def _stack(model):
+    """(blocks, the embedding's norm or None, the final norm or None) of the stack the graph runs through."""
+    stack = model.decoder if stack_prefix(model) else model
+    cfg = model.cfg
+    return (stack.blocks, stack.embed_norm if cfg.embed_norm else None,
+            stack.final_norm if cfg.final_norm else None)
+
+
+def n_graph_layers(model) -> int:
+    return len(_stack(model)[0])
 
 
 def _norm_scale(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -70,59 +83,137 @@ def frozen_norm(norm: nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.
         y = (x - x.mean(-1, keepdim=True)) * scale
         y = y * norm.weight if norm.weight is not None else y
         return y + norm.bias if norm.bias is not None else y
+    if type(norm) is OffsetRMSNorm:  # Gemma: (1 + g)
+        return (x * scale) * (1.0 + norm.weight)
     if type(norm) is not RMSNorm:
         raise ValueError(f"a frozen {type(norm).__name__} is not supported")
     return norm.weight * (x * scale)
 
 
-def frozen_attention(attn: nn.Module, x: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
-    """Attention with its pattern [H, T, T] frozen: P (x W_V) W_O for x [T, d] (values only, linear)."""
+class _Norms:
+    """The norm calls of one pass through the stack, in order: recording each call's scale (scales None),
+    or replaying recorded ones (the frozen forward makes the same calls in the same order)."""
+
+    def __init__(self, scales: list[torch.Tensor] | None = None) -> None:
+        self.recording = scales is None
+        self.scales = [] if scales is None else scales
+        self.calls = 0
+
+    def __call__(self, norm: nn.Module):
+        def apply(x: torch.Tensor) -> torch.Tensor:
+            if self.recording:
+                self.scales.append(_norm_scale(norm, x))
+            scale = self.scales[self.calls]
+            self.calls += 1
+            return frozen_norm(norm, x, scale)
+        return apply
+
+
+def frozen_attention(attn: nn.Module, x: torch.Tensor, pattern: torch.Tensor,
+                     clipped: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Attention with its pattern [H, T, S] frozen: P (x W_V) W_O for x [S, d] (values only, linear).
+    clipped: (where the real values were clipped, their clipped values) for OLMo's clip_qkv, held there."""
     cfg = attn.cfg
-    T = x.shape[-2]
+    S = x.shape[-2]
     H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
-    v = attn.v(x).view(T, Hkv, dh).transpose(0, 1)
+    v = attn.v(x)
+    if clipped is not None:
+        v = torch.where(clipped[0], clipped[1], v)
+    v = v.view(S, Hkv, dh).transpose(0, 1)
     if Hkv != H:
         v = v.repeat_interleave(H // Hkv, dim=0)
     y = pattern @ v  # [H, T, dh]
-    return attn.o(y.transpose(0, 1).reshape(T, H * dh))
+    return attn.o(y.transpose(0, 1).reshape(pattern.shape[-2], H * dh))
+
+
+def _clipped_values(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    c = attn.cfg.clip_qkv
+    if c is None:
+        return None
+    v = attn.v(x)
+    return v.abs() > c, v.clamp(-c, c)
 
 
 @dataclass
 class Frozen:
     """One prompt's real forward: what the replacement model freezes and what the graph reads."""
     ids: list[int]
-    embed_rest: torch.Tensor  # [T, d] the embedding minus the token rows (positions), a constant
-    token_vectors: torch.Tensor  # [T, d] W_E[ids]
+    embed_rest: torch.Tensor  # [T, d] the embedding (before its norm) minus the token rows: a constant
+    token_vectors: torch.Tensor  # [T, d] the tokens' scaled embedding rows
     patterns: list[torch.Tensor]  # [H, T, T] per layer
-    scales1: list[torch.Tensor]  # pre-attention norm scale [T, 1] per layer
-    scales2: list[torch.Tensor]  # pre-MLP norm scale
-    scale_final: torch.Tensor
+    scales: list[torch.Tensor]  # every norm's scale [T, 1], in the order the forward calls the norms
     feature_in: torch.Tensor  # [L, T, d] at the transcoders' input hook
     mlp_out: torch.Tensor  # [L, T, d] the real MLP outputs
     logits: torch.Tensor  # [T, V]
+    cross: list[torch.Tensor] = field(default_factory=list)  # [T, d] per layer: the frozen cross-attention output
+    clipped: list = field(default_factory=list)  # per layer: clip_qkv's (mask, values) or None
 
 
-def freeze(model, ids: list[int], input_hook: str) -> Frozen:
-    """Run the model once on ids, recording patterns, residuals and MLP inputs/outputs (its own forward)."""
-    names = ("embed", "blocks.*.attn.pattern", "blocks.*.resid_mid", "blocks.*.mlp.input", "blocks.*.mlp.out",
-             "blocks.*.resid_post", "logits")
+def _run(model, frozen: Frozen, norms: _Norms, tokens: torch.Tensor, mlp) -> torch.Tensor:
+    """The stack from the token vectors through the model's own blocks (Block.compose) with frozen norms
+    and patterns and mlp(layer, h, stream) for each MLP's whole output: the final norm's output [T, d].
+    While `norms` records (the replay of the real forward), OLMo's clipped values are recorded too."""
+    blocks, embed_norm, final_norm = _stack(model)
+    x = tokens + frozen.embed_rest
+    if embed_norm is not None:
+        x = norms(embed_norm)(x)
+    for l, block in enumerate(blocks):
+        def attention(h, l=l, attn=block.attn):
+            if norms.recording:
+                frozen.clipped[l] = _clipped_values(attn, h)
+            return frozen_attention(attn, h, frozen.patterns[l], frozen.clipped[l])
+        run = {"attn": attention, "cross_attn": lambda h, l=l: frozen.cross[l]}
+        x = block.compose(x, run, norm=lambda name, block=block: norms(getattr(block, name)),
+                          replace={"mlp": lambda h, stream, l=l: mlp(l, h, stream)})
+    return x if final_norm is None else norms(final_norm)(x)
+
+
+def freeze(model, ids: list[int], input_hook: str, source: list[int] | None = None) -> Frozen:
+    """Run the model once on ids (an encoder-decoder: the decoder's ids, the encoder reading `source`),
+    recording patterns and MLP outputs (its own forward); then replay the stack with those, recording
+    every norm's scale and each MLP's input at the transcoders' hook."""
+    prefix = stack_prefix(model)
+    blocks, embed_norm, _ = _stack(model)
+    L = len(blocks)
+    names = [prefix + n for n in ("embed", "blocks.*.attn.pattern", "blocks.*.cross_attn.pattern", "blocks.*.mlp.out")]
     x = torch.tensor(ids, device=model.device)[None]
-    out, trace = model.run_with_trace(x, names)
-    L = len(model.blocks)
-    embed = trace["embed"][0]
-    tokens = model.tok_embed.weight[x[0]].detach()
-    block_in = [embed] + [trace[f"blocks.{l}.resid_post"][0] for l in range(L - 1)]
-    mid = [trace[f"blocks.{l}.resid_mid"][0] for l in range(L)]
-    hook = "mlp.input" if input_hook == "mlp.hook_in" else "resid_mid"
-    return Frozen(
-        ids=list(ids), embed_rest=embed - tokens, token_vectors=tokens,
-        patterns=[trace[f"blocks.{l}.attn.pattern"][0] for l in range(L)],
-        scales1=[_norm_scale(b.norm1, xi) for b, xi in zip(model.blocks, block_in)],
-        scales2=[_norm_scale(b.norm2, m) for b, m in zip(model.blocks, mid)],
-        scale_final=_norm_scale(model.final_norm, trace[f"blocks.{L - 1}.resid_post"][0]),
-        feature_in=torch.stack([trace[f"blocks.{l}.{hook}"][0] for l in range(L)]),
-        mlp_out=torch.stack([trace[f"blocks.{l}.mlp.out"][0] for l in range(L)]),
-        logits=out.logits[0].detach())
+    captured = {}
+    handle = None if embed_norm is None else embed_norm.register_forward_pre_hook(
+        lambda _m, args: captured.setdefault("embed", args[0]))  # the embedding before its norm
+    try:
+        if prefix:
+            if source is None:
+                raise ValueError("an encoder-decoder's graph needs the source (the encoder's input) as well")
+            src = torch.tensor(source, device=model.device)[None]
+            out, trace = model.run_with_trace(src, x, names)
+            encoded = out.encoder_hidden[0]
+        else:
+            out, trace = model.run_with_trace(x, names)
+    finally:
+        if handle is not None:
+            handle.remove()
+    with torch.no_grad():
+        tokens = token_embedding(model, x[0]).detach()
+        embed = captured["embed"][0] if embed_norm is not None else trace[prefix + "embed"][0]
+        patterns = [trace[f"{prefix}blocks.{l}.attn.pattern"][0] for l in range(L)]
+        cross = [frozen_attention(b.cross_attn, encoded, trace[f"{prefix}blocks.{l}.cross_attn.pattern"][0])
+                 for l, b in enumerate(blocks)] if prefix else []
+        mlp_out = torch.stack([trace[f"{prefix}blocks.{l}.mlp.out"][0] for l in range(L)])
+        frozen = Frozen(ids=list(ids), embed_rest=embed - tokens, token_vectors=tokens, patterns=patterns,
+                        scales=[], feature_in=torch.empty(0), mlp_out=mlp_out, logits=out.logits[0].detach(),
+                        cross=cross, clipped=[None] * L)
+        feature_in = [None] * L
+        norms = _Norms()
+
+        def record(l, h, stream):
+            feature_in[l] = h if input_hook == "mlp.hook_in" else stream
+            return mlp_out[l]
+
+        # the replay: with real inputs, frozen-pattern attention is the real attention
+        _run(model, frozen, norms, tokens, record)
+        frozen.scales = norms.scales
+        frozen.feature_in = torch.stack(feature_in)
+    return frozen
 
 
 def linear_forward(model, frozen: Frozen, transcoders: Transcoders, tokens: torch.Tensor,
@@ -130,13 +221,13 @@ def linear_forward(model, frozen: Frozen, transcoders: Transcoders, tokens: torc
     """The replacement model's residual stream from token vectors [T, d] and each layer's MLP-output
     constant [T, d] (the MLP output less the skip term): (each layer's feature input [T, d], the final
     norm's output [T, d]). Linear in `tokens` and `mlp_constants`; gradients flow through nothing frozen."""
-    x = tokens + frozen.embed_rest
     feature_inputs = []
-    for l, block in enumerate(model.blocks):
-        x = x + frozen_attention(block.attn, frozen_norm(block.norm1, x, frozen.scales1[l]), frozen.patterns[l])
-        m_in = frozen_norm(block.norm2, x, frozen.scales2[l])
-        f_in = m_in if transcoders.input_hook == "mlp.hook_in" else x
+
+    def replaced(l, h, stream):
+        f_in = h if transcoders.input_hook == "mlp.hook_in" else stream
         feature_inputs.append(f_in)
         skip = transcoders.skip(l, f_in)
-        x = x + mlp_constants[l] + (skip if skip is not None else 0)
-    return feature_inputs, frozen_norm(model.final_norm, x, frozen.scale_final)
+        return mlp_constants[l] + skip if skip is not None else mlp_constants[l]
+
+    h = _run(model, frozen, _Norms(frozen.scales), tokens, replaced)
+    return feature_inputs, h

@@ -434,9 +434,6 @@ def check_additive(cfg, what: str) -> None:
     if cfg.sandwich_norms or cfg.norm_placement == "output":
         raise ValueError(f"{what}: with {'sandwich' if cfg.sandwich_norms else 'output'} norms a head's output is "
                          "normed with the others, so heads do not add up")
-    if cfg.residual_multiplier is not None:
-        raise ValueError(f"{what}: with a residual multiplier the heads' recorded outputs are not what the "
-                         "stream adds (scaled after them); not supported yet")
     if cfg.final_logit_softcap is not None:
         raise ValueError(f"{what}: the logit soft-cap is not linear, logits are not a sum of contributions")
     if cfg.residual_multiplier is not None:

@@ -13,6 +13,7 @@ from family_lipschitz import check_preset_opens_in_transformers  # noqa: E402
 
 from desktop_app.core import lipschitz as lip  # noqa: E402
 from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
+from desktop_app.core.model import sublayers_of  # noqa: E402
 
 
 def test_preset_with_multipliers_opens_in_transformers(tmp_path):
@@ -30,7 +31,7 @@ def test_each_multiplier_changes_the_logits(field, tmp_path):
         before = model(ids).logits
         setattr(model.cfg, field, None)
         for block in model.blocks:  # read once at build time
-            block.residual_multiplier = model.cfg.residual_multiplier
+            block.sublayers = sublayers_of(model.cfg)
             block.attn.scale = model.cfg.attn_scale
         assert (model(ids).logits - before).abs().max() > 1e-3
 

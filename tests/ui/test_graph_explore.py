@@ -58,7 +58,9 @@ def test_compute_prune_click_pin_group_search_intervene_export(qtbot, graph_pane
     assert result.ids[-len(state.token_ids):] == list(state.token_ids)
     n_drawn = len(panel.full_layout.nodes)
     assert len(panel.nodes_item.points()) == n_drawn == len(pruned_json(result, 0.8, 0.98)["nodes"])
-    assert len(panel.edge_items) <= 6 and sum(len(it.xData) // 2 for it in panel.edge_items) == len(panel.full_layout.edges)
+    assert len(panel.edges_item.buckets) <= 6 and panel.edges_item.n_segments == len(panel.full_layout.edges)
+    qtbot.waitUntil(panel.edges_item.is_current, timeout=10_000)  # the edges drawn for the view shown
+    assert panel.edges_item.renders >= 1
 
     # the node slider prunes again (keyboard on the real slider), as pruned_json does at that threshold
     panel.node_slider.setFocus()
@@ -205,3 +207,15 @@ def test_cancel_stops_the_computation(qtbot, model_dirs, isolated_user_files, er
     release.set()
     qtbot.waitUntil(lambda: panel.compute_button.isEnabled(), timeout=30_000)
     assert panel.result is None and "Cancelled" in panel.summary.text()
+
+
+def test_the_edge_image_puts_a_segment_where_the_data_says(qtbot):
+    from PySide6.QtCore import QRectF
+
+    from desktop_app.ui.widgets.edge_layer import render_edges
+
+    # (0, 0) -> (1, 1) with y up: from the image's bottom-left corner to its top-right one
+    image = render_edges([((255, 0, 0, 255), 2.0, np.array([0.0, 1.0]), np.array([0.0, 1.0]))], QRectF(0, 0, 1, 1),
+                         100, 100)
+    assert image.pixelColor(50, 50).red() == 255 and image.pixelColor(50, 50).alpha() == 255
+    assert image.pixelColor(10, 90).alpha() > 0 and image.pixelColor(10, 10).alpha() == 0

@@ -4,8 +4,9 @@ Neuronpedia), drawn as rows of layers and columns of token positions, explored a
 
 Drawing (smooth at 10,000 nodes): the nodes are one ScatterPlotItem (features circles, error nodes grey
 squares, token embeddings green triangles, logits orange diamonds; sized by influence, core.graphs.layout);
-the edges are at most six line items drawn with connect="pairs", one per sign (blue positive, red negative)
-and width class (thicker, more opaque for a larger |weight|), never one item per edge. Overlays: the clicked
+the edges are one EdgeLayer (ui/widgets/edge_layer.py: six buckets of segments, one per sign, blue positive
+and red negative, and width class, thicker and more opaque for a larger |weight|; drawn as one image per
+settled view in a worker thread and moved with the view while it pans or zooms), never one item per edge. Overlays: the clicked
 node's strongest ancestors and descendants, the pinned nodes, the search hits, supernode labels.
 
 A computed graph keeps its unpruned adjacency (app.graphs.GraphResult), so the node and edge threshold
@@ -30,6 +31,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
 from ...core.graphs.layout import (GraphLayout, annotated_json, layout, load_graph_json, search_nodes,
                                    strongest_neighbourhood, sub_layout, user_annotations)
 from ..state import INPUT, MODEL, ResultView
+from ..widgets.edge_layer import EdgeLayer
 from ..widgets.export import ExportBar, ask_save_path, say_in_status_bar
 from .features_views import FeatureDashboard, fill_table, read_only_table
 
@@ -63,6 +65,12 @@ def edge_buckets(data: GraphLayout) -> list[tuple[tuple, float, np.ndarray, np.n
                 ys = np.stack([data.y[pairs[:, 0]], data.y[pairs[:, 1]]], axis=1).ravel()
                 out.append(((*colour, alpha), width, xs, ys))
     return out
+
+
+def node_sizes(influence: np.ndarray) -> np.ndarray:
+    """Symbol sizes in pixels, 6 to 22, whole pixels: few distinct sizes keep the scatter's symbol atlas
+    small (a size per node made drawing 10,000 nodes several times slower, measured)."""
+    return np.round(6 + 16 * np.clip(influence, 0, 1))
 
 
 def node_text(node: dict, label: str = "") -> str:
@@ -183,7 +191,8 @@ class GraphPanel(QWidget, ResultView):
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.plot.getPlotItem().setLabel("bottom", "token position")
-        self.edge_items: list[pg.PlotCurveItem] = []
+        self.edges_item = EdgeLayer()  # every edge, drawn as an image per settled view (level of detail)
+        self.edges_item.setZValue(1)
         self.highlight_edges = pg.PlotCurveItem(connect="pairs", pen=pg.mkPen(HIGHLIGHT, width=3))
         self.highlight_edges.setZValue(5)
         self.nodes_item = pg.ScatterPlotItem(pxMode=True, hoverable=True, tip=None)
@@ -192,7 +201,7 @@ class GraphPanel(QWidget, ResultView):
         self.nodes_item.sigHovered.connect(self._on_hovered)
         self.marks_item = pg.ScatterPlotItem(pxMode=True)  # highlighted, pinned and found nodes: rings
         self.marks_item.setZValue(11)
-        for item in (self.highlight_edges, self.nodes_item, self.marks_item):
+        for item in (self.edges_item, self.highlight_edges, self.nodes_item, self.marks_item):
             self.plot.addItem(item)
         self.supernode_items: list[pg.TextItem] = []
         self.hover = QLabel("")
@@ -460,9 +469,10 @@ class GraphPanel(QWidget, ResultView):
         return {n["node_id"]: i for i, n in enumerate(self.full_layout.nodes)} if self.full_layout else {}
 
     def _clear_drawing(self) -> None:
-        for item in self.edge_items + self.supernode_items:
+        for item in self.supernode_items:
             self.plot.removeItem(item)
-        self.edge_items, self.supernode_items = [], []
+        self.supernode_items = []
+        self.edges_item.set_buckets([])
         self.nodes_item.clear()
         self.marks_item.clear()
         self.highlight_edges.setData([], [])
@@ -480,20 +490,17 @@ class GraphPanel(QWidget, ResultView):
     def _redraw(self, reset_range: bool = False) -> None:
         if self.full_layout is None:
             return
-        for item in self.edge_items + self.supernode_items:
+        for item in self.supernode_items:
             self.plot.removeItem(item)
-        self.edge_items, self.supernode_items = [], []
+        self.supernode_items = []
         shown = self._shown_indices()
         self.shown = np.array(shown, dtype=int)  # drawn point i is full_layout node shown[i]
         data = self.full_layout if len(shown) == len(self.full_layout.nodes) else sub_layout(self.full_layout, shown)
         self.layout_data = data
-        for colour, width, xs, ys in edge_buckets(data):
-            item = pg.PlotCurveItem(xs, ys, connect="pairs", pen=pg.mkPen(colour, width=width))
-            self.plot.addItem(item)
-            self.edge_items.append(item)
+        self.edges_item.set_buckets(edge_buckets(data))
         brushes = {k: pg.mkBrush(b) for k, (_s, b) in NODE_STYLE.items()}
         symbols = np.array([NODE_STYLE[int(k)][0] for k in range(4)], dtype=object)[data.kind]
-        self.nodes_item.setData(x=data.x, y=data.y, size=6 + 16 * np.clip(data.size, 0, 1), symbol=list(symbols),
+        self.nodes_item.setData(x=data.x, y=data.y, size=node_sizes(data.size), symbol=list(symbols),
                                 brush=[brushes[int(k)] for k in data.kind], pen=pg.mkPen("#333", width=0.5),
                                 data=self.shown)
         index = self._index()
@@ -535,7 +542,7 @@ class GraphPanel(QWidget, ResultView):
         for i in self.found:
             rings[i] = ("#d000d0", 3.0)
         chosen = [i for i in rings if i in shown]
-        self.marks_item.setData(x=full.x[chosen], y=full.y[chosen], size=12 + 16 * np.clip(full.size[chosen], 0, 1),
+        self.marks_item.setData(x=full.x[chosen], y=full.y[chosen], size=node_sizes(full.size[chosen]) + 6,
                                 brush=None, pen=[pg.mkPen(rings[i][0], width=rings[i][1]) for i in chosen],
                                 symbol="o")
         keep = [e for e in edges.tolist() if full.edges[e, 0] in shown and full.edges[e, 1] in shown]

@@ -219,3 +219,20 @@ def test_the_edge_image_puts_a_segment_where_the_data_says(qtbot):
                          100, 100)
     assert image.pixelColor(50, 50).red() == 255 and image.pixelColor(50, 50).alpha() == 255
     assert image.pixelColor(10, 90).alpha() > 0 and image.pixelColor(10, 10).alpha() == 0
+    # many segments, all in the right half: nothing drawn in the left half (no stray segment)
+    rng = np.random.default_rng(0)
+    xs, ys = 0.55 + 0.45 * rng.random(10_000), rng.random(10_000)
+    image = render_edges([((0, 0, 255, 120), 1.0, xs, ys)], QRectF(0, 0, 1, 1), 200, 100)
+    alpha = np.array([[image.pixelColor(x, y).alpha() for x in range(0, 100, 3)] for y in range(0, 100, 3)])
+    assert alpha.max() == 0
+    assert image.pixelColor(150, 50).alpha() > 0 or image.pixelColor(160, 40).alpha() > 0
+
+
+def test_bench_graph_view_prints_frames_per_second(qtbot, capsys):
+    """The benchmark on a small synthetic graph (the 10,000-node figure is in the report): it draws frames."""
+    from desktop_app.benchmarks.graph_view import main
+
+    out = main(["--nodes", "1000", "--edges", "3000", "--frames", "6", "--size", "600x400"])
+    print(out)
+    assert out["nodes"] == 1000 and out["edges"] == 3000 and out["edge_buckets"] <= 6
+    assert out["panel_fps"] > 0 and out["every_edge_fps"] > 0

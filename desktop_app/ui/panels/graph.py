@@ -450,7 +450,8 @@ class GraphPanel(QWidget, ResultView):
         meta = model["metadata"]
         what = ""
         if self.result is not None:
-            text = "".join(self.result.graph.token_strings[1:]) if self.result.graph.token_strings else ""
+            r = self.result
+            text = "".join(r.graph.token_strings[len(r.ids) - r.n_text:])  # the text's tokens, not the BOS added
             what = (f"computed for <b>{html.escape(self.result.model_name)}</b> on “{html.escape(text)}”, "
                     f"replacement score {self.result.replacement_score:.3f}, completeness "
                     f"{self.result.completeness_score:.3f}; ")
@@ -507,7 +508,8 @@ class GraphPanel(QWidget, ResultView):
         for s in self.supernodes:
             members = [index[i] for i in s[1:] if i in index and index[i] in set(shown)]
             if members:
-                label = pg.TextItem(s[0], color="#6a3d9a", anchor=(0.5, 1.2))
+                label = pg.TextItem(s[0], color="#6a3d9a", anchor=(0.5, 1.2), fill=(255, 255, 255, 200))
+                label.setZValue(20)
                 label.setPos(float(np.mean(self.full_layout.x[members])), float(np.max(self.full_layout.y[members])))
                 self.plot.addItem(label)
                 self.supernode_items.append(label)

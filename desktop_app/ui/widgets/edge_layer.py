@@ -44,7 +44,8 @@ def render_edges(buckets, rect: QRectF, width: int, height: int) -> QImage:
         px = (xs - rect.left()) * sx
         py = (rect.bottom() - ys) * sy  # QRectF from the view box: top() is the smaller y (data y goes up)
         p.setPen(_pen(colour, pen_width))
-        p.drawLines(*arrayToLineSegments(px, py, "pairs", False).drawargs())
+        segments = arrayToLineSegments(px, py, "pairs", False)  # named: drawargs() points into its memory
+        p.drawLines(*segments.drawargs())
     p.end()
     return image
 
@@ -112,7 +113,8 @@ class EdgeLayer(pg.GraphicsObject):
         if widget is None:  # an export (SVG, a printer): the segments as vectors
             for colour, width, xs, ys in self.buckets:
                 p.setPen(_pen(colour, width))
-                p.drawLines(*arrayToLineSegments(xs, ys, "pairs", False).drawargs())
+                segments = arrayToLineSegments(xs, ys, "pairs", False)
+                p.drawLines(*segments.drawargs())
             return
         if self._image is not None:
             # the image's rows run downwards while the data's y runs upwards: flip it into its rectangle

@@ -6,8 +6,8 @@ without computing again, tested by intervention, its feature edits handed to the
     model = pruned_json(result, node_threshold, edge_threshold)   the frontend's JSON of the pruned graph
     before, after = intervene(result, edits, live=False)     logits [V] at the last position
     ivs = whatif_edits(result, edits, n_text)                What-if edits (core.interventions) for the text
-    d = transcoder_dictionary(transcoders, layer, loaded)    one layer as an attached SparseDictionary (the
-                                                             Features panel's dashboard reads it)
+    graph_feature_tokens(loaded, transcoders, layer, feature)      decoder tokens   (the Features panel's
+    graph_feature_dashboard(loaded, transcoders, layer, feature, path, job=)   top contexts   dashboard code)
 """
 from __future__ import annotations
 
@@ -121,38 +121,58 @@ def whatif_edits(result: GraphResult, edits, n_text: int | None = None) -> list:
     extra = len(result.ids) - n_text
     if extra < 0:
         raise ValueError(f"the graph was computed for {len(result.ids)} tokens, the text has {n_text}")
-    return [replace(iv, value=iv.value[extra:].cpu()) for iv in feature_interventions(result.ctx, _edits(result, edits))]
+    ivs = feature_interventions(result.ctx, _edits(result, edits))
+    return [replace(iv, value=iv.value[extra:].cpu()) for iv in ivs]
 
 
 def logit_rows(result: GraphResult, before: torch.Tensor, after: torch.Tensor, n: int = 5) -> list[tuple]:
-    """(token, logit before, logit after, p before, p after) for the graph's logit targets and the top `n`
-    tokens after the edit, largest probability after first."""
+    """(label, token id, logit before, logit after, p before, p after) for the graph's logit targets and the
+    top `n` tokens after the edit, largest probability after first."""
     tok_ids = [t for t in result.graph.logit_tokens if t < len(before)]
     for t in torch.topk(after, min(n, len(after))).indices.tolist():
         if t not in tok_ids:
             tok_ids.append(t)
     labels = dict(zip(result.graph.logit_tokens, result.graph.logit_labels))
-    tok = getattr(result, "tokenizer", None)
+    tok = result.tokenizer
     p0, p1 = torch.softmax(before, -1), torch.softmax(after, -1)
-    rows = [(labels.get(t) or (tok.decode([t]) if tok is not None else str(t)), t, float(before[t]), float(after[t]), float(p0[t]), float(p1[t])) for t in tok_ids]
+    name = (lambda t: labels.get(t) or (tok.decode([t]) if tok is not None else str(t)))
+    rows = [(name(t), t, float(before[t]), float(after[t]), float(p0[t]), float(p1[t])) for t in tok_ids]
     return sorted(rows, key=lambda r: -r[5])
 
 
-def transcoder_dictionary(transcoders, layer: int, loaded):
+def transcoder_dictionary(transcoders, layer: int, loaded, feature: int):
     """Layer `layer` of circuit-tracer transcoders as a core.features SparseDictionary attached to the model
     (read at its input hook, written at the MLP output), so the Features panel's dashboard code (top contexts
-    over a text file, decoder tokens) reads its features. A cross-layer feature's decoder here is the sum of
-    what it writes to every later MLP output: its total direct write to the residual stream."""
+    over a text file, decoder tokens) reads feature `feature`. Only that feature's decoder is read (a
+    cross-layer transcoder's decoder of one layer is tens of GB): its row holds the sum of what it writes to
+    every later MLP output, its total direct write to the residual stream; the other rows are zero."""
     from ..core.features import SparseDictionary, attach
 
     t = transcoders
+    if not 0 <= feature < t.n_features:
+        raise ValueError(f"{t.folder}: feature {feature} is not in 0..{t.n_features - 1}")
     W_enc = t._enc[layer].full(t._name("W_enc", layer)).float()
-    dec = t.feature_rows_layer(layer).sum(1)  # [F, d]
+    W_dec = torch.zeros(t.n_features, t.d_model)
+    W_dec[feature] = t.decoder_rows(layer, torch.tensor([feature]))[0].sum(0)
     threshold = t._vector(t._threshold_name(layer), layer) if t.activation == "jump_relu" else None
     architecture = {"relu": "standard", "jump_relu": "jumprelu", "topk": "topk"}[t.activation]
     hook = f"blocks.{layer}.mlp.input" if t.input_hook == "mlp.hook_in" else f"blocks.{layer}.hook_resid_mid"
-    d = SparseDictionary(W_enc.T.contiguous(), t._vector(t._name("b_enc", layer), layer), dec.contiguous(),
-                         t.b_dec(layer), architecture=architecture, hook=hook, hook_out=f"blocks.{layer}.hook_mlp_out",
+    d = SparseDictionary(W_enc.T.contiguous(), t._vector(t._name("b_enc", layer), layer), W_dec, t.b_dec(layer),
+                         architecture=architecture, hook=hook, hook_out=f"blocks.{layer}.hook_mlp_out",
                          threshold=threshold, k=t.k, path=str(t.folder))
     d.to(loaded.model.device)
     return attach(d, loaded.config)
+
+
+def graph_feature_tokens(loaded, transcoders, layer: int, feature: int, n: int = 10):
+    """The tokens a graph feature's decoder promotes and suppresses (app.features.decoder_tokens)."""
+    from .features import decoder_tokens
+
+    return decoder_tokens(loaded, transcoder_dictionary(transcoders, layer, loaded, feature), feature, n)
+
+
+def graph_feature_dashboard(loaded, transcoders, layer: int, feature: int, path, job=None):
+    """A graph feature's top contexts over a text file, cached (app.features.cached_dashboard)."""
+    from .features import cached_dashboard
+
+    return cached_dashboard(loaded, transcoder_dictionary(transcoders, layer, loaded, feature), path, feature, job=job)

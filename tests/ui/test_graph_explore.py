@@ -52,6 +52,7 @@ def _features(panel) -> list[int]:
 
 def test_compute_prune_click_pin_group_search_intervene_export(qtbot, graph_panel, tmp_path, monkeypatch):
     w, state, panel = graph_panel
+    w.resize(1500, 950)
     qtbot.waitExposed(w)
     result = panel.result
     assert result.model_name == state.loaded.name and state.loaded.name in panel.summary.text()
@@ -87,6 +88,26 @@ def test_compute_prune_click_pin_group_search_intervene_export(qtbot, graph_pane
     assert strongest in panel.highlighted[0] and len(panel.highlight_edges.xData) >= 2
     assert d.nodes[top]["node_id"] in panel.details.text()
     qtbot.waitUntil(lambda: panel.dashboard.promoted_table.rowCount() > 0, timeout=10_000)  # decoder tokens
+    # the Features panel's dashboard: the feature's top contexts over a text file, against the transcoders'
+    # own encoder on the model's recorded input (core.graphs.replacement.freeze)
+    from desktop_app.core.graphs.replacement import freeze
+    from desktop_app.core.inputs import text_file_ids
+
+    text_file = tmp_path / "text.txt"
+    text_file.write_text("Alice and the rabbit hole, and the rabbit ran.")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(text_file), "")))
+    qtbot.mouseClick(panel.dashboard.file_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(panel.dashboard.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.dashboard.contexts is not None, timeout=20_000)
+    layer, feature, _pos = (int(v) for v in d.nodes[top]["node_id"].split("_"))
+    tc = result.ctx.transcoders
+    file_ids = text_file_ids(state.loaded, text_file)
+    recorded = freeze(state.loaded.model, list(file_ids), tc.input_hook).feature_in[layer]
+    acts = tc.encode(layer, recorded.float())[:, feature]
+    assert panel.dashboard.contexts.feature == feature
+    rows = panel.dashboard.contexts.rows
+    assert (rows[0][1] if rows else 0.0) == pytest.approx(max(float(acts.max()), 0.0), rel=1e-4, abs=1e-5)
+    assert panel.dashboard.contexts.active_tokens == int((acts > 0).sum())
 
     # pin two features, group them, label one, the pinned-only subgraph
     qtbot.mouseClick(panel.pin_button, Qt.MouseButton.LeftButton)

@@ -6,8 +6,8 @@ Drawing (smooth at 10,000 nodes): the nodes are one ScatterPlotItem (features ci
 squares, token embeddings green triangles, logits orange diamonds; sized by influence, core.graphs.layout);
 the edges are one EdgeLayer (ui/widgets/edge_layer.py: six buckets of segments, one per sign, blue positive
 and red negative, and width class, thicker and more opaque for a larger |weight|; drawn as one image per
-settled view in a worker thread and moved with the view while it pans or zooms), never one item per edge. Overlays: the clicked
-node's strongest ancestors and descendants, the pinned nodes, the search hits, supernode labels.
+settled view in a worker thread and moved with the view while it pans or zooms), never one item per edge.
+Overlays: the clicked node's strongest ancestors and descendants, the pinned nodes, the search hits, supernode labels.
 
 A computed graph keeps its unpruned adjacency (app.graphs.GraphResult), so the node and edge threshold
 sliders prune again in a worker without computing the graph again; it names the model and the text it was
@@ -25,8 +25,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
-                               QLineEdit, QListWidget, QProgressBar, QPushButton, QRadioButton, QSlider, QSplitter,
-                               QTabWidget, QVBoxLayout, QWidget)
+                               QLineEdit, QListWidget, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QSlider,
+                               QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
 from ...core.graphs.layout import (GraphLayout, annotated_json, layout, load_graph_json, search_nodes,
                                    strongest_neighbourhood, sub_layout, user_annotations)
@@ -154,7 +154,8 @@ class GraphPanel(QWidget, ResultView):
         self.save_json_button.setToolTip("Save the graph as JSON with the pins, supernodes and labels (qParams), "
                                          "as the attribution-graphs frontend and Neuronpedia read it")
         self.save_json_button.clicked.connect(self.save_json_dialog)
-        self.export_bar = ExportBar(lambda: self, lambda: (self.model_json or {}).get("metadata", {}).get("slug", "graph"))
+        self.export_bar = ExportBar(lambda: self,
+                                    lambda: (self.model_json or {}).get("metadata", {}).get("slug", "graph"))
         self.summary = QLabel("No graph: Compute graph… for the text on screen, or Open graph…")
         self.summary.setTextFormat(Qt.TextFormat.RichText)
         self.summary.setWordWrap(True)
@@ -214,6 +215,8 @@ class GraphPanel(QWidget, ResultView):
         # -- side: the node's dashboard, the intervention ------------------------------------------
         self.dashboard = FeatureDashboard()
         self.dashboard.header.setText("Click a feature node of a graph computed here for its dashboard.")
+        # a long file path must not widen the side pane past the window (it would cut off the Intervene tab)
+        self.dashboard.file_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.dashboard.file_button.clicked.connect(self.choose_text_file)
         self.dashboard.run_button.clicked.connect(self.run_dashboard)
         self.dashboard.cancel_button.clicked.connect(lambda: self._dash_job is not None and self._dash_job.cancel())
@@ -340,8 +343,8 @@ class GraphPanel(QWidget, ResultView):
         self.progress.setFormat(message[:40])
 
     def _failed(self, exc: BaseException, _tb: str) -> None:
-        self.summary.setText(f"<span style='color:#b00'>{html.escape(str(exc).splitlines()[0] if str(exc) else repr(exc))}"
-                             "</span>")
+        line = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        self.summary.setText(f"<span style='color:#b00'>{html.escape(line)}</span>")
 
     def _finished(self) -> None:
         self.compute_button.setEnabled(True)
@@ -456,7 +459,8 @@ class GraphPanel(QWidget, ResultView):
                     f"replacement score {self.result.replacement_score:.3f}, completeness "
                     f"{self.result.completeness_score:.3f}; ")
         else:
-            what = f"<b>{html.escape(str(meta.get('slug', '')))}</b> &nbsp; {html.escape(str(meta.get('prompt', '')))} — "
+            what = (f"<b>{html.escape(str(meta.get('slug', '')))}</b> &nbsp; "
+                    f"{html.escape(str(meta.get('prompt', '')))} — ")
         self.summary.setText(f"{what}<span style='color:#666'>{len(data.nodes)} nodes, {len(data.edges)} edges, "
                              f"transcoders {html.escape(str(meta.get('scan', '')))}</span>")
         self.selected = None
@@ -635,7 +639,8 @@ class GraphPanel(QWidget, ResultView):
         self.found = search_nodes(self.full_layout, self.search_box.text(), self.labels)
         self._draw_marks()
         self.details.setText(f"{len(self.found)} nodes match {html.escape(self.search_box.text())!r}"
-                             + (": " + ", ".join(html.escape(self.full_layout.nodes[i]["node_id"]) for i in self.found[:12])
+                             + (": " + ", ".join(html.escape(self.full_layout.nodes[i]["node_id"])
+                                                 for i in self.found[:12])
                                 if self.found else ""))
         if len(self.found) == 1:
             self.select_node(self.found[0])
@@ -647,18 +652,8 @@ class GraphPanel(QWidget, ResultView):
         layer, feature, pos = (int(v) for v in str(node["node_id"]).split("_"))
         return layer, pos, feature
 
-    def _attached(self, layer: int):
-        from ...app.graphs import transcoder_dictionary
-
-        cache = self.__dict__.setdefault("_attached_cache", {})
-        key = (id(self.result), layer)
-        if key not in cache:
-            cache.clear()
-            cache[key] = transcoder_dictionary(self.result.ctx.transcoders, layer, self.state.loaded)
-        return cache[key]
-
     def _show_dashboard(self, node: dict) -> None:
-        from ...app.features import decoder_tokens
+        from ...app.graphs import graph_feature_tokens
 
         f = self._feature_of(node)
         if f is None or self.result is None or self.state is None or self.state.loaded is None:
@@ -667,15 +662,11 @@ class GraphPanel(QWidget, ResultView):
             return
         layer, pos, feature = f
         self.dashboard.clear_contexts()
-        self.dashboard.header.setText(f"<b>Feature {feature}</b> of layer {layer} ({html.escape(self.transcoders_folder)}),"
+        self.dashboard.header.setText(f"<b>Feature {feature}</b> of layer {layer} "
+                                      f"({html.escape(self.transcoders_folder)}),"
                                       f" active at position {pos}: activation {node.get('activation') or 0:.4g}")
-        try:
-            attached = self._attached(layer)
-        except ValueError as exc:
-            self.dashboard.show_decoder_tokens([], [], str(exc))
-            return
         self.dashboard.show_decoder_tokens([], [])
-        self.state.run(decoder_tokens, self.state.loaded, attached, feature, 10,
+        self.state.run(graph_feature_tokens, self.state.loaded, self.result.ctx.transcoders, layer, feature, 10,
                        on_result=lambda r: self.dashboard.show_decoder_tokens(*r),
                        on_error=lambda exc, tb: self.dashboard.show_decoder_tokens([], [], str(exc)),
                        parts=(MODEL,), owner=self)
@@ -690,7 +681,7 @@ class GraphPanel(QWidget, ResultView):
             self.dashboard.file_label.setText(path)
 
     def run_dashboard(self) -> None:
-        from ...app.features import cached_dashboard
+        from ...app.graphs import graph_feature_dashboard
 
         node = self.full_layout.nodes[self.selected] if self.selected is not None and self.full_layout else None
         f = self._feature_of(node) if node is not None else None
@@ -706,7 +697,7 @@ class GraphPanel(QWidget, ResultView):
         self.dashboard.clear_contexts(f"Top contexts of feature {feature} over {self.text_file}…")
         self.dashboard.set_running(True)
         self._dash_job = self.state.run(
-            cached_dashboard, self.state.loaded, self._attached(layer), self.text_file, feature,
+            graph_feature_dashboard, self.state.loaded, self.result.ctx.transcoders, layer, feature, self.text_file,
             on_result=lambda r: self.dashboard.show_contexts(*r),
             on_error=lambda exc, tb: self.dashboard.status.setText(f"Cannot read the top contexts: {exc}"),
             on_progress=lambda d, t, _m: self.dashboard.show_progress(d, t),
@@ -765,7 +756,8 @@ class GraphPanel(QWidget, ResultView):
                    align_right=(1, 2, 3, 4))
         how = edits[0].how
         self.edit_status.setText(f"{len(edits)} features {how}" + (f" ({edits[0].value:g})" if how != "zero" else "")
-                                 + (", live model" if live else ", attention frozen") + ": the logits before and after.")
+                                 + (", live model" if live else ", attention frozen")
+                                 + ": the logits before and after.")
 
     def add_whatif_edits(self) -> None:
         from ...app.graphs import whatif_edits

@@ -97,6 +97,14 @@ def _prune(result, node_threshold: float, edge_threshold: float):
     return model, layout(model)
 
 
+def _compute_and_prune(loaded, ids, folder, node_threshold: float, edge_threshold: float, job=None):
+    """A worker's whole job: the graph (app.graphs.compute_graph), pruned and laid out at the thresholds."""
+    from ...app import graphs
+
+    result = graphs.compute_graph(loaded, ids, folder, job=job)
+    return (result, *_prune(result, node_threshold, edge_threshold))
+
+
 class GraphPanel(QWidget, ResultView):
     help_text = (
         "<b>Attribution graph</b> (Ameisen et al. 2025): the circuit behind one prediction in the local "
@@ -313,8 +321,6 @@ class GraphPanel(QWidget, ResultView):
 
     def compute(self, folder: str) -> None:
         """Compute the graph of the model and text on screen over the transcoders in `folder`, in a worker."""
-        from ...app.graphs import compute_graph
-
         state = self.state
         if state is None or state.loaded is None or not state.token_ids:
             self.summary.setText("Open a model and type a text first: the graph is of its next-token prediction.")
@@ -328,7 +334,8 @@ class GraphPanel(QWidget, ResultView):
         self.cancel_button.setEnabled(True)
         self.progress.setRange(0, 0)
         self.progress.setVisible(True)
-        self._job = state.run(compute_graph, state.loaded, list(state.token_ids), str(folder),
+        self._job_thresholds = self.thresholds
+        self._job = state.run(_compute_and_prune, state.loaded, list(state.token_ids), str(folder), *self.thresholds,
                               on_result=self._computed, on_error=self._failed, on_progress=self._progress,
                               on_cancelled=lambda: self.summary.setText("Cancelled: no graph computed."),
                               on_finished=self._finished, parts=(MODEL, INPUT), owner=self)
@@ -351,12 +358,14 @@ class GraphPanel(QWidget, ResultView):
         self.cancel_button.setEnabled(False)
         self.progress.setVisible(False)
 
-    def _computed(self, result) -> None:
+    def _computed(self, computed) -> None:
+        result, model, data = computed
         self.result, self.result_key, self.path = result, self._job.key, None
         self.pinned, self.supernodes, self.labels = [], [], {}
         self._set_sliders_enabled(True)
-        model, data = _prune(result, *self.thresholds)
         self._show(model, data)
+        if self.thresholds != self._job_thresholds:
+            self.reprune()  # a slider moved while the graph was computed
 
     def clear_results(self, changed: frozenset) -> None:
         """The model or text changed: a graph computed for the old ones goes (an opened file stays)."""

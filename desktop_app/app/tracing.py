@@ -465,6 +465,25 @@ def trace_image(loaded: LoadedModel, pixels, interventions: list | None = None,
     return ids, trace
 
 
+def analyse_image(loaded: LoadedModel, pixels, interventions: list | None = None) -> dict:
+    """One forward pass: class probabilities, every attention pattern [L, H, T, T], mean attention distance;
+    with the what-if edits applied as the app's image trace applies them (a "mean" over this image)."""
+    import numpy as np
+    import torch
+
+    from ..core.vit import attention_distance_of_trace
+
+    x = torch.from_numpy(pixels)[None]
+    if interventions:
+        from ..core.interventions import resolve
+
+        interventions = resolve(loaded.model, x, [iv.check(loaded.config) for iv in interventions])
+    out, trace = loaded.model.run_with_trace(x, names=("blocks.*.attn.pattern",), interventions=interventions or None)
+    patterns = np.stack([trace.pattern(l)[0].float().cpu().numpy() for l in range(loaded.config.n_layers)])
+    probs = None if out.logits is None else torch.softmax(out.logits[0].float(), -1).cpu().numpy()
+    return {"probs": probs, "patterns": patterns, "distance": attention_distance_of_trace(trace, loaded.config)}
+
+
 def trace_image_or_digit(loaded: LoadedModel, pixels, source: str, interventions: list | None = None):
     """(pixels, what they are, ids, trace) of `pixels`, or of held-out digit #0 when there are none yet."""
     if pixels is None:

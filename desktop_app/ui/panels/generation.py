@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QLin
                                QSpinBox, QSplitter, QTableWidget, QTabWidget, QTreeWidget, QTreeWidgetItem,
                                QVBoxLayout, QWidget)
 
+from ...app.generation import plain_logits_at
 from ...core.generation import (STRATEGIES, GenerationError, GenerationSession, GenerationSettings,
                                 MaskedFillSession, process_logits)
 from ...core.views.generation import GenerationViewState
@@ -57,20 +58,6 @@ def _with_edits(session, interventions: list, job=None):
     if isinstance(new, MaskedFillSession):
         new.all_logits()  # the view reads cached logits only
     return new
-
-
-def _plain_logits_at(loaded, ids: list[int], position: int, source: list[int] | None = None):
-    """The unedited model's logits [V] (float32, CPU) at `position` of `ids` (-1: the next token); an
-    encoder-decoder's `ids` are its target, read with `source`."""
-    import torch
-
-    dev = loaded.model.device
-    with torch.no_grad():
-        if source is not None:
-            out = loaded.model(torch.tensor([source], device=dev), torch.tensor([ids], device=dev))
-        else:
-            out = loaded.model(torch.tensor([ids], device=dev))
-    return out.logits[0, position].float().cpu()
 
 
 class GenerationPanel(QWidget, ResultView):
@@ -800,7 +787,7 @@ class GenerationPanel(QWidget, ResultView):
                 self._show_plain(*self._shown, logits)
 
         # the model as trained does not depend on the edits: dropped only when another model opens
-        self.state.run(_plain_logits_at, loaded, list(context_ids), position, source, on_result=done,
+        self.state.run(plain_logits_at, loaded, list(context_ids), position, source, on_result=done,
                        on_error=lambda exc, tb: self.plain_label.setText(f"the model as trained: {exc}"),
                        owner=self, parts=(MODEL,))
 

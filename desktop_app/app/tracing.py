@@ -39,7 +39,7 @@ as one stack's (blocks.l.attn.* of the encoder's self-attention, the decoder's o
 the names every attention view reads; a trace file holds encoder_attn.l, decoder_attn.l, cross_attn.l,
 encoder_hidden.i, decoder_hidden.i, logits, tokens (the source ids) and decoder_tokens (file_arrays).
 
-Not here: what a generation step records (core/generation.py's RECORD_NAMES). That is the mechanism
+Not here: what a generation step records (core/generation/session.py's RECORD_NAMES). That is the mechanism
 of GenerationSession (a one-token forward records per-position tensors that step_trace concatenates
 along the sequence, the attention rows are rebuilt from cached queries, head outputs from pattern and
 input), not a choice a front end makes; changing it means changing that code.

@@ -6,8 +6,8 @@ add scale x (mean residual after the layer on one text - that on the other) ther
 (app.whatif.steering_edit, as the What if panel's Steer tab builds it), together with any --ablate.
 An encoder-decoder (T5, BART, Marian) reads the prompt as its source and generates the target:
 `ids` are the target tokens after the decoder's start token (through the end token when it comes),
-`text` their decoding with the target tokenizer (Marian's target.spm); greedy and beam ids are
-transformers' generate's (num_beams = --beams, length_penalty 1, early_stopping false).
+`text` their decoding with the target tokenizer (Marian's target.spm). Greedy and beam ids, of every model,
+are transformers' generate's (num_beams = --beams, length_penalty 1, early_stopping false: core/generation/search.py).
 The folder's generation_config.json (or config.json's generation fields) gives the end tokens (every id of
 a list: Llama-3.x-Instruct's <|eot_id|> too) and the constraints generate applies (bad_words_ids,
 forced_eos_token_id, repetition_penalty, ...; core/generation_rules.py); never its sampling settings.

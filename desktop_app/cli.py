@@ -9,13 +9,8 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("info", "trace", "generate", "render", "lipschitz", "train", "bench", "families", "dynamics", "attribute", "patch", "scrub",
-            "features", "export", "graph")
-COMMANDS_HELP = ("Headless commands (no window): " + ", ".join(COMMANDS)
-                 + ". Each has its own help: python -m desktop_app COMMAND --help")
-EXIT_INPUT = 2  # bad input: a file that cannot be used, a wrong option, an output folder refused
-EXIT_DIVERGED = 3  # train: the loss or the gradient became non-finite
-EXIT_WRITE = 4  # an output could not be written (read-only, disk full, a folder in the way...)
+from .app.command_line import COMMANDS, COMMANDS_HELP, EXIT_DIVERGED, EXIT_INPUT, EXIT_WRITE  # noqa: F401 (re-exported)
+
 EPILOG = ("exit status: 0 success, 2 bad input (one line says which file and why), 3 training diverged, "
           "4 an output could not be written (one line names the path and the reason), 130 interrupted.")
 

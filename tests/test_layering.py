@@ -8,6 +8,10 @@ relative imports resolved. From that graph:
 - app/ (the Qt-free use cases) imports neither ui/ nor commands/ nor Qt;
 - ui/ never imports commands/, and commands/ imports ui/ only in `render` (it draws panels to files):
   what both front ends need lives in app/;
+- no module below the front ends (core/, app/, ui/, commands/) imports desktop_app.cli, the CLI's entry
+  point: what the GUI and the commands share with it (command names, exit statuses) is in app/command_line.py;
+- ui/ runs no model forward (no `<x>.model(x)`, `.forward(x)` or `.run_with_trace(x)` call): the
+  forward passes the panels show are in app/ or core/, run by the panels in workers;
 - no import circle: no strongly connected component of more than one module.
 
 Each failure names the importing file, its line and the imported module (a circle is printed as a
@@ -127,6 +131,43 @@ def test_commands_import_ui_only_to_render():
     found = [where(src, dst) for src, targets in graph().items() if in_layer(src, f"{PACKAGE}.commands")
              and src != RENDER_DRAWS_PANELS for dst in targets if in_layer(dst, f"{PACKAGE}.ui")]
     assert found == [], "commands/ must not import ui/ (only `render` draws panels): use desktop_app/app/"
+
+
+def test_nothing_below_the_front_ends_imports_the_cli():
+    """core/, app/, ui/ and commands/ never import desktop_app.cli (nor __main__): the constants the GUI's
+    --help and the commands share with the CLI live in app/command_line.py."""
+    cli = (f"{PACKAGE}.cli", f"{PACKAGE}.__main__")
+    found = [x for layer in ("core", "app", "ui", "commands") for x in offenders(f"{PACKAGE}.{layer}", cli)]
+    assert found == [], "import the shared constants from desktop_app/app/command_line.py instead"
+
+
+# loaded.model(x), m.forward(x), m.run_with_trace(x): a call with arguments (a Qt view's .model() has none)
+FORWARD_CALLS = ("model", "forward", "run_with_trace")
+
+
+def model_forward_calls(path: Path) -> list[str]:
+    """'file:line calls NAME(...)' for every call, with arguments, of an attribute or a name in FORWARD_CALLS."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Call) and (node.args or node.keywords):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if name in FORWARD_CALLS:
+                found.append(f"{path.name}:{node.lineno} calls {name}(...)")
+    return found
+
+
+def test_ui_runs_no_model_forward():
+    """The panels draw; the model's forward passes they show are app/'s or core/'s (one line: no call of
+    `.model(...)`, `.forward(...)` or `.run_with_trace(...)` anywhere under ui/)."""
+    found = [f"{p.parent.relative_to(ROOT)}/{x}" for m, p in sources().items() if in_layer(m, f"{PACKAGE}.ui")
+             for x in model_forward_calls(p)]
+    assert found == [], "move the forward pass to desktop_app/app/ (the panel runs it in a worker)"
+
+
+def test_the_forward_rule_sees_a_forward_call(tmp_path):
+    source = tmp_path / "panel.py"
+    source.write_text("def f(loaded, x):\n    return loaded.model(x)\n")
+    assert model_forward_calls(source) == ["panel.py:2 calls model(...)"]
 
 
 def strongly_connected(g: dict[str, dict[str, int]]) -> list[list[str]]:

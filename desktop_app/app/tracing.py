@@ -39,7 +39,7 @@ as one stack's (blocks.l.attn.* of the encoder's self-attention, the decoder's o
 the names every attention view reads; a trace file holds encoder_attn.l, decoder_attn.l, cross_attn.l,
 encoder_hidden.i, decoder_hidden.i, logits, tokens (the source ids) and decoder_tokens (file_arrays).
 
-Not here: what a generation step records (core/generation.py's RECORD_NAMES). That is the mechanism
+Not here: what a generation step records (core/generation/session.py's RECORD_NAMES). That is the mechanism
 of GenerationSession (a one-token forward records per-position tensors that step_trace concatenates
 along the sequence, the attention rows are rebuilt from cached queries, head outputs from pattern and
 input), not a choice a front end makes; changing it means changing that code.
@@ -463,6 +463,25 @@ def trace_image(loaded: LoadedModel, pixels, interventions: list | None = None,
     _, trace = loaded.model.run_with_trace(x, interventions=_resolved(loaded, x, interventions),
                                            **trace_settings(loaded, len(ids), purpose))
     return ids, trace
+
+
+def analyse_image(loaded: LoadedModel, pixels, interventions: list | None = None) -> dict:
+    """One forward pass: class probabilities, every attention pattern [L, H, T, T], mean attention distance;
+    with the what-if edits applied as the app's image trace applies them (a "mean" over this image)."""
+    import numpy as np
+    import torch
+
+    from ..core.vit import attention_distance_of_trace
+
+    x = torch.from_numpy(pixels)[None]
+    if interventions:
+        from ..core.interventions import resolve
+
+        interventions = resolve(loaded.model, x, [iv.check(loaded.config) for iv in interventions])
+    out, trace = loaded.model.run_with_trace(x, names=("blocks.*.attn.pattern",), interventions=interventions or None)
+    patterns = np.stack([trace.pattern(l)[0].float().cpu().numpy() for l in range(loaded.config.n_layers)])
+    probs = None if out.logits is None else torch.softmax(out.logits[0].float(), -1).cpu().numpy()
+    return {"probs": probs, "patterns": patterns, "distance": attention_distance_of_trace(trace, loaded.config)}
 
 
 def trace_image_or_digit(loaded: LoadedModel, pixels, source: str, interventions: list | None = None):

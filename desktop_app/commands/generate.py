@@ -6,8 +6,8 @@ add scale x (mean residual after the layer on one text - that on the other) ther
 (app.whatif.steering_edit, as the What if panel's Steer tab builds it), together with any --ablate.
 An encoder-decoder (T5, BART, Marian) reads the prompt as its source and generates the target:
 `ids` are the target tokens after the decoder's start token (through the end token when it comes),
-`text` their decoding with the target tokenizer (Marian's target.spm); greedy and beam ids are
-transformers' generate's (num_beams = --beams, length_penalty 1, early_stopping false).
+`text` their decoding with the target tokenizer (Marian's target.spm). Greedy and beam ids, of every model,
+are transformers' generate's (num_beams = --beams, length_penalty 1, early_stopping false: core/generation/search.py).
 The folder's generation_config.json (or config.json's generation fields) gives the end tokens (every id of
 a list: Llama-3.x-Instruct's <|eot_id|> too) and the constraints generate applies (bad_words_ids,
 forced_eos_token_id, repetition_penalty, ...; core/generation_rules.py); never its sampling settings.
@@ -52,23 +52,11 @@ def add_parser(sub) -> None:
 
 
 def check_generation_memory(loaded, prompt_length: int, args) -> None:
-    """Refuse, before the first token, a generation whose history tree cannot fit: every node keeps its
-    next distribution, its keys and values and its record; beam search adds up to --beams nodes a step
-    (fewer while vocabulary^step is smaller)."""
-    from ..core.devices import check_memory
+    """app.generation.check_generation_memory for these options (the option to lower named)."""
+    from ..app.generation import check_generation_memory as check
 
-    cfg = loaded.config
     beams = args.beams if args.strategy == "beam" else 1
-    new = max(0, min(prompt_length + args.max_new, cfg.context_length) - prompt_length)
-    nodes, width = 0, 1
-    for _ in range(new):
-        width = min(beams, width * cfg.vocab_size)
-        nodes += width
-    layers = (cfg.n_decoder_layers or cfg.n_layers) if cfg.is_encoder_decoder else cfg.n_layers
-    per_node = 4 * (2 * cfg.vocab_size + layers * (2 * cfg.n_kv_heads * cfg.d_head + 4 * cfg.d_model))
-    what = f"--beams {args.beams}" if beams > 1 else f"--max-new {args.max_new}"
-    check_memory(float(nodes) * per_node, what, "for the generated tokens' distributions and KV cache",
-                 loaded.model.device)
+    check(loaded, prompt_length, args.max_new, beams, f"--beams {args.beams}" if beams > 1 else f"--max-new {args.max_new}")
 
 
 def run(args) -> int:
@@ -76,6 +64,7 @@ def run(args) -> int:
     import sys
 
     from . import load_model
+    from ..app.generation import mask_positions, why_cannot_generate
     from ..core.devices import resolve_device
     from ..core.generation import GenerationSettings, MaskedFillSession, generate
     from ..core.inputs import parse_token_ids
@@ -129,10 +118,10 @@ def run(args) -> int:
         if session.current.stop:
             result["stopped_by"] = session.current.token
     else:
-        mask_id = loaded.tokenizer.mask_token_id if loaded.tokenizer is not None else None
-        if mask_id is None:
-            raise ValueError(f"{loaded.path}: an encoder model fills [MASK] tokens, but its tokenizer has none")
-        masked = [i for i, t in enumerate(prompt) if t == mask_id]
+        if (why := why_cannot_generate(loaded)) is not None:
+            raise ValueError(f"{loaded.path}: {why}")
+        mask_id = loaded.tokenizer.mask_token_id
+        masked = mask_positions(loaded, prompt)
         if not masked:
             raise ValueError("an encoder model fills [MASK] tokens: put at least one in the prompt")
         session = MaskedFillSession(loaded, prompt, masked, mask_id, settings, args.order, args.seed,

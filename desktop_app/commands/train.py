@@ -218,7 +218,7 @@ def check_training_memory(cfg) -> None:
 
 def run(args) -> int:
     from ..core.training import TrainControl, TrainingDiverged, train
-    from ..cli import EXIT_DIVERGED
+    from ..app.command_line import EXIT_DIVERGED
     from ..core.training.trainer import EXACT_MATCH, SUMMARY_KEYS, export_model, read_run_config
 
     if args.task == "sae" and not getattr(args, "config", None):

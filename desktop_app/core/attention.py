@@ -117,6 +117,19 @@ def causal_mask(t_q: int, t_k: int, device=None, window: int | None = None) -> t
     return seen if window is None else seen & (j > i + offset - window)
 
 
+def causal_layer_mask(t_q: int, t_k: int, window: int | None, slopes: torch.Tensor | None, dtype: torch.dtype,
+                      device=None) -> torch.Tensor | None:
+    """The mask a causal layer applies to its last t_q of t_k positions: None when every query sees every
+    key (one query, no window cutting in), else causal_mask's [T_q, T_k] (with the window); with ALiBi's
+    slopes, alibi_mask's additive [H, T_q, T_k] over it."""
+    seen = causal_mask(t_q, t_k, device, window) if t_q > 1 or (window is not None and t_k > window) else None
+    if slopes is None:
+        return seen
+    if seen is None:
+        seen = torch.ones(t_q, t_k, dtype=torch.bool, device=device)
+    return alibi_mask(slopes, seen, dtype)
+
+
 def _small_logsumexp(S: torch.Tensor, dim: int) -> torch.Tensor:
     """torch.logsumexp, by hand below 65,536 entries: torch's reduction costs milliseconds per call
     through its thread pool on a busy 2-core machine even for 10 x 10 (measured for the dynamics)."""

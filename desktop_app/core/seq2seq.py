@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from .attention import causal_mask
 from .config import ModelConfig
@@ -307,7 +306,7 @@ class EncoderDecoder(ModelBase):
         return start
 
 
-# -- decoding ------------------------------------------------------------------------------------
+# -- decoding (greedy, batched, for training's evaluation; generation with its one beam search: core/generation/) --
 
 
 def _source(model: EncoderDecoder, src_ids, max_new: int) -> torch.Tensor:
@@ -372,92 +371,3 @@ def greedy_batch(model: EncoderDecoder, src_ids, max_new: int, *, src_mask: torc
             if bool(ended.all()):
                 break
     return torch.cat(written, 1)
-
-
-def greedy_decode(model: EncoderDecoder, src_ids, max_new: int, *, eos_id: int | None = None,
-                  banned_ids=(), rules: GenerationRules | None = None) -> list[int]:
-    """The most likely token at each step, up to max_new of them or through eos_id (included; None:
-    never stop early), never one of banned_ids: the ids after the decoder's start token, as
-    transformers' generate gives them (one source; greedy_batch's first row; rules as there)."""
-    out = greedy_batch(model, src_ids, max_new, eos_id=eos_id, banned_ids=banned_ids, rules=rules)[0].tolist()
-    ends = _ends(eos_id, rules)
-    stop = next((i for i, t in enumerate(out) if t in ends), None)
-    return out if stop is None else out[:stop + 1]
-
-
-@torch.no_grad()
-def beam_decode(model: EncoderDecoder, src_ids, max_new: int, num_beams: int, *, eos_id: int | None = None,
-                length_penalty: float = 1.0, early_stopping: bool | str = False, banned_ids=(),
-                rules: GenerationRules | None = None) -> list[int]:
-    """Beam search as transformers' generate does it (its vectorised _beam_search: 2 x num_beams
-    candidates a step, a finished hypothesis scored sum log p / generated_length ** length_penalty,
-    early_stopping True / False / "never" as there; banned_ids at -inf after the log-softmax, as its
-    bad_words_ids; rules: a model folder's end tokens, when eos_id is None, and its id constraints, applied
-    to the log-probabilities as there); the best hypothesis' ids after the start token."""
-    if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
-        raise ValueError(f"the number of beams must be a positive integer, got {num_beams!r}")
-    if not math.isfinite(length_penalty):
-        raise ValueError(f"the length penalty must be a finite number, got {length_penalty!r}")
-    if early_stopping not in (True, False, "never"):
-        raise ValueError(f"early_stopping must be true, false or 'never', got {early_stopping!r}")
-    src = _source(model, src_ids, max_new)
-    ends = _ends(eos_id, rules)
-    if max_new == 0:
-        return []
-    enc = model.encode(src).expand(num_beams, -1, -1)
-    cache = model.new_cache()
-    neg = -1.0e9
-    max_length = 1 + max_new
-    keep = 2 * num_beams
-    running = torch.full((num_beams, max_length), -1, dtype=torch.long)
-    running[:, 0] = model.start_token()
-    running_scores = torch.full((num_beams,), neg)
-    running_scores[0] = 0.0
-    finished = running.clone()
-    finished_scores = torch.full((num_beams,), neg)
-    finished_len = torch.zeros(num_beams, dtype=torch.long)
-    is_finished = torch.zeros(num_beams, dtype=torch.bool)
-    improvable = True
-    top_mask = torch.arange(keep) < num_beams
-    cur = 1
-    while True:
-        logits = model.decode(running[:, cur - 1:cur].to(enc.device), enc, cache=cache).logits[:, -1].float().cpu()
-        logp = _ruled(_ban(F.log_softmax(logits, dim=-1), banned_ids), running[:, :cur], rules, max_new)
-        acc = (logp + running_scores[:, None]).reshape(-1)
-        vocab = logits.shape[-1]
-        top_scores, top_idx = torch.topk(acc, keep)
-        beam, token = top_idx // vocab, top_idx % vocab
-        cand = running[beam].clone()
-        cand[:, cur] = token
-        hits = torch.full((keep,), cur + 1 >= max_length)
-        if ends:
-            hits |= torch.isin(token, torch.tensor(ends, dtype=torch.long))
-        # the running beams: the best unfinished candidates
-        run_scores = top_scores + hits.to(torch.float32) * neg
-        chosen = torch.topk(run_scores, num_beams)[1]
-        running, running_scores, source_beam = cand[chosen], run_scores[chosen], beam[chosen]
-        # the finished hypotheses: the best of those kept and the newly finished among the top num_beams
-        just = hits & top_mask
-        scores = top_scores / ((cur + 1 - 1) ** length_penalty)
-        if early_stopping is True and bool(is_finished.all()):
-            scores = scores + neg
-        if not improvable:
-            scores = scores + neg
-        scores = scores + (~just).to(torch.float32) * neg
-        merged = torch.cat([finished_scores, scores])
-        best = torch.topk(merged, num_beams)[1]
-        finished = torch.cat([finished, cand])[best]
-        finished_len = torch.cat([finished_len, torch.full((keep,), cur)])[best]
-        finished_scores = merged[best]
-        is_finished = torch.cat([is_finished, just])[best]
-        cache = cache.select(source_beam.to(enc.device))
-        cur += 1
-        length = (max_length - 1) if (early_stopping == "never" and length_penalty > 0.0) else cur - 1
-        best_running = running_scores[0] / (length ** length_penalty)
-        worst = torch.where(is_finished, finished_scores.min(), torch.tensor(neg))
-        improvable = improvable and bool((best_running > worst).any())
-        open_beam = not (bool(is_finished.all()) and early_stopping is True)
-        if not (improvable and open_beam and not bool(hits.all())):
-            break
-    n = int(finished_len[0])
-    return finished[0, 1:1 + n].tolist()

@@ -18,7 +18,7 @@ SCREENSHOT_SIZE = (1280, 800)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..cli import COMMANDS_HELP
+    from ..app.command_line import COMMANDS_HELP
     from ..app.arguments import float_in, int_in
 
     p = argparse.ArgumentParser(prog="transformer-explorer",

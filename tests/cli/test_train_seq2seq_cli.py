@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from desktop_app.core.checkpoints import load_model_folder
-from desktop_app.core.seq2seq import greedy_decode
+from seq2seq_decode import greedy_decode
 from desktop_app.core.training.tasks import make_task
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py

@@ -91,12 +91,12 @@ def test_a_half_precision_device_session_records_float32_cpu_tensors(device):
 def transfers(monkeypatch):
     """Every call generation makes to devices.to_host: the number of tensors it was handed."""
     calls: list[int] = []
-    real = generation.to_host
+    real = generation.session.to_host
 
     def counting(tensors, dtype=None):
         calls.append(len(tensors))
         return real(tensors, dtype)
-    monkeypatch.setattr(generation, "to_host", counting)
+    monkeypatch.setattr(generation.session, "to_host", counting)
     return calls
 
 
@@ -131,11 +131,11 @@ def test_what_a_device_hands_back_is_copied_out_of_the_transfer_buffer_in_one_ca
     buffer), the same values; on the CPU, float32 tensors are handed on as they are."""
     buffer = torch.arange(30, dtype=torch.float32)
     views = [buffer[:6].view(2, 3), buffer[6:30].view(2, 3, 4)]
-    out = generation._float32_of_its_own(views, torch.device("cuda"))
+    out = generation.session._float32_of_its_own(views, torch.device("cuda"))
     for got, view in zip(out, views):
         assert got.dtype == torch.float32 and torch.equal(got, view)
         assert got.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr()
     halves = [v.bfloat16() for v in views]
-    out = generation._float32_of_its_own(halves, torch.device("cuda"))
+    out = generation.session._float32_of_its_own(halves, torch.device("cuda"))
     assert [t.dtype for t in out] == [torch.float32] * 2 and all(torch.equal(a, b.float()) for a, b in zip(out, halves))
-    assert generation._float32_of_its_own(views, torch.device("cpu")) is views
+    assert generation.session._float32_of_its_own(views, torch.device("cpu")) is views

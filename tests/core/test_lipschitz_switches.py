@@ -145,18 +145,22 @@ def test_sliding_window_masks_keys_outside_it():
                                                                        rel=1e-3)
 
 
-@pytest.mark.parametrize("switch", ["qk_norm_head_dim", "sandwich_norms", "gemma3_like"])
+# (layer 0's whole map, layer 1's head 0): is a norm inside the map (q/k norm; the sandwich's post-attention
+# norm wraps the whole layer's output, not one head's)? Every map here rotates (llama), so none has the theorem.
+NORM_INSIDE = {"qk_norm_head_dim": (True, True), "sandwich_norms": (True, False), "gemma3_like": (True, True)}
+
+
+@pytest.mark.parametrize("switch", list(NORM_INSIDE))
 def test_nonbilinear_maps_use_autograd_and_have_no_theorem_bounds(switch):
     model = _model(**SWITCHES[switch])
     X = torch.randn(1, 5, D, dtype=torch.float64)
-    for fmap in (lip.layer_map(model, 0, masked=False), lip.layer_map(model, 1, head=0, masked=False)):
-        nonlinear_head = fmap.q_norm is not None or fmap.out_norm is not None
-        if nonlinear_head:
-            assert isinstance(lip.linearize(fmap, X), lip._AutogradLinearization)
-        if nonlinear_head or fmap.has_rotary:
-            assert not fmap.theorem_applies()
-            up, lo = lip.map_bounds(fmap, [4, 8], [1.0, 1.0])
-            assert np.isnan(up).all() and np.isnan(lo).all()
+    maps = (lip.layer_map(model, 0, masked=False), lip.layer_map(model, 1, head=0, masked=False))
+    for fmap, norm_inside in zip(maps, NORM_INSIDE[switch]):
+        assert (fmap.q_norm is not None or fmap.out_norm is not None) == norm_inside
+        assert isinstance(lip.linearize(fmap, X), lip._AutogradLinearization) == norm_inside
+        assert fmap.has_rotary and not fmap.theorem_applies()
+        up, lo = lip.map_bounds(fmap, [4, 8], [1.0, 1.0])
+        assert np.isnan(up).all() and np.isnan(lo).all()
 
 
 def test_partial_rotary_and_scale_keep_the_closed_form_exact():

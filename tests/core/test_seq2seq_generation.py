@@ -10,7 +10,7 @@ import torch
 
 from desktop_app.core.checkpoints import load_model_folder
 from desktop_app.core.generation import GenerationError, GenerationSession, GenerationSettings, generate
-from desktop_app.core.seq2seq import beam_decode, greedy_decode
+from seq2seq_decode import beam_decode, greedy_decode
 
 transformers = pytest.importorskip("transformers")
 

@@ -12,7 +12,8 @@ from desktop_app.core.checkpoints import load_model_folder, new_model, save_mode
 from desktop_app.core.config import ConfigError, ModelConfig
 from desktop_app.core.families import REGISTRY, encoder_decoder_problem
 from desktop_app.core.interventions import Intervention
-from desktop_app.core.seq2seq import EncoderDecoder, beam_decode, greedy_batch, greedy_decode
+from desktop_app.core.seq2seq import EncoderDecoder, greedy_batch
+from seq2seq_decode import beam_decode, greedy_decode
 from desktop_app.core.trace import Trace
 
 # init_std 0.2: weights large enough that every head's output shows in the logits (post-LN BART included)
@@ -265,7 +266,7 @@ def test_decoding_arguments_are_checked():
     assert greedy_decode(model, [4, 5], 0) == [] and beam_decode(model, [4, 5], 0, 3) == []
     with pytest.raises(ValueError, match="new tokens must be a non-negative integer, got -1"):
         greedy_decode(model, [4, 5], -1)
-    with pytest.raises(ValueError, match="number of beams must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="beam search needs at least 1 beam, got 0"):
         beam_decode(model, [4, 5], 3, 0)
     with pytest.raises(ValueError, match="length penalty must be a finite number"):
         beam_decode(model, [4, 5], 3, 2, length_penalty=float("nan"))

@@ -38,12 +38,15 @@ def test_a_roberta_for_the_copy_task_gives_token_1_a_position_of_its_own():
 
 
 def test_no_trainable_family_reads_a_task_token_as_padding():
+    checked = []
     for family in trainable_families():
         if REGISTRY[family].encoder_decoder:  # their pad is the task's own <pad> (seq2seq_tasks.py)
             continue
         _, task, mcfg = _built(family)
         if mcfg.positions_from_pad:
             assert mcfg.pad_token_id >= task.vocab_size, family
+            checked.append(family)
+    assert "roberta" in checked  # the check ran: at least the family this file is about counts positions from its pad
 
 
 def test_the_folder_opens_in_transformers_with_the_same_logits_on_token_1(tmp_path):

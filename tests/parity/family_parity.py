@@ -22,7 +22,7 @@ import torch
 
 from desktop_app.core.checkpoints import LoadedModel, load_model_folder, save_model_folder
 from desktop_app.core.generation import GenerationSettings, generate
-from desktop_app.core.seq2seq import greedy_decode
+from seq2seq_decode import greedy_decode
 from desktop_app.core.trace import Trace
 
 LOGITS_TOL = 1e-4

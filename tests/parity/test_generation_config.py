@@ -13,7 +13,7 @@ import torch
 
 from desktop_app.core.checkpoints import load_model_folder
 from desktop_app.core.generation import GenerationSettings, generate
-from desktop_app.core.seq2seq import beam_decode, greedy_decode
+from seq2seq_decode import beam_decode, greedy_decode
 
 transformers = pytest.importorskip("transformers")
 

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from desktop_app.core.checkpoints import load_model_folder, save_model_folder
-from desktop_app.core.seq2seq import EncoderDecoder, beam_decode, greedy_decode
+from desktop_app.core.seq2seq import EncoderDecoder
+from seq2seq_decode import beam_decode, greedy_decode
 
 transformers = pytest.importorskip("transformers")
 

@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 
 from desktop_app.core.checkpoints import LoadedModel, new_model
 from desktop_app.core.families import REGISTRY
-from desktop_app.core.seq2seq import beam_decode, greedy_decode
+from seq2seq_decode import beam_decode, greedy_decode
 from desktop_app.core.tokenizer import char_tokenizer
 from .walkthrough import show_generation_panel
 

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QLin
                                QSpinBox, QSplitter, QTableWidget, QTabWidget, QTreeWidget, QTreeWidgetItem,
                                QVBoxLayout, QWidget)
 
+from ...app.generation import plain_logits_at, why_cannot_generate
 from ...core.generation import (STRATEGIES, GenerationError, GenerationSession, GenerationSettings,
                                 MaskedFillSession, process_logits)
 from ...core.views.generation import GenerationViewState
@@ -57,20 +58,6 @@ def _with_edits(session, interventions: list, job=None):
     if isinstance(new, MaskedFillSession):
         new.all_logits()  # the view reads cached logits only
     return new
-
-
-def _plain_logits_at(loaded, ids: list[int], position: int, source: list[int] | None = None):
-    """The unedited model's logits [V] (float32, CPU) at `position` of `ids` (-1: the next token); an
-    encoder-decoder's `ids` are its target, read with `source`."""
-    import torch
-
-    dev = loaded.model.device
-    with torch.no_grad():
-        if source is not None:
-            out = loaded.model(torch.tensor([source], device=dev), torch.tensor([ids], device=dev))
-        else:
-            out = loaded.model(torch.tensor([ids], device=dev))
-    return out.logits[0, position].float().cpu()
 
 
 class GenerationPanel(QWidget, ResultView):
@@ -350,7 +337,7 @@ class GenerationPanel(QWidget, ResultView):
         self._trail = None
         self.view = EncoderFillView(self) if self._is_encoder() else DecoderStepView(self)
         self.view.show(loaded)
-        self._unavailable = self._why_unavailable(loaded)
+        self._unavailable = why_cannot_generate(loaded)  # said as soon as the model opens (controls disabled)
         if self.prompt.text() in ("", self._auto_prompt):  # never replace what the user typed
             self._auto_prompt = self._default_prompt(loaded)
             self.prompt.setText(self._auto_prompt)
@@ -360,25 +347,6 @@ class GenerationPanel(QWidget, ResultView):
             problem = getattr(getattr(loaded, "generation", None), "problem", "")  # a generation_config.json not used
             self.status.setText(f"{loaded.name}: {self.view.ready_message()}" + (f" {problem}" if problem else ""))
         self.refresh()
-
-    @staticmethod
-    def _why_unavailable(loaded) -> str | None:
-        """Why this model cannot generate at all, said as soon as it opens (the controls are disabled)."""
-        enc = not loaded.config.causal
-        if loaded.config.input_kind == "patches":
-            return ("this is a vision transformer: it classifies images and does not generate text. Its "
-                    "prediction, attention on the image and figures are in the Image panel.")
-        if not loaded.config.lm_head:
-            return ("this encoder has no masked-language-model head, so it cannot predict tokens: Generate "
-                    "needs a model with an MLM head (Attention and Layers still work)." if enc else
-                    "this model has no language-model head, so it cannot predict tokens: Generate needs a "
-                    "model with one (Attention and Layers still work).")
-        if enc and loaded.tokenizer is None:
-            return ("this encoder has no tokenizer (its text box takes token ids), so it has no [MASK] token "
-                    "to fill: Generate needs a tokenizer.json with a [MASK] token.")
-        if enc and loaded.tokenizer.mask_token_id is None:
-            return "this encoder's tokenizer has no [MASK] token, so there is nothing to fill."
-        return None
 
     def _default_prompt(self, loaded) -> str:
         """A prompt that works at once: the start of the current text (or of the demo text); with no
@@ -800,7 +768,7 @@ class GenerationPanel(QWidget, ResultView):
                 self._show_plain(*self._shown, logits)
 
         # the model as trained does not depend on the edits: dropped only when another model opens
-        self.state.run(_plain_logits_at, loaded, list(context_ids), position, source, on_result=done,
+        self.state.run(plain_logits_at, loaded, list(context_ids), position, source, on_result=done,
                        on_error=lambda exc, tb: self.plain_label.setText(f"the model as trained: {exc}"),
                        owner=self, parts=(MODEL,))
 

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QComboBox, QLabel, QTableWidgetItem, QTreeWidgetIt
 
 from ...core.generation import GenerationError, GenerationSession, MaskedFillSession, process_logits
 from ...core.views.generation import branch_rows, common_prefix_length
+from ...app.generation import mask_positions
 from ...app.tracing import tokenize_and_trace
 from ..widgets.heatmap import Heatmap
 from ..widgets.prob_bars import format_prob
@@ -453,8 +454,8 @@ class EncoderFillView(GenerationView):
 
     def start(self, loaded, ids, then) -> None:
         p = self.panel
-        mask_id = loaded.tokenizer.mask_token_id  # _why_unavailable: a tokenizer with a [MASK]
-        masked = sorted({i for i, t in enumerate(ids) if t == mask_id} | {q for q in p._extra_masks if q < len(ids)})
+        mask_id = loaded.tokenizer.mask_token_id  # why_cannot_generate: a tokenizer with a [MASK]
+        masked = mask_positions(loaded, ids, p._extra_masks)
         if not masked:
             p.status.setText("put [MASK] in the text, or select a token and press Mask / unmask")
             p._show_plain_tokens(ids)

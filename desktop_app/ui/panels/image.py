@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPushButton, QS
                                QVBoxLayout, QWidget)
 
 from ...app.images import image_pixel_values
+from ...app.tracing import analyse_image  # the model's forward runs below ui/
 from ...core.views.image import TABS as IMAGE_TABS, ImageViewState
 from ..state import EDITS, MODEL, ResultView
 from ..widgets.export import ExportBar
@@ -39,24 +40,6 @@ TOP_CLASSES = 5
 
 # an image file as the model's pixel values [C, H, W], read as `trace --image` reads it (ValueError: one line)
 file_pixels = image_pixel_values
-
-
-def analyse_image(loaded, pixels: np.ndarray, interventions: list | None = None) -> dict:
-    """One forward pass: class probabilities, every attention pattern [L, H, T, T], mean attention distance;
-    with the what-if edits applied as the app's image trace applies them (a "mean" over this image)."""
-    import torch
-
-    from ...core.vit import attention_distance_of_trace
-
-    x = torch.from_numpy(pixels)[None]
-    if interventions:
-        from ...core.interventions import resolve
-
-        interventions = resolve(loaded.model, x, [iv.check(loaded.config) for iv in interventions])
-    out, trace = loaded.model.run_with_trace(x, names=("blocks.*.attn.pattern",), interventions=interventions or None)
-    patterns = np.stack([trace.pattern(l)[0].float().cpu().numpy() for l in range(loaded.config.n_layers)])
-    probs = None if out.logits is None else torch.softmax(out.logits[0].float(), -1).cpu().numpy()
-    return {"probs": probs, "patterns": patterns, "distance": attention_distance_of_trace(trace, loaded.config)}
 
 
 def model_figures(loaded) -> dict:

@@ -1,4 +1,4 @@
-"""Step-by-step generation: a history tree of choices, a KV cache, strategies, recording.
+"""A generation session: one model step at a time (a decoder's, or an encoder-decoder's over its source), recorded.
 
 GenerationSession(model, prompt_ids, settings, seed, stop_tokens) runs the prompt once, then:
     step()           pick the next token with the strategy and move there (one token's forward)
@@ -15,10 +15,7 @@ forward that consumed the token recorded: each layer's attention row of the new 
 [H, 1, T] and the new token's residual streams. `step_trace(node)` assembles a Trace of the whole
 path for the attention panel; `logit_lens(node)` gives the top prediction at every layer.
 
-Decoding facts (SOURCES.md): p_i ~ exp(logit_i / T); top-k keeps the k most probable tokens; top-p
-keeps the smallest set whose mass reaches p. Temperature never changes top-k's set (ranking is
-preserved) but can change top-p's. Ties at a boundary are all kept, so a set depends only on the
-probabilities, never on token order.
+The tree is tree.py's, the distribution sampling.py's, beam search search.py's (transformers' rule).
 
 Encoder-decoders (T5, BART, Marian; core/seq2seq.py) run through the same session: the prompt given
 is then the source, encoded once; the session's sequence is the target, from the decoder's start
@@ -28,34 +25,29 @@ cross-attention of the new token over the source, blocks.l.cross_attn.pattern [H
 cross_attention(node) gives [L, H, S] for the step that produced node's next-token distribution.
 _Steps is the one place that knows which kind of model runs a step.
 
-Encoder (BERT-family) models cannot continue a text; MaskedFillSession fills [MASK] positions
-instead, most confident first or left to right, with the same distribution processing.
+Encoder (BERT-family) models cannot continue a text: fill.py fills their [MASK] positions.
 """
 from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import torch
 
-from .jobs import JobControl
-from .attention import alibi_mask, alibi_slopes, attention_probs, causal_mask
-from .devices import to_host
-from .generation_rules import GenerationRules
-from .model import KVCache, Transformer, attention_scale, layer_window
-from .trace import Trace
+from ..attention import alibi_slopes, attention_probs, causal_layer_mask
+from ..devices import to_host
+from ..generation_rules import GenerationRules
+from ..jobs import JobControl
+from ..model import KVCache, Transformer, attention_scale, layer_window
+from ..trace import Trace
+from .sampling import ContextLengthReached, Distribution, GenerationError, GenerationSettings, pick, process_logits
+from .search import BeamSearch
+from .tree import HistoryTree, Node
 
-STRATEGIES = ("greedy", "sample", "top-k", "top-p", "beam")
-
-# What a one-token forward records: everything per position, cheap for one new token. Not the
-# per-layer logit lens (a vocab-sized matmul per layer): logit_lens() computes it on demand.
 RECORD_NAMES = ("embed", "blocks.*.attn.input", "blocks.*.attn.pattern", "blocks.*.attn.out",
                 "blocks.*.resid_mid", "blocks.*.mlp.out", "blocks.*.resid_post", "final_norm.out")
-# A step (and the prompt's forward) asks the model for everything but the attention pattern, so its
-# attention runs fused, as transformers' default attention; it keeps each layer's query instead, and
-# the new queries' attention rows are then computed from the cached keys (_attention_rows).
 _STEP_NAMES = tuple(n for n in RECORD_NAMES if n != "blocks.*.attn.pattern") + ("blocks.*.attn.q",)
 
 
@@ -128,166 +120,6 @@ def _is_encoder_decoder(model) -> bool:
     return bool(getattr(model.cfg, "is_encoder_decoder", False))
 
 
-class GenerationError(ValueError):
-    """Generation cannot go on (bad settings, wrong kind of model); the message says why."""
-
-
-class ContextLengthReached(GenerationError):
-    """The sequence fills the model's context: no further token can be appended."""
-
-
-# -- the distribution ------------------------------------------------------------------------
-
-
-@dataclass
-class Distribution:
-    """One next-token distribution before and after processing (all [V], float64, CPU)."""
-    logits: torch.Tensor  # the model's logits (after the folder's generation rules, if any: generation_rules.py)
-    model_probs: torch.Tensor  # softmax(logits): what the model itself says (T = 1, no filter)
-    tempered_probs: torch.Tensor  # softmax(logits / T)
-    probs: torch.Tensor  # after top-k and top-p, renormalised: what sampling draws from
-    kept: torch.Tensor  # bool [V]: tokens that survived top-k and top-p
-    temperature: float
-    top_k: int
-    top_p: float
-
-    @property
-    def entropy(self) -> float:
-        """Entropy (nats) of the processed distribution."""
-        p = self.probs[self.probs > 0]
-        return float(-(p * p.log()).sum())
-
-    @property
-    def model_entropy(self) -> float:
-        p = self.model_probs[self.model_probs > 0]
-        return float(-(p * p.log()).sum())
-
-    def top(self, k: int, by: str = "probs") -> list[tuple[int, float]]:
-        """The k largest (token, probability) under `by` (probs, tempered_probs or model_probs)."""
-        values = getattr(self, by)
-        k = min(k, values.numel())
-        v, i = torch.topk(values, k)
-        return [(int(a), float(b)) for a, b in zip(i, v)]
-
-
-def top_k_mask(probs: torch.Tensor, k: int) -> torch.Tensor:
-    """Tokens among the k most probable: every token with probability >= the k-th largest
-    (ties with the k-th are kept). k <= 0 or k >= V keeps everything."""
-    if k <= 0 or k >= probs.numel():
-        return torch.ones_like(probs, dtype=torch.bool)
-    kth = torch.topk(probs, k).values[-1]
-    return probs >= kth
-
-
-def top_p_mask(probs: torch.Tensor, p: float) -> torch.Tensor:
-    """Smallest set of most probable tokens whose mass reaches p (ties at the edge kept).
-
-    A token is in when the mass of the strictly more probable tokens is still below p; p >= 1
-    keeps everything (even tokens of probability 0)."""
-    if not 0.0 < p <= 1.0:
-        raise GenerationError(f"top-p must be in (0, 1], got {p}")
-    if p >= 1.0:
-        return torch.ones_like(probs, dtype=torch.bool)
-    sorted_p, order = torch.sort(probs.double(), descending=True)
-    before = torch.cumsum(sorted_p, 0) - sorted_p
-    keep_sorted = before < p * (1 - 1e-12)  # 1e-12: a sum that equals p up to rounding has reached it
-    threshold = sorted_p[keep_sorted].min()
-    return probs >= threshold.to(probs.dtype)
-
-
-def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
-                   top_p: float = 1.0) -> Distribution:
-    """Pure: raw logits [V] -> the distribution a sampler draws from.
-
-    Order as in Hugging Face: temperature, then top-k, then top-p on the tempered probabilities.
-    temperature == 0 means greedy: all mass on the most probable token(s)."""
-    if temperature < 0 or math.isnan(temperature):
-        raise GenerationError(f"temperature must be >= 0, got {temperature}")
-    if top_k < 0:
-        raise GenerationError(f"top-k must be >= 0 (0 = off), got {top_k}")
-    logits = logits.detach().reshape(-1).to("cpu", torch.float64)
-    V = logits.numel()
-    model_probs = torch.softmax(logits, 0)
-    if temperature == 0:
-        tempered = (logits == logits.max()).double()
-        tempered = tempered / tempered.sum()
-    elif temperature == 1:
-        tempered = model_probs
-    else:
-        tempered = torch.softmax(logits / temperature, 0)
-    filter_k, filter_p = 0 < top_k < V, top_p < 1.0
-    if not (filter_k or filter_p):  # nothing to filter: no extra tensor work on the decoding path
-        kept = torch.ones(V, dtype=torch.bool)
-        probs = tempered
-    else:
-        kept = top_k_mask(tempered, top_k) & top_p_mask(tempered, top_p)
-        probs = torch.where(kept, tempered, torch.zeros_like(tempered))
-        probs = probs / probs.sum()
-    return Distribution(logits, model_probs, tempered, probs, kept, temperature, top_k, top_p)
-
-
-# -- settings and the tree -------------------------------------------------------------------
-
-
-@dataclass
-class GenerationSettings:
-    strategy: str = "greedy"  # greedy | sample | top-k | top-p | beam
-    temperature: float = 1.0
-    top_k: int = 0  # 0: off ("top-k" strategy defaults to 40)
-    top_p: float = 1.0  # 1: off ("top-p" strategy defaults to 0.9)
-    beams: int = 4
-
-    def validated(self) -> "GenerationSettings":
-        if self.strategy not in STRATEGIES:
-            raise GenerationError(f"unknown strategy {self.strategy!r} (known: {', '.join(STRATEGIES)})")
-        s = GenerationSettings(**self.__dict__)
-        if s.strategy == "top-k" and s.top_k <= 0:
-            s.top_k = 40
-        if s.strategy == "top-p" and s.top_p >= 1.0:
-            s.top_p = 0.9
-        if s.strategy == "beam" and s.beams < 1:
-            raise GenerationError(f"beam search needs at least 1 beam, got {s.beams}")
-        process_logits(torch.zeros(2), s.temperature, s.top_k, s.top_p)  # validates the numbers
-        return s
-
-
-@dataclass(eq=False)
-class Node:
-    """One token of the history tree (the root is the prompt)."""
-    token: int | None  # None for the root
-    parent: "Node | None"
-    position: int  # index of this token in the sequence (root: prompt length - 1)
-    prob: float = 1.0  # probability it had in the distribution it was picked from (as processed)
-    model_prob: float = 1.0  # probability the model gave it (T = 1, no filtering)
-    score: float = 0.0  # cumulative log model-probability of the generated tokens (beam score)
-    how: str = ""  # greedy, sampled, chosen, beam
-    next_logits: torch.Tensor | None = None  # [V] float32 CPU: the distribution after this token
-    record: dict[str, torch.Tensor] = field(default_factory=dict)  # this token's forward, batch dim dropped
-    stop: bool = False  # a stop token: nothing follows
-    children: list["Node"] = field(default_factory=list)
-
-    def path(self) -> list["Node"]:
-        out, n = [], self
-        while n is not None:
-            out.append(n)
-            n = n.parent
-        return out[::-1]
-
-    def child(self, token: int) -> "Node | None":
-        for c in self.children:
-            if c.token == token:
-                return c
-        return None
-
-    @property
-    def depth(self) -> int:
-        """Generated tokens from the root to here."""
-        d, n = 0, self
-        while n.parent is not None:
-            d, n = d + 1, n.parent
-        return d
-
-
 @dataclass
 class LensRow:
     layer: int  # -1 is the embedding
@@ -310,7 +142,9 @@ def _default_stops(model: Transformer, tokenizer) -> list[int]:
     return []
 
 
-class GenerationSession:
+class GenerationSession(HistoryTree, BeamSearch):
+    """A prompt (or an encoder-decoder's source) and the tree of what followed it (module docstring)."""
+
     def __init__(self, loaded_or_model, prompt_ids: Sequence[int], settings: GenerationSettings | None = None,
                  seed: int | None = 0, stop_tokens: Sequence[int] | None = None, record: bool = True,
                  use_cache: bool | None = None, interventions: Sequence | None = None,
@@ -345,7 +179,7 @@ class GenerationSession:
         # do not see a head's ablation.
         self.interventions = None
         if interventions:
-            from .interventions import resolve
+            from ..interventions import resolve
             checked = [iv.check(cfg) for iv in interventions]
             if seq2seq:
                 if any(iv.how in ("mean", "resample") for iv in checked):
@@ -417,20 +251,10 @@ class GenerationSession:
         return r.process(scores, node.position + 1, lambda: self.ids(node),
                          begin_index=r.begin_index(len(self.prompt)), max_length=self.max_length)
 
-    def ids(self, node: Node | None = None) -> list[int]:
-        """Prompt + generated ids up to `node` (default: the current node)."""
-        node = self.current if node is None else node
-        return self.prompt + [n.token for n in node.path()[1:]]
-
-    def generated(self, node: Node | None = None) -> list[Node]:
-        return (self.current if node is None else node).path()[1:]
-
     @property
     def finished(self) -> bool:
         if self.settings.strategy == "beam":
-            if self.source is not None and (self._beam_done or not self.beams):
-                return True
-            return all(b.stop or b.position + 1 >= self.model.cfg.context_length for b in self.beams)
+            return self._beams_finished or all(b.position + 1 >= self.model.cfg.context_length for b in self.beams)
         return self.current.stop
 
     def step(self) -> Node:
@@ -440,10 +264,7 @@ class GenerationSession:
         node = self.current
         self._check_can_extend(node)
         dist = self.distribution(node)
-        if self.settings.strategy == "greedy":
-            token, how = int(torch.argmax(dist.logits)), "greedy"
-        else:
-            token, how = int(torch.multinomial(dist.probs, 1, generator=self._generator)), "sampled"
+        token, how = pick(dist, self.settings.strategy, self._generator)
         return self._extend(node, token, dist, how)
 
     def choose(self, token_id: int) -> Node:
@@ -455,35 +276,6 @@ class GenerationSession:
         self._check_can_extend(node)
         self._leave_beam_mode()
         return self._extend(node, token_id, self.distribution(node), "chosen")
-
-    def back(self) -> Node:
-        """Go to the previous token (beam search: the previous set of beams)."""
-        if self.settings.strategy == "beam" and self._beam_history:
-            self.beams = self._beam_history.pop()
-            self.finished_beams, self._beam_done = self._finished_history.pop()
-            self.current = self._best_beam()
-        elif self.current.parent is not None:
-            self.current = self.current.parent
-        self.stop_reason = None
-        return self.current
-
-    def goto(self, node: Node) -> Node:
-        """Make any node of this tree current (e.g. another branch)."""
-        if node.path()[0] is not self.root:
-            raise GenerationError("that node belongs to another generation")
-        self.current = node
-        self._start_beams(node)
-        self.stop_reason = None
-        return node
-
-    def node_at(self, tokens: Sequence[int]) -> Node | None:
-        """The node reached from the root by these generated tokens (None if the tree has no such path)."""
-        node = self.root
-        for t in tokens:
-            node = node.child(int(t))
-            if node is None:
-                return None
-        return node
 
     def with_interventions(self, interventions: Sequence | None, job: JobControl | None = None) -> "GenerationSession":
         """The same history tree on the model with other what-if edits (None or []: the model as
@@ -553,24 +345,12 @@ class GenerationSession:
 
     def _finished_reason(self) -> str:
         # beams that did not end on a stop token have filled the context: say so, not "stop token"
-        if self.settings.strategy == "beam" and self.source is not None and (self._beam_done or not self.beams):
-            return "beam search is done: no running beam can beat the finished ones"
         ended = self.beams if self.settings.strategy == "beam" else [self.current]
         if all(b.stop for b in ended):
             return "a stop token was generated"
+        if self.settings.strategy == "beam" and self._beam_done:
+            return "beam search is done: no running beam can beat the finished ones"
         return f"the context length ({self.model.cfg.context_length} tokens) is reached"
-
-    def branches(self) -> list[Node]:
-        """Leaves of the tree (each is the end of one branch), oldest first."""
-        out: list[Node] = []
-
-        def walk(n: Node) -> None:
-            if not n.children:
-                out.append(n)
-            for c in n.children:
-                walk(c)
-        walk(self.root)
-        return out
 
     # -- inspection ------------------------------------------------------------------------
     def step_trace(self, node: Node | None = None) -> tuple[Trace, list[int]]:
@@ -633,7 +413,7 @@ class GenerationSession:
                 v = v.repeat_interleave(H // Hkv, dim=0)
             z = P.to(dev, dtype) @ v  # [H, T, dh]: each head's output before W_O
             if self.interventions:  # an ablated or patched head shows what the edited model used
-                from .interventions import editing_trace
+                from ..interventions import editing_trace
                 z = editing_trace(self.interventions, None, 0).edit(f"{prefix}blocks.{layer}.attn.z", z[None])[0]
             out = attn.head_outputs(z)  # [H, T, d]
         return out.float().cpu()[None]
@@ -672,27 +452,6 @@ class GenerationSession:
             raise ContextLengthReached(f"the context length ({self.model.cfg.context_length} tokens) is reached: "
                                        "go back, or reset with a shorter prompt")
 
-    def _leave_beam_mode(self) -> None:
-        if self.settings.strategy == "beam":
-            self._start_beams(self.current)
-
-    def _start_beams(self, node: Node) -> None:
-        """Beam search from `node`: its only beam, no history. finished_beams: an encoder-decoder's
-        hypotheses ended by a stop token (best first, by score / generated length), set aside as
-        transformers' generate does; a decoder's ended beams stay among self.beams."""
-        self.beams: list[Node] = [node]
-        self._beam_history: list[list[Node]] = []
-        self.finished_beams: list[Node] = []
-        self._finished_history: list[tuple[list[Node], bool]] = []
-        self._beam_done = False
-
-    def _best_beam(self) -> Node:
-        """The best beam: an encoder-decoder's best of the finished and running hypotheses by score /
-        generated length (what generate returns when it stops here); a decoder's by score."""
-        if self.source is None:
-            return max(self.beams, key=lambda b: b.score)
-        return max(self.finished_beams + self.beams, key=lambda b: b.score / max(b.depth, 1))
-
     def _new_child(self, parent: Node, token: int, dist: Distribution, how: str,
                    lp: float | None = None) -> tuple[Node, bool]:
         """lp: the token's log-probability the score adds (default: from dist's model_probs)."""
@@ -722,163 +481,32 @@ class GenerationSession:
         self.current = node
         return node
 
-    def _beam_step(self) -> Node:
-        if self.source is not None:
-            return self._beam_step_as_generate()
-        width = self.settings.beams
-        live = [b for b in self.beams if not b.stop and b.position + 1 < self.model.cfg.context_length]
-        if not live:
-            if any(not b.stop for b in self.beams):
-                raise ContextLengthReached(f"the context length ({self.model.cfg.context_length} tokens) is reached")
-            raise GenerationError("every beam has ended with a stop token")
-        cand_scores, cand_src = [], []
-        for b in self.beams:  # ended beams compete with their fixed score
-            if b not in live:
-                cand_scores.append(torch.tensor([b.score], dtype=torch.float64))
-                cand_src.append((b, None))
-        for b in live:
-            logp = self._ruled(b, torch.log_softmax(b.next_logits.double(), 0))
-            cand_scores.append(b.score + logp)
-            cand_src.append((b, logp))
-        flat = torch.cat(cand_scores)
-        k = min(width, flat.numel())
-        top = torch.topk(flat, k).indices.tolist()
-        offsets, o = [], 0
-        for s in cand_scores:
-            offsets.append(o)
-            o += s.numel()
-        chosen: list[Node] = []
-        created: list[Node] = []
-        to_forward: list[tuple[Node, Node]] = []  # (parent, child)
-        for idx in top:
-            g = max(i for i, off in enumerate(offsets) if off <= idx)
-            b, row = cand_src[g]
-            if row is None:
-                chosen.append(b)
-                continue
-            token = idx - offsets[g]
-            dist = process_logits(b.next_logits)
-            child, new = self._new_child(b, token, dist, "beam",
-                                          lp=float(row[token]) if self.rules.changes_logits else None)
-            if new:
-                created.append(child)
-            chosen.append(child)
-            to_forward.append((b, child))
-        if to_forward:
-            self._forward_children(to_forward, created)
-        self._beam_history.append(self.beams)
-        self._finished_history.append((self.finished_beams, self._beam_done))
-        self.beams = chosen
-        self.current = max(chosen, key=lambda n: n.score)
-        return self.current
-
-    def _forward_children(self, pairs: list, created: list) -> None:
-        """One batched decoder step for each (parent, child) pair of a beam step: the children's tokens on
-        their parents' caches, their next logits and records kept (a child that has them keeps them); a
-        failure undoes the children this step created."""
-        parents = [p for p, _ in pairs]
-        try:
-            self._sync_cache_batch(parents)
-            tokens = torch.tensor([[c.token] for _, c in pairs], device=self.model.device)
-            logits, records = self._forward(tokens, parents)
-        except BaseException:
-            self._undo(created)
-            raise
-        for i, (_, c) in enumerate(pairs):
-            if c.next_logits is None:
-                c.next_logits, c.record = logits[i], records[i]
-        if self.incremental:
-            self._cache_nodes = [c for _, c in pairs]
-
-    def _beam_step_as_generate(self) -> Node:
-        """An encoder-decoder's beam step as transformers' generate takes it (its _beam_search with
-        length_penalty 1 and early_stopping False; core.seq2seq.beam_decode): the 2 x width best
-        continuations of the running beams; those among the best `width` that end with a stop token
-        join the finished hypotheses (the best `width` kept, scored log p / generated length), the
-        best `width` others run on; the search is done when no running beam can beat the worst
-        finished one (once `width` have finished)."""
-        width = self.settings.beams
-        live = [b for b in self.beams if not b.stop]
-        if self._beam_done or not live:
-            raise GenerationError("beam search is done: no running beam can beat the finished ones")
-        ctx = self.model.cfg.context_length
-        if any(b.position + 1 >= ctx for b in live):
-            raise ContextLengthReached(f"the context length ({ctx} tokens) is reached")
-        # generate's processors on each beam's log-probabilities (its _beam_search), then the beam's score
-        ruled = [self._ruled(b, torch.log_softmax(b.next_logits.double(), 0)) for b in live]
-        logp = torch.stack([b.score + r for b, r in zip(live, ruled)])
-        V = logp.shape[1]
-        top = torch.topk(logp.reshape(-1), min(2 * width, logp.numel())).indices.tolist()
-        picked: list[tuple[int, int]] = []  # (live beam, token)
-        running = ended = 0
-        for rank, idx in enumerate(top):
-            token = idx % V
-            if token in self.stop_tokens:
-                if rank < width:  # generate: a stop among the best `width` finishes a hypothesis
-                    picked.append((idx // V, token))
-                    ended += 1
-            elif running < width:
-                picked.append((idx // V, token))
-                running += 1
-        created: list[Node] = []
-        children: list[tuple[Node, Node]] = []
-        for i, token in picked:
-            b = live[i]
-            child, new = self._new_child(b, token, process_logits(b.next_logits), "beam",
-                                          lp=float(ruled[i][token]) if self.rules.changes_logits else None)
-            if new:
-                created.append(child)
-            children.append((b, child))
-        to_forward = [(b, c) for b, c in children if c.next_logits is None]
-        if to_forward:
-            self._forward_children(to_forward, created)
-        self._beam_history.append(self.beams)
-        self._finished_history.append((self.finished_beams, self._beam_done))
-        norm = lambda n: n.score / max(n.depth, 1)  # noqa: E731 (generate's length_penalty 1)
-        finished = sorted(self.finished_beams + [c for _, c in children if c.stop], key=norm, reverse=True)[:width]
-        self.beams = [c for _, c in children if not c.stop]
-        self.finished_beams = finished
-        if not self.beams:
-            self._beam_done = True
-        elif len(finished) == width:  # generate's "improvable": the best running beam against the worst finished
-            best = max(b.score for b in self.beams) / self.beams[0].depth
-            self._beam_done = not best > norm(finished[-1])
-        self.current = self._best_beam()
-        return self.current
-
     def _attention_rows(self, queries: list[torch.Tensor]) -> list[torch.Tensor]:
         """Every layer's attention [B, H, T_q, T] of the new queries [B, H, T_q, dh] (after rotary), from
-        the cached keys, with the model's own formula (attention_probs): the last T_q of the T cached
-        positions are the queries', each sees the keys up to itself (and its window). One batched
-        product for a one-token step; layer by layer for the prompt (its [T, T] patterns, a layer at a
-        time as the forward would have recorded them)."""
+        the cached keys, with the model's own formula and masks (core/attention.py): the last T_q of the T
+        cached positions are the queries', each sees the keys up to itself (and its window; ALiBi's bias by
+        distance rides on the mask). One batched product for a one-token step; layer by layer for the
+        prompt (its [T, T] patterns, a layer at a time as the forward would have recorded them)."""
         cfg = self.model.cfg
         H, Hkv = cfg.n_heads, cfg.n_kv_heads
         keys = self._cache.stacked_keys()  # [L, B, Hkv, T, dh], after rotary; a view, no copy
         Tq, T = queries[0].shape[-2], keys.shape[-2]
-        windows = [layer_window(cfg, l) for l in range(cfg.n_layers)]
-        # ALiBi (Bloom): the bias by distance rides on the mask, as in the forward pass
         slopes = alibi_slopes(cfg.n_heads, keys.device) if cfg.positions == "alibi" else None
+        masks = [causal_layer_mask(Tq, T, layer_window(cfg, l), slopes, queries[0].dtype, keys.device)
+                 for l in range(cfg.n_layers)]  # each [T_q, T] (boolean) or [H, T_q, T] (ALiBi), or None
+        probs = lambda q, k, mask: attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg),  # noqa: E731
+                                                   softcap=cfg.attn_logit_softcap)
         if Tq > 1:
-            rows = []
-            for l, q in enumerate(queries):
-                k = keys[l] if Hkv == H else keys[l].repeat_interleave(H // Hkv, dim=1)
-                mask = causal_mask(Tq, T, k.device, windows[l])[None, None]
-                if slopes is not None:
-                    mask = alibi_mask(slopes, mask, q.dtype)
-                rows.append(attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg),
-                                            softcap=cfg.attn_logit_softcap))
-            return rows
+            return [probs(q, keys[l] if Hkv == H else keys[l].repeat_interleave(H // Hkv, dim=1), masks[l])
+                    for l, q in enumerate(queries)]
         q = torch.stack(queries)  # [L, B, H, 1, dh]
         k = keys if Hkv == H else keys.repeat_interleave(H // Hkv, dim=2)
         mask = None
-        if any(w is not None and w < T for w in windows):  # sliding layers: the new query sees its window only
-            mask = torch.stack([causal_mask(1, T, k.device, w) for w in windows])[:, None, None]  # [L, 1, 1, 1, T]
-        if slopes is not None:
-            seen = mask if mask is not None else torch.ones(1, 1, 1, 1, T, dtype=torch.bool, device=k.device)
-            mask = alibi_mask(slopes, seen, q.dtype)
-        return list(attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg),
-                                   softcap=cfg.attn_logit_softcap).unbind(0))
+        if any(m is not None for m in masks):  # [L, 1, 1 or H, 1, T]: a mask for each layer of the batch
+            everything = torch.ones(1, T, dtype=torch.bool, device=k.device)
+            mask = torch.stack([everything if m is None else m for m in masks])
+            mask = mask[:, None] if mask.dim() == 4 else mask[:, None, None]
+        return list(probs(q, k, mask).unbind(0))
 
     def _undo(self, created: list[Node]) -> None:
         """Forget nodes whose forward did not finish; the cache may be half-updated: drop it."""
@@ -1002,183 +630,3 @@ def generate(loaded_or_model, prompt_ids: Sequence[int], max_new: int, settings:
     for _ in session.run(max_new, job):
         pass
     return session.ids(), session
-
-
-# -- encoder models: fill masked positions ---------------------------------------------------
-
-
-@dataclass
-class FillStep:
-    position: int
-    token: int
-    prob: float  # processed probability when picked
-    model_prob: float
-    logits: torch.Tensor  # [V] float32 CPU at that position when it was picked
-    how: str
-
-
-class MaskedFillSession:
-    """Masked-token prediction for encoder (BERT-family) models.
-
-    The positions in `masked` start as the mask token; each step runs the whole sequence
-    (attention is bidirectional: no cache), then fills one masked position: the one whose
-    processed distribution has the highest top probability ("confident") or the leftmost
-    ("left-to-right"), with the token the strategy picks (greedy or sampling; beam is not offered).
-    """
-
-    ORDERS = ("confident", "left-to-right")
-
-    def __init__(self, loaded_or_model, ids: Sequence[int], masked: Sequence[int], mask_token_id: int | None = None,
-                 settings: GenerationSettings | None = None, order: str = "confident", seed: int | None = 0,
-                 interventions: Sequence | None = None) -> None:
-        self.model, self.tokenizer = _model_of(loaded_or_model)
-        cfg = self.model.cfg
-        if not cfg.lm_head:
-            raise GenerationError("this model has no masked-language-model head: it cannot predict tokens")
-        if mask_token_id is None and self.tokenizer is not None:
-            mask_token_id = self.tokenizer.mask_token_id
-        if mask_token_id is None:
-            raise GenerationError("no mask token: the tokenizer has no [MASK] and none was given")
-        if order not in self.ORDERS:
-            raise GenerationError(f"unknown fill order {order!r} (known: {', '.join(self.ORDERS)})")
-        self.ids0 = [int(t) for t in ids]
-        if len(self.ids0) > cfg.context_length:
-            raise ContextLengthReached(f"{len(self.ids0)} tokens exceed the context length {cfg.context_length}")
-        bad = sorted(set(int(p) for p in masked) - set(range(len(self.ids0))))
-        if bad:
-            raise GenerationError(f"mask positions outside the text of {len(self.ids0)} tokens: {bad[:5]}")
-        self.masked = sorted(set(int(p) for p in masked))
-        self.mask_token_id = int(mask_token_id)
-        self.settings = (settings or GenerationSettings()).validated()
-        if self.settings.strategy == "beam":
-            raise GenerationError("beam search is for decoders; fill masks greedily or by sampling")
-        self.order = order
-        self.seed = seed
-        self._generator = torch.Generator(device="cpu")
-        # what-if edits (core/interventions.py) every forward applies; "mean" is over the masked text
-        self.interventions = None
-        if interventions:
-            from .interventions import resolve
-            self.interventions = resolve(self.model, self._masked_ids(), [iv.check(cfg) for iv in interventions])
-        self.reset()
-
-    def _masked_ids(self) -> list[int]:
-        out = list(self.ids0)
-        for p in self.masked:
-            out[p] = self.mask_token_id
-        return out
-
-    def reset(self, seed: int | None = None) -> None:
-        """Unfill every mask and reseed (with `seed` when given, like GenerationSession.reset)."""
-        if seed is not None:
-            self.seed = seed
-        self.history: list[FillStep] = []
-        self._generator.manual_seed(0 if self.seed is None else int(self.seed))
-        self._logits_cache: tuple[tuple[int, ...], torch.Tensor] | None = None
-
-    def ids(self) -> list[int]:
-        out = list(self.ids0)
-        for p in self.masked:
-            out[p] = self.mask_token_id
-        for s in self.history:
-            out[s.position] = s.token
-        return out
-
-    def context_ids(self, position: int) -> list[int]:
-        """The sequence whose logits give `position`'s distribution: as it was when that position was
-        filled (the fills before it, masks elsewhere), else the current one."""
-        done = next((k for k, st in enumerate(self.history) if st.position == position), len(self.history))
-        out = self._masked_ids()
-        for st in self.history[:done]:
-            out[st.position] = st.token
-        return out
-
-    @property
-    def remaining(self) -> list[int]:
-        filled = {s.position for s in self.history}
-        return [p for p in self.masked if p not in filled]
-
-    @property
-    def finished(self) -> bool:
-        return not self.remaining
-
-    def all_logits(self) -> torch.Tensor:
-        """Logits [T, V] (float32, CPU) of the current partially filled sequence."""
-        key = tuple(self.ids())
-        if self._logits_cache is None or self._logits_cache[0] != key:
-            with torch.no_grad():
-                out = self.model(torch.tensor([key], device=self.model.device), interventions=self.interventions)
-            self._logits_cache = (key, out.logits[0].float().cpu())
-        return self._logits_cache[1]
-
-    def set_settings(self, settings: GenerationSettings) -> None:
-        s = settings.validated()
-        if s.strategy == "beam":
-            raise GenerationError("beam search is for decoders; fill masks greedily or by sampling")
-        self.settings = s
-
-    def cached_logits(self) -> torch.Tensor | None:
-        """all_logits() if they are already computed for the current sequence, else None
-        (for views that must not run the model themselves)."""
-        if self._logits_cache is not None and self._logits_cache[0] == tuple(self.ids()):
-            return self._logits_cache[1]
-        return None
-
-    def distribution(self, position: int, settings: GenerationSettings | None = None) -> Distribution:
-        s = self.settings if settings is None else settings.validated()
-        return process_logits(self.all_logits()[position], s.temperature, s.top_k, s.top_p)
-
-    def next_position(self) -> int:
-        rem = self.remaining
-        if not rem:
-            raise GenerationError("every masked position is filled")
-        if self.order == "left-to-right":
-            return rem[0]
-        conf = [float(self.distribution(p).probs.max()) for p in rem]
-        return rem[max(range(len(rem)), key=lambda i: conf[i])]  # ties: leftmost
-
-    def step(self) -> FillStep:
-        pos = self.next_position()
-        dist = self.distribution(pos)
-        if self.settings.strategy == "greedy":
-            token, how = int(torch.argmax(dist.logits)), "greedy"
-        else:
-            token, how = int(torch.multinomial(dist.probs, 1, generator=self._generator)), "sampled"
-        return self._fill(pos, token, dist, how)
-
-    def choose(self, token_id: int, position: int | None = None) -> FillStep:
-        pos = self.next_position() if position is None else int(position)
-        if pos not in self.remaining:
-            raise GenerationError(f"position {pos} is not a masked position still to fill")
-        return self._fill(pos, int(token_id), self.distribution(pos), "chosen")
-
-    def back(self) -> None:
-        if self.history:
-            self.history.pop()
-
-    def with_interventions(self, interventions: Sequence | None, job: JobControl | None = None) -> "MaskedFillSession":
-        """The same fills, in the same order, on the model with other what-if edits (None or []: the
-        model as trained): each fill's distribution is the new model's. This session is not changed."""
-        new = MaskedFillSession(self.model, self.ids0, self.masked, self.mask_token_id, self.settings, self.order,
-                                self.seed, interventions=interventions)
-        new.tokenizer = self.tokenizer
-        new._generator.set_state(self._generator.get_state())
-        for st in self.history:
-            if job is not None:
-                job.check()
-            new._fill(st.position, st.token, new.distribution(st.position), st.how)
-        return new
-
-    def run(self, n: int, job: JobControl | None = None) -> Iterator[FillStep]:
-        for i in range(n):
-            if job is not None:
-                job.progress(i, n, f"mask {i + 1}/{n}")
-            if self.finished:
-                return
-            yield self.step()
-
-    def _fill(self, pos: int, token: int, dist: Distribution, how: str) -> FillStep:
-        s = FillStep(pos, token, float(dist.probs[token]), float(dist.model_probs[token]),
-                     self.all_logits()[pos].clone(), how)
-        self.history.append(s)
-        return s

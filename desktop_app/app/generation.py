@@ -1,0 +1,66 @@
+"""What the CLI's `generate` and the Generate panel both decide about a generation, written once.
+
+The generation itself (the history tree, the one beam search, masked filling) is core/generation/;
+here: whether a model can generate at all, which positions an encoder fills, whether the history tree fits
+in memory, and the model's logits as trained beside the edited ones.
+"""
+from __future__ import annotations
+
+
+def why_cannot_generate(loaded) -> str | None:
+    """Why this model cannot generate at all (one sentence), or None: a vision transformer, a model without a
+    language-model head, an encoder without a [MASK] token to fill."""
+    enc = not loaded.config.causal
+    if loaded.config.input_kind == "patches":
+        return ("this is a vision transformer: it classifies images and does not generate text. Its "
+                "prediction, attention on the image and figures are in the Image panel.")
+    if not loaded.config.lm_head:
+        return ("this encoder has no masked-language-model head, so it cannot predict tokens: Generate "
+                "needs a model with an MLM head (Attention and Layers still work)." if enc else
+                "this model has no language-model head, so it cannot predict tokens: Generate needs a "
+                "model with one (Attention and Layers still work).")
+    if enc and loaded.tokenizer is None:
+        return ("this encoder has no tokenizer (its text box takes token ids), so it has no [MASK] token "
+                "to fill: Generate needs a tokenizer.json with a [MASK] token.")
+    if enc and loaded.tokenizer.mask_token_id is None:
+        return "this encoder's tokenizer has no [MASK] token, so there is nothing to fill."
+    return None
+
+
+def mask_positions(loaded, ids: list[int], extra=()) -> list[int]:
+    """The positions an encoder fills: every [MASK] token of `ids`, and the positions inside the text that the
+    user masked besides (the panel's Mask button)."""
+    mask_id = loaded.tokenizer.mask_token_id
+    return sorted({i for i, t in enumerate(ids) if t == mask_id} | {q for q in extra if q < len(ids)})
+
+
+def check_generation_memory(loaded, prompt_length: int, max_new: int, beams: int, what: str) -> None:
+    """Refuse, before the first token, a generation whose history tree cannot fit: every node keeps its
+    next distribution, its keys and values and its record; beam search adds up to `beams` nodes a step
+    (fewer while vocabulary^step is smaller). `what` names the setting to lower (a command-line option)."""
+    from ..core.devices import check_memory
+
+    cfg = loaded.config
+    new = max(0, min(prompt_length + max_new, cfg.context_length) - prompt_length)
+    nodes, width = 0, 1
+    for _ in range(new):
+        width = min(beams, width * cfg.vocab_size)
+        nodes += width
+    layers = (cfg.n_decoder_layers or cfg.n_layers) if cfg.is_encoder_decoder else cfg.n_layers
+    per_node = 4 * (2 * cfg.vocab_size + layers * (2 * cfg.n_kv_heads * cfg.d_head + 4 * cfg.d_model))
+    check_memory(float(nodes) * per_node, what, "for the generated tokens' distributions and KV cache",
+                 loaded.model.device)
+
+
+def plain_logits_at(loaded, ids: list[int], position: int, source: list[int] | None = None):
+    """The unedited model's logits [V] (float32, CPU) at `position` of `ids` (-1: the next token); an
+    encoder-decoder's `ids` are its target, read with `source`."""
+    import torch
+
+    dev = loaded.model.device
+    with torch.no_grad():
+        if source is not None:
+            out = loaded.model(torch.tensor([source], device=dev), torch.tensor([ids], device=dev))
+        else:
+            out = loaded.model(torch.tensor([ids], device=dev))
+    return out.logits[0, position].float().cpu()

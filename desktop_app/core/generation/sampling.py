@@ -1,0 +1,148 @@
+"""The next-token distribution: temperature, top-k and top-p on a step's logits, and the settings that pick a token.
+
+Decoding facts (SOURCES.md): p_i ~ exp(logit_i / T); top-k keeps the k most probable tokens; top-p
+keeps the smallest set whose mass reaches p. Temperature never changes top-k's set (ranking is
+preserved) but can change top-p's. Ties at a boundary are all kept, so a set depends only on the
+probabilities, never on token order.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+STRATEGIES = ("greedy", "sample", "top-k", "top-p", "beam")
+
+
+EARLY_STOPPING = (False, True, "never")  # transformers' early_stopping modes of beam search
+
+
+class GenerationError(ValueError):
+    """Generation cannot go on (bad settings, wrong kind of model); the message says why."""
+
+
+class ContextLengthReached(GenerationError):
+    """The sequence fills the model's context: no further token can be appended."""
+
+
+@dataclass
+class Distribution:
+    """One next-token distribution before and after processing (all [V], float64, CPU)."""
+    logits: torch.Tensor  # the model's logits (after the folder's generation rules, if any: generation_rules.py)
+    model_probs: torch.Tensor  # softmax(logits): what the model itself says (T = 1, no filter)
+    tempered_probs: torch.Tensor  # softmax(logits / T)
+    probs: torch.Tensor  # after top-k and top-p, renormalised: what sampling draws from
+    kept: torch.Tensor  # bool [V]: tokens that survived top-k and top-p
+    temperature: float
+    top_k: int
+    top_p: float
+
+    @property
+    def entropy(self) -> float:
+        """Entropy (nats) of the processed distribution."""
+        p = self.probs[self.probs > 0]
+        return float(-(p * p.log()).sum())
+
+    @property
+    def model_entropy(self) -> float:
+        p = self.model_probs[self.model_probs > 0]
+        return float(-(p * p.log()).sum())
+
+    def top(self, k: int, by: str = "probs") -> list[tuple[int, float]]:
+        """The k largest (token, probability) under `by` (probs, tempered_probs or model_probs)."""
+        values = getattr(self, by)
+        k = min(k, values.numel())
+        v, i = torch.topk(values, k)
+        return [(int(a), float(b)) for a, b in zip(i, v)]
+
+
+def top_k_mask(probs: torch.Tensor, k: int) -> torch.Tensor:
+    """Tokens among the k most probable: every token with probability >= the k-th largest
+    (ties with the k-th are kept). k <= 0 or k >= V keeps everything."""
+    if k <= 0 or k >= probs.numel():
+        return torch.ones_like(probs, dtype=torch.bool)
+    kth = torch.topk(probs, k).values[-1]
+    return probs >= kth
+
+
+def top_p_mask(probs: torch.Tensor, p: float) -> torch.Tensor:
+    """Smallest set of most probable tokens whose mass reaches p (ties at the edge kept).
+
+    A token is in when the mass of the strictly more probable tokens is still below p; p >= 1
+    keeps everything (even tokens of probability 0)."""
+    if not 0.0 < p <= 1.0:
+        raise GenerationError(f"top-p must be in (0, 1], got {p}")
+    if p >= 1.0:
+        return torch.ones_like(probs, dtype=torch.bool)
+    sorted_p, order = torch.sort(probs.double(), descending=True)
+    before = torch.cumsum(sorted_p, 0) - sorted_p
+    keep_sorted = before < p * (1 - 1e-12)  # 1e-12: a sum that equals p up to rounding has reached it
+    threshold = sorted_p[keep_sorted].min()
+    return probs >= threshold.to(probs.dtype)
+
+
+def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
+                   top_p: float = 1.0) -> Distribution:
+    """Pure: raw logits [V] -> the distribution a sampler draws from.
+
+    Order as in Hugging Face: temperature, then top-k, then top-p on the tempered probabilities.
+    temperature == 0 means greedy: all mass on the most probable token(s)."""
+    if temperature < 0 or math.isnan(temperature):
+        raise GenerationError(f"temperature must be >= 0, got {temperature}")
+    if top_k < 0:
+        raise GenerationError(f"top-k must be >= 0 (0 = off), got {top_k}")
+    logits = logits.detach().reshape(-1).to("cpu", torch.float64)
+    V = logits.numel()
+    model_probs = torch.softmax(logits, 0)
+    if temperature == 0:
+        tempered = (logits == logits.max()).double()
+        tempered = tempered / tempered.sum()
+    elif temperature == 1:
+        tempered = model_probs
+    else:
+        tempered = torch.softmax(logits / temperature, 0)
+    filter_k, filter_p = 0 < top_k < V, top_p < 1.0
+    if not (filter_k or filter_p):  # nothing to filter: no extra tensor work on the decoding path
+        kept = torch.ones(V, dtype=torch.bool)
+        probs = tempered
+    else:
+        kept = top_k_mask(tempered, top_k) & top_p_mask(tempered, top_p)
+        probs = torch.where(kept, tempered, torch.zeros_like(tempered))
+        probs = probs / probs.sum()
+    return Distribution(logits, model_probs, tempered, probs, kept, temperature, top_k, top_p)
+
+
+def pick(dist: Distribution, strategy: str, generator: torch.Generator) -> tuple[int, str]:
+    """(token, how) the strategy picks from the distribution: greedy takes the most likely, the others sample."""
+    if strategy == "greedy":
+        return int(torch.argmax(dist.logits)), "greedy"
+    return int(torch.multinomial(dist.probs, 1, generator=generator)), "sampled"
+
+
+@dataclass
+class GenerationSettings:
+    strategy: str = "greedy"  # greedy | sample | top-k | top-p | beam
+    temperature: float = 1.0
+    top_k: int = 0  # 0: off ("top-k" strategy defaults to 40)
+    top_p: float = 1.0  # 1: off ("top-p" strategy defaults to 0.9)
+    beams: int = 4
+    length_penalty: float = 1.0  # beam search: a finished hypothesis scores log p / generated length ** this
+    early_stopping: bool | str = False  # beam search: transformers' modes (search.py): False, True or "never"
+
+    def validated(self) -> "GenerationSettings":
+        if self.strategy not in STRATEGIES:
+            raise GenerationError(f"unknown strategy {self.strategy!r} (known: {', '.join(STRATEGIES)})")
+        s = GenerationSettings(**self.__dict__)
+        if s.strategy == "top-k" and s.top_k <= 0:
+            s.top_k = 40
+        if s.strategy == "top-p" and s.top_p >= 1.0:
+            s.top_p = 0.9
+        if s.strategy == "beam" and s.beams < 1:
+            raise GenerationError(f"beam search needs at least 1 beam, got {s.beams}")
+        if not math.isfinite(s.length_penalty):
+            raise GenerationError(f"the length penalty must be a finite number, got {s.length_penalty!r}")
+        if s.early_stopping not in EARLY_STOPPING:
+            raise GenerationError(f"early_stopping must be true, false or 'never', got {s.early_stopping!r}")
+        process_logits(torch.zeros(2), s.temperature, s.top_k, s.top_p)  # validates the numbers
+        return s

@@ -1,0 +1,103 @@
+"""The history tree of a generation: its nodes, and moving through them (back, goto, the branches).
+
+Every node holds the token, its probability, the logits of the next-token distribution (so views can
+re-process them with other temperature/top-k/top-p without running the model) and what the forward that
+consumed the token recorded. HistoryTree is mixed into GenerationSession (session.py), which makes the nodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from .sampling import GenerationError
+
+@dataclass(eq=False)
+class Node:
+    """One token of the history tree (the root is the prompt)."""
+    token: int | None  # None for the root
+    parent: "Node | None"
+    position: int  # index of this token in the sequence (root: prompt length - 1)
+    prob: float = 1.0  # probability it had in the distribution it was picked from (as processed)
+    model_prob: float = 1.0  # probability the model gave it (T = 1, no filtering)
+    score: float = 0.0  # cumulative log model-probability of the generated tokens (beam score)
+    how: str = ""  # greedy, sampled, chosen, beam
+    next_logits: torch.Tensor | None = None  # [V] float32 CPU: the distribution after this token
+    record: dict[str, torch.Tensor] = field(default_factory=dict)  # this token's forward, batch dim dropped
+    stop: bool = False  # a stop token: nothing follows
+    children: list["Node"] = field(default_factory=list)
+
+    def path(self) -> list["Node"]:
+        out, n = [], self
+        while n is not None:
+            out.append(n)
+            n = n.parent
+        return out[::-1]
+
+    def child(self, token: int) -> "Node | None":
+        for c in self.children:
+            if c.token == token:
+                return c
+        return None
+
+    @property
+    def depth(self) -> int:
+        """Generated tokens from the root to here."""
+        d, n = 0, self
+        while n.parent is not None:
+            d, n = d + 1, n.parent
+        return d
+
+
+class HistoryTree:
+    """The tree's reading and moving (GenerationSession's): the root is the prompt, `current` the node shown."""
+    prompt: list[int]
+    root: Node
+    current: Node
+    stop_reason: str | None
+
+    def ids(self, node: Node | None = None) -> list[int]:
+        """Prompt + generated ids up to `node` (default: the current node)."""
+        node = self.current if node is None else node
+        return self.prompt + [n.token for n in node.path()[1:]]
+
+    def generated(self, node: Node | None = None) -> list[Node]:
+        return (self.current if node is None else node).path()[1:]
+
+    def back(self) -> Node:
+        """Go to the previous token (beam search: the previous set of beams)."""
+        if not (self.settings.strategy == "beam" and self._beams_back()) and self.current.parent is not None:
+            self.current = self.current.parent
+        self.stop_reason = None
+        return self.current
+
+    def goto(self, node: Node) -> Node:
+        """Make any node of this tree current (e.g. another branch)."""
+        if node.path()[0] is not self.root:
+            raise GenerationError("that node belongs to another generation")
+        self.current = node
+        self._start_beams(node)
+        self.stop_reason = None
+        return node
+
+    def node_at(self, tokens: Sequence[int]) -> Node | None:
+        """The node reached from the root by these generated tokens (None if the tree has no such path)."""
+        node = self.root
+        for t in tokens:
+            node = node.child(int(t))
+            if node is None:
+                return None
+        return node
+
+    def branches(self) -> list[Node]:
+        """Leaves of the tree (each is the end of one branch), oldest first."""
+        out: list[Node] = []
+
+        def walk(n: Node) -> None:
+            if not n.children:
+                out.append(n)
+            for c in n.children:
+                walk(c)
+        walk(self.root)
+        return out

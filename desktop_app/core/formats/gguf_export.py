@@ -111,6 +111,8 @@ def _write_metadata(w, cfg, arch, name: str, kind: str) -> None:
         w.add_float32(f"{a}.rope.scaling.factor", float(cfg.rope_scaling["factor"]))
     if cfg.sliding_window is not None and arch.fields is not None:
         w.add_uint32(f"{a}.attention.sliding_window", cfg.sliding_window)
+    if cfg.attn_logit_softcap is not None:
+        w.add_float32(f"{a}.attn_logit_softcapping", cfg.attn_logit_softcap)
     if cfg.final_logit_softcap is not None:
         w.add_float32(f"{a}.final_logit_softcapping", cfg.final_logit_softcap)
     for key, value in (("bos_token_id", cfg.bos_token_id), ("eos_token_id", cfg.eos_token_id),

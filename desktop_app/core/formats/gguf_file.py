@@ -60,16 +60,25 @@ def _gemma3_fields(meta: Callable[..., Any]) -> dict:
             "final_logit_softcapping": meta("final_logit_softcapping", None)}
 
 
+def _gemma2_fields(meta: Callable[..., Any]) -> dict:
+    # llama.cpp writes both soft-caps and the window; its scores are scaled by 1/sqrt(key_length) (the
+    # 2B and 9B models' query_pre_attn_scalar; transformers' Gemma 2 GGUF loader keeps Gemma2Config's 256)
+    return {"query_pre_attn_scalar": meta("attention.key_length", 256),
+            "sliding_window": meta("attention.sliding_window", 4096),
+            "attn_logit_softcapping": meta("attn_logit_softcapping", 50.0),
+            "final_logit_softcapping": meta("final_logit_softcapping", 30.0)}
+
+
 # The mapping table, one line per architecture; an entry counts only where its family is registered.
-# To add: Arch("gemma2", "gemma2", norm_shift=1.0, fields=<its softcaps and query_pre_attn_scalar>) and
-# Arch("phi3", "phi3") once those families exist (Phi-3's fused attn_qkv / ffn_up map to its own
-# qkv_proj / gate_up_proj through TensorNameMap); then add them to tests/core/formats' FAMILIES.
+# (Phi-3's fused attn_qkv / ffn_up map to its own qkv_proj / gate_up_proj through gguf's TensorNameMap.)
 ALL_ARCHS = (
     Arch("llama", "mistral", permuted_qk=True, name_hint="mistral"),
     Arch("llama", "llama", permuted_qk=True),
     Arch("qwen2", "qwen2"),
     Arch("qwen3", "qwen3"),
+    Arch("gemma2", "gemma2", norm_shift=1.0, fields=_gemma2_fields),
     Arch("gemma3", "gemma3_text", norm_shift=1.0, fields=_gemma3_fields),
+    Arch("phi3", "phi3"),
 )
 ARCHS = tuple(a for a in ALL_ARCHS if a.family in REGISTRY)
 

@@ -45,6 +45,7 @@ from .attention import alibi_mask, alibi_slopes, attention_probs, causal_mask
 from .devices import to_host
 from .generation_rules import GenerationRules
 from .model import KVCache, Transformer, attention_scale, layer_window
+from .streamed import holding
 from .trace import Trace
 
 STRATEGIES = ("greedy", "sample", "top-k", "top-p", "beam")
@@ -626,7 +627,7 @@ class GenerationSession:
         x = trace[f"{prefix}blocks.{layer}.attn.input"][0]  # [T, d]
         P = trace[f"{prefix}blocks.{layer}.attn.pattern"][0]  # [H, T, T]
         T = x.shape[0]
-        with torch.inference_mode():
+        with torch.inference_mode(), holding(self.model, layer):  # (a model read layer by layer: core/streamed.py)
             dev, dtype = self.model.device, self.model.dtype
             v = attn.v(x.to(dev, dtype)).view(T, Hkv, dh).transpose(0, 1)  # [Hkv, T, dh]
             if Hkv != H:

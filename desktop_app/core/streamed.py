@@ -107,15 +107,19 @@ def plan_devices(n_layers: int, devices: Sequence[str | torch.device],
     if not all(weights):
         weights = [1.0] * len(devices)
     total = sum(weights)
-    # cumulative boundaries, rounded: layers [bounds[i], bounds[i+1]) on device i
-    bounds = [round(n_layers * sum(weights[:i]) / total) for i in range(len(devices) + 1)]
-    if n_layers >= len(devices):
-        for i in range(1, len(devices) + 1):  # at least one layer each
-            bounds[i] = max(bounds[i], bounds[i - 1] + 1)
-        for i in range(len(devices) - 1, -1, -1):
-            bounds[i] = min(bounds[i], bounds[i + 1] - 1) if i else 0
-        bounds[-1] = n_layers
+    # cumulative boundaries, halves rounded up (a spare layer goes to the first devices, the home one first):
+    # layers [bounds[i], bounds[i+1]) on device i
+    bounds = [int(n_layers * sum(weights[:i]) / total + 0.5) for i in range(len(devices) + 1)]
+    k = len(devices)
+    if n_layers >= k:  # at least one layer each, and one left for each device after
+        for i in range(1, k):
+            bounds[i] = min(max(bounds[i], bounds[i - 1] + 1), n_layers - (k - i))
     return [devices[i] for i in range(len(devices)) for _ in range(bounds[i], bounds[i + 1])]
+
+
+def device_list(spec: str | torch.device) -> list[str]:
+    """The devices a device setting names: "cuda:0,cuda:1" (layers placed across them) or one device."""
+    return [d.strip() for d in str(spec).split(",") if d.strip()]
 
 
 def _to(value, device: torch.device):
@@ -128,16 +132,23 @@ def _to(value, device: torch.device):
 
 def place_blocks(model: nn.Module, devices: Sequence[str | torch.device],
                  free: Sequence[int | None] | None = None) -> list[torch.device]:
-    """Spread the model's blocks over `devices` (plan_devices); the rest of the model stays where it is
-    (its home device). Each block's tensor arguments move to its device before it runs, its output home
-    after; a streamed model's blocks are read straight onto theirs. Returns each block's device."""
+    """Spread the model's blocks over `devices` (plan_devices) and the rest of the model (embeddings,
+    final norm, head: its home) onto the first. Each block's tensor arguments move to its device before
+    it runs, its output home after; a streamed model's blocks are read straight onto theirs. Returns
+    each block's device."""
     plan = plan_devices(len(model.blocks), devices, free)
-    home = model.device
-    model.block_devices = plan
+    home = torch.device(devices[0])
     streamed = streamed_of(model) is not None
     for l, (block, device) in enumerate(zip(model.blocks, plan)):
         if not streamed:
             block.to(device)
+    for name, child in model.named_children():
+        if name != "blocks":
+            child.to(home)
+    for name, t in list(model.named_parameters(recurse=False)) + list(model.named_buffers(recurse=False)):
+        t.data = t.data.to(home)
+    model.block_devices = plan
+    for l, (block, device) in enumerate(zip(model.blocks, plan)):
         if device == home:
             continue
         block.register_forward_pre_hook(

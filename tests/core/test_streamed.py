@@ -168,3 +168,74 @@ def test_peak_resident_set_stays_within_a_few_layers(tmp_path):
     grew_capped = capped["peak_mb"] - capped["baseline_mb"]
     assert grew_whole > 7 * layer_mb, (grew_whole, layer_mb)
     assert grew_capped < 4 * layer_mb, (grew_capped, layer_mb)
+
+
+# -- layers across several devices -------------------------------------------------------------
+
+
+def test_plan_devices_gives_consecutive_layers_by_free_memory():
+    from desktop_app.core.streamed import plan_devices
+
+    cuda0, cuda1 = torch.device("cuda:0"), torch.device("cuda:1")
+    assert plan_devices(32, ["cuda:0", "cuda:1"]) == [cuda0] * 16 + [cuda1] * 16
+    assert plan_devices(32, ["cuda:0", "cuda:1"], [30 * 2**30, 10 * 2**30]) == [cuda0] * 24 + [cuda1] * 8
+    assert plan_devices(5, ["cuda:0", "cuda:1"], [None, 10]) == [cuda0] * 3 + [cuda1] * 2  # unknown: evenly
+    # each device gets a layer, however lopsided its memory
+    assert plan_devices(3, ["cuda:0", "cuda:1", "cuda:2"], [100, 1, 1]) == [cuda0, cuda1, torch.device("cuda:2")]
+    assert plan_devices(1, ["cuda:0", "cuda:1"]) == [cuda0]
+    with pytest.raises(ValueError, match="listed twice"):
+        plan_devices(4, ["cuda:0", "cuda:0"])
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_layers_placed_across_two_devices_give_the_same_logits(tiny, streamed):
+    """No second device here: "cpu" and "cpu:0" are two device names (torch computes both on the CPU), so
+    this runs the placement (the plan, each block's inputs moved to its device, its output home, a
+    streamed block read onto its device) and the reopening the Device menu does; the cuda test below
+    puts the blocks on a real card."""
+    from desktop_app.ui.state import _moved
+
+    whole = load_model_folder(tiny)
+    placed = _moved(load_model_folder(tiny, streamed=streamed), "cpu,cpu:0")
+    assert placed.model.block_devices == [torch.device("cpu")] * 2 + [torch.device("cpu:0")]
+    assert (streamed_of(placed.model) is not None) == streamed
+    ids = torch.randint(0, 128, (1, 12), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert torch.equal(whole.model(ids).logits, placed.model(ids).logits)
+
+
+@pytest.mark.cuda
+def test_layers_split_across_the_cpu_and_the_card(tiny):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from desktop_app.app.tracing import trace_input
+    from desktop_app.core.formats import load_model_file
+
+    whole = load_model_folder(tiny)
+    placed = load_model_file(tiny, device="cpu,cuda:0")
+    assert [d.type for d in placed.model.block_devices] == ["cpu", "cpu", "cuda"] or \
+        [d.type for d in placed.model.block_devices].count("cuda") >= 1
+    assert placed.model.blocks[-1].attn.o.weight.device.type == "cuda"
+    ids = list(range(3, 40))
+    _, ta = trace_input(whole, "", ids)
+    _, tb = trace_input(placed, "", ids, host_records=True)
+    assert tb["blocks.2.resid_post"].device.type == "cpu"  # each layer's records brought to the host
+    assert torch.allclose(ta["logits"], tb["logits"], atol=1e-4)
+    streamed = load_model_file(tiny, device="cpu,cuda:0", streamed=True)
+    with torch.no_grad():
+        logits = streamed.model(torch.tensor([ids])).logits
+    assert torch.allclose(ta["logits"], logits, atol=1e-4)
+
+
+def test_devices_argument_takes_two_or_more_present_devices():
+    import argparse
+
+    from desktop_app.app.arguments import devices as devices_arg
+
+    with pytest.raises(argparse.ArgumentTypeError, match="two or more"):
+        devices_arg("cpu")
+    with pytest.raises(argparse.ArgumentTypeError, match="listed twice"):
+        devices_arg("cpu,cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(argparse.ArgumentTypeError, match="not available on this machine"):
+            devices_arg("cuda:0,cuda:1")

@@ -61,7 +61,8 @@ def _run(*args) -> dict:
     out = subprocess.run([sys.executable, "-m", "desktop_app.benchmarks.streamed", json.dumps(args)],
                          capture_output=True, text=True, env=env, timeout=7200)
     if out.returncode:
-        raise RuntimeError(f"bench streamed: a measured process failed:\n{out.stderr[-3000:]}")
+        lines = out.stderr.strip().splitlines() or ["(no message)"]
+        raise SystemExit(f"bench streamed: a measured process failed: {lines[-1]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -72,8 +73,8 @@ def main(argv: list[str]) -> dict:
     ap.add_argument("--new", type=int_in(1, 4096), default=2, help="tokens generated, greedy (default 2)")
     ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="bfloat16",
                     help="compute dtype, both processes (default bfloat16, as the checkpoint is stored)")
-    ap.add_argument("--memory-cap-gb", type=float_in(0, 1e5, lo_open=True), required=True, metavar="G",
-                    help="the memory the capped process is told it has, GiB (less than the weights)")
+    ap.add_argument("--memory-cap-gb", type=float_in(0, 1e5, lo_open=True), default=None, metavar="G",
+                    help="the memory the capped process is told it has, GiB (default: 95%% of the weights')")
     args = ap.parse_args(argv)
     import torch
 
@@ -81,14 +82,15 @@ def main(argv: list[str]) -> dict:
         folder = Path(tmp) / args.shape
         params, _ = make_checkpoint(args.shape, folder)
         weights_gib = sum(f.stat().st_size for f in folder.glob("*.safetensors")) / 2**30
+        cap = args.memory_cap_gb or 0.95 * weights_gib
         common = (str(folder), args.tokens, args.new, args.dtype)
-        capped = _run(*common, args.memory_cap_gb, str(Path(tmp) / "capped.pt"))
+        capped = _run(*common, cap, str(Path(tmp) / "capped.pt"))
         whole = _run(*common, None, str(Path(tmp) / "whole.pt"))
         diff = float((torch.load(Path(tmp) / "capped.pt") - torch.load(Path(tmp) / "whole.pt")).abs().max())
     result = {
         "name": "streamed", "shape": args.shape, "params": params, "weights_gib": round(weights_gib, 2),
         "tokens": args.tokens, "dtype": capped["dtype"], "threads": capped["threads"],
-        "memory_cap_gib": args.memory_cap_gb, "capped_streamed": capped["streamed"], "whole_streamed": whole["streamed"],
+        "memory_cap_gib": float(f"{cap:.4g}"), "capped_streamed": capped["streamed"], "whole_streamed": whole["streamed"],
         "capped_peak_gib": round(capped["peak_mb"] / 1024, 2), "whole_peak_gib": round(whole["peak_mb"] / 1024, 2),
         "trace_held_gib": round(capped["trace_held_mb"] / 1024, 2),
         "capped_open_s": round(capped["load_s"], 2), "whole_open_s": round(whole["load_s"], 2),

@@ -343,6 +343,11 @@ def _stream_fits(cfg: ModelConfig, folder: Path, width: int, device, for_trainin
         return False  # the files' own problem is named when they are read
     if stored < 0.9 * cfg.parameter_estimate() * resolve_dtype(cfg.dtype).itemsize:
         return False
+    return resident_fits(cfg, width, device)
+
+
+def resident_fits(cfg: ModelConfig, width: int, device) -> bool:
+    """Whether what a model read layer by layer keeps in memory fits: its embeddings, head and two layers."""
     outside = cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings or not cfg.lm_head else 2)
     layer = (cfg.parameter_estimate() - outside) / cfg.n_layers
     try:

@@ -239,3 +239,18 @@ def test_devices_argument_takes_two_or_more_present_devices():
     if not torch.cuda.is_available():
         with pytest.raises(argparse.ArgumentTypeError, match="not available on this machine"):
             devices_arg("cuda:0,cuda:1")
+
+
+def test_a_gguf_file_is_dequantized_layer_by_layer_too(tmp_path):
+    pytest.importorskip("gguf")
+    from desktop_app.core.formats import load_model_file
+    from desktop_app.core.formats.gguf_export import save_gguf
+
+    folder = llama_folder(tmp_path / "llama")
+    save_gguf(load_model_folder(folder).model, tmp_path / "llama.gguf", kind="q8_0")
+    whole = load_model_file(tmp_path / "llama.gguf", dtype="float32")
+    streamed = load_model_file(tmp_path / "llama.gguf", dtype="float32", streamed=True)
+    assert streamed_of(streamed.model) is not None and "dequantized while it computes" in streamed.dtype_reason
+    ids = torch.randint(0, 128, (1, 10), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert torch.equal(whole.model(ids).logits, streamed.model(ids).logits)

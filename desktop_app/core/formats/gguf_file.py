@@ -21,7 +21,7 @@ import gguf
 import numpy as np
 import torch
 
-from ..checkpoints import LoadedModel, assemble_model, config_from_hf, expected_shapes
+from ..checkpoints import LoadedModel, assemble_model, config_from_hf, expected_shapes, resident_fits
 from ..config import MAX_SIZES
 from ..devices import MemoryEstimateError, check_memory, choose_compute_dtype, dtype_name, resolve_dtype
 from ..families import REGISTRY, family_of
@@ -430,8 +430,10 @@ def _stored_dtype(f: GGUFFile, names: dict[str, str]) -> torch.dtype:
 
 
 def load_gguf(path: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None,
-              for_training: bool = False) -> LoadedModel:
-    """A GGUF file as a LoadedModel; raises ModelLoadError naming the file and the problem."""
+              for_training: bool = False, streamed: bool | None = None) -> LoadedModel:
+    """A GGUF file as a LoadedModel; raises ModelLoadError naming the file and the problem. A model whose
+    dequantized weights exceed the free memory (or any, with streamed=True) is dequantized layer by layer
+    while each computes (core/streamed.py)."""
     f = GGUFFile(path)
     cfg = f.config()
     names = f.hf_names(cfg)
@@ -444,10 +446,15 @@ def load_gguf(path: str | Path, device: str | torch.device = "cpu", dtype: str |
         target, reason = (resolve_dtype(dtype) if dtype is not None else stored), ""
     if f.summary.dequantized and dtype in (None, "auto"):
         reason = f"{dtype_name(target)}: dequantized from the file's {f.summary.file_type or 'quantized types'}"
-    try:
-        check_memory(cfg.parameter_estimate() * target.itemsize, "the model it describes", "for its weights", device)
-    except MemoryEstimateError as exc:
-        raise ModelLoadError(f.path, str(exc)) from None
+    if streamed is None:
+        try:
+            check_memory(cfg.parameter_estimate() * target.itemsize, "the model it describes", "for its weights",
+                         device)
+            streamed = False
+        except MemoryEstimateError as exc:
+            streamed = not for_training and resident_fits(cfg, target.itemsize, device)
+            if not streamed:
+                raise ModelLoadError(f.path, str(exc)) from None
     by_hf = names
 
     def get(hf_name: str) -> torch.Tensor:
@@ -460,7 +467,11 @@ def load_gguf(path: str | Path, device: str | torch.device = "cpu", dtype: str |
                                              f"implies {want}")
 
     model, cfg, _, _ = assemble_model(cfg, get, set(by_hf), lambda n: f.path, f.path, check_shapes, lambda: None,
-                                      device=device, dtype=target, for_training=for_training, stored_dtype=stored)
+                                      device=device, dtype=target, for_training=for_training, stored_dtype=stored,
+                                      block_reader=(lambda: (get, lambda: None)) if streamed else None)
+    if streamed:
+        reason = "; ".join(filter(None, (reason, "larger than the free memory: each layer is dequantized while it "
+                                                 "computes")))
     tokenizer, tokenizer_missing = tokenizer_from_gguf(f)
     eos = cfg.eos_token_id
     # an Ollama blob is named by its digest: its own general.name says more

@@ -75,6 +75,15 @@ def test_streamed_model_traces_generates_and_measures_as_the_whole_one(tiny):
     fa, fb = layer_map(whole.model, 1), layer_map(streamed.model, 1)
     assert torch.equal(fa.to(torch.float64)(X), fb.to(torch.float64)(X))
     assert not s.resident
+    # and a whole sweep of that layer on real windows of a text (its inputs: a forward stopped after it)
+    from desktop_app.core.lipschitz.sweep import SweepSpec, run_sweep
+
+    text = torch.randint(0, 128, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    sweeps = [run_sweep(SweepSpec(data="real", model=m.model, layer=1, token_ids=text, lengths=(4, 8), samples=2))
+              for m in (whole, streamed)]
+    for a, b in zip(sweeps[0].lengths, sweeps[1].lengths):
+        assert a.n == b.n and (a.lipschitz == b.lipschitz).all() and (a.radius == b.radius).all()
+    assert not s.resident
     with holding(streamed.model, 2):
         assert streamed.model.blocks[2].attn.o.weight.device.type == "cpu" and s.resident == {2}
         with torch.no_grad():

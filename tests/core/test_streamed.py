@@ -71,9 +71,17 @@ def test_streamed_model_traces_generates_and_measures_as_the_whole_one(tiny):
     assert not s.resident
 
     # the Lipschitz lab's map of one layer: the same weights, the block let go afterwards
+    text_ids = ids[0].tolist()
     X = torch.randn(2, 8, 64, dtype=torch.float64)
     fa, fb = layer_map(whole.model, 1), layer_map(streamed.model, 1)
     assert torch.equal(fa.to(torch.float64)(X), fb.to(torch.float64)(X))
+    assert not s.resident
+    # direct logit attribution reads each layer's output bias (GPT-2 has one; a LLaMA's is None, read all the same)
+    from desktop_app.core.interventions import direct_logit_attribution
+
+    da, db = (direct_logit_attribution(m, text_ids, 5, 7) for m in (whole, streamed))
+    assert da.components == db.components and torch.equal(torch.as_tensor(da.contributions),
+                                                          torch.as_tensor(db.contributions))
     assert not s.resident
     # and a whole sweep of that layer on real windows of a text (its inputs: a forward stopped after it)
     from desktop_app.core.lipschitz.sweep import SweepSpec, run_sweep

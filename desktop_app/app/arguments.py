@@ -81,5 +81,20 @@ def device(text: str) -> str:
     return text
 
 
+def devices(text: str) -> str:
+    """--devices: two or more devices, comma-separated (cuda:0,cuda:1), each present: the model's layers
+    placed across them (core/streamed.place_blocks)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if len(names) < 2:
+        raise argparse.ArgumentTypeError(f"give two or more devices, comma-separated (cuda:0,cuda:1), got {text!r}; "
+                                         f"one device is --device")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"a device is listed twice in {text!r}")
+    return ",".join(device(name) for name in names)
+
+
+DEVICES_HELP = "layers placed across several devices, e.g. cuda:0,cuda:1 (instead of --device)"
+
+
 def device_or_auto(text: str) -> str:
     return text if text == "auto" else device(text)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..app.arguments import (Number, count, device, device_or_auto, float_in, index, int_in,  # noqa: F401 - the
+from ..app.arguments import (DEVICES_HELP, Number, count, device, device_or_auto, devices, float_in, index,  # noqa: F401
+                             int_in,  # the
                              layer_or_head, non_negative, positive, positive_int, probability, seed,  # CLI's
                              signed, unit)  # import point for the argparse types
 

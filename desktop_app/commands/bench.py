@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 BENCHMARKS = ("load", "generation", "lipschitz", "training", "render", "startup", "dynamics", "memory", "scale", "busy",
-              "graph_view", "quick")
+              "graph_view", "streamed", "quick")
 
 
 def add_parser(sub) -> None:

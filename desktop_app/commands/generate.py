@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from ..core.generation import STRATEGIES
 from . import MODEL_HELP, add_dtype_argument, add_special_tokens_argument
-from .args import count, device, float_in, layer_or_head, non_negative, positive_int, probability, seed
+from .args import (DEVICES_HELP, count, device, devices, float_in, layer_or_head, non_negative, positive_int,
+                   probability, seed)
 
 
 def add_parser(sub) -> None:
@@ -47,6 +48,7 @@ def add_parser(sub) -> None:
                    help="multiply the vector by S (negative: the other way)")
     add_special_tokens_argument(p)
     p.add_argument("--device", type=device, default="cpu", help="cpu, cuda, cuda:N or mps (default cpu)")
+    p.add_argument("--devices", type=devices, dest="device", help=DEVICES_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -77,7 +79,7 @@ def run(args) -> int:
         raise ValueError(f"steering needs all of --steer-towards, --steer-away, --steer-layer, --steer-scale "
                          f"(missing {', '.join(missing)})")
     loaded = load_model(args.model_dir, special_tokens=args.special_tokens, dtype=args.dtype,
-                        device=resolve_device(args.device))
+                        device=args.device if "," in args.device else resolve_device(args.device))
     if loaded.generation.problem:  # the folder still generates, with config.json's end tokens
         print(loaded.generation.problem, file=sys.stderr)
     seq2seq = bool(getattr(loaded.config, "is_encoder_decoder", False))

@@ -15,7 +15,7 @@ frozen with its pattern, the encoder's output a constant).
 from __future__ import annotations
 
 from . import MODEL_HELP, add_dtype_argument
-from .args import add_overwrite_argument, device, int_in, probability, unit
+from .args import DEVICES_HELP, add_overwrite_argument, device, devices, int_in, probability, unit
 
 
 def add_parser(sub) -> None:
@@ -48,6 +48,7 @@ def add_parser(sub) -> None:
                         "a token id where the model has no tokenizer")
     p.add_argument("--batch-size", type=int_in(1, 1 << 16), default=512, help="targets per backward pass (default 512)")
     p.add_argument("--device", type=device, default="cpu", help="cpu, cuda, cuda:N or mps (default cpu)")
+    p.add_argument("--devices", type=devices, dest="device", help=DEVICES_HELP)
     add_dtype_argument(p)
     add_overwrite_argument(p)
     p.set_defaults(func=run)

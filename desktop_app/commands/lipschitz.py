@@ -21,7 +21,8 @@ from __future__ import annotations
 import argparse
 
 from . import MODEL_HELP, add_dtype_argument
-from .args import add_overwrite_argument, device, float_in, int_in, layer_or_head, positive, positive_int, seed
+from .args import (DEVICES_HELP, add_overwrite_argument, device, devices, float_in, int_in, layer_or_head, positive,
+                   positive_int, seed)
 
 
 def add_parser(sub) -> None:
@@ -65,6 +66,7 @@ def add_parser(sub) -> None:
     p.add_argument("--csv", required=True, help="output CSV")
     p.add_argument("--device", type=device, default="cpu",
                    help="a model's sweep: cpu, cuda, cuda:N or mps (default cpu); a synthetic head runs on the CPU")
+    p.add_argument("--devices", type=devices, dest="device", help=DEVICES_HELP)
     add_overwrite_argument(p)
     p.set_defaults(func=run)
 

@@ -25,6 +25,7 @@ from .families import Family, Weight, family_for, family_of
 from .files import JsonFileError, atomic_write_dir, interrupted_copy, read_json
 from .model import Transformer, sinusoidal_table
 from .seq2seq import EncoderDecoder
+from .streamed import StreamedWeights
 from .generation_rules import GenerationRules, read_generation_rules
 from .hf_layout import snapshot_repo_ref
 from .tokenizer import Tokenizer, TokenizerError, load_tokenizer_folder
@@ -184,14 +185,17 @@ def _stored_name(family: Family, entry: Weight, prefix: str, names: set[str]) ->
 
 
 def _from_hf(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: set[str],
-             file_of: Callable[[str], Path]) -> dict[str, torch.Tensor]:
-    """Our state dict from a reader of Hugging Face tensors (names = what the files hold)."""
+             file_of: Callable[[str], Path], keep: Callable[[str], bool] | None = None) -> dict[str, torch.Tensor]:
+    """Our state dict from a reader of Hugging Face tensors (names = what the files hold); with `keep`,
+    only the tensors of ours it accepts (one block's, for StreamedWeights)."""
     if NATIVE_PROBE in names:  # saved with our own names (a config Hugging Face cannot express)
-        return {n: get(n) for n in names}
+        return {n: get(n) for n in names if keep is None or keep(n)}
     family = family_of(cfg)
     prefix = family.detect_prefix(cfg, names)
     sd: dict[str, torch.Tensor] = {}
     for entry in family.weights(cfg):
+        if keep is not None and not all(keep(name) for name in entry.ours):
+            continue
         stored = _stored_name(family, entry, prefix, names)
         if stored is None:
             if entry.optional:
@@ -252,21 +256,30 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
                    file_of: Callable[[str], Path], weights_file: Path, check_shapes: Callable[[Transformer], None],
                    check_read: Callable[[], None], device: str | torch.device = "cpu",
                    dtype: str | torch.dtype | None = None, for_training: bool = False,
-                   stored_dtype: torch.dtype | None = None) -> tuple[Transformer, ModelConfig, torch.dtype, str]:
+                   stored_dtype: torch.dtype | None = None,
+                   block_reader: Callable[[], tuple[Callable[[str], torch.Tensor], Callable[[], None]]] | None = None,
+                   ) -> tuple[Transformer, ModelConfig, torch.dtype, str]:
     """The model `cfg` describes, its weights read through the family's table from `get` (Hugging Face
     tensor name -> tensor; `names`: those the source holds): a model folder's safetensors or a GGUF file
     (core/formats). `check_shapes(meta_model)` compares the source's shapes before any data is read;
     `check_read()` runs once every tensor is read. `stored_dtype`: the source's dtype when the tensors do
-    not say it (dequantized GGUF weights). Returns (model, config, stored dtype, why this dtype)."""
+    not say it (dequantized GGUF weights). With `block_reader` (a model larger than memory), only the
+    weights outside the blocks are read now; each block is read while it computes (core/streamed.py)
+    through a fresh (get, close) pair from block_reader(). Returns (model, config, stored dtype, why)."""
     with torch.device("meta"), _MetaSkeleton():
         model = model_class(cfg)(cfg, init_weights=False)
     check_shapes(model)
-    sd = _from_hf(cfg, get, names, file_of)
+    streamed = block_reader is not None
+    if streamed and (for_training or cfg.is_encoder_decoder):
+        raise ModelLoadError(weights_file, "larger than memory: only a decoder or encoder, not for training, can be "
+                                           "read layer by layer")
+    sd = _from_hf(cfg, get, names, file_of, keep=(lambda n: not n.startswith("blocks.")) if streamed else None)
     check_read()
     stored_dtype = stored_dtype or _stored_dtype(sd, resolve_dtype(cfg.dtype))
     dtype_reason = ""
     if dtype == "auto":  # the dtype that suits the device (devices.choose_compute_dtype)
-        choice = choose_compute_dtype(stored_dtype, device, sum(t.numel() for t in sd.values()))
+        count = cfg.parameter_estimate() if streamed else sum(t.numel() for t in sd.values())
+        choice = choose_compute_dtype(stored_dtype, device, count)
         dtype, dtype_reason = choice.dtype, choice.reason
     target_dtype = resolve_dtype(dtype) if dtype is not None else stored_dtype
     if target_dtype != resolve_dtype(cfg.dtype):  # only the recorded dtype changes; the modules need nothing else
@@ -283,6 +296,8 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
     if cfg.lm_head and cfg.tie_embeddings:
         sd.pop("lm_head.weight", None)
     missing = set(expected) - set(sd) - ({"lm_head.weight"} if cfg.lm_head and cfg.tie_embeddings else set())
+    if streamed:
+        missing = {n for n in missing if not n.startswith("blocks.")}
     if missing:
         raise ModelLoadError(weights_file, f"missing tensors for: {', '.join(sorted(missing)[:5])}")
     if for_training:
@@ -296,12 +311,59 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
     if cfg.positions == "sinusoidal":
         model.pos_table = sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout).to(device)
     model.eval()
+    if streamed:
+        def load_block(layer: int, on: torch.device) -> dict[str, torch.Tensor]:
+            block_get, close = block_reader()
+            prefix = f"blocks.{layer}."
+            try:
+                part = _from_hf(cfg, block_get, names, file_of, keep=lambda n: n.startswith(prefix))
+                # copies of their own, so that the files' pages are let go once the reader closes
+                out = {n[len(prefix):]: t.to(device=on, dtype=target_dtype, copy=True) for n, t in part.items()}
+            finally:
+                close()
+            for n, t in out.items():
+                if not torch.isfinite(t).all():
+                    hf = _hf_name_for(cfg, prefix + n, names)
+                    raise ModelLoadError(file_of(hf), f"tensor {hf!r} holds NaN or infinite values: the file is damaged")
+            return out
+
+        StreamedWeights(model, load_block)
     return model, cfg, stored_dtype, dtype_reason
 
 
+def _stream_fits(cfg: ModelConfig, folder: Path, width: int, device, for_training: bool) -> bool:
+    """Whether a model whose weights exceed the free memory can run layer by layer (core/streamed.py):
+    an inference load whose files hold the weights the config describes, and whose embeddings, head and
+    two layers (the one computing and its copy being made) fit in memory."""
+    if for_training or cfg.is_encoder_decoder or cfg.n_layers < 2:
+        return False
+    try:
+        stored = sum(f.stat().st_size for f in set(weight_files(folder).values()))
+    except (ModelLoadError, OSError):
+        return False  # the files' own problem is named when they are read
+    if stored < 0.9 * cfg.parameter_estimate() * resolve_dtype(cfg.dtype).itemsize:
+        return False
+    return resident_fits(cfg, width, device)
+
+
+def resident_fits(cfg: ModelConfig, width: int, device) -> bool:
+    """Whether what a model read layer by layer keeps in memory fits: its embeddings, head and two layers."""
+    outside = cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings or not cfg.lm_head else 2)
+    layer = (cfg.parameter_estimate() - outside) / cfg.n_layers
+    try:
+        check_memory((outside + 2 * layer) * width, "the model's embeddings, head and two layers", "", device)
+    except MemoryEstimateError:
+        return False
+    return True
+
+
 def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
-                      dtype: str | torch.dtype | None = None, for_training: bool = False) -> LoadedModel:
+                      dtype: str | torch.dtype | None = None, for_training: bool = False,
+                      streamed: bool | None = None) -> LoadedModel:
     """Load a model folder; raises ModelLoadError naming the file and the problem.
+
+    A model whose weights exceed the free memory (or any, with streamed=True) is read layer by layer:
+    its blocks' weights are read from the files only while each computes (core/streamed.py).
 
     Weights stay memory-mapped views of the files unless `for_training`: then every parameter gets its
     own contiguous copy. GPT-2's q, k, v and projections are transposed slices of its Conv1D tensors,
@@ -320,10 +382,16 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     # the weights the config describes, before anything is built: a config edited to absurd sizes is
     # refused with the estimate (the tensors' shapes are checked against it next, from their headers)
     width = resolve_dtype(dtype if dtype not in (None, "auto") else cfg.dtype).itemsize
-    try:
-        check_memory(cfg.parameter_estimate() * width, "the model it describes", "for its weights", device)
-    except MemoryEstimateError as exc:
-        raise ModelLoadError(folder / CONFIG, str(exc)) from None
+    if streamed is None:
+        try:
+            check_memory(cfg.parameter_estimate() * width, "the model it describes", "for its weights", device)
+            streamed = False
+        except MemoryEstimateError as exc:
+            # larger than memory: read layer by layer, when the files hold the weights (an absurd config is
+            # refused here, before the files' headers are read) and what stays in memory fits
+            streamed = _stream_fits(cfg, folder, width, device, for_training)
+            if not streamed:
+                raise ModelLoadError(folder / CONFIG, str(exc)) from None
     files = weight_files(folder)
     _check_layer_count(cfg, files)
     handles: dict[Path, object] = {}
@@ -345,9 +413,25 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     def check_finite() -> None:  # the tensors the model takes: an unused extra (e.g. a mask buffer) is not refused
         _check_finite({name: files[name] for name in used})
 
+    def block_reader():  # handles of its own, closed once the block is copied: its pages unmapped
+        own: dict[Path, object] = {}
+
+        def block_get(name: str) -> torch.Tensor:
+            f = files[name]
+            try:
+                if f not in own:
+                    own[f] = safe_open(str(f), framework="pt")
+                return own[f].get_tensor(name)
+            except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+                raise ModelLoadError(f, f"cannot read tensor {name!r}: corrupt or truncated ({exc})") from exc
+        return block_get, own.clear
+
     model, cfg, stored_dtype, dtype_reason = assemble_model(
         cfg, get, set(files), lambda n: files.get(n, folder / WEIGHTS), folder / WEIGHTS, check_shapes, check_finite,
-        device=device, dtype=dtype, for_training=for_training)
+        device=device, dtype=dtype, for_training=for_training, block_reader=block_reader if streamed else None)
+    if streamed:
+        dtype_reason = "; ".join(filter(None, (dtype_reason, "larger than the free memory: each layer is read from "
+                                                             "the files while it computes")))
 
     try:
         tokenizer = load_tokenizer_folder(folder)

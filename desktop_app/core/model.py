@@ -857,6 +857,8 @@ class Transformer(ModelBase):
         (_prepack_one_row: 1.9x per token at the Qwen2.5-0.5B shape in bfloat16, a second copy of the weights).
         Idempotent; training and state_dict still work (checkpoints are saved contiguous).
         """
+        if getattr(self, "streamed", None) is not None:  # blocks read while they compute (core/streamed.py)
+            return
         if self.device.type != "cpu" or self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             return
         float32 = self.dtype == torch.float32

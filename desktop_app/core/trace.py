@@ -50,6 +50,7 @@ from typing import Iterable, Iterator
 import torch
 
 from .devices import to_host
+from .streamed import holding
 
 # derived names of a lazy trace, and what each is computed from
 _HEAD_OUT = re.compile(r"blocks\.(\d+)\.attn\.head_out$")
@@ -177,7 +178,8 @@ class Trace:
     def _w_o(self, layer: int) -> torch.Tensor:
         """Layer's W_O as [d, H, d_head]."""
         cfg = self._model.cfg
-        return self._model.blocks[layer].attn.o.weight.view(cfg.d_model, cfg.n_heads, cfg.d_head)
+        with holding(self._model, layer):  # a model read layer by layer: this one's weights (core/streamed.py)
+            return self._model.blocks[layer].attn.o.weight.view(cfg.d_model, cfg.n_heads, cfg.d_head)
 
     def head_out(self, layer: int) -> torch.Tensor:
         """Each head's output after W_O (no bias) [B, H, T, d] of one layer: recorded, or computed from
@@ -192,8 +194,8 @@ class Trace:
             return self._head_out[layer]
         attn = self._model.blocks[layer].attn
         z = self.tensors[f"blocks.{layer}.attn.z"]
-        with torch.no_grad():  # on the weights' device; the result where the records are (CPU once handed off)
-            out = attn.head_outputs(z.to(attn.o.weight.device)).detach()
+        with torch.no_grad(), holding(self._model, layer):  # on the weights' device; the result where the records
+            out = attn.head_outputs(z.to(attn.o.weight.device)).detach()  # are (CPU once handed off)
         if self.to_cpu or (z.device.type == "cpu" and out.device.type != "cpu"):
             out = to_host([out])[0]
         self.head_out_computed += 1

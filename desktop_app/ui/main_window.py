@@ -311,6 +311,15 @@ class MainWindow(QMainWindow):
             self.device_group.addAction(a)
             self.device_menu.addAction(a)
             self.device_actions[name] = a
+        cards = [name for name in available_devices() if name.startswith("cuda")]
+        if len(cards) > 1:  # the model's layers placed across every card (core/streamed.place_blocks)
+            spec = ",".join(cards)
+            a = QAction(f"All CUDA Devices (layers split over {len(cards)})", self, checkable=True)
+            a.setData(spec)
+            a.triggered.connect(lambda _=False, d=spec: self.set_device(d))
+            self.device_group.addAction(a)
+            self.device_menu.addAction(a)
+            self.device_actions[spec] = a
 
     def _fill_recent_menu(self) -> None:
         self.recent_menu.clear()

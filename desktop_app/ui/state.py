@@ -60,7 +60,18 @@ def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
 
     import torch
 
+    from ..core.streamed import streamed_of
+
     model = loaded.model
+    if "," in device or streamed_of(model) is not None or getattr(model, "block_devices", None):
+        # layers placed across devices, or read from the files while they compute: opened again for `device`
+        if loaded.path is None:
+            raise ValueError("only a model opened from a file or folder can be placed across devices")
+        from ..core.devices import dtype_name
+        from ..core.formats import load_model_file
+
+        streamed = {"streamed": True} if streamed_of(model) is not None else {}  # (a folder's option)
+        return load_model_file(loaded.path, device=device, dtype=dtype_name(model.dtype), **streamed)
     memo: dict[int, object] = {}
     for p in model.parameters():
         memo[id(p)] = torch.nn.Parameter(p.detach().to(device), requires_grad=p.requires_grad)

@@ -44,12 +44,26 @@ def gguf_of_folder(folder: Path) -> Path | None:
 def load_model_file(path: str | Path, **kwargs):
     """What a user opened, as a LoadedModel: a GGUF file (gguf_file.load_gguf), a folder holding one
     GGUF file, or a model folder (checkpoints.load_model_folder); keyword arguments as those take them
-    (device, dtype, for_training)."""
+    (device, dtype, for_training). A device of several ("cuda:0,cuda:1"): read on the CPU, then its
+    layers placed across them (streamed.place_blocks), in proportion to each one's free memory."""
+    from ..streamed import device_list, place_blocks
+
+    devices = device_list(kwargs.get("device", "cpu"))
+    if len(devices) > 1:
+        if kwargs.get("for_training"):
+            raise ValueError("training runs on one device (layers across several are for inspection)")
+        kwargs["device"] = "cpu"
     path = gguf_of_folder(Path(path)) or path
     if is_gguf(path):
         from .gguf_file import load_gguf
 
-        return load_gguf(path, **kwargs)
-    from ..checkpoints import load_model_folder
+        loaded = load_gguf(path, **kwargs)
+    else:
+        from ..checkpoints import load_model_folder
 
-    return load_model_folder(path, **kwargs)
+        loaded = load_model_folder(path, **kwargs)
+    if len(devices) > 1:
+        from ..devices import available_memory
+
+        place_blocks(loaded.model, devices, [available_memory(d) for d in devices])
+    return loaded

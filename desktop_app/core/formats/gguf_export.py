@@ -20,7 +20,7 @@ from ..checkpoints import hf_compatible, to_hf_state_dict
 from ..files import atomic_write_file
 from ..weights import ModelLoadError
 from ..model import rotary_inv_freq
-from .gguf_file import ARCHS, LLAMA3_ROPE_CANDIDATES, GGUFFile, arch_for_family, permute_rows
+from .gguf_file import ARCHS, LLAMA3_ROPE_CANDIDATES, GGUFFile, arch_for_family, permute_rows, split_expert
 from .gguf_tokenizer import tokenizer_metadata
 
 EXPORT_TYPES = ("f16", "bf16", "q8_0", "f32")
@@ -111,6 +111,14 @@ def _write_metadata(w, cfg, arch, name: str, kind: str) -> None:
         w.add_float32(f"{a}.rope.scaling.factor", float(cfg.rope_scaling["factor"]))
     if cfg.sliding_window is not None and arch.fields is not None:
         w.add_uint32(f"{a}.attention.sliding_window", cfg.sliding_window)
+    if cfg.num_experts:  # Qwen2-MoE, Qwen3-MoE (gguf_file._moe_fields reads them back)
+        w.add_uint32(f"{a}.expert_count", cfg.num_experts)
+        w.add_uint32(f"{a}.expert_used_count", cfg.experts_per_token)
+        w.add_uint32(f"{a}.expert_feed_forward_length", cfg.d_ff)
+        if cfg.shared_expert_d_ff:
+            w.add_uint32(f"{a}.expert_shared_feed_forward_length", cfg.shared_expert_d_ff)
+    if cfg.attn_logit_softcap is not None:
+        w.add_float32(f"{a}.attn_logit_softcapping", cfg.attn_logit_softcap)
     if cfg.final_logit_softcap is not None:
         w.add_float32(f"{a}.final_logit_softcapping", cfg.final_logit_softcap)
     for key, value in (("bos_token_id", cfg.bos_token_id), ("eos_token_id", cfg.eos_token_id),
@@ -141,13 +149,25 @@ def _add_tensors(w, model, arch, kind: str) -> None:
         plain = rotary_inv_freq(dims, cfg.rope_theta)
         w.add_tensor("rope_freqs.weight", (plain / rotary_inv_freq(dims, cfg.rope_theta, cfg.rope_scaling)).numpy())
     names = gguf.get_tensor_name_map({v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[arch.gguf], cfg.n_layers)
+    experts: dict[str, dict[int, np.ndarray]] = {}  # llama.cpp's stacked name -> expert -> its tensor
+    tensors: list[tuple[str, np.ndarray]] = []
     for hf, t in to_hf_state_dict(model).items():
         base, _, suffix = hf.rpartition(".")
         mapped = names.get_name(base)
+        arr = t.detach().to("cpu", torch.float32).numpy()
+        if mapped is None and (expert := split_expert(base)) is not None:
+            merged = names.get_name(expert[0])
+            if merged is not None:
+                experts.setdefault(f"{merged}.{suffix}", {})[expert[1]] = arr
+                continue
         if mapped is None:
             raise ExportError(f"tensor {hf!r} has no llama.cpp name for architecture {arch.gguf!r}")
-        gname = f"{mapped}.{suffix}"
-        arr = t.detach().to("cpu", torch.float32).numpy()
+        if mapped.endswith("ffn_gate_inp_shexp") and arr.shape[0] == 1:
+            arr = arr[0]  # llama.cpp keeps Qwen2-MoE's shared-expert gate as a vector
+        tensors.append((f"{mapped}.{suffix}", arr))
+    tensors += [(gname, np.stack([by[e] for e in sorted(by)])) for gname, by in experts.items()]
+    for gname, arr in tensors:
+        mapped = gname.rpartition(".")[0]
         leaf = mapped.split(".")[-1]
         if arch.permuted_qk and leaf in ("attn_q", "attn_k"):
             arr = permute_rows(arr, cfg.n_heads if leaf == "attn_q" else cfg.n_kv_heads)

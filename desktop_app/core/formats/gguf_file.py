@@ -21,7 +21,7 @@ import gguf
 import numpy as np
 import torch
 
-from ..checkpoints import LoadedModel, assemble_model, config_from_hf, expected_shapes
+from ..checkpoints import LoadedModel, assemble_model, config_from_hf, expected_shapes, resident_fits
 from ..config import MAX_SIZES
 from ..devices import MemoryEstimateError, check_memory, choose_compute_dtype, dtype_name, resolve_dtype
 from ..families import REGISTRY, family_of
@@ -60,17 +60,41 @@ def _gemma3_fields(meta: Callable[..., Any]) -> dict:
             "final_logit_softcapping": meta("final_logit_softcapping", None)}
 
 
+def _gemma2_fields(meta: Callable[..., Any]) -> dict:
+    # llama.cpp writes both soft-caps and the window; its scores are scaled by 1/sqrt(key_length) (the
+    # 2B and 9B models' query_pre_attn_scalar; transformers' Gemma 2 GGUF loader keeps Gemma2Config's 256)
+    return {"query_pre_attn_scalar": meta("attention.key_length", 256),
+            "sliding_window": meta("attention.sliding_window", 4096),
+            "attn_logit_softcapping": meta("attn_logit_softcapping", 50.0),
+            "final_logit_softcapping": meta("final_logit_softcapping", 30.0)}
+
+
+def _moe_fields(norm_topk_prob: bool) -> Callable[[Callable[..., Any]], dict]:
+    """Qwen2-MoE and Qwen3-MoE: the experts from the metadata; whether the chosen experts' weights are
+    renormalised is llama.cpp's per architecture (Qwen2-MoE: no, Qwen3-MoE: yes), not in the file."""
+    def fields(meta: Callable[..., Any]) -> dict:
+        return {"num_experts": meta("expert_count"), "num_experts_per_tok": meta("expert_used_count"),
+                "moe_intermediate_size": meta("expert_feed_forward_length"),
+                "shared_expert_intermediate_size": meta("expert_shared_feed_forward_length", 0),
+                "norm_topk_prob": norm_topk_prob}
+    return fields
+
+
 # The mapping table, one line per architecture; an entry counts only where its family is registered.
-# To add: Arch("gemma2", "gemma2", norm_shift=1.0, fields=<its softcaps and query_pre_attn_scalar>) and
-# Arch("phi3", "phi3") once those families exist (Phi-3's fused attn_qkv / ffn_up map to its own
-# qkv_proj / gate_up_proj through TensorNameMap); then add them to tests/core/formats' FAMILIES.
+# (Phi-3's fused attn_qkv / ffn_up map to its own qkv_proj / gate_up_proj through gguf's TensorNameMap.)
 ALL_ARCHS = (
     Arch("llama", "mistral", permuted_qk=True, name_hint="mistral"),
     Arch("llama", "llama", permuted_qk=True),
     Arch("qwen2", "qwen2"),
     Arch("qwen3", "qwen3"),
+    Arch("gemma2", "gemma2", norm_shift=1.0, fields=_gemma2_fields),
     Arch("gemma3", "gemma3_text", norm_shift=1.0, fields=_gemma3_fields),
+    Arch("phi3", "phi3"),
+    Arch("qwen2moe", "qwen2_moe", fields=_moe_fields(False)),
+    Arch("qwen3moe", "qwen3_moe", fields=_moe_fields(True)),
 )
+# one expert's tensor inside llama.cpp's stacked [experts, ...] one: "blk.0.ffn_up_exps.weight@3"
+EXPERT_AT = "@"
 ARCHS = tuple(a for a in ALL_ARCHS if a.family in REGISTRY)
 
 
@@ -305,18 +329,30 @@ class GGUFFile:
             mapped = names.get_name(base)
             if mapped is not None and f"{mapped}.{suffix}" in self.tensors:
                 out[hf] = f"{mapped}.{suffix}"
+            elif (expert := split_expert(base)) is not None:  # llama.cpp stacks the experts of a layer
+                merged, e = expert
+                mapped = names.get_name(merged)
+                if mapped is not None and f"{mapped}.{suffix}" in self.tensors:
+                    out[hf] = f"{mapped}.{suffix}{EXPERT_AT}{e}"
         return out
 
     def shape(self, gguf_name: str) -> list[int]:
-        """A tensor's shape as torch writes it (ggml lists the fastest dimension first)."""
-        return [int(d) for d in reversed(self.tensors[gguf_name].shape)]
+        """A tensor's shape as torch writes it (ggml lists the fastest dimension first); one expert's
+        of a stacked tensor; Qwen2-MoE's shared-expert gate [d] as its Linear's [1, d]."""
+        name, _, expert = gguf_name.partition(EXPERT_AT)
+        shape = [int(d) for d in reversed(self.tensors[name].shape)]
+        if expert:
+            return shape[1:]
+        return [1, *shape] if name.split(".")[-2] == "ffn_gate_inp_shexp" and len(shape) == 1 else shape
 
     def values(self, gguf_name: str, cfg, dtype: torch.dtype) -> torch.Tensor:
         """One tensor dequantized (in float32, this tensor only), with llama.cpp's conversions undone,
         in `dtype`; NaN or infinite values are refused by name."""
-        t = self.tensors[gguf_name]
+        name, _, expert = gguf_name.partition(EXPERT_AT)
+        t = self.tensors[name]
+        data = t.data[int(expert)] if expert else t.data  # one expert's rows of a stacked tensor
         try:
-            arr = dequantize_rows(t.data, t.tensor_type)
+            arr = dequantize_rows(data, t.tensor_type)
         except (ValueError, TypeError, NotImplementedError) as exc:
             raise ModelLoadError(self.path, f"cannot dequantize tensor {gguf_name!r} ({t.tensor_type.name}): "
                                             f"{exc}") from None
@@ -363,6 +399,16 @@ def dequantize_rows(data: np.ndarray, qtype, threads: int | None = None) -> np.n
     return out
 
 
+def split_expert(base: str) -> tuple[str, int] | None:
+    """'model.layers.0.mlp.experts.3.up_proj' -> ('model.layers.0.mlp.experts.up_proj', 3): one expert's
+    Hugging Face name and the stacked one gguf's TensorNameMap knows; None for any other name."""
+    parts = base.split(".")
+    for i in range(len(parts) - 2):
+        if parts[i] == "experts" and parts[i + 1].isdigit():
+            return ".".join(parts[:i + 1] + parts[i + 2:]), int(parts[i + 1])
+    return None
+
+
 def permute_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
     """llama.cpp's q/k row order for its rotary (convert_hf_to_gguf LlamaModel.permute): within each
     head, the two rotated halves interleaved."""
@@ -377,14 +423,17 @@ def unpermute_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
 def _stored_dtype(f: GGUFFile, names: dict[str, str]) -> torch.dtype:
     """The dtype the weights are stored in when they are all one float type; float32 (the dequantized
     values' own precision) for quantized or mixed files."""
-    types = {f.tensors[g].tensor_type.name for g in names.values() if len(f.tensors[g].shape) > 1}
+    stored = [f.tensors[g.partition(EXPERT_AT)[0]] for g in names.values()]
+    types = {t.tensor_type.name for t in stored if len(t.shape) > 1}
     return {frozenset({"F16"}): torch.float16, frozenset({"BF16"}): torch.bfloat16}.get(frozenset(types),
                                                                                        torch.float32)
 
 
 def load_gguf(path: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None,
-              for_training: bool = False) -> LoadedModel:
-    """A GGUF file as a LoadedModel; raises ModelLoadError naming the file and the problem."""
+              for_training: bool = False, streamed: bool | None = None) -> LoadedModel:
+    """A GGUF file as a LoadedModel; raises ModelLoadError naming the file and the problem. A model whose
+    dequantized weights exceed the free memory (or any, with streamed=True) is dequantized layer by layer
+    while each computes (core/streamed.py)."""
     f = GGUFFile(path)
     cfg = f.config()
     names = f.hf_names(cfg)
@@ -397,10 +446,15 @@ def load_gguf(path: str | Path, device: str | torch.device = "cpu", dtype: str |
         target, reason = (resolve_dtype(dtype) if dtype is not None else stored), ""
     if f.summary.dequantized and dtype in (None, "auto"):
         reason = f"{dtype_name(target)}: dequantized from the file's {f.summary.file_type or 'quantized types'}"
-    try:
-        check_memory(cfg.parameter_estimate() * target.itemsize, "the model it describes", "for its weights", device)
-    except MemoryEstimateError as exc:
-        raise ModelLoadError(f.path, str(exc)) from None
+    if streamed is None:
+        try:
+            check_memory(cfg.parameter_estimate() * target.itemsize, "the model it describes", "for its weights",
+                         device)
+            streamed = False
+        except MemoryEstimateError as exc:
+            streamed = not for_training and resident_fits(cfg, target.itemsize, device)
+            if not streamed:
+                raise ModelLoadError(f.path, str(exc)) from None
     by_hf = names
 
     def get(hf_name: str) -> torch.Tensor:
@@ -413,7 +467,11 @@ def load_gguf(path: str | Path, device: str | torch.device = "cpu", dtype: str |
                                              f"implies {want}")
 
     model, cfg, _, _ = assemble_model(cfg, get, set(by_hf), lambda n: f.path, f.path, check_shapes, lambda: None,
-                                      device=device, dtype=target, for_training=for_training, stored_dtype=stored)
+                                      device=device, dtype=target, for_training=for_training, stored_dtype=stored,
+                                      block_reader=(lambda: (get, lambda: None)) if streamed else None)
+    if streamed:
+        reason = "; ".join(filter(None, (reason, "larger than the free memory: each layer is dequantized while it "
+                                                 "computes")))
     tokenizer, tokenizer_missing = tokenizer_from_gguf(f)
     eos = cfg.eos_token_id
     # an Ollama blob is named by its digest: its own general.name says more

@@ -41,6 +41,7 @@ from ..devices import to_host
 from ..generation_rules import GenerationRules
 from ..jobs import JobControl
 from ..model import KVCache, Transformer, attention_scale, layer_window
+from ..streamed import holding
 from ..trace import Trace
 from .sampling import ContextLengthReached, Distribution, GenerationError, GenerationSettings, pick, process_logits
 from .search import BeamSearch
@@ -406,7 +407,7 @@ class GenerationSession(HistoryTree, BeamSearch):
         x = trace[f"{prefix}blocks.{layer}.attn.input"][0]  # [T, d]
         P = trace[f"{prefix}blocks.{layer}.attn.pattern"][0]  # [H, T, T]
         T = x.shape[0]
-        with torch.inference_mode():
+        with torch.inference_mode(), holding(self.model, layer):  # (a model read layer by layer: core/streamed.py)
             dev, dtype = self.model.device, self.model.dtype
             v = attn.v(x.to(dev, dtype)).view(T, Hkv, dh).transpose(0, 1)  # [Hkv, T, dh]
             if Hkv != H:

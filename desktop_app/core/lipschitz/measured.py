@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from ..attention import ATTENTION_KINDS, attention_probs, causal_mask
 from ..model import apply_rotary, attention_scale, layer_rotary, layer_rotates, layer_window, rotary_cos_sin
+from ..streamed import holding
 
 
 def _rotate_half_t(z: torch.Tensor) -> torch.Tensor:
@@ -337,6 +338,11 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
     (the decoder's stream after its norm) with the encoder's output on `source_ids` held fixed
     (CrossAttentionMap).
     """
+    with holding(model, layer):  # a model read layer by layer: this layer's weights in (core/streamed.py)
+        return _layer_map(model, layer, head, masked, stack, source_ids)
+
+
+def _layer_map(model, layer: int, head: int | None, masked: bool | None, stack: str | None, source_ids):
     cfg = model.cfg
     problem = unmeasured(cfg)
     if problem:

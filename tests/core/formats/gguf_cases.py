@@ -30,7 +30,24 @@ FAMILIES = {
     "gemma3_text": lambda: transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(
         **SIZES, num_attention_heads=1, num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,
         sliding_window=4)),
+    # head_dim 256 = query_pre_attn_scalar and the soft-caps Gemma2Config's defaults: what transformers'
+    # Gemma 2 GGUF config assumes (it reads the window and head width only)
+    "gemma2": lambda: transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
+        **SIZES, num_attention_heads=1, num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,
+        attn_logit_softcapping=50.0, final_logit_softcapping=30.0, sliding_window=4)),
+    # q|k|v and gate|up fused (llama.cpp's attn_qkv and ffn_up)
+    "phi3": lambda: transformers.Phi3ForCausalLM(transformers.Phi3Config(
+        **SIZES, num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # mixtures of experts, stacked per layer in llama.cpp's files (ffn_*_exps); the experts' widths are what
+    # transformers' GGUF config assumes (it reads neither: Qwen2MoeConfig's 1408 and 5632, Qwen3MoeConfig's 768)
+    "qwen2_moe": lambda: transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
+        **SIZES, num_attention_heads=4, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=1408, shared_expert_intermediate_size=5632, norm_topk_prob=False)),
+    "qwen3_moe": lambda: transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
+        **SIZES, num_attention_heads=2, num_key_value_heads=1, head_dim=128, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=768, norm_topk_prob=True)),
 }
+MOE = ("qwen2_moe", "qwen3_moe")
 WRITTEN = ("F32", "F16", "BF16", "Q8_0")  # what save_gguf (the app's export) writes
 QUANTIZED_BY_GGUF = ("Q4_0", "Q4_1", "Q5_0", "Q5_1")  # gguf.quants.quantize writes these in numpy
 # K-quants gguf cannot write: random blocks with sane scales (byte offset of each float16 scale field)
@@ -101,8 +118,15 @@ def requantize(src: Path, dst: Path, qtype: str, seed: int = 0) -> None:
     w.close()
 
 
+# config fields transformers' GGUF loader takes from the class defaults that do not fit a tiny model
+# (Phi3Config's pad id 32000 is past this vocabulary; the padding row does not change the logits)
+THEIR_OVERRIDES = {"phi3": {"pad_token_id": 0}}
+
+
 def transformers_logits(path: Path, ids: torch.Tensor) -> torch.Tensor:
-    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    arch = gguf.GGUFReader(path).fields["general.architecture"].contents()
+    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32,
+                                                              **THEIR_OVERRIDES.get(arch, {}))
     with torch.no_grad():
         return model(ids).logits
 

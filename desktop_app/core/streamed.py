@@ -1,0 +1,159 @@
+"""Where each layer's weights are while it computes: read from the files only then (a model larger than
+memory), and on which device (layers placed across several GPUs).
+
+Both ride on forward hooks of the model's Blocks, the one place every pass through a layer goes
+(Transformer.forward's loop, which the trace, the first look and generation walk): nothing in model.py
+knows about them.
+
+- StreamedWeights: the blocks' parameters stay on the meta device (shapes only) until a block is
+  called; its pre-hook reads that block's tensors from the files (through the family's weight table,
+  `load_block`), copies them into the compute dtype on the block's device, and its post-hook puts them
+  back on meta. The resident set is then the embeddings and head, one block (plus any held), and what
+  is recorded. Code that reads a block's weights outside its forward (the Lipschitz lab, a lazy
+  trace's head outputs) holds it: `with holding(model, layer): ...`.
+- place_blocks: consecutive blocks on each of several devices (plan_devices), each block's inputs
+  moved to its device before it runs and its output back to the model's own device (where the
+  embeddings, the head and the records' hand-off are), so everything around the loop is unchanged.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
+import torch
+from torch import nn
+
+# (the block's state dict, names relative to the block) for block l, in the compute dtype on `device`
+BlockLoader = Callable[[int, torch.device], dict[str, torch.Tensor]]
+
+
+def block_device(model, layer: int) -> torch.device:
+    """The device block `layer` computes on: its placement (place_blocks), else the model's."""
+    devices = getattr(model, "block_devices", None)
+    return devices[layer] if devices else model.device
+
+
+class StreamedWeights:
+    """A model's blocks brought in from the files only while each computes (see the module's docstring)."""
+
+    def __init__(self, model: nn.Module, load_block: BlockLoader) -> None:
+        self.model, self.load_block = model, load_block
+        self.held: Counter = Counter()  # layer -> how many `holding` keep it in
+        self.resident: set[int] = set()
+        self.loads = 0  # blocks read from the files so far
+        for l, block in enumerate(model.blocks):
+            block.register_forward_pre_hook(lambda module, args, l=l: self.bring(l))
+            block.register_forward_hook(lambda module, args, out, l=l: self.drop(l), always_call=True)
+            self.drop(l, force=True)
+        model.streamed = self
+
+    def bring(self, layer: int) -> None:
+        if layer in self.resident:
+            return
+        block = self.model.blocks[layer]
+        sd = self.load_block(layer, block_device(self.model, layer))
+        block.load_state_dict(sd, strict=True, assign=True)
+        self.resident.add(layer)
+        self.loads += 1
+
+    def drop(self, layer: int, force: bool = False) -> None:
+        """Block `layer`'s parameters back to shapes only (unless a `holding` keeps it)."""
+        if not force and (layer not in self.resident or self.held[layer]):
+            return
+        block = self.model.blocks[layer]
+        block.load_state_dict({name: torch.empty(p.shape, dtype=p.dtype, device="meta")
+                               for name, p in block.named_parameters()}, strict=True, assign=True)
+        self.resident.discard(layer)
+
+    def resident_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for l in self.resident for p in self.model.blocks[l].parameters())
+
+
+def streamed_of(model) -> StreamedWeights | None:
+    return getattr(model, "streamed", None)
+
+
+@contextmanager
+def holding(model, layer: int) -> Iterator[None]:
+    """Block `layer`'s weights in memory for the duration (a no-op for a model held whole)."""
+    streamed = streamed_of(model)
+    if streamed is None:
+        yield
+        return
+    streamed.held[layer] += 1
+    try:
+        streamed.bring(layer)
+        yield
+    finally:
+        streamed.held[layer] -= 1
+        streamed.drop(layer)
+
+
+# -- several devices ---------------------------------------------------------------------------
+
+
+def plan_devices(n_layers: int, devices: Sequence[str | torch.device],
+                 free: Sequence[int | None] | None = None) -> list[torch.device]:
+    """Each layer's device: consecutive layers per device (one hand-off between devices per device
+    boundary), in proportion to each device's free memory where known, else evenly; every device
+    listed gets at least one layer while there are layers enough."""
+    devices = [torch.device(d) for d in devices]
+    if not devices:
+        raise ValueError("no devices given")
+    if len(set(devices)) != len(devices):
+        raise ValueError(f"a device is listed twice: {', '.join(map(str, devices))}")
+    weights = [float(f) if f else 0.0 for f in (free or [None] * len(devices))]
+    if not all(weights):
+        weights = [1.0] * len(devices)
+    total = sum(weights)
+    # cumulative boundaries, halves rounded up (a spare layer goes to the first devices, the home one first):
+    # layers [bounds[i], bounds[i+1]) on device i
+    bounds = [int(n_layers * sum(weights[:i]) / total + 0.5) for i in range(len(devices) + 1)]
+    k = len(devices)
+    if n_layers >= k:  # at least one layer each, and one left for each device after
+        for i in range(1, k):
+            bounds[i] = min(max(bounds[i], bounds[i - 1] + 1), n_layers - (k - i))
+    return [devices[i] for i in range(len(devices)) for _ in range(bounds[i], bounds[i + 1])]
+
+
+def device_list(spec: str | torch.device) -> list[str]:
+    """The devices a device setting names: "cuda:0,cuda:1" (layers placed across them) or one device."""
+    return [d.strip() for d in str(spec).split(",") if d.strip()]
+
+
+def _to(value, device: torch.device):
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=True)
+    if isinstance(value, tuple):  # (cos, sin) of the rotary
+        return tuple(_to(v, device) for v in value)
+    return value
+
+
+def place_blocks(model: nn.Module, devices: Sequence[str | torch.device],
+                 free: Sequence[int | None] | None = None) -> list[torch.device]:
+    """Spread the model's blocks over `devices` (plan_devices) and the rest of the model (embeddings,
+    final norm, head: its home) onto the first. Each block's tensor arguments move to its device before
+    it runs, its output home after; a streamed model's blocks are read straight onto theirs. Returns
+    each block's device."""
+    plan = plan_devices(len(model.blocks), devices, free)
+    home = torch.device(devices[0])
+    streamed = streamed_of(model) is not None
+    for l, (block, device) in enumerate(zip(model.blocks, plan)):
+        if not streamed:
+            block.to(device)
+    for name, child in model.named_children():
+        if name != "blocks":
+            child.to(home)
+    for name, t in list(model.named_parameters(recurse=False)) + list(model.named_buffers(recurse=False)):
+        t.data = t.data.to(home)
+    model.block_devices = plan
+    for l, (block, device) in enumerate(zip(model.blocks, plan)):
+        if device == home:
+            continue
+        block.register_forward_pre_hook(
+            lambda module, args, kwargs, device=device: (tuple(_to(a, device) for a in args),
+                                                         {k: _to(v, device) for k, v in kwargs.items()}),
+            with_kwargs=True, prepend=True)  # before a streamed block is read, so it is read onto `device`
+        block.register_forward_hook(lambda module, args, out: out.to(home))
+    return plan

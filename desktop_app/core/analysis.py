@@ -67,8 +67,8 @@ def allowed_mask(t_q: int, t_k: int, causal: bool) -> np.ndarray:
 
 
 def mean_over_heads(trace: Trace, layer: int, batch: int = 0) -> np.ndarray:
-    """[T_q, T_k] attention averaged over heads."""
-    return attention_pattern(trace, layer, batch).astype(np.float64).mean(axis=0)
+    """[T_q, T_k] attention averaged over heads (summed in float64 without a float64 copy of the layer)."""
+    return attention_pattern(trace, layer, batch).mean(axis=0, dtype=np.float64)
 
 
 def attention_rollout(trace: Trace, batch: int = 0, job: JobControl | None = None) -> np.ndarray:
@@ -79,8 +79,7 @@ def attention_rollout(trace: Trace, batch: int = 0, job: JobControl | None = Non
     Row t of R_l says how much each input token flows into token t after block l. Needs square
     patterns (a full forward pass, not a cached step).
     """
-    out = []
-    rollout = None
+    out = None  # [L, T, T], each product written in place (a list then np.stack held the rollout twice)
     for l in range(trace.n_layers):
         if job is not None:
             job.check()  # O(T^3) per layer: a newer trace may have made this one moot
@@ -90,9 +89,12 @@ def attention_rollout(trace: Trace, batch: int = 0, job: JobControl | None = Non
                              f"got {a.shape[0]} queries for {a.shape[1]} keys")
         a = a + np.eye(a.shape[0])
         a = a / a.sum(axis=-1, keepdims=True)
-        rollout = a if rollout is None else a @ rollout
-        out.append(rollout)
-    return np.stack(out) if out else np.zeros((0, 0, 0))
+        if out is None:
+            out = np.empty((trace.n_layers, *a.shape))
+            out[0] = a
+        else:
+            np.matmul(a, out[l - 1], out=out[l])
+    return out if out is not None else np.zeros((0, 0, 0))
 
 
 @dataclass
@@ -115,10 +117,16 @@ def head_stats(trace: Trace, batch: int = 0, job: JobControl | None = None) -> H
     for l in range(trace.n_layers):
         if job is not None:
             job.check()
-        p = attention_pattern(trace, l, batch).astype(np.float64)  # [H, Tq, Tk]
-        ent.append(attention_entropy(p))
-        dist.append(attention_distance(p))
-        first.append(p[:, :, 0].mean(-1))
+        # one head at a time in float64: a whole 1,024-token layer of 14 heads held ~0.5 GB of temporaries
+        e, d, f = [], [], []
+        for m in attention_pattern(trace, l, batch):  # [Tq, Tk]
+            p = m.astype(np.float64)
+            e.append(attention_entropy(p))
+            d.append(attention_distance(p))
+            f.append(p[:, 0].mean(-1))
+        ent.append(e)
+        dist.append(d)
+        first.append(f)
     return HeadStats(np.array(ent), np.array(dist), np.array(first))
 
 

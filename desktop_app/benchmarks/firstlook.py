@@ -1,0 +1,134 @@
+"""The GUI's first look at a model people study, against transformers: time from launch and peak memory.
+
+    python -m desktop_app bench firstlook [--shape qwen2.5-0.5b|tiny|...] [--tokens 1024] [--repeat 1]
+
+A random bfloat16 checkpoint of the shape (bench scale's shapes) with the demo model's tokenizer (its ids
+are < 768: the tiny shape's vocabulary is widened to 768), and a text of exactly `--tokens` tokens.
+Two fresh processes, alternating `--repeat` times, each timed from its launch:
+
+- ours: the app as a person launches it on the folder (`python -m desktop_app FOLDER --panel attention
+  --text TEXT`, offscreen), until the Attention panel has painted every thumbnail of its model view and
+  its worker's numbers (rollout, head statistics) have arrived: the state its --screenshot saves, which
+  is what this process does to stop; then its peak resident memory (VmHWM, imports included).
+- transformers: import it, load the checkpoint as shipped (bfloat16, eager attention), one forward with
+  every attention map and hidden state brought to numpy (float32: numpy has no bfloat16); its VmHWM.
+
+speedup = reference seconds / ours (above 1: ours faster); memory_ratio = ours peak / reference peak
+(below 1: ours smaller). Least of each over the repeats. The last line printed is the JSON result.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..commands.args import OneLineParser, int_in
+
+REPO = Path(__file__).resolve().parents[2]
+
+OURS = """
+import json, sys, time
+from desktop_app.ui.app import main
+code = main(sys.argv[1:])
+with open("/proc/self/status", encoding="ascii") as f:
+    peak = next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+print(json.dumps({"done_at": time.time(), "peak_mb": peak}), flush=True)
+sys.exit(code)
+"""
+
+REFERENCE = """
+import json, sys, time
+import torch, transformers
+folder, ids = sys.argv[1], [int(i) for i in sys.argv[2].split(",")]
+model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, attn_implementation="eager").eval()
+with torch.no_grad():
+    o = model(torch.tensor([ids]), output_attentions=True, output_hidden_states=True)
+    attentions = [a[0].float().numpy() for a in o.attentions]
+    hidden = [h[0].float().numpy() for h in o.hidden_states]
+with open("/proc/self/status", encoding="ascii") as f:
+    peak = next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+print(json.dumps({"done_at": time.time(), "peak_mb": peak}), flush=True)
+"""
+
+
+def make_folder(shape: str, folder: Path) -> int:
+    """The shape's random bfloat16 checkpoint (transformers' init, as bench scale's), its vocabulary at least
+    the demo tokenizer's 768 ids (the tiny shape's 512 is widened), with the demo tokenizer; its parameter count."""
+    import torch
+    import transformers
+
+    from ..paths import demo_model_dir
+    from .scale import shape_config
+
+    config = shape_config(shape)
+    config.vocab_size = max(config.vocab_size, 768)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(folder)
+    shutil.copy(demo_model_dir() / "tokenizer.json", folder / "tokenizer.json")
+    return sum(p.numel() for p in model.parameters())
+
+
+def text_of(tokens: int) -> tuple[str, list[int]]:
+    """The demo text, repeated and cut to exactly `tokens` tokens of the demo tokenizer; (text, its ids)."""
+    from ..core.tokenizer import load_tokenizer_folder
+    from ..paths import demo_model_dir, demo_text_path
+
+    tok = load_tokenizer_folder(demo_model_dir())
+    text = demo_text_path().read_text(encoding="utf-8")
+    while len(tok.encode(text)) < tokens + 16:
+        text += "\n" + text
+    ids = tok.encode(text)[:tokens]
+    text = tok.decode(ids)
+    ids = tok.encode(text)
+    if len(ids) != tokens:
+        raise RuntimeError(f"bench firstlook: the text re-encodes to {len(ids)} tokens, not {tokens}")
+    return text, ids
+
+
+def _run(code: str, args: list[str], env: dict) -> dict:
+    start = time.time()
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                          timeout=3600)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith('{"done_at"')]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"bench firstlook: a measured process failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    out = json.loads(lines[-1])
+    return {"s": out["done_at"] - start, "peak_mb": out["peak_mb"]}
+
+
+def main(argv: list[str]) -> dict:
+    from .scale import SHAPES
+
+    ap = OneLineParser(prog="bench firstlook")
+    ap.add_argument("--shape", choices=tuple(SHAPES), default="qwen2.5-0.5b")
+    ap.add_argument("--tokens", type=int_in(1, 32_768), default=1024, help="tokens of text (default 1024)")
+    ap.add_argument("--repeat", type=int_in(1, 100), default=1, help="alternating runs of each side (default 1)")
+    args = ap.parse_args(argv)
+    if not Path("/proc/self/status").exists():
+        raise SystemExit("bench firstlook reads peak memory per process (Linux only)")
+    text, ids = text_of(args.tokens)
+    ours, ref = [], []
+    with tempfile.TemporaryDirectory(prefix="bench-firstlook-") as tmp:
+        folder = Path(tmp) / args.shape
+        params = make_folder(args.shape, folder)
+        env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_DATA_HOME=str(Path(tmp) / "data"),
+                   XDG_CONFIG_HOME=str(Path(tmp) / "config"))
+        env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        png = str(Path(tmp) / "first-look.png")
+        for _ in range(args.repeat):  # alternating: both sides see the same machine load
+            ours.append(_run(OURS, [str(folder), "--panel", "attention", "--text", text, "--screenshot", png,
+                                    "--settle-ms", "0", "--timeout", "3600"], env))
+            ref.append(_run(REFERENCE, [str(folder), ",".join(map(str, ids))], env))
+    ours_s, ref_s = min(r["s"] for r in ours), min(r["s"] for r in ref)
+    ours_mb, ref_mb = min(r["peak_mb"] for r in ours), min(r["peak_mb"] for r in ref)
+    return {"name": "firstlook", "shape": args.shape, "params": params, "tokens": args.tokens,
+            "repeats": args.repeat, "ours_s": round(ours_s, 3), "reference_s": round(ref_s, 3),
+            "speedup": round(ref_s / ours_s, 3), "ours_peak_mb": round(ours_mb, 1),
+            "reference_peak_mb": round(ref_mb, 1), "memory_ratio": round(ours_mb / ref_mb, 3),
+            "load_average": round(os.getloadavg()[0], 2)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-BENCHMARKS = ("load", "generation", "lipschitz", "training", "render", "startup", "dynamics", "memory", "scale")
+BENCHMARKS = ("load", "generation", "lipschitz", "training", "render", "startup", "dynamics", "memory", "scale", "graph")
 
 
 def add_parser(sub) -> None:

@@ -80,14 +80,15 @@ def ours(inputs: Path, max_feature_nodes: int, batch_size: int, dtype: str = "bf
 
 
 def reference(inputs: Path, shape: str, max_feature_nodes: int, batch_size: int, ct_python: str,
-              dtype: str = "bfloat16") -> dict:
-    """circuit_tracer_bench.py on the same input in circuit-tracer's environment."""
+              dtype: str = "bfloat16", offload: str | None = None) -> dict:
+    """circuit_tracer_bench.py on the same input in circuit-tracer's environment (`offload`: its attribute()'s)."""
     return _run_measured([ct_python, str(REFERENCE_SCRIPT), "--inputs", str(inputs), "--shape", shape, "--dtype",
-                          dtype, "--max-feature-nodes", str(max_feature_nodes), "--batch-size", str(batch_size)])
+                          dtype, "--max-feature-nodes", str(max_feature_nodes), "--batch-size", str(batch_size),
+                          *(["--offload", offload] if offload else [])])
 
 
 def measure(inputs: Path, shape: str, tokens: int, max_feature_nodes: int, batch_size: int,
-            ct_python: str | None) -> dict:
+            ct_python: str | None, offload: str | None = None) -> dict:
     import torch
 
     maker = _reference_module()
@@ -108,8 +109,8 @@ def measure(inputs: Path, shape: str, tokens: int, max_feature_nodes: int, batch
                   active_features=mine["printed"].get("active_features"),
                   replacement_score=mine["printed"].get("replacement_score"))
     if ct_python and Path(ct_python).is_file():
-        ref = reference(inputs, shape, max_feature_nodes, batch_size, ct_python)
-        result.update(reference_s=ref["seconds"], reference_peak_gib=ref["peak_gib"],
+        ref = reference(inputs, shape, max_feature_nodes, batch_size, ct_python, offload=offload)
+        result.update(reference_offload=offload, reference_s=ref["seconds"], reference_peak_gib=ref["peak_gib"],
                       reference_attribute_s=ref["printed"].get("attribute_s"),
                       reference_active_features=ref["printed"].get("active_features"),
                       speedup=round(ref["seconds"] / mine["seconds"], 3),
@@ -138,10 +139,14 @@ def main(argv: list[str]) -> dict:
                    help="feature rows on both sides (default 64; circuit-tracer's 7500 takes ~10 h on 2 cores)")
     p.add_argument("--batch-size", type=int_in(1, 4096), default=8, help="rows per backward pass, both sides")
     p.add_argument("--no-reference", action="store_true", help="ours only")
+    p.add_argument("--reference-offload", choices=("cpu", "disk"),
+                   help="circuit-tracer's attribute(offload=...): its weights dropped once each phase is done")
     p.add_argument("--ct-python", default=CT_PYTHON, help=f"circuit-tracer's Python (default {CT_PYTHON})")
     args = p.parse_args(argv)
     ct = None if args.no_reference else args.ct_python
     if args.inputs is not None:
-        return measure(args.inputs, args.shape, args.tokens, args.max_feature_nodes, args.batch_size, ct)
+        return measure(args.inputs, args.shape, args.tokens, args.max_feature_nodes, args.batch_size, ct,
+                       args.reference_offload)
     with tempfile.TemporaryDirectory(prefix="bench-graph-") as tmp:
-        return measure(Path(tmp) / "inputs", args.shape, args.tokens, args.max_feature_nodes, args.batch_size, ct)
+        return measure(Path(tmp) / "inputs", args.shape, args.tokens, args.max_feature_nodes, args.batch_size, ct,
+                       args.reference_offload)

@@ -304,7 +304,13 @@ def dictionary_problems(loaded, cfg) -> list[str]:
     problem = cfg.problem()
     if problem:
         problems.append(problem[:1].upper() + problem[1:] + ".")
-    for hook in (cfg.hook, cfg.hook_out):
+    if cfg.layered:  # transcoders for attribution graphs: the model must be one `graph` handles
+        from ..core.graphs import graph_problem
+
+        problem = graph_problem(loaded.config)
+        if problem:
+            problems.append(f"Transcoders here are for attribution graphs: {problem}.")
+    for hook in ((cfg.hook, cfg.hook_out) if not cfg.layered else ()):
         if hook:
             try:
                 point = hook_point(hook, loaded.config)

@@ -107,7 +107,7 @@ def run(args) -> int:
 
 
 def run_train_sae(args) -> int:
-    """`train --task sae --model MODEL_DIR --hook H --text-file T --out DIR ...`: core.training.sae, printing
+    """`train --task sae|transcoder|clt --model MODEL_DIR [--hook H] --text-file T --out DIR ...`: core.training.sae, printing
     its events (every one as a JSON line with --jsonl); the last line is one JSON object with the held-out
     step, mse, l0, variance_explained and dead features. Driven as model runs are (commands.train.take_control:
     --control-stdin's pause / resume / stop, SIGTERM and Ctrl-C stop with a checkpoint); `--resume` goes on
@@ -144,12 +144,21 @@ def run_train_sae(args) -> int:
             if args.jsonl:
                 print(json.dumps(ev), flush=True)
             elif ev["event"] == "eval":
-                print(f"step {ev['step']}: held-out variance_explained {ev['variance_explained']:.4f} "
-                      f"l0 {ev['l0']:.1f} mse {ev['mse']:.4g} dead {ev['dead']}", flush=True)
+                line = (f"step {ev['step']}: held-out variance_explained {ev['variance_explained']:.4f} "
+                        f"l0 {ev['l0']:.1f} mse {ev['mse']:.4g} dead {ev['dead']}")
+                if "variance_explained_per_layer" in ev:  # a transcoder at every layer
+                    line += (" | per layer: variance_explained "
+                             + " ".join(f"{v:.3f}" for v in ev["variance_explained_per_layer"])
+                             + ", l0 " + " ".join(f"{v:.1f}" for v in ev["l0_per_layer"]))
+                    if ev.get("replacement_score") is not None:
+                        line += f" | replacement_score {ev['replacement_score']:.4f}"
+                print(line, flush=True)
             elif ev["event"] == "start":
+                what = {"transcoder": "per-layer transcoder", "clt": "cross-layer transcoder"}.get(ev["task"])
+                what = f"{what} of {ev['d_sae']} features per layer" if what else f"dictionary of {ev['d_sae']} features"
                 print("".join(f"{note}\n" for note in ev.get("notes", ())) +
-                      f"{'resuming' if ev.get('resumed') else 'training'} a {ev['architecture']} dictionary of "
-                      f"{ev['d_sae']} features on {ev['hook']} from step {ev['step']} ({ev['tokens']:,} tokens, "
+                      f"{'resuming' if ev.get('resumed') else 'training'} a {ev['architecture']} {what} "
+                      f"on {ev['hook']} from step {ev['step']} ({ev['tokens']:,} tokens, "
                       f"{ev['heldout_tokens']:,} held out), to {ev['out']}", flush=True)
             elif ev["event"] == "stopped":
                 print(f"stopped at step {ev['step']}; go on with --resume --out {ev.get('out') or args.out}",
@@ -161,7 +170,9 @@ def run_train_sae(args) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    layered = {k: summary[k] for k in ("variance_explained_per_layer", "l0_per_layer", "replacement_score")
+               if k in summary}  # a transcoder at every layer (--task transcoder, clt)
     print(json.dumps({"step": summary.get("step"), "mse": summary.get("mse"), "l0": summary.get("l0"),
                       "variance_explained": summary.get("variance_explained"), "dead": summary.get("dead"),
-                      "out": args.out}), flush=True)
+                      **layered, "out": args.out}), flush=True)
     return 0

@@ -59,17 +59,19 @@ def add_parser(sub) -> None:
                         "refused beside it; --out, --resume, --overwrite, --export, --baseline, --jsonl and "
                         "--control-stdin still apply")
     from ..core.training.options import MODEL_OPTIONS, RUN_OPTIONS, TASK_OPTIONS
+    from ..core.training.sae import SAE_TASKS
 
     t = p.add_argument_group("task")
-    t.add_argument("--task", choices=task_names() + ("sae",),  # the registry (core.training.tasks.declare_task);
-                   # sae: a sparse dictionary on a model's activations (core.training.sae, its own flags below)
+    t.add_argument("--task", choices=task_names() + SAE_TASKS,  # the registry (core.training.tasks.declare_task);
+                   # sae, transcoder, clt: on a model's activations (core.training.sae, its own flags below)
                    help="required unless --config gives it (digits: the 8 x 8 handwritten digits, --family vit; "
-                        "image-folder: a folder of images, one sub-folder per class, --family vit)")
+                        "image-folder: a folder of images, one sub-folder per class, --family vit; transcoder / clt: per-layer / "
+                        "cross-layer transcoders on --model's MLPs over --text-file, in circuit-tracer's format)")
     for option in TASK_OPTIONS:  # given or the task's own defaults (app.training.task_options_of)
         _add_option(t, option)
     t.add_argument("--baseline", choices=("mlp",), help="train the lectures' MLP baseline instead (motif only)")
     from ..core.training.sae import SAE_OPTIONS
-    s = p.add_argument_group("sparse dictionary (--task sae: on --model's activations over --text-file)")
+    s = p.add_argument_group("sparse dictionary (--task sae, transcoder, clt: on --model's activations over --text-file)")
     for option in SAE_OPTIONS:
         _add_option(s, option)
     m = p.add_argument_group("model")
@@ -219,9 +221,10 @@ def check_training_memory(cfg) -> None:
 def run(args) -> int:
     from ..core.training import TrainControl, TrainingDiverged, train
     from ..app.command_line import EXIT_DIVERGED
+    from ..core.training.sae import SAE_TASKS
     from ..core.training.trainer import EXACT_MATCH, SUMMARY_KEYS, export_model, read_run_config
 
-    if args.task == "sae" and not getattr(args, "config", None):
+    if args.task in SAE_TASKS and not getattr(args, "config", None):
         from .features import run_train_sae
         return run_train_sae(args)
     if args.baseline == "mlp" and args.task not in (None, "motif"):  # before the flags' own checks

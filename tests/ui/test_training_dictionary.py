@@ -262,3 +262,31 @@ def test_resuming_another_kind_of_folder_is_refused_in_one_line_naming_it(qtbot,
     assert panel.start_button.toolTip().startswith(f"{run}: its dictionary was trained with text_file "
                                                    f"{str(text_file)!r}, not {str(other)!r}")
     assert not panel.start_button.isEnabled()
+
+
+def test_a_cross_layer_transcoder_trains_from_the_panel_for_graphs(qtbot, demo_panel, text_file, tmp_path):
+    """Train: "a cross-layer transcoder" (issue 37): the hook and architecture rows go (every MLP, relu), the
+    command shown is `train --task clt`, and the run saves circuit-tracer's files (what `graph` reads), says
+    its replacement score and offers no Open in Features (a transcoder set is for graphs)."""
+    from desktop_app.core.graphs import load_transcoders
+
+    panel = demo_panel
+    _dictionary_mode(qtbot, panel, text_file, tmp_path / "runs", steps=12)
+    f = panel.dictionary.form
+    f.kind.setFocus()
+    qtbot.keyClick(f.kind, Qt.Key.Key_Down)
+    qtbot.keyClick(f.kind, Qt.Key.Key_Down)
+    assert f.kind.currentData() == "clt"
+    assert not f.hook.isVisibleTo(f) and not f.architecture.isVisibleTo(f) and f.l1_coefficient.isVisibleTo(f)
+    _type(qtbot, f.d_sae, 16)
+    _type(qtbot, f.eval_every, 6)
+    _click(qtbot, panel.start_button)
+    assert "train --task clt" in panel.command_label.text() and "--hook" not in panel.command_label.text()
+    qtbot.waitUntil(lambda: not panel.dictionary.run.running, timeout=120_000)
+    done = panel.dictionary.run.events[-1]
+    assert done["event"] == "done" and done["step"] == 12 and len(done["variance_explained_per_layer"]) == 4
+    out = panel.dictionary.run.out_dir
+    assert out.name.endswith("_clt") and load_transcoders(out).cross_layer and load_transcoders(out).n_features == 16
+    assert "replacement score" in panel.status_label.text() and "--transcoders" in panel.status_label.text()
+    assert not panel.dictionary.open_button.isEnabled() and panel.start_button.isEnabled()
+    panel.grab().save(str(tmp_path / "clt.png"))

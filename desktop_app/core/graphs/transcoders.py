@@ -77,6 +77,27 @@ class _Tensors:
         return self.handle.get_slice(name)[ids.cpu().numpy()]
 
 
+@dataclass
+class _MemoryTensors:
+    """_Tensors' interface over tensors in memory (a transcoder being trained, before it is saved)."""
+    path: Path
+    tensors: dict
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        if not self.has(name):
+            _fail(self.path, f"has no tensor {name!r}")
+        return tuple(self.tensors[name].shape)
+
+    def full(self, name: str) -> torch.Tensor:
+        return self.tensors[name]
+
+    def rows(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+        return self.tensors[name][ids.cpu()]
+
+
 class Transcoders:
     """A per-layer set or a cross-layer transcoder, covering layers 0..n_layers-1.
 
@@ -260,12 +281,51 @@ def load_transcoders(folder: str | Path) -> Transcoders:
     _fail(config_path, f"model_kind {kind!r} is not transcoder_set or cross_layer_transcoder")
 
 
+def _file_tensors(encoders: list[dict[str, torch.Tensor]], decoders: list[torch.Tensor],
+                  cross_layer: bool) -> dict[str, dict[str, torch.Tensor]]:
+    """File name -> its tensors, in circuit-tracer's layout (save_transcoders' arguments)."""
+    files = {}
+    for layer, (enc, dec) in enumerate(zip(encoders, decoders)):
+        if cross_layer:
+            t = {f"W_enc_{layer}": enc["W_enc"], f"b_enc_{layer}": enc["b_enc"], f"b_dec_{layer}": enc["b_dec"]}
+            if "threshold" in enc:
+                t[f"threshold_{layer}"] = enc["threshold"]
+            files[f"W_enc_{layer}.safetensors"] = t
+            files[f"W_dec_{layer}.safetensors"] = {f"W_dec_{layer}": dec}
+        else:
+            t = {"W_enc": enc["W_enc"], "b_enc": enc["b_enc"], "W_dec": dec, "b_dec": enc["b_dec"]}
+            if "threshold" in enc:
+                t["activation_function.threshold"] = enc["threshold"]
+            if "W_skip" in enc:
+                t["W_skip"] = enc["W_skip"]
+            files[f"layer_{layer}.safetensors"] = t
+    return {name: {k: v.contiguous() for k, v in t.items()} for name, t in files.items()}
+
+
+def transcoders_in_memory(encoders: list[dict[str, torch.Tensor]], decoders: list[torch.Tensor], cross_layer: bool,
+                          input_hook: str = "mlp.hook_in", output_hook: str = "mlp.hook_out",
+                          folder: str | Path = "(in memory)") -> Transcoders:
+    """The Transcoders that save_transcoders' arguments would load as, without writing them (ReLU)."""
+    files = {name: _MemoryTensors(Path(folder) / name, t)
+             for name, t in _file_tensors(encoders, decoders, cross_layer).items()}
+    n = len(encoders)
+    if cross_layer:
+        enc = [files[f"W_enc_{i}.safetensors"] for i in range(n)]
+        dec = [files[f"W_dec_{i}.safetensors"] for i in range(n)]
+        kind = "cross_layer_transcoder"
+    else:
+        enc = dec = [files[f"layer_{i}.safetensors"] for i in range(n)]
+        kind = "transcoder_set"
+    return Transcoders(Path(folder), kind, input_hook, output_hook, "relu", enc, dec)
+
+
 def save_transcoders(folder: str | Path, encoders: list[dict[str, torch.Tensor]], decoders: list[torch.Tensor],
                      cross_layer: bool, input_hook: str = "mlp.hook_in", output_hook: str = "mlp.hook_out",
-                     extra_config: dict | None = None) -> None:
+                     extra_config: dict | None = None, extra_files: dict[str, str | bytes] | None = None) -> None:
     """Write transcoders in circuit-tracer's layout (a new folder, built beside and renamed into place).
     encoders[L]: W_enc [F, d], b_enc [F], b_dec [d], optional threshold [F] and (per-layer) W_skip [d, d];
-    decoders[L]: W_dec [F, d] (per-layer) or [F, n_layers - L, d] (cross-layer)."""
+    decoders[L]: W_dec [F, d] (per-layer) or [F, n_layers - L, d] (cross-layer). `extra_files` (name ->
+    text or bytes) go beside them (a training run's metrics and resumable state)."""
     import yaml
     from safetensors.torch import save_file
 
@@ -274,23 +334,16 @@ def save_transcoders(folder: str | Path, encoders: list[dict[str, torch.Tensor]]
     def fill(tmp: Path) -> None:
         cfg = {"model_kind": "cross_layer_transcoder" if cross_layer else "transcoder_set",
                "feature_input_hook": input_hook, "feature_output_hook": output_hook, **(extra_config or {})}
-        for layer, (enc, dec) in enumerate(zip(encoders, decoders)):
-            if cross_layer:
-                t = {f"W_enc_{layer}": enc["W_enc"], f"b_enc_{layer}": enc["b_enc"], f"b_dec_{layer}": enc["b_dec"]}
-                if "threshold" in enc:
-                    t[f"threshold_{layer}"] = enc["threshold"]
-                save_file({k: v.contiguous() for k, v in t.items()}, str(tmp / f"W_enc_{layer}.safetensors"))
-                save_file({f"W_dec_{layer}": dec.contiguous()}, str(tmp / f"W_dec_{layer}.safetensors"))
-            else:
-                t = {"W_enc": enc["W_enc"], "b_enc": enc["b_enc"], "W_dec": dec, "b_dec": enc["b_dec"]}
-                if "threshold" in enc:
-                    t["activation_function.threshold"] = enc["threshold"]
-                if "W_skip" in enc:
-                    t["W_skip"] = enc["W_skip"]
-                save_file({k: v.contiguous() for k, v in t.items()}, str(tmp / f"layer_{layer}.safetensors"))
+        for name, t in _file_tensors(encoders, decoders, cross_layer).items():
+            save_file(t, str(tmp / name))
         if not cross_layer:
             cfg["transcoders"] = [f"layer_{layer}.safetensors" for layer in range(len(encoders))]
         (tmp / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+        for name, data in (extra_files or {}).items():
+            if isinstance(data, bytes):
+                (tmp / name).write_bytes(data)
+            else:
+                (tmp / name).write_text(data, encoding="utf-8")
 
     atomic_write_dir(Path(folder), fill)
 

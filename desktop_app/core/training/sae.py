@@ -1,5 +1,18 @@
 """Training a sparse dictionary (an SAE, or a transcoder) on a loaded model's activations over a text.
 
+Three tasks share this loop (SaeTrainConfig.task):
+    sae         one dictionary at `hook` (a SAELens transcoder when `hook_out` is given), SAELens' format
+    transcoder  a per-layer transcoder at every layer (circuit-tracer's PLT): layer l's features read the MLP
+                input after the pre-MLP norm's gain (circuit-tracer's mlp.hook_in, the app's blocks.l.mlp.input)
+                and reconstruct that layer's MLP output (mlp.hook_out)
+    clt         a cross-layer transcoder: layer l's encoder reads layer l's MLP input and its decoder writes to
+                every MLP output from l on (the reconstruction of layer t's output sums layers l <= t)
+The last two train with relu (an L1 penalty scaled by the decoder norms, summed over the layers written),
+the squared error of each layer weighted by 1 / its output's variance (the layers count alike), and save in
+circuit-tracer's format (core.graphs.transcoders: `graph --transcoders` reads the folder); their evaluations
+add each layer's variance explained and L0 and the replacement score of the graph (core.graphs) of the
+first REPLACEMENT_TOKENS held-out tokens.
+
 `train_sae(cfg, loaded, out_dir, on_event=..., control=...)`: the text file is tokenized in pieces
 (core.inputs.text_file_ids), its last `heldout_fraction` of tokens held out, and the model run over
 windows of its context (up to `max_tokens` tokens) to collect the activation at `hook` (and at
@@ -40,12 +53,15 @@ from ..numbers import MAX_COUNT, Range
 from .options import Option
 
 SAE_ARCHITECTURES = ("topk", "relu")
+SAE_TASKS = ("sae", "transcoder", "clt")  # `train --task`: a dictionary, a per-layer or a cross-layer transcoder
+REPLACEMENT_TOKENS = 32  # the held-out prompt whose graph's replacement score an evaluation reports
+REPLACEMENT_FEATURE_NODES = 2048  # at most this many feature rows for that graph (all of a small model's)
 DEAD_STEPS = 200
 SAE_STATE_FILE = "sae_trainer_state.json"  # beside the dictionary: what a resumed run goes on from
 SAE_STATE_TENSORS = "sae_trainer_state.safetensors"  # its weights in the training scale, Adam's moments, RNG, order
 SAE_STATE_FORMAT = 1
 # what a resumed run keeps (the activations it reads and the dictionary's shape); the rest may change
-SAE_FIXED_ON_RESUME = ("text_file", "hook", "hook_out", "architecture", "d_sae", "k", "seed", "max_tokens",
+SAE_FIXED_ON_RESUME = ("task", "text_file", "hook", "hook_out", "architecture", "d_sae", "k", "seed", "max_tokens",
                        "heldout_fraction")
 SAE_OPTIONS: tuple[Option, ...] = (  # `train --task sae`'s own flags (beside --text-file, --steps, --lr, ...)
     Option("model_dir", "sae", str, flag="model", help="sae: the model folder whose activations are read"),
@@ -64,6 +80,7 @@ SAE_OPTIONS: tuple[Option, ...] = (  # `train --task sae`'s own flags (beside --
 @dataclass
 class SaeTrainConfig:
     text_file: str
+    task: str = "sae"  # SAE_TASKS
     hook: str = "blocks.0.hook_resid_post"
     hook_out: str | None = None
     architecture: str = "topk"
@@ -81,7 +98,17 @@ class SaeTrainConfig:
     checkpoint_every: int = 500
     device: str = "cpu"
 
+    @property
+    def layered(self) -> bool:
+        """A transcoder at every layer (per-layer or cross-layer) rather than one dictionary at `hook`."""
+        return self.task in ("transcoder", "clt")
+
     def problem(self) -> str:
+        if self.task not in SAE_TASKS:
+            return f"task must be one of {', '.join(SAE_TASKS)}, got {self.task!r}"
+        if self.layered and self.architecture != "relu":
+            return (f"--task {self.task} trains with architecture relu (an L1 penalty); circuit-tracer's TopK "
+                    f"keeps negative values, which this trainer does not")
         if self.architecture not in SAE_ARCHITECTURES:
             return f"architecture must be one of {', '.join(SAE_ARCHITECTURES)}, got {self.architecture!r}"
         for key, lo in (("d_sae", 1), ("k", 1), ("steps", 1), ("batch_size", 1), ("log_every", 1),
@@ -102,13 +129,15 @@ class SaeTrainConfig:
         return ""
 
 
-def collect_activations(loaded, ids, read, write, max_tokens: int, window: int | None = None,
+def collect_activations(loaded, ids, reads, writes, max_tokens: int, window: int | None = None,
                         control: JobControl | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x_in [N, d_in], target [N, d_out]) float32 of the model over `ids` in windows of its context."""
+    """(x_in [N, len(reads), d_in], target [N, len(writes), d_out]) float32 of the model over `ids` in windows
+    of its context (the same tensor twice when reads and writes are the same points)."""
     from ..features.activations import read_point, record_points
 
     model = loaded.model
     window = window or model.cfg.context_length
+    same = [p.name for p in reads] == [p.name for p in writes]
     xs, ys, n = [], [], 0
     for s in range(0, len(ids), window):
         if control is not None:
@@ -116,13 +145,14 @@ def collect_activations(loaded, ids, read, write, max_tokens: int, window: int |
         chunk = list(ids[s:s + window])[: max_tokens - n]
         if not chunk:
             break
-        trace = record_points(model, chunk, (read, write))  # an encoder-decoder: the chunk as its source
-        xs.append(read_point(trace, read).float().cpu())
-        ys.append(read_point(trace, write).float().cpu() if write.name != read.name else xs[-1])
+        trace = record_points(model, chunk, (*reads, *writes))  # an encoder-decoder: the chunk as its source
+        xs.append(torch.stack([read_point(trace, p).float().cpu() for p in reads], 1))
+        ys.append(xs[-1] if same else torch.stack([read_point(trace, p).float().cpu() for p in writes], 1))
         n += len(chunk)
         if n >= max_tokens:
             break
-    return torch.cat(xs), torch.cat(ys)
+    x = torch.cat(xs)
+    return x, (x if same else torch.cat(ys))
 
 
 class _Sae(torch.nn.Module):
@@ -147,24 +177,84 @@ class _Sae(torch.nn.Module):
         return acts, acts @ self.W_dec + self.b_dec
 
 
-def _measure(sae: _Sae, x: torch.Tensor, y: torch.Tensor, cfg: SaeTrainConfig, batch: int = 4096) -> dict:
-    """Held-out metrics over every token (in batches): mse, l0, variance_explained, dead (never fired)."""
-    err, total, l0, fired = 0.0, 0.0, 0.0, torch.zeros(cfg.d_sae, dtype=torch.bool)
+class _LayerTranscoders(torch.nn.Module):
+    """A transcoder at every layer, per-layer or cross-layer, in the training scale: x [B, L, d] (each layer's
+    MLP input) -> (acts [B, L, F], recon [B, L, d] of each layer's MLP output). W_dec.l is [F, outputs, d]:
+    source layer l's decoder to the outputs l..L-1 (cross-layer) or to l alone."""
+
+    def __init__(self, n_layers: int, d_in: int, d_out: int, d_sae: int, cross_layer: bool,
+                 gen: torch.Generator) -> None:
+        super().__init__()
+        self.cross_layer = cross_layer
+        self.W_enc = torch.nn.Parameter(torch.randn(n_layers, d_in, d_sae, generator=gen) * (0.1 / math.sqrt(d_in)))
+        self.b_enc = torch.nn.Parameter(torch.zeros(n_layers, d_sae))
+        decoders = []
+        for l in range(n_layers):
+            W = torch.randn(d_sae, n_layers - l if cross_layer else 1, d_out, generator=gen)
+            decoders.append(torch.nn.Parameter(W / W.norm(dim=-1, keepdim=True) * (0.1 / (n_layers - l if cross_layer else 1))))
+        self.W_dec = torch.nn.ParameterList(decoders)
+        self.b_dec = torch.nn.Parameter(torch.zeros(n_layers, d_out))
+
+    def decoder_norms(self) -> torch.Tensor:
+        """[L, F]: each feature's decoder norm summed over the layers it writes to (the L1 penalty's scale)."""
+        return torch.stack([W.norm(dim=-1).sum(-1) for W in self.W_dec])
+
+    def forward(self, x: torch.Tensor, arch: str, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        acts = torch.relu(torch.einsum("bld,ldf->blf", x, self.W_enc) + self.b_enc)
+        outs = [self.b_dec[t].expand(len(x), -1) for t in range(len(self.W_dec))]
+        for l, W in enumerate(self.W_dec):
+            written = torch.einsum("bf,fod->bod", acts[:, l], W)  # [B, outputs, d]
+            for o in range(W.shape[1]):
+                outs[l + o] = outs[l + o] + written[:, o]
+        return acts, torch.stack(outs, 1)
+
+
+def _measure(sae, x: torch.Tensor, y: torch.Tensor, cfg: SaeTrainConfig, batch: int = 4096) -> dict:
+    """Held-out metrics over every token (in batches): mse, l0, variance_explained, dead (never fired); for
+    a transcoder at every layer (x [N, L, d]) also each layer's variance_explained and l0 (l0: per layer)."""
+    layered = x.dim() == 3
+    L = y.shape[1] if layered else 1
+    err, total, l0 = torch.zeros(L, dtype=torch.float64), torch.zeros(L, dtype=torch.float64), torch.zeros(L)
+    fired = None
     mean = y.double().mean(0)
     with torch.no_grad():
         for s in range(0, len(x), batch):
             acts, recon = sae(x[s:s + batch], cfg.architecture, cfg.k)
             yb = y[s:s + batch]
-            err += float((yb - recon).double().pow(2).sum())
-            total += float((yb.double() - mean).pow(2).sum())
-            l0 += float((acts > 0).sum())
-            fired |= (acts > 0).any(0)
+            diff, dev = (yb - recon).double().pow(2), (yb.double() - mean).pow(2)
+            err += diff.sum(-1).sum(0) if layered else diff.sum()
+            total += dev.sum(-1).sum(0) if layered else dev.sum()
+            on = acts > 0
+            l0 += on.sum(-1).sum(0).float() if layered else on.sum().float()
+            fired = on.any(0) if fired is None else fired | on.any(0)
     n = max(len(x), 1)
-    return {"mse": err / n, "l0": l0 / n, "variance_explained": 1 - err / total if total > 0 else float("nan"),
-            "dead": int((~fired).sum())}
+    tot = float(total.sum())
+    out = {"mse": float(err.sum()) / n, "l0": float(l0.sum()) / n / L,
+           "variance_explained": 1 - float(err.sum()) / tot if tot > 0 else float("nan"),
+           "dead": int((~fired).sum()) if fired is not None else 0}
+    if layered:
+        out["variance_explained_per_layer"] = [1 - float(e) / float(t) if t > 0 else float("nan")
+                                               for e, t in zip(err, total)]
+        out["l0_per_layer"] = [float(v) / n for v in l0]
+    return out
 
 
-def _state_problem(state, tensors: dict, cfg: SaeTrainConfig) -> str:
+def _replacement_score(loaded, transcoders, ids: list[int]) -> float | None:
+    """The replacement score (core.graphs.graph_scores) of the graph of the model's prediction after `ids`
+    (a special token put first, as `graph` does) over `transcoders`; None when the prompt is too short."""
+    from ..graphs import attribute, build_context, graph_scores, salient_targets, with_leading_special
+
+    ids = with_leading_special(ids, loaded.tokenizer)
+    if len(ids) < 2:
+        return None
+    with torch.no_grad():
+        ctx = build_context(loaded.model, ids, transcoders)
+    targets = salient_targets(loaded.model, ctx.frozen.logits[-1], 10, 0.95, str)
+    graph = attribute(ctx, targets, max_feature_nodes=REPLACEMENT_FEATURE_NODES)
+    return graph_scores(graph)[0]
+
+
+def _state_problem(state, tensors: dict, cfg: SaeTrainConfig, n_layers: int = 1) -> str:
     """'' when a read checkpoint state (JSON object, tensors) can be resumed, else what is wrong with it."""
     if not isinstance(state, dict) or state.get("format") != SAE_STATE_FORMAT:
         return f"not a dictionary training state of format {SAE_STATE_FORMAT}"
@@ -180,11 +270,13 @@ def _state_problem(state, tensors: dict, cfg: SaeTrainConfig) -> str:
             return f"'{key}' must be a finite number >= 0, got {value!r}"
     if not 0 <= state["pos"] <= state["tokens"] or state["step"] < 0:
         return f"'step' {state['step']} / 'pos' {state['pos']} out of range"
-    need = {f"sae.{k}" for k in ("W_enc", "W_dec", "b_enc", "b_dec")} | {"rng.batches", "last_fired", "perm"}
+    need = {f"sae.{k}" for k in ("W_enc", "b_enc", "b_dec")} | {"rng.batches", "last_fired", "perm"}
+    need |= {f"sae.W_dec.{l}" for l in range(n_layers)} if cfg.layered else {"sae.W_dec"}
     missing = sorted(need - set(tensors))
     if missing:
         return f"no tensor {missing[0]!r}"
-    if tuple(tensors["last_fired"].shape) != (cfg.d_sae,) or tuple(tensors["perm"].shape) != (state["tokens"],):
+    features = (n_layers, cfg.d_sae) if cfg.layered else (cfg.d_sae,)
+    if tuple(tensors["last_fired"].shape) != features or tuple(tensors["perm"].shape) != (state["tokens"],):
         return "its tensors do not match its settings"
     return ""
 
@@ -226,7 +318,9 @@ def sae_checkpoint_step(out_dir: str | Path) -> int | None:
 
 def _fixed(values: dict) -> dict:
     """The settings a resumed run keeps (SAE_FIXED_ON_RESUME), the text file as an absolute path."""
-    return {k: os.path.abspath(str(values.get(k))) if k == "text_file" else values.get(k) for k in SAE_FIXED_ON_RESUME}
+    defaults = {"task": "sae"}  # a run saved before the task was a setting trained a dictionary
+    return {k: os.path.abspath(str(values.get(k))) if k == "text_file" else values.get(k, defaults.get(k))
+            for k in SAE_FIXED_ON_RESUME}
 
 
 def _model_name(loaded) -> str:
@@ -246,7 +340,7 @@ def sae_resume_problem(out_dir: str | Path, state, tensors: dict, cfg: SaeTrainC
             k = changed[0]
             return (f"{out_dir}: its dictionary was trained with {k} {saved.get(k)!r}, not "
                     f"{getattr(cfg, k)!r}; a resumed run keeps {k} (start a new run to change it)")
-    problem = _state_problem(state, tensors, cfg)
+    problem = _state_problem(state, tensors, cfg, loaded.config.n_layers)
     if problem:
         return f"{out_dir / SAE_STATE_FILE}: {problem}"
     if state.get("model") != _model_name(loaded):
@@ -302,15 +396,27 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
     gen = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     mcfg = loaded.config
-    read = hook_point(cfg.hook, mcfg)
-    write = hook_point(cfg.hook_out, mcfg) if cfg.hook_out else read
+    if cfg.layered:  # circuit-tracer's mlp.hook_in -> mlp.hook_out at every layer
+        from ..graphs import graph_problem
+        problem = graph_problem(mcfg)
+        if problem:
+            raise ValueError(f"--task {cfg.task}: its transcoders are for attribution graphs, and {problem}")
+        reads = [hook_point(f"blocks.{l}.mlp.input", mcfg) for l in range(mcfg.n_layers)]
+        writes = [hook_point(f"blocks.{l}.mlp.out", mcfg) for l in range(mcfg.n_layers)]
+    else:
+        reads = [hook_point(cfg.hook, mcfg)]
+        writes = [hook_point(cfg.hook_out, mcfg)] if cfg.hook_out else reads
+    read, write = reads[0], writes[0]
     d_in, d_out = point_width(read, mcfg), point_width(write, mcfg)
     ids = text_file_ids(loaded, cfg.text_file)
     cut = int(len(ids) * (1 - cfg.heldout_fraction))
     if cut < 1 or len(ids) - cut < 1:
         raise ValueError(f"{cfg.text_file}: {len(ids)} tokens are too few to hold some out")
-    x, y = collect_activations(loaded, ids[:cut], read, write, cfg.max_tokens, control=control)
-    vx, vy = collect_activations(loaded, ids[cut:], read, write, max(cfg.max_tokens // 9, 1), control=control)
+    x, y = collect_activations(loaded, ids[:cut], reads, writes, cfg.max_tokens, control=control)
+    vx, vy = collect_activations(loaded, ids[cut:], reads, writes, max(cfg.max_tokens // 9, 1), control=control)
+    if not cfg.layered:  # one dictionary: [N, d]
+        x, y, vx, vy = x[:, 0], y[:, 0], vx[:, 0], vy[:, 0]
+    score_ids = list(ids[cut:cut + REPLACEMENT_TOKENS])
     if state is not None:
         if state["tokens"] != len(x):
             raise ValueError(f"{out_dir}: its dictionary was trained on {state['tokens']:,} tokens of activations, "
@@ -323,13 +429,20 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
     x, vx = x * scale, vx * scale
     y, vy = (x, vx) if write.name == read.name else (y * out_scale, vy * out_scale)
     transcoder = write.name != read.name
-    sae = _Sae(d_in, d_out, cfg.d_sae, transcoder, gen)
+    if cfg.layered:
+        sae = _LayerTranscoders(mcfg.n_layers, d_in, d_out, cfg.d_sae, cfg.task == "clt", gen)
+        variance = (y.double() - y.double().mean(0)).pow(2).sum(-1).mean(0)  # [L] each output's variance
+        inverse = 1 / variance.clamp_min(1e-12)
+        layer_weights = (inverse / inverse.mean()).float()  # the layers count alike in the loss
+    else:
+        sae = _Sae(d_in, d_out, cfg.d_sae, transcoder, gen)
+        layer_weights = None
     with torch.no_grad():
         sae.b_dec.copy_(y.mean(0))
     opt = torch.optim.Adam(sae.parameters(), lr=cfg.lr, betas=(0.9, 0.999))
     warmup = max(1, cfg.steps // 20)
     n = len(x)
-    last_fired = torch.zeros(cfg.d_sae, dtype=torch.long)
+    last_fired = torch.zeros((mcfg.n_layers, cfg.d_sae) if cfg.layered else cfg.d_sae, dtype=torch.long)
     perm, pos = torch.randperm(n, generator=gen), 0
     start_step, elapsed_before, history = 0, 0.0, []
     if state is not None:
@@ -344,8 +457,9 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
             raise ValueError(f"{out_dir / SAE_STATE_TENSORS}: does not fit this dictionary ({str(exc)[:80]})") from None
         last_fired, perm, pos = tensors["last_fired"].long(), tensors["perm"].long(), state["pos"]
         start_step, elapsed_before, history = state["step"], state["elapsed"], list(state["history"])
-    emit({"event": "start", "step": start_step, "steps": cfg.steps, "task": "sae", "hook": cfg.hook,
-          "hook_out": cfg.hook_out, "architecture": cfg.architecture, "d_sae": cfg.d_sae, "tokens": n,
+    emit({"event": "start", "step": start_step, "steps": cfg.steps, "task": cfg.task,
+          "hook": "mlp.hook_in" if cfg.layered else cfg.hook,
+          "hook_out": "mlp.hook_out" if cfg.layered else cfg.hook_out, "architecture": cfg.architecture, "d_sae": cfg.d_sae, "tokens": n,
           "heldout_tokens": len(vx), "parameters": sum(p.numel() for p in sae.parameters()),
           "out": str(out_dir or ""), **({"resumed": True} if state is not None else {}),
           **({"notes": list(notes)} if notes else {})})
@@ -363,8 +477,28 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
         attach(d, mcfg)  # its shapes are the model's (a check, cheap)
         return d
 
-    def save(step: int, result: dict) -> SparseDictionary:
-        d = dictionary()
+    def transcoder_tensors() -> tuple[list[dict], list[torch.Tensor]]:  # circuit-tracer's, on the model's scale
+        with torch.no_grad():
+            encoders = [{"W_enc": (sae.W_enc[l] * scale).T.contiguous(), "b_enc": sae.b_enc[l].detach().clone(),
+                         "b_dec": (sae.b_dec[l] / out_scale).contiguous()} for l in range(mcfg.n_layers)]
+            decoders = [(W.detach() / out_scale) if cfg.task == "clt" else (W.detach()[:, 0] / out_scale)
+                        for W in sae.W_dec]
+        return encoders, [d.contiguous() for d in decoders]
+
+    def trained():  # what the run has made: a SparseDictionary, or Transcoders at every layer
+        if not cfg.layered:
+            return dictionary()
+        from ..graphs.transcoders import transcoders_in_memory
+        return transcoders_in_memory(*transcoder_tensors(), cfg.task == "clt", folder=out_dir or "(in memory)")
+
+    def evaluate(step: int) -> dict:
+        summary = {"event": "eval", "step": step, **_measure(sae, vx, vy, cfg)}
+        if cfg.layered:
+            summary["replacement_score"] = _replacement_score(loaded, trained(), score_ids)
+        return summary
+
+    def save(step: int, result: dict):
+        d = trained()
         if out_dir is None:
             return d
         if not all(bool(torch.isfinite(p).all()) for p in sae.parameters()):  # never over a good checkpoint
@@ -378,12 +512,18 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
                      "out_scale": out_scale, "elapsed": elapsed_before + time.perf_counter() - t0,
                      "model": _model_name(loaded), "config": asdict(cfg), "history": history,
                      "optimizer": opt_rest}
+        extra = {"metrics.json": json.dumps({"config": asdict(cfg), "history": history, "summary": result}, indent=1),
+                 SAE_STATE_FILE: json.dumps(run_state, indent=1), SAE_STATE_TENSORS: blob}
+        if cfg.layered:
+            from ..graphs.transcoders import save_transcoders
+            save_transcoders(out_dir, *transcoder_tensors(), cfg.task == "clt", "mlp.hook_in", "mlp.hook_out",
+                             extra_config={"model_name": str(loaded.path or loaded.name)}, extra_files=extra)
+            emit({"event": "checkpoint", "step": step, "path": str(out_dir)})
+            return d
         # the contexts are windows of the file's token stream: no BOS is put before each (prepend_bos false)
         saved = saelens_cfg(d, model_name=str(loaded.path or loaded.name), context_size=mcfg.context_length,
                             dataset_path=str(cfg.text_file), prepend_bos=False)
-        save_dictionary(d, out_dir, cfg=saved, extra_files={
-            "metrics.json": json.dumps({"config": asdict(cfg), "history": history, "summary": result}, indent=1),
-            SAE_STATE_FILE: json.dumps(run_state, indent=1), SAE_STATE_TENSORS: blob})
+        save_dictionary(d, out_dir, cfg=saved, extra_files=extra)
         emit({"event": "checkpoint", "step": step, "path": str(out_dir)})
         return d
 
@@ -400,10 +540,12 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
             for group in opt.param_groups:
                 group["lr"] = lr
             acts, recon = sae(xb, cfg.architecture, cfg.k)
-            mse = (recon - yb).pow(2).sum(-1).mean()
+            sq = (recon - yb).pow(2).sum(-1)
+            mse = (sq * layer_weights).sum(-1).mean() if cfg.layered else sq.mean()
             loss = mse
             if cfg.architecture == "relu" and cfg.l1_coefficient > 0:
-                loss = loss + cfg.l1_coefficient * (acts * sae.W_dec.norm(dim=-1)).sum(-1).mean()
+                norms = sae.decoder_norms() if cfg.layered else sae.W_dec.norm(dim=-1)
+                loss = loss + cfg.l1_coefficient * (acts * norms).reshape(len(acts), -1).sum(-1).mean()
             if not torch.isfinite(loss):
                 raise ValueError(f"sae training diverged at step {step} (loss {float(loss)}); lower --lr")
             opt.zero_grad(set_to_none=True)
@@ -422,7 +564,7 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
                           "lr": lr, "elapsed": elapsed_before + time.perf_counter() - t0}
                 emit(ev)
             if step % cfg.eval_every == 0 or step == cfg.steps:
-                summary = {"event": "eval", "step": step, **_measure(sae, vx, vy, cfg)}
+                summary = evaluate(step)
                 history.append(summary)
                 emit(summary)
             if step % cfg.checkpoint_every == 0 and step < cfg.steps:
@@ -430,7 +572,7 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
     except Cancelled:
         stopped = True
         step = step - 1 if step > start_step else start_step  # the step it stopped before was not taken
-        summary = {"event": "eval", "step": step, **_measure(sae, vx, vy, cfg)}
+        summary = evaluate(step)
         history.append(summary)
     result = {k: v for k, v in summary.items() if k != "event"}
     d = save(step, result)
@@ -440,20 +582,23 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
 
 
 def sae_config_from(values: dict[str, Any]) -> tuple[str, SaeTrainConfig]:
-    """(the model folder, the SaeTrainConfig) of `train --task sae`'s parsed flags (argparse dests -> values,
+    """(the model folder, the SaeTrainConfig) of `train --task sae|transcoder|clt`'s parsed flags (argparse dests -> values,
     None where not given): SAE_OPTIONS by their flags, and the shared text_file, steps, batch_size, lr, seed,
     log_every, eval_every and device."""
     v = {k: val for k, val in values.items() if val is not None}
     for o in SAE_OPTIONS:  # an option's flag may differ from its key (--model: model_dir)
         if o.dest in v:
             v[o.key] = v.pop(o.dest) if o.dest != o.key else v[o.dest]
+        elif o.key == "architecture" and v.get("task") in ("transcoder", "clt"):
+            v[o.key] = "relu"  # what they train with
         elif o.default is not None:
             v[o.key] = o.default
+    task = v.get("task") or "sae"
     if not v.get("text_file"):
-        raise ValueError("--task sae needs --text-file")
+        raise ValueError(f"--task {task} needs --text-file")
     v["text_file"] = os.path.abspath(os.path.expanduser(str(v["text_file"])))  # a resumed run may start elsewhere
     if not v.get("model_dir"):
-        raise ValueError("--task sae needs --model MODEL_DIR (the model whose activations it reads)")
+        raise ValueError(f"--task {task} needs --model MODEL_DIR (the model whose activations it reads)")
     if v.get("device") in ("auto", ""):
         v.pop("device")
     keys = set(SaeTrainConfig.__dataclass_fields__)

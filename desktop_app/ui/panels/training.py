@@ -291,7 +291,8 @@ class TrainingPanel(QWidget):
         self.pause_button.setEnabled(run.running)
         self.stop_button.setEnabled(run.running)
         self.pause_button.setText("Resume" if run.paused else "Pause")
-        self.dictionary.open_button.setEnabled(run.saved and run.out_dir is not None and not run.running)
+        self.dictionary.open_button.setEnabled(run.saved and run.out_dir is not None and not run.running
+                                               and not getattr(run, "layered", False))
         self.dictionary.form.setEnabled(not run.running)
 
     def start(self) -> None:

@@ -28,6 +28,8 @@ from .training_run import new_run_dir, runs_root
 
 SAE_OPTION = {o.key: o for o in SAE_OPTIONS}
 NO_TRANSCODER = "none (a sparse autoencoder)"
+# what the form trains (SaeTrainConfig.task): one dictionary at a hook, or transcoders at every layer for graphs
+KINDS = {"sae": "a dictionary (SAE)", "transcoder": "transcoders, per layer", "clt": "a cross-layer transcoder"}
 
 
 def _option_box(key: str) -> QWidget:
@@ -57,6 +59,13 @@ class DictionaryForm(QWidget):
         f = QFormLayout(box)
         self.model_label = QLabel("")
         self.model_label.setWordWrap(True)
+        self.kind = QComboBox()
+        for task, label in KINDS.items():
+            self.kind.addItem(label, task)
+        self.kind.setToolTip("A dictionary at one hook, saved in SAELens' format; or transcoders at every MLP, "
+                             "reading its input after its norm (mlp.hook_in) and reconstructing its output, saved in "
+                             "circuit-tracer's format: `graph --transcoders FOLDER` draws attribution graphs over "
+                             "their features (a cross-layer transcoder's layer l writes to every MLP output from l on)")
         self.hook = QComboBox()
         self.hook.setEditable(True)
         self.hook.setToolTip(SAE_OPTION["hook"].help.removeprefix("sae: ").capitalize())
@@ -79,7 +88,7 @@ class DictionaryForm(QWidget):
         row.addWidget(browse)
         self.text_row = QWidget()
         self.text_row.setLayout(row)
-        for label, w in (("Model", self.model_label), ("Reads", self.hook), ("Writes", self.hook_out),
+        for label, w in (("Model", self.model_label), ("Train", self.kind), ("Reads", self.hook), ("Writes", self.hook_out),
                          ("Architecture", self.architecture), ("Features (d_sae)", self.d_sae),
                          ("Active per token (k)", self.k), ("L1 coefficient", self.l1_coefficient),
                          ("Text file", self.text_row), ("At most tokens", self.max_tokens)):
@@ -132,6 +141,8 @@ class DictionaryForm(QWidget):
         for w in (self.hook, self.hook_out, self.architecture):
             w.currentTextChanged.connect(self.check)
         self.architecture.currentTextChanged.connect(self._on_architecture_changed)
+        self.kind.currentIndexChanged.connect(self._on_architecture_changed)
+        self.kind.currentIndexChanged.connect(self.check)
         self.text_file.textChanged.connect(self.check)
         self.out_edit.textChanged.connect(self.check)
         for signal in (self.resume_check.toggled, self.resume_edit.textChanged):
@@ -159,8 +170,14 @@ class DictionaryForm(QWidget):
             combo.blockSignals(False)
         self.check()
 
+    def task(self) -> str:
+        return self.kind.currentData()
+
     def _on_architecture_changed(self, *_) -> None:
-        topk = self.architecture.currentText() == "topk"
+        layered = self.task() != "sae"  # transcoders at every layer: MLP in -> out, relu
+        for w in (self.hook, self.hook_out, self.architecture):
+            self.dictionary_form.setRowVisible(w, not layered)
+        topk = self.architecture.currentText() == "topk" and not layered
         self.dictionary_form.setRowVisible(self.k, topk)
         self.dictionary_form.setRowVisible(self.l1_coefficient, not topk)
 
@@ -174,10 +191,11 @@ class DictionaryForm(QWidget):
         hook_out = self.hook_out.currentText().strip()
         steps = self.steps.value()
         loaded = self.state.loaded
+        layered = self.task() != "sae"
         return SaeTrainConfig(
-            text_file=str(Path(text).expanduser().absolute()) if text else "", hook=self.hook.currentText().strip(),
-            hook_out=None if hook_out in ("", NO_TRANSCODER) else hook_out,
-            architecture=self.architecture.currentText(), d_sae=self.d_sae.value(), k=self.k.value(),
+            text_file=str(Path(text).expanduser().absolute()) if text else "", task=self.task(),
+            hook=self.hook.currentText().strip(), hook_out=None if hook_out in ("", NO_TRANSCODER) or layered else hook_out,
+            architecture="relu" if layered else self.architecture.currentText(), d_sae=self.d_sae.value(), k=self.k.value(),
             l1_coefficient=self.l1_coefficient.value(), max_tokens=self.max_tokens.value(), steps=steps,
             batch_size=self.batch_size.value(), lr=self.lr.value(), seed=self.seed.value(),
             eval_every=self.eval_every.value(), checkpoint_every=self.checkpoint_every.value(),
@@ -187,6 +205,8 @@ class DictionaryForm(QWidget):
     def set_config(self, cfg: SaeTrainConfig) -> None:
         """Show `cfg` in the form (config()'s inverse): a resumed run's saved settings, a workspace's form."""
         self.text_file.setText(cfg.text_file)
+        if self.kind.findData(cfg.task) >= 0:
+            self.kind.setCurrentIndex(self.kind.findData(cfg.task))
         self.hook.setCurrentText(cfg.hook)
         self.hook_out.setCurrentText(cfg.hook_out or NO_TRANSCODER)
         if self.architecture.findText(cfg.architecture) >= 0:
@@ -239,7 +259,7 @@ class DictionaryForm(QWidget):
         if self.resuming():
             return Path(self.resume_edit.text().strip()).expanduser().absolute()
         root = Path(self.out_edit.text().strip() or str(runs_root())).expanduser().absolute()
-        return new_run_dir(root, "sae")
+        return new_run_dir(root, self.task())
 
     def check(self, *_) -> None:
         _show_error(self.error, "\n".join(self.problems()))
@@ -333,6 +353,7 @@ class DictionaryRun(QObject):
         if not (resume and out_dir == self.out_dir):
             self.events.clear()
         self.paused, self.saved, self.out_dir = False, resume, out_dir
+        self.layered = cfg.layered  # transcoders at every layer: for `graph`, not the Features panel
         holder: list = []
 
         def from_worker(ev: dict) -> None:  # the worker's thread: hand it to the UI thread
@@ -405,15 +426,17 @@ class DictionaryMode(QObject):
         p.progress.setRange(0, cfg.steps)
         p.progress.setValue(0)
         p.status_label.setText(f"{'Resuming ' + str(out) + ': reading' if resume else 'Reading'} "
-                               f"{p.state.loaded.name}'s activations at {cfg.hook} over {cfg.text_file}…")
+                               f"{p.state.loaded.name}'s activations at "
+                               f"{'every MLP' if cfg.layered else cfg.hook} over {cfg.text_file}…")
         self.run.start(p.state.loaded, cfg, out, resume=resume)
 
     def command(self, cfg: SaeTrainConfig, out: Path) -> list[str]:
         """The same run from a terminal (the model's folder: the CLI reads it from disk)."""
         loaded = self.panel.state.loaded
-        args = ["python -m desktop_app train --task sae", "--model", str(loaded.path or loaded.name),
-                "--hook", cfg.hook, *(["--hook-out", cfg.hook_out] if cfg.hook_out else []),
-                "--architecture", cfg.architecture, "--d-sae", str(cfg.d_sae),
+        where = [] if cfg.layered else ["--hook", cfg.hook, *(["--hook-out", cfg.hook_out] if cfg.hook_out else []),
+                                        "--architecture", cfg.architecture]
+        args = [f"python -m desktop_app train --task {cfg.task}", "--model", str(loaded.path or loaded.name),
+                *where, "--d-sae", str(cfg.d_sae),
                 *(["--k", str(cfg.k)] if cfg.architecture == "topk" else ["--l1-coefficient", f"{cfg.l1_coefficient:g}"]),
                 "--text-file", cfg.text_file, "--max-tokens", str(cfg.max_tokens), "--steps", str(cfg.steps),
                 "--batch-size", str(cfg.batch_size), "--lr", f"{cfg.lr:g}", "--seed", str(cfg.seed),
@@ -478,11 +501,16 @@ class DictionaryMode(QObject):
             if ev.get("step") is not None:
                 p.progress.setValue(ev["step"])
             how = "Done" if kind == "done" else "Stopped"
+            score = ev.get("replacement_score")
+            use = ("Open in Features to see its features on your text" if "replacement_score" not in ev else
+                   f"graph prompts with python -m desktop_app graph MODEL --transcoders {self.run.out_dir}")
             p.status_label.setText(
                 f"{how} at step {ev.get('step')}: on the held-out tokens, variance explained "
                 f"{ev.get('variance_explained', float('nan')):.3f} at L0 {ev.get('l0', float('nan')):.1f}, "
-                f"{ev.get('dead', 0)} dead features. Saved in {self.run.out_dir} (SAELens' format): "
-                "Open in Features to see its features on your text"
+                f"{ev.get('dead', 0)} dead features"
+                + (f", replacement score {score:.3f}" if score is not None else "")
+                + f". Saved in {self.run.out_dir} ("
+                + ("SAELens'" if "replacement_score" not in ev else "circuit-tracer's") + f" format): {use}"
                 + (", or tick Resume this run and Start to go on." if kind == "stopped" else "."))
         if kind in ("step", "eval"):
             p.export_bar.refresh()

@@ -8,6 +8,8 @@ Read top to bottom, per token x (the MLP's input, after its norm):
     experts         out = sum over the chosen e of weight_e * expert_e(x), expert_e a gated MLP
                     (swiglu); expert e's term at every token is       [d]     blocks.l.mlp.expert_out.e
                     (recorded or edited only when asked for by name: it is one [B, T, d] per expert)
+    norms           |weight_e * expert_e(x)| of each chosen expert   [k]     blocks.l.mlp.expert_norms
+                    (recorded only: the Layers panel's Expert norms)
     shared expert   Qwen2-MoE adds sigmoid(w_gate . x) * shared(x), a gated MLP every token runs.
 
 Every name above is also an edit point (core/interventions.py): the router's logits, the chosen ids (a
@@ -59,10 +61,13 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor, trace: Trace | None = None, prefix: str = "") -> torch.Tensor:
         ids, weights = self.route(x, trace, prefix)
-        d = x.shape[-1]
+        ids_shape, d = ids.shape, x.shape[-1]
         rows = x.reshape(-1, d)
         ids, weights = ids.reshape(rows.shape[0], -1), weights.reshape(rows.shape[0], -1).to(x.dtype)
         out = torch.zeros_like(rows)
+        # each chosen expert's contribution norm |weight_e * expert_e(x)| per token and slot (after any edit)
+        norms = torch.zeros(ids.shape, device=x.device) if trace is not None and trace.wants(prefix + "expert_norms") \
+            else None
         hit = set(ids.unique().tolist())
         for e, expert in enumerate(self.experts):
             name = f"{prefix}expert_out.{e}"
@@ -72,10 +77,15 @@ class MoE(nn.Module):
             token, slot = torch.where(ids == e)
             y = expert(rows[token]) * weights[token, slot, None]
             if on_demand:  # expert e's term at every token (zero where it was not chosen), as recorded and edited
-                y = point(trace, name, torch.zeros_like(rows).index_add_(0, token, y).view(x.shape))
-                out = out + y.reshape(-1, d)
+                full = point(trace, name, torch.zeros_like(rows).index_add_(0, token, y).view(x.shape)).reshape(-1, d)
+                out = out + full
+                y = full[token]
             else:
                 out.index_add_(0, token, y)
+            if norms is not None:
+                norms[token, slot] = y.float().norm(dim=-1)
+        if norms is not None:
+            trace.record(prefix + "expert_norms", norms.view(ids_shape))
         if self.shared_expert is not None:
             shared = self.shared_expert(rows)
             if self.shared_expert_gate is not None:

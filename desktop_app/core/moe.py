@@ -19,7 +19,7 @@ The softmax, choice and weights are computed in float32, as transformers does.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
@@ -92,6 +92,31 @@ class MoE(nn.Module):
                 shared = torch.sigmoid(self.shared_expert_gate(rows)) * shared
             out = out + shared
         return out.view(x.shape)
+
+
+class RouterLogits(Trace):
+    """A trace of every layer's router logits that keeps their gradients (a Trace records detached): what the
+    training loss reads for load_balancing_loss."""
+
+    def __init__(self) -> None:
+        super().__init__(("blocks.*.mlp.router",))
+
+    def record(self, name: str, tensor: torch.Tensor) -> None:
+        if self.wants(name):
+            self.tensors[name] = tensor
+
+    def logits(self) -> list[torch.Tensor]:
+        return list(self.tensors.values())
+
+
+def load_balancing_loss(router_logits: Sequence[torch.Tensor], num_experts: int, k: int) -> torch.Tensor:
+    """Switch Transformer's auxiliary loss as Mixtral trains with it (transformers' load_balancing_loss_func,
+    no padding mask): over every layer's tokens together, E * sum_e (share of the top-k choices that went to
+    e) * (mean router probability of e); 1 * k when the load is even, larger when it is not."""
+    logits = torch.cat([r.reshape(-1, num_experts) for r in router_logits]).float()
+    probs = torch.softmax(logits, dim=-1)
+    chosen = torch.nn.functional.one_hot(probs.topk(k, dim=-1).indices, num_experts).float()  # [N, k, E]
+    return (chosen.mean(0) * probs.mean(0)).sum() * num_experts
 
 
 @torch.no_grad()

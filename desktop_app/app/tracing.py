@@ -61,7 +61,8 @@ PURPOSES = (VIEWS, FILE)
 # vocab x tokens x layers values; above it only what the views read eagerly is recorded.
 TRACE_ALL_BELOW = 50_000_000
 # a mixture of experts' routing (core/moe.py; nothing is recorded under them by a dense model)
-ROUTING_NAMES = ("blocks.*.mlp.router", "blocks.*.mlp.experts", "blocks.*.mlp.expert_weights")
+ROUTING_NAMES = ("blocks.*.mlp.router", "blocks.*.mlp.experts", "blocks.*.mlp.expert_weights",
+                 "blocks.*.mlp.expert_norms")
 VIEW_NAMES = ("embed", "final_norm.out", "logits", "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out",
               *ROUTING_NAMES)
 FILE_NAMES = ("embed", "final_norm.out", "logits", "blocks.*.attn.pattern", "blocks.*.resid_post", *ROUTING_NAMES)
@@ -500,8 +501,8 @@ def trace_image_or_digit(loaded: LoadedModel, pixels, source: str, interventions
 def file_arrays(trace: Trace, n_layers: int, layers=None) -> dict:
     """The arrays every trace file holds, from a trace of a batch of one input: attn.{l} [H, T, T],
     hidden.{i} (Hugging Face's hidden_states), logits (when the model has them); a mixture of experts'
-    blocks.{l}.mlp.router [T, E], blocks.{l}.mlp.experts [T, k] and blocks.{l}.mlp.expert_weights [T, k]
-    under their trace names. `layers`: the blocks the trace recorded (layer_range's forms): their
+    blocks.{l}.mlp.router [T, E], blocks.{l}.mlp.experts [T, k], blocks.{l}.mlp.expert_weights [T, k] and
+    blocks.{l}.mlp.expert_norms [T, k] under their trace names. `layers`: the blocks the trace recorded (layer_range's forms): their
     attn.{l} and hidden.{l+1}, with hidden.0 (embed)."""
     blocks = layer_range(layers, n_layers)
     arrays = {f"attn.{l}": trace.pattern(l)[0].float().cpu().numpy() for l in blocks}

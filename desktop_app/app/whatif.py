@@ -187,6 +187,19 @@ def ablation_choices(cfg) -> list[tuple[str, str, str, int]]:
         [("Expert", "", EXPERT, cfg.n_layers)] if getattr(cfg, "num_experts", 0) else [])
 
 
+def forced_routing(cfg, layer: int, position: int, experts: str):
+    """The token at `position` routed to `experts` ("3,5": experts_per_token distinct ids) in block `layer`
+    (core.interventions.force_routing, checked against the model); ValueError in one line otherwise."""
+    from ..core.interventions import force_routing
+
+    try:
+        chosen = [int(e) for e in experts.replace(" ", ",").split(",") if e]
+    except ValueError:
+        raise ValueError(f"experts {experts!r}: give {cfg.experts_per_token} expert numbers, e.g. "
+                         f"{','.join(map(str, range(cfg.experts_per_token)))}") from None
+    return force_routing(layer, [position], chosen).check(cfg)
+
+
 def ablation(cfg, prefix: str, what: str, layer: int, head: int = 0):
     """The zero ablation a choice of ablation_choices names (core.interventions.parse_ablations' spelling,
     checked against the model)."""

@@ -1,6 +1,6 @@
 """Models at the size people study: the GUI's trace and generation against transformers, same run.
 
-    python -m desktop_app bench scale [--shape qwen2.5-0.5b|llama-3.2-1b|llama-3.1-8b|pythia-1.4b|gemma-3-1b|tiny] [--tokens 1024]
+    python -m desktop_app bench scale [--shape qwen2.5-0.5b|llama-3.2-1b|llama-3.1-8b|pythia-1.4b|gemma-3-1b|mixtral-1024|tiny] [--tokens 1024]
                                       [--device cpu|cuda] [--new 16] [--dtype auto|float32|bfloat16|float16]
                                       [--threads N] [--memory-cap-gb G]
 
@@ -81,6 +81,13 @@ SHAPES = {
                                                         "sliding_attention": {"rope_type": "default",
                                                                               "rope_theta": 10_000.0}},
                                        tie_word_embeddings=True)),
+    # mistralai/Mixtral-8x7B's proportions at hidden 1024 (issue 36's MoE speed check): intermediate 3.5 x hidden
+    # (14336 / 4096), head_dim 128 (8 heads), 4 query heads per key/value head (2 kv heads), 8 experts, top-2, 8 layers
+    "mixtral-1024": ("mixtral", dict(vocab_size=32_000, hidden_size=1024, intermediate_size=3584, num_hidden_layers=8,
+                                     num_attention_heads=8, num_key_value_heads=2, head_dim=128,
+                                     num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=32_768,
+                                     rope_theta=1e6, rms_norm_eps=1e-5, sliding_window=None,
+                                     tie_word_embeddings=False)),
     "tiny": ("qwen2", dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                            rope_theta=10_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)),
@@ -94,7 +101,8 @@ def shape_config(shape: str):
 
     family, dims = SHAPES[shape]
     config_class = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig,
-                    "gpt_neox": transformers.GPTNeoXConfig, "gemma3_text": transformers.Gemma3TextConfig}[family]
+                    "gpt_neox": transformers.GPTNeoXConfig, "gemma3_text": transformers.Gemma3TextConfig,
+                    "mixtral": transformers.MixtralConfig}[family]
     return config_class(**dims, bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 

@@ -200,6 +200,9 @@ class ModelConfig:
     num_experts: int = 0
     experts_per_token: int = 2
     router_norm: str = "renormalised"
+    # the training loss adds this times the router's load-balancing loss (transformers' router_aux_loss_coef and
+    # load_balancing_loss_func: core.moe.load_balancing_loss); 0: none
+    router_aux_loss_coef: float = 0.001
     # Qwen2-MoE's shared expert: a gated MLP of this width every token runs, scaled by sigmoid(a learned
     # Linear(d, 1)) when shared_expert_gate; 0: none
     shared_expert_d_ff: int = 0
@@ -418,6 +421,8 @@ class ModelConfig:
             check(is_int(value) and value >= 0, f"{name} must be a non-negative integer, got {value!r}")
         check(isinstance(self.shared_expert_gate, bool), "shared_expert_gate must be true or false")
         if self.num_experts:
+            check(isinstance(self.router_aux_loss_coef, (int, float)) and self.router_aux_loss_coef >= 0,
+                  f"router_aux_loss_coef must be >= 0, got {self.router_aux_loss_coef!r}")
             check(is_int(self.experts_per_token) and 0 < self.experts_per_token <= self.num_experts,
                   f"experts_per_token must be in 1..num_experts ({self.num_experts}), got {self.experts_per_token!r}")
             check(self.router_norm in ROUTER_NORMS,

@@ -8,6 +8,8 @@ Read top to bottom, per token x (the MLP's input, after its norm):
     experts         out = sum over the chosen e of weight_e * expert_e(x), expert_e a gated MLP
                     (swiglu); expert e's term at every token is       [d]     blocks.l.mlp.expert_out.e
                     (recorded or edited only when asked for by name: it is one [B, T, d] per expert)
+    norms           |weight_e * expert_e(x)| of each chosen expert   [k]     blocks.l.mlp.expert_norms
+                    (recorded only: the Layers panel's Expert norms)
     shared expert   Qwen2-MoE adds sigmoid(w_gate . x) * shared(x), a gated MLP every token runs.
 
 Every name above is also an edit point (core/interventions.py): the router's logits, the chosen ids (a
@@ -17,7 +19,7 @@ The softmax, choice and weights are computed in float32, as transformers does.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
@@ -59,10 +61,13 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor, trace: Trace | None = None, prefix: str = "") -> torch.Tensor:
         ids, weights = self.route(x, trace, prefix)
-        d = x.shape[-1]
+        ids_shape, d = ids.shape, x.shape[-1]
         rows = x.reshape(-1, d)
         ids, weights = ids.reshape(rows.shape[0], -1), weights.reshape(rows.shape[0], -1).to(x.dtype)
         out = torch.zeros_like(rows)
+        # each chosen expert's contribution norm |weight_e * expert_e(x)| per token and slot (after any edit)
+        norms = torch.zeros(ids.shape, device=x.device) if trace is not None and trace.wants(prefix + "expert_norms") \
+            else None
         hit = set(ids.unique().tolist())
         for e, expert in enumerate(self.experts):
             name = f"{prefix}expert_out.{e}"
@@ -72,16 +77,46 @@ class MoE(nn.Module):
             token, slot = torch.where(ids == e)
             y = expert(rows[token]) * weights[token, slot, None]
             if on_demand:  # expert e's term at every token (zero where it was not chosen), as recorded and edited
-                y = point(trace, name, torch.zeros_like(rows).index_add_(0, token, y).view(x.shape))
-                out = out + y.reshape(-1, d)
+                full = point(trace, name, torch.zeros_like(rows).index_add_(0, token, y).view(x.shape)).reshape(-1, d)
+                out = out + full
+                y = full[token]
             else:
                 out.index_add_(0, token, y)
+            if norms is not None:
+                norms[token, slot] = y.float().norm(dim=-1)
+        if norms is not None:
+            trace.record(prefix + "expert_norms", norms.view(ids_shape))
         if self.shared_expert is not None:
             shared = self.shared_expert(rows)
             if self.shared_expert_gate is not None:
                 shared = torch.sigmoid(self.shared_expert_gate(rows)) * shared
             out = out + shared
         return out.view(x.shape)
+
+
+class RouterLogits(Trace):
+    """A trace of every layer's router logits that keeps their gradients (a Trace records detached): what the
+    training loss reads for load_balancing_loss."""
+
+    def __init__(self) -> None:
+        super().__init__(("blocks.*.mlp.router",))
+
+    def record(self, name: str, tensor: torch.Tensor) -> None:
+        if self.wants(name):
+            self.tensors[name] = tensor
+
+    def logits(self) -> list[torch.Tensor]:
+        return list(self.tensors.values())
+
+
+def load_balancing_loss(router_logits: Sequence[torch.Tensor], num_experts: int, k: int) -> torch.Tensor:
+    """Switch Transformer's auxiliary loss as Mixtral trains with it (transformers' load_balancing_loss_func,
+    no padding mask): over every layer's tokens together, E * sum_e (share of the top-k choices that went to
+    e) * (mean router probability of e); 1 * k when the load is even, larger when it is not."""
+    logits = torch.cat([r.reshape(-1, num_experts) for r in router_logits]).float()
+    probs = torch.softmax(logits, dim=-1)
+    chosen = torch.nn.functional.one_hot(probs.topk(k, dim=-1).indices, num_experts).float()  # [N, k, E]
+    return (chosen.mean(0) * probs.mean(0)).sum() * num_experts
 
 
 @torch.no_grad()

@@ -16,6 +16,7 @@ Names (l = layer index, 0-based):
     blocks.l.mlp.router         a mixture of experts' router logits (core/moe.py)     [B, T, E]
     blocks.l.mlp.experts        its chosen expert ids per token                       [B, T, k]
     blocks.l.mlp.expert_weights their weights                                         [B, T, k]
+    blocks.l.mlp.expert_norms   each chosen expert's contribution norm |w_e expert_e(x)| [B, T, k]
     blocks.l.mlp.expert_out.e   expert e's weighted output, zero where not chosen     [B, T, d]
                                 (only when a pattern naming expert_out asks for it: asks_for)
     final_norm.out              last block's output after the final norm (GPT-2, LLaMA) [B, T, d]

@@ -136,6 +136,9 @@ STUDY_SHAPES = {
                        tie_embeddings=True, norm_eps=1e-6,
                        layer_types=tuple("full_attention" if i in (5, 11, 17, 23) else "sliding_attention"
                                          for i in range(26))),
+    # issue 36's MoE speed shape: Mixtral-8x7B's proportions (not a published checkpoint) at hidden 1024
+    "mixtral-1024": dict(family="mixtral", vocab_size=32_000, d_model=1024, n_layers=8, n_heads=8, n_kv_heads=2,
+                         d_head=128, d_ff=3584, num_experts=8, experts_per_token=2, router_norm="renormalised"),
 }
 
 

@@ -9,7 +9,7 @@ from desktop_app.core.config import ConfigError
 from desktop_app.core.families import REGISTRY
 from desktop_app.core.interventions import direct_logit_attribution
 from desktop_app.core.model import Transformer
-from desktop_app.core.moe import expert_load
+from desktop_app.core.moe import RouterLogits, expert_load, load_balancing_loss
 from desktop_app.core.training import TrainConfig, train
 
 SMALL = dict(vocab_size=53, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=16, context_length=32)
@@ -98,3 +98,33 @@ def test_train_builds_a_small_mixtral_and_logs_its_router_load(tmp_path):
     loaded = load_model_folder(tmp_path / "run")
     assert (loaded.config.num_experts, loaded.config.experts_per_token) == (8, 2)
     assert REGISTRY["mixtral"].hf_compatible(loaded.config)  # saved under Mixtral's names
+
+
+@pytest.mark.parametrize("family, k", [("mixtral", 2), ("olmoe", 3)])
+def test_load_balancing_loss_is_transformers_on_the_same_router_logits(family, k):
+    """Our auxiliary loss of the model's own router logits (recorded with their gradients) against
+    transformers' load_balancing_loss_func on the same logits; the loss model adds coef x it, the coef as the
+    family's config (Mixtral 0.001, OLMoE 0.01), and its gradient reaches the routers."""
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    from desktop_app.core.training.trainer import LossModel
+
+    model = model_of(family, experts_per_token=k).train()
+    ids = torch.randint(0, 53, (3, 10), generator=torch.Generator().manual_seed(1))
+    routers = RouterLogits()
+    model(ids, trace=routers)
+    logits = routers.logits()
+    assert len(logits) == 2 and logits[0].requires_grad
+    ours = load_balancing_loss(logits, 8, k)
+    theirs = load_balancing_loss_func(tuple(r.detach().reshape(-1, 8) for r in logits), 8, k)
+    assert float(ours.detach()) == pytest.approx(float(theirs), rel=1e-6) and float(ours.detach()) > k  # random routers: uneven
+    assert model.cfg.router_aux_loss_coef == {"mixtral": 0.001, "olmoe": 0.01}[family]
+
+    targets = torch.randint(0, 53, (3, 10), generator=torch.Generator().manual_seed(2))
+    with_aux, _, _ = LossModel(model)(ids, targets)
+    model.cfg = model.cfg.replace(router_aux_loss_coef=0.0)
+    plain, _, _ = LossModel(model)(ids, targets)
+    assert float(with_aux - plain) == pytest.approx({"mixtral": 0.001, "olmoe": 0.01}[family] * float(ours), rel=1e-4)
+    model.zero_grad()
+    with_aux.backward()
+    assert model.blocks[0].mlp.router.weight.grad.abs().sum() > 0

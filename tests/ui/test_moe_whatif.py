@@ -101,3 +101,60 @@ def test_the_layers_panel_shows_routing_and_expert_load(qtbot, mixtral_dir, tmp_
         assert "not a mixture of experts" in panel.widgets["routing"].plot.titleLabel.text
     finally:
         win.close()
+
+
+def test_expert_norms_routing_strip_and_forced_routing_when_clicked(qtbot, mixtral_dir, tmp_path, isolated_user_files,
+                                                                     error_watch):
+    """The Layers panel's Expert norms are |w_e expert_e(x)| (checked against expert_out recorded by name);
+    the strip under the Model panel's chips shows each token's experts at the chosen layer; the Ablate tab
+    forces a token's routing, and the trace every panel reads (and that strip) then shows it."""
+    win, state = open_window(qtbot, mixtral_dir, text=TEXT, watch=error_watch)
+    try:
+        panel = click_panel_tab(qtbot, win, "Layers")
+        qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
+        _click_tab(qtbot, panel.tabs, "Expert norms")
+        panel.set_depth(2)  # after block 1
+        ids = torch.tensor([state.token_ids])
+        _, ref = state.loaded.model.run_with_trace(ids, ["blocks.1.mlp.expert_out.*"])
+        want = torch.stack([ref[f"blocks.1.mlp.expert_out.{e}"][0].float().norm(dim=-1) for e in range(8)], -1)
+        hm = panel.widgets["expert-norms"]
+        assert hm.values.shape == (len(TEXT), 8) and abs(hm.values - want.numpy()).max() < 1e-4
+        assert ((hm.values > 0).sum(-1) == 2).all()  # top-2: two experts per token
+        win.grab().save(str(tmp_path / "expert-norms.png"))
+
+        model_panel = click_panel_tab(qtbot, win, "Model")
+        assert model_panel.routing_strip.isVisible()
+        type_into(qtbot, model_panel.routing_layer, "1")
+        chosen = state.trace["blocks.1.mlp.experts"][0].tolist()
+        canvas = model_panel.routing_strip.canvas
+        assert canvas.strings[4].endswith("\u2192" + ",".join(f"E{e}" for e in chosen[4]))
+        qtbot.mouseClick(canvas, Qt.MouseButton.LeftButton, pos=model_panel.routing_strip.chip_center(4))
+        assert model_panel.token_info.text().startswith(f"token #4 at layer 1: experts E{chosen[4][0]} (")
+        win.grab().save(str(tmp_path / "routing-strip.png"))
+
+        whatif = click_panel_tab(qtbot, win, "What if")
+        _click_tab(qtbot, whatif.tabs, "Ablate")
+        qtbot.waitUntil(whatif.route_row.isVisible, timeout=10_000)  # shown for a mixture of experts
+        before = state.trace["blocks.0.mlp.experts"][0, 2].tolist()
+        forced = [e for e in range(8) if e not in before][:2]
+        type_into(qtbot, whatif.route_layer, "0")
+        type_into(qtbot, whatif.route_position, "2")
+        qtbot.keyClicks(whatif.route_experts, f"{forced[0]},{forced[1]}")
+        with qtbot.waitSignal(state.trace_changed, timeout=30_000):
+            qtbot.mouseClick(whatif.route_button, Qt.MouseButton.LeftButton)
+        assert [iv.target for iv in state.interventions] == ["blocks.0.mlp.experts"]
+        qtbot.waitUntil(lambda: state._trace_job is None and state.trace is not None, timeout=30_000)
+        assert state.trace["blocks.0.mlp.experts"][0, 2].tolist() == forced
+        win.grab().save(str(tmp_path / "forced.png"))
+        model_panel = click_panel_tab(qtbot, win, "Model")
+        type_into(qtbot, model_panel.routing_layer, "0")
+        assert model_panel.routing_strip.canvas.strings[2].endswith(f"\u2192E{forced[0]},E{forced[1]}")
+        # a bad routing is one line, nothing applied
+        whatif = click_panel_tab(qtbot, win, "What if")
+        whatif.route_experts.clear()
+        qtbot.keyClicks(whatif.route_experts, "1,1")
+        qtbot.mouseClick(whatif.route_button, Qt.MouseButton.LeftButton)
+        assert whatif.ablate_status.text().startswith("Cannot route:") and "must differ" in whatif.ablate_status.text()
+        assert len(state.interventions) == 1
+    finally:
+        win.close()

@@ -186,7 +186,9 @@ NOT_SWITCHES = frozenset({
     # an encoder-decoder's decoder depth, its start token, and T5's farthest distinct offset: sizes and ids
     "n_decoder_layers", "decoder_start_token_id", "relative_max_distance",
     # how many experts a token runs: a count, and nothing without num_experts (a switch)
-    "experts_per_token"})
+    "experts_per_token",
+    # the weight of the router's load-balancing loss in training: it changes no forward
+    "router_aux_loss_coef"})
 
 
 def _allows(allowed: Any, value: Any) -> bool:

@@ -116,7 +116,7 @@ def expert_weights(cfg: ModelConfig, h: str, b: str, experts: tuple[str, str, st
     return table
 
 
-def experts_from_hf(d: dict, path: Path, count_key: str) -> dict[str, Any]:
+def experts_from_hf(d: dict, path: Path, count_key: str, aux_loss_coef: float = 0.001) -> dict[str, Any]:
     """num_experts, experts_per_token and router_norm from config.json (count_key: num_local_experts in
     Mixtral and Qwen3-MoE, num_experts in the others; norm_topk_prob,
     where the family has it, says whether the
@@ -127,7 +127,11 @@ def experts_from_hf(d: dict, path: Path, count_key: str) -> dict[str, Any]:
                                    "are not supported: every layer must be a mixture of experts")
     need = required(d, path)
     norm = "renormalised" if d.get("norm_topk_prob", True) else "softmax"
-    return dict(num_experts=need(count_key), experts_per_token=need("num_experts_per_tok"), router_norm=norm)
+    coef = d.get("router_aux_loss_coef", aux_loss_coef)
+    if not isinstance(coef, (int, float)) or isinstance(coef, bool) or coef < 0:
+        raise ModelLoadError(path, f"router_aux_loss_coef must be a number >= 0, got {coef!r}")
+    return dict(num_experts=need(count_key), experts_per_token=need("num_experts_per_tok"), router_norm=norm,
+                router_aux_loss_coef=float(coef))
 
 
 def aliased(d: dict, name: str, alias: str) -> dict:
@@ -137,7 +141,8 @@ def aliased(d: dict, name: str, alias: str) -> dict:
 
 
 def experts_to_hf(cfg: ModelConfig, count_key: str) -> dict[str, Any]:
-    out = {count_key: cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token}
+    out = {count_key: cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token,
+           "router_aux_loss_coef": cfg.router_aux_loss_coef}
     if cfg.family != "mixtral":  # the Qwen-MoE and OLMoE configs say how the weights are normalised
         out["norm_topk_prob"] = cfg.router_norm == "renormalised"
     return out

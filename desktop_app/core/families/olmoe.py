@@ -15,7 +15,8 @@ from .base import POSITIVE, Family, ModelLoadError, Weight, preset_of
 preset = preset_of(dict(family="olmoe", norm="rmsnorm", norm_placement="pre", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False, qk_norm=True,
                         qk_norm_across_heads=True, final_norm=True, tie_embeddings=False, norm_eps=1e-5,
-                        num_experts=8, experts_per_token=2, router_norm="softmax"))
+                        num_experts=8, experts_per_token=2, router_norm="softmax",
+                        router_aux_loss_coef=0.01))  # OlmoeConfig's (the others' 0.001)
 
 # OlmoeConfig's defaults for the fields that change the computation
 HF_DEFAULTS = {"rms_norm_eps": 1e-5, "tie_word_embeddings": False, "max_position_embeddings": 4096,
@@ -32,7 +33,7 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
     if fields["head_dim"] is not None:  # the norms' widths are hidden_size-based in transformers' class
         raise ModelLoadError(path, "head_dim must be hidden_size / num_attention_heads for model_type 'olmoe'")
     return preset(**fields, **llama_like.rope(d, path), attention_bias=bool(d["attention_bias"]),
-                  **llama_like.experts_from_hf(d, path, "num_experts"))
+                  **llama_like.experts_from_hf(d, path, "num_experts", aux_loss_coef=0.01))
 
 
 def config_to_hf(cfg: ModelConfig) -> dict:

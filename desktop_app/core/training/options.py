@@ -106,6 +106,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("attention_kind", "model", str, None, choices=ATTENTION_KINDS, flag="attention",
            help="attention map (default softmax)"),
     Option("init", "model", str, None, choices=INITS, help="weight initialisation"),
+    # a mixture of experts' (the mixtral, qwen2_moe, qwen3_moe, olmoe families; default: the family's)
+    Option("num_experts", "model", int, None, _int(1, 1024), flag="experts", form=(1, 256, 1), form_default=8,
+           help="experts per mixture-of-experts layer (default: the family's, 8)"),
+    Option("experts_per_token", "model", int, None, _int(1, 1024), flag="top_k", form=(1, 64, 1), form_default=2,
+           help="experts each token is routed to (default: the family's)"),
+    Option("router_aux_loss_coef", "model", float, None, Range(float, 0, 1e3),
+           form=(0.0, 10.0, 0.001, 4), form_default=0.001,
+           help="weight of the router's load-balancing loss added to the training loss (Mixtral's, transformers' "
+                "load_balancing_loss_func; 0: none; default: the family's config, 0.001, OLMoE 0.01)"),
     Option("dropout", "model", float, None, Range(float, 0, 1, hi_open=True), form=(0.0, 0.9, 0.05, 2), form_default=0.0,
            help="dropout probability"),
     # -- optimisation --------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from ..devices import default_device, resolve_device
 from ..families import REGISTRY
 from ..jobs import Cancelled, JobControl
 from ..model import Transformer
-from ..moe import expert_load
+from ..moe import RouterLogits, expert_load, load_balancing_loss
 from ..seq2seq import greedy_batch
 from .optim import make_optimizer, optimizer_state_from_tensors, optimizer_state_to_tensors, use_fused_step
 from .schedules import lr_at
@@ -332,7 +332,10 @@ class LossModel(nn.Module):
             logits, y = logits[scored], targets[scored]
             loss = F.cross_entropy(logits.float(), y)
             return loss, (logits.argmax(-1) == y).sum(), y.numel()
-        hidden = self.model(inputs, compute_logits=False).hidden
+        cfg = self.model.cfg
+        # a mixture of experts trains with its router's load-balancing loss too (Mixtral's router_aux_loss_coef)
+        routers = RouterLogits() if cfg.num_experts and cfg.router_aux_loss_coef else None
+        hidden = self.model(inputs, compute_logits=False, trace=routers).hidden
         if self.model.cfg.lm_head_kind == "classifier":  # ViT: one class per image, read from [CLS] (targets [B, 1])
             logits, y = self.model.unembed(hidden), targets[:, 0]
             loss = F.cross_entropy(logits.float(), y)
@@ -343,6 +346,9 @@ class LossModel(nn.Module):
         else:
             logits, y = self.model.unembed(hidden[scored]), targets[scored]
         loss = F.cross_entropy(logits.float(), y)
+        if routers is not None:
+            loss = loss + cfg.router_aux_loss_coef * load_balancing_loss(routers.logits(), cfg.num_experts,
+                                                                         cfg.experts_per_token)
         correct = (logits.argmax(-1) == y).sum()
         return loss, correct, y.numel()
 

@@ -39,6 +39,7 @@ class LayersResult:
     cross_norms: np.ndarray | None = None  # [L, H, T]: an encoder-decoder decoder's cross-attention heads
     router_probs: np.ndarray | None = None  # [L, T, E]: a mixture of experts' router probabilities
     expert_load: np.ndarray | None = None  # [L, E]: the share of each layer's routing choices per expert
+    expert_norms: np.ndarray | None = None  # [L, T, E]: |w_e expert_e(x)| per token, 0 where e was not chosen
 
 
 ENCODER_LENS = ("the encoder's stream is not read by the language-model head (the decoder's is): "
@@ -86,16 +87,23 @@ def compute_layers(trace, model=None, tokenizer=None, job=None, stack: str | Non
                         *_routing(trace, n_layers))
 
 
-def _routing(trace, n_layers: int) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """A mixture of experts' router probabilities [L, T, E] (softmax of blocks.l.mlp.router) and expert load
-    [L, E] (the share of blocks.l.mlp.experts' choices per expert over the text); (None, None) without them."""
+def _routing(trace, n_layers: int) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """A mixture of experts' router probabilities [L, T, E] (softmax of blocks.l.mlp.router), expert load
+    [L, E] (the share of blocks.l.mlp.experts' choices per expert over the text) and each expert's
+    contribution norm per token [L, T, E] (blocks.l.mlp.expert_norms laid out by expert, 0 where not chosen;
+    None when not recorded); (None, None, None) without them."""
     if "blocks.0.mlp.router" not in trace or "blocks.0.mlp.experts" not in trace:
-        return None, None
+        return None, None, None
     probs = np.stack([trace[f"blocks.{l}.mlp.router"][0].float().softmax(-1).numpy() for l in range(n_layers)])
     E = probs.shape[-1]
-    counts = np.stack([np.bincount(trace[f"blocks.{l}.mlp.experts"][0].flatten().numpy(), minlength=E)
-                       for l in range(n_layers)]).astype(np.float64)
-    return probs, counts / counts.sum(-1, keepdims=True)
+    ids = [trace[f"blocks.{l}.mlp.experts"][0].numpy() for l in range(n_layers)]
+    counts = np.stack([np.bincount(i.flatten(), minlength=E) for i in ids]).astype(np.float64)
+    norms = None
+    if "blocks.0.mlp.expert_norms" in trace:
+        norms = np.zeros_like(probs)
+        for l in range(n_layers):
+            np.put_along_axis(norms[l], ids[l], trace[f"blocks.{l}.mlp.expert_norms"][0].float().numpy(), axis=-1)
+    return probs, counts / counts.sum(-1, keepdims=True), norms
 
 
 def _head_norms(trace, n_layers: int) -> np.ndarray | None:
@@ -194,6 +202,17 @@ def compute_expert_load(data: LayersData, state: LayersViewState) -> HeatmapResu
                          title="Expert load: share of each layer's routing choices over the text")
 
 
+def compute_expert_norms(data: LayersData, state: LayersViewState) -> HeatmapResult:
+    """Each expert's contribution norm per token, in the block whose output is the chosen depth (as Routing)."""
+    norms = data.result.expert_norms
+    if norms is None:
+        return HeatmapResult(np.zeros((1, 1)), [""], [""], title=NOT_A_MIXTURE if data.result.router_probs is None
+                             else "expert norms were not recorded")
+    layer = min(max(state.depth - 1, 0), len(norms) - 1)
+    return HeatmapResult(norms[layer], data.tokens, [f"E{e}" for e in range(norms.shape[-1])],
+                         title=f"Expert contribution norm \u2016w\u2091 expert\u2091(x)\u2016 per token, block L{layer}")
+
+
 def compute_logit_lens(data: LayersData, state: LayersViewState) -> LensResult:
     res = data.result
     if res.lens_ids is None:
@@ -225,6 +244,9 @@ VIEWS: tuple[View, ...] = (
     View("routing", "Routing", ("depth",), compute_routing, "{view}-{depth_name}",
          axes=("token", "expert", "router probability"), rows="tokens",
          heatmap_options=dict(colormap="viridis", col_tokens=False)),
+    View("expert-norms", "Expert norms", ("depth",), compute_expert_norms, "{view}-{depth_name}",
+         axes=("token", "expert", "contribution norm"), rows="tokens",
+         heatmap_options=dict(colormap="inferno", col_tokens=False)),
     View("expert-load", "Expert load", (), compute_expert_load, axes=("layer", "expert", "share of routing"),
          heatmap_options=dict(colormap="inferno", annotate_max_cells=400, row_tokens=False, col_tokens=False)),
 )

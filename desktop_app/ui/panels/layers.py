@@ -310,7 +310,8 @@ class LayersPanel(ViewTablePanel):
         "(cross <i>h</i>). The logit lens is the decoder's (the encoder's stream is not read by the head).<br>"
         "<b>Mixtures of experts</b> (Mixtral, Qwen-MoE, OLMoE): <b>Routing</b>: each token's router probabilities "
         "softmax(W<sub>router</sub> x) over the experts, in the block at the chosen depth (it runs its top-k); "
-        "<b>Expert load</b>: the share of each layer's routing choices that went to each expert over the text.")
+        "<b>Expert norms</b>: the norm of each chosen expert's weighted output w<sub>e</sub> expert<sub>e</sub>(x) per "
+        "token there (0 where the expert was not chosen); <b>Expert load</b>: the share of each layer's routing choices that went to each expert over the text.")
 
     VIEW_TABLE = layers_views.VIEWS  # the views as data (core.views.layers)
     VIEW_STATE = LayersViewState

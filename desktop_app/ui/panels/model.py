@@ -5,7 +5,7 @@ import math
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (QCheckBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
-                               QSizePolicy, QSplitter, QVBoxLayout, QWidget)
+                               QSizePolicy, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
 from ...core.families import REGISTRY
 from ..state import AppState
@@ -240,6 +240,21 @@ class ModelPanel(QWidget):
         source_row.addWidget(self.back_button)
         self.source_label.setVisible(False)
         self.back_button.setVisible(False)
+        # A mixture of experts' routing under the chips: each token's chosen experts at the chosen layer, the chip
+        # coloured by the first expert's weight (hidden for dense models)
+        self.routing_label = QLabel("Experts chosen at layer")
+        self.routing_layer = QSpinBox()
+        self.routing_layer.setToolTip("The block whose router's choices the strip below shows")
+        self.routing_layer.valueChanged.connect(lambda _v: self._show_routing())
+        self.routing_strip = TokenStrip(show_ids=False)
+        self.routing_strip.token_selected.connect(self._show_routing_token)
+        self.routing_strip.setToolTip("Each token's chosen experts (E3,E5: its top-k), coloured by the first one's "
+                                      "weight; click one for the weights")
+        routing_row = QHBoxLayout()
+        routing_row.addWidget(self.routing_label)
+        routing_row.addWidget(self.routing_layer)
+        routing_row.addStretch(1)
+        self.routing_widgets = (self.routing_label, self.routing_layer, self.routing_strip)
         self.tokens_view = TokensView(self)
         self.export_bar = ExportBar(lambda: self.tokens_view, lambda: "tokens")
 
@@ -259,6 +274,8 @@ class ModelPanel(QWidget):
         tv.addLayout(source_row)
         tv.addWidget(self.source_title)
         tv.addWidget(self.token_strip, 4)
+        tv.addLayout(routing_row)
+        tv.addWidget(self.routing_strip, 2)
         self.target_widgets = (self.source_title, self.target_label, self.target_edit, self.target_count,
                                self.target_strip)
         for w in self.target_widgets[1:]:
@@ -318,6 +335,8 @@ class ModelPanel(QWidget):
         self.special_check.setVisible(not images)
         self.special_label.setVisible(not images)
         self._show_target_box(loaded.config.is_encoder_decoder)
+        self.routing_layer.setRange(0, loaded.config.n_layers - 1)
+        self._show_routing()
         self._on_state_text(self.state.text)  # empty for a ViT (its placeholder says where images go)
 
     def _on_state_text(self, text: str) -> None:
@@ -370,6 +389,7 @@ class ModelPanel(QWidget):
         """Colour the chips by how likely the model found each token (causal models with logits); an
         encoder-decoder's target chips by how likely it found each target token."""
         loaded, ids = self.state.loaded, self.state.token_ids
+        self._show_routing()
         if trace is not None and loaded is not None and loaded.config.is_encoder_decoder:
             self._colour_target(trace)
             return
@@ -384,6 +404,36 @@ class ModelPanel(QWidget):
         if ppl is not None:
             self.count_label.setText(f"{self.count_label.text()} · colour: p(token | tokens before) · "
                                      f"perplexity {perplexity_text(ppl)}")
+
+    def _routing(self):
+        """The chosen experts [T, k] and their weights [T, k] at the chosen layer, or None (no router recorded,
+        or a trace of other tokens than the chips')."""
+        trace, layer = self.state.trace, self.routing_layer.value()
+        name = f"blocks.{layer}.mlp.experts"
+        if trace is None or name not in trace or trace[name].shape[1] != len(self.state.token_ids):
+            return None
+        return trace[name][0].tolist(), trace[f"blocks.{layer}.mlp.expert_weights"][0].float().tolist()
+
+    def _show_routing(self) -> None:
+        loaded = self.state.loaded
+        shown = loaded is not None and bool(getattr(loaded.config, "num_experts", 0))
+        for w in self.routing_widgets:
+            w.setVisible(shown)
+        routing = self._routing() if shown else None
+        if routing is None:
+            self.routing_strip.set_tokens([], [])
+            return
+        ids, weights = routing
+        strings = self.state.token_strings(self.state.token_ids)
+        self.routing_strip.set_tokens([f"{s}\u2192" + ",".join(f"E{e}" for e in chosen) for s, chosen in zip(strings, ids)],
+                                      self.state.token_ids, [w[0] for w in weights], vmin=0.0, vmax=1.0)
+
+    def _show_routing_token(self, index: int) -> None:
+        routing = self._routing()
+        if routing is not None and 0 <= index < len(routing[0]):
+            ids, weights = routing
+            chosen = ", ".join(f"E{e} ({format_prob(w)})" for e, w in zip(ids[index], weights[index]))
+            self.token_info.setText(f"token #{index} at layer {self.routing_layer.value()}: experts {chosen}")
 
     def _colour_target(self, trace) -> None:
         """The decoder's input chips coloured by p(target token i | the ones before it, the source): logits

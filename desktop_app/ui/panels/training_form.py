@@ -164,7 +164,9 @@ class WheelGuard(QObject):
 
 
 # the form's boxes and rows that the panel shows as its own attributes (panel.task, panel.layers...)
-FORM_FIELDS = ("family", "layers", "decoder_layers", "heads", "d_model", "d_ff", "context", "norm_placement", "norm", "activation",
+MOE_OPTIONS = ("num_experts", "experts_per_token", "router_aux_loss_coef")  # TrainConfig.model keys
+FORM_FIELDS = ("family", "layers", "decoder_layers", "heads", "d_model", "d_ff", "experts", "top_k", "aux_loss",
+               "context", "norm_placement", "norm", "activation",
                "positions", "attention", "init", "dropout", "patch_size", "param_label", "model_error", "model_form",
                "model_box", "task", "length", "symbols", "p", "train_fraction", "text_file", "text_row", "tokenizer",
                "vocab_size", "image_folder", "image_folder_row", "channels", "image_size", "model_kind", "n_train",
@@ -204,13 +206,16 @@ class TrainingForm(QWidget):
             self._model_boxes[k] for k in ("n_layers", "n_decoder_layers", "n_heads", "d_model", "d_ff",
                                            "context_length", "norm_placement", "norm", "activation", "positions",
                                            "attention_kind", "init", "dropout", "patch_size"))
+        # a mixture of experts' (shown for the MoE families only)
+        self.experts, self.top_k, self.aux_loss = (self._model_boxes[k] for k in MOE_OPTIONS)
         self.layers_label = QLabel("Layers")  # "Encoder layers" for an encoder-decoder
         self.param_label = QLabel("")
         self.param_label.setStyleSheet("font-weight: bold")
         self.param_label.setWordWrap(True)  # "(vocabulary not known yet)" must not widen the column
         for label, w in (("Family", self.family), (self.layers_label, self.layers),
                          ("Decoder layers", self.decoder_layers), ("Heads", self.heads),
-                         ("d_model", self.d_model), ("d_ff", self.d_ff), ("Context", self.context),
+                         ("d_model", self.d_model), ("d_ff", self.d_ff), ("Experts", self.experts),
+                         ("Top-k experts", self.top_k), ("Router aux loss", self.aux_loss), ("Context", self.context),
                          ("Norm placement", self.norm_placement), ("Norm", self.norm),
                          ("Activation", self.activation), ("Positions", self.positions),
                          ("Attention", self.attention), ("Init", self.init), ("Dropout", self.dropout),
@@ -354,7 +359,7 @@ class TrainingForm(QWidget):
 
         for w in (self.layers, self.decoder_layers, self.heads, self.d_model, self.d_ff, self.context, self.p,
                   self.symbols,
-                  self.length, self.vocab_size, self.dropout, self.patch_size):
+                  self.length, self.vocab_size, self.dropout, self.patch_size, self.experts, self.top_k):
             w.valueChanged.connect(self._update_param_count)
         for w in (self.norm_placement, self.norm, self.activation, self.positions, self.attention, self.init,
                   self.tokenizer, self.family):
@@ -424,6 +429,11 @@ class TrainingForm(QWidget):
         family = REGISTRY.get(self.family.currentText())
         return bool(family is not None and family.encoder_decoder)
 
+    def mixture(self) -> bool:
+        """Whether the chosen family builds a mixture of experts (then its experts, top-k and aux loss show)."""
+        family = REGISTRY.get(self.family.currentText())
+        return bool(family is not None and family.preset().num_experts)
+
     def _on_family_changed(self) -> None:
         family = self.family.currentText()
         preset = REGISTRY[family].preset()  # the family's own switches, with the builder's (BUILDER_SWITCHES)
@@ -436,6 +446,11 @@ class TrainingForm(QWidget):
                 w.setCurrentText(switches[key])
         finally:
             self._quiet = False
+        moe = self.mixture()
+        for box, key in zip((self.experts, self.top_k, self.aux_loss), MOE_OPTIONS):
+            self.model_form.setRowVisible(box, moe)
+            if moe:  # the family's own (Mixtral: 8 experts, top-2, 0.001)
+                box.setValue(getattr(preset, key))
         seq2seq = self.encoder_decoder()
         self.layers_label.setText("Encoder layers" if seq2seq else "Layers")
         self.model_form.setRowVisible(self.decoder_layers, seq2seq)
@@ -484,6 +499,9 @@ class TrainingForm(QWidget):
         model = {o.key: o.kind(_value(self._model_boxes[o.key])) for o in MODEL_OPTIONS if o.key != "patch_size"}
         if not self.encoder_decoder():  # one stack: no decoder layers to give
             del model["n_decoder_layers"]
+        if not self.mixture():  # a dense MLP: no experts
+            for key in MOE_OPTIONS:
+                del model[key]
         if task in image_task_names():  # a ViT's context is 1 + patches; its patch size is the model's
             del model["context_length"]
             model["patch_size"] = self.patch_size.value()

@@ -71,11 +71,17 @@ class TrainingPlots(QWidget):
         self.exact_curve: pg.PlotDataItem | None = None  # an encoder-decoder's held-out exact match (first eval)
         self.cross_attention = LiveCrossAttention()  # shown from an encoder-decoder run's first evaluation
         self.grad_curves: dict[str, pg.PlotDataItem] = {}
+        # a mixture of experts' router balance at each evaluation (the trainer's expert_load): per layer, the most
+        # loaded expert's share of the routing choices x the number of experts (1: even; E: one expert takes all)
+        self.load_plot = self._plot("Router load balance (most loaded expert's share \u00d7 experts)", "max load \u00d7 E")
+        self.load_plot.addLegend(offset=(-10, 10), colCount=2, **LEGEND_STYLE)
+        self.load_curves: list[pg.PlotDataItem] = []
         grid.addWidget(self.loss_plot, 0, 0)
         grid.addWidget(self.acc_plot, 0, 1)
         grid.addWidget(self.lr_plot, 1, 0)
         grid.addWidget(self.grad_plot, 1, 1)
         grid.addWidget(self.cross_attention, 2, 0, 1, 2)
+        grid.addWidget(self.load_plot, 3, 0, 1, 2)
         grid.setRowStretch(0, 1)
         grid.setRowStretch(1, 1)
         grid.setRowStretch(2, 1)
@@ -100,6 +106,11 @@ class TrainingPlots(QWidget):
             self.exact_curve = None
         self.cross_attention.clear()
         self.cross_attention.hide()
+        self.load_series: list[tuple[list, list]] = []  # per layer: (steps, max load x E)
+        for curve in self.load_curves:
+            self.load_plot.removeItem(curve)
+        self.load_curves = []
+        self.load_plot.hide()
         self.grad_series: dict[str, tuple[list, list]] = {}  # layer -> (steps, norms), in the order first seen
         for curve in (self.train_curve, self.val_curve, self.acc_curve, self.train_acc_curve, self.lr_curve):
             curve.setData([], [])
@@ -134,6 +145,8 @@ class TrainingPlots(QWidget):
             if ev.get("train_accuracy") is not None:
                 self._append("train_acc", ev["step"], ev["train_accuracy"])
                 self.train_acc_curve.setData(*self._series["train_acc"])
+            if ev.get("expert_load") is not None:  # a mixture of experts: its router balance
+                self._add_load(ev["step"], ev["expert_load"])
             if ev.get("val_exact_match") is not None:  # an encoder-decoder's: whole held-out targets right
                 if self.exact_curve is None:
                     self.exact_curve = self.acc_plot.plot(pen=pg.mkPen("#D55E00", width=2), symbol="s", symbolSize=6,
@@ -143,6 +156,19 @@ class TrainingPlots(QWidget):
         elif kind == "cross_attention":
             self.cross_attention.show()
             self.cross_attention.set_event(ev)
+
+    def _add_load(self, step: int, load: list[list[float]]) -> None:
+        self.load_plot.show()
+        for layer, shares in enumerate(load):
+            if layer == len(self.load_series):
+                self.load_series.append(([], []))
+                colour = LAYER_COLOURS[layer % len(LAYER_COLOURS)]
+                self.load_curves.append(self.load_plot.plot(pen=pg.mkPen(colour, width=2), symbol="o", symbolSize=5,
+                                                            symbolBrush=colour, name=f"L{layer}"))
+            xs, ys = self.load_series[layer]
+            xs.append(step)
+            ys.append(max(shares) * len(shares))
+            self.load_curves[layer].setData(xs, ys)
 
     def _append(self, key: str, x, y) -> None:
         xs, ys = self._series[key]

@@ -24,7 +24,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
-from ...app.whatif import (EXPERT, HEAD, ablation, ablation_choices, attribute_ids, attribution_problem, is_seq2seq,
+from ...app.whatif import (EXPERT, HEAD, ablation, ablation_choices, forced_routing, attribute_ids, attribution_problem, is_seq2seq,
                            patch_ids, patching_problem, refuse, steering_edit, steering_problem, text_ids)
 from ...core.views.whatif import TABS as WHATIF_TABS, WhatIfViewState
 from ..settings import plot_background, plot_foreground
@@ -347,10 +347,27 @@ class WhatIfPanel(QWidget, ResultView):
                   self.ablate_head, self.ablate_button):
             knobs.addWidget(w)
         knobs.addStretch(1)
+        # a mixture of experts: force one token's routing at one layer (shown for a mixture only)
+        self.route_layer, self.route_position = QSpinBox(), QSpinBox()
+        self.route_experts = QLineEdit()
+        self.route_experts.setPlaceholderText("e.g. 0,1")
+        self.route_button = QPushButton("Route")
+        self.route_button.setToolTip("Send the token to these experts (weighted by the router's probabilities of "
+                                     "them): every panel and Generate show the edited model")
+        self.route_row = QWidget()
+        routes = QHBoxLayout(self.route_row)
+        routes.setContentsMargins(0, 0, 0, 0)
+        for w in (QLabel("Force routing: layer"), self.route_layer, QLabel("token"), self.route_position,
+                  QLabel("to experts"), self.route_experts, self.route_button):
+            routes.addWidget(w, 1 if w is self.route_experts else 0)
+        self.route_row.setVisible(False)
         lay = QVBoxLayout(ablating)
         lay.addLayout(knobs)
+        lay.addWidget(self.route_row)
         lay.addWidget(self.ablate_status)
         lay.addStretch(1)
+        self.route_button.clicked.connect(self.apply_routing)
+        self.route_experts.returnPressed.connect(self.apply_routing)
         self.ablate_kind.currentIndexChanged.connect(self._ablate_kind_chosen)
         self.ablate_button.clicked.connect(self.apply_ablation)
 
@@ -476,6 +493,7 @@ class WhatIfPanel(QWidget, ResultView):
         self._show_steer_layer()
         self._fill_ablate_kinds(cfg)
         self._forget_applied()
+        self._fill_routing(cfg)
         for label, problem in ((self.dla_status, dla_problem), (self.patch_status, patch_problem),
                                (self.steer_status, steer_problem)):
             if problem:
@@ -495,6 +513,8 @@ class WhatIfPanel(QWidget, ResultView):
             self.attribute()
 
     def _on_trace(self, _trace) -> None:
+        loaded = self.state.loaded
+        self._fill_routing(loaded.config if loaded is not None else None)  # the token box within the new text
         # a new input (text, ids, ablations): its attribution follows while the panel is in use
         if self.isVisible() or self._dla_follows:
             self._attribute_if_possible()
@@ -623,6 +643,35 @@ class WhatIfPanel(QWidget, ResultView):
         self.ablate_kind.blockSignals(False)
         self.ablate_button.setEnabled(cfg is not None)
         self._ablate_kind_chosen()
+
+    def _fill_routing(self, cfg) -> None:
+        """The forced-routing row: shown for a mixture of experts, its boxes within the model's layers and
+        the text's tokens."""
+        moe = cfg is not None and bool(getattr(cfg, "num_experts", 0))
+        self.route_row.setVisible(moe)
+        if moe:
+            self.route_layer.setRange(0, cfg.n_layers - 1)
+            self.route_position.setRange(0, max(len(self.state.token_ids), 1) - 1)
+
+    def apply_routing(self) -> None:
+        loaded = self.state.loaded
+        if loaded is None:
+            self.ablate_status.setText("Open a model first.")
+            return
+        position = self.route_position.value()
+        if position >= len(self.state.token_ids):
+            self.ablate_status.setText(f"Cannot route: the text has {len(self.state.token_ids)} tokens")
+            return
+        try:
+            iv = forced_routing(loaded.config, self.route_layer.value(), position, self.route_experts.text())
+        except ValueError as exc:
+            self.ablate_status.setText(f"Cannot route: {exc}")
+            return
+        # a new routing of the same token at the same layer replaces the old one
+        kept = [old for old in self.state.interventions if (old.target, old.positions) != (iv.target, iv.positions)]
+        self.state.set_interventions(kept + [iv])
+        self.ablate_status.setText(f"Applied {iv.label}: every panel and Generate show the edited model; remove it "
+                                   "with its x in the strip above.")
 
     def _ablate_kind_chosen(self, *_) -> None:
         """The layer box within the chosen stack's layers; the head box only for a head."""

@@ -16,10 +16,22 @@ def decode_image(path: str | Path, channels: int):
     import numpy as np
     from PySide6.QtGui import QImage
 
+    from PySide6.QtGui import QImageReader
+
+    from .core.devices import check_memory
+
     p = Path(path)
-    image = QImage(str(p))
+    reader = QImageReader(str(p))
+    size = reader.size()  # from the file's header, before anything is decoded
+    if size.isValid():
+        # Qt decodes into 4 bytes a pixel, then the 1- or 3-byte copy and its array: estimated and checked
+        # against this machine's memory first; Qt's own allocation limit (256 MB) is then raised to fit
+        w, h = size.width(), size.height()
+        check_memory(w * h * (4 + 2 * (1 if channels == 1 else 3)), f"{p} ({w} x {h} pixels)", "to decode")
+        QImageReader.setAllocationLimit(max(QImageReader.allocationLimit(), (w * h * 4 >> 20) + 1))
+    image = reader.read()
     if image.isNull():
-        raise ValueError(f"{p}: not an image Qt can decode (PNG, JPEG, BMP, ...)")
+        raise ValueError(f"{p}: not an image Qt can decode (PNG, JPEG, BMP, ...): {reader.errorString()}")
     grey = channels == 1
     image = image.convertToFormat(QImage.Format.Format_Grayscale8 if grey else QImage.Format.Format_RGB888)
     c, w, h = (1 if grey else 3), image.width(), image.height()

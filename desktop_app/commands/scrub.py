@@ -58,7 +58,11 @@ def run(args) -> int:
     if args.text is not None and args.metric not in TEXT_METRICS:
         raise ValueError(f"--text is measured by {', '.join(TEXT_METRICS)} only, not {args.metric}")
     check_output_file(args.csv, args.overwrite)  # refused or unwritable now, not after the steps
-    for k in timeline_at(args.run_dir).missing():
+    timeline = timeline_at(args.run_dir)
+    if timeline.unlisted:
+        print(f"note: {timeline.unlisted}; measuring only what can be read: the run's checkpoint at step "
+              f"{timeline.latest_step}", file=sys.stderr)
+    for k in timeline.missing():
         print(f"note: {k.path}: kept step {k.step} " + (f"is {k.refused}" if k.refused else "has been deleted")
               + "; skipped", file=sys.stderr)
     result = scrub(args.run_dir, args.metric, sequences=args.sequences, seed=args.seed,

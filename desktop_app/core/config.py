@@ -416,6 +416,10 @@ class ModelConfig:
                       f"{self.vocab_size - 1:,})" if value is not None else "")
         else:
             check(self.relative_buckets == 0, "relative position buckets are for encoder-decoders (T5) only")
+            # an embedding row (torch's padding_idx rule, which transformers' models refuse it by): -vocab to vocab-1
+            check(self.pad_token_id is None or -self.vocab_size <= self.pad_token_id < self.vocab_size,
+                  f"pad_token_id {self.pad_token_id!r} is not a token of the {self.vocab_size:,}-token vocabulary "
+                  f"(0 to {self.vocab_size - 1:,})")
         for name in ("num_experts", "shared_expert_d_ff"):
             value = getattr(self, name)
             check(is_int(value) and value >= 0, f"{name} must be a non-negative integer, got {value!r}")

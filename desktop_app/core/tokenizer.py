@@ -345,16 +345,16 @@ def byte_bpe_tokenizer(vocab_file: Path, merges_file: Path, config: dict,
 
 
 def _is_roberta(folder: Path, config: dict) -> bool:
-    """Whether vocab.json + merges.txt are RoBERTa's (not GPT-2's), as AutoTokenizer decides: the
+    """Whether vocab.json + merges.txt are RoBERTa's or BART's (not GPT-2's), as AutoTokenizer decides: the
     tokenizer_class of tokenizer_config.json, else the model_type of config.json."""
     cls = config.get("tokenizer_class")
-    if isinstance(cls, str):
-        return cls.lower().startswith("roberta")
+    if isinstance(cls, str):  # BartTokenizer is RobertaTokenizer's twin: the same specials, <s> ... </s>
+        return cls.lower().startswith(("roberta", "bart"))
     try:
         model_type = _read_json_object(folder / MODEL_CONFIG).get("model_type")
     except TokenizerError:  # a broken config.json is the model loader's to report, not the tokenizer's
         return False
-    return model_type == "roberta"
+    return model_type in ("roberta", "bart")
 
 
 def load_tokenizer_folder(folder: str | Path) -> Tokenizer | None:

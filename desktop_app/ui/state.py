@@ -624,6 +624,12 @@ class AppState(QObject):
         self._pending_dictionaries = []
         if self.dictionaries:
             self._set_dictionaries([], removed=list(self.dictionaries))
+        # folders deleted since: one line for all of them (a message each was a modal dialog each)
+        gone = [str(f) for f in folders if not Path(f).is_dir()]
+        if gone:
+            self.dictionary_failed.emit(f"{len(gone)} dictionary folder(s) the workspace lists no longer "
+                                        "exist, not attached: " + ", ".join(gone[:3]) + (", …" if len(gone) > 3 else ""))
+            folders = [f for f in folders if Path(f).is_dir()]
         if self.loaded is None and self.loading is None:  # the model comes later (the app's start)
             self._pending_dictionaries = [str(f) for f in folders]
             return

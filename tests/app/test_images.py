@@ -74,3 +74,30 @@ def test_pixel_values_name_the_model_folder_or_the_image(tmp_path):
     np.save(tmp_path / "wide.npy", np.zeros((8, 8, 1, 2), np.uint8))
     with pytest.raises(ValueError, match=r"wide\.npy: "):
         image_pixel_values(loaded, tmp_path / "wide.npy")
+
+
+def _flat_rgb_png(path, side: int) -> None:
+    """A valid side x side RGB PNG of one colour (small on disk, large decoded), written row by row."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    z, row, parts = zlib.compressobj(9), b"\x00" + b"\x40" * (3 * side), []
+    parts += [z.compress(row) for _ in range(side)]
+    parts.append(z.flush())
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", b"".join(parts)) + chunk(b"IEND", b""))
+
+
+@pytest.mark.slow
+def test_a_valid_png_beyond_qts_256_mb_allocation_limit_opens(tmp_path):
+    """Issue 41: a valid 8,200 x 8,200 PNG (269 MB decoded) was called "not an image Qt can decode": Qt's own
+    256 MB allocation limit; the limit is raised within the memory estimate made from the header."""
+    from desktop_app.image_codec import decode_image
+
+    path = tmp_path / "big.png"
+    _flat_rgb_png(path, 8200)
+    image = decode_image(path, 3)
+    assert image.shape == (8200, 8200, 3) and int(image[4100, 4100, 1]) == 0x40

@@ -34,3 +34,17 @@ def test_info_of_a_one_stack_model_has_no_decoder_keys(tmp_path, capsys):
     assert main(["info", str(tmp_path / "gpt2")]) == 0
     info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "n_decoder_layers" not in info and "is_encoder_decoder" not in info
+
+
+def test_num_decoder_layers_zero_is_not_read_as_num_layers(tmp_path, capsys):
+    # transformers reads num_decoder_layers as given (only a missing one follows num_layers); a decoder of
+    # no blocks is refused in one line naming the file, never read as num_layers' 2
+    transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=40, d_model=16, d_kv=8, d_ff=32, num_layers=2, num_heads=2,
+        decoder_start_token_id=0)).save_pretrained(tmp_path / "t5")
+    path = tmp_path / "t5" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "num_decoder_layers": 0}))
+    assert main(["info", str(tmp_path / "t5")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    refusal = [line for line in err if "n_decoder_layers" in line]
+    assert len(refusal) == 1 and "must be a positive integer, got 0" in refusal[0] and "t5" in refusal[0]

@@ -262,3 +262,20 @@ def test_scrub_measures_a_cached_models_step_revisions(tmp_path, capsys, monkeyp
             assert [v for s, _, _, v in body if s == step] == pytest.approx(expected.reshape(-1).tolist())
     assert main(["scrub", str(repo), "--metric", "logit-lens", "--csv", str(out), "--overwrite"]) == 0
     assert [(s, l) for s, l, _, _ in _csv_body(out)] == [(0, 0), (1000, 0)]
+
+
+def test_a_corrupt_checkpoints_manifest_is_named_by_step_and_scrub(run, tmp_path, capsys):
+    # the step folders are there but the manifest listing them is damaged: `--step 4` says the manifest is
+    # corrupt (not "step 4 was not kept"), and scrub says it measures only the run's own checkpoint
+    from desktop_app.core.files import MANIFEST
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    (copy / "checkpoints" / MANIFEST).write_text("{not json", encoding="utf-8")
+    assert main(["info", str(copy), "--step", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "corrupt" in err[0] and MANIFEST in err[0] and "not kept" not in err[0]
+    assert main(["scrub", str(copy), "--metric", "prev-token", "--csv", str(tmp_path / "m.csv")]) == 0
+    captured = capsys.readouterr()
+    assert _last_json(captured.out)["steps"] == [10]
+    assert "corrupt" in captured.err and "measuring only what can be read" in captured.err

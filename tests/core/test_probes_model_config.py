@@ -102,3 +102,16 @@ def test_config_json_that_is_a_folder_says_so(folder):
 def test_a_config_of_absurdly_many_parameters_is_refused_even_within_each_bound():
     with pytest.raises(ConfigError, match="parameters, beyond the"):
         ModelConfig.gpt2(n_layers=1024, d_model=1 << 16, n_heads=64, d_ff=1 << 18, context_length=64)
+
+
+def test_a_pad_token_id_outside_the_vocabulary_is_refused_in_one_line(tmp_path):
+    # transformers' OPT refuses it (torch's padding_idx must be a row of the embedding); it was accepted here
+    transformers = pytest.importorskip("transformers")
+    transformers.OPTForCausalLM(transformers.OPTConfig(
+        vocab_size=120, hidden_size=16, num_hidden_layers=1, ffn_dim=32, num_attention_heads=2,
+        max_position_embeddings=32, word_embed_proj_dim=16, pad_token_id=1)).save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    with pytest.raises(AssertionError, match="Padding_idx"):
+        transformers.OPTForCausalLM(transformers.OPTConfig(**{**d, "pad_token_id": 10**6}))
+    (tmp_path / "config.json").write_text(json.dumps({**d, "pad_token_id": 10**6}))
+    _refused(tmp_path, "pad_token_id 1000000 is not a token of the 120-token vocabulary")

@@ -194,3 +194,23 @@ def test_an_encoder_decoder_is_said_to_be_unsupported_not_listed_against(tmp_pat
     assert cli.main(["info", str(folder)]) == cli.EXIT_INPUT
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0] and "supported:" not in lines[0]
+
+
+def test_a_bart_folders_vocab_json_merges_txt_puts_s_around_a_text_as_bart_tokenizer_does(tmp_path, monkeypatch):
+    """Issue 41: a BART folder with vocab.json + merges.txt (no tokenizer.json) was read as GPT-2's (no
+    specials); BartTokenizer, like RobertaTokenizer, writes <s> ... </s>."""
+    _no_network(monkeypatch)
+    folder = _bpe_files(tmp_path / "bart")
+    (folder / "special_tokens_map.json").unlink()
+    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    for special in ("<s>", "<pad>", "</s>", "<unk>", "<mask>"):
+        vocab.setdefault(special, len(vocab))
+    (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (folder / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    tok = load_tokenizer_folder(folder)
+    reference = transformers.BartTokenizer.from_pretrained(str(folder))
+    for text in ["The cat sat on the mat.", "café au lait", " leading space"]:
+        want = reference(text)["input_ids"]
+        assert want[0] == vocab["<s>"] and want[-1] == vocab["</s>"]
+        assert tok.encode(text, add_special_tokens=True) == want == tok.encode_for_model(text)[0], text
+        assert tok.encode(text) == reference(text, add_special_tokens=False)["input_ids"], text

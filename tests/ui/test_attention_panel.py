@@ -230,3 +230,28 @@ def test_export_buttons_write_the_current_view(qtbot, tmp_path, monkeypatch):
     panel.show_view("model-view")  # no table: the numbers go to NPZ
     qtbot.mouseClick(buttons["Data"], Qt.MouseButton.LeftButton)
     assert asked[-1][0] == "model-view.npz" and (tmp_path / "model-view.npz").stat().st_size > 100
+
+
+def test_the_head_view_of_a_long_text_has_a_scroll_bar_to_every_token(qtbot, tmp_path):
+    """Issue 41: the head view opened on 32 of 51 tokens with no scroll bar (only the wheel moved it)."""
+    from PySide6.QtWidgets import QStyle
+
+    panel, _, _ = _panel(qtbot)
+    text = (TEXT + " ") * 3  # 51 tokens
+    ids = panel.state.loaded.tokenizer.encode(text[:51])
+    _, trace = panel.state.loaded.model.run_with_trace(torch.tensor([ids]))
+    panel.state.show_trace(trace, ids)
+    panel.show_view("head-view")
+    hv = panel.head_view
+    qtbot.waitExposed(hv)
+    qtbot.waitUntil(lambda: hv.pattern.shape[-1] == 51, timeout=10_000)
+    bar = hv.scroll_bar
+    assert bar.isVisible() and bar.maximum() + bar.pageStep() == 51
+    lo, hi = hv.plot.getViewBox().viewRange()[1]
+    assert hi < 40  # a window of the tokens ...
+    for _ in range(3):  # ... and clicks below the bar's handle page down to the last of them
+        qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=QPoint(bar.width() // 2, bar.height() - 20))
+    assert bar.value() == bar.maximum()
+    assert hv.plot.getViewBox().viewRange()[1][1] >= 50.5
+    qtbot.waitUntil(lambda: hv.n_lines > 0 and not hv._redraw_timer.isActive(), timeout=5_000)  # its lines
+    hv.grab().save(str(tmp_path.parent / "edges2_headview.png"))

@@ -521,3 +521,32 @@ def test_a_zeroed_feature_is_shown_inactive_and_what_ifs_bars_still_add_up(qtbot
     assert attr.sum == pytest.approx(attr.logit, abs=1e-3)
     assert "L2 edit resid_post" in whatif.dla_chart.labels
     error_watch.assert_clean()
+
+
+def test_a_workspace_listing_a_thousand_gone_dictionaries_says_so_once(qtbot, model_dirs, isolated_user_files,
+                                                                       tmp_path, monkeypatch):
+    """Issue 41: 1,000 dictionary folders deleted since the workspace was saved gave a modal dialog each and
+    RecursionErrors in closeEvent; now one line for all of them, the ones still there attach, the window closes."""
+    from PySide6.QtWidgets import QMessageBox
+
+    from desktop_app.ui.main_window import MainWindow
+    from desktop_app.ui.state import AppState
+    from desktop_app.ui.workspace import load_workspace, save_workspace
+
+    w1, _ = open_window(qtbot, model_dirs["demo"], text=TEXT)
+    kept = _dictionary(tmp_path / "l1", hook="blocks.1.hook_resid_post", seed=1)
+    ws = w1.capture_workspace()
+    ws.dictionaries = [str(kept)] + [str(tmp_path / f"gone-{i}") for i in range(1000)]
+    save_workspace(tmp_path / "ws.json", ws)
+    assert len(load_workspace(tmp_path / "ws.json").dictionaries) == 1001
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text, *a, **k: shown.append(text))
+    s2 = AppState()
+    w2 = MainWindow(s2)
+    qtbot.addWidget(w2)
+    w2.show()
+    assert w2.open_workspace(tmp_path / "ws.json")
+    qtbot.waitUntil(lambda: len(s2.dictionaries) == 1, timeout=30_000)
+    assert len(shown) == 1 and shown[0].startswith("1000 dictionary folder(s)") and "gone-0" in shown[0], shown[:3]
+    assert "\n" not in shown[0] and len(shown[0]) < 600
+    w2.close()

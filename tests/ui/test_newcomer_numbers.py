@@ -28,3 +28,29 @@ def test_a_long_status_line_is_elided_and_never_widens_the_window(qtbot, isolate
     qtbot.wait(50)
     assert w.width() == width and w.minimumSizeHint().width() < 1024
     assert w.busy_label.shown_text().endswith("…") and w.busy_label.toolTip() == long
+
+
+def test_the_attention_panels_cross_attention_line_never_widens_the_window(qtbot, tmp_path, isolated_user_files):
+    """Issue 41: the 1280 -> 1491 px window was the Attention panel's line "1 target token reading 21 source
+    tokens, 2 layers x 2 heads (cross-attention)" in its controls row (a QLabel asks for its whole text's
+    width); it is cut with "…" now, its whole text the tooltip."""
+    from tests.translate_models import save_translate_model
+
+    from .walkthrough import click_panel_tab, open_window
+
+    folder = save_translate_model(tmp_path / "t5", family="t5", d_model=16, n_layers=2, n_decoder_layers=2,
+                                  n_heads=2, d_ff=32, context_length=64)
+    w, state = open_window(qtbot, folder, text="the black dog sees a white cow " * 3)
+    w.resize(1280, 800)
+    qtbot.wait(50)
+    width = w.width()
+    panel = click_panel_tab(qtbot, w, "Attention")
+    combo = panel.kind_combo
+    qtbot.waitUntil(combo.isVisible, timeout=10_000)
+    combo.setCurrentIndex(combo.findData("cross"))
+    qtbot.waitUntil(lambda: "cross-attention" in panel.status.text(), timeout=15_000)
+    qtbot.wait(50)
+    assert w.width() == width and w.minimumSizeHint().width() <= width, (w.width(), w.minimumSizeHint().width())
+    assert panel.status.toolTip() == panel.status.text()
+    w.grab().save(str(tmp_path.parent / "edges2_t5_cross.png"))
+    w.close()

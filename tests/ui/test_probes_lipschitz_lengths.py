@@ -54,3 +54,18 @@ def test_hundreds_of_skipped_lengths_are_summarised(panel, qtbot):
     status = panel.status.text()
     assert "skipped n = " in status and "lengths)" in status, status
     assert len(status) < 600, status  # one line's worth, not every skipped length
+
+
+def test_default_lengths_fit_the_text_on_screen_and_typed_ones_are_kept(panel, qtbot):
+    # the defaults went up to 128 on a 71-token text: the first Run skipped lengths it could not fill
+    assert 64 <= len(panel._token_ids()) < 128
+    assert panel.lengths.text() == "4,8,16,32,64"
+    panel.samples.setValue(1)
+    qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not panel.is_running() and panel.run_button.isEnabled(), timeout=120_000)
+    assert "skipped" not in panel.status.text(), panel.status.text()
+    panel.state.set_text(TEXT[:20])  # a shorter text: the defaults follow it
+    assert panel.lengths.text() == "4,8,16"
+    _type_lengths(qtbot, panel, "4,8")
+    panel.state.set_text(TEXT)
+    assert panel.lengths.text() == "4,8"

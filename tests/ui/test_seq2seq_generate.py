@@ -142,3 +142,30 @@ def test_a_new_source_never_shows_the_old_sources_steps(qtbot, panel):
     src = p.state.loaded.tokenizer.encode("the cat sat on the mat")
     assert p.session.source == src and p.cross_view.heatmap.values.shape == (5, len(src))
     assert p.session.ids()[1:] == greedy_decode(p.state.loaded.model, src, 1)
+
+
+def test_run_n_with_beams_ends_with_the_forced_end_token_as_generate_does(qtbot):
+    """Issue 41: a Marian folder's generation_config forces the end token at the last of max_new_tokens;
+    the CLI (core.generation.generate, as transformers' generate) writes it, Run N in the panel did not
+    (its session had no length, so the file's max_length was used)."""
+    import dataclasses
+
+    from desktop_app.core.generation import GenerationSettings, generate
+    from desktop_app.core.generation_rules import GenerationRules
+
+    loaded = _loaded()
+    loaded = dataclasses.replace(loaded, generation=GenerationRules(eos_ids=(2,), forced_eos_token_id=(2,),
+                                                                    max_length=512))
+    p = show_generation_panel(qtbot, loaded, size=(1200, 700))
+    _type_source(qtbot, p, "a dog on the log")
+    p.strategy.setCurrentText("beam")
+    p.beams.setValue(3)
+    p.run_n.setValue(4)
+    qtbot.mouseClick(p.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: p.session is not None and not p.busy and p.session.current.depth > 0, timeout=30_000)
+    _idle(qtbot, p)
+    src = loaded.tokenizer.encode("a dog on the log")
+    cli, _ = generate(loaded, src, 4, GenerationSettings("beam", beams=3))
+    unforced = beam_decode(loaded.model, src, 4, 3, eos_id=2)
+    assert unforced[-1] != 2  # without the rule these weights do not end there: the test can tell
+    assert p.session.ids() == cli and cli[-1] == 2

@@ -49,8 +49,10 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
     d_model = need("d_model")
     eos = d.get("eos_token_id", 1)
     pad = d.get("pad_token_id", 0)
+    # transformers: only a missing (None) num_decoder_layers follows num_layers; 0 stays 0 (and is refused)
+    n_decoder_layers = d.get("num_decoder_layers")
     return preset(vocab_size=need("vocab_size"), d_model=d_model, n_layers=need("num_layers"),
-                  n_decoder_layers=d.get("num_decoder_layers") or d["num_layers"], n_heads=need("num_heads"),
+                  n_decoder_layers=d["num_layers"] if n_decoder_layers is None else n_decoder_layers, n_heads=need("num_heads"),
                   head_dim=need("d_kv"), d_ff=need("d_ff"), context_length=d.get("n_positions", 512),
                   activation=act, relative_buckets=d.get("relative_attention_num_buckets", 32),
                   relative_max_distance=d.get("relative_attention_max_distance", 128),

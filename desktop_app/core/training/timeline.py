@@ -333,6 +333,9 @@ class Timeline:
     steps: list[KeptStep]  # by step; the run's own checkpoint last where it is not a kept step
     curve: LossCurve
     latest_step: int | None
+    # why the kept steps could not be listed (checkpoints/ holds step folders but its manifest is unreadable):
+    # then only the run's own checkpoint is among `steps`, and every reader says so
+    unlisted: str | None = None
 
     def openable(self) -> list[KeptStep]:
         return [k for k in self.steps if k.present]
@@ -366,6 +369,11 @@ def kept_steps(run_dir: str | Path) -> Timeline:
         raise KeptStepError(state, "unreadable (not the trainer's JSON)") from None
     kept = folder / KEPT_DIR
     steps = [kept_step_at(folder, kept / n) for n in listed_steps(run_dir)]
+    unlisted = None
+    if not steps and kept.is_dir() and read_manifest(kept) is None and any(
+            step_of(p.name) is not None for p in kept.iterdir()):
+        unlisted = (f"{kept / MANIFEST}: " + ("corrupt (not the app's JSON)" if (kept / MANIFEST).exists() else
+                                               "missing") + "; the run's kept steps cannot be listed")
     if latest not in {k.step for k in steps}:
         steps.append(KeptStep(latest, run_dir, True, latest=True))
     steps.sort(key=lambda k: (k.step, k.latest))
@@ -373,7 +381,7 @@ def kept_steps(run_dir: str | Path) -> Timeline:
         history = json.loads((folder / METRICS_JSON).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         history = []
-    return Timeline(run_dir, steps, LossCurve.from_history(history), latest)
+    return Timeline(run_dir, steps, LossCurve.from_history(history), latest, unlisted)
 
 
 def kept_step_at(run: Path, path: Path) -> KeptStep:
@@ -403,6 +411,8 @@ def step_folder(run_dir: str | Path, step: int) -> Path:
                 raise KeptStepError(k.path, f"step {step} was kept but its folder has been deleted; steps "
                                             f"still there: {describe_steps(there) or 'none'}")
             return k.path
+    if tl.unlisted:
+        raise KeptStepError(run_dir, f"step {step} cannot be opened: {tl.unlisted}")
     kept = [k.step for k in tl.openable()]
     raise KeptStepError(run_dir, f"step {step} was not kept; the run has "
                                  + (f"steps {describe_steps(kept)}" if len(kept) > 1 else

@@ -13,7 +13,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsRectItem, QHBoxLayout, QInputDialog, QLabel,
-                               QMenu, QSpinBox, QToolButton, QVBoxLayout, QWidget)
+                               QMenu, QScrollBar, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
 from ...core import analysis
 from ...core.views import find_view, views_using
@@ -204,7 +204,13 @@ class HeadView(QWidget):
         row.addLayout(self.checks_row)
         row.addStretch(1)
         lay.addLayout(row)
-        lay.addWidget(self.graphics, 1)
+        # a long text shows a window of tokens: the scroll bar says there are more and moves the window
+        self.scroll_bar = QScrollBar(Qt.Orientation.Vertical)
+        self.scroll_bar.valueChanged.connect(self._on_scroll_bar)
+        view_row = QHBoxLayout()
+        view_row.addWidget(self.graphics, 1)
+        view_row.addWidget(self.scroll_bar)
+        lay.addLayout(view_row, 1)
         self.n_lines = 0
 
     def set_layer(self, pattern: np.ndarray, row_labels: list[str], col_labels: list[str],
@@ -237,7 +243,27 @@ class HeadView(QWidget):
         centre = (self.offset + (self.selected_row or 0)) if self.selected_row is not None else 0
         top = max(0, min(n - shown, centre - shown // 2))
         self.plot.setYRange(top, top + shown, padding=0.01)
+        self._sync_scroll_bar()
         self.redraw()
+
+    def _sync_scroll_bar(self) -> None:
+        """The scroll bar over the tokens: shown when the view holds fewer than all of them."""
+        if self.pattern.size == 0:
+            self.scroll_bar.hide()
+            return
+        n = max(self.pattern.shape[2], self.offset + self.pattern.shape[1])
+        lo, hi = self.plot.getViewBox().viewRange()[1]
+        shown = max(1, int(round(hi - lo)))
+        self.scroll_bar.blockSignals(True)
+        self.scroll_bar.setRange(0, max(0, n - shown))
+        self.scroll_bar.setPageStep(shown)
+        self.scroll_bar.setValue(max(0, int(round(lo))))
+        self.scroll_bar.blockSignals(False)
+        self.scroll_bar.setVisible(shown < n)
+
+    def _on_scroll_bar(self, top: int) -> None:
+        lo, hi = self.plot.getViewBox().viewRange()[1]
+        self.plot.setYRange(top, top + (hi - lo), padding=0)
 
     def set_heads_enabled(self, enabled: list[bool]) -> None:
         for c, on in zip(self.checks, enabled):
@@ -265,6 +291,7 @@ class HeadView(QWidget):
             self.token_clicked.emit(token)
 
     def _on_scrolled(self, *_):
+        self._sync_scroll_bar()  # the wheel moved the window: the bar follows
         if self.selected_row is None:
             self._redraw_timer.start()  # lines follow the window of queries in view
 

@@ -46,9 +46,17 @@ TOP_BARS = 15
 
 
 def _run(session, n: int, job=None):
-    for _ in session.run(n, job):
-        if isinstance(session, MaskedFillSession):
-            session.all_logits()
+    if isinstance(session, GenerationSession):
+        # as generate(max_new_tokens=N) (the CLI's): a forced end token comes at the sequence so far + N;
+        # for this run only (a later Step, after Back, is not the end of a run)
+        session.max_length = len(session.ids()) + n
+    try:
+        for _ in session.run(n, job):
+            if isinstance(session, MaskedFillSession):
+                session.all_logits()
+    finally:
+        if isinstance(session, GenerationSession):
+            session.max_length = None
     return session.stop_reason if isinstance(session, GenerationSession) else None
 
 

@@ -37,6 +37,9 @@ class _Stream(QObject):
     length_done = Signal(object, object, object)  # (_Run, LengthResult, SweepResult)
 
 
+DEFAULT_LENGTHS = (4, 8, 16, 32, 64, 128)
+
+
 def error_sentence(exc: BaseException) -> str:
     """One sentence for the user: our own ValueErrors already are one; a library's raw message
     (torch, numpy) is not shown, it goes to the log with its traceback."""
@@ -173,7 +176,8 @@ class LipschitzPanel(QWidget):
         self.seed = QSpinBox()
         self.seed.setRange(0, 2_147_483_647)
         self.seed.setToolTip("Seeds the random A and V, the inputs drawn in B_R and the estimator's start vectors")
-        self.lengths = QLineEdit("4,8,16,32,64,128")
+        self.lengths = QLineEdit(",".join(map(str, DEFAULT_LENGTHS)))
+        self._lengths_typed = False  # the user's own lengths are kept; the defaults follow the text
         self.lengths.setToolTip("comma-separated, or geom:LO:HI:COUNT (e.g. geom:2:512:10)")
         self.samples = QSpinBox()
         self.samples.setRange(1, 256)
@@ -258,6 +262,9 @@ class LipschitzPanel(QWidget):
         # the model-dependent rows follow the model (AppState's one signal for new inputs); runs already
         # drawn stay as overlays: each is labelled with the model (and text) it was computed on
         state.inputs_changed.connect(self._on_inputs_changed)
+        self.lengths.textEdited.connect(lambda *_: setattr(self, "_lengths_typed", True))
+        if hasattr(state, "text_changed"):
+            state.text_changed.connect(lambda *_: self._fit_default_lengths())
         self._on_model_changed(getattr(state, "loaded", None))
 
     @staticmethod
@@ -292,9 +299,28 @@ class LipschitzPanel(QWidget):
                 self._stack_chosen()
         self._fit_sources_to_model(loaded, reset=True)
         self._update_visibility()
+        self._fit_default_lengths()
         if loaded is not None and self._restore_on_model is not None:
             restored, self._restore_on_model = self._restore_on_model, None
             self._show_view_state(restored)
+
+    def _fit_default_lengths(self) -> None:
+        """The default lengths, up to the text on screen (and the context): a 51-token text gets
+        4,8,16,32, not lengths the first Run would skip. Lengths the user typed are kept."""
+        if self._lengths_typed:
+            return
+        try:
+            ids = self._token_ids() if self.state.loaded is not None else None
+        except ValueError:  # a text the tokenizer refuses: said when Run plans the sweep
+            ids = None
+        longest = len(ids) if ids else max(DEFAULT_LENGTHS)
+        cfg = self.state.loaded.config if self.state.loaded is not None else None
+        if cfg is not None and cfg.positions in ("learned", "sinusoidal"):
+            longest = min(longest, cfg.context_length)
+        # (not the text's own length: one window of it would reduce Samples K to 1 at every length; a text
+        # too short for two of them keeps them all, and Run takes windows from the demo text, as it says)
+        fits = [n for n in DEFAULT_LENGTHS if n <= longest]
+        self.lengths.setText(",".join(map(str, fits if len(fits) >= 2 else DEFAULT_LENGTHS)))
 
     def _source_problem(self, name: str, cfg) -> str:
         """Why the model input source `name` cannot feed this model ("" when it can)."""
@@ -411,6 +437,7 @@ class LipschitzPanel(QWidget):
         pick(self.synthetic_data, [s.name for s in self.synthetic_sources], state.synthetic_data)
         self.masked.setChecked(state.masked)
         self.lengths.setText(state.lengths)
+        self._lengths_typed = True  # a workspace's lengths are the user's
         self._fit_sources_to_model(self.state.loaded, reset=False)  # a source this model cannot read: its own
         self._update_visibility()
 

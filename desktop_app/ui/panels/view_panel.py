@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QTabWidget, QVBoxLayout, QWidget
 
 from ...core.views import HeatmapResult, View, export_name, view_names
+from ..widgets.elided_label import ElidedLabel
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap
 from ..widgets.token_strip import TokenStrip
@@ -38,7 +39,8 @@ class ViewTablePanel(QWidget):
         self._generation = 0  # counts traces: a worker's result for an older trace is dropped
         self._job = None
         self._relabel = False  # keep_zoom heatmaps need new labels / mask (a new trace)
-        self.status = QLabel(waiting_text)
+        # one line beside the controls: cut with "…" (whole text in the tooltip), never widening the window
+        self.status = ElidedLabel(waiting_text)
         self.tokens = TokenStrip(show_ids=False)
         self.tokens.setMaximumHeight(90)
 

@@ -113,6 +113,7 @@ class AttributionChart(pg.PlotWidget):
     def set_attribution(self, attribution, token_label: str) -> None:
         self.attribution, self.token_label = attribution, token_label
         self.plot_item.clear()
+        self.plot_item.getAxis("left").setTicks(None)  # the values' own ticks again (clear_chart hid them)
         self.labels = [_component_label(c, l, h) for c, l, h, _ in attribution.rows()]
         values = attribution.contributions
         x = np.arange(len(values))
@@ -145,8 +146,13 @@ class AttributionChart(pg.PlotWidget):
         self.plot_item.getAxis("bottom").setTicks([[(i, s) for i, s in enumerate(self.labels) if i % every == 0]])
 
     def clear_chart(self, message: str = "") -> None:
+        """No bars, and no axis of the last ones: their component labels and range (another model's) go."""
         self.attribution, self.labels = None, []
         self.plot_item.clear()
+        for side in ("bottom", "left"):  # no numbers on an empty chart either
+            self.plot_item.getAxis(side).setTicks([[]])
+        self.plot_item.getViewBox().setLimits(xMin=None, xMax=None)
+        self.plot_item.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
         self.plot_item.setTitle(message, color=plot_foreground())
 
     # export (ExportBar's view protocol)

@@ -31,7 +31,9 @@ class InterventionStrip(QFrame):
         super().__init__(parent)
         self.state = state
         self.setObjectName("interventionStrip")
-        self.setStyleSheet("#interventionStrip { background: #fff4d6; border-bottom: 1px solid #e0c070; }")
+        # dark text on the pale yellow whatever the palette (a dark desktop's white text was unreadable on it)
+        self.setStyleSheet("#interventionStrip { background: #fff4d6; border-bottom: 1px solid #e0c070; }"
+                           "#interventionStrip QLabel, #interventionStrip QToolButton { color: #222; }")
         self.row = QHBoxLayout(self)
         self.row.setContentsMargins(6, 2, 6, 2)
         self.chips: list[QWidget] = []

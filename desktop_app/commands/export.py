@@ -5,9 +5,14 @@ from __future__ import annotations
 import sys
 
 from . import MODEL_HELP
+from .args import OVERWRITE_HELP
 
 HF_TYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
+
+# a GGUF is one file (the file rule); an HF folder is replaced only when it is one the app wrote
+EXPORT_OVERWRITE_HELP = (OVERWRITE_HELP + "; --format hf: an existing folder is replaced only when the app wrote it "
+                         "(a folder holding anything else is refused and kept)")
 
 def add_parser(sub) -> None:
     p = sub.add_parser("export", help="write a model as a Hugging Face folder or a GGUF file")
@@ -19,7 +24,7 @@ def add_parser(sub) -> None:
     p.add_argument("--type", choices=("f32", "f16", "bf16", "q8_0"), default=None,
                    help="the weights' type: gguf default f16 (vectors stay f32; q8_0 quantizes the matrices), hf "
                         "default the model's own dtype (q8_0 is GGUF only)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output the app wrote")
+    p.add_argument("--overwrite", action="store_true", help=EXPORT_OVERWRITE_HELP)
     p.set_defaults(func=run)
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from desktop_app.cli import EXIT_INPUT, build_parser, main
 from desktop_app.commands.args import OVERWRITE_HELP
+from desktop_app.commands.export import EXPORT_OVERWRITE_HELP
 from desktop_app.core.checkpoints import new_model, save_model_folder
 from desktop_app.core.config import ModelConfig
 from desktop_app.core.tokenizer import char_tokenizer
@@ -105,10 +106,11 @@ def test_every_command_writing_a_file_documents_the_rule():
     sub = next(a for a in build_parser()._actions if hasattr(a, "choices") and isinstance(a.choices, dict))
     writers = {name for name, p in sub.choices.items()
                if any(o in ("--out", "--csv") for a in p._actions for o in a.option_strings)} - {"train"}
-    assert writers == {"trace", "render", "lipschitz", "dynamics", "attribute", "patch", "features", "scrub"}
+    assert writers == {"trace", "render", "lipschitz", "dynamics", "attribute", "patch", "features", "scrub", "graph",
+                       "export"}
     for name in writers:
         helps = [a.help for a in sub.choices[name]._actions if "--overwrite" in a.option_strings]
-        assert helps == [OVERWRITE_HELP], name
+        assert helps == [EXPORT_OVERWRITE_HELP if name == "export" else OVERWRITE_HELP], name
         assert "--overwrite" in sub.choices[name].format_help()
 
 

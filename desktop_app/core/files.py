@@ -141,6 +141,16 @@ def _entries(folder: Path) -> set[str]:
     return {p.name for p in Path(folder).iterdir()}
 
 
+def write_files(folder: Path, files: dict[str, bytes | str] | None) -> None:
+    """Write each named file (bytes as they are, text as UTF-8) into `folder` (a fresh folder being filled:
+    atomic_write_dir's temporary one), e.g. a run's state beside the weights it saves."""
+    for name, data in (files or {}).items():
+        if isinstance(data, bytes):
+            (folder / name).write_bytes(data)
+        else:
+            (folder / name).write_text(data, encoding="utf-8")
+
+
 def atomic_write_dir(path: Path, fill: Callable[[Path], None]) -> None:
     """Build a folder in a temporary sibling, then swap it in place of `path`.
 

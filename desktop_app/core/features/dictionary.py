@@ -491,7 +491,7 @@ def save_dictionary(d: SparseDictionary, folder: str | Path, cfg: dict | None = 
     `extra_files` (name -> text or bytes, e.g. training metrics and a resumable training state)."""
     from safetensors.torch import save_file
 
-    from ..files import atomic_write_dir
+    from ..files import atomic_write_dir, write_files
 
     tensors = {"W_enc": d.W_enc, "W_dec": d.W_dec, "b_dec": d.b_dec}
     if d.architecture == "gated":  # SAELens' names
@@ -508,10 +508,6 @@ def save_dictionary(d: SparseDictionary, folder: str | Path, cfg: dict | None = 
     def fill(tmp: Path) -> None:
         save_file(tensors, str(tmp / WEIGHTS_FILE))
         (tmp / CFG_FILE).write_text(json.dumps(cfg, indent=2), encoding="utf-8")
-        for name, data in (extra_files or {}).items():
-            if isinstance(data, bytes):
-                (tmp / name).write_bytes(data)
-            else:
-                (tmp / name).write_text(data, encoding="utf-8")
+        write_files(tmp, extra_files)
 
     atomic_write_dir(Path(folder), fill)

@@ -329,7 +329,7 @@ def save_transcoders(folder: str | Path, encoders: list[dict[str, torch.Tensor]]
     import yaml
     from safetensors.torch import save_file
 
-    from ..files import atomic_write_dir
+    from ..files import atomic_write_dir, write_files
 
     def fill(tmp: Path) -> None:
         cfg = {"model_kind": "cross_layer_transcoder" if cross_layer else "transcoder_set",
@@ -339,11 +339,7 @@ def save_transcoders(folder: str | Path, encoders: list[dict[str, torch.Tensor]]
         if not cross_layer:
             cfg["transcoders"] = [f"layer_{layer}.safetensors" for layer in range(len(encoders))]
         (tmp / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-        for name, data in (extra_files or {}).items():
-            if isinstance(data, bytes):
-                (tmp / name).write_bytes(data)
-            else:
-                (tmp / name).write_text(data, encoding="utf-8")
+        write_files(tmp, extra_files)
 
     atomic_write_dir(Path(folder), fill)
 

@@ -110,7 +110,7 @@ def test_bad_folders_are_refused_in_one_line_naming_the_file(tmp_path):
     root = stripes_folder(tmp_path / "broken", n=3)
     (root / "vertical" / "001.png").write_bytes(b"not a png at all")
     assert refused({"image_folder": str(root)}) == (f"{root / 'vertical' / '001.png'}: not an image Qt can decode "
-                                                    "(PNG, JPEG, BMP, ...)")
+                                                    "(PNG, JPEG, BMP, ...): Unsupported image format")  # Qt's own reason after it
     root = stripes_folder(tmp_path / "mixed", n=3)
     write_png(root / "vertical" / "002.png", stripes(False, np.random.default_rng(0), size=12))
     assert refused({"image_folder": str(root)}) == (

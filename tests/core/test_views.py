@@ -87,7 +87,7 @@ def test_layers_views(trace):
     comp = find_view(lv.VIEWS, "component-norms").compute(data, state)
     assert comp.col_labels == ["head 0", "head 1", "MLP"]
     assert export_name(lv.VIEWS, state, depth_name="L1") == "cosine-L1"
-    assert views_using(lv.VIEWS, "depth") == ("pca", "cosine", "routing")  # routing: the block at that depth
+    assert views_using(lv.VIEWS, "depth") == ("pca", "cosine", "routing", "expert-norms")  # the block at that depth
 
 
 def test_view_states_round_trip_as_plain_dicts_and_tolerate_other_versions():

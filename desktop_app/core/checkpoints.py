@@ -357,6 +357,17 @@ def resident_fits(cfg: ModelConfig, width: int, device) -> bool:
     return True
 
 
+def _read_tensor(handles: dict, f: Path, name: str) -> torch.Tensor:
+    """Tensor `name` of safetensors file `f`, opening it once into `handles`; a corrupt or truncated file is a
+    ModelLoadError naming it."""
+    try:
+        if f not in handles:
+            handles[f] = safe_open(str(f), framework="pt")
+        return handles[f].get_tensor(name)
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise ModelLoadError(f, f"cannot read tensor {name!r}: corrupt or truncated ({exc})") from exc
+
+
 def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
                       dtype: str | torch.dtype | None = None, for_training: bool = False,
                       streamed: bool | None = None) -> LoadedModel:
@@ -398,14 +409,8 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     used: list[str] = []
 
     def get(name: str) -> torch.Tensor:
-        f = files[name]
         used.append(name)
-        try:
-            if f not in handles:
-                handles[f] = safe_open(str(f), framework="pt")
-            return handles[f].get_tensor(name)
-        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-            raise ModelLoadError(f, f"cannot read tensor {name!r}: corrupt or truncated ({exc})") from exc
+        return _read_tensor(handles, files[name], name)
 
     def check_shapes(meta_model: Transformer) -> None:
         _check_shapes(meta_model, files)
@@ -417,13 +422,7 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
         own: dict[Path, object] = {}
 
         def block_get(name: str) -> torch.Tensor:
-            f = files[name]
-            try:
-                if f not in own:
-                    own[f] = safe_open(str(f), framework="pt")
-                return own[f].get_tensor(name)
-            except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-                raise ModelLoadError(f, f"cannot read tensor {name!r}: corrupt or truncated ({exc})") from exc
+            return _read_tensor(own, files[name], name)
         return block_get, own.clear
 
     model, cfg, stored_dtype, dtype_reason = assemble_model(

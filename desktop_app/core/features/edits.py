@@ -23,6 +23,7 @@ the write point (e.g. the MLP's row of direct_logit_attribution for a dictionary
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,6 +32,7 @@ import torch
 
 from ..interventions import (Intervention, check_additive, check_position_and_token, direct_logit_function,
                              traced_forward)
+from ..streamed import holding
 from .activations import Attached, own_edits, read_point
 
 FEATURE_HOWS = ("zero", "clamp", "scale", "add")
@@ -218,9 +220,11 @@ def feature_attribution(loaded, ids: Sequence[int], attached: Attached, position
         skip_piece = d.skip(x_in)  # zeros without a skip connection
         recon = d.decode(acts, how, x_in=x_in)
         error_piece = target - recon
-    contributions = direct(pieces) if len(active) else np.zeros(0)
+    # z pieces go through the layer's W_O: a model read layer by layer (core/streamed.py) holds that block meanwhile
+    with holding(model, attached.write.layer) if attached.write.heads else nullcontext():
+        contributions = direct(pieces) if len(active) else np.zeros(0)
+        bias, skip, error, total = (float(direct(c)[0]) for c in (bias_piece, skip_piece, error_piece, target))
     order = np.argsort(-np.abs(contributions), kind="stable")
     return FeatureAttribution(position, token_id, d.hook, active.cpu().numpy()[order],
                               acts[0, active].cpu().numpy()[order].astype(np.float64), contributions[order],
-                              float(direct(bias_piece)[0]), float(direct(skip_piece)[0]),
-                              float(direct(error_piece)[0]), float(direct(target)[0]))
+                              bias, skip, error, total)

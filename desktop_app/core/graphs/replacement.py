@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from ..model import OffsetRMSNorm, RMSNorm, token_embedding
+from ..streamed import holding
 from .transcoders import Transcoders
 
 
@@ -163,8 +164,9 @@ def _run(model, frozen: Frozen, norms: _Norms, tokens: torch.Tensor, mlp) -> tor
                 frozen.clipped[l] = _clipped_values(attn, h)
             return frozen_attention(attn, h, frozen.patterns[l], frozen.clipped[l])
         run = {"attn": attention, "cross_attn": lambda h, l=l: frozen.cross[l]}
-        x = block.compose(x, run, norm=lambda name, block=block: norms(getattr(block, name)),
-                          replace={"mlp": lambda h, stream, l=l: mlp(l, h, stream)})
+        with holding(model, l):  # a model read layer by layer (core/streamed.py): compose is not its forward
+            x = block.compose(x, run, norm=lambda name, block=block: norms(getattr(block, name)),
+                              replace={"mlp": lambda h, stream, l=l: mlp(l, h, stream)})
     return x if final_norm is None else norms(final_norm)(x)
 
 

@@ -1,0 +1,119 @@
+"""Feature edits, dictionary attribution and What if on a model read layer by layer (core/streamed.py) give
+what they give on the same model loaded whole: every weight they read outside a block's forward is read
+through `holding`, and every block is let go afterwards."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+transformers = pytest.importorskip("transformers")
+import torch  # noqa: E402
+
+from desktop_app.app import features as app_features  # noqa: E402
+from desktop_app.app import whatif  # noqa: E402
+from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
+from desktop_app.core.features import FeatureOp, SparseDictionary, attach, feature_edit  # noqa: E402
+from desktop_app.core.streamed import streamed_of  # noqa: E402
+from desktop_app.core.tokenizer import char_tokenizer  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+HIDDEN, HEADS, LAYERS = 64, 4, 3
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """(the tiny LLaMA loaded whole, the same folder read layer by layer)"""
+    folder = tmp_path_factory.mktemp("streamed-features") / "llama"
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=128, hidden_size=HIDDEN, intermediate_size=96, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=256)).save_pretrained(folder)
+    char_tokenizer("abcdefghijklmnopqrstuvwxyz .,").save(folder / "tokenizer.json")  # for a dashboard's text file
+    whole, streamed = load_model_folder(folder), load_model_folder(folder, streamed=True)
+    assert streamed_of(streamed.model) is not None and streamed_of(whole.model) is None
+    return whole, streamed
+
+
+def dictionary(hook: str, seed: int = 0) -> SparseDictionary:
+    g = torch.Generator().manual_seed(seed)
+    return SparseDictionary(torch.randn(HIDDEN, 48, generator=g) * 0.3, torch.randn(48, generator=g) * 0.1,
+                            torch.randn(48, HIDDEN, generator=g) * 0.3, torch.randn(HIDDEN, generator=g) * 0.1, hook=hook)
+
+
+IDS = [5, 17, 3, 99, 42, 8, 61, 23, 7, 11]
+HOOKS = ["blocks.1.attn.hook_z", "blocks.1.hook_mlp_out", "blocks.2.hook_resid_post"]
+
+
+def let_go(loaded) -> bool:
+    return not streamed_of(loaded.model).resident
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_feature_attribution_on_a_streamed_model_is_the_whole_models(pair, hook):
+    whole, streamed = pair
+    att = attach(dictionary(hook), whole.config)
+    a, b = (app_features.attribute_next_token(m, IDS, att) for m in (whole, streamed))
+    assert a[1] == b[1]  # the same top token
+    fa, fb = a[0], b[0]
+    assert len(fa.features) > 0
+    assert np.array_equal(fa.features, fb.features) and np.array_equal(fa.contributions, fb.contributions)
+    assert (fa.bias, fa.skip, fa.error, fa.direct) == (fb.bias, fb.skip, fb.error, fb.direct)
+    assert let_go(streamed)
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_feature_edits_lens_and_dashboard_on_a_streamed_model_are_the_whole_models(pair, hook, tmp_path):
+    whole, streamed = pair
+    att = attach(dictionary(hook, seed=1), whole.config)
+    run = app_features.features_on(whole, IDS, [att])[0]
+    top = int(run.acts[-1].argmax())
+    edits = [feature_edit(att, [FeatureOp(top, "zero"), FeatureOp((top + 1) % 48, "add", 2.0)])]
+    with torch.no_grad():
+        la, lb = (m.model(torch.tensor([IDS]), interventions=edits).logits for m in (whole, streamed))
+        plain = whole.model(torch.tensor([IDS])).logits
+    assert not torch.equal(la, plain)  # the edit does something
+    assert torch.equal(la, lb)
+    # the lens on the edited model, What if's attribution and patching with the edit in place
+    (ra, _), = app_features.lens_on(whole, IDS, [att], edits)
+    (rb, _), = app_features.lens_on(streamed, IDS, [att], edits)
+    assert torch.equal(ra.acts, rb.acts)
+    (da, ta), (db, tb) = (whatif.attribute_ids(m, IDS, -1, None, edits) for m in (whole, streamed))
+    assert ta == tb and da.components == db.components
+    assert np.array_equal(np.asarray(da.contributions), np.asarray(db.contributions))
+    corrupted = IDS[:3] + [1] + IDS[4:]
+    pa, pb = (whatif.patch_ids(m, IDS, corrupted, ta, interventions=edits) for m in (whole, streamed))
+    assert pa.clean_metric == pb.clean_metric and pa.corrupted_metric == pb.corrupted_metric
+    assert np.array_equal(pa.resid, pb.resid) and np.array_equal(pa.heads, pb.heads)
+    # a feature's dashboard over a file and its decoder's tokens
+    text = tmp_path / "t.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 3)
+    ca, cb = (app_features.dashboard(m, att, text, top, top=5, window=4) for m in (whole, streamed))
+    assert ca.active_tokens > 0 and ca.rows == cb.rows
+    assert app_features.decoder_tokens(whole, att, top) == app_features.decoder_tokens(streamed, att, top)
+    assert let_go(streamed)
+
+
+def test_what_if_steering_on_a_streamed_model_is_the_whole_models(pair):
+    whole, streamed = pair
+    (sa, na), (sb, nb) = (whatif.steering_edit(m, "a calm day", "a dark storm", 1, 3.0) for m in (whole, streamed))
+    assert na == nb
+    assert whatif.top_token(whole, IDS, -1, [sa]) == whatif.top_token(streamed, IDS, -1, [sb])
+    assert let_go(streamed)
+
+
+def test_an_attribution_graph_on_a_streamed_model_is_the_whole_models(pair, tmp_path):
+    """The local replacement model drives each block's sublayers outside its forward (Block.compose)."""
+    from desktop_app.core.graphs import attribute, build_context, load_transcoders
+    from desktop_app.core.graphs.attribution import salient_targets
+    from desktop_app.core.graphs.transcoders import random_transcoders
+
+    whole, streamed = pair
+    random_transcoders(tmp_path / "tc", LAYERS, HIDDEN, 32, seed=3)
+    graphs = []
+    for m in (whole, streamed):
+        ctx = build_context(m.model, IDS, load_transcoders(tmp_path / "tc"))
+        graphs.append(attribute(ctx, salient_targets(m.model, ctx.frozen.logits[-1], 3, 0.95, str), batch_size=16))
+    a, b = graphs
+    assert a.active_features.shape[0] > 5
+    assert torch.equal(a.active_features, b.active_features) and torch.equal(a.adjacency, b.adjacency)
+    assert let_go(streamed)

@@ -111,7 +111,7 @@ def _write_metadata(w, cfg, arch, name: str, kind: str) -> None:
         w.add_float32(f"{a}.rope.scaling.factor", float(cfg.rope_scaling["factor"]))
     if cfg.sliding_window is not None and arch.fields is not None:
         w.add_uint32(f"{a}.attention.sliding_window", cfg.sliding_window)
-    if cfg.num_experts:  # Qwen2-MoE, Qwen3-MoE (gguf_file._moe_fields reads them back)
+    if cfg.num_experts:  # Qwen2-MoE, Qwen3-MoE, Mixtral (gguf_file._moe_fields, _mixtral_fields read them back)
         w.add_uint32(f"{a}.expert_count", cfg.num_experts)
         w.add_uint32(f"{a}.expert_used_count", cfg.experts_per_token)
         w.add_uint32(f"{a}.expert_feed_forward_length", cfg.d_ff)

@@ -50,6 +50,7 @@ class Arch:
     # the family's further config.json fields from the metadata (meta(key, default) reads "{arch}.key")
     fields: Callable[[Callable[..., Any]], dict] | None = None
     name_hint: str = ""  # this entry only when general.name contains it (llama.cpp writes Mistral as llama)
+    moe: bool = False  # this entry only for files with (without) {arch}.expert_count (llama.cpp writes Mixtral as llama)
 
 
 def _gemma3_fields(meta: Callable[..., Any]) -> dict:
@@ -80,9 +81,16 @@ def _moe_fields(norm_topk_prob: bool) -> Callable[[Callable[..., Any]], dict]:
     return fields
 
 
+def _mixtral_fields(meta: Callable[..., Any]) -> dict:
+    # llama.cpp's convert (MixtralModel is its LlamaModel) writes the experts' count and how many each token
+    # uses; their width is feed_forward_length, the router's probabilities renormalised over the chosen
+    return {"num_local_experts": meta("expert_count"), "num_experts_per_tok": meta("expert_used_count")}
+
+
 # The mapping table, one line per architecture; an entry counts only where its family is registered.
 # (Phi-3's fused attn_qkv / ffn_up map to its own qkv_proj / gate_up_proj through gguf's TensorNameMap.)
 ALL_ARCHS = (
+    Arch("llama", "mixtral", permuted_qk=True, fields=_mixtral_fields, moe=True),
     Arch("llama", "mistral", permuted_qk=True, name_hint="mistral"),
     Arch("llama", "llama", permuted_qk=True),
     Arch("qwen2", "qwen2"),
@@ -90,8 +98,8 @@ ALL_ARCHS = (
     Arch("gemma2", "gemma2", norm_shift=1.0, fields=_gemma2_fields),
     Arch("gemma3", "gemma3_text", norm_shift=1.0, fields=_gemma3_fields),
     Arch("phi3", "phi3"),
-    Arch("qwen2moe", "qwen2_moe", fields=_moe_fields(False)),
-    Arch("qwen3moe", "qwen3_moe", fields=_moe_fields(True)),
+    Arch("qwen2moe", "qwen2_moe", fields=_moe_fields(False), moe=True),
+    Arch("qwen3moe", "qwen3_moe", fields=_moe_fields(True), moe=True),
 )
 # one expert's tensor inside llama.cpp's stacked [experts, ...] one: "blk.0.ffn_up_exps.weight@3"
 EXPERT_AT = "@"
@@ -207,7 +215,8 @@ class GGUFFile:
         if self.arch_name is None:
             raise ModelLoadError(path, "no general.architecture in its metadata: cannot tell which model this is")
         model_name = str(self.meta("general.name", "") or "")
-        candidates = [a for a in ARCHS if a.gguf == self.arch_name
+        moe = bool(self.meta(f"{self.arch_name}.expert_count", 0))
+        candidates = [a for a in ARCHS if a.gguf == self.arch_name and a.moe == moe
                       and (not a.name_hint or a.name_hint in model_name.lower())]
         if not candidates:
             known = sorted({a.gguf for a in ARCHS})

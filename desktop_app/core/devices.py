@@ -94,13 +94,41 @@ def cuda_memory_cap(device: torch.device | str = "cuda") -> int | None:
 
 # a container's memory limit and use (cgroup v2, then v1): the kernel kills a process that passes the limit,
 # however much MemAvailable the machine reports
+PROC_CGROUP, CGROUP_MOUNT = "/proc/self/cgroup", "/sys/fs/cgroup"
 CGROUP_MEMORY = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
                  ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
 
 
+def cgroup_memory_files() -> list[tuple[str, str]]:
+    """(limit file, usage file) of this process's own memory cgroup and each of its ancestors (from
+    /proc/self/cgroup: a process put in a cgroup of its own, e.g. `systemd-run --scope -p MemoryMax=8G`,
+    sits below the mount's root), then the mount's root (CGROUP_MEMORY: a container's own)."""
+    own: list[tuple[str, str]] = []
+    try:
+        with open(PROC_CGROUP, encoding="ascii") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "-", "")
+        if controllers == "":
+            root, limit, used = CGROUP_MOUNT, "memory.max", "memory.current"  # v2
+        elif "memory" in controllers.split(","):
+            root, limit, used = CGROUP_MOUNT + "/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"  # v1
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts), 0, -1):
+            folder = "/".join([root, *parts[:depth]])
+            own.append((f"{folder}/{limit}", f"{folder}/{used}"))
+    return own + list(CGROUP_MEMORY)
+
+
 def cgroup_memory_left() -> int | None:
-    """Bytes this process's memory cgroup still allows (its limit less its use); None without a limit."""
-    for limit_file, used_file in CGROUP_MEMORY:
+    """Bytes this process's memory cgroups still allow: the least over its own and its ancestors' (each
+    one's limit less its use); None without a limit."""
+    left = None
+    for limit_file, used_file in cgroup_memory_files():
         try:
             with open(limit_file, encoding="ascii") as f:
                 limit = f.read().strip()
@@ -109,9 +137,9 @@ def cgroup_memory_left() -> int | None:
         except (OSError, ValueError):
             continue
         if limit == "max" or not limit.isdigit() or int(limit) >= 2**60:  # v1's "no limit" is a huge number
-            return None
-        return max(int(limit) - used, 0)
-    return None
+            continue
+        left = max(int(limit) - used, 0) if left is None else min(left, max(int(limit) - used, 0))
+    return left
 
 
 def available_memory(device: torch.device | str = "cpu") -> int | None:

@@ -127,6 +127,54 @@ def make_checkpoint(shape: str, folder: Path, seed: int = 0, device: str = "cpu"
     return count, built_on
 
 
+def write_checkpoint_by_tensor(shape: str, folder: Path, seed: int = 0, shard_gib: float = 2.0) -> int:
+    """The random bfloat16 checkpoint of `shape` written tensor by tensor into safetensors shards of about
+    `shard_gib` GiB (+ model.safetensors.index.json), as transformers' save_pretrained lays a sharded
+    folder out: at most one shard in memory, so an 8B shape (16 GB) is made on a machine that cannot hold
+    it. The names and shapes come from transformers' model built on the meta device; the values follow
+    its init for these shapes (normal(0, initializer_range) for matrices and embeddings, ones for the
+    norms' gains, zeros for biases). Returns the parameter count."""
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+
+    config = shape_config(shape)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    params = [(n, tuple(p.shape)) for n, p in model.named_parameters(remove_duplicate=True)]
+    limit, shards, current, size = int(shard_gib * 2**30), [], [], 0
+    for name, shape_ in params:
+        nbytes = 2 * int(torch.Size(shape_).numel())
+        if current and size + nbytes > limit:
+            shards.append(current)
+            current, size = [], 0
+        current.append((name, shape_))
+        size += nbytes
+    shards.append(current)
+    folder.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(folder)
+    generator = torch.Generator().manual_seed(seed)
+    weight_map, total = {}, 0
+    for i, shard in enumerate(shards):
+        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        tensors = {}
+        for name, shape_ in shard:
+            if name.endswith(".bias"):
+                t = torch.zeros(shape_, dtype=torch.bfloat16)
+            elif len(shape_) == 1:  # a norm's gain
+                t = torch.ones(shape_, dtype=torch.bfloat16)
+            else:
+                t = torch.empty(shape_, dtype=torch.bfloat16).normal_(0.0, config.initializer_range, generator=generator)
+            tensors[name] = t
+            weight_map[name] = file
+            total += t.numel() * 2
+        save_file(tensors, str(folder / file), metadata={"format": "pt"})
+        del tensors
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    return sum(torch.Size(s).numel() for _, s in params)
+
+
 # -- the two processes --------------------------------------------------------------------------
 
 

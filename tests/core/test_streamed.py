@@ -124,6 +124,39 @@ def test_a_model_larger_than_the_free_memory_opens_streamed(tiny, monkeypatch):
         load_model_folder(absurd)
 
 
+def test_under_a_cards_memory_cap_a_cuda_load_is_decided_streamed(tiny, monkeypatch):
+    """The CUDA path up to the card (no device here): under a per-process cap on the card
+    (set_per_process_memory_fraction, as `bench scale --memory-cap-gb` sets it) smaller than the weights, the
+    whole model is refused on "cuda" and the layer-by-layer load is chosen; below the embeddings and two
+    layers, neither. (Each block then goes to the card only while it computes: block_device, tested above
+    with the blocks placed on a second device name.)"""
+    from types import SimpleNamespace
+
+    from desktop_app.core.checkpoints import _stream_fits, read_config
+    from desktop_app.core.devices import MemoryEstimateError, check_memory
+
+    weights = sum(f.stat().st_size for f in tiny.glob("*.safetensors"))
+    total = 80 * 2**30
+
+    def card(cap: int) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (total, total))
+        monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device=None: cap / total)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(total_memory=total))
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
+
+    cfg = read_config(tiny)
+    card(weights * 4 // 5)
+    assert devices.available_memory("cuda:0") == weights * 4 // 5
+    with pytest.raises(MemoryEstimateError):
+        check_memory(cfg.parameter_estimate() * 4, "the model it describes", "for its weights", "cuda")
+    assert _stream_fits(cfg, tiny, 4, "cuda", for_training=False)
+    assert not _stream_fits(cfg, tiny, 4, "cuda", for_training=True)
+    card(1000)  # not even the embeddings
+    assert not _stream_fits(cfg, tiny, 4, "cuda", for_training=False)
+
+
 def test_a_damaged_block_is_named_when_it_is_read(tmp_path):
     from safetensors.torch import load_file, save_file
 

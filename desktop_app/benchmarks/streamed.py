@@ -64,19 +64,13 @@ def child(folder: str, tokens: int, new: int, dtype: str, cap_gib: float | None,
 
 
 def _own_cgroup() -> tuple[Path, str] | None:
-    """A folder under which this process may make a memory cgroup, and the limit file's name there:
-    cgroup v2 with the memory controller, else v1's memory hierarchy; None when neither is writable."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        for root, limit in (("/sys/fs/cgroup", "memory.max"), ("/sys/fs/cgroup/unified", "memory.max")):
-            if controllers == "" and "memory" in _read(Path(root) / "cgroup.controllers").split():
-                return Path(root + path), limit
-        if "memory" in controllers.split(","):
-            return Path("/sys/fs/cgroup/memory" + path), "memory.limit_in_bytes"
+    """This process's own memory cgroup (the deepest of core.devices.cgroup_memory_files that has one) and
+    its limit file's name: under it a cgroup of the bench's is made; None when there is none."""
+    from ..core.devices import cgroup_memory_files
+
+    for limit, _ in cgroup_memory_files():
+        if Path(limit).is_file():
+            return Path(limit).parent, Path(limit).name
     return None
 
 

@@ -117,3 +117,24 @@ def test_an_attribution_graph_on_a_streamed_model_is_the_whole_models(pair, tmp_
     assert a.active_features.shape[0] > 5
     assert torch.equal(a.active_features, b.active_features) and torch.equal(a.adjacency, b.adjacency)
     assert let_go(streamed)
+
+
+def test_what_if_forced_routing_on_a_streamed_mixtral_is_the_whole_models(tmp_path):
+    torch.manual_seed(0)
+    transformers.MixtralForCausalLM(transformers.MixtralConfig(
+        vocab_size=128, hidden_size=HIDDEN, intermediate_size=96, num_hidden_layers=2, num_attention_heads=HEADS,
+        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+        max_position_embeddings=64)).save_pretrained(tmp_path)
+    whole, streamed = load_model_folder(tmp_path), load_model_folder(tmp_path, streamed=True)
+    results = []
+    for m in (whole, streamed):
+        forced = whatif.forced_routing(m.config, 1, 3, "0,2")
+        attribution, token = whatif.attribute_ids(m, IDS, -1, None, [forced])
+        with torch.no_grad():
+            logits = m.model(torch.tensor([IDS]), interventions=[forced]).logits
+        results.append((token, np.asarray(attribution.contributions), logits))
+    (ta, ca, la), (tb, cb, lb) = results
+    with torch.no_grad():
+        assert not torch.equal(la, whole.model(torch.tensor([IDS])).logits)  # the routing forced changes them
+    assert ta == tb and np.array_equal(ca, cb) and torch.equal(la, lb)
+    assert let_go(streamed)

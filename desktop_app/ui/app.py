@@ -63,15 +63,18 @@ def import_torch() -> None:
     `import PySide6.QtWidgets, torch` costs that much more than `import torch, PySide6.QtWidgets`). torch
     calls no Qt, so its modules need no feature registration; the splash is on screen meanwhile.
 
-    What the imports made (torch's and Qt's ~170,000 objects) lives as long as the process, so no garbage
+    What the imports made (torch's and Qt's ~250,000 objects) lives as long as the process, so no garbage
     collection runs while torch imports (three full ones did, 0.1-0.6 s each at load 13, walking every object
     made so far), and those objects are then frozen (gc.freeze): no later full collection walks them
-    (UIThreadGarbageCollector's run on the UI thread)."""
+    (UIThreadGarbageCollector's run on the UI thread). Nothing done where torch is imported already (a
+    test's process: freezing would keep its garbage for good)."""
     import builtins
     import gc
 
     from . import PYTHON_IMPORT
 
+    if "torch" in sys.modules:
+        return
     hooked = builtins.__import__
     builtins.__import__ = PYTHON_IMPORT
     collecting = gc.isenabled()

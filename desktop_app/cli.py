@@ -40,22 +40,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    """The command's arguments. Building its parser imports the command's modules (torch with most): in a
-    fresh process what they make lives as long as the process, so no garbage collection runs meanwhile (a
-    full one walks every object made so far: three while torch imports, 0.1-0.6 s each on a busy machine)
-    and it is then frozen (gc.freeze), out of every later collection's way. Not where torch is imported
-    already (a caller's process, e.g. a test's: freezing would keep its garbage for good)."""
-    import gc
+    """The command's arguments. Building its parser imports the command's modules (torch with most): with
+    garbage collection off, what they made then frozen (imports.kept_for_good)."""
+    from .imports import kept_for_good
 
-    fresh = "torch" not in sys.modules and gc.isenabled()
-    if fresh:
-        gc.disable()
-    try:
+    with kept_for_good():
         parser = build_parser(only=argv[0] if argv else None)
-    finally:
-        if fresh:
-            gc.freeze()
-            gc.enable()
     return parser.parse_args(argv)
 
 

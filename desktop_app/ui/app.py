@@ -63,29 +63,22 @@ def import_torch() -> None:
     `import PySide6.QtWidgets, torch` costs that much more than `import torch, PySide6.QtWidgets`). torch
     calls no Qt, so its modules need no feature registration; the splash is on screen meanwhile.
 
-    What the imports made (torch's and Qt's ~250,000 objects) lives as long as the process, so no garbage
-    collection runs while torch imports (three full ones did, 0.1-0.6 s each at load 13, walking every object
-    made so far), and those objects are then frozen (gc.freeze): no later full collection walks them
-    (UIThreadGarbageCollector's run on the UI thread). Nothing done where torch is imported already (a
-    test's process: freezing would keep its garbage for good)."""
+    Also with garbage collection off and what the imports made frozen (imports.kept_for_good). Nothing
+    done where torch is imported already (a test's process)."""
     import builtins
-    import gc
 
+    from ..imports import kept_for_good
     from . import PYTHON_IMPORT
 
     if "torch" in sys.modules:
         return
     hooked = builtins.__import__
     builtins.__import__ = PYTHON_IMPORT
-    collecting = gc.isenabled()
-    gc.disable()
     try:
-        import torch  # noqa: F401
+        with kept_for_good():
+            import torch  # noqa: F401
     finally:
         builtins.__import__ = hooked
-        gc.freeze()
-        if collecting:
-            gc.enable()
 
 
 def leave_a_core_for_the_ui() -> None:

@@ -39,9 +39,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command's arguments. Building its parser imports the command's modules (torch with most): with
+    garbage collection off, what they made then frozen (imports.kept_for_good)."""
+    from .imports import kept_for_good
+
+    with kept_for_good():
+        parser = build_parser(only=argv[0] if argv else None)
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(only=argv[0] if argv else None).parse_args(argv)
+    args = parse_args(argv)
     if args.command not in ("bench", "families"):  # a benchmark sets its own threads; families runs no model
         from .threads import fit_torch_threads
 

@@ -1,5 +1,9 @@
 """Qt user interface (PySide6 + pyqtgraph)."""
+import builtins
 import sys
+
+# Python's own import function, kept before PySide6 replaces it with its hook (ui/app.py: import_torch)
+PYTHON_IMPORT = builtins.__import__
 
 if sys.version_info < (3, 12):
     import ctypes

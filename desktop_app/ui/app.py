@@ -55,6 +55,32 @@ def demo_text(max_chars: int = 160) -> str:
     return para or DEFAULT_TEXT
 
 
+def import_torch() -> None:
+    """Import torch (and numpy with it) without PySide6's import hook. Once PySide6 is imported,
+    builtins.__import__ is shiboken's __feature_import__, which reads the whole source of every module
+    imported after it, looking for the word "PySide6" (for its opt-in `from __feature__ import ...`): for
+    torch's ~1,100 modules that was ~0.5 s of CPU, most of start-up beyond the bare imports (bench startup;
+    `import PySide6.QtWidgets, torch` costs that much more than `import torch, PySide6.QtWidgets`). torch
+    calls no Qt, so its modules need no feature registration; the splash is on screen meanwhile.
+
+    Also with garbage collection off and what the imports made frozen (imports.kept_for_good). Nothing
+    done where torch is imported already (a test's process)."""
+    import builtins
+
+    from ..imports import kept_for_good
+    from . import PYTHON_IMPORT
+
+    if "torch" in sys.modules:
+        return
+    hooked = builtins.__import__
+    builtins.__import__ = PYTHON_IMPORT
+    try:
+        with kept_for_good():
+            import torch  # noqa: F401
+    finally:
+        builtins.__import__ = hooked
+
+
 def leave_a_core_for_the_ui() -> None:
     """Run torch's intra-op threads on the cores free now but one, so the UI thread stays responsive while a
     model job runs (on a busy 2-core machine two spinning torch threads made every op ~50x slower;
@@ -327,11 +353,11 @@ def main(argv: list[str] | None = None) -> int:
     app.setDesktopFileName("transformer-explorer")
     app.setWindowIcon(app_icon())
     splash = None if headless else _show_splash(app)  # something on screen while torch loads
+    import_torch()
 
     from .errors import ExceptionHandler
     from .main_window import MainWindow
     from .state import AppState
-
     leave_a_core_for_the_ui()
     from .workers import collect_garbage_on_the_ui_thread
 

@@ -651,10 +651,10 @@ class AppState(QObject):
     def _reattach_dictionaries(self, loaded) -> bool:
         """A new model: the dictionaries that fit it stay attached (checked again), the others are
         dropped with a notice, and their feature edits with them. True when an edit was dropped."""
-        from ..core.features import attach
-
         kept, removed = [], []
         for a in self.dictionaries:
+            from ..core.features import attach  # in the loop: no import at start-up, when none is attached
+
             try:
                 kept.append(attach(a.dictionary, loaded.config) if loaded.config.input_kind != "patches" else None)
             except ValueError as exc:

@@ -374,6 +374,9 @@ def test_gradient_search_increases_the_local_constant():
 def test_fit_exponent_and_student_t():
     assert lip._student_t_quantile(0.975, 10) == pytest.approx(2.2281, abs=1e-4)
     assert lip._student_t_quantile(0.975, 2) == pytest.approx(4.3027, abs=1e-4)
+    # a heavy tail and a near-normal one (tables: scipy.stats.t.ppf)
+    assert lip._student_t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-4)
+    assert lip._student_t_quantile(0.975, 30) == pytest.approx(2.0423, abs=1e-4)
     ns = np.repeat([4, 8, 16, 32], 3)
     rng = np.random.default_rng(0)
     vals = 2.0 * ns ** 0.25 * np.exp(rng.normal(0, 0.02, len(ns)))

@@ -57,17 +57,6 @@ def fused(parts: int | Callable[[ModelConfig], tuple[int, ...]], name: str = "")
                       lambda ts, cfg: torch.cat(ts, 0))
 
 
-def _shared(parts: list[torch.Tensor], cfg: ModelConfig) -> torch.Tensor:
-    if parts[0] is not parts[1] and parts[0].device.type != "meta" and not torch.equal(parts[0], parts[1]):
-        raise ValueError(f"the two norms of a parallel block differ: a {cfg.family} layer has one (input_layernorm)")
-    return parts[0]
-
-
-# one norm -> a parallel block's norm1 and norm2 (Phi, Cohere: one tensor, read twice); written back once,
-# and refused when the two differ
-SHARED_NORM = Conversion("one norm for both", lambda t, cfg: [t, t], _shared)
-
-
 def qkv_sizes(cfg: ModelConfig) -> tuple[int, int, int]:
     """The rows of q, k and v in a fused q|k|v projection (grouped-query attention: k and v are smaller)."""
     return cfg.n_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head

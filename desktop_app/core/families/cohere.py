@@ -1,5 +1,5 @@
 """Cohere (Command R): CohereModel / CohereForCausalLM. Attention and MLP side by side from ONE LayerNorm
-per layer (a weight, no bias; read into both of the parallel block's norms, as Phi's), a SwiGLU MLP,
+per layer (a weight, no bias; the block's shared_input_norm, as Phi's and GPT-J's), a SwiGLU MLP,
 rotary positions that rotate interleaved pairs (dims 2i, 2i+1), logits multiplied by logit_scale, tied
 embeddings; q, k, v and o biases together (attention_bias). Per-head q/k LayerNorms (use_qk_norm,
 Command R+) are refused.
@@ -17,12 +17,12 @@ import torch
 
 from ..config import ModelConfig
 from . import llama_like
-from .base import ANY, SHARED_NORM, Conversion, Family, ModelLoadError, Weight, preset_of, weight
+from .base import ANY, Conversion, Family, ModelLoadError, Weight, preset_of, weight
 
 preset = preset_of(dict(family="cohere", norm="layernorm_nobias", norm_placement="pre", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
-                        parallel_residual=True, final_norm=True, tie_embeddings=True, norm_eps=1e-5,
-                        lm_head_scale=0.0625))
+                        parallel_residual=True, shared_input_norm=True, final_norm=True, tie_embeddings=True,
+                        norm_eps=1e-5, lm_head_scale=0.0625))
 
 HF_DEFAULTS = {"layer_norm_eps": 1e-5, "tie_word_embeddings": True, "max_position_embeddings": 8192,
                "hidden_act": "silu", "attention_bias": False, "use_qk_norm": False, "logit_scale": 0.0625,
@@ -74,19 +74,19 @@ def config_to_hf(cfg: ModelConfig) -> dict:
 
 
 def weights(cfg: ModelConfig) -> list[Weight]:
-    """LLaMA's table with q/k rows reordered and the one norm a layer read into both norms."""
+    """LLaMA's table with q/k rows reordered and the one input norm of a layer."""
     reorder = {"self_attn.q_proj": Q_ROWS, "self_attn.k_proj": K_ROWS}
     table = []
     for w in llama_like.weights(cfg, norms=()):
         proj = next((p for p in reorder if w.theirs.endswith((p + ".weight", p + ".bias"))), None)
         table.append(weight(w.theirs, w.ours, reorder[proj], outside_prefix=w.outside_prefix) if proj else w)
-    table += [weight(f"layers.{i}.input_layernorm.weight", (f"blocks.{i}.norm1.weight", f"blocks.{i}.norm2.weight"),
-                     SHARED_NORM) for i in range(cfg.n_layers)]
+    table += [weight(f"layers.{i}.input_layernorm.weight", f"blocks.{i}.norm1.weight") for i in range(cfg.n_layers)]
     return table
 
 
-# the weight-only LayerNorm, the parallel block, the logit scale; q/k/v/o biases together
+# the weight-only LayerNorm, the parallel block with its one input norm, the logit scale; q/k/v/o biases together
 SWITCHES = {**llama_like.SWITCHES, "norm": ("layernorm_nobias",), "parallel_residual": (True,),
+            "shared_input_norm": (True,),
             "lm_head_scale": ANY, "attention_bias": (True, False), "mlp_bias": (False,)}
 
 

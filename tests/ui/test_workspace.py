@@ -423,17 +423,20 @@ def test_workspace_restores_the_generate_settings(qtbot, model_dirs, tmp_path):
     _type_into(qtbot, gen.beams, "3")
     _type_into(qtbot, gen.seed, "42")
     _type_into(qtbot, gen.run_n, "7")
+    _type_into(qtbot, gen.length_penalty, "1.5")
+    _press(qtbot, gen.early_stopping, Qt.Key.Key_Down, 2)  # false -> true -> never
     w1.show_panel("Model")  # Generate is built later in the new window, with the model open
     path = tmp_path / "generate.json"
     w2 = _save_and_reopen(qtbot, w1, path, TEXT_PANELS)
     assert json.loads(path.read_text(encoding="utf-8"))["views"]["Generate"] == {
         "prompt": "ab ba", "strategy": "beam", "temperature": 0.8, "top_k": 5, "top_p": 0.9, "beams": 3,
-        "seed": 42, "run_n": 7}
+        "seed": 42, "run_n": 7, "length_penalty": 1.5, "early_stopping": "never"}
     w2.show_panel("Generate")
     gen2 = w2.panel("Generate")
     assert gen2.prompt.text() == "ab ba" and gen2.strategy.currentText() == "beam"
     assert (gen2.temperature.value(), gen2.top_k.value(), gen2.top_p.value()) == (80, 5, 90)
     assert (gen2.beams.value(), gen2.seed.value(), gen2.run_n.value()) == (3, 42, 7)
+    assert (gen2.length_penalty.value(), gen2.early_stopping.currentText()) == (1.5, "early stop never")
     assert gen2.settings() == gen.settings() and gen2.top_k_label.text() == "top-k 5"
     assert gen2.session is None  # the settings, not a generation
 

@@ -36,10 +36,11 @@ ROUNDED = {
     # the residual sum residual + attn + mlp (here (mlp + attn) + residual, GPT-NeoX's), and the q.k sum over
     # each head's dims in the reordered (interleaved rotary) order
     "cohere": "parallel sum order, reordered q.k",
-    # one rounding step apart in one sublayer, cause not traced further: Falcon's attention output (its MLP
-    # is bit for bit), Mixtral's mixture of expert outputs (its attention is bit for bit; transformers
-    # index_adds each expert's weighted output in bfloat16, expert by expert)
-    "falcon": "attention output one step apart", "mixtral": "expert mixture one step apart",
+    # MixtralTopKRouter keeps the expert weights in float32 (Qwen-MoE's and OLMoE's round them to the
+    # activations' dtype), so each expert's output x weight is rounded once; core/moe.py rounds the weights first
+    "mixtral": "expert weights rounded before the product",
+    # Falcon's attention output is one rounding step apart (its MLP is bit for bit): cause not traced further
+    "falcon": "attention output one step apart",
 }
 FAMILIES = BIT_FOR_BIT + tuple(ROUNDED)
 RELATIVE = 0.02

@@ -6,9 +6,8 @@ generation session runs it; every hidden state of the prompt's forward and of on
 The tolerance is the existing checks': bit for bit (test_a_bfloat16_prompt_and_step_equal_transformers_default_
 attention_bit_for_bit) where the arithmetic is transformers' op for op, which ten of these families are. The
 others round differently in one sublayer (named below, with the cause where it was found) and are held to the
-logit tolerance of
-test_bfloat16_steps_fuse_their_products_and_keep_transformers_greedy_ids: 0.02 x the largest |value|, for
-every hidden state and the logits (measured: 0.4-0.8% on the logits). `-m slow`: 17 families, ~1 minute.
+logit tolerance of test_bfloat16_steps_fuse_their_products_and_keep_transformers_greedy_ids: 0.02 x the largest
+|value|, for every hidden state and the logits (measured: 0.4-0.8% on the logits). `-m slow`: 17 families, ~1 min.
 """
 from __future__ import annotations
 

@@ -1,10 +1,36 @@
 """What the CLI's `generate` and the Generate panel both decide about a generation, written once.
 
 The generation itself (the history tree, the one beam search, masked filling) is core/generation/;
-here: whether a model can generate at all, which positions an encoder fills, whether the history tree fits
-in memory, and the model's logits as trained beside the edited ones.
+here: the settings from the options both front ends show (the beam search's length penalty and early
+stopping among them), whether a model can generate at all, which positions an encoder fills, whether the
+history tree fits in memory, and the model's logits as trained beside the edited ones.
 """
 from __future__ import annotations
+
+from ..core.numbers import Range
+
+# Beam search's length penalty (transformers' length_penalty): a finished hypothesis scores its log-probability
+# / generated length ** this; > 0 favours longer ones, < 0 shorter. Bounded so that length ** it stays a float
+# at any context length.
+LENGTH_PENALTY = Range(float, -10.0, 10.0)
+# Beam search's early stopping as `generate --early-stopping` and the panel name it -> transformers' modes
+# (core/generation/search.py): stop once `beams` hypotheses have finished (true), once the best running one
+# cannot beat them at its length (false), or at the longest it may become (never).
+EARLY_STOPPING = {"false": False, "true": True, "never": "never"}
+
+
+def generation_settings(strategy: str, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, beams: int = 4,
+                        length_penalty: float = 1.0, early_stopping: str = "false"):
+    """The GenerationSettings of the options as the CLI and the panel take them (early_stopping as a word of
+    EARLY_STOPPING); refused in one line (GenerationError) when out of range."""
+    from ..core.generation import GenerationError, GenerationSettings
+
+    if (problem := LENGTH_PENALTY.problem(length_penalty)):
+        raise GenerationError(f"the length penalty {problem}")
+    if early_stopping not in EARLY_STOPPING:
+        raise GenerationError(f"early stopping must be one of {', '.join(EARLY_STOPPING)}, got {early_stopping!r}")
+    return GenerationSettings(strategy, temperature, top_k, top_p, beams, length_penalty=float(length_penalty),
+                              early_stopping=EARLY_STOPPING[early_stopping])
 
 
 def why_cannot_generate(loaded) -> str | None:

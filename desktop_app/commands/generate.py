@@ -7,7 +7,8 @@ add scale x (mean residual after the layer on one text - that on the other) ther
 An encoder-decoder (T5, BART, Marian) reads the prompt as its source and generates the target:
 `ids` are the target tokens after the decoder's start token (through the end token when it comes),
 `text` their decoding with the target tokenizer (Marian's target.spm). Greedy and beam ids, of every model,
-are transformers' generate's (num_beams = --beams, length_penalty 1, early_stopping false: core/generation/search.py).
+are transformers' generate's (num_beams = --beams, length_penalty = --length-penalty, early_stopping =
+--early-stopping: core/generation/search.py).
 The folder's generation_config.json (or config.json's generation fields) gives the end tokens (every id of
 a list: Llama-3.x-Instruct's <|eot_id|> too) and the constraints generate applies (bad_words_ids,
 forced_eos_token_id, repetition_penalty, ...; core/generation_rules.py); never its sampling settings.
@@ -15,9 +16,10 @@ The JSON names them: `stop_tokens` (the ids in use), `stopped_by` (the one that 
 """
 from __future__ import annotations
 
+from ..app.generation import EARLY_STOPPING, LENGTH_PENALTY
 from ..core.generation import STRATEGIES
 from . import MODEL_HELP, add_dtype_argument, add_special_tokens_argument
-from .args import (DEVICES_HELP, count, device, devices, float_in, layer_or_head, non_negative, positive_int,
+from .args import (DEVICES_HELP, Number, count, device, devices, float_in, layer_or_head, non_negative, positive_int,
                    probability, seed)
 
 
@@ -35,6 +37,13 @@ def add_parser(sub) -> None:
     p.add_argument("--top-k", type=count, default=0, help="0: off (strategy top-k defaults to 40)")
     p.add_argument("--top-p", type=probability, default=1.0, help="1: off (strategy top-p defaults to 0.9)")
     p.add_argument("--beams", type=positive_int, default=4)
+    p.add_argument("--length-penalty", type=Number.of(LENGTH_PENALTY), default=1.0,
+                   help="beam search: a finished sequence scores log p / its length ** this (transformers' "
+                        "length_penalty; > 0 favours longer ones; default 1)")
+    p.add_argument("--early-stopping", choices=tuple(EARLY_STOPPING), default="false",
+                   help="beam search: stop once --beams sequences have ended (true), once the best running one "
+                        "cannot beat them at its length (false, the default) or at the longest it may become "
+                        "(never); transformers' early_stopping")
     p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--stop-ids", help="comma-separated stop token ids (default: the model's end token)")
     p.add_argument("--order", choices=("confident", "left-to-right"), default="confident",
@@ -66,9 +75,9 @@ def run(args) -> int:
     import sys
 
     from . import load_model
-    from ..app.generation import mask_positions, why_cannot_generate
+    from ..app.generation import generation_settings, mask_positions, why_cannot_generate
     from ..core.devices import resolve_device
-    from ..core.generation import GenerationSettings, MaskedFillSession, generate
+    from ..core.generation import MaskedFillSession, generate
     from ..core.inputs import parse_token_ids
     from ..core.interventions import parse_ablations
     from . import input_ids
@@ -90,7 +99,8 @@ def run(args) -> int:
         raise ValueError(f"{loaded.path}: {loaded.tokenizer_missing}; pass --prompt-ids instead of --prompt")
     prompt = input_ids(loaded, args.prompt, args.prompt_ids)
     check_generation_memory(loaded, 1 if seq2seq else len(prompt), args)
-    settings = GenerationSettings(args.strategy, args.temperature, args.top_k, args.top_p, args.beams)
+    settings = generation_settings(args.strategy, args.temperature, args.top_k, args.top_p, args.beams,
+                                   args.length_penalty, args.early_stopping)
     result: dict = {"model": str(loaded.path), "strategy": args.strategy, "seed": args.seed}
     edits = parse_ablations(args.ablate, loaded.config) if args.ablate else []
     if not missing:  # the What if panel's Steer tab builds the same edit (app/whatif.py)

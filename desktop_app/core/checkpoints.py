@@ -85,7 +85,7 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
         if NATIVE_KEY in d:
             if not isinstance(d[NATIVE_KEY], dict):
                 raise ModelLoadError(path, f"the {NATIVE_KEY!r} block is not a JSON object")
-            cfg = ModelConfig.from_dict(d[NATIVE_KEY])
+            cfg = _one_input_norm_as_read(ModelConfig.from_dict(d[NATIVE_KEY]), d, path)
             _check_native_agrees(cfg, d, path)
             return cfg
         return family_for(d.get("model_type"), path, d).config_from_hf(d, path)
@@ -99,6 +99,17 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
 # the two must describe the same model (an edit to one alone is refused, not silently ignored).
 # Each family adds its own (Family.structural).
 _STRUCTURAL = ("model_type", "vocab_size", "tie_word_embeddings")
+
+
+def _one_input_norm_as_read(cfg: ModelConfig, d: dict, path: Path) -> ModelConfig:
+    """A block written before Phi, Cohere and Falcon read their one input norm as shared_input_norm (they
+    read it into norm1 and norm2 then, and wrote it back once): the Hugging Face fields say, as they do for a
+    folder from elsewhere, so folders saved then still load."""
+    if not cfg.parallel_residual or cfg.shared_input_norm or "shared_input_norm" not in family_of(cfg).switches:
+        return cfg
+    if not family_of(cfg).config_from_hf(d, path).shared_input_norm:
+        return cfg
+    return cfg.replace(shared_input_norm=True, extra={k: v for k, v in cfg.extra.items() if k != "falcon_norms"})
 
 
 def _check_native_agrees(cfg: ModelConfig, d: dict, path: Path) -> None:

@@ -108,3 +108,38 @@ def test_stop_ids_outside_the_vocabulary_are_refused(gpt2_dir, capsys):
     assert main(["generate", str(gpt2_dir[0]), "--prompt-ids", "1,2", "--max-new", "2", "--stop-ids", "3,100000"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--stop-ids 100000 is not a token" in err and len(err.splitlines()) == 1
+
+
+def test_length_penalty_and_early_stopping_reach_the_beam_search_as_generates(gpt2_dir, capsys):
+    """--length-penalty and --early-stopping give transformers' generate(num_beams=4, length_penalty=...,
+    early_stopping=...) ids, with an end token the search meets on the way; and they change the result."""
+    folder, hf = gpt2_dir
+    prompt = [1, 2, 3]
+
+    def reference(eos, **kw):
+        with torch.no_grad():
+            out = hf.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False, num_beams=4,
+                              eos_token_id=eos, pad_token_id=0, **kw)[0].tolist()[len(prompt):]
+        return out[:out.index(eos) + 1] if eos in out else out
+
+    eos = reference(None)[3]  # a token the search writes at its fourth step
+    results = set()
+    for penalty in ("0.25", "1", "3"):
+        for mode, theirs in (("false", False), ("true", True), ("never", "never")):
+            out = _json(capsys, folder, "--prompt-ids", "1,2,3", "--max-new", 8, "--strategy", "beam", "--beams", 4,
+                        "--stop-ids", eos, "--length-penalty", penalty, "--early-stopping", mode)
+            ref = reference(eos, length_penalty=float(penalty), early_stopping=theirs)
+            assert out["ids"][len(prompt):] == ref, (penalty, mode)
+            results.add(tuple(ref))
+    assert len(results) > 1  # the options reached the search
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--length-penalty", "11"), "argument --length-penalty: must be in [-10, 10], got 11"),
+    (("--length-penalty", "nan"), "argument --length-penalty: must be in [-10, 10]"),
+    (("--early-stopping", "sometimes"), "argument --early-stopping: invalid choice: 'sometimes'"),
+])
+def test_beam_options_are_checked_where_declared(gpt2_dir, capsys, args, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", str(gpt2_dir[0]), "--prompt-ids", "1", "--strategy", "beam", *args])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err

@@ -209,3 +209,20 @@ def test_untied_bert_from_transformers_uses_the_decoder_bias(tmp_path):
     assert not ours.config.tie_embeddings
     with torch.no_grad():
         assert (ours.model(ids).logits - hf(ids).logits).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("rotary_fraction", [1.0, 0.5])
+def test_interleaved_rotary_rows_go_from_pairs_to_halves_per_head_and_back(rotary_fraction):
+    """GPT-J's and Cohere's one reordering: each head's rotating dims (0, 1, 2, 3, ...) -> (0, 2, ..., 1, 3, ...),
+    the dims past rotary_fraction kept in place; weights and biases alike; writing undoes it."""
+    from desktop_app.core.families.base import INTERLEAVED_ROTARY
+
+    cfg = ModelConfig(family="gptj", **{**SMALL, "n_heads": 2, "d_model": 16}, rotary_fraction=rotary_fraction)
+    r = int(8 * rotary_fraction)
+    per_head = [*range(0, r, 2), *range(1, r, 2), *range(r, 8)]
+    expected = torch.tensor([h * 8 + i for h in range(2) for i in per_head])
+    bias = torch.arange(16)
+    weight = torch.arange(16 * 3).reshape(16, 3)
+    assert torch.equal(INTERLEAVED_ROTARY.to_ours(bias, cfg)[0], expected)
+    assert torch.equal(INTERLEAVED_ROTARY.to_ours(weight, cfg)[0], weight[expected])
+    assert torch.equal(INTERLEAVED_ROTARY.to_theirs(INTERLEAVED_ROTARY.to_ours(weight, cfg), cfg), weight)

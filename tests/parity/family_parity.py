@@ -15,12 +15,14 @@ family_cases/<model_type>.py.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
+import pytest
 import torch
 
-from desktop_app.core.checkpoints import LoadedModel, load_model_folder, save_model_folder
+from desktop_app.core.checkpoints import LoadedModel, ModelLoadError, load_model_folder, save_model_folder
 from desktop_app.core.generation import GenerationSettings, generate
 from seq2seq_decode import greedy_decode
 from desktop_app.core.trace import Trace
@@ -245,3 +247,15 @@ def check_encoder_decoder(hf, tmp_path: Path, greedy_steps: int = 10) -> LoadedM
     back.set_attn_implementation("eager")
     compare_seq2seq(loaded.model, back, src, tgt, src_mask, "saved here:")
     return loaded
+
+
+def check_config_edit_refused(make_hf: Callable, edit: Callable[[dict], None], message: str, tmp_path: Path) -> None:
+    """The folder transformers writes for make_hf(), its config.json edited by edit(d), is refused on load
+    with one line that names config.json and matches `message` (a field this app does not compute)."""
+    make_hf().save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    edit(d)
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    with pytest.raises(ModelLoadError, match=message) as err:
+        load_model_folder(tmp_path)
+    assert "config.json" in str(err.value) and "\n" not in str(err.value)

@@ -2,16 +2,13 @@
 and the Lipschitz lab exact on a layer whose q/k rows were reordered for the interleaved rotary."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 transformers = pytest.importorskip("transformers")
 
 from family_cases.cohere import cohere  # noqa: E402
 from family_lipschitz import check_lipschitz_and_heads  # noqa: E402
-
-from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
+from family_parity import check_config_edit_refused  # noqa: E402
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -19,13 +16,7 @@ from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # no
     (lambda d: d.update(logit_scale=0), "logit_scale must be a positive number"),
 ])
 def test_refusals_name_the_field(edit, message, tmp_path):
-    cohere()().save_pretrained(tmp_path)
-    d = json.loads((tmp_path / "config.json").read_text())
-    edit(d)
-    (tmp_path / "config.json").write_text(json.dumps(d))
-    with pytest.raises(ModelLoadError, match=message) as err:
-        load_model_folder(tmp_path)
-    assert "config.json" in str(err.value)
+    check_config_edit_refused(cohere(), edit, message, tmp_path)
 
 
 def test_lipschitz_on_a_cohere_layer(tmp_path):

@@ -12,9 +12,10 @@ transformers = pytest.importorskip("transformers")
 from family_cases.gemma import gemma  # noqa: E402
 from family_cases.gemma2 import gemma2  # noqa: E402
 from family_lipschitz import check_preset_opens_in_transformers  # noqa: E402
+from family_parity import check_config_edit_refused  # noqa: E402
 
 from desktop_app.core import lipschitz as lip  # noqa: E402
-from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
+from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
 
 
 @pytest.mark.parametrize("family, over", [
@@ -34,13 +35,7 @@ def test_preset_model_saved_here_opens_in_transformers(family, over, tmp_path):
     (gemma2(), lambda d: d.update(sliding_window=None), "sliding_attention layers but sliding_window is null"),
 ])
 def test_refusals_name_the_field(make, edit, message, tmp_path):
-    make().save_pretrained(tmp_path)
-    d = json.loads((tmp_path / "config.json").read_text())
-    edit(d)
-    (tmp_path / "config.json").write_text(json.dumps(d))
-    with pytest.raises(ModelLoadError, match=message) as err:
-        load_model_folder(tmp_path)
-    assert "config.json" in str(err.value)
+    check_config_edit_refused(make, edit, message, tmp_path)
 
 
 def test_gemma2_default_layer_types_alternate_from_a_sliding_first_layer(tmp_path):

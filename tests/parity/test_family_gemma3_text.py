@@ -13,9 +13,9 @@ transformers = pytest.importorskip("transformers")
 
 from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
 from family_cases.gemma3_text import gemma3  # noqa: E402
-from family_parity import check_family  # noqa: E402
+from family_parity import check_config_edit_refused, check_family  # noqa: E402
 
-from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
+from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
 
 
 @pytest.mark.parametrize("kw", [
@@ -58,13 +58,7 @@ def test_older_config_fields_read_as_transformers_reads_them(tmp_path):
      r"rope_parameters\['full_attention'\] type 'yarn' is not supported"),
 ])
 def test_gemma3_text_refusals_name_the_field(tmp_path, edit, message):
-    gemma3()().save_pretrained(tmp_path)
-    d = json.loads((tmp_path / "config.json").read_text())
-    edit(d)
-    (tmp_path / "config.json").write_text(json.dumps(d))
-    with pytest.raises(ModelLoadError, match=message) as err:
-        load_model_folder(tmp_path)
-    assert "config.json" in str(err.value)
+    check_config_edit_refused(gemma3(), edit, message, tmp_path)
 
 
 def test_gemma3_text_lipschitz_and_head_matrices(tmp_path):

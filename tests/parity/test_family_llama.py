@@ -13,9 +13,9 @@ transformers = pytest.importorskip("transformers")
 
 from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
 from family_cases.llama import LLAMA3_ROPE, llama  # noqa: E402
-from family_parity import check_family  # noqa: E402
+from family_parity import check_config_edit_refused, check_family  # noqa: E402
 
-from desktop_app.core.checkpoints import ModelLoadError, hf_compatible, load_model_folder  # noqa: E402
+from desktop_app.core.checkpoints import hf_compatible, load_model_folder  # noqa: E402
 
 @pytest.mark.parametrize("kw", [
     {"rope_parameters": LLAMA3_ROPE, "tie_word_embeddings": True, "num_key_value_heads": 1},
@@ -68,13 +68,7 @@ def test_legacy_rope_scaling_field_is_read(tmp_path):
     (lambda d: d.update(hidden_act="gelu"), "unsupported hidden_act"),
 ])
 def test_llama_refusals_name_the_field(tmp_path, edit, message):
-    llama()().save_pretrained(tmp_path)
-    d = json.loads((tmp_path / "config.json").read_text())
-    edit(d)
-    (tmp_path / "config.json").write_text(json.dumps(d))
-    with pytest.raises(ModelLoadError, match=message) as err:
-        load_model_folder(tmp_path)
-    assert "config.json" in str(err.value)
+    check_config_edit_refused(llama(), edit, message, tmp_path)
 
 
 def test_llama3_lipschitz_and_head_matrices(tmp_path):

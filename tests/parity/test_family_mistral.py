@@ -11,9 +11,9 @@ transformers = pytest.importorskip("transformers")
 
 from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
 from family_cases.mistral import mistral  # noqa: E402
-from family_parity import check_family  # noqa: E402
+from family_parity import check_config_edit_refused, check_family  # noqa: E402
 
-from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
+from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
 
 
 @pytest.mark.parametrize("kw", [
@@ -42,13 +42,7 @@ def test_a_config_without_sliding_window_gets_the_class_default(tmp_path):
     (lambda d: d.update(sliding_window="4096"), "sliding_window must be a positive integer"),
 ])
 def test_mistral_refusals_name_the_field(tmp_path, edit, message):
-    mistral()().save_pretrained(tmp_path)
-    d = json.loads((tmp_path / "config.json").read_text())
-    edit(d)
-    (tmp_path / "config.json").write_text(json.dumps(d))
-    with pytest.raises(ModelLoadError, match=message) as err:
-        load_model_folder(tmp_path)
-    assert "config.json" in str(err.value)
+    check_config_edit_refused(mistral(), edit, message, tmp_path)
 
 
 def test_mistral_lipschitz_and_head_matrices(tmp_path):

@@ -3,8 +3,6 @@ case relies on really acts, presets saved here open in transformers, StableLM's 
 themselves in one line, and the Lipschitz lab refuses OLMo's clipped q/k/v (a clamp it does not model)."""
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -13,9 +11,10 @@ transformers = pytest.importorskip("transformers")
 from family_cases.olmo import olmo  # noqa: E402
 from family_cases.stablelm import stablelm  # noqa: E402
 from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
+from family_parity import check_config_edit_refused  # noqa: E402
 
 from desktop_app.core import lipschitz as lip  # noqa: E402
-from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
+from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
 
 
 @pytest.mark.parametrize("family, over", [("olmo", dict(clip_qkv=0.1, n_kv_heads=2)),
@@ -49,13 +48,7 @@ def test_the_lipschitz_lab_refuses_clipped_qkv_and_measures_olmo_without_it(tmp_
     (lambda d: d.update(hidden_act="gelu"), "unsupported hidden_act 'gelu'"),
 ])
 def test_stablelm_refusals_name_the_field(edit, message, tmp_path):
-    stablelm()().save_pretrained(tmp_path)
-    d = json.loads((tmp_path / "config.json").read_text())
-    edit(d)
-    (tmp_path / "config.json").write_text(json.dumps(d))
-    with pytest.raises(ModelLoadError, match=message) as err:
-        load_model_folder(tmp_path)
-    assert "config.json" in str(err.value) and "\n" not in str(err.value)
+    check_config_edit_refused(stablelm(), edit, message, tmp_path)
 
 
 def test_stablelm_lipschitz_with_partial_rotary_and_qkv_biases(tmp_path):

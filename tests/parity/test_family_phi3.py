@@ -3,7 +3,6 @@ here (fused q|k|v of unequal parts written back) opening in transformers, longro
 transformers computes it, and the Lipschitz lab on a longrope layer."""
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -12,8 +11,9 @@ transformers = pytest.importorskip("transformers")
 
 from family_cases.phi3 import phi3  # noqa: E402
 from family_lipschitz import check_lipschitz_and_heads, check_preset_opens_in_transformers  # noqa: E402
+from family_parity import check_config_edit_refused  # noqa: E402
 
-from desktop_app.core.checkpoints import ModelLoadError, load_model_folder  # noqa: E402
+from desktop_app.core.checkpoints import load_model_folder  # noqa: E402
 
 
 def test_preset_model_saved_here_opens_in_transformers(tmp_path):
@@ -34,13 +34,7 @@ def test_longrope_attention_factor_follows_the_context_ratio(tmp_path):
     (lambda d: d.update(hidden_act="gelu"), "unsupported hidden_act 'gelu'"),
 ])
 def test_refusals_name_the_field(edit, message, tmp_path):
-    phi3()().save_pretrained(tmp_path)
-    d = json.loads((tmp_path / "config.json").read_text())
-    edit(d)
-    (tmp_path / "config.json").write_text(json.dumps(d))
-    with pytest.raises(ModelLoadError, match=message) as err:
-        load_model_folder(tmp_path)
-    assert "config.json" in str(err.value)
+    check_config_edit_refused(phi3(), edit, message, tmp_path)
 
 
 def test_lipschitz_on_a_longrope_layer(tmp_path):

@@ -11,30 +11,23 @@ from desktop_app.ui import settings as app_settings
 from desktop_app.ui.widgets.heatmap import Heatmap
 from desktop_app.ui.widgets.token_strip import format_prob
 
-from .walkthrough import open_window
-
-
-def _click_tab(qtbot, tabs, title):
-    bar = tabs.tabBar()
-    index = next(i for i in range(tabs.count()) if tabs.tabText(i) == title)
-    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-    return tabs.widget(index)
+from .walkthrough import click_tab, open_window
 
 
 def test_names_plurals_and_decimals(qtbot, model_dirs, isolated_user_files):
     window, state = open_window(qtbot, model_dirs["notok"], text="5", name="notok")  # one token
-    _click_tab(qtbot, window.tabs, "Layers")
+    click_tab(qtbot, window.tabs, "Layers")
     layers = window.slot("Layers").panel
     qtbot.waitUntil(lambda: layers.result is not None, timeout=30_000)
     assert layers.status.text().startswith("1 token, 2 layers")
-    _click_tab(qtbot, layers.tabs, "Component norms")
+    click_tab(qtbot, layers.tabs, "Component norms")
     assert layers.component_map.bottom_axis.labels[:2] == ["head 0", "head 1"]
     assert "head·0" not in " ".join(layers.component_map.bottom_axis.labels)
-    _click_tab(qtbot, layers.tabs, "Cosine similarity")  # one token: no pair, said, not a curve of NaNs
+    click_tab(qtbot, layers.tabs, "Cosine similarity")  # one token: no pair, said, not a curve of NaNs
     qtbot.waitUntil(lambda: "needs two tokens" in layers.cosine_view.curve_plot.titleLabel.text, timeout=10_000)
     assert len(layers.cosine_view.curve.getData()[0] or []) == 0
     assert "no pair of tokens" in layers.cosine_view.heatmap.plot.titleLabel.text  # not "mean nan"
-    _click_tab(qtbot, window.tabs, "Attention")
+    click_tab(qtbot, window.tabs, "Attention")
     attention = window.slot("Attention").panel
     assert attention.status.text().startswith("1 token, 2 layers x 4 heads")
     assert window.slot("Model").panel.count_label.text().split(" ·")[0] == "1 token"
@@ -72,7 +65,7 @@ def test_dark_theme_darkens_the_plots(qtbot, model_dirs, isolated_user_files, mo
     app = QApplication.instance()
     saved_palette, saved_style = app.palette(), app.style().name()
     window, state = open_window(qtbot, model_dirs["demo"], name="demo")
-    _click_tab(qtbot, window.tabs, "Attention")  # built before the theme changes
+    click_tab(qtbot, window.tabs, "Attention")  # built before the theme changes
     attention = window.slot("Attention").panel
 
     def choose_dark():
@@ -90,7 +83,7 @@ def test_dark_theme_darkens_the_plots(qtbot, model_dirs, isolated_user_files, mo
         assert attention.model_view.backgroundBrush().color() == dark
         assert attention.heatmap.backgroundBrush().color() == dark
         assert attention.heatmap.left_axis.textPen().color() == app_settings.plot_foreground()
-        _click_tab(qtbot, window.tabs, "Layers")  # built after the theme changed
+        click_tab(qtbot, window.tabs, "Layers")  # built after the theme changed
         layers = window.slot("Layers").panel
         assert layers.pca_view.backgroundBrush().color() == dark
         assert layers.cosine_view.curve_widget.backgroundBrush().color() == dark

@@ -27,7 +27,7 @@ from desktop_app.core.generation import GenerationSession, MaskedFillSession
 from desktop_app.core.lipschitz.measured import unmeasured
 from desktop_app.core.tokenizer import char_tokenizer
 
-from .walkthrough import click_panel_tab, open_window, type_into
+from .walkthrough import click_panel_tab, click_tab, open_window, type_into
 
 transformers = pytest.importorskip("transformers")
 
@@ -142,13 +142,6 @@ def family_root(tmp_path_factory):
     return tmp_path_factory.mktemp("family-folders")
 
 
-def _click_tab(qtbot, tabs, title):
-    bar = tabs.tabBar()
-    index = next(i for i in range(tabs.count()) if tabs.tabText(i) == title)
-    qtbot.mouseClick(bar, LEFT, pos=bar.tabRect(index).center())
-    assert tabs.currentIndex() == index
-
-
 def _wait_traced(qtbot, state):
     qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
     qtbot.waitUntil(lambda: state.trace is not None or state.trace_problem != "", timeout=30_000)
@@ -184,12 +177,12 @@ def _attention_panel(qtbot, window, cfg, n):
     if cfg.sliding_window is not None:
         _check_sliding_window_shown(qtbot, attention, cfg, n)
     for title in attention.VIEW_TITLES:
-        _click_tab(qtbot, attention.tabs, title)
-    _click_tab(qtbot, attention.tabs, "Head statistics")
+        click_tab(qtbot, attention.tabs, title)
+    click_tab(qtbot, attention.tabs, "Head statistics")
     assert attention.stats_map.values.shape == (cfg.n_layers, cfg.n_heads)
-    _click_tab(qtbot, attention.tabs, "Head view")
+    click_tab(qtbot, attention.tabs, "Head view")
     assert len(attention.head_view.checks) == cfg.n_heads
-    _click_tab(qtbot, attention.tabs, "Mean over heads")
+    click_tab(qtbot, attention.tabs, "Mean over heads")
     assert attention.mean_map.values.shape == (n, n)
 
 
@@ -216,7 +209,7 @@ def _layers_panel(qtbot, window, cfg, n):
     layers = window.slot("Layers").panel
     qtbot.waitUntil(lambda: layers.result is not None, timeout=30_000)
     for title in layers.VIEW_TITLES:
-        _click_tab(qtbot, layers.tabs, title)
+        click_tab(qtbot, layers.tabs, title)
     layers.depth_slider.setFocus()
     qtbot.keyClick(layers.depth_slider, Qt.Key.Key_End)
     assert layers.depth_slider.value() == cfg.n_layers

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 
 from desktop_app.core.features import SparseDictionary, attach, feature_activations, load_dictionary, save_dictionary
 
-from .walkthrough import click_panel_tab, open_window
+from .walkthrough import click_panel_tab, click_tab, open_window
 
 TEXT = "Alice was beginning to get very tired of sitting by her sister on the bank."
 
@@ -35,13 +35,6 @@ def _dictionary(folder: Path, hook: str = "blocks.2.hook_resid_post", d_in: int 
 def demo_window(qtbot, model_dirs, isolated_user_files, error_watch):
     w, state = open_window(qtbot, model_dirs["demo"], text=TEXT, watch=error_watch)
     return w, state
-
-
-def _click_tab(qtbot, tabs, title: str) -> None:
-    bar = tabs.tabBar()
-    index = next(i for i in range(bar.count()) if bar.tabText(i) == title)
-    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-    assert tabs.currentIndex() == index
 
 
 def _click_row(qtbot, table, row: int, column: int = 0) -> None:
@@ -181,7 +174,7 @@ def test_a_dashboard_run_cancelled_then_completed_and_cached(qtbot, demo_window,
     _lens_shown(qtbot, panel)
     _click_row(qtbot, panel.features_table, 0)
     k = panel.feature[1]
-    _click_tab(qtbot, panel.tabs, "Dashboard")
+    click_tab(qtbot, panel.tabs, "Dashboard")
     dash = panel.dashboard
     assert f"Feature {k}" in dash.header.text()
     monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(text_file), "")))
@@ -297,7 +290,7 @@ def test_attribution_bars_sum_to_the_hooks_direct_contribution(qtbot, demo_windo
     _open_from_menu(qtbot, w, state, monkeypatch, folder)
     panel = w.slot("Features").panel
     _lens_shown(qtbot, panel)
-    _click_tab(qtbot, panel.tabs, "Attribution")
+    click_tab(qtbot, panel.tabs, "Attribution")
     qtbot.waitUntil(lambda: panel.attr_chart.attribution is not None, timeout=20_000)
     fa = panel.attr_chart.attribution
     assert sum(panel.attr_chart.values) == pytest.approx(fa.direct, abs=1e-4)
@@ -509,7 +502,7 @@ def test_a_zeroed_feature_is_shown_inactive_and_what_ifs_bars_still_add_up(qtbot
     assert shown and k not in shown
     qtbot.waitUntil(lambda: panel.strip.canvas.values is not None, timeout=20_000)
     assert max(abs(v) for v in panel.strip.canvas.values) == 0.0
-    _click_tab(qtbot, panel.tabs, "Attribution")
+    click_tab(qtbot, panel.tabs, "Attribution")
     qtbot.waitUntil(lambda: panel.attr_chart.attribution is not None, timeout=20_000)
     fa = panel.attr_chart.attribution
     assert k not in fa.features.tolist() and fa.total == pytest.approx(fa.direct, abs=1e-4)

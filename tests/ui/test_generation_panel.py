@@ -650,3 +650,26 @@ def test_a_prompt_outside_the_vocabulary_or_context_is_one_line_and_starts_nothi
         qtbot.keyClicks(p.prompt, typed)
         qtbot.mouseClick(p.start_button, Qt.MouseButton.LeftButton)
         assert said in p.status.text() and p.session is None, p.status.text()
+
+
+def test_beam_options_typed_and_picked_reach_the_search_and_the_workspace(qtbot, panel):
+    """The length penalty and early stopping (the CLI's --length-penalty, --early-stopping) as a person sets
+    them: typed and picked before Step, then changed between steps; the session searches with them."""
+    from .walkthrough import choose_item, type_into
+
+    panel.prompt.setText("the ")
+    choose_item(qtbot, panel.strategy, "beam")
+    type_into(qtbot, panel.length_penalty, "2.5")
+    choose_item(qtbot, panel.early_stopping, "early stop never")
+    _click_step(qtbot, panel, 1)
+    assert (panel.session.settings.length_penalty, panel.session.settings.early_stopping) == (2.5, "never")
+    choose_item(qtbot, panel.early_stopping, "early stop true")
+    type_into(qtbot, panel.length_penalty, "-0.5")
+    _click_step(qtbot, panel, 2)
+    assert (panel.session.settings.length_penalty, panel.session.settings.early_stopping) == (-0.5, True)
+    saved = panel.view_state
+    assert (saved.length_penalty, saved.early_stopping) == (-0.5, "true")
+    type_into(qtbot, panel.length_penalty, "99")  # the box keeps the range the CLI declares (app.generation)
+    assert -10 <= panel.length_penalty.value() <= 10 and panel.length_penalty.maximum() == 10
+    panel.set_view_state(saved)
+    assert panel.length_penalty.value() == -0.5 and panel.early_stopping.currentText() == "early stop true"

@@ -20,7 +20,7 @@ from desktop_app.core.graphs.edits import FeatureSet, feature_interventions, fro
 from desktop_app.core.graphs.files import check_graph_json
 from desktop_app.core.graphs.transcoders import random_transcoders
 
-from .walkthrough import click_panel_tab, open_window
+from .walkthrough import click_panel_tab, click_tab, open_window
 
 TEXT = "Alice and the rabbit"
 
@@ -145,7 +145,7 @@ def test_compute_prune_click_pin_group_search_intervene_export(qtbot, graph_pane
         a = result.ctx.active
         rows.append(int(((a[:, 0] == layer) & (a[:, 1] == pos) & (a[:, 2] == feature)).nonzero()[0, 0]))
     edits = [FeatureSet(r, "zero") for r in rows]
-    _click_tab(qtbot, panel.side, "Intervene")
+    click_tab(qtbot, panel.side, "Intervene")
     panel.how_box.setCurrentText("zero")
     qtbot.mouseClick(panel.run_edit_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: panel.edit_result is not None, timeout=10_000)
@@ -195,13 +195,6 @@ def test_compute_prune_click_pin_group_search_intervene_export(qtbot, graph_pane
     state.set_text("the rabbit hole")
     qtbot.waitUntil(lambda: panel.result is None and panel.full_layout is None, timeout=30_000)
     assert "changed" in panel.summary.text()
-
-
-def _click_tab(qtbot, tabs, title: str) -> None:
-    bar = tabs.tabBar()
-    index = next(i for i in range(bar.count()) if bar.tabText(i) == title)
-    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-    assert tabs.currentIndex() == index
 
 
 def test_cancel_stops_the_computation(qtbot, model_dirs, isolated_user_files, error_watch, tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ from desktop_app.core.checkpoints import new_model, save_model_folder
 from desktop_app.core.families import REGISTRY
 from desktop_app.core.tokenizer import char_tokenizer
 
-from .walkthrough import click_panel_tab, open_window, type_into
+from .walkthrough import choose_item, click_panel_tab, click_tab, open_window, type_into
 
 TEXT = "the cat sat on the mat."
 
@@ -25,21 +25,6 @@ def mixtral_dir(tmp_path_factory):
     return folder
 
 
-def _pick(qtbot, combo, text: str) -> None:
-    combo.showPopup()
-    view = combo.view()
-    index = combo.model().index(combo.findText(text), 0)
-    view.scrollTo(index)
-    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.visualRect(index).center())
-    assert combo.currentText() == text
-
-
-def _click_tab(qtbot, tabs, title: str) -> None:
-    bar = tabs.tabBar()
-    index = next(i for i in range(bar.count()) if bar.tabText(i) == title)
-    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-
-
 def test_ablating_an_expert_and_attributing_to_experts(qtbot, mixtral_dir, isolated_user_files, error_watch):
     win, state = open_window(qtbot, mixtral_dir, text=TEXT, watch=error_watch)
     try:
@@ -51,8 +36,8 @@ def test_ablating_an_expert_and_attributing_to_experts(qtbot, mixtral_dir, isola
         chosen = state.trace["blocks.1.mlp.experts"][0, att.position].tolist()
         assert {f"L1E{e}" for e in chosen} <= set(panel.dla_chart.labels)
 
-        _click_tab(qtbot, panel.tabs, "Ablate")
-        _pick(qtbot, panel.ablate_kind, "Expert")
+        click_tab(qtbot, panel.tabs, "Ablate")
+        choose_item(qtbot, panel.ablate_kind, "Expert")
         assert panel.ablate_head_label.text() == "Expert" and panel.ablate_head.maximum() == 7
         expert = int(state.trace["blocks.0.mlp.experts"][0, 0, 0])
         type_into(qtbot, panel.ablate_layer, "0")
@@ -74,14 +59,14 @@ def test_the_layers_panel_shows_routing_and_expert_load(qtbot, mixtral_dir, tmp_
     try:
         panel = click_panel_tab(qtbot, win, "Layers")
         qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
-        _click_tab(qtbot, panel.tabs, "Routing")
+        click_tab(qtbot, panel.tabs, "Routing")
         panel.set_depth(2)  # after block 1: block 1's router
         hm = panel.widgets["routing"]
         probs = torch.softmax(state.trace["blocks.1.mlp.router"][0].float(), -1).numpy()
         assert hm.values.shape == (len(TEXT), 8) and abs(hm.values - probs).max() < 1e-6
         assert "block L1" in hm.plot.titleLabel.text
         win.grab().save(str(tmp_path / "routing.png"))  # looked at when the view was made
-        _click_tab(qtbot, panel.tabs, "Expert load")
+        click_tab(qtbot, panel.tabs, "Expert load")
         load = panel.widgets["expert-load"].values
         chosen = state.trace["blocks.0.mlp.experts"][0].flatten()
         assert load.shape == (2, 8) and abs(load[0, 3] - float((chosen == 3).sum()) / chosen.numel()) < 1e-9
@@ -97,7 +82,7 @@ def test_the_layers_panel_shows_routing_and_expert_load(qtbot, mixtral_dir, tmp_
     try:
         panel = click_panel_tab(qtbot, win, "Layers")
         qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
-        _click_tab(qtbot, panel.tabs, "Routing")
+        click_tab(qtbot, panel.tabs, "Routing")
         assert "not a mixture of experts" in panel.widgets["routing"].plot.titleLabel.text
     finally:
         win.close()
@@ -112,7 +97,7 @@ def test_expert_norms_routing_strip_and_forced_routing_when_clicked(qtbot, mixtr
     try:
         panel = click_panel_tab(qtbot, win, "Layers")
         qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
-        _click_tab(qtbot, panel.tabs, "Expert norms")
+        click_tab(qtbot, panel.tabs, "Expert norms")
         panel.set_depth(2)  # after block 1
         ids = torch.tensor([state.token_ids])
         _, ref = state.loaded.model.run_with_trace(ids, ["blocks.1.mlp.expert_out.*"])
@@ -133,7 +118,7 @@ def test_expert_norms_routing_strip_and_forced_routing_when_clicked(qtbot, mixtr
         win.grab().save(str(tmp_path / "routing-strip.png"))
 
         whatif = click_panel_tab(qtbot, win, "What if")
-        _click_tab(qtbot, whatif.tabs, "Ablate")
+        click_tab(qtbot, whatif.tabs, "Ablate")
         qtbot.waitUntil(whatif.route_row.isVisible, timeout=10_000)  # shown for a mixture of experts
         before = state.trace["blocks.0.mlp.experts"][0, 2].tolist()
         forced = [e for e in range(8) if e not in before][:2]

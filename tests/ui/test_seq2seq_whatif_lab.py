@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 
 from translate_models import save_translate_model
 
-from .walkthrough import click_panel_tab, open_window, type_into
+from .walkthrough import choose_item, click_panel_tab, click_tab, open_window, type_into
 
 SOURCE = "the black dog sees a white cow"
 TARGET = "le chien noir voit"
@@ -44,23 +44,6 @@ def _window(qtbot, folder, watch):
     return win, state
 
 
-def _pick(qtbot, combo, text: str) -> None:
-    """Pick an item as a person does: open the popup, then click the item."""
-    combo.showPopup()
-    view = combo.view()
-    index = combo.model().index(combo.findText(text), 0)
-    view.scrollTo(index)
-    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.visualRect(index).center())
-    assert combo.currentText() == text
-
-
-def _click_tab(qtbot, tabs, title: str) -> None:
-    bar = tabs.tabBar()
-    index = next(i for i in range(bar.count()) if bar.tabText(i) == title)
-    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-    assert tabs.currentIndex() == index
-
-
 def test_attribution_of_a_decoder_token_over_cross_attention_heads_then_ablating_one(qtbot, t5_dir,
                                                                                    isolated_user_files, error_watch):
     win, state = _window(qtbot, t5_dir, error_watch)
@@ -83,8 +66,8 @@ def test_attribution_of_a_decoder_token_over_cross_attention_heads_then_ablating
         assert abs(before[0, 1]) > 1e-6
 
         # the Ablate tab: zero cross-attention head 1 of layer 0
-        _click_tab(qtbot, panel.tabs, "Ablate")
-        _pick(qtbot, panel.ablate_kind, "Cross-attention head")
+        click_tab(qtbot, panel.tabs, "Ablate")
+        choose_item(qtbot, panel.ablate_kind, "Cross-attention head")
         type_into(qtbot, panel.ablate_layer, "0")
         type_into(qtbot, panel.ablate_head, "1")
         with qtbot.waitSignal(state.trace_changed, timeout=30_000):
@@ -113,7 +96,7 @@ def test_a_post_norm_model_refuses_attribution_and_patches_two_sources(qtbot, ma
         kinds = [panel.ablate_kind.itemText(i) for i in range(panel.ablate_kind.count())]
         assert {"Encoder self-attention head", "Decoder self-attention head", "Cross-attention head",
                 "Encoder MLP", "Decoder MLP"} <= set(kinds)
-        _click_tab(qtbot, panel.tabs, "Activation patching")
+        click_tab(qtbot, panel.tabs, "Activation patching")
         type_into(qtbot, panel.clean_edit, SOURCE)
         type_into(qtbot, panel.corrupted_edit, "the black cat sees a white cow")
         type_into(qtbot, panel.answer_edit, "chien")
@@ -140,10 +123,10 @@ def test_the_ablate_tab_on_a_one_stack_model_zeros_an_mlp(qtbot, model_dirs, iso
     win, state = open_window(qtbot, model_dirs["llama"], text="Alice and the rabbit hole.", watch=error_watch)
     try:
         panel = click_panel_tab(qtbot, win, "What if")
-        _click_tab(qtbot, panel.tabs, "Ablate")
+        click_tab(qtbot, panel.tabs, "Ablate")
         assert [panel.ablate_kind.itemText(i) for i in range(panel.ablate_kind.count())] == [
             "Attention head", "MLP", "Attention layer"]
-        _pick(qtbot, panel.ablate_kind, "MLP")
+        choose_item(qtbot, panel.ablate_kind, "MLP")
         assert not panel.ablate_head.isEnabled()
         type_into(qtbot, panel.ablate_layer, "1")
         with qtbot.waitSignal(state.trace_changed, timeout=30_000):
@@ -164,8 +147,8 @@ def test_an_applied_line_goes_with_its_edit(qtbot, model_dirs, isolated_user_fil
     win, state = open_window(qtbot, model_dirs["llama"], text="Alice and the rabbit hole.", watch=error_watch)
     try:
         panel = click_panel_tab(qtbot, win, "What if")
-        _click_tab(qtbot, panel.tabs, "Ablate")
-        _pick(qtbot, panel.ablate_kind, "MLP")
+        click_tab(qtbot, panel.tabs, "Ablate")
+        choose_item(qtbot, panel.ablate_kind, "MLP")
         type_into(qtbot, panel.ablate_layer, "1")
         with qtbot.waitSignal(state.trace_changed, timeout=30_000):
             qtbot.mouseClick(panel.ablate_button, Qt.MouseButton.LeftButton)

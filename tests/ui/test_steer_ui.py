@@ -8,14 +8,7 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from .walkthrough import click_panel_tab, open_window, type_into
-
-
-def _click_tab(qtbot, tabs, title: str) -> None:
-    bar = tabs.tabBar()
-    index = next(i for i in range(bar.count()) if bar.tabText(i) == title)
-    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-    assert tabs.currentIndex() == index
+from .walkthrough import click_panel_tab, click_tab, open_window, type_into
 
 
 def _wait_traced(qtbot, state):
@@ -38,7 +31,7 @@ def test_steer_applies_shows_in_the_strip_and_generate_compares(qtbot, model_dir
         state.set_interventions([ablation])  # an edit made elsewhere: a steer keeps it
     _wait_traced(qtbot, state)
     panel = click_panel_tab(qtbot, w, "What if")
-    _click_tab(qtbot, panel.tabs, "Steer")
+    click_tab(qtbot, panel.tabs, "Steer")
     assert panel.steer_layer_spin.maximum() == state.loaded.config.n_layers - 1
     assert panel.scale_label.text() == "x4.0"
 
@@ -107,7 +100,7 @@ def test_steer_applies_shows_in_the_strip_and_generate_compares(qtbot, model_dir
 def test_steer_on_a_model_without_a_tokenizer_says_it_takes_ids(qtbot, model_dirs, isolated_user_files, error_watch):
     w, state = open_window(qtbot, model_dirs["notok"], text="1 2 3", watch=error_watch)
     panel = click_panel_tab(qtbot, w, "What if")
-    _click_tab(qtbot, panel.tabs, "Steer")
+    click_tab(qtbot, panel.tabs, "Steer")
     type_into(qtbot, panel.towards_edit, "love")
     type_into(qtbot, panel.away_edit, "5 6")
     qtbot.mouseClick(panel.apply_steer_button, Qt.MouseButton.LeftButton)

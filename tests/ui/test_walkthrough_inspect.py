@@ -8,19 +8,11 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QFileDialog
 
-from .walkthrough import WALKTHROUGH_MODELS, open_window
+from .walkthrough import WALKTHROUGH_MODELS, click_tab, open_window
 
 # What a person types next in the Model panel's text box, for each model (ids for 'notok').
 NEW_TEXT = {"demo": "The rabbit hole went straight on.", "bert": "the dog sat on the cat .",
             "llama": "the dog sat on the mat.", "notok": "7 8 9 10 11"}
-
-
-def _click_tab(qtbot, tabs, title):
-    bar = tabs.tabBar()
-    index = next(i for i in range(tabs.count()) if tabs.tabText(i) == title)
-    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-    assert tabs.currentIndex() == index
-    return tabs.widget(index)
 
 
 def _wait_traced(qtbot, state):
@@ -37,7 +29,7 @@ def test_inspect_panels_clicked_through(qtbot, name, model_dirs, isolated_user_f
     assert state.trace is not None, state.trace_problem
 
     # -- Model: type a new text, click a chip --------------------------------------------------
-    _click_tab(qtbot, window.tabs, "Model")
+    click_tab(qtbot, window.tabs, "Model")
     model = window.slot("Model").panel
     model.text_edit.setFocus()
     model.text_edit.selectAll()
@@ -51,7 +43,7 @@ def test_inspect_panels_clicked_through(qtbot, name, model_dirs, isolated_user_f
     assert model.token_info.text().startswith(f"token #1: id {state.token_ids[1]}")
 
     # -- Attention: a thumbnail, the spin boxes, every sub-view ---------------------------------
-    _click_tab(qtbot, window.tabs, "Attention")
+    click_tab(qtbot, window.tabs, "Attention")
     attention = window.slot("Attention").panel
     qtbot.waitUntil(lambda: len(attention.model_view.boxes) == cfg.n_layers * cfg.n_heads
                     and attention.stats is not None, timeout=30_000)
@@ -66,35 +58,35 @@ def test_inspect_panels_clicked_through(qtbot, name, model_dirs, isolated_user_f
     assert (attention.layer, attention.head) == (layer - 1, head - 1)
     qtbot.keyClick(attention.head_spin, Qt.Key.Key_Up)
     for title in attention.VIEW_TITLES:
-        _click_tab(qtbot, attention.tabs, title)
+        click_tab(qtbot, attention.tabs, title)
     assert attention.stat_combo.isEnabled()  # on Head statistics
     for _ in range(attention.stat_combo.count()):
         qtbot.keyClick(attention.stat_combo, Qt.Key.Key_Down)
     assert attention.stat_combo.currentIndex() == attention.stat_combo.count() - 1
     assert attention.stats_map.values.shape == (cfg.n_layers, cfg.n_heads)
-    _click_tab(qtbot, attention.tabs, "Rollout")
+    click_tab(qtbot, attention.tabs, "Rollout")
     assert attention.rollout_map.values.shape == (n, n)
-    _click_tab(qtbot, attention.tabs, "Head view")
+    click_tab(qtbot, attention.tabs, "Head view")
     assert len(attention.head_view.checks) == cfg.n_heads
     check = attention.head_view.checks[0]
     qtbot.mouseClick(check, Qt.MouseButton.LeftButton, pos=QPoint(6, check.height() // 2))  # on its box
     assert attention.head_view.heads_enabled()[0] is False
-    _click_tab(qtbot, attention.tabs, "Mean over heads")
+    click_tab(qtbot, attention.tabs, "Mean over heads")
     assert attention.mean_map.values.shape == (n, n)
 
     # -- Layers: every sub-view, the depth slider ----------------------------------------------
-    _click_tab(qtbot, window.tabs, "Layers")
+    click_tab(qtbot, window.tabs, "Layers")
     layers = window.slot("Layers").panel
     qtbot.waitUntil(lambda: layers.result is not None, timeout=30_000)
     for title in layers.VIEW_TITLES:
-        _click_tab(qtbot, layers.tabs, title)
+        click_tab(qtbot, layers.tabs, title)
     layers.depth_slider.setFocus()
     qtbot.keyClick(layers.depth_slider, Qt.Key.Key_End)
     assert layers.depth_slider.value() == cfg.n_layers
     qtbot.keyClick(layers.depth_slider, Qt.Key.Key_Left)
     assert layers.depth_label.text() == f"depth: {layers.result.depth_labels[cfg.n_layers - 1]}"
     assert layers.cosine_view.depth == cfg.n_layers - 1
-    _click_tab(qtbot, layers.tabs, "PCA")
+    click_tab(qtbot, layers.tabs, "PCA")
     assert layers.pca_view.depth == cfg.n_layers - 1
     assert layers.lens_view.lens.rowCount() == n
 

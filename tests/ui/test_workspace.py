@@ -19,6 +19,8 @@ from desktop_app.ui.main_window import MainWindow
 from desktop_app.ui.state import AppState
 from desktop_app.ui.workspace import Workspace, WorkspaceError, last_session_path, load_workspace, save_workspace
 
+from .walkthrough import click_tab
+
 TWO_PANELS = [("Model", "desktop_app.ui.panels.model", "ModelPanel"),
               ("Second", "desktop_app.ui.panels.model", "ModelPanel")]  # light panels: the test is about the shell
 
@@ -205,28 +207,21 @@ INSPECT_PANELS = [("Model", "desktop_app.ui.panels.model", "ModelPanel"),
                   ("Layers", "desktop_app.ui.panels.layers", "LayersPanel")]
 
 
-def _click_tab(qtbot, tabs, title: str) -> None:
-    bar = tabs.tabBar()
-    index = [tabs.tabText(i) for i in range(tabs.count())].index(title)
-    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-    assert tabs.currentIndex() == index
-
-
 def test_workspace_restores_the_attention_and_layers_view_states(qtbot, model_dirs, tmp_path):
     w1 = _text_window(qtbot, model_dirs[1], INSPECT_PANELS)  # 2 layers x 2 heads
     w1.show_panel("Attention")
     att = w1.panel("Attention")
     qtbot.waitUntil(lambda: att.stats is not None, timeout=15000)
-    _click_tab(qtbot, att.tabs, "Head statistics")
+    click_tab(qtbot, att.tabs, "Head statistics")
     qtbot.keyClick(att.stat_combo, Qt.Key.Key_Down)
-    _click_tab(qtbot, att.tabs, "Heatmap")
+    click_tab(qtbot, att.tabs, "Heatmap")
     qtbot.keyClick(att.layer_spin, Qt.Key.Key_Up)
     qtbot.keyClick(att.head_spin, Qt.Key.Key_Up)
     qtbot.mouseClick(att.tokens.canvas, Qt.MouseButton.LeftButton, pos=att.tokens.chip_center(4))
     w1.show_panel("Layers")
     lay = w1.panel("Layers")
     qtbot.waitUntil(lambda: lay.result is not None, timeout=15000)
-    _click_tab(qtbot, lay.tabs, "PCA")
+    click_tab(qtbot, lay.tabs, "PCA")
     lay.depth_slider.setFocus()
     qtbot.keyClick(lay.depth_slider, Qt.Key.Key_Right)
     qtbot.mouseClick(lay.tokens.canvas, Qt.MouseButton.LeftButton, pos=lay.tokens.chip_center(2))
@@ -428,17 +423,20 @@ def test_workspace_restores_the_generate_settings(qtbot, model_dirs, tmp_path):
     _type_into(qtbot, gen.beams, "3")
     _type_into(qtbot, gen.seed, "42")
     _type_into(qtbot, gen.run_n, "7")
+    _type_into(qtbot, gen.length_penalty, "1.5")
+    _press(qtbot, gen.early_stopping, Qt.Key.Key_Down, 2)  # false -> true -> never
     w1.show_panel("Model")  # Generate is built later in the new window, with the model open
     path = tmp_path / "generate.json"
     w2 = _save_and_reopen(qtbot, w1, path, TEXT_PANELS)
     assert json.loads(path.read_text(encoding="utf-8"))["views"]["Generate"] == {
         "prompt": "ab ba", "strategy": "beam", "temperature": 0.8, "top_k": 5, "top_p": 0.9, "beams": 3,
-        "seed": 42, "run_n": 7}
+        "seed": 42, "run_n": 7, "length_penalty": 1.5, "early_stopping": "never"}
     w2.show_panel("Generate")
     gen2 = w2.panel("Generate")
     assert gen2.prompt.text() == "ab ba" and gen2.strategy.currentText() == "beam"
     assert (gen2.temperature.value(), gen2.top_k.value(), gen2.top_p.value()) == (80, 5, 90)
     assert (gen2.beams.value(), gen2.seed.value(), gen2.run_n.value()) == (3, 42, 7)
+    assert (gen2.length_penalty.value(), gen2.early_stopping.currentText()) == (1.5, "early stop never")
     assert gen2.settings() == gen.settings() and gen2.top_k_label.text() == "top-k 5"
     assert gen2.session is None  # the settings, not a generation
 
@@ -449,12 +447,12 @@ def test_workspace_restores_the_what_if_inputs(qtbot, model_dirs, tmp_path):
     wi = w1.panel("What if")
     _type_into(qtbot, wi.position_spin, "3")
     _type_into(qtbot, wi.token_edit, "d")
-    _click_tab(qtbot, wi.tabs, "Steer")
+    click_tab(qtbot, wi.tabs, "Steer")
     _type_into(qtbot, wi.towards_edit, "abc")
     _type_into(qtbot, wi.away_edit, "de")
     _type_into(qtbot, wi.steer_layer_spin, "0")
     _press(qtbot, wi.scale_slider, Qt.Key.Key_PageDown, 3)  # 4.0 - 3
-    _click_tab(qtbot, wi.tabs, "Activation patching")
+    click_tab(qtbot, wi.tabs, "Activation patching")
     _type_into(qtbot, wi.clean_edit, "abc ed")
     _type_into(qtbot, wi.corrupted_edit, "abd ed")
     _type_into(qtbot, wi.answer_edit, "e")
@@ -543,7 +541,7 @@ def test_workspace_restores_the_image_choices(qtbot, tmp_path):
     qtbot.waitUntil(lambda: "#5" in img.source_label.text(), timeout=20000)
     _press(qtbot, img.layer, Qt.Key.Key_Up)
     qtbot.mouseClick(img.canvas, Qt.MouseButton.LeftButton, pos=img.canvas.patch_center(9))
-    _click_tab(qtbot, img.tabs, "Position similarity")
+    click_tab(qtbot, img.tabs, "Position similarity")
     path = tmp_path / "image.json"
     w2 = _save_and_reopen(qtbot, w1, path, panels)  # Image is current: restored before its ViT opens
     assert json.loads(path.read_text(encoding="utf-8"))["views"]["Image"] == {

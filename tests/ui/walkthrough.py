@@ -151,14 +151,20 @@ def open_window(qtbot, folder: Path, text: str | None = None, name: str | None =
     return window, state
 
 
-def click_panel_tab(qtbot, window, title: str):
-    """Click the main window's tab `title` on its tab bar, as a person does; returns the panel."""
+def click_tab(qtbot, tabs, title: str):
+    """Click the tab `title` of a QTabWidget on its tab bar, as a person does; returns its page."""
     from PySide6.QtCore import Qt
 
-    bar = window.tabs.tabBar()
+    bar = tabs.tabBar()
     index = next(i for i in range(bar.count()) if bar.tabText(i) == title)
     qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-    assert window.tabs.currentIndex() == index
+    assert tabs.currentIndex() == index
+    return tabs.widget(index)
+
+
+def click_panel_tab(qtbot, window, title: str):
+    """Click the main window's tab `title` on its tab bar, as a person does; returns the panel."""
+    click_tab(qtbot, window.tabs, title)
     return window.slot(title).panel
 
 

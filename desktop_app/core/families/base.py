@@ -57,15 +57,23 @@ def fused(parts: int | Callable[[ModelConfig], tuple[int, ...]], name: str = "")
                       lambda ts, cfg: torch.cat(ts, 0))
 
 
-def _shared(parts: list[torch.Tensor], cfg: ModelConfig) -> torch.Tensor:
-    if parts[0] is not parts[1] and parts[0].device.type != "meta" and not torch.equal(parts[0], parts[1]):
-        raise ValueError(f"the two norms of a parallel block differ: a {cfg.family} layer has one (input_layernorm)")
-    return parts[0]
+def _reorder_rotating_rows(t: torch.Tensor, cfg: ModelConfig, to_halves: bool) -> torch.Tensor:
+    """t's rows (a weight [H * d_head, d] or a bias [H * d_head]) with each head's first r rotating dims
+    (r = d_head * rotary_fraction) from pair order (0, 1, 2, 3, ...) to halves order (0, 2, ..., 1, 3, ...),
+    or back; the other dims stay where they are."""
+    heads, r = t.shape[0] // cfg.d_head, int(cfg.d_head * cfg.rotary_fraction)
+    x = t.reshape(heads, cfg.d_head, -1)
+    order = (heads, r // 2, 2, -1) if to_halves else (heads, 2, r // 2, -1)
+    rot = x[:, :r].reshape(order).transpose(1, 2).reshape(heads, r, -1)
+    return torch.cat([rot, x[:, r:]], 1).reshape(t.shape)
 
 
-# one norm -> a parallel block's norm1 and norm2 (Phi, Cohere: one tensor, read twice); written back once,
-# and refused when the two differ
-SHARED_NORM = Conversion("one norm for both", lambda t, cfg: [t, t], _shared)
+# q_proj / k_proj rows of a family that rotates interleaved pairs (dims 2i, 2i + 1: GPT-J, Cohere) <-> the
+# halves (i, i + r/2) the model rotates with the same frequency for pair i. q and k move together, so every
+# score q . k is the same sum (transformers' convert_llama_weights_to_hf permutes Meta's checkpoints so);
+# only the recorded attn.q / attn.k list each head's rotating dims in this order.
+INTERLEAVED_ROTARY = Conversion("interleaved rotary", lambda t, cfg: [_reorder_rotating_rows(t, cfg, True)],
+                                lambda parts, cfg: _reorder_rotating_rows(parts[0], cfg, False))
 
 
 def qkv_sizes(cfg: ModelConfig) -> tuple[int, int, int]:

@@ -1,52 +1,30 @@
 """Cohere (Command R): CohereModel / CohereForCausalLM. Attention and MLP side by side from ONE LayerNorm
-per layer (a weight, no bias; read into both of the parallel block's norms, as Phi's), a SwiGLU MLP,
+per layer (a weight, no bias; the block's shared_input_norm, as Phi's and GPT-J's), a SwiGLU MLP,
 rotary positions that rotate interleaved pairs (dims 2i, 2i+1), logits multiplied by logit_scale, tied
 embeddings; q, k, v and o biases together (attention_bias). Per-head q/k LayerNorms (use_qk_norm,
 Command R+) are refused.
 
 Interleaved pairs are LLaMA's rotate-half on q and k with each head's dims reordered (even ones, then odd
-ones): the weight table reorders the rows of q_proj and k_proj on reading (and back on writing), and
-since q . k is the same under one reordering of both, scores, patterns and outputs are Cohere's. Only
-the recorded queries (blocks.L.attn.q) list each head's dims in that order.
+ones): the weight table reorders the rows (and biases) of q_proj and k_proj on reading and back on writing
+(INTERLEAVED_ROTARY, as GPT-J's), and since q . k is the same under one reordering of both, scores, patterns
+and outputs are Cohere's. Only the recorded queries (blocks.L.attn.q) list each head's dims in that order.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from ..config import ModelConfig
 from . import llama_like
-from .base import ANY, SHARED_NORM, Conversion, Family, ModelLoadError, Weight, preset_of, weight
+from .base import ANY, INTERLEAVED_ROTARY, Family, ModelLoadError, Weight, preset_of, weight
 
 preset = preset_of(dict(family="cohere", norm="layernorm_nobias", norm_placement="pre", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
-                        parallel_residual=True, final_norm=True, tie_embeddings=True, norm_eps=1e-5,
-                        lm_head_scale=0.0625))
+                        parallel_residual=True, shared_input_norm=True, final_norm=True, tie_embeddings=True,
+                        norm_eps=1e-5, lm_head_scale=0.0625))
 
 HF_DEFAULTS = {"layer_norm_eps": 1e-5, "tie_word_embeddings": True, "max_position_embeddings": 8192,
                "hidden_act": "silu", "attention_bias": False, "use_qk_norm": False, "logit_scale": 0.0625,
                "pad_token_id": 0, "bos_token_id": 5, "eos_token_id": 255001}
-
-
-def _halves(t: torch.Tensor, heads: int) -> torch.Tensor:
-    """Each head's rows (or biases) from pair order (0, 1, 2, 3, ...) to halves order (0, 2, ..., 1, 3, ...)."""
-    per_head = t.reshape(heads, -1, 2, *t.shape[1:])
-    return per_head.transpose(1, 2).reshape(t.shape)
-
-
-def _pairs(t: torch.Tensor, heads: int) -> torch.Tensor:
-    per_head = t.reshape(heads, 2, -1, *t.shape[1:])
-    return per_head.transpose(1, 2).reshape(t.shape)
-
-
-def interleaved(heads_of) -> Conversion:
-    """q_proj / k_proj rows (weights or biases) in Cohere's pair order <-> rotate-half order, per head."""
-    return Conversion("interleaved rotary", lambda t, cfg: [_halves(t, heads_of(cfg))],
-                      lambda parts, cfg: _pairs(parts[0], heads_of(cfg)))
-
-
-Q_ROWS, K_ROWS = interleaved(lambda cfg: cfg.n_heads), interleaved(lambda cfg: cfg.n_kv_heads)
 
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
@@ -74,19 +52,19 @@ def config_to_hf(cfg: ModelConfig) -> dict:
 
 
 def weights(cfg: ModelConfig) -> list[Weight]:
-    """LLaMA's table with q/k rows reordered and the one norm a layer read into both norms."""
-    reorder = {"self_attn.q_proj": Q_ROWS, "self_attn.k_proj": K_ROWS}
+    """LLaMA's table with q/k rows reordered and the one input norm of a layer."""
+    reordered = ("self_attn.q_proj", "self_attn.k_proj")
     table = []
     for w in llama_like.weights(cfg, norms=()):
-        proj = next((p for p in reorder if w.theirs.endswith((p + ".weight", p + ".bias"))), None)
-        table.append(weight(w.theirs, w.ours, reorder[proj], outside_prefix=w.outside_prefix) if proj else w)
-    table += [weight(f"layers.{i}.input_layernorm.weight", (f"blocks.{i}.norm1.weight", f"blocks.{i}.norm2.weight"),
-                     SHARED_NORM) for i in range(cfg.n_layers)]
+        rows = any(w.theirs.endswith((p + ".weight", p + ".bias")) for p in reordered)
+        table.append(weight(w.theirs, w.ours, INTERLEAVED_ROTARY, outside_prefix=w.outside_prefix) if rows else w)
+    table += [weight(f"layers.{i}.input_layernorm.weight", f"blocks.{i}.norm1.weight") for i in range(cfg.n_layers)]
     return table
 
 
-# the weight-only LayerNorm, the parallel block, the logit scale; q/k/v/o biases together
+# the weight-only LayerNorm, the parallel block with its one input norm, the logit scale; q/k/v/o biases together
 SWITCHES = {**llama_like.SWITCHES, "norm": ("layernorm_nobias",), "parallel_residual": (True,),
+            "shared_input_norm": (True,),
             "lm_head_scale": ANY, "attention_bias": (True, False), "mlp_bias": (False,)}
 
 

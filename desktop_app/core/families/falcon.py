@@ -2,9 +2,9 @@
 4 x hidden unless given), biases on every linear map when `bias` says so, tied embeddings, and one fused
 query_key_value whose layout follows the architecture: Falcon-7B's multi-query (every q, then one k, one
 v), the new decoder architecture's key/value groups (per group its q's, then its k, then its v), or
-per head q, k, v (Bloom's). Attention and MLP run side by side (parallel_attn) from one LayerNorm (read
-into both of the parallel block's norms, as Phi's) or, in the new architecture, from two (ln_attn,
-ln_mlp); without parallel_attn the block is sequential. ALiBi (alibi: true, scaled with the scores in
+per head q, k, v (Bloom's). Attention and MLP run side by side (parallel_attn) from one LayerNorm (the
+block's shared_input_norm, as Phi's) or, in the new architecture, from two (ln_attn, ln_mlp); without
+parallel_attn the block is sequential. ALiBi (alibi: true, scaled with the scores in
 Falcon) is refused.
 """
 from __future__ import annotations
@@ -15,13 +15,14 @@ import torch
 
 from ..config import ModelConfig
 from . import bloom
-from .base import ANY, SHARED_NORM, Conversion, Family, ModelLoadError, Weight, fused, hf_dtype, preset_of, \
+from .base import ANY, Conversion, Family, ModelLoadError, Weight, fused, hf_dtype, preset_of, \
     qkv_sizes, required, weight
 from .rope import rope_block, rope_fields, rope_to_hf
 
 preset = preset_of(dict(family="falcon", norm="layernorm", norm_placement="pre", activation="gelu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
-                        parallel_residual=True, final_norm=True, tie_embeddings=True, norm_eps=1e-5))
+                        parallel_residual=True, shared_input_norm=True, final_norm=True, tie_embeddings=True,
+                        norm_eps=1e-5))
 
 HF_DEFAULTS = {"layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "max_position_embeddings": 2048,
                "alibi": False, "new_decoder_architecture": False, "multi_query": True, "parallel_attn": True,
@@ -79,8 +80,8 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
                   attention_bias=bool(d["bias"]), mlp_bias=bool(d["bias"]), parallel_residual=parallel,
                   tie_embeddings=bool(d["tie_word_embeddings"]), lm_head=FAMILY.has_lm_head(d), dtype=hf_dtype(d),
                   bos_token_id=d["bos_token_id"], eos_token_id=eos[0] if isinstance(eos, list) else eos,
-                  pad_token_id=d.get("pad_token_id"),
-                  extra={"falcon_layout": layout, "falcon_norms": norms if parallel else 2})
+                  pad_token_id=d.get("pad_token_id"), shared_input_norm=parallel and norms == 1,
+                  extra={"falcon_layout": layout})
 
 
 def config_to_hf(cfg: ModelConfig) -> dict:
@@ -90,7 +91,7 @@ def config_to_hf(cfg: ModelConfig) -> dict:
             "layer_norm_epsilon": cfg.norm_eps, "bias": cfg.attention_bias, "alibi": False, "activation": "gelu",
             "new_decoder_architecture": layout == "grouped", "multi_query": layout == "multi_query",
             "parallel_attn": cfg.parallel_residual,
-            "num_ln_in_parallel_attn": cfg.extra.get("falcon_norms", 1) if cfg.parallel_residual else None,
+            "num_ln_in_parallel_attn": (1 if cfg.shared_input_norm else 2) if cfg.parallel_residual else None,
             "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id, "pad_token_id": cfg.pad_token_id,
             "rope_parameters": rope_to_hf(cfg.rope_theta, cfg.rope_scaling)}
 
@@ -103,12 +104,12 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     for i in range(cfg.n_layers):
         b, h = f"blocks.{i}.", f"h.{i}."
         for x in ("weight", "bias"):
-            if not cfg.parallel_residual or cfg.extra.get("falcon_norms") == 2:
+            if cfg.shared_input_norm:
+                table.append(weight(h + f"input_layernorm.{x}", b + f"norm1.{x}"))
+            else:
                 first, second = ("ln_attn", "ln_mlp") if cfg.parallel_residual else ("input_layernorm",
                                                                                       "post_attention_layernorm")
                 table += [weight(h + f"{first}.{x}", b + f"norm1.{x}"), weight(h + f"{second}.{x}", b + f"norm2.{x}")]
-            else:
-                table.append(weight(h + f"input_layernorm.{x}", (b + f"norm1.{x}", b + f"norm2.{x}"), SHARED_NORM))
         for x in biases:
             table += [weight(h + f"self_attention.query_key_value.{x}", tuple(b + f"attn.{p}.{x}" for p in "qkv"), qkv),
                       weight(h + f"self_attention.dense.{x}", b + f"attn.o.{x}"),
@@ -120,9 +121,9 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return table
 
 
-# GELU MLP, rotary, grouped keys and values, the parallel block or not, biases together
+# GELU MLP, rotary, grouped keys and values, the parallel block (with one input norm or two) or not, biases together
 SWITCHES = {"activation": ("gelu",), "positions": ("rotary",), "n_kv_heads": ANY, "rope_scaling": ANY,
-            "parallel_residual": (True, False), "attention_bias": (True, False), "mlp_bias": (True, False)}
+            "parallel_residual": (True, False), "shared_input_norm": (True, False), "attention_bias": (True, False), "mlp_bias": (True, False)}
 
 
 def requires(cfg: ModelConfig) -> list[str]:
@@ -144,5 +145,6 @@ FAMILY = Family(
     structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
                 "layer_norm_epsilon", "bias", "alibi", "new_decoder_architecture", "multi_query", "parallel_attn",
                 "num_ln_in_parallel_attn", "rope_parameters"),
-    weights=weights, preset=lambda **kw: preset(**{"n_kv_heads": 1, **kw}), switches=SWITCHES, requires=requires,
+    weights=weights, preset=lambda **kw: preset(**{"n_kv_heads": 1, "shared_input_norm": kw.get("parallel_residual", True),
+                                                   **kw}), switches=SWITCHES, requires=requires,
     trainable=False)

@@ -3,21 +3,17 @@ x + attn(ln_1(x)) + mlp(ln_1(x))), partial rotary on the first rotary_dim dims o
 biases, a biased MLP and a biased unembedding (final_logits_bias: lm_head.bias).
 
 GPT-J rotates interleaved pairs of dims (2i, 2i + 1) (rotate_every_two); the model here rotates halves
-(i, i + r/2) with the same frequency for pair i. So the rows of q_proj and k_proj are permuted on
-reading (dim 2i of each head's rotating part to i, 2i + 1 to r/2 + i) and back on writing: q and k move
-together, every score q . k is the same sum (transformers' convert_llama_weights_to_hf permutes Meta's
-interleaved checkpoints the same way). Recorded attn.q holds its rotating dims in that order.
+(i, i + r/2), so the rows of q_proj and k_proj are reordered on reading and back on writing
+(INTERLEAVED_ROTARY, as Cohere's). Recorded attn.q holds its rotating dims in that order.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-import torch
-
 from ..config import ModelConfig
-from .base import (ANY, HF_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, hf_dtype, preset_of, required,
-                   weight)
+from .base import (ANY, HF_ACTIVATIONS, INTERLEAVED_ROTARY, Family, ModelLoadError, Weight, hf_dtype, preset_of,
+                   required, weight)
 
 preset = preset_of(dict(family="gptj", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
                         positions="rotary", parallel_residual=True, shared_input_norm=True, causal=True,
@@ -25,28 +21,6 @@ preset = preset_of(dict(family="gptj", norm="layernorm", norm_placement="pre", a
                         tie_embeddings=False, norm_eps=1e-5))
 
 _ACTIVATIONS = {k: v for k, v in HF_ACTIVATIONS.items() if v != "swiglu"}  # GPT-J's MLP is ungated
-
-
-def _rotating(t: torch.Tensor, cfg: ModelConfig) -> tuple[torch.Tensor, int]:
-    """t [H * d_head, ...] as [H, d_head, rest], and the number of rotating dims r of each head."""
-    return t.reshape(t.shape[0] // cfg.d_head, cfg.d_head, -1), int(cfg.d_head * cfg.rotary_fraction)
-
-
-def _pairs_to_halves(t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
-    x, r = _rotating(t, cfg)
-    rot = x[:, :r].reshape(x.shape[0], r // 2, 2, -1).transpose(1, 2).reshape(x.shape[0], r, -1)
-    return [torch.cat([rot, x[:, r:]], 1).reshape(t.shape)]
-
-
-def _halves_to_pairs(parts: list[torch.Tensor], cfg: ModelConfig) -> torch.Tensor:
-    t = parts[0]
-    x, r = _rotating(t, cfg)
-    rot = x[:, :r].reshape(x.shape[0], 2, r // 2, -1).transpose(1, 2).reshape(x.shape[0], r, -1)
-    return torch.cat([rot, x[:, r:]], 1).reshape(t.shape)
-
-
-# q_proj / k_proj rows: GPT-J's interleaved rotary pairs <-> the halves the model rotates
-PAIRS_TO_HALVES = Conversion("pairs_to_halves", _pairs_to_halves, _halves_to_pairs)
 
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
@@ -87,8 +61,8 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     for i in range(cfg.n_layers):
         b, h = f"blocks.{i}.", f"h.{i}."
         table += [weight(h + "ln_1.weight", b + "norm1.weight"), weight(h + "ln_1.bias", b + "norm1.bias"),
-                  weight(h + "attn.q_proj.weight", b + "attn.q.weight", PAIRS_TO_HALVES),
-                  weight(h + "attn.k_proj.weight", b + "attn.k.weight", PAIRS_TO_HALVES),
+                  weight(h + "attn.q_proj.weight", b + "attn.q.weight", INTERLEAVED_ROTARY),
+                  weight(h + "attn.k_proj.weight", b + "attn.k.weight", INTERLEAVED_ROTARY),
                   weight(h + "attn.v_proj.weight", b + "attn.v.weight"),
                   weight(h + "attn.out_proj.weight", b + "attn.o.weight"),
                   weight(h + "mlp.fc_in.weight", b + "mlp.up.weight"), weight(h + "mlp.fc_in.bias", b + "mlp.up.bias"),

@@ -1,20 +1,21 @@
 """Phi (Phi-1, Phi-1.5, Phi-2): PhiModel / PhiForCausalLM. Attention and MLP side by side from ONE
 LayerNorm per layer (x + attn(ln(x)) + mlp(ln(x))), partial rotary (0.5 unless given), biases everywhere
-(the LM head's too), an ungated GELU(tanh) MLP and a final LayerNorm. The one norm is read into both of
-the parallel block's norms (the same weights, so the same values); a model whose two norms differ is
-not Phi's and is not written under its names. Per-head q/k LayerNorms (qk_layernorm) are refused.
+(the LM head's too), an ungated GELU(tanh) MLP and a final LayerNorm. The one norm is the block's
+shared_input_norm (norm1, read by attention and MLP alike, as GPT-J's). Per-head q/k LayerNorms
+(qk_layernorm) are refused.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import ANY, SHARED_NORM, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+from .base import ANY, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
 from .rope import rope_block, rope_fields, rope_to_hf
 
 preset = preset_of(dict(family="phi", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
                         positions="rotary", rotary_fraction=0.5, causal=True, attention_bias=True, mlp_bias=True,
-                        parallel_residual=True, final_norm=True, final_logits_bias=True, tie_embeddings=False,
+                        parallel_residual=True, shared_input_norm=True, final_norm=True, final_logits_bias=True,
+                        tie_embeddings=False,
                         norm_eps=1e-5))
 
 HF_DEFAULTS = {"layer_norm_eps": 1e-5, "tie_word_embeddings": False, "max_position_embeddings": 2048,
@@ -58,7 +59,7 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     for i in range(cfg.n_layers):
         b, h = f"blocks.{i}.", f"layers.{i}."
         for x in ("weight", "bias"):
-            table.append(weight(h + f"input_layernorm.{x}", (b + f"norm1.{x}", b + f"norm2.{x}"), SHARED_NORM))
+            table.append(weight(h + f"input_layernorm.{x}", b + f"norm1.{x}"))
             table += [weight(h + f"self_attn.{theirs}.{x}", b + f"attn.{ours}.{x}")
                       for theirs, ours in (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v"), ("dense", "o"))]
             table += [weight(h + f"mlp.fc1.{x}", b + f"mlp.up.{x}"), weight(h + f"mlp.fc2.{x}", b + f"mlp.down.{x}")]
@@ -70,8 +71,9 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     return table
 
 
-# the parallel block, partial rotary, grouped-query attention, the head's bias
+# the parallel block with its one input norm, partial rotary, grouped-query attention, the head's bias
 SWITCHES = {"positions": ("rotary",), "activation": ("gelu_tanh",), "parallel_residual": (True,),
+            "shared_input_norm": (True,),
             "rotary_fraction": ANY, "rope_scaling": ANY, "n_kv_heads": ANY, "final_logits_bias": (True,)}
 
 

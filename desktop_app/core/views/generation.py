@@ -20,6 +20,8 @@ class GenerationViewState:
     beams: int = 4
     seed: int = 0
     run_n: int = 20  # how many tokens Run N generates
+    length_penalty: float = 1.0  # beam search (app.generation.LENGTH_PENALTY)
+    early_stopping: str = "false"  # beam search: a word of app.generation.EARLY_STOPPING
 
 
 # -- the history tree and the beams as the panel lists them -----------------------------------

@@ -95,10 +95,9 @@ class FeaturesPanel(QWidget, ResultView):
         self.lens_ids: list[int] = []
         self.token: int | None = None  # the selected position
         self.feature: tuple | None = None  # (Attached, feature id) clicked
-        self.text_file: str | None = None
         self._feature_rows: list[tuple] = []  # the features table's rows: (Attached, feature id)
         self._stale = True  # the lens is not computed for the current inputs
-        self._lens_job = self._attr_job = self._dash_job = self._decoder_job = None
+        self._lens_job = self._attr_job = self._decoder_job = None
         self.last_feature_menu: QMenu | None = None
         self._failure = ""  # why the last dictionary was not attached (said until one is)
 
@@ -193,9 +192,7 @@ class FeaturesPanel(QWidget, ResultView):
         self.tokens_table.cellClicked.connect(lambda r, _c: self.select_token(r))
         self.features_table.cellClicked.connect(self._feature_clicked)
         self.features_table.customContextMenuRequested.connect(self._feature_menu)
-        self.dashboard.file_button.clicked.connect(self.choose_text_file)
         self.dashboard.run_button.clicked.connect(self.run_dashboard)
-        self.dashboard.cancel_button.clicked.connect(self.cancel_dashboard)
         self.attribute_button.clicked.connect(self.attribute)
         self.side.currentIndexChanged.connect(self._side_chosen)
         state.model_changed.connect(lambda _loaded: self._show_side_choice())
@@ -240,8 +237,7 @@ class FeaturesPanel(QWidget, ResultView):
         self.attr_chart.clear_chart()
         self.attr_status.setText("")
         if changed & {MODEL, EDITS, DICTIONARIES}:
-            if self._dash_job is not None and not self._dash_job.done:
-                self._dash_job.cancel()
+            self.dashboard.cancel()
             self.dashboard.clear_contexts()
         if changed & {MODEL, DICTIONARIES}:
             if self._decoder_job is not None and not self._decoder_job.done:
@@ -418,8 +414,7 @@ class FeaturesPanel(QWidget, ResultView):
             self.colour_label.setText(f"Coloured by feature {feature} at {attached.dictionary.hook} "
                                       f"(0 to {vmax:.3g}); active on {sum(v > 0 for v in values)} of {len(values)} tokens.")
         if not same:
-            if self._dash_job is not None and not self._dash_job.done:
-                self._dash_job.cancel()
+            self.dashboard.cancel()
             self.dashboard.clear_contexts()
             self.dashboard.header.setText(f"<b>Feature {feature}</b> of {attached.dictionary.name} "
                                           f"at {attached.dictionary.hook}")
@@ -491,43 +486,15 @@ class FeaturesPanel(QWidget, ResultView):
                                       if not _edits_feature(iv, attached.dictionary, feature)])
 
     # -- dashboard -----------------------------------------------------------------------------
-    def choose_text_file(self) -> None:
-        from pathlib import Path
-
-        path, _ = QFileDialog.getOpenFileName(self, "Text file for the feature's top contexts",
-                                              app_settings.last_folder(), "Text files (*.txt);;All files (*)")
-        if path:
-            app_settings.set_last_folder(Path(path).parent)
-            self.text_file = path
-            self.dashboard.file_label.setText(path)
-
     def run_dashboard(self) -> None:
         if self.feature is None:
             self.dashboard.status.setText("Click a feature in the lens first.")
             return
-        if not self.text_file:
-            self.dashboard.status.setText("Choose a text file first (Text file…).")
-            return
-        if self._dash_job is not None and not self._dash_job.done:
-            return
         a, k = self.feature
-        self.dashboard.clear_contexts(f"Top contexts of feature {k} over {self.text_file}…")
-        self.dashboard.set_running(True)
-        self._dash_job = self.state.run(
-            cached_dashboard, self.state.loaded, a, self.text_file, k, interventions=list(self.state.interventions),
-            ids=list(self.state.token_ids), on_result=lambda r: self.dashboard.show_contexts(*r),
-            on_error=lambda exc, tb: self.dashboard.status.setText(f"Cannot read the top contexts: {exc}"),
-            on_progress=lambda d, t, _m: self.dashboard.show_progress(d, t),
-            on_cancelled=lambda: self.dashboard.status.setText("Cancelled."),
-            on_finished=self._dashboard_finished, parts=(MODEL, EDITS, DICTIONARIES), owner=self)
-
-    def cancel_dashboard(self) -> None:
-        if self._dash_job is not None:
-            self._dash_job.cancel()
-
-    def _dashboard_finished(self) -> None:
-        self.dashboard.set_running(False)
-        self.export_bar.refresh()
+        self.dashboard.run_contexts(
+            self.state, f"feature {k}", cached_dashboard, self.state.loaded, a, self.dashboard.text_file, k,
+            interventions=list(self.state.interventions), ids=list(self.state.token_ids),
+            on_finished=self.export_bar.refresh, parts=(MODEL, EDITS, DICTIONARIES), owner=self)
 
     # -- attribution ---------------------------------------------------------------------------
     def _tab_changed(self, index: int) -> None:

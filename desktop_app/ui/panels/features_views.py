@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QLabel, QProgressBar, QPushButton,
+from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton,
                                QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
+from .. import settings as app_settings
 from ..settings import plot_background, plot_foreground
 
 POSITIVE, NEGATIVE = "#0072B2", "#D55E00"  # as the What if panel: raise / lower the logit
@@ -58,7 +59,9 @@ def _plot(left: str, bottom: str) -> pg.PlotWidget:
 
 class FeatureDashboard(QWidget):
     """One feature: its top-activating contexts over a text file (with progress and Cancel), its
-    activation histogram there, and the tokens its decoder direction promotes and suppresses."""
+    activation histogram there, and the tokens its decoder direction promotes and suppresses. It keeps
+    the chosen text file and the one contexts job (run_contexts), for the Features panel and the Graph
+    panel's node alike."""
 
     HINT = "Click a feature in the lens; then choose a text file and Run for its top contexts."
 
@@ -83,6 +86,10 @@ class FeatureDashboard(QWidget):
         self.histogram = _plot("tokens", "activation")
         self.promoted_table, self.suppressed_table = read_only_table(), read_only_table()
         self.contexts = None  # the TopContexts shown
+        self.text_file: str | None = None
+        self.job = None  # the contexts job (workers.Job) running or last run
+        self.file_button.clicked.connect(self.choose_text_file)
+        self.cancel_button.clicked.connect(self.cancel)
 
         row = QHBoxLayout()
         for w in (QLabel("Text file"), self.file_label, self.file_button, self.run_button, self.cancel_button,
@@ -151,6 +158,44 @@ class FeatureDashboard(QWidget):
         self.progress.setVisible(running)
         if running:
             self.progress.setRange(0, 0)
+
+    def choose_text_file(self) -> None:
+        from pathlib import Path
+
+        path, _ = QFileDialog.getOpenFileName(self, "Text file for the feature's top contexts",
+                                              app_settings.last_folder(), "Text files (*.txt);;All files (*)")
+        if path:
+            app_settings.set_last_folder(Path(path).parent)
+            self.text_file = path
+            self.file_label.setText(path)
+
+    def run_contexts(self, state, title: str, fn, *args, on_finished=None, **kw) -> None:
+        """state.run(fn, *args, **kw) for the top contexts of `title` over the text file (fn returns
+        (TopContexts, cached)), shown here with progress and Cancel; nothing when no text file is chosen
+        (said) or a run is under way. The caller passes self.text_file among args."""
+        if not self.text_file:
+            self.status.setText("Choose a text file first (Text file…).")
+            return
+        if self.job is not None and not self.job.done:
+            return
+
+        def finished() -> None:
+            self.set_running(False)
+            if on_finished is not None:
+                on_finished()
+
+        self.clear_contexts(f"Top contexts of {title} over {self.text_file}…")
+        self.set_running(True)
+        self.job = state.run(
+            fn, *args, on_result=lambda r: self.show_contexts(*r),
+            on_error=lambda exc, tb: self.status.setText(f"Cannot read the top contexts: {exc}"),
+            on_progress=lambda d, t, _m: self.show_progress(d, t),
+            on_cancelled=lambda: self.status.setText("Cancelled."), on_finished=finished, **kw)
+
+    def cancel(self) -> None:
+        """Cancel the contexts job if one runs."""
+        if self.job is not None and not self.job.done:
+            self.job.cancel()
 
     def show_progress(self, done: int, total: int) -> None:
         self.progress.setRange(0, max(total, 1))

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QSlider,
-                               QSpinBox, QSplitter, QTableWidget, QTabWidget, QTreeWidget, QTreeWidgetItem,
+from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton,
+                               QSlider, QSpinBox, QSplitter, QTableWidget, QTabWidget, QTreeWidget, QTreeWidgetItem,
                                QVBoxLayout, QWidget)
 
-from ...app.generation import plain_logits_at, why_cannot_generate
+from ...app.generation import (EARLY_STOPPING, LENGTH_PENALTY, generation_settings, plain_logits_at,
+                               why_cannot_generate)
 from ...core.generation import (STRATEGIES, GenerationError, GenerationSession, GenerationSettings,
                                 MaskedFillSession, process_logits)
 from ...core.views.generation import GenerationViewState
@@ -149,13 +150,26 @@ class GenerationPanel(QWidget, ResultView):
         self.order.currentTextChanged.connect(lambda _: self.start() if self._is_encoder() and self.session else None)
         self.beams = QSpinBox(minimum=1, maximum=16, value=4, prefix="beams ")
         self.beams.valueChanged.connect(self._settings_changed)
+        # the beam search's options (app.generation: the CLI's --length-penalty and --early-stopping)
+        self.length_penalty = QDoubleSpinBox(minimum=LENGTH_PENALTY.lo, maximum=LENGTH_PENALTY.hi, value=1.0,
+                                             singleStep=0.1, decimals=2, prefix="length penalty ")
+        self.length_penalty.setToolTip("Beam search: a finished sequence scores log p / its length ** this "
+                                       "(> 0 favours longer ones; transformers' length_penalty)")
+        self.length_penalty.valueChanged.connect(self._settings_changed)
+        self.early_stopping = QComboBox()
+        self.early_stopping.addItems([f"early stop {w}" for w in EARLY_STOPPING])
+        self.early_stopping.setToolTip("Beam search: stop once B sequences have ended (true), once the best "
+                                       "running one cannot beat them at its length (false) or at the longest it "
+                                       "may become (never); transformers' early_stopping")
+        self.early_stopping.currentTextChanged.connect(self._settings_changed)
         self.seed = QSpinBox(minimum=0, maximum=2**31 - 1, value=0, prefix="seed ")
         self.seed.setToolTip("Random seed for sampling; Reset regenerates with it")
         self.seed.valueChanged.connect(self._seed_changed)
         top = QHBoxLayout()
         top.addWidget(self.prompt_label)
         top.addWidget(self.prompt, 1)
-        for w in (self.start_button, self.strategy, self.order, self.beams, self.seed):
+        for w in (self.start_button, self.strategy, self.order, self.beams, self.length_penalty, self.early_stopping,
+                  self.seed):
             top.addWidget(w)
 
         self.back_button = QPushButton("\u2190 Back")
@@ -304,8 +318,12 @@ class GenerationPanel(QWidget, ResultView):
         strategy = self.strategy.currentText()
         if self._is_encoder() and strategy == "beam":
             strategy = "greedy"
-        return GenerationSettings(strategy, self.temperature.value() / 100.0, self.top_k.value(),
-                                  self.top_p.value() / 100.0, self.beams.value())
+        return generation_settings(strategy, self.temperature.value() / 100.0, self.top_k.value(),
+                                   self.top_p.value() / 100.0, self.beams.value(), self.length_penalty.value(),
+                                   self._early_stopping_word())
+
+    def _early_stopping_word(self) -> str:
+        return self.early_stopping.currentText().removeprefix("early stop ")
 
     def _is_encoder(self) -> bool:
         return self.state.loaded is not None and not self.state.loaded.config.causal
@@ -481,8 +499,8 @@ class GenerationPanel(QWidget, ResultView):
             w.setEnabled(not busy and usable)
         self.run_button.setEnabled(usable and (running or not busy))
         self.run_button.setText("Stop" if running else "Run N")
-        for w in (self.prompt, self.strategy, self.order, self.beams, self.seed, self.run_n, self.temperature,
-                  self.top_k, self.top_p):
+        for w in (self.prompt, self.strategy, self.order, self.beams, self.length_penalty, self.early_stopping,
+                  self.seed, self.run_n, self.temperature, self.top_k, self.top_p):
             w.setEnabled(usable or self.state.loaded is None)
 
     def _clicked(self, action) -> None:
@@ -810,7 +828,8 @@ class GenerationPanel(QWidget, ResultView):
             prompt=self.prompt.text(), strategy=self.strategy.currentText(),
             temperature=self.temperature.value() / 100.0, top_k=self.top_k.value(),
             top_p=self.top_p.value() / 100.0, beams=self.beams.value(), seed=self.seed.value(),
-            run_n=self.run_n.value())
+            run_n=self.run_n.value(), length_penalty=self.length_penalty.value(),
+            early_stopping=self._early_stopping_word())
 
     def set_view_state(self, state: GenerationViewState) -> None:
         """Show a workspace's settings; the session, if any, gets them as if the sliders were moved."""
@@ -821,8 +840,11 @@ class GenerationPanel(QWidget, ResultView):
         self.temperature.setValue(round(state.temperature * 100))  # the sliders count hundredths
         self.top_k.setValue(state.top_k)
         self.top_p.setValue(round(state.top_p * 100))
-        for spin, value in ((self.beams, state.beams), (self.seed, state.seed), (self.run_n, state.run_n)):
+        for spin, value in ((self.beams, state.beams), (self.seed, state.seed), (self.run_n, state.run_n),
+                            (self.length_penalty, state.length_penalty)):
             spin.setValue(value)
+        if state.early_stopping in EARLY_STOPPING:  # a mode this version lacks keeps the current one
+            self.early_stopping.setCurrentText(f"early stop {state.early_stopping}")
 
     # -- export (ExportBar view protocol; File > Export Current View takes export_widget) ---------
     def export_widget(self) -> QWidget:

@@ -183,7 +183,8 @@ class DecoderStepView(GenerationView):
         seq2seq = p.state.is_seq2seq()
         p.order.setVisible(False)
         p.mask_button.setVisible(False)
-        p.beams.setVisible(True)
+        for w in (p.beams, p.length_penalty, p.early_stopping):
+            w.setVisible(True)
         p.prompt_label.setVisible(seq2seq)
         p.cross_view.setVisible(seq2seq)
         p.cross_view.clear("")
@@ -444,7 +445,8 @@ class EncoderFillView(GenerationView):
         p = self.panel
         p.order.setVisible(True)
         p.mask_button.setVisible(True)
-        p.beams.setVisible(False)
+        for w in (p.beams, p.length_penalty, p.early_stopping):  # beam search is a decoder's
+            w.setVisible(False)
         p.prompt.setPlaceholderText(
             "text with [MASK] tokens to fill (or select tokens and press Mask)" if loaded.tokenizer else
             "prompt: token ids separated by spaces (this model has no tokenizer)")

@@ -141,9 +141,8 @@ class GraphPanel(QWidget, ResultView):
         self.pinned: list[str] = []  # node ids
         self.supernodes: list[list[str]] = []  # [label, node id, ...]
         self.labels: dict[str, str] = {}  # node id -> the user's label
-        self._job = self._prune_job = self._edit_job = self._dash_job = None
+        self._job = self._prune_job = self._edit_job = None
         self._prune_serial = 0
-        self.text_file = ""
         self.edit_result = None  # (edits, before, after, live) of the last intervention
 
         # -- top rows ---------------------------------------------------------------------------
@@ -225,9 +224,7 @@ class GraphPanel(QWidget, ResultView):
         self.dashboard.header.setText("Click a feature node of a graph computed here for its dashboard.")
         # a long file path must not widen the side pane past the window (it would cut off the Intervene tab)
         self.dashboard.file_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.dashboard.file_button.clicked.connect(self.choose_text_file)
         self.dashboard.run_button.clicked.connect(self.run_dashboard)
-        self.dashboard.cancel_button.clicked.connect(lambda: self._dash_job is not None and self._dash_job.cancel())
         self.edit_list = QListWidget()
         self.how_box = QComboBox()
         self.how_box.addItems(["zero", "scale", "clamp"])
@@ -680,15 +677,6 @@ class GraphPanel(QWidget, ResultView):
                        on_error=lambda exc, tb: self.dashboard.show_decoder_tokens([], [], str(exc)),
                        parts=(MODEL,), owner=self)
 
-    def choose_text_file(self) -> None:
-        from .. import settings as app_settings
-
-        path, _ = QFileDialog.getOpenFileName(self, "Text file for the feature's top contexts",
-                                              app_settings.last_folder(), "Text files (*.txt);;All files (*)")
-        if path:
-            self.text_file = path
-            self.dashboard.file_label.setText(path)
-
     def run_dashboard(self) -> None:
         from ...app.graphs import graph_feature_dashboard
 
@@ -697,21 +685,10 @@ class GraphPanel(QWidget, ResultView):
         if f is None or self.result is None:
             self.dashboard.status.setText("Click a feature node of a graph computed here first.")
             return
-        if not self.text_file:
-            self.dashboard.status.setText("Choose a text file first (Text file…).")
-            return
-        if self._dash_job is not None and not self._dash_job.done:
-            return
         layer, _pos, feature = f
-        self.dashboard.clear_contexts(f"Top contexts of feature {feature} over {self.text_file}…")
-        self.dashboard.set_running(True)
-        self._dash_job = self.state.run(
-            graph_feature_dashboard, self.state.loaded, self.result.ctx.transcoders, layer, feature, self.text_file,
-            on_result=lambda r: self.dashboard.show_contexts(*r),
-            on_error=lambda exc, tb: self.dashboard.status.setText(f"Cannot read the top contexts: {exc}"),
-            on_progress=lambda d, t, _m: self.dashboard.show_progress(d, t),
-            on_cancelled=lambda: self.dashboard.status.setText("Cancelled."),
-            on_finished=lambda: self.dashboard.set_running(False), parts=(MODEL,), owner=self)
+        self.dashboard.run_contexts(self.state, f"feature {feature}", graph_feature_dashboard, self.state.loaded,
+                                    self.result.ctx.transcoders, layer, feature, self.dashboard.text_file,
+                                    parts=(MODEL,), owner=self)
 
     # -- intervention ---------------------------------------------------------------------------
     def feature_edits(self) -> list:

@@ -10,7 +10,6 @@ never keep their own copy of the model, and never reach into another panel or th
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal

@@ -13,4 +13,7 @@ parses arguments belongs in the front ends.
 - training.py training settings and their command-line form (the Train panel and `train`)
 - timeline.py per-head metrics over a run's kept steps (the timeline, `scrub`)
 - arguments.py the numeric argparse types (ranges, --device) of both command lines: the CLI's and the GUI's
+- inputs.py   the inputs every view shows (model, text, target, image, special tokens, their key), evented
+- edits.py    the what-if edit list, evented, owning the one rule for adding, replacing and removing an edit
+- lipschitz.py the plan of a Lipschitz sweep (lengths kept and skipped, samples, the text): panel and CLI
 """

@@ -116,11 +116,16 @@ def check_sweep_memory(spec, lengths: list[int]) -> None:
     check_memory(8.0 * 8 * heads * n * n + 8.0 * 8 * n * d, f"--lengths up to {n}", "for the attention Jacobians")
 
 
+# how the CLI's notes name its options (app.lipschitz.plan_lengths words the panel's controls otherwise)
+CLI_WORDS = dict(samples_said="--samples {k}", one_each="one input at each length")
+
+
 def run(args) -> int:
     import json
     import sys
     from pathlib import Path
 
+    from ..app.lipschitz import plan_lengths
     from ..core import lipschitz as lip
     from ..core.files import check_output_file
 
@@ -132,6 +137,8 @@ def run(args) -> int:
     if args.synthetic and args.device != "cpu":
         raise ValueError(f"--device {args.device}: a synthetic head runs on the CPU; --device is for a model's sweep")
     if args.synthetic:
+        notes = plan_lengths(None, "adversarial" if args.adversarial else "random", lengths, None, args.samples,
+                             function=lip.SYNTHETIC, **CLI_WORDS).notes
         matrices = None
         if args.matrices:
             if args.norm_a is not None or args.norm_v is not None:
@@ -166,17 +173,21 @@ def run(args) -> int:
                 ids = None
         # what real windows are read from, named in the label as the panel names it (sweep_label)
         data_name = Path(args.text_file).name if args.text_file else "demo text"
-        if stack.get("stack") in ("decoder", "cross") and args.target_text is not None:
+        target = stack.get("stack") in ("decoder", "cross") and args.target_text is not None
+        if target:
             data_name = "target"
+        # the lengths this text can fill, as the panel decides them (app.lipschitz.plan_lengths)
+        where = "the target" if target else Path(args.text_file).name if args.text_file else "the demo text"
+        plan = plan_lengths(loaded.config, args.data, lengths, ids, args.samples, search_start=args.search_start,
+                            where=where, **CLI_WORDS, longer=f"give a longer {'--target-text' if target else '--text-file'}")
+        lengths, notes = plan.lengths, plan.notes
         options = dict(function=lip.MODEL, data=args.data, model=model, layer=args.layer, head=args.head,
                        masked=args.masked, token_ids=ids, data_name=data_name, search_steps=args.search_steps,
                        search_start=args.search_start, **stack, **common)
+    options["lengths"] = lengths
     spec = lip.build_sweep_spec(options)
-    source = lip.get_source(options["data"], options["function"])
-    if source.one_input_per_length and args.samples > 1:  # said, as the panel says it
-        import sys
-        print(f"note: the {options['data']} input is one construction per n, so --samples {args.samples} gives "
-              "one input at each length", file=sys.stderr)
+    for note in notes:  # said, as the panel says them
+        print(f"note: {note}", file=sys.stderr)
 
     def show(res, _result) -> None:
         import statistics  # np.median imports numpy.ma (~40 ms of the run's start-up)

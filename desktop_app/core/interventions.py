@@ -339,8 +339,9 @@ def steer(vector: torch.Tensor, layer: int, scale: float, towards: str = "", awa
 
 
 def is_steer(iv: Intervention) -> bool:
-    """Whether an edit adds a vector (what `steer` makes; a panel keeps one steer at a time)."""
-    return iv.how == "add"
+    """Whether an edit adds a vector to a block's output (what `steer` makes; the app keeps one steer at a time).
+    An attribution graph's edits add at MLP outputs (core/graphs/edits.py): not steers."""
+    return iv.how == "add" and iv.target.endswith("resid_post")
 
 
 def _run(model, ids: Sequence[int] | torch.Tensor, names) -> Trace:

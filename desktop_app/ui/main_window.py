@@ -152,6 +152,7 @@ class MainWindow(QMainWindow):
         state.error.connect(self._show_in_status_bar)
         state.notice.connect(self._show_in_status_bar)
         state.dictionary_failed.connect(self._on_dictionary_failed)
+        state.panel_wanted.connect(self._show_wanted_panel)
         self._on_device_changed(state.device)
         if self.slots:
             self.slots[0].build(state)
@@ -453,6 +454,13 @@ class MainWindow(QMainWindow):
         """File > Open Attribution Graph: the Graph panel asks for the file and draws it."""
         self.show_panel("Graph")
         self.panel("Graph").open_dialog()
+
+    def _show_wanted_panel(self, title: str) -> None:
+        """A panel asked for another (AppState.panel_wanted): shown, when this window has it."""
+        try:
+            self.show_panel(title)
+        except KeyError:
+            pass  # a window built with other panels (tests)
 
     def open_dictionaries(self, folders: list[str]) -> None:
         """Attach sparse dictionary folders to the open model and show the Features panel."""

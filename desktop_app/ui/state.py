@@ -1,17 +1,22 @@
-"""AppState: the single source of truth shared by every panel (napari-style: views subscribe).
+"""AppState: job orchestration over the app's evented inputs and edits, forwarded to every panel as Qt signals.
 
-Holds the current model (a core LoadedModel), the device, the current text and its token ids, and
-the last Trace of that text. Panels read these attributes and connect to the signals; they never
-keep their own copy of the model. Model work is done by workers, never on the UI thread.
+The inputs (model, text, target, image, special tokens, their key: app/inputs.py) and the what-if edits
+(app/edits.py, which owns the rule for adding one) are Qt-free evented models; AppState holds one of each,
+forwards their events as Qt signals, and runs the jobs they call for (loading, moving and tracing, in
+workers, never on the UI thread), keeping what those jobs produced (token ids, the Trace on show). Panels
+read these attributes, connect to the signals and write through the models (`state.edits.add(iv)`); they
+never keep their own copy of the model, and never reach into another panel or the main window.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from ..app.edits import EditList
+from ..app.inputs import (DICTIONARIES, EDITS, FEATURE_PARTS, INPUT, MODEL, PARTS, InputKey,  # noqa: F401 (panels' names)
+                          Inputs)
 from ..app.tracing import is_seq2seq, trace_image_or_digit, trace_input  # one record-name policy for the GUI and the CLI
 from ..core.checkpoints import LoadedModel
 from ..core.inputs import EncodedText, encode
@@ -81,33 +86,6 @@ def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
     return dataclasses.replace(loaded, model=moved)
 
 
-# What a computed result depends on (InputKey's serials): the model open, the input traced (the text's
-# ids, a generation step or a ViT's image), and the what-if edits.
-MODEL, INPUT, EDITS = "model", "input", "edits"
-PARTS = (MODEL, INPUT, EDITS)
-# The sparse dictionaries attached (AppState.dictionaries): a part only feature results depend on, so
-# not in PARTS (a panel showing features passes parts=FEATURE_PARTS / result_parts=FEATURE_PARTS).
-DICTIONARIES = "dictionaries"
-FEATURE_PARTS = PARTS + (DICTIONARIES,)
-
-
-@dataclass(frozen=True)
-class InputKey:
-    """The inputs a result was computed for, as serial numbers AppState advances: `model` at every
-    model opened (or made current), `input` at every new trace of the text, ids or image, `edits` at
-    every change of the what-if edits. An encoder-decoder's input is its source and its target text
-    (AppState.text, AppState.target): a change of either is a new trace, so a new `input`. A result whose
-    key differs from AppState.key in a part it depends on is stale: AppState.run drops it, and panels clear it on AppState.inputs_changed."""
-    model: int = 0
-    input: int = 0
-    edits: int = 0
-    model_name: str = ""  # the model's name when the key was made (for labels)
-    dictionaries: int = 0  # at every change of the attached sparse dictionaries
-
-    def same(self, other: "InputKey", parts=PARTS) -> bool:
-        return all(getattr(self, p) == getattr(other, p) for p in parts)
-
-
 class ResultView:
     """Mixin for a panel that shows results computed from AppState's inputs (the one mechanism that
     keeps them from going stale): call `watch_inputs(state)` once, compute with `state.run(...)` (a
@@ -127,19 +105,25 @@ class ResultView:
         raise NotImplementedError
 
 
+def _forwarded(field: str, doc: str) -> property:
+    """An attribute that is the Inputs model's field (reading and writing go through it, so its event fires)."""
+    return property(lambda self: getattr(self.inputs, field), lambda self, value: setattr(self.inputs, field, value),
+                    doc=doc)
+
+
 class AppState(QObject):
     model_changed = Signal(object)  # LoadedModel
     model_load_failed = Signal(str)  # message naming the file and the problem
     device_changed = Signal(str)
     device_failed = Signal(str, str)  # device asked for, why the model could not move there
-    text_changed = Signal(str)
+    text_changed = Signal(str)  # the text was set: a new one, or the same set again to trace it again
     target_changed = Signal(str)  # an encoder-decoder's target text (AppState.target)
     tokens_changed = Signal(list)  # token ids of the current text
     trace_changed = Signal(object)  # Trace of the current text (or a generation step)
     busy_changed = Signal(bool, str)
     error = Signal(str)
     notice = Signal(str)  # something the app did for the user that they should know (status bar)
-    interventions_changed = Signal(list)  # the what-if edits every text trace applies
+    interventions_changed = Signal(list)  # the what-if edits every text trace applies (AppState.edits changed)
     # (InputKey now current, frozenset of the parts that changed): emitted before model_changed,
     # tokens_changed / trace_changed and interventions_changed, so results are cleared first
     inputs_changed = Signal(object, object)
@@ -151,22 +135,39 @@ class AppState(QObject):
     trace_progress = Signal(int, int)
     # A text's trace refused for memory that would fit through its first layers: (that many, of how many).
     trace_layers_offered = Signal(int, int)
+    # A panel asks for another panel to be shown (its title; the main window shows it, if it has it).
+    panel_wanted = Signal(str)
     # A trace shows its pieces and progress only once it has run this long: a quick one (a small model)
     # goes straight from the previous text's result to its own, without clearing the panels between.
     PIECES_AFTER_S = 0.3
 
+    # The inputs are the Inputs model's fields (app/inputs.py): read and written here as attributes.
+    loaded = _forwarded("loaded", "the open model (LoadedModel), None before one is opened")
+    text = _forwarded("text", "the text box's text (an encoder-decoder's source)")
+    target = _forwarded("target", "an encoder-decoder's target text (the source is `text`)")
+    image = _forwarded("image", "a ViT's input: pixel values [C, H, W] the Image panel chose")
+    image_source = _forwarded("image_source", "what the image is")
+    special_tokens = _forwarded("special_tokens", "the tokenizer's special tokens added to every text "
+                                "(set_special_tokens; the saved choice is applied at start)")
+    key = _forwarded("key", "what the model, input and edits are now (see InputKey)")
+
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.loaded: LoadedModel | None = None
+        self.inputs = Inputs()
+        self.inputs.events.text.connect(self._on_text)
+        self.inputs.events.target.connect(self._on_target)
+        self.inputs.events.key.connect(self._on_key)
+        # The what-if edits every trace applies (app/edits.py: the one rule for adding an edit); a change
+        # traces the input again with them.
+        self.edits = EditList()
+        self.edits.changed.connect(self._on_edits)
         self.device = "cpu"
         # the compute dtype of models opened: a name, or None for "auto" (what suits the device,
         # core.devices.choose_compute_dtype)
         self.dtype: str | None = None
-        self.text = ""
         self.token_ids: list[int] = []
-        # An encoder-decoder's target text (the source is `text`), and what its decoder read in the trace on
-        # show: [start token] + the target's ids (app.tracing's convention); [] for other models.
-        self.target = ""
+        # What an encoder-decoder's decoder read in the trace on show: [start token] + the target's ids
+        # (app.tracing's convention); [] for other models.
         self.decoder_ids: list[int] = []
         self.trace: Trace | None = None
         # Why there is no trace for this model (its text cannot be tokenized...); "" when traced or no text.
@@ -182,16 +183,8 @@ class AppState(QObject):
         # Record only the first this many layers of the text's traces (None: all): the choice offered when a
         # whole trace would not fit in memory (set_trace_layers); back to all at every model opened.
         self.trace_layers: int | None = None
-        self.interventions: list = []  # core.interventions.Intervention, applied to every text trace
-        # The input setting: the tokenizer's special tokens ([CLS] ... [SEP], BOS) added to every text
-        # (set_special_tokens; the saved choice is applied at start); `encoded` is the text box's
-        # encoding (which special tokens were added).
-        self.special_tokens = True
+        # The text box's encoding (which special tokens were added).
         self.encoded: EncodedText | None = None
-        # A ViT's input (input_kind "patches"): pixel values [C, H, W] the Image panel chose, and what they are.
-        self.image = None
-        self.image_source = ""
-        self.key = InputKey()  # what the model, input and edits are now (see InputKey)
         self.loading: str | None = None  # the model folder open_model is loading, until it arrives or fails
         # The timeline (open_step): the last steps' models opened (app.timeline.StepCache, bounded there),
         # the step asked for last (run folder, step, cache key; None once another model is opened) and its load.
@@ -204,13 +197,30 @@ class AppState(QObject):
         self.dictionaries: list = []
         self._pending_dictionaries: list[str] = []
 
+    # -- the evented models' events, forwarded as Qt signals ----------------------------------
+    def _on_text(self, text: str, _old: str) -> None:
+        self.text_changed.emit(text)
+
+    def _on_target(self, target: str, _old: str) -> None:
+        self.target_changed.emit(target)
+
+    def _on_key(self, key: InputKey, old: InputKey) -> None:
+        self.inputs_changed.emit(key, key.changed_parts(old))
+
+    def _on_edits(self, edits: list) -> None:
+        """The edits changed: results made with the old ones are stale, and the input is traced again with them."""
+        self._advance(EDITS)
+        self.interventions_changed.emit(list(edits))
+        self.set_text(self.text)
+
+    @property
+    def interventions(self) -> list:
+        """The what-if edits (core.interventions.Intervention) every trace applies, in order: a copy of `edits`."""
+        return list(self.edits)
+
     # -- results: the one place that says whether a result is still current ------------------
     def _advance(self, *parts: str) -> None:
-        k = self.key
-        self.key = InputKey(k.model + (MODEL in parts), k.input + (INPUT in parts), k.edits + (EDITS in parts),
-                            self.loaded.name if self.loaded is not None else "",
-                            k.dictionaries + (DICTIONARIES in parts))
-        self.inputs_changed.emit(self.key, frozenset(parts))
+        self.inputs.advance(*parts)  # inputs_changed follows (_on_key)
 
     def is_current(self, key: InputKey, parts=PARTS) -> bool:
         """Whether a result computed for `key` still belongs to the model, input and edits (those of
@@ -241,9 +251,7 @@ class AppState(QObject):
             self.loading = None
             self.busy_changed.emit(False, "")
             use_sample = sample is not None and self.text == text  # else the text was changed meanwhile
-            if use_sample:
-                self.text = sample[1]  # set_model traces it
-            self.set_model(loaded)
+            self.set_model(loaded, text=sample[1] if use_sample else None)
             if use_sample:
                 self.notice.emit(f"Opened {path}, trained on the {sample[0]} task: the text is now a sample of "
                                  f"that task (the model's tokenizer knows only its tokens).")
@@ -299,9 +307,7 @@ class AppState(QObject):
             loaded, sample = result
             self.step_cache.put(key, loaded)
             if ended():
-                if sample is not None and self.text == text:
-                    self.text = sample[1]  # set_model traces it
-                self.set_model(loaded)
+                self.set_model(loaded, text=sample[1] if sample is not None and self.text == text else None)
                 if self.device != device:  # the device was switched while this step was loading
                     self._move_model(loaded, self.device, device)
 
@@ -312,7 +318,11 @@ class AppState(QObject):
 
         self._step_job = run_job(_load, str(folder), device, self.dtype, text, on_result=done, on_error=failed)
 
-    def set_model(self, loaded: LoadedModel) -> None:
+    def set_model(self, loaded: LoadedModel, text: str | None = None) -> None:
+        """Make `loaded` the model every panel shows, and trace the text with it; with `text`, that text
+        becomes the input first (a task model's sample: its tokenizer knows only the task's tokens)."""
+        if text is not None:
+            self.text = text
         new = loaded is not self.loaded
         if new:  # pixel values are made for one model's size and normalisation
             self.image, self.image_source = None, ""
@@ -379,8 +389,9 @@ class AppState(QObject):
     # -- text ------------------------------------------------------------------------------
     def set_text(self, text: str, ids: list[int] | None = None) -> None:
         """Tokenize and trace `text` (or the given ids) with the current model, in a worker."""
-        self.text = text
-        self.text_changed.emit(text)
+        if text == self.text:
+            self.text_changed.emit(text)  # set again (to trace it again): said as a change would be
+        self.text = text  # text_changed (_on_text) when it is a new one
         if self.loaded is None:
             return
         if self.takes_images():  # the text box is not a ViT's input: trace its image instead
@@ -457,8 +468,7 @@ class AppState(QObject):
         and the input traced again when the model open is an encoder-decoder."""
         if target == self.target:
             return
-        self.target = target
-        self.target_changed.emit(target)
+        self.target = target  # target_changed (_on_target)
         if self.loaded is not None and self.loaded.config.is_encoder_decoder:
             self.set_text(self.text)
 
@@ -535,11 +545,9 @@ class AppState(QObject):
             self.set_text(*pending)  # for a ViT, set_text traces the current image
 
     def set_interventions(self, interventions: list) -> None:
-        """Replace the what-if edits and trace the text again with them (an empty list: the plain model)."""
-        self.interventions = list(interventions)
-        self._advance(EDITS)
-        self.interventions_changed.emit(list(self.interventions))
-        self.set_text(self.text)
+        """Replace the what-if edits as they are and trace the text again with them (an empty list: the plain
+        model). A panel adding one edit calls `edits.add(iv)`, which applies the rule for adding one."""
+        self.edits.set(interventions)
 
     def show_trace(self, trace: Trace, token_ids: list[int], decoder_ids: list[int] | None = None) -> None:
         """Hand a trace made elsewhere (e.g. a generation step) to every inspecting panel; an encoder-decoder's
@@ -646,7 +654,7 @@ class AppState(QObject):
         self._advance(DICTIONARIES)
         self.dictionaries_changed.emit(list(self.dictionaries))
         if dropped:
-            self.set_interventions([iv for iv in self.interventions if not any(iv is d for d in dropped)])
+            self.edits.remove_if(lambda iv: any(iv is d for d in dropped))
 
     def _reattach_dictionaries(self, loaded) -> bool:
         """A new model: the dictionaries that fit it stay attached (checked again), the others are
@@ -667,10 +675,9 @@ class AppState(QObject):
         for new in kept:  # its edits now use the dictionary as attached to this model
             new.dictionary.to(loaded.model.device)
         self.dictionaries = kept
-        before = len(self.interventions)
-        self.interventions = [iv for iv in self.interventions
-                              if not any(_edits_dictionary(iv, a) for a in removed)]
-        return len(self.interventions) != before
+        with self.edits.changed.blocked():  # set_model says it (EDITS advanced with MODEL, then interventions_changed)
+            dropped = self.edits.remove_if(lambda iv: any(_edits_dictionary(iv, a) for a in removed))
+        return bool(dropped)
 
 
 def _edits_dictionary(iv, attached) -> bool:

@@ -775,14 +775,15 @@ class AttentionPanel(ViewTablePanel):
                 sub.addAction(text).triggered.connect(lambda _=False, t=target, h=how: self.ablate(t, h))
         if self.state.interventions:
             menu.addSeparator()
-            menu.addAction("Clear all ablations").triggered.connect(lambda: self.state.set_interventions([]))
+            menu.addAction("Clear all ablations").triggered.connect(lambda: self.state.edits.clear())
 
     def show_ablation_menu(self, layer: int, head: int, global_pos) -> None:
         self.last_ablation_menu = menu = self.ablation_menu(layer, head)  # kept: tests and screenshots reach it
         menu.popup(global_pos)
 
     def ablate(self, target: str, how: str, other_text: str | None = None) -> None:
-        """Add one edit to the app's interventions (replacing an edit of the same target)."""
+        """Add one edit to the app's what-if edits (by their rule, app/edits.py: it replaces an edit setting the
+        same target)."""
         from ...core.interventions import Intervention
 
         source = None
@@ -799,9 +800,11 @@ class AttentionPanel(ViewTablePanel):
             except Exception as exc:  # bad text: one line, no dialog
                 self.status.setText(f"Cannot resample: {exc}")
                 return
+        from ...app.edits import ALREADY
+
         iv = Intervention(target, how, source_ids=source)
-        kept = [old for old in self.state.interventions if old.target != target]
-        self.state.set_interventions(kept + [iv])
+        if self.state.edits.add(iv) == ALREADY:
+            self.status.setText(f"{iv.label} is already applied.")
 
     def _ids_of(self, text: str) -> list[int]:
         from ...core.inputs import encode_text_or_ids

@@ -465,7 +465,8 @@ class FeaturesPanel(QWidget, ResultView):
         return 2.0 if how == "scale" else max(top, 1.0)
 
     def edit_feature(self, attached, feature: int, how: str, value: float | None = None) -> None:
-        """Apply a feature edit through AppState's what-if edits (replacing an edit of the same feature)."""
+        """Apply a feature edit through AppState's what-if edits (by their rule, app/edits.py: it replaces an
+        edit of the same feature)."""
         if value is None and how != "zero":
             label = {"clamp": f"Set feature {feature}'s activation to:", "scale": f"Multiply feature {feature}'s "
                      "activation by:", "add": f"Add to feature {feature}'s activation (steers along its direction):"}[how]
@@ -478,12 +479,10 @@ class FeaturesPanel(QWidget, ResultView):
         except ValueError as exc:
             self.status.setText(f"Cannot edit feature {feature}: {exc}")
             return
-        kept = [old for old in self.state.interventions if not _edits_feature(old, attached.dictionary, feature)]
-        self.state.set_interventions(kept + [iv])
+        self.state.edits.add(iv)
 
     def remove_edit(self, attached, feature: int) -> None:
-        self.state.set_interventions([iv for iv in self.state.interventions
-                                      if not _edits_feature(iv, attached.dictionary, feature)])
+        self.state.edits.remove_if(lambda iv: _edits_feature(iv, attached.dictionary, feature))
 
     # -- dashboard -----------------------------------------------------------------------------
     def run_dashboard(self) -> None:

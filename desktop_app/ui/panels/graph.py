@@ -757,7 +757,5 @@ class GraphPanel(QWidget, ResultView):
         except ValueError as exc:
             self.edit_status.setText(str(exc))
             return
-        names = {iv.name for iv in ivs}
-        kept = [iv for iv in self.state.interventions if getattr(iv, "name", None) not in names]
-        self.state.set_interventions(kept + ivs)
+        self.state.edits.add_all(ivs)  # an edit of the same features (its name) replaces the earlier one
         self.edit_status.setText(f"Added {len(ivs)} What if edits (the Model panel's edit list lists them).")

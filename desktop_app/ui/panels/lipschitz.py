@@ -21,9 +21,9 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
                                QHeaderView, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox, QSplitter,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
+from ...app.lipschitz import plan_lengths
 from ...core import lipschitz as lip
 from ...core.jobs import Cancelled
-from ...core.lipschitz.sources import image_sequence_length
 from ...core.views.lipschitz import LipschitzViewState
 from ..widgets.export import ExportBar, export_view
 
@@ -56,15 +56,6 @@ def _cell(v) -> str:
     if isinstance(v, (float, np.floating)):
         return f"{v:.6g}" if np.isfinite(v) else ""  # an undefined bound is an empty cell, not "nan"
     return str(v)
-
-
-def _list(ns, most: int = 8) -> str:
-    """Lengths for a note: all of a few; of many the first ones, the last and how many (geom:2:512:1000
-    skipped 256 lengths, listed one by one in the status line)."""
-    ns = list(ns)
-    if len(ns) <= most:
-        return ", ".join(str(n) for n in ns)
-    return f"{', '.join(str(n) for n in ns[:most - 2])}, …, {ns[-1]} ({len(ns)} lengths)"
 
 
 def _first_words(text: str, words: int = 4, chars: int = 28) -> str:
@@ -512,70 +503,18 @@ class LipschitzPanel(QWidget):
             return None
 
     def _plan(self, data: str, lengths: list[int], ids: list[int] | None, samples: int):
-        """(lengths, ids, notes, data name): the lengths this data can fill, the text to take windows
-        from, a sentence for each length skipped or sample count reduced, and what the windows come
-        from (for the run's label). Windows of real text need n tokens (and n within the context of a
-        model with learned positions); a text too short for two lengths gives way to the bundled demo
-        text. A ViT's image patches give at most [CLS] + its patches."""
+        """(lengths, ids, notes, data name): app.lipschitz.plan_lengths for these controls (the CLI's plan too),
+        and what the windows come from named for the run's label."""
         loaded = self.state.loaded
-        notes: list[str] = []
-        source = lip.get_source(data, lip.MODEL)
-        real = source.needs_text or (data == "search" and self.search_start.currentText() == "real")
-        if source.one_input_per_length:
-            if samples > 1:
-                notes.append(f"the {data} input is one construction per n, so Samples K = {samples} "
-                             "gives one sample each")
-            return lengths, ids, notes, ""
-        if data == "image" and loaded.config.input_kind == "patches":
-            longest = image_sequence_length(loaded.config)
-            over = [n for n in lengths if n > longest]
-            if over:
-                notes.append(f"skipped n = {_list(over)}: this ViT reads {longest} tokens ([CLS] + "
-                             f"{longest - 1} patches)")
-            fits = [n for n in lengths if n <= longest]
-            if not fits:
-                raise ValueError(f"no length fits: this ViT reads {longest} tokens ([CLS] + {longest - 1} "
-                                 f"patches); choose lengths up to {longest}")
-            return fits, ids, notes, ""
-        if not real:
-            return lengths, ids, notes, ""
-        cfg = loaded.config
-        limit = cfg.context_length if cfg.positions in ("learned", "sinusoidal") else None
-        over = [n for n in lengths if limit is not None and n > limit]
-        if over:
-            notes.append(f"skipped n = {_list(over)}: longer than the model's context length {limit}")
-        lengths = [n for n in lengths if n not in over]
-        fits = [n for n in lengths if ids and n <= len(ids)]
         decoder = self._stack() in ("decoder", "cross")  # windows of the decoder's input: [start] + the target
         where = Path(self._text_file).name if self._text_file else ("the target" if decoder else "the text")
-        if len(fits) < min(2, len(lengths)) and not self._text_file and not decoder:
-            demo = self._demo_ids()
-            if demo and len([n for n in lengths if n <= len(demo)]) > len(fits):
-                told = f"the current text has {len(ids)} tokens" if ids else "there is no current text"
-                notes.append(f"{told}, too few for these lengths: real windows come from the bundled demo text "
-                             f"({len(demo)} tokens)")
-                ids, where = demo, "the demo text"
-                fits = [n for n in lengths if n <= len(ids)]
-        short = [n for n in lengths if n not in fits]
-        if short and ids:
-            longer = "choose a longer text with the Text button" if loaded.tokenizer else "type more token ids"
-            longer = f"type a longer target in the Model panel, or {longer}" if decoder else longer
-            notes.append(f"skipped n = {_list(short)}: {where} has {len(ids)} tokens ({longer})")
-        if not fits:
-            if not ids:
-                raise ValueError("real windows need a text: type one, or choose a text file")
-            raise ValueError(f"no length fits: {where} has {len(ids)} tokens"
-                             + (f" and the context is {limit}" if limit is not None else "")
-                             + f"; choose lengths up to {min(len(ids), limit or len(ids))}")
-        # real data takes the same windows for every n, as many distinct ones as the longest n allows;
-        # a search from real text takes its own per n, the fewest at the longest
-        windows = len(lip.window_starts(len(ids), fits[-1], samples))
-        if windows < samples:
-            notes.append(f"Samples K = {samples} reduced to {windows}" + (f" at n = {fits[-1]}" if data == "search"
-                         else "") + f": {where} has only {windows} distinct windows of n = {fits[-1]} tokens")
+        longer = "choose a longer text with the Text button" if loaded.tokenizer else "type more token ids"
+        plan = plan_lengths(loaded.config, data, lengths, ids, samples, search_start=self.search_start.currentText(),
+                            where=where, fallback=None if self._text_file or decoder else self._demo_ids,
+                            longer=f"type a longer target in the Model panel, or {longer}" if decoder else longer)
         name = {"the text": _first_words(self.state.text), "the demo text": "demo text",
-                "the target": "target " + _first_words(self.state.target)}.get(where, where)
-        return fits, ids, notes, name
+                "the target": "target " + _first_words(self.state.target)}.get(plan.where, plan.where)
+        return plan.lengths, plan.ids, plan.notes, name
 
     def spec(self) -> lip.SweepSpec:
         """The sweep the controls describe (raises ValueError with a readable message): the same plain
@@ -588,9 +527,8 @@ class LipschitzPanel(QWidget):
                       tol=lip.DEFAULT_TOL)
         if self.source.currentIndex() == 1:
             source = self._synthetic_source()
-            if source.one_input_per_length and self.samples.value() > 1:
-                self.notes = [f"the {source.name} input is one construction per n, so Samples K = "
-                              f"{self.samples.value()} gives one sample each"]
+            self.notes = plan_lengths(None, source.name, lengths, None, self.samples.value(),
+                                      function=lip.SYNTHETIC).notes
             matrices = self._matrices
             return lip.build_sweep_spec(dict(
                 function=lip.SYNTHETIC, data=source.name, d=self.d.value(), norm_A=self.norm_A.value(),

@@ -348,12 +348,10 @@ class TrainingPanel(QWidget):
             loaded, task, sample = result
             self._loading = False
             self._update_buttons()
-            note = ""
-            if sample is not None:  # the task's own tokens: the other panels can tokenize it
-                self.state.text = sample  # set_model traces it
-                note = f"; the text is now a sample of the {task} task"
+            # with a sample: the task's own tokens, which the other panels can tokenize
+            note = f"; the text is now a sample of the {task} task" if sample is not None else ""
             self.status_label.setText(f"Now using {path} in every panel{note}.")
-            self.state.set_model(loaded)
+            self.state.set_model(loaded, text=sample)
 
         def failed(exc, tb) -> None:
             self._loading = False

@@ -467,11 +467,9 @@ class DictionaryMode(QObject):
     def open_in_features(self) -> None:
         if not self.run.saved or self.run.out_dir is None:
             return
-        window = self.panel.window()
-        if hasattr(window, "open_dictionaries"):  # attach it and show the Features panel
-            window.open_dictionaries([str(self.run.out_dir)])
-        else:  # the panel on its own (no main window): attach it
-            self.panel.state.open_dictionary(self.run.out_dir)
+        state = self.panel.state
+        state.open_dictionary(Path(self.run.out_dir).expanduser().absolute())  # attached to the open model
+        state.panel_wanted.emit("Features")  # and shown, where there is a Features panel
 
     def on_event(self, ev: dict) -> None:
         p = self.panel

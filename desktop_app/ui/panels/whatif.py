@@ -24,6 +24,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
+from ...app.edits import ALREADY
 from ...app.whatif import (EXPERT, HEAD, ablation, ablation_choices, forced_routing, attribute_ids, attribution_problem, is_seq2seq,
                            patch_ids, patching_problem, refuse, steering_edit, steering_problem, text_ids)
 from ...core.views.whatif import TABS as WHATIF_TABS, WhatIfViewState
@@ -673,9 +674,10 @@ class WhatIfPanel(QWidget, ResultView):
         except ValueError as exc:
             self.ablate_status.setText(f"Cannot route: {exc}")
             return
-        # a new routing of the same token at the same layer replaces the old one
-        kept = [old for old in self.state.interventions if (old.target, old.positions) != (iv.target, iv.positions)]
-        self.state.set_interventions(kept + [iv])
+        # a new routing of the same token at the same layer replaces the old one (app/edits.py's rule)
+        if self.state.edits.add(iv) == ALREADY:
+            self.ablate_status.setText(f"{iv.label} is already applied.")
+            return
         self.ablate_status.setText(f"Applied {iv.label}: every panel and Generate show the edited model; remove it "
                                    "with its x in the strip above.")
 
@@ -704,10 +706,9 @@ class WhatIfPanel(QWidget, ResultView):
         except ValueError as exc:
             self.ablate_status.setText(f"Cannot ablate: {exc}")
             return
-        if any(old.target == iv.target and old.how == iv.how for old in self.state.interventions):
+        if self.state.edits.add(iv) == ALREADY:  # another kind of ablation of the same target replaces it
             self.ablate_status.setText(f"{iv.label} is already applied.")
             return
-        self.state.set_interventions(list(self.state.interventions) + [iv])
         self.ablate_status.setText(f"Applied {iv.label}: every panel shows the edited model; remove it with its x "
                                    "in the strip above.")
 
@@ -752,10 +753,7 @@ class WhatIfPanel(QWidget, ResultView):
                                          on_error=self._steer_failed, parts=(MODEL,), owner=self)
 
     def _steer_ready(self, iv, norm: float) -> None:
-        from ...core.interventions import is_steer
-
-        kept = [old for old in self.state.interventions if not is_steer(old)]  # one steer at a time
-        self.state.set_interventions(kept + [iv])
+        self.state.edits.add(iv)  # replaces the steer applied before: one steer at a time (app/edits.py)
         self.steer_status.setText(f"Applied {iv.label}: |v| = {norm:.3g}, |scale x v| = {float(iv.value.norm()):.3g}. "
                                   "Every panel shows the steered model; the Generate panel compares it with the "
                                   "model as trained. Remove it with its x in the strip above.")

@@ -42,7 +42,7 @@ class InterventionStrip(QFrame):
         self.clear_button = QToolButton()
         self.clear_button.setText("Clear all")
         self.clear_button.setToolTip("Remove every edit: back to the model as trained")
-        self.clear_button.clicked.connect(lambda: self.state.set_interventions([]))
+        self.clear_button.clicked.connect(lambda: self.state.edits.clear())
         state.interventions_changed.connect(self.show_interventions)
         self.show_interventions(list(state.interventions))
 
@@ -75,7 +75,4 @@ class InterventionStrip(QFrame):
         self.setVisible(bool(interventions))
 
     def remove(self, index: int) -> None:
-        ivs = list(self.state.interventions)
-        if 0 <= index < len(ivs):
-            del ivs[index]
-            self.state.set_interventions(ivs)
+        self.state.edits.remove_at(index)

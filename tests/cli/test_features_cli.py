@@ -65,6 +65,22 @@ def test_top_contexts_csv(sae, tmp_path, capsys):
     assert acts == sorted(acts, reverse=True)
 
 
+def test_top_contexts_say_their_progress_and_the_time_left_on_stderr(sae, tmp_path, capsys, monkeypatch):
+    """Issue 41: 1 MB printed nothing for minutes; now a line every few seconds (every window here)."""
+    from desktop_app.commands import Progress
+
+    monkeypatch.setattr(Progress, "EVERY_S", 0.0)
+    text = tmp_path / "t.txt"
+    text.write_text((resources_dir() / "demo-text.txt").read_text(encoding="utf-8")[:3000], encoding="utf-8")
+    assert main(["features", DEMO, "--sae", str(sae), "--top-contexts", str(text), "--feature", "3",
+                 "--window", "8", "--csv", str(tmp_path / "top.csv")]) == 0
+    captured = capsys.readouterr()
+    windows = -(-_last_json(captured.out)["tokens"] // 8)
+    lines = captured.err.strip().splitlines()
+    assert lines and all("windows/s, about" in line and line.endswith(" left") for line in lines), lines
+    assert lines[0].startswith("window 8/") and f"/{windows}," in lines[-1]
+
+
 @pytest.mark.parametrize("argv,expected", [
     (["--ids", "1,2"], "give --out F.npz"),
     (["--top-contexts", "nowhere.txt", "--csv", "x.csv"], "--top-contexts needs --feature K and --csv"),

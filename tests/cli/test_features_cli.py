@@ -203,3 +203,19 @@ def test_train_task_sae_refuses_a_precision_it_would_ignore(tmp_path, capsys, pr
     err = capsys.readouterr().err.strip()
     assert f"--precision {precision}" in err and "float32" in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_dictionary_too_big_for_memory_is_refused_before_its_weights_exist(tmp_path, capsys, monkeypatch):
+    """Issue 41's probes: `train --task clt --d-sae 1000000` on the demo model was killed by the kernel (rc 137);
+    its weights, gradients and Adam's moments are estimated first (here against a 1 GB machine)."""
+    from desktop_app.core import devices
+
+    monkeypatch.setattr(devices, "available_memory", lambda device="cpu": 2**30)
+    text = tmp_path / "t.txt"
+    text.write_text((resources_dir() / "demo-text.txt").read_text(encoding="utf-8")[:2000], encoding="utf-8")
+    for task, d_sae in (("clt", 100_000), ("transcoder", 100_000), ("sae", 1_000_000)):
+        argv = ["train", "--task", task, "--model", DEMO, "--text-file", str(text), "--out", str(tmp_path / task),
+                "--steps", "1", "--d-sae", str(d_sae)] + (["--hook", "blocks.1.hook_resid_post"] if task == "sae" else [])
+        assert main(argv) == 2, task
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and f"--d-sae {d_sae:,}" in err and "needs about" in err, err

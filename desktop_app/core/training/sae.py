@@ -351,6 +351,20 @@ def sae_resume_problem(out_dir: str | Path, state, tensors: dict, cfg: SaeTrainC
     return ""
 
 
+def check_dictionary_memory(cfg: SaeTrainConfig, n_layers: int, d_in: int, d_out: int) -> None:
+    """Refuse, before any weight exists, a dictionary whose training will not fit in memory: its parameters
+    (a cross-layer transcoder's layer l decodes to every layer from l on) in float32, each with its gradient
+    and Adam's two moments, and one more copy as it is saved (20 bytes a parameter)."""
+    from ..devices import check_memory
+
+    if cfg.layered:
+        outputs = n_layers * (n_layers + 1) // 2 if cfg.task == "clt" else n_layers
+        params = n_layers * (d_in + 1) * cfg.d_sae + outputs * cfg.d_sae * d_out + n_layers * d_out
+    else:
+        params = (d_in + 1) * cfg.d_sae + cfg.d_sae * d_out + d_out
+    check_memory(20 * params, f"--task {cfg.task} with --d-sae {cfg.d_sae:,} ({params:,} parameters)", "to train")
+
+
 def train_sae(cfg: SaeTrainConfig, loaded, out_dir: str | Path | None = None,
               on_event: Callable[[dict], None] | None = None, control: JobControl | None = None,
               resume: bool = False):
@@ -408,6 +422,7 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
         writes = [hook_point(cfg.hook_out, mcfg)] if cfg.hook_out else reads
     read, write = reads[0], writes[0]
     d_in, d_out = point_width(read, mcfg), point_width(write, mcfg)
+    check_dictionary_memory(cfg, mcfg.n_layers, d_in, d_out)
     ids = text_file_ids(loaded, cfg.text_file)
     cut = int(len(ids) * (1 - cfg.heldout_fraction))
     if cut < 1 or len(ids) - cut < 1:

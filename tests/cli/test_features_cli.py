@@ -219,3 +219,15 @@ def test_a_dictionary_too_big_for_memory_is_refused_before_its_weights_exist(tmp
         assert main(argv) == 2, task
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and f"--d-sae {d_sae:,}" in err and "needs about" in err, err
+
+
+@pytest.mark.parametrize("flags", [["--hook", "blocks.0.hook_resid_post"],
+                                   ["--hook", "blocks.0.hook_resid_post", "--hook-out", "blocks.1.hook_resid_post"]])
+def test_a_hook_given_to_layered_transcoders_is_refused_not_ignored(tmp_path, capsys, flags):
+    """Issue 41's probes: `train --task transcoder --hook ...` trained on mlp.hook_in at every layer without a word."""
+    for task in ("transcoder", "clt"):
+        assert main(["train", "--task", task, "--model", DEMO, "--text-file", str(resources_dir() / "demo-text.txt"),
+                     "--out", str(tmp_path / task), "--steps", "1", *flags]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and f"--task {task} reads every layer's MLP input" in err, err
+        assert not (tmp_path / task).exists()

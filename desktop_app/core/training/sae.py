@@ -601,6 +601,12 @@ def sae_config_from(values: dict[str, Any]) -> tuple[str, SaeTrainConfig]:
     None where not given): SAE_OPTIONS by their flags, and the shared text_file, steps, batch_size, lr, seed,
     log_every, eval_every and device."""
     v = {k: val for k, val in values.items() if val is not None}
+    if v.get("task") in ("transcoder", "clt"):  # not silently ignored: they read mlp.hook_in at every layer
+        given = [f"--{o.dest.replace('_', '-')}" for o in SAE_OPTIONS if o.key in ("hook", "hook_out") and o.dest in v]
+        if given:
+            raise ValueError(f"{' and '.join(given)}: --task {v['task']} reads every layer's MLP input (mlp.hook_in) "
+                             f"and writes its output (mlp.hook_out); drop {'them' if len(given) > 1 else 'it'}, or "
+                             "use --task sae for one dictionary at a hook")
     for o in SAE_OPTIONS:  # an option's flag may differ from its key (--model: model_dir)
         if o.dest in v:
             v[o.key] = v.pop(o.dest) if o.dest != o.key else v[o.dest]

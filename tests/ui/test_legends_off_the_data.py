@@ -8,11 +8,13 @@ from PySide6.QtCore import QPointF, QRectF
 from desktop_app.ui.panels.training_plots import TrainingPlots
 from desktop_app.ui.widgets.legend_place import CORNERS, _points
 
+from .test_dynamics_panel import panel, state  # noqa: F401 (fixtures)
+
 
 def _covered(plot) -> tuple[int, dict]:
     """Data points (and points along the lines) under the legend, and under a legend of its size at each
     corner of the view, in view-box pixels."""
-    item = plot.getPlotItem()
+    item = plot.getPlotItem() if hasattr(plot, "getPlotItem") else plot
     vb = item.getViewBox()
     (x0, x1), (y0, y1) = vb.viewRange()
     pts = _points(item, x0, x1, y0, y1, vb.width(), vb.height())
@@ -21,8 +23,8 @@ def _covered(plot) -> tuple[int, dict]:
     corners = {}
     for cx, cy in CORNERS:
         moved = QRectF(rect)
-        moved.moveLeft(vb.width() - rect.width() - 10 if cx else 10)
-        moved.moveTop(vb.height() - rect.height() - 10 if cy else 10)
+        moved.moveLeft(10 + (vb.width() - rect.width() - 20) * cx)
+        moved.moveTop(10 + (vb.height() - rect.height() - 20) * cy)
         corners[(cx, cy)] = int(sum(moved.contains(QPointF(x, y)) for x, y in pts))
     return under, corners
 
@@ -48,3 +50,18 @@ def test_gradient_norm_legend_leaves_the_curves_alone(qtbot, tmp_path):
 def test_corners_are_tried_top_right_first():
     assert CORNERS[0] == (1, 0)
 
+
+
+
+def test_the_dynamics_model_plot_legend_leaves_its_two_curves_alone(qtbot, panel, state):
+    """Clusters along the top, radius along the bottom: every corner holds a curve, the middle of an edge none."""
+    import torch
+
+    ids = [i % state.loaded.config.vocab_size for i in range(20)]
+    _, trace = state.loaded.model.run_with_trace(torch.tensor(ids)[None])
+    state.trace = trace
+    state.trace_changed.emit(trace)
+    qtbot.waitUntil(lambda: panel._layer_curves is not None, timeout=10000)
+    qtbot.wait(100)
+    under, corners = _covered(panel.p_model_clusters)
+    assert under == 0 and min(corners[c] for c in CORNERS[:4]) > 0, (under, corners)

@@ -1,5 +1,5 @@
-"""A plot's legend kept off its data: in the corner of the view where the fewest data points lie (the
-corners tried top-right first, pyqtgraph's usual place), placed again whenever the view's range or size changes.
+"""A plot's legend kept off its data: in the corner (or the middle of an edge) of the view where the fewest data
+points lie (top-right first, pyqtgraph's usual place), placed again whenever the view's range or size changes.
 
     keep_legend_clear(plot)   # a PlotWidget or PlotItem; its legend may be replaced later (plot.legend is read)
 """
@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-CORNERS = ((1, 0), (0, 0), (1, 1), (0, 1))  # (x, y) fractions of the view box: top-right, top-left, ...
+# (x, y) fractions of the view box: the corners (top-right first), then the middles of the edges, for curves
+# that run along the top and the bottom (the Dynamics panel's clusters and radius)
+CORNERS = ((1, 0), (0, 0), (1, 1), (0, 1), (1, 0.5), (0, 0.5), (0.5, 0), (0.5, 1))
 MARGIN = 10  # pixels between the legend and the view's edges
 MAX_POINTS = 20_000  # points of the curves looked at (a curve's segments sampled between its points)
 
@@ -45,12 +47,11 @@ def place_legend(plot) -> None:
     w, h = legend.width() + MARGIN, legend.height() + MARGIN
 
     def covered(corner) -> int:
-        left = width - w if corner[0] else 0.0
-        top = height - h if corner[1] else 0.0
+        left, top = (width - w) * corner[0], (height - h) * corner[1]
         return int(np.sum((pts[:, 0] >= left) & (pts[:, 0] <= left + w) & (pts[:, 1] >= top) & (pts[:, 1] <= top + h)))
 
     best = min(CORNERS, key=covered)  # min keeps the first of equals: top-right unless another is emptier
-    legend.anchor(itemPos=best, parentPos=best, offset=(-MARGIN if best[0] else MARGIN, -MARGIN if best[1] else MARGIN))
+    legend.anchor(itemPos=best, parentPos=best, offset=(MARGIN * (1 - 2 * best[0]), MARGIN * (1 - 2 * best[1])))
 
 
 def keep_legend_clear(plot) -> None:

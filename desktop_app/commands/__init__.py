@@ -26,6 +26,43 @@ def input_ids(loaded, text: str | None, ids: str | None) -> list[int]:
     return out
 
 
+class Progress:
+    """A core function's job (JobControl's check / progress) on the command line: nothing cancels it but Ctrl-C,
+    and after the first few seconds it prints a line on stderr every few seconds ("window 120/4000, 3.1 windows/s,
+    about 21.0 min left"), so a long run is not silent. `counts_checks`: a function that only calls check()
+    once per `unit` (the dynamics' steps) is counted by its checks."""
+
+    EVERY_S = 5.0
+
+    def __init__(self, unit: str, total: int = 0, counts_checks: bool = False) -> None:
+        import time
+
+        self.unit, self.total, self.done, self.counts_checks, self.clock = unit, total, 0, counts_checks, time.monotonic
+        self.start = self.last = self.clock()
+
+    def check(self) -> None:
+        if self.counts_checks:
+            self.done += 1
+            self._say()
+
+    def progress(self, done: int, total: int, message: str = "") -> None:
+        self.done, self.total = done, total
+        self._say()
+
+    def _say(self) -> None:
+        import sys
+
+        now = self.clock()
+        if now - self.last < self.EVERY_S or not 0 < self.done < self.total:
+            return
+        rate = self.done / max(now - self.start, 1e-9)
+        left = (self.total - self.done) / rate
+        when = f"{left:.0f} s" if left < 90 else f"{left / 60:.1f} min" if left < 5400 else f"{left / 3600:.1f} h"
+        print(f"{self.unit} {self.done}/{self.total}, {rate:.3g} {self.unit}s/s, about {when} left",
+              file=sys.stderr, flush=True)
+        self.last = now
+
+
 MODEL_HELP = ("model folder, a .gguf file (llama.cpp, Ollama, LM Studio), or org/name[@revision] from the local "
               "Hugging Face cache (nothing is downloaded)")
 

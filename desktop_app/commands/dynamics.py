@@ -15,7 +15,7 @@ final_clusters and max_radius_over_bound (and the final mean cosine and W2).
 """
 from __future__ import annotations
 
-from . import MODEL_HELP
+from . import MODEL_HELP, Progress
 from .args import add_overwrite_argument, float_in, int_in, non_negative, positive, positive_int, seed, unit
 
 
@@ -61,31 +61,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-class Progress:
-    """The job the simulation checks every step: after the first few seconds, a progress line on
-    stderr every few seconds ("step 120/1000, 1.2 steps/s, about 12 min left"), so a long run is not silent."""
-
-    EVERY_S = 5.0
-
-    def __init__(self, total: int) -> None:
-        import time
-
-        self.total, self.done, self.clock = total, 0, time.monotonic
-        self.start = self.last = self.clock()
-
-    def check(self) -> None:
-        import sys
-
-        now = self.clock()
-        if now - self.last >= self.EVERY_S and self.done:
-            rate = self.done / (now - self.start)
-            left = (self.total - self.done) / rate
-            print(f"step {self.done}/{self.total}, {rate:.3g} steps/s, about {left / 60:.1f} min left",
-                  file=sys.stderr, flush=True)
-            self.last = now
-        self.done += 1
-
-
 def run(args) -> int:
     import io
     import os
@@ -126,7 +101,8 @@ def run(args) -> int:
     check_output_file(args.csv, args.overwrite)  # refused or unwritable now, not after the run
     if args.positions:
         check_output_file(args.positions, args.overwrite)
-    sim = dy.run(cfg, args.steps, head=head, record_every=args.record_every, job=Progress(args.steps))
+    sim = dy.run(cfg, args.steps, head=head, record_every=args.record_every,
+                 job=Progress("step", args.steps, counts_checks=True))
     check_output_file(args.csv, overwrite=True)  # checked at the start; still not a link or a special file
     atomic_write_text(Path(args.csv), dy.csv_text(sim.records))
     if args.positions:

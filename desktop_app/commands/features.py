@@ -5,14 +5,15 @@ A sparse dictionary's features (core.features) on a text: --out writes an .npz w
 (float32, every feature, dense), `recon` [T, d_out] and `ids`; the last line printed is one JSON object
 with hook, l0 (mean active features per token), variance_explained and tokens. With --top-contexts the
 feature --feature's top-activating contexts over a text file are written to --csv (rank, activation,
-token_index, token, left, right); its last line is a JSON object with the feature, tokens seen and density.
+token_index, token, left, right); its last line is a JSON object with the feature, tokens seen and density;
+a long file's progress and the time left go to stderr every few seconds.
 
 An encoder-decoder's dictionary names its stack (encoder.blocks.L.*, decoder.blocks.L.*): --text is the source;
 a decoder hook reads [start] + --target-text (the start token alone without it), and its rows are those tokens.
 """
 from __future__ import annotations
 
-from . import MODEL_HELP, add_special_tokens_argument
+from . import MODEL_HELP, Progress, add_special_tokens_argument
 from .args import add_overwrite_argument, count, int_in, positive_int
 
 
@@ -74,7 +75,8 @@ def run(args) -> int:
 
         if args.window is not None and args.window > loaded.config.context_length:
             raise ValueError(f"--window {args.window}: the model reads at most {loaded.config.context_length} tokens")
-        tc = dashboard(loaded, attached, args.top_contexts, args.feature, top=args.top, window=args.window)
+        tc = dashboard(loaded, attached, args.top_contexts, args.feature, top=args.top, window=args.window,
+                       job=Progress("window"))  # a long file says how far it is and how long is left
         write_csv(args.csv, CONTEXT_COLUMNS, tc.rows)
         print(json.dumps({"csv": args.csv, "hook": attached.hook, "feature": tc.feature, "tokens": tc.tokens_seen,
                           "active_tokens": tc.active_tokens, "density": tc.density, "rows": len(tc.rows)}))

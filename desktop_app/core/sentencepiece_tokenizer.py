@@ -46,6 +46,9 @@ def read_sentencepiece_model(path: Path) -> sentencepiece.SentencePieceProcessor
         raise SentencePieceError(f"{path}: cannot be read ({exc.strerror or exc})", path) from None
     import sentencepiece
 
+    # its own log lines (absl's "Model is not initialized" for an empty file...) would come before the app's
+    # one line: the app says what is wrong itself
+    sentencepiece.set_min_log_level(3)
     try:
         sp = sentencepiece.SentencePieceProcessor(model_proto=data)
     except (RuntimeError, ValueError, TypeError):  # sentencepiece: RuntimeError "INTERNAL: ... ParseFromArray"

@@ -65,6 +65,22 @@ def test_top_contexts_csv(sae, tmp_path, capsys):
     assert acts == sorted(acts, reverse=True)
 
 
+def test_top_contexts_say_their_progress_and_the_time_left_on_stderr(sae, tmp_path, capsys, monkeypatch):
+    """Issue 41: 1 MB printed nothing for minutes; now a line every few seconds (every window here)."""
+    from desktop_app.commands import Progress
+
+    monkeypatch.setattr(Progress, "EVERY_S", 0.0)
+    text = tmp_path / "t.txt"
+    text.write_text((resources_dir() / "demo-text.txt").read_text(encoding="utf-8")[:3000], encoding="utf-8")
+    assert main(["features", DEMO, "--sae", str(sae), "--top-contexts", str(text), "--feature", "3",
+                 "--window", "8", "--csv", str(tmp_path / "top.csv")]) == 0
+    captured = capsys.readouterr()
+    windows = -(-_last_json(captured.out)["tokens"] // 8)
+    lines = captured.err.strip().splitlines()
+    assert lines and all("windows/s, about" in line and line.endswith(" left") for line in lines), lines
+    assert lines[0].startswith("window 8/") and f"/{windows}," in lines[-1]
+
+
 @pytest.mark.parametrize("argv,expected", [
     (["--ids", "1,2"], "give --out F.npz"),
     (["--top-contexts", "nowhere.txt", "--csv", "x.csv"], "--top-contexts needs --feature K and --csv"),
@@ -187,3 +203,31 @@ def test_train_task_sae_refuses_a_precision_it_would_ignore(tmp_path, capsys, pr
     err = capsys.readouterr().err.strip()
     assert f"--precision {precision}" in err and "float32" in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_dictionary_too_big_for_memory_is_refused_before_its_weights_exist(tmp_path, capsys, monkeypatch):
+    """Issue 41's probes: `train --task clt --d-sae 1000000` on the demo model was killed by the kernel (rc 137);
+    its weights, gradients and Adam's moments are estimated first (here against a 1 GB machine)."""
+    from desktop_app.core import devices
+
+    monkeypatch.setattr(devices, "available_memory", lambda device="cpu": 2**30)
+    text = tmp_path / "t.txt"
+    text.write_text((resources_dir() / "demo-text.txt").read_text(encoding="utf-8")[:2000], encoding="utf-8")
+    for task, d_sae in (("clt", 100_000), ("transcoder", 100_000), ("sae", 1_000_000)):
+        argv = ["train", "--task", task, "--model", DEMO, "--text-file", str(text), "--out", str(tmp_path / task),
+                "--steps", "1", "--d-sae", str(d_sae)] + (["--hook", "blocks.1.hook_resid_post"] if task == "sae" else [])
+        assert main(argv) == 2, task
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and f"--d-sae {d_sae:,}" in err and "needs about" in err, err
+
+
+@pytest.mark.parametrize("flags", [["--hook", "blocks.0.hook_resid_post"],
+                                   ["--hook", "blocks.0.hook_resid_post", "--hook-out", "blocks.1.hook_resid_post"]])
+def test_a_hook_given_to_layered_transcoders_is_refused_not_ignored(tmp_path, capsys, flags):
+    """Issue 41's probes: `train --task transcoder --hook ...` trained on mlp.hook_in at every layer without a word."""
+    for task in ("transcoder", "clt"):
+        assert main(["train", "--task", task, "--model", DEMO, "--text-file", str(resources_dir() / "demo-text.txt"),
+                     "--out", str(tmp_path / task), "--steps", "1", *flags]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and f"--task {task} reads every layer's MLP input" in err, err
+        assert not (tmp_path / task).exists()

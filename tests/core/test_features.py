@@ -348,6 +348,45 @@ def test_top_contexts_over_a_file(demo, tmp_path):
     assert tc.histogram[0].sum() == tc.active_tokens
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(architecture="jumprelu"), dict(architecture="gated"),
+                                dict(architecture="topk", k=5, rescale_acts_by_decoder_norm=True),
+                                dict(apply_b_dec_to_input=True, normalize_activations="layer_norm")])
+def test_one_features_activation_is_its_column_of_encode(kw):
+    g = torch.Generator().manual_seed(1)
+    if kw.get("architecture") == "jumprelu":
+        kw["threshold"] = torch.rand(64, generator=g) * 0.1
+    if kw.get("architecture") == "gated":
+        kw.update(b_gate=torch.randn(64, generator=g) * 0.1, r_mag=torch.randn(64, generator=g) * 0.1)
+    d = _random_dictionary(**kw)
+    x = torch.randn(2, 7, 128, generator=g)
+    for feature in (0, 17, 63):
+        torch.testing.assert_close(d.encode_feature(x, feature), d.encode(x)[..., feature], rtol=1e-5, atol=1e-6)
+
+
+def test_top_contexts_run_several_windows_per_forward_with_the_same_result(demo, tmp_path, monkeypatch):
+    """Issue 41: 1 MB took 271 s a window at a time; equal windows now go together ([B, window] a forward),
+    the file's shorter tail alone, and the result is the one-window-a-forward result."""
+    import desktop_app.core.features.contexts as contexts
+
+    att = attach(_random_dictionary(), demo.config)
+    text = tmp_path / "t.txt"
+    text.write_text(" ".join(["Alice and the rabbit ran to the hole."] * 40) + " Alice", encoding="utf-8")
+    forwards = []
+    record = contexts.record_points
+    monkeypatch.setattr(contexts, "record_points",
+                        lambda model, ids, *a, **k: forwards.append(tuple(ids.shape)) or record(model, ids, *a, **k))
+    one = top_contexts(demo, att, text, 5, top=50, window=16, windows_per_forward=1)
+    n_windows = len(forwards)
+    forwards.clear()
+    batched = top_contexts(demo, att, text, 5, top=50, window=16, windows_per_forward=8)
+    full, tail = divmod(one.tokens_seen, 16)
+    assert tail and n_windows == full + 1  # a tail, so both kinds of forward are met
+    assert forwards == [(8, 16)] * (full // 8) + ([(full % 8, 16)] if full % 8 else []) + [(1, tail)]
+    assert [r[2:] for r in batched.rows] == [r[2:] for r in one.rows]
+    np.testing.assert_allclose([r[1] for r in batched.rows], [r[1] for r in one.rows], rtol=1e-5)
+    assert (batched.tokens_seen, batched.active_tokens) == (one.tokens_seen, one.active_tokens)
+
+
 # -- training ------------------------------------------------------------------------------------------
 
 

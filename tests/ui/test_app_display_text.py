@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QApplication, QDialog, QDialogButtonBox
 
 from desktop_app.ui import settings as app_settings
 from desktop_app.ui.widgets.heatmap import Heatmap
-from desktop_app.ui.widgets.token_strip import format_prob
+from desktop_app.ui.widgets.readable import format_prob
 
 from .walkthrough import click_tab, open_window
 

@@ -496,9 +496,9 @@ def test_arrow_keys_keep_stepping_after_clicking_step_or_back(qtbot, panel):
 
 
 def test_tiny_probabilities_and_token_labels_are_readable(qtbot, panel):
-    from desktop_app.ui.widgets.prob_bars import format_prob
+    from desktop_app.ui.widgets.readable import format_prob
 
-    assert format_prob(2.3e-5) == "2.3e-05" and format_prob(0.5) == "0.500" and format_prob(0.0) == "0"
+    assert format_prob(2.3e-5) == "2.3e-05" and format_prob(0.5) == "0.500" and format_prob(0.0) == "0.000"
     panel.prompt.setText("t")
     _click(qtbot, panel.start_button)
     qtbot.waitUntil(lambda: panel.session is not None, timeout=10_000)

@@ -36,7 +36,8 @@ class TopContexts:
 
 
 def top_contexts(loaded, attached: Attached, path, feature: int, top: int = 20, window: int | None = None,
-                 left: int = 16, right: int = 4, job=None, interventions=None) -> TopContexts:
+                 left: int = 16, right: int = 4, job=None, interventions=None,
+                 windows_per_forward: int | None = None) -> TopContexts:
     from ..inputs import text_file_ids
 
     d = attached.dictionary
@@ -53,29 +54,36 @@ def top_contexts(loaded, attached: Attached, path, feature: int, top: int = 20, 
     heap: list[tuple[float, int]] = []
     values: list[np.ndarray] = []
     kept, active = 0, 0
-    for b in range(0, len(starts), WINDOWS_PER_FORWARD):
+    batch = windows_per_forward if windows_per_forward is not None else WINDOWS_PER_FORWARD
+    for b in range(0, len(starts), batch):
         if job is not None:
             job.check()
-        group = starts[b:b + WINDOWS_PER_FORWARD]
-        for s in group:  # windows of unequal length (the file's tail) run one by one
+        group = starts[b:b + batch]
+        # equal windows go in one forward [B, window]; the file's shorter tail goes alone
+        full = [s for s in group if s + window <= n]
+        forwards = [full] if full else []
+        forwards += [[s] for s in group if s + window > n]
+        for run in forwards:
+            windows = torch.tensor(np.asarray([ids[s:s + window] for s in run], dtype=np.int64))
             # an encoder-decoder reads the window as its source (a decoder hook is refused: no target)
-            trace = record_points(model, list(ids[s:s + window]), (attached.read, attached.write), interventions)
+            trace = record_points(model, windows, (attached.read, attached.write), interventions)
             with torch.no_grad():
-                acts = d.encode(read_point(trace, attached.read).float().to(d.W_enc.device))[:, feature]
-            a = acts.cpu().numpy()
-            nz = np.nonzero(a)[0]
-            active += len(nz)
-            if kept < MAX_HISTOGRAM_VALUES and len(nz):
-                take = a[nz][: MAX_HISTOGRAM_VALUES - kept]
-                values.append(take.astype(np.float32))
-                kept += len(take)
-            for i in nz[np.argsort(-a[nz])][:top]:
-                item = (float(a[i]), s + int(i))
-                if len(heap) < top:
-                    heapq.heappush(heap, item)
-                elif item[0] > heap[0][0]:
-                    heapq.heapreplace(heap, item)
-        report(job, min(len(starts), b + WINDOWS_PER_FORWARD), len(starts), "top contexts")
+                x = torch.stack([read_point(trace, attached.read, row=r) for r in range(len(run))])
+                acts = d.encode_feature(x.float().to(d.W_enc.device), feature).cpu().numpy()
+            for s, a in zip(run, acts):
+                nz = np.nonzero(a)[0]
+                active += len(nz)
+                if kept < MAX_HISTOGRAM_VALUES and len(nz):
+                    take = a[nz][: MAX_HISTOGRAM_VALUES - kept]
+                    values.append(take.astype(np.float32))
+                    kept += len(take)
+                for i in nz[np.argsort(-a[nz])][:top]:
+                    item = (float(a[i]), s + int(i))
+                    if len(heap) < top:
+                        heapq.heappush(heap, item)
+                    elif item[0] > heap[0][0]:
+                        heapq.heapreplace(heap, item)
+        report(job, min(len(starts), b + batch), len(starts), "top contexts")
     tok = loaded.tokenizer
     decode = (lambda xs: tok.decode(list(xs))) if tok is not None else (lambda xs: " ".join(map(str, xs)))
     rows = []

@@ -131,18 +131,20 @@ class SparseDictionary:
         y = y * how[2]  # SAELens multiplies back by the std alone (its eps only guards the division)
         return y if linear else y + how[1]
 
-    def pre_activations(self, x: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    def pre_activations(self, x: torch.Tensor, only: slice = slice(None)) -> tuple[torch.Tensor, Any]:
+        """(pre-activations [..., d_sae], the normalisation state); `only`: those features' columns alone."""
         x = x.to(self.W_enc.dtype)
         x, how = self.normalize_in(x)
         if self.apply_b_dec_to_input:
             x = x - self.b_dec
+        W_enc, b_enc = self.W_enc[:, only], self.b_enc[only]
         if self.architecture == "gated":  # relu(where(gate > 0, magnitude, 0)) = (gate > 0) * relu(magnitude)
-            gate = x @ self.W_enc + self.b_gate
-            magnitude = x @ (self.W_enc * self.r_mag.exp()) + self.b_enc
+            gate = x @ W_enc + self.b_gate[only]
+            magnitude = x @ (W_enc * self.r_mag[only].exp()) + b_enc
             return torch.where(gate > 0, magnitude, torch.zeros_like(magnitude)), how
-        pre = x @ self.W_enc + self.b_enc
+        pre = x @ W_enc + b_enc
         if self.architecture == "topk" and self.rescale_acts_by_decoder_norm:
-            pre = pre * self.W_dec.norm(dim=-1)
+            pre = pre * self.W_dec[only].norm(dim=-1)
         return pre, how
 
     def _dec_scale(self, acts: torch.Tensor) -> torch.Tensor:
@@ -150,14 +152,22 @@ class SparseDictionary:
             return acts * (1 / self.W_dec.norm(dim=-1))
         return acts
 
-    def activate(self, pre: torch.Tensor) -> torch.Tensor:
+    def activate(self, pre: torch.Tensor, only: slice = slice(None)) -> torch.Tensor:
         if self.architecture == "jumprelu":
-            return torch.relu(pre) * (pre > self.threshold).to(pre.dtype)
+            return torch.relu(pre) * (pre > self.threshold[only]).to(pre.dtype)
         if self.architecture == "topk":
             k = min(self.k, pre.shape[-1])
             top = pre.topk(k, dim=-1, sorted=False)
             return torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
         return torch.relu(pre)
+
+    def encode_feature(self, x: torch.Tensor, feature: int) -> torch.Tensor:
+        """encode(x)[..., feature] from that feature's encoder column alone (a TopK feature is on only where it
+        ranks among the k largest: every column is computed)."""
+        if self.architecture == "topk":
+            return self.encode(x)[..., feature]
+        only = slice(feature, feature + 1)
+        return self.activate(self.pre_activations(x, only)[0], only)[..., 0]
 
     def encode_with(self, x: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """(feature activations [..., d_sae], the normalisation state decode needs)."""

@@ -59,7 +59,8 @@ class Context:
             slots = pos * m + rank
             padded = torch.zeros(self.n_pos * m, vec.shape[-1], dtype=self.dtype, device=vec.device)
             padded[slots] = vec
-            self._blocks[layer] = (padded.view(self.n_pos, m, -1), slots, idx)
+            # view's -1 cannot be read off 0 elements: a layer no active feature writes to has m = 0
+            self._blocks[layer] = (padded.view(self.n_pos, m, vec.shape[-1]), slots, idx)
         return self._blocks[layer]
 
     @property

@@ -99,6 +99,9 @@ def check_graph_json(model: dict, where="graph") -> None:
     missing = [k for k in METADATA_KEYS[:5] if k not in model["metadata"]]
     if missing:
         raise ValueError(f"{where}: metadata lacks {', '.join(missing)}")
+    for key in ("nodes", "links"):
+        if not isinstance(model[key], list) or not all(isinstance(x, dict) for x in model[key]):
+            raise ValueError(f"{where}: {key!r} is not a list of objects")
     ids = set()
     for n in model["nodes"]:
         lacking = [k for k in ("node_id", "feature", "layer", "ctx_idx", "feature_type", "jsNodeId") if k not in n]
@@ -107,9 +110,26 @@ def check_graph_json(model: dict, where="graph") -> None:
         if n["node_id"] in ids:
             raise ValueError(f"{where}: node id {n['node_id']!r} appears twice")
         ids.add(n["node_id"])
+        # what a reader computes with: a layer number (embeddings: "E"), a position, numbers or null
+        layer = n["layer"]
+        if not (n["feature_type"] == "embedding" or isinstance(layer, int) and not isinstance(layer, bool)
+                or isinstance(layer, str) and layer.isdigit()):
+            raise ValueError(f"{where}: node {n['node_id']!r} has layer {layer!r}, not a layer number")
+        if not (isinstance(n["ctx_idx"], int) and not isinstance(n["ctx_idx"], bool) and n["ctx_idx"] >= 0):
+            raise ValueError(f"{where}: node {n['node_id']!r} has ctx_idx {n['ctx_idx']!r}, not a position")
+        for key in ("influence", "activation", "token_prob"):
+            if n.get(key) is not None and not _is_number(n[key]):
+                raise ValueError(f"{where}: node {n['node_id']!r} has {key} {n[key]!r}, not a number")
     for link in model["links"]:
         if link.get("source") not in ids or link.get("target") not in ids:
             raise ValueError(f"{where}: link {link.get('source')!r} -> {link.get('target')!r} names a missing node")
+        if not _is_number(link.get("weight")):
+            raise ValueError(f"{where}: link {link['source']!r} -> {link['target']!r} has weight "
+                             f"{link.get('weight')!r}, not a number")
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def save_raw(path: str | Path, graph: Graph) -> None:

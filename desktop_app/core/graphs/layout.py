@@ -40,6 +40,8 @@ def load_graph_json(path: str | Path) -> dict:
         model = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a readable graph JSON ({exc})") from exc
+    except RecursionError:
+        raise ValueError(f"{path}: not a graph JSON (nested too deeply)") from None
     if not isinstance(model, dict):
         raise ValueError(f"{path}: not a graph JSON (no metadata, nodes, links)")
     check_graph_json(model, path)

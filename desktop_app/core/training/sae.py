@@ -351,6 +351,20 @@ def sae_resume_problem(out_dir: str | Path, state, tensors: dict, cfg: SaeTrainC
     return ""
 
 
+def check_dictionary_memory(cfg: SaeTrainConfig, n_layers: int, d_in: int, d_out: int) -> None:
+    """Refuse, before any weight exists, a dictionary whose training will not fit in memory: its parameters
+    (a cross-layer transcoder's layer l decodes to every layer from l on) in float32, each with its gradient
+    and Adam's two moments, and one more copy as it is saved (20 bytes a parameter)."""
+    from ..devices import check_memory
+
+    if cfg.layered:
+        outputs = n_layers * (n_layers + 1) // 2 if cfg.task == "clt" else n_layers
+        params = n_layers * (d_in + 1) * cfg.d_sae + outputs * cfg.d_sae * d_out + n_layers * d_out
+    else:
+        params = (d_in + 1) * cfg.d_sae + cfg.d_sae * d_out + d_out
+    check_memory(20 * params, f"--task {cfg.task} with --d-sae {cfg.d_sae:,} ({params:,} parameters)", "to train")
+
+
 def train_sae(cfg: SaeTrainConfig, loaded, out_dir: str | Path | None = None,
               on_event: Callable[[dict], None] | None = None, control: JobControl | None = None,
               resume: bool = False):
@@ -408,6 +422,7 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
         writes = [hook_point(cfg.hook_out, mcfg)] if cfg.hook_out else reads
     read, write = reads[0], writes[0]
     d_in, d_out = point_width(read, mcfg), point_width(write, mcfg)
+    check_dictionary_memory(cfg, mcfg.n_layers, d_in, d_out)
     ids = text_file_ids(loaded, cfg.text_file)
     cut = int(len(ids) * (1 - cfg.heldout_fraction))
     if cut < 1 or len(ids) - cut < 1:
@@ -586,6 +601,12 @@ def sae_config_from(values: dict[str, Any]) -> tuple[str, SaeTrainConfig]:
     None where not given): SAE_OPTIONS by their flags, and the shared text_file, steps, batch_size, lr, seed,
     log_every, eval_every and device."""
     v = {k: val for k, val in values.items() if val is not None}
+    if v.get("task") in ("transcoder", "clt"):  # not silently ignored: they read mlp.hook_in at every layer
+        given = [f"--{o.dest.replace('_', '-')}" for o in SAE_OPTIONS if o.key in ("hook", "hook_out") and o.dest in v]
+        if given:
+            raise ValueError(f"{' and '.join(given)}: --task {v['task']} reads every layer's MLP input (mlp.hook_in) "
+                             f"and writes its output (mlp.hook_out); drop {'them' if len(given) > 1 else 'it'}, or "
+                             "use --task sae for one dictionary at a hook")
     for o in SAE_OPTIONS:  # an option's flag may differ from its key (--model: model_dir)
         if o.dest in v:
             v[o.key] = v.pop(o.dest) if o.dest != o.key else v[o.dest]

@@ -11,6 +11,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QGraphicsTextItem
 
+from ..widgets.legend_place import keep_legend_clear
+
 CURVE_TITLE = {"size": "9pt"}  # default-size titles made the two columns of curves wider than a 1280 px window
 # the smallest the curves get: with the form's column and the particle view they fit a 1024 x 700 window
 CURVES_MIN = (380, 330)
@@ -162,6 +164,9 @@ class DynamicsCurves(pg.GraphicsLayoutWidget):
         self.p_model_clusters.addLegend(offset=(5, 5))
         self.c_model_clusters = self.p_model_clusters.plot(pen=blue, symbol="o", symbolSize=5, name="clusters")
         self.c_model_radius = self.p_model_clusters.plot(pen=red, symbol="t", symbolSize=5, name="radius")
+        for p in (self.p_radius, self.p_model_clusters):  # legends in the corner their curves leave free
+            p.legend.setBrush(pg.mkBrush(255, 255, 255, 215))
+            keep_legend_clear(p)
         self.t_markers = [p.addLine(x=0, pen=pg.mkPen((120, 120, 120), style=Qt.PenStyle.DotLine))
                           for p in (self.p_clusters, self.p_cosine, self.p_radius, self.p_w2)]
         self.hints = {p: PlotHint(p) for p in (self.p_clusters, self.p_cosine, self.p_radius, self.p_w2,

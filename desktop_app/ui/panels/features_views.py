@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QLab
 
 from .. import settings as app_settings
 from ..settings import plot_background, plot_foreground
+from ..widgets.heatmap import LabelAxis
 
 POSITIVE, NEGATIVE = "#0072B2", "#D55E00"  # as the What if panel: raise / lower the logit
 
@@ -236,7 +237,8 @@ class FeatureAttributionChart(pg.PlotWidget):
     MAX_BARS = 24
 
     def __init__(self, parent=None) -> None:
-        super().__init__(parent, background=plot_background())
+        # its labels thinned and elided to fit, as a heatmap's (they were drawn over each other)
+        super().__init__(parent, background=plot_background(), axisItems={"bottom": LabelAxis("bottom", tokens=False)})
         self.plot_item = self.getPlotItem()
         self.plot_item.setMenuEnabled(False)
         self.plot_item.hideButtons()
@@ -260,16 +262,17 @@ class FeatureAttributionChart(pg.PlotWidget):
         self.labels += [c for c, *_x in rest]
         self.values += [float(v) for *_x, v in rest]
         self.plot_item.clear()
-        x = np.arange(len(self.values))
+        x = np.arange(len(self.values)) + 0.5  # bar i's centre, where the axis writes label i
         brushes = [pg.mkBrush(POSITIVE if v >= 0 else NEGATIVE) for v in self.values]
         self.plot_item.addItem(pg.BarGraphItem(x=x, height=self.values, width=0.8, brushes=brushes, pen=None))
-        self.plot_item.getAxis("bottom").setTicks([list(enumerate(self.labels))])
+        self.plot_item.getAxis("bottom").set_labels(self.labels)
         self.plot_item.setTitle(title, color=plot_foreground())
         self.plot_item.autoRange()
 
     def clear_chart(self) -> None:
         self.attribution, self.labels, self.values = None, [], []
         self.plot_item.clear()
+        self.plot_item.getAxis("bottom").set_labels([])
         self.plot_item.setTitle("")
 
     # export (ExportBar's view protocol)

@@ -35,7 +35,8 @@ from ...core.generation import (STRATEGIES, GenerationError, GenerationSession, 
 from ...core.views.generation import GenerationViewState
 from ...core.inputs import InputError
 from ..widgets.export import ExportBar
-from ..widgets.prob_bars import ProbBars, format_prob
+from ..widgets.prob_bars import ProbBars
+from ..widgets.readable import format_prob
 from ..state import EDITS, MODEL, ResultView
 from ..widgets.token_strip import TokenStrip
 from .generation_views import CrossAttentionStepView, DecoderStepView, EncoderFillView, GenerationView, _mutate

@@ -20,7 +20,7 @@ from ...core.views.generation import branch_rows, common_prefix_length
 from ...app.generation import mask_positions
 from ...app.tracing import tokenize_and_trace
 from ..widgets.heatmap import Heatmap
-from ..widgets.prob_bars import format_prob
+from ..widgets.readable import format_prob
 
 
 def plural(n: int, word: str) -> str:

@@ -22,7 +22,8 @@ from ...core.views import layers as layers_views
 from ...core.views.layers import LayersData, LayersResult, LayersViewState, compute_layers
 from ..settings import plot_background, plot_foreground
 from ..widgets.heatmap import Heatmap, short_label
-from ..widgets.token_strip import _visible, format_prob, plural, value_colour
+from ..widgets.readable import format_prob, text_colour_on
+from ..widgets.token_strip import _visible, plural, value_colour
 from .view_panel import ViewTablePanel
 
 
@@ -66,7 +67,7 @@ class LogitLensModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.BackgroundRole:
             return value_colour(float(self.probs[c, r]), 0.0, 1.0)
         if role == Qt.ItemDataRole.ForegroundRole:
-            return QColor("white") if self.probs[c, r] > 0.6 else QColor("black")
+            return text_colour_on(value_colour(float(self.probs[c, r]), 0.0, 1.0))
         if role == Qt.ItemDataRole.ToolTipRole:
             return (f"after layer {c}, token {r} {_visible(self.tokens[r])!r}: top prediction "
                     f"{_visible(self.strings[c][r])!r} (id {int(self.ids[c, r])}), p = {format_prob(self.probs[c, r], 4)}")

@@ -26,6 +26,7 @@ from ...core import lipschitz as lip
 from ...core.jobs import Cancelled
 from ...core.views.lipschitz import LipschitzViewState
 from ..widgets.export import ExportBar, export_view
+from ..widgets.legend_place import keep_legend_clear
 
 log = logging.getLogger("desktop_app")
 
@@ -217,7 +218,8 @@ class LipschitzPanel(QWidget):
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         self.plot.setLabel("bottom", "sequence length n")
         self.plot.setLabel("left", "local Lipschitz constant \u2016D\u2093f\u2016\u2082")
-        self.legend = self.plot.addLegend(offset=(10, 10), labelTextColor="k")
+        self.legend = self.plot.addLegend(offset=(10, 10), labelTextColor="k", brush=(255, 255, 255, 215))
+        keep_legend_clear(self.plot)  # in the corner the runs leave free (it was over a T5's points)
         self.table = QTableWidget(0, 8)
         self.table.setHorizontalHeaderLabels(["run"] + list(lip.CSV_COLUMNS))
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)

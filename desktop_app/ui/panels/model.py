@@ -10,7 +10,8 @@ from PySide6.QtWidgets import (QCheckBox, QFormLayout, QGroupBox, QHBoxLayout, Q
 from ...core.families import REGISTRY
 from ..state import AppState
 from ..widgets.export import ExportBar
-from ..widgets.token_strip import TokenStrip, format_prob, plural
+from ..widgets.readable import format_prob
+from ..widgets.token_strip import TokenStrip, plural
 
 TYPING_DEBOUNCE_MS = 250
 

@@ -10,6 +10,7 @@ import math
 import pyqtgraph as pg
 from PySide6.QtWidgets import QGridLayout, QWidget
 
+from ..widgets.legend_place import keep_legend_clear
 from ..widgets.live_cross_attention import LiveCrossAttention
 
 LAYER_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -86,6 +87,8 @@ class TrainingPlots(QWidget):
         grid.setRowStretch(1, 1)
         grid.setRowStretch(2, 1)
         self.clear()
+        for plot in (self.loss_plot, self.acc_plot, self.grad_plot, self.load_plot):
+            keep_legend_clear(plot)  # in the corner the curves leave free (one layer's norms were under it)
 
     def _plot(self, title: str, ylabel: str, left: pg.AxisItem | None = None) -> pg.PlotWidget:
         w = pg.PlotWidget(background="w", axisItems={"left": left} if left is not None else None)

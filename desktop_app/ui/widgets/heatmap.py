@@ -24,6 +24,7 @@ from PySide6.QtGui import QBrush, QColor, QCursor, QFontMetrics, QPen, QPolygonF
 from PySide6.QtWidgets import QGraphicsPolygonItem, QGraphicsRectItem, QToolTip
 
 from ..settings import plot_background, plot_foreground
+from .readable import text_colour_on
 from .token_strip import _visible
 
 MASK_GREY = (150, 150, 150, 255)
@@ -270,8 +271,8 @@ class Heatmap(pg.GraphicsLayoutWidget):
         so a diverging map's pale middle gets black text too."""
         lo, hi = self.levels
         x = min(1.0, max(0.0, (value - lo) / (hi - lo))) if hi > lo else 0.0
-        r, g, b = (float(c) for c in self.cmap.map(x, mode="float")[:3])
-        return 0.299 * r + 0.587 * g + 0.114 * b > 0.55
+        r, g, b = (min(1.0, max(0.0, float(c))) for c in self.cmap.map(x, mode="float")[:3])
+        return text_colour_on(QColor.fromRgbF(r, g, b)).lightness() < 128
 
     def _fit_annotations(self, *_) -> None:
         """Numbers only where they fit their cells: hidden while the cells are narrower than the

@@ -15,22 +15,14 @@ from typing import Sequence
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+from .readable import format_prob, text_colour_on
 
 BAR_BRUSH = (66, 133, 244)
 CHOSEN_BRUSH = (240, 120, 20)
 FILTERED_BRUSH = (200, 200, 200)
-
-
-def format_prob(p: float | None) -> str:
-    """A probability in one style everywhere: 3 decimals, and tiny ones in scientific notation
-    (a 2e-05 is not "0.000"); exactly 0 stays "0"."""
-    if p is None:
-        return ""
-    p = float(p)
-    if p == 0.0 or p >= 0.001:
-        return f"{p:.3f}" if p else "0"
-    return f"{p:.1e}"
 
 
 class ProbBars(QWidget):
@@ -101,13 +93,14 @@ class ProbBars(QWidget):
         others stay after their bar. Run whenever the view's size or range changes."""
         vb = self.plot.getPlotItem().getViewBox()
         right = vb.sceneBoundingRect().right()
-        for txt, p in zip(self._value_texts, self.probs):
+        for txt, p, t in zip(self._value_texts, self.probs, self.token_ids):
             if p <= 0:
                 continue
             end = vb.mapViewToScene(QPointF(p, 0)).x()
             inside = end + txt.textItem.boundingRect().width() > right
             txt.setAnchor((1, 0.5) if inside else (0, 0.5))
-            txt.setColor((255, 255, 255) if inside else (40, 40, 40))
+            bar = QColor(*(CHOSEN_BRUSH if t == self.chosen else BAR_BRUSH))
+            txt.setColor(text_colour_on(bar) if inside else QColor(40, 40, 40))
             txt.updateTransform(force=True)  # the anchor's offset in pixels of the view as it is now
 
     def bar_scene_pos(self, index: int) -> QPointF:

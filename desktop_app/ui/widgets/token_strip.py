@@ -15,6 +15,8 @@ from PySide6.QtCore import QPoint, QRect, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QScrollArea, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
+from .readable import text_colour_on
+
 
 def value_colour(value: float, vmin: float, vmax: float) -> QColor:
     """Light (low) to saturated blue (high); NaN is grey."""
@@ -28,17 +30,6 @@ def value_colour(value: float, vmin: float, vmax: float) -> QColor:
 def plural(n: int, word: str) -> str:
     """'1 token', '2 tokens' (word's plural by adding s)."""
     return f"{n:,} {word}" + ("" if n == 1 else "s")
-
-
-def format_prob(p: float, decimals: int = 3) -> str:
-    """A probability with a fixed number of decimals (so a column lines up); one too small to show
-    that way in scientific notation ("2.1e-05", never "0.000"); NaN as ""."""
-    p = float(p)
-    if math.isnan(p):
-        return ""
-    if p != 0 and abs(p) < 0.5 * 10 ** -decimals:
-        return f"{p:.1e}"
-    return f"{p:.{decimals}f}"
 
 
 def _visible(s: str) -> str:
@@ -129,8 +120,9 @@ class _StripCanvas(QWidget):
             sel = i == self.selected
             p.setPen(QPen(QColor(220, 60, 20), 2) if sel else QPen(QColor(180, 180, 180), 1))
             p.drawRoundedRect(QRectF(r).adjusted(0.5, 0.5, -0.5, -0.5), 3, 3)
-            dark = bg.lightness() < 150
-            p.setPen(QColor(255, 255, 255) if dark else QColor(20, 20, 20))
+            text = text_colour_on(bg)
+            dark = text.lightness() > 128  # light text: the chip is dark
+            p.setPen(text)
             p.setFont(self.font())
             p.drawText(QRect(r.x(), r.y() + self.PAD_Y, r.width(), fm.height()),
                        Qt.AlignmentFlag.AlignHCenter, _visible(self.strings[i]))

@@ -1,0 +1,40 @@
+"""Issue 41's probes on `graph`: a layer where no transcoder feature fires at all (a fresh transcoder, a short
+prompt) ended in a traceback ("cannot reshape tensor of 0 elements into shape [2, 0, -1]")."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from desktop_app.cli import main
+from desktop_app.core.checkpoints import new_model, save_model_folder
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.graphs.transcoders import random_transcoders
+from desktop_app.core.tokenizer import char_tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.mark.parametrize("cross_layer", [False, True])
+def test_a_layer_without_an_active_feature_still_makes_a_graph(tmp_path, capsys, cross_layer):
+    tok = char_tokenizer("abcdefgh ", specials=["<pad>", "<s>"])
+    cfg = ModelConfig.llama(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32,
+                            context_length=32)
+    save_model_folder(new_model(cfg, seed=0).eval(), tmp_path / "llama", tokenizer=tok)
+    folder = tmp_path / "tc"
+    random_transcoders(folder, 2, 16, 20, cross_layer=cross_layer, seed=1)
+    silent = [p for p in folder.glob("*.safetensors") if p.stem in ("layer_1", "W_enc_1")]
+    assert len(silent) == 1
+    tensors = load_file(str(silent[0]))
+    bias = next(k for k in tensors if k.startswith("b_enc"))
+    tensors[bias] = torch.full_like(tensors[bias], -1e6)  # nothing fires at layer 1
+    save_file(tensors, str(silent[0]))
+    out = tmp_path / "g.json"
+    assert main(["graph", str(tmp_path / "llama"), "--transcoders", str(folder), "--prompt", "abcab",
+                 "--out", str(out)]) == 0, capsys.readouterr().err
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    nodes = json.loads(out.read_text())["nodes"]
+    assert said["active_features"] > 0 and not any(n["feature_type"] == "cross layer transcoder" and n["layer"] == "1"
+                                                   for n in nodes)

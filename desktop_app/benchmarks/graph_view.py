@@ -15,6 +15,10 @@ as six pyqtgraph line items with connect="pairs" and QPainter.drawLines; fewer f
 settle_s, the worker's time to draw the edges again once the view stops; layout and first-draw times;
 cpu_ms_per_frame (process CPU time per panel frame: on a shared machine, 1000 / it is the rate an idle core
 would give) and the 1-minute load average.
+
+Measured (1 Dec 2026, 2 cores shared, load 14.7, 10,000 nodes, 200,000 edges): panel_fps 15.1 and 8.2 ms of CPU
+a frame with the nodes drawn into the edge image while the view moves (before: 9.9 fps, 11.9 ms at load 12.9);
+what is left a frame is mostly pyqtgraph's axes (tick texts laid out again for each range) and the image draw.
 """
 from __future__ import annotations
 

@@ -79,3 +79,32 @@ def test_a_file_that_is_not_a_graph_is_named_in_one_line(qtbot, tmp_path):
     assert not panel.open_graph(bad)
     assert "bad.json" in panel.summary.text() and "qParams" in panel.summary.text()
     assert panel.layout_data is None
+
+
+def test_nodes_move_as_the_edge_image_while_the_view_moves(qtbot, graph_json):
+    """While the view moves, the nodes are painted by the edge layer's image (drawn into it with the edges)
+    and the node item skips its own painting; once the view is still it paints again and the image is redrawn."""
+    panel = GraphPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 600)
+    panel.show()
+    qtbot.waitExposed(panel)
+    assert panel.open_graph(graph_json)
+    layer, data = panel.edges_item, panel.layout_data
+    qtbot.waitUntil(layer.is_current, timeout=10_000)
+    assert sum(len(p[3]) for p in layer.points) == len(data.nodes)
+    # the image holds a marker where each node is: the pixel at a logit node's centre is opaque
+    i = int(np.flatnonzero(data.kind == 3)[0])
+    vb = panel.plot.getPlotItem().vb
+    image, rect = layer._image, layer._image_rect
+    px = int((data.x[i] - rect.left()) * image.width() / rect.width())
+    py = int((rect.bottom() - data.y[i]) * image.height() / rect.height())
+    assert image.pixelColor(px, py).alpha() == 255
+    renders = layer.renders
+    (x0, x1), _ = vb.viewRange()
+    vb.setXRange(x0 + 0.3, x1 + 0.3, padding=0)
+    panel.plot.viewport().repaint()
+    assert layer.moving_with_view()  # the node item skips its paint: the moved image shows the nodes
+    qtbot.waitUntil(lambda: not layer.moving_with_view(), timeout=5_000)  # still: the node item paints again
+    qtbot.waitUntil(layer.is_current, timeout=10_000)
+    assert layer.renders == renders + 1  # one image for the new view, not one per repaint

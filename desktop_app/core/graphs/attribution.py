@@ -427,11 +427,17 @@ def _logit_weights(graph: Graph) -> torch.Tensor:
 
 
 def find_threshold(scores: torch.Tensor, threshold: float) -> torch.Tensor:
-    """The score above which the kept scores hold `threshold` of the total."""
-    ordered = torch.sort(scores, descending=True).values
+    """The score above which the kept scores hold `threshold` of the total. Only the positive scores are
+    sorted (an adjacency's scores are mostly zero: a 1,024-token graph's are 3e8, its positive ones 1e6);
+    where the positive ones hold less than `threshold`, the next score below them, as in a sort of all."""
+    positive = scores[scores > 0]
+    ordered = torch.sort(positive, descending=True).values
     cumulative = torch.cumsum(ordered, dim=0) / torch.sum(ordered)
-    i = min(int(torch.searchsorted(cumulative, threshold).item()), len(cumulative) - 1)
-    return ordered[i]
+    i = int(torch.searchsorted(cumulative, threshold).item())
+    if i < len(ordered):
+        return ordered[i]
+    rest = scores[scores <= 0]
+    return rest.max() if len(rest) else ordered[-1]
 
 
 @dataclass

@@ -6,7 +6,9 @@ Drawing (smooth at 10,000 nodes): the nodes are one ScatterPlotItem (features ci
 squares, token embeddings green triangles, logits orange diamonds; sized by influence, core.graphs.layout);
 the edges are one EdgeLayer (ui/widgets/edge_layer.py: six buckets of segments, one per sign, blue positive
 and red negative, and width class, thicker and more opaque for a larger |weight|; drawn as one image per
-settled view in a worker thread and moved with the view while it pans or zooms), never one item per edge.
+settled view in a worker thread and moved with the view while it pans or zooms), never one item per edge;
+the nodes are drawn into that image too, and while the view moves the node item skips its own painting
+(10,000 markers a frame cost more than the image: bench graph_view), painting again once the view is still.
 Overlays: the clicked node's strongest ancestors and descendants, the pinned nodes, the search hits, supernode labels.
 
 A computed graph keeps its unpruned adjacency (app.graphs.GraphResult), so the node and edge threshold
@@ -44,7 +46,23 @@ NODE_STYLE = {  # KINDS order: symbol, brush
 POSITIVE, NEGATIVE = (31, 119, 180), (214, 39, 40)
 WIDTH_CLASSES = ((0.0, 0.1, 0.6, 50), (0.1, 0.4, 1.4, 110), (0.4, 1.01, 2.6, 200))  # |w| / max: width, alpha
 HIGHLIGHT = "#e6a100"
+NODE_OUTLINE = "#333"
 SLIDER_STEPS = 1000
+
+
+class _Nodes(pg.ScatterPlotItem):
+    """The nodes: drawn into the edge layer's image as well, so that while the view moves only that image is
+    painted (10,000 markers drawn again each frame cost more than the image); hover and click stay here."""
+
+    def __init__(self, layer: EdgeLayer, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.layer = layer
+
+    def paint(self, p, *args) -> None:
+        widget = args[1] if len(args) > 1 else None
+        if widget is not None and self.layer.moving_with_view():
+            return
+        super().paint(p, *args)
 
 
 def edge_buckets(data: GraphLayout) -> list[tuple[tuple, float, np.ndarray, np.ndarray]]:
@@ -204,7 +222,7 @@ class GraphPanel(QWidget, ResultView):
         self.edges_item.setZValue(1)
         self.highlight_edges = pg.PlotCurveItem(connect="pairs", pen=pg.mkPen(HIGHLIGHT, width=3))
         self.highlight_edges.setZValue(5)
-        self.nodes_item = pg.ScatterPlotItem(pxMode=True, hoverable=True, tip=None)
+        self.nodes_item = _Nodes(self.edges_item, pxMode=True, hoverable=True, tip=None)
         self.nodes_item.setZValue(10)
         self.nodes_item.sigClicked.connect(self._on_clicked)
         self.nodes_item.sigHovered.connect(self._on_hovered)
@@ -511,11 +529,14 @@ class GraphPanel(QWidget, ResultView):
         self.shown = np.array(shown, dtype=int)  # drawn point i is full_layout node shown[i]
         data = self.full_layout if len(shown) == len(self.full_layout.nodes) else sub_layout(self.full_layout, shown)
         self.layout_data = data
-        self.edges_item.set_buckets(edge_buckets(data))
+        sizes = node_sizes(data.size)
+        kinds = [(NODE_STYLE[k][0], pg.mkColor(NODE_STYLE[k][1]).getRgb(), pg.mkColor(NODE_OUTLINE).getRgb(),
+                  data.x[data.kind == k], data.y[data.kind == k], sizes[data.kind == k]) for k in NODE_STYLE]
+        self.edges_item.set_buckets(edge_buckets(data), [k for k in kinds if len(k[3])])
         brushes = {k: pg.mkBrush(b) for k, (_s, b) in NODE_STYLE.items()}
         symbols = np.array([NODE_STYLE[int(k)][0] for k in range(4)], dtype=object)[data.kind]
-        self.nodes_item.setData(x=data.x, y=data.y, size=node_sizes(data.size), symbol=list(symbols),
-                                brush=[brushes[int(k)] for k in data.kind], pen=pg.mkPen("#333", width=0.5),
+        self.nodes_item.setData(x=data.x, y=data.y, size=sizes, symbol=list(symbols),
+                                brush=[brushes[int(k)] for k in data.kind], pen=pg.mkPen(NODE_OUTLINE, width=0.5),
                                 data=self.shown)
         index = self._index()
         for s in self.supernodes:

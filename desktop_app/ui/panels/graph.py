@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, QTimer
+from PySide6.QtGui import QStaticText
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
                                QLineEdit, QListWidget, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QSlider,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
@@ -63,6 +64,66 @@ class _Nodes(pg.ScatterPlotItem):
         if widget is not None and self.layer.moving_with_view():
             return
         super().paint(p, *args)
+
+
+class _LabelAxis(pg.AxisItem):
+    """An axis of fixed labelled ticks (the rows, the token positions) painted directly: the tick marks in one
+    drawLines, each label laid out once (QStaticText). pyqtgraph's AxisItem lays every label out again into a
+    QPicture, and sets its title's HTML again for an SI prefix, whenever the range changes: two thirds of a
+    frame's CPU time while the view pans (bench graph_view). Same geometry as AxisItem's generateDrawSpecs
+    for one tick level without a grid; anything else is left to AxisItem."""
+
+    def __init__(self, orientation: str, **kwargs) -> None:
+        super().__init__(orientation, **kwargs)
+        self.enableAutoSIPrefix(False)  # labels, not numbers
+        self._texts: dict[str, QStaticText] = {}
+
+    def paint(self, p, opt, widget) -> None:
+        levels, view = self._tickLevels, self.linkedView()
+        lo, hi = self.range
+        if (widget is None or levels is None or len(levels) != 1 or self.grid is not False or view is None
+                or self.orientation not in ("left", "bottom") or hi == lo):
+            return super().paint(p, opt, widget)
+        left = self.orientation == "left"
+        bounds = self.mapRectFromParent(self.geometry())
+        extent = bounds.height() if left else bounds.width()
+        stop = bounds.right() if left else bounds.top()
+        end = stop + self.style["tickLength"] * (-1 if left else 1)
+        p.setRenderHint(p.RenderHint.Antialiasing, False)
+        p.setRenderHint(p.RenderHint.TextAntialiasing, True)
+        p.setPen(self.pen())
+        if left:
+            p.drawLine(QPointF(bounds.right() - 1, bounds.top() - 1), QPointF(bounds.right() - 1, bounds.bottom() + 1))
+        else:
+            p.drawLine(QPointF(bounds.left() - 1, bounds.top() + 1), QPointF(bounds.right() + 1, bounds.top() + 1))
+        shown = []
+        for value, text in levels[0]:
+            x = extent - (value - lo) * extent / (hi - lo) if left else (value - lo) * extent / (hi - lo)
+            if 0 <= x <= extent:
+                shown.append((x, text))
+        p.setPen(self.tickPen())
+        p.drawLines([QLineF(stop, x, end, x) if left else QLineF(x, stop, x, end) for x, _ in shown])
+        if self.style["tickFont"] is not None:
+            p.setFont(self.style["tickFont"])
+        p.setPen(self.textPen())
+        offset = max(0, self.style["tickLength"]) + self.style["tickTextOffset"][0 if left else 1]
+        outer = self.boundingRect()
+        widest = 0.0
+        for x, text in shown:
+            if text not in self._texts:
+                self._texts[text] = QStaticText(text)
+                self._texts[text].prepare(font=p.font())
+            static = self._texts[text]
+            w, h = static.size().width(), static.size().height()
+            widest = max(widest, w if left else h)
+            rect = QRectF(stop - offset - w, x - h / 2, w, h) if left else QRectF(x - w / 2, stop + offset, w, h)
+            if outer & rect == rect:
+                p.drawStaticText(rect.topLeft(), static)
+        self._updateMaxTextSize(widest)
+
+    def setTicks(self, ticks) -> None:  # noqa: N802 (pyqtgraph)
+        self._texts.clear()
+        super().setTicks(ticks)
 
 
 def edge_buckets(data: GraphLayout) -> list[tuple[tuple, float, np.ndarray, np.ndarray]]:
@@ -214,7 +275,7 @@ class GraphPanel(QWidget, ResultView):
             second.addWidget(w)
 
         # -- the graph ------------------------------------------------------------------------------
-        self.plot = pg.PlotWidget(background="w")
+        self.plot = pg.PlotWidget(background="w", axisItems={"left": _LabelAxis("left"), "bottom": _LabelAxis("bottom")})
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.plot.getPlotItem().setLabel("bottom", "token position")

@@ -24,7 +24,10 @@ Measured on the 2-core, 23 GB development machine (1 Dec 2026, load average 16),
 16 --batch-size 8 --reference-offload disk, one run: ours 203 s launch to exit, peak 4.78 GiB (65,996 active
 features); circuit-tracer 815 s (780 s in attribute()), peak 10.6 GiB (64,535): speedup 4.03, memory ratio 0.45.
 Before the decoder was held once per feature id and read without a memory map: 202 s, 11.5 GiB against
-441 s, 10.7 GiB at load 11 (speedup 2.19, memory ratio 1.07).
+441 s, 10.7 GiB at load 11 (speedup 2.19, memory ratio 1.07). At 1,024 tokens (`graph` alone, same files,
+random ids, --max-feature-nodes 16 --batch-size 8): 1,054,427 active features, peak 12.7 GiB (9.1 GB of it the
+decoder rows: nearly every feature is active somewhere), 2,257 s at load 7-12 (before feature_edges stopped
+zeroing a fresh chunk per product).
 """
 from __future__ import annotations
 

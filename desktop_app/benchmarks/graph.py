@@ -20,10 +20,14 @@ memory (below 1: ours smaller). Both at the same --max-feature-nodes and --batch
 default 7,500 feature rows take ~10 hours on a 2-core CPU, so the default here is 64.
 The last line printed is the JSON result.
 
-Measured on the 2-core, 23 GB development machine (1 Dec 2026, load average 11), full shape, --max-feature-nodes
-16 --batch-size 8 --reference-offload disk, one run: ours 202 s launch to exit, peak 11.5 GiB (66,008 active
-features); circuit-tracer 441 s (410 s in attribute()), peak 10.7 GiB (64,535): speedup 2.19, memory ratio 1.07.
-Ours alone in an earlier run: 255 s, 10.3 GiB (the peak counts the CLT's memory-mapped pages, which vary).
+Measured on the 2-core, 23 GB development machine (1 Dec 2026, load average 16), full shape, --max-feature-nodes
+16 --batch-size 8 --reference-offload disk, one run: ours 203 s launch to exit, peak 4.78 GiB (65,996 active
+features); circuit-tracer 815 s (780 s in attribute()), peak 10.6 GiB (64,535): speedup 4.03, memory ratio 0.45.
+Before the decoder was held once per feature id and read without a memory map: 202 s, 11.5 GiB against
+441 s, 10.7 GiB at load 11 (speedup 2.19, memory ratio 1.07). At 1,024 tokens (`graph` alone, same files,
+random ids, --max-feature-nodes 16 --batch-size 8): 1,054,427 active features, peak 12.7 GiB (9.1 GB of it the
+decoder rows: nearly every feature is active somewhere), 2,257 s at load 7-12 (before feature_edges stopped
+zeroing a fresh chunk per product).
 """
 from __future__ import annotations
 

@@ -153,6 +153,8 @@ def run(args) -> int:
     graph = attribute(ctx, targets, batch_size=args.batch_size, max_feature_nodes=args.max_feature_nodes,
                       progress=say, input_string=tok.decode(ids) if tok is not None else "",
                       token_strings=token_strings)
+    n_active = len(ctx.active)
+    del ctx  # its decoder rows (GBs on a long prompt) are not needed to prune
     say("pruning")
     pruned = prune_graph(graph, args.node_threshold, args.edge_threshold)
     replacement, completeness = graph_scores(graph)
@@ -163,7 +165,7 @@ def run(args) -> int:
     if args.raw:
         check_output_file(args.raw, overwrite=True)
         save_raw(args.raw, graph)
-    print(json.dumps({"out": args.out, "raw": args.raw, "tokens": len(ids), "active_features": len(ctx.active),
+    print(json.dumps({"out": args.out, "raw": args.raw, "tokens": len(ids), "active_features": n_active,
                       "selected_features": graph.n_features, "logit_targets": graph.n_logits,
                       "nodes": len(model["nodes"]), "links": len(model["links"]),
                       "replacement_score": replacement, "completeness_score": completeness}))

@@ -79,3 +79,63 @@ def test_a_file_that_is_not_a_graph_is_named_in_one_line(qtbot, tmp_path):
     assert not panel.open_graph(bad)
     assert "bad.json" in panel.summary.text() and "qParams" in panel.summary.text()
     assert panel.layout_data is None
+
+
+def test_nodes_move_as_the_edge_image_while_the_view_moves(qtbot, graph_json):
+    """While the view moves, the nodes are painted by the edge layer's image (drawn into it with the edges)
+    and the node item skips its own painting; once the view is still it paints again and the image is redrawn."""
+    panel = GraphPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 600)
+    panel.show()
+    qtbot.waitExposed(panel)
+    assert panel.open_graph(graph_json)
+    layer, data = panel.edges_item, panel.layout_data
+    qtbot.waitUntil(layer.is_current, timeout=10_000)
+    assert sum(len(p[3]) for p in layer.points) == len(data.nodes)
+    # the image holds a marker where each node is: the pixel at a logit node's centre is opaque
+    i = int(np.flatnonzero(data.kind == 3)[0])
+    vb = panel.plot.getPlotItem().vb
+    image, rect = layer._image, layer._image_rect
+    px = int((data.x[i] - rect.left()) * image.width() / rect.width())
+    py = int((rect.bottom() - data.y[i]) * image.height() / rect.height())
+    assert image.pixelColor(px, py).alpha() == 255
+    renders = layer.renders
+    (x0, x1), _ = vb.viewRange()
+    vb.setXRange(x0 + 0.3, x1 + 0.3, padding=0)
+    panel.plot.viewport().repaint()
+    assert layer.moving_with_view()  # the node item skips its paint: the moved image shows the nodes
+    qtbot.waitUntil(lambda: not layer.moving_with_view(), timeout=5_000)  # still: the node item paints again
+    qtbot.waitUntil(layer.is_current, timeout=10_000)
+    assert layer.renders == renders + 1  # one image for the new view, not one per repaint
+
+
+def _pixels(widget) -> np.ndarray:
+    image = widget.grab().toImage()
+    return np.frombuffer(bytes(image.constBits()), np.uint8).reshape(image.height(), -1)
+
+
+def test_label_axes_draw_what_pyqtgraphs_axes_draw(qtbot):
+    """The panel's axes (painted directly, each label laid out once) look as pyqtgraph's AxisItem draws them."""
+    import pyqtgraph as pg
+
+    from desktop_app.ui.panels.graph import _LabelAxis
+
+    ticks = {"left": [[(0, "Emb"), (1, "L0"), (2, "L1"), (3, "Logit")]],
+             "bottom": [[(i, t) for i, t in enumerate(["<s>", "the", " Wh", "ite", " Rabbit", " was"])]]}
+    plots = []
+    for axes in ({"left": _LabelAxis("left"), "bottom": _LabelAxis("bottom")}, {}):
+        plot = pg.PlotWidget(background="w", axisItems=axes or None)
+        qtbot.addWidget(plot)
+        plot.resize(600, 400)
+        for name, t in ticks.items():
+            plot.getPlotItem().getAxis(name).setTicks(t)
+        plot.getPlotItem().setLabel("bottom", "token position")
+        plot.setXRange(0.6, 5.3, padding=0)  # "<s>" out of view
+        plot.setYRange(-0.5, 3.5, padding=0)
+        plot.show()
+        qtbot.waitExposed(plot)
+        plots.append(plot)
+    ours, theirs = (_pixels(p) for p in plots)
+    assert set(plots[0].getPlotItem().getAxis("bottom")._texts) == {"the", " Wh", "ite", " Rabbit", " was"}
+    assert ours.shape == theirs.shape and (ours != theirs).mean() < 0.001

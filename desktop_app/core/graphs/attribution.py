@@ -31,37 +31,87 @@ from .transcoders import Transcoders
 
 @dataclass
 class Context:
-    """One prompt, one model, one set of transcoders: everything the rows are computed from."""
+    """One prompt, one model, one set of transcoders: everything the rows are computed from.
+
+    The decoder is held once per active feature id, not once per (position, feature): a feature active
+    at many positions has one row, and the a_s W_dec[s] products are formed a chunk at a time where they
+    are used (a 1,024-token prompt's active features would otherwise hold ~36 GB of a 1B model's CLT)."""
     model: object
     transcoders: Transcoders
     frozen: Frozen
     active: torch.Tensor  # [n, 3] (layer, position, feature), sorted
     activations: torch.Tensor  # [n]
-    encoder_vectors: torch.Tensor  # [n, d] W_enc rows of the active features
-    decoder_vectors: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # per output layer j: (active index,
-    # position, decoder vector W_dec[s, j] [m, d]) of the features writing to j
+    layer_starts: list[int]  # L + 1: layer l's active features are active[layer_starts[l]:layer_starts[l + 1]]
+    decoder_rows: list[torch.Tensor]  # per layer l: [U_l, outputs, d] W_dec of its distinct active features
+    decoder_slots: list[torch.Tensor]  # per layer l: [n_l] each active feature's row in decoder_rows[l]
     mlp_constants: list[torch.Tensor]  # [T, d] per layer: MLP output less skip less the features' part
     error_vectors: torch.Tensor  # [L, T, d], zero at position 0
     dtype: torch.dtype = torch.float32
-    _blocks: dict = field(default_factory=dict, repr=False)
 
-    def decoder_blocks(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The features writing to `layer` grouped by position, for one batched product per layer:
-        (a_s W_dec[s] padded to [T, m, d], flat slots [k] into T x m, their active indices [k])."""
-        if layer not in self._blocks:
-            idx, pos, vec = self.decoder_vectors[layer]
-            order = torch.argsort(pos, stable=True)
-            idx, pos, vec = idx[order], pos[order], vec[order] * self.activations[idx[order], None].to(self.dtype)
-            counts = torch.bincount(pos, minlength=self.n_pos)
-            m = int(counts.max()) if len(pos) else 0
-            starts = torch.cumsum(counts, 0) - counts
-            rank = torch.arange(len(pos), device=pos.device) - starts[pos]  # place within its position
-            slots = pos * m + rank
-            padded = torch.zeros(self.n_pos * m, vec.shape[-1], dtype=self.dtype, device=vec.device)
-            padded[slots] = vec
-            # view's -1 cannot be read off 0 elements: a layer no active feature writes to has m = 0
-            self._blocks[layer] = (padded.view(self.n_pos, m, vec.shape[-1]), slots, idx)
-        return self._blocks[layer]
+    CHUNK_BYTES = 256 << 20  # the most a_s W_dec[s] products formed at once
+
+    def encoder_vectors(self, index: torch.Tensor) -> torch.Tensor:
+        """[k, d]: the W_enc rows of active features `index` (read from the transcoder files)."""
+        index = index.cpu().long()
+        out = torch.empty(len(index), self.transcoders.d_model, dtype=self.dtype)
+        layers = self.active[index, 0].cpu()
+        for l in layers.unique().tolist():
+            at = (layers == l).nonzero().flatten()
+            out[at] = self.transcoders.encoder_rows(l, self.active[index[at], 2].cpu(), self.dtype)
+        return out.to(self.frozen.mlp_out.device)
+
+    def source_layers(self, layer: int) -> list[int]:
+        """The layers whose features write to `layer`'s MLP output."""
+        return [l for l in range(layer + 1) if layer in self.transcoders.output_layers(l)]
+
+    def feature_writes(self, layer: int, activations: torch.Tensor | None = None) -> torch.Tensor:
+        """[T, d]: what the active features write to layer `layer`'s MLP output (at `activations`)."""
+        acts = self.activations if activations is None else activations
+        out = torch.zeros(self.n_pos, self.frozen.mlp_out.shape[-1], dtype=self.dtype, device=acts.device)
+        step = max(1, self.CHUNK_BYTES // (out.shape[-1] * out.element_size()))
+        for l in self.source_layers(layer):
+            k = layer - self.transcoders.output_layers(l).start
+            for a in range(self.layer_starts[l], self.layer_starts[l + 1], step):
+                b = min(a + step, self.layer_starts[l + 1])
+                vec = self.decoder_rows[l][self.decoder_slots[l][a - self.layer_starts[l]:b - self.layer_starts[l]], k]
+                out.index_add_(0, self.active[a:b, 1], acts[a:b, None].to(self.dtype) * vec)
+        return out
+
+    def feature_edges(self, grads: list[torch.Tensor]) -> torch.Tensor:
+        """[B, n]: each active feature's direct effect, a_s sum_j grads[j][:, pos_s] . W_dec[s, j], from
+        the gradients [B, T, d] at each layer's MLP output. Per source layer, one batched product per
+        position: the features of a position padded to the most any position has, a chunk of positions
+        at a time."""
+        B, T, d = grads[0].shape
+        out = torch.zeros(B, len(self.active), dtype=self.dtype, device=grads[0].device)
+        # one buffer for every chunk, never zeroed: a padding slot's product is computed and never read
+        # (a fresh zeroed chunk each time: on a 1,024-token prompt, most of a batch went to page faults and fills)
+        buffer = torch.empty(0, dtype=self.dtype, device=grads[0].device)
+        for l in range(self.n_layers):
+            start, end = self.layer_starts[l], self.layer_starts[l + 1]
+            if start == end:
+                continue
+            outputs = self.transcoders.output_layers(l)
+            g = torch.stack([grads[j] for j in outputs], dim=2).view(B, T, -1)  # [B, T, outputs * d]
+            pos = self.active[start:end, 1]
+            counts = torch.bincount(pos, minlength=T)
+            m = int(counts.max())
+            first = torch.cumsum(counts, 0) - counts  # each position's first active feature (sorted by position)
+            rank = torch.arange(end - start, device=pos.device) - first[pos]
+            per_position = max(1, self.CHUNK_BYTES // (m * g.shape[-1] * g.element_size()))
+            for p0 in range(0, T, per_position):
+                p1 = min(T, p0 + per_position)
+                a, b = int(first[p0]), int(first[p1 - 1] + counts[p1 - 1])
+                if a == b:
+                    continue
+                slots = (pos[a:b] - p0) * m + rank[a:b]
+                if buffer.numel() < (p1 - p0) * m * g.shape[-1]:
+                    buffer = torch.empty((p1 - p0) * m * g.shape[-1], dtype=self.dtype, device=g.device)
+                padded = buffer[:(p1 - p0) * m * g.shape[-1]].view((p1 - p0) * m, g.shape[-1])
+                padded[slots] = self.decoder_rows[l][self.decoder_slots[l][a:b]].view(b - a, -1)
+                dots = torch.bmm(g[:, p0:p1].transpose(0, 1), padded.view(p1 - p0, m, -1).transpose(1, 2))  # [P, B, m]
+                out[:, start + a:start + b] = dots.transpose(0, 1).reshape(B, -1)[:, slots]
+        return out * self.activations.to(self.dtype)
 
     @property
     def n_layers(self) -> int:
@@ -74,13 +124,6 @@ class Context:
     @property
     def logit_offset(self) -> int:
         return len(self.active) + (self.n_layers + 1) * self.n_pos
-
-    def feature_writes(self, layer: int, activations: torch.Tensor | None = None) -> torch.Tensor:
-        """[T, d]: what the active features write to layer `layer`'s MLP output (at `activations`)."""
-        acts = self.activations if activations is None else activations
-        out = torch.zeros(self.n_pos, self.frozen.mlp_out.shape[-1], dtype=self.dtype, device=acts.device)
-        idx, pos, vec = self.decoder_vectors[layer]
-        return out.index_add_(0, pos, acts[idx, None].to(self.dtype) * vec)
 
     def mlp_values(self, activations: torch.Tensor | None = None, errors: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Each layer's MLP-output constant with the features at `activations` and the error nodes at
@@ -141,34 +184,20 @@ def build_context(model, ids: Sequence[int], transcoders: Transcoders, *, source
     frozen = freeze(model, list(ids), transcoders.input_hook, None if source is None else list(source))
     L, T, d = frozen.mlp_out.shape
     device = frozen.mlp_out.device
-    active, values, enc_rows = [], [], []
-    acts_by_layer = []
+    active, values, decoder_rows, decoder_slots = [], [], [], []
     for l in range(L):
         acts = transcoders.encode(l, frozen.feature_in[l].to(torch.float32 if dtype != torch.float64 else dtype))
         acts[0] = 0  # position 0 is ignored (circuit-tracer's zero_positions)
-        pos, feat = acts.nonzero(as_tuple=True)
+        pos, feat = acts.nonzero(as_tuple=True)  # sorted by position
         active.append(torch.stack([torch.full_like(pos, l), pos, feat], dim=1))
         values.append(acts[pos, feat])
-        enc_rows.append(transcoders.encoder_rows(l, feat))
-        acts_by_layer.append((pos, feat))
-    active_t = torch.cat(active).long()
-    activations = torch.cat(values).to(dtype)
-    start = 0
-    writes: list[list[tuple]] = [[] for _ in range(L)]
-    for l, (pos, feat) in enumerate(acts_by_layer):
-        idx = torch.arange(start, start + len(pos), device=device)
-        start += len(pos)
-        dec = transcoders.decoder_rows(l, feat).to(device=device, dtype=dtype)  # [m, outputs, d]
-        for k, j in enumerate(transcoders.output_layers(l)):
-            writes[j].append((idx, pos, dec[:, k]))
-    decoder_vectors = []
-    for j in range(L):
-        idx = torch.cat([w[0] for w in writes[j]]) if writes[j] else torch.zeros(0, dtype=torch.long, device=device)
-        pos = torch.cat([w[1] for w in writes[j]]) if writes[j] else torch.zeros(0, dtype=torch.long, device=device)
-        vec = torch.cat([w[2] for w in writes[j]]) if writes[j] else torch.zeros(0, d, dtype=dtype, device=device)
-        decoder_vectors.append((idx, pos, vec))
-    ctx = Context(model, transcoders, frozen, active_t, activations, torch.cat(enc_rows).to(device, dtype),
-                  decoder_vectors, [], torch.zeros(L, T, d, dtype=dtype, device=device), dtype)
+        features, slots = torch.unique(feat, return_inverse=True)
+        decoder_rows.append(transcoders.decoder_rows(l, features, dtype).to(device))  # [U, outputs, d]
+        decoder_slots.append(slots.to(device))
+        del acts
+    layer_starts = torch.cumsum(torch.tensor([0] + [len(a) for a in active]), 0).tolist()
+    ctx = Context(model, transcoders, frozen, torch.cat(active).long(), torch.cat(values).to(dtype), layer_starts,
+                  decoder_rows, decoder_slots, [], torch.zeros(L, T, d, dtype=dtype, device=device), dtype)
     for l in range(L):
         skip = transcoders.skip(l, frozen.feature_in[l])
         constant = frozen.mlp_out[l] - (skip if skip is not None else 0)
@@ -209,12 +238,8 @@ def compute_rows(ctx: Context, layers: torch.Tensor, positions: torch.Tensor, ve
     g_tokens, g_mlp = grads[0], grads[1:]
     n = len(ctx.active)
     rows = torch.zeros(B, ctx.logit_offset, dtype=ctx.dtype, device=h.device)
+    rows[:, :n] = ctx.feature_edges(g_mlp)
     for j in range(L):
-        # a feature's edge is its position's gradient . a_s W_dec[s]: one batched product over positions
-        padded, slots, idx = ctx.decoder_blocks(j)
-        if len(idx):
-            per_slot = torch.bmm(g_mlp[j].transpose(0, 1), padded.transpose(1, 2))  # [T, B, m]
-            rows[:, idx] += per_slot.transpose(0, 1).reshape(B, -1)[:, slots]
         rows[:, n + j * T: n + (j + 1) * T] = torch.einsum("btd,td->bt", g_mlp[j], ctx.error_vectors[j])
     rows[:, n + L * T:] = torch.einsum("btd,td->bt", g_tokens, fr.token_vectors.to(ctx.dtype))
     return rows.detach()
@@ -361,7 +386,7 @@ def attribute(ctx: Context, targets: Targets, *, batch_size: int = 512, max_feat
         for b in range(0, len(pending), batch_size):
             batch = pending[b:b + batch_size]
             n_visited += len(batch)
-            rows = compute_rows(ctx, layers[batch], positions[batch], ctx.encoder_vectors[batch])
+            rows = compute_rows(ctx, layers[batch], positions[batch], ctx.encoder_vectors(batch))
             edges[st:st + len(batch), :offset] = rows.to(work).cpu()
             row_nodes[st:st + len(batch)] = batch
             visited[batch] = True
@@ -407,11 +432,17 @@ def _logit_weights(graph: Graph) -> torch.Tensor:
 
 
 def find_threshold(scores: torch.Tensor, threshold: float) -> torch.Tensor:
-    """The score above which the kept scores hold `threshold` of the total."""
-    ordered = torch.sort(scores, descending=True).values
+    """The score above which the kept scores hold `threshold` of the total. Only the positive scores are
+    sorted (an adjacency's scores are mostly zero: a 1,024-token graph's are 3e8, its positive ones 1e6);
+    where the positive ones hold less than `threshold`, the next score below them, as in a sort of all."""
+    positive = scores[scores > 0]
+    ordered = torch.sort(positive, descending=True).values
     cumulative = torch.cumsum(ordered, dim=0) / torch.sum(ordered)
-    i = min(int(torch.searchsorted(cumulative, threshold).item()), len(cumulative) - 1)
-    return ordered[i]
+    i = int(torch.searchsorted(cumulative, threshold).item())
+    if i < len(ordered):
+        return ordered[i]
+    rest = scores[scores <= 0]
+    return rest.max() if len(rest) else ordered[-1]
 
 
 @dataclass

@@ -56,12 +56,12 @@ def feature_interventions(ctx: Context, edits: Sequence[FeatureSet]) -> list[Int
     delta = edited_activations(ctx, edits) - ctx.activations
     out = []
     for j in range(ctx.n_layers):
-        idx, pos, vec = ctx.decoder_vectors[j]
-        moved = delta[idx] != 0
-        if not moved.any():
+        idx = torch.cat([torch.arange(ctx.layer_starts[l], ctx.layer_starts[l + 1]) for l in ctx.source_layers(j)])
+        moved = idx[delta[idx.to(delta.device)].cpu() != 0]
+        if not len(moved):
             continue
-        value = torch.zeros_like(ctx.mlp_constants[j]).index_add_(0, pos[moved], delta[idx][moved, None] * vec[moved])
+        value = ctx.feature_writes(j, delta)  # linear in the activations: only the edited features' change
         names = ", ".join(f"L{int(ctx.active[i, 0])}/f{int(ctx.active[i, 2])}@{int(ctx.active[i, 1])}"
-                          for i in idx[moved].tolist())
+                          for i in moved.tolist())
         out.append(Intervention(f"{stack_prefix(ctx.model)}blocks.{j}.mlp.out", "add", value=value, name=f"transcoder features {names}"))
     return out

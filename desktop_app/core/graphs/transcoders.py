@@ -1,4 +1,4 @@
-"""Transcoders in circuit-tracer's on-disk formats, read lazily from memory-mapped safetensors.
+"""Transcoders in circuit-tracer's on-disk formats, read lazily from safetensors files.
 
 Two kinds (circuit-tracer 0.5, transcoder/single_layer_transcoder.py and cross_layer_transcoder.py):
 
@@ -21,15 +21,17 @@ Hooks (circuit-tracer's names): `mlp.hook_in` is the MLP's input after the pre-M
 app's blocks.L.mlp.input); `hook_resid_mid` is the residual stream before that norm; `mlp.hook_out` and
 `hook_mlp_out` are the MLP's output. Only safetensors are read (never a pickle); an hf:// path is refused
 (nothing is downloaded). Arrays are read only when asked: a layer's encoder when that layer is encoded,
-decoder rows of the active features only (safetensors slices of the memory map).
+decoder rows of the active features only (positioned reads of their rows, never a memory map).
 """
 from __future__ import annotations
 
+import json
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 INPUT_HOOKS = ("mlp.hook_in", "hook_resid_mid")
 OUTPUT_HOOKS = ("mlp.hook_out", "hook_mlp_out")
@@ -44,37 +46,99 @@ def _fail(path, problem: str):
     raise TranscoderError(f"{path}: {problem}")
 
 
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+           "BOOL": torch.bool}
+
+
 @dataclass
 class _Tensors:
-    """One safetensors file, opened once, its arrays memory-mapped and read on demand."""
+    """One safetensors file: its header read once, its arrays read on demand with positioned reads (pread),
+    not memory-mapped: a CLT's decoder is tens of GB, and pages of a mapping stay in the process's resident
+    memory once touched, where a read's pages are only the kernel's reclaimable cache."""
     path: Path
-    handle: object = field(repr=False)
+    header: dict = field(repr=False)
+    data_start: int = 0
 
     @classmethod
     def open(cls, path: Path) -> "_Tensors":
         if not path.is_file():
             _fail(path, "missing")
         try:
-            return cls(path, safe_open(str(path), framework="pt", device="cpu"))
-        except Exception as exc:  # a truncated or non-safetensors file
+            with open(path, "rb") as f:
+                n = int.from_bytes(f.read(8), "little")
+                if not 2 <= n <= min(100 << 20, path.stat().st_size - 8):
+                    raise ValueError(f"header length {n}")
+                header = json.loads(f.read(n))
+            header.pop("__metadata__", None)
+            size = path.stat().st_size - 8 - n
+            for name, info in header.items():
+                begin, end = info["data_offsets"]
+                count = math.prod(info["shape"])
+                if info["dtype"] not in _DTYPES or not 0 <= begin <= end <= size \
+                        or end - begin != count * _DTYPES[info["dtype"]].itemsize:
+                    raise ValueError(f"tensor {name!r}: dtype {info['dtype']}, shape {info['shape']}, "
+                                     f"offsets {info['data_offsets']} do not fit the file")
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # a truncated or non-safetensors file
             _fail(path, f"not a readable safetensors file ({exc})")
+        return cls(path, header, 8 + n)
 
     def has(self, name: str) -> bool:
-        return name in self.handle.keys()
+        return name in self.header
 
     def shape(self, name: str) -> tuple[int, ...]:
         if not self.has(name):
-            _fail(self.path, f"has no tensor {name!r} (has {', '.join(sorted(self.handle.keys()))})")
-        return tuple(self.handle.get_slice(name).get_shape())
+            _fail(self.path, f"has no tensor {name!r} (has {', '.join(sorted(self.header))})")
+        return tuple(self.header[name]["shape"])
+
+    def _read(self, fd: int, out: torch.Tensor, offset: int) -> None:
+        view = out.view(torch.uint8).numpy().reshape(-1)
+        done = 0
+        while done < len(view):
+            got = os.preadv(fd, [view[done:]], offset + done)
+            if got <= 0:
+                _fail(self.path, "truncated")
+            done += got
 
     def full(self, name: str) -> torch.Tensor:
-        return self.handle.get_tensor(name)
+        info = self.header[name]
+        out = torch.empty(self.shape(name), dtype=_DTYPES[info["dtype"]])
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            self._read(fd, out, self.data_start + info["data_offsets"][0])
+        finally:
+            os.close(fd)
+        return out
 
-    def rows(self, name: str, ids: torch.Tensor) -> torch.Tensor:
-        """Rows `ids` of the first axis, read from the memory map (not the whole array)."""
+    def rows(self, name: str, ids: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Rows `ids` of the first axis (not the whole array), in `dtype` (default: the file's); runs of
+        consecutive ids are read at once."""
+        info = self.header[name]
+        stored = _DTYPES[info["dtype"]]
+        shape = self.shape(name)
+        out = torch.empty(len(ids), *shape[1:], dtype=dtype or stored)
         if len(ids) == 0:
-            return torch.zeros(0, *self.shape(name)[1:])
-        return self.handle.get_slice(name)[ids.cpu().numpy()]
+            return out
+        row_bytes = math.prod(shape[1:]) * stored.itemsize
+        ids = ids.cpu().long()
+        if int(ids.min()) < 0 or int(ids.max()) >= shape[0]:
+            _fail(self.path, f"{name}: row ids outside 0..{shape[0] - 1}")
+        breaks = (torch.nonzero(ids[1:] != ids[:-1] + 1).flatten() + 1).tolist()
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            for a, b in zip([0, *breaks], [*breaks, len(ids)]):
+                for c in range(a, b, 4096):  # a bounded buffer where the file's dtype differs
+                    e = min(b, c + 4096)
+                    offset = self.data_start + info["data_offsets"][0] + int(ids[c]) * row_bytes
+                    if out.dtype == stored:
+                        self._read(fd, out[c:e], offset)
+                    else:
+                        chunk = torch.empty(e - c, *shape[1:], dtype=stored)
+                        self._read(fd, chunk, offset)
+                        out[c:e] = chunk
+        finally:
+            os.close(fd)
+        return out
 
 
 @dataclass
@@ -94,8 +158,9 @@ class _MemoryTensors:
     def full(self, name: str) -> torch.Tensor:
         return self.tensors[name]
 
-    def rows(self, name: str, ids: torch.Tensor) -> torch.Tensor:
-        return self.tensors[name][ids.cpu()]
+    def rows(self, name: str, ids: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        t = self.tensors[name][ids.cpu()]
+        return t if dtype is None else t.to(dtype)
 
 
 class Transcoders:
@@ -103,7 +168,7 @@ class Transcoders:
 
     encode(layer, x [T, d]) -> activations [T, F]; encoder_rows(layer, ids) -> [n, d];
     decoder_rows(layer, ids) -> [n, len(output_layers(layer)), d]; b_dec(layer) -> [d];
-    skip(layer, x) -> [T, d] or None. Values come back in float32 (callers cast)."""
+    skip(layer, x) -> [T, d] or None. Values come back in float32 (callers cast), rows in `dtype`."""
 
     def __init__(self, folder: Path, kind: str, input_hook: str, output_hook: str, activation: str,
                  enc_files: list[_Tensors], dec_files: list[_Tensors], k: int | None = None, scan: str = "") -> None:
@@ -176,12 +241,12 @@ class Transcoders:
             return pre * gate
         return torch.relu(pre)
 
-    def encoder_rows(self, layer: int, ids: torch.Tensor) -> torch.Tensor:
-        return self._enc[layer].rows(self._name("W_enc", layer), ids).float()
+    def encoder_rows(self, layer: int, ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return self._enc[layer].rows(self._name("W_enc", layer), ids, dtype)
 
-    def decoder_rows(self, layer: int, ids: torch.Tensor) -> torch.Tensor:
+    def decoder_rows(self, layer: int, ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """[n, n_outputs, d]: feature ids' decoder vectors for each layer in output_layers(layer)."""
-        rows = self._dec[layer].rows(self._name("W_dec", layer), ids).float()
+        rows = self._dec[layer].rows(self._name("W_dec", layer), ids, dtype)
         return rows if self.cross_layer else rows[:, None]
 
     def has_skip(self) -> bool:

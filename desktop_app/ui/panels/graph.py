@@ -6,7 +6,9 @@ Drawing (smooth at 10,000 nodes): the nodes are one ScatterPlotItem (features ci
 squares, token embeddings green triangles, logits orange diamonds; sized by influence, core.graphs.layout);
 the edges are one EdgeLayer (ui/widgets/edge_layer.py: six buckets of segments, one per sign, blue positive
 and red negative, and width class, thicker and more opaque for a larger |weight|; drawn as one image per
-settled view in a worker thread and moved with the view while it pans or zooms), never one item per edge.
+settled view in a worker thread and moved with the view while it pans or zooms), never one item per edge;
+the nodes are drawn into that image too, and while the view moves the node item skips its own painting
+(10,000 markers a frame cost more than the image: bench graph_view), painting again once the view is still.
 Overlays: the clicked node's strongest ancestors and descendants, the pinned nodes, the search hits, supernode labels.
 
 A computed graph keeps its unpruned adjacency (app.graphs.GraphResult), so the node and edge threshold
@@ -23,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, QTimer
+from PySide6.QtGui import QStaticText
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
                                QLineEdit, QListWidget, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QSlider,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
@@ -44,7 +47,83 @@ NODE_STYLE = {  # KINDS order: symbol, brush
 POSITIVE, NEGATIVE = (31, 119, 180), (214, 39, 40)
 WIDTH_CLASSES = ((0.0, 0.1, 0.6, 50), (0.1, 0.4, 1.4, 110), (0.4, 1.01, 2.6, 200))  # |w| / max: width, alpha
 HIGHLIGHT = "#e6a100"
+NODE_OUTLINE = "#333"
 SLIDER_STEPS = 1000
+
+
+class _Nodes(pg.ScatterPlotItem):
+    """The nodes: drawn into the edge layer's image as well, so that while the view moves only that image is
+    painted (10,000 markers drawn again each frame cost more than the image); hover and click stay here."""
+
+    def __init__(self, layer: EdgeLayer, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.layer = layer
+
+    def paint(self, p, *args) -> None:
+        widget = args[1] if len(args) > 1 else None
+        if widget is not None and self.layer.moving_with_view():
+            return
+        super().paint(p, *args)
+
+
+class _LabelAxis(pg.AxisItem):
+    """An axis of fixed labelled ticks (the rows, the token positions) painted directly: the tick marks in one
+    drawLines, each label laid out once (QStaticText). pyqtgraph's AxisItem lays every label out again into a
+    QPicture, and sets its title's HTML again for an SI prefix, whenever the range changes: two thirds of a
+    frame's CPU time while the view pans (bench graph_view). Same geometry as AxisItem's generateDrawSpecs
+    for one tick level without a grid; anything else is left to AxisItem."""
+
+    def __init__(self, orientation: str, **kwargs) -> None:
+        super().__init__(orientation, **kwargs)
+        self.enableAutoSIPrefix(False)  # labels, not numbers
+        self._texts: dict[str, QStaticText] = {}
+
+    def paint(self, p, opt, widget) -> None:
+        levels, view = self._tickLevels, self.linkedView()
+        lo, hi = self.range
+        if (widget is None or levels is None or len(levels) != 1 or self.grid is not False or view is None
+                or self.orientation not in ("left", "bottom") or hi == lo):
+            return super().paint(p, opt, widget)
+        left = self.orientation == "left"
+        bounds = self.mapRectFromParent(self.geometry())
+        extent = bounds.height() if left else bounds.width()
+        stop = bounds.right() if left else bounds.top()
+        end = stop + self.style["tickLength"] * (-1 if left else 1)
+        p.setRenderHint(p.RenderHint.Antialiasing, False)
+        p.setRenderHint(p.RenderHint.TextAntialiasing, True)
+        p.setPen(self.pen())
+        if left:
+            p.drawLine(QPointF(bounds.right() - 1, bounds.top() - 1), QPointF(bounds.right() - 1, bounds.bottom() + 1))
+        else:
+            p.drawLine(QPointF(bounds.left() - 1, bounds.top() + 1), QPointF(bounds.right() + 1, bounds.top() + 1))
+        shown = []
+        for value, text in levels[0]:
+            x = extent - (value - lo) * extent / (hi - lo) if left else (value - lo) * extent / (hi - lo)
+            if 0 <= x <= extent:
+                shown.append((x, text))
+        p.setPen(self.tickPen())
+        p.drawLines([QLineF(stop, x, end, x) if left else QLineF(x, stop, x, end) for x, _ in shown])
+        if self.style["tickFont"] is not None:
+            p.setFont(self.style["tickFont"])
+        p.setPen(self.textPen())
+        offset = max(0, self.style["tickLength"]) + self.style["tickTextOffset"][0 if left else 1]
+        outer = self.boundingRect()
+        widest = 0.0
+        for x, text in shown:
+            if text not in self._texts:
+                self._texts[text] = QStaticText(text)
+                self._texts[text].prepare(font=p.font())
+            static = self._texts[text]
+            w, h = static.size().width(), static.size().height()
+            widest = max(widest, w if left else h)
+            rect = QRectF(stop - offset - w, x - h / 2, w, h) if left else QRectF(x - w / 2, stop + offset, w, h)
+            if outer & rect == rect:
+                p.drawStaticText(rect.topLeft(), static)
+        self._updateMaxTextSize(widest)
+
+    def setTicks(self, ticks) -> None:  # noqa: N802 (pyqtgraph)
+        self._texts.clear()
+        super().setTicks(ticks)
 
 
 def edge_buckets(data: GraphLayout) -> list[tuple[tuple, float, np.ndarray, np.ndarray]]:
@@ -195,7 +274,7 @@ class GraphPanel(QWidget, ResultView):
             second.addWidget(w)
 
         # -- the graph ------------------------------------------------------------------------------
-        self.plot = pg.PlotWidget(background="w")
+        self.plot = pg.PlotWidget(background="w", axisItems={"left": _LabelAxis("left"), "bottom": _LabelAxis("bottom")})
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.plot.getPlotItem().setLabel("bottom", "token position")
@@ -203,7 +282,7 @@ class GraphPanel(QWidget, ResultView):
         self.edges_item.setZValue(1)
         self.highlight_edges = pg.PlotCurveItem(connect="pairs", pen=pg.mkPen(HIGHLIGHT, width=3))
         self.highlight_edges.setZValue(5)
-        self.nodes_item = pg.ScatterPlotItem(pxMode=True, hoverable=True, tip=None)
+        self.nodes_item = _Nodes(self.edges_item, pxMode=True, hoverable=True, tip=None)
         self.nodes_item.setZValue(10)
         self.nodes_item.sigClicked.connect(self._on_clicked)
         self.nodes_item.sigHovered.connect(self._on_hovered)
@@ -508,11 +587,14 @@ class GraphPanel(QWidget, ResultView):
         self.shown = np.array(shown, dtype=int)  # drawn point i is full_layout node shown[i]
         data = self.full_layout if len(shown) == len(self.full_layout.nodes) else sub_layout(self.full_layout, shown)
         self.layout_data = data
-        self.edges_item.set_buckets(edge_buckets(data))
+        sizes = node_sizes(data.size)
+        kinds = [(NODE_STYLE[k][0], pg.mkColor(NODE_STYLE[k][1]).getRgb(), pg.mkColor(NODE_OUTLINE).getRgb(),
+                  data.x[data.kind == k], data.y[data.kind == k], sizes[data.kind == k]) for k in NODE_STYLE]
+        self.edges_item.set_buckets(edge_buckets(data), [k for k in kinds if len(k[3])])
         brushes = {k: pg.mkBrush(b) for k, (_s, b) in NODE_STYLE.items()}
         symbols = np.array([NODE_STYLE[int(k)][0] for k in range(4)], dtype=object)[data.kind]
-        self.nodes_item.setData(x=data.x, y=data.y, size=node_sizes(data.size), symbol=list(symbols),
-                                brush=[brushes[int(k)] for k in data.kind], pen=pg.mkPen("#333", width=0.5),
+        self.nodes_item.setData(x=data.x, y=data.y, size=sizes, symbol=list(symbols),
+                                brush=[brushes[int(k)] for k in data.kind], pen=pg.mkPen(NODE_OUTLINE, width=0.5),
                                 data=self.shown)
         index = self._index()
         for s in self.supernodes:

@@ -58,7 +58,7 @@ def pre_activation(ctx, node, activations=None, errors=None, tokens=None, target
     if node[0] == "logit":
         return float(targets.vectors[node[1]].to(h.dtype) @ h[-1])
     layer, pos, feat = ctx.active[node[1]].tolist()
-    return float(ctx.encoder_vectors[node[1]] @ feature_inputs[layer][pos])
+    return float(ctx.encoder_vectors(torch.tensor([node[1]]))[0] @ feature_inputs[layer][pos])
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

@@ -57,7 +57,7 @@ def pre_activation(ctx, target, activations=None, errors=None, tokens=None):
     if target[0] == "logit":
         return float(target[1].to(h.dtype) @ h[-1])
     layer, pos, _ = ctx.active[target[1]].tolist()
-    return float(ctx.encoder_vectors[target[1]] @ feature_inputs[layer][pos])
+    return float(ctx.encoder_vectors(torch.tensor([target[1]]))[0] @ feature_inputs[layer][pos])
 
 
 @pytest.mark.parametrize("family", [pytest.param(f, marks=() if f in FAST else pytest.mark.slow) for f in DECODERS])

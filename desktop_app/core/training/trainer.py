@@ -44,6 +44,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 from safetensors.torch import save as st_save
 
 from ..checkpoints import ModelLoadError, load_model_folder, model_class, new_model, save_model_folder
@@ -331,11 +332,33 @@ def layer_groups(model: Transformer) -> dict[str, list[torch.nn.Parameter]]:
 
 
 def grad_norms(groups: dict[str, list[torch.nn.Parameter]]) -> dict[str, float]:
-    out = {}
+    """Each group's gradient norm (layer_groups' keys -> float)."""
+    return {key: float(norm) for key, norm in _group_norms(groups).items()}
+
+
+def _group_norms(groups: dict[str, list[torch.nn.Parameter]]) -> dict[str, torch.Tensor]:
+    # torch's foreach norm: one op per group, where a norm per parameter took three (and a host read)
+    norms = {}
     for key, params in groups.items():
-        sq = [p.grad.detach().float().pow(2).sum() for p in params if p.grad is not None]
-        out[key] = math.sqrt(float(torch.stack(sq).sum())) if sq else 0.0
-    return out
+        grads = [p.grad for p in params if p.grad is not None]
+        norms[key] = get_total_norm(grads) if grads else torch.zeros((), device=params[0].device)
+    return norms
+
+
+def clip_gradients(model: nn.Module, groups: dict[str, list[torch.nn.Parameter]], clip: float | None,
+                   per_group: bool) -> tuple[float, dict[str, float] | None]:
+    """(the total gradient norm before clipping, each group's too when `per_group`), after scaling the
+    gradients down to norm `clip` where they exceed it (None or 0: no clipping). The norms are measured
+    once: the total is the norm of the groups' norms when those are asked for."""
+    if per_group:
+        norms = _group_norms(groups)
+        total = get_total_norm(list(norms.values()))
+    else:
+        norms = None
+        total = get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+    if clip:
+        clip_grads_with_norm_(model.parameters(), clip, total)
+    return float(total), (None if norms is None else {k: float(v) for k, v in norms.items()})
 
 
 def source_mask(model, src: torch.Tensor) -> torch.Tensor | None:
@@ -730,9 +753,8 @@ class _ModelRun(Run):
             scaler.unscale_(opt)
         else:
             loss.backward()
-        self.grad_norms = grad_norms(self.groups) if loop.logs(step) else None
-        clip = cfg.grad_clip if cfg.grad_clip and cfg.grad_clip > 0 else float("inf")
-        total_norm = self.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        total_norm, self.grad_norms = clip_gradients(self.model, self.groups, cfg.grad_clip, loop.logs(step))
+        self.grad_norm = total_norm
         if not math.isfinite(total_norm) and scaler is None:
             raise TrainingDiverged(f"the gradient norm became {total_norm} at step {step}")
         if scaler is not None:

@@ -1,6 +1,6 @@
 """Training a sparse dictionary (an SAE, or a transcoder) on a loaded model's activations over a text.
 
-Three tasks share this loop (SaeTrainConfig.task):
+Three tasks share this trainer (SaeTrainConfig.task; its steps run in loop.py's loop):
     sae         one dictionary at `hook` (a SAELens transcoder when `hook_out` is given), SAELens' format
     transcoder  a per-layer transcoder at every layer (circuit-tracer's PLT): layer l's features read the MLP
                 input after the pre-MLP norm's gain (circuit-tracer's mlp.hook_in, the app's blocks.l.mlp.input)

@@ -1,4 +1,4 @@
-"""The training loop: batches from a task, the model's fused path, metric events, checkpoints.
+"""A model's training run (in loop.py's loop): batches from a task, the fused path, metric events, checkpoints.
 
 `train(cfg, out_dir, resume=..., on_event=..., control=...)` runs one training run. It emits plain
 dict events through `on_event` (see EVENT KINDS below), writes checkpoints into `out_dir` in the

@@ -576,7 +576,7 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
             self.checkpoint(loop)
 
     stopped = loop.run(DictionaryRun(), control, emit)
-    made = last.get("made") or save(loop.step)
+    made = last["made"] if "made" in last else save(loop.step)
     emit({"event": "stopped" if stopped else "done", **result(), "elapsed": loop.elapsed})
     return result(), made
 

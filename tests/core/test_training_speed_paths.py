@@ -139,4 +139,8 @@ def test_clipping_measures_the_norms_once_and_agrees_with_torch():
     assert abs(results[0][0] - results[1][0]) <= 1e-5 * results[1][0]
     for a, b in zip(results[0][1], results[1][1]):
         torch.testing.assert_close(a, b)
-    assert tr.clip_gradients(model, groups, None, per_group=False)[1] is None
+    before = [p.grad.clone() for p in model.parameters()]
+    total, per_group = tr.clip_gradients(model, groups, 1e9, per_group=False)  # within the bound: untouched
+    assert per_group is None and abs(total - float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9))) <= 1e-6
+    for a, b in zip(before, model.parameters()):
+        assert torch.equal(a, b.grad)

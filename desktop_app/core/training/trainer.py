@@ -44,7 +44,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.nn.utils import clip_grads_with_norm_, get_total_norm
+from torch.nn.utils import get_total_norm
 from safetensors.torch import save as st_save
 
 from ..checkpoints import ModelLoadError, load_model_folder, model_class, new_model, save_model_folder
@@ -350,15 +350,18 @@ def clip_gradients(model: nn.Module, groups: dict[str, list[torch.nn.Parameter]]
     """(the total gradient norm before clipping, each group's too when `per_group`), after scaling the
     gradients down to norm `clip` where they exceed it (None or 0: no clipping). The norms are measured
     once: the total is the norm of the groups' norms when those are asked for."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
     if per_group:
         norms = _group_norms(groups)
-        total = get_total_norm(list(norms.values()))
+        total = float(get_total_norm(list(norms.values())))
     else:
         norms = None
-        total = get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-    if clip:
-        clip_grads_with_norm_(model.parameters(), clip, total)
-    return float(total), (None if norms is None else {k: float(v) for k, v in norms.items()})
+        total = float(get_total_norm(grads))
+    if clip and total + 1e-6 > clip:  # torch's clip_grad_norm_ factor, clip / (norm + 1e-6), where it is below 1
+        # (where it is not, torch multiplies by 1): by a Python number, the norm being read already for the
+        # events, ~3.5x faster on the CPU than torch's multiply by a 0-dim tensor
+        torch._foreach_mul_(grads, clip / (total + 1e-6))
+    return total, (None if norms is None else {k: float(v) for k, v in norms.items()})
 
 
 def source_mask(model, src: torch.Tensor) -> torch.Tensor | None:

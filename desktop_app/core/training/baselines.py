@@ -6,14 +6,13 @@ accuracies compare (lectures: 56.4% for the MLP, 95.6% for the 3-block, 1-head t
 from __future__ import annotations
 
 import math
-import time
 from typing import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..jobs import Cancelled, JobControl
+from ..jobs import JobControl
 from .tasks import MotifTask
 
 
@@ -39,7 +38,8 @@ def train_motif_mlp(steps: int = 3000, batch_size: int = 64, lr: float = 1e-3, s
     train_loss is the last batch's loss; train_accuracy counts the training batches since the last
     evaluation. Nothing is written to disk.
     """
-    from .trainer import SUMMARY_KEYS, grad_norms, pause_point
+    from .loop import Loop, Run, RunConfig
+    from .trainer import SUMMARY_KEYS, grad_norms
 
     emit = on_event or (lambda ev: None)
     torch.manual_seed(seed)
@@ -54,49 +54,49 @@ def train_motif_mlp(steps: int = 3000, batch_size: int = 64, lr: float = 1e-3, s
           "model": {"baseline": "mlp", "length": length, "d": 32, "hidden": 64}, "out": None, "world_size": 1,
           "device": "cpu"})
     summary: dict = {"step": 0, **{k: None for k in SUMMARY_KEYS}, "parameters": n_params}
-    loss = torch.tensor(0.0)
-    correct = scored = 0
-    window_loss, window_n, active = 0.0, 0, 0.0
-    step = 0
-    try:
-        while step < steps:
-            pause_point(control, emit, step)
-            t0 = time.perf_counter()
+
+    class MLPRun(Run):  # nothing is written: no checkpoints
+        correct = scored = window_n = 0
+        window_loss = 0.0
+        per_layer: dict | None = None
+
+        def step(self, loop: Loop) -> None:
             b = task.train_batch(batch_size, gen)
             logits = model(b.inputs)
             loss = F.cross_entropy(logits, b.targets[:, -1])
-            correct += int((logits.argmax(-1) == b.targets[:, -1]).sum())
-            scored += len(b)
+            self.correct += int((logits.argmax(-1) == b.targets[:, -1]).sum())
+            self.scored += len(b)
             opt.zero_grad()
             loss.backward()
-            log_now = (step + 1) % log_every == 0 or step + 1 == steps
-            per_layer = grad_norms(groups) if log_now else None
+            self.per_layer = grad_norms(groups) if loop.logs(loop.step) else None
             opt.step()
-            step += 1
-            active += time.perf_counter() - t0
-            window_loss += float(loss.detach())
-            window_n += 1
-            summary.update(step=step, train_loss=float(loss.detach()), train_accuracy=correct / scored)
-            if log_now:
-                emit({"event": "step", "step": step, "steps": steps, "train_loss": window_loss / window_n,
-                      "train_accuracy": correct / scored, "lr": lr,
-                      "grad_norm": math.sqrt(sum(v * v for v in per_layer.values())), "grad_norms": per_layer,
-                      "tokens_per_s": step * batch_size * length / max(active, 1e-9), "elapsed": active,
-                      "eta": active / step * (steps - step)})
-                if control is not None:
-                    control.progress(step, steps, f"step {step}/{steps}")
-                window_loss, window_n = 0.0, 0
-            if (eval_every and step % eval_every == 0) or step == steps:
-                with torch.no_grad():
-                    val_logits = model(val.inputs)
-                    val_loss = float(F.cross_entropy(val_logits, val.targets[:, -1]))
-                    val_acc = (val_logits.argmax(-1) == val.targets[:, -1]).float().mean().item()
-                summary.update(val_loss=val_loss, val_accuracy=val_acc)
-                emit({"event": "eval", "step": step, "val_loss": val_loss, "val_accuracy": val_acc,
-                      "train_accuracy": correct / scored, "elapsed": active})
-                correct = scored = 0
-    except Cancelled:
-        emit({"event": "stopped", "step": step, **{k: summary[k] for k in SUMMARY_KEYS}})
+            self.window_loss += float(loss.detach())
+            self.window_n += 1
+            summary.update(step=loop.step, train_loss=float(loss.detach()), train_accuracy=self.correct / self.scored)
+
+        def log(self, loop: Loop) -> None:
+            step, elapsed = loop.step, loop.elapsed
+            emit({"event": "step", "step": step, "steps": steps, "train_loss": self.window_loss / self.window_n,
+                  "train_accuracy": self.correct / self.scored, "lr": lr,
+                  "grad_norm": math.sqrt(sum(v * v for v in self.per_layer.values())), "grad_norms": self.per_layer,
+                  "tokens_per_s": step * batch_size * length / max(elapsed, 1e-9), "elapsed": elapsed,
+                  "eta": loop.eta})
+            self.window_loss, self.window_n = 0.0, 0
+
+        def evaluate(self, loop: Loop) -> None:
+            with torch.no_grad():
+                val_logits = model(val.inputs)
+                val_loss = float(F.cross_entropy(val_logits, val.targets[:, -1]))
+                val_acc = (val_logits.argmax(-1) == val.targets[:, -1]).float().mean().item()
+            summary.update(val_loss=val_loss, val_accuracy=val_acc)
+            emit({"event": "eval", "step": loop.step, "val_loss": val_loss, "val_accuracy": val_acc,
+                  "train_accuracy": self.correct / self.scored, "elapsed": loop.elapsed})
+            self.correct = self.scored = 0
+
+    loop = Loop(RunConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, log_every=log_every,
+                          eval_every=eval_every or steps, checkpoint_every=steps))
+    if loop.run(MLPRun(), control, emit):
+        emit({"event": "stopped", "step": loop.step, **{k: summary[k] for k in SUMMARY_KEYS}})
         return summary
-    emit({"event": "done", **summary, "elapsed": active})
+    emit({"event": "done", **summary, "elapsed": loop.elapsed})
     return summary

@@ -1,6 +1,6 @@
 """Training a sparse dictionary (an SAE, or a transcoder) on a loaded model's activations over a text.
 
-Three tasks share this loop (SaeTrainConfig.task):
+Three tasks share this trainer (SaeTrainConfig.task; its steps run in loop.py's loop):
     sae         one dictionary at `hook` (a SAELens transcoder when `hook_out` is given), SAELens' format
     transcoder  a per-layer transcoder at every layer (circuit-tracer's PLT): layer l's features read the MLP
                 input after the pre-MLP norm's gain (circuit-tracer's mlp.hook_in, the app's blocks.l.mlp.input)
@@ -41,15 +41,15 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from ..jobs import Cancelled, JobControl
+from ..jobs import JobControl
 from ..numbers import MAX_COUNT, Range
+from .loop import RunConfig
 from .options import Option
 
 SAE_ARCHITECTURES = ("topk", "relu")
@@ -77,8 +77,9 @@ SAE_OPTIONS: tuple[Option, ...] = (  # `train --task sae`'s own flags (beside --
 )
 
 
-@dataclass
-class SaeTrainConfig:
+@dataclass(kw_only=True)
+class SaeTrainConfig(RunConfig):
+    """A dictionary's training run: RunConfig's settings (a step's batch is of tokens) and the dictionary's."""
     text_file: str
     task: str = "sae"  # SAE_TASKS
     hook: str = "blocks.0.hook_resid_post"
@@ -89,14 +90,9 @@ class SaeTrainConfig:
     l1_coefficient: float = 2.0
     steps: int = 2000
     batch_size: int = 256  # tokens per step
-    lr: float = 1e-3
-    seed: int = 0
-    log_every: int = 10
     eval_every: int = 200
     max_tokens: int = 500_000
     heldout_fraction: float = 0.1
-    checkpoint_every: int = 500
-    device: str = "cpu"
 
     @property
     def layered(self) -> bool:
@@ -395,7 +391,7 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
     from ..features.hooks import hook_point, point_width
     from ..inputs import text_file_ids
     from .optim import optimizer_state_from_tensors, optimizer_state_to_tensors
-    from .trainer import pause_point
+    from .loop import Loop, Run
 
     emit = on_event or (lambda ev: None)
     state = tensors = None
@@ -478,7 +474,7 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
           "heldout_tokens": len(vx), "parameters": sum(p.numel() for p in sae.parameters()),
           "out": str(out_dir or ""), **({"resumed": True} if state is not None else {}),
           **({"notes": list(notes)} if notes else {})})
-    t0 = time.perf_counter()
+    loop = Loop(cfg, start_step, elapsed_before, resumed=state is not None)
 
     def dictionary() -> SparseDictionary:  # the input scale folded back: it reads the model's own activations
         with torch.no_grad():
@@ -506,13 +502,13 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
         from ..graphs.transcoders import transcoders_in_memory
         return transcoders_in_memory(*transcoder_tensors(), cfg.task == "clt", folder=out_dir or "(in memory)")
 
-    def evaluate(step: int) -> dict:
+    def measure(step: int) -> dict:
         summary = {"event": "eval", "step": step, **_measure(sae, vx, vy, cfg)}
         if cfg.layered:
             summary["replacement_score"] = _replacement_score(loaded, trained(), score_ids)
         return summary
 
-    def save(step: int, result: dict):
+    def save(step: int):
         d = trained()
         if out_dir is None:
             return d
@@ -522,34 +518,35 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
         from safetensors.torch import save as st_save
         blob = st_save({**{f"sae.{k}": v.detach().contiguous() for k, v in sae.named_parameters()}, **opt_tensors,
                         "rng.batches": gen.get_state(), "last_fired": last_fired.contiguous(),
-                        "perm": perm.contiguous()})
-        run_state = {"format": SAE_STATE_FORMAT, "step": step, "pos": pos, "tokens": n, "scale": scale,
-                     "out_scale": out_scale, "elapsed": elapsed_before + time.perf_counter() - t0,
-                     "model": _model_name(loaded), "config": asdict(cfg), "history": history,
-                     "optimizer": opt_rest}
-        extra = {"metrics.json": json.dumps({"config": asdict(cfg), "history": history, "summary": result}, indent=1),
+                        "perm": batches.perm.contiguous()})
+        run_state = {"format": SAE_STATE_FORMAT, "step": step, "pos": batches.pos, "tokens": n, "scale": scale,
+                     "out_scale": out_scale, "elapsed": loop.elapsed, "model": _model_name(loaded),
+                     "config": asdict(cfg), "history": history, "optimizer": opt_rest}
+        extra = {"metrics.json": json.dumps({"config": asdict(cfg), "history": history, "summary": result()}, indent=1),
                  SAE_STATE_FILE: json.dumps(run_state, indent=1), SAE_STATE_TENSORS: blob}
         if cfg.layered:
             from ..graphs.transcoders import save_transcoders
             save_transcoders(out_dir, *transcoder_tensors(), cfg.task == "clt", "mlp.hook_in", "mlp.hook_out",
                              extra_config={"model_name": str(loaded.path or loaded.name)}, extra_files=extra)
-            emit({"event": "checkpoint", "step": step, "path": str(out_dir)})
-            return d
-        # the contexts are windows of the file's token stream: no BOS is put before each (prepend_bos false)
-        saved = saelens_cfg(d, model_name=str(loaded.path or loaded.name), context_size=mcfg.context_length,
-                            dataset_path=str(cfg.text_file), prepend_bos=False)
-        save_dictionary(d, out_dir, cfg=saved, extra_files=extra)
+        else:  # the contexts are windows of the file's token stream: no BOS is put before each (prepend_bos false)
+            saved = saelens_cfg(d, model_name=str(loaded.path or loaded.name), context_size=mcfg.context_length,
+                                dataset_path=str(cfg.text_file), prepend_bos=False)
+            save_dictionary(d, out_dir, cfg=saved, extra_files=extra)
         emit({"event": "checkpoint", "step": step, "path": str(out_dir)})
         return d
 
-    step, summary, stopped = start_step, (dict(history[-1]) if history else {}), False
-    try:
-        for step in range(start_step + 1, cfg.steps + 1):
-            pause_point(control, emit, step - 1)
-            if pos + cfg.batch_size > n:
-                perm, pos = torch.randperm(n, generator=gen), 0
-            idx = perm[pos:pos + cfg.batch_size]
-            pos += cfg.batch_size
+    last: dict = {}  # the last evaluation ("eval" event), and what the last checkpoint made
+    if history:
+        last["eval"] = dict(history[-1])
+    batches = _Batches(n, cfg.batch_size, gen, perm, pos)
+
+    def result() -> dict:
+        return {k: v for k, v in last.get("eval", {}).items() if k != "event"}
+
+    class DictionaryRun(Run):
+        def step(self, loop: Loop) -> None:
+            step = loop.step
+            idx = batches.next()
             xb, yb = x[idx], y[idx]
             lr = cfg.lr * min(1.0, step / warmup)
             for group in opt.param_groups:
@@ -567,33 +564,51 @@ def _train_sae(cfg: SaeTrainConfig, loaded, out_dir: Path | None, on_event, cont
             loss.backward()
             opt.step()
             with torch.no_grad():
-                fired = (acts > 0).any(0)
-                last_fired[fired] = step
-            if step % cfg.log_every == 0 or step == cfg.steps:
-                with torch.no_grad():
-                    total = float((yb.double() - yb.double().mean(0)).pow(2).sum())
-                    ev = {"event": "step", "step": step, "steps": cfg.steps, "loss": float(loss), "mse": float(mse),
-                          "l0": float((acts > 0).sum(-1).float().mean()),
-                          "variance_explained": 1 - float((recon - yb).double().pow(2).sum()) / total if total else None,
-                          "dead": int((step - last_fired >= DEAD_STEPS).sum()) if step >= DEAD_STEPS else 0,
-                          "lr": lr, "elapsed": elapsed_before + time.perf_counter() - t0}
-                emit(ev)
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                summary = evaluate(step)
-                history.append(summary)
-                emit(summary)
-            if step % cfg.checkpoint_every == 0 and step < cfg.steps:
-                save(step, {k: v for k, v in summary.items() if k != "event"})
-    except Cancelled:
-        stopped = True
-        step = step - 1 if step > start_step else start_step  # the step it stopped before was not taken
-        summary = evaluate(step)
-        history.append(summary)
-    result = {k: v for k, v in summary.items() if k != "event"}
-    d = save(step, result)
-    emit({"event": "stopped" if stopped else "done", **result,
-          "elapsed": elapsed_before + time.perf_counter() - t0})
-    return result, d
+                last_fired[(acts > 0).any(0)] = step
+            last["step"] = (lr, loss, mse, acts, recon, yb)
+
+        def log(self, loop: Loop) -> None:
+            step, (lr, loss, mse, acts, recon, yb) = loop.step, last["step"]
+            with torch.no_grad():
+                total = float((yb.double() - yb.double().mean(0)).pow(2).sum())
+                emit({"event": "step", "step": step, "steps": cfg.steps, "loss": float(loss), "mse": float(mse),
+                      "l0": float((acts > 0).sum(-1).float().mean()),
+                      "variance_explained": 1 - float((recon - yb).double().pow(2).sum()) / total if total else None,
+                      "dead": int((step - last_fired >= DEAD_STEPS).sum()) if step >= DEAD_STEPS else 0,
+                      "lr": lr, "elapsed": loop.elapsed})
+
+        def evaluate(self, loop: Loop) -> None:
+            last["eval"] = measure(loop.step)
+            history.append(last["eval"])
+            emit(last["eval"])
+
+        def checkpoint(self, loop: Loop) -> None:
+            last["made"] = save(loop.step)
+
+        def stopped(self, loop: Loop) -> None:  # measured and saved where it stopped
+            last["eval"] = measure(loop.step)
+            history.append(last["eval"])
+            self.checkpoint(loop)
+
+    stopped = loop.run(DictionaryRun(), control, emit)
+    made = last["made"] if "made" in last else save(loop.step)
+    emit({"event": "stopped" if stopped else "done", **result(), "elapsed": loop.elapsed})
+    return result(), made
+
+
+class _Batches:
+    """The training tokens' order: a shuffled permutation read batch by batch, reshuffled when used up
+    (its permutation and position are saved, so a resumed run draws the same batches)."""
+
+    def __init__(self, n: int, batch_size: int, gen: torch.Generator, perm: torch.Tensor, pos: int) -> None:
+        self.n, self.batch_size, self.gen, self.perm, self.pos = n, batch_size, gen, perm, pos
+
+    def next(self) -> torch.Tensor:
+        if self.pos + self.batch_size > self.n:
+            self.perm, self.pos = torch.randperm(self.n, generator=self.gen), 0
+        idx = self.perm[self.pos:self.pos + self.batch_size]
+        self.pos += self.batch_size
+        return idx
 
 
 def sae_config_from(values: dict[str, Any]) -> tuple[str, SaeTrainConfig]:

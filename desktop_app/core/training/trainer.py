@@ -1,4 +1,4 @@
-"""The training loop: batches from a task, the model's fused path, metric events, checkpoints.
+"""A model's training run (in loop.py's loop): batches from a task, the fused path, metric events, checkpoints.
 
 `train(cfg, out_dir, resume=..., on_event=..., control=...)` runs one training run. It emits plain
 dict events through `on_event` (see EVENT KINDS below), writes checkpoints into `out_dir` in the
@@ -36,7 +36,6 @@ import io
 import json
 import math
 import os
-import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -45,6 +44,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.utils import get_total_norm
 from safetensors.torch import save as st_save
 
 from ..checkpoints import ModelLoadError, load_model_folder, model_class, new_model, save_model_folder
@@ -52,7 +52,7 @@ from ..config import ModelConfig
 from ..files import WriteError, interrupted_copy, lock_folder, probe_writable, remove_leftovers
 from ..devices import default_device, resolve_device
 from ..families import REGISTRY
-from ..jobs import Cancelled, JobControl
+from ..jobs import JobControl
 from ..model import Transformer
 from ..moe import RouterLogits, expert_load, load_balancing_loss
 from ..seq2seq import greedy_batch
@@ -60,6 +60,7 @@ from .optim import make_optimizer, optimizer_state_from_tensors, optimizer_state
 from .schedules import lr_at
 from .options import RUN_OPTIONS, settings_problem
 from .tasks import IGNORE, Batch, Task, make_task, task_names
+from .loop import Loop, Run, RunConfig, TrainControl, pause_point  # noqa: F401 - TrainControl, pause_point: re-exported
 from .timeline import Keeper, model_bytes
 # the run's state files and their one checked reader (STATE_FILE ... re-exported: trainer.STATE_FILE)
 from .state import (FORMAT, METRICS_JSON, OPTIM_FILE, STATE_FILE, read_metrics, read_optimizer_tensors,
@@ -84,30 +85,23 @@ class TrainingDiverged(RuntimeError):
     """The loss or the gradient became NaN or infinite."""
 
 
-@dataclass
-class TrainConfig:
+@dataclass(kw_only=True)
+class TrainConfig(RunConfig):
+    """A model's training run: RunConfig's settings and the task, model, optimiser, schedule and kept steps."""
     task: str = "motif"
     task_options: dict[str, Any] = field(default_factory=dict)
     family: str = "gpt2"
     model: dict[str, Any] = field(default_factory=dict)  # ModelConfig overrides over the family preset
     optimizer: str = "adamw"
-    lr: float = 1e-3
     weight_decay: float = 0.01
     betas: tuple[float, float] | None = None
     momentum: float = 0.9
     schedule: str = "cosine"
     warmup_steps: int = 50
-    batch_size: int = 32
-    steps: int = 1000
-    eval_every: int = 100
-    checkpoint_every: int = 500
-    log_every: int = 10
     keep_every: int = 0  # kept checkpoints (timeline.py): every K steps, 0 none
     keep_spacing: str = "linear"  # "log": 0, 1, 2, 4, ... below keep_every too
     keep_max_gb: float = 2.0  # the kept checkpoints' disk bound
     grad_clip: float | None = 1.0
-    seed: int = 0
-    device: str = "cpu"
     precision: str = "float32"  # float32 | bfloat16 | float16 (autocast; float16 only on CUDA)
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,17 +174,6 @@ class TrainConfig:
         return ""
 
 
-def pause_point(control: JobControl | None, emit: Callable[[dict], None], step: int) -> None:
-    """Between steps: wait here while paused (announced by events), raise Cancelled when stopped."""
-    if control is None:
-        return
-    if isinstance(control, TrainControl) and control.paused:
-        emit({"event": "paused", "step": step})
-        control.wait_while_paused()
-        emit({"event": "resumed", "step": step})
-    control.check()
-
-
 def best_device() -> str:
     """The device a run gets unless told otherwise: cuda, then mps, then cpu (cpu too under torchrun
     when this machine has fewer GPUs than local processes)."""
@@ -205,32 +188,6 @@ def default_precision(device: str) -> str:
     if str(device).startswith("cuda"):
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
     return "float32"
-
-
-class TrainControl(JobControl):
-    """JobControl plus pause/resume; the loop waits (without counting time) while paused."""
-
-    def __init__(self, on_progress=None) -> None:
-        super().__init__(on_progress)
-        self._running = threading.Event()
-        self._running.set()
-
-    def pause(self) -> None:
-        self._running.clear()
-
-    def resume(self) -> None:
-        self._running.set()
-
-    @property
-    def paused(self) -> bool:
-        return not self._running.is_set()
-
-    def wait_while_paused(self) -> float:
-        """Block while paused (cancel still works); returns the seconds spent waiting."""
-        t0 = time.perf_counter()
-        while not self._running.wait(0.1):
-            self.check()
-        return time.perf_counter() - t0
 
 
 # -- model ------------------------------------------------------------------------------------
@@ -375,11 +332,36 @@ def layer_groups(model: Transformer) -> dict[str, list[torch.nn.Parameter]]:
 
 
 def grad_norms(groups: dict[str, list[torch.nn.Parameter]]) -> dict[str, float]:
-    out = {}
+    """Each group's gradient norm (layer_groups' keys -> float)."""
+    return {key: float(norm) for key, norm in _group_norms(groups).items()}
+
+
+def _group_norms(groups: dict[str, list[torch.nn.Parameter]]) -> dict[str, torch.Tensor]:
+    # torch's foreach norm: one op per group, where a norm per parameter took three (and a host read)
+    norms = {}
     for key, params in groups.items():
-        sq = [p.grad.detach().float().pow(2).sum() for p in params if p.grad is not None]
-        out[key] = math.sqrt(float(torch.stack(sq).sum())) if sq else 0.0
-    return out
+        grads = [p.grad for p in params if p.grad is not None]
+        norms[key] = get_total_norm(grads) if grads else torch.zeros((), device=params[0].device)
+    return norms
+
+
+def clip_gradients(model: nn.Module, groups: dict[str, list[torch.nn.Parameter]], clip: float | None,
+                   per_group: bool) -> tuple[float, dict[str, float] | None]:
+    """(the total gradient norm before clipping, each group's too when `per_group`), after scaling the
+    gradients down to norm `clip` where they exceed it (None or 0: no clipping). The norms are measured
+    once: the total is the norm of the groups' norms when those are asked for."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if per_group:
+        norms = _group_norms(groups)
+        total = float(get_total_norm(list(norms.values())))
+    else:
+        norms = None
+        total = float(get_total_norm(grads))
+    if clip and total + 1e-6 > clip:  # torch's clip_grad_norm_ factor, clip / (norm + 1e-6), where it is below 1
+        # (where it is not, torch multiplies by 1): by a Python number, the norm being read already for the
+        # events, ~3.5x faster on the CPU than torch's multiply by a 0-dim tensor
+        torch._foreach_mul_(grads, clip / (total + 1e-6))
+    return total, (None if norms is None else {k: float(v) for k, v in norms.items()})
 
 
 def source_mask(model, src: torch.Tensor) -> torch.Tensor | None:
@@ -651,10 +633,6 @@ def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[di
         opt_tensors = None
 
     model.train()
-    wrapped: nn.Module = LossModel(model)
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        wrapped = DDP(wrapped, device_ids=[device.index] if device.type == "cuda" else None)
     decay, no_decay = [], []
     seen: set[int] = set()
     for name, p in model.named_parameters():
@@ -684,151 +662,163 @@ def _train(cfg: TrainConfig, out_dir: Path, resume: bool, on_event: Callable[[di
                 g["momentum"] = cfg.momentum
             if cfg.betas is not None and "betas" in g:
                 g["betas"] = tuple(cfg.betas)
-    groups = layer_groups(model)
-    autocast = _autocast_factory(device, cfg.precision)
     scaler = torch.amp.GradScaler("cuda") if cfg.precision == "float16" else None
     if scaler is not None and state is not None and state.get("scaler"):
         scaler.load_state_dict(state["scaler"])  # else (an older checkpoint) it starts again at 65536
-    val = task.val_set(cfg.seed)
 
-    summary: dict[str, Any] = {"step": start_step, **{k: None for k in SUMMARY_KEYS}}
-    if history:
-        for ev in history:
-            summary.update({k: ev[k] for k in (*SUMMARY_KEYS, EXACT_MATCH) if k in ev})
-    n_params = model.num_parameters()
-    keeper = Keeper(out_dir, cfg.keep_every, cfg.keep_spacing, cfg.keep_max_gb, start_step, resume, emit)
-    keep_plan = keeper.plan(start_step if state is None else start_step + 1, cfg.steps,
-                            model_bytes(model, task.tokenizer))
-    emit({"event": "start", "step": start_step, "steps": cfg.steps, "parameters": n_params,
+    loop = Loop(cfg, start_step, elapsed_before, resumed=state is not None)
+    run = _ModelRun(cfg, model, task, opt, scaler, gen, history, out_dir, device, world, rank, emit, start_step,
+                    resume)
+    keep_plan = run.keeper.plan(start_step if state is None else start_step + 1, cfg.steps,
+                                model_bytes(model, task.tokenizer))
+    emit({"event": "start", "step": start_step, "steps": cfg.steps, "parameters": model.num_parameters(),
           "task": task.describe(), "model": model_cfg.to_dict(), "out": str(out_dir), "world_size": world,
           "device": str(device), **({"changed": changed} if changed else {}),
           **({"notes": list(notes)} if notes else {}), **({"keep": keep_plan} if keep_plan else {})})
-
-    def checkpoint(step: int, elapsed: float) -> None:
-        bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
-        if bad:  # never overwrite a good checkpoint with broken weights
-            raise TrainingDiverged(f"parameters became non-finite by step {step} ({bad[0]})")
-        if is_main:
-            keep = keeper.decide(step)
-            save_checkpoint(out_dir, model, task, opt, cfg, step, gen, history, elapsed, scaler, keeper, keep)
-            emit({"event": "checkpoint", "step": step, "path": str(out_dir), **({"kept": True} if keep else {})})
-
-    last_ckpt = start_step if state is not None else None
-    if state is None and keeper.wants(0):  # the model as initialised, before the first step
-        checkpoint(0, 0.0)
-        last_ckpt = 0
-    active = 0.0  # seconds spent training in this session (pauses excluded)
-    window_tokens, window_time, window_loss, window_n = 0, 0.0, 0.0, 0
-    interval_correct, interval_scored = 0, 0  # training accuracy since the last evaluation
-    step = start_step
     try:
-        while step < cfg.steps:
-            pause_point(control, emit, step)
-            t0 = time.perf_counter()
-            lr = lr_at(step, cfg.schedule, cfg.lr, cfg.steps, cfg.warmup_steps, model_cfg.d_model)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            batch = task.train_batch(cfg.batch_size, gen)
-            if world > 1:
-                batch = batch.rows(slice(rank, None, world))
-            x, y = batch.inputs.to(device), batch.targets.to(device)
-            src = None if batch.src is None else batch.src.to(device)
-            with autocast():
-                loss, correct, scored = wrapped(x, y, src) if src is not None else wrapped(x, y)
-            loss_value = float(loss.detach())
-            if world > 1:  # report the global batch's loss and accuracy, as one process would
-                import torch.distributed as dist
-                t = torch.stack([loss.detach().float(), correct.float(),
-                                 torch.tensor(float(scored), device=correct.device)])
-                dist.all_reduce(t)
-                loss_value = float(t[0]) / world
-                correct, scored = t[1], t[2]
-            interval_correct += int(correct)
-            interval_scored += int(scored)
-            if not math.isfinite(loss_value):
-                raise TrainingDiverged(f"the loss became {loss_value} at step {step + 1}")
-            opt.zero_grad(set_to_none=True)
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.unscale_(opt)
-            else:
-                loss.backward()
-            log_now = (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps
-            per_layer = grad_norms(groups) if log_now else None
-            clip = cfg.grad_clip if cfg.grad_clip and cfg.grad_clip > 0 else float("inf")
-            total_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
-            if not math.isfinite(total_norm) and scaler is None:
-                raise TrainingDiverged(f"the gradient norm became {total_norm} at step {step + 1}")
-            if scaler is not None:
-                scaler.step(opt)
-                scaler.update()
-            else:
-                opt.step()
-            step += 1
-            dt = time.perf_counter() - t0
-            active += dt
-            window_tokens += (x.shape[0] * task.seq_len if x.dim() == 4 else x.numel()) * world  # images: [CLS] + patches
-            if src is not None:  # an encoder-decoder reads its source too
-                window_tokens += src.numel() * world
-            window_time += dt
-            window_loss += loss_value
-            window_n += 1
-            elapsed = elapsed_before + active
-            eta = active / (step - start_step) * (cfg.steps - step)
-            if log_now:
-                ev = {"event": "step", "step": step, "steps": cfg.steps, "train_loss": window_loss / window_n,
-                      "train_accuracy": interval_correct / max(interval_scored, 1), "lr": lr,
-                      "grad_norm": total_norm, "grad_norms": per_layer,
-                      "tokens_per_s": window_tokens / max(window_time, 1e-9), "elapsed": elapsed, "eta": eta}
-                history.append({k: v for k, v in ev.items() if k != "grad_norms"} |
-                               {f"grad_norm.{k}": v for k, v in per_layer.items()})
-                summary.update(train_loss=ev["train_loss"], train_accuracy=ev["train_accuracy"])
-                emit(ev)
-                if control is not None:
-                    control.progress(step, cfg.steps, f"step {step}/{cfg.steps}")
-                window_tokens, window_time, window_loss, window_n = 0, 0.0, 0.0, 0
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                scores: dict[str, float] = {}  # an encoder-decoder's held-out exact match
-                val_loss, val_acc = evaluate(model, val, cfg.batch_size * 4, device, autocast, scores)
-                if not math.isfinite(val_loss):
-                    raise TrainingDiverged(f"the validation loss became {val_loss} at step {step}")
-                train_acc = interval_correct / interval_scored if interval_scored else None
-                ev = {"event": "eval", "step": step, "val_loss": val_loss, "val_accuracy": val_acc,
-                      "train_accuracy": train_acc, **scores, "elapsed": elapsed}
-                if model_cfg.num_experts:  # a mixture's router balance over the held-out inputs (not kept per expert)
-                    load = expert_load(model, val.inputs[:cfg.batch_size * 4].to(device))
-                    ev.update(expert_load=load.tolist(), expert_load_max=float(load.max()) * model_cfg.num_experts)
-                history.append({k: v for k, v in ev.items() if k != "expert_load"})
-                summary.update(step=step, val_loss=val_loss, val_accuracy=val_acc, **scores)
-                if train_acc is not None:
-                    summary["train_accuracy"] = train_acc
-                interval_correct, interval_scored = 0, 0
-                emit(ev)
-                if val.src is not None and is_main:  # the live cross-attention of a held-out sentence (not kept)
-                    emit(cross_attention_event(model, task, val, step))
-            summary["step"] = step
-            if step % cfg.checkpoint_every == 0 or step == cfg.steps or keeper.wants(step):
-                checkpoint(step, elapsed)
-                last_ckpt = step
-    except Cancelled:
-        if step != last_ckpt:
-            checkpoint(step, elapsed_before + active)
-        summary["step"] = step
-        emit({"event": "stopped", "step": step, **{k: summary[k] for k in SUMMARY_KEYS}})
-        return summary
+        stopped = loop.run(run, control, emit)
     except TrainingDiverged as exc:
-        where = (f"the last good checkpoint (step {last_ckpt}) in {out_dir} is kept"
-                 if last_ckpt is not None else "no checkpoint had been written yet")
+        where = (f"the last good checkpoint (step {loop.last_checkpoint}) in {out_dir} is kept"
+                 if loop.last_checkpoint is not None else "no checkpoint had been written yet")
         msg = f"{exc}; training stopped, {where}. Try a lower learning rate or gradient clipping."
-        emit({"event": "error", "step": step, "message": msg})
+        emit({"event": "error", "step": loop.step, "message": msg})
         raise TrainingDiverged(msg) from None
     finally:
         if world > 1:
             import torch.distributed as dist
             if dist.is_initialized():
                 dist.destroy_process_group()
-    emit({"event": "done", **summary, "elapsed": elapsed_before + active})
+    summary = run.summary
+    summary["step"] = loop.step
+    if stopped:
+        emit({"event": "stopped", "step": loop.step, **{k: summary[k] for k in SUMMARY_KEYS}})
+    else:
+        emit({"event": "done", **summary, "elapsed": loop.elapsed})
     return summary
+
+
+class _ModelRun(Run):
+    """A model's training run in the loop (loop.py): the steps on the task's batches, the "step" and "eval"
+    events, the run folder's checkpoints and kept steps."""
+
+    def __init__(self, cfg: TrainConfig, model: Transformer, task: Task, opt: torch.optim.Optimizer, scaler,
+                 gen: torch.Generator, history: list[dict], out_dir: Path, device: torch.device, world: int,
+                 rank: int, emit: Callable[[dict], None], start_step: int, resume: bool) -> None:
+        self.cfg, self.model, self.task, self.opt, self.scaler, self.gen = cfg, model, task, opt, scaler, gen
+        self.history, self.out_dir, self.device, self.world, self.rank, self.emit = \
+            history, out_dir, device, world, rank, emit
+        self.wrapped: nn.Module = LossModel(model)
+        if world > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            self.wrapped = DDP(self.wrapped, device_ids=[device.index] if device.type == "cuda" else None)
+        self.groups = layer_groups(model)
+        self.autocast = _autocast_factory(device, cfg.precision)
+        self.val = task.val_set(cfg.seed)
+        self.d_model = model.cfg.d_model
+        self.summary: dict[str, Any] = {"step": start_step, **{k: None for k in SUMMARY_KEYS}}
+        for ev in history:
+            self.summary.update({k: ev[k] for k in (*SUMMARY_KEYS, EXACT_MATCH) if k in ev})
+        self.keeper = Keeper(out_dir, cfg.keep_every, cfg.keep_spacing, cfg.keep_max_gb, start_step, resume, emit)
+        # the last step's measures, and those since the last "step" event and the last evaluation
+        self.lr, self.grad_norm, self.grad_norms = 0.0, 0.0, None
+        self.window_tokens, self.window_time, self.window_loss, self.window_n = 0, 0.0, 0.0, 0
+        self.interval_correct, self.interval_scored = 0, 0  # training accuracy since the last evaluation
+
+    def step(self, loop: Loop) -> None:
+        cfg, opt, scaler, device, world = self.cfg, self.opt, self.scaler, self.device, self.world
+        step = loop.step
+        t0 = time.perf_counter()
+        lr = self.lr = lr_at(step - 1, cfg.schedule, cfg.lr, cfg.steps, cfg.warmup_steps, self.d_model)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        batch = self.task.train_batch(cfg.batch_size, self.gen)
+        if world > 1:
+            batch = batch.rows(slice(self.rank, None, world))
+        x, y = batch.inputs.to(device), batch.targets.to(device)
+        src = None if batch.src is None else batch.src.to(device)
+        with self.autocast():
+            loss, correct, scored = self.wrapped(x, y, src) if src is not None else self.wrapped(x, y)
+        loss_value = float(loss.detach())
+        if world > 1:  # report the global batch's loss and accuracy, as one process would
+            import torch.distributed as dist
+            t = torch.stack([loss.detach().float(), correct.float(),
+                             torch.tensor(float(scored), device=correct.device)])
+            dist.all_reduce(t)
+            loss_value = float(t[0]) / world
+            correct, scored = t[1], t[2]
+        self.interval_correct += int(correct)
+        self.interval_scored += int(scored)
+        if not math.isfinite(loss_value):
+            raise TrainingDiverged(f"the loss became {loss_value} at step {step}")
+        opt.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+        else:
+            loss.backward()
+        total_norm, self.grad_norms = clip_gradients(self.model, self.groups, cfg.grad_clip, loop.logs(step))
+        self.grad_norm = total_norm
+        if not math.isfinite(total_norm) and scaler is None:
+            raise TrainingDiverged(f"the gradient norm became {total_norm} at step {step}")
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        self.window_tokens += (x.shape[0] * self.task.seq_len if x.dim() == 4 else x.numel()) * world  # images: [CLS] + patches
+        if src is not None:  # an encoder-decoder reads its source too
+            self.window_tokens += src.numel() * world
+        self.window_time += time.perf_counter() - t0
+        self.window_loss += loss_value
+        self.window_n += 1
+
+    def log(self, loop: Loop) -> None:
+        ev = {"event": "step", "step": loop.step, "steps": loop.steps, "train_loss": self.window_loss / self.window_n,
+              "train_accuracy": self.interval_correct / max(self.interval_scored, 1), "lr": self.lr,
+              "grad_norm": self.grad_norm, "grad_norms": self.grad_norms,
+              "tokens_per_s": self.window_tokens / max(self.window_time, 1e-9), "elapsed": loop.elapsed,
+              "eta": loop.eta}
+        self.history.append({k: v for k, v in ev.items() if k != "grad_norms"} |
+                            {f"grad_norm.{k}": v for k, v in self.grad_norms.items()})
+        self.summary.update(step=loop.step, train_loss=ev["train_loss"], train_accuracy=ev["train_accuracy"])
+        self.emit(ev)
+        self.window_tokens, self.window_time, self.window_loss, self.window_n = 0, 0.0, 0.0, 0
+
+    def evaluate(self, loop: Loop) -> None:
+        cfg, model, val, step = self.cfg, self.model, self.val, loop.step
+        scores: dict[str, float] = {}  # an encoder-decoder's held-out exact match
+        val_loss, val_acc = evaluate(model, val, cfg.batch_size * 4, self.device, self.autocast, scores)
+        if not math.isfinite(val_loss):
+            raise TrainingDiverged(f"the validation loss became {val_loss} at step {step}")
+        train_acc = self.interval_correct / self.interval_scored if self.interval_scored else None
+        ev = {"event": "eval", "step": step, "val_loss": val_loss, "val_accuracy": val_acc,
+              "train_accuracy": train_acc, **scores, "elapsed": loop.elapsed}
+        if model.cfg.num_experts:  # a mixture's router balance over the held-out inputs (not kept per expert)
+            load = expert_load(model, val.inputs[:cfg.batch_size * 4].to(self.device))
+            ev.update(expert_load=load.tolist(), expert_load_max=float(load.max()) * model.cfg.num_experts)
+        self.history.append({k: v for k, v in ev.items() if k != "expert_load"})
+        self.summary.update(step=step, val_loss=val_loss, val_accuracy=val_acc, **scores)
+        if train_acc is not None:
+            self.summary["train_accuracy"] = train_acc
+        self.interval_correct, self.interval_scored = 0, 0
+        self.emit(ev)
+        if val.src is not None and self.rank == 0:  # the live cross-attention of a held-out sentence (not kept)
+            self.emit(cross_attention_event(model, self.task, val, step))
+
+    def keeps(self, step: int) -> bool:
+        return self.keeper.wants(step)
+
+    def checkpoint(self, loop: Loop) -> None:
+        step = loop.step
+        bad = [n for n, p in self.model.named_parameters() if not torch.isfinite(p).all()]
+        if bad:  # never overwrite a good checkpoint with broken weights
+            raise TrainingDiverged(f"parameters became non-finite by step {step} ({bad[0]})")
+        if self.rank == 0:
+            keep = self.keeper.decide(step)
+            save_checkpoint(self.out_dir, self.model, self.task, self.opt, self.cfg, step, self.gen, self.history,
+                            loop.elapsed, self.scaler, self.keeper, keep)
+            self.emit({"event": "checkpoint", "step": step, "path": str(self.out_dir),
+                       **({"kept": True} if keep else {})})
 
 
 def export_model(checkpoint_dir: str | Path, export_dir: str | Path) -> None:

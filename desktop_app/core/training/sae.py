@@ -240,7 +240,8 @@ def _replacement_score(loaded, transcoders, ids: list[int]) -> float | None:
     (a special token put first, as `graph` does) over `transcoders`; None when the prompt is too short."""
     from ..graphs import attribute, build_context, graph_scores, salient_targets, with_leading_special
 
-    ids = with_leading_special(ids, loaded.tokenizer)
+    # the special token put first must not push the prompt past the model's context
+    ids = with_leading_special(ids, loaded.tokenizer)[:loaded.model.cfg.context_length]
     if len(ids) < 2:
         return None
     with torch.no_grad():

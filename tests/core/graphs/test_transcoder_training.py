@@ -140,3 +140,31 @@ def test_a_clt_trained_on_the_demo_text_gives_a_graph_whose_replacement_score_is
     ctx = build_context(demo.model, ids, load_transcoders(tmp_path / "clt"))
     graph = attribute(ctx, salient_targets(demo.model, ctx.frozen.logits[-1], 10, 0.95, str))
     assert graph_scores(graph)[0] > 0.4
+
+
+def test_the_replacement_score_prompt_fits_a_model_whose_context_it_fills(demo, text, tmp_path):
+    """The held-out prompt is REPLACEMENT_TOKENS long and the graph puts a special token first: on a model
+    whose context is exactly that long (a run trained here with --context 32), the score is still computed
+    (it ended in "sequence of 33 tokens exceeds the context length 32")."""
+    import dataclasses
+
+    from desktop_app.core.graphs.transcoders import random_transcoders
+    from desktop_app.core.inputs import text_file_ids
+    from desktop_app.core.model import Transformer
+    from desktop_app.core.training.sae import REPLACEMENT_TOKENS, _replacement_score
+
+    cfg = demo.config.replace(context_length=REPLACEMENT_TOKENS)
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+
+    class WithBos:  # the demo's tokenizer has no special token; a trained run's may have a BOS
+        def special_id(self, name):
+            return 1 if name == "bos" else None
+
+    loaded = dataclasses.replace(demo, model=model, config=cfg, tokenizer=WithBos())
+    ids = [int(i) for i in text_file_ids(demo, text)[1:REPLACEMENT_TOKENS + 1]]  # no BOS: the score adds one
+    assert len(ids) == REPLACEMENT_TOKENS
+    random_transcoders(tmp_path / "clt", cfg.n_layers, cfg.d_model, 8, cross_layer=True)
+    transcoders = load_transcoders(tmp_path / "clt")
+    score = _replacement_score(loaded, transcoders, ids)
+    assert score is not None and 0.0 <= score <= 1.0

@@ -862,8 +862,9 @@ class Transformer(ModelBase):
         if init_weights:  # skipped when weights are about to be loaded (saves time on big models)
             self.reset_parameters()
 
-    def pack_for_decoding(self) -> None:
-        """Lay the weights out for one-token steps on the CPU; values and shapes stay the same.
+    def pack_for_decoding(self, prepack: bool = True) -> None:
+        """Lay the weights out for one-token steps on the CPU; values and shapes stay the same (prepack:
+        the half-precision prepacked copy too, which only one-row products use).
 
         A step multiplies one row by every weight matrix, so it is bound by reading the weights.
         CPU BLAS (MKL, one thread) streams a matrix with at least as many outputs as inputs faster
@@ -888,7 +889,8 @@ class Transformer(ModelBase):
         if self.device.type != "cpu" or self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             return
         if self.dtype != torch.float32:
-            self._prepack_one_row()
+            if prepack:
+                self._prepack_one_row()
             return
         with torch.inference_mode(False), torch.no_grad():
             for block in self.blocks:

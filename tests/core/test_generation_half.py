@@ -231,3 +231,23 @@ def test_no_prepacked_copy_where_it_would_not_fit_in_memory(tmp_path, monkeypatc
     monkeypatch.setattr(devices, "available_memory", lambda device="cpu": 1000)
     GenerationSession(loaded, [5, 9, 2], GenerationSettings("greedy"), stop_tokens=[])
     assert not any(m in model_module._PREPACKED for m in loaded.model.modules())
+
+
+def test_a_beam_search_makes_no_prepacked_copy_it_would_never_read(tmp_path):
+    """Beam steps multiply a row per beam (F.linear), never the one-row prepacked copy: a bfloat16 beam
+    session makes none (it cost the weights' memory again and their copying time, issue 38); turned to
+    greedy, its one-row steps get it; the beam ids are transformers' generate's."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    loaded = _bf16_llama(tmp_path)
+    prompt = [5, 9, 2, 7]
+    session = GenerationSession(loaded, prompt, GenerationSettings("beam", beams=3), stop_tokens=[])
+    assert not any(m in model_module._PREPACKED for m in loaded.model.modules())
+    list(session.run(5))
+    with torch.no_grad():
+        hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+        want = hf.generate(torch.tensor([prompt]), max_new_tokens=5, min_new_tokens=5, num_beams=3, do_sample=False,
+                           early_stopping=False, length_penalty=1.0, pad_token_id=0, eos_token_id=None)[0].tolist()
+    assert session.ids() == want
+    session.set_settings(GenerationSettings("greedy"))
+    assert loaded.model.lm_head in model_module._PREPACKED

@@ -72,36 +72,27 @@ def step_products(model):
     import torch
 
     from ..core import model as model_module
-    from ..core.model import packed_linears
 
-    products = []  # (owner, weight, bias): each multiplied as the step does (model.linear: prepacked or not)
+    groups = []  # (owner, the nn.Linear layers multiplied as one): each as the step does (model.products)
     for block in model.blocks:
-        packed = block.attn._packed_qkv()
-        mods = [block.attn.q, block.attn.k, block.attn.v] if packed is None else []
-        if packed is not None:
-            products.append((block.attn, *packed))
+        attn = block.attn
+        groups += [(attn, (attn.q, attn.k, attn.v)), (attn.o, (attn.o,))]
         mlps = [block.mlp]
         if hasattr(block.mlp, "router"):  # a mixture: the router and as many experts as a token runs (core/moe.py)
-            mods.append(block.mlp.router)
+            groups.append((block.mlp.router, (block.mlp.router,)))
             mlps = block.mlp.mlps()[:block.mlp.k] + ([block.mlp.shared_expert] if block.mlp.shared_expert else [])
         for mlp in mlps:
-            gated = hasattr(mlp, "gate")
-            gate_up = packed_linears((mlp.gate, mlp.up)) if gated else None  # one product (half precision)
-            if gate_up is not None:
-                products.append((mlp, *gate_up))
-            else:
-                mods += [mlp.up] + ([mlp.gate] if gated else [])
-            mods.append(mlp.down)
-        mods.append(block.attn.o)
-        products += [(m, m.weight, m.bias) for m in mods]
+            groups.append((mlp, (mlp.gate, mlp.up)) if hasattr(mlp, "gate") else (mlp.up, (mlp.up,)))
+            groups.append((mlp.down, (mlp.down,)))
     if model.cfg.lm_head:
-        products.append((model.lm_head, model.lm_head.weight, None))
-    rows = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype, device=w.device) for _, w, _ in products}
+        groups.append((model.lm_head, (model.lm_head,)))
+    rows = {lin.in_features: torch.randn(1, lin.in_features, dtype=lin.weight.dtype, device=lin.weight.device)
+            for _, linears in groups for lin in linears}
 
     def run() -> None:
         with torch.inference_mode():
-            for owner, w, b in products:
-                model_module.linear(owner, rows[w.shape[1]], w, b)
+            for owner, linears in groups:
+                model_module.products(owner, rows[linears[0].in_features], linears)
     return run
 
 

@@ -241,22 +241,31 @@ def pack_linears(linears, column_major: bool = True) -> None:
 
 # -- one-row products in bfloat16 on the CPU (generation steps) -------------------------------------
 
-# owner module -> (weight's data_ptr, its version, the oneDNN-prepacked copy); pack_for_decoding fills it
+# owner module -> (where and which version each tensor it was made from is, the oneDNN-prepacked weight, the
+# bias beside it); pack_for_decoding fills it
 _PREPACKED: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
 
 
-def prepack_one_row(owner: nn.Module, w: torch.Tensor) -> bool:
-    """Keep a oneDNN-prepacked copy of the weight `w` [out, in] that `owner` multiplies by (linear): a
-    one-row bfloat16 product then streams it 2-4x faster than F.linear on a CPU without AMX (which
-    re-lays the weight out at every call), with the same values (oneDNN computes both, the same
-    kernel). A copy: the weights' memory twice. False where this CPU or build has no such product."""
-    if _prepacked(owner, w) is not None:
+def _made_from(tensors) -> tuple:
+    return tuple((t.data_ptr(), t._version) for t in tensors if t is not None)
+
+
+def prepack_one_row(owner: nn.Module, weights, biases=()) -> bool:
+    """Keep a oneDNN-prepacked copy of the weights [out, in] that `owner` multiplies by (linear), side by
+    side when several read the same input (one product: products): a one-row bfloat16 product then
+    streams it 1.5-1.9x faster than F.linear (which re-lays the weight out at every call), with the same
+    values (oneDNN computes both, the same kernel). The copy is made from the weights where they are (no
+    other copy kept: several are put side by side one group at a time); the weights' memory twice.
+    False where this CPU or build has no such product."""
+    if _prepacked(owner, weights, biases) is not None:
         return True
+    w = weights[0] if len(weights) == 1 else torch.cat(weights)
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), 1)
     except (RuntimeError, AttributeError, NotImplementedError):
         return False
-    _PREPACKED[owner] = (w.data_ptr(), w._version, packed)
+    b = None if not biases or any(t is None for t in biases) else torch.cat([t.detach() for t in biases])
+    _PREPACKED[owner] = (_made_from(list(weights) + list(biases)), packed, b)
     return True
 
 
@@ -264,16 +273,37 @@ def linear(owner: nn.Module, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor |
     """F.linear(x, w, b); one row (a generation step) through the prepacked copy of `w` prepack_one_row
     made for `owner`, while `w` is where and as it was (a load or an edit in place changes its version:
     the plain product then, until packed again) and nothing needs gradients."""
-    packed = _prepacked(owner, w) if x.numel() == x.shape[-1] and not torch.is_grad_enabled() else None
-    if packed is not None:
-        return torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
+    kept = _prepacked(owner, (w,)) if x.numel() == x.shape[-1] and not torch.is_grad_enabled() else None
+    if kept is not None:
+        return torch.ops.mkldnn._linear_pointwise(x, kept[0], b, "none", [], "")
     return F.linear(x, w, b)
 
 
-def _prepacked(owner: nn.Module, w: torch.Tensor) -> torch.Tensor | None:
-    """The prepacked copy kept for `owner` while `w` is where and as it was when packed, else None."""
+def products(owner: nn.Module, x: torch.Tensor, linears) -> tuple[torch.Tensor, ...]:
+    """Each of `linears` (nn.Linear reading the same input x) applied to x. One product when nothing needs
+    their separate gradients and they are prepacked side by side for `owner` (a one-row step:
+    prepack_one_row) or laid out side by side (pack_linears); else one product each."""
+    if len(linears) == 1:
+        return (linear(owner, x, linears[0].weight, linears[0].bias),)
+    if not torch.is_grad_enabled():
+        outs = [lin.out_features for lin in linears]
+        kept = None
+        if x.numel() == x.shape[-1]:
+            kept = _prepacked(owner, [lin.weight for lin in linears], [lin.bias for lin in linears])
+        if kept is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, kept[0], kept[1], "none", [], "").split(outs, dim=-1)
+        fused = packed_linears(linears)
+        if fused is not None:
+            return F.linear(x, *fused).split(outs, dim=-1)
+    return tuple(lin(x) for lin in linears)
+
+
+def _prepacked(owner: nn.Module, weights, biases=()) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """(prepacked weight, bias) kept for `owner` while its tensors are where and as they were when packed."""
     kept = _PREPACKED.get(owner)
-    return kept[2] if kept is not None and kept[0] == w.data_ptr() and kept[1] == w._version else None
+    if kept is None or kept[0] != _made_from(list(weights) + list(biases)):
+        return None
+    return kept[1], kept[2]
 
 
 @dataclass(eq=False)
@@ -504,8 +534,9 @@ class Attention(nn.Module):
         return linear(self.o, y.transpose(1, 2).reshape(B, T, H * dh), self.o.weight, self.o.bias)
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys and values [B, T, H*dh]: one matrix product when pack_qkv has laid the three
-        weights out side by side (and nothing needs their separate gradients), else three."""
+        """Queries, keys and values [B, T, H*dh]: one matrix product when the three weights are laid out
+        side by side (pack_qkv) or prepacked so for one-token steps, or, in training, concatenated for
+        the step; else three (products)."""
         dq, dk = self.q.out_features, self.k.out_features
         if torch.is_grad_enabled():  # training: one product over the three weights side by side (their copy
             # is small beside it, its backward free views), so the backward too makes one product for the
@@ -517,14 +548,11 @@ class Attention(nn.Module):
                 return self.q(x), self.k(x), self.v(x)
             b = None if biases[0] is None else torch.cat(biases)
             return F.linear(x, torch.cat([lin.weight for lin in qkv]), b).split((dq, dk, dk), dim=-1)
-        fused = self._packed_qkv()
-        if fused is None:
-            return self.q(x), self.k(x), self.v(x)
-        return linear(self, x, *fused).split((dq, dk, dk), dim=-1)
+        return products(self, x, (self.q, self.k, self.v))
 
     def pack_qkv(self, column_major: bool = True) -> None:
-        """Store W_Q, W_K, W_V (and their biases) in one buffer [dq + 2 dk, d] (column-major, or row-major
-        for the CPU's half-precision products: pack_for_decoding); each parameter becomes a view of it
+        """Store W_Q, W_K, W_V (and their biases) in one buffer [dq + 2 dk, d] (column-major, or row-major);
+        each parameter becomes a view of it
         (same values, same shapes), so one product computes all three."""
         pack_linears((self.q, self.k, self.v), column_major)
 
@@ -575,12 +603,9 @@ class MLP(nn.Module):
         return linear(self.down, h, self.down.weight, self.down.bias)
 
     def gate_up(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A gated MLP's gate and up products: one product when pack_for_decoding has laid the two
-        weights side by side (and nothing needs their separate gradients), else two."""
-        fused = None if torch.is_grad_enabled() else packed_linears((self.gate, self.up))
-        if fused is None:
-            return self.gate(x), self.up(x)
-        return linear(self, x, *fused).split((self.gate.out_features, self.up.out_features), dim=-1)
+        """A gated MLP's gate and up products: one product when pack_for_decoding has prepacked the two
+        side by side for one-token steps (and nothing needs their separate gradients), else two."""
+        return products(self, x, (self.gate, self.up))
 
 
 def make_mlp(cfg: ModelConfig) -> nn.Module:
@@ -848,8 +873,9 @@ class Transformer(ModelBase):
         if init_weights:  # skipped when weights are about to be loaded (saves time on big models)
             self.reset_parameters()
 
-    def pack_for_decoding(self) -> None:
-        """Lay the weights out for one-token steps on the CPU; values and shapes stay the same.
+    def pack_for_decoding(self, prepack: bool = True) -> None:
+        """Lay the weights out for one-token steps on the CPU; values and shapes stay the same (prepack:
+        the half-precision prepacked copy too, which only one-row products use).
 
         A step multiplies one row by every weight matrix, so it is bound by reading the weights.
         CPU BLAS (MKL, one thread) streams a matrix with at least as many outputs as inputs faster
@@ -857,30 +883,29 @@ class Transformer(ModelBase):
         nn.Linear's row-major [out, in]: 1.6x on GPT-2's 50257 x 768 unembedding, 1.5-1.7x on its
         Q/K/V and MLP-up products; a wide-input one (the MLP's down projection, 3072 -> 768) the
         other way round (row-major 1.3x faster; 6-7% per token kept row-major, interleaved runs).
-        Q, K and V also become one product (Attention.pack_qkv). In half precision on the CPU, Q/K/V
-        and a gated MLP's gate and up become one product each (MLP.gate_up), every weight kept
-        row-major: oneDNN's bfloat16 products run one row faster that way (the column-major layout was
-        1.25x slower), and each product is a parallel region whose threads meet at its end, so fewer of
-        them per step waste less time on a busy machine. (Gate and up as one column-major float32
-        product: 8-10% slower per token, interleaved runs on one thread; not done.) Other devices
-        were not measured. In half precision each product a step makes also gets a oneDNN-prepacked copy
-        (_prepack_one_row: 1.9x per token at the Qwen2.5-0.5B shape in bfloat16, a second copy of the weights).
+        Q, K and V also become one product (Attention.pack_qkv) in float32. (Gate and up as one
+        column-major float32 product: 8-10% slower per token, interleaved runs on one thread; not done.)
+        In half precision on the CPU the weights stay as loaded (not copied nor laid out again) and each product a step makes gets a oneDNN-prepacked copy instead
+        (_prepack_one_row: 1.5-1.9x per product at the Qwen2.5-0.5B shape in bfloat16, one thread; the
+        copy costs about four products' time, so it pays for itself within the first dozen tokens), Q/K/V
+        and a gated MLP's gate and up prepacked side by side as one product each: oneDNN's bfloat16
+        products run one row faster row-major (the column-major layout was 1.25x slower), and each product
+        is a parallel region whose threads meet at its end, so fewer of them per step waste less time on
+        a busy machine. (They were first laid out side by side in a buffer of their own, then prepacked:
+        a second copy of half the weights, made and kept for nothing.) Other devices were not measured.
         Idempotent; training and state_dict still work (checkpoints are saved contiguous).
         """
         if getattr(self, "streamed", None) is not None:  # blocks read while they compute (core/streamed.py)
             return
         if self.device.type != "cpu" or self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             return
-        float32 = self.dtype == torch.float32
+        if self.dtype != torch.float32:
+            if prepack:
+                self._prepack_one_row()
+            return
         with torch.inference_mode(False), torch.no_grad():
             for block in self.blocks:
-                block.attn.pack_qkv(column_major=float32)
-                for mlp in dense_mlps(block.mlp):
-                    if hasattr(mlp, "gate") and not float32:
-                        pack_linears((mlp.gate, mlp.up), column_major=False)
-            if not float32:
-                self._prepack_one_row()
-                return
+                block.attn.pack_qkv(column_major=True)
             for name, mod in self.named_modules():
                 if not isinstance(mod, nn.Linear) or name.endswith(("attn.q", "attn.k", "attn.v")):
                     continue
@@ -892,30 +917,31 @@ class Transformer(ModelBase):
 
     def _prepack_one_row(self) -> None:
         """Half precision on the CPU: a oneDNN-prepacked copy of every product a step makes (prepack_one_row:
-        Qwen2.5-0.5B shape, one thread, bfloat16 products 2-4x faster, the step's ids and values unchanged),
+        Qwen2.5-0.5B shape, one thread, bfloat16 products 1.5-1.9x faster, the step's ids and values unchanged),
         when the copy (the weights' bytes again) fits in the memory available with a quarter to spare."""
         from .devices import available_memory
         if not torch.backends.mkldnn.is_available():
             return
-        products: list[tuple[nn.Module, torch.Tensor]] = []
+        groups: list[tuple[nn.Module, tuple]] = []  # (owner, the nn.Linear layers it multiplies by as one)
         for block in self.blocks:
             attn = block.attn
-            qkv = attn._packed_qkv()
-            products += [(attn, qkv[0])] if qkv is not None else []
-            products.append((attn.o, attn.o.weight))
+            groups += [(attn, (attn.q, attn.k, attn.v)), (attn.o, (attn.o,))]
             for mlp in dense_mlps(block.mlp):
-                gate_up = packed_linears((mlp.gate, mlp.up)) if hasattr(mlp, "gate") else None
-                products += [(mlp, gate_up[0])] if gate_up is not None else [(mlp.up, mlp.up.weight)]
-                products.append((mlp.down, mlp.down.weight))
+                groups.append((mlp, (mlp.gate, mlp.up)) if hasattr(mlp, "gate") else (mlp.up, (mlp.up,)))
+                groups.append((mlp.down, (mlp.down,)))
         if self.cfg.lm_head and self.cfg.lm_head_kind not in ("mlm", "classifier"):
-            products.append((self.lm_head, self.lm_head.weight))
-        need = sum(w.numel() * w.element_size() for owner, w in products if owner not in _PREPACKED)
-        have = available_memory("cpu")
-        if have is not None and need * 5 // 4 > have:
-            return
-        for owner, w in products:
-            if not prepack_one_row(owner, w):
-                return  # this CPU has no such product for this dtype (e.g. float16 without AVX-512 FP16)
+            groups.append((self.lm_head, (self.lm_head,)))
+        with torch.inference_mode(False), torch.no_grad():
+            need = sum(lin.weight.numel() * lin.weight.element_size() for owner, linears in groups
+                       if owner not in _PREPACKED for lin in linears)
+            have = available_memory("cpu")
+            if have is not None and need * 5 // 4 > have:
+                return
+            for owner, linears in groups:
+                # a single layer's own bias is passed at each call (linear); a group's is kept with it
+                biases = () if len(linears) == 1 else [lin.bias for lin in linears]
+                if not prepack_one_row(owner, [lin.weight for lin in linears], biases):
+                    return  # this CPU has no such product for this dtype (e.g. float16 without AVX-512 FP16)
 
     # -- pieces --------------------------------------------------------------------------
     def embed(self, input_ids: torch.Tensor, positions: torch.Tensor,

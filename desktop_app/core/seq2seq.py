@@ -164,7 +164,7 @@ class EncoderDecoder(ModelBase):
         if self.cfg.final_logits_bias:
             nn.init.zeros_(self.lm_bias)
 
-    def pack_for_decoding(self) -> None:
+    def pack_for_decoding(self, prepack: bool = True) -> None:
         """Nothing to do: the decoder-only layouts of Transformer.pack_for_decoding were not measured here."""
 
     def new_cache(self) -> Seq2SeqCache:

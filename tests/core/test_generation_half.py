@@ -1,5 +1,5 @@
-"""One-token steps in bfloat16 on the CPU (issue 27): pack_for_decoding fuses Q/K/V and a gated MLP's gate
-and up into one product each, every weight kept row-major, and generation still gives transformers' greedy
+"""One-token steps in bfloat16 on the CPU (issue 27): pack_for_decoding prepacks Q/K/V and a gated MLP's gate
+and up as one product each, the weights left as loaded, and generation still gives transformers' greedy
 ids at the same dtype, with the logits of the unpacked model."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from desktop_app.core.checkpoints import load_model_folder
 from desktop_app.core.generation import GenerationSession, GenerationSettings
-from desktop_app.core.model import packed_linears
+from desktop_app.core import model as model_module
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
@@ -55,13 +55,19 @@ def test_bfloat16_steps_fuse_their_products_and_keep_transformers_greedy_ids(fam
     assert loaded.model.dtype == torch.bfloat16
     prompt = torch.randint(3, 97, (20,), generator=torch.Generator().manual_seed(1)).tolist()
     steps = 24
+    loaded_at = {name: p.data_ptr() for name, p in loaded.model.named_parameters()}
     session = GenerationSession(loaded, prompt, GenerationSettings("greedy"), stop_tokens=[])
-    for block in loaded.model.blocks:  # one product for Q/K/V and one for gate/up, row-major
-        for linears in ((block.attn.q, block.attn.k, block.attn.v), (block.mlp.gate, block.mlp.up)):
-            packed = packed_linears(linears)
-            assert packed is not None
-            assert packed[0].is_contiguous() and all(lin.weight.is_contiguous() for lin in linears)
-            assert (packed[1] is None) == (linears[0].bias is None)
+    # the weights stay where the load put them: no copy laid out side by side (issue 38: half the weights
+    # copied again at the 0.5B shape, before the prepacked copy was made from that copy)
+    assert {name: p.data_ptr() for name, p in loaded.model.named_parameters()} == loaded_at
+    if torch.backends.mkldnn.is_available():  # one prepacked product for Q/K/V and one for gate/up
+        for block in loaded.model.blocks:
+            for owner, linears in ((block.attn, (block.attn.q, block.attn.k, block.attn.v)),
+                                   (block.mlp, (block.mlp.gate, block.mlp.up))):
+                kept = model_module._prepacked(owner, [lin.weight for lin in linears], [lin.bias for lin in linears])
+                assert kept is not None and kept[0].shape == (sum(lin.out_features for lin in linears),
+                                                              linears[0].in_features)
+                assert (kept[1] is None) == (linears[0].bias is None)
     nodes = list(session.run(steps))
     assert len(nodes) == steps
     with torch.no_grad():
@@ -92,17 +98,18 @@ def test_the_generation_bench_times_the_fused_products_a_bfloat16_step_makes(tmp
     model = load_model_folder(tmp_path, dtype="bfloat16").model
     model.pack_for_decoding()
     run = step_products(model)
-    from desktop_app.core import model as model_module
     shapes, prepacked = [], []
-    real = model_module.linear
+    real = model_module.products
 
-    def spy(owner, x, w, b=None):
-        shapes.append(tuple(w.shape))
-        prepacked.append(owner in model_module._PREPACKED)
-        return real(owner, x, w, b)
-    monkeypatch.setattr(model_module, "linear", spy)
+    def spy(owner, x, linears):
+        shapes.append((sum(lin.out_features for lin in linears), linears[0].in_features))
+        weights = [lin.weight for lin in linears]
+        prepacked.append(model_module._prepacked(owner, weights, [lin.bias for lin in linears] if len(linears) > 1 else ())
+                         is not None)
+        return real(owner, x, linears)
+    monkeypatch.setattr(model_module, "products", spy)
     run()
-    # as a step multiplies: through model.linear, by the prepacked weights where oneDNN has them
+    # as a step multiplies: through model.products, by the prepacked weights where oneDNN has them
     assert all(prepacked) or not torch.backends.mkldnn.is_available()
     cfg = model.cfg  # per block: Q/K/V as one, W_O, gate and up as one, down; then the unembedding
     per_block = [(cfg.n_heads * cfg.d_head + 2 * cfg.n_kv_heads * cfg.d_head, cfg.d_model),
@@ -181,7 +188,6 @@ def _bf16_llama(tmp_path):
 def test_a_bfloat16_step_multiplies_by_weights_prepacked_once(tmp_path, monkeypatch):
     """A bfloat16 step on the CPU multiplies by oneDNN-prepacked copies of its weights (F.linear re-laid
     each weight out at every call: 2-4x slower at the Qwen2.5-0.5B shape), with the same ids and values."""
-    from desktop_app.core import model as model_module
     loaded = _bf16_llama(tmp_path)
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this torch build has no oneDNN")
@@ -211,7 +217,7 @@ def test_weights_changed_in_place_are_never_read_from_a_stale_prepacked_copy(tmp
     session = GenerationSession(loaded, [5, 9, 2], GenerationSettings("greedy"), stop_tokens=[])
     session.choose(11)
     torch.testing.assert_close(session.current.next_logits, full.float(), rtol=0.02, atol=0.02 * float(full.abs().max()))
-    from desktop_app.core import model as model_module  # and a step between the load and a new session
+    # and a step between the load and a new session
     model.load_state_dict({k: v * 0.5 if k.endswith("mlp.down.weight") else v for k, v in state.items()})
     with torch.inference_mode():
         x = torch.randn(1, 1, model.cfg.d_ff, dtype=torch.bfloat16)
@@ -220,8 +226,28 @@ def test_weights_changed_in_place_are_never_read_from_a_stale_prepacked_copy(tmp
 
 
 def test_no_prepacked_copy_where_it_would_not_fit_in_memory(tmp_path, monkeypatch):
-    from desktop_app.core import devices, model as model_module
+    from desktop_app.core import devices
     loaded = _bf16_llama(tmp_path)
     monkeypatch.setattr(devices, "available_memory", lambda device="cpu": 1000)
     GenerationSession(loaded, [5, 9, 2], GenerationSettings("greedy"), stop_tokens=[])
     assert not any(m in model_module._PREPACKED for m in loaded.model.modules())
+
+
+def test_a_beam_search_makes_no_prepacked_copy_it_would_never_read(tmp_path):
+    """Beam steps multiply a row per beam (F.linear), never the one-row prepacked copy: a bfloat16 beam
+    session makes none (it cost the weights' memory again and their copying time, issue 38); turned to
+    greedy, its one-row steps get it; the beam ids are transformers' generate's."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    loaded = _bf16_llama(tmp_path)
+    prompt = [5, 9, 2, 7]
+    session = GenerationSession(loaded, prompt, GenerationSettings("beam", beams=3), stop_tokens=[])
+    assert not any(m in model_module._PREPACKED for m in loaded.model.modules())
+    list(session.run(5))
+    with torch.no_grad():
+        hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+        want = hf.generate(torch.tensor([prompt]), max_new_tokens=5, min_new_tokens=5, num_beams=3, do_sample=False,
+                           early_stopping=False, length_penalty=1.0, pad_token_id=0, eos_token_id=None)[0].tolist()
+    assert session.ids() == want
+    session.set_settings(GenerationSettings("greedy"))
+    assert loaded.model.lm_head in model_module._PREPACKED

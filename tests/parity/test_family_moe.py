@@ -152,7 +152,7 @@ def test_routing_edits_outside_the_model_are_refused_in_one_line(mixtral_folder)
 
 
 def test_half_precision_generation_runs_on_a_mixture(mixtral_folder):
-    """bfloat16 on the CPU: pack_for_decoding packs each expert's gate and up and prepacks every product
+    """bfloat16 on the CPU: pack_for_decoding prepacks each expert's gate and up as one product, and every product
     a step makes (the experts, the router); greedy ids equal float32's for the first steps."""
     prompt = [5, 17, 33, 8]
     ids32, _ = generate(load_model_folder(mixtral_folder), prompt, 12, GenerationSettings("greedy"), stop_tokens=[])

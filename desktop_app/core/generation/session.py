@@ -200,8 +200,8 @@ class GenerationSession(HistoryTree, BeamSearch):
             self._steps = _Steps(self.model)
         self.prompt = prompt
         self.source = self._steps.source  # an encoder-decoder's source ids, else None
-        self.model.pack_for_decoding()  # faster one-token steps (same values; see the method)
         self.settings = (settings or GenerationSettings()).validated()
+        self._pack_for(self.settings)
         self.seed = seed
         if stop_tokens is None:  # every end token of generation_config.json / config.json, else the model's one
             stop_tokens = self.rules.eos_ids or _default_stops(self.model, self.tokenizer)
@@ -234,6 +234,13 @@ class GenerationSession(HistoryTree, BeamSearch):
         if new.strategy == "beam" and self.settings.strategy != "beam":
             self._start_beams(self.current)
         self.settings = new
+        self._pack_for(new)
+
+    def _pack_for(self, settings: GenerationSettings) -> None:
+        """Faster one-token steps (Transformer.pack_for_decoding: same values). Its half-precision prepacked
+        copy only where steps multiply one row: beam steps multiply a row per beam (F.linear), never the
+        copy, which cost its time and the weights' memory again for nothing (issue 38)."""
+        self.model.pack_for_decoding(prepack=not (settings.strategy == "beam" and settings.beams > 1))
 
     def distribution(self, node: Node | None = None, settings: GenerationSettings | None = None) -> Distribution:
         """The next-token distribution after `node` (default: the current one), processed."""

@@ -533,6 +533,12 @@ class Attention(nn.Module):
 # -- MLP -------------------------------------------------------------------------------------
 
 
+def gelu_new(x: torch.Tensor) -> torch.Tensor:
+    """The tanh GELU as transformers' gelu_new (NewGELUActivation) evaluates it, op by op: in half
+    precision each op rounds, so only this order gives its bfloat16 values (F.gelu rounds once)."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
 class MLP(nn.Module):
     """The dense MLP, down(act(up(x))), or down(act(gate(x)) * up(x)) with a gated activation. Called as
     every MLP-like module of a block is (make_mlp), mlp(x, trace, prefix); a dense MLP has no points of its
@@ -554,7 +560,10 @@ class MLP(nn.Module):
             h = (F.silu(g) if self.activation == "swiglu" else F.gelu(g, approximate="tanh")) * u
         else:
             up = linear(self.up, x, self.up.weight, self.up.bias)
-            if self.activation == "gelu_tanh":
+            if self.activation == "gelu_tanh" and up.dtype in (torch.bfloat16, torch.float16):
+                # gelu_new, which GPT-2, GPT-J, GPT-Neo and Phi name; F.gelu in float32 (faster, within its rounding)
+                h = gelu_new(up)
+            elif self.activation == "gelu_tanh":
                 h = F.gelu(up, approximate="tanh")
             elif self.activation == "gelu":
                 h = F.gelu(up)

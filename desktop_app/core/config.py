@@ -32,6 +32,7 @@ LM_HEAD_KINDS = ("linear", "mlm", "classifier")
 INPUT_KINDS = ("tokens", "patches")
 # alibi: no position vectors, a per-head linear bias on the scores by distance (Bloom; attention.alibi_mask)
 POSITIONS = ("learned", "sinusoidal", "rotary", "none", "alibi")
+ROTARY_PRECISIONS = ("activations", "float32", "float32_rounded")
 # sinusoidal tables: "interleaved" (Vaswani: sin, cos, sin, ... per frequency) or "halves" (Marian:
 # every sin first, then every cos)
 SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
@@ -133,6 +134,10 @@ class ModelConfig:
     # Rotary base of sliding-window layers, which then get no rope_scaling. Gemma 3
     # `rope_local_base_freq` (rope_parameters["sliding_attention"]). None: same rotary as other layers.
     rope_local_theta: float | None = None
+    # Where half-precision q and k rotate (float32 models: the same values either way): "activations" in
+    # their dtype, cos and sin rounded to it (LLaMA); "float32" upcast, by float32 cos and sin, rounded once
+    # (OLMo, OLMo 2); "float32_rounded" the same with cos and sin rounded to the activations' dtype (Cohere).
+    rotary_precision: str = "activations"
     # RMS/LayerNorm (the `norm` kind) over each head's q and k, before rotary. Qwen3, Gemma 3 q_norm/k_norm.
     qk_norm: bool = False
     # A sliding-window layer lets query i see keys j with i - sliding_window < j <= i (the window
@@ -269,6 +274,7 @@ class ModelConfig:
         check(self.norm_placement in PLACEMENTS, f"unknown norm placement {self.norm_placement!r}")
         check(self.activation in ACTIVATIONS, f"unknown activation {self.activation!r}")
         check(self.positions in POSITIONS, f"unknown positions {self.positions!r}")
+        check(self.rotary_precision in ROTARY_PRECISIONS, f"unknown rotary precision {self.rotary_precision!r}")
         check(self.attention_kind in ATTENTION_KINDS, f"unknown attention kind {self.attention_kind!r}")
         check(self.init in INITS, f"unknown init {self.init!r}")
         check(self.dtype in DTYPES, f"unknown dtype {self.dtype!r}")

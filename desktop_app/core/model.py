@@ -135,8 +135,11 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     x_rot = x if dims == x.shape[-1] else x[..., :dims]
     x1, x2 = x_rot.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
-    # in x's dtype, cos and sin rounded to it, as transformers computes it (in bfloat16 too)
-    x_rot = x_rot * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+    if x.dtype in (torch.bfloat16, torch.float16) and cos.dtype == torch.float32:
+        # half-precision q, k rotated in float32 and rounded once (rotary_precision "float32...": OLMo, Cohere)
+        x_rot = (x_rot.float() * cos + rotated.float() * sin).to(x.dtype)
+    else:  # in x's dtype, cos and sin rounded to it, as transformers computes it (in bfloat16 too)
+        x_rot = x_rot * cos.to(x.dtype) + rotated * sin.to(x.dtype)
     return x_rot if dims == x.shape[-1] else torch.cat([x_rot, x[..., dims:]], dim=-1)
 
 
@@ -1025,8 +1028,12 @@ class Transformer(ModelBase):
         def rotary_for(l: int) -> tuple | None:
             key = (cfg.rope_local_theta is not None and layer_window(cfg, l) is not None, layer_rotates(cfg, l))
             if key not in rotaries:
-                rot = layer_rotary(cfg, l, positions)  # in the activations' dtype, once (apply_rotary)
-                rotaries[key] = None if rot is None else (rot[0].to(x.dtype), rot[1].to(x.dtype))
+                rot = layer_rotary(cfg, l, positions)  # in the dtype apply_rotary multiplies in, once
+                if rot is not None and cfg.rotary_precision != "float32":  # float32: never rounded (OLMo)
+                    rot = rot[0].to(x.dtype), rot[1].to(x.dtype)
+                    if cfg.rotary_precision == "float32_rounded":  # rounded, then multiplied in float32 (Cohere)
+                        rot = rot[0].float(), rot[1].float()
+                rotaries[key] = rot
             return rotaries[key]
 
         if interventions:  # the edits ride on the trace: every record point is also an edit point

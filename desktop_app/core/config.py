@@ -33,6 +33,7 @@ INPUT_KINDS = ("tokens", "patches")
 # alibi: no position vectors, a per-head linear bias on the scores by distance (Bloom; attention.alibi_mask)
 POSITIONS = ("learned", "sinusoidal", "rotary", "none", "alibi")
 ROTARY_PRECISIONS = ("activations", "float32", "float32_rounded")
+PARALLEL_SUMS = ("outputs_first", "input_first")
 # sinusoidal tables: "interleaved" (Vaswani: sin, cos, sin, ... per frequency) or "halves" (Marian:
 # every sin first, then every cos)
 SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
@@ -166,6 +167,9 @@ class ModelConfig:
     # vocab_projector). None: "mlm" for the bert family, else "linear" (configs saved before the field).
     lm_head_kind: str | None = None
     shared_input_norm: bool = False  # parallel_residual with one norm n: x + attn(n(x)) + mlp(n(x)) (GPT-J, Phi-2)
+    # The order a parallel block sums in (bfloat16 rounds each sum): "outputs_first" (mlp + attn) + x
+    # (GPT-NeoX, GPT-J, Phi, Falcon); "input_first" (x + attn) + mlp (Cohere)
+    parallel_sum: str = "outputs_first"
     residual_multiplier: float | None = None  # x + r * sublayer(...) at every residual add (Granite); None: 1
     qk_norm_across_heads: bool = False  # qk_norm over all heads' q (and k) at once, before the split (OLMo 2)
     # scores = cap * tanh(scores / cap) before the mask and softmax. HF `attn_logit_softcapping` (Gemma 2).
@@ -275,6 +279,7 @@ class ModelConfig:
         check(self.activation in ACTIVATIONS, f"unknown activation {self.activation!r}")
         check(self.positions in POSITIONS, f"unknown positions {self.positions!r}")
         check(self.rotary_precision in ROTARY_PRECISIONS, f"unknown rotary precision {self.rotary_precision!r}")
+        check(self.parallel_sum in PARALLEL_SUMS, f"unknown parallel sum {self.parallel_sum!r}")
         check(self.attention_kind in ATTENTION_KINDS, f"unknown attention kind {self.attention_kind!r}")
         check(self.init in INITS, f"unknown init {self.init!r}")
         check(self.dtype in DTYPES, f"unknown dtype {self.dtype!r}")

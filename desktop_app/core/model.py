@@ -633,6 +633,7 @@ class Sublayer:
     out_norm: str | None = None  # the block's norm on f's output, before the residual add
     post: bool = False
     parallel: bool = False
+    input_first: bool = False  # parallel: (input + attn) + f, not (f + attn) + input (config's parallel_sum)
     multiplier: float | None = None  # None: 1
 
 
@@ -645,7 +646,8 @@ def sublayers_of(cfg: ModelConfig, cross_attention: bool = False) -> list[Sublay
                     post=post, multiplier=r)
     cross = Sublayer("cross_attn", "resid_cross", "norm_cross", post=post, multiplier=r)
     mlp = Sublayer("mlp", "resid_post", None if output else "norm1" if cfg.shared_input_norm else "norm2",
-                   "post_mlp_norm" if out_norms else None, post=post, parallel=cfg.parallel_residual, multiplier=r)
+                   "post_mlp_norm" if out_norms else None, post=post, parallel=cfg.parallel_residual,
+                   input_first=cfg.parallel_sum == "input_first", multiplier=r)
     return [attn, cross, mlp] if cross_attention else [attn, mlp]
 
 
@@ -716,8 +718,9 @@ class Block(nn.Module):
             out = point(trace, prefix + s.name + ".out", out)
             if s.post:
                 new = norm(s.norm)(x + out)
-            elif s.parallel and x is made:  # (m + a) + input, transformers' GPT-NeoX order: bfloat16 rounds
-                new = (out + added) + block_in  # (input + a) + m differently; an edited stream is added to as it is
+            elif s.parallel and x is made and not s.input_first:  # (m + a) + input, transformers' GPT-NeoX order:
+                new = (out + added) + block_in  # bfloat16 rounds (input + a) + m (Cohere's, the else) differently;
+                # an edited stream is added to as it is
             else:
                 new = x + out
             x = point(trace, prefix + s.resid, new)

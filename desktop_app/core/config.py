@@ -209,6 +209,9 @@ class ModelConfig:
     num_experts: int = 0
     experts_per_token: int = 2
     router_norm: str = "renormalised"
+    # in a half-precision model, the experts' terms weighted by the float32 weights and summed in float32, then
+    # rounded once (Mixtral's router keeps them float32); false: weights rounded to the activations' dtype first
+    expert_weights_float32: bool = False
     # the training loss adds this times the router's load-balancing loss (transformers' router_aux_loss_coef and
     # load_balancing_loss_func: core.moe.load_balancing_loss); 0: none
     router_aux_loss_coef: float = 0.001

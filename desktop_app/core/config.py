@@ -92,6 +92,9 @@ class ModelConfig:
     context_length: int = 128
     norm: str = "layernorm"
     norm_eps: float = 1e-5
+    # rmsnorm: the gain multiplies the float32 normalised value, rounded once after (OLMo 2), not the value
+    # rounded to the activations' dtype first (LLaMA); the same in a float32 model
+    norm_gain_float32: bool = False
     norm_placement: str = "pre"
     activation: str = "gelu_tanh"
     positions: str = "learned"

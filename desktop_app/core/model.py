@@ -27,15 +27,18 @@ from .trace import Trace, point
 class RMSNorm(nn.Module):
     """g * z / sqrt(mean(z^2) + eps), computed in float32 like the LLaMA reference."""
 
-    def __init__(self, d: int, eps: float) -> None:
+    def __init__(self, d: int, eps: float, gain_float32: bool = False) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(d))
         self.eps = eps
+        self.gain_float32 = gain_float32  # config's norm_gain_float32
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.gain_float32:  # OLMo 2: g * z in float32, rounded once
+            return (self.weight * x32).to(dtype)
         return self.weight * x32.to(dtype)
 
 
@@ -56,7 +59,7 @@ def make_norm(cfg: ModelConfig, d: int | None = None) -> nn.Module:
     """The config's norm over the last dim, of width d (default d_model; q/k norms use d_head)."""
     d = cfg.d_model if d is None else d
     if cfg.norm == "rmsnorm":
-        return RMSNorm(d, cfg.norm_eps)
+        return RMSNorm(d, cfg.norm_eps, cfg.norm_gain_float32)
     if cfg.norm == "rmsnorm_offset":
         return OffsetRMSNorm(d, cfg.norm_eps)
     if cfg.norm == "layernorm_plain":  # OLMo: no weight, no bias

@@ -32,6 +32,8 @@ LM_HEAD_KINDS = ("linear", "mlm", "classifier")
 INPUT_KINDS = ("tokens", "patches")
 # alibi: no position vectors, a per-head linear bias on the scores by distance (Bloom; attention.alibi_mask)
 POSITIONS = ("learned", "sinusoidal", "rotary", "none", "alibi")
+ROTARY_PRECISIONS = ("activations", "float32", "float32_rounded")
+PARALLEL_SUMS = ("outputs_first", "input_first")
 # sinusoidal tables: "interleaved" (Vaswani: sin, cos, sin, ... per frequency) or "halves" (Marian:
 # every sin first, then every cos)
 SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
@@ -90,6 +92,9 @@ class ModelConfig:
     context_length: int = 128
     norm: str = "layernorm"
     norm_eps: float = 1e-5
+    # rmsnorm: the gain multiplies the float32 normalised value, rounded once after (OLMo 2), not the value
+    # rounded to the activations' dtype first (LLaMA); the same in a float32 model
+    norm_gain_float32: bool = False
     norm_placement: str = "pre"
     activation: str = "gelu_tanh"
     positions: str = "learned"
@@ -133,6 +138,10 @@ class ModelConfig:
     # Rotary base of sliding-window layers, which then get no rope_scaling. Gemma 3
     # `rope_local_base_freq` (rope_parameters["sliding_attention"]). None: same rotary as other layers.
     rope_local_theta: float | None = None
+    # Where half-precision q and k rotate (float32 models: the same values either way): "activations" in
+    # their dtype, cos and sin rounded to it (LLaMA); "float32" upcast, by float32 cos and sin, rounded once
+    # (OLMo, OLMo 2); "float32_rounded" the same with cos and sin rounded to the activations' dtype (Cohere).
+    rotary_precision: str = "activations"
     # RMS/LayerNorm (the `norm` kind) over each head's q and k, before rotary. Qwen3, Gemma 3 q_norm/k_norm.
     qk_norm: bool = False
     # A sliding-window layer lets query i see keys j with i - sliding_window < j <= i (the window
@@ -161,6 +170,9 @@ class ModelConfig:
     # vocab_projector). None: "mlm" for the bert family, else "linear" (configs saved before the field).
     lm_head_kind: str | None = None
     shared_input_norm: bool = False  # parallel_residual with one norm n: x + attn(n(x)) + mlp(n(x)) (GPT-J, Phi-2)
+    # The order a parallel block sums in (bfloat16 rounds each sum): "outputs_first" (mlp + attn) + x
+    # (GPT-NeoX, GPT-J, Phi, Falcon); "input_first" (x + attn) + mlp (Cohere)
+    parallel_sum: str = "outputs_first"
     residual_multiplier: float | None = None  # x + r * sublayer(...) at every residual add (Granite); None: 1
     qk_norm_across_heads: bool = False  # qk_norm over all heads' q (and k) at once, before the split (OLMo 2)
     # scores = cap * tanh(scores / cap) before the mask and softmax. HF `attn_logit_softcapping` (Gemma 2).
@@ -200,6 +212,9 @@ class ModelConfig:
     num_experts: int = 0
     experts_per_token: int = 2
     router_norm: str = "renormalised"
+    # in a half-precision model, the experts' terms weighted by the float32 weights and summed in float32, then
+    # rounded once (Mixtral's router keeps them float32); false: weights rounded to the activations' dtype first
+    expert_weights_float32: bool = False
     # the training loss adds this times the router's load-balancing loss (transformers' router_aux_loss_coef and
     # load_balancing_loss_func: core.moe.load_balancing_loss); 0: none
     router_aux_loss_coef: float = 0.001
@@ -269,6 +284,8 @@ class ModelConfig:
         check(self.norm_placement in PLACEMENTS, f"unknown norm placement {self.norm_placement!r}")
         check(self.activation in ACTIVATIONS, f"unknown activation {self.activation!r}")
         check(self.positions in POSITIONS, f"unknown positions {self.positions!r}")
+        check(self.rotary_precision in ROTARY_PRECISIONS, f"unknown rotary precision {self.rotary_precision!r}")
+        check(self.parallel_sum in PARALLEL_SUMS, f"unknown parallel sum {self.parallel_sum!r}")
         check(self.attention_kind in ATTENTION_KINDS, f"unknown attention kind {self.attention_kind!r}")
         check(self.init in INITS, f"unknown init {self.init!r}")
         check(self.dtype in DTYPES, f"unknown dtype {self.dtype!r}")

@@ -27,15 +27,18 @@ from .trace import Trace, point
 class RMSNorm(nn.Module):
     """g * z / sqrt(mean(z^2) + eps), computed in float32 like the LLaMA reference."""
 
-    def __init__(self, d: int, eps: float) -> None:
+    def __init__(self, d: int, eps: float, gain_float32: bool = False) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(d))
         self.eps = eps
+        self.gain_float32 = gain_float32  # config's norm_gain_float32
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.gain_float32:  # OLMo 2: g * z in float32, rounded once
+            return (self.weight * x32).to(dtype)
         return self.weight * x32.to(dtype)
 
 
@@ -56,7 +59,7 @@ def make_norm(cfg: ModelConfig, d: int | None = None) -> nn.Module:
     """The config's norm over the last dim, of width d (default d_model; q/k norms use d_head)."""
     d = cfg.d_model if d is None else d
     if cfg.norm == "rmsnorm":
-        return RMSNorm(d, cfg.norm_eps)
+        return RMSNorm(d, cfg.norm_eps, cfg.norm_gain_float32)
     if cfg.norm == "rmsnorm_offset":
         return OffsetRMSNorm(d, cfg.norm_eps)
     if cfg.norm == "layernorm_plain":  # OLMo: no weight, no bias
@@ -135,8 +138,11 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     x_rot = x if dims == x.shape[-1] else x[..., :dims]
     x1, x2 = x_rot.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
-    # in x's dtype, cos and sin rounded to it, as transformers computes it (in bfloat16 too)
-    x_rot = x_rot * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+    if x.dtype in (torch.bfloat16, torch.float16) and cos.dtype == torch.float32:
+        # half-precision q, k rotated in float32 and rounded once (rotary_precision "float32...": OLMo, Cohere)
+        x_rot = (x_rot.float() * cos + rotated.float() * sin).to(x.dtype)
+    else:  # in x's dtype, cos and sin rounded to it, as transformers computes it (in bfloat16 too)
+        x_rot = x_rot * cos.to(x.dtype) + rotated * sin.to(x.dtype)
     return x_rot if dims == x.shape[-1] else torch.cat([x_rot, x[..., dims:]], dim=-1)
 
 
@@ -571,6 +577,12 @@ class Attention(nn.Module):
 # -- MLP -------------------------------------------------------------------------------------
 
 
+def gelu_new(x: torch.Tensor) -> torch.Tensor:
+    """The tanh GELU as transformers' gelu_new (NewGELUActivation) evaluates it, op by op: in half
+    precision each op rounds, so only this order gives its bfloat16 values (F.gelu rounds once)."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
 class MLP(nn.Module):
     """The dense MLP, down(act(up(x))), or down(act(gate(x)) * up(x)) with a gated activation. Called as
     every MLP-like module of a block is (make_mlp), mlp(x, trace, prefix); a dense MLP has no points of its
@@ -592,7 +604,10 @@ class MLP(nn.Module):
             h = (F.silu(g) if self.activation == "swiglu" else F.gelu(g, approximate="tanh")) * u
         else:
             up = linear(self.up, x, self.up.weight, self.up.bias)
-            if self.activation == "gelu_tanh":
+            if self.activation == "gelu_tanh" and up.dtype in (torch.bfloat16, torch.float16):
+                # gelu_new, which GPT-2, GPT-J, GPT-Neo and Phi name; F.gelu in float32 (faster, within its rounding)
+                h = gelu_new(up)
+            elif self.activation == "gelu_tanh":
                 h = F.gelu(up, approximate="tanh")
             elif self.activation == "gelu":
                 h = F.gelu(up)
@@ -656,6 +671,7 @@ class Sublayer:
     out_norm: str | None = None  # the block's norm on f's output, before the residual add
     post: bool = False
     parallel: bool = False
+    input_first: bool = False  # parallel: (input + attn) + f, not (f + attn) + input (config's parallel_sum)
     multiplier: float | None = None  # None: 1
 
 
@@ -668,7 +684,8 @@ def sublayers_of(cfg: ModelConfig, cross_attention: bool = False) -> list[Sublay
                     post=post, multiplier=r)
     cross = Sublayer("cross_attn", "resid_cross", "norm_cross", post=post, multiplier=r)
     mlp = Sublayer("mlp", "resid_post", None if output else "norm1" if cfg.shared_input_norm else "norm2",
-                   "post_mlp_norm" if out_norms else None, post=post, parallel=cfg.parallel_residual, multiplier=r)
+                   "post_mlp_norm" if out_norms else None, post=post, parallel=cfg.parallel_residual,
+                   input_first=cfg.parallel_sum == "input_first", multiplier=r)
     return [attn, cross, mlp] if cross_attention else [attn, mlp]
 
 
@@ -739,8 +756,9 @@ class Block(nn.Module):
             out = point(trace, prefix + s.name + ".out", out)
             if s.post:
                 new = norm(s.norm)(x + out)
-            elif s.parallel and x is made:  # (m + a) + input, transformers' GPT-NeoX order: bfloat16 rounds
-                new = (out + added) + block_in  # (input + a) + m differently; an edited stream is added to as it is
+            elif s.parallel and x is made and not s.input_first:  # (m + a) + input, transformers' GPT-NeoX order:
+                new = (out + added) + block_in  # bfloat16 rounds (input + a) + m (Cohere's, the else) differently;
+                # an edited stream is added to as it is
             else:
                 new = x + out
             x = point(trace, prefix + s.resid, new)
@@ -1052,8 +1070,12 @@ class Transformer(ModelBase):
         def rotary_for(l: int) -> tuple | None:
             key = (cfg.rope_local_theta is not None and layer_window(cfg, l) is not None, layer_rotates(cfg, l))
             if key not in rotaries:
-                rot = layer_rotary(cfg, l, positions)  # in the activations' dtype, once (apply_rotary)
-                rotaries[key] = None if rot is None else (rot[0].to(x.dtype), rot[1].to(x.dtype))
+                rot = layer_rotary(cfg, l, positions)  # in the dtype apply_rotary multiplies in, once
+                if rot is not None and cfg.rotary_precision != "float32":  # float32: never rounded (OLMo)
+                    rot = rot[0].to(x.dtype), rot[1].to(x.dtype)
+                    if cfg.rotary_precision == "float32_rounded":  # rounded, then multiplied in float32 (Cohere)
+                        rot = rot[0].float(), rot[1].float()
+                rotaries[key] = rot
             return rotaries[key]
 
         if interventions:  # the edits ride on the trace: every record point is also an edit point

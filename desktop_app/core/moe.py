@@ -37,6 +37,7 @@ class MoE(nn.Module):
         super().__init__()
         self.k = cfg.experts_per_token
         self.renormalise = cfg.router_norm == "renormalised"
+        self.weights_float32 = cfg.expert_weights_float32
         dense = cfg.replace(num_experts=0, shared_expert_d_ff=0, shared_expert_gate=False)
         self.router = nn.Linear(cfg.d_model, cfg.num_experts, bias=False)
         self.experts = nn.ModuleList(make_expert(dense) for _ in range(cfg.num_experts))
@@ -63,8 +64,11 @@ class MoE(nn.Module):
         ids, weights = self.route(x, trace, prefix)
         ids_shape, d = ids.shape, x.shape[-1]
         rows = x.reshape(-1, d)
-        ids, weights = ids.reshape(rows.shape[0], -1), weights.reshape(rows.shape[0], -1).to(x.dtype)
-        out = torch.zeros_like(rows)
+        ids, weights = ids.reshape(rows.shape[0], -1), weights.reshape(rows.shape[0], -1)
+        if not self.weights_float32:  # the weights rounded to the activations' dtype first (Qwen-MoE, OLMoE)
+            weights = weights.to(x.dtype)
+        # the terms summed in the weights' dtype, rounded once (Mixtral: float32 weights, a half-precision model)
+        out = torch.zeros_like(rows, dtype=torch.promote_types(rows.dtype, weights.dtype))
         # each chosen expert's contribution norm |weight_e * expert_e(x)| per token and slot (after any edit)
         norms = torch.zeros(ids.shape, device=x.device) if trace is not None and trace.wants(prefix + "expert_norms") \
             else None
@@ -77,7 +81,7 @@ class MoE(nn.Module):
             token, slot = torch.where(ids == e)
             y = expert(rows[token]) * weights[token, slot, None]
             if on_demand:  # expert e's term at every token (zero where it was not chosen), as recorded and edited
-                full = point(trace, name, torch.zeros_like(rows).index_add_(0, token, y).view(x.shape)).reshape(-1, d)
+                full = point(trace, name, torch.zeros_like(out).index_add_(0, token, y).view(x.shape)).reshape(-1, d)
                 out = out + full
                 y = full[token]
             else:
@@ -86,6 +90,7 @@ class MoE(nn.Module):
                 norms[token, slot] = y.float().norm(dim=-1)
         if norms is not None:
             trace.record(prefix + "expert_norms", norms.view(ids_shape))
+        out = out.to(x.dtype)
         if self.shared_expert is not None:
             shared = self.shared_expert(rows)
             if self.shared_expert_gate is not None:

@@ -20,7 +20,8 @@ from .base import ANY, INTERLEAVED_ROTARY, Family, ModelLoadError, Weight, prese
 preset = preset_of(dict(family="cohere", norm="layernorm_nobias", norm_placement="pre", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
                         parallel_residual=True, shared_input_norm=True, final_norm=True, tie_embeddings=True,
-                        norm_eps=1e-5, lm_head_scale=0.0625))
+                        norm_eps=1e-5, lm_head_scale=0.0625, rotary_precision="float32_rounded",
+                        parallel_sum="input_first"))
 
 HF_DEFAULTS = {"layer_norm_eps": 1e-5, "tie_word_embeddings": True, "max_position_embeddings": 8192,
                "hidden_act": "silu", "attention_bias": False, "use_qk_norm": False, "logit_scale": 0.0625,
@@ -65,7 +66,9 @@ def weights(cfg: ModelConfig) -> list[Weight]:
 # the weight-only LayerNorm, the parallel block with its one input norm, the logit scale; q/k/v/o biases together
 SWITCHES = {**llama_like.SWITCHES, "norm": ("layernorm_nobias",), "parallel_residual": (True,),
             "shared_input_norm": (True,),
-            "lm_head_scale": ANY, "attention_bias": (True, False), "mlp_bias": (False,)}
+            "lm_head_scale": ANY, "attention_bias": (True, False), "mlp_bias": (False,),
+            "rotary_precision": ("float32_rounded",),
+            "parallel_sum": ("input_first",)}  # residual + attn + mlp  # q, k upcast, times cos and sin rounded to their dtype
 
 
 def requires(cfg: ModelConfig) -> list[str]:

@@ -14,7 +14,7 @@ from .base import ANY, POSITIVE, Family, ModelLoadError, Weight, preset_of
 preset = preset_of(dict(family="mixtral", norm="rmsnorm", norm_placement="pre", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
                         final_norm=True, tie_embeddings=False, norm_eps=1e-5, rope_theta=1e6,
-                        num_experts=8, experts_per_token=2))
+                        num_experts=8, experts_per_token=2, expert_weights_float32=True))
 
 # MixtralConfig's defaults for the fields that change the computation
 HF_DEFAULTS = {"rms_norm_eps": 1e-5, "tie_word_embeddings": False, "max_position_embeddings": 4096 * 32,
@@ -44,7 +44,8 @@ def weights(cfg: ModelConfig) -> list[Weight]:
 
 # Mistral's switches, and experts always renormalised over the chosen
 SWITCHES = {**llama_like.SWITCHES, "attention_bias": (False,), "mlp_bias": (False,), "sliding_window": ANY,
-            "num_experts": POSITIVE, "router_norm": ("renormalised",)}
+            "num_experts": POSITIVE, "router_norm": ("renormalised",),
+            "expert_weights_float32": (True,)}  # MixtralTopKRouter's weights stay float32
 
 
 FAMILY = Family(

@@ -13,7 +13,7 @@ from .rope import rope_to_hf
 
 preset = preset_of(dict(family="olmo", norm="layernorm_plain", norm_placement="pre", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
-                        final_norm=True, tie_embeddings=False, norm_eps=1e-5))
+                        final_norm=True, tie_embeddings=False, norm_eps=1e-5, rotary_precision="float32"))
 
 # OlmoConfig's defaults for the fields that change the computation; its LayerNorm's eps is fixed at 1e-5
 HF_DEFAULTS = {"tie_word_embeddings": False, "max_position_embeddings": 2048, "hidden_act": "silu",
@@ -47,7 +47,8 @@ def weights(cfg: ModelConfig) -> list[Weight]:
 
 # the non-parametric LayerNorm, clipped q/k/v, q/k/v/o biases together
 SWITCHES = {**llama_like.SWITCHES, "norm": ("layernorm_plain",), "attention_bias": (True, False),
-            "mlp_bias": (False,), "clip_qkv": ANY}
+            "mlp_bias": (False,), "clip_qkv": ANY,
+            "rotary_precision": ("float32",)}  # its cos and sin float32, q and k upcast to them
 
 
 def requires(cfg: ModelConfig) -> list[str]:

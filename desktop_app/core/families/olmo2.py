@@ -13,7 +13,8 @@ from .base import Family, Weight, preset_of
 
 preset = preset_of(dict(family="olmo2", norm="rmsnorm", norm_placement="output", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False, qk_norm=True,
-                        qk_norm_across_heads=True, final_norm=True, tie_embeddings=False, norm_eps=1e-5))
+                        qk_norm_across_heads=True, final_norm=True, tie_embeddings=False, norm_eps=1e-5,
+                        rotary_precision="float32", norm_gain_float32=True))
 
 # Olmo2Config's defaults for the fields that change the computation
 HF_DEFAULTS = {"rms_norm_eps": 1e-5, "tie_word_embeddings": False, "max_position_embeddings": 2048,
@@ -42,7 +43,8 @@ def weights(cfg: ModelConfig) -> list[Weight]:
 
 # output norms, q/k norms over all heads, q/k/v/o biases together (attention_bias); head_dim as config.json gives it
 SWITCHES = {**llama_like.SWITCHES, "norm_placement": ("output",),
-            "qk_norm": (True,), "qk_norm_across_heads": (True,), "attention_bias": (True, False), "mlp_bias": (False,)}
+            "qk_norm": (True,), "qk_norm_across_heads": (True,), "attention_bias": (True, False), "mlp_bias": (False,),
+            "rotary_precision": ("float32",), "norm_gain_float32": (True,)}  # its cos and sin float32, q and k upcast to them
 
 
 FAMILY = Family(

@@ -113,7 +113,7 @@ command -v nvidia-smi > /dev/null && timeout 20 nvidia-smi > "$OUT_DIR/nvidia-sm
 # -p no:pytest-qt: the GPU machine has no pytest-qt; where it is installed it would import Qt, which these tests never need
 # --basetemp: its own temporary folder, so a run from inside a test session never prunes that session's
 # numbered /tmp/pytest-of-USER folders (pytest keeps the newest three)
-mapfile -t CUDA_TESTS < <(grep -l "pytest.mark.cuda" tests/core/*.py tests/cli/*.py 2>/dev/null)
+mapfile -t CUDA_TESTS < <(grep -l "pytest.mark.cuda" tests/core/*.py tests/core/*/*.py tests/cli/*.py 2>/dev/null)
 [ "${#CUDA_TESTS[@]}" -gt 0 ] || CUDA_TESTS=(tests/core/test_devices_real.py)  # never the whole suite
 run_step pytest-cuda "$(box 150)" "$PY" -m pytest -m cuda -p no:cacheprovider -p no:pytest-qt -q -rs \
     --basetemp "$OUT_DIR/pytest-tmp" "${CUDA_TESTS[@]}"

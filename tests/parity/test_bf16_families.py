@@ -1,4 +1,4 @@
-"""bfloat16 parity of the families added after the first bfloat16 checks (tests/core/test_generation_half.py),
+"""bfloat16 parity of the families added after the first bfloat16 checks (tests/core/generation/test_generation_half.py),
 against transformers in bfloat16 with its default (SDPA) attention: each family's first parity case
 (family_cases/<model_type>.py) cast to bfloat16 and saved, opened here in bfloat16 and packed for decoding as a
 generation session runs it; every hidden state of the prompt's forward and of one KV-cached step, and their logits.

@@ -9,8 +9,8 @@ from PySide6.QtCore import Qt
 from desktop_app.app.dynamics import stack_layer_curves, stack_trace
 from desktop_app.core import dynamics as dy
 
-from .test_seq2seq_whatif_lab import _folder, _pick, _window
-from .walkthrough import click_panel_tab, type_into
+from .test_seq2seq_whatif_lab import _folder, _window
+from .walkthrough import choose_item, click_panel_tab, type_into
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_the_stack_chosen_drives_the_curves_the_tokens_and_the_head(qtbot, windo
     qtbot.waitUntil(lambda: _curves_are(panel, encoder_curves), timeout=30_000)
     np.testing.assert_allclose(panel.c_model_cos.getData()[1], encoder_curves.mean_cosine)
 
-    _pick(qtbot, panel.stack, "decoder self-attention (causal)")
+    choose_item(qtbot, panel.stack, "decoder self-attention (causal)")
     cfg = state.loaded.config
     assert panel.model_layer.maximum() == cfg.n_decoder_layers - 1
     assert panel.token_layer.maximum() == cfg.n_decoder_layers
@@ -54,9 +54,9 @@ def test_the_stack_chosen_drives_the_curves_the_tokens_and_the_head(qtbot, windo
     qtbot.waitUntil(lambda: _curves_are(panel, decoder_curves), timeout=30_000)
 
     # the decoder's tokens after layer 0's self-attention, moved by decoder layer 1's head 1
-    _pick(qtbot, panel.init, "tokens of the current text")
+    choose_item(qtbot, panel.init, "tokens of the current text")
     type_into(qtbot, panel.token_layer, "1")
-    _pick(qtbot, panel.qkv, "a head of the loaded model")
+    choose_item(qtbot, panel.qkv, "a head of the loaded model")
     type_into(qtbot, panel.model_layer, "1")
     type_into(qtbot, panel.model_head, "1")
     qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)

@@ -8,8 +8,9 @@ from PySide6.QtCore import Qt
 
 from desktop_app.core.features import attach, feature_activations, load_dictionary
 
-from .test_features_panel import _click_tab, _dictionary, _lens_shown, _open_from_menu
-from .test_seq2seq_whatif_lab import _folder, _pick, _window
+from .test_features_panel import _dictionary, _lens_shown, _open_from_menu
+from .test_seq2seq_whatif_lab import _folder, _window
+from .walkthrough import choose_item, click_tab
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +60,12 @@ def test_the_lens_reads_the_source_at_encoder_hooks_and_the_target_at_decoder_ho
     assert [a.dictionary.hook for a, _run, _t in panel.lens] == ["decoder.blocks.0.resid_post"]
 
     # back to the source, clicked
-    _pick(qtbot, panel.side, "Source (encoder hooks)")
+    choose_item(qtbot, panel.side, "Source (encoder hooks)")
     qtbot.waitUntil(lambda: panel.lens is not None and panel.lens_ids == source, timeout=20_000)
     assert [a.dictionary.hook for a, _run, _t in panel.lens] == ["encoder.blocks.1.resid_post"]
 
     # the logit attribution says in one line that it is for one-stack models
-    _click_tab(qtbot, panel.tabs, "Attribution")
+    click_tab(qtbot, panel.tabs, "Attribution")
     qtbot.mouseClick(panel.attribute_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "one-stack models" in panel.attr_status.text(), timeout=20_000)
     assert "\n" not in panel.attr_status.text()
@@ -76,7 +77,7 @@ def test_the_train_panels_dictionary_mode_offers_an_encoder_decoders_encoder_hoo
     hook is refused by the trainer): the Train panel offers those, starting on the middle encoder layer's
     residual stream (it started on 'blocks.L.hook_resid_post', which an encoder-decoder does not have)."""
     win, state = window
-    _click_tab(qtbot, win.tabs, "Train")
+    click_tab(qtbot, win.tabs, "Train")
     panel = win.slot("Train").panel
     panel.mode.setFocus()
     qtbot.keyClick(panel.mode, Qt.Key.Key_Down)  # a sparse dictionary

@@ -10,8 +10,8 @@ from PySide6.QtCore import Qt
 
 from desktop_app.core import lipschitz as lip
 
-from .test_seq2seq_whatif_lab import _folder, _pick, _window
-from .walkthrough import click_panel_tab, type_into
+from .test_seq2seq_whatif_lab import _folder, _window
+from .walkthrough import choose_item, click_panel_tab, type_into
 
 TARGET = "le chien noir voit une vache blanche"
 
@@ -40,7 +40,7 @@ def test_the_lipschitz_panel_measures_the_stack_chosen(qtbot, window, stack):
     qtbot.waitUntil(panel.isVisible, timeout=10_000)
     assert panel.isEnabled() and panel.stack.isVisible()
     label = {"cross": "Cross-attention", "encoder": "Encoder self-attention"}[stack]
-    _pick(qtbot, panel.stack, label)
+    choose_item(qtbot, panel.stack, label)
     assert panel.masked.isChecked() is False and panel.masked.isEnabled() == (stack != "cross")
     type_into(qtbot, panel.layer, "1")
     type_into(qtbot, panel.lengths, "2,4")
@@ -64,7 +64,7 @@ def test_the_lipschitz_panel_measures_the_stack_chosen(qtbot, window, stack):
 def test_the_decoder_stack_reads_windows_of_the_target_and_says_when_it_is_short(qtbot, window):
     win, state = window
     panel = click_panel_tab(qtbot, win, "Lipschitz")
-    _pick(qtbot, panel.stack, "Decoder self-attention")
+    choose_item(qtbot, panel.stack, "Decoder self-attention")
     assert panel.masked.isChecked()
     assert panel.layer.maximum() == state.loaded.config.n_decoder_layers - 1
     type_into(qtbot, panel.lengths, "2,4,16")
@@ -98,7 +98,7 @@ def test_the_layers_panel_shows_either_stack_with_the_decoders_cross_attention_a
     np.testing.assert_array_equal(lens.ids[-1], trace["logits"][0].argmax(-1).numpy())
 
     # the encoder: the source's tokens, one depth per block, no logit lens (said in the status)
-    _pick(qtbot, panel.stack, "Encoder")
+    choose_item(qtbot, panel.stack, "Encoder")
     qtbot.waitUntil(lambda: panel.data is not None and panel.data.result.depth_labels == ["embed", "L0", "L1"]
                     and len(panel.labels) == len(state.token_ids), timeout=30_000)
     enc = [trace["encoder.embed"]] + [trace[f"encoder.blocks.{l}.resid_post"] for l in range(2)]

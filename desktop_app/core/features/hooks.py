@@ -20,7 +20,7 @@ the block's input on a parallel block); it is not the sublayer's input. What the
 the gain and bias (circuit-tracer's `mlp.hook_in`), is the app's own `blocks.L.attn.input` /
 `blocks.L.mlp.input`. On a post-norm model (BERT) the ln hooks are refused: TransformerLens' points there
 are elsewhere. Every name is checked against TransformerLens' HookedTransformer on the same weights
-(tests/core/test_hooks_transformer_lens.py). The app's own names are accepted too. `hook_point(name, cfg)`
+(tests/core/features/test_hooks_transformer_lens.py). The app's own names are accepted too. `hook_point(name, cfg)`
 returns a HookPoint, or ValueError in one line.
 
 An encoder-decoder (T5, BART, Marian) records both stacks under a prefix: its dictionaries are named by

@@ -251,7 +251,7 @@ def trains_causal(cfg: TrainConfig) -> bool:
     bidirectional encoder)? The one answer, read by the run, its parameter count and the Train panel. It is
     the attention mask of the model the run builds (model_config_for: the family preset with cfg.model
     over it): cfg.model's "causal" where the run overrides it, else the registry's Family.decoder, which is
-    the family preset's `causal` (tests/core/test_training_objective.py checks both for every family).
+    the family preset's `causal` (tests/core/training/test_training_objective.py checks both for every family).
     Never a family's name: RoBERTa and DistilBERT are encoders as BERT is. A resumed run reads its loaded
     model's own flag."""
     family = _trainable_family(cfg)

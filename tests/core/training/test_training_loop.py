@@ -254,7 +254,7 @@ def test_a_failing_test_that_leaves_a_paused_training_thread_does_not_hang_pytes
     import time
 
     (tmp_path / "test_left_paused.py").write_text(HANGING_TEST, encoding="utf-8")
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
     t0 = time.monotonic()
     try:

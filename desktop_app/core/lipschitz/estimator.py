@@ -33,6 +33,9 @@ from .measured import AttentionMap, rotary_transpose
 KATO_TEMPLE_SAFETY = 10.0
 MIN_STEPS = 3
 KEEP_LINEARIZATION_BYTES = 256e6  # up to this, the first linearisation is kept for the final product
+# From this n, a causal P's products skip its zero upper-right quarter (3/4 of the n x n work); below it
+# the extra products' own cost outweighs the saving
+SPLIT_CAUSAL_FROM_N = 128
 
 
 class _SoftmaxLinearization:
@@ -64,21 +67,31 @@ class _SoftmaxLinearization:
         self.v1 = torch.cat([flat(v), ones], -1)  # [v | 1]
         self.y = torch.bmm(self.P, flat(v))  # each head's output P v
         self.q_s, self.k_s = self.q * self.scale, self.k * self.scale  # s q, s k: the scale folded in once
+        # Row blocks (first row, last row, columns read: 0..cols) and P's part in each: rows r0:r1 of P are
+        # zero beyond column cols. One block, unless the upper-right quarter is zero (causal, checked on
+        # P itself), which the products then skip.
+        h = n // 2
+        split = n >= SPLIT_CAUSAL_FROM_N and not bool(self.P[:, :h, h:].any())
+        self.blocks = [(0, h, h), (h, n, n)] if split else [(0, n, n)]
+        self.P_blocks = [self.P[:, r0:r1, :cols].contiguous() for r0, r1, cols in self.blocks] if split else [self.P]
         d = fmap.W_Q.shape[2]
         # [d, H*k | H*k | H*kv] and [H*kv, d_out]
         self.W_in = torch.cat([fmap.W_Q.reshape(H * kq, d), fmap.W_K.reshape(H * kq, d),
                                fmap.W_V.reshape(H * self.kv, d)], 0).T.contiguous()
         self.W_out = fmap.W_O.permute(0, 2, 1).reshape(H * self.kv, fmap.d_out).contiguous()
         self.out_shape = (B, n, fmap.d_out)
+        if split:
+            self.P = None  # only the blocks are read
 
     def select(self, keep: torch.Tensor) -> "_SoftmaxLinearization":
         """The linearisation at X[keep] (shares the weights, slices the cached activations)."""
         new = object.__new__(_SoftmaxLinearization)
         new.__dict__.update(self.__dict__)
-        B, n = self.out_shape[:2]
         rows = keep.repeat_interleave(self.H)  # per (sample, head) row of the flat arrays
-        for name in ("q", "k", "v1", "P", "y", "q_s", "k_s"):
+        for name in ("q", "k", "v1", "y", "q_s", "k_s"):
             setattr(new, name, getattr(self, name)[rows])
+        new.P_blocks = [Pb[rows] for Pb in self.P_blocks]
+        new.P = new.P_blocks[0] if len(self.blocks) == 1 else None
         new.out_shape = (int(keep.sum()),) + tuple(self.out_shape[1:])
         return new
 
@@ -95,12 +108,17 @@ class _SoftmaxLinearization:
             dq, dk = apply_rotary(dq, cos, sin), apply_rotary(dk, cos, sin)
         B, H, n, _ = dq.shape
         flat = lambda t: t.reshape(B * H, n, -1)  # noqa: E731
-        # dS = [dq | q] [s k | s dk]^T: one product, one n x n write
-        dPdS = torch.cat([flat(dq), self.q], -1) @ torch.cat([self.k_s, flat(dk) * self.scale], -1).transpose(1, 2)
-        dPdS.mul_(self.P)  # P * dS
-        out = dPdS @ self.v1  # [(P * dS) v | r]
-        kv = self.kv
-        dY = torch.baddbmm(torch.addcmul(out[..., :kv], out[..., kv:], self.y, value=-1.0), self.P, flat(dv))
+        # dS = [dq | q] [s k | s dk]^T: one product, one n x n write (per row block)
+        left = torch.cat([flat(dq), self.q], -1)
+        right = torch.cat([self.k_s, flat(dk) * self.scale], -1)
+        dv, kv = flat(dv), self.kv
+        parts = []
+        for (r0, r1, cols), Pb in zip(self.blocks, self.P_blocks):
+            dPdS = (left[:, r0:r1] @ right[:, :cols].transpose(1, 2)).mul_(Pb)  # P * dS
+            out = dPdS @ self.v1[:, :cols]  # [(P * dS) v | r]
+            parts.append(torch.baddbmm(torch.addcmul(out[..., :kv], out[..., kv:], self.y[:, r0:r1], value=-1.0),
+                                       Pb, dv[:, :cols]))
+        dY = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
         return dY.view(B, H, n, -1).transpose(1, 2).reshape(B, n, -1) @ self.W_out
 
     def vjp(self, G: torch.Tensor) -> torch.Tensor:
@@ -108,11 +126,20 @@ class _SoftmaxLinearization:
         H, kv = self.H, self.kv
         gY = (G @ self.W_out.T).reshape(B, n, H, kv).transpose(1, 2).reshape(B * H, n, kv)
         c = (gY * self.y).sum(-1, keepdim=True)  # rowsum(P * gP) = gY_i . y_i
-        gS = torch.cat([gY, -c], -1) @ self.v1.transpose(1, 2)  # gP - c
-        gS.mul_(self.P)
-        gq = (gS @ self.k_s).view(B, H, n, -1)
-        gk = (gS.transpose(1, 2) @ self.q_s).view(B, H, n, -1)
-        gv = (self.P.transpose(1, 2) @ gY).view(B, H, n, -1)
+        left = torch.cat([gY, -c], -1)
+        gq_parts = []
+        gk = gv = None
+        # the last block reads every column: it writes gk and gv whole, the others add to their columns
+        for (r0, r1, cols), Pb in reversed(list(zip(self.blocks, self.P_blocks))):
+            gS = (left[:, r0:r1] @ self.v1[:, :cols].transpose(1, 2)).mul_(Pb)  # P * (gP - c)
+            gq_parts.append(gS @ self.k_s[:, :cols])
+            if gk is None:
+                gk, gv = gS.transpose(1, 2) @ self.q_s[:, r0:r1], Pb.transpose(1, 2) @ gY[:, r0:r1]
+            else:
+                gk[:, :cols].baddbmm_(gS.transpose(1, 2), self.q_s[:, r0:r1])
+                gv[:, :cols].baddbmm_(Pb.transpose(1, 2), gY[:, r0:r1])
+        gq = gq_parts[0] if len(gq_parts) == 1 else torch.cat(gq_parts[::-1], 1)
+        gq, gk, gv = gq.view(B, H, n, -1), gk.view(B, H, n, -1), gv.view(B, H, n, -1)
         if self.rot is not None:
             cos, sin = self.rot
             gq, gk = rotary_transpose(gq, cos, sin), rotary_transpose(gk, cos, sin)

@@ -42,12 +42,12 @@ class _SoftmaxLinearization:
     """Closed-form J v and J^T u of softmax attention at X, sharing q, k, v, P computed once.
 
     dS = s (dq k^T + q dk^T) (s the map's score scale, 1/sqrt(k) by default), one product of
-    [dq | q] and [k | dk]; dP = P * (dS - r), r = rowsum(P * dS), so dY = P dv + (P * dS) v - r y
+    [dq | q] and [s k | s dk]; dP = P * (dS - r), r = rowsum(P * dS), so dY = P dv + (P * dS) v - r y
     with y = P v the forward output: r comes out of the same product as a column of ones appended
     to v. Backwards: gP = gY v^T, gS = P * (gP - c) with c_i = rowsum(P * gP)_i = gY_i . y_i (no
     pass over the n x n array), and gP - c is again one product, [gY | -c] [v | 1]^T. Each product
-    writes its n x n array once and reads it once or twice: the n x n arrays' memory traffic is the
-    cost. Rotary is transposed as cos*y - R(sin*y) on the rotating dims. Valid only where q and k
+    writes its n x n array once and reads it once or twice: the n x n products are the cost, so a
+    causal P's zero upper-right quarter is skipped from SPLIT_CAUSAL_FROM_N (two row blocks). Rotary is transposed as cos*y - R(sin*y) on the rotating dims. Valid only where q and k
     are affine in X (no q/k norm) and nothing follows the output projection (no out_norm):
     `linearize` checks. The three input projections are one matmul with the stacked weights, the
     output one more.

@@ -33,40 +33,65 @@ from .measured import AttentionMap, rotary_transpose
 KATO_TEMPLE_SAFETY = 10.0
 MIN_STEPS = 3
 KEEP_LINEARIZATION_BYTES = 256e6  # up to this, the first linearisation is kept for the final product
+# From this n, a causal P's products skip its zero upper-right quarter (3/4 of the n x n work); below it
+# the extra products' own cost outweighs the saving
+SPLIT_CAUSAL_FROM_N = 128
 
 
 class _SoftmaxLinearization:
     """Closed-form J v and J^T u of softmax attention at X, sharing q, k, v, P computed once.
 
-    dS = (dq k^T + q dk^T) s (s the map's score scale, 1/sqrt(k) by default),
-    dP = P * (dS - rowsum(P * dS)), dY = dP v + P dv; the transpose runs the same steps backwards
-    (rotary transposed: cos*y - R(sin*y) on the rotating dims). Valid only where q and k are affine
-    in X (no q/k norm) and nothing follows the output projection (no out_norm): `linearize` checks.
-    The three input projections are one matmul with the stacked weights, the output one more.
+    dS = s (dq k^T + q dk^T) (s the map's score scale, 1/sqrt(k) by default), one product of
+    [dq | q] and [s k | s dk]; dP = P * (dS - r), r = rowsum(P * dS), so dY = P dv + (P * dS) v - r y
+    with y = P v the forward output: r comes out of the same product as a column of ones appended
+    to v. Backwards: gP = gY v^T, gS = P * (gP - c) with c_i = rowsum(P * gP)_i = gY_i . y_i (no
+    pass over the n x n array), and gP - c is again one product, [gY | -c] [v | 1]^T. Each product
+    writes its n x n array once and reads it once or twice: the n x n products are the cost, so a
+    causal P's zero upper-right quarter is skipped from SPLIT_CAUSAL_FROM_N (two row blocks). Rotary is transposed as cos*y - R(sin*y) on the rotating dims. Valid only where q and k
+    are affine in X (no q/k norm) and nothing follows the output projection (no out_norm):
+    `linearize` checks. The three input projections are one matmul with the stacked weights, the
+    output one more.
     """
 
     def __init__(self, fmap: AttentionMap, X: torch.Tensor) -> None:
         self.f = fmap
         q, k, v, self.rot = fmap.qkv(X)
-        # contiguous [B, H, n, k]: flattening to [B*H, n, k] for bmm is then a free view
-        self.q, self.k, self.v = q.contiguous(), k.contiguous(), v.contiguous()
-        self.scale = 1.0 / math.sqrt(self.q.shape[-1]) if fmap.scale is None else fmap.scale
-        self.P = attention_probs(self.q, self.k, "softmax", fmap.mask(X.shape[1], X.device), scale=fmap.scale).contiguous()
-        self.PT = self.P.transpose(-1, -2).contiguous()
-        H, kq, d = fmap.W_Q.shape
+        B, H, n, kq = q.shape
         self.H, self.kq, self.kv = H, kq, fmap.W_V.shape[1]
+        self.scale = 1.0 / math.sqrt(kq) if fmap.scale is None else fmap.scale
+        P = attention_probs(q, k, "softmax", fmap.mask(n, X.device), scale=fmap.scale)
+        flat = lambda t: t.reshape(B * H, n, -1)  # noqa: E731  [B*H, n, .] for bmm
+        self.P = flat(P).contiguous()
+        self.q, self.k = flat(q), flat(k)
+        ones = v.new_ones(B * H, n, 1)
+        self.v1 = torch.cat([flat(v), ones], -1)  # [v | 1]
+        self.y = torch.bmm(self.P, flat(v))  # each head's output P v
+        self.q_s, self.k_s = self.q * self.scale, self.k * self.scale  # s q, s k: the scale folded in once
+        # Row blocks (first row, last row, columns read: 0..cols) and P's part in each: rows r0:r1 of P are
+        # zero beyond column cols. One block, unless the upper-right quarter is zero (causal, checked on
+        # P itself), which the products then skip.
+        h = n // 2
+        split = n >= SPLIT_CAUSAL_FROM_N and not bool(self.P[:, :h, h:].any())
+        self.blocks = [(0, h, h), (h, n, n)] if split else [(0, n, n)]
+        self.P_blocks = [self.P[:, r0:r1, :cols].contiguous() for r0, r1, cols in self.blocks] if split else [self.P]
+        d = fmap.W_Q.shape[2]
         # [d, H*k | H*k | H*kv] and [H*kv, d_out]
         self.W_in = torch.cat([fmap.W_Q.reshape(H * kq, d), fmap.W_K.reshape(H * kq, d),
                                fmap.W_V.reshape(H * self.kv, d)], 0).T.contiguous()
         self.W_out = fmap.W_O.permute(0, 2, 1).reshape(H * self.kv, fmap.d_out).contiguous()
-        self.out_shape = (X.shape[0], X.shape[1], fmap.d_out)
+        self.out_shape = (B, n, fmap.d_out)
+        if split:
+            self.P = None  # only the blocks are read
 
     def select(self, keep: torch.Tensor) -> "_SoftmaxLinearization":
         """The linearisation at X[keep] (shares the weights, slices the cached activations)."""
         new = object.__new__(_SoftmaxLinearization)
         new.__dict__.update(self.__dict__)
-        for name in ("q", "k", "v", "P", "PT"):
-            setattr(new, name, getattr(self, name)[keep])
+        rows = keep.repeat_interleave(self.H)  # per (sample, head) row of the flat arrays
+        for name in ("q", "k", "v1", "y", "q_s", "k_s"):
+            setattr(new, name, getattr(self, name)[rows])
+        new.P_blocks = [Pb[rows] for Pb in self.P_blocks]
+        new.P = new.P_blocks[0] if len(self.blocks) == 1 else None
         new.out_shape = (int(keep.sum()),) + tuple(self.out_shape[1:])
         return new
 
@@ -77,37 +102,44 @@ class _SoftmaxLinearization:
         return (heads(Y[..., : H * k], k), heads(Y[..., H * k: 2 * H * k], k), heads(Y[..., 2 * H * k:], kv))
 
     def jvp(self, dX: torch.Tensor) -> torch.Tensor:
-        P = self.P
         dq, dk, dv = self._split(dX @ self.W_in)
         if self.rot is not None:
             cos, sin = self.rot
             dq, dk = apply_rotary(dq, cos, sin), apply_rotary(dk, cos, sin)
-        # n x n arrays dominate the cost (memory traffic): fused and in-place ops on them
         B, H, n, _ = dq.shape
         flat = lambda t: t.reshape(B * H, n, -1)  # noqa: E731
-        # dq, dk are strided views: scaling straight into contiguous buffers is one pass, not two
-        scaled = lambda t: torch.mul(t, self.scale, out=t.new_empty(t.shape)).view(B * H, n, -1)  # noqa: E731
-        dS = torch.baddbmm(scaled(dq) @ flat(self.k).transpose(-1, -2),
-                           flat(self.q), scaled(dk).transpose(-1, -2))
-        Pf = flat(P)
-        dP = dS.mul_(Pf)
-        dP.addcmul_(Pf, dP.sum(-1, keepdim=True), value=-1.0)
-        dY = torch.baddbmm(Pf @ flat(dv), dP, flat(self.v))
+        # dS = [dq | q] [s k | s dk]^T: one product, one n x n write (per row block)
+        left = torch.cat([flat(dq), self.q], -1)
+        right = torch.cat([self.k_s, flat(dk) * self.scale], -1)
+        dv, kv = flat(dv), self.kv
+        parts = []
+        for (r0, r1, cols), Pb in zip(self.blocks, self.P_blocks):
+            dPdS = (left[:, r0:r1] @ right[:, :cols].transpose(1, 2)).mul_(Pb)  # P * dS
+            out = dPdS @ self.v1[:, :cols]  # [(P * dS) v | r]
+            parts.append(torch.baddbmm(torch.addcmul(out[..., :kv], out[..., kv:], self.y[:, r0:r1], value=-1.0),
+                                       Pb, dv[:, :cols]))
+        dY = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
         return dY.view(B, H, n, -1).transpose(1, 2).reshape(B, n, -1) @ self.W_out
 
     def vjp(self, G: torch.Tensor) -> torch.Tensor:
         B, n, _ = G.shape
-        H = self.H
-        flat = lambda t: t.reshape(B * H, n, -1)  # noqa: E731
-        gY = flat((G @ self.W_out.T).reshape(B, n, H, self.kv).transpose(1, 2))
-        Pf = flat(self.P)
-        gP = gY @ flat(self.v).transpose(-1, -2)
-        gv = flat(self.PT) @ gY
-        gS = gP.mul_(Pf)
-        gS.addcmul_(Pf, gS.sum(-1, keepdim=True), value=-1.0)
-        gq = (gS @ flat(self.k)).mul_(self.scale).view(B, H, n, -1)
-        gk = (gS.transpose(-1, -2) @ flat(self.q)).mul_(self.scale).view(B, H, n, -1)
-        gv = gv.view(B, H, n, -1)
+        H, kv = self.H, self.kv
+        gY = (G @ self.W_out.T).reshape(B, n, H, kv).transpose(1, 2).reshape(B * H, n, kv)
+        c = (gY * self.y).sum(-1, keepdim=True)  # rowsum(P * gP) = gY_i . y_i
+        left = torch.cat([gY, -c], -1)
+        gq_parts = []
+        gk = gv = None
+        # the last block reads every column: it writes gk and gv whole, the others add to their columns
+        for (r0, r1, cols), Pb in reversed(list(zip(self.blocks, self.P_blocks))):
+            gS = (left[:, r0:r1] @ self.v1[:, :cols].transpose(1, 2)).mul_(Pb)  # P * (gP - c)
+            gq_parts.append(gS @ self.k_s[:, :cols])
+            if gk is None:
+                gk, gv = gS.transpose(1, 2) @ self.q_s[:, r0:r1], Pb.transpose(1, 2) @ gY[:, r0:r1]
+            else:
+                gk[:, :cols].baddbmm_(gS.transpose(1, 2), self.q_s[:, r0:r1])
+                gv[:, :cols].baddbmm_(Pb.transpose(1, 2), gY[:, r0:r1])
+        gq = gq_parts[0] if len(gq_parts) == 1 else torch.cat(gq_parts[::-1], 1)
+        gq, gk, gv = gq.view(B, H, n, -1), gk.view(B, H, n, -1), gv.view(B, H, n, -1)
         if self.rot is not None:
             cos, sin = self.rot
             gq, gk = rotary_transpose(gq, cos, sin), rotary_transpose(gk, cos, sin)
@@ -240,9 +272,9 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
     N = n * d
     lin = linearize(fn, X)
     # The final Rayleigh quotient needs the linearisation at the whole X again: keep this one when its
-    # n x n arrays (P and P^T per head) are small, else free it and rebuild it at the end (large n).
+    # n x n arrays (P per head) are small, else free it and rebuild it at the end (large n).
     heads = fn.W_Q.shape[0] if isinstance(fn, AttentionMap) else None
-    keep_whole = heads is not None and 2 * B * heads * n * n * X.element_size() <= KEEP_LINEARIZATION_BYTES
+    keep_whole = heads is not None and B * heads * n * n * X.element_size() <= KEEP_LINEARIZATION_BYTES
     whole_lin = lin if keep_whole and not reorthogonalize else None
     out_shape = tuple(lin.out_shape)
     M = int(np.prod(out_shape[1:]))

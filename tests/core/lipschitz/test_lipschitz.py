@@ -11,6 +11,7 @@ import torch
 from desktop_app.core import lipschitz as lip
 from desktop_app.core.checkpoints import new_model
 from desktop_app.core.config import ModelConfig
+from desktop_app.core.lipschitz.estimator import SPLIT_CAUSAL_FROM_N
 
 
 def _model(family: str, **kw):
@@ -75,17 +76,23 @@ def test_single_head_formula():
         torch.testing.assert_close(out[i], V @ (p[:, None] * X).sum(0))
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_closed_form_products_are_adjoint_autograd_products(family):
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("n", [6, SPLIT_CAUSAL_FROM_N])
+def test_closed_form_products_are_adjoint_autograd_products(family, n):
+    """Also from SPLIT_CAUSAL_FROM_N, where a causal map's products skip P's zero upper-right quarter
+    (two row blocks) and a bidirectional one's cannot (one), and on a selection of the samples."""
     fmap = lip.layer_map(_model(family), 0)
-    X = torch.randn(2, 6, 16, dtype=torch.float64)
+    X = torch.randn(3, n, 16, dtype=torch.float64)
     lin = lip.linearize(fmap, X)
     assert isinstance(lin, lip._SoftmaxLinearization)
-    dX, G = torch.randn_like(X), torch.randn_like(X)
-    # autograd differentiates attention_probs' float32 softmax: agreement to ~1e-6 of the scale
-    jv, vj = torch.func.jvp(fmap, (X,), (dX,))[1], torch.func.vjp(fmap, X)[1](G)[0]
-    torch.testing.assert_close(lin.jvp(dX), jv, rtol=1e-5, atol=1e-5 * jv.abs().max().item())
-    torch.testing.assert_close(lin.vjp(G), vj, rtol=1e-5, atol=1e-5 * vj.abs().max().item())
+    assert len(lin.blocks) == (2 if fmap.masked and n >= SPLIT_CAUSAL_FROM_N else 1)
+    keep = torch.tensor([True, False, True])
+    for lin, X in ((lin, X), (lin.select(keep), X[keep])):
+        dX, G = torch.randn_like(X), torch.randn_like(X)
+        # autograd differentiates attention_probs' float32 softmax: agreement to ~1e-6 of the scale
+        jv, vj = torch.func.jvp(fmap, (X,), (dX,))[1], torch.func.vjp(fmap, X)[1](G)[0]
+        torch.testing.assert_close(lin.jvp(dX), jv, rtol=1e-5, atol=1e-5 * jv.abs().max().item())
+        torch.testing.assert_close(lin.vjp(G), vj, rtol=1e-5, atol=1e-5 * vj.abs().max().item())
 
 
 # -- estimator against the exact Jacobian norm ---------------------------------------------------

@@ -1,3 +1,4 @@
+import gc
 import os
 
 import pytest
@@ -76,3 +77,14 @@ def spawn():
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+def pytest_runtest_setup(item):
+    """What earlier tests left alive (imported modules, session and module fixtures, caches) is moved out of
+    the cyclic collector's reach before each test. A full collection otherwise walks every object the
+    session holds (torch, transformers, Qt, pyqtgraph: over a million), and each UI test ends with one
+    (tests/ui/conftest.py): about a third of the suite's time went there. Here the previous test's own
+    objects are already gone (pytest drops its arguments after teardown), so this freezes only what
+    outlives tests; it is what desktop_app.imports does for the app's own imports."""
+    gc.collect()
+    gc.freeze()

@@ -63,8 +63,8 @@ class _StepTrace(Trace):
 
 
 class _Steps:
-    """How a session runs its model: a decoder-only Transformer reads its sequence; the session's
-    records carry the names of trace.py."""
+    """How a session runs its model, one `step(ids, cache, trace, interventions)` per model kind: a
+    decoder-only Transformer reads its sequence; the session's records carry the names of trace.py."""
     prefix = ""  # the model's own trace names of the session's records
     source: list[int] | None = None
 
@@ -81,7 +81,7 @@ class _Steps:
         """The model's trace names for the session's record names."""
         return names
 
-    def hidden(self, ids: torch.Tensor, cache, trace: Trace | None, interventions) -> torch.Tensor:
+    def step(self, ids: torch.Tensor, cache, trace: Trace | None, interventions) -> torch.Tensor:
         """The last block's output [B, T, d] for `ids` [B, T] after the cache."""
         return self.model(ids, cache=cache, trace=trace, compute_logits=False, interventions=interventions).hidden
 
@@ -111,7 +111,7 @@ class _Seq2SeqSteps(_Steps):
     def names(self, names: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(self.prefix + n for n in names) + (self.prefix + "blocks.*.cross_attn.pattern",)
 
-    def hidden(self, ids, cache, trace, interventions) -> torch.Tensor:
+    def step(self, ids, cache, trace, interventions) -> torch.Tensor:
         enc = self.encoded.expand(ids.shape[0], -1, -1)
         return self.model.decode(ids, enc, cache=cache, trace=trace, compute_logits=False,
                                  interventions=interventions).hidden
@@ -566,7 +566,7 @@ class GenerationSession(HistoryTree, BeamSearch):
         # inference_mode: less per-op bookkeeping than no_grad; what it makes (cache, records,
         # logits) is only read afterwards, never modified in place or differentiated
         with torch.inference_mode():
-            hidden = self._steps.hidden(ids, cache, trace, self.interventions)
+            hidden = self._steps.step(ids, cache, trace, self.interventions)
             return self.model.unembed(hidden[:, -1])
 
     def _forward(self, ids: torch.Tensor, parents: list[Node] | None) -> tuple[torch.Tensor, list[dict]]:

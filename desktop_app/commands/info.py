@@ -1,3 +1,4 @@
+"""`info MODEL`: a model's architecture and sizes as JSON (a GGUF file's tensor types too), without tracing it."""
 from __future__ import annotations
 
 import json

@@ -1,0 +1,1 @@
+"""Reusable Qt widgets the panels draw with: heatmaps, token strips, probability bars, plots, legends."""

@@ -285,14 +285,24 @@ def linear(owner: nn.Module, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor |
     return F.linear(x, w, b)
 
 
-def products(owner: nn.Module, x: torch.Tensor, linears) -> tuple[torch.Tensor, ...]:
+def products(owner: nn.Module, x: torch.Tensor, linears,
+             concatenated_with_gradients: bool = False) -> tuple[torch.Tensor, ...]:
     """Each of `linears` (nn.Linear reading the same input x) applied to x. One product when nothing needs
     their separate gradients and they are prepacked side by side for `owner` (a one-row step:
-    prepack_one_row) or laid out side by side (pack_linears); else one product each."""
+    prepack_one_row) or laid out side by side (pack_linears); with gradients (training), one product over
+    their weights concatenated when asked; else one product each."""
     if len(linears) == 1:
         return (linear(owner, x, linears[0].weight, linears[0].bias),)
-    if not torch.is_grad_enabled():
-        outs = [lin.out_features for lin in linears]
+    outs = [lin.out_features for lin in linears]
+    if torch.is_grad_enabled():
+        biases = [lin.bias for lin in linears]
+        if concatenated_with_gradients and (all(b is None for b in biases) or all(b is not None for b in biases)):
+            # the weights' copy is small beside the product, its backward free views: the backward too makes
+            # one product for the input's gradient and one for the weights' where there was one each
+            # (bench training: attention projections about 1.8x faster on 2 threads)
+            b = None if biases[0] is None else torch.cat(biases)
+            return F.linear(x, torch.cat([lin.weight for lin in linears]), b).split(outs, dim=-1)
+    else:
         kept = None
         if x.numel() == x.shape[-1]:
             kept = _prepacked(owner, [lin.weight for lin in linears], [lin.bias for lin in linears])
@@ -543,18 +553,7 @@ class Attention(nn.Module):
         """Queries, keys and values [B, T, H*dh]: one matrix product when the three weights are laid out
         side by side (pack_qkv) or prepacked so for one-token steps, or, in training, concatenated for
         the step; else three (products)."""
-        dq, dk = self.q.out_features, self.k.out_features
-        if torch.is_grad_enabled():  # training: one product over the three weights side by side (their copy
-            # is small beside it, its backward free views), so the backward too makes one product for the
-            # input's gradient, one for the weights' and one copy of the output gradients, where three each
-            # were (bench training: about 1.8x faster attention projections on 2 threads)
-            qkv = (self.q, self.k, self.v)
-            biases = [lin.bias for lin in qkv]
-            if any(b is None for b in biases) and not all(b is None for b in biases):
-                return self.q(x), self.k(x), self.v(x)
-            b = None if biases[0] is None else torch.cat(biases)
-            return F.linear(x, torch.cat([lin.weight for lin in qkv]), b).split((dq, dk, dk), dim=-1)
-        return products(self, x, (self.q, self.k, self.v))
+        return products(self, x, (self.q, self.k, self.v), concatenated_with_gradients=True)
 
     def pack_qkv(self, column_major: bool = True) -> None:
         """Store W_Q, W_K, W_V (and their biases) in one buffer [dq + 2 dk, d] (column-major, or row-major);

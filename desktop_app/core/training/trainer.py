@@ -288,7 +288,7 @@ class LossModel(nn.Module):
             scored = targets != IGNORE
             logits, y = logits[scored], targets[scored]
             loss = F.cross_entropy(logits.float(), y)
-            return loss, (logits.argmax(-1) == y).sum(), y.numel()
+            return loss, hits(logits, y), y.numel()
         cfg = self.model.cfg
         # a mixture of experts trains with its router's load-balancing loss too (Mixtral's router_aux_loss_coef)
         routers = RouterLogits() if cfg.num_experts and cfg.router_aux_loss_coef else None
@@ -296,7 +296,7 @@ class LossModel(nn.Module):
         if self.model.cfg.lm_head_kind == "classifier":  # ViT: one class per image, read from [CLS] (targets [B, 1])
             logits, y = self.model.unembed(hidden), targets[:, 0]
             loss = F.cross_entropy(logits.float(), y)
-            return loss, (logits.argmax(-1) == y).sum(), y.numel()
+            return loss, hits(logits, y), y.numel()
         scored = targets != IGNORE
         if bool(scored.all()):  # next-token tasks score every position: no gather (a copy) and its backward
             logits, y = self.model.unembed(hidden).flatten(0, -2), targets.flatten()
@@ -306,8 +306,17 @@ class LossModel(nn.Module):
         if routers is not None:
             loss = loss + cfg.router_aux_loss_coef * load_balancing_loss(routers.logits(), cfg.num_experts,
                                                                          cfg.experts_per_token)
-        correct = (logits.argmax(-1) == y).sum()
-        return loss, correct, y.numel()
+        return loss, hits(logits, y), y.numel()
+
+
+def hits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """How many rows of logits [N, classes] have their target as argmax. In float32, as the count of targets
+    whose logit is the row's max: on the CPU argmax took ~10x the time of that max (bench training: ~2.5 ms of
+    a 4-layer step on one thread); the two differ only where two logits tie exactly at the top, which rounding
+    to 24 bits makes as good as impossible (bfloat16's 8 are not: there argmax counts)."""
+    if logits.dtype != torch.float32:
+        return (logits.argmax(-1) == targets).sum()
+    return (logits.gather(-1, targets[..., None])[..., 0] >= logits.amax(-1)).sum()
 
 
 def layer_groups(model: Transformer) -> dict[str, list[torch.nn.Parameter]]:

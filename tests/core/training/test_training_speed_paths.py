@@ -88,6 +88,18 @@ def test_loss_model_without_gather_matches_the_gathered_loss():
     torch.testing.assert_close(loss2, F.cross_entropy(logits[:, 5:].reshape(-1, 11).float(), y2[:, 5:].flatten()))
 
 
+def test_hits_count_what_argmax_counts():
+    """The training accuracy's count (hits: the target's logit is the row's max, in float32) equals argmax's
+    on random logits; in bfloat16, where logits tie at the top, argmax's first index decides as before."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(300, 13, generator=gen)
+    targets = torch.randint(0, 13, (300,), generator=gen)
+    targets[:100] = logits[:100].argmax(-1)  # a third right for sure, the rest by chance
+    assert int(tr.hits(logits, targets)) == int((logits.argmax(-1) == targets).sum()) >= 100
+    tied = torch.tensor([[1.0, 3.0, 3.0, 0.0]], dtype=torch.bfloat16)
+    assert int(tr.hits(tied, torch.tensor([2]))) == 0 and int(tr.hits(tied, torch.tensor([1]))) == 1
+
+
 def test_attention_projections_in_one_product_match_three_in_values_and_gradients():
     """With gradients on, q, k, v come from one product over the three weights side by side: the same
     values and the same gradients (weights, biases, input) as three separate products, GQA included."""

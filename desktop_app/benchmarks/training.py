@@ -7,13 +7,15 @@ batches (the text task on resources/demo-text.txt, drawn by the same seeded gene
 gradient clipping at 1.0. Ours is the real `train()` loop (its step events time each step, batch
 drawing included); the reference is the textbook loop: model(input_ids, labels) -> loss.backward() ->
 clip -> step with torch's default AdamW, timed the same way. Each side's time per step is its best window of `--window` steps
-over `--rounds` alternating rounds (the first window of a round is warm-up and skipped), which keeps
+over `--rounds` alternating rounds (the first window of a round is warm-up and skipped; one short untimed
+run of each side warms the process first), which keeps
 the comparison fair on a busy machine. bfloat16 autocast figures are added when the CPU has native
 bfloat16 matrix products (or on CUDA).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -123,6 +125,12 @@ def main(argv: list[str]) -> dict:
                     # ours steps with PyTorch's fused AdamW where available; the reference keeps torch's default
                     "fused_optimizer_step": fused_step_available([torch.zeros(1, device=args.device)])}
     with tempfile.TemporaryDirectory() as tmp:
+        # one short untimed run of each side first: the process's own warm-up (each kernel's first use, the
+        # allocator growing) made the first 3 steps of its first run 1.2-1.8x slower (1 thread, 4x128), past
+        # the skipped first window at bench quick's size, and it fell on whichever side ran first: ours
+        warm = dataclasses.replace(config("float32"), steps=2, log_every=1)
+        _ours(warm, 1, Path(tmp))
+        _reference(warm, 1, "float32")
         precisions = ["float32"] + ([] if args.no_bf16 or not _bf16_supported(args.device) else ["bfloat16"])
         for precision in precisions:
             cfg = config(precision)

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from .. import analysis
 from ..jobs import JobControl
@@ -71,7 +73,7 @@ class AttentionData:
     stats: analysis.HeadStats | None = None
     rollout_problem: str = ""
     thumbs: list[list[np.ndarray]] | None = None
-    aggregated: bool = False  # rollout / stats / thumbs have arrived
+    aggregated: bool = False  # rollout and stats have arrived (thumbs before them)
     # Queries and keys are two sequences (cross-attention: target tokens reading source tokens): the rows
     # are row_labels' tokens from the first, the columns col_labels', and a selection is a query's position.
     cross: bool = False
@@ -141,15 +143,30 @@ def max_pool(m: np.ndarray, size: int) -> np.ndarray:
     return padded.reshape(padded.shape[0] // fr, fr, padded.shape[1] // fc, fc).max(axis=(1, 3))
 
 
-def thumbnails(patterns: list[np.ndarray], mask: np.ndarray | None, lut: np.ndarray, size: int) -> list[list[np.ndarray]]:
-    """RGBA thumbnails [layer][head] of at most size x size pixels (plain numpy: runs in a worker)."""
+def pooled_heads(pattern, mask: np.ndarray | None, size: int) -> np.ndarray:
+    """One layer's heads [H, R, C] (numpy, or a trace's tensor in its own dtype) as float32 [H, <=size, <=size]:
+    each head's max_pool, masked cells -1 (below every weight). The same values as max_pool of each head
+    in float32 (a maximum is exact, and so is widening bfloat16 or float16 to float32), but pooled by torch
+    in the pattern's dtype: no float32 copy of the layer, and ~4x faster than its float32 copy and numpy's
+    strided maxima (a bfloat16 1,024-token layer of 14 heads: 0.06 s against 0.25 s on one core; the first
+    look at the Qwen2.5-0.5B shape makes 24)."""
+    t = torch.as_tensor(pattern).detach()
+    if mask is not None:
+        t = t.masked_fill(~torch.from_numpy(mask).to(t.device), -1.0)
+    r, c = t.shape[-2:]
+    fr, fc = -(-r // size), -(-c // size)
+    if (fr, fc) != (1, 1):  # blocks at the edges end with the matrix (ceil_mode): a block always holds one cell
+        t = F.max_pool2d(t, (fr, fc), (fr, fc), ceil_mode=True)
+    return t.to(torch.float32).cpu().numpy()
+
+
+def thumbnails(patterns, mask: np.ndarray | None, lut: np.ndarray, size: int) -> list[list[np.ndarray]]:
+    """RGBA thumbnails [layer][head] of at most size x size pixels, from each layer's [H, T_q, T_k] (numpy or
+    a trace's tensor: pooled_heads; runs in a worker)."""
     out = []
     for p in patterns:
         row = []
-        for m in p:
-            if mask is not None:
-                m = np.where(mask, m, -1.0)  # masked cells: below every weight, drawn grey
-            small = max_pool(m, size)
+        for small in pooled_heads(p, mask, size):
             top = display_levels(small, small >= 0)[1]
             rgba = np.empty(small.shape + (4,), np.uint8)
             rgba[..., :3] = lut[np.clip(small / max(top, 1e-12) * 255, 0, 255).astype(np.uint8)]

@@ -90,6 +90,15 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.grid = (n_layers, n_heads, t_q, t_k)
         if not n_layers:
             return
+        layout = self.ci.layout
+        layout.activate = lambda: None  # pyqtgraph lays the grid out again after each item it adds: once, at the end
+        try:
+            self._build_grid(n_layers, n_heads, t_q, t_k)
+        finally:
+            del layout.activate
+        layout.activate()
+
+    def _build_grid(self, n_layers: int, n_heads: int, t_q: int, t_k: int) -> None:
         for h in range(n_heads):
             self.addLabel(f"head {h}", row=0, col=h + 1, color=head_colour(h))
         for l in range(n_layers):

@@ -21,7 +21,10 @@ Qwen2.5-0.5B shape, 1,024 tokens, `--repeat 2`, two runs at load 1.7 on 2 cores 
 (9.8 and 9.2 s against 11.1 and 12.0 s), memory 0.79x and 0.78x (3.00-3.02 GB against 3.83 GB). Before
 (the model view waited for the rollout and statistics, ~12 s of one core; numpy pooled float32 copies of
 every layer; the Model panel's hidden tab took ~1 s of the UI thread) ours took 30-34 s and 3.5-3.7 GB
-at load 2-4. Most of ours is now the trace on one thread (the app leaves the UI a core: ui.app), ~5 s.
+at load 2-4. Most of ours is now the trace, ~5 s on one thread. Later (issue 38: the trace on every free
+core, threads.every_free_core; a cheaper finiteness check on load; the token strip measured once;
+bytecode cached as installed) three runs at load 2.5-2.7: 1.39x, 1.10x, 1.37x (8.6-10.2 s against
+11.2-14.1 s), memory 0.78-0.81x; on this busy machine the free cores were one.
 """
 from __future__ import annotations
 

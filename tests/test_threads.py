@@ -48,3 +48,29 @@ def test_importing_the_package_sets_a_passive_wait_before_torch_unless_the_user_
     env["OMP_WAIT_POLICY"] = "ACTIVE"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split()[0] == "ACTIVE"
+
+
+def test_every_free_core_sets_the_fair_count_inside_and_new_threads_start_with_the_count_before(monkeypatch):
+    import threading
+
+    n = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "fair_thread_count", lambda reserve=0: 2 if reserve == 0 else 1)
+    seen = {}
+
+    def fresh_thread_count(key):  # torch gives a thread its count when it first computes
+        t = threading.Thread(target=lambda: seen.__setitem__(key, torch.get_num_threads()))
+        t.start()
+        t.join()
+
+    try:
+        torch.set_num_threads(1)  # as the app leaves a core for the UI
+        with threads.every_free_core():
+            seen["inside"] = torch.get_num_threads()
+        fresh_thread_count("after")
+        assert seen == {"inside": 2, "after": 1} and torch.get_num_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the user's choice wins
+        with threads.every_free_core():
+            assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(n)

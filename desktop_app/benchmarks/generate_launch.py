@@ -16,7 +16,9 @@ over the repeats, with every run's seconds listed (the spread). The last line pr
 
 Qwen2.5-0.5B shape, 48 tokens, load 6.7-7.5 on 2 cores, runs alternating (issue 38): ours 34.0 and 30.9 s against
 transformers' 42.8 and 38.4 s (1.26x, 1.24x); before the prepacked products were made straight from the loaded
-weights, 43.1 and 28.2 s (0.99x, 1.36x) and a peak of 2.70 GB against 2.31 GB after.
+weights, 43.1 and 28.2 s (0.99x, 1.36x) and a peak of 2.70 GB against 2.31 GB after. 1 Dec, three runs at
+load 1.5-2.2: 1.32x, 1.36x, 1.32x (ours 10.7-11.9 s, transformers' 14.1-15.8 s), the same ids in each; of ours'
+~11 s, the 48 steps ~0.2 s each, torch's import ~1.8 s, the load ~0.6 s (cProfile).
 """
 from __future__ import annotations
 

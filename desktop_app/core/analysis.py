@@ -50,6 +50,12 @@ def attention_pattern(trace: Trace, layer: int, batch: int = 0) -> np.ndarray:
     return _seq(_need(trace, f"blocks.{layer}.attn.pattern", "attention views"), batch)
 
 
+def attention_pattern_tensor(trace: Trace, layer: int, batch: int = 0) -> torch.Tensor:
+    """[H, T_q, T_k] attention probabilities of one layer as the trace holds them (its dtype and device:
+    no float32 copy of the layer, for what reads it in torch)."""
+    return _need(trace, f"blocks.{layer}.attn.pattern", "attention views")[batch].detach()
+
+
 def attention_patterns(trace: Trace, batch: int = 0) -> list[np.ndarray]:
     return [attention_pattern(trace, l, batch) for l in range(trace.n_layers)]
 

@@ -484,30 +484,27 @@ def _check_layer_count(cfg: ModelConfig, files: dict[str, Path]) -> None:
                                                  f"would be dropped")
 
 
-# safetensors float dtype -> (same-width unsigned integer, exponent bits): a value is NaN or infinite
-# exactly when all its exponent bits are set, in each of these formats.
-_EXPONENT = {"F16": (np.uint16, 0x7C00), "BF16": (np.uint16, 0x7F80), "F32": (np.uint32, 0x7F800000),
-             "F64": (np.uint64, 0x7FF0000000000000)}
-# a finite sum means every value is finite (a NaN or an infinity would carry through): one read, against
-# the bit test's two passes (~25 against ~35 ms on GPT-2 small); a non-finite sum (a NaN, or only an
-# overflow) is settled by the bit test. Not for float16 (its sums overflow too easily) nor bfloat16
-# (numpy has no such type)
-_FLOAT = {"F32": np.float32, "F64": np.float64}
-_FINITE_CHUNK = 4 << 20  # bytes per look: bounds the resident pages and the scratch buffer
+# safetensors float dtype -> (same-width signed and unsigned integers, exponent bits): a value is NaN or
+# infinite exactly when all its exponent bits are set. Read as the signed integer, a positive one is then
+# >= the exponent bits (nothing above them but the mantissa); read as the unsigned integer, a negative one
+# is >= sign | exponent bits. So two maxima of the bytes as they are settle it: two reads of each chunk
+# while it is in the cache, nothing written (~0.12 s for a 0.5B model's 1 GB of bfloat16, against
+# ~0.25 s for a masked copy and its maximum).
+_EXPONENT = {"F16": (np.int16, np.uint16, 0x7C00), "BF16": (np.int16, np.uint16, 0x7F80),
+             "F32": (np.int32, np.uint32, 0x7F800000), "F64": (np.int64, np.uint64, 0x7FF0000000000000)}
+_FINITE_CHUNK = 1 << 20  # bytes per look: twice read from the cache, and the resident pages bounded
 
 
 def _check_finite(files: dict[str, Path]) -> None:
     """Refuse a tensor holding NaN or infinity (damaged bytes, a diverged save), naming it.
 
     Reads the files through a read-only map, a chunk at a time, without copying them, and releases
-    each chunk's pages once looked at, so the resident set does not grow by the file's size. Mapping
-    the pages in is most of the cost (~0.1 s for GPT-2 small's 500 MB; more threads did not help).
+    each chunk's pages once looked at, so the resident set does not grow by the file's size.
     numpy rather than torch: torch's threads spin against each other on a busy machine, 5-10x slower.
     """
     by_file: dict[Path, set[str]] = {}
     for name, f in files.items():
         by_file.setdefault(f, set()).add(name)
-    scratch = np.empty(_FINITE_CHUNK, dtype=np.uint8)
     for f, names in by_file.items():
         try:
             with open(f, "rb") as fh:
@@ -520,20 +517,15 @@ def _check_finite(files: dict[str, Path]) -> None:
                        if name in names and info.get("dtype") in _EXPONENT)
         try:
             for (begin, end), name, dt in spans:
-                uint, mask = _EXPONENT[dt]
+                signed, unsigned, exponent = _EXPONENT[dt]
+                sign = 1 << (8 * np.dtype(unsigned).itemsize - 1)
                 for off in range(8 + n + begin, 8 + n + end, _FINITE_CHUNK):
                     size = min(8 + n + end - off, _FINITE_CHUNK)
-                    count = size // np.dtype(uint).itemsize
-                    bad = True
-                    if dt in _FLOAT:
-                        values = np.frombuffer(mm, dtype=_FLOAT[dt], count=count, offset=off)
-                        with np.errstate(over="ignore", invalid="ignore"):
-                            bad = not np.isfinite(np.add.reduce(values))
-                        del values  # no view may outlive the map
-                    if bad:
-                        bits = np.frombuffer(mm, dtype=uint, count=count, offset=off)
-                        bad = np.bitwise_and(bits, mask, out=scratch.view(uint)[:len(bits)]).max() == mask
-                        del bits
+                    count = size // np.dtype(unsigned).itemsize
+                    as_signed = np.frombuffer(mm, dtype=signed, count=count, offset=off)
+                    as_unsigned = np.frombuffer(mm, dtype=unsigned, count=count, offset=off)
+                    bad = count and (int(as_signed.max()) >= exponent or int(as_unsigned.max()) >= sign | exponent)
+                    del as_signed, as_unsigned  # no view may outlive the map
                     if bad:
                         raise ModelLoadError(f, f"tensor {name!r} holds NaN or infinite values: the file is "
                                                 f"damaged (or was saved from a diverged run)")

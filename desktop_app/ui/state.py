@@ -21,6 +21,7 @@ from ..app.tracing import is_seq2seq, trace_image_or_digit, trace_input  # one r
 from ..core.checkpoints import LoadedModel
 from ..core.inputs import EncodedText, encode
 from ..core.trace import Trace
+from ..threads import every_free_core
 from .workers import run_job
 
 
@@ -54,7 +55,8 @@ def _trace_in_pieces(loaded: LoadedModel, text: str, ids: list[int] | None, inte
     recorded (app.tracing.LayersReady), "layer k / L" the progress, and a cancel stops it between layers.
     `target`: an encoder-decoder's target text (ignored for other models)."""
     pair = {"target": target} if loaded.config.is_encoder_decoder else {}
-    return trace_input(loaded, text, ids, interventions, layers=layers, job=job, on_layer=partial, **pair)
+    with every_free_core():  # the UI only shows progress meanwhile (threads.py)
+        return trace_input(loaded, text, ids, interventions, layers=layers, job=job, on_layer=partial, **pair)
 
 
 def _moved(loaded: LoadedModel, device: str) -> LoadedModel:

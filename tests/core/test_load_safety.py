@@ -121,9 +121,32 @@ def test_an_infinite_value_is_refused_in_every_float_dtype(good, dtype):
     _refused(good, WEIGHTS, "'transformer.h.1.mlp.c_proj.weight'", "NaN or infinite")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -float("nan")])
+def test_nan_and_infinity_of_either_sign_are_refused_in_every_float_dtype(good, dtype, value):
+    tensors = {k: v.to(dtype) for k, v in load_file(str(good / WEIGHTS)).items()}
+    tensors["transformer.h.1.mlp.c_proj.weight"][-1, -1] = value  # the last element: the check reads to the end
+    save_file(tensors, str(good / WEIGHTS))
+    _refused(good, WEIGHTS, "'transformer.h.1.mlp.c_proj.weight'", "NaN or infinite")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_the_largest_finite_values_of_either_sign_load_in_every_float_dtype(good, dtype):
+    """The check compares the stored bits with the exponent's (as signed and unsigned integers): the
+    values just below infinity, positive and negative, are the edge it must not cross."""
+    largest = torch.finfo(dtype).max
+    tensors = {k: v.to(dtype) for k, v in load_file(str(good / WEIGHTS)).items()}
+    w = tensors["transformer.h.1.mlp.c_proj.weight"]
+    w[0, :] = largest
+    w[1, :] = -largest
+    save_file(tensors, str(good / WEIGHTS))
+    loaded = load_model_folder(good).model.blocks[1].mlp.down.weight.detach()  # not refused
+    edge = torch.tensor(largest, dtype=dtype).to(loaded.dtype)  # (float64 is computed in float32)
+    assert loaded.max() == edge and loaded.min() == -edge
+
+
 def test_huge_finite_weights_whose_sum_overflows_still_load(good):
-    """The float32 check adds each chunk (a finite sum means finite values); a sum that overflows with
-    every value finite must fall back to the exact test, not refuse the file."""
+    """Finite values whose sum overflows float32 are no reason to refuse the file."""
     tensors = load_file(str(good / WEIGHTS))
     w = tensors["transformer.h.1.mlp.c_proj.weight"]
     w[:] = 3e38  # finite, the largest float32 is 3.4e38

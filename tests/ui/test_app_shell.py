@@ -130,6 +130,28 @@ def test_typing_updates_the_token_strip(qtbot, window, models):
     assert "id %d" % reference[4] in panel.token_info.text()
 
 
+def test_the_model_panel_colours_its_chips_when_shown_not_while_another_tab_is(qtbot, window, models):
+    """The chips' probabilities (a log-softmax over every position's logits) are computed for the Model panel
+    on show: a trace arriving while the Attention tab is on show leaves them for when the Model tab is shown."""
+    window.show_panel("Attention")
+    window.state.text = "the cat sat."
+    open_and_wait(qtbot, window, models["gpt2"])
+    qtbot.waitUntil(lambda: window.state._trace_job is None and window.state.trace is not None, timeout=15_000)
+    panel = window.panel("Model")
+    assert window.state.trace is not None and "logits" in window.state.trace
+    assert panel.probabilities is None and not panel.isVisible()
+    tabs = window.tabs
+    qtbot.mouseClick(tabs.tabBar(), Qt.MouseButton.LeftButton,
+                     pos=tabs.tabBar().tabRect(tabs.indexOf(window.slot("Model"))).center())
+    assert panel.isVisible() and panel.probabilities is not None
+    ids = window.state.token_ids
+    with torch.no_grad():
+        logits = window.state.loaded.model(torch.tensor([ids])).logits[0]
+    expected = torch.softmax(logits.double(), -1)[torch.arange(len(ids) - 1), ids[1:]]
+    assert torch.allclose(torch.tensor(panel.probabilities[1:], dtype=torch.float64), expected, atol=1e-5)
+    assert panel.token_strip.canvas.values[1:] == panel.probabilities[1:]
+
+
 def test_model_without_tokenizer_takes_ids(qtbot, window, tmp_path):
     cfg = ModelConfig.gpt2(vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32)
     save_model_folder(new_model(cfg, seed=1), tmp_path / "no-tok")

@@ -171,6 +171,37 @@ def test_a_cached_generation_step_is_shown(qtbot):
     assert panel.heatmap.row_box.isVisible() and panel.heatmap.row_box.rect().top() == 0
 
 
+def test_the_model_view_is_drawn_before_the_rollout_and_statistics_arrive(qtbot, monkeypatch):
+    """The first look waits for what is on show only: the model view's thumbnails are painted (and the panel
+    is ready for a screenshot) while the worker still computes the rollout and statistics."""
+    import threading
+
+    import desktop_app.core.views.attention as views
+
+    panel, trace, ids = _panel(qtbot)
+    release, started = threading.Event(), threading.Event()
+    real = views.aggregates
+
+    def held(*args, **kw):
+        started.set()
+        release.wait(10)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(views, "aggregates", held)
+    panel.state.show_trace(trace, ids[:-1] + ids[-1:])  # the same text traced again: a new trace on show
+    try:
+        qtbot.waitUntil(started.is_set, timeout=10_000)
+        assert panel.stats is None and panel.data.thumbs is not None
+        assert panel.model_view.filled_layers() == trace.n_layers and panel.screenshot_ready()
+        panel.show_view("rollout")
+        assert not panel.screenshot_ready()  # the rollout is not drawn yet
+    finally:
+        release.set()
+    qtbot.waitUntil(lambda: panel.stats is not None, timeout=10_000)
+    assert panel.screenshot_ready()
+    np.testing.assert_allclose(panel.rollout_map.values, analysis.attention_rollout(trace)[0], rtol=1e-5)
+
+
 def test_help_text_defines_the_quantities():
     for word in ("softmax", "Rollout", "entropy", "distance", "first token"):
         assert word in AttentionPanel.help_text

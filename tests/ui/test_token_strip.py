@@ -38,3 +38,32 @@ def test_value_colour_monotone():
     lo, mid, hi = (value_colour(v, 0.0, 1.0).lightness() for v in (0.0, 0.5, 1.0))
     assert lo > mid > hi
     assert value_colour(float("nan"), 0, 1).name() == "#e1e1e1"
+
+
+def test_chips_are_measured_again_for_new_tokens_and_a_new_font_not_for_a_new_width(qtbot):
+    """The chips' sizes are kept between layouts (the scroll area asks at many widths) but follow the
+    tokens and the font: each layout equals one measured afresh."""
+    strip = TokenStrip()
+    qtbot.addWidget(strip)
+    strip.resize(300, 200)
+    strip.show()
+    c = strip.canvas
+
+    def fresh_widths():
+        from PySide6.QtGui import QFontMetrics
+        fm, fm_id = QFontMetrics(c.font()), QFontMetrics(c._id_font)
+        return [c._chip_size(i, fm, fm_id).width() for i in range(len(c.strings))]
+
+    strip.set_tokens(["a", "b", "c"], [1, 2, 3])
+    sizes = c._sizes
+    strip.resize(250, 200)
+    c.heightForWidth(120)
+    assert c._sizes is sizes  # a new width: no new measure
+    strip.set_tokens(["a much longer token", "b", "c"], [1, 2, 3])  # same count, other text
+    assert [c.chip_rect(i).width() for i in range(3)] == fresh_widths()
+    assert c.chip_rect(0).width() > c.chip_rect(1).width()
+    font = c.font()
+    font.setPointSizeF(font.pointSizeF() * 2)
+    c.setFont(font)
+    c.relayout()
+    assert [c.chip_rect(i).width() for i in range(3)] == fresh_widths()

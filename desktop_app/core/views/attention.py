@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from .. import analysis
 from ..jobs import JobControl
@@ -71,7 +73,7 @@ class AttentionData:
     stats: analysis.HeadStats | None = None
     rollout_problem: str = ""
     thumbs: list[list[np.ndarray]] | None = None
-    aggregated: bool = False  # rollout / stats / thumbs have arrived
+    aggregated: bool = False  # rollout and stats have arrived (thumbs before them)
     # Queries and keys are two sequences (cross-attention: target tokens reading source tokens): the rows
     # are row_labels' tokens from the first, the columns col_labels', and a selection is a query's position.
     cross: bool = False
@@ -141,15 +143,55 @@ def max_pool(m: np.ndarray, size: int) -> np.ndarray:
     return padded.reshape(padded.shape[0] // fr, fr, padded.shape[1] // fc, fc).max(axis=(1, 3))
 
 
-def thumbnails(patterns: list[np.ndarray], mask: np.ndarray | None, lut: np.ndarray, size: int) -> list[list[np.ndarray]]:
-    """RGBA thumbnails [layer][head] of at most size x size pixels (plain numpy: runs in a worker)."""
+def block_max(t: torch.Tensor, fr: int, fc: int) -> torch.Tensor:
+    """Maxima of fr x fc blocks over the last two dimensions, the last blocks cut short where the sizes do not
+    divide (max_pool's blocks). Rows first, then columns: each a reduction over a contiguous run (3x faster
+    than max_pool2d on a 1,024-token layer)."""
+    def along(x: torch.Tensor, dim: int, f: int) -> torch.Tensor:
+        n = x.shape[dim]
+        whole = n // f * f
+        parts = [x.narrow(dim, 0, whole).unflatten(dim, (n // f, f)).amax(dim + 1)] if whole else []
+        if whole < n:
+            parts.append(x.narrow(dim, whole, n - whole).amax(dim, keepdim=True))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim)
+
+    return along(along(t, t.dim() - 2, fr), t.dim() - 1, fc)
+
+
+def pooled_heads(pattern, mask: np.ndarray | None, size: int) -> np.ndarray:
+    """One layer's heads [H, R, C] (numpy, or a trace's tensor in its own dtype) as float32 [H, <=size, <=size]:
+    each head's max_pool, masked cells -1 (below every weight). The same values as max_pool of each head
+    in float32 (a maximum is exact, and so is widening bfloat16 or float16 to float32), but pooled by torch
+    in the pattern's dtype, with no copy of the layer: the blocks the mask leaves whole are pooled as they
+    are, those it covers whole are -1, and only those it cuts through (a causal mask's diagonal) are pooled
+    again with their masked cells -1. A bfloat16 1,024-token layer of 14 heads: ~0.03 s against 0.25 s
+    for numpy on its float32 copy, one core (the first look at the Qwen2.5-0.5B shape makes 24)."""
+    t = torch.as_tensor(pattern).detach()
+    r, c = t.shape[-2:]
+    fr, fc = -(-r // size), -(-c // size)
+    allowed = None if mask is None else torch.from_numpy(mask).to(t.device)
+    if (fr, fc) == (1, 1):
+        return (t if allowed is None else t.masked_fill(~allowed, -1.0)).to(torch.float32).cpu().numpy()
+    small = block_max(t, fr, fc).to(torch.float32)
+    if allowed is None:
+        return small.cpu().numpy()
+    allowed_in = block_max(allowed, fr, fc)  # the block holds a cell the mask allows
+    masked_in = block_max(~allowed, fr, fc)  # ... and one it masks
+    small[:, ~allowed_in] = -1.0
+    for i, j in (allowed_in & masked_in).nonzero().tolist():
+        rows, cols = slice(i * fr, (i + 1) * fr), slice(j * fc, (j + 1) * fc)
+        block = t[:, rows, cols].masked_fill(~allowed[rows, cols], -1.0)
+        small[:, i, j] = block.amax(dim=(1, 2)).to(torch.float32)
+    return small.cpu().numpy()
+
+
+def thumbnails(patterns, mask: np.ndarray | None, lut: np.ndarray, size: int) -> list[list[np.ndarray]]:
+    """RGBA thumbnails [layer][head] of at most size x size pixels, from each layer's [H, T_q, T_k] (numpy or
+    a trace's tensor: pooled_heads; runs in a worker)."""
     out = []
     for p in patterns:
         row = []
-        for m in p:
-            if mask is not None:
-                m = np.where(mask, m, -1.0)  # masked cells: below every weight, drawn grey
-            small = max_pool(m, size)
+        for small in pooled_heads(p, mask, size):
             top = display_levels(small, small >= 0)[1]
             rgba = np.empty(small.shape + (4,), np.uint8)
             rgba[..., :3] = lut[np.clip(small / max(top, 1e-12) * 255, 0, 255).astype(np.uint8)]

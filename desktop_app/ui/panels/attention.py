@@ -53,6 +53,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.row_boxes: list[QGraphicsRectItem] = []
         self.patterns: list[np.ndarray] = []
         self.shape = (0, 0)  # the thumbnails' patterns: [t_q, t_k]
+        self.grid = (0, 0, 0, 0)  # what begin() laid out: layers, heads, t_q, t_k
         self.lut = pg.colormap.get("viridis").getLookupTable(nPts=256)
         self.scene().sigMouseClicked.connect(self._on_click)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -65,10 +66,14 @@ class ModelView(pg.GraphicsLayoutWidget):
 
     def set_patterns(self, patterns: list[np.ndarray], mask: np.ndarray | None,
                      thumbs: list[list[np.ndarray]] | None = None) -> None:
-        """Build the grid; `thumbs` (from thumbnails(), e.g. made in a worker) saves the pooling here."""
+        """Build the grid; `thumbs` (from thumbnails(), e.g. made in a worker) saves the pooling here. A grid
+        of the same shape is kept (a trace arriving layer by layer built it, and painted some rows: those
+        are not painted again; building 24 x 14 view boxes again took ~1 s of the UI thread)."""
         if thumbs is None and patterns:
             thumbs = thumbnails(patterns, mask, self.lut, self.THUMB)
-        self.begin(len(patterns), *(patterns[0].shape if patterns else (0, 0, 0)))
+        grid = (len(patterns), *(patterns[0].shape if patterns else (0, 0, 0)))
+        if grid != self.grid or not patterns:
+            self.begin(*grid)
         self.patterns = patterns
         for l, row in enumerate(thumbs or []):
             self.fill_layer(l, row)
@@ -82,8 +87,18 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.row_boxes = []
         self.patterns = []
         self.shape = (t_q, t_k)
+        self.grid = (n_layers, n_heads, t_q, t_k)
         if not n_layers:
             return
+        layout = self.ci.layout
+        layout.activate = lambda: None  # pyqtgraph lays the grid out again after each item it adds: once, at the end
+        try:
+            self._build_grid(n_layers, n_heads, t_q, t_k)
+        finally:
+            del layout.activate
+        layout.activate()
+
+    def _build_grid(self, n_layers: int, n_heads: int, t_q: int, t_k: int) -> None:
         for h in range(n_heads):
             self.addLabel(f"head {h}", row=0, col=h + 1, color=head_colour(h))
         for l in range(n_layers):
@@ -107,6 +122,11 @@ class ModelView(pg.GraphicsLayoutWidget):
         """Paint one row of the grid begin() made: layer `layer`'s thumbnails, one per head."""
         t_q, t_k = self.shape
         for h, thumb in enumerate(thumbs):
+            img = self.images.get((layer, h))
+            if img is not None:  # painted before: the same thumbnail stays, another replaces it
+                if img.image is not thumb:
+                    img.setImage(thumb)
+                continue
             img = pg.ImageItem(thumb, axisOrder="row-major")
             img.setRect(QRectF(0, 0, t_k, t_q))
             img.setZValue(-1)  # under the selected row's box
@@ -608,11 +628,22 @@ class AttentionPanel(ViewTablePanel):
                             + (" (cross-attention)" if data.cross else " (causal)" if data.causal else " (bidirectional)"))
         patterns, mask, lut, size = data.patterns, data.mask, self.model_view.lut, self.model_view.THUMB
 
-        def work(job=None):  # (the rows made as the trace arrived are not made again)
-            rest = thumbnails((patterns[l] for l in range(len(made), len(patterns))), mask, lut, size)
-            return (generation, *attention_views.aggregates(trace, job, no_rollout), made + rest)
+        # what is on show first, then the rest: the model view's thumbnails (the rows made as the trace
+        # arrived are not made again), then the rollout and the statistics its other views read (at the
+        # Qwen2.5-0.5B shape, 1,024 tokens: ~12 s of one core the first look no longer waits for)
+        def thumbs(job=None):
+            rest = thumbnails((analysis.attention_pattern_tensor(trace, l) for l in range(len(made), len(patterns))),
+                              mask, lut, size)
+            return generation, made + rest
 
-        self._run_trace_job(work, self._on_aggregates, "statistics", sync)
+        def numbers(job=None):
+            return (generation, *attention_views.aggregates(trace, job, no_rollout))
+
+        def thumbs_made(result) -> None:
+            if self._on_thumbnails(result):
+                self._run_trace_job(numbers, self._on_aggregates, "statistics", sync)
+
+        self._run_trace_job(thumbs, thumbs_made, "thumbnails", sync)
 
     def _on_layers_ready(self, ready) -> None:
         """A text's trace arriving layer by layer (app.tracing.LayersReady, of the input now on show):
@@ -646,7 +677,7 @@ class AttentionPanel(ViewTablePanel):
         def work(job=None):
             rows = []
             for layer in range(first, stop):
-                rows += thumbnails([analysis.attention_pattern(trace, layer)], mask, lut, size)
+                rows += thumbnails([analysis.attention_pattern_tensor(trace, layer)], mask, lut, size)
                 job.check()
             return rows
 
@@ -682,15 +713,31 @@ class AttentionPanel(ViewTablePanel):
             spin.blockSignals(False)
         self._stale.clear()
 
+    def _on_thumbnails(self, result) -> bool:
+        """The model view's thumbnails: drawn at once, shown or not (it is the panel's first tab). False when
+        a newer trace arrived meanwhile."""
+        generation, thumbs = result
+        if not self._is_current(generation) or self.data is None:
+            return False
+        self.data.thumbs = thumbs
+        self._render("model-view")
+        return True
+
     def _on_aggregates(self, result) -> None:
-        generation, rollout, stats, rollout_problem, thumbs = result
+        generation, rollout, stats, rollout_problem = result
         if not self._is_current(generation) or self.data is None:
             return  # a newer trace arrived meanwhile
         data = self.data
-        data.rollout, data.stats, data.rollout_problem, data.thumbs = rollout, stats, rollout_problem, thumbs
+        data.rollout, data.stats, data.rollout_problem = rollout, stats, rollout_problem
         data.aggregated = True
-        self._render("model-view")  # drawn at once, shown or not: it is the panel's first tab
         self._invalidate("rollout", "head-stats")  # the views that read the worker's numbers
+
+    def screenshot_ready(self) -> bool:
+        """What is on show is drawn: the model view once its thumbnails are (the rollout and the statistics,
+        which it does not show, may still be in the worker); another view once the worker is done."""
+        if self.view_state.view == "model-view" and self.data is not None and self.data.thumbs is not None:
+            return True
+        return self._job is None
 
     # -- rendering: only the visible view is drawn; the others are marked stale and drawn when shown
     def _invalidate(self, *views: str) -> None:

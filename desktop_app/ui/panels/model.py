@@ -180,6 +180,7 @@ class ModelPanel(QWidget):
         self.state = state
         self._summary_labels: dict[str, QLabel] = {}
         self.probabilities: list[float] | None = None
+        self._trace_unseen = False  # a trace arrived while another tab was on show: coloured when shown
 
         self.summary_box = QGroupBox("Architecture")
         self.summary_form = QFormLayout(self.summary_box)
@@ -386,9 +387,19 @@ class ModelPanel(QWidget):
         self.target_count.setText(f"decoder input: the start token + {plural(len(dec) - 1, 'target token')}{cut}"
                                   if dec else "")
 
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self._trace_unseen:
+            self._on_trace(self.state.trace)
+
     def _on_trace(self, trace) -> None:
         """Colour the chips by how likely the model found each token (causal models with logits); an
-        encoder-decoder's target chips by how likely it found each target token."""
+        encoder-decoder's target chips by how likely it found each target token. While another panel's tab
+        is on show, when this one is next shown: the first look at 1,024 tokens in the Attention panel
+        waited ~1 s for colours of a tab nobody saw (log-softmax over 1,024 x 151,936 logits)."""
+        self._trace_unseen = not self.isWindow() and not self.isVisibleTo(self.window())
+        if self._trace_unseen:
+            return
         loaded, ids = self.state.loaded, self.state.token_ids
         self._show_routing()
         if trace is not None and loaded is not None and loaded.config.is_encoder_decoder:

@@ -52,6 +52,8 @@ class _StripCanvas(QWidget):
         self.show_ids = True
         self._rects: list[QRect] = []
         self._layout_width = -1
+        self._sizes: list[QSize] = []
+        self._sizes_for: tuple | None = None  # what _sizes were measured for (_chip_sizes)
         self.setMouseTracking(True)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         f = QFont(self.font())
@@ -68,14 +70,24 @@ class _StripCanvas(QWidget):
             h += fm_id.height()
         return QSize(w + 2 * self.PAD_X, h + 2 * self.PAD_Y)
 
+    def _chip_sizes(self) -> list[QSize]:
+        """Each chip's size, measured once for the tokens and fonts on show: the layout is asked again at
+        every width the scroll area tries (~17 times while a 1,024-token first look settles, ~0.5 s of
+        the UI thread when each time measured every chip's text)."""
+        key = (self.strings, self.ids, self.font().key(), self._id_font.key(), self.show_ids)
+        held = self._sizes_for
+        if held is None or held[0] is not key[0] or held[1] is not key[1] or held[2:] != key[2:]:
+            fm, fm_id = QFontMetrics(self.font()), QFontMetrics(self._id_font)
+            self._sizes = [self._chip_size(i, fm, fm_id) for i in range(len(self.strings))]
+            self._sizes_for = key  # the lists themselves: their identity, not a reused id()
+        return self._sizes
+
     def _relayout(self, width: int) -> int:
-        fm, fm_id = QFontMetrics(self.font()), QFontMetrics(self._id_font)
         x = y = 0
         line_h = 0
         self._rects = []
         width = max(width, 40)
-        for i in range(len(self.strings)):
-            s = self._chip_size(i, fm, fm_id)
+        for s in self._chip_sizes():
             if x > 0 and x + s.width() > width:
                 x, y = 0, y + line_h + self.LINE_GAP
                 line_h = 0

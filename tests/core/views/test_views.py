@@ -74,6 +74,30 @@ def test_thumbnails_are_pooled_and_masked_cells_grey():
     assert thumbs[0][0].shape == (75, 75, 4) and tuple(thumbs[0][0][0, -1]) == (190, 190, 190, 255)
 
 
+def test_thumbnails_pooled_in_the_traces_dtype_equal_numpys_in_float32():
+    """pooled_heads pools a bfloat16 layer as the trace holds it: the same values as max_pool of each head's
+    float32 copy, masked cells -1 (sizes that do not divide into blocks, one that needs none; masked cells
+    holding zeros as a softmax leaves them, or anything, and weights below -1)."""
+    import torch
+
+    from desktop_app.core import analysis
+
+    gen = torch.Generator().manual_seed(0)
+    for t_q, t_k, causal in ((300, 300, True), (193, 193, True), (200, 1000, False), (1, 500, True), (100, 300, True),
+                             (40, 40, True)):
+        mask = analysis.allowed_mask(t_q, t_k, causal)
+        for heads in (torch.rand(3, t_q, t_k, generator=gen) * torch.from_numpy(mask),
+                      torch.rand(3, t_q, t_k, generator=gen) * 3 - 2):
+            heads = heads.to(torch.bfloat16)
+            shown = None if mask.all() else mask
+            ref = np.stack([av.max_pool(m if shown is None else np.where(shown, m, -1.0), 96)
+                            for m in heads.float().numpy()])
+            got = av.pooled_heads(heads, shown, 96)
+            assert got.dtype == np.float32 and got.shape == ref.shape and max(got.shape[1:]) <= 96
+            assert np.array_equal(got, ref)
+    assert (got == -1).any()  # the causal mask's corner stays masked when blocks are single cells
+
+
 def test_layers_views(trace):
     res = lv.compute_layers(trace)  # the trace records the logit lens: no model needed
     data = lv.LayersData(res, [f"t{i}" for i in range(7)], causal=True)

@@ -567,6 +567,9 @@ class GenerationSession(HistoryTree, BeamSearch):
         # logits) is only read afterwards, never modified in place or differentiated
         with torch.inference_mode():
             hidden = self._steps.step(ids, cache, trace, self.interventions)
+            normed = None if trace is None else trace.tensors.get(self._steps.prefix + "final_norm.out")
+            if normed is not None:  # the final norm the trace recorded (each row alone): not computed again
+                return self.model.unembed(normed[:, -1], normed=True)
             return self.model.unembed(hidden[:, -1])
 
     def _forward(self, ids: torch.Tensor, parents: list[Node] | None) -> tuple[torch.Tensor, list[dict]]:

@@ -457,11 +457,12 @@ class KVCache:
                 dst.k, dst.v = src.k[index], src.v[index]
         return c
 
-    def stacked_keys(self) -> torch.Tensor:
-        """Every layer's keys [L, B, H_kv, T, dh]: a view of the buffer when all layers hold T."""
+    def stacked_keys(self, padded: bool = False) -> torch.Tensor:
+        """Every layer's keys [L, B, H_kv, T, dh]: a view of the buffer when all layers hold T. padded: the
+        whole buffer's rows (past T: not set, any values) when there is one, else the T rows."""
         n = self.length
         if self._keys is not None and all(lc.k is not None and lc.k.shape[2] == n for lc in self.layers):
-            return self._keys[:, :, :, :n]
+            return self._keys if padded else self._keys[:, :, :, :n]
         return torch.stack([lc.k for lc in self.layers])
 
 

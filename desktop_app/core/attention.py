@@ -51,8 +51,12 @@ def _broadcasts_to(shape, target) -> bool:
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
                     mask: torch.Tensor | None = None, sinkhorn_iters: int = 3,
-                    scale: float | None = None, softcap: float | None = None) -> torch.Tensor:
+                    scale: float | None = None, softcap: float | None = None,
+                    n_keys: int | None = None) -> torch.Tensor:
     """Attention weights [..., T_q, T_k] from queries and keys [..., T, dh] (kinds: module docstring).
+    n_keys: only the first n_keys keys are attended (T_k = n_keys): k may be a longer buffer, so that a
+    product whose key count grows by one each generation step keeps one shape for many steps (oneDNN's
+    half-precision products make a new kernel for each new shape, ~0.25 ms; the scores are the same).
 
     mask: boolean, True where query i may attend key j, or additive (a float bias added to the scores:
     T5's relative positions, with masked keys at the dtype's minimum); scale: as in attention_scores; softcap:
@@ -61,6 +65,8 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
     (half-precision softmax loses the small weights), and the result has q's dtype.
     """
     scores = attention_scores(q, k, kind, scale)  # a fresh tensor
+    if n_keys is not None and n_keys < scores.shape[-1]:
+        scores = scores[..., :n_keys]
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if mask is not None and mask.dtype != torch.bool:

@@ -116,15 +116,25 @@ def rotary_inv_freq(dims: int, theta: float, scaling: dict | None = None, device
     return torch.where(medium, smoothed, scaled)
 
 
+_INV_FREQ: dict[tuple, torch.Tensor] = {}  # rotary_cos_sin's frequencies by (dims, theta, device, scaling)
+
+
 def rotary_cos_sin(positions: torch.Tensor, dims: int, theta: float,
                    scaling: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin [T, dims] for the first `dims` dims of each head (all of them unless the
     config's rotary_fraction is below 1); longrope's are scaled by its attention_factor."""
-    seq_len = int(positions.max()) + 1 if positions.numel() else 0
-    inv_freq = rotary_inv_freq(dims, theta, scaling, positions.device, seq_len)
+    longrope = scaling is not None and scaling.get("rope_type") == "longrope"
+    # only longrope's frequencies depend on the length (read back from the device: a sync, so not asked
+    # otherwise); the others are the same at every step of a generation: made once (_INV_FREQ)
+    seq_len = int(positions.max()) + 1 if longrope and positions.numel() else 0
+    key = (dims, theta, positions.device, None if scaling is None else repr(sorted(scaling.items())),
+           longrope and seq_len > scaling["original_max_position_embeddings"])
+    inv_freq = _INV_FREQ.get(key)
+    if inv_freq is None:
+        inv_freq = _INV_FREQ[key] = rotary_inv_freq(dims, theta, scaling, positions.device, seq_len)
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
-    if scaling is not None and scaling.get("rope_type") == "longrope":
+    if longrope:
         return emb.cos() * scaling["attention_factor"], emb.sin() * scaling["attention_factor"]
     return emb.cos(), emb.sin()
 
@@ -361,6 +371,7 @@ class KVCache:
         self._keys: torch.Tensor | None = None  # [L, B, H_kv, capacity, dh]; every layer's k is a view
         self._values: torch.Tensor | None = None
         self._sharers: list[int] | None = None  # [caches sharing the buffers] after clone(), shared by them
+        self._layer_buffers: list[tuple[torch.Tensor, torch.Tensor]] = []  # (keys[l], values[l]) of each layer
 
     @property
     def length(self) -> int:
@@ -379,9 +390,10 @@ class KVCache:
             return k, v
         if not self._can_write(k, end):
             self._reallocate(k, end)
-        self._keys[layer, :, :, past:end] = k
-        self._values[layer, :, :, past:end] = v
-        lc.k, lc.v = self._keys[layer, :, :, :end], self._values[layer, :, :, :end]
+        keys, values = self._layer_buffers[layer]  # (views of the buffers made once: two ops fewer a call)
+        keys[:, :, past:end] = k
+        values[:, :, past:end] = v
+        lc.k, lc.v = keys[:, :, :end], values[:, :, :end]
         return lc.k, lc.v
 
     def _can_write(self, k: torch.Tensor, end: int) -> bool:
@@ -406,12 +418,16 @@ class KVCache:
                 keys[l, :, :, :n], values[l, :, :, :n] = lc.k, lc.v
                 lc.k, lc.v = keys[l, :, :, :n], values[l, :, :, :n]
         self._drop_buffers()
-        self._keys, self._values = keys, values
+        self._set_buffers(keys, values)
+
+    def _set_buffers(self, keys: torch.Tensor | None, values: torch.Tensor | None, sharers: list[int] | None = None) -> None:
+        self._keys, self._values, self._sharers = keys, values, sharers
+        self._layer_buffers = [] if keys is None else list(zip(keys.unbind(0), values.unbind(0)))  # each layer's
 
     def _drop_buffers(self) -> None:
         if self._sharers is not None:
             self._sharers[0] -= 1
-        self._keys = self._values = self._sharers = None
+        self._set_buffers(None, None)
 
     def truncate(self, n: int) -> None:
         for lc in self.layers:
@@ -425,14 +441,14 @@ class KVCache:
         if self._keys is not None:  # shared until either side writes (then that side copies)
             self._sharers = self._sharers or [1]
             self._sharers[0] += 1
-            c._keys, c._values, c._sharers = self._keys, self._values, self._sharers
+            c._set_buffers(self._keys, self._values, self._sharers)
         return c
 
     def select(self, index: torch.Tensor) -> "KVCache":
         """Reorder / repeat the batch (beam search)."""
         c = KVCache(len(self.layers))
         if self._keys is not None and all(lc.k is not None for lc in self.layers):
-            c._keys, c._values = self._keys[:, index], self._values[:, index]
+            c._set_buffers(self._keys[:, index], self._values[:, index])
             for src, dst in zip(self.layers, c.layers):
                 n = src.k.shape[2]
                 dst.k, dst.v = c._keys[dst.index, :, :, :n], c._values[dst.index, :, :, :n]
@@ -442,11 +458,12 @@ class KVCache:
                 dst.k, dst.v = src.k[index], src.v[index]
         return c
 
-    def stacked_keys(self) -> torch.Tensor:
-        """Every layer's keys [L, B, H_kv, T, dh]: a view of the buffer when all layers hold T."""
+    def stacked_keys(self, padded: bool = False) -> torch.Tensor:
+        """Every layer's keys [L, B, H_kv, T, dh]: a view of the buffer when all layers hold T. padded: the
+        whole buffer's rows (past T: not set, any values) when there is one, else the T rows."""
         n = self.length
         if self._keys is not None and all(lc.k is not None and lc.k.shape[2] == n for lc in self.layers):
-            return self._keys[:, :, :, :n]
+            return self._keys if padded else self._keys[:, :, :, :n]
         return torch.stack([lc.k for lc in self.layers])
 
 

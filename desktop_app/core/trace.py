@@ -111,7 +111,7 @@ class Trace:
 
     def record(self, name: str, tensor: torch.Tensor) -> None:
         if self.wants(name):
-            t = tensor.detach()
+            t = tensor.detach() if tensor.requires_grad else tensor  # (no graph to cut: an op saved, ~90 a step)
             if self.pattern_dtype is not None and name.endswith(".attn.pattern") and t.dtype != self.pattern_dtype:
                 t = t.to(self.pattern_dtype)
             self.tensors[name] = t.cpu() if self.to_cpu else t

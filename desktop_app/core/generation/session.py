@@ -503,11 +503,17 @@ class GenerationSession(HistoryTree, BeamSearch):
         masks = [causal_layer_mask(Tq, T, layer_window(cfg, l), slopes, queries[0].dtype, keys.device)
                  for l in range(cfg.n_layers)]  # each [T_q, T] (boolean) or [H, T_q, T] (ALiBi), or None
         probs = lambda q, k, mask: attention_probs(q, k, cfg.attention_kind, mask, scale=attention_scale(cfg),  # noqa: E731
-                                                   softcap=cfg.attn_logit_softcap)
+                                                   softcap=cfg.attn_logit_softcap, n_keys=T)
         if Tq > 1:
             return [probs(q, keys[l] if Hkv == H else keys[l].repeat_interleave(H // Hkv, dim=1), masks[l])
                     for l, q in enumerate(queries)]
         q = torch.stack(queries)  # [L, B, H, 1, dh]
+        # half precision: the scores against every row of the cache's buffer (the first T kept), one product
+        # shape from one step to the next until the buffer grows: oneDNN made a kernel for each new shape
+        # (~0.25 ms a step at the tiny shape, a fifth of it). Same values there; not in float32 (MKL's
+        # products of another width sum in another order), where the exact shape costs nothing more.
+        if keys.dtype in (torch.bfloat16, torch.float16):
+            keys = self._cache.stacked_keys(padded=True)
         k = keys if Hkv == H else keys.repeat_interleave(H // Hkv, dim=2)
         mask = None
         if any(m is not None for m in masks):  # [L, 1, 1 or H, 1, T]: a mask for each layer of the batch
@@ -567,6 +573,9 @@ class GenerationSession(HistoryTree, BeamSearch):
         # logits) is only read afterwards, never modified in place or differentiated
         with torch.inference_mode():
             hidden = self._steps.step(ids, cache, trace, self.interventions)
+            normed = None if trace is None else trace.tensors.get(self._steps.prefix + "final_norm.out")
+            if normed is not None:  # the final norm the trace recorded (each row alone): not computed again
+                return self.model.unembed(normed[:, -1], normed=True)
             return self.model.unembed(hidden[:, -1])
 
     def _forward(self, ids: torch.Tensor, parents: list[Node] | None) -> tuple[torch.Tensor, list[dict]]:

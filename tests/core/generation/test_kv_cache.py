@@ -117,3 +117,28 @@ def test_branching_and_going_back_in_a_session_match_the_full_forward():
             _, ref = model.run_with_trace(torch.tensor([ids]), names=("blocks.*.attn.pattern", "blocks.*.resid_post"))
         for name in ("blocks.1.attn.pattern", "blocks.1.resid_post"):
             assert (trace[name] - ref[name]).abs().max() < 1e-5
+
+
+def test_half_precision_rows_against_the_padded_buffer_equal_the_exact_keys():
+    """A bfloat16 session scores each step's query against the cache's whole buffer (one product shape
+    for many steps) and keeps the first T columns: the same attention rows, bit for bit, as the exact keys
+    give, before and after the buffer grows past its first capacity (64 rows)."""
+    from desktop_app.core.attention import attention_probs
+
+    model = _model("llama").to(torch.bfloat16)
+    cache = KVCache(model.cfg.n_layers)
+    g = torch.Generator().manual_seed(0)
+    _step(model, cache, torch.randint(0, 61, (60,), generator=g).tolist())
+    checked, longer = 0, 0
+    for token in torch.randint(0, 61, (10,), generator=g).tolist():
+        _step(model, cache, [token])
+        exact, padded = cache.stacked_keys(), cache.stacked_keys(padded=True)
+        T = exact.shape[-2]
+        assert padded.shape[-2] >= T and torch.equal(padded[..., :T, :], exact)
+        longer += padded.shape[-2] > T
+        q = torch.randn(2, 1, 2, 1, 8, generator=g).to(torch.bfloat16)  # [L, B, H_kv, 1, dh]
+        rows = attention_probs(q, padded, n_keys=T)
+        assert rows.shape[-1] == T
+        assert torch.equal(rows, attention_probs(q, exact))
+        checked += 1
+    assert checked == 10 and longer >= 6 and cache.length == 70  # (64 rows, then 128)

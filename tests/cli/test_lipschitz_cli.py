@@ -278,6 +278,10 @@ def test_bench_lipschitz_smoke(capsys, device):
     assert result["max_rel_diff"] < 1e-3
     assert result["exact_checked_inputs"] == 4 and result["exact_max_rel_err_ours"] < 1e-3
     assert 2 <= result["reference_mean_iterations"] <= 100
+    # the whole run's floor, a process that only imports torch, timed beside it: a bound on its speedup
+    assert len(result["import_torch_s"]) == 1 and 0 < result["import_torch_s"][0]
+    assert result["speedup_whole_run_bound"]["median"] == pytest.approx(
+        result["reference_s"] / result["import_torch_s"][0], rel=1e-2)
 
 
 def test_the_label_names_the_text_file(model_dir, tmp_path, capsys):

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ..jobs import JobControl
+from ..trace import Trace
 from .estimator import SpectralEstimate, _batched_norm, spectral_norm
 
 
@@ -44,13 +45,33 @@ def real_inputs(model, token_ids: Sequence[int], layer: int, n: int, K: int, sta
     if stack is not None:
         return _stack_inputs(model, ids, layer, stack, source_ids)
     name = f"blocks.{layer}.attn.input"
-    _, trace = model.run_with_trace(ids, names=(name,), compute_logits=False, stop_after_layer=layer)
+    trace = _TraceUntilRecorded((name,))
+    with torch.no_grad():
+        try:
+            model(ids, trace=trace, compute_logits=False)
+        except _Recorded:
+            pass
     return trace[name].float()
+
+
+class _Recorded(Exception):
+    """Raised by _TraceUntilRecorded once it holds its point."""
+
+
+class _TraceUntilRecorded(Trace):
+    """A trace of one point that ends the forward pass as soon as the point is recorded: nothing after it
+    (the layer's own attention and MLP, the blocks after it, the logits) changes it. At layer l of a model
+    this runs l blocks and a norm instead of l + 1 blocks (a streamed model's block hooks run on an
+    exception too: core/streamed.py's always_call)."""
+
+    def record(self, name: str, tensor: torch.Tensor) -> None:
+        super().record(name, tensor)
+        if name in self.tensors:
+            raise _Recorded
 
 
 def _stack_inputs(model, ids: torch.Tensor, layer: int, stack: str, source_ids) -> torch.Tensor:
     """real_inputs of an encoder-decoder's stack (see there)."""
-    from ..trace import Trace
     from .measured import layer_modules
 
     layer_modules(model, layer, stack)  # the layer checked against the stack's depth

@@ -405,16 +405,27 @@ def test_real_inputs_are_the_trace_of_each_window():
         lip.real_inputs(model, ids, 0, 30, 2)
 
 
-def test_real_inputs_stop_after_the_layer_with_the_same_values():
-    # real_inputs runs the model only up to the measured layer: the same bits as a whole forward pass
-    model = _model("gpt2", n_layers=3)
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_real_inputs_stop_at_the_layers_input_with_the_same_values(family):
+    # real_inputs runs the model only up to the measured layer's attention input, not the layer itself:
+    # the same bits as a whole forward pass, and the layer's attention and MLP never run
+    model = _model(family, n_layers=3)
     ids = list(range(1, 21))
     starts = lip.window_starts(20, 6, 3)
     batch = torch.tensor([ids[s:s + 6] for s in starts])
     for layer in range(3):
         name = f"blocks.{layer}.attn.input"
         _, full = model.run_with_trace(batch, names=(name, f"blocks.{layer}.resid_post"))
-        assert torch.equal(lip.real_inputs(model, ids, layer, 6, 3, starts), full[name].float())
+        ran = []
+        hooks = [model.blocks[layer].attn.register_forward_pre_hook(lambda *_: ran.append("attn")),
+                 model.blocks[layer].mlp.register_forward_pre_hook(lambda *_: ran.append("mlp"))]
+        try:
+            X = lip.real_inputs(model, ids, layer, 6, 3, starts)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        assert torch.equal(X, full[name].float())
+        assert ran == []
         out, early = model.run_with_trace(batch, names=(name, f"blocks.{layer}.resid_post"), stop_after_layer=layer)
         assert out.logits is None and torch.equal(out.hidden, full[f"blocks.{layer}.resid_post"])
         assert torch.equal(early[name], full[name])

@@ -1,0 +1,120 @@
+"""A finished headless command ends with os._exit after flushing (desktop_app.__main__.exit_when_done):
+its output files and its stdout, piped (block-buffered), are whole; the normal exit is kept where a
+non-daemon thread still runs or for the GUI."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from desktop_app import __main__ as entry
+from desktop_app.cli import main as cli_main
+from desktop_app.core.checkpoints import new_model, save_model_folder
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.tokenizer import char_tokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. " * 4
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    tok = char_tokenizer(TEXT)
+    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
+                           context_length=64, init_std=0.3)
+    path = tmp_path_factory.mktemp("m") / "model"
+    save_model_folder(new_model(cfg, seed=1), path, tokenizer=tok)
+    (path.parent / "text.txt").write_text(TEXT, encoding="utf-8")
+    return path
+
+
+def _rows(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_a_cli_run_in_its_own_process_leaves_whole_outputs(model_dir, tmp_path, capsys):
+    """The same lipschitz and trace commands in this process (normal return) and as `python -m desktop_app`
+    (fast exit, stdout a pipe): the same stdout lines, CSV rows and trace arrays."""
+    lip = ["lipschitz", str(model_dir), "--layer", "1", "--text-file", str(model_dir.parent / "text.txt"),
+           "--lengths", "4,8", "--samples", "2", "--csv"]
+    trace = ["trace", str(model_dir), "--text", "the cat sat", "--out"]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", XDG_DATA_HOME=str(tmp_path / "data"))
+    for name, command, out in (("lipschitz", lip, "l.csv"), ("trace", trace, "t.npz")):
+        ref, fast = tmp_path / f"ref-{out}", tmp_path / f"fast-{out}"
+        assert cli_main([*command, str(ref)]) == 0
+        ref_stdout = capsys.readouterr().out.strip().splitlines()
+        done = subprocess.run([sys.executable, "-m", "desktop_app", *command, str(fast)], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        fast_stdout = done.stdout.strip().splitlines()
+        assert len(fast_stdout) == len(ref_stdout) and fast_stdout, (name, done.stdout)
+        if name == "lipschitz":
+            assert json.loads(fast_stdout[-1]).keys() == json.loads(ref_stdout[-1]).keys()
+            got, want = _rows(fast), _rows(ref)
+            assert len(got) == len(want) == 4 and list(got[0]) == list(want[0])
+            np.testing.assert_allclose([float(r["lipschitz"]) for r in got], [float(r["lipschitz"]) for r in want],
+                                       rtol=1e-4)
+        else:
+            with np.load(fast) as got, np.load(ref) as want:
+                assert sorted(got.files) == sorted(want.files)
+                for key in want.files:
+                    np.testing.assert_array_equal(got[key], want[key])
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(f"fast-{out}") and p != fast]  # no temp left
+
+
+class _Exited(Exception):
+    pass
+
+
+def _fake_exit(calls):
+    def fake(rc):
+        calls.append(("exit", rc))
+        raise _Exited
+    return fake
+
+
+def test_it_flushes_then_exits_only_for_a_command_with_no_other_thread(monkeypatch):
+    calls = []
+
+    class Stream(io.StringIO):
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        def flush(self):
+            calls.append(("flush", self.name))
+
+    monkeypatch.setattr(os, "_exit", _fake_exit(calls))
+    monkeypatch.setattr(sys, "stdout", Stream("stdout"))
+    monkeypatch.setattr(sys, "stderr", Stream("stderr"))
+    monkeypatch.delitem(sys.modules, "PySide6", raising=False)  # pytest-qt may have loaded it
+    every_thread = threading.enumerate  # less pytest-timeout's watchdog, which a real command run lacks
+    monkeypatch.setattr(threading, "enumerate", lambda: [t for t in every_thread()
+                                                         if not t.name.startswith("pytest_timeout")])
+
+    monkeypatch.setattr(sys, "argv", ["desktop_app", "lipschitz", "x"])
+    with pytest.raises(_Exited):
+        entry.exit_when_done(3)
+    assert calls == [("flush", "stdout"), ("flush", "stderr"), ("exit", 3)]
+
+    calls.clear()
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait)  # a non-daemon thread still running: the normal exit joins it
+    worker.start()
+    try:
+        assert entry.exit_when_done(0) == 0 and calls == []
+    finally:
+        release.set()
+        worker.join()
+
+    monkeypatch.setattr(sys, "argv", ["desktop_app", "model-folder"])  # the GUI
+    assert entry.exit_when_done(0) == 0 and calls == []

@@ -37,9 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import child_env
 from ..commands.args import OneLineParser, int_in
 
-REPO = Path(__file__).resolve().parents[2]
 
 OURS = """
 import json, sys, time
@@ -127,12 +127,8 @@ def main(argv: list[str]) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-firstlook-") as tmp:
         folder = Path(tmp) / args.shape
         params = make_folder(args.shape, folder)
-        env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_DATA_HOME=str(Path(tmp) / "data"),
-                   XDG_CONFIG_HOME=str(Path(tmp) / "config"))
-        env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        # as bench startup: an installed app has its bytecode compiled, as transformers' has in site-packages;
-        # without a cache each launch compiled the app's ~108 modules from source (~0.4 s of ours)
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env = child_env(QT_QPA_PLATFORM="offscreen", XDG_DATA_HOME=str(Path(tmp) / "data"),
+                        XDG_CONFIG_HOME=str(Path(tmp) / "config"))
         png = str(Path(tmp) / "first-look.png")
         for _ in range(args.repeat):  # alternating: both sides see the same machine load
             ours.append(_run(OURS, [str(folder), "--panel", "attention", "--text", text, "--screenshot", png,

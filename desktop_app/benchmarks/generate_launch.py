@@ -30,9 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import child_env
 from ..commands.args import OneLineParser, int_in
 
-REPO = Path(__file__).resolve().parents[2]
 PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
 
 REFERENCE = """
@@ -74,8 +74,7 @@ def main(argv: list[str]) -> dict:
         folder = Path(args.folder) if args.folder else Path(tmp) / args.shape
         if not (folder / "config.json").exists():
             make_folder(args.shape, folder)
-        env = dict(os.environ, XDG_DATA_HOME=str(Path(tmp) / "data"), XDG_CONFIG_HOME=str(Path(tmp) / "config"))
-        env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env = child_env(XDG_DATA_HOME=str(Path(tmp) / "data"), XDG_CONFIG_HOME=str(Path(tmp) / "config"))
         prompt = ",".join(map(str, PROMPT))
         ours_argv = ["-m", "desktop_app", "generate", str(folder), "--prompt-ids", prompt, "--max-new", str(args.new),
                      "--strategy", "greedy", "--json"]

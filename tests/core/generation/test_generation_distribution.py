@@ -109,3 +109,16 @@ def test_top_p_of_one_keeps_every_token_in_the_filter_itself():
     # with top-k on, process_logits runs the top-p filter at p = 1: the set is top-k's alone
     d = process_logits(_logits([0.4, 0.3, 0.2, 0.1]), top_k=2, top_p=1.0)
     assert _kept(d) == {0, 1} and torch.equal(d.kept, top_k_mask(d.tempered_probs, 2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([-math.inf, -1.0, 0.0, 2.0, 2.0, math.nan]), min_size=1, max_size=40))
+def test_greedy_picks_argmax_first_of_ties_and_a_nan_as_torch_does(values):
+    """pick's greedy token is torch.argmax's on the logits: the first of tied maxima, the first NaN if any
+    (it reads max(0)'s index, which is faster; the two must never differ)."""
+    from desktop_app.core.generation.sampling import pick
+    logits = torch.tensor(values, dtype=torch.float32)
+    dist = process_logits(logits)
+    token, how = pick(dist, "greedy", torch.Generator())
+    assert how == "greedy"
+    assert token == int(torch.argmax(logits.double()))

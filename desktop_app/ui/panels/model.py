@@ -397,7 +397,7 @@ class ModelPanel(QWidget):
         encoder-decoder's target chips by how likely it found each target token. While another panel's tab
         is on show, when this one is next shown: the first look at 1,024 tokens in the Attention panel
         waited ~1 s for colours of a tab nobody saw (log-softmax over 1,024 x 151,936 logits)."""
-        self._trace_unseen = not self.isWindow() and not self.isVisibleTo(self.window())
+        self._trace_unseen = not _on_show_in_its_window(self)
         if self._trace_unseen:
             return
         loaded, ids = self.state.loaded, self.state.token_ids
@@ -525,3 +525,14 @@ class ModelPanel(QWidget):
     def summary_value(self, label: str) -> str:
         """The text shown for one summary row (tests, screenshots)."""
         return self._summary_labels[label].text()
+
+
+def _on_show_in_its_window(widget) -> bool:
+    """Whether `widget` shows when its top-level window does: no widget between them is hidden (a tab
+    widget hides the pages not on show). Asked of the widget's own ancestors, not of the main window."""
+    while widget is not None and not widget.isWindow():
+        if widget.isHidden():
+            return False
+        widget = widget.parentWidget()
+    return True
+

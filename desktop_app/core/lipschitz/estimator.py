@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..attention import attention_probs
+from ...threads import one_thread_when_small
 from ..jobs import JobControl
 from ..model import apply_rotary
 from .measured import AttentionMap, rotary_transpose
@@ -265,6 +266,13 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
     iteration counts and values within 1e-7 on the demo model and a random GPT-2 layer, for 30-35%
     less time (the reorthogonalisation reads the whole basis twice per product).
     """
+    # small products: one thread (threads.one_thread_when_small); the work per product is the batch's input
+    with one_thread_when_small(X.numel()):
+        return _spectral_norm(fn, X, tol, max_iter, basis_size, start, seed, rigorous, reorthogonalize, job)
+
+
+def _spectral_norm(fn, X: torch.Tensor, tol: float, max_iter: int, basis_size: int | None, start: torch.Tensor | None,
+                   seed: int, rigorous: bool, reorthogonalize: bool | None, job: JobControl | None) -> SpectralEstimate:
     if reorthogonalize is None:
         reorthogonalize = rigorous
     X = X.detach()

@@ -148,7 +148,7 @@ class _SoftmaxLinearization:
         # gradient (what transposing each and concatenating did in two copies)
         grad_in = gq.new_empty(B, n, H * (2 * self.kq + self.kv))
         for t, lo, hi in ((gq, 0, H * self.kq), (gk, H * self.kq, 2 * H * self.kq), (gv, 2 * H * self.kq, None)):
-            grad_in[..., lo:hi].unflatten(-1, (H, t.shape[-1])).copy_(t.transpose(1, 2))
+            grad_in[..., lo:hi].view(B, n, H, t.shape[-1]).copy_(t.transpose(1, 2))  # view: no Python unflatten
         return grad_in @ self.W_in.T
 
 

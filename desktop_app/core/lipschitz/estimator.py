@@ -323,13 +323,13 @@ def _spectral_norm(fn, X: torch.Tensor, tol: float, max_iter: int, basis_size: i
         for j in range(S):
             u = lin.jvp(Vb[:, j].view(b, n, d)).reshape(b, M)
             if j > 0:  # the GKL recurrence (then, if asked, reorthogonalisation against all of U)
-                u = u - beta_prev[:, None] * Ub[:, j - 1]
+                u = torch.addcmul(u, beta_prev[:, None], Ub[:, j - 1], value=-1.0)  # one op: per-op cost rules here
                 if reorthogonalize:
                     u = _orthogonalize(u, Ub[:, :j])
             alpha = _batched_norm(u)
-            Ub[:, j] = u / alpha.clamp_min(tiny)[:, None]
+            torch.div(u, alpha.clamp_min(tiny)[:, None], out=Ub[:, j])
             w = lin.vjp(Ub[:, j].view((b,) + out_shape[1:])).reshape(b, N)
-            w = w - alpha[:, None] * Vb[:, j]
+            w = torch.addcmul(w, alpha[:, None], Vb[:, j], value=-1.0)
             if reorthogonalize:
                 w = _orthogonalize(w, Vb[:, : j + 1])
             beta = _batched_norm(w)
@@ -337,7 +337,7 @@ def _spectral_norm(fn, X: torch.Tensor, tol: float, max_iter: int, basis_size: i
             if j + 1 == cap:
                 cap = min(2 * cap, S + 1)
                 Vb, Ub = _slots(Vb, None, j + 1, cap), _slots(Ub, None, j + 1, cap)
-            Vb[:, j + 1] = w / beta.clamp_min(tiny)[:, None]
+            torch.div(w, beta.clamp_min(tiny)[:, None], out=Vb[:, j + 1])
             alpha_beta = torch.stack([alpha, beta]).double().cpu().numpy()  # one device-to-host copy
             alphas[:, j], betas[:, j] = alpha_beta[0], alpha_beta[1]
             total += 1
@@ -359,11 +359,11 @@ def _spectral_norm(fn, X: torch.Tensor, tol: float, max_iter: int, basis_size: i
             if k < MIN_STEPS and not rigorous:  # too early to trust a Ritz gap
                 newly = breakdown
             last = total >= max_iter or j == S - 1
-            newly_t = torch.from_numpy(newly)
-            finish = newly_t | torch.tensor(last).expand(b)
-            if bool(finish.any()):
-                finishing = finish.nonzero()[:, 0]  # positions in the batch of the samples that stop now
-                finishing_np = finishing.numpy()
+            # the usual step (nobody stops) decides in numpy: no torch op (each costs more than its work here)
+            if last or newly.any():
+                newly_t = torch.from_numpy(newly)
+                finishing_np = np.flatnonzero(newly | last)  # positions in the batch of the samples that stop now
+                finishing = torch.from_numpy(finishing_np)
                 q1 = torch.from_numpy(right_ritz_t[finishing_np, 0, :]).to(dtype=dtype, device=dev)  # right singular vectors of Bk
                 p1 = torch.from_numpy(left_ritz[finishing_np, :, 0]).to(dtype=dtype, device=dev)
                 finishing_dev = finishing.to(dev)
@@ -381,8 +381,7 @@ def _spectral_norm(fn, X: torch.Tensor, tol: float, max_iter: int, basis_size: i
                     restart_v = vr[~newly_t[finishing].to(dev)]
                     if k > 1:
                         theta2_seen[active.numpy()] = np.maximum(theta2_seen[active.numpy()], ritz_values[:, 1])
-            keep = ~newly_t
-            if last or not bool(keep.all()):
+                keep = ~newly_t
                 if not bool(keep.any()):
                     active = active[:0]
                     break

@@ -79,6 +79,9 @@ class _SoftmaxLinearization:
         # [d, H*k | H*k | H*kv] and [H*kv, d_out]
         self.W_in = torch.cat([fmap.W_Q.reshape(H * kq, d), fmap.W_K.reshape(H * kq, d),
                                fmap.W_V.reshape(H * self.kv, d)], 0).T.contiguous()
+        # the same rows head by head ([H * (k + k + kv), d]: each head's q, k, v rows together), for the vjp,
+        # whose gradients are head-major
+        self.W_in_heads = torch.cat([fmap.W_Q, fmap.W_K, fmap.W_V], 1).reshape(-1, d)
         self.W_out = fmap.W_O.permute(0, 2, 1).reshape(H * self.kv, fmap.d_out).contiguous()
         self.out_shape = (B, n, fmap.d_out)
         if split:
@@ -144,12 +147,10 @@ class _SoftmaxLinearization:
         if self.rot is not None:
             cos, sin = self.rot
             gq, gk = rotary_transpose(gq, cos, sin), rotary_transpose(gk, cos, sin)
-        # each head-major gradient is copied once, straight into its columns of the token-major input
-        # gradient (what transposing each and concatenating did in two copies)
-        grad_in = gq.new_empty(B, n, H * (2 * self.kq + self.kv))
-        for t, lo, hi in ((gq, 0, H * self.kq), (gk, H * self.kq, 2 * H * self.kq), (gv, 2 * H * self.kq, None)):
-            grad_in[..., lo:hi].view(B, n, H, t.shape[-1]).copy_(t.transpose(1, 2))  # view: no Python unflatten
-        return grad_in @ self.W_in.T
+        # one concatenation, head-major, and one token-major copy against the head-major rows of W_in: 4 torch
+        # ops where writing each gradient into its columns of W_in's order took 13 (per-op cost rules here)
+        grad_heads = torch.cat([gq, gk, gv], -1)  # [B, H, n, k + k + kv]
+        return grad_heads.transpose(1, 2).reshape(B, n, -1) @ self.W_in_heads
 
 
 class _AutogradLinearization:

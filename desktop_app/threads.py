@@ -82,3 +82,27 @@ def every_free_core():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+# Up to this many input elements per product (samples x tokens x width), torch's ops are microseconds of
+# work each, and meeting a second thread at the end of every op costs more than it saves, even with the
+# other core free: the demo model's sweep at lengths 8-32 (2 samples, d 128: <= 8k elements), 10 runs each,
+# took a median 72-73 ms (min 68-71) on one thread against 148-182 ms (min 85-88) on two (2 cores, load 1.0-1.6).
+SMALL_WORK_ELEMENTS = 1 << 16
+
+
+@contextmanager
+def one_thread_when_small(elements: int):
+    """torch on one thread inside when a loop's products read at most SMALL_WORK_ELEMENTS input elements
+    (the count before restored after); otherwise left alone. An explicit OMP_NUM_THREADS wins."""
+    if elements > SMALL_WORK_ELEMENTS or os.environ.get("OMP_NUM_THREADS"):
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

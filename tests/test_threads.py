@@ -74,3 +74,30 @@ def test_every_free_core_sets_the_fair_count_inside_and_new_threads_start_with_t
             assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(n)
+
+
+def test_one_thread_when_small_inside_only_for_small_work_and_an_explicit_omp_num_threads_wins(monkeypatch):
+    from desktop_app.core.lipschitz import spectral_norm
+
+    n = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    seen = []
+
+    def layer(X):  # records the thread count the estimator's products run on
+        seen.append(torch.get_num_threads())
+        return torch.tanh(X)
+
+    try:
+        torch.set_num_threads(2)
+        with threads.one_thread_when_small(threads.SMALL_WORK_ELEMENTS):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with threads.one_thread_when_small(threads.SMALL_WORK_ELEMENTS + 1):
+            assert torch.get_num_threads() == 2
+        spectral_norm(layer, torch.randn(2, 4, 3, dtype=torch.float64))
+        assert seen and set(seen) == {1} and torch.get_num_threads() == 2
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's choice wins
+        with threads.one_thread_when_small(8):
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(n)

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..attention import attention_probs
+from ...threads import one_thread_when_small
 from ..jobs import JobControl
 from ..model import apply_rotary
 from .measured import AttentionMap, rotary_transpose
@@ -78,6 +79,9 @@ class _SoftmaxLinearization:
         # [d, H*k | H*k | H*kv] and [H*kv, d_out]
         self.W_in = torch.cat([fmap.W_Q.reshape(H * kq, d), fmap.W_K.reshape(H * kq, d),
                                fmap.W_V.reshape(H * self.kv, d)], 0).T.contiguous()
+        # the same rows head by head ([H * (k + k + kv), d]: each head's q, k, v rows together), for the vjp,
+        # whose gradients are head-major
+        self.W_in_heads = torch.cat([fmap.W_Q, fmap.W_K, fmap.W_V], 1).reshape(-1, d)
         self.W_out = fmap.W_O.permute(0, 2, 1).reshape(H * self.kv, fmap.d_out).contiguous()
         self.out_shape = (B, n, fmap.d_out)
         if split:
@@ -143,12 +147,10 @@ class _SoftmaxLinearization:
         if self.rot is not None:
             cos, sin = self.rot
             gq, gk = rotary_transpose(gq, cos, sin), rotary_transpose(gk, cos, sin)
-        # each head-major gradient is copied once, straight into its columns of the token-major input
-        # gradient (what transposing each and concatenating did in two copies)
-        grad_in = gq.new_empty(B, n, H * (2 * self.kq + self.kv))
-        for t, lo, hi in ((gq, 0, H * self.kq), (gk, H * self.kq, 2 * H * self.kq), (gv, 2 * H * self.kq, None)):
-            grad_in[..., lo:hi].unflatten(-1, (H, t.shape[-1])).copy_(t.transpose(1, 2))
-        return grad_in @ self.W_in.T
+        # one concatenation, head-major, and one token-major copy against the head-major rows of W_in: 4 torch
+        # ops where writing each gradient into its columns of W_in's order took 13 (per-op cost rules here)
+        grad_heads = torch.cat([gq, gk, gv], -1)  # [B, H, n, k + k + kv]
+        return grad_heads.transpose(1, 2).reshape(B, n, -1) @ self.W_in_heads
 
 
 class _AutogradLinearization:
@@ -265,6 +267,13 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
     iteration counts and values within 1e-7 on the demo model and a random GPT-2 layer, for 30-35%
     less time (the reorthogonalisation reads the whole basis twice per product).
     """
+    # small products: one thread (threads.one_thread_when_small); the work per product is the batch's input
+    with one_thread_when_small(X.numel()):
+        return _spectral_norm(fn, X, tol, max_iter, basis_size, start, seed, rigorous, reorthogonalize, job)
+
+
+def _spectral_norm(fn, X: torch.Tensor, tol: float, max_iter: int, basis_size: int | None, start: torch.Tensor | None,
+                   seed: int, rigorous: bool, reorthogonalize: bool | None, job: JobControl | None) -> SpectralEstimate:
     if reorthogonalize is None:
         reorthogonalize = rigorous
     X = X.detach()
@@ -315,13 +324,13 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
         for j in range(S):
             u = lin.jvp(Vb[:, j].view(b, n, d)).reshape(b, M)
             if j > 0:  # the GKL recurrence (then, if asked, reorthogonalisation against all of U)
-                u = u - beta_prev[:, None] * Ub[:, j - 1]
+                u = torch.addcmul(u, beta_prev[:, None], Ub[:, j - 1], value=-1.0)  # one op: per-op cost rules here
                 if reorthogonalize:
                     u = _orthogonalize(u, Ub[:, :j])
             alpha = _batched_norm(u)
-            Ub[:, j] = u / alpha.clamp_min(tiny)[:, None]
+            torch.div(u, alpha.clamp_min(tiny)[:, None], out=Ub[:, j])
             w = lin.vjp(Ub[:, j].view((b,) + out_shape[1:])).reshape(b, N)
-            w = w - alpha[:, None] * Vb[:, j]
+            w = torch.addcmul(w, alpha[:, None], Vb[:, j], value=-1.0)
             if reorthogonalize:
                 w = _orthogonalize(w, Vb[:, : j + 1])
             beta = _batched_norm(w)
@@ -329,7 +338,7 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
             if j + 1 == cap:
                 cap = min(2 * cap, S + 1)
                 Vb, Ub = _slots(Vb, None, j + 1, cap), _slots(Ub, None, j + 1, cap)
-            Vb[:, j + 1] = w / beta.clamp_min(tiny)[:, None]
+            torch.div(w, beta.clamp_min(tiny)[:, None], out=Vb[:, j + 1])
             alpha_beta = torch.stack([alpha, beta]).double().cpu().numpy()  # one device-to-host copy
             alphas[:, j], betas[:, j] = alpha_beta[0], alpha_beta[1]
             total += 1
@@ -351,11 +360,11 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
             if k < MIN_STEPS and not rigorous:  # too early to trust a Ritz gap
                 newly = breakdown
             last = total >= max_iter or j == S - 1
-            newly_t = torch.from_numpy(newly)
-            finish = newly_t | torch.tensor(last).expand(b)
-            if bool(finish.any()):
-                finishing = finish.nonzero()[:, 0]  # positions in the batch of the samples that stop now
-                finishing_np = finishing.numpy()
+            # the usual step (nobody stops) decides in numpy: no torch op (each costs more than its work here)
+            if last or newly.any():
+                newly_t = torch.from_numpy(newly)
+                finishing_np = np.flatnonzero(newly | last)  # positions in the batch of the samples that stop now
+                finishing = torch.from_numpy(finishing_np)
                 q1 = torch.from_numpy(right_ritz_t[finishing_np, 0, :]).to(dtype=dtype, device=dev)  # right singular vectors of Bk
                 p1 = torch.from_numpy(left_ritz[finishing_np, :, 0]).to(dtype=dtype, device=dev)
                 finishing_dev = finishing.to(dev)
@@ -373,8 +382,7 @@ def spectral_norm(fn, X: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, b
                     restart_v = vr[~newly_t[finishing].to(dev)]
                     if k > 1:
                         theta2_seen[active.numpy()] = np.maximum(theta2_seen[active.numpy()], ritz_values[:, 1])
-            keep = ~newly_t
-            if last or not bool(keep.all()):
+                keep = ~newly_t
                 if not bool(keep.any()):
                     active = active[:0]
                     break

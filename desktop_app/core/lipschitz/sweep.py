@@ -14,6 +14,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from ...threads import one_thread_when_small
 from ..jobs import JobControl, report
 from .bounds import map_bounds
 from .estimator import spectral_norm
@@ -263,24 +264,27 @@ def run_sweep(spec: SweepSpec, job: JobControl | None = None,
     fmap = sweep_function(spec)
     lengths = sorted(int(n) for n in spec.lengths)
     result = SweepResult(label=spec.label or sweep_label(spec), function=fmap.label)
-    radius = spec.radius
-    if source.uses_radius and radius is None:
-        radius = DEFAULT_SYNTHETIC_RADIUS if spec.function == SYNTHETIC else observed_radius(spec)
-    inputs_at = source.inputs(SourceContext(spec, fmap, lengths, radius, job))
-    for i, n in enumerate(lengths):
-        report(job, i, len(lengths), f"n = {n}")
-        X, est = inputs_at(n)
-        if est is None:
-            # No warm start from the previous length: padding the previous top vector with small
-            # noise starved the new directions and, on the demo model, once stopped 5.5% below
-            # sigma_max; a fresh Gaussian start has a component along every direction.
-            est = spectral_norm(fmap, X, tol=spec.tol, seed=spec.seed + n, job=job)
-        radii = torch.linalg.vector_norm(X, dim=-1).amax(-1).double().cpu().numpy()
-        up, lo = map_bounds(fmap, n, radii)
-        res = LengthResult(n, est.sigma.double().cpu().numpy(), radii, up, lo, est.iterations.numpy())
-        result.lengths.append(res)
-        result.refit()
-        if on_length is not None:
-            on_length(res, result)
+    # the inputs' traces and every product on one thread when the largest length's batch is small
+    # (threads.one_thread_when_small: per-op overhead, not work, at that size)
+    with one_thread_when_small(spec.samples * lengths[-1] * fmap.d):
+        radius = spec.radius
+        if source.uses_radius and radius is None:
+            radius = DEFAULT_SYNTHETIC_RADIUS if spec.function == SYNTHETIC else observed_radius(spec)
+        inputs_at = source.inputs(SourceContext(spec, fmap, lengths, radius, job))
+        for i, n in enumerate(lengths):
+            report(job, i, len(lengths), f"n = {n}")
+            X, est = inputs_at(n)
+            if est is None:
+                # No warm start from the previous length: padding the previous top vector with small
+                # noise starved the new directions and, on the demo model, once stopped 5.5% below
+                # sigma_max; a fresh Gaussian start has a component along every direction.
+                est = spectral_norm(fmap, X, tol=spec.tol, seed=spec.seed + n, job=job)
+            radii = torch.linalg.vector_norm(X, dim=-1).amax(-1).double().cpu().numpy()
+            up, lo = map_bounds(fmap, n, radii)
+            res = LengthResult(n, est.sigma.double().cpu().numpy(), radii, up, lo, est.iterations.numpy())
+            result.lengths.append(res)
+            result.refit()
+            if on_length is not None:
+                on_length(res, result)
     report(job, len(lengths), len(lengths), "done")
     return result

@@ -101,3 +101,30 @@ def test_one_thread_when_small_inside_only_for_small_work_and_an_explicit_omp_nu
             assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(n)
+
+
+def test_this_processs_own_running_threads_are_not_busy_elsewhere():
+    """A thread of this process spinning is counted as its own, not as another process's work."""
+    import hashlib
+    import threading
+
+    stop = threading.Event()
+    started = threading.Event()
+    data = bytes(1 << 22)
+
+    def spin():  # hashing a large buffer runs without the GIL: the thread stays runnable beside the asking one
+        started.set()
+        while not stop.is_set():
+            hashlib.sha256(data).digest()
+
+    worker = threading.Thread(target=spin, daemon=True)
+    worker.start()
+    try:
+        started.wait(5)
+        seen = [threads.own_running_threads() for _ in range(200)]
+    finally:
+        stop.set()
+        worker.join(5)
+    assert min(seen) >= 1
+    assert max(seen) >= 2  # the spinning thread was seen running at least once beside the asking one
+    assert threads.own_running_threads() >= 1

@@ -606,12 +606,6 @@ class GenerationSession(HistoryTree, BeamSearch):
             logits = self._model_forward(full, None, trace)
         recomputed = parents is not None and not self.incremental  # keep only the new token's row
         prefix = len(self._steps.prefix)
-        if (not recomputed and ids.shape[0] == 1 and logits.device.type == "cpu" and logits.dtype == torch.float32
-                and (trace is None or all(t.dtype == torch.float32 for t in trace.tensors.values()))):
-            # every one-row step on a float32 CPU model: to_host would hand back the same tensors; each
-            # record's batch dim dropped in one pass (a loop each for renaming, handing over and slicing
-            # was ~0.1 ms of a 124M step)
-            return logits, [{} if trace is None else {n[prefix:]: t[0] for n, t in trace.tensors.items()}]
         recorded: list[tuple[str, torch.Tensor]] = []
         for name, t in (trace.items() if trace is not None else ()):  # already detached by Trace.record
             name = name[prefix:]

@@ -119,9 +119,8 @@ def test_a_step_brings_its_logits_and_records_to_the_host_in_one_transfer(device
     # (the debug mode's own "prototype feature" warning names no operation)
     syncs = [str(w.message) for w in caught if "called a synchronizing" in str(w.message)]
     assert len(nodes) == 3
-    # on a device one transfer a step: the logits and every record together; a float32 model on the CPU
-    # hands its tensors on as they are, through no transfer at all
-    assert transfers == ([1 + len(node.record) for node in nodes] if device == "cuda" else [])
+    # one transfer a step: the logits and every record together
+    assert transfers == [1 + len(node.record) for node in nodes]
     assert all(bool(node.record) == record for node in nodes)
     if device == "cuda":  # the token in (host to device) and everything out: two waits a step
         assert len(syncs) <= 2 * len(nodes), f"{len(syncs)} waits on the device in {len(nodes)} steps: {syncs[:3]}"

@@ -83,6 +83,23 @@ def fit_torch_threads(reserve: int = 0) -> int | None:
 
 
 @contextmanager
+def torch_threads(n: int | None):
+    """torch on `n` threads inside, the count before restored after (torch starts each new thread with the
+    last count set, so other workers keep theirs); None, or an explicit OMP_NUM_THREADS, leaves it alone."""
+    if n is None or os.environ.get("OMP_NUM_THREADS"):
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextmanager
 def every_free_core():
     """torch on every core free now (none kept for the UI) while this thread computes a job the UI only
     waits on, its count before restored after. The first look at 0.5B, 1,024 tokens, on 2 cores: with
@@ -91,17 +108,8 @@ def every_free_core():
     is not free (the trace forced onto two beside a busy neighbour took 6.3 and 14.7 s against 5.2 and
     6.3 s on one). OpenMP's count is per thread, but torch starts each new thread with the last count
     set: restoring it keeps the other workers on theirs. An explicit OMP_NUM_THREADS wins."""
-    if os.environ.get("OMP_NUM_THREADS"):
+    with torch_threads(fair_thread_count()):
         yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(fair_thread_count())
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # Up to this many input elements per product (samples x tokens x width), torch's ops are microseconds of
@@ -115,14 +123,5 @@ SMALL_WORK_ELEMENTS = 1 << 16
 def one_thread_when_small(elements: int):
     """torch on one thread inside when a loop's products read at most SMALL_WORK_ELEMENTS input elements
     (the count before restored after); otherwise left alone. An explicit OMP_NUM_THREADS wins."""
-    if elements > SMALL_WORK_ELEMENTS or os.environ.get("OMP_NUM_THREADS"):
+    with torch_threads(1 if elements <= SMALL_WORK_ELEMENTS else None):
         yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from . import child_env
+from . import REPO, child_env
 from ..commands.args import OneLineParser, int_in
 from ..commands.args import device as device_name
 
@@ -90,17 +90,13 @@ def bert6_checkpoint(width: int = 256) -> tuple[str, dict]:
             cmd = [sys.executable, "-m", "desktop_app", "train", *training, "--text-file", str(demo_text_path()),
                    "--out", str(run_dir)]
             print(f"bench lipschitz --bert6: training the checkpoint once ({' '.join(cmd[1:])})", file=sys.stderr)
-            done = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), cwd=_root())
+            done = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), cwd=REPO)
             if done.returncode != 0:
                 raise RuntimeError(f"training the --bert6 checkpoint failed: {done.stderr.strip()[-2000:]}")
             os.replace(run_dir, folder)  # whole or not at all
     metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
     last = metrics[-1] if isinstance(metrics, list) else metrics
     return str(folder), last
-
-
-def _root() -> str:
-    return str(Path(__file__).resolve().parents[2])
 
 
 
@@ -169,7 +165,7 @@ def _import_torch_s() -> float:
     """Seconds from process start to exit of a process importing torch as the CLI does (the whole run's floor)."""
     code = "from desktop_app.imports import kept_for_good\nwith kept_for_good():\n    import torch"
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, env=child_env(), cwd=_root())
+    subprocess.run([sys.executable, "-c", code], check=True, env=child_env(), cwd=REPO)
     return time.perf_counter() - t0
 
 
@@ -180,7 +176,7 @@ def _whole_run(model_dir: str, args, csv_path: str) -> tuple[float, list[float]]
     if args.text_file:
         cmd += ["--text-file", args.text_file]
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), cwd=_root())
+    done = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), cwd=REPO)
     seconds = time.perf_counter() - t0
     if done.returncode != 0:
         raise RuntimeError(f"the whole-run command failed ({done.returncode}): {done.stderr.strip()[-2000:]}")

@@ -65,9 +65,22 @@ def test_rollout_and_statistics_wait_for_the_worker(trace):
     assert find_view(av.VIEWS, "head-stats").compute(data, state) is None
 
 
+def max_pool(m: np.ndarray, size: int) -> np.ndarray:
+    """The reference: a [R, C] matrix shrunk to at most size x size by block maxima, in numpy (the app's
+    thumbnails were made this way before they were pooled by torch in the trace's dtype)."""
+    r, c = m.shape
+    fr, fc = -(-r // size), -(-c // size)
+    if fr == 1 and fc == 1:
+        return m
+    # pad with the smallest value so padding never shows (a block always holds one real cell)
+    padded = np.full((-(-r // fr) * fr, -(-c // fc) * fc), m.min() if m.size else 0, dtype=m.dtype)
+    padded[:r, :c] = m
+    return padded.reshape(padded.shape[0] // fr, fr, padded.shape[1] // fc, fc).max(axis=(1, 3))
+
+
 def test_thumbnails_are_pooled_and_masked_cells_grey():
     m = np.tril(np.ones((300, 300), np.float32))
-    small = av.max_pool(m, 96)
+    small = av.pooled_heads(m[None], None, 96)[0]
     assert small.shape == (75, 75) and small.max() == 1  # blocks of 4 x 4: at most 96 a side
     lut = np.stack([np.arange(256)] * 3, axis=1).astype(np.uint8)
     thumbs = av.thumbnails([m[None]], np.tril(np.ones((300, 300), bool)), lut, 96)
@@ -90,7 +103,7 @@ def test_thumbnails_pooled_in_the_traces_dtype_equal_numpys_in_float32():
                       torch.rand(3, t_q, t_k, generator=gen) * 3 - 2):
             heads = heads.to(torch.bfloat16)
             shown = None if mask.all() else mask
-            ref = np.stack([av.max_pool(m if shown is None else np.where(shown, m, -1.0), 96)
+            ref = np.stack([max_pool(m if shown is None else np.where(shown, m, -1.0), 96)
                             for m in heads.float().numpy()])
             got = av.pooled_heads(heads, shown, 96)
             assert got.dtype == np.float32 and got.shape == ref.shape and max(got.shape[1:]) <= 96

@@ -119,7 +119,9 @@ def test_patching_cancel_stops_the_run(qtbot, window, monkeypatch):
     qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: len(calls) > 4, timeout=20_000)
     qtbot.mouseClick(panel.cancel_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: panel.patch_status.text() == "Patching cancelled.", timeout=20_000)
+    # the job's "cancelled" and "finished" signals arrive as two queued events: wait for the second
+    qtbot.waitUntil(lambda: panel.patch_status.text() == "Patching cancelled." and not panel.cancel_button.isEnabled(),
+                    timeout=20_000)
     assert panel.patching is None and panel.run_button.isEnabled() and not panel.progress.isVisible()
 
 

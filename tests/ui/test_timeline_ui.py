@@ -118,6 +118,9 @@ def test_a_click_on_the_bars_loss_curve_and_play(qtbot, run, isolated_user_files
     x, y = bar.loss_curve.getData()
     assert len(x) == 12 and len(bar.kept_marks.data) == 4  # the loss at every logged step, the kept ones marked
     vb = bar.plot.getPlotItem().vb
+    # a person clicks the curve they see: wait for it to be painted (pyqtgraph fits the view to the data when it
+    # paints; mapped before that, the click lands off the curve and nothing opens)
+    qtbot.waitUntil(lambda: vb.viewRange()[0][0] <= 0 and vb.viewRange()[0][1] >= 12, timeout=30_000)
     pos = bar.plot.mapFromScene(vb.mapViewToScene(QPointF(3.6, float(y[3]))))
     qtbot.mouseClick(bar.plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
     qtbot.waitUntil(lambda: state.loaded.path == step_folder(run, 4) and bar.shown_step == 4, timeout=60_000)

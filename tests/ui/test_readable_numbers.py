@@ -49,3 +49,11 @@ def test_every_logit_lens_cell_reads_at_a_contrast_of_at_least_4_5(qtbot, tmp_pa
                 for r in range(lens.rowCount()) for c in range(1, lens.columnCount()))
     assert worst >= 4.5, worst  # white on p = 0.61's light blue was 2.5
     panel.lens_view.grab().save(str(tmp_path / "lens.png"))
+
+
+def test_every_token_chips_id_reads_on_its_chip():
+    """The id under a token on the Model panel's probability colours: grey 110 on a mid blue was at 1.1."""
+    for t in np.linspace(0.0, 1.0, 101):
+        chip = token_strip.value_colour(float(t), 0.0, 1.0)
+        assert _contrast(token_strip.id_colour_on(chip), chip) >= 4.5, (t, chip.name())
+    assert token_strip.id_colour_on(QColor("#ffffff")) == QColor(110, 110, 110)  # the quiet grey where it reads

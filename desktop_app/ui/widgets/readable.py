@@ -30,12 +30,21 @@ def _relative_luminance(colour: QColor) -> float:
     return 0.2126 * linear(colour.redF()) + 0.7152 * linear(colour.greenF()) + 0.0722 * linear(colour.blueF())
 
 
+def contrast_ratio(a: QColor, b: QColor) -> float:
+    """WCAG 2's contrast ratio of two colours (1 .. 21; 4.5 is its minimum for text)."""
+    hi, lo = sorted((_relative_luminance(a), _relative_luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
 def text_colour_on(background: QColor, dark: QColor | None = None, light: QColor | None = None) -> QColor:
     """Black or white text, whichever contrasts more with `background` (WCAG's contrast ratio): black on a
     light blue or a pale yellow, white on a saturated blue (either reads at a contrast of 4.5 at least)."""
     dark = QColor(0, 0, 0) if dark is None else dark
     light = QColor(255, 255, 255) if light is None else light
-    lum = _relative_luminance(background)
-    on_dark = (_relative_luminance(light) + 0.05) / (lum + 0.05)
-    on_light = (lum + 0.05) / (_relative_luminance(dark) + 0.05)
-    return light if on_dark > on_light else dark
+    return light if contrast_ratio(light, background) > contrast_ratio(dark, background) else dark
+
+
+def quiet_text_colour_on(background: QColor, quiet: QColor) -> QColor:
+    """`quiet` (a grey for secondary text) where it still reads on `background` (contrast 4.5), else the
+    text colour that reads best: a token's id under it, grey on a pale chip, black or white on a blue one."""
+    return quiet if contrast_ratio(quiet, background) >= 4.5 else text_colour_on(background)

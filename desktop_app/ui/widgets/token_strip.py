@@ -15,7 +15,13 @@ from PySide6.QtCore import QPoint, QRect, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QScrollArea, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
-from .readable import text_colour_on
+from .readable import quiet_text_colour_on, text_colour_on
+
+
+def id_colour_on(chip: QColor) -> QColor:
+    """The colour of the id under a token: a quiet grey where it reads, the token's own text colour on a
+    mid or deep blue (the grey there was at a contrast of 1.1, unreadable)."""
+    return quiet_text_colour_on(chip, QColor(110, 110, 110))
 
 
 def value_colour(value: float, vmin: float, vmax: float) -> QColor:
@@ -132,15 +138,13 @@ class _StripCanvas(QWidget):
             sel = i == self.selected
             p.setPen(QPen(QColor(220, 60, 20), 2) if sel else QPen(QColor(180, 180, 180), 1))
             p.drawRoundedRect(QRectF(r).adjusted(0.5, 0.5, -0.5, -0.5), 3, 3)
-            text = text_colour_on(bg)
-            dark = text.lightness() > 128  # light text: the chip is dark
-            p.setPen(text)
+            p.setPen(text_colour_on(bg))
             p.setFont(self.font())
             p.drawText(QRect(r.x(), r.y() + self.PAD_Y, r.width(), fm.height()),
                        Qt.AlignmentFlag.AlignHCenter, _visible(self.strings[i]))
             if self.show_ids:
                 p.setFont(self._id_font)
-                p.setPen(QColor(230, 230, 230) if dark else QColor(110, 110, 110))
+                p.setPen(id_colour_on(bg))
                 p.drawText(QRect(r.x(), r.y() + self.PAD_Y + fm.height(), r.width(), r.height() - fm.height()),
                            Qt.AlignmentFlag.AlignHCenter, str(self.ids[i]))
         p.end()

@@ -736,23 +736,27 @@ class Block(nn.Module):
 
     def forward(self, x, mask, rotary, cache, trace: Trace | None, prefix: str, is_causal_full: bool, *,
                 source: torch.Tensor | None = None, source_mask: torch.Tensor | None = None,
-                cross_cache: LayerCache | None = None) -> torch.Tensor:
+                cross_cache: LayerCache | None = None, stop_at: str | None = None) -> torch.Tensor:
         """x [B, T, d] through every sublayer. mask, rotary, cache, is_causal_full: the self-attention's
-        (Attention.forward); source [B, S, d], source_mask, cross_cache: the cross-attention's (Attention.cross)."""
+        (Attention.forward); source [B, S, d], source_mask, cross_cache: the cross-attention's (Attention.cross);
+        stop_at: compose's."""
         run = {"attn": lambda h: self.attn(h, mask, rotary, cache, trace, prefix + "attn.", is_causal_full),
                "cross_attn": lambda h: self.cross_attn.cross(h, source, source_mask, cross_cache, trace,
                                                              prefix + "cross_attn."),
                "mlp": lambda h: self.mlp(h, trace, prefix + "mlp.")}
-        return self.compose(x, run, trace=trace, prefix=prefix)
+        return self.compose(x, run, trace=trace, prefix=prefix, stop_at=stop_at)
 
     def compose(self, x: torch.Tensor, run: dict, *, norm: Callable[[str], Callable] | None = None,
-                replace: dict | None = None, trace: Trace | None = None, prefix: str = "") -> torch.Tensor:
+                replace: dict | None = None, trace: Trace | None = None, prefix: str = "",
+                stop_at: str | None = None) -> torch.Tensor:
         """The residual stream x through the sublayers as their records say: run[name](h) computes f from
         its input h; norm(name) is the callable applied for the block's norm `name` (default: the norm
         itself); replace[name](h, stream) gives a sublayer's whole output (what `.out` records: f, its
         output norm and multiplier) from its input h and the stream it read before its norm. The
         attribution graph's replacement model (core/graphs) drives its blocks through here with norms and
-        attention patterns frozen and the MLPs replaced, so every family's placement is this one code."""
+        attention patterns frozen and the MLPs replaced, so every family's placement is this one code.
+        stop_at: a point of this block (prefix + "attn.input", "attn.out", "resid_mid" ...) after which
+        nothing more runs; the stream as it is there is returned."""
         norm = norm or (lambda name: getattr(self, name))
         block_in, added, made = x, None, None  # the block's input; the last sublayer's output, the stream it made
         for s in self.sublayers:
@@ -760,6 +764,8 @@ class Block(nn.Module):
             if s.norm is not None and not s.post:
                 h = norm(s.norm)(h)
             h = point(trace, prefix + s.name + ".input", h)  # read only: a transcoder's input (core/features)
+            if stop_at == prefix + s.name + ".input":
+                return x
             if replace is not None and s.name in replace:
                 out = replace[s.name](h, stream)
             else:
@@ -771,6 +777,8 @@ class Block(nn.Module):
             if self.training:
                 out = self.resid_dropout(out)
             out = point(trace, prefix + s.name + ".out", out)
+            if stop_at == prefix + s.name + ".out":
+                return x
             if s.post:
                 new = norm(s.norm)(x + out)
             elif s.parallel and x is made and not s.input_first:  # (m + a) + input, transformers' GPT-NeoX order:
@@ -779,6 +787,8 @@ class Block(nn.Module):
             else:
                 new = x + out
             x = point(trace, prefix + s.resid, new)
+            if stop_at == prefix + s.resid:
+                return x
             added, made = out, new
         return x
 
@@ -1038,15 +1048,18 @@ class Transformer(ModelBase):
     def forward(self, input_ids: torch.Tensor, *, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, trace: Trace | None = None,
                 cache: KVCache | None = None, compute_logits: bool = True,
-                interventions=None, stop_after_layer: int | None = None,
+                interventions=None, stop_at: str | None = None,
                 on_layer: Callable[[int], None] | None = None) -> ModelOutput:
         """input_ids [B, T] (or [T]); attention_mask [B, T_total] with 1 for real tokens.
 
         With a cache, input_ids are the new tokens only and positions continue after the cache.
         interventions: Intervention edits (core/interventions.py) applied at their trace names.
-        stop_after_layer: return right after block `stop_after_layer` (its output as `hidden`, no
-        logits, no final-norm/pooler records; a cache then holds only the blocks run), for callers
-        that need one layer's activations only (the Lipschitz lab's inputs).
+        stop_at: a trace point ("embed", "blocks.3.attn.input", "blocks.3.resid_post" ...) after which the
+        pass returns: nothing after it runs (not the rest of its block, nor the later blocks, the logit
+        lens, the final norm or the logits); `hidden` is the residual stream there, a cache holds only
+        the layers run. A point inside a sublayer (attn.q, attn.pattern ...) ends the pass at its block's
+        end (before its logit lens). For callers that need early activations only (the Lipschitz lab's
+        inputs, the features' hook points).
         on_layer: called with each block's index once it has run and its records are in the trace
         (a first look that arrives layer by layer; it may raise, e.g. core.jobs.Cancelled, to stop).
         A ViT (input_kind "patches") takes pixel values [B, C, H, W] (or [C, H, W]) in place of
@@ -1100,19 +1113,22 @@ class Transformer(ModelBase):
         if x is None:
             x = self.embed(input_ids, positions, token_type_ids)
         x = point(trace, "embed", x)
+        if stop_at == "embed":
+            return ModelOutput(logits=None, hidden=x, cache=cache)
         for l, block in enumerate(self.blocks):
             lc = cache.layers[l] if cache is not None else None
             window = layer_window(cfg, l)
             # the fused causal kernel only when no window can hide a key (else an explicit mask)
             is_causal_full = (cfg.causal and past == 0 and attention_mask is None and (window is None or total <= window)
                               and cfg.positions != "alibi")
-            x = block(x, mask_for(window), rotary_for(l), lc, trace, f"blocks.{l}.", is_causal_full)
+            x = block(x, mask_for(window), rotary_for(l), lc, trace, f"blocks.{l}.", is_causal_full,
+                      stop_at=stop_at)
+            if stop_at is not None and stop_at.startswith(f"blocks.{l}."):
+                return ModelOutput(logits=None, hidden=x, cache=cache)
             if trace is not None and cfg.lm_head and trace.wants(f"blocks.{l}.logit_lens"):
                 trace.record(f"blocks.{l}.logit_lens", self.unembed(x))
             if on_layer is not None:
                 on_layer(l)
-            if stop_after_layer is not None and l >= stop_after_layer:
-                return ModelOutput(logits=None, hidden=x, cache=cache)
         if trace is not None and cfg.final_norm and trace.wants("final_norm.out"):
             trace.record("final_norm.out", self.final_norm(x))
         if trace is not None and cfg.pooler_size and trace.wants("pooler"):

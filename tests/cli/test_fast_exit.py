@@ -17,23 +17,8 @@ import pytest
 
 from desktop_app import __main__ as entry
 from desktop_app.cli import main as cli_main
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
-TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. " * 4
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    tok = char_tokenizer(TEXT)
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
-                           context_length=64, init_std=0.3)
-    path = tmp_path_factory.mktemp("m") / "model"
-    save_model_folder(new_model(cfg, seed=1), path, tokenizer=tok)
-    (path.parent / "text.txt").write_text(TEXT, encoding="utf-8")
-    return path
 
 
 def _rows(path):
@@ -41,12 +26,12 @@ def _rows(path):
         return list(csv.DictReader(fh))
 
 
-def test_a_cli_run_in_its_own_process_leaves_whole_outputs(model_dir, tmp_path, capsys):
+def test_a_cli_run_in_its_own_process_leaves_whole_outputs(char_gpt2_dir, tmp_path, capsys):
     """The same lipschitz and trace commands in this process (normal return) and as `python -m desktop_app`
     (fast exit, stdout a pipe): the same stdout lines, CSV rows and trace arrays."""
-    lip = ["lipschitz", str(model_dir), "--layer", "1", "--text-file", str(model_dir.parent / "text.txt"),
+    lip = ["lipschitz", str(char_gpt2_dir), "--layer", "1", "--text-file", str(char_gpt2_dir.parent / "text.txt"),
            "--lengths", "4,8", "--samples", "2", "--csv"]
-    trace = ["trace", str(model_dir), "--text", "the cat sat", "--out"]
+    trace = ["trace", str(char_gpt2_dir), "--text", "the cat sat", "--out"]
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", XDG_DATA_HOME=str(tmp_path / "data"))
     for name, command, out in (("lipschitz", lip, "l.csv"), ("trace", trace, "t.npz")):
         ref, fast = tmp_path / f"ref-{out}", tmp_path / f"fast-{out}"

@@ -10,26 +10,12 @@ import torch
 
 from desktop_app.cli import main
 from desktop_app.core import lipschitz as lip
-from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
+from desktop_app.core.checkpoints import load_model_folder
 
 CUDA = torch.cuda.is_available()
 # each device test once on the CPU and once on CUDA (marked `cuda`: packaging/gpu_check.sh runs those on the card)
 DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", id="cuda", marks=[
     pytest.mark.cuda, pytest.mark.skipif(not CUDA, reason="needs a CUDA device: torch.cuda.is_available() is False")])])
-TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. " * 4
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    tok = char_tokenizer(TEXT)
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
-                           context_length=64, init_std=0.3)
-    path = tmp_path_factory.mktemp("m") / "model"
-    save_model_folder(new_model(cfg, seed=1), path, tokenizer=tok)
-    (path.parent / "text.txt").write_text(TEXT, encoding="utf-8")
-    return path
 
 
 def _read(path):
@@ -37,10 +23,10 @@ def _read(path):
         return list(csv.DictReader(fh))
 
 
-def test_model_real_data(model_dir, tmp_path, capsys):
+def test_model_real_data(char_gpt2_dir, tmp_path, capsys):
     out = tmp_path / "real.csv"
-    rc = main(["lipschitz", str(model_dir), "--layer", "1", "--data", "real", "--text-file",
-               str(model_dir.parent / "text.txt"), "--lengths", "4,8,16", "--samples", "3", "--csv", str(out)])
+    rc = main(["lipschitz", str(char_gpt2_dir), "--layer", "1", "--data", "real", "--text-file",
+               str(char_gpt2_dir.parent / "text.txt"), "--lengths", "4,8,16", "--samples", "3", "--csv", str(out)])
     assert rc == 0
     lines = capsys.readouterr().out.strip().splitlines()
     summary = json.loads(lines[-1])
@@ -48,8 +34,8 @@ def test_model_real_data(model_dir, tmp_path, capsys):
     assert list(rows[0]) == list(lip.CSV_COLUMNS) and len(rows) == 9
     assert [int(r["n"]) for r in rows] == [4] * 3 + [8] * 3 + [16] * 3
     # the values are the local constants of the model's layer-1 sublayer at those windows (exact Jacobian)
-    loaded = load_model_folder(model_dir)
-    ids = loaded.tokenizer.encode(TEXT)
+    loaded = load_model_folder(char_gpt2_dir)
+    ids = loaded.tokenizer.encode((char_gpt2_dir.parent / "text.txt").read_text(encoding="utf-8"))
     starts = lip.window_starts(len(ids), 16, 3)
     X = lip.real_inputs(loaded.model, ids, 1, 8, 3, starts)
     exact = lip.exact_jacobian_norm(lip.module_function(loaded.model, 1), X).numpy()
@@ -62,14 +48,14 @@ def test_model_real_data(model_dir, tmp_path, capsys):
     assert len(summary["exponent_ci"]) == 2
 
 
-def test_model_adversarial_head(model_dir, tmp_path, capsys):
+def test_model_adversarial_head(char_gpt2_dir, tmp_path, capsys):
     out = tmp_path / "adv.csv"
-    rc = main(["lipschitz", str(model_dir), "--layer", "0", "--head", "1", "--no-masked", "--data", "adversarial",
+    rc = main(["lipschitz", str(char_gpt2_dir), "--layer", "0", "--head", "1", "--no-masked", "--data", "adversarial",
                "--radius", "2.5", "--lengths", "4,8", "--samples", "2", "--csv", str(out)])
     assert rc == 0
     rows = _read(out)
     assert len(rows) == 2 and all(float(r["radius"]) == pytest.approx(2.5) for r in rows)
-    model = load_model_folder(model_dir).model
+    model = load_model_folder(char_gpt2_dir).model
     f = lip.layer_map(model, 0, head=1, masked=False)
     X = lip.adversarial_input(f.A[0], 8, 2.5)[None].float()
     assert float(rows[1]["lipschitz"]) == pytest.approx(float(lip.exact_jacobian_norm(f, X)[0]), rel=2e-4)
@@ -102,30 +88,30 @@ def test_synthetic_softmax_has_bounds(tmp_path, capsys):
         assert int(r["iterations"]) >= 1
 
 
-def test_bad_input(model_dir, tmp_path, capsys):
+def test_bad_input(char_gpt2_dir, tmp_path, capsys):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"\xff\xfe\x00bad")
-    assert main(["lipschitz", str(model_dir), "--text-file", str(bad), "--lengths", "4", "--csv",
+    assert main(["lipschitz", str(char_gpt2_dir), "--text-file", str(bad), "--lengths", "4", "--csv",
                  str(tmp_path / "x.csv")]) == 2
     assert "bad.txt" in capsys.readouterr().err
-    assert main(["lipschitz", str(model_dir), "--lengths", "4,x", "--csv", str(tmp_path / "x.csv")]) == 2
-    assert main(["lipschitz", str(model_dir), "--layer", "7", "--lengths", "4", "--text-file",
-                 str(model_dir.parent / "text.txt"), "--csv", str(tmp_path / "x.csv")]) == 2
+    assert main(["lipschitz", str(char_gpt2_dir), "--lengths", "4,x", "--csv", str(tmp_path / "x.csv")]) == 2
+    assert main(["lipschitz", str(char_gpt2_dir), "--layer", "7", "--lengths", "4", "--text-file",
+                 str(char_gpt2_dir.parent / "text.txt"), "--csv", str(tmp_path / "x.csv")]) == 2
     assert "layer 7" in capsys.readouterr().err
     assert main(["lipschitz", str(tmp_path / "nope"), "--lengths", "4", "--csv", str(tmp_path / "x.csv")]) == 2
     assert not (tmp_path / "x.csv").exists()
 
 
-def test_model_search(model_dir, tmp_path, capsys):
+def test_model_search(char_gpt2_dir, tmp_path, capsys):
     """Gradient ascent on the sphere of radius R: every input keeps radius R and ends with a local
     constant at least that of its random starting point (recomputed here with the exact Jacobian)."""
     out = tmp_path / "search.csv"
-    assert main(["lipschitz", str(model_dir), "--layer", "0", "--head", "0", "--no-masked", "--data", "search",
+    assert main(["lipschitz", str(char_gpt2_dir), "--layer", "0", "--head", "0", "--no-masked", "--data", "search",
                  "--radius", "2.0", "--search-steps", "3", "--lengths", "4", "--samples", "2",
                  "--csv", str(out)]) == 0
     rows = _read(out)
     assert len(rows) == 2 and all(float(r["radius"]) == pytest.approx(2.0) for r in rows)
-    model = load_model_folder(model_dir).model
+    model = load_model_folder(char_gpt2_dir).model
     f = lip.layer_map(model, 0, head=0, masked=False)
     g = torch.Generator().manual_seed(0 + 4)
     X0 = torch.randn(2, 4, model.cfg.d_model, generator=g)
@@ -245,13 +231,13 @@ def test_final_json_is_strict_when_the_fit_is_undefined(tmp_path, capsys):
 
 
 @DEVICES
-def test_lipschitz_on_a_device_gives_the_cpu_values(model_dir, tmp_path, capsys, device):
+def test_lipschitz_on_a_device_gives_the_cpu_values(char_gpt2_dir, tmp_path, capsys, device):
     """lipschitz --device: the sweep runs on that device and gives the CPU's values (issue 31)."""
     rows = {}
     for dev in ("cpu", device):
         out = tmp_path / f"{dev}.csv"
-        assert main(["lipschitz", str(model_dir), "--layer", "1", "--data", "real", "--text-file",
-                     str(model_dir.parent / "text.txt"), "--lengths", "4,8", "--samples", "2", "--csv", str(out),
+        assert main(["lipschitz", str(char_gpt2_dir), "--layer", "1", "--data", "real", "--text-file",
+                     str(char_gpt2_dir.parent / "text.txt"), "--lengths", "4,8", "--samples", "2", "--csv", str(out),
                      "--device", dev, "--overwrite"]) == 0
         rows[dev] = np.array([float(r["lipschitz"]) for r in _read(out)])
     capsys.readouterr()
@@ -284,14 +270,14 @@ def test_bench_lipschitz_smoke(capsys, device):
         result["reference_s"] / result["import_torch_s"][0], rel=1e-2)
 
 
-def test_the_label_names_the_text_file(model_dir, tmp_path, capsys):
+def test_the_label_names_the_text_file(char_gpt2_dir, tmp_path, capsys):
     """Runs on different texts get different labels (issue 25 §6): the JSON label names the text file
     the windows were read from, as the panel's legend does (sweep_label)."""
     other = tmp_path / "other.txt"
-    other.write_text(TEXT[::-1], encoding="utf-8")
+    other.write_text((char_gpt2_dir.parent / "text.txt").read_text(encoding="utf-8")[::-1], encoding="utf-8")
     labels = []
-    for name, text in (("text.txt", model_dir.parent / "text.txt"), ("other.txt", other)):
-        rc = main(["lipschitz", str(model_dir), "--layer", "0", "--data", "real", "--text-file", str(text),
+    for name, text in (("text.txt", char_gpt2_dir.parent / "text.txt"), ("other.txt", other)):
+        rc = main(["lipschitz", str(char_gpt2_dir), "--layer", "0", "--data", "real", "--text-file", str(text),
                    "--lengths", "4,8", "--samples", "2", "--csv", str(tmp_path / f"{name}.csv")])
         assert rc == 0
         labels.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["label"])

@@ -193,3 +193,28 @@ def test_a_weight_replaced_after_packing_falls_back_to_three_products():
     x = torch.randn(1, 3, 32)
     with torch.no_grad():
         assert torch.allclose(attn.project_qkv(x)[2], F.linear(x, attn.v.weight, attn.v.bias))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "parallel"])
+@pytest.mark.parametrize("stop_at", ["embed", "blocks.0.attn.input", "blocks.0.attn.out", "blocks.0.resid_mid",
+                                     "blocks.1.mlp.input", "blocks.1.mlp.out", "blocks.1.resid_post",
+                                     "blocks.0.attn.pattern"])
+def test_stop_at_ends_the_pass_right_after_the_point(name, stop_at):
+    # the records of a pass stopped at a point are those of the whole pass up to that point, bit for bit,
+    # and nothing after it; a point inside a sublayer (attn.pattern) ends the pass at its block's end
+    torch.manual_seed(0)
+    m = Transformer(ModelConfig.gpt2(**SMALL, parallel_residual=True) if name == "parallel" else CONFIGS[name]).eval()
+    ids = torch.randint(0, 50, (2, 9))
+    full_out, full = m.run_with_trace(ids)
+    out, early = m.run_with_trace(ids, stop_at=stop_at)
+    last = "blocks.0.resid_post" if stop_at.endswith("pattern") else stop_at
+    assert stop_at in full and out.logits is None
+    assert list(early) == list(full)[:list(full).index(last) + 1]
+    for k in early:
+        assert torch.equal(early[k], full[k]), k
+    stream = {"embed": "embed", "blocks.0.attn.input": "embed", "blocks.0.attn.out": "embed",
+              "blocks.1.mlp.input": "blocks.1.resid_mid", "blocks.1.mlp.out": "blocks.1.resid_mid"}
+    assert torch.equal(out.hidden, full[stream.get(stop_at, last)])  # the residual stream there
+    # without a trace too (the attention then fused: the same values up to rounding)
+    with torch.no_grad():
+        torch.testing.assert_close(m(ids, stop_at=stop_at).hidden, out.hidden)

@@ -166,7 +166,7 @@ def record_points(model, ids: Sequence[int] | torch.Tensor, points: Sequence[Hoo
             return trace
         last = max((p.layer for p in points), default=-1)
         model(batch(ids), trace=trace, compute_logits=False, interventions=interventions or None,
-              stop_after_layer=last if last >= 0 else None)
+              stop_at=f"blocks.{last}.resid_post" if last >= 0 else None)
     return trace
 
 

@@ -30,8 +30,7 @@ def real_inputs(model, token_ids: Sequence[int], layer: int, n: int, K: int, sta
                 stack: str | None = None, source_ids: Sequence[int] | None = None) -> torch.Tensor:
     """[K', n, d] trace 'blocks.{layer}.attn.input' of K windows of n consecutive tokens, each run
     through the model as its own sequence, all in one batch (K' < K when the text has fewer distinct
-    windows). The forward pass stops after the layer: the blocks after it and the logits do not
-    change its input.
+    windows). The forward pass stops once that input is recorded.
 
     An encoder-decoder's (`stack`, measured.layer_modules): "encoder", the windows run through the
     encoder (encoder.blocks.l.attn.input); "decoder" and "cross", the windows are the decoder's input,
@@ -45,29 +44,10 @@ def real_inputs(model, token_ids: Sequence[int], layer: int, n: int, K: int, sta
     if stack is not None:
         return _stack_inputs(model, ids, layer, stack, source_ids)
     name = f"blocks.{layer}.attn.input"
-    trace = _TraceUntilRecorded((name,))
-    with torch.no_grad():
-        try:
-            model(ids, trace=trace, compute_logits=False)
-        except _Recorded:
-            pass
+    # nothing after the point (the layer's attention and MLP, the later blocks) changes it: at layer l
+    # the pass runs l blocks and a norm
+    _, trace = model.run_with_trace(ids, names=(name,), compute_logits=False, stop_at=name)
     return trace[name].float()
-
-
-class _Recorded(Exception):
-    """Raised by _TraceUntilRecorded once it holds its point."""
-
-
-class _TraceUntilRecorded(Trace):
-    """A trace of one point that ends the forward pass as soon as the point is recorded: nothing after it
-    (the layer's own attention and MLP, the blocks after it, the logits) changes it. At layer l of a model
-    this runs l blocks and a norm instead of l + 1 blocks (a streamed model's block hooks run on an
-    exception too: core/streamed.py's always_call)."""
-
-    def record(self, name: str, tensor: torch.Tensor) -> None:
-        super().record(name, tensor)
-        if name in self.tensors:
-            raise _Recorded
 
 
 def _stack_inputs(model, ids: torch.Tensor, layer: int, stack: str, source_ids) -> torch.Tensor:

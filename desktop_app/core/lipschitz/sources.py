@@ -162,7 +162,7 @@ def image_layer_inputs(model, layer: int, samples: int) -> torch.Tensor:
                                         for i in held[:samples]]))
     name = f"blocks.{layer}.attn.input"
     _, trace = model.run_with_trace(pixels.to(model.device), names=(name,), compute_logits=False,
-                                    stop_after_layer=layer)  # later blocks do not change the input
+                                    stop_at=name)  # nothing after the point changes it
     return trace[name].float()
 
 

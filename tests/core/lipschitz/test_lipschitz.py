@@ -426,7 +426,8 @@ def test_real_inputs_stop_at_the_layers_input_with_the_same_values(family):
                 hook.remove()
         assert torch.equal(X, full[name].float())
         assert ran == []
-        out, early = model.run_with_trace(batch, names=(name, f"blocks.{layer}.resid_post"), stop_after_layer=layer)
+        out, early = model.run_with_trace(batch, names=(name, f"blocks.{layer}.resid_post"),
+                                          stop_at=f"blocks.{layer}.resid_post")
         assert out.logits is None and torch.equal(out.hidden, full[f"blocks.{layer}.resid_post"])
         assert torch.equal(early[name], full[name])
 

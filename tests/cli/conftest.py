@@ -1,0 +1,23 @@
+"""Fixtures shared by the CLI tests."""
+from __future__ import annotations
+
+import pytest
+
+from desktop_app.core.checkpoints import new_model, save_model_folder
+from desktop_app.core.config import ModelConfig
+from desktop_app.core.tokenizer import char_tokenizer
+
+TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. " * 4
+
+
+@pytest.fixture(scope="module")
+def char_gpt2_dir(tmp_path_factory):
+    """A random 2-layer GPT-2 (d_model 16) on a character tokenizer, saved as a model folder, with the
+    text its tokenizer was built from beside it as text.txt (for --text-file)."""
+    tok = char_tokenizer(TEXT)
+    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
+                           context_length=64, init_std=0.3)
+    path = tmp_path_factory.mktemp("m") / "model"
+    save_model_folder(new_model(cfg, seed=1), path, tokenizer=tok)
+    (path.parent / "text.txt").write_text(TEXT, encoding="utf-8")
+    return path

@@ -1,6 +1,7 @@
 """The Features panel's views: a feature's dashboard (top contexts, histogram, decoder tokens) and the
-bar chart of a next-token logit's direct attribution to features. Widgets only: the panel computes
-(through AppState.run) and hands them plain results (core.features.TopContexts, FeatureAttribution).
+bars of a next-token logit's direct attribution to features (widgets/attribution_bars, as the What if
+panel's). Widgets only: the panel computes (through AppState.run) and hands them plain results
+(core.features.TopContexts, FeatureAttribution).
 """
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QLab
 
 from .. import settings as app_settings
 from ..settings import plot_background, plot_foreground
-from ..widgets.heatmap import LabelAxis
-
-POSITIVE, NEGATIVE = "#0072B2", "#D55E00"  # as the What if panel: raise / lower the logit
+from ..widgets.attribution_bars import POSITIVE, AttributionBars, Bars
 
 
 def visible(s: str) -> str:
@@ -229,73 +228,31 @@ def component_label(component: str, feature: int) -> str:
     return f"f{feature}" if component == "feature" else component
 
 
-class FeatureAttributionChart(pg.PlotWidget):
-    """One bar per active feature (the largest |contribution| first, at most MAX_BARS, the rest as one
+MAX_FEATURE_BARS = 24  # the rest of the active features as one bar
+
+
+def feature_bars(fa) -> Bars:
+    """One bar per active feature (the largest |contribution| first, at most MAX_FEATURE_BARS, the rest as one
     'other features' bar), then the decoder bias, the skip term and the error term: they add up to the
     direct contribution of the dictionary's write point to the logit."""
+    from ...core.features import ATTRIBUTION_COLUMNS
 
-    MAX_BARS = 24
+    rows = fa.rows()
+    features = [r for r in rows if r[0] == "feature"]
+    rest = [r for r in rows if r[0] != "feature" and (r[0] != "skip" or fa.skip != 0.0)]
+    shown = features[:MAX_FEATURE_BARS]
+    labels = [component_label(c, f) for c, f, _a, _v in shown]
+    values = [float(v) for *_x, v in shown]
+    if len(features) > len(shown):
+        labels.append(f"{len(features) - len(shown)} other features")
+        values.append(float(sum(v for *_x, v in features[len(shown):])))
+    labels += [c for c, *_x in rest]
+    values += [float(v) for *_x, v in rest]
+    arrays = {"features": fa.features, "activations": fa.activations, "contributions": fa.contributions,
+              "bias": np.array(fa.bias), "skip": np.array(fa.skip), "error": np.array(fa.error),
+              "direct": np.array(fa.direct)}
+    return Bars(labels, values, arrays, list(ATTRIBUTION_COLUMNS), [list(r) for r in rows])
 
-    def __init__(self, parent=None) -> None:
-        # its labels thinned and elided to fit, as a heatmap's (they were drawn over each other)
-        super().__init__(parent, background=plot_background(), axisItems={"bottom": LabelAxis("bottom", tokens=False)})
-        self.plot_item = self.getPlotItem()
-        self.plot_item.setMenuEnabled(False)
-        self.plot_item.hideButtons()
-        self.plot_item.showGrid(y=True, alpha=0.3)
-        self.plot_item.setLabel("left", "direct contribution to the logit", color=plot_foreground())
-        self.attribution = None
-        self.labels: list[str] = []
-        self.values: list[float] = []
 
-    def set_attribution(self, fa, title: str) -> None:
-        self.attribution = fa
-        rows = fa.rows()
-        features = [r for r in rows if r[0] == "feature"]
-        rest = [r for r in rows if r[0] != "feature" and (r[0] != "skip" or fa.skip != 0.0)]
-        shown = features[:self.MAX_BARS]
-        self.labels = [component_label(c, f) for c, f, _a, _v in shown]
-        self.values = [float(v) for *_x, v in shown]
-        if len(features) > len(shown):
-            self.labels.append(f"{len(features) - len(shown)} other features")
-            self.values.append(float(sum(v for *_x, v in features[len(shown):])))
-        self.labels += [c for c, *_x in rest]
-        self.values += [float(v) for *_x, v in rest]
-        self.plot_item.clear()
-        x = np.arange(len(self.values)) + 0.5  # bar i's centre, where the axis writes label i
-        brushes = [pg.mkBrush(POSITIVE if v >= 0 else NEGATIVE) for v in self.values]
-        self.plot_item.addItem(pg.BarGraphItem(x=x, height=self.values, width=0.8, brushes=brushes, pen=None))
-        self.plot_item.getAxis("bottom").set_labels(self.labels)
-        self.plot_item.setTitle(title, color=plot_foreground())
-        self.plot_item.autoRange()
-
-    def clear_chart(self) -> None:
-        self.attribution, self.labels, self.values = None, [], []
-        self.plot_item.clear()
-        self.plot_item.getAxis("bottom").set_labels([])
-        self.plot_item.setTitle("")
-
-    # export (ExportBar's view protocol)
-    def export_widget(self):
-        return self
-
-    def svg_item(self):
-        return self.plot_item
-
-    def export_unavailable(self) -> str | None:
-        return None if self.attribution is not None else "no attribution yet: attach a dictionary and type a text"
-
-    def export_arrays(self) -> dict[str, np.ndarray]:
-        fa = self.attribution
-        if fa is None:
-            return {}
-        return {"features": fa.features, "activations": fa.activations, "contributions": fa.contributions,
-                "bias": np.array(fa.bias), "skip": np.array(fa.skip), "error": np.array(fa.error),
-                "direct": np.array(fa.direct)}
-
-    def csv_table(self):
-        if self.attribution is None:
-            return None
-        from ...core.features import ATTRIBUTION_COLUMNS
-
-        return list(ATTRIBUTION_COLUMNS), [list(r) for r in self.attribution.rows()]
+def feature_attribution_chart() -> AttributionBars:
+    return AttributionBars(feature_bars, "no attribution yet: attach a dictionary and type a text")

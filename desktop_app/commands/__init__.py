@@ -35,10 +35,11 @@ class Progress:
     EVERY_S = 5.0
 
     def __init__(self, unit: str, total: int = 0, counts_checks: bool = False) -> None:
-        import time
+        from ..core.jobs import TimeLeft
 
-        self.unit, self.total, self.done, self.counts_checks, self.clock = unit, total, 0, counts_checks, time.monotonic
-        self.start = self.last = self.clock()
+        self.unit, self.total, self.done, self.counts_checks = unit, total, 0, counts_checks
+        self.time_left = TimeLeft()
+        self.last = self.time_left.start
 
     def check(self) -> None:
         if self.counts_checks:
@@ -52,14 +53,11 @@ class Progress:
     def _say(self) -> None:
         import sys
 
-        now = self.clock()
+        now = self.time_left.clock()
         if now - self.last < self.EVERY_S or not 0 < self.done < self.total:
             return
-        rate = self.done / max(now - self.start, 1e-9)
-        left = (self.total - self.done) / rate
-        when = f"{left:.0f} s" if left < 90 else f"{left / 60:.1f} min" if left < 5400 else f"{left / 3600:.1f} h"
-        print(f"{self.unit} {self.done}/{self.total}, {rate:.3g} {self.unit}s/s, about {when} left",
-              file=sys.stderr, flush=True)
+        print(f"{self.unit} {self.done}/{self.total}, {self.time_left.rate(self.done):.3g} {self.unit}s/s, "
+              f"{self.time_left.phrase(self.done, self.total)}", file=sys.stderr, flush=True)
         self.last = now
 
 

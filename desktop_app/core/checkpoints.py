@@ -7,6 +7,7 @@ where possible. Every problem is one ModelLoadError naming the file and what is 
 """
 from __future__ import annotations
 
+import functools
 import json
 import mmap
 import re
@@ -20,7 +21,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .config import MAX_SIZES, ConfigError, ModelConfig
-from .devices import DTYPES, MemoryEstimateError, check_memory, choose_compute_dtype, resolve_dtype
+from .devices import DTYPES, MemoryEstimateError, check_memory, choose_compute_dtype, dtype_name, resolve_dtype
 from .families import Family, Weight, family_for, family_of
 from .files import JsonFileError, atomic_write_dir, interrupted_copy, read_json
 from .model import Transformer, sinusoidal_table
@@ -265,7 +266,7 @@ class _MetaSkeleton(torch.overrides.TorchFunctionMode):
 
 def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: set[str],
                    file_of: Callable[[str], Path], weights_file: Path, check_shapes: Callable[[Transformer], None],
-                   check_read: Callable[[], None], device: str | torch.device = "cpu",
+                   check_read: Callable[[torch.dtype], None], device: str | torch.device = "cpu",
                    dtype: str | torch.dtype | None = None, for_training: bool = False,
                    stored_dtype: torch.dtype | None = None,
                    block_reader: Callable[[], tuple[Callable[[str], torch.Tensor], Callable[[], None]]] | None = None,
@@ -273,7 +274,8 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
     """The model `cfg` describes, its weights read through the family's table from `get` (Hugging Face
     tensor name -> tensor; `names`: those the source holds): a model folder's safetensors or a GGUF file
     (core/formats). `check_shapes(meta_model)` compares the source's shapes before any data is read;
-    `check_read()` runs once every tensor is read. `stored_dtype`: the source's dtype when the tensors do
+    `check_read(into)` runs once every tensor is read and the dtype they are cast `into` is known, before the
+    cast allocates anything. `stored_dtype`: the source's dtype when the tensors do
     not say it (dequantized GGUF weights). With `block_reader` (a model larger than memory), only the
     weights outside the blocks are read now; each block is read while it computes (core/streamed.py)
     through a fresh (get, close) pair from block_reader(). Returns (model, config, stored dtype, why)."""
@@ -285,7 +287,6 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
         raise ModelLoadError(weights_file, "larger than memory: only a decoder or encoder, not for training, can be "
                                            "read layer by layer")
     sd = _from_hf(cfg, get, names, file_of, keep=(lambda n: not n.startswith("blocks.")) if streamed else None)
-    check_read()
     stored_dtype = stored_dtype or _stored_dtype(sd, resolve_dtype(cfg.dtype))
     dtype_reason = ""
     if dtype == "auto":  # the dtype that suits the device (devices.choose_compute_dtype)
@@ -293,6 +294,7 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
         choice = choose_compute_dtype(stored_dtype, device, count)
         dtype, dtype_reason = choice.dtype, choice.reason
     target_dtype = resolve_dtype(dtype) if dtype is not None else stored_dtype
+    check_read(target_dtype)
     if target_dtype != resolve_dtype(cfg.dtype):  # only the recorded dtype changes; the modules need nothing else
         cfg = model.cfg = cfg.replace(dtype={v: k for k, v in DTYPES.items()}[target_dtype])
     expected = {k: v for k, v in model.state_dict().items()}
@@ -330,12 +332,13 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
                 part = _from_hf(cfg, block_get, names, file_of, keep=lambda n: n.startswith(prefix))
                 # copies of their own, so that the files' pages are let go once the reader closes
                 out = {n[len(prefix):]: t.to(device=on, dtype=target_dtype, copy=True) for n, t in part.items()}
+                for n, t in out.items():
+                    if not torch.isfinite(t).all():
+                        hf = _hf_name_for(cfg, prefix + n, names)
+                        overflow = bool(torch.isfinite(part[prefix + n]).all())
+                        raise ModelLoadError(file_of(hf), _not_finite(hf, target_dtype if overflow else None))
             finally:
                 close()
-            for n, t in out.items():
-                if not torch.isfinite(t).all():
-                    hf = _hf_name_for(cfg, prefix + n, names)
-                    raise ModelLoadError(file_of(hf), f"tensor {hf!r} holds NaN or infinite values: the file is damaged")
             return out
 
         StreamedWeights(model, load_block)
@@ -426,8 +429,8 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     def check_shapes(meta_model: Transformer) -> None:
         _check_shapes(meta_model, files)
 
-    def check_finite() -> None:  # the tensors the model takes: an unused extra (e.g. a mask buffer) is not refused
-        _check_finite({name: files[name] for name in used})
+    def check_finite(into: torch.dtype) -> None:  # the tensors the model takes: an unused extra is not refused
+        _check_finite({name: files[name] for name in used}, into)
 
     def block_reader():  # handles of its own, closed once the block is copied: its pages unmapped
         own: dict[Path, object] = {}
@@ -489,14 +492,46 @@ def _check_layer_count(cfg: ModelConfig, files: dict[str, Path]) -> None:
 # >= the exponent bits (nothing above them but the mantissa); read as the unsigned integer, a negative one
 # is >= sign | exponent bits. So two maxima of the bytes as they are settle it: two reads of each chunk
 # while it is in the cache, nothing written (~0.12 s for a 0.5B model's 1 GB of bfloat16, against
-# ~0.25 s for a masked copy and its maximum).
+# ~0.25 s for a masked copy and its maximum). The same two maxima against a lower edge tell the finite
+# values that the cast to a narrower dtype makes infinite (float64's 1e39 as float32).
 _EXPONENT = {"F16": (np.int16, np.uint16, 0x7C00), "BF16": (np.int16, np.uint16, 0x7F80),
              "F32": (np.int32, np.uint32, 0x7F800000), "F64": (np.int64, np.uint64, 0x7FF0000000000000)}
 _FINITE_CHUNK = 1 << 20  # bytes per look: twice read from the cache, and the resident pages bounded
+_TORCH_FLOAT = {"F16": (torch.float16, torch.int16), "BF16": (torch.bfloat16, torch.int16),
+                "F32": (torch.float32, torch.int32), "F64": (torch.float64, torch.int64)}
 
 
-def _check_finite(files: dict[str, Path]) -> None:
-    """Refuse a tensor holding NaN or infinity (damaged bytes, a diverged save), naming it.
+@functools.cache
+def _overflow_bits(stored: str, into: torch.dtype) -> int | None:
+    """The bits of the smallest positive `stored` value that torch's cast to `into` makes infinite (the
+    cast rounds, so the edge lies a little above into's largest value), or None when no finite one does.
+    Found by bisection over the bits, which order positive floats, so it is exactly the cast's own edge."""
+    as_float, as_int = _TORCH_FLOAT[stored]
+
+    def overflows(bits: int) -> bool:
+        return bool(torch.isinf(torch.tensor([bits], dtype=as_int).view(as_float).to(into)).item())
+
+    finite, infinite = 0, _EXPONENT[stored][2]  # +0 and +infinity
+    if not overflows(infinite - 1):  # the largest finite value
+        return None
+    while infinite - finite > 1:
+        mid = (finite + infinite) // 2
+        finite, infinite = (finite, mid) if overflows(mid) else (mid, infinite)
+    return infinite
+
+
+def _not_finite(name: str, beyond: torch.dtype | None = None) -> str:
+    """The message for tensor `name` holding NaN or infinity, or (`beyond`) finite values the cast to that
+    dtype would make infinite."""
+    if beyond is None:
+        return f"tensor {name!r} holds NaN or infinite values: the file is damaged (or was saved from a diverged run)"
+    return (f"tensor {name!r} holds values beyond {dtype_name(beyond)}'s range (magnitudes above "
+            f"{torch.finfo(beyond).max:.3g}), the dtype it is computed in: they would become infinite")
+
+
+def _check_finite(files: dict[str, Path], into: torch.dtype) -> None:
+    """Refuse a tensor holding NaN or infinity (damaged bytes, a diverged save), or finite values that
+    the cast `into` the compute dtype would make infinite, naming it.
 
     Reads the files through a read-only map, a chunk at a time, without copying them, and releases
     each chunk's pages once looked at, so the resident set does not grow by the file's size.
@@ -518,17 +553,19 @@ def _check_finite(files: dict[str, Path]) -> None:
         try:
             for (begin, end), name, dt in spans:
                 signed, unsigned, exponent = _EXPONENT[dt]
+                overflow = _overflow_bits(dt, into)
                 sign = 1 << (8 * np.dtype(unsigned).itemsize - 1)
                 for off in range(8 + n + begin, 8 + n + end, _FINITE_CHUNK):
                     size = min(8 + n + end - off, _FINITE_CHUNK)
                     count = size // np.dtype(unsigned).itemsize
-                    as_signed = np.frombuffer(mm, dtype=signed, count=count, offset=off)
-                    as_unsigned = np.frombuffer(mm, dtype=unsigned, count=count, offset=off)
-                    bad = count and (int(as_signed.max()) >= exponent or int(as_unsigned.max()) >= sign | exponent)
-                    del as_signed, as_unsigned  # no view may outlive the map
-                    if bad:
-                        raise ModelLoadError(f, f"tensor {name!r} holds NaN or infinite values: the file is "
-                                                f"damaged (or was saved from a diverged run)")
+                    if not count:
+                        continue
+                    largest = int(np.frombuffer(mm, dtype=signed, count=count, offset=off).max())
+                    most_negative = int(np.frombuffer(mm, dtype=unsigned, count=count, offset=off).max())
+                    if largest >= exponent or most_negative >= sign | exponent:
+                        raise ModelLoadError(f, _not_finite(name))
+                    if overflow is not None and (largest >= overflow or most_negative >= sign | overflow):
+                        raise ModelLoadError(f, _not_finite(name, into))
                     if hasattr(mm, "madvise"):
                         page = off - off % mmap.PAGESIZE
                         mm.madvise(mmap.MADV_DONTNEED, page, off + size - page)

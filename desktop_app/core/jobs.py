@@ -6,10 +6,12 @@ and also once the program's main thread has ended: a job left running (or paused
 thread by code that failed or forgot to stop it ends at its next check instead of keeping the
 interpreter alive forever (Python waits for non-daemon threads at exit).
 The UI's workers wire progress to a signal and Cancel to cancel(); the CLI prints or ignores it.
+TimeLeft says how long is left, for both (the CLI's progress lines, a panel's progress bar).
 """
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable
 
 
@@ -43,3 +45,24 @@ def report(job: JobControl | None, done: int, total: int, message: str = "") -> 
     """progress() that accepts job=None, so core code needs no if around every call."""
     if job is not None:
         job.progress(done, total, message)
+
+
+class TimeLeft:
+    """How long a job has left, from its rate since it started (made when it starts)."""
+
+    clock = staticmethod(time.monotonic)
+
+    def __init__(self) -> None:
+        self.start = self.clock()
+
+    def rate(self, done: int) -> float:
+        """Units done per second so far."""
+        return done / max(self.clock() - self.start, 1e-9)
+
+    def phrase(self, done: int, total: int) -> str:
+        """'about 21 s left' (min, h when longer); '' before the first unit is done and once all are."""
+        if not 0 < done < total:
+            return ""
+        left = (total - done) / self.rate(done)
+        when = f"{left:.0f} s" if left < 90 else f"{left / 60:.1f} min" if left < 5400 else f"{left / 3600:.1f} h"
+        return f"about {when} left"

@@ -153,3 +153,25 @@ def test_graph_of_an_encoder_decoders_decoder(tmp_path, capsys):
     code, _, err = run(capsys, tmp_path / "t5", "--transcoders", tmp_path / "tc", "--ids", "7,3,8", "--out",
                        tmp_path / "h.json")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--source" in err, err
+
+
+@pytest.mark.parametrize("tensor,value", [("adjacency", float("nan")), ("adjacency", -float("inf")),
+                                          ("activation_values", float("inf"))])
+def test_a_raw_graph_file_with_nan_or_infinite_values_is_refused_in_one_line(files, tmp_path, capsys, tensor, value):
+    """The raw file `graph --raw` writes, read back (load_raw): damaged values are named with the file."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    out, raw = tmp_path / "g.json", tmp_path / "g.safetensors"
+    code, _, err = run(capsys, files / "llama", "--transcoders", files / "clt", "--prompt", "abc dea", "--out", out,
+                       "--raw", raw)
+    assert code == 0, err
+    assert load_raw(raw).adjacency.shape[0] > 0  # the undamaged file reads
+    with safe_open(str(raw), framework="pt") as f:
+        tensors, meta = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+    tensors[tensor].view(-1)[-1] = value
+    save_file(tensors, str(raw), metadata=meta)
+    with pytest.raises(ValueError) as info:
+        load_raw(raw)
+    msg = str(info.value)
+    assert msg.startswith(f"{raw}: {tensor} holds NaN or infinite values") and "\n" not in msg, msg

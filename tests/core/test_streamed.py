@@ -170,6 +170,20 @@ def test_a_damaged_block_is_named_when_it_is_read(tmp_path):
             loaded.model(torch.tensor([[1, 2, 3]]))
 
 
+def test_a_float64_block_beyond_float32s_range_is_named_when_it_is_read(tmp_path):
+    """Finite in the file, infinite once cast: said as such, not as damage."""
+    from safetensors.torch import load_file, save_file
+
+    folder = llama_folder(tmp_path / "llama")
+    sd = {k: v.double() for k, v in load_file(folder / "model.safetensors").items()}
+    sd["model.layers.1.mlp.up_proj.weight"][3, 4] = -1e39
+    save_file(sd, folder / "model.safetensors", metadata={"format": "pt"})
+    loaded = load_model_folder(folder, streamed=True)
+    with pytest.raises(ModelLoadError, match="'model.layers.1.mlp.up_proj.weight' holds values beyond float32's range"):
+        with torch.no_grad():
+            loaded.model(torch.tensor([[1, 2, 3]]))
+
+
 CHILD = r"""
 import json, sys, torch
 torch.set_num_threads(1)

@@ -9,7 +9,7 @@ from desktop_app.app.features import attribute_features
 from desktop_app.core.checkpoints import load_model_folder
 from desktop_app.core.features import SparseDictionary, attach
 from desktop_app.paths import resources_dir
-from desktop_app.ui.panels.features_views import FeatureAttributionChart
+from desktop_app.ui.panels.features_views import MAX_FEATURE_BARS, feature_attribution_chart
 
 
 def test_attribution_labels_never_overlap(qtbot, tmp_path):
@@ -19,12 +19,12 @@ def test_attribution_labels_never_overlap(qtbot, tmp_path):
                          torch.randn(256, 128, generator=g) * 0.1, torch.zeros(128), hook="blocks.2.hook_resid_post")
     ids = loaded.tokenizer.encode("Alice was beginning to get very tired")
     fa = attribute_features(loaded, ids, attach(d, loaded.config), len(ids) - 1, 5)
-    chart = FeatureAttributionChart()
+    chart = feature_attribution_chart()
     qtbot.addWidget(chart)
     chart.resize(420, 300)
     chart.show()
     chart.set_attribution(fa, "attribution")
-    assert len(chart.labels) > FeatureAttributionChart.MAX_BARS  # the bars, "N other features", bias, error
+    assert len(chart.labels) > MAX_FEATURE_BARS  # the bars, "N other features", bias, error
     qtbot.wait(50)
     chart.grab().save(str(tmp_path / "attribution.png"))
     axis = chart.plot_item.getAxis("bottom")
@@ -42,3 +42,28 @@ def test_attribution_labels_never_overlap(qtbot, tmp_path):
     centres = list(bars.opts["x"])
     for x, s in ticks:
         assert any(abs(c - x) < 1e-9 for c in centres), (x, s)
+
+
+def test_both_panels_draw_attribution_with_one_widget_that_shows_markup_tokens_in_the_title(qtbot):
+    """The What if and Features panels' bar charts are one widget (widgets/attribution_bars); its title is
+    escaped, so the Features panel's names a token such as <|endoftext|> too (its own chart swallowed it)."""
+    from desktop_app.ui.panels.features import FeaturesPanel
+    from desktop_app.ui.panels.whatif import WhatIfPanel
+    from desktop_app.ui.state import AppState
+    from desktop_app.ui.widgets.attribution_bars import AttributionBars
+
+    state = AppState()
+    features, whatif = FeaturesPanel(state), WhatIfPanel(state)
+    qtbot.addWidget(features)
+    qtbot.addWidget(whatif)
+    assert type(features.attr_chart) is type(whatif.dla_chart) is AttributionBars
+
+    loaded = load_model_folder(resources_dir() / "demo-model")
+    g = torch.Generator().manual_seed(0)
+    d = SparseDictionary(torch.randn(128, 256, generator=g) * 0.1, torch.randn(256, generator=g) * 0.1,
+                         torch.randn(256, 128, generator=g) * 0.1, torch.zeros(128), hook="blocks.2.hook_resid_post")
+    ids = loaded.tokenizer.encode("Alice was beginning")
+    fa = attribute_features(loaded, ids, attach(d, loaded.config), len(ids) - 1, 0)
+    title = "'<|endoftext|>' (#0) at position 2: blocks.2.hook_resid_post adds 1 directly"
+    features.attr_chart.set_attribution(fa, title)
+    assert features.attr_chart.plot_item.titleLabel.item.toPlainText() == title

@@ -160,6 +160,25 @@ def text_file(tmp_path):
     return path
 
 
+def _held_dashboard(monkeypatch, on_start=None):
+    """The Features panel's dashboard job held in its worker until released (on_start(job) first): the real
+    function, the started and release events."""
+    from desktop_app.ui.panels import features as features_module
+
+    real = features_module.cached_dashboard
+    started, release = threading.Event(), threading.Event()
+
+    def held(*args, job=None, **kwargs):
+        if on_start is not None:
+            on_start(job)
+        started.set()
+        release.wait(30)
+        return real(*args, job=job, **kwargs)
+
+    monkeypatch.setattr(features_module, "cached_dashboard", held)
+    return real, started, release
+
+
 def test_a_dashboard_run_cancelled_then_completed_and_cached(qtbot, demo_window, tmp_path, monkeypatch, text_file,
                                                              error_watch):
     from desktop_app.app.features import dashboard_cache_dir
@@ -182,15 +201,7 @@ def test_a_dashboard_run_cancelled_then_completed_and_cached(qtbot, demo_window,
     assert dash.file_label.text() == str(text_file)
 
     # held in the worker: Cancel, then let it go on to its first check
-    real = features_module.cached_dashboard
-    started, release = threading.Event(), threading.Event()
-
-    def held(*args, job=None, **kwargs):
-        started.set()
-        release.wait(30)
-        return real(*args, job=job, **kwargs)
-
-    monkeypatch.setattr(features_module, "cached_dashboard", held)
+    real, started, release = _held_dashboard(monkeypatch)
     qtbot.mouseClick(dash.run_button, Qt.MouseButton.LeftButton)
     assert started.wait(20)
     assert dash.cancel_button.isEnabled() and not dash.run_button.isEnabled() and dash.progress.isVisible()
@@ -220,6 +231,42 @@ def test_a_dashboard_run_cancelled_then_completed_and_cached(qtbot, demo_window,
     qtbot.waitUntil(lambda: "read from the cache" in dash.status.text(), timeout=20_000)
     assert [r[1:] for r in dash.contexts.rows] == [r[1:] for r in ref.rows] or \
         [round(r[1], 5) for r in dash.contexts.rows] == [round(r[1], 5) for r in ref.rows]
+    error_watch.assert_clean()
+
+
+def test_a_dashboard_run_shows_its_time_left_on_the_progress_bar(qtbot, demo_window, tmp_path, monkeypatch, text_file,
+                                                                 error_watch):
+    """As the CLI's progress lines (core.jobs.TimeLeft): the bar and the status line say about how long is left."""
+    from desktop_app.core.jobs import TimeLeft
+
+    w, state = demo_window
+    _open_from_menu(qtbot, w, state, monkeypatch, _dictionary(tmp_path / "sae"))
+    panel = w.slot("Features").panel
+    _lens_shown(qtbot, panel)
+    _click_row(qtbot, panel.features_table, 0)
+    click_tab(qtbot, panel.tabs, "Dashboard")
+    dash = panel.dashboard
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(text_file), "")))
+    qtbot.mouseClick(dash.file_button, Qt.MouseButton.LeftButton)
+
+    # the job's clock: 4 s after its start it has read a quarter of the windows, so 12 s are left
+    now = [1000.0]
+    monkeypatch.setattr(TimeLeft, "clock", staticmethod(lambda: now[0]))
+
+    def quarter_done(job) -> None:
+        now[0] += 4.0
+        job.progress(10, 40, "")
+
+    _real, reported, release = _held_dashboard(monkeypatch, quarter_done)
+    qtbot.mouseClick(dash.run_button, Qt.MouseButton.LeftButton)
+    assert reported.wait(20)
+    qtbot.waitUntil(lambda: dash.progress.value() == 10, timeout=10_000)
+    assert dash.progress.isVisible() and dash.progress.maximum() == 40
+    assert dash.progress.text() == "25% · about 12 s left"
+    assert dash.status.text() == "Reading the text file: 10/40 windows, about 12 s left"
+    release.set()
+    qtbot.waitUntil(lambda: dash.contexts is not None and dash.run_button.isEnabled(), timeout=60_000)
+    assert not dash.progress.isVisible()
     error_watch.assert_clean()
 
 

@@ -2,6 +2,8 @@
 its nodes by layer row and position column and its links by sign, and a click on a node shows it."""
 from __future__ import annotations
 
+import html
+import json
 import os
 
 import numpy as np
@@ -139,3 +141,32 @@ def test_label_axes_draw_what_pyqtgraphs_axes_draw(qtbot):
     ours, theirs = (_pixels(p) for p in plots)
     assert set(plots[0].getPlotItem().getAxis("bottom")._texts) == {"the", " Wh", "ite", " Rabbit", " was"}
     assert ours.shape == theirs.shape and (ours != theirs).mean() < 0.001
+
+
+@pytest.mark.parametrize("damage", ["NaN", "-Infinity"])
+def test_a_graph_with_nan_or_infinite_values_is_refused_and_the_shown_one_kept(qtbot, graph_json, monkeypatch,
+                                                                                tmp_path, damage):
+    """Python's json reads NaN and Infinity: such a file would draw nothing sensible. File > Open names it and the
+    value in the summary line; the graph on screen stays."""
+    window = MainWindow(AppState())
+    qtbot.addWidget(window)
+    window.show()
+    chosen = [str(graph_json)]
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (chosen[0], "Graph JSON (*.json)"))
+    window.open_graph_action.trigger()
+    panel = window.panel("Graph")
+    shown, drawn = panel.model_json, panel.layout_data
+    assert drawn is not None
+    model = json.loads(graph_json.read_text())
+    feature = next(n for n in model["nodes"] if n["feature_type"] == "cross layer transcoder")
+    feature["influence"] = float(damage.replace("Infinity", "inf"))
+    bad = tmp_path / "damaged.json"
+    bad.write_text(json.dumps(model))
+    assert damage in bad.read_text()
+    chosen[0] = str(bad)
+    window.open_graph_action.trigger()
+    summary = html.unescape(panel.summary.text())  # the summary line is rich text
+    assert "damaged.json" in summary and f"node '{feature['node_id']}' has influence" in summary
+    assert "not a finite number" in summary and "<br" not in summary
+    assert panel.model_json is shown and panel.layout_data is drawn and panel.path == graph_json
+    assert len(panel.nodes_item.points()) == len(drawn.nodes)

@@ -140,7 +140,7 @@ def test_opening_another_model_never_leaves_the_old_attribution_on_show(qtbot, m
     assert attribution.head_table.shape == (demo.config.n_layers, demo.config.n_heads)
     top = _top_token(demo, state.token_ids)
     assert attribution.token_id == top
-    assert label.startswith(repr(demo.tokenizer.token_strings([top])[0]))  # the new model's token, its label
+    assert label.startswith(f"token {demo.tokenizer.token_strings([top])[0]!r}")  # the new model's token, its title
     assert repr(demo.tokenizer.token_strings([top])[0]) in panel.dla_chart.plot_item.titleLabel.text
 
 

@@ -172,8 +172,11 @@ def test_attribution_labels_never_overlap(qtbot, model_dirs, isolated_user_files
         axis = chart.plot_item.getAxis("bottom")
         metrics = QFontMetrics(axis.style.get("tickFont") or axis.font())
         vb = chart.plot_item.getViewBox()
+        (x0, x1), _ = vb.viewRange()
+        drawn = [(x, s) for spacing, xs in axis.tickValues(x0, x1, axis.geometry().width())
+                 for x, s in zip(xs, axis.tickStrings(xs, 1.0, spacing))]  # what the axis paints
         out = []
-        for x, label in axis._tickLevels[0]:
+        for x, label in drawn:
             centre = vb.mapViewToScene(QPointF(x, 0)).x()
             half = metrics.horizontalAdvance(label) / 2
             out.append((centre - half, centre + half))

@@ -475,7 +475,7 @@ def load_gguf(path: str | Path, device: str | torch.device = "cpu", dtype: str |
                 raise ModelLoadError(f.path, f"tensor {by_hf[hf]!r} has shape {f.shape(by_hf[hf])} but the metadata "
                                              f"implies {want}")
 
-    model, cfg, _, _ = assemble_model(cfg, get, set(by_hf), lambda n: f.path, f.path, check_shapes, lambda: None,
+    model, cfg, _, _ = assemble_model(cfg, get, set(by_hf), lambda n: f.path, f.path, check_shapes, lambda _into: None,
                                       device=device, dtype=target, for_training=for_training, stored_dtype=stored,
                                       block_reader=(lambda: (get, lambda: None)) if streamed else None)
     if streamed:

@@ -15,6 +15,7 @@ metadata. Both written atomically.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -118,18 +119,19 @@ def check_graph_json(model: dict, where="graph") -> None:
         if not (isinstance(n["ctx_idx"], int) and not isinstance(n["ctx_idx"], bool) and n["ctx_idx"] >= 0):
             raise ValueError(f"{where}: node {n['node_id']!r} has ctx_idx {n['ctx_idx']!r}, not a position")
         for key in ("influence", "activation", "token_prob"):
-            if n.get(key) is not None and not _is_number(n[key]):
-                raise ValueError(f"{where}: node {n['node_id']!r} has {key} {n[key]!r}, not a number")
+            if n.get(key) is not None and not _is_finite_number(n[key]):
+                raise ValueError(f"{where}: node {n['node_id']!r} has {key} {n[key]!r}, not a finite number")
     for link in model["links"]:
         if link.get("source") not in ids or link.get("target") not in ids:
             raise ValueError(f"{where}: link {link.get('source')!r} -> {link.get('target')!r} names a missing node")
-        if not _is_number(link.get("weight")):
+        if not _is_finite_number(link.get("weight")):
             raise ValueError(f"{where}: link {link['source']!r} -> {link['target']!r} has weight "
-                             f"{link.get('weight')!r}, not a number")
+                             f"{link.get('weight')!r}, not a finite number")
 
 
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+def _is_finite_number(x) -> bool:
+    """JSON's numbers, not NaN or infinity (Python's json reads NaN and Infinity, which no graph holds)."""
+    return isinstance(x, int) and not isinstance(x, bool) or isinstance(x, float) and math.isfinite(x)
 
 
 def save_raw(path: str | Path, graph: Graph) -> None:
@@ -164,6 +166,10 @@ def load_raw(path: str | Path) -> Graph:
     missing = [k for k in need if k not in t]
     if missing or "n_layers" not in meta:
         raise ValueError(f"{path}: not a graph file (lacks {', '.join(missing) or 'n_layers'})")
+    for k in ("adjacency", "activation_values", "logit_probabilities"):
+        bad = (~torch.isfinite(t[k])).nonzero()
+        if len(bad):
+            raise ValueError(f"{path}: {k} holds NaN or infinite values (the first at {bad[0].tolist()})")
     return Graph(t["input_tokens"].tolist(), meta.get("input_string", ""), t["active_features"], t["activation_values"],
                  t["selected_features"], t["adjacency"], json.loads(meta.get("logit_labels", "[]")),
                  t["logit_tokens"].tolist(), t["logit_probabilities"], int(meta["n_layers"]), meta.get("scan", ""),

@@ -26,7 +26,7 @@ from .. import settings as app_settings
 from ..state import DICTIONARIES, EDITS, FEATURE_PARTS, INPUT, MODEL, ResultView
 from ..widgets.export import ExportBar
 from ..widgets.token_strip import TokenStrip
-from .features_views import FeatureAttributionChart, FeatureDashboard, fill_table, read_only_table, visible
+from .features_views import FeatureDashboard, feature_attribution_chart, fill_table, read_only_table, visible
 
 TABS = ("Lens", "Dashboard", "Attribution")
 EDIT_HOWS = (("zero", "Zero feature {k}"), ("clamp", "Clamp feature {k} to…"), ("scale", "Scale feature {k} by…"),
@@ -162,7 +162,7 @@ class FeaturesPanel(QWidget, ResultView):
         self.attribute_button = QPushButton("Attribute")
         self.attr_status = QLabel("")
         self.attr_status.setWordWrap(True)
-        self.attr_chart = FeatureAttributionChart()
+        self.attr_chart = feature_attribution_chart()
         attr = QWidget()
         av = QVBoxLayout(attr)
         row = QHBoxLayout()

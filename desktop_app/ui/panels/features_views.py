@@ -1,6 +1,7 @@
 """The Features panel's views: a feature's dashboard (top contexts, histogram, decoder tokens) and the
-bar chart of a next-token logit's direct attribution to features. Widgets only: the panel computes
-(through AppState.run) and hands them plain results (core.features.TopContexts, FeatureAttribution).
+bars of a next-token logit's direct attribution to features (widgets/attribution_bars, as the What if
+panel's). Widgets only: the panel computes (through AppState.run) and hands them plain results
+(core.features.TopContexts, FeatureAttribution).
 """
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton,
                                QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
+from ...core.jobs import TimeLeft
 from .. import settings as app_settings
 from ..settings import plot_background, plot_foreground
-from ..widgets.heatmap import LabelAxis
-
-POSITIVE, NEGATIVE = "#0072B2", "#D55E00"  # as the What if panel: raise / lower the logit
+from ..widgets.attribution_bars import POSITIVE, AttributionBars, Bars
 
 
 def visible(s: str) -> str:
@@ -81,6 +81,8 @@ class FeatureDashboard(QWidget):
         self.cancel_button.setEnabled(False)
         self.progress = QProgressBar()
         self.progress.setVisible(False)
+        # room for its text with the time left, which it says as it goes
+        self.progress.setMinimumWidth(self.progress.fontMetrics().horizontalAdvance("100% · about 59.9 min left") + 30)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         self.contexts_table = read_only_table()
@@ -89,6 +91,7 @@ class FeatureDashboard(QWidget):
         self.contexts = None  # the TopContexts shown
         self.text_file: str | None = None
         self.job = None  # the contexts job (workers.Job) running or last run
+        self.time_left = TimeLeft()  # the job's, from when it started
         self.file_button.clicked.connect(self.choose_text_file)
         self.cancel_button.clicked.connect(self.cancel)
 
@@ -159,6 +162,7 @@ class FeatureDashboard(QWidget):
         self.progress.setVisible(running)
         if running:
             self.progress.setRange(0, 0)
+            self.progress.setFormat("%p%")
 
     def choose_text_file(self) -> None:
         from pathlib import Path
@@ -187,6 +191,7 @@ class FeatureDashboard(QWidget):
 
         self.clear_contexts(f"Top contexts of {title} over {self.text_file}…")
         self.set_running(True)
+        self.time_left = TimeLeft()
         self.job = state.run(
             fn, *args, on_result=lambda r: self.show_contexts(*r),
             on_error=lambda exc, tb: self.status.setText(f"Cannot read the top contexts: {exc}"),
@@ -201,7 +206,9 @@ class FeatureDashboard(QWidget):
     def show_progress(self, done: int, total: int) -> None:
         self.progress.setRange(0, max(total, 1))
         self.progress.setValue(done)
-        self.status.setText(f"Reading the text file: {done}/{total} windows")
+        left = self.time_left.phrase(done, total)
+        self.progress.setFormat(f"%p% · {left}" if left else "%p%")  # as the CLI's progress lines say it
+        self.status.setText(f"Reading the text file: {done}/{total} windows" + (f", {left}" if left else ""))
 
     # export (ExportBar's view protocol)
     def export_widget(self):
@@ -229,73 +236,31 @@ def component_label(component: str, feature: int) -> str:
     return f"f{feature}" if component == "feature" else component
 
 
-class FeatureAttributionChart(pg.PlotWidget):
-    """One bar per active feature (the largest |contribution| first, at most MAX_BARS, the rest as one
+MAX_FEATURE_BARS = 24  # the rest of the active features as one bar
+
+
+def feature_bars(fa) -> Bars:
+    """One bar per active feature (the largest |contribution| first, at most MAX_FEATURE_BARS, the rest as one
     'other features' bar), then the decoder bias, the skip term and the error term: they add up to the
     direct contribution of the dictionary's write point to the logit."""
+    from ...core.features import ATTRIBUTION_COLUMNS
 
-    MAX_BARS = 24
+    rows = fa.rows()
+    features = [r for r in rows if r[0] == "feature"]
+    rest = [r for r in rows if r[0] != "feature" and (r[0] != "skip" or fa.skip != 0.0)]
+    shown = features[:MAX_FEATURE_BARS]
+    labels = [component_label(c, f) for c, f, _a, _v in shown]
+    values = [float(v) for *_x, v in shown]
+    if len(features) > len(shown):
+        labels.append(f"{len(features) - len(shown)} other features")
+        values.append(float(sum(v for *_x, v in features[len(shown):])))
+    labels += [c for c, *_x in rest]
+    values += [float(v) for *_x, v in rest]
+    arrays = {"features": fa.features, "activations": fa.activations, "contributions": fa.contributions,
+              "bias": np.array(fa.bias), "skip": np.array(fa.skip), "error": np.array(fa.error),
+              "direct": np.array(fa.direct)}
+    return Bars(labels, values, arrays, list(ATTRIBUTION_COLUMNS), [list(r) for r in rows])
 
-    def __init__(self, parent=None) -> None:
-        # its labels thinned and elided to fit, as a heatmap's (they were drawn over each other)
-        super().__init__(parent, background=plot_background(), axisItems={"bottom": LabelAxis("bottom", tokens=False)})
-        self.plot_item = self.getPlotItem()
-        self.plot_item.setMenuEnabled(False)
-        self.plot_item.hideButtons()
-        self.plot_item.showGrid(y=True, alpha=0.3)
-        self.plot_item.setLabel("left", "direct contribution to the logit", color=plot_foreground())
-        self.attribution = None
-        self.labels: list[str] = []
-        self.values: list[float] = []
 
-    def set_attribution(self, fa, title: str) -> None:
-        self.attribution = fa
-        rows = fa.rows()
-        features = [r for r in rows if r[0] == "feature"]
-        rest = [r for r in rows if r[0] != "feature" and (r[0] != "skip" or fa.skip != 0.0)]
-        shown = features[:self.MAX_BARS]
-        self.labels = [component_label(c, f) for c, f, _a, _v in shown]
-        self.values = [float(v) for *_x, v in shown]
-        if len(features) > len(shown):
-            self.labels.append(f"{len(features) - len(shown)} other features")
-            self.values.append(float(sum(v for *_x, v in features[len(shown):])))
-        self.labels += [c for c, *_x in rest]
-        self.values += [float(v) for *_x, v in rest]
-        self.plot_item.clear()
-        x = np.arange(len(self.values)) + 0.5  # bar i's centre, where the axis writes label i
-        brushes = [pg.mkBrush(POSITIVE if v >= 0 else NEGATIVE) for v in self.values]
-        self.plot_item.addItem(pg.BarGraphItem(x=x, height=self.values, width=0.8, brushes=brushes, pen=None))
-        self.plot_item.getAxis("bottom").set_labels(self.labels)
-        self.plot_item.setTitle(title, color=plot_foreground())
-        self.plot_item.autoRange()
-
-    def clear_chart(self) -> None:
-        self.attribution, self.labels, self.values = None, [], []
-        self.plot_item.clear()
-        self.plot_item.getAxis("bottom").set_labels([])
-        self.plot_item.setTitle("")
-
-    # export (ExportBar's view protocol)
-    def export_widget(self):
-        return self
-
-    def svg_item(self):
-        return self.plot_item
-
-    def export_unavailable(self) -> str | None:
-        return None if self.attribution is not None else "no attribution yet: attach a dictionary and type a text"
-
-    def export_arrays(self) -> dict[str, np.ndarray]:
-        fa = self.attribution
-        if fa is None:
-            return {}
-        return {"features": fa.features, "activations": fa.activations, "contributions": fa.contributions,
-                "bias": np.array(fa.bias), "skip": np.array(fa.skip), "error": np.array(fa.error),
-                "direct": np.array(fa.direct)}
-
-    def csv_table(self):
-        if self.attribution is None:
-            return None
-        from ...core.features import ATTRIBUTION_COLUMNS
-
-        return list(ATTRIBUTION_COLUMNS), [list(r) for r in self.attribution.rows()]
+def feature_attribution_chart() -> AttributionBars:
+    return AttributionBars(feature_bars, "no attribution yet: attach a dictionary and type a text")

@@ -16,10 +16,7 @@ Model work runs in workers (ui.workers.run_job), never on the UI thread.
 """
 from __future__ import annotations
 
-import html
-
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
@@ -28,12 +25,10 @@ from ...app.edits import ALREADY
 from ...app.whatif import (EXPERT, HEAD, ablation, ablation_choices, forced_routing, attribute_ids, attribution_problem, is_seq2seq,
                            patch_ids, patching_problem, refuse, steering_edit, steering_problem, text_ids)
 from ...core.views.whatif import TABS as WHATIF_TABS, WhatIfViewState
-from ..settings import plot_background, plot_foreground
 from ..state import EDITS, MODEL, ResultView
+from ..widgets.attribution_bars import AttributionBars, Bars
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap
-
-POSITIVE, NEGATIVE = "#0072B2", "#D55E00"  # Okabe-Ito blue / vermillion: raise / lower the logit
 
 
 # -- core work, run in workers -----------------------------------------------------------------
@@ -92,90 +87,26 @@ SCALE_MAX = 10
 # -- the attribution bar chart ----------------------------------------------------------------
 
 
-class AttributionChart(pg.PlotWidget):
+def component_bars(attribution) -> Bars:
     """One bar per component of the logit (embedding, each head, each layer's MLP and biases)."""
+    labels = [_component_label(c, l, h) for c, l, h, _ in attribution.rows()]
+    rows = [[s, c, l, h, f"{v:.6g}"] for s, (c, l, h, v) in zip(labels, attribution.rows())]
+    rows.append(["sum", "sum", -1, -1, f"{attribution.sum:.6g}"])
+    rows.append(["logit", "logit", -1, -1, f"{attribution.logit:.6g}"])
+    arrays = {"labels": np.array(labels), "contributions": attribution.contributions,
+              "logit": np.array(attribution.logit)}
+    return Bars(labels, [float(v) for v in attribution.contributions], arrays,
+                ["label", "component", "layer", "head", "contribution"], rows)
 
-    def __init__(self, parent=None) -> None:
-        super().__init__(parent)
-        self.setBackground(plot_background())
-        self.plot_item = self.getPlotItem()
-        self.plot_item.setMenuEnabled(False)
-        self.plot_item.hideButtons()
-        self.plot_item.showGrid(y=True, alpha=0.3)
-        self.plot_item.setLabel("left", "direct contribution to the logit", color=plot_foreground())
-        self.attribution = None
-        self.labels: list[str] = []
-        self.token_label = ""
-        # fewer labels when narrower, all when there is room
-        self.plot_item.getViewBox().sigResized.connect(lambda *_: self.labels and self._label_ticks())
 
-    where = "position"  # what the position is (an encoder-decoder's: "decoder position"), for the title
+def attribution_title(attribution, token_label: str, where: str) -> str:
+    """`where`: what the position is ("position", an encoder-decoder's "decoder position")."""
+    return (f"token {token_label} at {where} {attribution.position}: sum {attribution.sum:.4g}, "
+            f"logit {attribution.logit:.4g}")
 
-    def set_attribution(self, attribution, token_label: str) -> None:
-        self.attribution, self.token_label = attribution, token_label
-        self.plot_item.clear()
-        self.plot_item.getAxis("left").setTicks(None)  # the values' own ticks again (clear_chart hid them)
-        self.labels = [_component_label(c, l, h) for c, l, h, _ in attribution.rows()]
-        values = attribution.contributions
-        x = np.arange(len(values))
-        brushes = [pg.mkBrush(POSITIVE if v >= 0 else NEGATIVE) for v in values]
-        self.plot_item.addItem(pg.BarGraphItem(x=x, height=values, width=0.8, brushes=brushes, pen=None))
-        # the title is rich text: a token such as <|endoftext|>, <pad> or <s> is escaped to be shown
-        self.plot_item.setTitle(html.escape(f"token {token_label} at {self.where} {attribution.position}: "
-                                            f"sum {attribution.sum:.4g}, logit {attribution.logit:.4g}", quote=False),
-                                color=plot_foreground())
-        self.plot_item.autoRange()
-        self.plot_item.getViewBox().setLimits(xMin=-1, xMax=len(values))
-        self._label_ticks()
 
-    def label_every(self) -> int:
-        """Label every k-th bar so that no two labels overlap at the chart's present width: the widest
-        label and a gap must fit in k bars' width."""
-        from PySide6.QtGui import QFontMetrics
-
-        if not self.labels:
-            return 1
-        axis = self.plot_item.getAxis("bottom")
-        metrics = QFontMetrics(axis.style.get("tickFont") or axis.font())
-        widest = max(metrics.horizontalAdvance(s) for s in self.labels) + metrics.horizontalAdvance("  ")
-        (x0, x1), _ = self.plot_item.getViewBox().viewRange()
-        per_bar = self.plot_item.getViewBox().width() / max(x1 - x0, 1e-9)  # pixels per bar
-        return max(1, int(np.ceil(widest / max(per_bar, 1e-9))))
-
-    def _label_ticks(self) -> None:
-        every = self.label_every()
-        self.plot_item.getAxis("bottom").setTicks([[(i, s) for i, s in enumerate(self.labels) if i % every == 0]])
-
-    def clear_chart(self, message: str = "") -> None:
-        """No bars, and no axis of the last ones: their component labels and range (another model's) go."""
-        self.attribution, self.labels = None, []
-        self.plot_item.clear()
-        for side in ("bottom", "left"):  # no numbers on an empty chart either
-            self.plot_item.getAxis(side).setTicks([[]])
-        self.plot_item.getViewBox().setLimits(xMin=None, xMax=None)
-        self.plot_item.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
-        self.plot_item.setTitle(message, color=plot_foreground())
-
-    # export (ExportBar's view protocol)
-    def export_widget(self):
-        return self
-
-    def svg_item(self):
-        return self.plot_item
-
-    def export_arrays(self) -> dict[str, np.ndarray]:
-        if self.attribution is None:
-            return {}
-        return {"labels": np.array(self.labels), "contributions": self.attribution.contributions,
-                "logit": np.array(self.attribution.logit)}
-
-    def csv_table(self):
-        if self.attribution is None:
-            return None
-        rows = [[s, c, l, h, f"{v:.6g}"] for s, (c, l, h, v) in zip(self.labels, self.attribution.rows())]
-        rows.append(["sum", "sum", -1, -1, f"{self.attribution.sum:.6g}"])
-        rows.append(["logit", "logit", -1, -1, f"{self.attribution.logit:.6g}"])
-        return ["label", "component", "layer", "head", "contribution"], rows
+def attribution_chart() -> AttributionBars:
+    return AttributionBars(component_bars, "no attribution yet: Attribute")
 
 
 def _component_label(component: str, layer: int, head: int) -> str:
@@ -238,7 +169,7 @@ class WhatIfPanel(QWidget, ResultView):
         self.token_edit.setPlaceholderText("top next token (or a token, or #id)")
         self.attribute_button = QPushButton("Attribute")
         self.dla_status = QLabel(self.DLA_HINT)
-        self.dla_chart = AttributionChart()
+        self.dla_chart = attribution_chart()
         self.dla_export = ExportBar(lambda: self.dla_chart, lambda: "whatif-attribution")
         dla = QWidget()
         row = QHBoxLayout()
@@ -564,8 +495,8 @@ class WhatIfPanel(QWidget, ResultView):
         attribution, token = result
         label = repr(self.state.token_strings([token])[0]) if self.state.loaded is not None else str(token)
         seq2seq = self.state.loaded is not None and is_seq2seq(self.state.loaded)
-        self.dla_chart.where = "decoder position" if seq2seq else "position"
-        self.dla_chart.set_attribution(attribution, f"{label} (#{token})")
+        self.dla_chart.set_attribution(attribution, attribution_title(attribution, f"{label} (#{token})",
+                                                                      "decoder position" if seq2seq else "position"))
         ablated = f"; ablated: {', '.join(iv.label for iv in self.state.interventions)}" \
             if self.state.interventions else ""
         top = np.argsort(-np.abs(attribution.contributions))[:3]

@@ -49,12 +49,14 @@ def annotation_decimals(values: np.ndarray) -> int:
 
 
 class LabelAxis(pg.AxisItem):
-    """Axis whose ticks are cell centres (i + 0.5) labelled by strings, thinned to fit the pixels."""
+    """Axis whose ticks are cell centres (i + 0.5) labelled by strings, thinned to fit the pixels: every
+    1, 2, 5, 10... labels (positions), or with `any_step` every k-th for the smallest k that fits (names)."""
 
-    def __init__(self, orientation: str, tokens: bool = True, **kw) -> None:
+    def __init__(self, orientation: str, tokens: bool = True, any_step: bool = False, **kw) -> None:
         super().__init__(orientation, **kw)
         self.labels: list[str] = []
         self.tokens = tokens  # labels are tokens (show their spaces) rather than names
+        self.any_step = any_step
         self.enableAutoSIPrefix(False)
 
     def set_labels(self, labels: Sequence[str]) -> None:
@@ -85,11 +87,10 @@ class LabelAxis(pg.AxisItem):
             return []
         visible = hi - lo + 1
         cells_per_label = self._label_pixels() * visible / size
-        step = 1
-        for s in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000):
-            step = s
-            if s >= cells_per_label:
-                break
+        step = max(1, math.ceil(cells_per_label))
+        if not self.any_step:
+            nice = (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000)
+            step = next((s for s in nice if s >= step), 10000)
         first = (lo + step - 1) // step * step
         return [(float(step), [i + 0.5 for i in range(first, hi + 1, step)])]
 

@@ -32,8 +32,13 @@ def _with(change):
     (lambda m: m["nodes"][1].update(layer=None), "has layer None, not a layer number"),
     (lambda m: m["nodes"][1].update(layer="E"), "has layer 'E', not a layer number"),
     (lambda m: m["nodes"][1].update(ctx_idx=-5), "has ctx_idx -5, not a position"),
-    (lambda m: m["nodes"][1].update(influence="x"), "has influence 'x', not a number"),
-    (lambda m: m["links"][0].update(weight="x"), "has weight 'x', not a number"),
+    (lambda m: m["nodes"][1].update(influence="x"), "has influence 'x', not a finite number"),
+    (lambda m: m["links"][0].update(weight="x"), "has weight 'x', not a finite number"),
+    (lambda m: m["nodes"][1].update(influence=float("nan")), "node '0_3_1' has influence nan, not a finite number"),
+    (lambda m: m["nodes"][1].update(activation=float("-inf")), "has activation -inf, not a finite number"),
+    (lambda m: m["nodes"][2].update(token_prob=float("inf")), "has token_prob inf, not a finite number"),
+    (lambda m: m["links"][1].update(weight=float("nan")), "link '0_3_1' -> '2_7_1' has weight nan, not a finite"),
+    (lambda m: m["links"][0].update(weight=float("inf")), "has weight inf, not a finite number"),
     (lambda m: m.update(nodes={}), "'nodes' is not a list of objects"),
 ])
 def test_a_damaged_graph_is_one_line_naming_the_file(tmp_path, damage, expected):

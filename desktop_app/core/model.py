@@ -1066,6 +1066,10 @@ class Transformer(ModelBase):
         input_ids; its sequence is [CLS] + patches, and its logits [B, classes] come from [CLS].
         """
         cfg = self.cfg
+        if stop_at is not None and stop_at != "embed" and not any(stop_at.startswith(f"blocks.{l}.")
+                                                                    for l in range(cfg.n_layers)):
+            raise ValueError(f"stop_at {stop_at!r} is no point of this {cfg.n_layers}-layer model's pass "
+                             "(a typo would run the whole pass)")
         x = None
         if cfg.input_kind == "patches":
             x = self.embed_patches(input_ids if input_ids.dim() == 4 else input_ids[None])

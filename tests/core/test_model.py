@@ -218,3 +218,11 @@ def test_stop_at_ends_the_pass_right_after_the_point(name, stop_at):
     # without a trace too (the attention then fused: the same values up to rounding)
     with torch.no_grad():
         torch.testing.assert_close(m(ids, stop_at=stop_at).hidden, out.hidden)
+
+
+def test_stop_at_a_point_the_model_has_not_is_an_error_not_a_whole_pass():
+    m = Transformer(CONFIGS["gpt2"]).eval()
+    ids = torch.randint(0, 50, (1, 5))
+    for wrong in ("blocks.9.attn.input", "block.0.attn.input", "emb"):
+        with pytest.raises(ValueError, match="no point of this"):
+            m(ids, stop_at=wrong)

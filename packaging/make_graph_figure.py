@@ -39,7 +39,10 @@ def main() -> int:
     panel.resize(w, h)
     panel.show()
     if not panel.open_graph(args.graph):
-        raise SystemExit(f"{args.graph}: the panel did not open it ({panel.details.text()})")
+        from PySide6.QtGui import QTextDocumentFragment  # the error line is rich text in the summary
+
+        raise SystemExit(f"{args.graph}: the panel did not open it "
+                         f"({QTextDocumentFragment.fromHtml(panel.summary.text()).toPlainText()})")
     nodes = panel.full_layout.nodes
     last = max(int(n["ctx_idx"]) for n in nodes)
     wanted = [int(f) for f in args.features.split(",")]

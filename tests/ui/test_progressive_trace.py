@@ -98,6 +98,9 @@ def test_a_long_trace_paints_its_first_rows_shows_progress_and_is_cancelled_by_a
     hold = Hold(monkeypatch, SECOND)
     progress = window.trace_progress
     assert not progress.bar.isVisible()
+    # the trace's clock: each layer takes 2 s (core.jobs.TimeLeft reads it when the trace starts and at each layer)
+    from desktop_app.core.jobs import TimeLeft
+    monkeypatch.setattr(TimeLeft, "clock", staticmethod(lambda: 2.0 * progress.bar.value()))
 
     _type(qtbot, window, SECOND)
     qtbot.waitUntil(hold.reached.is_set, timeout=30_000)
@@ -105,7 +108,7 @@ def test_a_long_trace_paints_its_first_rows_shows_progress_and_is_cancelled_by_a
     # the worker is held after layer 2 of 6: its first two rows are painted, the bar says so
     qtbot.waitUntil(lambda: attention.model_view.filled_layers() == 2, timeout=30_000)
     qtbot.waitUntil(lambda: progress.bar.isVisible() and progress.bar.value() == 2, timeout=10_000)
-    assert progress.bar.maximum() == LAYERS and progress.bar.text() == "layer 2 / 6"
+    assert progress.bar.maximum() == LAYERS and progress.bar.text() == "layer 2 / 6 · about 8 s left"
     assert len(attention.model_view.boxes) == LAYERS * HEADS  # the whole grid, rows 3 to 6 still empty
     assert {l for l, _ in attention.model_view.images} == {0, 1}
     assert state.trace is None and state.token_ids != first_ids  # the new text's tokens, not the old trace

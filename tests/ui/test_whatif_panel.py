@@ -116,8 +116,14 @@ def test_patching_cancel_stops_the_run(qtbot, window, monkeypatch):
     type_into(qtbot, panel.clean_edit, "Alice and the rabbit")
     type_into(qtbot, panel.corrupted_edit, other)
     type_into(qtbot, panel.answer_edit, "#5")
+    # the job's clock: each patched forward takes 50 ms (core.jobs.TimeLeft reads it at the start and at each report)
+    from desktop_app.core.jobs import TimeLeft
+    monkeypatch.setattr(TimeLeft, "clock", staticmethod(lambda: 0.05 * panel.progress.value()))
     qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(calls) > 4, timeout=20_000)
+    qtbot.waitUntil(lambda: len(calls) > 4 and panel.progress.value() > 4, timeout=20_000)
+    done, total = panel.progress.value(), panel.progress.maximum()
+    left = f"about {(total - done) * 0.05:.0f} s left"  # the bar and the status line say the time left
+    assert panel.progress.text().endswith(f"% · {left}") and panel.patch_status.text().endswith(f", {left}")
     qtbot.mouseClick(panel.cancel_button, Qt.MouseButton.LeftButton)
     # the job's "cancelled" and "finished" signals arrive as two queued events: wait for the second
     qtbot.waitUntil(lambda: panel.patch_status.text() == "Patching cancelled." and not panel.cancel_button.isEnabled(),

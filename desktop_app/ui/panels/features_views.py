@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton,
+from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QLabel, QPushButton,
                                QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
-from ...core.jobs import TimeLeft
 from .. import settings as app_settings
 from ..settings import plot_background, plot_foreground
 from ..widgets.attribution_bars import POSITIVE, AttributionBars, Bars
+from ..widgets.job_progress import JobProgressBar
 
 
 def visible(s: str) -> str:
@@ -79,10 +79,8 @@ class FeatureDashboard(QWidget):
                                    "(cached: a second run on the same file is read back)")
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
-        self.progress = QProgressBar()
+        self.progress = JobProgressBar()
         self.progress.setVisible(False)
-        # room for its text with the time left, which it says as it goes
-        self.progress.setMinimumWidth(self.progress.fontMetrics().horizontalAdvance("100% · about 59.9 min left") + 30)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         self.contexts_table = read_only_table()
@@ -91,7 +89,6 @@ class FeatureDashboard(QWidget):
         self.contexts = None  # the TopContexts shown
         self.text_file: str | None = None
         self.job = None  # the contexts job (workers.Job) running or last run
-        self.time_left = TimeLeft()  # the job's, from when it started
         self.file_button.clicked.connect(self.choose_text_file)
         self.cancel_button.clicked.connect(self.cancel)
 
@@ -161,8 +158,7 @@ class FeatureDashboard(QWidget):
         self.cancel_button.setEnabled(running)
         self.progress.setVisible(running)
         if running:
-            self.progress.setRange(0, 0)
-            self.progress.setFormat("%p%")
+            self.progress.begin()
 
     def choose_text_file(self) -> None:
         from pathlib import Path
@@ -191,7 +187,6 @@ class FeatureDashboard(QWidget):
 
         self.clear_contexts(f"Top contexts of {title} over {self.text_file}…")
         self.set_running(True)
-        self.time_left = TimeLeft()
         self.job = state.run(
             fn, *args, on_result=lambda r: self.show_contexts(*r),
             on_error=lambda exc, tb: self.status.setText(f"Cannot read the top contexts: {exc}"),
@@ -204,10 +199,8 @@ class FeatureDashboard(QWidget):
             self.job.cancel()
 
     def show_progress(self, done: int, total: int) -> None:
-        self.progress.setRange(0, max(total, 1))
-        self.progress.setValue(done)
-        left = self.time_left.phrase(done, total)
-        self.progress.setFormat(f"%p% · {left}" if left else "%p%")  # as the CLI's progress lines say it
+        self.progress.show_progress(done, total)
+        left = self.progress.time_left.phrase(done, total)
         self.status.setText(f"Reading the text file: {done}/{total} windows" + (f", {left}" if left else ""))
 
     # export (ExportBar's view protocol)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox,
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSlider, QSpinBox,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
 from ...app.edits import ALREADY
@@ -29,6 +29,7 @@ from ..state import EDITS, MODEL, ResultView
 from ..widgets.attribution_bars import AttributionBars, Bars
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap
+from ..widgets.job_progress import JobProgressBar
 
 
 # -- core work, run in workers -----------------------------------------------------------------
@@ -190,7 +191,7 @@ class WhatIfPanel(QWidget, ResultView):
         self.wrong_edit.setPlaceholderText("wrong token (optional)")
         self.run_button, self.cancel_button = QPushButton("Run"), QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
-        self.progress = QProgressBar()
+        self.progress = JobProgressBar()
         self.progress.setVisible(False)
         self.patch_status = QLabel(self.PATCH_HINT)
         self.resid_map = Heatmap(colormap="CET-D1", row_name="layer", col_name="position", value_name="recovered",
@@ -518,7 +519,7 @@ class WhatIfPanel(QWidget, ResultView):
             return
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
-        self.progress.setValue(0)
+        self.progress.begin()
         self.progress.setVisible(True)
         self.patch_status.setText("Patching…")
         self._patch_ablations = list(self.state.interventions)  # what the result was computed under
@@ -535,9 +536,9 @@ class WhatIfPanel(QWidget, ResultView):
             self._patch_job.cancel()
 
     def _patch_progress(self, done: int, total: int, _message: str) -> None:
-        self.progress.setRange(0, total)
-        self.progress.setValue(done)
-        self.patch_status.setText(f"Patching: {done}/{total} forwards")
+        self.progress.show_progress(done, total)
+        left = self.progress.time_left.phrase(done, total)
+        self.patch_status.setText(f"Patching: {done}/{total} forwards" + (f", {left}" if left else ""))
 
     def _patch_finished(self) -> None:
         self.run_button.setEnabled(True)

@@ -6,16 +6,16 @@ stops at its next layer), the offer AppState.set_trace_layers.
 """
 from __future__ import annotations
 
-from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QToolButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QToolButton, QWidget
+
+from .job_progress import JobProgressBar
 
 
 class TraceProgress(QWidget):
     def __init__(self, state, parent=None) -> None:
         super().__init__(parent)
         self.state = state
-        self.bar = QProgressBar()
-        self.bar.setMaximumWidth(160)
-        self.bar.setFormat("layer %v / %m")
+        self.bar = JobProgressBar("layer %v / %m")  # and the time left, once a layer is done
         self.bar.setToolTip("The text's trace: the panels paint each layer as it is ready")
         self.cancel_button = QToolButton()
         self.cancel_button.setText("Cancel")
@@ -23,6 +23,7 @@ class TraceProgress(QWidget):
         self.layers_button = QPushButton()  # the memory refusal's choice
         self.layers_button.setToolTip("The whole trace would not fit in memory: trace this text's first layers")
         self._offered = 0
+        self._running = False  # a trace's progress is on show
         lay = QHBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         for w in (self.bar, self.cancel_button, self.layers_button):
@@ -39,9 +40,11 @@ class TraceProgress(QWidget):
         """Layers `done` of `total`; total 0: no trace runs (hidden)."""
         running = total > 0
         if running:
-            self.bar.setRange(0, total)
-            self.bar.setValue(done)
+            if not self._running or done < self.bar.value():  # a new trace: its own clock
+                self.bar.begin(total)
+            self.bar.show_progress(done, total)
             self.offer_layers(0, 0)
+        self._running = running
         self.bar.setVisible(running)
         self.cancel_button.setVisible(running)
 

@@ -529,6 +529,24 @@ def _not_finite(name: str, beyond: torch.dtype | None = None) -> str:
             f"{torch.finfo(beyond).max:.3g}), the dtype it is computed in: they would become infinite")
 
 
+def range_problem(name: str, bits: np.ndarray, stored: str, into: torch.dtype) -> str | None:
+    """Why tensor `name`'s values cannot be computed in `into`: NaN or infinity, or finite values the cast
+    makes infinite; None when they can. `bits`: the values (all, or a chunk) as the signed integers of their
+    width, `stored` their float type ("F32"): a map's bytes (safetensors) or a float array's .view (GGUF's
+    dequantized values); two maxima, nothing copied."""
+    if not bits.size:
+        return None
+    signed, unsigned, exponent = _EXPONENT[stored]
+    sign = 1 << (8 * np.dtype(unsigned).itemsize - 1)
+    largest, most_negative = int(bits.max()), int(bits.view(unsigned).max())
+    if largest >= exponent or most_negative >= sign | exponent:
+        return _not_finite(name)
+    overflow = _overflow_bits(stored, into)
+    if overflow is not None and (largest >= overflow or most_negative >= sign | overflow):
+        return _not_finite(name, into)
+    return None
+
+
 def _check_finite(files: dict[str, Path], into: torch.dtype) -> None:
     """Refuse a tensor holding NaN or infinity (damaged bytes, a diverged save), or finite values that
     the cast `into` the compute dtype would make infinite, naming it.
@@ -552,20 +570,14 @@ def _check_finite(files: dict[str, Path], into: torch.dtype) -> None:
                        if name in names and info.get("dtype") in _EXPONENT)
         try:
             for (begin, end), name, dt in spans:
-                signed, unsigned, exponent = _EXPONENT[dt]
-                overflow = _overflow_bits(dt, into)
-                sign = 1 << (8 * np.dtype(unsigned).itemsize - 1)
+                signed = np.dtype(_EXPONENT[dt][0])
                 for off in range(8 + n + begin, 8 + n + end, _FINITE_CHUNK):
                     size = min(8 + n + end - off, _FINITE_CHUNK)
-                    count = size // np.dtype(unsigned).itemsize
-                    if not count:
-                        continue
-                    largest = int(np.frombuffer(mm, dtype=signed, count=count, offset=off).max())
-                    most_negative = int(np.frombuffer(mm, dtype=unsigned, count=count, offset=off).max())
-                    if largest >= exponent or most_negative >= sign | exponent:
-                        raise ModelLoadError(f, _not_finite(name))
-                    if overflow is not None and (largest >= overflow or most_negative >= sign | overflow):
-                        raise ModelLoadError(f, _not_finite(name, into))
+                    # dropped once looked at: no view may outlive the map
+                    chunk = np.frombuffer(mm, dtype=signed, count=size // signed.itemsize, offset=off)
+                    problem, chunk = range_problem(name, chunk, dt, into), None
+                    if problem:
+                        raise ModelLoadError(f, problem)
                     if hasattr(mm, "madvise"):
                         page = off - off % mmap.PAGESIZE
                         mm.madvise(mmap.MADV_DONTNEED, page, off + size - page)

@@ -793,6 +793,16 @@ class Block(nn.Module):
         return x
 
 
+def check_stop_at(stop_at: str | None, prefix: str, n_layers: int, what: str = "model") -> None:
+    """A pass's stop_at names one of its points: prefix + "embed", or a point of one of its n_layers blocks
+    (prefix + "blocks.{l}."); anything else (a typo, a layer past the last) would run the whole pass."""
+    if stop_at is None or stop_at == prefix + "embed" or any(stop_at.startswith(f"{prefix}blocks.{l}.")
+                                                             for l in range(n_layers)):
+        return
+    raise ValueError(f"stop_at {stop_at!r} is no point of this {n_layers}-layer {what}'s pass "
+                     "(a typo would run the whole pass)")
+
+
 # -- the model -------------------------------------------------------------------------------
 
 
@@ -1066,10 +1076,7 @@ class Transformer(ModelBase):
         input_ids; its sequence is [CLS] + patches, and its logits [B, classes] come from [CLS].
         """
         cfg = self.cfg
-        if stop_at is not None and stop_at != "embed" and not any(stop_at.startswith(f"blocks.{l}.")
-                                                                    for l in range(cfg.n_layers)):
-            raise ValueError(f"stop_at {stop_at!r} is no point of this {cfg.n_layers}-layer model's pass "
-                             "(a typo would run the whole pass)")
+        check_stop_at(stop_at, "", cfg.n_layers)
         x = None
         if cfg.input_kind == "patches":
             x = self.embed_patches(input_ids if input_ids.dim() == 4 else input_ids[None])

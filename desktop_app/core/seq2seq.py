@@ -28,8 +28,8 @@ import torch.nn as nn
 from .attention import causal_mask
 from .config import ModelConfig
 from .interventions import editing_trace
-from .model import (Attention, Block, HeadMatrices, KVCache, LayerCache, ModelBase, ModelOutput, head_matrices_of,
-                    make_norm, sinusoidal_table, token_embedding)
+from .model import (Attention, Block, HeadMatrices, KVCache, LayerCache, ModelBase, ModelOutput, check_stop_at,
+                    head_matrices_of, make_norm, sinusoidal_table, token_embedding)
 from .generation_rules import GenerationRules
 from .trace import Trace, point
 
@@ -221,9 +221,12 @@ class EncoderDecoder(ModelBase):
 
     # -- forward ---------------------------------------------------------------------------------
     def encode(self, src_ids: torch.Tensor, *, src_mask: torch.Tensor | None = None, trace: Trace | None = None,
-               interventions=None) -> torch.Tensor:
-        """src_ids [B, S] (or [S]); src_mask [B, S], 1 for real tokens -> the encoder output [B, S, d]."""
+               interventions=None, stop_at: str | None = None) -> torch.Tensor:
+        """src_ids [B, S] (or [S]); src_mask [B, S], 1 for real tokens -> the encoder output [B, S, d].
+        stop_at: an encoder point ("encoder.embed", "encoder.blocks.3.attn.input" ...) after which nothing
+        runs (Transformer.forward's); the residual stream there is returned, without the final norm."""
         cfg = self.cfg
+        check_stop_at(stop_at, "encoder.", cfg.n_layers, "encoder")
         if src_ids.dim() == 1:
             src_ids = src_ids[None]
         S = src_ids.shape[1]
@@ -236,8 +239,12 @@ class EncoderDecoder(ModelBase):
             mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
         x = self.embed(self.encoder, src_ids, torch.arange(S, device=src_ids.device))
         x = point(trace, "encoder.embed", x)
+        if stop_at == "encoder.embed":
+            return x
         for l, block in enumerate(self.encoder.blocks):
-            x = block(x, mask, None, None, trace, f"encoder.blocks.{l}.", False)
+            x = block(x, mask, None, None, trace, f"encoder.blocks.{l}.", False, stop_at=stop_at)
+            if stop_at is not None and stop_at.startswith(f"encoder.blocks.{l}."):
+                return x
         if cfg.final_norm:
             x = self.encoder.final_norm(x)
             if trace is not None:
@@ -246,10 +253,12 @@ class EncoderDecoder(ModelBase):
 
     def decode(self, tgt_ids: torch.Tensor, enc_out: torch.Tensor, *, src_mask: torch.Tensor | None = None,
                trace: Trace | None = None, cache: Seq2SeqCache | None = None, compute_logits: bool = True,
-               interventions=None) -> ModelOutput:
+               interventions=None, stop_at: str | None = None) -> ModelOutput:
         """tgt_ids [B, T] (or [T]): the decoder's input (its start token first); with a cache, the new
-        tokens only, positions continuing after it. enc_out [B, S, d] from encode()."""
+        tokens only, positions continuing after it. enc_out [B, S, d] from encode(). stop_at: a decoder
+        point ("decoder.blocks.3.cross_attn.input" ...) after which nothing runs (Transformer.forward's)."""
         cfg = self.cfg
+        check_stop_at(stop_at, "decoder.", cfg.n_decoder_layers, "decoder")
         if tgt_ids.dim() == 1:
             tgt_ids = tgt_ids[None]
         if enc_out.dim() == 2:
@@ -269,10 +278,14 @@ class EncoderDecoder(ModelBase):
         source_mask = None if src_mask is None else src_mask.to(torch.bool)[:, None, None, :]
         x = self.embed(self.decoder, tgt_ids, torch.arange(past, total, device=tgt_ids.device))
         x = point(trace, "decoder.embed", x)
+        if stop_at == "decoder.embed":
+            return ModelOutput(logits=None, hidden=x, cache=cache)
         for l, block in enumerate(self.decoder.blocks):
             x = block(x, mask, None, cache.self_attn.layers[l] if cache is not None else None, trace,
                       f"decoder.blocks.{l}.", is_causal_full, source=enc_out, source_mask=source_mask,
-                      cross_cache=cache.cross[l] if cache is not None else None)
+                      cross_cache=cache.cross[l] if cache is not None else None, stop_at=stop_at)
+            if stop_at is not None and stop_at.startswith(f"decoder.blocks.{l}."):
+                return ModelOutput(logits=None, hidden=x, cache=cache)
             if trace is not None and trace.wants(f"decoder.blocks.{l}.logit_lens"):
                 trace.record(f"decoder.blocks.{l}.logit_lens", self.unembed(x))
         if trace is not None and cfg.final_norm and trace.wants("decoder.final_norm.out"):

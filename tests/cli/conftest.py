@@ -21,3 +21,14 @@ def char_gpt2_dir(tmp_path_factory):
     save_model_folder(new_model(cfg, seed=1), path, tokenizer=tok)
     (path.parent / "text.txt").write_text(TEXT, encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="module")
+def one_layer_gpt2_dir(tmp_path_factory):
+    """A random 1-layer GPT-2 (d_model 8, context 16) on the characters of "abcdefgh ", saved as a model
+    folder: the smallest model a command runs on (the output-file tests)."""
+    tok = char_tokenizer("abcdefgh ")
+    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=8, n_layers=1, n_heads=2, d_ff=16, context_length=16)
+    path = tmp_path_factory.mktemp("m") / "model"
+    save_model_folder(new_model(cfg, seed=0).eval(), path, tokenizer=tok)
+    return path

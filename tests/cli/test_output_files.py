@@ -13,22 +13,10 @@ import pytest
 from desktop_app.cli import EXIT_INPUT, build_parser, main
 from desktop_app.commands.args import OVERWRITE_HELP
 from desktop_app.commands.export import EXPORT_OVERWRITE_HELP
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 MINE = b"the user's own file\n"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    tok = char_tokenizer("abcdefgh ")
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=8, n_layers=1, n_heads=2, d_ff=16, context_length=16)
-    path = tmp_path_factory.mktemp("m") / "model"
-    save_model_folder(new_model(cfg, seed=0).eval(), path, tokenizer=tok)
-    return path
 
 
 # each command that writes a named file: (its arguments up to the output option, the option, a file name)
@@ -51,8 +39,8 @@ def _commands(model: str) -> dict[str, tuple[list[str], str, str]]:
 NAMES = ("trace", "render", "lipschitz", "dynamics", "dynamics-positions", "attribute", "patch")
 
 
-def _run(model_dir, tmp_path, command, out, *extra):
-    argv, _, _ = _commands(str(model_dir))[command]
+def _run(model, tmp_path, command, out, *extra):
+    argv, _, _ = _commands(str(model))[command]
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     return main([*argv, str(out), *extra])
 
@@ -64,25 +52,25 @@ def _one_line(err: str) -> str:
 
 
 @pytest.mark.parametrize("command", NAMES)
-def test_an_existing_file_is_kept_unless_overwrite(command, model_dir, tmp_path, capsys):
+def test_an_existing_file_is_kept_unless_overwrite(command, one_layer_gpt2_dir, tmp_path, capsys):
     out = tmp_path / _commands("m")[command][2]
     out.write_bytes(MINE)
-    assert _run(model_dir, tmp_path, command, out) == EXIT_INPUT
+    assert _run(one_layer_gpt2_dir, tmp_path, command, out) == EXIT_INPUT
     assert _one_line(capsys.readouterr().err) == f"error: {out} exists; pass --overwrite to replace it"
     assert out.read_bytes() == MINE
     (tmp_path / "other.csv").unlink(missing_ok=True)
-    assert _run(model_dir, tmp_path, command, out, "--overwrite") == 0, capsys.readouterr().err
+    assert _run(one_layer_gpt2_dir, tmp_path, command, out, "--overwrite") == 0, capsys.readouterr().err
     assert out.read_bytes() != MINE and out.stat().st_size > 0 and not out.is_symlink()
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
 @pytest.mark.parametrize("command", NAMES)
-def test_a_symlink_is_never_written_through_or_replaced(command, overwrite, model_dir, tmp_path, capsys):
+def test_a_symlink_is_never_written_through_or_replaced(command, overwrite, one_layer_gpt2_dir, tmp_path, capsys):
     target = tmp_path / "precious.txt"
     target.write_bytes(MINE)
     out = tmp_path / _commands("m")[command][2]
     out.symlink_to(target)
-    code = _run(model_dir, tmp_path, command, out, *(["--overwrite"] if overwrite else []))
+    code = _run(one_layer_gpt2_dir, tmp_path, command, out, *(["--overwrite"] if overwrite else []))
     line = _one_line(capsys.readouterr().err)
     assert code == EXIT_INPUT and line.startswith(f"error: {out} is a symbolic link"), line
     assert out.is_symlink() and os.readlink(out) == str(target) and target.read_bytes() == MINE
@@ -91,12 +79,12 @@ def test_a_symlink_is_never_written_through_or_replaced(command, overwrite, mode
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no fifos here")
 @pytest.mark.parametrize("overwrite", [False, True])
 @pytest.mark.parametrize("command", NAMES)
-def test_a_fifo_is_never_written(command, overwrite, model_dir, tmp_path, capsys):
+def test_a_fifo_is_never_written(command, overwrite, one_layer_gpt2_dir, tmp_path, capsys):
     import stat
 
     out = tmp_path / _commands("m")[command][2]
     os.mkfifo(out)  # a writer opening it would block until a reader comes: refused before that
-    code = _run(model_dir, tmp_path, command, out, *(["--overwrite"] if overwrite else []))
+    code = _run(one_layer_gpt2_dir, tmp_path, command, out, *(["--overwrite"] if overwrite else []))
     line = _one_line(capsys.readouterr().err)
     assert code == EXIT_INPUT and line.startswith(f"error: {out} is a special file"), line
     assert stat.S_ISFIFO(os.lstat(out).st_mode)

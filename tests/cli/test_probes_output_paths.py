@@ -9,21 +9,9 @@ import os
 import pytest
 
 from desktop_app.cli import EXIT_INPUT, main
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
 from desktop_app.core.files import OutputFileError, check_output_file
-from desktop_app.core.tokenizer import char_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    tok = char_tokenizer("abcdefgh ")
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=8, n_layers=1, n_heads=2, d_ff=16, context_length=16)
-    path = tmp_path_factory.mktemp("m") / "model"
-    save_model_folder(new_model(cfg, seed=0).eval(), path, tokenizer=tok)
-    return path
 
 
 # each command that writes a named file, up to its output option
@@ -36,8 +24,8 @@ COMMANDS = {
 }
 
 
-def _run(command, model_dir, out) -> int:
-    return main([a.replace("{model}", str(model_dir)) for a in COMMANDS[command]] + [out])
+def _run(command, model, out) -> int:
+    return main([a.replace("{model}", str(model)) for a in COMMANDS[command]] + [out])
 
 
 def _one_line(err: str) -> str:
@@ -47,17 +35,17 @@ def _one_line(err: str) -> str:
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_an_output_name_ending_in_a_separator_names_a_folder(command, model_dir, tmp_path, capsys):
+def test_an_output_name_ending_in_a_separator_names_a_folder(command, one_layer_gpt2_dir, tmp_path, capsys):
     out = str(tmp_path / "new") + os.sep
-    assert _run(command, model_dir, out) == EXIT_INPUT
+    assert _run(command, one_layer_gpt2_dir, out) == EXIT_INPUT
     assert _one_line(capsys.readouterr().err) == f"error: {out} ends in {os.sep!r}, so it names a folder: give a file name"
     assert not (tmp_path / "new").exists()  # neither a file called "new" nor a folder
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_an_empty_output_name_is_bad_input(command, model_dir, tmp_path, capsys, monkeypatch):
+def test_an_empty_output_name_is_bad_input(command, one_layer_gpt2_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert _run(command, model_dir, "") == EXIT_INPUT
+    assert _run(command, one_layer_gpt2_dir, "") == EXIT_INPUT
     assert _one_line(capsys.readouterr().err) == "error: the output file name is empty: give a file name"
     assert os.listdir(tmp_path) == []
 

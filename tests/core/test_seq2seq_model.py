@@ -332,3 +332,47 @@ def test_greedy_batch_of_padded_sources_writes_what_each_source_alone_does(name)
     ends = [row.index(eos) if eos in row else 6 for row in rows.tolist()]
     assert stopped.shape[1] == min(6, max(ends) + 1)
     assert stopped.tolist() == rows[:, :stopped.shape[1]].tolist()
+
+
+@pytest.mark.parametrize("name", ["t5_v1_0", "marian"])
+@pytest.mark.parametrize("stop_at", ["encoder.embed", "encoder.blocks.0.attn.input", "encoder.blocks.1.mlp.out",
+                                     "decoder.embed", "decoder.blocks.0.attn.input",
+                                     "decoder.blocks.1.cross_attn.input", "decoder.blocks.2.resid_cross"])
+def test_each_stack_stops_right_after_the_point(name, stop_at):
+    # as Transformer.forward(stop_at=...): the stopped stack's records are its whole pass's up to the point,
+    # bit for bit, and nothing after; the stream there is what the stopped pass returns
+    model = model_of(name)
+    src, tgt, mask = batch()
+    stack = stop_at.split(".")[0]
+    with torch.no_grad():
+        full = Trace((f"{stack}.*",))
+        enc = model.encode(src, src_mask=mask, trace=full if stack == "encoder" else None)
+        if stack == "decoder":
+            model.decode(tgt, enc, src_mask=mask, trace=full)
+        early = Trace((f"{stack}.*",))
+        if stack == "encoder":
+            hidden = model.encode(src, src_mask=mask, trace=early, stop_at=stop_at)
+        else:
+            out = model.decode(tgt, enc, src_mask=mask, trace=early, stop_at=stop_at)
+            assert out.logits is None
+            hidden = out.hidden
+    assert list(early) == list(full)[:list(full).index(stop_at) + 1]
+    for k in early:
+        assert torch.equal(early[k], full[k]), k
+    stream = {"encoder.blocks.0.attn.input": "encoder.embed", "encoder.blocks.1.mlp.out": "encoder.blocks.1.resid_mid",
+              "decoder.blocks.0.attn.input": "decoder.embed",
+              "decoder.blocks.1.cross_attn.input": "decoder.blocks.1.resid_mid"}
+    assert torch.equal(hidden, full[stream.get(stop_at, stop_at)])
+
+
+def test_a_stop_point_the_stack_has_not_is_an_error_not_a_whole_pass():
+    model = model_of("marian")
+    src, tgt, _ = batch()
+    with torch.no_grad():
+        enc = model.encode(src)
+        for wrong in ("encoder.blocks.2.attn.input", "blocks.0.attn.input", "decoder.embed"):
+            with pytest.raises(ValueError, match="no point of this 2-layer encoder's pass"):
+                model.encode(src, stop_at=wrong)
+        for wrong in ("decoder.blocks.3.attn.input", "encoder.blocks.0.attn.input", "decoder.emb"):
+            with pytest.raises(ValueError, match="no point of this 3-layer decoder's pass"):
+                model.decode(tgt, enc, stop_at=wrong)

@@ -78,3 +78,41 @@ def test_dropping_a_gguf_file_opens_it(qtbot, window, gguf_file):
         window.dropEvent(event)
     assert Path(sig.args[0].path) == gguf_file and event.isAccepted()
     assert sig.args[0].gguf.dequantized
+
+
+def test_a_gguf_beyond_float16s_range_is_refused_in_float16_and_the_model_shown_stays(qtbot, window, tmp_path,
+                                                                                       monkeypatch):
+    """Device > Compute dtype > float16 on a float32 GGUF holding 1e5: the dialog names the file and the tensor
+    in one line, and the float32 model stays open (checkpoints.range_problem, as for a model folder)."""
+    import gguf as gguf_lib
+    import numpy as np
+    import torch
+    from PySide6.QtWidgets import QMessageBox
+
+    tok = train_bpe([TEXT, "a dog ran in the park"] * 20, 280)
+    cfg = ModelConfig.llama(vocab_size=tok.vocab_size, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96,
+                            context_length=64)
+    path = tmp_path / "tiny-f32.gguf"
+    save_gguf(new_model(cfg, seed=0), path, tok, kind="f32")
+    reader = gguf_lib.GGUFReader(path)
+    start = next(t for t in reader.tensors if t.name == "blk.1.ffn_down.weight").data_offset
+    del reader
+    data = bytearray(path.read_bytes())
+    data[start:start + 4] = np.float32(1e5).tobytes()
+    path.write_bytes(bytes(data))
+    shown = []
+    monkeypatch.setattr(QMessageBox, "critical", lambda parent, title, text, *a, **k: shown.append((title, text)))
+    window.state.set_text(TEXT)
+    with qtbot.waitSignal(window.state.model_changed, timeout=20000):
+        window.state.open_model(path)
+    assert window.state.loaded.model.dtype == torch.float32
+    with qtbot.waitSignal(window.state.model_load_failed, timeout=20000):
+        window.dtype_actions["float16"].trigger()  # the menu item, as a click on it does
+    (title, text), = shown
+    first_line = text.split("\n\n")[0]
+    assert first_line.startswith(str(path)) and "\n" not in first_line, text
+    assert "'blk.1.ffn_down.weight' holds values beyond float16's range" in first_line
+    assert "stays open" in text
+    assert window.state.loaded.path == path and window.state.loaded.model.dtype == torch.float32
+    assert window.state.loaded.model.blocks[1].mlp.down.weight[0, 0] == 1e5
+    assert window.isVisible()

@@ -21,7 +21,7 @@ import gguf
 import numpy as np
 import torch
 
-from ..checkpoints import LoadedModel, assemble_model, config_from_hf, expected_shapes, resident_fits
+from ..checkpoints import LoadedModel, assemble_model, config_from_hf, expected_shapes, range_problem, resident_fits
 from ..config import MAX_SIZES
 from ..devices import MemoryEstimateError, check_memory, choose_compute_dtype, dtype_name, resolve_dtype
 from ..families import REGISTRY, family_of
@@ -356,7 +356,7 @@ class GGUFFile:
 
     def values(self, gguf_name: str, cfg, dtype: torch.dtype) -> torch.Tensor:
         """One tensor dequantized (in float32, this tensor only), with llama.cpp's conversions undone,
-        in `dtype`; NaN or infinite values are refused by name."""
+        in `dtype`; NaN or infinite values, or values beyond `dtype`'s range, are refused by name."""
         name, _, expert = gguf_name.partition(EXPERT_AT)
         t = self.tensors[name]
         data = t.data[int(expert)] if expert else t.data  # one expert's rows of a stacked tensor
@@ -366,14 +366,15 @@ class GGUFFile:
             raise ModelLoadError(self.path, f"cannot dequantize tensor {gguf_name!r} ({t.tensor_type.name}): "
                                             f"{exc}") from None
         arr = np.asarray(arr, dtype=np.float32).reshape(self.shape(gguf_name))
-        if not np.isfinite(arr).all():
-            raise ModelLoadError(self.path, f"tensor {gguf_name!r} holds NaN or infinite values: the file is damaged")
         leaf = gguf_name.split(".")[-2]
         if self.arch.permuted_qk and leaf in ("attn_q", "attn_k"):
             arr = unpermute_rows(arr, cfg.n_heads if leaf == "attn_q" else cfg.n_kv_heads)
         if self.arch.norm_shift and gguf_name.endswith("norm.weight"):
             arr = arr - np.float32(self.arch.norm_shift)
         arr = np.ascontiguousarray(arr)
+        # the values as cast, checked as a model folder's are: NaN, or beyond the range of `dtype`
+        if problem := range_problem(gguf_name, arr.view(np.int32), "F32", dtype):
+            raise ModelLoadError(self.path, problem)
         if not arr.flags.writeable:  # a float tensor is still a view of the read-only map: this is its copy
             arr = arr.copy()
         return torch.from_numpy(arr).to(dtype)

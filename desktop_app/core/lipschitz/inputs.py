@@ -55,11 +55,12 @@ def _stack_inputs(model, ids: torch.Tensor, layer: int, stack: str, source_ids) 
     from .measured import layer_modules
 
     layer_modules(model, layer, stack)  # the layer checked against the stack's depth
+    # each pass stops once the point is recorded (stop_at): the layer itself and the later ones never run
     if stack == "encoder":
         name = f"encoder.blocks.{layer}.attn.input"
         trace = Trace((name,))
         with torch.no_grad():
-            model.encode(ids, trace=trace)
+            model.encode(ids, trace=trace, stop_at=name)
         return trace[name].float()
     if not source_ids:
         raise ValueError("the decoder reads the encoder's output: give a source text")
@@ -67,7 +68,7 @@ def _stack_inputs(model, ids: torch.Tensor, layer: int, stack: str, source_ids) 
     trace = Trace((name,))
     with torch.no_grad():
         enc = model.encode(torch.as_tensor(list(source_ids), dtype=torch.long, device=model.device)[None])
-        model.decode(ids, enc.expand(ids.shape[0], -1, -1), trace=trace, compute_logits=False)
+        model.decode(ids, enc.expand(ids.shape[0], -1, -1), trace=trace, compute_logits=False, stop_at=name)
     return trace[name].float()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tracemalloc
 
 import numpy as np
+import torch
 import pytest
 
 gguf = pytest.importorskip("gguf")
@@ -117,3 +118,76 @@ def test_not_a_gguf_file(tmp_path):
     path.write_bytes(b"PK\x03\x04" + bytes(100))
     assert "not a GGUF file" in refused(path)
     assert "no such file" in refused(tmp_path / "missing.gguf")
+
+
+# -- values beyond the compute dtype's range: refused as a model folder's are (checkpoints.range_problem) --
+
+
+def with_value(path, tmp_path, tensor_name: str, at: int, raw: bytes):
+    """A copy of GGUF `path` with bytes `raw` written at byte `at` of tensor `tensor_name`'s data."""
+    reader = gguf.GGUFReader(path)
+    start = next(t for t in reader.tensors if t.name == tensor_name).data_offset
+    del reader
+    data = bytearray(path.read_bytes())
+    data[start + at:start + at + len(raw)] = raw
+    out = tmp_path / f"patched-{path.name}"
+    out.write_bytes(bytes(data))
+    return out
+
+
+@pytest.fixture(scope="module")
+def f32_llama(tmp_path_factory):
+    return write_gguf("llama", tmp_path_factory.mktemp("f32"), "F32")
+
+
+@pytest.mark.parametrize("value", [1e5, -1e5])
+def test_a_float32_value_beyond_float16s_range_is_refused_naming_the_file_and_tensor(f32_llama, tmp_path, capsys,
+                                                                                      value):
+    """Cast to float16 it would become infinity without a word: one line instead; float32 loads it as it is."""
+    from desktop_app.cli import main
+
+    path = with_value(f32_llama, tmp_path, "blk.1.ffn_up.weight", 0, np.float32(value).tobytes())
+    with pytest.raises(ModelLoadError) as info:
+        load_model_file(path, dtype="float16")
+    message = str(info.value)
+    assert info.value.path == path and "\n" not in message and message.startswith(str(path)), message
+    assert "tensor 'blk.1.ffn_up.weight' holds values beyond float16's range" in message
+    assert "they would become infinite" in message
+    assert load_model_file(path, dtype="float32").model.blocks[1].mlp.up.weight[0, 0] == value
+    assert main(["info", str(path), "--dtype", "float16"]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'blk.1.ffn_up.weight'" in err and "Traceback" not in err, err
+
+
+# The smallest float32 each cast makes infinite: half a unit above the dtype's largest value (whose last
+# mantissa bit is odd, so round-to-nearest-even takes the tie up).
+FIRST_OVERFLOWING = {"bfloat16": 2.0**128 - 2.0**119,  # bfloat16's largest 2**128 - 2**120
+                     "float16": 2.0**16 - 2.0**4}       # float16's largest 65504 = 2**16 - 2**5
+
+
+@pytest.mark.parametrize("dtype", list(FIRST_OVERFLOWING))
+def test_the_range_edge_is_where_torchs_cast_overflows(f32_llama, tmp_path, dtype):
+    """The float32 just below the first one the cast makes infinite loads as the cast gives it; that one is
+    refused (both signs)."""
+    into = getattr(torch, dtype)
+    over = torch.tensor(FIRST_OVERFLOWING[dtype], dtype=torch.float32)
+    edge = torch.nextafter(over, torch.tensor(0.0))
+    assert torch.isfinite(edge.to(into)) and torch.isinf(over.to(into))
+    for value, refused_here in [(edge, False), (-edge, False), (over, True), (-over, True)]:
+        path = with_value(f32_llama, tmp_path, "blk.0.ffn_down.weight", 4 * 7, value.numpy().tobytes())
+        if refused_here:
+            with pytest.raises(ModelLoadError, match=f"'blk.0.ffn_down.weight' holds values beyond {dtype}'s range"):
+                load_model_file(path, dtype=dtype)
+        else:
+            w = load_model_file(path, dtype=dtype).model.blocks[0].mlp.down.weight
+            assert w[0, 7] == value.to(into)
+
+
+def test_a_quantized_block_whose_values_exceed_float16_is_refused(tmp_path):
+    """Q8_0 values are a float16 scale times -127..127: a large scale is finite in the file and beyond
+    float16 once dequantized. Checked on the dequantized values, before the cast."""
+    path = write_gguf("llama", tmp_path, "Q8_0")
+    big = with_value(path, tmp_path, "blk.0.attn_output.weight", 0, np.float16(60000).tobytes())
+    with pytest.raises(ModelLoadError, match="'blk.0.attn_output.weight' holds values beyond float16's range"):
+        load_model_file(big, dtype="float16")
+    assert torch.isfinite(load_model_file(big, dtype="float32").model.blocks[0].attn.o.weight).all()

@@ -11,6 +11,7 @@ from desktop_app.core import lipschitz as lip
 from desktop_app.core.checkpoints import new_model
 from desktop_app.core.config import ModelConfig
 from desktop_app.core.families import REGISTRY
+from desktop_app.core.trace import Trace
 
 SMALL = dict(vocab_size=40, d_model=16, n_layers=2, n_decoder_layers=2, n_heads=2, d_ff=24, context_length=24,
              init_std=0.3)
@@ -91,6 +92,45 @@ def test_self_attention_of_either_stack_is_the_modules(name, stack):
     torch.testing.assert_close(fmap(X), ref(X), rtol=1e-9, atol=1e-9)
     est = lip.spectral_norm(fmap, X, tol=1e-8)
     np.testing.assert_allclose(est.sigma.numpy(), lip.exact_jacobian_norm(ref, X).numpy(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("stack", ["encoder", "decoder", "cross"])
+def test_real_inputs_stop_at_the_layers_input_with_the_same_values(name, stack):
+    # real_inputs runs a stack only up to the measured attention's input: the same bits as the stack's whole
+    # pass, and that attention, the layer's MLP and the later layers never run
+    model = model_of(name)
+    ids = SRC if stack == "encoder" else DEC
+    starts = lip.window_starts(len(ids), 4, 3)
+    batch = torch.tensor([ids[s:s + 4] for s in starts])
+    part = model.encoder if stack == "encoder" else model.decoder
+    kind = "cross_attn" if stack == "cross" else "attn"
+    for layer in range(2):
+        name = f"{'encoder' if stack == 'encoder' else 'decoder'}.blocks.{layer}.{kind}.input"
+        full = Trace((name,))
+        with torch.no_grad():
+            enc = model.encode(torch.tensor([SRC]), trace=full if stack == "encoder" else None)
+            if stack == "encoder":
+                model.encode(batch, trace=full)
+            else:
+                model.decode(batch, enc.expand(3, -1, -1), trace=full)
+        ran = []
+        later = {"attention": part.blocks[layer].attn, "mlp": part.blocks[layer].mlp,
+                 **{f"layer {l}": part.blocks[l] for l in range(layer + 1, len(part.blocks))}}
+        hooks = [m.register_forward_pre_hook(lambda *_, what=what: ran.append(what)) for what, m in later.items()
+                 if not (what == "attention" and stack == "cross")]
+        cross = part.blocks[layer].cross_attn if stack == "cross" else None
+        if cross is not None:  # called through its .cross, which no forward hook sees
+            cross.cross = lambda *a, _cross=cross.cross, **k: (ran.append("attention"), _cross(*a, **k))[1]
+        try:
+            X = lip.real_inputs(model, ids, layer, 4, 3, starts, stack=stack, source_ids=SRC)
+        finally:
+            for hook in hooks:
+                hook.remove()
+            if cross is not None:
+                del cross.cross
+        assert torch.equal(X, full[name].float())
+        assert ran == []
 
 
 def test_a_sweep_on_cross_attention_reads_the_decoders_windows():

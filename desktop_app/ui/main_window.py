@@ -295,6 +295,7 @@ class MainWindow(QMainWindow):
             menu.addAction(a)
             self.dtype_actions[name] = a
         self._check_dtype_action()
+        self.state.dtype_changed.connect(lambda _name: self._check_dtype_action())
 
     def _check_dtype_action(self) -> None:
         a = getattr(self, "dtype_actions", {}).get(self.state.dtype or "auto")

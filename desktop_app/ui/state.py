@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Callable
 
 from PySide6.QtCore import QObject, Signal
 
@@ -116,6 +117,7 @@ def _forwarded(field: str, doc: str) -> property:
 class AppState(QObject):
     model_changed = Signal(object)  # LoadedModel
     model_load_failed = Signal(str)  # message naming the file and the problem
+    dtype_changed = Signal(str)  # the compute dtype asked for ("auto" or a dtype's name)
     device_changed = Signal(str)
     device_failed = Signal(str, str)  # device asked for, why the model could not move there
     text_changed = Signal(str)  # the text was set: a new one, or the same set again to trace it again
@@ -240,8 +242,8 @@ class AppState(QObject):
         return job
 
     # -- model -----------------------------------------------------------------------------
-    def open_model(self, path: str | Path) -> None:
-        """Load a model folder in a worker; on failure the previous model stays."""
+    def open_model(self, path: str | Path, on_failed: Callable[[], None] | None = None) -> None:
+        """Load a model folder in a worker; on failure the previous model stays (on_failed runs first)."""
         self.busy_changed.emit(True, f"Loading {path}…")
         device, text = self.device, self.text
         self.loading = str(path)
@@ -263,6 +265,8 @@ class AppState(QObject):
         def failed(exc: BaseException, tb: str) -> None:
             self.loading = None
             self.busy_changed.emit(False, "")
+            if on_failed is not None:
+                on_failed()
             self.model_load_failed.emit(str(exc))
 
         return run_job(_load, str(path), device, self.dtype, text, on_result=done, on_error=failed)
@@ -348,13 +352,19 @@ class AppState(QObject):
 
     def set_dtype(self, dtype: str) -> None:
         """Compute in `dtype` ("auto": what suits the device) from now on: the open model is opened again
-        in it (model_changed follows; a failure keeps it as it is)."""
+        in it (model_changed follows; a failure keeps it as it is, and the dtype it has: dtype_changed)."""
         dtype = None if dtype == "auto" else dtype
         if dtype == self.dtype:
             return
-        self.dtype = dtype
+        previous, self.dtype = self.dtype, dtype
+        self.dtype_changed.emit(dtype or "auto")
         if self.loaded is not None and self.loaded.path is not None:
-            self.open_model(self.loaded.path)
+            def keep_previous() -> None:  # the model on show is still in the previous dtype: so is the setting
+                if self.dtype == dtype:  # (else another was asked for meanwhile)
+                    self.dtype = previous
+                    self.dtype_changed.emit(previous or "auto")
+
+            self.open_model(self.loaded.path, on_failed=keep_previous)
 
     def set_device(self, device: str) -> None:
         """Make `device` the one models live on: new loads go there at once, and the current model

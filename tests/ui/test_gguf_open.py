@@ -115,4 +115,8 @@ def test_a_gguf_beyond_float16s_range_is_refused_in_float16_and_the_model_shown_
     assert "stays open" in text
     assert window.state.loaded.path == path and window.state.loaded.model.dtype == torch.float32
     assert window.state.loaded.model.blocks[1].mlp.down.weight[0, 0] == 1e5
+    # the setting is the model's on show again, and the menu says so (float16 was left checked, and asked of
+    # every model opened next)
+    assert window.state.dtype is None and window.dtype_actions["auto"].isChecked()
+    assert not window.dtype_actions["float16"].isChecked()
     assert window.isVisible()

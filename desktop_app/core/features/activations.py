@@ -144,7 +144,9 @@ def record_points(model, ids: Sequence[int] | torch.Tensor, points: Sequence[Hoo
                   decoder_ids: Sequence[int] | torch.Tensor | None = None, unedited: Sequence[str] = ()) -> Trace:
     """One forward of `ids` (batch [1, T] or [B, T]) recording the `points` (and no further than the last
     layer they need). An encoder-decoder's `ids` are its source; its decoder runs only for a decoder point,
-    on `decoder_ids` (its input: [start] + the target). ValueError, one line, when a decoder point has none.
+    on `decoder_ids` (its input: [start] + the target), after the whole encoder (its cross-attention reads the
+    encoder's output); the last stack run stops at its last layer needed. ValueError, one line, when a decoder
+    point has none.
     `unedited`: recorded names whose values before the interventions' edits are kept too (trace.unedited)."""
     model = getattr(model, "model", model)
     names = sorted({p.recorded for p in points})
@@ -152,21 +154,25 @@ def record_points(model, ids: Sequence[int] | torch.Tensor, points: Sequence[Hoo
     def batch(x):
         return x.to(model.device) if torch.is_tensor(x) else torch.tensor([list(x)], device=model.device)
 
+    def stop_after(stack_points, prefix: str = "") -> str | None:
+        last = max((p.layer for p in stack_points), default=-1)
+        return f"{prefix}blocks.{last}.resid_post" if last >= 0 else None
+
     trace = Trace(names, unedited=unedited)
     with torch.no_grad():
         if getattr(model.cfg, "is_encoder_decoder", False):
-            enc = model.encode(batch(ids), trace=trace, interventions=interventions or None)
-            decoding = [p.hook for p in points if p.stack == "decoder"]
+            decoding = [p for p in points if p.stack == "decoder"]
+            if decoding and (decoder_ids is None or not len(decoder_ids)):
+                raise ValueError(f"{decoding[0].hook} reads the decoder, whose input ([start] + a target) is not "
+                                 "given here; an encoder hook (encoder.blocks.L.*) reads the source alone")
+            enc = model.encode(batch(ids), trace=trace, interventions=interventions or None,
+                               stop_at=None if decoding else stop_after(points, "encoder."))
             if decoding:
-                if decoder_ids is None or not len(decoder_ids):
-                    raise ValueError(f"{decoding[0]} reads the decoder, whose input ([start] + a target) is not "
-                                     "given here; an encoder hook (encoder.blocks.L.*) reads the source alone")
                 model.decode(batch(decoder_ids), enc, trace=trace, compute_logits=False,
-                             interventions=interventions or None)
+                             interventions=interventions or None, stop_at=stop_after(decoding, "decoder."))
             return trace
-        last = max((p.layer for p in points), default=-1)
         model(batch(ids), trace=trace, compute_logits=False, interventions=interventions or None,
-              stop_at=f"blocks.{last}.resid_post" if last >= 0 else None)
+              stop_at=stop_after(points))
     return trace
 
 

@@ -120,3 +120,27 @@ def test_hooks_of_an_encoder_decoder_name_their_stack(marian):
                         "trains on a text file read as the encoder's source; choose an encoder hook "
                         "(encoder.blocks.L.*)."]
     assert dictionary_problems(marian, SaeTrainConfig(text_file=__file__, hook="encoder.blocks.0.resid_post")) == []
+
+
+@pytest.mark.parametrize("hooks, blocks_run", [
+    (["encoder.blocks.0.resid_post"], ["encoder.0"]),  # the encoder's first layer only, no decoder
+    (["encoder.blocks.0.resid_post", "decoder.blocks.0.resid_post"], ["encoder.0", "encoder.1", "decoder.0"]),
+    (["decoder.blocks.1.mlp.out"], ["encoder.0", "encoder.1", "decoder.0", "decoder.1"]),
+])
+def test_recording_hooks_runs_no_further_than_the_last_layer_they_need(marian, monkeypatch, hooks, blocks_run):
+    """The decoder reads the whole encoder's output (its cross-attention); each stack stops at its last layer
+    needed, with the values of the whole pass."""
+    from desktop_app.core.features.activations import record_points
+
+    src, dec = _source_and_target(marian)
+    points = [hook_point(h, marian.config) for h in hooks]
+    ran = []
+    for stack in ("encoder", "decoder"):
+        for l, block in enumerate(getattr(marian.model, stack).blocks):
+            monkeypatch.setattr(block, "forward", lambda *a, _real=block.forward, _name=f"{stack}.{l}", **k:
+                                ran.append(_name) or _real(*a, **k))
+    trace = record_points(marian.model, src, points, decoder_ids=dec)
+    assert ran == blocks_run
+    whole = _recorded(marian, src, dec, *[p.recorded for p in points])
+    for p in points:
+        assert torch.equal(trace[p.recorded], whole[p.recorded]), p.hook

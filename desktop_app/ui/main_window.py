@@ -295,9 +295,9 @@ class MainWindow(QMainWindow):
             menu.addAction(a)
             self.dtype_actions[name] = a
         self._check_dtype_action()
-        self.state.dtype_changed.connect(lambda _name: self._check_dtype_action())
+        self.state.dtype_changed.connect(self._check_dtype_action)  # (a bound method: no lambda keeps the window)
 
-    def _check_dtype_action(self) -> None:
+    def _check_dtype_action(self, _asked: str = "") -> None:
         a = getattr(self, "dtype_actions", {}).get(self.state.dtype or "auto")
         if a is not None:
             a.setChecked(True)

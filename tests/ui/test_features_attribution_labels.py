@@ -2,6 +2,7 @@
 features", bias, error under a narrow chart). Its axis now thins and elides them to fit, as the heatmaps' do."""
 from __future__ import annotations
 
+import pytest
 import torch
 from PySide6.QtGui import QFontMetrics
 
@@ -12,11 +13,18 @@ from desktop_app.paths import resources_dir
 from desktop_app.ui.panels.features_views import MAX_FEATURE_BARS, feature_attribution_chart
 
 
-def test_attribution_labels_never_overlap(qtbot, tmp_path):
+@pytest.fixture(scope="module")
+def demo_and_dictionary():
+    """The demo model and a random 256-feature dictionary on its layer 2's residual stream."""
     loaded = load_model_folder(resources_dir() / "demo-model")
     g = torch.Generator().manual_seed(0)
     d = SparseDictionary(torch.randn(128, 256, generator=g) * 0.1, torch.randn(256, generator=g) * 0.1,
                          torch.randn(256, 128, generator=g) * 0.1, torch.zeros(128), hook="blocks.2.hook_resid_post")
+    return loaded, d
+
+
+def test_attribution_labels_never_overlap(qtbot, tmp_path, demo_and_dictionary):
+    loaded, d = demo_and_dictionary
     ids = loaded.tokenizer.encode("Alice was beginning to get very tired")
     fa = attribute_features(loaded, ids, attach(d, loaded.config), len(ids) - 1, 5)
     chart = feature_attribution_chart()
@@ -44,7 +52,7 @@ def test_attribution_labels_never_overlap(qtbot, tmp_path):
         assert any(abs(c - x) < 1e-9 for c in centres), (x, s)
 
 
-def test_both_panels_draw_attribution_with_one_widget_that_shows_markup_tokens_in_the_title(qtbot):
+def test_both_panels_draw_attribution_with_one_widget_that_shows_markup_tokens_in_the_title(qtbot, demo_and_dictionary):
     """The What if and Features panels' bar charts are one widget (widgets/attribution_bars); its title is
     escaped, so the Features panel's names a token such as <|endoftext|> too (its own chart swallowed it)."""
     from desktop_app.ui.panels.features import FeaturesPanel
@@ -58,10 +66,7 @@ def test_both_panels_draw_attribution_with_one_widget_that_shows_markup_tokens_i
     qtbot.addWidget(whatif)
     assert type(features.attr_chart) is type(whatif.dla_chart) is AttributionBars
 
-    loaded = load_model_folder(resources_dir() / "demo-model")
-    g = torch.Generator().manual_seed(0)
-    d = SparseDictionary(torch.randn(128, 256, generator=g) * 0.1, torch.randn(256, generator=g) * 0.1,
-                         torch.randn(256, 128, generator=g) * 0.1, torch.zeros(128), hook="blocks.2.hook_resid_post")
+    loaded, d = demo_and_dictionary
     ids = loaded.tokenizer.encode("Alice was beginning")
     fa = attribute_features(loaded, ids, attach(d, loaded.config), len(ids) - 1, 0)
     title = "'<|endoftext|>' (#0) at position 2: blocks.2.hook_resid_post adds 1 directly"

@@ -660,6 +660,9 @@ class AttentionPanel(ViewTablePanel):
             loaded = getattr(self.state, "loaded", None)
             mask = analysis.allowed_mask(t_q, t_k, loaded.config.causal if loaded is not None else False)
             self._partial_mask = None if mask.all() else mask
+            ids = list(ready.enc.ids)
+            if len(ids) == t_k:  # the text's tokens above the grid, as set_trace shows them
+                self.tokens.set_tokens(self.state.token_strings(ids), ids)
             self.model_view.begin(ready.total, n_heads, t_q, t_k)
         self._partial_done = ready.done
         self._paint_pieces()
@@ -734,10 +737,19 @@ class AttentionPanel(ViewTablePanel):
 
     def screenshot_ready(self) -> bool:
         """What is on show is drawn: the model view once its thumbnails are (the rollout and the statistics,
-        which it does not show, may still be in the worker); another view once the worker is done."""
-        if self.view_state.view == "model-view" and self.data is not None and self.data.thumbs is not None:
+        which it does not show, may still be in the worker), or every row of a trace still arriving
+        (drawn_before_the_logits); another view once the worker is done."""
+        if self.view_state.view == "model-view" and (
+                (self.data is not None and self.data.thumbs is not None) or self.drawn_before_the_logits()):
             return True
         return self._job is None
+
+    def drawn_before_the_logits(self) -> bool:
+        """The model view on show has painted every block of the text's trace still arriving (its logits, which
+        the model view does not read, are computed after the blocks: AppState.set_text)."""
+        ready = getattr(self.state, "tracing", None)
+        return (self.view_state.view == "model-view" and ready is not None and ready.trace is self._partial
+                and ready.done == ready.total and len(self._partial_thumbs) == ready.total)
 
     # -- rendering: only the visible view is drawn; the others are marked stale and drawn when shown
     def _invalidate(self, *views: str) -> None:

@@ -438,19 +438,21 @@ def _run(app, args, state, window, started: float) -> int:
     state.set_text(text)
     if args.panel:
         try:
-            window.show_panel(args.panel)
+            window.slot(args.panel)
         except KeyError as exc:
             return _fail(exc.args[0], 2)
 
     watcher = StartupWatcher(state, expect_model=model_path is not None,
                              drawn_early=lambda: drawn_before_the_logits(window))
+    if model_path is not None:  # loaded in a worker while the panel on show is built and the window shown
+        window.open_model(model_path)
+    if args.panel:
+        window.show_panel(args.panel)
     window.show()
     for title, message in notices:
         log.warning("%s", message)
         _notify(window, title, message)
-    if model_path is not None:
-        window.open_model(model_path)
-    else:
+    if model_path is None:
         message = (f"No model open: the demo model is not installed ({demo_model_dir()}). "
                    "Open a model folder with File > Open Model Folder… (Ctrl+O) or drop one on the window.")
         window.statusBar().showMessage(message)

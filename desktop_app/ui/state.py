@@ -56,9 +56,14 @@ def _trace_in_pieces(loaded: LoadedModel, text: str, ids: list[int] | None, inte
     `target`: an encoder-decoder's target text (ignored for other models). Without the logits: (encoding,
     trace, add_logits), which _add_logits runs next, in a job of its own, while the blocks are painted."""
     pair = {"target": target} if loaded.config.is_encoder_decoder else {}
-    with every_free_core():  # the UI only shows progress meanwhile (threads.py)
-        return trace_input(loaded, text, ids, interventions, layers=layers, job=job, on_layer=partial, logits=False,
-                           **pair)
+    with every_free_core() as refit:  # the UI only shows progress meanwhile (threads.py)
+        def layer_done(ready) -> None:
+            refit()  # the cores free now, for the next layer
+            if partial is not None:
+                partial(ready)
+
+        return trace_input(loaded, text, ids, interventions, layers=layers, job=job, on_layer=layer_done,
+                           logits=False, **pair)
 
 
 def _add_logits(add_logits, job=None) -> None:

@@ -190,7 +190,7 @@ def app_icon():
 
 class StartupWatcher:
     """Knows when the window shows its model: loaded, and the text tokenized and traced, or the panel on show
-    drawn from the trace's blocks while its logits are still coming (`drawn_early`, asked every 50 ms: the
+    drawn from the trace's blocks while its logits are still coming (`drawn_early`, asked every 20 ms: the
     Attention panel's model view needs no logits)."""
 
     def __init__(self, state, expect_model: bool, drawn_early: Callable[[], bool] = lambda: False) -> None:
@@ -234,7 +234,7 @@ class StartupWatcher:
         loop = QEventLoop()
         self.on_change = lambda: loop.quit() if self.ready else None
         QTimer.singleShot(int(timeout_s * 1000), loop.quit)
-        poll = QTimer(interval=50)  # (drawn_early changes without a signal)
+        poll = QTimer(interval=20)  # (drawn_early changes without a signal)
         poll.timeout.connect(lambda: self.on_change())
         poll.start()
         loop.exec()

@@ -116,6 +116,7 @@ def every_free_core():
 
 
 def _refit() -> None:
+    """every_free_core's count chosen again (its value)."""
     if not os.environ.get("OMP_NUM_THREADS"):
         import torch
 

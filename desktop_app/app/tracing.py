@@ -24,7 +24,8 @@ trace, and the estimate (trace_memory: device and host) is checked against each 
 A first look that arrives in pieces: trace_input(on_layer=, job=) hands back each layer as soon as its
 records are in the trace (LayersReady: the text's encoding, the trace being filled, layers done of
 how many), reports "layer k / L" to the job and stops at its cancel between layers (core.jobs), all
-from the model's one forward (Transformer.forward's on_layer). The GUI's AppState paints from it.
+from the model's one forward (Transformer.forward's on_layer). The GUI's AppState paints from it, and
+takes the logits after the blocks (trace_input(logits=False): add_logits, a second step of the same trace).
 
 Encoder-decoders (T5, BART, Marian; core/seq2seq.py): the input is a source text (the encoder's) and a
 target text (the decoder's), either also given as ids. The decoder's input is [decoder start token] +
@@ -308,7 +309,7 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
     Returns (encoding, trace); with `logits=False`, (encoding, trace, add_logits): the forward stops after
     the final norm, and add_logits() records the logits into the same trace, the values the whole forward
     records (the GUI's first look paints the blocks before the unembedding of every position against the
-    whole vocabulary, ~1 s and 0.6 GB as float32 at Qwen2.5-0.5B's 1,024 tokens; an encoder-decoder's
+    whole vocabulary: 1,024 x 151,936 logits at Qwen2.5-0.5B's shape, ~1 s of two cores; an encoder-decoder's
     trace is whole at once, its add_logits does nothing)."""
     import torch
 

@@ -107,9 +107,20 @@ def every_free_core():
     one), so the core kept for the UI bought nothing while it waited; a core another process is busy on
     is not free (the trace forced onto two beside a busy neighbour took 6.3 and 14.7 s against 5.2 and
     6.3 s on one). OpenMP's count is per thread, but torch starts each new thread with the last count
-    set: restoring it keeps the other workers on theirs. An explicit OMP_NUM_THREADS wins."""
+    set: restoring it keeps the other workers on theirs. An explicit OMP_NUM_THREADS wins.
+    Its value, refit(), chooses the count again for the cores free then: a job of many steps (the first look's
+    trace, layer by layer) calls it between them, so a neighbour busy for a moment when the job started
+    does not keep it on one core to its end, nor a neighbour started since share its cores."""
     with torch_threads(fair_thread_count()):
-        yield
+        yield _refit
+
+
+def _refit() -> None:
+    """every_free_core's count chosen again (its value)."""
+    if not os.environ.get("OMP_NUM_THREADS"):
+        import torch
+
+        torch.set_num_threads(fair_thread_count())
 
 
 # Up to this many input elements per product (samples x tokens x width), torch's ops are microseconds of

@@ -76,6 +76,27 @@ def test_every_free_core_sets_the_fair_count_inside_and_new_threads_start_with_t
         torch.set_num_threads(n)
 
 
+def test_every_free_core_chooses_the_count_again_when_refit_between_steps_and_omp_num_threads_wins(monkeypatch):
+    n = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    free = [1]  # a neighbour busy when the job starts, gone by its next step
+    monkeypatch.setattr(threads, "fair_thread_count", lambda reserve=0: free[0])
+    try:
+        torch.set_num_threads(1)
+        with threads.every_free_core() as refit:
+            assert torch.get_num_threads() == 1
+            free[0] = 2
+            refit()
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 1  # the count before, after
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the user's choice wins
+        with threads.every_free_core() as refit:
+            refit()
+            assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(n)
+
+
 def test_one_thread_when_small_inside_only_for_small_work_and_an_explicit_omp_num_threads_wins(monkeypatch):
     from desktop_app.core.lipschitz import spectral_norm
 

@@ -24,7 +24,8 @@ trace, and the estimate (trace_memory: device and host) is checked against each 
 A first look that arrives in pieces: trace_input(on_layer=, job=) hands back each layer as soon as its
 records are in the trace (LayersReady: the text's encoding, the trace being filled, layers done of
 how many), reports "layer k / L" to the job and stops at its cancel between layers (core.jobs), all
-from the model's one forward (Transformer.forward's on_layer). The GUI's AppState paints from it.
+from the model's one forward (Transformer.forward's on_layer). The GUI's AppState paints from it, and
+takes the logits after the blocks (trace_input(logits=False): add_logits, a second step of the same trace).
 
 Encoder-decoders (T5, BART, Marian; core/seq2seq.py): the input is a source text (the encoder's) and a
 target text (the decoder's), either also given as ids. The decoder's input is [decoder start token] +
@@ -289,7 +290,7 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
                 interventions: list | None = None, purpose: str = VIEWS,
                 layers=None, *, on_layer: Callable[[LayersReady], None] | None = None,
                 job=None, target: str = "", target_ids: list[int] | None = None,
-                host_records: bool | None = None) -> tuple[EncodedText, Trace | None]:
+                host_records: bool | None = None, logits: bool = True):
     """Encode `text` (or check the given `ids`) for `loaded` and trace them. Text longer than the
     context is cut to its first context_length tokens, and the EncodedText's notice says so;
     unknown words and ids outside the vocabulary raise InputError with a sentence naming them.
@@ -304,7 +305,12 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
     `host_records` (default records_to_host: on CUDA): each block's records are handed to (pinned) host
     memory as soon as the block has run, before on_layer sees it (Trace.hand_off, one transfer per dtype),
     and the final ones at the end, so the card holds the weights and one layer's work and every record
-    read is a CPU tensor; on the CPU they stay where they are made (no copy)."""
+    read is a CPU tensor; on the CPU they stay where they are made (no copy).
+    Returns (encoding, trace); with `logits=False`, (encoding, trace, add_logits): the forward stops after
+    the final norm, and add_logits() records the logits into the same trace, the values the whole forward
+    records (the GUI's first look paints the blocks before the unembedding of every position against the
+    whole vocabulary: 1,024 x 151,936 logits at Qwen2.5-0.5B's shape, ~1 s of two cores; an encoder-decoder's
+    trace is whole at once, its add_logits does nothing)."""
     import torch
 
     from ..core.inputs import check_ids, encode_text_or_ids
@@ -313,11 +319,12 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
     cfg = loaded.config
     enc = check_ids(ids, cfg.vocab_size, cfg.context_length) if ids is not None else encode_text_or_ids(loaded, text)
     if is_seq2seq(cfg):
-        return _trace_pair(loaded, encode_pair(loaded, enc, target, target_ids), interventions, purpose, layers, job)
+        out = _trace_pair(loaded, encode_pair(loaded, enc, target, target_ids), interventions, purpose, layers, job)
+        return out if logits else (*out, _nothing)
     if target_ids is not None or target:
         raise ValueError(f"{loaded.name} is not an encoder-decoder: it reads one text, no target")
     if not enc.ids:
-        return enc, None
+        return (enc, None) if logits else (enc, None, _nothing)
     host = records_to_host(loaded) if host_records is None else host_records
     check_trace_memory(loaded, len(enc.ids), purpose, layers, host_records=host)
     total, recorded = cfg.n_layers, layer_range(layers, cfg.n_layers)
@@ -331,13 +338,29 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
             on_layer(LayersReady(enc, trace, layer + 1, recorded.stop))
 
     progressive = job is not None or on_layer is not None or host
-    _, trace = loaded.model.run_with_trace(torch.tensor(enc.ids, device=loaded.model.device)[None],
-                                           interventions=_resolved(loaded, enc.ids, interventions),
-                                           on_layer=ready if progressive else None,
-                                           **trace_settings(loaded, len(enc.ids), purpose, layers))
+    model = loaded.model
+    out, trace = model.run_with_trace(torch.tensor(enc.ids, device=model.device)[None],
+                                      interventions=_resolved(loaded, enc.ids, interventions),
+                                      on_layer=ready if progressive else None, compute_logits=logits,
+                                      **trace_settings(loaded, len(enc.ids), purpose, layers))
     if host:
         trace.hand_off()  # the final norm's output and the logits
-    return enc, trace
+    if logits:
+        return enc, trace
+
+    def add_logits() -> None:
+        """The logits of the last block's output, recorded as Transformer.forward records them."""
+        if cfg.lm_head:
+            with torch.no_grad():
+                trace.record("logits", model.unembed(out.hidden))
+            if host:
+                trace.hand_off()
+
+    return enc, trace, add_logits
+
+
+def _nothing() -> None:
+    """add_logits of a trace that is whole already (trace_input's logits=False)."""
 
 
 @dataclass

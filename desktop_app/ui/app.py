@@ -1,8 +1,9 @@
 """Start the GUI: `transformer-explorer [MODEL_DIR] [--screenshot FILE.png] [--panel NAME]`.
 
 With no model folder it reopens the last session (if any) or the embedded demo model. With
---screenshot it renders the main window offscreen once the model is loaded and the text traced,
-saves the PNG (atomically) and exits: 0 on success, non-zero with a message otherwise.
+--screenshot it renders the main window offscreen once the model is loaded and the text traced (or
+the panel on show has drawn the trace's blocks, its logits still coming: the Attention panel), saves
+the PNG (atomically) and exits: 0 on success, non-zero with a message otherwise.
 Only PySide6 is imported at module level; torch and the panels come in when needed.
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog. Attention is all you need."
 SCREENSHOT_SIZE = (1280, 800)
@@ -187,10 +189,13 @@ def app_icon():
 
 
 class StartupWatcher:
-    """Knows when the window shows its model: loaded, and the text tokenized and traced."""
+    """Knows when the window shows its model: loaded, and the text tokenized and traced, or the panel on show
+    drawn from the trace's blocks while its logits are still coming (`drawn_early`, asked every 20 ms: the
+    Attention panel's model view needs no logits)."""
 
-    def __init__(self, state, expect_model: bool) -> None:
+    def __init__(self, state, expect_model: bool, drawn_early: Callable[[], bool] = lambda: False) -> None:
         self.expect_model = expect_model
+        self.drawn_early = drawn_early
         self.model_loaded = False
         self.traced = False
         self.failed: str | None = None
@@ -204,7 +209,8 @@ class StartupWatcher:
 
     @property
     def ready(self) -> bool:
-        return self.failed is not None or not self.expect_model or (self.model_loaded and self.traced)
+        return self.failed is not None or not self.expect_model or (
+            self.model_loaded and (self.traced or self.drawn_early()))
 
     def _loaded(self, _loaded) -> None:
         self.model_loaded = True
@@ -228,9 +234,21 @@ class StartupWatcher:
         loop = QEventLoop()
         self.on_change = lambda: loop.quit() if self.ready else None
         QTimer.singleShot(int(timeout_s * 1000), loop.quit)
+        poll = QTimer(interval=20)  # (drawn_early changes without a signal)
+        poll.timeout.connect(lambda: self.on_change())
+        poll.start()
         loop.exec()
+        poll.stop()
         self.on_change = lambda: None
         return self.ready
+
+
+def drawn_before_the_logits(window) -> bool:
+    """Whether the panel on show has drawn the text's trace from its blocks, its logits still coming (a panel
+    that can says so: the Attention panel's drawn_before_the_logits)."""
+    slot = window.current_slot()
+    drawn = getattr(slot.panel if slot is not None else None, "drawn_before_the_logits", None)
+    return callable(drawn) and drawn()
 
 
 def _settle(ms: int) -> None:
@@ -420,18 +438,21 @@ def _run(app, args, state, window, started: float) -> int:
     state.set_text(text)
     if args.panel:
         try:
-            window.show_panel(args.panel)
+            window.slot(args.panel)
         except KeyError as exc:
             return _fail(exc.args[0], 2)
 
-    watcher = StartupWatcher(state, expect_model=model_path is not None)
+    watcher = StartupWatcher(state, expect_model=model_path is not None,
+                             drawn_early=lambda: drawn_before_the_logits(window))
+    if model_path is not None:  # loaded in a worker while the panel on show is built and the window shown
+        window.open_model(model_path)
+    if args.panel:
+        window.show_panel(args.panel)
     window.show()
     for title, message in notices:
         log.warning("%s", message)
         _notify(window, title, message)
-    if model_path is not None:
-        window.open_model(model_path)
-    else:
+    if model_path is None:
         message = (f"No model open: the demo model is not installed ({demo_model_dir()}). "
                    "Open a model folder with File > Open Model Folder… (Ctrl+O) or drop one on the window.")
         window.statusBar().showMessage(message)

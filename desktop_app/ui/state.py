@@ -54,10 +54,26 @@ def _trace_in_pieces(loaded: LoadedModel, text: str, ids: list[int] | None, inte
                      layers: int | None = None, target: str = "", job=None, partial=None):
     """trace_input in a worker (run_job's job and partial): each layer reaches the UI thread as it is
     recorded (app.tracing.LayersReady), "layer k / L" the progress, and a cancel stops it between layers.
-    `target`: an encoder-decoder's target text (ignored for other models)."""
+    `target`: an encoder-decoder's target text (ignored for other models). Without the logits: (encoding,
+    trace, add_logits), which _add_logits runs next, in a job of its own, while the blocks are painted."""
     pair = {"target": target} if loaded.config.is_encoder_decoder else {}
-    with every_free_core():  # the UI only shows progress meanwhile (threads.py)
-        return trace_input(loaded, text, ids, interventions, layers=layers, job=job, on_layer=partial, **pair)
+    with every_free_core() as refit:  # the UI only shows progress meanwhile (threads.py)
+        def layer_done(ready) -> None:
+            refit()  # the cores free now, for the next layer
+            if partial is not None:
+                partial(ready)
+
+        return trace_input(loaded, text, ids, interventions, layers=layers, job=job, on_layer=layer_done,
+                           logits=False, **pair)
+
+
+def _add_logits(add_logits, job=None) -> None:
+    """A text trace's last step (trace_input's add_logits) in a worker; a cancel before it starts or while
+    it runs (a new text) means its trace is never shown."""
+    job.check()
+    with every_free_core():
+        add_logits()
+    job.check()
 
 
 def _moved(loaded: LoadedModel, device: str) -> LoadedModel:
@@ -435,6 +451,23 @@ class AppState(QObject):
                 self._show_input(result[0].ids, result[1], "", "text")
             self._run_pending()
 
+        def blocks_done(result) -> None:
+            """Every block is traced: the logits next, in a job of their own (the blocks are painted meanwhile;
+            the trace is shown, to every panel, once they are in it)."""
+            nonlocal job
+            enc, trace, add_logits = result
+            if self._pending_text is not None or loaded is not self.loaded or job.control.cancelled:
+                cancelled()  # a newer text (or model) waits: this one is never shown
+                return
+            if trace is None:
+                done((enc, None))
+                return
+            blocks = job
+            job = self._trace_job = run_job(_add_logits, add_logits, on_result=lambda _: done((enc, trace)),
+                                            on_error=failed, on_cancelled=cancelled)
+            if self._tracing_job is blocks:  # its layers on show are this job's now
+                self._tracing_job = job
+
         def failed(exc: BaseException, tb: str) -> None:
             if ended()[0]:
                 # Nothing of the previous text (or model) may stay on show: clear, and say why.
@@ -472,7 +505,8 @@ class AppState(QObject):
             self.layers_ready.emit(ready)
 
         job = self._trace_job = run_job(_trace_in_pieces, loaded, text, ids, list(self.interventions),
-                                        self.trace_layers, self.target, on_result=done, on_error=failed, on_cancelled=cancelled,
+                                        self.trace_layers, self.target, on_result=blocks_done, on_error=failed,
+                                        on_cancelled=cancelled,
                                         on_progress=progress, on_partial=partial)
 
     def set_target(self, target: str) -> None:
@@ -592,7 +626,9 @@ class AppState(QObject):
             return ("This model reads images: pick a held-out digit or open an image in the Image panel, "
                     "and its [CLS] + patch tokens show here.")
         if self.tracing is not None:
-            return f"Tracing the text: layer {self.tracing.done} of {self.tracing.total} ready…"
+            done, total = self.tracing.done, self.tracing.total
+            return (f"Tracing the text: layer {done} of {total} ready…" if done < total else
+                    f"Tracing the text: all {total} layers ready, the logits next…")
         if self.trace_problem:
             return f"No text traced for this model: {self.trace_problem}"
         return "No text traced: type a text in the Model panel."

@@ -149,6 +149,26 @@ def test_each_layer_arrives_in_order_and_equals_the_one_shot_trace(tmp_path, abl
         assert torch.equal(pieces[name], whole[name]), name
 
 
+@pytest.mark.parametrize("ablate,host,dtype", [(None, False, torch.float32), ("2.1", True, torch.float32),
+                                                (None, False, torch.bfloat16)])
+def test_logits_after_the_blocks_are_the_whole_forwards(tmp_path, ablate, host, dtype):
+    """trace_input(logits=False): the trace stops after the final norm, without logits, and its add_logits
+    records the logits into it that one whole forward records (the GUI paints the blocks first)."""
+    loaded = _six_layers(tmp_path)
+    loaded.model.to(dtype)
+    edits = parse_ablations(ablate, loaded.config) if ablate else None
+    _, whole = trace_input(loaded, "", IDS6, edits, host_records=host)
+    enc, blocks, add_logits = trace_input(loaded, "", IDS6, edits, host_records=host, logits=False,
+                                          on_layer=lambda ready: None)
+    assert enc.ids == IDS6 and "logits" not in blocks and "final_norm.out" in blocks
+    add_logits()
+    assert list(blocks.tensors) == list(whole.tensors)  # the same records, in the same order
+    for name in whole.tensors:
+        assert torch.equal(blocks[name], whole[name]), name
+    empty = trace_input(loaded, "", [], logits=False)
+    assert empty[1] is None and empty[2]() is None
+
+
 def test_a_cancelled_trace_stops_at_the_next_layer(tmp_path):
     from desktop_app.core.jobs import Cancelled, JobControl
 

@@ -286,3 +286,37 @@ def test_the_head_view_of_a_long_text_has_a_scroll_bar_to_every_token(qtbot, tmp
     assert hv.plot.getViewBox().viewRange()[1][1] >= 50.5
     qtbot.waitUntil(lambda: hv.n_lines > 0 and not hv._redraw_timer.isActive(), timeout=5_000)  # its lines
     hv.grab().save(str(tmp_path.parent / "edges2_headview.png"))
+
+
+def test_the_model_views_rows_past_the_bottom_scroll_into_view_with_the_wheel_and_open_on_a_click(qtbot):
+    """Rows too many for the view's height keep a readable size and run past its bottom; the wheel scrolls them
+    in (the heads' labels stay on top) and a click on one opens that head."""
+    from PySide6.QtCore import QPointF as P
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+
+    from desktop_app.ui.panels.attention import ModelView
+
+    mv = ModelView()
+    qtbot.addWidget(mv)
+    mv.resize(500, 300)
+    mv.show()
+    rng = np.random.default_rng(0)
+    mv.set_patterns([rng.random((2, 8, 8)).astype(np.float32) for _ in range(12)], None)
+    assert mv.filled_layers() == 12 and len(mv.boxes) == 12 * 2
+    qtbot.waitUntil(lambda: mv.viewport().rect().contains(_view_point(mv, mv.thumb_scene_center(0, 1))))
+    assert not mv.viewport().rect().contains(_view_point(mv, mv.thumb_scene_center(11, 1)))
+    head_label_y = mv._head_labels[1].mapToScene(0, 0).y()
+    for _ in range(30):  # down, past the last row (the scroll stops there)
+        where = P(mv.viewport().rect().center())
+        QApplication.sendEvent(mv.viewport(), QWheelEvent(where, P(mv.mapToGlobal(where.toPoint())), QPoint(0, 0),
+                                                           QPoint(0, -120), Qt.MouseButton.NoButton,
+                                                           Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase,
+                                                           False))
+    last = _view_point(mv, mv.thumb_scene_center(11, 1))
+    assert mv.viewport().rect().contains(last)
+    assert not mv.viewport().rect().contains(_view_point(mv, mv.thumb_scene_center(0, 1)))
+    assert mv._head_labels[1].mapToScene(0, 0).y() == head_label_y  # on top still
+    with qtbot.waitSignal(mv.head_clicked) as clicked:
+        qtbot.mouseClick(mv.viewport(), Qt.MouseButton.LeftButton, pos=last)
+    assert clicked.args == [11, 1]

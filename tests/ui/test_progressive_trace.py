@@ -320,3 +320,89 @@ def test_the_rows_are_made_in_a_worker_and_kept_when_the_whole_trace_lands(qtbot
     assert all(a is b for a, b in zip(attention.data.thumbs[0] + attention.data.thumbs[1],
                                       first_rows[0] + first_rows[1]))  # the same arrays: made once, as it arrived
     assert made_on and not any(made_on)  # never on the UI thread
+
+
+def test_the_attention_panel_is_painted_before_the_logits_and_the_model_panel_then_shows_a_whole_traces(
+        qtbot, six_layers, monkeypatch, isolated_user_files, error_watch):
+    """The logits (the unembedding of every position: ~1 s at Qwen2.5-0.5B's 1,024 tokens) are a second step
+    of the text's trace, after its blocks: the Attention panel's model view is painted, and a screenshot may
+    be taken, while they are still to come (held here); every panel shows the trace only once they are in
+    it, the values of a whole forward's trace."""
+    import torch
+
+    import desktop_app.ui.state as state_module
+    from desktop_app.app.tracing import trace_input
+    from desktop_app.ui.panels.model import token_probabilities
+    from desktop_app.ui.app import StartupWatcher, drawn_before_the_logits
+
+    window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
+    attention = _attention(qtbot, window)
+    reached, release = threading.Event(), threading.Event()
+    real = state_module._add_logits
+
+    def held(add_logits, job=None):
+        reached.set()
+        while not release.wait(0.02) and not job.cancelled:
+            pass
+        return real(add_logits, job=job)
+
+    monkeypatch.setattr(state_module, "_add_logits", held)
+    watcher = StartupWatcher(state, expect_model=True, drawn_early=lambda: drawn_before_the_logits(window))
+    watcher.model_loaded = True
+    _type(qtbot, window, SECOND)
+    qtbot.waitUntil(reached.is_set, timeout=30_000)
+    attention = click_panel_tab(qtbot, window, "Attention")
+    qtbot.waitUntil(lambda: attention.model_view.filled_layers() == LAYERS, timeout=30_000)
+    blocks = state.tracing.trace
+    assert "logits" not in blocks and f"blocks.{LAYERS - 1}.resid_post" in blocks and "final_norm.out" in blocks
+    assert state.trace is None and state.token_ids == state.loaded.tokenizer.encode(SECOND)
+    assert attention.drawn_before_the_logits() and attention.screenshot_ready() and watcher.ready
+    assert attention.status.text() == f"Tracing the text: all {LAYERS} layers ready, the logits next…"
+    assert attention.tokens.canvas.ids == state.token_ids  # its tokens above the grid too
+    window.grab().save(str(isolated_user_files / "before-the-logits.png"))
+    model = click_panel_tab(qtbot, window, "Model")  # no colours of another trace's logits meanwhile
+    assert model.probabilities is None and model.token_strip.canvas.values is None
+    assert not drawn_before_the_logits(window)  # (the Model panel draws nothing before the logits)
+
+    release.set()
+    qtbot.waitUntil(lambda: state.trace is not None, timeout=30_000)
+    qtbot.waitUntil(lambda: model.probabilities is not None, timeout=30_000)
+    assert state.trace is blocks and state._trace_job is None and not window.trace_progress.bar.isVisible()
+    _, whole = trace_input(state.loaded, SECOND, None)  # one forward, logits included
+    assert torch.equal(state.trace["logits"], whole["logits"])
+    assert torch.equal(state.trace["final_norm.out"], whole["final_norm.out"])
+    expected = token_probabilities(whole["logits"][0], state.token_ids)
+    assert list(model.probabilities[1:]) == list(expected[1:])  # (the first token has none: nan)
+    error_watch.assert_clean()
+
+
+def test_a_new_text_while_the_logits_are_computed_is_traced_and_the_old_one_never_shown(
+        qtbot, six_layers, monkeypatch, isolated_user_files, error_watch):
+    import desktop_app.ui.state as state_module
+
+    window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
+    _attention(qtbot, window)
+    reached, release = threading.Event(), threading.Event()
+    real, held_jobs = state_module._add_logits, []
+
+    def held(add_logits, job=None):
+        if not held_jobs:  # the first text's logits only
+            held_jobs.append(job)
+            reached.set()
+            while not release.wait(0.02) and not job.cancelled:
+                pass
+        return real(add_logits, job=job)
+
+    monkeypatch.setattr(state_module, "_add_logits", held)
+    shown: list = []
+    state.trace_changed.connect(lambda trace: shown.append((list(state.token_ids), trace is not None)))
+    _type(qtbot, window, SECOND)
+    qtbot.waitUntil(reached.is_set, timeout=30_000)
+    _type(qtbot, window, THIRD)  # cancels the held step: the second text's trace is never shown whole
+    third_ids = state.loaded.tokenizer.encode(THIRD)
+    qtbot.waitUntil(lambda: state.trace is not None and state.token_ids == third_ids, timeout=30_000)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
+    assert held_jobs[0].cancelled and not release.is_set()
+    assert (state.loaded.tokenizer.encode(SECOND), True) not in shown and shown[-1] == (third_ids, True)
+    assert "logits" in state.trace
+    error_watch.assert_clean()

@@ -40,7 +40,7 @@ def test_value_colour_monotone():
     assert value_colour(float("nan"), 0, 1).name() == "#e1e1e1"
 
 
-def test_chips_are_measured_again_for_new_tokens_and_a_new_font_not_for_a_new_width(qtbot):
+def test_chips_are_measured_again_for_new_tokens_and_a_new_font_not_for_a_new_width_nor_the_same_tokens(qtbot):
     """The chips' sizes are kept between layouts (the scroll area asks at many widths) but follow the
     tokens and the font: each layout equals one measured afresh."""
     strip = TokenStrip()
@@ -59,6 +59,8 @@ def test_chips_are_measured_again_for_new_tokens_and_a_new_font_not_for_a_new_wi
     strip.resize(250, 200)
     c.heightForWidth(120)
     assert c._sizes is sizes  # a new width: no new measure
+    strip.set_tokens(["a", "b", "c"], [1, 2, 3])  # the same tokens again (new lists): no new measure either
+    assert c._sizes is sizes
     strip.set_tokens(["a much longer token", "b", "c"], [1, 2, 3])  # same count, other text
     assert [c.chip_rect(i).width() for i in range(3)] == fresh_widths()
     assert c.chip_rect(0).width() > c.chip_rect(1).width()

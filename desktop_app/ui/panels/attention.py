@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QPen
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsRectItem, QHBoxLayout, QInputDialog, QLabel,
-                               QMenu, QScrollBar, QSpinBox, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtGui import QColor, QPainterPath, QPen, QTransform
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsPathItem, QGraphicsRectItem, QHBoxLayout,
+                               QInputDialog, QLabel, QMenu, QScrollBar, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
 from ...core import analysis
 from ...core.views import find_view, views_using
@@ -39,18 +39,38 @@ def head_colour(h: int) -> QColor:
 
 
 class ModelView(pg.GraphicsLayoutWidget):
-    """A grid of thumbnails, one small ImageItem per (layer, head); click one to open it."""
+    """A grid of thumbnails, one small ImageItem per (layer, head), all in one view box whose coordinates are
+    its pixels: every row fits, each thumbnail keeps its pattern's aspect in its cell, labels beside them;
+    click one to open it. (A view box per thumbnail, as before, took 0.7-1.2 s of the UI thread to build at
+    Qwen2.5-0.5B's 24 x 14, most of the first look's UI work while the trace wanted both cores, and the rows
+    past the window's height could not be seen.)"""
 
     head_clicked = Signal(int, int)
     head_menu_requested = Signal(int, int, QPoint)  # layer, head, global position: right-click on a thumbnail
     THUMB = 96  # thumbnails are max-pooled to at most this many pixels a side
+    GAP = 3  # pixels between cells
+    LEFT, TOP = 18, 18  # pixels for the layers' labels (turned) and the heads'
+    LABEL_PX = 52  # a layer's label, turned, is this long: thinned to every k-th row when the rows are thinner
+    MIN_ROW = 48  # pixels: rows that would be thinner run past the bottom, and the wheel scrolls them
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.setBackground(plot_background())
-        self.boxes: dict[tuple[int, int], pg.ViewBox] = {}
+        self.ci.setContentsMargins(0, 0, 0, 0)
+        self.view = self.addViewBox(row=0, col=0, enableMouse=False, enableMenu=False, invertY=True)
+        self.view.sigResized.connect(self._place)
+        self.boxes: dict[tuple[int, int], QRectF] = {}  # each thumbnail's place in the view (its pixels)
         self.images: dict[tuple[int, int], pg.ImageItem] = {}
-        self.row_boxes: list[QGraphicsRectItem] = []
+        self.row_boxes: list[QGraphicsRectItem] = []  # the selected query row, one per thumbnail (its pattern's coordinates)
+        self._frames = QGraphicsPathItem()
+        pen = pg.mkPen("#bbbbbb")
+        pen.setCosmetic(True)
+        self._frames.setPen(pen)
+        self.view.addItem(self._frames, ignoreBounds=True)
+        self._head_labels: list[pg.TextItem] = []
+        self._scroll = 0.0  # pixels of rows scrolled past the top
+        self._row_px = 0.0  # a row's height now (_place)
+        self._layer_labels: list[pg.TextItem] = []
         self.patterns: list[np.ndarray] = []
         self.shape = (0, 0)  # the thumbnails' patterns: [t_q, t_k]
         self.grid = (0, 0, 0, 0)  # what begin() laid out: layers, heads, t_q, t_k
@@ -68,7 +88,7 @@ class ModelView(pg.GraphicsLayoutWidget):
                      thumbs: list[list[np.ndarray]] | None = None) -> None:
         """Build the grid; `thumbs` (from thumbnails(), e.g. made in a worker) saves the pooling here. A grid
         of the same shape is kept (a trace arriving layer by layer built it, and painted some rows: those
-        are not painted again; building 24 x 14 view boxes again took ~1 s of the UI thread)."""
+        are not painted again)."""
         if thumbs is None and patterns:
             thumbs = thumbnails(patterns, mask, self.lut, self.THUMB)
         grid = (len(patterns), *(patterns[0].shape if patterns else (0, 0, 0)))
@@ -79,48 +99,76 @@ class ModelView(pg.GraphicsLayoutWidget):
             self.fill_layer(l, row)
 
     def begin(self, n_layers: int, n_heads: int, t_q: int, t_k: int) -> None:
-        """An empty grid of n_layers x n_heads thumbnails of [t_q, t_k] patterns, filled by fill_layer
-        (a trace arriving layer by layer paints its rows as they come)."""
-        self.clear()
+        """An empty grid of n_layers x n_heads thumbnails of [t_q, t_k] patterns (their frames, the labels),
+        filled by fill_layer (a trace arriving layer by layer paints its rows as they come)."""
+        for item in [*self.images.values(), *self.row_boxes, *self._head_labels, *self._layer_labels]:
+            self.view.removeItem(item)
         self.boxes.clear()
         self.images.clear()
-        self.row_boxes = []
         self.patterns = []
         self.shape = (t_q, t_k)
         self.grid = (n_layers, n_heads, t_q, t_k)
-        if not n_layers:
-            return
-        layout = self.ci.layout
-        layout.activate = lambda: None  # pyqtgraph lays the grid out again after each item it adds: once, at the end
-        try:
-            self._build_grid(n_layers, n_heads, t_q, t_k)
-        finally:
-            del layout.activate
-        layout.activate()
+        self.row_boxes = []
+        for _ in range(n_layers * n_heads):
+            box = QGraphicsRectItem()  # drawn in its pattern's coordinates: query row r is y in [r, r + 1]
+            pen = QPen(QColor(255, 40, 40))
+            pen.setCosmetic(True)
+            pen.setWidthF(1.5)
+            box.setPen(pen)
+            box.setVisible(False)
+            self.row_boxes.append(box)
+        self._head_labels = [pg.TextItem(f"head {h}", color=head_colour(h), anchor=(0.5, 1.0)) for h in range(n_heads)]
+        self._layer_labels = [pg.TextItem(f"layer {l}", color=plot_foreground(), anchor=(0.5, 1.0), angle=90)
+                              for l in range(n_layers)]
+        for item in [*self.row_boxes, *self._head_labels, *self._layer_labels]:
+            self.view.addItem(item, ignoreBounds=True)
+        self._place()
 
-    def _build_grid(self, n_layers: int, n_heads: int, t_q: int, t_k: int) -> None:
-        for h in range(n_heads):
-            self.addLabel(f"head {h}", row=0, col=h + 1, color=head_colour(h))
-        for l in range(n_layers):
-            self.addLabel(f"layer {l}", row=l + 1, col=0, angle=-90, color=plot_foreground())
-            for h in range(n_heads):
-                vb = self.addViewBox(row=l + 1, col=h + 1, lockAspect=True, enableMouse=False, enableMenu=False,
-                                     invertY=True)
-                vb.setBorder(pg.mkPen("#bbbbbb"))
-                box = QGraphicsRectItem()
-                pen = QPen(QColor(255, 40, 40))
-                pen.setCosmetic(True)
-                pen.setWidthF(1.5)
-                box.setPen(pen)
-                box.setVisible(False)
-                vb.addItem(box)
-                vb.setRange(xRange=(0, t_k), yRange=(0, t_q), padding=0.02)
-                self.boxes[(l, h)] = vb
-                self.row_boxes.append(box)
+    def _place(self, *_args) -> None:
+        """Every thumbnail, frame, row box and label at its place for the view's size now (its pixels)."""
+        n_layers, n_heads, t_q, t_k = self.grid
+        size = self.view.size()
+        width, height = max(size.width(), 1.0), max(size.height(), 1.0)
+        self.boxes.clear()
+        frames = QPainterPath()
+        cell_h = 0.0
+        if n_layers and n_heads:
+            cell_w = max((width - self.LEFT) / n_heads, 2 * self.GAP + 1)
+            cell_h = max((height - self.TOP) / n_layers, min(self.MIN_ROW, cell_w), 2 * self.GAP + 1)
+            side = min((cell_w - self.GAP) / t_k, (cell_h - self.GAP) / t_q)  # pixels per pattern cell
+            w, h = t_k * side, t_q * side
+            for l in range(n_layers):
+                for hd in range(n_heads):
+                    rect = QRectF(self.LEFT + hd * cell_w + (cell_w - w) / 2, self.TOP + l * cell_h + (cell_h - h) / 2,
+                                  w, h)
+                    self.boxes[(l, hd)] = rect
+                    frames.addRect(rect)
+                    self.row_boxes[l * n_heads + hd].setTransform(QTransform(side, 0, 0, side, rect.x(), rect.y()))
+                    img = self.images.get((l, hd))
+                    if img is not None:
+                        img.setRect(rect)
+            self._scroll = min(max(self._scroll, 0.0), max(0.0, self.TOP + n_layers * cell_h - height))
+            for hd, label in enumerate(self._head_labels):  # (they stay at the top as the rows scroll)
+                label.setPos(self.LEFT + (hd + 0.5) * cell_w, self._scroll + self.TOP)
+            every = max(1, int(np.ceil(self.LABEL_PX / cell_h)))  # rows too thin for each label: every k-th
+            for l, label in enumerate(self._layer_labels):
+                label.setPos(self.LEFT, self.TOP + (l + 0.5) * cell_h)
+                label.setVisible(l % every == 0)
+        self._frames.setPath(frames)
+        self._row_px = cell_h
+        self.view.setRange(QRectF(0, self._scroll if n_layers else 0.0, width, height), padding=0)
+
+    def wheelEvent(self, event) -> None:
+        """The wheel scrolls rows that run past the bottom (a row a notch)."""
+        rows = -event.angleDelta().y() / 120
+        before = self._scroll
+        self._scroll += rows * self._row_px
+        self._place()
+        if self._scroll == before:
+            super().wheelEvent(event)
 
     def fill_layer(self, layer: int, thumbs: list[np.ndarray]) -> None:
         """Paint one row of the grid begin() made: layer `layer`'s thumbnails, one per head."""
-        t_q, t_k = self.shape
         for h, thumb in enumerate(thumbs):
             img = self.images.get((layer, h))
             if img is not None:  # painted before: the same thumbnail stays, another replaces it
@@ -128,9 +176,9 @@ class ModelView(pg.GraphicsLayoutWidget):
                     img.setImage(thumb)
                 continue
             img = pg.ImageItem(thumb, axisOrder="row-major")
-            img.setRect(QRectF(0, 0, t_k, t_q))
+            img.setRect(self.boxes[(layer, h)])
             img.setZValue(-1)  # under the selected row's box
-            self.boxes[(layer, h)].addItem(img)
+            self.view.addItem(img, ignoreBounds=True)
             self.images[(layer, h)] = img
 
     def filled_layers(self) -> int:
@@ -147,13 +195,14 @@ class ModelView(pg.GraphicsLayoutWidget):
                 box.setVisible(True)
 
     def head_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
-        for key, vb in self.boxes.items():
-            if vb.sceneBoundingRect().contains(scene_pos):
+        at = self.view.mapSceneToView(scene_pos)
+        for key, rect in self.boxes.items():
+            if rect.contains(at):
                 return key
         return None
 
     def thumb_scene_center(self, layer: int, head: int) -> QPointF:
-        return self.boxes[(layer, head)].sceneBoundingRect().center()
+        return self.view.mapViewToScene(self.boxes[(layer, head)].center())
 
     def _on_click(self, ev) -> None:
         if ev.button() != Qt.MouseButton.LeftButton:
@@ -384,7 +433,8 @@ class AttentionPanel(ViewTablePanel):
         "(a causal model cannot look ahead). Colours run from 0 to the 99.5th percentile of the visible weights "
         "(a causal model's first rows hold weights near 1 that would leave every other cell dark): the few cells "
         "above saturate; the colour bar shows the range and hovering gives the exact weight.<br>"
-        "<b>Model view</b>: every layer x head; click one to open it. <b>Head view</b>: a line from each "
+        "<b>Model view</b>: every layer x head (the wheel scrolls rows past the bottom); click one to open it. "
+        "<b>Head view</b>: a line from each "
         "token to the tokens it attends (click a token to see only its lines), one colour per head, opacity = weight (for a selected token weights below 0.02 are hidden, below 0.05 otherwise). "
         "<b>Mean</b>: (1/H) &Sigma;<sub>h</sub> P<sub>h</sub>. <b>Rollout</b> (Abnar &amp; Zuidema): "
         "R<sub>l</sub> = &Acirc;<sub>l</sub>&hellip;&Acirc;<sub>0</sub>, &Acirc; = rows of (mean + I) renormalised, "
@@ -660,6 +710,9 @@ class AttentionPanel(ViewTablePanel):
             loaded = getattr(self.state, "loaded", None)
             mask = analysis.allowed_mask(t_q, t_k, loaded.config.causal if loaded is not None else False)
             self._partial_mask = None if mask.all() else mask
+            ids = list(ready.enc.ids)
+            if len(ids) == t_k:  # the text's tokens above the grid, as set_trace shows them
+                self.tokens.set_tokens(self.state.token_strings(ids), ids)
             self.model_view.begin(ready.total, n_heads, t_q, t_k)
         self._partial_done = ready.done
         self._paint_pieces()
@@ -734,10 +787,19 @@ class AttentionPanel(ViewTablePanel):
 
     def screenshot_ready(self) -> bool:
         """What is on show is drawn: the model view once its thumbnails are (the rollout and the statistics,
-        which it does not show, may still be in the worker); another view once the worker is done."""
-        if self.view_state.view == "model-view" and self.data is not None and self.data.thumbs is not None:
+        which it does not show, may still be in the worker), or every row of a trace still arriving
+        (drawn_before_the_logits); another view once the worker is done."""
+        if self.view_state.view == "model-view" and (
+                (self.data is not None and self.data.thumbs is not None) or self.drawn_before_the_logits()):
             return True
         return self._job is None
+
+    def drawn_before_the_logits(self) -> bool:
+        """The model view on show has painted every block of the text's trace still arriving (its logits, which
+        the model view does not read, are computed after the blocks: AppState.set_text)."""
+        ready = getattr(self.state, "tracing", None)
+        return (self.view_state.view == "model-view" and ready is not None and ready.trace is self._partial
+                and ready.done == ready.total and len(self._partial_thumbs) == ready.total)
 
     # -- rendering: only the visible view is drawn; the others are marked stale and drawn when shown
     def _invalidate(self, *views: str) -> None:

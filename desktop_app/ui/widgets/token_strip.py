@@ -79,13 +79,13 @@ class _StripCanvas(QWidget):
     def _chip_sizes(self) -> list[QSize]:
         """Each chip's size, measured once for the tokens and fonts on show: the layout is asked again at
         every width the scroll area tries (~17 times while a 1,024-token first look settles, ~0.5 s of
-        the UI thread when each time measured every chip's text)."""
+        the UI thread when each time measured every chip's text), and the same tokens set again (the
+        Attention panel's, as its trace arrives and once it is whole) are not measured again."""
         key = (self.strings, self.ids, self.font().key(), self._id_font.key(), self.show_ids)
-        held = self._sizes_for
-        if held is None or held[0] is not key[0] or held[1] is not key[1] or held[2:] != key[2:]:
+        if self._sizes_for != key:  # (lists compared by value: a copy of the same tokens is the same)
             fm, fm_id = QFontMetrics(self.font()), QFontMetrics(self._id_font)
             self._sizes = [self._chip_size(i, fm, fm_id) for i in range(len(self.strings))]
-            self._sizes_for = key  # the lists themselves: their identity, not a reused id()
+            self._sizes_for = key
         return self._sizes
 
     def _relayout(self, width: int) -> int:

@@ -7,6 +7,7 @@ GenerationSession(model, prompt_ids, settings, seed, stop_tokens) runs the promp
     goto(node)       jump to any node of the tree (the cache keeps the shared prefix)
     with_interventions(edits)  the same tree on the edited model (the tokens kept, the rest recomputed)
     run(n, job)      iterator of step() results; stops at stop tokens, the context length or cancel
+                     (the forward consuming its last token is made at the first read: settle())
     reset()          forget the tree, keep the prompt's forward
 
 Every node holds the token, its probability, the logits of the next-token distribution (so views

@@ -494,8 +494,8 @@ class GenerationSession(HistoryTree, BeamSearch):
         if new:
             self.settle()  # one node waits at a time: the cache is its parent's
         if new and lazy:
-            node.compute = self.settle
-            self._pending = node
+            with self._pending_lock:  # waiting before a reader can see it does
+                self._pending, node.compute = node, self.settle
         elif new:  # stop tokens too: their step is inspectable like any other
             try:
                 self._sync_cache([parent])

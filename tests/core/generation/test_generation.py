@@ -388,6 +388,31 @@ def test_a_runs_last_forward_waits_for_a_read_and_gives_the_values_a_step_gives(
     assert stopping.distribution().logits.shape == (97,) and stopping.current.compute is None
 
 
+def test_two_threads_reading_a_waiting_node_make_its_forward_once():
+    """A view's read on the UI thread and a worker's read of the node a run left waiting: one forward,
+    both see its logits (the second waits on the first)."""
+    import threading
+    model = _gpt2()
+    s = GenerationSession(model, [5, 9, 2], stop_tokens=[])
+    list(s.run(3))
+    node = s.current
+    fed, h = _count_fed_tokens(model)
+    start, seen = threading.Barrier(2), []
+
+    def read() -> None:
+        start.wait()
+        seen.append(node.next_logits)
+    threads = [threading.Thread(target=read) for _ in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    finally:
+        h.remove()
+    assert fed == [1] and len(seen) == 2 and seen[0] is seen[1] and seen[0] is not None
+
+
 def test_a_cached_step_feeds_one_token_and_a_branch_reuses_the_shared_prefix():
     model = _gpt2()
     s = GenerationSession(model, [5, 9, 2, 7], stop_tokens=[])

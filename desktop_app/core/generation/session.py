@@ -272,18 +272,18 @@ class GenerationSession(HistoryTree, BeamSearch):
 
     def step(self) -> Node:
         """Advance one token with the current strategy; returns the new current node."""
-        return self._step(ends_run=False)
+        return self._step(in_run=False, last=False)
 
-    def _step(self, ends_run: bool) -> Node:
-        """step(); ends_run: the last token of run(), or a stop token there, whose forward (its next-token
-        logits and records) is made at their first read (transformers' generate never makes it)."""
+    def _step(self, in_run: bool, last: bool) -> Node:
+        """step(); in a run, the forward of a token that ends it (the last, or a stop token), its next-token
+        logits and records, is made at their first read (transformers' generate never makes it)."""
         if self.settings.strategy == "beam":
             return self._beam_step()
         node = self.current
         self._check_can_extend(node)
         dist = self.distribution(node)
         token, how = pick(dist, self.settings.strategy, self._generator)
-        return self._extend(node, token, dist, how, lazy=ends_run or token in self.stop_tokens)
+        return self._extend(node, token, dist, how, lazy=in_run and (last or token in self.stop_tokens))
 
     def choose(self, token_id: int) -> Node:
         """Force `token_id` after the current node (a new branch if that child is not there yet)."""
@@ -355,7 +355,7 @@ class GenerationSession(HistoryTree, BeamSearch):
                 self.stop_reason = self._finished_reason()
                 return
             try:
-                node = self._step(ends_run=i == n - 1)
+                node = self._step(in_run=True, last=i == n - 1)
             except ContextLengthReached as exc:
                 self.stop_reason = str(exc)
                 return

@@ -386,6 +386,9 @@ def test_a_runs_last_forward_waits_for_a_read_and_gives_the_values_a_step_gives(
     list(stopping.run(6))
     assert stopping.current.stop and stopping.current.compute is not None
     assert stopping.distribution().logits.shape == (97,) and stopping.current.compute is None
+    # step() (the Step button) makes every forward at once, a stop token's too: no forward on a view's thread
+    stepped = GenerationSession(model, [5, 9, 2], GenerationSettings("sample"), seed=3, stop_tokens=[eager.ids()[3]])
+    assert stepped.step().stop and stepped.current.compute is None and stepped.current.record
 
 
 def test_two_threads_reading_a_waiting_node_make_its_forward_once():

@@ -7,7 +7,10 @@ Both sides run the same randomly initialised GPT-2-small-sized model (124M param
 transformers and loaded here), greedy, with a KV cache, batch 1. Ours records every step (each
 layer's attention row and the new token's residuals) so that each step can be inspected later.
 Both timings include the prompt's forward; per-token = total / new tokens; fastest of `repeat`
-alternating runs (and the median of the paired ratios).
+alternating runs (and the median of the paired ratios). Both make the prompt's forward and N - 1
+one-token forwards: generate never feeds its last token, and the session makes that forward (its
+records and next-token logits) only when something reads them (GenerationSession.settle), which here
+nothing does.
 
 Batch-1 decoding reads every weight once per token, so weight bytes / memory bandwidth is a lower
 bound on the time per token; the bandwidth is measured here with a large tensor copy and the
@@ -147,8 +150,8 @@ def main(argv: list[str]) -> dict:
 
     one_step_products = step_products(ours.model)
 
-    def run_products() -> None:  # the products of as many steps as a run makes (prompt included)
-        for _ in range(args.new + 1):
+    def run_products() -> None:  # the products of as many forwards as a run makes (the prompt's counted as one)
+        for _ in range(args.new):
             one_step_products()
         sync()
 

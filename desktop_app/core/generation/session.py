@@ -7,6 +7,7 @@ GenerationSession(model, prompt_ids, settings, seed, stop_tokens) runs the promp
     goto(node)       jump to any node of the tree (the cache keeps the shared prefix)
     with_interventions(edits)  the same tree on the edited model (the tokens kept, the rest recomputed)
     run(n, job)      iterator of step() results; stops at stop tokens, the context length or cancel
+                     (the forward consuming its last token is made at the first read: settle())
     reset()          forget the tree, keep the prompt's forward
 
 Every node holds the token, its probability, the logits of the next-token distribution (so views
@@ -214,6 +215,10 @@ class GenerationSession(HistoryTree, BeamSearch):
         self._generator = torch.Generator(device="cpu")
         self._cache: KVCache | None = None  # K/V of the path to self._cache_nodes (rows: a batch)
         self._cache_nodes: list[Node] = []
+        # the node whose forward run() left for the first read (its last token's); made before anything
+        # else moves the cache (settle), so it sees the cache as it was: the same values as made at once
+        self._pending: Node | None = None
+        self._pending_lock = threading.RLock()  # a view's read (UI thread) against a worker's next step
         self.root = self._make_root()
         self.reset()
 
@@ -267,13 +272,18 @@ class GenerationSession(HistoryTree, BeamSearch):
 
     def step(self) -> Node:
         """Advance one token with the current strategy; returns the new current node."""
+        return self._step(in_run=False, last=False)
+
+    def _step(self, in_run: bool, last: bool) -> Node:
+        """step(); in a run, the forward of a token that ends it (the last, or a stop token), its next-token
+        logits and records, is made at their first read (transformers' generate never makes it)."""
         if self.settings.strategy == "beam":
             return self._beam_step()
         node = self.current
         self._check_can_extend(node)
         dist = self.distribution(node)
         token, how = pick(dist, self.settings.strategy, self._generator)
-        return self._extend(node, token, dist, how)
+        return self._extend(node, token, dist, how, lazy=in_run and (last or token in self.stop_tokens))
 
     def choose(self, token_id: int) -> Node:
         """Force `token_id` after the current node (a new branch if that child is not there yet)."""
@@ -320,7 +330,9 @@ class GenerationSession(HistoryTree, BeamSearch):
         """Up to n steps, yielding each new current node; stops early (setting stop_reason) at a
         stop token or the context length. With a job, cancel() is seen between tokens and also
         between layers of a forward (a slow model still stops within about one layer's time);
-        an interrupted step leaves the tree as it was."""
+        an interrupted step leaves the tree as it was. The forward that consumes the run's last token
+        (or a stop token) is made when something first reads that node's next_logits or record (settle)."""
+        self.settle()  # the last run's, before the cancel hooks: it cannot be interrupted half made
         hooks = []
         if job is not None:
             owner = threading.get_ident()
@@ -343,7 +355,7 @@ class GenerationSession(HistoryTree, BeamSearch):
                 self.stop_reason = self._finished_reason()
                 return
             try:
-                node = self.step()
+                node = self._step(in_run=True, last=i == n - 1)
             except ContextLengthReached as exc:
                 self.stop_reason = str(exc)
                 return
@@ -475,9 +487,16 @@ class GenerationSession(HistoryTree, BeamSearch):
         parent.children.append(node)
         return node, True
 
-    def _extend(self, parent: Node, token: int, dist: Distribution, how: str) -> Node:
+    def _extend(self, parent: Node, token: int, dist: Distribution, how: str, lazy: bool = False) -> Node:
+        """The child `token` of `parent`, made current; its forward now, or (lazy) at the first read of its
+        next_logits or record."""
         node, new = self._new_child(parent, token, dist, how)
-        if new:  # stop tokens too: their step is inspectable like any other
+        if new:
+            self.settle()  # one node waits at a time: the cache is its parent's
+        if new and lazy:
+            with self._pending_lock:  # waiting before a reader can see it does
+                self._pending, node.compute = node, self.settle
+        elif new:  # stop tokens too: their step is inspectable like any other
             try:
                 self._sync_cache([parent])
                 logits, records = self._forward(torch.tensor([[token]], device=self.model.device), [parent])
@@ -489,6 +508,26 @@ class GenerationSession(HistoryTree, BeamSearch):
                 self._cache_nodes = [node]
         self.current = node
         return node
+
+    def settle(self) -> None:
+        """Make the forward run() left for the first read (its last token's) now: called before anything
+        moves the cache, which is then still as that token's step left it (the same values as made at once).
+        On a failure the node still waits (the cache dropped: the next try recomputes the path, as a step
+        after an interrupted one does)."""
+        with self._pending_lock:  # a reader waits here while another thread makes it
+            node, self._pending = self._pending, None
+            if node is None:
+                return
+            try:
+                self._sync_cache([node.parent])
+                logits, records = self._forward(torch.tensor([[node.token]], device=self.model.device), [node.parent])
+            except BaseException:
+                self._cache, self._cache_nodes, self._pending = None, [], node
+                raise
+            node.next_logits, node.record = logits[0], records[0]
+            node.compute = None
+            if self.incremental:
+                self._cache_nodes = [node]
 
     def _attention_rows(self, queries: list[torch.Tensor]) -> list[torch.Tensor]:
         """Every layer's attention [B, H, T_q, T] of the new queries [B, H, T_q, dh] (after rotary), from
@@ -532,6 +571,7 @@ class GenerationSession(HistoryTree, BeamSearch):
 
     def _sync_cache(self, nodes: list[Node]) -> None:
         """Make self._cache hold the K/V of the path to `nodes` (one row per node)."""
+        self.settle()
         if not self.incremental or self._cache_nodes == nodes:
             return
         if len(nodes) == 1 and len(self._cache_nodes) == 1 and self._cache is not None:
@@ -555,6 +595,7 @@ class GenerationSession(HistoryTree, BeamSearch):
 
     def _sync_cache_batch(self, parents: list[Node]) -> None:
         """Rows of the cache for these parents: select rows when they are all cached already."""
+        self.settle()
         if not self.incremental:
             return
         rows = []
@@ -582,6 +623,7 @@ class GenerationSession(HistoryTree, BeamSearch):
     def _forward(self, ids: torch.Tensor, parents: list[Node] | None) -> tuple[torch.Tensor, list[dict]]:
         """Logits [B, V] of the last position and per-row records. With parents, `ids` [B, 1]
         are new tokens after them (one forward with the cache, or a full recompute)."""
+        self.settle()
         cfg = self.model.cfg
         # (an encoder-decoder records its patterns as it goes: T5's position bias is not in the rows)
         # The prompt's forward too: its attention then runs fused, as every step's, so the session

@@ -7,7 +7,7 @@ consumed the token recorded. HistoryTree is mixed into GenerationSession (sessio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -23,10 +23,35 @@ class Node:
     model_prob: float = 1.0  # probability the model gave it (T = 1, no filtering)
     score: float = 0.0  # cumulative log model-probability of the generated tokens (beam score)
     how: str = ""  # greedy, sampled, chosen, beam
-    next_logits: torch.Tensor | None = None  # [V] float32 CPU: the distribution after this token
-    record: dict[str, torch.Tensor] = field(default_factory=dict)  # this token's forward, batch dim dropped
     stop: bool = False  # a stop token: nothing follows
     children: list["Node"] = field(default_factory=list)
+    # next_logits and record (below) as the session filled them; `compute`, when set, fills them at their first
+    # read (the forward that consumes the last token of a run is made only when something reads it)
+    _next_logits: torch.Tensor | None = field(default=None, repr=False)
+    _record: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    compute: Callable[[], None] | None = field(default=None, repr=False)
+
+    @property
+    def next_logits(self) -> torch.Tensor | None:
+        """[V] float32 CPU: the logits of the distribution after this token."""
+        if self.compute is not None:
+            self.compute()
+        return self._next_logits
+
+    @next_logits.setter
+    def next_logits(self, value: torch.Tensor | None) -> None:
+        self._next_logits = value
+
+    @property
+    def record(self) -> dict[str, torch.Tensor]:
+        """What the forward that consumed this token recorded (batch dim dropped; empty without recording)."""
+        if self.compute is not None:
+            self.compute()
+        return self._record
+
+    @record.setter
+    def record(self, value: dict[str, torch.Tensor]) -> None:
+        self._record = value
 
     def path(self) -> list["Node"]:
         out, n = [], self

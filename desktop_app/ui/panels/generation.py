@@ -56,6 +56,8 @@ def _run(session, n: int, job=None):
         for _ in session.run(n, job):
             if isinstance(session, MaskedFillSession):
                 session.all_logits()
+        if isinstance(session, GenerationSession):
+            session.settle()  # the last token's forward here, not at the view's first read on the UI thread
     finally:
         if isinstance(session, GenerationSession):
             session.max_length = None

@@ -292,7 +292,7 @@ def test_cancel_inside_a_forward_leaves_the_tree_and_cache_consistent():
 
     def cancel_in_layer_1(module, args):  # cancel while layer 1 is about to run
         seen.append(1)
-        if len(seen) == 2:
+        if len(seen) == 3:  # the first run's last token's forward (made as the next run starts), a step, then this
             job.cancel()
     h = model.blocks[1].register_forward_pre_hook(cancel_in_layer_1)
     try:
@@ -300,7 +300,7 @@ def test_cancel_inside_a_forward_leaves_the_tree_and_cache_consistent():
             list(s.run(5, job))
     finally:
         h.remove()
-    assert len(seen) == 2 and s.current.depth == 4  # one more step finished, the second was interrupted
+    assert len(seen) == 3 and s.current.depth == 4  # one more step finished, the second was interrupted
     assert len(s.current.children) == 0  # no half-made node
     assert not model.blocks[0]._forward_pre_hooks  # the cancel hooks are gone
     list(s.run(2))  # carries on with a rebuilt cache
@@ -340,12 +340,90 @@ def _count_fed_tokens(model):
     return fed, model.register_forward_pre_hook(lambda module, args: fed.append(args[0].shape[-1]) and None)
 
 
+def _same_node(a, b) -> None:
+    """Two nodes' next-token logits and records bit for bit."""
+    assert torch.equal(a.next_logits, b.next_logits)
+    assert a.record.keys() == b.record.keys()
+    for name in a.record:
+        assert torch.equal(a.record[name], b.record[name]), name
+
+
+@pytest.mark.parametrize("make", [_gpt2, _llama], ids=["gpt2", "llama"])
+def test_a_runs_last_forward_waits_for_a_read_and_gives_the_values_a_step_gives(make):
+    """run(n) makes the forward that consumes its last token (or a stop token) only when that node's
+    next_logits or record is first read, or before the cache moves on: as transformers' generate, which
+    never makes it, n tokens cost the prompt and n - 1 one-token forwards. Read later, or after back and a
+    branch, the values are those of step() making it at once, bit for bit."""
+    model = make()
+    eager = GenerationSession(model, [5, 9, 2], GenerationSettings("sample"), seed=3, stop_tokens=[])
+    for _ in range(4):
+        eager.step()
+    lazy = GenerationSession(model, [5, 9, 2], GenerationSettings("sample"), seed=3, stop_tokens=[])
+    fed, h = _count_fed_tokens(model)
+    try:
+        assert [n.token for n in lazy.run(4)] == eager.ids()[3:]
+        assert fed == [1] * 3
+        trace, _ = lazy.step_trace()  # reads the last node's records: its forward now
+        assert fed == [1] * 4
+    finally:
+        h.remove()
+    for a, b in zip(lazy.current.path(), eager.current.path()):
+        _same_node(a, b)
+    assert torch.equal(trace["blocks.1.resid_post"], eager.step_trace()[0]["blocks.1.resid_post"])
+    # a branch from an earlier token: the waiting node is made before the cache moves back, then read
+    again = GenerationSession(model, [5, 9, 2], GenerationSettings("sample"), seed=3, stop_tokens=[])
+    list(again.run(4))
+    last = again.current
+    again.back(), again.back()
+    alt = next(t for t in range(97) if t != again.current.children[0].token)
+    branch = again.choose(alt)
+    eager.back(), eager.back()
+    _same_node(branch, eager.choose(alt))
+    _same_node(last, eager.current.parent.children[0].children[0])
+    # a stop token ends the run and waits too; reading it (its distribution) makes it
+    stop_at = eager.ids()[4]
+    stopping = GenerationSession(model, [5, 9, 2], GenerationSettings("sample"), seed=3, stop_tokens=[stop_at])
+    list(stopping.run(6))
+    assert stopping.current.stop and stopping.current.compute is not None
+    assert stopping.distribution().logits.shape == (97,) and stopping.current.compute is None
+    # step() (the Step button) makes every forward at once, a stop token's too: no forward on a view's thread
+    stepped = GenerationSession(model, [5, 9, 2], GenerationSettings("sample"), seed=3, stop_tokens=[eager.ids()[3]])
+    assert stepped.step().stop and stepped.current.compute is None and stepped.current.record
+
+
+def test_two_threads_reading_a_waiting_node_make_its_forward_once():
+    """A view's read on the UI thread and a worker's read of the node a run left waiting: one forward,
+    both see its logits (the second waits on the first)."""
+    import threading
+    model = _gpt2()
+    s = GenerationSession(model, [5, 9, 2], stop_tokens=[])
+    list(s.run(3))
+    node = s.current
+    fed, h = _count_fed_tokens(model)
+    start, seen = threading.Barrier(2), []
+
+    def read() -> None:
+        start.wait()
+        seen.append(node.next_logits)
+    threads = [threading.Thread(target=read) for _ in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    finally:
+        h.remove()
+    assert fed == [1] and len(seen) == 2 and seen[0] is seen[1] and seen[0] is not None
+
+
 def test_a_cached_step_feeds_one_token_and_a_branch_reuses_the_shared_prefix():
     model = _gpt2()
     s = GenerationSession(model, [5, 9, 2, 7], stop_tokens=[])
     fed, h = _count_fed_tokens(model)
     try:
         list(s.run(6))
+        assert fed == [1] * 5  # the sixth token's forward waits for a read of its logits or records
+        s.current.next_logits
         assert fed == [1] * 6
         fed.clear()
         s.back(), s.back(), s.back()

@@ -19,6 +19,7 @@ from ...core import analysis
 from ...core.views import find_view, views_using
 from ...core.views import attention as attention_views
 from ...core.views.attention import AttentionData, AttentionViewState, thumbnails
+from ...threads import every_free_core
 from ..settings import plot_background, plot_foreground
 from ..widgets.heatmap import LabelAxis
 from ..widgets.token_strip import plural
@@ -405,6 +406,7 @@ class AttentionPanel(ViewTablePanel):
         super().__init__(state, view_state, "Open a model and enter a text to see its attention.", parent)
         self.data: AttentionData | None = None
         self._stale: set[str] = set()  # views whose data changed while hidden
+        self._waiting = ""  # what the rollout and statistics tabs say until the worker's numbers arrive
 
         self.layer_spin = QSpinBox()
         self.head_spin = QSpinBox()
@@ -620,6 +622,7 @@ class AttentionPanel(ViewTablePanel):
         self._cancel_piece_job()
         self._partial, self._partial_thumbs = None, []
         self._relabel = True
+        self._waiting = "Computing the rollout and head statistics\u2026"  # until the worker's progress
         self._invalidate(*(v.name for v in attention_views.VIEWS if v.name != "model-view"))
         self._apply_selection()
         shape = (f"{plural(t_q, 'target token')} reading {plural(t_k, 'source token')}" if data.cross
@@ -637,11 +640,13 @@ class AttentionPanel(ViewTablePanel):
             return generation, made + rest
 
         def numbers(job=None):
-            return (generation, *attention_views.aggregates(trace, job, no_rollout))
+            with every_free_core():  # the UI only shows the progress meanwhile (threads.py)
+                return (generation, *attention_views.aggregates(trace, job, no_rollout))
 
         def thumbs_made(result) -> None:
             if self._on_thumbnails(result):
-                self._run_trace_job(numbers, self._on_aggregates, "statistics", sync)
+                self._run_trace_job(numbers, self._on_aggregates, "statistics", sync,
+                                    on_progress=self._show_aggregates_progress)
 
         self._run_trace_job(thumbs, thumbs_made, "thumbnails", sync)
 
@@ -732,6 +737,16 @@ class AttentionPanel(ViewTablePanel):
         data.aggregated = True
         self._invalidate("rollout", "head-stats")  # the views that read the worker's numbers
 
+    def _show_aggregates_progress(self, done: int, total: int, what: str) -> None:
+        self._waiting = f"Computing the {what}: layer {done + 1} / {total}\u2026"
+        self._show_waiting(self.view_state.view)
+
+    def _show_waiting(self, name: str) -> None:
+        """The rollout or statistics tab shown before the worker's numbers arrive: what is being computed
+        and how far it is (at 1,024 tokens of the Qwen2.5-0.5B shape, seconds), not a blank plot."""
+        if name in ("rollout", "head-stats") and self.data is not None and not self.data.aggregated:
+            self.widgets[name].clear_matrix(self._waiting)
+
     def screenshot_ready(self) -> bool:
         """What is on show is drawn: the model view once its thumbnails are (the rollout and the statistics,
         which it does not show, may still be in the worker); another view once the worker is done."""
@@ -756,6 +771,7 @@ class AttentionPanel(ViewTablePanel):
         result = view.compute(self.data, self.view_state)
         if result is None:
             self._stale.add(name)  # not computed yet (a worker's): drawn when it arrives
+            self._show_waiting(name)
             return
         if view.widget == "heatmap":
             self._render_heatmap(view, result)

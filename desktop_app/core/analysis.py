@@ -160,13 +160,17 @@ def head_stats(trace: Trace, batch: int = 0, job: JobControl | None = None) -> H
         if distances is None or distances.shape != (t_q, t_k):
             distances = torch.from_numpy(np.abs(query_positions(t_q, t_k)[:, None] - np.arange(t_k)[None, :]))
             distances = distances.to(torch.promote_types(p.dtype, torch.float32)).to(p.device)  # the pieces' dtype
+        tiny = torch.finfo(distances.dtype).tiny
         e, d, f = (torch.zeros(h, dtype=torch.float64, device=p.device) for _ in range(3))
         for row, piece in _row_pieces(p):
             n = piece.shape[1]
             f += piece[:, :, 0].sum(-1, dtype=torch.float64)
             # sum_j P_ij |pos(i) - j| of each row as one batched product over the piece's rows: [n, H, T] @ [n, T, 1]
             d += torch.bmm(piece.transpose(0, 1), distances[row:row + n, :, None]).sum((0, 2), dtype=torch.float64)
-            e -= torch.special.xlogy(piece, piece, out=piece).sum(-1).sum(-1, dtype=torch.float64)  # (piece spent)
+            # P log P with P clamped to the least normal float under the log: a masked P of 0 gives 0 as in
+            # xlogy, which took 2.7x as long (its zeros' path, half a causal layer), and the clamp moves a term by
+            # < 1e-36; the product overwrites the piece, which is done with
+            e -= piece.mul_(piece.clamp_min(tiny).log_()).sum(-1).sum(-1, dtype=torch.float64)
         ent.append(e / t_q)
         dist.append(d / t_q)
         first.append(f / t_q)

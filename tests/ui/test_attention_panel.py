@@ -286,3 +286,41 @@ def test_the_head_view_of_a_long_text_has_a_scroll_bar_to_every_token(qtbot, tmp
     assert hv.plot.getViewBox().viewRange()[1][1] >= 50.5
     qtbot.waitUntil(lambda: hv.n_lines > 0 and not hv._redraw_timer.isActive(), timeout=5_000)  # its lines
     hv.grab().save(str(tmp_path.parent / "edges2_headview.png"))
+
+
+def test_the_rollout_tab_says_what_is_computed_until_it_arrives(qtbot, monkeypatch):
+    """Seconds at 1,024 tokens of a 24-layer model: the tab on show says what the worker computes and how far
+    it is (its progress), not a blank plot, then draws the rollout."""
+    import threading
+
+    import desktop_app.core.views.attention as views
+
+    panel, trace, ids = _panel(qtbot)
+    qtbot.mouseClick(panel.tabs.tabBar(), Qt.MouseButton.LeftButton,
+                     pos=panel.tabs.tabBar().tabRect(panel.tabs.indexOf(panel.rollout_map)).center())
+    assert panel.current_view() is panel.rollout_map
+    started, reported, release = threading.Event(), threading.Event(), threading.Event()
+    real = views.aggregates
+
+    def held(trace, job=None, no_rollout=""):
+        started.set()
+        reported.wait(10)
+        job.progress(3, 24, "rollout")
+        release.wait(10)
+        return real(trace, job, no_rollout)
+
+    monkeypatch.setattr(views, "aggregates", held)
+    panel.state.show_trace(trace, ids[:-1] + ids[-1:])  # the same text traced again: a new trace on show
+    title = panel.rollout_map.plot.titleLabel
+    try:
+        qtbot.waitUntil(started.is_set, timeout=10_000)
+        qtbot.waitUntil(lambda: title.text == "Computing the rollout and head statistics\u2026", timeout=10_000)
+        assert panel.rollout_map.values.size == 0  # the previous trace's rollout is not on show meanwhile
+        reported.set()
+        qtbot.waitUntil(lambda: title.text == "Computing the rollout: layer 4 / 24\u2026", timeout=10_000)
+    finally:
+        reported.set()
+        release.set()
+    qtbot.waitUntil(lambda: panel.stats is not None, timeout=10_000)
+    assert title.text.startswith("Attention rollout through layers")
+    np.testing.assert_allclose(panel.rollout_map.values, analysis.attention_rollout(trace)[panel.layer], rtol=1e-5)

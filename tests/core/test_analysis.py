@@ -244,9 +244,12 @@ def test_missing_names_give_a_clear_message():
         analysis.residual_norms(trace)
 
 
-def test_rollout_and_head_stats_match_float64_on_bfloat16_patterns(monkeypatch):
+@pytest.mark.parametrize("bidirectional_from", [None, 0, 2])
+def test_rollout_and_head_stats_match_float64_on_bfloat16_patterns(monkeypatch, bidirectional_from):
     """torch in float32, a layer's heads at once in pieces of query rows (here 10, the last short), against the
-    float64 numpy computation (benchmarks.attention_stats' reference) on bfloat16 heads from flat to sharp.
+    float64 numpy computation (benchmarks.attention_stats' reference) on bfloat16 heads from flat to sharp;
+    causal (the rollout's products by bands, _lower_triangular_product), bidirectional, and causal layers
+    then a bidirectional one (full products from there on).
     Tolerances: the worst-case rounding of a sum of n same-signed float32 terms, n * 2^-24 relative; a row's
     statistic sums T terms, and each rollout layer one more product of non-negative matrices (T terms, plus
     the identity and the normalisation). bfloat16 arithmetic (2^-9) would fail them."""
@@ -255,6 +258,11 @@ def test_rollout_and_head_stats_match_float64_on_bfloat16_patterns(monkeypatch):
     layers, heads, t = 4, 3, 150
     monkeypatch.setattr(analysis, "PIECE_ELEMENTS", heads * t * 16)  # 16 rows a piece
     trace = causal_trace(layers, heads, t, seed=1)
+    if bidirectional_from is not None:
+        for l in range(bidirectional_from, layers):
+            p = torch.randn((1, heads, t, t), generator=torch.Generator().manual_seed(l)).mul(4).softmax(-1)
+            trace.record(f"blocks.{l}.attn.pattern", p.to(torch.bfloat16))
+        assert reference_rollout(trace)[-1][np.triu_indices(t, 1)].min() > 0  # no longer lower triangular
     rollout = analysis.attention_rollout(trace)
     assert rollout.dtype == np.float32
     np.testing.assert_allclose(rollout, reference_rollout(trace), rtol=layers * (t + 2) * 2.0 ** -24, atol=0)

@@ -181,8 +181,12 @@ def head_stats(trace: Trace, batch: int = 0, job: JobControl | None = None) -> H
         for row, piece in _row_pieces(p):
             n = piece.shape[1]
             f += piece[:, :, 0].sum(-1, dtype=torch.float64)
+            reach = t_k - t_q + row + n  # keys up to the piece's last query: the rest is 0 in a causal pattern
+            if reach < t_k and not piece[:, :, reach:].sum():  # (non-negative weights: a sum of 0 is all zeros)
+                piece = piece[:, :, :reach]  # zeros add nothing to either sum below: half a causal layer skipped
             # sum_j P_ij |pos(i) - j| of each row as one batched product over the piece's rows: [n, H, T] @ [n, T, 1]
-            d += torch.bmm(piece.transpose(0, 1), distances[row:row + n, :, None]).sum((0, 2), dtype=torch.float64)
+            dist_rows = distances[row:row + n, :piece.shape[2], None]
+            d += torch.bmm(piece.transpose(0, 1), dist_rows).sum((0, 2), dtype=torch.float64)
             # P log P with P clamped to the least normal float under the log: a masked P of 0 gives 0 as in
             # xlogy, which took 2.7x as long (its zeros' path, half a causal layer), and the clamp moves a term by
             # < 1e-36; the product overwrites the piece, which is done with

@@ -182,7 +182,7 @@ def head_stats(trace: Trace, batch: int = 0, job: JobControl | None = None) -> H
             n = piece.shape[1]
             f += piece[:, :, 0].sum(-1, dtype=torch.float64)
             reach = t_k - t_q + row + n  # keys up to the piece's last query: the rest is 0 in a causal pattern
-            if reach < t_k and not piece[:, :, reach:].sum():  # (non-negative weights: a sum of 0 is all zeros)
+            if 0 < reach < t_k and not piece[:, :, reach:].sum():  # (non-negative weights: a sum of 0 is all zeros)
                 piece = piece[:, :, :reach]  # zeros add nothing to either sum below: half a causal layer skipped
             # sum_j P_ij |pos(i) - j| of each row as one batched product over the piece's rows: [n, H, T] @ [n, T, 1]
             dist_rows = distances[row:row + n, :piece.shape[2], None]

@@ -286,3 +286,18 @@ def test_rollout_and_head_stats_report_each_layer_and_stop_when_cancelled():
     for compute in (analysis.attention_rollout, analysis.head_stats):
         with pytest.raises(Cancelled):
             compute(trace, job=job)
+
+
+def test_head_stats_of_more_queries_than_keys_with_keys_never_attended(monkeypatch):
+    """Cross-attention's shape (20 decoder queries reading 10 encoder tokens), the last 4 keys never attended:
+    pieces whose zero keys are skipped give the float64 reference's statistics."""
+    from desktop_app.benchmarks.attention_stats import reference_head_stats
+    from desktop_app.core.trace import Trace
+
+    monkeypatch.setattr(analysis, "PIECE_ELEMENTS", 2 * 10 * 4)  # 4 query rows a piece
+    logits = torch.randn((1, 2, 20, 10), generator=torch.Generator().manual_seed(0))
+    trace = Trace()
+    trace.record("blocks.0.attn.pattern", logits.masked_fill(torch.arange(10) >= 6, float("-inf")).softmax(-1))
+    stats, ref = analysis.head_stats(trace).as_dict(), reference_head_stats(trace).as_dict()
+    for name in ("entropy", "mean_distance", "first_token"):
+        np.testing.assert_allclose(stats[name], ref[name], rtol=10 * 2.0 ** -24, err_msg=name)

@@ -640,14 +640,15 @@ class AttentionPanel(ViewTablePanel):
                               mask, lut, size)
             return generation, made + rest
 
-        def numbers(job=None):
+        def numbers(job=None, partial=None):
             with every_free_core():  # the UI only shows the progress meanwhile (threads.py)
-                return (generation, *attention_views.aggregates(trace, job, no_rollout))
+                rollout_done = None if partial is None else (lambda *rollout: partial((generation, *rollout)))
+                return (generation, *attention_views.aggregates(trace, job, no_rollout, rollout_done))
 
         def thumbs_made(result) -> None:
             if self._on_thumbnails(result):
                 self._run_trace_job(numbers, self._on_aggregates, "statistics", sync,
-                                    on_progress=self._show_aggregates_progress)
+                                    on_progress=self._show_aggregates_progress, on_partial=self._on_rollout)
 
         self._run_trace_job(thumbs, thumbs_made, "thumbnails", sync)
 
@@ -735,8 +736,17 @@ class AttentionPanel(ViewTablePanel):
             return  # a newer trace arrived meanwhile
         data = self.data
         data.rollout, data.stats, data.rollout_problem = rollout, stats, rollout_problem
-        data.aggregated = True
+        data.aggregated = data.rollout_arrived = True
         self._invalidate("rollout", "head-stats")  # the views that read the worker's numbers
+
+    def _on_rollout(self, result) -> None:
+        """The rollout, before the statistics: its tab is drawn while they are computed (~half the wait)."""
+        generation, rollout, rollout_problem = result
+        if not self._is_current(generation) or self.data is None:
+            return
+        self.data.rollout, self.data.rollout_problem, self.data.rollout_arrived = rollout, rollout_problem, True
+        self._waiting = "Computing the head statistics\u2026"  # until their first layer's progress
+        self._invalidate("rollout")
 
     def _show_aggregates_progress(self, done: int, total: int, what: str) -> None:
         self._waiting = f"Computing the {what}: layer {done + 1} / {total}\u2026"
@@ -745,7 +755,8 @@ class AttentionPanel(ViewTablePanel):
     def _show_waiting(self, name: str) -> None:
         """The rollout or statistics tab shown before the worker's numbers arrive: what is being computed
         and how far it is (at 1,024 tokens of the Qwen2.5-0.5B shape, seconds), not a blank plot."""
-        if name in ("rollout", "head-stats") and self.data is not None and not self.data.aggregated:
+        if self.data is not None and ((name == "rollout" and not self.data.rollout_arrived)
+                                      or (name == "head-stats" and not self.data.aggregated)):
             self.widgets[name].clear_matrix(self._waiting)
 
     def screenshot_ready(self) -> bool:

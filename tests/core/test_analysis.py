@@ -242,3 +242,62 @@ def test_missing_names_give_a_clear_message():
     _, trace = model.run_with_trace(torch.tensor([[1, 2, 3]]), names=("embed", "blocks.*.attn.pattern"))
     with pytest.raises(ValueError, match="resid_post"):
         analysis.residual_norms(trace)
+
+
+@pytest.mark.parametrize("bidirectional_from", [None, 0, 2])
+def test_rollout_and_head_stats_match_float64_on_bfloat16_patterns(monkeypatch, bidirectional_from):
+    """torch in float32, a layer's heads at once in pieces of query rows (here 10, the last short), against the
+    float64 numpy computation (benchmarks.attention_stats' reference) on bfloat16 heads from flat to sharp;
+    causal (the rollout's products by bands, _lower_triangular_product), bidirectional, and causal layers
+    then a bidirectional one (full products from there on).
+    Tolerances: the worst-case rounding of a sum of n same-signed float32 terms, n * 2^-24 relative; a row's
+    statistic sums T terms, and each rollout layer one more product of non-negative matrices (T terms, plus
+    the identity and the normalisation). bfloat16 arithmetic (2^-9) would fail them."""
+    from desktop_app.benchmarks.attention_stats import causal_trace, reference_head_stats, reference_rollout
+
+    layers, heads, t = 4, 3, 150
+    monkeypatch.setattr(analysis, "PIECE_ELEMENTS", heads * t * 16)  # 16 rows a piece
+    trace = causal_trace(layers, heads, t, seed=1)
+    if bidirectional_from is not None:
+        for l in range(bidirectional_from, layers):
+            p = torch.randn((1, heads, t, t), generator=torch.Generator().manual_seed(l)).mul(4).softmax(-1)
+            trace.record(f"blocks.{l}.attn.pattern", p.to(torch.bfloat16))
+        assert reference_rollout(trace)[-1][np.triu_indices(t, 1)].min() > 0  # no longer lower triangular
+    rollout = analysis.attention_rollout(trace)
+    assert rollout.dtype == np.float32
+    np.testing.assert_allclose(rollout, reference_rollout(trace), rtol=layers * (t + 2) * 2.0 ** -24, atol=0)
+    stats, ref = analysis.head_stats(trace).as_dict(), reference_head_stats(trace).as_dict()
+    for name in ("entropy", "mean_distance", "first_token"):
+        assert stats[name].shape == (layers, heads)
+        np.testing.assert_allclose(stats[name], ref[name], rtol=t * 2.0 ** -24, atol=0, err_msg=name)
+
+
+def test_rollout_and_head_stats_report_each_layer_and_stop_when_cancelled():
+    from desktop_app.benchmarks.attention_stats import causal_trace
+    from desktop_app.core.jobs import Cancelled, JobControl
+
+    trace = causal_trace(3, 2, 8)
+    seen = []
+    job = JobControl(on_progress=lambda done, total, what: seen.append((done, total, what)))
+    analysis.attention_rollout(trace, job=job)
+    analysis.head_stats(trace, job=job)
+    assert seen == [(l, 3, "rollout") for l in range(3)] + [(l, 3, "head statistics") for l in range(3)]
+    job.cancel()
+    for compute in (analysis.attention_rollout, analysis.head_stats):
+        with pytest.raises(Cancelled):
+            compute(trace, job=job)
+
+
+def test_head_stats_of_more_queries_than_keys_with_keys_never_attended(monkeypatch):
+    """Cross-attention's shape (20 decoder queries reading 10 encoder tokens), the last 4 keys never attended:
+    pieces whose zero keys are skipped give the float64 reference's statistics."""
+    from desktop_app.benchmarks.attention_stats import reference_head_stats
+    from desktop_app.core.trace import Trace
+
+    monkeypatch.setattr(analysis, "PIECE_ELEMENTS", 2 * 10 * 4)  # 4 query rows a piece
+    logits = torch.randn((1, 2, 20, 10), generator=torch.Generator().manual_seed(0))
+    trace = Trace()
+    trace.record("blocks.0.attn.pattern", logits.masked_fill(torch.arange(10) >= 6, float("-inf")).softmax(-1))
+    stats, ref = analysis.head_stats(trace).as_dict(), reference_head_stats(trace).as_dict()
+    for name in ("entropy", "mean_distance", "first_token"):
+        np.testing.assert_allclose(stats[name], ref[name], rtol=10 * 2.0 ** -24, err_msg=name)

@@ -320,3 +320,74 @@ def test_the_model_views_rows_past_the_bottom_scroll_into_view_with_the_wheel_an
     with qtbot.waitSignal(mv.head_clicked) as clicked:
         qtbot.mouseClick(mv.viewport(), Qt.MouseButton.LeftButton, pos=last)
     assert clicked.args == [11, 1]
+
+
+def test_the_rollout_tab_says_what_is_computed_until_it_arrives(qtbot, monkeypatch):
+    """Seconds at 1,024 tokens of a 24-layer model: the tab on show says what the worker computes and how far
+    it is (its progress), not a blank plot, then draws the rollout."""
+    import threading
+
+    import desktop_app.core.views.attention as views
+
+    panel, trace, ids = _panel(qtbot)
+    _click_tab(panel, qtbot, panel.rollout_map)
+    started, reported, release = threading.Event(), threading.Event(), threading.Event()
+    real = views.aggregates
+
+    def held(trace, job=None, no_rollout="", on_rollout=None):
+        started.set()
+        reported.wait(10)
+        job.progress(3, 24, "rollout")
+        release.wait(10)
+        return real(trace, job, no_rollout, on_rollout)
+
+    monkeypatch.setattr(views, "aggregates", held)
+    panel.state.show_trace(trace, ids[:-1] + ids[-1:])  # the same text traced again: a new trace on show
+    title = panel.rollout_map.plot.titleLabel
+    try:
+        qtbot.waitUntil(started.is_set, timeout=10_000)
+        qtbot.waitUntil(lambda: title.text == "Computing the rollout and head statistics\u2026", timeout=10_000)
+        assert panel.rollout_map.values.size == 0  # the previous trace's rollout is not on show meanwhile
+        reported.set()
+        qtbot.waitUntil(lambda: title.text == "Computing the rollout: layer 4 / 24\u2026", timeout=10_000)
+    finally:
+        reported.set()
+        release.set()
+    qtbot.waitUntil(lambda: panel.stats is not None, timeout=10_000)
+    assert title.text.startswith("Attention rollout through layers")
+    np.testing.assert_allclose(panel.rollout_map.values, analysis.attention_rollout(trace)[panel.layer], rtol=1e-5)
+
+
+def _click_tab(panel, qtbot, widget) -> None:
+    bar = panel.tabs.tabBar()
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(panel.tabs.indexOf(widget)).center())
+    assert panel.current_view() is widget
+
+
+def test_the_rollout_is_drawn_while_the_head_statistics_are_computed(qtbot, monkeypatch):
+    """The worker hands the rollout over before it computes the statistics (about half of its time)."""
+    import threading
+
+    panel, trace, ids = _panel(qtbot)
+    _click_tab(panel, qtbot, panel.rollout_map)
+    started, release = threading.Event(), threading.Event()
+    real = analysis.head_stats
+
+    def held(*args, **kw):
+        started.set()
+        release.wait(10)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(analysis, "head_stats", held)
+    panel.state.show_trace(trace, ids[:-1] + ids[-1:])  # the same text traced again: a new trace on show
+    try:
+        qtbot.waitUntil(started.is_set, timeout=10_000)
+        qtbot.waitUntil(lambda: panel.rollout_map.plot.titleLabel.text.startswith("Attention rollout"), timeout=10_000)
+        assert panel.stats is None
+        np.testing.assert_allclose(panel.rollout_map.values, analysis.attention_rollout(trace)[panel.layer], rtol=1e-5)
+        _click_tab(panel, qtbot, panel.stats_map)
+        assert panel.stats_map.plot.titleLabel.text == "Computing the head statistics\u2026"
+    finally:
+        release.set()
+    qtbot.waitUntil(lambda: panel.stats is not None, timeout=10_000)
+    assert panel.stats_map.plot.titleLabel.text == analysis.STAT_NAMES[panel.view_state.statistic]

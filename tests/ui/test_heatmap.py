@@ -86,3 +86,19 @@ def test_annotations_only_for_small_matrices(qtbot):
     assert [a.toPlainText() for a in hm.annotations[:2]] == ["1", "0"]
     hm.set_matrix(np.eye(5))
     assert hm.annotations == []
+
+
+def test_annotations_follow_each_new_matrix_reusing_their_items(qtbot):
+    hm = Heatmap(annotate_max_cells=20)
+    qtbot.addWidget(hm)
+    hm.set_matrix(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    first = list(hm.annotations)
+    hm.set_matrix(np.array([[5.0, 6.0, 7.0]]))
+    assert [a.toPlainText() for a in hm.annotations] == ["5", "6", "7"]
+    assert [(a.pos().x(), a.pos().y()) for a in hm.annotations] == [(0.5, 0.5), (1.5, 0.5), (2.5, 0.5)]
+    assert hm.annotations == first[:3] and first[3].scene() is None  # the items reused, the one left over gone
+    hm.set_matrix(np.array([[0.25, 0.5], [0.75, 1.0]]), mask=np.array([[True, False], [True, True]]))
+    assert [a.toPlainText() for a in hm.annotations] == ["0.25", "0.75", "1.00"]  # none on the masked cell
+    assert all(a.scene() is hm.plot.scene() for a in hm.annotations)
+    hm.set_matrix(np.eye(5))
+    assert hm.annotations == [] and all(a.scene() is None for a in first)

@@ -73,6 +73,7 @@ class AttentionData:
     rollout_problem: str = ""
     thumbs: list[list[np.ndarray]] | None = None
     aggregated: bool = False  # rollout and stats have arrived (thumbs before them)
+    rollout_arrived: bool = False  # the rollout (or why there is none) has, maybe before the stats
     # Queries and keys are two sequences (cross-attention: target tokens reading source tokens): the rows
     # are row_labels' tokens from the first, the columns col_labels', and a selection is a query's position.
     cross: bool = False
@@ -191,15 +192,18 @@ def thumbnails(patterns, mask: np.ndarray | None, lut: np.ndarray, size: int) ->
     return out
 
 
-def aggregates(trace, job: JobControl | None = None, no_rollout: str = ""):
+def aggregates(trace, job: JobControl | None = None, no_rollout: str = "", on_rollout=None):
     """Rollout, head statistics and why there is no rollout (worker thread: O(L T^3) and O(L H T^2)).
-    `no_rollout`: why this trace has no meaningful rollout (cross-attention), instead of computing one."""
+    `no_rollout`: why this trace has no meaningful rollout (cross-attention), instead of computing one.
+    `on_rollout(rollout, problem)`, if given, has the rollout before the statistics are computed."""
     try:
         if no_rollout:
             raise ValueError(no_rollout)
         rollout, problem = analysis.attention_rollout(trace, job=job), ""
     except ValueError as exc:  # a cached generation step has no square patterns
         rollout, problem = None, str(exc)
+    if on_rollout is not None:
+        on_rollout(rollout, problem)
     return rollout, analysis.head_stats(trace, job=job), problem
 
 
@@ -243,7 +247,7 @@ def compute_mean(data: AttentionData, state: AttentionViewState) -> HeatmapResul
 
 def compute_rollout(data: AttentionData, state: AttentionViewState) -> HeatmapResult | None:
     if data.rollout is None:
-        if data.aggregated:  # computed, and impossible for this trace: say why
+        if data.rollout_arrived or data.aggregated:  # computed, and impossible for this trace: say why
             return HeatmapResult(np.zeros((1, 1)), [""], [""], title=data.rollout_problem)
         return None
     r = data.rollout[state.layer]

@@ -137,9 +137,12 @@ class ViewTablePanel(QWidget):
     def _is_current(self, generation: int) -> bool:
         return generation == self._generation
 
-    def _run_trace_job(self, work: Callable, on_result: Callable, failure: str, sync: bool) -> None:
+    def _run_trace_job(self, work: Callable, on_result: Callable, failure: str, sync: bool,
+                       on_progress: Callable[[int, int, str], None] | None = None,
+                       on_partial: Callable | None = None) -> None:
         """work(job) -> result, then on_result(result): here (sync, the CLI) or in a worker, which replaces
-        the previous trace's job. A worker's error goes to the status line as 'FAILURE failed: ...'."""
+        the previous trace's job (its progress to on_progress, the pieces it hands before its result to
+        on_partial: workers.run_job). A worker's error goes to the status line as 'FAILURE failed: ...'."""
         if sync:
             on_result(work())
             return
@@ -159,7 +162,7 @@ class ViewTablePanel(QWidget):
                 self._job = None
             self.status.setText(f"{failure} failed: {exc}")
 
-        self._job = run_job(work, on_result=delivered, on_error=failed)
+        self._job = run_job(work, on_result=delivered, on_error=failed, on_progress=on_progress, on_partial=on_partial)
         mine.append(self._job)
 
     def screenshot_ready(self) -> bool:

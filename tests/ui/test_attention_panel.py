@@ -4,7 +4,6 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import numpy as np
-import pytest
 import torch
 from PySide6.QtCore import QPoint, QPointF, Qt
 
@@ -265,8 +264,6 @@ def test_export_buttons_write_the_current_view(qtbot, tmp_path, monkeypatch):
 
 def test_the_head_view_of_a_long_text_has_a_scroll_bar_to_every_token(qtbot, tmp_path):
     """Issue 41: the head view opened on 32 of 51 tokens with no scroll bar (only the wheel moved it)."""
-    from PySide6.QtWidgets import QStyle
-
     panel, _, _ = _panel(qtbot)
     text = (TEXT + " ") * 3  # 51 tokens
     ids = panel.state.loaded.tokenizer.encode(text[:51])

@@ -102,3 +102,29 @@ def test_the_chips_are_laid_out_once_per_change_of_tokens_or_width(qtbot, monkey
     corners, height = wrap(c.width())
     assert [(r.x(), r.y()) for r in (c.chip_rect(i) for i in range(200))] == corners
     assert c.minimumHeight() == height + 2 and c.heightForWidth(c.width()) == height + 2
+
+
+def test_a_hidden_strip_lays_its_chips_out_when_shown(qtbot, monkeypatch):
+    """A panel not on show (the Model panel during a first look on the Attention panel) is given its
+    tokens: they are measured and laid out once it is shown, as tall as a strip shown first."""
+    shown = TokenStrip()
+    qtbot.addWidget(shown)
+    shown.resize(200, 300)
+    shown.show()
+    tokens = [f"tok{i}" for i in range(100)], list(range(100))
+    shown.set_tokens(*tokens)
+    strip = TokenStrip()
+    qtbot.addWidget(strip)
+    strip.resize(200, 300)
+    c = strip.canvas
+    wraps = []
+    wrap = c._wrap
+    monkeypatch.setattr(c, "_wrap", lambda width: wraps.append(width) or wrap(width))
+    strip.set_tokens(*tokens)
+    assert wraps == [] and c._sizes == []  # not even measured
+    strip.show()
+    qtbot.waitUntil(lambda: c.width() == shown.canvas.width())
+    strip.grab()
+    assert wraps[-1] == c.width() and len(wraps) <= 2  # (at the width it is shown at, then the scroll area's)
+    assert c.minimumHeight() == shown.canvas.minimumHeight() > 100
+    assert strip.chip_center(99) == shown.chip_center(99)

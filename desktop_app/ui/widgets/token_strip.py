@@ -61,6 +61,7 @@ class _StripCanvas(QWidget):
         self._heights: dict[int, int] = {}  # the chips' height at each width asked, for the chips measured
         self._sizes: list[QSize] = []
         self._sizes_for: tuple | None = None  # what _sizes were measured for (_chip_sizes)
+        self._relayout_on_show = False  # chips set while hidden (relayout)
         self.setMouseTracking(True)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         f = QFont(self.font())
@@ -132,10 +133,18 @@ class _StripCanvas(QWidget):
 
     def relayout(self) -> None:
         """The chips (or their font) changed: the canvas as tall as they are at its width, repainted (laid
-        out at the paint)."""
+        out at the paint). A hidden strip (a panel not on show) waits until it is shown."""
+        self._relayout_on_show = not self.isVisible()
+        if self._relayout_on_show:
+            return
         self.setMinimumHeight(self.heightForWidth(self.width()))
         self.updateGeometry()
         self.update()
+
+    def showEvent(self, event) -> None:
+        if self._relayout_on_show:
+            self.relayout()
+        super().showEvent(event)
 
     def resizeEvent(self, event) -> None:
         if event.size().width() != event.oldSize().width():

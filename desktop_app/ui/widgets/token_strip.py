@@ -117,6 +117,8 @@ class _StripCanvas(QWidget):
         return True
 
     def heightForWidth(self, width: int) -> int:
+        if self._relayout_on_show:  # hidden, its chips not measured yet (a grab of the window asks it too)
+            return self.minimumHeight()
         width = max(width, 40)
         if width == max(self.width(), 40):
             self._laid_out()  # the width on show: laid out once, for this and the paint

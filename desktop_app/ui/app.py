@@ -500,6 +500,11 @@ def _run(app, args, state, window, started: float) -> int:
         if size == 0:
             return _fail(f"{args.screenshot}: the screenshot is empty")
         print(f"saved {args.screenshot} ({size:,} bytes)")
+        # A panel drawn before the logits was saved while they were held for its render (AppState.hold_logits):
+        # the trace ends before the window closes, as it did when they ran beside the render (a close cancels
+        # a job that has not started; bench firstlook's exit and peak memory count them)
+        watcher.drawn_early = lambda: False
+        watcher.wait(args.timeout)
         return 0
     finally:
         window.close()  # panels stop what a demo started (a training process...), also on failure

@@ -522,7 +522,7 @@ class AppState(QObject):
         Attention panel's model view, row by row, in a worker and on the UI thread; --screenshot's render of
         it). The logits, a second step on every free core, wait for it (LOGITS_WAIT_S at most) instead of
         taking the cores from the last row's thumbnails and paint. Held weakly: a closed panel holds nothing."""
-        self._logits_holds.append(weakref.WeakMethod(drawing))
+        self._logits_holds = [m for m in self._logits_holds if m() is not None] + [weakref.WeakMethod(drawing)]
 
     def _once_drawn(self, drawn: threading.Event) -> None:
         """Sets `drawn` once no hold_logits says it draws (asked every 10 ms) and the paint it asked is done."""

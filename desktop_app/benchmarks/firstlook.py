@@ -12,7 +12,7 @@ Two fresh processes, alternating `--repeat` times, each timed from its launch:
   reference computes neither; so do the logits, the unembedding of every position, which the model
   view does not read): the state its --screenshot saves, which is what this process does to stop. The
   time is the screenshot's (its file's modification time); the process's exit after it (the window
-  closed, the jobs still running waited for: the logits) is reported as ours_exit_s. Then its peak
+  closed once the logits, held for the render, are in) is reported as ours_exit_s. Then its peak
   resident memory (VmHWM at the exit, imports and the logits included).
 - transformers: import it, load the checkpoint as shipped (bfloat16, eager attention), one forward with
   every attention map and hidden state brought to numpy (float32: numpy has no bfloat16); its VmHWM.
@@ -32,6 +32,10 @@ logits after the paint, the model view's grid in one view box, the model's load 
 is built, the thread count chosen again each layer: eight `--repeat 2` runs at load 1.7-3.3, alternating with
 the code before (same end mark): 1.41-1.91x, median 1.53 (ours 4.65-9.50 s), before 1.19-1.59x, median 1.38;
 memory 0.74-0.77x (before 0.78-0.80x). The trace is most of ours, on the cores its neighbours leave free.
+Then (issue 38, look7) the logits held until the model view's last row and the screenshot are done (they ran
+beside them on every free core), the token strip laid out once per tokens and width: three runs alternating
+with the code before at load 1.6-2.7, 1.94, 1.73, 1.64x (ours 7.01-7.99 s) against 1.61, 1.49, 1.48x (7.76-8.67 s),
+memory 0.76-0.77x (the screenshot's process waits for the held logits before it exits, so they are still counted).
 """
 from __future__ import annotations
 

@@ -196,6 +196,8 @@ class StartupWatcher:
     def __init__(self, state, expect_model: bool, drawn_early: Callable[[], bool] = lambda: False) -> None:
         self.expect_model = expect_model
         self.drawn_early = drawn_early
+        self.shot_pending = False  # --screenshot's render still to come
+        state.hold_logits(self._render_to_come)
         self.model_loaded = False
         self.traced = False
         self.failed: str | None = None
@@ -211,6 +213,11 @@ class StartupWatcher:
     def ready(self) -> bool:
         return self.failed is not None or not self.expect_model or (
             self.model_loaded and (self.traced or self.drawn_early()))
+
+    def _render_to_come(self) -> bool:
+        """The window is drawn before the logits and --screenshot's render of it is still to come: the logits
+        wait for it (AppState.hold_logits), as for any paint."""
+        return self.shot_pending and self.drawn_early()
 
     def _loaded(self, _loaded) -> None:
         self.model_loaded = True
@@ -444,6 +451,7 @@ def _run(app, args, state, window, started: float) -> int:
 
     watcher = StartupWatcher(state, expect_model=model_path is not None,
                              drawn_early=lambda: drawn_before_the_logits(window))
+    watcher.shot_pending = bool(args.screenshot)
     if model_path is not None:  # loaded in a worker while the panel on show is built and the window shown
         window.open_model(model_path)
     if args.panel:
@@ -486,10 +494,17 @@ def _run(app, args, state, window, started: float) -> int:
             save_widget_png(window, args.screenshot)
         except OSError as exc:
             return _fail(f"{args.screenshot}: cannot write the screenshot ({exc})")
+        finally:
+            watcher.shot_pending = False
         size = Path(args.screenshot).stat().st_size
         if size == 0:
             return _fail(f"{args.screenshot}: the screenshot is empty")
         print(f"saved {args.screenshot} ({size:,} bytes)")
+        # A panel drawn before the logits was saved while they were held for its render (AppState.hold_logits):
+        # the trace ends before the window closes, as it did when they ran beside the render (a close cancels
+        # a job that has not started; bench firstlook's exit and peak memory count them)
+        watcher.drawn_early = lambda: False
+        watcher.wait(args.timeout)
         return 0
     finally:
         window.close()  # panels stop what a demo started (a training process...), also on failure

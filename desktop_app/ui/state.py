@@ -9,11 +9,13 @@ never keep their own copy of the model, and never reach into another panel or th
 """
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Callable
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from ..app.edits import EditList
 from ..app.inputs import (DICTIONARIES, EDITS, FEATURE_PARTS, INPUT, MODEL, PARTS, InputKey,  # noqa: F401 (panels' names)
@@ -67,9 +69,11 @@ def _trace_in_pieces(loaded: LoadedModel, text: str, ids: list[int] | None, inte
                            logits=False, **pair)
 
 
-def _add_logits(add_logits, job=None) -> None:
-    """A text trace's last step (trace_input's add_logits) in a worker; a cancel before it starts or while
-    it runs (a new text) means its trace is never shown."""
+def _add_logits(add_logits, drawn: threading.Event, job=None) -> None:
+    """A text trace's last step (trace_input's add_logits) in a worker, once `drawn` is set (AppState.hold_logits:
+    the blocks painted); a cancel before it starts or while it runs (a new text) means its trace is never shown."""
+    while not drawn.wait(0.01):
+        job.check()
     job.check()
     with every_free_core():
         add_logits()
@@ -160,6 +164,8 @@ class AppState(QObject):
     # A trace shows its pieces and progress only once it has run this long: a quick one (a small model)
     # goes straight from the previous text's result to its own, without clearing the panels between.
     PIECES_AFTER_S = 0.3
+    # The logits wait for what draws a trace's blocks (hold_logits) this long at most.
+    LOGITS_WAIT_S = 2.0
 
     # The inputs are the Inputs model's fields (app/inputs.py): read and written here as attributes.
     loaded = _forwarded("loaded", "the open model (LoadedModel), None before one is opened")
@@ -197,6 +203,7 @@ class AppState(QObject):
         self.trace_source = "text"
         self._trace_job = None
         self._pending_text: tuple[str, list[int] | None] | None = None
+        self._logits_holds: list[weakref.WeakMethod] = []  # hold_logits
         # The text trace arriving in pieces and on show (app.tracing.LayersReady), until its end; None else.
         self.tracing = None
         self._tracing_job = None  # the job whose layers `tracing` shows
@@ -462,9 +469,10 @@ class AppState(QObject):
             if trace is None:
                 done((enc, None))
                 return
-            blocks = job
-            job = self._trace_job = run_job(_add_logits, add_logits, on_result=lambda _: done((enc, trace)),
+            blocks, drawn = job, threading.Event()
+            job = self._trace_job = run_job(_add_logits, add_logits, drawn, on_result=lambda _: done((enc, trace)),
                                             on_error=failed, on_cancelled=cancelled)
+            self._once_drawn(drawn)
             if self._tracing_job is blocks:  # its layers on show are this job's now
                 self._tracing_job = job
 
@@ -508,6 +516,29 @@ class AppState(QObject):
                                         self.trace_layers, self.target, on_result=blocks_done, on_error=failed,
                                         on_cancelled=cancelled,
                                         on_progress=progress, on_partial=partial)
+
+    def hold_logits(self, drawing: Callable[[], bool]) -> None:
+        """`drawing`, a bound method, says True while its object paints a text's trace from the blocks (the
+        Attention panel's model view, row by row, in a worker and on the UI thread; --screenshot's render of
+        it). The logits, a second step on every free core, wait for it (LOGITS_WAIT_S at most) instead of
+        taking the cores from the last row's thumbnails and paint. Held weakly: a closed panel holds nothing."""
+        self._logits_holds = [m for m in self._logits_holds if m() is not None] + [weakref.WeakMethod(drawing)]
+
+    def _once_drawn(self, drawn: threading.Event) -> None:
+        """Sets `drawn` once no hold_logits says it draws (asked every 10 ms) and the paint it asked is done."""
+        deadline = time.monotonic() + self.LOGITS_WAIT_S
+        timer = QTimer(self, interval=10)
+
+        def check() -> None:
+            if time.monotonic() < deadline and any(m() is not None and m()() for m in self._logits_holds):
+                return
+            timer.stop()
+            timer.deleteLater()
+            QTimer.singleShot(0, drawn.set)  # a turn of the event loop later: the paint they asked
+
+        timer.timeout.connect(check)
+        timer.start()
+        check()
 
     def set_target(self, target: str) -> None:
         """An encoder-decoder's target text (the decoder reads [start] + its tokens): kept for every model,

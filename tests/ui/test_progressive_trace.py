@@ -340,11 +340,11 @@ def test_the_attention_panel_is_painted_before_the_logits_and_the_model_panel_th
     reached, release = threading.Event(), threading.Event()
     real = state_module._add_logits
 
-    def held(add_logits, job=None):
+    def held(add_logits, drawn, job=None):
         reached.set()
         while not release.wait(0.02) and not job.cancelled:
             pass
-        return real(add_logits, job=job)
+        return real(add_logits, drawn, job=job)
 
     monkeypatch.setattr(state_module, "_add_logits", held)
     watcher = StartupWatcher(state, expect_model=True, drawn_early=lambda: drawn_before_the_logits(window))
@@ -385,13 +385,13 @@ def test_a_new_text_while_the_logits_are_computed_is_traced_and_the_old_one_neve
     reached, release = threading.Event(), threading.Event()
     real, held_jobs = state_module._add_logits, []
 
-    def held(add_logits, job=None):
+    def held(add_logits, drawn, job=None):
         if not held_jobs:  # the first text's logits only
             held_jobs.append(job)
             reached.set()
             while not release.wait(0.02) and not job.cancelled:
                 pass
-        return real(add_logits, job=job)
+        return real(add_logits, drawn, job=job)
 
     monkeypatch.setattr(state_module, "_add_logits", held)
     shown: list = []
@@ -405,4 +405,46 @@ def test_a_new_text_while_the_logits_are_computed_is_traced_and_the_old_one_neve
     assert held_jobs[0].cancelled and not release.is_set()
     assert (state.loaded.tokenizer.encode(SECOND), True) not in shown and shown[-1] == (third_ids, True)
     assert "logits" in state.trace
+    error_watch.assert_clean()
+
+
+def test_the_logits_wait_until_the_attention_panel_has_made_its_last_row(qtbot, six_layers, monkeypatch,
+                                                                        isolated_user_files, error_watch):
+    """The logits take every free core: they start once the model view's rows are all made and painted
+    (AppState.hold_logits), not beside the last row's thumbnails; then the trace lands as before."""
+    import desktop_app.ui.panels.attention as attention_module
+    import desktop_app.ui.state as state_module
+
+    window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
+    attention = _attention(qtbot, window)
+    last_row, release = threading.Event(), threading.Event()
+    made, real_thumbnails = [], attention_module.thumbnails
+
+    def thumbnails(patterns, *args):
+        made.append(len(patterns))
+        if len(made) == LAYERS:  # the new text's last layer: held until released
+            last_row.set()
+            release.wait(30)
+        return real_thumbnails(patterns, *args)
+
+    rows_when_the_logits_started = []
+    real_logits = state_module._add_logits
+
+    def add_logits(add_logits, drawn, job=None):
+        def counted():
+            rows_when_the_logits_started.append(attention.model_view.filled_layers())
+            add_logits()
+        return real_logits(counted, drawn, job=job)
+
+    monkeypatch.setattr(attention_module, "thumbnails", thumbnails)
+    monkeypatch.setattr(state_module, "_add_logits", add_logits)
+    _type(qtbot, window, SECOND)
+    qtbot.waitUntil(last_row.is_set, timeout=30_000)
+    qtbot.waitUntil(lambda: state.tracing is not None and state.tracing.done == LAYERS, timeout=30_000)
+    qtbot.wait(100)  # (ten of the hold's 10 ms checks)
+    assert rows_when_the_logits_started == [] and state.trace is None
+    release.set()
+    qtbot.waitUntil(lambda: state.trace is not None, timeout=30_000)
+    assert rows_when_the_logits_started == [LAYERS] and "logits" in state.trace
+    assert state.token_ids == state.loaded.tokenizer.encode(SECOND)
     error_watch.assert_clean()

@@ -69,3 +69,62 @@ def test_chips_are_measured_again_for_new_tokens_and_a_new_font_not_for_a_new_wi
     c.setFont(font)
     c.relayout()
     assert [c.chip_rect(i).width() for i in range(3)] == fresh_widths()
+
+
+def test_the_chips_are_laid_out_once_per_change_of_tokens_or_width(qtbot, monkeypatch):
+    """The scroll area and every paint ask for the layout: each (tokens, width) is wrapped once, and the
+    rectangles are those a fresh layout at that width gives."""
+    strip = TokenStrip()
+    qtbot.addWidget(strip)
+    strip.resize(300, 200)
+    strip.show()
+    c = strip.canvas
+    wraps = []
+    wrap = c._wrap
+    monkeypatch.setattr(c, "_wrap", lambda width: wraps.append(width) or wrap(width))
+    strip.set_tokens([f"tok{i}" for i in range(200)], list(range(200)))
+    strip.grab()  # a paint
+    for _ in range(5):
+        c.sizeHint(), c.heightForWidth(c.width()), c.heightForWidth(150), strip.chip_center(7)
+        strip.grab()
+    assert sorted(wraps) == sorted({c.width(), 150})
+    strip.set_tokens([f"tok{i}" for i in range(200)], list(range(200)))  # the same tokens again: no layout
+    strip.grab()
+    assert len(wraps) == 2
+    strip.set_tokens([f"other{i}" for i in range(200)], list(range(200)))
+    strip.grab()
+    c.heightForWidth(c.width())
+    assert len(wraps) == 3
+    strip.resize(220, 200)  # a new width: laid out again, once
+    qtbot.waitUntil(lambda: c.width() < 220)
+    strip.grab(), c.sizeHint(), strip.grab()
+    assert len(wraps) == 4 and wraps[-1] == c.width()
+    corners, height = wrap(c.width())
+    assert [(r.x(), r.y()) for r in (c.chip_rect(i) for i in range(200))] == corners
+    assert c.minimumHeight() == height + 2 and c.heightForWidth(c.width()) == height + 2
+
+
+def test_a_hidden_strip_lays_its_chips_out_when_shown(qtbot, monkeypatch):
+    """A panel not on show (the Model panel during a first look on the Attention panel) is given its
+    tokens: they are measured and laid out once it is shown, as tall as a strip shown first."""
+    shown = TokenStrip()
+    qtbot.addWidget(shown)
+    shown.resize(200, 300)
+    shown.show()
+    tokens = [f"tok{i}" for i in range(100)], list(range(100))
+    shown.set_tokens(*tokens)
+    strip = TokenStrip()
+    qtbot.addWidget(strip)
+    strip.resize(200, 300)
+    c = strip.canvas
+    wraps = []
+    wrap = c._wrap
+    monkeypatch.setattr(c, "_wrap", lambda width: wraps.append(width) or wrap(width))
+    strip.set_tokens(*tokens)
+    assert wraps == [] and c._sizes == []  # not even measured
+    strip.show()
+    qtbot.waitUntil(lambda: c.width() == shown.canvas.width())
+    strip.grab()
+    assert wraps[-1] == c.width() and len(wraps) <= 2  # (at the width it is shown at, then the scroll area's)
+    assert c.minimumHeight() == shown.canvas.minimumHeight() > 100
+    assert strip.chip_center(99) == shown.chip_center(99)

@@ -513,6 +513,7 @@ class AttentionPanel(ViewTablePanel):
         self._piece_job = None  # the worker making the next rows
         if hasattr(state, "layers_ready"):  # (render's stand-in state has none)
             state.layers_ready.connect(self._on_layers_ready)
+            state.hold_logits(self._making_rows)
         self._follow_trace()
         if getattr(state, "tracing", None) is not None:  # opened while a trace arrives: its layers so far
             self._on_layers_ready(state.tracing)
@@ -755,6 +756,10 @@ class AttentionPanel(ViewTablePanel):
                 self._piece_job = None
 
         job = self._piece_job = run_job(work, on_result=painted, on_error=ended, on_cancelled=ended, owner=self)
+
+    def _making_rows(self) -> bool:
+        """Rows of the trace arriving are still being made (AppState.hold_logits: the logits wait for them)."""
+        return self._piece_job is not None
 
     def _cancel_piece_job(self) -> None:
         if self._piece_job is not None:

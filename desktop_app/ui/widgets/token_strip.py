@@ -57,9 +57,11 @@ class _StripCanvas(QWidget):
         self.selected: int | None = None
         self.show_ids = True
         self._rects: list[QRect] = []
-        self._layout_width = -1
+        self._rects_width = -1  # the width _rects are laid out at for the chips measured (-1: none)
+        self._heights: dict[int, int] = {}  # the chips' height at each width asked, for the chips measured
         self._sizes: list[QSize] = []
         self._sizes_for: tuple | None = None  # what _sizes were measured for (_chip_sizes)
+        self._relayout_on_show = False  # chips set while hidden (relayout)
         self.setMouseTracking(True)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         f = QFont(self.font())
@@ -77,49 +79,77 @@ class _StripCanvas(QWidget):
         return QSize(w + 2 * self.PAD_X, h + 2 * self.PAD_Y)
 
     def _chip_sizes(self) -> list[QSize]:
-        """Each chip's size, measured once for the tokens and fonts on show: the layout is asked again at
-        every width the scroll area tries (~17 times while a 1,024-token first look settles, ~0.5 s of
-        the UI thread when each time measured every chip's text), and the same tokens set again (the
+        """Each chip's size, measured once for the tokens and fonts on show: the same tokens set again (the
         Attention panel's, as its trace arrives and once it is whole) are not measured again."""
         key = (self.strings, self.ids, self.font().key(), self._id_font.key(), self.show_ids)
         if self._sizes_for != key:  # (lists compared by value: a copy of the same tokens is the same)
             fm, fm_id = QFontMetrics(self.font()), QFontMetrics(self._id_font)
             self._sizes = [self._chip_size(i, fm, fm_id) for i in range(len(self.strings))]
             self._sizes_for = key
+            self._rects_width, self._heights = -1, {}
         return self._sizes
 
-    def _relayout(self, width: int) -> int:
-        x = y = 0
-        line_h = 0
-        self._rects = []
-        width = max(width, 40)
-        for s in self._chip_sizes():
+    def _wrap(self, width: int) -> tuple[list[tuple[int, int]], int]:
+        """The chips wrapped like text at `width`: each one's top-left corner, and the height of them all."""
+        x = y = line_h = 0
+        corners = []
+        for s in self._sizes:
             if x > 0 and x + s.width() > width:
                 x, y = 0, y + line_h + self.LINE_GAP
                 line_h = 0
-            self._rects.append(QRect(x, y, s.width(), s.height()))
+            corners.append((x, y))
             x += s.width() + self.GAP
             line_h = max(line_h, s.height())
-        self._layout_width = width
-        return y + line_h
+        return corners, y + line_h
+
+    def _laid_out(self) -> list[QRect]:
+        """The chips' rectangles at the canvas's width: laid out once per change of the chips or the width.
+        (The layout is asked at every width the scroll area tries and at every paint: ~51 times while a
+        1,024-token first look settled when each ask laid every chip out, 0.1-0.2 s of the UI thread.)"""
+        sizes, width = self._chip_sizes(), max(self.width(), 40)
+        if self._rects_width != width:
+            corners, self._heights[width] = self._wrap(width)
+            self._rects = [QRect(x, y, s.width(), s.height()) for (x, y), s in zip(corners, sizes)]
+            self._rects_width = width
+        return self._rects
 
     def hasHeightForWidth(self) -> bool:
         return True
 
     def heightForWidth(self, width: int) -> int:
-        return self._relayout(width) + 2
+        if self._relayout_on_show:  # hidden, its chips not measured yet (a grab of the window asks it too)
+            return self.minimumHeight()
+        width = max(width, 40)
+        if width == max(self.width(), 40):
+            self._laid_out()  # the width on show: laid out once, for this and the paint
+        else:
+            self._chip_sizes()
+        if width not in self._heights:
+            if len(self._heights) > 64:  # a window dragged through many widths
+                self._heights = {}
+            self._heights[width] = self._wrap(width)[1]
+        return self._heights[width] + 2
 
     def sizeHint(self) -> QSize:
         return QSize(400, max(24, self.heightForWidth(self.width() or 400)))
 
     def relayout(self) -> None:
-        h = self._relayout(self.width())
-        self.setMinimumHeight(h + 2)
+        """The chips (or their font) changed: the canvas as tall as they are at its width, repainted (laid
+        out at the paint). A hidden strip (a panel not on show) waits until it is shown."""
+        self._relayout_on_show = not self.isVisible()
+        if self._relayout_on_show:
+            return
+        self.setMinimumHeight(self.heightForWidth(self.width()))
         self.updateGeometry()
         self.update()
 
+    def showEvent(self, event) -> None:
+        if self._relayout_on_show:
+            self.relayout()
+        super().showEvent(event)
+
     def resizeEvent(self, event) -> None:
-        if event.size().width() != self._layout_width:
+        if event.size().width() != event.oldSize().width():
             self.relayout()
         super().resizeEvent(event)
 
@@ -129,7 +159,7 @@ class _StripCanvas(QWidget):
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
         fm = QFontMetrics(self.font())
         exposed = event.rect()
-        for i, r in enumerate(self._rects):
+        for i, r in enumerate(self._laid_out()):
             if not r.intersects(exposed):
                 continue
             v = None if self.values is None else self.values[i]
@@ -151,13 +181,13 @@ class _StripCanvas(QWidget):
 
     # -- interaction -----------------------------------------------------------------------
     def index_at(self, pos: QPoint) -> int | None:
-        for i, r in enumerate(self._rects):
+        for i, r in enumerate(self._laid_out()):
             if r.contains(pos):
                 return i
         return None
 
     def chip_rect(self, index: int) -> QRect:
-        return self._rects[index]
+        return self._laid_out()[index]
 
     def mousePressEvent(self, event) -> None:
         i = self.index_at(event.position().toPoint())

@@ -40,6 +40,21 @@ def _panel(qtbot, family="gpt2"):
     return panel, trace, ids
 
 
+def _hold(monkeypatch, module, name: str):
+    """module.name held in the worker until `release` is set (`started`: it was called). Returns (started, release)."""
+    import threading
+
+    started, release, real = threading.Event(), threading.Event(), getattr(module, name)
+
+    def held(*args, **kw):
+        started.set()
+        release.wait(10)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(module, name, held)
+    return started, release
+
+
 def _view_point(view, scene_pos) -> QPoint:
     return view.mapFromScene(scene_pos)
 
@@ -173,20 +188,10 @@ def test_a_cached_generation_step_is_shown(qtbot):
 def test_the_model_view_is_drawn_before_the_rollout_and_statistics_arrive(qtbot, monkeypatch):
     """The first look waits for what is on show only: the model view's thumbnails are painted (and the panel
     is ready for a screenshot) while the worker still computes the rollout and statistics."""
-    import threading
-
     import desktop_app.core.views.attention as views
 
     panel, trace, ids = _panel(qtbot)
-    release, started = threading.Event(), threading.Event()
-    real = views.aggregates
-
-    def held(*args, **kw):
-        started.set()
-        release.wait(10)
-        return real(*args, **kw)
-
-    monkeypatch.setattr(views, "aggregates", held)
+    started, release = _hold(monkeypatch, views, "aggregates")
     panel.state.show_trace(trace, ids[:-1] + ids[-1:])  # the same text traced again: a new trace on show
     try:
         qtbot.waitUntil(started.is_set, timeout=10_000)
@@ -363,19 +368,9 @@ def _click_tab(panel, qtbot, widget) -> None:
 
 def test_the_rollout_is_drawn_while_the_head_statistics_are_computed(qtbot, monkeypatch):
     """The worker hands the rollout over before it computes the statistics (about half of its time)."""
-    import threading
-
     panel, trace, ids = _panel(qtbot)
     _click_tab(panel, qtbot, panel.rollout_map)
-    started, release = threading.Event(), threading.Event()
-    real = analysis.head_stats
-
-    def held(*args, **kw):
-        started.set()
-        release.wait(10)
-        return real(*args, **kw)
-
-    monkeypatch.setattr(analysis, "head_stats", held)
+    started, release = _hold(monkeypatch, analysis, "head_stats")
     panel.state.show_trace(trace, ids[:-1] + ids[-1:])  # the same text traced again: a new trace on show
     try:
         qtbot.waitUntil(started.is_set, timeout=10_000)

@@ -199,8 +199,7 @@ class FeatureDashboard(QWidget):
             self.job.cancel()
 
     def show_progress(self, done: int, total: int) -> None:
-        self.progress.show_progress(done, total)
-        left = self.progress.time_left.phrase(done, total)
+        left = self.progress.show_progress(done, total)
         self.status.setText(f"Reading the text file: {done}/{total} windows" + (f", {left}" if left else ""))
 
     # export (ExportBar's view protocol)

@@ -536,8 +536,7 @@ class WhatIfPanel(QWidget, ResultView):
             self._patch_job.cancel()
 
     def _patch_progress(self, done: int, total: int, _message: str) -> None:
-        self.progress.show_progress(done, total)
-        left = self.progress.time_left.phrase(done, total)
+        left = self.progress.show_progress(done, total)
         self.patch_status.setText(f"Patching: {done}/{total} forwards" + (f", {left}" if left else ""))
 
     def _patch_finished(self) -> None:

@@ -27,10 +27,10 @@ class JobProgressBar(QProgressBar):
         self.setFormat(self.fmt)
         self.time_left = TimeLeft()
 
-    def show_progress(self, done: int, total: int, label: str | None = None) -> None:
-        """`done` of `total`, and the time left once there is a rate; `label` in place of the format."""
+    def show_progress(self, done: int, total: int) -> str:
+        """`done` of `total`, and the time left once there is a rate; returns that phrase ("" before)."""
         self.setRange(0, max(total, 1))
         self.setValue(done)
-        fmt = self.fmt if label is None else label.replace("%", "%%")
         left = self.time_left.phrase(done, total)
-        self.setFormat(f"{fmt} · {left}" if left else fmt)
+        self.setFormat(f"{self.fmt} · {left}" if left else self.fmt)
+        return left

@@ -23,7 +23,6 @@ class TraceProgress(QWidget):
         self.layers_button = QPushButton()  # the memory refusal's choice
         self.layers_button.setToolTip("The whole trace would not fit in memory: trace this text's first layers")
         self._offered = 0
-        self._running = False  # a trace's progress is on show
         lay = QHBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         for w in (self.bar, self.cancel_button, self.layers_button):
@@ -40,11 +39,10 @@ class TraceProgress(QWidget):
         """Layers `done` of `total`; total 0: no trace runs (hidden)."""
         running = total > 0
         if running:
-            if not self._running or done < self.bar.value():  # a new trace: its own clock
+            if self.bar.isHidden() or done < self.bar.value():  # a new trace: its own clock
                 self.bar.begin(total)
             self.bar.show_progress(done, total)
             self.offer_layers(0, 0)
-        self._running = running
         self.bar.setVisible(running)
         self.cancel_button.setVisible(running)
 

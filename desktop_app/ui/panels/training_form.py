@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (QApplication, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-                               QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QSpinBox, QVBoxLayout, QWidget)
+                               QLabel, QLineEdit, QScrollArea, QSpinBox, QVBoxLayout, QWidget)
 
 from ...app.training import BUILDER_SWITCHES, DEFAULT_ENCODER_DECODER, config_to_flags, families_for_task
 from ...core.checkpoints import ModelLoadError
@@ -25,6 +25,7 @@ from ...core.training.tasks import (DECLARED_TASKS, TaskError, TextTask, image_t
                                     read_text_file, task_dimensions, task_names)
 from ...core.training.trainer import (TrainConfig, best_device, default_precision, model_config_for, parameter_count,
                                       read_run_config, task_for, task_options_for, trains_causal, trains_seq2seq)
+from ..widgets.form_fields import ask_text_file, path_row
 from .training_run import new_run_dir, runs_root
 
 
@@ -233,31 +234,12 @@ class TrainingForm(QWidget):
         self.length, self.symbols, self.p, self.train_fraction = (
             _box(k) for k in ("length", "symbols", "p", "train_fraction"))
         self.text_file = QLineEdit()
-        self.text_file.setMinimumWidth(60)  # a long path scrolls inside the field, not the column
-        self.text_file.setPlaceholderText("a UTF-8 text file")
-        browse = QPushButton("…")
-        browse.setMaximumWidth(30)
-        browse.clicked.connect(self._browse_text)
-        row = QHBoxLayout()
-        row.addWidget(self.text_file)
-        row.addWidget(browse)
-        self.text_row = QWidget()
-        self.text_row.setLayout(row)
-        row.setContentsMargins(0, 0, 0, 0)
+        self.text_row = path_row(self.text_file, "a UTF-8 text file", self._browse_text)
         self.tokenizer = _box("tokenizer")
         self.vocab_size = _box("vocab_size")
         self.image_folder = QLineEdit()  # the image-folder task: one sub-folder of images per class
-        self.image_folder.setMinimumWidth(60)
-        self.image_folder.setPlaceholderText("a folder, one sub-folder of images per class")
-        folder_browse = QPushButton("…")
-        folder_browse.setMaximumWidth(30)
-        folder_browse.clicked.connect(self._browse_image_folder)
-        folder_row = QHBoxLayout()
-        folder_row.setContentsMargins(0, 0, 0, 0)
-        folder_row.addWidget(self.image_folder)
-        folder_row.addWidget(folder_browse)
-        self.image_folder_row = QWidget()
-        self.image_folder_row.setLayout(folder_row)
+        self.image_folder_row = path_row(self.image_folder, "a folder, one sub-folder of images per class",
+                                         self._browse_image_folder)
         self.channels = _box("channels")
         self.image_size = _box("image_size")
         self.image_size.setSpecialValueText("the images' own")
@@ -371,10 +353,10 @@ class TrainingForm(QWidget):
 
     # -- form logic ------------------------------------------------------------------------
     def _browse_text(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Text file", "", "Text (*.txt *.md);;All files (*)")
+        path = ask_text_file(self)
         if path:
             self.text_file.setText(path)
-            self._update_param_count()
+            self._update_param_count()  # also for the same path again, where textChanged does not fire
 
     def _browse_image_folder(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Image folder (one sub-folder per class)")

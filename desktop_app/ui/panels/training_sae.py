@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
-                               QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLabel, QLineEdit, QPushButton, QVBoxLayout,
+                               QWidget)
 
 from ...app.features import (dictionary_control, dictionary_problems, dictionary_resume_problems,
                              dictionary_settings_from_dict, resumed_dictionary_config, train_dictionary)
 from ...core.features.hooks import default_hook, hook_names
 from ...core.training.sae import SAE_OPTIONS, SaeTrainConfig
+from ..widgets.form_fields import ask_text_file, path_row
 from ..workers import run_job
 from .training_form import _box, _combo, _dspin, _error_label, _show_error, _spin
 from .training_plots import LEGEND_STYLE
@@ -77,17 +78,7 @@ class DictionaryForm(QWidget):
         self.d_sae, self.k, self.l1_coefficient, self.max_tokens = (
             _option_box(k) for k in ("d_sae", "k", "l1_coefficient", "max_tokens"))
         self.text_file = QLineEdit()
-        self.text_file.setMinimumWidth(60)
-        self.text_file.setPlaceholderText("a UTF-8 text file")
-        browse = QPushButton("…")
-        browse.setMaximumWidth(30)
-        browse.clicked.connect(self._browse_text)
-        row = QHBoxLayout()
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.text_file)
-        row.addWidget(browse)
-        self.text_row = QWidget()
-        self.text_row.setLayout(row)
+        self.text_row = path_row(self.text_file, "a UTF-8 text file", self._browse_text)
         for label, w in (("Model", self.model_label), ("Train", self.kind), ("Reads", self.hook), ("Writes", self.hook_out),
                          ("Architecture", self.architecture), ("Features (d_sae)", self.d_sae),
                          ("Active per token (k)", self.k), ("L1 coefficient", self.l1_coefficient),
@@ -182,7 +173,7 @@ class DictionaryForm(QWidget):
         self.dictionary_form.setRowVisible(self.l1_coefficient, not topk)
 
     def _browse_text(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Text file", "", "Text (*.txt *.md);;All files (*)")
+        path = ask_text_file(self)
         if path:
             self.text_file.setText(path)
 

@@ -44,6 +44,17 @@ class SpacedAxis(pg.AxisItem):
 LEGEND_STYLE = {"brush": (255, 255, 255, 215), "labelTextColor": "#222"}  # readable over the curves
 
 
+def step_plot(title: str, ylabel: str, left: pg.AxisItem | None = None) -> pg.PlotWidget:
+    """One of a run's plots (the model's and the dictionary's): `ylabel` against the training step."""
+    w = pg.PlotWidget(background="w", axisItems={"left": left} if left is not None else None)
+    w.setTitle(title, color="#222")
+    w.setLabel("bottom", "step")
+    w.setLabel("left", ylabel)
+    w.showGrid(x=True, y=True, alpha=0.3)
+    w.setMinimumHeight(160)
+    return w
+
+
 class TrainingPlots(QWidget):
     """The four plots in a grid (what PNG and SVG exports draw)."""
 
@@ -51,10 +62,10 @@ class TrainingPlots(QWidget):
         super().__init__(parent)
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
-        self.loss_plot = self._plot("Loss", "cross-entropy")
-        self.acc_plot = self._plot("Accuracy", "accuracy")
-        self.lr_plot = self._plot("Learning rate", "lr")
-        self.grad_plot = self._plot("Gradient norm per layer", "||g||", left=SpacedAxis("left"))
+        self.loss_plot = step_plot("Loss", "cross-entropy")
+        self.acc_plot = step_plot("Accuracy", "accuracy")
+        self.lr_plot = step_plot("Learning rate", "lr")
+        self.grad_plot = step_plot("Gradient norm per layer", "||g||", left=SpacedAxis("left"))
         self.grad_plot.setLogMode(y=True)
         self.grad_plot.getAxis("left").enableAutoSIPrefix(False)  # in log mode it labels 0.5 as "5·10²"
         self.loss_plot.addLegend(offset=(-10, 10), **LEGEND_STYLE)
@@ -74,7 +85,7 @@ class TrainingPlots(QWidget):
         self.grad_curves: dict[str, pg.PlotDataItem] = {}
         # a mixture of experts' router balance at each evaluation (the trainer's expert_load): per layer, the most
         # loaded expert's share of the routing choices x the number of experts (1: even; E: one expert takes all)
-        self.load_plot = self._plot("Router load balance (most loaded expert's share \u00d7 experts)", "max load \u00d7 E")
+        self.load_plot = step_plot("Router load balance (most loaded expert's share \u00d7 experts)", "max load \u00d7 E")
         self.load_plot.addLegend(offset=(-10, 10), colCount=2, **LEGEND_STYLE)
         self.load_curves: list[pg.PlotDataItem] = []
         grid.addWidget(self.loss_plot, 0, 0)
@@ -89,15 +100,6 @@ class TrainingPlots(QWidget):
         self.clear()
         for plot in (self.loss_plot, self.acc_plot, self.grad_plot, self.load_plot):
             keep_legend_clear(plot)  # in the corner the curves leave free (one layer's norms were under it)
-
-    def _plot(self, title: str, ylabel: str, left: pg.AxisItem | None = None) -> pg.PlotWidget:
-        w = pg.PlotWidget(background="w", axisItems={"left": left} if left is not None else None)
-        w.setTitle(title, color="#222")
-        w.setLabel("bottom", "step")
-        w.setLabel("left", ylabel)
-        w.showGrid(x=True, y=True, alpha=0.3)
-        w.setMinimumHeight(160)
-        return w
 
     def clear(self) -> None:
         """Empty the plots for a new run (the panel does it at the run's first event, so a run that cannot

@@ -24,7 +24,7 @@ from ...core.training.sae import SAE_OPTIONS, SaeTrainConfig
 from ..widgets.form_fields import ask_text_file, path_row
 from ..workers import run_job
 from .training_form import _box, _combo, _dspin, _error_label, _show_error, _spin
-from .training_plots import LEGEND_STYLE
+from .training_plots import LEGEND_STYLE, step_plot
 from .training_run import new_run_dir, runs_root
 
 SAE_OPTION = {o.key: o for o in SAE_OPTIONS}
@@ -266,10 +266,10 @@ class DictionaryPlots(QWidget):
         super().__init__(parent)
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
-        self.mse_plot = self._plot("Reconstruction error", "|x − x̂|² per token")
-        self.l0_plot = self._plot("L0: active features per token", "features")
-        self.fve_plot = self._plot("Variance explained", "fraction")
-        self.dead_plot = self._plot("Dead features (none fired in 200 steps)", "features")
+        self.mse_plot = step_plot("Reconstruction error", "|x − x̂|² per token")
+        self.l0_plot = step_plot("L0: active features per token", "features")
+        self.fve_plot = step_plot("Variance explained", "fraction")
+        self.dead_plot = step_plot("Dead features (none fired in 200 steps)", "features")
         self.curves: dict[str, pg.PlotDataItem] = {}
         for plot in (self.mse_plot, self.l0_plot, self.fve_plot, self.dead_plot):
             plot.getAxis("left").enableAutoSIPrefix(False)  # "fraction (x0.001)" would read as wrong numbers
@@ -285,15 +285,6 @@ class DictionaryPlots(QWidget):
         grid.addWidget(self.fve_plot, 1, 0)
         grid.addWidget(self.dead_plot, 1, 1)
         self.clear()
-
-    def _plot(self, title: str, ylabel: str) -> pg.PlotWidget:
-        w = pg.PlotWidget(background="w")
-        w.setTitle(title, color="#222")
-        w.setLabel("bottom", "step")
-        w.setLabel("left", ylabel)
-        w.showGrid(x=True, y=True, alpha=0.3)
-        w.setMinimumHeight(160)
-        return w
 
     def clear(self) -> None:
         self.series: dict[str, tuple[list, list]] = {key: ([], []) for key in self.curves}

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QFileDialog, QPushButton
 
 from desktop_app.ui.panels.training import TrainingPanel
 from desktop_app.ui.state import AppState
+from desktop_app.ui.widgets.form_fields import keyed_combo
 
 
 def _browse(qtbot, row) -> None:
@@ -44,3 +45,11 @@ def test_each_rows_button_fills_its_own_field(qtbot, tmp_path, monkeypatch):
     _browse(qtbot, form.text_row)
     assert form.text_file.text() == str(text) and asked[-1] == "Text file"
 
+
+def test_a_keyed_combo_shows_labels_and_gives_keys(qtbot):
+    combo = keyed_combo([("Source (encoder)", "encoder"), ("Target (decoder)", "decoder")], "which stack")
+    qtbot.addWidget(combo)
+    assert [combo.itemText(i) for i in range(combo.count())] == ["Source (encoder)", "Target (decoder)"]
+    assert combo.currentData() == "encoder" and combo.toolTip() == "which stack"
+    combo.setCurrentIndex(1)
+    assert combo.currentData() == "decoder"

@@ -26,6 +26,7 @@ from ...core import dynamics as dy
 from ...core.views.dynamics import DynamicsViewState
 from ..state import EDITS, INPUT, MODEL, ResultView
 from ..widgets.export import ExportBar, export_view, say_in_status_bar
+from ..widgets.form_fields import keyed_combo
 from .dynamics_plots import CURVE_FIELDS, DynamicsCurves, PointCloud
 
 INIT_LABELS = [("uniform on the sphere", "sphere"), ("uniform in the ball", "ball"), ("Gaussian", "gaussian"),
@@ -126,9 +127,7 @@ class DynamicsPanel(QWidget, ResultView):
         self.attention.addItems(list(dy.ATTENTION_KINDS))
         self.d = QSpinBox(minimum=2, maximum=MAX_D, value=3)
         self.n = QSpinBox(minimum=2, maximum=5000, value=400, singleStep=100)
-        self.init = QComboBox()
-        for label, key in INIT_LABELS:
-            self.init.addItem(label, key)
+        self.init = keyed_combo(INIT_LABELS)
         self.covariance = QLineEdit("1")
         self.covariance.setPlaceholderText("covariance (rows ; separated)")
         self.covariance.setToolTip("Gaussian: one number (s I), d numbers (the diagonal), or the full matrix as d rows "
@@ -136,21 +135,17 @@ class DynamicsPanel(QWidget, ResultView):
         self.n_clusters = QSpinBox(minimum=1, maximum=50, value=3)
         self.token_layer = QSpinBox(minimum=0, maximum=0)
         self.token_layer.setToolTip("0: the embeddings; l + 1: after layer l's attention sublayer")
-        self.qkv = QComboBox()
-        for label, key in QKV_LABELS:
-            self.qkv.addItem(label, key)
+        self.qkv = keyed_combo(QKV_LABELS)
         self.norm_qk = QDoubleSpinBox(minimum=0.0, maximum=20.0, value=1.0, singleStep=0.25)
         self.norm_v = QDoubleSpinBox(minimum=0.0, maximum=20.0, value=1.0, singleStep=0.25)
         self.file_button = QPushButton("Matrices…")
         self.file_button.clicked.connect(self.choose_matrices)
         self.model_layer = QSpinBox(minimum=0, maximum=0)
         self.model_head = QSpinBox(minimum=0, maximum=0)
-        self.stack = QComboBox()  # an encoder-decoder's: whose self-attention and tokens (hidden for other models)
-        for label, key in STACK_LABELS:
-            self.stack.addItem(label, key)
-        self.stack.setToolTip("An encoder-decoder's stack: the head, the tokens and the model curves are the "
-                              "encoder's (source) or the decoder's ([start] + target). Cross-attention has no "
-                              "dynamics of its own: its keys are the encoder's output, fixed.")
+        # an encoder-decoder's: whose self-attention and tokens (hidden for other models)
+        self.stack = keyed_combo(STACK_LABELS, "An encoder-decoder's stack: the head, the tokens and the model curves "
+                                 "are the encoder's (source) or the decoder's ([start] + target). Cross-attention has "
+                                 "no dynamics of its own: its keys are the encoder's output, fixed.")
         self.time_dependent = QCheckBox("time-dependent (a = 0.5)")
         self.sphere = QCheckBox("on the sphere (LayerNorm)")
         self.sphere.setChecked(True)

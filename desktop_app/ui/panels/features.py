@@ -25,6 +25,7 @@ from ...app.features import (attribute_next_token, cached_dashboard, decoder_tok
 from .. import settings as app_settings
 from ..state import DICTIONARIES, EDITS, FEATURE_PARTS, INPUT, MODEL, ResultView
 from ..widgets.export import ExportBar
+from ..widgets.form_fields import keyed_combo
 from ..widgets.token_strip import TokenStrip
 from .features_views import FeatureDashboard, feature_attribution_chart, fill_table, read_only_table, visible
 
@@ -111,12 +112,10 @@ class FeaturesPanel(QWidget, ResultView):
         self.detach_button.setToolTip("Detach the selected dictionary (its feature edits go too)")
         self.status = QLabel("")
         self.status.setWordWrap(True)
-        self.side = QComboBox()  # an encoder-decoder's: which sequence the lens reads (hidden for other models)
-        for label, key in LENS_SIDES:
-            self.side.addItem(label, key)
-        self.side.setToolTip("An encoder-decoder's dictionaries read one stack: the encoder's (encoder.blocks.L.*, "
-                             "the source's tokens) or the decoder's (decoder.blocks.L.*, [start] + the Model "
-                             "panel's target); the lens shows those of the sequence chosen")
+        # an encoder-decoder's: which sequence the lens reads (hidden for other models)
+        self.side = keyed_combo(LENS_SIDES, "An encoder-decoder's dictionaries read one stack: the encoder's "
+                                "(encoder.blocks.L.*, the source's tokens) or the decoder's (decoder.blocks.L.*, "
+                                "[start] + the Model panel's target); the lens shows those of the sequence chosen")
         self.side_label = QLabel("Lens on")
         self.tabs = QTabWidget()
         top = QHBoxLayout()

@@ -1,10 +1,10 @@
-"""Form pieces several panels build the same way: a path field with its "…" button and the text-file dialog
-the training forms open."""
+"""Form pieces several panels build the same way: a path field with its "…" button, a combo box whose
+items carry keys, and the text-file dialog the training forms open."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLineEdit, QPushButton, QWidget
+from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLineEdit, QPushButton, QWidget
 
 
 def path_row(field: QLineEdit, placeholder: str, browse: Callable[[], None]) -> QWidget:
@@ -27,3 +27,12 @@ def ask_text_file(parent: QWidget) -> str:
     path, _ = QFileDialog.getOpenFileName(parent, "Text file", "", "Text (*.txt *.md);;All files (*)")
     return path
 
+
+def keyed_combo(choices: Iterable[tuple[str, object]], tooltip: str = "") -> QComboBox:
+    """A combo box of (label, key) choices: it shows the labels; currentData() is the chosen key."""
+    combo = QComboBox()
+    for label, key in choices:
+        combo.addItem(label, key)
+    if tooltip:
+        combo.setToolTip(tooltip)
+    return combo

@@ -37,6 +37,16 @@ EDIT_HOWS = (("zero", "Zero feature {k}"), ("clamp", "Clamp feature {k} to…"),
 LENS_SIDES = [("Source (encoder hooks)", "encoder"), ("Target (decoder hooks)", "decoder")]
 
 
+def _under_its_label(label: QLabel, widget: QWidget) -> QWidget:
+    """`label` above `widget`, which takes the height left: one pane of a splitter."""
+    pane = QWidget()
+    layout = QVBoxLayout(pane)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.addWidget(label)
+    layout.addWidget(widget, 1)
+    return pane
+
+
 def choose_dictionary_folder(parent: QWidget) -> str | None:
     """Ask for a dictionary folder (SAELens: cfg.json + sae_weights.safetensors; Gemma Scope: params.npz)."""
     from pathlib import Path
@@ -133,22 +143,12 @@ class FeaturesPanel(QWidget, ResultView):
         self.features_table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.features_table.setToolTip("Click a feature to colour the text by it; right-click to edit it")
         self.token_label = QLabel("")
-        right = QWidget()
-        rv = QVBoxLayout(right)
-        rv.setContentsMargins(0, 0, 0, 0)
-        rv.addWidget(self.token_label)
-        rv.addWidget(self.features_table, 1)
         tables = QSplitter(Qt.Orientation.Horizontal)
         tables.addWidget(self.tokens_table)
-        tables.addWidget(right)
+        tables.addWidget(_under_its_label(self.token_label, self.features_table))
         tables.setSizes([600, 300])
-        strip_box = QWidget()
-        sv = QVBoxLayout(strip_box)
-        sv.setContentsMargins(0, 0, 0, 0)
-        sv.addWidget(self.colour_label)
-        sv.addWidget(self.strip, 1)
         lens = QSplitter(Qt.Orientation.Vertical)
-        lens.addWidget(strip_box)
+        lens.addWidget(_under_its_label(self.colour_label, self.strip))
         lens.addWidget(tables)
         lens.setSizes([90, 450])
         self.lens_tab = lens

@@ -103,6 +103,17 @@ def weight(theirs: str, ours: str | tuple[str, ...], convert: Conversion = IDENT
     return Weight(theirs, (ours,) if isinstance(ours, str) else tuple(ours), convert, **kw)
 
 
+def head_weights(cfg: ModelConfig, bias: bool = False) -> list[Weight]:
+    """A causal LM's unembedding beside the base model: lm_head.weight unless tied to the embedding, and
+    lm_head.bias where the family's head has one (GPT-J, Phi); nothing without the head."""
+    if not cfg.lm_head:
+        return []
+    table = [] if cfg.tie_embeddings else [weight("lm_head.weight", "lm_head.weight", outside_prefix=True)]
+    if bias:
+        table.append(weight("lm_head.bias", "lm_bias", outside_prefix=True))
+    return table
+
+
 # -- the family record -----------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from ..config import ModelConfig
-from .base import Conversion, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+from .base import Conversion, Family, ModelLoadError, Weight, head_weights, hf_dtype, preset_of, required, weight
 
 _switches = preset_of(dict(family="bloom", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
                            positions="alibi", causal=True, attention_bias=True, mlp_bias=True, embed_norm=True,
@@ -85,9 +85,7 @@ def weights(cfg: ModelConfig) -> list[Weight]:
                   weight(h + "mlp.dense_4h_to_h.weight", b + "mlp.down.weight"),
                   weight(h + "mlp.dense_4h_to_h.bias", b + "mlp.down.bias")]
     table += [weight("ln_f.weight", "final_norm.weight"), weight("ln_f.bias", "final_norm.bias")]
-    if cfg.lm_head and not cfg.tie_embeddings:
-        table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
-    return table
+    return table + head_weights(cfg)
 
 
 # ALiBi, the embedding LayerNorm; every size but the 4x MLP is free

@@ -15,8 +15,8 @@ import torch
 
 from ..config import ModelConfig
 from . import bloom
-from .base import ANY, Conversion, Family, ModelLoadError, Weight, fused, hf_dtype, preset_of, \
-    qkv_sizes, required, weight
+from .base import (ANY, Conversion, Family, ModelLoadError, Weight, fused, head_weights, hf_dtype, preset_of, qkv_sizes,
+                   required, weight)
 from .rope import rope_block, rope_fields, rope_to_hf
 
 preset = preset_of(dict(family="falcon", norm="layernorm", norm_placement="pre", activation="gelu",
@@ -116,9 +116,7 @@ def weights(cfg: ModelConfig) -> list[Weight]:
                       weight(h + f"mlp.dense_h_to_4h.{x}", b + f"mlp.up.{x}"),
                       weight(h + f"mlp.dense_4h_to_h.{x}", b + f"mlp.down.{x}")]
     table += [weight("ln_f.weight", "final_norm.weight"), weight("ln_f.bias", "final_norm.bias")]
-    if cfg.lm_head and not cfg.tie_embeddings:
-        table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
-    return table
+    return table + head_weights(cfg)
 
 
 # GELU MLP, rotary, grouped keys and values, the parallel block (with one input norm or two) or not, biases together

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import CLASSIC_PRESETS, ModelConfig
-from .base import HF_ACTIVATIONS, TRANSPOSE, Family, ModelLoadError, Weight, fused, hf_dtype, preset_of, required, weight
+from .base import (HF_ACTIVATIONS, TRANSPOSE, Family, ModelLoadError, Weight, fused, head_weights, hf_dtype, preset_of,
+                   required, weight)
 
 preset = preset_of(CLASSIC_PRESETS["gpt2"])  # the switches ModelConfig.gpt2() builds too
 
@@ -53,9 +54,7 @@ def weights(cfg: ModelConfig) -> list[Weight]:
             weight(h + "mlp.c_proj.bias", b + "mlp.down.bias"),
         ]
     table += [weight("ln_f.weight", "final_norm.weight"), weight("ln_f.bias", "final_norm.bias")]
-    if cfg.lm_head and not cfg.tie_embeddings:
-        table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
-    return table
+    return table + head_weights(cfg)
 
 
 # GPT2LMHeadModel computes the default of every switch but its activation

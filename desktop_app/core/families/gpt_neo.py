@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import ANY, HF_ACTIVATIONS, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+from .base import (ANY, HF_ACTIVATIONS, Family, ModelLoadError, Weight, head_weights, hf_dtype, preset_of, required,
+                   weight)
 
 preset = preset_of(dict(family="gpt_neo", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
                         positions="learned", causal=True, attention_bias=False, attention_out_bias=True,
@@ -82,9 +83,7 @@ def weights(cfg: ModelConfig) -> list[Weight]:
                   weight(h + "mlp.c_proj.weight", b + "mlp.down.weight"),
                   weight(h + "mlp.c_proj.bias", b + "mlp.down.bias")]
     table += [weight("ln_f.weight", "final_norm.weight"), weight("ln_f.bias", "final_norm.bias")]
-    if cfg.lm_head and not cfg.tie_embeddings:
-        table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
-    return table
+    return table + head_weights(cfg)
 
 
 # no q/k/v bias, an output bias, unscaled scores, global and local (sliding) layers

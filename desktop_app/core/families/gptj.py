@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import (ANY, HF_ACTIVATIONS, INTERLEAVED_ROTARY, Family, ModelLoadError, Weight, hf_dtype, preset_of,
-                   required, weight)
+from .base import (ANY, HF_ACTIVATIONS, INTERLEAVED_ROTARY, Family, ModelLoadError, Weight, head_weights, hf_dtype,
+                   preset_of, required, weight)
 
 preset = preset_of(dict(family="gptj", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
                         positions="rotary", parallel_residual=True, shared_input_norm=True, causal=True,
@@ -69,11 +69,7 @@ def weights(cfg: ModelConfig) -> list[Weight]:
                   weight(h + "mlp.fc_out.weight", b + "mlp.down.weight"),
                   weight(h + "mlp.fc_out.bias", b + "mlp.down.bias")]
     table += [weight("ln_f.weight", "final_norm.weight"), weight("ln_f.bias", "final_norm.bias")]
-    if cfg.lm_head:
-        if not cfg.tie_embeddings:
-            table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
-        table.append(weight("lm_head.bias", "lm_bias", outside_prefix=True))
-    return table
+    return table + head_weights(cfg, bias=True)
 
 
 # partial rotary (rotary_dim), the one shared input norm, the biased unembedding; no attention biases

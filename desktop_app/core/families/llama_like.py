@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from .base import ANY, ModelLoadError, Weight, hf_dtype, required, weight
+from .base import ANY, ModelLoadError, Weight, head_weights, hf_dtype, required, weight
 from .rope import rope_block, rope_fields, rope_to_hf  # noqa: F401 (rope_to_hf: the families write through it)
 
 def rope(d: dict, path: Path) -> dict[str, Any]:
@@ -96,9 +96,7 @@ def weights(cfg: ModelConfig, norms: tuple[tuple[str, str], ...] = LLAMA_NORMS,
         for theirs, ours in norms + (QK_NORMS if cfg.qk_norm else ()):
             table.append(weight(h + theirs + ".weight", b + ours + ".weight"))
     table.append(weight("norm.weight", "final_norm.weight"))
-    if cfg.lm_head and not cfg.tie_embeddings:
-        table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
-    return table
+    return table + head_weights(cfg)
 
 
 def expert_weights(cfg: ModelConfig, h: str, b: str, experts: tuple[str, str, str, str]) -> list[Weight]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import HF_ACTIVATIONS, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+from .base import HF_ACTIVATIONS, Family, ModelLoadError, Weight, head_weights, hf_dtype, preset_of, required, weight
 
 POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding.offset
 
@@ -77,9 +77,7 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     if cfg.final_norm:
         table += [weight("final_layer_norm.weight", "final_norm.weight"),
                   weight("final_layer_norm.bias", "final_norm.bias")]
-    if cfg.lm_head and not cfg.tie_embeddings:
-        table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
-    return table
+    return table + head_weights(cfg)
 
 
 # learned positions offset by 2, pre-LN (with a final norm) or post-LN (without), all biases or none

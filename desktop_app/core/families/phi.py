@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import ANY, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+from .base import ANY, Family, ModelLoadError, Weight, head_weights, hf_dtype, preset_of, required, weight
 from .rope import rope_block, rope_fields, rope_to_hf
 
 preset = preset_of(dict(family="phi", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
@@ -64,11 +64,7 @@ def weights(cfg: ModelConfig) -> list[Weight]:
                       for theirs, ours in (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v"), ("dense", "o"))]
             table += [weight(h + f"mlp.fc1.{x}", b + f"mlp.up.{x}"), weight(h + f"mlp.fc2.{x}", b + f"mlp.down.{x}")]
     table += [weight("final_layernorm.weight", "final_norm.weight"), weight("final_layernorm.bias", "final_norm.bias")]
-    if cfg.lm_head:
-        if not cfg.tie_embeddings:
-            table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
-        table.append(weight("lm_head.bias", "lm_bias", outside_prefix=True))
-    return table
+    return table + head_weights(cfg, bias=True)
 
 
 # the parallel block with its one input norm, partial rotary, grouped-query attention, the head's bias

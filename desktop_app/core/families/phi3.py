@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from . import llama_like
-from .base import ANY, Family, ModelLoadError, Weight, fused, preset_of, qkv_sizes, weight
+from .base import ANY, Family, ModelLoadError, Weight, fused, head_weights, preset_of, qkv_sizes, weight
 from .rope import LONGROPE, rope_block, rope_fields
 
 preset = preset_of(dict(family="phi3", norm="rmsnorm", norm_placement="pre", activation="swiglu",
@@ -69,9 +69,7 @@ def weights(cfg: ModelConfig) -> list[Weight]:
                   weight(h + "input_layernorm.weight", b + "norm1.weight"),
                   weight(h + "post_attention_layernorm.weight", b + "norm2.weight")]
     table.append(weight("norm.weight", "final_norm.weight"))
-    if cfg.lm_head and not cfg.tie_embeddings:
-        table.append(weight("lm_head.weight", "lm_head.weight", outside_prefix=True))
-    return table
+    return table + head_weights(cfg)
 
 
 # no biases; longrope (and linear/llama3, which the class computes too), partial rotary, one window

@@ -245,6 +245,13 @@ HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "ge
 _TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
+def heads_fill_width(cfg: ModelConfig, title: str, heads_key: str = "num_attention_heads") -> list[str]:
+    """The problem, if any, for a family whose heads are hidden_size / heads wide (no head_dim of its own)."""
+    if cfg.head_dim is not None and cfg.head_dim * cfg.n_heads != cfg.d_model:
+        return [f"head_dim {cfg.head_dim}: {title}'s heads are hidden_size / {heads_key} wide"]
+    return []
+
+
 def hf_dtype(d: dict) -> str:
     """The dtype a config.json records (new "dtype" or old "torch_dtype"); float32 if unknown."""
     return _TORCH_DTYPES.get(str(d.get("dtype") or d.get("torch_dtype") or "float32"), "float32")

@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from ..config import ModelConfig
-from .base import Conversion, Family, ModelLoadError, Weight, head_weights, hf_dtype, preset_of, required, weight
+from .base import (Conversion, Family, ModelLoadError, Weight, head_weights, heads_fill_width, hf_dtype, preset_of,
+                   required, weight)
 
 _switches = preset_of(dict(family="bloom", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
                            positions="alibi", causal=True, attention_bias=True, mlp_bias=True, embed_norm=True,
@@ -96,9 +97,7 @@ def requires(cfg: ModelConfig) -> list[str]:
     problems = []
     if cfg.d_ff != 4 * cfg.d_model:
         problems.append(f"d_ff {cfg.d_ff}: Bloom's MLP is 4 x hidden_size = {4 * cfg.d_model} wide")
-    if cfg.head_dim is not None and cfg.head_dim * cfg.n_heads != cfg.d_model:
-        problems.append(f"head_dim {cfg.head_dim}: Bloom's heads are hidden_size / n_head wide")
-    return problems
+    return problems + heads_fill_width(cfg, "Bloom", "n_head")
 
 
 FAMILY = Family(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from . import llama_like
-from .base import ANY, INTERLEAVED_ROTARY, Family, ModelLoadError, Weight, preset_of, weight
+from .base import ANY, INTERLEAVED_ROTARY, Family, ModelLoadError, Weight, heads_fill_width, preset_of, weight
 
 preset = preset_of(dict(family="cohere", norm="layernorm_nobias", norm_placement="pre", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
@@ -72,9 +72,7 @@ SWITCHES = {**llama_like.SWITCHES, "norm": ("layernorm_nobias",), "parallel_resi
 
 
 def requires(cfg: ModelConfig) -> list[str]:
-    problems = []
-    if cfg.head_dim is not None and cfg.head_dim * cfg.n_heads != cfg.d_model:
-        problems.append(f"head_dim {cfg.head_dim}: Cohere's heads are hidden_size / num_attention_heads wide")
+    problems = heads_fill_width(cfg, "Cohere")
     if cfg.rotary_fraction != 1.0:
         problems.append(f"rotary_fraction {cfg.rotary_fraction}: Cohere rotates every dim")
     return problems

@@ -15,8 +15,8 @@ import torch
 
 from ..config import ModelConfig
 from . import bloom
-from .base import (ANY, Conversion, Family, ModelLoadError, Weight, fused, head_weights, hf_dtype, preset_of, qkv_sizes,
-                   required, weight)
+from .base import (ANY, Conversion, Family, ModelLoadError, Weight, fused, head_weights, heads_fill_width, hf_dtype,
+                   preset_of, qkv_sizes, required, weight)
 from .rope import rope_block, rope_fields, rope_to_hf
 
 preset = preset_of(dict(family="falcon", norm="layernorm", norm_placement="pre", activation="gelu",
@@ -128,8 +128,7 @@ def requires(cfg: ModelConfig) -> list[str]:
     problems = []
     if cfg.attention_bias != cfg.mlp_bias:
         problems.append("attention_bias and mlp_bias differ: Falcon's one `bias` sets both")
-    if cfg.head_dim is not None and cfg.head_dim * cfg.n_heads != cfg.d_model:
-        problems.append(f"head_dim {cfg.head_dim}: Falcon's heads are hidden_size / num_attention_heads wide")
+    problems += heads_fill_width(cfg, "Falcon")
     layout = _layout(cfg)
     if (layout == "multi_query" and cfg.n_kv_heads != 1) or (layout == "per_head" and cfg.n_kv_heads != cfg.n_heads):
         problems.append(f"n_kv_heads {cfg.n_kv_heads}: Falcon's {layout} layout fixes it")

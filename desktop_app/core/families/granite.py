@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from . import llama_like
-from .base import ANY, Family, ModelLoadError, Weight, preset_of, real
+from .base import ANY, Family, ModelLoadError, Weight, heads_fill_width, preset_of, real
 
 preset = preset_of(dict(family="granite", norm="rmsnorm", norm_placement="pre", activation="swiglu",
                         positions="rotary", causal=True, attention_bias=False, mlp_bias=False,
@@ -62,16 +62,10 @@ SWITCHES = {**llama_like.SWITCHES, "embed_scale": ANY, "attn_scale": ANY, "resid
             "lm_head_scale": ANY, "attention_bias": (True, False), "mlp_bias": (True, False)}
 
 
-def requires(cfg: ModelConfig) -> list[str]:
-    if cfg.head_dim is not None and cfg.head_dim * cfg.n_heads != cfg.d_model:
-        return [f"head_dim {cfg.head_dim}: Granite's heads are hidden_size / num_attention_heads wide"]
-    return []
-
-
 FAMILY = Family(
     model_type="granite", title="Granite (decoder, RoPE, RMSNorm, SwiGLU, embedding/attention/residual/logit scalars)",
     decoder=True, architectures=("GraniteModel", "GraniteForCausalLM"), prefixes=("", "model."),
     probe="embed_tokens.weight", config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
                 "max_position_embeddings", "rms_norm_eps", "hidden_act", "rope_parameters") + MULTIPLIERS,
-    weights=weights, preset=preset, switches=SWITCHES, requires=requires)
+    weights=weights, preset=preset, switches=SWITCHES, requires=lambda cfg: heads_fill_width(cfg, "Granite"))

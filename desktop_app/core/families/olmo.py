@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from . import llama_like
-from .base import ANY, Family, Weight, preset_of, real
+from .base import ANY, Family, Weight, heads_fill_width, preset_of, real
 from .rope import rope_to_hf
 
 preset = preset_of(dict(family="olmo", norm="layernorm_plain", norm_placement="pre", activation="swiglu",
@@ -55,9 +55,7 @@ def requires(cfg: ModelConfig) -> list[str]:
     problems = []
     if cfg.norm_eps != EPS:
         problems.append(f"norm_eps {cfg.norm_eps!r}: OLMo's LayerNorm eps is fixed at {EPS}")
-    if cfg.head_dim is not None and cfg.head_dim * cfg.n_heads != cfg.d_model:
-        problems.append(f"head_dim {cfg.head_dim}: OLMo's heads are hidden_size / num_attention_heads wide")
-    return problems
+    return problems + heads_fill_width(cfg, "OLMo")
 
 
 FAMILY = Family(

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import ANY, Family, ModelLoadError, Weight, head_weights, hf_dtype, preset_of, required, weight
+from .base import (ANY, Family, ModelLoadError, Weight, head_weights, heads_fill_width, hf_dtype, preset_of, required,
+                   weight)
 from .rope import rope_block, rope_fields, rope_to_hf
 
 preset = preset_of(dict(family="phi", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
@@ -73,16 +74,11 @@ SWITCHES = {"positions": ("rotary",), "activation": ("gelu_tanh",), "parallel_re
             "rotary_fraction": ANY, "rope_scaling": ANY, "n_kv_heads": ANY, "final_logits_bias": (True,)}
 
 
-def requires(cfg: ModelConfig) -> list[str]:
-    if cfg.head_dim is not None and cfg.head_dim * cfg.n_heads != cfg.d_model:
-        return [f"head_dim {cfg.head_dim}: Phi's heads are hidden_size / num_attention_heads wide"]
-    return []
-
-
 FAMILY = Family(
     model_type="phi", title="Phi / Phi-2 (decoder, parallel attention and MLP from one LayerNorm, partial RoPE)",
     decoder=True, architectures=("PhiModel", "PhiForCausalLM"), prefixes=("", "model."), probe="embed_tokens.weight",
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
                 "max_position_embeddings", "layer_norm_eps", "hidden_act", "rope_parameters"),
-    weights=weights, preset=preset, switches=SWITCHES, requires=requires, trainable=False)
+    weights=weights, preset=preset, switches=SWITCHES, requires=lambda cfg: heads_fill_width(cfg, "Phi"),
+    trainable=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from . import llama_like
-from .base import ANY, Family, ModelLoadError, Weight, preset_of, weight
+from .base import ANY, Family, ModelLoadError, Weight, heads_fill_width, preset_of, weight
 from .rope import rope_block, rope_fields, rope_to_hf
 
 preset = preset_of(dict(family="stablelm", norm="layernorm", norm_placement="pre", activation="swiglu",
@@ -61,16 +61,10 @@ SWITCHES = {**llama_like.SWITCHES, "norm": ("layernorm",), "rotary_fraction": AN
             "attention_out_bias": (False,), "mlp_bias": (False,)}
 
 
-def requires(cfg: ModelConfig) -> list[str]:
-    if cfg.head_dim is not None and cfg.head_dim * cfg.n_heads != cfg.d_model:
-        return [f"head_dim {cfg.head_dim}: StableLM's heads are hidden_size / num_attention_heads wide"]
-    return []
-
-
 FAMILY = Family(
     model_type="stablelm", title="StableLM (decoder, partial RoPE, LayerNorm, SwiGLU)", decoder=True,
     architectures=("StableLmModel", "StableLmForCausalLM"), prefixes=("", "model."), probe="embed_tokens.weight",
     config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
                 "max_position_embeddings", "layer_norm_eps", "hidden_act", "use_qkv_bias", "rope_parameters"),
-    weights=weights, preset=preset, switches=SWITCHES, requires=requires)
+    weights=weights, preset=preset, switches=SWITCHES, requires=lambda cfg: heads_fill_width(cfg, "StableLM"))

@@ -11,7 +11,8 @@ import math
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import ANY, Conversion, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+from .base import (ANY, Conversion, Family, ModelLoadError, Weight, activation_from_hf, hf_dtype, preset_of, required,
+                   weight)
 
 POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding.offset
 
@@ -33,9 +34,7 @@ def seq2seq_fields(d: dict, path: Path) -> dict:
     for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
         if need(a) != need(b):
             raise ModelLoadError(path, f"{a} {d[a]!r} different from {b} {d[b]!r} is not supported")
-    act = SEQ2SEQ_ACTIVATIONS.get(d.get("activation_function", "gelu"))
-    if act is None:
-        raise ModelLoadError(path, f"unsupported activation_function {d.get('activation_function')!r}")
+    act = activation_from_hf(d, path, "activation_function", "gelu", SEQ2SEQ_ACTIVATIONS)
     if d.get("normalize_before", False) or d.get("add_final_layer_norm", False):
         raise ModelLoadError(path, "pre-LN layers (normalize_before / add_final_layer_norm, as in mBART) are not supported")
     scale = d.get("scale_embedding", False)

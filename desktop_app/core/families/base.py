@@ -242,7 +242,16 @@ def hf_differences(family: Family, cfg: ModelConfig) -> list[str]:
 
 HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
                   "gelu": "gelu", "relu": "relu", "silu": "swiglu"}
+UNGATED_ACTIVATIONS = {k: v for k, v in HF_ACTIVATIONS.items() if v != "swiglu"}  # silu without a gate: refused
 _TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def activation_from_hf(d: dict, path: Path, key: str, default: str, known: dict[str, str] = HF_ACTIVATIONS) -> str:
+    """Our activation for config.json's d[key] (`default` when absent), or a ModelLoadError naming it."""
+    name = d.get(key, default)
+    if name not in known:
+        raise ModelLoadError(path, f"unsupported {key} {name!r}")
+    return known[name]
 
 
 def heads_fill_width(cfg: ModelConfig, title: str, heads_key: str = "num_attention_heads") -> list[str]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import CLASSIC_PRESETS, ModelConfig
-from .base import HF_ACTIVATIONS, POSITIVE, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+from .base import (POSITIVE, UNGATED_ACTIVATIONS, Family, ModelLoadError, Weight, activation_from_hf, hf_dtype,
+                   preset_of, required, weight)
 
 preset = preset_of(CLASSIC_PRESETS["bert"])  # the switches ModelConfig.bert() builds too
 
@@ -20,9 +21,7 @@ def encoder_fields(d: dict, path: Path) -> dict:
         raise ModelLoadError(path, f"unsupported position_embedding_type {d['position_embedding_type']!r}")
     if d.get("is_decoder"):
         raise ModelLoadError(path, f"{d.get('model_type', 'bert')} as a decoder (is_decoder=true) is not supported")
-    act = HF_ACTIVATIONS.get(d.get("hidden_act", "gelu"))
-    if act not in ("gelu", "gelu_tanh", "relu"):
-        raise ModelLoadError(path, f"unsupported hidden_act {d.get('hidden_act')!r}")
+    act = activation_from_hf(d, path, "hidden_act", "gelu", UNGATED_ACTIVATIONS)
     return dict(vocab_size=need("vocab_size"), d_model=need("hidden_size"), n_layers=need("num_hidden_layers"),
                 n_heads=need("num_attention_heads"), d_ff=need("intermediate_size"),
                 context_length=need("max_position_embeddings"), activation=act,

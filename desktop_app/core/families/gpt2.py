@@ -8,17 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import CLASSIC_PRESETS, ModelConfig
-from .base import (HF_ACTIVATIONS, TRANSPOSE, Family, ModelLoadError, Weight, fused, head_weights, hf_dtype, preset_of,
-                   required, weight)
+from .base import (TRANSPOSE, Family, Weight, activation_from_hf, fused, head_weights, hf_dtype, preset_of, required,
+                   weight)
 
 preset = preset_of(CLASSIC_PRESETS["gpt2"])  # the switches ModelConfig.gpt2() builds too
 
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
     need = required(d, path)
-    act = HF_ACTIVATIONS.get(d.get("activation_function", "gelu_new"))
-    if act is None:
-        raise ModelLoadError(path, f"unsupported activation_function {d['activation_function']!r}")
+    act = activation_from_hf(d, path, "activation_function", "gelu_new")
     n_embd = need("n_embd")
     return preset(
         vocab_size=need("vocab_size"), d_model=n_embd, n_layers=need("n_layer"), n_heads=need("n_head"),

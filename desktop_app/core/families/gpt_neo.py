@@ -10,14 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import (ANY, HF_ACTIVATIONS, Family, ModelLoadError, Weight, head_weights, hf_dtype, preset_of, required,
-                   weight)
+from .base import (ANY, UNGATED_ACTIVATIONS, Family, ModelLoadError, Weight, activation_from_hf, head_weights, hf_dtype,
+                   preset_of, required, weight)
 
 preset = preset_of(dict(family="gpt_neo", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
                         positions="learned", causal=True, attention_bias=False, attention_out_bias=True,
                         mlp_bias=True, attn_scale=1.0, final_norm=True, tie_embeddings=True, norm_eps=1e-5))
 
-_ACTIVATIONS = {k: v for k, v in HF_ACTIVATIONS.items() if v != "swiglu"}  # GPT-Neo's silu is ungated
 _LAYER_TYPES = {"global": "full_attention", "local": "sliding_attention"}
 
 
@@ -44,9 +43,7 @@ def _attention_layers(d: dict, n_layers: int, path: Path) -> list[str]:
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
     need = required(d, path)
-    act = _ACTIVATIONS.get(d.get("activation_function", "gelu_new"))
-    if act is None:
-        raise ModelLoadError(path, f"unsupported activation_function {d.get('activation_function')!r}")
+    act = activation_from_hf(d, path, "activation_function", "gelu_new", UNGATED_ACTIVATIONS)  # silu is ungated
     hidden, n_layers = need("hidden_size"), need("num_layers")
     layers = _attention_layers(d, n_layers, path)
     window = d.get("window_size", 256) if "local" in layers else None

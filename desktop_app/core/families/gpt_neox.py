@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from ..config import ModelConfig
-from .base import ANY, HF_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, hf_dtype, preset_of, required, weight
+from .base import (ANY, UNGATED_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, activation_from_hf, hf_dtype,
+                   preset_of, required, weight)
 from .rope import rope_block, rope_fields
 
 # rotary_fraction stays 1.0 here: Pythia's 0.25 always comes from config.json (config_from_hf sets
@@ -21,7 +22,6 @@ preset = preset_of(dict(family="gpt_neox", norm="layernorm", norm_placement="pre
                         attention_bias=True, mlp_bias=True, final_norm=True, tie_embeddings=False, norm_eps=1e-5))
 
 # GPT-NeoX's hidden_act values this app computes the same way (silu there is ungated: not ours)
-_ACTIVATIONS = {k: v for k, v in HF_ACTIVATIONS.items() if v != "swiglu"}
 
 
 def _per_head_qkv() -> Conversion:
@@ -53,9 +53,7 @@ def _rope(d: dict, path: Path) -> dict:
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
     need = required(d, path)
-    act = _ACTIVATIONS.get(d.get("hidden_act", "gelu"))
-    if act is None:
-        raise ModelLoadError(path, f"unsupported hidden_act {d.get('hidden_act')!r}")
+    act = activation_from_hf(d, path, "hidden_act", "gelu", UNGATED_ACTIVATIONS)
     hidden, heads = need("hidden_size"), need("num_attention_heads")
     if not isinstance(hidden, int) or not isinstance(heads, int) or heads <= 0 or hidden % heads:
         raise ModelLoadError(path, f"hidden_size {hidden!r} is not a multiple of num_attention_heads {heads!r}")

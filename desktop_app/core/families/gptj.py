@@ -12,22 +12,18 @@ import math
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import (ANY, HF_ACTIVATIONS, INTERLEAVED_ROTARY, Family, ModelLoadError, Weight, head_weights, hf_dtype,
-                   preset_of, required, weight)
+from .base import (ANY, INTERLEAVED_ROTARY, UNGATED_ACTIVATIONS, Family, ModelLoadError, Weight, activation_from_hf,
+                   head_weights, hf_dtype, preset_of, required, weight)
 
 preset = preset_of(dict(family="gptj", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
                         positions="rotary", parallel_residual=True, shared_input_norm=True, causal=True,
                         attention_bias=False, mlp_bias=True, final_logits_bias=True, final_norm=True,
                         tie_embeddings=False, norm_eps=1e-5))
 
-_ACTIVATIONS = {k: v for k, v in HF_ACTIVATIONS.items() if v != "swiglu"}  # GPT-J's MLP is ungated
-
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
     need = required(d, path)
-    act = _ACTIVATIONS.get(d.get("activation_function", "gelu_new"))
-    if act is None:
-        raise ModelLoadError(path, f"unsupported activation_function {d.get('activation_function')!r}")
+    act = activation_from_hf(d, path, "activation_function", "gelu_new", UNGATED_ACTIVATIONS)  # the MLP is ungated
     hidden, heads, rotary = need("n_embd"), need("n_head"), d.get("rotary_dim", 64)
     if not isinstance(hidden, int) or not isinstance(heads, int) or heads <= 0 or hidden % heads:
         raise ModelLoadError(path, f"n_embd {hidden!r} is not a multiple of n_head {heads!r}")

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ModelConfig
-from .base import HF_ACTIVATIONS, Family, ModelLoadError, Weight, head_weights, hf_dtype, preset_of, required, weight
+from .base import (UNGATED_ACTIVATIONS, Family, ModelLoadError, Weight, activation_from_hf, head_weights, hf_dtype,
+                   preset_of, required, weight)
 
 POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding.offset
 
@@ -18,14 +19,10 @@ preset = preset_of(dict(family="opt", norm="layernorm", norm_placement="pre", ac
                         positions="learned", position_offset=POSITION_OFFSET, causal=True, attention_bias=True,
                         mlp_bias=True, final_norm=True, tie_embeddings=True, norm_eps=1e-5))
 
-_ACTIVATIONS = {k: v for k, v in HF_ACTIVATIONS.items() if v != "swiglu"}  # OPT's silu is ungated
-
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
     need = required(d, path)
-    act = _ACTIVATIONS.get(d.get("activation_function", "relu"))
-    if act is None:
-        raise ModelLoadError(path, f"unsupported activation_function {d.get('activation_function')!r}")
+    act = activation_from_hf(d, path, "activation_function", "relu", UNGATED_ACTIVATIONS)  # silu is ungated
     hidden = need("hidden_size")
     proj = d.get("word_embed_proj_dim")
     if proj not in (None, hidden):

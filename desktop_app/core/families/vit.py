@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from .base import ANY, HF_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, hf_dtype, real, required, weight
+from .base import (ANY, UNGATED_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, activation_from_hf, hf_dtype,
+                   real, required, weight)
 from ..weights import weight_files
 
 ARCHITECTURES = ("ViTModel", "ViTForImageClassification")
@@ -62,9 +63,7 @@ def config_from_hf(d: dict, path: Path) -> ModelConfig:
     unknown = [a for a in archs if a not in ARCHITECTURES]
     if unknown:
         raise ModelLoadError(path, f"unsupported ViT architecture {unknown[0]!r} (supported: {', '.join(ARCHITECTURES)})")
-    act = HF_ACTIVATIONS.get(d.get("hidden_act", "gelu"))
-    if act not in ("gelu", "gelu_tanh", "relu"):
-        raise ModelLoadError(path, f"unsupported hidden_act {d.get('hidden_act')!r}")
+    act = activation_from_hf(d, path, "hidden_act", "gelu", UNGATED_ACTIVATIONS)
     if d.get("pooler_act", "tanh") != "tanh":
         raise ModelLoadError(path, f"unsupported pooler_act {d.get('pooler_act')!r} (only tanh)")
     image_size, patch_size = _square(d, "image_size", path), _square(d, "patch_size", path)

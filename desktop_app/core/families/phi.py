@@ -11,7 +11,7 @@ from pathlib import Path
 from ..config import ModelConfig
 from .base import (ANY, Family, ModelLoadError, Weight, head_weights, heads_fill_width, hf_dtype, preset_of, required,
                    weight)
-from .rope import rope_block, rope_fields, rope_to_hf
+from .rope import partial_rope, rope_to_hf
 
 preset = preset_of(dict(family="phi", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
                         positions="rotary", rotary_fraction=0.5, causal=True, attention_bias=True, mlp_bias=True,
@@ -24,17 +24,20 @@ HF_DEFAULTS = {"layer_norm_eps": 1e-5, "tie_word_embeddings": False, "max_positi
 TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 
 
+def one_qk_norm_only(d: dict, path: Path, title: str) -> None:
+    """Refuse qk_layernorm (Phi, StableLM): their q/k LayerNorms are one per head, ours one for all heads."""
+    if d["qk_layernorm"]:
+        raise ModelLoadError(path, f"qk_layernorm true is not supported: {title}'s q/k LayerNorms are one per head "
+                                   "(this app shares one across heads)")
+
+
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
     d = {**HF_DEFAULTS, **d}
     need = required(d, path)
     if d["hidden_act"] not in TANH_GELUS:
         raise ModelLoadError(path, f"unsupported hidden_act {d['hidden_act']!r} (this family computes gelu_new)")
-    if d["qk_layernorm"]:
-        raise ModelLoadError(path, "qk_layernorm true is not supported: Phi's q/k LayerNorms are one per head "
-                                   "(this app shares one across heads)")
-    key, block = rope_block(d, path, defaults={"rope_theta": d.get("rope_theta", 10000.0),
-                                               "partial_rotary_factor": d.get("partial_rotary_factor", 0.5)})
-    rope = rope_fields(block, path, key, partial=True)
+    one_qk_norm_only(d, path, "Phi")
+    rope = partial_rope(d, path, 0.5)
     heads = need("num_attention_heads")
     eos = d["eos_token_id"]
     return preset(vocab_size=need("vocab_size"), d_model=need("hidden_size"), n_layers=need("num_hidden_layers"),

@@ -82,6 +82,14 @@ Gemma 3's sliding layers). `defaults` fills what
     return next(iter(blocks.items()))
 
 
+def partial_rope(d: dict, path: Path, fraction: float) -> dict[str, Any]:
+    """rope_fields of a partial rotary whose config.json may also give rope_theta and partial_rotary_factor
+    at its top level (Phi, StableLM), `fraction` when it gives none."""
+    key, block = rope_block(d, path, defaults={"rope_theta": d.get("rope_theta", 10000.0),
+                                               "partial_rotary_factor": d.get("partial_rotary_factor", fraction)})
+    return rope_fields(block, path, key, partial=True)
+
+
 def rope_fields(block: dict, path: Path, where: str, *, partial: bool = False, extra: tuple[str, ...] = (),
                 context: Any = None) -> dict[str, Any]:
     """rope_theta and rope_scaling (+ rotary_fraction when `partial`: GPT-NeoX) from one rotary block

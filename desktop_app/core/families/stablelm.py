@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ModelConfig
-from . import llama_like
+from . import llama_like, phi
 from .base import ANY, Family, ModelLoadError, Weight, heads_fill_width, preset_of, weight
-from .rope import rope_block, rope_fields, rope_to_hf
+from .rope import partial_rope, rope_to_hf
 
 preset = preset_of(dict(family="stablelm", norm="layernorm", norm_placement="pre", activation="swiglu",
                         positions="rotary", rotary_fraction=0.25, causal=True, attention_bias=False,
@@ -26,15 +26,11 @@ HF_DEFAULTS = {"layer_norm_eps": 1e-5, "tie_word_embeddings": False, "max_positi
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
     d = {**HF_DEFAULTS, **d}
     llama_like.silu_only(d, path)
-    if d["qk_layernorm"]:
-        raise ModelLoadError(path, "qk_layernorm true is not supported: StableLM's q/k LayerNorms are one per head "
-                                   "(this app shares one across heads)")
+    phi.one_qk_norm_only(d, path, "StableLM")
     if d["use_parallel_residual"]:
         raise ModelLoadError(path, "use_parallel_residual true is not supported yet: attention and MLP read one "
                                    "shared norm there")
-    key, block = rope_block(d, path, defaults={"rope_theta": d.get("rope_theta", 10000.0),
-                                               "partial_rotary_factor": d.get("partial_rotary_factor", 0.25)})
-    rope = rope_fields(block, path, key, partial=True)
+    rope = partial_rope(d, path, 0.25)
     fields = llama_like.decoder_fields({**d, "rms_norm_eps": d["layer_norm_eps"], "head_dim": None}, path,
                                        lm_head=FAMILY.has_lm_head(d))
     return preset(**fields, **rope, attention_bias=bool(d["use_qkv_bias"]))

@@ -91,19 +91,10 @@ SWITCHES = {**llama_like.SWITCHES, "norm": ("rmsnorm_offset",), "activation": ("
             "sliding_window": ANY, "layer_types": ANY, "final_logit_softcap": ANY, "attn_logit_softcap": ANY}
 
 
-def requires(cfg: ModelConfig) -> list[str]:
-    problems = gemma.scaled_embeddings(cfg, "Gemma 2")
-    if gemma3_text.query_pre_attn_scalar(cfg) is None:
-        problems.append(f"attn_scale {cfg.attn_scale!r}: not s ** -0.5 for an integer query_pre_attn_scalar s")
-    if cfg.d_model % cfg.n_heads:  # Gemma2Config.validate_architecture insists
-        problems.append(f"d_model {cfg.d_model} is not a multiple of n_heads {cfg.n_heads}")
-    return problems
-
-
 FAMILY = Family(
     model_type="gemma2", title="Gemma 2 (decoder, alternating sliding/global layers, soft-capped scores and logits)",
     decoder=True, architectures=("Gemma2Model", "Gemma2ForCausalLM"), prefixes=("", "model."),
     probe="embed_tokens.weight", config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     structural=llama_like.STRUCTURAL + ("hidden_activation", "query_pre_attn_scalar", "sliding_window", "layer_types",
                                         "rope_parameters", "final_logit_softcapping", "attn_logit_softcapping"),
-    weights=weights, preset=preset, switches=SWITCHES, requires=requires)
+    weights=weights, preset=preset, switches=SWITCHES, requires=lambda cfg: gemma3_text.scaled_problems(cfg, "Gemma 2"))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from . import llama_like
+from . import gemma, llama_like
 from .base import ANY, Family, ModelLoadError, Weight, preset_of, real
 from .rope import rope_block, rope_fields
 
@@ -131,19 +131,24 @@ SWITCHES = {**llama_like.SWITCHES, "norm": ("rmsnorm_offset",), "activation": ("
             "final_logit_softcap": ANY}
 
 
-def requires(cfg: ModelConfig) -> list[str]:
-    problems = []
-    if cfg.embed_scale is None or abs(cfg.embed_scale - math.sqrt(cfg.d_model)) >= 1e-9 * cfg.embed_scale:
-        problems.append(f"embed_scale {cfg.embed_scale!r}: Gemma 3 scales embeddings by sqrt(hidden_size)")
+def scaled_problems(cfg: ModelConfig, title: str) -> list[str]:
+    """What Gemma 2 and Gemma 3 both fix: embeddings scaled by sqrt(hidden_size), scores by an integer
+    query_pre_attn_scalar ** -0.5, heads that divide the width (their validate_architecture insists)."""
+    problems = gemma.scaled_embeddings(cfg, title)
     if query_pre_attn_scalar(cfg) is None:
         problems.append(f"attn_scale {cfg.attn_scale!r}: not s ** -0.5 for an integer query_pre_attn_scalar s")
+    if cfg.d_model % cfg.n_heads:
+        problems.append(f"d_model {cfg.d_model} is not a multiple of n_heads {cfg.n_heads}")
+    return problems
+
+
+def requires(cfg: ModelConfig) -> list[str]:
+    problems = scaled_problems(cfg, "Gemma 3")
     windowed = cfg.sliding_window is not None and (cfg.layer_types is None or "sliding_attention" in cfg.layer_types)
     if windowed and cfg.rope_local_theta is None and cfg.rope_scaling is not None:
         # without its own base a sliding layer here reads the scaled global rotary; Gemma's class gives
         # sliding layers no scaling
         problems.append("rope_scaling with sliding layers needs rope_local_theta (Gemma 3's sliding layers are unscaled)")
-    if cfg.d_model % cfg.n_heads:  # Gemma3TextConfig.validate_architecture insists
-        problems.append(f"d_model {cfg.d_model} is not a multiple of n_heads {cfg.n_heads}")
     return problems
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLabel, QLineEdit, QPushButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLabel, QLineEdit, QPushButton,
+                               QVBoxLayout, QWidget)
 
 from ...app.features import (dictionary_control, dictionary_problems, dictionary_resume_problems,
                              dictionary_settings_from_dict, resumed_dictionary_config, train_dictionary)

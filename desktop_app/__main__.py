@@ -27,11 +27,15 @@ def unknown_command(word: str) -> str | None:
 
 
 def exit_when_done(rc: int) -> int:
-    """After a headless command (`python -m desktop_app COMMAND`, never the GUI) returned: flush stdout and
-    stderr, then os._exit(rc). The interpreter's normal exit once torch is imported (module teardown, every
-    object freed) costs 0.16-0.8 s, up to a fifth of a Lipschitz run (issue 38). Every output was written,
-    atomically, and closed before the command returned. The normal exit is kept (rc returned) where something
-    may still need it: another non-daemon thread alive, multiprocessing children to join, Qt loaded (render)."""
+    """After a headless command (`python -m desktop_app COMMAND`, never the GUI) returned: run the atexit
+    callbacks, flush stdout and stderr, then os._exit(rc). The interpreter's normal exit once torch is imported
+    (module teardown, every object freed) costs 0.16-0.8 s, up to a fifth of a Lipschitz run (issue 38); the
+    atexit callbacks alone take 6-9 ms. Every output was written, atomically, and closed before the command
+    returned; the callbacks are what else an exit promises: logging.shutdown (a log file's last lines),
+    weakref.finalize's (a tempfile.TemporaryDirectory still held is removed), multiprocessing's finalizers.
+    The normal exit is kept (rc returned) where something may still need it: another non-daemon thread alive
+    (threading's own exit joins it, and a thread pool's), multiprocessing children to join, Qt loaded (render)."""
+    import atexit
     import os
     import threading
 
@@ -44,6 +48,7 @@ def exit_when_done(rc: int) -> int:
     mp = sys.modules.get("multiprocessing")
     if mp is not None and mp.active_children():
         return rc
+    atexit._run_exitfuncs()  # no public name; it runs and clears them as the normal exit would, errors printed
     try:
         sys.stdout.flush()
         sys.stderr.flush()

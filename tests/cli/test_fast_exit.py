@@ -1,8 +1,10 @@
-"""A finished headless command ends with os._exit after flushing (desktop_app.__main__.exit_when_done):
-its output files and its stdout, piped (block-buffered), are whole; the normal exit is kept where a
+"""A finished headless command ends with os._exit after running the atexit callbacks and flushing
+(desktop_app.__main__.exit_when_done): its output files and its stdout, piped (block-buffered), are whole, a
+temporary folder still held is removed and a log file gets its last line; the normal exit is kept where a
 non-daemon thread still runs or for the GUI."""
 from __future__ import annotations
 
+import atexit
 import csv
 import io
 import json
@@ -79,6 +81,7 @@ def test_it_flushes_then_exits_only_for_a_command_with_no_other_thread(monkeypat
             calls.append(("flush", self.name))
 
     monkeypatch.setattr(os, "_exit", _fake_exit(calls))
+    monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: calls.append(("atexit",)))  # not pytest's own
     monkeypatch.setattr(sys, "stdout", Stream("stdout"))
     monkeypatch.setattr(sys, "stderr", Stream("stderr"))
     monkeypatch.delitem(sys.modules, "PySide6", raising=False)  # pytest-qt may have loaded it
@@ -89,7 +92,7 @@ def test_it_flushes_then_exits_only_for_a_command_with_no_other_thread(monkeypat
     monkeypatch.setattr(sys, "argv", ["desktop_app", "lipschitz", "x"])
     with pytest.raises(_Exited):
         entry.exit_when_done(3)
-    assert calls == [("flush", "stdout"), ("flush", "stderr"), ("exit", 3)]
+    assert calls == [("atexit",), ("flush", "stdout"), ("flush", "stderr"), ("exit", 3)]
 
     calls.clear()
     release = threading.Event()
@@ -103,3 +106,28 @@ def test_it_flushes_then_exits_only_for_a_command_with_no_other_thread(monkeypat
 
     monkeypatch.setattr(sys, "argv", ["desktop_app", "model-folder"])  # the GUI
     assert entry.exit_when_done(0) == 0 and calls == []
+
+
+def test_the_fast_exit_still_runs_what_atexit_promises(tmp_path):
+    """A command that leaves a TemporaryDirectory held, a log file handler open and an atexit callback of its
+    own: after the fast exit the folder is gone, the log has its line, the callback ran, the exit code is kept."""
+    script = (
+        "import atexit, logging, sys, tempfile\n"
+        "from desktop_app import __main__ as entry\n"
+        "sys.argv = ['desktop_app', 'info']\n"
+        f"held = tempfile.TemporaryDirectory(dir={str(tmp_path)!r})\n"
+        "print(held.name)\n"
+        "log = logging.getLogger('fast-exit-test')\n"
+        f"log.addHandler(logging.FileHandler({str(tmp_path / 'run.log')!r}))\n"
+        "log.warning('the last line')\n"
+        f"atexit.register(lambda: open({str(tmp_path / 'callback')!r}, 'w').close())\n"
+        "entry.exit_when_done(3)\n"
+        "print('not reached')\n")
+    done = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(REPO)),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr[-2000:]
+    held = Path(done.stdout.splitlines()[0])
+    assert done.stdout.splitlines() == [str(held)] and held.parent == tmp_path
+    assert not held.exists()
+    assert (tmp_path / "run.log").read_text() == "the last line\n"
+    assert (tmp_path / "callback").exists()

@@ -103,6 +103,12 @@ def weight(theirs: str, ours: str | tuple[str, ...], convert: Conversion = IDENT
     return Weight(theirs, (ours,) if isinstance(ours, str) else tuple(ours), convert, **kw)
 
 
+def weights_and_biases(theirs: str, ours: str, names: tuple[tuple[str, str], ...]) -> list[Weight]:
+    """The .weight then the .bias of each (their name, our name) pair, under the prefixes `theirs` and `ours`:
+    a LayerNorm's or a biased Linear's two tensors."""
+    return [weight(f"{theirs}{t}.{x}", f"{ours}{o}.{x}") for t, o in names for x in ("weight", "bias")]
+
+
 def head_weights(cfg: ModelConfig, bias: bool = False) -> list[Weight]:
     """A causal LM's unembedding beside the base model: lm_head.weight unless tied to the embedding, and
     lm_head.bias where the family's head has one (GPT-J, Phi); nothing without the head."""

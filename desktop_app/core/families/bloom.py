@@ -11,7 +11,7 @@ import torch
 
 from ..config import ModelConfig
 from .base import (Conversion, Family, ModelLoadError, Weight, head_weights, heads_fill_width, hf_dtype, preset_of,
-                   required, weight)
+                   required, weight, weights_and_biases)
 
 _switches = preset_of(dict(family="bloom", norm="layernorm", norm_placement="pre", activation="gelu_tanh",
                            positions="alibi", causal=True, attention_bias=True, mlp_bias=True, embed_norm=True,
@@ -35,8 +35,13 @@ def _join(parts: list[torch.Tensor], cfg: ModelConfig) -> torch.Tensor:
     return torch.stack([q, k, v], dim=1).reshape(3 * cfg.n_heads * cfg.d_head, *parts[0].shape[1:])
 
 
-# query_key_value [heads x (q, k, v) x d_head, ...] <-> q, k, v [heads x d_head, ...] (weights and biases)
+# query_key_value [heads x (q, k, v) x d_head, ...] <-> q, k, v [heads x d_head, ...] (weights and biases;
+# GPT-NeoX's and Falcon's per-head layout too)
 PER_HEAD_QKV = Conversion("per-head q|k|v", _split, _join)
+# a layer's input norm, and its second norm and 4x MLP, as BLOOM names them (GPT-NeoX's names too)
+INPUT_NORM = (("input_layernorm", "norm1"),)
+NORM2_AND_MLP = (("post_attention_layernorm", "norm2"), ("mlp.dense_h_to_4h", "mlp.up"),
+                 ("mlp.dense_4h_to_h", "mlp.down"))
 
 
 def config_from_hf(d: dict, path: Path) -> ModelConfig:
@@ -71,20 +76,14 @@ def weights(cfg: ModelConfig) -> list[Weight]:
              weight("word_embeddings_layernorm.bias", "embed_norm.bias")]
     for i in range(cfg.n_layers):
         b, h = f"blocks.{i}.", f"h.{i}."
-        table += [weight(h + "input_layernorm.weight", b + "norm1.weight"),
-                  weight(h + "input_layernorm.bias", b + "norm1.bias"),
-                  weight(h + "self_attention.query_key_value.weight", tuple(b + f"attn.{x}.weight" for x in "qkv"),
+        table += weights_and_biases(h, b, INPUT_NORM)
+        table += [weight(h + "self_attention.query_key_value.weight", tuple(b + f"attn.{x}.weight" for x in "qkv"),
                          PER_HEAD_QKV),
                   weight(h + "self_attention.query_key_value.bias", tuple(b + f"attn.{x}.bias" for x in "qkv"),
                          PER_HEAD_QKV),
                   weight(h + "self_attention.dense.weight", b + "attn.o.weight"),
-                  weight(h + "self_attention.dense.bias", b + "attn.o.bias"),
-                  weight(h + "post_attention_layernorm.weight", b + "norm2.weight"),
-                  weight(h + "post_attention_layernorm.bias", b + "norm2.bias"),
-                  weight(h + "mlp.dense_h_to_4h.weight", b + "mlp.up.weight"),
-                  weight(h + "mlp.dense_h_to_4h.bias", b + "mlp.up.bias"),
-                  weight(h + "mlp.dense_4h_to_h.weight", b + "mlp.down.weight"),
-                  weight(h + "mlp.dense_4h_to_h.bias", b + "mlp.down.bias")]
+                  weight(h + "self_attention.dense.bias", b + "attn.o.bias")]
+        table += weights_and_biases(h, b, NORM2_AND_MLP)
     table += [weight("ln_f.weight", "final_norm.weight"), weight("ln_f.bias", "final_norm.bias")]
     return table + head_weights(cfg)
 

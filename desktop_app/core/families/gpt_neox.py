@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from ..config import ModelConfig
-from .base import (ANY, UNGATED_ACTIVATIONS, Conversion, Family, ModelLoadError, Weight, activation_from_hf, hf_dtype,
-                   preset_of, required, weight)
+from . import bloom
+from .base import (ANY, UNGATED_ACTIVATIONS, Family, ModelLoadError, Weight, activation_from_hf, hf_dtype, preset_of,
+                   required, weight, weights_and_biases)
 from .rope import rope_block, rope_fields
 
 # rotary_fraction stays 1.0 here: Pythia's 0.25 always comes from config.json (config_from_hf sets
@@ -20,26 +19,6 @@ from .rope import rope_block, rope_fields
 preset = preset_of(dict(family="gpt_neox", norm="layernorm", norm_placement="pre", activation="gelu",
                         positions="rotary", rotary_fraction=1.0, parallel_residual=True, causal=True,
                         attention_bias=True, mlp_bias=True, final_norm=True, tie_embeddings=False, norm_eps=1e-5))
-
-# GPT-NeoX's hidden_act values this app computes the same way (silu there is ungated: not ours)
-
-
-def _per_head_qkv() -> Conversion:
-    """query_key_value [H * 3 * dh, ...] laid out as [H, (q, k, v), dh, ...] <-> q, k, v [H * dh, ...]."""
-    def to_ours(t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
-        H, dh = cfg.n_heads, cfg.d_head
-        per_head = t.view(H, 3, dh, *t.shape[1:])
-        return [per_head[:, i].reshape(H * dh, *t.shape[1:]) for i in range(3)]
-
-    def to_theirs(parts: list[torch.Tensor], cfg: ModelConfig) -> torch.Tensor:
-        H, dh = cfg.n_heads, cfg.d_head
-        rest = parts[0].shape[1:]
-        return torch.stack([p.view(H, dh, *rest) for p in parts], 1).reshape(H * 3 * dh, *rest)
-
-    return Conversion("per_head_qkv", to_ours, to_theirs)
-
-
-PER_HEAD_QKV = _per_head_qkv()
 
 
 def _rope(d: dict, path: Path) -> dict:
@@ -86,21 +65,16 @@ def weights(cfg: ModelConfig) -> list[Weight]:
     table = [weight("embed_in.weight", "tok_embed.weight")]
     for i in range(cfg.n_layers):
         b, h = f"blocks.{i}.", f"layers.{i}."
-        table += [weight(h + "input_layernorm.weight", b + "norm1.weight"),
-                  weight(h + "input_layernorm.bias", b + "norm1.bias"),
-                  weight(h + "attention.query_key_value.weight", tuple(b + f"attn.{x}.weight" for x in "qkv"),
-                         PER_HEAD_QKV),
+        # the per-head q|k|v layout and the norms' and MLP's names are BLOOM's; the attention's prefix is not
+        table += weights_and_biases(h, b, bloom.INPUT_NORM)
+        table += [weight(h + "attention.query_key_value.weight", tuple(b + f"attn.{x}.weight" for x in "qkv"),
+                         bloom.PER_HEAD_QKV),
                   weight(h + "attention.dense.weight", b + "attn.o.weight")]
         if cfg.attention_bias:
             table += [weight(h + "attention.query_key_value.bias", tuple(b + f"attn.{x}.bias" for x in "qkv"),
-                             PER_HEAD_QKV),
+                             bloom.PER_HEAD_QKV),
                       weight(h + "attention.dense.bias", b + "attn.o.bias")]
-        table += [weight(h + "post_attention_layernorm.weight", b + "norm2.weight"),
-                  weight(h + "post_attention_layernorm.bias", b + "norm2.bias"),
-                  weight(h + "mlp.dense_h_to_4h.weight", b + "mlp.up.weight"),
-                  weight(h + "mlp.dense_h_to_4h.bias", b + "mlp.up.bias"),
-                  weight(h + "mlp.dense_4h_to_h.weight", b + "mlp.down.weight"),
-                  weight(h + "mlp.dense_4h_to_h.bias", b + "mlp.down.bias")]
+        table += weights_and_biases(h, b, bloom.NORM2_AND_MLP)
     table += [weight("final_layer_norm.weight", "final_norm.weight"),
               weight("final_layer_norm.bias", "final_norm.bias")]
     if cfg.lm_head and not cfg.tie_embeddings:

@@ -11,6 +11,11 @@ over `--rounds` alternating rounds (the first window of a round is warm-up and s
 run of each side warms the process first), which keeps
 the comparison fair on a busy machine. bfloat16 autocast figures are added when the CPU has native
 bfloat16 matrix products (or on CUDA).
+
+`--profile` adds where one steady step of each side goes (float32): torch.profiler's self CPU time over the
+second window of one more run per side, per step, by kind of op (PROFILE_KINDS), with the step's wall time,
+its aten ops and what no op accounts for (Python, the autograd engine, our events); run it with --threads 1
+for figures a busy machine leaves alone.
 """
 from __future__ import annotations
 
@@ -34,18 +39,75 @@ def _bf16_supported(device: str) -> bool:
         return False
 
 
-def _ours(cfg, window: int, tmp: Path) -> float:
-    """Best seconds per step of train() over windows of `window` steps (first window skipped)."""
+# the kinds of op a profiled step is split into: (kind, the ops' names or name stems); the first match wins, an op
+# inside an optimizer's step or zero_grad is "optimizer" whatever its name, the rest is "other"
+PROFILE_KINDS = (
+    ("products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")),
+    ("attention", ("aten::_scaled_dot_product",)),
+    ("gelu", ("aten::gelu", "aten::tanh", "aten::pow")),  # F.gelu; gelu_new: its tanh and pow (its mul, add: elementwise)
+    ("layer norm", ("aten::native_layer_norm",)),
+    ("loss", ("aten::_log_softmax", "aten::nll_loss", "aten::amax", "aten::gather")),
+    ("elementwise", ("aten::mul", "aten::add", "aten::sum", "aten::div", "aten::sub")),
+    ("copies and fills", ("aten::copy_", "aten::cat", "aten::fill_", "aten::clone", "aten::zero_")),
+    ("gradient norm", ("aten::linalg_vector_norm", "aten::_foreach_norm", "aten::_foreach_mul", "aten::stack")),
+)
+
+
+class _StepProfile:
+    """torch.profiler over steps window+1 .. 2*window of one run (start() after step `window`, stop() after
+    step 2*window), summarised per step by `summary`."""
+
+    def __init__(self, window: int) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self.window, self.prof, self.t0, self.wall = window, profile(activities=[ProfilerActivity.CPU]), 0.0, 0.0
+
+    def start(self) -> None:
+        self.prof.start()
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        self.wall = time.perf_counter() - self.t0
+        self.prof.stop()
+
+    def summary(self) -> dict:
+        ms = {kind: 0.0 for kind, _ in PROFILE_KINDS} | {"optimizer": 0.0, "other": 0.0}
+        ops = 0
+        for ev in self.prof.events():
+            if not ev.name.startswith("aten::"):
+                continue
+            ops += 1
+            parent, kind = ev.cpu_parent, None
+            while parent is not None and kind is None:
+                kind = "optimizer" if parent.name.startswith("Optimizer.") else None
+                parent = parent.cpu_parent
+            kind = kind or next((k for k, stems in PROFILE_KINDS if ev.name.startswith(stems)), "other")
+            ms[kind] += ev.self_cpu_time_total / 1e3
+        per_step = {k: round(v / self.window, 2) for k, v in ms.items()}
+        wall = self.wall * 1e3 / self.window
+        return {"step_ms": round(wall, 2), "aten_ops": round(ops / self.window),
+                "self_cpu_ms": per_step, "outside_ops_ms": round(wall - sum(per_step.values()), 2)}
+
+
+def _ours(cfg, window: int, tmp: Path, profiler: _StepProfile | None = None) -> float:
+    """Best seconds per step of train() over windows of `window` steps (first window skipped); with a
+    profiler, steps window+1 .. 2*window profiled (our events at their end included)."""
     from ..core.training import train
 
     rates = []
-    train(cfg, tmp / f"ours-{time.monotonic_ns()}",
-          on_event=lambda ev: rates.append(ev["tokens_per_s"]) if ev["event"] == "step" else None)
+
+    def on_event(ev: dict) -> None:
+        if ev["event"] == "step":
+            rates.append(ev["tokens_per_s"])
+            if profiler is not None and len(rates) in (1, 2):
+                (profiler.start if len(rates) == 1 else profiler.stop)()
+
+    train(cfg, tmp / f"ours-{time.monotonic_ns()}", on_event=on_event)
     tokens = cfg.batch_size * cfg.model["context_length"]
     return tokens / max(rates[1:] or rates)
 
 
-def _reference(cfg, window: int, precision: str) -> float:
+def _reference(cfg, window: int, precision: str, profiler: _StepProfile | None = None) -> float:
     import torch
     import transformers
 
@@ -68,6 +130,8 @@ def _reference(cfg, window: int, precision: str) -> float:
     device_type = torch.device(cfg.device).type
     best = float("inf")
     for w in range(cfg.steps // window):
+        if profiler is not None and w == 1:
+            profiler.start()
         t0 = time.perf_counter()
         for _ in range(window):
             b = task.train_batch(cfg.batch_size, gen)
@@ -81,6 +145,8 @@ def _reference(cfg, window: int, precision: str) -> float:
             opt.step()
         if w > 0:
             best = min(best, (time.perf_counter() - t0) / window)
+        if profiler is not None and w == 1:
+            profiler.stop()
     return best
 
 
@@ -102,9 +168,13 @@ def main(argv: list[str]) -> dict:
     ap.add_argument("--batch", type=int_in(1, 10**6), default=16)
     ap.add_argument("--device", type=device_name, default="cpu")
     ap.add_argument("--no-bf16", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="add where a steady step of each side goes (torch.profiler, "
+                                                               "float32; needs --steps >= 2 windows)")
     ap.add_argument("--threads", type=int_in(1, 1024), help="torch CPU threads (default: torch's choice); 1 gives steady "
                                                  "figures on a machine shared with other work")
     args = ap.parse_args(argv)
+    if args.profile and args.steps < 2 * args.window:
+        ap.error(f"--profile needs --steps of at least two windows ({2 * args.window}), not {args.steps}")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -146,6 +216,11 @@ def main(argv: list[str]) -> dict:
                 result["bfloat16"] = {"ours_s": round(ours, 6), "reference_s": round(ref, 6),
                                       "speedup": round(ref / ours, 2),
                                       "ours_vs_our_float32": round(result["ours_s"] / ours, 2)}
+        if args.profile:  # one more run of each side, profiled (the profiler slows what it watches: not timed)
+            profilers = {"ours": _StepProfile(args.window), "reference": _StepProfile(args.window)}
+            _ours(config("float32"), args.window, Path(tmp), profilers["ours"])
+            _reference(config("float32"), args.window, "float32", profilers["reference"])
+            result["profile"] = {side: p.summary() for side, p in profilers.items()}
         if "bfloat16" not in result:
             result["bfloat16"] = "not supported natively on this device" if not args.no_bf16 else "skipped"
     return result

@@ -196,7 +196,8 @@ class StartupWatcher:
     def __init__(self, state, expect_model: bool, drawn_early: Callable[[], bool] = lambda: False) -> None:
         self.expect_model = expect_model
         self.drawn_early = drawn_early
-        self.shot_pending = False  # --screenshot's render still to come
+        self.state = state
+        self.shot_pending = False  # --screenshot's render still to come (shot_taken)
         state.hold_logits(self._render_to_come)
         self.model_loaded = False
         self.traced = False
@@ -218,6 +219,11 @@ class StartupWatcher:
         """The window is drawn before the logits and --screenshot's render of it is still to come: the logits
         wait for it (AppState.hold_logits), as for any paint."""
         return self.shot_pending and self.drawn_early()
+
+    def shot_taken(self) -> None:
+        """--screenshot's render is done: the logits held for it start."""
+        self.shot_pending = False
+        self.state.drawing_ended()
 
     def _loaded(self, _loaded) -> None:
         self.model_loaded = True
@@ -495,7 +501,7 @@ def _run(app, args, state, window, started: float) -> int:
         except OSError as exc:
             return _fail(f"{args.screenshot}: cannot write the screenshot ({exc})")
         finally:
-            watcher.shot_pending = False
+            watcher.shot_taken()
         size = Path(args.screenshot).stat().st_size
         if size == 0:
             return _fail(f"{args.screenshot}: the screenshot is empty")

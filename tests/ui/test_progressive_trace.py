@@ -411,9 +411,12 @@ def test_a_new_text_while_the_logits_are_computed_is_traced_and_the_old_one_neve
 def test_the_logits_wait_until_the_attention_panel_has_made_its_last_row(qtbot, six_layers, monkeypatch,
                                                                         isolated_user_files, error_watch):
     """The logits take every free core: they start once the model view's rows are all made and painted
-    (AppState.hold_logits), not beside the last row's thumbnails; then the trace lands as before."""
+    (AppState.hold_logits: the panel says so, drawing_ended), not beside the last row's thumbnails; then the
+    trace lands as before. (The most they wait is made longer than the test: the panel's word starts them.)"""
     import desktop_app.ui.panels.attention as attention_module
     import desktop_app.ui.state as state_module
+
+    monkeypatch.setattr(state_module.AppState, "LOGITS_WAIT_S", 600.0)
 
     window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
     attention = _attention(qtbot, window)
@@ -441,7 +444,7 @@ def test_the_logits_wait_until_the_attention_panel_has_made_its_last_row(qtbot, 
     _type(qtbot, window, SECOND)
     qtbot.waitUntil(last_row.is_set, timeout=30_000)
     qtbot.waitUntil(lambda: state.tracing is not None and state.tracing.done == LAYERS, timeout=30_000)
-    qtbot.wait(100)  # (ten of the hold's 10 ms checks)
+    qtbot.wait(100)  # (turns of the event loop for a logits step not held to start in)
     assert rows_when_the_logits_started == [] and state.trace is None
     release.set()
     qtbot.waitUntil(lambda: state.trace is not None, timeout=30_000)

@@ -728,7 +728,10 @@ class AttentionPanel(ViewTablePanel):
 
     def _paint_pieces(self) -> None:
         """Make the thumbnails of the layers ready and not yet painted, in a worker, one job at a time."""
-        if self._piece_job is not None or self._partial is None or len(self._partial_thumbs) >= self._partial_done:
+        if self._piece_job is not None:
+            return
+        if self._partial is None or len(self._partial_thumbs) >= self._partial_done:
+            self._rows_drawn()
             return
         from ..workers import run_job
 
@@ -745,6 +748,7 @@ class AttentionPanel(ViewTablePanel):
         def painted(rows) -> None:
             self._piece_job = None
             if trace is not self._partial:
+                self._rows_drawn()
                 return  # another trace (or none) is on show now
             for row in rows:
                 self.model_view.fill_layer(len(self._partial_thumbs), row)
@@ -754,6 +758,7 @@ class AttentionPanel(ViewTablePanel):
         def ended(*_args) -> None:
             if self._piece_job is job:
                 self._piece_job = None
+                self._rows_drawn()
 
         job = self._piece_job = run_job(work, on_result=painted, on_error=ended, on_cancelled=ended, owner=self)
 
@@ -761,10 +766,16 @@ class AttentionPanel(ViewTablePanel):
         """Rows of the trace arriving are still being made (AppState.hold_logits: the logits wait for them)."""
         return self._piece_job is not None
 
+    def _rows_drawn(self) -> None:
+        """No rows are being made now: logits held for them may start (AppState.drawing_ended)."""
+        if hasattr(self.state, "drawing_ended"):  # (render's stand-in state has none)
+            self.state.drawing_ended()
+
     def _cancel_piece_job(self) -> None:
         if self._piece_job is not None:
             self._piece_job.cancel()
-        self._piece_job = None
+            self._piece_job = None
+            self._rows_drawn()
 
     def _clear_own(self, message: str) -> None:
         """(A trace without attention is cleared too.)"""

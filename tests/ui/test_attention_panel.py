@@ -383,3 +383,36 @@ def test_the_rollout_is_drawn_while_the_head_statistics_are_computed(qtbot, monk
         release.set()
     qtbot.waitUntil(lambda: panel.stats is not None, timeout=10_000)
     assert panel.stats_map.plot.titleLabel.text == analysis.STAT_NAMES[panel.view_state.statistic]
+
+
+def test_cancel_on_the_statistics_tab_stops_their_worker_and_compute_computes_them(qtbot, monkeypatch):
+    """The Head statistics tab shows the worker's progress with Cancel (as What if and Features do); a click
+    stops the worker, whose numbers are then never shown, and the button, now Compute, computes them again."""
+    from desktop_app.ui import workers
+
+    CANCELLED = "Cancelled: press Compute to compute the rollout and head statistics."
+    panel, trace, ids = _panel(qtbot)
+    _click_tab(panel, qtbot, panel.stats_map)
+    assert panel.aggregates_button.isHidden() and panel.aggregates_progress.isHidden()  # drawn: nothing to cancel
+    started, release = _hold(monkeypatch, analysis, "head_stats")
+    panel.state.show_trace(trace, ids[:-1] + ids[-1:])  # the same text traced again: a new trace on show
+    try:
+        qtbot.waitUntil(started.is_set, timeout=10_000)
+        job = panel._job
+        assert panel.aggregates_button.isVisible() and panel.aggregates_button.text() == "Cancel"
+        assert panel.aggregates_progress.isVisible()
+        _click_tab(panel, qtbot, panel.model_view)
+        assert panel.aggregates_button.isHidden()  # (the model view is drawn: no Cancel there)
+        _click_tab(panel, qtbot, panel.stats_map)
+        qtbot.mouseClick(panel.aggregates_button, Qt.MouseButton.LeftButton)
+        assert job.control.cancelled and panel._job is None
+        assert panel.aggregates_button.text() == "Compute" and panel.aggregates_progress.isHidden()
+        assert panel.stats_map.plot.titleLabel.text == CANCELLED
+    finally:
+        release.set()
+    qtbot.waitUntil(lambda: job not in workers._active, timeout=10_000)  # the worker ended, its signals delivered
+    assert panel.stats is None and panel.stats_map.plot.titleLabel.text == CANCELLED
+    qtbot.mouseClick(panel.aggregates_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.stats is not None, timeout=10_000)
+    assert panel.stats_map.plot.titleLabel.text == analysis.STAT_NAMES[panel.view_state.statistic]
+    assert panel.aggregates_button.isHidden() and panel.aggregates_progress.isHidden()

@@ -13,7 +13,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainterPath, QPen, QTransform
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsPathItem, QGraphicsRectItem, QHBoxLayout,
-                               QInputDialog, QLabel, QMenu, QScrollBar, QSpinBox, QToolButton, QVBoxLayout, QWidget)
+                               QInputDialog, QLabel, QMenu, QPushButton, QScrollBar, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
 from ...core import analysis
 from ...core.views import find_view, views_using
@@ -22,6 +22,7 @@ from ...core.views.attention import AttentionData, AttentionViewState, thumbnail
 from ...threads import every_free_core
 from ..settings import plot_background, plot_foreground
 from ..widgets.heatmap import LabelAxis
+from ..widgets.job_progress import JobProgressBar
 from ..widgets.token_strip import plural
 from .view_panel import ViewTablePanel
 
@@ -492,6 +493,20 @@ class AttentionPanel(ViewTablePanel):
         self.ablate_button.menu().aboutToShow.connect(
             lambda: self.fill_ablation_menu(self.ablate_button.menu(), self.layer, self.head))
         controls.addWidget(self.ablate_button)
+        # the rollout and statistics' worker, beside their tabs: its progress, and Cancel (Compute once cancelled)
+        self.aggregates_progress = JobProgressBar()
+        self.aggregates_button = QPushButton("Cancel")
+        self.aggregates_button.clicked.connect(self._on_aggregates_button)
+        corner = QWidget()
+        corner_row = QHBoxLayout(corner)
+        corner_row.setContentsMargins(0, 0, 0, 2)
+        corner_row.addWidget(self.aggregates_progress)
+        corner_row.addWidget(self.aggregates_button)
+        self.tabs.setCornerWidget(corner, Qt.Corner.TopRightCorner)
+        self._aggregates_work = None  # set_trace's job computing them, kept to compute them again
+        self._aggregates_job = None  # its run now (a workers.Job), None before or once cancelled
+        self._aggregates_what = ""  # what its progress counts now: the rollout's layers, then the statistics'
+        self._show_aggregates_controls()
         self._lay_out(controls)
 
         self._show_view_state_in_controls()
@@ -594,6 +609,7 @@ class AttentionPanel(ViewTablePanel):
     def _on_tab(self, index: int) -> None:
         self.view_state.view = self.VIEWS[index]
         self._update_controls()
+        self._show_aggregates_controls()
         self._refresh()
 
     # -- views -----------------------------------------------------------------------------
@@ -698,10 +714,11 @@ class AttentionPanel(ViewTablePanel):
 
         def thumbs_made(result) -> None:
             if self._on_thumbnails(result):
-                self._run_trace_job(numbers, self._on_aggregates, "statistics", sync,
-                                    on_progress=self._show_aggregates_progress, on_partial=self._on_rollout)
+                self._compute_aggregates(sync)
 
+        self._aggregates_work, self._aggregates_job = numbers, None
         self._run_trace_job(thumbs, thumbs_made, "thumbnails", sync)
+        self._show_aggregates_controls()
 
     def _on_layers_ready(self, ready) -> None:
         """A text's trace arriving layer by layer (app.tracing.LayersReady, of the input now on show):
@@ -780,6 +797,8 @@ class AttentionPanel(ViewTablePanel):
     def _clear_own(self, message: str) -> None:
         """(A trace without attention is cleared too.)"""
         self._cancel_piece_job()
+        self._aggregates_work = self._aggregates_job = None
+        self._show_aggregates_controls()
         self._partial, self._partial_thumbs = None, []
         self.model_view.set_patterns([], None)
         self.head_view.set_layer(np.zeros((0, 0, 0), dtype=np.float32), [], [])
@@ -807,6 +826,7 @@ class AttentionPanel(ViewTablePanel):
         data.rollout, data.stats, data.rollout_problem = rollout, stats, rollout_problem
         data.aggregated = data.rollout_arrived = True
         self._invalidate("rollout", "head-stats")  # the views that read the worker's numbers
+        self._show_aggregates_controls()
 
     def _on_rollout(self, result) -> None:
         """The rollout, before the statistics: its tab is drawn while they are computed (~half the wait)."""
@@ -817,7 +837,49 @@ class AttentionPanel(ViewTablePanel):
         self._waiting = "Computing the head statistics\u2026"  # until their first layer's progress
         self._invalidate("rollout")
 
+    def _compute_aggregates(self, sync: bool = False) -> None:
+        """The rollout and head statistics of the trace on show (set_trace's job), in the worker (sync: here)."""
+        self._aggregates_what = ""
+        self._waiting = "Computing the rollout and head statistics\u2026"  # until the worker's progress
+        self._run_trace_job(self._aggregates_work, self._on_aggregates, "statistics", sync,
+                            on_progress=self._show_aggregates_progress, on_partial=self._on_rollout)
+        if self._job is not None:  # (a worker's: the controls follow it to its end, whatever the end)
+            self._aggregates_job = self._job
+            self._job.signals.finished.connect(self._show_aggregates_controls)
+        self._show_waiting(self.view_state.view)
+        self._show_aggregates_controls()
+
+    def _aggregates_running(self) -> bool:
+        return self._aggregates_job is not None and self._job is self._aggregates_job
+
+    def _on_aggregates_button(self) -> None:
+        """Cancel the rollout and statistics being computed; once cancelled, compute them again."""
+        if self._aggregates_running():
+            self._cancel_job()
+            self._aggregates_job = None
+            self._waiting = "Cancelled: press Compute to compute the rollout and head statistics."
+            self._show_waiting(self.view_state.view)
+            self._show_aggregates_controls()
+        elif self._aggregates_work is not None and self.data is not None:
+            self._compute_aggregates()
+
+    def _show_aggregates_controls(self) -> None:
+        """The worker's progress and Cancel on the rollout and statistics tabs while it computes them; Compute
+        there once cancelled, until they are drawn."""
+        running = self._aggregates_running()
+        missing = self.data is not None and self._aggregates_work is not None and not self.data.aggregated
+        on_show = self.view_state.view in ("rollout", "head-stats") and missing
+        self.aggregates_progress.setVisible(on_show and running)
+        self.aggregates_button.setVisible(on_show)
+        self.aggregates_button.setText("Cancel" if running else "Compute")
+
     def _show_aggregates_progress(self, done: int, total: int, what: str) -> None:
+        if not self._aggregates_running():
+            return  # (a cancelled worker's last word)
+        if what != self._aggregates_what:  # the rollout's layers, then the statistics': the bar starts again
+            self._aggregates_what = what
+            self.aggregates_progress.begin(total)
+        self.aggregates_progress.show_progress(done, total)
         self._waiting = f"Computing the {what}: layer {done + 1} / {total}\u2026"
         self._show_waiting(self.view_state.view)
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QPainterPath, QPen, QTransform
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsPathItem, QGraphicsRectItem, QHBoxLayout,
+from PySide6.QtGui import QColor, QImage, QPainterPath, QPen
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsItem, QGraphicsPathItem, QHBoxLayout,
                                QInputDialog, QLabel, QMenu, QPushButton, QScrollBar, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
 from ...core import analysis
 from ...core.views import find_view, views_using
 from ...core.views import attention as attention_views
-from ...core.views.attention import AttentionData, AttentionViewState, thumbnails
+from ...core.views.attention import AttentionData, AttentionViewState, layer_shape, thumbnails
 from ...threads import every_free_core
 from ..settings import plot_background, plot_foreground
 from ..widgets.heatmap import LabelAxis
@@ -38,6 +38,53 @@ def head_colour(h: int) -> QColor:
 
 
 # -- model view ------------------------------------------------------------------------------
+
+
+class Thumbnails(QGraphicsItem):
+    """The model view's thumbnails, drawn by one item: each RGBA thumbnail (thumbnails(): made in a worker) in its
+    box, as a QImage over its pixels. (A pyqtgraph ImageItem per head, 336 at Qwen2.5-0.5B's 24 x 14, took about
+    0.5 s of the UI thread over a first look: each made its levels and ARGB again, connected its signals and was
+    asked its bounds at every paint.) A row filled repaints its own boxes only (update(rect); Qt draws the
+    updates asked in an event-loop turn at once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemUsesExtendedStyleOption)  # (paint's exposedRect)
+        self.setZValue(-1)  # under the selected row's boxes
+        self.boxes: dict[tuple[int, int], QRectF] = {}  # ModelView's: each thumbnail's place
+        self.images: dict[tuple[int, int], QImage] = {}
+        self.pixels: dict[tuple[int, int], np.ndarray] = {}  # the RGBA arrays the images read (kept alive)
+        self._bounds = QRectF()
+
+    def place(self, boxes: dict[tuple[int, int], QRectF], bounds: QRectF) -> None:
+        self.prepareGeometryChange()
+        self.boxes, self._bounds = boxes, bounds
+        self.update()
+
+    def clear(self) -> None:
+        self.images.clear()
+        self.pixels.clear()
+        self.update()
+
+    def set_thumb(self, key: tuple[int, int], rgba: np.ndarray) -> None:
+        if self.pixels.get(key) is rgba:
+            return  # painted already (a trace arriving layer by layer made it)
+        rgba = np.ascontiguousarray(rgba)
+        height, width = rgba.shape[:2]
+        self.pixels[key] = rgba
+        self.images[key] = QImage(rgba.data, width, height, 4 * width, QImage.Format.Format_RGBA8888)
+        if key in self.boxes:
+            self.update(self.boxes[key])
+
+    def boundingRect(self) -> QRectF:
+        return self._bounds
+
+    def paint(self, painter, option, _widget=None) -> None:
+        exposed = option.exposedRect
+        for key, image in self.images.items():
+            box = self.boxes.get(key)
+            if box is not None and box.intersects(exposed):
+                painter.drawImage(box, image)
 
 
 class ModelView(pg.GraphicsLayoutWidget):
@@ -62,13 +109,24 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.view = self.addViewBox(row=0, col=0, enableMouse=False, enableMenu=False, invertY=True)
         self.view.sigResized.connect(self._place)
         self.boxes: dict[tuple[int, int], QRectF] = {}  # each thumbnail's place in the view (its pixels)
-        self.images: dict[tuple[int, int], pg.ImageItem] = {}
-        self.row_boxes: list[QGraphicsRectItem] = []  # the selected query row, one per thumbnail (its pattern's coordinates)
+        self.thumbnails = Thumbnails()
+        self.images = self.thumbnails.images  # the thumbnails painted, by (layer, head)
+        self.view.addItem(self.thumbnails, ignoreBounds=True)
         self._frames = QGraphicsPathItem()
         pen = pg.mkPen("#bbbbbb")
         pen.setCosmetic(True)
         self._frames.setPen(pen)
         self.view.addItem(self._frames, ignoreBounds=True)
+        # the selected query row, a box on every thumbnail: one path (an item per thumbnail took ~60 ms to make
+        # at each grid of Qwen2.5-0.5B's shape)
+        self.row_marks = QGraphicsPathItem()
+        pen = QPen(QColor(255, 40, 40))
+        pen.setCosmetic(True)
+        pen.setWidthF(1.5)
+        self.row_marks.setPen(pen)
+        self.view.addItem(self.row_marks, ignoreBounds=True)
+        self.selected_row: int | None = None
+        self._cell_px = 0.0  # a pattern cell's side in the thumbnails now (_place)
         self._head_labels: list[pg.TextItem] = []
         self._scroll = 0.0  # pixels of rows scrolled past the top
         self._row_px = 0.0  # a row's height now (_place)
@@ -93,7 +151,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         are not painted again)."""
         if thumbs is None and patterns:
             thumbs = thumbnails(patterns, mask, self.lut, self.THUMB)
-        grid = (len(patterns), *(patterns[0].shape if patterns else (0, 0, 0)))
+        grid = (len(patterns), *(layer_shape(patterns) if patterns else (0, 0, 0)))
         if grid != self.grid or not patterns:
             self.begin(*grid)
         self.patterns = patterns
@@ -103,26 +161,18 @@ class ModelView(pg.GraphicsLayoutWidget):
     def begin(self, n_layers: int, n_heads: int, t_q: int, t_k: int) -> None:
         """An empty grid of n_layers x n_heads thumbnails of [t_q, t_k] patterns (their frames, the labels),
         filled by fill_layer (a trace arriving layer by layer paints its rows as they come)."""
-        for item in [*self.images.values(), *self.row_boxes, *self._head_labels, *self._layer_labels]:
+        for item in [*self._head_labels, *self._layer_labels]:
             self.view.removeItem(item)
-        self.boxes.clear()
-        self.images.clear()
+        self.boxes = {}
+        self.thumbnails.clear()
         self.patterns = []
         self.shape = (t_q, t_k)
         self.grid = (n_layers, n_heads, t_q, t_k)
-        self.row_boxes = []
-        for _ in range(n_layers * n_heads):
-            box = QGraphicsRectItem()  # drawn in its pattern's coordinates: query row r is y in [r, r + 1]
-            pen = QPen(QColor(255, 40, 40))
-            pen.setCosmetic(True)
-            pen.setWidthF(1.5)
-            box.setPen(pen)
-            box.setVisible(False)
-            self.row_boxes.append(box)
+        self.selected_row = None
         self._head_labels = [pg.TextItem(f"head {h}", color=head_colour(h), anchor=(0.5, 1.0)) for h in range(n_heads)]
         self._layer_labels = [pg.TextItem(f"layer {l}", color=plot_foreground(), anchor=(0.5, 1.0), angle=90)
                               for l in range(n_layers)]
-        for item in [*self.row_boxes, *self._head_labels, *self._layer_labels]:
+        for item in [*self._head_labels, *self._layer_labels]:
             self.view.addItem(item, ignoreBounds=True)
         self._place()
 
@@ -131,9 +181,9 @@ class ModelView(pg.GraphicsLayoutWidget):
         n_layers, n_heads, t_q, t_k = self.grid
         size = self.view.size()
         width, height = max(size.width(), 1.0), max(size.height(), 1.0)
-        self.boxes.clear()
+        self.boxes = {}
         frames = QPainterPath()
-        cell_h = 0.0
+        cell_h = side = 0.0
         if n_layers and n_heads:
             cell_w = max((width - self.LEFT) / n_heads, 2 * self.GAP + 1)
             cell_h = max((height - self.TOP) / n_layers, min(self.MIN_ROW, cell_w), 2 * self.GAP + 1)
@@ -145,10 +195,6 @@ class ModelView(pg.GraphicsLayoutWidget):
                                   w, h)
                     self.boxes[(l, hd)] = rect
                     frames.addRect(rect)
-                    self.row_boxes[l * n_heads + hd].setTransform(QTransform(side, 0, 0, side, rect.x(), rect.y()))
-                    img = self.images.get((l, hd))
-                    if img is not None:
-                        img.setRect(rect)
             self._scroll = min(max(self._scroll, 0.0), max(0.0, self.TOP + n_layers * cell_h - height))
             for hd, label in enumerate(self._head_labels):  # (they stay at the top as the rows scroll)
                 label.setPos(self.LEFT + (hd + 0.5) * cell_w, self._scroll + self.TOP)
@@ -157,7 +203,9 @@ class ModelView(pg.GraphicsLayoutWidget):
                 label.setPos(self.LEFT, self.TOP + (l + 0.5) * cell_h)
                 label.setVisible(l % every == 0)
         self._frames.setPath(frames)
-        self._row_px = cell_h
+        self.thumbnails.place(self.boxes, frames.boundingRect())
+        self._row_px, self._cell_px = cell_h, side
+        self.set_selected_row(self.selected_row)
         self.view.setRange(QRectF(0, self._scroll if n_layers else 0.0, width, height), padding=0)
 
     def wheelEvent(self, event) -> None:
@@ -172,29 +220,25 @@ class ModelView(pg.GraphicsLayoutWidget):
     def fill_layer(self, layer: int, thumbs: list[np.ndarray]) -> None:
         """Paint one row of the grid begin() made: layer `layer`'s thumbnails, one per head."""
         for h, thumb in enumerate(thumbs):
-            img = self.images.get((layer, h))
-            if img is not None:  # painted before: the same thumbnail stays, another replaces it
-                if img.image is not thumb:
-                    img.setImage(thumb)
-                continue
-            img = pg.ImageItem(thumb, axisOrder="row-major")
-            img.setRect(self.boxes[(layer, h)])
-            img.setZValue(-1)  # under the selected row's box
-            self.view.addItem(img, ignoreBounds=True)
-            self.images[(layer, h)] = img
+            self.thumbnails.set_thumb((layer, h), thumb)
 
     def filled_layers(self) -> int:
         """How many rows, from the first, have their thumbnails painted."""
         return len({l for l, _h in self.images})
 
     def set_selected_row(self, row: int | None) -> None:
-        t_q, t_k = self.shape
-        for box in self.row_boxes:
-            if row is None or not 0 <= row < t_q:
-                box.setVisible(False)
-            else:
-                box.setRect(QRectF(0, row, t_k, 1))
-                box.setVisible(True)
+        """Box query row `row` (None: none) on every thumbnail."""
+        self.selected_row = row if row is not None and 0 <= row < self.shape[0] else None
+        marks = QPainterPath()
+        if self.selected_row is not None:
+            for rect in self.boxes.values():
+                marks.addRect(QRectF(rect.x(), rect.y() + self.selected_row * self._cell_px, rect.width(),
+                                     self._cell_px))
+        self.row_marks.setPath(marks)
+
+    def row_rects(self) -> list[QRectF]:
+        """The selected row's boxes drawn, one per thumbnail (view pixels)."""
+        return [polygon.boundingRect() for polygon in self.row_marks.path().toSubpathPolygons()]
 
     def head_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
         at = self.view.mapSceneToView(scene_pos)
@@ -945,7 +989,7 @@ class AttentionPanel(ViewTablePanel):
         if self.selected_token is None or self.data is None:
             return None
         row = self.selected_token - self.data.query_offset
-        return row if 0 <= row < self.data.patterns[0].shape[1] else None
+        return row if 0 <= row < layer_shape(self.data.patterns)[1] else None
 
     def _row_of_selection(self, view) -> int | None:
         return self.query_row() if view.rows == "queries" else self.selected_token

@@ -309,10 +309,10 @@ class HeadView(QWidget):
         for ax in (self.left_axis, self.right_axis):
             ax.setPen(pg.mkPen(plot_foreground()))
             ax.setTextPen(pg.mkPen(plot_foreground()))
-        self.plot = self.graphics.addPlot(axisItems={"left": self.left_axis, "right": self.right_axis})
+        self.plot = self.graphics.addPlot(axisItems={"left": self.left_axis, "right": self.right_axis},
+                                          enableMenu=False)  # (no menu made, as Heatmap's)
         self.plot.showAxis("right")
         self.plot.hideAxis("bottom")
-        self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.plot.getViewBox().invertY(True)
         self.plot.getViewBox().setMouseEnabled(x=False, y=True)

@@ -119,8 +119,9 @@ class Heatmap(pg.GraphicsLayoutWidget):
         for ax in (self.left_axis, self.bottom_axis):
             ax.setPen(pg.mkPen(plot_foreground()))
             ax.setTextPen(pg.mkPen(plot_foreground()))
-        self.plot = self.addPlot(row=0, col=0, axisItems={"left": self.left_axis, "bottom": self.bottom_axis})
-        self.plot.setMenuEnabled(False)
+        # (no view box menu made: it was ~15% of the panel's build, and is never shown)
+        self.plot = self.addPlot(row=0, col=0, axisItems={"left": self.left_axis, "bottom": self.bottom_axis},
+                                 enableMenu=False)
         self.plot.hideButtons()
         self.vb = self.plot.getViewBox()
         self.vb.invertY(True)

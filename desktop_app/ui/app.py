@@ -190,8 +190,8 @@ def app_icon():
 
 class StartupWatcher:
     """Knows when the window shows its model: loaded, and the text tokenized and traced, or the panel on show
-    drawn from the trace's blocks while its logits are still coming (`drawn_early`, asked every 20 ms: the
-    Attention panel's model view needs no logits)."""
+    drawn from the trace's blocks while its logits are still coming (`drawn_early`, asked when the panel says it
+    has drawn: AppState.drawing_done; the Attention panel's model view needs no logits)."""
 
     def __init__(self, state, expect_model: bool, drawn_early: Callable[[], bool] = lambda: False) -> None:
         self.expect_model = expect_model
@@ -209,6 +209,7 @@ class StartupWatcher:
         state.trace_changed.connect(lambda trace: self._traced() if trace is not None or state.tracing is None
                                     else None)
         state.error.connect(self._traced)  # text that cannot be traced: the window shows the message
+        state.drawing_done.connect(lambda: self.on_change())  # (the panel drawn from the blocks: drawn_early)
 
     @property
     def ready(self) -> bool:
@@ -247,11 +248,7 @@ class StartupWatcher:
         loop = QEventLoop()
         self.on_change = lambda: loop.quit() if self.ready else None
         QTimer.singleShot(int(timeout_s * 1000), loop.quit)
-        poll = QTimer(interval=20)  # (drawn_early changes without a signal)
-        poll.timeout.connect(lambda: self.on_change())
-        poll.start()
         loop.exec()
-        poll.stop()
         self.on_change = lambda: None
         return self.ready
 

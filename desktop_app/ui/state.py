@@ -137,6 +137,7 @@ class AppState(QObject):
     model_load_failed = Signal(str)  # message naming the file and the problem
     dtype_changed = Signal(str)  # the compute dtype asked for ("auto" or a dtype's name)
     device_changed = Signal(str)
+    drawing_done = Signal()  # a hold_logits holder said it ended a paint (drawing_ended)
     device_failed = Signal(str, str)  # device asked for, why the model could not move there
     text_changed = Signal(str)  # the text was set: a new one, or the same set again to trace it again
     target_changed = Signal(str)  # an encoder-decoder's target text (AppState.target)
@@ -526,6 +527,7 @@ class AppState(QObject):
 
     def drawing_ended(self) -> None:
         """A hold_logits holder has ended its paint: the logits waiting start once no holder draws."""
+        self.drawing_done.emit()
         if self._logits_waiting is None or any(m() is not None and m()() for m in self._logits_holds):
             return
         drawn, self._logits_waiting = self._logits_waiting, None

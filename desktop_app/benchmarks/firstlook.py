@@ -36,6 +36,10 @@ Then (issue 38, look7) the logits held until the model view's last row and the s
 beside them on every free core), the token strip laid out once per tokens and width: three runs alternating
 with the code before at load 1.6-2.7, 1.94, 1.73, 1.64x (ours 7.01-7.99 s) against 1.61, 1.49, 1.48x (7.76-8.67 s),
 memory 0.76-0.77x (the screenshot's process waits for the held logits before it exits, so they are still counted).
+Then (issue 38, look8: the model view's thumbnails one item, no float32 copy of layer 0 on the UI thread, the logits'
+hold event-driven, hidden heatmaps' colour bars made when shown) six runs alternating with the code before at load
+1.3-2.7: 1.63, 1.89, 1.57, 1.88, 1.77, 2.02x against 1.54, 1.79, 1.66, 1.79, 2.03, 1.47x (the same within the noise),
+memory 0.73-0.78x against 0.75-0.79x.
 """
 from __future__ import annotations
 

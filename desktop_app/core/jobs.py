@@ -23,9 +23,12 @@ class JobControl:
     def __init__(self, on_progress: Callable[[int, int, str], None] | None = None) -> None:
         self._cancel = threading.Event()
         self._on_progress = on_progress
+        self._waits: list[threading.Event] = []  # the events wait() blocks on: cancel() sets them too
 
     def cancel(self) -> None:
         self._cancel.set()
+        for event in list(self._waits):
+            event.set()
 
     @property
     def cancelled(self) -> bool:
@@ -34,6 +37,17 @@ class JobControl:
     def check(self) -> None:
         if self._cancel.is_set() or not threading.main_thread().is_alive():
             raise Cancelled()
+
+    def wait(self, event: threading.Event) -> None:
+        """Block until `event` is set (by another thread), without polling; a cancel ends the wait by setting
+        `event` too, and then raises Cancelled."""
+        self._waits.append(event)
+        try:
+            if not self._cancel.is_set():  # (a cancel from here on sets `event`)
+                event.wait()
+        finally:
+            self._waits.remove(event)
+        self.check()
 
     def progress(self, done: int, total: int, message: str = "") -> None:
         if self._on_progress is not None:

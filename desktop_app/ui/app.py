@@ -190,13 +190,14 @@ def app_icon():
 
 class StartupWatcher:
     """Knows when the window shows its model: loaded, and the text tokenized and traced, or the panel on show
-    drawn from the trace's blocks while its logits are still coming (`drawn_early`, asked every 20 ms: the
-    Attention panel's model view needs no logits)."""
+    drawn from the trace's blocks while its logits are still coming (`drawn_early`, asked when the panel says it
+    has drawn: AppState.drawing_done; the Attention panel's model view needs no logits)."""
 
     def __init__(self, state, expect_model: bool, drawn_early: Callable[[], bool] = lambda: False) -> None:
         self.expect_model = expect_model
         self.drawn_early = drawn_early
-        self.shot_pending = False  # --screenshot's render still to come
+        self.state = state
+        self.shot_pending = False  # --screenshot's render still to come (shot_taken)
         state.hold_logits(self._render_to_come)
         self.model_loaded = False
         self.traced = False
@@ -208,6 +209,7 @@ class StartupWatcher:
         state.trace_changed.connect(lambda trace: self._traced() if trace is not None or state.tracing is None
                                     else None)
         state.error.connect(self._traced)  # text that cannot be traced: the window shows the message
+        state.drawing_done.connect(lambda: self.on_change())  # (the panel drawn from the blocks: drawn_early)
 
     @property
     def ready(self) -> bool:
@@ -218,6 +220,11 @@ class StartupWatcher:
         """The window is drawn before the logits and --screenshot's render of it is still to come: the logits
         wait for it (AppState.hold_logits), as for any paint."""
         return self.shot_pending and self.drawn_early()
+
+    def shot_taken(self) -> None:
+        """--screenshot's render is done: the logits held for it start."""
+        self.shot_pending = False
+        self.state.drawing_ended()
 
     def _loaded(self, _loaded) -> None:
         self.model_loaded = True
@@ -241,11 +248,7 @@ class StartupWatcher:
         loop = QEventLoop()
         self.on_change = lambda: loop.quit() if self.ready else None
         QTimer.singleShot(int(timeout_s * 1000), loop.quit)
-        poll = QTimer(interval=20)  # (drawn_early changes without a signal)
-        poll.timeout.connect(lambda: self.on_change())
-        poll.start()
         loop.exec()
-        poll.stop()
         self.on_change = lambda: None
         return self.ready
 
@@ -495,7 +498,7 @@ def _run(app, args, state, window, started: float) -> int:
         except OSError as exc:
             return _fail(f"{args.screenshot}: cannot write the screenshot ({exc})")
         finally:
-            watcher.shot_pending = False
+            watcher.shot_taken()
         size = Path(args.screenshot).stat().st_size
         if size == 0:
             return _fail(f"{args.screenshot}: the screenshot is empty")

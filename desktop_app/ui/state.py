@@ -72,9 +72,7 @@ def _trace_in_pieces(loaded: LoadedModel, text: str, ids: list[int] | None, inte
 def _add_logits(add_logits, drawn: threading.Event, job=None) -> None:
     """A text trace's last step (trace_input's add_logits) in a worker, once `drawn` is set (AppState.hold_logits:
     the blocks painted); a cancel before it starts or while it runs (a new text) means its trace is never shown."""
-    while not drawn.wait(0.01):
-        job.check()
-    job.check()
+    job.wait(drawn)  # (a cancel ends the wait)
     with every_free_core():
         add_logits()
     job.check()
@@ -139,6 +137,7 @@ class AppState(QObject):
     model_load_failed = Signal(str)  # message naming the file and the problem
     dtype_changed = Signal(str)  # the compute dtype asked for ("auto" or a dtype's name)
     device_changed = Signal(str)
+    drawing_done = Signal()  # a hold_logits holder said it ended a paint (drawing_ended)
     device_failed = Signal(str, str)  # device asked for, why the model could not move there
     text_changed = Signal(str)  # the text was set: a new one, or the same set again to trace it again
     target_changed = Signal(str)  # an encoder-decoder's target text (AppState.target)
@@ -164,7 +163,7 @@ class AppState(QObject):
     # A trace shows its pieces and progress only once it has run this long: a quick one (a small model)
     # goes straight from the previous text's result to its own, without clearing the panels between.
     PIECES_AFTER_S = 0.3
-    # The logits wait for what draws a trace's blocks (hold_logits) this long at most.
+    # The logits wait for what draws a trace's blocks (hold_logits, drawing_ended) this long at most.
     LOGITS_WAIT_S = 2.0
 
     # The inputs are the Inputs model's fields (app/inputs.py): read and written here as attributes.
@@ -204,6 +203,7 @@ class AppState(QObject):
         self._trace_job = None
         self._pending_text: tuple[str, list[int] | None] | None = None
         self._logits_holds: list[weakref.WeakMethod] = []  # hold_logits
+        self._logits_waiting: threading.Event | None = None  # set to start the logits held (_once_drawn)
         # The text trace arriving in pieces and on show (app.tracing.LayersReady), until its end; None else.
         self.tracing = None
         self._tracing_job = None  # the job whose layers `tracing` shows
@@ -520,25 +520,24 @@ class AppState(QObject):
     def hold_logits(self, drawing: Callable[[], bool]) -> None:
         """`drawing`, a bound method, says True while its object paints a text's trace from the blocks (the
         Attention panel's model view, row by row, in a worker and on the UI thread; --screenshot's render of
-        it). The logits, a second step on every free core, wait for it (LOGITS_WAIT_S at most) instead of
-        taking the cores from the last row's thumbnails and paint. Held weakly: a closed panel holds nothing."""
+        it), and its object calls drawing_ended() when that paint is done. The logits, a second step on every
+        free core, wait for it (LOGITS_WAIT_S at most) instead of taking the cores from the last row's
+        thumbnails and paint. Held weakly: a closed panel holds nothing."""
         self._logits_holds = [m for m in self._logits_holds if m() is not None] + [weakref.WeakMethod(drawing)]
 
+    def drawing_ended(self) -> None:
+        """A hold_logits holder has ended its paint: the logits waiting start once no holder draws."""
+        self.drawing_done.emit()
+        if self._logits_waiting is None or any(m() is not None and m()() for m in self._logits_holds):
+            return
+        drawn, self._logits_waiting = self._logits_waiting, None
+        QTimer.singleShot(0, drawn.set)  # a turn of the event loop later: the paint they asked
+
     def _once_drawn(self, drawn: threading.Event) -> None:
-        """Sets `drawn` once no hold_logits says it draws (asked every 10 ms) and the paint it asked is done."""
-        deadline = time.monotonic() + self.LOGITS_WAIT_S
-        timer = QTimer(self, interval=10)
-
-        def check() -> None:
-            if time.monotonic() < deadline and any(m() is not None and m()() for m in self._logits_holds):
-                return
-            timer.stop()
-            timer.deleteLater()
-            QTimer.singleShot(0, drawn.set)  # a turn of the event loop later: the paint they asked
-
-        timer.timeout.connect(check)
-        timer.start()
-        check()
+        """Sets `drawn` once no hold_logits holder draws (now, or at a drawing_ended) or LOGITS_WAIT_S from now."""
+        self._logits_waiting = drawn
+        QTimer.singleShot(round(self.LOGITS_WAIT_S * 1000), drawn.set)
+        self.drawing_ended()
 
     def set_target(self, target: str) -> None:
         """An encoder-decoder's target text (the decoder reads [start] + its tokens): kept for every model,

@@ -71,6 +71,26 @@ def test_thumbnail_click_opens_that_head(qtbot):
     assert (panel.layer, panel.head) == (0, 1)
 
 
+def test_each_thumbnail_is_drawn_in_its_box_with_its_colours(qtbot):
+    """The model view paints every head's thumbnail (thumbnails(): RGBA) in its box: the grab's pixel at the middle
+    of each thumbnail cell is that cell's colour."""
+    from desktop_app.core.views.attention import thumbnails
+
+    panel, trace, _ = _panel(qtbot)
+    mv = panel.model_view
+    expected = thumbnails([trace.pattern(l)[0] for l in range(trace.n_layers)], panel.mask, mv.lut, mv.THUMB)
+    shot = mv.grab().toImage()
+    ratio = shot.width() / mv.width()
+    for (layer, head), box in mv.boxes.items():
+        rgba = expected[layer][head]
+        rows, cols = rgba.shape[:2]
+        for i, j in ((0, 0), (rows - 1, 0), (rows // 2, cols // 3), (rows - 1, cols - 1)):
+            at = QPointF(box.x() + (j + 0.5) * box.width() / cols, box.y() + (i + 0.5) * box.height() / rows)
+            pixel = _view_point(mv, mv.view.mapViewToScene(at)) * ratio
+            colour = shot.pixelColor(pixel)
+            assert (colour.red(), colour.green(), colour.blue()) == tuple(rgba[i, j, :3]), (layer, head, i, j)
+
+
 def test_hover_gives_query_key_and_weight(qtbot):
     panel, trace, ids = _panel(qtbot)
     panel.open_head(1, 0)
@@ -115,7 +135,10 @@ def test_token_selection_highlights_rows_everywhere(qtbot):
     panel, trace, _ = _panel(qtbot)
     qtbot.mouseClick(panel.tokens.canvas, Qt.MouseButton.LeftButton, pos=panel.tokens.chip_center(6))
     assert panel.selected_token == 6
-    assert all(b.isVisible() and b.rect().top() == 6 for b in panel.model_view.row_boxes)
+    mv = panel.model_view  # row 6 boxed on every thumbnail: its pattern cells' 7th row of pixels
+    side = next(iter(mv.boxes.values())).height() / trace.pattern(0).shape[-2]
+    np.testing.assert_allclose(sorted((r.x(), r.y(), r.width(), r.height()) for r in mv.row_rects()),
+                               sorted((b.x(), b.y() + 6 * side, b.width(), side) for b in mv.boxes.values()))
     for view, hm in (("attention", panel.heatmap), ("mean", panel.mean_map), ("rollout", panel.rollout_map)):
         panel.show_view(view)  # hidden views are drawn when shown, with the selection
         assert hm.row_box.isVisible() and hm.row_box.rect().top() == 6
@@ -383,3 +406,36 @@ def test_the_rollout_is_drawn_while_the_head_statistics_are_computed(qtbot, monk
         release.set()
     qtbot.waitUntil(lambda: panel.stats is not None, timeout=10_000)
     assert panel.stats_map.plot.titleLabel.text == analysis.STAT_NAMES[panel.view_state.statistic]
+
+
+def test_cancel_on_the_statistics_tab_stops_their_worker_and_compute_computes_them(qtbot, monkeypatch):
+    """The Head statistics tab shows the worker's progress with Cancel (as What if and Features do); a click
+    stops the worker, whose numbers are then never shown, and the button, now Compute, computes them again."""
+    from desktop_app.ui import workers
+
+    CANCELLED = "Cancelled: press Compute to compute the rollout and head statistics."
+    panel, trace, ids = _panel(qtbot)
+    _click_tab(panel, qtbot, panel.stats_map)
+    assert panel.aggregates_button.isHidden() and panel.aggregates_progress.isHidden()  # drawn: nothing to cancel
+    started, release = _hold(monkeypatch, analysis, "head_stats")
+    panel.state.show_trace(trace, ids[:-1] + ids[-1:])  # the same text traced again: a new trace on show
+    try:
+        qtbot.waitUntil(started.is_set, timeout=10_000)
+        job = panel._job
+        assert panel.aggregates_button.isVisible() and panel.aggregates_button.text() == "Cancel"
+        assert panel.aggregates_progress.isVisible()
+        _click_tab(panel, qtbot, panel.model_view)
+        assert panel.aggregates_button.isHidden()  # (the model view is drawn: no Cancel there)
+        _click_tab(panel, qtbot, panel.stats_map)
+        qtbot.mouseClick(panel.aggregates_button, Qt.MouseButton.LeftButton)
+        assert job.control.cancelled and panel._job is None
+        assert panel.aggregates_button.text() == "Compute" and panel.aggregates_progress.isHidden()
+        assert panel.stats_map.plot.titleLabel.text == CANCELLED
+    finally:
+        release.set()
+    qtbot.waitUntil(lambda: job not in workers._active, timeout=10_000)  # the worker ended, its signals delivered
+    assert panel.stats is None and panel.stats_map.plot.titleLabel.text == CANCELLED
+    qtbot.mouseClick(panel.aggregates_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.stats is not None, timeout=10_000)
+    assert panel.stats_map.plot.titleLabel.text == analysis.STAT_NAMES[panel.view_state.statistic]
+    assert panel.aggregates_button.isHidden() and panel.aggregates_progress.isHidden()

@@ -411,9 +411,12 @@ def test_a_new_text_while_the_logits_are_computed_is_traced_and_the_old_one_neve
 def test_the_logits_wait_until_the_attention_panel_has_made_its_last_row(qtbot, six_layers, monkeypatch,
                                                                         isolated_user_files, error_watch):
     """The logits take every free core: they start once the model view's rows are all made and painted
-    (AppState.hold_logits), not beside the last row's thumbnails; then the trace lands as before."""
+    (AppState.hold_logits: the panel says so, drawing_ended), not beside the last row's thumbnails; then the
+    trace lands as before. (The most they wait is made longer than the test: the panel's word starts them.)"""
     import desktop_app.ui.panels.attention as attention_module
     import desktop_app.ui.state as state_module
+
+    monkeypatch.setattr(state_module.AppState, "LOGITS_WAIT_S", 600.0)
 
     window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
     attention = _attention(qtbot, window)
@@ -441,10 +444,44 @@ def test_the_logits_wait_until_the_attention_panel_has_made_its_last_row(qtbot, 
     _type(qtbot, window, SECOND)
     qtbot.waitUntil(last_row.is_set, timeout=30_000)
     qtbot.waitUntil(lambda: state.tracing is not None and state.tracing.done == LAYERS, timeout=30_000)
-    qtbot.wait(100)  # (ten of the hold's 10 ms checks)
+    qtbot.wait(100)  # (turns of the event loop for a logits step not held to start in)
     assert rows_when_the_logits_started == [] and state.trace is None
     release.set()
     qtbot.waitUntil(lambda: state.trace is not None, timeout=30_000)
     assert rows_when_the_logits_started == [LAYERS] and "logits" in state.trace
     assert state.token_ids == state.loaded.tokenizer.encode(SECOND)
+    error_watch.assert_clean()
+
+
+def test_the_screenshot_watcher_hears_that_the_rows_are_drawn_before_the_logits(
+        qtbot, six_layers, monkeypatch, isolated_user_files, error_watch):
+    """--screenshot's StartupWatcher waits for the panel on show drawn from the blocks without asking it on a
+    timer: the Attention panel's last row made (AppState.drawing_done) ends its wait while the logits are held."""
+    import desktop_app.ui.state as state_module
+    from desktop_app.ui.app import StartupWatcher, drawn_before_the_logits
+
+    window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
+    _attention(qtbot, window)
+    release = threading.Event()
+    real = state_module._add_logits
+
+    def held(add_logits, drawn, job=None):
+        while not release.wait(0.02) and not job.cancelled:
+            pass
+        return real(add_logits, drawn, job=job)
+
+    monkeypatch.setattr(state_module, "_add_logits", held)
+    watcher = StartupWatcher(state, expect_model=True, drawn_early=lambda: drawn_before_the_logits(window))
+    watcher.model_loaded = True
+    told: list[bool] = []  # whether the watcher was ready each time something told it of a change
+    watcher.on_change = lambda: told.append(watcher.ready)  # (what its wait() quits its event loop on)
+    _type(qtbot, window, SECOND)
+    attention = click_panel_tab(qtbot, window, "Attention")
+    try:
+        qtbot.waitUntil(lambda: True in told, timeout=20_000)  # no timer asks drawn_early: the panel's word
+        assert not watcher.traced and state.trace is None and attention.drawn_before_the_logits()
+    finally:
+        release.set()
+    qtbot.waitUntil(lambda: state.trace is not None and state.token_ids == state.loaded.tokenizer.encode(SECOND),
+                    timeout=30_000)
     error_watch.assert_clean()

@@ -44,6 +44,11 @@ class LayerPatterns(Sequence):
     def __len__(self) -> int:
         return self._n
 
+    @property
+    def layer_shape(self) -> tuple[int, int, int]:
+        """[H, T_q, T_k] of every layer, from the trace's tensor (no float32 copy of a layer made for it)."""
+        return tuple(analysis.attention_pattern_tensor(self.trace, 0).shape)
+
     def __getitem__(self, layer):
         if isinstance(layer, slice):
             return [self[l] for l in range(*layer.indices(self._n))]
@@ -58,6 +63,11 @@ class LayerPatterns(Sequence):
         while len(self._cache) > self.CACHE:
             self._cache.pop(next(iter(self._cache)))
         return hit
+
+
+def layer_shape(patterns: Sequence[np.ndarray]) -> tuple[int, int, int]:
+    """[H, T_q, T_k] of each layer's pattern (a LayerPatterns' without converting a layer to float32)."""
+    return patterns.layer_shape if isinstance(patterns, LayerPatterns) else patterns[0].shape
 
 
 @dataclass
@@ -84,13 +94,13 @@ class AttentionData:
 
     @property
     def n_heads(self) -> int:
-        return self.patterns[0].shape[0]
+        return layer_shape(self.patterns)[0]
 
     @property
     def query_offset(self) -> int:
         """Position of the first query: queries are the last T_q of T_k tokens (a cached step has one);
         0 for cross-attention (queries are another sequence)."""
-        _, t_q, t_k = self.patterns[0].shape
+        _, t_q, t_k = layer_shape(self.patterns)
         return 0 if self.cross else t_k - t_q
 
     @property
@@ -107,7 +117,7 @@ def prepare(trace, causal: bool | None, tokens: list[str] | None,
     patterns = LayerPatterns(trace)
     if not len(patterns):
         analysis.attention_pattern(trace, 0)  # says what is missing
-    _, t_q, t_k = patterns[0].shape
+    _, t_q, t_k = patterns.layer_shape
     if causal is None:
         causal = bool(np.all(np.triu(patterns[0][:, :, t_k - t_q:], 1) == 0))
     allowed = analysis.allowed_mask(t_q, t_k, causal)

@@ -11,17 +11,18 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QPainterPath, QPen, QTransform
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsPathItem, QGraphicsRectItem, QHBoxLayout,
-                               QInputDialog, QLabel, QMenu, QScrollBar, QSpinBox, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtGui import QColor, QImage, QPainterPath, QPen, QTransform
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsItem, QGraphicsPathItem, QGraphicsSimpleTextItem, QHBoxLayout,
+                               QInputDialog, QLabel, QMenu, QPushButton, QScrollBar, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
 from ...core import analysis
 from ...core.views import find_view, views_using
 from ...core.views import attention as attention_views
-from ...core.views.attention import AttentionData, AttentionViewState, thumbnails
+from ...core.views.attention import AttentionData, AttentionViewState, layer_shape, thumbnails
 from ...threads import every_free_core
 from ..settings import plot_background, plot_foreground
 from ..widgets.heatmap import LabelAxis
+from ..widgets.job_progress import JobProgressBar
 from ..widgets.token_strip import plural
 from .view_panel import ViewTablePanel
 
@@ -37,6 +38,66 @@ def head_colour(h: int) -> QColor:
 
 
 # -- model view ------------------------------------------------------------------------------
+
+
+def grid_label(text: str, colour: QColor, turned: bool = False) -> QGraphicsSimpleTextItem:
+    """A label of the model view's grid, in screen pixels whatever the view's scale, its bottom centre at its
+    position (turned: reading upwards). (pyqtgraph's TextItem took ~1.7 ms each to make: 65 ms for Qwen2.5-0.5B's
+    24 + 14 labels, in the first look's first layer.)"""
+    item = QGraphicsSimpleTextItem(text)
+    item.setBrush(colour)
+    item.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIgnoresTransformations)
+    box = item.boundingRect()
+    gap = 4  # pixels between the text and its position (TextItem's margin, as before)
+    item.setTransform(QTransform().rotate(-90 if turned else 0).translate(-box.width() / 2, -box.height() - gap))
+    return item
+
+
+class Thumbnails(QGraphicsItem):
+    """The model view's thumbnails, drawn by one item: each RGBA thumbnail (thumbnails(): made in a worker) in its
+    box, as a QImage over its pixels. (A pyqtgraph ImageItem per head, 336 at Qwen2.5-0.5B's 24 x 14, took about
+    0.5 s of the UI thread over a first look: each made its levels and ARGB again, connected its signals and was
+    asked its bounds at every paint.) A row filled repaints its own boxes only (update(rect); Qt draws the
+    updates asked in an event-loop turn at once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemUsesExtendedStyleOption)  # (paint's exposedRect)
+        self.setZValue(-1)  # under the selected row's boxes
+        self.boxes: dict[tuple[int, int], QRectF] = {}  # ModelView's: each thumbnail's place
+        self.images: dict[tuple[int, int], QImage] = {}
+        self.pixels: dict[tuple[int, int], np.ndarray] = {}  # the RGBA arrays the images read (kept alive)
+        self._bounds = QRectF()
+
+    def place(self, boxes: dict[tuple[int, int], QRectF], bounds: QRectF) -> None:
+        self.prepareGeometryChange()
+        self.boxes, self._bounds = boxes, bounds
+        self.update()
+
+    def clear(self) -> None:
+        self.images.clear()
+        self.pixels.clear()
+        self.update()
+
+    def set_thumb(self, key: tuple[int, int], rgba: np.ndarray) -> None:
+        if self.pixels.get(key) is rgba:
+            return  # painted already (a trace arriving layer by layer made it)
+        rgba = np.ascontiguousarray(rgba)
+        height, width = rgba.shape[:2]
+        self.pixels[key] = rgba
+        self.images[key] = QImage(rgba.data, width, height, 4 * width, QImage.Format.Format_RGBA8888)
+        if key in self.boxes:
+            self.update(self.boxes[key])
+
+    def boundingRect(self) -> QRectF:
+        return self._bounds
+
+    def paint(self, painter, option, _widget=None) -> None:
+        exposed = option.exposedRect
+        for key, image in self.images.items():
+            box = self.boxes.get(key)
+            if box is not None and box.intersects(exposed):
+                painter.drawImage(box, image)
 
 
 class ModelView(pg.GraphicsLayoutWidget):
@@ -61,17 +122,28 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.view = self.addViewBox(row=0, col=0, enableMouse=False, enableMenu=False, invertY=True)
         self.view.sigResized.connect(self._place)
         self.boxes: dict[tuple[int, int], QRectF] = {}  # each thumbnail's place in the view (its pixels)
-        self.images: dict[tuple[int, int], pg.ImageItem] = {}
-        self.row_boxes: list[QGraphicsRectItem] = []  # the selected query row, one per thumbnail (its pattern's coordinates)
+        self.thumbnails = Thumbnails()
+        self.images = self.thumbnails.images  # the thumbnails painted, by (layer, head)
+        self.view.addItem(self.thumbnails, ignoreBounds=True)
         self._frames = QGraphicsPathItem()
         pen = pg.mkPen("#bbbbbb")
         pen.setCosmetic(True)
         self._frames.setPen(pen)
         self.view.addItem(self._frames, ignoreBounds=True)
-        self._head_labels: list[pg.TextItem] = []
+        # the selected query row, a box on every thumbnail: one path (an item per thumbnail took ~60 ms to make
+        # at each grid of Qwen2.5-0.5B's shape)
+        self.row_marks = QGraphicsPathItem()
+        pen = QPen(QColor(255, 40, 40))
+        pen.setCosmetic(True)
+        pen.setWidthF(1.5)
+        self.row_marks.setPen(pen)
+        self.view.addItem(self.row_marks, ignoreBounds=True)
+        self.selected_row: int | None = None
+        self._cell_px = 0.0  # a pattern cell's side in the thumbnails now (_place)
+        self._head_labels: list[QGraphicsSimpleTextItem] = []
         self._scroll = 0.0  # pixels of rows scrolled past the top
         self._row_px = 0.0  # a row's height now (_place)
-        self._layer_labels: list[pg.TextItem] = []
+        self._layer_labels: list[QGraphicsSimpleTextItem] = []
         self.patterns: list[np.ndarray] = []
         self.shape = (0, 0)  # the thumbnails' patterns: [t_q, t_k]
         self.grid = (0, 0, 0, 0)  # what begin() laid out: layers, heads, t_q, t_k
@@ -92,7 +164,7 @@ class ModelView(pg.GraphicsLayoutWidget):
         are not painted again)."""
         if thumbs is None and patterns:
             thumbs = thumbnails(patterns, mask, self.lut, self.THUMB)
-        grid = (len(patterns), *(patterns[0].shape if patterns else (0, 0, 0)))
+        grid = (len(patterns), *(layer_shape(patterns) if patterns else (0, 0, 0)))
         if grid != self.grid or not patterns:
             self.begin(*grid)
         self.patterns = patterns
@@ -102,26 +174,17 @@ class ModelView(pg.GraphicsLayoutWidget):
     def begin(self, n_layers: int, n_heads: int, t_q: int, t_k: int) -> None:
         """An empty grid of n_layers x n_heads thumbnails of [t_q, t_k] patterns (their frames, the labels),
         filled by fill_layer (a trace arriving layer by layer paints its rows as they come)."""
-        for item in [*self.images.values(), *self.row_boxes, *self._head_labels, *self._layer_labels]:
+        for item in [*self._head_labels, *self._layer_labels]:
             self.view.removeItem(item)
-        self.boxes.clear()
-        self.images.clear()
+        self.boxes = {}
+        self.thumbnails.clear()
         self.patterns = []
         self.shape = (t_q, t_k)
         self.grid = (n_layers, n_heads, t_q, t_k)
-        self.row_boxes = []
-        for _ in range(n_layers * n_heads):
-            box = QGraphicsRectItem()  # drawn in its pattern's coordinates: query row r is y in [r, r + 1]
-            pen = QPen(QColor(255, 40, 40))
-            pen.setCosmetic(True)
-            pen.setWidthF(1.5)
-            box.setPen(pen)
-            box.setVisible(False)
-            self.row_boxes.append(box)
-        self._head_labels = [pg.TextItem(f"head {h}", color=head_colour(h), anchor=(0.5, 1.0)) for h in range(n_heads)]
-        self._layer_labels = [pg.TextItem(f"layer {l}", color=plot_foreground(), anchor=(0.5, 1.0), angle=90)
-                              for l in range(n_layers)]
-        for item in [*self.row_boxes, *self._head_labels, *self._layer_labels]:
+        self.selected_row = None
+        self._head_labels = [grid_label(f"head {h}", head_colour(h)) for h in range(n_heads)]
+        self._layer_labels = [grid_label(f"layer {l}", QColor(plot_foreground()), turned=True) for l in range(n_layers)]
+        for item in [*self._head_labels, *self._layer_labels]:
             self.view.addItem(item, ignoreBounds=True)
         self._place()
 
@@ -130,9 +193,9 @@ class ModelView(pg.GraphicsLayoutWidget):
         n_layers, n_heads, t_q, t_k = self.grid
         size = self.view.size()
         width, height = max(size.width(), 1.0), max(size.height(), 1.0)
-        self.boxes.clear()
+        self.boxes = {}
         frames = QPainterPath()
-        cell_h = 0.0
+        cell_h = side = 0.0
         if n_layers and n_heads:
             cell_w = max((width - self.LEFT) / n_heads, 2 * self.GAP + 1)
             cell_h = max((height - self.TOP) / n_layers, min(self.MIN_ROW, cell_w), 2 * self.GAP + 1)
@@ -144,10 +207,6 @@ class ModelView(pg.GraphicsLayoutWidget):
                                   w, h)
                     self.boxes[(l, hd)] = rect
                     frames.addRect(rect)
-                    self.row_boxes[l * n_heads + hd].setTransform(QTransform(side, 0, 0, side, rect.x(), rect.y()))
-                    img = self.images.get((l, hd))
-                    if img is not None:
-                        img.setRect(rect)
             self._scroll = min(max(self._scroll, 0.0), max(0.0, self.TOP + n_layers * cell_h - height))
             for hd, label in enumerate(self._head_labels):  # (they stay at the top as the rows scroll)
                 label.setPos(self.LEFT + (hd + 0.5) * cell_w, self._scroll + self.TOP)
@@ -156,7 +215,9 @@ class ModelView(pg.GraphicsLayoutWidget):
                 label.setPos(self.LEFT, self.TOP + (l + 0.5) * cell_h)
                 label.setVisible(l % every == 0)
         self._frames.setPath(frames)
-        self._row_px = cell_h
+        self.thumbnails.place(self.boxes, frames.boundingRect())
+        self._row_px, self._cell_px = cell_h, side
+        self.set_selected_row(self.selected_row)
         self.view.setRange(QRectF(0, self._scroll if n_layers else 0.0, width, height), padding=0)
 
     def wheelEvent(self, event) -> None:
@@ -171,29 +232,25 @@ class ModelView(pg.GraphicsLayoutWidget):
     def fill_layer(self, layer: int, thumbs: list[np.ndarray]) -> None:
         """Paint one row of the grid begin() made: layer `layer`'s thumbnails, one per head."""
         for h, thumb in enumerate(thumbs):
-            img = self.images.get((layer, h))
-            if img is not None:  # painted before: the same thumbnail stays, another replaces it
-                if img.image is not thumb:
-                    img.setImage(thumb)
-                continue
-            img = pg.ImageItem(thumb, axisOrder="row-major")
-            img.setRect(self.boxes[(layer, h)])
-            img.setZValue(-1)  # under the selected row's box
-            self.view.addItem(img, ignoreBounds=True)
-            self.images[(layer, h)] = img
+            self.thumbnails.set_thumb((layer, h), thumb)
 
     def filled_layers(self) -> int:
         """How many rows, from the first, have their thumbnails painted."""
         return len({l for l, _h in self.images})
 
     def set_selected_row(self, row: int | None) -> None:
-        t_q, t_k = self.shape
-        for box in self.row_boxes:
-            if row is None or not 0 <= row < t_q:
-                box.setVisible(False)
-            else:
-                box.setRect(QRectF(0, row, t_k, 1))
-                box.setVisible(True)
+        """Box query row `row` (None: none) on every thumbnail."""
+        self.selected_row = row if row is not None and 0 <= row < self.shape[0] else None
+        marks = QPainterPath()
+        if self.selected_row is not None:
+            for rect in self.boxes.values():
+                marks.addRect(QRectF(rect.x(), rect.y() + self.selected_row * self._cell_px, rect.width(),
+                                     self._cell_px))
+        self.row_marks.setPath(marks)
+
+    def row_rects(self) -> list[QRectF]:
+        """The selected row's boxes drawn, one per thumbnail (view pixels)."""
+        return [polygon.boundingRect() for polygon in self.row_marks.path().toSubpathPolygons()]
 
     def head_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
         at = self.view.mapSceneToView(scene_pos)
@@ -252,10 +309,10 @@ class HeadView(QWidget):
         for ax in (self.left_axis, self.right_axis):
             ax.setPen(pg.mkPen(plot_foreground()))
             ax.setTextPen(pg.mkPen(plot_foreground()))
-        self.plot = self.graphics.addPlot(axisItems={"left": self.left_axis, "right": self.right_axis})
+        self.plot = self.graphics.addPlot(axisItems={"left": self.left_axis, "right": self.right_axis},
+                                          enableMenu=False)  # (no menu made, as Heatmap's)
         self.plot.showAxis("right")
         self.plot.hideAxis("bottom")
-        self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.plot.getViewBox().invertY(True)
         self.plot.getViewBox().setMouseEnabled(x=False, y=True)
@@ -492,6 +549,20 @@ class AttentionPanel(ViewTablePanel):
         self.ablate_button.menu().aboutToShow.connect(
             lambda: self.fill_ablation_menu(self.ablate_button.menu(), self.layer, self.head))
         controls.addWidget(self.ablate_button)
+        # the rollout and statistics' worker, beside their tabs: its progress, and Cancel (Compute once cancelled)
+        self.aggregates_progress = JobProgressBar()
+        self.aggregates_button = QPushButton("Cancel")
+        self.aggregates_button.clicked.connect(self._on_aggregates_button)
+        corner = QWidget()
+        corner_row = QHBoxLayout(corner)
+        corner_row.setContentsMargins(0, 0, 0, 2)
+        corner_row.addWidget(self.aggregates_progress)
+        corner_row.addWidget(self.aggregates_button)
+        self.tabs.setCornerWidget(corner, Qt.Corner.TopRightCorner)
+        self._aggregates_work = None  # set_trace's job computing them, kept to compute them again
+        self._aggregates_job = None  # its run now (a workers.Job), None before or once cancelled
+        self._aggregates_what = ""  # what its progress counts now: the rollout's layers, then the statistics'
+        self._show_aggregates_controls()
         self._lay_out(controls)
 
         self._show_view_state_in_controls()
@@ -594,6 +665,7 @@ class AttentionPanel(ViewTablePanel):
     def _on_tab(self, index: int) -> None:
         self.view_state.view = self.VIEWS[index]
         self._update_controls()
+        self._show_aggregates_controls()
         self._refresh()
 
     # -- views -----------------------------------------------------------------------------
@@ -698,10 +770,11 @@ class AttentionPanel(ViewTablePanel):
 
         def thumbs_made(result) -> None:
             if self._on_thumbnails(result):
-                self._run_trace_job(numbers, self._on_aggregates, "statistics", sync,
-                                    on_progress=self._show_aggregates_progress, on_partial=self._on_rollout)
+                self._compute_aggregates(sync)
 
+        self._aggregates_work, self._aggregates_job = numbers, None
         self._run_trace_job(thumbs, thumbs_made, "thumbnails", sync)
+        self._show_aggregates_controls()
 
     def _on_layers_ready(self, ready) -> None:
         """A text's trace arriving layer by layer (app.tracing.LayersReady, of the input now on show):
@@ -728,7 +801,10 @@ class AttentionPanel(ViewTablePanel):
 
     def _paint_pieces(self) -> None:
         """Make the thumbnails of the layers ready and not yet painted, in a worker, one job at a time."""
-        if self._piece_job is not None or self._partial is None or len(self._partial_thumbs) >= self._partial_done:
+        if self._piece_job is not None:
+            return
+        if self._partial is None or len(self._partial_thumbs) >= self._partial_done:
+            self._rows_drawn()
             return
         from ..workers import run_job
 
@@ -745,6 +821,7 @@ class AttentionPanel(ViewTablePanel):
         def painted(rows) -> None:
             self._piece_job = None
             if trace is not self._partial:
+                self._rows_drawn()
                 return  # another trace (or none) is on show now
             for row in rows:
                 self.model_view.fill_layer(len(self._partial_thumbs), row)
@@ -754,6 +831,7 @@ class AttentionPanel(ViewTablePanel):
         def ended(*_args) -> None:
             if self._piece_job is job:
                 self._piece_job = None
+                self._rows_drawn()
 
         job = self._piece_job = run_job(work, on_result=painted, on_error=ended, on_cancelled=ended, owner=self)
 
@@ -761,14 +839,22 @@ class AttentionPanel(ViewTablePanel):
         """Rows of the trace arriving are still being made (AppState.hold_logits: the logits wait for them)."""
         return self._piece_job is not None
 
+    def _rows_drawn(self) -> None:
+        """No rows are being made now: logits held for them may start (AppState.drawing_ended)."""
+        if hasattr(self.state, "drawing_ended"):  # (render's stand-in state has none)
+            self.state.drawing_ended()
+
     def _cancel_piece_job(self) -> None:
         if self._piece_job is not None:
             self._piece_job.cancel()
-        self._piece_job = None
+            self._piece_job = None
+            self._rows_drawn()
 
     def _clear_own(self, message: str) -> None:
         """(A trace without attention is cleared too.)"""
         self._cancel_piece_job()
+        self._aggregates_work = self._aggregates_job = None
+        self._show_aggregates_controls()
         self._partial, self._partial_thumbs = None, []
         self.model_view.set_patterns([], None)
         self.head_view.set_layer(np.zeros((0, 0, 0), dtype=np.float32), [], [])
@@ -796,17 +882,60 @@ class AttentionPanel(ViewTablePanel):
         data.rollout, data.stats, data.rollout_problem = rollout, stats, rollout_problem
         data.aggregated = data.rollout_arrived = True
         self._invalidate("rollout", "head-stats")  # the views that read the worker's numbers
+        self._show_aggregates_controls()
 
     def _on_rollout(self, result) -> None:
         """The rollout, before the statistics: its tab is drawn while they are computed (~half the wait)."""
         generation, rollout, rollout_problem = result
-        if not self._is_current(generation) or self.data is None:
-            return
+        if not self._is_current(generation) or self.data is None or not self._aggregates_running():
+            return  # (a newer trace's, or the worker was cancelled after it handed the rollout on)
         self.data.rollout, self.data.rollout_problem, self.data.rollout_arrived = rollout, rollout_problem, True
         self._waiting = "Computing the head statistics\u2026"  # until their first layer's progress
         self._invalidate("rollout")
 
+    def _compute_aggregates(self, sync: bool = False) -> None:
+        """The rollout and head statistics of the trace on show (set_trace's job), in the worker (sync: here)."""
+        self._aggregates_what = ""
+        self._waiting = "Computing the rollout and head statistics\u2026"  # until the worker's progress
+        self._run_trace_job(self._aggregates_work, self._on_aggregates, "statistics", sync,
+                            on_progress=self._show_aggregates_progress, on_partial=self._on_rollout)
+        if self._job is not None:  # (a worker's: the controls follow it to its end, whatever the end)
+            self._aggregates_job = self._job
+            self._job.signals.finished.connect(self._show_aggregates_controls)
+        self._show_waiting(self.view_state.view)
+        self._show_aggregates_controls()
+
+    def _aggregates_running(self) -> bool:
+        return self._aggregates_job is not None and self._job is self._aggregates_job
+
+    def _on_aggregates_button(self) -> None:
+        """Cancel the rollout and statistics being computed; once cancelled, compute them again."""
+        if self._aggregates_running():
+            self._cancel_job()
+            self._aggregates_job = None
+            self._waiting = "Cancelled: press Compute to compute the rollout and head statistics."
+            self._show_waiting(self.view_state.view)
+            self._show_aggregates_controls()
+        elif self._aggregates_work is not None and self.data is not None:
+            self._compute_aggregates()
+
+    def _show_aggregates_controls(self) -> None:
+        """The worker's progress and Cancel on the rollout and statistics tabs while it computes them; Compute
+        there once cancelled, until they are drawn."""
+        running = self._aggregates_running()
+        missing = self.data is not None and self._aggregates_work is not None and not self.data.aggregated
+        on_show = self.view_state.view in ("rollout", "head-stats") and missing
+        self.aggregates_progress.setVisible(on_show and running)
+        self.aggregates_button.setVisible(on_show)
+        self.aggregates_button.setText("Cancel" if running else "Compute")
+
     def _show_aggregates_progress(self, done: int, total: int, what: str) -> None:
+        if not self._aggregates_running():
+            return  # (a cancelled worker's last word)
+        if what != self._aggregates_what:  # the rollout's layers, then the statistics': the bar starts again
+            self._aggregates_what = what
+            self.aggregates_progress.begin(total)
+        self.aggregates_progress.show_progress(done, total)
         self._waiting = f"Computing the {what}: layer {done + 1} / {total}\u2026"
         self._show_waiting(self.view_state.view)
 
@@ -872,7 +1001,7 @@ class AttentionPanel(ViewTablePanel):
         if self.selected_token is None or self.data is None:
             return None
         row = self.selected_token - self.data.query_offset
-        return row if 0 <= row < self.data.patterns[0].shape[1] else None
+        return row if 0 <= row < layer_shape(self.data.patterns)[1] else None
 
     def _row_of_selection(self, view) -> int | None:
         return self.query_row() if view.rows == "queries" else self.selected_token

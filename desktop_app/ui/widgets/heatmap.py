@@ -119,8 +119,9 @@ class Heatmap(pg.GraphicsLayoutWidget):
         for ax in (self.left_axis, self.bottom_axis):
             ax.setPen(pg.mkPen(plot_foreground()))
             ax.setTextPen(pg.mkPen(plot_foreground()))
-        self.plot = self.addPlot(row=0, col=0, axisItems={"left": self.left_axis, "bottom": self.bottom_axis})
-        self.plot.setMenuEnabled(False)
+        # (no view box menu made: it was ~15% of the panel's build, and is never shown)
+        self.plot = self.addPlot(row=0, col=0, axisItems={"left": self.left_axis, "bottom": self.bottom_axis},
+                                 enableMenu=False)
         self.plot.hideButtons()
         self.vb = self.plot.getViewBox()
         self.vb.invertY(True)
@@ -148,16 +149,9 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.row_box.setVisible(False)
         self.plot.addItem(self.row_box)
         self.cmap = pg.colormap.get(colormap)
-        self.colorbar = None
-        if colorbar:
-            self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=self.cmap, interactive=False, width=14,
-                                            pen=plot_foreground(), colorMapMenu=False)
-            self.colorbar.setImageItem(self.image)
-            self.colorbar.axis.setTextPen(pg.mkPen(plot_foreground()))
-            self.colorbar.axis.setPen(pg.mkPen(plot_foreground()))
-            self.addItem(self.colorbar, row=0, col=1)
-        else:
-            self.image.setLookupTable(self.cmap.getLookupTable(nPts=256))
+        self._colorbar = None
+        self._wants_colorbar = colorbar  # made when first shown or asked (the colorbar property)
+        self.image.setLookupTable(self.cmap.getLookupTable(nPts=256))
         self.values = np.zeros((0, 0), dtype=np.float32)
         self.mask: np.ndarray | None = None
         self.row_labels: list[str] = []
@@ -167,6 +161,24 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.hover_text = ""
         self.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.scene().sigMouseClicked.connect(self._on_mouse_clicked)
+
+    @property
+    def colorbar(self) -> pg.ColorBarItem | None:
+        """The colour bar beside the matrix (None: made without one). Made when the heatmap is first shown or
+        this is asked (a matrix set): a ColorBarItem is a plot of its own, ~40 ms to make, and a panel makes
+        heatmaps for tabs a person may never open (the Attention panel four, before a first look's first paint)."""
+        if self._colorbar is None and self._wants_colorbar:
+            bar = self._colorbar = pg.ColorBarItem(values=self.levels, colorMap=self.cmap, interactive=False, width=14,
+                                                   pen=plot_foreground(), colorMapMenu=False)
+            bar.setImageItem(self.image)
+            bar.axis.setTextPen(pg.mkPen(plot_foreground()))
+            bar.axis.setPen(pg.mkPen(plot_foreground()))
+            self.addItem(bar, row=0, col=1)
+        return self._colorbar
+
+    def showEvent(self, event) -> None:
+        self.colorbar  # (made before its first paint)  # noqa: B018
+        super().showEvent(event)
 
     # -- data ------------------------------------------------------------------------------
     def set_matrix(self, values: np.ndarray, row_labels: Sequence[str] | None = None,

@@ -7,7 +7,8 @@ GenerationSession(model, prompt_ids, settings, seed, stop_tokens) runs the promp
     goto(node)       jump to any node of the tree (the cache keeps the shared prefix)
     with_interventions(edits)  the same tree on the edited model (the tokens kept, the rest recomputed)
     run(n, job)      iterator of step() results; stops at stop tokens, the context length or cancel
-                     (the forward consuming its last token is made at the first read: settle())
+                     (lazy_last=True, as generate(): the forward consuming its last token is made at the
+                     first read of that node, settle(); never for a node a UI thread may read)
     reset()          forget the tree, keep the prompt's forward
 
 Every node holds the token, its probability, the logits of the next-token distribution (so views
@@ -272,18 +273,18 @@ class GenerationSession(HistoryTree, BeamSearch):
 
     def step(self) -> Node:
         """Advance one token with the current strategy; returns the new current node."""
-        return self._step(in_run=False, last=False)
+        return self._step(lazy_last=False, last=False)
 
-    def _step(self, in_run: bool, last: bool) -> Node:
-        """step(); in a run, the forward of a token that ends it (the last, or a stop token), its next-token
-        logits and records, is made at their first read (transformers' generate never makes it)."""
+    def _step(self, lazy_last: bool, last: bool) -> Node:
+        """step(); with lazy_last, the forward of a token that ends a run (the last, or a stop token), its
+        next-token logits and records, is made at their first read (transformers' generate never makes it)."""
         if self.settings.strategy == "beam":
             return self._beam_step()
         node = self.current
         self._check_can_extend(node)
         dist = self.distribution(node)
         token, how = pick(dist, self.settings.strategy, self._generator)
-        return self._extend(node, token, dist, how, lazy=in_run and (last or token in self.stop_tokens))
+        return self._extend(node, token, dist, how, lazy=lazy_last and (last or token in self.stop_tokens))
 
     def choose(self, token_id: int) -> Node:
         """Force `token_id` after the current node (a new branch if that child is not there yet)."""
@@ -326,12 +327,14 @@ class GenerationSession(HistoryTree, BeamSearch):
         new._beam_done = self._beam_done
         return new
 
-    def run(self, n: int, job: JobControl | None = None) -> Iterator[Node]:
+    def run(self, n: int, job: JobControl | None = None, lazy_last: bool = False) -> Iterator[Node]:
         """Up to n steps, yielding each new current node; stops early (setting stop_reason) at a
         stop token or the context length. With a job, cancel() is seen between tokens and also
         between layers of a forward (a slow model still stops within about one layer's time);
-        an interrupted step leaves the tree as it was. The forward that consumes the run's last token
-        (or a stop token) is made when something first reads that node's next_logits or record (settle)."""
+        an interrupted step leaves the tree as it was. lazy_last: the forward that consumes the run's
+        last token (or a stop token) is made when something first reads that node's next_logits or
+        record (settle), as generate() wants (transformers' never makes it); whichever thread reads first
+        makes it, so a session whose nodes a UI thread reads runs without it (every node made at once)."""
         self.settle()  # the last run's, before the cancel hooks: it cannot be interrupted half made
         hooks = []
         if job is not None:
@@ -342,12 +345,12 @@ class GenerationSession(HistoryTree, BeamSearch):
                     job.check()
             hooks = [b.register_forward_pre_hook(check) for b in self._steps.blocks]
         try:
-            yield from self._run(n, job)
+            yield from self._run(n, job, lazy_last)
         finally:
             for h in hooks:
                 h.remove()
 
-    def _run(self, n: int, job: JobControl | None) -> Iterator[Node]:
+    def _run(self, n: int, job: JobControl | None, lazy_last: bool) -> Iterator[Node]:
         for i in range(n):
             if job is not None:
                 job.progress(i, n, f"token {i + 1}/{n}")
@@ -355,7 +358,7 @@ class GenerationSession(HistoryTree, BeamSearch):
                 self.stop_reason = self._finished_reason()
                 return
             try:
-                node = self._step(in_run=True, last=i == n - 1)
+                node = self._step(lazy_last, last=i == n - 1)
             except ContextLengthReached as exc:
                 self.stop_reason = str(exc)
                 return
@@ -687,6 +690,6 @@ def generate(loaded_or_model, prompt_ids: Sequence[int], max_new: int, settings:
                                 interventions=interventions)
     # generate(max_new_tokens=N)'s max_length: the sequence so far + N (where a forced end token comes)
     session.max_length = len(session.prompt) + max_new
-    for _ in session.run(max_new, job):
+    for _ in session.run(max_new, job, lazy_last=True):  # as generate: no forward for the last token
         pass
     return session.ids(), session

@@ -105,7 +105,6 @@ def test_a_step_brings_its_logits_and_records_to_the_host_in_one_transfer(device
     session = GenerationSession(_on(_llama(), device), PROMPT, GenerationSettings("greedy"), stop_tokens=[],
                                 record=record)
     list(session.run(2))
-    session.settle()  # its last token's forward, which waits for a read
     transfers.clear()
     syncs: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
@@ -114,7 +113,6 @@ def test_a_step_brings_its_logits_and_records_to_the_host_in_one_transfer(device
             torch.cuda.set_sync_debug_mode("warn")
         try:
             nodes = list(session.run(3))
-            session.settle()  # the third step's forward, made at the first read of its records
         finally:
             if device == "cuda":
                 torch.cuda.set_sync_debug_mode("default")

@@ -83,3 +83,28 @@ def test_selecting_a_prompt_token_hands_on_its_trace_from_a_worker(qtbot, panel,
     assert handed.args[0].pattern(0).shape[-1] == len(panel.session.prompt)
     assert panel.state.token_ids == panel.session.prompt
     assert forward_threads and threading.get_ident() not in forward_threads
+
+
+def test_a_strategy_picked_lays_the_weights_out_in_the_next_steps_worker(qtbot, panel, monkeypatch):
+    """Beam search's steps and one-row steps want the weights laid out differently (a bfloat16 model: a
+    prepacked copy of every weight, a second or so at 0.5B); picking another strategy hands the settings on
+    from the UI thread, and the next step's worker lays them out."""
+    model = panel.state.loaded.model
+    real, packed = model.pack_for_decoding, []
+
+    def recording(prepack: bool = True) -> None:
+        packed.append((threading.get_ident(), prepack))
+        real(prepack=prepack)
+    monkeypatch.setattr(model, "pack_for_decoding", recording)
+    panel.prompt.setText("the ")
+    panel.strategy.setCurrentText("beam")
+    qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.session is not None and panel.session.current.depth == 1, timeout=10_000)
+    _idle(qtbot, panel)
+    panel.strategy.setCurrentText("greedy")
+    assert panel.session.settings.strategy == "greedy"  # handed on at once: the session is idle
+    qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.session.current.depth == 2, timeout=10_000)
+    _idle(qtbot, panel)
+    assert [p for _, p in packed] == [False, True]  # the beam session's layout, then the one-row steps'
+    assert threading.get_ident() not in [t for t, _ in packed]

@@ -203,6 +203,7 @@ class GenerationSession(HistoryTree, BeamSearch):
         self.prompt = prompt
         self.source = self._steps.source  # an encoder-decoder's source ids, else None
         self.settings = (settings or GenerationSettings()).validated()
+        self._packed_with: bool | None = None  # the prepack choice the weights were last laid out for
         self._pack_for(self.settings)
         self.seed = seed
         if stop_tokens is None:  # every end token of generation_config.json / config.json, else the model's one
@@ -239,14 +240,18 @@ class GenerationSession(HistoryTree, BeamSearch):
         new = settings.validated()
         if new.strategy == "beam" and self.settings.strategy != "beam":
             self._start_beams(self.current)
-        self.settings = new
-        self._pack_for(new)
+        self.settings = new  # the weights laid out for it at the next forward (a worker's, not the caller's)
 
     def _pack_for(self, settings: GenerationSettings) -> None:
         """Faster one-token steps (Transformer.pack_for_decoding: same values). Its half-precision prepacked
         copy only where steps multiply one row: beam steps multiply a row per beam (F.linear), never the
-        copy, which cost its time and the weights' memory again for nothing (issue 38)."""
-        self.model.pack_for_decoding(prepack=not (settings.strategy == "beam" and settings.beams > 1))
+        copy, which cost its time and the weights' memory again for nothing (issue 38). Made once per
+        change of that choice, before a forward: set_settings runs on the panel's UI thread, and a copy
+        of every weight (a second or so at 0.5B) is model work."""
+        prepack = not (settings.strategy == "beam" and settings.beams > 1)
+        if self._packed_with != prepack:
+            self.model.pack_for_decoding(prepack=prepack)
+            self._packed_with = prepack
 
     def distribution(self, node: Node | None = None, settings: GenerationSettings | None = None) -> Distribution:
         """The next-token distribution after `node` (default: the current one), processed."""
@@ -614,6 +619,7 @@ class GenerationSession(HistoryTree, BeamSearch):
         self._cache_nodes = list(parents)
 
     def _model_forward(self, ids: torch.Tensor, cache: KVCache | None, trace: Trace | None):
+        self._pack_for(self.settings)  # after set_settings: here, in the thread that runs the model
         # inference_mode: less per-op bookkeeping than no_grad; what it makes (cache, records,
         # logits) is only read afterwards, never modified in place or differentiated
         with torch.inference_mode():

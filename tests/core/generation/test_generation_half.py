@@ -250,4 +250,6 @@ def test_a_beam_search_makes_no_prepacked_copy_it_would_never_read(tmp_path):
                            early_stopping=False, length_penalty=1.0, pad_token_id=0, eos_token_id=None)[0].tolist()
     assert session.ids() == want
     session.set_settings(GenerationSettings("greedy"))
-    assert loaded.model.lm_head in model_module._PREPACKED
+    assert loaded.model.lm_head not in model_module._PREPACKED  # set_settings copies nothing (a UI thread calls it)
+    session.step()
+    assert loaded.model.lm_head in model_module._PREPACKED  # the step's forward made it first

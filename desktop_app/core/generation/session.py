@@ -680,12 +680,13 @@ class GenerationSession(HistoryTree, BeamSearch):
 def _float32_of_its_own(host: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """to_host's CPU copies as float32 tensors, in memory of their own when they came from another
     device (to_host's are views of one pinned buffer per step, which the history tree would otherwise
-    keep pinned, a buffer per node): all cast in one operation, views of one buffer (a cast each took
-    ~2 us, ~150 a step), nothing copied for float32 tensors already on the CPU."""
-    if not host or (device.type == "cpu" and all(t.dtype == torch.float32 for t in host)):
-        return host
-    flat = torch.cat([t.reshape(-1) for t in host]).float()  # a copy even where it is float32 already
-    return [part.view(t.shape) for part, t in zip(flat.split([t.numel() for t in host]), host)]
+    keep pinned, a buffer per node): a cast each (a float32 one from another device copied), nothing
+    copied for float32 tensors already on the CPU. (All cast at once, concatenated and split back into
+    views, took 3.4x as long at 150 bfloat16 records of 896, 1.09 against 0.32 ms: the views cost more
+    than the casts.)"""
+    if device.type == "cpu":
+        return host if all(t.dtype == torch.float32 for t in host) else [t.float() for t in host]
+    return [t.clone() if t.dtype == torch.float32 else t.float() for t in host]
 
 
 def generate(loaded_or_model, prompt_ids: Sequence[int], max_new: int, settings: GenerationSettings | None = None,

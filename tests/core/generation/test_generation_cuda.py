@@ -126,7 +126,7 @@ def test_a_step_brings_its_logits_and_records_to_the_host_in_one_transfer(device
         assert len(syncs) <= 2 * len(nodes), f"{len(syncs)} waits on the device in {len(nodes)} steps: {syncs[:3]}"
 
 
-def test_what_a_device_hands_back_is_copied_out_of_the_transfer_buffer_in_one_cast():
+def test_what_a_device_hands_back_is_copied_out_of_the_transfer_buffer():
     """The device branch of a step's hand-off, run here on CPU tensors standing for to_host's pinned views:
     float32 CPU tensors sharing no memory with the transfer buffer (the history tree keeps no pinned
     buffer), the same values; on the CPU, float32 tensors are handed on as they are."""

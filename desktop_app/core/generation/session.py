@@ -44,6 +44,7 @@ from ..generation_rules import GenerationRules
 from ..jobs import JobControl
 from ..model import KVCache, Transformer, attention_scale, layer_window
 from ..streamed import holding
+from ...threads import torch_threads
 from ..trace import Trace
 from .sampling import ContextLengthReached, Distribution, GenerationError, GenerationSettings, pick, process_logits
 from .search import BeamSearch
@@ -555,32 +556,35 @@ class GenerationSession(HistoryTree, BeamSearch):
         if Tq > 1:
             return [probs(q, keys[l] if Hkv == H else keys[l].repeat_interleave(H // Hkv, dim=1), masks[l])
                     for l, q in enumerate(queries)]
-        q = torch.stack(queries)  # [L, B, H, 1, dh]
-        # half precision: the scores against every row of the cache's buffer (the first T kept), one product
-        # shape from one step to the next until the buffer grows: oneDNN made a kernel for each new shape
-        # (~0.25 ms a step at the tiny shape, a fifth of it). Same values there; not in float32 (MKL's
-        # products of another width sum in another order), where the exact shape costs nothing more.
-        half = keys.dtype in (torch.bfloat16, torch.float16)
-        if half:
-            keys = self._cache.stacked_keys(padded=True)
-        mask = None
-        if any(m is not None for m in masks):  # [L, 1, 1 or H, 1, T]: a mask for each layer of the batch
-            everything = torch.ones(1, T, dtype=torch.bool, device=keys.device)
-            mask = torch.stack([everything if m is None else m for m in masks])
-            mask = mask[:, None] if mask.dim() == 4 else mask[:, None, None]
-        if half and Hkv != H:
-            # grouped queries: the H / Hkv query heads of a key head are the rows of one product with its keys,
-            # [L, B, Hkv, H / Hkv, dh]; the cache's keys were copied H / Hkv times over for the repeated form
-            # (Qwen2.5-0.5B shape, one thread: 1.5 against 0.12 ms at 64 keys, 45 against 1.0 ms at 1,024). The
-            # same values in half precision (every shape tried: bfloat16 and float16, 1-8 key heads, 16-256
-            # wide, 64-1,024 keys); not in float32 (MKL's products of more rows sum in another order)
-            G, (L, B) = H // Hkv, q.shape[:2]
-            if mask is not None and mask.shape[2] == H:  # a bias per head (ALiBi)
-                mask = mask.view(L, 1, Hkv, G, T)
-            rows = probs(q.view(L, B, Hkv, G, q.shape[-1]), keys, mask)
-            return list(rows.reshape(L, B, H, 1, T).unbind(0))
-        k = keys if Hkv == H else keys.repeat_interleave(H // Hkv, dim=2)
-        return list(probs(q, k, mask).unbind(0))
+        # one thread: microseconds of work, where a second thread's meeting at the end waits out a busy core
+        # (the tiny Qwen2 shape on 2 threads [load 2.4]: steps of 2.0-2.6 ms against 2.2-38.8 before)
+        with torch_threads(1):
+            q = torch.stack(queries)  # [L, B, H, 1, dh]
+            # half precision: the scores against every row of the cache's buffer (the first T kept), one product
+            # shape from one step to the next until the buffer grows: oneDNN made a kernel for each new shape
+            # (~0.25 ms a step at the tiny shape, a fifth of it). Same values there; not in float32 (MKL's
+            # products of another width sum in another order), where the exact shape costs nothing more.
+            half = keys.dtype in (torch.bfloat16, torch.float16)
+            if half:
+                keys = self._cache.stacked_keys(padded=True)
+            mask = None
+            if any(m is not None for m in masks):  # [L, 1, 1 or H, 1, T]: a mask for each layer of the batch
+                everything = torch.ones(1, T, dtype=torch.bool, device=keys.device)
+                mask = torch.stack([everything if m is None else m for m in masks])
+                mask = mask[:, None] if mask.dim() == 4 else mask[:, None, None]
+            if half and Hkv != H:
+                # grouped queries: the H / Hkv query heads of a key head are the rows of one product with its keys,
+                # [L, B, Hkv, H / Hkv, dh]; the cache's keys were copied H / Hkv times over for the repeated form
+                # (Qwen2.5-0.5B shape, one thread: 1.5 against 0.12 ms at 64 keys, 45 against 1.0 ms at 1,024). The
+                # same values in half precision (every shape tried: bfloat16 and float16, 1-8 key heads, 16-256
+                # wide, 64-1,024 keys); not in float32 (MKL's products of more rows sum in another order)
+                G, (L, B) = H // Hkv, q.shape[:2]
+                if mask is not None and mask.shape[2] == H:  # a bias per head (ALiBi)
+                    mask = mask.view(L, 1, Hkv, G, T)
+                rows = probs(q.view(L, B, Hkv, G, q.shape[-1]), keys, mask)
+                return list(rows.reshape(L, B, H, 1, T).unbind(0))
+            k = keys if Hkv == H else keys.repeat_interleave(H // Hkv, dim=2)
+            return list(probs(q, k, mask).unbind(0))
 
     def _undo(self, created: list[Node]) -> None:
         """Forget nodes whose forward did not finish; the cache may be half-updated: drop it."""

@@ -135,7 +135,7 @@ def main(argv: list[str]) -> dict:
 
     def run_ours() -> list[int]:
         s = GenerationSession(ours, prompt, GenerationSettings("greedy"), stop_tokens=[], record=not args.no_record)
-        for _ in s.run(args.new):
+        for _ in s.run(args.new, lazy_last=True):  # generate's forwards: none for the last token
             pass
         sync()
         return s.ids()

@@ -272,7 +272,7 @@ def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str, cap_
 
     def generate(n: int) -> list[int]:
         s = GenerationSession(loaded, prompt, GenerationSettings("greedy"), stop_tokens=[])
-        for _ in s.run(n):
+        for _ in s.run(n, lazy_last=True):  # generate's forwards: none for the last token
             pass
         sync()
         return s.ids()

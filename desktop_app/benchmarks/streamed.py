@@ -54,7 +54,7 @@ def child(folder: str, tokens: int, new: int, dtype: str, cap_gib: float | None,
     if new:
         s = GenerationSession(loaded, _ids(8, loaded.config.vocab_size, 2), GenerationSettings("greedy"), stop_tokens=[])
         t2 = time.perf_counter()
-        for _ in s.run(new):
+        for _ in s.run(new, lazy_last=True):  # generate's forwards: none for the last token
             pass
         generated, t_gen = s.ids(), (time.perf_counter() - t2) / new
     return {"streamed": getattr(loaded.model, "streamed", None) is not None, "load_s": t_load, "trace_s": t_trace,

@@ -7,7 +7,8 @@ GenerationSession(model, prompt_ids, settings, seed, stop_tokens) runs the promp
     goto(node)       jump to any node of the tree (the cache keeps the shared prefix)
     with_interventions(edits)  the same tree on the edited model (the tokens kept, the rest recomputed)
     run(n, job)      iterator of step() results; stops at stop tokens, the context length or cancel
-                     (the forward consuming its last token is made at the first read: settle())
+                     (lazy_last=True, as generate(): the forward consuming its last token is made at the
+                     first read of that node, settle(); never for a node a UI thread may read)
     reset()          forget the tree, keep the prompt's forward
 
 Every node holds the token, its probability, the logits of the next-token distribution (so views
@@ -43,6 +44,7 @@ from ..generation_rules import GenerationRules
 from ..jobs import JobControl
 from ..model import KVCache, Transformer, attention_scale, layer_window
 from ..streamed import holding
+from ...threads import torch_threads
 from ..trace import Trace
 from .sampling import ContextLengthReached, Distribution, GenerationError, GenerationSettings, pick, process_logits
 from .search import BeamSearch
@@ -202,6 +204,7 @@ class GenerationSession(HistoryTree, BeamSearch):
         self.prompt = prompt
         self.source = self._steps.source  # an encoder-decoder's source ids, else None
         self.settings = (settings or GenerationSettings()).validated()
+        self._packed_with: bool | None = None  # the prepack choice the weights were last laid out for
         self._pack_for(self.settings)
         self.seed = seed
         if stop_tokens is None:  # every end token of generation_config.json / config.json, else the model's one
@@ -238,14 +241,18 @@ class GenerationSession(HistoryTree, BeamSearch):
         new = settings.validated()
         if new.strategy == "beam" and self.settings.strategy != "beam":
             self._start_beams(self.current)
-        self.settings = new
-        self._pack_for(new)
+        self.settings = new  # the weights laid out for it at the next forward (a worker's, not the caller's)
 
     def _pack_for(self, settings: GenerationSettings) -> None:
         """Faster one-token steps (Transformer.pack_for_decoding: same values). Its half-precision prepacked
         copy only where steps multiply one row: beam steps multiply a row per beam (F.linear), never the
-        copy, which cost its time and the weights' memory again for nothing (issue 38)."""
-        self.model.pack_for_decoding(prepack=not (settings.strategy == "beam" and settings.beams > 1))
+        copy, which cost its time and the weights' memory again for nothing (issue 38). Made once per
+        change of that choice, before a forward: set_settings runs on the panel's UI thread, and a copy
+        of every weight (a second or so at 0.5B) is model work."""
+        prepack = not (settings.strategy == "beam" and settings.beams > 1)
+        if self._packed_with != prepack:
+            self.model.pack_for_decoding(prepack=prepack)
+            self._packed_with = prepack
 
     def distribution(self, node: Node | None = None, settings: GenerationSettings | None = None) -> Distribution:
         """The next-token distribution after `node` (default: the current one), processed."""
@@ -272,18 +279,18 @@ class GenerationSession(HistoryTree, BeamSearch):
 
     def step(self) -> Node:
         """Advance one token with the current strategy; returns the new current node."""
-        return self._step(in_run=False, last=False)
+        return self._step(lazy_last=False, last=False)
 
-    def _step(self, in_run: bool, last: bool) -> Node:
-        """step(); in a run, the forward of a token that ends it (the last, or a stop token), its next-token
-        logits and records, is made at their first read (transformers' generate never makes it)."""
+    def _step(self, lazy_last: bool, last: bool) -> Node:
+        """step(); with lazy_last, the forward of a token that ends a run (the last, or a stop token), its
+        next-token logits and records, is made at their first read (transformers' generate never makes it)."""
         if self.settings.strategy == "beam":
             return self._beam_step()
         node = self.current
         self._check_can_extend(node)
         dist = self.distribution(node)
         token, how = pick(dist, self.settings.strategy, self._generator)
-        return self._extend(node, token, dist, how, lazy=in_run and (last or token in self.stop_tokens))
+        return self._extend(node, token, dist, how, lazy=lazy_last and (last or token in self.stop_tokens))
 
     def choose(self, token_id: int) -> Node:
         """Force `token_id` after the current node (a new branch if that child is not there yet)."""
@@ -326,12 +333,14 @@ class GenerationSession(HistoryTree, BeamSearch):
         new._beam_done = self._beam_done
         return new
 
-    def run(self, n: int, job: JobControl | None = None) -> Iterator[Node]:
+    def run(self, n: int, job: JobControl | None = None, lazy_last: bool = False) -> Iterator[Node]:
         """Up to n steps, yielding each new current node; stops early (setting stop_reason) at a
         stop token or the context length. With a job, cancel() is seen between tokens and also
         between layers of a forward (a slow model still stops within about one layer's time);
-        an interrupted step leaves the tree as it was. The forward that consumes the run's last token
-        (or a stop token) is made when something first reads that node's next_logits or record (settle)."""
+        an interrupted step leaves the tree as it was. lazy_last: the forward that consumes the run's
+        last token (or a stop token) is made when something first reads that node's next_logits or
+        record (settle), as generate() wants (transformers' never makes it); whichever thread reads first
+        makes it, so a session whose nodes a UI thread reads runs without it (every node made at once)."""
         self.settle()  # the last run's, before the cancel hooks: it cannot be interrupted half made
         hooks = []
         if job is not None:
@@ -342,12 +351,12 @@ class GenerationSession(HistoryTree, BeamSearch):
                     job.check()
             hooks = [b.register_forward_pre_hook(check) for b in self._steps.blocks]
         try:
-            yield from self._run(n, job)
+            yield from self._run(n, job, lazy_last)
         finally:
             for h in hooks:
                 h.remove()
 
-    def _run(self, n: int, job: JobControl | None) -> Iterator[Node]:
+    def _run(self, n: int, job: JobControl | None, lazy_last: bool) -> Iterator[Node]:
         for i in range(n):
             if job is not None:
                 job.progress(i, n, f"token {i + 1}/{n}")
@@ -355,7 +364,7 @@ class GenerationSession(HistoryTree, BeamSearch):
                 self.stop_reason = self._finished_reason()
                 return
             try:
-                node = self._step(in_run=True, last=i == n - 1)
+                node = self._step(lazy_last, last=i == n - 1)
             except ContextLengthReached as exc:
                 self.stop_reason = str(exc)
                 return
@@ -547,20 +556,35 @@ class GenerationSession(HistoryTree, BeamSearch):
         if Tq > 1:
             return [probs(q, keys[l] if Hkv == H else keys[l].repeat_interleave(H // Hkv, dim=1), masks[l])
                     for l, q in enumerate(queries)]
-        q = torch.stack(queries)  # [L, B, H, 1, dh]
-        # half precision: the scores against every row of the cache's buffer (the first T kept), one product
-        # shape from one step to the next until the buffer grows: oneDNN made a kernel for each new shape
-        # (~0.25 ms a step at the tiny shape, a fifth of it). Same values there; not in float32 (MKL's
-        # products of another width sum in another order), where the exact shape costs nothing more.
-        if keys.dtype in (torch.bfloat16, torch.float16):
-            keys = self._cache.stacked_keys(padded=True)
-        k = keys if Hkv == H else keys.repeat_interleave(H // Hkv, dim=2)
-        mask = None
-        if any(m is not None for m in masks):  # [L, 1, 1 or H, 1, T]: a mask for each layer of the batch
-            everything = torch.ones(1, T, dtype=torch.bool, device=k.device)
-            mask = torch.stack([everything if m is None else m for m in masks])
-            mask = mask[:, None] if mask.dim() == 4 else mask[:, None, None]
-        return list(probs(q, k, mask).unbind(0))
+        # one thread: microseconds of work, where a second thread's meeting at the end waits out a busy core
+        # (the tiny Qwen2 shape on 2 threads [load 2.4]: steps of 2.0-2.6 ms against 2.2-38.8 before)
+        with torch_threads(1):
+            q = torch.stack(queries)  # [L, B, H, 1, dh]
+            # half precision: the scores against every row of the cache's buffer (the first T kept), one product
+            # shape from one step to the next until the buffer grows: oneDNN made a kernel for each new shape
+            # (~0.25 ms a step at the tiny shape, a fifth of it). Same values there; not in float32 (MKL's
+            # products of another width sum in another order), where the exact shape costs nothing more.
+            half = keys.dtype in (torch.bfloat16, torch.float16)
+            if half:
+                keys = self._cache.stacked_keys(padded=True)
+            mask = None
+            if any(m is not None for m in masks):  # [L, 1, 1 or H, 1, T]: a mask for each layer of the batch
+                everything = torch.ones(1, T, dtype=torch.bool, device=keys.device)
+                mask = torch.stack([everything if m is None else m for m in masks])
+                mask = mask[:, None] if mask.dim() == 4 else mask[:, None, None]
+            if half and Hkv != H:
+                # grouped queries: the H / Hkv query heads of a key head are the rows of one product with its keys,
+                # [L, B, Hkv, H / Hkv, dh]; the cache's keys were copied H / Hkv times over for the repeated form
+                # (Qwen2.5-0.5B shape, one thread: 1.5 against 0.12 ms at 64 keys, 45 against 1.0 ms at 1,024). The
+                # same values in half precision (every shape tried: bfloat16 and float16, 1-8 key heads, 16-256
+                # wide, 64-1,024 keys); not in float32 (MKL's products of more rows sum in another order)
+                G, (L, B) = H // Hkv, q.shape[:2]
+                if mask is not None and mask.shape[2] == H:  # a bias per head (ALiBi)
+                    mask = mask.view(L, 1, Hkv, G, T)
+                rows = probs(q.view(L, B, Hkv, G, q.shape[-1]), keys, mask)
+                return list(rows.reshape(L, B, H, 1, T).unbind(0))
+            k = keys if Hkv == H else keys.repeat_interleave(H // Hkv, dim=2)
+            return list(probs(q, k, mask).unbind(0))
 
     def _undo(self, created: list[Node]) -> None:
         """Forget nodes whose forward did not finish; the cache may be half-updated: drop it."""
@@ -611,6 +635,7 @@ class GenerationSession(HistoryTree, BeamSearch):
         self._cache_nodes = list(parents)
 
     def _model_forward(self, ids: torch.Tensor, cache: KVCache | None, trace: Trace | None):
+        self._pack_for(self.settings)  # after set_settings: here, in the thread that runs the model
         # inference_mode: less per-op bookkeeping than no_grad; what it makes (cache, records,
         # logits) is only read afterwards, never modified in place or differentiated
         with torch.inference_mode():
@@ -671,12 +696,13 @@ class GenerationSession(HistoryTree, BeamSearch):
 def _float32_of_its_own(host: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """to_host's CPU copies as float32 tensors, in memory of their own when they came from another
     device (to_host's are views of one pinned buffer per step, which the history tree would otherwise
-    keep pinned, a buffer per node): all cast in one operation, views of one buffer (a cast each took
-    ~2 us, ~150 a step), nothing copied for float32 tensors already on the CPU."""
-    if not host or (device.type == "cpu" and all(t.dtype == torch.float32 for t in host)):
-        return host
-    flat = torch.cat([t.reshape(-1) for t in host]).float()  # a copy even where it is float32 already
-    return [part.view(t.shape) for part, t in zip(flat.split([t.numel() for t in host]), host)]
+    keep pinned, a buffer per node): a cast each (a float32 one from another device copied), nothing
+    copied for float32 tensors already on the CPU. (All cast at once, concatenated and split back into
+    views, took 3.4x as long at 150 bfloat16 records of 896, 1.09 against 0.32 ms: the views cost more
+    than the casts.)"""
+    if device.type == "cpu":
+        return host if all(t.dtype == torch.float32 for t in host) else [t.float() for t in host]
+    return [t.clone() if t.dtype == torch.float32 else t.float() for t in host]
 
 
 def generate(loaded_or_model, prompt_ids: Sequence[int], max_new: int, settings: GenerationSettings | None = None,
@@ -687,6 +713,6 @@ def generate(loaded_or_model, prompt_ids: Sequence[int], max_new: int, settings:
                                 interventions=interventions)
     # generate(max_new_tokens=N)'s max_length: the sequence so far + N (where a forced end token comes)
     session.max_length = len(session.prompt) + max_new
-    for _ in session.run(max_new, job):
+    for _ in session.run(max_new, job, lazy_last=True):  # as generate: no forward for the last token
         pass
     return session.ids(), session

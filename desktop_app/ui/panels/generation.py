@@ -53,11 +53,10 @@ def _run(session, n: int, job=None):
         # for this run only (a later Step, after Back, is not the end of a run)
         session.max_length = len(session.ids()) + n
     try:
+        # every node made in this worker (no lazy_last): the view's refresh reads them on the UI thread
         for _ in session.run(n, job):
             if isinstance(session, MaskedFillSession):
                 session.all_logits()
-        if isinstance(session, GenerationSession):
-            session.settle()  # the last token's forward here, not at the view's first read on the UI thread
     finally:
         if isinstance(session, GenerationSession):
             session.max_length = None

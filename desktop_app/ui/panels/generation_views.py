@@ -225,9 +225,9 @@ class DecoderStepView(GenerationView):
         path = s.current.path()
         if index < n_prompt:
             p.selected_node = None
-            if s.record and not p.busy:
-                self._hand_on(*s.step_trace(s.root))
             p.refresh()
+            if s.record and not p.busy:  # its per-head outputs are products: in a worker
+                p._submit(s.step_trace, s.root, on_result=lambda result: self._hand_on(*result))
             return
         p.selected_node = path[index - n_prompt + 1]
         if not p.busy:

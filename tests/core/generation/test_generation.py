@@ -286,7 +286,7 @@ def test_bert_masked_fill(tmp_path):
 def test_cancel_inside_a_forward_leaves_the_tree_and_cache_consistent():
     model = _gpt2()
     s = GenerationSession(model, [1, 2], stop_tokens=[])
-    list(s.run(3))
+    list(s.run(3, lazy_last=True))
     job = JobControl()
     seen = []
 
@@ -361,7 +361,7 @@ def test_a_runs_last_forward_waits_for_a_read_and_gives_the_values_a_step_gives(
     lazy = GenerationSession(model, [5, 9, 2], GenerationSettings("sample"), seed=3, stop_tokens=[])
     fed, h = _count_fed_tokens(model)
     try:
-        assert [n.token for n in lazy.run(4)] == eager.ids()[3:]
+        assert [n.token for n in lazy.run(4, lazy_last=True)] == eager.ids()[3:]
         assert fed == [1] * 3
         trace, _ = lazy.step_trace()  # reads the last node's records: its forward now
         assert fed == [1] * 4
@@ -372,7 +372,7 @@ def test_a_runs_last_forward_waits_for_a_read_and_gives_the_values_a_step_gives(
     assert torch.equal(trace["blocks.1.resid_post"], eager.step_trace()[0]["blocks.1.resid_post"])
     # a branch from an earlier token: the waiting node is made before the cache moves back, then read
     again = GenerationSession(model, [5, 9, 2], GenerationSettings("sample"), seed=3, stop_tokens=[])
-    list(again.run(4))
+    list(again.run(4, lazy_last=True))
     last = again.current
     again.back(), again.back()
     alt = next(t for t in range(97) if t != again.current.children[0].token)
@@ -383,7 +383,7 @@ def test_a_runs_last_forward_waits_for_a_read_and_gives_the_values_a_step_gives(
     # a stop token ends the run and waits too; reading it (its distribution) makes it
     stop_at = eager.ids()[4]
     stopping = GenerationSession(model, [5, 9, 2], GenerationSettings("sample"), seed=3, stop_tokens=[stop_at])
-    list(stopping.run(6))
+    list(stopping.run(6, lazy_last=True))
     assert stopping.current.stop and stopping.current.compute is not None
     assert stopping.distribution().logits.shape == (97,) and stopping.current.compute is None
     # step() (the Step button) makes every forward at once, a stop token's too: no forward on a view's thread
@@ -397,7 +397,7 @@ def test_two_threads_reading_a_waiting_node_make_its_forward_once():
     import threading
     model = _gpt2()
     s = GenerationSession(model, [5, 9, 2], stop_tokens=[])
-    list(s.run(3))
+    list(s.run(3, lazy_last=True))
     node = s.current
     fed, h = _count_fed_tokens(model)
     start, seen = threading.Barrier(2), []
@@ -421,7 +421,7 @@ def test_a_cached_step_feeds_one_token_and_a_branch_reuses_the_shared_prefix():
     s = GenerationSession(model, [5, 9, 2, 7], stop_tokens=[])
     fed, h = _count_fed_tokens(model)
     try:
-        list(s.run(6))
+        list(s.run(6, lazy_last=True))
         assert fed == [1] * 5  # the sixth token's forward waits for a read of its logits or records
         s.current.next_logits
         assert fed == [1] * 6

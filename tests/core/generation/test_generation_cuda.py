@@ -105,7 +105,6 @@ def test_a_step_brings_its_logits_and_records_to_the_host_in_one_transfer(device
     session = GenerationSession(_on(_llama(), device), PROMPT, GenerationSettings("greedy"), stop_tokens=[],
                                 record=record)
     list(session.run(2))
-    session.settle()  # its last token's forward, which waits for a read
     transfers.clear()
     syncs: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
@@ -114,7 +113,6 @@ def test_a_step_brings_its_logits_and_records_to_the_host_in_one_transfer(device
             torch.cuda.set_sync_debug_mode("warn")
         try:
             nodes = list(session.run(3))
-            session.settle()  # the third step's forward, made at the first read of its records
         finally:
             if device == "cuda":
                 torch.cuda.set_sync_debug_mode("default")
@@ -128,7 +126,7 @@ def test_a_step_brings_its_logits_and_records_to_the_host_in_one_transfer(device
         assert len(syncs) <= 2 * len(nodes), f"{len(syncs)} waits on the device in {len(nodes)} steps: {syncs[:3]}"
 
 
-def test_what_a_device_hands_back_is_copied_out_of_the_transfer_buffer_in_one_cast():
+def test_what_a_device_hands_back_is_copied_out_of_the_transfer_buffer():
     """The device branch of a step's hand-off, run here on CPU tensors standing for to_host's pinned views:
     float32 CPU tensors sharing no memory with the transfer buffer (the history tree keeps no pinned
     buffer), the same values; on the CPU, float32 tensors are handed on as they are."""

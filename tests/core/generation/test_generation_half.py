@@ -250,4 +250,35 @@ def test_a_beam_search_makes_no_prepacked_copy_it_would_never_read(tmp_path):
                            early_stopping=False, length_penalty=1.0, pad_token_id=0, eos_token_id=None)[0].tolist()
     assert session.ids() == want
     session.set_settings(GenerationSettings("greedy"))
-    assert loaded.model.lm_head in model_module._PREPACKED
+    assert loaded.model.lm_head not in model_module._PREPACKED  # set_settings copies nothing (a UI thread calls it)
+    session.step()
+    assert loaded.model.lm_head in model_module._PREPACKED  # the step's forward made it first
+
+
+@pytest.mark.parametrize("family", list(SHAPES))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_grouped_query_rows_equal_the_rows_against_repeated_keys_bit_for_bit(family, dtype, tmp_path):
+    """A half-precision step's recorded attention rows score each key head's queries as the rows of one
+    product against its keys (the cache's keys are not copied once per query head): the same values, bit
+    for bit, as the rows against the keys repeated for every query head, before and after the cache's
+    buffer grows (64 rows)."""
+    from desktop_app.core.attention import attention_probs
+    from desktop_app.core.model import attention_scale
+
+    torch.manual_seed(0)
+    SHAPES[family]().to(dtype).save_pretrained(tmp_path)
+    loaded = load_model_folder(tmp_path, dtype=str(dtype).replace("torch.", ""))
+    cfg = loaded.model.cfg
+    G = cfg.n_heads // cfg.n_kv_heads
+    assert G > 1
+    session = GenerationSession(loaded, list(range(3, 63)), GenerationSettings("greedy"), stop_tokens=[])
+    g = torch.Generator().manual_seed(1)
+    for _ in range(6):  # 60 prompt tokens, then 61-66 keys: the buffer grows past 64 rows
+        session.step()
+        queries = [torch.randn(1, cfg.n_heads, 1, cfg.d_head, generator=g).to(dtype) for _ in range(cfg.n_layers)]
+        with torch.inference_mode():
+            rows = session._attention_rows(queries)
+            keys = session._cache.stacked_keys()  # [L, B, H_kv, T, dh]
+            for layer, q in enumerate(queries):
+                want = attention_probs(q, keys[layer].repeat_interleave(G, dim=1), scale=attention_scale(cfg))
+                assert torch.equal(rows[layer], want), layer

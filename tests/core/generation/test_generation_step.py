@@ -80,7 +80,6 @@ def test_a_step_rotates_q_and_k_together_and_runs_no_dropout_module(monkeypatch)
     hooks = [m.register_forward_hook(lambda *a: dropouts.append(1)) for m in model.modules()
              if isinstance(m, torch.nn.Dropout)]
     list(session.run(3))
-    session.settle()  # the last token's forward (made at the first read)
     for h in hooks:
         h.remove()
     # one rotation a layer a step, of q and k as one [B, 1, H + H_kv, dh] tensor (before: two)

@@ -55,6 +55,26 @@ def test_attribution_bars_add_up_to_the_logit_and_export(qtbot, window, tmp_path
     assert "one token" in panel.dla_status.text()
 
 
+def test_the_export_buttons_follow_the_attribution_on_show(qtbot, window, tmp_path, monkeypatch):
+    """The first look's bars are there: PNG (clicked) saves them; a refused attribution clears the
+    chart and the buttons say there is nothing to export."""
+    from desktop_app.ui.widgets import export
+
+    w, state = window
+    panel = click_panel_tab(qtbot, w, "What if")
+    qtbot.waitUntil(lambda: panel.dla_chart.attribution is not None, timeout=20_000)
+    assert all(b.isEnabled() for b in panel.dla_export.buttons.values())
+    monkeypatch.setattr(export, "ask_save_path", lambda *a, **k: str(tmp_path / "bars.png"))
+    qtbot.mouseClick(panel.dla_export.buttons["PNG"], Qt.MouseButton.LeftButton)
+    assert (tmp_path / "bars.png").stat().st_size > 100
+
+    type_into(qtbot, panel.token_edit, "Alice and the rabbit")  # several tokens: refused, the chart cleared
+    qtbot.mouseClick(panel.attribute_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.dla_status.text().startswith("Cannot attribute"), timeout=20_000)
+    assert panel.dla_chart.attribution is None
+    assert not any(b.isEnabled() for b in panel.dla_export.buttons.values())
+
+
 def test_patching_runs_with_progress_checks_lengths_and_exports(qtbot, window, tmp_path):
     w, state = window
     panel = click_panel_tab(qtbot, w, "What if")

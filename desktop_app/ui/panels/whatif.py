@@ -172,6 +172,7 @@ class WhatIfPanel(QWidget, ResultView):
         self.dla_status = QLabel(self.DLA_HINT)
         self.dla_chart = attribution_chart()
         self.dla_export = ExportBar(lambda: self.dla_chart, lambda: "whatif-attribution")
+        self.dla_chart.drawn.connect(self.dla_export.refresh)  # its buttons follow the bars on show
         dla = QWidget()
         row = QHBoxLayout()
         for w in (QLabel("Position"), self.position_spin, QLabel("Token"), self.token_edit, self.attribute_button):

@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import Signal
 
 from ..settings import plot_background, plot_foreground
 from .heatmap import LabelAxis
@@ -29,6 +30,7 @@ class Bars:
 class AttributionBars(pg.PlotWidget):
     """set_attribution(result, title) draws bars_of(result); ExportBar's view of what is drawn.
     The labels are thinned to the chart's width and elided, as a heatmap's axis does."""
+    drawn = Signal()  # set_attribution or clear_chart changed what is on show (an ExportBar refreshes on it)
 
     def __init__(self, bars_of: Callable[[object], Bars], empty: str, parent=None) -> None:
         super().__init__(parent, background=plot_background(),
@@ -64,6 +66,7 @@ class AttributionBars(pg.PlotWidget):
         self.plot_item.setTitle(html.escape(title, quote=False), color=plot_foreground())
         self.plot_item.autoRange()
         self.plot_item.getViewBox().setLimits(xMin=-0.5, xMax=len(values) + 0.5)
+        self.drawn.emit()
 
     def clear_chart(self, message: str = "") -> None:
         """No bars, and no axis of the last ones: their labels and range (another model's) go."""
@@ -75,6 +78,7 @@ class AttributionBars(pg.PlotWidget):
         self.plot_item.getViewBox().setLimits(xMin=None, xMax=None)
         self.plot_item.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
         self.plot_item.setTitle(html.escape(message, quote=False), color=plot_foreground())
+        self.drawn.emit()
 
     # export (ExportBar's view protocol)
     def export_widget(self):

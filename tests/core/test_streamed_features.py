@@ -138,3 +138,50 @@ def test_what_if_forced_routing_on_a_streamed_mixtral_is_the_whole_models(tmp_pa
         assert not torch.equal(la, whole.model(torch.tensor([IDS])).logits)  # the routing forced changes them
     assert ta == tb and np.array_equal(ca, cb) and torch.equal(la, lb)
     assert let_go(streamed)
+
+
+def test_a_streamed_graphs_backward_keeps_one_block_in_memory(pair, tmp_path, monkeypatch):
+    """Autograd saves the weights a product used for its backward: without care, every block read for
+    the replacement model's forward would stay in memory through the backward (the whole model). Each
+    time the backward reaches a layer's feature input, the blocks whose real tensors are alive (a weak
+    reference to each block's storage as it is read) are counted: one at most."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from desktop_app.core.graphs import attribute, build_context, load_transcoders
+    from desktop_app.core.graphs import attribution
+    from desktop_app.core.graphs.attribution import salient_targets
+    from desktop_app.core.graphs.transcoders import random_transcoders
+
+    _, loaded = pair
+    streamed = streamed_of(loaded.model)
+    storages: dict[int, list] = {}  # layer -> weak references to the storages of every copy read
+    bring = streamed.bring
+
+    def recording_bring(layer):
+        read = layer not in streamed.resident
+        bring(layer)
+        if read:
+            storages.setdefault(layer, []).extend(
+                StorageWeakRef(p.untyped_storage()) for p in loaded.model.blocks[layer].parameters())
+    monkeypatch.setattr(streamed, "bring", recording_bring)
+
+    seen = []  # per backward step: the number of blocks alive (no `holding` is open during the backward)
+
+    def alive_blocks(_grad):
+        seen.append(sum(any(not r.expired() for r in refs) for refs in storages.values()))
+    forward = attribution.linear_forward
+
+    def watched_forward(*args):
+        feature_inputs, h = forward(*args)
+        if h.requires_grad:
+            for f in feature_inputs:
+                f.register_hook(alive_blocks)
+        return feature_inputs, h
+    monkeypatch.setattr(attribution, "linear_forward", watched_forward)
+
+    random_transcoders(tmp_path / "tc", LAYERS, HIDDEN, 32, seed=3)
+    ctx = build_context(loaded.model, IDS, load_transcoders(tmp_path / "tc"))
+    attribute(ctx, salient_targets(loaded.model, ctx.frozen.logits[-1], 3, 0.95, str), batch_size=16)
+    assert len(seen) >= LAYERS  # every layer's feature input is reached in each backward
+    assert max(seen) <= 1, seen
+    assert let_go(streamed) and not any(streamed.held.values())

@@ -325,11 +325,14 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
         model.pos_table = sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout).to(device)
     model.eval()
     if streamed:
-        def load_block(layer: int, on: torch.device) -> dict[str, torch.Tensor]:
+        def load_block(layer: int, on: torch.device, only: set[str] | None = None) -> dict[str, torch.Tensor]:
             block_get, close = block_reader()
             prefix = f"blocks.{layer}."
             try:
-                part = _from_hf(cfg, block_get, names, file_of, keep=lambda n: n.startswith(prefix))
+                part = _from_hf(cfg, block_get, names, file_of, keep=lambda n: n.startswith(prefix) and (
+                    only is None or n[len(prefix):] in only))
+                if only is not None and not all(prefix + n in part for n in only):  # stored fused with others
+                    part = _from_hf(cfg, block_get, names, file_of, keep=lambda n: n.startswith(prefix))
                 # copies of their own, so that the files' pages are let go once the reader closes
                 out = {n[len(prefix):]: t.to(device=on, dtype=target_dtype, copy=True) for n, t in part.items()}
                 for n, t in out.items():

@@ -13,7 +13,7 @@ knows about them.
   trace's head outputs) holds it: `with holding(model, layer): ...`. A pass whose backward comes later
   (the attribution graph's) runs under `weights_saved_by_name`: autograd keeps a block's weights as
   (layer, name), read again when the backward reaches them, not the tensors themselves (which would
-  keep every block in memory until the backward is done).
+  keep every block's saved weights in memory until the backward is done).
 - place_blocks: consecutive blocks on each of several devices (plan_devices), each block's inputs
   moved to its device before it runs and its output back to the model's own device (where the
   embeddings, the head and the records' hand-off are), so everything around the loop is unchanged.
@@ -27,8 +27,9 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-# (the block's state dict, names relative to the block) for block l, in the compute dtype on `device`
-BlockLoader = Callable[[int, torch.device], dict[str, torch.Tensor]]
+# (the block's state dict, names relative to the block) for block l, in the compute dtype on `device`;
+# given names, those (and what is stored with them), not the whole block
+BlockLoader = Callable[[int, torch.device, "set[str] | None"], dict[str, torch.Tensor]]
 
 
 def block_device(model, layer: int) -> torch.device:
@@ -44,7 +45,7 @@ class StreamedWeights:
         self.model, self.load_block = model, load_block
         self.held: Counter = Counter()  # layer -> how many `holding` keep it in
         self.resident: set[int] = set()
-        self.loads = 0  # blocks read from the files so far
+        self.loads = 0  # blocks (or the part of one a backward needs) read from the files so far
         self.storages: dict[int, tuple[int, str]] = {}  # a resident parameter's storage address -> (layer, name)
         for l, block in enumerate(model.blocks):
             block.register_forward_pre_hook(lambda module, args, l=l: self.bring(l))
@@ -56,7 +57,7 @@ class StreamedWeights:
         if layer in self.resident:
             return
         block = self.model.blocks[layer]
-        sd = self.load_block(layer, block_device(self.model, layer))
+        sd = self.load_block(layer, block_device(self.model, layer), None)
         block.load_state_dict(sd, strict=True, assign=True)
         self.resident.add(layer)
         self.storages.update({p.untyped_storage().data_ptr(): (layer, name) for name, p in block.named_parameters()})
@@ -81,10 +82,13 @@ class StreamedWeights:
     @contextmanager
     def weights_saved_by_name(self) -> Iterator[None]:
         """Autograd, within, saves a block's parameter (or a view of it: linear's transposed weight) as
-        (layer, name, the view's place in it); the backward's unpacking reads that layer again and holds
-        it until the backward moves on to another layer, so one block is in memory during the backward
-        as during the forward. The backward runs within too: the last layer it brought is let go after."""
-        in_backward: list[int] = []  # the layer the backward holds, if any
+        (layer, name, the view's place in it), not the tensor: the backward's unpacking reads the
+        tensors of that layer the forward saved (only those: the replacement model's attention values,
+        output and norms, not its MLP) and keeps them until the backward moves on to another layer, so
+        the backward holds one layer's worth, not every block the forward read. The backward runs
+        within too: what it read last is let go after."""
+        saved_names: dict[int, set[str]] = {}  # layer -> the names saved from it
+        in_backward: dict[int, dict[str, torch.Tensor]] = {}  # the one layer the backward has read
 
         def pack(t: torch.Tensor):
             where = self.storages.get(t.untyped_storage().data_ptr()) if t.device.type != "meta" else None
@@ -96,25 +100,19 @@ class StreamedWeights:
             last = offset + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
             if offset < 0 or last >= p.numel():  # (a storage shared with another tensor: kept as it is)
                 return t
+            saved_names.setdefault(layer, set()).add(name)
             return layer, name, t.shape, t.stride(), offset
 
         def unpack(saved):
             if isinstance(saved, torch.Tensor):
                 return saved
             layer, name, shape, stride, offset = saved
-            if in_backward != [layer]:
-                let_go()
-                self.held[layer] += 1
-                in_backward.append(layer)
-                self.bring(layer)
-            p = self.model.blocks[layer].get_parameter(name)
-            return p.as_strided(shape, stride, p.storage_offset() + offset)
-
-        def let_go():
-            while in_backward:
-                layer = in_backward.pop()
-                self.held[layer] -= 1
-                self.drop(layer)
+            if layer not in in_backward:
+                in_backward.clear()
+                in_backward[layer] = self.load_block(layer, block_device(self.model, layer), saved_names[layer])
+                self.loads += 1
+            t = in_backward[layer][name]
+            return t.as_strided(shape, stride, t.storage_offset() + offset)
 
         # no gradient for the blocks' weights either: the backward's node that would gather one (autograd's
         # AccumulateGrad) holds the parameter itself
@@ -125,7 +123,7 @@ class StreamedWeights:
             with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
                 yield
         finally:
-            let_go()
+            in_backward.clear()
             for name, p in blocks.named_parameters():
                 p.requires_grad_(wanted[name])
 

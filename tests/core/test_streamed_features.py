@@ -141,10 +141,10 @@ def test_what_if_forced_routing_on_a_streamed_mixtral_is_the_whole_models(tmp_pa
 
 
 def test_a_streamed_graphs_backward_keeps_one_block_in_memory(pair, tmp_path, monkeypatch):
-    """Autograd saves the weights a product used for its backward: without care, every block read for
-    the replacement model's forward would stay in memory through the backward (the whole model). Each
-    time the backward reaches a layer's feature input, the blocks whose real tensors are alive (a weak
-    reference to each block's storage as it is read) are counted: one at most."""
+    """Autograd saves the weights a product used for its backward: without care, what the replacement
+    model's forward used of every block it read would stay in memory through the backward. Each time the
+    backward reaches a layer's feature input, the real block tensors alive (a weak reference to the
+    storage of each tensor read from the files) are counted: one layer's at most, no more than a block."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
     from desktop_app.core.graphs import attribute, build_context, load_transcoders
@@ -154,21 +154,21 @@ def test_a_streamed_graphs_backward_keeps_one_block_in_memory(pair, tmp_path, mo
 
     _, loaded = pair
     streamed = streamed_of(loaded.model)
-    storages: dict[int, list] = {}  # layer -> weak references to the storages of every copy read
-    bring = streamed.bring
+    read: list[tuple[int, int, StorageWeakRef]] = []  # (layer, bytes, its storage) of every tensor read
+    load_block = streamed.load_block
 
-    def recording_bring(layer):
-        read = layer not in streamed.resident
-        bring(layer)
-        if read:
-            storages.setdefault(layer, []).extend(
-                StorageWeakRef(p.untyped_storage()) for p in loaded.model.blocks[layer].parameters())
-    monkeypatch.setattr(streamed, "bring", recording_bring)
+    def recording_load_block(layer, device, only):
+        tensors = load_block(layer, device, only)
+        read.extend((layer, t.untyped_storage().nbytes(), StorageWeakRef(t.untyped_storage())) for t in tensors.values())
+        return tensors
+    monkeypatch.setattr(streamed, "load_block", recording_load_block)
+    block_bytes = sum(p.numel() * p.element_size() for p in loaded.model.blocks[0].parameters())
 
-    seen = []  # per backward step: the number of blocks alive (no `holding` is open during the backward)
+    seen = []  # per backward step: (how many layers have tensors alive, their bytes)
 
     def alive_blocks(_grad):
-        seen.append(sum(any(not r.expired() for r in refs) for refs in storages.values()))
+        alive = [(layer, nbytes) for layer, nbytes, ref in read if not ref.expired()]
+        seen.append((len({layer for layer, _ in alive}), sum(nbytes for _, nbytes in alive)))
     forward = attribution.linear_forward
 
     def watched_forward(*args):
@@ -183,5 +183,6 @@ def test_a_streamed_graphs_backward_keeps_one_block_in_memory(pair, tmp_path, mo
     ctx = build_context(loaded.model, IDS, load_transcoders(tmp_path / "tc"))
     attribute(ctx, salient_targets(loaded.model, ctx.frozen.logits[-1], 3, 0.95, str), batch_size=16)
     assert len(seen) >= LAYERS  # every layer's feature input is reached in each backward
-    assert max(seen) <= 1, seen
+    assert max(layers for layers, _ in seen) <= 1, seen
+    assert max(nbytes for _, nbytes in seen) <= block_bytes, (seen, block_bytes)
     assert let_go(streamed) and not any(streamed.held.values())

@@ -78,7 +78,6 @@ class StreamedWeights:
     def resident_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for l in self.resident for p in self.model.blocks[l].parameters())
 
-
     @contextmanager
     def weights_saved_by_name(self) -> Iterator[None]:
         """Autograd, within, saves a block's parameter (or a view of it: linear's transposed weight) as
@@ -107,6 +106,9 @@ class StreamedWeights:
             if isinstance(saved, torch.Tensor):
                 return saved
             layer, name, shape, stride, offset = saved
+            if layer in self.resident:  # (held by a `holding` around the backward: nothing to read)
+                p = self.model.blocks[layer].get_parameter(name)
+                return p.as_strided(shape, stride, p.storage_offset() + offset)
             if layer not in in_backward:
                 in_backward.clear()
                 in_backward[layer] = self.load_block(layer, block_device(self.model, layer), saved_names[layer])

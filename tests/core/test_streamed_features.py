@@ -186,3 +186,32 @@ def test_a_streamed_graphs_backward_keeps_one_block_in_memory(pair, tmp_path, mo
     assert max(layers for layers, _ in seen) <= 1, seen
     assert max(nbytes for _, nbytes in seen) <= block_bytes, (seen, block_bytes)
     assert let_go(streamed) and not any(streamed.held.values())
+
+
+def test_a_whole_models_graph_runs_without_saved_tensor_hooks(pair, tmp_path, monkeypatch):
+    """Reading weights again in the backward is for a streamed model only: one held whole keeps autograd's own."""
+    from desktop_app.core.graphs import attribute, build_context, load_transcoders
+    from desktop_app.core.graphs.attribution import salient_targets
+    from desktop_app.core.graphs.transcoders import random_transcoders
+
+    def refused(*_args):
+        raise AssertionError("saved tensor hooks on a model held whole")
+    monkeypatch.setattr(torch.autograd.graph, "saved_tensors_hooks", refused)
+    whole, _ = pair
+    random_transcoders(tmp_path / "tc", LAYERS, HIDDEN, 32, seed=3)
+    ctx = build_context(whole.model, IDS, load_transcoders(tmp_path / "tc"))
+    graph = attribute(ctx, salient_targets(whole.model, ctx.frozen.logits[-1], 3, 0.95, str), batch_size=16)
+    assert graph.active_features.shape[0] > 5
+
+
+def test_part_of_a_block_is_read_with_what_is_stored_with_it(tmp_path):
+    """The backward reads only the weights it saved; GPT-2's c_attn holds q, k and v in one tensor, so
+    asking for v reads the three (the same values as the whole block's read), and no MLP."""
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4,
+                                                         n_positions=64)).save_pretrained(tmp_path / "gpt2")
+    streamed = streamed_of(load_model_folder(tmp_path / "gpt2", streamed=True).model)
+    cpu = torch.device("cpu")
+    part, block = streamed.load_block(1, cpu, {"attn.v.weight", "norm1.weight"}), streamed.load_block(1, cpu, None)
+    assert set(part) == {"attn.q.weight", "attn.k.weight", "attn.v.weight", "norm1.weight"}
+    assert all(torch.equal(t, block[n]) for n, t in part.items())

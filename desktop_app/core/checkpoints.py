@@ -224,6 +224,15 @@ def _from_hf(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: set[st
     return sd
 
 
+def _stored_with(cfg: ModelConfig, ours: set[str]) -> set[str]:
+    """`ours` and the tensors stored in one file tensor with any of them (GPT-2's c_attn holds q, k and v)."""
+    together = set(ours)
+    for entry in family_of(cfg).weights(cfg):
+        if together.intersection(entry.ours):
+            together.update(entry.ours)
+    return together
+
+
 # -- reading ---------------------------------------------------------------------------------
 
 
@@ -325,11 +334,13 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
         model.pos_table = sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout).to(device)
     model.eval()
     if streamed:
-        def load_block(layer: int, on: torch.device) -> dict[str, torch.Tensor]:
+        def load_block(layer: int, on: torch.device, only: set[str] | None = None) -> dict[str, torch.Tensor]:
             block_get, close = block_reader()
             prefix = f"blocks.{layer}."
             try:
-                part = _from_hf(cfg, block_get, names, file_of, keep=lambda n: n.startswith(prefix))
+                wanted = None if only is None else _stored_with(cfg, {prefix + n for n in only})
+                part = _from_hf(cfg, block_get, names, file_of,
+                                keep=lambda n: n.startswith(prefix) and (wanted is None or n in wanted))
                 # copies of their own, so that the files' pages are let go once the reader closes
                 out = {n[len(prefix):]: t.to(device=on, dtype=target_dtype, copy=True) for n, t in part.items()}
                 for n, t in out.items():

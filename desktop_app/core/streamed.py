@@ -10,7 +10,10 @@ knows about them.
   `load_block`), copies them into the compute dtype on the block's device, and its post-hook puts them
   back on meta. The resident set is then the embeddings and head, one block (plus any held), and what
   is recorded. Code that reads a block's weights outside its forward (the Lipschitz lab, a lazy
-  trace's head outputs) holds it: `with holding(model, layer): ...`.
+  trace's head outputs) holds it: `with holding(model, layer): ...`. A pass whose backward comes later
+  (the attribution graph's) runs under `weights_saved_by_name`: autograd keeps a block's weights as
+  (layer, name), read again when the backward reaches them, not the tensors themselves (which would
+  keep every block's saved weights in memory until the backward is done).
 - place_blocks: consecutive blocks on each of several devices (plan_devices), each block's inputs
   moved to its device before it runs and its output back to the model's own device (where the
   embeddings, the head and the records' hand-off are), so everything around the loop is unchanged.
@@ -24,8 +27,9 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-# (the block's state dict, names relative to the block) for block l, in the compute dtype on `device`
-BlockLoader = Callable[[int, torch.device], dict[str, torch.Tensor]]
+# (the block's state dict, names relative to the block) for block l, in the compute dtype on `device`;
+# given names, those (and what is stored with them), not the whole block
+BlockLoader = Callable[[int, torch.device, "set[str] | None"], dict[str, torch.Tensor]]
 
 
 def block_device(model, layer: int) -> torch.device:
@@ -41,7 +45,8 @@ class StreamedWeights:
         self.model, self.load_block = model, load_block
         self.held: Counter = Counter()  # layer -> how many `holding` keep it in
         self.resident: set[int] = set()
-        self.loads = 0  # blocks read from the files so far
+        self.loads = 0  # blocks (or the part of one a backward needs) read from the files so far
+        self.storages: dict[int, tuple[int, str]] = {}  # a resident parameter's storage address -> (layer, name)
         for l, block in enumerate(model.blocks):
             block.register_forward_pre_hook(lambda module, args, l=l: self.bring(l))
             block.register_forward_hook(lambda module, args, out, l=l: self.drop(l), always_call=True)
@@ -52,9 +57,10 @@ class StreamedWeights:
         if layer in self.resident:
             return
         block = self.model.blocks[layer]
-        sd = self.load_block(layer, block_device(self.model, layer))
+        sd = self.load_block(layer, block_device(self.model, layer), None)
         block.load_state_dict(sd, strict=True, assign=True)
         self.resident.add(layer)
+        self.storages.update({p.untyped_storage().data_ptr(): (layer, name) for name, p in block.named_parameters()})
         self.loads += 1
 
     def drop(self, layer: int, force: bool = False) -> None:
@@ -62,12 +68,66 @@ class StreamedWeights:
         if not force and (layer not in self.resident or self.held[layer]):
             return
         block = self.model.blocks[layer]
+        for p in block.parameters():
+            if p.device.type != "meta":
+                self.storages.pop(p.untyped_storage().data_ptr(), None)
         block.load_state_dict({name: torch.empty(p.shape, dtype=p.dtype, device="meta")
                                for name, p in block.named_parameters()}, strict=True, assign=True)
         self.resident.discard(layer)
 
     def resident_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for l in self.resident for p in self.model.blocks[l].parameters())
+
+    @contextmanager
+    def weights_saved_by_name(self) -> Iterator[None]:
+        """Autograd, within, saves a block's parameter (or a view of it: linear's transposed weight) as
+        (layer, name, the view's place in it), not the tensor: the backward's unpacking reads the
+        tensors of that layer the forward saved (only those: the replacement model's attention values,
+        output and norms, not its MLP) and keeps them until the backward moves on to another layer, so
+        the backward holds one layer's worth, not every block the forward read. The backward runs
+        within too: what it read last is let go after."""
+        saved_names: dict[int, set[str]] = {}  # layer -> the names saved from it
+        in_backward: dict[int, dict[str, torch.Tensor]] = {}  # the one layer the backward has read
+
+        def pack(t: torch.Tensor):
+            where = self.storages.get(t.untyped_storage().data_ptr()) if t.device.type != "meta" else None
+            if where is None:
+                return t
+            layer, name = where
+            p = self.model.blocks[layer].get_parameter(name)
+            offset = t.storage_offset() - p.storage_offset()
+            last = offset + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+            if offset < 0 or last >= p.numel():  # (a storage shared with another tensor: kept as it is)
+                return t
+            saved_names.setdefault(layer, set()).add(name)
+            return layer, name, t.shape, t.stride(), offset
+
+        def unpack(saved):
+            if isinstance(saved, torch.Tensor):
+                return saved
+            layer, name, shape, stride, offset = saved
+            if layer in self.resident:  # (held by a `holding` around the backward: nothing to read)
+                p = self.model.blocks[layer].get_parameter(name)
+                return p.as_strided(shape, stride, p.storage_offset() + offset)
+            if layer not in in_backward:
+                in_backward.clear()
+                in_backward[layer] = self.load_block(layer, block_device(self.model, layer), saved_names[layer])
+                self.loads += 1
+            t = in_backward[layer][name]
+            return t.as_strided(shape, stride, t.storage_offset() + offset)
+
+        # no gradient for the blocks' weights either: the backward's node that would gather one (autograd's
+        # AccumulateGrad) holds the parameter itself
+        blocks = self.model.blocks
+        wanted = {name: p.requires_grad for name, p in blocks.named_parameters()}
+        blocks.requires_grad_(False)  # kept by each block read within (load_state_dict's assign)
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                yield
+        finally:
+            in_backward.clear()
+            for name, p in blocks.named_parameters():
+                p.requires_grad_(wanted[name])
 
 
 def streamed_of(model) -> StreamedWeights | None:
@@ -88,6 +148,17 @@ def holding(model, layer: int) -> Iterator[None]:
     finally:
         streamed.held[layer] -= 1
         streamed.drop(layer)
+
+
+@contextmanager
+def weights_saved_by_name(model) -> Iterator[None]:
+    """StreamedWeights.weights_saved_by_name for a streamed model; nothing at all for one held whole."""
+    streamed = streamed_of(model)
+    if streamed is None:
+        yield
+        return
+    with streamed.weights_saved_by_name():
+        yield
 
 
 # -- several devices ---------------------------------------------------------------------------

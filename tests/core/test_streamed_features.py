@@ -138,3 +138,80 @@ def test_what_if_forced_routing_on_a_streamed_mixtral_is_the_whole_models(tmp_pa
         assert not torch.equal(la, whole.model(torch.tensor([IDS])).logits)  # the routing forced changes them
     assert ta == tb and np.array_equal(ca, cb) and torch.equal(la, lb)
     assert let_go(streamed)
+
+
+def test_a_streamed_graphs_backward_keeps_one_block_in_memory(pair, tmp_path, monkeypatch):
+    """Autograd saves the weights a product used for its backward: without care, what the replacement
+    model's forward used of every block it read would stay in memory through the backward. Each time the
+    backward reaches a layer's feature input, the real block tensors alive (a weak reference to the
+    storage of each tensor read from the files) are counted: one layer's at most, no more than a block."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from desktop_app.core.graphs import attribute, build_context, load_transcoders
+    from desktop_app.core.graphs import attribution
+    from desktop_app.core.graphs.attribution import salient_targets
+    from desktop_app.core.graphs.transcoders import random_transcoders
+
+    _, loaded = pair
+    streamed = streamed_of(loaded.model)
+    read: list[tuple[int, int, StorageWeakRef]] = []  # (layer, bytes, its storage) of every tensor read
+    load_block = streamed.load_block
+
+    def recording_load_block(layer, device, only):
+        tensors = load_block(layer, device, only)
+        read.extend((layer, t.untyped_storage().nbytes(), StorageWeakRef(t.untyped_storage())) for t in tensors.values())
+        return tensors
+    monkeypatch.setattr(streamed, "load_block", recording_load_block)
+    block_bytes = sum(p.numel() * p.element_size() for p in loaded.model.blocks[0].parameters())
+
+    seen = []  # per backward step: (how many layers have tensors alive, their bytes)
+
+    def alive_blocks(_grad):
+        alive = [(layer, nbytes) for layer, nbytes, ref in read if not ref.expired()]
+        seen.append((len({layer for layer, _ in alive}), sum(nbytes for _, nbytes in alive)))
+    forward = attribution.linear_forward
+
+    def watched_forward(*args):
+        feature_inputs, h = forward(*args)
+        if h.requires_grad:
+            for f in feature_inputs:
+                f.register_hook(alive_blocks)
+        return feature_inputs, h
+    monkeypatch.setattr(attribution, "linear_forward", watched_forward)
+
+    random_transcoders(tmp_path / "tc", LAYERS, HIDDEN, 32, seed=3)
+    ctx = build_context(loaded.model, IDS, load_transcoders(tmp_path / "tc"))
+    attribute(ctx, salient_targets(loaded.model, ctx.frozen.logits[-1], 3, 0.95, str), batch_size=16)
+    assert len(seen) >= LAYERS  # every layer's feature input is reached in each backward
+    assert max(layers for layers, _ in seen) <= 1, seen
+    assert max(nbytes for _, nbytes in seen) <= block_bytes, (seen, block_bytes)
+    assert let_go(streamed) and not any(streamed.held.values())
+
+
+def test_a_whole_models_graph_runs_without_saved_tensor_hooks(pair, tmp_path, monkeypatch):
+    """Reading weights again in the backward is for a streamed model only: one held whole keeps autograd's own."""
+    from desktop_app.core.graphs import attribute, build_context, load_transcoders
+    from desktop_app.core.graphs.attribution import salient_targets
+    from desktop_app.core.graphs.transcoders import random_transcoders
+
+    def refused(*_args):
+        raise AssertionError("saved tensor hooks on a model held whole")
+    monkeypatch.setattr(torch.autograd.graph, "saved_tensors_hooks", refused)
+    whole, _ = pair
+    random_transcoders(tmp_path / "tc", LAYERS, HIDDEN, 32, seed=3)
+    ctx = build_context(whole.model, IDS, load_transcoders(tmp_path / "tc"))
+    graph = attribute(ctx, salient_targets(whole.model, ctx.frozen.logits[-1], 3, 0.95, str), batch_size=16)
+    assert graph.active_features.shape[0] > 5
+
+
+def test_part_of_a_block_is_read_with_what_is_stored_with_it(tmp_path):
+    """The backward reads only the weights it saved; GPT-2's c_attn holds q, k and v in one tensor, so
+    asking for v reads the three (the same values as the whole block's read), and no MLP."""
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4,
+                                                         n_positions=64)).save_pretrained(tmp_path / "gpt2")
+    streamed = streamed_of(load_model_folder(tmp_path / "gpt2", streamed=True).model)
+    cpu = torch.device("cpu")
+    part, block = streamed.load_block(1, cpu, {"attn.v.weight", "norm1.weight"}), streamed.load_block(1, cpu, None)
+    assert set(part) == {"attn.q.weight", "attn.k.weight", "attn.v.weight", "norm1.weight"}
+    assert all(torch.equal(t, block[n]) for n, t in part.items())

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..streamed import weights_saved_by_name
 from .replacement import Frozen, freeze, graph_problem, linear_forward, n_graph_layers
 from .transcoders import Transcoders
 
@@ -222,7 +223,8 @@ def compute_rows(ctx: Context, layers: torch.Tensor, positions: torch.Tensor, ve
     layers, positions = layers.to(device), positions.to(device)
     tokens = fr.token_vectors.to(ctx.dtype).clone().requires_grad_(True)
     constants = [c.detach().clone().requires_grad_(True) for c in ctx.mlp_constants]
-    with torch.enable_grad():
+    # a streamed model's blocks are read again by the backward, one at a time, rather than all kept
+    with torch.enable_grad(), weights_saved_by_name(model):
         feature_inputs, h = linear_forward(model, fr, ctx.transcoders, tokens, constants)
         outputs, grads_in = [], []
         for layer in layers.unique().tolist():

@@ -501,7 +501,8 @@ def main(argv: list[str]) -> dict:
     ap.add_argument("--repeat", type=int_in(1, 100), default=2,
                     help="alternating runs of each side, the fastest of each kept (default 2)")
     ap.add_argument("--gen-runs", type=int_in(1, 1000), default=3,
-                    help="timed generations of --new tokens in each measured process, the fastest kept (default 3)")
+                    help="timed generations of --new tokens a side, alternating between the two processes where "
+                         "both models fit in memory, the fastest of each kept (default 3)")
     ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
                     help="our compute dtype (default auto: what suits the device)")
     ap.add_argument("--memory-cap-gb", type=float_in(0, 1e5, lo_open=True), default=None, metavar="G",

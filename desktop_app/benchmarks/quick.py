@@ -52,8 +52,8 @@ RUNS = {
     "render": ["--tokens", "256", "--repeat", "5"],
     "dynamics": ["--seconds", "1.5"],
     "memory": [DEMO],
-    # 10 timed generations a side, the least kept: timed once, one slow step decided the generation speedup
-    # (0.59-1.34x over runs of unchanged code); the nine more cost ~0.3 s
+    # 10 timed generations a side, alternating between the two processes, the least of each kept: timed once
+    # each, seconds apart, a slow step decided the generation speedup (0.46-2.15x over runs of unchanged code)
     "scale": ["--shape", "tiny", "--tokens", "64", "--new", "8", "--repeat", "1", "--gen-runs", "10"],
     "busy": ["--steps", "60"],
     "firstlook": ["--shape", "tiny", "--tokens", "128"],

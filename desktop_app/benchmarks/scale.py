@@ -25,7 +25,7 @@ Each side's generation is timed `--gen-runs` times (default 3) and the least tim
 both models fit in memory at once (generation_alternating), both processes stay, their models loaded,
 once each has measured its trace and peak alone, and their generations alternate (ours, reference,
 ours, ...): timed once each, seconds apart, one slow step or a neighbour's burst of load decided the
-figure (0.52-2.15x over runs of unchanged code at the tiny shape). Otherwise each side's follow its trace.
+figure (0.46-2.15x over runs of unchanged code at the tiny shape; now 0.85-1.12x). Otherwise each side's follow its trace.
 
 --memory-cap-gb G (CUDA only): each measured process caps itself at G GiB of the card before it allocates
 anything (torch.cuda.set_per_process_memory_fraction; the app's own memory checks read that cap,

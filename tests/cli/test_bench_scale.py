@@ -17,11 +17,11 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 def test_bench_scale_on_the_tiny_shape_prints_every_figure_as_one_json_line(capsys):
     pytest.importorskip("transformers")
     assert main(["bench", "scale", "--shape", "tiny", "--tokens", "24", "--new", "3", "--repeat", "1",
-                 "--threads", "2"]) == 0
+                 "--gen-runs", "2", "--threads", "2"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     r = json.loads(out[-1])
     assert r["name"] == "scale" and r["shape"] == "tiny" and r["tokens"] == 24 and r["device"] == "cpu"
-    assert r["params"] > 0 and r["new_tokens"] == 3
+    assert r["params"] > 0 and r["new_tokens"] == 3 and r["generation_runs"] == 2
     assert r["torch_threads"] == r["reference_torch_threads"] == 2  # both measured processes, as asked
     for key in ("ours_load_s", "ours_trace_s", "reference_load_s", "reference_forward_s", "ours_first_layer_s",
                 "ours_peak_mb", "reference_peak_mb", "ours_ms_per_token", "reference_ms_per_token"):
@@ -95,6 +95,56 @@ def test_a_side_out_of_memory_under_the_cap_is_reported_and_run_again_without_it
     with pytest.raises(RuntimeError, match="something else"):
         scale._run_capped("ours", ("folder",), caps, errors, None)
     assert caps["ours"] == 24.0 and errors["ours"] is None
+
+
+def test_generation_keeps_the_least_time_per_token_of_its_runs(monkeypatch):
+    """One slow step decided a single timed generation (bench quick's figure spread 0.59-1.34x on unchanged
+    code): each measured process times --gen-runs generations and keeps the least, on a fake clock here;
+    runs whose greedy ids differ are an error, not a figure."""
+    from desktop_app.benchmarks import scale
+
+    clock = [0.0]
+    step_seconds = iter([0.040, 0.010, 0.025])  # the first run hit by a neighbour
+
+    def generate(n):
+        clock[0] += next(step_seconds) * n
+        return [7] * n
+
+    monkeypatch.setattr(scale.time, "perf_counter", lambda: clock[0])
+    ids, per_token = scale.least_per_token(generate, 8, 3)
+    assert ids == [7] * 8 and per_token == pytest.approx(0.010)
+
+    answers = iter([[1, 2], [1, 3]])
+    with pytest.raises(AssertionError, match="ids differ"):
+        scale.least_per_token(lambda n: next(answers), 2, 2)
+
+
+def test_the_two_sides_generations_alternate_and_each_keeps_its_least_time():
+    """Ours and the reference timed once each in turn, seconds apart: a neighbour's burst decided the figure.
+    Both processes stay with their models loaded and are asked for generations in turn (ours, reference,
+    ours, ...); each keeps its least time per token, and its ids must not change between runs."""
+    from desktop_app.benchmarks import scale
+
+    asked = []
+
+    class Side:
+        def __init__(self, kind, seconds, ids):
+            self.kind, self.result, self.seconds, self.ids = kind, {}, iter(seconds), iter(ids)
+
+        def generate(self):
+            asked.append(self.kind)
+            return {"ids": next(self.ids), "s_per_token": next(self.seconds)}
+
+    ours = Side("ours", [0.004, 0.002, 0.003], [[5, 6]] * 3)
+    ref = Side("reference", [0.003, 0.009, 0.0025], [[5, 6]] * 3)
+    scale.generation_rounds([ours, ref], 3)
+    assert asked == ["ours", "reference"] * 3
+    assert ours.result == {"generated_ids": [5, 6], "generate_s_per_token": 0.002}
+    assert ref.result == {"generated_ids": [5, 6], "generate_s_per_token": 0.0025}
+
+    changing = Side("ours", [0.1, 0.1], [[5, 6], [5, 7]])
+    with pytest.raises(AssertionError, match="ours: greedy ids differ"):
+        scale.generation_rounds([changing], 2)
 
 
 def test_bench_scale_refuses_a_memory_cap_on_the_cpu_in_one_line(capsys):

@@ -385,13 +385,30 @@ class Measured:
                                         stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env)
         self.result = self._read()
 
+    ANSWER_TIMEOUT_S = 3600  # a process that hangs is killed, as subprocess.run(timeout=3600) did before
+
     def _read(self) -> dict:
-        line = self.process.stdout.readline()
-        if not line:  # it ended without its figures
+        import threading
+
+        hung = threading.Event()
+
+        def kill() -> None:
+            hung.set()
+            self.process.kill()
+
+        watchdog = threading.Timer(self.ANSWER_TIMEOUT_S, kill)
+        watchdog.start()
+        try:
+            line = self.process.stdout.readline()
+        finally:
+            watchdog.cancel()
+        if not line:  # it ended (or was killed) without its figures
             self.process.wait(timeout=60)
             self.stderr.seek(0)
             err = self.stderr.read()
             self.stderr.close()
+            if hung.is_set():
+                err += f"\n(killed: no answer in {self.ANSWER_TIMEOUT_S} s)"
             error = RuntimeError(f"bench scale: the {self.kind} process failed:\n{err[-3000:]}")
             error.out_of_memory = any(word in err for word in OOM)
             raise error

@@ -204,3 +204,24 @@ def test_the_study_shapes_open_as_the_real_checkpoints_config(shape, tmp_path):
     cfg = read_config(tmp_path)
     got = {key: tuple(v) if isinstance(v, list) else v for key in STUDY_SHAPES[shape] for v in [getattr(cfg, key)]}
     assert got == STUDY_SHAPES[shape]
+
+
+def test_a_measured_process_that_never_answers_is_killed_and_named(monkeypatch):
+    """A side that hangs (no figures, no exit) ends the benchmark with one error, not a wait forever."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from desktop_app.benchmarks import scale
+
+    monkeypatch.setattr(scale.Measured, "ANSWER_TIMEOUT_S", 0.5)
+    side = scale.Measured.__new__(scale.Measured)
+    side.kind, side.stderr = "ours", tempfile.TemporaryFile("w+")
+    side.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                    stdout=subprocess.PIPE, stderr=side.stderr, text=True)
+    try:
+        with pytest.raises(RuntimeError, match=r"the ours process failed:\n+\(killed: no answer in 0.5 s\)"):
+            side._read()
+        assert side.process.poll() is not None
+    finally:
+        side.close()

@@ -21,7 +21,6 @@ and what everything else adds (ours_over_products_alone, one ratio per repeat).
 """
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path

@@ -19,7 +19,6 @@ for figures a busy machine leaves alone.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import tempfile
 import time

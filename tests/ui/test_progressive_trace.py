@@ -90,6 +90,26 @@ def _attention(qtbot, window):
     return attention
 
 
+def _hold_logits(monkeypatch, first_only: bool = False):
+    """The text trace's logits step held until `release` is set (or its job cancelled): (reached, set once one
+    is held; release; the jobs held). first_only: a later text's logits are not held."""
+    import desktop_app.ui.state as state_module
+
+    reached, release, held_jobs = threading.Event(), threading.Event(), []
+    real = state_module._add_logits
+
+    def held(add_logits, drawn, job=None):
+        if not (first_only and held_jobs):
+            held_jobs.append(job)
+            reached.set()
+            while not release.wait(0.02) and not job.cancelled:
+                pass
+        return real(add_logits, drawn, job=job)
+
+    monkeypatch.setattr(state_module, "_add_logits", held)
+    return reached, release, held_jobs
+
+
 def test_a_long_trace_paints_its_first_rows_shows_progress_and_is_cancelled_by_a_click(
         qtbot, six_layers, monkeypatch, isolated_user_files, error_watch):
     window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
@@ -330,23 +350,13 @@ def test_the_attention_panel_is_painted_before_the_logits_and_the_model_panel_th
     it, the values of a whole forward's trace."""
     import torch
 
-    import desktop_app.ui.state as state_module
     from desktop_app.app.tracing import trace_input
     from desktop_app.ui.panels.model import token_probabilities
     from desktop_app.ui.app import StartupWatcher, drawn_before_the_logits
 
     window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
     attention = _attention(qtbot, window)
-    reached, release = threading.Event(), threading.Event()
-    real = state_module._add_logits
-
-    def held(add_logits, drawn, job=None):
-        reached.set()
-        while not release.wait(0.02) and not job.cancelled:
-            pass
-        return real(add_logits, drawn, job=job)
-
-    monkeypatch.setattr(state_module, "_add_logits", held)
+    reached, release, _ = _hold_logits(monkeypatch)
     watcher = StartupWatcher(state, expect_model=True, drawn_early=lambda: drawn_before_the_logits(window))
     watcher.model_loaded = True
     _type(qtbot, window, SECOND)
@@ -378,22 +388,9 @@ def test_the_attention_panel_is_painted_before_the_logits_and_the_model_panel_th
 
 def test_a_new_text_while_the_logits_are_computed_is_traced_and_the_old_one_never_shown(
         qtbot, six_layers, monkeypatch, isolated_user_files, error_watch):
-    import desktop_app.ui.state as state_module
-
     window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
     _attention(qtbot, window)
-    reached, release = threading.Event(), threading.Event()
-    real, held_jobs = state_module._add_logits, []
-
-    def held(add_logits, drawn, job=None):
-        if not held_jobs:  # the first text's logits only
-            held_jobs.append(job)
-            reached.set()
-            while not release.wait(0.02) and not job.cancelled:
-                pass
-        return real(add_logits, drawn, job=job)
-
-    monkeypatch.setattr(state_module, "_add_logits", held)
+    reached, release, held_jobs = _hold_logits(monkeypatch, first_only=True)  # the first text's logits only
     shown: list = []
     state.trace_changed.connect(lambda trace: shown.append((list(state.token_ids), trace is not None)))
     _type(qtbot, window, SECOND)
@@ -457,20 +454,11 @@ def test_the_screenshot_watcher_hears_that_the_rows_are_drawn_before_the_logits(
         qtbot, six_layers, monkeypatch, isolated_user_files, error_watch):
     """--screenshot's StartupWatcher waits for the panel on show drawn from the blocks without asking it on a
     timer: the Attention panel's last row made (AppState.drawing_done) ends its wait while the logits are held."""
-    import desktop_app.ui.state as state_module
     from desktop_app.ui.app import StartupWatcher, drawn_before_the_logits
 
     window, state = open_window(qtbot, six_layers, text=FIRST, watch=error_watch)
     _attention(qtbot, window)
-    release = threading.Event()
-    real = state_module._add_logits
-
-    def held(add_logits, drawn, job=None):
-        while not release.wait(0.02) and not job.cancelled:
-            pass
-        return real(add_logits, drawn, job=job)
-
-    monkeypatch.setattr(state_module, "_add_logits", held)
+    _, release, _ = _hold_logits(monkeypatch)
     watcher = StartupWatcher(state, expect_model=True, drawn_early=lambda: drawn_before_the_logits(window))
     watcher.model_loaded = True
     told: list[bool] = []  # whether the watcher was ready each time something told it of a change

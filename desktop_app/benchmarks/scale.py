@@ -46,6 +46,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -235,25 +236,24 @@ def cap_memory(device: str, cap_gib: float | None) -> dict:
     return {"memory_cap_gib": cap_gib, "memory_cap_fraction": round(fraction, 4)}
 
 
+def timed(generate, new: int) -> dict:
+    """One timed generation of `new` tokens: its ids and seconds per token."""
+    t0 = time.perf_counter()
+    ids = generate(new)
+    return {"ids": ids, "s_per_token": (time.perf_counter() - t0) / new}
+
+
 def least_per_token(generate, new: int, runs: int) -> tuple[list[int], float]:
     """(the ids, the least seconds per token) of `runs` timed calls of generate(new): one slow step on a
     shared machine (a neighbour's burst: 10-40 ms against 2 ms) decided a single timing; the least of
     several is the undisturbed one. Greedy: every run must give the same ids."""
     ids, best = None, float("inf")
     for _ in range(runs):
-        t0 = time.perf_counter()
-        got = generate(new)
-        best = min(best, (time.perf_counter() - t0) / new)
-        assert ids is None or got == ids, "greedy ids differ between runs"
-        ids = got
+        got = timed(generate, new)
+        best = min(best, got["s_per_token"])
+        assert ids is None or got["ids"] == ids, "greedy ids differ between runs"
+        ids = got["ids"]
     return ids, best
-
-
-def timed(generate, new: int) -> dict:
-    """One timed generation of `new` tokens: its ids and seconds per token."""
-    t0 = time.perf_counter()
-    ids = generate(new)
-    return {"ids": ids, "s_per_token": (time.perf_counter() - t0) / new}
 
 
 def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str, runs: int,
@@ -388,8 +388,6 @@ class Measured:
     ANSWER_TIMEOUT_S = 3600  # a process that hangs is killed, as subprocess.run(timeout=3600) did before
 
     def _read(self) -> dict:
-        import threading
-
         hung = threading.Event()
 
         def kill() -> None:

@@ -528,6 +528,9 @@ class AppState(QObject):
     def drawing_ended(self) -> None:
         """A hold_logits holder has ended its paint: the logits waiting start once no holder draws."""
         self.drawing_done.emit()
+        self._start_logits_if_drawn()
+
+    def _start_logits_if_drawn(self) -> None:
         if self._logits_waiting is None or any(m() is not None and m()() for m in self._logits_holds):
             return
         drawn, self._logits_waiting = self._logits_waiting, None
@@ -537,7 +540,7 @@ class AppState(QObject):
         """Sets `drawn` once no hold_logits holder draws (now, or at a drawing_ended) or LOGITS_WAIT_S from now."""
         self._logits_waiting = drawn
         QTimer.singleShot(round(self.LOGITS_WAIT_S * 1000), drawn.set)
-        self.drawing_ended()
+        self._start_logits_if_drawn()  # (no holder drawing now)
 
     def set_target(self, target: str) -> None:
         """An encoder-decoder's target text (the decoder reads [start] + its tokens): kept for every model,

@@ -344,6 +344,7 @@ def test_attribution_bars_sum_to_the_hooks_direct_contribution(qtbot, demo_windo
     logits = state.loaded.model(torch.tensor([state.token_ids])).logits
     assert fa.token_id == int(logits[0, -1].argmax()) and fa.position == len(state.token_ids) - 1
     assert "sum to" in panel.attr_status.text()
+    assert all(b.isEnabled() for b in panel.export_bar.buttons.values())  # the bars on show can be exported
     error_watch.assert_clean()
 
 

@@ -101,8 +101,8 @@ class Thumbnails(QGraphicsItem):
 
 
 class ModelView(pg.GraphicsLayoutWidget):
-    """A grid of thumbnails, one small ImageItem per (layer, head), all in one view box whose coordinates are
-    its pixels: every row fits, each thumbnail keeps its pattern's aspect in its cell, labels beside them;
+    """A grid of thumbnails, one per (layer, head), drawn by one Thumbnails item in one view box whose coordinates
+    are its pixels: every row fits, each thumbnail keeps its pattern's aspect in its cell, labels beside them;
     click one to open it. (A view box per thumbnail, as before, took 0.7-1.2 s of the UI thread to build at
     Qwen2.5-0.5B's 24 x 14, most of the first look's UI work while the trace wanted both cores, and the rows
     past the window's height could not be seen.)"""

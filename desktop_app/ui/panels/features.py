@@ -175,6 +175,7 @@ class FeaturesPanel(QWidget, ResultView):
         for w, name in ((lens, "Lens"), (self.dashboard, "Dashboard"), (attr, "Attribution")):
             self.tabs.addTab(w, name)
         self.export_bar = ExportBar(self.current_view, self._export_name)
+        self.attr_chart.drawn.connect(self.export_bar.refresh)  # the buttons follow the bars (What if's too)
         lay = QVBoxLayout(self)
         lay.addLayout(top)
         head = QHBoxLayout()
@@ -523,7 +524,6 @@ class FeaturesPanel(QWidget, ResultView):
         self.attr_status.setText(f"Next token {label}: the {len(fa.features)} active features, bias, skip and error "
                                  f"sum to {fa.total:.4g} (the hook's direct contribution {fa.direct:.4g}); "
                                  f"largest: {biggest or 'none'}")
-        self.export_bar.refresh()
 
     # -- export (ExportBar's view protocol for the Lens tab) ------------------------------------
     def export_widget(self):

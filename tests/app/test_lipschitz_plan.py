@@ -8,9 +8,8 @@ import pytest
 from desktop_app.app.lipschitz import plan_lengths
 from desktop_app.cli import main
 from desktop_app.core import lipschitz as lip
-from desktop_app.core.checkpoints import new_model, save_model_folder
 from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import save_tiny_model
 
 TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps. " * 3
 CFG = ModelConfig.gpt2(vocab_size=40, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32)
@@ -58,10 +57,7 @@ def test_no_length_that_fits_is_one_line():
 def test_the_cli_skips_a_length_over_the_context_as_the_panel_does(tmp_path, capsys):
     """Before, `lipschitz --lengths 4,8,64` on a model with 32 positions failed ("n = 64 exceeds the model's
     context length 32", exit 2) and wrote nothing; the panel skipped n = 64 with a note and measured the rest."""
-    tok = char_tokenizer(TEXT)
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32)
-    folder = tmp_path / "model"
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=tok)
+    folder = save_tiny_model(tmp_path / "model", TEXT, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32)
     (tmp_path / "text.txt").write_text(TEXT, encoding="utf-8")
     out = tmp_path / "out.csv"
     assert main(["lipschitz", str(folder), "--layer", "0", "--data", "real", "--text-file", str(tmp_path / "text.txt"),

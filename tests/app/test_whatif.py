@@ -8,11 +8,10 @@ import torch
 
 from desktop_app.app.whatif import steering_edit, text_ids
 from desktop_app.cli import main
-from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
+from desktop_app.core.checkpoints import load_model_folder
 from desktop_app.core.generation import GenerationSettings, generate
 from desktop_app.core.interventions import steering_vector
-from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 TEXT = "the cat sat on the mat. a dog ran far away! "
@@ -20,12 +19,7 @@ TEXT = "the cat sat on the mat. a dog ran far away! "
 
 @pytest.fixture(scope="module")
 def char_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("charlm")
-    tok = char_tokenizer(TEXT)
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=64,
-                           init_std=0.2)
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=tok)
-    return folder
+    return save_tiny_model(tmp_path_factory.mktemp("charlm"), TEXT, init_std=0.2)
 
 
 def test_the_edit_adds_scale_times_the_mean_difference_and_says_its_size(char_dir):

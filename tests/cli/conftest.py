@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import save_tiny_model
 
 TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. " * 4
 
@@ -14,11 +12,8 @@ TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps on the 
 def char_gpt2_dir(tmp_path_factory):
     """A random 2-layer GPT-2 (d_model 16) on a character tokenizer, saved as a model folder, with the
     text its tokenizer was built from beside it as text.txt (for --text-file)."""
-    tok = char_tokenizer(TEXT)
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
-                           context_length=64, init_std=0.3)
-    path = tmp_path_factory.mktemp("m") / "model"
-    save_model_folder(new_model(cfg, seed=1), path, tokenizer=tok)
+    path = save_tiny_model(tmp_path_factory.mktemp("m") / "model", TEXT, seed=1, d_model=16, n_heads=2, d_ff=32,
+                           init_std=0.3)
     (path.parent / "text.txt").write_text(TEXT, encoding="utf-8")
     return path
 
@@ -27,8 +22,5 @@ def char_gpt2_dir(tmp_path_factory):
 def one_layer_gpt2_dir(tmp_path_factory):
     """A random 1-layer GPT-2 (d_model 8, context 16) on the characters of "abcdefgh ", saved as a model
     folder: the smallest model a command runs on (the output-file tests)."""
-    tok = char_tokenizer("abcdefgh ")
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=8, n_layers=1, n_heads=2, d_ff=16, context_length=16)
-    path = tmp_path_factory.mktemp("m") / "model"
-    save_model_folder(new_model(cfg, seed=0).eval(), path, tokenizer=tok)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("m") / "model", "abcdefgh ", d_model=8, n_layers=1, n_heads=2,
+                           d_ff=16, context_length=16)

@@ -23,9 +23,7 @@ import pytest
 from desktop_app.cli import COMMANDS, build_parser, main
 from desktop_app.commands import args as cli_args
 from desktop_app.commands.bench import BENCHMARKS
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -100,9 +98,7 @@ def test_every_subcommand_is_walked():
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("every")
-    tok = char_tokenizer("abcdefgh ")
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=8, n_layers=1, n_heads=2, d_ff=16, context_length=16)
-    save_model_folder(new_model(cfg, seed=0).eval(), root / "model", tokenizer=tok)
+    save_tiny_model(root / "model", "abcdefgh ", d_model=8, n_layers=1, n_heads=2, d_ff=16, context_length=16)
     from desktop_app.core.training import TrainConfig, train  # a run with kept steps, for scrub
     train(TrainConfig(task="induction", task_options={"length": 3, "symbols": 3}, steps=1, batch_size=2,
                       model={"n_layers": 1, "n_heads": 1, "d_model": 4, "d_ff": 8}, eval_every=1, log_every=1,

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from desktop_app.cli import main
-from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
+from desktop_app.core.checkpoints import load_model_folder
 from desktop_app.core.generation import GenerationSettings, generate
 from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import save_tiny_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -32,20 +32,16 @@ def gpt2_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def char_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("charlm")
-    tok = char_tokenizer(TEXT, specials=["<|endoftext|>"])
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=32)
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=tok)
-    return folder, tok
+    specials = ["<|endoftext|>"]
+    folder = save_tiny_model(tmp_path_factory.mktemp("charlm"), TEXT, specials=specials, context_length=32)
+    return folder, char_tokenizer(TEXT, specials=specials)
 
 
 @pytest.fixture(scope="module")
 def bert_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("bert")
-    tok = char_tokenizer(TEXT, specials=["[PAD]", "[MASK]", "[UNK]"])
-    cfg = ModelConfig.bert(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=32)
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=tok)
-    return folder, tok
+    specials = ["[PAD]", "[MASK]", "[UNK]"]
+    folder = save_tiny_model(tmp_path_factory.mktemp("bert"), TEXT, "bert", specials=specials, context_length=32)
+    return folder, char_tokenizer(TEXT, specials=specials)
 
 
 def _json(capsys, *args) -> dict:

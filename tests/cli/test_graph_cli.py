@@ -7,12 +7,10 @@ import pytest
 import torch
 
 from desktop_app.cli import main
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
 from desktop_app.core.graphs import prune_graph
 from desktop_app.core.graphs.files import check_graph_json, load_raw
 from desktop_app.core.graphs.transcoders import random_transcoders
-from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -24,14 +22,13 @@ NODE_KEYS = {"node_id", "feature", "layer", "ctx_idx", "feature_type", "token_pr
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("graph")
-    tok = char_tokenizer("abcdefgh ", specials=["<pad>", "<s>"])  # BOS id 1 (circuit-tracer passes over an id 0)
-    cfg = ModelConfig.llama(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32,
-                            context_length=32)
-    save_model_folder(new_model(cfg, seed=0).eval(), root / "llama", tokenizer=tok)
+    specials = ["<pad>", "<s>"]  # BOS id 1 (circuit-tracer passes over an id 0)
+    save_tiny_model(root / "llama", "abcdefgh ", "llama", specials=specials, d_model=16, n_kv_heads=2, d_ff=32,
+                    context_length=32)
     random_transcoders(root / "plt", 2, 16, 20, seed=1)
     random_transcoders(root / "clt", 2, 16, 20, cross_layer=True, activation="jump_relu", seed=2)
-    bert = ModelConfig.bert(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32, context_length=32)
-    save_model_folder(new_model(bert, seed=0).eval(), root / "bert", tokenizer=tok)
+    save_tiny_model(root / "bert", "abcdefgh ", "bert", specials=specials, d_model=16, n_heads=2, d_ff=32,
+                    context_length=32)
     return root
 
 

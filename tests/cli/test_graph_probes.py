@@ -9,20 +9,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from desktop_app.cli import main
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
 from desktop_app.core.graphs.transcoders import random_transcoders
-from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.parametrize("cross_layer", [False, True])
 def test_a_layer_without_an_active_feature_still_makes_a_graph(tmp_path, capsys, cross_layer):
-    tok = char_tokenizer("abcdefgh ", specials=["<pad>", "<s>"])
-    cfg = ModelConfig.llama(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32,
-                            context_length=32)
-    save_model_folder(new_model(cfg, seed=0).eval(), tmp_path / "llama", tokenizer=tok)
+    save_tiny_model(tmp_path / "llama", "abcdefgh ", "llama", specials=["<pad>", "<s>"], d_model=16, n_kv_heads=2,
+                    d_ff=32, context_length=32)
     folder = tmp_path / "tc"
     random_transcoders(folder, 2, 16, 20, cross_layer=cross_layer, seed=1)
     silent = [p for p in folder.glob("*.safetensors") if p.stem in ("layer_1", "W_enc_1")]

@@ -11,11 +11,9 @@ import pytest
 
 from desktop_app.cli import EXIT_INPUT, EXIT_WRITE, build_parser, main
 from desktop_app.core import files
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
 from desktop_app.core.training import checkpoint_step
 from desktop_app.core.training.trainer import RUN_FILE, read_run_config
+from tiny_models import save_tiny_model
 
 TINY = ["--task", "modadd", "--p", "7", "--layers", "1", "--heads", "2", "--d-model", "16", "--log-every", "1",
         "--eval-every", "100", "--schedule", "constant", "--warmup", "0", "--jsonl"]
@@ -31,11 +29,8 @@ def one_thread_and_umask(one_torch_thread):
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    tok = char_tokenizer(TEXT)
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32)
-    path = tmp_path_factory.mktemp("m") / "model"
-    save_model_folder(new_model(cfg, seed=0).eval(), path, tokenizer=tok)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("m") / "model", TEXT, d_model=16, n_layers=1, n_heads=2, d_ff=32,
+                           context_length=32)
 
 
 def train(capsys, *args) -> tuple[int, list[dict], str]:

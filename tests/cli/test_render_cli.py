@@ -15,9 +15,8 @@ from desktop_app.cli import main as cli_main
 from desktop_app.commands.render import VIEWS, render_view
 from desktop_app.ui.offscreen import dispose
 from desktop_app.core import analysis
-from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
+from desktop_app.core.checkpoints import load_model_folder
+from tiny_models import save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "tokens cluster as depth grows"
@@ -25,12 +24,7 @@ TEXT = "tokens cluster as depth grows"
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    tok = char_tokenizer(TEXT)
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=64,
-                           init_std=0.3)
-    path = tmp_path_factory.mktemp("render") / "model"
-    save_model_folder(new_model(cfg, seed=0).eval(), path, tokenizer=tok)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("render") / "model", TEXT, init_std=0.3)
 
 
 def test_subprocess_renders_headless_without_a_display(model_dir, tmp_path):

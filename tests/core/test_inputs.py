@@ -13,6 +13,7 @@ from desktop_app.core.config import ModelConfig
 from desktop_app.core.inputs import InputError, check_ids, encode, parse_token_ids, read_text_file, text_file_ids
 from desktop_app.core.tokenizer import Tokenizer, char_tokenizer
 from desktop_app.core.training.tasks import make_task
+from tiny_models import tiny_model_on
 
 
 def _old_motif_tokenizer() -> Tokenizer:
@@ -23,9 +24,8 @@ def _old_motif_tokenizer() -> Tokenizer:
 
 
 def _model(tokenizer, vocab_size: int, context_length: int = 16) -> LoadedModel:
-    cfg = ModelConfig.gpt2(vocab_size=vocab_size, d_model=8, n_layers=1, n_heads=2, d_ff=16,
-                           context_length=context_length)
-    return LoadedModel(new_model(cfg, seed=0).eval(), cfg, tokenizer, None, "tiny-model")
+    return tiny_model_on(tokenizer, vocab_size=vocab_size, d_model=8, n_layers=1, n_heads=2, d_ff=16,
+                         context_length=context_length, name="tiny-model")
 
 
 # -- token ids -------------------------------------------------------------------------------

@@ -11,21 +11,17 @@ import pytest
 import torch
 
 from desktop_app.core import devices
-from desktop_app.core.checkpoints import ModelLoadError, load_model_folder, model_class, new_model, save_model_folder
+from desktop_app.core.checkpoints import ModelLoadError, load_model_folder, model_class
 from desktop_app.core.config import MAX_SIZES, ConfigError, ModelConfig
 from desktop_app.core.families import REGISTRY
-from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture
 def folder(tmp_path):
-    tok = char_tokenizer("abcdefgh ")
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=8, n_layers=2, n_heads=2, d_ff=16, context_length=16)
-    path = tmp_path / "model"
-    save_model_folder(new_model(cfg, seed=0).eval(), path, tokenizer=tok)
-    return path
+    return save_tiny_model(tmp_path / "model", "abcdefgh ", d_model=8, n_heads=2, d_ff=16, context_length=16)
 
 
 def _hf_only(folder, **changes) -> dict:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QSettings
 
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
 from desktop_app.ui.main_window import MainWindow
 from desktop_app.ui.panels import PANELS
 from desktop_app.ui.state import AppState
+from tiny_models import save_tiny_model
 
 
 @pytest.fixture(autouse=True)
@@ -22,9 +20,7 @@ def isolated_settings(tmp_path, monkeypatch):
 def test_every_panel_builds_after_the_model_is_open_and_has_help(qtbot, tmp_path, monkeypatch):
     from desktop_app.ui import dialogs
 
-    tok = char_tokenizer("abcdefghijklmnopqrstuvwxyz .")
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=64)
-    save_model_folder(new_model(cfg, seed=0), tmp_path / "m", tokenizer=tok)
+    save_tiny_model(tmp_path / "m", "abcdefghijklmnopqrstuvwxyz .")
     state = AppState()
     window = MainWindow(state)
     qtbot.addWidget(window)

@@ -8,22 +8,17 @@ import torch
 from PySide6.QtCore import QPoint, QPointF, Qt
 
 from desktop_app.core import analysis
-from desktop_app.core.checkpoints import LoadedModel, new_model
-from desktop_app.core.config import ModelConfig
 from desktop_app.core.model import KVCache
-from desktop_app.core.tokenizer import char_tokenizer
 from desktop_app.ui.panels.attention import AttentionPanel
 from desktop_app.ui.state import AppState
 from desktop_app.ui.widgets.export import export_view
+from tiny_models import tiny_model
 
 TEXT = "the cat sat on a mat"
 
 
 def _loaded(family="gpt2"):
-    tok = char_tokenizer(TEXT)
-    cfg = getattr(ModelConfig, family)(vocab_size=tok.vocab_size, d_model=36, n_layers=2, n_heads=3, d_ff=64,
-                                       context_length=64, init_std=0.3)
-    return LoadedModel(new_model(cfg, seed=0).eval(), cfg, tok, None, "test")
+    return tiny_model(TEXT, family, d_model=36, n_heads=3, init_std=0.3)
 
 
 def _panel(qtbot, family="gpt2"):

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import save_tiny_model
 
 
 def test_the_device_menu_changes_the_compute_dtype_and_the_status_bar_shows_it(qtbot, tmp_path):
     from desktop_app.ui.main_window import MainWindow
     from desktop_app.ui.state import AppState
 
-    tok = char_tokenizer("abcdefgh ")
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32, context_length=32)
-    save_model_folder(new_model(cfg, seed=0).eval(), tmp_path / "m", tokenizer=tok)
+    save_tiny_model(tmp_path / "m", "abcdefgh ", d_model=16, n_heads=2, d_ff=32, context_length=32)
     state = AppState()
     state.text = "abc"
     window = MainWindow(state)

@@ -11,21 +11,17 @@ import torch
 from PySide6.QtCore import QPoint, QRect, Qt
 
 from desktop_app.core import dynamics as dy
-from desktop_app.core.checkpoints import LoadedModel, new_model
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
 from desktop_app.ui.panels.dynamics import DynamicsPanel
 from desktop_app.ui.state import AppState
+from tiny_models import tiny_model
 
 TEXT = "the queen of hearts made some tarts"
 
 
 @pytest.fixture
 def state():
-    tok = char_tokenizer(TEXT)
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32, context_length=64)
     s = AppState()
-    s.loaded = LoadedModel(new_model(cfg, seed=0).eval(), cfg, tok, None, "test")
+    s.loaded = tiny_model(TEXT, d_model=16, n_heads=2, d_ff=32)
     return s
 
 

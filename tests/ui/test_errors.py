@@ -7,12 +7,10 @@ import pytest
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication
 
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
 from desktop_app.ui.errors import ErrorDialog, ExceptionHandler, log_file
 from desktop_app.ui.main_window import MainWindow
 from desktop_app.ui.state import AppState
+from tiny_models import save_tiny_model
 
 
 @pytest.fixture(autouse=True)
@@ -23,9 +21,7 @@ def isolated_settings(tmp_path, monkeypatch):
 
 @pytest.fixture
 def window_with_model(qtbot, tmp_path):
-    tok = char_tokenizer("abcdefghijklmnopqrstuvwxyz ")
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=64)
-    save_model_folder(new_model(cfg, seed=0), tmp_path / "m", tokenizer=tok)
+    save_tiny_model(tmp_path / "m", "abcdefghijklmnopqrstuvwxyz ", d_model=16, n_layers=1, n_heads=2, d_ff=32)
     state = AppState()
     window = MainWindow(state)
     qtbot.addWidget(window)

@@ -11,11 +11,12 @@ import pytest
 import torch
 from PySide6.QtCore import QPoint, Qt
 
-from desktop_app.core.checkpoints import LoadedModel, load_model_folder, new_model
+from desktop_app.core.checkpoints import load_model_folder, new_model
 from desktop_app.core.config import ModelConfig
 from desktop_app.core.generation import GenerationSettings, generate, process_logits
 from desktop_app.paths import demo_model_dir
 from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import tiny_model, tiny_model_on
 from .walkthrough import show_generation_panel
 
 TEXT = "the cat sat on the mat and the dog sat on the log. "
@@ -23,10 +24,7 @@ TEXT = "the cat sat on the mat and the dog sat on the log. "
 
 def _loaded(family="gpt2", context=64):
     specials = ["[MASK]"] if family == "bert" else []
-    tok = char_tokenizer(TEXT, specials=specials)
-    cfg = getattr(ModelConfig, family)(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64,
-                                       context_length=context, init_std=0.3)
-    return LoadedModel(new_model(cfg, seed=0).eval(), cfg, tok, None, "test")
+    return tiny_model(TEXT, family, specials=specials, context_length=context, init_std=0.3)
 
 
 @pytest.fixture
@@ -426,10 +424,8 @@ def test_prompt_filled_in_follows_the_model_unless_the_user_typed_one(qtbot):
     p = _make(qtbot)
     auto = p.prompt.text()
     assert auto
-    notok = LoadedModel(new_model(ModelConfig.gpt2(vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=32,
-                                                   context_length=32), seed=0).eval(),
-                        ModelConfig.gpt2(vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32),
-                        None, None, "ids")
+    notok = tiny_model_on(None, vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32,
+                          name="ids")
     p.state.loaded = notok
     p.state.model_changed.emit(notok)
     assert [int(t) for t in p.prompt.text().split()]  # a few ids, not text it cannot read
@@ -521,8 +517,8 @@ def test_tiny_probabilities_and_token_labels_are_readable(qtbot, panel):
 
 
 def test_no_tokenizer_branch_labels_separate_the_ids(qtbot):
-    cfg = ModelConfig.gpt2(vocab_size=300, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32)
-    p = _make(qtbot, loaded=LoadedModel(new_model(cfg, seed=0).eval(), cfg, None, None, "ids"))
+    p = _make(qtbot, loaded=tiny_model_on(None, vocab_size=300, d_model=16, n_layers=1, n_heads=2, d_ff=32,
+                                          context_length=32, name="ids"))
     p.prompt.setText("12 7")
     _click_step(qtbot, p, 1)
     _click_step(qtbot, p, 2)
@@ -640,8 +636,8 @@ def test_a_prompt_outside_the_vocabulary_or_context_is_one_line_and_starts_nothi
     """The prompt is read as every text box is (core.inputs): ids beyond the vocabulary and a prompt
     longer than the context are refused in the status line, not handed to the model."""
     p = _make(qtbot)
-    cfg = ModelConfig.gpt2(vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=8)
-    notok = LoadedModel(new_model(cfg, seed=0).eval(), cfg, None, None, "ids")
+    notok = tiny_model_on(None, vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=8,
+                          name="ids")
     p.state.loaded = notok
     p.state.model_changed.emit(notok)
     for typed, said in (("7 80 9", "80"), (" ".join(["1"] * 9), "context")):

@@ -9,9 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from desktop_app.core import jobs
-from desktop_app.core.checkpoints import LoadedModel, new_model
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import tiny_model
 from .walkthrough import show_generation_panel
 
 TEXT = "the cat sat on the mat and the dog sat on the log. "
@@ -19,10 +17,7 @@ TEXT = "the cat sat on the mat and the dog sat on the log. "
 
 @pytest.fixture
 def panel(qtbot):
-    tok = char_tokenizer(TEXT)
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64,
-                           context_length=64, init_std=0.3)
-    return show_generation_panel(qtbot, LoadedModel(new_model(cfg, seed=0).eval(), cfg, tok, None, "test"))
+    return show_generation_panel(qtbot, tiny_model(TEXT, init_std=0.3))
 
 
 @pytest.fixture

@@ -8,23 +8,18 @@ import torch
 from PySide6.QtCore import Qt
 
 from desktop_app.core import analysis
-from desktop_app.core.checkpoints import LoadedModel, new_model
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
 from desktop_app.ui.panels.layers import LayersPanel
 from desktop_app.ui.state import AppState
 from desktop_app.ui.widgets.export import export_view
+from tiny_models import tiny_model
 
 TEXT = "a rose is a rose is a rose"
 
 
 def _panel(qtbot, **cfg_kw):
-    tok = char_tokenizer(TEXT)
-    family = cfg_kw.pop("family", "gpt2")
-    cfg = getattr(ModelConfig, family)(vocab_size=tok.vocab_size, d_model=32, n_layers=3, n_heads=4, d_ff=64,
-                                       context_length=64, init_std=0.3, **cfg_kw)
     state = AppState()
-    state.loaded = LoadedModel(new_model(cfg, seed=1).eval(), cfg, tok, None, "test")
+    state.loaded = tiny_model(TEXT, cfg_kw.pop("family", "gpt2"), seed=1, n_layers=3, init_std=0.3, **cfg_kw)
+    tok = state.loaded.tokenizer
     panel = LayersPanel(state)
     qtbot.addWidget(panel)
     panel.resize(1000, 800)

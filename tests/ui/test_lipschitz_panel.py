@@ -12,29 +12,30 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from desktop_app.core import lipschitz as lip
-from desktop_app.core.checkpoints import LoadedModel, new_model
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
 from desktop_app.ui.panels.lipschitz import LipschitzPanel
 from desktop_app.ui.state import AppState
+from tiny_models import tiny_model
 
 TEXT = "a rose is a rose is a rose, said the gardener to the queen of hearts. " * 3
 
 
-@pytest.fixture
-def panel(qtbot):
-    tok = char_tokenizer(TEXT)
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
-                           context_length=128, init_std=0.3)
+def lipschitz_panel(qtbot, text: str, n_layers: int) -> LipschitzPanel:
+    """The panel, shown, on a tiny model of `text`'s characters with `text` in the box."""
     state = AppState()
-    state.loaded = LoadedModel(new_model(cfg, seed=1).eval(), cfg, tok, None, "test")
-    state.text = TEXT
+    state.loaded = tiny_model(text, seed=1, d_model=16, n_layers=n_layers, n_heads=2, d_ff=32, context_length=128,
+                              init_std=0.3)
+    state.text = text
     p = LipschitzPanel(state)
     qtbot.addWidget(p)
     p._on_model_changed(state.loaded)
     p.resize(1100, 700)
     p.show()
     return p
+
+
+@pytest.fixture
+def panel(qtbot):
+    return lipschitz_panel(qtbot, TEXT, n_layers=2)
 
 
 def _curves(p):

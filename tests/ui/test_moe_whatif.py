@@ -6,9 +6,10 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from desktop_app.core.checkpoints import new_model, save_model_folder
+from desktop_app.core.checkpoints import save_model_folder
 from desktop_app.core.families import REGISTRY
 from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import save_tiny_model
 
 from .walkthrough import choose_item, click_panel_tab, click_tab, open_window, type_into
 
@@ -17,12 +18,8 @@ TEXT = "the cat sat on the mat."
 
 @pytest.fixture(scope="module")
 def mixtral_dir(tmp_path_factory):
-    tok = char_tokenizer("abcdefghijklmnopqrstuvwxyz .")
-    cfg = REGISTRY["mixtral"].preset(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
-                                     d_ff=32, context_length=64, init_std=0.2)
-    folder = tmp_path_factory.mktemp("mixtral") / "m"
-    save_model_folder(new_model(cfg, seed=0), folder, tokenizer=tok)
-    return folder
+    return save_tiny_model(tmp_path_factory.mktemp("mixtral") / "m", "abcdefghijklmnopqrstuvwxyz .", "mixtral",
+                           n_kv_heads=2, d_ff=32, init_std=0.2)
 
 
 def test_ablating_an_expert_and_attributing_to_experts(qtbot, mixtral_dir, isolated_user_files, error_watch):

@@ -6,28 +6,14 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
-from desktop_app.core.checkpoints import LoadedModel, new_model
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
-from desktop_app.ui.panels.lipschitz import LipschitzPanel
-from desktop_app.ui.state import AppState
+from .test_lipschitz_panel import lipschitz_panel
 
 TEXT = "a rose is a rose is a rose, said the gardener to the queen of hearts. "
 
 
 @pytest.fixture
 def panel(qtbot):
-    tok = char_tokenizer(TEXT)
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32,
-                           context_length=128, init_std=0.3)
-    state = AppState()
-    state.loaded = LoadedModel(new_model(cfg, seed=1).eval(), cfg, tok, None, "test")
-    state.text = TEXT
-    p = LipschitzPanel(state)
-    qtbot.addWidget(p)
-    p._on_model_changed(state.loaded)
-    p.resize(1100, 700)
-    p.show()
+    p = lipschitz_panel(qtbot, TEXT, n_layers=1)
     yield p
     if p.is_running():
         qtbot.mouseClick(p.cancel_button, Qt.MouseButton.LeftButton)

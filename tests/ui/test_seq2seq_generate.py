@@ -9,10 +9,8 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from desktop_app.core.checkpoints import LoadedModel, new_model
-from desktop_app.core.families import REGISTRY
 from seq2seq_decode import beam_decode, greedy_decode
-from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import tiny_model
 from .walkthrough import show_generation_panel
 
 TEXT = "the cat sat on the mat and the dog sat on the log. "
@@ -20,11 +18,8 @@ SPECIALS = ["<pad>", "[START]", "[END]"]
 
 
 def _loaded():
-    tok = char_tokenizer(TEXT, specials=SPECIALS)
-    cfg = REGISTRY["marian"].preset(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_decoder_layers=2, n_heads=4,
-                                    d_ff=64, context_length=32, init_std=0.3, pad_token_id=0,
-                                    decoder_start_token_id=1, eos_token_id=2)
-    return LoadedModel(new_model(cfg, seed=0).eval(), cfg, tok, None, "marian-test")
+    return tiny_model(TEXT, "marian", specials=SPECIALS, name="marian-test", n_decoder_layers=2, context_length=32,
+                      init_std=0.3, pad_token_id=0, decoder_start_token_id=1, eos_token_id=2)
 
 
 @pytest.fixture

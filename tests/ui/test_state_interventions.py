@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from desktop_app.core.checkpoints import LoadedModel, new_model
-from desktop_app.core.config import ModelConfig
 from desktop_app.core.interventions import Intervention
-from desktop_app.core.tokenizer import char_tokenizer
 from desktop_app.ui.state import AppState
+from tiny_models import tiny_model
 
 TEXT = "the cat sat on a mat"
 
@@ -18,12 +16,9 @@ def _a_trace(trace) -> bool:
 
 
 def test_text_traces_apply_the_interventions(qtbot):
-    tok = char_tokenizer(TEXT)
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=36, n_layers=2, n_heads=3, d_ff=64,
-                           context_length=64, init_std=0.3)
-    model = new_model(cfg, seed=0).eval()
     state = AppState()
-    state.loaded = LoadedModel(model, cfg, tok, None, "test")
+    state.loaded = tiny_model(TEXT, d_model=36, n_heads=3, init_std=0.3)
+    tok, model = state.loaded.tokenizer, state.loaded.model
     ids = tok.encode(TEXT)
     plain = model(torch.tensor([ids])).logits[0].detach()
     ablate = [Intervention("blocks.1.attn.head.2"), Intervention("blocks.0.mlp.out", "mean")]

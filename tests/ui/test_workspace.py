@@ -11,9 +11,8 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
 from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import save_tiny_model
 from desktop_app.ui import settings as app_settings
 from desktop_app.ui.main_window import MainWindow
 from desktop_app.ui.state import AppState
@@ -34,14 +33,8 @@ def isolated_settings(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("ws-models")
-    tok = char_tokenizer("abcdefghijklmnopqrstuvwxyz ")
-    out = []
-    for i, layers in enumerate((1, 2)):
-        cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=layers, n_heads=2, d_ff=32,
-                               context_length=64)
-        save_model_folder(new_model(cfg, seed=i), root / f"m{i}", tokenizer=tok)
-        out.append(root / f"m{i}")
-    return out
+    return [save_tiny_model(root / f"m{i}", "abcdefghijklmnopqrstuvwxyz ", seed=i, d_model=16, n_layers=layers,
+                            n_heads=2, d_ff=32) for i, layers in enumerate((1, 2))]
 
 
 def make_window(qtbot) -> MainWindow:

@@ -352,8 +352,10 @@ def test_empty_plots_show_a_hint_not_axes_until_there_is_data(qtbot, panel):
     assert panel.p_radius.legend.isVisible() and panel.hints[panel.p_w2].item.isVisible()
 
 
-def test_the_export_bar_waits_for_the_particles(qtbot, state):
+def test_the_export_bar_waits_for_the_particles(qtbot, state, tmp_path, monkeypatch):
     from PySide6.QtWidgets import QToolButton
+
+    from desktop_app.ui.widgets import export
 
     p = DynamicsPanel(state)
     qtbot.addWidget(p)
@@ -361,4 +363,9 @@ def test_the_export_bar_waits_for_the_particles(qtbot, state):
     assert all(not b.isEnabled() and "Reset builds the particles" in b.toolTip() for b in buttons)
     p.show()  # the first look builds the starting particles
     qtbot.waitUntil(lambda: p.sim is not None, timeout=10000)
-    assert all(b.isEnabled() for b in buttons)
+    assert all(b.isEnabled() for b in buttons)  # the panel's `drawn`, which its bar follows
+    monkeypatch.setattr(export, "ask_save_path", lambda *a, **k: str(tmp_path / "curves.csv"))
+    qtbot.mouseClick(p.export_bar.buttons["Data"], Qt.MouseButton.LeftButton)
+    with open(tmp_path / "curves.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == list(dy.CSV_COLUMNS) and len(rows) - 1 == len(p._records) >= 1

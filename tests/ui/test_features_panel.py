@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
@@ -345,6 +346,12 @@ def test_attribution_bars_sum_to_the_hooks_direct_contribution(qtbot, demo_windo
     assert fa.token_id == int(logits[0, -1].argmax()) and fa.position == len(state.token_ids) - 1
     assert "sum to" in panel.attr_status.text()
     assert all(b.isEnabled() for b in panel.export_bar.buttons.values())  # the bars on show can be exported
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(tmp_path / "bars.npz"), "")))
+    qtbot.mouseClick(panel.export_bar.buttons["Data"], Qt.MouseButton.LeftButton)
+    saved = np.load(tmp_path / "bars.npz")
+    assert sorted(saved.files) == sorted(panel.attr_chart.bars.arrays)
+    for name, values in panel.attr_chart.bars.arrays.items():
+        np.testing.assert_array_equal(saved[name], values)
     error_watch.assert_clean()
 
 

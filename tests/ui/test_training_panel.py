@@ -18,6 +18,8 @@ from desktop_app.core.training.tasks import make_task, sample_text
 from desktop_app.ui.panels.training import SpacedAxis, TrainingPanel, new_run_dir
 from desktop_app.ui.state import AppState
 
+from .walkthrough import choose_item
+
 
 def _tiny(panel: TrainingPanel, out) -> None:
     panel.task.setCurrentText("sort")
@@ -543,7 +545,7 @@ def test_the_end_of_run_line_names_each_number_and_its_step():
     assert "from the run's history" in resumed and "93.1%" in resumed
 
 
-def test_the_export_bar_waits_for_a_run(qtbot):
+def test_the_export_bar_waits_for_a_run(qtbot, tmp_path, monkeypatch):
     """Issue 25: nothing to export before a run (the plots are empty): the buttons say so, disabled."""
     panel = TrainingPanel(AppState())
     qtbot.addWidget(panel)
@@ -552,6 +554,15 @@ def test_the_export_bar_waits_for_a_run(qtbot):
     assert buttons and all(not b.isEnabled() and "start a run" in b.toolTip() for b in buttons)
     panel._on_event({"event": "step", "step": 1, "steps": 10, "train_loss": 2.0, "train_accuracy": 0.1, "lr": 1e-3,
                      "tokens_per_s": 100.0, "elapsed": 0.1, "eta": 1.0})  # what the run's process reports
+    assert all(b.isEnabled() for b in buttons)  # the panel's `drawn`, which its bar follows
+    target = tmp_path / "metrics.csv"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(target), "")))
+    qtbot.mouseClick(panel.export_bar.buttons["Data"], Qt.MouseButton.LeftButton)
+    rows = list(csv.reader(target.read_text().splitlines()))
+    assert rows[0][:3] == ["step", "train_loss", "lr"] and rows[1][:3] == ["1", "2.0", "0.001"]
+    choose_item(qtbot, panel.mode, "a sparse dictionary")  # its plots: no run yet (the buttons stayed on)
+    assert all(not b.isEnabled() and "start a run" in b.toolTip() for b in buttons)
+    choose_item(qtbot, panel.mode, "a model")
     assert all(b.isEnabled() for b in buttons)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt, QTimer
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QSlider, QSpinBox, QSplitter,
                                QVBoxLayout, QWidget)
@@ -68,6 +68,7 @@ def build_simulation(cfg: dy.DynamicsConfig, qkv: str, matrices: str, model, lay
 
 
 class DynamicsPanel(QWidget, ResultView):
+    drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
     title = "Dynamics"
     help_text = (
         "<b>Tokens as particles.</b> With attention and residual connections only, a deep transformer moves each "
@@ -363,7 +364,7 @@ class DynamicsPanel(QWidget, ResultView):
         self.slider.setRange(0, 0)
         self.time_label.setText("t = 0")
         self._update_hints()
-        self.export_bar.refresh()
+        self.drawn.emit()
         self.status.setText(f"The {what} changed: the particles came from the previous one. "
                             "Press Reset (or Play) to start from the new one.")
 
@@ -499,7 +500,7 @@ class DynamicsPanel(QWidget, ResultView):
         self._guide_drawn = None
         self._set_status()
         self._show_last()
-        self.export_bar.refresh()
+        self.drawn.emit()
         if self._pending_steps:
             self._request(self._pending_steps)
 

@@ -16,7 +16,7 @@ edits or dictionaries no longer shown is never delivered.
 """
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel, QListWidget, QMenu,
                                QPushButton, QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
@@ -72,6 +72,7 @@ def _edits_feature(iv, dictionary, feature: int) -> bool:
 
 
 class FeaturesPanel(QWidget, ResultView):
+    drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
     title = "Features"
     result_parts = FEATURE_PARTS
     TOP_PER_TOKEN = 5  # features per token and hook in the lens table
@@ -174,8 +175,9 @@ class FeaturesPanel(QWidget, ResultView):
 
         for w, name in ((lens, "Lens"), (self.dashboard, "Dashboard"), (attr, "Attribution")):
             self.tabs.addTab(w, name)
-        self.export_bar = ExportBar(self.current_view, self._export_name)
-        self.attr_chart.drawn.connect(self.export_bar.refresh)  # the buttons follow the bars (What if's too)
+        self.export_bar = ExportBar(self.current_view, self._export_name,
+                                    views=(self, self.dashboard, self.attr_chart))
+        self.tabs.currentChanged.connect(lambda _: self.export_bar.refresh())  # another tab: another view
         lay = QVBoxLayout(self)
         lay.addLayout(top)
         head = QHBoxLayout()
@@ -248,7 +250,7 @@ class FeaturesPanel(QWidget, ResultView):
             if self.feature is None:
                 self.dashboard.clear()
                 self.colour_label.setText(self.COLOUR_HINT)
-        self.export_bar.refresh()
+        self.drawn.emit()
 
     def _show_side_choice(self) -> None:
         for w in (self.side_label, self.side):
@@ -357,7 +359,7 @@ class FeaturesPanel(QWidget, ResultView):
         if self.token is None or self.token >= len(ids):
             self.token = len(ids) - 1
         self.select_token(self.token)
-        self.export_bar.refresh()
+        self.drawn.emit()
 
     def _colour_values(self):
         """(values, vmax) of the clicked feature over the text, or (None, None)."""
@@ -419,7 +421,6 @@ class FeaturesPanel(QWidget, ResultView):
             self.dashboard.header.setText(f"<b>Feature {feature}</b> of {attached.dictionary.name} "
                                           f"at {attached.dictionary.hook}")
             self._show_decoder_tokens()
-        self.export_bar.refresh()
 
     def _show_decoder_tokens(self) -> None:
         a, k = self.feature
@@ -493,13 +494,12 @@ class FeaturesPanel(QWidget, ResultView):
         self.dashboard.run_contexts(
             self.state, f"feature {k}", cached_dashboard, self.state.loaded, a, self.dashboard.text_file, k,
             interventions=list(self.state.interventions), ids=list(self.state.token_ids),
-            on_finished=self.export_bar.refresh, parts=(MODEL, EDITS, DICTIONARIES), owner=self)
+            parts=(MODEL, EDITS, DICTIONARIES), owner=self)
 
     # -- attribution ---------------------------------------------------------------------------
     def _tab_changed(self, index: int) -> None:
         if TABS[index] == "Attribution" and self.attr_chart.attribution is None and self.lens is not None:
             self.attribute()
-        self.export_bar.refresh()
 
     def attribute(self) -> None:
         state = self.state

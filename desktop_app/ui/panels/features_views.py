@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QLabel, QPushButton,
                                QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
@@ -63,6 +63,7 @@ class FeatureDashboard(QWidget):
     activation histogram there, and the tokens its decoder direction promotes and suppresses. It keeps
     the chosen text file and the one contexts job (run_contexts), for the Features panel and the Graph
     panel's node alike."""
+    drawn = Signal()  # its top contexts were shown or cleared (the Features panel's ExportBar follows this)
 
     HINT = "Click a feature in the lens; then choose a text file and Run for its top contexts."
 
@@ -129,6 +130,7 @@ class FeatureDashboard(QWidget):
         self.histogram.getPlotItem().clear()
         self.histogram.getPlotItem().setTitle("")
         self.status.setText(status)
+        self.drawn.emit()
 
     def show_contexts(self, tc, cached: bool) -> None:
         self.contexts = tc
@@ -146,6 +148,7 @@ class FeatureDashboard(QWidget):
                       color=plot_foreground())
         self.status.setText(f"Top {len(tc.rows)} contexts over {tc.tokens_seen:,} tokens"
                             + (" (read from the cache)" if cached else "") + ".")
+        self.drawn.emit()
 
     def show_decoder_tokens(self, promoted, suppressed, problem: str = "") -> None:
         for table, pairs in ((self.promoted_table, promoted), (self.suppressed_table, suppressed)):

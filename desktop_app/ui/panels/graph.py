@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, QTimer
+from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QStaticText
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
                                QLineEdit, QListWidget, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QSlider,
@@ -185,6 +185,7 @@ def _compute_and_prune(loaded, ids, folder, node_threshold: float, edge_threshol
 
 
 class GraphPanel(QWidget, ResultView):
+    drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
     help_text = (
         "<b>Attribution graph</b> (Ameisen et al. 2025): the circuit behind one prediction in the local "
         "replacement model (MLPs replaced by transcoders, attention patterns and norm scales frozen). "
@@ -553,7 +554,7 @@ class GraphPanel(QWidget, ResultView):
         self.found = []
         self._redraw(reset_range=True)
         self._refresh_edit_list()
-        self.export_bar.refresh()
+        self.drawn.emit()
 
     def _index(self) -> dict[str, int]:
         return {n["node_id"]: i for i, n in enumerate(self.full_layout.nodes)} if self.full_layout else {}
@@ -568,7 +569,7 @@ class GraphPanel(QWidget, ResultView):
         self.highlight_edges.setData([], [])
         self.details.setText("")
         self.hover.setText("")
-        self.export_bar.refresh()
+        self.drawn.emit()
 
     def _shown_indices(self) -> list[int]:
         """Indices into full_layout of the nodes drawn: all, or the pinned ones (the subgraph)."""

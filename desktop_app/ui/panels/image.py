@@ -151,6 +151,7 @@ class ImageCanvas(QWidget):
 
 class Mosaic(QWidget):
     """Small images in a grid, each with a title: heads, filters, position-similarity maps."""
+    drawn = Signal()  # set_tiles changed what is on show (an ExportBar follows it)
 
     def __init__(self, cell: int = 96, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -163,6 +164,7 @@ class Mosaic(QWidget):
         self.tiles, self.columns, self.caption = tiles, max(columns, 1), caption
         self.setFixedSize(self.sizeHint())
         self.update()
+        self.drawn.emit()
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt)
         rows = -(-len(self.tiles) // self.columns) if self.tiles else 1
@@ -192,6 +194,7 @@ class MosaicView(QWidget):
     def __init__(self, cell: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.mosaic = Mosaic(cell)
+        self.drawn = self.mosaic.drawn  # what this view exports is what its mosaic shows
         scroll = QScrollArea()
         scroll.setWidget(self.mosaic)
         lay = QVBoxLayout(self)
@@ -222,6 +225,7 @@ class MosaicView(QWidget):
 
 class DistanceView(QWidget):
     """Mean attention distance (pixels) of every head against depth: one dot per head, for this image."""
+    drawn = Signal()  # clear or set_distance changed what is on show (an ExportBar follows it)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         import pyqtgraph as pg
@@ -242,6 +246,7 @@ class DistanceView(QWidget):
     def clear(self, reason: str) -> None:
         self.distance, self.empty_reason = np.zeros((0, 0)), reason
         self.scatter.setData(x=[], y=[])
+        self.drawn.emit()
 
     def export_unavailable(self) -> str | None:
         return None if self.distance.size else self.empty_reason
@@ -253,6 +258,7 @@ class DistanceView(QWidget):
         self.scatter.setData(x=x, y=self.distance.reshape(-1))
         self.plot.setXRange(-0.5, max(layers - 0.5, 0.5))
         self.plot.setYRange(0, max(float(self.distance.max()) * 1.1, 1.0) if self.distance.size else 1.0)
+        self.drawn.emit()
 
     def export_widget(self) -> QWidget:
         return self.plot
@@ -341,7 +347,8 @@ class ImagePanel(QWidget, ResultView):
             self.tabs.addTab(view, name)
         self.export_bar = ExportBar(self.current_view,
                                     lambda: "vit_" + ("heads", "filters", "position_similarity",
-                                                      "attention_distance")[self.tabs.currentIndex()])
+                                                      "attention_distance")[self.tabs.currentIndex()],
+                                    views=self.views)
         self.tabs.currentChanged.connect(lambda _: self.export_bar.refresh())
         right = QVBoxLayout()
         right.addWidget(self.tabs, 1)
@@ -419,7 +426,6 @@ class ImagePanel(QWidget, ResultView):
         self.prediction.setText("")
         for view in self.views:  # the previous model's figures are not this one's: never exported as such
             view.clear(reason)
-        self.export_bar.refresh()
 
     def set_model(self, loaded) -> None:
         self.loaded = loaded
@@ -439,7 +445,6 @@ class ImagePanel(QWidget, ResultView):
             self._enable(False, str(exc))
             for view in self.views:
                 view.clear(f"Nothing to export: {exc}")
-            self.export_bar.refresh()
             return
         self.state.run(model_figures, loaded, on_result=lambda figs: self._show_figures(loaded, figs),
                        on_error=self._failed, owner=self, parts=(MODEL,))
@@ -516,7 +521,6 @@ class ImagePanel(QWidget, ResultView):
             self.prediction.setText("\n".join(f"{names.get(str(i), str(i)):>12}  {probs[i]:6.1%}" for i in top))
         self.distance_view.set_distance(result["distance"])
         self._draw_heads()
-        self.export_bar.refresh()
 
     def draw_now(self, loaded, pixels: np.ndarray, source: str, layer: int = 0, query: int | None = None) -> None:
         """Everything the panel shows for `pixels`, computed here on the calling thread (the CLI's
@@ -588,4 +592,3 @@ class ImagePanel(QWidget, ResultView):
         self.similarity_view.rows = [[i, j, k2, l2, float(sim[i, j, k2, l2])] for i in range(g) for j in range(g)
                                      for k2 in range(g) for l2 in range(g)]
         self.similarity_view.arrays = {"position_similarity": sim}
-        self.export_bar.refresh()

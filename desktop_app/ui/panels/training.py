@@ -44,6 +44,7 @@ PLOT_FIELDS = ("loss_plot", "acc_plot", "lr_plot", "grad_plot", "train_curve", "
 
 
 class TrainingPanel(QWidget):
+    drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
     title = "Train"
     help_text = (
         "<p><b>Train</b> a small transformer on a task and watch it learn. The loss is the cross-entropy "
@@ -183,6 +184,7 @@ class TrainingPanel(QWidget):
         self.use_button.setVisible(not self.dictionary_mode)
         self.dictionary.open_button.setVisible(self.dictionary_mode)
         self._update_buttons()
+        self.drawn.emit()  # the other mode's curves are on show now
 
     # -- the form's settings (training_form.TrainingForm) -------------------------------------
     def config(self) -> TrainConfig:
@@ -309,7 +311,7 @@ class TrainingPanel(QWidget):
         except OSError as exc:  # WriteError too: a read-only runs folder, a full disk...
             self.status_label.setText(f"Could not write the run's settings: {exc}")
             return
-        self.export_bar.refresh()
+        self.drawn.emit()
         self.command_label.setText(" ".join(["python -m desktop_app train"] + args))
         self.command_label.setCursorPosition(0)
         self.command_label.setToolTip("The same run with flags:\n" + " ".join(
@@ -411,7 +413,7 @@ class TrainingPanel(QWidget):
                 self.progress.setValue(ev["step"])
             self.status_label.setText(end_of_run_line(ev, self.events) + where)
         if kind in ("step", "eval"):
-            self.export_bar.refresh()
+            self.drawn.emit()
         self.run_event.emit(ev)
 
     def _on_finished(self, message: str) -> None:

@@ -493,7 +493,7 @@ class DictionaryMode(QObject):
                 + ("SAELens'" if "replacement_score" not in ev else "circuit-tracer's") + f" format): {use}"
                 + (", or tick Resume this run and Start to go on." if kind == "stopped" else "."))
         if kind in ("step", "eval"):
-            p.export_bar.refresh()
+            p.drawn.emit()
         p._update_buttons()
 
     def on_ended(self, message: str) -> None:

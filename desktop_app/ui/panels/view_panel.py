@@ -54,7 +54,7 @@ class ViewTablePanel(QWidget):
         for widget, title in zip(self.views(), self.VIEW_TITLES):
             self.tabs.addTab(widget, title)
         self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
-        self.export_bar = ExportBar(self.current_view, self._export_name)
+        self.export_bar = ExportBar(self.current_view, self._export_name, views=self.views())
         for v in self.heatmap_views():
             if v.rows:
                 self.widgets[v.name].cell_clicked.connect(lambda row, _col, v=v: self._on_row_clicked(v, row))

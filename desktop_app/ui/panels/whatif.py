@@ -172,7 +172,6 @@ class WhatIfPanel(QWidget, ResultView):
         self.dla_status = QLabel(self.DLA_HINT)
         self.dla_chart = attribution_chart()
         self.dla_export = ExportBar(lambda: self.dla_chart, lambda: "whatif-attribution")
-        self.dla_chart.drawn.connect(self.dla_export.refresh)  # its buttons follow the bars on show
         dla = QWidget()
         row = QHBoxLayout()
         for w in (QLabel("Position"), self.position_spin, QLabel("Token"), self.token_edit, self.attribute_button):
@@ -317,7 +316,8 @@ class WhatIfPanel(QWidget, ResultView):
         self.tabs.addTab(steering, "Steer")
         self.tabs.addTab(ablating, "Ablate")
         # File > Export Current View: the chart, or the residual-stream map (the heads map has its own bar)
-        self.export_bar = ExportBar(self.current_view, self._export_name, self)
+        self.export_bar = ExportBar(self.current_view, self._export_name, self,
+                                    views=(self.dla_chart, self.resid_map))
         self.export_bar.hide()
         outer = QVBoxLayout(self)
         outer.addWidget(self.tabs)

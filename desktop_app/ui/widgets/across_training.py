@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
@@ -54,6 +54,7 @@ def _layer_names(sc) -> list[str]:
 class AcrossTraining(QWidget):
     """A window: one small plot per head metric against step, a line per head (colour: head; solid for
     layer 0, then dashed, dotted...), and the chosen per-layer metric against step, a line per layer."""
+    drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
 
     METRICS = tuple(HEAD_SCORES)
 
@@ -145,7 +146,7 @@ class AcrossTraining(QWidget):
         self.status.setText(f"{len(first.steps)} kept steps of {self.run_dir}, each measured on {first.sequences} "
                             "sequences repeating a random half"
                             + (f"; deleted: {', '.join(str(k.step) for k in deleted)}" if deleted else ""))
-        self.export_bar.refresh()
+        self.drawn.emit()
 
     def _failed(self, exc: BaseException, tb: str) -> None:
         self.job = None  # shown again, the window tries again
@@ -194,7 +195,7 @@ class AcrossTraining(QWidget):
             for i, label in enumerate(_layer_names(sc)):
                 plot.plot(sc.steps, sc.values[:, i, 0], pen=_pen(i, 0), symbol="o", symbolSize=4,
                           symbolBrush=HEAD_COLOURS[i % len(HEAD_COLOURS)], name=f"layer {label.removeprefix('L')}")
-        self.export_bar.refresh()
+        self.drawn.emit()
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt name
         for job in (self.job, self.layer_job):

@@ -200,13 +200,18 @@ class ExportBar(QWidget):
     """PNG / SVG / Data / Copy buttons acting on whatever view `current_view()` returns.
 
     The buttons are disabled, their tooltip saying why, while the view has nothing to export (its
-    export_unavailable(); refresh() checks again, the panel calls it when what it shows changes);
-    a saved export says where in the window's status bar."""
+    export_unavailable()); a saved export says where in the window's status bar.
+
+    One rule keeps the buttons true to the view: the bar follows its views. A view whose export_unavailable()
+    can change has a `drawn` signal that it emits whenever what it shows changes (drawn, cleared); the bar
+    checks again on the `drawn` of every view it is given (`views`; by default the one current_view() returns
+    when the bar is made) and when it is shown. A panel whose current view changes with its tab connects the
+    tab change to refresh(); nothing calls refresh() after drawing (a missed call left buttons disabled)."""
 
     TIPS = {"PNG": "Save the view as a PNG image", "SVG": "Save the view as a vector SVG figure",
             "Data": "Save the numbers behind the view (CSV or NPZ)", "Copy": "Copy the view's image to the clipboard"}
 
-    def __init__(self, current_view, default_name, parent: QWidget | None = None) -> None:
+    def __init__(self, current_view, default_name, parent: QWidget | None = None, views=None) -> None:
         from PySide6.QtWidgets import QHBoxLayout, QMessageBox, QToolButton
 
         super().__init__(parent)
@@ -226,7 +231,19 @@ class ExportBar(QWidget):
             b.clicked.connect(slot)
             lay.addWidget(b)
             self.buttons[text] = b
+        for view in (views if views is not None else [current_view()]):
+            self.follow(view)
         self.refresh()
+
+    def follow(self, view) -> None:
+        """Check again whenever `view` emits `drawn`. A view that may have nothing to export and has no
+        `drawn` is refused here, when the panel is built, rather than leaving its buttons stale."""
+        drawn = getattr(view, "drawn", None)
+        if drawn is not None:
+            drawn.connect(self.refresh)
+        elif hasattr(view, "export_unavailable"):
+            raise TypeError(f"{type(view).__name__} has export_unavailable() but no drawn signal: "
+                            "an export bar could not follow what it shows")
 
     def refresh(self) -> None:
         """Enable the buttons when the view has something to export; else disable them and say why."""

@@ -8,9 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from desktop_app.core.checkpoints import new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
+from tiny_models import save_tiny_model
 
 TEXT = "hello cache"
 
@@ -34,11 +32,9 @@ def add_snapshot(cache: Path, repo_id: str, files: dict[str, bytes], revision: s
 def tiny_model_files(tmp: Path, model_type: str | None = None, seed: int = 0) -> dict[str, bytes]:
     """The files of a tiny GPT-2 saved by the app (with a char tokenizer), its weights drawn with `seed`;
     `model_type` overrides config.json's, to make an unsupported one."""
-    tok = char_tokenizer(TEXT)
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32)
     folder = tmp / ("saved-model" if seed == 0 else f"saved-model-{seed}")
     if not folder.exists():
-        save_model_folder(new_model(cfg, seed=seed), folder, tokenizer=tok)
+        save_tiny_model(folder, TEXT, seed=seed, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=32)
     files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
     if model_type is not None:
         import json

@@ -18,10 +18,10 @@ from tokenizers import Tokenizer as HFTokenizer
 from desktop_app.core.checkpoints import new_model, save_model_folder
 from desktop_app.core.config import ModelConfig
 from desktop_app.core.devices import available_devices
-from desktop_app.core.tokenizer import char_tokenizer
 from desktop_app.ui import settings as app_settings
 from desktop_app.ui.main_window import MainWindow, model_folder_from_mime
 from desktop_app.ui.state import AppState
+from tiny_models import save_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 CHARS = "abcdefghijklmnopqrstuvwxyz .,!?'"
@@ -36,12 +36,8 @@ def isolated_settings(tmp_path, monkeypatch):
 
 
 def make_model(path: Path, family: str = "llama", **kw) -> Path:
-    tok = char_tokenizer(CHARS, specials=["<|endoftext|>"])
-    preset = getattr(ModelConfig, family)
-    cfg = preset(**{**dict(vocab_size=tok.vocab_size, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2,
-                           d_ff=48, context_length=64), **kw})
-    save_model_folder(new_model(cfg, seed=0), path, tokenizer=tok)
-    return path
+    return save_tiny_model(path, CHARS, family, specials=["<|endoftext|>"],
+                           **{**dict(n_layers=3, n_kv_heads=2, d_ff=48), **kw})
 
 
 @pytest.fixture(scope="module")

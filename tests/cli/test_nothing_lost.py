@@ -16,10 +16,9 @@ import pytest
 
 from desktop_app.cli import EXIT_INPUT, main
 from desktop_app.core import files
-from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder
-from desktop_app.core.config import ModelConfig
-from desktop_app.core.tokenizer import char_tokenizer
+from desktop_app.core.checkpoints import load_model_folder
 from desktop_app.core.training import checkpoint_step
+from tiny_models import save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -49,9 +48,7 @@ def _users_model(where: Path, notes: bool = True) -> dict[str, bytes]:
     """The user's own model, in a folder they happened to call RUN.old: the same file names the app
     writes (config.json, model.safetensors, tokenizer.json), but not written by the app (no manifest);
     with `notes` also a README.md of theirs."""
-    tok = char_tokenizer("the user's own text")
-    cfg = ModelConfig.gpt2(vocab_size=tok.vocab_size, d_model=8, n_layers=1, n_heads=2, d_ff=16, context_length=16)
-    save_model_folder(new_model(cfg, seed=7), where, tokenizer=tok)
+    save_tiny_model(where, "the user's own text", seed=7, d_model=8, n_layers=1, n_heads=2, d_ff=16, context_length=16)
     (where / files.MANIFEST).unlink()
     if notes:
         (where / "README.md").write_text("my model, trained for a week")

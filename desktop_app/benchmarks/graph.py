@@ -20,6 +20,15 @@ memory (below 1: ours smaller). Both at the same --max-feature-nodes and --batch
 default 7,500 feature rows take ~10 hours on a 2-core CPU, so the default here is 64.
 The last line printed is the JSON result.
 
+    python -m desktop_app bench graph --streamed [--inputs DIR] [--shape ...] [--runs 2] ...
+
+--streamed: the graph of a model read layer by layer (core/streamed.py), in this process, no reference: the
+replacement model's passes reading only the parts of each block they use (norms, attention values and
+output) against the whole block (the code before: `holding` without `only`), alternating, --runs of each:
+the seconds of build_context (freeze) and attribute(), and the MB read from the files per backward batch.
+Its shape is --shape's widths, cut at llama-3.2-1b to 4 layers, a 32,000-token vocabulary and 2,048 features
+per layer (~620 MB of bfloat16 weights), written to the inputs folder as "<shape>-streamed".
+
 Measured on the 2-core, 23 GB development machine (1 Dec 2026, load average 16), full shape, --max-feature-nodes
 16 --batch-size 8 --reference-offload disk, one run: ours 203 s launch to exit, peak 4.78 GiB (65,996 active
 features); circuit-tracer 815 s (780 s in attribute()), peak 10.6 GiB (64,535): speedup 4.03, memory ratio 0.45.
@@ -125,6 +134,73 @@ def measure(inputs: Path, shape: str, tokens: int, max_feature_nodes: int, batch
     return result
 
 
+# --streamed's cuts of a shape: a model of a few hundred MB at Llama-3.2-1B's widths
+STREAMED_CUTS = {"llama-3.2-1b": dict(n_layers=4, vocab=32000, bos=1, eos=2, features=2048)}
+
+
+def streamed_graph(inputs: Path, shape: str, tokens: int, max_feature_nodes: int, batch_size: int,
+                   runs: int) -> dict:
+    """--streamed (see the module's docstring): parts against whole blocks, alternating in one process."""
+    from contextlib import nullcontext
+    from unittest import mock
+
+    import torch
+
+    from ..core.checkpoints import load_model_folder
+    from ..core.graphs import attribute, attribution, build_context, load_transcoders, replacement
+    from ..core.graphs.attribution import salient_targets
+    from ..core.streamed import streamed_of
+
+    maker = _reference_module()
+    name = f"{shape}-streamed"
+    maker.SHAPES[name] = dict(maker.SHAPES[shape], **STREAMED_CUTS.get(shape, {}))
+    maker.make_inputs(inputs, name, torch.bfloat16, tokens, 0)
+    made = json.loads((inputs / "prompt.json").read_text())
+    if made.get("shape") != name:
+        raise ValueError(f"{inputs / 'prompt.json'}: the inputs there are of shape {made.get('shape')!r}, not {name!r}")
+    loaded = load_model_folder(inputs / "model", dtype="bfloat16", streamed=True)
+    streamed, transcoders = streamed_of(loaded.model), load_transcoders(inputs / "clt")
+    compute_rows, batches = attribution.compute_rows, [0]
+
+    def counted(*args):
+        batches[0] += 1
+        return compute_rows(*args)
+
+    def one(parts: bool) -> tuple[dict, torch.Tensor]:
+        whole_blocks = nullcontext() if parts else mock.patch.object(replacement, "_parts_read", lambda block: None)
+        with whole_blocks, mock.patch.object(attribution, "compute_rows", counted):
+            streamed.bytes_read, batches[0] = 0, 0
+            start = time.perf_counter()
+            ctx = build_context(loaded.model, made["ids"], transcoders)
+            freeze_s, freeze_bytes = time.perf_counter() - start, streamed.bytes_read
+            targets = salient_targets(loaded.model, ctx.frozen.logits[-1], 10, 0.95, str)
+            streamed.bytes_read = 0
+            start = time.perf_counter()
+            graph = attribute(ctx, targets, batch_size=batch_size, max_feature_nodes=max_feature_nodes)
+            seconds = time.perf_counter() - start
+        return {"freeze_s": round(freeze_s, 3), "freeze_mb": round(freeze_bytes / 2**20, 1),
+                "graph_s": round(seconds, 3), "batches": batches[0],
+                "mb_per_batch": round(streamed.bytes_read / batches[0] / 2**20, 2)}, graph.adjacency
+
+    result = {"name": "graph", "mode": "streamed", "shape": name, "tokens": len(made["ids"]), "dtype": "bfloat16",
+              "model_mb": round(sum(f.stat().st_size for f in (inputs / "model").glob("*.safetensors")) / 2**20),
+              "max_feature_nodes": max_feature_nodes, "batch_size": batch_size, "cpus": os.cpu_count(),
+              "load_average": round(os.getloadavg()[0], 2), "parts": [], "whole": []}
+    adjacency = []
+    for run in range(runs):  # alternating which goes first
+        for parts in ((True, False) if run % 2 == 0 else (False, True)):
+            figures, adj = one(parts)
+            result["parts" if parts else "whole"].append(figures)
+            adjacency.append(adj)
+    result["load_average_after"] = round(os.getloadavg()[0], 2)
+    result["same_graph"] = all(torch.equal(adjacency[0], a) for a in adjacency[1:])
+    pairs = list(zip(result["whole"], result["parts"]))
+    result["graph_speedup"] = [round(w["graph_s"] / p["graph_s"], 3) for w, p in pairs]
+    result["freeze_speedup"] = [round(w["freeze_s"] / p["freeze_s"], 3) for w, p in pairs]
+    result["read_ratio"] = round(pairs[0][0]["mb_per_batch"] / pairs[0][1]["mb_per_batch"], 2)
+    return result
+
+
 # the small size for `bench quick` (RUNS["graph"] there): the 128-wide 4-layer Llama with a 1,024-feature CLT
 QUICK_ARGS = ["--shape", "tiny", "--tokens", "32", "--max-feature-nodes", "64"]
 
@@ -147,7 +223,18 @@ def main(argv: list[str]) -> dict:
     p.add_argument("--reference-offload", choices=("cpu", "disk"),
                    help="circuit-tracer's attribute(offload=...): its weights dropped once each phase is done")
     p.add_argument("--ct-python", default=CT_PYTHON, help=f"circuit-tracer's Python (default {CT_PYTHON})")
+    p.add_argument("--streamed", action="store_true",
+                   help="the graph of a model read layer by layer: only the parts of a block used against the whole "
+                        "block, in this process (no reference)")
+    p.add_argument("--runs", type=int_in(1, 20), default=2, help="--streamed: runs of each (default 2)")
     args = p.parse_args(argv)
+    if args.streamed:
+        if args.inputs is not None:
+            return streamed_graph(args.inputs, args.shape, args.tokens, args.max_feature_nodes, args.batch_size,
+                                  args.runs)
+        with tempfile.TemporaryDirectory(prefix="bench-graph-") as tmp:
+            return streamed_graph(Path(tmp) / "inputs", args.shape, args.tokens, args.max_feature_nodes,
+                                  args.batch_size, args.runs)
     ct = None if args.no_reference else args.ct_python
     if args.inputs is not None:
         return measure(args.inputs, args.shape, args.tokens, args.max_feature_nodes, args.batch_size, ct,

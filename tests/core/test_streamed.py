@@ -156,9 +156,8 @@ def test_what_reads_a_block_outside_its_forward_reads_no_mlp(tiny, monkeypatch):
     del reads[:]
     da, db = (direct_logit_attribution(m, ids, 5, 7) for m in (whole, loaded))
     assert torch.equal(torch.as_tensor(da.contributions), torch.as_tensor(db.contributions))
-    # its forward reads each block whole (in its forward), then each layer's output bias
-    assert [layer for layer, names in reads if names == block] == [0, 1, 2]
-    assert [(layer, names) for layer, names in reads if names != block] == [(l, {"attn.o.weight"}) for l in range(3)]
+    # its forward reads each block whole (in its forward), then each layer's output bias: a LLaMA has none
+    assert reads == [(l, block) for l in range(3)]
     del reads[:]
     X = torch.randn(2, 8, 64, dtype=torch.float64)
     assert torch.equal(layer_map(whole.model, 1).to(torch.float64)(X), layer_map(loaded.model, 1).to(torch.float64)(X))
@@ -175,6 +174,22 @@ def test_what_reads_a_block_outside_its_forward_reads_no_mlp(tiny, monkeypatch):
         held, _ = session.step_trace()
     assert all(torch.equal(part[f"blocks.{l}.attn.head_out"], held[f"blocks.{l}.attn.head_out"]) for l in range(3))
     assert not s.resident
+
+
+def test_direct_logit_attribution_reads_only_the_output_bias_after_its_forward(tmp_path, monkeypatch):
+    """GPT-2's attention has an output bias, read per layer after the forward: that tensor alone."""
+    from desktop_app.core.interventions import direct_logit_attribution
+
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4,
+                                                         n_positions=64)).save_pretrained(tmp_path / "gpt2")
+    whole, loaded = load_model_folder(tmp_path / "gpt2"), load_model_folder(tmp_path / "gpt2", streamed=True)
+    reads = reads_of(streamed_of(loaded.model), monkeypatch)
+    da, db = (direct_logit_attribution(m, [5, 9, 3, 7], 3, 5) for m in (whole, loaded))
+    assert "attn_bias" in da.components and da.components == db.components
+    assert torch.equal(torch.as_tensor(da.contributions), torch.as_tensor(db.contributions))
+    block = {name for name, _ in loaded.model.blocks[0].named_parameters()}
+    assert reads == [(0, block), (1, block), (0, {"attn.o.bias"}), (1, {"attn.o.bias"})]
 
 
 def test_a_model_larger_than_the_free_memory_opens_streamed(tiny, monkeypatch):

@@ -24,8 +24,10 @@ The last line printed is the JSON result.
 
 --streamed: the graph of a model read layer by layer (core/streamed.py), in this process, no reference: the
 replacement model's passes reading only the parts of each block they use (norms, attention values and
-output) against the whole block (the code before: `holding` without `only`), alternating, --runs of each:
-the seconds of build_context (freeze) and attribute(), and the MB read from the files per backward batch.
+output) against the whole block (`holding` without `only`), against the code before (the whole block, each
+read checked with isfinite(t).all()) and against the model held whole (what streaming still costs), rotating
+which goes first, --runs of each: the seconds of build_context (freeze) and attribute(), and the MB read
+from the files per backward batch.
 Its shape is --shape's widths, cut at llama-3.2-1b to 4 layers, a 32,000-token vocabulary and 2,048 features
 per layer (~620 MB of bfloat16 weights), written to the inputs folder as "<shape>-streamed".
 
@@ -146,6 +148,7 @@ def streamed_graph(inputs: Path, shape: str, tokens: int, max_feature_nodes: int
 
     import torch
 
+    from ..core import checkpoints
     from ..core.checkpoints import load_model_folder
     from ..core.graphs import attribute, attribution, build_context, load_transcoders, replacement
     from ..core.graphs.attribution import salient_targets
@@ -159,6 +162,7 @@ def streamed_graph(inputs: Path, shape: str, tokens: int, max_feature_nodes: int
     if made.get("shape") != name:
         raise ValueError(f"{inputs / 'prompt.json'}: the inputs there are of shape {made.get('shape')!r}, not {name!r}")
     loaded = load_model_folder(inputs / "model", dtype="bfloat16", streamed=True)
+    held = load_model_folder(inputs / "model", dtype="bfloat16", streamed=False)  # what streaming costs
     streamed, transcoders = streamed_of(loaded.model), load_transcoders(inputs / "clt")
     compute_rows, batches = attribution.compute_rows, [0]
 
@@ -166,14 +170,19 @@ def streamed_graph(inputs: Path, shape: str, tokens: int, max_feature_nodes: int
         batches[0] += 1
         return compute_rows(*args)
 
-    def one(parts: bool) -> tuple[dict, torch.Tensor]:
-        whole_blocks = nullcontext() if parts else mock.patch.object(replacement, "_parts_read", lambda block: None)
-        with whole_blocks, mock.patch.object(attribution, "compute_rows", counted):
+    def one(mode: str) -> tuple[dict, torch.Tensor]:
+        whole_blocks = nullcontext() if mode in ("parts", "held") else \
+            mock.patch.object(replacement, "_parts_read", lambda block: None)
+        # the code before: each block read checked value by value (a mask of the whole tensor, then all())
+        old_check = mock.patch.object(checkpoints, "_all_finite", lambda t: bool(torch.isfinite(t).all())) \
+            if mode == "before" else nullcontext()
+        model = held.model if mode == "held" else loaded.model
+        with whole_blocks, old_check, mock.patch.object(attribution, "compute_rows", counted):
             streamed.bytes_read, batches[0] = 0, 0
             start = time.perf_counter()
-            ctx = build_context(loaded.model, made["ids"], transcoders)
+            ctx = build_context(model, made["ids"], transcoders)
             freeze_s, freeze_bytes = time.perf_counter() - start, streamed.bytes_read
-            targets = salient_targets(loaded.model, ctx.frozen.logits[-1], 10, 0.95, str)
+            targets = salient_targets(model, ctx.frozen.logits[-1], 10, 0.95, str)
             streamed.bytes_read = 0
             start = time.perf_counter()
             graph = attribute(ctx, targets, batch_size=batch_size, max_feature_nodes=max_feature_nodes)
@@ -185,19 +194,25 @@ def streamed_graph(inputs: Path, shape: str, tokens: int, max_feature_nodes: int
     result = {"name": "graph", "mode": "streamed", "shape": name, "tokens": len(made["ids"]), "dtype": "bfloat16",
               "model_mb": round(sum(f.stat().st_size for f in (inputs / "model").glob("*.safetensors")) / 2**20),
               "max_feature_nodes": max_feature_nodes, "batch_size": batch_size, "cpus": os.cpu_count(),
-              "load_average": round(os.getloadavg()[0], 2), "parts": [], "whole": []}
-    adjacency = []
-    for run in range(runs):  # alternating which goes first
-        for parts in ((True, False) if run % 2 == 0 else (False, True)):
-            figures, adj = one(parts)
-            result["parts" if parts else "whole"].append(figures)
+              "load_average": round(os.getloadavg()[0], 2), "parts": [], "whole": [], "before": [], "held": []}
+    adjacency, modes = [], ("parts", "whole", "before", "held")
+    for run in range(runs):  # rotating which goes first
+        for mode in modes[run % 4:] + modes[:run % 4]:
+            figures, adj = one(mode)
+            result[mode].append(figures)
             adjacency.append(adj)
     result["load_average_after"] = round(os.getloadavg()[0], 2)
     result["same_graph"] = all(torch.equal(adjacency[0], a) for a in adjacency[1:])
-    pairs = list(zip(result["whole"], result["parts"]))
-    result["graph_speedup"] = [round(w["graph_s"] / p["graph_s"], 3) for w, p in pairs]
-    result["freeze_speedup"] = [round(w["freeze_s"] / p["freeze_s"], 3) for w, p in pairs]
-    result["read_ratio"] = round(pairs[0][0]["mb_per_batch"] / pairs[0][1]["mb_per_batch"], 2)
+
+    def ratios(key: str, over: str, under: str) -> list[float]:  # per run: over's seconds / under's
+        return [round(a[key] / b[key], 3) for a, b in zip(result[over], result[under])]
+
+    result.update(graph_speedup_vs_before=ratios("graph_s", "before", "parts"),
+                  freeze_speedup_vs_before=ratios("freeze_s", "before", "parts"),
+                  graph_speedup_vs_whole=ratios("graph_s", "whole", "parts"),
+                  freeze_speedup_vs_whole=ratios("freeze_s", "whole", "parts"),
+                  graph_vs_held=ratios("graph_s", "parts", "held"), freeze_vs_held=ratios("freeze_s", "parts", "held"),
+                  read_ratio=round(result["whole"][0]["mb_per_batch"] / result["parts"][0]["mb_per_batch"], 2))
     return result
 
 

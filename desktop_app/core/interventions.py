@@ -536,8 +536,10 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
         for h in range(H):
             head_table[l, h] = through(per_head[h])
             comps.append("head"), layers.append(l), heads.append(h), vals.append(head_table[l, h])
-        with holding(model, l):  # (a model read layer by layer: core/streamed.py)
-            o_bias = model.blocks[l].attn.o.bias
+        o, o_bias = model.blocks[l].attn.o, None
+        if o.bias is not None:
+            with holding(model, l, only={"attn.o.bias"}):  # (a model read layer by layer: core/streamed.py)
+                o_bias = o.bias
         if o_bias is not None:
             comps.append("attn_bias"), layers.append(l), heads.append(-1), vals.append(through(o_bias))
         mlp_out = trace[f"blocks.{l}.mlp.out"][0, position]

@@ -10,10 +10,11 @@ knows about them.
   `load_block`), copies them into the compute dtype on the block's device, and its post-hook puts them
   back on meta. The resident set is then the embeddings and head, one block (plus any held), and what
   is recorded. Code that reads a block's weights outside its forward (the Lipschitz lab, a lazy
-  trace's head outputs) holds it: `with holding(model, layer): ...`. A pass whose backward comes later
-  (the attribution graph's) runs under `weights_saved_by_name`: autograd keeps a block's weights as
-  (layer, name), read again when the backward reaches them, not the tensors themselves (which would
-  keep every block's saved weights in memory until the backward is done).
+  trace's head outputs) holds it: `with holding(model, layer, only={"attn.o"}): ...`, reading only the
+  parts it names (the whole block without `only`; the block's forward reads what is still on meta). A
+  pass whose backward comes later (the attribution graph's) runs under `weights_saved_by_name`:
+  autograd keeps a block's weights as (layer, name), read again when the backward reaches them, not the
+  tensors themselves (which would keep every block's saved weights in memory until the backward is done).
 - place_blocks: consecutive blocks on each of several devices (plan_devices), each block's inputs
   moved to its device before it runs and its output back to the model's own device (where the
   embeddings, the head and the records' hand-off are), so everything around the loop is unchanged.
@@ -44,8 +45,9 @@ class StreamedWeights:
     def __init__(self, model: nn.Module, load_block: BlockLoader) -> None:
         self.model, self.load_block = model, load_block
         self.held: Counter = Counter()  # layer -> how many `holding` keep it in
-        self.resident: set[int] = set()
-        self.loads = 0  # blocks (or the part of one a backward needs) read from the files so far
+        self.resident: set[int] = set()  # layers with any of their parameters in memory (the others on meta)
+        self.loads = 0  # blocks (or the part of one a computation uses) read from the files so far
+        self.bytes_read = 0  # the bytes of those reads' tensors (in the compute dtype)
         self.storages: dict[int, tuple[int, str]] = {}  # a resident parameter's storage address -> (layer, name)
         for l, block in enumerate(model.blocks):
             block.register_forward_pre_hook(lambda module, args, l=l: self.bring(l))
@@ -53,15 +55,23 @@ class StreamedWeights:
             self.drop(l, force=True)
         model.streamed = self
 
-    def bring(self, layer: int) -> None:
-        if layer in self.resident:
-            return
+    def bring(self, layer: int, names: set[str] | None = None) -> None:
+        """Block `layer`'s parameters `names` (all by default) in memory: those still on meta are read."""
         block = self.model.blocks[layer]
-        sd = self.load_block(layer, block_device(self.model, layer), None)
-        block.load_state_dict(sd, strict=True, assign=True)
-        self.resident.add(layer)
-        self.storages.update({p.untyped_storage().data_ptr(): (layer, name) for name, p in block.named_parameters()})
+        on_meta = {name for name, p in block.named_parameters() if p.device.type == "meta"}
+        wanted = on_meta if names is None else on_meta & names
+        if not wanted:
+            return
+        whole = names is None and layer not in self.resident  # the block's own read (all of it on meta)
+        sd = self.load_block(layer, block_device(self.model, layer), None if whole else wanted)
         self.loads += 1
+        self.bytes_read += sum(t.numel() * t.element_size() for t in sd.values())
+        # what is stored with them comes too and is kept; one already in stays as it is (autograd may have saved it)
+        sd = {name: t for name, t in sd.items() if name in on_meta}
+        block.load_state_dict(sd, strict=whole, assign=True)
+        self.resident.add(layer)
+        self.storages.update({p.untyped_storage().data_ptr(): (layer, name) for name, p in block.named_parameters()
+                              if name in sd})
 
     def drop(self, layer: int, force: bool = False) -> None:
         """Block `layer`'s parameters back to shapes only (unless a `holding` keeps it)."""
@@ -76,7 +86,8 @@ class StreamedWeights:
         self.resident.discard(layer)
 
     def resident_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for l in self.resident for p in self.model.blocks[l].parameters())
+        return sum(p.numel() * p.element_size() for l in self.resident for p in self.model.blocks[l].parameters()
+                   if p.device.type != "meta")
 
     @contextmanager
     def weights_saved_by_name(self) -> Iterator[None]:
@@ -106,13 +117,14 @@ class StreamedWeights:
             if isinstance(saved, torch.Tensor):
                 return saved
             layer, name, shape, stride, offset = saved
-            if layer in self.resident:  # (held by a `holding` around the backward: nothing to read)
-                p = self.model.blocks[layer].get_parameter(name)
+            p = self.model.blocks[layer].get_parameter(name)
+            if p.device.type != "meta":  # (held by a `holding` around the backward: nothing to read)
                 return p.as_strided(shape, stride, p.storage_offset() + offset)
             if layer not in in_backward:
                 in_backward.clear()
                 in_backward[layer] = self.load_block(layer, block_device(self.model, layer), saved_names[layer])
                 self.loads += 1
+                self.bytes_read += sum(t.numel() * t.element_size() for t in in_backward[layer].values())
             t = in_backward[layer][name]
             return t.as_strided(shape, stride, t.storage_offset() + offset)
 
@@ -135,19 +147,32 @@ def streamed_of(model) -> StreamedWeights | None:
 
 
 @contextmanager
-def holding(model, layer: int) -> Iterator[None]:
-    """Block `layer`'s weights in memory for the duration (a no-op for a model held whole)."""
+def holding(model, layer: int, only: set[str] | None = None) -> Iterator[None]:
+    """Block `layer`'s weights in memory for the duration (a no-op for a model held whole); `only`: just
+    these parts of the block (its modules' or parameters' names, "attn.v", "norm1"), not the rest (a
+    computation that never calls the MLP need not read it, most of a block's bytes)."""
     streamed = streamed_of(model)
     if streamed is None:
         yield
         return
+    names = None if only is None else parameter_names(model.blocks[layer], only)
     streamed.held[layer] += 1
     try:
-        streamed.bring(layer)
+        streamed.bring(layer, names)
         yield
     finally:
         streamed.held[layer] -= 1
         streamed.drop(layer)
+
+
+def parameter_names(block: nn.Module, parts: set[str]) -> set[str]:
+    """The block's parameters in `parts` (names of its modules or parameters); a name it lacks is refused
+    (a typo would leave what the computation uses on meta)."""
+    names = {name for name, _ in block.named_parameters()}
+    unknown = set(parts) - names - {name for name, _ in block.named_modules()}
+    if unknown:
+        raise ValueError(f"the block has no module or parameter {', '.join(sorted(unknown))}")
+    return {name for name in names if any(name == part or name.startswith(part + ".") for part in parts)}
 
 
 @contextmanager

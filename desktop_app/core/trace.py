@@ -179,7 +179,7 @@ class Trace:
     def _w_o(self, layer: int) -> torch.Tensor:
         """Layer's W_O as [d, H, d_head]."""
         cfg = self._model.cfg
-        with holding(self._model, layer):  # a model read layer by layer: this one's weights (core/streamed.py)
+        with holding(self._model, layer, only={"attn.o"}):  # a model read layer by layer: its W_O (core/streamed.py)
             return self._model.blocks[layer].attn.o.weight.view(cfg.d_model, cfg.n_heads, cfg.d_head)
 
     def head_out(self, layer: int) -> torch.Tensor:
@@ -195,8 +195,8 @@ class Trace:
             return self._head_out[layer]
         attn = self._model.blocks[layer].attn
         z = self.tensors[f"blocks.{layer}.attn.z"]
-        with torch.no_grad(), holding(self._model, layer):  # on the weights' device; the result where the records
-            out = attn.head_outputs(z.to(attn.o.weight.device)).detach()  # are (CPU once handed off)
+        with torch.no_grad(), holding(self._model, layer, only={"attn.o"}):  # on the weights' device; the result
+            out = attn.head_outputs(z.to(attn.o.weight.device)).detach()  # where the records are (CPU once handed off)
         if self.to_cpu or (z.device.type == "cpu" and out.device.type != "cpu"):
             out = to_host([out])[0]
         self.head_out_computed += 1

@@ -100,6 +100,98 @@ def test_streamed_model_traces_generates_and_measures_as_the_whole_one(tiny):
     assert not s.resident
 
 
+def reads_of(streamed, monkeypatch) -> list[tuple[int, set[str]]]:
+    """(layer, names) of every block read from the files from now on."""
+    reads = []
+    load_block = streamed.load_block
+
+    def recording(layer, device, only):
+        tensors = load_block(layer, device, only)
+        reads.append((layer, set(tensors)))
+        return tensors
+    monkeypatch.setattr(streamed, "load_block", recording)
+    return reads
+
+
+def test_holding_part_of_a_block_reads_only_that_part(tiny):
+    whole, loaded = load_model_folder(tiny), load_model_folder(tiny, streamed=True)
+    s, block = streamed_of(loaded.model), loaded.model.blocks[1]
+    o_bytes = sum(p.numel() * p.element_size() for p in block.attn.o.parameters())
+    with holding(loaded.model, 1, only={"attn.o"}):
+        assert {n for n, p in block.named_parameters() if p.device.type != "meta"} == {"attn.o.weight"}
+        assert torch.equal(block.attn.o.weight, whole.model.blocks[1].attn.o.weight)
+        assert s.bytes_read == o_bytes and s.resident == {1} and s.resident_bytes() == o_bytes
+        with holding(loaded.model, 1, only={"attn.o", "norm1"}):  # only what is not in yet is read
+            assert s.bytes_read == o_bytes + block.norm1.weight.numel() * 4
+        ids = torch.tensor([[3, 1, 4, 1, 5]])
+        with torch.no_grad():  # the block's forward reads the rest of it, and the held block stays in
+            assert torch.equal(loaded.model(ids).logits, whole.model(ids).logits)
+        assert all(p.device.type == "cpu" for p in block.parameters()) and s.resident == {1}
+    assert not s.resident and {p.device.type for p in block.parameters()} == {"meta"}
+    with pytest.raises(ValueError, match="no module or parameter attn.w_o"):
+        with holding(loaded.model, 1, only={"attn.w_o"}):
+            pass
+    assert not any(s.held.values())
+
+
+def test_what_reads_a_block_outside_its_forward_reads_no_mlp(tiny, monkeypatch):
+    """The lazy trace's head outputs, direct logit attribution, the Lipschitz lab's map and a generation
+    step's trace use a layer's attention (and its norms) only: the MLP, most of a block, stays in the files.
+    Each gives what the model held whole gives."""
+    from desktop_app.app.tracing import trace_input
+    from desktop_app.core.generation import GenerationSession, GenerationSettings
+    from desktop_app.core.interventions import direct_logit_attribution
+    from desktop_app.core.lipschitz.measured import layer_map
+
+    whole, loaded = load_model_folder(tiny), load_model_folder(tiny, streamed=True)
+    ids = [5, 9, 3, 7, 1, 2]
+    _, ta = trace_input(whole, "", ids)
+    _, tb = trace_input(loaded, "", ids)
+    s = streamed_of(loaded.model)
+    reads = reads_of(s, monkeypatch)
+    block = {name for name, _ in loaded.model.blocks[0].named_parameters()}
+    attention = {"attn.q.weight", "attn.k.weight", "attn.v.weight", "attn.o.weight"}
+    assert torch.equal(ta.head_out(1), tb.head_out(1))
+    assert reads == [(1, {"attn.o.weight"})]
+    del reads[:]
+    da, db = (direct_logit_attribution(m, ids, 5, 7) for m in (whole, loaded))
+    assert torch.equal(torch.as_tensor(da.contributions), torch.as_tensor(db.contributions))
+    # its forward reads each block whole (in its forward), then each layer's output bias: a LLaMA has none
+    assert reads == [(l, block) for l in range(3)]
+    del reads[:]
+    X = torch.randn(2, 8, 64, dtype=torch.float64)
+    assert torch.equal(layer_map(whole.model, 1).to(torch.float64)(X), layer_map(loaded.model, 1).to(torch.float64)(X))
+    assert reads == [(1, attention)]
+
+    # a generation step's trace: its head outputs as with the whole blocks held (the same session's records)
+    session = GenerationSession(loaded, [5, 9, 3], GenerationSettings("greedy"), stop_tokens=[])
+    list(session.run(3))
+    del reads[:]
+    part, _ = session.step_trace()
+    assert sorted(layer for layer, _ in reads) == [0, 1, 2]
+    assert all(names == {"attn.v.weight", "attn.o.weight"} for _, names in reads), reads
+    with holding(loaded.model, 0), holding(loaded.model, 1), holding(loaded.model, 2):
+        held, _ = session.step_trace()
+    assert all(torch.equal(part[f"blocks.{l}.attn.head_out"], held[f"blocks.{l}.attn.head_out"]) for l in range(3))
+    assert not s.resident
+
+
+def test_direct_logit_attribution_reads_only_the_output_bias_after_its_forward(tmp_path, monkeypatch):
+    """GPT-2's attention has an output bias, read per layer after the forward: that tensor alone."""
+    from desktop_app.core.interventions import direct_logit_attribution
+
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4,
+                                                         n_positions=64)).save_pretrained(tmp_path / "gpt2")
+    whole, loaded = load_model_folder(tmp_path / "gpt2"), load_model_folder(tmp_path / "gpt2", streamed=True)
+    reads = reads_of(streamed_of(loaded.model), monkeypatch)
+    da, db = (direct_logit_attribution(m, [5, 9, 3, 7], 3, 5) for m in (whole, loaded))
+    assert "attn_bias" in da.components and da.components == db.components
+    assert torch.equal(torch.as_tensor(da.contributions), torch.as_tensor(db.contributions))
+    block = {name for name, _ in loaded.model.blocks[0].named_parameters()}
+    assert reads == [(0, block), (1, block), (0, {"attn.o.bias"}), (1, {"attn.o.bias"})]
+
+
 def test_a_model_larger_than_the_free_memory_opens_streamed(tiny, monkeypatch):
     """What decides it: the weights beyond the available memory (a test-only override here), the files
     holding them, and room for the embeddings and two layers; an absurd config is still refused."""
@@ -168,6 +260,37 @@ def test_a_damaged_block_is_named_when_it_is_read(tmp_path):
     with pytest.raises(ModelLoadError, match="'model.layers.1.mlp.up_proj.weight' holds NaN"):
         with torch.no_grad():
             loaded.model(torch.tensor([[1, 2, 3]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_a_block_tensors_check_finds_nan_or_infinity_anywhere(dtype):
+    """The check of each tensor read (its least and greatest values) against isfinite's, value by value."""
+    from desktop_app.core.checkpoints import _all_finite
+
+    t = torch.randn(301, 67, generator=torch.Generator().manual_seed(0)).to(dtype)
+    assert _all_finite(t) and _all_finite(t[:, 5]) and _all_finite(torch.empty(0, dtype=dtype))
+    for at in (0, 1, 4097, t.numel() // 2, t.numel() - 1):
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            damaged = t.clone()
+            damaged.view(-1)[at] = bad
+            assert not _all_finite(damaged), (at, bad)
+            assert _all_finite(damaged) == bool(torch.isfinite(damaged).all())
+
+
+def test_each_block_tensor_is_checked_at_its_first_read_only(tiny, monkeypatch):
+    """Every generated token (every graph batch) reads the blocks again: the same bytes, checked once."""
+    from desktop_app.core import checkpoints
+
+    checked = []
+    check = checkpoints._all_finite
+    monkeypatch.setattr(checkpoints, "_all_finite", lambda t: checked.append(t.shape) or check(t))
+    loaded = load_model_folder(tiny, streamed=True)
+    per_block = len(list(loaded.model.blocks[0].parameters()))
+    with torch.no_grad():
+        loaded.model(torch.tensor([[1, 2, 3]]))
+        assert len(checked) == 3 * per_block
+        loaded.model(torch.tensor([[4, 5, 6]]))
+    assert len(checked) == 3 * per_block and streamed_of(loaded.model).loads == 6
 
 
 def test_a_float64_block_beyond_float32s_range_is_named_when_it_is_read(tmp_path):

@@ -215,3 +215,35 @@ def test_part_of_a_block_is_read_with_what_is_stored_with_it(tmp_path):
     part, block = streamed.load_block(1, cpu, {"attn.v.weight", "norm1.weight"}), streamed.load_block(1, cpu, None)
     assert set(part) == {"attn.q.weight", "attn.k.weight", "attn.v.weight", "norm1.weight"}
     assert all(torch.equal(t, block[n]) for n, t in part.items())
+
+
+def test_a_streamed_graph_reads_no_mlp_after_its_real_forward(pair, tmp_path, monkeypatch):
+    """The replacement model replaces every MLP: past the real forward (freeze's), neither its passes nor
+    their backward read a block's MLP from the files, only the norms and the attention's values and output;
+    the graph is the whole model's."""
+    from desktop_app.core.graphs import attribute, build_context, load_transcoders
+    from desktop_app.core.graphs.attribution import salient_targets
+    from desktop_app.core.graphs.transcoders import random_transcoders
+
+    whole, loaded = pair
+    streamed = streamed_of(loaded.model)
+    random_transcoders(tmp_path / "tc", LAYERS, HIDDEN, 32, seed=3)
+    graphs = []
+    for m in (whole, loaded):
+        ctx = build_context(m.model, IDS, load_transcoders(tmp_path / "tc"))
+        if m is loaded:
+            read: list[tuple[int, set[str]]] = []
+            load_block = streamed.load_block
+
+            def recording_load_block(layer, device, only):
+                tensors = load_block(layer, device, only)
+                read.append((layer, set(tensors)))
+                return tensors
+            monkeypatch.setattr(streamed, "load_block", recording_load_block)
+        graphs.append(attribute(ctx, salient_targets(m.model, ctx.frozen.logits[-1], 3, 0.95, str), batch_size=16))
+    a, b = graphs
+    assert torch.equal(a.active_features, b.active_features) and torch.equal(a.adjacency, b.adjacency)
+    used = {"norm1.weight", "norm2.weight", "attn.v.weight", "attn.o.weight"}
+    assert len(read) >= 2 * LAYERS and {layer for layer, _ in read} == set(range(LAYERS))
+    assert all(names <= used for _, names in read), read
+    assert let_go(loaded) and not any(streamed.held.values())

@@ -221,7 +221,7 @@ def feature_attribution(loaded, ids: Sequence[int], attached: Attached, position
         recon = d.decode(acts, how, x_in=x_in)
         error_piece = target - recon
     # z pieces go through the layer's W_O: a model read layer by layer (core/streamed.py) holds that block meanwhile
-    with holding(model, attached.write.layer) if attached.write.heads else nullcontext():
+    with holding(model, attached.write.layer, only={"attn.o"}) if attached.write.heads else nullcontext():
         contributions = direct(pieces) if len(active) else np.zeros(0)
         bias, skip, error, total = (float(direct(c)[0]) for c in (bias_piece, skip_piece, error_piece, target))
     order = np.argsort(-np.abs(contributions), kind="stable")

@@ -435,7 +435,8 @@ class GenerationSession(HistoryTree, BeamSearch):
         x = trace[f"{prefix}blocks.{layer}.attn.input"][0]  # [T, d]
         P = trace[f"{prefix}blocks.{layer}.attn.pattern"][0]  # [H, T, T]
         T = x.shape[0]
-        with torch.inference_mode(), holding(self.model, layer):  # (a model read layer by layer: core/streamed.py)
+        # (a model read layer by layer, core/streamed.py: only the values and W_O, not the whole block)
+        with torch.inference_mode(), holding(self.model, layer, only={"attn.v", "attn.o"}):
             dev, dtype = self.model.device, self.model.dtype
             v = attn.v(x.to(dev, dtype)).view(T, Hkv, dh).transpose(0, 1)  # [Hkv, T, dh]
             if Hkv != H:

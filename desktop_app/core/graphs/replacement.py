@@ -150,6 +150,14 @@ class Frozen:
     clipped: list = field(default_factory=list)  # per layer: clip_qkv's (mask, values) or None
 
 
+def _parts_read(block: nn.Module) -> set[str]:
+    """What _run reads of a block: its norms' weights (their scales frozen), the attention's values and
+    output (its pattern frozen); not the MLP (replaced: most of a block's bytes) nor its output norm, not
+    the queries and keys, nor the cross-attention (its output a constant)."""
+    norms = {s.norm for s in block.sublayers} | {s.out_norm for s in block.sublayers if s.name != "mlp"}
+    return {"attn.v", "attn.o"} | (norms - {None})
+
+
 def _run(model, frozen: Frozen, norms: _Norms, tokens: torch.Tensor, mlp) -> torch.Tensor:
     """The stack from the token vectors through the model's own blocks (Block.compose) with frozen norms
     and patterns and mlp(layer, h, stream) for each MLP's whole output: the final norm's output [T, d].
@@ -164,7 +172,8 @@ def _run(model, frozen: Frozen, norms: _Norms, tokens: torch.Tensor, mlp) -> tor
                 frozen.clipped[l] = _clipped_values(attn, h)
             return frozen_attention(attn, h, frozen.patterns[l], frozen.clipped[l])
         run = {"attn": attention, "cross_attn": lambda h, l=l: frozen.cross[l]}
-        with holding(model, l):  # a model read layer by layer (core/streamed.py): compose is not its forward
+        # a model read layer by layer (core/streamed.py): compose is not its forward, and reads only these
+        with holding(model, l, only=_parts_read(block)):
             x = block.compose(x, run, norm=lambda name, block=block: norms(getattr(block, name)),
                               replace={"mlp": lambda h, stream, l=l: mlp(l, h, stream)})
     return x if final_norm is None else norms(final_norm)(x)

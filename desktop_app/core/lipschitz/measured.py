@@ -338,7 +338,10 @@ def layer_map(model, layer: int, head: int | None = None, masked: bool | None = 
     (the decoder's stream after its norm) with the encoder's output on `source_ids` held fixed
     (CrossAttentionMap).
     """
-    with holding(model, layer):  # a model read layer by layer: this layer's weights in (core/streamed.py)
+    block, kind = layer_modules(model, layer, stack)  # (the layer checked first)
+    out_norm = next(s.out_norm for s in block.sublayers if s.name == kind)
+    # a model read layer by layer: this layer's attention and its output norm in, not its MLP (core/streamed.py)
+    with holding(model, layer, only={kind} | ({out_norm} if out_norm else set())):
         return _layer_map(model, layer, head, masked, stack, source_ids)
 
 

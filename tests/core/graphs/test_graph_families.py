@@ -112,3 +112,32 @@ def test_each_family_graph_is_the_frozen_models_direct_effects(tmp_path, family)
     # decoder vector (an encoder-decoder's edit point is in its decoder)
     edits = feature_interventions(ctx, [FeatureSet(last[0], "clamp", 2.0)])
     assert [e.target for e in edits] == [f"{prefix}blocks.{L - 1}.mlp.out"]
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=() if f in FAST else pytest.mark.slow)
+                                    for f in DECODERS if not REGISTRY[f].encoder_decoder])
+def test_each_familys_graph_read_layer_by_layer_is_the_whole_models_and_reads_no_mlp(tmp_path, monkeypatch, family):
+    """A model larger than memory (core/streamed.py): the replacement model's passes read only the parts of
+    a block they use (its norms, the attention's values and output), whatever the family's placement of
+    them; the graph is the one of the model held whole."""
+    from desktop_app.core.streamed import streamed_of
+
+    family_model(family, tmp_path / "hf")
+    whole, streamed = (load_model_folder(tmp_path / "hf", streamed=s).model for s in (False, True))
+    random_transcoders(tmp_path / "tc", n_graph_layers(whole), whole.cfg.d_model, 12, seed=3)
+    tc = load_transcoders(tmp_path / "tc")
+    graphs, read = [], []
+    for model in (whole, streamed):
+        ctx = build_context(model, IDS, tc)
+        if model is streamed:  # after the real forward (which reads every block whole)
+            load_block = streamed_of(model).load_block
+
+            def recording(layer, device, only):
+                tensors = load_block(layer, device, only)
+                read.append(set(tensors))
+                return tensors
+            monkeypatch.setattr(streamed_of(model), "load_block", recording)
+        graphs.append(attribute(ctx, salient_targets(model, ctx.frozen.logits[-1], 3, 0.95, str), batch_size=16))
+    assert torch.equal(graphs[0].adjacency, graphs[1].adjacency)
+    assert read and not [names for names in read if any(n.startswith("mlp.") for n in names)], read
+    assert not streamed_of(streamed).resident

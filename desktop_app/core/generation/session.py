@@ -48,7 +48,7 @@ from ...threads import torch_threads
 from ..trace import Trace
 from .sampling import ContextLengthReached, Distribution, GenerationError, GenerationSettings, pick, process_logits
 from .search import BeamSearch
-from .tree import HistoryTree, Node
+from .tree import BatchRow, HistoryTree, Node
 
 RECORD_NAMES = ("embed", "blocks.*.attn.input", "blocks.*.attn.pattern", "blocks.*.attn.out",
                 "blocks.*.resid_mid", "blocks.*.mlp.out", "blocks.*.resid_post", "final_norm.out")
@@ -683,11 +683,10 @@ class GenerationSession(HistoryTree, BeamSearch):
         # device once each: ~150 waits a step on a GPU), then float32 CPU tensors of their own
         host = _float32_of_its_own(to_host([logits] + [t for _, t in recorded]), logits.device)
         logits = host[0]
+        if ids.shape[0] == 1:  # the one-row case (every non-beam step): no copies; the batch dim dropped when read
+            return logits, [BatchRow(zip([name for name, _ in recorded], host[1:])) if recorded else {}]
         records: list[dict] = [{} for _ in range(ids.shape[0])]
         for (name, _), t in zip(recorded, host[1:]):
-            if t.shape[0] == 1:  # the one-row case (every non-beam step): no copies, no slicing
-                records[0][name] = t[0]
-                continue
             for b in range(t.shape[0]):  # beams: copy rows, a view would keep the whole batch alive
                 records[b][name] = t[b].clone()
         return logits, records

@@ -84,9 +84,10 @@ class _Steps:
         """The model's trace names for the session's record names."""
         return names
 
-    def step(self, ids: torch.Tensor, cache, trace: Trace | None, interventions) -> torch.Tensor:
-        """The last block's output [B, T, d] for `ids` [B, T] after the cache."""
-        return self.model(ids, cache=cache, trace=trace, compute_logits=False, interventions=interventions).hidden
+    def step(self, ids: torch.Tensor, cache, trace: Trace | None, interventions, on_layer=None) -> torch.Tensor:
+        """The last block's output [B, T, d] for `ids` [B, T] after the cache; on_layer(l) after each block."""
+        return self.model(ids, cache=cache, trace=trace, compute_logits=False, interventions=interventions,
+                          on_layer=on_layer).hidden
 
 
 class _Seq2SeqSteps(_Steps):
@@ -114,10 +115,10 @@ class _Seq2SeqSteps(_Steps):
     def names(self, names: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(self.prefix + n for n in names) + (self.prefix + "blocks.*.cross_attn.pattern",)
 
-    def step(self, ids, cache, trace, interventions) -> torch.Tensor:
+    def step(self, ids, cache, trace, interventions, on_layer=None) -> torch.Tensor:
         enc = self.encoded.expand(ids.shape[0], -1, -1)
         return self.model.decode(ids, enc, cache=cache, trace=trace, compute_logits=False,
-                                 interventions=interventions).hidden
+                                 interventions=interventions, on_layer=on_layer).hidden
 
 
 def _is_encoder_decoder(model) -> bool:
@@ -222,6 +223,7 @@ class GenerationSession(HistoryTree, BeamSearch):
         # else moves the cache (settle), so it sees the cache as it was: the same values as made at once
         self._pending: Node | None = None
         self._pending_lock = threading.RLock()  # a view's read (UI thread) against a worker's next step
+        self._between_layers = None  # run()'s cancel check, called by each forward after every block
         self.root = self._make_root()
         self.reset()
 
@@ -341,20 +343,18 @@ class GenerationSession(HistoryTree, BeamSearch):
         last token (or a stop token) is made when something first reads that node's next_logits or
         record (settle), as generate() wants (transformers' never makes it); whichever thread reads first
         makes it, so a session whose nodes a UI thread reads runs without it (every node made at once)."""
-        self.settle()  # the last run's, before the cancel hooks: it cannot be interrupted half made
-        hooks = []
+        self.settle()  # the last run's, before the cancel check: it cannot be interrupted half made
         if job is not None:
             owner = threading.get_ident()
 
-            def check(module, args) -> None:
-                if threading.get_ident() == owner:  # other threads may share this model
-                    job.check()
-            hooks = [b.register_forward_pre_hook(check) for b in self._steps.blocks]
+            def check(layer: int) -> None:  # the forward's on_layer: no hook on the blocks (a hook puts every
+                if threading.get_ident() == owner:  # block call on nn.Module's slow path); a view's read of a
+                    job.check()  # waiting node (another thread) is not cancelled
+            self._between_layers = check
         try:
             yield from self._run(n, job, lazy_last)
         finally:
-            for h in hooks:
-                h.remove()
+            self._between_layers = None
 
     def _run(self, n: int, job: JobControl | None, lazy_last: bool) -> Iterator[Node]:
         for i in range(n):
@@ -639,7 +639,7 @@ class GenerationSession(HistoryTree, BeamSearch):
         # inference_mode: less per-op bookkeeping than no_grad; what it makes (cache, records,
         # logits) is only read afterwards, never modified in place or differentiated
         with torch.inference_mode():
-            hidden = self._steps.step(ids, cache, trace, self.interventions)
+            hidden = self._steps.step(ids, cache, trace, self.interventions, self._between_layers)
             normed = None if trace is None else trace.tensors.get(self._steps.prefix + "final_norm.out")
             if normed is not None:  # the final norm the trace recorded (each row alone): not computed again
                 return self.model.unembed(normed[:, -1], normed=True)

@@ -296,7 +296,7 @@ def linear(owner: nn.Module, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor |
     """F.linear(x, w, b); one row (a generation step) through the prepacked copy of `w` prepack_one_row
     made for `owner`, while `w` is where and as it was (a load or an edit in place changes its version:
     the plain product then, until packed again) and nothing needs gradients."""
-    kept = _prepacked(owner, (w,)) if x.numel() == x.shape[-1] and not torch.is_grad_enabled() else None
+    kept = _prepacked(owner, (w,)) if _PREPACKED and x.numel() == x.shape[-1] and not torch.is_grad_enabled() else None
     if kept is not None:
         return torch.ops.mkldnn._linear_pointwise(x, kept[0], b, "none", [], "")
     return F.linear(x, w, b)
@@ -322,7 +322,7 @@ def products(owner: nn.Module, x: torch.Tensor, linears,
             return F.linear(x, torch.cat([lin.weight for lin in linears]), b).split(outs, dim=-1)
     else:
         kept = None
-        if x.numel() == x.shape[-1]:
+        if _PREPACKED and x.numel() == x.shape[-1]:  # (none made, e.g. in float32: no lookup a product)
             kept = _prepacked(owner, [lin.weight for lin in linears], [lin.bias for lin in linears])
         if kept is not None:
             return torch.ops.mkldnn._linear_pointwise(x, kept[0], kept[1], "none", [], "").split(outs, dim=-1)

@@ -64,6 +64,19 @@ class _StepTrace(Trace):
         super().__init__(names)
         self._wants = _StepTrace._shared_wants.setdefault(names, {})
 
+    # Trace.point and .record for a step's trace, which has none of a Trace's options (no pattern dtype, not
+    # to the CPU) and is filled in inference mode (nothing to detach): a dict read a point, not three calls
+    def record(self, name: str, tensor: torch.Tensor) -> None:
+        hit = self._wants.get(name)
+        if hit or (hit is None and self.wants(name)):
+            self.tensors[name] = tensor
+
+    def point(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        hit = self._wants.get(name)
+        if hit or (hit is None and self.wants(name)):
+            self.tensors[name] = x
+        return x
+
 
 class _Steps:
     """How a session runs its model, one `step(ids, cache, trace, interventions)` per model kind: a

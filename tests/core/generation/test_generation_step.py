@@ -143,3 +143,33 @@ def test_a_steps_model_work_reads_no_value_back_from_its_tensors(monkeypatch, ki
     nodes = list(session.run(4))  # past the original context (6): longrope's long factors
     assert len(nodes) == 4 and all(n.record for n in nodes)
     assert mode.seen == []
+
+
+class _CountingOps(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_steps_records_lose_their_batch_dim_only_when_read():
+    """A one-row step's records are handed on as the forward left them ([1, ...]): dropping the batch dim
+    was a select op a record (~150 a step at 24 layers) for every node, read or not; it is made at a
+    node's first read, with the same values."""
+    model = _llama()
+    session = GenerationSession(model, [3, 14, 15, 9], GenerationSettings("greedy"), stop_tokens=[], record=True)
+    session.step()
+    counting = _CountingOps()
+    with counting:
+        node = session.step()
+    made = counting.ops.count("select.int")
+    with counting:
+        record = node.record
+    read = counting.ops.count("select.int") - made
+    assert read == len(record) > 3 * model.cfg.n_layers  # a view a record, made here
+    assert made < len(record) // 2  # the step's own selects (its logits' row ...), none a record
+    assert record["embed"].shape == (1, model.cfg.d_model) and record["blocks.0.attn.pattern"].shape == (4, 1, 6)
+    assert node.record is record  # made once

@@ -1,7 +1,7 @@
 """Per-token latency of greedy generation with full recording vs transformers' generate.
 
     python -m desktop_app bench generation [--new 64] [--prompt 8] [--repeat 2] [--dtype float32|bfloat16]
-                                           [--device cpu] [--no-record] [--threads N]
+                                           [--device cpu] [--no-record] [--threads N] [--host]
 
 Both sides run the same randomly initialised GPT-2-small-sized model (124M parameters, written by
 transformers and loaded here), greedy, with a KV cache, batch 1. Ours records every step (each
@@ -18,12 +18,22 @@ fraction of that bound reached is printed (1.0 would be perfect). bfloat16 halve
 Where the rest goes: the step's matrix products alone (step_products) are timed alongside, so the
 report splits the gap into what the BLAS kernels reach (products_alone_fraction_of_bandwidth_bound)
 and what everything else adds (ours_over_products_alone, one ratio per repeat).
+
+--host measures the step's host overhead instead (the Python and dispatch work per token that a GPU
+exposes: on the first GPU run the card was busy 2.2 ms of a 24 ms step): two models of real depth and
+tiny width, whose products cost next to nothing, so a step's time is its host work: the Qwen2.5-0.5B
+shape's 24 layers with its 14 query and 2 key/value heads, and GPT-2 small's 12 layers, both at d_model
+64, d_ff 128, a vocabulary of 256. For each, against transformers' generate in the same process: ms per
+token (alternating runs, least of each), top-level aten ops per token (torch.profiler: each is a dispatch,
+on a GPU a launch) and Python per token (cProfile: function calls, and the time spent in Python code
+itself, not in the C functions it calls; profiled, so slower than unprofiled, the same for both sides).
 """
 from __future__ import annotations
 
 import tempfile
 import time
 from pathlib import Path
+
 from ..commands.args import OneLineParser, int_in
 from ..commands.args import device as device_name
 
@@ -98,13 +108,155 @@ def step_products(model):
     return run
 
 
+def greedy_runs(ours, ref, prompt: list[int], new: int, record: bool, device):
+    """(ours, transformers'): functions generating `new` greedy tokens after `prompt` with a KV cache, batch 1,
+    each returning the ids. Ours records every step unless told not to, and leaves the forward of its last
+    token for a read that never comes (GenerationSession.run(lazy_last=True)): both sides make the prompt's
+    forward and new - 1 one-token ones."""
+    import torch
+
+    from ..core.generation import GenerationSession, GenerationSettings
+
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+
+    def run_ours() -> list[int]:
+        s = GenerationSession(ours, prompt, GenerationSettings("greedy"), stop_tokens=[], record=record)
+        for _ in s.run(new, lazy_last=True):  # generate's forwards: none for the last token
+            pass
+        sync()
+        return s.ids()
+
+    def run_ref() -> list[int]:
+        with torch.no_grad():
+            out = ref.generate(torch.tensor([prompt], device=device), max_new_tokens=new,
+                               min_new_tokens=new, do_sample=False, num_beams=1, use_cache=True,
+                               pad_token_id=0)
+        sync()
+        return out[0].tolist()
+    return run_ours, run_ref
+
+
+def alternating(fns, repeat: int) -> list[list[float]]:
+    """Seconds of each of `fns` over `repeat` rounds, run in turn within each round (both sides see the same
+    load); warm them up first."""
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, kept in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            kept.append(time.perf_counter() - t0)
+    return times
+
+
+def median(values: list[float]) -> float:
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
+
+
+def aten_ops(fn) -> int:
+    """Top-level aten ops (each a dispatch; on a GPU, one launch at most) that fn() calls, by torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(1 for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::"))
+
+
+def python_work(fn) -> tuple[int, float]:
+    """(function calls, seconds in Python code itself) of fn() under cProfile: the calls of Python functions
+    and C functions alike; the time of Python functions' own lines, not of the C functions they call
+    (tensor ops: aten_ops counts those)."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    stats = pstats.Stats(prof).stats  # (file, line, name) -> (primitive calls, calls, own time, cumulative, callers)
+    calls = sum(v[1] for v in stats.values())
+    own = sum(v[2] for (file, _, _), v in stats.items() if file != "~")  # "~": built-in (C) functions
+    return calls, own
+
+
+# --host: the real depths and head counts at a width that makes the products free (module docstring)
+HOST_WIDTH = dict(d_model=64, d_ff=128, vocab=256)
+
+
+def host_models(width: dict = HOST_WIDTH) -> dict:
+    """name -> (transformers' config, its causal-LM class) of the host-overhead models."""
+    import transformers
+
+    d, ff, vocab = width["d_model"], width["d_ff"], width["vocab"]
+    no_specials = dict(bos_token_id=None, eos_token_id=None)
+    return {
+        # Qwen2.5-0.5B: 24 layers, 14 query heads over 2 key/value heads (head_dim 8 here: the heads' count is
+        # what costs host work, not their width)
+        "qwen2.5-0.5b-depth": (transformers.Qwen2Config(vocab_size=vocab, hidden_size=d, intermediate_size=ff,
+                                                        num_hidden_layers=24, num_attention_heads=14,
+                                                        num_key_value_heads=2, head_dim=8, tie_word_embeddings=True,
+                                                        pad_token_id=None, **no_specials),
+                               transformers.Qwen2ForCausalLM),
+        # GPT-2 small: 12 layers (4 heads of 16 here)
+        "gpt2-depth": (transformers.GPT2Config(vocab_size=vocab, n_embd=d, n_inner=ff, n_layer=12, n_head=4,
+                                               **no_specials),
+                       transformers.GPT2LMHeadModel),
+    }
+
+
+def host_overhead(args, device, dtype) -> dict:
+    """--host (module docstring): per model, ours against transformers' generate in the same process."""
+    import torch
+
+    from ..core.checkpoints import load_model_folder
+
+    results = {}
+    for name, (config, causal_lm) in host_models().items():
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / name
+            torch.manual_seed(0)
+            causal_lm(config).save_pretrained(folder)
+            ours = load_model_folder(folder, device=device, dtype=args.dtype)
+            ref = causal_lm.from_pretrained(folder, dtype=dtype).to(device).eval()
+        prompt = torch.randint(0, config.vocab_size, (args.prompt,),
+                               generator=torch.Generator().manual_seed(1)).tolist()
+        run_ours, run_ref = greedy_runs(ours, ref, prompt, args.new, not args.no_record, device)
+        same_ids = run_ours() == run_ref()
+        ours_times, ref_times = alternating([run_ours, run_ref], args.repeat)
+        n = args.new  # forwards a run makes: the prompt's and new - 1 one-token ones, on both sides
+        ours_ops, ref_ops = aten_ops(run_ours) / n, aten_ops(run_ref) / n
+        (ours_calls, ours_py), (ref_calls, ref_py) = python_work(run_ours), python_work(run_ref)
+        results[name] = {
+            "layers": config.num_hidden_layers,
+            "ours_ms_per_token": round(min(ours_times) / n * 1e3, 4),
+            "reference_ms_per_token": round(min(ref_times) / n * 1e3, 4),
+            "speedup": round(min(ref_times) / min(ours_times), 3),
+            "speedup_median_of_pairs": round(median([r / o for o, r in zip(ours_times, ref_times)]), 3),
+            "ours_aten_ops_per_token": round(ours_ops, 1),
+            "reference_aten_ops_per_token": round(ref_ops, 1),
+            "ours_python_calls_per_token": round(ours_calls / n, 1),
+            "reference_python_calls_per_token": round(ref_calls / n, 1),
+            "ours_python_ms_per_token": round(ours_py / n * 1e3, 4),
+            "reference_python_ms_per_token": round(ref_py / n * 1e3, 4),
+            "same_ids_as_reference": same_ids,
+        }
+    return {
+        "name": "generation_host",
+        "unit": "per token (prompt forward included, total / new tokens); speedup = transformers' time / ours",
+        "models": results,
+        "speedup": min(r["speedup"] for r in results.values()),  # the worse of the two models
+        "repeats": args.repeat, "new_tokens": args.new, "prompt_tokens": args.prompt, "dtype": args.dtype,
+        "device": str(device), "recording": not args.no_record, "width": HOST_WIDTH,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
 def main(argv: list[str]) -> dict:
     import torch
     import transformers
 
     from ..core.checkpoints import load_model_folder
     from ..core.devices import resolve_device, resolve_dtype
-    from ..core.generation import GenerationSession, GenerationSettings
 
     ap = OneLineParser(prog="bench generation")
     ap.add_argument("--new", type=int_in(1, 10**5), default=64, help="tokens to generate (default 64)")
@@ -116,12 +268,17 @@ def main(argv: list[str]) -> dict:
     ap.add_argument("--threads", type=int_in(0, 1024), default=0,
                     help="torch CPU threads for both sides (0: torch's default). On a loaded machine every "
                          "op that enters a parallel region waits for a free core; 1 thread avoids that")
+    ap.add_argument("--host", action="store_true",
+                    help="the step's host overhead: 24- and 12-layer models of tiny width against transformers "
+                         "(ms, aten ops and Python per token)")
     args = ap.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype)
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    if args.host:
+        return host_overhead(args, device, dtype)
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "gpt2-small-random"
@@ -131,21 +288,7 @@ def main(argv: list[str]) -> dict:
         ours = load_model_folder(folder, device=device, dtype=args.dtype)
         ref = transformers.GPT2LMHeadModel.from_pretrained(folder, dtype=dtype).to(device).eval()
     prompt = torch.randint(0, hf_cfg.vocab_size, (args.prompt,), generator=torch.Generator().manual_seed(1)).tolist()
-
-    def run_ours() -> list[int]:
-        s = GenerationSession(ours, prompt, GenerationSettings("greedy"), stop_tokens=[], record=not args.no_record)
-        for _ in s.run(args.new, lazy_last=True):  # generate's forwards: none for the last token
-            pass
-        sync()
-        return s.ids()
-
-    def run_ref() -> list[int]:
-        with torch.no_grad():
-            out = ref.generate(torch.tensor([prompt], device=device), max_new_tokens=args.new,
-                               min_new_tokens=args.new, do_sample=False, num_beams=1, use_cache=True,
-                               pad_token_id=0)
-        sync()
-        return out[0].tolist()
+    run_ours, run_ref = greedy_runs(ours, ref, prompt, args.new, not args.no_record, device)
 
     one_step_products = step_products(ours.model)
 
@@ -157,15 +300,9 @@ def main(argv: list[str]) -> dict:
     # Warm up both, then alternate them so that both see the same machine load; keep the fastest
     # run of each and also the median of the paired ratios (robust on a shared machine).
     ours_ids, ref_ids = run_ours(), run_ref()
-    ours_times, ref_times, products_times = [], [], []
-    for _ in range(args.repeat):
-        for fn, times in ((run_ours, ours_times), (run_ref, ref_times), (run_products, products_times)):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
+    ours_times, ref_times, products_times = alternating([run_ours, run_ref, run_products], args.repeat)
     ours_total, ref_total = min(ours_times), min(ref_times)
-    ratios = sorted(r / o for o, r in zip(ours_times, ref_times))
-    paired = ratios[len(ratios) // 2] if len(ratios) % 2 else 0.5 * (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2])
+    paired = median([r / o for o, r in zip(ours_times, ref_times)])
 
     ours_s, reference_s = ours_total / args.new, ref_total / args.new
     bw = measure_bandwidth(device=str(device))

@@ -35,11 +35,12 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        x32 = x.float()
+        # (a float32 input is used as it is: .float() and .to() would hand back the same tensor, two ops a norm)
+        x32 = x if dtype == torch.float32 else x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         if self.gain_float32:  # OLMo 2: g * z in float32, rounded once
             return (self.weight * x32).to(dtype)
-        return self.weight * x32.to(dtype)
+        return self.weight * (x32 if dtype == torch.float32 else x32.to(dtype))
 
 
 class OffsetRMSNorm(RMSNorm):
@@ -120,13 +121,16 @@ _INV_FREQ: dict[tuple, torch.Tensor] = {}  # rotary_cos_sin's frequencies by (di
 
 
 def rotary_cos_sin(positions: torch.Tensor, dims: int, theta: float,
-                   scaling: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   scaling: dict | None = None, seq_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin [T, dims] for the first `dims` dims of each head (all of them unless the
-    config's rotary_fraction is below 1); longrope's are scaled by its attention_factor."""
+    config's rotary_fraction is below 1); longrope's are scaled by its attention_factor. seq_len: the last
+    position + 1 when the caller knows it (else longrope reads it back from `positions`)."""
     longrope = scaling is not None and scaling.get("rope_type") == "longrope"
     # only longrope's frequencies depend on the length (read back from the device: a sync, so not asked
-    # otherwise); the others are the same at every step of a generation: made once (_INV_FREQ)
-    seq_len = int(positions.max()) + 1 if longrope and positions.numel() else 0
+    # otherwise, nor when the caller knows it); the others are the same at every step of a generation:
+    # made once (_INV_FREQ)
+    if seq_len is None:
+        seq_len = int(positions.max()) + 1 if longrope and positions.numel() else 0
     key = (dims, theta, positions.device, None if scaling is None else repr(sorted(scaling.items())),
            longrope and seq_len > scaling["original_max_position_embeddings"])
     inv_freq = _INV_FREQ.get(key)
@@ -152,7 +156,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
         # half-precision q, k rotated in float32 and rounded once (rotary_precision "float32...": OLMo, Cohere)
         x_rot = (x_rot.float() * cos + rotated.float() * sin).to(x.dtype)
     else:  # in x's dtype, cos and sin rounded to it, as transformers computes it (in bfloat16 too)
-        x_rot = x_rot * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+        if cos.dtype != x.dtype:  # (the forward's tables come rounded already: no cast op a layer)
+            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        x_rot = x_rot * cos + rotated * sin
     return x_rot if dims == x.shape[-1] else torch.cat([x_rot, x[..., dims:]], dim=-1)
 
 
@@ -166,14 +172,15 @@ def rotary_dims(cfg: ModelConfig) -> int:
 layer_window = ModelConfig.layer_window
 
 
-def layer_rotary(cfg: ModelConfig, layer: int, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """cos, sin for this layer at these absolute positions (None without rotary positions).
-    Gemma 3's sliding layers use their own base (rope_local_theta) and no scaling."""
+def layer_rotary(cfg: ModelConfig, layer: int, positions: torch.Tensor,
+                 seq_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """cos, sin for this layer at these absolute positions (None without rotary positions); seq_len:
+    rotary_cos_sin's. Gemma 3's sliding layers use their own base (rope_local_theta) and no scaling."""
     if not layer_rotates(cfg, layer):
         return None
     if cfg.rope_local_theta is not None and layer_window(cfg, layer) is not None:
         return rotary_cos_sin(positions, rotary_dims(cfg), cfg.rope_local_theta)
-    return rotary_cos_sin(positions, rotary_dims(cfg), cfg.rope_theta, cfg.rope_scaling)
+    return rotary_cos_sin(positions, rotary_dims(cfg), cfg.rope_theta, cfg.rope_scaling, seq_len)
 
 
 def layer_rotates(cfg: ModelConfig, layer: int) -> bool:
@@ -289,7 +296,7 @@ def linear(owner: nn.Module, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor |
     """F.linear(x, w, b); one row (a generation step) through the prepacked copy of `w` prepack_one_row
     made for `owner`, while `w` is where and as it was (a load or an edit in place changes its version:
     the plain product then, until packed again) and nothing needs gradients."""
-    kept = _prepacked(owner, (w,)) if x.numel() == x.shape[-1] and not torch.is_grad_enabled() else None
+    kept = _prepacked(owner, (w,)) if _PREPACKED and x.numel() == x.shape[-1] and not torch.is_grad_enabled() else None
     if kept is not None:
         return torch.ops.mkldnn._linear_pointwise(x, kept[0], b, "none", [], "")
     return F.linear(x, w, b)
@@ -315,7 +322,7 @@ def products(owner: nn.Module, x: torch.Tensor, linears,
             return F.linear(x, torch.cat([lin.weight for lin in linears]), b).split(outs, dim=-1)
     else:
         kept = None
-        if x.numel() == x.shape[-1]:
+        if _PREPACKED and x.numel() == x.shape[-1]:  # (none made, e.g. in float32: no lookup a product)
             kept = _prepacked(owner, [lin.weight for lin in linears], [lin.bias for lin in linears])
         if kept is not None:
             return torch.ops.mkldnn._linear_pointwise(x, kept[0], kept[1], "none", [], "").split(outs, dim=-1)
@@ -1111,7 +1118,8 @@ class Transformer(ModelBase):
         def rotary_for(l: int) -> tuple | None:
             key = (cfg.rope_local_theta is not None and layer_window(cfg, l) is not None, layer_rotates(cfg, l))
             if key not in rotaries:
-                rot = layer_rotary(cfg, l, positions)  # in the dtype apply_rotary multiplies in, once
+                rot = layer_rotary(cfg, l, positions, seq_len=total)  # (no read back); in the dtype apply_rotary
+                # multiplies in, once
                 if rot is not None and cfg.rotary_precision != "float32":  # float32: never rounded (OLMo)
                     rot = rot[0].to(x.dtype), rot[1].to(x.dtype)
                     if cfg.rotary_precision == "float32_rounded":  # rounded, then multiplied in float32 (Cohere)

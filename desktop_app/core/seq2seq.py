@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -253,10 +254,12 @@ class EncoderDecoder(ModelBase):
 
     def decode(self, tgt_ids: torch.Tensor, enc_out: torch.Tensor, *, src_mask: torch.Tensor | None = None,
                trace: Trace | None = None, cache: Seq2SeqCache | None = None, compute_logits: bool = True,
-               interventions=None, stop_at: str | None = None) -> ModelOutput:
+               interventions=None, stop_at: str | None = None,
+               on_layer: Callable[[int], None] | None = None) -> ModelOutput:
         """tgt_ids [B, T] (or [T]): the decoder's input (its start token first); with a cache, the new
         tokens only, positions continuing after it. enc_out [B, S, d] from encode(). stop_at: a decoder
-        point ("decoder.blocks.3.cross_attn.input" ...) after which nothing runs (Transformer.forward's)."""
+        point ("decoder.blocks.3.cross_attn.input" ...) after which nothing runs; on_layer: called with each
+        decoder block's index once it has run (both Transformer.forward's)."""
         cfg = self.cfg
         check_stop_at(stop_at, "decoder.", cfg.n_decoder_layers, "decoder")
         if tgt_ids.dim() == 1:
@@ -288,6 +291,8 @@ class EncoderDecoder(ModelBase):
                 return ModelOutput(logits=None, hidden=x, cache=cache)
             if trace is not None and trace.wants(f"decoder.blocks.{l}.logit_lens"):
                 trace.record(f"decoder.blocks.{l}.logit_lens", self.unembed(x))
+            if on_layer is not None:
+                on_layer(l)
         if trace is not None and cfg.final_norm and trace.wants("decoder.final_norm.out"):
             trace.record("decoder.final_norm.out", self.decoder.final_norm(x))
         logits = self.unembed(x) if compute_logits else None

@@ -48,7 +48,7 @@ from ...threads import torch_threads
 from ..trace import Trace
 from .sampling import ContextLengthReached, Distribution, GenerationError, GenerationSettings, pick, process_logits
 from .search import BeamSearch
-from .tree import HistoryTree, Node
+from .tree import BatchRow, HistoryTree, Node
 
 RECORD_NAMES = ("embed", "blocks.*.attn.input", "blocks.*.attn.pattern", "blocks.*.attn.out",
                 "blocks.*.resid_mid", "blocks.*.mlp.out", "blocks.*.resid_post", "final_norm.out")
@@ -63,6 +63,19 @@ class _StepTrace(Trace):
     def __init__(self, names: tuple[str, ...] = RECORD_NAMES) -> None:
         super().__init__(names)
         self._wants = _StepTrace._shared_wants.setdefault(names, {})
+
+    # Trace.point and .record for a step's trace, which has none of a Trace's options (no pattern dtype, not
+    # to the CPU) and is filled in inference mode (nothing to detach): a dict read a point, not three calls
+    def record(self, name: str, tensor: torch.Tensor) -> None:
+        hit = self._wants.get(name)
+        if hit or (hit is None and self.wants(name)):
+            self.tensors[name] = tensor
+
+    def point(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        hit = self._wants.get(name)
+        if hit or (hit is None and self.wants(name)):
+            self.tensors[name] = x
+        return x
 
 
 class _Steps:
@@ -84,9 +97,10 @@ class _Steps:
         """The model's trace names for the session's record names."""
         return names
 
-    def step(self, ids: torch.Tensor, cache, trace: Trace | None, interventions) -> torch.Tensor:
-        """The last block's output [B, T, d] for `ids` [B, T] after the cache."""
-        return self.model(ids, cache=cache, trace=trace, compute_logits=False, interventions=interventions).hidden
+    def step(self, ids: torch.Tensor, cache, trace: Trace | None, interventions, on_layer=None) -> torch.Tensor:
+        """The last block's output [B, T, d] for `ids` [B, T] after the cache; on_layer(l) after each block."""
+        return self.model(ids, cache=cache, trace=trace, compute_logits=False, interventions=interventions,
+                          on_layer=on_layer).hidden
 
 
 class _Seq2SeqSteps(_Steps):
@@ -114,10 +128,10 @@ class _Seq2SeqSteps(_Steps):
     def names(self, names: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(self.prefix + n for n in names) + (self.prefix + "blocks.*.cross_attn.pattern",)
 
-    def step(self, ids, cache, trace, interventions) -> torch.Tensor:
+    def step(self, ids, cache, trace, interventions, on_layer=None) -> torch.Tensor:
         enc = self.encoded.expand(ids.shape[0], -1, -1)
         return self.model.decode(ids, enc, cache=cache, trace=trace, compute_logits=False,
-                                 interventions=interventions).hidden
+                                 interventions=interventions, on_layer=on_layer).hidden
 
 
 def _is_encoder_decoder(model) -> bool:
@@ -222,6 +236,7 @@ class GenerationSession(HistoryTree, BeamSearch):
         # else moves the cache (settle), so it sees the cache as it was: the same values as made at once
         self._pending: Node | None = None
         self._pending_lock = threading.RLock()  # a view's read (UI thread) against a worker's next step
+        self._between_layers = None  # run()'s cancel check, called by each forward after every block
         self.root = self._make_root()
         self.reset()
 
@@ -341,20 +356,18 @@ class GenerationSession(HistoryTree, BeamSearch):
         last token (or a stop token) is made when something first reads that node's next_logits or
         record (settle), as generate() wants (transformers' never makes it); whichever thread reads first
         makes it, so a session whose nodes a UI thread reads runs without it (every node made at once)."""
-        self.settle()  # the last run's, before the cancel hooks: it cannot be interrupted half made
-        hooks = []
+        self.settle()  # the last run's, before the cancel check: it cannot be interrupted half made
         if job is not None:
             owner = threading.get_ident()
 
-            def check(module, args) -> None:
-                if threading.get_ident() == owner:  # other threads may share this model
-                    job.check()
-            hooks = [b.register_forward_pre_hook(check) for b in self._steps.blocks]
+            def check(layer: int) -> None:  # the forward's on_layer: no hook on the blocks (a hook puts every
+                if threading.get_ident() == owner:  # block call on nn.Module's slow path); a view's read of a
+                    job.check()  # waiting node (another thread) is not cancelled
+            self._between_layers = check
         try:
             yield from self._run(n, job, lazy_last)
         finally:
-            for h in hooks:
-                h.remove()
+            self._between_layers = None
 
     def _run(self, n: int, job: JobControl | None, lazy_last: bool) -> Iterator[Node]:
         for i in range(n):
@@ -640,7 +653,7 @@ class GenerationSession(HistoryTree, BeamSearch):
         # inference_mode: less per-op bookkeeping than no_grad; what it makes (cache, records,
         # logits) is only read afterwards, never modified in place or differentiated
         with torch.inference_mode():
-            hidden = self._steps.step(ids, cache, trace, self.interventions)
+            hidden = self._steps.step(ids, cache, trace, self.interventions, self._between_layers)
             normed = None if trace is None else trace.tensors.get(self._steps.prefix + "final_norm.out")
             if normed is not None:  # the final norm the trace recorded (each row alone): not computed again
                 return self.model.unembed(normed[:, -1], normed=True)
@@ -684,11 +697,10 @@ class GenerationSession(HistoryTree, BeamSearch):
         # device once each: ~150 waits a step on a GPU), then float32 CPU tensors of their own
         host = _float32_of_its_own(to_host([logits] + [t for _, t in recorded]), logits.device)
         logits = host[0]
+        if ids.shape[0] == 1:  # the one-row case (every non-beam step): no copies; the batch dim dropped when read
+            return logits, [BatchRow(zip([name for name, _ in recorded], host[1:])) if recorded else {}]
         records: list[dict] = [{} for _ in range(ids.shape[0])]
         for (name, _), t in zip(recorded, host[1:]):
-            if t.shape[0] == 1:  # the one-row case (every non-beam step): no copies, no slicing
-                records[0][name] = t[0]
-                continue
             for b in range(t.shape[0]):  # beams: copy rows, a view would keep the whole batch alive
                 records[b][name] = t[b].clone()
         return logits, records

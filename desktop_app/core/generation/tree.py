@@ -13,6 +13,13 @@ import torch
 
 from .sampling import GenerationError
 
+
+class BatchRow(dict):
+    """A one-row step's records as its forward left them, each still [1, ...]: given to Node.record, which
+    drops the batch dim at the first read (a select op a record, ~150 a step at 24 layers, made only for a
+    node something reads)."""
+
+
 @dataclass(eq=False)
 class Node:
     """One token of the history tree (the root is the prompt)."""
@@ -29,6 +36,7 @@ class Node:
     # read (the forward that consumes the last token of a run is made only when something reads it)
     _next_logits: torch.Tensor | None = field(default=None, repr=False)
     _record: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    _rows: BatchRow | None = field(default=None, repr=False)  # the records until read (record)
     compute: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
@@ -47,11 +55,14 @@ class Node:
         """What the forward that consumed this token recorded (batch dim dropped; empty without recording)."""
         if self.compute is not None:
             self.compute()
+        rows = self._rows
+        if rows is not None:  # (another thread reading at once makes the same views)
+            self._record, self._rows = {name: t[0] for name, t in rows.items()}, None
         return self._record
 
     @record.setter
-    def record(self, value: dict[str, torch.Tensor]) -> None:
-        self._record = value
+    def record(self, value: dict[str, torch.Tensor] | BatchRow) -> None:
+        self._rows, self._record = (value, {}) if isinstance(value, BatchRow) else (None, value)
 
     def path(self) -> list["Node"]:
         out, n = [], self

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from desktop_app.core.checkpoints import new_model
 from desktop_app.core.config import ModelConfig
@@ -102,3 +103,73 @@ def test_a_steps_python_work_does_not_grow_with_the_generated_length(monkeypatch
     list(session.run(5))
     assert walks == []  # the context check walked the whole path at every step (O(length) Python)
     assert len(session.ids()) == 4 + 25
+
+
+class _ReadsBack(TorchDispatchMode):
+    """Every op that hands a tensor's value to Python (.item(), int(t), `if t:`, torch.equal): on a GPU each
+    waits for the device to finish all the work queued before it."""
+    READS = {"_local_scalar_dense", "item", "is_nonzero", "equal"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.split(".")[0] in self.READS:
+            self.seen.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("kind", ["gqa", "longrope", "alibi-window"])
+def test_a_steps_model_work_reads_no_value_back_from_its_tensors(monkeypatch, kind):
+    """One sync a token on a GPU: the step's forward and its recorded attention rows queue their work and
+    read nothing back; the step's one read is its hand-off (logits and records in one transfer, then the
+    token picked on the host). Longrope read the last position back from the device each step
+    (positions.max()): the forward knows it. Structural: every op of the model's part of the step is seen."""
+    kw = {"gqa": {}, "longrope": dict(rope_scaling={"rope_type": "longrope", "original_max_position_embeddings": 6,
+                                                    "attention_factor": 1.2, "short_factor": [1.0, 1.5, 2.0, 2.5],
+                                                    "long_factor": [2.0, 3.0, 4.0, 5.0]}),
+          "alibi-window": dict(positions="alibi", sliding_window=3)}[kind]
+    model = _llama(**kw)
+    session = GenerationSession(model, [3, 14, 15, 9], GenerationSettings("greedy"), stop_tokens=[], record=True)
+    mode = _ReadsBack()
+    for name in ("_model_forward", "_attention_rows"):
+        real = getattr(GenerationSession, name)
+
+        def watched(self, *args, _real=real):
+            with mode:
+                return _real(self, *args)
+        monkeypatch.setattr(GenerationSession, name, watched)
+    nodes = list(session.run(4))  # past the original context (6): longrope's long factors
+    assert len(nodes) == 4 and all(n.record for n in nodes)
+    assert mode.seen == []
+
+
+class _CountingOps(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_steps_records_lose_their_batch_dim_only_when_read():
+    """A one-row step's records are handed on as the forward left them ([1, ...]): dropping the batch dim
+    was a select op a record (~150 a step at 24 layers) for every node, read or not; it is made at a
+    node's first read, with the same values."""
+    model = _llama()
+    session = GenerationSession(model, [3, 14, 15, 9], GenerationSettings("greedy"), stop_tokens=[], record=True)
+    session.step()
+    counting = _CountingOps()
+    with counting:
+        node = session.step()
+    made = counting.ops.count("select.int")
+    with counting:
+        record = node.record
+    read = counting.ops.count("select.int") - made
+    assert read == len(record) > 3 * model.cfg.n_layers  # a view a record, made here
+    assert made < len(record) // 2  # the step's own selects (its logits' row ...), none a record
+    assert record["embed"].shape == (1, model.cfg.d_model) and record["blocks.0.attn.pattern"].shape == (4, 1, 6)
+    assert node.record is record  # made once

@@ -12,6 +12,7 @@ firstlook's folder and text), opened in a fresh process (offscreen, 1280x800) on
 - each panel's tab clicked (a real mouse click on the tab bar), until it is painted (first_show_ms: the
   click to the first beat after the panel's first paint, its build included) and settled (settled_s: its
   workers done, its screenshot_ready() true, no stall for 0.3 s);
+- on panels with views of their own in tabs, each other view's tab clicked, then the first again;
 - on panels with a layer or head control, the control stepped with the Up key (layer, then head), each
   until settled; then the mouse moved over the panel's centre line (hover).
 
@@ -141,7 +142,7 @@ def measure(folder: str, text: str, panels: list[str], stall_ms: float = 50.0, s
     (False: it timed out), and first_show_ms for a panel's tab."""
     from PySide6.QtCore import QPoint, Qt
     from PySide6.QtTest import QTest
-    from PySide6.QtWidgets import QApplication
+    from PySide6.QtWidgets import QApplication, QTabWidget
 
     from ..ui.main_window import MainWindow
     from ..ui.state import AppState
@@ -174,6 +175,15 @@ def measure(folder: str, text: str, panels: list[str], stall_ms: float = 50.0, s
             _finish(phase, _settle(window, beat, settle_s))
             if slot.panel is None:
                 continue
+            views = getattr(slot.panel, "tabs", None)  # a panel's own views' tabs (Attention, Layers...)
+            if isinstance(views, QTabWidget):
+                bar = views.tabBar()
+                for i in [*range(views.currentIndex() + 1, views.count()), views.currentIndex()]:
+                    if not bar.isTabVisible(i) or not bar.isTabEnabled(i):
+                        continue
+                    phase = beat.begin(f"{title}: {views.tabText(i)} tab")
+                    QTest.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(i).center())
+                    _finish(phase, _settle(window, beat, settle_s))
             for name, control in _stepped_controls(slot.panel):
                 phase = beat.begin(f"{title}: {name} up")
                 QTest.keyClick(control, Qt.Key.Key_Up)

@@ -219,6 +219,8 @@ def test_a_result_draws_the_view_on_show_and_each_other_view_when_its_tab_is_cli
     assert panel.resid_map.values.shape == (len(ids), 4)  # hidden: the first trace's, not drawn again yet
     click_tab(qtbot, panel, "residual-norms")
     np.testing.assert_allclose(panel.resid_map.values, analysis.residual_norms(short).T, rtol=1e-5)
+    panel.depth_slider.setValue(2)  # while PCA is hidden: drawn at depth 2 when shown
     click_tab(qtbot, panel, "pca")
     x, y = panel.pca_view.points.getData()
-    np.testing.assert_allclose(np.c_[x, y], analysis.pca_over_depth(short).coords[panel.depth_slider.value()], atol=1e-5)
+    np.testing.assert_allclose(np.c_[x, y], analysis.pca_over_depth(short).coords[2], atol=1e-5)
+    assert panel.pca_view.plot.titleLabel.text.startswith("Token vectors at depth L1")

@@ -391,15 +391,13 @@ class LayersPanel(ViewTablePanel):
         self._refresh()
 
     def _refresh(self) -> None:
-        """Draw the view on show if its numbers changed while it was hidden (a view of the depth at the depth now)."""
+        """Draw the view on show if its numbers changed while it was hidden."""
         name = self.view_state.view
         if name not in self._stale or self.data is None:
             return
         self._stale.discard(name)
         v = find_view(layers_views.VIEWS, name)
-        self._render(v, v.compute(self.data, self.view_state), new_data=True)
-        if name in views_using(layers_views.VIEWS, "depth"):
-            self._render(v, v.compute(self.data, self.view_state))
+        self._render(v, v.compute(self.data, self.view_state), new_data=True)  # (at the depth chosen)
         self._apply_selection()  # (a table's new rows forget their selection)
 
     @property
@@ -489,11 +487,13 @@ class LayersPanel(ViewTablePanel):
                 w.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         elif view.widget == "pca":
             if new_data:
+                w.depth = result.depth  # drawn once, at the depth chosen (1,024 points: ~0.1 s a drawing at 0.5B)
                 w.set_data(result.pca, result.tokens, result.depth_labels)
             else:
                 w.set_depth(result.depth)
         elif view.widget == "cosine":
             if new_data:
+                w.depth = result.depth
                 w.set_data(result.cosine, result.mean_cosine, result.tokens, result.depth_labels)
             else:
                 w.set_depth(result.depth)

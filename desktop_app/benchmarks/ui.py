@@ -164,6 +164,7 @@ def measure(folder: str, text: str, panels: list[str], stall_ms: float = 50.0, s
             slot = window.slot(title)
             bar = window.tabs.tabBar()
             paint = _PaintSeen(app, slot)
+            paint.painted = window.tabs.currentWidget() is slot  # (a click on the tab on show paints nothing)
             phase = beat.begin(title)
             QTest.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(window.tabs.indexOf(slot)).center())
             deadline = time.perf_counter() + settle_s

@@ -20,11 +20,11 @@ Per phase: the longest gap (longest_stall_ms), the stalls' total (stalls_ms) and
 printed as a table on stderr; the last line is the JSON result. The first look phase holds the Attention panel's
 build (pyqtgraph's import) and the window's first paint, which the app does under its splash.
 
-Qwen2.5-0.5B, 1,024 tokens, two runs alternating with the code before (issue 38, look9; load 1.3-1.8), longest
-stall before -> after: the Model tab 463-478 -> 92-102 ms (1,410 in a run at load 2.8: the chips' log-softmax,
-now in a worker), the Layers panel's result 715-918 -> 354-442 (each view drawn when shown), the Attention
-panel's Head statistics tab 489-583 -> 86-87 (the heatmap's numbers plain text items); the stalls after the
-first look 3.96-4.75 s -> 2.40-2.97 s in all. What is left is each panel's first build (100-450 ms).
+Qwen2.5-0.5B, 1,024 tokens, three runs alternating with the code before (issue 38, look9; load 1.3-1.8), longest
+stall before -> after: the Model tab 463-561 -> 90-102 ms (1,410 in a run at load 2.8: the chips' log-softmax,
+now in a worker), the Layers panel's result 715-918 -> 354-451 (each view drawn when shown), the Attention
+panel's Head statistics tab 489-603 -> 86-94 (the heatmap's numbers plain text items); the stalls after the
+first look 3.96-5.27 s -> 2.40-3.33 s in all. What is left is each panel's first build (100-450 ms).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 BENCHMARKS = ("load", "generation", "lipschitz", "training", "render", "startup", "dynamics", "memory", "scale", "busy",
-              "graph", "graph_view", "streamed", "firstlook", "generate_launch", "attention_stats", "quick")
+              "graph", "graph_view", "streamed", "firstlook", "generate_launch", "attention_stats", "ui", "quick")
 
 
 def add_parser(sub) -> None:

@@ -39,7 +39,7 @@ def test_tiny_probabilities_and_aligned_annotations(qtbot):
     hm = Heatmap(annotate_max_cells=10)
     qtbot.addWidget(hm)
     hm.set_matrix(np.array([[0.5, 0.05], [0.123, 1e-6]]))
-    texts = [t.textItem.toPlainText() for t in hm.annotations]
+    texts = [t.text() for t in hm.annotations]
     assert texts == ["0.500", "0.050", "0.123", "1e-06"]
 
 
@@ -52,7 +52,7 @@ def test_annotations_read_on_their_cells_and_hide_when_they_do_not_fit(qtbot):
     hm.show()
     qtbot.waitExposed(hm)
     hm.set_matrix(np.array([[0.0, 1.0, -1.0]]), levels=(-1.0, 1.0))
-    colours = [t.textItem.defaultTextColor().name() for t in hm.annotations]
+    colours = [t.brush().color().name() for t in hm.annotations]
     assert colours[0] == "#000000" and colours[1] == "#ffffff" and colours[2] == "#ffffff", colours
     assert all(t.isVisible() for t in hm.annotations)
     hm.set_matrix(np.linspace(-1, 1, 60).reshape(1, 60), levels=(-1.0, 1.0))  # 60 cells in ~800 px

@@ -33,10 +33,18 @@ def _panel(qtbot, **cfg_kw):
     return panel, trace, ids
 
 
+def click_tab(qtbot, panel, name: str) -> None:
+    """Show a view as a person does: a click on its tab."""
+    bar = panel.tabs.tabBar()
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(panel.VIEWS.index(name)).center())
+    assert panel.view_state.view == name
+
+
 def test_norm_views_show_core_numbers(qtbot):
     panel, trace, ids = _panel(qtbot)
     np.testing.assert_allclose(panel.resid_map.values, analysis.residual_norms(trace).T, rtol=1e-5)
     assert panel.resid_map.col_labels == ["embed", "L0", "L1", "L2"]
+    click_tab(qtbot, panel, "component-norms")
     heads = analysis.head_output_norms(trace).mean(-1)
     mlp = analysis.mlp_output_norms(trace).mean(-1)
     np.testing.assert_allclose(panel.component_map.values[:, :4], heads, rtol=1e-5)
@@ -46,6 +54,7 @@ def test_norm_views_show_core_numbers(qtbot):
 
 def test_logit_lens_table(qtbot):
     panel, trace, ids = _panel(qtbot)
+    click_tab(qtbot, panel, "logit-lens")
     model, tok = panel.state.loaded.model, panel.state.loaded.tokenizer
     lens = panel.lens_view.lens
     assert lens.rowCount() == len(ids) and lens.columnCount() == 1 + 3  # "next" + one column per layer
@@ -67,6 +76,8 @@ def test_depth_slider_moves_pca_and_cosine(qtbot):
     panel, trace, ids = _panel(qtbot)
     pca = analysis.pca_over_depth(trace)
     curve = analysis.mean_cosine_by_depth(trace)
+    click_tab(qtbot, panel, "cosine")
+    click_tab(qtbot, panel, "pca")  # (both drawn once shown: the slider then moves both)
     for depth in (0, 2, 3):
         panel.depth_slider.setValue(depth)
         np.testing.assert_allclose(panel.cosine_view.heatmap.values, analysis.cosine_similarity(trace, depth),
@@ -82,6 +93,8 @@ def test_token_selection_highlights_every_view(qtbot):
     qtbot.mouseClick(panel.tokens.canvas, Qt.MouseButton.LeftButton, pos=panel.tokens.chip_center(4))
     assert panel.selected_token == 4
     assert panel.resid_map.row_box.isVisible() and panel.resid_map.row_box.rect().top() == 4
+    for name in ("cosine", "logit-lens", "pca"):  # each drawn when shown, with the selection
+        click_tab(qtbot, panel, name)
     assert panel.cosine_view.heatmap.row_box.rect().top() == 4
     assert [i.row() for i in panel.lens_view.selectionModel().selectedRows()] == [4]
     x, y = panel.pca_view.selected_point.getData()
@@ -127,6 +140,7 @@ def test_a_generation_step_trace_is_shown(qtbot):
     panel.state.show_trace(trace, path_ids)
     qtbot.waitUntil(lambda: panel.result is not None and panel.result.resid_norms.shape[1] == 12, timeout=10_000)
     np.testing.assert_allclose(panel.resid_map.values, analysis.residual_norms(trace).T, rtol=1e-5)
+    click_tab(qtbot, panel, "component-norms")
     n_heads = panel.state.loaded.config.n_heads
     assert panel.component_map.col_labels == [f"head {h}" for h in range(n_heads)] + ["MLP"]
     np.testing.assert_allclose(panel.component_map.values[:, -1], analysis.mlp_output_norms(trace).mean(-1), rtol=1e-5)
@@ -134,6 +148,7 @@ def test_a_generation_step_trace_is_shown(qtbot):
     _, full = panel.state.loaded.model.run_with_trace(torch.tensor([path_ids]))
     np.testing.assert_allclose(panel.component_map.values[:, :-1], analysis.head_output_norms(full).mean(-1),
                                rtol=1e-4, atol=1e-6)
+    click_tab(qtbot, panel, "logit-lens")
     assert panel.lens_view.lens.rowCount() == 12  # computed lazily through the model's unembedding
 
 
@@ -179,3 +194,28 @@ def test_a_screenshot_waits_for_the_layer_numbers(qtbot, monkeypatch):
     assert ui_app._run_panel_demo(Window(), time.time() + 30)
     assert panel.screenshot_ready() and not panel.status.text().startswith("computing")
     assert panel.result is not None
+
+
+def test_a_result_draws_the_view_on_show_and_each_other_view_when_its_tab_is_clicked(qtbot):
+    """At 1,024 tokens of the Qwen2.5-0.5B shape drawing every view at a result held the UI thread ~1.2 s
+    (bench ui): the view on show is drawn, the others when shown, each with the trace on show then."""
+    panel, trace, ids = _panel(qtbot)
+    assert panel.component_map.values.size == 0 and panel.pca_view.pca is None  # (before: drawn, hidden)
+    assert panel.lens_view.lens.rowCount() == 0
+    click_tab(qtbot, panel, "component-norms")
+    np.testing.assert_allclose(panel.component_map.values[:, 4], analysis.mlp_output_norms(trace).mean(-1), rtol=1e-5)
+    # a shorter text's trace while Component norms is on show: Residual norms, drawn for the first trace,
+    # shows the new one's numbers when its tab is clicked again
+    model = panel.state.loaded.model
+    _, short = model.run_with_trace(torch.tensor([ids[:9]]))
+    panel.state.show_trace(short, ids[:9])
+    qtbot.waitUntil(lambda: panel.result is not None and panel.result.resid_norms.shape[1] == 9, timeout=10_000)
+    np.testing.assert_allclose(panel.component_map.values[:, 4], analysis.mlp_output_norms(short).mean(-1), rtol=1e-5)
+    assert panel.resid_map.values.shape == (len(ids), 4)  # hidden: the first trace's, not drawn again yet
+    click_tab(qtbot, panel, "residual-norms")
+    np.testing.assert_allclose(panel.resid_map.values, analysis.residual_norms(short).T, rtol=1e-5)
+    panel.depth_slider.setValue(2)  # while PCA is hidden: drawn at depth 2 when shown
+    click_tab(qtbot, panel, "pca")
+    x, y = panel.pca_view.points.getData()
+    np.testing.assert_allclose(np.c_[x, y], analysis.pca_over_depth(short).coords[2], atol=1e-5)
+    assert panel.pca_view.plot.titleLabel.text.startswith("Token vectors at depth L1")

@@ -93,6 +93,7 @@ def test_the_layers_panel_shows_either_stack_with_the_decoders_cross_attention_a
     cross = trace["decoder.blocks.1.cross_attn.head_out"][0, 1].double().norm(dim=-1).mean().item()
     assert panel.component_map.values[1, 3] == pytest.approx(cross, rel=1e-5)
     # the logit lens is the decoder's: its last layer's top token is the model's own prediction
+    panel.show_view("logit-lens")  # (each view drawn when shown)
     lens = panel.lens_view.lens
     assert lens.tokens == panel.labels and lens.ids.shape == (2, len(state.decoder_ids))
     np.testing.assert_array_equal(lens.ids[-1], trace["logits"][0].argmax(-1).numpy())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QImage, QPainterPath, QPen, QTransform
+from PySide6.QtGui import QColor, QImage, QPainterPath, QPen
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsItem, QGraphicsPathItem, QGraphicsSimpleTextItem, QHBoxLayout,
                                QInputDialog, QLabel, QMenu, QPushButton, QScrollBar, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
@@ -21,7 +21,7 @@ from ...core.views import attention as attention_views
 from ...core.views.attention import AttentionData, AttentionViewState, layer_shape, thumbnails
 from ...threads import every_free_core
 from ..settings import plot_background, plot_foreground
-from ..widgets.heatmap import LabelAxis
+from ..widgets.heatmap import LabelAxis, screen_label
 from ..widgets.job_progress import JobProgressBar
 from ..widgets.token_strip import plural
 from .view_panel import ViewTablePanel
@@ -38,19 +38,6 @@ def head_colour(h: int) -> QColor:
 
 
 # -- model view ------------------------------------------------------------------------------
-
-
-def grid_label(text: str, colour: QColor, turned: bool = False) -> QGraphicsSimpleTextItem:
-    """A label of the model view's grid, in screen pixels whatever the view's scale, its bottom centre at its
-    position (turned: reading upwards). (pyqtgraph's TextItem took ~1.7 ms each to make: 65 ms for Qwen2.5-0.5B's
-    24 + 14 labels, in the first look's first layer.)"""
-    item = QGraphicsSimpleTextItem(text)
-    item.setBrush(colour)
-    item.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIgnoresTransformations)
-    box = item.boundingRect()
-    gap = 4  # pixels between the text and its position (TextItem's margin, as before)
-    item.setTransform(QTransform().rotate(-90 if turned else 0).translate(-box.width() / 2, -box.height() - gap))
-    return item
 
 
 class Thumbnails(QGraphicsItem):
@@ -182,8 +169,8 @@ class ModelView(pg.GraphicsLayoutWidget):
         self.shape = (t_q, t_k)
         self.grid = (n_layers, n_heads, t_q, t_k)
         self.selected_row = None
-        self._head_labels = [grid_label(f"head {h}", head_colour(h)) for h in range(n_heads)]
-        self._layer_labels = [grid_label(f"layer {l}", QColor(plot_foreground()), turned=True) for l in range(n_layers)]
+        self._head_labels = [screen_label(f"head {h}", head_colour(h)) for h in range(n_heads)]
+        self._layer_labels = [screen_label(f"layer {l}", QColor(plot_foreground()), turned=True) for l in range(n_layers)]
         for item in [*self._head_labels, *self._layer_labels]:
             self.view.addItem(item, ignoreBounds=True)
         self._place()

@@ -321,6 +321,9 @@ class LayersPanel(ViewTablePanel):
         super().__init__(state, view_state, "Open a model and enter a text to see its layers.", parent)
         self.data: LayersData | None = None
         self.labels: list[str] = []
+        # views whose numbers changed while hidden: drawn when shown (_refresh); at 1,024 tokens of the
+        # Qwen2.5-0.5B shape drawing every view at a result held the UI thread ~1.2 s (bench ui)
+        self._stale: set[str] = set()
 
         self.depth_slider = QSlider(Qt.Orientation.Horizontal)
         self.depth_slider.setRange(0, 0)
@@ -350,7 +353,7 @@ class LayersPanel(ViewTablePanel):
         self.stack.currentIndexChanged.connect(self._stack_chosen)
         self._show_stack_choice()
         state.model_changed.connect(lambda _loaded: self._show_stack_choice())
-        self.tabs.currentChanged.connect(lambda i: setattr(self.view_state, "view", self.VIEWS[i]))
+        self.tabs.currentChanged.connect(self._on_tab)
         self.tokens.token_selected.connect(self.select_token)
         self.cosine_view.heatmap.cell_clicked.connect(lambda r, _c: self.select_token(r))
         self.lens_view.clicked.connect(lambda index: self.select_token(index.row()))
@@ -381,6 +384,21 @@ class LayersPanel(ViewTablePanel):
             if self.view_state.selected_token is not None and self.view_state.selected_token >= len(self.labels):
                 self.view_state.selected_token = None
             self.set_depth(self.view_state.depth)
+            self._refresh()  # (the tab was set with its signals blocked: set_view_state)
+
+    def _on_tab(self, index: int) -> None:
+        self.view_state.view = self.VIEWS[index]
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Draw the view on show if its numbers changed while it was hidden."""
+        name = self.view_state.view
+        if name not in self._stale or self.data is None:
+            return
+        self._stale.discard(name)
+        v = find_view(layers_views.VIEWS, name)
+        self._render(v, v.compute(self.data, self.view_state), new_data=True)  # (at the depth chosen)
+        self._apply_selection()  # (a table's new rows forget their selection)
 
     @property
     def result(self) -> LayersResult | None:
@@ -425,6 +443,7 @@ class LayersPanel(ViewTablePanel):
 
     def _clear_own(self, message: str) -> None:
         self.labels = []
+        self._stale = set()
         self.lens_view.lens.set_data([], None, [], np.zeros((0, 0), np.int64), np.zeros((0, 0)))
         self.pca_view.clear()
         self.cosine_view.clear()
@@ -444,14 +463,15 @@ class LayersPanel(ViewTablePanel):
         depth = self.data.n_depths
         t = res.resid_norms.shape[1]
         layers = sum(" " not in label for label in res.depth_labels[1:])  # (a decoder block has three depths)
-        self.status.setText(f"{plural(t, 'token')}, {plural(layers, 'layer')}")
-        for v in layers_views.VIEWS:  # every view at once: each is cheap once the worker's numbers are in
-            self._render(v, v.compute(self.data, self.view_state), new_data=True)
+        self.status.setText(f"{plural(t, 'token')}, {plural(layers, 'layer')}"
+                            + (f"; no logit lens: {res.lens_problem}" if res.lens_problem else ""))
+        self._stale = set(self.VIEWS)  # the view on show drawn below (_refresh), each other one when shown
         self.depth_slider.blockSignals(True)
         self.depth_slider.setRange(0, depth - 1)
         self.depth_slider.setValue(min(self.view_state.depth, depth - 1))
         self.depth_slider.blockSignals(False)
         self.set_depth(min(self.view_state.depth, depth - 1))
+        self._refresh()
         if self.selected_token is not None and self.selected_token >= t:
             self.view_state.selected_token = None
         self.tokens.set_selected(self.selected_token)
@@ -463,17 +483,17 @@ class LayersPanel(ViewTablePanel):
             self._render_heatmap(view, result)
         elif view.widget == "logit-lens":
             w.lens.set_data(result.tokens, result.next_tokens, result.strings, result.ids, result.probs)
-            if result.problem:
-                self.status.setText(self.status.text() + f"; no logit lens: {result.problem}")
-            elif result.next_tokens is not None:
+            if not result.problem and result.next_tokens is not None:  # (the status line says the problem)
                 w.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         elif view.widget == "pca":
             if new_data:
+                w.depth = result.depth  # drawn once, at the depth chosen (1,024 points: ~0.1 s a drawing at 0.5B)
                 w.set_data(result.pca, result.tokens, result.depth_labels)
             else:
                 w.set_depth(result.depth)
         elif view.widget == "cosine":
             if new_data:
+                w.depth = result.depth
                 w.set_data(result.cosine, result.mean_cosine, result.tokens, result.depth_labels)
             else:
                 w.set_depth(result.depth)
@@ -488,8 +508,9 @@ class LayersPanel(ViewTablePanel):
         self.view_state.depth = depth
         self.depth_label.setText(f"depth: {self.result.depth_labels[depth]}")
         for name in views_using(layers_views.VIEWS, "depth"):
-            v = find_view(layers_views.VIEWS, name)
-            self._render(v, v.compute(self.data, self.view_state))
+            if name not in self._stale:  # (a stale one is drawn at the depth then, when shown)
+                v = find_view(layers_views.VIEWS, name)
+                self._render(v, v.compute(self.data, self.view_state))
 
     def _select_in_own_views(self) -> None:
         i = self.selected_token

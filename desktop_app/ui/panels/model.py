@@ -12,6 +12,7 @@ from ..state import AppState
 from ..widgets.export import ExportBar
 from ..widgets.readable import format_prob
 from ..widgets.token_strip import TokenStrip, plural
+from ..workers import run_job
 
 TYPING_DEBOUNCE_MS = 250
 
@@ -181,6 +182,8 @@ class ModelPanel(QWidget):
         self._summary_labels: dict[str, QLabel] = {}
         self.probabilities: list[float] | None = None
         self._trace_unseen = False  # a trace arrived while another tab was on show: coloured when shown
+        self._colouring = None  # the worker computing the chips' probabilities (token_probabilities)
+        self._count_text = ""  # the token count's line, before the colours' line
 
         self.summary_box = QGroupBox("Architecture")
         self.summary_form = QFormLayout(self.summary_box)
@@ -371,6 +374,7 @@ class ModelPanel(QWidget):
         elif limit is not None and n >= limit:
             text += f" (the context length, {limit}: longer text is cut)"
         self.count_label.setText(text)
+        self._count_text = text  # the colours' line is added to it (_on_trace)
         self.special_label.setText(self._specials_line())
         if self.special_check.isChecked() != self.state.special_tokens:  # set elsewhere (the saved choice at start)
             self.special_check.blockSignals(True)
@@ -410,12 +414,29 @@ class ModelPanel(QWidget):
         logits = trace["logits"][0]
         if logits.shape[0] != len(ids):
             return
-        self.probabilities = token_probabilities(logits, ids)
-        self.token_strip.set_tokens(self.state.token_strings(ids), ids, self.probabilities, vmin=0.0, vmax=1.0)
-        ppl = perplexity(self.probabilities)
-        if ppl is not None:
-            self.count_label.setText(f"{self.count_label.text()} · colour: p(token | tokens before) · "
-                                     f"perplexity {perplexity_text(ppl)}")
+        # in a worker: at 1,024 tokens of the Qwen2.5-0.5B shape the log-softmax over every position's logits held
+        # the UI thread ~1.1 s at the Model tab's click (bench ui); the chips show uncoloured meanwhile
+        if self._colouring is not None:
+            self._colouring.detach()  # another trace's colours: never shown
+        ids = list(ids)
+        if self.probabilities is not None:  # the colours of the trace before (a what-if edit, the same tokens)
+            self.probabilities = None
+            self.token_strip.set_tokens(self.state.token_strings(ids), ids)
+            self.count_label.setText(self._count_text)
+
+        def coloured(probabilities: list[float]) -> None:
+            if self.state.trace is not trace or self.state.token_ids != ids:
+                return  # the chips on show are another text's or another trace's now
+            self._colouring = None
+            self.probabilities = probabilities
+            self.token_strip.set_tokens(self.state.token_strings(ids), ids, probabilities, vmin=0.0, vmax=1.0)
+            ppl = perplexity(probabilities)
+            if ppl is not None:
+                self.count_label.setText(f"{self._count_text} · colour: p(token | tokens before) · "
+                                         f"perplexity {perplexity_text(ppl)}")
+
+        self._colouring = run_job(token_probabilities, logits, ids, on_result=coloured, owner=self,
+                                  on_error=lambda exc, _tb: self.message_label.setText(f"Token colours failed: {exc}"))
 
     def _routing(self):
         """The chosen experts [T, k] and their weights [T, k] at the chosen layer, or None (no router recorded,

@@ -20,8 +20,8 @@ from typing import Sequence
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QCursor, QFontMetrics, QPen, QPolygonF
-from PySide6.QtWidgets import QGraphicsPolygonItem, QGraphicsRectItem, QToolTip
+from PySide6.QtGui import QBrush, QColor, QCursor, QFontMetrics, QPen, QPolygonF, QTransform
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsPolygonItem, QGraphicsRectItem, QGraphicsSimpleTextItem, QToolTip
 
 from ..settings import plot_background, plot_foreground
 from .readable import text_colour_on
@@ -46,6 +46,27 @@ def annotation_decimals(values: np.ndarray) -> int:
     if top <= 0:
         return 2
     return int(min(3, max(0, 2 - math.floor(math.log10(top)))))
+
+
+def screen_label(text: str, colour: QColor, turned: bool = False, centred: bool = False) -> QGraphicsSimpleTextItem:
+    """Text in screen pixels whatever the view's scale, its bottom centre 4 px above its position (turned: reading
+    upwards; centred: its centre at its position). pyqtgraph's TextItem took ~1 ms each to make and add: the Attention
+    panel's head statistics wrote 336 (24 x 14 at Qwen2.5-0.5B) in ~0.5 s of the UI thread, its model view's grid
+    labels 65 ms."""
+    item = QGraphicsSimpleTextItem(text)
+    item.setBrush(colour)
+    item.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIgnoresTransformations)
+    anchor_label(item, turned, centred)
+    return item
+
+
+def anchor_label(item: QGraphicsSimpleTextItem, turned: bool = False, centred: bool = False) -> None:
+    """Put a screen_label's anchor (its bottom centre, 4 px below it, or its centre) at its position: again after
+    its text changed."""
+    box = item.boundingRect()
+    gap = 4  # pixels between the text and its position (TextItem's margin, as before)
+    item.setTransform(QTransform().rotate(-90 if turned else 0).translate(
+        -box.width() / 2, -box.height() / 2 if centred else -box.height() - gap))
 
 
 class LabelAxis(pg.AxisItem):
@@ -111,7 +132,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
                  highlight: str = "#ff2828", row_tokens: bool = True, col_tokens: bool = True) -> None:
         super().__init__(parent)
         self.annotate_max_cells = annotate_max_cells  # write each value in its cell when this few cells
-        self.annotations: list[pg.TextItem] = []
+        self.annotations: list[QGraphicsSimpleTextItem] = []  # screen_labels in the cells
         self.setBackground(plot_background())
         self.row_name, self.col_name, self.value_name = row_name, col_name, value_name
         self.left_axis = LabelAxis("left", tokens=row_tokens)
@@ -260,8 +281,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self._annotate()
 
     def _annotate(self) -> None:
-        """Each cell's value written in it, the previous matrix's text items reused: making 336 new ones (the
-        Attention panel's head statistics, 24 x 14) took 0.27-0.47 s of the UI thread each time, reusing 0.06-0.09 s."""
+        """Each cell's value written in it (screen_labels), the previous matrix's reused."""
         shown = 0
         if self.annotate_max_cells and self.values.size <= self.annotate_max_cells:
             decimals = annotation_decimals(self.values)
@@ -269,18 +289,24 @@ class Heatmap(pg.GraphicsLayoutWidget):
                 if self.mask is not None and not self.mask[r, c]:
                     continue
                 tiny = v != 0 and abs(float(v)) < 0.5 * 10 ** -decimals  # would read as 0.000
+                text = f"{float(v):.0e}" if tiny else f"{float(v):.{decimals}f}"
+                colour = QColor("black" if self._light_cell(float(v)) else "white")
                 if shown == len(self.annotations):
-                    t = pg.TextItem(anchor=(0.5, 0.5))
+                    t = screen_label(text, colour, centred=True)
                     t.setZValue(3)
-                    self.plot.addItem(t)
+                    t.setParentItem(self.vb.childGroup)  # (not the view box's items: no auto range to redo)
                     self.annotations.append(t)
-                t = self.annotations[shown]
+                else:
+                    t = self.annotations[shown]
+                    t.setText(text)
+                    t.setBrush(colour)
+                    anchor_label(t, centred=True)
                 shown += 1
-                t.setText(f"{float(v):.0e}" if tiny else f"{float(v):.{decimals}f}",
-                          color="k" if self._light_cell(float(v)) else "w")
                 t.setPos(c + 0.5, r + 0.5)
         for t in self.annotations[shown:]:
-            self.plot.removeItem(t)
+            t.setParentItem(None)
+            if t.scene() is not None:
+                t.scene().removeItem(t)
         del self.annotations[shown:]
         self._fit_annotations()
 
@@ -299,7 +325,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
             return
         (x0, x1), _ = self.vb.viewRange()
         cell_px = self.vb.width() / max(x1 - x0, 1e-9)
-        widest = max(t.textItem.boundingRect().width() for t in self.annotations)
+        widest = max(t.boundingRect().width() for t in self.annotations)
         fits = cell_px >= widest + 2
         for t in self.annotations:
             t.setVisible(fits)

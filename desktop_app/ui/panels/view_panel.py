@@ -55,6 +55,7 @@ class ViewTablePanel(QWidget):
             self.tabs.addTab(widget, title)
         self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
         self.export_bar = ExportBar(self.current_view, self._export_name, views=self.views())
+        self.tabs.currentChanged.connect(lambda _: self.export_bar.refresh())  # another tab: another view
         for v in self.heatmap_views():
             if v.rows:
                 self.widgets[v.name].cell_clicked.connect(lambda row, _col, v=v: self._on_row_clicked(v, row))

@@ -172,6 +172,14 @@ def test_a_finished_dictionary_exports_and_opens_in_the_features_panel(qtbot, mo
     assert Path(attached.dictionary.path) == panel.dictionary.run.out_dir
     features = w.panel("Features")
     qtbot.waitUntil(lambda: features.features_table.rowCount() > 0, timeout=30_000)  # its lens on the text
+    # a new run clears the curves: the buttons wait for its first step again (not the finished run's state)
+    w.show_panel("Train")
+    buttons = [b for b in panel.export_bar.findChildren(QToolButton) if b.text() in ("PNG", "Data")]
+    assert all(b.isEnabled() for b in buttons)
+    _click(qtbot, panel.start_button)
+    assert panel.dictionary.run.running and not any(b.isEnabled() for b in buttons)
+    qtbot.waitUntil(lambda: not panel.dictionary.run.running, timeout=60_000)
+    assert all(b.isEnabled() for b in buttons)
     error_watch.assert_clean()
 
 

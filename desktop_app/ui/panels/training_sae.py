@@ -411,6 +411,7 @@ class DictionaryMode(QObject):
                                f"{p.state.loaded.name}'s activations at "
                                f"{'every MLP' if cfg.layered else cfg.hook} over {cfg.text_file}…")
         self.run.start(p.state.loaded, cfg, out, resume=resume)
+        p.drawn.emit()  # a new run's events are cleared: nothing to export until its first step
 
     def command(self, cfg: SaeTrainConfig, out: Path) -> list[str]:
         """The same run from a terminal (the model's folder: the CLI reads it from disk)."""

@@ -380,7 +380,8 @@ def test_the_rollout_tab_says_what_is_computed_until_it_arrives(qtbot, monkeypat
 
 def _click_tab(panel, qtbot, widget) -> None:
     bar = panel.tabs.tabBar()
-    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(panel.tabs.indexOf(widget)).center())
+    page = widget.parentWidget()  # (each view's widget sits in its tab's page: view_panel._build_views)
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(panel.tabs.indexOf(page)).center())
     assert panel.current_view() is widget
 
 

@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import torch
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPointF, Qt
 
 from desktop_app.core import analysis
 from desktop_app.ui.panels.layers import LayersPanel
@@ -219,3 +219,40 @@ def test_a_result_draws_the_view_on_show_and_each_other_view_when_its_tab_is_cli
     x, y = panel.pca_view.points.getData()
     np.testing.assert_allclose(np.c_[x, y], analysis.pca_over_depth(short).coords[2], atol=1e-5)
     assert panel.pca_view.plot.titleLabel.text.startswith("Token vectors at depth L1")
+
+
+def test_each_views_widget_is_made_when_its_tab_is_first_shown_then_drawn_with_the_selection(qtbot):
+    """Making every view's plots at the panel's build held its first show 278-525 ms at the Qwen2.5-0.5B shape
+    (bench ui): only the view on show is made; another is made at its tab's first click, then drawn, selected."""
+    state = AppState()
+    panel = LayersPanel(state)
+    qtbot.addWidget(panel)
+    panel.resize(1000, 800)
+    panel.show()
+    assert set(panel.widgets) == {"residual-norms"}  # (before: every view's widget, PCA's and cosine's plots)
+    click_tab(qtbot, panel, "component-norms")  # no trace yet: made, shown, empty
+    assert panel.component_map.isVisible() and panel.component_map.values.size == 0
+    click_tab(qtbot, panel, "residual-norms")
+    state.loaded = tiny_model(TEXT, "gpt2", seed=1, n_layers=3, init_std=0.3)
+    ids = state.loaded.tokenizer.encode(TEXT)
+    _, trace = state.loaded.model.run_with_trace(torch.tensor([ids]))
+    state.show_trace(trace, ids)
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=10_000)
+    panel.select_token(4)
+    assert set(panel.widgets) == {"residual-norms", "component-norms"}
+    click_tab(qtbot, panel, "cosine")
+    assert set(panel.widgets) == {"residual-norms", "component-norms", "cosine"}
+    cosine = panel.cosine_view
+    assert cosine.isVisible() and cosine.heatmap.isVisible()
+    depth = panel.depth_slider.value()
+    np.testing.assert_allclose(cosine.heatmap.values, analysis.cosine_similarity(trace, depth), atol=1e-5)
+    assert cosine.heatmap.row_box.isVisible() and cosine.heatmap.row_box.rect().top() == 4
+    # the new view's own connections: a click on its cell row 2 selects token 2 in every view
+    hm = cosine.heatmap
+    qtbot.waitUntil(lambda: hm.vb.width() > 0, timeout=5_000)
+    pos = hm.mapFromScene(hm.vb.mapViewToScene(QPointF(1.5, 2.5)))
+    qtbot.mouseClick(hm.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    assert panel.selected_token == 2 and panel.resid_map.row_box.rect().top() == 2
+    click_tab(qtbot, panel, "pca")
+    x, y = panel.pca_view.selected_point.getData()
+    np.testing.assert_allclose([x[0], y[0]], analysis.pca_over_depth(trace).coords[depth, 2], atol=1e-5)

@@ -335,11 +335,8 @@ class LayersPanel(ViewTablePanel):
         self.stack.setToolTip("Which stack's residual stream: the encoder's (source) or the decoder's "
                               "([start] + target, with its cross-attention as a stage of its own)")
         self.stack_label = QLabel("Stack")
-        self.lens_view = LogitLensView()
-        self.pca_view = PCAView()
-        self.cosine_view = CosineView()
-        self._build_views({"logit-lens": self.lens_view, "pca": self.pca_view, "cosine": self.cosine_view})
-        self.resid_map, self.component_map = self.widgets["residual-norms"], self.widgets["component-norms"]
+        # (each view's widget made when its tab is first shown: view_panel._build_views)
+        self._build_views({"logit-lens": LogitLensView, "pca": PCAView, "cosine": CosineView})
         controls = QHBoxLayout()
         controls.addWidget(self.stack_label)
         controls.addWidget(self.stack)
@@ -355,9 +352,20 @@ class LayersPanel(ViewTablePanel):
         state.model_changed.connect(lambda _loaded: self._show_stack_choice())
         self.tabs.currentChanged.connect(self._on_tab)
         self.tokens.token_selected.connect(self.select_token)
-        self.cosine_view.heatmap.cell_clicked.connect(lambda r, _c: self.select_token(r))
-        self.lens_view.clicked.connect(lambda index: self.select_token(index.row()))
         self._follow_trace()
+
+    def _view_made(self, name: str, widget) -> None:
+        if name == "cosine":
+            widget.heatmap.cell_clicked.connect(lambda r, _c: self.select_token(r))
+        elif name == "logit-lens":
+            widget.clicked.connect(lambda index: self.select_token(index.row()))
+
+    # the views' widgets (each made when first asked for)
+    lens_view = property(lambda self: self.widgets["logit-lens"])
+    pca_view = property(lambda self: self.widgets["pca"])
+    cosine_view = property(lambda self: self.widgets["cosine"])
+    resid_map = property(lambda self: self.widgets["residual-norms"])
+    component_map = property(lambda self: self.widgets["component-norms"])
 
     # -- view state ------------------------------------------------------------------------
     def _show_stack_choice(self) -> None:
@@ -444,9 +452,11 @@ class LayersPanel(ViewTablePanel):
     def _clear_own(self, message: str) -> None:
         self.labels = []
         self._stale = set()
-        self.lens_view.lens.set_data([], None, [], np.zeros((0, 0), np.int64), np.zeros((0, 0)))
-        self.pca_view.clear()
-        self.cosine_view.clear()
+        if "logit-lens" in self.widgets:  # (a view not made yet shows nothing)
+            self.lens_view.lens.set_data([], None, [], np.zeros((0, 0), np.int64), np.zeros((0, 0)))
+        for name in ("pca", "cosine"):
+            if name in self.widgets:
+                self.widgets[name].clear()
         self.depth_slider.blockSignals(True)
         self.depth_slider.setRange(0, 0)
         self.depth_slider.blockSignals(False)
@@ -514,6 +524,9 @@ class LayersPanel(ViewTablePanel):
 
     def _select_in_own_views(self) -> None:
         i = self.selected_token
-        self.cosine_view.heatmap.set_selected_row(i)
-        self.pca_view.set_selected(i)
-        self.lens_view.set_selected_row(i)
+        if "cosine" in self.widgets:  # (one made later is drawn, then given the selection: _refresh)
+            self.cosine_view.heatmap.set_selected_row(i)
+        if "pca" in self.widgets:
+            self.pca_view.set_selected(i)
+        if "logit-lens" in self.widgets:
+            self.lens_view.set_selected_row(i)

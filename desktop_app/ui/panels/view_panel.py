@@ -13,6 +13,7 @@ from typing import Callable
 from PySide6.QtWidgets import QHBoxLayout, QTabWidget, QVBoxLayout, QWidget
 
 from ...core.views import HeatmapResult, View, export_name, view_names
+from ..settings import palette_is_dark, restyle_plots
 from ..widgets.elided_label import ElidedLabel
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap
@@ -44,21 +45,48 @@ class ViewTablePanel(QWidget):
         self.tokens = TokenStrip(show_ids=False)
         self.tokens.setMaximumHeight(90)
 
-    def _build_views(self, own: dict[str, QWidget]) -> None:
-        """One widget per view (`own`: the panel's widget for each non-heatmap kind), the tabs, the export bar."""
-        self.widgets: dict[str, QWidget] = {}  # view name -> the widget that draws it
-        for v in self.VIEW_TABLE:
-            self.widgets[v.name] = own[v.widget] if v.widget != "heatmap" else Heatmap(
-                row_name=v.axes[0], col_name=v.axes[1], value_name=v.axes[2], **v.heatmap_options)
+    def _build_views(self, own: dict[str, QWidget | Callable[[], QWidget]]) -> None:
+        """The tabs, the export bar, and the widget of the view on show (`own`: the panel's widget, or what
+        makes it, for each non-heatmap kind). Each other view's widget is made when its tab is first shown or
+        it is asked for (self.widgets[name]): a pyqtgraph plot is ~10-25 ms to make, and at the Qwen2.5-0.5B
+        shape making every view held the Layers panel's first show 278-525 ms (bench ui)."""
+        self._own = own
+        self._cleared: str | None = None  # what the views say while there is no trace (_clear)
+        self.widgets = _ViewWidgets(self._make_view)  # view name -> the widget that draws it, once made
         self.tabs = QTabWidget()
-        for widget, title in zip(self.views(), self.VIEW_TITLES):
-            self.tabs.addTab(widget, title)
+        for title in self.VIEW_TITLES:
+            page = QWidget()  # the view's widget goes in when made
+            QVBoxLayout(page).setContentsMargins(0, 0, 0, 0)
+            self.tabs.addTab(page, title)
         self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
-        self.export_bar = ExportBar(self.current_view, self._export_name, views=self.views())
+        self.tabs.currentChanged.connect(lambda i: self.widgets[self.VIEWS[i]])  # (first: the panel's own follow)
+        self.export_bar = ExportBar(self.current_view, self._export_name)
         self.tabs.currentChanged.connect(lambda _: self.export_bar.refresh())  # another tab: another view
-        for v in self.heatmap_views():
+
+    def _make_view(self, name: str) -> QWidget:
+        v = self.VIEW_TABLE[self.VIEWS.index(name)]
+        if v.widget == "heatmap":
+            w = Heatmap(row_name=v.axes[0], col_name=v.axes[1], value_name=v.axes[2], **v.heatmap_options)
             if v.rows:
-                self.widgets[v.name].cell_clicked.connect(lambda row, _col, v=v: self._on_row_clicked(v, row))
+                w.cell_clicked.connect(lambda row, _col, v=v: self._on_row_clicked(v, row))
+            if self._cleared is not None:
+                w.clear_matrix(self._cleared)
+        else:
+            w = self._own[v.widget]
+            w = w if isinstance(w, QWidget) else w()
+        if hasattr(self, "export_bar"):  # (the view made first is the bar's own current_view())
+            self.export_bar.follow(w)
+        page = self.tabs.widget(self.VIEWS.index(name))
+        page.layout().addWidget(w)
+        if page.isVisible():
+            w.show()  # (now: a widget added to a shown page is shown by a queued call)
+        if palette_is_dark():  # (pyqtgraph's own colours: as the window does for a panel built after the theme)
+            restyle_plots(w)
+        self._view_made(name, w)
+        return w
+
+    def _view_made(self, name: str, widget: QWidget) -> None:
+        """Connect what the panel needs of a view's widget, when made."""
 
     def _lay_out(self, controls: QHBoxLayout) -> None:
         """The panel's controls, then the status and export bar on their row; the tokens; the tabs."""
@@ -85,6 +113,7 @@ class ViewTablePanel(QWidget):
         self.tabs.blockSignals(True)  # the panel shows the whole state below, not one tab change at a time
         self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
         self.tabs.blockSignals(False)
+        self.widgets[self.view_state.view]  # (made: the tab's signal was blocked)  # noqa: B018
         self._show_view_state()
         self.select_token(self.view_state.selected_token)
 
@@ -94,10 +123,11 @@ class ViewTablePanel(QWidget):
 
     # -- views -----------------------------------------------------------------------------
     def views(self) -> list:
+        """Every view's widget (each made now if not yet)."""
         return [self.widgets[name] for name in self.VIEWS]
 
     def current_view(self):
-        return self.views()[self.tabs.currentIndex()]
+        return self.widgets[self.VIEWS[self.tabs.currentIndex()]]
 
     def show_view(self, name: str) -> None:
         self.tabs.setCurrentIndex(self.VIEWS.index(name))
@@ -133,6 +163,7 @@ class ViewTablePanel(QWidget):
         """Take this trace as the one shown; returns its number (a worker's result must carry it back)."""
         self.trace = trace
         self._generation += 1
+        self._cleared = None
         return self._generation
 
     def _is_current(self, generation: int) -> bool:
@@ -181,8 +212,10 @@ class ViewTablePanel(QWidget):
         self.data = None
         self.view_state.selected_token = None  # the other choices are kept for the next trace
         self.tokens.set_tokens([], [])
+        self._cleared = message  # (a heatmap made later says it too)
         for v in self.heatmap_views():
-            self.widgets[v.name].clear_matrix(message)
+            if v.name in self.widgets:
+                self.widgets[v.name].clear_matrix(message)
         self._clear_own(message)
         self.status.setText(message)
 
@@ -203,7 +236,7 @@ class ViewTablePanel(QWidget):
 
     def _apply_selection(self) -> None:
         for v in self.heatmap_views():
-            if v.rows:
+            if v.rows and v.name in self.widgets:  # (one made later is drawn, then given the selection)
                 self.widgets[v.name].set_selected_row(self._row_of_selection(v))
         self._select_in_own_views()
 
@@ -221,3 +254,15 @@ class ViewTablePanel(QWidget):
     def _select_in_own_views(self) -> None:
         """Show the selected token in the panel's own views."""
         raise NotImplementedError
+
+
+class _ViewWidgets(dict):
+    """View name -> its widget: a name not yet made is made when asked for (`in` and get() do not make it)."""
+
+    def __init__(self, make: Callable[[str], QWidget]) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, name: str) -> QWidget:
+        self[name] = widget = self._make(name)
+        return widget

@@ -369,3 +369,34 @@ def test_the_export_bar_waits_for_the_particles(qtbot, state, tmp_path, monkeypa
     with open(tmp_path / "curves.csv", newline="") as f:
         rows = list(csv.reader(f))
     assert rows[0] == list(dy.CSV_COLUMNS) and len(rows) - 1 == len(p._records) >= 1
+
+
+def _right_click(qtbot, view, plot):
+    """A person's right-click in the middle of `plot` (a PlotItem in the GraphicsView `view`)."""
+    vb = plot.getViewBox()
+    pos = view.mapFromScene(vb.mapToScene(vb.boundingRect().center()))
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.RightButton, pos=pos)
+
+
+def test_a_plots_right_click_menu_is_made_at_the_first_right_click_and_does_what_it_did(qtbot, panel):
+    """pyqtgraph makes each plot's menu with the plot (~5-8 ms each, seven plots at the panel's first show):
+    here it is made at the first right-click, the same menu, and its View All still fits the data."""
+    qtbot.waitUntil(lambda: panel.sim is not None, timeout=10000)
+    plots = [panel.p_clusters, panel.p_cosine, panel.p_radius, panel.p_w2, panel.p_model_cos,
+             panel.p_model_clusters, panel.particles.getPlotItem()]
+    assert all(p.getViewBox().menu is None for p in plots)  # (before: seven menus made with the panel)
+    if panel.view3d.isChecked():
+        click(qtbot, panel.view3d)  # (in 3-D a drag rotates: the view takes the mouse)
+    particles = panel.particles.getPlotItem()
+    particles.getViewBox().setRange(xRange=(100, 101), yRange=(100, 101), padding=0)  # away from the particles
+    _right_click(qtbot, panel.particles, particles)
+    menu = particles.getViewBox().menu
+    qtbot.waitUntil(menu.isVisible, timeout=5000)
+    titles = [a.text() for a in menu.actions()]
+    assert titles[0] == "View All" and "Plot Options" in titles and "Mouse Mode" in titles
+    menu.actions()[0].trigger()
+    menu.close()
+    (x0, x1), (y0, y1) = particles.getViewBox().viewRange()
+    x, y = panel.scatter.getData()
+    assert x0 <= x.min() and x.max() <= x1 and y0 <= y.min() and y.max() <= y1  # View All: the particles again
+    assert all(p.getViewBox().menu is None for p in plots[:-1])  # the others still wait for theirs

@@ -27,6 +27,7 @@ from ...core.views.dynamics import DynamicsViewState
 from ..state import EDITS, INPUT, MODEL, ResultView
 from ..widgets.export import ExportBar, export_view, say_in_status_bar
 from ..widgets.form_fields import keyed_combo
+from ..widgets.menu_on_demand import MenuOnDemandViewBox
 from .dynamics_plots import CURVE_FIELDS, DynamicsCurves, PointCloud
 
 INIT_LABELS = [("uniform on the sphere", "sphere"), ("uniform in the ball", "ball"), ("Gaussian", "gaussian"),
@@ -215,7 +216,7 @@ class DynamicsPanel(QWidget, ResultView):
         scroll.setMinimumWidth(left_w.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
                                + 2 * scroll.frameWidth())
 
-        self.particles = pg.PlotWidget(background="w")
+        self.particles = pg.PlotWidget(background="w", viewBox=MenuOnDemandViewBox())  # (its menu: on right-click)
         self.particles.setMinimumSize(*PARTICLES_MIN)
         self.particles.setAspectLocked(True)
         self.particles.hideButtons()

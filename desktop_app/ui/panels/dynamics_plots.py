@@ -12,6 +12,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QGraphicsTextItem
 
 from ..widgets.legend_place import keep_legend_clear
+from ..widgets.menu_on_demand import MenuOnDemandViewBox
 
 CURVE_TITLE = {"size": "9pt"}  # default-size titles made the two columns of curves wider than a 1280 px window
 # the smallest the curves get: with the form's column and the particle view they fit a 1024 x 700 window
@@ -134,12 +135,13 @@ class DynamicsCurves(pg.GraphicsLayoutWidget):
         super().__init__(parent)
         self.setMinimumSize(*CURVES_MIN)
         self.setBackground("w")
-        self.p_clusters = self.addPlot(row=0, col=0)
-        self.p_cosine = self.addPlot(row=0, col=1)
-        self.p_radius = self.addPlot(row=1, col=0)
-        self.p_w2 = self.addPlot(row=1, col=1)
-        self.p_model_cos = self.addPlot(row=2, col=0)
-        self.p_model_clusters = self.addPlot(row=2, col=1)
+        # (each plot's right-click menu made at its first right-click: MenuOnDemandViewBox)
+        self.p_clusters = self.addPlot(row=0, col=0, viewBox=MenuOnDemandViewBox())
+        self.p_cosine = self.addPlot(row=0, col=1, viewBox=MenuOnDemandViewBox())
+        self.p_radius = self.addPlot(row=1, col=0, viewBox=MenuOnDemandViewBox())
+        self.p_w2 = self.addPlot(row=1, col=1, viewBox=MenuOnDemandViewBox())
+        self.p_model_cos = self.addPlot(row=2, col=0, viewBox=MenuOnDemandViewBox())
+        self.p_model_clusters = self.addPlot(row=2, col=1, viewBox=MenuOnDemandViewBox())
         # short titles: a title is as wide as its plot at least, and two columns of them fit CURVES_MIN
         for plot, title in ((self.p_clusters, "clusters"), (self.p_cosine, "mean cosine"),
                             (self.p_radius, "radius, bound R(t)"), (self.p_w2, "W2 to the twin"),

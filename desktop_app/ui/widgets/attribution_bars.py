@@ -34,10 +34,10 @@ class AttributionBars(pg.PlotWidget):
 
     def __init__(self, bars_of: Callable[[object], Bars], empty: str, parent=None) -> None:
         super().__init__(parent, background=plot_background(),
-                         axisItems={"bottom": LabelAxis("bottom", tokens=False, any_step=True)})
+                         axisItems={"bottom": LabelAxis("bottom", tokens=False, any_step=True)},
+                         enableMenu=False)  # (made without a menu: ~5-8 ms a plot)
         self.bars_of, self.empty = bars_of, empty
         self.plot_item = self.getPlotItem()
-        self.plot_item.setMenuEnabled(False)
         self.plot_item.hideButtons()
         self.plot_item.showGrid(y=True, alpha=0.3)
         self.plot_item.setLabel("left", "direct contribution to the logit", color=plot_foreground())

@@ -30,8 +30,7 @@ class ProbBars(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.plot = pg.PlotWidget(background="w")
-        self.plot.setMenuEnabled(False)
+        self.plot = pg.PlotWidget(background="w", enableMenu=False)  # (made without: ~5-8 ms a plot)
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
         item = self.plot.getPlotItem()

@@ -1,0 +1,33 @@
+"""A pyqtgraph ViewBox whose right-click menu is made at its first right-click.
+
+pyqtgraph makes every ViewBox's context menu (View All, the X and Y axis forms, mouse mode...) when the
+plot is made: ~5-8 ms a plot, and a panel of seven plots (Dynamics) makes seven at its first show, before
+anyone right-clicks. This one makes it when first asked (a right-click, or another item's menu that
+gathers it), so a person keeps the same menu.
+"""
+from __future__ import annotations
+
+import pyqtgraph as pg
+from pyqtgraph.graphicsItems.ViewBox.ViewBoxMenu import ViewBoxMenu
+
+
+class MenuOnDemandViewBox(pg.ViewBox):
+    """Pass as a plot's viewBox= (pg.PlotWidget(viewBox=...), addPlot(viewBox=...))."""
+
+    def __init__(self, *args, enableMenu: bool = True, **kwargs) -> None:  # noqa: N803 (pyqtgraph's name)
+        super().__init__(*args, enableMenu=False, **kwargs)
+        self.state["enableMenu"] = enableMenu  # (menuEnabled() says it; the menu itself waits)
+
+    def _applyMenuEnabled(self) -> None:  # noqa: N802 - pyqtgraph's: disabling drops a made menu, enabling waits
+        if not self.menuEnabled() and self.menu is not None:
+            self.menu.setParent(None)
+            self.menu = None
+
+    def getMenu(self, ev):  # noqa: N802
+        if self.menu is None and self.menuEnabled():
+            self.menu = ViewBoxMenu(self)
+            self.updateViewLists()
+        return self.menu
+
+    def getContextMenus(self, event):  # noqa: N802
+        return self.getMenu(event).actions() if self.menuEnabled() else []

@@ -25,6 +25,9 @@ stall before -> after: the Model tab 463-561 -> 90-102 ms (1,410 in a run at loa
 now in a worker), the Layers panel's result 715-918 -> 354-451 (each view drawn when shown), the Attention
 panel's Head statistics tab 489-603 -> 86-94 (the heatmap's numbers plain text items); the stalls after the
 first look 3.96-5.27 s -> 2.40-3.33 s in all. What is left is each panel's first build (100-450 ms).
+Then (look10; four runs each, load 1.3-4.0): the Layers panel's first show 145-340 -> 104-229 ms (each view's
+widget made when its tab is first shown), Dynamics 249-408 -> 195-427 (its plots' menus made at a right-click:
+within this machine's noise).
 """
 from __future__ import annotations
 

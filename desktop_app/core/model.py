@@ -143,22 +143,33 @@ def rotary_cos_sin(positions: torch.Tensor, dims: int, theta: float,
     return emb.cos(), emb.sin()
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rotate_half_sin(sin: torch.Tensor) -> torch.Tensor:
+    """sin with 'rotate half''s sign in it, (-sin_1, sin_2) over the two halves: x rolled by half a head
+    times this is cat(-x2, x1) * sin bit for bit (negation is exact), one op where a chunk, a neg and a cat
+    were (apply_rotary); the forward makes it once for every layer."""
+    half = sin.shape[-1] // 2
+    return torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 signed_sin: torch.Tensor | None = None) -> torch.Tensor:
     """Rotate [B, H, T, dh] by position (the non-interleaved 'rotate half' convention of LLaMA).
 
     Only the first cos.shape[-1] dims rotate, 'rotate half' within them; the rest pass through
-    unchanged (GPT-NeoX's partial rotary, exactly as transformers' apply_rotary_pos_emb)."""
+    unchanged (GPT-NeoX's partial rotary, exactly as transformers' apply_rotary_pos_emb).
+    signed_sin: rotate_half_sin(sin), when the caller made it (else made here)."""
     dims = cos.shape[-1]
     x_rot = x if dims == x.shape[-1] else x[..., :dims]
-    x1, x2 = x_rot.chunk(2, dim=-1)
-    rotated = torch.cat([-x2, x1], dim=-1)
+    rotated = x_rot.roll(dims // 2, -1)  # (x2, x1); the sign of (-x2, x1) is in signed_sin
+    if signed_sin is None:
+        signed_sin = rotate_half_sin(sin)
     if x.dtype in (torch.bfloat16, torch.float16) and cos.dtype == torch.float32:
         # half-precision q, k rotated in float32 and rounded once (rotary_precision "float32...": OLMo, Cohere)
-        x_rot = (x_rot.float() * cos + rotated.float() * sin).to(x.dtype)
+        x_rot = (x_rot.float() * cos + rotated.float() * signed_sin).to(x.dtype)
     else:  # in x's dtype, cos and sin rounded to it, as transformers computes it (in bfloat16 too)
         if cos.dtype != x.dtype:  # (the forward's tables come rounded already: no cast op a layer)
-            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-        x_rot = x_rot * cos + rotated * sin
+            cos, signed_sin = cos.to(x.dtype), signed_sin.to(x.dtype)
+        x_rot = x_rot * cos + rotated * signed_sin
     return x_rot if dims == x.shape[-1] else torch.cat([x_rot, x[..., dims:]], dim=-1)
 
 
@@ -598,7 +609,8 @@ class Attention(nn.Module):
         y = point(trace, prefix + "z", y)  # [B, H, T, dh], each head's output before W_O
         if trace is not None and trace.wants(prefix + "head_out"):
             trace.record(prefix + "head_out", self.head_outputs(y))
-        return linear(self.o, y.transpose(1, 2).reshape(B, T, H * dh), self.o.weight, self.o.bias)
+        o = self.o  # (a module attribute is a Python __getattr__ call: read once)
+        return linear(o, y.transpose(1, 2).reshape(B, T, H * dh), o.weight, o.bias)
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries, keys and values [B, T, H*dh]: one matrix product when the three weights are laid out
@@ -665,7 +677,8 @@ class MLP(nn.Module):
                 h = F.silu(up)
             else:
                 h = F.relu(up)
-        return linear(self.down, h, self.down.weight, self.down.bias)
+        down = self.down
+        return linear(down, h, down.weight, down.bias)
 
     def gate_up(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A gated MLP's gate and up products: one product when pack_for_decoding has prepacked the two
@@ -1148,7 +1161,7 @@ class Transformer(ModelBase):
                     rot = rot[0].to(x.dtype), rot[1].to(x.dtype)
                     if cfg.rotary_precision == "float32_rounded":  # rounded, then multiplied in float32 (Cohere)
                         rot = rot[0].float(), rot[1].float()
-                rotaries[key] = rot
+                rotaries[key] = rot if rot is None else (*rot, rotate_half_sin(rot[1]))
             return rotaries[key]
 
         if interventions:  # the edits ride on the trace: every record point is also an edit point

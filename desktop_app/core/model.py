@@ -8,9 +8,9 @@ without a trace, softmax attention runs through PyTorch's fused scaled_dot_produ
 from __future__ import annotations
 
 import math
-import weakref
+import operator
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn as nn
@@ -143,22 +143,33 @@ def rotary_cos_sin(positions: torch.Tensor, dims: int, theta: float,
     return emb.cos(), emb.sin()
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rotate_half_sin(sin: torch.Tensor) -> torch.Tensor:
+    """sin with 'rotate half''s sign in it, (-sin_1, sin_2) over the two halves: x rolled by half a head
+    times this is cat(-x2, x1) * sin bit for bit (negation is exact), one op where a chunk, a neg and a cat
+    were (apply_rotary); the forward makes it once for every layer."""
+    half = sin.shape[-1] // 2
+    return torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 signed_sin: torch.Tensor | None = None) -> torch.Tensor:
     """Rotate [B, H, T, dh] by position (the non-interleaved 'rotate half' convention of LLaMA).
 
     Only the first cos.shape[-1] dims rotate, 'rotate half' within them; the rest pass through
-    unchanged (GPT-NeoX's partial rotary, exactly as transformers' apply_rotary_pos_emb)."""
+    unchanged (GPT-NeoX's partial rotary, exactly as transformers' apply_rotary_pos_emb).
+    signed_sin: rotate_half_sin(sin), when the caller made it (else made here)."""
     dims = cos.shape[-1]
     x_rot = x if dims == x.shape[-1] else x[..., :dims]
-    x1, x2 = x_rot.chunk(2, dim=-1)
-    rotated = torch.cat([-x2, x1], dim=-1)
+    rotated = x_rot.roll(dims // 2, -1)  # (x2, x1); the sign of (-x2, x1) is in signed_sin
+    if signed_sin is None:
+        signed_sin = rotate_half_sin(sin)
     if x.dtype in (torch.bfloat16, torch.float16) and cos.dtype == torch.float32:
         # half-precision q, k rotated in float32 and rounded once (rotary_precision "float32...": OLMo, Cohere)
-        x_rot = (x_rot.float() * cos + rotated.float() * sin).to(x.dtype)
+        x_rot = (x_rot.float() * cos + rotated.float() * signed_sin).to(x.dtype)
     else:  # in x's dtype, cos and sin rounded to it, as transformers computes it (in bfloat16 too)
         if cos.dtype != x.dtype:  # (the forward's tables come rounded already: no cast op a layer)
-            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-        x_rot = x_rot * cos + rotated * sin
+            cos, signed_sin = cos.to(x.dtype), signed_sin.to(x.dtype)
+        x_rot = x_rot * cos + rotated * signed_sin
     return x_rot if dims == x.shape[-1] else torch.cat([x_rot, x[..., dims:]], dim=-1)
 
 
@@ -264,31 +275,55 @@ def pack_linears(linears, column_major: bool = True) -> None:
 
 # -- one-row products in bfloat16 on the CPU (generation steps) -------------------------------------
 
-# owner module -> (where and which version each tensor it was made from is, the oneDNN-prepacked weight, the
-# bias beside it); pack_for_decoding fills it
-_PREPACKED: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+_DATA_PTR, _VERSION = torch.Tensor.data_ptr, operator.attrgetter("_version")
 
 
 def _made_from(tensors) -> tuple:
-    return tuple((t.data_ptr(), t._version) for t in tensors if t is not None)
+    """Where each tensor's values are and how many times they were written in place (a load copies into
+    them, an edit writes them: either bumps the version). C calls only: a step asks at every product."""
+    return (*map(_DATA_PTR, tensors), *map(_VERSION, tensors))
 
 
-def prepack_one_row(owner: nn.Module, weights, biases=()) -> bool:
-    """Keep a oneDNN-prepacked copy of the weights [out, in] that `owner` multiplies by (linear), side by
-    side when several read the same input (one product: products): a one-row bfloat16 product then
-    streams it 1.5-1.9x faster than F.linear (which re-lays the weight out at every call), with the same
-    values (oneDNN computes both, the same kernel). The copy is made from the weights where they are (no
-    other copy kept: several are put side by side one group at a time); the weights' memory twice.
-    False where this CPU or build has no such product."""
-    if _prepacked(owner, weights, biases) is not None:
+class OneRowCopy(NamedTuple):
+    """A oneDNN-prepacked copy of the weights [out, in] an owner multiplies by (prepack_one_row), kept in
+    the owner's __dict__ (one dict read a product, where a weak-key table took two Python calls)."""
+    made_from: tuple  # _made_from of the weight (one layer) or of every weight and bias (a group)
+    weight: torch.Tensor
+    bias: torch.Tensor | None  # a group's biases side by side (one layer's own is passed at each call)
+
+    def __deepcopy__(self, memo):  # a copy of the model (moved to another device) packs its own when it steps
+        return None
+
+
+def one_row_copy(owner: nn.Module) -> OneRowCopy | None:
+    """The prepacked copy made for `owner` (fresh or stale: _prepacked says which), or None."""
+    return owner.__dict__.get("_one_row")
+
+
+def _group_tensors(linears) -> list[torch.Tensor]:
+    """The weights and biases of nn.Linear layers multiplied as one, in order (no module __getattr__)."""
+    return [t for lin in linears for t in lin._parameters.values() if t is not None]
+
+
+def prepack_one_row(owner: nn.Module, linears) -> bool:
+    """Keep a oneDNN-prepacked copy of the weights [out, in] of `linears` (nn.Linear layers reading the same
+    input) for `owner` to multiply by (linear; several side by side as one product: products): a one-row
+    bfloat16 product then streams it 1.5-1.9x faster than F.linear (which re-lays the weight out at every
+    call), with the same values (oneDNN computes both, the same kernel). The copy is made from the weights
+    where they are (no other copy kept: several are put side by side one group at a time); the weights'
+    memory twice. False where this CPU or build has no such product."""
+    if _prepacked(owner, linears) is not None:
         return True
+    weights = [lin.weight for lin in linears]
     w = weights[0] if len(weights) == 1 else torch.cat(weights)
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), 1)
     except (RuntimeError, AttributeError, NotImplementedError):
         return False
-    b = None if not biases or any(t is None for t in biases) else torch.cat([t.detach() for t in biases])
-    _PREPACKED[owner] = (_made_from(list(weights) + list(biases)), packed, b)
+    biases = [lin.bias for lin in linears]
+    b = None if len(linears) == 1 or any(t is None for t in biases) else torch.cat([t.detach() for t in biases])
+    owner.__dict__["_one_row"] = OneRowCopy(_made_from(weights if len(linears) == 1 else _group_tensors(linears)),
+                                            packed, b)
     return True
 
 
@@ -296,9 +331,10 @@ def linear(owner: nn.Module, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor |
     """F.linear(x, w, b); one row (a generation step) through the prepacked copy of `w` prepack_one_row
     made for `owner`, while `w` is where and as it was (a load or an edit in place changes its version:
     the plain product then, until packed again) and nothing needs gradients."""
-    kept = _prepacked(owner, (w,)) if _PREPACKED and x.numel() == x.shape[-1] and not torch.is_grad_enabled() else None
-    if kept is not None:
-        return torch.ops.mkldnn._linear_pointwise(x, kept[0], b, "none", [], "")
+    kept = owner.__dict__.get("_one_row")  # (none made, e.g. in float32: one dict read)
+    if (kept is not None and x.numel() == x.shape[-1] and not torch.is_grad_enabled()
+            and kept.made_from == (w.data_ptr(), w._version)):
+        return torch.ops.mkldnn._linear_pointwise(x, kept.weight, b, "none", [], "")
     return F.linear(x, w, b)
 
 
@@ -321,23 +357,24 @@ def products(owner: nn.Module, x: torch.Tensor, linears,
             b = None if biases[0] is None else torch.cat(biases)
             return F.linear(x, torch.cat([lin.weight for lin in linears]), b).split(outs, dim=-1)
     else:
-        kept = None
-        if _PREPACKED and x.numel() == x.shape[-1]:  # (none made, e.g. in float32: no lookup a product)
-            kept = _prepacked(owner, [lin.weight for lin in linears], [lin.bias for lin in linears])
-        if kept is not None:
-            return torch.ops.mkldnn._linear_pointwise(x, kept[0], kept[1], "none", [], "").split(outs, dim=-1)
+        kept = owner.__dict__.get("_one_row")
+        if kept is not None and x.numel() == x.shape[-1] and kept.made_from == _made_from(_group_tensors(linears)):
+            # (split_with_sizes: what Tensor.split calls for a list, without its Python wrapper)
+            return torch.ops.mkldnn._linear_pointwise(x, kept.weight, kept.bias, "none", [], "").split_with_sizes(outs, -1)
         fused = packed_linears(linears)
         if fused is not None:
-            return F.linear(x, *fused).split(outs, dim=-1)
+            return F.linear(x, *fused).split_with_sizes(outs, -1)
     return tuple(lin(x) for lin in linears)
 
 
-def _prepacked(owner: nn.Module, weights, biases=()) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """(prepacked weight, bias) kept for `owner` while its tensors are where and as they were when packed."""
-    kept = _PREPACKED.get(owner)
-    if kept is None or kept[0] != _made_from(list(weights) + list(biases)):
+def _prepacked(owner: nn.Module, linears) -> OneRowCopy | None:
+    """The copy prepack_one_row made for `owner` from `linears`, while their tensors are where and as they
+    were when packed (what linear and products check inline)."""
+    kept = one_row_copy(owner)
+    if kept is None:
         return None
-    return kept[1], kept[2]
+    tensors = [linears[0].weight] if len(linears) == 1 else _group_tensors(linears)
+    return kept if kept.made_from == _made_from(tensors) else None
 
 
 @dataclass(eq=False)
@@ -572,7 +609,8 @@ class Attention(nn.Module):
         y = point(trace, prefix + "z", y)  # [B, H, T, dh], each head's output before W_O
         if trace is not None and trace.wants(prefix + "head_out"):
             trace.record(prefix + "head_out", self.head_outputs(y))
-        return linear(self.o, y.transpose(1, 2).reshape(B, T, H * dh), self.o.weight, self.o.bias)
+        o = self.o  # (a module attribute is a Python __getattr__ call: read once)
+        return linear(o, y.transpose(1, 2).reshape(B, T, H * dh), o.weight, o.bias)
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries, keys and values [B, T, H*dh]: one matrix product when the three weights are laid out
@@ -639,7 +677,8 @@ class MLP(nn.Module):
                 h = F.silu(up)
             else:
                 h = F.relu(up)
-        return linear(self.down, h, self.down.weight, self.down.bias)
+        down = self.down
+        return linear(down, h, down.weight, down.bias)
 
     def gate_up(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A gated MLP's gate and up products: one product when pack_for_decoding has prepacked the two
@@ -995,14 +1034,12 @@ class Transformer(ModelBase):
             groups.append((self.lm_head, (self.lm_head,)))
         with torch.inference_mode(False), torch.no_grad():
             need = sum(lin.weight.numel() * lin.weight.element_size() for owner, linears in groups
-                       if owner not in _PREPACKED for lin in linears)
+                       if one_row_copy(owner) is None for lin in linears)
             have = available_memory("cpu")
             if have is not None and need * 5 // 4 > have:
                 return
             for owner, linears in groups:
-                # a single layer's own bias is passed at each call (linear); a group's is kept with it
-                biases = () if len(linears) == 1 else [lin.bias for lin in linears]
-                if not prepack_one_row(owner, [lin.weight for lin in linears], biases):
+                if not prepack_one_row(owner, linears):
                     return  # this CPU has no such product for this dtype (e.g. float16 without AVX-512 FP16)
 
     # -- pieces --------------------------------------------------------------------------
@@ -1124,7 +1161,7 @@ class Transformer(ModelBase):
                     rot = rot[0].to(x.dtype), rot[1].to(x.dtype)
                     if cfg.rotary_precision == "float32_rounded":  # rounded, then multiplied in float32 (Cohere)
                         rot = rot[0].float(), rot[1].float()
-                rotaries[key] = rot
+                rotaries[key] = rot if rot is None else (*rot, rotate_half_sin(rot[1]))
             return rotaries[key]
 
         if interventions:  # the edits ride on the trace: every record point is also an edit point

@@ -64,10 +64,10 @@ def test_bfloat16_steps_fuse_their_products_and_keep_transformers_greedy_ids(fam
         for block in loaded.model.blocks:
             for owner, linears in ((block.attn, (block.attn.q, block.attn.k, block.attn.v)),
                                    (block.mlp, (block.mlp.gate, block.mlp.up))):
-                kept = model_module._prepacked(owner, [lin.weight for lin in linears], [lin.bias for lin in linears])
-                assert kept is not None and kept[0].shape == (sum(lin.out_features for lin in linears),
+                kept = model_module._prepacked(owner, linears)
+                assert kept is not None and kept.weight.shape == (sum(lin.out_features for lin in linears),
                                                               linears[0].in_features)
-                assert (kept[1] is None) == (linears[0].bias is None)
+                assert (kept.bias is None) == (linears[0].bias is None)
     nodes = list(session.run(steps))
     assert len(nodes) == steps
     with torch.no_grad():
@@ -103,9 +103,7 @@ def test_the_generation_bench_times_the_fused_products_a_bfloat16_step_makes(tmp
 
     def spy(owner, x, linears):
         shapes.append((sum(lin.out_features for lin in linears), linears[0].in_features))
-        weights = [lin.weight for lin in linears]
-        prepacked.append(model_module._prepacked(owner, weights, [lin.bias for lin in linears] if len(linears) > 1 else ())
-                         is not None)
+        prepacked.append(model_module._prepacked(owner, linears) is not None)
         return real(owner, x, linears)
     monkeypatch.setattr(model_module, "products", spy)
     run()
@@ -225,12 +223,53 @@ def test_weights_changed_in_place_are_never_read_from_a_stale_prepacked_copy(tmp
         assert torch.equal(model_module.linear(down, x, down.weight), torch.nn.functional.linear(x, down.weight))
 
 
+def test_a_bias_edited_a_weight_replaced_or_a_model_copied_never_reads_a_stale_prepacked_copy(tmp_path):
+    """The other ways a weight changes under a prepacked copy (issue 38: the check is now one dict read and C
+    calls a product): a group's bias edited in place (Q/K/V's, kept beside the copy), a weight's data replaced
+    (`.data =`, as a device or dtype move does: same version, another place), and a deepcopy of the model
+    (as the app's device move makes: it keeps no copy of the copies, and steps with its own weights)."""
+    import copy
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    torch.manual_seed(0)
+    SHAPES["qwen2"]().to(torch.bfloat16).save_pretrained(tmp_path)
+    loaded = load_model_folder(tmp_path, dtype="bfloat16")
+    model = loaded.model
+    GenerationSession(loaded, [5, 9, 2], GenerationSettings("greedy"), stop_tokens=[])  # prepacks
+    attn, mlp = model.blocks[0].attn, model.blocks[0].mlp
+    qkv = (attn.q, attn.k, attn.v)
+    x = torch.randn(1, 1, model.cfg.d_model, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        assert model_module._prepacked(attn, qkv) is not None
+        with torch.no_grad():
+            attn.k.bias.add_(1.0)
+        assert model_module._prepacked(attn, qkv) is None
+        assert torch.equal(model_module.products(attn, x, qkv)[1], torch.nn.functional.linear(x, attn.k.weight, attn.k.bias))
+        h = torch.randn(1, 1, model.cfg.d_model, dtype=torch.bfloat16)
+        gate_up = (mlp.gate, mlp.up)
+        assert model_module._prepacked(mlp, gate_up) is not None
+        mlp.up.weight.data = mlp.up.weight.data * 2  # version unchanged, the values elsewhere
+        assert torch.equal(model_module.products(mlp, h, gate_up)[1], torch.nn.functional.linear(h, mlp.up.weight))
+        model.lm_head.weight.data = model.lm_head.weight.data.clone()  # same values, another place: not the copy
+        assert model_module._prepacked(model.lm_head, (model.lm_head,)) is None
+    moved = copy.deepcopy(model)
+    assert not any(model_module.one_row_copy(m) is not None for m in moved.modules())
+    loaded.model = moved
+    session = GenerationSession(loaded, [5, 9, 2], GenerationSettings("greedy"), stop_tokens=[])
+    assert model_module._prepacked(moved.blocks[0].attn, (moved.blocks[0].attn.q, moved.blocks[0].attn.k,
+                                                          moved.blocks[0].attn.v)) is not None
+    with torch.no_grad():
+        full = moved(torch.tensor([[5, 9, 2, 11]])).logits[0, -1]
+    session.choose(11)
+    torch.testing.assert_close(session.current.next_logits, full.float(), rtol=0.02, atol=0.02 * float(full.abs().max()))
+
+
 def test_no_prepacked_copy_where_it_would_not_fit_in_memory(tmp_path, monkeypatch):
     from desktop_app.core import devices
     loaded = _bf16_llama(tmp_path)
     monkeypatch.setattr(devices, "available_memory", lambda device="cpu": 1000)
     GenerationSession(loaded, [5, 9, 2], GenerationSettings("greedy"), stop_tokens=[])
-    assert not any(m in model_module._PREPACKED for m in loaded.model.modules())
+    assert not any(model_module.one_row_copy(m) is not None for m in loaded.model.modules())
 
 
 def test_a_beam_search_makes_no_prepacked_copy_it_would_never_read(tmp_path):
@@ -242,7 +281,7 @@ def test_a_beam_search_makes_no_prepacked_copy_it_would_never_read(tmp_path):
     loaded = _bf16_llama(tmp_path)
     prompt = [5, 9, 2, 7]
     session = GenerationSession(loaded, prompt, GenerationSettings("beam", beams=3), stop_tokens=[])
-    assert not any(m in model_module._PREPACKED for m in loaded.model.modules())
+    assert not any(model_module.one_row_copy(m) is not None for m in loaded.model.modules())
     list(session.run(5))
     with torch.no_grad():
         hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
@@ -250,9 +289,9 @@ def test_a_beam_search_makes_no_prepacked_copy_it_would_never_read(tmp_path):
                            early_stopping=False, length_penalty=1.0, pad_token_id=0, eos_token_id=None)[0].tolist()
     assert session.ids() == want
     session.set_settings(GenerationSettings("greedy"))
-    assert loaded.model.lm_head not in model_module._PREPACKED  # set_settings copies nothing (a UI thread calls it)
+    assert model_module.one_row_copy(loaded.model.lm_head) is None  # set_settings copies nothing (a UI thread calls it)
     session.step()
-    assert loaded.model.lm_head in model_module._PREPACKED  # the step's forward made it first
+    assert model_module.one_row_copy(loaded.model.lm_head) is not None  # the step's forward made it first
 
 
 @pytest.mark.parametrize("family", list(SHAPES))

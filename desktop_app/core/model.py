@@ -321,7 +321,9 @@ def prepack_one_row(owner: nn.Module, linears) -> bool:
     except (RuntimeError, AttributeError, NotImplementedError):
         return False
     biases = [lin.bias for lin in linears]
-    b = None if len(linears) == 1 or any(t is None for t in biases) else torch.cat([t.detach() for t in biases])
+    # a group's biases side by side; one without (none of today's families) adds zeros: never a bias dropped
+    b = None if len(linears) == 1 or all(t is None for t in biases) else torch.cat(
+        [t.detach() if t is not None else lin.weight.new_zeros(lin.out_features) for t, lin in zip(biases, linears)])
     owner.__dict__["_one_row"] = OneRowCopy(_made_from(weights if len(linears) == 1 else _group_tensors(linears)),
                                             packed, b)
     return True

@@ -321,3 +321,22 @@ def test_grouped_query_rows_equal_the_rows_against_repeated_keys_bit_for_bit(fam
             for layer, q in enumerate(queries):
                 want = attention_probs(q, keys[layer].repeat_interleave(G, dim=1), scale=attention_scale(cfg))
                 assert torch.equal(rows[layer], want), layer
+
+
+def test_a_prepacked_group_whose_layers_differ_in_bias_keeps_each_bias():
+    """Q and V with a bias, K without (no family here has it; a converted model could): the packed product adds
+    each layer's own bias, zeros for the one without, never dropping the others (it dropped all of them)."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    torch.manual_seed(0)
+    owner = torch.nn.Module()
+    q, k, v = (torch.nn.Linear(64, n, dtype=torch.bfloat16) for n in (64, 32, 32))
+    k.bias = None
+    if not model_module.prepack_one_row(owner, (q, k, v)):
+        pytest.skip("this CPU has no prepacked bfloat16 product")
+    x = torch.randn(1, 1, 64, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        assert model_module._prepacked(owner, (q, k, v)) is not None
+        got = model_module.products(owner, x, (q, k, v))
+        for out, lin in zip(got, (q, k, v)):
+            torch.testing.assert_close(out, torch.nn.functional.linear(x, lin.weight, lin.bias), rtol=0.02, atol=0.02)

@@ -16,6 +16,8 @@ from desktop_app.core.features import FeatureOp, SparseDictionary, attach, featu
 from desktop_app.core.streamed import streamed_of  # noqa: E402
 from desktop_app.core.tokenizer import char_tokenizer  # noqa: E402
 
+from test_streamed import reads_of  # noqa: E402
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 HIDDEN, HEADS, LAYERS = 64, 4, 3
 
@@ -232,14 +234,7 @@ def test_a_streamed_graph_reads_no_mlp_after_its_real_forward(pair, tmp_path, mo
     for m in (whole, loaded):
         ctx = build_context(m.model, IDS, load_transcoders(tmp_path / "tc"))
         if m is loaded:
-            read: list[tuple[int, set[str]]] = []
-            load_block = streamed.load_block
-
-            def recording_load_block(layer, device, only):
-                tensors = load_block(layer, device, only)
-                read.append((layer, set(tensors)))
-                return tensors
-            monkeypatch.setattr(streamed, "load_block", recording_load_block)
+            read = reads_of(streamed, monkeypatch)
         graphs.append(attribute(ctx, salient_targets(m.model, ctx.frozen.logits[-1], 3, 0.95, str), batch_size=16))
     a, b = graphs
     assert torch.equal(a.active_features, b.active_features) and torch.equal(a.adjacency, b.adjacency)

@@ -499,7 +499,6 @@ class AttentionPanel(ViewTablePanel):
     def __init__(self, state, parent=None, view_state: AttentionViewState | None = None) -> None:
         super().__init__(state, view_state, "Open a model and enter a text to see its attention.", parent)
         self.data: AttentionData | None = None
-        self._stale: set[str] = set()  # views whose data changed while hidden
         self._waiting = ""  # what the rollout and statistics tabs say until the worker's numbers arrive
 
         self.layer_spin = QSpinBox()
@@ -954,12 +953,8 @@ class AttentionPanel(ViewTablePanel):
         self._stale.update(views)
         self._refresh()
 
-    def _refresh(self) -> None:
-        view = self.view_state.view
-        if view not in self._stale or self.data is None:
-            return
-        self._stale.discard(view)
-        self._render(view)
+    def _draw_stale(self, name: str) -> None:
+        self._render(name)
 
     def _render(self, name: str) -> None:
         view = find_view(attention_views.VIEWS, name)

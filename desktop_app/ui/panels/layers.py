@@ -321,9 +321,6 @@ class LayersPanel(ViewTablePanel):
         super().__init__(state, view_state, "Open a model and enter a text to see its layers.", parent)
         self.data: LayersData | None = None
         self.labels: list[str] = []
-        # views whose numbers changed while hidden: drawn when shown (_refresh); at 1,024 tokens of the
-        # Qwen2.5-0.5B shape drawing every view at a result held the UI thread ~1.2 s (bench ui)
-        self._stale: set[str] = set()
 
         self.depth_slider = QSlider(Qt.Orientation.Horizontal)
         self.depth_slider.setRange(0, 0)
@@ -398,12 +395,7 @@ class LayersPanel(ViewTablePanel):
         self.view_state.view = self.VIEWS[index]
         self._refresh()
 
-    def _refresh(self) -> None:
-        """Draw the view on show if its numbers changed while it was hidden."""
-        name = self.view_state.view
-        if name not in self._stale or self.data is None:
-            return
-        self._stale.discard(name)
+    def _draw_stale(self, name: str) -> None:
         v = find_view(layers_views.VIEWS, name)
         self._render(v, v.compute(self.data, self.view_state), new_data=True)  # (at the depth chosen)
         self._apply_selection()  # (a table's new rows forget their selection)

@@ -120,7 +120,8 @@ class _Seq2SeqSteps(_Steps):
                                         interventions=interventions)
         recorded = [] if trace is None else list(trace.items())
         host = to_host([t for _, t in recorded])  # one device-to-host transfer
-        self.encoder_records = dict(zip([n for n, _ in recorded], _float32_of_its_own(host, model.device)))
+        # (step_trace reads them as they are: float32 once, here)
+        self.encoder_records = dict(zip([n for n, _ in recorded], _of_their_own(host, model.device, len(host))))
 
     def new_cache(self):
         return self.model.new_cache()
@@ -690,32 +691,30 @@ class GenerationSession(HistoryTree, BeamSearch):
         recorded: list[tuple[str, torch.Tensor]] = []
         for name, t in (trace.items() if trace is not None else ()):  # already detached by Trace.record
             name = name[prefix:]
-            if recomputed:
-                t = t[:, :, -1:] if name.endswith("attn.pattern") else t[:, -1:]
+            if recomputed:  # (copied: a view would keep the whole sequence's tensor alive)
+                t = (t[:, :, -1:] if name.endswith("attn.pattern") else t[:, -1:]).clone()
             recorded.append((name, t))
         # the logits and every record in one device-to-host transfer (a copy each waited on the
-        # device once each: ~150 waits a step on a GPU), then float32 CPU tensors of their own
-        host = _float32_of_its_own(to_host([logits] + [t for _, t in recorded]), logits.device)
-        logits = host[0]
-        if ids.shape[0] == 1:  # the one-row case (every non-beam step): no copies; the batch dim dropped when read
-            return logits, [BatchRow(zip([name for name, _ in recorded], host[1:])) if recorded else {}]
-        records: list[dict] = [{} for _ in range(ids.shape[0])]
-        for (name, _), t in zip(recorded, host[1:]):
-            for b in range(t.shape[0]):  # beams: copy rows, a view would keep the whole batch alive
-                records[b][name] = t[b].clone()
-        return logits, records
+        # device once each: ~150 waits a step on a GPU), then CPU tensors of their own: the logits
+        # float32 (every step reads them), the records in their dtype until a node is read (Node.record: a
+        # bfloat16 history holds half the bytes, and a step makes no cast a record, ~150 at 24 layers)
+        logits, *kept = _of_their_own(to_host([logits] + [t for _, t in recorded]), logits.device, float32=1)
+        names = [name for name, _ in recorded]
+        if ids.shape[0] == 1:  # the one-row case (every non-beam step): no copies; read as Node.record says
+            return logits, [BatchRow(zip(names, kept)) if recorded else {}]
+        # beams: each row copied, [1, ...] (a view would keep the whole batch alive)
+        return logits, [BatchRow((name, t[b:b + 1].clone()) for name, t in zip(names, kept)) if recorded else {}
+                        for b in range(ids.shape[0])]
 
 
-def _float32_of_its_own(host: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """to_host's CPU copies as float32 tensors, in memory of their own when they came from another
-    device (to_host's are views of one pinned buffer per step, which the history tree would otherwise
-    keep pinned, a buffer per node): a cast each (a float32 one from another device copied), nothing
-    copied for float32 tensors already on the CPU. (All cast at once, concatenated and split back into
-    views, took 3.4x as long at 150 bfloat16 records of 896, 1.09 against 0.32 ms: the views cost more
-    than the casts.)"""
-    if device.type == "cpu":
-        return host if all(t.dtype == torch.float32 for t in host) else [t.float() for t in host]
-    return [t.clone() if t.dtype == torch.float32 else t.float() for t in host]
+def _of_their_own(host: list[torch.Tensor], device: torch.device, float32: int) -> list[torch.Tensor]:
+    """to_host's CPU copies in memory of their own when they came from another `device` (to_host's are views
+    of one pinned buffer per step, which the history tree would otherwise keep pinned, a buffer per node):
+    the first `float32` as float32 (a cast, or a clone of one in float32 already), the rest in their dtype (a
+    clone each: a bfloat16 record half a float32's bytes). Nothing is copied that is on the CPU in its dtype."""
+    on_cpu = device.type == "cpu"
+    first = [t.float() if t.dtype != torch.float32 else t if on_cpu else t.clone() for t in host[:float32]]
+    return first + (host[float32:] if on_cpu else [t.clone() for t in host[float32:]])
 
 
 def generate(loaded_or_model, prompt_ids: Sequence[int], max_new: int, settings: GenerationSettings | None = None,

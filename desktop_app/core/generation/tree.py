@@ -15,9 +15,10 @@ from .sampling import GenerationError
 
 
 class BatchRow(dict):
-    """A one-row step's records as its forward left them, each still [1, ...]: given to Node.record, which
-    drops the batch dim at the first read (a select op a record, ~150 a step at 24 layers, made only for a
-    node something reads)."""
+    """A node's records as stored, each [1, ...] in the model's dtype (a one-row step's as its forward left
+    them; a beam's, its row copied): given to Node.record, which makes the float32 tensors [...] every reader
+    gets at the node's first read. A select and a cast a record, ~150 a step at 24 layers, made only for a node
+    something reads; a bfloat16 history holds half a float32 one's bytes (the cast is exact: the same values)."""
 
 
 @dataclass(eq=False)
@@ -52,12 +53,13 @@ class Node:
 
     @property
     def record(self) -> dict[str, torch.Tensor]:
-        """What the forward that consumed this token recorded (batch dim dropped; empty without recording)."""
+        """What the forward that consumed this token recorded, float32 (batch dim dropped; empty without
+        recording)."""
         if self.compute is not None:
             self.compute()
         rows = self._rows
-        if rows is not None:  # (another thread reading at once makes the same views)
-            self._record, self._rows = {name: t[0] for name, t in rows.items()}, None
+        if rows is not None:  # (another thread reading at once makes the same values)
+            self._record, self._rows = {name: t[0].float() for name, t in rows.items()}, None
         return self._record
 
     @record.setter

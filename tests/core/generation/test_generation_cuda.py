@@ -128,15 +128,20 @@ def test_a_step_brings_its_logits_and_records_to_the_host_in_one_transfer(device
 
 def test_what_a_device_hands_back_is_copied_out_of_the_transfer_buffer():
     """The device branch of a step's hand-off, run here on CPU tensors standing for to_host's pinned views:
-    float32 CPU tensors sharing no memory with the transfer buffer (the history tree keeps no pinned
-    buffer), the same values; on the CPU, float32 tensors are handed on as they are."""
+    CPU tensors sharing no memory with the transfer buffer (the history tree keeps no pinned buffer), the same
+    values; the first `float32` (the logits) as float32, the records in their own dtype (a bfloat16 one half a
+    float32's bytes; Node.record makes it float32 when read). On the CPU, tensors in their dtype are handed on
+    as they are."""
     buffer = torch.arange(30, dtype=torch.float32)
     views = [buffer[:6].view(2, 3), buffer[6:30].view(2, 3, 4)]
-    out = generation.session._float32_of_its_own(views, torch.device("cuda"))
-    for got, view in zip(out, views):
-        assert got.dtype == torch.float32 and torch.equal(got, view)
-        assert got.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr()
     halves = [v.bfloat16() for v in views]
-    out = generation.session._float32_of_its_own(halves, torch.device("cuda"))
-    assert [t.dtype for t in out] == [torch.float32] * 2 and all(torch.equal(a, b.float()) for a, b in zip(out, halves))
-    assert generation.session._float32_of_its_own(views, torch.device("cpu")) is views
+    for handed in (views, halves):
+        out = generation.session._of_their_own(handed, torch.device("cuda"), float32=1)
+        assert [t.dtype for t in out] == [torch.float32, handed[1].dtype]
+        for got, view in zip(out, handed):
+            assert torch.equal(got, view.float()) and got.shape == view.shape
+            assert got.untyped_storage().data_ptr() not in {buffer.untyped_storage().data_ptr(),
+                                                            view.untyped_storage().data_ptr()}
+    out = generation.session._of_their_own(halves, torch.device("cpu"), float32=1)
+    assert out[0].dtype == torch.float32 and out[1] is halves[1]
+    assert generation.session._of_their_own(views, torch.device("cpu"), float32=1) == views

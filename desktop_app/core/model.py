@@ -359,14 +359,21 @@ def products(owner: nn.Module, x: torch.Tensor, linears,
             b = None if biases[0] is None else torch.cat(biases)
             return F.linear(x, torch.cat([lin.weight for lin in linears]), b).split(outs, dim=-1)
     else:
-        kept = owner.__dict__.get("_one_row")
-        if kept is not None and x.numel() == x.shape[-1] and kept.made_from == _made_from(_group_tensors(linears)):
-            # (split_with_sizes: what Tensor.split calls for a list, without its Python wrapper)
-            return torch.ops.mkldnn._linear_pointwise(x, kept.weight, kept.bias, "none", [], "").split_with_sizes(outs, -1)
-        fused = packed_linears(linears)
-        if fused is not None:
-            return F.linear(x, *fused).split_with_sizes(outs, -1)
+        joined = joined_product(owner, x, linears)
+        if joined is not None:  # (split_with_sizes: what Tensor.split calls for a list, without its Python wrapper)
+            return joined.split_with_sizes(outs, -1)
     return tuple(lin(x) for lin in linears)
+
+
+def joined_product(owner: nn.Module, x: torch.Tensor, linears) -> torch.Tensor | None:
+    """x times the weights of `linears` side by side, [..., sum of their outputs] (products' one product, not
+    split), where one product makes them all (prepacked for `owner` for one row: prepack_one_row; or laid
+    out side by side: pack_linears); else None. Without gradients."""
+    kept = owner.__dict__.get("_one_row")
+    if kept is not None and x.numel() == x.shape[-1] and kept.made_from == _made_from(_group_tensors(linears)):
+        return torch.ops.mkldnn._linear_pointwise(x, kept.weight, kept.bias, "none", [], "")
+    fused = packed_linears(linears)
+    return None if fused is None else F.linear(x, *fused)
 
 
 def _prepacked(owner: nn.Module, linears) -> OneRowCopy | None:
@@ -534,17 +541,25 @@ class Attention(nn.Module):
         cfg = self.cfg
         B, T, _ = x.shape
         H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
-        q, k, v = self.project_qkv(x)
-        if cfg.clip_qkv is not None:  # OLMo
-            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
-        v = v.view(B, T, Hkv, dh).transpose(1, 2)
         per_head_norm = cfg.qk_norm and not cfg.qk_norm_across_heads
-        if cfg.qk_norm_across_heads:  # OLMo 2: every head's q (and k) normed at once, before the split
-            q, k = self.q_norm(q), self.k_norm(k)
-        if rotary is not None and T == 1 and not per_head_norm:
-            # one token (a generation step): q and k rotate as one [B, 1, H + Hkv, dh] tensor, the same
-            # values in half the operations
-            qk = apply_rotary(torch.cat([q, k], dim=-1).view(B, 1, H + Hkv, dh), *rotary)
+        # one token (a generation step): q and k rotate as one [B, 1, H + Hkv, dh] tensor, the same values in
+        # half the operations
+        one_token = rotary is not None and T == 1 and not per_head_norm
+        qkv = None
+        if one_token and not torch.is_grad_enabled() and not cfg.qk_norm and cfg.clip_qkv is None:
+            qkv = joined_product(self, x, (self.q, self.k, self.v))  # [B, 1, (H + 2 Hkv) dh], or None
+        if qkv is not None:  # q and k side by side in it already (split from it and concatenated: a copy more)
+            qk, v = qkv.split_with_sizes([(H + Hkv) * dh, Hkv * dh], -1)
+        else:
+            q, k, v = self.project_qkv(x)
+            if cfg.clip_qkv is not None:  # OLMo
+                q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
+            if cfg.qk_norm_across_heads:  # OLMo 2: every head's q (and k) normed at once, before the split
+                q, k = self.q_norm(q), self.k_norm(k)
+            qk = torch.cat([q, k], dim=-1) if one_token else None
+        v = v.view(B, T, Hkv, dh).transpose(1, 2)
+        if one_token:
+            qk = apply_rotary(qk.view(B, 1, H + Hkv, dh), *rotary)
             q, k = qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2)
         else:
             q = q.view(B, T, H, dh).transpose(1, 2)

@@ -202,3 +202,20 @@ def test_a_bfloat16_steps_records_keep_their_dtype_until_read_and_read_as_the_fl
         storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in stored.values()}
         # memory of its own (no more than its values: the layers' patterns share one tensor), half a float32's
         assert sum(storages.values()) == 2 * sum(t.numel() for t in record.values())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_rotary_one_token_step_rotates_q_and_k_as_a_view_of_the_qkv_product(dtype):
+    """Q, K and V of a one-token step are one product (laid out or prepacked side by side): q and k, side by
+    side in it, rotate as one view of it. Split out and concatenated again, they were an op and a copy a
+    layer more; the same values (tests/core/generation/test_generation_half.py: transformers' bits)."""
+    def cats(n_layers: int) -> int:
+        cfg = ModelConfig.llama(vocab_size=61, d_model=32, n_layers=n_layers, n_heads=4, n_kv_heads=2, d_ff=64,
+                                context_length=64)
+        session = GenerationSession(new_model(cfg, seed=0).eval().to(dtype), [3, 14, 15, 9], GenerationSettings("greedy"), stop_tokens=[])
+        session.step()
+        counting = _CountingOps()
+        with counting:
+            session.step()
+        return sum(op.startswith("cat") for op in counting.ops)
+    assert cats(6) == cats(3)  # none a layer

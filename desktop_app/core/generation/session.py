@@ -412,17 +412,17 @@ class GenerationSession(HistoryTree, BeamSearch):
         if not self.record:
             raise GenerationError("this session was started without recording")
         prefix = self._steps.prefix
-        for name in self.root.record:
+        # each node's records as kept ([1, ...], in the model's dtype until the node is read): joined, then float32
+        # once a name (the cast is exact: the values every node's record reads as), the nodes left as they are
+        kept = [n.kept_records() for n in path]
+        for name in kept[0]:
             if name.endswith("cross_attn.pattern"):  # every row sees the whole source
-                trace.tensors[prefix + name] = torch.cat([n.record[name] for n in path], dim=1)[None]
-            elif name.endswith("attn.pattern"):
-                rows = []
-                for n in path:
-                    p = n.record[name]  # [H, t_q, t_k]
-                    rows.append(torch.nn.functional.pad(p, (0, T - p.shape[-1])))
-                trace.tensors[prefix + name] = torch.cat(rows, dim=1)[None]
+                joined = torch.cat([k[name] for k in kept], dim=2)
+            elif name.endswith("attn.pattern"):  # [1, H, t_q, t_k]
+                joined = torch.cat([torch.nn.functional.pad(k[name], (0, T - k[name].shape[-1])) for k in kept], dim=2)
             else:
-                trace.tensors[prefix + name] = torch.cat([n.record[name] for n in path], dim=0)[None]
+                joined = torch.cat([k[name] for k in kept], dim=1)
+            trace.tensors[prefix + name] = joined.float()
         for l in range(self._steps.n_layers):
             trace.tensors[f"{prefix}blocks.{l}.attn.head_out"] = self._head_outputs(trace, l)
         trace.tensors.update(self._steps.encoder_records)

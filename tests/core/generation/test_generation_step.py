@@ -204,6 +204,28 @@ def test_a_bfloat16_steps_records_keep_their_dtype_until_read_and_read_as_the_fl
         assert sum(storages.values()) == 2 * sum(t.numel() for t in record.values())
 
 
+
+def test_a_bfloat16_sessions_step_trace_leaves_its_nodes_records_as_kept():
+    """step_trace joins the path's records as kept and makes float32 once a name: the nodes stay in bfloat16
+    (the Attention view of a step does not double its path's memory), the trace the same as from the records
+    read (float32) node by node, and any mix of read and unread nodes gives it too."""
+    model = _llama().to(torch.bfloat16)
+    session = GenerationSession(model, [3, 14, 15, 9], GenerationSettings("greedy"), stop_tokens=[], record=True)
+    list(session.run(5))
+    path = session.current.path()
+    trace, _ = session.step_trace()
+    assert all(n._rows is not None for n in path)  # none read
+    assert all(t.dtype == torch.float32 for t in trace.tensors.values())
+    path[2].record
+    mixed, _ = session.step_trace()
+    for n in path:
+        n.record
+    read, _ = session.step_trace()
+    assert trace.tensors.keys() == read.tensors.keys()
+    for name, t in read.tensors.items():
+        assert torch.equal(trace[name], t) and torch.equal(mixed[name], t), name
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_rotary_one_token_step_rotates_q_and_k_as_a_view_of_the_qkv_product(dtype):
     """Q, K and V of a one-token step are one product (laid out or prepacked side by side): q and k, side by

@@ -62,6 +62,10 @@ class Node:
             self._record, self._rows = {name: t[0].float() for name, t in rows.items()}, None
         return self._record
 
+    @record.setter
+    def record(self, value: dict[str, torch.Tensor] | BatchRow) -> None:
+        self._rows, self._record = (value, {}) if isinstance(value, BatchRow) else (None, value)
+
     def kept_records(self) -> dict[str, torch.Tensor]:
         """The records as kept, each [1, ...]: in the model's dtype until the node is read (then float32). For a
         reader that joins many nodes' records and makes float32 once (step_trace), leaving each node as it is."""
@@ -69,10 +73,6 @@ class Node:
             self.compute()
         rows = self._rows
         return rows if rows is not None else {name: t[None] for name, t in self._record.items()}
-
-    @record.setter
-    def record(self, value: dict[str, torch.Tensor] | BatchRow) -> None:
-        self._rows, self._record = (value, {}) if isinstance(value, BatchRow) else (None, value)
 
     def path(self) -> list["Node"]:
         out, n = [], self

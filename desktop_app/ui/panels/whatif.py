@@ -485,10 +485,11 @@ class WhatIfPanel(QWidget, ResultView):
             self.attribute()
 
     def screenshot_ready(self) -> bool:
-        """The attribution is shown (or its failure said, or why the model cannot be attributed)."""
-        if self.dla_status.text().startswith("Cannot attribute"):  # refused before any job (a post-norm model)
-            return True
-        return self._dla_job is not None and self._dla_job.done and not self.dla_status.text().endswith("…")
+        """What is on show is drawn, whatever the panel's state: no attribution or patching job runs, and the
+        attribution's line says its result (or its failure, or why the model cannot be attributed), not that
+        it is computing."""
+        running = any(job is not None and not job.done for job in (self._dla_job, self._patch_job))
+        return not running and not self.dla_status.text().endswith("\u2026")
 
     def attribute(self) -> None:
         loaded = self.state.loaded

@@ -102,8 +102,7 @@ def _settle(window, beat: Heartbeat, timeout_s: float, quiet_s: float = 0.3) -> 
         _pump(20)
         slot = window.current_slot()
         panel = slot.panel if slot is not None else None
-        # (a panel with a screenshot_demo says whether that demo is done: nothing a person started here)
-        ready = None if hasattr(panel, "screenshot_demo") else getattr(panel, "screenshot_ready", None)
+        ready = getattr(panel, "screenshot_ready", None)  # (what is on show is drawn)
         if (QThreadPool.globalInstance().activeThreadCount() == 0 and (not callable(ready) or ready())
                 and window.state.tracing is None and time.perf_counter() - beat.quiet_since >= quiet_s):
             return True

@@ -435,3 +435,25 @@ def test_cancel_on_the_statistics_tab_stops_their_worker_and_compute_computes_th
     qtbot.waitUntil(lambda: panel.stats is not None, timeout=10_000)
     assert panel.stats_map.plot.titleLabel.text == analysis.STAT_NAMES[panel.view_state.statistic]
     assert panel.aggregates_button.isHidden() and panel.aggregates_progress.isHidden()
+
+
+def test_each_views_widget_is_made_when_its_tab_is_first_clicked_then_drawn_with_the_selection(qtbot):
+    """The first look made every view's plots (four heatmaps and the head view) before anyone chose their tabs:
+    only the model view is made; another at its tab's first click, drawn with the selection, its clicks wired."""
+    panel, trace, _ = _panel(qtbot)
+    assert set(panel.widgets) == {"model-view"}  # (before: every view's widget)
+    panel.select_token(4)
+    bar = panel.tabs.tabBar()
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(panel.VIEWS.index("head-view")).center())
+    assert set(panel.widgets) == {"model-view", "head-view"}
+    hv = panel.head_view
+    assert hv.isVisible() and hv.selected_row == 4
+    p = trace[f"blocks.{panel.layer}.attn.pattern"][0].numpy()
+    assert hv.n_lines == int((p[:, 4] >= hv.threshold).sum())  # drawn: the selected query's lines
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(panel.VIEWS.index("attention")).center())
+    hm = panel.heatmap
+    assert hm.isVisible() and hm.row_box.isVisible() and hm.row_box.rect().top() == 4
+    np.testing.assert_allclose(hm.values, p[panel.head], atol=1e-6)
+    qtbot.waitUntil(lambda: hm.vb.width() > 0, timeout=5_000)  # its row clicks select too
+    qtbot.mouseClick(hm.viewport(), Qt.MouseButton.LeftButton, pos=_view_point(hm, hm.cell_scene_pos(2, 1)))
+    assert panel.selected_token == 2 and hv.selected_row == 2

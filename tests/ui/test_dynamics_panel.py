@@ -400,3 +400,27 @@ def test_a_plots_right_click_menu_is_made_at_the_first_right_click_and_does_what
     x, y = panel.scatter.getData()
     assert x0 <= x.min() and x.max() <= x1 and y0 <= y.min() and y.max() <= y1  # View All: the particles again
     assert all(p.getViewBox().menu is None for p in plots[:-1])  # the others still wait for theirs
+
+
+def test_a_right_click_on_the_3d_view_gives_its_menu_and_reset_rotation_undoes_a_drag(qtbot, panel):
+    """In 3-D the view took every mouse release (a left drag rotates it), so a right-click showed no menu: it gives
+    the plot's menu as in 2-D (View All, Export...), with Reset rotation, which undoes a drag's rotation."""
+    qtbot.waitUntil(lambda: panel.sim is not None, timeout=10000)
+    assert panel.view3d.isChecked() and panel.sim.config.d >= 3
+    view = panel.particles.viewport()
+    before = panel.screen_xy.copy()
+    centre = view.rect().center()
+    qtbot.mousePress(view, Qt.MouseButton.LeftButton, pos=centre)  # a left drag rotates
+    qtbot.mouseMove(view, centre + QPoint(60, 25))
+    qtbot.mouseRelease(view, Qt.MouseButton.LeftButton, pos=centre + QPoint(60, 25))
+    assert not np.allclose(panel.screen_xy, before)
+    particles = panel.particles.getPlotItem()
+    _right_click(qtbot, panel.particles, particles)
+    menu = particles.getViewBox().menu
+    assert menu is not None  # (before: no menu, the release never reached the plot)
+    qtbot.waitUntil(menu.isVisible, timeout=5000)
+    titles = [a.text() for a in menu.actions() if a.isVisible()]
+    assert titles[0] == "View All" and "Export..." in titles and "Reset rotation" in titles
+    next(a for a in menu.actions() if a.text() == "Reset rotation").trigger()
+    menu.close()
+    np.testing.assert_allclose(panel.screen_xy, before)

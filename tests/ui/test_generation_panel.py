@@ -669,3 +669,35 @@ def test_beam_options_typed_and_picked_reach_the_search_and_the_workspace(qtbot,
     assert -10 <= panel.length_penalty.value() <= 10 and panel.length_penalty.maximum() == 10
     panel.set_view_state(saved)
     assert panel.length_penalty.value() == -0.5 and panel.early_stopping.currentText() == "early stop true"
+
+
+def test_screenshot_ready_says_whether_what_is_on_show_is_drawn_without_a_demo(qtbot, panel):
+    """screenshot_ready read only the --screenshot demo's progress (an error on a panel where none ran, which bench
+    ui worked around): idle, it is ready; a Step clicked and held in the worker, not; the step drawn, ready."""
+    assert panel.screenshot_ready()
+    panel.prompt.setText("the ")
+    with _held(panel.state.loaded.model) as gate:
+        qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: panel.busy, timeout=5_000)
+        assert not panel.screenshot_ready()
+        gate.set()
+        qtbot.waitUntil(panel.screenshot_ready, timeout=10_000)
+    assert panel.session.current.depth == 1 and panel.bars.token_ids  # the step's bars are drawn
+
+
+def test_the_plots_not_on_show_are_made_when_first_shown(qtbot, panel):
+    """The panel made three pyqtgraph plots at its first show, two of them hidden: the model as trained's bars
+    (shown with what-if edits) and an encoder-decoder's cross-attention map. Only the bars on show are made; the
+    plain model's when the edits bring them on screen, drawn."""
+    import pyqtgraph as pg
+
+    from desktop_app.core.interventions import Intervention
+
+    assert panel.findChildren(pg.GraphicsView) == [panel.bars.plot]  # (before: three)
+    panel.state.set_interventions([Intervention("blocks.0.attn.head.1")])
+    panel.prompt.setText("the ")
+    qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "log p" in panel.plain_label.text(), timeout=20_000)
+    assert panel.plain_box.isVisible() and panel.plain_bars.isVisible() and panel.plain_bars.width() > 100
+    assert len(panel.plain_bars.token_ids) == len(panel.bars.token_ids)  # drawn
+    assert len(panel.findChildren(pg.GraphicsView)) == 2

@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 
 from desktop_app.ui.widgets.export import export_view
 
-from .walkthrough import click_panel_tab, open_window, type_into
+from .walkthrough import click_panel_tab, click_tab, open_window, type_into
 
 
 @pytest.fixture
@@ -73,6 +73,21 @@ def test_the_export_buttons_follow_the_attribution_on_show(qtbot, window, tmp_pa
     qtbot.waitUntil(lambda: panel.dla_status.text().startswith("Cannot attribute"), timeout=20_000)
     assert panel.dla_chart.attribution is None
     assert not any(b.isEnabled() for b in panel.dla_export.buttons.values())
+
+
+def test_the_patching_maps_are_made_when_their_tab_is_first_clicked(qtbot, window):
+    """The panel's first show is the attribution's tab: the patching maps (two pyqtgraph heatmaps) wait for their
+    tab's first click, then fill it, laid out, and the File menu's export bar follows the residual-stream map."""
+    w, state = window
+    panel = click_panel_tab(qtbot, w, "What if")
+    qtbot.waitUntil(panel.isVisible, timeout=5_000)  # (a panel built at its tab's click is shown by a queued call)
+    assert not panel.patching_maps.made  # (before: made at the panel's build)
+    click_tab(qtbot, panel.tabs, "Activation patching")
+    assert panel.patching_maps.made
+    for hm in (panel.resid_map, panel.heads_map):
+        assert hm.isVisible() and hm.width() > 100 and hm.height() > 100
+    assert panel.current_view() is panel.resid_map
+    assert not any(b.isEnabled() for b in panel.export_bar.buttons.values())  # nothing patched yet
 
 
 def test_patching_runs_with_progress_checks_lengths_and_exports(qtbot, window, tmp_path):

@@ -514,11 +514,9 @@ class AttentionPanel(ViewTablePanel):
         for key, name in ATTENTION_KINDS.items():
             self.kind_combo.addItem(name, key)
         self.kind_label = QLabel("Attention")
-        self.model_view = ModelView()
-        self.head_view = HeadView()
-        self._build_views({"model-view": self.model_view, "head-view": self.head_view})
-        self.heatmap, self.mean_map = self.widgets["attention"], self.widgets["mean"]
-        self.rollout_map, self.stats_map = self.widgets["rollout"], self.widgets["head-stats"]
+        self.model_view = ModelView()  # (made now: the first look paints its rows as a trace arrives)
+        # each other view's widget made when its tab is first shown (view_panel._build_views)
+        self._build_views({"model-view": self.model_view, "head-view": HeadView})
 
         controls = QHBoxLayout()
         controls.addWidget(self.kind_label)
@@ -560,8 +558,6 @@ class AttentionPanel(ViewTablePanel):
         self.tabs.currentChanged.connect(self._on_tab)
         self.model_view.head_clicked.connect(self.open_head)
         self.model_view.head_menu_requested.connect(self.show_ablation_menu)
-        self.head_view.token_clicked.connect(
-            lambda t: self.select_token(None if t == self.selected_token else t))  # a second click clears
         self.tokens.token_selected.connect(self.select_token)
         self._update_controls()
         self._partial = None  # the trace whose thumbnails are painting row by row (state.layers_ready)
@@ -574,6 +570,19 @@ class AttentionPanel(ViewTablePanel):
         self._follow_trace()
         if getattr(state, "tracing", None) is not None:  # opened while a trace arrives: its layers so far
             self._on_layers_ready(state.tracing)
+
+    def _view_made(self, name: str, widget) -> None:
+        if name == "head-view":
+            widget.selected_row = self.query_row()  # (drawn next, around the selection)
+            widget.token_clicked.connect(
+                lambda t: self.select_token(None if t == self.selected_token else t))  # a second click clears
+
+    # the views' widgets (each made when first asked for)
+    head_view = property(lambda self: self.widgets["head-view"])
+    heatmap = property(lambda self: self.widgets["attention"])
+    mean_map = property(lambda self: self.widgets["mean"])
+    rollout_map = property(lambda self: self.widgets["rollout"])
+    stats_map = property(lambda self: self.widgets["head-stats"])
 
     # -- view state ------------------------------------------------------------------------
     def _show_view_state(self) -> None:
@@ -843,7 +852,8 @@ class AttentionPanel(ViewTablePanel):
         self._show_aggregates_controls()
         self._partial, self._partial_thumbs = None, []
         self.model_view.set_patterns([], None)
-        self.head_view.set_layer(np.zeros((0, 0, 0), dtype=np.float32), [], [])
+        if "head-view" in self.widgets:  # (one not made yet shows nothing)
+            self.head_view.set_layer(np.zeros((0, 0, 0), dtype=np.float32), [], [])
         for spin in (self.layer_spin, self.head_spin):  # the view state keeps its layer and head for the next trace
             spin.blockSignals(True)
             spin.setRange(0, 0)
@@ -994,7 +1004,8 @@ class AttentionPanel(ViewTablePanel):
     def _select_in_own_views(self) -> None:
         row = self.query_row()
         self.model_view.set_selected_row(row)
-        self.head_view.set_selected_row(row)
+        if "head-view" in self.widgets:  # (one made later is drawn, then given the selection: _refresh)
+            self.head_view.set_selected_row(row)
 
     # -- ablation (what if): edits AppState.interventions; every panel then shows the edited model
     ABLATIONS = (("zero", "Zero"), ("mean", "Mean over the text"), ("resample", "Resample from another text…"))

@@ -40,6 +40,7 @@ MAX_FRAMES_KEPT = 600  # for the time slider; oldest dropped first
 CLUSTER_SAMPLE = 500
 MAX_D = 4096  # the d box follows a model's width
 TRAIL_LENGTH = 12
+START_YAW, START_PITCH = 0.6, 0.35  # the 3-D view's rotation at first (radians), and after Reset rotation
 
 
 # the smallest the particle view gets: with the form's column and the curves (CURVES_MIN) it fits 1024 x 700
@@ -100,7 +101,7 @@ class DynamicsPanel(QWidget, ResultView):
         self._records: list[dy.Record] = []
         self._layer_curves: dy.LayerCurves | None = None
         self._basis: np.ndarray | None = None
-        self._yaw, self._pitch = 0.6, 0.35
+        self._yaw, self._pitch = START_YAW, START_PITCH
         self._drag_from = None
         self._view_radius = 0.0
         self._guide_drawn = None  # what the sphere guide shows now (redrawn when that changes)
@@ -216,7 +217,8 @@ class DynamicsPanel(QWidget, ResultView):
         scroll.setMinimumWidth(left_w.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
                                + 2 * scroll.frameWidth())
 
-        self.particles = pg.PlotWidget(background="w", viewBox=MenuOnDemandViewBox())  # (its menu: on right-click)
+        self.particles = pg.PlotWidget(background="w",  # (its menu: made at the first right-click)
+                                       viewBox=MenuOnDemandViewBox(fill_menu=self._fill_particles_menu))
         self.particles.setMinimumSize(*PARTICLES_MIN)
         self.particles.setAspectLocked(True)
         self.particles.hideButtons()
@@ -665,7 +667,8 @@ class DynamicsPanel(QWidget, ResultView):
         self.curves.draw_layer_curves(self._layer_curves)
 
     def eventFilter(self, obj, event) -> bool:
-        """Drag in the 3-D view rotates it (yaw with horizontal motion, pitch with vertical).
+        """A left-button drag in the 3-D view rotates it (yaw with horizontal motion, pitch with vertical); the
+        other buttons go on to the plot (a right-click: its menu, Export and Reset rotation among it).
 
         Mouse events only are looked at, before any widget is touched: the viewport sends other events
         through this filter while the application tears down, when this panel's widgets are already
@@ -673,8 +676,7 @@ class DynamicsPanel(QWidget, ResultView):
         kind = event.type()
         if kind not in _DRAG_EVENTS:
             return False
-        three_d = self.view3d.isChecked() and self._basis is not None and self._basis.shape[0] >= 3
-        if obj is self.particles.viewport() and three_d:
+        if obj is self.particles.viewport() and self._three_d():
             if kind == QEvent.Type.MouseButtonPress and event.button() == Qt.MouseButton.LeftButton:
                 self._drag_from = event.position()
                 return True
@@ -683,10 +685,24 @@ class DynamicsPanel(QWidget, ResultView):
                 self._drag_from = event.position()
                 self.rotate(delta.x() * 0.01, delta.y() * 0.01)
                 return True
-            if kind == QEvent.Type.MouseButtonRelease:
+            if kind == QEvent.Type.MouseButtonRelease and event.button() == Qt.MouseButton.LeftButton:
                 self._drag_from = None
                 return True
         return False
+
+    def _three_d(self) -> bool:
+        """The particles are drawn rotated in 3-D (the box ticked and three dimensions at least to show)."""
+        return self.view3d.isChecked() and self._basis is not None and self._basis.shape[0] >= 3
+
+    def _fill_particles_menu(self, menu) -> None:
+        """The particle view's right-click menu (pyqtgraph's: View All, Export...) has Reset rotation in 3-D."""
+        reset = menu.addAction("Reset rotation")
+        reset.triggered.connect(self.reset_rotation)
+        menu.aboutToShow.connect(lambda: reset.setVisible(self._three_d()))
+
+    def reset_rotation(self) -> None:
+        self._yaw, self._pitch = START_YAW, START_PITCH
+        self._redraw()
 
     def rotate(self, d_yaw: float, d_pitch: float) -> None:
         self._yaw += d_yaw

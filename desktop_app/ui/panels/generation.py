@@ -35,6 +35,7 @@ from ...core.generation import (STRATEGIES, GenerationError, GenerationSession, 
 from ...core.views.generation import GenerationViewState
 from ...core.inputs import InputError
 from ..widgets.export import ExportBar
+from ..widgets.made_when_shown import MadeWhenShown
 from ..widgets.prob_bars import ProbBars
 from ..widgets.readable import format_prob
 from ..state import EDITS, MODEL, ResultView
@@ -42,6 +43,7 @@ from ..widgets.token_strip import TokenStrip
 from .generation_views import CrossAttentionStepView, DecoderStepView, EncoderFillView, GenerationView, _mutate
 
 TOP_BARS = 15
+PLAIN_COMPUTING = "computing the model as trained\u2026"  # the line beside the edited bars meanwhile
 
 
 # -- worker functions (run off the UI thread; the views have the rest) -------------------------
@@ -216,8 +218,9 @@ class GenerationPanel(QWidget, ResultView):
         self.dist_label = QLabel()
         self.dist_label.setWordWrap(True)
         self.dist_label.setTextFormat(Qt.TextFormat.PlainText)  # it quotes tokens: <s> is a tag to rich text
-        # With what-if edits (AppState.interventions): the model as trained, beside the edited one
-        self.plain_bars = ProbBars()
+        # With what-if edits (AppState.interventions): the model as trained, beside the edited one (its bars, a
+        # pyqtgraph plot, made when first shown or drawn: widgets.made_when_shown)
+        self._plain_bars = MadeWhenShown(ProbBars)
         self.plain_label = QLabel()
         self.plain_label.setWordWrap(True)
         self.plain_label.setTextFormat(Qt.TextFormat.PlainText)
@@ -226,7 +229,7 @@ class GenerationPanel(QWidget, ResultView):
         pv = QVBoxLayout(self.plain_box)
         pv.setContentsMargins(0, 0, 0, 0)
         pv.addWidget(QLabel("<b>Without them</b> (the model as trained)"))
-        pv.addWidget(self.plain_bars, 1)
+        pv.addWidget(self._plain_bars, 1)
         self.plain_box.setVisible(False)
         self.edited_title.setVisible(False)
         edited = QWidget()
@@ -295,6 +298,8 @@ class GenerationPanel(QWidget, ResultView):
             sc.setContext(ctx)
             sc.activated.connect(slot)
         self._update_enabled()
+
+    plain_bars = property(lambda self: self._plain_bars.widget())  # (made now if not yet)
 
     def _slider(self, lo: int, hi: int, value: int) -> QSlider:
         s = QSlider(Qt.Orientation.Horizontal)
@@ -787,7 +792,7 @@ class GenerationPanel(QWidget, ResultView):
         if key in self._plain_logits:
             self._show_plain(dist, chosen, self._plain_logits[key])
             return
-        self.plain_label.setText("computing the model as trained…")
+        self.plain_label.setText(PLAIN_COMPUTING)
         loaded = self.state.loaded
 
         def done(logits) -> None:
@@ -799,6 +804,9 @@ class GenerationPanel(QWidget, ResultView):
         self.state.run(plain_logits_at, loaded, list(context_ids), position, source, on_result=done,
                        on_error=lambda exc, tb: self.plain_label.setText(f"the model as trained: {exc}"),
                        owner=self, parts=(MODEL,))
+
+    def _plain_computing(self) -> bool:
+        return self.plain_box.isVisibleTo(self) and self.plain_label.text() == PLAIN_COMPUTING
 
     def _show_plain(self, dist, chosen: int | None, logits) -> None:
         import math
@@ -890,4 +898,9 @@ class GenerationPanel(QWidget, ResultView):
         self._demo = generation_demo(self)
 
     def screenshot_ready(self) -> bool:
-        return self._demo.done
+        """What is on show is drawn, whatever the panel's state: no job holds the session (a step, a run, the
+        edits' recompute), no refresh waits, the model as trained is not being computed beside the edited
+        one, and the --screenshot demo, if one was started, has played."""
+        demo = getattr(self, "_demo", None)
+        return (not self.busy and not self._refresh_timer.isActive() and not self._plain_computing()
+                and (demo is None or demo.done))

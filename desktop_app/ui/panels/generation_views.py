@@ -20,6 +20,7 @@ from ...core.views.generation import branch_rows, common_prefix_length
 from ...app.generation import mask_positions
 from ...app.tracing import tokenize_and_trace
 from ..widgets.heatmap import Heatmap
+from ..widgets.made_when_shown import MadeWhenShown
 from ..widgets.readable import format_prob
 
 
@@ -84,10 +85,11 @@ class CrossAttentionStepView(QWidget):
         self.layer.setToolTip("The decoder layer whose cross-attention is shown (or the mean over layers)")
         self.layer.currentIndexChanged.connect(lambda _: self._draw())
         v.addWidget(self.layer)
-        self.heatmap = Heatmap(row_name="head", col_name="source", value_name="attention", annotate_max_cells=120,
-                               row_tokens=False)
-        self.heatmap.setMinimumWidth(220)
-        v.addWidget(self.heatmap, 1)
+        # (a pyqtgraph plot: made when first shown or drawn, as this view is shown for encoder-decoders only)
+        self._heatmap = MadeWhenShown(lambda: Heatmap(row_name="head", col_name="source", value_name="attention",
+                                                      annotate_max_cells=120, row_tokens=False))
+        self._heatmap.setMinimumWidth(220)
+        v.addWidget(self._heatmap, 1)
         self.rows = np.zeros((0, 0, 0), dtype=np.float32)
         self.source_labels: list[str] = []
 
@@ -95,7 +97,10 @@ class CrossAttentionStepView(QWidget):
         self.rows = np.zeros((0, 0, 0), dtype=np.float32)
         self.source_labels = []
         self.caption.setText(message)
-        self.heatmap.clear_matrix("")
+        if self._heatmap.made:  # (one not made yet shows nothing)
+            self.heatmap.clear_matrix("")
+
+    heatmap = property(lambda self: self._heatmap.widget())  # (made now if not yet)
 
     def set_step(self, rows, source_labels: list[str], caption: str) -> None:
         rows = np.asarray(rows, dtype=np.float32)

@@ -785,4 +785,6 @@ class LipschitzPanel(QWidget):
         self._demo = ScriptedDemo(runs, self.is_running, self)
 
     def screenshot_ready(self) -> bool:
-        return self._demo.done
+        """No sweep runs, and the --screenshot demo, if one was started, has played (whatever the panel's state)."""
+        demo = getattr(self, "_demo", None)
+        return not self.is_running() and (demo is None or demo.done)

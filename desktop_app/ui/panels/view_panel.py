@@ -13,10 +13,10 @@ from typing import Callable
 from PySide6.QtWidgets import QHBoxLayout, QTabWidget, QVBoxLayout, QWidget
 
 from ...core.views import HeatmapResult, View, export_name, view_names
-from ..settings import palette_is_dark, restyle_plots
 from ..widgets.elided_label import ElidedLabel
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap
+from ..widgets.made_when_shown import MadeWhenShown
 from ..widgets.token_strip import TokenStrip
 
 
@@ -51,16 +51,15 @@ class ViewTablePanel(QWidget):
     def _build_views(self, own: dict[str, QWidget | Callable[[], QWidget]]) -> None:
         """The tabs, the export bar, and the widget of the view on show (`own`: the panel's widget, or what
         makes it, for each non-heatmap kind). Each other view's widget is made when its tab is first shown or
-        it is asked for (self.widgets[name]): a pyqtgraph plot is ~10-25 ms to make, and at the Qwen2.5-0.5B
-        shape making every view held the Layers panel's first show 278-525 ms (bench ui)."""
+        it is asked for (self.widgets[name]; widgets.made_when_shown): a pyqtgraph plot is ~10-25 ms to make,
+        and at the Qwen2.5-0.5B shape making every view held the Layers panel's first show 278-525 ms (bench ui)."""
         self._own = own
         self._cleared: str | None = None  # what the views say while there is no trace (_clear)
-        self.widgets = _ViewWidgets(self._make_view)  # view name -> the widget that draws it, once made
+        pages = {name: MadeWhenShown(lambda name=name: self._make_view(name)) for name in self.VIEWS}
+        self.widgets = _ViewWidgets(pages)  # view name -> the widget that draws it, once made
         self.tabs = QTabWidget()
-        for title in self.VIEW_TITLES:
-            page = QWidget()  # the view's widget goes in when made
-            QVBoxLayout(page).setContentsMargins(0, 0, 0, 0)
-            self.tabs.addTab(page, title)
+        for name, title in zip(self.VIEWS, self.VIEW_TITLES):
+            self.tabs.addTab(pages[name], title)
         self.tabs.setCurrentIndex(self.VIEWS.index(self.view_state.view))
         self.tabs.currentChanged.connect(lambda i: self.widgets[self.VIEWS[i]])  # (first: the panel's own follow)
         self.export_bar = ExportBar(self.current_view, self._export_name)
@@ -79,12 +78,6 @@ class ViewTablePanel(QWidget):
             w = w if isinstance(w, QWidget) else w()
         if hasattr(self, "export_bar"):  # (the view made first is the bar's own current_view())
             self.export_bar.follow(w)
-        page = self.tabs.widget(self.VIEWS.index(name))
-        page.layout().addWidget(w)
-        if page.isVisible():
-            w.show()  # (now: a widget added to a shown page is shown by a queued call)
-        if palette_is_dark():  # (pyqtgraph's own colours: as the window does for a panel built after the theme)
-            restyle_plots(w)
         self._view_made(name, w)
         return w
 
@@ -165,8 +158,8 @@ class ViewTablePanel(QWidget):
         else:
             hm.set_values(r.values, r.levels)  # the fast path: one texture upload
             hm.set_title(r.title)
-        if view.rows == "tokens":
-            hm.set_selected_row(self.selected_token)
+        if view.rows:  # (a view made after the selection is given it here)
+            hm.set_selected_row(self._row_of_selection(view))
 
     # -- data ------------------------------------------------------------------------------
     def _on_trace_changed(self, trace) -> None:
@@ -269,13 +262,18 @@ class ViewTablePanel(QWidget):
         raise NotImplementedError
 
 
-class _ViewWidgets(dict):
-    """View name -> its widget: a name not yet made is made when asked for (`in` and get() do not make it)."""
+class _ViewWidgets:
+    """View name -> its widget, made when asked for (`in` and iterating see only the ones made, and make none)."""
 
-    def __init__(self, make: Callable[[str], QWidget]) -> None:
-        super().__init__()
-        self._make = make
+    def __init__(self, pages: dict[str, MadeWhenShown]) -> None:
+        self._pages = pages
 
-    def __missing__(self, name: str) -> QWidget:
-        self[name] = widget = self._make(name)
-        return widget
+    def __getitem__(self, name: str) -> QWidget:
+        return self._pages[name].widget()
+
+    def __contains__(self, name: str) -> bool:
+        return self._pages[name].made
+
+    def __iter__(self):
+        """The names of the views made so far."""
+        return (name for name, page in self._pages.items() if page.made)

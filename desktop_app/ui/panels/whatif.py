@@ -30,6 +30,7 @@ from ..widgets.attribution_bars import AttributionBars, Bars
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap
 from ..widgets.job_progress import JobProgressBar
+from ..widgets.made_when_shown import MadeWhenShown
 
 
 # -- core work, run in workers -----------------------------------------------------------------
@@ -194,12 +195,6 @@ class WhatIfPanel(QWidget, ResultView):
         self.progress = JobProgressBar()
         self.progress.setVisible(False)
         self.patch_status = QLabel(self.PATCH_HINT)
-        self.resid_map = Heatmap(colormap="CET-D1", row_name="layer", col_name="position", value_name="recovered",
-                                 row_tokens=False, annotate_max_cells=200)
-        self.heads_map = Heatmap(colormap="CET-D1", row_name="layer", col_name="head", value_name="recovered",
-                                 row_tokens=False, col_tokens=False, annotate_max_cells=200)
-        self.resid_export = ExportBar(lambda: self.resid_map, lambda: "whatif-patching-resid")
-        self.heads_export = ExportBar(lambda: self.heads_map, lambda: "whatif-patching-heads")
         patching = QWidget()
         texts = QHBoxLayout()
         for w in (QLabel("Clean"), self.clean_edit, QLabel("Corrupted"), self.corrupted_edit):
@@ -208,22 +203,14 @@ class WhatIfPanel(QWidget, ResultView):
         for w in (QLabel("Answer"), self.answer_edit, QLabel("Wrong"), self.wrong_edit, self.run_button,
                   self.cancel_button, self.progress):
             answers.addWidget(w)
-        maps = QSplitter()
-        for hm, bar, name in ((self.resid_map, self.resid_export, "Residual stream (layer x position)"),
-                              (self.heads_map, self.heads_export, "Heads (layer x head)")):
-            box = QWidget()
-            v = QVBoxLayout(box)
-            head = QHBoxLayout()
-            head.addWidget(QLabel(name), 1)
-            head.addWidget(bar)
-            v.addLayout(head)
-            v.addWidget(hm, 1)
-            maps.addWidget(box)
+        # the maps made when the tab is first shown (a heatmap is a pyqtgraph plot, ~25-50 ms to make): the
+        # panel's first show is the attribution's tab
+        self.patching_maps = MadeWhenShown(self._make_patching_maps)
         lay = QVBoxLayout(patching)
         lay.addLayout(texts)
         lay.addLayout(answers)
         lay.addWidget(self.patch_status)
-        lay.addWidget(maps, 1)
+        lay.addWidget(self.patching_maps, 1)
 
         # (c) steering
         self.towards_edit, self.away_edit = QLineEdit(), QLineEdit()
@@ -317,7 +304,7 @@ class WhatIfPanel(QWidget, ResultView):
         self.tabs.addTab(ablating, "Ablate")
         # File > Export Current View: the chart, or the residual-stream map (the heads map has its own bar)
         self.export_bar = ExportBar(self.current_view, self._export_name, self,
-                                    views=(self.dla_chart, self.resid_map))
+                                    views=(self.dla_chart,))  # (and the residual-stream map, once made)
         self.export_bar.hide()
         outer = QVBoxLayout(self)
         outer.addWidget(self.tabs)
@@ -355,6 +342,38 @@ class WhatIfPanel(QWidget, ResultView):
 
     def current_view(self):
         return self.dla_chart if self.tabs.currentIndex() == 0 else self.resid_map
+
+    def _make_patching_maps(self) -> QSplitter:
+        """The residual-stream and heads maps of activation patching, each with its export bar."""
+        self._resid_map = Heatmap(colormap="CET-D1", row_name="layer", col_name="position", value_name="recovered",
+                                  row_tokens=False, annotate_max_cells=200)
+        self._heads_map = Heatmap(colormap="CET-D1", row_name="layer", col_name="head", value_name="recovered",
+                                  row_tokens=False, col_tokens=False, annotate_max_cells=200)
+        self._resid_export = ExportBar(lambda: self._resid_map, lambda: "whatif-patching-resid")
+        self._heads_export = ExportBar(lambda: self._heads_map, lambda: "whatif-patching-heads")
+        self.export_bar.follow(self._resid_map)
+        maps = QSplitter()
+        for hm, bar, name in ((self._resid_map, self._resid_export, "Residual stream (layer x position)"),
+                              (self._heads_map, self._heads_export, "Heads (layer x head)")):
+            box = QWidget()
+            v = QVBoxLayout(box)
+            head = QHBoxLayout()
+            head.addWidget(QLabel(name), 1)
+            head.addWidget(bar)
+            v.addLayout(head)
+            v.addWidget(hm, 1)
+            maps.addWidget(box)
+        return maps
+
+    def _patching_part(self, name: str):
+        self.patching_maps.widget()  # (the maps made now if not yet)
+        return getattr(self, name)
+
+    # activation patching's maps and their export bars (made when first asked for, or shown)
+    resid_map = property(lambda self: self._patching_part("_resid_map"))
+    heads_map = property(lambda self: self._patching_part("_heads_map"))
+    resid_export = property(lambda self: self._patching_part("_resid_export"))
+    heads_export = property(lambda self: self._patching_part("_heads_export"))
 
     def _export_name(self) -> str:
         return "whatif-attribution" if self.tabs.currentIndex() == 0 else "whatif-patching-resid"
@@ -409,8 +428,9 @@ class WhatIfPanel(QWidget, ResultView):
 
         self.dla_status.setText(line(self.DLA_HINT, attribution_problem(cfg) if cfg is not None else ""))
         if changed & {MODEL, EDITS}:  # patching reads its own texts, with the model and its edits
-            self.resid_map.clear_matrix("")
-            self.heads_map.clear_matrix("")
+            if self.patching_maps.made:  # (maps not made yet show nothing)
+                self.resid_map.clear_matrix("")
+                self.heads_map.clear_matrix("")
             self.patching = None
             self.patch_status.setText(line(self.PATCH_HINT, patching_problem(cfg) if cfg is not None else ""))
         if MODEL in changed:  # a steering vector is one model's residual stream
@@ -465,10 +485,11 @@ class WhatIfPanel(QWidget, ResultView):
             self.attribute()
 
     def screenshot_ready(self) -> bool:
-        """The attribution is shown (or its failure said, or why the model cannot be attributed)."""
-        if self.dla_status.text().startswith("Cannot attribute"):  # refused before any job (a post-norm model)
-            return True
-        return self._dla_job is not None and self._dla_job.done and not self.dla_status.text().endswith("…")
+        """What is on show is drawn, whatever the panel's state: no attribution or patching job runs, and the
+        attribution's line says its result (or its failure, or why the model cannot be attributed), not that
+        it is computing."""
+        running = any(job is not None and not job.done for job in (self._dla_job, self._patch_job))
+        return not running and not self.dla_status.text().endswith("\u2026")
 
     def attribute(self) -> None:
         loaded = self.state.loaded

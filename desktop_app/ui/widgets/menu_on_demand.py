@@ -7,16 +7,22 @@ gathers it), so a person keeps the same menu.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import pyqtgraph as pg
+from PySide6.QtWidgets import QMenu
 from pyqtgraph.graphicsItems.ViewBox.ViewBoxMenu import ViewBoxMenu
 
 
 class MenuOnDemandViewBox(pg.ViewBox):
-    """Pass as a plot's viewBox= (pg.PlotWidget(viewBox=...), addPlot(viewBox=...))."""
+    """Pass as a plot's viewBox= (pg.PlotWidget(viewBox=...), addPlot(viewBox=...)); `fill_menu(menu)`, if
+    given, adds the plot's own actions to the menu when it is made."""
 
-    def __init__(self, *args, enableMenu: bool = True, **kwargs) -> None:  # noqa: N803 (pyqtgraph's name)
+    def __init__(self, *args, enableMenu: bool = True,  # noqa: N803 (pyqtgraph's name)
+                 fill_menu: Callable[[QMenu], None] | None = None, **kwargs) -> None:
         super().__init__(*args, enableMenu=False, **kwargs)
         self.state["enableMenu"] = enableMenu  # (menuEnabled() says it; the menu itself waits)
+        self._fill_menu = fill_menu
 
     def _applyMenuEnabled(self) -> None:  # noqa: N802 - pyqtgraph's: disabling drops a made menu, enabling waits
         if not self.menuEnabled() and self.menu is not None:
@@ -27,6 +33,8 @@ class MenuOnDemandViewBox(pg.ViewBox):
         if self.menu is None and self.menuEnabled():
             self.menu = ViewBoxMenu(self)
             self.updateViewLists()
+            if self._fill_menu is not None:
+                self._fill_menu(self.menu)
         return self.menu
 
     def getContextMenus(self, event):  # noqa: N802

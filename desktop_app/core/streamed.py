@@ -50,7 +50,9 @@ class StreamedWeights:
         self.bytes_read = 0  # the bytes of those reads' tensors (in the compute dtype)
         self.storages: dict[int, tuple[int, str]] = {}  # a resident parameter's storage address -> (layer, name)
         for l, block in enumerate(model.blocks):
-            block.register_forward_pre_hook(lambda module, args, l=l: self.bring(l))
+            block.register_forward_pre_hook(
+                lambda module, args, kwargs, l=l: self.bring(l, parts_before_stop(module, args, kwargs)),
+                with_kwargs=True)
             block.register_forward_hook(lambda module, args, out, l=l: self.drop(l), always_call=True)
             self.drop(l, force=True)
         model.streamed = self
@@ -163,6 +165,30 @@ def holding(model, layer: int, only: set[str] | None = None) -> Iterator[None]:
     finally:
         streamed.held[layer] -= 1
         streamed.drop(layer)
+
+
+def parts_before_stop(block: nn.Module, args: tuple, kwargs: dict) -> set[str] | None:
+    """The names of the parameters a call of `block` (Block.forward's args) uses when the pass stops
+    within it (stop_at: a Lipschitz input's "blocks.3.attn.input" needs the norm before attention,
+    no attention or MLP), walking its sublayers in Block.compose's order; None (all of them) when it
+    does not stop there, or stops inside a sublayer (attn.pattern: the pass ends at the block's end)."""
+    stop_at, prefix = kwargs.get("stop_at"), args[5] if len(args) > 5 else kwargs.get("prefix")
+    if not stop_at or not prefix or not stop_at.startswith(prefix):
+        return None
+    parts: set[str] = set()
+    for s in block.sublayers:
+        if s.norm is not None and not s.post:
+            parts.add(s.norm)
+        if stop_at == prefix + s.name + ".input":
+            return parameter_names(block, parts)
+        parts |= {s.name} | ({s.out_norm} if s.out_norm else set())
+        if stop_at == prefix + s.name + ".out":
+            return parameter_names(block, parts)
+        if s.post:
+            parts.add(s.norm)
+        if stop_at == prefix + s.resid:
+            return parameter_names(block, parts)
+    return None
 
 
 def parameter_names(block: nn.Module, parts: set[str]) -> set[str]:

@@ -186,7 +186,7 @@ def streamed_graph(inputs: Path, shape: str, tokens: int, max_feature_nodes: int
             if mode in ("whole", "before"):  # holding the whole block
                 patches.enter_context(mock.patch.object(replacement, "_parts_read", lambda block: None))
             if mode == "before":  # its check on every read, not the new one at each tensor's first read
-                patches.enter_context(mock.patch.object(checkpoints, "_all_finite", lambda t: True))
+                patches.enter_context(mock.patch.object(checkpoints, "_check_finite", lambda files, into: None))
                 patches.enter_context(mock.patch.object(streamed, "load_block",
                                                         checked_every_read(streamed.load_block)))
             streamed.bytes_read, batches[0] = 0, 0

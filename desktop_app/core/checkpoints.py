@@ -284,7 +284,8 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
     tensor name -> tensor; `names`: those the source holds): a model folder's safetensors or a GGUF file
     (core/formats). `check_shapes(meta_model)` compares the source's shapes before any data is read;
     `check_read(into)` runs once every tensor is read and the dtype they are cast `into` is known, before the
-    cast allocates anything. `stored_dtype`: the source's dtype when the tensors do
+    cast allocates anything, and again (streamed) after each block's read, before its cast: it checks the
+    tensors read since it last ran. `stored_dtype`: the source's dtype when the tensors do
     not say it (dequantized GGUF weights). With `block_reader` (a model larger than memory), only the
     weights outside the blocks are read now; each block is read while it computes (core/streamed.py)
     through a fresh (get, close) pair from block_reader(). Returns (model, config, stored dtype, why)."""
@@ -334,10 +335,6 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
         model.pos_table = sinusoidal_table(cfg.context_length, cfg.d_model, cfg.sinusoidal_layout).to(device)
     model.eval()
     if streamed:
-        # tensors found finite at their first read: read again (every generated token, every graph batch),
-        # they are the same bytes, not checked again
-        finite: set[str] = set()
-
         def load_block(layer: int, on: torch.device, only: set[str] | None = None) -> dict[str, torch.Tensor]:
             block_get, close = block_reader()
             prefix = f"blocks.{layer}."
@@ -345,32 +342,15 @@ def assemble_model(cfg: ModelConfig, get: Callable[[str], torch.Tensor], names: 
                 wanted = None if only is None else _stored_with(cfg, {prefix + n for n in only})
                 part = _from_hf(cfg, block_get, names, file_of,
                                 keep=lambda n: n.startswith(prefix) and (wanted is None or n in wanted))
+                check_read(target_dtype)  # the whole load's check, of the tensors not read before
                 # copies of their own, so that the files' pages are let go once the reader closes
                 out = {n[len(prefix):]: t.to(device=on, dtype=target_dtype, copy=True) for n, t in part.items()}
-                for n, t in out.items():
-                    if prefix + n in finite:
-                        continue
-                    if not _all_finite(t):
-                        hf = _hf_name_for(cfg, prefix + n, names)
-                        overflow = _all_finite(part[prefix + n])
-                        raise ModelLoadError(file_of(hf), _not_finite(hf, target_dtype if overflow else None))
-                    finite.add(prefix + n)
             finally:
                 close()
             return out
 
         StreamedWeights(model, load_block)
     return model, cfg, stored_dtype, dtype_reason
-
-
-def _all_finite(t: torch.Tensor) -> bool:
-    """Whether every value of t is finite: its least and greatest are (aminmax propagates NaN). One pass that
-    keeps two values, where isfinite(t).all() writes a mask first: 15x faster in bfloat16 on a CPU (a
-    32 MB tensor: 11 against 171 ms), most of what reading a block took."""
-    if t.numel() == 0 or not t.is_floating_point():
-        return True
-    least, greatest = torch.aminmax(t)
-    return bool(torch.isfinite(least)) and bool(torch.isfinite(greatest))
 
 
 def _stream_fits(cfg: ModelConfig, folder: Path, width: int, device, for_training: bool) -> bool:
@@ -448,22 +428,32 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     files = weight_files(folder)
     _check_layer_count(cfg, files)
     handles: dict[Path, object] = {}
-    used: list[str] = []
+    # the tensors the model takes, read and not yet checked (an unused extra is not refused); those checked
+    # are not again: a streamed block read again (every generated token, every graph batch) is the same bytes
+    unchecked: dict[str, None] = {}
+    checked: set[str] = set()
 
     def get(name: str) -> torch.Tensor:
-        used.append(name)
+        if name not in checked:
+            unchecked[name] = None
         return _read_tensor(handles, files[name], name)
 
     def check_shapes(meta_model: Transformer) -> None:
         _check_shapes(meta_model, files)
 
-    def check_finite(into: torch.dtype) -> None:  # the tensors the model takes: an unused extra is not refused
-        _check_finite({name: files[name] for name in used}, into)
+    def check_finite(into: torch.dtype) -> None:
+        read = list(unchecked)
+        _check_finite({name: files[name] for name in read}, into)
+        checked.update(read)
+        for name in read:
+            unchecked.pop(name, None)
 
     def block_reader():  # handles of its own, closed once the block is copied: its pages unmapped
         own: dict[Path, object] = {}
 
         def block_get(name: str) -> torch.Tensor:
+            if name not in checked:
+                unchecked[name] = None
             return _read_tensor(own, files[name], name)
         return block_get, own.clear
 
@@ -515,18 +505,20 @@ def _check_layer_count(cfg: ModelConfig, files: dict[str, Path]) -> None:
                                                  f"would be dropped")
 
 
-# safetensors float dtype -> (same-width signed and unsigned integers, exponent bits): a value is NaN or
-# infinite exactly when all its exponent bits are set. Read as the signed integer, a positive one is then
-# >= the exponent bits (nothing above them but the mantissa); read as the unsigned integer, a negative one
-# is >= sign | exponent bits. So two maxima of the bytes as they are settle it: two reads of each chunk
+# safetensors float dtype -> (same-width signed and unsigned integers, the bits of the least positive value
+# that is not finite): +infinity, all exponent bits set (float8 e4m3 has none: its all-ones NaN, 0x7F).
+# Read as the signed integer, a positive NaN or infinity is then >= those bits (nothing above them but
+# other NaNs); read as the unsigned integer, a negative one is >= sign | those bits. So two maxima of the bytes as they are settle it: two reads of each chunk
 # while it is in the cache, nothing written (~0.12 s for a 0.5B model's 1 GB of bfloat16, against
 # ~0.25 s for a masked copy and its maximum). The same two maxima against a lower edge tell the finite
 # values that the cast to a narrower dtype makes infinite (float64's 1e39 as float32).
 _EXPONENT = {"F16": (np.int16, np.uint16, 0x7C00), "BF16": (np.int16, np.uint16, 0x7F80),
-             "F32": (np.int32, np.uint32, 0x7F800000), "F64": (np.int64, np.uint64, 0x7FF0000000000000)}
+             "F32": (np.int32, np.uint32, 0x7F800000), "F64": (np.int64, np.uint64, 0x7FF0000000000000),
+             "F8_E5M2": (np.int8, np.uint8, 0x7C), "F8_E4M3": (np.int8, np.uint8, 0x7F)}
 _FINITE_CHUNK = 1 << 20  # bytes per look: twice read from the cache, and the resident pages bounded
 _TORCH_FLOAT = {"F16": (torch.float16, torch.int16), "BF16": (torch.bfloat16, torch.int16),
-                "F32": (torch.float32, torch.int32), "F64": (torch.float64, torch.int64)}
+                "F32": (torch.float32, torch.int32), "F64": (torch.float64, torch.int64),
+                "F8_E5M2": (torch.float8_e5m2, torch.int8), "F8_E4M3": (torch.float8_e4m3fn, torch.int8)}
 
 
 @functools.cache
@@ -539,7 +531,7 @@ def _overflow_bits(stored: str, into: torch.dtype) -> int | None:
     def overflows(bits: int) -> bool:
         return bool(torch.isinf(torch.tensor([bits], dtype=as_int).view(as_float).to(into)).item())
 
-    finite, infinite = 0, _EXPONENT[stored][2]  # +0 and +infinity
+    finite, infinite = 0, _EXPONENT[stored][2]  # +0 and the least positive value not finite
     if not overflows(infinite - 1):  # the largest finite value
         return None
     while infinite - finite > 1:

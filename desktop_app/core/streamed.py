@@ -49,8 +49,11 @@ class StreamedWeights:
         self.loads = 0  # blocks (or the part of one a computation uses) read from the files so far
         self.bytes_read = 0  # the bytes of those reads' tensors (in the compute dtype)
         self.storages: dict[int, tuple[int, str]] = {}  # a resident parameter's storage address -> (layer, name)
+        self.on_drop: Callable[[int, dict[str, torch.Tensor]], None] | None = None  # (layer, its tensors in memory)
         for l, block in enumerate(model.blocks):
-            block.register_forward_pre_hook(lambda module, args, l=l: self.bring(l))
+            block.register_forward_pre_hook(
+                lambda module, args, kwargs, l=l: self.bring(l, parts_before_stop(module, args, kwargs)),
+                with_kwargs=True)
             block.register_forward_hook(lambda module, args, out, l=l: self.drop(l), always_call=True)
             self.drop(l, force=True)
         model.streamed = self
@@ -78,6 +81,8 @@ class StreamedWeights:
         if not force and (layer not in self.resident or self.held[layer]):
             return
         block = self.model.blocks[layer]
+        if self.on_drop is not None:
+            self.on_drop(layer, {name: p for name, p in block.named_parameters() if p.device.type != "meta"})
         for p in block.parameters():
             if p.device.type != "meta":
                 self.storages.pop(p.untyped_storage().data_ptr(), None)
@@ -95,7 +100,9 @@ class StreamedWeights:
         (layer, name, the view's place in it), not the tensor: the backward's unpacking reads the
         tensors of that layer the forward saved (only those: the replacement model's attention values,
         output and norms, not its MLP) and keeps them until the backward moves on to another layer, so
-        the backward holds one layer's worth, not every block the forward read. The backward runs
+        the backward holds one layer's worth, not every block the forward read. The layer the forward
+        let go last is the one the backward starts with: what it saved is kept across that turn (so
+        one layer's worth, the forward's, besides the block in memory), not read again. The backward runs
         within too: what it read last is let go after."""
         saved_names: dict[int, set[str]] = {}  # layer -> the names saved from it
         in_backward: dict[int, dict[str, torch.Tensor]] = {}  # the one layer the backward has read
@@ -128,15 +135,23 @@ class StreamedWeights:
             t = in_backward[layer][name]
             return t.as_strided(shape, stride, t.storage_offset() + offset)
 
+        def keep(layer: int, tensors: dict[str, torch.Tensor]) -> None:  # a layer the forward lets go
+            wanted = saved_names.get(layer)
+            if wanted and wanted <= tensors.keys():
+                in_backward.clear()
+                in_backward[layer] = {name: tensors[name] for name in wanted}
+
         # no gradient for the blocks' weights either: the backward's node that would gather one (autograd's
         # AccumulateGrad) holds the parameter itself
         blocks = self.model.blocks
         wanted = {name: p.requires_grad for name, p in blocks.named_parameters()}
         blocks.requires_grad_(False)  # kept by each block read within (load_state_dict's assign)
+        self.on_drop = keep
         try:
             with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
                 yield
         finally:
+            self.on_drop = None
             in_backward.clear()
             for name, p in blocks.named_parameters():
                 p.requires_grad_(wanted[name])
@@ -163,6 +178,30 @@ def holding(model, layer: int, only: set[str] | None = None) -> Iterator[None]:
     finally:
         streamed.held[layer] -= 1
         streamed.drop(layer)
+
+
+def parts_before_stop(block: nn.Module, args: tuple, kwargs: dict) -> set[str] | None:
+    """The names of the parameters a call of `block` (Block.forward's args) uses when the pass stops
+    within it (stop_at: a Lipschitz input's "blocks.3.attn.input" needs the norm before attention,
+    no attention or MLP), walking its sublayers in Block.compose's order; None (all of them) when it
+    does not stop there, or stops inside a sublayer (attn.pattern: the pass ends at the block's end)."""
+    stop_at, prefix = kwargs.get("stop_at"), args[5] if len(args) > 5 else kwargs.get("prefix")
+    if not stop_at or not prefix or not stop_at.startswith(prefix):
+        return None
+    parts: set[str] = set()
+    for s in block.sublayers:
+        if s.norm is not None and not s.post:
+            parts.add(s.norm)
+        if stop_at == prefix + s.name + ".input":
+            return parameter_names(block, parts)
+        parts |= {s.name} | ({s.out_norm} if s.out_norm else set())
+        if stop_at == prefix + s.name + ".out":
+            return parameter_names(block, parts)
+        if s.post:
+            parts.add(s.norm)
+        if stop_at == prefix + s.resid:
+            return parameter_names(block, parts)
+    return None
 
 
 def parameter_names(block: nn.Module, parts: set[str]) -> set[str]:

@@ -190,6 +190,35 @@ def test_a_streamed_graphs_backward_keeps_one_block_in_memory(pair, tmp_path, mo
     assert let_go(streamed) and not any(streamed.held.values())
 
 
+def test_a_streamed_graphs_backward_starts_with_what_its_forward_read_last(pair, tmp_path, monkeypatch):
+    """Each backward batch's forward reads every layer's parts, then its backward reads them again from
+    the last layer down: all but the last, whose saved tensors are kept across the turn (a layer's
+    memory). The same graph as the whole model's."""
+    from desktop_app.core.graphs import attribute, attribution, build_context, load_transcoders
+    from desktop_app.core.graphs.attribution import salient_targets
+    from desktop_app.core.graphs.transcoders import random_transcoders
+
+    whole, loaded = pair
+    streamed = streamed_of(loaded.model)
+    random_transcoders(tmp_path / "tc", LAYERS, HIDDEN, 32, seed=3)
+    batches, compute_rows = [0], attribution.compute_rows
+    monkeypatch.setattr(attribution, "compute_rows", lambda *args: batches.append(1) or compute_rows(*args))
+    graphs = []
+    for m in (whole, loaded):
+        ctx = build_context(m.model, IDS, load_transcoders(tmp_path / "tc"))
+        if m is loaded:
+            read, batches[:] = reads_of(streamed, monkeypatch), []
+        graphs.append(attribute(ctx, salient_targets(m.model, ctx.frozen.logits[-1], 3, 0.95, str), batch_size=4))
+    layers = [layer for layer, _ in read]
+    # a batch whose backward passes the last layer (targets there or in the logits): forward 0 .. L-1, then
+    # backward L-2 .. 0, not L-1 again (a batch of earlier targets' backward stops below)
+    turn = list(range(LAYERS)) + list(range(LAYERS - 2, -1, -1))
+    assert any(layers[i:i + len(turn)] == turn for i in range(len(layers))), layers
+    assert layers.count(LAYERS - 1) == len(batches) >= 2, layers  # once a batch: its forward
+    assert torch.equal(graphs[0].adjacency, graphs[1].adjacency)
+    assert let_go(loaded) and not any(streamed.held.values())
+
+
 def test_a_whole_models_graph_runs_without_saved_tensor_hooks(pair, tmp_path, monkeypatch):
     """Reading weights again in the backward is for a streamed model only: one held whole keeps autograd's own."""
     from desktop_app.core.graphs import attribute, build_context, load_transcoders

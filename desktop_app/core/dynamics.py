@@ -146,10 +146,9 @@ def load_head(path, dtype=torch.float64) -> Head:
 
     path = Path(path)
     hint = "save them with numpy.savez(path, Q=Q, K=K, V=V) or numpy.savez(path, A=A, V=V)"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    from .files import check_array_file
+    from .files import check_array_file, require_file
 
+    require_file(path)  # missing, or a folder: said so before anything is read
     check_array_file(path)  # the headers first: a claimed (100000, 100000) array is refused unread
     try:
         data = np.load(path, allow_pickle=False)

@@ -771,6 +771,36 @@ def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
 MAX_ARRAY_BYTES = 2**31  # an array file the app reads (matrices, an image) is small; 2 GB is far beyond
 
 
+def require_file(path: str | Path, what: str = "file") -> Path:
+    """`path` as a Path when it names an existing regular file (or a link to one), before anything reads it;
+    otherwise one line naming it: FileNotFoundError "PATH: no such {what}", or ValueError when it is a folder
+    or a special file (a folder's "no such file" misled: it is there)."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder, not a file (give the {what} itself)")
+    if path.exists():
+        raise ValueError(f"{path}: is a special file (device, pipe or socket), not a {what}")
+    raise FileNotFoundError(f"{path}: no such {what}")
+
+
+def read_npy_file(path: str | Path, what: str = ".npy file"):
+    """The one reader of a single .npy array the user names (an image given as an array): the file's header
+    first (check_array_file: a claimed huge array, or Python objects, refused unread), then the array, never
+    through pickle: a numpy array. ValueError naming the file otherwise: missing (FileNotFoundError), a folder, no NumPy
+    header (numpy.load would take it for a pickle and say so), or truncated."""
+    import numpy as np
+
+    path = require_file(path, what)
+    if "" not in check_array_file(path):
+        raise ValueError(f"{path}: not a .npy array (it does not start with NumPy's header; write one with numpy.save)")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"{path}: not a readable .npy array, truncated or damaged ({exc})") from None
+
+
 def check_array_file(path: str | Path, max_bytes: int = MAX_ARRAY_BYTES) -> dict[str, tuple]:
     """Read the headers of a .npy file, or of each array in an .npz archive (compressed or not), before
     numpy reads the arrays: refuse (ValueError naming the file) an array whose header claims more than

@@ -326,6 +326,9 @@ def load_dictionary(folder: str | Path, hook: str | None = None) -> SparseDictio
     the hook its files name (and is needed where they name none)."""
     folder = Path(folder)
     if folder.is_file():  # a weights file named directly: its folder
+        if folder.name not in (CFG_FILE, WEIGHTS_FILE, *GEMMA_SCOPE_FILES):  # (else the message named the folder)
+            _fail(folder, f"not a dictionary: give its folder (SAELens' {CFG_FILE} and {WEIGHTS_FILE}, or Gemma "
+                          f"Scope's {' / '.join(GEMMA_SCOPE_FILES)}) or one of those files")
         folder = folder.parent
     if not folder.is_dir():
         _fail(folder, "no such folder (a dictionary is a folder with cfg.json and sae_weights.safetensors, or "

@@ -1,0 +1,88 @@
+"""Bad input files a person gives a command (the edge-case audit, edges6): each is one line naming the file
+and what is wrong with it, exit 2, no traceback, and nothing written. A folder where a file was asked for is
+called a folder (it was "no such file"); a .npy that is empty or not NumPy's (numpy.load took it for a pickle,
+or raised EOFError as a traceback) says so; a file that is not a dictionary's, given as --sae, is named
+(the message named its folder)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from desktop_app.cli import main
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _refused(argv, capsys) -> str:
+    """The command's one line on stderr (exit 2, no traceback)."""
+    code = main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err)
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["lipschitz", "dynamics"])
+def test_a_folder_given_as_the_matrices_file_is_called_a_folder(command, tmp_path, capsys):
+    folder = tmp_path / "matrices.npz"
+    folder.mkdir()
+    out = tmp_path / "x.csv"
+    argv = (["lipschitz", "--synthetic", "--matrices", folder, "--lengths", "2,3", "--samples", "1", "--csv", out]
+            if command == "lipschitz" else ["dynamics", "--matrices", folder, "--steps", "1", "--csv", out])
+    line = _refused(argv, capsys)
+    assert f"{folder}: is a folder, not a file" in line and not out.exists()
+    # a missing one is still "no such file"
+    assert f"{tmp_path / 'nope.npz'}: no such file" in _refused([a if a != folder else tmp_path / "nope.npz"
+                                                                 for a in argv], capsys)
+
+
+@pytest.fixture(scope="module")
+def vit_dir(tmp_path_factory):
+    from digit_vit import save_digit_vit
+
+    return save_digit_vit(tmp_path_factory.mktemp("vit") / "vit")
+
+
+def _written(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+def _npy_cut(path, keep: int):
+    np.save(path, np.zeros((8, 8), np.uint8))
+    path.write_bytes(path.read_bytes()[:keep])
+    return path
+
+
+@pytest.mark.parametrize("make,expected", [
+    (lambda p: _written(p, b""), "not a .npy array (it does not start with NumPy's header"),  # was EOFError
+    (lambda p: _written(p, b"hello"), "not a .npy array (it does not start with NumPy's header"),  # was "pickled"
+    (lambda p: _npy_cut(p, 140), "not a readable .npy array, truncated or damaged"),
+    (lambda p: p.mkdir() or p, "is a folder, not a file (give the image file itself)"),
+], ids=["empty", "text", "truncated", "folder"])
+def test_a_bad_npy_image_is_one_line_naming_it(make, expected, vit_dir, tmp_path, capsys):
+    image = make(tmp_path / "image.npy")
+    out = tmp_path / "x.npz"
+    line = _refused(["trace", vit_dir, "--image", image, "--out", out], capsys)
+    assert f"{image}: {expected}" in line and not out.exists()
+
+
+def test_the_image_folder_task_reads_npy_images_the_same_way(tmp_path):
+    from desktop_app.core.training.image_tasks import load_image_folder
+    from desktop_app.core.training.tasks import TaskError
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        for i in range(2):
+            np.save(tmp_path / name / f"{i}.npy", np.zeros((4, 4), np.uint8))
+    (tmp_path / "b" / "2.npy").write_bytes(b"")  # an empty file among the images: was an EOFError traceback
+    with pytest.raises(TaskError, match=r"2\.npy: not a \.npy array"):
+        load_image_folder(tmp_path, channels=1)
+
+
+def test_a_file_that_is_not_a_dictionarys_given_as_sae_is_named(one_layer_gpt2_dir, tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not weights")
+    line = _refused(["features", one_layer_gpt2_dir, "--sae", notes, "--ids", "1,2", "--out", tmp_path / "f.npz"],
+                    capsys)
+    assert line.startswith(f"error: {notes}: not a dictionary") and "cfg.json" in line

@@ -355,7 +355,10 @@ def check_output_folder(path: str | Path, *, overwrite: bool = False, resume: bo
             raise _locked_error(raw, holder)
     require_own_old(folder)  # a user's own `folder.old` is never removed, nor taken for the run
     target = interrupted_copy(folder) or folder  # an interrupted swap: the run lives in .old for now
-    if target.is_symlink() or (target.exists() and not target.is_dir()):
+    if target.is_symlink():  # (to a folder too: "is not a folder" misled)
+        raise OutputFolderError(raw, f"is a symbolic link; the app never writes through one, even with --overwrite: "
+                                     f"choose another {what} folder")
+    if target.exists() and not target.is_dir():
         raise OutputFolderError(raw, f"exists and is not a folder; choose another {what} folder")
     if target.is_dir():
         entries = _entries(target)

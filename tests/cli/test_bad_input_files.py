@@ -86,3 +86,20 @@ def test_a_file_that_is_not_a_dictionarys_given_as_sae_is_named(one_layer_gpt2_d
     line = _refused(["features", one_layer_gpt2_dir, "--sae", notes, "--ids", "1,2", "--out", tmp_path / "f.npz"],
                     capsys)
     assert line.startswith(f"error: {notes}: not a dictionary") and "cfg.json" in line
+
+
+@pytest.mark.parametrize("command", ["export", "train"])
+def test_an_output_folder_that_is_a_link_to_a_folder_is_called_a_link(command, one_layer_gpt2_dir, tmp_path, capsys):
+    """A folder command's --out that is a symbolic link to a folder is refused as a link (it was "exists and is
+    not a folder", which it seems to be), and the folder it points to is left as it was."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "mine.txt").write_text("keep")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    argv = (["export", one_layer_gpt2_dir, "--format", "hf", "--out", link, "--overwrite"] if command == "export" else
+            ["train", "--task", "modadd", "--p", "3", "--layers", "1", "--heads", "1", "--d-model", "4", "--steps", "1",
+             "--batch-size", "2", "--device", "cpu", "--out", link, "--overwrite"])
+    line = _refused(argv, capsys)
+    assert f"{link}: is a symbolic link; the app never writes through one" in line
+    assert sorted(p.name for p in real.iterdir()) == ["mine.txt"] and link.is_symlink()

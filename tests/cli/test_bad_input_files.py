@@ -103,3 +103,25 @@ def test_an_output_folder_that_is_a_link_to_a_folder_is_called_a_link(command, o
     line = _refused(argv, capsys)
     assert f"{link}: is a symbolic link; the app never writes through one" in line
     assert sorted(p.name for p in real.iterdir()) == ["mine.txt"] and link.is_symlink()
+
+
+@pytest.mark.parametrize("variances", ["0", "0,0", "0 0; 0 0"])
+def test_an_all_zero_covariance_is_refused_not_a_division_by_zero(variances, tmp_path, capsys):
+    """--init gaussian --variances 0 started every particle at the origin, and the summary's radius over its bound
+    R(t) = 0 was a ZeroDivisionError traceback after the run; one direction of zero variance is a real start."""
+    out = tmp_path / "x.csv"
+    line = _refused(["dynamics", "--n", "3", "--d", "2", "--steps", "1", "--init", "gaussian", "--variances", variances,
+                     "--csv", out], capsys)
+    assert "all zero, so every particle starts at the origin" in line and not out.exists()
+    assert main(["dynamics", "--n", "3", "--d", "2", "--steps", "1", "--init", "gaussian", "--variances", "1,0",
+                 "--csv", str(out)]) == 0
+
+
+@pytest.mark.parametrize("option", ["--layer", "--head"])
+def test_a_model_head_out_of_range_is_one_line(option, one_layer_gpt2_dir, tmp_path, capsys):
+    """dynamics --model M --layer 99 was an IndexError traceback, --head 99 a ZeroDivisionError (an empty head's
+    d_head ** -0.25): Transformer.head_matrices now checks both, as EncoderDecoder.head_matrices did."""
+    out = tmp_path / "x.csv"
+    line = _refused(["dynamics", "--model", one_layer_gpt2_dir, option, "99", "--steps", "1", "--csv", out], capsys)
+    assert line == f"error: the model has {'layers 0..0' if option == '--layer' else 'heads 0..1'}, not 99"
+    assert not out.exists()

@@ -774,18 +774,32 @@ def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
 MAX_ARRAY_BYTES = 2**31  # an array file the app reads (matrices, an image) is small; 2 GB is far beyond
 
 
-def require_file(path: str | Path, what: str = "file") -> Path:
-    """`path` as a Path when it names an existing regular file (or a link to one), before anything reads it;
-    otherwise one line naming it: FileNotFoundError "PATH: no such {what}", or ValueError when it is a folder
-    or a special file (a folder's "no such file" misled: it is there)."""
+def file_problem(path: str | Path, what: str = "file") -> str | None:
+    """Why `path` cannot be read as a {what} (no such one, a folder, a special file, no permission), or None
+    when it is a regular file (or a link to one) that opens. Asked before a reader whose own words mislead:
+    numpy took a folder for "no such file", safetensors an unreadable file for "No such file or directory"."""
     path = Path(path)
-    if path.is_file():
-        return path
     if path.is_dir():
-        raise ValueError(f"{path}: is a folder, not a file (give the {what} itself)")
-    if path.exists():
-        raise ValueError(f"{path}: is a special file (device, pipe or socket), not a {what}")
-    raise FileNotFoundError(f"{path}: no such {what}")
+        return f"is a folder, not a file (give the {what} itself)"
+    if not path.exists():
+        return f"no such {what}"
+    if not path.is_file():
+        return f"is a special file (device, pipe or socket), not a {what}"
+    try:
+        open(path, "rb").close()
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return None
+
+
+def require_file(path: str | Path, what: str = "file") -> Path:
+    """`path` as a Path when it names a regular file that opens, before anything reads it; otherwise one line
+    naming it and file_problem's reason: FileNotFoundError when there is none, else ValueError."""
+    path = Path(path)
+    problem = file_problem(path, what)
+    if problem is None:
+        return path
+    raise (FileNotFoundError if problem.startswith("no such") else ValueError)(f"{path}: {problem}")
 
 
 def read_npy_file(path: str | Path, what: str = ".npy file"):

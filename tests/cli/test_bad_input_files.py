@@ -5,6 +5,12 @@ or raised EOFError as a traceback) says so; a file that is not a dictionary's, g
 (the message named its folder)."""
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -124,4 +130,47 @@ def test_a_model_head_out_of_range_is_one_line(option, one_layer_gpt2_dir, tmp_p
     out = tmp_path / "x.csv"
     line = _refused(["dynamics", "--model", one_layer_gpt2_dir, option, "99", "--steps", "1", "--csv", out], capsys)
     assert line == f"error: the model has {'layers 0..0' if option == '--layer' else 'heads 0..1'}, not 99"
+    assert not out.exists()
+
+
+def _cli_that_cannot_read(argv, cwd) -> subprocess.CompletedProcess:
+    """The CLI where a file of mode 000 cannot be read: as a user, or as root (who reads everything) without
+    the capabilities that let it (setpriv drops them from the bounding set)."""
+    cmd = [sys.executable, "-m", "desktop_app", *map(str, argv)]
+    if os.geteuid() == 0:
+        drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps", "-all"]
+        if shutil.which("setpriv") is None or subprocess.run([*drop, "true"]).returncode != 0:
+            pytest.skip("root here reads every file, and setpriv cannot drop that")
+        cmd = drop + cmd
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=cwd)
+
+
+@pytest.mark.parametrize("unreadable", ["model.safetensors", "tokenizer.json", "matrices.npz", "sae_weights"])
+def test_an_unreadable_file_is_said_to_be_unreadable(unreadable, one_layer_gpt2_dir, tmp_path):
+    """safetensors called an unreadable weights file "corrupt or truncated ... (No such file or directory)",
+    numpy an unreadable .npz "not a NumPy .npz archive", tokenizers "not a valid tokenizer.json": each is now
+    "cannot be read (Permission denied)", naming the file (core.files.file_problem, asked before them)."""
+    model = shutil.copytree(one_layer_gpt2_dir, tmp_path / "model")
+    out = tmp_path / "out.npz"
+    if unreadable == "matrices.npz":
+        target = tmp_path / unreadable
+        np.savez(target, A=np.eye(2), V=np.eye(2))
+        argv = ["dynamics", "--matrices", target, "--steps", "1", "--csv", tmp_path / "x.csv"]
+    elif unreadable == "sae_weights":
+        import torch
+
+        from desktop_app.core.features import SparseDictionary, save_dictionary
+        save_dictionary(SparseDictionary(torch.ones(8, 4), torch.zeros(4), torch.ones(4, 8), torch.zeros(8),
+                                         hook="blocks.0.hook_resid_post"), tmp_path / "sae")
+        target = tmp_path / "sae" / "sae_weights.safetensors"
+        argv = ["features", model, "--sae", tmp_path / "sae", "--ids", "1,2", "--out", out]
+    else:
+        target = model / unreadable
+        argv = ["trace", model, "--ids", "1,2", "--out", out]
+    target.chmod(0)
+    r = _cli_that_cannot_read(argv, tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{target}: " in lines[0] and "cannot be read (Permission denied)" in lines[0], lines[0]
     assert not out.exists()

@@ -247,6 +247,11 @@ def _read_safetensors(path: Path, cfg: dict) -> dict[str, torch.Tensor]:
     """Every tensor of a safetensors file, after its header says what it holds (_check_headers)."""
     from safetensors import safe_open
 
+    from ..files import file_problem
+
+    problem = file_problem(path)  # safetensors says "No such file or directory" of an unreadable file
+    if problem is not None:
+        _fail(path, problem)
     try:
         with safe_open(str(path), framework="pt") as f:
             _check_headers(path, {key: [int(n) for n in f.get_slice(key).get_shape()] for key in f.keys()}, cfg)

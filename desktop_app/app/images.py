@@ -27,19 +27,14 @@ def read_image_file(path: str | Path, channels: int) -> np.ndarray:
     """An image file as a uint8 array H x W x C (C = 1 for a one-channel model, else 3): a .npy
     array as it is, anything else decoded by the registered codec (Qt's QImage). ValueError naming
     the file when it is missing or cannot be read."""
-    import numpy as np
+    from ..core.files import read_npy_file, require_file
 
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"{p}: no such image file")
+    try:
+        p = require_file(path, "image file")
+    except FileNotFoundError as exc:
+        raise ValueError(str(exc)) from None
     if p.suffix.lower() == ".npy":
-        from ..core.files import check_array_file
-
-        check_array_file(p)  # the header first: a claimed (100000, 100000) array is refused unread
-        try:
-            return np.load(p, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise ValueError(f"{p}: not a readable .npy array ({exc})") from exc
+        return read_npy_file(p)  # the header first: a claimed (100000, 100000) array is refused unread
     if _codec is None:
         raise ValueError(f"{p}: no image decoder registered here (only .npy arrays are read without one)")
     return _codec(p, channels)

@@ -300,8 +300,8 @@ def trace_input(loaded: LoadedModel, text: str, ids: list[int] | None,
     `job` (core.jobs.JobControl): "layer k / L" reported after each block, and core.jobs.Cancelled raised
     there once it is cancelled; `on_layer`: each block's LayersReady, as soon as it is recorded.
     An encoder-decoder's input is `text` / `ids` (the source) and `target` / `target_ids` (see the module's
-    docstring): an EncodedPair, and a trace of both stacks ("layer k / L" over both; a cancel stops it
-    between the encoder and the decoder; no on_layer pieces).
+    docstring): an EncodedPair, and a trace of both stacks ("layer k / L" over both; a cancel stops it after
+    the block where it is seen, in either stack; no on_layer pieces).
     `host_records` (default records_to_host: on CUDA): each block's records are handed to (pinned) host
     memory as soon as the block has run, before on_layer sees it (Trace.hand_off, one transfer per dtype),
     and the final ones at the end, so the card holds the weights and one layer's work and every record
@@ -422,12 +422,13 @@ def _trace_pair(loaded: LoadedModel, pair: EncodedPair, interventions, purpose: 
     trace = Trace(kw["names"], pattern_dtype=kw.get("pattern_dtype"))
     src = torch.tensor(pair.ids, device=model.device)[None]
     tgt = torch.tensor(pair.decoder_ids, device=model.device)[None]
+    def after(first: int):  # each stack's on_layer: "layer k / L" over both stacks, and a cancel seen there
+        return None if job is None else lambda l: report(job, first + l + 1, total, f"layer {first + l + 1} / {total}")
+
     with torch.no_grad():
-        enc = model.encode(src, trace=trace, interventions=edits)
-        report(job, n_enc, total, f"layer {n_enc} / {total}")  # stops here once cancelled
-        model.decode(tgt, enc, trace=trace, interventions=edits)
+        enc = model.encode(src, trace=trace, interventions=edits, on_layer=after(0))
+        model.decode(tgt, enc, trace=trace, interventions=edits, on_layer=after(n_enc))
     trace.bind(model)
-    report(job, total, total, f"layer {total} / {total}")
     return pair, trace
 
 

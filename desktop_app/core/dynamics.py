@@ -146,10 +146,9 @@ def load_head(path, dtype=torch.float64) -> Head:
 
     path = Path(path)
     hint = "save them with numpy.savez(path, Q=Q, K=K, V=V) or numpy.savez(path, A=A, V=V)"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    from .files import check_array_file
+    from .files import check_array_file, require_file
 
+    require_file(path)  # missing, or a folder: said so before anything is read
     check_array_file(path)  # the headers first: a claimed (100000, 100000) array is refused unread
     try:
         data = np.load(path, allow_pickle=False)
@@ -358,7 +357,7 @@ def parse_covariance(text: str, d: int) -> np.ndarray:
     """The Gaussian start's covariance from text: one number (s I), d numbers (the diagonal), or d rows
     of d numbers separated by ";" (the full matrix, e.g. "2 0.5 0; 0.5 1 0; 0 0 1"); numbers within a
     row by commas or spaces. ValueError, one line, unless it is a symmetric positive semi-definite d x d
-    matrix."""
+    matrix, not all zero."""
     rows = [r for r in text.split(";") if r.strip()]
     try:
         values = [[float(v) for v in r.replace(",", " ").split()] for r in rows]
@@ -370,16 +369,20 @@ def parse_covariance(text: str, d: int) -> np.ndarray:
         diag = values[0] * d if len(values[0]) == 1 else values[0]
         if min(diag) < 0:
             raise ValueError(f"covariance {text.strip()!r}: variances cannot be negative")
-        return np.diag(diag)
-    if len(values) != d or any(len(r) != d for r in values):
-        shape = f"{len(values)} row(s) of {', '.join(str(len(r)) for r in values) or 'no'} number(s)"
-        raise ValueError(f"covariance: give 1 number, {d} numbers or {d} rows of {d} separated by ';' (got {shape})")
-    C = np.array(values)
-    if not np.allclose(C, C.T):
-        raise ValueError("covariance: the matrix must be symmetric")
-    if np.linalg.eigvalsh(C).min() < -1e-12 * max(1.0, np.abs(C).max()):
-        raise ValueError(f"covariance: the matrix must be positive semi-definite "
-                         f"(smallest eigenvalue {np.linalg.eigvalsh(C).min():.3g})")
+        C = np.diag(diag)
+    else:
+        if len(values) != d or any(len(r) != d for r in values):
+            shape = f"{len(values)} row(s) of {', '.join(str(len(r)) for r in values) or 'no'} number(s)"
+            raise ValueError(f"covariance: give 1 number, {d} numbers or {d} rows of {d} separated by ';' (got {shape})")
+        C = np.array(values)
+        if not np.allclose(C, C.T):
+            raise ValueError("covariance: the matrix must be symmetric")
+        if np.linalg.eigvalsh(C).min() < -1e-12 * max(1.0, np.abs(C).max()):
+            raise ValueError(f"covariance: the matrix must be positive semi-definite "
+                             f"(smallest eigenvalue {np.linalg.eigvalsh(C).min():.3g})")
+    if not C.any():  # every particle at the origin: nothing moves, and the radius bound R(t) is 0 (0 / 0)
+        raise ValueError(f"covariance {text.strip()!r}: all zero, so every particle starts at the origin; "
+                         "give a positive variance")
     return C
 
 

@@ -355,7 +355,10 @@ def check_output_folder(path: str | Path, *, overwrite: bool = False, resume: bo
             raise _locked_error(raw, holder)
     require_own_old(folder)  # a user's own `folder.old` is never removed, nor taken for the run
     target = interrupted_copy(folder) or folder  # an interrupted swap: the run lives in .old for now
-    if target.is_symlink() or (target.exists() and not target.is_dir()):
+    if target.is_symlink():  # (to a folder too: "is not a folder" misled)
+        raise OutputFolderError(raw, f"is a symbolic link; the app never writes through one, even with --overwrite: "
+                                     f"choose another {what} folder")
+    if target.exists() and not target.is_dir():
         raise OutputFolderError(raw, f"exists and is not a folder; choose another {what} folder")
     if target.is_dir():
         entries = _entries(target)
@@ -769,6 +772,50 @@ def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
 
 
 MAX_ARRAY_BYTES = 2**31  # an array file the app reads (matrices, an image) is small; 2 GB is far beyond
+
+
+def file_problem(path: str | Path, what: str = "file") -> str | None:
+    """Why `path` cannot be read as a {what} (no such one, a folder, a special file, no permission), or None
+    when it is a regular file (or a link to one) that opens. Asked before a reader whose own words mislead:
+    numpy took a folder for "no such file", safetensors an unreadable file for "No such file or directory"."""
+    path = Path(path)
+    if path.is_dir():
+        return f"is a folder, not a file (give the {what} itself)"
+    if not path.exists():
+        return f"no such {what}"
+    if not path.is_file():
+        return f"is a special file (device, pipe or socket), not a {what}"
+    try:
+        open(path, "rb").close()
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return None
+
+
+def require_file(path: str | Path, what: str = "file") -> Path:
+    """`path` as a Path when it names a regular file that opens, before anything reads it; otherwise one line
+    naming it and file_problem's reason: FileNotFoundError when there is none, else ValueError."""
+    path = Path(path)
+    problem = file_problem(path, what)
+    if problem is None:
+        return path
+    raise (FileNotFoundError if problem.startswith("no such") else ValueError)(f"{path}: {problem}")
+
+
+def read_npy_file(path: str | Path, what: str = ".npy file"):
+    """The one reader of a single .npy array the user names (an image given as an array): the file's header
+    first (check_array_file: a claimed huge array, or Python objects, refused unread), then the array, never
+    through pickle: a numpy array. ValueError naming the file otherwise: missing (FileNotFoundError), a folder, no NumPy
+    header (numpy.load would take it for a pickle and say so), or truncated."""
+    import numpy as np
+
+    path = require_file(path, what)
+    if "" not in check_array_file(path):
+        raise ValueError(f"{path}: not a .npy array (it does not start with NumPy's header; write one with numpy.save)")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"{path}: not a readable .npy array, truncated or damaged ({exc})") from None
 
 
 def check_array_file(path: str | Path, max_bytes: int = MAX_ARRAY_BYTES) -> dict[str, tuple]:

@@ -1113,6 +1113,11 @@ class Transformer(ModelBase):
         return logits
 
     def head_matrices(self, layer: int, head: int) -> HeadMatrices:
+        """A head's W_Q, W_K, W_V, W_O, A and V (HeadMatrices); out of range in one line (EncoderDecoder's)."""
+        if not 0 <= layer < len(self.blocks):
+            raise ValueError(f"the model has layers 0..{len(self.blocks) - 1}, not {layer}")
+        if not 0 <= head < self.cfg.n_heads:
+            raise ValueError(f"the model has heads 0..{self.cfg.n_heads - 1}, not {head}")
         return head_matrices_of(self.blocks[layer].attn, head)
 
     # -- forward -------------------------------------------------------------------------

@@ -222,10 +222,13 @@ class EncoderDecoder(ModelBase):
 
     # -- forward ---------------------------------------------------------------------------------
     def encode(self, src_ids: torch.Tensor, *, src_mask: torch.Tensor | None = None, trace: Trace | None = None,
-               interventions=None, stop_at: str | None = None) -> torch.Tensor:
+               interventions=None, stop_at: str | None = None,
+               on_layer: Callable[[int], None] | None = None) -> torch.Tensor:
         """src_ids [B, S] (or [S]); src_mask [B, S], 1 for real tokens -> the encoder output [B, S, d].
         stop_at: an encoder point ("encoder.embed", "encoder.blocks.3.attn.input" ...) after which nothing
-        runs (Transformer.forward's); the residual stream there is returned, without the final norm."""
+        runs (Transformer.forward's); the residual stream there is returned, without the final norm.
+        on_layer: called with each encoder block's index once it has run (Transformer.forward's: it may raise,
+        e.g. core.jobs.Cancelled, to stop)."""
         cfg = self.cfg
         check_stop_at(stop_at, "encoder.", cfg.n_layers, "encoder")
         if src_ids.dim() == 1:
@@ -246,6 +249,8 @@ class EncoderDecoder(ModelBase):
             x = block(x, mask, None, None, trace, f"encoder.blocks.{l}.", False, stop_at=stop_at)
             if stop_at is not None and stop_at.startswith(f"encoder.blocks.{l}."):
                 return x
+            if on_layer is not None:
+                on_layer(l)
         if cfg.final_norm:
             x = self.encoder.final_norm(x)
             if trace is not None:

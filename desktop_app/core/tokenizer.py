@@ -68,7 +68,12 @@ class Tokenizer:
     # -- construction --------------------------------------------------------------------
     @classmethod
     def from_file(cls, path: str | Path) -> "Tokenizer":
+        from .files import file_problem
+
         path = Path(path)
+        problem = file_problem(path)  # (tokenizers' own words made an unreadable file "not a valid tokenizer.json")
+        if problem is not None:
+            raise TokenizerError(f"{path}: {problem}", path)
         try:
             return cls(HFTokenizer.from_file(str(path)), path)
         except Exception as exc:  # tokenizers raises a bare Exception with the parser's message

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 
+from .files import file_problem
 from .hf_layout import is_snapshot
 from .sentencepiece_tokenizer import SENTENCEPIECE_FILES
 from .tokenizer import BPE_MERGES, BPE_VOCAB, SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG, WORDPIECE_VOCAB
@@ -107,8 +108,9 @@ def check_links(folder: Path, names: tuple[str, ...] | None = None) -> None:
 
 
 def safetensors_names(f: Path) -> list[str]:
-    if f.is_dir():  # safetensors would say "No such device (os error 19)"
-        raise ModelLoadError(f, "is a folder, not a file")
+    problem = file_problem(f)  # safetensors says "No such device" of a folder, "No such file" of an unreadable file
+    if problem is not None:
+        raise ModelLoadError(f, problem)
     try:
         with safe_open(str(f), framework="pt") as st:
             return list(st.keys())

@@ -247,6 +247,11 @@ def _read_safetensors(path: Path, cfg: dict) -> dict[str, torch.Tensor]:
     """Every tensor of a safetensors file, after its header says what it holds (_check_headers)."""
     from safetensors import safe_open
 
+    from ..files import file_problem
+
+    problem = file_problem(path)  # safetensors says "No such file or directory" of an unreadable file
+    if problem is not None:
+        _fail(path, problem)
     try:
         with safe_open(str(path), framework="pt") as f:
             _check_headers(path, {key: [int(n) for n in f.get_slice(key).get_shape()] for key in f.keys()}, cfg)
@@ -326,6 +331,9 @@ def load_dictionary(folder: str | Path, hook: str | None = None) -> SparseDictio
     the hook its files name (and is needed where they name none)."""
     folder = Path(folder)
     if folder.is_file():  # a weights file named directly: its folder
+        if folder.name not in (CFG_FILE, WEIGHTS_FILE, *GEMMA_SCOPE_FILES):  # (else the message named the folder)
+            _fail(folder, f"not a dictionary: give its folder (SAELens' {CFG_FILE} and {WEIGHTS_FILE}, or Gemma "
+                          f"Scope's {' / '.join(GEMMA_SCOPE_FILES)}) or one of those files")
         folder = folder.parent
     if not folder.is_dir():
         _fail(folder, "no such folder (a dictionary is a folder with cfg.json and sae_weights.safetensors, or "

@@ -32,10 +32,9 @@ def load_matrices(path) -> tuple[torch.Tensor, torch.Tensor]:
     from pathlib import Path
 
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    from ..files import check_array_file
+    from ..files import check_array_file, require_file
 
+    require_file(path)  # missing, or a folder: said so before anything is read
     check_array_file(path)  # the headers first: a claimed (100000, 100000) array is refused unread
     try:
         data = np.load(path, allow_pickle=False)

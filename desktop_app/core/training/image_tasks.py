@@ -158,13 +158,12 @@ def set_image_decoder(decoder: ImageDecoder | None) -> None:
 
 def _decode(path: Path, channels: int) -> np.ndarray:
     if path.suffix.lower() == ".npy" and _image_decoder is None:
-        from ..files import check_array_file
+        from ..files import read_npy_file
 
         try:
-            check_array_file(path)  # the header first: a claimed (100000, 100000) array is refused unread
-            return np.load(path, allow_pickle=False)
+            return read_npy_file(path)  # the header first: a claimed (100000, 100000) array is refused unread
         except (ValueError, OSError) as exc:
-            raise TaskError(f"{path}: not a readable .npy array ({exc})") from None
+            raise TaskError(str(exc)) from None
     if _image_decoder is None:
         raise TaskError(f"{path}: no image decoder here (core reads only .npy; train from the CLI or the app, "
                         "which decode images with Qt)")

@@ -27,6 +27,7 @@ from ...core.jobs import Cancelled
 from ...core.views.lipschitz import LipschitzViewState
 from ..widgets.export import ExportBar, export_view
 from ..widgets.legend_place import keep_legend_clear
+from . import key_buttons
 
 log = logging.getLogger("desktop_app")
 
@@ -78,6 +79,7 @@ class _Run:
 
 class LipschitzPanel(QWidget):
     title = "Lipschitz"
+    shortcuts = (("Ctrl+Return", "Run"), ("Esc", "Cancel"))  # (key, what): the buttons' keys, listed in Help
     help_text = (
         "<b>What am I looking at?</b> How smooth self-attention is (Castin, Ablin, Peyré, ICML 2024). "
         "One head: f(X)<sub>i</sub> = V &Sigma;<sub>j</sub> P<sub>ij</sub> x<sub>j</sub>, "
@@ -250,6 +252,7 @@ class LipschitzPanel(QWidget):
         self.run_button.clicked.connect(self.run)
         self.cancel_button.clicked.connect(self.cancel)
         self.clear_button.clicked.connect(self.clear_runs)
+        key_buttons(self.shortcuts, (self.run_button, self.cancel_button))
         self.text_button.clicked.connect(self._choose_text_file)
         self.matrices_button.clicked.connect(self._choose_matrices_file)
         # the model-dependent rows follow the model (AppState's one signal for new inputs); runs already

@@ -315,6 +315,7 @@ class LayersPanel(ViewTablePanel):
         "token there (0 where the expert was not chosen); <b>Expert load</b>: the share of each layer's routing choices that went to each expert over the text.")
 
     VIEW_TABLE = layers_views.VIEWS  # the views as data (core.views.layers)
+    MIXTURE_VIEWS = ("routing", "expert-norms", "expert-load")  # a mixture of experts' views (shown for one only)
     VIEW_STATE = LayersViewState
 
     def __init__(self, state, parent=None, view_state: LayersViewState | None = None) -> None:
@@ -348,6 +349,8 @@ class LayersPanel(ViewTablePanel):
         self._show_stack_choice()
         state.model_changed.connect(lambda _loaded: self._show_stack_choice())
         self.tabs.currentChanged.connect(self._on_tab)
+        self._show_mixture_views()  # (after _on_tab: a hidden view's tab gives way to the next, in the view state too)
+        state.model_changed.connect(lambda _loaded: self._show_mixture_views())
         self.tokens.token_selected.connect(self.select_token)
         self._follow_trace()
 
@@ -368,6 +371,14 @@ class LayersPanel(ViewTablePanel):
     def _show_stack_choice(self) -> None:
         for w in (self.stack_label, self.stack):
             w.setVisible(self.state.is_seq2seq())
+
+    def _show_mixture_views(self) -> None:
+        """Routing, Expert norms and Expert load only for a mixture of experts (as the Model panel's experts
+        row): for any other model their tabs drew a blank map that looked like data."""
+        loaded = getattr(self.state, "loaded", None)
+        mixture = loaded is not None and bool(getattr(loaded.config, "num_experts", 0))
+        for name in self.MIXTURE_VIEWS:
+            self.tabs.setTabVisible(self.VIEWS.index(name), mixture)  # (Qt leaves a hidden tab on show for the next)
 
     def _stack_chosen(self, *_) -> None:
         stack = self.stack.currentData()

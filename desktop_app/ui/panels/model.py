@@ -305,6 +305,7 @@ class ModelPanel(QWidget):
         state.trace_changed.connect(self._on_trace)
         state.error.connect(self._on_error)
         # Built after the model may already be loaded (panels are created lazily): render the state now.
+        self._show_routing()  # (hidden until a mixture of experts is open)
         self._on_state_text(state.text)
         self._on_state_target(state.target)
         if state.loaded is not None:

@@ -2,10 +2,12 @@
 model (walk1): rows that do not apply to the model on screen are not shown."""
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
+
 from desktop_app.ui.main_window import MainWindow
 from desktop_app.ui.state import AppState
 
-from .walkthrough import click_panel_tab
+from .walkthrough import click_panel_tab, open_window, type_into
 
 
 def test_the_window_with_no_model_shows_no_mixture_of_experts_row(qtbot, isolated_user_files):
@@ -21,3 +23,23 @@ def test_the_window_with_no_model_shows_no_mixture_of_experts_row(qtbot, isolate
     bar = layers.tabs.tabBar()
     hidden = [bar.tabText(i) for i in range(bar.count()) if not bar.isTabVisible(i)]
     assert hidden == ["Routing", "Expert norms", "Expert load"]  # a mixture of experts' views: none open
+
+
+def test_the_lipschitz_table_shows_each_runs_whole_label_at_1280x800(qtbot, model_dirs, isolated_user_files):
+    """The run column had an eighth of the table, like n's: 'demo-model L0 H1 real demo-...' on two lines."""
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    window.resize(1280, 800)
+    panel = click_panel_tab(qtbot, window, "Lipschitz")
+    qtbot.waitUntil(panel.run_button.isVisible)
+    type_into(qtbot, panel.lengths, "4,8")
+    type_into(qtbot, panel.samples, "1")
+    qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not panel.is_running(), timeout=60_000)
+    table = panel.table
+    assert table.rowCount() == 2
+    label = table.item(0, 0).text()
+    assert label == panel.runs[0].label and table.item(0, 0).toolTip() == label
+    assert table.columnWidth(0) >= table.fontMetrics().horizontalAdvance(label) + 8, (label, table.columnWidth(0))
+    for c in range(1, table.columnCount()):  # each number whole in its cell
+        for r in range(table.rowCount()):
+            assert table.columnWidth(c) >= table.fontMetrics().horizontalAdvance(table.item(r, c).text())

@@ -224,7 +224,12 @@ class LipschitzPanel(QWidget):
         keep_legend_clear(self.plot)  # in the corner the runs leave free (it was over a T5's points)
         self.table = QTableWidget(0, 8)
         self.table.setHorizontalHeaderLabels(["run"] + list(lip.CSV_COLUMNS))
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()  # the numbers' columns as wide as a number; the run's label the rest
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        fm = self.table.fontMetrics()
+        for c, name in enumerate(lip.CSV_COLUMNS, start=1):
+            header.resizeSection(c, max(fm.horizontalAdvance(name), fm.horizontalAdvance("0.000000")) + 16)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.export_bar = ExportBar(lambda: self, lambda: "lipschitz")
         right = QSplitter(Qt.Orientation.Vertical)
@@ -680,6 +685,7 @@ class LipschitzPanel(QWidget):
                       int(res.iterations[s])]
             for c, v in enumerate(values):
                 self.table.setItem(r, c, QTableWidgetItem(_cell(v)))
+            self.table.item(r, 0).setToolTip(run.label)  # (a long label is cut in its cell)
 
     def redraw(self) -> None:
         self.plot.clear()

@@ -2,12 +2,13 @@
 model (walk1): rows that do not apply to the model on screen are not shown."""
 from __future__ import annotations
 
+import pyqtgraph as pg
 from PySide6.QtCore import Qt
 
 from desktop_app.ui.main_window import MainWindow
 from desktop_app.ui.state import AppState
 
-from .walkthrough import click_panel_tab, open_window, type_into
+from .walkthrough import choose_item, click_panel_tab, open_window, type_into
 
 
 def test_the_window_with_no_model_shows_no_mixture_of_experts_row(qtbot, isolated_user_files):
@@ -43,3 +44,21 @@ def test_the_lipschitz_table_shows_each_runs_whole_label_at_1280x800(qtbot, mode
     for c in range(1, table.columnCount()):  # each number whole in its cell
         for r in range(table.rowCount()):
             assert table.columnWidth(c) >= table.fontMetrics().horizontalAdvance(table.item(r, c).text())
+
+
+def test_the_train_panels_plot_titles_fit_their_plots_at_1024x640(qtbot, model_dirs, isolated_user_files):
+    """Both modes' plots: 'Dead features (none fired in 200 steps)' was cut at the plot's right edge."""
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    window.resize(1024, 640)
+    panel = click_panel_tab(qtbot, window, "Train")
+    qtbot.waitUntil(panel.start_button.isVisible)
+    for mode, plots in (("a model", panel.plots), ("a sparse dictionary", panel.dictionary.plots)):
+        choose_item(qtbot, panel.mode, mode)
+        qtbot.waitUntil(plots.isVisible)
+        qtbot.wait(50)  # (laid out)
+        widgets = [w for w in plots.findChildren(pg.PlotWidget) if w.isVisible()]
+        assert len(widgets) == 4
+        for w in widgets:
+            title = w.getPlotItem().titleLabel
+            drawn = title.item.mapRectToScene(title.item.boundingRect())  # (centred over the axes' box)
+            assert drawn.left() >= 0 and drawn.right() <= w.width(), (mode, title.text, drawn, w.width())

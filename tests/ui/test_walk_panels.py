@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from desktop_app.ui.main_window import MainWindow
 from desktop_app.ui.state import AppState
 
-from .walkthrough import choose_item, click_panel_tab, open_window, type_into
+from .walkthrough import TEXTS, choose_item, click_panel_tab, open_window, type_into
 
 
 def test_the_window_with_no_model_shows_no_mixture_of_experts_row(qtbot, isolated_user_files):
@@ -62,3 +62,21 @@ def test_the_train_panels_plot_titles_fit_their_plots_at_1024x640(qtbot, model_d
             title = w.getPlotItem().titleLabel
             drawn = title.item.mapRectToScene(title.item.boundingRect())  # (centred over the axes' box)
             assert drawn.left() >= 0 and drawn.right() <= w.width(), (mode, title.text, drawn, w.width())
+
+
+def test_the_model_panels_export_waits_for_tokens(qtbot, model_dirs, isolated_user_files):
+    """With no model (no tokens) PNG/SVG/Data/Copy were on and wrote an empty strip and a bare header."""
+    window = MainWindow(AppState())
+    qtbot.addWidget(window)
+    window.show()
+    panel = click_panel_tab(qtbot, window, "Model")
+    buttons = panel.export_bar.buttons
+    qtbot.waitUntil(buttons["PNG"].isVisible)
+    assert not any(b.isEnabled() for b in buttons.values())
+    assert buttons["Data"].toolTip() == "No tokens to export: open a model and type a text"
+    window.state.text = TEXTS["demo"]
+    with qtbot.waitSignal(window.state.model_changed, timeout=30_000):
+        window.open_model(model_dirs["demo"])
+    qtbot.waitUntil(lambda: all(b.isEnabled() for b in buttons.values()), timeout=30_000)
+    header, rows = panel.tokens_view.csv_table()
+    assert len(rows) == len(window.state.token_ids) > 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QCheckBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QSizePolicy, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
@@ -105,6 +105,10 @@ class TokensView:
 
     def __init__(self, panel: "ModelPanel") -> None:
         self.panel = panel
+        self.drawn = panel.tokens_drawn  # (the export bar checks again on it)
+
+    def export_unavailable(self) -> str | None:
+        return None if self.panel.state.token_ids else "No tokens to export: open a model and type a text"
 
     def export_widget(self):
         return self.panel.token_strip.canvas
@@ -153,6 +157,7 @@ def perplexity_text(ppl: float) -> str:
 
 
 class ModelPanel(QWidget):
+    tokens_drawn = Signal()  # the chips (or their colours) changed: what the export bar saves
     title = "Model"
     help_text = (
         "<p><b>Architecture</b>: the open model's configuration. A transformer maps token ids "
@@ -391,6 +396,7 @@ class ModelPanel(QWidget):
         cut = f" ({target.notice})" if getattr(target, "notice", "") else ""
         self.target_count.setText(f"decoder input: the start token + {plural(len(dec) - 1, 'target token')}{cut}"
                                   if dec else "")
+        self.tokens_drawn.emit()
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
@@ -431,6 +437,7 @@ class ModelPanel(QWidget):
             self._colouring = None
             self.probabilities = probabilities
             self.token_strip.set_tokens(self.state.token_strings(ids), ids, probabilities, vmin=0.0, vmax=1.0)
+            self.tokens_drawn.emit()
             ppl = perplexity(probabilities)
             if ppl is not None:
                 self.count_label.setText(f"{self._count_text} · colour: p(token | tokens before) · "

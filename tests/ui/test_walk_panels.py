@@ -80,3 +80,21 @@ def test_the_model_panels_export_waits_for_tokens(qtbot, model_dirs, isolated_us
     qtbot.waitUntil(lambda: all(b.isEnabled() for b in buttons.values()), timeout=30_000)
     header, rows = panel.tokens_view.csv_table()
     assert len(rows) == len(window.state.token_ids) > 0
+
+
+def test_the_lipschitz_axis_reads_the_constants_as_the_table_does(qtbot, tmp_path, isolated_user_files):
+    """A small ViT's constants (~0.01): the log axis read '10¹ (x0.001)' beside the table's 0.0112."""
+    from digit_vit import save_digit_vit
+
+    window, state = open_window(qtbot, save_digit_vit(tmp_path / "vit"))
+    panel = click_panel_tab(qtbot, window, "Lipschitz")
+    qtbot.waitUntil(panel.run_button.isVisible)
+    assert panel.data.currentText() == "image patches" and not panel.masked.isChecked()
+    qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not panel.is_running(), timeout=60_000)
+    values = [float(panel.table.item(r, 3).text()) for r in range(panel.table.rowCount())]
+    assert values and max(values) < 0.1  # (the case: constants well under 1)
+    axis = panel.plot.getAxis("left")
+    assert axis.autoSIPrefixScale == 1.0 and "x0.001" not in axis.labelString()
+    ticks = axis.tickStrings([-2.0], 1.0, 1.0)  # log mode: the tick at 10^-2
+    assert ticks == ["0.01"]

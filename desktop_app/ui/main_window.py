@@ -253,7 +253,7 @@ class MainWindow(QMainWindow):
         self.panel_actions: list[QAction] = []
         for i, s in enumerate(self.slots):
             a = self._action(s.title, lambda _=False, t=s.title: self.show_panel(t),
-                             f"Ctrl+{i + 1}" if i < 9 else None)
+                             f"Ctrl+{(i + 1) % 10}" if i < 10 else None)  # Ctrl+1..9, then Ctrl+0 (the tenth)
             v.addAction(a)
             self.panel_actions.append(a)
         v.addSeparator()

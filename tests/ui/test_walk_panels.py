@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
 
 from desktop_app.ui.main_window import MainWindow
 from desktop_app.ui.state import AppState
@@ -98,3 +99,18 @@ def test_the_lipschitz_axis_reads_the_constants_as_the_table_does(qtbot, tmp_pat
     assert axis.autoSIPrefixScale == 1.0 and "x0.001" not in axis.labelString()
     ticks = axis.tickStrings([-2.0], 1.0, 1.0)  # log mode: the tick at 10^-2
     assert ticks == ["0.01"]
+
+
+def test_ctrl_0_shows_the_tenth_panel(qtbot, isolated_user_files):
+    """Ctrl+1..9 show the first nine panels; the tenth (Train) had no key."""
+    from desktop_app.ui.panels import PANELS
+
+    window = MainWindow(AppState())
+    qtbot.addWidget(window)
+    window.show()
+    window.activateWindow()
+    qtbot.waitUntil(lambda: QGuiApplication.focusWindow() is window.windowHandle())  # (keys go to the window)
+    qtbot.keyClick(window.tabs, Qt.Key.Key_0, Qt.KeyboardModifier.ControlModifier)
+    assert window.current_slot().title == PANELS[9][0] == "Train"
+    qtbot.keyClick(window.tabs, Qt.Key.Key_1, Qt.KeyboardModifier.ControlModifier)
+    assert window.current_slot().title == "Model"

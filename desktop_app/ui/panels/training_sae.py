@@ -269,7 +269,7 @@ class DictionaryPlots(QWidget):
         self.mse_plot = step_plot("Reconstruction error", "|x − x̂|² per token")
         self.l0_plot = step_plot("L0: active features per token", "features")
         self.fve_plot = step_plot("Variance explained", "fraction")
-        self.dead_plot = step_plot(f"Dead features (silent {DEAD_STEPS} steps)", "features")  # (fits at 1024x640)
+        self.dead_plot = step_plot(f"Dead (silent {DEAD_STEPS} steps)", "features")  # (a longer title was cut at 1024x640)
         self.curves: dict[str, pg.PlotDataItem] = {}
         for plot in (self.mse_plot, self.l0_plot, self.fve_plot, self.dead_plot):
             plot.getAxis("left").enableAutoSIPrefix(False)  # "fraction (x0.001)" would read as wrong numbers

@@ -114,3 +114,14 @@ def test_ctrl_0_shows_the_tenth_panel(qtbot, isolated_user_files):
     assert window.current_slot().title == PANELS[9][0] == "Train"
     qtbot.keyClick(window.tabs, Qt.Key.Key_1, Qt.KeyboardModifier.ControlModifier)
     assert window.current_slot().title == "Model"
+
+
+def test_the_model_panels_count_line_is_one_line_at_1280x800(qtbot, model_dirs, isolated_user_files):
+    """'25 tokens · colour: p(token | tokens before) · perplexity 26.7' wrapped in ~200 px of a wide row."""
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    window.resize(1280, 800)
+    panel = click_panel_tab(qtbot, window, "Model")
+    label = panel.count_label
+    qtbot.waitUntil(lambda: "perplexity" in label.text(), timeout=30_000)
+    qtbot.wait(50)  # (laid out)
+    assert label.width() >= label.fontMetrics().horizontalAdvance(label.text()), (label.width(), label.text())

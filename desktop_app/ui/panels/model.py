@@ -272,9 +272,10 @@ class ModelPanel(QWidget):
         tv = QVBoxLayout(tokens_box)
         tv.addWidget(self.text_edit, 1)
         row = QHBoxLayout()
-        row.addWidget(self.count_label)
-        row.addStretch(1)
-        row.addWidget(self.token_info)
+        # the two lines share the row's width, the count's the longer (a stretch between them left it ~200 px:
+        # two lines at 1280 x 800)
+        row.addWidget(self.count_label, 2)
+        row.addWidget(self.token_info, 1)
         row.addWidget(self.export_bar)
         tv.addLayout(row)
         special_row = QHBoxLayout()

@@ -150,7 +150,8 @@ class MainWindow(QMainWindow):
         state.device_failed.connect(self._on_device_failed)
         state.busy_changed.connect(self._on_busy)
         state.error.connect(self._show_in_status_bar)
-        state.notice.connect(self._show_in_status_bar)
+        self._notices_now: list[str] = []  # notices of the event being handled (a model's opening says them too)
+        state.notice.connect(self._on_notice)
         state.dictionary_failed.connect(self._on_dictionary_failed)
         state.panel_wanted.connect(self._show_wanted_panel)
         self._on_device_changed(state.device)
@@ -385,7 +386,9 @@ class MainWindow(QMainWindow):
 
         self.dtype_label.setText(dtype_name(loaded.model.dtype))
         self.dtype_label.setToolTip(loaded.dtype_reason or "the compute dtype asked for (Device > Compute dtype)")
-        self.statusBar().showMessage(f"Opened {loaded.path or loaded.name}", 5000)
+        # what opening it did besides (e.g. detached a dictionary that does not fit it) stays said after "Opened"
+        said = "".join(f" \u2014 {n}" for n in self._notices_now)
+        self.statusBar().showMessage(f"Opened {loaded.path or loaded.name}{said}", 8000 if said else 5000)
         if loaded.path is not None:  # a run's kept step (the timeline's slider) is remembered as its run, once
             from ..app.timeline import run_of
 
@@ -415,6 +418,12 @@ class MainWindow(QMainWindow):
 
     def _show_in_status_bar(self, message: str) -> None:
         self.statusBar().showMessage(message, 8000)
+
+    def _on_notice(self, message: str) -> None:
+        self._notices_now.append(message)
+        if len(self._notices_now) == 1:
+            QTimer.singleShot(0, self._notices_now.clear)  # once this event is handled
+        self._show_in_status_bar(message)
 
     # -- actions ---------------------------------------------------------------------------
     def open_model(self, path: str | Path) -> None:

@@ -125,3 +125,20 @@ def test_the_model_panels_count_line_is_one_line_at_1280x800(qtbot, model_dirs, 
     qtbot.waitUntil(lambda: "perplexity" in label.text(), timeout=30_000)
     qtbot.wait(50)  # (laid out)
     assert label.width() >= label.fontMetrics().horizontalAdvance(label.text()), (label.width(), label.text())
+
+
+def test_a_dictionary_detached_by_opening_another_model_is_said(qtbot, model_dirs, isolated_user_files, tmp_path,
+                                                                  monkeypatch):
+    """The notice was written to the status bar and at once replaced by 'Opened ...': the dictionary vanished
+    from the Features panel with nothing said."""
+    from .test_features_panel import _dictionary, _lens_shown, _open_from_menu
+
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    _open_from_menu(qtbot, window, state, monkeypatch, _dictionary(tmp_path / "sae-l2"))  # d_in 128: the demo's
+    _lens_shown(qtbot, window.slot("Features").panel)
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(model_dirs["llama"])  # d_model 32
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
+    message = window.statusBar().currentMessage()
+    assert message.startswith(f"Opened {model_dirs['llama']}") and "Detached sae-l2:" in message, message
+    assert state.dictionaries == []

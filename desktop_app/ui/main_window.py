@@ -66,6 +66,8 @@ def apply_view_state(panel, data: dict) -> None:
     if hasattr(panel, "set_view_state"):  # a panel whose state is no plain view state reads it its own way
         read = getattr(panel, "view_state_from_dict", None)
         panel.set_view_state(read(data) if read else state_from_dict(type(panel.view_state), data, panel.VIEW_TABLE))
+        if hasattr(panel, "show_the_models_views"):  # a view saved on another model (a mixture's Routing) gives way
+            panel.show_the_models_views()
 
 
 class PanelSlot(QWidget):

@@ -142,3 +142,17 @@ def test_a_dictionary_detached_by_opening_another_model_is_said(qtbot, model_dir
     message = window.statusBar().currentMessage()
     assert message.startswith(f"Opened {model_dirs['llama']}") and "Detached sae-l2:" in message, message
     assert state.dictionaries == []
+
+
+def test_a_workspaces_routing_view_on_a_dense_model_gives_way_to_a_view_it_has(qtbot, model_dirs, isolated_user_files):
+    from desktop_app.core.views import state_to_dict
+    from desktop_app.core.views.layers import LayersViewState
+    from desktop_app.ui.main_window import apply_view_state
+
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    panel = click_panel_tab(qtbot, window, "Layers")
+    qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
+    apply_view_state(panel, state_to_dict(LayersViewState(view="routing", depth=1)))  # a workspace saved on a Mixtral
+    bar = panel.tabs.tabBar()
+    assert bar.isTabVisible(panel.tabs.currentIndex()) and bar.tabText(panel.tabs.currentIndex()) == "Residual norms"
+    assert panel.view_state.view == "residual-norms" and panel.view_state.depth == 1

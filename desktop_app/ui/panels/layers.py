@@ -349,8 +349,8 @@ class LayersPanel(ViewTablePanel):
         self._show_stack_choice()
         state.model_changed.connect(lambda _loaded: self._show_stack_choice())
         self.tabs.currentChanged.connect(self._on_tab)
-        self._show_mixture_views()  # (after _on_tab: a hidden view's tab gives way to the next, in the view state too)
-        state.model_changed.connect(lambda _loaded: self._show_mixture_views())
+        self.show_the_models_views()  # (after _on_tab: a hidden view's tab gives way to the next, in the view state too)
+        state.model_changed.connect(lambda _loaded: self.show_the_models_views())
         self.tokens.token_selected.connect(self.select_token)
         self._follow_trace()
 
@@ -372,13 +372,15 @@ class LayersPanel(ViewTablePanel):
         for w in (self.stack_label, self.stack):
             w.setVisible(self.state.is_seq2seq())
 
-    def _show_mixture_views(self) -> None:
+    def show_the_models_views(self) -> None:
         """Routing, Expert norms and Expert load only for a mixture of experts (as the Model panel's experts
         row): for any other model their tabs drew a blank map that looked like data."""
         loaded = getattr(self.state, "loaded", None)
         mixture = loaded is not None and bool(getattr(loaded.config, "num_experts", 0))
         for name in self.MIXTURE_VIEWS:
             self.tabs.setTabVisible(self.VIEWS.index(name), mixture)  # (Qt leaves a hidden tab on show for the next)
+        if not self.tabs.isTabVisible(self.tabs.currentIndex()):  # a workspace's Routing (apply_view_state)
+            self.tabs.setCurrentIndex(0)  # (render's --view routing still draws what it asked for: 'not a mixture')
 
     def _stack_chosen(self, *_) -> None:
         stack = self.stack.currentData()

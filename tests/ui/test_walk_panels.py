@@ -99,6 +99,10 @@ def test_the_lipschitz_axis_reads_the_constants_as_the_table_does(qtbot, tmp_pat
     assert axis.autoSIPrefixScale == 1.0 and "x0.001" not in axis.labelString()
     ticks = axis.tickStrings([-2.0], 1.0, 1.0)  # log mode: the tick at 10^-2
     assert ticks == ["0.01"]
+    # its exponent is ~0 (-0.001 here, an untrained ViT): the legend and the summary say 0.00, never -0.00
+    assert abs(panel.runs[0].result.exponent) < 0.005
+    assert "-0.00" not in panel.summary.text() and "n^0.00" in panel.summary.text()
+    assert not any("-0.00" in label.text for _, label in panel.legend.items)
 
 
 def test_ctrl_0_shows_the_tenth_panel(qtbot, isolated_user_files):

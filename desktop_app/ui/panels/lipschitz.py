@@ -60,6 +60,12 @@ def _cell(v) -> str:
     return str(v)
 
 
+def _two(x: float) -> str:
+    """x to two decimals, a tiny negative exponent as 0.00 (not -0.00)."""
+    text = f"{x:.2f}"
+    return "0.00" if text == "-0.00" else text
+
+
 def _first_words(text: str, words: int = 4, chars: int = 28) -> str:
     """The start of a text, quoted, to tell runs on different texts apart in the legend."""
     head = " ".join(text.split()[:words])
@@ -705,7 +711,7 @@ class LipschitzPanel(QWidget):
             self.plot.plot(pts_n[ok], pts_L[ok], pen=None, symbol="o", symbolSize=5,
                            symbolBrush=pg.mkColor(run.colour + "80"), symbolPen=None)
             e, (lo, hi) = res.exponent, res.exponent_ci
-            fit = f"{e:.2f} [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else (f"{e:.2f}" if np.isfinite(e) else "-")
+            fit = f"{_two(e)} [{_two(lo)}, {_two(hi)}]" if np.isfinite(lo) else (_two(e) if np.isfinite(e) else "-")
             self.plot.plot(ns, med, pen=pg.mkPen(run.colour, width=2), symbol="s", symbolSize=7,
                            symbolBrush=run.colour, name=f"{run.label}: exponent {fit}")
             if np.isfinite(res.prefactor) and len(ns) > 1:
@@ -737,7 +743,7 @@ class LipschitzPanel(QWidget):
         self.plot.getAxis("bottom").setTicks([[(float(np.log10(n)), str(n)) for n in all_n], []] if all_n else None)
         done = [r for r in self.runs if r.result is not None]
         self.summary.setText("; ".join(f"<span style='color:{r.colour}'>{html.escape(r.label, quote=False)}: "
-                                       f"n^{r.result.exponent:.2f}</span>"
+                                       f"n^{_two(r.result.exponent)}</span>"
                                        for r in done if np.isfinite(r.result.exponent)))
 
     # -- export (ExportBar view protocol) -------------------------------------------------------

@@ -91,10 +91,15 @@ def test_the_lipschitz_axis_reads_the_constants_as_the_table_does(qtbot, tmp_pat
     panel = click_panel_tab(qtbot, window, "Lipschitz")
     qtbot.waitUntil(panel.run_button.isVisible)
     assert panel.data.currentText() == "image patches" and not panel.masked.isChecked()
+    choose_item(qtbot, panel.head, "head 1")  # (its constants have ten characters: 0.00721182)
     qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not panel.is_running(), timeout=60_000)
     values = [float(panel.table.item(r, 3).text()) for r in range(panel.table.rowCount())]
     assert values and max(values) < 0.1  # (the case: constants well under 1)
+    table = panel.table  # each number whole in its cell (0.0112182 was cut to 0.01121...)
+    for c in range(1, table.columnCount()):
+        for r in range(table.rowCount()):
+            assert table.columnWidth(c) >= table.fontMetrics().horizontalAdvance(table.item(r, c).text()) + 8
     axis = panel.plot.getAxis("left")
     assert axis.autoSIPrefixScale == 1.0 and "x0.001" not in axis.labelString()
     ticks = axis.tickStrings([-2.0], 1.0, 1.0)  # log mode: the tick at 10^-2

@@ -237,7 +237,7 @@ class LipschitzPanel(QWidget):
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         fm = self.table.fontMetrics()
         for c, name in enumerate(lip.CSV_COLUMNS, start=1):
-            header.resizeSection(c, max(fm.horizontalAdvance(name), fm.horizontalAdvance("0.000000")) + 16)
+            header.resizeSection(c, max(fm.horizontalAdvance(name), fm.horizontalAdvance("0.00000000")) + 16)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.export_bar = ExportBar(lambda: self, lambda: "lipschitz")
         right = QSplitter(Qt.Orientation.Vertical)
@@ -799,6 +799,9 @@ class LipschitzPanel(QWidget):
             if self.state.loaded.tokenizer is not None and demo_text_path().is_file():
                 self.set_text_file(str(demo_text_path()))  # windows of up to 256 tokens of Alice
             runs = [configure(0, "real", head=2), configure(0, "adversarial", head=2), configure(0, "real", masked=True)]
+            if self.state.loaded.config.input_kind == "patches":  # a ViT: its own images, attention unmasked
+                runs = [configure(0, "image patches", head=2), configure(0, "adversarial", head=2),
+                        configure(0, "image patches")]
         self._demo = ScriptedDemo(runs, self.is_running, self)
 
     def screenshot_ready(self) -> bool:

@@ -165,3 +165,23 @@ def test_a_workspaces_routing_view_on_a_dense_model_gives_way_to_a_view_it_has(q
     bar = panel.tabs.tabBar()
     assert bar.isTabVisible(panel.tabs.currentIndex()) and bar.tabText(panel.tabs.currentIndex()) == "Residual norms"
     assert panel.view_state.view == "residual-norms" and panel.view_state.depth == 1
+
+
+def test_the_layers_panel_says_which_stage_of_its_analysis_it_is_at(qtbot, model_dirs, isolated_user_files,
+                                                                    monkeypatch):
+    """'computing…' alone for the ~27 s a GPT-2-small shape's 512 tokens took: now each stage (core's
+    compute_layers reports them) is said in the panel's status line while it runs."""
+    from desktop_app.core.views import layers as layers_views
+
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    panel = click_panel_tab(qtbot, window, "Layers")
+    qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
+    said = []
+    monkeypatch.setattr(panel.status, "setText", lambda text, said=said, real=panel.status.setText: (
+        said.append(text), real(text)))
+    state.set_text("Alice and the rabbit hole.")
+    qtbot.waitUntil(lambda: bool(said) and said[-1].endswith("layers"), timeout=30_000)  # "N tokens, 4 layers"
+    stages = layers_views.LAYERS_STAGES
+    expected = [f"computing {name} ({i + 1}/{len(stages)})\u2026" for i, name in enumerate(stages)]
+    assert [t for t in said if t.startswith("computing ")] == expected, said
+    assert panel.labels == window.state.token_strings(window.state.token_ids)  # the new text's analysis

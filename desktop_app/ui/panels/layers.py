@@ -452,7 +452,11 @@ class LayersPanel(ViewTablePanel):
         def work(job=None):
             return generation, compute_layers(trace, model, tokenizer, job, stack)
 
-        self._run_trace_job(work, self._on_result, "layer analysis", sync)
+        def progress(done: int, total: int, stage: str) -> None:  # a large model's analysis takes a while
+            if self._is_current(generation):
+                self.status.setText(f"computing {stage} ({done + 1}/{total})\u2026")
+
+        self._run_trace_job(work, self._on_result, "layer analysis", sync, on_progress=progress)
 
     def _clear_own(self, message: str) -> None:
         self.labels = []

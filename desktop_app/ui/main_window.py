@@ -66,6 +66,8 @@ def apply_view_state(panel, data: dict) -> None:
     if hasattr(panel, "set_view_state"):  # a panel whose state is no plain view state reads it its own way
         read = getattr(panel, "view_state_from_dict", None)
         panel.set_view_state(read(data) if read else state_from_dict(type(panel.view_state), data, panel.VIEW_TABLE))
+        if hasattr(panel, "show_the_models_views"):  # a view saved on another model (a mixture's Routing) gives way
+            panel.show_the_models_views()
 
 
 class PanelSlot(QWidget):
@@ -150,7 +152,8 @@ class MainWindow(QMainWindow):
         state.device_failed.connect(self._on_device_failed)
         state.busy_changed.connect(self._on_busy)
         state.error.connect(self._show_in_status_bar)
-        state.notice.connect(self._show_in_status_bar)
+        self._notices_now: list[str] = []  # notices of the event being handled (a model's opening says them too)
+        state.notice.connect(self._on_notice)
         state.dictionary_failed.connect(self._on_dictionary_failed)
         state.panel_wanted.connect(self._show_wanted_panel)
         self._on_device_changed(state.device)
@@ -253,7 +256,7 @@ class MainWindow(QMainWindow):
         self.panel_actions: list[QAction] = []
         for i, s in enumerate(self.slots):
             a = self._action(s.title, lambda _=False, t=s.title: self.show_panel(t),
-                             f"Ctrl+{i + 1}" if i < 9 else None)
+                             f"Ctrl+{(i + 1) % 10}" if i < 10 else None)  # Ctrl+1..9, then Ctrl+0 (the tenth)
             v.addAction(a)
             self.panel_actions.append(a)
         v.addSeparator()
@@ -385,7 +388,9 @@ class MainWindow(QMainWindow):
 
         self.dtype_label.setText(dtype_name(loaded.model.dtype))
         self.dtype_label.setToolTip(loaded.dtype_reason or "the compute dtype asked for (Device > Compute dtype)")
-        self.statusBar().showMessage(f"Opened {loaded.path or loaded.name}", 5000)
+        # what opening it did besides (e.g. detached a dictionary that does not fit it) stays said after "Opened"
+        said = "".join(f" \u2014 {n}" for n in self._notices_now)
+        self.statusBar().showMessage(f"Opened {loaded.path or loaded.name}{said}", 8000 if said else 5000)
         if loaded.path is not None:  # a run's kept step (the timeline's slider) is remembered as its run, once
             from ..app.timeline import run_of
 
@@ -415,6 +420,12 @@ class MainWindow(QMainWindow):
 
     def _show_in_status_bar(self, message: str) -> None:
         self.statusBar().showMessage(message, 8000)
+
+    def _on_notice(self, message: str) -> None:
+        self._notices_now.append(message)
+        if len(self._notices_now) == 1:
+            QTimer.singleShot(0, self._notices_now.clear)  # once this event is handled
+        self._show_in_status_bar(message)
 
     # -- actions ---------------------------------------------------------------------------
     def open_model(self, path: str | Path) -> None:

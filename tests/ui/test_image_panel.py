@@ -104,3 +104,15 @@ def test_text_model_is_told_the_panel_is_for_vits(qtbot, model_dirs):
     state.loaded = load_model_folder(next(iter(model_dirs.values())))
     state.model_changed.emit(state.loaded)
     assert "vision transformers" in panel.message.text() and not panel.open_button.isEnabled()
+
+
+def test_each_heads_map_says_the_weight_its_full_colour_stands_for(qtbot, vit_dir):
+    """Each head's map is coloured over its own largest weight: a near-uniform head (all ~1/16) looked as
+    bright as one on a single patch. Its title gives that weight, which the caption explains."""
+    state, panel = _panel(qtbot, vit_dir)
+    qtbot.mouseClick(panel.canvas, Qt.MouseButton.LeftButton, pos=panel.canvas.patch_center(5))
+    weights = panel.query_weights()
+    mosaic = panel.heads_view.mosaic
+    assert [title for title, _ in mosaic.tiles] == [f"head {h}: {weights[h].max():.2f}" for h in range(3)]
+    assert "full colour: the head's largest weight" in mosaic.caption
+    assert all(mosaic.fontMetrics().horizontalAdvance(title) <= mosaic.cell for title, _ in mosaic.tiles)

@@ -69,18 +69,29 @@ def test_the_layers_panel_shows_routing_and_expert_load(qtbot, mixtral_dir, tmp_
         assert load.shape == (2, 8) and abs(load[0, 3] - float((chosen == 3).sum()) / chosen.numel()) < 1e-9
     finally:
         win.close()
-    # a dense model has no router: the two views say so
+    # a dense model has no router: its Layers panel has no mixture-of-experts tabs (they drew a blank map)
     from desktop_app.core.checkpoints import new_model
     tok = char_tokenizer("abcdefghijklmnopqrstuvwxyz .")
     dense = REGISTRY["llama"].preset(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=4, d_ff=32,
                                      context_length=64)
     save_model_folder(new_model(dense, seed=0), tmp_path / "dense", tokenizer=tok)
-    win, state = open_window(qtbot, tmp_path / "dense", text=TEXT, watch=error_watch)
+    win, state = open_window(qtbot, mixtral_dir, text=TEXT, watch=error_watch)
     try:
         panel = click_panel_tab(qtbot, win, "Layers")
         qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
-        click_tab(qtbot, panel.tabs, "Routing")
-        assert "not a mixture of experts" in panel.widgets["routing"].plot.titleLabel.text
+        click_tab(qtbot, panel.tabs, "Expert load")
+        bar = panel.tabs.tabBar()
+        moe_tabs = [bar.tabText(i) for i in range(bar.count()) if bar.isTabVisible(i)][-3:]
+        assert moe_tabs == ["Routing", "Expert norms", "Expert load"]
+        with qtbot.waitSignal(state.model_changed, timeout=30_000):
+            win.open_model(tmp_path / "dense")
+        qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
+        shown = [bar.tabText(i) for i in range(bar.count()) if bar.isTabVisible(i)]
+        assert not set(moe_tabs) & set(shown) and "Residual norms" in shown
+        current = bar.tabText(panel.tabs.currentIndex())
+        assert current in shown and panel.view_state.view not in panel.MIXTURE_VIEWS  # it gave way to a view shown
+        qtbot.waitUntil(lambda: panel.data is not None and panel.data.result.router_probs is None, timeout=30_000)
+        assert panel.current_view().isVisible()
     finally:
         win.close()
 

@@ -17,3 +17,15 @@ PANELS = [
     ("Train", "desktop_app.ui.panels.training", "TrainingPanel"),
     ("Graph", "desktop_app.ui.panels.graph", "GraphPanel"),
 ]
+
+
+def key_buttons(shortcuts, buttons) -> None:
+    """Give each button its key from a panel's `shortcuts` ((key, what) pairs, in the buttons' order, the
+    same pairs Help lists). A key clicks its button only while the button is on show and enabled (Qt
+    matches a button's shortcut only then), so panels on other tabs can use the same keys."""
+    from PySide6.QtGui import QKeySequence
+
+    for (key, _what), button in zip(shortcuts, buttons, strict=True):
+        button.setShortcut(QKeySequence(key))
+        tip = button.toolTip()
+        button.setToolTip(f"{tip} ({key})" if tip else key)

@@ -27,6 +27,7 @@ from ..state import DICTIONARIES, EDITS, FEATURE_PARTS, INPUT, MODEL, ResultView
 from ..widgets.export import ExportBar
 from ..widgets.form_fields import keyed_combo
 from ..widgets.token_strip import TokenStrip
+from . import key_buttons
 from .features_views import FeatureDashboard, feature_attribution_chart, fill_table, read_only_table, visible
 
 TABS = ("Lens", "Dashboard", "Attribution")
@@ -74,6 +75,8 @@ def _edits_feature(iv, dictionary, feature: int) -> bool:
 class FeaturesPanel(QWidget, ResultView):
     drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
     title = "Features"
+    shortcuts = (("Ctrl+Return", "Run the dashboard"), ("Ctrl+Return", "Attribute"),
+                 ("Esc", "Cancel the dashboard"))  # (key, what): the buttons' keys, listed in Help
     result_parts = FEATURE_PARTS
     TOP_PER_TOKEN = 5  # features per token and hook in the lens table
     TOP_FEATURES = 10  # features per hook listed for the selected token
@@ -196,6 +199,8 @@ class FeaturesPanel(QWidget, ResultView):
         self.features_table.customContextMenuRequested.connect(self._feature_menu)
         self.dashboard.run_button.clicked.connect(self.run_dashboard)
         self.attribute_button.clicked.connect(self.attribute)
+        # (the dashboard's Run and Attribute share a key: only the tab on show takes it)
+        key_buttons(self.shortcuts, (self.dashboard.run_button, self.attribute_button, self.dashboard.cancel_button))
         self.side.currentIndexChanged.connect(self._side_chosen)
         state.model_changed.connect(lambda _loaded: self._show_side_choice())
         self._show_side_choice()

@@ -558,12 +558,15 @@ class ImagePanel(QWidget, ResultView):
         weights = self.query_weights()
         scale = max(1, 96 // cfg.image_size)  # tiny images are enlarged before blending, so edges stay sharp
         big = np.kron(image, np.ones((scale, scale, 1), dtype=np.uint8))
-        tiles = [(f"head {h}", heat_over(big, w, cfg.patch_size * scale)) for h, w in enumerate(weights)]
+        # each head coloured over its own largest weight (heat_over), which its title gives: a near-uniform head
+        # (every weight ~1/patches) was as bright as one looking at a single patch, with nothing to tell them apart
+        tiles = [(f"head {h}: {w.max():.2f}", heat_over(big, w, cfg.patch_size * scale)) for h, w in enumerate(weights)]
         g = weights.shape[1]
         query = "[CLS]" if self.canvas.selected is None else "patch (%d, %d)" % divmod(self.canvas.selected, g)
         view = self.heads_view
         view.mosaic.set_tiles(tiles, min(len(tiles), 4),
-                              f"layer {self.layer.value()}: attention from {query} over the patches")
+                              f"layer {self.layer.value()}: attention from {query} over the patches "
+                              "(full colour: the head's largest weight, after its name)")
         view.header = ["layer", "query", "head", "patch_row", "patch_col", "weight"]
         view.rows = [[self.layer.value(), query, h, r, c, float(weights[h, r, c])]
                      for h in range(len(weights)) for r in range(g) for c in range(g)]

@@ -315,6 +315,7 @@ class LayersPanel(ViewTablePanel):
         "token there (0 where the expert was not chosen); <b>Expert load</b>: the share of each layer's routing choices that went to each expert over the text.")
 
     VIEW_TABLE = layers_views.VIEWS  # the views as data (core.views.layers)
+    MIXTURE_VIEWS = ("routing", "expert-norms", "expert-load")  # a mixture of experts' views (shown for one only)
     VIEW_STATE = LayersViewState
 
     def __init__(self, state, parent=None, view_state: LayersViewState | None = None) -> None:
@@ -348,6 +349,8 @@ class LayersPanel(ViewTablePanel):
         self._show_stack_choice()
         state.model_changed.connect(lambda _loaded: self._show_stack_choice())
         self.tabs.currentChanged.connect(self._on_tab)
+        self.show_the_models_views()  # (after _on_tab: a hidden view's tab gives way to the next, in the view state too)
+        state.model_changed.connect(lambda _loaded: self.show_the_models_views())
         self.tokens.token_selected.connect(self.select_token)
         self._follow_trace()
 
@@ -368,6 +371,16 @@ class LayersPanel(ViewTablePanel):
     def _show_stack_choice(self) -> None:
         for w in (self.stack_label, self.stack):
             w.setVisible(self.state.is_seq2seq())
+
+    def show_the_models_views(self) -> None:
+        """Routing, Expert norms and Expert load only for a mixture of experts (as the Model panel's experts
+        row): for any other model their tabs drew a blank map that looked like data."""
+        loaded = getattr(self.state, "loaded", None)
+        mixture = loaded is not None and bool(getattr(loaded.config, "num_experts", 0))
+        for name in self.MIXTURE_VIEWS:
+            self.tabs.setTabVisible(self.VIEWS.index(name), mixture)  # (Qt leaves a hidden tab on show for the next)
+        if not self.tabs.isTabVisible(self.tabs.currentIndex()):  # a workspace's Routing (apply_view_state)
+            self.tabs.setCurrentIndex(0)  # (render's --view routing still draws what it asked for: 'not a mixture')
 
     def _stack_chosen(self, *_) -> None:
         stack = self.stack.currentData()
@@ -439,7 +452,11 @@ class LayersPanel(ViewTablePanel):
         def work(job=None):
             return generation, compute_layers(trace, model, tokenizer, job, stack)
 
-        self._run_trace_job(work, self._on_result, "layer analysis", sync)
+        def progress(done: int, total: int, stage: str) -> None:  # a large model's analysis takes a while
+            if self._is_current(generation):
+                self.status.setText(f"computing {stage} ({done + 1}/{total})\u2026")
+
+        self._run_trace_job(work, self._on_result, "layer analysis", sync, on_progress=progress)
 
     def _clear_own(self, message: str) -> None:
         self.labels = []

@@ -27,6 +27,7 @@ from ...core.jobs import Cancelled
 from ...core.views.lipschitz import LipschitzViewState
 from ..widgets.export import ExportBar, export_view
 from ..widgets.legend_place import keep_legend_clear
+from . import key_buttons
 
 log = logging.getLogger("desktop_app")
 
@@ -59,6 +60,12 @@ def _cell(v) -> str:
     return str(v)
 
 
+def _two(x: float) -> str:
+    """x to two decimals, a tiny negative exponent as 0.00 (not -0.00)."""
+    text = f"{x:.2f}"
+    return "0.00" if text == "-0.00" else text
+
+
 def _first_words(text: str, words: int = 4, chars: int = 28) -> str:
     """The start of a text, quoted, to tell runs on different texts apart in the legend."""
     head = " ".join(text.split()[:words])
@@ -78,6 +85,7 @@ class _Run:
 
 class LipschitzPanel(QWidget):
     title = "Lipschitz"
+    shortcuts = (("Ctrl+Return", "Run"), ("Esc", "Cancel"))  # (key, what): the buttons' keys, listed in Help
     help_text = (
         "<b>What am I looking at?</b> How smooth self-attention is (Castin, Ablin, Peyré, ICML 2024). "
         "One head: f(X)<sub>i</sub> = V &Sigma;<sub>j</sub> P<sub>ij</sub> x<sub>j</sub>, "
@@ -218,11 +226,18 @@ class LipschitzPanel(QWidget):
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         self.plot.setLabel("bottom", "sequence length n")
         self.plot.setLabel("left", "local Lipschitz constant \u2016D\u2093f\u2016\u2082")
+        # the constants as they are: a ViT's 0.011 read "10\u00b9 (x0.001)" on the log axis, beside the table's 0.0112
+        self.plot.getAxis("left").enableAutoSIPrefix(False)
         self.legend = self.plot.addLegend(offset=(10, 10), labelTextColor="k", brush=(255, 255, 255, 215))
         keep_legend_clear(self.plot)  # in the corner the runs leave free (it was over a T5's points)
         self.table = QTableWidget(0, 8)
         self.table.setHorizontalHeaderLabels(["run"] + list(lip.CSV_COLUMNS))
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()  # the numbers' columns as wide as a number; the run's label the rest
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        fm = self.table.fontMetrics()
+        for c, name in enumerate(lip.CSV_COLUMNS, start=1):
+            header.resizeSection(c, max(fm.horizontalAdvance(name), fm.horizontalAdvance("0.00000000")) + 16)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.export_bar = ExportBar(lambda: self, lambda: "lipschitz")
         right = QSplitter(Qt.Orientation.Vertical)
@@ -250,6 +265,7 @@ class LipschitzPanel(QWidget):
         self.run_button.clicked.connect(self.run)
         self.cancel_button.clicked.connect(self.cancel)
         self.clear_button.clicked.connect(self.clear_runs)
+        key_buttons(self.shortcuts, (self.run_button, self.cancel_button))
         self.text_button.clicked.connect(self._choose_text_file)
         self.matrices_button.clicked.connect(self._choose_matrices_file)
         # the model-dependent rows follow the model (AppState's one signal for new inputs); runs already
@@ -677,6 +693,7 @@ class LipschitzPanel(QWidget):
                       int(res.iterations[s])]
             for c, v in enumerate(values):
                 self.table.setItem(r, c, QTableWidgetItem(_cell(v)))
+            self.table.item(r, 0).setToolTip(run.label)  # (a long label is cut in its cell)
 
     def redraw(self) -> None:
         self.plot.clear()
@@ -694,7 +711,7 @@ class LipschitzPanel(QWidget):
             self.plot.plot(pts_n[ok], pts_L[ok], pen=None, symbol="o", symbolSize=5,
                            symbolBrush=pg.mkColor(run.colour + "80"), symbolPen=None)
             e, (lo, hi) = res.exponent, res.exponent_ci
-            fit = f"{e:.2f} [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else (f"{e:.2f}" if np.isfinite(e) else "-")
+            fit = f"{_two(e)} [{_two(lo)}, {_two(hi)}]" if np.isfinite(lo) else (_two(e) if np.isfinite(e) else "-")
             self.plot.plot(ns, med, pen=pg.mkPen(run.colour, width=2), symbol="s", symbolSize=7,
                            symbolBrush=run.colour, name=f"{run.label}: exponent {fit}")
             if np.isfinite(res.prefactor) and len(ns) > 1:
@@ -726,7 +743,7 @@ class LipschitzPanel(QWidget):
         self.plot.getAxis("bottom").setTicks([[(float(np.log10(n)), str(n)) for n in all_n], []] if all_n else None)
         done = [r for r in self.runs if r.result is not None]
         self.summary.setText("; ".join(f"<span style='color:{r.colour}'>{html.escape(r.label, quote=False)}: "
-                                       f"n^{r.result.exponent:.2f}</span>"
+                                       f"n^{_two(r.result.exponent)}</span>"
                                        for r in done if np.isfinite(r.result.exponent)))
 
     # -- export (ExportBar view protocol) -------------------------------------------------------
@@ -782,6 +799,9 @@ class LipschitzPanel(QWidget):
             if self.state.loaded.tokenizer is not None and demo_text_path().is_file():
                 self.set_text_file(str(demo_text_path()))  # windows of up to 256 tokens of Alice
             runs = [configure(0, "real", head=2), configure(0, "adversarial", head=2), configure(0, "real", masked=True)]
+            if self.state.loaded.config.input_kind == "patches":  # a ViT: its own images, attention unmasked
+                runs = [configure(0, "image patches", head=2), configure(0, "adversarial", head=2),
+                        configure(0, "image patches")]
         self._demo = ScriptedDemo(runs, self.is_running, self)
 
     def screenshot_ready(self) -> bool:

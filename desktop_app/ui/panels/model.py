@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QCheckBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QSizePolicy, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
@@ -105,6 +105,10 @@ class TokensView:
 
     def __init__(self, panel: "ModelPanel") -> None:
         self.panel = panel
+        self.drawn = panel.tokens_drawn  # (the export bar checks again on it)
+
+    def export_unavailable(self) -> str | None:
+        return None if self.panel.state.token_ids else "No tokens to export: open a model and type a text"
 
     def export_widget(self):
         return self.panel.token_strip.canvas
@@ -153,6 +157,7 @@ def perplexity_text(ppl: float) -> str:
 
 
 class ModelPanel(QWidget):
+    tokens_drawn = Signal()  # the chips (or their colours) changed: what the export bar saves
     title = "Model"
     help_text = (
         "<p><b>Architecture</b>: the open model's configuration. A transformer maps token ids "
@@ -267,9 +272,10 @@ class ModelPanel(QWidget):
         tv = QVBoxLayout(tokens_box)
         tv.addWidget(self.text_edit, 1)
         row = QHBoxLayout()
-        row.addWidget(self.count_label)
-        row.addStretch(1)
-        row.addWidget(self.token_info)
+        # the two lines share the row's width, the count's the longer (a stretch between them left it ~200 px:
+        # two lines at 1280 x 800)
+        row.addWidget(self.count_label, 2)
+        row.addWidget(self.token_info, 1)
         row.addWidget(self.export_bar)
         tv.addLayout(row)
         special_row = QHBoxLayout()
@@ -305,6 +311,7 @@ class ModelPanel(QWidget):
         state.trace_changed.connect(self._on_trace)
         state.error.connect(self._on_error)
         # Built after the model may already be loaded (panels are created lazily): render the state now.
+        self._show_routing()  # (hidden until a mixture of experts is open)
         self._on_state_text(state.text)
         self._on_state_target(state.target)
         if state.loaded is not None:
@@ -390,6 +397,7 @@ class ModelPanel(QWidget):
         cut = f" ({target.notice})" if getattr(target, "notice", "") else ""
         self.target_count.setText(f"decoder input: the start token + {plural(len(dec) - 1, 'target token')}{cut}"
                                   if dec else "")
+        self.tokens_drawn.emit()
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
@@ -430,6 +438,7 @@ class ModelPanel(QWidget):
             self._colouring = None
             self.probabilities = probabilities
             self.token_strip.set_tokens(self.state.token_strings(ids), ids, probabilities, vmin=0.0, vmax=1.0)
+            self.tokens_drawn.emit()
             ppl = perplexity(probabilities)
             if ppl is not None:
                 self.count_label.setText(f"{self._count_text} · colour: p(token | tokens before) · "

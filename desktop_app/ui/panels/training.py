@@ -22,6 +22,7 @@ from ...core.views.training import config_from_dict, end_of_run_line
 from ..widgets.export import ExportBar, ask_save_path, show_saved
 from ..widgets.export import export_view as write_export
 from ..workers import run_job
+from . import key_buttons
 from .training_form import FORM_FIELDS, TrainingForm, WheelGuard
 from .training_plots import SpacedAxis, TrainingPlots  # noqa: F401 - SpacedAxis: imported from here by tests
 from .training_sae import DictionaryMode
@@ -46,6 +47,7 @@ PLOT_FIELDS = ("loss_plot", "acc_plot", "lr_plot", "grad_plot", "train_curve", "
 class TrainingPanel(QWidget):
     drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
     title = "Train"
+    shortcuts = (("Ctrl+Return", "Start"), ("Esc", "Stop (a checkpoint is written)"))  # listed in Help
     help_text = (
         "<p><b>Train</b> a small transformer on a task and watch it learn. The loss is the cross-entropy "
         "&minus;log p(target) averaged over the scored positions (the answer tokens; for motif only the last "
@@ -150,6 +152,7 @@ class TrainingPanel(QWidget):
         self.pause_button.clicked.connect(self.toggle_pause)
         self.stop_button.clicked.connect(self.stop)
         self.use_button.clicked.connect(self.use_model)
+        key_buttons(self.shortcuts, (self.start_button, self.stop_button))
         for b in (self.start_button, self.pause_button, self.stop_button, self.use_button, self.dictionary.open_button):
             buttons.addWidget(b)
         self.dictionary.open_button.hide()

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLa
 from ...app.features import (dictionary_control, dictionary_problems, dictionary_resume_problems,
                              dictionary_settings_from_dict, resumed_dictionary_config, train_dictionary)
 from ...core.features.hooks import default_hook, hook_names
-from ...core.training.sae import SAE_OPTIONS, SaeTrainConfig
+from ...core.training.sae import DEAD_STEPS, SAE_OPTIONS, SaeTrainConfig
 from ..widgets.form_fields import ask_text_file, path_row
 from ..workers import run_job
 from .training_form import _box, _combo, _dspin, _error_label, _show_error, _spin
@@ -269,7 +269,7 @@ class DictionaryPlots(QWidget):
         self.mse_plot = step_plot("Reconstruction error", "|x − x̂|² per token")
         self.l0_plot = step_plot("L0: active features per token", "features")
         self.fve_plot = step_plot("Variance explained", "fraction")
-        self.dead_plot = step_plot("Dead features (none fired in 200 steps)", "features")
+        self.dead_plot = step_plot(f"Dead (silent {DEAD_STEPS} steps)", "features")  # (a longer title was cut at 1024x640)
         self.curves: dict[str, pg.PlotDataItem] = {}
         for plot in (self.mse_plot, self.l0_plot, self.fve_plot, self.dead_plot):
             plot.getAxis("left").enableAutoSIPrefix(False)  # "fraction (x0.001)" would read as wrong numbers

@@ -1,0 +1,72 @@
+"""The frequent actions of the Lipschitz, Train and Features panels have keys (Ctrl+Return runs, Esc
+cancels or stops), pressed in the window as a person does; a key works only on the panel on show, and
+Help > Keyboard Shortcuts lists each one."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from desktop_app.ui.dialogs import ShortcutsDialog
+
+from .test_training_panel import _tiny
+from .walkthrough import click_panel_tab, click_tab, open_window
+
+CTRL = Qt.KeyboardModifier.ControlModifier
+
+
+def _rows(window) -> set[tuple[str, str]]:
+    dialog = ShortcutsDialog(window.shortcut_actions(), window, window.panel_shortcuts())
+    table = dialog.table
+    rows = {(table.item(r, 0).text(), table.item(r, 1).text()) for r in range(table.rowCount())}
+    dialog.deleteLater()
+    return rows
+
+
+def _press(qtbot, window, key, modifier=Qt.KeyboardModifier.NoModifier) -> None:
+    """The key pressed where the focus is; then the button's animated click (Qt's 100 ms press) is let happen."""
+    qtbot.keyClick(window.focusWidget() or window, key, modifier)
+    qtbot.wait(300)
+
+
+def test_ctrl_return_runs_and_esc_cancels_on_the_panel_on_show(qtbot, model_dirs, isolated_user_files, tmp_path,
+                                                                monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the training run's process: one thread for a tiny model
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    window.activateWindow()
+    qtbot.waitActive(window)
+    rows = _rows(window)
+    for row in (("Lipschitz: Run", "Ctrl+Return"), ("Lipschitz: Cancel", "Esc"), ("Train: Start", "Ctrl+Return"),
+                ("Features: Run the dashboard", "Ctrl+Return"), ("Features: Cancel the dashboard", "Esc")):
+        assert row in rows, sorted(rows)
+
+    train = click_panel_tab(qtbot, window, "Train")
+    qtbot.waitUntil(train.start_button.isVisible)
+    _tiny(train, tmp_path / "runs")
+    lip = click_panel_tab(qtbot, window, "Lipschitz")
+    qtbot.waitUntil(lip.run_button.isVisible)  # (the panel is built on its first showing)
+    lip.lengths.setText("4,256,512,1024,2048")  # long enough to be cancelled while it runs
+    lip.samples.setValue(8)
+    _press(qtbot, window, Qt.Key.Key_Return, CTRL)
+    assert lip.is_running() and lip.cancel_button.isEnabled()
+    assert not train.running  # the Train panel's Start (same key) is not on show
+    _press(qtbot, window, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not lip.is_running(), timeout=60_000)
+    assert "cancelled" in lip.status.text()
+
+    click_panel_tab(qtbot, window, "Train")
+    _press(qtbot, window, Qt.Key.Key_Return, CTRL)
+    assert train.running and not lip.is_running()
+    qtbot.waitUntil(lambda: any(e["event"] == "step" for e in train.events), timeout=90_000)
+    _press(qtbot, window, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not train.running, timeout=60_000)
+    assert train.events[-1]["event"] == "stopped"  # Stop, with its checkpoint: not a kill
+
+    features = click_panel_tab(qtbot, window, "Features")
+    click_tab(qtbot, features.tabs, "Dashboard")
+    qtbot.waitUntil(features.dashboard.run_button.isVisible)
+    _press(qtbot, window, Qt.Key.Key_Return, CTRL)  # Run, with no feature chosen: the dashboard says so
+    assert features.dashboard.status.text() == "Click a feature in the lens first."
+    click_tab(qtbot, features.tabs, "Attribution")
+    assert features.attr_status.text() == ""
+    _press(qtbot, window, Qt.Key.Key_Return, CTRL)  # Attribute, with no dictionary attached
+    assert features.attr_status.text() == "Attach a dictionary and type a text first."
+    assert not lip.is_running() and not train.running

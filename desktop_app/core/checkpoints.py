@@ -508,10 +508,11 @@ def _check_layer_count(cfg: ModelConfig, files: dict[str, Path]) -> None:
 # safetensors float dtype -> (same-width signed and unsigned integers, the bits of the least positive value
 # that is not finite): +infinity, all exponent bits set (float8 e4m3 has none: its all-ones NaN, 0x7F).
 # Read as the signed integer, a positive NaN or infinity is then >= those bits (nothing above them but
-# other NaNs); read as the unsigned integer, a negative one is >= sign | those bits. So two maxima of the bytes as they are settle it: two reads of each chunk
-# while it is in the cache, nothing written (~0.12 s for a 0.5B model's 1 GB of bfloat16, against
-# ~0.25 s for a masked copy and its maximum). The same two maxima against a lower edge tell the finite
-# values that the cast to a narrower dtype makes infinite (float64's 1e39 as float32).
+# other NaNs); read as the unsigned integer, a negative one is >= sign | those bits. So two maxima of the
+# bytes as they are settle it: two reads of each chunk while it is in the cache, nothing written (~0.12 s
+# for a 0.5B model's 1 GB of bfloat16, against ~0.25 s for a masked copy and its maximum). The same two
+# maxima against a lower edge tell the finite values that the cast to a narrower dtype makes infinite
+# (float64's 1e39 as float32).
 _EXPONENT = {"F16": (np.int16, np.uint16, 0x7C00), "BF16": (np.int16, np.uint16, 0x7F80),
              "F32": (np.int32, np.uint32, 0x7F800000), "F64": (np.int64, np.uint64, 0x7FF0000000000000),
              "F8_E5M2": (np.int8, np.uint8, 0x7C), "F8_E4M3": (np.int8, np.uint8, 0x7F)}

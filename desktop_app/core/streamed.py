@@ -7,10 +7,11 @@ knows about them.
 
 - StreamedWeights: the blocks' parameters stay on the meta device (shapes only) until a block is
   called; its pre-hook reads that block's tensors from the files (through the family's weight table,
-  `load_block`), copies them into the compute dtype on the block's device, and its post-hook puts them
-  back on meta. The resident set is then the embeddings and head, one block (plus any held), and what
-  is recorded. Code that reads a block's weights outside its forward (the Lipschitz lab, a lazy
-  trace's head outputs) holds it: `with holding(model, layer, only={"attn.o"}): ...`, reading only the
+  `load_block`; a pass stopped within the block, stop_at, only those it uses there), copies them
+  into the compute dtype on the block's device, and its post-hook puts them back on meta. The
+  resident set is then the embeddings and head, one block (plus any held), and what is recorded.
+  Code that reads a block's weights outside its forward (the Lipschitz lab, a lazy trace's head
+  outputs) holds it: `with holding(model, layer, only={"attn.o"}): ...`, reading only the
   parts it names (the whole block without `only`; the block's forward reads what is still on meta). A
   pass whose backward comes later (the attribution graph's) runs under `weights_saved_by_name`:
   autograd keeps a block's weights as (layer, name), read again when the backward reaches them, not the

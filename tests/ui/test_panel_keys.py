@@ -53,6 +53,7 @@ def test_ctrl_return_runs_and_esc_cancels_on_the_panel_on_show(qtbot, model_dirs
     assert "cancelled" in lip.status.text()
 
     click_panel_tab(qtbot, window, "Train")
+    assert train.start_button.toolTip() == "Start a run in a new folder (Ctrl+Return)"  # the key, where one looks
     _press(qtbot, window, Qt.Key.Key_Return, CTRL)
     assert train.running and not lip.is_running()
     qtbot.waitUntil(lambda: any(e["event"] == "step" for e in train.events), timeout=90_000)

@@ -44,10 +44,13 @@ PLOT_FIELDS = ("loss_plot", "acc_plot", "lr_plot", "grad_plot", "train_curve", "
                "acc_curve", "lr_curve", "grad_curves")
 
 
+START_KEY, STOP_KEY = "Ctrl+Return", "Esc"  # the Start and Stop buttons' keys (TrainingPanel.shortcuts)
+
+
 class TrainingPanel(QWidget):
     drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
     title = "Train"
-    shortcuts = (("Ctrl+Return", "Start"), ("Esc", "Stop (a checkpoint is written)"))  # listed in Help
+    shortcuts = ((START_KEY, "Start"), (STOP_KEY, "Stop (a checkpoint is written)"))  # listed in Help
     help_text = (
         "<p><b>Train</b> a small transformer on a task and watch it learn. The loss is the cross-entropy "
         "&minus;log p(target) averaged over the scored positions (the answer tokens; for motif only the last "
@@ -279,7 +282,7 @@ class TrainingPanel(QWidget):
         running = self.running
         problems = self.problems()
         self.start_button.setEnabled(not running and not problems)
-        self.start_button.setToolTip("\n".join(problems) if problems else "Start a run in a new folder")
+        self.start_button.setToolTip("\n".join(problems) if problems else f"Start a run in a new folder ({START_KEY})")
         self.pause_button.setEnabled(running)
         self.stop_button.setEnabled(running)
         self.pause_button.setText("Resume" if self.paused else "Pause")
@@ -292,7 +295,8 @@ class TrainingPanel(QWidget):
         run = self.dictionary.run
         problems = self.dictionary.form.problems()
         self.start_button.setEnabled(not run.running and not problems)
-        self.start_button.setToolTip("\n".join(problems) if problems else "Train a dictionary in a new folder")
+        self.start_button.setToolTip("\n".join(problems) if problems else
+                                     f"Train a dictionary in a new folder ({START_KEY})")
         self.pause_button.setEnabled(run.running)
         self.stop_button.setEnabled(run.running)
         self.pause_button.setText("Resume" if run.paused else "Pause")

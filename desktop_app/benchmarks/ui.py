@@ -28,6 +28,17 @@ first look 3.96-5.27 s -> 2.40-3.33 s in all. What is left is each panel's first
 Then (look10; four runs each, load 1.3-4.0): the Layers panel's first show 145-340 -> 104-229 ms (each view's
 widget made when its tab is first shown), Dynamics 249-408 -> 195-427 (its plots' menus made at a right-click:
 within this machine's noise).
+Then (look11; three runs each alternating with the code before, load 2.8-4.3 on a shared machine): first show
+before -> after, ms: What if 122-349 -> 85-161 (the patching maps made at their tab's first show), Generate
+101-313 -> 95-106 (398 in a run at a load spike; two of its three plots made when first shown), the Attention
+tab's return 108-134 -> 64-99 (its views made when first shown, as Layers'); the figures overlap at this load.
+In one process, interleaved, each panel's build and first paint against everything made at once (load 2.0):
+Attention 0.22x, Generate 0.66x, What if 0.62x. Dynamics makes nothing that is not on show (its seven plots
+are); Graph only a tab of plain widgets. Every panel's screenshot_ready() is read here now (none needs its
+--screenshot demo to have run). Not explained yet: the Layers tab, the first clicked after the first look, showed
+117-220 -> 254-790 ms (five runs each, two of them `--panels Layers,Attention`, load 2.3-4.3); the first look no
+longer makes a heatmap, so the process's first one is made there (in one process the first heatmap took 153 ms,
+the next ones 101).
 """
 from __future__ import annotations
 

@@ -780,7 +780,7 @@ def file_problem(path: str | Path, what: str = "file") -> str | None:
     numpy took a folder for "no such file", safetensors an unreadable file for "No such file or directory"."""
     path = Path(path)
     if path.is_dir():
-        return f"is a folder, not a file (give the {what} itself)"
+        return "is a folder, not a file"
     if not path.exists():
         return f"no such {what}"
     if not path.is_file():

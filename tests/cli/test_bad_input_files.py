@@ -64,7 +64,7 @@ def _npy_cut(path, keep: int):
     (lambda p: _written(p, b""), "not a .npy array (it does not start with NumPy's header"),  # was EOFError
     (lambda p: _written(p, b"hello"), "not a .npy array (it does not start with NumPy's header"),  # was "pickled"
     (lambda p: _npy_cut(p, 140), "not a readable .npy array, truncated or damaged"),
-    (lambda p: p.mkdir() or p, "is a folder, not a file (give the image file itself)"),
+    (lambda p: p.mkdir() or p, "is a folder, not a file"),
 ], ids=["empty", "text", "truncated", "folder"])
 def test_a_bad_npy_image_is_one_line_naming_it(make, expected, vit_dir, tmp_path, capsys):
     image = make(tmp_path / "image.npy")

@@ -27,7 +27,7 @@ from desktop_app.core.generation import GenerationSession, MaskedFillSession
 from desktop_app.core.lipschitz.measured import unmeasured
 from desktop_app.core.tokenizer import char_tokenizer
 
-from .walkthrough import click_panel_tab, click_tab, open_window, type_into
+from .walkthrough import click_panel_tab, click_tab, open_window, shown_tab_titles, type_into
 
 transformers = pytest.importorskip("transformers")
 
@@ -208,7 +208,10 @@ def _layers_panel(qtbot, window, cfg, n):
     click_panel_tab(qtbot, window, "Layers")
     layers = window.slot("Layers").panel
     qtbot.waitUntil(lambda: layers.result is not None, timeout=30_000)
-    for title in layers.VIEW_TITLES:
+    mixture = bool(getattr(layers.state.loaded.config, "num_experts", 0))
+    moe_titles = {v.title for v in layers.VIEW_TABLE if v.name in layers.MIXTURE_VIEWS}
+    assert moe_titles <= set(shown_tab_titles(layers.tabs)) if mixture else not moe_titles & set(shown_tab_titles(layers.tabs))
+    for title in shown_tab_titles(layers.tabs):
         click_tab(qtbot, layers.tabs, title)
     layers.depth_slider.setFocus()
     qtbot.keyClick(layers.depth_slider, Qt.Key.Key_End)

@@ -162,6 +162,11 @@ def click_tab(qtbot, tabs, title: str):
     return tabs.widget(index)
 
 
+def shown_tab_titles(tabs) -> list[str]:
+    """The titles of a QTabWidget's tabs a person can see (a hidden tab has no place on the bar to click)."""
+    return [tabs.tabText(i) for i in range(tabs.count()) if tabs.isTabVisible(i)]
+
+
 def click_panel_tab(qtbot, window, title: str):
     """Click the main window's tab `title` on its tab bar, as a person does; returns the panel."""
     click_tab(qtbot, window.tabs, title)

@@ -35,8 +35,30 @@ def garbage_collected_on_the_ui_thread(qapp):
     collector.stop()
 
 
+@pytest.fixture
+def no_window_outlives_its_test(garbage_collected_on_the_ui_thread):
+    """Teardown, also when the test failed: every parentless window the test made (its panels, main
+    windows, dialogs, the window ui.app.main builds in-process) is deleted, not only closed. Closed
+    windows otherwise lived on in reference cycles: 15,000 top-level widgets by the end of the UI suite,
+    with their timers and connections, and test_lipschitz_panel's sweeps then never saw their end.
+    Windows made before the test (module and session fixtures) are left alone; pytest-qt has already
+    closed the qtbot ones, and no_job_outlives_its_test stopped the jobs first (it asks for this one)."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+    from PySide6.QtWidgets import QApplication
+
+    before = set(QApplication.topLevelWidgets())
+    yield
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # pytest-qt's deleteLater
+    made = [w for w in QApplication.topLevelWidgets() if w not in before and w.parentWidget() is None]
+    before.clear()
+    for window in made:
+        window.hide()
+        window.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
 @pytest.fixture(autouse=True)
-def no_job_outlives_its_test():
+def no_job_outlives_its_test(no_window_outlives_its_test):
     """Teardown, also when the test failed: cancel every worker job still running and wait for it
     (ui.workers.shutdown, what the window's close does), so no worker thread outlives its test."""
     yield

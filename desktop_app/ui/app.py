@@ -296,9 +296,11 @@ def _show_splash(app):
     return splash
 
 
-def _close_on_terminal_signals(window) -> dict:
+def _close_on_terminal_signals(window):
     """Ctrl+C or SIGTERM in the terminal close the window normally (the session is saved).
-    Returns the previous handlers."""
+    Returns a function that ends this: the previous handlers back and the wake-up timer stopped, so
+    nothing is left pointing at the window after app.exec returns (main run in-process, as the
+    tests do, would otherwise leave a handler and a 250 ms timer per window)."""
     import signal
 
     from PySide6.QtCore import QTimer
@@ -309,7 +311,13 @@ def _close_on_terminal_signals(window) -> dict:
     wake = QTimer(window, interval=250)  # Python runs signal handlers only between bytecodes
     wake.timeout.connect(lambda: None)
     wake.start()
-    return previous
+
+    def end() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        wake.stop()
+
+    return end
 
 
 def _session_not_restored(path: Path, exc: BaseException) -> str:
@@ -471,14 +479,11 @@ def _run(app, args, state, window, started: float) -> int:
             print(f"transformer-explorer: warning: {message}", file=sys.stderr)
 
     if not headless:
-        previous = _close_on_terminal_signals(window)
+        end_terminal_signals = _close_on_terminal_signals(window)
         try:
             return app.exec()  # the other panels are built when their tab is first shown
         finally:
-            import signal
-
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            end_terminal_signals()
 
     try:
         if not watcher.wait(args.timeout):

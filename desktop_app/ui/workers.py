@@ -156,10 +156,12 @@ def active_jobs() -> list[Job]:
 
 def shutdown(timeout_ms: int = 10_000) -> bool:
     """Cancel every running job, drop what they would still deliver, and wait up to `timeout_ms`
-    for them to end (cancellable core functions stop at their next check). True when all ended."""
-    jobs = active_jobs()
-    for job in jobs:
+    for them to end (cancellable core functions stop at their next check). True when all ended.
+    Jobs that have ended but whose result is still queued for the UI thread are dropped too: it would
+    otherwise arrive in a window deleted meanwhile."""
+    for job in list(_active):
         job.detach()
+    jobs = active_jobs()
     for pool in {job.pool for job in jobs}:
         pool.waitForDone(timeout_ms)
     return all(job.done for job in jobs)

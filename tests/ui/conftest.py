@@ -1,6 +1,8 @@
 """Fixtures shared by the UI tests: the four walkthrough models (see walkthrough.py)."""
 from __future__ import annotations
 
+import gc
+
 import pytest
 from PySide6.QtCore import QSettings
 
@@ -35,8 +37,34 @@ def garbage_collected_on_the_ui_thread(qapp):
     collector.stop()
 
 
+@pytest.fixture
+def no_window_outlives_its_test(garbage_collected_on_the_ui_thread):
+    """Teardown, also when the test failed: every parentless window the test made (its panels, main
+    windows, dialogs, the window ui.app.main builds in-process) is deleted, not only closed. Closed
+    windows otherwise lived on: 15,000 top-level widgets by the end of the UI suite, with their timers
+    and connections, in the runs where test_lipschitz_panel's sweeps never saw their end.
+    Windows made before the test (module and session fixtures) are left alone; pytest-qt has already
+    closed the qtbot ones, and no_job_outlives_its_test stopped the jobs first (it asks for this one)."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+    from PySide6.QtWidgets import QApplication
+
+    before = set(QApplication.topLevelWidgets())
+    yield
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # pytest-qt's deleteLater
+    gc.collect()  # windows only a reference cycle kept: Python deletes them, on this (the UI) thread
+    # only windows of this project's or pyqtgraph's classes: a plain Qt one (a QMenu, a bare QWidget) may be
+    # Qt's own, which Qt still points at (deleting one of those crashed the process)
+    made = [w for w in QApplication.topLevelWidgets() if w not in before and w.parentWidget() is None
+            and not type(w).__module__.startswith("PySide6.")]
+    before.clear()
+    for window in made:
+        window.hide()
+        window.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
 @pytest.fixture(autouse=True)
-def no_job_outlives_its_test():
+def no_job_outlives_its_test(no_window_outlives_its_test):
     """Teardown, also when the test failed: cancel every worker job still running and wait for it
     (ui.workers.shutdown, what the window's close does), so no worker thread outlives its test."""
     yield

@@ -35,10 +35,12 @@ tab's return 108-134 -> 64-99 (its views made when first shown, as Layers'); the
 In one process, interleaved, each panel's build and first paint against everything made at once (load 2.0):
 Attention 0.22x, Generate 0.66x, What if 0.62x. Dynamics makes nothing that is not on show (its seven plots
 are); Graph only a tab of plain widgets. Every panel's screenshot_ready() is read here now (none needs its
---screenshot demo to have run). Not explained yet: the Layers tab, the first clicked after the first look, showed
-117-220 -> 254-790 ms (five runs each, two of them `--panels Layers,Attention`, load 2.3-4.3); the first look no
-longer makes a heatmap, so the process's first one is made there (in one process the first heatmap took 153 ms,
-the next ones 101).
+--screenshot demo to have run). The Layers tab, the first clicked after the first look, showed 117-220 -> 254-790
+ms (five runs each, two of them `--panels Layers,Attention`, load 2.3-4.3). Then (look12; `--panels Layers,Attention`,
+two runs each alternating with that code, load 1.6-3.5): its first show 318, 255 -> 83, 78 ms. Not a first heatmap's
+cost: with the analysis held, the UI thread's own CPU time for the click was the same as main d2bd6a5's (127 / 126 ms);
+the layer analysis's worker, started in the click's build, took both cores from the first paint. It starts just
+after the panel's first paint now (view_panel.START_AFTER_FIRST_PAINT).
 """
 from __future__ import annotations
 

@@ -256,3 +256,65 @@ def test_each_views_widget_is_made_when_its_tab_is_first_shown_then_drawn_with_t
     click_tab(qtbot, panel, "pca")
     x, y = panel.pca_view.selected_point.getData()
     np.testing.assert_allclose([x[0], y[0]], analysis.pca_over_depth(trace).coords[depth, 2], atol=1e-5)
+
+
+def _state_with_trace():
+    state = AppState()
+    state.loaded = tiny_model(TEXT, "gpt2", seed=1, n_layers=3, init_std=0.3)
+    ids = state.loaded.tokenizer.encode(TEXT)
+    _, trace = state.loaded.model.run_with_trace(torch.tensor([ids]), names=(
+        "embed", "final_norm.out", "logits", "blocks.*.attn.*", "blocks.*.resid_*", "blocks.*.mlp.out"))
+    state.show_trace(trace, ids)
+    return state
+
+
+def test_a_layers_panel_built_by_a_tab_click_starts_its_analysis_after_its_first_paint(qtbot, monkeypatch):
+    """The analysis's worker took the cores from the panel's first show at 0.5B (bench ui): it starts once the
+    panel built by the click has painted, and its numbers still arrive."""
+    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtWidgets import QApplication, QLabel, QTabWidget
+
+    from desktop_app.ui import workers
+    from desktop_app.ui.main_window import PanelSlot
+
+    state = _state_with_trace()
+    events: list[str] = []
+    real_run_job = workers.run_job
+    monkeypatch.setattr(workers, "run_job", lambda *a, **k: (events.append("worker started"), real_run_job(*a, **k))[1])
+    slot = PanelSlot("Layers", "desktop_app.ui.panels.layers", "LayersPanel")
+
+    class PaintSeen(QObject):
+        def eventFilter(self, obj, event) -> bool:  # noqa: N802
+            if event.type() == QEvent.Type.Paint and slot.panel is not None and obj is slot.panel:
+                events.append("panel painted")
+            return False
+
+    seen = PaintSeen()
+    QApplication.instance().installEventFilter(seen)
+    try:
+        tabs = QTabWidget()
+        qtbot.addWidget(tabs)
+        tabs.addTab(QLabel("the first look"), "Attention")
+        tabs.addTab(slot, "Layers")
+        tabs.currentChanged.connect(lambda _i: slot.build(state))  # as MainWindow builds a panel at its tab's click
+        tabs.resize(900, 700)
+        tabs.show()
+        qtbot.waitExposed(tabs)
+        bar = tabs.tabBar()
+        qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(1).center())
+        assert slot.panel is not None and events == []  # built, nothing started in the click
+        qtbot.waitUntil(lambda: slot.panel.result is not None, timeout=10_000)
+    finally:
+        QApplication.instance().removeEventFilter(seen)
+    assert events.index("panel painted") < events.index("worker started")
+    assert events.count("worker started") == 1
+    assert slot.panel.screenshot_ready()
+
+
+def test_a_layers_panel_never_shown_still_computes_its_analysis(qtbot):
+    """Built alone (a test, a hidden tab): no paint is coming, so the worker starts at the next event-loop turn."""
+    panel = LayersPanel(_state_with_trace())
+    qtbot.addWidget(panel)
+    assert not panel.screenshot_ready()  # (its analysis is still to come)
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=10_000)
+    assert not panel.isVisible() and panel.screenshot_ready()

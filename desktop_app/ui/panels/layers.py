@@ -317,6 +317,7 @@ class LayersPanel(ViewTablePanel):
     VIEW_TABLE = layers_views.VIEWS  # the views as data (core.views.layers)
     MIXTURE_VIEWS = ("routing", "expert-norms", "expert-load")  # a mixture of experts' views (shown for one only)
     VIEW_STATE = LayersViewState
+    START_AFTER_FIRST_PAINT = True  # (the analysis took the cores from the first show at 0.5B: view_panel)
 
     def __init__(self, state, parent=None, view_state: LayersViewState | None = None) -> None:
         super().__init__(state, view_state, "Open a model and enter a text to see its layers.", parent)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QHBoxLayout, QTabWidget, QVBoxLayout, QWidget
 
 from ...core.views import HeatmapResult, View, export_name, view_names
@@ -25,6 +26,7 @@ class ViewTablePanel(QWidget):
     VIEW_STATE: type = type(None)  # that module's view-state dataclass
     VIEWS: tuple[str, ...] = ()  # view names, in tab order (from VIEW_TABLE)
     VIEW_TITLES: tuple[str, ...] = ()  # tab titles (from VIEW_TABLE)
+    START_AFTER_FIRST_PAINT = False  # a trace's worker asked for before the panel's first paint starts after it
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -42,6 +44,8 @@ class ViewTablePanel(QWidget):
         # Qwen2.5-0.5B shape drawing every view at a result held the UI thread ~1.2 s (bench ui)
         self._stale: set[str] = set()
         self._job = None
+        self._painted = False  # the panel's first paint done (a worker started before it waits for it: _run_trace_job)
+        self._start_after_paint: Callable[[], None] | None = None
         self._relabel = False  # keep_zoom heatmaps need new labels / mask (a new trace)
         # one line beside the controls: cut with "…" (whole text in the tooltip), never widening the window
         self.status = ElidedLabel(waiting_text)
@@ -187,6 +191,11 @@ class ViewTablePanel(QWidget):
         from ..workers import run_job
 
         self._cancel_job()  # its result would be dropped anyway
+        if self.START_AFTER_FIRST_PAINT and not self._painted:  # (a panel built by a tab's click: see below)
+            self._start_after_paint = lambda: self._run_trace_job(work, on_result, failure, sync, on_progress,
+                                                                  on_partial)
+            QTimer.singleShot(0, self._start_unless_about_to_paint)
+            return
 
         mine: list = []  # this job, once started: only its own delivery marks the panel's work done
 
@@ -203,14 +212,42 @@ class ViewTablePanel(QWidget):
         self._job = run_job(work, on_result=delivered, on_error=failed, on_progress=on_progress, on_partial=on_partial)
         mine.append(self._job)
 
+    # A panel built by a click on its tab starts its trace's worker at once, and at the Qwen2.5-0.5B shape the
+    # worker's numpy and torch work (the layer analysis: float64 copies of the residual stream, cosines on both
+    # cores) took the cores from the panel's first paint: the Layers tab's first show was 1.2-1.9x slower with the
+    # worker running than without (the UI thread's own CPU time the same; bench ui). So a job asked for before the
+    # panel's first paint starts just after it, unless the panel is not about to be painted (built on a hidden
+    # tab, or alone in a test or the CLI): then it starts at the next turn of the event loop. (Layers only: the
+    # Attention panel is built by the first look, before its trace, and follows its own jobs' ends.)
+    def _start_unless_about_to_paint(self) -> None:
+        parent = self.parentWidget()
+        if self._start_after_paint is not None and not (self.isVisible() or (parent is not None and parent.isVisible())):
+            self._start_pending()
+        elif self._start_after_paint is not None:
+            QTimer.singleShot(1000, self._start_pending)  # (a paint that never comes holds it no longer)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().paintEvent(event)
+        if not self._painted:
+            self._painted = True
+            if self._start_after_paint is not None:
+                QTimer.singleShot(0, self._start_pending)  # (after this paint reaches the screen)
+
+    def _start_pending(self) -> None:
+        start, self._start_after_paint = self._start_after_paint, None
+        if start is not None:
+            self._painted = True  # (from now on a job starts when asked for)
+            start()
+
     def screenshot_ready(self) -> bool:
         """--screenshot waits for the worker's numbers: a heatmap still 'computing…' is no picture."""
-        return self._job is None
+        return self._job is None and self._start_after_paint is None
 
     def _cancel_job(self) -> None:
         if self._job is not None and not self._job.done:
             self._job.cancel()
         self._job = None  # nothing more of it will be shown
+        self._start_after_paint = None  # (one not started yet never starts)
 
     def _clear(self, message: str) -> None:
         """No trace to show: nothing of a previous text or model stays on show."""

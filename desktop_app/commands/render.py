@@ -166,6 +166,8 @@ def run(args) -> int:
     if loaded.config.is_encoder_decoder:
         raise ValueError(f"{args.model_dir}: render does not draw encoder-decoders yet: open it in the Attention or "
                          "Layers panel (each view exports there), or write the numbers with trace --target-text")
+    if args.view in layers_views.MIXTURE_VIEWS and not getattr(loaded.config, "num_experts", 0):
+        raise ValueError(f"--view {args.view}: {args.model_dir} is not a mixture of experts (it has no router to draw)")
     image = getattr(args, "image", None)
     vision = loaded.config.input_kind == "patches"
     if args.view in IMAGE_VIEWS and not (vision and image):

@@ -15,6 +15,7 @@ from desktop_app.cli import main as cli_main
 from desktop_app.commands.render import VIEWS, render_view
 from desktop_app.ui.offscreen import dispose
 from desktop_app.core import analysis
+from desktop_app.core.views import layers as layers_views
 from desktop_app.core.checkpoints import load_model_folder
 from tiny_models import save_tiny_model
 
@@ -38,7 +39,7 @@ def test_subprocess_renders_headless_without_a_display(model_dir, tmp_path):
     assert "wrote" in proc.stdout
 
 
-@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("view", [v for v in VIEWS if v not in layers_views.MIXTURE_VIEWS])
 def test_every_view_renders_png_and_svg(qapp, model_dir, tmp_path, view):
     for suffix in (".png", ".svg"):
         out = tmp_path / f"{view}{suffix}"
@@ -75,9 +76,19 @@ def test_the_figure_shows_the_requested_numbers(qapp, model_dir, tmp_path):
     (["--view", "attention", "--head", "4"], "--head 4 is out of range"),
     (["--view", "pca", "--out", "x.txt"], "must end in .png"),
     (["--view", "attention", "--token", "999"], "--token 999 is out of range"),
+    (["--view", "routing"], "is not a mixture of experts"),  # (it wrote a blank picture and exited 0)
+    (["--view", "expert-load"], "is not a mixture of experts"),
 ])
 def test_bad_arguments_give_a_clear_message(qapp, model_dir, tmp_path, capsys, args, message):
     if "--out" not in args:
         args = args + ["--out", str(tmp_path / "x.png")]
     assert cli_main(["render", str(model_dir), "--text", TEXT] + args) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_mixtures_routing_views_render(qapp, tmp_path):
+    moe = save_tiny_model(tmp_path / "mixtral", "abcdefghijklmnopqrstuvwxyz .", "mixtral")
+    for view in layers_views.MIXTURE_VIEWS:
+        out = tmp_path / f"{view}.png"
+        assert cli_main(["render", str(moe), "--text", "abc abc", "--view", view, "--out", str(out)]) == 0
+        assert out.stat().st_size > 500

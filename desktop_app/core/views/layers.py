@@ -190,6 +190,7 @@ def compute_component_norms(data: LayersData, state: LayersViewState) -> Heatmap
 
 
 NOT_A_MIXTURE = "this model is not a mixture of experts: it has no router"
+MIXTURE_VIEWS = ("routing", "expert-norms", "expert-load")  # a mixture of experts' views (drawn for one only)
 
 
 def compute_routing(data: LayersData, state: LayersViewState) -> HeatmapResult:

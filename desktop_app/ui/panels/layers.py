@@ -315,7 +315,7 @@ class LayersPanel(ViewTablePanel):
         "token there (0 where the expert was not chosen); <b>Expert load</b>: the share of each layer's routing choices that went to each expert over the text.")
 
     VIEW_TABLE = layers_views.VIEWS  # the views as data (core.views.layers)
-    MIXTURE_VIEWS = ("routing", "expert-norms", "expert-load")  # a mixture of experts' views (shown for one only)
+    MIXTURE_VIEWS = layers_views.MIXTURE_VIEWS  # (shown for a mixture of experts only)
     VIEW_STATE = LayersViewState
     START_AFTER_FIRST_PAINT = True  # (the analysis took the cores from the first show at 0.5B: view_panel)
 

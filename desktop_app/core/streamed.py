@@ -22,6 +22,7 @@ knows about them.
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
@@ -181,12 +182,28 @@ def holding(model, layer: int, only: set[str] | None = None) -> Iterator[None]:
         streamed.drop(layer)
 
 
+def _argument(block: nn.Module, name: str, args: tuple, kwargs: dict):
+    """The value a call of block.forward(*args, **kwargs) gives its parameter `name` (by its place in
+    forward's signature when passed by position), or None."""
+    if name in kwargs:
+        return kwargs[name]
+    place = _place_of(type(block), name)
+    return args[place] if place < len(args) else None
+
+
+@functools.cache
+def _place_of(kind: type, name: str) -> int:
+    import inspect
+
+    return list(inspect.signature(kind.forward).parameters).index(name) - 1  # (self)
+
+
 def parts_before_stop(block: nn.Module, args: tuple, kwargs: dict) -> set[str] | None:
     """The names of the parameters a call of `block` (Block.forward's args) uses when the pass stops
     within it (stop_at: a Lipschitz input's "blocks.3.attn.input" needs the norm before attention,
     no attention or MLP), walking its sublayers in Block.compose's order; None (all of them) when it
     does not stop there, or stops inside a sublayer (attn.pattern: the pass ends at the block's end)."""
-    stop_at, prefix = kwargs.get("stop_at"), args[5] if len(args) > 5 else kwargs.get("prefix")
+    stop_at, prefix = kwargs.get("stop_at"), _argument(block, "prefix", args, kwargs)
     if not stop_at or not prefix or not stop_at.startswith(prefix):
         return None
     parts: set[str] = set()

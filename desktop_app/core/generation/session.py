@@ -121,7 +121,7 @@ class _Seq2SeqSteps(_Steps):
         recorded = [] if trace is None else list(trace.items())
         host = to_host([t for _, t in recorded])  # one device-to-host transfer
         # (step_trace reads them as they are: float32 once, here)
-        self.encoder_records = dict(zip([n for n, _ in recorded], _of_their_own(host, model.device, len(host))))
+        self.encoder_records = dict(zip([n for n, _ in recorded], _of_their_own(host, model.device, n_float32=len(host))))
 
     def new_cache(self):
         return self.model.new_cache()
@@ -698,7 +698,7 @@ class GenerationSession(HistoryTree, BeamSearch):
         # device once each: ~150 waits a step on a GPU), then CPU tensors of their own: the logits
         # float32 (every step reads them), the records in their dtype until a node is read (Node.record: a
         # bfloat16 history holds half the bytes, and a step makes no cast a record, ~150 at 24 layers)
-        logits, *kept = _of_their_own(to_host([logits] + [t for _, t in recorded]), logits.device, float32=1)
+        logits, *kept = _of_their_own(to_host([logits] + [t for _, t in recorded]), logits.device, n_float32=1)
         names = [name for name, _ in recorded]
         if ids.shape[0] == 1:  # the one-row case (every non-beam step): no copies; read as Node.record says
             return logits, [BatchRow(zip(names, kept)) if recorded else {}]
@@ -707,14 +707,14 @@ class GenerationSession(HistoryTree, BeamSearch):
                         for b in range(ids.shape[0])]
 
 
-def _of_their_own(host: list[torch.Tensor], device: torch.device, float32: int) -> list[torch.Tensor]:
+def _of_their_own(host: list[torch.Tensor], device: torch.device, n_float32: int) -> list[torch.Tensor]:
     """to_host's CPU copies in memory of their own when they came from another `device` (to_host's are views
     of one pinned buffer per step, which the history tree would otherwise keep pinned, a buffer per node):
-    the first `float32` as float32 (a cast, or a clone of one in float32 already), the rest in their dtype (a
+    the first `n_float32` as float32 (a cast, or a clone of one in float32 already), the rest in their dtype (a
     clone each: a bfloat16 record half a float32's bytes). Nothing is copied that is on the CPU in its dtype."""
     on_cpu = device.type == "cpu"
-    first = [t.float() if t.dtype != torch.float32 else t if on_cpu else t.clone() for t in host[:float32]]
-    return first + (host[float32:] if on_cpu else [t.clone() for t in host[float32:]])
+    first = [t.float() if t.dtype != torch.float32 else t if on_cpu else t.clone() for t in host[:n_float32]]
+    return first + (host[n_float32:] if on_cpu else [t.clone() for t in host[n_float32:]])
 
 
 def generate(loaded_or_model, prompt_ids: Sequence[int], max_new: int, settings: GenerationSettings | None = None,

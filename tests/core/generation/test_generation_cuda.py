@@ -136,12 +136,12 @@ def test_what_a_device_hands_back_is_copied_out_of_the_transfer_buffer():
     views = [buffer[:6].view(2, 3), buffer[6:30].view(2, 3, 4)]
     halves = [v.bfloat16() for v in views]
     for handed in (views, halves):
-        out = generation.session._of_their_own(handed, torch.device("cuda"), float32=1)
+        out = generation.session._of_their_own(handed, torch.device("cuda"), n_float32=1)
         assert [t.dtype for t in out] == [torch.float32, handed[1].dtype]
         for got, view in zip(out, handed):
             assert torch.equal(got, view.float()) and got.shape == view.shape
             assert got.untyped_storage().data_ptr() not in {buffer.untyped_storage().data_ptr(),
                                                             view.untyped_storage().data_ptr()}
-    out = generation.session._of_their_own(halves, torch.device("cpu"), float32=1)
+    out = generation.session._of_their_own(halves, torch.device("cpu"), n_float32=1)
     assert out[0].dtype == torch.float32 and out[1] is halves[1]
-    assert generation.session._of_their_own(views, torch.device("cpu"), float32=1) == views
+    assert generation.session._of_their_own(views, torch.device("cpu"), n_float32=1) == views

@@ -24,10 +24,11 @@ The last line printed is the JSON result.
 
 --streamed: the graph of a model read layer by layer (core/streamed.py), in this process, no reference: the
 replacement model's passes reading only the parts of each block they use (norms, attention values and
-output) against the whole block (`holding` without `only`), against the code before (the whole block, each
-read checked with isfinite(t).all()) and against the model held whole (what streaming still costs), rotating
-which goes first, --runs of each: the seconds of build_context (freeze) and attribute(), and the MB read
-from the files per backward batch.
+output), the first layers' parts kept across the passes within one block's bytes (streamed.keeping), against
+the same parts read again by every pass ("unkept"), against the whole block (`holding` without `only`),
+against the code before that (the whole block, each read checked with isfinite(t).all()) and against the
+model held whole (what streaming still costs), rotating which goes first, --runs of each: the seconds of
+build_context (freeze) and attribute(), and the MB read from the files by the freeze and per backward batch.
 Its shape is --shape's widths, cut at llama-3.2-1b to 4 layers, a 32,000-token vocabulary and 2,048 features
 per layer (~620 MB of bfloat16 weights), written to the inputs folder as "<shape>-streamed".
 
@@ -183,6 +184,8 @@ def streamed_graph(inputs: Path, shape: str, tokens: int, max_feature_nodes: int
         model = held.model if mode == "held" else loaded.model
         with ExitStack() as patches:
             patches.enter_context(mock.patch.object(attribution, "compute_rows", counted))
+            if mode != "parts":  # nothing kept across the passes (streamed.keeping): the code before 2 Dec's
+                patches.enter_context(mock.patch.object(streamed, "keep_budget", 0))
             if mode in ("whole", "before"):  # holding the whole block
                 patches.enter_context(mock.patch.object(replacement, "_parts_read", lambda block: None))
             if mode == "before":  # its check on every read, not the new one at each tensor's first read
@@ -205,11 +208,12 @@ def streamed_graph(inputs: Path, shape: str, tokens: int, max_feature_nodes: int
     result = {"name": "graph", "mode": "streamed", "shape": name, "tokens": len(made["ids"]), "dtype": "bfloat16",
               "model_mb": round(sum(f.stat().st_size for f in (inputs / "model").glob("*.safetensors")) / 2**20),
               "max_feature_nodes": max_feature_nodes, "batch_size": batch_size, "cpus": os.cpu_count(),
-              "load_average": round(os.getloadavg()[0], 2), "parts": [], "whole": [], "before": [], "held": []}
-    adjacency, modes = [], ("parts", "whole", "before", "held")
+              "load_average": round(os.getloadavg()[0], 2), "parts": [], "unkept": [], "whole": [], "before": [],
+              "held": []}
+    adjacency, modes = [], ("parts", "unkept", "whole", "before", "held")
     one("parts")  # untimed: the first graph of a process pays for its first allocations and the CLT's pages
     for run in range(runs):  # rotating which goes first
-        for mode in modes[run % 4:] + modes[:run % 4]:
+        for mode in modes[run % len(modes):] + modes[:run % len(modes)]:
             figures, adj = one(mode)
             result[mode].append(figures)
             adjacency.append(adj)
@@ -219,12 +223,18 @@ def streamed_graph(inputs: Path, shape: str, tokens: int, max_feature_nodes: int
     def ratios(key: str, over: str, under: str) -> list[float]:  # per run: over's seconds / under's
         return [round(a[key] / b[key], 3) for a, b in zip(result[over], result[under])]
 
-    result.update(graph_speedup_vs_before=ratios("graph_s", "before", "parts"),
+    def read_ratio(over: str) -> float | None:  # MB read per batch, over's / parts' (None: parts read nothing)
+        parts = result["parts"][0]["mb_per_batch"]
+        return round(result[over][0]["mb_per_batch"] / parts, 2) if parts else None
+
+    result.update(graph_speedup_vs_unkept=ratios("graph_s", "unkept", "parts"),
+                  freeze_speedup_vs_unkept=ratios("freeze_s", "unkept", "parts"),
+                  graph_speedup_vs_before=ratios("graph_s", "before", "parts"),
                   freeze_speedup_vs_before=ratios("freeze_s", "before", "parts"),
                   graph_speedup_vs_whole=ratios("graph_s", "whole", "parts"),
                   freeze_speedup_vs_whole=ratios("freeze_s", "whole", "parts"),
                   graph_vs_held=ratios("graph_s", "parts", "held"), freeze_vs_held=ratios("freeze_s", "parts", "held"),
-                  read_ratio=round(result["whole"][0]["mb_per_batch"] / result["parts"][0]["mb_per_batch"], 2))
+                  read_ratio=read_ratio("whole"), read_ratio_vs_unkept=read_ratio("unkept"))
     return result
 
 

@@ -52,6 +52,8 @@ class StreamedWeights:
         self.bytes_read = 0  # the bytes of those reads' tensors (in the compute dtype)
         self.storages: dict[int, tuple[int, str]] = {}  # a resident parameter's storage address -> (layer, name)
         self.on_drop: Callable[[int, dict[str, torch.Tensor]], None] | None = None  # (layer, its tensors in memory)
+        self.keep: dict[int, set[str]] = {}  # layer -> its parameters that stay in memory when it is let go (`keeping`)
+        self.keep_budget: int | None = None  # the bytes `keeping` may keep; None: one block's
         for l, block in enumerate(model.blocks):
             block.register_forward_pre_hook(
                 lambda module, args, kwargs, l=l: self.bring(l, parts_before_stop(module, args, kwargs)),
@@ -79,18 +81,22 @@ class StreamedWeights:
                               if name in sd})
 
     def drop(self, layer: int, force: bool = False) -> None:
-        """Block `layer`'s parameters back to shapes only (unless a `holding` keeps it)."""
+        """Block `layer`'s parameters back to shapes only (unless a `holding` keeps it), but for those
+        `keeping` keeps (all of them, forced)."""
         if not force and (layer not in self.resident or self.held[layer]):
             return
         block = self.model.blocks[layer]
         if self.on_drop is not None:
             self.on_drop(layer, {name: p for name, p in block.named_parameters() if p.device.type != "meta"})
-        for p in block.parameters():
+        kept = set() if force else self.keep.get(layer, set())
+        going = {name: p for name, p in block.named_parameters() if name not in kept}
+        for p in going.values():
             if p.device.type != "meta":
                 self.storages.pop(p.untyped_storage().data_ptr(), None)
-        block.load_state_dict({name: torch.empty(p.shape, dtype=p.dtype, device="meta")
-                               for name, p in block.named_parameters()}, strict=True, assign=True)
-        self.resident.discard(layer)
+        block.load_state_dict({name: torch.empty(p.shape, dtype=p.dtype, device="meta") for name, p in going.items()},
+                              strict=not kept, assign=True)
+        if all(p.device.type == "meta" for p in block.parameters()):
+            self.resident.discard(layer)
 
     def resident_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for l in self.resident for p in self.model.blocks[l].parameters()
@@ -180,6 +186,43 @@ def holding(model, layer: int, only: set[str] | None = None) -> Iterator[None]:
     finally:
         streamed.held[layer] -= 1
         streamed.drop(layer)
+
+
+@contextmanager
+def keeping(model, parts: Callable[[nn.Module], set[str] | None]) -> Iterator[None]:
+    """Within, the parts of the first blocks (`parts(block)`: names of its modules or parameters, as
+    `holding`'s `only`; None: the whole block), as many blocks as fit in the streamed model's keep_budget
+    (default one block's bytes), stay in memory once read rather than being let go with their block;
+    all let go on leaving. For a computation that passes over the layers again and again (an attribution
+    graph's replay after its real forward, its backward batches, each a forward and a backward through
+    every layer) reading only parts of each block: those it keeps are read once. One block's bytes is
+    memory the load counted (checkpoints.resident_fits: the embeddings, head and two layers) that a pass
+    reading parts leaves unused: with the block computing (a real forward's whole one), no more than two
+    blocks are in memory. A no-op for a model held whole."""
+    streamed = streamed_of(model)
+    if streamed is None:
+        yield
+        return
+    blocks = model.blocks
+
+    def nbytes(block: nn.Module, names: set[str] | None = None) -> int:
+        return sum(p.numel() * p.element_size() for n, p in block.named_parameters() if names is None or n in names)
+    budget = max(map(nbytes, blocks)) if streamed.keep_budget is None else streamed.keep_budget
+    keep, total = {}, 0
+    for layer, block in enumerate(blocks):  # the first blocks: the backward ends, and the next forward starts, there
+        only = parts(block)
+        names = {n for n, _ in block.named_parameters()} if only is None else parameter_names(block, only)
+        total += nbytes(block, names)
+        if total > budget:
+            break
+        keep[layer] = names
+    before, streamed.keep = streamed.keep, keep
+    try:
+        yield
+    finally:
+        streamed.keep = before
+        for layer in keep:
+            streamed.drop(layer)
 
 
 def _argument(block: nn.Module, name: str, args: tuple, kwargs: dict):

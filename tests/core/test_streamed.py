@@ -134,6 +134,43 @@ def test_holding_part_of_a_block_reads_only_that_part(tiny):
     assert not any(s.held.values())
 
 
+def test_keeping_keeps_the_first_blocks_parts_within_its_budget(tiny, monkeypatch):
+    """Within `keeping`, the parts it names of the first blocks, as many as the budget holds, stay in once
+    read: passes over the layers again read only the others; a block's forward reads only the rest of
+    it, the same logits; all let go on leaving."""
+    from desktop_app.core.streamed import keeping
+
+    whole, loaded = load_model_folder(tiny), load_model_folder(tiny, streamed=True)
+    s, blocks = streamed_of(loaded.model), loaded.model.blocks
+    o_bytes = sum(p.numel() * p.element_size() for p in blocks[0].attn.o.parameters())
+    monkeypatch.setattr(s, "keep_budget", 2 * o_bytes)  # two layers' attn.o of the three
+    read = reads_of(s, monkeypatch)
+    with keeping(loaded.model, lambda block: {"attn.o"}):
+        for _ in range(3):  # three passes over the layers
+            for layer in range(3):
+                with holding(loaded.model, layer, only={"attn.o"}):
+                    assert torch.equal(blocks[layer].attn.o.weight, whole.model.blocks[layer].attn.o.weight)
+        assert read == [(0, {"attn.o.weight"}), (1, {"attn.o.weight"})] + [(2, {"attn.o.weight"})] * 3, read
+        assert s.resident == {0, 1} and s.resident_bytes() == 2 * o_bytes
+        ids = torch.tensor([[3, 1, 4, 1, 5]])
+        read.clear()
+        with torch.no_grad():
+            assert torch.equal(loaded.model(ids).logits, whole.model(ids).logits)
+        rest = {n for n, _ in blocks[0].named_parameters()} - {"attn.o.weight"}
+        assert [names == rest for _, names in read] == [True, True, False], read  # the third: whole
+        assert s.resident == {0, 1} and s.resident_bytes() == 2 * o_bytes
+    assert not s.resident and {p.device.type for p in blocks.parameters()} == {"meta"}
+    # by default one block's bytes: here every layer's attn.o; a budget of 0 keeps nothing
+    for budget, kept in ((None, {0, 1, 2}), (0, set())):
+        monkeypatch.setattr(s, "keep_budget", budget)
+        with keeping(loaded.model, lambda block: {"attn.o"}):
+            for layer in range(3):
+                with holding(loaded.model, layer, only={"attn.o"}):
+                    pass
+            assert s.resident == kept
+        assert not s.resident
+
+
 def test_what_reads_a_block_outside_its_forward_reads_no_mlp(tiny, monkeypatch):
     """The lazy trace's head outputs, direct logit attribution, the Lipschitz lab's map and a generation
     step's trace use a layer's attention (and its norms) only: the MLP, most of a block, stays in the files.

@@ -142,11 +142,14 @@ def test_what_if_forced_routing_on_a_streamed_mixtral_is_the_whole_models(tmp_pa
     assert let_go(streamed)
 
 
-def test_a_streamed_graphs_backward_keeps_one_block_in_memory(pair, tmp_path, monkeypatch):
+@pytest.mark.parametrize("keep_budget", [0, None])
+def test_a_streamed_graphs_backward_keeps_one_block_in_memory(pair, tmp_path, monkeypatch, keep_budget):
     """Autograd saves the weights a product used for its backward: without care, what the replacement
     model's forward used of every block it read would stay in memory through the backward. Each time the
     backward reaches a layer's feature input, the real block tensors alive (a weak reference to the
-    storage of each tensor read from the files) are counted: one layer's at most, no more than a block."""
+    storage of each tensor read from the files) are counted: besides the first layers' parts `keeping`
+    keeps (none with a budget of 0; by default no more than a block's bytes: here all three layers'),
+    one layer's at most; no more than a block beside what is kept."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
     from desktop_app.core.graphs import attribute, build_context, load_transcoders
@@ -156,6 +159,7 @@ def test_a_streamed_graphs_backward_keeps_one_block_in_memory(pair, tmp_path, mo
 
     _, loaded = pair
     streamed = streamed_of(loaded.model)
+    monkeypatch.setattr(streamed, "keep_budget", keep_budget)
     read: list[tuple[int, int, StorageWeakRef]] = []  # (layer, bytes, its storage) of every tensor read
     load_block = streamed.load_block
 
@@ -166,11 +170,12 @@ def test_a_streamed_graphs_backward_keeps_one_block_in_memory(pair, tmp_path, mo
     monkeypatch.setattr(streamed, "load_block", recording_load_block)
     block_bytes = sum(p.numel() * p.element_size() for p in loaded.model.blocks[0].parameters())
 
-    seen = []  # per backward step: (how many layers have tensors alive, their bytes)
+    seen = []  # per backward step: (how many layers not kept have tensors alive, the bytes of those, of all)
 
     def alive_blocks(_grad):
         alive = [(layer, nbytes) for layer, nbytes, ref in read if not ref.expired()]
-        seen.append((len({layer for layer, _ in alive}), sum(nbytes for _, nbytes in alive)))
+        others = [(layer, nbytes) for layer, nbytes in alive if layer not in streamed.keep]
+        seen.append((len({layer for layer, _ in others}), sum(n for _, n in others), sum(n for _, n in alive)))
     forward = attribution.linear_forward
 
     def watched_forward(*args):
@@ -185,21 +190,24 @@ def test_a_streamed_graphs_backward_keeps_one_block_in_memory(pair, tmp_path, mo
     ctx = build_context(loaded.model, IDS, load_transcoders(tmp_path / "tc"))
     attribute(ctx, salient_targets(loaded.model, ctx.frozen.logits[-1], 3, 0.95, str), batch_size=16)
     assert len(seen) >= LAYERS  # every layer's feature input is reached in each backward
-    assert max(layers for layers, _ in seen) <= 1, seen
-    assert max(nbytes for _, nbytes in seen) <= block_bytes, (seen, block_bytes)
+    assert max(layers for layers, _, _ in seen) <= 1, seen
+    assert max(nbytes for _, nbytes, _ in seen) <= block_bytes, (seen, block_bytes)
+    kept = max(alive - others for _, others, alive in seen)
+    assert kept == 0 if keep_budget == 0 else 0 < kept <= block_bytes, (seen, block_bytes)
     assert let_go(streamed) and not any(streamed.held.values())
 
 
 def test_a_streamed_graphs_backward_starts_with_what_its_forward_read_last(pair, tmp_path, monkeypatch):
     """Each backward batch's forward reads every layer's parts, then its backward reads them again from
     the last layer down: all but the last, whose saved tensors are kept across the turn (a layer's
-    memory). The same graph as the whole model's."""
+    memory). The same graph as the whole model's. (Nothing kept across batches: a keep budget of 0.)"""
     from desktop_app.core.graphs import attribute, attribution, build_context, load_transcoders
     from desktop_app.core.graphs.attribution import salient_targets
     from desktop_app.core.graphs.transcoders import random_transcoders
 
     whole, loaded = pair
     streamed = streamed_of(loaded.model)
+    monkeypatch.setattr(streamed, "keep_budget", 0)
     random_transcoders(tmp_path / "tc", LAYERS, HIDDEN, 32, seed=3)
     batches, compute_rows = [0], attribution.compute_rows
     monkeypatch.setattr(attribution, "compute_rows", lambda *args: batches.append(1) or compute_rows(*args))
@@ -268,6 +276,51 @@ def test_a_streamed_graph_reads_no_mlp_after_its_real_forward(pair, tmp_path, mo
     a, b = graphs
     assert torch.equal(a.active_features, b.active_features) and torch.equal(a.adjacency, b.adjacency)
     used = {"norm1.weight", "norm2.weight", "attn.v.weight", "attn.o.weight"}
-    assert len(read) >= 2 * LAYERS and {layer for layer, _ in read} == set(range(LAYERS))
+    assert len(read) >= LAYERS and {layer for layer, _ in read} == set(range(LAYERS))
     assert all(names <= used for _, names in read), read
+    assert let_go(loaded) and not any(streamed.held.values())
+
+
+@pytest.mark.parametrize("kept", [1, LAYERS])
+def test_a_streamed_graph_reads_the_first_layers_parts_once(pair, tmp_path, monkeypatch, kept):
+    """`keeping`: the parts the replacement model reads of the first layers (as many as the keep budget
+    holds: one layer's here, or all of them, the default's one block's bytes) stay in memory through the
+    freeze's replay and through every backward batch, read once each rather than again by the replay after
+    the real forward and by every batch's forward and backward; the others as before. The graph is the
+    whole model's, bit for bit, and everything is let go after."""
+    from desktop_app.core.graphs import attribute, attribution, build_context, load_transcoders
+    from desktop_app.core.graphs.attribution import salient_targets
+    from desktop_app.core.graphs.replacement import _parts_read
+    from desktop_app.core.graphs.transcoders import random_transcoders
+    from desktop_app.core.streamed import parameter_names
+
+    whole, loaded = pair
+    streamed = streamed_of(loaded.model)
+    block = loaded.model.blocks[0]
+    parts = parameter_names(block, _parts_read(block))
+    part_bytes = sum(p.numel() * p.element_size() for n, p in block.named_parameters() if n in parts)
+    assert LAYERS * part_bytes <= sum(p.numel() * p.element_size() for p in block.parameters())  # the default's
+    monkeypatch.setattr(streamed, "keep_budget", None if kept == LAYERS else kept * part_bytes)
+    random_transcoders(tmp_path / "tc", LAYERS, HIDDEN, 32, seed=3)
+    batches, compute_rows = [], attribution.compute_rows
+    monkeypatch.setattr(attribution, "compute_rows", lambda *args: batches.append(1) or compute_rows(*args))
+    graphs = []
+    for m in (whole, loaded):
+        if m is loaded:
+            read, batches[:] = reads_of(streamed, monkeypatch), []
+        ctx = build_context(m.model, IDS, load_transcoders(tmp_path / "tc"))
+        if m is loaded:
+            assert not streamed.resident
+            freeze_reads, read[:] = list(read), []
+        graphs.append(attribute(ctx, salient_targets(m.model, ctx.frozen.logits[-1], 3, 0.95, str), batch_size=4))
+    whole_block = {n for n, _ in block.named_parameters()}
+    # the real forward reads every block whole; the replay only the parts of those not kept
+    assert freeze_reads == [(l, whole_block) for l in range(LAYERS)] + [(l, parts) for l in range(kept, LAYERS)]
+    assert len(batches) >= 3 and all(names == parts for _, names in read), read
+    layers = [layer for layer, _ in read]
+    assert all(layers.count(l) == 1 for l in range(kept)), layers  # read once for all the batches
+    if kept < LAYERS:  # the others every batch: the forward reads each, the backward all but the last again
+        assert layers.count(LAYERS - 1) == len(batches) and layers.count(kept) > len(batches), layers
+    assert torch.equal(graphs[0].active_features, graphs[1].active_features)
+    assert torch.equal(graphs[0].adjacency, graphs[1].adjacency)
     assert let_go(loaded) and not any(streamed.held.values())

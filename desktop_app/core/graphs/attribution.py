@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..streamed import weights_saved_by_name
-from .replacement import Frozen, freeze, graph_problem, linear_forward, n_graph_layers
+from .replacement import Frozen, freeze, graph_problem, keeping_parts, linear_forward, n_graph_layers
 from .transcoders import Transcoders
 
 
@@ -182,7 +182,8 @@ def build_context(model, ids: Sequence[int], transcoders: Transcoders, *, source
         raise ValueError(f"{transcoders.folder}: transcoders for {transcoders.n_layers} layers of width "
                          f"{transcoders.d_model}; the model has {n_layers} layers of width {cfg.d_model}")
     dtype = model.dtype
-    frozen = freeze(model, list(ids), transcoders.input_hook, None if source is None else list(source))
+    with keeping_parts(model):  # a streamed model: the replay reads again what its real forward has just read
+        frozen = freeze(model, list(ids), transcoders.input_hook, None if source is None else list(source))
     L, T, d = frozen.mlp_out.shape
     device = frozen.mlp_out.device
     active, values, decoder_rows, decoder_slots = [], [], [], []
@@ -370,30 +371,32 @@ def attribute(ctx: Context, targets: Targets, *, batch_size: int = 512, max_feat
     row_nodes = torch.zeros(max_feature_nodes + n_logits, dtype=torch.long)
     say(f"{total} active features, {n_logits} logit targets, {L * T} error nodes, {T} tokens; "
         f"rows for {max_feature_nodes} features")
-    for i in range(0, n_logits, batch_size):
-        vec = targets.vectors[i:i + batch_size]
-        rows = compute_rows(ctx, torch.full((len(vec),), L), torch.full((len(vec),), T - 1), vec)
-        edges[i:i + len(vec), :offset] = rows.to(work).cpu()
-        row_nodes[i:i + len(vec)] = torch.arange(i, i + len(vec)) + offset
-    layers, positions = ctx.active[:, 0].cpu(), ctx.active[:, 1].cpu()
-    visited = torch.zeros(total, dtype=torch.bool)
-    n_visited, st = 0, n_logits
-    while n_visited < max_feature_nodes:
-        if max_feature_nodes == total:
-            pending = torch.arange(total)
-        else:
-            influence = partial_influences(edges[:st], targets.probabilities.cpu(), row_nodes[:st])
-            rank = torch.argsort(influence[:total], descending=True)
-            pending = rank[~visited[rank]][:min(update_interval * batch_size, max_feature_nodes - n_visited)]
-        for b in range(0, len(pending), batch_size):
-            batch = pending[b:b + batch_size]
-            n_visited += len(batch)
-            rows = compute_rows(ctx, layers[batch], positions[batch], ctx.encoder_vectors(batch))
-            edges[st:st + len(batch), :offset] = rows.to(work).cpu()
-            row_nodes[st:st + len(batch)] = batch
-            visited[batch] = True
-            st += len(batch)
-            say(f"feature rows {n_visited}/{max_feature_nodes}")
+    # a streamed model: each batch is a forward and a backward through every layer; the first layers' parts are kept
+    with keeping_parts(ctx.model):
+        for i in range(0, n_logits, batch_size):
+            vec = targets.vectors[i:i + batch_size]
+            rows = compute_rows(ctx, torch.full((len(vec),), L), torch.full((len(vec),), T - 1), vec)
+            edges[i:i + len(vec), :offset] = rows.to(work).cpu()
+            row_nodes[i:i + len(vec)] = torch.arange(i, i + len(vec)) + offset
+        layers, positions = ctx.active[:, 0].cpu(), ctx.active[:, 1].cpu()
+        visited = torch.zeros(total, dtype=torch.bool)
+        n_visited, st = 0, n_logits
+        while n_visited < max_feature_nodes:
+            if max_feature_nodes == total:
+                pending = torch.arange(total)
+            else:
+                influence = partial_influences(edges[:st], targets.probabilities.cpu(), row_nodes[:st])
+                rank = torch.argsort(influence[:total], descending=True)
+                pending = rank[~visited[rank]][:min(update_interval * batch_size, max_feature_nodes - n_visited)]
+            for b in range(0, len(pending), batch_size):
+                batch = pending[b:b + batch_size]
+                n_visited += len(batch)
+                rows = compute_rows(ctx, layers[batch], positions[batch], ctx.encoder_vectors(batch))
+                edges[st:st + len(batch), :offset] = rows.to(work).cpu()
+                row_nodes[st:st + len(batch)] = batch
+                visited[batch] = True
+                st += len(batch)
+                say(f"feature rows {n_visited}/{max_feature_nodes}")
     selected = torch.where(visited)[0]
     if max_feature_nodes < total:
         edges = edges[:, torch.cat([selected, torch.arange(total, n_nodes)])]

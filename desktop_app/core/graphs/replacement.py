@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from ..model import OffsetRMSNorm, RMSNorm, token_embedding
-from ..streamed import holding
+from ..streamed import holding, keeping
 from .transcoders import Transcoders
 
 
@@ -156,6 +156,12 @@ def _parts_read(block: nn.Module) -> set[str]:
     the queries and keys, nor the cross-attention (its output a constant)."""
     norms = {s.norm for s in block.sublayers} | {s.out_norm for s in block.sublayers if s.name != "mlp"}
     return {"attn.v", "attn.o"} | (norms - {None})
+
+
+def keeping_parts(model):
+    """Within, what _run reads of the first blocks stays in memory once read (a model read layer by layer:
+    core.streamed.keeping), so that passes over the stack again and again read those parts once."""
+    return keeping(model, _parts_read)
 
 
 def _run(model, frozen: Frozen, norms: _Norms, tokens: torch.Tensor, mlp) -> torch.Tensor:

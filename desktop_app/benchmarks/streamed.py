@@ -6,7 +6,10 @@ load and trace checks against), so it opens the checkpoint streamed; where this 
 cgroup be made (v2 with the memory controller, or v1's memory hierarchy, under this process's own), the
 capped process runs inside one limited to the same figure, so the kernel enforces the cap (the cgroup's
 peak charge is reported; "cap" says which cap held). Its peak resident set (VmHWM) is reported beside the
-cap, and the trace's logits must equal the uncapped ones. Prints the figures as one JSON line: the time
+cap, and the trace's logits must equal the uncapped ones. The cap (--memory-cap-gb, else 95% of the weights,
+raised to halfway between what the run needs and the weights when the trace of --tokens needs more:
+memory_cap) is checked against the checkpoint's config before any weights are made: one line names the cap
+or the tokens to pass when the capped process would refuse. Prints the figures as one JSON line: the time
 of open + trace (and of a few greedy tokens, --new; 0 for none) capped against uncapped.
 
 --folder DIR measures an existing checkpoint (kept); otherwise one is made in a temporary folder, tensor by
@@ -16,15 +19,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from ..commands.args import OneLineParser, float_in, int_in
-from .scale import SHAPES, _ids, _peak_mb, _rss_mb, make_checkpoint, write_checkpoint_by_tensor
+from .scale import SHAPES, _ids, _peak_mb, _rss_mb, make_checkpoint, shape_config, write_checkpoint_by_tensor
 
 
 def child(folder: str, tokens: int, new: int, dtype: str, cap_gib: float | None, out_file: str) -> dict:
@@ -61,6 +66,63 @@ def child(folder: str, tokens: int, new: int, dtype: str, cap_gib: float | None,
             "first_layer_s": first[0] - t1, "generate_s_per_token": t_gen, "generated_ids": generated,
             "peak_mb": _peak_mb(), "baseline_mb": baseline, "trace_held_mb": held_mb, "dtype": str(loaded.model.dtype).replace("torch.", ""),
             "threads": torch.get_num_threads()}
+
+
+def needs(folder: Path, dtype: str) -> tuple[int, float, Callable[[int], int]]:
+    """What the capped process's own checks will ask of its memory cap, from the checkpoint's config alone
+    (nothing read): (the weights' bytes, which must exceed the cap for it to open streamed; the bytes it
+    then keeps, embeddings, head and two layers, which must fit; the trace's estimate at a token count,
+    which must fit too: app.tracing's check). The compute dtype: --dtype, or under "auto" the stored one
+    (a float32 copy of half-precision weights never fits under a cap below them)."""
+    import torch
+
+    from ..app.tracing import trace_memory
+    from ..core.checkpoints import LoadedModel, _MetaSkeleton, model_class, read_config, resident_bytes
+    from ..core.devices import dtype_name, resolve_dtype
+
+    cfg = read_config(folder)
+    stored = resolve_dtype(cfg.dtype)
+    compute = stored if dtype == "auto" else resolve_dtype(dtype)
+    cfg = cfg.replace(dtype=dtype_name(compute))
+    with torch.device("meta"), _MetaSkeleton():  # shapes only: what the estimates read
+        model = model_class(cfg)(cfg, init_weights=False).to(compute)
+    loaded = LoadedModel(model=model, config=cfg, tokenizer=None, path=folder, name=folder.name, stored_dtype=stored)
+    return (cfg.parameter_estimate() * compute.itemsize, resident_bytes(cfg, compute.itemsize),
+            lambda tokens: trace_memory(loaded, tokens, host_records=False).device)
+
+
+def memory_cap(weights: int, resident: float, trace: Callable[[int], int], tokens: int,
+               asked_gib: float | None) -> float:
+    """The capped process's memory cap in GiB: `asked_gib`, or by default 95% of the weights, raised to
+    halfway between what the run needs (the trace of `tokens`, or the resident set, whichever is more) and
+    the weights when it needs more (1,024 tokens at the Llama-3.2-1B shape: 2.24 GiB against 2.19).
+    SystemExit, one line, when no cap can both stream the model (below its weights) and let it run, or
+    when the cap asked is below what the run needs (the capped process would refuse to trace): which cap
+    or how many tokens to pass."""
+    gib = 2**30
+    need = max(trace(tokens), resident)
+    if asked_gib is not None:
+        if asked_gib * gib < need < weights:
+            places = next(p for p in range(2, 12) if math.ceil(need / gib * 10**p) < weights / gib * 10**p)
+            lo, hi = math.ceil(need / gib * 10**places), math.ceil(weights / gib * 10**places) - 1
+            raise SystemExit(f"bench streamed: --memory-cap-gb {asked_gib:g} is less than the {need / gib:.3g} GiB "
+                             f"a trace of {tokens} tokens needs beside the model read layer by layer: pass "
+                             f"--memory-cap-gb from {lo / 10**places:.{places}f} to {hi / 10**places:.{places}f} "
+                             f"(below the weights' {weights / gib:.3g} GiB)")
+        return asked_gib  # (at or above the weights: the model opens whole, as the result's capped_streamed says)
+    if resident >= weights:
+        raise SystemExit(f"bench streamed: the model's embeddings, head and two layers ({resident / gib:.3g} GiB) are "
+                         f"as much as its weights ({weights / gib:.3g} GiB): no cap below the weights lets it be read "
+                         f"layer by layer")
+    if need >= weights:
+        most, hi = 0, tokens - 1  # the most tokens whose trace stays below the weights (it grows with them)
+        while most < hi:
+            mid = (most + hi + 1) // 2
+            most, hi = (mid, hi) if trace(mid) < weights else (most, mid - 1)
+        raise SystemExit(f"bench streamed: a trace of {tokens} tokens needs about {need / gib:.3g} GiB, as much as "
+                         f"the weights' {weights / gib:.3g} GiB: no cap below the weights lets it run; "
+                         f"pass --tokens {most} or fewer")
+    return max(0.95 * weights, (need + weights) / 2) / gib
 
 
 def _own_cgroup() -> tuple[Path, str] | None:
@@ -126,19 +188,29 @@ def main(argv: list[str]) -> dict:
     ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="bfloat16",
                     help="compute dtype, both processes (default bfloat16, as the checkpoint is stored)")
     ap.add_argument("--memory-cap-gb", type=float_in(0, 1e5, lo_open=True), default=None, metavar="G",
-                    help="the memory the capped process is told it has, GiB (default: 95%% of the weights')")
+                    help="the memory the capped process is told it has, GiB (default: 95%% of the weights', or more "
+                         "when the trace of --tokens needs more: memory_cap)")
     args = ap.parse_args(argv)
     import torch
+
+    from ..core.checkpoints import ModelLoadError
 
     with tempfile.TemporaryDirectory(prefix="bench-streamed-") as tmp:
         if args.folder:
             folder, params = Path(args.folder), None
         else:
             folder = Path(tmp) / args.shape
+            config = shape_config(args.shape)  # first, as it will be written: the cap is checked before the weights are made
+            config.dtype = torch.bfloat16
+            config.save_pretrained(folder)
+        try:
+            cap = memory_cap(*needs(folder, args.dtype), args.tokens, args.memory_cap_gb)
+        except ModelLoadError as exc:
+            raise SystemExit(f"bench streamed: {exc}") from None
+        if not args.folder:
             big = SHAPES[args.shape][1]["hidden_size"] >= 4096  # 16 GB and up: never whole in memory
             params = write_checkpoint_by_tensor(args.shape, folder) if big else make_checkpoint(args.shape, folder)[0]
         weights_gib = sum(f.stat().st_size for f in folder.glob("*.safetensors")) / 2**30
-        cap = args.memory_cap_gb or 0.95 * weights_gib
         common = (str(folder), args.tokens, args.new, args.dtype)
         with memory_cgroup(int(cap * 2**30)) as cgroup:
             capped = _run(*common, cap, str(Path(tmp) / "capped.pt"), cgroup=cgroup and cgroup[0])

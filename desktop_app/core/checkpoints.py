@@ -368,12 +368,18 @@ def _stream_fits(cfg: ModelConfig, folder: Path, width: int, device, for_trainin
     return resident_fits(cfg, width, device)
 
 
-def resident_fits(cfg: ModelConfig, width: int, device) -> bool:
-    """Whether what a model read layer by layer keeps in memory fits: its embeddings, head and two layers."""
+def resident_bytes(cfg: ModelConfig, width: int) -> float:
+    """What a model read layer by layer keeps in memory, at `width` bytes a weight: its embeddings, head and
+    two layers (the one computing and its copy being made)."""
     outside = cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings or not cfg.lm_head else 2)
     layer = (cfg.parameter_estimate() - outside) / cfg.n_layers
+    return (outside + 2 * layer) * width
+
+
+def resident_fits(cfg: ModelConfig, width: int, device) -> bool:
+    """Whether what a model read layer by layer keeps in memory (resident_bytes) fits."""
     try:
-        check_memory((outside + 2 * layer) * width, "the model's embeddings, head and two layers", "", device)
+        check_memory(resident_bytes(cfg, width), "the model's embeddings, head and two layers", "", device)
     except MemoryEstimateError:
         return False
     return True

@@ -16,6 +16,8 @@ knows about them.
   pass whose backward comes later (the attribution graph's) runs under `weights_saved_by_name`:
   autograd keeps a block's weights as (layer, name), read again when the backward reaches them, not the
   tensors themselves (which would keep every block's saved weights in memory until the backward is done).
+  Passes that go over the layers again and again reading parts (the graph's replay, its backward
+  batches) run under `keeping`: those parts of the first blocks, within one block's bytes, are read once.
 - place_blocks: consecutive blocks on each of several devices (plan_devices), each block's inputs
   moved to its device before it runs and its output back to the model's own device (where the
   embeddings, the head and the records' hand-off are), so everything around the loop is unchanged.

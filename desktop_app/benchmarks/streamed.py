@@ -95,7 +95,7 @@ def memory_cap(weights: int, resident: float, trace: Callable[[int], int], token
                asked_gib: float | None) -> float:
     """The capped process's memory cap in GiB: `asked_gib`, or by default 95% of the weights, raised to
     halfway between what the run needs (the trace of `tokens`, or the resident set, whichever is more) and
-    the weights when it needs more (1,024 tokens at the Llama-3.2-1B shape: 2.24 GiB against 2.19).
+    the weights when it needs more (1,024 tokens at the Llama-3.2-1B shape: 2.25 GiB against 2.19).
     SystemExit, one line, when no cap can both stream the model (below its weights) and let it run, or
     when the cap asked is below what the run needs (the capped process would refuse to trace): which cap
     or how many tokens to pass."""
@@ -103,10 +103,11 @@ def memory_cap(weights: int, resident: float, trace: Callable[[int], int], token
     need = max(trace(tokens), resident)
     if asked_gib is not None:
         if asked_gib * gib < need < weights:
-            places = next(p for p in range(2, 12) if math.ceil(need / gib * 10**p) < weights / gib * 10**p)
+            places = next((p for p in range(2, 10) if math.ceil(need / gib * 10**p) < weights / gib * 10**p), 10)
             lo, hi = math.ceil(need / gib * 10**places), math.ceil(weights / gib * 10**places) - 1
             raise SystemExit(f"bench streamed: --memory-cap-gb {asked_gib:g} is less than the {need / gib:.3g} GiB "
-                             f"a trace of {tokens} tokens needs beside the model read layer by layer: pass "
+                             f"the run needs (the trace of {tokens} tokens, or what the model keeps read layer by "
+                             f"layer, whichever is more): pass "
                              f"--memory-cap-gb from {lo / 10**places:.{places}f} to {hi / 10**places:.{places}f} "
                              f"(below the weights' {weights / gib:.3g} GiB)")
         return asked_gib  # (at or above the weights: the model opens whole, as the result's capped_streamed says)

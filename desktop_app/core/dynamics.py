@@ -358,9 +358,11 @@ def parse_covariance(text: str, d: int) -> np.ndarray:
     of d numbers separated by ";" (the full matrix, e.g. "2 0.5 0; 0.5 1 0; 0 0 1"); numbers within a
     row by commas or spaces. ValueError, one line, unless it is a symmetric positive semi-definite d x d
     matrix, not all zero."""
+    from .numbers import parse_float  # ASCII digits: not '٣' or '1_0', which float() takes
+
     rows = [r for r in text.split(";") if r.strip()]
     try:
-        values = [[float(v) for v in r.replace(",", " ").split()] for r in rows]
+        values = [[parse_float(v) for v in r.replace(",", " ").split()] for r in rows]
     except ValueError:
         raise ValueError(f"covariance {text.strip()!r}: give numbers (rows separated by ';')") from None
     if not all(np.isfinite(v) for r in values for v in r):  # 'inf' said "Eigenvalues did not converge"

@@ -39,10 +39,12 @@ class EncodedText:
 
 def parse_token_ids(text: str, what: str = "token ids") -> list[int]:
     """'1, 2, 3', '1 2 3' or '1,2,3' -> [1, 2, 3] (spaces and/or commas)."""
+    from .numbers import parse_int
+
     ids = []
     for part in text.replace(",", " ").split():
         try:
-            ids.append(int(part))
+            ids.append(parse_int(part))  # ASCII digits: not '٣' or '1_0', which int() takes
         except ValueError:
             raise InputError(f"{what}: {part!r} is not a token id; give integers separated by spaces "
                              f"or commas") from None

@@ -329,7 +329,11 @@ def _check_inside(folder: Path, f: Path) -> None:
 def load_dictionary(folder: str | Path, hook: str | None = None) -> SparseDictionary:
     """Open a dictionary folder (SAELens or Gemma Scope, see the module docstring); `hook` overrides
     the hook its files name (and is needed where they name none)."""
+    from ..files import file_problem
+
     folder = Path(folder)
+    if folder.is_dir() and folder.name in (CFG_FILE, WEIGHTS_FILE, *GEMMA_SCOPE_FILES):  # named as the file
+        _fail(folder, file_problem(folder))
     if folder.is_file():  # a weights file named directly: its folder
         if folder.name not in (CFG_FILE, WEIGHTS_FILE, *GEMMA_SCOPE_FILES):  # (else the message named the folder)
             _fail(folder, f"not a dictionary: give its folder (SAELens' {CFG_FILE} and {WEIGHTS_FILE}, or Gemma "
@@ -341,6 +345,8 @@ def load_dictionary(folder: str | Path, hook: str | None = None) -> SparseDictio
     cfg_path = folder / CFG_FILE
     for f in (cfg_path, folder / WEIGHTS_FILE, *(folder / n for n in GEMMA_SCOPE_FILES)):
         _check_inside(folder, f)
+        if f.exists() and not f.is_file():  # a folder (or a pipe) of that name: not "missing", not "holds neither"
+            _fail(f, file_problem(f))
     cfg = _read_json(cfg_path) if cfg_path.is_file() else {}
     weights_path = folder / WEIGHTS_FILE
     if weights_path.is_file():

@@ -62,8 +62,11 @@ class _Tensors:
 
     @classmethod
     def open(cls, path: Path) -> "_Tensors":
-        if not path.is_file():
-            _fail(path, "missing")
+        from ..files import file_problem
+
+        problem = file_problem(path)  # a folder of that name is one, not "missing"
+        if problem is not None:
+            _fail(path, problem)
         try:
             with open(path, "rb") as f:
                 n = int.from_bytes(f.read(8), "little")
@@ -306,6 +309,11 @@ def load_transcoders(folder: str | Path) -> Transcoders:
     if not folder.is_dir():
         _fail(folder, "is not a folder (give a transcoder folder holding config.yaml or W_enc_0.safetensors)")
     config_path = folder / "config.yaml"
+    for named in (config_path, folder / "W_enc_0.safetensors"):
+        if named.exists() and not named.is_file():  # a folder of that name: not "holds neither", not "missing"
+            from ..files import file_problem
+
+            _fail(named, file_problem(named))
     cfg = _read_yaml(config_path) if config_path.is_file() else {}
     kind = cfg.get("model_kind")
     if kind is None:

@@ -134,18 +134,20 @@ MAX_GEOM_COUNT = 1000  # geom:LO:HI:COUNT points: more is a typo (1e9 points too
 
 def parse_lengths(text: str) -> list[int]:
     """'8,16,32' or 'geom:2:512:10' (geometric, rounded, distinct) -> sorted lengths >= 2."""
+    from ..numbers import parse_int  # ASCII digits: not '٣' or '1_0', which int() takes
+
     text = text.strip()
     try:
         if text.startswith("geom:"):
             _, lo, hi, count = text.split(":")
-            lo, hi, count = int(lo), int(hi), int(count)
+            lo, hi, count = parse_int(lo), parse_int(hi), parse_int(count)
             if lo < 2 or hi < lo or not 1 <= count <= MAX_GEOM_COUNT:
                 raise ValueError(f"lengths geom:LO:HI:COUNT needs 2 <= LO <= HI and COUNT from 1 to "
                                  f"{MAX_GEOM_COUNT}, got {text!r}")
             vals = np.geomspace(lo, hi, count)
             out = sorted({int(round(v)) for v in vals})
         else:
-            out = sorted({int(x) for x in text.replace(" ", "").split(",") if x})
+            out = sorted({parse_int(x) for x in text.replace(" ", "").split(",") if x})
     except ValueError as exc:
         if str(exc).startswith("lengths geom:"):
             raise

@@ -211,16 +211,12 @@ def _fail(path, problem: str):
 
 
 def _read_json(path: Path) -> dict:
+    from ..files import JsonFileError, read_json
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        _fail(path, "not UTF-8 text")
-    except json.JSONDecodeError as exc:
-        _fail(path, f"not valid JSON ({exc.msg}, line {exc.lineno})")
-    except RecursionError:
-        _fail(path, "JSON nested too deeply")
-    except OSError as exc:
-        _fail(path, f"cannot be read ({exc.strerror or exc})")
+        data = read_json(path)  # the one strict reader: a key given twice is refused, not read as the last
+    except JsonFileError as exc:
+        raise DictionaryError(str(exc)) from None
     if not isinstance(data, dict):
         _fail(path, "is not a JSON object")
     return data
@@ -394,6 +390,8 @@ def check_shapes(shapes: dict[str, list[int]], cfg: dict, where: Path) -> tuple[
         if shape(key) is not None and shape(key) != want:
             _fail(where, f"{key} must have shape {want} ({what}), got {shape(key)}")
     for key, size in (("d_in", d_in), ("d_sae", d_sae)):
+        if key in cfg and (not isinstance(cfg[key], int) or isinstance(cfg[key], bool)):
+            _fail(where.with_name(CFG_FILE), f"{key} must be an integer, got {cfg[key]!r}")
         if key in cfg and cfg[key] != size:
             _fail(where.with_name(CFG_FILE), f"says {key} {cfg[key]!r} but {where.name} holds {size}")
     return d_in, d_sae, d_out

@@ -16,6 +16,7 @@ import torch
 
 from ...threads import one_thread_when_small
 from ..jobs import JobControl, report
+from ..numbers import MAX_COUNT, MAX_SEED, Range
 from .bounds import map_bounds
 from .estimator import spectral_norm
 from .fit import fit_exponent
@@ -28,6 +29,15 @@ DEFAULT_SEED = 0
 DEFAULT_SEARCH_STEPS = 30
 DEFAULT_SYNTHETIC_D = 16
 DEFAULT_SYNTHETIC_RADIUS = 1.0
+
+# every numeric setting's range, declared once: SweepSpec checks them (a script's sweep as the panel's), and
+# the lipschitz command's options take them as their argparse types (Number.of)
+LIMITS = {"samples": Range(int, 1, 10**6), "layer": Range(int, 0, 10**6), "head": Range(int, 0, 10**6),
+          "d": Range(int, 1, 16384), "norm_A": Range(float, 0, 1e6),  # A = 0: uniform attention, still measured
+          "norm_V": Range(float, 0, 1e6, lo_open=True), "radius": Range(float, 0, 1e6, lo_open=True),
+          "search_steps": Range(int, 0, 10**6), "tol": Range(float, 0, 1, lo_open=True, hi_open=True),
+          "seed": Range(int, 0, MAX_SEED)}
+LENGTH = Range(int, 2, MAX_COUNT)  # each of `lengths` (the memory a length needs is estimated by the caller)
 
 
 def data_kinds() -> tuple[str, ...]:
@@ -72,6 +82,26 @@ class SweepSpec:
     tol: float = DEFAULT_TOL
     seed: int = DEFAULT_SEED
     label: str = ""
+
+    def __post_init__(self) -> None:
+        """Each number within its LIMITS, else ValueError naming it ("samples: must be an integer from 1 to
+        1,000,000, got 0"): a script's SweepSpec(samples=0) was a reshape error deep in the estimator, d=0 a
+        ZeroDivisionError, radius=inf numpy's "SVD did not converge"."""
+        import numbers
+
+        def plain(value):  # numpy's integers as Python's
+            return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+
+        for name, limit in LIMITS.items():
+            value = plain(getattr(self, name))
+            if value is not None and (problem := limit.problem(value)):
+                raise ValueError(f"{name}: {problem}")
+            setattr(self, name, value)
+        if not len(self.lengths):
+            raise ValueError("lengths: give at least one length")
+        for n in self.lengths:
+            if problem := LENGTH.problem(plain(n)):
+                raise ValueError(f"lengths: each {problem}")
 
     @property
     def function(self) -> str:

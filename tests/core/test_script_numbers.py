@@ -104,3 +104,17 @@ def test_the_dynamics_command_takes_the_same_ranges():
                                                                              limit.lo_open, limit.hi_open), name
     sim = dy.run(dy.DynamicsConfig(d=2, n=np.int64(5), init="ball", seed=np.int64(1)), 2)
     assert sim.config.n == 5 and np.isfinite(sim.records[-1].radius)
+
+
+def test_token_ids_from_a_script_are_integers():
+    """check_ids took int() of each id: 1.5 became token 1 and "3" token 3 without a word; numpy's and torch's
+    integers still pass."""
+    import torch
+
+    from desktop_app.core.inputs import InputError, check_ids
+
+    assert check_ids([1, np.int64(2), torch.tensor(3)], 9).ids == [1, 2, 3]
+    assert check_ids(torch.tensor([4, 5]), 9).ids == [4, 5] and check_ids(np.array([6]), 9).ids == [6]
+    for bad in ([1.5], [True], ["3"], torch.tensor([1.0])):
+        with pytest.raises(InputError, match="is not a token id \\(an integer\\)"):
+            check_ids(bad, 9)

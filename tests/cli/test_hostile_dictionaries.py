@@ -36,6 +36,8 @@ def _sae(tmp_path):
 
 
 def _cfg_text(cfg: dict, change: str) -> str:
+    if change == "huge":
+        return json.dumps(cfg) + " " * (1 << 24)  # read whole before: now refused unread
     if change == "twice":
         return json.dumps(cfg)[:-1] + ', "d_in": 9}'
     if change == "string":
@@ -45,6 +47,7 @@ def _cfg_text(cfg: dict, change: str) -> str:
 
 @pytest.mark.parametrize("change,expected", [
     ("twice", "the key 'd_in' appears twice in one object"),
+    ("huge", "bytes, not a settings file (at most 16,777,216 are read)"),
     ("string", "d_in must be an integer, got '8'"),
     ("digits", "hook 'blocks.٠.hook_resid_post' is not an activation the app records"),
 ])

@@ -49,6 +49,7 @@ CFG_FILE = "cfg.json"
 GEMMA_SCOPE_FILES = ("params.safetensors", "params.npz")
 SAELENS_FORMAT_VERSION = "6.0.0"  # the cfg.json layout written (SAELens reads an unversioned one as pre-6)
 MAX_DICTIONARY_BYTES = 2**34  # 16 GB: a header claiming more is refused before anything is read
+MAX_CFG_BYTES = 1 << 24  # a cfg.json is a few kB: 16 MB is far beyond, and is not read whole
 
 
 class DictionaryError(ValueError):
@@ -214,7 +215,7 @@ def _read_json(path: Path) -> dict:
     from ..files import JsonFileError, read_json
 
     try:
-        data = read_json(path)  # the one strict reader: a key given twice is refused, not read as the last
+        data = read_json(path, max_bytes=MAX_CFG_BYTES)  # the one strict reader: a key given twice is refused
     except JsonFileError as exc:
         raise DictionaryError(str(exc)) from None
     if not isinstance(data, dict):

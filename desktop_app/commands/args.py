@@ -39,12 +39,13 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}{self._dash_hint(message)} (see {self.prog} --help)\n")
 
     def _dash_hint(self, message: str) -> str:
-        """For "argument --text: expected one argument" when what followed --text starts with '-': how to
+        """For "argument --text: expected one argument" when what followed --text starts with one '-': how to
         give it."""
         m = _NO_VALUE.fullmatch(message)
         given = getattr(self, "_given", [])
         for option, value in zip(given, given[1:]):
-            if m and option in m[1].split("/") and value.startswith("-"):
+            if m and option in m[1].split("/") and value.startswith("-") and not value.startswith("--"):  # (an
+                # option there: the value was forgotten)
                 return f" (a value that starts with '-' is written {option}={value})"
         return ""
 

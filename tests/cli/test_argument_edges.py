@@ -111,9 +111,11 @@ def test_a_text_that_starts_with_a_minus_is_told_how_to_give_it(option, capsys):
     assert getattr(ns, {"--text": "text", "--prompt": "prompt", "--steer-towards": "steer_towards"}[option]) == "-x"
 
 
-def test_a_value_forgotten_at_the_end_gets_no_hint(capsys):
-    line = _refusal(_with_required("generate") + ["--steer-towards"], capsys)
-    assert line.endswith("expected one argument (see python -m desktop_app generate --help)"), line
+@pytest.mark.parametrize("after", [[], ["--seed", "1"]], ids=["at the end", "before an option"])
+def test_a_forgotten_value_gets_no_hint(after, capsys):
+    line = _refusal(_with_required("generate") + ["--steer-towards", *after], capsys)
+    assert line.endswith("argument --steer-towards: expected one argument (see python -m desktop_app generate "
+                         "--help)"), line
 
 
 @pytest.mark.parametrize("typed", ["٣", "３", "1_0", "1_000.5"])

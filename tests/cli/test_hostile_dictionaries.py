@@ -87,6 +87,7 @@ def _bomb(depth: int = 9) -> str:
 @pytest.mark.parametrize("case,expected", [
     ("aliases", "config.yaml: line 2: a YAML alias (*name), which is not read here: write the value itself"),
     ("large", "config.yaml: is 1,048,612 bytes; a transcoders' config.yaml is a few kB"),
+    ("malformed", "config.yaml: cannot be read as YAML (while parsing a flow sequence in"),  # was several lines
     ("float shape", "W_enc_0.safetensors: not a readable safetensors file (tensor 'W_enc_0': shape [4.0, 8] and "
                     "offsets [0, 128] must be non-negative integers)"),
     ("negative shape", "W_enc_0.safetensors: not a readable safetensors file (tensor 'W_enc_0': shape [-4, -8]"),
@@ -98,6 +99,8 @@ def test_transcoder_files_that_lie_are_one_line(case, expected, one_layer_gpt2_d
     folder = _transcoders(tmp_path)
     if case == "aliases":
         (folder / "config.yaml").write_text(_bomb(), encoding="utf-8")
+    elif case == "malformed":
+        (folder / "config.yaml").write_text("model_kind: cross_layer_transcoder\nscan: [1, 2\n", encoding="utf-8")
     elif case == "large":
         (folder / "config.yaml").write_text("model_kind: cross_layer_transcoder\n" + "#" * (1 << 20) + "\n")
     elif case == "list header":

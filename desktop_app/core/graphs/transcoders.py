@@ -78,7 +78,7 @@ class _Tensors:
             for name, info in header.items():
                 begin, end = info["data_offsets"]
                 shape = info["shape"]
-                if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in [*shape, begin, end]):
+                if not isinstance(shape, list) or not all(type(v) is int and v >= 0 for v in [*shape, begin, end]):
                     # (torch.empty's TypeError on a size 4.0 was a traceback; -4 x -8 passed the byte count)
                     raise ValueError(f"tensor {name!r}: shape {shape!r} and offsets {[begin, end]} must be "
                                      f"non-negative integers")

@@ -106,17 +106,10 @@ def stack_options(loaded, args) -> dict:
 
 
 def check_sweep_memory(spec, lengths: list[int]) -> None:
-    """Refuse, before the sweep, a length whose attention Jacobian work cannot fit: about 8 float64
-    n x n matrices (the pattern, its derivatives, the estimator's vectors) per head at the longest n."""
-    from ..core.devices import check_memory
+    """core.lipschitz.check_sweep_memory in the option's words (before the model's inputs are read)."""
+    from ..core.lipschitz.sweep import check_sweep_memory as check
 
-    n = max(lengths)
-    heads = 1
-    model = getattr(spec, "model", None)
-    if model is not None and getattr(spec, "head", None) is None:
-        heads = model.cfg.n_heads
-    d = getattr(spec, "d", None) or (model.cfg.d_model if model is not None else 16)
-    check_memory(8.0 * 8 * heads * n * n + 8.0 * 8 * n * d, f"--lengths up to {n}", "for the attention Jacobians")
+    check(spec, lengths, what="--lengths")
 
 
 # how the CLI's notes name its options (app.lipschitz.plan_lengths words the panel's controls otherwise)

@@ -118,3 +118,13 @@ def test_token_ids_from_a_script_are_integers():
     for bad in ([1.5], [True], ["3"], torch.tensor([1.0])):
         with pytest.raises(InputError, match="is not a token id \\(an integer\\)"):
             check_ids(bad, 9)
+
+
+def test_a_sweep_too_large_for_memory_is_refused_before_it_starts():
+    """run_sweep estimates the attention Jacobians' memory at the longest length itself (the command did, a
+    script's lengths=[10**6] asked torch for terabytes)."""
+    from desktop_app.core.devices import MemoryEstimateError
+
+    with pytest.raises(MemoryEstimateError, match=r"^lengths up to 1000000 needs about .* for the attention "
+                                                  r"Jacobians; this machine has .* available$"):
+        lip.run_sweep(_spec(lengths=[2, 10**6]))

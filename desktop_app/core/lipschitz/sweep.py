@@ -282,6 +282,21 @@ def observed_radius(spec: SweepSpec) -> float:
     return float(torch.linalg.vector_norm(X, dim=-1).amax(-1).median())
 
 
+def check_sweep_memory(spec: SweepSpec, lengths: Sequence[int] | None = None, what: str = "lengths") -> None:
+    """Refuse, before the sweep, a length whose attention Jacobian work cannot fit: about 8 float64
+    n x n matrices (the pattern, its derivatives, the estimator's vectors) per head at the longest n."""
+    from ..devices import check_memory
+
+    n = max(lengths or spec.lengths)
+    heads = 1
+    model = spec.model
+    if model is not None and spec.head is None:
+        heads = model.cfg.n_heads
+    d = (model.cfg.d_model if model is not None else
+         int(spec.matrices[0].shape[0]) if spec.matrices is not None else spec.d)
+    check_memory(8.0 * 8 * heads * n * n + 8.0 * 8 * n * d, f"{what} up to {n}", "for the attention Jacobians")
+
+
 def run_sweep(spec: SweepSpec, job: JobControl | None = None,
               on_length: Callable[[LengthResult, SweepResult], None] | None = None) -> SweepResult:
     """Local Lipschitz constants for every n in spec.lengths; calls on_length after each n."""
@@ -293,6 +308,7 @@ def run_sweep(spec: SweepSpec, job: JobControl | None = None,
     source = get_source(spec.source_name, spec.function)
     if source.needs_text and not spec.token_ids:
         raise ValueError(f"{source.name} data needs a text (token ids)")
+    check_sweep_memory(spec)  # a script's lengths=[10**6] asked torch for terabytes
     fmap = sweep_function(spec)
     lengths = sorted(int(n) for n in spec.lengths)
     result = SweepResult(label=spec.label or sweep_label(spec), function=fmap.label)

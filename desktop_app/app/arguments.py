@@ -3,7 +3,8 @@ both front ends (the CLI's subcommands and the GUI's own command line, ui/app.py
 
 `p.add_argument("--top-p", type=probability)` makes argparse itself refuse `--top-p 2` in one line
 ("argument --top-p: must be in (0, 1], got 2", exit 2) before any work. Infinities and NaN are
-refused everywhere. A Number is a core.numbers.Range: values read from a file meet the same limits
+refused everywhere, and so are digits other than ASCII's and underscores ('٣', '1_000': core.numbers.parse_int).
+A Number is a core.numbers.Range: values read from a file meet the same limits
 and messages (`Number.of(range)` makes the type of a range declared elsewhere, e.g. a training option's).
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from ..core.numbers import MAX_COUNT, MAX_SEED, Range
+from ..core.numbers import MAX_COUNT, MAX_SEED, Range, parse_float, parse_int
 
 
 class Number(Range):
@@ -30,10 +31,11 @@ class Number(Range):
 
     def __call__(self, text: str):
         try:
-            value = int(text, 10) if self.kind is int else float(text)
+            value = parse_int(text) if self.kind is int else parse_float(text)  # ASCII digits: not '1_000', '٣'
         except ValueError:
+            typed = "; write it in the digits 0-9, without '_'" if "_" in text or not text.isascii() else ""
             raise argparse.ArgumentTypeError(
-                f"must be {self.describe()}{self.note}, got {text!r}") from None
+                f"must be {self.describe()}{self.note}, got {text!r}{typed}") from None
         problem = self.problem(value)
         if problem:
             raise argparse.ArgumentTypeError(problem.replace(f"got {value!r}", f"got {text}"))

@@ -103,12 +103,14 @@ def total_layers(config) -> int:
 def parse_layers(text: str) -> tuple[int, int | None]:
     """A layer range as typed, "A:B" (blocks A .. B-1; "A:" to the last, ":B" from the first), for the
     command line (argparse type): (A, B or None); checked against a model by layer_range."""
+    from ..core.numbers import parse_int
+
     start, sep, stop = str(text).partition(":")
     try:
         if not sep:
             raise ValueError
-        a = int(start) if start.strip() else 0
-        b = int(stop) if stop.strip() else None
+        a = parse_int(start) if start.strip() else 0
+        b = parse_int(stop) if stop.strip() else None
     except ValueError:
         raise ValueError(f"layer range {text!r}: write A:B, blocks A to B-1 (e.g. 0:4)") from None
     if a < 0 or (b is not None and b <= a):

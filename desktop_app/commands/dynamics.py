@@ -16,26 +16,29 @@ final_clusters and max_radius_over_bound (and the final mean cosine and W2).
 from __future__ import annotations
 
 from . import MODEL_HELP, Progress
-from .args import add_overwrite_argument, float_in, int_in, non_negative, positive, positive_int, seed, unit
+from .args import Number, add_overwrite_argument, int_in, positive_int
 
 
 def add_parser(sub) -> None:
-    from ..core.dynamics import ATTENTION_KINDS, INTEGRATORS, STACKS
+    from ..core.dynamics import ATTENTION_KINDS, INTEGRATORS, LIMITS, STACKS
+
+    def limit(name):  # each number's range, declared once (DynamicsConfig checks them too)
+        return Number.of(LIMITS[name])
 
     p = sub.add_parser("dynamics", help="tokens as particles: simulate the attention flow (CSV + JSON)")
     p.add_argument("--attention", choices=ATTENTION_KINDS, default="softmax")
-    p.add_argument("--d", type=int_in(1, 4096), default=None, help="dimension of the tokens (default 3, or V's with --matrices)")
-    p.add_argument("--n", type=positive_int, default=256, help="number of particles (default 256)")
+    p.add_argument("--d", type=limit("d"), default=None, help="dimension of the tokens (default 3, or V's with --matrices)")
+    p.add_argument("--n", type=limit("n"), default=256, help="number of particles (default 256)")
     p.add_argument("--sphere", action="store_true", help="LayerNorm variant: particles on the unit sphere")
     p.add_argument("--init", choices=("sphere", "ball", "gaussian", "clusters"), default="sphere")
-    p.add_argument("--init-radius", type=positive, default=1.0, help="radius of the initial sphere/ball (gaussian: std)")
+    p.add_argument("--init-radius", type=limit("init_radius"), default=1.0, help="radius of the initial sphere/ball (gaussian: std)")
     p.add_argument("--variances", metavar="V1,V2,...",
                    help="--init gaussian: the covariance's diagonal (one number: the same on every axis), "
                         "or its d rows separated by ';' (\"2 0.5 0; 0.5 1 0; 0 0 1\")")
-    p.add_argument("--clusters-k", type=positive_int, default=3, help="--init clusters: how many")
+    p.add_argument("--clusters-k", type=limit("n_clusters"), default=3, help="--init clusters: how many")
     p.add_argument("--qkv", choices=("identity", "random"), default="identity")
-    p.add_argument("--norm-qk", type=non_negative, default=1.0, help="--qkv random: ||Q||_2 = ||K||_2")
-    p.add_argument("--norm-v", type=non_negative, default=1.0, help="--qkv random: ||V||_2")
+    p.add_argument("--norm-qk", type=limit("norm_qk"), default=1.0, help="--qkv random: ||Q||_2 = ||K||_2")
+    p.add_argument("--norm-v", type=limit("norm_v"), default=1.0, help="--qkv random: ||V||_2")
     p.add_argument("--matrices", metavar="FILE.npz",
                    help="Q, K, V (or A and V, softmax only) from numpy.savez(path, Q=Q, K=K, V=V) instead of --qkv")
     p.add_argument("--model", metavar="MODEL_DIR", help="Q, K, V from a head of this model (" + MODEL_HELP + ")")
@@ -43,18 +46,18 @@ def add_parser(sub) -> None:
     p.add_argument("--head", type=int_in(0, 10**6), default=0, help="--model: the head (default 0)")
     p.add_argument("--stack", choices=STACKS,
                    help="--model an encoder-decoder: the encoder's or the decoder's self-attention (required there)")
-    p.add_argument("--time-dependent", type=unit, default=0.0, metavar="AMPLITUDE",
+    p.add_argument("--time-dependent", type=limit("amplitude"), default=0.0, metavar="AMPLITUDE",
                    help="V(t) = (1 + a sin t) V, Q(t), K(t) = (1 + a cos t) Q, K (a in [0, 1]; default 0: off)")
     p.add_argument("--renormalise", action="store_true", help="measure clusters on z = exp(-tV) x")
     p.add_argument("--integrator", choices=INTEGRATORS, default="euler")
-    p.add_argument("--dt", type=float_in(0, 100, lo_open=True), default=0.1)
+    p.add_argument("--dt", type=limit("dt"), default=0.1)
     p.add_argument("--steps", type=int_in(0, 10**7), default=100)
     p.add_argument("--record-every", type=positive_int, default=1, help="a CSV row every this many steps (and the last)")
-    p.add_argument("--cluster-tol", type=float_in(0, 1, lo_open=True), default=0.05,
+    p.add_argument("--cluster-tol", type=limit("cluster_tol"), default=0.05,
                    help="same cluster when closer than this times the largest |position| (default 0.05)")
-    p.add_argument("--perturbation", type=float_in(0, 1), default=1e-3,
+    p.add_argument("--perturbation", type=limit("perturbation"), default=1e-3,
                    help="noise of the twin run for the W2 curve (0: no twin, w2 empty)")
-    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--seed", type=limit("seed"), default=0)
     p.add_argument("--csv", required=True, help="output CSV")
     p.add_argument("--positions", metavar="OUT.npz", help="also write the initial and final positions (x0, x, t)")
     add_overwrite_argument(p)

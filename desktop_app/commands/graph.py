@@ -57,7 +57,7 @@ def add_parser(sub) -> None:
 def _one_token(loaded, text: str) -> int | None:
     tok = loaded.tokenizer
     if tok is None:
-        return int(text) if text.isdigit() else None
+        return int(text) if text.isascii() and text.isdigit() else None  # '٣'.isdigit() too
     try:
         ids = tok.encode(text, add_special_tokens=False)
     except ValueError:  # a character outside the vocabulary: not a token of this model

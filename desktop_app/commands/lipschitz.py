@@ -21,21 +21,24 @@ from __future__ import annotations
 import argparse
 
 from . import MODEL_HELP, add_dtype_argument
-from .args import (DEVICES_HELP, add_overwrite_argument, device, devices, float_in, int_in, layer_or_head, positive,
-                   positive_int, seed)
+from .args import DEVICES_HELP, Number, add_overwrite_argument, device, devices
 
 
 def add_parser(sub) -> None:
     # the --data choices and the defaults are the core's: the input-source registry and sweep.py
     from ..core.lipschitz import (ATTENTION_KINDS, DEFAULT_SEARCH_STEPS, DEFAULT_SEED, DEFAULT_TOL, MODEL,
                                   source_names)
+    from ..core.lipschitz.sweep import LIMITS  # each number's range, declared once (SweepSpec checks them too)
+
+    def limit(name):
+        return Number.of(LIMITS[name])
 
     p = sub.add_parser("lipschitz", help="local Lipschitz constant of attention against sequence length (CSV + JSON)")
     p.add_argument("model_dir", nargs="?", help=MODEL_HELP + "; omit with --synthetic")
     add_dtype_argument(p)
     p.add_argument("--synthetic", action="store_true", help="a standalone random attention head instead of a model")
-    p.add_argument("--layer", type=layer_or_head, default=0)
-    p.add_argument("--head", type=layer_or_head, default=None, help="one head (default: the whole attention sublayer)")
+    p.add_argument("--layer", type=limit("layer"), default=0)
+    p.add_argument("--head", type=limit("head"), default=None, help="one head (default: the whole attention sublayer)")
     p.add_argument("--masked", action=argparse.BooleanOptionalAction, default=None,
                    help="causal mask (default: as the model applies it; unmasked for --synthetic)")
     p.add_argument("--stack", choices=("encoder", "decoder", "cross"),
@@ -46,23 +49,23 @@ def add_parser(sub) -> None:
                    "[start] + this target's tokens (default: --text-file's)")
     p.add_argument("--data", choices=source_names(MODEL), default="real")
     p.add_argument("--text-file", help="UTF-8 text for real data (default: the bundled demo text)")
-    p.add_argument("--radius", type=positive, default=None,
+    p.add_argument("--radius", type=limit("radius"), default=None,
                    help="R for adversarial/search/synthetic inputs (default: observed on real data; 1 for synthetic)")
-    p.add_argument("--search-steps", type=int_in(0, 10**6), default=DEFAULT_SEARCH_STEPS)
+    p.add_argument("--search-steps", type=limit("search_steps"), default=DEFAULT_SEARCH_STEPS)
     p.add_argument("--search-start", choices=("random", "real"), default="random")
-    p.add_argument("--d", type=int_in(1, 16384), default=None, help="synthetic: token dimension (default 16, or A's with --matrices)")
+    p.add_argument("--d", type=limit("d"), default=None, help="synthetic: token dimension (default 16, or A's with --matrices)")
     p.add_argument("--attention", choices=ATTENTION_KINDS, default="softmax")
-    p.add_argument("--norm-a", type=positive, default=None, help="synthetic: ||A||_2 of the random A (default 1)")
-    p.add_argument("--norm-v", type=positive, default=None, help="synthetic: ||V||_2 of the random V (default 1)")
+    p.add_argument("--norm-a", type=limit("norm_A"), default=None, help="synthetic: ||A||_2 of the random A (default 1)")
+    p.add_argument("--norm-v", type=limit("norm_V"), default=None, help="synthetic: ||V||_2 of the random V (default 1)")
     p.add_argument("--matrices", metavar="FILE.npz",
                    help="synthetic: use these A and V (an .npz with arrays named A and V, both [d, d]) "
                         "instead of random ones")
     p.add_argument("--adversarial", action="store_true", help="synthetic: the lower-bound construction")
     p.add_argument("--lengths", default="8,16,32,64", help="comma-separated, or geom:LO:HI:COUNT")
-    p.add_argument("--samples", type=int_in(1, 10**6), default=5)
-    p.add_argument("--tol", type=float_in(0, 1, lo_open=True, hi_open=True), default=DEFAULT_TOL,
+    p.add_argument("--samples", type=limit("samples"), default=5)
+    p.add_argument("--tol", type=limit("tol"), default=DEFAULT_TOL,
                    help="relative tolerance of the estimator, in (0, 1)")
-    p.add_argument("--seed", type=seed, default=DEFAULT_SEED)
+    p.add_argument("--seed", type=limit("seed"), default=DEFAULT_SEED)
     p.add_argument("--csv", required=True, help="output CSV")
     p.add_argument("--device", type=device, default="cpu",
                    help="a model's sweep: cpu, cuda, cuda:N or mps (default cpu); a synthetic head runs on the CPU")
@@ -103,17 +106,10 @@ def stack_options(loaded, args) -> dict:
 
 
 def check_sweep_memory(spec, lengths: list[int]) -> None:
-    """Refuse, before the sweep, a length whose attention Jacobian work cannot fit: about 8 float64
-    n x n matrices (the pattern, its derivatives, the estimator's vectors) per head at the longest n."""
-    from ..core.devices import check_memory
+    """core.lipschitz.check_sweep_memory in the option's words (before the model's inputs are read)."""
+    from ..core.lipschitz.sweep import check_sweep_memory as check
 
-    n = max(lengths)
-    heads = 1
-    model = getattr(spec, "model", None)
-    if model is not None and getattr(spec, "head", None) is None:
-        heads = model.cfg.n_heads
-    d = getattr(spec, "d", None) or (model.cfg.d_model if model is not None else 16)
-    check_memory(8.0 * 8 * heads * n * n + 8.0 * 8 * n * d, f"--lengths up to {n}", "for the attention Jacobians")
+    check(spec, lengths, what="--lengths")
 
 
 # how the CLI's notes name its options (app.lipschitz.plan_lengths words the panel's controls otherwise)

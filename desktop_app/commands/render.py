@@ -54,8 +54,10 @@ def _ensure_qt_platform() -> None:
 
 
 def _parse_size(text: str) -> tuple[int, int]:
+    from ..core.numbers import parse_int
+
     try:
-        w, h = (int(v) for v in text.lower().split("x"))
+        w, h = (parse_int(v) for v in text.lower().split("x"))
     except ValueError:
         raise ValueError(f"--size must look like 1200x900, got {text!r}") from None
     if not (100 <= w <= 10000 and 100 <= h <= 10000):

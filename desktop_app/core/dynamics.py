@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from .attention import attention_scores, sinkhorn_to_tolerance
+from .numbers import MAX_COUNT, MAX_SEED, Range
 
 ATTENTION_KINDS = ("softmax", "l2", "sinkhorn")
 INTEGRATORS = ("euler", "rk4")
@@ -358,9 +359,11 @@ def parse_covariance(text: str, d: int) -> np.ndarray:
     of d numbers separated by ";" (the full matrix, e.g. "2 0.5 0; 0.5 1 0; 0 0 1"); numbers within a
     row by commas or spaces. ValueError, one line, unless it is a symmetric positive semi-definite d x d
     matrix, not all zero."""
+    from .numbers import parse_float  # ASCII digits: not '٣' or '1_0', which float() takes
+
     rows = [r for r in text.split(";") if r.strip()]
     try:
-        values = [[float(v) for v in r.replace(",", " ").split()] for r in rows]
+        values = [[parse_float(v) for v in r.replace(",", " ").split()] for r in rows]
     except ValueError:
         raise ValueError(f"covariance {text.strip()!r}: give numbers (rows separated by ';')") from None
     if not all(np.isfinite(v) for r in values for v in r):  # 'inf' said "Eigenvalues did not converge"
@@ -436,6 +439,16 @@ def support_radius(X: np.ndarray | torch.Tensor) -> float:
 # -- the simulation --------------------------------------------------------------------------------
 
 
+# every numeric setting's range, declared once: DynamicsConfig checks them (a script's run as the panel's), and
+# the dynamics command's options take them as their argparse types (Number.of)
+LIMITS = {"d": Range(int, 1, 4096), "n": Range(int, 1, MAX_COUNT), "init_radius": Range(float, 0, 1e6, lo_open=True),
+          "n_clusters": Range(int, 1, MAX_COUNT), "cluster_spread": Range(float, 0, 1e6),
+          "norm_qk": Range(float, 0, 1e6), "norm_v": Range(float, 0, 1e6), "amplitude": Range(float, 0, 1),
+          "omega": Range(float, -1e6, 1e6), "dt": Range(float, 0, 100, lo_open=True), "seed": Range(int, 0, MAX_SEED),
+          "cluster_tol": Range(float, 0, 1, lo_open=True), "perturbation": Range(float, 0, 1),
+          "cluster_sample": Range(int, 0, MAX_COUNT), "sinkhorn_tol": Range(float, 0, 1, lo_open=True, hi_open=True)}
+
+
 @dataclass
 class DynamicsConfig:
     attention: str = "softmax"
@@ -461,6 +474,20 @@ class DynamicsConfig:
     cluster_sample: int = 0  # count clusters among this many particles (a fixed random subset); 0: all
     sinkhorn_tol: float = 1e-6
     dtype: torch.dtype = torch.float64
+
+    def __post_init__(self) -> None:
+        """Each number within its LIMITS, else ValueError naming it ("init_radius: must be > 0, got nan"): a
+        script's init_radius=nan ran on NaN positions, n=10**12 asked torch for 24 TB (the memory of an n in range is
+        estimated by the caller: app.dynamics.check_dynamics_memory)."""
+        import numbers
+
+        for name, limit in LIMITS.items():
+            value = getattr(self, name)
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+                value = int(value)  # numpy's integers too
+            if problem := limit.problem(value):
+                raise ValueError(f"{name}: {problem}")
+            setattr(self, name, value)
 
 
 @dataclass

@@ -698,14 +698,18 @@ def _unique_keys(pairs: list) -> dict:
     return d
 
 
-def read_json(path: str | Path, text: str | None = None):
+def read_json(path: str | Path, text: str | None = None, max_bytes: int | None = None):
     """The one strict reader of a JSON file the app did not just build itself (a model's config.json, a
     run's trainer_state.json and metrics.json): the decoded value, or JsonFileError naming the file and
     the problem in one line: unreadable, not UTF-8, malformed (line and column), nested too deeply, or
     a key given twice in one object (which json.loads would silently resolve to the last one). `text`:
-    the file's contents when the caller has read them already."""
+    the file's contents when the caller has read them already. `max_bytes`: a larger file is refused unread
+    (a settings file that size is not one)."""
     path = Path(path)
     try:
+        if text is None and max_bytes is not None and path.stat().st_size > max_bytes:
+            raise JsonFileError(path, f"is {path.stat().st_size:,} bytes, not a settings file (at most "
+                                      f"{max_bytes:,} are read)")
         if text is None:
             text = path.read_bytes().decode("utf-8")
         return json.loads(text, object_pairs_hook=_unique_keys)

@@ -39,10 +39,12 @@ class EncodedText:
 
 def parse_token_ids(text: str, what: str = "token ids") -> list[int]:
     """'1, 2, 3', '1 2 3' or '1,2,3' -> [1, 2, 3] (spaces and/or commas)."""
+    from .numbers import parse_int
+
     ids = []
     for part in text.replace(",", " ").split():
         try:
-            ids.append(int(part))
+            ids.append(parse_int(part))  # ASCII digits: not '٣' or '1_0', which int() takes
         except ValueError:
             raise InputError(f"{what}: {part!r} is not a token id; give integers separated by spaces "
                              f"or commas") from None
@@ -67,13 +69,26 @@ def read_text_file(path: str | Path) -> str:
     return text
 
 
+def _token_id(i, prefix: str = "") -> int:
+    """An integer id as an int (numpy's and torch's integers too); a float, bool or text is refused, where int()
+    made 1.5 token 1 and "3" token 3 without a word."""
+    import operator
+
+    try:
+        if isinstance(i, bool):
+            raise TypeError
+        return operator.index(i)
+    except TypeError:
+        raise InputError(f"{prefix}{i!r} is not a token id (an integer)") from None
+
+
 def check_ids(ids: Sequence[int], vocab_size: int, context_length: int | None = None, *,
               cut: bool = True, tokenizer: Tokenizer | None = None, where: str = "") -> EncodedText:
     """`ids` checked against the vocabulary, and against the context length when one is given:
     longer input is cut to its first `context_length` tokens with a notice (`cut`), or refused.
     `tokenizer`: the ids came from it (a bigger tokenizer than the model says so)."""
     prefix = f"{where}: " if where else ""
-    ids = [int(i) for i in ids]
+    ids = [_token_id(i, prefix) for i in ids]
     bad = sorted({i for i in ids if not 0 <= i < vocab_size})
     if bad:
         which = f"token id {bad[0]}" if len(bad) == 1 else "token ids " + ", ".join(map(str, bad[:5]))

@@ -164,7 +164,7 @@ def parse_ablations(spec: str, cfg=None) -> list[Intervention]:
     out = []
     seq2seq = bool(getattr(cfg, "is_encoder_decoder", False))
     for part in (p.strip() for p in spec.split(",")):
-        m = re.fullmatch(r"(?:(enc|dec|cross)\.)?(\d+)\.(\d+|attn|mlp|expert\.\d+)", part)
+        m = re.fullmatch(r"(?:(enc|dec|cross)\.)?(\d+)\.(\d+|attn|mlp|expert\.\d+)", part, re.ASCII)  # not '٣'.
         if not m or (m[1] == "cross" and m[3] == "mlp") or (m[1] and m[3].startswith("expert")):
             raise ValueError(f"--ablate: {part!r} is not LAYER.HEAD (e.g. 2.3), LAYER.attn, LAYER.mlp or "
                              "LAYER.expert.E (an encoder-decoder's with enc., dec. or cross. first, e.g. cross.0.1)")

@@ -4,14 +4,41 @@
 with it (core.training.options: TrainConfig's settings); the CLI's argparse types
 (app/arguments.py's Number) are Ranges too, so a flag and a file meet the same limits and messages.
 Infinities and NaN are refused everywhere.
+
+Numbers typed by a person (options, token ids, layer ranges, lengths, sizes) are read by parse_int and
+parse_float: ASCII digits only, as a person reads them. Python's int() and float() also take '1_000' and
+other scripts' digits ('٣' Arabic-Indic, '３' full-width), which a paste or a typo makes and nobody expects
+to be a number: those are refused.
 """
 from __future__ import annotations
 
 import math
+import re
 
 # the largest count any option takes (steps, samples, tokens...): beyond it a run would never end
 MAX_COUNT = 10**9
 MAX_SEED = 2**63 - 1
+
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE)
+
+
+def parse_int(text: str) -> int:
+    """An integer as typed: ASCII digits with an optional sign ("12", "-3"; spaces around it dropped).
+    ValueError for anything else, '1_000' and '٣' included (int() takes them)."""
+    text = str(text).strip()
+    if not _INT.fullmatch(text):
+        raise ValueError(f"not an integer: {text!r}")
+    return int(text)
+
+
+def parse_float(text: str) -> float:
+    """A number as typed: ASCII digits, a point, an exponent ("0.5", "-1e-3", ".5"), or inf / nan (which a
+    Range then refuses by name). ValueError for anything else, '1_000.5' and '３' included (float() takes them)."""
+    text = str(text).strip()
+    if not _FLOAT.fullmatch(text):
+        raise ValueError(f"not a number: {text!r}")
+    return float(text)
 
 
 class Range:

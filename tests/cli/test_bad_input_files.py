@@ -174,3 +174,49 @@ def test_an_unreadable_file_is_said_to_be_unreadable(unreadable, one_layer_gpt2_
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"{target}: " in lines[0] and "cannot be read (Permission denied)" in lines[0], lines[0]
     assert not out.exists()
+
+
+def _sae_folder(tmp_path):
+    import torch
+
+    from desktop_app.core.features import SparseDictionary, save_dictionary
+    save_dictionary(SparseDictionary(torch.ones(8, 4), torch.zeros(4), torch.ones(4, 8), torch.zeros(8),
+                                     hook="blocks.0.hook_resid_post"), tmp_path / "sae")
+    return tmp_path / "sae"
+
+
+def _as_folder(path):
+    path.unlink()
+    path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("which,given", [("sae_weights.safetensors", "folder"), ("cfg.json", "folder"),
+                                         ("sae_weights.safetensors", "file")])
+def test_a_folder_where_a_dictionarys_file_should_be_is_called_a_folder(which, given, one_layer_gpt2_dir, tmp_path,
+                                                                      capsys):
+    """--sae whose weights file is a folder said "holds neither sae_weights.safetensors (SAELens) nor ..."; its
+    cfg.json a folder said "cfg.json: missing"; each is now file_problem's "is a folder, not a file", naming it
+    (also when that folder is what --sae names)."""
+    sae = _sae_folder(tmp_path)
+    bad = _as_folder(sae / which)
+    out = tmp_path / "f.npz"
+    line = _refused(["features", one_layer_gpt2_dir, "--sae", sae if given == "folder" else bad, "--ids", "1,2",
+                     "--out", out], capsys)
+    assert line == f"error: {bad}: is a folder, not a file" and not out.exists()
+
+
+@pytest.mark.parametrize("kind,which", [("clt", "W_enc_0.safetensors"), ("clt", "W_dec_0.safetensors"),
+                                        ("clt", "config.yaml"), ("plt", "layer_0.safetensors")])
+def test_a_folder_where_a_transcoders_file_should_be_is_called_a_folder(kind, which, one_layer_gpt2_dir, tmp_path,
+                                                                       capsys):
+    """graph --transcoders: a folder named like one of its files said "missing" (or "holds neither config.yaml
+    nor W_enc_0.safetensors")."""
+    from desktop_app.core.graphs.transcoders import random_transcoders
+
+    folder = tmp_path / "tc"
+    random_transcoders(folder, n_layers=1, d_model=8, n_features=4, cross_layer=kind == "clt")
+    bad = _as_folder(folder / which)
+    out = tmp_path / "g.json"
+    line = _refused(["graph", one_layer_gpt2_dir, "--transcoders", folder, "--ids", "1,2", "--out", out], capsys)
+    assert line == f"error: {bad}: is a folder, not a file" and not out.exists()

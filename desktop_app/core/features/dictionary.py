@@ -49,6 +49,7 @@ CFG_FILE = "cfg.json"
 GEMMA_SCOPE_FILES = ("params.safetensors", "params.npz")
 SAELENS_FORMAT_VERSION = "6.0.0"  # the cfg.json layout written (SAELens reads an unversioned one as pre-6)
 MAX_DICTIONARY_BYTES = 2**34  # 16 GB: a header claiming more is refused before anything is read
+MAX_CFG_BYTES = 1 << 24  # a cfg.json is a few kB: 16 MB is far beyond, and is not read whole
 
 
 class DictionaryError(ValueError):
@@ -211,16 +212,12 @@ def _fail(path, problem: str):
 
 
 def _read_json(path: Path) -> dict:
+    from ..files import JsonFileError, read_json
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        _fail(path, "not UTF-8 text")
-    except json.JSONDecodeError as exc:
-        _fail(path, f"not valid JSON ({exc.msg}, line {exc.lineno})")
-    except RecursionError:
-        _fail(path, "JSON nested too deeply")
-    except OSError as exc:
-        _fail(path, f"cannot be read ({exc.strerror or exc})")
+        data = read_json(path, max_bytes=MAX_CFG_BYTES)  # the one strict reader: a key given twice is refused
+    except JsonFileError as exc:
+        raise DictionaryError(str(exc)) from None
     if not isinstance(data, dict):
         _fail(path, "is not a JSON object")
     return data
@@ -329,7 +326,11 @@ def _check_inside(folder: Path, f: Path) -> None:
 def load_dictionary(folder: str | Path, hook: str | None = None) -> SparseDictionary:
     """Open a dictionary folder (SAELens or Gemma Scope, see the module docstring); `hook` overrides
     the hook its files name (and is needed where they name none)."""
+    from ..files import file_problem
+
     folder = Path(folder)
+    if folder.is_dir() and folder.name in (CFG_FILE, WEIGHTS_FILE, *GEMMA_SCOPE_FILES):  # named as the file
+        _fail(folder, file_problem(folder))
     if folder.is_file():  # a weights file named directly: its folder
         if folder.name not in (CFG_FILE, WEIGHTS_FILE, *GEMMA_SCOPE_FILES):  # (else the message named the folder)
             _fail(folder, f"not a dictionary: give its folder (SAELens' {CFG_FILE} and {WEIGHTS_FILE}, or Gemma "
@@ -341,6 +342,8 @@ def load_dictionary(folder: str | Path, hook: str | None = None) -> SparseDictio
     cfg_path = folder / CFG_FILE
     for f in (cfg_path, folder / WEIGHTS_FILE, *(folder / n for n in GEMMA_SCOPE_FILES)):
         _check_inside(folder, f)
+        if f.exists() and not f.is_file():  # a folder (or a pipe) of that name: not "missing", not "holds neither"
+            _fail(f, file_problem(f))
     cfg = _read_json(cfg_path) if cfg_path.is_file() else {}
     weights_path = folder / WEIGHTS_FILE
     if weights_path.is_file():
@@ -388,6 +391,8 @@ def check_shapes(shapes: dict[str, list[int]], cfg: dict, where: Path) -> tuple[
         if shape(key) is not None and shape(key) != want:
             _fail(where, f"{key} must have shape {want} ({what}), got {shape(key)}")
     for key, size in (("d_in", d_in), ("d_sae", d_sae)):
+        if key in cfg and (not isinstance(cfg[key], int) or isinstance(cfg[key], bool)):
+            _fail(where.with_name(CFG_FILE), f"{key} must be an integer, got {cfg[key]!r}")
         if key in cfg and cfg[key] != size:
             _fail(where.with_name(CFG_FILE), f"says {key} {cfg[key]!r} but {where.name} holds {size}")
     return d_in, d_sae, d_out

@@ -38,17 +38,17 @@ import torch
 
 TL_HOOKS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out", "attn.hook_z",
             "hook_z", "ln1.hook_normalized", "ln2.hook_normalized")  # every TransformerLens name mapped, per layer
-_TL = re.compile(r"^blocks\.(\d+)\.(" + "|".join(re.escape(h) for h in TL_HOOKS) + ")$")
+_TL = re.compile(r"^blocks\.([0-9]+)\.(" + "|".join(re.escape(h) for h in TL_HOOKS) + ")$")  # ASCII: not '٣'
 _APP_POINTS = ("resid_mid", "resid_post", "attn.out", "mlp.out", "attn.z", "attn.input", "mlp.input",
                "ln1.normalized", "ln2.normalized")
-_APP = re.compile(r"^blocks\.(\d+)\.(" + "|".join(re.escape(p) for p in _APP_POINTS) + ")$")
+_APP = re.compile(r"^blocks\.([0-9]+)\.(" + "|".join(re.escape(p) for p in _APP_POINTS) + ")$")
 _TL_TO_APP = {"hook_resid_mid": "resid_mid", "hook_resid_post": "resid_post", "hook_attn_out": "attn.out",
               "hook_mlp_out": "mlp.out", "attn.hook_z": "attn.z", "hook_z": "attn.z",
               "ln1.hook_normalized": "ln1.normalized", "ln2.hook_normalized": "ln2.normalized"}
 _APP_TO_TL = {"resid_mid": "hook_resid_mid", "resid_post": "hook_resid_post", "attn.out": "hook_attn_out",
               "mlp.out": "hook_mlp_out", "attn.z": "attn.hook_z", "ln1.normalized": "ln1.hook_normalized",
               "ln2.normalized": "ln2.hook_normalized"}
-_STACKED = re.compile(r"^(encoder|decoder)\.(embed|blocks\.(\d+)\.(resid_mid|resid_post|attn\.out|mlp\.out|attn\.z|"
+_STACKED = re.compile(r"^(encoder|decoder)\.(embed|blocks\.([0-9]+)\.(resid_mid|resid_post|attn\.out|mlp\.out|attn\.z|"
                       r"attn\.input|mlp\.input|resid_cross|cross_attn\.out))$")
 DECODER_ONLY = ("resid_cross", "cross_attn.out")  # the decoder's cross-attention sublayer
 NORMALIZED = ("ln1.normalized", "ln2.normalized")  # derived from the norm's input (TransformerLens' hook_normalized)

@@ -115,6 +115,21 @@ class GGUFDamage(ValueError):
     pass
 
 
+# the fewest bytes one entry of the header can take: a tensor's (name length u64, n_dims u32, one dimension
+# u64, type u32, offset u64) and a metadata entry's (key length u64, value type u32, a one-byte value)
+MIN_TENSOR_INFO_BYTES, MIN_KV_BYTES = 32, 13
+
+
+def _check_counts(path: Path, head: bytes, file_size: int) -> None:
+    """The header's tensor and metadata counts against the file's size, before the reader loops over them:
+    a damaged count is named (the reader ran off the end with "IndexError: index 0 is out of bounds")."""
+    order = "little" if int.from_bytes(head[4:8], "little") & 0xFFFF else "big"  # gguf's own byte-order test
+    n_tensors, n_kv = int.from_bytes(head[8:16], order), int.from_bytes(head[16:24], order)
+    if n_tensors * MIN_TENSOR_INFO_BYTES + n_kv * MIN_KV_BYTES > file_size - 24:
+        raise ModelLoadError(path, f"its header claims {n_tensors:,} tensors and {n_kv:,} metadata entries, more "
+                                   f"than its {file_size:,} bytes can hold: truncated or damaged")
+
+
 class _CheckedReader(gguf.GGUFReader):
     """gguf.GGUFReader, with every tensor's header checked before the reader maps it: a known type,
     at most 4 dimensions, a size no real model has, its bytes inside the file. The reader would
@@ -201,8 +216,10 @@ class GGUFFile:
         if path.stat().st_size < 24:
             raise ModelLoadError(path, "not a GGUF file: shorter than its header")
         with open(path, "rb") as fh:
-            if fh.read(4) != b"GGUF":
-                raise ModelLoadError(path, "not a GGUF file (no GGUF magic at its start)")
+            head = fh.read(24)
+        if head[:4] != b"GGUF":
+            raise ModelLoadError(path, "not a GGUF file (no GGUF magic at its start)")
+        _check_counts(path, head, path.stat().st_size)
         try:
             self.reader = _CheckedReader(path)
         except GGUFDamage as exc:
@@ -325,6 +342,18 @@ class GGUFFile:
 
     # -- tensors -------------------------------------------------------------------------------
 
+    def check_block_count(self, cfg) -> None:
+        """Tensors of blocks beyond the metadata's block_count would be dropped without a word: refused, as
+        a model folder's weights for more layers than its config.json has are (checkpoints._check_layer_count)."""
+        import re
+
+        extra = sorted({int(m[1]) for name in self.tensors if (m := re.match(r"blk\.([0-9]+)\.", name))
+                        and int(m[1]) >= cfg.n_layers})
+        if extra:
+            shown = ", ".join(map(str, extra[:8])) + (" ..." if len(extra) > 8 else "")
+            raise ModelLoadError(self.path, f"holds tensors of block(s) {shown} but its metadata "
+                                            f"{self.arch_name}.block_count is {cfg.n_layers}: they would be dropped")
+
     def hf_names(self, cfg) -> dict[str, str]:
         """Hugging Face name (as the family's table spells it) -> the llama.cpp tensor holding it."""
         arch = {v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[self.arch.gguf]
@@ -446,6 +475,7 @@ def load_gguf(path: str | Path, device: str | torch.device = "cpu", dtype: str |
     while each computes (core/streamed.py)."""
     f = GGUFFile(path)
     cfg = f.config()
+    f.check_block_count(cfg)
     names = f.hf_names(cfg)
     stored = _stored_dtype(f, names)
     # the compute dtype first, so each tensor is dequantized straight into it

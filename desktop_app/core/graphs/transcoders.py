@@ -62,8 +62,11 @@ class _Tensors:
 
     @classmethod
     def open(cls, path: Path) -> "_Tensors":
-        if not path.is_file():
-            _fail(path, "missing")
+        from ..files import file_problem
+
+        problem = file_problem(path)  # a folder of that name is one, not "missing"
+        if problem is not None:
+            _fail(path, problem)
         try:
             with open(path, "rb") as f:
                 n = int.from_bytes(f.read(8), "little")
@@ -74,7 +77,12 @@ class _Tensors:
             size = path.stat().st_size - 8 - n
             for name, info in header.items():
                 begin, end = info["data_offsets"]
-                count = math.prod(info["shape"])
+                shape = info["shape"]
+                if not isinstance(shape, list) or not all(type(v) is int and v >= 0 for v in [*shape, begin, end]):
+                    # (torch.empty's TypeError on a size 4.0 was a traceback; -4 x -8 passed the byte count)
+                    raise ValueError(f"tensor {name!r}: shape {shape!r} and offsets {[begin, end]} must be "
+                                     f"non-negative integers")
+                count = math.prod(shape)
                 if info["dtype"] not in _DTYPES or not 0 <= begin <= end <= size \
                         or end - begin != count * _DTYPES[info["dtype"]].itemsize:
                     raise ValueError(f"tensor {name!r}: dtype {info['dtype']}, shape {info['shape']}, "
@@ -263,13 +271,28 @@ class Transcoders:
         return self.decoder_rows(layer, torch.arange(self.n_features))
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config.yaml names hooks and per-layer files: a few kB
+
+
 def _read_yaml(path: Path) -> dict:
+    """config.yaml, refused unread beyond MAX_CONFIG_BYTES, and without YAML's aliases (*name): nine nested
+    lists of nine aliases are 9**9 values to print in a message or to str() (a few lines, gigabytes)."""
     import yaml
 
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                _fail(path, f"line {self.peek_event().start_mark.line + 1}: a YAML alias (*name), which is not "
+                            "read here: write the value itself")
+            return super().compose_node(parent, index)
+
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        _fail(path, f"is {path.stat().st_size:,} bytes; a transcoders' config.yaml is a few kB (at most "
+                    f"{MAX_CONFIG_BYTES:,} are read)")
     try:
-        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+        cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=NoAliases)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        _fail(path, f"cannot be read as YAML ({exc})")
+        _fail(path, f"cannot be read as YAML ({' '.join(str(exc).split())})")
     if not isinstance(cfg, dict):
         _fail(path, "is not a YAML mapping")
     return cfg
@@ -306,6 +329,11 @@ def load_transcoders(folder: str | Path) -> Transcoders:
     if not folder.is_dir():
         _fail(folder, "is not a folder (give a transcoder folder holding config.yaml or W_enc_0.safetensors)")
     config_path = folder / "config.yaml"
+    for named in (config_path, folder / "W_enc_0.safetensors"):
+        if named.exists() and not named.is_file():  # a folder of that name: not "holds neither", not "missing"
+            from ..files import file_problem
+
+            _fail(named, file_problem(named))
     cfg = _read_yaml(config_path) if config_path.is_file() else {}
     kind = cfg.get("model_kind")
     if kind is None:

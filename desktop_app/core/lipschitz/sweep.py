@@ -16,6 +16,7 @@ import torch
 
 from ...threads import one_thread_when_small
 from ..jobs import JobControl, report
+from ..numbers import MAX_COUNT, MAX_SEED, Range
 from .bounds import map_bounds
 from .estimator import spectral_norm
 from .fit import fit_exponent
@@ -28,6 +29,15 @@ DEFAULT_SEED = 0
 DEFAULT_SEARCH_STEPS = 30
 DEFAULT_SYNTHETIC_D = 16
 DEFAULT_SYNTHETIC_RADIUS = 1.0
+
+# every numeric setting's range, declared once: SweepSpec checks them (a script's sweep as the panel's), and
+# the lipschitz command's options take them as their argparse types (Number.of)
+LIMITS = {"samples": Range(int, 1, 10**6), "layer": Range(int, 0, 10**6), "head": Range(int, 0, 10**6),
+          "d": Range(int, 1, 16384), "norm_A": Range(float, 0, 1e6),  # A = 0: uniform attention, still measured
+          "norm_V": Range(float, 0, 1e6, lo_open=True), "radius": Range(float, 0, 1e6, lo_open=True),
+          "search_steps": Range(int, 0, 10**6), "tol": Range(float, 0, 1, lo_open=True, hi_open=True),
+          "seed": Range(int, 0, MAX_SEED)}
+LENGTH = Range(int, 2, MAX_COUNT)  # each of `lengths` (the memory a length needs is estimated by the caller)
 
 
 def data_kinds() -> tuple[str, ...]:
@@ -72,6 +82,26 @@ class SweepSpec:
     tol: float = DEFAULT_TOL
     seed: int = DEFAULT_SEED
     label: str = ""
+
+    def __post_init__(self) -> None:
+        """Each number within its LIMITS, else ValueError naming it ("samples: must be an integer from 1 to
+        1,000,000, got 0"): a script's SweepSpec(samples=0) was a reshape error deep in the estimator, d=0 a
+        ZeroDivisionError, radius=inf numpy's "SVD did not converge"."""
+        import numbers
+
+        def plain(value):  # numpy's integers as Python's
+            return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+
+        for name, limit in LIMITS.items():
+            value = plain(getattr(self, name))
+            if value is not None and (problem := limit.problem(value)):
+                raise ValueError(f"{name}: {problem}")
+            setattr(self, name, value)
+        if not len(self.lengths):
+            raise ValueError("lengths: give at least one length")
+        for n in self.lengths:
+            if problem := LENGTH.problem(plain(n)):
+                raise ValueError(f"lengths: each {problem}")
 
     @property
     def function(self) -> str:
@@ -134,18 +164,20 @@ MAX_GEOM_COUNT = 1000  # geom:LO:HI:COUNT points: more is a typo (1e9 points too
 
 def parse_lengths(text: str) -> list[int]:
     """'8,16,32' or 'geom:2:512:10' (geometric, rounded, distinct) -> sorted lengths >= 2."""
+    from ..numbers import parse_int  # ASCII digits: not '٣' or '1_0', which int() takes
+
     text = text.strip()
     try:
         if text.startswith("geom:"):
             _, lo, hi, count = text.split(":")
-            lo, hi, count = int(lo), int(hi), int(count)
+            lo, hi, count = parse_int(lo), parse_int(hi), parse_int(count)
             if lo < 2 or hi < lo or not 1 <= count <= MAX_GEOM_COUNT:
                 raise ValueError(f"lengths geom:LO:HI:COUNT needs 2 <= LO <= HI and COUNT from 1 to "
                                  f"{MAX_GEOM_COUNT}, got {text!r}")
             vals = np.geomspace(lo, hi, count)
             out = sorted({int(round(v)) for v in vals})
         else:
-            out = sorted({int(x) for x in text.replace(" ", "").split(",") if x})
+            out = sorted({parse_int(x) for x in text.replace(" ", "").split(",") if x})
     except ValueError as exc:
         if str(exc).startswith("lengths geom:"):
             raise
@@ -250,6 +282,21 @@ def observed_radius(spec: SweepSpec) -> float:
     return float(torch.linalg.vector_norm(X, dim=-1).amax(-1).median())
 
 
+def check_sweep_memory(spec: SweepSpec, lengths: Sequence[int] | None = None, what: str = "lengths") -> None:
+    """Refuse, before the sweep, a length whose attention Jacobian work cannot fit: about 8 float64
+    n x n matrices (the pattern, its derivatives, the estimator's vectors) per head at the longest n."""
+    from ..devices import check_memory
+
+    n = max(lengths or spec.lengths)
+    heads = 1
+    model = spec.model
+    if model is not None and spec.head is None:
+        heads = model.cfg.n_heads
+    d = (model.cfg.d_model if model is not None else
+         int(spec.matrices[0].shape[0]) if spec.matrices is not None else spec.d)
+    check_memory(8.0 * 8 * heads * n * n + 8.0 * 8 * n * d, f"{what} up to {n}", "for the attention Jacobians")
+
+
 def run_sweep(spec: SweepSpec, job: JobControl | None = None,
               on_length: Callable[[LengthResult, SweepResult], None] | None = None) -> SweepResult:
     """Local Lipschitz constants for every n in spec.lengths; calls on_length after each n."""
@@ -261,6 +308,7 @@ def run_sweep(spec: SweepSpec, job: JobControl | None = None,
     source = get_source(spec.source_name, spec.function)
     if source.needs_text and not spec.token_ids:
         raise ValueError(f"{source.name} data needs a text (token ids)")
+    check_sweep_memory(spec)  # a script's lengths=[10**6] asked torch for terabytes
     fmap = sweep_function(spec)
     lengths = sorted(int(n) for n in spec.lengths)
     result = SweepResult(label=spec.label or sweep_label(spec), function=fmap.label)

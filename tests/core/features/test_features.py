@@ -116,7 +116,7 @@ def test_missing_and_corrupt_files(tmp_path):
     with pytest.raises(DictionaryError, match="sae_weights.safetensors: not a readable safetensors file"):
         load_dictionary(folder)
     (folder / "cfg.json").write_text("{not json", encoding="utf-8")
-    with pytest.raises(DictionaryError, match="cfg.json: not valid JSON"):
+    with pytest.raises(DictionaryError, match="cfg.json: malformed JSON at line 1"):
         load_dictionary(folder)
 
 

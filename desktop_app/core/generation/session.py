@@ -707,10 +707,10 @@ class GenerationSession(HistoryTree, BeamSearch):
 
 def _kept_rows(host: list[torch.Tensor], device: torch.device, batch: int) -> tuple[torch.Tensor, list[list[torch.Tensor]]]:
     """A step's hand-off: to_host's [logits [B, V], *records [B, ...]] -> the logits and each row's records
-    [1, ...] as the history keeps them, every tensor copied once at most. One row: its tensors as they are (a
-    copy each out of the transfer buffer from another `device`, _of_their_own). Beams: each record row copied
-    out ([1, ...]: a view would keep the whole batch alive), which from another device is also the copy out of
-    the buffer (it was copied out whole, then each row again); the logits [B, V] as one row's tensors are."""
+    [1, ...] as the history keeps them, each copied once at most. One row: as they are (from another `device`, a
+    copy each out of the transfer buffer: _of_their_own). Beams: each record row copied ([1, ...]: a view would
+    keep the whole batch alive), from another device straight out of the buffer (it was copied out whole first,
+    then each row: two copies); the logits [B, V] as one row's are, each beam's a view of them."""
     logits, records = host[0], host[1:]
     if batch == 1:  # every non-beam step
         logits, *kept = _of_their_own(host, device, n_float32=0)

@@ -60,22 +60,42 @@ def mask_positions(loaded, ids: list[int], extra=()) -> list[int]:
     return sorted({i for i, t in enumerate(ids) if t == mask_id} | {q for q in extra if q < len(ids)})
 
 
-def check_generation_memory(loaded, prompt_length: int, max_new: int, beams: int, what: str) -> None:
-    """Refuse, before the first token, a generation whose history tree cannot fit: every node keeps its
-    next distribution, its keys and values and its record; beam search adds up to `beams` nodes a step
-    (fewer while vocabulary^step is smaller). `what` names the setting to lower (a command-line option)."""
+def generation_bytes(cfg, dtype, prompt_length: int, max_new: int, beams: int, record: bool = False) -> dict[str, int]:
+    """The bytes a generation's history tree holds at its end, by part, all in the model's `dtype` (as the nodes
+    keep them until read: a bfloat16 generation holds half a float32 one's): "logits", every node's next-token
+    logits [V] (the prompt's too); "records" (record: what each forward recorded, core/generation RECORD_NAMES:
+    the embedding, five residual-width vectors a layer and the final norm's a token, and each layer's attention
+    row [H, T] of a step, the prompt's [H, P, P]); "kv cache", the keys and values of the longest path, a row a
+    beam. Beam search adds up to `beams` nodes a step (fewer while vocabulary^step is smaller). An
+    encoder-decoder's cross-attention rows and its encoder's records are not counted."""
+    V, P, b = cfg.vocab_size, prompt_length, dtype.itemsize
+    new = max(0, min(P + max_new, cfg.context_length) - P)
+    widths, width = [], 1  # the nodes each step adds
+    for _ in range(new):
+        width = min(beams, width * V)
+        widths.append(width)
+    layers = (cfg.n_decoder_layers or cfg.n_layers) if cfg.is_encoder_decoder else cfg.n_layers
+    held = {"logits": b * V * (1 + sum(widths)),
+            "kv cache": b * max(widths, default=1) * (P + new) * layers * 2 * cfg.n_kv_heads * cfg.d_head,
+            "records": 0}
+    if record:
+        vectors = (5 * layers + 2) * cfg.d_model  # a token's residual-width records
+        rows = layers * cfg.n_heads  # a token's attention rows, one a head and layer, over the keys before it
+        held["records"] = b * (P * vectors + rows * P * P + sum(w * (vectors + rows * (P + i + 1))
+                                                                 for i, w in enumerate(widths)))
+    return held
+
+
+def check_generation_memory(loaded, prompt_length: int, max_new: int, beams: int, what: str,
+                            record: bool = False) -> None:
+    """Refuse, before the first token, a generation whose history tree cannot fit (generation_bytes, in the
+    model's dtype; record: a session that records, as the Generate panel's, not generate()'s, the CLI's). `what`
+    names the setting to lower (a command-line option)."""
     from ..core.devices import check_memory
 
-    cfg = loaded.config
-    new = max(0, min(prompt_length + max_new, cfg.context_length) - prompt_length)
-    nodes, width = 0, 1
-    for _ in range(new):
-        width = min(beams, width * cfg.vocab_size)
-        nodes += width
-    layers = (cfg.n_decoder_layers or cfg.n_layers) if cfg.is_encoder_decoder else cfg.n_layers
-    per_node = 4 * (2 * cfg.vocab_size + layers * (2 * cfg.n_kv_heads * cfg.d_head + 4 * cfg.d_model))
-    check_memory(float(nodes) * per_node, what, "for the generated tokens' distributions and KV cache",
-                 loaded.model.device)
+    held = generation_bytes(loaded.config, loaded.model.dtype, prompt_length, max_new, beams, record)
+    check_memory(float(sum(held.values())), what, "for the generated tokens' distributions, records and KV cache"
+                 if record else "for the generated tokens' distributions and KV cache", loaded.model.device)
 
 
 def plain_logits_at(loaded, ids: list[int], position: int, source: list[int] | None = None):

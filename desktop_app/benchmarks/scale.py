@@ -15,7 +15,8 @@ pollutes the other's peak (VmHWM, whole process, imports included):
   panels' input) and read its first layer's patterns as the Attention panel does; time to the first
   layer ready (from the trace's start to its first piece, LayersReady of block 0, read as the Attention
   panel's model view paints it: the GUI's progressive first look); peak memory; then greedy generation of
-  `--new` tokens after an 8-token prompt, recording as the Generate panel does.
+  `--new` tokens after an 8-token prompt, recording as the Generate panel does (what its history tree then
+  holds, the nodes' next-token logits and records: ours_history_*_mb).
 - transformers: load the checkpoint as shipped (bfloat16, eager attention), one forward with every
   attention map and hidden state brought to numpy (float32: numpy has no bfloat16); peak memory; then
   generate() greedy for the same tokens; and at our compute dtype too when it differs, for the ids (ours
@@ -258,7 +259,8 @@ def least_per_token(generate, new: int, runs: int) -> tuple[list[int], float]:
 
 def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str, runs: int,
                cap_gib: float | None = None):
-    """(the trace's figures, one timed generation, the figures after the generations: none)."""
+    """(the trace's figures, one timed generation, the figures after the generations: the last generation's
+    history, its logits and records as its nodes keep them)."""
     import torch
 
     capped = cap_memory(device, cap_gib)
@@ -300,15 +302,18 @@ def child_ours(folder: str, tokens: int, new: int, device: str, dtype: str, runs
     del trace, layer0
     prompt = _ids(PROMPT, loaded.config.vocab_size, 2)
 
+    held: dict[str, int] = {}  # what the last generation's history tree holds (GenerationSession.held_bytes)
+
     def generate(n: int) -> list[int]:
         s = GenerationSession(loaded, prompt, GenerationSettings("greedy"), stop_tokens=[])
         for _ in s.run(n, lazy_last=True):  # generate's forwards: none for the last token
             pass
         sync()
+        held.update(s.held_bytes())
         return s.ids()
 
     generate(new if device.startswith("cuda") else 2)  # warm up (a GPU's first steps pick kernels: 3x slower)
-    return out, lambda: timed(generate, new), dict
+    return out, lambda: timed(generate, new), lambda: {f"history_{part}_mb": b / 2**20 for part, b in held.items()}
 
 
 def child_reference(folder: str, tokens: int, new: int, device: str, same_dtype: str, runs: int,
@@ -595,6 +600,10 @@ def main(argv: list[str]) -> dict:
         "generation_speedup": round(ref["generate_s_per_token"] / ours["generate_s_per_token"], 3),
         "reference_same_dtype_ms_per_token": round(1000 * ref["same_dtype_generate_s_per_token"], 2),
         "same_ids_as_reference_at_same_dtype": ours["generated_ids"] == ref["same_dtype_ids"],
+        # what the recorded generation's history tree holds (its nodes' next-token logits and records, in the model's
+        # dtype until read): the KV cache and the weights not counted
+        "ours_history_logits_mb": round(ours["history_logits_mb"], 3),
+        "ours_history_records_mb": round(ours["history_records_mb"], 3),
     }
     if args.device.startswith("cuda"):
         bw = measure_bandwidth(256 << 20, device=args.device)

@@ -66,7 +66,8 @@ class BeamSearch:
         if any(b.position + 1 >= ctx for b in live):
             raise ContextLengthReached(f"the context length ({ctx} tokens) is reached")
         # generate's processors on each beam's log-probabilities (its _beam_search), then the beam's score
-        ruled = [self._ruled(b, torch.log_softmax(b.next_logits.double(), 0)) for b in live]
+        logits = [b.next_logits for b in live]  # (each a cast to float32 in half precision: read once)
+        ruled = [self._ruled(b, torch.log_softmax(x.double(), 0)) for b, x in zip(live, logits)]
         logp = torch.stack([b.score + r for b, r in zip(live, ruled)])
         V = logp.shape[1]
         keep = max(2, 1 + len(self.stop_tokens)) * width
@@ -85,7 +86,7 @@ class BeamSearch:
         children: list[tuple[Node, Node]] = []
         for i, token in picked:
             b = live[i]
-            child, new = self._new_child(b, token, process_logits(b.next_logits), "beam",
+            child, new = self._new_child(b, token, process_logits(logits[i]), "beam",
                                          lp=float(ruled[i][token]) if self.rules.changes_logits else None)
             if new:
                 created.append(child)

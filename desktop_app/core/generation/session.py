@@ -691,20 +691,32 @@ class GenerationSession(HistoryTree, BeamSearch):
         recorded: list[tuple[str, torch.Tensor]] = []
         for name, t in (trace.items() if trace is not None else ()):  # already detached by Trace.record
             name = name[prefix:]
-            if recomputed:  # (copied: a view would keep the whole sequence's tensor alive)
-                t = (t[:, :, -1:] if name.endswith("attn.pattern") else t[:, -1:]).clone()
+            if recomputed:  # copied (a view would keep the whole sequence's tensor alive); beams' rows are below
+                t = t[:, :, -1:] if name.endswith("attn.pattern") else t[:, -1:]
+                t = t.clone() if ids.shape[0] == 1 else t
             recorded.append((name, t))
-        # the logits and every record in one device-to-host transfer (a copy each waited on the
-        # device once each: ~150 waits a step on a GPU), then CPU tensors of their own: the logits
-        # float32 (every step reads them), the records in their dtype until a node is read (Node.record: a
-        # bfloat16 history holds half the bytes, and a step makes no cast a record, ~150 at 24 layers)
-        logits, *kept = _of_their_own(to_host([logits] + [t for _, t in recorded]), logits.device, n_float32=1)
+        # the logits and every record in one device-to-host transfer (a copy each waited on the device once each:
+        # ~150 waits a step on a GPU), then CPU tensors of their own, all in the model's dtype until read
+        # (Node.next_logits and Node.record make float32 then; the cast is exact, the values every reader had):
+        # a bfloat16 history holds half the bytes, the logits the larger part of it (0.3 against 0.6 MB a token
+        # at a 151,936-token vocabulary), and a step makes no cast for a node nothing reads
         names = [name for name, _ in recorded]
-        if ids.shape[0] == 1:  # the one-row case (every non-beam step): no copies; read as Node.record says
-            return logits, [BatchRow(zip(names, kept)) if recorded else {}]
-        # beams: each row copied, [1, ...] (a view would keep the whole batch alive)
-        return logits, [BatchRow((name, t[b:b + 1].clone()) for name, t in zip(names, kept)) if recorded else {}
-                        for b in range(ids.shape[0])]
+        logits, rows = _kept_rows(to_host([logits] + [t for _, t in recorded]), logits.device, ids.shape[0])
+        return logits, [BatchRow(zip(names, row)) if recorded else {} for row in rows]
+
+
+def _kept_rows(host: list[torch.Tensor], device: torch.device, batch: int) -> tuple[torch.Tensor, list[list[torch.Tensor]]]:
+    """A step's hand-off: to_host's [logits [B, V], *records [B, ...]] -> the logits and each row's records
+    [1, ...] as the history keeps them, each copied once at most. One row: as they are (from another `device`, a
+    copy each out of the transfer buffer: _of_their_own). Beams: each record row copied ([1, ...]: a view would
+    keep the whole batch alive), from another device straight out of the buffer (it was copied out whole first,
+    then each row: two copies); the logits [B, V] as one row's are, each beam's a view of them."""
+    logits, records = host[0], host[1:]
+    if batch == 1:  # every non-beam step
+        logits, *kept = _of_their_own(host, device, n_float32=0)
+        return logits, [kept]
+    (logits,) = _of_their_own([logits], device, n_float32=0)
+    return logits, [[t[b:b + 1].clone() for t in records] for b in range(batch)]
 
 
 def _of_their_own(host: list[torch.Tensor], device: torch.device, n_float32: int) -> list[torch.Tensor]:

@@ -35,17 +35,20 @@ class Node:
     children: list["Node"] = field(default_factory=list)
     # next_logits and record (below) as the session filled them; `compute`, when set, fills them at their first
     # read (the forward that consumes the last token of a run is made only when something reads it)
-    _next_logits: torch.Tensor | None = field(default=None, repr=False)
+    _next_logits: torch.Tensor | None = field(default=None, repr=False)  # [V] in the model's dtype
     _record: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
     _rows: BatchRow | None = field(default=None, repr=False)  # the records until read (record)
     compute: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
     def next_logits(self) -> torch.Tensor | None:
-        """[V] float32 CPU: the logits of the distribution after this token."""
+        """[V] float32 CPU: the logits of the distribution after this token. Kept in the model's dtype (a bfloat16
+        history's larger part: 0.3 MB a token at a 151,936-token vocabulary, not float32's 0.6), made float32 at
+        each read (exact: the values every reader had; the tensor kept when it is float32 already)."""
         if self.compute is not None:
             self.compute()
-        return self._next_logits
+        logits = self._next_logits
+        return None if logits is None else logits.float()
 
     @next_logits.setter
     def next_logits(self, value: torch.Tensor | None) -> None:
@@ -135,6 +138,24 @@ class HistoryTree:
             if node is None:
                 return None
         return node
+
+    def held_bytes(self) -> dict[str, int]:
+        """The bytes the tree's nodes hold, by part: every node's next-token logits and its records as kept (in
+        the model's dtype until read, float32 after), each storage counted once (a beam step's logits rows
+        share one). A node whose forward waits (run's lazy last) holds nothing yet; the KV cache is not counted."""
+        held, seen = {"logits": 0, "records": 0}, set()
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children)
+            rows = node._rows if node._rows is not None else node._record
+            for part, tensors in (("logits", [node._next_logits]), ("records", rows.values())):
+                for t in tensors:
+                    storage = None if t is None else t.untyped_storage()
+                    if storage is not None and storage.data_ptr() not in seen:
+                        seen.add(storage.data_ptr())
+                        held[part] += storage.nbytes()
+        return held
 
     def branches(self) -> list[Node]:
         """Leaves of the tree (each is the end of one branch), oldest first."""

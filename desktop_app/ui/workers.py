@@ -94,6 +94,13 @@ class Job(QRunnable):
 
 
 _active: set[Job] = set()  # keep Python wrappers alive until their signals have fired
+
+# Jobs wait on each other and on people: a trace holds its thread while the rows of its first layers are
+# made in another job, and a paused training (or dictionary training) holds one for as long as it stays
+# paused. Qt's pool has one thread per core the process may use, so on one core (a small VM, taskset) they
+# ran one after the other: the first rows waited for the whole trace, and a paused training stopped every
+# other panel. Threads that wait cost nothing; those that compute share the cores.
+WORKER_THREADS_AT_LEAST = 4
 _quit_hooked = False
 
 
@@ -141,13 +148,21 @@ def run_job(fn: Callable[..., Any], *args: Any, on_result: Callable[[Any], None]
         job.signals.finished.connect(lambda: QObject.disconnect(tie))  # a long-lived owner keeps no old jobs
     _active.add(job)
     job.signals.finished.connect(lambda: _active.discard(job))
-    job.pool = pool or QThreadPool.globalInstance()
+    job.pool = pool or global_pool()
     app = QCoreApplication.instance()
     if app is not None and not _quit_hooked:
         app.aboutToQuit.connect(shutdown)
         _quit_hooked = True
     job.pool.start(job)
     return job
+
+
+def global_pool() -> QThreadPool:
+    """Qt's global pool, with at least WORKER_THREADS_AT_LEAST threads whatever the cores."""
+    pool = QThreadPool.globalInstance()
+    if pool.maxThreadCount() < WORKER_THREADS_AT_LEAST:
+        pool.setMaxThreadCount(WORKER_THREADS_AT_LEAST)
+    return pool
 
 
 def active_jobs() -> list[Job]:

@@ -9,6 +9,49 @@ from PySide6.QtCore import QSettings
 from .walkthrough import ErrorWatch, make_model_dirs
 
 
+EXIT_OUTSIDE_EXEC = ("QCoreApplication.exit() was called outside app.exec() {when} (e.g. by a watchdog timer an "
+                     "earlier test left running): Qt then ends every event loop as it starts, so qtbot.wait, "
+                     "waitUntil and waitSignal process no events and every later wait times out. Event loops "
+                     "restored by a brief app.exec().")
+
+
+def event_loops_return_at_once() -> bool:
+    """True when QCoreApplication.exit() was called while app.exec() was not running: Qt keeps that
+    quit asked (QThreadData::quitNow) until the next app.exec(), and every QEventLoop.exec() meanwhile
+    returns -1 at once without processing an event. (quit() checks that exec runs; exit() does not.)"""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    timer = QTimer(loop, singleShot=True, interval=0)  # dies with the loop, also when exec never ran
+    timer.timeout.connect(loop.quit)
+    timer.start()
+    return loop.exec() == -1
+
+
+def end_the_asked_quit(app) -> None:
+    """app.exec() clears the quit that exit() left asked, at its start and again at its end."""
+    from PySide6.QtCore import QTimer
+
+    QTimer.singleShot(0, app.quit)
+    app.exec()
+
+
+@pytest.fixture(autouse=True)
+def event_loops_run(qapp):
+    """Setup and teardown: the application's event loops still run. test_workspace's 60 s watchdog
+    (QApplication.exit(99)) outlived its test and fired in test_lipschitz_panel, whose every later
+    waitUntil then spun 30 s without delivering the sweep's queued results (they arrived only in
+    pytest-qt's teardown processEvents). Now the test in which that happens fails, saying why, and
+    the rest of the session runs with working event loops."""
+    if event_loops_return_at_once():
+        end_the_asked_quit(qapp)
+        pytest.fail(EXIT_OUTSIDE_EXEC.format(when="after the previous test's teardown"))
+    yield
+    if event_loops_return_at_once():
+        end_the_asked_quit(qapp)
+        pytest.fail(EXIT_OUTSIDE_EXEC.format(when="during this test"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def app_thread_setting():
     """The UI runs as the app runs it: torch's threads on all cores but one (ui.app.main does this at

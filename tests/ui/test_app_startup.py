@@ -47,21 +47,21 @@ POISONED = {
 def _start_app(qtbot, monkeypatch) -> dict:
     """app.main() as a user starts it (no arguments: the last session is restored); once the window is
     up with its model traced, records what it shows, clicks the start-up notice's OK and closes it."""
-    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication, QMessageBox
 
     from desktop_app.ui import app as app_module
     from desktop_app.ui import main_window
 
+    from .walkthrough import run_app_main
+
     monkeypatch.setattr(main_window, "PANELS", LIGHT_PANELS)
     seen: dict = {}
 
-    def drive() -> None:
+    def drive() -> bool:
         windows = [w for w in QApplication.topLevelWidgets()
                    if isinstance(w, main_window.MainWindow) and w.isVisible() and w.session_path is not None]
         if not windows or windows[0].state.loaded is None or windows[0].state.trace is None:
-            QTimer.singleShot(50, drive)
-            return
+            return False
         window = windows[0]
         box = window.findChild(QMessageBox, "startup-notice")
         seen.update(model=window.state.loaded.path, text=window.state.text, notice=None)
@@ -70,18 +70,9 @@ def _start_app(qtbot, monkeypatch) -> dict:
             qtbot.mouseClick(box.button(QMessageBox.StandardButton.Ok), Qt.MouseButton.LeftButton)
             seen["closed by OK"] = not box.isVisible()
         window.close()
+        return True
 
-    def watchdog() -> None:  # a start that never settles fails the test with what was seen, never hangs it
-        seen["watchdog"] = True
-        QApplication.instance().exit(99)
-
-    timer = QTimer()
-    timer.setSingleShot(True)
-    timer.timeout.connect(watchdog)
-    timer.start(60_000)
-    QTimer.singleShot(0, drive)
-    seen["exit"] = app_module.main([])
-    timer.stop()
+    seen["exit"] = run_app_main(lambda: app_module.main([]), drive, seen)
     return seen
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication, QMessageBox
 
@@ -18,7 +18,7 @@ from desktop_app.ui.main_window import MainWindow
 from desktop_app.ui.state import AppState
 from desktop_app.ui.workspace import Workspace, WorkspaceError, last_session_path, load_workspace, save_workspace
 
-from .walkthrough import click_tab
+from .walkthrough import click_tab, run_app_main
 
 TWO_PANELS = [("Model", "desktop_app.ui.panels.model", "ModelPanel"),
               ("Second", "desktop_app.ui.panels.model", "ModelPanel")]  # light panels: the test is about the shell
@@ -111,13 +111,12 @@ def test_the_last_session_comes_back_at_the_next_start(qtbot, model_dirs, monkey
     save_workspace(last_session_path(), Workspace(model_path=str(model_dirs[0]), text="first text", panel="Second"))
     seen: dict = {}
 
-    def drive(run: int, new_text: str | None) -> None:
+    def drive(run: int, new_text: str | None) -> bool:
         windows = [w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()
                    and w.session_path is not None]
         state = windows[0].state if windows else None
         if state is None or state.loaded is None or state.trace is None:
-            QTimer.singleShot(50, lambda: drive(run, new_text))
-            return
+            return False
         window = windows[0]
         seen[run] = (Path(state.loaded.path), state.text, window.current_slot().title)
         if new_text is not None:
@@ -126,18 +125,12 @@ def test_the_last_session_comes_back_at_the_next_start(qtbot, model_dirs, monkey
             qtbot.waitUntil(lambda: Path(state.loaded.path) == model_dirs[1], timeout=10000)
             window.show_panel("Model")
         window.close()  # saves the session, and the event loop ends with the last window
+        return True
 
-    def watchdog() -> None:  # a start that never settles fails the test with what was seen, never hangs it
-        seen["visible windows"] = [type(w).__name__ for w in QApplication.topLevelWidgets() if w.isVisible()]
-        QApplication.instance().exit(99)
-
-    QTimer.singleShot(60_000, watchdog)
-    QTimer.singleShot(0, lambda: drive(1, "second text"))
-    assert app_module.main([]) == 0, seen
+    assert run_app_main(lambda: app_module.main([]), lambda: drive(1, "second text"), seen) == 0, seen
     assert seen[1] == (model_dirs[0], "first text", "Second")
 
-    QTimer.singleShot(0, lambda: drive(2, None))
-    assert app_module.main([]) == 0
+    assert run_app_main(lambda: app_module.main([]), lambda: drive(2, None), seen) == 0, seen
     assert seen[2] == (model_dirs[1], "second text", "Model")
     saved = load_workspace(last_session_path())
     assert saved.model_path == str(model_dirs[1]) and saved.geometry

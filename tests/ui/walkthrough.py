@@ -209,3 +209,35 @@ def show_generation_panel(qtbot, loaded, size=(1000, 700)):
     panel.show()
     state.model_changed.emit(loaded)
     return panel
+
+
+def run_app_main(main, drive, seen: dict, timeout_ms: int = 60_000) -> int:
+    """main() (ui.app.main, run in this process) while drive() is called every 50 ms until it returns
+    True (it finds the window main built, looks at it, closes it); after timeout_ms a watchdog ends
+    main's app.exec() with 99, noting seen["watchdog"] and the visible windows, so a start that never
+    settles fails its test instead of hanging it. The poll and the watchdog end with main: a watchdog
+    left running once fired in a later test, outside app.exec() (conftest.event_loops_run says what
+    that breaks)."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    def watchdog() -> None:
+        seen["watchdog"] = True
+        seen["visible windows"] = [type(w).__name__ for w in QApplication.topLevelWidgets() if w.isVisible()]
+        QApplication.instance().exit(99)
+
+    def poll() -> None:
+        if not drive():  # (stopped meanwhile: drive may run a nested loop, waitUntil, that would call it again)
+            poller.start()
+
+    watch = QTimer(singleShot=True, interval=timeout_ms)
+    watch.timeout.connect(watchdog)
+    poller = QTimer(singleShot=True, interval=50)
+    poller.timeout.connect(poll)
+    watch.start()
+    poller.start(0)
+    try:
+        return main()
+    finally:
+        watch.stop()
+        poller.stop()

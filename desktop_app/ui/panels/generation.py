@@ -245,6 +245,7 @@ class GenerationPanel(QWidget, ResultView):
         pair.addWidget(self.cross_view, 1)
         self._plain_logits: dict[tuple, object] = {}  # (context ids, position) -> the plain model's logits there
         self._plain_wanted: tuple | None = None
+        self._plain_jobs: dict[tuple, object] = {}  # key -> the job computing its plain logits, until it ends
         left = QWidget()
         lv = QVBoxLayout(left)
         lv.setContentsMargins(0, 0, 0, 0)
@@ -357,6 +358,7 @@ class GenerationPanel(QWidget, ResultView):
         the history and recompute it for the edited model."""
         if MODEL in changed:
             self._plain_logits.clear()
+            self._plain_jobs.clear()  # (their results are dropped)
             self._drop_session("")  # _on_model (model_changed, next) says what the new model can do
         elif EDITS in changed:
             self._edits_changed()
@@ -737,6 +739,7 @@ class GenerationPanel(QWidget, ResultView):
             self.cross_view.clear("")
             self._clear_lens()
             self._lens_node = None
+            self._compare_with_plain(None, None, None)  # nor its model-as-trained column
             return
         self.view.refresh(s)
 
@@ -793,6 +796,8 @@ class GenerationPanel(QWidget, ResultView):
             self._show_plain(dist, chosen, self._plain_logits[key])
             return
         self.plain_label.setText(PLAIN_COMPUTING)
+        if key in self._plain_jobs:
+            return  # (its result is shown when it comes: this key is wanted again)
         loaded = self.state.loaded
 
         def done(logits) -> None:
@@ -800,13 +805,19 @@ class GenerationPanel(QWidget, ResultView):
             if self._plain_wanted == key and self._shown is not None:
                 self._show_plain(*self._shown, logits)
 
+        def finished() -> None:
+            if self._plain_jobs.get(key) is job:  # (not a job for the same key on a model opened since)
+                del self._plain_jobs[key]
+
         # the model as trained does not depend on the edits: dropped only when another model opens
-        self.state.run(plain_logits_at, loaded, list(context_ids), position, source, on_result=done,
-                       on_error=lambda exc, tb: self.plain_label.setText(f"the model as trained: {exc}"),
-                       owner=self, parts=(MODEL,))
+        job = self.state.run(plain_logits_at, loaded, list(context_ids), position, source, on_result=done,
+                             on_error=lambda exc, tb: self.plain_label.setText(f"the model as trained: {exc}"),
+                             on_finished=finished, owner=self, parts=(MODEL,))
+        self._plain_jobs[key] = job
 
     def _plain_computing(self) -> bool:
-        return self.plain_box.isVisibleTo(self) and self.plain_label.text() == PLAIN_COMPUTING
+        """The model as trained is being computed for the step on show (not: its label says so)."""
+        return self.plain_box.isVisibleTo(self) and self._plain_wanted in self._plain_jobs
 
     def _show_plain(self, dist, chosen: int | None, logits) -> None:
         import math

@@ -39,3 +39,66 @@ def test_generate_says_nothing_is_computing_once_another_model_drops_the_plain_m
     release.set()
     qtbot.waitUntil(panel.screenshot_ready, timeout=20_000)
     assert not panel.plain_box.isVisible() and panel.session is None
+
+
+def _whole_in_sight(widget) -> bool:
+    """The widget's whole rectangle is on screen: not cut by a scroll area's viewport or the window."""
+    return widget.isVisible() and widget.visibleRegion().boundingRect() == widget.rect()
+
+
+def test_dynamics_reset_play_and_step_are_in_sight_at_1024x640(qtbot, model_dirs, isolated_user_files):
+    """The form is taller than a 1024x640 window: Reset, Play and Step were under its fold (scroll to find them)."""
+    w, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    w.resize(1024, 640)
+    panel = click_panel_tab(qtbot, w, "Dynamics")
+    qtbot.waitUntil(lambda: panel.sim is not None, timeout=30_000)
+    qtbot.wait(50)  # (laid out)
+    assert panel.form_scroll.verticalScrollBar().maximum() > 0  # (the case: the form scrolls)
+    for button in (panel.reset_button, panel.play_button, panel.step_button):
+        assert _whole_in_sight(button), button.text()
+    assert _whole_in_sight(panel.status)
+    frames = len(panel._frames)
+    qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(panel._frames) == frames + 1, timeout=30_000)
+    qtbot.mouseClick(panel.play_button, Qt.MouseButton.LeftButton)
+    assert panel.play_button.text() == "Pause" and panel.timer.isActive()
+    qtbot.waitUntil(lambda: len(panel._frames) >= frames + 3, timeout=30_000)
+    qtbot.mouseClick(panel.play_button, Qt.MouseButton.LeftButton)
+    assert panel.play_button.text() == "Play" and not panel.timer.isActive()
+    qtbot.waitUntil(lambda: not panel.is_running(), timeout=30_000)
+
+
+def test_dynamics_starts_its_workers_after_its_first_paint(qtbot, model_dirs, isolated_user_files, monkeypatch):
+    """The model's curves and the starting particles were started in the tab's click, their workers taking the
+    cores from the panel's first paint (its first show 195-430 ms in bench ui)."""
+    from PySide6.QtCore import QEvent, QObject
+
+    from desktop_app.ui.panels.dynamics import DynamicsPanel
+
+    w, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    painted, started = [], []
+
+    class FirstPaint(QObject):
+        def eventFilter(self, obj, event) -> bool:  # noqa: N802
+            if isinstance(obj, DynamicsPanel) and event.type() == QEvent.Type.Paint:
+                painted.append(obj)
+            return False
+
+    seen = FirstPaint()
+    from PySide6.QtWidgets import QApplication
+    QApplication.instance().installEventFilter(seen)
+    run = type(state).run
+
+    def noted(self, fn, *args, **kwargs):
+        started.append((getattr(fn, "__name__", str(fn)), bool(painted)))
+        return run(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(type(state), "run", noted)
+    try:
+        panel = click_panel_tab(qtbot, w, "Dynamics")
+        qtbot.waitUntil(lambda: panel.sim is not None and panel._layer_curves is not None and panel.screenshot_ready(),
+                        timeout=30_000)
+    finally:
+        QApplication.instance().removeEventFilter(seen)
+    assert {name for name, _ in started} >= {"build_simulation", "stack_layer_curves"}
+    assert all(after_paint for _, after_paint in started), started

@@ -120,7 +120,11 @@ class DynamicsPanel(QWidget, ResultView):
         state.model_changed.connect(self._on_model_changed)
         self.watch_inputs(state)  # clear_results: a simulation of another model's tokens or head goes
         self._on_model_changed(getattr(state, "loaded", None))
-        self._on_trace_changed(getattr(state, "trace", None))
+        # the model's curves and the starting particles are computed in workers started after the panel's first
+        # paint (started in a tab's click, they took the cores from it): showEvent, paintEvent
+        self._curves_job = None
+        self._after_paint: list = [lambda: self._on_trace_changed(getattr(state, "trace", None))]
+        self._painted = False
 
     # -- layout ----------------------------------------------------------------------------------
     def _build_ui(self) -> None:
@@ -201,11 +205,9 @@ class DynamicsPanel(QWidget, ResultView):
         self.status.setWordWrap(True)
         left = QVBoxLayout()
         left.addLayout(form)
-        left.addLayout(buttons)
         left.addWidget(self.png_button)
         left.addWidget(self.view3d)
         left.addWidget(self.trails)
-        left.addWidget(self.status)
         left.addStretch(1)
         left_w = QWidget()
         left_w.setLayout(left)
@@ -216,6 +218,12 @@ class DynamicsPanel(QWidget, ResultView):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setMinimumWidth(left_w.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
                                + 2 * scroll.frameWidth())
+        # Reset / Play / Step and what they say stay in sight under the scrolled form (at 1024x640 the form
+        # is taller than the window: they were below its fold)
+        column = QVBoxLayout()
+        column.addWidget(scroll, 1)
+        column.addLayout(buttons)
+        column.addWidget(self.status)
 
         self.particles = pg.PlotWidget(background="w",  # (its menu: made at the first right-click)
                                        viewBox=MenuOnDemandViewBox(fill_menu=self._fill_particles_menu))
@@ -257,7 +265,7 @@ class DynamicsPanel(QWidget, ResultView):
         right.addWidget(self.view_area, 1)
         right.addLayout(slider_row)
         lay = QHBoxLayout(self)
-        lay.addWidget(scroll)
+        lay.addLayout(column)
         lay.addLayout(right, 1)
         for w in (self.init, self.qkv):
             w.currentIndexChanged.connect(self._update_enabled)
@@ -337,10 +345,11 @@ class DynamicsPanel(QWidget, ResultView):
         if trace is None:
             return
         # AppState.run: curves of a trace no longer shown (another model or text meanwhile) are dropped
-        self.state.run(stack_layer_curves, trace, self._stack(), self.cluster_tol.value(),
-                       on_result=self._on_layer_curves,
-                       on_error=lambda exc, tb: self.status.setText(f"Model curves failed: {exc}"), owner=self,
-                       parts=("model", "input"))
+        self._curves_job = job = self.state.run(
+            stack_layer_curves, trace, self._stack(), self.cluster_tol.value(), on_result=self._on_layer_curves,
+            on_error=lambda exc, tb: self.status.setText(f"Model curves failed: {exc}"),
+            on_finished=lambda: self._curves_job is job and setattr(self, "_curves_job", None), owner=self,
+            parts=("model", "input"))
 
     @staticmethod
     def _parts_of(cfg: dy.DynamicsConfig, qkv: str) -> tuple[str, ...]:
@@ -792,8 +801,23 @@ class DynamicsPanel(QWidget, ResultView):
         super().showEvent(event)
         if not self._shown_once:  # a first look shows the starting particles, not empty axes
             self._shown_once = True
-            if self.sim is None and self._build_job is None:
-                self.reset()
+            self._after_paint.append(lambda: self.sim is None and self._build_job is None and self.reset())
+            QTimer.singleShot(1000, self._start_after_paint)  # (a paint that never comes holds them no longer)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().paintEvent(event)
+        if not self._painted:
+            self._painted = True
+            QTimer.singleShot(0, self._start_after_paint)  # (after this paint reaches the screen)
+
+    def _start_after_paint(self) -> None:
+        starts, self._after_paint = self._after_paint, []
+        for start in starts:
+            start()
+
+    def screenshot_ready(self) -> bool:
+        """The starting particles and the model's curves are drawn (or said to have failed)."""
+        return not self._after_paint and self._build_job is None and self._curves_job is None
 
     def closeEvent(self, event) -> None:
         self.timer.stop()

@@ -102,3 +102,29 @@ def test_dynamics_starts_its_workers_after_its_first_paint(qtbot, model_dirs, is
         QApplication.instance().removeEventFilter(seen)
     assert {name for name, _ in started} >= {"build_simulation", "stack_layer_curves"}
     assert all(after_paint for _, after_paint in started), started
+
+
+def test_generates_logit_lens_shows_each_cell_whole_at_1024x640(qtbot, model_dirs, isolated_user_files):
+    """The right column had ~225 px at 1024x640: 'top prediction' read 'predic' and its cells "'les' (57…"."""
+    w, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    w.resize(1024, 640)
+    panel = click_panel_tab(qtbot, w, "Generate")
+    qtbot.waitUntil(panel.step_button.isEnabled, timeout=20_000)
+    for _ in range(2):
+        qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: not panel.busy, timeout=20_000)
+    last = panel.strip.count() - 1  # the last generated token, clicked: its logit lens
+    qtbot.mouseClick(panel.strip.canvas, Qt.MouseButton.LeftButton, pos=panel.strip.chip_center(last))
+    table = panel.lens_table
+    qtbot.waitUntil(lambda: table.rowCount() == 5 and table.isVisible(), timeout=20_000)
+    qtbot.wait(50)  # (laid out)
+    metrics = table.fontMetrics()
+    header = table.horizontalHeader()
+    for c in range(table.columnCount()):
+        title = table.horizontalHeaderItem(c).text()
+        assert header.sectionSize(c) >= header.fontMetrics().horizontalAdvance(title) + 8, title
+        for r in range(table.rowCount()):
+            text = table.item(r, c).text()
+            assert table.columnWidth(c) >= metrics.horizontalAdvance(text) + 8, (text, table.columnWidth(c))
+    assert header.sectionPosition(table.columnCount() - 1) + header.sectionSize(table.columnCount() - 1) \
+        <= table.viewport().width()  # and no column past the table's right edge

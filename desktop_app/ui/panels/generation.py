@@ -268,6 +268,12 @@ class GenerationPanel(QWidget, ResultView):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.lens_table, "Logit lens")
         self.tabs.addTab(self.beam_table, "Beams")
+        # the right column at least as wide as a lens row of a short token ('les' (574)): at 1024x640 it had
+        # ~225 px and 'top prediction' ~40 of them (the bars' side has room to give)
+        fm = self.lens_table.fontMetrics()
+        row = ("block 00", "'token' (00000)", "p(top)", "p(picked)")
+        self.tabs.setMinimumWidth(sum(fm.horizontalAdvance(text) + 16 for text in row)
+                                  + self.lens_table.verticalScrollBar().sizeHint().width() + 16)
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(self.tree)
         right.addWidget(self.tabs)

@@ -128,3 +128,73 @@ def test_generates_logit_lens_shows_each_cell_whole_at_1024x640(qtbot, model_dir
             assert table.columnWidth(c) >= metrics.horizontalAdvance(text) + 8, (text, table.columnWidth(c))
     assert header.sectionPosition(table.columnCount() - 1) + header.sectionSize(table.columnCount() - 1) \
         <= table.viewport().width()  # and no column past the table's right edge
+
+
+CTRL = Qt.KeyboardModifier.ControlModifier
+
+
+def _press(qtbot, window, key, modifier=Qt.KeyboardModifier.NoModifier) -> None:
+    """The key pressed where the focus is; then the button's animated click (Qt's 100 ms press) is let happen."""
+    qtbot.keyClick(window.focusWidget() or window, key, modifier)
+    qtbot.wait(300)
+
+
+def test_ctrl_return_and_esc_on_what_if_graph_and_generate(qtbot, model_dirs, isolated_user_files, monkeypatch,
+                                                             tmp_path):
+    """What if's Attribute and patching Run/Cancel, Graph's Compute/Cancel and Generate's Run N had no key."""
+    import time
+
+    from desktop_app.core.jobs import Cancelled
+    from desktop_app.ui.dialogs import ShortcutsDialog
+    from desktop_app.ui.panels import graph
+    from PySide6.QtWidgets import QFileDialog
+
+    from .walkthrough import click_tab
+
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    window.activateWindow()
+    qtbot.waitActive(window)
+    dialog = ShortcutsDialog(window.shortcut_actions(), window, window.panel_shortcuts())
+    rows = {(dialog.table.item(r, 0).text(), dialog.table.item(r, 1).text()) for r in range(dialog.table.rowCount())}
+    dialog.deleteLater()
+    for row in (("What if: Attribute", "Ctrl+Return"), ("What if: Run the patching", "Ctrl+Return"),
+                ("What if: Cancel the patching", "Esc"), ("Graph: Compute graph…", "Ctrl+Return"),
+                ("Graph: Cancel the graph", "Esc"), ("Generate: Run N (Stop while it runs)", "Ctrl+Return")):
+        assert row in rows, sorted(rows)
+
+    whatif = click_panel_tab(qtbot, window, "What if")
+    chart = whatif.dla_chart
+    qtbot.waitUntil(lambda: chart.attribution is not None, timeout=20_000)  # (its first look attributes)
+    assert "(#5)" not in chart.plot_item.titleLabel.text
+    whatif.token_edit.setText("#5")  # another token, attributed by the key
+    whatif.token_edit.setFocus()
+    _press(qtbot, window, Qt.Key.Key_Return, CTRL)
+    qtbot.waitUntil(lambda: "(#5)" in chart.plot_item.titleLabel.text, timeout=20_000)
+
+    # the Graph panel's Compute (its folder dialog answered) and Cancel, on a graph held until cancelled
+    started = []
+
+    def held(*args, job=None):
+        started.append(True)
+        while not job.cancelled:
+            time.sleep(0.01)
+        raise Cancelled()
+
+    monkeypatch.setattr(graph, "_compute_and_prune", held)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(tmp_path)))
+    panel = click_panel_tab(qtbot, window, "Graph")
+    qtbot.waitUntil(panel.compute_button.isVisible)
+    _press(qtbot, window, Qt.Key.Key_Return, CTRL)
+    qtbot.waitUntil(lambda: bool(started) and panel.cancel_button.isEnabled(), timeout=20_000)
+    _press(qtbot, window, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: panel.summary.text() == "Cancelled: no graph computed.", timeout=20_000)
+    assert panel.compute_button.isEnabled()
+
+    gen = click_panel_tab(qtbot, window, "Generate")
+    qtbot.waitUntil(gen.run_button.isEnabled, timeout=20_000)
+    gen.run_n.setValue(3)
+    n = len(gen._prompt_ids())
+    qtbot.wait(300)  # (a key pressed within milliseconds of the panel's build found no shortcut offscreen)
+    _press(qtbot, window, Qt.Key.Key_Return, CTRL)  # Run N with no session: starts one from the prompt, runs 3
+    qtbot.waitUntil(lambda: gen.session is not None and not gen.busy and len(gen.session.ids()) == n + 3,
+                    timeout=30_000)

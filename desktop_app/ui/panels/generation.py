@@ -40,6 +40,7 @@ from ..widgets.prob_bars import ProbBars
 from ..widgets.readable import format_prob
 from ..state import EDITS, MODEL, ResultView
 from ..widgets.token_strip import TokenStrip
+from . import key_buttons
 from .generation_views import CrossAttentionStepView, DecoderStepView, EncoderFillView, GenerationView, _mutate
 
 TOP_BARS = 15
@@ -75,7 +76,8 @@ def _with_edits(session, interventions: list, job=None):
 
 class GenerationPanel(QWidget, ResultView):
     title = "Generate"
-    shortcuts = (("Right", "Step"), ("Left", "Back"))  # (key, what): made below, listed in Help
+    # (key, what): the arrows' shortcuts and the Run N button's key, made below, listed in Help
+    shortcuts = (("Right", "Step"), ("Left", "Back"), ("Ctrl+Return", "Run N (Stop while it runs)"))
     help_text = (
         "<b>Generate</b>: the model predicts a distribution over the next token; a strategy picks one.<br>"
         "Temperature T: p<sub>i</sub> &prop; exp(logit<sub>i</sub>/T) (T&rarr;0 greedy, T&rarr;&infin; uniform). "
@@ -300,10 +302,11 @@ class GenerationPanel(QWidget, ResultView):
         lay.addWidget(self.status)
 
         ctx = Qt.ShortcutContext.WidgetWithChildrenShortcut
-        for (key, _), slot in zip(self.shortcuts, (self.step, self.back)):
+        for (key, _), slot in zip(self.shortcuts[:2], (self.step, self.back)):
             sc = QShortcut(QKeySequence(key), self)
             sc.setContext(ctx)
             sc.activated.connect(slot)
+        key_buttons(self.shortcuts[2:], (self.run_button,))
         self._update_enabled()
 
     plain_bars = property(lambda self: self._plain_bars.widget())  # (made now if not yet)

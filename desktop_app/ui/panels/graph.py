@@ -36,6 +36,7 @@ from ...core.graphs.layout import (GraphLayout, annotated_json, layout, load_gra
 from ..state import INPUT, MODEL, ResultView
 from ..widgets.edge_layer import EdgeLayer
 from ..widgets.export import ExportBar, ask_save_path, say_in_status_bar
+from . import key_buttons
 from .features_views import FeatureDashboard, fill_table, read_only_table
 
 NODE_STYLE = {  # KINDS order: symbol, brush
@@ -186,6 +187,7 @@ def _compute_and_prune(loaded, ids, folder, node_threshold: float, edge_threshol
 
 class GraphPanel(QWidget, ResultView):
     drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
+    shortcuts = (("Ctrl+Return", "Compute graph…"), ("Esc", "Cancel the graph"))  # the buttons' keys, listed in Help
     help_text = (
         "<b>Attribution graph</b> (Ameisen et al. 2025): the circuit behind one prediction in the local "
         "replacement model (MLPs replaced by transcoders, attention patterns and norm scales frozen). "
@@ -233,6 +235,7 @@ class GraphPanel(QWidget, ResultView):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
         self.cancel_button.clicked.connect(self.cancel)
+        key_buttons(self.shortcuts, (self.compute_button, self.cancel_button))
         self.progress = QProgressBar()
         self.progress.setVisible(False)
         self.open_button = QPushButton("Open graph…")

@@ -198,3 +198,29 @@ def test_ctrl_return_and_esc_on_what_if_graph_and_generate(qtbot, model_dirs, is
     _press(qtbot, window, Qt.Key.Key_Return, CTRL)  # Run N with no session: starts one from the prompt, runs 3
     qtbot.waitUntil(lambda: gen.session is not None and not gen.busy and len(gen.session.ids()) == n + 3,
                     timeout=30_000)
+
+
+def test_attention_says_its_whole_summary_on_a_t5_at_1024x640(qtbot, tmp_path, isolated_user_files):
+    """An encoder-decoder's row has the attention kind's box too: the summary ('38 tokens, 2 layers x 4 heads')
+    had no room left and read '…' alone."""
+    from tiny_models import save_tiny_model
+
+    from .walkthrough import choose_item, click_tab
+
+    folder = save_tiny_model(tmp_path / "t5", "abcdefghijklmnopqrstuvwxyz .A", "t5", context_length=128)
+    w, state = open_window(qtbot, folder, text="Alice was beginning to get very tired of sitting.")
+    w.resize(1024, 640)
+    panel = click_panel_tab(qtbot, w, "Attention")
+    qtbot.waitUntil(panel.kind_combo.isVisible, timeout=20_000)
+    for kind in range(panel.kind_combo.count()):
+        choose_item(qtbot, panel.kind_combo, panel.kind_combo.itemText(kind))
+        qtbot.waitUntil(panel.screenshot_ready, timeout=20_000)
+        qtbot.wait(50)  # (laid out)
+        assert "heads" in panel.status.text()
+        assert panel.status.shown_text() == panel.status.text(), (panel.status.text(), panel.status.width())
+    assert not panel.stat_combo.isVisible()  # (disabled on this view: it took the room)
+    click_tab(qtbot, panel.tabs, "Head statistics")  # where it applies, it is shown and chosen
+    qtbot.waitUntil(panel.screenshot_ready, timeout=20_000)
+    assert panel.stat_combo.isVisible() and panel.stat_combo.isEnabled()
+    choose_item(qtbot, panel.stat_combo, panel.stat_combo.itemText(1))
+    assert panel.view_state.statistic == panel.stat_combo.itemData(1)

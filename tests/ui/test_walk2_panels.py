@@ -224,3 +224,29 @@ def test_attention_says_its_whole_summary_on_a_t5_at_1024x640(qtbot, tmp_path, i
     assert panel.stat_combo.isVisible() and panel.stat_combo.isEnabled()
     choose_item(qtbot, panel.stat_combo, panel.stat_combo.itemText(1))
     assert panel.view_state.statistic == panel.stat_combo.itemData(1)
+
+
+def test_the_graph_panels_axes_show_a_graph_only(qtbot, model_dirs, isolated_user_files, tmp_path, monkeypatch):
+    """Before any graph the plot showed bare axes (-0.5..0.5, its top tick cut); after another text cleared a
+    graph, its rows (L0..Logit) and the old text's tokens stayed on the axes with nothing drawn."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from desktop_app.core.graphs.transcoders import random_transcoders
+
+    random_transcoders(tmp_path / "clt", 4, 128, 64, cross_layer=True, seed=2)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(tmp_path / "clt")))
+    w, state = open_window(qtbot, model_dirs["demo"], text="The cat sat on the mat because it was")
+    panel = click_panel_tab(qtbot, w, "Graph")
+    plot = panel.plot.getPlotItem()
+    axes = [plot.getAxis("left"), plot.getAxis("bottom")]
+    assert not any(a.isVisible() for a in axes)
+    qtbot.mouseClick(panel.compute_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.layout_data is not None and panel.compute_button.isEnabled(), timeout=120_000)
+    assert all(a.isVisible() for a in axes)
+    ticks = [label for _, label in axes[1]._tickLevels[0]]
+    assert ticks[-2:] == [" it", " was"] or ticks[-2:] == ["it", "was"] or "was" in ticks[-1], ticks
+    with qtbot.waitSignal(state.trace_changed, timeout=20_000):
+        state.set_text("Alice was beginning to get very tired")
+    qtbot.waitUntil(lambda: panel.result is None, timeout=20_000)
+    assert not any(a.isVisible() for a in axes)
+    assert not axes[1]._tickLevels  # (none of the old text's tokens)

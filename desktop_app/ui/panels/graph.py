@@ -294,6 +294,7 @@ class GraphPanel(QWidget, ResultView):
         self.marks_item.setZValue(11)
         for item in (self.edges_item, self.highlight_edges, self.nodes_item, self.marks_item):
             self.plot.addItem(item)
+        self._show_axes(False)  # (no graph yet: no rows, no tokens)
         self.supernode_items: list[pg.TextItem] = []
         self.hover = QLabel("")
         self.hover.setTextFormat(Qt.TextFormat.RichText)
@@ -572,7 +573,17 @@ class GraphPanel(QWidget, ResultView):
         self.highlight_edges.setData([], [])
         self.details.setText("")
         self.hover.setText("")
+        self._show_axes(False)  # nothing of the graph gone stays: its rows and its text's tokens
         self.drawn.emit()
+
+    def _show_axes(self, shown: bool) -> None:
+        """The axes (rows: Emb, L0.., Logit; columns: the prompt's tokens) with a graph only: without one they
+        were bare -0.5..0.5 axes, or the rows and tokens of a graph cleared."""
+        plot = self.plot.getPlotItem()
+        for side in ("left", "bottom"):
+            if not shown:
+                plot.getAxis(side).setTicks([])
+            plot.showAxis(side, shown)
 
     def _shown_indices(self) -> list[int]:
         """Indices into full_layout of the nodes drawn: all, or the pinned ones (the subgraph)."""
@@ -611,6 +622,7 @@ class GraphPanel(QWidget, ResultView):
                 self.supernode_items.append(label)
         self._draw_marks()
         plot = self.plot.getPlotItem()
+        self._show_axes(True)
         n_rows = data.n_rows
         plot.getAxis("left").setTicks([[(0, "Emb")] + [(r, f"L{r - 1}") for r in range(1, n_rows - 1)]
                                        + [(n_rows - 1, "Logit")]])

@@ -250,3 +250,21 @@ def test_the_graph_panels_axes_show_a_graph_only(qtbot, model_dirs, isolated_use
     qtbot.waitUntil(lambda: panel.result is None, timeout=20_000)
     assert not any(a.isVisible() for a in axes)
     assert not axes[1]._tickLevels  # (none of the old text's tokens)
+
+
+def test_dynamics_keeps_the_sphere_in_view_for_a_models_tokens(qtbot, model_dirs, isolated_user_files):
+    """The demo model's tokens driven by its head, on the sphere: their 3-D projection lies well inside the unit
+    sphere, and the view was fitted to them, cutting the sphere's outline at the plot's edges."""
+    from .walkthrough import choose_item
+
+    w, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    panel = click_panel_tab(qtbot, w, "Dynamics")
+    qtbot.waitUntil(panel.screenshot_ready, timeout=30_000)
+    choose_item(qtbot, panel.init, "tokens of the current text")
+    choose_item(qtbot, panel.qkv, "a head of the loaded model")
+    qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.sim is not None and panel.screenshot_ready(), timeout=30_000)
+    assert panel.sim.config.sphere and panel.sim.config.d == 128
+    assert float(abs(panel.screen_xy).max()) < 1 / 1.15  # (the case: the view fitted to them would cut the sphere)
+    (x0, x1), (y0, y1) = panel.particles.getViewBox().viewRange()
+    assert x0 <= -1 and x1 >= 1 and y0 <= -1 and y1 >= 1, ((x0, x1), (y0, y1))

@@ -626,14 +626,16 @@ class DynamicsPanel(QWidget, ResultView):
         self.particles.setMouseEnabled(not three_d, not three_d)
         for axis in ("left", "bottom"):  # a rotated projection has no meaningful axes
             self.particles.getPlotItem().showAxis(axis, not three_d)
+        guide = (self.sim is not None and self.sim.config.sphere and not self.sim.config.renormalise,
+                 three_d, self._yaw, self._pitch, self._basis.shape[0])
         extent = float(np.abs(xy).max()) if len(xy) else 1.0
+        if guide[0]:  # the unit sphere's outline in view too (a model's tokens, projected, lie well inside it)
+            extent = max(extent, 1.0)
         if extent > self._view_radius or not np.isfinite(self._view_radius):
             self._view_radius = 1.15 * extent if extent > 0 else 1.0
             self.particles.getPlotItem().enableAutoRange(False)
             r = self._view_radius
             self.particles.setRange(xRange=(-r, r), yRange=(-r, r), padding=0)
-        guide = (self.sim is not None and self.sim.config.sphere and not self.sim.config.renormalise,
-                 three_d, self._yaw, self._pitch, self._basis.shape[0])
         if guide != self._guide_drawn:  # it moves only with the view: not redrawn on every frame
             self._guide_drawn = guide
             if guide[0]:

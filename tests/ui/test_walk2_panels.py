@@ -268,3 +268,24 @@ def test_dynamics_keeps_the_sphere_in_view_for_a_models_tokens(qtbot, model_dirs
     assert float(abs(panel.screen_xy).max()) < 1 / 1.15  # (the case: the view fitted to them would cut the sphere)
     (x0, x1), (y0, y1) = panel.particles.getViewBox().viewRange()
     assert x0 <= -1 and x1 >= 1 and y0 <= -1 and y1 >= 1, ((x0, x1), (y0, y1))
+
+
+def test_dynamics_space_plays_and_right_steps_after_a_click_on_its_tab(qtbot, model_dirs, isolated_user_files):
+    """Help lists Space (play / pause) and Right (one step); after a click on the tab the focus is on the tab bar,
+    so Space did nothing and Right showed the next panel (Train)."""
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    window.activateWindow()
+    qtbot.waitActive(window)
+    panel = click_panel_tab(qtbot, window, "Dynamics")
+    qtbot.waitUntil(lambda: panel.sim is not None and panel.screenshot_ready(), timeout=30_000)
+    qtbot.wait(300)  # (a key pressed within milliseconds of the panel's build found no shortcut offscreen)
+    frames = len(panel._frames)
+    _press(qtbot, window, Qt.Key.Key_Right)
+    assert window.tabs.currentWidget() is window.slot("Dynamics")  # still on show
+    qtbot.waitUntil(lambda: len(panel._frames) == frames + 1 and not panel.is_running(), timeout=30_000)
+    _press(qtbot, window, Qt.Key.Key_Space)
+    assert panel.play_button.isChecked() and panel.timer.isActive()
+    qtbot.waitUntil(lambda: len(panel._frames) >= frames + 3, timeout=30_000)
+    _press(qtbot, window, Qt.Key.Key_Space)
+    assert not panel.play_button.isChecked() and not panel.timer.isActive()
+    qtbot.waitUntil(lambda: not panel.is_running(), timeout=30_000)

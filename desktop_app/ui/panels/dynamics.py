@@ -28,6 +28,7 @@ from ..state import EDITS, INPUT, MODEL, ResultView
 from ..widgets.export import ExportBar, export_view, say_in_status_bar
 from ..widgets.form_fields import keyed_combo
 from ..widgets.menu_on_demand import MenuOnDemandViewBox
+from . import key_buttons
 from .dynamics_plots import CURVE_FIELDS, DynamicsCurves, PointCloud
 
 INIT_LABELS = [("uniform on the sphere", "sphere"), ("uniform in the ball", "ball"), ("Gaussian", "gaussian"),
@@ -88,6 +89,8 @@ class DynamicsPanel(QWidget, ResultView):
         "tokens) or the decoder's causal self-attention ([start] + the target's tokens): the model head, the token "
         "layer and the bottom row's curves are that stack's. Cross-attention is not offered: its keys and values are "
         "the encoder's output, fixed, so it does not move a set of particles by their own attention.")
+    # the Play and Step buttons' keys (panels.key_buttons: they work while the panel is on show, after a click on
+    # its tab too), listed in Help; keyPressEvent has them where the panel is a window of its own
     shortcuts = [("Space", "play / pause"), ("Right", "one step")]
 
     def __init__(self, state, parent=None) -> None:
@@ -190,6 +193,7 @@ class DynamicsPanel(QWidget, ResultView):
         self.reset_button.clicked.connect(self.reset)
         self.play_button.toggled.connect(self._on_play_toggled)
         self.step_button.clicked.connect(self.step_once)
+        key_buttons(self.shortcuts, (self.play_button, self.step_button))
         buttons = QHBoxLayout()
         for b in (self.reset_button, self.play_button, self.step_button):
             buttons.addWidget(b)

@@ -289,3 +289,27 @@ def test_dynamics_space_plays_and_right_steps_after_a_click_on_its_tab(qtbot, mo
     _press(qtbot, window, Qt.Key.Key_Space)
     assert not panel.play_button.isChecked() and not panel.timer.isActive()
     qtbot.waitUntil(lambda: not panel.is_running(), timeout=30_000)
+
+
+def test_generate_right_steps_and_left_goes_back_after_a_click_on_its_tab(qtbot, model_dirs, isolated_user_files):
+    """After a click on the Generate tab the focus is on the tab bar: Right showed the Attention panel instead of
+    stepping (the arrows were the panel's keys only with the focus inside it)."""
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    window.activateWindow()
+    qtbot.waitActive(window)
+    panel = click_panel_tab(qtbot, window, "Generate")
+    qtbot.waitUntil(panel.step_button.isEnabled, timeout=20_000)
+    qtbot.wait(300)
+    n = len(panel._prompt_ids())
+    for _ in range(2):
+        _press(qtbot, window, Qt.Key.Key_Right)
+        qtbot.waitUntil(lambda: not panel.busy, timeout=20_000)
+    assert window.tabs.currentWidget() is window.slot("Generate")
+    assert len(panel.session.ids()) == n + 2
+    _press(qtbot, window, Qt.Key.Key_Left)
+    qtbot.waitUntil(lambda: not panel.busy, timeout=20_000)
+    assert len(panel.session.ids()) == n + 1 and window.tabs.currentWidget() is window.slot("Generate")
+    panel.prompt.setFocus()  # a text box keeps its own arrows
+    panel.prompt.setCursorPosition(3)
+    _press(qtbot, window, Qt.Key.Key_Right)
+    assert panel.prompt.cursorPosition() == 4 and len(panel.session.ids()) == n + 1

@@ -301,7 +301,9 @@ class GenerationPanel(QWidget, ResultView):
         lay.addWidget(self.strip)
         lay.addWidget(self.status)
 
-        ctx = Qt.ShortcutContext.WidgetWithChildrenShortcut
+        # the window's while the panel is on show: after a click on the panel's tab the focus is on the tab bar,
+        # where Right and Left showed the next or previous panel (a text box keeps its own arrows)
+        ctx = Qt.ShortcutContext.WindowShortcut
         for (key, _), slot in zip(self.shortcuts[:2], (self.step, self.back)):
             sc = QShortcut(QKeySequence(key), self)
             sc.setContext(ctx)

@@ -349,11 +349,14 @@ class DynamicsPanel(QWidget, ResultView):
         if trace is None:
             return
         # AppState.run: curves of a trace no longer shown (another model or text meanwhile) are dropped
+        def finished() -> None:
+            if self._curves_job is job:  # (not a newer trace's)
+                self._curves_job = None
+
         self._curves_job = job = self.state.run(
             stack_layer_curves, trace, self._stack(), self.cluster_tol.value(), on_result=self._on_layer_curves,
-            on_error=lambda exc, tb: self.status.setText(f"Model curves failed: {exc}"),
-            on_finished=lambda: self._curves_job is job and setattr(self, "_curves_job", None), owner=self,
-            parts=("model", "input"))
+            on_error=lambda exc, tb: self.status.setText(f"Model curves failed: {exc}"), on_finished=finished,
+            owner=self, parts=("model", "input"))
 
     @staticmethod
     def _parts_of(cfg: dy.DynamicsConfig, qkv: str) -> tuple[str, ...]:
@@ -808,13 +811,13 @@ class DynamicsPanel(QWidget, ResultView):
         if not self._shown_once:  # a first look shows the starting particles, not empty axes
             self._shown_once = True
             self._after_paint.append(lambda: self.sim is None and self._build_job is None and self.reset())
-            QTimer.singleShot(1000, self._start_after_paint)  # (a paint that never comes holds them no longer)
+            QTimer.singleShot(1000, self, self._start_after_paint)  # (a paint that never comes holds them no longer)
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().paintEvent(event)
         if not self._painted:
             self._painted = True
-            QTimer.singleShot(0, self._start_after_paint)  # (after this paint reaches the screen)
+            QTimer.singleShot(0, self, self._start_after_paint)  # (after this paint reaches the screen)
 
     def _start_after_paint(self) -> None:
         starts, self._after_paint = self._after_paint, []

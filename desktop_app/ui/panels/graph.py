@@ -27,9 +27,9 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QStaticText
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
-                               QLineEdit, QListWidget, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QSlider,
-                               QSplitter, QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QHeaderView,
+                               QInputDialog, QLabel, QLineEdit, QListWidget, QProgressBar, QPushButton, QRadioButton,
+                               QSizePolicy, QSlider, QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
 from ...core.graphs.layout import (GraphLayout, annotated_json, layout, load_graph_json, search_nodes,
                                    strongest_neighbourhood, sub_layout, user_annotations)
@@ -331,6 +331,8 @@ class GraphPanel(QWidget, ResultView):
         self.edit_status = QLabel("Pin feature nodes of a graph computed here to edit them.")
         self.edit_status.setWordWrap(True)
         self.logits_table = read_only_table()
+        # each column as wide as what it holds, the token the rest (five of 100 px ran past a 1024 px window's side)
+        self.logits_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         intervene = QWidget()
         iv = QVBoxLayout(intervene)
         iv.addWidget(QLabel("<b>Features to edit</b> (the pinned feature nodes)"))

@@ -48,7 +48,7 @@ def test_the_attention_panels_cross_attention_line_never_widens_the_window(qtbot
     combo = panel.kind_combo
     qtbot.waitUntil(combo.isVisible, timeout=10_000)
     combo.setCurrentIndex(combo.findData("cross"))
-    qtbot.waitUntil(lambda: "cross-attention" in panel.status.text(), timeout=15_000)
+    qtbot.waitUntil(lambda: "target x" in panel.status.text(), timeout=15_000)  # (1 target x 24 source tokens, ...)
     qtbot.wait(50)
     assert w.width() == width and w.minimumSizeHint().width() <= width, (w.width(), w.minimumSizeHint().width())
     assert panel.status.toolTip() == panel.status.text()

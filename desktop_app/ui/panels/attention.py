@@ -522,9 +522,11 @@ class AttentionPanel(ViewTablePanel):
         controls.addWidget(self.kind_label)
         controls.addWidget(self.kind_combo)
         self._show_kind_choice(False)
-        for label, w in (("Layer", self.layer_spin), ("Head", self.head_spin), ("Statistic", self.stat_combo)):
-            controls.addWidget(QLabel(label))
-            controls.addWidget(w)
+        self.control_labels = {}
+        for name, label in (("layer", "Layer"), ("head", "Head"), ("statistic", "Statistic")):
+            self.control_labels[name] = QLabel(label)
+            controls.addWidget(self.control_labels[name])
+            controls.addWidget(self.controls[name])
         self.ablate_button = QToolButton()  # the same menu as a right-click, for the layer and head chosen
         self.ablate_button.setText("Ablate")
         self.ablate_button.setToolTip("Switch off the chosen head, or this layer's attention or MLP (what if?)")
@@ -668,6 +670,10 @@ class AttentionPanel(ViewTablePanel):
         used = find_view(attention_views.VIEWS, self.view_state.view).controls
         for name, w in self.controls.items():
             w.setEnabled(name in used)
+        # the statistic's box only where it applies (Head statistics): disabled on the other views, its ~290 px
+        # left an encoder-decoder's summary no room at 1024x640
+        for w in (self.stat_combo, self.control_labels["statistic"]):
+            w.setVisible("statistic" in used)
 
     @property
     def layer(self) -> int:
@@ -743,10 +749,10 @@ class AttentionPanel(ViewTablePanel):
         self._waiting = "Computing the rollout and head statistics\u2026"  # until the worker's progress
         self._invalidate(*(v.name for v in attention_views.VIEWS if v.name != "model-view"))
         self._apply_selection()
-        shape = (f"{plural(t_q, 'target token')} reading {plural(t_k, 'source token')}" if data.cross
-                 else plural(t_k, 'token'))
+        # (cross-attention: the kind's box beside it says so; the line is short enough for a 1024 px window)
+        shape = f"{t_q} target x {plural(t_k, 'source token')}" if data.cross else plural(t_k, 'token')
         self.status.setText(f"{shape}, {plural(n_layers, 'layer')} x {plural(n_heads, 'head')}"
-                            + (" (cross-attention)" if data.cross else " (causal)" if data.causal else " (bidirectional)"))
+                            + ("" if data.cross else " (causal)" if data.causal else " (bidirectional)"))
         patterns, mask, lut, size = data.patterns, data.mask, self.model_view.lut, self.model_view.THUMB
 
         # what is on show first, then the rest: the model view's thumbnails (the rows made as the trace

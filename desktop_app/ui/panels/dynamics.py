@@ -28,6 +28,7 @@ from ..state import EDITS, INPUT, MODEL, ResultView
 from ..widgets.export import ExportBar, export_view, say_in_status_bar
 from ..widgets.form_fields import keyed_combo
 from ..widgets.menu_on_demand import MenuOnDemandViewBox
+from . import key_buttons
 from .dynamics_plots import CURVE_FIELDS, DynamicsCurves, PointCloud
 
 INIT_LABELS = [("uniform on the sphere", "sphere"), ("uniform in the ball", "ball"), ("Gaussian", "gaussian"),
@@ -88,6 +89,8 @@ class DynamicsPanel(QWidget, ResultView):
         "tokens) or the decoder's causal self-attention ([start] + the target's tokens): the model head, the token "
         "layer and the bottom row's curves are that stack's. Cross-attention is not offered: its keys and values are "
         "the encoder's output, fixed, so it does not move a set of particles by their own attention.")
+    # the Play and Step buttons' keys (panels.key_buttons: they work while the panel is on show, after a click on
+    # its tab too), listed in Help; keyPressEvent has them where the panel is a window of its own
     shortcuts = [("Space", "play / pause"), ("Right", "one step")]
 
     def __init__(self, state, parent=None) -> None:
@@ -120,7 +123,11 @@ class DynamicsPanel(QWidget, ResultView):
         state.model_changed.connect(self._on_model_changed)
         self.watch_inputs(state)  # clear_results: a simulation of another model's tokens or head goes
         self._on_model_changed(getattr(state, "loaded", None))
-        self._on_trace_changed(getattr(state, "trace", None))
+        # the model's curves and the starting particles are computed in workers started after the panel's first
+        # paint (started in a tab's click, they took the cores from it): showEvent, paintEvent
+        self._curves_job = None
+        self._after_paint: list = [lambda: self._on_trace_changed(getattr(state, "trace", None))]
+        self._painted = False
 
     # -- layout ----------------------------------------------------------------------------------
     def _build_ui(self) -> None:
@@ -186,6 +193,7 @@ class DynamicsPanel(QWidget, ResultView):
         self.reset_button.clicked.connect(self.reset)
         self.play_button.toggled.connect(self._on_play_toggled)
         self.step_button.clicked.connect(self.step_once)
+        key_buttons(self.shortcuts, (self.play_button, self.step_button))
         buttons = QHBoxLayout()
         for b in (self.reset_button, self.play_button, self.step_button):
             buttons.addWidget(b)
@@ -201,11 +209,9 @@ class DynamicsPanel(QWidget, ResultView):
         self.status.setWordWrap(True)
         left = QVBoxLayout()
         left.addLayout(form)
-        left.addLayout(buttons)
         left.addWidget(self.png_button)
         left.addWidget(self.view3d)
         left.addWidget(self.trails)
-        left.addWidget(self.status)
         left.addStretch(1)
         left_w = QWidget()
         left_w.setLayout(left)
@@ -216,6 +222,12 @@ class DynamicsPanel(QWidget, ResultView):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setMinimumWidth(left_w.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
                                + 2 * scroll.frameWidth())
+        # Reset / Play / Step and what they say stay in sight under the scrolled form (at 1024x640 the form
+        # is taller than the window: they were below its fold)
+        column = QVBoxLayout()
+        column.addWidget(scroll, 1)
+        column.addLayout(buttons)
+        column.addWidget(self.status)
 
         self.particles = pg.PlotWidget(background="w",  # (its menu: made at the first right-click)
                                        viewBox=MenuOnDemandViewBox(fill_menu=self._fill_particles_menu))
@@ -257,7 +269,7 @@ class DynamicsPanel(QWidget, ResultView):
         right.addWidget(self.view_area, 1)
         right.addLayout(slider_row)
         lay = QHBoxLayout(self)
-        lay.addWidget(scroll)
+        lay.addLayout(column)
         lay.addLayout(right, 1)
         for w in (self.init, self.qkv):
             w.currentIndexChanged.connect(self._update_enabled)
@@ -337,10 +349,14 @@ class DynamicsPanel(QWidget, ResultView):
         if trace is None:
             return
         # AppState.run: curves of a trace no longer shown (another model or text meanwhile) are dropped
-        self.state.run(stack_layer_curves, trace, self._stack(), self.cluster_tol.value(),
-                       on_result=self._on_layer_curves,
-                       on_error=lambda exc, tb: self.status.setText(f"Model curves failed: {exc}"), owner=self,
-                       parts=("model", "input"))
+        def finished() -> None:
+            if self._curves_job is job:  # (not a newer trace's)
+                self._curves_job = None
+
+        self._curves_job = job = self.state.run(
+            stack_layer_curves, trace, self._stack(), self.cluster_tol.value(), on_result=self._on_layer_curves,
+            on_error=lambda exc, tb: self.status.setText(f"Model curves failed: {exc}"), on_finished=finished,
+            owner=self, parts=("model", "input"))
 
     @staticmethod
     def _parts_of(cfg: dy.DynamicsConfig, qkv: str) -> tuple[str, ...]:
@@ -617,14 +633,16 @@ class DynamicsPanel(QWidget, ResultView):
         self.particles.setMouseEnabled(not three_d, not three_d)
         for axis in ("left", "bottom"):  # a rotated projection has no meaningful axes
             self.particles.getPlotItem().showAxis(axis, not three_d)
+        guide = (self.sim is not None and self.sim.config.sphere and not self.sim.config.renormalise,
+                 three_d, self._yaw, self._pitch, self._basis.shape[0])
         extent = float(np.abs(xy).max()) if len(xy) else 1.0
+        if guide[0]:  # the unit sphere's outline in view too (a model's tokens, projected, lie well inside it)
+            extent = max(extent, 1.0)
         if extent > self._view_radius or not np.isfinite(self._view_radius):
             self._view_radius = 1.15 * extent if extent > 0 else 1.0
             self.particles.getPlotItem().enableAutoRange(False)
             r = self._view_radius
             self.particles.setRange(xRange=(-r, r), yRange=(-r, r), padding=0)
-        guide = (self.sim is not None and self.sim.config.sphere and not self.sim.config.renormalise,
-                 three_d, self._yaw, self._pitch, self._basis.shape[0])
         if guide != self._guide_drawn:  # it moves only with the view: not redrawn on every frame
             self._guide_drawn = guide
             if guide[0]:
@@ -792,8 +810,23 @@ class DynamicsPanel(QWidget, ResultView):
         super().showEvent(event)
         if not self._shown_once:  # a first look shows the starting particles, not empty axes
             self._shown_once = True
-            if self.sim is None and self._build_job is None:
-                self.reset()
+            self._after_paint.append(lambda: self.sim is None and self._build_job is None and self.reset())
+            QTimer.singleShot(1000, self, self._start_after_paint)  # (a paint that never comes holds them no longer)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().paintEvent(event)
+        if not self._painted:
+            self._painted = True
+            QTimer.singleShot(0, self, self._start_after_paint)  # (after this paint reaches the screen)
+
+    def _start_after_paint(self) -> None:
+        starts, self._after_paint = self._after_paint, []
+        for start in starts:
+            start()
+
+    def screenshot_ready(self) -> bool:
+        """The starting particles and the model's curves are drawn (or said to have failed)."""
+        return not self._after_paint and self._build_job is None and self._curves_job is None
 
     def closeEvent(self, event) -> None:
         self.timer.stop()

@@ -40,6 +40,7 @@ from ..widgets.prob_bars import ProbBars
 from ..widgets.readable import format_prob
 from ..state import EDITS, MODEL, ResultView
 from ..widgets.token_strip import TokenStrip
+from . import key_buttons
 from .generation_views import CrossAttentionStepView, DecoderStepView, EncoderFillView, GenerationView, _mutate
 
 TOP_BARS = 15
@@ -75,7 +76,8 @@ def _with_edits(session, interventions: list, job=None):
 
 class GenerationPanel(QWidget, ResultView):
     title = "Generate"
-    shortcuts = (("Right", "Step"), ("Left", "Back"))  # (key, what): made below, listed in Help
+    # (key, what): the arrows' shortcuts and the Run N button's key, made below, listed in Help
+    shortcuts = (("Right", "Step"), ("Left", "Back"), ("Ctrl+Return", "Run N (Stop while it runs)"))
     help_text = (
         "<b>Generate</b>: the model predicts a distribution over the next token; a strategy picks one.<br>"
         "Temperature T: p<sub>i</sub> &prop; exp(logit<sub>i</sub>/T) (T&rarr;0 greedy, T&rarr;&infin; uniform). "
@@ -245,6 +247,7 @@ class GenerationPanel(QWidget, ResultView):
         pair.addWidget(self.cross_view, 1)
         self._plain_logits: dict[tuple, object] = {}  # (context ids, position) -> the plain model's logits there
         self._plain_wanted: tuple | None = None
+        self._plain_jobs: dict[tuple, object] = {}  # key -> the job computing its plain logits, until it ends
         left = QWidget()
         lv = QVBoxLayout(left)
         lv.setContentsMargins(0, 0, 0, 0)
@@ -267,6 +270,12 @@ class GenerationPanel(QWidget, ResultView):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.lens_table, "Logit lens")
         self.tabs.addTab(self.beam_table, "Beams")
+        # the right column at least as wide as a lens row of a short token ('les' (574)): at 1024x640 it had
+        # ~225 px and 'top prediction' ~40 of them (the bars' side has room to give)
+        fm = self.lens_table.fontMetrics()
+        row = ("block 00", "'token' (00000)", "p(top)", "p(picked)")
+        self.tabs.setMinimumWidth(sum(fm.horizontalAdvance(text) + 16 for text in row)
+                                  + self.lens_table.verticalScrollBar().sizeHint().width() + 16)
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(self.tree)
         right.addWidget(self.tabs)
@@ -292,11 +301,14 @@ class GenerationPanel(QWidget, ResultView):
         lay.addWidget(self.strip)
         lay.addWidget(self.status)
 
-        ctx = Qt.ShortcutContext.WidgetWithChildrenShortcut
-        for (key, _), slot in zip(self.shortcuts, (self.step, self.back)):
+        # the window's while the panel is on show: after a click on the panel's tab the focus is on the tab bar,
+        # where Right and Left showed the next or previous panel (a text box keeps its own arrows)
+        ctx = Qt.ShortcutContext.WindowShortcut
+        for (key, _), slot in zip(self.shortcuts[:2], (self.step, self.back)):
             sc = QShortcut(QKeySequence(key), self)
             sc.setContext(ctx)
             sc.activated.connect(slot)
+        key_buttons(self.shortcuts[2:], (self.run_button,))
         self._update_enabled()
 
     plain_bars = property(lambda self: self._plain_bars.widget())  # (made now if not yet)
@@ -357,6 +369,7 @@ class GenerationPanel(QWidget, ResultView):
         the history and recompute it for the edited model."""
         if MODEL in changed:
             self._plain_logits.clear()
+            self._plain_jobs.clear()  # (their results are dropped)
             self._drop_session("")  # _on_model (model_changed, next) says what the new model can do
         elif EDITS in changed:
             self._edits_changed()
@@ -737,6 +750,7 @@ class GenerationPanel(QWidget, ResultView):
             self.cross_view.clear("")
             self._clear_lens()
             self._lens_node = None
+            self._compare_with_plain(None, None, None)  # nor its model-as-trained column
             return
         self.view.refresh(s)
 
@@ -793,6 +807,8 @@ class GenerationPanel(QWidget, ResultView):
             self._show_plain(dist, chosen, self._plain_logits[key])
             return
         self.plain_label.setText(PLAIN_COMPUTING)
+        if key in self._plain_jobs:
+            return  # (its result is shown when it comes: this key is wanted again)
         loaded = self.state.loaded
 
         def done(logits) -> None:
@@ -800,13 +816,19 @@ class GenerationPanel(QWidget, ResultView):
             if self._plain_wanted == key and self._shown is not None:
                 self._show_plain(*self._shown, logits)
 
+        def finished() -> None:
+            if self._plain_jobs.get(key) is job:  # (not a job for the same key on a model opened since)
+                del self._plain_jobs[key]
+
         # the model as trained does not depend on the edits: dropped only when another model opens
-        self.state.run(plain_logits_at, loaded, list(context_ids), position, source, on_result=done,
-                       on_error=lambda exc, tb: self.plain_label.setText(f"the model as trained: {exc}"),
-                       owner=self, parts=(MODEL,))
+        job = self.state.run(plain_logits_at, loaded, list(context_ids), position, source, on_result=done,
+                             on_error=lambda exc, tb: self.plain_label.setText(f"the model as trained: {exc}"),
+                             on_finished=finished, owner=self, parts=(MODEL,))
+        self._plain_jobs[key] = job
 
     def _plain_computing(self) -> bool:
-        return self.plain_box.isVisibleTo(self) and self.plain_label.text() == PLAIN_COMPUTING
+        """The model as trained is being computed for the step on show (not: its label says so)."""
+        return self.plain_box.isVisibleTo(self) and self._plain_wanted in self._plain_jobs
 
     def _show_plain(self, dist, chosen: int | None, logits) -> None:
         import math

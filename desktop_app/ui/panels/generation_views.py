@@ -272,7 +272,9 @@ class DecoderStepView(GenerationView):
             cells = ["embed" if r.layer < 0 else f"block {r.layer}", p._token_label(r.top_token),
                      format_prob(r.top_prob), format_prob(r.chosen_prob)]
             for j, c in enumerate(cells):
-                p.lens_table.setItem(i, j, QTableWidgetItem(c))
+                item = QTableWidgetItem(c)
+                item.setToolTip(c)  # (a long token is cut with "…")
+                p.lens_table.setItem(i, j, item)
         p.tabs.setTabText(p.tabs.indexOf(p.lens_table), f"Logit lens (step {node.depth})")
 
     def _follow_lens(self, s: GenerationSession) -> None:

@@ -27,15 +27,16 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QStaticText
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
-                               QLineEdit, QListWidget, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QSlider,
-                               QSplitter, QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QHeaderView,
+                               QInputDialog, QLabel, QLineEdit, QListWidget, QProgressBar, QPushButton, QRadioButton,
+                               QSizePolicy, QSlider, QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
 from ...core.graphs.layout import (GraphLayout, annotated_json, layout, load_graph_json, search_nodes,
                                    strongest_neighbourhood, sub_layout, user_annotations)
 from ..state import INPUT, MODEL, ResultView
 from ..widgets.edge_layer import EdgeLayer
 from ..widgets.export import ExportBar, ask_save_path, say_in_status_bar
+from . import key_buttons
 from .features_views import FeatureDashboard, fill_table, read_only_table
 
 NODE_STYLE = {  # KINDS order: symbol, brush
@@ -186,6 +187,7 @@ def _compute_and_prune(loaded, ids, folder, node_threshold: float, edge_threshol
 
 class GraphPanel(QWidget, ResultView):
     drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
+    shortcuts = (("Ctrl+Return", "Compute graph…"), ("Esc", "Cancel the graph"))  # the buttons' keys, listed in Help
     help_text = (
         "<b>Attribution graph</b> (Ameisen et al. 2025): the circuit behind one prediction in the local "
         "replacement model (MLPs replaced by transcoders, attention patterns and norm scales frozen). "
@@ -233,6 +235,7 @@ class GraphPanel(QWidget, ResultView):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
         self.cancel_button.clicked.connect(self.cancel)
+        key_buttons(self.shortcuts, (self.compute_button, self.cancel_button))
         self.progress = QProgressBar()
         self.progress.setVisible(False)
         self.open_button = QPushButton("Open graph…")
@@ -291,6 +294,7 @@ class GraphPanel(QWidget, ResultView):
         self.marks_item.setZValue(11)
         for item in (self.edges_item, self.highlight_edges, self.nodes_item, self.marks_item):
             self.plot.addItem(item)
+        self._show_axes(False)  # (no graph yet: no rows, no tokens)
         self.supernode_items: list[pg.TextItem] = []
         self.hover = QLabel("")
         self.hover.setTextFormat(Qt.TextFormat.RichText)
@@ -327,6 +331,8 @@ class GraphPanel(QWidget, ResultView):
         self.edit_status = QLabel("Pin feature nodes of a graph computed here to edit them.")
         self.edit_status.setWordWrap(True)
         self.logits_table = read_only_table()
+        # each column as wide as what it holds, the token the rest (five of 100 px ran past a 1024 px window's side)
+        self.logits_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         intervene = QWidget()
         iv = QVBoxLayout(intervene)
         iv.addWidget(QLabel("<b>Features to edit</b> (the pinned feature nodes)"))
@@ -569,7 +575,17 @@ class GraphPanel(QWidget, ResultView):
         self.highlight_edges.setData([], [])
         self.details.setText("")
         self.hover.setText("")
+        self._show_axes(False)  # nothing of the graph gone stays: its rows and its text's tokens
         self.drawn.emit()
+
+    def _show_axes(self, shown: bool) -> None:
+        """The axes (rows: Emb, L0.., Logit; columns: the prompt's tokens) with a graph only: without one they
+        were bare -0.5..0.5 axes, or the rows and tokens of a graph cleared."""
+        plot = self.plot.getPlotItem()
+        for side in ("left", "bottom"):
+            if not shown:
+                plot.getAxis(side).setTicks([])
+            plot.showAxis(side, shown)
 
     def _shown_indices(self) -> list[int]:
         """Indices into full_layout of the nodes drawn: all, or the pinned ones (the subgraph)."""
@@ -608,6 +624,7 @@ class GraphPanel(QWidget, ResultView):
                 self.supernode_items.append(label)
         self._draw_marks()
         plot = self.plot.getPlotItem()
+        self._show_axes(True)
         n_rows = data.n_rows
         plot.getAxis("left").setTicks([[(0, "Emb")] + [(r, f"L{r - 1}") for r in range(1, n_rows - 1)]
                                        + [(n_rows - 1, "Logit")]])

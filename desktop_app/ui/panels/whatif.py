@@ -31,6 +31,7 @@ from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap
 from ..widgets.job_progress import JobProgressBar
 from ..widgets.made_when_shown import MadeWhenShown
+from . import key_buttons
 
 
 # -- core work, run in workers -----------------------------------------------------------------
@@ -126,6 +127,8 @@ def _component_label(component: str, layer: int, head: int) -> str:
 
 class WhatIfPanel(QWidget, ResultView):
     title = "What if"
+    # (key, what): the buttons' keys (each works while its tab is on show), listed in Help
+    shortcuts = (("Ctrl+Return", "Attribute"), ("Ctrl+Return", "Run the patching"), ("Esc", "Cancel the patching"))
     help_text = (
         "<b>What am I looking at?</b> <b>Direct logit attribution</b>: the logit of token t at position p is "
         "a sum over what each component wrote into the residual stream, read through the final norm "
@@ -313,6 +316,7 @@ class WhatIfPanel(QWidget, ResultView):
         self.token_edit.returnPressed.connect(self.attribute)
         self.run_button.clicked.connect(self.run_patching)
         self.cancel_button.clicked.connect(self.cancel_patching)
+        key_buttons(self.shortcuts, (self.attribute_button, self.run_button, self.cancel_button))
         self.scale_slider.valueChanged.connect(self._show_scale)
         self.steer_layer_spin.valueChanged.connect(self._steer_layer_chosen)
         self.apply_steer_button.clicked.connect(self.apply_steer)

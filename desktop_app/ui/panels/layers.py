@@ -13,8 +13,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QSlider, QSplitter, QTableView, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSlider, QSplitter, QTableView,
+                               QVBoxLayout, QWidget)
 
 from ...core import analysis
 from ...core.views import find_view, views_using
@@ -24,6 +24,7 @@ from ..settings import plot_background, plot_foreground
 from ..widgets.heatmap import Heatmap, short_label
 from ..widgets.readable import format_prob, text_colour_on
 from ..widgets.token_strip import _visible, plural, value_colour
+from . import key_buttons
 from .view_panel import ViewTablePanel
 
 
@@ -318,6 +319,8 @@ class LayersPanel(ViewTablePanel):
     MIXTURE_VIEWS = layers_views.MIXTURE_VIEWS  # (shown for a mixture of experts only)
     VIEW_STATE = LayersViewState
     START_AFTER_FIRST_PAINT = True  # (the analysis took the cores from the first show at 0.5B: view_panel)
+    shortcuts = (("Ctrl+Return", "Run the layer analysis again"), ("Esc", "Cancel the layer analysis"))
+    CANCELLED = "Cancelled: nothing shown for this text. Run computes its layers."
 
     def __init__(self, state, parent=None, view_state: LayersViewState | None = None) -> None:
         super().__init__(state, view_state, "Open a model and enter a text to see its layers.", parent)
@@ -334,6 +337,15 @@ class LayersPanel(ViewTablePanel):
         self.stack.setToolTip("Which stack's residual stream: the encoder's (source) or the decoder's "
                               "([start] + target, with its cross-attention as a stage of its own)")
         self.stack_label = QLabel("Stack")
+        # the analysis runs by itself for each new text; a long one (~27 s at 512 tokens of a GPT-2-small shape)
+        # can be cancelled, and run again for the same text
+        self.run_button = QPushButton("Run")
+        self.run_button.setToolTip("Compute this text's layers again (after a cancel)")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop the layer analysis")
+        for b in (self.run_button, self.cancel_button):  # each shown only when it can do something
+            b.setVisible(False)
+        key_buttons(self.shortcuts, (self.run_button, self.cancel_button))
         # (each view's widget made when its tab is first shown: view_panel._build_views)
         self._build_views({"logit-lens": LogitLensView, "pca": PCAView, "cosine": CosineView})
         controls = QHBoxLayout()
@@ -342,11 +354,19 @@ class LayersPanel(ViewTablePanel):
         controls.addWidget(QLabel("Depth"))
         controls.addWidget(self.depth_slider)
         controls.addWidget(self.depth_label)
+        controls.addWidget(self.run_button)
+        controls.addWidget(self.cancel_button)
         self._lay_out(controls)
+        self.run_button.clicked.connect(self.run_again)
+        self.cancel_button.clicked.connect(self.cancel)
 
         self.depth_slider.valueChanged.connect(self.set_depth)
         self.stack.setCurrentIndex(self.stack.findData(self.view_state.stack))
-        self.stack.currentIndexChanged.connect(self._stack_chosen)
+        # until a person picks a stack (or a workspace gives one) the panel shows the one that holds the input: the
+        # encoder's while the target is empty (the decoder's stream is then [start] alone, one token)
+        self._stack_picked = False
+        self._stack_auto = False  # the encoder shown for want of a target (said in the status line)
+        self.stack.activated.connect(self._stack_chosen)
         self._show_stack_choice()
         state.model_changed.connect(lambda _loaded: self._show_stack_choice())
         self.tabs.currentChanged.connect(self._on_tab)
@@ -384,6 +404,7 @@ class LayersPanel(ViewTablePanel):
             self.tabs.setCurrentIndex(0)  # (render's --view routing still draws what it asked for: 'not a mixture')
 
     def _stack_chosen(self, *_) -> None:
+        self._stack_picked = True
         stack = self.stack.currentData()
         if stack == self.view_state.stack:
             return
@@ -392,6 +413,7 @@ class LayersPanel(ViewTablePanel):
         self._on_trace_changed(getattr(self.state, "trace", None))
 
     def _show_view_state(self) -> None:
+        self._stack_picked = True  # (a workspace's stack is kept)
         if self.stack.findData(self.view_state.stack) >= 0 and self.stack.currentData() != self.view_state.stack:
             self.stack.blockSignals(True)
             self.stack.setCurrentIndex(self.stack.findData(self.view_state.stack))
@@ -433,7 +455,7 @@ class LayersPanel(ViewTablePanel):
             # an encoder-decoder's trace: the chosen stack's stream (app.tracing.attention_view) and tokens
             from ...app.tracing import attention_view
 
-            stack = self.stack.currentData()
+            stack = self._stack_to_show()
             trace = attention_view(trace, stack)
             token_ids = list(self.state.token_ids if stack == "encoder" else self.state.decoder_ids)
         self._stack_shown = stack
@@ -459,6 +481,19 @@ class LayersPanel(ViewTablePanel):
 
         self._run_trace_job(work, self._on_result, "layer analysis", sync, on_progress=progress)
 
+    def _stack_to_show(self) -> str:
+        """The stack picked; else the encoder while the decoder has read [start] alone (no target typed), the
+        decoder once it has read a target."""
+        self._stack_auto = not self._stack_picked and len(self.state.decoder_ids) <= 1
+        auto = "encoder" if self._stack_auto else "decoder"
+        if not self._stack_picked and self.view_state.stack != auto:
+            self.view_state.stack = auto
+            self.view_state.selected_token = None  # another sequence
+            self.stack.blockSignals(True)
+            self.stack.setCurrentIndex(self.stack.findData(auto))
+            self.stack.blockSignals(False)
+        return self.stack.currentData()
+
     def _clear_own(self, message: str) -> None:
         self.labels = []
         self._stale = set()
@@ -483,8 +518,12 @@ class LayersPanel(ViewTablePanel):
         depth = self.data.n_depths
         t = res.resid_norms.shape[1]
         layers = sum(" " not in label for label in res.depth_labels[1:])  # (a decoder block has three depths)
-        self.status.setText(f"{plural(t, 'token')}, {plural(layers, 'layer')}"
-                            + (f"; no logit lens: {res.lens_problem}" if res.lens_problem else ""))
+        if getattr(self, "_stack_shown", None) == "encoder" and self._stack_auto:
+            # (the encoder's own "no logit lens" line would send a person to a decoder of one token)
+            problem = "encoder shown: no target typed (Model panel)"
+        else:
+            problem = f"no logit lens: {res.lens_problem}" if res.lens_problem else ""
+        self.status.setText(f"{plural(t, 'token')}, {plural(layers, 'layer')}" + (f"; {problem}" if problem else ""))
         self._stale = set(self.VIEWS)  # the view on show drawn below (_refresh), each other one when shown
         self.depth_slider.blockSignals(True)
         self.depth_slider.setRange(0, depth - 1)
@@ -517,6 +556,28 @@ class LayersPanel(ViewTablePanel):
                 w.set_data(result.cosine, result.mean_cosine, result.tokens, result.depth_labels)
             else:
                 w.set_depth(result.depth)
+
+    # -- run and cancel --------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Stop the analysis of the text on show (the worker stops at its next stage)."""
+        if self._job is not None:
+            self._job.cancel()
+            self.cancel_button.setEnabled(False)
+            self.status.setText("cancelling\u2026")
+
+    def _job_changed(self) -> None:
+        self.cancel_button.setVisible(self._job is not None)
+        self.cancel_button.setEnabled(True)
+        self.run_button.setVisible(False)
+
+    def _job_cancelled(self) -> None:
+        # the views showed the previous text's layers: not this text's, so they go
+        self._clear(self.CANCELLED)
+        self.run_button.setVisible(getattr(self.state, "trace", None) is not None)
+
+    def run_again(self) -> None:
+        """The analysis of the app's trace (the text on show), after a cancel."""
+        self._on_trace_changed(getattr(self.state, "trace", None))
 
     # -- interaction -----------------------------------------------------------------------
     def set_depth(self, depth: int) -> None:

@@ -174,6 +174,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self._wants_colorbar = colorbar  # made when first shown or asked (the colorbar property)
         self.image.setLookupTable(self.cmap.getLookupTable(nPts=256))
         self.values = np.zeros((0, 0), dtype=np.float32)
+        self._show_empty(True)
         self.mask: np.ndarray | None = None
         self.row_labels: list[str] = []
         self.col_labels: list[str] = []
@@ -195,6 +196,8 @@ class Heatmap(pg.GraphicsLayoutWidget):
             bar.axis.setTextPen(pg.mkPen(plot_foreground()))
             bar.axis.setPen(pg.mkPen(plot_foreground()))
             self.addItem(bar, row=0, col=1)
+            self._colorbar_width = bar.maximumWidth()
+            self._show_empty(self.values.size == 0)
         return self._colorbar
 
     def showEvent(self, event) -> None:
@@ -244,7 +247,17 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.image.clear()
         self._annotate()
         self.row_box.setVisible(False)
+        self._show_empty(True)
         self.plot.setTitle(title, color=plot_foreground())
+
+    def _show_empty(self, empty: bool) -> None:
+        """No matrix: no colour bar and no axes (an empty frame with a 0-1 colour bar looked like data), only the
+        title saying why."""
+        if self._colorbar is not None:
+            self._colorbar.setVisible(not empty)
+            self._colorbar.setMaximumWidth(0 if empty else self._colorbar_width)  # (a hidden item keeps its place)
+        for name in ("left", "bottom"):
+            self.plot.showAxis(name, not empty)
 
     def _set_mask_overlay(self, mask: np.ndarray | None) -> None:
         """Grey over masked cells: a staircase polygon when every row allows a prefix of the columns
@@ -276,6 +289,8 @@ class Heatmap(pg.GraphicsLayoutWidget):
             self.levels = (float(levels[0]), float(levels[1]))
             if self.colorbar is not None:
                 self.colorbar.setLevels(self.levels)
+        if self.values.size == 0 and values.size:
+            self._show_empty(False)
         self.values = values
         self.image.setImage(values, levels=self.levels, autoLevels=False)
         self._annotate()

@@ -71,17 +71,24 @@ def anchor_label(item: QGraphicsSimpleTextItem, turned: bool = False, centred: b
 
 class LabelAxis(pg.AxisItem):
     """Axis whose ticks are cell centres (i + 0.5) labelled by strings, thinned to fit the pixels: every
-    1, 2, 5, 10... labels (positions), or with `any_step` every k-th for the smallest k that fits (names)."""
+    1, 2, 5, 10... labels (positions), or with `any_step` every k-th for the smallest k that fits (names).
+    A bottom axis's `always` labels (set_labels) are never thinned: drawn first, one that would touch another
+    on a second line; the others are left out where they would touch them."""
 
     def __init__(self, orientation: str, tokens: bool = True, any_step: bool = False, **kw) -> None:
         super().__init__(orientation, **kw)
         self.labels: list[str] = []
+        self.always: set[int] = set()
         self.tokens = tokens  # labels are tokens (show their spaces) rather than names
         self.any_step = any_step
         self.enableAutoSIPrefix(False)
 
-    def set_labels(self, labels: Sequence[str]) -> None:
+    def set_labels(self, labels: Sequence[str], always: Sequence[int] = ()) -> None:
         self.labels = [short_label(s, token=self.tokens) for s in labels]
+        self.always = {i for i in always if 0 <= i < len(self.labels)} if self.orientation == "bottom" else set()
+        self._lines = 0  # lines of labels the axis has room for (generateDrawSpecs: as many as the `always` need)
+        if self.orientation == "bottom":
+            self.setHeight(None)
         if self.orientation in ("left", "right"):
             # room for the longest label up front: pyqtgraph otherwise widens the axis only after a
             # paint, and drops the labels that did not fit in that first paint
@@ -113,7 +120,32 @@ class LabelAxis(pg.AxisItem):
             nice = (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000)
             step = next((s for s in nice if s >= step), 10000)
         first = (lo + step - 1) // step * step
-        return [(float(step), [i + 0.5 for i in range(first, hi + 1, step)])]
+        ticks = {i + 0.5 for i in range(first, hi + 1, step)} | {i + 0.5 for i in self.always if lo <= i <= hi}
+        return [(float(step), sorted(ticks))]
+
+    def generateDrawSpecs(self, p):  # noqa: N802 (pyqtgraph's name)
+        """The `always` labels first (a second line for one that would touch another), then the rest where they
+        touch none."""
+        specs = super().generateDrawSpecs(p)
+        if specs is None or not self.always:
+            return specs
+        axis, ticks, texts = specs
+        must = {self.labels[i] for i in self.always}
+        lines: list[list] = [[] for _ in must]
+        kept, used = [], 1
+        for rect, flags, text in sorted(texts, key=lambda t: t[2] not in must):  # (stable: left to right)
+            room = rect.adjusted(-2, 0, 2, 0)
+            for line, placed in enumerate(lines if text in must else lines[:1]):  # (the others: the first line)
+                if not any(room.intersects(r) for r in placed):
+                    placed.append(room)
+                    kept.append((rect.translated(0, line * rect.height()), flags, text))
+                    used = max(used, line + 1)
+                    break
+        if used != self._lines:  # (the axis grows a line for each line of labels: laid out again)
+            self._lines = used
+            fm = QFontMetrics(self.style.get("tickFont") or self.font())
+            self.setHeight(None if used == 1 else used * fm.height() + 12)
+        return axis, ticks, kept
 
     def tickStrings(self, values, scale, spacing):  # noqa: N802
         out = []

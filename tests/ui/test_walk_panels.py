@@ -282,3 +282,22 @@ def test_the_layers_heatmap_with_no_model_shows_no_colour_bar_and_says_what_to_d
     qtbot.wait(50)  # (laid out)
     assert heatmap.colorbar.isVisible() and heatmap.colorbar.width() > 10 and heatmap.plot.getAxis("left").isVisible()
     assert heatmap.plot.width() > 0.8 * heatmap.width()  # the map takes the room the bar leaves
+
+
+def test_the_layers_depth_slider_is_shown_only_on_the_views_drawn_at_a_depth(qtbot, model_dirs, isolated_user_files):
+    """The Depth slider sat over Residual norms, Component norms and the Logit lens (every depth at once): moving
+    it changed nothing there."""
+    from .walkthrough import click_tab
+
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    panel = click_panel_tab(qtbot, window, "Layers")
+    qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
+    for title, shown in (("Residual norms", False), ("PCA", True), ("Logit lens", False), ("Cosine similarity", True),
+                         ("Component norms", False)):
+        click_tab(qtbot, panel.tabs, title)
+        assert panel.depth_slider.isVisible() == shown, title
+        assert panel.depth_label.isVisible() == shown, title
+    click_tab(qtbot, panel.tabs, "PCA")
+    panel.depth_slider.setFocus()
+    qtbot.keyClick(panel.depth_slider, Qt.Key.Key_Right)  # (the slider, where shown, moves the view's depth)
+    assert panel.view_state.depth == 1 and panel.pca_view.depth == 1

@@ -351,9 +351,9 @@ class LayersPanel(ViewTablePanel):
         controls = QHBoxLayout()
         controls.addWidget(self.stack_label)
         controls.addWidget(self.stack)
-        controls.addWidget(QLabel("Depth"))
-        controls.addWidget(self.depth_slider)
-        controls.addWidget(self.depth_label)
+        self.depth_controls = (QLabel("Depth"), self.depth_slider, self.depth_label)  # (on the views drawn at a depth)
+        for w in self.depth_controls:
+            controls.addWidget(w)
         controls.addWidget(self.run_button)
         controls.addWidget(self.cancel_button)
         self._lay_out(controls)
@@ -370,6 +370,7 @@ class LayersPanel(ViewTablePanel):
         self._show_stack_choice()
         state.model_changed.connect(lambda _loaded: self._show_stack_choice())
         self.tabs.currentChanged.connect(self._on_tab)
+        self._show_depth_controls()
         self.show_the_models_views()  # (after _on_tab: a hidden view's tab gives way to the next, in the view state too)
         state.model_changed.connect(lambda _loaded: self.show_the_models_views())
         self.tokens.token_selected.connect(self.select_token)
@@ -414,6 +415,7 @@ class LayersPanel(ViewTablePanel):
 
     def _show_view_state(self) -> None:
         self._stack_picked = True  # (a workspace's stack is kept)
+        self._show_depth_controls()  # (the tab was set with its signals blocked: set_view_state)
         if self.stack.findData(self.view_state.stack) >= 0 and self.stack.currentData() != self.view_state.stack:
             self.stack.blockSignals(True)
             self.stack.setCurrentIndex(self.stack.findData(self.view_state.stack))
@@ -429,7 +431,15 @@ class LayersPanel(ViewTablePanel):
 
     def _on_tab(self, index: int) -> None:
         self.view_state.view = self.VIEWS[index]
+        self._show_depth_controls()
         self._refresh()
+
+    def _show_depth_controls(self) -> None:
+        """The depth slider only on a view drawn at one depth (PCA, Cosine, Routing, Expert norms): on the others
+        (every depth at once) it moved nothing."""
+        at_a_depth = self.view_state.view in views_using(layers_views.VIEWS, "depth")
+        for w in self.depth_controls:
+            w.setVisible(at_a_depth)
 
     def _draw_stale(self, name: str) -> None:
         v = find_view(layers_views.VIEWS, name)

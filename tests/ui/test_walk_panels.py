@@ -301,3 +301,29 @@ def test_the_layers_depth_slider_is_shown_only_on_the_views_drawn_at_a_depth(qtb
     panel.depth_slider.setFocus()
     qtbot.keyClick(panel.depth_slider, Qt.Key.Key_Right)  # (the slider, where shown, moves the view's depth)
     assert panel.view_state.depth == 1 and panel.pca_view.depth == 1
+
+
+def test_the_layers_export_waits_for_numbers_on_every_view(qtbot, model_dirs, isolated_user_files):
+    """With no model PNG/SVG/Data/Copy were on over every Layers view and wrote an empty frame and a bare header."""
+    from .walkthrough import click_tab, shown_tab_titles
+
+    window = MainWindow(AppState())
+    qtbot.addWidget(window)
+    window.show()
+    panel = click_panel_tab(qtbot, window, "Layers")
+    buttons = panel.export_bar.buttons
+    qtbot.waitUntil(buttons["PNG"].isVisible)
+    titles = shown_tab_titles(panel.tabs)
+    for title in titles:
+        click_tab(qtbot, panel.tabs, title)
+        assert not any(b.isEnabled() for b in buttons.values()), title
+        assert buttons["Data"].toolTip().startswith("Nothing to export"), (title, buttons["Data"].toolTip())
+    window.state.text = TEXTS["demo"]
+    with qtbot.waitSignal(window.state.model_changed, timeout=30_000):
+        window.open_model(model_dirs["demo"])
+    qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
+    for title in titles:
+        click_tab(qtbot, panel.tabs, title)
+        qtbot.waitUntil(lambda: all(b.isEnabled() for b in buttons.values()), timeout=10_000)
+    header, rows = panel.current_view().csv_table()
+    assert len(rows) > 0

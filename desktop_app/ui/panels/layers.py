@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSlider, QSplitter, QTableView,
                                QVBoxLayout, QWidget)
@@ -82,11 +82,17 @@ class LogitLensModel(QAbstractTableModel):
         return f"{section} {short_label(self.tokens[section], 8)}"
 
 
+NOTHING_YET = "Nothing to export: no layers shown yet (open a model and enter a text)"
+
+
 class LogitLensView(QTableView):
+    drawn = Signal()  # its rows replaced (an ExportBar follows it: nothing to export while empty)
+
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.lens = LogitLensModel()
         self.setModel(self.lens)
+        self.lens.modelReset.connect(self.drawn)
         self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.horizontalHeader().setMinimumSectionSize(40)
         self.verticalHeader().setDefaultSectionSize(20)
@@ -101,6 +107,9 @@ class LogitLensView(QTableView):
 
     def export_widget(self):
         return self
+
+    def export_unavailable(self) -> str | None:
+        return None if self.lens.rowCount() and self.lens.probs.size else NOTHING_YET
 
     def export_arrays(self) -> dict[str, np.ndarray]:
         return {"top_ids": self.lens.ids, "top_probs": self.lens.probs, "tokens": np.array(self.lens.tokens)}
@@ -121,6 +130,7 @@ class LogitLensView(QTableView):
 class PCAView(pg.GraphicsLayoutWidget):
     """Tokens at one depth as points in the first two principal axes (fitted over all depths);
     faint lines trace each token's path through depth."""
+    drawn = Signal()  # set_data or clear (an ExportBar follows it)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -159,12 +169,14 @@ class PCAView(pg.GraphicsLayoutWidget):
         self.plot.setLabel("left", f"PC 2 ({100 * ev[1]:.1f}%)", color=plot_foreground())
         self.plot.autoRange()
         self.set_depth(min(self.depth, depth - 1))
+        self.drawn.emit()
 
     def clear(self) -> None:
         self.pca, self.labels, self.depth_names = None, [], []
         for item in (self.trajectories, self.path_of_selected, self.points, self.selected_point):
             item.setData([], [])
         self.plot.setTitle("")
+        self.drawn.emit()
 
     def set_depth(self, depth: int) -> None:
         self.depth = depth
@@ -198,6 +210,9 @@ class PCAView(pg.GraphicsLayoutWidget):
     def svg_item(self):
         return self.ci
 
+    def export_unavailable(self) -> str | None:
+        return None if self.pca is not None else NOTHING_YET
+
     def export_arrays(self) -> dict[str, np.ndarray]:
         if self.pca is None:
             return {}
@@ -217,6 +232,8 @@ class PCAView(pg.GraphicsLayoutWidget):
 
 
 class CosineView(QWidget):
+    drawn = Signal()  # set_data or clear (an ExportBar follows it)
+
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.heatmap = Heatmap(row_name="token", col_name="token", value_name="cosine", colormap="CET-D1",
@@ -257,12 +274,14 @@ class CosineView(QWidget):
         self.curve_plot.setTitle("Mean cosine similarity vs depth" if pairs else
                                  "Mean cosine similarity vs depth: needs two tokens", color=plot_foreground())
         self.set_depth(min(self.depth, len(means) - 1), relabel=True)
+        self.drawn.emit()
 
     def clear(self) -> None:
         self.cosine, self.means, self.labels, self.depth_names = np.zeros((0, 0, 0)), np.zeros(0), [], []
         self.heatmap.clear_matrix("")
         self.curve.setData([], [])
         self.marker.setData([], [])
+        self.drawn.emit()
 
     def set_depth(self, depth: int, relabel: bool = False) -> None:
         self.depth = depth
@@ -280,6 +299,9 @@ class CosineView(QWidget):
 
     def export_widget(self):
         return self
+
+    def export_unavailable(self) -> str | None:
+        return None if self.cosine.size else NOTHING_YET
 
     def export_arrays(self) -> dict[str, np.ndarray]:
         return {"cosine": self.cosine, "mean_cosine": self.means, "tokens": np.array(self.labels),

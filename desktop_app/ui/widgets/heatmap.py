@@ -158,6 +158,7 @@ class LabelAxis(pg.AxisItem):
 class Heatmap(pg.GraphicsLayoutWidget):
     hovered = Signal(int, int, float)
     cell_clicked = Signal(int, int)
+    drawn = Signal()  # a matrix set or cleared (an ExportBar follows it: nothing to export while empty)
 
     def __init__(self, parent=None, colormap: str = "viridis", row_name: str = "query", col_name: str = "key",
                  value_name: str = "weight", colorbar: bool = True, annotate_max_cells: int = 0,
@@ -206,6 +207,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self._wants_colorbar = colorbar  # made when first shown or asked (the colorbar property)
         self.image.setLookupTable(self.cmap.getLookupTable(nPts=256))
         self.values = np.zeros((0, 0), dtype=np.float32)
+        self.empty_reason = "Nothing to export: no numbers shown yet"
         self._show_empty(True)
         self.mask: np.ndarray | None = None
         self.row_labels: list[str] = []
@@ -281,6 +283,9 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.row_box.setVisible(False)
         self._show_empty(True)
         self.plot.setTitle(title, color=plot_foreground())
+        self.empty_reason = f"Nothing to export: {title[0].lower() + title[1:]}" if title else \
+            "Nothing to export: no numbers shown yet"
+        self.drawn.emit()
 
     def _show_empty(self, empty: bool) -> None:
         """No matrix: no colour bar and no axes (an empty frame with a 0-1 colour bar looked like data), only the
@@ -321,11 +326,14 @@ class Heatmap(pg.GraphicsLayoutWidget):
             self.levels = (float(levels[0]), float(levels[1]))
             if self.colorbar is not None:
                 self.colorbar.setLevels(self.levels)
-        if self.values.size == 0 and values.size:
+        was_empty = self.values.size == 0
+        if was_empty and values.size:
             self._show_empty(False)
         self.values = values
         self.image.setImage(values, levels=self.levels, autoLevels=False)
         self._annotate()
+        if was_empty:  # (another head's values: the export bar has nothing new to say)
+            self.drawn.emit()
 
     def _annotate(self) -> None:
         """Each cell's value written in it (screen_labels), the previous matrix's reused."""
@@ -447,6 +455,9 @@ class Heatmap(pg.GraphicsLayoutWidget):
     def svg_item(self):
         """What an SVG export draws: the plot with its axes and the colour bar."""
         return self.ci
+
+    def export_unavailable(self) -> str | None:
+        return None if self.values.size else self.empty_reason
 
     def export_arrays(self) -> dict[str, np.ndarray]:
         out = {"values": self.values, "row_labels": np.array(self.row_labels), "col_labels": np.array(self.col_labels)}

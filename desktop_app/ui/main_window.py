@@ -157,6 +157,7 @@ class MainWindow(QMainWindow):
         state.dictionary_failed.connect(self._on_dictionary_failed)
         state.panel_wanted.connect(self._show_wanted_panel)
         self._on_device_changed(state.device)
+        self._show_the_models_panels()
         if self.slots:
             self.slots[0].build(state)
 
@@ -180,6 +181,35 @@ class MainWindow(QMainWindow):
     def current_slot(self) -> PanelSlot | None:
         w = self.tabs.currentWidget()
         return w if isinstance(w, PanelSlot) else None
+
+    # panels that apply to some models only: shown only for them (as the Layers panel's Routing for a mixture)
+    PANELS_FOR = {"Image": AppState.takes_images}  # the Image panel: a model that takes images (a ViT)
+
+    def _show_the_models_panels(self) -> None:
+        """Show each panel's tab if it applies to the open model: a text model's Image tab was shown with its
+        controls disabled. A tab hidden while on show gives way to the Model panel's."""
+        for s in self.slots:
+            applies = self.PANELS_FOR.get(s.title)
+            if applies is None:
+                continue
+            index = self.tabs.indexOf(s)
+            shown = bool(applies(self.state))
+            if not shown and self.tabs.currentIndex() == index:
+                self.tabs.setCurrentIndex(0)
+            self.tabs.setTabVisible(index, shown)
+        self._key_the_panels_on_show()
+
+    def _key_the_panels_on_show(self) -> None:
+        """Ctrl+1..9, then Ctrl+0, show the tabs in the order a person sees them on the bar (a hidden tab has no
+        key, nor a line in the View menu): the fifth tab on show is Ctrl+5 whichever panels are hidden."""
+        if not hasattr(self, "panel_actions"):
+            return  # (menus not built yet: they key themselves)
+        place = 0
+        for s, a in zip(self.slots, self.panel_actions):
+            shown = self.tabs.isTabVisible(self.tabs.indexOf(s))
+            a.setVisible(shown)
+            a.setShortcut(QKeySequence(f"Ctrl+{(place + 1) % 10}") if shown and place < 10 else QKeySequence())
+            place += shown
 
     def _on_tab_changed(self, index: int) -> None:
         w = self.tabs.widget(index)
@@ -254,11 +284,11 @@ class MainWindow(QMainWindow):
 
         v = mb.addMenu("&View")
         self.panel_actions: list[QAction] = []
-        for i, s in enumerate(self.slots):
-            a = self._action(s.title, lambda _=False, t=s.title: self.show_panel(t),
-                             f"Ctrl+{(i + 1) % 10}" if i < 10 else None)  # Ctrl+1..9, then Ctrl+0 (the tenth)
+        for s in self.slots:
+            a = self._action(s.title, lambda _=False, t=s.title: self.show_panel(t))  # (keys: _key_the_panels_on_show)
             v.addAction(a)
             self.panel_actions.append(a)
+        self._key_the_panels_on_show()
         v.addSeparator()
         self.fullscreen_action = self._action("&Full Screen", self._toggle_fullscreen, QKeySequence.StandardKey.FullScreen)
         self.fullscreen_action.setCheckable(True)
@@ -375,6 +405,7 @@ class MainWindow(QMainWindow):
 
     # -- state -> window -------------------------------------------------------------------
     def _on_model_changed(self, loaded) -> None:
+        self._show_the_models_panels()
         cfg = loaded.config
         gguf = loaded.gguf
         dequantized = f" · dequantized from {gguf.file_type or 'quantized GGUF'}" if gguf and gguf.dequantized else ""

@@ -23,6 +23,19 @@ def demo_and_dictionary():
     return loaded, d
 
 
+def _drawn_labels(chart) -> list:
+    """The bottom axis's labels as it draws them: (rect in the axis, text)."""
+    from PySide6.QtGui import QImage, QPainter
+
+    image = QImage(chart.size(), QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    try:
+        _, _, texts = chart.plot_item.getAxis("bottom").generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    return [(rect, text) for rect, _flags, text in texts]
+
+
 def test_attribution_labels_never_overlap(qtbot, tmp_path, demo_and_dictionary):
     loaded, d = demo_and_dictionary
     ids = loaded.tokenizer.encode("Alice was beginning to get very tired")
@@ -36,20 +49,16 @@ def test_attribution_labels_never_overlap(qtbot, tmp_path, demo_and_dictionary):
     qtbot.wait(50)
     chart.grab().save(str(tmp_path / "attribution.png"))
     axis = chart.plot_item.getAxis("bottom")
-    (x0, x1), _ = chart.plot_item.getViewBox().viewRange()
-    width = axis.geometry().width()
-    levels = axis.tickValues(x0, x1, width)
-    ticks = sorted((x, s) for spacing, xs in levels for x, s in zip(xs, axis.tickStrings(xs, 1.0, spacing)) if s)
-    assert len(ticks) >= 2
-    fm = QFontMetrics(axis.style.get("tickFont") or axis.font())
-    px = width / (x1 - x0)
-    for (xa, a), (xb, b) in zip(ticks, ticks[1:]):
-        assert (xb - xa) * px >= (fm.horizontalAdvance(a) + fm.horizontalAdvance(b)) / 2, (a, b)
+    drawn = _drawn_labels(chart)  # (what is drawn: the bars after the features are always named, on two lines)
+    assert len(drawn) >= 2
+    for i, (a, ta) in enumerate(drawn):
+        for b, tb in drawn[i + 1:]:
+            assert not a.intersects(b), (ta, tb)
     # every bar under its own label: the bar at x holds the value the label names
-    bars = next(i for i in chart.plot_item.items if hasattr(i, "opts") and "height" in i.opts)
-    centres = list(bars.opts["x"])
-    for x, s in ticks:
-        assert any(abs(c - x) < 1e-9 for c in centres), (x, s)
+    vb = chart.plot_item.getViewBox()
+    for rect, text in drawn:
+        x = vb.mapSceneToView(axis.mapToScene(rect.center())).x()
+        assert chart.labels[int(x)] == text and abs(x - int(x) - 0.5) < 0.05, (text, x)
 
 
 def test_both_panels_draw_attribution_with_one_widget_that_shows_markup_tokens_in_the_title(qtbot, demo_and_dictionary):
@@ -72,3 +81,29 @@ def test_both_panels_draw_attribution_with_one_widget_that_shows_markup_tokens_i
     title = "'<|endoftext|>' (#0) at position 2: blocks.2.hook_resid_post adds 1 directly"
     features.attr_chart.set_attribution(fa, title)
     assert features.attr_chart.plot_item.titleLabel.item.toPlainText() == title
+
+
+@pytest.mark.parametrize("width", [980, 600])  # (the chart in a 1024x640 window, and narrower)
+def test_the_other_features_bias_and_error_bars_are_always_named(qtbot, demo_and_dictionary, width):
+    """At 1024 wide the thinned labels left the 'error' bar unnamed, and the bias bar was never named: the bars
+    after the features ('N others', bias, skip, error) are always labelled (a second line for one that would touch
+    its neighbour), the features' names thinned around them, no two drawn over each other."""
+    loaded, d = demo_and_dictionary
+    ids = loaded.tokenizer.encode("Alice was beginning to get very tired")
+    fa = attribute_features(loaded, ids, attach(d, loaded.config), len(ids) - 1, 5)
+    chart = feature_attribution_chart()
+    qtbot.addWidget(chart)
+    chart.resize(width, 300)
+    chart.show()
+    chart.set_attribution(fa, "attribution")
+    qtbot.wait(50)
+    tail = chart.labels[MAX_FEATURE_BARS:]
+    assert "other" in tail[0] and tail[-2:] == ["bias", "error"], tail
+    axis = chart.plot_item.getAxis("bottom")
+    drawn = _drawn_labels(chart)
+    assert set(tail) <= {text for _, text in drawn}, (tail, [t for _, t in drawn])
+    for i, (a, ta) in enumerate(drawn):
+        for b, tb in drawn[i + 1:]:
+            assert not a.intersects(b), (ta, tb)
+        assert a.bottom() <= axis.height() + 1, (ta, a, axis.height())  # (inside the axis: a second line fits)
+    assert sum(t.startswith("f") and t[1:].isdigit() for _, t in drawn) >= 3  # features still named

@@ -116,3 +116,24 @@ def test_each_heads_map_says_the_weight_its_full_colour_stands_for(qtbot, vit_di
     assert [title for title, _ in mosaic.tiles] == [f"head {h}: {weights[h].max():.2f}" for h in range(3)]
     assert "full colour: the head's largest weight" in mosaic.caption
     assert all(mosaic.fontMetrics().horizontalAdvance(title) <= mosaic.cell for title, _ in mosaic.tiles)
+
+
+def test_the_heads_caption_wraps_in_a_1024x640_window_instead_of_running_under_a_scroll_bar(qtbot, vit_dir):
+    """The Heads caption was one line wider than the view at 1024x640: cut at the edge, a horizontal scroll bar
+    under the maps. It wraps to the view's width now, the maps below it."""
+    from .walkthrough import click_panel_tab, open_window
+
+    window, state = open_window(qtbot, vit_dir)
+    window.resize(1024, 640)
+    panel = click_panel_tab(qtbot, window, "Image")
+    qtbot.waitUntil(lambda: panel.result is not None and bool(panel.heads_view.mosaic.tiles), timeout=20_000)
+    qtbot.wait(50)  # (laid out)
+    from PySide6.QtWidgets import QScrollArea
+
+    scroll, mosaic = panel.heads_view.findChild(QScrollArea), panel.heads_view.mosaic
+    assert not scroll.horizontalScrollBar().isVisible()
+    assert mosaic.width() <= scroll.viewport().width()
+    caption = mosaic._caption_rect(mosaic.width())
+    need = mosaic.fontMetrics().horizontalAdvance(mosaic.caption)
+    assert need > caption.width() and caption.height() >= 2 * mosaic.fontMetrics().height()  # (two lines here)
+    assert mosaic.height() >= caption.bottom() + len(mosaic.tiles) // mosaic.columns * mosaic.cell

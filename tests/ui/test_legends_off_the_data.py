@@ -65,3 +65,30 @@ def test_the_dynamics_model_plot_legend_leaves_its_two_curves_alone(qtbot, panel
     qtbot.wait(100)
     under, corners = _covered(panel.p_model_clusters)
     assert under == 0 and min(corners[c] for c in CORNERS[:4]) > 0, (under, corners)
+
+
+def test_train_plot_legends_leave_the_curves_alone_at_1024x640(qtbot):
+    """At 1024x640 each Train plot's view is ~260 x 90 pixels: the six layers' legend (three rows of two) lay over
+    the gradient norms wherever it went. A legend over the data everywhere is made compact (smaller text and
+    samples, in fewer rows) and the view makes room above the data for it."""
+    plots = TrainingPlots()
+    qtbot.addWidget(plots)
+    plots.resize(610, 330)  # (the Train panel's plots in a 1024x640 window)
+    plots.show()
+    layers = ["embed"] + [f"blocks.{i}" for i in range(4)] + ["head"]
+    for s in range(1, 301):  # norms that run across the whole plot
+        plots.add({"event": "step", "step": s, "train_loss": 5.0 * s ** -0.3, "lr": 1e-3,
+                   "grad_norms": {name: float((0.5 + i) * s ** -0.4) for i, name in enumerate(layers)}})
+        if s % 30 == 0:
+            plots.add({"event": "eval", "step": s, "val_loss": 5.2 * s ** -0.3, "val_accuracy": 1 - 0.9 * s ** -0.3,
+                       "train_accuracy": 1 - 0.85 * s ** -0.3})
+    for plot in (plots.grad_plot, plots.acc_plot, plots.loss_plot):
+        qtbot.waitUntil(lambda plot=plot: _covered(plot)[0] == 0, timeout=5000)  # (the views range when painted)
+        under, corners = _covered(plot)
+        assert under == 0, (plot.getPlotItem().titleLabel.text, under, corners)
+    item = plots.grad_plot.getPlotItem()
+    vb, legend = item.getViewBox(), item.legend
+    assert [label.text for _, label in legend.items] == layers  # every layer named, each inside the view
+    for sample, label in legend.items:
+        box = label.mapRectToItem(vb, label.boundingRect())
+        assert box.left() >= 0 and box.right() <= vb.width() and box.top() >= 0, (label.text, box, vb.width())

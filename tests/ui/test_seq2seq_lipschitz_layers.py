@@ -107,3 +107,41 @@ def test_the_layers_panel_shows_either_stack_with_the_decoders_cross_attention_a
                                np.stack([w[0].double().norm(dim=-1).numpy() for w in enc]), rtol=1e-5)
     assert "no logit lens" in panel.status.text() and "Decoder stack" in panel.status.text()
     assert panel.view_state.stack == "encoder"
+
+
+def test_a_t5_with_no_target_opens_the_layers_panel_on_the_encoder_and_says_so(qtbot, tmp_path_factory,
+                                                                             isolated_user_files, error_watch):
+    """Layers opened on the Decoder stack, which with no target typed is [START] alone (one token): it opens on
+    the stack that holds the input, the encoder, and says why; a typed target brings the decoder; a stack picked by
+    the person is kept."""
+    from .test_seq2seq_whatif_lab import SOURCE, _folder
+    from .walkthrough import open_window
+
+    win, state = open_window(qtbot, _folder(tmp_path_factory, "t5", relative_buckets=8, relative_max_distance=12),
+                             text=SOURCE, watch=error_watch)
+    assert state.target == "" and len(state.decoder_ids) == 1
+    panel = click_panel_tab(qtbot, win, "Layers")
+    qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
+    assert panel.stack.isVisible() and panel.stack.currentText() == "Encoder"
+    assert panel.labels == state.token_strings(state.token_ids) and len(panel.labels) > 1  # the source's tokens
+    assert "encoder shown: no target typed" in panel.status.text()
+    assert panel.resid_map.values.shape[0] == len(state.token_ids)
+
+    model_panel = click_panel_tab(qtbot, win, "Model")  # a target typed: the decoder's stream has it
+    qtbot.mouseClick(model_panel.target_edit.viewport(), Qt.MouseButton.LeftButton)
+    qtbot.keyClicks(model_panel.target_edit, "le chien")
+    qtbot.waitUntil(lambda: state._trace_job is None and state.target == "le chien", timeout=30_000)
+    click_panel_tab(qtbot, win, "Layers")
+    qtbot.waitUntil(lambda: panel.data is not None and len(panel.labels) == len(state.decoder_ids) > 1,
+                    timeout=30_000)
+    assert panel.stack.currentText() == "Decoder" and "encoder shown" not in panel.status.text()
+
+    choose_item(qtbot, panel.stack, "Encoder")  # the person's pick is kept when the target changes
+    model_panel = click_panel_tab(qtbot, win, "Model")
+    qtbot.mouseClick(model_panel.target_edit.viewport(), Qt.MouseButton.LeftButton)
+    qtbot.keyClicks(model_panel.target_edit, " noir")
+    qtbot.waitUntil(lambda: state._trace_job is None and state.target == "le chien noir", timeout=30_000)
+    click_panel_tab(qtbot, win, "Layers")
+    qtbot.waitUntil(lambda: panel.data is not None and len(panel.labels) == len(state.token_ids), timeout=30_000)
+    assert panel.stack.currentText() == "Encoder" and "encoder shown" not in panel.status.text()
+    win.close()

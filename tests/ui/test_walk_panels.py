@@ -111,8 +111,9 @@ def test_the_lipschitz_axis_reads_the_constants_as_the_table_does(qtbot, tmp_pat
 
 
 def test_ctrl_0_shows_the_tenth_panel(qtbot, isolated_user_files):
-    """Ctrl+1..9 show the first nine panels; the tenth (Train) had no key."""
-    from desktop_app.ui.panels import PANELS
+    """Ctrl+1..9 show the first nine tabs on the bar; the tenth had no key. (With no model the Image tab is
+    hidden: the tenth tab on show is Graph.)"""
+    from .walkthrough import shown_tab_titles
 
     window = MainWindow(AppState())
     qtbot.addWidget(window)
@@ -120,7 +121,7 @@ def test_ctrl_0_shows_the_tenth_panel(qtbot, isolated_user_files):
     window.activateWindow()
     qtbot.waitUntil(lambda: QGuiApplication.focusWindow() is window.windowHandle())  # (keys go to the window)
     qtbot.keyClick(window.tabs, Qt.Key.Key_0, Qt.KeyboardModifier.ControlModifier)
-    assert window.current_slot().title == PANELS[9][0] == "Train"
+    assert window.current_slot().title == shown_tab_titles(window.tabs)[9] == "Graph"
     qtbot.keyClick(window.tabs, Qt.Key.Key_1, Qt.KeyboardModifier.ControlModifier)
     assert window.current_slot().title == "Model"
 
@@ -185,3 +186,144 @@ def test_the_layers_panel_says_which_stage_of_its_analysis_it_is_at(qtbot, model
     expected = [f"computing {name} ({i + 1}/{len(stages)})\u2026" for i, name in enumerate(stages)]
     assert [t for t in said if t.startswith("computing ")] == expected, said
     assert panel.labels == window.state.token_strings(window.state.token_ids)  # the new text's analysis
+
+
+def test_the_layers_analysis_can_be_cancelled_with_esc_and_run_again(qtbot, model_dirs, isolated_user_files,
+                                                                     monkeypatch):
+    """Layers had no Cancel for its analysis (~27 s at 512 tokens of a GPT-2-small shape): now Cancel (Esc) stops
+    it, the panel says so and shows nothing of the previous text, and Run (Ctrl+Return) computes it again."""
+    import threading
+
+    from desktop_app.ui.panels import layers as layers_module
+
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    window.activateWindow()
+    qtbot.waitActive(window)
+    panel = click_panel_tab(qtbot, window, "Layers")
+    qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
+    assert not panel.cancel_button.isVisible() and not panel.run_button.isVisible()  # nothing running
+    real = layers_module.compute_layers
+    started = threading.Event()
+
+    def slow(trace, model, tokenizer, job, stack):  # an analysis that runs until cancelled
+        started.set()
+        job.wait(threading.Event())
+
+    monkeypatch.setattr(layers_module, "compute_layers", slow)
+    state.set_text("Alice and the rabbit hole.")
+    qtbot.waitUntil(panel.cancel_button.isVisible, timeout=30_000)
+    assert started.wait(30)
+    assert panel.cancel_button.toolTip().endswith("(Esc)")
+    qtbot.keyClick(window.focusWidget() or window, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: panel.status.text() == panel.CANCELLED, timeout=30_000)
+    assert panel.data is None and panel.resid_map.values.size == 0  # the previous text's layers are gone
+    assert not panel.cancel_button.isVisible() and panel.run_button.isVisible()
+    monkeypatch.setattr(layers_module, "compute_layers", real)
+    qtbot.keyClick(window.focusWidget() or window, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
+    assert panel.labels == state.token_strings(state.token_ids)  # this text's analysis
+    assert panel.resid_map.values.shape[0] == len(state.token_ids)
+    assert not panel.run_button.isVisible() and not panel.cancel_button.isVisible()
+
+
+def test_the_image_tab_is_shown_only_for_a_model_that_takes_images_and_keys_follow_the_tabs(
+        qtbot, model_dirs, isolated_user_files, tmp_path):
+    """The Image tab was shown for text models (and with no model), its controls disabled: now only for a ViT, as
+    Layers' Routing only for a mixture of experts; Ctrl+N shows the N-th tab on the bar whichever are hidden."""
+    from digit_vit import save_digit_vit
+
+    from .walkthrough import shown_tab_titles
+
+    def press(key):
+        qtbot.keyClick(window.tabs, key, Qt.KeyboardModifier.ControlModifier)
+        return window.current_slot().title
+
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    window.activateWindow()
+    qtbot.waitUntil(lambda: QGuiApplication.focusWindow() is window.windowHandle())
+    titles = shown_tab_titles(window.tabs)
+    assert "Image" not in titles and len(titles) == 10
+    assert [a.text() for a in window.panel_actions if a.isVisible()] == titles  # the View menu: the tabs on show
+    assert press(Qt.Key.Key_5) == titles[4] == "What if" and press(Qt.Key.Key_0) == "Graph"
+    assert ("Image", ) not in [(a.text(),) for a in window.shortcut_actions()]
+
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(save_digit_vit(tmp_path / "vit"))
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
+    titles = shown_tab_titles(window.tabs)
+    assert titles[4] == "Image" and press(Qt.Key.Key_5) == "Image"  # its place on the bar, its key
+    assert window.slot("Image").panel.open_button.isEnabled()
+    assert press(Qt.Key.Key_0) == titles[9] == "Train"  # (Graph, the eleventh, has no key)
+
+    assert press(Qt.Key.Key_5) == "Image"
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):  # a text model while Image is on show
+        window.open_model(model_dirs["demo"])
+    assert not window.tabs.isTabVisible(window.tabs.indexOf(window.slot("Image")))
+    assert window.current_slot().title == "Model" and press(Qt.Key.Key_5) == "What if"
+
+
+def test_the_layers_heatmap_with_no_model_shows_no_colour_bar_and_says_what_to_do(qtbot, model_dirs,
+                                                                                  isolated_user_files):
+    """With no model the Residual norms map was an empty frame beside a 0-1 colour bar: it looked like data."""
+    window = MainWindow(AppState())
+    qtbot.addWidget(window)
+    window.resize(1024, 640)
+    window.show()
+    panel = click_panel_tab(qtbot, window, "Layers")
+    heatmap = panel.resid_map
+    qtbot.waitUntil(heatmap.isVisible)
+    assert not heatmap.colorbar.isVisible() and heatmap.colorbar.width() < 1
+    assert not heatmap.plot.getAxis("left").isVisible() and not heatmap.plot.getAxis("bottom").isVisible()
+    assert heatmap.plot.titleLabel.text == "Open a model and enter a text to see its layers."
+    window.state.text = TEXTS["demo"]
+    with qtbot.waitSignal(window.state.model_changed, timeout=30_000):
+        window.open_model(model_dirs["demo"])
+    qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
+    qtbot.wait(50)  # (laid out)
+    assert heatmap.colorbar.isVisible() and heatmap.colorbar.width() > 10 and heatmap.plot.getAxis("left").isVisible()
+    assert heatmap.plot.width() > 0.8 * heatmap.width()  # the map takes the room the bar leaves
+
+
+def test_the_layers_depth_slider_is_shown_only_on_the_views_drawn_at_a_depth(qtbot, model_dirs, isolated_user_files):
+    """The Depth slider sat over Residual norms, Component norms and the Logit lens (every depth at once): moving
+    it changed nothing there."""
+    from .walkthrough import click_tab
+
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    panel = click_panel_tab(qtbot, window, "Layers")
+    qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
+    for title, shown in (("Residual norms", False), ("PCA", True), ("Logit lens", False), ("Cosine similarity", True),
+                         ("Component norms", False)):
+        click_tab(qtbot, panel.tabs, title)
+        assert panel.depth_slider.isVisible() == shown, title
+        assert panel.depth_label.isVisible() == shown, title
+    click_tab(qtbot, panel.tabs, "PCA")
+    panel.depth_slider.setFocus()
+    qtbot.keyClick(panel.depth_slider, Qt.Key.Key_Right)  # (the slider, where shown, moves the view's depth)
+    assert panel.view_state.depth == 1 and panel.pca_view.depth == 1
+
+
+def test_the_layers_export_waits_for_numbers_on_every_view(qtbot, model_dirs, isolated_user_files):
+    """With no model PNG/SVG/Data/Copy were on over every Layers view and wrote an empty frame and a bare header."""
+    from .walkthrough import click_tab, shown_tab_titles
+
+    window = MainWindow(AppState())
+    qtbot.addWidget(window)
+    window.show()
+    panel = click_panel_tab(qtbot, window, "Layers")
+    buttons = panel.export_bar.buttons
+    qtbot.waitUntil(buttons["PNG"].isVisible)
+    titles = shown_tab_titles(panel.tabs)
+    for title in titles:
+        click_tab(qtbot, panel.tabs, title)
+        assert not any(b.isEnabled() for b in buttons.values()), title
+        assert buttons["Data"].toolTip().startswith("Nothing to export"), (title, buttons["Data"].toolTip())
+    window.state.text = TEXTS["demo"]
+    with qtbot.waitSignal(window.state.model_changed, timeout=30_000):
+        window.open_model(model_dirs["demo"])
+    qtbot.waitUntil(lambda: panel.data is not None, timeout=30_000)
+    for title in titles:
+        click_tab(qtbot, panel.tabs, title)
+        qtbot.waitUntil(lambda: all(b.isEnabled() for b in buttons.values()), timeout=10_000)
+    header, rows = panel.current_view().csv_table()
+    assert len(rows) > 0

@@ -246,14 +246,15 @@ def feature_bars(fa) -> Bars:
     labels = [component_label(c, f) for c, f, _a, _v in shown]
     values = [float(v) for *_x, v in shown]
     if len(features) > len(shown):
-        labels.append(f"{len(features) - len(shown)} other features")
+        labels.append(f"{len(features) - len(shown)} others")  # (the other features, as one bar)
         values.append(float(sum(v for *_x, v in features[len(shown):])))
+    terms = range(len(shown), len(labels) + len(rest))  # 'N others', bias, skip, error: always named
     labels += [c for c, *_x in rest]
     values += [float(v) for *_x, v in rest]
     arrays = {"features": fa.features, "activations": fa.activations, "contributions": fa.contributions,
               "bias": np.array(fa.bias), "skip": np.array(fa.skip), "error": np.array(fa.error),
               "direct": np.array(fa.direct)}
-    return Bars(labels, values, arrays, list(ATTRIBUTION_COLUMNS), [list(r) for r in rows])
+    return Bars(labels, values, arrays, list(ATTRIBUTION_COLUMNS), [list(r) for r in rows], tuple(terms))
 
 
 def feature_attribution_chart() -> AttributionBars:

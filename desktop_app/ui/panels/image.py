@@ -159,6 +159,7 @@ class Mosaic(QWidget):
         self.tiles: list[tuple[str, np.ndarray]] = []
         self.columns = 1
         self.caption = ""
+        self.room = 0  # the width it is shown in (its scroll area's): the caption wraps to it (0: one line)
 
     def set_tiles(self, tiles: list[tuple[str, np.ndarray]], columns: int, caption: str = "") -> None:
         self.tiles, self.columns, self.caption = tiles, max(columns, 1), caption
@@ -166,10 +167,25 @@ class Mosaic(QWidget):
         self.update()
         self.drawn.emit()
 
+    def fit_width(self, room: int) -> None:
+        """Shown `room` pixels wide: the caption wraps there, never cut (at 1024x640 the Heads caption ran past
+        the view, under a horizontal scroll bar)."""
+        if room != self.room:
+            self.room = room
+            self.setFixedSize(self.sizeHint())
+            self.update()
+
+    def _caption_rect(self, width: int) -> QRect:
+        flags = Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap
+        box = self.fontMetrics().boundingRect(QRect(6, 2, width - 12, 10_000), flags, self.caption)
+        return QRect(6, 2, width - 12, max(22, box.height() + 4))
+
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt)
         rows = -(-len(self.tiles) // self.columns) if self.tiles else 1
-        caption = self.fontMetrics().horizontalAdvance(self.caption) + 12  # the caption is never cut
-        return QSize(max(self.columns * (self.cell + 6) + 6, caption), rows * (self.cell + 20) + 28)
+        tiles = self.columns * (self.cell + 6) + 6
+        one_line = self.fontMetrics().horizontalAdvance(self.caption) + 12
+        width = max(tiles, self.room) if self.room else max(tiles, one_line)  # the caption is never cut
+        return QSize(width, rows * (self.cell + 20) + self._caption_rect(width).height() + 6)
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt)
         painter = QPainter(self)
@@ -179,10 +195,11 @@ class Mosaic(QWidget):
             return
         painter.fillRect(self.rect(), QColor("white"))
         painter.setPen(QColor("black"))
-        painter.drawText(QRect(6, 2, self.width() - 12, 22), Qt.AlignmentFlag.AlignLeft, self.caption)
+        caption = self._caption_rect(self.width())
+        painter.drawText(caption, Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap, self.caption)
         for i, (title, rgb) in enumerate(self.tiles):
             r, c = divmod(i, self.columns)
-            x, y = 6 + c * (self.cell + 6), 26 + r * (self.cell + 20)
+            x, y = 6 + c * (self.cell + 6), caption.bottom() + 6 + r * (self.cell + 20)
             painter.drawText(QRect(x, y, self.cell, 16), Qt.AlignmentFlag.AlignCenter, title)
             painter.drawImage(QRect(x, y + 17, self.cell, self.cell), to_qimage(rgb))
         painter.end()
@@ -195,7 +212,7 @@ class MosaicView(QWidget):
         super().__init__(parent)
         self.mosaic = Mosaic(cell)
         self.drawn = self.mosaic.drawn  # what this view exports is what its mosaic shows
-        scroll = QScrollArea()
+        self.scroll = scroll = QScrollArea()
         scroll.setWidget(self.mosaic)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -204,6 +221,10 @@ class MosaicView(QWidget):
         self.rows: list[list] = []
         self.arrays: dict[str, np.ndarray] = {}
         self.empty_reason = NOT_A_VIT  # why there is nothing to export while the mosaic is empty
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt)
+        super().resizeEvent(event)
+        self.mosaic.fit_width(self.scroll.viewport().width())
 
     def clear(self, reason: str) -> None:
         """Nothing shown (another model, or none yet): nothing exported, `reason` says why."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QSlider, QSplitter, QTableView, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSlider, QSplitter, QTableView,
+                               QVBoxLayout, QWidget)
 
 from ...core import analysis
 from ...core.views import find_view, views_using
@@ -24,6 +24,7 @@ from ..settings import plot_background, plot_foreground
 from ..widgets.heatmap import Heatmap, short_label
 from ..widgets.readable import format_prob, text_colour_on
 from ..widgets.token_strip import _visible, plural, value_colour
+from . import key_buttons
 from .view_panel import ViewTablePanel
 
 
@@ -81,11 +82,17 @@ class LogitLensModel(QAbstractTableModel):
         return f"{section} {short_label(self.tokens[section], 8)}"
 
 
+NOTHING_YET = "Nothing to export: no layers shown yet (open a model and enter a text)"
+
+
 class LogitLensView(QTableView):
+    drawn = Signal()  # its rows replaced (an ExportBar follows it: nothing to export while empty)
+
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.lens = LogitLensModel()
         self.setModel(self.lens)
+        self.lens.modelReset.connect(self.drawn)
         self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.horizontalHeader().setMinimumSectionSize(40)
         self.verticalHeader().setDefaultSectionSize(20)
@@ -100,6 +107,9 @@ class LogitLensView(QTableView):
 
     def export_widget(self):
         return self
+
+    def export_unavailable(self) -> str | None:
+        return None if self.lens.rowCount() and self.lens.probs.size else NOTHING_YET
 
     def export_arrays(self) -> dict[str, np.ndarray]:
         return {"top_ids": self.lens.ids, "top_probs": self.lens.probs, "tokens": np.array(self.lens.tokens)}
@@ -120,6 +130,7 @@ class LogitLensView(QTableView):
 class PCAView(pg.GraphicsLayoutWidget):
     """Tokens at one depth as points in the first two principal axes (fitted over all depths);
     faint lines trace each token's path through depth."""
+    drawn = Signal()  # set_data or clear (an ExportBar follows it)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -158,12 +169,14 @@ class PCAView(pg.GraphicsLayoutWidget):
         self.plot.setLabel("left", f"PC 2 ({100 * ev[1]:.1f}%)", color=plot_foreground())
         self.plot.autoRange()
         self.set_depth(min(self.depth, depth - 1))
+        self.drawn.emit()
 
     def clear(self) -> None:
         self.pca, self.labels, self.depth_names = None, [], []
         for item in (self.trajectories, self.path_of_selected, self.points, self.selected_point):
             item.setData([], [])
         self.plot.setTitle("")
+        self.drawn.emit()
 
     def set_depth(self, depth: int) -> None:
         self.depth = depth
@@ -197,6 +210,9 @@ class PCAView(pg.GraphicsLayoutWidget):
     def svg_item(self):
         return self.ci
 
+    def export_unavailable(self) -> str | None:
+        return None if self.pca is not None else NOTHING_YET
+
     def export_arrays(self) -> dict[str, np.ndarray]:
         if self.pca is None:
             return {}
@@ -216,6 +232,8 @@ class PCAView(pg.GraphicsLayoutWidget):
 
 
 class CosineView(QWidget):
+    drawn = Signal()  # set_data or clear (an ExportBar follows it)
+
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.heatmap = Heatmap(row_name="token", col_name="token", value_name="cosine", colormap="CET-D1",
@@ -256,12 +274,14 @@ class CosineView(QWidget):
         self.curve_plot.setTitle("Mean cosine similarity vs depth" if pairs else
                                  "Mean cosine similarity vs depth: needs two tokens", color=plot_foreground())
         self.set_depth(min(self.depth, len(means) - 1), relabel=True)
+        self.drawn.emit()
 
     def clear(self) -> None:
         self.cosine, self.means, self.labels, self.depth_names = np.zeros((0, 0, 0)), np.zeros(0), [], []
         self.heatmap.clear_matrix("")
         self.curve.setData([], [])
         self.marker.setData([], [])
+        self.drawn.emit()
 
     def set_depth(self, depth: int, relabel: bool = False) -> None:
         self.depth = depth
@@ -279,6 +299,9 @@ class CosineView(QWidget):
 
     def export_widget(self):
         return self
+
+    def export_unavailable(self) -> str | None:
+        return None if self.cosine.size else NOTHING_YET
 
     def export_arrays(self) -> dict[str, np.ndarray]:
         return {"cosine": self.cosine, "mean_cosine": self.means, "tokens": np.array(self.labels),
@@ -318,6 +341,8 @@ class LayersPanel(ViewTablePanel):
     MIXTURE_VIEWS = layers_views.MIXTURE_VIEWS  # (shown for a mixture of experts only)
     VIEW_STATE = LayersViewState
     START_AFTER_FIRST_PAINT = True  # (the analysis took the cores from the first show at 0.5B: view_panel)
+    shortcuts = (("Ctrl+Return", "Run the layer analysis again"), ("Esc", "Cancel the layer analysis"))
+    CANCELLED = "Cancelled: nothing shown for this text. Run computes its layers."
 
     def __init__(self, state, parent=None, view_state: LayersViewState | None = None) -> None:
         super().__init__(state, view_state, "Open a model and enter a text to see its layers.", parent)
@@ -334,22 +359,40 @@ class LayersPanel(ViewTablePanel):
         self.stack.setToolTip("Which stack's residual stream: the encoder's (source) or the decoder's "
                               "([start] + target, with its cross-attention as a stage of its own)")
         self.stack_label = QLabel("Stack")
+        # the analysis runs by itself for each new text; a long one (~27 s at 512 tokens of a GPT-2-small shape)
+        # can be cancelled, and run again for the same text
+        self.run_button = QPushButton("Run")
+        self.run_button.setToolTip("Compute this text's layers again (after a cancel)")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop the layer analysis")
+        for b in (self.run_button, self.cancel_button):  # each shown only when it can do something
+            b.setVisible(False)
+        key_buttons(self.shortcuts, (self.run_button, self.cancel_button))
         # (each view's widget made when its tab is first shown: view_panel._build_views)
         self._build_views({"logit-lens": LogitLensView, "pca": PCAView, "cosine": CosineView})
         controls = QHBoxLayout()
         controls.addWidget(self.stack_label)
         controls.addWidget(self.stack)
-        controls.addWidget(QLabel("Depth"))
-        controls.addWidget(self.depth_slider)
-        controls.addWidget(self.depth_label)
+        self.depth_controls = (QLabel("Depth"), self.depth_slider, self.depth_label)  # (on the views drawn at a depth)
+        for w in self.depth_controls:
+            controls.addWidget(w)
+        controls.addWidget(self.run_button)
+        controls.addWidget(self.cancel_button)
         self._lay_out(controls)
+        self.run_button.clicked.connect(self.run_again)
+        self.cancel_button.clicked.connect(self.cancel)
 
         self.depth_slider.valueChanged.connect(self.set_depth)
         self.stack.setCurrentIndex(self.stack.findData(self.view_state.stack))
-        self.stack.currentIndexChanged.connect(self._stack_chosen)
+        # until a person picks a stack (or a workspace gives one) the panel shows the one that holds the input: the
+        # encoder's while the target is empty (the decoder's stream is then [start] alone, one token)
+        self._stack_picked = False
+        self._stack_auto = False  # the encoder shown for want of a target (said in the status line)
+        self.stack.activated.connect(self._stack_chosen)
         self._show_stack_choice()
         state.model_changed.connect(lambda _loaded: self._show_stack_choice())
         self.tabs.currentChanged.connect(self._on_tab)
+        self._show_depth_controls()
         self.show_the_models_views()  # (after _on_tab: a hidden view's tab gives way to the next, in the view state too)
         state.model_changed.connect(lambda _loaded: self.show_the_models_views())
         self.tokens.token_selected.connect(self.select_token)
@@ -384,6 +427,7 @@ class LayersPanel(ViewTablePanel):
             self.tabs.setCurrentIndex(0)  # (render's --view routing still draws what it asked for: 'not a mixture')
 
     def _stack_chosen(self, *_) -> None:
+        self._stack_picked = True
         stack = self.stack.currentData()
         if stack == self.view_state.stack:
             return
@@ -392,6 +436,8 @@ class LayersPanel(ViewTablePanel):
         self._on_trace_changed(getattr(self.state, "trace", None))
 
     def _show_view_state(self) -> None:
+        self._stack_picked = True  # (a workspace's stack is kept)
+        self._show_depth_controls()  # (the tab was set with its signals blocked: set_view_state)
         if self.stack.findData(self.view_state.stack) >= 0 and self.stack.currentData() != self.view_state.stack:
             self.stack.blockSignals(True)
             self.stack.setCurrentIndex(self.stack.findData(self.view_state.stack))
@@ -407,7 +453,15 @@ class LayersPanel(ViewTablePanel):
 
     def _on_tab(self, index: int) -> None:
         self.view_state.view = self.VIEWS[index]
+        self._show_depth_controls()
         self._refresh()
+
+    def _show_depth_controls(self) -> None:
+        """The depth slider only on a view drawn at one depth (PCA, Cosine, Routing, Expert norms): on the others
+        (every depth at once) it moved nothing."""
+        at_a_depth = self.view_state.view in views_using(layers_views.VIEWS, "depth")
+        for w in self.depth_controls:
+            w.setVisible(at_a_depth)
 
     def _draw_stale(self, name: str) -> None:
         v = find_view(layers_views.VIEWS, name)
@@ -433,7 +487,7 @@ class LayersPanel(ViewTablePanel):
             # an encoder-decoder's trace: the chosen stack's stream (app.tracing.attention_view) and tokens
             from ...app.tracing import attention_view
 
-            stack = self.stack.currentData()
+            stack = self._stack_to_show()
             trace = attention_view(trace, stack)
             token_ids = list(self.state.token_ids if stack == "encoder" else self.state.decoder_ids)
         self._stack_shown = stack
@@ -459,6 +513,19 @@ class LayersPanel(ViewTablePanel):
 
         self._run_trace_job(work, self._on_result, "layer analysis", sync, on_progress=progress)
 
+    def _stack_to_show(self) -> str:
+        """The stack picked; else the encoder while the decoder has read [start] alone (no target typed), the
+        decoder once it has read a target."""
+        self._stack_auto = not self._stack_picked and len(self.state.decoder_ids) <= 1
+        auto = "encoder" if self._stack_auto else "decoder"
+        if not self._stack_picked and self.view_state.stack != auto:
+            self.view_state.stack = auto
+            self.view_state.selected_token = None  # another sequence
+            self.stack.blockSignals(True)
+            self.stack.setCurrentIndex(self.stack.findData(auto))
+            self.stack.blockSignals(False)
+        return self.stack.currentData()
+
     def _clear_own(self, message: str) -> None:
         self.labels = []
         self._stale = set()
@@ -483,8 +550,12 @@ class LayersPanel(ViewTablePanel):
         depth = self.data.n_depths
         t = res.resid_norms.shape[1]
         layers = sum(" " not in label for label in res.depth_labels[1:])  # (a decoder block has three depths)
-        self.status.setText(f"{plural(t, 'token')}, {plural(layers, 'layer')}"
-                            + (f"; no logit lens: {res.lens_problem}" if res.lens_problem else ""))
+        if getattr(self, "_stack_shown", None) == "encoder" and self._stack_auto:
+            # (the encoder's own "no logit lens" line would send a person to a decoder of one token)
+            problem = "encoder shown: no target typed (Model panel)"
+        else:
+            problem = f"no logit lens: {res.lens_problem}" if res.lens_problem else ""
+        self.status.setText(f"{plural(t, 'token')}, {plural(layers, 'layer')}" + (f"; {problem}" if problem else ""))
         self._stale = set(self.VIEWS)  # the view on show drawn below (_refresh), each other one when shown
         self.depth_slider.blockSignals(True)
         self.depth_slider.setRange(0, depth - 1)
@@ -517,6 +588,28 @@ class LayersPanel(ViewTablePanel):
                 w.set_data(result.cosine, result.mean_cosine, result.tokens, result.depth_labels)
             else:
                 w.set_depth(result.depth)
+
+    # -- run and cancel --------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Stop the analysis of the text on show (the worker stops at its next stage)."""
+        if self._job is not None:
+            self._job.cancel()
+            self.cancel_button.setEnabled(False)
+            self.status.setText("cancelling\u2026")
+
+    def _job_changed(self) -> None:
+        self.cancel_button.setVisible(self._job is not None)
+        self.cancel_button.setEnabled(True)
+        self.run_button.setVisible(False)
+
+    def _job_cancelled(self) -> None:
+        # the views showed the previous text's layers: not this text's, so they go
+        self._clear(self.CANCELLED)
+        self.run_button.setVisible(getattr(self.state, "trace", None) is not None)
+
+    def run_again(self) -> None:
+        """The analysis of the app's trace (the text on show), after a cancel."""
+        self._on_trace_changed(getattr(self.state, "trace", None))
 
     # -- interaction -----------------------------------------------------------------------
     def set_depth(self, depth: int) -> None:

@@ -102,6 +102,11 @@ class ViewTablePanel(QWidget):
         self.state.trace_changed.connect(self._on_trace_changed)
         if getattr(self.state, "trace", None) is not None:
             self._on_trace_changed(self.state.trace)
+        elif self._cleared is None:  # nothing yet: the heatmaps say what to do, as the status line does
+            self._cleared = self.status.text()
+            for v in self.heatmap_views():
+                if v.name in self.widgets:
+                    self.widgets[v.name].clear_matrix(self._cleared)
 
     def heatmap_views(self) -> list[View]:
         return [v for v in self.VIEW_TABLE if v.widget == "heatmap"]
@@ -199,18 +204,35 @@ class ViewTablePanel(QWidget):
 
         mine: list = []  # this job, once started: only its own delivery marks the panel's work done
 
-        def delivered(result) -> None:
+        def ended() -> bool:
             if mine and self._job is mine[0]:
                 self._job = None
+                self._job_changed()
+                return True
+            return False
+
+        def delivered(result) -> None:
+            ended()
             on_result(result)
 
         def failed(exc, tb) -> None:
-            if mine and self._job is mine[0]:
-                self._job = None
+            ended()
             self.status.setText(f"{failure} failed: {exc}")
 
-        self._job = run_job(work, on_result=delivered, on_error=failed, on_progress=on_progress, on_partial=on_partial)
+        def cancelled() -> None:  # (a newer trace's cancel of an older job is not this panel's news)
+            if ended():
+                self._job_cancelled()
+
+        self._job = run_job(work, on_result=delivered, on_error=failed, on_progress=on_progress, on_partial=on_partial,
+                            on_cancelled=cancelled)
         mine.append(self._job)
+        self._job_changed()
+
+    def _job_changed(self) -> None:
+        """The panel's worker started or ended (a panel with a Cancel button enables it here)."""
+
+    def _job_cancelled(self) -> None:
+        """The current trace's worker was cancelled by the person (not replaced by a newer trace's)."""
 
     # A panel built by a click on its tab starts its trace's worker at once, and at the Qwen2.5-0.5B shape the
     # worker's numpy and torch work (the layer analysis: float64 copies of the residual stream, cosines on both
@@ -246,8 +268,11 @@ class ViewTablePanel(QWidget):
     def _cancel_job(self) -> None:
         if self._job is not None and not self._job.done:
             self._job.cancel()
+        had = self._job is not None
         self._job = None  # nothing more of it will be shown
         self._start_after_paint = None  # (one not started yet never starts)
+        if had:
+            self._job_changed()
 
     def _clear(self, message: str) -> None:
         """No trace to show: nothing of a previous text or model stays on show."""

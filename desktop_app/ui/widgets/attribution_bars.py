@@ -25,6 +25,7 @@ class Bars:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # the NPZ
     header: list[str] = field(default_factory=list)  # the CSV
     rows: list[list] = field(default_factory=list)
+    always_labelled: tuple[int, ...] = ()  # bars whose names are never left out (the Features panel's bias, error)
 
 
 class AttributionBars(pg.PlotWidget):
@@ -61,7 +62,7 @@ class AttributionBars(pg.PlotWidget):
         x = np.arange(len(values)) + 0.5  # bar i's centre, where the axis writes label i
         brushes = [pg.mkBrush(POSITIVE if v >= 0 else NEGATIVE) for v in values]
         self.plot_item.addItem(pg.BarGraphItem(x=x, height=values, width=0.8, brushes=brushes, pen=None))
-        self.plot_item.getAxis("bottom").set_labels(self.bars.labels)
+        self.plot_item.getAxis("bottom").set_labels(self.bars.labels, always=self.bars.always_labelled)
         # the title is rich text: a token such as <|endoftext|>, <pad> or <s> is escaped to be shown
         self.plot_item.setTitle(html.escape(title, quote=False), color=plot_foreground())
         self.plot_item.autoRange()

@@ -71,17 +71,24 @@ def anchor_label(item: QGraphicsSimpleTextItem, turned: bool = False, centred: b
 
 class LabelAxis(pg.AxisItem):
     """Axis whose ticks are cell centres (i + 0.5) labelled by strings, thinned to fit the pixels: every
-    1, 2, 5, 10... labels (positions), or with `any_step` every k-th for the smallest k that fits (names)."""
+    1, 2, 5, 10... labels (positions), or with `any_step` every k-th for the smallest k that fits (names).
+    A bottom axis's `always` labels (set_labels) are never thinned: drawn first, one that would touch another
+    on a second line; the others are left out where they would touch them."""
 
     def __init__(self, orientation: str, tokens: bool = True, any_step: bool = False, **kw) -> None:
         super().__init__(orientation, **kw)
         self.labels: list[str] = []
+        self.always: set[int] = set()
         self.tokens = tokens  # labels are tokens (show their spaces) rather than names
         self.any_step = any_step
         self.enableAutoSIPrefix(False)
 
-    def set_labels(self, labels: Sequence[str]) -> None:
+    def set_labels(self, labels: Sequence[str], always: Sequence[int] = ()) -> None:
         self.labels = [short_label(s, token=self.tokens) for s in labels]
+        self.always = {i for i in always if 0 <= i < len(self.labels)} if self.orientation == "bottom" else set()
+        self._lines = 0  # lines of labels the axis has room for (generateDrawSpecs: as many as the `always` need)
+        if self.orientation == "bottom":
+            self.setHeight(None)
         if self.orientation in ("left", "right"):
             # room for the longest label up front: pyqtgraph otherwise widens the axis only after a
             # paint, and drops the labels that did not fit in that first paint
@@ -113,7 +120,32 @@ class LabelAxis(pg.AxisItem):
             nice = (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000)
             step = next((s for s in nice if s >= step), 10000)
         first = (lo + step - 1) // step * step
-        return [(float(step), [i + 0.5 for i in range(first, hi + 1, step)])]
+        ticks = {i + 0.5 for i in range(first, hi + 1, step)} | {i + 0.5 for i in self.always if lo <= i <= hi}
+        return [(float(step), sorted(ticks))]
+
+    def generateDrawSpecs(self, p):  # noqa: N802 (pyqtgraph's name)
+        """The `always` labels first (a second line for one that would touch another), then the rest where they
+        touch none."""
+        specs = super().generateDrawSpecs(p)
+        if specs is None or not self.always:
+            return specs
+        axis, ticks, texts = specs
+        must = {self.labels[i] for i in self.always}
+        lines: list[list] = [[] for _ in must]
+        kept, used = [], 1
+        for rect, flags, text in sorted(texts, key=lambda t: t[2] not in must):  # (stable: left to right)
+            room = rect.adjusted(-2, 0, 2, 0)
+            for line, placed in enumerate(lines if text in must else lines[:1]):  # (the others: the first line)
+                if not any(room.intersects(r) for r in placed):
+                    placed.append(room)
+                    kept.append((rect.translated(0, line * rect.height()), flags, text))
+                    used = max(used, line + 1)
+                    break
+        if used != self._lines:  # (the axis grows a line for each line of labels: laid out again)
+            self._lines = used
+            fm = QFontMetrics(self.style.get("tickFont") or self.font())
+            self.setHeight(None if used == 1 else used * fm.height() + 12)
+        return axis, ticks, kept
 
     def tickStrings(self, values, scale, spacing):  # noqa: N802
         out = []
@@ -126,6 +158,7 @@ class LabelAxis(pg.AxisItem):
 class Heatmap(pg.GraphicsLayoutWidget):
     hovered = Signal(int, int, float)
     cell_clicked = Signal(int, int)
+    drawn = Signal()  # a matrix set or cleared (an ExportBar follows it: nothing to export while empty)
 
     def __init__(self, parent=None, colormap: str = "viridis", row_name: str = "query", col_name: str = "key",
                  value_name: str = "weight", colorbar: bool = True, annotate_max_cells: int = 0,
@@ -174,6 +207,8 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self._wants_colorbar = colorbar  # made when first shown or asked (the colorbar property)
         self.image.setLookupTable(self.cmap.getLookupTable(nPts=256))
         self.values = np.zeros((0, 0), dtype=np.float32)
+        self.empty_reason = "Nothing to export: no numbers shown yet"
+        self._show_empty(True)
         self.mask: np.ndarray | None = None
         self.row_labels: list[str] = []
         self.col_labels: list[str] = []
@@ -195,6 +230,8 @@ class Heatmap(pg.GraphicsLayoutWidget):
             bar.axis.setTextPen(pg.mkPen(plot_foreground()))
             bar.axis.setPen(pg.mkPen(plot_foreground()))
             self.addItem(bar, row=0, col=1)
+            self._colorbar_width = bar.maximumWidth()
+            self._show_empty(self.values.size == 0)
         return self._colorbar
 
     def showEvent(self, event) -> None:
@@ -244,7 +281,20 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.image.clear()
         self._annotate()
         self.row_box.setVisible(False)
+        self._show_empty(True)
         self.plot.setTitle(title, color=plot_foreground())
+        self.empty_reason = f"Nothing to export: {title[0].lower() + title[1:]}" if title else \
+            "Nothing to export: no numbers shown yet"
+        self.drawn.emit()
+
+    def _show_empty(self, empty: bool) -> None:
+        """No matrix: no colour bar and no axes (an empty frame with a 0-1 colour bar looked like data), only the
+        title saying why."""
+        if self._colorbar is not None:
+            self._colorbar.setVisible(not empty)
+            self._colorbar.setMaximumWidth(0 if empty else self._colorbar_width)  # (a hidden item keeps its place)
+        for name in ("left", "bottom"):
+            self.plot.showAxis(name, not empty)
 
     def _set_mask_overlay(self, mask: np.ndarray | None) -> None:
         """Grey over masked cells: a staircase polygon when every row allows a prefix of the columns
@@ -276,9 +326,14 @@ class Heatmap(pg.GraphicsLayoutWidget):
             self.levels = (float(levels[0]), float(levels[1]))
             if self.colorbar is not None:
                 self.colorbar.setLevels(self.levels)
+        was_empty = self.values.size == 0
+        if was_empty and values.size:
+            self._show_empty(False)
         self.values = values
         self.image.setImage(values, levels=self.levels, autoLevels=False)
         self._annotate()
+        if was_empty:  # (another head's values: the export bar has nothing new to say)
+            self.drawn.emit()
 
     def _annotate(self) -> None:
         """Each cell's value written in it (screen_labels), the previous matrix's reused."""
@@ -400,6 +455,9 @@ class Heatmap(pg.GraphicsLayoutWidget):
     def svg_item(self):
         """What an SVG export draws: the plot with its axes and the colour bar."""
         return self.ci
+
+    def export_unavailable(self) -> str | None:
+        return None if self.values.size else self.empty_reason
 
     def export_arrays(self) -> dict[str, np.ndarray]:
         out = {"values": self.values, "row_labels": np.array(self.row_labels), "col_labels": np.array(self.col_labels)}

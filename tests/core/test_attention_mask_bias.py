@@ -1,0 +1,95 @@
+"""attention_probs adds a boolean mask to the scores as a bias (attention.mask_bias: 0 where seen, the dtype's
+minimum where not) on the CPU, where it filled them with masked_fill, a pass that cost ~2.5x an add's (bench
+firstlook's trace): the weights are the same, bit for bit, as the scores scaled, masked with the dtype's minimum
+and normalised; and where a masked score could be inf or NaN the mask is still filled in (masked_fill hides
+those; a bias would spread them to the rows before them)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from desktop_app.core.attention import attention_probs, causal_mask
+
+H, DH = 3, 24  # (1/sqrt(24) is not a power of two: the scaling rounds)
+
+
+class OpsOverScores(TorchDispatchMode):
+    """The ops run on a tensor of the scores' shape [B, H, T_q, T_k]."""
+
+    def __init__(self, shape) -> None:
+        super().__init__()
+        self.shape, self.ops = tuple(shape), []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(isinstance(a, torch.Tensor) and tuple(a.shape) == self.shape for a in args):
+            self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _inputs(dtype, t_q, t_k, batch=1):
+    g = torch.Generator().manual_seed(t_q * 1000 + t_k)
+    q = (3 * torch.randn(batch, H, t_q, DH, generator=g)).to(dtype)
+    k = (3 * torch.randn(batch, H, t_k, DH, generator=g)).to(dtype)
+    return q, k
+
+
+def _masked_then_normalised(q, k, mask, scale):
+    """The weights as attention_probs made them with masked_fill (before the bias), op for op."""
+    s = (q @ k.transpose(-1, -2)) * scale
+    s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+    return torch.softmax(s, dim=-1) if s.dtype == torch.bfloat16 else torch.softmax(s, dim=-1).to(q.dtype)
+
+
+def _masks(t_q, t_k, batch):
+    pad = torch.ones(batch, t_k, dtype=torch.bool)
+    pad[-1, :3] = False  # the last text's first keys are padding
+    return {"causal": causal_mask(t_q, t_k)[None, None],
+            "window": causal_mask(t_q, t_k, window=5)[None, None],
+            "causal and padding": causal_mask(t_q, t_k)[None, None] & pad[:, None, None, :]}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("t_q,t_k", [(33, 33), (7, 40)], ids=["square", "queries after a prefix"])
+@pytest.mark.parametrize("scale", [None, 0.1], ids=["1/sqrt(dh)", "attn_scale 0.1"])
+def test_the_mask_added_as_a_bias_gives_the_masked_weights_bit_for_bit(dtype, t_q, t_k, scale):
+    q, k = _inputs(dtype, t_q, t_k, batch=2)
+    for name, mask in _masks(t_q, t_k, 2).items():
+        with torch.no_grad(), OpsOverScores((2, H, t_q, t_k)) as seen:
+            p = attention_probs(q, k, "softmax", mask, scale=scale)
+        assert not any("masked_fill" in op for op in seen.ops), (name, seen.ops)  # the bias's way was taken
+        want = _masked_then_normalised(q, k, mask, 1.0 / math.sqrt(DH) if scale is None else scale)
+        assert p.dtype == dtype and torch.equal(p, want), (name, (p.double() - want.double()).abs().max())
+        if name == "causal":
+            assert torch.all(p[~mask.expand_as(p)] == 0)
+
+
+def test_with_gradients_the_weights_are_the_same_as_without():
+    q, k = _inputs(torch.float32, 20, 20)
+    mask = causal_mask(20, 20)[None, None]
+    with torch.no_grad():
+        fast = attention_probs(q, k, "softmax", mask)
+    q.requires_grad_(True)
+    slow = attention_probs(q, k, "softmax", mask)  # masked_fill out of place, the bias not used
+    assert torch.equal(fast, slow.detach())
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_a_key_that_is_not_finite_leaves_the_rows_before_it_as_they_were(bad):
+    q, k = _inputs(torch.bfloat16, 16, 16)
+    k[:, :, 10] = bad  # position 10's key: the queries before it never see it
+    mask = causal_mask(16, 16)[None, None]
+    with torch.no_grad(), OpsOverScores((1, H, 16, 16)) as seen:
+        p = attention_probs(q, k, "softmax", mask)
+    assert any("masked_fill" in op for op in seen.ops)  # filled, as before the bias
+    assert torch.isfinite(p[:, :, :10]).all() and torch.equal(p[:, :, :10], _masked_then_normalised(q, k, mask, 1.0 / math.sqrt(DH))[:, :, :10])
+
+
+def test_float16_still_fills_the_mask():
+    q, k = _inputs(torch.float16, 16, 16)
+    mask = causal_mask(16, 16)[None, None]
+    with torch.no_grad(), OpsOverScores((1, H, 16, 16)) as seen:
+        attention_probs(q, k, "softmax", mask)
+    assert any("masked_fill" in op for op in seen.ops)  # its products can overflow to inf where it is masked

@@ -4,7 +4,6 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-
 from PySide6.QtCore import Qt
 
 from .walkthrough import click_panel_tab, open_window
@@ -150,8 +149,6 @@ def test_ctrl_return_and_esc_on_what_if_graph_and_generate(qtbot, model_dirs, is
     from desktop_app.ui.dialogs import ShortcutsDialog
     from desktop_app.ui.panels import graph
     from PySide6.QtWidgets import QFileDialog
-
-    from .walkthrough import click_tab
 
     window, state = open_window(qtbot, model_dirs["demo"], name="demo")
     window.activateWindow()

@@ -4,7 +4,6 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-
 from PySide6.QtCore import Qt
 
 from .walkthrough import click_panel_tab, open_window
@@ -150,8 +149,6 @@ def test_ctrl_return_and_esc_on_what_if_graph_and_generate(qtbot, model_dirs, is
     from desktop_app.ui.dialogs import ShortcutsDialog
     from desktop_app.ui.panels import graph
     from PySide6.QtWidgets import QFileDialog
-
-    from .walkthrough import click_tab
 
     window, state = open_window(qtbot, model_dirs["demo"], name="demo")
     window.activateWindow()
@@ -356,3 +353,32 @@ def test_the_graphs_intervention_table_shows_every_column_whole_at_1024x640(qtbo
         assert header.sectionSize(c) >= header.fontMetrics().horizontalAdvance(title) + 8, title
         for r in range(table.rowCount()):
             assert table.columnWidth(c) >= table.fontMetrics().horizontalAdvance(table.item(r, c).text()) + 8
+
+
+def test_generates_png_holds_the_model_as_trained_beside_the_edited_bars(qtbot, model_dirs, isolated_user_files,
+                                                                         monkeypatch, tmp_path):
+    """With what-if edits the panel shows two sets of bars (with and without the edits); its PNG held the first
+    only."""
+    from PySide6.QtGui import QImage
+
+    from desktop_app.core.interventions import Intervention
+    from desktop_app.ui.widgets import export
+
+    w, state = open_window(qtbot, model_dirs["llama"], name="llama")
+    panel = click_panel_tab(qtbot, w, "Generate")
+    with qtbot.waitSignal(state.trace_changed, timeout=20_000):
+        state.set_interventions([Intervention("blocks.1.attn.head.2")])
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=20_000)
+    qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.session is not None and panel.screenshot_ready(), timeout=20_000)
+    assert panel.plain_box.isVisible() and "log p" in panel.plain_label.text()
+    qtbot.wait(300)  # (the bars made while hidden widen their token axis a relayout after being shown)
+    for name in ("bars.png", "bars.svg"):
+        monkeypatch.setattr(export, "ask_save_path", lambda *a, name=name, **k: str(tmp_path / name))
+        qtbot.mouseClick(panel.export_bar.buttons[name[-3:].upper()], Qt.MouseButton.LeftButton)
+    image = QImage(str(tmp_path / "bars.png"))
+    plot, plain = panel.bars.plot, panel.plain_box  # (the two sets of bars side by side: their span on screen)
+    both = plain.mapTo(panel, plain.rect().topRight()).x() - plot.mapTo(panel, plot.rect().topLeft()).x()
+    assert image.width() >= both > 1.8 * panel.bars.plot.width(), (image.width(), both, panel.bars.plot.width())
+    svg = (tmp_path / "bars.svg").read_text()
+    assert "Without them" in svg or "without" in svg.lower()

@@ -241,7 +241,9 @@ class GenerationPanel(QWidget, ResultView):
         ev.addWidget(self.bars, 1)
         self.cross_view = CrossAttentionStepView()  # an encoder-decoder's step over its source
         self.cross_view.setVisible(False)
-        pair = QHBoxLayout()
+        self.bars_area = QWidget()  # the bars and what is beside them: PNG and SVG export it when something is
+        pair = QHBoxLayout(self.bars_area)
+        pair.setContentsMargins(0, 0, 0, 0)
         pair.addWidget(edited, 1)
         pair.addWidget(self.plain_box, 1)
         pair.addWidget(self.cross_view, 1)
@@ -253,7 +255,7 @@ class GenerationPanel(QWidget, ResultView):
         lv.setContentsMargins(0, 0, 0, 0)
         lv.addWidget(self.dist_label)
         lv.addWidget(self.plain_label)
-        lv.addLayout(pair, 1)
+        lv.addWidget(self.bars_area, 1)
 
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["branch", "steps", "log p"])
@@ -879,11 +881,15 @@ class GenerationPanel(QWidget, ResultView):
             self.early_stopping.setCurrentText(f"early stop {state.early_stopping}")
 
     # -- export (ExportBar view protocol; File > Export Current View takes export_widget) ---------
+    def _beside_the_bars(self) -> bool:
+        """The model as trained (with edits) or a step's cross-attention (an encoder-decoder) is shown beside."""
+        return self.plain_box.isVisibleTo(self) or self.cross_view.isVisibleTo(self)
+
     def export_widget(self) -> QWidget:
-        return self.bars.plot
+        return self.bars_area if self._beside_the_bars() else self.bars.plot
 
     def svg_item(self):
-        return self.bars.plot.getPlotItem()
+        return None if self._beside_the_bars() else self.bars.plot.getPlotItem()  # (None: the widgets' SVG)
 
     def _export_name(self) -> str:
         return "generate" if self.session is None else self.view.export_name(self.session)

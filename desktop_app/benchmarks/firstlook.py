@@ -40,6 +40,12 @@ Then (issue 38, look8: the model view's thumbnails one item, no float32 copy of 
 hold event-driven, hidden heatmaps' colour bars made when shown) six runs alternating with the code before at load
 1.3-2.7: 1.63, 1.89, 1.57, 1.88, 1.77, 2.02x against 1.54, 1.79, 1.66, 1.79, 2.03, 1.47x (the same within the noise),
 memory 0.73-0.78x against 0.75-0.79x.
+Then (issue 38, first2: the explicit attention adds its causal mask as a bias, core.attention.mask_bias, where
+masked_fill_ took a pass of its own over every layer's [H, T, T] scores; the same weights bit for bit) three runs
+alternating with main 012b68d on a shared machine, load 3.8-8.1: 1.54, 1.58, 1.71x against 1.23, 1.37, 1.36x,
+memory 0.74-0.76x both. A first look's timeline (load 2.6): the window 2.6 s after launch (torch's import 1.6 s),
+the load 0.2 s, the 24-layer trace 3.7 s on the one free core (torch.profiler, one thread: the products 45%,
+softmax 17%, masked_fill 10%, the scale 4%), the last row and the screenshot's PNG 0.3 s.
 """
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
     elif mask is not None:
         fill = torch.finfo(scores.dtype).min
         in_place = not torch.is_grad_enabled() and _broadcasts_to(mask.shape, scores.shape)
-        if in_place and _bias_fills(q, k, softcap):
+        if in_place and _bias_fills(q, k, softcap, scale):
             scores = scores.add_(mask_bias(mask, scores.dtype))
         else:
             scores = scores.masked_fill_(~mask, fill) if in_place else scores.masked_fill(~mask, fill)
@@ -90,15 +90,20 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
     return torch.softmax(scores.to(work), dim=-1).to(q.dtype)
 
 
-def _bias_fills(q: torch.Tensor, k: torch.Tensor, softcap: float | None) -> bool:
+def _bias_fills(q: torch.Tensor, k: torch.Tensor, softcap: float | None, scale: float | None) -> bool:
     """Whether adding mask_bias to the scores of q and k gives what masked_fill writes, on the CPU, where it
     is cheaper: masked_fill is a pass of its own over [..., T_q, T_k] that cost more than an add's (at
     Qwen2.5-0.5B's shape, 1,024 tokens in bfloat16, one thread, ~2.5x; bench firstlook's trace). A score
-    plus 0 is the score, and the dtype's minimum plus a finite score is the minimum; not where a masked
-    score could be inf or NaN, which masked_fill hides: queries or keys not all finite, or float16's
-    products (they overflow). (On a GPU the check would wait on the device, and masked_fill is cheap there.)"""
-    return (q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float32, torch.float64) and softcap is None
-            and bool(torch.isfinite(q).all()) and bool(torch.isfinite(k).all()))
+    plus 0 is the score, and the dtype's minimum plus a score below half its spacing there (2^100 is far
+    below: 2^119 in bfloat16, 2^103 in float32) is the minimum. Every score is within d (|q|max + |k|max)^2
+    |scale| (dot product and squared distance alike); a NaN or inf in q or k fails the bound, as does
+    float16 (its products overflow). (On a GPU the check would wait on the device, and masked_fill is cheap
+    there.)"""
+    if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float32, torch.float64) or softcap is not None:
+        return False
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else abs(scale)
+    largest = float(q.abs().amax()) + float(k.abs().amax())  # nan or inf for a non-finite entry
+    return q.shape[-1] * largest * largest * scale < 2.0 ** 100
 
 
 def mask_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

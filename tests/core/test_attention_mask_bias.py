@@ -93,3 +93,18 @@ def test_float16_still_fills_the_mask():
     with torch.no_grad(), OpsOverScores((1, H, 16, 16)) as seen:
         attention_probs(q, k, "softmax", mask)
     assert any("masked_fill" in op for op in seen.ops)  # its products can overflow to inf where it is masked
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_finite_keys_whose_scores_overflow_still_fill_the_mask(dtype):
+    """Finite queries and keys can still make scores of inf (or scores so large that the minimum plus
+    them is not the minimum); masked_fill hides them where masked, an added bias would not."""
+    q, k = _inputs(dtype, 16, 16)
+    k[:, :, 10] = 1e19  # position 10's key: finite, its scores (~1e20 x 24) overflow to inf
+    q = q.abs() + 1
+    mask = causal_mask(16, 16)[None, None]
+    with torch.no_grad(), OpsOverScores((1, H, 16, 16)) as seen:
+        p = attention_probs(q, k, "softmax", mask)
+    assert any("masked_fill" in op for op in seen.ops)
+    want = _masked_then_normalised(q, k, mask, 1.0 / math.sqrt(DH))
+    assert torch.equal(p[:, :, :10], want[:, :, :10]) and torch.isfinite(p[:, :, :10]).all()

@@ -253,17 +253,21 @@ class LogitLens:
     top_probs: np.ndarray  # [L, T] its probability
 
 
-def logit_lens(trace: Trace, model=None, batch: int = 0) -> LogitLens:
+def logit_lens(trace: Trace, model=None, batch: int = 0, job=None) -> LogitLens:
     """Top prediction and probability of every layer's residual stream read through the LM head.
 
     Uses blocks.l.logit_lens when the trace has it; otherwise applies model.unembed (final norm +
     unembedding) to blocks.l.resid_post one layer at a time, so the full [L, T, vocab] is never held.
+    `job` (core.jobs) is checked at each layer: a cancel lands within one layer (~1.8 s a layer at 512 tokens
+    of a GPT-2-small shape, not the ~21 s of the whole).
     """
     ids, probs = [], []
     # A ViT's classifier reads [CLS] alone (its recorded lens is [B, classes]): read each position
     # through the final norm + classifier as if it were [CLS], one class per token.
     classifier = model is not None and model.cfg.lm_head_kind == "classifier"
     for l in range(trace.n_layers):
+        if job is not None:
+            job.check()
         name = f"blocks.{l}.logit_lens"
         recorded = name in trace and not classifier
         if recorded and trace[name].dim() == 2:
@@ -318,7 +322,11 @@ def pca_over_depth(trace: Trace, batch: int = 0, n_components: int = 2, stages: 
     flat = x.reshape(depth * t, d)
     mean = flat.mean(axis=0)
     centred = flat - mean
-    _, s, vt = np.linalg.svd(centred, full_matrices=False)
+    if depth * t >= d:  # the covariance's eigenvectors: [d, d], not an SVD of all D*T points (GPT-2 small's 13 x 512
+        w, v = np.linalg.eigh(centred.T @ centred)  # x 768: 1.3-3.1 s against the SVD's 13.7-18.3 s, load ~5)
+        s, vt = np.sqrt(np.clip(w[::-1], 0.0, None)), v[:, ::-1].T
+    else:
+        _, s, vt = np.linalg.svd(centred, full_matrices=False)
     comps = vt[:n_components]
     if comps.shape[0] < n_components:  # fewer points than components: pad with zero axes
         comps = np.vstack([comps, np.zeros((n_components - comps.shape[0], d))])

@@ -214,6 +214,10 @@ def test_the_layers_analysis_can_be_cancelled_with_esc_and_run_again(qtbot, mode
     qtbot.waitUntil(panel.cancel_button.isVisible, timeout=30_000)
     assert started.wait(30)
     assert panel.cancel_button.toolTip().endswith("(Esc)")
+    # while it runs, the tokens on show are those of the numbers on show (the previous text's): the strip had the
+    # new text's tokens over the previous text's rows
+    before = panel.resid_map.row_labels
+    assert panel.tokens._canvas.strings == before == panel.labels != state.token_strings(state.token_ids)
     qtbot.keyClick(window.focusWidget() or window, Qt.Key.Key_Escape)
     qtbot.waitUntil(lambda: panel.status.text() == panel.CANCELLED, timeout=30_000)
     assert panel.data is None and panel.resid_map.values.size == 0  # the previous text's layers are gone

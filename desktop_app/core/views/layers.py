@@ -75,7 +75,7 @@ def compute_layers(trace, model=None, tokenizer=None, job=None, stack: str | Non
     try:
         if stack == "encoder":
             raise ValueError(ENCODER_LENS)
-        lens = analysis.logit_lens(trace, model)
+        lens = analysis.logit_lens(trace, model, job=job)
         ids, probs = lens.top_ids, lens.top_probs
         if tokenizer is not None:
             if stack == "decoder" and getattr(tokenizer, "target", None) is not None:

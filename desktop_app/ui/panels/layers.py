@@ -497,15 +497,17 @@ class LayersPanel(ViewTablePanel):
             return
         t = trace["embed"].shape[1]
         ids = list(token_ids or [])
-        self.labels = self.state.token_strings(ids[-t:]) if len(ids) >= t else [str(i) for i in range(t)]
-        self.tokens.set_tokens(self.labels, ids[-t:] if len(ids) >= t else list(range(t)))
+        # this text's tokens go on show with its numbers (_on_result): until then the tokens and the views on show
+        # are the previous text's, together, while the status line says the new one is computed
+        labels = self.state.token_strings(ids[-t:]) if len(ids) >= t else [str(i) for i in range(t)]
+        shown_ids = ids[-t:] if len(ids) >= t else list(range(t))
         self.status.setText("computing\u2026")
         loaded = getattr(self.state, "loaded", None)
         model = loaded.model if loaded is not None else None
         tokenizer = loaded.tokenizer if loaded is not None else None
 
         def work(job=None):
-            return generation, compute_layers(trace, model, tokenizer, job, stack)
+            return generation, labels, shown_ids, compute_layers(trace, model, tokenizer, job, stack)
 
         def progress(done: int, total: int, stage: str) -> None:  # a large model's analysis takes a while
             if self._is_current(generation):
@@ -540,9 +542,11 @@ class LayersPanel(ViewTablePanel):
         self.depth_label.setText("depth: -")
 
     def _on_result(self, payload) -> None:
-        generation, res = payload
+        generation, labels, shown_ids, res = payload
         if not self._is_current(generation):
             return
+        self.labels = labels
+        self.tokens.set_tokens(labels, shown_ids)
         causal = self.state.loaded.config.causal if getattr(self.state, "loaded", None) else True
         if getattr(self, "_stack_shown", None) is not None:
             causal = self._stack_shown == "decoder"  # the lens's "next" column: the decoder's next token

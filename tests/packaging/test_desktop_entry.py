@@ -27,10 +27,10 @@ def test_icon_set_has_every_size(qapp):
         assert image.pixelColor(0, 0).alpha() == 0
 
 
-def run_install(prefix: Path, *args: str) -> subprocess.CompletedProcess:
+def run_install(prefix: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, XDG_DATA_HOME=str(prefix / "unused"))
     return subprocess.run(["sh", str(SCRIPT), "--prefix", str(prefix), *args], capture_output=True, text=True,
-                          env=env, timeout=60)
+                          env=env, timeout=60, cwd=cwd)
 
 
 def entry_fields(path: Path) -> dict[str, str]:
@@ -56,7 +56,42 @@ def test_install_script_writes_entry_and_icons_and_uninstalls(tmp_path):
     r = run_install(tmp_path / "share", "--uninstall")
     assert r.returncode == 0, r.stderr
     assert not entry.exists()
-    assert not list((tmp_path / "share" / "icons").rglob("transformer-explorer.*"))
+    # nothing it wrote is left, caches included (update-desktop-database / gtk-update-icon-cache used to
+    # leave a mimeinfo.cache and an icon-theme.cache behind)
+    assert [p for p in (tmp_path / "share").rglob("*") if not p.is_dir()] == []
+
+
+def test_a_relative_exec_is_written_absolute(tmp_path):
+    """The menu starts the program from $HOME: `--exec dist/x` must not stay relative to where it was typed."""
+    program = tmp_path / "here" / "dist" / "transformer-explorer"
+    program.parent.mkdir(parents=True)
+    r = run_install(tmp_path / "share", "--exec", "dist/transformer-explorer", cwd=tmp_path / "here")
+    assert r.returncode == 0, r.stderr
+    fields = entry_fields(tmp_path / "share" / "applications" / "transformer-explorer.desktop")
+    assert fields["Exec"] == f"{program} %f" and fields["TryExec"] == str(program)
+
+
+def test_what_the_script_did_not_write_is_left_alone(tmp_path):
+    """A user's own entry of the same name is neither replaced nor removed; an icon that is not the
+    shipped one survives --uninstall."""
+    share = tmp_path / "share"
+    entry = share / "applications" / "transformer-explorer.desktop"
+    entry.parent.mkdir(parents=True)
+    own = "[Desktop Entry]\nType=Application\nName=My own launcher\nExec=my-te\n"
+    entry.write_text(own, encoding="utf-8")
+    r = run_install(share, "--exec", "/usr/bin/transformer-explorer")
+    assert r.returncode == 1 and "did not write it" in r.stderr
+    r = run_install(share, "--uninstall")
+    assert r.returncode == 0 and "left" in r.stderr
+    assert entry.read_text(encoding="utf-8") == own
+
+    entry.unlink()
+    assert run_install(share, "--exec", "/usr/bin/transformer-explorer").returncode == 0
+    other_icon = share / "icons" / "hicolor" / "48x48" / "apps" / "transformer-explorer.png"
+    other_icon.write_bytes(b"not the shipped icon")
+    assert run_install(share, "--uninstall").returncode == 0
+    assert not entry.exists()
+    assert [p.relative_to(share) for p in share.rglob("*") if not p.is_dir()] == [other_icon.relative_to(share)]
 
 
 def test_installed_entry_passes_desktop_file_validate(tmp_path):

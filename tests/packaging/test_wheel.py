@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -19,13 +20,41 @@ def test_the_package_list_names_every_package_folder():
     assert listed - {"desktop_app.resources"} == found
 
 
+def source_files() -> list[str]:
+    """The checkout's files as git sees them (tracked, and new ones not ignored): no build/ leftovers."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+                            check=True, capture_output=True, timeout=60).stdout.decode().split("\0")
+    return [name for name in listed if name and (REPO / name).is_file()]
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    # built from a clean copy: setuptools builds in-tree and never empties build/lib, so a wheel built
+    # in the checkout ships modules deleted since the last build (docs/packaging.md)
+    source = tmp_path_factory.mktemp("source")
+    for name in source_files():
+        if name.startswith(("desktop_app/", "resources/")) or name in ("pyproject.toml", "README.md"):
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(out), str(REPO)], check=True, capture_output=True, timeout=300)
+                    "-w", str(out), str(source)], check=True, capture_output=True, timeout=300)
     (path,) = out.glob("transformer_explorer-*.whl")
     return path
+
+
+def test_the_wheel_holds_every_module_and_resource_file(wheel):
+    """Every module, and every file under resources/ (demo model, demo text, icons, desktop entry
+    template: whatever a panel or command reads), is in the wheel; no other module is."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    wanted = {n for n in source_files() if n.startswith("desktop_app/") and n.endswith(".py")}
+    wanted |= {"desktop_app/" + n for n in source_files() if n.startswith("resources/")}
+    assert wanted - names == set()
+    assert {n for n in names if n.endswith(".py")} == {n for n in wanted if n.endswith(".py")}
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[gui_scripts]\ntransformer-explorer = desktop_app.ui.app:main" in text
+    assert "te-cli = desktop_app.cli:main" in text
 
 
 def test_an_installed_wheel_opens_its_demo_model(wheel, tmp_path):
@@ -48,3 +77,11 @@ def test_an_installed_wheel_opens_its_demo_model(wheel, tmp_path):
     model_dir, layers, has_text = json.loads(out.strip().splitlines()[-1])
     assert Path(model_dir) == site / "desktop_app" / "resources" / "demo-model"
     assert layers == 4 and has_text
+
+    # the CLI from the wheel alone, run outside the checkout: trace the demo model to a file
+    cli = (f"import runpy, sys; sys.path[:0] = {[str(site)] + deps!r}; "
+           f"sys.argv = ['desktop_app', 'trace', {model_dir!r}, '--text', 'Alice was', '--out', 'trace.npz']; "
+           "runpy.run_module('desktop_app', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-I", "-c", cli], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "trace.npz").stat().st_size > 0

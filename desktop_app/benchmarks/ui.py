@@ -198,6 +198,15 @@ def measure(folder: str, text: str, panels: list[str], stall_ms: float = 50.0, s
             _finish(phase, _settle(window, beat, settle_s))
             if slot.panel is None:
                 continue
+            stepped: set[str] = set()
+
+            def step_controls() -> None:  # each stepped control once, on the first view that shows it
+                for name, control in _stepped_controls(slot.panel):
+                    if name not in stepped:
+                        stepped.add(name)
+                        phase = beat.begin(f"{title}: {name} up")
+                        QTest.keyClick(control, Qt.Key.Key_Up)
+                        _finish(phase, _settle(window, beat, settle_s))
             views = getattr(slot.panel, "tabs", None)  # a panel's own views' tabs (Attention, Layers...)
             if isinstance(views, QTabWidget):
                 bar = views.tabBar()
@@ -207,10 +216,8 @@ def measure(folder: str, text: str, panels: list[str], stall_ms: float = 50.0, s
                     phase = beat.begin(f"{title}: {views.tabText(i)} tab")
                     QTest.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(i).center())
                     _finish(phase, _settle(window, beat, settle_s))
-            for name, control in _stepped_controls(slot.panel):
-                phase = beat.begin(f"{title}: {name} up")
-                QTest.keyClick(control, Qt.Key.Key_Up)
-                _finish(phase, _settle(window, beat, settle_s))
+                    step_controls()
+            step_controls()
             phase = beat.begin(f"{title}: hover")
             page = slot.panel
             for i in range(1, 20):

@@ -96,10 +96,15 @@ def test_the_other_features_bias_and_error_bars_are_always_named(qtbot, demo_and
     chart.resize(width, 300)
     chart.show()
     chart.set_attribution(fa, "attribution")
-    qtbot.wait(50)
     tail = chart.labels[MAX_FEATURE_BARS:]
     assert "other" in tail[0] and tail[-2:] == ["bias", "error"], tail
     axis = chart.plot_item.getAxis("bottom")
+    # the axis grows a line when its labels need one, laid out again after that paint (a fixed wait was too
+    # short on a loaded machine)
+    def laid_out():
+        drawn = _drawn_labels(chart)
+        return bool(drawn) and all(a.bottom() <= axis.height() + 1 for a, _ in drawn)
+    qtbot.waitUntil(laid_out, timeout=10000)
     drawn = _drawn_labels(chart)
     assert set(tail) <= {text for _, text in drawn}, (tail, [t for _, t in drawn])
     for i, (a, ta) in enumerate(drawn):

@@ -451,7 +451,10 @@ class TrainingPanel(QWidget):
         return f"train-{self.run_dir.name}" if self.run_dir is not None else "train"
 
     def export_widget(self) -> QWidget:
-        return self.dictionary.plots if self.dictionary_mode else self.plots_widget
+        if self.dictionary_mode:
+            self.dictionary.plots.draw()  # the events of the last REDRAW_MS too
+            return self.dictionary.plots
+        return self.plots_widget
 
     def export_unavailable(self) -> str | None:
         events = self.dictionary.run.events if self.dictionary_mode else self.events

@@ -1,0 +1,28 @@
+"""Train, dictionary mode: a run's events are drawn together, not one redraw each (ui.panels.training_sae)."""
+from __future__ import annotations
+
+from desktop_app.ui.panels.training_sae import DictionaryPlots
+
+
+def test_a_burst_of_step_events_is_drawn_in_one_redraw_with_every_point(qtbot):
+    """On one core a fast run's events (one every 10 steps, each redraw setting a whole series) outpaced the UI
+    thread: test_training_dictionary after test_train_seq2seq_panel under taskset -c 0 timed out at 150 s
+    inside its 60 s waitUntil. A burst now costs one redraw per curve."""
+    plots = DictionaryPlots()
+    qtbot.addWidget(plots)
+    plots.show()
+    sets = []
+    for name, curve in plots.curves.items():
+        real = curve.setData
+        curve.setData = lambda *a, _real=real, _name=name, **k: (sets.append(_name), _real(*a, **k))[1]
+    for step in range(10, 5_010, 10):
+        plots.add({"event": "step", "step": step, "mse": 1.0 / step, "l0": 4.0, "variance_explained": 0.5,
+                   "dead": step // 1000})
+    plots.add({"event": "eval", "step": 5_000, "mse": 0.1, "l0": 4.0, "variance_explained": 0.6})
+    qtbot.waitUntil(lambda: len(plots.curves["l0"].getData()[0] if plots.curves["l0"].getData()[0] is not None
+                                else []) == 500, timeout=10_000)
+    assert sorted(sets) == sorted(["mse", "l0", "variance_explained", "dead", "held-out mse", "held-out l0",
+                                   "held-out variance_explained"])  # once each (it was 500 times each)
+    xs, ys = plots.curves["dead"].getData()
+    assert list(xs) == list(range(10, 5_010, 10)) and ys[-1] == 5
+    assert plots.dead_plot.getViewBox().viewRange()[1][1] >= 5  # its y range follows the counts

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from PySide6.QtGui import QFontMetrics
 
 from desktop_app.app.features import attribute_features
 from desktop_app.core.checkpoints import load_model_folder

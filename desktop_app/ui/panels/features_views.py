@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QLabel, QPushButton,
+from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton,
                                QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from .. import settings as app_settings
@@ -27,6 +27,11 @@ def fill_table(table: QTableWidget, header: list[str], rows: list[list], align_r
     table.clear()
     table.setColumnCount(len(header))
     table.setHorizontalHeaderLabels(header)
+    # empty, the columns share the table's width (at their default widths an empty narrow table showed a
+    # scroll bar); filled, they are the caller's to size (resizeColumnsToContents)
+    header_view = table.horizontalHeader()
+    header_view.setSectionResizeMode(QHeaderView.ResizeMode.Interactive if rows else QHeaderView.ResizeMode.Stretch)
+    header_view.setStretchLastSection(bool(rows))  # (a stretched last section keeps its default width)
     table.setRowCount(len(rows))
     for r, row in enumerate(rows):
         for c, value in enumerate(row):
@@ -128,6 +133,7 @@ class FeatureDashboard(QWidget):
         fill_table(self.contexts_table, ["rank", "activation", "before", "token", "after"], [])
         self.histogram.getPlotItem().clear()
         self.histogram.getPlotItem().setTitle("")
+        self._show_histogram_axes(False)  # (bare 0-1 axes looked like an empty histogram of data)
         self.status.setText(status)
         self.drawn.emit()
 
@@ -139,6 +145,7 @@ class FeatureDashboard(QWidget):
         self.contexts_table.resizeColumnsToContents()
         item = self.histogram.getPlotItem()
         item.clear()
+        self._show_histogram_axes(True)
         counts, edges = tc.histogram
         if len(counts):
             item.addItem(pg.BarGraphItem(x0=edges[:-1], x1=edges[1:], height=counts, brush=POSITIVE, pen=None))
@@ -148,6 +155,12 @@ class FeatureDashboard(QWidget):
         self.status.setText(f"Top {len(tc.rows)} contexts over {tc.tokens_seen:,} tokens"
                             + (" (read from the cache)" if cached else "") + ".")
         self.drawn.emit()
+
+    def _show_histogram_axes(self, shown: bool) -> None:
+        item = self.histogram.getPlotItem()
+        for name in ("left", "bottom"):
+            item.showAxis(name, shown)
+        item.showGrid(y=shown, alpha=0.3)
 
     def show_decoder_tokens(self, promoted, suppressed, problem: str = "") -> None:
         for table, pairs in ((self.promoted_table, promoted), (self.suppressed_table, suppressed)):

@@ -27,11 +27,6 @@ def fill_table(table: QTableWidget, header: list[str], rows: list[list], align_r
     table.clear()
     table.setColumnCount(len(header))
     table.setHorizontalHeaderLabels(header)
-    # empty, the columns share the table's width (at their default widths an empty narrow table showed a
-    # scroll bar); filled, they are the caller's to size (resizeColumnsToContents)
-    header_view = table.horizontalHeader()
-    header_view.setSectionResizeMode(QHeaderView.ResizeMode.Interactive if rows else QHeaderView.ResizeMode.Stretch)
-    header_view.setStretchLastSection(bool(rows))  # (a stretched last section keeps its default width)
     table.setRowCount(len(rows))
     for r, row in enumerate(rows):
         for c, value in enumerate(row):
@@ -40,6 +35,15 @@ def fill_table(table: QTableWidget, header: list[str], rows: list[list], align_r
             if c in align_right:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             table.setItem(r, c, item)
+
+
+def columns_share_width_while_empty(table: QTableWidget) -> None:
+    """An empty table's columns share its width (at their default widths an empty narrow table showed a scroll
+    bar); a filled one's are sized as read_only_table makes them (the caller's resizeColumnsToContents)."""
+    empty = table.rowCount() == 0
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.Stretch if empty else QHeaderView.ResizeMode.Interactive)
+    header.setStretchLastSection(not empty)  # (a stretched last section keeps its default width)
 
 
 def read_only_table() -> QTableWidget:
@@ -131,6 +135,7 @@ class FeatureDashboard(QWidget):
     def clear_contexts(self, status: str = "") -> None:
         self.contexts = None
         fill_table(self.contexts_table, ["rank", "activation", "before", "token", "after"], [])
+        columns_share_width_while_empty(self.contexts_table)
         self.histogram.getPlotItem().clear()
         self.histogram.getPlotItem().setTitle("")
         self._show_histogram_axes(False)  # (bare 0-1 axes looked like an empty histogram of data)
@@ -142,6 +147,7 @@ class FeatureDashboard(QWidget):
         rows = [[rank, f"{act:.4g}", visible(left), visible(token), visible(right)]
                 for rank, act, _i, token, left, right in tc.rows]
         fill_table(self.contexts_table, ["rank", "activation", "before", "token", "after"], rows, align_right=(1, 2))
+        columns_share_width_while_empty(self.contexts_table)
         self.contexts_table.resizeColumnsToContents()
         item = self.histogram.getPlotItem()
         item.clear()
@@ -167,6 +173,8 @@ class FeatureDashboard(QWidget):
             fill_table(table, ["token", "weight"], [[repr(t), f"{w:+.3g}"] for t, w in pairs], align_right=(1,))
         if problem:
             fill_table(self.promoted_table, ["token", "weight"], [[problem, ""]])
+        for table in (self.promoted_table, self.suppressed_table):
+            columns_share_width_while_empty(table)
 
     def set_running(self, running: bool) -> None:
         self.run_button.setEnabled(not running)

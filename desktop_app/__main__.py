@@ -52,6 +52,9 @@ def exit_when_done(rc: int) -> int:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
+    except BrokenPipeError:  # stdout's reader went away before the last of it was written
+        from .cli import output_reader_gone
+        os._exit(output_reader_gone())
     except (OSError, ValueError):  # a closed pipe or stream: the normal exit reports it
         return rc
     os._exit(rc)

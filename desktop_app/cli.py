@@ -49,6 +49,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell shows for a command whose reader went away
+
+
+def output_reader_gone() -> int:
+    """stdout's reader has closed the pipe (`te-cli families | head -3`): nothing more can be shown, and that is
+    no error to report (it read "error: Broken pipe"). stdout goes to the null device so that no later flush
+    fails again (Python's own advice for SIGPIPE); the exit status is a shell's for SIGPIPE."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # (no stdout file descriptor to replace)
+        pass
+    return EXIT_PIPE_CLOSED
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -60,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (`... | head -3`)
+        return output_reader_gone()
     except Exception as exc:  # a clear one-line message, not a traceback, for expected failures
         from .core.checkpoints import ModelLoadError
         from .core.files import WriteError

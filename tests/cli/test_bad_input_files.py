@@ -14,18 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_refusals import refused as _refused
 from desktop_app.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def _refused(argv, capsys) -> str:
-    """The command's one line on stderr (exit 2, no traceback)."""
-    code = main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err)
-    return lines[0]
 
 
 @pytest.mark.parametrize("command", ["lipschitz", "dynamics"])

@@ -13,17 +13,9 @@ import json
 import pytest
 import torch
 
-from desktop_app.cli import main
+from cli_refusals import refused as _refused
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def _refused(argv, capsys) -> str:
-    code = main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err)
-    return lines[0]
 
 
 def _sae(tmp_path):

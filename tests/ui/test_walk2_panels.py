@@ -9,13 +9,24 @@ from PySide6.QtCore import Qt
 from .walkthrough import click_panel_tab, open_window
 
 
+def _generate_with_a_head_ablated(qtbot, model_dirs):
+    """The window on a llama with one head ablated (a What if edit), its Generate panel on show."""
+    from desktop_app.core.interventions import Intervention
+
+    w, state = open_window(qtbot, model_dirs["llama"], name="llama")
+    panel = click_panel_tab(qtbot, w, "Generate")
+    with qtbot.waitSignal(state.trace_changed, timeout=20_000):
+        state.set_interventions([Intervention("blocks.1.attn.head.2")])
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=20_000)
+    return w, state, panel
+
+
 def test_generate_says_nothing_is_computing_once_another_model_drops_the_plain_models_job(
         qtbot, model_dirs, isolated_user_files, monkeypatch):
     """With edits, the bars' 'model as trained' column is computed in a job; opening another model while it
     ran dropped its result and left 'computing the model as trained…' on screen for good (and
     screenshot_ready, which read that label, False for good)."""
     from desktop_app.core.checkpoints import load_model_folder
-    from desktop_app.core.interventions import Intervention
     from desktop_app.ui.panels import generation
 
     release, started = threading.Event(), threading.Event()
@@ -27,11 +38,7 @@ def test_generate_says_nothing_is_computing_once_another_model_drops_the_plain_m
         return plain_logits_at(*args)
 
     monkeypatch.setattr(generation, "plain_logits_at", held)
-    w, state = open_window(qtbot, model_dirs["llama"], name="llama")
-    panel = click_panel_tab(qtbot, w, "Generate")
-    with qtbot.waitSignal(state.trace_changed, timeout=20_000):
-        state.set_interventions([Intervention("blocks.1.attn.head.2")])
-    qtbot.waitUntil(lambda: state._trace_job is None, timeout=20_000)
+    w, state, panel = _generate_with_a_head_ablated(qtbot, model_dirs)
     qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: started.is_set() and panel.session is not None and not panel.busy, timeout=20_000)
     assert panel.plain_box.isVisible() and panel.plain_label.text() == generation.PLAIN_COMPUTING
@@ -361,14 +368,9 @@ def test_generates_png_holds_the_model_as_trained_beside_the_edited_bars(qtbot, 
     only."""
     from PySide6.QtGui import QImage
 
-    from desktop_app.core.interventions import Intervention
     from desktop_app.ui.widgets import export
 
-    w, state = open_window(qtbot, model_dirs["llama"], name="llama")
-    panel = click_panel_tab(qtbot, w, "Generate")
-    with qtbot.waitSignal(state.trace_changed, timeout=20_000):
-        state.set_interventions([Intervention("blocks.1.attn.head.2")])
-    qtbot.waitUntil(lambda: state._trace_job is None, timeout=20_000)
+    w, state, panel = _generate_with_a_head_ablated(qtbot, model_dirs)
     qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: panel.session is not None and panel.screenshot_ready(), timeout=20_000)
     assert panel.plain_box.isVisible() and "log p" in panel.plain_label.text()

@@ -135,3 +135,25 @@ def our_logits(path: Path, ids: torch.Tensor) -> torch.Tensor:
     loaded = load_model_file(path, dtype="float32")
     with torch.no_grad():
         return loaded.model(ids).logits
+
+
+def refused(path, peak_limit: int = 64 << 20) -> str:
+    """load_model_file's one-line refusal of `path` (it names the file), made within `peak_limit` bytes of
+    Python allocations (tracemalloc): a lying header is refused before anything large is read."""
+    import tracemalloc
+
+    import pytest
+
+    from desktop_app.core.checkpoints import ModelLoadError
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ModelLoadError) as info:
+            load_model_file(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(str(path)), message
+    assert peak < peak_limit, f"{peak:,} bytes allocated before the refusal"
+    return message

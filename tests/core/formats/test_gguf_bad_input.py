@@ -3,7 +3,6 @@ allocation: truncated, a tensor's offset past the end, an unknown type, a huge d
 values, a type or architecture this app does not read, not a GGUF at all."""
 from __future__ import annotations
 
-import tracemalloc
 
 import numpy as np
 import torch
@@ -12,7 +11,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("transformers")
 
-from gguf_cases import write_gguf  # noqa: E402
+from gguf_cases import refused, write_gguf  # noqa: E402
 
 from desktop_app.core.checkpoints import ModelLoadError  # noqa: E402
 from desktop_app.core.formats import load_model_file  # noqa: E402
@@ -37,18 +36,6 @@ def damaged(good, tmp_path, patch) -> str:
     return path
 
 
-def refused(path) -> str:
-    tracemalloc.start()
-    try:
-        with pytest.raises(ModelLoadError) as info:
-            load_model_file(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    message = str(info.value)
-    assert "\n" not in message and message.startswith(str(path)), message
-    assert peak < 64 << 20, f"{peak:,} bytes allocated before the refusal"
-    return message
 
 
 def test_truncated_in_the_tensor_data(good, tmp_path):

@@ -25,6 +25,7 @@ from ...app.dynamics import stack_layer_curves, stack_trace
 from ...core import dynamics as dy
 from ...core.views.dynamics import DynamicsViewState
 from ..state import EDITS, INPUT, MODEL, ResultView
+from ..widgets.after_first_paint import AfterFirstPaint
 from ..widgets.export import ExportBar, export_view, say_in_status_bar
 from ..widgets.form_fields import keyed_combo
 from ..widgets.menu_on_demand import MenuOnDemandViewBox
@@ -124,10 +125,10 @@ class DynamicsPanel(QWidget, ResultView):
         self.watch_inputs(state)  # clear_results: a simulation of another model's tokens or head goes
         self._on_model_changed(getattr(state, "loaded", None))
         # the model's curves and the starting particles are computed in workers started after the panel's first
-        # paint (started in a tab's click, they took the cores from it): showEvent, paintEvent
+        # paint (started in a tab's click, they took the cores from it): here and showEvent
         self._curves_job = None
-        self._after_paint: list = [lambda: self._on_trace_changed(getattr(state, "trace", None))]
-        self._painted = False
+        self._after_paint = AfterFirstPaint(self)
+        self._after_paint.call(lambda: self._on_trace_changed(getattr(state, "trace", None)))
 
     # -- layout ----------------------------------------------------------------------------------
     def _build_ui(self) -> None:
@@ -810,23 +811,11 @@ class DynamicsPanel(QWidget, ResultView):
         super().showEvent(event)
         if not self._shown_once:  # a first look shows the starting particles, not empty axes
             self._shown_once = True
-            self._after_paint.append(lambda: self.sim is None and self._build_job is None and self.reset())
-            QTimer.singleShot(1000, self, self._start_after_paint)  # (a paint that never comes holds them no longer)
-
-    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        super().paintEvent(event)
-        if not self._painted:
-            self._painted = True
-            QTimer.singleShot(0, self, self._start_after_paint)  # (after this paint reaches the screen)
-
-    def _start_after_paint(self) -> None:
-        starts, self._after_paint = self._after_paint, []
-        for start in starts:
-            start()
+            self._after_paint.call(lambda: self.sim is None and self._build_job is None and self.reset())
 
     def screenshot_ready(self) -> bool:
         """The starting particles and the model's curves are drawn (or said to have failed)."""
-        return not self._after_paint and self._build_job is None and self._curves_job is None
+        return not self._after_paint.pending and self._build_job is None and self._curves_job is None
 
     def closeEvent(self, event) -> None:
         self.timer.stop()

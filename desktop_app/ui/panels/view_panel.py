@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QHBoxLayout, QTabWidget, QVBoxLayout, QWidget
 
 from ...core.views import HeatmapResult, View, export_name, view_names
+from ..widgets.after_first_paint import AfterFirstPaint
 from ..widgets.elided_label import ElidedLabel
 from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap
@@ -44,8 +44,7 @@ class ViewTablePanel(QWidget):
         # Qwen2.5-0.5B shape drawing every view at a result held the UI thread ~1.2 s (bench ui)
         self._stale: set[str] = set()
         self._job = None
-        self._painted = False  # the panel's first paint done (a worker started before it waits for it: _run_trace_job)
-        self._start_after_paint: Callable[[], None] | None = None
+        self._after_paint = AfterFirstPaint(self)  # a worker asked for before the first paint: _run_trace_job
         self._relabel = False  # keep_zoom heatmaps need new labels / mask (a new trace)
         # one line beside the controls: cut with "…" (whole text in the tooltip), never widening the window
         self.status = ElidedLabel(waiting_text)
@@ -184,6 +183,13 @@ class ViewTablePanel(QWidget):
     def _is_current(self, generation: int) -> bool:
         return generation == self._generation
 
+    # A panel built by a click on its tab starts its trace's worker at once, and at the Qwen2.5-0.5B shape the
+    # worker's numpy and torch work (the layer analysis: float64 copies of the residual stream, cosines on both
+    # cores) took the cores from the panel's first paint: the Layers tab's first show was 1.2-1.9x slower with the
+    # worker running than without (the UI thread's own CPU time the same; bench ui). So a job asked for before the
+    # panel's first paint starts just after it, or at the next turn of the event loop when no paint is coming
+    # (widgets.after_first_paint). (Layers only: the Attention panel is built by the first look, before its trace,
+    # and follows its own jobs' ends.)
     def _run_trace_job(self, work: Callable, on_result: Callable, failure: str, sync: bool,
                        on_progress: Callable[[int, int, str], None] | None = None,
                        on_partial: Callable | None = None) -> None:
@@ -193,14 +199,16 @@ class ViewTablePanel(QWidget):
         if sync:
             on_result(work())
             return
-        from ..workers import run_job
-
         self._cancel_job()  # its result would be dropped anyway
-        if self.START_AFTER_FIRST_PAINT and not self._painted:  # (a panel built by a tab's click: see below)
-            self._start_after_paint = lambda: self._run_trace_job(work, on_result, failure, sync, on_progress,
-                                                                  on_partial)
-            QTimer.singleShot(0, self._start_unless_about_to_paint)
+        if self.START_AFTER_FIRST_PAINT and not self._after_paint.painted:  # (a panel built by a tab's click: below)
+            self._after_paint.call(lambda: self._start_trace_job(work, on_result, failure, on_progress, on_partial))
             return
+        self._start_trace_job(work, on_result, failure, on_progress, on_partial)
+
+    def _start_trace_job(self, work: Callable, on_result: Callable, failure: str,
+                         on_progress: Callable[[int, int, str], None] | None,
+                         on_partial: Callable | None) -> None:
+        from ..workers import run_job
 
         mine: list = []  # this job, once started: only its own delivery marks the panel's work done
 
@@ -234,43 +242,16 @@ class ViewTablePanel(QWidget):
     def _job_cancelled(self) -> None:
         """The current trace's worker was cancelled by the person (not replaced by a newer trace's)."""
 
-    # A panel built by a click on its tab starts its trace's worker at once, and at the Qwen2.5-0.5B shape the
-    # worker's numpy and torch work (the layer analysis: float64 copies of the residual stream, cosines on both
-    # cores) took the cores from the panel's first paint: the Layers tab's first show was 1.2-1.9x slower with the
-    # worker running than without (the UI thread's own CPU time the same; bench ui). So a job asked for before the
-    # panel's first paint starts just after it, unless the panel is not about to be painted (built on a hidden
-    # tab, or alone in a test or the CLI): then it starts at the next turn of the event loop. (Layers only: the
-    # Attention panel is built by the first look, before its trace, and follows its own jobs' ends.)
-    def _start_unless_about_to_paint(self) -> None:
-        parent = self.parentWidget()
-        if self._start_after_paint is not None and not (self.isVisible() or (parent is not None and parent.isVisible())):
-            self._start_pending()
-        elif self._start_after_paint is not None:
-            QTimer.singleShot(1000, self._start_pending)  # (a paint that never comes holds it no longer)
-
-    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        super().paintEvent(event)
-        if not self._painted:
-            self._painted = True
-            if self._start_after_paint is not None:
-                QTimer.singleShot(0, self._start_pending)  # (after this paint reaches the screen)
-
-    def _start_pending(self) -> None:
-        start, self._start_after_paint = self._start_after_paint, None
-        if start is not None:
-            self._painted = True  # (from now on a job starts when asked for)
-            start()
-
     def screenshot_ready(self) -> bool:
         """--screenshot waits for the worker's numbers: a heatmap still 'computing…' is no picture."""
-        return self._job is None and self._start_after_paint is None
+        return self._job is None and not self._after_paint.pending
 
     def _cancel_job(self) -> None:
         if self._job is not None and not self._job.done:
             self._job.cancel()
         had = self._job is not None
         self._job = None  # nothing more of it will be shown
-        self._start_after_paint = None  # (one not started yet never starts)
+        self._after_paint.cancel()  # (one not started yet never starts)
         if had:
             self._job_changed()
 

@@ -26,3 +26,38 @@ def test_a_burst_of_step_events_is_drawn_in_one_redraw_with_every_point(qtbot):
     xs, ys = plots.curves["dead"].getData()
     assert list(xs) == list(range(10, 5_010, 10)) and ys[-1] == 5
     assert plots.dead_plot.getViewBox().viewRange()[1][1] >= 5  # its y range follows the counts
+
+
+def test_a_burst_of_model_step_events_is_drawn_in_one_redraw_with_every_point(qtbot):
+    """Train, model mode (ui.panels.training_plots): each step event set the loss, learning-rate and every layer's
+    gradient-norm series whole, as the dictionary mode's did before its throttle (the same RedrawSoon now)."""
+    from desktop_app.ui.panels.training_plots import TrainingPlots
+
+    plots = TrainingPlots()
+    qtbot.addWidget(plots)
+    plots.show()
+    sets = []
+
+    def counted(name, curve):
+        real = curve.setData
+        curve.setData = lambda *a, _real=real, **k: (sets.append(name), _real(*a, **k))[1]
+
+    for name in ("train_curve", "lr_curve", "val_curve", "acc_curve"):
+        counted(name, getattr(plots, name))
+    layers = ("embed", "blocks.0", "head")
+    steps = range(1, 501)
+    for s in steps:
+        plots.add({"event": "step", "step": s, "train_loss": 1.0 / s, "lr": 1e-3,
+                   "grad_norms": {layer: 0.5 for layer in layers}})
+        if s == 1:  # (each layer's curve is made at its first event, in the event's order)
+            for layer in layers:
+                counted(layer, plots.grad_curves[layer])
+    qtbot.waitUntil(lambda: plots.train_curve.getData()[0] is not None and len(plots.train_curve.getData()[0]) == 500,
+                    timeout=10_000)
+    assert sorted(sets) == sorted(["train_curve", "lr_curve", *layers])  # once each (it was 500 times each)
+    xs, ys = plots.train_curve.getData()
+    assert list(xs) == list(steps) and ys[-1] == 1.0 / 500
+    assert all(len(plots.grad_curves[layer].getData()[0]) == 500 for layer in layers)
+    plots.add({"event": "step", "step": 501, "train_loss": 0.001, "lr": 1e-3, "grad_norms": {}})
+    plots.add({"event": "eval", "step": 501, "val_loss": 0.5, "val_accuracy": 0.9})  # drawn at once, the step too
+    assert len(plots.train_curve.getData()[0]) == 501 and list(plots.val_curve.getData()[1]) == [0.5]

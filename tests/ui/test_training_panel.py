@@ -175,6 +175,7 @@ def test_run_shows_metrics_stops_and_loads_the_model(qtbot, tmp_path, monkeypatc
     qtbot.waitUntil(lambda: sum(e["event"] == "eval" for e in panel.events) >= 2, timeout=90_000)
     steps = [e for e in panel.events if e["event"] == "step"]
     assert steps and panel.progress.value() == steps[-1]["step"]
+    panel.plots.draw()  # (the steps of the last REDRAW_MS too, as an export draws them)
     x, y = panel.train_curve.getData()
     assert len(x) == len(steps) and y[-1] == steps[-1]["train_loss"]
     assert len(panel.val_curve.getData()[0]) >= 2

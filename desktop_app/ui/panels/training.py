@@ -413,6 +413,7 @@ class TrainingPanel(QWidget):
         elif kind == "error":
             self.status_label.setText(ev["message"])
         elif kind in ("done", "stopped"):
+            self.plots.draw()  # (the last steps' points, not REDRAW_MS later)
             # which numbers are the training batches' and which the last evaluation's, at which step
             # (accuracies as percentages with one decimal, as while running and in the help)
             where = f" Checkpoint: {self.out_dir}" if self.out_dir is not None else " (no checkpoint: MLP baseline)"
@@ -454,6 +455,7 @@ class TrainingPanel(QWidget):
         if self.dictionary_mode:
             self.dictionary.plots.draw()  # the events of the last REDRAW_MS too
             return self.dictionary.plots
+        self.plots.draw()  # (the same)
         return self.plots_widget
 
     def export_unavailable(self) -> str | None:

@@ -6,8 +6,10 @@ sentence (widgets.live_cross_attention), both from its evaluations.
 from __future__ import annotations
 
 import math
+from typing import Callable, Hashable
 
 import pyqtgraph as pg
+from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QGridLayout, QWidget
 
 from ..widgets.legend_place import keep_legend_clear
@@ -42,6 +44,38 @@ class SpacedAxis(pg.AxisItem):
 
 
 LEGEND_STYLE = {"brush": (255, 255, 255, 215), "labelTextColor": "#222"}  # readable over the curves
+
+
+class RedrawSoon:
+    """A run's curves redrawn at most every REDRAW_MS, not at each event: a run logs every 10 steps and each
+    redraw sets a whole series, so on one core a fast run's events outpaced the UI thread, which then did
+    nothing else (test_training_dictionary's waitUntil never came back to see its timeout). changed(key) notes
+    a curve whose series grew; the owner's draw(keys) sets those within REDRAW_MS, or at now()."""
+
+    REDRAW_MS = 100
+
+    def __init__(self, owner: QObject, draw: Callable[[set], None]) -> None:
+        self._draw = draw
+        self._keys: set = set()
+        self._timer = QTimer(owner, singleShot=True, interval=self.REDRAW_MS)
+        self._timer.timeout.connect(self.now)
+
+    def changed(self, key: Hashable) -> None:
+        self._keys.add(key)
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def now(self) -> None:
+        """Set the curves that changed since the last draw (an export calls it too: nothing is left out)."""
+        self._timer.stop()
+        keys, self._keys = self._keys, set()
+        if keys:
+            self._draw(keys)
+
+    def forget(self) -> None:
+        """The curves were emptied (a new run): nothing of the last one is left to draw."""
+        self._timer.stop()
+        self._keys = set()
 
 
 def step_plot(title: str, ylabel: str, left: pg.AxisItem | None = None) -> pg.PlotWidget:
@@ -97,6 +131,7 @@ class TrainingPlots(QWidget):
         grid.setRowStretch(0, 1)
         grid.setRowStretch(1, 1)
         grid.setRowStretch(2, 1)
+        self._redraw = RedrawSoon(self, self._set_curves)  # (at each step event the UI thread did nothing else)
         self.clear()
         for plot in (self.loss_plot, self.acc_plot, self.grad_plot, self.load_plot):
             keep_legend_clear(plot)  # in the corner the curves leave free (one layer's norms were under it)
@@ -116,6 +151,7 @@ class TrainingPlots(QWidget):
             self.load_plot.removeItem(curve)
         self.load_curves = []
         self.load_plot.hide()
+        self._redraw.forget()
         self.grad_series: dict[str, tuple[list, list]] = {}  # layer -> (steps, norms), in the order first seen
         for curve in (self.train_curve, self.val_curve, self.acc_curve, self.train_acc_curve, self.lr_curve):
             curve.setData([], [])
@@ -126,7 +162,8 @@ class TrainingPlots(QWidget):
         self.grad_plot.addLegend(offset=(-10, 10), colCount=2, **LEGEND_STYLE)
 
     def add(self, ev: dict) -> None:
-        """Draw a "step", "eval" or "cross_attention" event of the run (other events draw nothing)."""
+        """Draw a "step", "eval" or "cross_attention" event of the run (other events draw nothing): a step's
+        points within REDRAW_MS (RedrawSoon), an evaluation's at once with the steps before it."""
         kind = ev["event"]
         if kind == "step":
             s = ev["step"]
@@ -136,20 +173,15 @@ class TrainingPlots(QWidget):
                 xs, ys = self.grad_series.setdefault(layer, ([], []))
                 xs.append(s)
                 ys.append(max(value, 1e-12))
-                if layer not in self.grad_curves:
+                if layer not in self.grad_curves:  # (made at once: the legend lists the layers in the event's order)
                     colour = LAYER_COLOURS[i % len(LAYER_COLOURS)]
                     self.grad_curves[layer] = self.grad_plot.plot(pen=pg.mkPen(colour, width=1.5), name=layer)
-                self.grad_curves[layer].setData(xs, ys)
-            self.train_curve.setData(*self._series["train"])
-            self.lr_curve.setData(*self._series["lr"])
+                self._redraw.changed(("grad", layer))
         elif kind == "eval":
             self._append("val", ev["step"], ev["val_loss"])
             self._append("acc", ev["step"], ev["val_accuracy"])
-            self.val_curve.setData(*self._series["val"])
-            self.acc_curve.setData(*self._series["acc"])
             if ev.get("train_accuracy") is not None:
                 self._append("train_acc", ev["step"], ev["train_accuracy"])
-                self.train_acc_curve.setData(*self._series["train_acc"])
             if ev.get("expert_load") is not None:  # a mixture of experts: its router balance
                 self._add_load(ev["step"], ev["expert_load"])
             if ev.get("val_exact_match") is not None:  # an encoder-decoder's: whole held-out targets right
@@ -157,10 +189,25 @@ class TrainingPlots(QWidget):
                     self.exact_curve = self.acc_plot.plot(pen=pg.mkPen("#D55E00", width=2), symbol="s", symbolSize=6,
                                                           symbolBrush="#D55E00", name="held-out exact match")
                 self._append("exact", ev["step"], ev["val_exact_match"])
-                self.exact_curve.setData(*self._series["exact"])
+            self.draw()  # (one every eval_every steps)
         elif kind == "cross_attention":
             self.cross_attention.show()
             self.cross_attention.set_event(ev)
+
+    def draw(self) -> None:
+        """Every point added so far on the plots now (an export, an evaluation, the run's end)."""
+        self._redraw.now()
+
+    def _set_curves(self, keys: set) -> None:
+        curves = {"train": self.train_curve, "val": self.val_curve, "acc": self.acc_curve,
+                  "train_acc": self.train_acc_curve, "lr": self.lr_curve, "exact": self.exact_curve}
+        for key in keys:
+            if key in curves:
+                curves[key].setData(*self._series[key])
+            elif key[0] == "grad":
+                self.grad_curves[key[1]].setData(*self.grad_series[key[1]])
+            else:  # ("load", layer)
+                self.load_curves[key[1]].setData(*self.load_series[key[1]])
 
     def _add_load(self, step: int, load: list[list[float]]) -> None:
         self.load_plot.show()
@@ -173,9 +220,10 @@ class TrainingPlots(QWidget):
             xs, ys = self.load_series[layer]
             xs.append(step)
             ys.append(max(shares) * len(shares))
-            self.load_curves[layer].setData(xs, ys)
+            self._redraw.changed(("load", layer))
 
     def _append(self, key: str, x, y) -> None:
         xs, ys = self._series[key]
         xs.append(x)
         ys.append(y)
+        self._redraw.changed(key)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLabel, QLineEdit, QPushButton,
                                QVBoxLayout, QWidget)
 
@@ -24,7 +24,7 @@ from ...core.training.sae import DEAD_STEPS, SAE_OPTIONS, SaeTrainConfig
 from ..widgets.form_fields import ask_text_file, path_row
 from ..workers import run_job
 from .training_form import _box, _combo, _dspin, _error_label, _show_error, _spin
-from .training_plots import LEGEND_STYLE, step_plot
+from .training_plots import LEGEND_STYLE, RedrawSoon, step_plot
 from .training_run import new_run_dir, runs_root
 
 SAE_OPTION = {o.key: o for o in SAE_OPTIONS}
@@ -284,34 +284,29 @@ class DictionaryPlots(QWidget):
         grid.addWidget(self.l0_plot, 0, 1)
         grid.addWidget(self.fve_plot, 1, 0)
         grid.addWidget(self.dead_plot, 1, 1)
-        # the curves are redrawn at most every REDRAW_MS, not at each event: a run logs every 10 steps and each
-        # redraw sets a whole series, so on one core a fast run's events outpaced the UI thread, which then did
-        # nothing else (test_training_dictionary's waitUntil never came back to see its timeout)
-        self._redraw = QTimer(self, singleShot=True, interval=self.REDRAW_MS)
-        self._redraw.timeout.connect(self.draw)
-        self._changed: set[str] = set()
+        self._redraw = RedrawSoon(self, self._set_curves)  # (at each event the UI thread did nothing else)
         self.clear()
-
-    REDRAW_MS = 100
 
     def clear(self) -> None:
         self.series: dict[str, tuple[list, list]] = {key: ([], []) for key in self.curves}
-        self._changed.clear()
+        self._redraw.forget()
         for curve in self.curves.values():
             curve.setData([], [])
 
     def draw(self) -> None:
-        """Set the curves that changed since the last draw (the export calls it too: nothing is left out)."""
-        self._redraw.stop()
-        for name in self._changed:
+        """Every point added so far on the plots now (the export calls it: nothing is left out)."""
+        self._redraw.now()
+
+    def _set_curves(self, names: set) -> None:
+        for name in names:
             xs, ys = self.series[name]
             self.curves[name].setData(xs, ys)
             if name == "dead":  # counts from 0 (all zeros would centre the axis on 0)
                 self.dead_plot.setYRange(0, max(max(ys), 1) * 1.05)
-        self._changed.clear()
 
     def add(self, ev: dict) -> None:
-        """Record a "step" (the batch's numbers) or an "eval" (the held-out tokens') event, drawn within REDRAW_MS."""
+        """Record a "step" (the batch's numbers) or an "eval" (the held-out tokens') event, drawn within
+        RedrawSoon.REDRAW_MS."""
         kind = ev["event"]
         if kind not in ("step", "eval"):
             return
@@ -324,9 +319,7 @@ class DictionaryPlots(QWidget):
             xs, ys = self.series[name]
             xs.append(ev["step"])
             ys.append(value)
-            self._changed.add(name)
-        if self._changed and not self._redraw.isActive():
-            self._redraw.start()
+            self._redraw.changed(name)
 
 
 class DictionaryRun(QObject):

@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QGraphicsTextItem
 
+from ..widgets.empty_plot import show_empty
 from ..widgets.legend_place import keep_legend_clear
 from ..widgets.menu_on_demand import MenuOnDemandViewBox
 
@@ -113,10 +114,7 @@ class PlotHint:
             return
         self.text = text
         self.item.setVisible(text is not None)
-        for axis in ("left", "bottom"):
-            self.plot.showAxis(axis, text is None)
-        if getattr(self.plot, "legend", None) is not None:  # a legend of curves not drawn yet
-            self.plot.legend.setVisible(text is None)
+        show_empty(self.plot, text is not None)  # (its title stays: the text says what to do)
         if text is not None:
             self.item.setHtml(f"<div align='center'>{text}</div>")
             self._place()

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHea
 from .. import settings as app_settings
 from ..settings import plot_background, plot_foreground
 from ..widgets.attribution_bars import POSITIVE, AttributionBars, Bars
+from ..widgets.empty_plot import show_empty
 from ..widgets.job_progress import JobProgressBar
 
 
@@ -74,6 +75,7 @@ class FeatureDashboard(QWidget):
     drawn = Signal()  # its top contexts were shown or cleared (the Features panel's ExportBar follows this)
 
     HINT = "Click a feature in the lens; then choose a text file and Run for its top contexts."
+    EMPTY_HISTOGRAM = "Run for the feature's activation histogram"
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -137,8 +139,7 @@ class FeatureDashboard(QWidget):
         fill_table(self.contexts_table, ["rank", "activation", "before", "token", "after"], [])
         columns_share_width_while_empty(self.contexts_table)
         self.histogram.getPlotItem().clear()
-        self.histogram.getPlotItem().setTitle("")
-        self._show_histogram_axes(False)  # (bare 0-1 axes looked like an empty histogram of data)
+        show_empty(self.histogram.getPlotItem(), True, self.EMPTY_HISTOGRAM)
         self.status.setText(status)
         self.drawn.emit()
 
@@ -151,7 +152,7 @@ class FeatureDashboard(QWidget):
         self.contexts_table.resizeColumnsToContents()
         item = self.histogram.getPlotItem()
         item.clear()
-        self._show_histogram_axes(True)
+        show_empty(item, False)
         counts, edges = tc.histogram
         if len(counts):
             item.addItem(pg.BarGraphItem(x0=edges[:-1], x1=edges[1:], height=counts, brush=POSITIVE, pen=None))
@@ -161,12 +162,6 @@ class FeatureDashboard(QWidget):
         self.status.setText(f"Top {len(tc.rows)} contexts over {tc.tokens_seen:,} tokens"
                             + (" (read from the cache)" if cached else "") + ".")
         self.drawn.emit()
-
-    def _show_histogram_axes(self, shown: bool) -> None:
-        item = self.histogram.getPlotItem()
-        for name in ("left", "bottom"):
-            item.showAxis(name, shown)
-        item.showGrid(y=shown, alpha=0.3)
 
     def show_decoder_tokens(self, promoted, suppressed, problem: str = "") -> None:
         for table, pairs in ((self.promoted_table, promoted), (self.suppressed_table, suppressed)):

@@ -35,6 +35,7 @@ from ...core.graphs.layout import (GraphLayout, annotated_json, layout, load_gra
                                    strongest_neighbourhood, sub_layout, user_annotations)
 from ..state import INPUT, MODEL, ResultView
 from ..widgets.edge_layer import EdgeLayer
+from ..widgets.empty_plot import show_empty
 from ..widgets.export import ExportBar, ask_save_path, say_in_status_bar
 from . import key_buttons
 from .features_views import FeatureDashboard, fill_table, read_only_table
@@ -582,10 +583,10 @@ class GraphPanel(QWidget, ResultView):
         """The axes (rows: Emb, L0.., Logit; columns: the prompt's tokens) with a graph only: without one they
         were bare -0.5..0.5 axes, or the rows and tokens of a graph cleared."""
         plot = self.plot.getPlotItem()
-        for side in ("left", "bottom"):
-            if not shown:
+        if not shown:
+            for side in ("left", "bottom"):
                 plot.getAxis(side).setTicks([])
-            plot.showAxis(side, shown)
+        show_empty(plot, not shown)
 
     def _shown_indices(self) -> list[int]:
         """Indices into full_layout of the nodes drawn: all, or the pinned ones (the subgraph)."""

@@ -24,6 +24,7 @@ from PySide6.QtGui import QBrush, QColor, QCursor, QFontMetrics, QPen, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPolygonItem, QGraphicsRectItem, QGraphicsSimpleTextItem, QToolTip
 
 from ..settings import plot_background, plot_foreground
+from .empty_plot import show_empty
 from .readable import text_colour_on
 from .token_strip import _visible
 
@@ -208,7 +209,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.image.setLookupTable(self.cmap.getLookupTable(nPts=256))
         self.values = np.zeros((0, 0), dtype=np.float32)
         self.empty_reason = "Nothing to export: no numbers shown yet"
-        self._show_empty(True)
+        show_empty(self.plot, True)
         self.mask: np.ndarray | None = None
         self.row_labels: list[str] = []
         self.col_labels: list[str] = []
@@ -230,8 +231,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
             bar.axis.setTextPen(pg.mkPen(plot_foreground()))
             bar.axis.setPen(pg.mkPen(plot_foreground()))
             self.addItem(bar, row=0, col=1)
-            self._colorbar_width = bar.maximumWidth()
-            self._show_empty(self.values.size == 0)
+            show_empty(self.plot, self.values.size == 0, colorbar=bar)
         return self._colorbar
 
     def showEvent(self, event) -> None:
@@ -281,20 +281,10 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.image.clear()
         self._annotate()
         self.row_box.setVisible(False)
-        self._show_empty(True)
-        self.plot.setTitle(title, color=plot_foreground())
+        show_empty(self.plot, True, title, self._colorbar)
         self.empty_reason = f"Nothing to export: {title[0].lower() + title[1:]}" if title else \
             "Nothing to export: no numbers shown yet"
         self.drawn.emit()
-
-    def _show_empty(self, empty: bool) -> None:
-        """No matrix: no colour bar and no axes (an empty frame with a 0-1 colour bar looked like data), only the
-        title saying why."""
-        if self._colorbar is not None:
-            self._colorbar.setVisible(not empty)
-            self._colorbar.setMaximumWidth(0 if empty else self._colorbar_width)  # (a hidden item keeps its place)
-        for name in ("left", "bottom"):
-            self.plot.showAxis(name, not empty)
 
     def _set_mask_overlay(self, mask: np.ndarray | None) -> None:
         """Grey over masked cells: a staircase polygon when every row allows a prefix of the columns
@@ -328,7 +318,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
                 self.colorbar.setLevels(self.levels)
         was_empty = self.values.size == 0
         if was_empty and values.size:
-            self._show_empty(False)
+            show_empty(self.plot, False, colorbar=self._colorbar)
         self.values = values
         self.image.setImage(values, levels=self.levels, autoLevels=False)
         self._annotate()

@@ -21,6 +21,16 @@ class PaintWatch(QObject):
         return False
 
 
+def _held(qtbot, widget: QWidget | None = None) -> tuple[QWidget, AfterFirstPaint, list]:
+    """A widget (not shown yet unless given) and one piece of work held for its first paint, noted in `ran`."""
+    w = widget if widget is not None else QWidget()
+    qtbot.addWidget(w)
+    after = AfterFirstPaint(w)
+    ran: list = []
+    after.call(lambda: ran.append(1))
+    return w, after, ran
+
+
 def test_work_asked_for_before_the_first_paint_runs_after_it_once_in_order(qtbot):
     w = QWidget()
     qtbot.addWidget(w)
@@ -54,11 +64,7 @@ def test_once_painted_work_runs_at_once(qtbot):
 
 def test_a_hidden_widget_runs_its_work_at_the_next_turn_of_the_event_loop(qtbot):
     """No paint is coming (built on a hidden tab, alone in a test or the CLI): the work is not held for one."""
-    w = QWidget()
-    qtbot.addWidget(w)
-    after = AfterFirstPaint(w)
-    ran: list = []
-    after.call(lambda: ran.append(1))
+    w, after, ran = _held(qtbot)
     assert ran == [] and after.pending
     qtbot.waitUntil(lambda: ran == [1], timeout=5_000)
     assert not after.pending and not after.painted and not w.isVisible()
@@ -68,13 +74,10 @@ def test_a_hidden_widget_runs_its_work_at_the_next_turn_of_the_event_loop(qtbot)
 
 def test_a_visible_widget_whose_paint_never_comes_runs_its_work_after_the_fallback(qtbot, monkeypatch):
     monkeypatch.setattr(AfterFirstPaint, "FALLBACK_MS", 50)
-    w = QWidget()
-    qtbot.addWidget(w)
-    w.setUpdatesEnabled(False)  # (no paint event is sent)
-    w.show()
-    after = AfterFirstPaint(w)
-    ran: list = []
-    after.call(lambda: ran.append(1))
+    shown = QWidget()
+    shown.setUpdatesEnabled(False)  # (no paint event is sent)
+    shown.show()
+    _, after, ran = _held(qtbot, shown)
     qtbot.wait(10)
     assert ran == [] and after.pending  # visible: held for its paint
     qtbot.waitUntil(lambda: ran == [1], timeout=5_000)
@@ -82,11 +85,7 @@ def test_a_visible_widget_whose_paint_never_comes_runs_its_work_after_the_fallba
 
 
 def test_cancelled_work_never_runs(qtbot):
-    w = QWidget()
-    qtbot.addWidget(w)
-    after = AfterFirstPaint(w)
-    ran: list = []
-    after.call(lambda: ran.append(1))
+    w, after, ran = _held(qtbot)
     after.cancel()
     assert not after.pending
     w.show()

@@ -2,17 +2,24 @@
 from the main window: the source "the black dog sees a white cow" and the target "le chien blanc voit une vache
 blanche [END]" (one adjective wrong) in the Model panel (the target's chips coloured by the probability the
 model gave each target token), then, with the right target, "le chien noir voit une vache blanche [END]", the
-Attention panel's heatmap of the last layer's head 0 in each of its three kinds: cross-attention (the target
-tokens' rows over the source tokens' columns), the encoder's self-attention (source over source) and the
-decoder's causal self-attention (target over target, the masked upper triangle grey).
+Attention panel's heatmap of the last layer's head H (--head, default 0) in each of its three kinds:
+cross-attention (the target tokens' rows over the source tokens' columns), the encoder's self-attention (source
+over source) and the decoder's causal self-attention (target over target, the masked upper triangle grey).
 
-    .venv/bin/python packaging/make_seq2seq_figures.py MODEL_DIR [OUTDIR]   (default: docs/screenshots)
+    .venv/bin/python packaging/make_seq2seq_figures.py MODEL_DIR [OUTDIR] [--head H] [--generate GEN_MODEL_DIR]
+        (default OUTDIR: docs/screenshots)
 
 MODEL_DIR: a model trained on the translation task, e.g. (about two minutes on an idle CPU thread)
     .venv/bin/python -m desktop_app train --task translate --family marian --layers 2 --heads 4 --d-model 64 \\
         --d-ff 128 --lr 3e-3 --steps 600 --warmup 50 --batch-size 64 --seed 0 --out runs/translate
 Writes OUTDIR/seq2seq_model.png, OUTDIR/seq2seq_attention.png (cross-attention),
 OUTDIR/seq2seq_attention_encoder.png and OUTDIR/seq2seq_attention_decoder.png (the README's four figures).
+The head shown is the one whose cross-attention reads the source word being written: which head learns that
+depends on the run (head 0 in an older one, head 1 in the README's: --head 1).
+
+With --generate, also OUTDIR/generate_seq2seq.png: the Generate panel alone (1300 x 760) on GEN_MODEL_DIR, the
+model of the README's Generate paragraph (train ... --steps 1500 --batch-size 32, otherwise as above), the source
+"the black dog runs" stepped to its end, the third generated token clicked in the strip.
 """
 from __future__ import annotations
 
@@ -31,10 +38,58 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 SOURCE = "the black dog sees a white cow"
 TARGET = "le chien noir voit une vache blanche [END]"
 WRONG = "le chien blanc voit une vache blanche [END]"  # the Model panel's: one adjective wrong, its chip pale
+GENERATE_SOURCE = "the black dog runs"
+GENERATE_SHOWN = 3  # the strip's token on show: [start] le chien noir ...
+
+
+def generate_figure(app, model: str, out: Path) -> None:
+    """The Generate panel alone on `model`: GENERATE_SOURCE stepped until the target ends (or 12 steps), then
+    the strip's token GENERATE_SHOWN chosen as a click on it does."""
+    from desktop_app.core.checkpoints import load_model_folder
+    from desktop_app.ui.panels.generation import GenerationPanel
+    from desktop_app.ui.state import AppState
+
+    state = AppState()
+    state.loaded = load_model_folder(model)
+    panel = GenerationPanel(state)
+    state.model_changed.emit(state.loaded)
+    panel.resize(1300, 760)
+    panel.show()
+    panel.prompt.setText(GENERATE_SOURCE)
+
+    def wait(condition) -> None:
+        wait_until(app, condition, 120, "a Generate step", "make_seq2seq_figures")
+
+    for _ in range(12):
+        panel.step()
+        wait(lambda: panel.session is not None and panel.screenshot_ready())
+        if panel.session.finished:
+            break
+    panel._strip_selected(GENERATE_SHOWN)
+    wait(panel.screenshot_ready)
+    panel.grab().save(str(out / "generate_seq2seq.png"))
+    print(panel.status.text())
+    print(f"wrote {out / 'generate_seq2seq.png'}")
+    panel.close()
 
 
 def main() -> int:
     args = [a for a in sys.argv[1:] if a != "--all"]  # (--all: what an older version wrote only when asked)
+    options = {}
+    for flag in ("--generate", "--head"):
+        if flag in args:
+            at = args.index(flag)
+            if at + 1 >= len(args):
+                print(f"make_seq2seq_figures: {flag} needs a value", file=sys.stderr)
+                return 2
+            options[flag] = args[at + 1]
+            del args[at:at + 2]
+    generate = options.get("--generate")
+    try:
+        head = int(options.get("--head", "0"))
+    except ValueError:
+        print(f"make_seq2seq_figures: --head {options['--head']!r} is not a head number", file=sys.stderr)
+        return 2
     if not args:
         print(__doc__)
         return 2
@@ -83,12 +138,14 @@ def main() -> int:
     for kind in ("cross", "encoder", "decoder"):
         attention.kind_combo.setCurrentIndex(attention.kind_combo.findData(kind))
         wait(lambda: attention.screenshot_ready() and attention.data is not None and attention.data.aggregated)
-        attention.open_head(attention.data.n_layers - 1, 0)  # the heatmap of the last layer's head 0
+        attention.open_head(attention.data.n_layers - 1, head)  # the heatmap of the last layer's head
         settle()
         name = "seq2seq_attention.png" if kind == "cross" else f"seq2seq_attention_{kind}.png"
         attention.grab().save(str(out / name))
         print(f"wrote {out / name}")
     window.close()
+    if generate is not None:
+        generate_figure(app, generate, out)
     return 0
 
 

@@ -88,14 +88,14 @@ def test_an_installed_wheel_opens_its_demo_model(wheel, tmp_path):
     assert (tmp_path / "trace.npz").stat().st_size > 0
 
 
-def run_installed(site: Path, args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_installed(site: Path, args: list[str], cwd: Path, timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
     """`python -m desktop_app ARGS` with the package from `site` (an unpacked wheel) and nothing of this
     checkout: isolated (-I), the test environment's site-packages added for torch and the rest."""
     deps = [p for p in sys.path if p.endswith("site-packages")]
     code = (f"import runpy, sys; sys.path[:0] = {[str(site)] + deps!r}; sys.argv = ['desktop_app', *{args!r}]; "
             "runpy.run_module('desktop_app', run_name='__main__')")
     return subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd, env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
+                          cwd=cwd, env=dict(os.environ, QT_QPA_PLATFORM="offscreen", **env))
 
 
 def test_bench_quick_from_a_wheel_says_it_has_no_record_and_writes_nothing_into_the_install(wheel, tmp_path):
@@ -116,3 +116,23 @@ def test_bench_quick_from_a_wheel_says_it_has_no_record_and_writes_nothing_into_
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and refused[0] in r.stderr, r.stderr
     assert sorted(p.relative_to(site) for p in site.rglob("*") if "__pycache__" not in p.parts) == \
         [p for p in before if "__pycache__" not in p.parts]
+
+
+def test_an_installed_package_installs_its_desktop_entry_and_removes_it(wheel, tmp_path):
+    """Without the checkout (packaging/install_desktop_entry.sh is not in the wheel): `transformer-explorer
+    --install-desktop-entry` writes the entry and the wheel's icons, --uninstall-desktop-entry removes them."""
+    site, share = tmp_path / "site", tmp_path / "share"
+    zipfile.ZipFile(wheel).extractall(site)
+    r = run_installed(site, ["--install-desktop-entry"], cwd=tmp_path, timeout=120, XDG_DATA_HOME=str(share))
+    assert r.returncode == 0, r.stderr
+    entry = share / "applications" / "transformer-explorer.desktop"
+    lines = entry.read_text(encoding="utf-8").splitlines()
+    assert "X-Transformer-Explorer-Installer=install_desktop_entry.sh" in lines
+    exec_line = next(ln for ln in lines if ln.startswith("Exec="))
+    assert exec_line.endswith(" %f") and Path(exec_line[5:].split()[0]).is_file()
+    icons = site / "desktop_app" / "resources" / "icons"
+    png = share / "icons" / "hicolor" / "48x48" / "apps" / "transformer-explorer.png"
+    assert png.read_bytes() == (icons / "transformer-explorer-48.png").read_bytes()
+    r = run_installed(site, ["--uninstall-desktop-entry"], cwd=tmp_path, timeout=120, XDG_DATA_HOME=str(share))
+    assert r.returncode == 0, r.stderr
+    assert [p for p in share.rglob("*") if not p.is_dir()] == []

@@ -56,3 +56,21 @@ def test_the_training_process_runs_from_home_with_no_folder_of_its_own_on_its_pa
     assert shadowed is None, f"the process imported a desktop_app from its working folder: {shadowed}"
     kinds = [e["event"] for e in panel.events]
     assert kinds[0] == "start" and kinds[-1] == "done", panel.status_label.text()
+
+
+def test_the_training_process_imports_the_package_the_window_runs(tmp_path):
+    """A checkout started as `python -m desktop_app` from its own folder (no install, no PYTHONPATH): the
+    process, run with -P from elsewhere, still finds this package (train_environment puts its folder first)."""
+    import os
+    import subprocess
+
+    from desktop_app.ui.panels.training_run import train_command, train_environment
+
+    here = Path(desktop_app.paths.__file__).resolve().parent
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    python, flag = train_command()[:2]
+    assert flag == "-P"
+    done = subprocess.run([python, flag, "-c", "import desktop_app; print(desktop_app.__file__)"], cwd=tmp_path,
+                          env=train_environment(env), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).resolve().parent == here

@@ -131,6 +131,10 @@ def run_in_process(name: str, args: list[str]) -> tuple[dict | None, float, str]
         error = ""
     except (Exception, SystemExit) as exc:  # a benchmark's argument error exits: one line, the others go on
         result, error = None, (f"{type(exc).__name__}: {exc}".strip().splitlines() or [""])[-1][:200]
+        if isinstance(exc, ModuleNotFoundError):
+            from . import needs_extra
+
+            error = needs_extra(exc) or error
     finally:
         torch.set_num_threads(threads)
     return result, time.perf_counter() - t0, error

@@ -7,6 +7,17 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parents[2]
+# the references benchmarks measure against that the app itself never imports: pyproject.toml's [bench] extra
+BENCH_EXTRA = ("transformers",)
+
+
+def needs_extra(exc: ModuleNotFoundError) -> str | None:
+    """One line for a benchmark whose reference is not installed (an install without the [bench] extra); None
+    for another missing module (a bug: its traceback is kept)."""
+    missing = (exc.name or "").split(".")[0]
+    if missing not in BENCH_EXTRA:
+        return None
+    return f"needs {missing}, the reference it measures against: pip install 'transformer-explorer[bench]'"
 
 
 def best_time(fn: Callable[[], object], repeat: int = 3) -> float:

@@ -10,7 +10,8 @@ history could bias is measured in fresh processes by the benchmarks themselves (
 the whole Lipschitz CLI run, the busy run, bench scale's two sides). Torch's thread count is put back
 after each benchmark (some set their own). --separate runs each as `python -m desktop_app bench NAME ...`
 in a fresh process instead. Its result gives one or more figures (FIGURES). The table prints each figure, its value, the target, the value last recorded
-in docs/benchmarks.json, and "WORSE" where it is more than 15% worse than that. A figure's value is a
+in docs/benchmarks.json, and "WORSE" where it is more than 15% worse than that (installed from a wheel there is
+no docs/benchmarks.json, the source checkout's record: it says so in one line and leaves that column out). A figure's value is a
 ratio against the benchmark's own reference in the same run (fps and milliseconds where the target is one).
 
 --record writes this run's values to docs/benchmarks.json (atomically), with the date, the commit and the
@@ -130,6 +131,10 @@ def run_in_process(name: str, args: list[str]) -> tuple[dict | None, float, str]
         error = ""
     except (Exception, SystemExit) as exc:  # a benchmark's argument error exits: one line, the others go on
         result, error = None, (f"{type(exc).__name__}: {exc}".strip().splitlines() or [""])[-1][:200]
+        if isinstance(exc, ModuleNotFoundError):
+            from . import needs_extra
+
+            error = needs_extra(exc) or error
     finally:
         torch.set_num_threads(threads)
     return result, time.perf_counter() - t0, error
@@ -160,6 +165,12 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def in_checkout() -> bool:
+    """Whether this package runs from its source checkout (docs/benchmarks.json and README.md beside it); not
+    when installed, where REPO is site-packages (the wheel ships neither: they are the checkout's record)."""
+    return (REPO / "pyproject.toml").is_file() and (REPO / "desktop_app").is_dir()
+
+
 def read_recorded(path: Path) -> dict:
     """docs/benchmarks.json's figures {name: {"value": ...}}; {} when there is none yet."""
     try:
@@ -182,14 +193,15 @@ def _target(f: Figure) -> str:
     return ("≥ " if f.higher_is_better else "≤ ") + _fmt(f.target, f.unit)
 
 
-def table(values: dict[str, float | None], recorded: dict, errors: dict[str, str]) -> str:
-    """The printed table: one row per figure asked for."""
+def table(values: dict[str, float | None], recorded: dict | None, errors: dict[str, str]) -> str:
+    """The printed table: one row per figure asked for; without the recorded column when there is no record
+    (None)."""
     rows = [("figure", "value", "target", "recorded", "")]
     for f in FIGURES:
         if f.name not in values:
             continue
         v = values[f.name]
-        rec = recorded.get(f.name, {}).get("value")
+        rec = (recorded or {}).get(f.name, {}).get("value")
         mark = ""
         if v is None:
             mark = f"FAILED: {errors.get(f.bench, '')}"
@@ -198,8 +210,11 @@ def table(values: dict[str, float | None], recorded: dict, errors: dict[str, str
         elif not f.meets(v):
             mark = "target not met"
         rows.append((f.name, _fmt(v, f.unit), _target(f), _fmt(rec, f.unit), mark))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + ("  " + r[4] if r[4] else "")
+    if recorded is None:
+        rows = [(*r[:3], r[4]) for r in rows]
+    n = len(rows[0]) - 1
+    widths = [max(len(r[i]) for r in rows) for i in range(n)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:n], widths)) + ("  " + r[n] if r[n] else "")
                      for r in rows).rstrip()
 
 
@@ -259,13 +274,19 @@ def main(argv: list[str]) -> None:
     p = OneLineParser(prog="python -m desktop_app bench quick")
     p.add_argument("--only", help="comma-separated benchmarks (default: all: " + ", ".join(RUNS) + ")")
     p.add_argument("--record", action="store_true", help="write this run's values to docs/benchmarks.json")
-    p.add_argument("--recorded", default=str(RECORDED), help="the recorded values' file (default docs/benchmarks.json)")
+    p.add_argument("--recorded", help="the recorded values' file (default: the source checkout's "
+                                       "docs/benchmarks.json; an installed package has none)")
     p.add_argument("--separate", action="store_true", help="each benchmark in a fresh process (slower: each "
                                                            "imports torch and the rest again)")
     p.add_argument("--readme", action="store_true", help="write README.md's Performance section from the recorded "
                                                          "values and exit (nothing run)")
     args = p.parse_args(argv)
-    recorded_path = Path(args.recorded)
+    recorded_path = Path(args.recorded) if args.recorded else RECORDED if in_checkout() else None
+    if args.readme and not in_checkout():
+        p.error("--readme writes the source checkout's README.md: run it there (this package is installed)")
+    if args.record and recorded_path is None:
+        p.error("--record: no docs/benchmarks.json here (it is the source checkout's; this package is installed): "
+                "name a file with --recorded FILE")
     if args.readme:
         write_readme_section(README, read_recorded(recorded_path))
         print(f"wrote {README}'s Performance section from {recorded_path}")
@@ -274,7 +295,10 @@ def main(argv: list[str]) -> None:
     unknown = [n for n in names if n not in RUNS]
     if unknown:
         raise ValueError(f"--only: unknown benchmark {unknown[0]!r} (benchmarks: {', '.join(RUNS)})")
-    recorded = read_recorded(recorded_path)
+    if recorded_path is None:
+        print("bench quick: no recorded values to compare with (docs/benchmarks.json is the source checkout's, "
+              "not installed; --recorded FILE names one)", file=sys.stderr)
+    recorded = read_recorded(recorded_path) if recorded_path is not None else None
     values: dict[str, float | None] = {}
     errors: dict[str, str] = {}
     total, cpu = time.perf_counter(), _cpu_seconds()

@@ -7,6 +7,7 @@ all at a small size and prints one table.
 from __future__ import annotations
 
 import argparse
+import sys
 
 BENCHMARKS = ("load", "generation", "lipschitz", "training", "render", "startup", "dynamics", "memory", "scale", "busy",
               "graph", "graph_view", "streamed", "firstlook", "generate_launch", "attention_stats", "ui", "quick")
@@ -23,8 +24,15 @@ def run(args) -> int:
     import importlib
     import json
 
-    module = importlib.import_module(f"desktop_app.benchmarks.{args.name}")
-    result = module.main(args.rest)
+    try:
+        result = importlib.import_module(f"desktop_app.benchmarks.{args.name}").main(args.rest)
+    except ModuleNotFoundError as exc:
+        from ..benchmarks import needs_extra
+
+        if (line := needs_extra(exc)) is None:
+            raise
+        print(f"error: bench {args.name} {line}", file=sys.stderr)
+        return 2
     if result is not None:  # bench quick prints its own table
         print(json.dumps(result))
     return 0

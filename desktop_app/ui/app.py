@@ -17,6 +17,8 @@ from typing import Callable
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog. Attention is all you need."
 SCREENSHOT_SIZE = (1280, 800)
+WAIT_S = 30.0  # --screenshot's default wait for the model, then for the panel's demo (a panel may need more:
+# its screenshot_wait_s, the Train panel's run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,8 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text", help="text to tokenize and trace (default: the demo text)")
     p.add_argument("--size", default=f"{SCREENSHOT_SIZE[0]}x{SCREENSHOT_SIZE[1]}", metavar="WxH",
                    help="window size for --screenshot (default %(default)s)")
-    p.add_argument("--timeout", type=float_in(0, 86400, lo_open=True), default=30.0,
-                   help="seconds --screenshot waits for the model (default 30)")
+    p.add_argument("--timeout", type=float_in(0, 86400, lo_open=True), default=None,
+                   help=f"seconds --screenshot waits for the model, then for the panel's demo (default {WAIT_S:g}; "
+                        "the Train panel's run: 240)")
+    entry = p.add_mutually_exclusive_group()
+    entry.add_argument("--install-desktop-entry", action="store_true",
+                       help="install a menu launcher (desktop entry) and icons for this user, launching this "
+                            "program, and exit (Linux; ${XDG_DATA_HOME:-~/.local/share})")
+    entry.add_argument("--uninstall-desktop-entry", action="store_true",
+                       help="remove the launcher and icons --install-desktop-entry installed, and exit")
     p.add_argument("--settle-ms", type=int_in(0, 60_000), default=400, help=argparse.SUPPRESS)  # time for panels to repaint
     p.add_argument("--quit-when-ready", action="store_true", help=argparse.SUPPRESS)  # startup benchmark
     return p
@@ -367,6 +376,10 @@ def _run_panel_demo(window, deadline: float) -> bool:
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.install_desktop_entry or args.uninstall_desktop_entry:  # no window: before Qt
+        from ..desktop_entry import run as desktop_entry
+
+        return desktop_entry(uninstalling=args.uninstall_desktop_entry)
     headless = bool(args.screenshot or args.quit_when_ready)
     if args.screenshot and not args.screenshot.lower().endswith(".png"):
         return _fail(f"--screenshot needs a .png file name, got {args.screenshot!r}", 2)
@@ -485,16 +498,19 @@ def _run(app, args, state, window, started: float) -> int:
         finally:
             end_terminal_signals()
 
+    wait_s = args.timeout or WAIT_S
     try:
-        if not watcher.wait(args.timeout):
-            return _fail(f"the model did not finish loading within {args.timeout:g} s ({model_path})")
+        if not watcher.wait(wait_s):
+            return _fail(f"the model did not finish loading within {wait_s:g} s ({model_path})")
         if watcher.failed is not None:
             return _fail(f"cannot open the model: {watcher.failed}")
         if args.quit_when_ready:
             print(f'{{"ready_at": {time.time():.6f}, "started_at": {started:.6f}}}', flush=True)
             return 0
-        if not _run_panel_demo(window, deadline=time.time() + args.timeout):
-            return _fail(f"the {window.current_slot().title} panel's screenshot demo did not finish within {args.timeout:g} s")
+        slot = window.current_slot()
+        demo_s = args.timeout or getattr(slot.panel if slot is not None else None, "screenshot_wait_s", WAIT_S)
+        if not _run_panel_demo(window, deadline=time.time() + demo_s):
+            return _fail(f"the {window.current_slot().title} panel's screenshot demo did not finish within {demo_s:g} s")
         _settle(args.settle_ms)
         from .widgets.export import save_widget_png
 
@@ -512,7 +528,7 @@ def _run(app, args, state, window, started: float) -> int:
         # the trace ends before the window closes, as it did when they ran beside the render (a close cancels
         # a job that has not started; bench firstlook's exit and peak memory count them)
         watcher.drawn_early = lambda: False
-        watcher.wait(args.timeout)
+        watcher.wait(wait_s)
         return 0
     finally:
         window.close()  # panels stop what a demo started (a training process...), also on failure

@@ -94,6 +94,32 @@ def test_what_the_script_did_not_write_is_left_alone(tmp_path):
     assert [p.relative_to(share) for p in share.rglob("*") if not p.is_dir()] == [other_icon.relative_to(share)]
 
 
+def test_the_entry_launches_its_own_environments_program_by_default(tmp_path, monkeypatch):
+    """No --exec: the `transformer-explorer` beside the Python that installs (a venv's bin/), not another on PATH."""
+    from desktop_app import desktop_entry
+
+    bin_dir = tmp_path / "venv 1" / "bin"
+    bin_dir.mkdir(parents=True)
+    program = bin_dir / "transformer-explorer"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    monkeypatch.setattr(desktop_entry.sys, "executable", str(bin_dir / "python"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert desktop_entry.run(uninstalling=False, prefix=tmp_path / "share") == 0
+    fields = entry_fields(tmp_path / "share" / "applications" / "transformer-explorer.desktop")
+    assert fields["Exec"] == f'"{program}" %f' and fields["TryExec"] == str(program)
+
+
+def test_exec_arguments_are_written_as_the_spec_reads_them():
+    """Quoted with ", `, $ and \\ escaped inside, % doubled, then the string's \\ escape (read first)."""
+    from desktop_app.desktop_entry import exec_argument
+
+    assert exec_argument("/usr/bin/te") == "/usr/bin/te"
+    assert exec_argument("/a b/te") == '"/a b/te"'
+    assert exec_argument("/a$b/100%") == '"/a\\\\$b/100%%"'
+    assert exec_argument('/a\\b') == '"/a\\\\\\\\b"'
+
+
 def test_installed_entry_passes_desktop_file_validate(tmp_path):
     validator = shutil.which("desktop-file-validate")
     if validator is None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -85,3 +86,53 @@ def test_an_installed_wheel_opens_its_demo_model(wheel, tmp_path):
     done = subprocess.run([sys.executable, "-I", "-c", cli], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "trace.npz").stat().st_size > 0
+
+
+def run_installed(site: Path, args: list[str], cwd: Path, timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
+    """`python -m desktop_app ARGS` with the package from `site` (an unpacked wheel) and nothing of this
+    checkout: isolated (-I), the test environment's site-packages added for torch and the rest."""
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    code = (f"import runpy, sys; sys.path[:0] = {[str(site)] + deps!r}; sys.argv = ['desktop_app', *{args!r}]; "
+            "runpy.run_module('desktop_app', run_name='__main__')")
+    return subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, env=dict(os.environ, QT_QPA_PLATFORM="offscreen", **env))
+
+
+def test_bench_quick_from_a_wheel_says_it_has_no_record_and_writes_nothing_into_the_install(wheel, tmp_path):
+    """docs/benchmarks.json is the source checkout's record, not shipped: installed, bench quick looked for it
+    in site-packages/docs (and --record would have written there, --readme site-packages/README.md)."""
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    before = sorted(p.relative_to(site) for p in site.rglob("*"))
+    r = run_installed(site, ["bench", "quick", "--only", "load"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["figure", "value", "target"]  # no recorded column
+    assert lines[1].startswith("load speedup ") and "FAILED" not in lines[1]
+    said = [ln for ln in r.stderr.splitlines() if "no recorded values" in ln]
+    assert len(said) == 1 and "docs/benchmarks.json" in said[0]
+    for refused in (["--record"], ["--readme"]):
+        r = run_installed(site, ["bench", "quick", "--only", "load", *refused], cwd=tmp_path, timeout=120)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and refused[0] in r.stderr, r.stderr
+    assert sorted(p.relative_to(site) for p in site.rglob("*") if "__pycache__" not in p.parts) == \
+        [p for p in before if "__pycache__" not in p.parts]
+
+
+def test_an_installed_package_installs_its_desktop_entry_and_removes_it(wheel, tmp_path):
+    """Without the checkout (packaging/install_desktop_entry.sh is not in the wheel): `transformer-explorer
+    --install-desktop-entry` writes the entry and the wheel's icons, --uninstall-desktop-entry removes them."""
+    site, share = tmp_path / "site", tmp_path / "share"
+    zipfile.ZipFile(wheel).extractall(site)
+    r = run_installed(site, ["--install-desktop-entry"], cwd=tmp_path, timeout=120, XDG_DATA_HOME=str(share))
+    assert r.returncode == 0, r.stderr
+    entry = share / "applications" / "transformer-explorer.desktop"
+    lines = entry.read_text(encoding="utf-8").splitlines()
+    assert "X-Transformer-Explorer-Installer=install_desktop_entry.sh" in lines
+    exec_line = next(ln for ln in lines if ln.startswith("Exec="))
+    assert exec_line.endswith(" %f") and Path(exec_line[5:].split()[0]).is_file()
+    icons = site / "desktop_app" / "resources" / "icons"
+    png = share / "icons" / "hicolor" / "48x48" / "apps" / "transformer-explorer.png"
+    assert png.read_bytes() == (icons / "transformer-explorer-48.png").read_bytes()
+    r = run_installed(site, ["--uninstall-desktop-entry"], cwd=tmp_path, timeout=120, XDG_DATA_HOME=str(share))
+    assert r.returncode == 0, r.stderr
+    assert [p for p in share.rglob("*") if not p.is_dir()] == []

@@ -510,6 +510,10 @@ class TrainingPanel(QWidget):
         show_saved(self, path)
 
     # -- --screenshot (the script is ui/demo.py's) ---------------------------------------------
+    # --screenshot's default wait for screenshot_ready: a fresh process imports torch, then trains 400 steps
+    # (66 s in all at load 10 on 2 cores; the default 30 s of other panels failed there)
+    screenshot_wait_s = 240.0
+
     def screenshot_demo(self) -> None:
         from ..demo import training_demo
 

@@ -10,11 +10,13 @@ disk). The run folder's lock and a resume's refusals come from the process itsel
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QProcess, Signal
+from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, Signal
 
 from ...core.files import atomic_write_text
 from ...core.training import checkpoint_step
@@ -72,10 +74,39 @@ def load_run_model(path: str, device: str):
 
 
 def train_command() -> list[str]:
-    """How to start the train CLI from here (a frozen bundle runs itself with the subcommand)."""
+    """How to start the train CLI from here (a frozen bundle runs itself with the subcommand). -P: Python puts
+    no folder of its own on the process's import path (`-m` would put its working folder first, where a
+    module or package named like one it imports would shadow it)."""
     if getattr(sys, "frozen", False):
         return [sys.executable, "train"]
-    return [sys.executable, "-m", "desktop_app", "train"]
+    return [sys.executable, "-P", "-m", "desktop_app", "train"]
+
+
+def train_folder() -> str:
+    """The process's working folder: the user's home, neutral (it was resources_dir().parent, which in an
+    installed package is the package's own folder: with `-m`, app, core and ui importable as top-level
+    modules). The run's paths are absolute (the form makes them so)."""
+    home = Path.home()
+    return str(home if home.is_dir() else Path(tempfile.gettempdir()))
+
+
+def train_environment(env: dict[str, str]) -> dict[str, str]:
+    """The process's environment: `env`, with the folder this package was imported from first on PYTHONPATH
+    unless it is one of Python's site folders (found there anyway): a checkout started as `python -m
+    desktop_app` from its own folder is found from the process's working folder too, and the process runs
+    the same code as the window."""
+    if getattr(sys, "frozen", False):
+        return env
+    import site
+
+    import desktop_app
+
+    root = Path(desktop_app.__file__).resolve().parent.parent
+    sites = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    if root in sites:
+        return env
+    paths = env.get("PYTHONPATH")
+    return {**env, "PYTHONPATH": str(root) + (os.pathsep + paths if paths else "")}
 
 
 class TrainingRun(QObject):
@@ -122,13 +153,15 @@ class TrainingRun(QObject):
 
     def start(self, args: list[str]) -> None:
         """Start the process with the arguments prepare() returned."""
-        from ...paths import resources_dir
-
         cmd = train_command() + args + ["--jsonl", "--control-stdin"]
         proc = QProcess(self.parent())
         proc.setProgram(cmd[0])
         proc.setArguments(cmd[1:])
-        proc.setWorkingDirectory(str(resources_dir().parent))
+        proc.setWorkingDirectory(train_folder())
+        env = QProcessEnvironment()
+        for name, value in train_environment(dict(os.environ)).items():
+            env.insert(name, value)
+        proc.setProcessEnvironment(env)
         proc.readyReadStandardOutput.connect(self._read_stdout)
         proc.readyReadStandardError.connect(lambda: self._read_stderr(proc))
         proc.finished.connect(self._on_finished)

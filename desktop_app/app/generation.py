@@ -7,12 +7,10 @@ history tree fits in memory, and the model's logits as trained beside the edited
 """
 from __future__ import annotations
 
-from ..core.numbers import Range
+from ..core.numbers import GENERATION
 
-# Beam search's length penalty (transformers' length_penalty): a finished hypothesis scores its log-probability
-# / generated length ** this; > 0 favours longer ones, < 0 shorter. Bounded so that length ** it stays a float
-# at any context length.
-LENGTH_PENALTY = Range(float, -10.0, 10.0)
+# Beam search's length penalty (transformers' length_penalty), its range declared with the generation's numbers
+LENGTH_PENALTY = GENERATION["length_penalty"]
 # Beam search's early stopping as `generate --early-stopping` and the panel name it -> transformers' modes
 # (core/generation/search.py): stop once `beams` hypotheses have finished (true), once the best running one
 # cannot beat them at its length (false), or at the longest it may become (never).

@@ -46,7 +46,8 @@ from ..model import KVCache, Transformer, attention_scale, layer_window
 from ..streamed import holding
 from ...threads import torch_threads
 from ..trace import Trace
-from .sampling import ContextLengthReached, Distribution, GenerationError, GenerationSettings, pick, process_logits
+from .sampling import (ContextLengthReached, Distribution, GenerationError, GenerationSettings, checked, pick,
+                       process_logits)
 from .search import BeamSearch
 from .tree import BatchRow, HistoryTree, Node
 
@@ -733,6 +734,7 @@ def generate(loaded_or_model, prompt_ids: Sequence[int], max_new: int, settings:
              seed: int | None = 0, stop_tokens: Sequence[int] | None = None, record: bool = False,
              job: JobControl | None = None, interventions: Sequence | None = None) -> tuple[list[int], GenerationSession]:
     """Generate up to max_new tokens; returns prompt + generated ids (beam: the best beam)."""
+    max_new = checked("max_new", max_new)
     session = GenerationSession(loaded_or_model, prompt_ids, settings, seed, stop_tokens, record=record,
                                 interventions=interventions)
     # generate(max_new_tokens=N)'s max_length: the sequence so far + N (where a forced end token comes)

@@ -64,7 +64,7 @@ unit = float_in(0, 1)  # [0, 1]
 signed = float_in(-1e6, 1e6)  # a scale that may be negative
 
 
-_DEVICE = re.compile(r"(cpu|cuda(:\d+)?|mps)")
+_DEVICE = re.compile(r"(cpu|cuda(:[0-9]+)?|mps)")  # ASCII digits (\d takes '٣')
 
 
 def device(text: str) -> str:

@@ -29,8 +29,9 @@ from pathlib import Path
 
 from .hf_layout import _COMMIT, REPO_PREFIX, _refs, _repo_id, is_snapshot, snapshot_repo_ref  # noqa: F401 (the API)
 
-# A Hugging Face repository id: `name` or `org/name`, optionally `@revision` (a ref, tag or commit).
-_REPO_REF = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*(?:/[A-Za-z0-9][\w.\-]*)?)(?:@(?P<rev>[\w.\-/]+))?$")
+# A Hugging Face repository id: `name` or `org/name`, optionally `@revision` (a ref, tag or commit). ASCII only,
+# as the Hub names them (\w and \d alone take 'é', '٣' Arabic-Indic three, '３' full-width three).
+_REPO_REF = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*(?:/[A-Za-z0-9][\w.\-]*)?)(?:@(?P<rev>[\w.\-/]+))?$", re.ASCII)
 _FALLBACK_FAMILIES = ("gpt2", "bert", "llama")
 
 
@@ -248,7 +249,7 @@ def resolve_model_ref(text: str | os.PathLike) -> Path:
 
 # -- training steps as revisions (Pythia's `step1000` branches): the timeline of a cached model ------------
 
-_STEP_REF = re.compile(r"step(\d{1,12})")
+_STEP_REF = re.compile(r"step([0-9]{1,12})")  # ASCII digits: refs/step٣ is no step 3
 
 
 @dataclass(frozen=True)

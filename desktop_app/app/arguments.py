@@ -64,23 +64,13 @@ unit = float_in(0, 1)  # [0, 1]
 signed = float_in(-1e6, 1e6)  # a scale that may be negative
 
 
-_DEVICE = re.compile(r"(cpu|cuda(:[0-9]+)?|mps)")  # ASCII digits (\d takes '٣')
-
-
 def device(text: str) -> str:
-    """--device: cpu, cuda, cuda:N or mps (auto too where the option says so), present on this machine."""
-    from ..core.devices import available_devices
+    """--device: cpu, cuda, cuda:N or mps (auto too where the option says so), present on this machine
+    (core.devices.device_problem: the rule a script's load_model_file(device=...) meets too)."""
+    from ..core.devices import device_problem
 
-    present = available_devices()
-    if not _DEVICE.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"must be cpu, cuda, cuda:N or mps, got {text!r} "
-                                         f"(this machine has: {', '.join(present)})")
-    if text == "cuda" and any(d.startswith("cuda") for d in present):
-        return text
-    if text.startswith("cuda:") and "cuda" in present and text == "cuda:0":
-        return text
-    if text not in present:
-        raise argparse.ArgumentTypeError(f"{text} is not available on this machine (it has: {', '.join(present)})")
+    if problem := device_problem(text):
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

@@ -67,12 +67,13 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def check_generation_memory(loaded, prompt_length: int, args) -> None:
+def check_generation_memory(loaded, prompt_length: int, args, source_length: int = 0) -> None:
     """app.generation.check_generation_memory for these options (the option to lower named)."""
     from ..app.generation import check_generation_memory as check
 
     beams = args.beams if args.strategy == "beam" else 1
-    check(loaded, prompt_length, args.max_new, beams, f"--beams {args.beams}" if beams > 1 else f"--max-new {args.max_new}")
+    check(loaded, prompt_length, args.max_new, beams, f"--beams {args.beams}" if beams > 1 else f"--max-new {args.max_new}",
+          source_length=source_length)
 
 
 def run(args) -> int:
@@ -103,7 +104,7 @@ def run(args) -> int:
     if args.prompt is not None and loaded.tokenizer is None:
         raise ValueError(f"{loaded.path}: {loaded.tokenizer_missing}; pass --prompt-ids instead of --prompt")
     prompt = input_ids(loaded, args.prompt, args.prompt_ids)
-    check_generation_memory(loaded, 1 if seq2seq else len(prompt), args)
+    check_generation_memory(loaded, 1 if seq2seq else len(prompt), args, len(prompt) if seq2seq else 0)
     settings = generation_settings(args.strategy, args.temperature, args.top_k, args.top_p, args.beams,
                                    args.length_penalty, args.early_stopping)
     result: dict = {"model": str(loaded.path), "strategy": args.strategy, "seed": args.seed}

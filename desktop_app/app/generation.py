@@ -119,6 +119,19 @@ def check_generation_memory(loaded, prompt_length: int, max_new: int, beams: int
                  if record else "for the generated tokens' distributions and KV cache", loaded.model.device)
 
 
+def check_session_memory(loaded, session, n: int, what: str) -> None:
+    """check_generation_memory for `n` more tokens of a session (the Generate panel's Run N, before its job
+    starts): from the tokens it has, its beams, whether it records, an encoder-decoder's source. A masked fill
+    (no history tree) is not checked."""
+    from ..core.generation import GenerationSession
+
+    if not isinstance(session, GenerationSession):
+        return
+    beams = session.settings.beams if session.settings.strategy == "beam" else 1
+    check_generation_memory(loaded, len(session.ids()), n, beams, what, record=session.record,
+                            source_length=len(session.source) if session.source is not None else 0)
+
+
 def plain_logits_at(loaded, ids: list[int], position: int, source: list[int] | None = None):
     """The unedited model's logits [V] (float32, CPU) at `position` of `ids` (-1: the next token); an
     encoder-decoder's `ids` are its target, read with `source`."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from ..app.generation import EARLY_STOPPING
 from ..core.generation import STRATEGIES
 from . import MODEL_HELP, add_dtype_argument, add_special_tokens_argument
-from .args import DEVICES_HELP, Number, device, devices, float_in, layer_or_head, seed
+from .args import DEVICES_HELP, Number, device, devices, float_in, layer_or_head
 
 
 def _limit(name: str) -> Number:
@@ -49,7 +49,7 @@ def add_parser(sub) -> None:
                    help="beam search: stop once --beams sequences have ended (true), once the best running one "
                         "cannot beat them at its length (false, the default) or at the longest it may become "
                         "(never); transformers' early_stopping")
-    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--seed", type=_limit("seed"), default=0)
     p.add_argument("--stop-ids", help="comma-separated stop token ids (default: the model's end token)")
     p.add_argument("--order", choices=("confident", "left-to-right"), default="confident",
                    help="encoder models: which mask to fill first")

@@ -84,4 +84,5 @@ class Range:
 # stays a float at any context length. Here, not in core/generation: the command line reads them without torch.
 GENERATION = {"max_new": Range(int, 0, MAX_COUNT), "temperature": Range(float, 0, 1e6),
               "top_k": Range(int, 0, MAX_COUNT, note=" (0: off)"), "top_p": Range(float, 0, 1, lo_open=True),
-              "beams": Range(int, 1, MAX_COUNT), "length_penalty": Range(float, -10.0, 10.0)}
+              "beams": Range(int, 1, MAX_COUNT), "length_penalty": Range(float, -10.0, 10.0),
+              "seed": Range(int, 0, MAX_SEED)}

@@ -179,6 +179,22 @@ def test_generation_settings_refuse_a_number_out_of_its_range_by_name(name, valu
     assert str(exc.value) == expected
 
 
+def test_a_sessions_seed_and_run_length_are_checked_by_name():
+    """GenerationSession(seed=2.5) was seed 2 without a word, run(-1) ran nothing, run(2.5) a TypeError."""
+    from desktop_app.core.generation import GenerationSession
+
+    with pytest.raises(ValueError, match=r"^seed: must be an integer from 0 to 9,223,372,036,854,775,807, got 2.5$"):
+        GenerationSession(_tiny_gpt2(), [1, 2], seed=2.5)
+    session = GenerationSession(_tiny_gpt2(), [1, 2], seed=np.int64(3))
+    assert session.seed == 3 and type(session.seed) is int
+    for n in (-1, 2.5):
+        with pytest.raises(ValueError, match=f"^n: must be an integer from 0 to 1,000,000,000, got {n}$"):
+            list(session.run(n))
+    with pytest.raises(ValueError, match=r"^seed: must be an integer .* got -1$"):
+        session.reset(seed=-1)
+    assert len(list(session.run(2))) == 2
+
+
 def test_generation_numbers_from_numpy_pass_and_the_command_takes_the_same_ranges():
     from desktop_app.cli import build_parser
     from desktop_app.commands.args import Number

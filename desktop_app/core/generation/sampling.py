@@ -24,9 +24,9 @@ class GenerationError(ValueError):
     """Generation cannot go on (bad settings, wrong kind of model); the message says why."""
 
 
-def checked(name: str, value):
+def in_limits(name: str, value, called: str | None = None):
     """`value` within LIMITS[name] (numpy's numbers as Python's; an int where a float is asked is taken), else
-    GenerationError naming it: "top_p: must be in (0, 1], got 2"."""
+    GenerationError naming it (as `called` where the argument has another name): "top_p: must be in (0, 1], got 2"."""
     import numbers
 
     limit = LIMITS[name]
@@ -37,7 +37,7 @@ def checked(name: str, value):
     elif isinstance(value, numbers.Real) and not isinstance(value, bool):
         value = float(value)
     if problem := limit.problem(value):
-        raise GenerationError(f"{name}: {problem}")
+        raise GenerationError(f"{called or name}: {problem}")
     return value
 
 
@@ -153,7 +153,7 @@ class GenerationSettings:
         """Each number within its LIMITS, else GenerationError naming it ("top_k: must be an integer from 0 to
         1,000,000,000, got -1"), where a script makes the settings."""
         for name in ("temperature", "top_k", "top_p", "beams", "length_penalty"):
-            setattr(self, name, checked(name, getattr(self, name)))
+            setattr(self, name, in_limits(name, getattr(self, name)))
 
     def validated(self) -> "GenerationSettings":
         if self.strategy not in STRATEGIES:

@@ -21,7 +21,6 @@ builds the step slider on them).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -127,9 +126,17 @@ def _weight_size(snapshot: Path) -> tuple[int, bool, bool]:
     return size, safetensors, pickle and not safetensors
 
 
+def _config(snapshot: Path):
+    """The snapshot's config.json through the one strict, capped reader (files.read_json: a 2 GB one is not read
+    whole to list the cache)."""
+    from .files import read_json
+
+    return read_json(snapshot / "config.json")
+
+
 def _model_type(snapshot: Path) -> str | None:
     try:
-        d = json.loads((snapshot / "config.json").read_text(encoding="utf-8"))
+        d = _config(snapshot)
     except (OSError, ValueError, RecursionError):
         return None
     mt = d.get("model_type") if isinstance(d, dict) else None
@@ -144,7 +151,7 @@ def _support(snapshot: Path, model_type: str | None, has_st: bool, pickle_only: 
         return "config.json names no model_type (or cannot be read)"
     try:
         from .families import encoder_decoder_problem
-        problem = encoder_decoder_problem(json.loads((snapshot / "config.json").read_text(encoding="utf-8")))
+        problem = encoder_decoder_problem(_config(snapshot))
     except (ImportError, OSError, ValueError, RecursionError, AttributeError):
         problem = None  # no families registry, or a config.json _model_type could not read either
     if problem:

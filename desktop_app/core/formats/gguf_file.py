@@ -172,7 +172,7 @@ class _CheckedReader(gguf.GGUFReader):
     def _get_str(self, offset: int):
         size = self._get(offset, np.uint64)
         length = int(size[0])
-        if offset + 8 + length > self.file_size:
+        if int(offset) + 8 + length > self.file_size:
             raise GGUFDamage(f"{self._where()}: a string at byte {offset:,} claims {length:,} bytes, past the end "
                              f"of the file ({self.file_size:,} bytes): truncated or damaged")
         text = super()._get(offset + 8, np.uint8, length)

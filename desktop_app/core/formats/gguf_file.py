@@ -142,7 +142,8 @@ class _CheckedReader(gguf.GGUFReader):
     def __init__(self, path: Path) -> None:
         self.file_size = path.stat().st_size
         # where the reader is, for a message: the last entry read, the metadata key whose value is being read
-        self._reading, self._after, self._tensor_no, self._key, self._value_of, self._depth = "the metadata", "", 0, "", "", 0
+        self._reading, self._after, self._tensor_no = "the metadata", "", 0
+        self._key, self._value_of, self._depth = b"", "", 0
         try:
             super().__init__(path, "r")
         except GGUFDamage:

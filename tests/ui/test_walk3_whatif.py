@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QInputDialog
 
 from desktop_app.core.features import SparseDictionary, save_dictionary
@@ -49,6 +50,10 @@ def _clamp_a_feature(qtbot, w, state, monkeypatch, tmp_path, value: float = 40.0
     monkeypatch.setattr(QInputDialog, "getDouble", staticmethod(lambda *a: (value, True)))
     with qtbot.waitSignal(state.interventions_changed, timeout=20_000):
         next(a for a in panel.last_feature_menu.actions() if a.text().startswith("Clamp")).trigger()
+    panel.last_feature_menu.close()  # as a click on its action does; the window's keys reach it again:
+    w.activateWindow()  # (the offscreen platform leaves the focus on the closed menu's window)
+    qtbot.waitUntil(lambda: QGuiApplication.focusWindow() is w.windowHandle(), timeout=5_000)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=20_000)  # the text traced again with the edit
     return k
 
 
@@ -126,3 +131,85 @@ def test_generates_csv_has_an_encoder_decoders_cross_attention_as_shown(qtbot, m
     np.testing.assert_allclose(mean, want.mean(0), atol=1e-5)
     assert [r[11] for r in cross[:len(src)]] == p.state.token_strings(src)
     assert len([r for r in rows if r[0] == "distribution"]) == loaded.config.vocab_size
+
+
+CTRL = Qt.KeyboardModifier.ControlModifier
+
+
+def _press_ctrl_return(qtbot, w) -> None:
+    """Ctrl+Return where the focus is, as a person presses it (the window active)."""
+    qtbot.keyClick(w.focusWidget() or w, Qt.Key.Key_Return, CTRL)
+
+
+def test_results_typed_over_say_they_are_out_of_date(qtbot, demo_window, monkeypatch, tmp_path):
+    """A clamped feature's attribution, then a token typed in the box: the bars are still the old token's, and the
+    line says so (before: it kept the old result's line, as if it were the typed token's); Ctrl+Return attributes
+    the typed one. The same for activation patching's texts; typed back, the result's line comes back."""
+    from .walkthrough import type_into
+
+    w, state = demo_window
+    w.activateWindow()
+    k = _clamp_a_feature(qtbot, w, state, monkeypatch, tmp_path)
+    panel = click_panel_tab(qtbot, w, "What if")
+    qtbot.waitUntil(lambda: panel.dla_chart.attribution is not None and not panel._dla_running(), timeout=20_000)
+    first = panel.dla_chart.attribution
+    line = panel.dla_status.text()
+    assert line.startswith("logit") and f"edits: sae: clamp f{k}=40" in line and "ablated" not in line
+    top = state.token_strings([first.token_id])[0]
+    type_into(qtbot, panel.token_edit, " the")
+    assert panel.dla_chart.attribution is first
+    assert panel.dla_status.text() == (f"Out of date: the bars are for token {top!r} (#{first.token_id}) at position "
+                                       f"{first.position}; Attribute (Ctrl+Return) for the position and token typed.")
+    panel.token_edit.setFocus()
+    _press_ctrl_return(qtbot, w)
+    qtbot.waitUntil(lambda: panel.dla_chart.attribution is not first and not panel._dla_running(), timeout=20_000)
+    (the,) = state.loaded.tokenizer.encode(" the")
+    assert panel.dla_chart.attribution.token_id == the and panel.dla_status.text().startswith("logit")
+
+    click_panel_tab(qtbot, w, "What if")
+    from .walkthrough import click_tab
+    click_tab(qtbot, panel.tabs, "Activation patching")
+    type_into(qtbot, panel.clean_edit, "The cat sat on the mat")
+    type_into(qtbot, panel.corrupted_edit, "The dog sat on the mat")
+    type_into(qtbot, panel.answer_edit, "#5")
+    qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.patching is not None and panel.run_button.isEnabled(), timeout=30_000)
+    result = panel.patch_status.text()
+    assert result.startswith("clean ") and f"edits: sae: clamp f{k}=40" in result
+    type_into(qtbot, panel.clean_edit, "The cow sat on the mat")
+    assert panel.patch_status.text() == ("Out of date: the maps are for clean 'The cat sat on the mat', corrupted "
+                                         "'The dog sat on the mat', answer '#5'; Run (Ctrl+Return) for the texts "
+                                         "typed.")
+    type_into(qtbot, panel.clean_edit, "The cat sat on the mat")
+    assert panel.patch_status.text() == result
+
+
+def test_ctrl_return_applies_the_steer_and_ablates_on_their_tabs(qtbot, demo_window):
+    """Steer's Apply and Ablate's Ablate take Ctrl+Return like Attribute and Run (before: nothing happened), each
+    while its tab is on show; Help > Keyboard Shortcuts lists them."""
+    from .walkthrough import click_tab, type_into
+
+    w, state = demo_window
+    w.activateWindow()
+    qtbot.waitUntil(lambda: QGuiApplication.focusWindow() is w.windowHandle(), timeout=5_000)
+    panel = click_panel_tab(qtbot, w, "What if")
+    click_tab(qtbot, panel.tabs, "Ablate")
+    qtbot.waitUntil(panel.ablate_button.isVisible, timeout=5_000)  # (a panel built at its tab's click: shown next)
+    panel.ablate_layer.setFocus()  # (a layer chosen)
+    with qtbot.waitSignal(state.interventions_changed, timeout=5_000):
+        _press_ctrl_return(qtbot, w)
+    assert [iv.target for iv in state.interventions] == ["blocks.0.attn.head.0"]
+    click_tab(qtbot, panel.tabs, "Steer")
+    type_into(qtbot, panel.towards_edit, "Love")
+    type_into(qtbot, panel.away_edit, "Hate")
+    panel.scale_slider.setFocus()
+    with qtbot.waitSignal(state.interventions_changed, timeout=20_000):
+        _press_ctrl_return(qtbot, w)
+    assert any(iv.label.startswith("steer L2") for iv in state.interventions)
+    assert len(state.interventions) == 2  # (the ablation stays: Ctrl+Return on the Steer tab did not ablate again)
+    from desktop_app.ui.dialogs import ShortcutsDialog
+
+    dialog = ShortcutsDialog(w.shortcut_actions(), w, w.panel_shortcuts())
+    rows = {(dialog.table.item(r, 0).text(), dialog.table.item(r, 1).text()) for r in range(dialog.table.rowCount())}
+    dialog.deleteLater()
+    assert {("What if: Apply the steer", "Ctrl+Return"), ("What if: Ablate", "Ctrl+Return")} <= rows, sorted(rows)

@@ -99,6 +99,12 @@ def test_generates_csv_has_the_distribution_with_and_without_the_edits_as_shown(
     assert not np.allclose(got_plain, got_edited, atol=1e-3)  # the edit changes the distribution
     step = [r for r in rows if r[0] == "step"]
     assert len(step) == 1 and step[0][8:] == ["", ""]
+    from desktop_app.ui.widgets.export import export_view
+
+    export_view(gen, tmp_path / "generate.npz")  # (Data's other format: the same two distributions)
+    arrays = np.load(tmp_path / "generate.npz")
+    np.testing.assert_allclose(arrays["probs_without_edits"], plain.probs.numpy(), atol=1e-6)
+    np.testing.assert_allclose(arrays["probs"], edited.probs.numpy(), atol=1e-5)
 
 
 def test_generates_csv_has_an_encoder_decoders_cross_attention_as_shown(qtbot, monkeypatch, tmp_path):
@@ -131,6 +137,10 @@ def test_generates_csv_has_an_encoder_decoders_cross_attention_as_shown(qtbot, m
     np.testing.assert_allclose(mean, want.mean(0), atol=1e-5)
     assert [r[11] for r in cross[:len(src)]] == p.state.token_strings(src)
     assert len([r for r in rows if r[0] == "distribution"]) == loaded.config.vocab_size
+    from desktop_app.ui.widgets.export import export_view
+
+    export_view(p, tmp_path / "generate.npz")
+    np.testing.assert_allclose(np.load(tmp_path / "generate.npz")["cross_attention"][:4], want, atol=1e-6)
 
 
 CTRL = Qt.KeyboardModifier.ControlModifier
@@ -195,7 +205,7 @@ def test_ctrl_return_applies_the_steer_and_ablates_on_their_tabs(qtbot, demo_win
     panel = click_panel_tab(qtbot, w, "What if")
     click_tab(qtbot, panel.tabs, "Ablate")
     qtbot.waitUntil(panel.ablate_button.isVisible, timeout=5_000)  # (a panel built at its tab's click: shown next)
-    panel.ablate_layer.setFocus()  # (a layer chosen)
+    panel.ablate_kind.setFocus()  # (a kind chosen)
     with qtbot.waitSignal(state.interventions_changed, timeout=5_000):
         _press_ctrl_return(qtbot, w)
     assert [iv.target for iv in state.interventions] == ["blocks.0.attn.head.0"]

@@ -944,6 +944,11 @@ class GenerationPanel(QWidget, ResultView):
         if self._shown is not None:
             dist, _ = self._shown
             out.update(probs=dist.probs.numpy(), model_probs=dist.model_probs.numpy(), kept=dist.kept.numpy())
+        plain = self._plain_on_show()
+        if plain:  # (what is shown beside, as in the CSV)
+            out.update(probs_without_edits=plain.probs.numpy(), model_probs_without_edits=plain.model_probs.numpy())
+        if self.cross_view.isVisibleTo(self) and self.cross_view.matrix().size:
+            out.update(cross_attention=self.cross_view.matrix())  # [heads + mean, source] of the layer shown
         if self.session is not None:
             out.update(self.view.export_arrays(self.session))
         return out

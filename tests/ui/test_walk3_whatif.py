@@ -223,3 +223,37 @@ def test_ctrl_return_applies_the_steer_and_ablates_on_their_tabs(qtbot, demo_win
     rows = {(dialog.table.item(r, 0).text(), dialog.table.item(r, 1).text()) for r in range(dialog.table.rowCount())}
     dialog.deleteLater()
     assert {("What if: Apply the steer", "Ctrl+Return"), ("What if: Ablate", "Ctrl+Return")} <= rows, sorted(rows)
+
+
+def test_the_features_attribution_tab_clicked_while_the_lens_is_read_fills_when_it_comes(qtbot, demo_window,
+                                                                                         monkeypatch, tmp_path):
+    """A feature clamped, the Features panel reads the lens again (held here in its worker); its Attribution tab
+    clicked meanwhile: the bars come once the lens does (before: empty axes and no line until Attribute)."""
+    import threading
+
+    from desktop_app.ui.panels import features as features_module
+
+    from .walkthrough import click_tab
+
+    w, state = demo_window
+    real, release, calls = features_module.lens_on, threading.Event(), []
+
+    def held(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:  # (the first lens, before the edit, runs through)
+            release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(features_module, "lens_on", held)
+    try:
+        k = _clamp_a_feature(qtbot, w, state, monkeypatch, tmp_path)
+        panel = w.slot("Features").panel
+        qtbot.waitUntil(lambda: len(calls) == 2, timeout=20_000)  # the edited model's lens, held
+        assert panel.lens is None
+        click_tab(qtbot, panel.tabs, "Attribution")
+        assert panel.attr_chart.attribution is None
+    finally:
+        release.set()  # (the worker never waits past the test)
+    qtbot.waitUntil(lambda: panel.attr_chart.attribution is not None, timeout=20_000)
+    assert panel.attr_status.text().startswith("Next token") and panel.lens is not None
+    assert k in panel.attr_chart.attribution.features.tolist()  # clamped to 40 at every position: active

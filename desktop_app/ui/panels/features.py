@@ -364,6 +364,7 @@ class FeaturesPanel(QWidget, ResultView):
         if self.token is None or self.token >= len(ids):
             self.token = len(ids) - 1
         self.select_token(self.token)
+        self._tab_changed(self.tabs.currentIndex())  # (its tab clicked while the lens was computed: attribute now)
         self.drawn.emit()
 
     def _colour_values(self):
@@ -503,7 +504,9 @@ class FeaturesPanel(QWidget, ResultView):
 
     # -- attribution ---------------------------------------------------------------------------
     def _tab_changed(self, index: int) -> None:
-        if TABS[index] == "Attribution" and self.attr_chart.attribution is None and self.lens is not None:
+        running = self._attr_job is not None and not self._attr_job.done
+        if TABS[index] == "Attribution" and self.attr_chart.attribution is None and self.lens is not None \
+                and not running:
             self.attribute()
 
     def attribute(self) -> None:

@@ -900,27 +900,61 @@ class GenerationPanel(QWidget, ResultView):
     def _export_name(self) -> str:
         return "generate" if self.session is None else self.view.export_name(self.session)
 
+    def _plain_on_show(self):
+        """The model as trained's distribution shown beside the edited one's bars: None when none is shown,
+        False while it is being computed."""
+        if not self.plain_box.isVisibleTo(self) or self._shown is None:
+            return None
+        logits = self._plain_logits.get(self._plain_wanted)
+        return False if logits is None else process_logits(logits, *self._processing())
+
     def csv_table(self):
         """The distribution the bars show, every token of the vocabulary from the most probable down,
-        then the generated steps of the current path (the `step` column tells the two apart)."""
+        then the generated steps of the current path (the `step` column tells the two apart). With edits,
+        what is shown: the edited model's p (p_with_edits) beside the model as trained's (p_without_edits,
+        empty while it is computed); an encoder-decoder's step: its cross-attention map on show too, as
+        `cross_attention` rows (layer shown, head or "mean", source position and token, weight)."""
         header = ["section", "rank_or_step", "token_id", "token", "p", "p_model", "kept", "picked"]
+        plain = self._plain_on_show()
+        if plain is not None:  # (names that say which is which: the panel shows both)
+            header[4:6] = ["p_with_edits", "p_model_with_edits"]
+            header += ["p_without_edits", "p_model_without_edits"]
+        cross = self.cross_view.matrix() if self.cross_view.isVisibleTo(self) else None
+        cross = cross if cross is not None and cross.size else None
+        if cross is not None:
+            header += ["cross_layer", "cross_head", "source_position", "source_token", "cross_attention"]
         rows = []
         if self._shown is not None:
             dist, chosen = self._shown
             strings = self._strings(list(range(dist.probs.numel())))
             order = sorted(range(dist.probs.numel()), key=lambda t: -float(dist.tempered_probs[t]))
             for rank, t in enumerate(order, 1):
-                rows.append(["distribution", rank, t, strings[t], f"{float(dist.probs[t]):.6g}",
-                             f"{float(dist.model_probs[t]):.6g}", int(bool(dist.kept[t])), int(t == chosen)])
+                row = ["distribution", rank, t, strings[t], f"{float(dist.probs[t]):.6g}",
+                       f"{float(dist.model_probs[t]):.6g}", int(bool(dist.kept[t])), int(t == chosen)]
+                if plain is not None:
+                    row += [f"{float(plain.probs[t]):.6g}", f"{float(plain.model_probs[t]):.6g}"] if plain else ["", ""]
+                rows.append(row)
         if self.session is not None:
             rows += self.view.step_rows(self.session)
-        return header, rows
+        if cross is not None:
+            layer = self.cross_view.layer.currentText()
+            heads = [str(h) for h in range(cross.shape[0] - 1)] + ["mean"]
+            first = len(header) - 5
+            for head, weights in zip(heads, cross):
+                for s, (label, w) in enumerate(zip(self.cross_view.source_labels, weights)):
+                    rows.append(["cross_attention"] + [""] * (first - 1) + [layer, head, s, label, f"{float(w):.6g}"])
+        return header, [row + [""] * (len(header) - len(row)) for row in rows]
 
     def export_arrays(self) -> dict:
         out = {}
         if self._shown is not None:
             dist, _ = self._shown
             out.update(probs=dist.probs.numpy(), model_probs=dist.model_probs.numpy(), kept=dist.kept.numpy())
+        plain = self._plain_on_show()
+        if plain:  # (what is shown beside, as in the CSV)
+            out.update(probs_without_edits=plain.probs.numpy(), model_probs_without_edits=plain.model_probs.numpy())
+        if self.cross_view.isVisibleTo(self) and self.cross_view.matrix().size:
+            out.update(cross_attention=self.cross_view.matrix())  # [heads + mean, source] of the layer shown
         if self.session is not None:
             out.update(self.view.export_arrays(self.session))
         return out

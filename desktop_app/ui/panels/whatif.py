@@ -128,7 +128,8 @@ def _component_label(component: str, layer: int, head: int) -> str:
 class WhatIfPanel(QWidget, ResultView):
     title = "What if"
     # (key, what): the buttons' keys (each works while its tab is on show), listed in Help
-    shortcuts = (("Ctrl+Return", "Attribute"), ("Ctrl+Return", "Run the patching"), ("Esc", "Cancel the patching"))
+    shortcuts = (("Ctrl+Return", "Attribute"), ("Ctrl+Return", "Run the patching"), ("Esc", "Cancel the patching"),
+                 ("Ctrl+Return", "Apply the steer"), ("Ctrl+Return", "Ablate"))
     help_text = (
         "<b>What am I looking at?</b> <b>Direct logit attribution</b>: the logit of token t at position p is "
         "a sum over what each component wrote into the residual stream, read through the final norm "
@@ -164,6 +165,11 @@ class WhatIfPanel(QWidget, ResultView):
         self._dla_follows = False  # an attribution was asked for: it follows the inputs, shown or not
         self._patch_job = None
         self.patching = None  # the last core.interventions.Patching shown
+        # what the bars / maps on show were computed for (position, token typed) / (the four texts typed), and
+        # their result line: typing other inputs marks them out of date (_typed_changed)
+        self._dla_for = self._patch_for = None
+        self._dla_asked = self._patch_asked = None  # (those of the job running)
+        self._dla_line = self._patch_line = ""
 
         # (a) direct logit attribution
         self.position_spin = QSpinBox()
@@ -174,6 +180,7 @@ class WhatIfPanel(QWidget, ResultView):
         self.token_edit.setPlaceholderText("top next token (or a token, or #id)")
         self.attribute_button = QPushButton("Attribute")
         self.dla_status = QLabel(self.DLA_HINT)
+        self.dla_status.setWordWrap(True)  # (the edits in force, an out-of-date line: not cut at 1024 pixels)
         self.dla_chart = attribution_chart()
         self.dla_export = ExportBar(lambda: self.dla_chart, lambda: "whatif-attribution")
         dla = QWidget()
@@ -198,6 +205,7 @@ class WhatIfPanel(QWidget, ResultView):
         self.progress = JobProgressBar()
         self.progress.setVisible(False)
         self.patch_status = QLabel(self.PATCH_HINT)
+        self.patch_status.setWordWrap(True)
         patching = QWidget()
         texts = QHBoxLayout()
         for w in (QLabel("Clean"), self.clean_edit, QLabel("Corrupted"), self.corrupted_edit):
@@ -316,18 +324,46 @@ class WhatIfPanel(QWidget, ResultView):
         self.token_edit.returnPressed.connect(self.attribute)
         self.run_button.clicked.connect(self.run_patching)
         self.cancel_button.clicked.connect(self.cancel_patching)
-        key_buttons(self.shortcuts, (self.attribute_button, self.run_button, self.cancel_button))
+        key_buttons(self.shortcuts, (self.attribute_button, self.run_button, self.cancel_button,
+                                     self.apply_steer_button, self.ablate_button))
         self.scale_slider.valueChanged.connect(self._show_scale)
         self.steer_layer_spin.valueChanged.connect(self._steer_layer_chosen)
         self.apply_steer_button.clicked.connect(self.apply_steer)
         for edit in (self.towards_edit, self.away_edit):
             edit.returnPressed.connect(self.apply_steer)
+        self.token_edit.textEdited.connect(self._typed_changed)
+        self.position_spin.valueChanged.connect(self._typed_changed)
+        for edit in (self.clean_edit, self.corrupted_edit, self.answer_edit, self.wrong_edit):
+            edit.textEdited.connect(self._typed_changed)
         self.watch_inputs(state)  # every result shown here belongs to the current model, text and edits
         state.trace_changed.connect(self._on_trace)
         state.model_changed.connect(self._on_model)
         state.interventions_changed.connect(self._forget_applied)
         if getattr(state, "loaded", None) is not None:
             self._on_model(state.loaded)
+
+    STALE_DLA = ("Out of date: the bars are for {what}; Attribute (Ctrl+Return) for the position and token "
+                 "typed.")
+    STALE_PATCH = ("Out of date: the maps are for clean {0!r}, corrupted {1!r}, answer {2!r}; Run (Ctrl+Return) "
+                   "for the texts typed.")
+
+    def _dla_typed(self) -> tuple:
+        return self.position_spin.value(), self.token_edit.text().strip()
+
+    def _patch_typed(self) -> tuple:
+        return tuple(e.text() for e in (self.clean_edit, self.corrupted_edit, self.answer_edit, self.wrong_edit))
+
+    def _typed_changed(self, *_args) -> None:
+        """A result on show whose inputs were typed over says so (its result line again if they are typed back)."""
+        if self.dla_chart.attribution is not None and self._dla_for is not None and not self._dla_running():
+            a = self.dla_chart.attribution
+            what = f"token {self.state.token_strings([a.token_id])[0]!r} (#{a.token_id}) at position {a.position}"
+            self.dla_status.setText(self._dla_line if self._dla_typed() == self._dla_for
+                                    else self.STALE_DLA.format(what=what))
+        if self.patching is not None and self._patch_for is not None:
+            self.patch_status.setText(self._patch_line if self._patch_typed() == self._patch_for
+                                      else self.STALE_PATCH.format(*(t if len(t) <= 40 else f"{t[:39]}…"
+                                                                      for t in self._patch_for)))
 
     def _forget_applied(self, *_args) -> None:
         """An "Applied ..." line is about an edit in force: gone with it (Clear all, its x, another model)."""
@@ -511,6 +547,7 @@ class WhatIfPanel(QWidget, ResultView):
         if self._dla_running():
             self._dla_job.cancel()
         self.dla_status.setText("Attributing…")
+        self._dla_asked = self._dla_typed()
         # the tokens shown (the text's, or a generation step's) with the current model and edits; an
         # encoder-decoder's decoder reads [start] + the Model panel's target
         decoder = list(self.state.decoder_ids) or None if is_seq2seq(loaded) else None
@@ -524,12 +561,15 @@ class WhatIfPanel(QWidget, ResultView):
         seq2seq = self.state.loaded is not None and is_seq2seq(self.state.loaded)
         self.dla_chart.set_attribution(attribution, attribution_title(attribution, f"{label} (#{token})",
                                                                       "decoder position" if seq2seq else "position"))
-        ablated = f"; ablated: {', '.join(iv.label for iv in self.state.interventions)}" \
+        # (not "ablated": a feature's clamp or a steer is among the edits too)
+        edits = f"; edits: {', '.join(iv.label for iv in self.state.interventions)}" \
             if self.state.interventions else ""
         top = np.argsort(-np.abs(attribution.contributions))[:3]
         biggest = ", ".join(f"{self.dla_chart.labels[i]} {attribution.contributions[i]:+.3g}" for i in top)
-        self.dla_status.setText(f"logit {attribution.logit:.4g} = sum {attribution.sum:.4g}; largest: {biggest}"
-                                + ablated)
+        self._dla_for = self._dla_asked
+        self._dla_line = f"logit {attribution.logit:.4g} = sum {attribution.sum:.4g}; largest: {biggest}" + edits
+        self.dla_status.setText(self._dla_line)
+        self._typed_changed()  # (typed over while it was computed)
 
     def _dla_failed(self, exc: BaseException, tb: str) -> None:
         self.dla_chart.clear_chart("")
@@ -549,6 +589,7 @@ class WhatIfPanel(QWidget, ResultView):
         self.progress.setVisible(True)
         self.patch_status.setText("Patching…")
         self._patch_ablations = list(self.state.interventions)  # what the result was computed under
+        self._patch_asked = self._patch_typed()
         self._patch_job = self.state.run(patch, loaded, self.clean_edit.text(), self.corrupted_edit.text(),
                                   self.answer_edit.text(), self.wrong_edit.text(), self._patch_ablations,
                                   decoder_ids=list(self.state.decoder_ids) or None if is_seq2seq(loaded) else None,
@@ -593,9 +634,12 @@ class WhatIfPanel(QWidget, ResultView):
         l, h = np.unravel_index(int(np.argmax(res.heads)), res.heads.shape)
         where = head_rows[l] if head_rows else f"layer {l}"
         ablations = getattr(self, "_patch_ablations", [])
-        ablated = f"; ablated: {', '.join(iv.label for iv in ablations)}" if ablations else ""
-        self.patch_status.setText(f"clean {res.clean_metric:.4g}, corrupted {res.corrupted_metric:.4g}; "
-                                  f"largest head recovery: {where} head {h} ({res.heads[l, h]:.2f}){ablated}")
+        edits = f"; edits: {', '.join(iv.label for iv in ablations)}" if ablations else ""
+        self._patch_for = self._patch_asked
+        self._patch_line = (f"clean {res.clean_metric:.4g}, corrupted {res.corrupted_metric:.4g}; "
+                            f"largest head recovery: {where} head {h} ({res.heads[l, h]:.2f}){edits}")
+        self.patch_status.setText(self._patch_line)
+        self._typed_changed()  # (typed over while it ran)
 
     # -- (d) --------------------------------------------------------------------------------
     def _fill_ablate_kinds(self, cfg) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import pytest
 from PySide6.QtCore import QSettings
@@ -136,3 +137,81 @@ def error_watch(monkeypatch):
     watch = ErrorWatch.install(monkeypatch)
     yield watch
     watch.remove()
+
+
+# --- Opt-in probe: which tests leave top-level widgets behind -------------------------------------------------------
+# TE_LEFT_WIDGETS=report.txt pytest tests/ui ...  lists, after each test (all its fixtures torn down), the top-level
+# widgets that test left alive, by class and test, and sums them by class and by test at the end. Off unless set
+# (CI leaves it unset): it holds no widget between tests, only addresses.
+LEFT_WIDGETS_REPORT = os.environ.get("TE_LEFT_WIDGETS")
+
+
+def _address(widget) -> int:
+    import shiboken6
+
+    return shiboken6.getCppPointer(widget)[0]
+
+
+def describe_widget(widget) -> str:
+    """Class, and what tells one such widget from another: its title, text, actions or children's classes."""
+    parts = [type(widget).__module__.split(".")[0] + "." + type(widget).__name__]
+    if widget.parentWidget() is not None:
+        parts.append(f"parent={type(widget.parentWidget()).__name__}")
+    if widget.isVisible():
+        parts.append("VISIBLE")
+    for label, value in (("title", widget.windowTitle()), ("name", widget.objectName()),
+                         ("text", getattr(widget, "text", lambda: "")() if hasattr(widget, "text") else "")):
+        if isinstance(value, str) and value:
+            parts.append(f"{label}={value[:40]!r}")
+    actions = [a.text() for a in widget.actions()][:4]
+    if actions:
+        parts.append(f"actions={actions}")
+    kids = [type(c).__name__ for c in widget.children()][:5]
+    if kids:
+        parts.append(f"children={kids}")
+    return " ".join(parts)
+
+
+if LEFT_WIDGETS_REPORT:
+    import collections
+
+    _left_by_class: collections.Counter = collections.Counter()
+    _left_by_test: collections.Counter = collections.Counter()
+    _left_by_module: collections.Counter = collections.Counter()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        from PySide6.QtCore import QCoreApplication, QEvent
+        from PySide6.QtWidgets import QApplication
+
+        before = {_address(w) for w in QApplication.topLevelWidgets()}
+        yield
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # asked for already: not left behind
+        left = [w for w in QApplication.topLevelWidgets() if _address(w) not in before]
+        if not left:
+            return
+        # those only a reference cycle still holds go at the next collection: counted apart, not listed
+        n_left = len(left)
+        left.clear()
+        gc.collect()
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        left = [w for w in QApplication.topLevelWidgets() if _address(w) not in before]
+        _left_by_class["(went at gc.collect)"] += n_left - len(left)
+        with open(LEFT_WIDGETS_REPORT, "a", encoding="utf-8") as out:
+            for widget in left:
+                line = describe_widget(widget)
+                out.write(f"{item.nodeid}\t{line}\n")
+                _left_by_class[line.split(" ")[0] + (" (parented)" if widget.parentWidget() is not None else "")] += 1
+            _left_by_test[item.nodeid] += len(left)
+            _left_by_module[item.nodeid.split("::")[0]] += len(left)
+
+    def pytest_sessionfinish(session):
+        from PySide6.QtWidgets import QApplication
+
+        with open(LEFT_WIDGETS_REPORT, "a", encoding="utf-8") as out:
+            alive = QApplication.topLevelWidgets() if QApplication.instance() else []
+            out.write(f"# SUMMARY: {sum(_left_by_class.values())} left by tests; {len(alive)} top-level alive at end\n")
+            for title, counter in (("class", _left_by_class), ("module", _left_by_module), ("test", _left_by_test)):
+                out.write(f"# by {title}\n")
+                for key, n in counter.most_common(40):
+                    out.write(f"#   {n:6d}  {key}\n")

@@ -189,6 +189,9 @@ def shutdown(timeout_ms: int = 10_000) -> bool:
     jobs = active_jobs()
     for pool in {job.pool for job in jobs}:
         pool.waitForDone(timeout_ms)
+    for job in list(_active):
+        if job.done:  # its queued signals would deliver nothing now; they go with its carrier
+            _let_go(job)
     return all(job.done for job in jobs)
 
 

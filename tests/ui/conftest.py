@@ -110,7 +110,8 @@ def states_made_in_the_test() -> list:
 @pytest.fixture
 def no_window_outlives_its_test(garbage_collected_on_the_ui_thread):
     """Teardown, also when the test failed: every parentless window the test made (its panels, main
-    windows, dialogs, the window ui.app.main builds in-process) is deleted, not only closed. Closed
+    windows, dialogs, the window ui.app.main builds in-process) is deleted, not only closed, and a test
+    that leaves a window of its own on screen fails. Closed
     windows otherwise lived on: 15,000 top-level widgets by the end of the UI suite, with their timers
     and connections, in the runs where test_lipschitz_panel's sweeps never saw their end.
     Windows made before the test (module and session fixtures) are left alone; pytest-qt has already
@@ -131,11 +132,17 @@ def no_window_outlives_its_test(garbage_collected_on_the_ui_thread):
     # Qt's own, which Qt still points at (deleting one of those crashed the process)
     made = [w for w in QApplication.topLevelWidgets() if w not in before and w.parentWidget() is None
             and not type(w).__module__.startswith("PySide6.")]
-    before.clear()
     for window in made:
         window.hide()
         window.deleteLater()
+    made.clear()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    # a window still on screen (a dialog, a menu or a popup the test opened and never closed) can take a later
+    # test's clicks and keys, and its timers run on
+    shown = [f"{type(w).__name__} {w.windowTitle()!r}" for w in QApplication.topLevelWidgets()
+             if w not in before and w.isVisible()]
+    before.clear()
+    assert not shown, f"this test left windows on screen: {shown}"
 
 
 @pytest.fixture(autouse=True)

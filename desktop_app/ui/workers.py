@@ -119,6 +119,16 @@ def _guarded(job: Job, callback: Callable, accept: Callable[[], bool] | None = N
     return deliver
 
 
+def _let_go(job: Job) -> None:
+    """The job's signals have fired: drop it and what it held. Its signal carrier holds, in C++, the
+    slots that reference the job (and the callbacks' objects): a cycle the garbage collector cannot see,
+    so every job, its arguments (a model, a text's tensors) and its callbacks' panels lived on until the
+    process ended. Deleting the carrier drops those slots."""
+    _active.discard(job)
+    job.fn, job.args, job.kwargs = None, (), {}
+    job.signals.deleteLater()
+
+
 def run_job(fn: Callable[..., Any], *args: Any, on_result: Callable[[Any], None] | None = None,
             on_error: Callable[[BaseException, str], None] | None = None,
             on_progress: Callable[[int, int, str], None] | None = None,
@@ -147,7 +157,7 @@ def run_job(fn: Callable[..., Any], *args: Any, on_result: Callable[[Any], None]
         tie = owner.destroyed.connect(lambda *_: job.detach())  # must not reference the owner itself
         job.signals.finished.connect(lambda: QObject.disconnect(tie))  # a long-lived owner keeps no old jobs
     _active.add(job)
-    job.signals.finished.connect(lambda: _active.discard(job))
+    job.signals.finished.connect(lambda: _let_go(job))  # connected last: every other slot has run
     job.pool = pool or global_pool()
     app = QCoreApplication.instance()
     if app is not None and not _quit_hooked:
@@ -179,6 +189,9 @@ def shutdown(timeout_ms: int = 10_000) -> bool:
     jobs = active_jobs()
     for pool in {job.pool for job in jobs}:
         pool.waitForDone(timeout_ms)
+    for job in list(_active):
+        if job.done:  # its queued signals would deliver nothing now; they go with its carrier
+            _let_go(job)
     return all(job.done for job in jobs)
 
 

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import pytest
+import shiboken6
 from PySide6.QtCore import QSettings
 
 from .walkthrough import ErrorWatch, make_model_dirs
@@ -80,10 +82,36 @@ def garbage_collected_on_the_ui_thread(qapp):
     collector.stop()
 
 
+_states_made: list | None = None
+
+
+def states_made_in_the_test() -> list:
+    """The list that every AppState made from now on joins (emptied for each test). A test's AppState (no
+    parent) holds, in C++, the slots its panels connected, which reference the panels, which reference the
+    state: a cycle the garbage collector cannot see, so each test's panels, plots and their pyqtgraph menus
+    (~7 top-level widgets a plot) lived to the end of the session. Deleting the state drops those slots.
+    In the app one state lives as long as the application. No module or session fixture makes one."""
+    global _states_made
+    if _states_made is None:
+        from desktop_app.ui.state import AppState
+
+        made_by_init = AppState.__init__
+
+        def init_and_note(self, *args, **kwargs):
+            made_by_init(self, *args, **kwargs)
+            _states_made.append(self)
+
+        AppState.__init__ = init_and_note
+        _states_made = []
+    _states_made.clear()
+    return _states_made
+
+
 @pytest.fixture
 def no_window_outlives_its_test(garbage_collected_on_the_ui_thread):
     """Teardown, also when the test failed: every parentless window the test made (its panels, main
-    windows, dialogs, the window ui.app.main builds in-process) is deleted, not only closed. Closed
+    windows, dialogs, the window ui.app.main builds in-process) is deleted, not only closed, and a test
+    that leaves a window of its own on screen fails. Closed
     windows otherwise lived on: 15,000 top-level widgets by the end of the UI suite, with their timers
     and connections, in the runs where test_lipschitz_panel's sweeps never saw their end.
     Windows made before the test (module and session fixtures) are left alone; pytest-qt has already
@@ -92,18 +120,29 @@ def no_window_outlives_its_test(garbage_collected_on_the_ui_thread):
     from PySide6.QtWidgets import QApplication
 
     before = set(QApplication.topLevelWidgets())
+    states = states_made_in_the_test()
     yield
-    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # pytest-qt's deleteLater
+    for state in states:
+        if shiboken6.isValid(state):
+            state.deleteLater()
+    states.clear()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # pytest-qt's deleteLater, the states
     gc.collect()  # windows only a reference cycle kept: Python deletes them, on this (the UI) thread
     # only windows of this project's or pyqtgraph's classes: a plain Qt one (a QMenu, a bare QWidget) may be
     # Qt's own, which Qt still points at (deleting one of those crashed the process)
     made = [w for w in QApplication.topLevelWidgets() if w not in before and w.parentWidget() is None
             and not type(w).__module__.startswith("PySide6.")]
-    before.clear()
     for window in made:
         window.hide()
         window.deleteLater()
+    made.clear()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    # a window still on screen (a dialog, a menu or a popup the test opened and never closed) can take a later
+    # test's clicks and keys, and its timers run on
+    shown = [f"{type(w).__name__} {w.windowTitle()!r}" for w in QApplication.topLevelWidgets()
+             if w not in before and w.isVisible()]
+    before.clear()
+    assert not shown, f"this test left windows on screen: {shown}"
 
 
 @pytest.fixture(autouse=True)
@@ -136,3 +175,109 @@ def error_watch(monkeypatch):
     watch = ErrorWatch.install(monkeypatch)
     yield watch
     watch.remove()
+
+
+# --- Opt-in probe: which tests leave top-level widgets behind -------------------------------------------------------
+# TE_LEFT_WIDGETS=report.txt pytest tests/ui ...  lists, after each test (all its fixtures torn down), the top-level
+# widgets that test left alive, by class and test, and sums them by class and by test at the end. Off unless set
+# (CI leaves it unset): it holds no widget between tests, only addresses.
+LEFT_WIDGETS_REPORT = os.environ.get("TE_LEFT_WIDGETS")
+
+
+def _address(widget) -> int:
+    import shiboken6
+
+    return shiboken6.getCppPointer(widget)[0]
+
+
+def describe_widget(widget) -> str:
+    """Class, and what tells one such widget from another: its title, text, actions or children's classes."""
+    parts = [type(widget).__module__.split(".")[0] + "." + type(widget).__name__]
+    if widget.parentWidget() is not None:
+        parts.append(f"parent={type(widget.parentWidget()).__name__}")
+    if widget.isVisible():
+        parts.append("VISIBLE")
+    for label, value in (("title", widget.windowTitle()), ("name", widget.objectName()),
+                         ("text", getattr(widget, "text", lambda: "")() if hasattr(widget, "text") else "")):
+        if isinstance(value, str) and value:
+            parts.append(f"{label}={value[:40]!r}")
+    actions = [a.text() for a in widget.actions()][:4]
+    if actions:
+        parts.append(f"actions={actions}")
+    kids = [type(c).__name__ for c in widget.children()][:5]
+    if kids:
+        parts.append(f"children={kids}")
+    return " ".join(parts)
+
+
+def active_timers() -> dict:
+    """address -> description of every running QTimer that has a Python wrapper (Qt's own are not seen)."""
+    import shiboken6
+    from PySide6.QtCore import QTimer
+
+    found = {}
+    for obj in gc.get_objects():
+        if isinstance(obj, QTimer) and shiboken6.isValid(obj) and obj.isActive():
+            receivers = obj.receivers("2timeout()")
+            found[_address(obj)] = f"QTimer interval={obj.interval()} parent={type(obj.parent()).__name__} " \
+                                   f"receivers={receivers}"
+    return found
+
+
+if LEFT_WIDGETS_REPORT:
+    import collections
+
+    _left_by_class: collections.Counter = collections.Counter()
+    _left_by_test: collections.Counter = collections.Counter()
+    _left_by_module: collections.Counter = collections.Counter()
+    _went_at_gc = collections.Counter()
+    _guard = collections.Counter()  # what the guard (no visible window, no running timer left) would fail
+    _timers_seen: set = set()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        from PySide6.QtCore import QCoreApplication, QEvent
+        from PySide6.QtWidgets import QApplication
+
+        before = {_address(w) for w in QApplication.topLevelWidgets()}
+        yield
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # asked for already: not left behind
+        left = [w for w in QApplication.topLevelWidgets() if _address(w) not in before]
+        n_left = len(left)
+        left.clear()
+        # those only a reference cycle still holds go at the next collection: counted apart, not listed
+        gc.collect()
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        left = [w for w in QApplication.topLevelWidgets() if _address(w) not in before]
+        _went_at_gc["widgets"] += n_left - len(left)
+        timers = {a: d for a, d in active_timers().items() if a not in _timers_seen}
+        _timers_seen.update(timers)
+        visible = [w for w in left if w.isVisible()]
+        if visible or timers:
+            _guard["tests"] += 1
+            _guard["visible windows"] += len(visible)
+            _guard["running timers"] += len(timers)
+        with open(LEFT_WIDGETS_REPORT, "a", encoding="utf-8") as out:
+            for widget in left:
+                line = describe_widget(widget)
+                out.write(f"{item.nodeid}\t{line}\n")
+                _left_by_class[line.split(" ")[0] + (" (parented)" if widget.parentWidget() is not None else "")] += 1
+            for description in timers.values():
+                out.write(f"{item.nodeid}\tRUNNING {description}\n")
+            if left:
+                _left_by_test[item.nodeid] += len(left)
+                _left_by_module[item.nodeid.split("::")[0]] += len(left)
+
+    def pytest_sessionfinish(session):
+        from PySide6.QtWidgets import QApplication
+
+        with open(LEFT_WIDGETS_REPORT, "a", encoding="utf-8") as out:
+            alive = QApplication.topLevelWidgets() if QApplication.instance() else []
+            out.write(f"# SUMMARY: {sum(_left_by_class.values())} top-level widgets left by tests after gc.collect "
+                      f"({_went_at_gc['widgets']} more went at gc.collect); {len(alive)} top-level alive at end; "
+                      f"a guard would fail {_guard['tests']} tests ({_guard['visible windows']} visible windows, "
+                      f"{_guard['running timers']} running timers)\n")
+            for title, counter in (("class", _left_by_class), ("module", _left_by_module), ("test", _left_by_test)):
+                out.write(f"# by {title}\n")
+                for key, n in counter.most_common(40):
+                    out.write(f"#   {n:6d}  {key}\n")

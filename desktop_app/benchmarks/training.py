@@ -4,16 +4,20 @@
 
 Both sides train the same GPT-2-shaped model (same sizes, vocabulary, initial weights) on the same
 batches (the text task on resources/demo-text.txt, drawn by the same seeded generator) with AdamW and
-gradient clipping at 1.0. Ours is the real `train()` loop (its step events time each step, batch
-drawing included); the reference is the textbook loop: model(input_ids, labels) -> loss.backward() ->
-clip -> step with torch's default AdamW, timed the same way. Each side's time per step is its best window of `--window` steps
-over `--rounds` alternating rounds (the first window of a round is warm-up and skipped; one short untimed
-run of each side warms the process first), which keeps
-the comparison fair on a busy machine. bfloat16 autocast figures are added when the CPU has native
+gradient clipping at 1.0. Ours is the real `train()` loop; the reference is the textbook loop:
+model(input_ids, labels) -> loss.backward() -> clip -> step with torch's default AdamW. The two take turns
+in one run: after each of our step events (every `--window` steps) the reference takes `--window` steps,
+so each window of ours and the reference's window after it meet the same load (`--rounds` such runs; the
+first pair of each is warm-up and skipped; one short untimed run warms the process first). `speedup` is
+the median over the pairs of the reference's time over ours: on a machine shared with others' work
+a window's time is its own plus whatever ran beside it, and whole runs of each side taken in turn, each
+side's best window compared, gave anything from 0.82x to 1.44x in two runs a minute apart (load 5-8,
+2 threads). With one torch thread (`--threads 1`) `cpu` adds the same figures in the calling thread's CPU
+time, which others' load barely moves. bfloat16 autocast figures are added when the CPU has native
 bfloat16 matrix products (or on CUDA).
 
 `--profile` adds where one steady step of each side goes (float32): torch.profiler's self CPU time over the
-second window of one more run per side, per step, by kind of op (PROFILE_KINDS), with the step's wall time,
+second window of each side in one more paired run, per step, by kind of op (PROFILE_KINDS), with the step's wall time,
 its aten ops and what no op accounts for (Python, the autograd engine, our events); run it with --threads 1
 for figures a busy machine leaves alone.
 """
@@ -88,65 +92,102 @@ class _StepProfile:
                 "self_cpu_ms": per_step, "outside_ops_ms": round(wall - sum(per_step.values()), 2)}
 
 
-def _ours(cfg, window: int, tmp: Path, profiler: _StepProfile | None = None) -> float:
-    """Best seconds per step of train() over windows of `window` steps (first window skipped); with a
-    profiler, steps window+1 .. 2*window profiled (our events at their end included)."""
-    from ..core.training import train
+class _Reference:
+    """The textbook loop over transformers' GPT2LMHeadModel (same sizes, the same initial weights, the same
+    seeded batches, torch's default AdamW, clipping at 1.0): `steps(n)` takes its next n steps."""
 
-    rates = []
+    def __init__(self, cfg, precision: str) -> None:
+        import torch
+        import transformers
 
-    def on_event(ev: dict) -> None:
-        if ev["event"] == "step":
-            rates.append(ev["tokens_per_s"])
-            if profiler is not None and len(rates) in (1, 2):
-                (profiler.start if len(rates) == 1 else profiler.stop)()
+        transformers.logging.set_verbosity_error()
+        from ..core.checkpoints import new_model, to_hf_state_dict
+        from ..core.training.trainer import model_config_for, task_for
 
-    train(cfg, tmp / f"ours-{time.monotonic_ns()}", on_event=on_event)
-    tokens = cfg.batch_size * cfg.model["context_length"]
-    return tokens / max(rates[1:] or rates)
+        self.cfg, self.task = cfg, task_for(cfg, causal=True)
+        mcfg = model_config_for(cfg, self.task)
+        hf_cfg = transformers.GPT2Config(vocab_size=mcfg.vocab_size, n_positions=mcfg.context_length,
+                                         n_embd=mcfg.d_model, n_layer=mcfg.n_layers, n_head=mcfg.n_heads,
+                                         n_inner=mcfg.d_ff, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                         bos_token_id=None, eos_token_id=None)
+        self.hf = transformers.GPT2LMHeadModel(hf_cfg).to(cfg.device)
+        self.hf.load_state_dict(to_hf_state_dict(new_model(mcfg, seed=cfg.seed)), strict=False)  # same start
+        self.hf.train()
+        self.opt = torch.optim.AdamW(self.hf.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.dtype = {"bfloat16": torch.bfloat16}.get(precision)
+        self.device_type = torch.device(cfg.device).type
 
+    def steps(self, n: int) -> None:
+        import torch
 
-def _reference(cfg, window: int, precision: str, profiler: _StepProfile | None = None) -> float:
-    import torch
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    from ..core.checkpoints import new_model, to_hf_state_dict
-    from ..core.training.trainer import model_config_for, task_for
-
-    task = task_for(cfg, causal=True)
-    mcfg = model_config_for(cfg, task)
-    hf_cfg = transformers.GPT2Config(vocab_size=mcfg.vocab_size, n_positions=mcfg.context_length,
-                                     n_embd=mcfg.d_model, n_layer=mcfg.n_layers, n_head=mcfg.n_heads,
-                                     n_inner=mcfg.d_ff, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                     bos_token_id=None, eos_token_id=None)
-    hf = transformers.GPT2LMHeadModel(hf_cfg).to(cfg.device)
-    hf.load_state_dict(to_hf_state_dict(new_model(mcfg, seed=cfg.seed)), strict=False)  # same start
-    hf.train()
-    opt = torch.optim.AdamW(hf.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    dtype = {"bfloat16": torch.bfloat16}.get(precision)
-    device_type = torch.device(cfg.device).type
-    best = float("inf")
-    for w in range(cfg.steps // window):
-        if profiler is not None and w == 1:
-            profiler.start()
-        t0 = time.perf_counter()
-        for _ in range(window):
-            b = task.train_batch(cfg.batch_size, gen)
+        cfg, hf, opt = self.cfg, self.hf, self.opt
+        for _ in range(n):
+            b = self.task.train_batch(cfg.batch_size, self.gen)
             x = b.inputs.to(cfg.device)
             labels = torch.cat([x[:, :1], b.targets.to(cfg.device)], dim=1)[:, :-1]  # HF shifts labels itself
-            with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+            with torch.autocast(self.device_type, dtype=self.dtype, enabled=self.dtype is not None):
                 loss = hf(input_ids=x, labels=labels).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
             opt.step()
-        if w > 0:
-            best = min(best, (time.perf_counter() - t0) / window)
-        if profiler is not None and w == 1:
-            profiler.stop()
-    return best
+
+
+def _paired(cfg, precision: str, tmp: Path, profilers: dict | None = None) -> list[tuple[float, ...]]:
+    """One run of our train() with a window of the reference taken after each of its "step" events (every
+    cfg.log_every steps), so each window of ours and the reference's after it run under the same load:
+    per pair (ours' wall, the reference's wall, ours' CPU, the reference's CPU) seconds per step, the first
+    pair (warm-up) left out. Ours' window is everything from the end of the reference's window before it to
+    its event: the steps, their batches and our loop between them (events, pause checks). CPU: the calling
+    thread's (all of a step's with one torch thread). With profilers, ours' second window and the
+    reference's second are profiled."""
+    from ..core.training import train
+
+    ref = _Reference(cfg, precision)
+    pairs: list[tuple[float, ...]] = []
+    last = {"step": 0, "wall": time.perf_counter(), "cpu": time.thread_time()}
+
+    def on_event(ev: dict) -> None:
+        if ev["event"] != "step":
+            return
+        wall, cpu = time.perf_counter(), time.thread_time()
+        n = ev["step"] - last["step"]
+        if profilers is not None and len(pairs) == 1:
+            profilers["ours"].stop()
+            profilers["reference"].start()
+        ref.steps(n)
+        wall2, cpu2 = time.perf_counter(), time.thread_time()
+        if profilers is not None and len(pairs) == 1:
+            profilers["reference"].stop()
+        pairs.append(((wall - last["wall"]) / n, (wall2 - wall) / n, (cpu - last["cpu"]) / n, (cpu2 - cpu) / n))
+        if profilers is not None and len(pairs) == 1:
+            profilers["ours"].start()
+        last.update(step=ev["step"], wall=time.perf_counter(), cpu=time.thread_time())
+
+    train(cfg, tmp / f"ours-{time.monotonic_ns()}", on_event=on_event)
+    return pairs[1:]
+
+
+def _median(values: list[float]) -> float:
+    import statistics
+
+    return statistics.median(values)
+
+
+def _figures(pairs: list[tuple[float, ...]], tokens_per_step: int, cpu: bool) -> dict:
+    """speedup: the median over pairs of the reference's time over ours (wall); ours_s, reference_s: each
+    side's median seconds per step; with `cpu` (one torch thread) the same in the calling thread's CPU time,
+    which other processes' load barely moves."""
+    out = {"ours_s": round(_median([p[0] for p in pairs]), 6), "reference_s": round(_median([p[1] for p in pairs]), 6),
+           "speedup": round(_median([p[1] / p[0] for p in pairs]), 2), "pairs": len(pairs)}
+    out.update(ours_tokens_per_s=round(tokens_per_step / out["ours_s"]),
+               reference_tokens_per_s=round(tokens_per_step / out["reference_s"]))
+    if cpu:
+        out["cpu"] = {"ours_s": round(_median([p[2] for p in pairs]), 6),
+                      "reference_s": round(_median([p[3] for p in pairs]), 6),
+                      "speedup": round(_median([p[3] / p[2] for p in pairs]), 2)}
+    return out
 
 
 def main(argv: list[str]) -> dict:
@@ -194,31 +235,23 @@ def main(argv: list[str]) -> dict:
                     # ours steps with PyTorch's fused AdamW where available; the reference keeps torch's default
                     "fused_optimizer_step": fused_step_available([torch.zeros(1, device=args.device)])}
     with tempfile.TemporaryDirectory() as tmp:
-        # one short untimed run of each side first: the process's own warm-up (each kernel's first use, the
-        # allocator growing) made the first 3 steps of its first run 1.2-1.8x slower (1 thread, 4x128), past
-        # the skipped first window at bench quick's size, and it fell on whichever side ran first: ours
+        # one short untimed paired run first: the process's own warm-up (each kernel's first use, the allocator
+        # growing) made the first 3 steps of its first run 1.2-1.8x slower (1 thread, 4x128), past the skipped
+        # first window at bench quick's size
         warm = dataclasses.replace(config("float32"), steps=2, log_every=1)
-        _ours(warm, 1, Path(tmp))
-        _reference(warm, 1, "float32")
+        _paired(warm, "float32", Path(tmp))
+        cpu = torch.get_num_threads() == 1 and args.device == "cpu"
         precisions = ["float32"] + ([] if args.no_bf16 or not _bf16_supported(args.device) else ["bfloat16"])
         for precision in precisions:
-            cfg = config(precision)
-            ours, ref = float("inf"), float("inf")
-            for _ in range(args.rounds):  # alternate, so background load hits both sides alike
-                ours = min(ours, _ours(cfg, args.window, Path(tmp)))
-                ref = min(ref, _reference(cfg, args.window, precision))
+            pairs = [p for _ in range(args.rounds) for p in _paired(config(precision), precision, Path(tmp))]
+            figures = _figures(pairs, result["tokens_per_step"], cpu)
             if precision == "float32":
-                result.update(ours_s=round(ours, 6), reference_s=round(ref, 6), speedup=round(ref / ours, 2),
-                              ours_tokens_per_s=round(result["tokens_per_step"] / ours),
-                              reference_tokens_per_s=round(result["tokens_per_step"] / ref))
+                result.update(figures)
             else:
-                result["bfloat16"] = {"ours_s": round(ours, 6), "reference_s": round(ref, 6),
-                                      "speedup": round(ref / ours, 2),
-                                      "ours_vs_our_float32": round(result["ours_s"] / ours, 2)}
-        if args.profile:  # one more run of each side, profiled (the profiler slows what it watches: not timed)
+                result["bfloat16"] = {**figures, "ours_vs_our_float32": round(result["ours_s"] / figures["ours_s"], 2)}
+        if args.profile:  # one more paired run, profiled (the profiler slows what it watches: not timed)
             profilers = {"ours": _StepProfile(args.window), "reference": _StepProfile(args.window)}
-            _ours(config("float32"), args.window, Path(tmp), profilers["ours"])
-            _reference(config("float32"), args.window, "float32", profilers["reference"])
+            _paired(config("float32"), "float32", Path(tmp), profilers)
             result["profile"] = {side: p.summary() for side, p in profilers.items()}
         if "bfloat16" not in result:
             result["bfloat16"] = "not supported natively on this device" if not args.no_bf16 else "skipped"

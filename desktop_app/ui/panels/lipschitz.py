@@ -232,12 +232,13 @@ class LipschitzPanel(QWidget):
         keep_legend_clear(self.plot)  # in the corner the runs leave free (it was over a T5's points)
         self.table = QTableWidget(0, 8)
         self.table.setHorizontalHeaderLabels(["run"] + list(lip.CSV_COLUMNS))
-        header = self.table.horizontalHeader()  # the numbers' columns as wide as a number; the run's label the rest
-        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header = self.table.horizontalHeader()  # the numbers' columns as wide as they are; the run's label the rest
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        fm = self.table.fontMetrics()
-        for c, name in enumerate(lip.CSV_COLUMNS, start=1):
-            header.resizeSection(c, max(fm.horizontalAdvance(name), fm.horizontalAdvance("0.00000000")) + 16)
+        # one line a row: a label too long for its cell is cut (its tooltip holds it), never wrapped onto a second line
+        # that the row's height cuts ('demo-model …' over 'model L0…' at 1024 px)
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.export_bar = ExportBar(lambda: self, lambda: "lipschitz")
         right = QSplitter(Qt.Orientation.Vertical)

@@ -160,3 +160,35 @@ def test_the_graph_nodes_suppresses_table_shows_its_tokens_whole(qtbot, model_di
     for table in (dash.promoted_table, dash.suppressed_table):
         assert table.width() >= dash.histogram.width() / 2, (table.width(), dash.histogram.width())
         _columns_hold_their_cells(table)
+
+
+def test_the_layers_panel_shows_no_previous_texts_numbers_while_it_computes(qtbot, model_dirs, isolated_user_files,
+                                                                          monkeypatch):
+    """A new text's analysis running, the panel showed the previous text's residual norms under 'computing…'."""
+    from desktop_app.ui.panels import layers
+
+    w, state = _window_1024(qtbot, model_dirs, name="demo")
+    panel = click_panel_tab(qtbot, w, "Layers")
+    qtbot.waitUntil(lambda: panel.data is not None and panel.screenshot_ready(), timeout=30_000)
+    norms = panel.resid_map
+    assert norms.values.size > 0
+    release, started = threading.Event(), threading.Event()
+    compute = layers.compute_layers
+
+    def held(*args):
+        started.set()
+        release.wait(30)
+        return compute(*args)
+
+    monkeypatch.setattr(layers, "compute_layers", held)
+    try:
+        with qtbot.waitSignal(state.trace_changed, timeout=20_000):
+            state.set_text("The cat sat on the mat")
+        qtbot.waitUntil(started.is_set, timeout=20_000)
+        assert panel.status.text().startswith("computing")
+        assert panel.data is None and norms.values.size == 0  # nothing of the previous text
+        assert panel.tokens.count() == len(state.token_ids)  # this text's tokens
+    finally:
+        release.set()
+    qtbot.waitUntil(lambda: panel.data is not None and panel.screenshot_ready(), timeout=30_000)
+    assert norms.values.shape[0] == len(state.token_ids)

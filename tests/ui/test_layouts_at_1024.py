@@ -192,3 +192,40 @@ def test_the_layers_panel_shows_no_previous_texts_numbers_while_it_computes(qtbo
         release.set()
     qtbot.waitUntil(lambda: panel.data is not None and panel.screenshot_ready(), timeout=30_000)
     assert norms.values.shape[0] == len(state.token_ids)
+
+
+def test_the_image_panel_asked_for_on_a_text_model_gives_way_to_the_model_panel_and_says_why(
+        qtbot, model_dirs, isolated_user_files):
+    """The last session's Image panel (or --panel image) on a text model: its hidden tab was on show, its controls
+    disabled; before the model came it was built and current."""
+    from desktop_app.ui.main_window import MainWindow
+    from desktop_app.ui.state import AppState
+
+    state = AppState()
+    state.text = "Alice was beginning to get very tired"
+    w = MainWindow(state)
+    qtbot.addWidget(w)
+    w.show()
+    w.show_panel("Image")  # before the model is open (a workspace's panel, --panel): decided when it comes
+    assert w.current_slot() is w.slot("Model") and w.slot("Image").panel is None
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        w.open_model(model_dirs["demo"])
+    assert w.current_slot() is w.slot("Model")
+    assert not w.tabs.isTabVisible(w.tabs.indexOf(w.slot("Image")))
+    said = w.statusBar().currentMessage()
+    assert "Image panel is for models that take images" in said and "Model panel is on show" in said, said
+    click_panel_tab(qtbot, w, "Layers")
+    w.show_panel("Image")  # a text model open: refused at once, the tab on show kept
+    assert w.current_slot() is w.slot("Layers") and "Image panel" in w.statusBar().currentMessage()
+
+
+def test_panel_image_on_a_text_model_is_one_line(tmp_path, capsys, monkeypatch):
+    from desktop_app.ui.app import main
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    code = main(["--panel", "image", "--screenshot", str(tmp_path / "shot.png"), "--timeout", "120"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and not (tmp_path / "shot.png").exists()
+    assert err[-1].startswith("transformer-explorer: error: --panel image: the Image panel is for models that take "
+                              "images"), err

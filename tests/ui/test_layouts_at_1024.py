@@ -229,3 +229,16 @@ def test_panel_image_on_a_text_model_is_one_line(tmp_path, capsys, monkeypatch):
     assert code == 2 and not (tmp_path / "shot.png").exists()
     assert err[-1].startswith("transformer-explorer: error: --panel image: the Image panel is for models that take "
                               "images"), err
+
+
+@pytest.mark.parametrize("size", [(1024, 640), (1280, 800)])
+def test_generates_screenshot_ready_waits_for_its_layout_to_settle(qtbot, model_dirs, isolated_user_files, size):
+    """Built by the tab's click, the panel said ready before it was shown (a screenshot of an empty page), then one
+    relayout before its bars' axis took the width it is drawn at."""
+    w, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    w.resize(*size)
+    panel = click_panel_tab(qtbot, w, "Generate")
+    qtbot.waitUntil(panel.screenshot_ready, timeout=20_000)
+    first = panel.grab().toImage()
+    qtbot.wait(300)
+    assert panel.grab().toImage() == first

@@ -176,12 +176,14 @@ class MainWindow(QMainWindow):
     def show_panel(self, title: str) -> None:
         """Show a panel's tab; one that does not apply to the open model (a text model's Image panel: its tab is
         hidden) is not shown, the reason said, and the tab on show stays (the Model panel's if it was hidden). Asked
-        before any model is open (--panel, the last session's panel), it is decided when the model arrives."""
+        before any model is open (--panel, the last session's panel), it is decided when the model arrives (unless a
+        tab is clicked meanwhile)."""
         s = self.slot(title)
         self._panel_awaited = self.panel_refused = None
         if not self._applies(s):
-            if self.state.loaded is None:  # the model on its way may take it (a ViT's Image panel)
-                self._panel_awaited = s.title
+            if self.state.loaded is None:  # the model on its way may take it (a ViT's Image panel): built now, to
+                self._panel_awaited = s.title  # take the model and the workspace's choices as it comes
+                s.build(self.state)
                 return
             self.panel_refused = (f"the {s.title} panel is for {self.PANELS_FOR[s.title][1]}; "
                                   f"{self.state.loaded.name} is not one")
@@ -218,11 +220,7 @@ class MainWindow(QMainWindow):
             self.tabs.setTabVisible(index, shown)
         self._key_the_panels_on_show()
         if awaited is not None and self.state.loaded is not None:  # the model asked for has come
-            if self._applies(self.slot(awaited)):  # (built after the model's signal, which its own slots then see;
-                # unless a tab was clicked meanwhile)
-                QTimer.singleShot(0, lambda: self.show_panel(awaited) if self._panel_awaited == awaited else None)
-            else:
-                self.show_panel(awaited)  # why not: said with the model's 'Opened' line
+            self.show_panel(awaited)  # shown, or why not said with the model's 'Opened' line
 
     def _applies(self, slot: PanelSlot) -> bool:
         applies = self.PANELS_FOR.get(slot.title)

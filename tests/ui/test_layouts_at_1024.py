@@ -207,7 +207,7 @@ def test_the_image_panel_asked_for_on_a_text_model_gives_way_to_the_model_panel_
     qtbot.addWidget(w)
     w.show()
     w.show_panel("Image")  # before the model is open (a workspace's panel, --panel): decided when it comes
-    assert w.current_slot() is w.slot("Model") and w.slot("Image").panel is None
+    assert w.current_slot() is w.slot("Model")
     with qtbot.waitSignal(state.model_changed, timeout=30_000):
         w.open_model(model_dirs["demo"])
     assert w.current_slot() is w.slot("Model")

@@ -505,6 +505,8 @@ def _run(app, args, state, window, started: float) -> int:
             return _fail(f"the model did not finish loading within {wait_s:g} s ({model_path})")
         if watcher.failed is not None:
             return _fail(f"cannot open the model: {watcher.failed}")
+        if args.panel and window.panel_refused:  # (the screenshot would be of another panel)
+            return _fail(f"--panel {args.panel}: {window.panel_refused}", 2)
         if args.quit_when_ready:
             print(f'{{"ready_at": {time.time():.6f}, "started_at": {started:.6f}}}', flush=True)
             return 0

@@ -174,7 +174,24 @@ class MainWindow(QMainWindow):
         return s.panel
 
     def show_panel(self, title: str) -> None:
+        """Show a panel's tab; one that does not apply to the open model (a text model's Image panel: its tab is
+        hidden) is not shown, the reason said, and the tab on show stays (the Model panel's if it was hidden). Asked
+        before any model is open (--panel, the last session's panel), it is decided when the model arrives (unless a
+        tab is clicked meanwhile)."""
         s = self.slot(title)
+        self._panel_awaited = self.panel_refused = None
+        if not self._applies(s):
+            if self.state.loaded is None:  # the model on its way may take it (a ViT's Image panel): built now, to
+                self._panel_awaited = s.title  # take the model and the workspace's choices as it comes
+                s.build(self.state)
+                return
+            self.panel_refused = (f"the {s.title} panel is for {self.PANELS_FOR[s.title][1]}; "
+                                  f"{self.state.loaded.name} is not one")
+            if not self.tabs.isTabVisible(self.tabs.currentIndex()):
+                self.tabs.setCurrentIndex(0)
+            self._on_notice(f"{self.panel_refused[0].upper()}{self.panel_refused[1:]}: the "
+                            f"{self.tabs.tabText(self.tabs.currentIndex())} panel is on show.")
+            return
         self.tabs.setCurrentWidget(s)
         s.build(self.state)
 
@@ -183,21 +200,31 @@ class MainWindow(QMainWindow):
         return w if isinstance(w, PanelSlot) else None
 
     # panels that apply to some models only: shown only for them (as the Layers panel's Routing for a mixture)
-    PANELS_FOR = {"Image": AppState.takes_images}  # the Image panel: a model that takes images (a ViT)
+    # (title: (whether it applies, what it applies to)): the Image panel: a model that takes images (a ViT)
+    PANELS_FOR = {"Image": (AppState.takes_images, "models that take images (vision transformers)")}
+    _panel_awaited: str | None = None  # a panel asked for before any model was open (show_panel)
+    panel_refused: str | None = None  # why the last panel asked for was not shown (--panel on a text model)
 
     def _show_the_models_panels(self) -> None:
         """Show each panel's tab if it applies to the open model: a text model's Image tab was shown with its
         controls disabled. A tab hidden while on show gives way to the Model panel's."""
+        awaited = self._panel_awaited
         for s in self.slots:
             applies = self.PANELS_FOR.get(s.title)
             if applies is None:
                 continue
             index = self.tabs.indexOf(s)
-            shown = bool(applies(self.state))
+            shown = self._applies(s)
             if not shown and self.tabs.currentIndex() == index:
                 self.tabs.setCurrentIndex(0)
             self.tabs.setTabVisible(index, shown)
         self._key_the_panels_on_show()
+        if awaited is not None and self.state.loaded is not None:  # the model asked for has come
+            self.show_panel(awaited)  # shown, or why not said with the model's 'Opened' line
+
+    def _applies(self, slot: PanelSlot) -> bool:
+        applies = self.PANELS_FOR.get(slot.title)
+        return applies is None or bool(applies[0](self.state))
 
     def _key_the_panels_on_show(self) -> None:
         """Ctrl+1..9, then Ctrl+0, show the tabs in the order a person sees them on the bar (a hidden tab has no
@@ -212,6 +239,7 @@ class MainWindow(QMainWindow):
             place += shown
 
     def _on_tab_changed(self, index: int) -> None:
+        self._panel_awaited = None  # (a tab chosen meanwhile wins over a panel asked for before the model)
         w = self.tabs.widget(index)
         if isinstance(w, PanelSlot) and not w.built:
             QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)

@@ -673,8 +673,9 @@ def test_beam_options_typed_and_picked_reach_the_search_and_the_workspace(qtbot,
 
 def test_screenshot_ready_says_whether_what_is_on_show_is_drawn_without_a_demo(qtbot, panel):
     """screenshot_ready read only the --screenshot demo's progress (an error on a panel where none ran, which bench
-    ui worked around): idle, it is ready; a Step clicked and held in the worker, not; the step drawn, ready."""
-    assert panel.screenshot_ready()
+    ui worked around): idle, it is ready (once painted and laid out); a Step clicked and held in the worker, not; the
+    step drawn, ready."""
+    qtbot.waitUntil(panel.screenshot_ready, timeout=5_000)
     panel.prompt.setText("the ")
     with _held(panel.state.loaded.model) as gate:
         qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)

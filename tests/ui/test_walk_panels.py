@@ -214,10 +214,11 @@ def test_the_layers_analysis_can_be_cancelled_with_esc_and_run_again(qtbot, mode
     qtbot.waitUntil(panel.cancel_button.isVisible, timeout=30_000)
     assert started.wait(30)
     assert panel.cancel_button.toolTip().endswith("(Esc)")
-    # while it runs, the tokens on show are those of the numbers on show (the previous text's): the strip had the
-    # new text's tokens over the previous text's rows
-    before = panel.resid_map.row_labels
-    assert panel.tokens._canvas.strings == before == panel.labels != state.token_strings(state.token_ids)
+    # while it runs, the tokens on show are those of the numbers on show: this text's tokens and none of the previous
+    # text's numbers (look14; the strip had the new text's tokens over the previous text's rows, then both were the
+    # previous text's under 'computing…')
+    assert panel.data is None and panel.resid_map.values.size == 0 and panel.resid_map.row_labels == []
+    assert panel.tokens._canvas.strings == state.token_strings(state.token_ids)
     qtbot.keyClick(window.focusWidget() or window, Qt.Key.Key_Escape)
     qtbot.waitUntil(lambda: panel.status.text() == panel.CANCELLED, timeout=30_000)
     assert panel.data is None and panel.resid_map.values.size == 0  # the previous text's layers are gone

@@ -13,7 +13,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QImage, QPainterPath, QPen
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsItem, QGraphicsPathItem, QGraphicsSimpleTextItem, QHBoxLayout,
-                               QInputDialog, QLabel, QMenu, QPushButton, QScrollBar, QSpinBox, QToolButton, QVBoxLayout, QWidget)
+                               QInputDialog, QLabel, QMenu, QPushButton, QScrollBar, QSpinBox, QStyle, QToolButton,
+                               QVBoxLayout, QWidget)
 
 from ...core import analysis
 from ...core.views import find_view, views_using
@@ -532,6 +533,11 @@ class AttentionPanel(ViewTablePanel):
         self.ablate_button.setToolTip("Switch off the chosen head, or this layer's attention or MLP (what if?)")
         self.ablate_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.ablate_button.setMenu(QMenu(self.ablate_button))
+        # room for the menu's arrow, drawn in the button's corner (its size hint counts the text only: the arrow
+        # was over 'Ablate')
+        button = self.ablate_button
+        arrow = button.style().pixelMetric(QStyle.PixelMetric.PM_MenuButtonIndicator, None, button)
+        button.setMinimumWidth(button.sizeHint().width() + arrow)
         self.ablate_button.menu().aboutToShow.connect(
             lambda: self.fill_ablation_menu(self.ablate_button.menu(), self.layer, self.head))
         controls.addWidget(self.ablate_button)

@@ -182,7 +182,13 @@ class DynamicsPanel(QWidget, ResultView):
             if isinstance(w, QComboBox):  # long item texts do not widen the column (the list shows them)
                 w.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
                 w.setMinimumContentsLength(16)
-            if label:
+            if w in (self.init, self.qkv):  # each choice whole ('a head of the loa…'): under its label, as wide as
+                # the column (which keeps its width: the particles' room at 1024 px)
+                w.setMinimumContentsLength(max(len(w.itemText(i)) for i in range(w.count())))
+            if w is self.qkv:  # (a short label: the form would not wrap its row, it would cut the box)
+                form.addRow(QLabel(label))
+                form.addRow(w)
+            elif label:
                 form.addRow(label, w)
             else:  # a check box takes the whole row: its text is its label
                 form.addRow(w)
@@ -223,6 +229,7 @@ class DynamicsPanel(QWidget, ResultView):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setMinimumWidth(left_w.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
                                + 2 * scroll.frameWidth())
+        scroll.setMaximumWidth(scroll.minimumWidth())  # (its long boxes under their labels: the particles' room)
         # Reset / Play / Step and what they say stay in sight under the scrolled form (at 1024x640 the form
         # is taller than the window: they were below its fold)
         column = QVBoxLayout()

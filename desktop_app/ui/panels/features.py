@@ -529,9 +529,9 @@ class FeaturesPanel(QWidget, ResultView):
         self.attr_chart.set_attribution(fa, f"{label} at position {fa.position}: {attached.dictionary.hook} "
                                              f"adds {fa.direct:.4g} directly")
         biggest = ", ".join(f"f{int(f)} {c:+.3g}" for f, c in zip(fa.features[:3], fa.contributions[:3]))
-        self.attr_status.setText(f"Next token {label}: the {len(fa.features)} active features, bias, skip and error "
-                                 f"sum to {fa.total:.4g} (the hook's direct contribution {fa.direct:.4g}); "
-                                 f"largest: {biggest or 'none'}")
+        # (the chart's title names the token, the position and the hook's direct contribution: one line at 1024 px)
+        self.attr_status.setText(f"The {len(fa.features)} active features, bias, skip and error sum to {fa.total:.4g} "
+                                 f"(direct contribution {fa.direct:.4g}); largest: {biggest or 'none'}")
 
     # -- export (ExportBar's view protocol for the Lens tab) ------------------------------------
     def export_widget(self):

@@ -118,6 +118,11 @@ class FeatureDashboard(QWidget):
         lower = QSplitter(Qt.Orientation.Horizontal)
         lower.addWidget(self.histogram)
         lower.addWidget(logits)
+        # the two tables get two thirds: at their size hints the histogram took most of a narrow pane (the Graph
+        # panel's node) and Suppresses was ~75 px
+        lower.setStretchFactor(0, 1)
+        lower.setStretchFactor(1, 2)
+        lower.setSizes([1, 2])
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.contexts_table)
         split.addWidget(lower)
@@ -170,6 +175,8 @@ class FeatureDashboard(QWidget):
             fill_table(self.promoted_table, ["token", "weight"], [[problem, ""]])
         for table in (self.promoted_table, self.suppressed_table):
             columns_share_width_while_empty(table)
+            if table.rowCount():
+                table.resizeColumnsToContents()  # (the weight the rest: its last section stretches)
 
     def set_running(self, running: bool) -> None:
         self.run_button.setEnabled(not running)

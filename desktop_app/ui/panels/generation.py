@@ -970,5 +970,19 @@ class GenerationPanel(QWidget, ResultView):
         edits' recompute), no refresh waits, the model as trained is not being computed beside the edited
         one, and the --screenshot demo, if one was started, has played."""
         demo = getattr(self, "_demo", None)
-        return (not self.busy and not self._refresh_timer.isActive() and not self._plain_computing()
-                and (demo is None or demo.done))
+        return (self._laid_out and not self.busy and not self._refresh_timer.isActive()
+                and not self._plain_computing() and (demo is None or demo.done))
+
+    # Built by a tab's click, the panel is shown at the event loop's next turn; its plots are drawn at the turn after
+    # its first paint, and that drawing sizes their axes to their labels (pyqtgraph's AxisItem), which lays them out
+    # once more at the next turn: ready before that relayout, a screenshot was of an empty page, or of the bars with
+    # their axis not as wide as it is drawn (two turns after the first paint: measured, test_layouts_at_1024)
+    _laid_out = False
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().paintEvent(event)
+        if not self._laid_out:
+            QTimer.singleShot(0, lambda: QTimer.singleShot(0, self._after_first_paint))
+
+    def _after_first_paint(self) -> None:
+        self._laid_out = True

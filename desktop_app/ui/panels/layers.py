@@ -497,11 +497,9 @@ class LayersPanel(ViewTablePanel):
             return
         t = trace["embed"].shape[1]
         ids = list(token_ids or [])
-        # this text's tokens go on show with its numbers (_on_result): until then the tokens and the views on show
-        # are the previous text's, together, while the status line says the new one is computed
         labels = self.state.token_strings(ids[-t:]) if len(ids) >= t else [str(i) for i in range(t)]
         shown_ids = ids[-t:] if len(ids) >= t else list(range(t))
-        self.status.setText("computing\u2026")
+        self._show_computing(labels, shown_ids)
         loaded = getattr(self.state, "loaded", None)
         model = loaded.model if loaded is not None else None
         tokenizer = loaded.tokenizer if loaded is not None else None
@@ -514,6 +512,20 @@ class LayersPanel(ViewTablePanel):
                 self.status.setText(f"computing {stage} ({done + 1}/{total})\u2026")
 
         self._run_trace_job(work, self._on_result, "layer analysis", sync, on_progress=progress)
+
+    def _show_computing(self, labels: list[str], ids: list[int]) -> None:
+        """This trace's tokens at once and no numbers until its own (_on_result), as the Attention panel clears its
+        model view for a new text: the previous text's (or model's, or edits') layers stayed on show under
+        'computing…', as if they were this one's."""
+        computing = "computing\u2026"
+        self.data = None
+        self.tokens.set_tokens(labels, ids)
+        self._cleared = computing  # (a heatmap made meanwhile says it too)
+        for v in self.heatmap_views():
+            if v.name in self.widgets:
+                self.widgets[v.name].clear_matrix(computing)
+        self._clear_own(computing)
+        self.status.setText(computing)
 
     def _stack_to_show(self) -> str:
         """The stack picked; else the encoder while the decoder has read [start] alone (no target typed), the

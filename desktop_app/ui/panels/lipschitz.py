@@ -232,12 +232,14 @@ class LipschitzPanel(QWidget):
         keep_legend_clear(self.plot)  # in the corner the runs leave free (it was over a T5's points)
         self.table = QTableWidget(0, 8)
         self.table.setHorizontalHeaderLabels(["run"] + list(lip.CSV_COLUMNS))
-        header = self.table.horizontalHeader()  # the numbers' columns as wide as a number; the run's label the rest
+        header = self.table.horizontalHeader()  # the numbers' columns as wide as they are; the run's label the rest
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        fm = self.table.fontMetrics()
-        for c, name in enumerate(lip.CSV_COLUMNS, start=1):
-            header.resizeSection(c, max(fm.horizontalAdvance(name), fm.horizontalAdvance("0.00000000")) + 16)
+        self._fit_number_columns()
+        # one line a row: a label too long for its cell is cut (its tooltip holds it), never wrapped onto a second line
+        # that the row's height cuts ('demo-model …' over 'model L0…' at 1024 px)
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.export_bar = ExportBar(lambda: self, lambda: "lipschitz")
         right = QSplitter(Qt.Orientation.Vertical)
@@ -682,6 +684,7 @@ class LipschitzPanel(QWidget):
             return
         self.runs.clear()
         self.table.setRowCount(0)
+        self._fit_number_columns()
         self.redraw()
 
     # -- drawing ------------------------------------------------------------------------------
@@ -694,6 +697,22 @@ class LipschitzPanel(QWidget):
             for c, v in enumerate(values):
                 self.table.setItem(r, c, QTableWidgetItem(_cell(v)))
             self.table.item(r, 0).setToolTip(run.label)  # (a long label is cut in its cell)
+            self._fit_number_columns(r)
+
+    NUMBER_PADDING = 12  # (a cell draws its text 3 px in from either side)
+
+    def _fit_number_columns(self, row: int | None = None) -> None:
+        """Each number column as wide as its title (row None: an empty table) or at least as wide as `row`'s number,
+        with room: as wide as '0.00000000' each, they left the run's label ~85 px at 1024 px."""
+        fm, header = self.table.fontMetrics(), self.table.horizontalHeader()
+        for c in range(1, self.table.columnCount()):
+            if row is None:
+                header.resizeSection(c, fm.horizontalAdvance(self.table.horizontalHeaderItem(c).text())
+                                     + self.NUMBER_PADDING)
+            else:
+                needed = fm.horizontalAdvance(self.table.item(row, c).text()) + self.NUMBER_PADDING
+                if header.sectionSize(c) < needed:
+                    header.resizeSection(c, needed)
 
     def redraw(self) -> None:
         self.plot.clear()

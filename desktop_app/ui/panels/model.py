@@ -276,6 +276,7 @@ class ModelPanel(QWidget):
         # two lines at 1280 x 800)
         row.addWidget(self.count_label, 2)
         row.addWidget(self.token_info, 1)
+        self.token_info.setVisible(False)  # (until a token is clicked the count has the row: one line at 1024 px)
         row.addWidget(self.export_bar)
         tv.addLayout(row)
         special_row = QHBoxLayout()
@@ -387,7 +388,7 @@ class ModelPanel(QWidget):
             self.special_check.blockSignals(True)
             self.special_check.setChecked(self.state.special_tokens)
             self.special_check.blockSignals(False)
-        self.token_info.setText("")
+        self._show_token_info("")
         self.probabilities = None
         self.target_probabilities = None
         dec = self.state.decoder_ids
@@ -398,6 +399,12 @@ class ModelPanel(QWidget):
         self.target_count.setText(f"decoder input: the start token + {plural(len(dec) - 1, 'target token')}{cut}"
                                   if dec else "")
         self.tokens_drawn.emit()
+
+    def _show_token_info(self, text: str) -> None:
+        """A clicked token's line beside the count: shown only while it says something (empty, it took a third of
+        the row and the count wrapped onto a second line at 1024 px)."""
+        self.token_info.setText(text)
+        self.token_info.setVisible(bool(text))
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
@@ -475,7 +482,7 @@ class ModelPanel(QWidget):
         if routing is not None and 0 <= index < len(routing[0]):
             ids, weights = routing
             chosen = ", ".join(f"E{e} ({format_prob(w)})" for e, w in zip(ids[index], weights[index]))
-            self.token_info.setText(f"token #{index} at layer {self.routing_layer.value()}: experts {chosen}")
+            self._show_token_info(f"token #{index} at layer {self.routing_layer.value()}: experts {chosen}")
 
     def _colour_target(self, trace) -> None:
         """The decoder's input chips coloured by p(target token i | the ones before it, the source): logits
@@ -510,7 +517,7 @@ class ModelPanel(QWidget):
             probs = self.target_probabilities
             if probs is not None and 0 < index < len(probs):
                 text += f", p = {format_prob(probs[index])}"
-            self.token_info.setText(text)
+            self._show_token_info(text)
 
     def _specials_line(self) -> str:
         """Which special tokens the tokenizer added to the text shown, and what added them."""
@@ -538,7 +545,7 @@ class ModelPanel(QWidget):
             text = f"token #{index}: id {ids[index]}, {s!r}"
             if self.probabilities is not None and index < len(self.probabilities) and index > 0:
                 text += f", p = {format_prob(self.probabilities[index])}"
-            self.token_info.setText(text)
+            self._show_token_info(text)
 
     # -- view -> state ---------------------------------------------------------------------
     def _special_tokens_toggled(self, on: bool) -> None:

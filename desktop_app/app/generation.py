@@ -7,12 +7,10 @@ history tree fits in memory, and the model's logits as trained beside the edited
 """
 from __future__ import annotations
 
-from ..core.numbers import Range
+from ..core.numbers import GENERATION
 
-# Beam search's length penalty (transformers' length_penalty): a finished hypothesis scores its log-probability
-# / generated length ** this; > 0 favours longer ones, < 0 shorter. Bounded so that length ** it stays a float
-# at any context length.
-LENGTH_PENALTY = Range(float, -10.0, 10.0)
+# Beam search's length penalty (transformers' length_penalty), its range declared with the generation's numbers
+LENGTH_PENALTY = GENERATION["length_penalty"]
 # Beam search's early stopping as `generate --early-stopping` and the panel name it -> transformers' modes
 # (core/generation/search.py): stop once `beams` hypotheses have finished (true), once the best running one
 # cannot beat them at its length (false), or at the longest it may become (never).
@@ -60,42 +58,78 @@ def mask_positions(loaded, ids: list[int], extra=()) -> list[int]:
     return sorted({i for i, t in enumerate(ids) if t == mask_id} | {q for q in extra if q < len(ids)})
 
 
-def generation_bytes(cfg, dtype, prompt_length: int, max_new: int, beams: int, record: bool = False) -> dict[str, int]:
+def generation_bytes(cfg, dtype, prompt_length: int, max_new: int, beams: int, record: bool = False,
+                     source_length: int = 0) -> dict[str, int]:
     """The bytes a generation's history tree holds at its end, by part, all in the model's `dtype` (as the nodes
     keep them until read: a bfloat16 generation holds half a float32 one's): "logits", every node's next-token
     logits [V] (the prompt's too); "records" (record: what each forward recorded, core/generation RECORD_NAMES:
-    the embedding, five residual-width vectors a layer and the final norm's a token, and each layer's attention
-    row [H, T] of a step, the prompt's [H, P, P]); "kv cache", the keys and values of the longest path, a row a
-    beam. Beam search adds up to `beams` nodes a step (fewer while vocabulary^step is smaller). An
-    encoder-decoder's cross-attention rows and its encoder's records are not counted."""
+    the embedding, five residual-width vectors a layer and the final norm's (where the model has one) a token,
+    and each layer's attention row [H, T] of a step, the prompt's [H, P, P]); "kv cache", the keys and values of
+    the longest path, a row a beam. Beam search adds up to `beams` nodes a step (fewer while vocabulary^step is
+    smaller). An encoder-decoder (`source_length` S: its source's tokens; `prompt_length` its decoder's start):
+    each token's cross-attention rows [H, S] a layer among its records, each beam row's cross-attention keys and
+    values [S] a layer in the cache, and "encoder records", what the session keeps of the source's one encoder
+    pass when it records (encoder_record_values, float32)."""
     V, P, b = cfg.vocab_size, prompt_length, dtype.itemsize
     new = max(0, min(P + max_new, cfg.context_length) - P)
     widths, width = [], 1  # the nodes each step adds
     for _ in range(new):
         width = min(beams, width * V)
         widths.append(width)
-    layers = (cfg.n_decoder_layers or cfg.n_layers) if cfg.is_encoder_decoder else cfg.n_layers
+    seq2seq = bool(cfg.is_encoder_decoder)
+    S = source_length if seq2seq else 0
+    layers = (cfg.n_decoder_layers or cfg.n_layers) if seq2seq else cfg.n_layers
     held = {"logits": b * V * (1 + sum(widths)),
-            "kv cache": b * max(widths, default=1) * (P + new) * layers * 2 * cfg.n_kv_heads * cfg.d_head,
-            "records": 0}
+            "kv cache": b * max(widths, default=1) * (P + new + S) * layers * 2 * cfg.n_kv_heads * cfg.d_head,
+            "records": 0, "encoder records": 0}
     if record:
-        vectors = (5 * layers + 2) * cfg.d_model  # a token's residual-width records
+        # a token's residual-width records. (A block without a norm before its attention, post-norm or output
+        # norms, records the residual it reads as its attention input: a one-row step's two records are then one
+        # tensor, held once; counted twice here, an upper bound)
+        vectors = (5 * layers + 1 + bool(cfg.final_norm)) * cfg.d_model
         rows = layers * cfg.n_heads  # a token's attention rows, one a head and layer, over the keys before it
         held["records"] = b * (P * vectors + rows * P * P + sum(w * (vectors + rows * (P + i + 1))
                                                                  for i, w in enumerate(widths)))
+        if seq2seq:
+            held["records"] += b * rows * S * (P + sum(widths))  # cross-attention rows [H, S] a token and layer
+            held["encoder records"] = 4 * encoder_record_values(cfg, S)
     return held
 
 
+def encoder_record_values(cfg, source_length: int) -> int:
+    """The values an encoder-decoder's session keeps of its source's encoder pass (Trace("encoder.*"): the
+    embedding; a layer's attention input, output, residual after attention, MLP input and output and residual
+    after the layer [S, d], its q and z [H, S, d_head], pattern [H, S, S] and per-head outputs [H, S, d]; the final
+    norm's output where the model has one)."""
+    S, d, H = source_length, cfg.d_model, cfg.n_heads
+    layer = 6 * S * d + 2 * H * S * cfg.d_head + H * S * S + H * S * d
+    return S * d * (1 + bool(cfg.final_norm)) + cfg.n_layers * layer
+
+
 def check_generation_memory(loaded, prompt_length: int, max_new: int, beams: int, what: str,
-                            record: bool = False) -> None:
+                            record: bool = False, source_length: int = 0) -> None:
     """Refuse, before the first token, a generation whose history tree cannot fit (generation_bytes, in the
-    model's dtype; record: a session that records, as the Generate panel's, not generate()'s, the CLI's). `what`
-    names the setting to lower (a command-line option)."""
+    model's dtype; record: a session that records, as the Generate panel's, not generate()'s, the CLI's;
+    source_length: an encoder-decoder's source tokens). `what` names the setting to lower (a command-line
+    option, a panel's control)."""
     from ..core.devices import check_memory
 
-    held = generation_bytes(loaded.config, loaded.model.dtype, prompt_length, max_new, beams, record)
+    held = generation_bytes(loaded.config, loaded.model.dtype, prompt_length, max_new, beams, record, source_length)
     check_memory(float(sum(held.values())), what, "for the generated tokens' distributions, records and KV cache"
                  if record else "for the generated tokens' distributions and KV cache", loaded.model.device)
+
+
+def check_session_memory(loaded, session, n: int, what: str) -> None:
+    """check_generation_memory for `n` more tokens of a session (the Generate panel's Run N, before its job
+    starts): from the tokens it has, its beams, whether it records, an encoder-decoder's source. A masked fill
+    (no history tree) is not checked."""
+    from ..core.generation import GenerationSession
+
+    if not isinstance(session, GenerationSession):
+        return
+    beams = session.settings.beams if session.settings.strategy == "beam" else 1
+    check_generation_memory(loaded, len(session.ids()), n, beams, what, record=session.record,
+                            source_length=len(session.source) if session.source is not None else 0)
 
 
 def plain_logits_at(loaded, ids: list[int], position: int, source: list[int] | None = None):

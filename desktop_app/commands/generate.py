@@ -16,11 +16,16 @@ The JSON names them: `stop_tokens` (the ids in use), `stopped_by` (the one that 
 """
 from __future__ import annotations
 
-from ..app.generation import EARLY_STOPPING, LENGTH_PENALTY
+from ..app.generation import EARLY_STOPPING
 from ..core.generation import STRATEGIES
 from . import MODEL_HELP, add_dtype_argument, add_special_tokens_argument
-from .args import (DEVICES_HELP, Number, count, device, devices, float_in, layer_or_head, non_negative, positive_int,
-                   probability, seed)
+from .args import DEVICES_HELP, Number, device, devices, float_in, layer_or_head
+
+
+def _limit(name: str) -> Number:
+    """The option's type: the range a script's generate() and GenerationSettings take (core.numbers.GENERATION)."""
+    from ..core.numbers import GENERATION
+    return Number.of(GENERATION[name])
 
 
 def add_parser(sub) -> None:
@@ -31,20 +36,20 @@ def add_parser(sub) -> None:
     g.add_argument("--prompt", help="prompt text (needs the model's tokenizer: tokenizer.json, a SentencePiece "
                    "model, vocab.txt or vocab.json + merges.txt); an encoder-decoder's source")
     g.add_argument("--prompt-ids", help="comma-separated prompt token ids")
-    p.add_argument("--max-new", type=count, default=20, help="tokens to generate (default 20)")
+    p.add_argument("--max-new", type=_limit("max_new"), default=20, help="tokens to generate (default 20)")
     p.add_argument("--strategy", choices=STRATEGIES, default="greedy")
-    p.add_argument("--temperature", type=non_negative, default=1.0, help="0: greedy (default 1)")
-    p.add_argument("--top-k", type=count, default=0, help="0: off (strategy top-k defaults to 40)")
-    p.add_argument("--top-p", type=probability, default=1.0, help="1: off (strategy top-p defaults to 0.9)")
-    p.add_argument("--beams", type=positive_int, default=4)
-    p.add_argument("--length-penalty", type=Number.of(LENGTH_PENALTY), default=1.0,
+    p.add_argument("--temperature", type=_limit("temperature"), default=1.0, help="0: greedy (default 1)")
+    p.add_argument("--top-k", type=_limit("top_k"), default=0, help="0: off (strategy top-k defaults to 40)")
+    p.add_argument("--top-p", type=_limit("top_p"), default=1.0, help="1: off (strategy top-p defaults to 0.9)")
+    p.add_argument("--beams", type=_limit("beams"), default=4)
+    p.add_argument("--length-penalty", type=_limit("length_penalty"), default=1.0,
                    help="beam search: a finished sequence scores log p / its length ** this (transformers' "
                         "length_penalty; > 0 favours longer ones; default 1)")
     p.add_argument("--early-stopping", choices=tuple(EARLY_STOPPING), default="false",
                    help="beam search: stop once --beams sequences have ended (true), once the best running one "
                         "cannot beat them at its length (false, the default) or at the longest it may become "
                         "(never); transformers' early_stopping")
-    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--seed", type=_limit("seed"), default=0)
     p.add_argument("--stop-ids", help="comma-separated stop token ids (default: the model's end token)")
     p.add_argument("--order", choices=("confident", "left-to-right"), default="confident",
                    help="encoder models: which mask to fill first")
@@ -62,12 +67,13 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def check_generation_memory(loaded, prompt_length: int, args) -> None:
+def check_generation_memory(loaded, prompt_length: int, args, source_length: int = 0) -> None:
     """app.generation.check_generation_memory for these options (the option to lower named)."""
     from ..app.generation import check_generation_memory as check
 
     beams = args.beams if args.strategy == "beam" else 1
-    check(loaded, prompt_length, args.max_new, beams, f"--beams {args.beams}" if beams > 1 else f"--max-new {args.max_new}")
+    check(loaded, prompt_length, args.max_new, beams, f"--beams {args.beams}" if beams > 1 else f"--max-new {args.max_new}",
+          source_length=source_length)
 
 
 def run(args) -> int:
@@ -98,7 +104,7 @@ def run(args) -> int:
     if args.prompt is not None and loaded.tokenizer is None:
         raise ValueError(f"{loaded.path}: {loaded.tokenizer_missing}; pass --prompt-ids instead of --prompt")
     prompt = input_ids(loaded, args.prompt, args.prompt_ids)
-    check_generation_memory(loaded, 1 if seq2seq else len(prompt), args)
+    check_generation_memory(loaded, 1 if seq2seq else len(prompt), args, len(prompt) if seq2seq else 0)
     settings = generation_settings(args.strategy, args.temperature, args.top_k, args.top_p, args.beams,
                                    args.length_penalty, args.early_stopping)
     result: dict = {"model": str(loaded.path), "strategy": args.strategy, "seed": args.seed}

@@ -410,6 +410,9 @@ def load_model_folder(path: str | Path, device: str | torch.device = "cpu",
     an uninterrupted one (~3e-5 in 20 steps); a copy also never maps the files a trainer rewrites.
     A GGUF file opens with formats.load_model_file, through the same assemble_model.
     """
+    from .devices import check_device
+
+    check_device(device)  # a script's device="gpu9": one line naming it and this machine's devices, not torch's
     folder = Path(path)
     folder = interrupted_copy(folder) or folder  # an interrupted atomic_write_dir (the app's own .old only)
     if not folder.exists():

@@ -1,6 +1,7 @@
 """Device and dtype choice: CUDA when present, MPS on Apple silicon, CPU always."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,32 @@ def available_devices() -> list[str]:
     if mps is not None and mps.is_available():
         devices.append("mps")
     return devices
+
+
+_DEVICE = re.compile(r"(cpu|cuda(:[0-9]+)?|mps)")  # ASCII digits (\d takes '٣')
+
+
+def device_problem(name: str) -> str:
+    """'' when `name` (cpu, cuda, cuda:N or mps) is a device this machine has, else why not in a few words, the
+    devices it has named: the --device option's refusal, and load_model_file's of a script's device="gpu9"
+    (which was torch's own "Invalid device string", or an AssertionError for a CUDA device without CUDA)."""
+    present = available_devices()
+    if not isinstance(name, str) or not _DEVICE.fullmatch(name):
+        return f"must be cpu, cuda, cuda:N or mps, got {name!r} (this machine has: {', '.join(present)})"
+    if name == "cuda" and any(d.startswith("cuda") for d in present):
+        return ""
+    if name == "cuda:0" and "cuda" in present:
+        return ""
+    if name not in present:
+        return f"{name} is not available on this machine (it has: {', '.join(present)})"
+    return ""
+
+
+def check_device(device: str | torch.device) -> None:
+    """ValueError "device: PROBLEM" (device_problem) for a device named by a string this machine lacks; a
+    torch.device is the caller's own and passes."""
+    if isinstance(device, str) and (problem := device_problem(device)):
+        raise ValueError(f"device: {problem}")
 
 
 def default_device() -> str:

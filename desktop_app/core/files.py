@@ -698,18 +698,30 @@ def _unique_keys(pairs: list) -> dict:
     return d
 
 
-def read_json(path: str | Path, text: str | None = None, max_bytes: int | None = None):
+# the most bytes read_json reads of a file by default: a config.json, generation_config.json or trainer_state.json
+# is kilobytes (a SAELens cfg.json's cap too: features/dictionary.py); a 2 GB one would have been read whole
+MAX_JSON_BYTES = 1 << 24
+
+
+def read_json(path: str | Path, text: str | None = None, max_bytes: int | None = MAX_JSON_BYTES):
     """The one strict reader of a JSON file the app did not just build itself (a model's config.json, a
     run's trainer_state.json and metrics.json): the decoded value, or JsonFileError naming the file and
     the problem in one line: unreadable, not UTF-8, malformed (line and column), nested too deeply, or
     a key given twice in one object (which json.loads would silently resolve to the last one). `text`:
     the file's contents when the caller has read them already. `max_bytes`: a larger file is refused unread
-    (a settings file that size is not one)."""
+    (a settings file that size is not one); None: no cap."""
     path = Path(path)
     try:
         if text is None and max_bytes is not None and path.stat().st_size > max_bytes:
             raise JsonFileError(path, f"is {path.stat().st_size:,} bytes, not a settings file (at most "
                                       f"{max_bytes:,} are read)")
+        if text is None and max_bytes is not None:
+            with open(path, "rb") as fh:  # at most max_bytes + 1: a file that grows, or a device, is not read on
+                data = fh.read(max_bytes + 1)
+            if len(data) > max_bytes:
+                raise JsonFileError(path, f"is more than {max_bytes:,} bytes, not a settings file (at most "
+                                          f"{max_bytes:,} are read)")
+            text = data.decode("utf-8")
         if text is None:
             text = path.read_bytes().decode("utf-8")
         return json.loads(text, object_pairs_hook=_unique_keys)

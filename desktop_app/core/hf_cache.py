@@ -21,7 +21,6 @@ builds the step slider on them).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -29,8 +28,9 @@ from pathlib import Path
 
 from .hf_layout import _COMMIT, REPO_PREFIX, _refs, _repo_id, is_snapshot, snapshot_repo_ref  # noqa: F401 (the API)
 
-# A Hugging Face repository id: `name` or `org/name`, optionally `@revision` (a ref, tag or commit).
-_REPO_REF = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*(?:/[A-Za-z0-9][\w.\-]*)?)(?:@(?P<rev>[\w.\-/]+))?$")
+# A Hugging Face repository id: `name` or `org/name`, optionally `@revision` (a ref, tag or commit). ASCII only,
+# as the Hub names them (\w and \d alone take 'é', '٣' Arabic-Indic three, '３' full-width three).
+_REPO_REF = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*(?:/[A-Za-z0-9][\w.\-]*)?)(?:@(?P<rev>[\w.\-/]+))?$", re.ASCII)
 _FALLBACK_FAMILIES = ("gpt2", "bert", "llama")
 
 
@@ -126,9 +126,17 @@ def _weight_size(snapshot: Path) -> tuple[int, bool, bool]:
     return size, safetensors, pickle and not safetensors
 
 
+def _config(snapshot: Path):
+    """The snapshot's config.json through the one strict, capped reader (files.read_json: a 2 GB one is not read
+    whole to list the cache)."""
+    from .files import read_json
+
+    return read_json(snapshot / "config.json")
+
+
 def _model_type(snapshot: Path) -> str | None:
     try:
-        d = json.loads((snapshot / "config.json").read_text(encoding="utf-8"))
+        d = _config(snapshot)
     except (OSError, ValueError, RecursionError):
         return None
     mt = d.get("model_type") if isinstance(d, dict) else None
@@ -143,7 +151,7 @@ def _support(snapshot: Path, model_type: str | None, has_st: bool, pickle_only: 
         return "config.json names no model_type (or cannot be read)"
     try:
         from .families import encoder_decoder_problem
-        problem = encoder_decoder_problem(json.loads((snapshot / "config.json").read_text(encoding="utf-8")))
+        problem = encoder_decoder_problem(_config(snapshot))
     except (ImportError, OSError, ValueError, RecursionError, AttributeError):
         problem = None  # no families registry, or a config.json _model_type could not read either
     if problem:
@@ -248,7 +256,7 @@ def resolve_model_ref(text: str | os.PathLike) -> Path:
 
 # -- training steps as revisions (Pythia's `step1000` branches): the timeline of a cached model ------------
 
-_STEP_REF = re.compile(r"step(\d{1,12})")
+_STEP_REF = re.compile(r"step([0-9]{1,12})")  # ASCII digits: refs/step٣ is no step 3
 
 
 @dataclass(frozen=True)

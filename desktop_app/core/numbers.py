@@ -75,3 +75,14 @@ class Range:
         if self.hi is not None and (value > self.hi or (self.hi_open and value == self.hi)):
             return bad
         return ""
+
+
+# every number a generation takes (core/generation), declared once: GenerationSettings and generate() check them
+# (a script's generate(max_new=2.5) was a TypeError deep in the run, max_new=-1 nothing at all), and the generate
+# command's options are argparse types of them. length_penalty (beam search, transformers'): a finished hypothesis
+# scores its log-probability / generated length ** it, > 0 favouring longer ones; bounded so that length ** it
+# stays a float at any context length. Here, not in core/generation: the command line reads them without torch.
+GENERATION = {"max_new": Range(int, 0, MAX_COUNT), "temperature": Range(float, 0, 1e6),
+              "top_k": Range(int, 0, MAX_COUNT, note=" (0: off)"), "top_p": Range(float, 0, 1, lo_open=True),
+              "beams": Range(int, 1, MAX_COUNT), "length_penalty": Range(float, -10.0, 10.0),
+              "seed": Range(int, 0, MAX_SEED)}

@@ -7,7 +7,6 @@ weight files through here; this module imports no family and no model code.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -37,14 +36,16 @@ def weight_files(folder: Path) -> dict[str, Path]:
     """tensor name -> file holding it, from model.safetensors or the sharded index."""
     single, index = folder / WEIGHTS, folder / INDEX
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        from .files import JsonFileError, read_json
+
+        try:  # the one strict reader, capped (a 2 GB index is not read whole)
+            weight_map = read_json(index)["weight_map"]
             if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
                 raise TypeError("weight_map must map tensor names to file names")
-        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            raise ModelLoadError(index, f"malformed index ({exc})") from exc
-        except RecursionError:
-            raise ModelLoadError(index, "malformed index: JSON nested too deeply") from None
+        except JsonFileError as exc:
+            raise ModelLoadError(index, f"malformed index: {exc.problem}") from None
+        except (KeyError, TypeError) as exc:
+            raise ModelLoadError(index, f"malformed index ({exc})") from None
         files = {}
         for name, fname in weight_map.items():
             f = shard_path(folder, index, fname)

@@ -23,11 +23,12 @@ WAIT_S = 30.0  # --screenshot's default wait for the model, then for the panel's
 
 def build_parser() -> argparse.ArgumentParser:
     from ..app.command_line import COMMANDS_HELP
-    from ..app.arguments import float_in, int_in
+    from ..app.arguments import OneLineParser, float_in, int_in
 
-    p = argparse.ArgumentParser(prog="transformer-explorer",
-                                description="Transformer Explorer: explore small transformer models offline.",
-                                epilog=COMMANDS_HELP)
+    # the CLI's parser: one line for a refusal, a value that starts with '-' as the CLI reads it (`--text=-x`)
+    p = OneLineParser(prog="transformer-explorer",
+                      description="Transformer Explorer: explore small transformer models offline.",
+                      epilog=COMMANDS_HELP)
     p.add_argument("model_dir", nargs="?", metavar="MODEL_DIR",
                    help="model folder to open (config.json + model.safetensors [+ tokenizer.json]); "
                         "default: the last session's model, else the demo model")

@@ -111,6 +111,28 @@ def test_a_text_that_starts_with_a_minus_is_told_how_to_give_it(option, capsys):
     assert getattr(ns, {"--text": "text", "--prompt": "prompt", "--steer-towards": "steer_towards"}[option]) == "-x"
 
 
+@pytest.mark.parametrize("argv,expected", [
+    (["--panel", "generate", "--text", "-x"], "transformer-explorer: error: argument --text: expected one argument "
+     "(a value that starts with '-' is written --text=-x) (see transformer-explorer --help)"),
+    (["--timeout", "-1e-3"], "transformer-explorer: error: argument --timeout: must be in (0, 86400], got -1e-3 "
+     "(see transformer-explorer --help)"),
+    (["--panl", "layers"], "transformer-explorer: error: unrecognized arguments: --panl (did you mean --panel?) "
+     "(see transformer-explorer --help)"),
+])
+def test_the_guis_command_line_refuses_as_the_clis_does(argv, expected, capsys):
+    """`python -m desktop_app --panel generate --text -x` (the GUI's own argparse, ui/app.py) printed argparse's
+    usage block and "expected one argument", and took `--timeout -1e-3` for an unknown option: it is the CLI's
+    OneLineParser (app/arguments.py), one line, the same '-' values and hint. Refused before Qt starts."""
+    from desktop_app.ui.app import build_parser as gui_parser, main as gui_main
+
+    with pytest.raises(SystemExit) as exc:
+        gui_main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.strip().splitlines() == [expected], err
+    assert gui_parser().parse_args(["--text", "-1:1", "--text=-x"]).text == "-x"
+    assert gui_parser().parse_args(["--text", "-1:1"]).text == "-1:1"  # a value, as the CLI reads it
+
+
 @pytest.mark.parametrize("after", [[], ["--seed", "1"]], ids=["at the end", "before an option"])
 def test_a_forgotten_value_gets_no_hint(after, capsys):
     line = _refusal(_with_required("generate") + ["--steer-towards", *after], capsys)

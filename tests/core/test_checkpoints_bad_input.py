@@ -169,3 +169,23 @@ def test_bfloat16_load(good):
     with torch.no_grad():
         out = loaded.model(torch.tensor([[1, 2, 3]])).logits
     assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+
+
+def test_a_shard_index_of_gigabytes_is_refused_unread(good):
+    """model.safetensors.index.json was read whole (json.loads of read_text): it goes through files.read_json,
+    strict and capped, as config.json does."""
+    import tracemalloc
+
+    _shard(good)
+    index = good / "model.safetensors.index.json"
+    with open(index, "r+b") as fh:
+        fh.truncate(2 << 30)  # sparse
+    tracemalloc.start()
+    try:
+        with pytest.raises(ModelLoadError) as err:
+            load_model_folder(good)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(err.value) == (f"{index}: malformed index: is 2,147,483,648 bytes, not a settings file (at most "
+                              "16,777,216 are read)") and peak < 64 << 20, (str(err.value), peak)

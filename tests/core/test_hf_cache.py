@@ -214,3 +214,23 @@ def test_an_encoder_decoder_in_the_cache_is_listed_as_such(cache, tmp_path):
                                                "model.safetensors": b"x"}, "f" * 40)
     row = next(m for m in list_cached_models() if m.repo_id == "google/pegasus-tiny")
     assert not row.supported and row.reason == "encoder-decoder models (pegasus) are not supported yet"
+
+
+def test_a_cached_config_json_of_gigabytes_is_not_read_to_list_the_cache(cache, tmp_path):
+    """Listing the cache read each snapshot's config.json whole (json.loads of read_text): a 2 GB one took 2 GB.
+    It goes through files.read_json, capped: listed, not supported, within a few MB."""
+    import tracemalloc
+
+    files = tiny_model_files(tmp_path)
+    add_snapshot(cache, "big/config", {"config.json": files["config.json"], "model.safetensors": b"x" * 10}, "e" * 40)
+    config = cache / "models--big--config" / "snapshots" / ("e" * 40) / "config.json"
+    with open(config.resolve(), "r+b") as fh:
+        fh.truncate(2 << 30)  # sparse
+    tracemalloc.start()
+    try:
+        row = next(m for m in list_cached_models() if m.repo_id == "big/config")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not row.supported and "cannot be read" in row.reason, row.reason
+    assert peak < 64 << 20, peak  # (the other snapshots listed beside it: some MB)

@@ -87,3 +87,16 @@ def test_a_step_revision_is_named_by_its_ref_not_its_hash(cache, tmp_path):
     names = sorted(m.ref_text for m in list_cached_models())
     assert names == [STEP_REPO, f"{STEP_REPO}@step0", f"{STEP_REPO}@step512"]
     assert load_model_folder(resolve_model_ref(names[1])).name == names[1]  # the name opens that revision
+
+
+def test_a_step_ref_in_other_digits_is_no_step(cache, tmp_path):
+    """_STEP_REF's \\d took any script's digits: refs/step٣ (Arabic-Indic three) and refs/step３ (full-width)
+    were listed as step 3 (int() reads them). Only ASCII digits name a step, as the Hub's branches do."""
+    repo = add_step_revisions(cache, tmp_path)
+    for name in ("step\u0663", "step\uff13", "step1\u0660"):
+        (repo / "refs" / name).write_text(step_revision(0))
+    assert [r.ref for r in step_revisions(repo)] == ["step0", "step512", "step1000"]
+    from desktop_app.core.hf_cache import _REPO_REF
+
+    assert _REPO_REF.match(f"{STEP_REPO}@step\u0663") is None and _REPO_REF.match("org/mod\u00e8le") is None
+    assert _REPO_REF.match(f"{STEP_REPO}@step3")["rev"] == "step3"

@@ -111,3 +111,29 @@ def test_a_pad_token_id_outside_the_vocabulary_is_refused_in_one_line(tmp_path):
         transformers.OPTForCausalLM(transformers.OPTConfig(**{**d, "pad_token_id": 10**6}))
     (tmp_path / "config.json").write_text(json.dumps({**d, "pad_token_id": 10**6}))
     _refused(tmp_path, "pad_token_id 1000000 is not a token of the 120-token vocabulary")
+
+
+def test_a_config_json_of_gigabytes_is_refused_unread(folder):
+    """read_json had no cap of its own (a SAELens cfg.json had 16 MB): a 2 GB config.json was read whole, then
+    parsed. Now every JSON file it reads has the cap unless the caller lifts it: one line naming the file."""
+    import tracemalloc
+
+    with open(folder / "config.json", "r+b") as fh:
+        fh.truncate(2 << 30)  # sparse: no disk used
+    tracemalloc.start()
+    try:
+        msg = _refused(folder, "config.json: is 2,147,483,648 bytes, not a settings file (at most 16,777,216 are read)")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+    assert msg.startswith(str(folder / "config.json")), msg
+
+
+def test_a_config_json_just_under_the_cap_still_opens(folder):
+    from desktop_app.core.files import MAX_JSON_BYTES
+
+    text = json.dumps(json.loads((folder / "config.json").read_text()))
+    (folder / "config.json").write_text(text + " " * (MAX_JSON_BYTES - len(text.encode())))
+    assert (folder / "config.json").stat().st_size == MAX_JSON_BYTES
+    assert load_model_folder(folder).config.n_layers == 2

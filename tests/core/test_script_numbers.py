@@ -128,3 +128,87 @@ def test_a_sweep_too_large_for_memory_is_refused_before_it_starts():
     with pytest.raises(MemoryEstimateError, match=r"^lengths up to 1000000 needs about .* for the attention "
                                                   r"Jacobians; this machine has .* available$"):
         lip.run_sweep(_spec(lengths=[2, 10**6]))
+
+
+# -- generation: generate() and GenerationSettings check their numbers against core.numbers.GENERATION (api2) ------
+
+
+def _tiny_gpt2():
+    from desktop_app.core.checkpoints import new_model
+    from desktop_app.core.config import ModelConfig
+
+    cfg = ModelConfig.gpt2(vocab_size=31, d_model=16, n_layers=1, n_heads=2, d_ff=32, context_length=16)
+    return new_model(cfg, seed=0).eval()
+
+
+@pytest.mark.parametrize("max_new,expected", [
+    (-1, "max_new: must be an integer from 0 to 1,000,000,000, got -1"),  # generated nothing, silently
+    (2.5, "max_new: must be an integer from 0 to 1,000,000,000, got 2.5"),  # a TypeError deep in the run
+    (True, "max_new: must be an integer from 0 to 1,000,000,000, got True"),
+])
+def test_generate_refuses_a_bad_max_new_by_name(max_new, expected):
+    from desktop_app.core.generation import generate
+
+    with pytest.raises(ValueError) as exc:
+        generate(_tiny_gpt2(), [1, 2], max_new)
+    assert str(exc.value) == expected
+
+
+@pytest.mark.parametrize("name,value,expected", [
+    ("temperature", -0.5, "temperature: must be in [0, 1e+06], got -0.5"),
+    ("temperature", float("inf"), "temperature: must be in [0, 1e+06], got inf"),
+    ("top_k", -1, "top_k: must be an integer from 0 to 1,000,000,000 (0: off), got -1"),
+    ("top_k", 2.5, "top_k: must be an integer from 0 to 1,000,000,000 (0: off), got 2.5"),  # was 2.5 kept silently
+    ("top_p", 2.0, "top_p: must be in (0, 1], got 2.0"),
+    ("top_p", float("nan"), "top_p: must be in (0, 1], got nan"),
+    ("beams", 0, "beams: must be an integer from 1 to 1,000,000,000, got 0"),
+    ("beams", 2.5, "beams: must be an integer from 1 to 1,000,000,000, got 2.5"),  # a TypeError in the search
+    ("length_penalty", 11.0, "length_penalty: must be in [-10, 10], got 11.0"),
+    ("length_penalty", "1", "length_penalty: must be in [-10, 10], got '1'"),
+])
+def test_generation_settings_refuse_a_number_out_of_its_range_by_name(name, value, expected):
+    from desktop_app.core.generation import GenerationSettings, generate
+
+    with pytest.raises(ValueError) as exc:
+        GenerationSettings("beam", **{name: value})
+    assert str(exc.value) == expected
+    settings = GenerationSettings("beam")
+    setattr(settings, name, value)  # set after it was made: the session's check still names it
+    with pytest.raises(ValueError) as exc:
+        generate(_tiny_gpt2(), [1, 2], 2, settings)
+    assert str(exc.value) == expected
+
+
+def test_a_sessions_seed_and_run_length_are_checked_by_name():
+    """GenerationSession(seed=2.5) was seed 2 without a word, run(-1) ran nothing, run(2.5) a TypeError."""
+    from desktop_app.core.generation import GenerationSession
+
+    with pytest.raises(ValueError, match=r"^seed: must be an integer from 0 to 9,223,372,036,854,775,807, got 2.5$"):
+        GenerationSession(_tiny_gpt2(), [1, 2], seed=2.5)
+    session = GenerationSession(_tiny_gpt2(), [1, 2], seed=np.int64(3))
+    assert session.seed == 3 and type(session.seed) is int
+    for n in (-1, 2.5):
+        with pytest.raises(ValueError, match=f"^n: must be an integer from 0 to 1,000,000,000, got {n}$"):
+            list(session.run(n))
+    with pytest.raises(ValueError, match=r"^seed: must be an integer .* got -1$"):
+        session.reset(seed=-1)
+    assert len(list(session.run(2))) == 2
+
+
+def test_generation_numbers_from_numpy_pass_and_the_command_takes_the_same_ranges():
+    from desktop_app.cli import build_parser
+    from desktop_app.commands.args import Number
+    from desktop_app.core.generation import GenerationSettings, generate
+    from desktop_app.core.numbers import GENERATION
+
+    s = GenerationSettings("top-k", temperature=np.float32(0.5), top_k=np.int64(3), beams=np.int32(2))
+    assert (s.temperature, s.top_k, s.beams) == (0.5, 3, 2) and type(s.top_k) is int and type(s.temperature) is float
+    ids, _ = generate(_tiny_gpt2(), [1, 2], np.int64(3), s)
+    assert len(ids) == 5
+    parser = build_parser(only="generate")
+    sub = next(a for a in parser._actions if hasattr(a, "choices") and isinstance(a.choices, dict)).choices
+    types = {a.dest: a.type for a in sub["generate"]._actions if isinstance(a.type, Number)}
+    for name, limit in GENERATION.items():
+        kind = types[name]
+        assert (kind.kind, kind.lo, kind.hi, kind.lo_open, kind.hi_open) == (limit.kind, limit.lo, limit.hi,
+                                                                             limit.lo_open, limit.hi_open), name

@@ -266,9 +266,9 @@ def test_decoding_arguments_are_checked():
     assert greedy_decode(model, [4, 5], 0) == [] and beam_decode(model, [4, 5], 0, 3) == []
     with pytest.raises(ValueError, match="new tokens must be a non-negative integer, got -1"):
         greedy_decode(model, [4, 5], -1)
-    with pytest.raises(ValueError, match="beam search needs at least 1 beam, got 0"):
+    with pytest.raises(ValueError, match="beams: must be an integer from 1 to 1,000,000,000, got 0"):
         beam_decode(model, [4, 5], 3, 0)
-    with pytest.raises(ValueError, match="length penalty must be a finite number"):
+    with pytest.raises(ValueError, match=r"length_penalty: must be in \[-10, 10\], got nan"):
         beam_decode(model, [4, 5], 3, 2, length_penalty=float("nan"))
     with pytest.raises(ValueError, match="early_stopping must be true, false or 'never'"):
         beam_decode(model, [4, 5], 3, 2, early_stopping="sometimes")

@@ -701,3 +701,33 @@ def test_the_plots_not_on_show_are_made_when_first_shown(qtbot, panel):
     assert panel.plain_box.isVisible() and panel.plain_bars.isVisible() and panel.plain_bars.width() > 100
     assert len(panel.plain_bars.token_ids) == len(panel.bars.token_ids)  # drawn
     assert len(panel.findChildren(pg.GraphicsView)) == 2
+
+
+def test_run_n_that_cannot_fit_is_refused_before_it_starts_with_the_figure(qtbot, monkeypatch):
+    """Run N on a large model with many tokens started without a memory check (the CLI's generate refused it):
+    the panel now asks app.generation's check first and refuses in one line with the figure; a run that fits
+    runs."""
+    from desktop_app.app import generation as app_generation
+    from desktop_app.core import devices
+
+    p = _make(qtbot, context=4096)
+    _first_step(qtbot, p)
+    s, loaded = p.session, p.state.loaded
+
+    def need(n):
+        return sum(app_generation.generation_bytes(loaded.config, loaded.model.dtype, len(s.ids()), n, 1,
+                                                   record=True).values())
+    assert s.record and need(4000) > 2 * need(3)
+    monkeypatch.setattr(devices, "available_memory", lambda device: (need(4000) + need(3)) / 2)
+    p.run_n.setValue(4000)
+    qtbot.mouseClick(p.run_button, Qt.MouseButton.LeftButton)
+    assert not p.busy and p.run_button.text() == "Run N"
+    assert p.status.text() == (f"Run N = 4000 needs about {devices.human_bytes(need(4000))} for the generated "
+                               f"tokens' distributions, records and KV cache; this machine has "
+                               f"{devices.human_bytes((need(4000) + need(3)) / 2)} available")
+    qtbot.wait(50)
+    assert p.session is s and s.current.depth == 1  # nothing ran
+    p.run_n.setValue(3)
+    qtbot.mouseClick(p.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: p.session.current.depth == 4, timeout=10_000)
+    _idle(qtbot, p)

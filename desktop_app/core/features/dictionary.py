@@ -79,6 +79,13 @@ class SparseDictionary:
     cfg: dict = field(default_factory=dict)  # the cfg.json as read (what is saved back)
     path: str = ""
 
+    def __post_init__(self) -> None:
+        # a TopK dictionary a script makes meets the loader's rule (activate kept min(k, d_sae) without a word)
+        k = self.k
+        if self.architecture == "topk" and (not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= self.d_sae):
+            raise DictionaryError(f"{self.name}: a TopK dictionary needs k, an integer in 1..{self.d_sae} (d_sae), "
+                                  f"got {k!r}")
+
     # -- sizes ------------------------------------------------------------------------------------
     @property
     def d_in(self) -> int:
@@ -157,8 +164,7 @@ class SparseDictionary:
         if self.architecture == "jumprelu":
             return torch.relu(pre) * (pre > self.threshold[only]).to(pre.dtype)
         if self.architecture == "topk":
-            k = min(self.k, pre.shape[-1])
-            top = pre.topk(k, dim=-1, sorted=False)
+            top = pre.topk(self.k, dim=-1, sorted=False)  # k <= d_sae: __post_init__
             return torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
         return torch.relu(pre)
 

@@ -48,7 +48,11 @@ def load_model_file(path: str | Path, **kwargs):
     layers placed across them (streamed.place_blocks), in proportion to each one's free memory."""
     from ..streamed import device_list, place_blocks
 
+    from ..devices import check_device
+
     devices = device_list(kwargs.get("device", "cpu"))
+    for name in devices if isinstance(kwargs.get("device", "cpu"), str) else ():
+        check_device(name)  # device="gpu9": one line naming it and this machine's devices, not torch's error
     if len(devices) > 1:
         if kwargs.get("for_training"):
             raise ValueError("training runs on one device (layers across several are for inspection)")

@@ -130,6 +130,10 @@ def _check_counts(path: Path, head: bytes, file_size: int) -> None:
                                    f"than its {file_size:,} bytes can hold: truncated or damaged")
 
 
+_VALUE_TYPES = frozenset(t.value for t in gguf.GGUFValueType)
+_ITEMSIZE: dict = {}  # numpy dtype -> its bytes (the reader's every read is checked: kept cheap)
+
+
 class _CheckedReader(gguf.GGUFReader):
     """gguf.GGUFReader, with every tensor's header checked before the reader maps it: a known type,
     at most 4 dimensions, a size no real model has, its bytes inside the file. The reader would
@@ -137,7 +141,71 @@ class _CheckedReader(gguf.GGUFReader):
 
     def __init__(self, path: Path) -> None:
         self.file_size = path.stat().st_size
-        super().__init__(path, "r")
+        # where the reader is, for a message: the last entry read, the metadata key whose value is being read
+        self._reading, self._after, self._tensor_no = "the metadata", "", 0
+        self._key, self._value_of, self._depth = b"", "", 0
+        try:
+            super().__init__(path, "r")
+        except GGUFDamage:
+            raise
+        except (ValueError, IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError) as exc:
+            raise GGUFDamage(f"{self._where()} is damaged ({exc})") from None
+
+    def _where(self) -> str:
+        """What the reader was reading: "the metadata entry after 'general.name'", "the tensor table's entry 3
+        (after 'blk.0.attn_q.weight')"."""
+        if self._reading == "the metadata":
+            if self._value_of:
+                return f"metadata {self._value_of!r}"
+            return f"the metadata entry after {self._after!r}" if self._after else "the first metadata entry"
+        return f"the tensor table's entry {self._tensor_no}" + (f" (after {self._after!r})" if self._after else "")
+
+    # the reader reads every part through _get: a length or count that runs past the end of the file is named
+    # here (it sliced a short array: "IndexError: index 0 is out of bounds", or numpy's view error)
+    def _get(self, offset: int, dtype, count: int = 1, override_order=None):
+        itemsize = _ITEMSIZE.get(dtype) or _ITEMSIZE.setdefault(dtype, np.dtype(dtype).itemsize)
+        end = int(offset) + itemsize * int(count)
+        if end > self.file_size:
+            raise GGUFDamage(f"{self._where()} runs past the end of the file (bytes {int(offset):,}-{end:,} of "
+                             f"{self.file_size:,}): truncated or damaged")
+        return super()._get(offset, dtype, count, override_order)
+
+    def _get_str(self, offset: int):
+        size = self._get(offset, np.uint64)
+        length = int(size[0])
+        if int(offset) + 8 + length > self.file_size:
+            raise GGUFDamage(f"{self._where()}: a string at byte {offset:,} claims {length:,} bytes, past the end "
+                             f"of the file ({self.file_size:,} bytes): truncated or damaged")
+        text = super()._get(offset + 8, np.uint8, length)
+        if not self._depth:  # a key (or a tensor's name): the value read next is its
+            self._key = text
+        return size, text
+
+    def _get_field_parts(self, orig_offs: int, raw_type: int):
+        if self._depth:  # an array's item (its type was the first item's: the reader's own error otherwise)
+            return super()._get_field_parts(orig_offs, raw_type)
+        if int(raw_type) not in _VALUE_TYPES:
+            raise GGUFDamage(f"{self._where()} has an unknown value type {int(raw_type)}: damaged")
+        self._value_of = bytes(self._key).decode("utf-8", "replace")
+        self._depth = 1
+        try:
+            return super()._get_field_parts(orig_offs, raw_type)
+        finally:
+            self._depth = 0
+
+    def _push_field(self, field, skip_sum: bool = False) -> int:
+        self._after, self._value_of = (field.name if not field.name.startswith("GGUF.") else ""), ""
+        return super()._push_field(field, skip_sum)
+
+    def _build_tensor_info(self, offs: int, count: int):
+        self._reading, self._after = "the tensor table", ""
+        return super()._build_tensor_info(offs, count)
+
+    def _get_tensor_info_field(self, orig_offs: int):
+        self._tensor_no += 1
+        field = super()._get_tensor_info_field(orig_offs)
+        self._after = field.name
+        return field
 
     def _build_tensors(self, start_offs: int, fields: list) -> None:
         for f in fields:
@@ -224,9 +292,9 @@ class GGUFFile:
             self.reader = _CheckedReader(path)
         except GGUFDamage as exc:
             raise ModelLoadError(path, str(exc)) from None
-        except (ValueError, IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError, MemoryError) as exc:
-            raise ModelLoadError(path, f"not a readable GGUF file: truncated or damaged ({type(exc).__name__}: "
-                                       f"{exc})") from None
+        except MemoryError:
+            raise ModelLoadError(path, "not a readable GGUF file: its header asks for more memory than there is "
+                                       "(truncated or damaged)") from None
         self.tensors = {t.name: t for t in self.reader.tensors}
         self.arch_name = self.meta("general.architecture", None)
         if self.arch_name is None:

@@ -7,7 +7,8 @@ from typing import Iterator, Sequence
 import torch
 
 from ..jobs import JobControl
-from .sampling import ContextLengthReached, Distribution, GenerationError, GenerationSettings, pick, process_logits
+from .sampling import (ContextLengthReached, Distribution, GenerationError, GenerationSettings, in_limits, pick,
+                       process_logits)
 from .session import _model_of
 
 @dataclass
@@ -56,7 +57,7 @@ class MaskedFillSession:
         if self.settings.strategy == "beam":
             raise GenerationError("beam search is for decoders; fill masks greedily or by sampling")
         self.order = order
-        self.seed = seed
+        self.seed = None if seed is None else in_limits("seed", seed)  # 2.5 was seed 2, without a word
         self._generator = torch.Generator(device="cpu")
         # what-if edits (core/interventions.py) every forward applies; "mean" is over the masked text
         self.interventions = None
@@ -74,7 +75,7 @@ class MaskedFillSession:
     def reset(self, seed: int | None = None) -> None:
         """Unfill every mask and reseed (with `seed` when given, like GenerationSession.reset)."""
         if seed is not None:
-            self.seed = seed
+            self.seed = in_limits("seed", seed)
         self.history: list[FillStep] = []
         self._generator.manual_seed(0 if self.seed is None else int(self.seed))
         self._logits_cache: tuple[tuple[int, ...], torch.Tensor] | None = None
@@ -170,6 +171,7 @@ class MaskedFillSession:
         return new
 
     def run(self, n: int, job: JobControl | None = None) -> Iterator[FillStep]:
+        n = in_limits("max_new", n, "n")
         for i in range(n):
             if job is not None:
                 job.progress(i, n, f"mask {i + 1}/{n}")

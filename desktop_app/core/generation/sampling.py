@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..numbers import GENERATION as LIMITS
+
 STRATEGIES = ("greedy", "sample", "top-k", "top-p", "beam")
 
 
@@ -20,6 +22,23 @@ EARLY_STOPPING = (False, True, "never")  # transformers' early_stopping modes of
 
 class GenerationError(ValueError):
     """Generation cannot go on (bad settings, wrong kind of model); the message says why."""
+
+
+def in_limits(name: str, value, called: str | None = None):
+    """`value` within LIMITS[name] (numpy's numbers as Python's; an int where a float is asked is taken), else
+    GenerationError naming it (as `called` where the argument has another name): "top_p: must be in (0, 1], got 2"."""
+    import numbers
+
+    limit = LIMITS[name]
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)
+        if limit.kind is float:
+            value = float(value)
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        value = float(value)
+    if problem := limit.problem(value):
+        raise GenerationError(f"{called or name}: {problem}")
+    return value
 
 
 class ContextLengthReached(GenerationError):
@@ -130,18 +149,20 @@ class GenerationSettings:
     length_penalty: float = 1.0  # beam search: a finished hypothesis scores log p / generated length ** this
     early_stopping: bool | str = False  # beam search: transformers' modes (search.py): False, True or "never"
 
+    def __post_init__(self) -> None:
+        """Each number within its LIMITS, else GenerationError naming it ("top_k: must be an integer from 0 to
+        1,000,000,000, got -1"), where a script makes the settings."""
+        for name in ("temperature", "top_k", "top_p", "beams", "length_penalty"):
+            setattr(self, name, in_limits(name, getattr(self, name)))
+
     def validated(self) -> "GenerationSettings":
         if self.strategy not in STRATEGIES:
             raise GenerationError(f"unknown strategy {self.strategy!r} (known: {', '.join(STRATEGIES)})")
-        s = GenerationSettings(**self.__dict__)
+        s = GenerationSettings(**self.__dict__)  # (its numbers checked again: a field may have been set since)
         if s.strategy == "top-k" and s.top_k <= 0:
             s.top_k = 40
         if s.strategy == "top-p" and s.top_p >= 1.0:
             s.top_p = 0.9
-        if s.strategy == "beam" and s.beams < 1:
-            raise GenerationError(f"beam search needs at least 1 beam, got {s.beams}")
-        if not math.isfinite(s.length_penalty):
-            raise GenerationError(f"the length penalty must be a finite number, got {s.length_penalty!r}")
         if s.early_stopping not in EARLY_STOPPING:
             raise GenerationError(f"early_stopping must be true, false or 'never', got {s.early_stopping!r}")
         process_logits(torch.zeros(2), s.temperature, s.top_k, s.top_p)  # validates the numbers

@@ -46,7 +46,8 @@ from ..model import KVCache, Transformer, attention_scale, layer_window
 from ..streamed import holding
 from ...threads import torch_threads
 from ..trace import Trace
-from .sampling import ContextLengthReached, Distribution, GenerationError, GenerationSettings, pick, process_logits
+from .sampling import (ContextLengthReached, Distribution, GenerationError, GenerationSettings, in_limits, pick,
+                       process_logits)
 from .search import BeamSearch
 from .tree import BatchRow, HistoryTree, Node
 
@@ -221,7 +222,7 @@ class GenerationSession(HistoryTree, BeamSearch):
         self.settings = (settings or GenerationSettings()).validated()
         self._packed_with: bool | None = None  # the prepack choice the weights were last laid out for
         self._pack_for(self.settings)
-        self.seed = seed
+        self.seed = None if seed is None else in_limits("seed", seed)  # 2.5 was seed 2, without a word
         if stop_tokens is None:  # every end token of generation_config.json / config.json, else the model's one
             stop_tokens = self.rules.eos_ids or _default_stops(self.model, self.tokenizer)
         self.stop_tokens = set(stop_tokens)
@@ -245,7 +246,7 @@ class GenerationSession(HistoryTree, BeamSearch):
     def reset(self, seed: int | None = None) -> None:
         """Forget every generated token (the prompt's forward is kept) and reseed."""
         if seed is not None:
-            self.seed = seed
+            self.seed = in_limits("seed", seed)
         self.root.children.clear()
         self.current = self.root
         self._start_beams(self.root)
@@ -357,6 +358,7 @@ class GenerationSession(HistoryTree, BeamSearch):
         last token (or a stop token) is made when something first reads that node's next_logits or
         record (settle), as generate() wants (transformers' never makes it); whichever thread reads first
         makes it, so a session whose nodes a UI thread reads runs without it (every node made at once)."""
+        n = in_limits("max_new", n, "n")  # (-1 ran nothing, 2.5 was a TypeError in range)
         self.settle()  # the last run's, before the cancel check: it cannot be interrupted half made
         if job is not None:
             owner = threading.get_ident()
@@ -733,6 +735,7 @@ def generate(loaded_or_model, prompt_ids: Sequence[int], max_new: int, settings:
              seed: int | None = 0, stop_tokens: Sequence[int] | None = None, record: bool = False,
              job: JobControl | None = None, interventions: Sequence | None = None) -> tuple[list[int], GenerationSession]:
     """Generate up to max_new tokens; returns prompt + generated ids (beam: the best beam)."""
+    max_new = in_limits("max_new", max_new)
     session = GenerationSession(loaded_or_model, prompt_ids, settings, seed, stop_tokens, record=record,
                                 interventions=interventions)
     # generate(max_new_tokens=N)'s max_length: the sequence so far + N (where a forced end token comes)

@@ -203,6 +203,10 @@ class Transcoders:
     def _check(self) -> None:
         """Every array's shape from the headers, before any array is read."""
         F, d, L = self.n_features, self.d_model, self.n_layers
+        if self.activation == "topk" and self.k > F:  # (encode kept min(k, F) without a word; circuit-tracer's
+            # topk fails there)
+            _fail(self.folder / "config.yaml", f"activation_function topk needs k, an integer in 1..{F:,} (the "
+                                               f"features a layer has), got {self.k:,}")
         for layer in range(L):
             enc, dec = self._enc[layer], self._dec[layer]
             want = {self._name("W_enc", layer): (F, d), self._name("b_enc", layer): (F,),
@@ -245,7 +249,7 @@ class Transcoders:
         if self.activation == "jump_relu":
             return pre * (pre > self._vector(self._threshold_name(layer), layer).to(pre))
         if self.activation == "topk":
-            gate = torch.zeros_like(pre).scatter_(-1, pre.topk(min(self.k, pre.shape[-1]), dim=-1).indices, 1)
+            gate = torch.zeros_like(pre).scatter_(-1, pre.topk(self.k, dim=-1).indices, 1)  # k <= F: _check
             return pre * gate
         return torch.relu(pre)
 

@@ -28,10 +28,11 @@ from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QHBoxLayout, QHeaderVi
                                QSlider, QSpinBox, QSplitter, QTableWidget, QTabWidget, QTreeWidget, QTreeWidgetItem,
                                QVBoxLayout, QWidget)
 
-from ...app.generation import (EARLY_STOPPING, LENGTH_PENALTY, generation_settings, plain_logits_at,
-                               why_cannot_generate)
+from ...app.generation import (EARLY_STOPPING, LENGTH_PENALTY, check_session_memory, generation_settings,
+                               plain_logits_at, why_cannot_generate)
 from ...core.generation import (STRATEGIES, GenerationError, GenerationSession, GenerationSettings,
                                 MaskedFillSession, process_logits)
+from ...core.devices import MemoryEstimateError
 from ...core.views.generation import GenerationViewState
 from ...core.inputs import InputError
 from ..widgets.export import ExportBar
@@ -609,8 +610,13 @@ class GenerationPanel(QWidget, ResultView):
         if self.session is None or self._stale():
             self.start(then=self.run_or_stop)
             return
-        self.selected_node, self.selected_position = None, None
         n = self.run_n.value()
+        try:  # before the job: a run whose history cannot fit is refused in one line with the figure (as the CLI's)
+            check_session_memory(self.state.loaded, self.session, n, f"Run N = {n}")
+        except MemoryEstimateError as exc:
+            self.status.setText(str(exc))
+            return
+        self.selected_node, self.selected_position = None, None
         session = self.session
 
         def ended(message_fn):

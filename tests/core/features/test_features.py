@@ -562,3 +562,14 @@ def test_a_compressed_npz_is_refused_by_its_headers_before_it_is_inflated(tmp_pa
     monkeypatch.setattr(np, "load", no_inflating)
     with pytest.raises(DictionaryError, match=r"params.npz: W_dec must be \[d_sae, d_out\] = \[5000, ...\]"):
         load_dictionary(folder)
+
+
+@pytest.mark.parametrize("k", [65, 0, None, 2.5])
+def test_a_topk_dictionary_made_by_a_script_meets_the_loaders_rule_for_k(k):
+    """SparseDictionary(architecture="topk", k=65) over 64 features kept min(k, 64), every feature, without a
+    word (the loader and the trainer refuse it): the one-line refusal of a cfg.json's k, where it is made."""
+    with pytest.raises(DictionaryError) as exc:
+        _random_dictionary(architecture="topk", k=k)
+    assert str(exc.value) == f"topk 128x64: a TopK dictionary needs k, an integer in 1..64 (d_sae), got {k!r}"
+    d = _random_dictionary(architecture="topk", k=64)
+    assert (d.encode(torch.randn(3, 128)) != 0).sum(-1).le(64).all()

@@ -134,3 +134,58 @@ def test_a_beam_steps_records_are_copied_once_out_of_the_transfer_buffer(dtype):
         copies.count = 0
         cpu_logits, _ = _kept_rows(views, torch.device("cpu"), B)
     assert copies.count == B * (len(views) - 1) and cpu_logits is views[0]
+
+
+def _seq2seq(family: str, dtype: torch.dtype = torch.float32):
+    from desktop_app.core.families import REGISTRY
+
+    cfg = REGISTRY[family].preset(vocab_size=61, d_model=32, n_layers=2, n_decoder_layers=3, n_heads=4, d_ff=64,
+                                  context_length=64)
+    return new_model(cfg, seed=0).eval().to(dtype)
+
+
+def _held_with_the_encoders(session: GenerationSession) -> dict[str, int]:
+    held = session.held_bytes()
+    held["encoder records"] = sum(t.untyped_storage().nbytes() for t in session._steps.encoder_records.values())
+    return held
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_an_encoder_decoders_estimate_counts_its_cross_attention_rows_and_its_encoders_records(strategy, dtype):
+    """generation_bytes left out an encoder-decoder's cross-attention rows ([H, S] a token and layer) and what the
+    session keeps of the source's encoder pass (float32: the patterns [H, S, S], per-head outputs [H, S, d]...):
+    a T5's recorded history of 6 tokens over a 5-token source held 18,256 + 17,440 bytes against an estimate of
+    16,576. Now the estimate is those bytes exactly (T5: a norm before each attention), and the cache counts each
+    beam row's cross-attention keys and values."""
+    source, beams = [3, 14, 15, 9, 7], (3 if strategy == "beam" else 1)
+    model = _seq2seq("t5", dtype)
+    session = GenerationSession(model, source, GenerationSettings(strategy, beams=3), stop_tokens=[], record=True)
+    list(session.run(6))
+    held = _held_with_the_encoders(session)
+    assert held["encoder records"] > 0 and len(session.prompt) == 1
+    estimate = app_generation.generation_bytes(model.cfg, dtype, 1, 6, beams, record=True, source_length=len(source))
+    assert {k: estimate[k] for k in held} == held
+    cfg = model.cfg
+    unrecorded = app_generation.generation_bytes(cfg, dtype, 1, 6, beams, source_length=len(source))
+    assert unrecorded["records"] == unrecorded["encoder records"] == 0
+    assert unrecorded["kv cache"] == dtype.itemsize * beams * (1 + 6 + len(source)) * cfg.n_decoder_layers * 2 \
+        * cfg.n_kv_heads * cfg.d_head  # self-attention's keys and values of the target, cross-attention's of the source
+
+
+@pytest.mark.parametrize("family", ["bart", "marian"])
+def test_a_post_norm_encoder_decoders_estimate_is_an_upper_bound_by_its_shared_attention_inputs(family):
+    """BART and Marian (post-norm): a block's attention input is the residual it reads, one tensor with the last
+    block's output where a step has one row; the estimate counts it twice, an upper bound by at most that."""
+    source = [3, 14, 15, 9, 7]
+    model = _seq2seq(family)
+    for strategy, beams in (("greedy", 1), ("beam", 3)):
+        session = GenerationSession(model, source, GenerationSettings(strategy, beams=3), stop_tokens=[], record=True)
+        list(session.run(6))
+        held = _held_with_the_encoders(session)
+        estimate = app_generation.generation_bytes(model.cfg, torch.float32, 1, 6, beams, record=True,
+                                                   source_length=len(source))
+        nodes = len(_nodes(session))
+        shared = 4 * nodes * model.cfg.n_decoder_layers * model.cfg.d_model
+        assert estimate["logits"] == held["logits"] and estimate["encoder records"] == held["encoder records"]
+        assert held["records"] <= estimate["records"] <= held["records"] + shared, (strategy, held, estimate)

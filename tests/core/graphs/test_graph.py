@@ -246,3 +246,16 @@ def test_unsupported_models_are_refused_in_one_line():
     assert problem is not None and "\n" not in problem and "language-model head" in problem
     assert graph_problem(llama().cfg) is None and graph_problem(gpt2().cfg) is None
     # every other decoder family, and encoder-decoders' decoders: test_graph_families.py
+
+
+def test_a_topk_k_beyond_the_features_is_refused_in_one_line(tmp_path):
+    """config.yaml's `k: 30` over 24 features a layer: encode kept min(k, 24), every feature, without a word
+    (circuit-tracer's own topk fails there). Refused when the folder opens, naming config.yaml, as a TopK SAE's
+    k beyond its d_sae is (features.dictionary); k = F still opens."""
+    random_transcoders(tmp_path / "k", 2, 16, 24, cross_layer=True, activation="topk", k=30, seed=6)
+    with pytest.raises(TranscoderError) as exc:
+        load_transcoders(tmp_path / "k")
+    assert str(exc.value) == (f"{tmp_path / 'k' / 'config.yaml'}: activation_function topk needs k, an integer in "
+                              "1..24 (the features a layer has), got 30")
+    random_transcoders(tmp_path / "all", 2, 16, 24, activation="topk", k=24, seed=6)
+    assert load_transcoders(tmp_path / "all").encode(0, torch.randn(3, 16)).shape == (3, 24)

@@ -44,7 +44,7 @@ from ..files import APP, MANIFEST, interrupted_copy, is_own_folder, read_manifes
 from ..weights import ModelLoadError
 
 KEPT_DIR = "checkpoints"
-_STEP_NAME = re.compile(r"step-(\d{6,})")
+_STEP_NAME = re.compile(r"step-([0-9]{6,})")  # ASCII digits (\d takes '٣', which int() reads): as hf_cache's _STEP_REF
 STATE_FILE = "trainer_state.json"  # trainer.STATE_FILE (the trainer imports this module)
 METRICS_JSON = "metrics.json"
 SPACINGS = ("linear", "log")

@@ -305,3 +305,14 @@ def test_a_kept_step_that_links_out_of_the_run_is_refused(tmp_path):
         check_step_path(step4)
     check_step_path(step_folder(run, 8))  # a real kept step opens
     assert 4 not in scrub(run, "weight-norm").steps
+
+
+def test_a_step_folder_named_in_other_digits_is_no_step():
+    """_STEP_NAME's \\d took any script's digits: 'step-٠٠٠٠١٢' (Arabic-Indic) and full-width digits were step 12
+    (int() reads them). Only ASCII digits name a kept step, as step_name writes them."""
+    from desktop_app.core.training.timeline import step_name, step_of
+
+    assert step_of(step_name(12)) == 12 and step_of("step-1234567") == 1234567
+    for name in ("step-\u0660\u0660\u0660\u0660\u0661\u0662", "step-\uff10\uff10\uff10\uff10\uff11\uff12",
+                 "step-00001\u0662"):
+        assert step_of(name) is None, name

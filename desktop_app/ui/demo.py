@@ -75,18 +75,29 @@ def training_demo(panel) -> None:
                         (panel.batch_size, 64), (panel.steps, 3000), (panel.eval_every, 100),
                         (panel.checkpoint_every, 500)):
         spin.setValue(value)
-    panel.out_edit.setText(temporary_runs_folder())
+    panel.out_edit.setText(temporary_runs_folder(panel.run))
     panel.start()
 
 
-def temporary_runs_folder() -> str:
+def temporary_runs_folder(run) -> str:
     """A new folder for the demo's run, removed (it and only it) when the app exits: at exit the window has closed,
-    and its close stopped the run (the process writes its checkpoint, then ends). Each --screenshot --panel train
-    left one in the temporary folder."""
+    and its close stopped the `run` (TrainingRun: the process writes its checkpoint, then ends); one still running
+    past that close's wait is ended first, so that it writes nothing into the folder once removed. Each
+    --screenshot --panel train left one in the temporary folder."""
     import atexit
     import shutil
     import tempfile
 
     path = tempfile.mkdtemp(prefix="te-screenshot-runs-")
-    atexit.register(shutil.rmtree, path, ignore_errors=True)
+
+    def remove() -> None:
+        try:
+            if run.running:
+                run.process.kill()
+                run.process.waitForFinished(5000)
+        except RuntimeError:  # the run's Qt object is gone, and its process with it (QProcess ends it)
+            pass
+        shutil.rmtree(path, ignore_errors=True)
+
+    atexit.register(remove)
     return path

@@ -17,6 +17,20 @@ def resources_dir() -> Path:
     return installed if installed.is_dir() else here.parent / "resources"
 
 
+def package_on_path(env: dict[str, str], root: str | Path | None = None) -> dict[str, str]:
+    """`env` for a child Python process that must run this code: `root` (default: the folder this package was
+    imported from) first on PYTHONPATH, unless it is one of Python's site folders: an installed package is found
+    there anyway, and site-packages first on the path would shadow the standard library (a module of its name
+    installed there). The one rule of the Train panel's process and the benchmarks' children."""
+    import site
+
+    root = Path(root if root is not None else Path(__file__).resolve().parent.parent).resolve()
+    if root in {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}:
+        return dict(env)
+    paths = env.get("PYTHONPATH")
+    return {**env, "PYTHONPATH": str(root) + (os.pathsep + paths if paths else "")}
+
+
 def demo_model_dir() -> Path:
     return resources_dir() / "demo-model"
 

@@ -299,16 +299,13 @@ def grad_norm_scrub(run_dir: str | Path, layers=None) -> Scrub:
     """The gradient norm of each block (before clipping) at every step the trainer logged (metrics.json's
     grad_norm.blocks.L): a per-layer Scrub whose steps are the logged steps. ValueError when the run
     logged none."""
-    import json
-
-    from ..core.training.timeline import METRICS_JSON
+    from ..core.training.timeline import METRICS_JSON, read_history
 
     run_dir = Path(run_dir)
     timeline = kept_steps(run_dir)
-    try:
-        history = json.loads((run_dir / METRICS_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        history = []
+    history, unread = read_history(run_dir)
+    if unread:
+        raise ValueError(unread)
     first_block = ("grad_norm.blocks.0", "grad_norm.encoder.blocks.0")  # an encoder-decoder logs each stack's
     logged = [ev for ev in (history if isinstance(history, list) else []) if isinstance(ev, dict)
               and ev.get("event") == "step" and any(isinstance(ev.get(k), (int, float)) for k in first_block)]

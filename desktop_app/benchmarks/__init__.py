@@ -34,8 +34,10 @@ def child_env(**extra: str) -> dict[str, str]:
     """The environment of a process a benchmark launches and times: this one's, with this checkout first on the
     path (the child runs the same code) and `extra` set. An installed app has its bytecode compiled (pip does it,
     as it did torch's and transformers'), so a setting that stops Python caching it is dropped: with it every
-    launch compiled the app's ~100 modules from source (0.2-0.4 s of ours, nothing of the reference's)."""
+    launch compiled the app's ~100 modules from source (0.2-0.4 s of ours, nothing of the reference's). Installed
+    (REPO a site folder), PYTHONPATH is left as it is (paths.package_on_path)."""
+    from ..paths import package_on_path
+
     env = dict(os.environ, **extra)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    return package_on_path(env, REPO)  # not when installed: site-packages first would shadow the standard library

@@ -64,9 +64,9 @@ def main(argv: list[str]) -> dict:
 
     from ..threads import available_cores
 
-    root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=root + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH")
-                                               else ""))
+    from ..paths import package_on_path
+
+    env = package_on_path(dict(os.environ))
     unfair_env = dict(env, OMP_WAIT_POLICY="ACTIVE", OMP_NUM_THREADS=str(available_cores()))
     quiet, busy, unfair = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-busy-") as tmp:

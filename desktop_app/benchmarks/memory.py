@@ -82,9 +82,9 @@ def write_random_model(folder: Path, seed: int = 0) -> str:
 
 
 def open_in_child(folder: Path, dtype: str) -> dict:
-    repo = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    from ..paths import package_on_path
+
+    env = package_on_path(dict(os.environ, OMP_NUM_THREADS="1"))
     out = subprocess.run([sys.executable, "-c", CHILD, str(folder), dtype], capture_output=True, text=True,
                          env=env, timeout=1800)
     if out.returncode:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..commands.args import OneLineParser
+from ..paths import package_on_path
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "docs" / "benchmarks.json"
@@ -143,8 +144,7 @@ def run_in_process(name: str, args: list[str]) -> tuple[dict | None, float, str]
 def run_benchmark(name: str, args: list[str]) -> tuple[dict | None, float, str]:
     """(its JSON line, or None if it failed; seconds; the last line of its error output), in a fresh process."""
     argv = _argv(args)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = package_on_path(dict(os.environ), REPO)
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "desktop_app", "bench", name, *argv], capture_output=True,
                           text=True, env=env, cwd=REPO)

@@ -380,9 +380,9 @@ class Measured:
     first figures (`result`); it stays, its model loaded, for timed generations until finish()."""
 
     def __init__(self, kind: str, args: tuple, threads: int | None):
-        repo = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        from ..paths import package_on_path
+
+        env = package_on_path(dict(os.environ))
         self.kind = kind
         self.stderr = tempfile.TemporaryFile("w+")  # a file, not a pipe: a full pipe would block the process
         self.process = subprocess.Popen([sys.executable, "-m", "desktop_app.benchmarks.scale", kind, json.dumps(args)]

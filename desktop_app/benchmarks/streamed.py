@@ -166,9 +166,9 @@ def memory_cgroup(cap_bytes: int):
 
 
 def _run(*args, cgroup: Path | None = None) -> dict:
-    repo = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    from ..paths import package_on_path
+
+    env = package_on_path(dict(os.environ))
     join = (lambda: cgroup.write_text(str(os.getpid()))) if cgroup else None  # in the child, before exec
     out = subprocess.run([sys.executable, "-m", "desktop_app.benchmarks.streamed", json.dumps(args)],
                          capture_output=True, text=True, env=env, timeout=7200, preexec_fn=join)

@@ -62,6 +62,8 @@ def run(args) -> int:
     if timeline.unlisted:
         print(f"note: {timeline.unlisted}; measuring only what can be read: the run's checkpoint at step "
               f"{timeline.latest_step}", file=sys.stderr)
+    if timeline.unread_metrics:
+        print(f"note: {timeline.unread_metrics}; no loss curve", file=sys.stderr)
     for k in timeline.missing():
         print(f"note: {k.path}: kept step {k.step} " + (f"is {k.refused}" if k.refused else "has been deleted")
               + "; skipped", file=sys.stderr)

@@ -703,13 +703,15 @@ def _unique_keys(pairs: list) -> dict:
 MAX_JSON_BYTES = 1 << 24
 
 
-def read_json(path: str | Path, text: str | None = None, max_bytes: int | None = MAX_JSON_BYTES):
+def read_json(path: str | Path, text: str | None = None, max_bytes: int | None = MAX_JSON_BYTES,
+              duplicates: bool = False):
     """The one strict reader of a JSON file the app did not just build itself (a model's config.json, a
     run's trainer_state.json and metrics.json): the decoded value, or JsonFileError naming the file and
     the problem in one line: unreadable, not UTF-8, malformed (line and column), nested too deeply, or
     a key given twice in one object (which json.loads would silently resolve to the last one). `text`:
     the file's contents when the caller has read them already. `max_bytes`: a larger file is refused unread
-    (a settings file that size is not one); None: no cap."""
+    (a settings file that size is not one); None: no cap. `duplicates`: a key given twice keeps its last value,
+    as json.loads and the tool that wrote the file read it (a tokenizer_config.json: transformers' own files)."""
     path = Path(path)
     try:
         if text is None and max_bytes is not None and path.stat().st_size > max_bytes:
@@ -724,7 +726,7 @@ def read_json(path: str | Path, text: str | None = None, max_bytes: int | None =
             text = data.decode("utf-8")
         if text is None:
             text = path.read_bytes().decode("utf-8")
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        return json.loads(text, object_pairs_hook=None if duplicates else _unique_keys)
     except UnicodeDecodeError as exc:
         raise JsonFileError(path, f"not UTF-8 text ({exc.reason}: byte 0x{exc.object[exc.start]:02x} at "
                                   f"position {exc.start})") from None

@@ -134,21 +134,26 @@ def _config(snapshot: Path):
     return read_json(snapshot / "config.json")
 
 
-def _model_type(snapshot: Path) -> str | None:
+def _model_type(snapshot: Path) -> tuple[str | None, str]:
+    """(config.json's model_type, or None and why: what read_json said of the file, or that it names none)."""
+    from .files import JsonFileError
+
     try:
         d = _config(snapshot)
+    except JsonFileError as exc:  # too large, malformed, not UTF-8...: its own words, not a generic line
+        return None, "config.json" + (" " if exc.problem.startswith("is ") else ": ") + exc.problem
     except (OSError, ValueError, RecursionError):
-        return None
+        return None, "config.json cannot be read"
     mt = d.get("model_type") if isinstance(d, dict) else None
-    return mt if isinstance(mt, str) else None
+    return (mt, "") if isinstance(mt, str) else (None, "config.json names no model_type")
 
 
-def _support(snapshot: Path, model_type: str | None, has_st: bool, pickle_only: bool) -> str:
-    """Why the app cannot open this snapshot, in a few words; "" when it can."""
+def _support(snapshot: Path, model_type: str | None, has_st: bool, pickle_only: bool, config_problem: str = "") -> str:
+    """Why the app cannot open this snapshot, in a few words; "" when it can. `config_problem`: _model_type's why."""
     if not (snapshot / "config.json").is_file():
         return "no config.json in this revision"
     if model_type is None:
-        return "config.json names no model_type (or cannot be read)"
+        return config_problem or "config.json names no model_type"
     try:
         from .families import encoder_decoder_problem
         problem = encoder_decoder_problem(_config(snapshot))
@@ -174,9 +179,9 @@ def _support(snapshot: Path, model_type: str | None, has_st: bool, pickle_only: 
 
 
 def _snapshot_entry(repo: Path, snapshot: Path, refs: dict[str, str]) -> CachedModel:
-    mt = _model_type(snapshot)
+    mt, config_problem = _model_type(snapshot)
     size, has_st, pickle_only = _weight_size(snapshot)
-    reason = _support(snapshot, mt, has_st, pickle_only)
+    reason = _support(snapshot, mt, has_st, pickle_only, config_problem)
     names = tuple(sorted(r for r, rev in refs.items() if rev == snapshot.name))
     return CachedModel(repo_id=_repo_id(repo.name), revision=snapshot.name, refs=names, folder=snapshot,
                        model_type=mt, weights_bytes=size, supported=not reason, reason=reason)

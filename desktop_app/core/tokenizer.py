@@ -2,7 +2,6 @@
 (vocab.txt, vocab.json + merges.txt) as models ship them, char-level and BPE training."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable
 
@@ -243,12 +242,16 @@ _CONFIG_SPECIALS = {"bos": "bos_token", "eos": "eos_token", "unk": "unk_token", 
 
 
 def _read_json_object(path: Path) -> dict:
+    """tokenizer_config.json, special_tokens_map.json: through read_json's cap (a 2 GB one is refused unread), a
+    key given twice keeping its last value as transformers reads them (files.read_json's duplicates)."""
+    from .files import JsonFileError, read_json
+
     if not path.is_file():
         return {}
     try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise TokenizerError(f"{path}: not valid JSON ({exc})", path) from None
+        d = read_json(path, duplicates=True)
+    except JsonFileError as exc:
+        raise TokenizerError(str(exc), path) from None
     if not isinstance(d, dict):
         raise TokenizerError(f"{path}: expected a JSON object", path)
     return d

@@ -13,7 +13,6 @@ imageio in the environment, and no Qt in core); the UI and CLI decode PNG/JPEG a
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -61,10 +60,12 @@ def image_settings(folder: str | Path | None, cfg: ModelConfig) -> ImageSettings
     path = Path(folder) / PREPROCESSOR if folder is not None else None
     if path is None or not path.is_file():
         return defaults
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ImageInputError(f"{path}: malformed JSON ({exc})") from exc
+    from .files import JsonFileError, read_json
+
+    try:  # read_json's cap (a 2 GB one is refused unread); a key given twice keeps its last value, as transformers
+        d = read_json(path, duplicates=True)
+    except JsonFileError as exc:
+        raise ImageInputError(str(exc)) from None
     if not isinstance(d, dict):
         raise ImageInputError(f"{path}: expected a JSON object")
     size = d.get("size", {"height": cfg.image_size, "width": cfg.image_size})

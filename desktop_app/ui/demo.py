@@ -68,8 +68,6 @@ def training_demo(panel) -> None:
     """The Train panel with a run in progress, as in the README: the lectures' motif transformer (3
     blocks, 1 head, width 32, pre-LN), started in a temporary runs folder; the panel's screenshot_ready
     waits for a few evaluations."""
-    import tempfile
-
     for combo, value in ((panel.family, "bert"), (panel.norm_placement, "pre"), (panel.task, "motif")):
         combo.setCurrentText(value)
     for spin, value in ((panel.layers, 3), (panel.heads, 1), (panel.d_model, 32), (panel.d_ff, 128),
@@ -77,5 +75,29 @@ def training_demo(panel) -> None:
                         (panel.batch_size, 64), (panel.steps, 3000), (panel.eval_every, 100),
                         (panel.checkpoint_every, 500)):
         spin.setValue(value)
-    panel.out_edit.setText(tempfile.mkdtemp(prefix="te-screenshot-runs-"))
+    panel.out_edit.setText(temporary_runs_folder(panel.run))
     panel.start()
+
+
+def temporary_runs_folder(run) -> str:
+    """A new folder for the demo's run, removed (it and only it) when the app exits: at exit the window has closed,
+    and its close stopped the `run` (TrainingRun: the process writes its checkpoint, then ends); one still running
+    past that close's wait is ended first, so that it writes nothing into the folder once removed. Each
+    --screenshot --panel train left one in the temporary folder."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="te-screenshot-runs-")
+
+    def remove() -> None:
+        try:
+            if run.running:
+                run.process.kill()
+                run.process.waitForFinished(5000)
+        except RuntimeError:  # the run's Qt object is gone, and its process with it (QProcess ends it)
+            pass
+        shutil.rmtree(path, ignore_errors=True)
+
+    atexit.register(remove)
+    return path

@@ -232,5 +232,24 @@ def test_a_cached_config_json_of_gigabytes_is_not_read_to_list_the_cache(cache, 
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert not row.supported and "cannot be read" in row.reason, row.reason
+    assert not row.supported and row.reason.startswith("config.json is 2,147,483,648 bytes"), row.reason
     assert peak < 64 << 20, peak  # (the other snapshots listed beside it: some MB)
+
+
+def test_a_cached_config_json_that_cannot_be_used_is_listed_with_what_is_wrong(cache, tmp_path):
+    """The listing's reason for a config.json it could not use was always 'config.json names no model_type (or
+    cannot be read)': a file of gigabytes, malformed JSON and one without model_type all read alike. Now each
+    says what is wrong, in read_json's words."""
+    files = tiny_model_files(tmp_path)
+    no_type = {k: v for k, v in json.loads(files["config.json"]).items() if k != "model_type"}
+    cases = {"big/config": files["config.json"], "bad/json": b'{"model_type": "gpt2",',
+             "no/type": json.dumps(no_type).encode()}
+    for i, (repo, config) in enumerate(cases.items()):
+        add_snapshot(cache, repo, {"config.json": config, "model.safetensors": b"x" * 10}, str(i) * 40)
+    with open((cache / "models--big--config" / "snapshots" / ("0" * 40) / "config.json").resolve(), "r+b") as fh:
+        fh.truncate(20 << 20)  # sparse: 20 MB, beyond read_json's 16 MB cap
+    reasons = {m.repo_id: m.reason for m in list_cached_models() if m.repo_id in cases}
+    assert reasons == {
+        "big/config": "config.json is 20,971,520 bytes, not a settings file (at most 16,777,216 are read)",
+        "bad/json": "config.json: malformed JSON at line 1, column 23: Expecting property name enclosed in double quotes",
+        "no/type": "config.json names no model_type"}, reasons

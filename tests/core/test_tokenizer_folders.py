@@ -130,7 +130,7 @@ def test_folder_without_tokenizer_files_has_none(tmp_path):
 
 
 @pytest.mark.parametrize("name, content, problem", [
-    ("tokenizer_config.json", "{not json", "not valid JSON"),
+    ("tokenizer_config.json", "{not json", "malformed JSON at line 1, column 2"),
     ("special_tokens_map.json", "[1, 2]", "expected a JSON object"),
     ("merges.txt", "#version: 0.2\nno_such_token another\n", "not a readable BPE vocabulary"),
 ])
@@ -214,3 +214,34 @@ def test_a_bart_folders_vocab_json_merges_txt_puts_s_around_a_text_as_bart_token
         assert want[0] == vocab["<s>"] and want[-1] == vocab["</s>"]
         assert tok.encode(text, add_special_tokens=True) == want == tok.encode_for_model(text)[0], text
         assert tok.encode(text) == reference(text, add_special_tokens=False)["input_ids"], text
+
+
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "special_tokens_map.json"])
+def test_a_tokenizer_settings_file_beyond_read_jsons_cap_is_refused_unread(tmp_path, name):
+    """tokenizer_config.json and special_tokens_map.json were read whole (read_text, then json.loads): a file of
+    gigabytes took gigabytes. They go through files.read_json's cap (16 MB): one line naming the file and its
+    size, before reading it."""
+    import tracemalloc
+
+    _bpe_files(tmp_path)
+    with open(tmp_path / name, "wb") as fh:
+        fh.truncate(20 << 20)  # sparse: 20 MB, beyond the cap
+    tracemalloc.start()
+    try:
+        with pytest.raises(TokenizerError) as err:
+            load_tokenizer_folder(tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(err.value) == (f"{tmp_path / name}: is 20,971,520 bytes, not a settings file (at most 16,777,216 "
+                              "are read)") and err.value.path == tmp_path / name
+    assert peak < 8 << 20, peak
+
+
+def test_a_tokenizer_config_with_a_key_twice_still_loads_its_last_value(tmp_path):
+    """Capped, not made strict: a key given twice keeps its last value, as transformers reads these files (read_json
+    refuses it in a config.json; a tokenizer file another tool wrote so still opens)."""
+    _bpe_files(tmp_path)
+    (tmp_path / "special_tokens_map.json").write_text('{"eos_token": "the", "eos_token": "<|endoftext|>"}')
+    tok = load_tokenizer_folder(tmp_path)
+    assert tok.declared_specials["eos"] == "<|endoftext|>"

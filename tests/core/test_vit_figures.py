@@ -146,3 +146,26 @@ def test_a_one_channel_model_gets_one_mean_and_std_per_channel(tmp_path):
     assert image_settings(tmp_path, cfg).image_mean == (0.5,)
     pixels = preprocess_image(np.full((12, 12), 255, np.uint8), image_settings(tmp_path, cfg), channels=1)
     assert pixels.shape == (1, 12, 12) and np.allclose(pixels, 1.0)  # (1 - 0.5) / 0.5
+
+
+def test_a_preprocessor_config_beyond_read_jsons_cap_is_refused_unread(tmp_path):
+    """preprocessor_config.json was read whole (read_text, then json.loads): a 20 MB one was read, then called
+    malformed. It goes through files.read_json's cap (16 MB): one line naming the file and its size, unread; a
+    key given twice keeps its last value, as before (and as transformers reads it)."""
+    import tracemalloc
+
+    cfg = tiny_vit().cfg
+    path = tmp_path / "preprocessor_config.json"
+    path.write_text('{"resample": 5, "resample": 3}')
+    assert image_settings(tmp_path, cfg).resample == "bicubic"
+    with open(path, "wb") as fh:
+        fh.truncate(20 << 20)  # sparse
+    tracemalloc.start()
+    try:
+        with pytest.raises(ImageInputError) as err:
+            image_settings(tmp_path, cfg)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(err.value) == f"{path}: is 20,971,520 bytes, not a settings file (at most 16,777,216 are read)"
+    assert peak < 8 << 20, peak

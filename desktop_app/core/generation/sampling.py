@@ -7,7 +7,6 @@ probabilities, never on token order.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +38,9 @@ def in_limits(name: str, value, called: str | None = None):
     if problem := limit.problem(value):
         raise GenerationError(f"{called or name}: {problem}")
     return value
+
+
+_TOP_K, _TEMPERATURE = LIMITS["top_k"], LIMITS["temperature"]
 
 
 class ContextLengthReached(GenerationError):
@@ -106,11 +108,14 @@ def process_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 
     """Pure: raw logits [V] -> the distribution a sampler draws from.
 
     Order as in Hugging Face: temperature, then top-k, then top-p on the tempered probabilities.
-    temperature == 0 means greedy: all mass on the most probable token(s)."""
-    if temperature < 0 or math.isnan(temperature):
-        raise GenerationError(f"temperature must be >= 0, got {temperature}")
-    if top_k < 0:
-        raise GenerationError(f"top-k must be >= 0 (0 = off), got {top_k}")
+    temperature == 0 means greedy: all mass on the most probable token(s). Its numbers as GenerationSettings checks
+    them (LIMITS), else GenerationError naming one ("top_k: must be an integer from 0 to ..., got 2.5")."""
+    if not (type(top_k) is int and type(temperature) is float and type(top_p) is float  # noqa: E721 - exact types
+            and 0 <= top_k <= _TOP_K.hi and 0 <= temperature <= _TEMPERATURE.hi and 0 < top_p <= 1):
+        # outside what a checked GenerationSettings holds: a script's own numbers, checked by name (the per-token
+        # path passes the settings' numbers, so only the comparisons above run there)
+        temperature, top_k, top_p = (in_limits("temperature", temperature), in_limits("top_k", top_k),
+                                     in_limits("top_p", top_p))
     logits = logits.detach().reshape(-1).to("cpu", torch.float64)
     V = logits.numel()
     model_probs = torch.softmax(logits, 0)

@@ -44,7 +44,7 @@ from ..files import APP, MANIFEST, interrupted_copy, is_own_folder, read_manifes
 from ..weights import ModelLoadError
 
 KEPT_DIR = "checkpoints"
-_STEP_NAME = re.compile(r"step-(\d{6,})")
+_STEP_NAME = re.compile(r"step-([0-9]{6,})")  # ASCII digits (\d takes '٣', which int() reads): as hf_cache's _STEP_REF
 STATE_FILE = "trainer_state.json"  # trainer.STATE_FILE (the trainer imports this module)
 METRICS_JSON = "metrics.json"
 SPACINGS = ("linear", "log")
@@ -336,6 +336,8 @@ class Timeline:
     # why the kept steps could not be listed (checkpoints/ holds step folders but its manifest is unreadable):
     # then only the run's own checkpoint is among `steps`, and every reader says so
     unlisted: str | None = None
+    # why the loss curve is empty though metrics.json is there (beyond read_json's cap, malformed): one line naming it
+    unread_metrics: str | None = None
 
     def openable(self) -> list[KeptStep]:
         return [k for k in self.steps if k.present]
@@ -377,11 +379,23 @@ def kept_steps(run_dir: str | Path) -> Timeline:
     if latest not in {k.step for k in steps}:
         steps.append(KeptStep(latest, run_dir, True, latest=True))
     steps.sort(key=lambda k: (k.step, k.latest))
+    history, unread = read_history(folder)
+    return Timeline(run_dir, steps, LossCurve.from_history(history), latest, unlisted, unread)
+
+
+def read_history(folder: Path) -> tuple[list, str | None]:
+    """The run's metrics.json events, and None; or [] and why it cannot be read (JsonFileError's one line: beyond
+    read_json's 16 MB cap, malformed...). No file: [] and None (a run that has logged nothing yet)."""
+    from ..files import JsonFileError, read_json
+
+    path = folder / METRICS_JSON
+    if not path.is_file():
+        return [], None
     try:
-        history = json.loads((folder / METRICS_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        history = []
-    return Timeline(run_dir, steps, LossCurve.from_history(history), latest, unlisted)
+        history = read_json(path)
+    except JsonFileError as exc:
+        return [], str(exc)
+    return (history, None) if isinstance(history, list) else ([], f"{path}: not a list of events (not the trainer's JSON)")
 
 
 def kept_step_at(run: Path, path: Path) -> KeptStep:

@@ -97,16 +97,9 @@ def train_environment(env: dict[str, str]) -> dict[str, str]:
     the same code as the window."""
     if getattr(sys, "frozen", False):
         return env
-    import site
+    from ...paths import package_on_path
 
-    import desktop_app
-
-    root = Path(desktop_app.__file__).resolve().parent.parent
-    sites = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
-    if root in sites:
-        return env
-    paths = env.get("PYTHONPATH")
-    return {**env, "PYTHONPATH": str(root) + (os.pathsep + paths if paths else "")}
+    return package_on_path(env)
 
 
 class TrainingRun(QObject):

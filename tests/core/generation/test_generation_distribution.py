@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -122,3 +123,23 @@ def test_greedy_picks_argmax_first_of_ties_and_a_nan_as_torch_does(values):
     token, how = pick(dist, "greedy", torch.Generator())
     assert how == "greedy"
     assert token == int(torch.argmax(logits.double()))
+
+
+@pytest.mark.parametrize("args, problem", [
+    ((1.0, 2.5, 1.0), "top_k: must be an integer from 0 to 1,000,000,000 (0: off), got 2.5"),
+    ((1.0, True, 1.0), "top_k: must be an integer"),
+    ((1.0, 0, 2.0), "top_p: must be in (0, 1], got 2.0"),
+    ((1.0, 0, 0.0), "top_p: must be in (0, 1], got 0.0"),
+    ((float("inf"), 0, 1.0), "temperature: must be in [0, 1e+06], got inf"),
+    ((-1.0, 0, 1.0), "temperature: must be in [0, 1e+06], got -1.0"),
+])
+def test_process_logits_checks_a_scripts_numbers_by_name(args, problem):
+    """process_logits(logits, top_k=2.5) failed deep inside (torch.topk's TypeError), top_p=2 was no filter and
+    temperature=inf a distribution of NaN, without a word. Its numbers are checked as GenerationSettings checks
+    them: one GenerationError naming the argument. Numbers a script gives as ints or numpy's are taken."""
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
+    with pytest.raises(GenerationError) as err:
+        process_logits(logits, *args)
+    assert str(err.value).startswith(problem), str(err.value)
+    d = process_logits(logits, np.float32(1), np.int64(2), 1)
+    assert (d.temperature, d.top_k, d.top_p) == (1.0, 2, 1.0) and d.kept.tolist() == [True, True, False, False]

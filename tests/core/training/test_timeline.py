@@ -305,3 +305,42 @@ def test_a_kept_step_that_links_out_of_the_run_is_refused(tmp_path):
         check_step_path(step4)
     check_step_path(step_folder(run, 8))  # a real kept step opens
     assert 4 not in scrub(run, "weight-norm").steps
+
+
+def test_a_step_folder_named_in_other_digits_is_no_step():
+    """_STEP_NAME's \\d took any script's digits: 'step-٠٠٠٠١٢' (Arabic-Indic) and full-width digits were step 12
+    (int() reads them). Only ASCII digits name a kept step, as step_name writes them."""
+    from desktop_app.core.training.timeline import step_name, step_of
+
+    assert step_of(step_name(12)) == 12 and step_of("step-1234567") == 1234567
+    for name in ("step-\u0660\u0660\u0660\u0660\u0661\u0662", "step-\uff10\uff10\uff10\uff10\uff11\uff12",
+                 "step-00001\u0662"):
+        assert step_of(name) is None, name
+
+
+def test_a_runs_metrics_json_beyond_read_jsons_cap_is_refused_unread_in_one_line(tmp_path):
+    """The timeline (kept_steps' loss curve, grad_norm_scrub) read metrics.json whole and dropped it without a word
+    when it was not JSON: a 20 MB one was read, a 2 GB one would have been. It goes through files.read_json's cap
+    (16 MB, as resuming reads it: state.read_metrics): the curve is empty and one line names the file and its size."""
+    import tracemalloc
+
+    from desktop_app.app.timeline import grad_norm_scrub
+
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"step": 4}))
+    (tmp_path / "metrics.json").write_text(json.dumps([{"event": "step", "step": 2, "train_loss": 1.5}]))
+    timeline = kept_steps(tmp_path)
+    assert timeline.curve.train_loss == [1.5] and timeline.unread_metrics is None
+    with open(tmp_path / "metrics.json", "wb") as fh:
+        fh.truncate(20 << 20)  # sparse
+    line = f"{tmp_path / 'metrics.json'}: is 20,971,520 bytes, not a settings file (at most 16,777,216 are read)"
+    tracemalloc.start()
+    try:
+        timeline = kept_steps(tmp_path)
+        with pytest.raises(ValueError) as err:
+            grad_norm_scrub(tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert timeline.unread_metrics == line and timeline.curve.steps == [] and timeline.latest_step == 4
+    assert str(err.value) == line
+    assert peak < 8 << 20, peak

@@ -161,6 +161,7 @@ def make(app, out: Path, sae: str, clt: str) -> dict:
     from desktop_app.ui.main_window import MainWindow
     from desktop_app.ui.state import AppState
 
+    out.mkdir(parents=True, exist_ok=True)
     state = AppState()
     window = MainWindow(state)
     window.resize(1280, 800)
@@ -178,6 +179,14 @@ def make(app, out: Path, sae: str, clt: str) -> dict:
         window.close()
 
 
+def readme_runs(sae: str | None, clt: str | None) -> tuple:
+    """((the dictionary folder, its temporary folder), (the transcoder's, its)): each given, or trained now by
+    the README's command (figure_kit.run_or_train)."""
+    root = str(Path(__file__).resolve().parents[1])  # the README's commands name resources/ from the clone's root
+    return (run_or_train(sae, [a.replace("resources/", f"{root}/resources/") for a in SAE_TRAIN], "sae-l2"),
+            run_or_train(clt, [a.replace("resources/", f"{root}/resources/") for a in CLT_TRAIN], "demo-clt"))
+
+
 def main(argv: list[str]) -> int:
     from PySide6.QtWidgets import QApplication
 
@@ -188,11 +197,7 @@ def main(argv: list[str]) -> int:
                                   "not given")
     args = ap.parse_args(argv)
     out = Path(args.outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    root = str(Path(__file__).resolve().parents[1])  # the README's commands name resources/ from the clone's root
-    sae, sae_tmp = run_or_train(args.sae, [a.replace("resources/", f"{root}/resources/") for a in SAE_TRAIN], "sae-l2")
-    clt, clt_tmp = run_or_train(args.clt, [a.replace("resources/", f"{root}/resources/") for a in CLT_TRAIN],
-                                "demo-clt")
+    (sae, sae_tmp), (clt, clt_tmp) = readme_runs(args.sae, args.clt)
     if sae is None or clt is None:
         print("make_features_figures: training the dictionary or the transcoder failed", file=sys.stderr)
         return 1

@@ -19,7 +19,7 @@ def available_devices() -> list[str]:
     return devices
 
 
-_DEVICE = re.compile(r"(cpu|cuda(:[0-9]+)?|mps)")  # ASCII digits (\d takes '٣')
+_DEVICE = re.compile(r"(cpu(:0)?|cuda(:[0-9]+)?|mps)")  # ASCII digits (\d takes '٣'); cpu:0 is torch's name too
 
 
 def device_problem(name: str) -> str:
@@ -31,7 +31,7 @@ def device_problem(name: str) -> str:
         return f"must be cpu, cuda, cuda:N or mps, got {name!r} (this machine has: {', '.join(present)})"
     if name == "cuda" and any(d.startswith("cuda") for d in present):
         return ""
-    if name == "cuda:0" and "cuda" in present:
+    if (name == "cuda:0" and "cuda" in present) or name == "cpu:0":
         return ""
     if name not in present:
         return f"{name} is not available on this machine (it has: {', '.join(present)})"

@@ -134,6 +134,10 @@ class AttentionMap(_MapWidths):
     def __post_init__(self) -> None:
         if self.kind not in ATTENTION_KINDS:
             raise ValueError(f"unknown attention kind {self.kind!r} (known: {', '.join(ATTENTION_KINDS)})")
+        # row-major whatever layout the model's weights have (a generation lays them out column-major for its
+        # one-row products): the products' order of summation, hence the map's bits, follows the layout
+        for name in ("W_Q", "W_K", "W_V", "W_O"):
+            setattr(self, name, getattr(self, name).contiguous())
 
     def scaled(self, t: torch.Tensor) -> torch.Tensor:
         """t times the score scale: t / sqrt(k) by default (that very expression, so maps without a

@@ -11,7 +11,7 @@ steered at layer 2 towards "the Queen shouted", away from "Alice thought", x6).
 With --motif, also whatif_motif.png: the What if panel alone on a motif model trained as in the README:
 
     .venv/bin/python -m desktop_app train --task motif --family gpt2 --layers 2 --heads 1 --d-model 32 \\
-        --d-ff 64 --context 20 --lr 3e-3 --steps 3000 --warmup 50 --batch-size 64 --seed 0 --out runs/motif2
+        --d-ff 64 --context 20 --lr 1e-3 --steps 3000 --warmup 50 --batch-size 64 --seed 0 --out runs/motif2
 
 The clean text's last A (position 15) is followed by B, and the text ends in C, so the answer must be
 read from position 16; the corrupted text has a D there (answer B, wrong D). Prints each panel's status

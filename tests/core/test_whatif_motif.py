@@ -64,9 +64,11 @@ def test_motif_head_ablation_and_patching_agree(tmp_path):
     attention patterns; ablating it leaves chance where the answer must be read, and patching's
     layer x head map recovers the most at that same head."""
     started = time.perf_counter()
+    # the README's What if motif model; at lr 3e-3 seed 0 ended at 87% with neither head reading the answer
+    # (which model a seed gives is fragile at this size: README)
     cfg = TrainConfig(task="motif", family="gpt2", model={"n_layers": 2, "n_heads": 1, "d_model": 32, "d_ff": 64,
                                                           "context_length": 20},
-                      lr=3e-3, steps=3000, warmup_steps=50, batch_size=64, eval_every=3000, checkpoint_every=100_000,
+                      lr=1e-3, steps=3000, warmup_steps=50, batch_size=64, eval_every=3000, checkpoint_every=100_000,
                       log_every=500, seed=0)
     summary = train(cfg, tmp_path / "motif")
     trained = time.perf_counter()

@@ -701,6 +701,9 @@ def _unique_keys(pairs: list) -> dict:
 # the most bytes read_json reads of a file by default: a config.json, generation_config.json or trainer_state.json
 # is kilobytes (a SAELens cfg.json's cap too: features/dictionary.py); a 2 GB one would have been read whole
 MAX_JSON_BYTES = 1 << 24
+# a training run's metrics.json is ours and grows with its steps (~100 bytes a logged step): the 16 MB default would
+# refuse a run past ~160 k logged steps; still a cap, so a damaged or foreign file is refused before it is read whole
+METRICS_MAX_BYTES = 1 << 28
 
 
 def read_json(path: str | Path, text: str | None = None, max_bytes: int | None = MAX_JSON_BYTES,

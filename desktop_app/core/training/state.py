@@ -18,7 +18,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 
-from ..files import JsonFileError, read_json
+from ..files import MAX_JSON_BYTES, METRICS_MAX_BYTES, JsonFileError, read_json
 from ..numbers import MAX_COUNT
 from ..weights import ModelLoadError
 
@@ -44,13 +44,13 @@ def _is_real(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _json(path: Path) -> Any:
+def _json(path: Path, max_bytes: int | None = MAX_JSON_BYTES) -> Any:
     if path.is_dir():
         raise ModelLoadError(path, "is a folder, not a file")
     if not path.exists():
         raise ModelLoadError(path, "is missing; the checkpoint is incomplete")
     try:
-        return read_json(path)
+        return read_json(path, max_bytes=max_bytes)
     except JsonFileError as exc:
         raise ModelLoadError(path, exc.problem) from None
 
@@ -147,7 +147,7 @@ def read_optimizer_tensors(folder: str | Path) -> dict[str, torch.Tensor]:
 def read_metrics(folder: str | Path) -> list[dict[str, Any]]:
     """metrics.json of a checkpoint folder: the run's history, a list of event objects."""
     path = Path(folder) / METRICS_JSON
-    history = _json(path)
+    history = _json(path, METRICS_MAX_BYTES)
     if not isinstance(history, list):
         raise ModelLoadError(path, f"expected a JSON list of events, got {type(history).__name__}")
     for i, ev in enumerate(history):

@@ -385,14 +385,14 @@ def kept_steps(run_dir: str | Path) -> Timeline:
 
 def read_history(folder: Path) -> tuple[list, str | None]:
     """The run's metrics.json events, and None; or [] and why it cannot be read (JsonFileError's one line: beyond
-    read_json's 16 MB cap, malformed...). No file: [] and None (a run that has logged nothing yet)."""
-    from ..files import JsonFileError, read_json
+    the trainer's METRICS_MAX_BYTES, malformed...). No file: [] and None (a run that has logged nothing yet)."""
+    from ..files import METRICS_MAX_BYTES, JsonFileError, read_json
 
     path = folder / METRICS_JSON
     if not path.is_file():
         return [], None
     try:
-        history = read_json(path)
+        history = read_json(path, max_bytes=METRICS_MAX_BYTES)
     except JsonFileError as exc:
         return [], str(exc)
     return (history, None) if isinstance(history, list) else ([], f"{path}: not a list of events (not the trainer's JSON)")

@@ -318,10 +318,25 @@ def test_a_step_folder_named_in_other_digits_is_no_step():
         assert step_of(name) is None, name
 
 
+def test_a_long_runs_metrics_json_beyond_read_jsons_default_cap_is_read(tmp_path):
+    """A run's history grows with its steps: 320 k logged steps (18 MB) are past read_json's 16 MB default for
+    settings files, and the timeline and resuming (state.read_metrics) still read it whole."""
+    from desktop_app.core.training.state import read_metrics
+
+    events = [{"event": "step", "step": 10 * i, "train_loss": 1.0 + i % 7 / 8} for i in range(320_000)]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"step": 3_200_000}))
+    (tmp_path / "metrics.json").write_text(json.dumps(events))
+    assert (tmp_path / "metrics.json").stat().st_size > 1 << 24
+    timeline = kept_steps(tmp_path)
+    assert timeline.unread_metrics is None and len(timeline.curve.train_loss) == 320_000
+    assert read_metrics(tmp_path) == events
+
+
 def test_a_runs_metrics_json_beyond_read_jsons_cap_is_refused_unread_in_one_line(tmp_path):
     """The timeline (kept_steps' loss curve, grad_norm_scrub) read metrics.json whole and dropped it without a word
     when it was not JSON: a 20 MB one was read, a 2 GB one would have been. It goes through files.read_json's cap
-    (16 MB, as resuming reads it: state.read_metrics): the curve is empty and one line names the file and its size."""
+    (files.METRICS_MAX_BYTES, 256 MB, as resuming reads it: state.read_metrics): the curve is empty and one line names
+    the file and its size."""
     import tracemalloc
 
     from desktop_app.app.timeline import grad_norm_scrub
@@ -331,8 +346,8 @@ def test_a_runs_metrics_json_beyond_read_jsons_cap_is_refused_unread_in_one_line
     timeline = kept_steps(tmp_path)
     assert timeline.curve.train_loss == [1.5] and timeline.unread_metrics is None
     with open(tmp_path / "metrics.json", "wb") as fh:
-        fh.truncate(20 << 20)  # sparse
-    line = f"{tmp_path / 'metrics.json'}: is 20,971,520 bytes, not a settings file (at most 16,777,216 are read)"
+        fh.truncate(300 << 20)  # sparse
+    line = f"{tmp_path / 'metrics.json'}: is 314,572,800 bytes, not a settings file (at most 268,435,456 are read)"
     tracemalloc.start()
     try:
         timeline = kept_steps(tmp_path)

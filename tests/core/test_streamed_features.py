@@ -59,7 +59,10 @@ def test_feature_attribution_on_a_streamed_model_is_the_whole_models(pair, hook)
     fa, fb = a[0], b[0]
     assert len(fa.features) > 0
     assert np.array_equal(fa.features, fb.features) and np.array_equal(fa.contributions, fb.contributions)
-    assert (fa.bias, fa.skip, fa.error, fa.direct) == (fb.bias, fb.skip, fb.error, fb.direct)
+    # the same up to rounding: a product's bits can follow its operands' alignment (MKL's generic path on an AMD EPYC:
+    # the whole model's weights lie in the file's map at 56 mod 64, a streamed block's copies at 0)
+    assert np.allclose((fa.bias, fa.skip, fa.error, fa.direct), (fb.bias, fb.skip, fb.error, fb.direct),
+                       rtol=1e-5, atol=1e-8)
     assert let_go(streamed)
 
 

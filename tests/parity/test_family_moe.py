@@ -173,5 +173,7 @@ def test_a_forced_routing_holds_through_kv_cached_generation(mixtral_folder):
         logits = loaded.model(torch.tensor([edited[:-1]]), interventions=forced).logits[0]
         unedited = loaded.model(torch.tensor([edited[:-1]])).logits[0]
     assert logits[len(prompt) - 1:].argmax(-1).tolist() == edited[len(prompt):]
-    assert torch.equal(logits[:6], unedited[:6]) and not torch.allclose(logits[6:], unedited[6:])
+    # (rows before the edit: the same up to rounding; an expert's product over a different set of rows may sum in
+    # another order on some BLAS, e.g. MKL's generic path on AMD)
+    assert torch.allclose(logits[:6], unedited[:6], rtol=0, atol=1e-5) and not torch.allclose(logits[6:], unedited[6:])
     assert edited[:len(prompt) + 3] == plain[:len(prompt) + 3]  # position 6's token is predicted at 6: the 4th new one

@@ -255,5 +255,5 @@ def test_the_features_attribution_tab_clicked_while_the_lens_is_read_fills_when_
     finally:
         release.set()  # (the worker never waits past the test)
     qtbot.waitUntil(lambda: panel.attr_chart.attribution is not None, timeout=20_000)
-    assert panel.attr_status.text().startswith("Next token") and panel.lens is not None
+    assert panel.attr_status.text().startswith("The ") and "active features" in panel.attr_status.text() and panel.lens is not None
     assert k in panel.attr_chart.attribution.features.tolist()  # clamped to 40 at every position: active

@@ -61,6 +61,9 @@ def test_the_feature_dashboards_filled_tables_show_every_column_and_whole_rows(q
     assert contexts.rowCount() > 10  # (more than fit: the last one shown was cut in half)
     assert contexts.verticalScrollBar().isVisible()
     assert _ends_on_a_whole_row(contexts), (contexts.viewport().height(), contexts.rowHeight(0))
+    title = dash.histogram.getPlotItem().titleLabel
+    assert "fires on" in title.text
+    assert title.item.boundingRect().width() <= dash.histogram.width(), (title.text, dash.histogram.width())
     w.resize(1280, 700)  # and again after the window is resized
     qtbot.wait(50)
     assert _ends_on_a_whole_row(contexts), (contexts.viewport().height(), contexts.rowHeight(0))

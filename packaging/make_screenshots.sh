@@ -1,8 +1,9 @@
 #!/bin/sh
-# Screenshots of every panel, made by the app's own --screenshot mode on the demo model
+# The README's screenshots of single panels, made by the app's own --screenshot mode on the demo model
 # (offscreen, fresh settings), for the README.
 #
-#   packaging/make_screenshots.sh [OUTDIR]     (default: docs/screenshots; files <panel>.png)
+#   packaging/make_screenshots.sh [OUTDIR]     (default: docs/screenshots; files <panel>.png: model, generate,
+#                                               attention, layers, lipschitz, train)
 #
 # Panels with a screenshot_demo() hook first play it (Generate: steps and a forced branch;
 # Lipschitz: real against adversarial sweeps; Train: a motif run, shown after four evaluations).
@@ -31,7 +32,14 @@ print(tok.decode(tok.encode(text)[:200]))
 PY
 )
 echo "$panels" | while IFS= read -r panel; do
-    case "$panel" in attention|layers) set -- --text "$text200" ;; *) set -- ;; esac
+    # the README's shots of the panels alone: Features, Graph, What if and Dynamics are made by make_*_figures.py
+    # into the same folder (their features.png, graph.png here would overwrite them), and on the (text) demo
+    # model --panel image is refused
+    case "$panel" in
+        attention|layers) set -- --text "$text200" ;;
+        model|generate|lipschitz|train) set -- ;;
+        *) continue ;;
+    esac
     file=$(echo "$panel" | tr ' ' '-')
     QT_QPA_PLATFORM=offscreen XDG_DATA_HOME="$home" XDG_CONFIG_HOME="$home" \
         "$python" -m desktop_app --panel "$panel" --timeout 240 "$@" --screenshot "$out/$file.png" </dev/null

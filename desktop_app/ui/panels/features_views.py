@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton,
                                QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
@@ -127,12 +127,32 @@ class FeatureDashboard(QWidget):
         split.addWidget(self.contexts_table)
         split.addWidget(lower)
         split.setSizes([300, 200])
+        self.split = split
+        self.contexts_table.viewport().installEventFilter(self)  # (ends on a whole row: see eventFilter)
         lay = QVBoxLayout(self)
         lay.addWidget(self.header)
         lay.addLayout(row)
         lay.addWidget(self.status)
         lay.addWidget(split, 1)
         self.clear()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Resize and watched is self.contexts_table.viewport():
+            self._contexts_end_on_a_whole_row()
+        return super().eventFilter(watched, event)
+
+    def _contexts_end_on_a_whole_row(self) -> None:
+        """The top contexts' pane loses the part of a row it would cut (its last row showed its upper half), to the
+        histogram's pane under it, when it holds more rows than it shows."""
+        table = self.contexts_table
+        rows, height = table.rowCount(), table.viewport().height()
+        row = table.verticalHeader().defaultSectionSize()
+        cut = height % row
+        if rows * row <= height or height < row or not cut:
+            return
+        top, bottom = self.split.sizes()
+        if top > cut:
+            self.split.setSizes([top - cut, bottom + cut])
 
     def clear(self, header: str | None = None) -> None:
         self.clear_contexts()
@@ -155,6 +175,7 @@ class FeatureDashboard(QWidget):
         fill_table(self.contexts_table, ["rank", "activation", "before", "token", "after"], rows, align_right=(1, 2))
         columns_share_width_while_empty(self.contexts_table)
         self.contexts_table.resizeColumnsToContents()
+        self._contexts_end_on_a_whole_row()
         item = self.histogram.getPlotItem()
         item.clear()
         show_empty(item, False)
@@ -162,8 +183,9 @@ class FeatureDashboard(QWidget):
         if len(counts):
             item.addItem(pg.BarGraphItem(x0=edges[:-1], x1=edges[1:], height=counts, brush=POSITIVE, pen=None))
             item.autoRange()
+        # (at the default 11pt the line ran past the histogram's third of a 1280 px window)
         item.setTitle(f"fires on {tc.active_tokens:,} of {tc.tokens_seen:,} tokens ({100 * tc.density:.2f}%)",
-                      color=plot_foreground())
+                      color=plot_foreground(), size="9pt")
         self.status.setText(f"Top {len(tc.rows)} contexts over {tc.tokens_seen:,} tokens"
                             + (" (read from the cache)" if cached else "") + ".")
         self.drawn.emit()

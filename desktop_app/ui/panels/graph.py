@@ -334,6 +334,8 @@ class GraphPanel(QWidget, ResultView):
         self.logits_table = read_only_table()
         # each column as wide as what it holds, the token the rest (five of 100 px ran past a 1024 px window's side)
         self.logits_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # ('p after', the last section, stretched over what the token left: most of the width)
+        self.logits_table.horizontalHeader().setStretchLastSection(False)
         intervene = QWidget()
         iv = QVBoxLayout(intervene)
         iv.addWidget(QLabel("<b>Features to edit</b> (the pinned feature nodes)"))
@@ -467,6 +469,7 @@ class GraphPanel(QWidget, ResultView):
         self._clear_drawing()
         self.edit_list.clear()
         fill_table(self.logits_table, ["token", "logit before", "after", "p before", "p after"], [])
+        self.logits_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.dashboard.clear("Click a feature node of a graph computed here for its dashboard.")
         self.summary.setText("The model or text changed: Compute graph… again for the text on screen.")
 
@@ -841,6 +844,8 @@ class GraphPanel(QWidget, ResultView):
         fill_table(self.logits_table, ["token", "logit before", "after", "p before", "p after"],
                    [[repr(r[0]), f"{r[2]:.4g}", f"{r[3]:.4g}", f"{r[4]:.3f}", f"{r[5]:.3f}"] for r in rows],
                    align_right=(1, 2, 3, 4))
+        # (a section's own mode is set once it exists: the token the rest)
+        self.logits_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         how = edits[0].how
         self.edit_status.setText(f"{len(edits)} features {how}" + (f" ({edits[0].value:g})" if how != "zero" else "")
                                  + (", live model" if live else ", attention frozen")

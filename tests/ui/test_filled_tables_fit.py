@@ -1,0 +1,101 @@
+"""Tables as the README's screenshots show them, at 1280x800 (shots5): the feature dashboard's Promotes /
+Suppresses tables show every column of their filled rows without a scroll bar, its top-contexts table ends on
+a whole row, and the Graph panel's Intervene table gives the token what the numbers leave ('p after' took
+most of the width)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtWidgets import QFileDialog
+
+from .test_features_panel import _click_row, _dictionary, _lens_shown, _open_from_menu
+from .test_layouts_at_1024 import _columns_hold_their_cells
+from .walkthrough import click_panel_tab, click_tab, open_window
+
+MARGINS = 6  # (a cell's text is drawn 3 px in from either side)
+
+
+def _widest(table, c: int) -> int:
+    """The width column c needs: its title's or its widest cell's text."""
+    title = table.horizontalHeader().fontMetrics().horizontalAdvance(table.horizontalHeaderItem(c).text())
+    cells = [table.fontMetrics().horizontalAdvance(table.item(r, c).text()) for r in range(table.rowCount())]
+    return max([title, *cells]) + MARGINS
+
+
+def _ends_on_a_whole_row(table) -> bool:
+    """The viewport's last pixel row is a row's last: no row cut in half at the bottom (or every row shown)."""
+    h = table.viewport().height()
+    last = table.rowAt(h - 1)
+    if last < 0:  # below the last row: all shown
+        return True
+    return table.rowViewportPosition(last) + table.rowHeight(last) == h
+
+
+def test_the_feature_dashboards_filled_tables_show_every_column_and_whole_rows(qtbot, model_dirs,
+                                                                               isolated_user_files, tmp_path,
+                                                                               monkeypatch):
+    from desktop_app.paths import demo_text_path
+
+    text_file = tmp_path / "alice.txt"
+    text_file.write_text(Path(demo_text_path()).read_text(encoding="utf-8")[:20_000], encoding="utf-8")
+    w, state = open_window(qtbot, model_dirs["demo"], text="Alice was beginning to get very tired of sitting")
+    w.resize(1280, 800)
+    _open_from_menu(qtbot, w, state, monkeypatch, _dictionary(tmp_path / "sae"))
+    panel = click_panel_tab(qtbot, w, "Features")
+    _lens_shown(qtbot, panel)
+    _click_row(qtbot, panel.features_table, 0)
+    click_tab(qtbot, panel.tabs, "Dashboard")
+    dash = panel.dashboard
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(text_file), "")))
+    qtbot.mouseClick(dash.file_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(dash.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dash.contexts is not None and dash.run_button.isEnabled(), timeout=60_000)
+    qtbot.wait(50)  # (laid out)
+    for table in (dash.promoted_table, dash.suppressed_table):
+        assert table.rowCount() > 0
+        _columns_hold_their_cells(table)
+        assert not table.horizontalScrollBar().isVisible()
+    contexts = dash.contexts_table
+    assert contexts.rowCount() > 10  # (more than fit: the last one shown was cut in half)
+    assert contexts.verticalScrollBar().isVisible()
+    assert _ends_on_a_whole_row(contexts), (contexts.viewport().height(), contexts.rowHeight(0))
+    title = dash.histogram.getPlotItem().titleLabel
+    assert "fires on" in title.text
+    assert title.item.boundingRect().width() <= dash.histogram.width(), (title.text, dash.histogram.width())
+    w.resize(1280, 700)  # and again after the window is resized
+    qtbot.wait(50)
+    assert _ends_on_a_whole_row(contexts), (contexts.viewport().height(), contexts.rowHeight(0))
+
+
+def test_the_graph_intervene_tables_numbers_are_as_wide_as_they_are_and_the_token_the_rest(
+        qtbot, model_dirs, isolated_user_files, tmp_path, monkeypatch):
+    from desktop_app.core.graphs.transcoders import random_transcoders
+
+    random_transcoders(tmp_path / "clt", 4, 128, 64, cross_layer=True, seed=2)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(tmp_path / "clt")))
+    w, state = open_window(qtbot, model_dirs["demo"], text="The cat sat on the mat because it was")
+    w.resize(1280, 800)
+    panel = click_panel_tab(qtbot, w, "Graph")
+    qtbot.mouseClick(panel.compute_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.layout_data is not None and panel.compute_button.isEnabled(), timeout=120_000)
+    d = panel.full_layout
+    top = next(int(i) for i in np.argsort(-d.size) if d.kind[i] == 0)  # the most influential feature node
+    view = panel.plot.getPlotItem().vb
+    pos = panel.plot.mapFromScene(view.mapViewToScene(QPointF(d.x[top], d.y[top])))
+    qtbot.mouseClick(panel.plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    qtbot.waitUntil(lambda: panel.selected == top, timeout=3000)
+    qtbot.mouseClick(panel.pin_button, Qt.MouseButton.LeftButton)
+    click_tab(qtbot, panel.side, "Intervene")
+    qtbot.mouseClick(panel.run_edit_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.edit_result is not None, timeout=20_000)
+    qtbot.wait(50)  # (laid out)
+    table = panel.logits_table
+    assert table.rowCount() > 0
+    _columns_hold_their_cells(table)
+    for c in range(1, table.columnCount()):  # each number's column as wide as what it holds
+        assert table.columnWidth(c) <= _widest(table, c) + 2 * MARGINS, (c, table.columnWidth(c), _widest(table, c))
+    numbers = sum(table.columnWidth(c) for c in range(1, table.columnCount()))
+    assert abs(table.columnWidth(0) - (table.viewport().width() - numbers)) <= 1  # the token the rest
+    assert not table.horizontalScrollBar().isVisible()

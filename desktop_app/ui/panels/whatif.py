@@ -98,8 +98,14 @@ def component_bars(attribution) -> Bars:
     rows.append(["logit", "logit", -1, -1, f"{attribution.logit:.6g}"])
     arrays = {"labels": np.array(labels), "contributions": attribution.contributions,
               "logit": np.array(attribution.logit)}
+    # the named bars (embed, each MLP and bias, norm bias...) are always labelled, the many numbered heads and
+    # experts thinned around them (as the Features chart's bias and error): at 1024 px 'norm bias' went unnamed
+    named = tuple(i for i, (c, _, _, _) in enumerate(attribution.rows()) if c not in NUMBERED_COMPONENTS)
     return Bars(labels, [float(v) for v in attribution.contributions], arrays,
-                ["label", "component", "layer", "head", "contribution"], rows)
+                ["label", "component", "layer", "head", "contribution"], rows, always_labelled=named)
+
+
+NUMBERED_COMPONENTS = ("head", "cross_head", "expert")  # L2H3, L2xH3, L2E5: one of many a layer
 
 
 def attribution_title(attribution, token_label: str, where: str) -> str:

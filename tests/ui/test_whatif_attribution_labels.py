@@ -65,3 +65,30 @@ def test_a_twelve_layer_models_mlps_and_biases_are_all_named_at_1024(qtbot, tmp_
     chart.show()
     chart.set_attribution(attribution, "attribution")
     _assert_named_bars_labelled(qtbot, chart, tmp_path, "twelve-layers")
+
+
+def test_the_hover_names_a_head_whose_label_is_thinned_out(qtbot):
+    """Heads' names are thinned (170 bars at 990 px): the mouse over a bar names it and its value."""
+    from PySide6.QtCore import QPoint, QPointF
+
+    from tiny_models import tiny_model
+    from desktop_app.app.whatif import attribute_ids
+    from desktop_app.ui.panels.whatif import attribution_chart
+
+    loaded = tiny_model("abcdefgh ", "gpt2", n_layers=12, n_heads=12, d_model=48, d_ff=96)
+    ids = loaded.tokenizer.encode("abc abc")
+    attribution, _ = attribute_ids(loaded, ids, len(ids) - 1, 1, [])
+    chart = attribution_chart()
+    qtbot.addWidget(chart)
+    chart.resize(990, 420)
+    chart.show()
+    chart.set_attribution(attribution, "attribution")
+    qtbot.waitExposed(chart)
+    drawn = {t for _, t in _drawn_labels(chart)}
+    i = next(i for i, t in enumerate(chart.labels) if t not in drawn and "H" in t)
+    vb = chart.plot_item.getViewBox()
+    qtbot.mouseMove(chart.viewport(), QPoint(1, 1))  # (start off the bars: the cursor may be anywhere)
+    qtbot.wait(100)  # pyqtgraph's scene drops mouse moves closer than its rate limit
+    qtbot.mouseMove(chart.viewport(), chart.mapFromScene(vb.mapViewToScene(QPointF(i + 0.5, 0))))
+    qtbot.waitUntil(lambda: chart.hover_text != "", timeout=3000)
+    assert chart.hover_text == f"{chart.labels[i]}: {chart.values[i]:+.4g}" and chart.toolTip() == chart.hover_text

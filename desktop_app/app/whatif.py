@@ -27,15 +27,15 @@ def text_ids(loaded, text: str, what: str) -> list[int]:
     return encode_text_or_ids(loaded, text).ids
 
 
-def steering_edit(loaded, towards: str, away: str, layer: int, scale: float):
+def steering_edit(loaded, towards: str, away: str, layer: int, scale: float, job=None):
     """(the steer edit (core.interventions.steer) from the two texts as typed, |v|): v is the mean
     residual stream after block `layer` on `towards` minus that on `away`; the edit adds scale x v
-    there at every position."""
+    there at every position. `job` (core.jobs) is checked after each block: Cancel lands within one."""
     from ..core.interventions import steer, steering_vector
 
     refuse(steering_problem(loaded.config))
     plus, minus = text_ids(loaded, towards, "towards"), text_ids(loaded, away, "away from")
-    v = steering_vector(loaded.model, plus, minus, layer)
+    v = steering_vector(loaded.model, plus, minus, layer, job=job)
     return steer(v, layer, scale, towards, away), float(v.norm())
 
 
@@ -126,10 +126,11 @@ def top_token(loaded, ids: list[int], position: int, interventions=None, decoder
 
 
 def attribute_ids(loaded, ids: list[int], position: int, token_id: int | None, interventions=None,
-                  decoder_ids=None):
+                  decoder_ids=None, job=None):
     """(Attribution, token id): direct logit attribution of `token_id` (None: the edited model's top
     token there) at `position`; an encoder-decoder's over its decoder, reading decoder_ids, with
-    cross-attention heads (core.analysis.seq2seq_logit_attribution)."""
+    cross-attention heads (core.analysis.seq2seq_logit_attribution). `job` (core.jobs): a decoder-only
+    model's forward checks it after each block (Cancel lands within one), the others between forwards."""
     from ..core.analysis import seq2seq_logit_attribution
     from ..core.interventions import direct_logit_attribution, resolve
 
@@ -141,9 +142,11 @@ def attribute_ids(loaded, ids: list[int], position: int, token_id: int | None, i
     if ivs:  # (an encoder-decoder's means: over each stack's own input)
         ivs = resolve(loaded.model, ids, ivs, decoder_ids=dec)
     token = top_token(loaded, ids, position, ivs, dec) if token_id is None else token_id
+    if job is not None:
+        job.check()
     if dec is not None:
         return seq2seq_logit_attribution(loaded, ids, dec, position, token, ivs), token
-    return direct_logit_attribution(loaded, ids, position, token, ivs), token
+    return direct_logit_attribution(loaded, ids, position, token, ivs, job=job), token
 
 
 def patch_ids(loaded, clean: list[int], corrupted: list[int], answer_id: int, wrong_id: int | None = None,

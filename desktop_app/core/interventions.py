@@ -41,7 +41,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .jobs import report
+from .jobs import JobControl, report
 from .streamed import holding
 from .trace import Trace
 
@@ -308,10 +308,11 @@ def resolve(model, ids: Sequence[int] | torch.Tensor, interventions: Sequence[In
 # -- steering (activation addition) ------------------------------------------------------------
 
 
-def steering_vector(model, ids_plus: Sequence[int], ids_minus: Sequence[int], layer: int) -> torch.Tensor:
+def steering_vector(model, ids_plus: Sequence[int], ids_minus: Sequence[int], layer: int,
+                    job: JobControl | None = None) -> torch.Tensor:
     """[d_model] (float32, CPU): the mean over positions of blocks.{layer}.resid_post on the first
     text minus the same on the second, each from a plain forward (the texts may differ in length;
-    the means make them comparable)."""
+    the means make them comparable). `job` is checked after each block (a cancel lands within one)."""
     model = getattr(model, "model", model)
     cfg = model.cfg
     if not 0 <= layer < cfg.n_layers:
@@ -321,7 +322,7 @@ def steering_vector(model, ids_plus: Sequence[int], ids_minus: Sequence[int], la
     for ids, which in ((ids_plus, "towards"), (ids_minus, "away from")):
         if not len(ids):
             raise ValueError(f"the {which} text is empty")
-        means.append(_run(model, ids, [point])[point][0].float().mean(0))
+        means.append(_run(model, ids, [point], between_blocks(job))[point][0].float().mean(0))
     return (means[0] - means[1]).cpu()
 
 
@@ -344,12 +345,17 @@ def is_steer(iv: Intervention) -> bool:
     return iv.how == "add" and iv.target.endswith("resid_post")
 
 
-def _run(model, ids: Sequence[int] | torch.Tensor, names) -> Trace:
+def between_blocks(job: JobControl | None) -> dict:
+    """A forward's keyword that checks `job` after each block (a decoder-only model's on_layer): {} without one."""
+    return {} if job is None else {"on_layer": lambda _layer: job.check()}
+
+
+def _run(model, ids: Sequence[int] | torch.Tensor, names, checks: dict | None = None) -> Trace:
     trace = Trace(names)
     # a tensor is a batch of one input as the model reads it (a ViT's pixel values [1, C, H, W])
     inputs = ids.to(model.device) if torch.is_tensor(ids) else torch.tensor([list(ids)], device=model.device)
     with torch.no_grad():
-        model(inputs, trace=trace, compute_logits=False)
+        model(inputs, trace=trace, compute_logits=False, **(checks or {}))
     return trace
 
 
@@ -494,18 +500,19 @@ def edit_bar(point: str) -> str:
     return "edit_" + _BLOCK_POINT.match(point)[2]
 
 
-def traced_forward(model, args, names, interventions=None, unedited=()):
+def traced_forward(model, args, names, interventions=None, unedited=(), job: JobControl | None = None):
     """(output, Trace) of model(*args) under `interventions`, recording `names` and keeping the `unedited`
     points' values before the edits too (trace.unedited)."""
     trace = Trace(names, unedited=unedited)
     trace.bind(model)
     with torch.no_grad():
-        out = model(*args, trace=trace, interventions=interventions or None)
+        out = model(*args, trace=trace, interventions=interventions or None, **between_blocks(job))
     return out, trace
 
 
 def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id: int,
-                             interventions: Sequence[Intervention] | None = None) -> Attribution:
+                             interventions: Sequence[Intervention] | None = None,
+                             job: JobControl | None = None) -> Attribution:
     """Each head's, each MLP's (and the embedding's and biases') direct contribution to the logit of
     `token_id` at `position`: c -> W_U[token] . norm_linear(c). An edit of a residual-stream point (a
     feature edit or ablation at resid_post, attn.out...) gets its own bar, the change it made there, so
@@ -522,7 +529,7 @@ def direct_logit_attribution(loaded, ids: Sequence[int], position: int, token_id
     if E:  # each expert's term (core/moe.py: recorded only when asked for by name) and the choice
         names += ["blocks.*.mlp.expert_out.*", "blocks.*.mlp.experts"]
     _, trace = traced_forward(model, (torch.tensor([list(ids)], device=model.device),), names, interventions,
-                              unedited=[p for p, _ in bars])
+                              unedited=[p for p, _ in bars], job=job)
     resid = trace[f"blocks.{L - 1}.resid_post"][0, position]
     direct, bias_part = direct_logit_function(model, resid, token_id)
 

@@ -217,6 +217,7 @@ class GenerationPanel(QWidget, ResultView):
         self._update_slider_labels()
 
         self.bars = ProbBars()
+        self.bars.clear(self.view.EMPTY_BARS)
         self.bars.token_clicked.connect(self.choose)
         self.dist_label = QLabel()
         self.dist_label.setWordWrap(True)
@@ -749,7 +750,7 @@ class GenerationPanel(QWidget, ResultView):
         self._update_enabled()
         s = self.session
         if s is None:  # nothing of a previous session or model stays on screen
-            self.bars.set_distribution([], [], [])
+            self.bars.clear(self.view.EMPTY_BARS)
             self._shown = None
             self.dist_label.setText("")
             self.tree.clear()

@@ -136,6 +136,7 @@ class GenerationView:
     """What one kind of model does with the panel's widgets; `panel` holds them and the session."""
 
     encoder = False
+    EMPTY_BARS = "Step \u2192 (Right arrow) or Run N: the next token's candidates show here"
 
     def __init__(self, panel) -> None:
         self.panel = panel
@@ -447,6 +448,7 @@ class EncoderFillView(GenerationView):
     the fills so far in the tree; any token can be masked and the text restarted."""
 
     encoder = True
+    EMPTY_BARS = "Step: the candidates for a [MASK] position show here"
 
     def show(self, loaded) -> None:
         p = self.panel
@@ -535,7 +537,7 @@ class EncoderFillView(GenerationView):
         pos = self.shown_position()
         logits = s.cached_logits()
         if pos is None or logits is None:
-            p.bars.set_distribution([], [], [])
+            p.bars.clear("every masked position is filled" if s.finished else self.EMPTY_BARS)
             p._shown = None
             p.dist_label.setText("every masked position is filled" if s.finished else "")
             return

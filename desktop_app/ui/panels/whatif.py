@@ -63,12 +63,13 @@ def token_id_of(loaded, text: str, what: str) -> int:
     return int(ids[0])
 
 
-def attribute(loaded, ids: list[int], position: int, token_text: str, interventions: list, decoder_ids=None):
+def attribute(loaded, ids: list[int], position: int, token_text: str, interventions: list, decoder_ids=None,
+              job=None):
     """(Attribution, token id) for the token typed (empty: the edited model's top next token there); an
     encoder-decoder's at a position of its decoder input `decoder_ids` (app.whatif.attribute_ids)."""
     refuse(attribution_problem(loaded.config))
     token = token_id_of(loaded, token_text, "attributed") if token_text.strip() else None
-    return attribute_ids(loaded, ids, position, token, interventions, decoder_ids)
+    return attribute_ids(loaded, ids, position, token, interventions, decoder_ids, job=job)
 
 
 def patch(loaded, clean: str, corrupted: str, answer: str, wrong: str, interventions=(), job=None, decoder_ids=None):
@@ -98,8 +99,14 @@ def component_bars(attribution) -> Bars:
     rows.append(["logit", "logit", -1, -1, f"{attribution.logit:.6g}"])
     arrays = {"labels": np.array(labels), "contributions": attribution.contributions,
               "logit": np.array(attribution.logit)}
+    # the named bars (embed, each MLP and bias, norm bias...) are always labelled, the many numbered heads and
+    # experts thinned around them (as the Features chart's bias and error): at 1024 px 'norm bias' went unnamed
+    named = tuple(i for i, (c, _, _, _) in enumerate(attribution.rows()) if c not in NUMBERED_COMPONENTS)
     return Bars(labels, [float(v) for v in attribution.contributions], arrays,
-                ["label", "component", "layer", "head", "contribution"], rows)
+                ["label", "component", "layer", "head", "contribution"], rows, always_labelled=named)
+
+
+NUMBERED_COMPONENTS = ("head", "cross_head", "expert")  # L2H3, L2xH3, L2E5: one of many a layer
 
 
 def attribution_title(attribution, token_label: str, where: str) -> str:
@@ -128,8 +135,9 @@ def _component_label(component: str, layer: int, head: int) -> str:
 class WhatIfPanel(QWidget, ResultView):
     title = "What if"
     # (key, what): the buttons' keys (each works while its tab is on show), listed in Help
-    shortcuts = (("Ctrl+Return", "Attribute"), ("Ctrl+Return", "Run the patching"), ("Esc", "Cancel the patching"),
-                 ("Ctrl+Return", "Apply the steer"), ("Ctrl+Return", "Ablate"))
+    shortcuts = (("Ctrl+Return", "Attribute"), ("Esc", "Cancel the attribution"), ("Ctrl+Return", "Run the patching"),
+                 ("Esc", "Cancel the patching"), ("Ctrl+Return", "Apply the steer"),
+                 ("Esc", "Cancel the steering vector"), ("Ctrl+Return", "Ablate"))
     help_text = (
         "<b>What am I looking at?</b> <b>Direct logit attribution</b>: the logit of token t at position p is "
         "a sum over what each component wrote into the residual stream, read through the final norm "
@@ -179,13 +187,18 @@ class WhatIfPanel(QWidget, ResultView):
         self.token_edit = QLineEdit()
         self.token_edit.setPlaceholderText("top next token (or a token, or #id)")
         self.attribute_button = QPushButton("Attribute")
+        # Cancel, as the patching's (Esc while its tab is on show): an attribution of a 124M model took 3 s at 64
+        # tokens, 18 s at 1,024 (2 busy cores); a cancel lands after the block the forward is in
+        self.dla_cancel_button = QPushButton("Cancel")
+        self.dla_cancel_button.setEnabled(False)
         self.dla_status = QLabel(self.DLA_HINT)
         self.dla_status.setWordWrap(True)  # (the edits in force, an out-of-date line: not cut at 1024 pixels)
         self.dla_chart = attribution_chart()
         self.dla_export = ExportBar(lambda: self.dla_chart, lambda: "whatif-attribution")
         dla = QWidget()
         row = QHBoxLayout()
-        for w in (QLabel("Position"), self.position_spin, QLabel("Token"), self.token_edit, self.attribute_button):
+        for w in (QLabel("Position"), self.position_spin, QLabel("Token"), self.token_edit, self.attribute_button,
+                  self.dla_cancel_button):
             row.addWidget(w)
         row.addWidget(self.dla_export)
         lay = QVBoxLayout(dla)
@@ -242,6 +255,8 @@ class WhatIfPanel(QWidget, ResultView):
         self.scale_label.setMinimumWidth(45)
         self.apply_steer_button = QPushButton("Apply")
         self.apply_steer_button.setToolTip("Add scale x v after the layer: every panel shows the steered model")
+        self.steer_cancel_button = QPushButton("Cancel")  # (the vector's two forwards: 1-11 s on a 124M model)
+        self.steer_cancel_button.setEnabled(False)
         self.steer_status = QLabel(self.STEER_HINT)
         self.steer_status.setWordWrap(True)
         steering = QWidget()
@@ -250,7 +265,8 @@ class WhatIfPanel(QWidget, ResultView):
             texts.addWidget(w, 1 if isinstance(w, QLineEdit) else 0)
         knobs = QHBoxLayout()
         for w in (QLabel("Layer"), self.steer_layer_spin, QLabel("Scale"), QLabel(f"-{SCALE_MAX}"),
-                  self.scale_slider, QLabel(f"+{SCALE_MAX}"), self.scale_label, self.apply_steer_button):
+                  self.scale_slider, QLabel(f"+{SCALE_MAX}"), self.scale_label, self.apply_steer_button,
+                  self.steer_cancel_button):
             knobs.addWidget(w, 1 if w is self.scale_slider else 0)
         how = QLabel("v = mean residual stream after the layer on the first text &minus; the same on the second "
                      "(the texts may differ in length). Apply adds scale &times; v there at every position, the "
@@ -324,8 +340,11 @@ class WhatIfPanel(QWidget, ResultView):
         self.token_edit.returnPressed.connect(self.attribute)
         self.run_button.clicked.connect(self.run_patching)
         self.cancel_button.clicked.connect(self.cancel_patching)
-        key_buttons(self.shortcuts, (self.attribute_button, self.run_button, self.cancel_button,
-                                     self.apply_steer_button, self.ablate_button))
+        key_buttons(self.shortcuts, (self.attribute_button, self.dla_cancel_button, self.run_button,
+                                     self.cancel_button, self.apply_steer_button, self.steer_cancel_button,
+                                     self.ablate_button))
+        self.dla_cancel_button.clicked.connect(lambda: self._cancel(self._dla_job))
+        self.steer_cancel_button.clicked.connect(lambda: self._cancel(self._steer_job))
         self.scale_slider.valueChanged.connect(self._show_scale)
         self.steer_layer_spin.valueChanged.connect(self._steer_layer_chosen)
         self.apply_steer_button.clicked.connect(self.apply_steer)
@@ -546,14 +565,17 @@ class WhatIfPanel(QWidget, ResultView):
         position = self.position_spin.value()
         if self._dla_running():
             self._dla_job.cancel()
-        self.dla_status.setText("Attributing…")
+        self.dla_status.setText("Attributing… (Esc cancels)")
         self._dla_asked = self._dla_typed()
         # the tokens shown (the text's, or a generation step's) with the current model and edits; an
         # encoder-decoder's decoder reads [start] + the Model panel's target
         decoder = list(self.state.decoder_ids) or None if is_seq2seq(loaded) else None
-        self._dla_job = self.state.run(attribute, loaded, ids, position, self.token_edit.text(),
-                                       list(self.state.interventions), decoder, on_result=self._show_attribution,
-                                       on_error=self._dla_failed)
+        self._dla_job = job = self.state.run(
+            attribute, loaded, ids, position, self.token_edit.text(), list(self.state.interventions), decoder,
+            on_result=self._show_attribution, on_error=self._dla_failed, owner=self,
+            on_cancelled=lambda: self._cancelled(job, self._dla_job, self.dla_status, "Attribution cancelled."),
+            on_finished=lambda: self.dla_cancel_button.setEnabled(self._dla_running()))
+        self.dla_cancel_button.setEnabled(True)
 
     def _show_attribution(self, result) -> None:
         attribution, token = result
@@ -574,6 +596,17 @@ class WhatIfPanel(QWidget, ResultView):
     def _dla_failed(self, exc: BaseException, tb: str) -> None:
         self.dla_chart.clear_chart("")
         self.dla_status.setText(f"Cannot attribute: {exc}")
+
+    @staticmethod
+    def _cancel(job) -> None:
+        """Cancel (Esc) of the attribution, the patching or the steering vector: the job stops at its next check."""
+        if job is not None:
+            job.cancel()
+
+    @staticmethod
+    def _cancelled(job, current, status: QLabel, line: str) -> None:
+        if job is current:  # (not one replaced by a newer Attribute / Apply, which says its own line)
+            status.setText(line)
 
     # -- (b) --------------------------------------------------------------------------------
     def run_patching(self) -> None:
@@ -599,8 +632,7 @@ class WhatIfPanel(QWidget, ResultView):
                                   parts=(MODEL, EDITS))
 
     def cancel_patching(self) -> None:
-        if self._patch_job is not None:
-            self._patch_job.cancel()
+        self._cancel(self._patch_job)
 
     def _patch_progress(self, done: int, total: int, _message: str) -> None:
         left = self.progress.show_progress(done, total)
@@ -747,11 +779,16 @@ class WhatIfPanel(QWidget, ResultView):
         if self._steer_job is not None and not self._steer_job.done:
             self._steer_job.cancel()
         layer, scale = self.steer_layer_spin.value(), self.scale
-        self.steer_status.setText("Computing the steering vector…")
+        self.steer_status.setText("Computing the steering vector… (Esc cancels)")
         # another model opened meanwhile (its residual stream differs): AppState.run drops the vector
-        self._steer_job = self.state.run(steering_edit, loaded, self.towards_edit.text(), self.away_edit.text(), layer,
-                                         scale, on_result=lambda result: self._steer_ready(*result),
-                                         on_error=self._steer_failed, parts=(MODEL,), owner=self)
+        self._steer_job = job = self.state.run(
+            steering_edit, loaded, self.towards_edit.text(), self.away_edit.text(), layer, scale,
+            on_result=lambda result: self._steer_ready(*result), on_error=self._steer_failed, parts=(MODEL,), owner=self,
+            on_cancelled=lambda: self._cancelled(job, self._steer_job, self.steer_status,
+                                                 "Steering vector cancelled: nothing applied."),
+            on_finished=lambda: self.steer_cancel_button.setEnabled(
+                self._steer_job is not None and not self._steer_job.done))
+        self.steer_cancel_button.setEnabled(True)
 
     def _steer_ready(self, iv, norm: float) -> None:
         self.state.edits.add(iv)  # replaces the steer applied before: one steer at a time (app/edits.py)

@@ -4,12 +4,15 @@ bias, skip, error) are this one widget; each panel says what its result's bars a
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QPointF, Signal
+from PySide6.QtGui import QCursor
+from PySide6.QtWidgets import QToolTip
 
 from ..settings import plot_background, plot_foreground
 from .heatmap import LabelAxis
@@ -30,7 +33,8 @@ class Bars:
 
 class AttributionBars(pg.PlotWidget):
     """set_attribution(result, title) draws bars_of(result); ExportBar's view of what is drawn.
-    The labels are thinned to the chart's width and elided, as a heatmap's axis does."""
+    The labels are thinned to the chart's width and elided, as a heatmap's axis does (the named bars never:
+    Bars.always_labelled); the hover names the bar under the mouse and its value, labelled or not."""
     drawn = Signal()  # set_attribution or clear_chart changed what is on show (an ExportBar refreshes on it)
 
     def __init__(self, bars_of: Callable[[object], Bars], empty: str, parent=None) -> None:
@@ -44,6 +48,29 @@ class AttributionBars(pg.PlotWidget):
         self.plot_item.setLabel("left", "direct contribution to the logit", color=plot_foreground())
         self.attribution = None
         self.bars = Bars([], [])
+        self.hover_text = ""
+        self.scene().sigMouseMoved.connect(self._on_mouse_moved)
+
+    def bar_at(self, scene_pos: QPointF) -> int | None:
+        """The index of the bar under a scene position (None: between bars, or off the plot)."""
+        vb = self.plot_item.getViewBox()
+        if not self.bars.values or not vb.sceneBoundingRect().contains(scene_pos):
+            return None
+        x = vb.mapSceneToView(scene_pos).x()
+        i = math.floor(x)
+        return i if 0 <= i < len(self.bars.values) and abs(x - i - 0.5) <= 0.4 else None  # (bars 0.8 wide)
+
+    def _on_mouse_moved(self, scene_pos: QPointF) -> None:
+        i = self.bar_at(scene_pos)
+        text = "" if i is None else f"{self.bars.labels[i]}: {self.bars.values[i]:+.4g}"
+        if text == self.hover_text:
+            return
+        self.hover_text = text
+        self.setToolTip(text)
+        if text:
+            QToolTip.showText(QCursor.pos(), text, self)
+        else:
+            QToolTip.hideText()
 
     @property
     def labels(self) -> list[str]:

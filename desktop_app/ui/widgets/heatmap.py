@@ -127,11 +127,29 @@ class LabelAxis(pg.AxisItem):
     def generateDrawSpecs(self, p):  # noqa: N802 (pyqtgraph's name)
         """The `always` labels first (a second line for one that would touch another), then the rest where they
         touch none."""
-        specs = super().generateDrawSpecs(p)
-        if specs is None or not self.always:
+        if not self.always:
+            return super().generateDrawSpecs(p)
+        # pyqtgraph leaves out a label that crosses the axis's ends (the first and last bars' names): every label
+        # comes back, and an `always` one is moved in over the end it crossed (still over its bar), the others left out
+        self.style["hideOverlappingLabels"] = 1 << 20
+        try:
+            specs = super().generateDrawSpecs(p)
+        finally:
+            self.style["hideOverlappingLabels"] = True
+        if specs is None:
             return specs
         axis, ticks, texts = specs
         must = {self.labels[i] for i in self.always}
+        bounds = self.boundingRect()  # (pyqtgraph's own bounds for its labels, the style restored)
+        inside = []
+        for rect, flags, text in texts:
+            over = max(0.0, bounds.left() - rect.left()) - max(0.0, rect.right() - bounds.right())
+            if over and text in must:
+                rect = rect.translated(over, 0)
+            elif over:
+                continue
+            inside.append((rect, flags, text))
+        texts = inside
         lines: list[list] = [[] for _ in must]
         kept, used = [], 1
         for rect, flags, text in sorted(texts, key=lambda t: t[2] not in must):  # (stable: left to right)

@@ -1,6 +1,7 @@
 """ProbBars: the top candidates of a next-token distribution as horizontal bars; click to pick one.
 
     bars.set_distribution(token_ids, labels, probs, model_probs=None, chosen=None)
+    bars.clear(title)                   # no bars: no axes either, the title says what to do
     bars.token_clicked -> Signal(int)   # the token id of the clicked bar
 
 Filled bars are the processed probabilities (after temperature / top-k / top-p); the outlined bars
@@ -18,6 +19,7 @@ from PySide6.QtCore import QPointF, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from .empty_plot import show_empty
 from .readable import format_prob, text_colour_on
 
 BAR_BRUSH = (66, 133, 244)
@@ -53,6 +55,12 @@ class ProbBars(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.plot)
+        show_empty(item, True)  # (bare axes around no bars read as a distribution of tiny probabilities)
+
+    def clear(self, title: str) -> None:
+        """No bars; `title` (what to do for some) in place of the axes."""
+        self.set_distribution([], [], [])
+        show_empty(self.plot.getPlotItem(), True, title)
 
     def set_distribution(self, token_ids: Sequence[int], labels: Sequence[str], probs: Sequence[float],
                          model_probs: Sequence[float] | None = None, chosen: int | None = None) -> None:
@@ -72,6 +80,11 @@ class ProbBars(QWidget):
         # a label that is the id itself (a model with no tokenizer) is not repeated as "12  (12)"
         ticks = [(i, str(t) if lab == str(t) else f"{lab}  ({t})") for i, (lab, t) in enumerate(zip(labels, self.token_ids))]
         item = self.plot.getPlotItem()
+        if n:
+            show_empty(item, False)
+            item.setTitle(None)  # (the empty plot's)
+        else:
+            show_empty(item, True, "")
         item.getAxis("left").setTicks([ticks])
         for t in self._value_texts:
             item.removeItem(t)

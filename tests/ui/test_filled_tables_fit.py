@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-from PySide6.QtCore import QPointF, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
 
 from .test_features_panel import _click_row, _dictionary, _lens_shown, _open_from_menu
 from .test_layouts_at_1024 import _columns_hold_their_cells
-from .walkthrough import click_panel_tab, click_tab, open_window
+from .walkthrough import click_panel_tab, click_tab, graph_with_its_top_feature_clicked, open_window
 
 MARGINS = 6  # (a cell's text is drawn 3 px in from either side)
 
@@ -71,20 +70,9 @@ def test_the_feature_dashboards_filled_tables_show_every_column_and_whole_rows(q
 
 def test_the_graph_intervene_tables_numbers_are_as_wide_as_they_are_and_the_token_the_rest(
         qtbot, model_dirs, isolated_user_files, tmp_path, monkeypatch):
-    from desktop_app.core.graphs.transcoders import random_transcoders
-
-    random_transcoders(tmp_path / "clt", 4, 128, 64, cross_layer=True, seed=2)
-    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(tmp_path / "clt")))
     w, state = open_window(qtbot, model_dirs["demo"], text="The cat sat on the mat because it was")
     w.resize(1280, 800)
-    panel = click_panel_tab(qtbot, w, "Graph")
-    qtbot.mouseClick(panel.compute_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: panel.layout_data is not None and panel.compute_button.isEnabled(), timeout=120_000)
-    d = panel.full_layout
-    top = next(int(i) for i in np.argsort(-d.size) if d.kind[i] == 0)  # the most influential feature node
-    view = panel.plot.getPlotItem().vb
-    pos = panel.plot.mapFromScene(view.mapViewToScene(QPointF(d.x[top], d.y[top])))
-    qtbot.mouseClick(panel.plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    panel, top = graph_with_its_top_feature_clicked(qtbot, w, tmp_path, monkeypatch)
     qtbot.waitUntil(lambda: panel.selected == top, timeout=3000)
     qtbot.mouseClick(panel.pin_button, Qt.MouseButton.LeftButton)
     click_tab(qtbot, panel.side, "Intervene")

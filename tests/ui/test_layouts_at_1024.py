@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
 import pytest
-from PySide6.QtCore import QPointF, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QStyle, QStyleOptionComboBox
 
-from .walkthrough import choose_item, click_panel_tab, click_tab, open_window
+from .walkthrough import choose_item, click_panel_tab, click_tab, graph_with_its_top_feature_clicked, open_window
 
 
 def _window_1024(qtbot, model_dirs, **kw):
@@ -140,19 +139,8 @@ def test_the_features_attribution_line_is_one_line(qtbot, model_dirs, isolated_u
 def test_the_graph_nodes_suppresses_table_shows_its_tokens_whole(qtbot, model_dirs, isolated_user_files, tmp_path,
                                                                  monkeypatch):
     """The node's dashboard: the histogram took most of the side pane and 'Suppresses' had ~75 px."""
-    from desktop_app.core.graphs.transcoders import random_transcoders
-
-    random_transcoders(tmp_path / "clt", 4, 128, 64, cross_layer=True, seed=2)
-    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(tmp_path / "clt")))
     w, state = _window_1024(qtbot, model_dirs, text="The cat sat on the mat because it was")
-    panel = click_panel_tab(qtbot, w, "Graph")
-    qtbot.mouseClick(panel.compute_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: panel.layout_data is not None and panel.compute_button.isEnabled(), timeout=120_000)
-    d = panel.full_layout
-    top = next(int(i) for i in np.argsort(-d.size) if d.kind[i] == 0)  # the most influential feature node
-    view = panel.plot.getPlotItem().vb
-    pos = panel.plot.mapFromScene(view.mapViewToScene(QPointF(d.x[top], d.y[top])))
-    qtbot.mouseClick(panel.plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    panel, _ = graph_with_its_top_feature_clicked(qtbot, w, tmp_path, monkeypatch)
     dash = panel.dashboard
     qtbot.waitUntil(lambda: dash.suppressed_table.rowCount() > 0 and dash.promoted_table.rowCount() > 0,
                     timeout=20_000)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
 from PySide6.QtCore import Qt
 
 from .walkthrough import click_panel_tab, open_window
@@ -325,25 +324,11 @@ def test_the_graphs_intervention_table_shows_every_column_whole_at_1024x640(qtbo
                                                                              tmp_path, monkeypatch):
     """The logits before and after an intervention: five columns of 100 px in a ~420 px side panel ('p after'
     past the edge, a horizontal scroll bar)."""
-    from PySide6.QtCore import QPointF
-    from PySide6.QtWidgets import QFileDialog
+    from .walkthrough import click_tab, graph_with_its_top_feature_clicked
 
-    from desktop_app.core.graphs.transcoders import random_transcoders
-
-    from .walkthrough import click_tab
-
-    random_transcoders(tmp_path / "clt", 4, 128, 64, cross_layer=True, seed=2)
-    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(tmp_path / "clt")))
     w, state = open_window(qtbot, model_dirs["demo"], text="The cat sat on the mat because it was")
     w.resize(1024, 640)
-    panel = click_panel_tab(qtbot, w, "Graph")
-    qtbot.mouseClick(panel.compute_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: panel.layout_data is not None and panel.compute_button.isEnabled(), timeout=120_000)
-    d = panel.full_layout
-    top = next(int(i) for i in np.argsort(-d.size) if d.kind[i] == 0)  # the most influential feature node
-    view = panel.plot.getPlotItem().vb
-    pos = panel.plot.mapFromScene(view.mapViewToScene(QPointF(d.x[top], d.y[top])))
-    qtbot.mouseClick(panel.plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    panel, top = graph_with_its_top_feature_clicked(qtbot, w, tmp_path, monkeypatch)
     qtbot.waitUntil(lambda: panel.selected == top, timeout=3000)
     qtbot.mouseClick(panel.pin_button, Qt.MouseButton.LeftButton)
     click_tab(qtbot, panel.side, "Intervene")

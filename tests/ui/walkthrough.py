@@ -241,3 +241,25 @@ def run_app_main(main, drive, seen: dict, timeout_ms: int = 60_000) -> int:
     finally:
         watch.stop()
         poller.stop()
+
+
+def graph_with_its_top_feature_clicked(qtbot, window, tmp_path, monkeypatch):
+    """The Graph panel of `window` (the demo model, a text typed) over random cross-layer transcoders (File dialog
+    answered with them), computed by its button, its most influential feature node clicked: (panel, node)."""
+    import numpy as np
+    from PySide6.QtCore import QPointF, Qt
+    from PySide6.QtWidgets import QFileDialog
+
+    from desktop_app.core.graphs.transcoders import random_transcoders
+
+    random_transcoders(tmp_path / "clt", 4, 128, 64, cross_layer=True, seed=2)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(tmp_path / "clt")))
+    panel = click_panel_tab(qtbot, window, "Graph")
+    qtbot.mouseClick(panel.compute_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.layout_data is not None and panel.compute_button.isEnabled(), timeout=120_000)
+    d = panel.full_layout
+    top = next(int(i) for i in np.argsort(-d.size) if d.kind[i] == 0)
+    view = panel.plot.getPlotItem().vb
+    pos = panel.plot.mapFromScene(view.mapViewToScene(QPointF(d.x[top], d.y[top])))
+    qtbot.mouseClick(panel.plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    return panel, top

@@ -243,7 +243,7 @@ INDUCTION_RUN = dict(lr=1e-3, schedule="constant", warmup_steps=200, batch_size=
 
 @pytest.mark.slow
 def test_an_induction_head_forms_with_the_loss_drop(tmp_path):
-    """A 2-layer GPT-2 on the induction task with repeats of 4 to 12 tokens (min_length: no fixed look-back
+    """A 2-layer GPT-2 on the induction task with repeats of 8 to 15 tokens (min_length: no fixed look-back
     solves it), measured by scrub on repeats of several lengths: a previous-token head forms in layer 0 and an
     induction head in layer 1, its score rising from below 0.3 to above 0.7 as the training loss drops."""
     from desktop_app.app.timeline import scrub

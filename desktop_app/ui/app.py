@@ -257,7 +257,7 @@ class StartupWatcher:
             return True
         loop = QEventLoop()
         self.on_change = lambda: loop.quit() if self.ready else None
-        QTimer.singleShot(int(timeout_s * 1000), loop.quit)
+        QTimer.singleShot(int(timeout_s * 1000), loop, loop.quit)  # dies with the loop: not into a deleted one
         loop.exec()
         self.on_change = lambda: None
         return self.ready
@@ -275,7 +275,7 @@ def _settle(ms: int) -> None:
     from PySide6.QtCore import QEventLoop, QTimer
 
     loop = QEventLoop()
-    QTimer.singleShot(ms, loop.quit)
+    QTimer.singleShot(ms, loop, loop.quit)
     loop.exec()
 
 

@@ -203,8 +203,7 @@ class AppState(QObject):
         self._trace_job = None
         self._pending_text: tuple[str, list[int] | None] | None = None
         self._logits_holds: list[weakref.WeakMethod] = []  # hold_logits
-        # set to start the logits held (_once_drawn), with the job waiting on it
-        self._logits_waiting: tuple[threading.Event, object] | None = None
+        self._logits_waiting: threading.Event | None = None  # set to start the logits held (_once_drawn)
         # The text trace arriving in pieces and on show (app.tracing.LayersReady), until its end; None else.
         self.tracing = None
         self._tracing_job = None  # the job whose layers `tracing` shows
@@ -473,7 +472,7 @@ class AppState(QObject):
             blocks, drawn = job, threading.Event()
             job = self._trace_job = run_job(_add_logits, add_logits, drawn, on_result=lambda _: done((enc, trace)),
                                             on_error=failed, on_cancelled=cancelled)
-            self._once_drawn(drawn, job)
+            self._once_drawn(drawn)
             if self._tracing_job is blocks:  # its layers on show are this job's now
                 self._tracing_job = job
 
@@ -534,17 +533,13 @@ class AppState(QObject):
     def _start_logits_if_drawn(self) -> None:
         if self._logits_waiting is None or any(m() is not None and m()() for m in self._logits_holds):
             return
-        (drawn, job), self._logits_waiting = self._logits_waiting, None
-        if job.done:  # cancelled meanwhile: nobody waits (and its signal carrier may be gone)
-            return
-        QTimer.singleShot(0, job.signals, drawn.set)  # a turn of the event loop later: the paint they asked
+        drawn, self._logits_waiting = self._logits_waiting, None
+        QTimer.singleShot(0, drawn.set)  # a turn of the event loop later: the paint they asked
 
-    def _once_drawn(self, drawn: threading.Event, job) -> None:
-        """Sets `drawn` once no hold_logits holder draws (now, or at a drawing_ended) or LOGITS_WAIT_S from now.
-        The timers live as long as `job` (the worker waiting on `drawn`), not as the state: a job that has
-        ended waits for nothing, and one still waiting is never left without its fallback."""
-        self._logits_waiting = drawn, job
-        QTimer.singleShot(round(self.LOGITS_WAIT_S * 1000), job.signals, drawn.set)
+    def _once_drawn(self, drawn: threading.Event) -> None:
+        """Sets `drawn` once no hold_logits holder draws (now, or at a drawing_ended) or LOGITS_WAIT_S from now."""
+        self._logits_waiting = drawn
+        QTimer.singleShot(round(self.LOGITS_WAIT_S * 1000), drawn.set)
         self._start_logits_if_drawn()  # (no holder drawing now)
 
     def set_target(self, target: str) -> None:

@@ -257,8 +257,11 @@ class StartupWatcher:
             return True
         loop = QEventLoop()
         self.on_change = lambda: loop.quit() if self.ready else None
-        QTimer.singleShot(int(timeout_s * 1000), loop.quit)
+        timeout = QTimer(loop, singleShot=True, interval=int(timeout_s * 1000))
+        timeout.timeout.connect(loop.quit)
+        timeout.start()
         loop.exec()
+        timeout.stop()  # ready before the timeout: no timer left running (--timeout 120: for 2 minutes)
         self.on_change = lambda: None
         return self.ready
 
@@ -275,7 +278,7 @@ def _settle(ms: int) -> None:
     from PySide6.QtCore import QEventLoop, QTimer
 
     loop = QEventLoop()
-    QTimer.singleShot(ms, loop.quit)
+    QTimer.singleShot(ms, loop, loop.quit)
     loop.exec()
 
 

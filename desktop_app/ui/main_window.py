@@ -483,7 +483,7 @@ class MainWindow(QMainWindow):
     def _on_notice(self, message: str) -> None:
         self._notices_now.append(message)
         if len(self._notices_now) == 1:
-            QTimer.singleShot(0, self._notices_now.clear)  # once this event is handled
+            QTimer.singleShot(0, self, self._notices_now.clear)  # once this event is handled
         self._show_in_status_bar(message)
 
     # -- actions ---------------------------------------------------------------------------

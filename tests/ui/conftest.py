@@ -108,7 +108,24 @@ def states_made_in_the_test() -> list:
 
 
 @pytest.fixture
-def no_window_outlives_its_test(garbage_collected_on_the_ui_thread):
+def no_timer_outlives_its_test():
+    """Teardown, after the test's windows and states are deleted (no_window_outlives_its_test asks for
+    this one): a timer the test started that still runs and still calls something fails the test, and is
+    stopped. Such timers fired into later tests (a watchdog's exit broke their event loops; a callback
+    reached a deleted panel). Timers running before the test are left alone."""
+    before = {_address(t) for t in running_timers()}
+    yield
+    left = [t for t in running_timers(calling=True) if _address(t) not in before]
+    described = [describe_timer(t) for t in left]
+    for timer in left:
+        timer.stop()
+    left.clear()
+    before.clear()
+    assert not described, f"this test left timers running that still call something: {described}"
+
+
+@pytest.fixture
+def no_window_outlives_its_test(garbage_collected_on_the_ui_thread, no_timer_outlives_its_test):
     """Teardown, also when the test failed: every parentless window the test made (its panels, main
     windows, dialogs, the window ui.app.main builds in-process) is deleted, not only closed, and a test
     that leaves a window of its own on screen fails. Closed
@@ -210,18 +227,30 @@ def describe_widget(widget) -> str:
     return " ".join(parts)
 
 
-def active_timers() -> dict:
-    """address -> description of every running QTimer that has a Python wrapper (Qt's own are not seen)."""
-    import shiboken6
+def running_timers(calling: bool = False) -> list:
+    """Every running QTimer that has a Python wrapper (Qt's own are not seen). `calling`: only those that
+    still call something when they fire. A QTimer.singleShot's own timer (parentless, owned by C++: it
+    deletes itself) keeps one connection of its own, and one to its callable while that lives: its
+    callable's object gone (a deleted context, a method's object collected), it runs on, calling nothing."""
     from PySide6.QtCore import QTimer
 
-    found = {}
+    found = []
     for obj in gc.get_objects():
         if isinstance(obj, QTimer) and shiboken6.isValid(obj) and obj.isActive():
-            receivers = obj.receivers("2timeout()")
-            found[_address(obj)] = f"QTimer interval={obj.interval()} parent={type(obj.parent()).__name__} " \
-                                   f"receivers={receivers}"
+            single_shot_own = obj.parent() is None and not shiboken6.ownedByPython(obj)
+            if not calling or obj.receivers("2timeout()") > (1 if single_shot_own else 0):
+                found.append(obj)
     return found
+
+
+def describe_timer(timer) -> str:
+    return f"QTimer interval={timer.interval()} parent={type(timer.parent()).__name__} " \
+           f"receivers={timer.receivers('2timeout()')}"
+
+
+def active_timers() -> dict:
+    """address -> description of every running QTimer that has a Python wrapper (Qt's own are not seen)."""
+    return {_address(t): describe_timer(t) for t in running_timers()}
 
 
 if LEFT_WIDGETS_REPORT:

@@ -983,7 +983,7 @@ class GenerationPanel(QWidget, ResultView):
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().paintEvent(event)
         if not self._laid_out:
-            QTimer.singleShot(0, lambda: QTimer.singleShot(0, self._after_first_paint))
+            QTimer.singleShot(0, self, lambda: QTimer.singleShot(0, self, self._after_first_paint))  # not into a deleted panel
 
     def _after_first_paint(self) -> None:
         self._laid_out = True

@@ -83,7 +83,7 @@ class EdgeLayer(pg.GraphicsObject):
         self._serial = 0
         self._done = _Done()
         self._done.ready.connect(self._rendered)
-        self._timer = QTimer()
+        self._timer = QTimer(self)  # dies with the item: no render into a deleted one
         self._timer.setSingleShot(True)
         self._timer.setInterval(self.SETTLE_MS)
         self._timer.timeout.connect(self._render)

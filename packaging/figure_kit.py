@@ -34,3 +34,21 @@ def run_or_train(run: str | None, train_args: list[str], name: str):
         tmp.cleanup()
         return None, None
     return run, tmp
+
+
+def click(widget, pos=None) -> None:
+    """A left click on `widget` (at `pos` in it, else its centre), as a person makes it."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    if pos is None:
+        QTest.mouseClick(widget, Qt.MouseButton.LeftButton)
+    else:
+        QTest.mouseClick(widget, Qt.MouseButton.LeftButton, pos=pos)
+
+
+def save_grab(widget, path: Path, script: str, note: str = "") -> None:
+    """`widget` as drawn, to the PNG `path` (an OSError naming the script if it cannot be written)."""
+    if not widget.grab().save(str(path)):
+        raise OSError(f"{script}: cannot write {path}")
+    print(f"wrote {path}" + (f": {note}" if note else ""))

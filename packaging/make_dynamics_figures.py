@@ -16,18 +16,12 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
-from figure_kit import wait_until  # noqa: E402
+from figure_kit import click as _click  # noqa: E402
+from figure_kit import save_grab, wait_until  # noqa: E402
 
 
 def _wait(app, done, what: str) -> None:
     wait_until(app, done, 600.0, what, "make_dynamics_figures")
-
-
-def _click(widget) -> None:
-    from PySide6.QtCore import Qt
-    from PySide6.QtTest import QTest
-
-    QTest.mouseClick(widget, Qt.MouseButton.LeftButton)
 
 
 def _choose(combo, key: str) -> None:
@@ -49,9 +43,7 @@ def _run(app, panel, steps: int) -> None:
 
 
 def _save(widget, path: Path) -> None:
-    if not widget.grab().save(str(path)):
-        raise OSError(f"make_dynamics_figures: cannot write {path}")
-    print(f"wrote {path}: {widget.status.text()}")
+    save_grab(widget, path, "make_dynamics_figures", widget.status.text())
 
 
 def make(app, out: Path) -> None:

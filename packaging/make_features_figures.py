@@ -32,7 +32,8 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
-from figure_kit import run_or_train, wait_until  # noqa: E402
+from figure_kit import click as _click  # noqa: E402
+from figure_kit import run_or_train, save_grab, wait_until  # noqa: E402
 
 LENS_TEXT = "Alice was beginning to get very tired of sitting by her sister on the bank, and of having nothing to do,"
 GRAPH_TEXT = "The cat sat on the mat because it was"
@@ -48,14 +49,6 @@ def _wait(app, done, seconds: float = 600.0, what: str = "the work") -> None:
     wait_until(app, done, seconds, what, "make_features_figures")
 
 
-def _click(widget, pos=None) -> None:
-    from PySide6.QtCore import Qt
-    from PySide6.QtTest import QTest
-
-    QTest.mouseClick(widget, Qt.MouseButton.LeftButton, pos=pos) if pos is not None \
-        else QTest.mouseClick(widget, Qt.MouseButton.LeftButton)
-
-
 def _click_cell(table, row: int, column: int) -> None:
     table.scrollToItem(table.item(row, column))
     _click(table.viewport(), table.visualRect(table.model().index(row, column)).center())
@@ -69,9 +62,7 @@ def _click_tab(tabs, title: str):
 
 
 def _save(widget, path: Path) -> None:
-    if not widget.grab().save(str(path)):
-        raise OSError(f"make_features_figures: cannot write {path}")
-    print(f"wrote {path}")
+    save_grab(widget, path, "make_features_figures")
 
 
 def _plain(label) -> str:

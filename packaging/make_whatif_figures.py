@@ -26,7 +26,8 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
-from figure_kit import wait_until  # noqa: E402
+from figure_kit import click as _click  # noqa: E402
+from figure_kit import save_grab, wait_until  # noqa: E402
 
 MOTIF_CLEAN = "C D D C B B B D A A B D A C A A B D B C"
 MOTIF_CORRUPTED = "C D D C B B B D A A B D A C A A D D B C"
@@ -44,17 +45,8 @@ def _type(edit, text: str) -> None:
     QTest.keyClicks(edit, text)
 
 
-def _click(button) -> None:
-    from PySide6.QtCore import Qt
-    from PySide6.QtTest import QTest
-
-    QTest.mouseClick(button, Qt.MouseButton.LeftButton)
-
-
 def _save(widget, path: Path) -> None:
-    if not widget.grab().save(str(path)):
-        raise OSError(f"make_whatif_figures: cannot write {path}")
-    print(f"wrote {path}")
+    save_grab(widget, path, "make_whatif_figures")
 
 
 def demo_figures(app, out: Path) -> None:

@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from desktop_app.ui import workers
 
-from .walkthrough import open_window, click_panel_tab, type_into
+from .walkthrough import click_panel_tab, open_window, set_tiny_sort_run, type_into
 
 
 
@@ -39,24 +39,11 @@ def test_quit_during_a_sweep_cancels_it_cleanly(qtbot, model_dirs, isolated_user
     error_watch.assert_clean()
 
 
-def _tiny_run(panel) -> None:
-    panel.task.setCurrentText("sort")
-    panel.length.setValue(5)
-    panel.layers.setValue(1)
-    panel.heads.setValue(2)
-    panel.d_model.setValue(32)
-    panel.d_ff.setValue(64)
-    panel.context.setValue(16)
-    panel.steps.setValue(100_000)
-    panel.eval_every.setValue(5)
-    panel.checkpoint_every.setValue(100_000)
-
-
 def test_quit_during_training_asks_first(qtbot, model_dirs, isolated_user_files, error_watch, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the run's process: one thread for a tiny model
     window, _state = open_window(qtbot, model_dirs["demo"], name="demo", watch=error_watch)
     panel = click_panel_tab(qtbot, window, "Train")
-    _tiny_run(panel)
+    set_tiny_sort_run(panel, steps=100_000, eval_every=5, checkpoint_every=100_000)
     qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: any(e["event"] == "step" for e in panel.events), timeout=90_000)
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from PySide6.QtCore import QProcess
+from PySide6.QtCore import QProcess, Qt
 
 import desktop_app.paths
 from desktop_app.ui.panels.training import TrainingPanel
 from desktop_app.ui.state import AppState
+
+from .walkthrough import set_tiny_sort_run
 
 SHADOW = '''import json, os, sys
 with open({marker!r}, "w") as f:
@@ -38,17 +40,9 @@ def test_the_training_process_runs_from_home_with_no_folder_of_its_own_on_its_pa
 
     panel = TrainingPanel(AppState())
     qtbot.addWidget(panel)
-    panel.task.setCurrentText("sort")
-    panel.length.setValue(5)
-    panel.layers.setValue(1)
-    panel.heads.setValue(2)
-    panel.d_model.setValue(32)
-    panel.d_ff.setValue(64)
-    panel.context.setValue(16)
-    panel.steps.setValue(4)
-    panel.eval_every.setValue(2)
+    set_tiny_sort_run(panel, steps=4, eval_every=2)
     panel.out_edit.setText(str(tmp_path / "runs"))
-    panel.start()
+    qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
     process: QProcess = panel.run.process
     assert Path(process.workingDirectory()) == home
     qtbot.waitUntil(lambda: not panel.running, timeout=120_000)

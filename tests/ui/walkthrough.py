@@ -263,3 +263,18 @@ def graph_with_its_top_feature_clicked(qtbot, window, tmp_path, monkeypatch):
     pos = panel.plot.mapFromScene(view.mapViewToScene(QPointF(d.x[top], d.y[top])))
     qtbot.mouseClick(panel.plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
     return panel, top
+
+
+def set_tiny_sort_run(panel, steps: int, eval_every: int, checkpoint_every: int | None = None) -> None:
+    """The Train panel's form set for a tiny sorting run (1 layer, 2 heads, width 32), as a person fills it."""
+    panel.task.setCurrentText("sort")
+    panel.length.setValue(5)
+    panel.layers.setValue(1)
+    panel.heads.setValue(2)
+    panel.d_model.setValue(32)
+    panel.d_ff.setValue(64)
+    panel.context.setValue(16)
+    panel.steps.setValue(steps)
+    panel.eval_every.setValue(eval_every)
+    if checkpoint_every is not None:
+        panel.checkpoint_every.setValue(checkpoint_every)

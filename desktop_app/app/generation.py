@@ -111,12 +111,17 @@ def check_generation_memory(loaded, prompt_length: int, max_new: int, beams: int
     """Refuse, before the first token, a generation whose history tree cannot fit (generation_bytes, in the
     model's dtype; record: a session that records, as the Generate panel's, not generate()'s, the CLI's;
     source_length: an encoder-decoder's source tokens). `what` names the setting to lower (a command-line
-    option, a panel's control)."""
+    option, a panel's control). Counted too: the weights' copies the session's start makes for one-token steps
+    where they are not made yet (core.model.decoding_copy_bytes: float32 on the CPU, in huge pages where they fit)."""
     from ..core.devices import check_memory
+    from ..core.model import decoding_copy_bytes
 
     held = generation_bytes(loaded.config, loaded.model.dtype, prompt_length, max_new, beams, record, source_length)
-    check_memory(float(sum(held.values())), what, "for the generated tokens' distributions, records and KV cache"
-                 if record else "for the generated tokens' distributions and KV cache", loaded.model.device)
+    copy = decoding_copy_bytes(loaded.model)
+    purpose = ("for the generated tokens' distributions, records and KV cache" if record
+               else "for the generated tokens' distributions and KV cache")
+    check_memory(float(sum(held.values()) + copy), what,
+                 purpose + (", and the weights laid out for one-token steps" if copy else ""), loaded.model.device)
 
 
 def check_session_memory(loaded, session, n: int, what: str) -> None:

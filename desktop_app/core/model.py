@@ -7,7 +7,10 @@ without a trace, softmax attention runs through PyTorch's fused scaled_dot_produ
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+import logging
 import math
 import operator
 from dataclasses import dataclass
@@ -307,7 +310,7 @@ def huge_pages_for(nbytes: int) -> bool:
     """Whether huge_page_buffer gives `nbytes` huge pages here."""
     import mmap
 
-    return nbytes >= HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE") and _huge_pages_on()
+    return nbytes >= HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE") and _huge_pages_on() and not _NO_ROOM.get()
 
 
 @functools.cache
@@ -317,6 +320,84 @@ def _huge_pages_on() -> bool:
             return "[never]" not in f.read()
     except OSError:
         return False
+
+
+# set (this thread) while pack_for_decoding lays weights out without room for its huge-page copies (_huge_pages_if_room)
+_NO_ROOM = contextvars.ContextVar("no_room_for_huge_page_copies", default=False)
+
+
+def decoding_copy_bytes(model) -> int:
+    """Bytes of the weights' copies model.pack_for_decoding makes if called now (0 once made, and where it makes
+    none: not float32 on the CPU, streamed): what a memory estimate before a generation counts. An upper bound of
+    what memory grows by: a copy of weights in anonymous memory (not a file's map) frees them, if nothing else
+    holds them."""
+    return _decoding_copy(model)[0]
+
+
+def _decoding_copy(model) -> tuple[int, int, int | None]:
+    """(bytes copied, bytes held back, memory available) for pack_for_decoding now. Huge pages only where the memory
+    available covers all its copies with a quarter to spare (as the prepacked half-precision copy); else the copies
+    made only for huge pages are held back: those weights stay where they are (e.g. the file's map: slower steps,
+    the same bits); the other layout and Q/K/V side by side are made either way (4 KB pages: the same bytes)."""
+    from .devices import available_memory
+
+    need, huge_only = _decoding_copies(model)
+    have = available_memory("cpu") if huge_only else None
+    if have is not None and need * 5 // 4 > have:
+        return need - huge_only, huge_only, have
+    return need, 0, have
+
+
+def _decoding_copies(model) -> tuple[int, int]:
+    """(bytes, of which copied only into huge pages) of what Transformer.pack_for_decoding's float32 layouts copy
+    now, by its rules and pack_linears' (test_decoding_memory checks the two against the copies it makes)."""
+    if (getattr(type(model), "pack_for_decoding", None) is not Transformer.pack_for_decoding
+            or getattr(model, "streamed", None) is not None or model.device.type != "cpu"
+            or model.dtype != torch.float32):
+        return 0, 0
+
+    def size(t: torch.Tensor | None) -> int:
+        return 0 if t is None else t.numel() * t.element_size()
+
+    need = huge_only = 0
+    for block in model.blocks:  # Attention.pack_qkv
+        linears = (block.attn.q, block.attn.k, block.attn.v)
+        packed = packed_linears(linears)
+        w = size(packed[0]) if packed is not None else sum(size(lin.weight) for lin in linears)
+        if packed is None or (linears[0].__dict__.get("_laid_out") != packed[0].data_ptr() and huge_pages_for(w)):
+            made = w + (0 if any(lin.bias is None for lin in linears) else sum(size(lin.bias) for lin in linears))
+            need += made
+            huge_only += 0 if packed is None else made
+    for name, mod in model.named_modules():
+        if not isinstance(mod, nn.Linear) or name.endswith(("attn.q", "attn.k", "attn.v")):
+            continue
+        w = mod.weight.data
+        if mod.__dict__.get("_laid_out") == (w.data_ptr(), w.stride()):
+            continue
+        if (mod.out_features >= mod.in_features) == w.is_contiguous():
+            need += size(w)
+        elif huge_pages_for(size(w)):
+            need += size(w)
+            huge_only += size(w)
+    return need, huge_only
+
+
+@contextlib.contextmanager
+def _huge_pages_if_room(model):
+    """pack_for_decoding's copies without those made only for huge pages where the memory is not there
+    (_decoding_copy); one line in the app's log says so."""
+    _, held_back, have = _decoding_copy(model)
+    if held_back:
+        from .devices import human_bytes
+        logging.getLogger("desktop_app").info(
+            "generation: %s of float32 weights not copied into huge pages (%s available, short of the copy and a "
+            "quarter to spare): steps read them where they are (slower, the same values)",
+            human_bytes(held_back), human_bytes(have))
+    token = _NO_ROOM.set(bool(held_back))
+    try:
+        yield
+    finally:
+        _NO_ROOM.reset(token)
 
 
 def laid_out(w: torch.Tensor, column_major: bool) -> torch.Tensor:
@@ -1078,7 +1159,7 @@ class Transformer(ModelBase):
             if prepack:
                 self._prepack_one_row()
             return
-        with torch.inference_mode(False), torch.no_grad():
+        with torch.inference_mode(False), torch.no_grad(), _huge_pages_if_room(self):
             for block in self.blocks:
                 block.attn.pack_qkv(column_major=True)
             for name, mod in self.named_modules():

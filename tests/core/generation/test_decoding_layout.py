@@ -2,13 +2,18 @@
 for transparent huge pages (model.huge_page_buffer), laid out once, with the same values, ids and records."""
 from __future__ import annotations
 
+import logging
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from desktop_app.app import generation as app_generation
+from desktop_app.core import devices
 from desktop_app.core import model as model_module
 from desktop_app.core.checkpoints import load_model_folder, new_model, save_model_folder
+from desktop_app.core.devices import MemoryEstimateError
 from desktop_app.core.families import REGISTRY
 from desktop_app.core.generation import GenerationSession, GenerationSettings
 
@@ -93,3 +98,110 @@ def test_huge_pages_change_no_id_logit_nor_record(tmp_path, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(logits, plain_logits))
     assert [sorted(r) for r in records] == [sorted(r) for r in plain_records]
     assert all(torch.equal(r[name], p[name]) for r, p in zip(records, plain_records) for name in r)
+
+
+# -- the memory for it: huge-page copies only where they fit (model._decoding_copy), counted before a generation ----
+
+
+def _load(folder, monkeypatch, available):
+    """The model, then this much memory available (faked) from here on."""
+    model = load_model_folder(folder).model
+    monkeypatch.setattr(devices, "available_memory", lambda device="cpu": available)
+    return model
+
+
+def _copied_bytes(model, before: set[int]) -> int:
+    """Bytes of the parameters now in memory of their own (not where they were in `before`), the tied one once."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.data_ptr() not in before)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("room", [True, False])
+def test_the_estimate_is_the_bytes_pack_for_decoding_copies(tmp_path, monkeypatch, family, room):
+    """decoding_copy_bytes follows pack_for_decoding's rules (and pack_linears'): GPT-2's Conv1D weights, its
+    side-by-side Q/K/V and the tied unembedding, a Llama's row-major weights and separate Q/K/V; with room for the
+    huge-page copies or without; nothing more once made."""
+    cfg = REGISTRY[family].preset(d_model=512, n_layers=2, n_heads=8, d_ff=2048, vocab_size=2048, context_length=64)
+    save_model_folder(new_model(cfg, seed=0).eval(), tmp_path / family)
+    full = model_module.decoding_copy_bytes(_load(tmp_path / family, monkeypatch, 1 << 50))
+    model = _load(tmp_path / family, monkeypatch, 1 << 50 if room else full)
+    before = {p.data_ptr() for p in model.parameters()}
+    expected = model_module.decoding_copy_bytes(model)
+    model.pack_for_decoding()
+    assert _copied_bytes(model, before) == expected > 0
+    if room or not _huge_pages_here():
+        assert expected == full
+    else:  # GPT-2's up projections and Q/K/V (already column-major in the file), a Llama's down projections
+        assert expected < full
+    # what is left: nothing, or the huge-page copies held back (a later session makes them where they then fit)
+    assert model_module.decoding_copy_bytes(model) == full - expected
+
+
+@needs_huge_pages
+def test_without_room_for_the_huge_page_copy_none_is_made_and_generation_is_the_same(tmp_path, monkeypatch, caplog):
+    """The copy into huge pages was made whatever the memory (+300 MB at GPT-2 124M, ~6 GB at GPT-2 XL in float32):
+    a machine that holds the model but not the copy swapped. Now, when the memory available does not cover the
+    copy with a quarter to spare, the weights already in the step's layout stay in the file's map (one line in the
+    log says so), the others are laid out as before, and the ids, logits and records are the same bits."""
+    folder = _gpt2_folder(tmp_path)
+    full = model_module.decoding_copy_bytes(_load(folder, monkeypatch, 1 << 50))
+
+    def generated(available):
+        model = _load(folder, monkeypatch, available)
+        where = {n: p.data_ptr() for n, p in model.named_parameters()}
+        expected = model_module.decoding_copy_bytes(model)
+        s = GenerationSession(model, [5, 17, 300, 2], GenerationSettings("greedy"), stop_tokens=[], record=True)
+        copied = _copied_bytes(model, set(where.values()))
+        moved = {n for n, p in model.named_parameters() if p.data_ptr() != where[n]}
+        nodes = [s.root] + [node for node in s.run(6)]
+        return (s.ids(), [n.next_logits for n in nodes], [n.record for n in nodes]), model, moved, expected, copied
+
+    with caplog.at_level(logging.INFO, logger="desktop_app"):
+        out, model, moved, expected, copied = generated(1 << 50)
+        assert not caplog.records
+        assert copied == expected == full
+        assert {"blocks.0.mlp.up.weight", "blocks.0.attn.q.weight", "blocks.0.mlp.down.weight"} <= moved
+        assert _advised_huge(model.blocks[0].mlp.up.weight.data_ptr())
+
+        short, model, moved, expected, copied = generated(full)  # less than the copy and a quarter
+        assert [r.getMessage() for r in caplog.records] == [
+            f"generation: {devices.human_bytes(full - copied)} of float32 weights not copied into huge pages "
+            f"({devices.human_bytes(full)} available, short of the copy and a quarter to spare): steps read them "
+            f"where they are (slower, the same values)"]
+    assert copied == expected < full
+    # in the file's map still: what was copied only for huge pages; laid out in 4 KB pages: the down projections
+    # (row-major for their step) and the unembedding (column-major), as before huge pages
+    assert not moved & {"blocks.0.mlp.up.weight", "blocks.0.attn.q.weight", "blocks.0.attn.o.weight"}
+    assert {"blocks.0.mlp.down.weight", "blocks.1.mlp.down.weight", "tok_embed.weight"} <= moved  # (tied: lm_head)
+    assert not _advised_huge(model.blocks[0].mlp.down.weight.data_ptr())
+    ids, logits, records = out
+    assert short[0] == ids
+    assert all(torch.equal(a, b) for a, b in zip(short[1], logits))
+    assert [sorted(r) for r in short[2]] == [sorted(r) for r in records]
+    assert all(torch.equal(r[name], p[name]) for r, p in zip(short[2], records) for name in r)
+
+
+def test_the_generation_memory_check_counts_the_weights_copy_until_it_is_made(tmp_path, monkeypatch):
+    """app.generation's check before a generation (the CLI's generate, the Generate panel's Run N) counted the
+    history tree only, and the session's start then copied the weights (a float32 model's whole size in the worst
+    case). It now counts the copy pack_for_decoding will make (without the huge-page copies when there is no room
+    for them), and nothing once the session has made it."""
+    folder = _gpt2_folder(tmp_path)
+    full = model_module.decoding_copy_bytes(_load(folder, monkeypatch, 1 << 50))
+    model = _load(folder, monkeypatch, 1 << 50)
+    loaded = SimpleNamespace(config=model.cfg, model=model)
+    history = sum(app_generation.generation_bytes(model.cfg, torch.float32, 4, 6, 1).values())
+    app_generation.check_generation_memory(loaded, 4, 6, 1, "--max-new 6")
+    monkeypatch.setattr(devices, "available_memory", lambda device="cpu": history + full - 1)
+    made = model_module.decoding_copy_bytes(model)  # no room for the huge-page copies
+    assert 0 < made <= full and (made < full) == _huge_pages_here()
+    with pytest.raises(MemoryEstimateError, match="^--max-new 6 needs about .* for the generated tokens' "
+                                                  "distributions and KV cache, and the weights laid out for "
+                                                  "one-token steps; this machine has"):
+        monkeypatch.setattr(devices, "available_memory", lambda device="cpu": history + made - 1)
+        app_generation.check_generation_memory(loaded, 4, 6, 1, "--max-new 6")
+    monkeypatch.setattr(devices, "available_memory", lambda device="cpu": history + made)
+    app_generation.check_generation_memory(loaded, 4, 6, 1, "--max-new 6")  # what it makes, exactly
+    GenerationSession(model, [5, 17, 300, 2], GenerationSettings("greedy"), stop_tokens=[])  # made now
+    monkeypatch.setattr(devices, "available_memory", lambda device="cpu": history)
+    app_generation.check_generation_memory(loaded, 4, 6, 1, "--max-new 6")

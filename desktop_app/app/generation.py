@@ -117,11 +117,22 @@ def check_generation_memory(loaded, prompt_length: int, max_new: int, beams: int
     from ..core.model import decoding_copy_bytes
 
     held = generation_bytes(loaded.config, loaded.model.dtype, prompt_length, max_new, beams, record, source_length)
-    copy = decoding_copy_bytes(loaded.model)
+    copy = decoding_copy_bytes(loaded.model) if loaded.config.causal else 0  # an encoder fills masks: no steps
     purpose = ("for the generated tokens' distributions, records and KV cache" if record
                else "for the generated tokens' distributions and KV cache")
     check_memory(float(sum(held.values()) + copy), what,
                  purpose + (", and the weights laid out for one-token steps" if copy else ""), loaded.model.device)
+
+
+def check_start_memory(loaded, ids: list[int], what: str) -> None:
+    """check_generation_memory for the start of a session that records (the Generate panel's, before its job): the
+    prompt's forward and the weights' copies for one-token steps that a decoder's session makes as it starts
+    (`ids`: an encoder-decoder's source). An encoder's masked fill is not checked."""
+    if not loaded.config.causal:
+        return
+    seq2seq = bool(getattr(loaded.config, "is_encoder_decoder", False))
+    check_generation_memory(loaded, 1 if seq2seq else len(ids), 0, 1, what, record=True,
+                            source_length=len(ids) if seq2seq else 0)
 
 
 def check_session_memory(loaded, session, n: int, what: str) -> None:

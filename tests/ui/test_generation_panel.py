@@ -732,3 +732,32 @@ def test_run_n_that_cannot_fit_is_refused_before_it_starts_with_the_figure(qtbot
     qtbot.mouseClick(p.run_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: p.session.current.depth == 4, timeout=10_000)
     _idle(qtbot, p)
+
+
+def test_a_session_start_that_cannot_fit_the_weights_copy_is_refused_before_it_starts(qtbot, monkeypatch):
+    """A session's start lays a float32 model's weights out for one-token steps (a copy of most of them), and the
+    panel's only check (Run N's) came after it, with the copy already made. Step (and Run N) on a fresh prompt now
+    check the prompt's records and that copy first (app.generation.check_start_memory) and refuse in one line."""
+    from desktop_app.app import generation as app_generation
+    from desktop_app.core import devices
+    from desktop_app.core.model import decoding_copy_bytes
+
+    p = _make(qtbot)
+    loaded = p.state.loaded
+    p.prompt.setText("the ")
+    prompt = len(p._prompt_ids())
+    history = sum(app_generation.generation_bytes(loaded.config, loaded.model.dtype, prompt, 0, 1,
+                                                  record=True).values())
+    copy = decoding_copy_bytes(loaded.model)
+    assert copy > 0
+    monkeypatch.setattr(devices, "available_memory", lambda device="cpu": history + copy - 1)
+    qtbot.mouseClick(p.step_button, Qt.MouseButton.LeftButton)
+    assert not p.busy and p.session is None
+    assert p.status.text() == (f"Starting from this prompt needs about {devices.human_bytes(history + copy)} for the "
+                               f"generated tokens' distributions, records and KV cache, and the weights laid out for "
+                               f"one-token steps; this machine has {devices.human_bytes(history + copy - 1)} available")
+    monkeypatch.setattr(devices, "available_memory", lambda device="cpu": history + copy)
+    qtbot.mouseClick(p.step_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: p.session is not None and p.session.current.depth == 1, timeout=10_000)
+    _idle(qtbot, p)
+    assert decoding_copy_bytes(loaded.model) == 0  # made by the start

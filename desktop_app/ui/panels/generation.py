@@ -28,8 +28,8 @@ from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QHBoxLayout, QHeaderVi
                                QSlider, QSpinBox, QSplitter, QTableWidget, QTabWidget, QTreeWidget, QTreeWidgetItem,
                                QVBoxLayout, QWidget)
 
-from ...app.generation import (EARLY_STOPPING, LENGTH_PENALTY, check_session_memory, generation_settings,
-                               plain_logits_at, why_cannot_generate)
+from ...app.generation import (EARLY_STOPPING, LENGTH_PENALTY, check_session_memory, check_start_memory,
+                               generation_settings, plain_logits_at, why_cannot_generate)
 from ...core.generation import (STRATEGIES, GenerationError, GenerationSession, GenerationSettings,
                                 MaskedFillSession, process_logits)
 from ...core.devices import MemoryEstimateError
@@ -552,6 +552,11 @@ class GenerationPanel(QWidget, ResultView):
             if not ids:
                 raise GenerationError("the prompt is empty")
         except (GenerationError, InputError) as exc:
+            self.status.setText(str(exc))
+            return
+        try:  # before the job: the prompt's records and the weights' copy for one-token steps (float32 on the CPU)
+            check_start_memory(loaded, ids, "Starting from this prompt")
+        except MemoryEstimateError as exc:
             self.status.setText(str(exc))
             return
         self.selected_node, self.selected_position = None, None

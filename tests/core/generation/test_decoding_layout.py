@@ -205,3 +205,8 @@ def test_the_generation_memory_check_counts_the_weights_copy_until_it_is_made(tm
     GenerationSession(model, [5, 17, 300, 2], GenerationSettings("greedy"), stop_tokens=[])  # made now
     monkeypatch.setattr(devices, "available_memory", lambda device="cpu": history)
     app_generation.check_generation_memory(loaded, 4, 6, 1, "--max-new 6")
+    bert = new_model(REGISTRY["bert"].preset(d_model=64, n_layers=1, n_heads=2, d_ff=128, vocab_size=512), seed=0)
+    assert model_module.decoding_copy_bytes(bert) > 0  # what pack_for_decoding would copy; a masked fill never calls it
+    history = sum(app_generation.generation_bytes(bert.cfg, torch.float32, 4, 6, 1).values())
+    monkeypatch.setattr(devices, "available_memory", lambda device="cpu": history)
+    app_generation.check_generation_memory(SimpleNamespace(config=bert.cfg, model=bert), 4, 6, 1, "--max-new 6")

@@ -327,47 +327,55 @@ _NO_ROOM = contextvars.ContextVar("no_room_for_huge_page_copies", default=False)
 
 
 def decoding_copy_bytes(model) -> int:
-    """Bytes of the weights' copies model.pack_for_decoding makes if called now (0 once made, and where it makes
-    none: not float32 on the CPU, streamed): what a memory estimate before a generation counts. An upper bound of
-    what memory grows by: a copy of weights in anonymous memory (not a file's map) frees them, if nothing else
-    holds them."""
+    """What memory grows by when model.pack_for_decoding copies the weights now (0 once made, and where it makes
+    none: not float32 on the CPU, streamed): what a memory estimate before a generation counts. A copy of weights
+    in a file's map (a model read from its folder) is memory of its own; one of weights in anonymous memory frees
+    them once made (a model converted to float32 as it loaded, a new one), so only the largest such copy counts
+    (the peak; one block's Q/K/V concatenated on the way aside)."""
     return _decoding_copy(model)[0]
 
 
 def _decoding_copy(model) -> tuple[int, int, int | None]:
-    """(bytes copied, bytes held back, memory available) for pack_for_decoding now. Huge pages only where the memory
-    available covers all its copies with a quarter to spare (as the prepacked half-precision copy); else the copies
-    made only for huge pages are held back: those weights stay where they are (e.g. the file's map: slower steps,
-    the same bits); the other layout and Q/K/V side by side are made either way (4 KB pages: the same bytes)."""
+    """(memory it grows by, bytes held back, memory available) for pack_for_decoding now. Huge pages only where the
+    memory available covers the growth with a quarter to spare (as the prepacked half-precision copy); else the
+    copies made only for huge pages are held back: those weights stay where they are (e.g. the file's map: slower
+    steps, the same bits); the other layout and Q/K/V side by side are made either way (4 KB pages: the same bytes)."""
     from .devices import available_memory
 
-    need, huge_only = _decoding_copies(model)
-    have = available_memory("cpu") if huge_only else None
+    copies = _decoding_copies(model)
+    need = _growth(copies)
+    have = available_memory("cpu") if any(huge for _, _, huge in copies) else None
     if have is not None and need * 5 // 4 > have:
-        return need - huge_only, huge_only, have
+        return _growth([c for c in copies if not c[2]]), sum(n for n, _, huge in copies if huge), have
     return need, 0, have
 
 
-def _decoding_copies(model) -> tuple[int, int]:
-    """(bytes, of which copied only into huge pages) of what Transformer.pack_for_decoding's float32 layouts copy
-    now, by its rules and pack_linears' (test_decoding_memory checks the two against the copies it makes)."""
+def _growth(copies) -> int:
+    return (sum(n for n, kept, _ in copies if kept)
+            + max((n for n, kept, _ in copies if not kept), default=0))
+
+
+def _decoding_copies(model) -> list[tuple[int, bool, bool]]:
+    """(bytes, whether the weights copied stay in memory, whether copied only for huge pages) of each copy
+    Transformer.pack_for_decoding's float32 layouts make now, by its rules and pack_linears' (the tests in
+    test_decoding_layout check them against the copies it makes)."""
     if (getattr(type(model), "pack_for_decoding", None) is not Transformer.pack_for_decoding
             or getattr(model, "streamed", None) is not None or model.device.type != "cpu"
             or model.dtype != torch.float32):
-        return 0, 0
+        return []
 
     def size(t: torch.Tensor | None) -> int:
         return 0 if t is None else t.numel() * t.element_size()
 
-    need = huge_only = 0
+    mapped = _file_mapped()
+    copies = []
     for block in model.blocks:  # Attention.pack_qkv
         linears = (block.attn.q, block.attn.k, block.attn.v)
         packed = packed_linears(linears)
         w = size(packed[0]) if packed is not None else sum(size(lin.weight) for lin in linears)
         if packed is None or (linears[0].__dict__.get("_laid_out") != packed[0].data_ptr() and huge_pages_for(w)):
             made = w + (0 if any(lin.bias is None for lin in linears) else sum(size(lin.bias) for lin in linears))
-            need += made
-            huge_only += 0 if packed is None else made
+            copies.append((made, mapped(linears[0].weight.data_ptr()), packed is not None))
     for name, mod in model.named_modules():
         if not isinstance(mod, nn.Linear) or name.endswith(("attn.q", "attn.k", "attn.v")):
             continue
@@ -375,11 +383,34 @@ def _decoding_copies(model) -> tuple[int, int]:
         if mod.__dict__.get("_laid_out") == (w.data_ptr(), w.stride()):
             continue
         if (mod.out_features >= mod.in_features) == w.is_contiguous():
-            need += size(w)
+            copies.append((size(w), mapped(w.data_ptr()), False))
         elif huge_pages_for(size(w)):
-            need += size(w)
-            huge_only += size(w)
-    return need, huge_only
+            copies.append((size(w), mapped(w.data_ptr()), True))
+    return copies
+
+
+def _file_mapped() -> Callable[[int], bool]:
+    """Whether an address is in a mapping of a file (/proc/self/maps: one with a path): a copy of what is there is
+    memory of its own, the file's pages stay (page cache); where that cannot be read, every address (an upper bound)."""
+    import bisect
+
+    spans = []
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[5].startswith("/"):
+                    start, end = parts[0].split("-")
+                    spans.append((int(start, 16), int(end, 16)))
+    except (OSError, ValueError):
+        return lambda address: True
+    spans.sort()
+    starts = [a for a, _ in spans]
+
+    def inside(address: int) -> bool:
+        i = bisect.bisect_right(starts, address) - 1
+        return i >= 0 and address < spans[i][1]
+    return inside
 
 
 @contextlib.contextmanager

@@ -137,6 +137,20 @@ def test_the_estimate_is_the_bytes_pack_for_decoding_copies(tmp_path, monkeypatc
     assert model_module.decoding_copy_bytes(model) == full - expected
 
 
+def test_copies_of_weights_in_anonymous_memory_count_as_the_largest_one(monkeypatch):
+    """A model converted to float32 as it loaded (or a new one) holds its weights in anonymous memory, which each
+    copy frees once made: memory grows by the largest copy at its moment, not by their sum (a count that would refuse
+    generations that fit). A model read from its folder: by the sum (test above: its weights stay in the file's map)."""
+    cfg = REGISTRY["llama"].preset(d_model=512, n_layers=2, n_heads=8, d_ff=2048, vocab_size=2048, context_length=64)
+    model = new_model(cfg, seed=0).eval()
+    monkeypatch.setattr(devices, "available_memory", lambda device="cpu": 1 << 50)
+    before = {p.data_ptr() for p in model.parameters()}
+    growth = model_module.decoding_copy_bytes(model)
+    model.pack_for_decoding()
+    assert growth == 2048 * 512 * 4  # the unembedding, an MLP's up (or gate) projection: the largest
+    assert _copied_bytes(model, before) > 2 * growth
+
+
 @needs_huge_pages
 def test_without_room_for_the_huge_page_copy_none_is_made_and_generation_is_the_same(tmp_path, monkeypatch, caplog):
     """The copy into huge pages was made whatever the memory (+300 MB at GPT-2 124M, ~6 GB at GPT-2 XL in float32):

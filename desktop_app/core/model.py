@@ -391,25 +391,30 @@ def _decoding_copies(model) -> list[tuple[int, bool, bool]]:
 
 def _file_mapped() -> Callable[[int], bool]:
     """Whether an address is in a mapping of a file (/proc/self/maps: one with a path): a copy of what is there is
-    memory of its own, the file's pages stay (page cache); where that cannot be read, every address (an upper bound)."""
+    memory of its own, the file's pages stay (page cache); where that cannot be read, every address (an upper bound).
+    The maps are read at the first question (none once the weights are laid out)."""
     import bisect
 
-    spans = []
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                parts = line.split(maxsplit=5)
-                if len(parts) == 6 and parts[5].startswith("/"):
-                    start, end = parts[0].split("-")
-                    spans.append((int(start, 16), int(end, 16)))
-    except (OSError, ValueError):
-        return lambda address: True
-    spans.sort()
-    starts = [a for a, _ in spans]
+    @functools.cache
+    def spans() -> list[tuple[int, int]] | None:
+        out = []
+        try:
+            with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    parts = line.split(maxsplit=5)
+                    if len(parts) == 6 and parts[5].startswith("/"):
+                        start, end = parts[0].split("-")
+                        out.append((int(start, 16), int(end, 16)))
+        except (OSError, ValueError):
+            return None
+        return sorted(out)
 
     def inside(address: int) -> bool:
-        i = bisect.bisect_right(starts, address) - 1
-        return i >= 0 and address < spans[i][1]
+        known = spans()
+        if known is None:
+            return True
+        i = bisect.bisect_right(known, (address, float("inf"))) - 1
+        return i >= 0 and address < known[i][1]
     return inside
 
 

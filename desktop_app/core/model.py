@@ -307,7 +307,8 @@ def huge_page_buffer(numel: int, dtype: torch.dtype) -> torch.Tensor | None:
 
 
 def huge_pages_for(nbytes: int) -> bool:
-    """Whether huge_page_buffer gives `nbytes` huge pages here."""
+    """Whether huge_page_buffer gives `nbytes` huge pages here (not while pack_for_decoding has no room for its
+    huge-page copies: _huge_pages_if_room)."""
     import mmap
 
     return nbytes >= HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE") and _huge_pages_on() and not _NO_ROOM.get()

@@ -367,9 +367,8 @@ class FeaturesPanel(QWidget, ResultView):
 
     def _lens_progress(self, job, done: int, total: int, message: str) -> None:
         if job is self._lens_job:
-            left = self.lens_progress.show_progress(done, total)
-            self.status.setText(f"Reading the features: {message}" + (f", {left}" if left else "")
-                                + " (Esc cancels)")
+            self.lens_progress.show_progress(done, total)  # (the bar says the time left)
+            self.status.setText(f"Reading the features: {message} (Esc cancels)")
 
     def cancel_lens(self) -> None:
         """Cancel (Esc) of the lens: its forward stops after the block it is in."""

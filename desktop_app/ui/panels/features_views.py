@@ -205,8 +205,8 @@ class FeatureDashboard(QWidget):
         header.setStretchLastSection(False)
         # rank, activation and token as wide as they are, before and after share the rest: at their contents'
         # widths the token column was past the right edge of the Graph panel's node pane
-        for c, mode in enumerate((QHeaderView.ResizeMode.ResizeToContents,) * 2 + (QHeaderView.ResizeMode.Stretch,)
-                                 + (QHeaderView.ResizeMode.ResizeToContents, QHeaderView.ResizeMode.Stretch)):
+        fit, share = QHeaderView.ResizeMode.ResizeToContents, QHeaderView.ResizeMode.Stretch
+        for c, mode in enumerate((fit, fit, share, fit, share)):  # rank, activation, before, token, after
             header.setSectionResizeMode(c, mode)
         item = self.histogram.getPlotItem()
         item.clear()

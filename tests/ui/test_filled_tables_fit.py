@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtWidgets import QFileDialog
 
 from .test_features_panel import _click_row, _dictionary, _lens_shown, _open_from_menu
@@ -107,7 +107,7 @@ def test_the_graph_nodes_dashboard_shows_the_token_column_its_histograms_title_a
         qtbot, model_dirs, isolated_user_files, tmp_path, monkeypatch):
     """look16: in the Graph panel's node pane (about 430 px wide at 1280x800) the top contexts' 'before' column,
     as wide as its text, pushed the token column past the right edge; the histogram's title was cut after
-    "fires on 1,11"; Promotes / Suppresses cut their last row."""
+    "fires on 1,11"; Promotes / Suppresses cut their last row; the hover line widened the window past 1280."""
     from desktop_app.paths import demo_text_path
 
     text_file = tmp_path / "alice.txt"
@@ -117,6 +117,14 @@ def test_the_graph_nodes_dashboard_shows_the_token_column_its_histograms_title_a
     panel, top = graph_with_its_top_feature_clicked(qtbot, w, tmp_path, monkeypatch)
     dash = panel.dashboard
     qtbot.waitUntil(lambda: dash.promoted_table.rowCount() > 0, timeout=20_000)
+    # the hover line of the node under the mouse (~750 px) made the window ~1,300 px wide, past the 1280 asked
+    d, view = panel.full_layout, panel.plot.getPlotItem().vb
+    qtbot.mouseMove(panel.plot.viewport(), QPoint(1, 1))
+    qtbot.wait(100)  # (pyqtgraph's scene drops mouse moves closer than its rate limit)
+    qtbot.mouseMove(panel.plot.viewport(), panel.plot.mapFromScene(view.mapViewToScene(QPointF(d.x[top], d.y[top]))))
+    qtbot.waitUntil(lambda: "cumulative influence" in panel.hover.text(), timeout=3000)  # (that node's, or one on it)
+    qtbot.wait(50)
+    assert w.width() == 1280 and w.minimumSizeHint().width() <= 1024, (w.width(), w.minimumSizeHint())
     monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(text_file), "")))
     qtbot.mouseClick(dash.file_button, Qt.MouseButton.LeftButton)
     qtbot.mouseClick(dash.run_button, Qt.MouseButton.LeftButton)

@@ -38,13 +38,13 @@ def open_dictionary(folder, loaded, hook: str | None = None):
     return attach(d, loaded.config)
 
 
-def features_on(loaded, ids, attached, interventions=None, decoder_ids=None):
+def features_on(loaded, ids, attached, interventions=None, decoder_ids=None, job=None):
     """Each attached dictionary's FeatureActivations on `ids` (an encoder-decoder's source; `decoder_ids` its
-    decoder's input, [start] + the target, read by decoder hooks)."""
+    decoder's input, [start] + the target, read by decoder hooks). `job`: "layer k / L" and cancel."""
     from ..core.features import feature_activations
 
     return feature_activations(loaded.model, ids, list(attached), interventions=interventions,
-                               decoder_ids=decoder_ids)
+                               decoder_ids=decoder_ids, job=job)
 
 
 @dataclass
@@ -110,18 +110,19 @@ def dictionary_folder_of(path) -> str | None:
     return str(folder)
 
 
-def lens_on(loaded, ids, attached, interventions=None, n: int = 5, decoder_ids=None):
+def lens_on(loaded, ids, attached, interventions=None, n: int = 5, decoder_ids=None, job=None):
     """The feature lens of `ids` at every attached dictionary, on the edited model: [(FeatureActivations,
     [TokenFeatures])], one per dictionary, in one forward. An encoder-decoder's `ids` are its source and
     `decoder_ids` ([start] + the Model panel's target) its decoder's input: an encoder hook's rows are the
-    source's tokens, a decoder hook's the decoder input's."""
+    source's tokens, a decoder hook's the decoder input's. `job` (core.jobs.JobControl): the forward's "layer
+    k / L" and its cancel, between blocks."""
     from .tracing import _resolved
 
     if not ids:
         raise ValueError("no text: type a text in the Model panel")
     decoder_ids = None if decoder_ids is None else list(decoder_ids)
     edits = _resolved(loaded, list(ids), interventions, decoder_ids)
-    runs = features_on(loaded, ids, attached, interventions=edits, decoder_ids=decoder_ids)
+    runs = features_on(loaded, ids, attached, interventions=edits, decoder_ids=decoder_ids, job=job)
     return [(run, feature_lens(run, n)) for run in runs]
 
 

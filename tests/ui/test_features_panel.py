@@ -223,8 +223,7 @@ def test_a_dashboard_run_cancelled_then_completed_and_cached(qtbot, demo_window,
     assert dash.contexts_table.item(0, 3).text() == ref.rows[0][3].replace("\n", "\u21b5")
     assert "read from the cache" not in dash.status.text()
     bars = [i for i in dash.histogram.getPlotItem().items if type(i).__name__ == "BarGraphItem"]
-    assert len(bars) == 1 and f"{ref.active_tokens:,} of {ref.tokens_seen:,}" in \
-        dash.histogram.getPlotItem().titleLabel.text
+    assert len(bars) == 1 and f"{ref.active_tokens:,} of {ref.tokens_seen:,}" in dash.fires_label.text()
     entries = list(dashboard_cache_dir().iterdir())
     assert len(entries) == 1 and is_own_folder(entries[0])
     qtbot.waitUntil(lambda: dash.run_button.isEnabled(), timeout=20_000)

@@ -1,12 +1,12 @@
 """Tables as the README's screenshots show them, at 1280x800 (shots5): the feature dashboard's Promotes /
-Suppresses tables show every column of their filled rows without a scroll bar, its top-contexts table ends on
-a whole row, and the Graph panel's Intervene table gives the token what the numbers leave ('p after' took
-most of the width)."""
+Suppresses tables show every column of their filled rows without a scroll bar and, like its top-contexts
+table, end on a whole row (look16: they cut their last row), its histogram's title fits, and the Graph
+panel's Intervene table gives the token what the numbers leave ('p after' took most of the width)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtWidgets import QFileDialog
 
 from .test_features_panel import _click_row, _dictionary, _lens_shown, _open_from_menu
@@ -60,12 +60,26 @@ def test_the_feature_dashboards_filled_tables_show_every_column_and_whole_rows(q
     assert contexts.rowCount() > 10  # (more than fit: the last one shown was cut in half)
     assert contexts.verticalScrollBar().isVisible()
     assert _ends_on_a_whole_row(contexts), (contexts.viewport().height(), contexts.rowHeight(0))
-    title = dash.histogram.getPlotItem().titleLabel
-    assert "fires on" in title.text
-    assert title.item.boundingRect().width() <= dash.histogram.width(), (title.text, dash.histogram.width())
+    assert "fires on" in dash.fires_label.text()
+    assert label_text_fits(dash.fires_label), (dash.fires_label.text(), dash.fires_label.size())
+    for table in (dash.promoted_table, dash.suppressed_table):  # (the last row shown was cut)
+        assert table.rowCount() * table.rowHeight(0) > table.viewport().height()  # more rows than fit
+        assert _ends_on_a_whole_row(table), (table.viewport().height(), table.rowHeight(0))
     w.resize(1280, 700)  # and again after the window is resized
     qtbot.wait(50)
     assert _ends_on_a_whole_row(contexts), (contexts.viewport().height(), contexts.rowHeight(0))
+    for table in (dash.promoted_table, dash.suppressed_table):
+        assert _ends_on_a_whole_row(table), (table.viewport().height(), table.rowHeight(0))
+
+
+def label_text_fits(label) -> bool:
+    """A word-wrapped label's text, laid out at its width, fits inside it (no word wider, no line below it)."""
+    from PySide6.QtCore import QRect
+
+    rect = label.contentsRect()
+    need = label.fontMetrics().boundingRect(QRect(0, 0, rect.width(), 10_000), int(Qt.TextFlag.TextWordWrap),
+                                            label.text())
+    return need.width() <= rect.width() and need.height() <= rect.height()
 
 
 def test_the_graph_intervene_tables_numbers_are_as_wide_as_they_are_and_the_token_the_rest(
@@ -87,3 +101,49 @@ def test_the_graph_intervene_tables_numbers_are_as_wide_as_they_are_and_the_toke
     numbers = sum(table.columnWidth(c) for c in range(1, table.columnCount()))
     assert abs(table.columnWidth(0) - (table.viewport().width() - numbers)) <= 1  # the token the rest
     assert not table.horizontalScrollBar().isVisible()
+
+
+def test_the_graph_nodes_dashboard_shows_the_token_column_its_histograms_title_and_whole_rows(
+        qtbot, model_dirs, isolated_user_files, tmp_path, monkeypatch):
+    """look16: in the Graph panel's node pane (about 430 px wide at 1280x800) the top contexts' 'before' column,
+    as wide as its text, pushed the token column past the right edge; the histogram's title was cut after
+    "fires on 1,11"; Promotes / Suppresses cut their last row; the hover line widened the window past 1280."""
+    from desktop_app.paths import demo_text_path
+
+    text_file = tmp_path / "alice.txt"
+    text_file.write_text(Path(demo_text_path()).read_text(encoding="utf-8")[:20_000], encoding="utf-8")
+    w, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    w.resize(1280, 800)
+    panel, top = graph_with_its_top_feature_clicked(qtbot, w, tmp_path, monkeypatch)
+    dash = panel.dashboard
+    qtbot.waitUntil(lambda: dash.promoted_table.rowCount() > 0, timeout=20_000)
+    # the hover line of the node under the mouse (~750 px) made the window ~1,300 px wide, past the 1280 asked
+    d, view = panel.full_layout, panel.plot.getPlotItem().vb
+    qtbot.mouseMove(panel.plot.viewport(), QPoint(1, 1))
+    qtbot.wait(100)  # (pyqtgraph's scene drops mouse moves closer than its rate limit)
+    qtbot.mouseMove(panel.plot.viewport(), panel.plot.mapFromScene(view.mapViewToScene(QPointF(d.x[top], d.y[top]))))
+    qtbot.waitUntil(lambda: "cumulative influence" in panel.hover.text(), timeout=3000)  # (that node's, or one on it)
+    qtbot.wait(50)
+    assert w.width() == 1280 and w.minimumSizeHint().width() <= 1024, (w.width(), w.minimumSizeHint())
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(text_file), "")))
+    qtbot.mouseClick(dash.file_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(dash.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dash.contexts is not None and dash.run_button.isEnabled(), timeout=60_000)
+    qtbot.wait(50)  # (laid out)
+    contexts = dash.contexts_table
+    assert contexts.viewport().width() < 500  # the narrow pane this is about
+    assert contexts.rowCount() > 0
+    # rank, activation and token whole and inside the viewport; before and after share the rest (cut, not hidden)
+    for c in (0, 1, 3):
+        widest = max(contexts.fontMetrics().horizontalAdvance(contexts.item(r, c).text())
+                     for r in range(contexts.rowCount()))
+        assert contexts.columnWidth(c) >= widest + MARGINS, (c, contexts.columnWidth(c), widest)
+    last = contexts.columnCount() - 1
+    assert contexts.columnViewportPosition(last) + contexts.columnWidth(last) <= contexts.viewport().width()
+    assert not contexts.horizontalScrollBar().isVisible()
+    assert min(contexts.columnWidth(2), contexts.columnWidth(4)) >= 60  # the contexts still readable
+    assert "fires on" in dash.fires_label.text()
+    assert label_text_fits(dash.fires_label), (dash.fires_label.text(), dash.fires_label.size())
+    for table in (contexts, dash.promoted_table, dash.suppressed_table):
+        assert table.rowCount() * table.rowHeight(0) > table.viewport().height()  # more rows than fit
+        assert _ends_on_a_whole_row(table), (table.viewport().height(), table.rowHeight(0))

@@ -92,3 +92,59 @@ def test_the_hover_names_a_head_whose_label_is_thinned_out(qtbot):
     qtbot.mouseMove(chart.viewport(), chart.mapFromScene(vb.mapViewToScene(QPointF(i + 0.5, 0))))
     qtbot.waitUntil(lambda: chart.hover_text != "", timeout=3000)
     assert chart.hover_text == f"{chart.labels[i]}: {chart.values[i]:+.4g}" and chart.toolTip() == chart.hover_text
+
+
+@pytest.mark.parametrize("family", ["qwen2", "gpt2"])
+@pytest.mark.parametrize("width", [990, 1240])
+def test_twenty_four_layers_named_bars_keep_apart_on_few_lines_a_layer_at_a_time(qtbot, tmp_path, family, width):
+    """look16: at 24 layers (Qwen2.5-0.5B's shape: 14 heads and an MLP a layer; GPT-2 medium's: 16 heads, an MLP and
+    an attention bias) every named bar kept its label: GPT-2's made five interleaved lines (which bias is whose?) and
+    Qwen's 'L21 MLP' and 'L23 MLP' were 4 px apart, read as one. Now labels on a line are two spaces apart, on no
+    more lines than a layer has named bars and one; where they need more, every k-th layer's are named (all of a
+    layer's together), the embedding and the final norm's bias always; the others are in the hover."""
+    from PySide6.QtGui import QFontMetrics
+
+    from tiny_models import tiny_model
+    from desktop_app.app.whatif import attribute_ids
+    from desktop_app.ui.panels.whatif import attribution_chart
+
+    shape = dict(n_heads=14, n_kv_heads=2, d_model=56) if family == "qwen2" else dict(n_heads=16, d_model=64,
+                                                                                   attention_out_bias=True)
+    loaded = tiny_model("abcdefgh ", family, n_layers=24, d_ff=96, **shape)
+    ids = loaded.tokenizer.encode("abc abc")
+    attribution, _ = attribute_ids(loaded, ids, len(ids) - 1, 1, [])
+    chart = attribution_chart()
+    qtbot.addWidget(chart)
+    chart.resize(width, 420)
+    chart.show()
+    chart.set_attribution(attribution, "attribution")
+    qtbot.waitExposed(chart)
+    rows = attribution.rows()
+    named = {chart.labels[i]: l for i, (c, l, _, _) in enumerate(rows) if c not in NUMBERED_COMPONENTS}
+    per_layer = max(sum(1 for l in named.values() if l == layer) for layer in range(24))
+    assert per_layer == (1 if family == "qwen2" else 2)
+    axis = chart.plot_item.getAxis("bottom")
+
+    def laid_out():  # (the axis grows a line when its labels need one: laid out again after that paint)
+        drawn = _drawn_labels(chart)
+        return bool(drawn) and all(a.bottom() <= axis.height() + 1 for a, _ in drawn)
+    qtbot.waitUntil(laid_out, timeout=10_000)
+    chart.grab().save(str(tmp_path / f"{family}-{width}.png"))
+    drawn = _drawn_labels(chart)
+    gap = QFontMetrics(axis.style.get("tickFont") or axis.font()).horizontalAdvance("  ")
+    for i, (a, ta) in enumerate(drawn):
+        for b, tb in drawn[i + 1:]:
+            if a.top() == b.top():  # one line: two spaces apart at least
+                assert a.right() + gap <= b.left() or b.right() + gap <= a.left(), (ta, tb, a, b)
+            else:
+                assert not a.intersects(b), (ta, tb)
+    lines = {a.top() for a, _ in drawn}
+    assert len(lines) <= per_layer + 1, sorted(lines)
+    texts = {t for _, t in drawn}
+    always = {t for t, l in named.items() if l < 0}  # embed, norm bias
+    assert "embed" in always and always <= texts
+    shown_layers = sorted({l for t, l in named.items() if l >= 0 and t in texts})
+    step = shown_layers[1] - shown_layers[0]
+    assert shown_layers[0] == 0 and shown_layers == list(range(0, 24, step)), shown_layers  # every step-th layer
+    assert all(t in texts for t, l in named.items() if l in shown_layers)  # all of each such layer's named bars
+    assert step <= 2  # (thinned no more than it needs: at 990 px every other layer's fit)

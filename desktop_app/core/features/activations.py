@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..jobs import JobControl, report
 from ..trace import Trace
 from .dictionary import SparseDictionary
 from .hooks import HookPoint, hook_point, point_width
@@ -141,13 +142,16 @@ def own_edits(att: Attached, interventions) -> list:
 
 
 def record_points(model, ids: Sequence[int] | torch.Tensor, points: Sequence[HookPoint], interventions=None,
-                  decoder_ids: Sequence[int] | torch.Tensor | None = None, unedited: Sequence[str] = ()) -> Trace:
+                  decoder_ids: Sequence[int] | torch.Tensor | None = None, unedited: Sequence[str] = (),
+                  job: JobControl | None = None) -> Trace:
     """One forward of `ids` (batch [1, T] or [B, T]) recording the `points` (and no further than the last
     layer they need). An encoder-decoder's `ids` are its source; its decoder runs only for a decoder point,
     on `decoder_ids` (its input: [start] + the target), after the whole encoder (its cross-attention reads the
     encoder's output); the last stack run stops at its last layer needed. ValueError, one line, when a decoder
     point has none.
-    `unedited`: recorded names whose values before the interventions' edits are kept too (trace.unedited)."""
+    `unedited`: recorded names whose values before the interventions' edits are kept too (trace.unedited).
+    `job`: "layer k / L" of the L blocks run reported after each (core.jobs.Cancelled raised there once it is
+    cancelled); an encoder-decoder's checked before and after its stacks."""
     model = getattr(model, "model", model)
     names = sorted({p.recorded for p in points})
 
@@ -165,27 +169,38 @@ def record_points(model, ids: Sequence[int] | torch.Tensor, points: Sequence[Hoo
             if decoding and (decoder_ids is None or not len(decoder_ids)):
                 raise ValueError(f"{decoding[0].hook} reads the decoder, whose input ([start] + a target) is not "
                                  "given here; an encoder hook (encoder.blocks.L.*) reads the source alone")
+            report(job, 0, 1)
             enc = model.encode(batch(ids), trace=trace, interventions=interventions or None,
                                stop_at=None if decoding else stop_after(points, "encoder."))
             if decoding:
                 model.decode(batch(decoder_ids), enc, trace=trace, compute_logits=False,
                              interventions=interventions or None, stop_at=stop_after(decoding, "decoder."))
+            report(job, 1, 1)
             return trace
+        last = max((p.layer for p in points), default=-1)
+        total = last + 1 if last >= 0 else model.cfg.n_layers  # the blocks run (stop_after: to the last one needed)
+        report(job, 0, total, f"layer 0 / {total}")
+
+        def block_done(layer: int) -> None:  # (the block stop_at ends in returns before its on_layer: see below)
+            if layer + 1 < total:
+                report(job, layer + 1, total, f"layer {layer + 1} / {total}")
         model(batch(ids), trace=trace, compute_logits=False, interventions=interventions or None,
-              stop_at=stop_after(points))
+              stop_at=stop_after(points), **({} if job is None else {"on_layer": block_done}))
+        report(job, total, total, f"layer {total} / {total}")
     return trace
 
 
 def feature_activations(model, ids: Sequence[int] | torch.Tensor, attached: Sequence[Attached],
-                        interventions=None, decoder_ids: Sequence[int] | None = None) -> list[FeatureActivations]:
+                        interventions=None, decoder_ids: Sequence[int] | None = None,
+                        job: JobControl | None = None) -> list[FeatureActivations]:
     """One forward of `ids` (under `interventions`, if any): each attached dictionary's features. An
     encoder-decoder's `ids` are its source, `decoder_ids` its decoder's input (needed by decoder hooks only);
-    each dictionary's rows are its stack's tokens."""
+    each dictionary's rows are its stack's tokens. `job`: progress and cancel (record_points)."""
     edits = [own_edits(a, interventions) for a in attached]
     # an SAE whose own features are edited reads its input before that edit (a transcoder's input is elsewhere)
     unedited = [a.read.recorded for a, e in zip(attached, edits) if e and a.read.name == a.write.name]
     trace = record_points(model, ids, [p for a in attached for p in (a.read, a.write)], interventions, decoder_ids,
-                          unedited=unedited)
+                          unedited=unedited, job=job)
     return [features_of(a, read_point(trace, a.read, unedited=bool(e)).float(), read_point(trace, a.write).float(), e)
             for a, e in zip(attached, edits)]
 

@@ -126,6 +126,26 @@ class PlotHint:
         self.item.setPos(rect.center().x() - box.width() / 2, rect.center().y() - box.height() / 2)
 
 
+FLAT_HALF_SPAN = 0.5  # a flat curve's y range: its value +- this (pyqtgraph's own for a new view)
+
+
+def fit_flat_curves(plot) -> None:
+    """A plot whose curves are all one value gets the y range FLAT_HALF_SPAN around it: pyqtgraph's auto range
+    keeps the view's previous span for zero-span data, so a constant 51 clusters after a run of 400 showed
+    -50..150. Any other data: auto range again (only where this set the range, not a range the user zoomed to)."""
+    ys = [np.asarray(c.yData, dtype=float) for c in plot.listDataItems() if c.isVisible() and c.yData is not None]
+    ys = np.concatenate(ys or [np.zeros(0)])  # (the data as given: in log mode the view's y is its log10)
+    if plot.getViewBox().state["logMode"][1]:
+        ys = np.log10(ys[ys > 0])
+    ys = ys[np.isfinite(ys)]
+    flat = len(ys) > 0 and ys.min() == ys.max()
+    if flat:
+        plot.setYRange(ys[0] - FLAT_HALF_SPAN, ys[0] + FLAT_HALF_SPAN, padding=0)  # (auto range off in y)
+    elif getattr(plot, "flat_fitted", False):
+        plot.enableAutoRange(axis="y")
+    plot.flat_fitted = flat
+
+
 class DynamicsCurves(pg.GraphicsLayoutWidget):
     """Six plots: four of the simulation by time, two of the model by layer; a hint where one is empty."""
 
@@ -200,6 +220,8 @@ class DynamicsCurves(pg.GraphicsLayoutWidget):
         w2 = R[:, 5]
         ok = np.isfinite(w2) & (w2 > 0)
         self.c_w2.setData(t[ok], w2[ok])
+        for plot in (self.p_clusters, self.p_cosine, self.p_radius, self.p_w2):
+            fit_flat_curves(plot)
 
     def clear_records(self) -> None:
         for curve in (self.c_clusters, self.c_cosine, self.c_radius, self.c_bound, self.c_w2):
@@ -215,6 +237,8 @@ class DynamicsCurves(pg.GraphicsLayoutWidget):
         self.c_model_cos.setData(x, c.mean_cosine)
         self.c_model_clusters.setData(x, c.clusters)
         self.c_model_radius.setData(x, c.radius)
+        for plot in (self.p_model_cos, self.p_model_clusters):
+            fit_flat_curves(plot)
 
     def mark(self, t: float | None) -> None:
         """A dotted line at time t on the time curves while the slider scrubs back (None: hidden; moving them

@@ -26,6 +26,7 @@ from .. import settings as app_settings
 from ..state import DICTIONARIES, EDITS, FEATURE_PARTS, INPUT, MODEL, ResultView
 from ..widgets.export import ExportBar
 from ..widgets.form_fields import keyed_combo
+from ..widgets.job_progress import JobProgressBar
 from ..widgets.token_strip import TokenStrip
 from . import key_buttons
 from .features_views import FeatureDashboard, feature_attribution_chart, fill_table, read_only_table, visible
@@ -76,7 +77,7 @@ class FeaturesPanel(QWidget, ResultView):
     drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
     title = "Features"
     shortcuts = (("Ctrl+Return", "Run the dashboard"), ("Ctrl+Return", "Attribute"),
-                 ("Esc", "Cancel the dashboard"))  # (key, what): the buttons' keys, listed in Help
+                 ("Esc", "Cancel the dashboard"), ("Esc", "Cancel the lens"))  # (key, what): the buttons' keys, in Help
     result_parts = FEATURE_PARTS
     TOP_PER_TOKEN = 5  # features per token and hook in the lens table
     TOP_FEATURES = 10  # features per hook listed for the selected token
@@ -113,6 +114,7 @@ class FeaturesPanel(QWidget, ResultView):
         self._feature_rows: list[tuple] = []  # the features table's rows: (Attached, feature id)
         self._stale = True  # the lens is not computed for the current inputs
         self._lens_job = self._attr_job = self._decoder_job = None
+        self._lens_cancelled_here = None  # the lens job whose Cancel was clicked (Esc)
         self.last_feature_menu: QMenu | None = None
         self._failure = ""  # why the last dictionary was not attached (said until one is)
 
@@ -131,6 +133,13 @@ class FeaturesPanel(QWidget, ResultView):
                                 "(encoder.blocks.L.*, the source's tokens) or the decoder's (decoder.blocks.L.*, "
                                 "[start] + the Model panel's target); the lens shows those of the sequence chosen")
         self.side_label = QLabel("Lens on")
+        # the lens's forward, with progress and Cancel (shown while it runs) as the other long jobs: at Qwen2.5-0.5B's
+        # shape the lens of 1,024 tokens is a forward of the model up to the dictionaries' last layer
+        self.lens_progress = JobProgressBar()
+        self.lens_cancel_button = QPushButton("Cancel")
+        self.lens_cancel_button.setToolTip("Stop reading the features (the lens)")
+        for w in (self.lens_progress, self.lens_cancel_button):
+            w.setVisible(False)
         self.tabs = QTabWidget()
         top = QHBoxLayout()
         buttons = QVBoxLayout()
@@ -187,6 +196,8 @@ class FeaturesPanel(QWidget, ResultView):
         head.addWidget(self.side_label)
         head.addWidget(self.side)
         head.addWidget(self.status, 1)
+        head.addWidget(self.lens_progress)
+        head.addWidget(self.lens_cancel_button)
         head.addWidget(self.export_bar)
         lay.addLayout(head)
         lay.addWidget(self.tabs, 1)
@@ -200,7 +211,9 @@ class FeaturesPanel(QWidget, ResultView):
         self.dashboard.run_button.clicked.connect(self.run_dashboard)
         self.attribute_button.clicked.connect(self.attribute)
         # (the dashboard's Run and Attribute share a key: only the tab on show takes it)
-        key_buttons(self.shortcuts, (self.dashboard.run_button, self.attribute_button, self.dashboard.cancel_button))
+        key_buttons(self.shortcuts, (self.dashboard.run_button, self.attribute_button, self.dashboard.cancel_button,
+                                     self.lens_cancel_button))
+        self.lens_cancel_button.clicked.connect(self.cancel_lens)
         self.side.currentIndexChanged.connect(self._side_chosen)
         state.model_changed.connect(lambda _loaded: self._show_side_choice())
         self._show_side_choice()
@@ -330,13 +343,45 @@ class FeaturesPanel(QWidget, ResultView):
         if self._lens_job is not None and not self._lens_job.done:
             self._lens_job.cancel()
         decoder_ids = list(state.decoder_ids) if self.state.is_seq2seq() else None
-        self.status.setText("Reading the features…")
-        self._lens_job = state.run(lens_on, state.loaded, list(state.token_ids), dictionaries,
-                                   list(state.interventions), self.TOP_FEATURES, decoder_ids,
-                                   on_result=lambda r: self._show_lens(dictionaries, ids, r),
-                                   on_error=self._lens_failed, parts=FEATURE_PARTS, owner=self)
+        self.status.setText("Reading the features… (Esc cancels)")
+        self.lens_progress.begin()
+        self._lens_job = job = state.run(
+            lens_on, state.loaded, list(state.token_ids), dictionaries, list(state.interventions), self.TOP_FEATURES,
+            decoder_ids, on_result=lambda r: self._show_lens(dictionaries, ids, r), on_error=self._lens_failed,
+            on_progress=lambda done, total, message: self._lens_progress(job, done, total, message),
+            on_cancelled=lambda: self._lens_cancelled(job), on_finished=self._lens_running_shown,
+            parts=FEATURE_PARTS, owner=self)
+        self._lens_running_shown()
         if self.tabs.currentIndex() == TABS.index("Attribution"):
             self.attribute()
+
+    def _lens_running(self) -> bool:
+        return self._lens_job is not None and not self._lens_job.done
+
+    def _lens_running_shown(self) -> None:
+        """Progress and Cancel on show while a lens job runs (a finished one's: gone, unless a newer one runs)."""
+        running = self._lens_running()
+        for w in (self.lens_progress, self.lens_cancel_button):
+            w.setVisible(running)
+        self.lens_cancel_button.setEnabled(running)
+
+    def _lens_progress(self, job, done: int, total: int, message: str) -> None:
+        if job is self._lens_job:
+            self.lens_progress.show_progress(done, total)  # (the bar says the time left)
+            self.status.setText(f"Reading the features: {message} (Esc cancels)")
+
+    def cancel_lens(self) -> None:
+        """Cancel (Esc) of the lens: its forward stops after the block it is in."""
+        if self._lens_running():
+            self._lens_cancelled_here = self._lens_job
+            self._lens_job.cancel()
+
+    def _lens_cancelled(self, job) -> None:
+        # (said for the Cancel clicked, not for a lens the new inputs replaced: the new one says its own line)
+        if job is self._lens_job and job is self._lens_cancelled_here:
+            self._stale = True  # read again when the panel is shown again
+            self.status.setText("Cancelled: the features are read again when the text changes or the panel is "
+                                "shown again.")
 
     def _lens_failed(self, exc: BaseException, tb: str) -> None:
         self.status.setText(f"Cannot read the features: {exc}")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton,
-                               QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+                               QSplitter, QStyledItemDelegate, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from .. import settings as app_settings
 from ..settings import plot_background, plot_foreground
@@ -47,8 +47,40 @@ def columns_share_width_while_empty(table: QTableWidget) -> None:
     header.setStretchLastSection(not empty)  # (a stretched last section keeps its default width)
 
 
+class WholeRowsTable(QTableWidget):
+    """A table whose viewport ends on a whole row when it holds more rows than it shows: the part of a row it
+    would cut is left blank under it (the Promotes / Suppresses tables showed their last row's upper half)."""
+
+    _trimming = False
+
+    def updateGeometries(self) -> None:  # noqa: N802 (Qt)
+        # Our own trim resizes the viewport, which comes back here: QTableView's would set the bottom margin to 0
+        # again (a loop). Its scroll range is the same for the trimmed height: as many whole rows fit in it.
+        if self._trimming:
+            return
+        super().updateGeometries()  # (the viewport's margins for the headers, the bottom one 0)
+        m = self.viewportMargins()
+        height = self.viewport().height() + m.bottom()
+        row = self.verticalHeader().defaultSectionSize()
+        cut = height % row if self.rowCount() * row > height >= row else 0
+        if cut != m.bottom():
+            self._trimming = True
+            try:
+                self.setViewportMargins(m.left(), m.top(), m.right(), cut)
+            finally:
+                self._trimming = False
+
+
+class LeftElideDelegate(QStyledItemDelegate):
+    """Cells cut on the left ("…the end"): the text before a context's token keeps the part next to it."""
+
+    def initStyleOption(self, option, index) -> None:
+        super().initStyleOption(option, index)
+        option.textElideMode = Qt.TextElideMode.ElideLeft
+
+
 def read_only_table() -> QTableWidget:
-    t = QTableWidget()
+    t = WholeRowsTable()
     t.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
     t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
     t.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -95,7 +127,16 @@ class FeatureDashboard(QWidget):
         self.status = QLabel("")
         self.status.setWordWrap(True)
         self.contexts_table = read_only_table()
+        # one line a context, cut where it is far from the token: "before" on its left, "after" on its right
+        self.contexts_table.setWordWrap(False)
+        self.contexts_table.setItemDelegateForColumn(2, LeftElideDelegate(self.contexts_table))
         self.histogram = _plot("tokens", "activation")
+        # the histogram's title (how often the feature fires, or what to do while empty) as a label over it: it wraps
+        # in a narrow pane, where the plot's one-line title was cut ("fires on 1,11…" in the Graph panel's node pane)
+        self.histogram.getPlotItem().setTitle(None)
+        self.fires_label = QLabel("")
+        self.fires_label.setWordWrap(True)
+        self.fires_label.setAlignment(Qt.AlignmentFlag.AlignHCenter)
         self.promoted_table, self.suppressed_table = read_only_table(), read_only_table()
         self.contexts = None  # the TopContexts shown
         self.text_file: str | None = None
@@ -115,8 +156,13 @@ class FeatureDashboard(QWidget):
             box.addWidget(QLabel(f"<b>{title}</b>"))
             box.addWidget(table, 1)
             lv.addLayout(box, 1)
+        histogram = QWidget()
+        hv = QVBoxLayout(histogram)
+        hv.setContentsMargins(0, 0, 0, 0)
+        hv.addWidget(self.fires_label)
+        hv.addWidget(self.histogram, 1)
         lower = QSplitter(Qt.Orientation.Horizontal)
-        lower.addWidget(self.histogram)
+        lower.addWidget(histogram)
         lower.addWidget(logits)
         # the two tables get two thirds: at their size hints the histogram took most of a narrow pane (the Graph
         # panel's node) and Suppresses was ~75 px
@@ -128,31 +174,12 @@ class FeatureDashboard(QWidget):
         split.addWidget(lower)
         split.setSizes([300, 200])
         self.split = split
-        self.contexts_table.viewport().installEventFilter(self)  # (ends on a whole row: see eventFilter)
         lay = QVBoxLayout(self)
         lay.addWidget(self.header)
         lay.addLayout(row)
         lay.addWidget(self.status)
         lay.addWidget(split, 1)
         self.clear()
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if event.type() == QEvent.Type.Resize and watched is self.contexts_table.viewport():
-            self._contexts_end_on_a_whole_row()
-        return super().eventFilter(watched, event)
-
-    def _contexts_end_on_a_whole_row(self) -> None:
-        """The top contexts' pane loses the part of a row it would cut (its last row showed its upper half), to the
-        histogram's pane under it, when it holds more rows than it shows."""
-        table = self.contexts_table
-        rows, height = table.rowCount(), table.viewport().height()
-        row = table.verticalHeader().defaultSectionSize()
-        cut = height % row
-        if rows * row <= height or height < row or not cut:
-            return
-        top, bottom = self.split.sizes()
-        if top > cut:
-            self.split.setSizes([top - cut, bottom + cut])
 
     def clear(self, header: str | None = None) -> None:
         self.clear_contexts()
@@ -164,7 +191,8 @@ class FeatureDashboard(QWidget):
         fill_table(self.contexts_table, ["rank", "activation", "before", "token", "after"], [])
         columns_share_width_while_empty(self.contexts_table)
         self.histogram.getPlotItem().clear()
-        show_empty(self.histogram.getPlotItem(), True, self.EMPTY_HISTOGRAM)
+        show_empty(self.histogram.getPlotItem(), True)
+        self.fires_label.setText(self.EMPTY_HISTOGRAM)
         self.status.setText(status)
         self.drawn.emit()
 
@@ -173,9 +201,13 @@ class FeatureDashboard(QWidget):
         rows = [[rank, f"{act:.4g}", visible(left), visible(token), visible(right)]
                 for rank, act, _i, token, left, right in tc.rows]
         fill_table(self.contexts_table, ["rank", "activation", "before", "token", "after"], rows, align_right=(1, 2))
-        columns_share_width_while_empty(self.contexts_table)
-        self.contexts_table.resizeColumnsToContents()
-        self._contexts_end_on_a_whole_row()
+        header = self.contexts_table.horizontalHeader()
+        header.setStretchLastSection(False)
+        # rank, activation and token as wide as they are, before and after share the rest: at their contents'
+        # widths the token column was past the right edge of the Graph panel's node pane
+        fit, share = QHeaderView.ResizeMode.ResizeToContents, QHeaderView.ResizeMode.Stretch
+        for c, mode in enumerate((fit, fit, share, fit, share)):  # rank, activation, before, token, after
+            header.setSectionResizeMode(c, mode)
         item = self.histogram.getPlotItem()
         item.clear()
         show_empty(item, False)
@@ -183,9 +215,8 @@ class FeatureDashboard(QWidget):
         if len(counts):
             item.addItem(pg.BarGraphItem(x0=edges[:-1], x1=edges[1:], height=counts, brush=POSITIVE, pen=None))
             item.autoRange()
-        # (at the default 11pt the line ran past the histogram's third of a 1280 px window)
-        item.setTitle(f"fires on {tc.active_tokens:,} of {tc.tokens_seen:,} tokens ({100 * tc.density:.2f}%)",
-                      color=plot_foreground(), size="9pt")
+        self.fires_label.setText(f"fires on {tc.active_tokens:,} of {tc.tokens_seen:,} tokens "
+                                 f"({100 * tc.density:.2f}%)")
         self.status.setText(f"Top {len(tc.rows)} contexts over {tc.tokens_seen:,} tokens"
                             + (" (read from the cache)" if cached else "") + ".")
         self.drawn.emit()

@@ -299,6 +299,10 @@ class GraphPanel(QWidget, ResultView):
         self.supernode_items: list[pg.TextItem] = []
         self.hover = QLabel("")
         self.hover.setTextFormat(Qt.TextFormat.RichText)
+        # one line that asks for no width: a long node's line (~750 px) made the window's least width ~1,300 px,
+        # past a 1280 px screen; cut at the pane's edge, the clicked node's whole line is under it (details)
+        self.hover.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.hover.setMinimumWidth(1)
         self.details = QLabel("")
         self.details.setTextFormat(Qt.TextFormat.RichText)
         self.details.setWordWrap(True)

@@ -100,10 +100,12 @@ def component_bars(attribution) -> Bars:
     arrays = {"labels": np.array(labels), "contributions": attribution.contributions,
               "logit": np.array(attribution.logit)}
     # the named bars (embed, each MLP and bias, norm bias...) are always labelled, the many numbered heads and
-    # experts thinned around them (as the Features chart's bias and error): at 1024 px 'norm bias' went unnamed
-    named = tuple(i for i, (c, _, _, _) in enumerate(attribution.rows()) if c not in NUMBERED_COMPONENTS)
+    # experts thinned around them (as the Features chart's bias and error): at 1024 px 'norm bias' went unnamed;
+    # a layer's are left out together (every k-th layer's named) where 24 layers' would not fit
+    named = [(i, l) for i, (c, l, _, _) in enumerate(attribution.rows()) if c not in NUMBERED_COMPONENTS]
     return Bars(labels, [float(v) for v in attribution.contributions], arrays,
-                ["label", "component", "layer", "head", "contribution"], rows, always_labelled=named)
+                ["label", "component", "layer", "head", "contribution"], rows,
+                always_labelled=tuple(i for i, _ in named), always_groups=tuple(l for _, l in named))
 
 
 NUMBERED_COMPONENTS = ("head", "cross_head", "expert")  # L2H3, L2xH3, L2E5: one of many a layer

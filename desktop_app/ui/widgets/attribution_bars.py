@@ -29,12 +29,15 @@ class Bars:
     header: list[str] = field(default_factory=list)  # the CSV
     rows: list[list] = field(default_factory=list)
     always_labelled: tuple[int, ...] = ()  # bars whose names are never left out (the Features panel's bias, error)
+    # one per always_labelled bar: its layer (-1: none), whose bars are left unnamed together, every k-th layer's
+    # named, when all would need more lines than a layer has named bars and one (widgets.heatmap.LabelAxis)
+    always_groups: tuple[int, ...] = ()
 
 
 class AttributionBars(pg.PlotWidget):
     """set_attribution(result, title) draws bars_of(result); ExportBar's view of what is drawn.
-    The labels are thinned to the chart's width and elided, as a heatmap's axis does (the named bars never:
-    Bars.always_labelled); the hover names the bar under the mouse and its value, labelled or not."""
+    The labels are thinned to the chart's width and elided, as a heatmap's axis does (the named bars only a
+    layer at a time: Bars.always_labelled, always_groups); the hover names the bar under the mouse and its value, labelled or not."""
     drawn = Signal()  # set_attribution or clear_chart changed what is on show (an ExportBar refreshes on it)
 
     def __init__(self, bars_of: Callable[[object], Bars], empty: str, parent=None) -> None:
@@ -89,7 +92,8 @@ class AttributionBars(pg.PlotWidget):
         x = np.arange(len(values)) + 0.5  # bar i's centre, where the axis writes label i
         brushes = [pg.mkBrush(POSITIVE if v >= 0 else NEGATIVE) for v in values]
         self.plot_item.addItem(pg.BarGraphItem(x=x, height=values, width=0.8, brushes=brushes, pen=None))
-        self.plot_item.getAxis("bottom").set_labels(self.bars.labels, always=self.bars.always_labelled)
+        self.plot_item.getAxis("bottom").set_labels(self.bars.labels, always=self.bars.always_labelled,
+                                                      groups=self.bars.always_groups)
         # the title is rich text: a token such as <|endoftext|>, <pad> or <s> is escaped to be shown
         self.plot_item.setTitle(html.escape(title, quote=False), color=plot_foreground())
         self.plot_item.autoRange()

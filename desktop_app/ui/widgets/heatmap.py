@@ -73,20 +73,26 @@ def anchor_label(item: QGraphicsSimpleTextItem, turned: bool = False, centred: b
 class LabelAxis(pg.AxisItem):
     """Axis whose ticks are cell centres (i + 0.5) labelled by strings, thinned to fit the pixels: every
     1, 2, 5, 10... labels (positions), or with `any_step` every k-th for the smallest k that fits (names).
-    A bottom axis's `always` labels (set_labels) are never thinned: drawn first, one that would touch another
-    on a second line; the others are left out where they would touch them."""
+    A bottom axis's `always` labels (set_labels) are drawn first, one that would touch another on a further line;
+    the others are left out where they would touch them. `always` labels in groups (a layer's MLP and bias) get as
+    many lines as a group has labels, and one more: when they need more, only every k-th group's are kept (the
+    smallest k that fits; the ungrouped ones always), since 24 layers' made five interleaved lines."""
 
     def __init__(self, orientation: str, tokens: bool = True, any_step: bool = False, **kw) -> None:
         super().__init__(orientation, **kw)
         self.labels: list[str] = []
         self.always: set[int] = set()
+        self.groups: dict[int, int] = {}
         self.tokens = tokens  # labels are tokens (show their spaces) rather than names
         self.any_step = any_step
         self.enableAutoSIPrefix(False)
 
-    def set_labels(self, labels: Sequence[str], always: Sequence[int] = ()) -> None:
+    def set_labels(self, labels: Sequence[str], always: Sequence[int] = (), groups: Sequence[int] = ()) -> None:
+        """groups: one per `always` label, its group (a layer; -1: none) for thinning them (see the class)."""
         self.labels = [short_label(s, token=self.tokens) for s in labels]
         self.always = {i for i in always if 0 <= i < len(self.labels)} if self.orientation == "bottom" else set()
+        self.groups = {i: g for i, g in zip(always, groups) if i in self.always and g >= 0}
+        self.group_step = 1  # every group_step-th group's `always` labels drawn (generateDrawSpecs)
         self._lines = 0  # lines of labels the axis has room for (generateDrawSpecs: as many as the `always` need)
         if self.orientation == "bottom":
             self.setHeight(None)
@@ -125,8 +131,8 @@ class LabelAxis(pg.AxisItem):
         return [(float(step), sorted(ticks))]
 
     def generateDrawSpecs(self, p):  # noqa: N802 (pyqtgraph's name)
-        """The `always` labels first (a second line for one that would touch another), then the rest where they
-        touch none."""
+        """The `always` labels first (a further line for one that would touch another; every k-th group's when they
+        would need more lines than a group has labels and one), then the rest where they touch none."""
         if not self.always:
             return super().generateDrawSpecs(p)
         # pyqtgraph leaves out a label that crosses the axis's ends (the first and last bars' names): every label
@@ -139,8 +145,30 @@ class LabelAxis(pg.AxisItem):
         if specs is None:
             return specs
         axis, ticks, texts = specs
-        must = {self.labels[i] for i in self.always}
         bounds = self.boundingRect()  # (pyqtgraph's own bounds for its labels, the style restored)
+        fm = QFontMetrics(self.style.get("tickFont") or self.font())
+        gap = fm.horizontalAdvance("  ")  # between two labels on a line (4 px read as one: "L21 MLP L23 MLP")
+        sizes = {}
+        for g in self.groups.values():
+            sizes[g] = sizes.get(g, 0) + 1
+        most_lines = max(sizes.values(), default=len(self.always)) + 1
+        n_groups = len(sizes)
+        for step in range(1, max(n_groups, 1) + 1):
+            must = {self.labels[i] for i in self.always if self.groups.get(i, 0) % step == 0}
+            kept, used = self._placed(texts, must, bounds, gap)
+            if used <= most_lines:
+                break
+        self.group_step = step
+        if used != self._lines:  # (the axis grows a line for each line of labels: laid out again)
+            self._lines = used
+            self.setHeight(None if used == 1 else used * fm.height() + 12)
+        return axis, ticks, kept
+
+    @staticmethod
+    def _placed(texts, must: set[str], bounds, gap: float) -> tuple[list, int]:
+        """The labels drawn ((rect, flags, text), lines used): the `must` ones first, each on the first line where it
+        is `gap` clear of the others (moved in over an end of the axis it crossed), the rest on the first line
+        where they are clear, else left out."""
         inside = []
         for rect, flags, text in texts:
             over = max(0.0, bounds.left() - rect.left()) - max(0.0, rect.right() - bounds.right())
@@ -149,22 +177,17 @@ class LabelAxis(pg.AxisItem):
             elif over:
                 continue
             inside.append((rect, flags, text))
-        texts = inside
-        lines: list[list] = [[] for _ in must]
+        lines: list[list] = [[] for _ in range(max(len(must), 1))]
         kept, used = [], 1
-        for rect, flags, text in sorted(texts, key=lambda t: t[2] not in must):  # (stable: left to right)
-            room = rect.adjusted(-2, 0, 2, 0)
+        for rect, flags, text in sorted(inside, key=lambda t: t[2] not in must):  # (stable: left to right)
+            room = rect.adjusted(-gap / 2, 0, gap / 2, 0)
             for line, placed in enumerate(lines if text in must else lines[:1]):  # (the others: the first line)
                 if not any(room.intersects(r) for r in placed):
                     placed.append(room)
                     kept.append((rect.translated(0, line * rect.height()), flags, text))
                     used = max(used, line + 1)
                     break
-        if used != self._lines:  # (the axis grows a line for each line of labels: laid out again)
-            self._lines = used
-            fm = QFontMetrics(self.style.get("tickFont") or self.font())
-            self.setHeight(None if used == 1 else used * fm.height() + 12)
-        return axis, ticks, kept
+        return kept, used
 
     def tickStrings(self, values, scale, spacing):  # noqa: N802
         out = []

@@ -170,10 +170,19 @@ def test_translation_reaches_95_percent_and_its_cross_attention_swaps_adjective_
     What the cross-attention shows, on the held-out sentences that start "det adj noun" ("the black dog
     ..." -> "le chien noir ..."): the decoder position that writes the noun (its input is the determiner)
     reads the source noun, which comes AFTER the adjective in the source, and the next position, which
-    writes the adjective, reads the source adjective: in the last decoder layer's cross-attention averaged
-    over its heads, the largest weight is on that source word for >= 95% of the sentences, and the mean
-    weight there is above 0.5 for the noun (most of its mass; measured 0.97) and above 1/3 for the
-    adjective (measured 0.52; a uniform spread gives about 0.18, as the model as initialised does)."""
+    writes the adjective, reads the source adjective. In the last decoder layer a head does both: its
+    largest weight is on the source noun while the noun is written and on the source adjective while the
+    adjective is written, each for >= 95% of the sentences, with most of its weight there (measured: heads 2
+    and 3, weight 1.00 on the noun and 0.997 on the adjective, the largest for every sentence). Averaged over
+    the layer's heads, the weight on the word being written is above 0.5 for the noun (measured 0.91) and
+    above 1/3 for the adjective (measured 0.50; a uniform spread gives about 0.18, as every head of the model
+    as initialised does). Not the heads' average's largest weight: while the adjective is written the other
+    two heads read the word that comes next (the verb), so the average puts about 0.5 on each and rounding
+    picks the largest (the adjective for 69% of the sentences here). That measure passed (100%) until two
+    rounding changes of the training step, both right (q, k, v in one product, 6053cb0: 87%; the clipping
+    factor multiplied as a Python number, cd27f14: 69%); this one holds for all three runs (heads 2 and 3
+    swap in each) and for seeds 1 to 4 (2 or 3 swapping heads each, the heads' mean weight on the adjective
+    0.52 to 0.98)."""
     from desktop_app.core.checkpoints import load_model_folder
 
     summary, events = _train(tmp_path, "translate", {}, {"n_layers": 2, "n_heads": 4, "d_model": 64, "d_ff": 256},
@@ -187,21 +196,30 @@ def test_translation_reaches_95_percent_and_its_cross_attention_swaps_adjective_
     with_adjective = val.rows(torch.tensor([int(w) in adjectives for w in val.src[:, 1]]))
     assert len(with_adjective) > 100
 
-    def reads(model) -> dict[str, tuple[float, float]]:
-        p = _cross_attention(model, with_adjective, model.cfg.n_decoder_layers - 1).mean(1)  # [B, T, S]
+    def reads(model) -> dict[str, tuple[float, list[tuple[float, float]]]]:
+        """word -> (the heads' mean weight on it, each head's (mean weight, share of sentences whose largest
+        weight is on it)) while the decoder writes it."""
+        p = _cross_attention(model, with_adjective, model.cfg.n_decoder_layers - 1)  # [B, H, T, S]
         # decoder input [START] det noun adj ...: position 1 writes the noun, position 2 the adjective
-        return {what: (float(p[:, query, source].mean()), float((p[:, query].argmax(-1) == source).float().mean()))
+        return {what: (float(p[:, :, query, source].mean()),
+                       [(float(p[:, h, query, source].mean()),
+                         float((p[:, h, query].argmax(-1) == source).float().mean())) for h in range(p.shape[1])])
                 for what, query, source in (("noun", 1, 2), ("adjective", 2, 1))}
 
+    def swapping_heads(read) -> list[int]:
+        """The heads that read the noun while writing it and the adjective while writing it."""
+        return [h for h in range(len(read["noun"][1]))
+                if all(read[w][1][h][0] > 0.5 and read[w][1][h][1] >= 0.95 for w in ("noun", "adjective"))]
+
     trained = reads(load_model_folder(tmp_path / "run").model)
-    print("cross-attention (mean weight, share argmax) trained:", trained)
+    print("cross-attention (heads' mean weight, [(each head's mean weight, share argmax)]) trained:", trained)
     assert trained["noun"][0] > 0.5 and trained["adjective"][0] > 1 / 3, trained
-    assert trained["noun"][1] >= 0.95 and trained["adjective"][1] >= 0.95, trained
+    assert swapping_heads(trained), trained
     initial = reads(load_model_folder(tmp_path / "run" / "checkpoints" / "step-000000").model)
     print("as initialised:", initial)
-    for what, (mass, hits) in initial.items():
-        assert mass < 0.3, (what, initial)
-
+    assert not swapping_heads(initial), initial
+    for what, (_, heads) in initial.items():
+        assert all(mass < 0.3 for mass, _ in heads), (what, initial)  # about 0.18: spread evenly
 
 
 def test_the_model_takes_the_task_s_specials():

@@ -112,7 +112,8 @@ def no_timer_outlives_its_test():
     """Teardown, after the test's windows and states are deleted (no_window_outlives_its_test asks for
     this one): a timer the test started that still runs and still calls something fails the test, and is
     stopped. Such timers fired into later tests (a watchdog's exit broke their event loops; a callback
-    reached a deleted panel). Timers running before the test are left alone."""
+    reached a deleted panel). Timers running before the test are left alone; one made before it (a module
+    fixture's) that the test started is the test's."""
     before = {_address(t) for t in running_timers()}
     yield
     left = [t for t in running_timers(calling=True) if _address(t) not in before]
@@ -227,16 +228,43 @@ def describe_widget(widget) -> str:
     return " ".join(parts)
 
 
+def _note_every_timer_made():
+    """A WeakSet that every QTimer Python makes from now on joins (for as long as its wrapper lives):
+    QTimer.__init__ is wrapped; PySide's QTimer.singleShot makes its own timer through it too. Installed
+    when this file is imported, before any UI test's fixture runs."""
+    import weakref
+
+    from PySide6.QtCore import QTimer
+
+    made = weakref.WeakSet()
+    made_by_init = QTimer.__init__
+
+    def init_and_note(self, *args, **kwargs):
+        made_by_init(self, *args, **kwargs)
+        made.add(self)
+
+    QTimer.__init__ = init_and_note
+    return made
+
+
+_timers_made = _note_every_timer_made()
+
+
 def running_timers(calling: bool = False) -> list:
     """Every running QTimer that has a Python wrapper (Qt's own are not seen). `calling`: only those that
     still call something when they fire. A QTimer.singleShot's own timer (parentless, owned by C++: it
     deletes itself) keeps one connection of its own, and one to its callable while that lives: its
-    callable's object gone (a deleted context, a method's object collected), it runs on, calling nothing."""
+    callable's object gone (a deleted context, a method's object collected), it runs on, calling nothing.
+    Two sources: gc.get_objects(), which tests/conftest.py's gc.freeze before each test limits to what was
+    made since (~2 ms a call in tests/ui; wrappers made by C++ and handed to Python included), and the
+    timers noted as made (_note_every_timer_made), which also holds those made before the test (a
+    module fixture's): frozen, gc.get_objects() no longer lists them, so one the test started was unseen."""
     from PySide6.QtCore import QTimer
 
-    found = []
-    for obj in gc.get_objects():
-        if isinstance(obj, QTimer) and shiboken6.isValid(obj) and obj.isActive():
+    found, seen = [], set()
+    for obj in [*gc.get_objects(), *_timers_made]:
+        if isinstance(obj, QTimer) and id(obj) not in seen and shiboken6.isValid(obj) and obj.isActive():
+            seen.add(id(obj))
             single_shot_own = obj.parent() is None and not shiboken6.ownedByPython(obj)
             if not calling or obj.receivers("2timeout()") > (1 if single_shot_own else 0):
                 found.append(obj)

@@ -173,6 +173,36 @@ def no_job_outlives_its_test(no_window_outlives_its_test):
     assert shutdown(timeout_ms=60_000), "a worker job did not stop within 60 s of its cancel"
 
 
+GUARD_CASES = ("exit_outside_exec_cases.py", "timer_guard_cases.py")
+
+
+@pytest.fixture(scope="session")
+def guard_cases_run(tmp_path_factory):
+    """The guards' case files (never collected by the suite: their names do not start with test_) run in one
+    pytest session of their own -> (outcomes, output): outcomes maps "file.py::test" to the set of its -rA
+    lines' words (PASSED, ERROR, FAILED: a test that errors in its teardown has PASSED and ERROR). One session
+    for both files: each costs a Python start with torch and Qt."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": str(here.parents[1]), "QT_QPA_PLATFORM": "offscreen", "OMP_NUM_THREADS": "1"}
+    try:
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:randomly",
+                            "--basetemp", str(tmp_path_factory.mktemp("guard-cases")),
+                            *(str(here / name) for name in GUARD_CASES)], cwd=here.parents[1], env=env,
+                           capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired as exc:  # run() kills the child on timeout
+        pytest.fail(f"the guards' cases did not end within 240 s: {exc.stdout!r}")
+    outcomes: dict[str, set] = {}
+    for line in r.stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word in ("PASSED", "ERROR", "FAILED") and "::" in rest:
+            outcomes.setdefault(rest.split(" ")[0].split("/")[-1], set()).add(word)
+    return outcomes, r.stdout + r.stderr
+
+
 @pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory):
     """name -> model folder for 'demo', 'bert', 'llama', 'notok' (made once per session)."""

@@ -286,7 +286,7 @@ def running_timers(calling: bool = False) -> list:
     deletes itself) keeps one connection of its own, and one to its callable while that lives: its
     callable's object gone (a deleted context, a method's object collected), it runs on, calling nothing.
     Two sources: gc.get_objects(), which tests/conftest.py's gc.freeze before each test limits to what was
-    made since (~2 ms a call in tests/ui; wrappers made by C++ and handed to Python included), and the
+    made since (2-4 ms a call in tests/ui; wrappers made by C++ and handed to Python included), and the
     timers noted as made (_note_every_timer_made), which also holds those made before the test (a
     module fixture's): frozen, gc.get_objects() no longer lists them, so one the test started was unseen."""
     from PySide6.QtCore import QTimer

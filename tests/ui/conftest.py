@@ -112,7 +112,8 @@ def no_timer_outlives_its_test():
     """Teardown, after the test's windows and states are deleted (no_window_outlives_its_test asks for
     this one): a timer the test started that still runs and still calls something fails the test, and is
     stopped. Such timers fired into later tests (a watchdog's exit broke their event loops; a callback
-    reached a deleted panel). Timers running before the test are left alone."""
+    reached a deleted panel). Timers running before the test are left alone; one made before it (a module
+    fixture's) that the test started is the test's."""
     before = {_address(t) for t in running_timers()}
     yield
     left = [t for t in running_timers(calling=True) if _address(t) not in before]
@@ -172,6 +173,36 @@ def no_job_outlives_its_test(no_window_outlives_its_test):
     assert shutdown(timeout_ms=60_000), "a worker job did not stop within 60 s of its cancel"
 
 
+GUARD_CASES = ("exit_outside_exec_cases.py", "timer_guard_cases.py")
+
+
+@pytest.fixture(scope="session")
+def guard_cases_run(tmp_path_factory):
+    """The guards' case files (never collected by the suite: their names do not start with test_) run in one
+    pytest session of their own -> (outcomes, output): outcomes maps "file.py::test" to the set of its -rA
+    lines' words (PASSED, ERROR, FAILED: a test that errors in its teardown has PASSED and ERROR). One session
+    for both files: each costs a Python start with torch and Qt."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": str(here.parents[1]), "QT_QPA_PLATFORM": "offscreen", "OMP_NUM_THREADS": "1"}
+    try:
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:randomly",
+                            "--basetemp", str(tmp_path_factory.mktemp("guard-cases")),
+                            *(str(here / name) for name in GUARD_CASES)], cwd=here.parents[1], env=env,
+                           capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired as exc:  # run() kills the child on timeout
+        pytest.fail(f"the guards' cases did not end within 240 s: {exc.stdout!r}")
+    outcomes: dict[str, set] = {}
+    for line in r.stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word in ("PASSED", "ERROR", "FAILED") and "::" in rest:
+            outcomes.setdefault(rest.split(" ")[0].split("/")[-1], set()).add(word)
+    return outcomes, r.stdout + r.stderr
+
+
 @pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory):
     """name -> model folder for 'demo', 'bert', 'llama', 'notok' (made once per session)."""
@@ -227,16 +258,43 @@ def describe_widget(widget) -> str:
     return " ".join(parts)
 
 
+def _note_every_timer_made():
+    """A WeakSet that every QTimer Python makes from now on joins (for as long as its wrapper lives):
+    QTimer.__init__ is wrapped; PySide's QTimer.singleShot makes its own timer through it too. Installed
+    when this file is imported, before any UI test's fixture runs."""
+    import weakref
+
+    from PySide6.QtCore import QTimer
+
+    made = weakref.WeakSet()
+    made_by_init = QTimer.__init__
+
+    def init_and_note(self, *args, **kwargs):
+        made_by_init(self, *args, **kwargs)
+        made.add(self)
+
+    QTimer.__init__ = init_and_note
+    return made
+
+
+_timers_made = _note_every_timer_made()
+
+
 def running_timers(calling: bool = False) -> list:
     """Every running QTimer that has a Python wrapper (Qt's own are not seen). `calling`: only those that
     still call something when they fire. A QTimer.singleShot's own timer (parentless, owned by C++: it
     deletes itself) keeps one connection of its own, and one to its callable while that lives: its
-    callable's object gone (a deleted context, a method's object collected), it runs on, calling nothing."""
+    callable's object gone (a deleted context, a method's object collected), it runs on, calling nothing.
+    Two sources: gc.get_objects(), which tests/conftest.py's gc.freeze before each test limits to what was
+    made since (2-4 ms a call in tests/ui; wrappers made by C++ and handed to Python included), and the
+    timers noted as made (_note_every_timer_made), which also holds those made before the test (a
+    module fixture's): frozen, gc.get_objects() no longer lists them, so one the test started was unseen."""
     from PySide6.QtCore import QTimer
 
-    found = []
-    for obj in gc.get_objects():
-        if isinstance(obj, QTimer) and shiboken6.isValid(obj) and obj.isActive():
+    found, seen = [], set()
+    for obj in [*gc.get_objects(), *_timers_made]:
+        if isinstance(obj, QTimer) and id(obj) not in seen and shiboken6.isValid(obj) and obj.isActive():
+            seen.add(id(obj))
             single_shot_own = obj.parent() is None and not shiboken6.ownedByPython(obj)
             if not calling or obj.receivers("2timeout()") > (1 if single_shot_own else 0):
                 found.append(obj)

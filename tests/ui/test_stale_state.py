@@ -388,6 +388,9 @@ def test_particles_built_from_the_old_models_tokens_never_show_on_the_new_one(qt
     assert built == [] and panel.sim is None and not panel.is_running()  # the old model's particles never came
     assert len(panel.scatter.getData()[0]) == 0
     assert "changed" in panel.status.text()
+    # nor did the panel build any by itself meanwhile (its first look, held until its first paint, ran after
+    # the new model came: the new model's head with the old trace's tokens, "V is 128x128 but ... dimension 32")
+    assert len(started) == len(ended) == 1
 
     # particles built from this model and playing: another model clears them
     demo_d = state.loaded.config.d_model
@@ -404,3 +407,34 @@ def test_particles_built_from_the_old_models_tokens_never_show_on_the_new_one(qt
     qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: panel.sim is not None and not panel.is_running(), timeout=30_000)
     assert panel.sim.config.d == state.loaded.config.d_model != demo_d
+
+
+def test_particles_cleared_by_a_model_that_came_before_the_panels_first_paint_stay_cleared(
+        qtbot, model_dirs, isolated_user_files, monkeypatch):
+    """Dynamics shown for the first time, Reset clicked, and another model arrives before the panel's first
+    paint: the first look (starting particles, held until that paint) builds nothing, since Reset was pressed:
+    it built the new model's head with the old trace's tokens ("V is 128x128 but the particles live in
+    dimension 32"), a race with the first paint that made the test above fail about half the time."""
+    import desktop_app.ui.panels.dynamics as dynamics
+
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    demo = state.loaded
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(model_dirs["llama"])
+    _wait_own_trace(qtbot, state)
+    gate, started, ended = _gated(dynamics, "build_simulation", monkeypatch)
+    gate.set()  # (only counted here)
+    panel = _show_tab(qtbot, window, "Dynamics")
+    panel.init.setCurrentIndex(panel.init.findData("tokens"))
+    panel.qkv.setCurrentIndex(panel.qkv.findData("model"))
+    qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+    assert panel._after_paint.pending  # the order this is about: no paint yet, the first look still held
+    state.set_model(demo)  # what a model opened meanwhile does on arrival (its load's end, on the UI thread)
+    qtbot.waitUntil(lambda: not panel._after_paint.pending, timeout=30_000)
+    _wait_own_trace(qtbot, state)
+    qtbot.waitUntil(lambda: len(ended) == len(started), timeout=30_000)
+    qtbot.wait(50)  # what the workers sent has reached the UI thread
+    builds = len(started)
+    assert builds == 1  # the click's build only (dropped with the old model)
+    assert panel.sim is None and not panel.is_running() and len(panel.scatter.getData()[0]) == 0
+    assert "changed" in panel.status.text()

@@ -101,6 +101,7 @@ class DynamicsPanel(QWidget, ResultView):
         self._job = None
         self._build_job = None
         self._shown_once = False
+        self._reset_asked = False  # reset() ran (a click, Play, the first look): the first look has nothing to do
         self._frames: list[dy.Frame] = []
         self._records: list[dy.Record] = []
         self._layer_curves: dy.LayerCurves | None = None
@@ -489,6 +490,7 @@ class DynamicsPanel(QWidget, ResultView):
 
     # -- running ---------------------------------------------------------------------------------
     def reset(self) -> None:
+        self._reset_asked = True
         self.play_button.setChecked(False)
         self._cancel_jobs()
         try:
@@ -818,7 +820,9 @@ class DynamicsPanel(QWidget, ResultView):
         super().showEvent(event)
         if not self._shown_once:  # a first look shows the starting particles, not empty axes
             self._shown_once = True
-            self._after_paint.call(lambda: self.sim is None and self._build_job is None and self.reset())
+            # not once Reset was pressed: particles another model's arrival cleared meanwhile stay cleared (the
+            # status asks for Reset), rather than built from the new model's head and the old trace's tokens
+            self._after_paint.call(lambda: not self._reset_asked and self.reset())
 
     def screenshot_ready(self) -> bool:
         """The starting particles and the model's curves are drawn (or said to have failed)."""

@@ -430,34 +430,27 @@ def test_a_flat_curve_gets_a_y_range_around_its_value_not_the_last_runs_span(qtb
     """look16: after a run whose clusters fell from 40 to a few, a run with constant clusters (here dt 0.001:
     the particles barely move) drew its flat line in the old run's span (the README's dynamics_model.png:
     51 clusters on -50..150): pyqtgraph keeps the view's span for zero-span data."""
+    def run(dt: float, steps: int) -> list[int]:
+        """Reset with this dt, then Step clicked `steps` times: each frame's cluster count."""
+        panel.dt.setValue(dt)
+        reset(qtbot, panel)
+        for k in range(steps):
+            click(qtbot, panel.step_button)
+            qtbot.waitUntil(lambda: len(panel._frames) == k + 2 and not panel.is_running(), timeout=10000)
+        qtbot.wait(50)  # (the view's range is updated when drawn)
+        return [r.clusters for r in panel._records]
+
     panel.n.setValue(40)
     panel.steps_per_frame.setValue(10)
     panel.record_every.setValue(10)
-    panel.dt.setValue(1.0)
-    reset(qtbot, panel)
-    for k in range(4):
-        click(qtbot, panel.step_button)
-        qtbot.waitUntil(lambda: len(panel._frames) == k + 2 and not panel.is_running(), timeout=10000)
-    counts = [r.clusters for r in panel._records]
+    counts = run(1.0, 4)
     assert max(counts) - min(counts) >= 10  # the first run's span is wide
-    panel.dt.setValue(0.001)
-    reset(qtbot, panel)
-    for k in range(3):
-        click(qtbot, panel.step_button)
-        qtbot.waitUntil(lambda: len(panel._frames) == k + 2 and not panel.is_running(), timeout=10000)
-    counts = {r.clusters for r in panel._records}
+    counts = set(run(0.001, 3))
     assert len(counts) == 1  # flat
     value = counts.pop()
-    qtbot.wait(50)  # (the view's range is updated when drawn)
     lo, hi = panel.p_clusters.viewRange()[1]
     assert lo <= value <= hi and hi - lo <= 2, (value, lo, hi)
     # a curve that varies again: auto range follows it
-    panel.dt.setValue(1.0)
-    reset(qtbot, panel)
-    for k in range(4):
-        click(qtbot, panel.step_button)
-        qtbot.waitUntil(lambda: len(panel._frames) == k + 2 and not panel.is_running(), timeout=10000)
-    counts = [r.clusters for r in panel._records]
-    qtbot.wait(50)
+    counts = run(1.0, 4)
     lo, hi = panel.p_clusters.viewRange()[1]
     assert lo <= min(counts) and max(counts) <= hi and hi - lo <= 2 * (max(counts) - min(counts)), (counts, lo, hi)

@@ -112,12 +112,15 @@ def check_generation_memory(loaded, prompt_length: int, max_new: int, beams: int
     model's dtype; record: a session that records, as the Generate panel's, not generate()'s, the CLI's;
     source_length: an encoder-decoder's source tokens). `what` names the setting to lower (a command-line
     option, a panel's control). Counted too: the weights' copies the session's start makes for one-token steps
-    where they are not made yet (core.model.decoding_copy_bytes: float32 on the CPU, in huge pages where they fit)."""
+    where they are not made yet (core.model.decoding_copy_bytes: float32 on the CPU, in huge pages where they fit;
+    half precision's prepacked copy where it fits, unless `beams` > 1: beam steps never read it, so a beam
+    session does not make it, GenerationSession._pack_for)."""
     from ..core.devices import check_memory
     from ..core.model import decoding_copy_bytes
 
     held = generation_bytes(loaded.config, loaded.model.dtype, prompt_length, max_new, beams, record, source_length)
-    copy = decoding_copy_bytes(loaded.model) if loaded.config.causal else 0  # an encoder fills masks: no steps
+    # (an encoder fills masks: no steps)
+    copy = decoding_copy_bytes(loaded.model, prepack=beams == 1) if loaded.config.causal else 0
     purpose = ("for the generated tokens' distributions, records and KV cache" if record
                else "for the generated tokens' distributions and KV cache")
     check_memory(float(sum(held.values()) + copy), what,

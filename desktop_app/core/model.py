@@ -327,13 +327,22 @@ def _huge_pages_on() -> bool:
 _NO_ROOM = contextvars.ContextVar("no_room_for_huge_page_copies", default=False)
 
 
-def decoding_copy_bytes(model) -> int:
-    """What memory grows by when model.pack_for_decoding copies the weights now (0 once made, and where it makes
-    none: not float32 on the CPU, streamed): what a memory estimate before a generation counts. A copy of weights
-    in a file's map (a model read from its folder) is memory of its own; one of weights in anonymous memory frees
-    them once made (a model converted to float32 as it loaded, a new one), so only the largest such copy counts
-    (the peak; one block's Q/K/V concatenated on the way aside)."""
-    return _decoding_copy(model)[0]
+def decoding_copy_bytes(model, prepack: bool = True) -> int:
+    """What memory grows by when model.pack_for_decoding(prepack) copies the weights now (0 once made, and where it
+    makes none: not on the CPU, streamed): what a memory estimate before a generation counts. In float32, its
+    layouts: a copy of weights in a file's map (a model read from its folder) is memory of its own; one of weights
+    in anonymous memory frees them once made (a model converted to float32 as it loaded, a new one), so only the
+    largest such copy counts (the peak; one block's Q/K/V concatenated on the way aside). In half precision, the
+    prepacked copies _prepack_one_row makes (_one_row_groups_to_pack: none where they would not fit), kept beside
+    the weights."""
+    return _decoding_copy(model)[0] + (_one_row_bytes(_one_row_groups_to_pack(model)) if prepack else 0)
+
+
+def _laid_out_for_steps(model) -> bool:
+    """Whether Transformer.pack_for_decoding lays `model` out (its own method, not another's; not streamed; on the
+    CPU); which copies it makes then depends on the dtype."""
+    return (getattr(type(model), "pack_for_decoding", None) is Transformer.pack_for_decoding
+            and getattr(model, "streamed", None) is None and model.device.type == "cpu")
 
 
 def _decoding_copy(model) -> tuple[int, int, int | None]:
@@ -360,9 +369,7 @@ def _decoding_copies(model) -> list[tuple[int, bool, bool]]:
     """(bytes, whether the weights copied stay in memory, whether copied only for huge pages) of each copy
     Transformer.pack_for_decoding's float32 layouts make now, by its rules and pack_linears' (the tests in
     test_decoding_layout check them against the copies it makes)."""
-    if (getattr(type(model), "pack_for_decoding", None) is not Transformer.pack_for_decoding
-            or getattr(model, "streamed", None) is not None or model.device.type != "cpu"
-            or model.dtype != torch.float32):
+    if not _laid_out_for_steps(model) or model.dtype != torch.float32:
         return []
 
     def size(t: torch.Tensor | None) -> int:
@@ -501,6 +508,61 @@ def prepack_one_row(owner: nn.Module, linears) -> bool:
         [t.detach() if t is not None else lin.weight.new_zeros(lin.out_features) for t, lin in zip(biases, linears)])
     owner.__dict__["_one_row"] = OneRowCopy(_made_from(weights if len(linears) == 1 else _group_tensors(linears)),
                                             packed, b)
+    return True
+
+
+def _one_row_groups_to_pack(model) -> list[tuple[nn.Module, tuple]]:
+    """(owner, the nn.Linear layers it multiplies by as one) of every product a half-precision step makes that
+    Transformer._prepack_one_row prepacks now: those without a fresh copy (prepack_one_row), all of them or none,
+    when their copies (_one_row_bytes) fit in the memory available with a quarter to spare; none where this CPU or
+    build has no such product for the dtype, and none outside pack_for_decoding's half-precision path. The one rule
+    for the copies made (_prepack_one_row) and counted before a generation (decoding_copy_bytes)."""
+    from .devices import available_memory
+
+    if not _laid_out_for_steps(model) or model.dtype not in (torch.bfloat16, torch.float16):
+        return []
+    if not _one_row_products_here(model.dtype):
+        return []
+    groups: list[tuple[nn.Module, tuple]] = []
+    for block in model.blocks:
+        attn = block.attn
+        groups += [(attn, (attn.q, attn.k, attn.v)), (attn.o, (attn.o,))]
+        for mlp in dense_mlps(block.mlp):
+            groups.append((mlp, (mlp.gate, mlp.up)) if hasattr(mlp, "gate") else (mlp.up, (mlp.up,)))
+            groups.append((mlp.down, (mlp.down,)))
+    if model.cfg.lm_head and model.cfg.lm_head_kind not in ("mlm", "classifier"):
+        groups.append((model.lm_head, (model.lm_head,)))
+    groups = [(owner, linears) for owner, linears in groups if _prepacked(owner, linears) is None]
+    have = available_memory("cpu") if groups else None
+    if have is not None and _one_row_bytes(groups) * 5 // 4 > have:
+        return []
+    return groups
+
+
+def _one_row_bytes(groups) -> int:
+    """The bytes of the copies prepack_one_row keeps for `groups` (owner, linears): the weights prepacked (the
+    bytes the prepacked tensor reports, the weights'; oneDNN's blocked layout may pad a dimension that is not a
+    multiple of its block, not counted), and a group's biases side by side where it has any (zeros for a layer
+    without)."""
+    total = 0
+    for _, linears in groups:
+        total += sum(lin.weight.numel() * lin.weight.element_size() for lin in linears)
+        if len(linears) > 1 and any(lin.bias is not None for lin in linears):
+            total += sum(lin.out_features * (lin.bias if lin.bias is not None else lin.weight).element_size()
+                         for lin in linears)
+    return total
+
+
+@functools.cache
+def _one_row_products_here(dtype: torch.dtype) -> bool:
+    """Whether this CPU and torch build prepack `dtype` weights for one-row products (prepack_one_row): oneDNN, and
+    for float16 AVX-512 FP16 or AVX-NE-CONVERT (its reorder refuses otherwise). A small weight tried once."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=dtype), 1)
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
     return True
 
 
@@ -1215,28 +1277,11 @@ class Transformer(ModelBase):
     def _prepack_one_row(self) -> None:
         """Half precision on the CPU: a oneDNN-prepacked copy of every product a step makes (prepack_one_row:
         Qwen2.5-0.5B shape, one thread, bfloat16 products 1.5-1.9x faster, the step's ids and values unchanged),
-        when the copy (the weights' bytes again) fits in the memory available with a quarter to spare."""
-        from .devices import available_memory
-        if not torch.backends.mkldnn.is_available():
-            return
-        groups: list[tuple[nn.Module, tuple]] = []  # (owner, the nn.Linear layers it multiplies by as one)
-        for block in self.blocks:
-            attn = block.attn
-            groups += [(attn, (attn.q, attn.k, attn.v)), (attn.o, (attn.o,))]
-            for mlp in dense_mlps(block.mlp):
-                groups.append((mlp, (mlp.gate, mlp.up)) if hasattr(mlp, "gate") else (mlp.up, (mlp.up,)))
-                groups.append((mlp.down, (mlp.down,)))
-        if self.cfg.lm_head and self.cfg.lm_head_kind not in ("mlm", "classifier"):
-            groups.append((self.lm_head, (self.lm_head,)))
+        when the copies fit in the memory available with a quarter to spare (_one_row_groups_to_pack)."""
         with torch.inference_mode(False), torch.no_grad():
-            need = sum(lin.weight.numel() * lin.weight.element_size() for owner, linears in groups
-                       if one_row_copy(owner) is None for lin in linears)
-            have = available_memory("cpu")
-            if have is not None and need * 5 // 4 > have:
-                return
-            for owner, linears in groups:
+            for owner, linears in _one_row_groups_to_pack(self):
                 if not prepack_one_row(owner, linears):
-                    return  # this CPU has no such product for this dtype (e.g. float16 without AVX-512 FP16)
+                    return  # oneDNN refused (the dtype was probed: _one_row_products_here)
 
     # -- pieces --------------------------------------------------------------------------
     def embed(self, input_ids: torch.Tensor, positions: torch.Tensor,

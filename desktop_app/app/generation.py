@@ -114,7 +114,7 @@ def check_generation_memory(loaded, prompt_length: int, max_new: int, beams: int
     option, a panel's control). Counted too: the weights' copies the session's start makes for one-token steps
     where they are not made yet (core.model.decoding_copy_bytes: float32 on the CPU, in huge pages where they fit;
     half precision's prepacked copy where it fits, unless `beams` > 1: beam steps never read it, so a beam
-    session does not make it, GenerationSession._pack_for)."""
+    session does not make it, GenerationSession._pack_for by its search_width)."""
     from ..core.devices import check_memory
     from ..core.model import decoding_copy_bytes
 
@@ -127,15 +127,18 @@ def check_generation_memory(loaded, prompt_length: int, max_new: int, beams: int
                  purpose + (", and the weights laid out for one-token steps" if copy else ""), loaded.model.device)
 
 
-def check_start_memory(loaded, ids: list[int], what: str) -> None:
+def check_start_memory(loaded, ids: list[int], what: str, settings) -> None:
     """check_generation_memory for the start of a session that records (the Generate panel's, before its job): the
-    prompt's forward and the weights' copies for one-token steps that a decoder's session makes as it starts
-    (`ids`: an encoder-decoder's source). An encoder's masked fill is not checked."""
+    prompt's forward and the weights' copies for one-token steps that a decoder's session with these `settings`
+    makes as it starts (a beam search's: no prepacked copy; `ids`: an encoder-decoder's source). An encoder's
+    masked fill is not checked."""
+    from ..core.generation import GenerationSession
+
     if not loaded.config.causal:
         return
     seq2seq = bool(getattr(loaded.config, "is_encoder_decoder", False))
-    check_generation_memory(loaded, 1 if seq2seq else len(ids), 0, 1, what, record=True,
-                            source_length=len(ids) if seq2seq else 0)
+    check_generation_memory(loaded, 1 if seq2seq else len(ids), 0, GenerationSession.search_width(settings), what,
+                            record=True, source_length=len(ids) if seq2seq else 0)
 
 
 def check_session_memory(loaded, session, n: int, what: str) -> None:
@@ -146,9 +149,9 @@ def check_session_memory(loaded, session, n: int, what: str) -> None:
 
     if not isinstance(session, GenerationSession):
         return
-    beams = session.settings.beams if session.settings.strategy == "beam" else 1
-    check_generation_memory(loaded, len(session.ids()), n, beams, what, record=session.record,
-                            source_length=len(session.source) if session.source is not None else 0)
+    source = len(session.source) if session.source is not None else 0
+    check_generation_memory(loaded, len(session.ids()), n, session.search_width(session.settings), what,
+                            record=session.record, source_length=source)
 
 
 def plain_logits_at(loaded, ids: list[int], position: int, source: list[int] | None = None):

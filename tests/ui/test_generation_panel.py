@@ -761,3 +761,42 @@ def test_a_session_start_that_cannot_fit_the_weights_copy_is_refused_before_it_s
     qtbot.waitUntil(lambda: p.session is not None and p.session.current.depth == 1, timeout=10_000)
     _idle(qtbot, p)
     assert decoding_copy_bytes(loaded.model) == 0  # made by the start
+
+
+def test_a_beam_search_start_is_not_refused_for_the_prepacked_copy_it_never_makes(qtbot, monkeypatch):
+    """A bfloat16 session's start makes the prepacked copy for one-row steps, and the start's check counts it; a
+    beam search over 3 beams makes none (GenerationSession._pack_for), but the panel's check counted it all the
+    same (it was not told the strategy): a beam start near the limit was refused though it fits. With the
+    strategy and width picked in the panel, at history + copy - 1 bytes a greedy start is refused, a beam one
+    starts, and no copy is made."""
+    from desktop_app.app import generation as app_generation
+    from desktop_app.core import devices
+    from desktop_app.core.model import _one_row_products_here, decoding_copy_bytes
+
+    from .walkthrough import choose_item, type_into
+
+    if not _one_row_products_here(torch.bfloat16):
+        pytest.skip("this CPU or torch build has no prepacked bfloat16 product")
+    loaded = _loaded()
+    loaded.model.to(torch.bfloat16)
+    p = _make(qtbot, loaded=loaded)
+    type_into(qtbot, p.prompt, TEXT[:60])  # long enough that history + copy leaves the copy its quarter to spare
+    prompt = len(p._prompt_ids())
+    history = sum(app_generation.generation_bytes(loaded.config, torch.bfloat16, prompt, 0, 1, record=True).values())
+    copy = decoding_copy_bytes(loaded.model)
+    assert copy > 0 and decoding_copy_bytes(loaded.model, prepack=False) == 0  # bfloat16: the prepacked copy only
+    monkeypatch.setattr(devices, "available_memory", lambda device="cpu": history + copy - 1)
+    assert decoding_copy_bytes(loaded.model) == copy  # still made (a quarter to spare) at this memory, so counted
+    assert p.strategy.currentText() == "greedy"
+    qtbot.mouseClick(p.step_button, Qt.MouseButton.LeftButton)
+    assert not p.busy and p.session is None
+    assert p.status.text().startswith(f"Starting from this prompt needs about {devices.human_bytes(history + copy)} ")
+    choose_item(qtbot, p.strategy, "beam")
+    type_into(qtbot, p.beams, "3")
+    assert p.beams.value() == 3
+    qtbot.mouseClick(p.step_button, Qt.MouseButton.LeftButton)
+    assert p.busy, p.status.text()  # started (was: refused, the copy counted)
+    qtbot.waitUntil(lambda: p.session is not None and p.session.current.depth == 1, timeout=10_000)
+    _idle(qtbot, p)
+    assert p.session.settings.strategy == "beam" and p.session.settings.beams == 3
+    assert decoding_copy_bytes(loaded.model) == copy  # the beam session made no copy

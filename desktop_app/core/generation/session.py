@@ -260,13 +260,19 @@ class GenerationSession(HistoryTree, BeamSearch):
             self._start_beams(self.current)
         self.settings = new  # the weights laid out for it at the next forward (a worker's, not the caller's)
 
+    @staticmethod
+    def search_width(settings: GenerationSettings) -> int:
+        """The rows a step multiplies with these settings: a beam search's beams, else 1 (_pack_for's choice;
+        app.generation's memory checks count the prepacked copy by it, before a session exists)."""
+        return settings.beams if settings.strategy == "beam" else 1
+
     def _pack_for(self, settings: GenerationSettings) -> None:
         """Faster one-token steps (Transformer.pack_for_decoding: same values). Its half-precision prepacked
         copy only where steps multiply one row: beam steps multiply a row per beam (F.linear), never the
         copy, which cost its time and the weights' memory again for nothing (issue 38). Made once per
         change of that choice, before a forward: set_settings runs on the panel's UI thread, and a copy
         of every weight (a second or so at 0.5B) is model work."""
-        prepack = not (settings.strategy == "beam" and settings.beams > 1)
+        prepack = self.search_width(settings) == 1
         if self._packed_with != prepack:
             self.model.pack_for_decoding(prepack=prepack)
             self._packed_with = prepack

@@ -554,8 +554,8 @@ class GenerationPanel(QWidget, ResultView):
         except (GenerationError, InputError) as exc:
             self.status.setText(str(exc))
             return
-        try:  # before the job: the prompt's records and the weights' copy for one-token steps (float32 on the CPU)
-            check_start_memory(loaded, ids, "Starting from this prompt")
+        try:  # before the job: the prompt's records and the weights' copies for one-token steps the session makes
+            check_start_memory(loaded, ids, "Starting from this prompt", self.settings())
         except MemoryEstimateError as exc:
             self.status.setText(str(exc))
             return

@@ -140,9 +140,12 @@ def test_the_generation_checks_refuse_a_start_where_history_and_copy_do_not_fit(
     assert start >= made // 4
     _available(monkeypatch, start + made - 1)
     with pytest.raises(MemoryEstimateError, match="^Start needs about"):
-        app_generation.check_start_memory(loaded, prompt, "Start")
+        app_generation.check_start_memory(loaded, prompt, "Start", GenerationSettings("greedy"))
+    app_generation.check_start_memory(loaded, prompt, "Start", GenerationSettings("beam", beams=3))  # none made
+    with pytest.raises(MemoryEstimateError, match="^Start needs about"):  # one beam: one-row steps, the copy
+        app_generation.check_start_memory(loaded, prompt, "Start", GenerationSettings("beam", beams=1))
     _available(monkeypatch, start + made)
-    app_generation.check_start_memory(loaded, prompt, "Start")
+    app_generation.check_start_memory(loaded, prompt, "Start", GenerationSettings("greedy"))
     # where the copy would not have its quarter to spare it is neither made nor counted: the history alone
     _available(monkeypatch, made * 5 // 4 - 1)
     app_generation.check_generation_memory(loaded, 4, 2, 1, "Run 2", record=True)

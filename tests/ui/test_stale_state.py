@@ -511,3 +511,33 @@ def test_a_failure_of_the_old_models_particles_goes_when_another_model_opens(qtb
     qtbot.wait(50)  # what the trace's arrival does has reached the panel
     assert not panel.status.text().startswith("Failed"), panel.status.text()
     assert "model changed" in panel.status.text() and "Reset" in panel.status.text()
+
+
+def test_a_reset_waiting_for_a_trace_that_fails_says_why(qtbot, model_dirs, isolated_user_files, monkeypatch):
+    """Dynamics from the tokens, Reset clicked while a model that cannot read the text ('notok': no tokenizer)
+    is tracing it: no particles are built, and the status says why there are no tokens."""
+    import desktop_app.ui.panels.dynamics as dynamics
+    import desktop_app.ui.state as state_module
+
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    _wait_own_trace(qtbot, state)
+    panel = _show_tab(qtbot, window, "Dynamics")
+    qtbot.waitUntil(lambda: not panel._after_paint.pending and not panel.is_running(), timeout=30_000)
+    panel.init.setCurrentIndex(panel.init.findData("tokens"))
+    build_gate, builds, _ = _gated(dynamics, "build_simulation", monkeypatch)
+    build_gate.set()  # (only counted here)
+    trace_gate, traces, _ = _gated(state_module, "_trace_in_pieces", monkeypatch)
+    try:
+        with qtbot.waitSignal(state.model_changed, timeout=30_000):
+            window.open_model(model_dirs["notok"])
+        qtbot.waitUntil(lambda: len(traces) == 1, timeout=30_000)
+        qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+        assert panel.status.text().startswith("Tracing the text")
+    finally:
+        trace_gate.set()
+    _wait_traced(qtbot, state)
+    qtbot.waitUntil(lambda: state.trace is None and state.trace_problem != "", timeout=10_000)
+    qtbot.wait(50)
+    assert builds == [] and panel.sim is None and not panel.is_running()
+    assert panel.status.text() == state.no_trace_message()
+    assert panel.status.text().startswith("No text traced for this model:") and "token ids" in panel.status.text()

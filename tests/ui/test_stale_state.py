@@ -351,6 +351,12 @@ def _tokens_d(state) -> int:
     return dy.trace_tokens(state.trace, dy.layer_names(state.trace)[0]).shape[-1]
 
 
+def _n_points(curve) -> int:
+    """How many points a pyqtgraph curve draws (its getData is None, None when it has none)."""
+    x = curve.getData()[0]
+    return 0 if x is None else len(x)
+
+
 def _wait_own_trace(qtbot, state):
     """Until the state's trace is the current model's (a trace job is marked done before its result
     reaches the UI thread): its tokens have the model's width."""
@@ -457,6 +463,8 @@ def test_a_reset_from_the_tokens_waits_for_the_new_models_trace(qtbot, model_dir
     demo_d = state.loaded.config.d_model
     panel = _show_tab(qtbot, window, "Dynamics")
     qtbot.waitUntil(lambda: not panel._after_paint.pending and not panel.is_running(), timeout=30_000)
+    qtbot.waitUntil(lambda: panel._layer_curves is not None, timeout=30_000)
+    assert _n_points(panel.c_model_cos) == state.loaded.config.n_layers + 1  # the demo's, layer by layer
     panel.init.setCurrentIndex(panel.init.findData("tokens"))
     panel.qkv.setCurrentIndex(panel.qkv.findData("model"))
     build_gate, builds, built = _gated(dynamics, "build_simulation", monkeypatch)
@@ -466,7 +474,10 @@ def test_a_reset_from_the_tokens_waits_for_the_new_models_trace(qtbot, model_dir
         with qtbot.waitSignal(state.model_changed, timeout=30_000):
             window.open_model(model_dirs["llama"])
         qtbot.waitUntil(lambda: len(traces) == 1, timeout=30_000)  # the new model's trace, held
-        assert _tokens_d(state) == demo_d  # the old model's trace is still the one on show
+        assert _tokens_d(state) == demo_d  # the old model's trace is still the one on show...
+        # ...but not its curves: they were the old model's (drawn under the new one until its trace came)
+        assert panel._layer_curves is None and _n_points(panel.c_model_cos) == 0
+        assert panel.curves.hints[panel.p_model_cos].text == "Measuring the model's tokens…"
         qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
         qtbot.wait(50)
         assert builds == [] and panel.sim is None  # nothing built from the old trace...
@@ -483,6 +494,8 @@ def test_a_reset_from_the_tokens_waits_for_the_new_models_trace(qtbot, model_dir
     assert panel.sim.head.name == "layer 0 head 0" and len(builds) == 1  # ...and head, built once
     assert panel.sim.config.n == len(state.token_ids)
     assert panel.status.text().startswith("layer 0 head 0;")
+    qtbot.waitUntil(lambda: panel._layer_curves is not None, timeout=30_000)  # the new model's curves
+    assert _n_points(panel.c_model_cos) == state.loaded.config.n_layers + 1
 
 
 def test_a_failure_of_the_old_models_particles_goes_when_another_model_opens(qtbot, model_dirs, isolated_user_files,

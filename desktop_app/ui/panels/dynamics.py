@@ -392,7 +392,12 @@ class DynamicsPanel(QWidget, ResultView):
 
     def clear_results(self, changed: frozenset) -> None:
         """AppState.inputs_changed: particles built from the previous model's tokens or head are not this
-        model's: the simulation stops and goes (Play or Reset builds it again from the new ones)."""
+        model's: the simulation stops and goes (Play or Reset builds it again from the new ones). The model's
+        curves of a trace no longer current go too (its trace, not the new model's, stays on show until that
+        one's arrives)."""
+        if self._layer_curves is not None and not self.state.trace_is_current():
+            self._layer_curves = None
+            self._draw_model_curves()
         if not changed & set(self._sim_parts):
             return
         what = "model" if MODEL in changed else "text" if INPUT in changed else "what-if edits"
@@ -718,7 +723,8 @@ class DynamicsPanel(QWidget, ResultView):
         starting particles, but one record makes no curve)."""
         self.curves.show_hints(running=len(self._records) >= 2, twin_off=self.sim is not None and self.sim.twin is None,
                                model_curves=self._layer_curves is not None,
-                               measuring=self._current_trace() is not None)  # the curves come from a worker
+                               # the curves come from a worker (a trace not current: the new model's is on its way)
+                               measuring=self.state.trace is not None or self.state.trace_running())
 
     def _draw_curves(self) -> None:
         self._update_hints()

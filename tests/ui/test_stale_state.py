@@ -554,3 +554,41 @@ def test_a_reset_waiting_for_a_trace_that_fails_says_why(qtbot, model_dirs, isol
     assert builds == [] and panel.sim is None and not panel.is_running()
     assert panel.status.text() == state.no_trace_message()
     assert panel.status.text().startswith("No text traced for this model:") and "token ids" in panel.status.text()
+
+
+def test_a_reset_from_the_tokens_after_the_edits_changed_builds_from_the_edited_trace(
+        qtbot, model_dirs, isolated_user_files, monkeypatch):
+    """Dynamics from the tokens after a layer's tokens: a what-if edit made and Reset clicked before the text is
+    traced again with it: the particles are built once that trace arrives, from its (edited) tokens, and stay
+    (built at once from the unedited trace, they were cleared by the edited trace's arrival: 'The text changed')."""
+    import desktop_app.ui.panels.dynamics as dynamics
+    import desktop_app.ui.state as state_module
+    from desktop_app.core import dynamics as dy
+    from desktop_app.core.interventions import Intervention
+
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    _wait_own_trace(qtbot, state)
+    panel = _show_tab(qtbot, window, "Dynamics")
+    qtbot.waitUntil(lambda: not panel._after_paint.pending and not panel.is_running(), timeout=30_000)
+    panel.init.setCurrentIndex(panel.init.findData("tokens"))
+    panel.token_layer.setValue(2)  # after layer 1's attention: the edit below changes them
+    panel.sphere.setChecked(False)
+    unedited = dy.trace_tokens(state.trace, dy.layer_names(state.trace)[2])
+    build_gate, builds, _ = _gated(dynamics, "build_simulation", monkeypatch)
+    build_gate.set()  # (only counted here)
+    trace_gate, traces, _ = _gated(state_module, "_trace_in_pieces", monkeypatch)
+    try:
+        state.set_interventions([Intervention("blocks.1.attn.head.0")])  # as the What if panel's Apply does
+        qtbot.waitUntil(lambda: len(traces) == 1, timeout=30_000)
+        qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+        assert panel.status.text().startswith("Tracing the text") and builds == []
+    finally:
+        trace_gate.set()
+    _wait_traced(qtbot, state)
+    qtbot.waitUntil(lambda: panel.sim is not None and not panel.is_running(), timeout=30_000)
+    qtbot.wait(50)
+    edited = dy.trace_tokens(state.trace, dy.layer_names(state.trace)[2])
+    assert abs(edited - unedited).max() > 1e-3  # (the edit does change these tokens)
+    assert len(builds) == 1 and panel.sim is not None
+    assert abs(panel._frames[0].shown - edited).max() < 1e-5  # the edited trace's tokens
+    assert panel.status.text().startswith(f"{panel.sim.head.name}; n = {len(state.token_ids)}")  # not 'changed'

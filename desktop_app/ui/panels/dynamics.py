@@ -553,7 +553,7 @@ class DynamicsPanel(QWidget, ResultView):
     def _waiting_text(self) -> str:
         if self.state.tracing is not None:  # its first layers on show: how far it is
             return self.state.no_trace_message()
-        return "Tracing the text…: the particles are built from its tokens when its trace arrives."
+        return "Tracing the text… the particles are built from its tokens as soon as its trace arrives."
 
     def _on_built(self, result) -> None:
         self.sim, frame = result

@@ -195,6 +195,9 @@ class AppState(QObject):
         # (app.tracing's convention); [] for other models.
         self.decoder_ids: list[int] = []
         self.trace: Trace | None = None
+        # The key the trace on show was made for: after another model (or other edits) it stays on show, not
+        # theirs, until their trace arrives (trace_is_current).
+        self.trace_key: InputKey = self.key
         # Why there is no trace for this model (its text cannot be tokenized...); "" when traced or no text.
         self.trace_problem = ""
         # "text": token_ids/trace are the text box's; "generation": a generation step shown by show_trace;
@@ -642,8 +645,18 @@ class AppState(QObject):
         self.decoder_ids = (list(decoder_ids) if decoder_ids is not None else
                             list(getattr(self.encoded, "decoder_ids", [])) if source == "text" and ids else [])
         self._advance(INPUT)
+        self.trace_key = self.key
         self.tokens_changed.emit(self.token_ids)
         self.trace_changed.emit(self.trace)
+
+    def trace_is_current(self) -> bool:
+        """The trace on show was made for the model, input and edits now current."""
+        return self.trace is not None and self.is_current(self.trace_key)
+
+    def trace_running(self) -> bool:
+        """A trace of the input is being made, or waits to be (a newer text's, a new model's): trace_changed
+        brings it, or why there is none (unless it is cancelled before any of it showed)."""
+        return self._trace_job is not None or self._pending_text is not None
 
     def back_to_text(self) -> None:
         """Trace the text box's text again (after show_trace put a generation step on show)."""

@@ -344,14 +344,24 @@ def np_equal(a, b) -> bool:
     return a is not None and b is not None and np.allclose(a, b, atol=1e-6)
 
 
+def _tokens_d(state) -> int:
+    """The width of the tokens in the trace on show."""
+    from desktop_app.core import dynamics as dy
+
+    return dy.trace_tokens(state.trace, dy.layer_names(state.trace)[0]).shape[-1]
+
+
+def _n_points(curve) -> int:
+    """How many points a pyqtgraph curve draws (its getData is None, None when it has none)."""
+    x = curve.getData()[0]
+    return 0 if x is None else len(x)
+
+
 def _wait_own_trace(qtbot, state):
     """Until the state's trace is the current model's (a trace job is marked done before its result
     reaches the UI thread): its tokens have the model's width."""
-    from desktop_app.core import dynamics as dy
-
     def own() -> bool:
-        t = state.trace
-        return t is not None and dy.trace_tokens(t, dy.layer_names(t)[0]).shape[-1] == state.loaded.config.d_model
+        return state.trace is not None and _tokens_d(state) == state.loaded.config.d_model
 
     qtbot.waitUntil(own, timeout=30_000)
 
@@ -438,3 +448,147 @@ def test_particles_cleared_by_a_model_that_came_before_the_panels_first_paint_st
     assert builds == 1  # the click's build only (dropped with the old model)
     assert panel.sim is None and not panel.is_running() and len(panel.scatter.getData()[0]) == 0
     assert "changed" in panel.status.text()
+
+
+def test_a_reset_from_the_tokens_waits_for_the_new_models_trace(qtbot, model_dirs, isolated_user_files, monkeypatch):
+    """Dynamics, tokens of the current text driven by a head of the model: another model opens and Reset is
+    clicked before that model's trace arrives. The particles are built once it arrives, from the new model's
+    tokens and head: never its head with the old trace's tokens ("Failed: layer 0 head 0: V is 128x128 but the
+    particles live in dimension 32", a message that stayed after the new trace came)."""
+    import desktop_app.ui.panels.dynamics as dynamics
+    import desktop_app.ui.state as state_module
+
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    _wait_own_trace(qtbot, state)
+    demo_d = state.loaded.config.d_model
+    panel = _show_tab(qtbot, window, "Dynamics")
+    qtbot.waitUntil(lambda: not panel._after_paint.pending and not panel.is_running(), timeout=30_000)
+    qtbot.waitUntil(lambda: panel._layer_curves is not None, timeout=30_000)
+    assert _n_points(panel.c_model_cos) == state.loaded.config.n_layers + 1  # the demo's, layer by layer
+    panel.init.setCurrentIndex(panel.init.findData("tokens"))
+    panel.qkv.setCurrentIndex(panel.qkv.findData("model"))
+    build_gate, builds, built = _gated(dynamics, "build_simulation", monkeypatch)
+    build_gate.set()  # (only counted here)
+    trace_gate, traces, _ = _gated(state_module, "_trace_in_pieces", monkeypatch)
+    try:
+        with qtbot.waitSignal(state.model_changed, timeout=30_000):
+            window.open_model(model_dirs["llama"])
+        qtbot.waitUntil(lambda: len(traces) == 1, timeout=30_000)  # the new model's trace, held
+        assert _tokens_d(state) == demo_d  # the old model's trace is still the one on show...
+        # ...but not its curves: they were the old model's (drawn under the new one until its trace came)
+        assert panel._layer_curves is None and _n_points(panel.c_model_cos) == 0
+        assert panel.curves.hints[panel.p_model_cos].text == "Measuring the model's tokens…"
+        qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+        qtbot.wait(50)
+        assert builds == [] and panel.sim is None  # nothing built from the old trace...
+        assert panel.status.text().startswith("Tracing the text")  # ...it says what it waits for
+    finally:
+        trace_gate.set()
+    llama_d = state.loaded.config.d_model
+    assert llama_d != demo_d
+    _wait_own_trace(qtbot, state)
+    qtbot.waitUntil(lambda: panel.sim is not None or panel.status.text().startswith("Failed"), timeout=30_000)
+    qtbot.waitUntil(lambda: not panel.is_running(), timeout=30_000)
+    assert not panel.status.text().startswith("Failed"), panel.status.text()
+    assert panel.sim.config.d == llama_d  # the new model's tokens...
+    assert panel.sim.head.name == "layer 0 head 0" and len(builds) == 1  # ...and head, built once
+    assert panel.sim.config.n == len(state.token_ids)
+    assert panel.status.text().startswith("layer 0 head 0;")
+    qtbot.waitUntil(lambda: panel._layer_curves is not None, timeout=30_000)  # the new model's curves
+    assert _n_points(panel.c_model_cos) == state.loaded.config.n_layers + 1
+
+
+def test_a_failure_of_the_old_models_particles_goes_when_another_model_opens(qtbot, model_dirs, isolated_user_files,
+                                                                            tmp_path):
+    """Dynamics: the text's tokens driven by a file's head of another width fail to build (one line, in the
+    status); another model opens: that failure was the old model's tokens', and goes once the new trace is
+    in (the status said it on until the next Reset)."""
+    import numpy as np
+
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    _wait_own_trace(qtbot, state)
+    panel = _show_tab(qtbot, window, "Dynamics")
+    qtbot.waitUntil(lambda: not panel._after_paint.pending and not panel.is_running(), timeout=30_000)
+    head = tmp_path / "head5.npz"
+    np.savez(head, Q=np.eye(5), K=np.eye(5), V=np.eye(5))
+    panel.init.setCurrentIndex(panel.init.findData("tokens"))
+    panel.set_matrices(str(head))
+    qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not panel.is_running(), timeout=30_000)
+    failure = panel.status.text()
+    assert failure.startswith("Failed:") and "dimension" in failure and panel.sim is None
+
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(model_dirs["llama"])
+    _wait_own_trace(qtbot, state)
+    qtbot.wait(50)  # what the trace's arrival does has reached the panel
+    assert not panel.status.text().startswith("Failed"), panel.status.text()
+    assert "model changed" in panel.status.text() and "Reset" in panel.status.text()
+
+
+def test_a_reset_waiting_for_a_trace_that_fails_says_why(qtbot, model_dirs, isolated_user_files, monkeypatch):
+    """Dynamics from the tokens, Reset clicked while a model that cannot read the text ('notok': no tokenizer)
+    is tracing it: no particles are built, and the status says why there are no tokens."""
+    import desktop_app.ui.panels.dynamics as dynamics
+    import desktop_app.ui.state as state_module
+
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    _wait_own_trace(qtbot, state)
+    panel = _show_tab(qtbot, window, "Dynamics")
+    qtbot.waitUntil(lambda: not panel._after_paint.pending and not panel.is_running(), timeout=30_000)
+    panel.init.setCurrentIndex(panel.init.findData("tokens"))
+    build_gate, builds, _ = _gated(dynamics, "build_simulation", monkeypatch)
+    build_gate.set()  # (only counted here)
+    trace_gate, traces, _ = _gated(state_module, "_trace_in_pieces", monkeypatch)
+    try:
+        with qtbot.waitSignal(state.model_changed, timeout=30_000):
+            window.open_model(model_dirs["notok"])
+        qtbot.waitUntil(lambda: len(traces) == 1, timeout=30_000)
+        qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+        assert panel.status.text().startswith("Tracing the text")
+    finally:
+        trace_gate.set()
+    _wait_traced(qtbot, state)
+    qtbot.waitUntil(lambda: state.trace is None and state.trace_problem != "", timeout=10_000)
+    qtbot.wait(50)
+    assert builds == [] and panel.sim is None and not panel.is_running()
+    assert panel.status.text() == state.no_trace_message()
+    assert panel.status.text().startswith("No text traced for this model:") and "token ids" in panel.status.text()
+
+
+def test_a_reset_from_the_tokens_after_the_edits_changed_builds_from_the_edited_trace(
+        qtbot, model_dirs, isolated_user_files, monkeypatch):
+    """Dynamics from the tokens after a layer's tokens: a what-if edit made and Reset clicked before the text is
+    traced again with it: the particles are built once that trace arrives, from its (edited) tokens, and stay
+    (built at once from the unedited trace, they were cleared by the edited trace's arrival: 'The text changed')."""
+    import desktop_app.ui.panels.dynamics as dynamics
+    import desktop_app.ui.state as state_module
+    from desktop_app.core import dynamics as dy
+    from desktop_app.core.interventions import Intervention
+
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    _wait_own_trace(qtbot, state)
+    panel = _show_tab(qtbot, window, "Dynamics")
+    qtbot.waitUntil(lambda: not panel._after_paint.pending and not panel.is_running(), timeout=30_000)
+    panel.init.setCurrentIndex(panel.init.findData("tokens"))
+    panel.token_layer.setValue(2)  # after layer 1's attention: the edit below changes them
+    panel.sphere.setChecked(False)
+    unedited = dy.trace_tokens(state.trace, dy.layer_names(state.trace)[2])
+    build_gate, builds, _ = _gated(dynamics, "build_simulation", monkeypatch)
+    build_gate.set()  # (only counted here)
+    trace_gate, traces, _ = _gated(state_module, "_trace_in_pieces", monkeypatch)
+    try:
+        state.set_interventions([Intervention("blocks.1.attn.head.0")])  # as the What if panel's Apply does
+        qtbot.waitUntil(lambda: len(traces) == 1, timeout=30_000)
+        qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+        assert panel.status.text().startswith("Tracing the text") and builds == []
+    finally:
+        trace_gate.set()
+    _wait_traced(qtbot, state)
+    qtbot.waitUntil(lambda: panel.sim is not None and not panel.is_running(), timeout=30_000)
+    qtbot.wait(50)
+    edited = dy.trace_tokens(state.trace, dy.layer_names(state.trace)[2])
+    assert abs(edited - unedited).max() > 1e-3  # (the edit does change these tokens)
+    assert len(builds) == 1 and panel.sim is not None
+    assert abs(panel._frames[0].shown - edited).max() < 1e-5  # the edited trace's tokens
+    assert panel.status.text().startswith(f"{panel.sim.head.name}; n = {len(state.token_ids)}")  # not 'changed'

@@ -102,6 +102,9 @@ class DynamicsPanel(QWidget, ResultView):
         self._build_job = None
         self._shown_once = False
         self._reset_asked = False  # reset() ran (a click, Play, the first look): the first look has nothing to do
+        # a Reset from the text's tokens waits for the current model's (and edits') trace: built when it arrives
+        self._awaiting_trace = False
+        self._failed = False  # the status says a build failed (cleared when what it was built from changes)
         self._frames: list[dy.Frame] = []
         self._records: list[dy.Record] = []
         self._layer_curves: dy.LayerCurves | None = None
@@ -121,7 +124,7 @@ class DynamicsPanel(QWidget, ResultView):
         self.timer.timeout.connect(self._tick)
         state.trace_changed.connect(self._on_trace_changed)
         # the model's cluster counts use the same threshold as the simulation's
-        self.cluster_tol.valueChanged.connect(lambda _: self._on_trace_changed(getattr(self.state, "trace", None)))
+        self.cluster_tol.valueChanged.connect(lambda _: self._on_trace_changed(self._current_trace()))
         state.model_changed.connect(self._on_model_changed)
         self.watch_inputs(state)  # clear_results: a simulation of another model's tokens or head goes
         self._on_model_changed(getattr(state, "loaded", None))
@@ -129,7 +132,7 @@ class DynamicsPanel(QWidget, ResultView):
         # paint (started in a tab's click, they took the cores from it): here and showEvent
         self._curves_job = None
         self._after_paint = AfterFirstPaint(self)
-        self._after_paint.call(lambda: self._on_trace_changed(getattr(state, "trace", None)))
+        self._after_paint.call(lambda: self._on_trace_changed(self._current_trace()))
 
     # -- layout ----------------------------------------------------------------------------------
     def _build_ui(self) -> None:
@@ -305,7 +308,7 @@ class DynamicsPanel(QWidget, ResultView):
         """The d box shows the dimension the particles will have when tokens or a model head fix it (a file's
         V sets it once Reset has read it)."""
         init, qkv = self.init.currentData(), self.qkv.currentData()
-        trace = getattr(self.state, "trace", None)
+        trace = self._current_trace()
         loaded = getattr(self.state, "loaded", None)
         d = None
         if init == "tokens" and trace is not None:
@@ -318,6 +321,11 @@ class DynamicsPanel(QWidget, ResultView):
             self.d.setValue(d)
 
     # -- state ------------------------------------------------------------------------------------
+    def _current_trace(self):
+        """The trace on show if it is the current model's (and edits'): after another model opens, the previous
+        one's stays on show until the new one's arrives, and its tokens are not the new model's."""
+        return self.state.trace if self.state.trace_is_current() else None
+
     def _stack(self) -> str | None:
         """The encoder-decoder's stack chosen (None for a one-stack model)."""
         loaded = getattr(self.state, "loaded", None)
@@ -338,7 +346,7 @@ class DynamicsPanel(QWidget, ResultView):
 
     def _stack_chosen(self, *_) -> None:
         self._follow_stack()
-        self._on_trace_changed(getattr(self.state, "trace", None))  # that stack's tokens and curves
+        self._on_trace_changed(self._current_trace())  # that stack's tokens and curves
 
     def _on_model_changed(self, loaded) -> None:
         self._follow_stack()
@@ -355,6 +363,14 @@ class DynamicsPanel(QWidget, ResultView):
         self._layer_curves = None
         self._draw_model_curves()
         self._follow_d()
+        if self._awaiting_trace:  # a Reset waits for this trace
+            if self.state.trace_is_current():
+                self.reset()
+            elif self.state.trace_running():  # its first layers only: it says how far it is
+                self.status.setText(self.state.no_trace_message())
+            else:  # none came (the text cannot be traced by this model): it says why
+                self._awaiting_trace = False
+                self.status.setText(self.state.no_trace_message())
         if trace is None:
             return
         # AppState.run: curves of a trace no longer shown (another model or text meanwhile) are dropped
@@ -376,10 +392,20 @@ class DynamicsPanel(QWidget, ResultView):
 
     def clear_results(self, changed: frozenset) -> None:
         """AppState.inputs_changed: particles built from the previous model's tokens or head are not this
-        model's: the simulation stops and goes (Play or Reset builds it again from the new ones)."""
-        if not changed & set(self._sim_parts) or (self.sim is None and self._build_job is None):
+        model's: the simulation stops and goes (Play or Reset builds it again from the new ones). The model's
+        curves of a trace no longer current go too (its trace, not the new model's, stays on show until that
+        one's arrives)."""
+        if self._layer_curves is not None and not self.state.trace_is_current():
+            self._layer_curves = None
+            self._draw_model_curves()
+        if not changed & set(self._sim_parts):
             return
         what = "model" if MODEL in changed else "text" if INPUT in changed else "what-if edits"
+        if self.sim is None and self._build_job is None:
+            if self._failed and not self._awaiting_trace:  # why the previous inputs' particles failed: not these
+                self._failed = False
+                self.status.setText(f"The {what} changed: Reset builds the particles from the new one.")
+            return
         self.play_button.setChecked(False)
         self._cancel_jobs()
         self.sim, self._frames, self._records, self._basis, self._sim_parts = None, [], [], None, ()
@@ -393,7 +419,8 @@ class DynamicsPanel(QWidget, ResultView):
         self.time_label.setText("t = 0")
         self._update_hints()
         self.drawn.emit()
-        self.status.setText(f"The {what} changed: the particles came from the previous one. "
+        self.status.setText(self._waiting_text() if self._awaiting_trace else
+                            f"The {what} changed: the particles came from the previous one. "
                             "Press Reset (or Play) to start from the new one.")
 
     def _on_layer_curves(self, curves: dy.LayerCurves) -> None:
@@ -491,16 +518,22 @@ class DynamicsPanel(QWidget, ResultView):
     # -- running ---------------------------------------------------------------------------------
     def reset(self) -> None:
         self._reset_asked = True
+        self._awaiting_trace = self._failed = False
         self.play_button.setChecked(False)
         self._cancel_jobs()
         try:
             cfg = self.config()
             tokens = None
             if cfg.init == "tokens":
-                trace = getattr(self.state, "trace", None)
+                trace = self._current_trace()
+                if trace is None and self.state.trace_running():
+                    # (another model just opened, or the edits changed): its trace is on its way. Waited for
+                    # rather than refused: one Reset is what was asked, and it says what it waits for
+                    self._awaiting_trace, self.sim = True, None  # (as a build: the old frames stay until it)
+                    self.status.setText(self._waiting_text())
+                    return
                 if trace is None:
-                    raise ValueError(self.state.no_trace_message() if hasattr(self.state, "no_trace_message")
-                                     else "no text traced: open a model and type a text")
+                    raise ValueError(self.state.no_trace_message())
                 trace = stack_trace(trace, self._stack())
                 names = dy.layer_names(trace)
                 tokens = dy.trace_tokens(trace, names[min(self.token_layer.value(), len(names) - 1)])
@@ -516,6 +549,11 @@ class DynamicsPanel(QWidget, ResultView):
                                          None if loaded is None else loaded.model, self.model_layer.value(),
                                          self.model_head.value(), tokens, self._stack(), on_result=self._on_built,
                                          on_error=self._on_error, owner=self, parts=self._sim_parts)
+
+    def _waiting_text(self) -> str:
+        if self.state.tracing is not None:  # its first layers on show: how far it is
+            return self.state.no_trace_message()
+        return "Tracing the text… the particles are built from its tokens as soon as its trace arrives."
 
     def _on_built(self, result) -> None:
         self.sim, frame = result
@@ -537,6 +575,7 @@ class DynamicsPanel(QWidget, ResultView):
         self._build_job = self._job = None
         self.play_button.setChecked(False)
         self.status.setText(f"Failed: {exc}")
+        self._failed = True
 
     def _cancel_jobs(self) -> None:
         for job in (self._job, self._build_job):
@@ -684,7 +723,8 @@ class DynamicsPanel(QWidget, ResultView):
         starting particles, but one record makes no curve)."""
         self.curves.show_hints(running=len(self._records) >= 2, twin_off=self.sim is not None and self.sim.twin is None,
                                model_curves=self._layer_curves is not None,
-                               measuring=getattr(self.state, "trace", None) is not None)  # the curves come from a worker
+                               # the curves come from a worker (a trace not current: the new model's is on its way)
+                               measuring=self.state.trace is not None or self.state.trace_running())
 
     def _draw_curves(self) -> None:
         self._update_hints()
@@ -831,6 +871,7 @@ class DynamicsPanel(QWidget, ResultView):
     def closeEvent(self, event) -> None:
         self.timer.stop()
         self._cancel_jobs()
+        self._awaiting_trace = False
         super().closeEvent(event)
 
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 import threading
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFileDialog
 
 from . import test_features_panel
-from .test_features_panel import TEXT, _click_row, _dictionary, _lens_shown, _open_from_menu
+from .test_features_panel import TEXT, _dashboard_of_first_feature, _dictionary
 from .walkthrough import click_tab, open_window
 
 text_file = test_features_panel.text_file  # (the fixture: a UTF-8 text file for the dashboard's contexts)
@@ -41,14 +40,8 @@ def test_esc_cancels_the_lens_and_the_dashboard_both_on_show(qtbot, model_dirs, 
     window, state = open_window(qtbot, model_dirs["demo"], text=TEXT, watch=error_watch)
     window.activateWindow()
     qtbot.waitActive(window)
-    _open_from_menu(qtbot, window, state, monkeypatch, _dictionary(tmp_path / "sae"))
-    panel = window.slot("Features").panel
-    _lens_shown(qtbot, panel)
-    _click_row(qtbot, panel.features_table, 0)
-    click_tab(qtbot, panel.tabs, "Dashboard")
-    dash = panel.dashboard
-    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(text_file), "")))
-    qtbot.mouseClick(dash.file_button, Qt.MouseButton.LeftButton)
+    panel, dash = _dashboard_of_first_feature(qtbot, window, state, monkeypatch, _dictionary(tmp_path / "sae"),
+                                              text_file)
 
     dash_started, dash_release, dash_ended = _held(monkeypatch, "cached_dashboard")
     lens_started, lens_release, lens_ended = _held(monkeypatch, "lens_on")
@@ -85,14 +78,8 @@ def test_esc_leaves_the_dashboard_running_while_its_cancel_is_not_on_show(qtbot,
     window, state = open_window(qtbot, model_dirs["demo"], text=TEXT, watch=error_watch)
     window.activateWindow()
     qtbot.waitActive(window)
-    _open_from_menu(qtbot, window, state, monkeypatch, _dictionary(tmp_path / "sae"))
-    panel = window.slot("Features").panel
-    _lens_shown(qtbot, panel)
-    _click_row(qtbot, panel.features_table, 0)
-    click_tab(qtbot, panel.tabs, "Dashboard")
-    dash = panel.dashboard
-    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(text_file), "")))
-    qtbot.mouseClick(dash.file_button, Qt.MouseButton.LeftButton)
+    panel, dash = _dashboard_of_first_feature(qtbot, window, state, monkeypatch, _dictionary(tmp_path / "sae"),
+                                              text_file)
 
     dash_started, dash_release, dash_ended = _held(monkeypatch, "cached_dashboard")
     lens_started, lens_release, lens_ended = _held(monkeypatch, "lens_on")

@@ -161,6 +161,20 @@ def text_file(tmp_path):
     return path
 
 
+def _dashboard_of_first_feature(qtbot, w, state, monkeypatch, folder: Path, text_file: Path):
+    """The dictionary at `folder` opened from the menu, the lens shown, its first feature clicked, the Dashboard
+    tab on show and `text_file` chosen by its Text file... button: (panel, dashboard)."""
+    _open_from_menu(qtbot, w, state, monkeypatch, folder)
+    panel = w.slot("Features").panel
+    _lens_shown(qtbot, panel)
+    _click_row(qtbot, panel.features_table, 0)
+    click_tab(qtbot, panel.tabs, "Dashboard")
+    dash = panel.dashboard
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(text_file), "")))
+    qtbot.mouseClick(dash.file_button, Qt.MouseButton.LeftButton)
+    return panel, dash
+
+
 def _held_dashboard(monkeypatch, on_start=None):
     """The Features panel's dashboard job held in its worker until released (on_start(job) first): the real
     function, the started and release events."""
@@ -240,14 +254,7 @@ def test_a_dashboard_run_shows_its_time_left_on_the_progress_bar(qtbot, demo_win
     from desktop_app.core.jobs import TimeLeft
 
     w, state = demo_window
-    _open_from_menu(qtbot, w, state, monkeypatch, _dictionary(tmp_path / "sae"))
-    panel = w.slot("Features").panel
-    _lens_shown(qtbot, panel)
-    _click_row(qtbot, panel.features_table, 0)
-    click_tab(qtbot, panel.tabs, "Dashboard")
-    dash = panel.dashboard
-    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(text_file), "")))
-    qtbot.mouseClick(dash.file_button, Qt.MouseButton.LeftButton)
+    panel, dash = _dashboard_of_first_feature(qtbot, w, state, monkeypatch, _dictionary(tmp_path / "sae"), text_file)
 
     # the job's clock: 4 s after its start it has read a quarter of the windows, so 12 s are left
     now = [1000.0]

@@ -520,10 +520,7 @@ class LayersPanel(ViewTablePanel):
         computing = "computing\u2026"
         self.data = None
         self.tokens.set_tokens(labels, ids)
-        self._cleared = computing  # (a heatmap made meanwhile says it too)
-        for v in self.heatmap_views():
-            if v.name in self.widgets:
-                self.widgets[v.name].clear_matrix(computing)
+        self._clear_heatmaps(computing)  # (a heatmap made meanwhile says it too)
         self._clear_own(computing)
         self.status.setText(computing)
 

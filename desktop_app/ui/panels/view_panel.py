@@ -102,13 +102,17 @@ class ViewTablePanel(QWidget):
         if getattr(self.state, "trace", None) is not None:
             self._on_trace_changed(self.state.trace)
         elif self._cleared is None:  # nothing yet: the heatmaps say what to do, as the status line does
-            self._cleared = self.status.text()
-            for v in self.heatmap_views():
-                if v.name in self.widgets:
-                    self.widgets[v.name].clear_matrix(self._cleared)
+            self._clear_heatmaps(self.status.text())
 
     def heatmap_views(self) -> list[View]:
         return [v for v in self.VIEW_TABLE if v.widget == "heatmap"]
+
+    def _clear_heatmaps(self, message: str) -> None:
+        """Every heatmap made so far says `message` instead of numbers, and one made later will too."""
+        self._cleared = message
+        for v in self.heatmap_views():
+            if v.name in self.widgets:
+                self.widgets[v.name].clear_matrix(message)
 
     # -- view state ------------------------------------------------------------------------
     def set_view_state(self, view_state) -> None:
@@ -261,10 +265,7 @@ class ViewTablePanel(QWidget):
         self.data = None
         self.view_state.selected_token = None  # the other choices are kept for the next trace
         self.tokens.set_tokens([], [])
-        self._cleared = message  # (a heatmap made later says it too)
-        for v in self.heatmap_views():
-            if v.name in self.widgets:
-                self.widgets[v.name].clear_matrix(message)
+        self._clear_heatmaps(message)
         self._clear_own(message)
         self.status.setText(message)
 

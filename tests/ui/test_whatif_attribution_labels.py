@@ -13,6 +13,24 @@ from .test_features_attribution_labels import _drawn_labels
 from .walkthrough import click_panel_tab, open_window
 
 
+def _chart_shown(qtbot, family: str, width: int, **shape):
+    """What if's attribution chart, `width` x 420 px, on show with a tiny `family` model's attribution of 'abc abc'
+    (the last token's top prediction): (chart, attribution)."""
+    from tiny_models import tiny_model
+    from desktop_app.app.whatif import attribute_ids
+    from desktop_app.ui.panels.whatif import attribution_chart
+
+    loaded = tiny_model("abcdefgh ", family, **shape)
+    ids = loaded.tokenizer.encode("abc abc")
+    attribution, _ = attribute_ids(loaded, ids, len(ids) - 1, 1, [])
+    chart = attribution_chart()
+    qtbot.addWidget(chart)
+    chart.resize(width, 420)
+    chart.show()
+    chart.set_attribution(attribution, "attribution")
+    return chart, attribution
+
+
 def _assert_named_bars_labelled(qtbot, chart, tmp_path, name):
     named = [chart.labels[i] for i, (c, _, _, _) in enumerate(chart.attribution.rows()) if c not in NUMBERED_COMPONENTS]
     assert "norm bias" in named and len(named) < len(chart.labels)
@@ -52,18 +70,8 @@ def test_the_demo_models_named_bars_are_always_labelled(qtbot, model_dirs, isola
 def test_a_twelve_layer_models_mlps_and_biases_are_all_named_at_1024(qtbot, tmp_path):
     """GPT-2 small's shape of bars (12 layers x 12 heads, an MLP and a bias each: 170 bars) in the chart's width at
     1024 px: the 26 named ones all labelled."""
-    from tiny_models import tiny_model
-    from desktop_app.app.whatif import attribute_ids
-    from desktop_app.ui.panels.whatif import attribution_chart
-
-    loaded = tiny_model("abcdefgh ", "gpt2", n_layers=12, n_heads=12, d_model=48, d_ff=96, attention_out_bias=True)
-    ids = loaded.tokenizer.encode("abc abc")
-    attribution, _ = attribute_ids(loaded, ids, len(ids) - 1, 1, [])
-    chart = attribution_chart()
-    qtbot.addWidget(chart)
-    chart.resize(990, 420)
-    chart.show()
-    chart.set_attribution(attribution, "attribution")
+    chart, _ = _chart_shown(qtbot, "gpt2", 990, n_layers=12, n_heads=12, d_model=48, d_ff=96,
+                            attention_out_bias=True)
     _assert_named_bars_labelled(qtbot, chart, tmp_path, "twelve-layers")
 
 
@@ -71,18 +79,7 @@ def test_the_hover_names_a_head_whose_label_is_thinned_out(qtbot):
     """Heads' names are thinned (170 bars at 990 px): the mouse over a bar names it and its value."""
     from PySide6.QtCore import QPoint, QPointF
 
-    from tiny_models import tiny_model
-    from desktop_app.app.whatif import attribute_ids
-    from desktop_app.ui.panels.whatif import attribution_chart
-
-    loaded = tiny_model("abcdefgh ", "gpt2", n_layers=12, n_heads=12, d_model=48, d_ff=96)
-    ids = loaded.tokenizer.encode("abc abc")
-    attribution, _ = attribute_ids(loaded, ids, len(ids) - 1, 1, [])
-    chart = attribution_chart()
-    qtbot.addWidget(chart)
-    chart.resize(990, 420)
-    chart.show()
-    chart.set_attribution(attribution, "attribution")
+    chart, _ = _chart_shown(qtbot, "gpt2", 990, n_layers=12, n_heads=12, d_model=48, d_ff=96)
     qtbot.waitExposed(chart)
     drawn = {t for _, t in _drawn_labels(chart)}
     i = next(i for i, t in enumerate(chart.labels) if t not in drawn and "H" in t)
@@ -104,20 +101,9 @@ def test_twenty_four_layers_named_bars_keep_apart_on_few_lines_a_layer_at_a_time
     layer's together), the embedding and the final norm's bias always; the others are in the hover."""
     from PySide6.QtGui import QFontMetrics
 
-    from tiny_models import tiny_model
-    from desktop_app.app.whatif import attribute_ids
-    from desktop_app.ui.panels.whatif import attribution_chart
-
     shape = dict(n_heads=14, n_kv_heads=2, d_model=56) if family == "qwen2" else dict(n_heads=16, d_model=64,
                                                                                    attention_out_bias=True)
-    loaded = tiny_model("abcdefgh ", family, n_layers=24, d_ff=96, **shape)
-    ids = loaded.tokenizer.encode("abc abc")
-    attribution, _ = attribute_ids(loaded, ids, len(ids) - 1, 1, [])
-    chart = attribution_chart()
-    qtbot.addWidget(chart)
-    chart.resize(width, 420)
-    chart.show()
-    chart.set_attribution(attribution, "attribution")
+    chart, attribution = _chart_shown(qtbot, family, width, n_layers=24, d_ff=96, **shape)
     qtbot.waitExposed(chart)
     rows = attribution.rows()
     named = {chart.labels[i]: l for i, (c, l, _, _) in enumerate(rows) if c not in NUMBERED_COMPONENTS}

@@ -70,8 +70,9 @@ def add_parser(sub) -> None:
 def check_generation_memory(loaded, prompt_length: int, args, source_length: int = 0) -> None:
     """app.generation.check_generation_memory for these options (the option to lower named)."""
     from ..app.generation import check_generation_memory as check
+    from ..core.generation import GenerationSession
 
-    beams = args.beams if args.strategy == "beam" else 1
+    beams = GenerationSession.search_width(args)  # (args has the settings' strategy and beams)
     check(loaded, prompt_length, args.max_new, beams, f"--beams {args.beams}" if beams > 1 else f"--max-new {args.max_new}",
           source_length=source_length)
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
+from figure_kit import SCREENSHOTS, application, click_tab, exit_status, save_grab, shown_window  # noqa: E402
+from figure_kit import wait_until  # noqa: E402
 from figure_kit import click as _click  # noqa: E402
-from figure_kit import save_grab, wait_until  # noqa: E402
 
 
 def _wait(app, done, what: str) -> None:
@@ -46,31 +47,26 @@ def _save(widget, path: Path) -> None:
     save_grab(widget, path, "make_dynamics_figures", widget.status.text())
 
 
-def make(app, out: Path) -> None:
+def make(app, out: Path, sphere_steps: int = 71, model_steps: int = 22) -> None:
+    """dynamics_sphere.png after `sphere_steps` Steps and dynamics_model.png after `model_steps` (the README's:
+    71 and 22) into `out`."""
     from desktop_app.paths import demo_model_dir
     from desktop_app.ui.app import demo_text
-    from desktop_app.ui.main_window import MainWindow
-    from desktop_app.ui.state import AppState
 
     out.mkdir(parents=True, exist_ok=True)
-    state = AppState()
-    window = MainWindow(state)
-    window.resize(1280, 800)
-    window.show()
-    try:
+    with shown_window(1280, 800) as (state, window):
         state.set_text(demo_text())  # the app's text at its start (55 tokens)
         window.open_model(demo_model_dir())
         _wait(app, lambda: state.loaded is not None and (state._trace_job is None or state._trace_job.done),
               "opening the demo model")
-        index = next(i for i in range(window.tabs.count()) if window.tabs.tabText(i) == "Dynamics")
-        window.tabs.setCurrentIndex(index)
+        click_tab(window.tabs, "Dynamics")
         panel = window.slot("Dynamics").panel
         _wait(app, lambda: panel.screenshot_ready() if hasattr(panel, "screenshot_ready") else True,
               "the Dynamics panel")
         _choose(panel.init, "sphere")
         _choose(panel.qkv, "identity")
         _set(panel.steps_per_frame, 1)
-        _run(app, panel, 71)
+        _run(app, panel, sphere_steps)
         _save(panel, out / "dynamics_sphere.png")
 
         window.resize(1400, 900)
@@ -81,25 +77,16 @@ def make(app, out: Path) -> None:
         _set(panel.token_layer, 0)
         _set(panel.steps_per_frame, 10)
         _set(panel.record_every, 2)
-        _run(app, panel, 22)
+        _run(app, panel, model_steps)
         _save(panel, out / "dynamics_model.png")
-    finally:
-        window.close()
 
 
 def main(argv: list[str]) -> int:
-    from PySide6.QtWidgets import QApplication
-
     ap = argparse.ArgumentParser(prog="make_dynamics_figures")
-    ap.add_argument("outdir", nargs="?", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
+    ap.add_argument("outdir", nargs="?", default=str(SCREENSHOTS))
     args = ap.parse_args(argv)
-    app = QApplication.instance() or QApplication([])
-    try:
-        make(app, Path(args.outdir))
-    except (TimeoutError, OSError) as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    return 0
+    app = application()
+    return exit_status(lambda: make(app, Path(args.outdir)))
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
+from figure_kit import SCREENSHOTS, application, click_tab, exit_status, run_or_train, save_grab  # noqa: E402
 from figure_kit import click as _click  # noqa: E402
-from figure_kit import run_or_train, save_grab, wait_until  # noqa: E402
+from figure_kit import shown_window, wait_until  # noqa: E402
 
 LENS_TEXT = "Alice was beginning to get very tired of sitting by her sister on the bank, and of having nothing to do,"
 GRAPH_TEXT = "The cat sat on the mat because it was"
@@ -54,13 +55,6 @@ def _click_cell(table, row: int, column: int) -> None:
     _click(table.viewport(), table.visualRect(table.model().index(row, column)).center())
 
 
-def _click_tab(tabs, title: str):
-    bar = tabs.tabBar()
-    index = next(i for i in range(bar.count()) if bar.tabText(i) == title)
-    _click(bar, bar.tabRect(index).center())
-    return index
-
-
 def _save(widget, path: Path) -> None:
     save_grab(widget, path, "make_features_figures")
 
@@ -71,7 +65,7 @@ def _plain(label) -> str:
 
 def features_figures(app, window, state, sae: str, out: Path, work: Path) -> dict:
     """Write features.png and features_dashboard.png; what they show: {"token", "feature", "contexts"}."""
-    _click_tab(window.tabs, "Features")
+    click_tab(window.tabs, "Features")
     panel = window.slot("Features").panel  # built when its tab is first shown
     state.open_dictionary(sae)
     _wait(app, lambda: bool(state.dictionaries) or panel.status.text().startswith("Cannot"), what="the dictionary")
@@ -95,7 +89,7 @@ def features_figures(app, window, state, sae: str, out: Path, work: Path) -> dic
 
     text.write_text(demo_text_path().read_text(encoding="utf-8")[:CONTEXT_CHARS], encoding="utf-8")
     dashboard = panel.dashboard
-    _click_tab(panel.tabs, "Dashboard")
+    click_tab(panel.tabs, "Dashboard")
     dashboard.text_file = str(text)  # what Text file…'s dialog sets
     dashboard.file_label.setText(str(text))
     _click(dashboard.run_button)
@@ -113,7 +107,7 @@ def graph_figure(app, window, state, clt: str, out: Path) -> dict:
     """Write graph.png; what it shows: {"nodes" (the pinned), "supernodes", "edit" (the edit's result: edits,
     logits before, after, live)}."""
     window.resize(1500, 950)
-    _click_tab(window.tabs, "Graph")
+    click_tab(window.tabs, "Graph")
     panel = window.slot("Graph").panel  # built when its tab is first shown
     state.set_text(GRAPH_TEXT)  # (what the text box does)
     _wait(app, lambda: state.token_ids and state.token_strings(list(state.token_ids))[-1] == " was"
@@ -132,7 +126,7 @@ def graph_figure(app, window, state, clt: str, out: Path) -> dict:
         _click(panel.pin_button)
     panel.group("top pair", [nodes[i]["node_id"] for i in top])  # Group…'s dialog gives the label
     panel.select_node(top[0])
-    _click_tab(panel.side, "Intervene")
+    click_tab(panel.side, "Intervene")
     panel.how_box.setCurrentText("zero")
     panel.frozen_button.setChecked(True)
     panel.edit_result = None
@@ -149,25 +143,16 @@ def graph_figure(app, window, state, clt: str, out: Path) -> dict:
 def make(app, out: Path, sae: str, clt: str) -> dict:
     """The three screenshots of the demo model into `out`; what they show ({"features": ..., "graph": ...})."""
     from desktop_app.paths import demo_model_dir
-    from desktop_app.ui.main_window import MainWindow
-    from desktop_app.ui.state import AppState
 
     out.mkdir(parents=True, exist_ok=True)
-    state = AppState()
-    window = MainWindow(state)
-    window.resize(1280, 800)
-    window.show()
-    try:
-        with tempfile.TemporaryDirectory() as work:
-            state.text = LENS_TEXT
-            window.open_model(demo_model_dir())
-            _wait(app, lambda: state.loaded is not None and (state._trace_job is None or state._trace_job.done),
-                  what="opening the demo model")
-            shown = {"features": features_figures(app, window, state, sae, out, Path(work))}
-            shown["graph"] = graph_figure(app, window, state, clt, out)
-            return shown
-    finally:
-        window.close()
+    with shown_window(1280, 800) as (state, window), tempfile.TemporaryDirectory() as work:
+        state.text = LENS_TEXT
+        window.open_model(demo_model_dir())
+        _wait(app, lambda: state.loaded is not None and (state._trace_job is None or state._trace_job.done),
+              what="opening the demo model")
+        shown = {"features": features_figures(app, window, state, sae, out, Path(work))}
+        shown["graph"] = graph_figure(app, window, state, clt, out)
+        return shown
 
 
 def readme_runs(sae: str | None, clt: str | None) -> tuple:
@@ -179,30 +164,24 @@ def readme_runs(sae: str | None, clt: str | None) -> tuple:
 
 
 def main(argv: list[str]) -> int:
-    from PySide6.QtWidgets import QApplication
-
     ap = argparse.ArgumentParser(prog="make_features_figures")
-    ap.add_argument("outdir", nargs="?", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
+    ap.add_argument("outdir", nargs="?", default=str(SCREENSHOTS))
     ap.add_argument("--sae", help="the README's TopK dictionary folder (runs/sae-l2); trained now when not given")
     ap.add_argument("--clt", help="the README's cross-layer transcoder folder (runs/demo-clt); trained now when "
                                   "not given")
     args = ap.parse_args(argv)
     out = Path(args.outdir)
     (sae, sae_tmp), (clt, clt_tmp) = readme_runs(args.sae, args.clt)
-    if sae is None or clt is None:
-        print("make_features_figures: training the dictionary or the transcoder failed", file=sys.stderr)
-        return 1
-    app = QApplication.instance() or QApplication([])
     try:
-        make(app, out, sae, clt)
-    except (TimeoutError, OSError) as exc:
-        print(exc, file=sys.stderr)
-        return 1
+        if sae is None or clt is None:
+            print("make_features_figures: training the dictionary or the transcoder failed", file=sys.stderr)
+            return 1
+        app = application()
+        return exit_status(lambda: make(app, out, sae, clt))
     finally:
-        for tmp in (sae_tmp, clt_tmp):
+        for tmp in (sae_tmp, clt_tmp):  # the one trained when the other failed too
             if tmp is not None:
                 tmp.cleanup()
-    return 0
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
-from figure_kit import run_or_train, wait_until  # noqa: E402
+from figure_kit import application, given_or_trained, shown_window, wait_until  # noqa: E402
 
 TRAIN = ("train --task modadd --p 59 --train-fraction 0.4 --family gpt2 --layers 1 --heads 4 --d-model 128 "
          "--d-ff 512 --context 4 --lr 1e-3 --weight-decay 1.0 --schedule constant --warmup 10 --batch-size 1392 "
@@ -57,53 +57,42 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    run, tmp = run_or_train(args.run, TRAIN, "modadd")
-    if run is None:
-        return 1
-    figures = Path(args.docs) / "figures"
-    figures.mkdir(parents=True, exist_ok=True)
+    with given_or_trained(args.run, TRAIN, "modadd") as run:
+        if run is None:
+            return 1
+        figures = Path(args.docs) / "figures"
+        figures.mkdir(parents=True, exist_ok=True)
 
-    from PySide6.QtCore import Qt
-    from PySide6.QtTest import QTest
-    from PySide6.QtWidgets import QApplication
+        from PySide6.QtCore import Qt
+        from PySide6.QtTest import QTest
 
-    from desktop_app.ui.main_window import MainWindow
-    from desktop_app.ui.state import AppState
-    from desktop_app.ui.widgets.export import export_view
+        from desktop_app.ui.widgets.export import export_view
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    state = AppState()
-    window = MainWindow(state)
-    window.interactive = False
-    window.resize(1280, 800)
-    window.show()
+        app = application()
+        with shown_window(1280, 800) as (state, window):
+            panel = window.panel("Train")
+            window.show_panel("Train")
+            history = json.loads((Path(run) / "metrics.json").read_text(encoding="utf-8"))
+            for ev in history:
+                if ev.get("event") in ("step", "eval"):
+                    panel._on_event(live_event(ev))
+            _wait(app, lambda: True)
+            panel.plots_widget.resize(1100, 520)
+            for suffix in (".png", ".csv"):
+                export_view(panel, figures / ("modadd_train" + suffix))
 
-    panel = window.panel("Train")
-    window.show_panel("Train")
-    history = json.loads((Path(run) / "metrics.json").read_text(encoding="utf-8"))
-    for ev in history:
-        if ev.get("event") in ("step", "eval"):
-            panel._on_event(live_event(ev))
-    _wait(app, lambda: True)
-    panel.plots_widget.resize(1100, 520)
-    for suffix in (".png", ".csv"):
-        export_view(panel, figures / ("modadd_train" + suffix))
-
-    state.open_model(run)
-    bar = window.timeline_bar
-    _wait(app, lambda: state.loaded is not None and bar.isVisible(), what="the run")
-    QTest.mouseClick(bar.across_button, Qt.MouseButton.LeftButton)
-    across = bar.across
-    across.resize(1000, 900)
-    _wait(app, lambda: across.results is not None and across.chosen_layer_metric in across.layer_results,
-          what="the Across-training window")
-    for suffix in (".png", ".csv"):
-        export_view(across, figures / ("modadd_across" + suffix))
-    print(across.status.text())
-    across.close()
-    window.close()
-    if tmp is not None:
-        tmp.cleanup()
+            state.open_model(run)
+            bar = window.timeline_bar
+            _wait(app, lambda: state.loaded is not None and bar.isVisible(), what="the run")
+            QTest.mouseClick(bar.across_button, Qt.MouseButton.LeftButton)
+            across = bar.across
+            across.resize(1000, 900)
+            _wait(app, lambda: across.results is not None and across.chosen_layer_metric in across.layer_results,
+                  what="the Across-training window")
+            for suffix in (".png", ".csv"):
+                export_view(across, figures / ("modadd_across" + suffix))
+            print(across.status.text())
+            across.close()
     return 0
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
-from figure_kit import run_or_train, wait_until  # noqa: E402
+from figure_kit import application, click_tab, exit_status, given_or_trained, save_grab, shown_window  # noqa: E402
+from figure_kit import wait_until  # noqa: E402
 
 TEXT = "Alice was beginning to get very tired of sitting by her sister"
 DEPTH = 2  # after block 1: block 1's router
@@ -42,49 +43,33 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     train = ("train --task text --family mixtral --layers 2 --d-model 32 --steps 122 --router-aux-loss-coef 0 "
              "--seed 0").split() + ["--text-file", str(demo_text_path())]
-    run, tmp = run_or_train(args.run, train, "moe_demo")
-    if run is None:
-        return 1
+    with given_or_trained(args.run, train, "moe_demo") as run:
+        if run is None:
+            return 1
+        return exit_status(lambda: show(run, Path(args.out)))
 
-    from PySide6.QtCore import Qt
-    from PySide6.QtTest import QTest
-    from PySide6.QtWidgets import QApplication
 
-    from desktop_app.ui.main_window import MainWindow
-    from desktop_app.ui.state import AppState
-
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    state = AppState()
-    window = MainWindow(state)
-    window.interactive = False
-    window.resize(1100, 760)
-    window.show()
-    state.text = TEXT
-    window.open_model(run)
-    _wait(app, lambda: state.loaded is not None and state.trace is not None and len(state.token_ids) == len(TEXT),
-          what="the model and its trace")
-    window.show_panel("Layers")
-    panel = window.panel("Layers")
-    _wait(app, lambda: panel.data is not None, what="the Layers panel")
-    bar = panel.tabs.tabBar()
-    index = next(i for i in range(bar.count()) if bar.tabText(i) == "Routing")
-    QTest.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-    panel.set_depth(DEPTH)
-    heatmap = panel.widgets["routing"]
-    _wait(app, lambda: heatmap.values is not None and "block L1" in heatmap.plot.titleLabel.text,
-          what="the Routing view")
-    window.statusBar().clearMessage()  # the opening's message names the temporary folder
-    if not window.grab().save(args.out):
-        print(f"make_routing_figure: cannot write {args.out}", file=sys.stderr)
-        return 1
-    print(heatmap.plot.titleLabel.text)
-    print("mean router probability per expert:", " ".join(f"E{e} {p:.3f}" for e, p in
-                                                        enumerate(heatmap.values.mean(axis=0))))
-    print("wrote", args.out)
-    window.close()
-    if tmp is not None:
-        tmp.cleanup()
-    return 0
+def show(run: str, out: Path) -> None:
+    """The window on `run`'s Routing view of block 1, grabbed to `out`; prints what it shows."""
+    app = application()
+    with shown_window(1100, 760) as (state, window):
+        state.text = TEXT
+        window.open_model(run)
+        _wait(app, lambda: state.loaded is not None and state.trace is not None and len(state.token_ids) == len(TEXT),
+              what="the model and its trace")
+        window.show_panel("Layers")
+        panel = window.panel("Layers")
+        _wait(app, lambda: panel.data is not None, what="the Layers panel")
+        click_tab(panel.tabs, "Routing")
+        panel.set_depth(DEPTH)
+        heatmap = panel.widgets["routing"]
+        _wait(app, lambda: heatmap.values is not None and "block L1" in heatmap.plot.titleLabel.text,
+              what="the Routing view")
+        window.statusBar().clearMessage()  # the opening's message names the temporary folder
+        save_grab(window, out, "make_routing_figure")
+        print(heatmap.plot.titleLabel.text)
+        print("mean router probability per expert:", " ".join(f"E{e} {p:.3f}" for e, p in
+                                                            enumerate(heatmap.values.mean(axis=0))))
 
 
 if __name__ == "__main__":

@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
-from figure_kit import wait_until  # noqa: E402
-
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
+from figure_kit import application, exit_status, save_grab, shown_panel, shown_window, wait_until  # noqa: E402
 
 SOURCE = "the black dog sees a white cow"
 TARGET = "le chien noir voit une vache blanche [END]"
@@ -45,36 +43,28 @@ GENERATE_SHOWN = 3  # the strip's token on show: [start] le chien noir ...
 def generate_figure(app, model: str, out: Path) -> None:
     """The Generate panel alone on `model`: GENERATE_SOURCE stepped until the target ends (or 12 steps), then
     the strip's token GENERATE_SHOWN chosen as a click on it does."""
-    from desktop_app.core.checkpoints import load_model_folder
     from desktop_app.ui.panels.generation import GenerationPanel
-    from desktop_app.ui.state import AppState
 
-    state = AppState()
-    state.loaded = load_model_folder(model)
-    panel = GenerationPanel(state)
-    state.model_changed.emit(state.loaded)
-    panel.resize(1300, 760)
-    panel.show()
-    panel.prompt.setText(GENERATE_SOURCE)
+    with shown_panel(GenerationPanel, model, 1300, 760) as panel:
+        panel.prompt.setText(GENERATE_SOURCE)
 
-    def wait(condition) -> None:
-        wait_until(app, condition, 120, "a Generate step", "make_seq2seq_figures")
+        def wait(condition) -> None:
+            wait_until(app, condition, 120, "a Generate step", "make_seq2seq_figures")
 
-    for _ in range(12):
-        panel.step()
-        wait(lambda: panel.session is not None and panel.screenshot_ready())
-        if panel.session.finished:
-            break
-    panel._strip_selected(GENERATE_SHOWN)
-    wait(panel.screenshot_ready)
-    panel.grab().save(str(out / "generate_seq2seq.png"))
-    print(panel.status.text())
-    print(f"wrote {out / 'generate_seq2seq.png'}")
-    panel.close()
+        for _ in range(12):
+            panel.step()
+            wait(lambda: panel.session is not None and panel.screenshot_ready())
+            if panel.session.finished:
+                break
+        panel._strip_selected(GENERATE_SHOWN)
+        wait(panel.screenshot_ready)
+        save_grab(panel, out / "generate_seq2seq.png", "make_seq2seq_figures")
+        print(panel.status.text())
 
 
-def main() -> int:
-    args = [a for a in sys.argv[1:] if a != "--all"]  # (--all: what an older version wrote only when asked)
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = [a for a in argv if a != "--all"]  # (--all: what an older version wrote only when asked)
     options = {}
     for flag in ("--generate", "--head"):
         if flag in args:
@@ -95,19 +85,19 @@ def main() -> int:
         return 2
     model, out = args[0], Path(args[1] if len(args) > 1 else "docs/screenshots")
     out.mkdir(parents=True, exist_ok=True)
-    from PySide6.QtCore import QSettings
-    from PySide6.QtWidgets import QApplication
+    app = application()
 
-    app = QApplication([])
-    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, tempfile.mkdtemp())  # not the user's
-    from desktop_app.ui.main_window import MainWindow
-    from desktop_app.ui.state import AppState
+    def make() -> None:
+        with shown_window(1400, 640) as (state, window):
+            encoder_decoder_figures(app, state, window, model, out, head)
+        if generate is not None:
+            generate_figure(app, generate, out)
 
-    state = AppState()
-    window = MainWindow(state)
-    window.resize(1400, 640)
-    window.show()
+    return exit_status(make)
 
+
+def encoder_decoder_figures(app, state, window, model: str, out: Path, head: int) -> None:
+    """The Model panel on the wrong target, the Attention panel's three kinds of heatmap on the right one."""
     def wait(condition, seconds: float = 120) -> None:
         wait_until(app, condition, seconds, "opening the model, its trace or a view", "make_seq2seq_figures")
 
@@ -130,7 +120,7 @@ def main() -> int:
     wait(lambda: state._trace_job is None and len(state.decoder_ids) > 1)
     model_panel = panel("Model")
     settle()
-    model_panel.grab().save(str(out / "seq2seq_model.png"))
+    save_grab(model_panel, out / "seq2seq_model.png", "make_seq2seq_figures")
     print(model_panel.target_count.text(), [round(p, 4) for p in model_panel.target_probabilities[1:]])
     state.set_target(TARGET)
     wait(lambda: state._trace_job is None and state.token_strings(state.decoder_ids)[3] == "noir")
@@ -141,12 +131,7 @@ def main() -> int:
         attention.open_head(attention.data.n_layers - 1, head)  # the heatmap of the last layer's head
         settle()
         name = "seq2seq_attention.png" if kind == "cross" else f"seq2seq_attention_{kind}.png"
-        attention.grab().save(str(out / name))
-        print(f"wrote {out / name}")
-    window.close()
-    if generate is not None:
-        generate_figure(app, generate, out)
-    return 0
+        save_grab(attention, out / name, "make_seq2seq_figures")
 
 
 if __name__ == "__main__":

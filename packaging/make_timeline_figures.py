@@ -26,7 +26,7 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
-from figure_kit import run_or_train, wait_until  # noqa: E402
+from figure_kit import application, given_or_trained, save_grab, shown_window, wait_until  # noqa: E402
 
 TRAIN = ("train --task induction --family gpt2 --layers 2 --heads 4 --d-model 128 --d-ff 128 --context 31 "
          "--positions rotary --length 16 --min-length 8 --symbols 64 --lr 1e-3 --schedule constant --warmup 200 "
@@ -49,55 +49,46 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    run, tmp = run_or_train(args.run, TRAIN, "induction")
-    if run is None:
-        return 1
-    docs = Path(args.docs)
-    (docs / "screenshots").mkdir(parents=True, exist_ok=True)
-    (docs / "figures").mkdir(parents=True, exist_ok=True)
+    with given_or_trained(args.run, TRAIN, "induction") as run:
+        if run is None:
+            return 1
+        docs = Path(args.docs)
+        (docs / "screenshots").mkdir(parents=True, exist_ok=True)
+        (docs / "figures").mkdir(parents=True, exist_ok=True)
 
-    from PySide6.QtCore import Qt
-    from PySide6.QtTest import QTest
-    from PySide6.QtWidgets import QApplication
+        from PySide6.QtCore import Qt
+        from PySide6.QtTest import QTest
 
-    from desktop_app.core.training.timeline import step_folder
-    from desktop_app.ui.main_window import MainWindow
-    from desktop_app.ui.state import AppState
-    from desktop_app.ui.widgets.export import export_view
+        from desktop_app.core.training.timeline import step_folder
+        from desktop_app.ui.widgets.export import export_view
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    state = AppState()
-    window = MainWindow(state)
-    window.interactive = False
-    window.resize(1280, 800)
-    window.show()
-    state.open_model(step_folder(run, STEP))
-    bar = window.timeline_bar
-    _wait(app, lambda: state.loaded is not None and bar.isVisible() and bar.shown_step == STEP, what="the step")
-    window.show_panel("Attention")
-    state.set_text(TEXT)
-    _wait(app, lambda: state.trace is not None and len(state.token_ids) == 24, what="the trace")
-    attention = window.panel("Attention")
-    _wait(app, lambda: getattr(attention, "screenshot_ready", lambda: True)(), what="the Attention panel")
-    window.statusBar().clearMessage()  # the opening's message, long enough to run under the status fields
-    window.grab().save(str(docs / "screenshots" / "timeline.png"))
+        app = application()
+        with shown_window(1280, 800) as (state, window):
+            state.open_model(step_folder(run, STEP))
+            bar = window.timeline_bar
+            _wait(app, lambda: state.loaded is not None and bar.isVisible() and bar.shown_step == STEP,
+                  what="the step")
+            window.show_panel("Attention")
+            state.set_text(TEXT)
+            _wait(app, lambda: state.trace is not None and len(state.token_ids) == 24, what="the trace")
+            attention = window.panel("Attention")
+            _wait(app, lambda: getattr(attention, "screenshot_ready", lambda: True)(), what="the Attention panel")
+            window.statusBar().clearMessage()  # the opening's message, long enough to run under the status fields
+            save_grab(window, docs / "screenshots" / "timeline.png", "make_timeline_figures")
 
-    QTest.mouseClick(bar.across_button, Qt.MouseButton.LeftButton)
-    across = bar.across
-    across.resize(1000, 900)
-    for entry, metric, name in (("Lipschitz constant", "lipschitz", "induction_lipschitz"),
-                                ("Logit lens: probability", "logit-lens", "induction_across_training")):
-        across.layer_metric.setFocus()
-        QTest.keyClicks(across.layer_metric, entry)
-        _wait(app, lambda: across.results is not None and metric in across.layer_results, what=entry)
-        for suffix in (".png", ".csv"):
-            export_view(across, docs / "figures" / (name + suffix))
-    across.grab().save(str(docs / "screenshots" / "timeline_across.png"))
-    print(across.status.text())
-    across.close()
-    window.close()
-    if tmp is not None:
-        tmp.cleanup()
+            QTest.mouseClick(bar.across_button, Qt.MouseButton.LeftButton)
+            across = bar.across
+            across.resize(1000, 900)
+            for entry, metric, name in (("Lipschitz constant", "lipschitz", "induction_lipschitz"),
+                                        ("Logit lens: probability", "logit-lens", "induction_across_training")):
+                across.layer_metric.setFocus()
+                QTest.keyClicks(across.layer_metric, entry)
+                _wait(app, lambda: across.results is not None and metric in across.layer_results, what=entry)
+                for suffix in (".png", ".csv"):
+                    export_view(across, docs / "figures" / (name + suffix))
+            save_grab(across, docs / "screenshots" / "timeline_across.png", "make_timeline_figures")
+            print(across.status.text())
+            across.close()
     return 0
 
 

@@ -19,33 +19,31 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the run's process: one thread for a small model
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
+from figure_kit import application, exit_status, save_grab, shown_panel  # noqa: E402
 
 
-def main() -> int:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screenshots")
-    out.mkdir(parents=True, exist_ok=True)
+def make(out: Path, steps: int = 600, eval_every: int = 25, seconds: float = 900) -> list[dict]:
+    """train_translate.png in `out`: the panel once its run of `steps` steps (an evaluation every `eval_every`)
+    ends, or after `seconds`; the run's events."""
     from PySide6.QtCore import QEventLoop
-    from PySide6.QtWidgets import QApplication
 
-    app = QApplication([])
     from desktop_app.ui.panels.training import TrainingPanel
-    from desktop_app.ui.state import AppState
 
-    panel = TrainingPanel(AppState())
-    panel.resize(1500, 1050)
-    panel.show()
-    panel.task.setCurrentText("translate")
-    assert panel.family.currentText() == "marian"
-    panel.lr.setValue(3e-3)
-    panel.batch_size.setValue(64)
-    panel.steps.setValue(600)
-    panel.eval_every.setValue(25)
-    panel.checkpoint_every.setValue(100_000)
-    with tempfile.TemporaryDirectory() as runs:
+    app = application()
+    out.mkdir(parents=True, exist_ok=True)
+    with shown_panel(TrainingPanel, None, 1500, 1050) as panel, tempfile.TemporaryDirectory() as runs:
+        panel.task.setCurrentText("translate")
+        assert panel.family.currentText() == "marian"
+        panel.lr.setValue(3e-3)
+        panel.batch_size.setValue(64)
+        panel.steps.setValue(steps)
+        panel.eval_every.setValue(eval_every)
+        panel.checkpoint_every.setValue(100_000)
         panel.out_edit.setText(runs)
         panel.start()
         t0 = time.time()
-        while panel.running and time.time() - t0 < 900:
+        while panel.running and time.time() - t0 < seconds:
             app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 100)
             time.sleep(0.05)
         for _ in range(20):
@@ -56,9 +54,13 @@ def main() -> int:
                                                 if "val_exact_match" in e))  # the README's figures
         if view.event is not None:
             print("held out:", " ".join(view.event["source"]), "->", " ".join(view.event["written"]))
-        panel.grab().save(str(out / "train_translate.png"))
-    print("wrote", out / "train_translate.png")
-    return 0
+        save_grab(panel, out / "train_translate.png", "make_train_translate_figure")
+        return list(panel.events)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    return exit_status(lambda: make(Path(argv[0] if argv else "docs/screenshots")))
 
 
 if __name__ == "__main__":

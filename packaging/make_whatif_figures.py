@@ -26,8 +26,9 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
+from figure_kit import SCREENSHOTS, application, click_tab, exit_status, save_grab, shown_panel  # noqa: E402
 from figure_kit import click as _click  # noqa: E402
-from figure_kit import save_grab, wait_until  # noqa: E402
+from figure_kit import shown_window, wait_until  # noqa: E402
 
 MOTIF_CLEAN = "C D D C B B B D A A B D A C A A B D B C"
 MOTIF_CORRUPTED = "C D D C B B B D A A B D A C A A D D B C"
@@ -51,124 +52,105 @@ def _save(widget, path: Path) -> None:
 
 def demo_figures(app, out: Path) -> None:
     import torch
-    from PySide6.QtCore import Qt
-    from PySide6.QtTest import QTest
 
     from desktop_app.core.interventions import Intervention
     from desktop_app.paths import demo_model_dir
-    from desktop_app.ui.main_window import MainWindow
-    from desktop_app.ui.state import AppState
 
-    state = AppState()
-    window = MainWindow(state)
-    window.resize(1280, 800)
-    window.show()
-    state.text = DEMO_TEXT
-    window.open_model(demo_model_dir())
-    traced = lambda: state.loaded is not None and (state._trace_job is None or state._trace_job.done)  # noqa: E731
-    _wait(app, traced, what="opening the demo model")
-    bar = window.tabs.tabBar()
+    with shown_window(1280, 800) as (state, window):
+        state.text = DEMO_TEXT
+        window.open_model(demo_model_dir())
+        traced = lambda: state.loaded is not None and (state._trace_job is None or state._trace_job.done)  # noqa: E731
+        _wait(app, traced, what="opening the demo model")
 
-    def tab(title: str):
-        index = next(i for i in range(bar.count()) if bar.tabText(i) == title)
-        QTest.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(index).center())
-        return window.slot(title).panel
+        def tab(title: str):
+            click_tab(window.tabs, title)
+            return window.slot(title).panel
 
-    whatif = tab("What if")
-    whatif.tabs.setCurrentIndex(0)
-    _click(whatif.attribute_button)  # the last position, the model's top next token
-    _wait(app, lambda: whatif.attribute_button.isEnabled() and whatif.dla_status.text().startswith(("logit", "Cannot")),
-          what="the attribution")
-    print(whatif.dla_status.text())
-    _save(window, out / "whatif_attribution.png")
+        whatif = tab("What if")
+        whatif.tabs.setCurrentIndex(0)
+        _click(whatif.attribute_button)  # the last position, the model's top next token
+        _wait(app, lambda: whatif.attribute_button.isEnabled()
+              and whatif.dla_status.text().startswith(("logit", "Cannot")), what="the attribution")
+        print(whatif.dla_status.text())
+        _save(window, out / "whatif_attribution.png")
 
-    whatif.tabs.setCurrentIndex(1)
-    tok, model = state.loaded.tokenizer, state.loaded.model
-    clean, corrupted = "Alice and the rabbit", "Alice and the hole"
-    with torch.no_grad():  # the answers: each text's top next token
-        top = [int(model(torch.tensor([tok.encode(t)])).logits[0, -1].argmax()) for t in (clean, corrupted)]
-    answer, wrong = tok.token_strings(top)  # as a person types them (ids would do too: #386)
-    for edit, text in ((whatif.clean_edit, clean), (whatif.corrupted_edit, corrupted),
-                       (whatif.answer_edit, answer), (whatif.wrong_edit, wrong)):
-        _type(edit, text)
-    whatif.patching = None
-    _click(whatif.run_button)
-    _wait(app, lambda: whatif.patching is not None and whatif.run_button.isEnabled(), what="the patching")
-    print(whatif.patch_status.text())
-    _save(window, out / "whatif_patching.png")
+        whatif.tabs.setCurrentIndex(1)
+        tok, model = state.loaded.tokenizer, state.loaded.model
+        clean, corrupted = "Alice and the rabbit", "Alice and the hole"
+        with torch.no_grad():  # the answers: each text's top next token
+            top = [int(model(torch.tensor([tok.encode(t)])).logits[0, -1].argmax()) for t in (clean, corrupted)]
+        answer, wrong = tok.token_strings(top)  # as a person types them (ids would do too: #386)
+        for edit, text in ((whatif.clean_edit, clean), (whatif.corrupted_edit, corrupted),
+                           (whatif.answer_edit, answer), (whatif.wrong_edit, wrong)):
+            _type(edit, text)
+        whatif.patching = None
+        _click(whatif.run_button)
+        _wait(app, lambda: whatif.patching is not None and whatif.run_button.isEnabled(), what="the patching")
+        print(whatif.patch_status.text())
+        _save(window, out / "whatif_patching.png")
 
-    generate = tab("Generate")
+        generate = tab("Generate")
 
-    def generate_steps(prompt: str, steps: int) -> None:
-        _type(generate.prompt, prompt)
-        for _ in range(steps):
-            _click(generate.step_button)
-            _wait(app, lambda: generate.session is not None and not generate.busy, what="a step")
-        _wait(app, lambda: "log p" in generate.plain_label.text(), what="the comparison")
-        print(generate.plain_label.text())
+        def generate_steps(prompt: str, steps: int) -> None:
+            _type(generate.prompt, prompt)
+            for _ in range(steps):
+                _click(generate.step_button)
+                _wait(app, lambda: generate.session is not None and not generate.busy, what="a step")
+            _wait(app, lambda: "log p" in generate.plain_label.text() and generate.screenshot_ready(),
+                  what="the comparison")
+            print(generate.plain_label.text())
 
-    state.set_interventions([Intervention("blocks.1.attn.head.2")])
-    _wait(app, traced, what="tracing the ablated model")
-    generate_steps("Alice was beginning", 3)
-    _save(window, out / "whatif_generate.png")
+        state.set_interventions([Intervention("blocks.1.attn.head.2")])
+        _wait(app, traced, what="tracing the ablated model")
+        generate_steps("Alice was beginning", 3)
+        _save(window, out / "whatif_generate.png")
 
-    state.set_interventions([])
-    _wait(app, traced, what="tracing the model as trained")
-    whatif = tab("What if")
-    whatif.tabs.setCurrentIndex(2)
-    _type(whatif.towards_edit, "the Queen shouted")
-    _type(whatif.away_edit, "Alice thought")
-    whatif.steer_layer_spin.setValue(2)
-    whatif.set_scale(6.0)
-    _click(whatif.apply_steer_button)
-    _wait(app, lambda: bool(state.interventions), what="the steering vector")
-    print(whatif.steer_status.text())
-    generate = tab("Generate")
-    generate.session = None
-    generate_steps("Alice said", 4)
-    _save(window, out / "whatif_steer.png")
-    window.close()
+        state.set_interventions([])
+        _wait(app, traced, what="tracing the model as trained")
+        whatif = tab("What if")
+        whatif.tabs.setCurrentIndex(2)
+        _type(whatif.towards_edit, "the Queen shouted")
+        _type(whatif.away_edit, "Alice thought")
+        whatif.steer_layer_spin.setValue(2)
+        whatif.set_scale(6.0)
+        _click(whatif.apply_steer_button)
+        _wait(app, lambda: bool(state.interventions), what="the steering vector")
+        print(whatif.steer_status.text())
+        generate = tab("Generate")
+        generate.session = None
+        generate_steps("Alice said", 4)
+        _save(window, out / "whatif_steer.png")
 
 
 def motif_figure(app, folder: str, out: Path) -> None:
-    from desktop_app.core.checkpoints import load_model_folder
     from desktop_app.ui.panels.whatif import WhatIfPanel
-    from desktop_app.ui.state import AppState
 
-    state = AppState()
-    state.loaded = load_model_folder(folder)
-    panel = WhatIfPanel(state)
-    state.model_changed.emit(state.loaded)
-    panel.resize(1300, 560)
-    panel.show()
-    panel.tabs.setCurrentIndex(1)
-    for edit, text in ((panel.clean_edit, MOTIF_CLEAN), (panel.corrupted_edit, MOTIF_CORRUPTED),
-                       (panel.answer_edit, "B"), (panel.wrong_edit, "D")):
-        _type(edit, text)
-    _click(panel.run_button)
-    _wait(app, lambda: panel.patching is not None and panel.run_button.isEnabled(), what="the patching")
-    print(panel.patch_status.text())
-    _save(panel, out / "whatif_motif.png")
+    with shown_panel(WhatIfPanel, folder, 1300, 560) as panel:
+        panel.tabs.setCurrentIndex(1)
+        for edit, text in ((panel.clean_edit, MOTIF_CLEAN), (panel.corrupted_edit, MOTIF_CORRUPTED),
+                           (panel.answer_edit, "B"), (panel.wrong_edit, "D")):
+            _type(edit, text)
+        _click(panel.run_button)
+        _wait(app, lambda: panel.patching is not None and panel.run_button.isEnabled(), what="the patching")
+        print(panel.patch_status.text())
+        _save(panel, out / "whatif_motif.png")
 
 
 def main(argv: list[str]) -> int:
-    from PySide6.QtWidgets import QApplication
-
     ap = argparse.ArgumentParser(prog="make_whatif_figures")
-    ap.add_argument("outdir", nargs="?", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
+    ap.add_argument("outdir", nargs="?", default=str(SCREENSHOTS))
     ap.add_argument("--motif", help="a motif model folder: also make whatif_motif.png")
     args = ap.parse_args(argv)
     out = Path(args.outdir)
     out.mkdir(parents=True, exist_ok=True)
-    app = QApplication.instance() or QApplication([])
-    try:
+    app = application()
+
+    def make() -> None:
         demo_figures(app, out)
         if args.motif:
             motif_figure(app, args.motif, out)
-    except (TimeoutError, OSError) as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    return 0
+
+    return exit_status(make)
 
 
 if __name__ == "__main__":

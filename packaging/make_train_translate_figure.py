@@ -51,7 +51,7 @@ def make(out: Path, steps: int = 600, eval_every: int = 25, seconds: float = 900
         view = panel.plots.cross_attention
         print("last event:", panel.events[-1] if panel.events else None)
         print("held-out exact match:", " ".join(f"{e['step']}:{e['val_exact_match']:.3f}" for e in panel.events
-                                                if "val_exact_match" in e))  # the README's figures
+                                                if e.get("event") == "eval"))  # the README's figures (not "done"'s)
         if view.event is not None:
             print("held out:", " ".join(view.event["source"]), "->", " ".join(view.event["written"]))
         save_grab(panel, out / "train_translate.png", "make_train_translate_figure")

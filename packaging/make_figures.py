@@ -11,45 +11,47 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
+from figure_kit import application, exit_status, wait_until  # noqa: E402
+
+FIGURES = Path(__file__).resolve().parents[1] / "docs" / "figures"  # the README's
 
 
-def main(argv: list[str]) -> int:
-    from PySide6.QtWidgets import QApplication
-
+def make(out: Path) -> None:
+    """lipschitz_demo.png and lipschitz_demo.csv in `out`; prints each run's exponent."""
     from desktop_app.core.checkpoints import load_model_folder
     from desktop_app.paths import demo_model_dir
+    from desktop_app.ui.offscreen import dispose
     from desktop_app.ui.panels.lipschitz import LipschitzPanel
     from desktop_app.ui.state import AppState
 
-    out = Path(argv[0] if argv else Path(__file__).resolve().parents[1] / "docs" / "figures")
-    app = QApplication.instance() or QApplication([])
+    app = application()
     state = AppState()
     state.loaded = load_model_folder(demo_model_dir())
-    panel = LipschitzPanel(state)
+    panel = LipschitzPanel(state)  # not shown: the plot is exported at its own size
     state.model_changed.emit(state.loaded)
-    panel.resize(1400, 900)
-    panel.plot.resize(1100, 700)
-    panel.screenshot_demo()
-    deadline = time.time() + 600
-    while not panel.screenshot_ready():
-        if time.time() > deadline:
-            print("make_figures: the sweeps did not finish within 10 minutes", file=sys.stderr)
-            return 1
-        app.processEvents()
-        time.sleep(0.02)
-    panel.plot.setTitle("Demo model, layer 0: local Lipschitz constant vs sequence length", color="#555")
-    out.mkdir(parents=True, exist_ok=True)
-    panel.export(out / "lipschitz_demo.png")
-    panel.export(out / "lipschitz_demo.csv")
-    for run in panel.runs:
-        r = run.result
-        print(f"{run.label}: exponent {r.exponent:.3f} [{r.exponent_ci[0]:.3f}, {r.exponent_ci[1]:.3f}]")
-    print(f"wrote {out / 'lipschitz_demo.png'} and {out / 'lipschitz_demo.csv'}")
-    return 0
+    try:
+        panel.resize(1400, 900)
+        panel.plot.resize(1100, 700)
+        panel.screenshot_demo()
+        wait_until(app, panel.screenshot_ready, 600, "the sweeps", "make_figures")
+        panel.plot.setTitle("Demo model, layer 0: local Lipschitz constant vs sequence length", color="#555")
+        out.mkdir(parents=True, exist_ok=True)
+        panel.export(out / "lipschitz_demo.png")
+        panel.export(out / "lipschitz_demo.csv")
+        for run in panel.runs:
+            r = run.result
+            print(f"{run.label}: exponent {r.exponent:.3f} [{r.exponent_ci[0]:.3f}, {r.exponent_ci[1]:.3f}]")
+        print(f"wrote {out / 'lipschitz_demo.png'} and {out / 'lipschitz_demo.csv'}")
+    finally:
+        dispose(panel)
+
+
+def main(argv: list[str]) -> int:
+    return exit_status(lambda: make(Path(argv[0]) if argv else FIGURES))
 
 
 if __name__ == "__main__":

@@ -18,22 +18,22 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
-from figure_kit import wait_until  # noqa: E402
+from figure_kit import application, save_grab, wait_until  # noqa: E402
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("graph", type=Path)
     ap.add_argument("out", type=Path, nargs="?", default=Path("docs/screenshots/graph_demo_circuit.png"))
     ap.add_argument("--features", default="47,117", help="the layer-0 features of the circuit (comma-separated)")
     ap.add_argument("--size", default="1280x720")
-    args = ap.parse_args()
-    from PySide6.QtWidgets import QApplication, QSplitter
+    args = ap.parse_args(argv)
+    from PySide6.QtWidgets import QSplitter
 
     from desktop_app.ui.offscreen import dispose
     from desktop_app.ui.panels.graph import GraphPanel
 
-    app = QApplication.instance() or QApplication([])
+    app = application()
     panel = GraphPanel()
     w, h = (int(v) for v in args.size.split("x"))
     panel.resize(w, h)
@@ -65,7 +65,10 @@ def main() -> int:
     wait_until(app, panel.edges_item.is_current, 120, "the edges", "make_graph_figure")
     app.processEvents()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    panel.grab().save(str(args.out))
+    try:
+        save_grab(panel, args.out, "make_graph_figure")
+    except (OSError, ValueError) as exc:  # one line, as the script's other errors
+        raise SystemExit(str(exc)) from None
     print(f"{args.out}: {len(nodes)} nodes, {len(panel.full_layout.edges)} edges; "
           f"pinned and grouped {', '.join(nodes[found[f]]['node_id'] for f in wanted)}")
     dispose(panel)

@@ -37,7 +37,7 @@ def main() -> int:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtGui import QGuiApplication
 
-    app = QGuiApplication.instance() or QGuiApplication([])  # noqa: F841 - QImage text/SVG need one
+    app = QGuiApplication.instance() or QGuiApplication([])  # QImage's text and SVG need one until the end
     for size in SIZES:
         out = ICONS / f"transformer-explorer-{size}.png"
         if not render(size).save(str(out), "PNG"):
@@ -48,6 +48,7 @@ def main() -> int:
         print(f"wrote {ico}")
     else:
         print("note: this Qt has no ICO writer; the Windows recipe converts the 256 px PNG instead")
+    del app  # (held until here)
     return 0
 
 

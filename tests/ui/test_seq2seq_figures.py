@@ -16,19 +16,31 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 ATTENTION = ("seq2seq_attention.png", "seq2seq_attention_encoder.png", "seq2seq_attention_decoder.png")
 
 
-def test_the_seq2seq_figures_are_the_panels_at_the_readmes_sizes(tmp_path, qapp, isolated_user_files, capsys):
-    model = save_translate_model(tmp_path / "marian", d_model=16, n_layers=1, n_decoder_layers=1, n_heads=2,
-                                 d_ff=32, context_length=24)
+@pytest.fixture
+def marian(tmp_path):
+    return save_translate_model(tmp_path / "marian", d_model=16, n_layers=1, n_decoder_layers=1, n_heads=2,
+                                d_ff=32, context_length=24)
+
+
+def test_the_seq2seq_figures_are_the_panels_at_the_readmes_sizes(tmp_path, qapp, isolated_user_files, marian,
+                                                                 capsys):
     out = tmp_path / "shots"
     theirs = someone_elses_file(out)
-    assert load_script("make_seq2seq_figures").main([str(model), str(out), "--head", "1",
-                                                     "--generate", str(model)]) == 0
-    assert_only_wrote(out, {"seq2seq_model.png", *ATTENTION, "generate_seq2seq.png"}, theirs)
+    assert load_script("make_seq2seq_figures").main([str(marian), str(out), "--head", "1"]) == 0
+    assert_only_wrote(out, {"seq2seq_model.png", *ATTENTION}, theirs)
     model_panel = assert_drawn(out / "seq2seq_model.png", (1400, 568))  # a panel of the window at 1400 x 640
-    heatmaps = [assert_drawn(out / name, model_panel.shape[1::-1]) for name in ATTENTION]
+    heatmaps = [assert_drawn(out / name, (1400, 568)) for name in ATTENTION]
     assert len({h.tobytes() for h in heatmaps}) == 3  # three kinds of attention
     assert not np.array_equal(heatmaps[0], model_panel)
-    assert_drawn(out / "generate_seq2seq.png", (1300, 760))
     printed = capsys.readouterr().out.splitlines()
     assert [line for line in printed if line.startswith("wrote ")] == [
-        f"wrote {out / name}" for name in ("seq2seq_model.png", *ATTENTION, "generate_seq2seq.png")]  # in this order
+        f"wrote {out / name}" for name in ("seq2seq_model.png", *ATTENTION)]  # in this order
+
+
+def test_the_generate_figure_is_the_panel_alone_after_stepping_the_source(tmp_path, qapp, isolated_user_files,
+                                                                          marian):
+    out = tmp_path / "shots"
+    theirs = someone_elses_file(out)
+    load_script("make_seq2seq_figures").generate_figure(qapp, str(marian), out)  # what --generate adds
+    assert_only_wrote(out, {"generate_seq2seq.png"}, theirs)
+    assert_drawn(out / "generate_seq2seq.png", (1300, 760))

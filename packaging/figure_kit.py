@@ -88,6 +88,27 @@ def wait_until(app, done, seconds: float, what: str, script: str) -> None:
         time.sleep(0.01)
 
 
+def open_model(app, window, folder, script: str, seconds: float = 120) -> None:
+    """Open the model in `folder` in `window` (as File > Open does) and wait until it is loaded and its text traced;
+    when the window cannot open it, at once an OSError naming the script, the folder and why (the window's line)."""
+    state = window.state
+    failed: list[str] = []
+
+    def refused(message: str) -> None:
+        failed.append(message)
+
+    state.model_load_failed.connect(refused)
+    try:
+        window.open_model(folder)
+        wait_until(app, lambda: failed or (state.loaded is not None
+                                           and (state._trace_job is None or state._trace_job.done)),
+                   seconds, f"opening {folder}", script)
+    finally:
+        state.model_load_failed.disconnect(refused)
+    if failed:
+        raise OSError(f"{script}: cannot open {folder}: {failed[0]}")
+
+
 def run_or_train(run: str | None, train_args: list[str], name: str):
     """(the run folder, the temporary folder holding it or None): `run` when given, else a run trained
     now with `python -m desktop_app` + train_args into a temporary folder (None, None if it failed)."""

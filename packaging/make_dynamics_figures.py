@@ -17,7 +17,7 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
 from figure_kit import SCREENSHOTS, application, click_tab, exit_status, save_grab, shown_window  # noqa: E402
-from figure_kit import wait_until  # noqa: E402
+from figure_kit import open_model, wait_until  # noqa: E402
 from figure_kit import click as _click  # noqa: E402
 
 
@@ -56,9 +56,7 @@ def make(app, out: Path, sphere_steps: int = 71, model_steps: int = 22) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with shown_window(1280, 800) as (state, window):
         state.set_text(demo_text())  # the app's text at its start (55 tokens)
-        window.open_model(demo_model_dir())
-        _wait(app, lambda: state.loaded is not None and (state._trace_job is None or state._trace_job.done),
-              "opening the demo model")
+        open_model(app, window, demo_model_dir(), "make_dynamics_figures")
         click_tab(window.tabs, "Dynamics")
         panel = window.slot("Dynamics").panel
         _wait(app, lambda: panel.screenshot_ready() if hasattr(panel, "screenshot_ready") else True,

@@ -34,7 +34,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
 from figure_kit import SCREENSHOTS, application, click_tab, exit_status, run_or_train, save_grab  # noqa: E402
 from figure_kit import click as _click  # noqa: E402
-from figure_kit import shown_window, wait_until  # noqa: E402
+from figure_kit import open_model, shown_window, wait_until  # noqa: E402
 
 LENS_TEXT = "Alice was beginning to get very tired of sitting by her sister on the bank, and of having nothing to do,"
 GRAPH_TEXT = "The cat sat on the mat because it was"
@@ -147,9 +147,7 @@ def make(app, out: Path, sae: str, clt: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     with shown_window(1280, 800) as (state, window), tempfile.TemporaryDirectory() as work:
         state.text = LENS_TEXT
-        window.open_model(demo_model_dir())
-        _wait(app, lambda: state.loaded is not None and (state._trace_job is None or state._trace_job.done),
-              what="opening the demo model")
+        open_model(app, window, demo_model_dir(), "make_features_figures")
         shown = {"features": features_figures(app, window, state, sae, out, Path(work))}
         shown["graph"] = graph_figure(app, window, state, clt, out)
         return shown

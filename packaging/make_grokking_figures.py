@@ -27,7 +27,7 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
-from figure_kit import application, given_or_trained, shown_window, wait_until  # noqa: E402
+from figure_kit import application, given_or_trained, open_model, shown_window, wait_until  # noqa: E402
 
 TRAIN = ("train --task modadd --p 59 --train-fraction 0.4 --family gpt2 --layers 1 --heads 4 --d-model 128 "
          "--d-ff 512 --context 4 --lr 1e-3 --weight-decay 1.0 --schedule constant --warmup 10 --batch-size 1392 "
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             for suffix in (".png", ".csv"):
                 export_view(panel, figures / ("modadd_train" + suffix))
 
-            state.open_model(run)
+            open_model(app, window, run, "make_grokking_figures")
             bar = window.timeline_bar
             _wait(app, lambda: state.loaded is not None and bar.isVisible(), what="the run")
             QTest.mouseClick(bar.across_button, Qt.MouseButton.LeftButton)

@@ -24,7 +24,8 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
-from figure_kit import SCREENSHOTS, application, exit_status, save_grab, shown_window, wait_until  # noqa: E402
+from figure_kit import SCREENSHOTS, application, exit_status, open_model, save_grab, shown_window  # noqa: E402
+from figure_kit import wait_until  # noqa: E402
 
 TEXT = "B C A D B B A C D C A B D D C B D C B C"  # the earlier figure's: its last A at 10, the answer B at 11
 LAYER, HEAD = 1, 0
@@ -55,13 +56,7 @@ def make(app, run: str, out: Path) -> dict:
     "share" (its attention there), "answer" (the position after the last A), "tokens"}."""
     with shown_window(1300, 892) as (state, window):
         state.text = TEXT
-        window.open_model(run)
-        refused = lambda: window.statusBar().currentMessage().startswith("Cannot open model")  # noqa: E731
-        wait_until(app, lambda: refused() or (state.loaded is not None and state._trace_job is None
-                                              and state.trace is not None),
-                   120, "opening the model and tracing the text", "make_motif_attention_figure")
-        if refused():  # the window's line (it opens no dialog here)
-            raise OSError(f"make_motif_attention_figure: {window.statusBar().currentMessage()}")
+        open_model(app, window, run, "make_motif_attention_figure")
         window.show_panel("Attention")
         attention = window.panel("Attention")
         wait_until(app, lambda: attention.screenshot_ready() and attention.data is not None, 120,

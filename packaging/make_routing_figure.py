@@ -23,7 +23,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
 from figure_kit import application, click_tab, exit_status, given_or_trained, save_grab, shown_window  # noqa: E402
-from figure_kit import wait_until  # noqa: E402
+from figure_kit import open_model, wait_until  # noqa: E402
 
 TEXT = "Alice was beginning to get very tired of sitting by her sister"
 DEPTH = 2  # after block 1: block 1's router
@@ -54,7 +54,7 @@ def show(run: str, out: Path) -> None:
     app = application()
     with shown_window(1100, 760) as (state, window):
         state.text = TEXT
-        window.open_model(run)
+        open_model(app, window, run, "make_routing_figure")
         _wait(app, lambda: state.loaded is not None and state.trace is not None and len(state.token_ids) == len(TEXT),
               what="the model and its trace")
         window.show_panel("Layers")

@@ -31,7 +31,8 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
-from figure_kit import application, exit_status, save_grab, shown_panel, shown_window, wait_until  # noqa: E402
+from figure_kit import application, exit_status, open_model, save_grab, shown_panel, shown_window  # noqa: E402
+from figure_kit import wait_until  # noqa: E402
 
 SOURCE = "the black dog sees a white cow"
 TARGET = "le chien noir voit une vache blanche [END]"
@@ -112,8 +113,8 @@ def encoder_decoder_figures(app, state, window, model: str, out: Path, head: int
         return window.slot(title).panel
 
     state.text = SOURCE
-    window.open_model(model)
-    wait(lambda: state.loaded is not None and state._trace_job is None)
+    open_model(app, window, model, "make_seq2seq_figures")
+    wait(lambda: state._trace_job is None)
     if state.text != SOURCE:
         state.set_text(SOURCE)
     state.set_target(WRONG)

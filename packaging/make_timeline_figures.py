@@ -26,7 +26,8 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
-from figure_kit import application, given_or_trained, save_grab, shown_window, wait_until  # noqa: E402
+from figure_kit import application, given_or_trained, open_model, save_grab, shown_window  # noqa: E402
+from figure_kit import wait_until  # noqa: E402
 
 TRAIN = ("train --task induction --family gpt2 --layers 2 --heads 4 --d-model 128 --d-ff 128 --context 31 "
          "--positions rotary --length 16 --min-length 8 --symbols 64 --lr 1e-3 --schedule constant --warmup 200 "
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
         app = application()
         with shown_window(1280, 800) as (state, window):
-            state.open_model(step_folder(run, STEP))
+            open_model(app, window, step_folder(run, STEP), "make_timeline_figures")
             bar = window.timeline_bar
             _wait(app, lambda: state.loaded is not None and bar.isVisible() and bar.shown_step == STEP,
                   what="the step")

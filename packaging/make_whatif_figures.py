@@ -28,7 +28,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # figure_kit, beside this script
 from figure_kit import SCREENSHOTS, application, click_tab, exit_status, save_grab, shown_panel  # noqa: E402
 from figure_kit import click as _click  # noqa: E402
-from figure_kit import shown_window, wait_until  # noqa: E402
+from figure_kit import open_model, shown_window, wait_until  # noqa: E402
 
 MOTIF_CLEAN = "C D D C B B B D A A B D A C A A B D B C"
 MOTIF_CORRUPTED = "C D D C B B B D A A B D A C A A D D B C"
@@ -58,9 +58,8 @@ def demo_figures(app, out: Path) -> None:
 
     with shown_window(1280, 800) as (state, window):
         state.text = DEMO_TEXT
-        window.open_model(demo_model_dir())
+        open_model(app, window, demo_model_dir(), "make_whatif_figures")
         traced = lambda: state.loaded is not None and (state._trace_job is None or state._trace_job.done)  # noqa: E731
-        _wait(app, traced, what="opening the demo model")
 
         def tab(title: str):
             click_tab(window.tabs, title)

@@ -5,22 +5,18 @@ feature clicked is the strongest on " of" and fires on " of" over the demo text;
 influential features on the last token pinned, grouped and zeroed, which lowers the top logit)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 from PySide6.QtGui import QImage
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
+from .figure_scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "packaging" / "make_features_figures.py"
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.mark.slow  # about 40 s on a loaded core (2 minutes on a busy one): trains the README's dictionary (1,500 steps) and CLT (400)
 def test_the_features_figures_show_the_readmes_feature_and_graph(tmp_path, qapp, isolated_user_files):
-    spec = importlib.util.spec_from_file_location("make_features_figures", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("make_features_figures")
     (sae, sae_tmp), (clt, clt_tmp) = script.readme_runs(None, None)
     try:
         assert sae is not None and clt is not None

@@ -4,9 +4,7 @@ run's own (its logged accuracies, each kept step's block weight norm)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,9 +13,9 @@ from desktop_app.core.checkpoints import load_model_folder
 from desktop_app.core.training import TrainConfig, train
 from desktop_app.core.training.timeline import kept_steps
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
+from .figure_scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "packaging" / "make_grokking_figures.py"
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def _rows(path):
@@ -32,9 +30,7 @@ def test_the_grokking_figures_export_the_runs_own_curves_and_weight_norms(tmp_pa
                       model={"n_layers": 1, "n_heads": 2, "d_model": 16, "d_ff": 32, "context_length": 4},
                       lr=1e-2, weight_decay=1.0, schedule="constant", warmup_steps=0, batch_size=24, steps=20,
                       eval_every=5, log_every=5, checkpoint_every=20, keep_every=10, keep_spacing="log"), run)
-    spec = importlib.util.spec_from_file_location("make_grokking_figures", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("make_grokking_figures")
     assert script.main(["--run", str(run), "--docs", str(tmp_path / "docs")]) == 0
     figures = tmp_path / "docs" / "figures"
     for name in ("modadd_train.png", "modadd_across.png"):

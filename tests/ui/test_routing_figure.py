@@ -2,22 +2,18 @@
 opens it in the main window offscreen and grabs the Layers panel's Routing view of block 1."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 from PySide6.QtGui import QImage
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
+from .figure_scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "packaging" / "make_routing_figure.py"
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.mark.slow  # about 30 s: trains the 122-step model first
 def test_the_routing_figure_shows_block_1s_router_over_the_text(tmp_path, qapp, isolated_user_files, capsys):
-    spec = importlib.util.spec_from_file_location("make_routing_figure", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("make_routing_figure")
     out = tmp_path / "routing.png"
     assert script.main([str(out)]) == 0
     image = QImage(str(out))

@@ -4,17 +4,15 @@ the induction head, the logit lens of its layer and that layer's Lipschitz const
 from __future__ import annotations
 
 import csv
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from desktop_app.app.timeline import halfway_step
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
+from .figure_scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "packaging" / "make_timeline_figures.py"
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def _series(path, metric):
@@ -29,9 +27,7 @@ def _series(path, metric):
 
 @pytest.mark.slow  # 1-2 minutes: trains the 600-step run, then measures its 13 kept steps
 def test_the_readme_figures_show_the_logit_lens_rising_with_the_induction_head(tmp_path, qapp, isolated_user_files):
-    spec = importlib.util.spec_from_file_location("make_timeline_figures", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("make_timeline_figures")
     assert script.main(["--docs", str(tmp_path)]) == 0
     for name in ("screenshots/timeline.png", "screenshots/timeline_across.png", "figures/induction_across_training.png",
                  "figures/induction_lipschitz.png"):

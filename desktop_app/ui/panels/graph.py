@@ -37,7 +37,7 @@ from ..state import INPUT, MODEL, ResultView
 from ..widgets.edge_layer import EdgeLayer
 from ..widgets.empty_plot import show_empty
 from ..widgets.export import ExportBar, ask_save_path, say_in_status_bar
-from . import key_buttons
+from . import CANCEL_KEY, key_buttons
 from .features_views import FeatureDashboard, fill_table, read_only_table
 
 NODE_STYLE = {  # KINDS order: symbol, brush
@@ -188,7 +188,7 @@ def _compute_and_prune(loaded, ids, folder, node_threshold: float, edge_threshol
 
 class GraphPanel(QWidget, ResultView):
     drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
-    shortcuts = (("Ctrl+Return", "Compute graph…"), ("Esc", "Cancel the graph"))  # the buttons' keys, listed in Help
+    shortcuts = (("Ctrl+Return", "Compute graph…"), (CANCEL_KEY, "Cancel the graph"))  # the buttons' keys, listed in Help
     help_text = (
         "<b>Attribution graph</b> (Ameisen et al. 2025): the circuit behind one prediction in the local "
         "replacement model (MLPs replaced by transcoders, attention patterns and norm scales frozen). "

@@ -107,7 +107,8 @@ def test_the_graph_nodes_dashboard_shows_the_token_column_its_histograms_title_a
         qtbot, model_dirs, isolated_user_files, tmp_path, monkeypatch):
     """look16: in the Graph panel's node pane (about 430 px wide at 1280x800) the top contexts' 'before' column,
     as wide as its text, pushed the token column past the right edge; the histogram's title was cut after
-    "fires on 1,11"; Promotes / Suppresses cut their last row; the hover line widened the window past 1280."""
+    "fires on 1,11"; Promotes / Suppresses cut their last row; the hover line widened the window past 1280; the
+    histogram's x label lost its last letter ("activatio")."""
     from desktop_app.paths import demo_text_path
 
     text_file = tmp_path / "alice.txt"
@@ -144,6 +145,11 @@ def test_the_graph_nodes_dashboard_shows_the_token_column_its_histograms_title_a
     assert min(contexts.columnWidth(2), contexts.columnWidth(4)) >= 60  # the contexts still readable
     assert "fires on" in dash.fires_label.text()
     assert label_text_fits(dash.fires_label), (dash.fires_label.text(), dash.fires_label.size())
+    # the histogram's x label whole: centred under its ~45 px axis, "activation" ran past the plot's right edge
+    axis = dash.histogram.getPlotItem().getAxis("bottom")
+    shown = axis.label.mapRectToScene(axis.label.boundingRect())  # (the scene is the plot widget, pixel for pixel)
+    assert axis.labelText == "activation" and axis.label.isVisible()
+    assert 0 <= shown.left() and shown.right() <= dash.histogram.viewport().width(), (shown, dash.histogram.width())
     for table in (contexts, dash.promoted_table, dash.suppressed_table):
         assert table.rowCount() * table.rowHeight(0) > table.viewport().height()  # more rows than fit
         assert _ends_on_a_whole_row(table), (table.viewport().height(), table.rowHeight(0))

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHea
 
 from .. import settings as app_settings
 from ..settings import plot_background, plot_foreground
+from ..widgets.axis_label import keep_bottom_label_inside
 from ..widgets.attribution_bars import POSITIVE, AttributionBars, Bars
 from ..widgets.empty_plot import show_empty
 from ..widgets.job_progress import JobProgressBar
@@ -96,6 +97,7 @@ def _plot(left: str, bottom: str) -> pg.PlotWidget:
     item.showGrid(y=True, alpha=0.3)
     item.setLabel("left", left, color=plot_foreground())
     item.setLabel("bottom", bottom, color=plot_foreground())
+    keep_bottom_label_inside(w)  # (a narrow pane's histogram: "activatio" without it)
     return w
 
 

@@ -136,6 +136,18 @@ def test_the_features_attribution_line_is_one_line(qtbot, model_dirs, isolated_u
     assert _one_line(panel.attr_status), (panel.attr_status.text(), panel.attr_status.width())
 
 
+def test_the_graph_panels_search_box_shows_its_placeholder_whole(qtbot, model_dirs, isolated_user_files):
+    """At 1024 px the Graph panel's search box was ~155 px: its placeholder read "search: feature id or la…"."""
+    w, state = _window_1024(qtbot, model_dirs, name="demo")
+    panel = click_panel_tab(qtbot, w, "Graph")
+    qtbot.waitUntil(panel.search_box.isVisible)
+    qtbot.wait(50)  # (laid out)
+    box = panel.search_box
+    assert w.width() == 1024 and box.text() == ""
+    room = box.contentsRect().width() - box.textMargins().left() - box.textMargins().right() - 2 * 2  # (Qt's margin)
+    assert box.fontMetrics().horizontalAdvance(box.placeholderText()) <= room, (box.placeholderText(), room)
+
+
 def test_the_graph_nodes_suppresses_table_shows_its_tokens_whole(qtbot, model_dirs, isolated_user_files, tmp_path,
                                                                  monkeypatch):
     """The node's dashboard: the histogram took most of the side pane and 'Suppresses' had ~75 px."""

@@ -25,11 +25,12 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QLineF, QPointF, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QStaticText
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QHeaderView,
                                QInputDialog, QLabel, QLineEdit, QListWidget, QProgressBar, QPushButton, QRadioButton,
-                               QSizePolicy, QSlider, QSplitter, QTabWidget, QVBoxLayout, QWidget)
+                               QSizePolicy, QSlider, QSplitter, QStyle, QStyleOptionFrame, QTabWidget, QVBoxLayout,
+                               QWidget)
 
 from ...core.graphs.layout import (GraphLayout, annotated_json, layout, load_graph_json, search_nodes,
                                    strongest_neighbourhood, sub_layout, user_annotations)
@@ -66,6 +67,17 @@ class _Nodes(pg.ScatterPlotItem):
         if widget is not None and self.layer.moving_with_view():
             return
         super().paint(p, *args)
+
+
+def line_edit_width(box: QLineEdit, text: str) -> int:
+    """The width at which `box` shows `text` whole: as QLineEdit's own size hint counts it (its 2 px margin each
+    side, the text margins, the style's frame), for this text instead of 17 'x'."""
+    margins = box.textMargins()
+    opt = QStyleOptionFrame()
+    box.initStyleOption(opt)
+    inner = box.fontMetrics().horizontalAdvance(text) + 2 * 2 + margins.left() + margins.right()
+    return box.style().sizeFromContents(QStyle.ContentsType.CT_LineEdit, opt, QSize(inner, box.sizeHint().height()),
+                                        box).width()
 
 
 class _LabelAxis(pg.AxisItem):
@@ -259,6 +271,9 @@ class GraphPanel(QWidget, ResultView):
         self.edge_slider, self.edge_value = self._slider(0.98, "Edge threshold: then the edges holding this share")
         self.search_box = QLineEdit()
         self.search_box.setPlaceholderText("search: feature id or label")
+        self.search_box.setToolTip("Ring the nodes whose feature id or label holds this text (Return)")
+        # its placeholder whole (at 1024 px it lost its end, "or la…"): the sliders beside it give the room
+        self.search_box.setMinimumWidth(line_edit_width(self.search_box, self.search_box.placeholderText()))
         self.search_box.returnPressed.connect(self.search)
         self.pin_button = QPushButton("Pin")
         self.pin_button.setToolTip("Pin the clicked node (again: unpin it)")

@@ -231,7 +231,13 @@ class FeatureDashboard(QWidget):
         for table in (self.promoted_table, self.suppressed_table):
             columns_share_width_while_empty(table)
             if table.rowCount():
-                table.resizeColumnsToContents()  # (the weight the rest: its last section stretches)
+                # the token as wide as it is, the weight the rest, in Stretch mode: a stretched last section kept
+                # a width from before it was shown (filled on a hidden tab, at 1024 px the weights were cut under a
+                # horizontal scroll bar)
+                header = table.horizontalHeader()
+                header.setStretchLastSection(False)
+                header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+                header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
 
     def set_running(self, running: bool) -> None:
         self.run_button.setEnabled(not running)

@@ -153,3 +153,28 @@ def test_the_graph_nodes_dashboard_shows_the_token_column_its_histograms_title_a
     for table in (contexts, dash.promoted_table, dash.suppressed_table):
         assert table.rowCount() * table.rowHeight(0) > table.viewport().height()  # more rows than fit
         assert _ends_on_a_whole_row(table), (table.viewport().height(), table.rowHeight(0))
+
+
+def test_the_features_lens_table_gives_each_column_its_width_and_lines_up_its_numbers(
+        qtbot, model_dirs, isolated_user_files, tmp_path, monkeypatch):
+    """The Features lens at 1280x800: its last column (|error|) stretched over ~360 px, its numbers at the left
+    edge and its title ~170 px to their right; L0, var. expl. and |error| were left-aligned."""
+    from .test_features_panel import TEXT
+
+    w, state = open_window(qtbot, model_dirs["demo"], text=TEXT)
+    w.resize(1280, 800)
+    _open_from_menu(qtbot, w, state, monkeypatch, _dictionary(tmp_path / "sae-l2"))
+    panel = w.slot("Features").panel
+    _lens_shown(qtbot, panel)
+    _click_row(qtbot, panel.features_table, 1)  # (a feature clicked: the text coloured by it)
+    qtbot.waitUntil(lambda: panel.dashboard.promoted_table.rowCount() > 0, timeout=20_000)
+    qtbot.wait(50)  # (laid out)
+    table = panel.tokens_table
+    header = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
+    assert header[-3:] == ["L0", "var. expl.", "|error|"]
+    for c in range(table.columnCount()):
+        assert table.columnWidth(c) <= _widest(table, c) + MARGINS, (header[c], table.columnWidth(c), _widest(table, c))
+    assert table.viewport().width() > sum(table.columnWidth(c) for c in range(table.columnCount()))  # (room left)
+    right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+    for c in (0, len(header) - 3, len(header) - 2, len(header) - 1):
+        assert all(Qt.AlignmentFlag(table.item(r, c).textAlignment()) == right for r in range(table.rowCount())), header[c]

@@ -152,6 +152,8 @@ class FeaturesPanel(QWidget, ResultView):
         self.strip = TokenStrip()
         self.colour_label = QLabel(self.COLOUR_HINT)
         self.tokens_table = read_only_table()
+        # each column as wide as it is: stretched, the last one (|error|) put its numbers ~200 px from its title
+        self.tokens_table.horizontalHeader().setStretchLastSection(False)
         self.features_table = read_only_table()
         self.features_table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.features_table.setToolTip("Click a feature to colour the text by it; right-click to edit it")
@@ -402,7 +404,8 @@ class FeaturesPanel(QWidget, ResultView):
                 row += [", ".join(f"{k}:{v:.3g}" for k, v in tf.top[:self.TOP_PER_TOKEN]), tf.l0,
                         f"{tf.variance_explained:.3f}", f"{tf.error_norm:.3g}"]
             rows.append(row)
-        fill_table(self.tokens_table, header, rows)
+        numbers = (0,) + tuple(c for g in range(len(self.lens)) for c in (3 + 4 * g, 4 + 4 * g, 5 + 4 * g))
+        fill_table(self.tokens_table, header, rows, align_right=numbers)  # (L0, var. expl., |error| line up)
         self.tokens_table.resizeColumnsToContents()
         self.status.setText("; ".join(f"{a.dictionary.name}: mean L0 {run.mean_l0:.1f}, variance explained "
                                       f"{run.variance_explained:.3f}" for a, run, _t in self.lens))

@@ -158,6 +158,9 @@ class AppState(QObject):
     trace_progress = Signal(int, int)
     # A text's trace refused for memory that would fit through its first layers: (that many, of how many).
     trace_layers_offered = Signal(int, int)
+    # A trace of the current model's input cancelled before any of it showed, and no newer one follows: no
+    # trace_changed comes for it (what was on show before stays), so whoever waits for it hears it here.
+    trace_cancelled = Signal()
     # A panel asks for another panel to be shown (its title; the main window shows it, if it has it).
     panel_wanted = Signal(str)
     # A trace shows its pieces and progress only once it has run this long: a quick one (a small model)
@@ -494,6 +497,8 @@ class AppState(QObject):
             if current and ready is not None:  # its first layers are on show: not left there as the text's
                 self._show_input([], None, "tracing the new text…" if self._pending_text is not None else
                                  f"the trace was cancelled after layer {ready.done} of {ready.total}", "text")
+            elif current and self._pending_text is None:
+                self.trace_cancelled.emit()
             self._run_pending()
 
         def wanted() -> bool:
@@ -655,7 +660,7 @@ class AppState(QObject):
 
     def trace_running(self) -> bool:
         """A trace of the input is being made, or waits to be (a newer text's, a new model's): trace_changed
-        brings it, or why there is none (unless it is cancelled before any of it showed)."""
+        brings it, or why there is none (or trace_cancelled: cancelled before any of it showed)."""
         return self._trace_job is not None or self._pending_text is not None
 
     def back_to_text(self) -> None:

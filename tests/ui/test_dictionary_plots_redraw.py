@@ -61,3 +61,36 @@ def test_a_burst_of_model_step_events_is_drawn_in_one_redraw_with_every_point(qt
     plots.add({"event": "step", "step": 501, "train_loss": 0.001, "lr": 1e-3, "grad_norms": {}})
     plots.add({"event": "eval", "step": 501, "val_loss": 0.5, "val_accuracy": 0.9})  # drawn at once, the step too
     assert len(plots.train_curve.getData()[0]) == 501 and list(plots.val_curve.getData()[1]) == [0.5]
+
+
+def test_the_train_panels_plots_show_their_titles_only_until_a_run_draws_on_them(qtbot):
+    """Train, both modes, before a run: bare 0-1 axes, grids and legends of curves not drawn ("batches", "held
+    out") around nothing (widgets.empty_plot's rule); each plot's axes come with its first points."""
+    from desktop_app.ui.panels.training import TrainingPanel
+    from desktop_app.ui.state import AppState
+
+    from .walkthrough import choose_item
+
+    panel = TrainingPanel(AppState())
+    qtbot.addWidget(panel)
+    panel.resize(1280, 800)
+    panel.show()
+    qtbot.waitExposed(panel)
+
+    def empty(plot) -> bool:
+        item = plot.getPlotItem()
+        return not item.getAxis("left").isVisible() and not item.getAxis("bottom").isVisible() and \
+            (item.legend is None or not item.legend.isVisible()) and item.titleLabel.text != ""
+
+    model = panel.plots
+    assert all(empty(p) for p in (model.loss_plot, model.acc_plot, model.lr_plot, model.grad_plot))
+    choose_item(qtbot, panel.mode, "a sparse dictionary")
+    dictionary = panel.dictionary.plots
+    plots = (dictionary.mse_plot, dictionary.l0_plot, dictionary.fve_plot, dictionary.dead_plot)
+    assert all(p.isVisible() and empty(p) for p in plots)
+    dictionary.add({"event": "step", "step": 10, "mse": 0.5, "l0": 4.0, "variance_explained": 0.5, "dead": 0})
+    dictionary.draw()
+    assert not any(empty(p) for p in plots)
+    model.add({"event": "step", "step": 10, "train_loss": 2.0, "lr": 1e-3, "grad_norms": {"head": 1.0}})
+    model.draw()
+    assert not any(empty(p) for p in (model.loss_plot, model.lr_plot, model.grad_plot)) and empty(model.acc_plot)

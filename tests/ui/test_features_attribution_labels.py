@@ -83,6 +83,27 @@ def test_both_panels_draw_attribution_with_one_widget_that_shows_markup_tokens_i
     title = "'<|endoftext|>' (#0) at position 2: blocks.2.hook_resid_post adds 1 directly"
     features.attr_chart.set_attribution(fa, title)
     assert features.attr_chart.plot_item.titleLabel.item.toPlainText() == title
+    plot = features.attr_chart.plot_item  # the axes back (hidden while the chart was empty)
+    assert plot.getAxis("left").isVisible() and plot.getAxis("bottom").isVisible()
+
+
+def test_the_features_attribution_chart_says_what_to_do_before_any_attribution_not_bare_axes(
+        qtbot, model_dirs, isolated_user_files):
+    """The Features panel's Attribution tab, no dictionary attached: the chart showed empty 0-1 axes (0.1 ... 0.9,
+    'direct contribution to the logit') around nothing; it says what to do, and Attribute keeps it so."""
+    from PySide6.QtCore import Qt
+
+    from .walkthrough import click_panel_tab, click_tab, open_window
+
+    window, _state = open_window(qtbot, model_dirs["demo"], name="demo")
+    features = click_panel_tab(qtbot, window, "Features")
+    click_tab(qtbot, features.tabs, "Attribution")
+    plot = features.attr_chart.plot_item
+    for _ in range(2):
+        assert not plot.getAxis("left").isVisible() and not plot.getAxis("bottom").isVisible()
+        assert plot.titleLabel.item.toPlainText() == "No attribution yet: attach a dictionary and type a text"
+        qtbot.mouseClick(features.attribute_button, Qt.MouseButton.LeftButton)
+    assert features.attr_status.text() == "Attach a dictionary and type a text first."
 
 
 @pytest.mark.parametrize("width", [980, 600])  # (the chart in a 1024x640 window, and narrower)

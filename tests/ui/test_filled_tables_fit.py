@@ -107,7 +107,8 @@ def test_the_graph_nodes_dashboard_shows_the_token_column_its_histograms_title_a
         qtbot, model_dirs, isolated_user_files, tmp_path, monkeypatch):
     """look16: in the Graph panel's node pane (about 430 px wide at 1280x800) the top contexts' 'before' column,
     as wide as its text, pushed the token column past the right edge; the histogram's title was cut after
-    "fires on 1,11"; Promotes / Suppresses cut their last row; the hover line widened the window past 1280."""
+    "fires on 1,11"; Promotes / Suppresses cut their last row; the hover line widened the window past 1280; the
+    histogram's x label lost its last letter ("activatio")."""
     from desktop_app.paths import demo_text_path
 
     text_file = tmp_path / "alice.txt"
@@ -144,6 +145,36 @@ def test_the_graph_nodes_dashboard_shows_the_token_column_its_histograms_title_a
     assert min(contexts.columnWidth(2), contexts.columnWidth(4)) >= 60  # the contexts still readable
     assert "fires on" in dash.fires_label.text()
     assert label_text_fits(dash.fires_label), (dash.fires_label.text(), dash.fires_label.size())
+    # the histogram's x label whole: centred under its ~45 px axis, "activation" ran past the plot's right edge
+    axis = dash.histogram.getPlotItem().getAxis("bottom")
+    shown = axis.label.mapRectToScene(axis.label.boundingRect())  # (the scene is the plot widget, pixel for pixel)
+    assert axis.labelText == "activation" and axis.label.isVisible()
+    assert 0 <= shown.left() and shown.right() <= dash.histogram.viewport().width(), (shown, dash.histogram.width())
     for table in (contexts, dash.promoted_table, dash.suppressed_table):
         assert table.rowCount() * table.rowHeight(0) > table.viewport().height()  # more rows than fit
         assert _ends_on_a_whole_row(table), (table.viewport().height(), table.rowHeight(0))
+
+
+def test_the_features_lens_table_gives_each_column_its_width_and_lines_up_its_numbers(
+        qtbot, model_dirs, isolated_user_files, tmp_path, monkeypatch):
+    """The Features lens at 1280x800: its last column (|error|) stretched over ~360 px, its numbers at the left
+    edge and its title ~170 px to their right; L0, var. expl. and |error| were left-aligned."""
+    from .test_features_panel import TEXT
+
+    w, state = open_window(qtbot, model_dirs["demo"], text=TEXT)
+    w.resize(1280, 800)
+    _open_from_menu(qtbot, w, state, monkeypatch, _dictionary(tmp_path / "sae-l2"))
+    panel = w.slot("Features").panel
+    _lens_shown(qtbot, panel)
+    _click_row(qtbot, panel.features_table, 1)  # (a feature clicked: the text coloured by it)
+    qtbot.waitUntil(lambda: panel.dashboard.promoted_table.rowCount() > 0, timeout=20_000)
+    qtbot.wait(50)  # (laid out)
+    table = panel.tokens_table
+    header = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
+    assert header[-3:] == ["L0", "var. expl.", "|error|"]
+    for c in range(table.columnCount()):
+        assert table.columnWidth(c) <= _widest(table, c) + MARGINS, (header[c], table.columnWidth(c), _widest(table, c))
+    assert table.viewport().width() > sum(table.columnWidth(c) for c in range(table.columnCount()))  # (room left)
+    right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+    for c in (0, len(header) - 3, len(header) - 2, len(header) - 1):
+        assert all(Qt.AlignmentFlag(table.item(r, c).textAlignment()) == right for r in range(table.rowCount())), header[c]

@@ -136,6 +136,42 @@ def test_the_features_attribution_line_is_one_line(qtbot, model_dirs, isolated_u
     assert _one_line(panel.attr_status), (panel.attr_status.text(), panel.attr_status.width())
 
 
+def test_the_feature_dashboards_promotes_and_suppresses_show_their_weights_whole_once_its_tab_is_clicked(
+        qtbot, model_dirs, isolated_user_files, tmp_path, monkeypatch):
+    """A feature clicked in the Features lens fills the Dashboard tab's Promotes / Suppresses while that tab is
+    hidden; clicked then at 1024 px, the weight column kept a wider width: its numbers cut ('+0.' for '+0.259')
+    under a horizontal scroll bar."""
+    from .test_features_panel import _click_row, _dictionary, _lens_shown, _open_from_menu
+
+    w, state = _window_1024(qtbot, model_dirs, text="Alice was beginning to get very tired of sitting by her sister.")
+    _open_from_menu(qtbot, w, state, monkeypatch, _dictionary(tmp_path / "sae-l2"))
+    panel = w.slot("Features").panel
+    _lens_shown(qtbot, panel)
+    _click_row(qtbot, panel.features_table, 1)
+    dash = panel.dashboard
+    qtbot.waitUntil(lambda: dash.promoted_table.rowCount() == 10 and dash.suppressed_table.rowCount() == 10,
+                    timeout=20_000)
+    assert not dash.promoted_table.isVisible()  # (filled on its hidden tab)
+    click_tab(qtbot, panel.tabs, "Dashboard")
+    qtbot.wait(50)  # (laid out)
+    for table in (dash.promoted_table, dash.suppressed_table):
+        assert table.verticalScrollBar().isVisible()  # (more rows than fit: the case this is about)
+        assert not table.horizontalScrollBar().isVisible(), [table.columnWidth(c) for c in range(2)]
+        _columns_hold_their_cells(table)
+
+
+def test_the_graph_panels_search_box_shows_its_placeholder_whole(qtbot, model_dirs, isolated_user_files):
+    """At 1024 px the Graph panel's search box was ~155 px: its placeholder read "search: feature id or la…"."""
+    w, state = _window_1024(qtbot, model_dirs, name="demo")
+    panel = click_panel_tab(qtbot, w, "Graph")
+    qtbot.waitUntil(panel.search_box.isVisible)
+    qtbot.wait(50)  # (laid out)
+    box = panel.search_box
+    assert w.width() == 1024 and box.text() == ""
+    room = box.contentsRect().width() - box.textMargins().left() - box.textMargins().right() - 2 * 2  # (Qt's margin)
+    assert box.fontMetrics().horizontalAdvance(box.placeholderText()) <= room, (box.placeholderText(), room)
+
+
 def test_the_graph_nodes_suppresses_table_shows_its_tokens_whole(qtbot, model_dirs, isolated_user_files, tmp_path,
                                                                  monkeypatch):
     """The node's dashboard: the histogram took most of the side pane and 'Suppresses' had ~75 px."""

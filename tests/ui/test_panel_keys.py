@@ -71,3 +71,28 @@ def test_ctrl_return_runs_and_esc_cancels_on_the_panel_on_show(qtbot, model_dirs
     _press(qtbot, window, Qt.Key.Key_Return, CTRL)  # Attribute, with no dictionary attached
     assert features.attr_status.text() == "Attach a dictionary and type a text first."
     assert not lip.is_running() and not train.running
+
+
+def test_every_cancel_and_trains_stop_take_the_one_cancel_key_and_help_lists_each(qtbot, model_dirs,
+                                                                                isolated_user_files):
+    """CANCEL_KEY (panels/__init__.py) is the key of every Cancel and of Train's Stop: no panel spells the key
+    itself (Train kept its own STOP_KEY = "Esc"), Help > Keyboard Shortcuts lists each with it, and Train's
+    Stop button has it."""
+    import importlib
+    import inspect
+
+    from PySide6.QtGui import QKeySequence
+
+    from desktop_app.ui.panels import CANCEL_KEY, PANELS
+
+    for _title, module, _cls in PANELS:
+        assert '"Esc"' not in inspect.getsource(importlib.import_module(module)), module
+    window, _state = open_window(qtbot, model_dirs["demo"], name="demo")
+    rows = _rows(window)
+    stops = {what for what, key in rows if ": Cancel" in what or ": Stop" in what}
+    assert "Train: Stop (a checkpoint is written)" in stops and "Lipschitz: Cancel" in stops, sorted(rows)
+    assert all((what, CANCEL_KEY) in rows for what in stops), sorted(rows)
+    train = click_panel_tab(qtbot, window, "Train")
+    qtbot.waitUntil(train.stop_button.isVisible)
+    assert train.stop_button.shortcut() == QKeySequence(CANCEL_KEY)
+    assert train.stop_button.toolTip().endswith(f"({CANCEL_KEY})")

@@ -556,6 +556,59 @@ def test_a_reset_waiting_for_a_trace_that_fails_says_why(qtbot, model_dirs, isol
     assert panel.status.text().startswith("No text traced for this model:") and "token ids" in panel.status.text()
 
 
+def test_a_reset_waiting_for_a_trace_cancelled_before_it_showed_stops_waiting_and_reset_traces_again(
+        qtbot, model_dirs, isolated_user_files, monkeypatch):
+    """Dynamics from the tokens, Reset clicked while another model's trace runs; that trace is cancelled (the
+    status bar's Cancel) before any of it showed: no trace_changed comes, and the panel said "Tracing the
+    text…" until the next Reset (refused then). The wait ends at once, in one line saying what to press; that
+    Reset traces the text again and builds the particles from the new model's tokens."""
+    import threading
+
+    import desktop_app.ui.panels.dynamics as dynamics
+    import desktop_app.ui.state as state_module
+
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    _wait_own_trace(qtbot, state)
+    panel = _show_tab(qtbot, window, "Dynamics")
+    qtbot.waitUntil(lambda: not panel._after_paint.pending and not panel.is_running(), timeout=30_000)
+    panel.init.setCurrentIndex(panel.init.findData("tokens"))
+    build_gate, builds, _ = _gated(dynamics, "build_simulation", monkeypatch)
+    build_gate.set()  # (only counted here)
+    real, gate, traces = state_module._trace_in_pieces, threading.Event(), []
+
+    def held(loaded, *args, job=None, partial=None, **kwargs):
+        """The trace, held before its first layer with its progress (and the Cancel beside it) on show."""
+        traces.append(loaded)
+        job.progress(0, loaded.config.n_layers)
+        job.wait(gate)  # (a cancel ends the wait: Cancelled)
+        return real(loaded, *args, job=job, partial=partial, **kwargs)
+
+    monkeypatch.setattr(state_module, "_trace_in_pieces", held)
+    monkeypatch.setattr(state, "PIECES_AFTER_S", 0.0)  # its progress on show at once
+    cancel = window.trace_progress.cancel_button
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(model_dirs["llama"])
+    qtbot.waitUntil(cancel.isVisible, timeout=30_000)
+    qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+    assert panel.status.text().startswith("Tracing the text") and builds == []
+    qtbot.mouseClick(cancel, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
+    qtbot.wait(50)  # what the cancel's end does has reached the panel
+    assert not cancel.isVisible() and not state.trace_is_current()  # nothing of the new model's trace came
+    assert builds == [] and panel.sim is None and not panel.is_running()
+    assert panel.status.text() == ("The text's trace was cancelled before it arrived: no tokens to build the "
+                                   "particles from. Press Reset to trace the text again.")
+
+    gate.set()  # the next trace runs through
+    qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+    assert panel.status.text().startswith("Tracing the text")
+    qtbot.waitUntil(lambda: len(traces) == 2, timeout=30_000)  # the text traced again
+    _wait_own_trace(qtbot, state)
+    qtbot.waitUntil(lambda: panel.sim is not None and not panel.is_running(), timeout=30_000)
+    assert len(builds) == 1 and panel.sim.config.d == state.loaded.config.d_model  # the new model's tokens
+    assert panel.sim.config.n == len(state.token_ids)
+
+
 def test_a_reset_from_the_tokens_after_the_edits_changed_builds_from_the_edited_trace(
         qtbot, model_dirs, isolated_user_files, monkeypatch):
     """Dynamics from the tokens after a layer's tokens: a what-if edit made and Reset clicked before the text is

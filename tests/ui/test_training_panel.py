@@ -375,7 +375,9 @@ def test_the_text_task_rows_fit_the_settings_column(qtbot, tmp_path):
 def test_gradient_norm_tick_labels_do_not_overlap(qtbot):
     panel = _shown_panel(qtbot)
     assert isinstance(panel.grad_plot.getAxis("left"), SpacedAxis)
-    panel.grad_plot.plot(np.arange(50), np.geomspace(0.05, 3.0, 50))  # 0.05, 0.06, 0.07... collide by default
+    for step, norm in enumerate(np.geomspace(0.05, 3.0, 50)):  # 0.05, 0.06, 0.07... collide by default
+        panel.plots.add({"event": "step", "step": step, "train_loss": 1.0, "lr": 1e-3, "grad_norms": {"head": norm}})
+    panel.plots.draw()  # (as a run's steps: the axes shown with the first points)
     qtbot.wait(10)
     image = QImage(10, 10, QImage.Format.Format_ARGB32)
     painter = QPainter(image)

@@ -104,6 +104,8 @@ class DynamicsPanel(QWidget, ResultView):
         self._reset_asked = False  # reset() ran (a click, Play, the first look): the first look has nothing to do
         # a Reset from the text's tokens waits for the current model's (and edits') trace: built when it arrives
         self._awaiting_trace = False
+        # that trace was cancelled before any of it showed (the status says so): the next Reset traces the text again
+        self._trace_cancelled = False
         self._failed = False  # the status says a build failed (cleared when what it was built from changes)
         self._frames: list[dy.Frame] = []
         self._records: list[dy.Record] = []
@@ -123,6 +125,7 @@ class DynamicsPanel(QWidget, ResultView):
         self.timer.setInterval(33)
         self.timer.timeout.connect(self._tick)
         state.trace_changed.connect(self._on_trace_changed)
+        state.trace_cancelled.connect(self._on_trace_cancelled)
         # the model's cluster counts use the same threshold as the simulation's
         self.cluster_tol.valueChanged.connect(lambda _: self._on_trace_changed(self._current_trace()))
         state.model_changed.connect(self._on_model_changed)
@@ -363,6 +366,9 @@ class DynamicsPanel(QWidget, ResultView):
         self._layer_curves = None
         self._draw_model_curves()
         self._follow_d()
+        if self._trace_cancelled and self.state.trace_is_current():  # traced since (another text, model...)
+            self._trace_cancelled = False
+            self.status.setText("The text is traced: Reset builds the particles from its tokens.")
         if self._awaiting_trace:  # a Reset waits for this trace
             if self.state.trace_is_current():
                 self.reset()
@@ -382,6 +388,15 @@ class DynamicsPanel(QWidget, ResultView):
             stack_layer_curves, trace, self._stack(), self.cluster_tol.value(), on_result=self._on_layer_curves,
             on_error=lambda exc, tb: self.status.setText(f"Model curves failed: {exc}"), on_finished=finished,
             owner=self, parts=("model", "input"))
+
+    def _on_trace_cancelled(self) -> None:
+        """The trace a Reset waits for was cancelled before any of it showed (no trace_changed comes): the wait
+        ends now, and the status says so and what to press."""
+        if not self._awaiting_trace:
+            return
+        self._awaiting_trace, self._trace_cancelled = False, True
+        self.status.setText("The text's trace was cancelled before it arrived: no tokens to build the particles "
+                            "from. Press Reset to trace the text again.")
 
     @staticmethod
     def _parts_of(cfg: dy.DynamicsConfig, qkv: str) -> tuple[str, ...]:
@@ -518,6 +533,7 @@ class DynamicsPanel(QWidget, ResultView):
     # -- running ---------------------------------------------------------------------------------
     def reset(self) -> None:
         self._reset_asked = True
+        retrace, self._trace_cancelled = self._trace_cancelled, False
         self._awaiting_trace = self._failed = False
         self.play_button.setChecked(False)
         self._cancel_jobs()
@@ -526,6 +542,8 @@ class DynamicsPanel(QWidget, ResultView):
             tokens = None
             if cfg.init == "tokens":
                 trace = self._current_trace()
+                if trace is None and retrace and not self.state.trace_running():
+                    self.state.set_text(self.state.text)  # as the status said: the same text traced again
                 if trace is None and self.state.trace_running():
                     # (another model just opened, or the edits changed): its trace is on its way. Waited for
                     # rather than refused: one Reset is what was asked, and it says what it waits for
@@ -871,7 +889,7 @@ class DynamicsPanel(QWidget, ResultView):
     def closeEvent(self, event) -> None:
         self.timer.stop()
         self._cancel_jobs()
-        self._awaiting_trace = False
+        self._awaiting_trace = self._trace_cancelled = False
         super().closeEvent(event)
 
 

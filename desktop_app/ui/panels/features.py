@@ -28,7 +28,7 @@ from ..widgets.export import ExportBar
 from ..widgets.form_fields import keyed_combo
 from ..widgets.job_progress import JobProgressBar
 from ..widgets.token_strip import TokenStrip
-from . import key_buttons
+from . import CANCEL_KEY, key_buttons
 from .features_views import FeatureDashboard, feature_attribution_chart, fill_table, read_only_table, visible
 
 TABS = ("Lens", "Dashboard", "Attribution")
@@ -77,7 +77,7 @@ class FeaturesPanel(QWidget, ResultView):
     drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
     title = "Features"
     shortcuts = (("Ctrl+Return", "Run the dashboard"), ("Ctrl+Return", "Attribute"),
-                 ("Esc", "Cancel the dashboard"), ("Esc", "Cancel the lens"))  # (key, what): the buttons' keys, in Help
+                 (CANCEL_KEY, "Cancel the dashboard"), (CANCEL_KEY, "Cancel the lens"))  # (key, what): the buttons' keys, in Help
     result_parts = FEATURE_PARTS
     TOP_PER_TOKEN = 5  # features per token and hook in the lens table
     TOP_FEATURES = 10  # features per hook listed for the selected token
@@ -152,6 +152,8 @@ class FeaturesPanel(QWidget, ResultView):
         self.strip = TokenStrip()
         self.colour_label = QLabel(self.COLOUR_HINT)
         self.tokens_table = read_only_table()
+        # each column as wide as it is: stretched, the last one (|error|) put its numbers ~200 px from its title
+        self.tokens_table.horizontalHeader().setStretchLastSection(False)
         self.features_table = read_only_table()
         self.features_table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.features_table.setToolTip("Click a feature to colour the text by it; right-click to edit it")
@@ -343,7 +345,7 @@ class FeaturesPanel(QWidget, ResultView):
         if self._lens_job is not None and not self._lens_job.done:
             self._lens_job.cancel()
         decoder_ids = list(state.decoder_ids) if self.state.is_seq2seq() else None
-        self.status.setText("Reading the features… (Esc cancels)")
+        self.status.setText(f"Reading the features… ({CANCEL_KEY} cancels)")
         self.lens_progress.begin()
         self._lens_job = job = state.run(
             lens_on, state.loaded, list(state.token_ids), dictionaries, list(state.interventions), self.TOP_FEATURES,
@@ -368,7 +370,7 @@ class FeaturesPanel(QWidget, ResultView):
     def _lens_progress(self, job, done: int, total: int, message: str) -> None:
         if job is self._lens_job:
             self.lens_progress.show_progress(done, total)  # (the bar says the time left)
-            self.status.setText(f"Reading the features: {message} (Esc cancels)")
+            self.status.setText(f"Reading the features: {message} ({CANCEL_KEY} cancels)")
 
     def cancel_lens(self) -> None:
         """Cancel (Esc) of the lens: its forward stops after the block it is in."""
@@ -402,7 +404,8 @@ class FeaturesPanel(QWidget, ResultView):
                 row += [", ".join(f"{k}:{v:.3g}" for k, v in tf.top[:self.TOP_PER_TOKEN]), tf.l0,
                         f"{tf.variance_explained:.3f}", f"{tf.error_norm:.3g}"]
             rows.append(row)
-        fill_table(self.tokens_table, header, rows)
+        numbers = (0,) + tuple(c for g in range(len(self.lens)) for c in (3 + 4 * g, 4 + 4 * g, 5 + 4 * g))
+        fill_table(self.tokens_table, header, rows, align_right=numbers)  # (L0, var. expl., |error| line up)
         self.tokens_table.resizeColumnsToContents()
         self.status.setText("; ".join(f"{a.dictionary.name}: mean L0 {run.mean_l0:.1f}, variance explained "
                                       f"{run.variance_explained:.3f}" for a, run, _t in self.lens))

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHea
 
 from .. import settings as app_settings
 from ..settings import plot_background, plot_foreground
+from ..widgets.axis_label import keep_bottom_label_inside
 from ..widgets.attribution_bars import POSITIVE, AttributionBars, Bars
 from ..widgets.empty_plot import show_empty
 from ..widgets.job_progress import JobProgressBar
@@ -96,6 +97,7 @@ def _plot(left: str, bottom: str) -> pg.PlotWidget:
     item.showGrid(y=True, alpha=0.3)
     item.setLabel("left", left, color=plot_foreground())
     item.setLabel("bottom", bottom, color=plot_foreground())
+    keep_bottom_label_inside(w)  # (a narrow pane's histogram: "activatio" without it)
     return w
 
 
@@ -229,7 +231,13 @@ class FeatureDashboard(QWidget):
         for table in (self.promoted_table, self.suppressed_table):
             columns_share_width_while_empty(table)
             if table.rowCount():
-                table.resizeColumnsToContents()  # (the weight the rest: its last section stretches)
+                # the token as wide as it is, the weight the rest, in Stretch mode: a stretched last section kept
+                # a width from before it was shown (filled on a hidden tab, at 1024 px the weights were cut under a
+                # horizontal scroll bar)
+                header = table.horizontalHeader()
+                header.setStretchLastSection(False)
+                header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+                header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
 
     def set_running(self, running: bool) -> None:
         self.run_button.setEnabled(not running)

@@ -25,11 +25,12 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QLineF, QPointF, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QStaticText
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QHeaderView,
                                QInputDialog, QLabel, QLineEdit, QListWidget, QProgressBar, QPushButton, QRadioButton,
-                               QSizePolicy, QSlider, QSplitter, QTabWidget, QVBoxLayout, QWidget)
+                               QSizePolicy, QSlider, QSplitter, QStyle, QStyleOptionFrame, QTabWidget, QVBoxLayout,
+                               QWidget)
 
 from ...core.graphs.layout import (GraphLayout, annotated_json, layout, load_graph_json, search_nodes,
                                    strongest_neighbourhood, sub_layout, user_annotations)
@@ -37,7 +38,7 @@ from ..state import INPUT, MODEL, ResultView
 from ..widgets.edge_layer import EdgeLayer
 from ..widgets.empty_plot import show_empty
 from ..widgets.export import ExportBar, ask_save_path, say_in_status_bar
-from . import key_buttons
+from . import CANCEL_KEY, key_buttons
 from .features_views import FeatureDashboard, fill_table, read_only_table
 
 NODE_STYLE = {  # KINDS order: symbol, brush
@@ -66,6 +67,17 @@ class _Nodes(pg.ScatterPlotItem):
         if widget is not None and self.layer.moving_with_view():
             return
         super().paint(p, *args)
+
+
+def line_edit_width(box: QLineEdit, text: str) -> int:
+    """The width at which `box` shows `text` whole: as QLineEdit's own size hint counts it (its 2 px margin each
+    side, the text margins, the style's frame), for this text instead of 17 'x'."""
+    margins = box.textMargins()
+    opt = QStyleOptionFrame()
+    box.initStyleOption(opt)
+    inner = box.fontMetrics().horizontalAdvance(text) + 2 * 2 + margins.left() + margins.right()
+    return box.style().sizeFromContents(QStyle.ContentsType.CT_LineEdit, opt, QSize(inner, box.sizeHint().height()),
+                                        box).width()
 
 
 class _LabelAxis(pg.AxisItem):
@@ -188,7 +200,7 @@ def _compute_and_prune(loaded, ids, folder, node_threshold: float, edge_threshol
 
 class GraphPanel(QWidget, ResultView):
     drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
-    shortcuts = (("Ctrl+Return", "Compute graph…"), ("Esc", "Cancel the graph"))  # the buttons' keys, listed in Help
+    shortcuts = (("Ctrl+Return", "Compute graph…"), (CANCEL_KEY, "Cancel the graph"))  # the buttons' keys, listed in Help
     help_text = (
         "<b>Attribution graph</b> (Ameisen et al. 2025): the circuit behind one prediction in the local "
         "replacement model (MLPs replaced by transcoders, attention patterns and norm scales frozen). "
@@ -259,6 +271,9 @@ class GraphPanel(QWidget, ResultView):
         self.edge_slider, self.edge_value = self._slider(0.98, "Edge threshold: then the edges holding this share")
         self.search_box = QLineEdit()
         self.search_box.setPlaceholderText("search: feature id or label")
+        self.search_box.setToolTip("Ring the nodes whose feature id or label holds this text (Return)")
+        # its placeholder whole (at 1024 px it lost its end, "or la…"): the sliders beside it give the room
+        self.search_box.setMinimumWidth(line_edit_width(self.search_box, self.search_box.placeholderText()))
         self.search_box.returnPressed.connect(self.search)
         self.pin_button = QPushButton("Pin")
         self.pin_button.setToolTip("Pin the clicked node (again: unpin it)")

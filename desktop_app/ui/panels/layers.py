@@ -24,7 +24,7 @@ from ..settings import plot_background, plot_foreground
 from ..widgets.heatmap import Heatmap, short_label
 from ..widgets.readable import format_prob, text_colour_on
 from ..widgets.token_strip import _visible, plural, value_colour
-from . import key_buttons
+from . import CANCEL_KEY, key_buttons
 from .view_panel import ViewTablePanel
 
 
@@ -341,7 +341,7 @@ class LayersPanel(ViewTablePanel):
     MIXTURE_VIEWS = layers_views.MIXTURE_VIEWS  # (shown for a mixture of experts only)
     VIEW_STATE = LayersViewState
     START_AFTER_FIRST_PAINT = True  # (the analysis took the cores from the first show at 0.5B: view_panel)
-    shortcuts = (("Ctrl+Return", "Run the layer analysis again"), ("Esc", "Cancel the layer analysis"))
+    shortcuts = (("Ctrl+Return", "Run the layer analysis again"), (CANCEL_KEY, "Cancel the layer analysis"))
     CANCELLED = "Cancelled: nothing shown for this text. Run computes its layers."
 
     def __init__(self, state, parent=None, view_state: LayersViewState | None = None) -> None:

@@ -27,7 +27,7 @@ from ...core.jobs import Cancelled
 from ...core.views.lipschitz import LipschitzViewState
 from ..widgets.export import ExportBar, export_view
 from ..widgets.legend_place import keep_legend_clear
-from . import key_buttons
+from . import CANCEL_KEY, key_buttons
 
 log = logging.getLogger("desktop_app")
 
@@ -85,7 +85,7 @@ class _Run:
 
 class LipschitzPanel(QWidget):
     title = "Lipschitz"
-    shortcuts = (("Ctrl+Return", "Run"), ("Esc", "Cancel"))  # (key, what): the buttons' keys, listed in Help
+    shortcuts = (("Ctrl+Return", "Run"), (CANCEL_KEY, "Cancel"))  # (key, what): the buttons' keys, listed in Help
     help_text = (
         "<b>What am I looking at?</b> How smooth self-attention is (Castin, Ablin, Peyré, ICML 2024). "
         "One head: f(X)<sub>i</sub> = V &Sigma;<sub>j</sub> P<sub>ij</sub> x<sub>j</sub>, "

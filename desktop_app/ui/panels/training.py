@@ -22,7 +22,7 @@ from ...core.views.training import config_from_dict, end_of_run_line
 from ..widgets.export import ExportBar, ask_save_path, show_saved
 from ..widgets.export import export_view as write_export
 from ..workers import run_job
-from . import key_buttons
+from . import CANCEL_KEY, key_buttons
 from .training_form import FORM_FIELDS, TrainingForm, WheelGuard
 from .training_plots import SpacedAxis, TrainingPlots  # noqa: F401 - SpacedAxis: imported from here by tests
 from .training_sae import DictionaryMode
@@ -44,13 +44,13 @@ PLOT_FIELDS = ("loss_plot", "acc_plot", "lr_plot", "grad_plot", "train_curve", "
                "acc_curve", "lr_curve", "grad_curves")
 
 
-START_KEY, STOP_KEY = "Ctrl+Return", "Esc"  # the Start and Stop buttons' keys (TrainingPanel.shortcuts)
+START_KEY = "Ctrl+Return"  # the Start button's key; Stop's is every Cancel's (TrainingPanel.shortcuts)
 
 
 class TrainingPanel(QWidget):
     drawn = Signal()  # what its exports would write changed (its ExportBar follows this)
     title = "Train"
-    shortcuts = ((START_KEY, "Start"), (STOP_KEY, "Stop (a checkpoint is written)"))  # listed in Help
+    shortcuts = ((START_KEY, "Start"), (CANCEL_KEY, "Stop (a checkpoint is written)"))  # listed in Help
     help_text = (
         "<p><b>Train</b> a small transformer on a task and watch it learn. The loss is the cross-entropy "
         "&minus;log p(target) averaged over the scored positions (the answer tokens; for motif only the last "
@@ -149,6 +149,7 @@ class TrainingPanel(QWidget):
         self.start_button = QPushButton("Start")
         self.pause_button = QPushButton("Pause")
         self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop at the next step: what was trained so far is saved first")
         self.use_button = QPushButton("Use this model")
         self.use_button.setToolTip("Load the last checkpoint as the current model of every panel")
         self.start_button.clicked.connect(self.start)

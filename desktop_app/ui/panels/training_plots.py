@@ -12,6 +12,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QGridLayout, QWidget
 
+from ..widgets.empty_plot import show_empty
 from ..widgets.legend_place import keep_legend_clear
 from ..widgets.live_cross_attention import LiveCrossAttention
 
@@ -160,6 +161,8 @@ class TrainingPlots(QWidget):
         self.grad_curves.clear()
         self.grad_plot.clear()
         self.grad_plot.addLegend(offset=(-10, 10), colCount=2, **LEGEND_STYLE)
+        for plot in (self.loss_plot, self.acc_plot, self.lr_plot, self.grad_plot):
+            show_empty(plot.getPlotItem(), True)  # its title only, until the run's points (bare 0-1 axes before)
 
     def add(self, ev: dict) -> None:
         """Draw a "step", "eval" or "cross_attention" event of the run (other events draw nothing): a step's
@@ -201,7 +204,11 @@ class TrainingPlots(QWidget):
     def _set_curves(self, keys: set) -> None:
         curves = {"train": self.train_curve, "val": self.val_curve, "acc": self.acc_curve,
                   "train_acc": self.train_acc_curve, "lr": self.lr_curve, "exact": self.exact_curve}
+        plots = {"train": self.loss_plot, "val": self.loss_plot, "acc": self.acc_plot, "train_acc": self.acc_plot,
+                 "exact": self.acc_plot, "lr": self.lr_plot}
         for key in keys:
+            if key in plots or key[0] == "grad":
+                show_empty((plots.get(key) or self.grad_plot).getPlotItem(), False)
             if key in curves:
                 curves[key].setData(*self._series[key])
             elif key[0] == "grad":

@@ -21,6 +21,7 @@ from ...app.features import (dictionary_control, dictionary_problems, dictionary
                              dictionary_settings_from_dict, resumed_dictionary_config, train_dictionary)
 from ...core.features.hooks import default_hook, hook_names
 from ...core.training.sae import DEAD_STEPS, SAE_OPTIONS, SaeTrainConfig
+from ..widgets.empty_plot import show_empty
 from ..widgets.form_fields import ask_text_file, path_row
 from ..workers import run_job
 from .training_form import _box, _combo, _dspin, _error_label, _show_error, _spin
@@ -271,15 +272,18 @@ class DictionaryPlots(QWidget):
         self.fve_plot = step_plot("Variance explained", "fraction")
         self.dead_plot = step_plot(f"Dead (silent {DEAD_STEPS} steps)", "features")  # (a longer title was cut at 1024x640)
         self.curves: dict[str, pg.PlotDataItem] = {}
+        self.plot_of: dict[str, pg.PlotWidget] = {}  # each curve's plot
         for plot in (self.mse_plot, self.l0_plot, self.fve_plot, self.dead_plot):
             plot.getAxis("left").enableAutoSIPrefix(False)  # "fraction (x0.001)" would read as wrong numbers
         for plot, key in ((self.mse_plot, "mse"), (self.l0_plot, "l0"), (self.fve_plot, "variance_explained")):
             # the error and L0 fall from the top left, the variance explained rises to the top right
             plot.addLegend(offset=(-10, -10) if key == "variance_explained" else (-10, 10), **LEGEND_STYLE)
             self.curves[key] = plot.plot(pen=pg.mkPen("#0072B2", width=2), name="batches")
+            self.plot_of[key] = self.plot_of["held-out " + key] = plot
             self.curves["held-out " + key] = plot.plot(pen=pg.mkPen("#D55E00", width=2), symbol="o", symbolSize=6,
                                                        symbolBrush="#D55E00", name="held out")
         self.curves["dead"] = self.dead_plot.plot(pen=pg.mkPen("#CC79A7", width=2))
+        self.plot_of["dead"] = self.dead_plot
         grid.addWidget(self.mse_plot, 0, 0)
         grid.addWidget(self.l0_plot, 0, 1)
         grid.addWidget(self.fve_plot, 1, 0)
@@ -292,6 +296,8 @@ class DictionaryPlots(QWidget):
         self._redraw.forget()
         for curve in self.curves.values():
             curve.setData([], [])
+        for plot in (self.mse_plot, self.l0_plot, self.fve_plot, self.dead_plot):
+            show_empty(plot.getPlotItem(), True)  # its title only, until the run's points (bare 0-1 axes before)
 
     def draw(self) -> None:
         """Every point added so far on the plots now (the export calls it: nothing is left out)."""
@@ -300,6 +306,7 @@ class DictionaryPlots(QWidget):
     def _set_curves(self, names: set) -> None:
         for name in names:
             xs, ys = self.series[name]
+            show_empty(self.plot_of[name].getPlotItem(), False)
             self.curves[name].setData(xs, ys)
             if name == "dead":  # counts from 0 (all zeros would centre the axis on 0)
                 self.dead_plot.setYRange(0, max(max(ys), 1) * 1.05)

@@ -31,7 +31,7 @@ from ..widgets.export import ExportBar
 from ..widgets.heatmap import Heatmap
 from ..widgets.job_progress import JobProgressBar
 from ..widgets.made_when_shown import MadeWhenShown
-from . import key_buttons
+from . import CANCEL_KEY, key_buttons
 
 
 # -- core work, run in workers -----------------------------------------------------------------
@@ -137,9 +137,9 @@ def _component_label(component: str, layer: int, head: int) -> str:
 class WhatIfPanel(QWidget, ResultView):
     title = "What if"
     # (key, what): the buttons' keys (each works while its tab is on show), listed in Help
-    shortcuts = (("Ctrl+Return", "Attribute"), ("Esc", "Cancel the attribution"), ("Ctrl+Return", "Run the patching"),
-                 ("Esc", "Cancel the patching"), ("Ctrl+Return", "Apply the steer"),
-                 ("Esc", "Cancel the steering vector"), ("Ctrl+Return", "Ablate"))
+    shortcuts = (("Ctrl+Return", "Attribute"), (CANCEL_KEY, "Cancel the attribution"), ("Ctrl+Return", "Run the patching"),
+                 (CANCEL_KEY, "Cancel the patching"), ("Ctrl+Return", "Apply the steer"),
+                 (CANCEL_KEY, "Cancel the steering vector"), ("Ctrl+Return", "Ablate"))
     help_text = (
         "<b>What am I looking at?</b> <b>Direct logit attribution</b>: the logit of token t at position p is "
         "a sum over what each component wrote into the residual stream, read through the final norm "
@@ -567,7 +567,7 @@ class WhatIfPanel(QWidget, ResultView):
         position = self.position_spin.value()
         if self._dla_running():
             self._dla_job.cancel()
-        self.dla_status.setText("Attributing… (Esc cancels)")
+        self.dla_status.setText(f"Attributing… ({CANCEL_KEY} cancels)")
         self._dla_asked = self._dla_typed()
         # the tokens shown (the text's, or a generation step's) with the current model and edits; an
         # encoder-decoder's decoder reads [start] + the Model panel's target
@@ -781,7 +781,7 @@ class WhatIfPanel(QWidget, ResultView):
         if self._steer_job is not None and not self._steer_job.done:
             self._steer_job.cancel()
         layer, scale = self.steer_layer_spin.value(), self.scale
-        self.steer_status.setText("Computing the steering vector… (Esc cancels)")
+        self.steer_status.setText(f"Computing the steering vector… ({CANCEL_KEY} cancels)")
         # another model opened meanwhile (its residual stream differs): AppState.run drops the vector
         self._steer_job = job = self.state.run(
             steering_edit, loaded, self.towards_edit.text(), self.away_edit.text(), layer, scale,

@@ -15,6 +15,7 @@ from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QToolTip
 
 from ..settings import plot_background, plot_foreground
+from .empty_plot import show_empty
 from .heatmap import LabelAxis
 
 POSITIVE, NEGATIVE = "#0072B2", "#D55E00"  # Okabe-Ito blue / vermillion: raise / lower the logit
@@ -53,6 +54,8 @@ class AttributionBars(pg.PlotWidget):
         self.bars = Bars([], [])
         self.hover_text = ""
         self.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        # before any attribution, what to do (bare 0-1 axes around nothing looked like a chart of zeros)
+        self.clear_chart(empty[:1].upper() + empty[1:])
 
     def bar_at(self, scene_pos: QPointF) -> int | None:
         """The index of the bar under a scene position (None: between bars, or off the plot)."""
@@ -87,8 +90,7 @@ class AttributionBars(pg.PlotWidget):
         self.attribution, self.bars = attribution, self.bars_of(attribution)
         values = self.bars.values
         self.plot_item.clear()
-        for side in ("bottom", "left"):
-            self.plot_item.getAxis(side).setTicks(None)  # their own ticks again (clear_chart hid them)
+        show_empty(self.plot_item, False)  # the axes again (clear_chart hid them)
         x = np.arange(len(values)) + 0.5  # bar i's centre, where the axis writes label i
         brushes = [pg.mkBrush(POSITIVE if v >= 0 else NEGATIVE) for v in values]
         self.plot_item.addItem(pg.BarGraphItem(x=x, height=values, width=0.8, brushes=brushes, pen=None))
@@ -105,11 +107,9 @@ class AttributionBars(pg.PlotWidget):
         self.attribution, self.bars = None, Bars([], [])
         self.plot_item.clear()
         self.plot_item.getAxis("bottom").set_labels([])
-        for side in ("bottom", "left"):  # no numbers on an empty chart either
-            self.plot_item.getAxis(side).setTicks([[]])
         self.plot_item.getViewBox().setLimits(xMin=None, xMax=None)
         self.plot_item.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
-        self.plot_item.setTitle(html.escape(message, quote=False), color=plot_foreground())
+        show_empty(self.plot_item, True, html.escape(message, quote=False))  # no axes, no numbers: the message
         self.drawn.emit()
 
     # export (ExportBar's view protocol)

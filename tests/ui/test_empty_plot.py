@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import QPointF
 
 from desktop_app.ui.widgets.empty_plot import show_empty
 
@@ -34,3 +35,26 @@ def test_an_empty_plot_hides_its_axes_legend_and_colour_bar_and_says_what_to_do(
     show_empty(plot, False, colorbar=bar)
     assert plot.getAxis("left").isVisible() and plot.getAxis("bottom").isVisible()
     assert plot.legend.isVisible() and bar.isVisible() and bar.maximumWidth() == width
+
+
+def test_bars_filled_after_a_long_empty_title_fit_their_view_when_the_pane_narrows(qtbot):
+    """The Generate panel's 'with the edits' bars: cleared with its what-to-do title while alone and wide, then
+    narrowed beside the bars without the edits and filled. The empty title's text stayed as the plot's least
+    width, so the plot ran past its view: the top bar cut at the right edge, its value out of sight."""
+    from desktop_app.ui.widgets.prob_bars import ProbBars
+
+    bars = ProbBars()
+    qtbot.addWidget(bars)
+    bars.resize(900, 300)
+    bars.show()
+    qtbot.waitExposed(bars)
+    bars.clear("Step (Ctrl+Right) or Run N to see the next token's candidates, the chosen one in orange")
+    qtbot.wait(10)  # (the layout settles at the wide size first, as in the panel)
+    bars.resize(360, 300)
+    bars.set_distribution([1, 2, 3], ["a", "b", "c"], [0.6, 0.3, 0.1])
+    qtbot.waitUntil(lambda: bars.plot.getPlotItem().getViewBox().width() < 330, timeout=2000)
+    item = bars.plot.getPlotItem()
+    assert item.geometry().right() <= bars.plot.viewport().width() + 1  # the plot within its view
+    vb = item.getViewBox()
+    top_bar_end = vb.mapViewToScene(QPointF(0.6, 0)).x()
+    assert top_bar_end < bars.plot.viewport().width()  # the top bar's end in sight (its value beside or inside it)

@@ -2,7 +2,7 @@
 
 Bare 0-1 axes around no data, or a 0-1 colour bar beside an empty frame, looked like data (an empty histogram,
 a matrix of zeros). `show_empty(plot, True, "Run for ...")` hides them; `show_empty(plot, False)` brings them
-back when there is something to draw (the title is the caller's then).
+back when there is something to draw (the title is the caller's then: the empty one goes).
 """
 from __future__ import annotations
 
@@ -26,3 +26,14 @@ def show_empty(plot: pg.PlotItem, empty: bool, title: str | None = None,
         colorbar.setMaximumWidth(0 if empty else getattr(colorbar, "width_when_shown", colorbar.maximumWidth()))
     if title is not None:
         plot.setTitle(title, color=plot_foreground())
+        plot.empty_title = title
+    elif not empty and plot.titleLabel.text and plot.titleLabel.text == getattr(plot, "empty_title", None):
+        # the empty plot's title goes with it, its text too: a hidden title keeps its text's width as the plot's
+        # least width, and a long "what to do" line left a filled plot wider than its view, cut at the right
+        # (the Generate panel's top bar past the edge once the pane narrowed)
+        plot.titleLabel.setText("")
+        plot.setTitle(None)
+        scene = plot.scene()
+        for view in scene.views() if scene is not None else ():
+            if getattr(view, "centralWidget", None) is plot:  # (a PlotWidget sizes its plot on its own resize only:
+                view.resizeEvent(None)  # held wide by the title, the plot would stay so until the next one)

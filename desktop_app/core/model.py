@@ -450,13 +450,13 @@ def _huge_pages_if_room(model):
 
 def padded_rows(n: int, itemsize: int) -> int:
     """The elements laid_out stores each row of a column-major matrix's buffer [in, out] in: `out` = n, or n and 64
-    bytes more where n's bytes are a multiple of 4 KB. MKL's float32 product of several rows by such a weight (a
-    prompt's forward, a beam step, a trace) runs its rows 4 KB apart, rows that share the same cache sets: with
-    64 bytes more each, 8 rows x GPT-2's MLP up (768 -> 3,072) 1.3x faster, 1.2-1.3x at 1,024 to 4,096 outputs
-    and 4 to 64 rows, one row (a step) as fast as before (thread time, medians of 21-31 interleaved runs, 2-core
-    AMD EPYC [load 3-4]); the same kernels, the same bits at 1 to 512 rows. (A row-major matrix's rows: none
-    faster, one row 7% slower: not lengthened.)"""
-    return n + 64 // itemsize if (n * itemsize) % 4096 == 0 else n
+    bytes more where a row of n is a multiple of 4 KB, 12 KB or more. MKL's float32 product of several rows by such a
+    weight (a prompt's forward, a beam step of 4 beams or more, a trace) reads rows 4 KB apart, which share cache sets:
+    64 bytes more a row, 8 rows 1.2-1.4x faster (1,024 inputs by 1,024 to 8,192 outputs; GPT-2's MLP up, 768 by
+    3,072: 1.3x), the same kernels, the same bits (1 to 512 rows). One row (a step): 1.23x and 1.08x slower at 4 and
+    8 KB rows (not lengthened), within 2% from 12 KB (thread time, medians of 11-81 interleaved runs, one thread,
+    2-core AMD EPYC [load 2-4]). (A row-major matrix's rows: none faster, one row 7% slower: not lengthened.)"""
+    return n + 64 // itemsize if (n * itemsize) % 4096 == 0 and n * itemsize >= 12 * 1024 else n
 
 
 def laid_out_bytes(w: torch.Tensor, column_major: bool) -> int:

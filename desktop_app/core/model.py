@@ -450,13 +450,14 @@ def _huge_pages_if_room(model):
 
 def padded_rows(n: int, itemsize: int) -> int:
     """The elements laid_out stores each row of a column-major matrix's buffer [in, out] in: `out` = n, or n and 64
-    bytes more where a row of n is a multiple of 4 KB, 12 KB or more. MKL's float32 product of several rows by such a
+    bytes more where a row of n is a multiple of 4 KB, 24 KB or more. MKL's float32 product of several rows by such a
     weight (a prompt's forward, a beam step of 4 beams or more, a trace) reads rows 4 KB apart, which share cache sets:
-    64 bytes more a row, 8 rows 1.2-1.4x faster (1,024 inputs by 1,024 to 8,192 outputs; GPT-2's MLP up, 768 by
-    3,072: 1.3x), the same kernels, the same bits (1 to 512 rows). One row (a step): 1.23x and 1.08x slower at 4 and
-    8 KB rows (not lengthened), within 2% from 12 KB (thread time, medians of 11-81 interleaved runs, one thread,
-    2-core AMD EPYC [load 2-4]). (A row-major matrix's rows: none faster, one row 7% slower: not lengthened.)"""
-    return n + 64 // itemsize if (n * itemsize) % 4096 == 0 and n * itemsize >= 12 * 1024 else n
+    64 bytes more a row, 8 rows 1.2-1.4x faster (1,024 inputs by 1,024 to 8,192 outputs), the same kernels, the same
+    bits (1 to 512 rows). One row (a step) by rows 64 bytes longer: 4 KB rows 1.23x slower, 8 KB 1.08x, 12 KB
+    (GPT-2 small's MLP up) 1.015-1.045x, 16 KB 1.015x, 24 and 32 KB 0.99-1.00x: only those lengthened (thread time,
+    medians of 31-121 interleaved runs, one thread, 2-core AMD EPYC [load 2-4]). (A row-major matrix's rows: none
+    faster, one row 7% slower: not lengthened.)"""
+    return n + 64 // itemsize if (n * itemsize) % 4096 == 0 and n * itemsize >= 24 * 1024 else n
 
 
 def laid_out_bytes(w: torch.Tensor, column_major: bool) -> int:

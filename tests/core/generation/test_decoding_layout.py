@@ -236,12 +236,12 @@ def test_the_generation_memory_check_counts_the_weights_copy_until_it_is_made(tm
 
 def test_column_major_rows_of_4_kb_are_lengthened_with_the_same_ids_logits_and_records(tmp_path, monkeypatch):
     """MKL's float32 product of several rows (a prompt's forward, a beam step) by a column-major weight whose rows
-    are a multiple of 4 KB apart ran 1.2-1.4x slower (8 rows; GPT-2's MLP up: 1.3x; model.padded_rows):
-    pack_for_decoding now makes such rows of 12 KB or more 64 bytes longer, Q/K/V side by side too (still one
-    product), counted by decoding_copy_bytes; shorter rows and the row-major layout as they were. The same kernels:
+    are a multiple of 4 KB apart ran 1.2-1.4x slower (8 rows; model.padded_rows): pack_for_decoding now makes such
+    rows of 24 KB or more 64 bytes longer, Q/K/V side by side too (still one product), counted by decoding_copy_bytes;
+    shorter rows (one row by them was slower lengthened) and the row-major layout as they were. The same kernels:
     every id, logit and record (greedy and beam steps) the same bits as unpadded."""
-    # Q/K/V side by side 3,072 outputs (12 KB a row), MLP gate and up 3,072, the unembedding 4,096; W_O 1,024 (4 KB)
-    cfg = REGISTRY["llama"].preset(d_model=1024, n_layers=1, n_heads=8, d_ff=3072, vocab_size=4096, context_length=64)
+    # Q/K/V side by side and MLP gate and up 6,144 outputs (24 KB a row); W_O 2,048 (8 KB)
+    cfg = REGISTRY["llama"].preset(d_model=2048, n_layers=1, n_heads=16, d_ff=6144, vocab_size=1024, context_length=64)
     save_model_folder(new_model(cfg, seed=0).eval(), tmp_path / "llama")
 
     def generated():
@@ -251,23 +251,22 @@ def test_column_major_rows_of_4_kb_are_lengthened_with_the_same_ids_logits_and_r
         out = []
         for settings in (GenerationSettings("greedy"), GenerationSettings("beam", beams=4)):
             s = GenerationSession(model, [5, 17, 300, 2, 9, 11, 40, 7], settings, stop_tokens=[], record=True)
-            nodes = [s.root] + list(s.run(5))
+            nodes = [s.root] + list(s.run(4))
             out.append((s.ids(), [n.next_logits for n in nodes], [n.record for n in nodes]))
         assert _copied_bytes(model, before) == expected
         return out, model
 
     out, model = generated()
     block = model.blocks[0]
-    assert block.attn.q.weight.stride() == (1, 3072 + 16)
-    assert block.mlp.gate.weight.stride() == block.mlp.up.weight.stride() == (1, 3072 + 16)
-    assert model.lm_head.weight.stride() == (1, 4096 + 16)
-    assert block.attn.o.weight.stride() == (1, 1024)  # 4 KB rows: one row slower lengthened
-    assert block.mlp.down.weight.stride() == (3072, 1)  # row-major: as it was
+    assert block.attn.q.weight.stride() == (1, 6144 + 16)
+    assert block.mlp.gate.weight.stride() == block.mlp.up.weight.stride() == (1, 6144 + 16)
+    assert block.attn.o.weight.stride() == (1, 2048)  # 8 KB rows: as they were
+    assert block.mlp.down.weight.stride() == (6144, 1)  # row-major: as it was
     qkv = model_module.packed_linears((block.attn.q, block.attn.k, block.attn.v))
-    assert qkv is not None and qkv[0].shape == (3072, 1024) and qkv[0].stride() == (1, 3072 + 16)
+    assert qkv is not None and qkv[0].shape == (6144, 2048) and qkv[0].stride() == (1, 6144 + 16)
     monkeypatch.setattr(model_module, "padded_rows", lambda n, itemsize: n)  # as before
     plain, plain_model = generated()
-    assert plain_model.blocks[0].mlp.up.weight.stride() == (1, 3072)
+    assert plain_model.blocks[0].mlp.up.weight.stride() == (1, 6144)
     for (ids, logits, records), (p_ids, p_logits, p_records) in zip(out, plain):
         assert ids == p_ids
         assert all(torch.equal(a, b) for a, b in zip(logits, p_logits))

@@ -111,8 +111,18 @@ def _load(folder, monkeypatch, available):
 
 
 def _copied_bytes(model, before: set[int]) -> int:
-    """Bytes of the parameters now in memory of their own (not where they were in `before`), the tied one once."""
-    return sum(p.numel() * p.element_size() for p in model.parameters() if p.data_ptr() not in before)
+    """Bytes of the buffers holding the parameters now in memory of their own (not where they were in `before`), the
+    tied one once: each buffer from its first element to its last, in whole rows (a column-major weight's rows are
+    padded: model.padded_rows; Q/K/V side by side share one buffer's rows)."""
+    spans: dict[int, tuple[int, int, int]] = {}  # buffer -> (start, end, row bytes)
+    for p in model.parameters():
+        if p.data_ptr() in before:
+            continue
+        size = p.element_size()
+        end = p.data_ptr() + (1 + sum((n - 1) * s for n, s in zip(p.shape, p.stride()))) * size
+        start0, end0, row0 = spans.get(p.untyped_storage().data_ptr(), (p.data_ptr(), end, 0))
+        spans[p.untyped_storage().data_ptr()] = (min(start0, p.data_ptr()), max(end0, end), max(row0, max(p.stride()) * size))
+    return sum(-((start - end) // row) * row for start, end, row in spans.values())  # (whole rows: rounded up)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
@@ -222,3 +232,43 @@ def test_the_generation_memory_check_counts_the_weights_copy_until_it_is_made(tm
     history = sum(app_generation.generation_bytes(bert.cfg, torch.float32, 4, 6, 1).values())
     monkeypatch.setattr(devices, "available_memory", lambda device="cpu": history)
     app_generation.check_generation_memory(SimpleNamespace(config=bert.cfg, model=bert), 4, 6, 1, "--max-new 6")
+
+
+def test_column_major_rows_of_4_kb_are_lengthened_with_the_same_ids_logits_and_records(tmp_path, monkeypatch):
+    """MKL's float32 product of several rows (a prompt's forward, a beam step) by a column-major weight whose rows
+    are a multiple of 4 KB apart ran 1.2-1.4x slower (8 rows; model.padded_rows): pack_for_decoding now makes such
+    rows of 24 KB or more 64 bytes longer, Q/K/V side by side too (still one product), counted by decoding_copy_bytes;
+    shorter rows (one row by them was slower lengthened) and the row-major layout as they were. The same kernels:
+    every id, logit and record (greedy and beam steps) the same bits as unpadded."""
+    # Q/K/V side by side and MLP gate and up 6,144 outputs (24 KB a row); W_O 2,048 (8 KB)
+    cfg = REGISTRY["llama"].preset(d_model=2048, n_layers=1, n_heads=16, d_ff=6144, vocab_size=1024, context_length=64)
+    save_model_folder(new_model(cfg, seed=0).eval(), tmp_path / "llama")
+
+    def generated():
+        model = load_model_folder(tmp_path / "llama").model
+        before = {p.data_ptr() for p in model.parameters()}
+        expected = model_module.decoding_copy_bytes(model)
+        out = []
+        for settings in (GenerationSettings("greedy"), GenerationSettings("beam", beams=4)):
+            s = GenerationSession(model, [5, 17, 300, 2, 9, 11, 40, 7], settings, stop_tokens=[], record=True)
+            nodes = [s.root] + list(s.run(4))
+            out.append((s.ids(), [n.next_logits for n in nodes], [n.record for n in nodes]))
+        assert _copied_bytes(model, before) == expected
+        return out, model
+
+    out, model = generated()
+    block = model.blocks[0]
+    assert block.attn.q.weight.stride() == (1, 6144 + 16)
+    assert block.mlp.gate.weight.stride() == block.mlp.up.weight.stride() == (1, 6144 + 16)
+    assert block.attn.o.weight.stride() == (1, 2048)  # 8 KB rows: as they were
+    assert block.mlp.down.weight.stride() == (6144, 1)  # row-major: as it was
+    qkv = model_module.packed_linears((block.attn.q, block.attn.k, block.attn.v))
+    assert qkv is not None and qkv[0].shape == (6144, 2048) and qkv[0].stride() == (1, 6144 + 16)
+    monkeypatch.setattr(model_module, "padded_rows", lambda n, itemsize: n)  # as before
+    plain, plain_model = generated()
+    assert plain_model.blocks[0].mlp.up.weight.stride() == (1, 6144)
+    for (ids, logits, records), (p_ids, p_logits, p_records) in zip(out, plain):
+        assert ids == p_ids
+        assert all(torch.equal(a, b) for a, b in zip(logits, p_logits))
+        assert [sorted(r) for r in records] == [sorted(r) for r in p_records]
+        assert all(torch.equal(r[name], p[name]) for r, p in zip(records, p_records) for name in r)

@@ -83,8 +83,8 @@ def test_a_step_rotates_q_and_k_together_and_runs_no_dropout_module(monkeypatch)
     list(session.run(3))
     for h in hooks:
         h.remove()
-    # one rotation a layer a step, of q and k as one [B, 1, H + H_kv, dh] tensor (before: two)
-    assert rotations == [(1, 1, 4 + 2, 8)] * (3 * model.cfg.n_layers)
+    # one rotation a layer a step, of q and k as one [B, H + H_kv, 1, dh] tensor (before: two)
+    assert rotations == [(1, 4 + 2, 1, 8)] * (3 * model.cfg.n_layers)
     assert dropouts == []  # an evaluating model calls no dropout module (two a layer a step before)
     with torch.no_grad():
         full = model(torch.tensor([session.ids()])).logits[0]

@@ -791,8 +791,9 @@ class Attention(nn.Module):
         qkv = None
         if one_token and not torch.is_grad_enabled() and not cfg.qk_norm and cfg.clip_qkv is None:
             qkv = joined_product(self, x, (self.q, self.k, self.v))  # [B, 1, (H + 2 Hkv) dh], or None
-        if qkv is not None:  # q and k side by side in it already (split from it and concatenated: a copy more)
-            qk, v = qkv.split_with_sizes([(H + Hkv) * dh, Hkv * dh], -1)
+        if qkv is not None:  # q and k side by side in it already (split from it and concatenated: a copy more);
+            # heads-first [B, H + 2 Hkv, 1, dh] as the one-token branch below takes them (one view, not two)
+            qk, v = qkv.view(B, H + 2 * Hkv, 1, dh).split_with_sizes((H + Hkv, Hkv), 1)
         else:
             q, k, v = self.project_qkv(x)
             if cfg.clip_qkv is not None:  # OLMo
@@ -801,8 +802,9 @@ class Attention(nn.Module):
                 q, k = self.q_norm(q), self.k_norm(k)
             qk = torch.cat([q, k], dim=-1) if one_token else None
         if one_token:  # with T = 1, [B, H, 1, dh] is a view of [B, 1, H dh]: no transposes (the same values)
-            q, k = apply_rotary(qk.view(B, H + Hkv, 1, dh), *rotary).split_with_sizes((H, Hkv), 1)
-            v = v.view(B, Hkv, 1, dh)
+            if qkv is None:
+                qk, v = qk.view(B, H + Hkv, 1, dh), v.view(B, Hkv, 1, dh)
+            q, k = apply_rotary(qk, *rotary).split_with_sizes((H, Hkv), 1)
         else:
             v = v.view(B, T, Hkv, dh).transpose(1, 2)
             q = q.view(B, T, H, dh).transpose(1, 2)
@@ -870,7 +872,9 @@ class Attention(nn.Module):
         if trace is not None and trace.wants(prefix + "head_out"):
             trace.record(prefix + "head_out", self.head_outputs(y))
         o = self.o  # (a module attribute is a Python __getattr__ call: read once)
-        return linear(o, y.transpose(1, 2).reshape(B, T, H * dh), o.weight, o.bias)
+        # [B, T, H dh]; one query's [B, H, 1, dh] is in that order already (one op, not a transpose and a reshape)
+        y = y.reshape(B, 1, H * dh) if T == 1 else y.transpose(1, 2).reshape(B, T, H * dh)
+        return linear(o, y, o.weight, o.bias)
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries, keys and values [B, T, H*dh]: one matrix product when the three weights are laid out

@@ -44,7 +44,7 @@ class RMSNorm(nn.Module):
             # torch.rms_norm: the same ops in C++ (pow, mean, add, rsqrt, mul, weight * z), one Python call and one
             # dispatch where six were (equal bits on 1,546 random float32 shapes, eps and scales, torch 2.13);
             # not with gradients (its backward is its own), nor in half precision (it rounds after the gain)
-            w = self.weight
+            w = self._parameters["weight"]  # (self.weight: a Python __getattr__ call)
             return torch.rms_norm(x, w.shape, w, self.eps)
         # (a float32 input is used as it is: .float() and .to() would hand back the same tensor, two ops a norm)
         x32 = x if dtype == torch.float32 else x.float()
@@ -799,7 +799,8 @@ class Attention(nn.Module):
         one_token = rotary is not None and T == 1 and not per_head_norm
         qkv = None
         if one_token and not torch.is_grad_enabled() and not cfg.qk_norm and cfg.clip_qkv is None:
-            qkv = joined_product(self, x, (self.q, self.k, self.v))  # [B, 1, (H + 2 Hkv) dh], or None
+            m = self._modules  # (self.q ...: a Python __getattr__ call each)
+            qkv = joined_product(self, x, (m["q"], m["k"], m["v"]))  # [B, 1, (H + 2 Hkv) dh], or None
         if qkv is not None:  # q and k side by side in it already (split from it and concatenated: a copy more);
             # heads-first [B, H + 2 Hkv, 1, dh] as the one-token branch below takes them (one view, not two)
             qk, v = qkv.view(B, H + 2 * Hkv, 1, dh).split_with_sizes((H + Hkv, Hkv), 1)
@@ -883,10 +884,10 @@ class Attention(nn.Module):
             y = trace.point(names[2], y)  # [B, H, T, dh], each head's output before W_O (point's)
             if heads_out:
                 trace.record(names[3], self.head_outputs(y))
-        o = self.o  # (a module attribute is a Python __getattr__ call: read once)
+        o = self._modules["o"]  # (a module attribute is a Python __getattr__ call: a dict read instead)
         # [B, T, H dh]; one query's [B, H, 1, dh] is in that order already (one op, not a transpose and a reshape)
         y = y.reshape(B, 1, H * dh) if T == 1 else y.transpose(1, 2).reshape(B, T, H * dh)
-        return linear(o, y, o.weight, o.bias)
+        return linear(o, y, *weight_bias(o))
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries, keys and values [B, T, H*dh]: one matrix product when the three weights are laid out
@@ -953,13 +954,14 @@ class MLP(nn.Module):
                 h = F.silu(up)
             else:
                 h = F.relu(up)
-        down = self.down
-        return linear(down, h, down.weight, down.bias)
+        down = self._modules["down"]
+        return linear(down, h, *weight_bias(down))
 
     def gate_up(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A gated MLP's gate and up products: one product when pack_for_decoding has prepacked the two
         side by side for one-token steps (and nothing needs their separate gradients), else two."""
-        return products(self, x, (self.gate, self.up))
+        m = self._modules
+        return products(self, x, (m["gate"], m["up"]))
 
 
 def make_mlp(cfg: ModelConfig) -> nn.Module:
@@ -982,6 +984,12 @@ def token_embedding(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
     if model.cfg.embed_scale is not None:
         x = x * torch.tensor(model.cfg.embed_scale).to(x.dtype)
     return x
+
+
+def weight_bias(lin: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """An nn.Linear's weight and bias read from its parameters' dict: two Python __getattr__ calls fewer."""
+    p = lin._parameters
+    return p["weight"], p["bias"]
 
 
 # -- block -----------------------------------------------------------------------------------
@@ -1092,7 +1100,9 @@ class Block(nn.Module):
         attention patterns frozen and the MLPs replaced, so every family's placement is this one code.
         stop_at: a point of this block (prefix + "attn.input", "attn.out", "resid_mid" ...) after which
         nothing more runs; the stream as it is there is returned."""
-        norm = norm or self._modules.__getitem__  # (the block's norms are its modules: no __getattr__ call a norm)
+        if norm is None:  # the block's own norms: its modules (no __getattr__ call), through forward_of
+            modules = self._modules
+            norm = lambda name: forward_of(modules[name])  # noqa: E731
         # the sublayers' point names under this prefix, made once (3 string joins a point, 9 comparisons with
         # stop_at a layer, a step: ~5% of a one-token step's Python at the tiny Qwen shape)
         names = self._point_names.get(prefix)

@@ -40,10 +40,11 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        if dtype == torch.float32 and not self.gain_float32 and not torch.is_grad_enabled():
-            # torch.rms_norm: the same ops in C++ (pow, mean, add, rsqrt, mul, weight * z), one Python call and one
-            # dispatch where six were (equal bits on 1,546 random float32 shapes, eps and scales, torch 2.13);
-            # not with gradients (its backward is its own), nor in half precision (it rounds after the gain)
+        if dtype == torch.float32 and x.is_cpu and not self.gain_float32 and not torch.is_grad_enabled():
+            # torch.rms_norm: on the CPU the same ops in C++ (pow, mean, add, rsqrt, mul, weight * z), one Python call
+            # and one dispatch where six were (equal bits on 1,546 random float32 shapes, eps and scales, torch 2.13);
+            # not with gradients (its backward is its own), nor in half precision (it rounds after the gain), nor
+            # on a GPU (a fused kernel there, its bits not checked against the formula's yet)
             w = self._parameters["weight"]  # (self.weight: a Python __getattr__ call)
             return torch.rms_norm(x, w.shape, w, self.eps)
         # (a float32 input is used as it is: .float() and .to() would hand back the same tensor, two ops a norm)

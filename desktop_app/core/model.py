@@ -19,6 +19,7 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.nn.modules.module as _hooks  # nn.Module's global hooks (forward_of)
 
 from .attention import alibi_mask, alibi_slopes, attention_probs, causal_mask  # the formulas' one home
 from .config import ModelConfig
@@ -39,6 +40,13 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
+        if dtype == torch.float32 and x.is_cpu and not self.gain_float32 and not torch.is_grad_enabled():
+            # torch.rms_norm: on the CPU the same ops in C++ (pow, mean, add, rsqrt, mul, weight * z), one Python call
+            # and one dispatch where six were (equal bits on 1,546 random float32 shapes, eps and scales, torch 2.13);
+            # not with gradients (its backward is its own), nor in half precision (it rounds after the gain), nor
+            # on a GPU (a fused kernel there, its bits not checked against the formula's yet)
+            w = self._parameters["weight"]  # (self.weight: a Python __getattr__ call)
+            return torch.rms_norm(x, w.shape, w, self.eps)
         # (a float32 input is used as it is: .float() and .to() would hand back the same tensor, two ops a norm)
         x32 = x if dtype == torch.float32 else x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -796,6 +804,14 @@ class Attention(nn.Module):
             self.k_norm = make_norm(cfg, cfg.n_kv_heads * dh if cfg.qk_norm_across_heads else dh)
         self.scale = cfg.attn_scale  # None: SDPA's and attention_probs' default 1/sqrt(dh)
         self.dropout = cfg.dropout
+        self._trace_names: dict[str, tuple[str, str, str, str]] = {}  # by prefix: trace_names'
+
+    def trace_names(self, prefix: str) -> tuple[str, str, str, str]:
+        """prefix + "q", "pattern", "z", "head_out", joined once per prefix (four string joins a layer a step)."""
+        names = self._trace_names.get(prefix)
+        if names is None:
+            names = self._trace_names[prefix] = (prefix + "q", prefix + "pattern", prefix + "z", prefix + "head_out")
+        return names
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, rotary: tuple | None = None,
                 cache: LayerCache | None = None, trace: Trace | None = None, prefix: str = "",
@@ -809,9 +825,11 @@ class Attention(nn.Module):
         one_token = rotary is not None and T == 1 and not per_head_norm
         qkv = None
         if one_token and not torch.is_grad_enabled() and not cfg.qk_norm and cfg.clip_qkv is None:
-            qkv = joined_product(self, x, (self.q, self.k, self.v))  # [B, 1, (H + 2 Hkv) dh], or None
-        if qkv is not None:  # q and k side by side in it already (split from it and concatenated: a copy more)
-            qk, v = qkv.split_with_sizes([(H + Hkv) * dh, Hkv * dh], -1)
+            m = self._modules  # (self.q ...: a Python __getattr__ call each)
+            qkv = joined_product(self, x, (m["q"], m["k"], m["v"]))  # [B, 1, (H + 2 Hkv) dh], or None
+        if qkv is not None:  # q and k side by side in it already (split from it and concatenated: a copy more);
+            # heads-first [B, H + 2 Hkv, 1, dh] as the one-token branch below takes them (one view, not two)
+            qk, v = qkv.view(B, H + 2 * Hkv, 1, dh).split_with_sizes((H + Hkv, Hkv), 1)
         else:
             q, k, v = self.project_qkv(x)
             if cfg.clip_qkv is not None:  # OLMo
@@ -819,11 +837,12 @@ class Attention(nn.Module):
             if cfg.qk_norm_across_heads:  # OLMo 2: every head's q (and k) normed at once, before the split
                 q, k = self.q_norm(q), self.k_norm(k)
             qk = torch.cat([q, k], dim=-1) if one_token else None
-        v = v.view(B, T, Hkv, dh).transpose(1, 2)
-        if one_token:
-            qk = apply_rotary(qk.view(B, 1, H + Hkv, dh), *rotary)
-            q, k = qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2)
+        if one_token:  # with T = 1, [B, H, 1, dh] is a view of [B, 1, H dh]: no transposes (the same values)
+            if qkv is None:
+                qk, v = qk.view(B, H + Hkv, 1, dh), v.view(B, Hkv, 1, dh)
+            q, k = apply_rotary(qk, *rotary).split_with_sizes((H, Hkv), 1)
         else:
+            v = v.view(B, T, Hkv, dh).transpose(1, 2)
             q = q.view(B, T, H, dh).transpose(1, 2)
             k = k.view(B, T, Hkv, dh).transpose(1, 2)
             if per_head_norm:
@@ -831,7 +850,7 @@ class Attention(nn.Module):
             if rotary is not None:
                 q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         if trace is not None:
-            trace.record(prefix + "q", q)
+            trace.record(self.trace_names(prefix)[0], q)
         if cache is not None:
             k, v = cache.append(k, v)
         return self.attend(q, k, v, mask, trace, prefix, is_causal_full)
@@ -863,7 +882,9 @@ class Attention(nn.Module):
         cfg = self.cfg
         B, H, T, dh = q.shape
         Hkv = k.shape[1]
-        recording = trace is not None and (trace.wants(prefix + "pattern") or trace.wants(prefix + "head_out"))
+        names = None if trace is None else self.trace_names(prefix)  # (q, pattern, z, head_out)
+        heads_out = names is not None and trace.wants(names[3])
+        recording = heads_out or (names is not None and trace.wants(names[1]))
         # (scaled_dot_product_attention has no soft-capping: a soft-capped model takes the explicit path)
         fused = cfg.attention_kind == "softmax" and not recording and cfg.attn_logit_softcap is None
         # the fused kernel reads grouped keys and values as they are (enable_gqa: the same values as
@@ -883,13 +904,16 @@ class Attention(nn.Module):
         else:
             p = attention_probs(q, k, cfg.attention_kind, mask, cfg.sinkhorn_iters, self.scale, cfg.attn_logit_softcap)
             if trace is not None:
-                trace.record(prefix + "pattern", p)
+                trace.record(names[1], p)
             y = F.dropout(p, drop, self.training) @ v
-        y = point(trace, prefix + "z", y)  # [B, H, T, dh], each head's output before W_O
-        if trace is not None and trace.wants(prefix + "head_out"):
-            trace.record(prefix + "head_out", self.head_outputs(y))
-        o = self.o  # (a module attribute is a Python __getattr__ call: read once)
-        return linear(o, y.transpose(1, 2).reshape(B, T, H * dh), o.weight, o.bias)
+        if names is not None:
+            y = trace.point(names[2], y)  # [B, H, T, dh], each head's output before W_O (point's)
+            if heads_out:
+                trace.record(names[3], self.head_outputs(y))
+        o = self._modules["o"]  # (a module attribute is a Python __getattr__ call: a dict read instead)
+        # [B, T, H dh]; one query's [B, H, 1, dh] is in that order already (one op, not a transpose and a reshape)
+        y = y.reshape(B, 1, H * dh) if T == 1 else y.transpose(1, 2).reshape(B, T, H * dh)
+        return linear(o, y, *weight_bias(o))
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries, keys and values [B, T, H*dh]: one matrix product when the three weights are laid out
@@ -956,13 +980,14 @@ class MLP(nn.Module):
                 h = F.silu(up)
             else:
                 h = F.relu(up)
-        down = self.down
-        return linear(down, h, down.weight, down.bias)
+        down = self._modules["down"]
+        return linear(down, h, *weight_bias(down))
 
     def gate_up(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A gated MLP's gate and up products: one product when pack_for_decoding has prepacked the two
         side by side for one-token steps (and nothing needs their separate gradients), else two."""
-        return products(self, x, (self.gate, self.up))
+        m = self._modules
+        return products(self, x, (m["gate"], m["up"]))
 
 
 def make_mlp(cfg: ModelConfig) -> nn.Module:
@@ -987,7 +1012,23 @@ def token_embedding(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def weight_bias(lin: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """An nn.Linear's weight and bias read from its parameters' dict: two Python __getattr__ calls fewer."""
+    p = lin._parameters
+    return p["weight"], p["bias"]
+
+
 # -- block -----------------------------------------------------------------------------------
+
+
+def forward_of(module: nn.Module) -> Callable:
+    """What calling `module` runs: its forward itself where nn.Module.__call__ would run nothing more (no hook
+    on it, nor a global one; streamed.py's are on the blocks): two Python frames fewer a call, ~0.5 us."""
+    if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks
+            or _hooks._global_forward_hooks or _hooks._global_forward_pre_hooks or _hooks._global_backward_hooks
+            or _hooks._global_backward_pre_hooks):
+        return module
+    return module.forward
 
 
 @dataclass(frozen=True)
@@ -1039,6 +1080,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, cross_attention: bool = False) -> None:
         super().__init__()
         self.sublayers = sublayers_of(cfg, cross_attention)
+        self._point_names: dict[str, list[tuple[str, str, str]]] = {}  # compose's, by prefix
         norms = {s.norm for s in self.sublayers} | {s.out_norm for s in self.sublayers}
         if "norm1" in norms:  # created in this order: a model's random initialisation stays as it was
             self.norm1 = make_norm(cfg)
@@ -1065,10 +1107,12 @@ class Block(nn.Module):
         """x [B, T, d] through every sublayer. mask, rotary, cache, is_causal_full: the self-attention's
         (Attention.forward); source [B, S, d], source_mask, cross_cache: the cross-attention's (Attention.cross);
         stop_at: compose's."""
-        run = {"attn": lambda h: self.attn(h, mask, rotary, cache, trace, prefix + "attn.", is_causal_full),
+        modules = self._modules  # (a module attribute is a Python __getattr__ call: read the dict once)
+        attn, mlp = forward_of(modules["attn"]), forward_of(modules["mlp"])
+        run = {"attn": lambda h: attn(h, mask, rotary, cache, trace, prefix + "attn.", is_causal_full),
                "cross_attn": lambda h: self.cross_attn.cross(h, source, source_mask, cross_cache, trace,
                                                              prefix + "cross_attn."),
-               "mlp": lambda h: self.mlp(h, trace, prefix + "mlp.")}
+               "mlp": lambda h: mlp(h, trace, prefix + "mlp.")}
         return self.compose(x, run, trace=trace, prefix=prefix, stop_at=stop_at)
 
     def compose(self, x: torch.Tensor, run: dict, *, norm: Callable[[str], Callable] | None = None,
@@ -1082,14 +1126,24 @@ class Block(nn.Module):
         attention patterns frozen and the MLPs replaced, so every family's placement is this one code.
         stop_at: a point of this block (prefix + "attn.input", "attn.out", "resid_mid" ...) after which
         nothing more runs; the stream as it is there is returned."""
-        norm = norm or (lambda name: getattr(self, name))
+        if norm is None:  # the block's own norms: its modules (no __getattr__ call), through forward_of
+            modules = self._modules
+            norm = lambda name: forward_of(modules[name])  # noqa: E731
+        # the sublayers' point names under this prefix, made once (3 string joins a point, 9 comparisons with
+        # stop_at a layer, a step: ~5% of a one-token step's Python at the tiny Qwen shape)
+        names = self._point_names.get(prefix)
+        if names is None:
+            names = self._point_names[prefix] = [(prefix + s.name + ".input", prefix + s.name + ".out", prefix + s.resid)
+                                                 for s in self.sublayers]
+        record = None if trace is None else trace.point  # point(trace, ...) without its call
         block_in, added, made = x, None, None  # the block's input; the last sublayer's output, the stream it made
-        for s in self.sublayers:
+        for s, (at_input, at_out, at_resid) in zip(self.sublayers, names):
             h = stream = block_in if s.parallel else x
             if s.norm is not None and not s.post:
                 h = norm(s.norm)(h)
-            h = point(trace, prefix + s.name + ".input", h)  # read only: a transcoder's input (core/features)
-            if stop_at == prefix + s.name + ".input":
+            if record is not None:
+                h = record(at_input, h)  # read only: a transcoder's input (core/features)
+            if stop_at is not None and stop_at == at_input:
                 return x
             if replace is not None and s.name in replace:
                 out = replace[s.name](h, stream)
@@ -1101,8 +1155,9 @@ class Block(nn.Module):
                     out = out * s.multiplier
             if self.training:
                 out = self.resid_dropout(out)
-            out = point(trace, prefix + s.name + ".out", out)
-            if stop_at == prefix + s.name + ".out":
+            if record is not None:
+                out = record(at_out, out)
+            if stop_at is not None and stop_at == at_out:
                 return x
             if s.post:
                 new = norm(s.norm)(x + out)
@@ -1111,8 +1166,8 @@ class Block(nn.Module):
                 # an edited stream is added to as it is
             else:
                 new = x + out
-            x = point(trace, prefix + s.resid, new)
-            if stop_at == prefix + s.resid:
+            x = new if record is None else record(at_resid, new)
+            if stop_at is not None and stop_at == at_resid:
                 return x
             added, made = out, new
         return x
@@ -1448,12 +1503,12 @@ class Transformer(ModelBase):
             # the fused causal kernel only when no window can hide a key (else an explicit mask)
             is_causal_full = (cfg.causal and past == 0 and attention_mask is None and (window is None or total <= window)
                               and cfg.positions != "alibi")
-            x = block(x, mask_for(window), rotary_for(l), lc, trace, f"blocks.{l}.", is_causal_full,
-                      stop_at=stop_at)
-            if stop_at is not None and stop_at.startswith(f"blocks.{l}."):
+            prefix = f"blocks.{l}."
+            x = block(x, mask_for(window), rotary_for(l), lc, trace, prefix, is_causal_full, stop_at=stop_at)
+            if stop_at is not None and stop_at.startswith(prefix):
                 return ModelOutput(logits=None, hidden=x, cache=cache)
-            if trace is not None and cfg.lm_head and trace.wants(f"blocks.{l}.logit_lens"):
-                trace.record(f"blocks.{l}.logit_lens", self.unembed(x))
+            if trace is not None and cfg.lm_head and trace.wants(prefix + "logit_lens"):
+                trace.record(prefix + "logit_lens", self.unembed(x))
             if on_layer is not None:
                 on_layer(l)
         if trace is not None and cfg.final_norm and trace.wants("final_norm.out"):

@@ -83,8 +83,8 @@ def test_a_step_rotates_q_and_k_together_and_runs_no_dropout_module(monkeypatch)
     list(session.run(3))
     for h in hooks:
         h.remove()
-    # one rotation a layer a step, of q and k as one [B, 1, H + H_kv, dh] tensor (before: two)
-    assert rotations == [(1, 1, 4 + 2, 8)] * (3 * model.cfg.n_layers)
+    # one rotation a layer a step, of q and k as one [B, H + H_kv, 1, dh] tensor (before: two)
+    assert rotations == [(1, 4 + 2, 1, 8)] * (3 * model.cfg.n_layers)
     assert dropouts == []  # an evaluating model calls no dropout module (two a layer a step before)
     with torch.no_grad():
         full = model(torch.tensor([session.ids()])).logits[0]
@@ -241,3 +241,25 @@ def test_a_rotary_one_token_step_rotates_q_and_k_as_a_view_of_the_qkv_product(dt
             session.step()
         return sum(op.startswith("cat") for op in counting.ops)
     assert cats(6) == cats(3)  # none a layer
+
+
+def test_hooks_on_a_blocks_modules_still_run_where_their_forward_is_called_directly():
+    """A block calls its attention, MLP and norms through their forward (nn.Module.__call__'s frames saved) only
+    while no hook is set: a hook set on one, or a global one, runs at every step as nn.Module.__call__ would run it."""
+    model = _llama()
+    session = GenerationSession(model, [3, 14, 15, 9], GenerationSettings("greedy"), stop_tokens=[], record=True)
+    block = model.blocks[1]
+    seen = []
+    handles = [m.register_forward_hook(lambda mod, args, out, name=name: seen.append(name))
+               for name, m in (("attn", block.attn), ("mlp", block.mlp), ("norm1", block.norm1))]
+    handles.append(torch.nn.modules.module.register_module_forward_hook(
+        lambda mod, args, out: seen.append("global") if mod is block.norm2 else None))
+    try:
+        list(session.run(2))
+    finally:
+        for h in handles:
+            h.remove()
+    assert sorted(seen) == sorted(["norm1", "attn", "global", "mlp"] * 2)
+    seen.clear()
+    list(session.run(1))  # removed: none runs
+    assert seen == []

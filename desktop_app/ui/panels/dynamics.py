@@ -117,7 +117,10 @@ class DynamicsPanel(QWidget, ResultView):
         self._guide_drawn = None  # what the sphere guide shows now (redrawn when that changes)
         self.screen_xy = np.zeros((0, 2))
         self._matrices = ""
-        self._pending_steps = 0
+        self._pending_steps = 0  # Play's steps asked while the particles were being built
+        # Step clicks not run yet: each runs once the one before has drawn its frame (a click while a step ran
+        # was dropped: 20 quick clicks made one step)
+        self._steps_asked = 0
         self._restore_on_model: DynamicsViewState | None = None  # set_view_state's form, shown again on a model
         self._sim_parts: tuple[str, ...] = ()  # what of AppState's inputs the particles were built from
         self._build_ui()
@@ -204,7 +207,7 @@ class DynamicsPanel(QWidget, ResultView):
         self.play_button = QPushButton("Play")
         self.play_button.setCheckable(True)
         self.step_button = QPushButton("Step")
-        self.reset_button.clicked.connect(self.reset)
+        self.reset_button.clicked.connect(self._reset_clicked)
         self.play_button.toggled.connect(self._on_play_toggled)
         self.step_button.clicked.connect(self.step_once)
         key_buttons(self.shortcuts, (self.play_button, self.step_button))
@@ -423,6 +426,7 @@ class DynamicsPanel(QWidget, ResultView):
             return
         self.play_button.setChecked(False)
         self._cancel_jobs()
+        self._steps_asked = 0  # (for the previous particles)
         self.sim, self._frames, self._records, self._basis, self._sim_parts = None, [], [], None, ()
         for item in (self.scatter, self.back, self.trail_item):
             item.setData(np.zeros((0, 2)))
@@ -557,6 +561,7 @@ class DynamicsPanel(QWidget, ResultView):
                 tokens = dy.trace_tokens(trace, names[min(self.token_layer.value(), len(names) - 1)])
         except ValueError as exc:
             self.status.setText(str(exc))
+            self._steps_asked = 0  # (no particles to step)
             return
         loaded = getattr(self.state, "loaded", None)
         self.sim = None
@@ -588,10 +593,13 @@ class DynamicsPanel(QWidget, ResultView):
         self.drawn.emit()
         if self._pending_steps:
             self._request(self._pending_steps)
+        else:
+            self._next_step()
 
     def _on_error(self, exc: BaseException, tb: str) -> None:
         self._build_job = self._job = None
         self.play_button.setChecked(False)
+        self._steps_asked = 0
         self.status.setText(f"Failed: {exc}")
         self._failed = True
 
@@ -628,19 +636,45 @@ class DynamicsPanel(QWidget, ResultView):
         new_records = len(frame.records) != len(self._records)
         self._records = frame.records
         self._show_last(curves=new_records)
-        if new_records:  # a word-wrapped label's new text relayouts the side column: not on every frame
+        # a word-wrapped label's new text relayouts the side column: not on every frame while playing (its
+        # pause says where it stopped), on every Step's frame (the t it names is the particles')
+        if new_records or not self.timer.isActive():
             self._set_status()
+        self._next_step()
 
     def step_once(self) -> None:
+        """One frame more (of 'Steps / frame' steps) for each click, the clicks made while a step runs included:
+        they wait their turn (one worker at a time, each step its own frame for the time slider)."""
+        if self.timer.isActive():  # playing: frames come anyway (a click asks for one unless one is on its way)
+            self._request(self.steps_per_frame.value())
+            return
+        self._steps_asked += 1
+        self._next_step()
+
+    def _next_step(self) -> None:
+        """The next Step click waiting, once no step or build runs (no particles: they are built first)."""
+        if not self._steps_asked or self.timer.isActive() or self._job is not None or self._build_job is not None:
+            return
+        if self.sim is None:
+            if not self._awaiting_trace:  # (else the trace's arrival builds them, then the steps run)
+                self.reset()
+            return
+        self._steps_asked -= 1
         self._request(self.steps_per_frame.value())
+
+    def _reset_clicked(self) -> None:
+        self._steps_asked = 0  # the Steps clicked were for the particles on show, not the new ones
+        self.reset()
 
     def _on_play_toggled(self, on: bool) -> None:
         self.play_button.setText("Pause" if on else "Play")
         if on:
+            self._steps_asked = 0  # Play steps on by itself
             self.timer.start()
             self._tick()
         else:
             self.timer.stop()
+            self._set_status()  # the t it paused at (a frame still on its way says its own)
 
     def _tick(self) -> None:
         self._request(self.steps_per_frame.value())
@@ -657,8 +691,11 @@ class DynamicsPanel(QWidget, ResultView):
         if self.sim is None or not self._records:
             return
         r = self._records[-1]
+        # the particles' t; the curves are measured every 'Curves every' steps: at an earlier t, said so
+        t = self._frames[-1].t if self._frames else r.t
+        at = f"t = {t:g}: " if f"{t:g}" == f"{r.t:g}" else f"t = {t:g}; at t = {r.t:g}: "
         self.status.setText(f"{self.sim.head.name}; n = {self.sim.config.n}, d = {self.sim.config.d}. "
-                            f"t = {r.t:g}: {r.clusters} cluster(s), mean cosine {r.mean_cosine:.3f}, "
+                            f"{at}{r.clusters} cluster(s), mean cosine {r.mean_cosine:.3f}, "
                             f"radius {r.radius:.3g} ≤ R(t) = {r.radius_bound:.3g}")
 
     # -- drawing ---------------------------------------------------------------------------------
@@ -889,6 +926,7 @@ class DynamicsPanel(QWidget, ResultView):
     def closeEvent(self, event) -> None:
         self.timer.stop()
         self._cancel_jobs()
+        self._steps_asked = 0
         self._awaiting_trace = self._trace_cancelled = False
         super().closeEvent(event)
 

@@ -104,7 +104,8 @@ class DynamicsPanel(QWidget, ResultView):
         self._reset_asked = False  # reset() ran (a click, Play, the first look): the first look has nothing to do
         # a Reset from the text's tokens waits for the current model's (and edits') trace: built when it arrives
         self._awaiting_trace = False
-        # that trace was cancelled before any of it showed (the status says so): the next Reset traces the text again
+        # that trace was cancelled (the status says so, and that Reset traces the text again: it asks
+        # AppState.trace_was_cancelled); its end says so once the text is traced after all
         self._trace_cancelled = False
         self._failed = False  # the status says a build failed (cleared when what it was built from changes)
         self._frames: list[dy.Frame] = []
@@ -377,9 +378,11 @@ class DynamicsPanel(QWidget, ResultView):
                 self.reset()
             elif self.state.trace_running():  # its first layers only: it says how far it is
                 self.status.setText(self.state.no_trace_message())
-            else:  # none came (the text cannot be traced by this model): it says why
+            else:  # none came (the text cannot be traced by this model, or its trace was cancelled): it says why
                 self._awaiting_trace = False
-                self.status.setText(self.state.no_trace_message())
+                self._trace_cancelled = self.state.trace_was_cancelled()  # after its first layers showed
+                self.status.setText(self.state.no_trace_message() + (". Press Reset to trace the text again."
+                                                                     if self._trace_cancelled else ""))
         if trace is None:
             return
         # AppState.run: curves of a trace no longer shown (another model or text meanwhile) are dropped
@@ -537,8 +540,7 @@ class DynamicsPanel(QWidget, ResultView):
     # -- running ---------------------------------------------------------------------------------
     def reset(self) -> None:
         self._reset_asked = True
-        retrace, self._trace_cancelled = self._trace_cancelled, False
-        self._awaiting_trace = self._failed = False
+        self._awaiting_trace = self._failed = self._trace_cancelled = False
         self.play_button.setChecked(False)
         self._cancel_jobs()
         try:
@@ -546,7 +548,7 @@ class DynamicsPanel(QWidget, ResultView):
             tokens = None
             if cfg.init == "tokens":
                 trace = self._current_trace()
-                if trace is None and retrace and not self.state.trace_running():
+                if trace is None and self.state.trace_was_cancelled():  # before or after its first layers showed
                     self.state.set_text(self.state.text)  # as the status said: the same text traced again
                 if trace is None and self.state.trace_running():
                     # (another model just opened, or the edits changed): its trace is on its way. Waited for

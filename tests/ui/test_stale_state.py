@@ -693,6 +693,10 @@ def test_a_reset_waiting_for_a_trace_cancelled_after_its_first_layers_showed_tra
     assert builds == [] and panel.sim is None and not panel.is_running()
     assert panel.status.text() == ("No text traced for this model: the trace was cancelled after layer 1 of 2. "
                                    "Press Reset to trace the text again.")
+    for plot in (panel.p_model_cos, panel.p_model_clusters):  # (not "Open a model and type a text")
+        assert panel.hints[plot].item.toPlainText() == "The text's trace was cancelled: no tokens to measure"
+    assert panel.hints[panel.p_w2].item.isVisible()  # the run still drawn has no twin: it says so, no empty axes
+    assert "Twin run off" in panel.hints[panel.p_w2].item.toPlainText()
 
     gate.set()  # the next trace runs through
     qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)

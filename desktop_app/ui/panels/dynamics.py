@@ -398,6 +398,7 @@ class DynamicsPanel(QWidget, ResultView):
     def _on_trace_cancelled(self) -> None:
         """The trace a Reset waits for was cancelled before any of it showed (no trace_changed comes): the wait
         ends now, and the status says so and what to press."""
+        self._update_hints()  # (the model's curves: none are being measured)
         if not self._awaiting_trace:
             return
         self._awaiting_trace, self._trace_cancelled = False, True
@@ -778,10 +779,13 @@ class DynamicsPanel(QWidget, ResultView):
     def _update_hints(self) -> None:
         """A hint instead of empty axes in each plot with nothing to draw (the first look draws the
         starting particles, but one record makes no curve)."""
-        self.curves.show_hints(running=len(self._records) >= 2, twin_off=self.sim is not None and self.sim.twin is None,
+        self.curves.show_hints(running=len(self._records) >= 2,
+                               # the records drawn (kept while a Reset waits for a trace) have no W2 (nan)
+                               twin_off=bool(self._records) and math.isnan(self._records[0].w2),
                                model_curves=self._layer_curves is not None,
                                # the curves come from a worker (a trace not current: the new model's is on its way)
-                               measuring=self.state.trace is not None or self.state.trace_running())
+                               measuring=self.state.trace is not None or self.state.trace_running(),
+                               cancelled=self.state.trace_was_cancelled())
 
     def _draw_curves(self) -> None:
         self._update_hints()

@@ -701,6 +701,7 @@ def test_a_reset_waiting_for_a_trace_cancelled_after_its_first_layers_showed_tra
     gate.set()  # the next trace runs through
     qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
     assert panel.status.text().startswith("Tracing the text")  # one line while it waits
+    assert "cancelled" not in panel.hints[panel.p_model_cos].item.toPlainText()
     qtbot.waitUntil(lambda: len(traces) == 2, timeout=30_000)  # the text traced again
     _wait_own_trace(qtbot, state)
     qtbot.waitUntil(lambda: panel.sim is not None and not panel.is_running(), timeout=30_000)

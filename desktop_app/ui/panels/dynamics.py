@@ -551,6 +551,7 @@ class DynamicsPanel(QWidget, ResultView):
                 trace = self._current_trace()
                 if trace is None and self.state.trace_was_cancelled():  # before or after its first layers showed
                     self.state.set_text(self.state.text)  # as the status said: the same text traced again
+                    self._update_hints()  # (the model's curves: measured once it arrives)
                 if trace is None and self.state.trace_running():
                     # (another model just opened, or the edits changed): its trace is on its way. Waited for
                     # rather than refused: one Reset is what was asked, and it says what it waits for

@@ -53,3 +53,29 @@ def test_step_clicks_waiting_their_turn_go_with_a_reset(qtbot, model_dirs, isola
     qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: panel.sim is not None and not panel.is_running(), timeout=30_000)
     assert panel.sim.steps == 0 and len(panel._frames) == 1 and _status_t(panel) == 0
+
+
+def test_step_clicks_while_the_texts_trace_runs_build_the_particles_from_it_then_step(
+        qtbot, model_dirs, isolated_user_files, monkeypatch):
+    """From the tokens: a new text's trace runs (held after its first layer), Step clicked three times. The
+    particles are built from its tokens once it arrives, then stepped three times (before: built only)."""
+    from .test_stale_state import _held_after_the_first_layer
+
+    window, state = open_window(qtbot, model_dirs["demo"], name="demo")
+    panel = click_panel_tab(qtbot, window, "Dynamics")
+    qtbot.waitUntil(lambda: panel.sim is not None and not panel.is_running(), timeout=30_000)
+    panel.init.setCurrentIndex(panel.init.findData("tokens"))
+    qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)  # from the text's tokens
+    qtbot.waitUntil(lambda: panel.sim is not None and not panel.is_running(), timeout=30_000)
+    gate, reached, _ = _held_after_the_first_layer(state, monkeypatch)
+    state.set_text("Alice was beginning to get very tired of sitting by her sister on the bank.")
+    qtbot.waitUntil(lambda: reached.is_set() and state.tracing is not None, timeout=30_000)
+    for _ in range(3):
+        qtbot.mouseClick(panel.step_button, Qt.MouseButton.LeftButton)
+    assert panel.sim is None and panel.status.text().startswith("Tracing the text")
+    gate.set()
+    qtbot.waitUntil(lambda: state.trace_is_current(), timeout=30_000)
+    qtbot.waitUntil(lambda: panel.sim is not None and not panel.is_running(), timeout=30_000)
+    assert panel.sim.config.n == len(state.token_ids)  # the new text's tokens
+    assert panel.sim.steps == 3 * panel.steps_per_frame.value() and len(panel._frames) == 4
+    assert _status_t(panel) == pytest.approx(panel._frames[-1].t)

@@ -379,7 +379,7 @@ class DynamicsPanel(QWidget, ResultView):
             elif self.state.trace_running():  # its first layers only: it says how far it is
                 self.status.setText(self.state.no_trace_message())
             else:  # none came (the text cannot be traced by this model, or its trace was cancelled): it says why
-                self._awaiting_trace = False
+                self._awaiting_trace, self._steps_asked = False, 0  # (no particles to step)
                 self._trace_cancelled = self.state.trace_was_cancelled()  # after its first layers showed
                 self.status.setText(self.state.no_trace_message() + (". Press Reset to trace the text again."
                                                                      if self._trace_cancelled else ""))
@@ -401,7 +401,7 @@ class DynamicsPanel(QWidget, ResultView):
         self._update_hints()  # (the model's curves: none are being measured)
         if not self._awaiting_trace:
             return
-        self._awaiting_trace, self._trace_cancelled = False, True
+        self._awaiting_trace, self._trace_cancelled, self._steps_asked = False, True, 0
         self.status.setText("The text's trace was cancelled before it arrived: no tokens to build the particles "
                             "from. Press Reset to trace the text again.")
 

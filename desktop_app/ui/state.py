@@ -208,6 +208,7 @@ class AppState(QObject):
         self.trace_source = "text"
         self._trace_job = None
         self._pending_text: tuple[str, list[int] | None] | None = None
+        self._cancelled = False  # the input's trace was cancelled, none started since (trace_was_cancelled)
         self._logits_holds: list[weakref.WeakMethod] = []  # hold_logits
         self._logits_waiting: threading.Event | None = None  # set to start the logits held (_once_drawn)
         # The text trace arriving in pieces and on show (app.tracing.LayersReady), until its end; None else.
@@ -494,6 +495,7 @@ class AppState(QObject):
 
         def cancelled() -> None:
             current, ready = ended()
+            self._cancelled = current and self._pending_text is None  # (said before the panels hear of it)
             if current and ready is not None:  # its first layers are on show: not left there as the text's
                 self._show_input([], None, "tracing the new text…" if self._pending_text is not None else
                                  f"the trace was cancelled after layer {ready.done} of {ready.total}", "text")
@@ -520,6 +522,7 @@ class AppState(QObject):
             self.tracing = ready
             self.layers_ready.emit(ready)
 
+        self._cancelled = False
         job = self._trace_job = run_job(_trace_in_pieces, loaded, text, ids, list(self.interventions),
                                         self.trace_layers, self.target, on_result=blocks_done, on_error=failed,
                                         on_cancelled=cancelled,
@@ -623,6 +626,7 @@ class AppState(QObject):
             self.error.emit(str(exc))
             self._run_pending()
 
+        self._cancelled = False
         self._trace_job = run_job(trace_image_or_digit, loaded, pixels, self.image_source, list(self.interventions),
                                   on_result=done, on_error=failed)
 
@@ -662,6 +666,11 @@ class AppState(QObject):
         """A trace of the input is being made, or waits to be (a newer text's, a new model's): trace_changed
         brings it, or why there is none (or trace_cancelled: cancelled before any of it showed)."""
         return self._trace_job is not None or self._pending_text is not None
+
+    def trace_was_cancelled(self) -> bool:
+        """The input's trace was cancelled (the Cancel beside its progress), before or after its first layers
+        showed, and no trace has started since: there is no trace of it to wait for, set_text makes one."""
+        return self._cancelled and not self.trace_running()
 
     def back_to_text(self) -> None:
         """Trace the text box's text again (after show_trace put a generation step on show)."""

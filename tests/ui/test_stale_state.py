@@ -645,3 +645,103 @@ def test_a_reset_from_the_tokens_after_the_edits_changed_builds_from_the_edited_
     assert len(builds) == 1 and panel.sim is not None
     assert abs(panel._frames[0].shown - edited).max() < 1e-5  # the edited trace's tokens
     assert panel.status.text().startswith(f"{panel.sim.head.name}; n = {len(state.token_ids)}")  # not 'changed'
+
+
+def _held_after_the_first_layer(state, monkeypatch):
+    """Every text trace held after its first layer (on show at once) until `gate` is set or it is cancelled:
+    (gate, reached: set once one is held, the models traced)."""
+    import threading
+
+    import desktop_app.ui.state as state_module
+
+    real, gate, reached, traces = state_module.trace_input, threading.Event(), threading.Event(), []
+
+    def held(loaded, *args, on_layer=None, job=None, **kwargs):
+        traces.append(loaded)
+
+        def hook(ready):
+            on_layer(ready)
+            if ready.done == 1:
+                reached.set()
+                job.wait(gate)  # (a cancel ends the wait: the trace stops at its next layer)
+        return real(loaded, *args, on_layer=hook, job=job, **kwargs)
+
+    monkeypatch.setattr(state_module, "trace_input", held)
+    monkeypatch.setattr(state, "PIECES_AFTER_S", 0.0)  # its layers on show at once
+    return gate, reached, traces
+
+
+def test_a_reset_waiting_for_a_trace_cancelled_after_its_first_layers_showed_traces_the_text_again(
+        qtbot, model_dirs, isolated_user_files, monkeypatch):
+    """Dynamics from the tokens, Reset clicked while another model's trace runs; that trace is cancelled (the
+    status bar's Cancel) after its first layer showed: the panel said "No text traced for this model: the trace
+    was cancelled after layer 1 of 2", and the next Reset refused with the same line. It says to press Reset;
+    Reset traces the text again (one line while it waits) and builds from the new model's tokens."""
+    import desktop_app.ui.panels.dynamics as dynamics
+
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    _wait_own_trace(qtbot, state)
+    panel = _show_tab(qtbot, window, "Dynamics")
+    qtbot.waitUntil(lambda: not panel._after_paint.pending and not panel.is_running(), timeout=30_000)
+    panel.init.setCurrentIndex(panel.init.findData("tokens"))
+    build_gate, builds, _ = _gated(dynamics, "build_simulation", monkeypatch)
+    build_gate.set()  # (only counted here)
+    gate, reached, traces = _held_after_the_first_layer(state, monkeypatch)
+    cancel = window.trace_progress.cancel_button
+    with qtbot.waitSignal(state.model_changed, timeout=30_000):
+        window.open_model(model_dirs["llama"])
+    qtbot.waitUntil(lambda: reached.is_set() and state.tracing is not None and cancel.isVisible(), timeout=30_000)
+    qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+    assert panel.status.text() == "Tracing the text: layer 1 of 2 ready…" and builds == []
+    qtbot.mouseClick(cancel, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: state._trace_job is None, timeout=30_000)
+    qtbot.waitUntil(lambda: state.trace_problem != "", timeout=30_000)  # what the cancel's end does has come
+    assert state.trace is None and state.trace_problem == "the trace was cancelled after layer 1 of 2"
+    assert builds == [] and panel.sim is None and not panel.is_running()
+    assert panel.status.text() == ("No text traced for this model: the trace was cancelled after layer 1 of 2. "
+                                   "Press Reset to trace the text again.")
+    for plot in (panel.p_model_cos, panel.p_model_clusters):  # (not "Open a model and type a text")
+        assert panel.hints[plot].item.toPlainText() == "The text's trace was cancelled: no tokens to measure"
+    assert panel.hints[panel.p_w2].item.isVisible()  # the run still drawn has no twin: it says so, no empty axes
+    assert "Twin run off" in panel.hints[panel.p_w2].item.toPlainText()
+
+    gate.set()  # the next trace runs through
+    qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+    assert panel.status.text().startswith("Tracing the text")  # one line while it waits
+    assert "cancelled" not in panel.hints[panel.p_model_cos].item.toPlainText()
+    qtbot.waitUntil(lambda: len(traces) == 2, timeout=30_000)  # the text traced again
+    _wait_own_trace(qtbot, state)
+    qtbot.waitUntil(lambda: panel.sim is not None and not panel.is_running(), timeout=30_000)
+    assert len(builds) == 1 and panel.sim.config.d == state.loaded.config.d_model  # the new model's tokens
+    assert panel.sim.config.n == len(state.token_ids)
+
+
+def test_reset_traces_the_text_again_after_its_trace_was_cancelled_after_its_first_layers(
+        qtbot, model_dirs, isolated_user_files, monkeypatch):
+    """Dynamics from the tokens, no Reset waiting: a new text's trace is cancelled after its first layer showed.
+    Reset refused ("No text traced for this model: the trace was cancelled after layer 1 of 4"); it traces the
+    text again and builds from its tokens."""
+    import desktop_app.ui.panels.dynamics as dynamics
+
+    window, state = open_window(qtbot, model_dirs["demo"], text="Alice and the rabbit hole.")
+    _wait_own_trace(qtbot, state)
+    panel = _show_tab(qtbot, window, "Dynamics")
+    qtbot.waitUntil(lambda: not panel._after_paint.pending and not panel.is_running(), timeout=30_000)
+    panel.init.setCurrentIndex(panel.init.findData("tokens"))
+    build_gate, builds, _ = _gated(dynamics, "build_simulation", monkeypatch)
+    build_gate.set()  # (only counted here)
+    gate, reached, traces = _held_after_the_first_layer(state, monkeypatch)
+    text = "Alice was beginning to get very tired of sitting by her sister on the bank."
+    state.set_text(text)
+    qtbot.waitUntil(lambda: reached.is_set() and state.tracing is not None, timeout=30_000)
+    qtbot.mouseClick(window.trace_progress.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: state._trace_job is None and state.trace_problem != "", timeout=30_000)
+    assert state.trace is None and state.trace_problem.startswith("the trace was cancelled after layer 1 of")
+
+    gate.set()  # the next trace runs through
+    qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+    assert panel.status.text().startswith("Tracing the text") and builds == []
+    qtbot.waitUntil(lambda: len(traces) == 2, timeout=30_000)  # the text traced again
+    qtbot.waitUntil(lambda: panel.sim is not None and not panel.is_running(), timeout=30_000)
+    assert state.text == text and panel.sim.config.n == len(state.token_ids) == len(state.loaded.tokenizer.encode(text))
+    assert len(builds) == 1

@@ -104,7 +104,8 @@ class DynamicsPanel(QWidget, ResultView):
         self._reset_asked = False  # reset() ran (a click, Play, the first look): the first look has nothing to do
         # a Reset from the text's tokens waits for the current model's (and edits') trace: built when it arrives
         self._awaiting_trace = False
-        # that trace was cancelled before any of it showed (the status says so): the next Reset traces the text again
+        # that trace was cancelled (the status says so, and that Reset traces the text again: it asks
+        # AppState.trace_was_cancelled); its end says so once the text is traced after all
         self._trace_cancelled = False
         self._failed = False  # the status says a build failed (cleared when what it was built from changes)
         self._frames: list[dy.Frame] = []
@@ -117,7 +118,10 @@ class DynamicsPanel(QWidget, ResultView):
         self._guide_drawn = None  # what the sphere guide shows now (redrawn when that changes)
         self.screen_xy = np.zeros((0, 2))
         self._matrices = ""
-        self._pending_steps = 0
+        self._pending_steps = 0  # Play's steps asked while the particles were being built
+        # Step clicks not run yet: each runs once the one before has drawn its frame (a click while a step ran
+        # was dropped: 20 quick clicks made one step)
+        self._steps_asked = 0
         self._restore_on_model: DynamicsViewState | None = None  # set_view_state's form, shown again on a model
         self._sim_parts: tuple[str, ...] = ()  # what of AppState's inputs the particles were built from
         self._build_ui()
@@ -204,7 +208,7 @@ class DynamicsPanel(QWidget, ResultView):
         self.play_button = QPushButton("Play")
         self.play_button.setCheckable(True)
         self.step_button = QPushButton("Step")
-        self.reset_button.clicked.connect(self.reset)
+        self.reset_button.clicked.connect(self._reset_clicked)
         self.play_button.toggled.connect(self._on_play_toggled)
         self.step_button.clicked.connect(self.step_once)
         key_buttons(self.shortcuts, (self.play_button, self.step_button))
@@ -374,9 +378,11 @@ class DynamicsPanel(QWidget, ResultView):
                 self.reset()
             elif self.state.trace_running():  # its first layers only: it says how far it is
                 self.status.setText(self.state.no_trace_message())
-            else:  # none came (the text cannot be traced by this model): it says why
-                self._awaiting_trace = False
-                self.status.setText(self.state.no_trace_message())
+            else:  # none came (the text cannot be traced by this model, or its trace was cancelled): it says why
+                self._awaiting_trace, self._steps_asked = False, 0  # (no particles to step)
+                self._trace_cancelled = self.state.trace_was_cancelled()  # after its first layers showed
+                self.status.setText(self.state.no_trace_message() + (". Press Reset to trace the text again."
+                                                                     if self._trace_cancelled else ""))
         if trace is None:
             return
         # AppState.run: curves of a trace no longer shown (another model or text meanwhile) are dropped
@@ -392,9 +398,10 @@ class DynamicsPanel(QWidget, ResultView):
     def _on_trace_cancelled(self) -> None:
         """The trace a Reset waits for was cancelled before any of it showed (no trace_changed comes): the wait
         ends now, and the status says so and what to press."""
+        self._update_hints()  # (the model's curves: none are being measured)
         if not self._awaiting_trace:
             return
-        self._awaiting_trace, self._trace_cancelled = False, True
+        self._awaiting_trace, self._trace_cancelled, self._steps_asked = False, True, 0
         self.status.setText("The text's trace was cancelled before it arrived: no tokens to build the particles "
                             "from. Press Reset to trace the text again.")
 
@@ -423,6 +430,7 @@ class DynamicsPanel(QWidget, ResultView):
             return
         self.play_button.setChecked(False)
         self._cancel_jobs()
+        self._steps_asked = 0  # (for the previous particles)
         self.sim, self._frames, self._records, self._basis, self._sim_parts = None, [], [], None, ()
         for item in (self.scatter, self.back, self.trail_item):
             item.setData(np.zeros((0, 2)))
@@ -533,8 +541,7 @@ class DynamicsPanel(QWidget, ResultView):
     # -- running ---------------------------------------------------------------------------------
     def reset(self) -> None:
         self._reset_asked = True
-        retrace, self._trace_cancelled = self._trace_cancelled, False
-        self._awaiting_trace = self._failed = False
+        self._awaiting_trace = self._failed = self._trace_cancelled = False
         self.play_button.setChecked(False)
         self._cancel_jobs()
         try:
@@ -542,8 +549,9 @@ class DynamicsPanel(QWidget, ResultView):
             tokens = None
             if cfg.init == "tokens":
                 trace = self._current_trace()
-                if trace is None and retrace and not self.state.trace_running():
+                if trace is None and self.state.trace_was_cancelled():  # before or after its first layers showed
                     self.state.set_text(self.state.text)  # as the status said: the same text traced again
+                    self._update_hints()  # (the model's curves: measured once it arrives)
                 if trace is None and self.state.trace_running():
                     # (another model just opened, or the edits changed): its trace is on its way. Waited for
                     # rather than refused: one Reset is what was asked, and it says what it waits for
@@ -557,6 +565,7 @@ class DynamicsPanel(QWidget, ResultView):
                 tokens = dy.trace_tokens(trace, names[min(self.token_layer.value(), len(names) - 1)])
         except ValueError as exc:
             self.status.setText(str(exc))
+            self._steps_asked = 0  # (no particles to step)
             return
         loaded = getattr(self.state, "loaded", None)
         self.sim = None
@@ -588,10 +597,13 @@ class DynamicsPanel(QWidget, ResultView):
         self.drawn.emit()
         if self._pending_steps:
             self._request(self._pending_steps)
+        else:
+            self._next_step()
 
     def _on_error(self, exc: BaseException, tb: str) -> None:
         self._build_job = self._job = None
         self.play_button.setChecked(False)
+        self._steps_asked = 0
         self.status.setText(f"Failed: {exc}")
         self._failed = True
 
@@ -628,19 +640,45 @@ class DynamicsPanel(QWidget, ResultView):
         new_records = len(frame.records) != len(self._records)
         self._records = frame.records
         self._show_last(curves=new_records)
-        if new_records:  # a word-wrapped label's new text relayouts the side column: not on every frame
+        # a word-wrapped label's new text relayouts the side column: not on every frame while playing (its
+        # pause says where it stopped), on every Step's frame (the t it names is the particles')
+        if new_records or not self.timer.isActive():
             self._set_status()
+        self._next_step()
 
     def step_once(self) -> None:
+        """One frame more (of 'Steps / frame' steps) for each click, the clicks made while a step runs included:
+        they wait their turn (one worker at a time, each step its own frame for the time slider)."""
+        if self.timer.isActive():  # playing: frames come anyway (a click asks for one unless one is on its way)
+            self._request(self.steps_per_frame.value())
+            return
+        self._steps_asked += 1
+        self._next_step()
+
+    def _next_step(self) -> None:
+        """The next Step click waiting, once no step or build runs (no particles: they are built first)."""
+        if not self._steps_asked or self.timer.isActive() or self._job is not None or self._build_job is not None:
+            return
+        if self.sim is None:
+            if not self._awaiting_trace:  # (else the trace's arrival builds them, then the steps run)
+                self.reset()
+            return
+        self._steps_asked -= 1
         self._request(self.steps_per_frame.value())
+
+    def _reset_clicked(self) -> None:
+        self._steps_asked = 0  # the Steps clicked were for the particles on show, not the new ones
+        self.reset()
 
     def _on_play_toggled(self, on: bool) -> None:
         self.play_button.setText("Pause" if on else "Play")
         if on:
+            self._steps_asked = 0  # Play steps on by itself
             self.timer.start()
             self._tick()
         else:
             self.timer.stop()
+            self._set_status()  # the t it paused at (a frame still on its way says its own)
 
     def _tick(self) -> None:
         self._request(self.steps_per_frame.value())
@@ -657,8 +695,11 @@ class DynamicsPanel(QWidget, ResultView):
         if self.sim is None or not self._records:
             return
         r = self._records[-1]
+        # the particles' t; the curves are measured every 'Curves every' steps: at an earlier t, said so
+        t = self._frames[-1].t if self._frames else r.t
+        at = f"t = {t:g}: " if f"{t:g}" == f"{r.t:g}" else f"t = {t:g}; at t = {r.t:g}: "
         self.status.setText(f"{self.sim.head.name}; n = {self.sim.config.n}, d = {self.sim.config.d}. "
-                            f"t = {r.t:g}: {r.clusters} cluster(s), mean cosine {r.mean_cosine:.3f}, "
+                            f"{at}{r.clusters} cluster(s), mean cosine {r.mean_cosine:.3f}, "
                             f"radius {r.radius:.3g} ≤ R(t) = {r.radius_bound:.3g}")
 
     # -- drawing ---------------------------------------------------------------------------------
@@ -739,10 +780,13 @@ class DynamicsPanel(QWidget, ResultView):
     def _update_hints(self) -> None:
         """A hint instead of empty axes in each plot with nothing to draw (the first look draws the
         starting particles, but one record makes no curve)."""
-        self.curves.show_hints(running=len(self._records) >= 2, twin_off=self.sim is not None and self.sim.twin is None,
+        self.curves.show_hints(running=len(self._records) >= 2,
+                               # the records drawn (kept while a Reset waits for a trace) have no W2 (nan)
+                               twin_off=bool(self._records) and math.isnan(self._records[0].w2),
                                model_curves=self._layer_curves is not None,
                                # the curves come from a worker (a trace not current: the new model's is on its way)
-                               measuring=self.state.trace is not None or self.state.trace_running())
+                               measuring=self.state.trace is not None or self.state.trace_running(),
+                               cancelled=self.state.trace_was_cancelled())
 
     def _draw_curves(self) -> None:
         self._update_hints()
@@ -889,6 +933,7 @@ class DynamicsPanel(QWidget, ResultView):
     def closeEvent(self, event) -> None:
         self.timer.stop()
         self._cancel_jobs()
+        self._steps_asked = 0
         self._awaiting_trace = self._trace_cancelled = False
         super().closeEvent(event)
 

@@ -21,6 +21,7 @@ CURVES_MIN = (380, 330)
 PLAY_HINT = "Press Play or Step"  # the time curves need two records to draw a line
 TWIN_OFF_HINT = "Twin run off: tick \u201ctwin run for W2\u201d, then Reset"
 NO_TRACE_HINT = "Open a model and type a text: its tokens, layer by layer"
+CANCELLED_HINT = "The text's trace was cancelled: no tokens to measure"
 
 # what the panel shows of the curves as its own attributes (panel.p_radius, panel.c_w2...)
 CURVE_FIELDS = ("p_clusters", "p_cosine", "p_radius", "p_w2", "p_model_cos", "p_model_clusters", "c_clusters",
@@ -197,15 +198,17 @@ class DynamicsCurves(pg.GraphicsLayoutWidget):
         self.p_clusters.setTitle(f"clusters (among {sampled})" if sampled is not None else "clusters", **CURVE_TITLE)
         self.p_w2.setTitle("W2 to the twin" if twin else "W2: twin run off", **CURVE_TITLE)
 
-    def show_hints(self, *, running: bool, twin_off: bool, model_curves: bool, measuring: bool) -> None:
+    def show_hints(self, *, running: bool, twin_off: bool, model_curves: bool, measuring: bool,
+                   cancelled: bool = False) -> None:
         """`running`: two records at least (a curve to draw); `model_curves`: the model's are drawn;
-        `measuring`: they are being computed."""
+        `measuring`: they are being computed; `cancelled`: the text's trace was cancelled (the model is open)."""
         for p in (self.p_clusters, self.p_cosine, self.p_radius):
             self.hints[p].show(None if running else PLAY_HINT)
         self.hints[self.p_w2].show(TWIN_OFF_HINT if twin_off else None if running else PLAY_HINT)
         for p in (self.p_model_cos, self.p_model_clusters):
             self.hints[p].show(None if model_curves else
-                               "Measuring the model's tokens…" if measuring else NO_TRACE_HINT)
+                               "Measuring the model's tokens…" if measuring else
+                               CANCELLED_HINT if cancelled else NO_TRACE_HINT)
 
     def draw_records(self, records) -> None:
         """The simulation's curves from its records (core.dynamics.Record), nothing when there are none."""

@@ -73,8 +73,13 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
         scores = scores + mask
     elif mask is not None:
         fill = torch.finfo(scores.dtype).min
-        in_place = not torch.is_grad_enabled() and _broadcasts_to(mask.shape, scores.shape)
-        if in_place and _bias_fills(q, k, softcap, scale):
+        broadcasts = _broadcasts_to(mask.shape, scores.shape)
+        in_place = not torch.is_grad_enabled() and broadcasts
+        # under autograd too, in place (the scores are this function's own; an add's backward passes the gradient
+        # as it is, where masked_fill's is a pass of its own), where every query sees a key: there softmax's
+        # backward gives the masked keys 0 either way; a query that sees none would pass its gradient to them
+        differentiable = not torch.is_grad_enabled() or bool(mask.any(-1).all())
+        if broadcasts and differentiable and _bias_fills(q, k, softcap, scale):
             scores = scores.add_(mask_bias(mask, scores.dtype))
         else:
             scores = scores.masked_fill_(~mask, fill) if in_place else scores.masked_fill(~mask, fill)
@@ -102,7 +107,7 @@ def _bias_fills(q: torch.Tensor, k: torch.Tensor, softcap: float | None, scale: 
     if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float32, torch.float64) or softcap is not None:
         return False
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else abs(scale)
-    largest = float(q.abs().amax()) + float(k.abs().amax())  # nan or inf for a non-finite entry
+    largest = float(q.detach().abs().amax()) + float(k.detach().abs().amax())  # nan or inf for a non-finite entry
     return q.shape[-1] * largest * largest * scale < 2.0 ** 100
 
 

@@ -790,6 +790,25 @@ class KVCache:
         return torch.stack([lc.k for lc in self.layers])
 
 
+@functools.cache
+def _native_bfloat16_products() -> bool:
+    from .devices import half_matrix_units
+
+    return bool(half_matrix_units(torch.bfloat16))
+
+
+def explicit_differentiates_faster(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether softmax attention that will be differentiated (training, attribution) runs faster as its
+    explicit products than through PyTorch's fused CPU kernel: in bfloat16 on a CPU with bfloat16 matrix
+    instructions, up to 512 keys. That kernel's bfloat16 backward is slow on the CPU: forward and backward
+    of [16, 4, 128, 32] took 21.7 ms against 7.8 ms for the explicit products (one thread; two: 18.4 against
+    6.9), [64, 4, 64, 16] 42.7 against 6.4, [2, 12, 512, 64] 78 against 62, while at [1, 14, 1024, 64] the
+    fused kernel won (115 against 146; AVX-512 BF16, 2 Dec 2026); bench training's bfloat16 step spent 96 of
+    its 216 ms there. float16 stays fused (the explicit float16 products are emulated: 1.8x slower)."""
+    return (q.dtype == torch.bfloat16 and q.device.type == "cpu" and k.shape[-2] <= 512
+            and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad) and _native_bfloat16_products())
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -886,7 +905,8 @@ class Attention(nn.Module):
         heads_out = names is not None and trace.wants(names[3])
         recording = heads_out or (names is not None and trace.wants(names[1]))
         # (scaled_dot_product_attention has no soft-capping: a soft-capped model takes the explicit path)
-        fused = cfg.attention_kind == "softmax" and not recording and cfg.attn_logit_softcap is None
+        fused = (cfg.attention_kind == "softmax" and not recording and cfg.attn_logit_softcap is None
+                 and not explicit_differentiates_faster(q, k))
         # the fused kernel reads grouped keys and values as they are (enable_gqa: the same values as
         # repeated ones, bit for bit on the CPU; two copies fewer, ~2x faster for a one-token step)
         grouped = fused and Hkv != H
@@ -969,8 +989,10 @@ class MLP(nn.Module):
             h = (F.silu(g) if self.activation == "swiglu" else F.gelu(g, approximate="tanh")) * u
         else:
             up = linear(self.up, x, self.up.weight, self.up.bias)
-            if self.activation == "gelu_tanh" and up.dtype in (torch.bfloat16, torch.float16):
-                # gelu_new, which GPT-2, GPT-J, GPT-Neo and Phi name; F.gelu in float32 (faster, within its rounding)
+            if self.activation == "gelu_tanh" and up.dtype in (torch.bfloat16, torch.float16) and not self.training:
+                # gelu_new, which GPT-2, GPT-J, GPT-Neo and Phi name, for transformers' half-precision bits; F.gelu in
+                # float32 and in training (it rounds once: forward and backward of 2048 x 512 in bfloat16 took 4.8
+                # against gelu_new's 7.7 ms on one thread, 2.7 against 6.6 on two)
                 h = gelu_new(up)
             elif self.activation == "gelu_tanh":
                 h = F.gelu(up, approximate="tanh")

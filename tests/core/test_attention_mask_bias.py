@@ -72,8 +72,33 @@ def test_with_gradients_the_weights_are_the_same_as_without():
     with torch.no_grad():
         fast = attention_probs(q, k, "softmax", mask)
     q.requires_grad_(True)
-    slow = attention_probs(q, k, "softmax", mask)  # masked_fill out of place, the bias not used
+    slow = attention_probs(q, k, "softmax", mask)  # under autograd
     assert torch.equal(fast, slow.detach())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_under_autograd_the_bias_gives_masked_fills_weights_and_gradients_bit_for_bit(dtype):
+    """Training and attribution differentiate the weights: the bias is added there too (in place: an add's
+    backward is no pass of its own, masked_fill's was one more over [B, H, T, T]), and the gradients reaching the
+    queries and keys are masked_fill's, bit for bit (softmax's backward gives a masked key 0 either way)."""
+    q, k = _inputs(dtype, 24, 24, batch=2)
+    pad = torch.ones(2, 24, dtype=torch.bool)
+    pad[-1, 1:3] = False  # padding that leaves every query a key (the first)
+    mask = causal_mask(24, 24)[None, None] & pad[:, None, None, :]
+    upstream = torch.randn(2, H, 24, 24, generator=torch.Generator().manual_seed(5)).to(dtype)
+    grads = []
+    for way in ("bias", "masked_fill"):
+        qq, kk = q.clone().requires_grad_(True), k.clone().requires_grad_(True)
+        if way == "bias":
+            with OpsOverScores((2, H, 24, 24)) as seen:
+                p = attention_probs(qq, kk, "softmax", mask)
+            assert not any("masked_fill" in op for op in seen.ops), seen.ops
+        else:
+            p = _masked_then_normalised(qq, kk, mask, 1.0 / math.sqrt(DH))
+        p.backward(upstream)
+        grads.append((p.detach(), qq.grad, kk.grad))
+    for ours, filled in zip(*grads):
+        assert torch.equal(ours, filled), (ours.double() - filled.double()).abs().max()
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
@@ -108,3 +133,18 @@ def test_finite_keys_whose_scores_overflow_still_fill_the_mask(dtype):
     assert any("masked_fill" in op for op in seen.ops)
     want = _masked_then_normalised(q, k, mask, 1.0 / math.sqrt(DH))
     assert torch.equal(p[:, :, :10], want[:, :, :10]) and torch.isfinite(p[:, :, :10]).all()
+
+
+def test_under_autograd_a_query_that_sees_no_key_keeps_masked_fill():
+    """A query whose keys are all masked (padding before the first real token) has uniform weights; masked_fill
+    keeps its gradient from the keys' scores, where an added bias would pass it on."""
+    q, k = _inputs(torch.float32, 16, 16, batch=2)
+    mask = _masks(16, 16, 2)["causal and padding"]  # the last text's first 3 queries see nothing
+    qq, kk = q.clone().requires_grad_(True), k.clone().requires_grad_(True)
+    with OpsOverScores((2, H, 16, 16)) as seen:
+        p = attention_probs(qq, kk, "softmax", mask)
+    assert any("masked_fill" in op for op in seen.ops)
+    p.sum(-2).pow(2).sum().backward()
+    qf, kf = q.clone().requires_grad_(True), k.clone().requires_grad_(True)
+    _masked_then_normalised(qf, kf, mask, 1.0 / math.sqrt(DH)).sum(-2).pow(2).sum().backward()
+    assert torch.equal(qq.grad, qf.grad) and torch.equal(kk.grad, kf.grad)

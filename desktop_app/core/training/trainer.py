@@ -313,7 +313,10 @@ def hits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """How many rows of logits [N, classes] have their target as argmax. In float32, as the count of targets
     whose logit is the row's max: on the CPU argmax took ~10x the time of that max (bench training: ~2.5 ms of
     a 4-layer step on one thread); the two differ only where two logits tie exactly at the top, which rounding
-    to 24 bits makes as good as impossible (bfloat16's 8 are not: there argmax counts)."""
+    to 24 bits makes as good as impossible (bfloat16's 8 are not: there argmax counts, over the values made
+    float32 exactly: the same index, where the CPU's bfloat16 argmax took 3.8 ms against 1.2 ms at 2048 x 512)."""
+    if logits.dtype in (torch.bfloat16, torch.float16):
+        return (logits.float().argmax(-1) == targets).sum()
     if logits.dtype != torch.float32:
         return (logits.argmax(-1) == targets).sum()
     return (logits.gather(-1, targets[..., None])[..., 0] >= logits.amax(-1)).sum()

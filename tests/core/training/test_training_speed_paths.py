@@ -2,9 +2,11 @@
 results of the plain paths to float rounding, and the fused step can be turned off."""
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
+from desktop_app.core.devices import half_matrix_units
 from desktop_app.core.training import TrainConfig, train
 from desktop_app.core.training import trainer as tr
 from desktop_app.core.training.optim import FUSED_ENV, make_optimizer, use_fused_step
@@ -156,3 +158,111 @@ def test_clipping_measures_the_norms_once_and_agrees_with_torch():
     assert per_group is None and abs(total - float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9))) <= 1e-6
     for a, b in zip(before, model.parameters()):
         assert torch.equal(a, b.grad)
+
+
+def test_hits_in_half_precision_count_the_first_top_index_as_argmax_does():
+    """Half-precision logits are counted by argmax over their exact float32 values (the CPU's bfloat16 argmax
+    was ~3x slower): the same first index at a tie, the same count as argmax in the logits' own dtype."""
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(500, 40, generator=gen).mul(4).round().div(4).to(torch.bfloat16)  # many ties at the top
+    targets = torch.randint(0, 40, (500,), generator=gen)
+    targets[:200] = logits[:200].float().topk(2, -1).indices[:, 1]  # often tied with the argmax, after it
+    want = int((logits.argmax(-1) == targets).sum())
+    assert int(tr.hits(logits, targets)) == want
+    assert want < int((logits.gather(-1, targets[:, None])[:, 0] >= logits.amax(-1)).sum())  # ties were met
+
+
+def _gpt2_step(precision_dtype, fused_allowed, monkeypatch, context=16):
+    """One bfloat16-autocast forward and backward of a small GPT-2 on the CPU: the loss, the gradients, and the
+    ops that ran (the fused attention kernel or not)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from desktop_app.core import model as model_module
+    from desktop_app.core.checkpoints import new_model
+    from desktop_app.core.config import ModelConfig
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.add(str(func))
+            return func(*args, **(kwargs or {}))
+
+    if not fused_allowed:
+        monkeypatch.setattr(model_module, "explicit_differentiates_faster", lambda q, k: False)
+    model = new_model(ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=context,
+                                  positions="learned", norm="layernorm", activation="gelu_tanh"), seed=0)
+    gen = torch.Generator().manual_seed(2)
+    x, y = torch.randint(0, 50, (3, context), generator=gen), torch.randint(0, 50, (3, context), generator=gen)
+    with Ops() as ops, torch.autocast("cpu", dtype=precision_dtype, enabled=precision_dtype is not None):
+        loss = F.cross_entropy(model(x).logits.float().flatten(0, 1), y.flatten())
+    loss.backward()
+    return float(loss.detach()), [p.grad.float() for p in model.parameters()], ops.names
+
+
+native_bfloat16 = pytest.mark.skipif(not half_matrix_units(torch.bfloat16),
+                                     reason="the explicit route is taken only on a CPU with bfloat16 matrix instructions")
+
+
+@native_bfloat16
+def test_bfloat16_training_attention_runs_as_explicit_products_with_the_fused_kernels_results(monkeypatch):
+    """In bfloat16 on a CPU with bfloat16 matrix instructions, attention that will be differentiated takes the
+    explicit products (the fused kernel's bfloat16 backward was 2.8x slower at bench training's shape): the loss
+    and gradients are the fused kernel's to bfloat16 rounding, and both are float32's to mixed-precision error."""
+    loss, grads, ops = _gpt2_step(torch.bfloat16, True, monkeypatch)
+    assert not any("scaled_dot_product" in op for op in ops), sorted(o for o in ops if "attention" in o)
+    fused_loss, fused_grads, fused_ops = _gpt2_step(torch.bfloat16, False, monkeypatch)
+    assert any("scaled_dot_product" in op for op in fused_ops)
+    full_loss, full_grads, _ = _gpt2_step(None, True, monkeypatch)
+    assert abs(loss - fused_loss) < 0.005 and abs(loss - full_loss) < 0.005
+    ours, fused, full = (torch.cat([g.flatten() for g in gs]) for gs in (grads, fused_grads, full_grads))
+    error, fused_error = float((ours - full).norm() / full.norm()), float((fused - full).norm() / full.norm())
+    assert error < 0.02 and fused_error < 0.02 and float((ours - fused).norm() / full.norm()) < 0.02, \
+        (error, fused_error)
+
+
+@native_bfloat16
+def test_the_fused_kernel_stays_without_gradients_in_float32_and_past_512_keys(monkeypatch):
+    from desktop_app.core.model import explicit_differentiates_faster
+
+    q = torch.randn(1, 2, 8, 16, dtype=torch.bfloat16, requires_grad=True)
+    assert explicit_differentiates_faster(q, q)
+    with torch.no_grad():
+        assert not explicit_differentiates_faster(q, q)
+    assert not explicit_differentiates_faster(q.detach(), q.detach())
+    assert not explicit_differentiates_faster(q.float(), q.float())
+    long = torch.randn(1, 2, 513, 16, dtype=torch.bfloat16, requires_grad=True)
+    assert not explicit_differentiates_faster(long, long)
+    _, _, ops = _gpt2_step(None, True, monkeypatch)  # float32: the fused kernel
+    assert any("scaled_dot_product" in op for op in ops)
+
+
+def test_half_precision_tanh_gelu_is_one_kernel_in_training_and_gelu_new_in_inference():
+    """In training (train mode) the bfloat16 tanh GELU is F.gelu, which rounds once (forward and backward ~1.6-2.4x
+    faster than gelu_new's eight roundings); in inference gelu_new op by op, for transformers' bfloat16 bits."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from desktop_app.core.config import ModelConfig
+    from desktop_app.core.model import MLP, gelu_new
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    mlp = MLP(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, d_ff=64, activation="gelu_tanh")).to(torch.bfloat16)
+    x = torch.randn(3, 5, 16, dtype=torch.bfloat16)
+    up = mlp.up(x)
+    for training, want in ((True, F.gelu(up, approximate="tanh")), (False, gelu_new(up))):
+        mlp.train(training)
+        with Ops() as ops:
+            out = mlp(x)
+        assert ("aten.gelu.default" in ops.names) == training and ("aten.tanh.default" in ops.names) != training
+        assert torch.equal(out, mlp.down(want))

@@ -50,6 +50,21 @@ def test_the_marks(tmp_path):
     assert up.meets(1.0) and not up.meets(0.99) and down.meets(1.3) and not down.meets(1.31)
 
 
+def test_a_figure_the_benchmark_did_not_measure_says_why_and_is_not_recorded(tmp_path):
+    """bfloat16 training on a CPU without bfloat16 instructions: the benchmark puts its reason where the figure
+    would be; the table says it, not FAILED, and --record keeps the recorded value."""
+    bf16 = next(f for f in quick.FIGURES if f.name == "training speedup, bfloat16")
+    reason = "not supported natively on this device"
+    assert bf16.value({"bfloat16": reason}) == reason and bf16.value({"bfloat16": {"speedup": 1.6}}) == 1.6
+    rows = quick.table({bf16.name: None}, {bf16.name: {"value": 1.5}}, {"training": ""}, {bf16.name: reason})
+    row = rows.splitlines()[1]
+    assert row.startswith(bf16.name) and row.endswith(f"not measured: {reason}") and "FAILED" not in row
+    path = tmp_path / "benchmarks.json"
+    quick.record({bf16.name: 1.5}, path)
+    quick.record({bf16.name: None}, path)
+    assert quick.read_recorded(path)[bf16.name]["value"] == 1.5
+
+
 def test_record_then_readme_section(tmp_path):
     path = tmp_path / "benchmarks.json"
     quick.record({"load speedup": 1.234, "training speedup": None}, path)  # a failed figure is not recorded

@@ -804,9 +804,15 @@ def explicit_differentiates_faster(q: torch.Tensor, k: torch.Tensor) -> bool:
     of [16, 4, 128, 32] took 21.7 ms against 7.8 ms for the explicit products (one thread; two: 18.4 against
     6.9), [64, 4, 64, 16] 42.7 against 6.4, [2, 12, 512, 64] 78 against 62, while at [1, 14, 1024, 64] the
     fused kernel won (115 against 146; AVX-512 BF16, 2 Dec 2026); bench training's bfloat16 step spent 96 of
-    its 216 ms there. float16 stays fused (the explicit float16 products are emulated: 1.8x slower)."""
+    its 216 ms there. float16 stays fused (the explicit float16 products are emulated: 1.8x slower). The
+    explicit weights are kept for the backward, so only up to 2^24 of them a layer (32 MB; the fused kernel
+    keeps none): a long context's large batch stays fused."""
     return (q.dtype == torch.bfloat16 and q.device.type == "cpu" and k.shape[-2] <= 512
+            and q.shape[:-2].numel() * q.shape[-2] * k.shape[-2] <= EXPLICIT_WEIGHTS_KEPT
             and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad) and _native_bfloat16_products())
+
+
+EXPLICIT_WEIGHTS_KEPT = 2 ** 24
 
 
 class Attention(nn.Module):

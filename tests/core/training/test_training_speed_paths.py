@@ -235,6 +235,9 @@ def test_the_fused_kernel_stays_without_gradients_in_float32_and_past_512_keys(m
     assert not explicit_differentiates_faster(q.float(), q.float())
     long = torch.randn(1, 2, 513, 16, dtype=torch.bfloat16, requires_grad=True)
     assert not explicit_differentiates_faster(long, long)
+    at_most, many = (torch.empty(n, 16, 512, 16, dtype=torch.bfloat16, requires_grad=True) for n in (4, 5))
+    assert explicit_differentiates_faster(at_most, at_most)  # 4 x 16 x 512 x 512 = 2^24 weights kept
+    assert not explicit_differentiates_faster(many, many)
     _, _, ops = _gpt2_step(None, True, monkeypatch)  # float32: the fused kernel
     assert any("scaled_dot_product" in op for op in ops)
 

@@ -3,7 +3,8 @@ Gemma 3, OPT, RoBERTa, DistilBERT) is a choice of ModelConfig switches, never a 
 
 Read top to bottom: norms, positions, attention, MLP, block, the model. Recording is opt-in: pass
 `trace=Trace(...)` to forward and every name it asks for is stored (see trace.py for the names);
-without a trace, softmax attention runs through PyTorch's fused scaled_dot_product_attention.
+without a trace, softmax attention runs through PyTorch's fused scaled_dot_product_attention (but where it
+will be differentiated in bfloat16 on a CPU with bfloat16 instructions: explicit_differentiates_faster).
 """
 from __future__ import annotations
 

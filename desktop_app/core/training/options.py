@@ -144,7 +144,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("seed", "run", int, 0, _int(0, MAX_SEED), form=(0, 2**31 - 1, 1), help="random seed"),
     Option("precision", "run", str, None, choices=PRECISIONS,
            help="autocast precision (default: bfloat16 on CUDA, float16 where it lacks bfloat16, else float32; "
-                "bfloat16 trains ~1.5x faster than float32 on a CPU with AVX-512 BF16 or AMX)"),
+                "bfloat16 trains ~1.5x faster than float32 at width 128 and up on a CPU with AVX-512 BF16 or AMX)"),
 )
 OPTION = {o.key: o for o in OPTIONS}
 MODEL_OPTIONS = tuple(o for o in OPTIONS if o.part == "model")

@@ -78,8 +78,9 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, kind: str = "softmax",
         # under autograd too, in place (the scores are this function's own; an add's backward passes the gradient
         # as it is, where masked_fill's is a pass of its own), where every query sees a key: there softmax's
         # backward gives the masked keys 0 either way; a query that sees none would pass its gradient to them
-        differentiable = not torch.is_grad_enabled() or bool(mask.any(-1).all())
-        if broadcasts and differentiable and _bias_fills(q, k, softcap, scale):
+        # (asked after _bias_fills, which is False off the CPU: there the bool() would wait on the device)
+        if broadcasts and _bias_fills(q, k, softcap, scale) and (not torch.is_grad_enabled()
+                                                                 or bool(mask.any(-1).all())):
             scores = scores.add_(mask_bias(mask, scores.dtype))
         else:
             scores = scores.masked_fill_(~mask, fill) if in_place else scores.masked_fill(~mask, fill)

@@ -148,3 +148,12 @@ def test_under_autograd_a_query_that_sees_no_key_keeps_masked_fill():
     qf, kf = q.clone().requires_grad_(True), k.clone().requires_grad_(True)
     _masked_then_normalised(qf, kf, mask, 1.0 / math.sqrt(DH)).sum(-2).pow(2).sum().backward()
     assert torch.equal(qq.grad, qf.grad) and torch.equal(kk.grad, kf.grad)
+
+
+def test_under_autograd_off_the_cpu_no_value_is_read_back():
+    """Off the CPU the mask is filled as before and nothing waits on the device (no bool() of a tensor there: on
+    CUDA a sync per attention call); the meta device stands for it here (reading a meta tensor's value raises)."""
+    q = torch.empty(2, H, 16, DH, device="meta", requires_grad=True)
+    k = torch.empty(2, H, 16, DH, device="meta", requires_grad=True)
+    p = attention_probs(q, k, "softmax", causal_mask(16, 16).to("meta")[None, None])
+    assert p.shape == (2, H, 16, 16) and p.device.type == "meta"

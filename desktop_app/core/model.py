@@ -24,6 +24,7 @@ import torch.nn.modules.module as _hooks  # nn.Module's global hooks (forward_of
 
 from .attention import alibi_mask, alibi_slopes, attention_probs, causal_mask  # the formulas' one home
 from .config import ModelConfig
+from .devices import half_matrix_units
 from .interventions import editing_trace
 from .trace import Trace, point
 
@@ -793,9 +794,7 @@ class KVCache:
 
 @functools.cache
 def _native_bfloat16_products() -> bool:
-    from .devices import half_matrix_units
-
-    return bool(half_matrix_units(torch.bfloat16))
+    return bool(half_matrix_units(torch.bfloat16))  # (asked once: half_matrix_units probes the CPU each call)
 
 
 def explicit_differentiates_faster(q: torch.Tensor, k: torch.Tensor) -> bool:

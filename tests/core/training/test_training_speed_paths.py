@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from desktop_app.core.devices import half_matrix_units
 from desktop_app.core.training import TrainConfig, train
@@ -172,31 +173,33 @@ def test_hits_in_half_precision_count_the_first_top_index_as_argmax_does():
     assert want < int((logits.gather(-1, targets[:, None])[:, 0] >= logits.amax(-1)).sum())  # ties were met
 
 
-def _gpt2_step(precision_dtype, fused_allowed, monkeypatch, context=16):
+class _Ops(TorchDispatchMode):
+    """The names of the ops that ran (aten.gelu.default, ...)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _gpt2_step(precision_dtype, fused_allowed, monkeypatch):
     """One bfloat16-autocast forward and backward of a small GPT-2 on the CPU: the loss, the gradients, and the
     ops that ran (the fused attention kernel or not)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from desktop_app.core import model as model_module
     from desktop_app.core.checkpoints import new_model
     from desktop_app.core.config import ModelConfig
 
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = set()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.add(str(func))
-            return func(*args, **(kwargs or {}))
-
+    context = 16
     if not fused_allowed:
         monkeypatch.setattr(model_module, "explicit_differentiates_faster", lambda q, k: False)
     model = new_model(ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=context,
                                   positions="learned", norm="layernorm", activation="gelu_tanh"), seed=0)
     gen = torch.Generator().manual_seed(2)
     x, y = torch.randint(0, 50, (3, context), generator=gen), torch.randint(0, 50, (3, context), generator=gen)
-    with Ops() as ops, torch.autocast("cpu", dtype=precision_dtype, enabled=precision_dtype is not None):
+    with _Ops() as ops, torch.autocast("cpu", dtype=precision_dtype, enabled=precision_dtype is not None):
         loss = F.cross_entropy(model(x).logits.float().flatten(0, 1), y.flatten())
     loss.backward()
     return float(loss.detach()), [p.grad.float() for p in model.parameters()], ops.names
@@ -245,19 +248,8 @@ def test_the_fused_kernel_stays_without_gradients_in_float32_and_past_512_keys(m
 def test_half_precision_tanh_gelu_is_one_kernel_in_training_and_gelu_new_in_inference():
     """In training (train mode) the bfloat16 tanh GELU is F.gelu, which rounds once (forward and backward ~1.6-2.4x
     faster than gelu_new's eight roundings); in inference gelu_new op by op, for transformers' bfloat16 bits."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from desktop_app.core.config import ModelConfig
     from desktop_app.core.model import MLP, gelu_new
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.append(str(func))
-            return func(*args, **(kwargs or {}))
 
     torch.manual_seed(0)
     mlp = MLP(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, d_ff=64, activation="gelu_tanh")).to(torch.bfloat16)
@@ -265,7 +257,7 @@ def test_half_precision_tanh_gelu_is_one_kernel_in_training_and_gelu_new_in_infe
     up = mlp.up(x)
     for training, want in ((True, F.gelu(up, approximate="tanh")), (False, gelu_new(up))):
         mlp.train(training)
-        with Ops() as ops:
+        with _Ops() as ops:
             out = mlp(x)
         assert ("aten.gelu.default" in ops.names) == training and ("aten.tanh.default" in ops.names) != training
         assert torch.equal(out, mlp.down(want))
